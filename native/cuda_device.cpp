@@ -1,0 +1,154 @@
+#include "cuda_device.h"
+
+#include <cstdio>
+
+#include "cuda_copy_engine.h"
+#include "cuda_ipc.h"
+
+namespace weightd {
+
+namespace {
+
+std::string gib(uint64_t bytes) {
+  char buf[32];
+  snprintf(buf, sizeof buf, "%.2f GiB", static_cast<double>(bytes) / (1ull << 30));
+  return buf;
+}
+
+}  // namespace
+
+CudaDevice::CudaDevice(int index, const std::string& expectedUuid) : index_(index), identity_(describeCudaDevice(index)) {
+  if (!expectedUuid.empty() && expectedUuid != identity_.uuid) {
+    throw DeviceError("E_DEVICE_MISMATCH", "CUDA device " + std::to_string(index) + " is " + identity_.uuid + " (" +
+                                               identity_.name + "), not the expected " + expectedUuid +
+                                               "; check that CUDA_VISIBLE_DEVICES is the same for every process of this node");
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  onDevice([&] { return contextLocked(); });
+}
+
+CudaDevice::~CudaDevice() { release(); }
+
+template <typename Fn>
+auto CudaDevice::onDevice(Fn fn) -> decltype(fn()) {
+  try {
+    return fn();
+  } catch (const DeviceError& e) {
+    throw DeviceError(e.code(), "GPU " + std::to_string(index_) + " (" + identity_.uuid + "): " + e.what());
+  }
+}
+
+CUcontext CudaDevice::contextLocked() {
+  if (!context_) context_ = std::make_unique<PrimaryContext>(index_);
+  return context_->get();
+}
+
+DeviceInfo CudaDevice::info() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return onDevice([&] {
+    ScopedContext current(contextLocked());
+    size_t freeBytes = 0, totalBytes = 0;
+    cudaDriver().cuMemGetInfo_v2(&freeBytes, &totalBytes);
+    DeviceInfo d = identity_;
+    d.freeBytes = freeBytes;
+    return d;
+  });
+}
+
+void CudaDevice::allocate(const std::vector<uint64_t>& segmentBytes) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!segments_.empty()) {
+    throw DeviceError("E_ALREADY_ALLOCATED", "device " + identity_.uuid + " already holds an arena; release it first");
+  }
+  onDevice([&] {
+    uint64_t total = 0;
+    for (size_t i = 0; i < segmentBytes.size(); ++i) {
+      if (segmentBytes[i] == 0) throw DeviceError("E_BAD_PLAN", "segment " + std::to_string(i) + " has zero bytes");
+      total += segmentBytes[i];
+    }
+    ScopedContext current(contextLocked());
+    size_t freeBytes = 0, totalBytes = 0;
+    cudaDriver().cuMemGetInfo_v2(&freeBytes, &totalBytes);
+    // Checked up front so a short GPU fails in milliseconds with numbers, not after a partial
+    // allocation (cuMemAlloc may still fail later through fragmentation; that error says so too).
+    if (total > freeBytes) {
+      throw DeviceError("E_OUT_OF_MEMORY", "the arena needs " + gib(total) + " in " + std::to_string(segmentBytes.size()) +
+                                               " segment(s) but " + identity_.name + " has " + gib(freeBytes) + " free of " +
+                                               gib(totalBytes) +
+                                               "; stop what else uses this GPU (nvidia-smi lists it) or spread the model over "
+                                               "more GPUs (a larger tensor-parallel size)");
+    }
+    try {
+      for (uint64_t bytes : segmentBytes) segments_.push_back(Segment{allocateDeviceMemory(bytes), bytes});
+    } catch (...) {
+      segments_.clear();
+      throw;
+    }
+  });
+}
+
+void CudaDevice::fill(const std::vector<std::string>& files, const std::vector<CopyOp>& ops, const FillOptions& options,
+                      FillProgress& progress) {
+  CudaFillTarget target;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (segments_.empty()) throw DeviceError("E_NOT_ALLOCATED", "fill before allocate on device " + identity_.uuid);
+    target.context = contextLocked();
+    for (auto& s : segments_) {
+      target.segmentBases.push_back(s.memory.get());
+      target.segmentBytes.push_back(s.bytes);
+    }
+  }
+  // The lock is not held while copying: the bindings refuse every other call on a filling
+  // device, and info() must not wait minutes behind a fill.
+  onDevice([&] { cudaFill(target, files, ops, options, progress); });
+}
+
+std::vector<SegmentExport> CudaDevice::exportSegments() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (segments_.empty()) throw DeviceError("E_NOT_ALLOCATED", "export before allocate on device " + identity_.uuid);
+  return onDevice([&] {
+    ScopedContext current(contextLocked());
+    std::vector<SegmentExport> out;
+    for (uint32_t i = 0; i < segments_.size(); ++i) {
+      CUipcMemHandle handle{};
+      cudaDriver().cuIpcGetMemHandle(&handle, segments_[i].memory.get());
+      out.push_back({i, segments_[i].bytes, base64Encode(handle.reserved, sizeof handle.reserved)});
+    }
+    return out;
+  });
+}
+
+void CudaDevice::read(uint32_t segment, uint64_t offset, uint64_t length, void* dst) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  uint64_t end;
+  if (segment >= segments_.size() || __builtin_add_overflow(offset, length, &end) || end > segments_[segment].bytes) {
+    throw DeviceError("E_OUT_OF_RANGE", "read of " + std::to_string(length) + " bytes at " + std::to_string(offset) +
+                                            " is outside segment " + std::to_string(segment));
+  }
+  if (length == 0) return;
+  onDevice([&] {
+    ScopedContext current(contextLocked());
+    cudaDriver().cuMemcpyDtoH_v2(dst, segments_[segment].memory.get() + offset, length);
+  });
+}
+
+void CudaDevice::release() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  releaseLocked();
+}
+
+void CudaDevice::releaseLocked() {
+  if (!context_) return;
+  try {
+    ScopedContext current(context_->get());
+    segments_.clear();
+  } catch (const DeviceError&) {
+    // The context could not be made current (the driver is failing): free without it, as a
+    // best effort, since release also runs from destructors and must not throw.
+    segments_.clear();
+  }
+  context_.reset();
+}
+
+}  // namespace weightd

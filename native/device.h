@@ -1,0 +1,87 @@
+// The backend interface every device implements (host shared memory, CUDA). Plain C++ with no
+// Node-API types, so fills can run on native threads and the bindings stay in one place.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace weightd {
+
+// An error with a stable code; the bindings turn it into a JS DeviceError.
+class DeviceError : public std::runtime_error {
+ public:
+  DeviceError(std::string code, const std::string& message)
+      : std::runtime_error(message), code_(std::move(code)) {}
+  const std::string& code() const { return code_; }
+
+ private:
+  std::string code_;
+};
+
+struct DeviceInfo {
+  std::string backend;  // "host" or "cuda"
+  int index = 0;        // ordinal among visible devices
+  std::string uuid;
+  std::string name;
+  uint64_t totalBytes = 0;
+  uint64_t freeBytes = 0;
+};
+
+// Mirrors CopyOp in src/checkpoint/types.ts.
+struct CopyOp {
+  uint32_t file = 0;
+  uint32_t segment = 0;
+  uint64_t srcOffset = 0;
+  uint64_t dstOffset = 0;
+  uint64_t rows = 1;
+  uint64_t rowBytes = 0;
+  uint64_t srcPitch = 0;
+};
+
+// How the cuda backend moves file bytes to the device (the host backend always reads).
+enum class FillMode {
+  Pread,     // read into pinned staging buffers, then copy
+  Register,  // mmap the file and pin (cuMemHostRegister) windows of it, then copy from them
+};
+
+struct FillOptions {
+  unsigned threads = 8;
+  uint64_t chunkBytes = 16ull << 20;    // unit of work handed to one reader thread
+  uint64_t stagingBytes = 256ull << 20;  // bound on pinned host memory (cuda)
+  bool direct = false;                  // O_DIRECT reads where the file system allows
+  FillMode mode = FillMode::Pread;      // cuda only
+};
+
+// Shared between a running fill and whoever watches it. Readers add bytes as they land;
+// anyone may set cancel, and every worker checks it between chunks.
+struct FillProgress {
+  std::atomic<uint64_t> bytes{0};
+  std::atomic<bool> cancel{false};
+};
+
+struct SegmentExport {
+  uint32_t segment = 0;
+  uint64_t bytes = 0;
+  // For host: the shared-memory file path. For cuda: the IPC handle, base64-encoded.
+  std::string handle;
+};
+
+class Device {
+ public:
+  virtual ~Device() = default;
+  virtual DeviceInfo info() = 0;
+  // Reserves one allocation per segment. Fails before anything is copied if memory is short.
+  virtual void allocate(const std::vector<uint64_t>& segmentBytes) = 0;
+  // Runs on a native thread (never the JS thread). Throws DeviceError; honours progress.cancel.
+  virtual void fill(const std::vector<std::string>& files, const std::vector<CopyOp>& ops,
+                    const FillOptions& options, FillProgress& progress) = 0;
+  virtual std::vector<SegmentExport> exportSegments() = 0;
+  // Copies bytes back out of the arena (verification and tests).
+  virtual void read(uint32_t segment, uint64_t offset, uint64_t length, void* dst) = 0;
+  // Frees every allocation and removes every file. Idempotent; also called by the destructor.
+  virtual void release() = 0;
+};
+
+}  // namespace weightd

@@ -1,0 +1,16 @@
+#pragma once
+#include <memory>
+
+#include "device.h"
+
+namespace weightd {
+
+struct DeviceOptions {
+  std::string uuid;    // host: the stable id to report
+  std::string shmDir;  // host: where segment files live
+};
+
+// The one place that knows which backends exist.
+std::shared_ptr<Device> makeDevice(const std::string& backend, int index, const DeviceOptions& options);
+
+}  // namespace weightd

@@ -1,0 +1,39 @@
+#pragma once
+#include <algorithm>
+#include <exception>
+#include <mutex>
+#include <thread>
+
+namespace weightd {
+
+template <typename Work>
+void runChunks(size_t chunkCount, unsigned threads, FillProgress& progress, Work work) {
+  std::atomic<size_t> next{0};
+  std::exception_ptr firstError;
+  std::mutex errorMutex;
+  auto loop = [&]() {
+    while (!progress.cancel.load(std::memory_order_relaxed)) {
+      size_t i = next.fetch_add(1);
+      if (i >= chunkCount) return;
+      try {
+        work(i);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(errorMutex);
+        if (!firstError) firstError = std::current_exception();
+        // Stop the other readers: the fill has failed and its memory will be freed.
+        progress.cancel = true;
+        return;
+      }
+    }
+  };
+  unsigned n = std::max(1u, std::min<unsigned>(threads, static_cast<unsigned>(chunkCount)));
+  std::vector<std::thread> pool;
+  pool.reserve(n);
+  for (unsigned t = 1; t < n; ++t) pool.emplace_back(loop);
+  loop();
+  for (auto& t : pool) t.join();
+  if (firstError) std::rethrow_exception(firstError);
+  if (progress.cancel) throw DeviceError("E_FILL_CANCELLED", "fill cancelled before it finished");
+}
+
+}  // namespace weightd

@@ -1,0 +1,41 @@
+#include "fill_job.h"
+
+namespace weightd {
+
+FillJob::FillJob(std::shared_ptr<Device> device, std::vector<std::string> files, std::vector<CopyOp> ops,
+                 FillOptions options)
+    : device_(std::move(device)), started_(std::chrono::steady_clock::now()) {
+  thread_ = std::thread([this, files = std::move(files), ops = std::move(ops), options]() {
+    FillStatus r;
+    try {
+      device_->fill(files, ops, options, progress_);
+    } catch (const DeviceError& e) {
+      r.failed = true;
+      r.errorCode = e.code();
+      r.errorMessage = e.what();
+    } catch (const std::exception& e) {
+      r.failed = true;
+      r.errorCode = "E_INTERNAL";
+      r.errorMessage = e.what();
+    }
+    r.done = true;
+    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+    std::lock_guard<std::mutex> lock(mutex_);
+    result_ = r;
+  });
+}
+
+FillJob::~FillJob() {
+  progress_.cancel = true;
+  if (thread_.joinable()) thread_.join();
+}
+
+FillStatus FillJob::status() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  FillStatus s = result_;
+  s.bytes = progress_.bytes.load();
+  if (!s.done) s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+  return s;
+}
+
+}  // namespace weightd

@@ -1,0 +1,160 @@
+#include "host_device.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <random>
+
+#include "file_reader.h"
+
+namespace weightd {
+
+namespace {
+
+std::string randomHex() {
+  std::random_device rd;
+  char buf[17];
+  snprintf(buf, sizeof buf, "%08x%08x", rd(), rd());
+  return buf;
+}
+
+// Device ids may come from the user (WEIGHTD_HOST_DEVICES); keep file names to a safe alphabet.
+std::string safeName(const std::string& s) {
+  std::string out;
+  for (char c : s) out += (isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_') ? c : '_';
+  return out.substr(0, 64);
+}
+
+}  // namespace
+
+HostDevice::HostDevice(int index, std::string uuid, std::string shmDir)
+    : index_(index), uuid_(std::move(uuid)), shmDir_(std::move(shmDir)) {}
+
+HostDevice::~HostDevice() { release(); }
+
+DeviceInfo HostDevice::info() {
+  DeviceInfo d;
+  d.backend = "host";
+  d.index = index_;
+  d.uuid = uuid_;
+  d.name = "host shared memory (" + shmDir_ + ")";
+  struct statvfs vfs {};
+  if (statvfs(shmDir_.c_str(), &vfs) == 0) {
+    d.totalBytes = static_cast<uint64_t>(vfs.f_blocks) * vfs.f_frsize;
+    d.freeBytes = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
+  }
+  return d;
+}
+
+void HostDevice::allocate(const std::vector<uint64_t>& segmentBytes) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!segments_.empty()) throw DeviceError("E_ALREADY_ALLOCATED", "device " + uuid_ + " already holds an arena; release it first");
+  try {
+    // The pid in the name lets a later daemon remove files a killed one left behind.
+    std::string stem = shmDir_ + "/weightd-" + std::to_string(getpid()) + "-" + safeName(uuid_) + "-" + randomHex();
+    for (size_t i = 0; i < segmentBytes.size(); ++i) {
+      Segment seg;
+      seg.bytes = segmentBytes[i];
+      seg.path = stem + "-s" + std::to_string(i);
+      // O_EXCL + O_NOFOLLOW: never reuse or follow something another user placed there.
+      seg.fd = ::open(seg.path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+      if (seg.fd < 0) {
+        int err = errno;
+        throw DeviceError("E_SHM_CREATE", "cannot create shared-memory file " + seg.path + ": " + errnoMessage(err) +
+                                              "; check that " + shmDir_ + " exists and is writable");
+      }
+      segments_.push_back(seg);
+      Segment& s = segments_.back();
+      // umask can only narrow 0600, but a umask of 0 with another default would widen it.
+      fchmod(s.fd, 0600);
+      if (s.bytes == 0) throw DeviceError("E_BAD_PLAN", "segment " + std::to_string(i) + " has zero bytes");
+      // posix_fallocate reserves the pages now, so a short /dev/shm fails here, before loading,
+      // instead of a SIGBUS in the middle of a copy.
+      int rc = posix_fallocate(s.fd, 0, static_cast<off_t>(s.bytes));
+      if (rc != 0) {
+        throw DeviceError("E_OUT_OF_MEMORY", "cannot reserve " + std::to_string(s.bytes) + " bytes in " + shmDir_ + ": " +
+                                                 errnoMessage(rc) + "; free shared memory or enlarge " + shmDir_ + " (for Docker, --shm-size)");
+      }
+      s.base = mmap(nullptr, s.bytes, PROT_READ | PROT_WRITE, MAP_SHARED, s.fd, 0);
+      if (s.base == MAP_FAILED) {
+        s.base = nullptr;
+        int err = errno;
+        throw DeviceError("E_OUT_OF_MEMORY", "cannot map " + seg.path + ": " + errnoMessage(err));
+      }
+    }
+  } catch (...) {
+    releaseLocked();
+    throw;
+  }
+}
+
+void HostDevice::fill(const std::vector<std::string>& files, const std::vector<CopyOp>& ops,
+                      const FillOptions& options, FillProgress& progress) {
+  std::vector<uint64_t> sizes;
+  std::vector<char*> bases;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (segments_.empty()) throw DeviceError("E_NOT_ALLOCATED", "fill before allocate on device " + uuid_);
+    for (auto& s : segments_) {
+      sizes.push_back(s.bytes);
+      bases.push_back(static_cast<char*>(s.base));
+    }
+  }
+  // The page cache is the fast path for shared memory; O_DIRECT would only add alignment copies.
+  FileSet fileSet(files, false);
+  validateOps(ops, fileSet, sizes);
+  std::vector<Chunk> chunks = splitIntoChunks(ops, options.chunkBytes);
+  runChunks(chunks.size(), options.threads, progress, [&](size_t i) {
+    const Chunk& c = chunks[i];
+    const CopyOp& op = ops[c.op];
+    char* dst = bases[op.segment] + op.dstOffset;
+    if (op.rows <= 1) {
+      fileSet.readFull(op.file, dst + c.byteStart, c.byteCount, op.srcOffset + c.byteStart);
+    } else {
+      for (uint64_t r = c.firstRow; r < c.firstRow + c.rowCount; ++r) {
+        fileSet.readFull(op.file, dst + r * op.rowBytes, op.rowBytes, op.srcOffset + r * op.srcPitch);
+      }
+    }
+    progress.bytes += c.byteCount;
+  });
+}
+
+std::vector<SegmentExport> HostDevice::exportSegments() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (segments_.empty()) throw DeviceError("E_NOT_ALLOCATED", "export before allocate on device " + uuid_);
+  std::vector<SegmentExport> out;
+  for (uint32_t i = 0; i < segments_.size(); ++i) out.push_back({i, segments_[i].bytes, segments_[i].path});
+  return out;
+}
+
+void HostDevice::read(uint32_t segment, uint64_t offset, uint64_t length, void* dst) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  uint64_t end;
+  if (segment >= segments_.size() || __builtin_add_overflow(offset, length, &end) || end > segments_[segment].bytes) {
+    throw DeviceError("E_OUT_OF_RANGE", "read of " + std::to_string(length) + " bytes at " + std::to_string(offset) +
+                                            " is outside segment " + std::to_string(segment));
+  }
+  memcpy(dst, static_cast<char*>(segments_[segment].base) + offset, length);
+}
+
+void HostDevice::release() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  releaseLocked();
+}
+
+void HostDevice::releaseLocked() {
+  for (auto& s : segments_) {
+    if (s.base) munmap(s.base, s.bytes);
+    if (s.fd >= 0) ::close(s.fd);
+    // Clients that still map the file keep their pages; the name goes now so nothing new can.
+    if (!s.path.empty()) ::unlink(s.path.c_str());
+  }
+  segments_.clear();
+}
+
+}  // namespace weightd

@@ -1,0 +1,76 @@
+// A rank actor: owns one worker thread (src/actors/rankWorker.ts) that owns one device. Turns
+// the worker's messages, errors and exit into supervisor events; stopping the actor terminates
+// the thread, which frees the device.
+import { Worker } from 'node:worker_threads';
+import { fromCallback } from 'xstate';
+import { serializeError } from '../errors.js';
+import type { Logger } from '../log.js';
+import type { RankToMain, RankWorkerData, MainToRank } from './rankMessages.js';
+import type { WorkerRegistry } from './workerRegistry.js';
+import type { RankEvent } from '../machines/events.js';
+
+export interface RankActorInput {
+  workerData: RankWorkerData;
+  log: Logger;
+  workers: WorkerRegistry;
+}
+
+export type RankCommand = { type: 'RANK_RELEASE' } | { type: 'RANK_STOP' };
+
+const workerUrl = new URL('./rankWorker.js', import.meta.url);
+
+export const rankActor = fromCallback<RankCommand, RankActorInput, RankEvent>(({ input, sendBack, receive }) => {
+  const { localRank } = input.workerData;
+  const log = input.log;
+  const worker = new Worker(workerUrl, { workerData: input.workerData, name: `weightd-rank-${localRank}` });
+  input.workers.track(worker);
+  let stopRequested = false;
+  let failed = false;
+  const fail = (error: ReturnType<typeof serializeError>) => {
+    if (failed) return;
+    failed = true;
+    sendBack({ type: 'RANK_FAILED', localRank, error });
+  };
+
+  worker.on('message', (m: RankToMain) => {
+    switch (m.type) {
+      case 'DEVICE':
+        sendBack({ type: 'RANK_DEVICE', localRank, info: m.info });
+        break;
+      case 'PROGRESS':
+        sendBack({ type: 'RANK_PROGRESS', localRank, bytes: m.bytes, totalBytes: m.totalBytes, seconds: m.seconds });
+        break;
+      case 'LOADED':
+        sendBack({ type: 'RANK_LOADED', localRank, segments: m.segments, bytes: m.bytes, seconds: m.seconds });
+        break;
+      case 'RELEASED':
+        sendBack({ type: 'RANK_RELEASED', localRank });
+        break;
+      case 'FAILED':
+        fail(m.error);
+        break;
+      case 'LOG':
+        log[m.level](m.fields ?? {}, m.msg);
+        break;
+    }
+  });
+  worker.on('error', (err) => fail(serializeError(err)));
+  worker.on('exit', (code) => {
+    if (stopRequested && code === 0) sendBack({ type: 'RANK_STOPPED', localRank });
+    else fail({ name: 'RankFailedError', code: 'E_RANK_EXIT', message: `worker thread exited with code ${code}` });
+  });
+
+  receive((cmd) => {
+    const msg: MainToRank = cmd.type === 'RANK_STOP' ? { type: 'STOP' } : { type: 'RELEASE' };
+    if (cmd.type === 'RANK_STOP') stopRequested = true;
+    worker.postMessage(msg);
+  });
+
+  return () => {
+    // Runs when the supervisor stops this actor (stop, failure, or final state). A worker that
+    // already ended makes terminate() a no-op; one still running is ended, and its addon frees
+    // the device at teardown. WorkerRegistry lets the node wait for that.
+    stopRequested = true;
+    void worker.terminate();
+  };
+});

@@ -1,0 +1,40 @@
+// Typed messages between a rank actor (main thread) and its worker thread.
+import type { RankPlan } from '../checkpoint/types.js';
+import type { SerializedError } from '../errors.js';
+import type { DeviceInfo, FillOptions, SegmentExport } from '../native/addon.js';
+import type { DeviceSlot } from '../native/devices.js';
+
+export type FaultPhase = 'open' | 'allocate' | 'fill' | 'export' | 'serve';
+export type FaultKind = 'throw' | 'exit' | 'device';
+
+/**
+ * Failure injection for tests of the teardown path: `throw` raises an uncaught error in the
+ * worker, `exit` ends the thread, `device` makes the addon fail for real (a bad backend, an
+ * unwritable shared-memory dir, a missing file, an export after release).
+ */
+export interface FaultInjection {
+  localRank: number;
+  phase: FaultPhase;
+  kind: FaultKind;
+}
+
+export interface RankWorkerData {
+  nodeRank: number;
+  localRank: number;
+  globalRank: number;
+  device: DeviceSlot;
+  shmDir: string;
+  plan: RankPlan;
+  fill: FillOptions;
+  fault?: FaultInjection;
+}
+
+export type RankToMain =
+  | { type: 'DEVICE'; info: DeviceInfo }
+  | { type: 'PROGRESS'; bytes: number; totalBytes: number; seconds: number }
+  | { type: 'LOADED'; segments: SegmentExport[]; bytes: number; seconds: number }
+  | { type: 'FAILED'; error: SerializedError }
+  | { type: 'RELEASED' }
+  | { type: 'LOG'; level: 'debug' | 'info' | 'warn' | 'error'; msg: string; fields?: Record<string, unknown> };
+
+export type MainToRank = { type: 'RELEASE' } | { type: 'STOP' };

@@ -1,0 +1,102 @@
+// The body of one rank actor: a worker thread that owns one device through the addon for its
+// whole life. The device's memory is freed when this thread releases it or ends, even when it
+// is terminated (the addon frees it at environment teardown).
+import { parentPort, workerData } from 'node:worker_threads';
+import { DeviceError, serializeError } from '../errors.js';
+import { DeviceHandle } from '../native/deviceHandle.js';
+import type { FaultPhase, MainToRank, RankToMain, RankWorkerData } from './rankMessages.js';
+
+const data = workerData as RankWorkerData;
+const port = parentPort!;
+const post = (m: RankToMain) => port.postMessage(m);
+let device: DeviceHandle | undefined;
+/** Set once the supervisor asked this rank to stop: a fill cut short then is not a failure. */
+let stopping = false;
+
+/** Applies an injected fault for `phase`, if one was asked for (tests only). */
+function injectFault(phase: FaultPhase): void {
+  const f = data.fault;
+  if (!f || f.localRank !== data.localRank || f.phase !== phase) return;
+  if (f.kind === 'exit') process.exit(7);
+  if (f.kind === 'throw') {
+    // Thrown outside any try, so it reaches the Worker's 'error' event like a real bug would.
+    setImmediate(() => {
+      throw new Error(`injected fault in rank ${data.localRank} at ${phase}`);
+    });
+    return;
+  }
+  switch (phase) {
+    case 'open':
+      device = new DeviceHandle('no-such-backend' as never, data.device.index);
+      break;
+    case 'allocate':
+      new DeviceHandle('host', data.device.index, { shmDir: '/nonexistent-weightd-dir' }).allocate([4096]);
+      break;
+    case 'fill':
+      data.plan = { ...data.plan, files: data.plan.files.map((f) => `${f}.missing`) };
+      break;
+    case 'export':
+    case 'serve':
+      device?.release();
+      device?.exportSegments();
+      break;
+  }
+}
+
+function gib(n: number): string {
+  return `${(n / 2 ** 30).toFixed(2)} GiB`;
+}
+
+async function load(): Promise<void> {
+  const { plan } = data;
+  injectFault('open');
+  device = new DeviceHandle(data.device.backend, data.device.index, { uuid: data.device.uuid, shmDir: data.shmDir });
+  const info = device.info();
+  post({ type: 'DEVICE', info });
+
+  injectFault('allocate');
+  const arenaBytes = plan.segments.reduce((a, b) => a + b, 0);
+  // Checked up front so a short device fails in a second, not after minutes of copying.
+  if (info.freeBytes > 0 && arenaBytes > info.freeBytes) {
+    throw new DeviceError(
+      'E_OUT_OF_MEMORY',
+      `rank ${data.globalRank} needs ${gib(arenaBytes)} on ${info.uuid} but only ${gib(info.freeBytes)} is free; ` +
+        'free memory on that device or use more tensor-parallel ranks',
+      { needed: arenaBytes, free: info.freeBytes },
+    );
+  }
+  device.allocate(plan.segments);
+
+  injectFault('fill');
+  // Read from data again: a 'device' fault at 'fill' points the plan at missing files.
+  const result = await device.fill(data.plan.files, plan.ops, plan.totalBytes, data.fill, (p) =>
+    post({ type: 'PROGRESS', ...p }),
+  );
+
+  injectFault('export');
+  const segments = device.exportSegments();
+  post({ type: 'LOADED', segments, bytes: result.bytes, seconds: result.seconds });
+  injectFault('serve');
+}
+
+port.on('message', (m: MainToRank) => {
+  if (m.type === 'RELEASE' || m.type === 'STOP') {
+    stopping = m.type === 'STOP';
+    device?.cancelFill();
+    try {
+      device?.release();
+    } catch (err) {
+      post({ type: 'FAILED', error: serializeError(err) });
+    }
+    if (m.type === 'RELEASE') post({ type: 'RELEASED' });
+    else port.close(); // nothing else keeps this thread alive: it ends, and the actor sees exit 0
+  }
+});
+
+load().catch((err: unknown) => {
+  try {
+    device?.release();
+  } finally {
+    if (!stopping) post({ type: 'FAILED', error: serializeError(err) });
+  }
+});

@@ -1,0 +1,214 @@
+// Builds the per-rank load plan of a checkpoint directory: which tensors each tensor-parallel
+// rank holds, where each lands in the rank's arena, and which file bytes fill it. Everything
+// that can be wrong with the checkpoint or the sharding is found here, before any byte moves.
+
+import { resolve } from 'node:path';
+import type { Piscina } from 'piscina';
+import { CheckpointError, ShardingError } from '../errors.js';
+import { fingerprintCheckpoint, rankFingerprint } from './fingerprint.js';
+import type { HeaderResult, HeaderTask } from './headerWorker.js';
+import type { SafetensorsTensor } from './parseSafetensors.js';
+import { parseShards } from './parseShards.js';
+import { checkTensorsAgainstIndex, INDEX_FILE, readCheckpointIndex } from './readCheckpointIndex.js';
+import { readModelConfig, type ModelConfig } from './readModelConfig.js';
+import { readPlanFile } from './readPlanFile.js';
+import { layoutShard, shardRegions, type ShardLayout } from './shardTensor.js';
+import { checkHeadCounts, familyOf, ruleForRole, scaledWeightName, type ArchitectureFamily, type TensorRule } from './tpRules.js';
+import type { CheckpointPlan, CopyOp, RankPlan, ShardRule, TensorEntry } from './types.js';
+
+/** Tensor offsets in an arena are multiples of this (what cudaMalloc guarantees and kernels assume). */
+export const ARENA_ALIGNMENT = 256;
+
+export interface PlanOptions {
+  tpSize: number;
+  /** A user plan file whose rules come before the built-in ones. */
+  planFile?: string;
+  /** A header-parsing pool to reuse (see parseShards.createHeaderPool); otherwise one is made when needed. */
+  pool?: Piscina<HeaderTask, HeaderResult>;
+}
+
+interface SourceTensor extends SafetensorsTensor {
+  file: number;
+}
+
+const REPLICATED: ShardRule = { kind: 'replicated' };
+const UNPLACED_LISTED = 20;
+
+const alignUp = (n: number): number => Math.ceil(n / ARENA_ALIGNMENT) * ARENA_ALIGNMENT;
+
+/**
+ * Each planning phase of a 100k-tensor model runs for a few hundred ms; yielding between
+ * phases and between ranks keeps the daemon's sockets, timers and state machine served.
+ */
+const yieldToEventLoop = (): Promise<void> => new Promise((done) => setImmediate(done));
+
+/**
+ * The rule of a quantization scale follows its weight's rule when the scale's shape can be cut
+ * the same way (per-channel scales of a column split, block scales whose blocks divide evenly);
+ * a fused weight's parts are rescaled to the scale's size along that dim. Anything else is
+ * replicated: scales are small, and the engine's loader slices what it needs from a full copy.
+ */
+function ruleForScale(weightRule: ShardRule, weightShape: number[], scale: SourceTensor, tpSize: number): ShardRule {
+  if (weightRule.kind === 'replicated' || scale.shape.length !== weightShape.length) return REPLICATED;
+  let candidate: ShardRule = weightRule;
+  if (weightRule.kind === 'fused') {
+    const [w, s] = [weightShape[weightRule.dim]!, scale.shape[weightRule.dim]!];
+    const parts = weightRule.parts.map((p) => (p * s) / w);
+    if (!parts.every(Number.isInteger)) return REPLICATED;
+    candidate = { ...weightRule, parts };
+  }
+  try {
+    layoutShard(scale, candidate, tpSize);
+    return candidate;
+  } catch (err) {
+    if (err instanceof ShardingError) return REPLICATED;
+    throw err;
+  }
+}
+
+class RuleResolver {
+  private readonly rules: TensorRule[];
+  constructor(
+    userRules: TensorRule[],
+    private readonly family: ArchitectureFamily | null,
+    private readonly config: ModelConfig,
+    private readonly byName: Map<string, SourceTensor>,
+    private readonly tpSize: number,
+  ) {
+    this.rules = [...userRules, ...(family?.rules ?? [])];
+  }
+
+  private direct(name: string, shape: number[]): ShardRule | null {
+    const match = this.rules.find((r) => r.pattern.test(name));
+    if (!match) return null;
+    return typeof match.spec === 'string' ? ruleForRole(match.spec, name, shape, this.config) : match.spec;
+  }
+
+  /** null: no rule places this tensor. */
+  resolve(t: SourceTensor): ShardRule | null {
+    const rule = this.direct(t.name, t.shape);
+    if (rule) return rule;
+    const weightName = scaledWeightName(t.name);
+    if (weightName !== null) {
+      const weight = this.byName.get(weightName);
+      const weightRule = weight && this.direct(weight.name, weight.shape);
+      return weight && weightRule ? ruleForScale(weightRule, weight.shape, t, this.tpSize) : REPLICATED;
+    }
+    // In a known family, a tensor no table names and that has at most one dim is a norm or a
+    // bias of a replicated layer. A matrix no rule names is an error instead: replicating it
+    // blindly would hand the engine a full matrix where it expects a shard.
+    if (this.family && t.shape.length <= 1) return REPLICATED;
+    return null;
+  }
+}
+
+/** Ties lm_head to the input embedding the way HF and vLLM do; returns alias -> target. */
+function tiedAliases(family: ArchitectureFamily | null, config: ModelConfig, byName: Map<string, SourceTensor>): Record<string, string> {
+  if (!family || !byName.has(family.embedding)) return {};
+  const tied = config.tieWordEmbeddings ?? family.tiedByDefault;
+  if (tied) return { [family.lmHead]: family.embedding };
+  if (!byName.has(family.lmHead)) {
+    const why = config.tieWordEmbeddings === false ? 'config.json sets tie_word_embeddings to false' : `config.json leaves out tie_word_embeddings, which defaults to false for ${family.family} models`;
+    throw new CheckpointError('E_CKPT_MISSING_TENSOR', `tensor "${family.lmHead}" is missing and ${why}, so nothing can stand in for it; set tie_word_embeddings to true if the model shares its embedding, or use a complete checkpoint`, { tensor: family.lmHead });
+  }
+  return {};
+}
+
+/**
+ * Appends an op, or extends the previous one when both read and write back-to-back bytes, so
+ * the copy engine issues fewer, larger copies (a tp-1 plan of a typical shard is one op).
+ */
+function pushOp(ops: CopyOp[], op: CopyOp): void {
+  const prev = ops[ops.length - 1];
+  if (prev && prev.rows === 1 && op.rows === 1 && prev.file === op.file && prev.segment === op.segment
+    && prev.srcOffset + prev.rowBytes === op.srcOffset && prev.dstOffset + prev.rowBytes === op.dstOffset) {
+    prev.rowBytes += op.rowBytes;
+    prev.srcPitch = prev.rowBytes;
+  } else {
+    ops.push(op);
+  }
+}
+
+interface PlannedTensor {
+  source: SourceTensor;
+  rule: ShardRule;
+  layout: ShardLayout;
+}
+
+function planRank(tensors: PlannedTensor[], files: string[], tpSize: number, rank: number, aliases: Record<string, string>): Omit<RankPlan, 'fingerprint'> {
+  const entries: TensorEntry[] = [];
+  const ops: CopyOp[] = [];
+  let cursor = 0;
+  let totalBytes = 0;
+  for (const { source: t, rule, layout } of tensors) {
+    const offset = alignUp(cursor);
+    entries.push({ name: t.name, dtype: t.dtype, shape: layout.shape, segment: 0, offset, bytes: layout.bytes, fullShape: t.shape, rule });
+    let dst = offset;
+    for (const r of shardRegions(t, layout, rank)) {
+      pushOp(ops, { file: t.file, segment: 0, srcOffset: r.srcOffset, dstOffset: dst, rows: r.rows, rowBytes: r.rowBytes, srcPitch: r.srcPitch });
+      dst += r.rows * r.rowBytes;
+      totalBytes += r.rows * r.rowBytes;
+    }
+    cursor = offset + layout.bytes;
+  }
+  return { tpRank: rank, tpSize, files, segments: [alignUp(cursor)], tensors: entries, aliases, ops, totalBytes };
+}
+
+export async function planCheckpoint(modelDir: string, opts: PlanOptions): Promise<CheckpointPlan> {
+  const { tpSize } = opts;
+  if (!Number.isSafeInteger(tpSize) || tpSize < 1) {
+    throw new ShardingError('E_SHARD_TP_SIZE', `tp size ${tpSize} is not a positive integer; pass the engine's --tensor-parallel-size`, { tpSize });
+  }
+  const dir = resolve(modelDir);
+  const index = await readCheckpointIndex(dir);
+  const config = await readModelConfig(dir);
+  const family = familyOf(config.architecture);
+  const userRules = opts.planFile ? await readPlanFile(opts.planFile) : [];
+  const files = index.files.map((f) => resolve(dir, f));
+  const headers = await parseShards(files, opts.pool);
+  checkTensorsAgainstIndex(index, headers, resolve(dir, INDEX_FILE));
+  if (family) checkHeadCounts(config, tpSize);
+  await yieldToEventLoop();
+
+  // Arena order is file order, then offset order: deterministic, and sequential reads.
+  const all: SourceTensor[] = headers.flatMap((h, file) => h.tensors.map((t) => ({ ...t, file })));
+  const byName = new Map(all.map((t) => [t.name, t]));
+  const aliases = tiedAliases(family, config, byName);
+  const loaded = all.filter((t) => !Object.hasOwn(aliases, t.name));
+
+  await yieldToEventLoop();
+  const resolver = new RuleResolver(userRules, family, config, byName, tpSize);
+  const planned: PlannedTensor[] = [];
+  const unplaced: string[] = [];
+  for (const source of loaded) {
+    const rule = resolver.resolve(source);
+    if (rule) planned.push({ source, rule, layout: layoutShard(source, rule, tpSize) });
+    else unplaced.push(source.name);
+  }
+  if (unplaced.length) {
+    const listed = unplaced.slice(0, UNPLACED_LISTED).map((n) => `  ${n} [${byName.get(n)!.shape}]`).join('\n');
+    const more = unplaced.length > UNPLACED_LISTED ? `\n  ... and ${unplaced.length - UNPLACED_LISTED} more` : '';
+    const why = family
+      ? `no ${family.family} sharding rule matches ${unplaced.length} tensor(s)`
+      : `weightd has no sharding rules for architecture "${config.architecture}"${userRules.length ? ' and the plan file matches none of' : ', so it cannot place'} ${unplaced.length} tensor(s)`;
+    throw new ShardingError('E_SHARD_UNPLACED', `${dir}: ${why}:\n${listed}${more}\nWrite a plan file ({"rules": [{"pattern": "<regex>", "rule": "column" | "row" | "replicated"}]}, see docs/sharding.md) and pass it as planFile`, { architecture: config.architecture, tensors: unplaced.slice(0, UNPLACED_LISTED), count: unplaced.length });
+  }
+
+  await yieldToEventLoop();
+  const { fingerprint, fields } = fingerprintCheckpoint({
+    headerHashes: headers.map((h) => h.headerSha256),
+    architecture: config.architecture,
+    tpSize,
+    dtypes: all.map((t) => t.dtype),
+    torchDtype: config.torchDtype,
+    quantization: config.quantization,
+    rules: planned.map((p): [string, ShardRule] => [p.source.name, p.rule]),
+    aliases,
+  });
+  const ranks: RankPlan[] = [];
+  for (let rank = 0; rank < tpSize; rank++) {
+    await yieldToEventLoop();
+    ranks.push({ ...planRank(planned, files, tpSize, rank, aliases), fingerprint: rankFingerprint(fingerprint, rank) });
+  }
+  return { modelDir: dir, architecture: config.architecture, tpSize, fingerprint, fingerprintFields: fields, ranks };
+}

@@ -1,0 +1,143 @@
+// Turns (tensor, rule, tp rank) into the piece a rank holds and the file regions that make it
+// up, in the piece's own row-major order. A split on dim d views the tensor as a 2D
+// [prod(shape[:d]), shape[d] * prod(shape[d+1:])] matrix: dim 0 splits are one contiguous byte
+// range, later dims are one strided region (rows of a slice, a fixed pitch apart), which the
+// copy engine moves with a single 2D copy instead of gathering on the CPU.
+//
+// The work is split in two: layoutShard validates and computes everything that is the same for
+// every rank (once per tensor, at plan time, so errors surface before any rank is laid out),
+// and shardRegions places one rank's piece (cheap: it runs tp times per tensor).
+
+import { ShardingError } from '../errors.js';
+import { bytesForElements, type SafetensorsDtype } from './dtypes.js';
+import type { ShardRule } from './types.js';
+
+export interface ShardSource {
+  name: string;
+  dtype: SafetensorsDtype;
+  shape: number[];
+  /** Absolute file offset of the tensor's first byte. */
+  begin: number;
+}
+
+/** rows x rowBytes read `srcPitch` apart from srcOffset, written densely in order. */
+export interface SourceRegion {
+  srcOffset: number;
+  rows: number;
+  rowBytes: number;
+  srcPitch: number;
+}
+
+interface PartLayout {
+  /** Byte offset of the part's first piece within a row. */
+  base: number;
+  /** Bytes of one piece within a row. */
+  pieceBytes: number;
+  /** Consecutive ranks that hold the same piece (> 1 only for replicated KV heads). */
+  replicas: number;
+}
+
+/** Everything about a tensor's division that does not depend on the rank. */
+export interface ShardLayout {
+  /** Shape of every rank's piece (all pieces have the same shape). Shared by all ranks: read-only. */
+  shape: number[];
+  /** Bytes of every rank's piece. */
+  bytes: number;
+  /** Rows of the 2D view, and the bytes between their starts in the file. */
+  outer: number;
+  rowPitch: number;
+  /** null: every rank holds the whole tensor. */
+  parts: PartLayout[] | null;
+}
+
+const product = (dims: number[], from = 0, to = dims.length): number => {
+  let p = 1;
+  for (let i = from; i < to; i++) p *= dims[i]!;
+  return p;
+};
+
+/**
+ * How many distinct pieces a part of `size` is cut into. KV heads fewer than tp follow vLLM's
+ * QKVParallelLinear: one head per rank, head r / (tp / kvHeads), so consecutive ranks share a
+ * head and each rank's attention stays local; tp must then be a multiple of kvHeads.
+ */
+function piecesOf(t: ShardSource, dim: number, size: number, kvHeads: number, tpSize: number): number {
+  let pieces = tpSize;
+  if (kvHeads > 0) {
+    if (tpSize > kvHeads) {
+      if (tpSize % kvHeads !== 0) {
+        throw new ShardingError('E_SHARD_KV_HEADS', `tensor "${t.name}": ${kvHeads} KV heads cannot be replicated evenly over tp size ${tpSize}; use a tp size that is a multiple of ${kvHeads}`, { tensor: t.name, kvHeads, tpSize });
+      }
+      pieces = kvHeads;
+    } else if (kvHeads % tpSize !== 0) {
+      throw new ShardingError('E_SHARD_KV_HEADS', `tensor "${t.name}": ${kvHeads} KV heads are not divisible by tp size ${tpSize}; use a tp size that divides ${kvHeads}`, { tensor: t.name, kvHeads, tpSize });
+    }
+    if (size % kvHeads !== 0) {
+      throw new ShardingError('E_SHARD_KV_HEADS', `tensor "${t.name}": dim ${dim} of size ${size} is not a whole number of its ${kvHeads} KV heads; config.json does not match the checkpoint`, { tensor: t.name, dim, size, kvHeads });
+    }
+  }
+  if (size % pieces !== 0) {
+    throw new ShardingError('E_SHARD_INDIVISIBLE', `tensor "${t.name}": dim ${dim} of size ${size} is not divisible by tp size ${tpSize}${pieces !== tpSize ? ` (${pieces} pieces)` : ''}; use a tp size that divides ${size}, or a plan file that replicates this tensor`, { tensor: t.name, dim, size, tpSize });
+  }
+  return pieces;
+}
+
+export function layoutShard(t: ShardSource, rule: ShardRule, tpSize: number): ShardLayout {
+  const bytesOf = (elements: number, what: string, dim: number): number => {
+    const bytes = bytesForElements(t.dtype, elements);
+    if (bytes === null) {
+      throw new ShardingError('E_SHARD_SUBBYTE', `tensor "${t.name}": ${what} of ${elements} ${t.dtype} elements along dim ${dim} does not end on a byte boundary, so it cannot be copied as bytes; use a tp size that keeps slices byte-aligned, or replicate it`, { tensor: t.name, dim, tpSize });
+    }
+    return bytes;
+  };
+  const wholeBytes = bytesOf(product(t.shape), 'the tensor', 0);
+  if (rule.kind === 'replicated') return { shape: t.shape, bytes: wholeBytes, outer: 1, rowPitch: wholeBytes, parts: null };
+
+  const { dim } = rule;
+  if (!Number.isInteger(dim) || dim < 0 || dim >= t.shape.length) {
+    throw new ShardingError('E_SHARD_BAD_DIM', `tensor "${t.name}" of shape [${t.shape}] has no dim ${dim} to split; fix the rule (or plan file entry) that selects it`, { tensor: t.name, dim });
+  }
+  const size = t.shape[dim]!;
+  const sizes = rule.kind === 'fused' ? rule.parts : [size];
+  const kvHeads = rule.kind === 'fused' ? rule.partKvHeads ?? [] : [rule.kvHeads ?? 0];
+  if (sizes.reduce((a, b) => a + b, 0) !== size || sizes.some((p) => !Number.isInteger(p) || p < 0)) {
+    throw new ShardingError('E_SHARD_FUSED_PARTS', `tensor "${t.name}": fused parts [${sizes}] do not add up to dim ${dim} of size ${size}; fix the parts of the rule that selects it`, { tensor: t.name, dim, size, parts: sizes });
+  }
+
+  const outer = product(t.shape, 0, dim);
+  const inner = product(t.shape, dim + 1);
+  const parts: PartLayout[] = [];
+  let partStart = 0;
+  let pieceSize = 0;
+  sizes.forEach((partSize, j) => {
+    const pieces = piecesOf(t, dim, partSize, kvHeads[j] ?? 0, tpSize);
+    const chunk = partSize / pieces;
+    parts.push({ base: bytesOf(partStart * inner, 'a slice start', dim), pieceBytes: bytesOf(chunk * inner, 'a slice', dim), replicas: tpSize / pieces });
+    partStart += partSize;
+    pieceSize += chunk;
+  });
+  const shape = t.shape.slice();
+  shape[dim] = pieceSize;
+  const rowPitch = bytesOf(size * inner, 'a row', dim);
+  const rowBytes = parts.reduce((a, p) => a + p.pieceBytes, 0);
+  // One piece per rank covering whole rows (tp 1, or KV heads replicated everywhere) is the whole tensor.
+  if (rowBytes === rowPitch) return { shape, bytes: wholeBytes, outer: 1, rowPitch: wholeBytes, parts: null };
+  return { shape, bytes: rowBytes * outer, outer, rowPitch, parts };
+}
+
+export function shardRegions(t: ShardSource, layout: ShardLayout, rank: number): SourceRegion[] {
+  if (layout.bytes === 0) return [];
+  const { parts, outer, rowPitch } = layout;
+  if (parts === null) return [{ srcOffset: t.begin, rows: 1, rowBytes: layout.bytes, srcPitch: layout.bytes }];
+  const startOf = (p: PartLayout): number => t.begin + p.base + Math.floor(rank / p.replicas) * p.pieceBytes;
+  if (outer === 1) return parts.map((p) => ({ srcOffset: startOf(p), rows: 1, rowBytes: p.pieceBytes, srcPitch: p.pieceBytes }));
+  if (parts.length === 1) return [{ srcOffset: startOf(parts[0]!), rows: outer, rowBytes: parts[0]!.pieceBytes, srcPitch: rowPitch }];
+  // A fused split below dim 0 interleaves parts within each destination row, which the CopyOp
+  // contract (dense destination) can express only one row at a time. No built-in rule does
+  // this; only a plan file can ask for it.
+  const regions: SourceRegion[] = [];
+  for (let r = 0; r < outer; r++) {
+    for (const p of parts) regions.push({ srcOffset: startOf(p) + r * rowPitch, rows: 1, rowBytes: p.pieceBytes, srcPitch: p.pieceBytes });
+  }
+  return regions;
+}

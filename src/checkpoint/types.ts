@@ -1,0 +1,92 @@
+// The load plan is the contract between the checkpoint layer (which decides what each rank
+// holds) and the copy engine (which only moves bytes). Everything in it is plain data so it
+// can cross worker-thread boundaries and be hashed.
+
+/** Safetensors dtype names, closed list (see dtypes.ts for sizes). */
+export type Dtype = string;
+
+/** How a tensor is divided across tensor-parallel ranks. */
+export type ShardRule =
+  | { kind: 'replicated' }
+  /** Split along `dim` into tp equal parts (column-parallel: dim 0, row-parallel: dim 1). */
+  | {
+      kind: 'split';
+      dim: number;
+      /**
+       * Set on key/value projections: `dim` is made of this many attention heads. When tp
+       * exceeds it, each head is replicated on tp / kvHeads consecutive ranks (vLLM's rule:
+       * rank r holds head r / (tp / kvHeads)); tp must then be a multiple of kvHeads.
+       */
+      kvHeads?: number;
+    }
+  /**
+   * A fused tensor made of parts stacked along `dim` (Phi-3 qkv_proj: [q, k, v] rows). Each
+   * part is split into tp pieces separately and a rank holds its piece of every part, in order.
+   * `parts` are sizes along `dim`; they sum to the tensor's size there.
+   */
+  | {
+      kind: 'fused';
+      dim: number;
+      parts: number[];
+      /** Per part, its number of KV heads (0 for a part that is not a KV projection); see split.kvHeads. */
+      partKvHeads?: number[];
+    };
+
+/** One tensor as it exists in a rank's arena. */
+export interface TensorEntry {
+  name: string;
+  dtype: Dtype;
+  /** Shape of this rank's piece. */
+  shape: number[];
+  segment: number;
+  /** Byte offset inside the segment, 256-byte aligned. */
+  offset: number;
+  bytes: number;
+  /** Shape of the whole tensor in the checkpoint. */
+  fullShape?: number[];
+  /** How the tensor was divided to produce this piece. */
+  rule?: ShardRule;
+}
+
+/**
+ * One copy from a checkpoint file into the arena. Contiguous ranges have rows = 1. A strided
+ * region (a row-parallel slice) is `rows` rows of `rowBytes`, `srcPitch` apart in the file,
+ * written densely (`rowBytes` apart) at dstOffset.
+ */
+export interface CopyOp {
+  file: number;
+  segment: number;
+  srcOffset: number;
+  dstOffset: number;
+  rows: number;
+  rowBytes: number;
+  srcPitch: number;
+}
+
+export interface RankPlan {
+  tpRank: number;
+  tpSize: number;
+  /** Absolute paths of the checkpoint files that CopyOp.file indexes. */
+  files: string[];
+  /** Byte size of each arena segment. */
+  segments: number[];
+  tensors: TensorEntry[];
+  /** alias name -> name of the tensor that holds the bytes (tied weights, loaded once). */
+  aliases: Record<string, string>;
+  ops: CopyOp[];
+  /** Payload bytes copied for this rank (sum of rows * rowBytes). */
+  totalBytes: number;
+  /** Compatibility fingerprint of this rank's shard (checkpoint fingerprint + rank). */
+  fingerprint: string;
+}
+
+export interface CheckpointPlan {
+  modelDir: string;
+  architecture: string;
+  tpSize: number;
+  /** Fingerprint of the checkpoint and sharding, independent of rank and directory. */
+  fingerprint: string;
+  /** The fields the fingerprint covers, so a mismatch can be reported field by field. */
+  fingerprintFields: Record<string, string>;
+  ranks: RankPlan[];
+}

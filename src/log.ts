@@ -1,0 +1,33 @@
+// One pino logger per node. JSON on stderr by default (for journald and log shippers); a
+// readable form when stderr is a terminal. Both write synchronously, so a line printed after
+// a flush (the READY line) really comes after every earlier log line.
+import pino, { type Logger, type LevelWithSilent } from 'pino';
+import pretty from 'pino-pretty';
+
+export type { Logger };
+
+export const LOG_LEVELS = ['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent'] as const;
+
+export interface LoggerOptions {
+  level?: LevelWithSilent;
+  nodeRank: number;
+  /** Force the readable form on or off; default: on when stderr is a TTY. */
+  pretty?: boolean;
+  /** Where lines go; default stderr. */
+  destination?: NodeJS.WritableStream;
+}
+
+export function createLogger(opts: LoggerOptions): Logger {
+  const base = { level: opts.level ?? 'info', base: { nodeRank: opts.nodeRank } };
+  const usePretty = opts.pretty ?? Boolean(process.stderr.isTTY);
+  if (opts.destination) return pino(base, opts.destination);
+  if (usePretty) {
+    return pino(base, pretty({ destination: 2, sync: true, colorize: true, ignore: 'pid,hostname', translateTime: 'HH:MM:ss.l' }));
+  }
+  return pino(base, pino.destination({ dest: 2, sync: true }));
+}
+
+/** Resolves once every line logged so far has been written. */
+export function flushLogger(log: Logger): Promise<void> {
+  return new Promise((resolve) => log.flush(() => resolve()));
+}

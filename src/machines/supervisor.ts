@@ -1,0 +1,267 @@
+// The node's lifecycle as a state machine. It holds no I/O: every side effect is an actor
+// registered by name in setup() (tests swap them through .provide()), so the chart can be
+// walked with xstate/graph and drawn by the visualizer.
+import { assign, enqueueActions, setup } from 'xstate';
+import { prepareNode, type Prepared } from '../actors/prepareNode.js';
+import { rankActor } from '../actors/rankActor.js';
+import { groupSession } from '../actors/groupSession.js';
+import type { WorkerRegistry } from '../actors/workerRegistry.js';
+import type { SerializedError } from '../errors.js';
+import type { Logger } from '../log.js';
+import type { DeviceInfo, SegmentExport } from '../native/addon.js';
+import type { NodeConfig } from '../nodeOptions.js';
+import type { RankTableEntry } from '../rendezvous/rankTable.js';
+import type { SupervisorEvent } from './events.js';
+
+export interface PeerStatus {
+  nodeRank: number;
+  state: 'up' | 'lost';
+  reason?: string;
+  since: number;
+}
+
+export type RankState = 'starting' | 'loading' | 'loaded' | 'released' | 'stopped' | 'failed';
+
+export interface RankStatus {
+  localRank: number;
+  globalRank: number;
+  state: RankState;
+  device?: DeviceInfo;
+  bytes: number;
+  totalBytes: number;
+  seconds: number;
+  segments?: SegmentExport[];
+}
+
+export interface NodeFailure extends SerializedError {
+  localRank?: number;
+  globalRank?: number;
+}
+
+export interface SupervisorInput {
+  config: NodeConfig;
+  log: Logger;
+  workers: WorkerRegistry;
+}
+
+export interface SupervisorContext extends SupervisorInput {
+  prepared?: Prepared;
+  rankTable: RankTableEntry[];
+  ranks: RankStatus[];
+  failure?: NodeFailure;
+  /** Every node of the group has reported ready (always true soon after ready on one node). */
+  groupReady: boolean;
+  /** The group session actor exists (from rendezvous on). */
+  groupJoined: boolean;
+  /** Other nodes seen lost or back while serving. */
+  peers: PeerStatus[];
+}
+
+export const GROUP_ACTOR_ID = 'group';
+
+export const rankActorId = (localRank: number) => `rank-${localRank}`;
+
+/** How long ranks get to free their devices after STOP before the node gives up on them. */
+export const STOP_TIMEOUT_MS = 30_000;
+
+function updateRank(ranks: RankStatus[], localRank: number, patch: Partial<RankStatus>): RankStatus[] {
+  return ranks.map((r) => (r.localRank === localRank ? { ...r, ...patch } : r));
+}
+
+const supervisorSetup = setup({
+  types: {
+    context: {} as SupervisorContext,
+    events: {} as SupervisorEvent,
+    input: {} as SupervisorInput,
+  },
+  actors: { prepareNode, groupSession, rank: rankActor },
+  delays: { stopTimeout: STOP_TIMEOUT_MS },
+  guards: {
+    allRanksLoaded: ({ context }) => context.ranks.length > 0 && context.ranks.every((r) => r.state === 'loaded'),
+    allRanksStopped: ({ context }) => context.ranks.every((r) => r.state === 'stopped'),
+  },
+  actions: {
+    recordFailure: assign({
+      failure: (_, params: { error: unknown }) => toFailure(params.error),
+    }),
+    recordGroupFailure: assign(({ context, event }) =>
+      event.type === 'GROUP_FAILED' ? { failure: context.failure ?? { ...event.error } } : {},
+    ),
+    // Best effort: peers learn of a local failure at once instead of at their timeout.
+    notifyGroupOfFailure: enqueueActions(({ context, event, enqueue }) => {
+      if (!context.groupJoined || event.type !== 'RANK_FAILED') return;
+      enqueue.sendTo(GROUP_ACTOR_ID, { type: 'NODE_FAILED', error: context.failure ?? event.error });
+    }),
+    joinGroup: enqueueActions(({ context, enqueue }) => {
+      enqueue.spawnChild('groupSession', {
+        id: GROUP_ACTOR_ID,
+        input: { config: context.config, prepared: context.prepared!, log: context.log },
+      });
+      enqueue.assign({ groupJoined: true });
+    }),
+    announceReady: enqueueActions(({ enqueue }) => enqueue.sendTo(GROUP_ACTOR_ID, { type: 'NODE_READY' })),
+    recordGroupReady: assign({ groupReady: true }),
+    recordPeer: assign(({ context, event }) => {
+      if (event.type !== 'PEER_LOST' && event.type !== 'PEER_BACK') return {};
+      const peer: PeerStatus =
+        event.type === 'PEER_LOST'
+          ? { nodeRank: event.nodeRank, state: 'lost', reason: event.reason, since: Date.now() }
+          : { nodeRank: event.nodeRank, state: 'up', since: Date.now() };
+      return { peers: [...context.peers.filter((p) => p.nodeRank !== event.nodeRank), peer] };
+    }),
+    recordRankFailure: assign(({ context, event }) => {
+      if (event.type !== 'RANK_FAILED') return {};
+      const rank = context.ranks.find((r) => r.localRank === event.localRank);
+      return {
+        ranks: updateRank(context.ranks, event.localRank, { state: 'failed' }),
+        // The first failure is the cause; later ones are usually its consequences.
+        failure: context.failure ?? {
+          ...event.error,
+          localRank: event.localRank,
+          globalRank: rank?.globalRank,
+          message: `rank ${rank?.globalRank ?? '?'} (local ${event.localRank}) failed: ${event.error.message}`,
+        },
+      };
+    }),
+    storePrepared: assign({
+      prepared: (_, params: { prepared: Prepared }) => params.prepared,
+    }),
+    storeRankTable: assign(({ context, event }) => {
+      if (event.type !== 'GROUP_JOINED') return {};
+      return {
+      rankTable: event.rankTable,
+      ranks: event.rankTable
+        .filter((e) => e.nodeRank === context.config.nodeRank)
+        .map((e) => ({
+          localRank: e.localRank,
+          globalRank: e.globalRank,
+          state: 'starting' as const,
+          bytes: 0,
+          totalBytes: context.prepared?.plan.ranks[e.globalRank]?.totalBytes ?? 0,
+          seconds: 0,
+        })),
+      };
+    }),
+    spawnRanks: enqueueActions(({ context, enqueue }) => {
+      const prepared = context.prepared!;
+      for (const r of context.ranks) {
+        enqueue.spawnChild('rank', {
+          id: rankActorId(r.localRank),
+          input: {
+            log: context.log.child({ globalRank: r.globalRank, localRank: r.localRank }),
+            workers: context.workers,
+            workerData: {
+              nodeRank: context.config.nodeRank,
+              localRank: r.localRank,
+              globalRank: r.globalRank,
+              device: prepared.devices[r.localRank]!,
+              shmDir: prepared.shmDir,
+              plan: prepared.plan.ranks[r.globalRank]!,
+              fill: context.config.fill,
+              fault: context.config.faultInjection,
+            },
+          },
+        });
+      }
+    }),
+    stopRanks: enqueueActions(({ context, enqueue }) => {
+      for (const r of context.ranks) enqueue.sendTo(rankActorId(r.localRank), { type: 'RANK_STOP' });
+    }),
+    recordDevice: assign(({ context, event }) =>
+      event.type === 'RANK_DEVICE' ? { ranks: updateRank(context.ranks, event.localRank, { device: event.info, state: 'loading' }) } : {},
+    ),
+    recordProgress: assign(({ context, event }) =>
+      event.type === 'RANK_PROGRESS'
+        ? { ranks: updateRank(context.ranks, event.localRank, { bytes: event.bytes, totalBytes: event.totalBytes, seconds: event.seconds }) }
+        : {},
+    ),
+    recordLoaded: assign(({ context, event }) =>
+      event.type === 'RANK_LOADED'
+        ? {
+            ranks: updateRank(context.ranks, event.localRank, {
+              state: 'loaded',
+              bytes: event.bytes,
+              seconds: event.seconds,
+              segments: event.segments,
+            }),
+          }
+        : {},
+    ),
+    recordStopped: assign(({ context, event }) =>
+      event.type === 'RANK_STOPPED' ? { ranks: updateRank(context.ranks, event.localRank, { state: 'stopped' }) } : {},
+    ),
+    recordStopTimeout: assign(({ context }) => ({
+      failure: {
+        name: 'RankFailedError',
+        code: 'E_STOP_TIMEOUT',
+        message: `ranks ${context.ranks.filter((r) => r.state !== 'stopped').map((r) => r.globalRank).join(', ')} did not stop within ${STOP_TIMEOUT_MS / 1000} s; their threads were terminated`,
+      },
+    })),
+  },
+})
+
+/** Any rank's failure, in any state where ranks exist, tears the whole node down. */
+const rankFailed = { target: '#supervisor.failed', actions: ['recordRankFailure', 'notifyGroupOfFailure'] } as const;
+
+export const supervisorMachine = supervisorSetup.createMachine({
+  id: 'supervisor',
+  initial: 'init',
+  context: ({ input }) => ({ ...input, rankTable: [], ranks: [], groupJoined: false, groupReady: false, peers: [] }),
+  states: {
+    init: {
+      invoke: {
+        id: 'prepare',
+        src: 'prepareNode',
+        input: ({ context }) => ({ config: context.config, log: context.log }),
+        onDone: { target: 'rendezvous', actions: { type: 'storePrepared', params: ({ event }) => ({ prepared: event.output }) } },
+        onError: { target: 'failed', actions: { type: 'recordFailure', params: ({ event }) => ({ error: event.error }) } },
+      },
+      on: { STOP: 'stopped' },
+    },
+    rendezvous: {
+      // The group session outlives this state: it keeps heartbeats and the ready barrier.
+      entry: 'joinGroup',
+      on: {
+        GROUP_JOINED: { target: 'loading', actions: 'storeRankTable' },
+        STOP: 'stopped',
+      },
+    },
+    loading: {
+      entry: 'spawnRanks',
+      on: {
+        RANK_DEVICE: { actions: 'recordDevice' },
+        RANK_PROGRESS: { actions: 'recordProgress' },
+        RANK_LOADED: { actions: 'recordLoaded' },
+        RANK_FAILED: rankFailed,
+        STOP: 'stopping',
+      },
+      always: { guard: 'allRanksLoaded', target: 'ready' },
+    },
+    ready: {
+      entry: 'announceReady',
+      on: {
+        GROUP_READY: { actions: 'recordGroupReady' },
+        PEER_LOST: { actions: 'recordPeer' },
+        PEER_BACK: { actions: 'recordPeer' },
+        RANK_FAILED: rankFailed,
+        STOP: 'stopping',
+      },
+    },
+    stopping: {
+      entry: 'stopRanks',
+      on: { RANK_STOPPED: { actions: 'recordStopped' }, RANK_FAILED: rankFailed },
+      always: { guard: 'allRanksStopped', target: 'stopped' },
+      after: { stopTimeout: { target: 'failed', actions: 'recordStopTimeout' } },
+    },
+    stopped: { type: 'final' },
+    failed: { type: 'final' },
+  },
+  on: {
+    GROUP_FAILED: { target: '.failed', actions: 'recordGroupFailure' },
+  },
+});
+
+function toFailure(err: unknown): NodeFailure {
+  const e = err as Partial<SerializedError> & Error;
+  return { name: e?.name ?? 'Error', code: e?.code ?? 'E_INTERNAL', message: e?.message ?? String(err), details: e?.details, stack: e?.stack };
+}

@@ -1,0 +1,48 @@
+#!/usr/bin/env node
+// weightd's command line: one process per node. Exit codes: 0 stopped on a signal, 1 failed at
+// run time, 2 bad flags.
+import { writeSync } from 'node:fs';
+import { parseArgs } from './cli/parseArgs.js';
+import { UsageError } from './errors.js';
+import { flushLogger } from './log.js';
+import { startNode } from './startNode.js';
+
+async function main(argv: string[]): Promise<number> {
+  let node;
+  try {
+    const options = parseArgs(argv);
+    if (options.help !== undefined) {
+      process.stdout.write(options.help);
+      return 0;
+    }
+    node = await startNode(options);
+  } catch (err) {
+    if (err instanceof UsageError) {
+      writeSync(2, `weightd: ${err.message}\n`);
+      return 2;
+    }
+    throw err;
+  }
+  const started = node;
+  for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+    process.once(signal, () => void started.stop(signal));
+  }
+  started.ready.then(
+    async (status) => {
+      await flushLogger(started.log);
+      // One line, once, after every earlier log line: what launchers and tests wait for.
+      writeSync(2, `READY node ${status.nodeRank}/${status.nnodes} local_ranks=${status.ranks.length} tp=${status.tpSize} model=${status.model}\n`);
+    },
+    () => {},
+  );
+  const result = await started.done;
+  return result.state === 'stopped' ? 0 : 1;
+}
+
+main(process.argv.slice(2)).then(
+  (code) => process.exit(code),
+  (err: unknown) => {
+    writeSync(2, `weightd: internal error: ${(err as Error)?.stack ?? String(err)}\n`);
+    process.exit(1);
+  },
+);

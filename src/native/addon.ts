@@ -1,0 +1,133 @@
+// The only module that loads the compiled addon. Everything above it sees these types, never
+// the backend underneath (host shared memory or CUDA).
+import { createRequire } from 'node:module';
+import { fileURLToPath } from 'node:url';
+import { DeviceError, errorCode } from '../errors.js';
+
+export type Backend = 'host' | 'cuda';
+
+export interface DeviceInfo {
+  backend: Backend;
+  index: number;
+  uuid: string;
+  name: string;
+  totalBytes: number;
+  freeBytes: number;
+}
+
+export interface SegmentExport {
+  segment: number;
+  bytes: number;
+  /** host: the shared-memory file path; cuda: the 64-byte IPC handle, base64. */
+  handle: string;
+}
+
+/**
+ * cuda only. pread: reader threads pread into pinned staging buffers, then copy. register: mmap
+ * the files and pin (cuMemHostRegister, read-only) windows of them, so the copy engine reads the
+ * page cache directly. See docs/gpu-results.md for which is faster where.
+ */
+export type FillMode = 'pread' | 'register';
+
+export interface FillOptions {
+  /** Reader threads. */
+  threads?: number;
+  /** Unit of work given to one reader. */
+  chunkBytes?: number;
+  /** Bound on pinned staging memory (cuda). */
+  stagingBytes?: number;
+  /** O_DIRECT reads where the file system allows (cold page cache). */
+  direct?: boolean;
+  /** cuda only; default 'pread'. */
+  mode?: FillMode;
+}
+
+export interface NativeFillStatus {
+  done: boolean;
+  bytes: number;
+  seconds: number;
+  error?: Error & { code: string };
+}
+
+export interface NativeDevice {
+  info(): DeviceInfo;
+  allocate(segmentBytes: number[]): void;
+  /** ops: 7 numbers per op: file, segment, srcOffset, dstOffset, rows, rowBytes, srcPitch. */
+  startFill(files: string[], ops: Float64Array, options: FillOptions): void;
+  fillStatus(): NativeFillStatus;
+  cancelFill(): void;
+  exportSegments(): SegmentExport[];
+  read(segment: number, offset: number, length: number): Buffer;
+  release(): void;
+}
+
+export interface NativeDeviceOptions {
+  /** host: the stable id reported as the device UUID. cuda: the UUID the device must have. */
+  uuid?: string;
+  /** host: directory of the shared-memory segment files. */
+  shmDir?: string;
+}
+
+export interface PeerCredentials {
+  pid: number;
+  uid: number;
+  gid: number;
+}
+
+export interface CudaProbe {
+  /** True when libcuda loaded, cuInit succeeded and at least one GPU is visible. */
+  available: boolean;
+  /** Why not, when not available (e.g. "libcuda.so.1 not found: no NVIDIA driver ..."). */
+  reason: string;
+  /** The driver's CUDA version, e.g. 13000 for 13.0; absent when libcuda did not load. */
+  driverVersion?: number;
+  /** Visible GPUs (CUDA_VISIBLE_DEVICES applies). freeBytes is 0: it needs a context. */
+  devices: DeviceInfo[];
+}
+
+export interface CudaIpcMapping {
+  /** Device address of the mapped allocation, in this process. */
+  pointer: bigint;
+  /** Size of the exporter's allocation. */
+  bytes: number;
+}
+
+export interface Addon {
+  Device: new (backend: Backend, index: number, options: NativeDeviceOptions) => NativeDevice;
+  peerCredentials(fd: number): PeerCredentials;
+  mapShared(path: string, bytes: number): ArrayBuffer;
+  unmapShared(buffer: ArrayBuffer): void;
+  /** What CUDA offers this process; never throws for a missing driver or GPU. */
+  cudaProbe(): CudaProbe;
+  /** Opens another process's legacy IPC handle (base64) on a visible device. */
+  cudaOpenIpc(deviceIndex: number, handle: string): CudaIpcMapping;
+  cudaCloseIpc(pointer: bigint): void;
+  /** Copies bytes out of a mapping cudaOpenIpc returned. */
+  cudaReadDevice(deviceIndex: number, pointer: bigint, offset: number, length: number): Buffer;
+}
+
+const addonPath = fileURLToPath(new URL('../../../build/Release/weightd.node', import.meta.url));
+
+function load(): Addon {
+  try {
+    return createRequire(import.meta.url)(addonPath) as Addon;
+  } catch (err) {
+    throw new DeviceError(
+      'E_ADDON_LOAD',
+      `cannot load the native addon ${addonPath}: ${(err as Error).message}; rebuild it with "npm run build:native"`,
+      { path: addonPath },
+      { cause: err },
+    );
+  }
+}
+
+export const addon: Addon = load();
+
+/** Native errors carry a code; give them the DeviceError class the rest of weightd expects. */
+export function asDeviceError(err: unknown): Error {
+  const code = errorCode(err);
+  if (err instanceof Error && code && !(err instanceof DeviceError)) {
+    return new DeviceError(code, err.message, {}, { cause: err });
+  }
+  return err as Error;
+}

@@ -1,0 +1,69 @@
+// The CUDA side of src/native: which GPUs this process sees, and the client half of CUDA IPC
+// (open a daemon's exported segment, read bytes back, close it). Device filling goes through
+// DeviceHandle like every backend.
+import { addon, asDeviceError, type CudaProbe } from './addon.js';
+import type { DeviceSlot } from './devices.js';
+
+/**
+ * What CUDA offers this process: never throws; `available` is false, with the reason, on a
+ * machine without the NVIDIA driver or without a visible GPU. Creates no CUDA context.
+ */
+export function cudaProbe(): CudaProbe {
+  return addon.cudaProbe();
+}
+
+/**
+ * One slot per GPU this process sees, in CUDA ordinal order (CUDA_VISIBLE_DEVICES applies), each
+ * named by its nvidia-smi UUID. Empty when CUDA is unavailable; cudaProbe() says why.
+ * Passing the slot's uuid to DeviceHandle makes the device check it is still that GPU.
+ */
+export function cudaDevices(): DeviceSlot[] {
+  return addon.cudaProbe().devices.map((d) => ({ backend: 'cuda', index: d.index, uuid: d.uuid }));
+}
+
+/**
+ * A segment another process exported (SegmentExport.handle of a cuda device), mapped into this
+ * process. The driver refuses to open a handle in the process that exported it.
+ */
+export class CudaIpcSegment {
+  readonly deviceIndex: number;
+  readonly pointer: bigint;
+  /** Size of the exporter's allocation. */
+  readonly bytes: number;
+  #open = true;
+
+  private constructor(deviceIndex: number, pointer: bigint, bytes: number) {
+    this.deviceIndex = deviceIndex;
+    this.pointer = pointer;
+    this.bytes = bytes;
+  }
+
+  static open(deviceIndex: number, handle: string): CudaIpcSegment {
+    try {
+      const m = addon.cudaOpenIpc(deviceIndex, handle);
+      return new CudaIpcSegment(deviceIndex, m.pointer, m.bytes);
+    } catch (err) {
+      throw asDeviceError(err);
+    }
+  }
+
+  /** Copies `length` bytes at `offset` of the segment to a new Buffer (at most 2 GiB a call). */
+  read(offset: number, length: number): Buffer {
+    try {
+      return addon.cudaReadDevice(this.deviceIndex, this.pointer, offset, length);
+    } catch (err) {
+      throw asDeviceError(err);
+    }
+  }
+
+  /** Unmaps the segment. Safe to call more than once. */
+  close(): void {
+    if (!this.#open) return;
+    this.#open = false;
+    try {
+      addon.cudaCloseIpc(this.pointer);
+    } catch (err) {
+      throw asDeviceError(err);
+    }
+  }
+}

@@ -1,0 +1,95 @@
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { CopyOp } from '../checkpoint/types.js';
+import { addon, asDeviceError, type Backend, type DeviceInfo, type FillOptions, type NativeDevice, type SegmentExport } from './addon.js';
+
+export interface FillProgress {
+  bytes: number;
+  totalBytes: number;
+  seconds: number;
+}
+
+export interface FillResult {
+  bytes: number;
+  seconds: number;
+}
+
+/** How often a running fill is polled (see native/fill_job.h for why it is polled). */
+const POLL_MS = 20;
+
+/** Packs copy ops into the flat layout the addon reads without per-object property lookups. */
+export function packOps(ops: readonly CopyOp[]): Float64Array {
+  const out = new Float64Array(ops.length * 7);
+  ops.forEach((op, i) => {
+    out.set([op.file, op.segment, op.srcOffset, op.dstOffset, op.rows, op.rowBytes, op.srcPitch], i * 7);
+  });
+  return out;
+}
+
+/**
+ * One device owned by one rank actor: an arena of segments, filled from checkpoint files and
+ * exported to clients. Every method turns native failures into DeviceError.
+ */
+export class DeviceHandle {
+  readonly #native: NativeDevice;
+  #released = false;
+
+  constructor(backend: Backend, index: number, options: { uuid?: string; shmDir?: string } = {}) {
+    try {
+      this.#native = new addon.Device(backend, index, options);
+    } catch (err) {
+      throw asDeviceError(err);
+    }
+  }
+
+  info(): DeviceInfo {
+    return this.#call(() => this.#native.info());
+  }
+
+  allocate(segmentBytes: number[]): void {
+    this.#call(() => this.#native.allocate(segmentBytes));
+  }
+
+  async fill(
+    files: string[],
+    ops: readonly CopyOp[],
+    totalBytes: number,
+    options: FillOptions,
+    onProgress?: (p: FillProgress) => void,
+  ): Promise<FillResult> {
+    this.#call(() => this.#native.startFill(files, packOps(ops), options));
+    for (;;) {
+      const s = this.#native.fillStatus();
+      onProgress?.({ bytes: s.bytes, totalBytes, seconds: s.seconds });
+      if (s.error) throw asDeviceError(s.error);
+      if (s.done) return { bytes: s.bytes, seconds: s.seconds };
+      await sleep(POLL_MS);
+    }
+  }
+
+  cancelFill(): void {
+    this.#native.cancelFill();
+  }
+
+  exportSegments(): SegmentExport[] {
+    return this.#call(() => this.#native.exportSegments());
+  }
+
+  read(segment: number, offset: number, length: number): Buffer {
+    return this.#call(() => this.#native.read(segment, offset, length));
+  }
+
+  /** Frees the arena (and, for host, removes its files). Safe to call more than once. */
+  release(): void {
+    if (this.#released) return;
+    this.#released = true;
+    this.#call(() => this.#native.release());
+  }
+
+  #call<T>(fn: () => T): T {
+    try {
+      return fn();
+    } catch (err) {
+      throw asDeviceError(err);
+    }
+  }
+}

@@ -1,0 +1,60 @@
+// Which devices this node has, per backend. For host, ids come from WEIGHTD_HOST_DEVICES (a
+// comma-separated list, the host backend's CUDA_VISIBLE_DEVICES) so several simulated nodes on
+// one machine can have distinct, or on purpose equal, device ids.
+import { existsSync } from 'node:fs';
+import { hostname, tmpdir } from 'node:os';
+import { DeviceError } from '../errors.js';
+import type { Backend } from './addon.js';
+
+export interface DeviceSlot {
+  backend: Backend;
+  index: number;
+  uuid: string;
+}
+
+export const HOST_DEVICES_ENV = 'WEIGHTD_HOST_DEVICES';
+
+/** Default directory for host segment files: tmpfs where the machine has it. */
+export function defaultShmDir(): string {
+  return existsSync('/dev/shm') ? '/dev/shm' : tmpdir();
+}
+
+/**
+ * Host devices visible to this node: the listed ids when the variable is set (their count is
+ * the visible device count), else one per local rank named after the host.
+ */
+export function hostDevices(wanted: number, env: NodeJS.ProcessEnv = process.env): DeviceSlot[] {
+  const listed = env[HOST_DEVICES_ENV]?.split(',').map((s) => s.trim()).filter(Boolean);
+  const ids = listed ?? Array.from({ length: wanted }, (_, i) => `host-${hostname()}-${i}`);
+  return ids.map((uuid, index) => ({ backend: 'host', index, uuid }));
+}
+
+/**
+ * The devices of this node's local ranks for the chosen backend. `auto` takes CUDA when a
+ * driver and enough GPUs are present, else the host backend, and says which in the log.
+ */
+export function localDevices(
+  config: { device: 'auto' | 'cuda' | 'host'; localWorldSize: number; shmDir?: string },
+  log: { info: (o: object, msg: string) => void },
+): { devices: DeviceSlot[]; visible: number; shmDir: string } {
+  const shmDir = config.shmDir ?? defaultShmDir();
+  if (config.device === 'cuda') {
+    throw new DeviceError('E_NO_CUDA', '--device cuda: this build has no CUDA backend yet; use --device host');
+  }
+  const devices = hostDevices(config.localWorldSize);
+  if (config.device === 'auto') log.info({ backend: 'host', shmDir }, 'no CUDA device found: using the host backend');
+  return { devices: firstDevices(devices, config.localWorldSize, 'host'), visible: devices.length, shmDir };
+}
+
+/** The first `wanted` visible devices, as engines assign local ranks to devices. */
+function firstDevices(devices: DeviceSlot[], wanted: number, backend: Backend): DeviceSlot[] {
+  if (devices.length < wanted) {
+    throw new DeviceError(
+      'E_DEVICE_COUNT',
+      `this node sees ${devices.length} ${backend} device(s) but runs ${wanted} local rank(s) (tensor-parallel-size / nnodes); ` +
+        `make ${wanted} devices visible (CUDA_VISIBLE_DEVICES or ${HOST_DEVICES_ENV}) or change --tensor-parallel-size/--nnodes`,
+      { visible: devices.length, wanted },
+    );
+  }
+  return devices.slice(0, wanted);
+}

@@ -1,0 +1,160 @@
+// Options for starting a node, validated once for both the CLI and the programmatic API, so a
+// bad value fails in milliseconds, before minutes of loading. Messages name the CLI flag.
+import { readdirSync, statSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { resolve } from 'node:path';
+import { UsageError } from './errors.js';
+import type { FaultInjection } from './actors/rankMessages.js';
+import type { Logger } from './log.js';
+import type { FillOptions } from './native/addon.js';
+
+export type DeviceChoice = 'auto' | 'cuda' | 'host';
+export type LogLevel = 'trace' | 'debug' | 'info' | 'warn' | 'error' | 'fatal' | 'silent';
+
+/** What a caller may pass to startNode (and what the CLI builds from flags). */
+export interface NodeOptions {
+  /** Checkpoint directory (safetensors files, config.json). */
+  model: string;
+  tensorParallelSize?: number;
+  nnodes?: number;
+  nodeRank?: number;
+  masterAddr?: string;
+  /** The engine's own rendezvous port; only checked to differ from ours. */
+  masterPort?: number;
+  /** The daemon's rendezvous port, same on every node. Required when nnodes > 1. */
+  weightCacheMasterPort?: number;
+  /** Where the per-device sockets go; default a private per-user dir under the temp dir. */
+  socketDir?: string;
+  device?: DeviceChoice;
+  logLevel?: LogLevel;
+  /** Use this logger instead of creating one (programmatic use, tests). */
+  logger?: Logger;
+  /** A JSON sharding plan that overrides or extends the built-in rules. */
+  planFile?: string;
+  /** Host backend: directory of the shared-memory segment files (default /dev/shm). */
+  shmDir?: string;
+  /** Copy engine tuning. */
+  fill?: FillOptions;
+  /** How long to wait for every node at rendezvous. */
+  rendezvousTimeoutMs?: number;
+  /** Shared secret every node must present at rendezvous. */
+  token?: string;
+  /** Tests only: make one rank fail at one phase. */
+  faultInjection?: FaultInjection;
+}
+
+/** Validated, complete configuration. */
+export interface NodeConfig {
+  modelDir: string;
+  tpSize: number;
+  nnodes: number;
+  nodeRank: number;
+  localWorldSize: number;
+  masterAddr: string;
+  masterPort?: number;
+  weightCachePort: number;
+  socketDir?: string;
+  device: DeviceChoice;
+  planFile?: string;
+  shmDir?: string;
+  fill: FillOptions;
+  rendezvousTimeoutMs: number;
+  token?: string;
+  faultInjection?: FaultInjection;
+}
+
+export const DEFAULT_RENDEZVOUS_TIMEOUT_MS = 300_000;
+
+function usage(flag: string, value: unknown, problem: string, fix: string): UsageError {
+  return new UsageError('E_USAGE', `${flag} ${JSON.stringify(value)}: ${problem}; ${fix}`, { flag, value });
+}
+
+function integer(flag: string, value: unknown, min: number, max: number, fix: string): number {
+  const n = typeof value === 'string' && value.trim() !== '' ? Number(value) : value;
+  if (typeof n !== 'number' || !Number.isInteger(n) || n < min || n > max) {
+    throw usage(flag, value, `must be an integer from ${min} to ${max}`, fix);
+  }
+  return n;
+}
+
+function port(flag: string, value: unknown): number {
+  return integer(flag, value, 1, 65535, 'pass a TCP port number from 1 to 65535');
+}
+
+/** A free TCP port on loopback, for a single node that needs no agreed-on port. */
+async function freePort(): Promise<number> {
+  return new Promise((resolvePort, reject) => {
+    const srv = createServer();
+    srv.unref();
+    srv.on('error', reject);
+    srv.listen(0, '127.0.0.1', () => {
+      const { port: p } = srv.address() as { port: number };
+      srv.close(() => resolvePort(p));
+    });
+  });
+}
+
+function checkModelDir(model: unknown): string {
+  if (typeof model !== 'string' || model === '') {
+    throw usage('--model', model, 'is required', 'pass the directory that holds the checkpoint (*.safetensors and config.json)');
+  }
+  const dir = resolve(model);
+  let entries: string[];
+  try {
+    if (!statSync(dir).isDirectory()) throw usage('--model', model, 'is not a directory', 'pass the checkpoint directory, not a file');
+    entries = readdirSync(dir);
+  } catch (err) {
+    if (err instanceof UsageError) throw err;
+    throw usage('--model', model, `cannot be read (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`, 'check the path and its permissions');
+  }
+  if (!entries.some((e) => e.endsWith('.safetensors'))) {
+    throw usage('--model', model, 'holds no .safetensors file', 'pass a directory with a safetensors checkpoint (a Hugging Face model directory)');
+  }
+  return dir;
+}
+
+export async function resolveNodeOptions(o: NodeOptions): Promise<NodeConfig> {
+  const tpSize = integer('--tensor-parallel-size', o.tensorParallelSize ?? 1, 1, 4096, 'pass the number of tensor-parallel ranks, at least 1');
+  const nnodes = integer('--nnodes', o.nnodes ?? 1, 1, 4096, 'pass the number of nodes, at least 1');
+  if (tpSize % nnodes !== 0) {
+    throw usage('--nnodes', nnodes, `does not divide --tensor-parallel-size ${tpSize}`, 'every node runs tp/nnodes ranks: choose nnodes that divides tp');
+  }
+  const nodeRank = integer('--node-rank', o.nodeRank ?? 0, 0, nnodes - 1, `pass this node's index, from 0 to nnodes-1 (${nnodes - 1})`);
+  const masterPort = o.masterPort === undefined ? undefined : port('--master-port', o.masterPort);
+  let weightCachePort: number;
+  if (o.weightCacheMasterPort !== undefined) {
+    weightCachePort = port('--weight-cache-master-port', o.weightCacheMasterPort);
+    if (weightCachePort === masterPort) {
+      throw usage('--weight-cache-master-port', weightCachePort, 'equals --master-port', "the daemon holds its port while it serves, so it must differ from the engine's --master-port");
+    }
+  } else if (nnodes > 1) {
+    throw usage('--weight-cache-master-port', undefined, 'is required when --nnodes > 1', 'pass the same free port on every node, different from --master-port');
+  } else {
+    weightCachePort = await freePort();
+  }
+  const masterAddr = o.masterAddr ?? '127.0.0.1';
+  if (typeof masterAddr !== 'string' || masterAddr.trim() === '') {
+    throw usage('--master-addr', masterAddr, 'is empty', "pass node 0's address (a host name or IP) as the engine gets it");
+  }
+  const device = o.device ?? 'auto';
+  if (!['auto', 'cuda', 'host'].includes(device)) throw usage('--device', device, 'is not a backend', 'use auto, cuda or host');
+  const rendezvousTimeoutMs = integer('--rendezvous-timeout', o.rendezvousTimeoutMs ?? DEFAULT_RENDEZVOUS_TIMEOUT_MS, 1, 86_400_000, 'pass a positive number');
+  return {
+    modelDir: checkModelDir(o.model),
+    tpSize,
+    nnodes,
+    nodeRank,
+    localWorldSize: tpSize / nnodes,
+    masterAddr,
+    masterPort,
+    weightCachePort,
+    socketDir: o.socketDir === undefined ? undefined : resolve(o.socketDir),
+    device,
+    planFile: o.planFile === undefined ? undefined : resolve(o.planFile),
+    shmDir: o.shmDir,
+    fill: o.fill ?? {},
+    rendezvousTimeoutMs,
+    token: o.token,
+    faultInjection: o.faultInjection,
+  };
+}

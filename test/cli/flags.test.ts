@@ -1,0 +1,58 @@
+// Every bad flag exits with code 2 before anything starts, naming the flag, the value and a fix.
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import { exampleModel } from '../helpers/paths.js';
+import { runCli } from '../helpers/runCli.js';
+
+const emptyDir = mkdtempSync(join(tmpdir(), 'weightd-empty-'));
+const aFile = join(emptyDir, 'not-a-dir.txt');
+writeFileSync(aFile, 'x');
+
+const m = ['--model', exampleModel];
+const cases: Array<[string, string[], RegExp]> = [
+  ['tp 0', [...m, '--tensor-parallel-size', '0'], /--tensor-parallel-size 0: must be an integer from 1/],
+  ['tp not a number', [...m, '-tp', 'two'], /--tensor-parallel-size "two": must be an integer/],
+  ['tp fractional', [...m, '-tp', '1.5'], /--tensor-parallel-size 1\.5: must be an integer/],
+  ['nnodes 0', [...m, '--nnodes', '0'], /--nnodes 0: must be an integer from 1/],
+  ['nnodes does not divide tp', [...m, '-tp', '3', '--nnodes', '2', '--weight-cache-master-port', '29600'], /--nnodes 2: does not divide --tensor-parallel-size 3/],
+  ['node rank negative', [...m, '--node-rank', '-1'], /--node-rank -1: must be an integer from 0 to 0/],
+  ['node rank too big', [...m, '-tp', '2', '--nnodes', '2', '--node-rank', '2', '--weight-cache-master-port', '29600'], /--node-rank 2: must be an integer from 0 to 1/],
+  ['port 0', [...m, '--weight-cache-master-port', '0'], /--weight-cache-master-port 0: must be an integer from 1 to 65535/],
+  ['port too big', [...m, '--weight-cache-master-port', '70000'], /--weight-cache-master-port 70000: must be an integer from 1 to 65535/],
+  ['master port not a number', [...m, '--master-port', 'http'], /--master-port "http": must be an integer from 1 to 65535/],
+  ['same ports', [...m, '--master-port', '29500', '--weight-cache-master-port', '29500'], /--weight-cache-master-port 29500: equals --master-port/],
+  ['multi-node without our port', [...m, '-tp', '2', '--nnodes', '2'], /--weight-cache-master-port undefined: is required when --nnodes > 1/],
+  ['no model', [], /--model "": is required/],
+  ['model missing', ['--model', '/nonexistent/model'], /--model "\/nonexistent\/model": cannot be read \(ENOENT\)/],
+  ['model is a file', ['--model', aFile], /is not a directory/],
+  ['model without safetensors', ['--model', emptyDir], /holds no \.safetensors file/],
+  ['unknown device', [...m, '--device', 'tpu'], /option '--device <backend>' argument 'tpu' is invalid/],
+  ['unknown log level', [...m, '--log-level', 'loud'], /argument 'loud' is invalid/],
+  ['unknown flag', [...m, '--bogus'], /unknown option '--bogus'/],
+];
+
+for (const [name, args, message] of cases) {
+  test(`bad flag: ${name}`, async () => {
+    const r = await runCli(args);
+    assert.is(r.code, 2, `exit code 2, got ${r.code}: ${r.stderr}`);
+    assert.match(r.stderr, message);
+    assert.not.match(r.stderr, /READY/);
+  });
+}
+
+test('--help and --version exit 0', async () => {
+  const help = await runCli(['--help']);
+  assert.is(help.code, 0);
+  for (const flag of ['--model', '--tensor-parallel-size', '--nnodes', '--node-rank', '--master-addr', '--master-port', '--weight-cache-master-port', '--weight-cache-socket-dir', '--device', '--log-level']) {
+    assert.ok(help.stdout.includes(flag), `help lists ${flag}`);
+  }
+  const version = await runCli(['--version']);
+  assert.is(version.code, 0);
+  assert.match(version.stdout, /^\d+\.\d+\.\d+/);
+});
+
+test.after(() => rmSync(emptyDir, { recursive: true, force: true }));
+test.run();

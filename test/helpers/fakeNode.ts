@@ -1,0 +1,81 @@
+// Fake actors and input for driving the supervisor machine without threads or devices.
+import pino from 'pino';
+import { fromCallback, fromPromise } from 'xstate';
+import type { PrepareInput, Prepared } from '../../src/actors/prepareNode.js';
+import { WorkerRegistry } from '../../src/actors/workerRegistry.js';
+import type { RankActorInput, RankCommand } from '../../src/actors/rankActor.js';
+import type { GroupSessionInput } from '../../src/actors/groupSession.js';
+import type { RankEvent } from '../../src/machines/events.js';
+import type { NodeConfig } from '../../src/nodeOptions.js';
+import type { GroupCommand, GroupEvent } from '../../src/rendezvous/groupEvents.js';
+import type { SupervisorInput } from '../../src/machines/supervisor.js';
+
+export const LOCAL_RANKS = 2;
+
+export function fakeConfig(over: Partial<NodeConfig> = {}): NodeConfig {
+  return {
+    modelDir: '/fake/model',
+    tpSize: LOCAL_RANKS,
+    nnodes: 1,
+    nodeRank: 0,
+    localWorldSize: LOCAL_RANKS,
+    masterAddr: '127.0.0.1',
+    weightCachePort: 29999,
+    device: 'host',
+    fill: {},
+    rendezvousTimeoutMs: 1000,
+    ...over,
+  };
+}
+
+export function fakeInput(): SupervisorInput {
+  return { config: fakeConfig(), log: pino({ level: 'silent' }), workers: new WorkerRegistry() };
+}
+
+export const fakePrepared: Prepared = {
+  plan: {
+    modelDir: '/fake/model',
+    architecture: 'LlamaForCausalLM',
+    tpSize: LOCAL_RANKS,
+    fingerprint: 'f'.repeat(64),
+    fingerprintFields: {},
+    ranks: Array.from({ length: LOCAL_RANKS }, (_, r) => ({
+      tpRank: r, tpSize: LOCAL_RANKS, files: [], segments: [256], tensors: [], aliases: {}, ops: [], totalBytes: 256, fingerprint: `rank${r}`,
+    })),
+  },
+  devices: Array.from({ length: LOCAL_RANKS }, (_, i) => ({ backend: 'host' as const, index: i, uuid: `fake-${i}` })),
+  visibleDevices: LOCAL_RANKS,
+  shmDir: '/dev/shm',
+};
+
+export const fakeRankTable = fakePrepared.devices.map((d, i) => ({
+  globalRank: i, nodeRank: 0, localRank: i, hostName: 'fake', deviceUuid: d.uuid,
+}));
+
+/** Records what the machine did to its children, so tests can check it at every state. */
+export class FakeWorld {
+  liveRanks = new Set<number>();
+  rankCommands: Array<{ localRank: number; cmd: RankCommand }> = [];
+  groupCommands: GroupCommand[] = [];
+  groupLive = false;
+
+  implementations() {
+    return {
+      actors: {
+        // Never settles by itself: the test sends the done/error events.
+        prepareNode: fromPromise<Prepared, PrepareInput>(() => new Promise<Prepared>(() => {})),
+        rank: fromCallback<RankCommand, RankActorInput, RankEvent>(({ input, receive }) => {
+          const r = input.workerData.localRank;
+          this.liveRanks.add(r);
+          receive((cmd) => this.rankCommands.push({ localRank: r, cmd }));
+          return () => this.liveRanks.delete(r);
+        }),
+        groupSession: fromCallback<GroupCommand, GroupSessionInput, GroupEvent>(({ receive }) => {
+          this.groupLive = true;
+          receive((cmd) => this.groupCommands.push(cmd));
+          return () => (this.groupLive = false);
+        }),
+      },
+    };
+  }
+}
