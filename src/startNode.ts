@@ -86,6 +86,8 @@ export async function startNode(options: NodeOptions): Promise<WeightdNode> {
   let lastState: string | undefined;
   const finish = async (result: NodeResult) => {
     await workers.drain();
+    // Locks a serve actor never took over (the node ended before serving); idempotent.
+    for (const lock of actor.getSnapshot().context.prepared?.locks ?? []) lock.release();
     if (result.failure) log.error({ code: result.failure.code, rank: result.failure.globalRank }, result.failure.message);
     log.info({ state: result.state }, 'node ended');
     await flushLogger(log);

@@ -6,7 +6,10 @@ import { planCheckpoint } from '../checkpoint/planCheckpoint.js';
 import type { CheckpointPlan } from '../checkpoint/types.js';
 import type { Logger } from '../log.js';
 import type { NodeConfig } from '../nodeOptions.js';
+import { WeightdError } from '../errors.js';
 import { localDevices, type DeviceSlot } from '../native/devices.js';
+import { acquireDeviceLock, type DeviceLock } from '../serve/deviceLock.js';
+import { resolveSocketDir } from '../serve/socketDir.js';
 import { sweepStaleSegments } from '../native/sweepStaleSegments.js';
 
 export interface PrepareInput {
@@ -21,12 +24,37 @@ export interface Prepared {
   /** How many devices of the backend this node sees (compared across nodes at rendezvous). */
   visibleDevices: number;
   shmDir: string;
+  /** The private directory of this node's sockets. */
+  socketDir: string;
+  /**
+   * One lock per local device, taken before loading so a second daemon for the same device
+   * fails in milliseconds. Each serve actor owns its lock from then on; startNode releases any
+   * left when the node ends earlier.
+   */
+  locks: DeviceLock[];
 }
 
-export const prepareNode = fromPromise<Prepared, PrepareInput>(async ({ input }) => {
+export const prepareNode = fromPromise<Prepared, PrepareInput>(async ({ input, signal }) => {
   const { config, log } = input;
   const { devices, visible, shmDir } = localDevices(config, log);
   for (const removed of sweepStaleSegments(shmDir)) log.warn({ file: removed }, 'removed a shared-memory segment left by a daemon that no longer runs');
+  const socketDir = resolveSocketDir(config.socketDir);
+  const locks: DeviceLock[] = [];
+  try {
+    for (const d of devices) {
+      locks.push(acquireDeviceLock(socketDir, d.uuid, (holder) => log.warn({ device: d.uuid, pid: holder.pid }, 'took over the lock of a daemon that no longer runs')));
+    }
+    const plan = await planLocalRanks(config, log);
+    // Stopped while planning: nobody will receive the locks, so give them back here.
+    if (signal.aborted) throw new WeightdError('E_STOPPED', 'stopped while planning');
+    return { plan, devices, visibleDevices: visible, shmDir, socketDir, locks };
+  } catch (err) {
+    for (const l of locks) l.release();
+    throw err;
+  }
+});
+
+async function planLocalRanks(config: NodeConfig, log: Logger): Promise<CheckpointPlan> {
   const started = performance.now();
   const plan = await planCheckpoint(config.modelDir, { tpSize: config.tpSize, planFile: config.planFile });
   const local = plan.ranks.slice(config.nodeRank * config.localWorldSize, (config.nodeRank + 1) * config.localWorldSize);
@@ -41,5 +69,5 @@ export const prepareNode = fromPromise<Prepared, PrepareInput>(async ({ input })
     },
     'checkpoint planned',
   );
-  return { plan, devices, visibleDevices: visible, shmDir };
-});
+  return plan;
+}

@@ -32,7 +32,7 @@ export interface RankWorkerData {
 export type RankToMain =
   | { type: 'DEVICE'; info: DeviceInfo }
   | { type: 'PROGRESS'; bytes: number; totalBytes: number; seconds: number }
-  | { type: 'LOADED'; segments: SegmentExport[]; bytes: number; seconds: number }
+  | { type: 'LOADED'; info: DeviceInfo; segments: SegmentExport[]; bytes: number; seconds: number }
   | { type: 'FAILED'; error: SerializedError }
   | { type: 'RELEASED' }
   | { type: 'LOG'; level: 'debug' | 'info' | 'warn' | 'error'; msg: string; fields?: Record<string, unknown> };

@@ -75,7 +75,7 @@ async function load(): Promise<void> {
 
   injectFault('export');
   const segments = device.exportSegments();
-  post({ type: 'LOADED', segments, bytes: result.bytes, seconds: result.seconds });
+  post({ type: 'LOADED', info: device.info(), segments, bytes: result.bytes, seconds: result.seconds });
   injectFault('serve');
 }
 

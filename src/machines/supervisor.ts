@@ -3,7 +3,10 @@
 // walked with xstate/graph and drawn by the visualizer.
 import { assign, enqueueActions, setup } from 'xstate';
 import { prepareNode, type Prepared } from '../actors/prepareNode.js';
+import { publishNodeManifest } from '../actors/publishNodeManifest.js';
 import { rankActor } from '../actors/rankActor.js';
+import { serveRank } from '../actors/serveRank.js';
+import { toServedRank } from '../serve/servedRank.js';
 import { groupSession } from '../actors/groupSession.js';
 import type { WorkerRegistry } from '../actors/workerRegistry.js';
 import type { SerializedError } from '../errors.js';
@@ -20,7 +23,7 @@ export interface PeerStatus {
   since: number;
 }
 
-export type RankState = 'starting' | 'loading' | 'loaded' | 'released' | 'stopped' | 'failed';
+export type RankState = 'starting' | 'loading' | 'loaded' | 'serving' | 'released' | 'stopped' | 'failed';
 
 export interface RankStatus {
   localRank: number;
@@ -31,6 +34,7 @@ export interface RankStatus {
   totalBytes: number;
   seconds: number;
   segments?: SegmentExport[];
+  socketPath?: string;
 }
 
 export interface NodeFailure extends SerializedError {
@@ -60,6 +64,7 @@ export interface SupervisorContext extends SupervisorInput {
 export const GROUP_ACTOR_ID = 'group';
 
 export const rankActorId = (localRank: number) => `rank-${localRank}`;
+export const serveActorId = (localRank: number) => `serve-${localRank}`;
 
 /** How long ranks get to free their devices after STOP before the node gives up on them. */
 export const STOP_TIMEOUT_MS = 30_000;
@@ -74,10 +79,11 @@ const supervisorSetup = setup({
     events: {} as SupervisorEvent,
     input: {} as SupervisorInput,
   },
-  actors: { prepareNode, groupSession, rank: rankActor },
+  actors: { prepareNode, groupSession, rank: rankActor, serveRank, publishNodeManifest },
   delays: { stopTimeout: STOP_TIMEOUT_MS },
   guards: {
     allRanksLoaded: ({ context }) => context.ranks.length > 0 && context.ranks.every((r) => r.state === 'loaded'),
+    allRanksServing: ({ context }) => context.ranks.every((r) => r.state === 'serving'),
     allRanksStopped: ({ context }) => context.ranks.every((r) => r.state === 'stopped'),
   },
   actions: {
@@ -164,8 +170,48 @@ const supervisorSetup = setup({
         });
       }
     }),
+    // A rank's socket is bound only once its weights are resident, so a client never maps a
+    // half-filled arena; until then clients fall back to disk.
+    spawnServers: enqueueActions(({ context, enqueue }) => {
+      const prepared = context.prepared!;
+      for (const r of context.ranks) {
+        enqueue.spawnChild('serveRank', {
+          id: serveActorId(r.localRank),
+          input: {
+            log: context.log.child({ globalRank: r.globalRank, localRank: r.localRank }),
+            socketDir: prepared.socketDir,
+            lock: prepared.locks[r.localRank],
+            rank: toServedRank({
+              plan: prepared.plan,
+              globalRank: r.globalRank,
+              localRank: r.localRank,
+              nodeRank: context.config.nodeRank,
+              nnodes: context.config.nnodes,
+              backend: prepared.devices[r.localRank]!.backend,
+              device: r.device!,
+              segments: r.segments ?? [],
+            }),
+          },
+        });
+      }
+    }),
+    // Servers go first so no client attaches to memory that is about to be freed.
     stopRanks: enqueueActions(({ context, enqueue }) => {
-      for (const r of context.ranks) enqueue.sendTo(rankActorId(r.localRank), { type: 'RANK_STOP' });
+      for (const r of context.ranks) {
+        enqueue.stopChild(serveActorId(r.localRank));
+        enqueue.sendTo(rankActorId(r.localRank), { type: 'RANK_STOP' });
+      }
+    }),
+    recordServing: assign(({ context, event }) =>
+      event.type === 'RANK_SERVING' ? { ranks: updateRank(context.ranks, event.localRank, { state: 'serving', socketPath: event.socketPath }) } : {},
+    ),
+    releaseRank: enqueueActions(({ event, enqueue }) => {
+      if (event.type === 'RANK_RELEASE_REQUESTED') enqueue.sendTo(rankActorId(event.localRank), { type: 'RANK_RELEASE' });
+    }),
+    recordReleased: enqueueActions(({ context, event, enqueue }) => {
+      if (event.type !== 'RANK_RELEASED') return;
+      enqueue.assign({ ranks: updateRank(context.ranks, event.localRank, { state: 'released', bytes: 0 }) });
+      enqueue.sendTo(serveActorId(event.localRank), { type: 'SERVE_RELEASED' });
     }),
     recordDevice: assign(({ context, event }) =>
       event.type === 'RANK_DEVICE' ? { ranks: updateRank(context.ranks, event.localRank, { device: event.info, state: 'loading' }) } : {},
@@ -180,6 +226,7 @@ const supervisorSetup = setup({
         ? {
             ranks: updateRank(context.ranks, event.localRank, {
               state: 'loaded',
+              device: event.device,
               bytes: event.bytes,
               seconds: event.seconds,
               segments: event.segments,
@@ -235,11 +282,36 @@ export const supervisorMachine = supervisorSetup.createMachine({
         RANK_FAILED: rankFailed,
         STOP: 'stopping',
       },
-      always: { guard: 'allRanksLoaded', target: 'ready' },
+      always: { guard: 'allRanksLoaded', target: 'serving' },
+    },
+    serving: {
+      entry: 'spawnServers',
+      on: {
+        RANK_SERVING: { actions: 'recordServing' },
+        RANK_FAILED: rankFailed,
+        STOP: 'stopping',
+      },
+      always: { guard: 'allRanksServing', target: 'ready' },
     },
     ready: {
       entry: 'announceReady',
+      invoke: {
+        src: 'publishNodeManifest',
+        input: ({ context }) => ({
+          socketDir: context.prepared!.socketDir,
+          log: context.log,
+          entries: context.ranks.map((r) => ({
+            globalRank: r.globalRank,
+            localRank: r.localRank,
+            socketPath: r.socketPath!,
+            deviceUuid: r.device!.uuid,
+            fingerprint: context.prepared!.plan.ranks[r.globalRank]!.fingerprint,
+          })),
+        }),
+      },
       on: {
+        RANK_RELEASE_REQUESTED: { actions: 'releaseRank' },
+        RANK_RELEASED: { actions: 'recordReleased' },
         GROUP_READY: { actions: 'recordGroupReady' },
         PEER_LOST: { actions: 'recordPeer' },
         PEER_BACK: { actions: 'recordPeer' },

@@ -1,4 +1,5 @@
-import type { TensorEntry } from '../checkpoint/types.js';
+import type { CheckpointPlan, TensorEntry } from '../checkpoint/types.js';
+import { rankFingerprintFields } from './rankFingerprintFields.js';
 import type { Backend, DeviceInfo, SegmentExport } from '../native/addon.js';
 
 /** Everything the serving layer needs to know about one resident rank. Plain data. */
@@ -19,4 +20,34 @@ export interface ServedRank {
   tensors: TensorEntry[];
   aliases: Record<string, string>;
   segments: SegmentExport[];
+}
+
+/** Builds what a rank's server serves from the node's plan and the rank's loaded device. */
+export function toServedRank(args: {
+  plan: CheckpointPlan;
+  globalRank: number;
+  localRank: number;
+  nodeRank: number;
+  nnodes: number;
+  backend: Backend;
+  device: DeviceInfo;
+  segments: SegmentExport[];
+}): ServedRank {
+  const rank = args.plan.ranks[args.globalRank]!;
+  return {
+    nodeRank: args.nodeRank,
+    nnodes: args.nnodes,
+    localRank: args.localRank,
+    globalRank: args.globalRank,
+    tpSize: args.plan.tpSize,
+    backend: args.backend,
+    device: args.device,
+    model: args.plan.modelDir,
+    architecture: args.plan.architecture,
+    fingerprint: rank.fingerprint,
+    fingerprintFields: rankFingerprintFields(args.plan.fingerprintFields, args.globalRank),
+    tensors: rank.tensors,
+    aliases: rank.aliases,
+    segments: args.segments,
+  };
 }

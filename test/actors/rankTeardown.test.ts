@@ -7,7 +7,7 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import type { FaultKind, FaultPhase } from '../../src/actors/rankMessages.js';
 import { startNode } from '../../src/startNode.js';
-import { exampleModel, freshShmDir } from '../helpers/paths.js';
+import { exampleModel, freshShmDir, freshSocketDir } from '../helpers/paths.js';
 
 const phases: FaultPhase[] = ['open', 'allocate', 'fill', 'export', 'serve'];
 const kinds: FaultKind[] = ['throw', 'exit', 'device'];
@@ -27,6 +27,7 @@ for (const phase of phases) {
           tensorParallelSize: 2,
           device: 'host',
           shmDir,
+          socketDir: freshSocketDir(),
           logger: pino({ level: 'silent' }),
           faultInjection: { localRank: 1, phase, kind },
         });
@@ -51,7 +52,7 @@ for (const phase of phases) {
 test('without a fault the same node loads, and stop() frees everything', async () => {
   const shmDir = freshShmDir();
   try {
-    const node = await startNode({ model: exampleModel, tensorParallelSize: 2, device: 'host', shmDir, logger: pino({ level: 'silent' }) });
+    const node = await startNode({ model: exampleModel, tensorParallelSize: 2, device: 'host', shmDir, socketDir: freshSocketDir(), logger: pino({ level: 'silent' }) });
     await node.ready;
     assert.is(readdirSync(shmDir).length, 2, 'one segment per rank while ready');
     const result = await node.stop('test');

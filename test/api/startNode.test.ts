@@ -1,15 +1,15 @@
 // The programmatic API: start, observe, await readiness, read status, stop, in-process.
-import { readdirSync, rmSync } from 'node:fs';
+import { existsSync, readdirSync, rmSync } from 'node:fs';
 import pino from 'pino';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { startNode, UsageError, type NodeState } from '../../src/index.js';
-import { exampleModel, freshShmDir } from '../helpers/paths.js';
+import { exampleModel, freshShmDir, freshSocketDir } from '../helpers/paths.js';
 
 test('starts, reports every state in order, serves status, and stops cleanly', async () => {
   const shmDir = freshShmDir();
   try {
-    const node = await startNode({ model: exampleModel, tensorParallelSize: 2, device: 'host', shmDir, logger: pino({ level: 'silent' }) });
+    const node = await startNode({ model: exampleModel, tensorParallelSize: 2, device: 'host', shmDir, socketDir: freshSocketDir(), logger: pino({ level: 'silent' }) });
     const seen: NodeState[] = [];
     node.onStateChange((s) => seen.push(s.state));
     const status = await node.ready;
@@ -18,14 +18,17 @@ test('starts, reports every state in order, serves status, and stops cleanly', a
     assert.match(status.fingerprint!, /^[0-9a-f]{64}$/);
     assert.equal(status.rankTable.map((r) => r.globalRank), [0, 1]);
     for (const r of status.ranks) {
-      assert.is(r.state, 'loaded');
+      assert.is(r.state, 'serving');
+      assert.ok(r.socketPath && existsSync(r.socketPath), `rank ${r.globalRank} has a socket`);
       assert.is(r.bytes, r.totalBytes, `rank ${r.globalRank} loaded all its bytes`);
       assert.ok(r.totalBytes > 0);
       assert.is(r.device?.backend, 'host');
       assert.is(r.segments?.length, 1);
     }
     assert.is(readdirSync(shmDir).length, 2);
+    const sockets = status.ranks.map((r) => r.socketPath!);
     const result = await node.stop();
+    for (const s of sockets) assert.not.ok(existsSync(s), `${s} removed`);
     assert.equal(result, { state: 'stopped' });
     assert.is(node.status().state, 'stopped');
     assert.equal(seen.slice(seen.indexOf('ready')), ['ready', 'stopping', 'stopped']);
@@ -39,7 +42,7 @@ test('starts, reports every state in order, serves status, and stops cleanly', a
 test('stop during start-up ends the node without a failure', async () => {
   const shmDir = freshShmDir();
   try {
-    const node = await startNode({ model: exampleModel, device: 'host', shmDir, logger: pino({ level: 'silent' }) });
+    const node = await startNode({ model: exampleModel, device: 'host', shmDir, socketDir: freshSocketDir(), logger: pino({ level: 'silent' }) });
     const result = await node.stop('early');
     assert.is(result.state, 'stopped');
     await node.ready.then(() => assert.unreachable('ready must reject'), (e: Error) => assert.match(e.message, /stopped before it was ready/));

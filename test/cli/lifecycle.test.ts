@@ -4,12 +4,12 @@ import { spawn } from 'node:child_process';
 import { readdirSync } from 'node:fs';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { exampleModel, mainJs } from '../helpers/paths.js';
+import { exampleModel, freshSocketDir, mainJs } from '../helpers/paths.js';
 
 const leftSegments = (pid: number) => readdirSync('/dev/shm').filter((f) => f.startsWith(`weightd-${pid}-`));
 
 async function runUntilReadyThenSignal(signal: NodeJS.Signals, extra: string[] = []) {
-  const child = spawn(process.execPath, [mainJs, '--model', exampleModel, ...extra], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, [mainJs, '--model', exampleModel, '--weight-cache-socket-dir', freshSocketDir(), ...extra], { stdio: ['ignore', 'pipe', 'pipe'] });
   let stderr = '';
   let signalled = false;
   const closed = new Promise<number | null>((resolve) => child.on('close', (code) => resolve(code)));

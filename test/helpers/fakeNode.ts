@@ -6,6 +6,9 @@ import { WorkerRegistry } from '../../src/actors/workerRegistry.js';
 import type { RankActorInput, RankCommand } from '../../src/actors/rankActor.js';
 import type { GroupSessionInput } from '../../src/actors/groupSession.js';
 import type { RankEvent } from '../../src/machines/events.js';
+import type { ServeRankInput } from '../../src/actors/serveRank.js';
+import type { PublishNodeManifestInput } from '../../src/actors/publishNodeManifest.js';
+import type { ServeCommand, ServeEvent } from '../../src/serve/serveEvents.js';
 import type { NodeConfig } from '../../src/nodeOptions.js';
 import type { GroupCommand, GroupEvent } from '../../src/rendezvous/groupEvents.js';
 import type { SupervisorInput } from '../../src/machines/supervisor.js';
@@ -46,6 +49,8 @@ export const fakePrepared: Prepared = {
   devices: Array.from({ length: LOCAL_RANKS }, (_, i) => ({ backend: 'host' as const, index: i, uuid: `fake-${i}` })),
   visibleDevices: LOCAL_RANKS,
   shmDir: '/dev/shm',
+  socketDir: '/fake/sockets',
+  locks: [],
 };
 
 export const fakeRankTable = fakePrepared.devices.map((d, i) => ({
@@ -58,6 +63,9 @@ export class FakeWorld {
   rankCommands: Array<{ localRank: number; cmd: RankCommand }> = [];
   groupCommands: GroupCommand[] = [];
   groupLive = false;
+  liveServers = new Set<number>();
+  serveCommands: Array<{ localRank: number; cmd: ServeCommand }> = [];
+  manifestLive = false;
 
   implementations() {
     return {
@@ -74,6 +82,16 @@ export class FakeWorld {
           this.groupLive = true;
           receive((cmd) => this.groupCommands.push(cmd));
           return () => (this.groupLive = false);
+        }),
+        serveRank: fromCallback<ServeCommand, ServeRankInput, ServeEvent>(({ input, receive }) => {
+          const r = input.rank.localRank;
+          this.liveServers.add(r);
+          receive((cmd) => this.serveCommands.push({ localRank: r, cmd }));
+          return () => this.liveServers.delete(r);
+        }),
+        publishNodeManifest: fromCallback<{ type: string }, PublishNodeManifestInput>(() => {
+          this.manifestLive = true;
+          return () => (this.manifestLive = false);
         }),
       },
     };

@@ -9,6 +9,7 @@ import { supervisorMachine, rankActorId } from '../../src/machines/supervisor.js
 import { FakeWorld, LOCAL_RANKS, fakeInput, fakePrepared, fakeRankTable } from '../helpers/fakeNode.js';
 
 type Ev = Parameters<ReturnType<typeof createActor<typeof supervisorMachine>>['send']>[0];
+const fakeDevice = (r: number) => ({ backend: 'host', index: r, uuid: `fake-${r}`, name: 'fake', totalBytes: 1 << 30, freeBytes: 1 << 30 });
 const err = { name: 'DeviceError', code: 'E_TEST', message: 'boom' };
 const ranks = [...Array(LOCAL_RANKS).keys()];
 const events = [
@@ -21,7 +22,8 @@ const events = [
   { type: 'STOP' },
   { type: 'xstate.after.stopTimeout.supervisor.stopping' },
   ...ranks.flatMap((r) => [
-    { type: 'RANK_LOADED', localRank: r, segments: [], bytes: 256, seconds: 0.1 },
+    { type: 'RANK_LOADED', localRank: r, device: fakeDevice(r), segments: [], bytes: 256, seconds: 0.1 },
+    { type: 'RANK_SERVING', localRank: r, socketPath: `/fake/sockets/fake-${r}.sock` },
     { type: 'RANK_STOPPED', localRank: r },
     { type: 'RANK_FAILED', localRank: r, error: err },
   ]),
@@ -59,15 +61,21 @@ function replay(steps: Array<{ event: { type: string } }>) {
 function check(snap: any, world: FakeWorld, event: Ev, hadFailure: boolean) {
   const state = String(snap.value);
   const where = `${state} after ${event.type}`;
-  if (state === 'loading' || state === 'ready') {
+  if (state === 'serving' || state === 'ready') {
+    assert.equal([...world.liveServers].sort(), ranks, `${where}: one server per rank, spawned only once all loaded`);
+  }
+  if (state === 'loading') assert.is(world.liveServers.size, 0, `${where}: no socket before the weights are resident`);
+  assert.is(world.manifestLive, state === 'ready', `${where}: the node manifest exists exactly while ready`);
+  if (state === 'loading' || state === 'serving' || state === 'ready') {
     assert.equal(world.liveRanks.size, LOCAL_RANKS, `${where}: one live rank actor per local rank`);
     for (const r of ranks) assert.ok(snap.children[rankActorId(r)], `${where}: rank ${r} is a child`);
   }
   if (state === 'ready') {
     assert.ok(world.groupCommands.some((c) => c.type === 'NODE_READY'), `${where}: the group was told this node is ready`);
-    assert.ok(snap.context.ranks.every((r: any) => r.state === 'loaded'), `${where}: every rank loaded`);
+    assert.ok(snap.context.ranks.every((r: any) => r.state === 'serving' || r.state === 'released'), `${where}: every rank serving`);
   }
   if (state === 'stopping') {
+    assert.is(world.liveServers.size, 0, `${where}: servers stop before memory is freed`);
     for (const r of ranks) {
       if (snap.context.ranks[r].state !== 'stopped') {
         assert.ok(world.rankCommands.some((c) => c.localRank === r && c.cmd.type === 'RANK_STOP'), `${where}: rank ${r} was told to stop`);
@@ -78,6 +86,7 @@ function check(snap: any, world: FakeWorld, event: Ev, hadFailure: boolean) {
     assert.is(snap.status, 'done', `${where}: final`);
     assert.is(world.liveRanks.size, 0, `${where}: every rank actor was stopped (teardown)`);
     assert.is(world.groupLive, false, `${where}: the group session was closed`);
+    assert.is(world.liveServers.size, 0, `${where}: every socket server was closed`);
   }
   if (state === 'failed') {
     assert.ok(snap.context.failure?.message, `${where}: the failure is recorded`);
@@ -92,7 +101,7 @@ function check(snap: any, world: FakeWorld, event: Ev, hadFailure: boolean) {
 test('shortest paths reach every state, and each state holds its invariants', () => {
   const paths = getShortestPaths(supervisorMachine, options);
   const reached = new Set(paths.map((p) => String(p.state.value)));
-  for (const s of ['init', 'rendezvous', 'loading', 'ready', 'stopping', 'stopped', 'failed']) {
+  for (const s of ['init', 'rendezvous', 'loading', 'serving', 'ready', 'stopping', 'stopped', 'failed']) {
     assert.ok(reached.has(s), `state ${s} is reachable`);
   }
   for (const p of paths) replay(p.steps as any);
@@ -108,7 +117,7 @@ test('every simple path to a final state tears everything down', () => {
     assert.ok(['stopped', 'failed'].includes(last.state));
     if (last.state === 'failed') failedFromEveryState.add(last.from);
   }
-  for (const s of ['init', 'rendezvous', 'loading', 'ready', 'stopping']) {
+  for (const s of ['init', 'rendezvous', 'loading', 'serving', 'ready', 'stopping']) {
     assert.ok(failedFromEveryState.has(s), `a failure in ${s} is covered`);
   }
 });
@@ -117,13 +126,34 @@ test('a rank that fails while others load is named, and the first failure wins',
   const visited = replay([
     { event: events[0]! },
     { event: events[2]! },
-    { event: { type: 'RANK_LOADED', localRank: 0, segments: [], bytes: 1, seconds: 0 } as Ev },
+    { event: { type: 'RANK_LOADED', localRank: 0, device: fakeDevice(0), segments: [], bytes: 1, seconds: 0 } as Ev },
     { event: { type: 'RANK_FAILED', localRank: 1, error: { ...err, message: 'cuMemAlloc failed' } } as Ev },
   ]);
   const last = visited.at(-1)!;
   assert.is(last.state, 'failed');
   assert.is(last.snap.context.failure?.globalRank, 1);
   assert.match(last.snap.context.failure!.message, /rank 1 \(local 1\) failed: cuMemAlloc failed/);
+});
+
+test('a client release frees that rank through its worker, then answers the server', () => {
+  const world = new FakeWorld();
+  const actor = createActor(supervisorMachine.provide(world.implementations()), { input: fakeInput() });
+  actor.start();
+  for (const e of [
+    events[0],
+    events[2],
+    ...ranks.map((r) => ({ type: 'RANK_LOADED', localRank: r, device: fakeDevice(r), segments: [], bytes: 1, seconds: 0 })),
+    ...ranks.map((r) => ({ type: 'RANK_SERVING', localRank: r, socketPath: `/s/${r}` })),
+  ]) actor.send(e as Ev);
+  assert.is(actor.getSnapshot().value, 'ready');
+  actor.send({ type: 'RANK_RELEASE_REQUESTED', localRank: 1 });
+  assert.equal(world.rankCommands.filter((c) => c.cmd.type === 'RANK_RELEASE').map((c) => c.localRank), [1]);
+  assert.equal(world.serveCommands, [], 'the client hears nothing before the memory is freed');
+  actor.send({ type: 'RANK_RELEASED', localRank: 1 });
+  assert.equal(world.serveCommands, [{ localRank: 1, cmd: { type: 'SERVE_RELEASED' } }]);
+  assert.is(actor.getSnapshot().context.ranks[1]!.state, 'released');
+  assert.is(actor.getSnapshot().value, 'ready', 'the other rank keeps serving');
+  actor.stop();
 });
 
 test.run();

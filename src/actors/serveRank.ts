@@ -1,0 +1,66 @@
+// The serve actor: serves one resident rank on its device's Unix socket (src/serve/rankServer.ts)
+// for as long as the supervisor keeps it. A client's allowed release is handed to the supervisor
+// (RANK_RELEASE_REQUESTED), which frees the memory and answers SERVE_RELEASED; only then do the
+// waiting clients hear that it is done. Stopping the actor removes socket and lock synchronously.
+import { fromCallback } from 'xstate';
+import { deserializeError, serializeError } from '../errors.js';
+import type { Logger } from '../log.js';
+import type { DeviceLock } from '../serve/deviceLock.js';
+import { RankServer, type ServeLimits } from '../serve/rankServer.js';
+import type { ServeCommand, ServeEvent } from '../serve/serveEvents.js';
+import type { ServedRank } from '../serve/servedRank.js';
+
+export { writeNodeManifest, removeNodeManifest, type NodeManifestEntry } from '../serve/nodeManifest.js';
+export { acquireDeviceLock, type DeviceLock } from '../serve/deviceLock.js';
+export { resolveSocketDir } from '../serve/socketDir.js';
+
+export interface ServeRankInput {
+  rank: ServedRank;
+  socketDir?: string;
+  log: Logger;
+  /**
+   * The device lock, when the node took it before loading (resolveSocketDir + acquireDeviceLock
+   * in the prepare step), so that a second daemon fails in milliseconds, not after loading.
+   * The actor owns it from then on and removes it at cleanup.
+   */
+  lock?: DeviceLock;
+  limits?: Partial<ServeLimits>;
+}
+
+export const serveRank = fromCallback<ServeCommand, ServeRankInput, ServeEvent>(({ input, sendBack, receive }) => {
+  const { localRank } = input.rank;
+  let pending: { resolve: () => void; reject: (err: Error) => void } | undefined;
+  const server = new RankServer({
+    rank: input.rank,
+    socketDir: input.socketDir,
+    log: input.log,
+    lock: input.lock,
+    limits: input.limits,
+    // RankServer calls this at most once and makes later releases wait on the same promise.
+    release: () =>
+      new Promise<void>((resolve, reject) => {
+        pending = { resolve, reject };
+        sendBack({ type: 'RANK_RELEASE_REQUESTED', localRank });
+      }),
+  });
+
+  receive((cmd) => {
+    const p = pending;
+    pending = undefined;
+    if (cmd.type === 'SERVE_RELEASED') p?.resolve();
+    else p?.reject(deserializeError(cmd.error));
+  });
+
+  let stopped = false;
+  server.listen().then(
+    (socketPath) => sendBack({ type: 'RANK_SERVING', localRank, socketPath }),
+    (err: unknown) => {
+      if (!stopped) sendBack({ type: 'RANK_FAILED', localRank, error: serializeError(err) });
+    },
+  );
+
+  return () => {
+    stopped = true;
+    server.close();
+  };
+});

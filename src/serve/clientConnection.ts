@@ -1,0 +1,182 @@
+// One client connection on a rank's socket: framing, validation, deadlines, ordering and
+// backpressure. Command semantics live in the handler (rankServer.ts). Anything hostile or
+// malformed ends this connection only, after a best-effort error frame saying why.
+import type { Socket } from 'node:net';
+import { ProtocolError, WeightdError } from '../errors.js';
+import { encodeFrame, FrameDecoder, parsePayload } from './frameCodec.js';
+import { COMMANDS, Request, type ErrorReply } from './protocol.js';
+import type { Caller } from './leaseTable.js';
+
+export interface ConnectionLimits {
+  maxRequestBytes: number;
+  /** A frame whose first byte arrived must be complete within this (slowloris). */
+  readTimeoutMs: number;
+  /** A connection with no request in flight and nothing bound to it is closed after this. */
+  idleTimeoutMs: number;
+}
+
+export interface ConnectionHandler {
+  /** Serves one valid request; resolves to the serialized reply. May throw WeightdError. */
+  handle(request: Request, caller: Caller): Promise<string>;
+  /** Whether something (a copy-mode lease) needs this connection kept open while it is idle. */
+  keepOpen(caller: Caller): boolean;
+  /** The connection is gone. */
+  closed(caller: Caller): void;
+  /** A protocol violation, for the server's (rate-limited) log. */
+  violation(caller: Caller, err: WeightdError): void;
+}
+
+function errorReply(id: number | null, err: WeightdError): string {
+  const reply: ErrorReply = { id, ok: false, error: { code: err.code, message: err.message } };
+  if (Object.keys(err.details).length > 0) reply.error.details = err.details;
+  return JSON.stringify(reply);
+}
+
+/** The request id of a payload that failed validation, when it has a usable one. */
+function idOf(value: unknown): number | null {
+  const id = (value as { id?: unknown } | null)?.id;
+  return typeof id === 'number' && Number.isSafeInteger(id) && id >= 0 ? id : null;
+}
+
+export class ClientConnection {
+  readonly caller: Caller;
+  readonly #socket: Socket;
+  readonly #handler: ConnectionHandler;
+  readonly #limits: ConnectionLimits;
+  readonly #decoder: FrameDecoder;
+  readonly #queue: Buffer[] = [];
+  #busy = false;
+  #closing = false;
+  #readTimer: NodeJS.Timeout | undefined;
+  #idleTimer: NodeJS.Timeout | undefined;
+
+  constructor(socket: Socket, caller: Caller, handler: ConnectionHandler, limits: ConnectionLimits) {
+    this.#socket = socket;
+    this.caller = caller;
+    this.#handler = handler;
+    this.#limits = limits;
+    this.#decoder = new FrameDecoder(limits.maxRequestBytes);
+    socket.on('data', (chunk: Buffer) => this.#onData(chunk));
+    // Errors (a reset by the peer) are followed by 'close', which does the cleanup.
+    socket.on('error', () => {});
+    socket.on('close', () => {
+      this.#closing = true;
+      clearTimeout(this.#readTimer);
+      clearTimeout(this.#idleTimer);
+      this.#handler.closed(caller);
+    });
+    this.#armIdle();
+  }
+
+  destroy(): void {
+    this.#closing = true;
+    this.#socket.destroy();
+  }
+
+  #onData(chunk: Buffer): void {
+    if (this.#closing) return;
+    clearTimeout(this.#idleTimer);
+    this.#idleTimer = undefined;
+    let frames: Buffer[];
+    try {
+      frames = this.#decoder.push(chunk);
+    } catch (err) {
+      this.#fail(null, err as WeightdError);
+      return;
+    }
+    if (this.#decoder.buffered === 0) {
+      clearTimeout(this.#readTimer);
+      this.#readTimer = undefined;
+    } else if (!this.#readTimer || frames.length > 0) {
+      // The deadline runs from a frame's first byte and is not extended by later bytes, so a
+      // peer that trickles one byte at a time (slowloris) is cut off.
+      clearTimeout(this.#readTimer);
+      this.#readTimer = setTimeout(() => {
+        this.#fail(null, new ProtocolError('E_READ_TIMEOUT', `request frame not complete within ${this.#limits.readTimeoutMs} ms of its first byte (${this.#decoder.buffered} bytes received)`));
+      }, this.#limits.readTimeoutMs);
+    }
+    if (frames.length === 0) return;
+    this.#queue.push(...frames);
+    // One request at a time, in order; reading pauses meanwhile so a client that pipelines
+    // faster than it reads replies cannot make us buffer without bound.
+    this.#socket.pause();
+    if (!this.#busy) void this.#drainQueue();
+  }
+
+  async #drainQueue(): Promise<void> {
+    this.#busy = true;
+    while (this.#queue.length > 0 && !this.#closing) {
+      const payload = this.#queue.shift()!;
+      let value: unknown;
+      try {
+        value = parsePayload(payload);
+      } catch (err) {
+        this.#fail(null, err as WeightdError);
+        return;
+      }
+      const parsed = Request.safeParse(value);
+      if (!parsed.success) {
+        const cmd = (value as { cmd?: unknown } | null)?.cmd;
+        if (typeof cmd === 'string' && !(COMMANDS as readonly string[]).includes(cmd) && idOf(value) !== null) {
+          // A well-formed request for a command we do not know: a newer client. Say so and
+          // keep the connection, so it can fall back to commands we have.
+          await this.#write(errorReply(idOf(value), new ProtocolError('E_UNKNOWN_COMMAND', `unknown command ${JSON.stringify(cmd.slice(0, 40))}; this daemon knows ${COMMANDS.join(', ')}`)));
+          continue;
+        }
+        const issues = parsed.error.issues.slice(0, 5).map((i) => `${i.path.join('.') || '(root)'}: ${i.message}`).join('; ');
+        this.#fail(idOf(value), new ProtocolError('E_BAD_REQUEST', `request does not match the protocol schema: ${issues}`));
+        return;
+      }
+      let reply: string;
+      try {
+        reply = await this.#handler.handle(parsed.data, this.caller);
+      } catch (err) {
+        const e = err instanceof WeightdError ? err : new WeightdError('E_INTERNAL', `internal error: ${(err as Error).message}`);
+        reply = errorReply(parsed.data.id, e);
+      }
+      if (this.#closing) return;
+      await this.#write(reply);
+    }
+    this.#busy = false;
+    if (this.#closing) return;
+    this.#socket.resume();
+    this.#armIdle();
+  }
+
+  /** Writes a reply; waits for the socket to drain so large replies do not pile up. */
+  #write(json: string): Promise<void> {
+    return new Promise((resolve) => {
+      if (this.#closing || this.#socket.write(encodeFrame(json))) resolve();
+      else {
+        const done = () => {
+          this.#socket.off('drain', done);
+          this.#socket.off('close', done);
+          resolve();
+        };
+        this.#socket.on('drain', done);
+        this.#socket.on('close', done);
+      }
+    });
+  }
+
+  #armIdle(): void {
+    clearTimeout(this.#idleTimer);
+    this.#idleTimer = undefined;
+    if (this.#busy || this.#closing || this.#handler.keepOpen(this.caller)) return;
+    this.#idleTimer = setTimeout(() => this.destroy(), this.#limits.idleTimeoutMs);
+  }
+
+  /** Tells the peer why (if it still listens), then closes. */
+  #fail(id: number | null, err: WeightdError): void {
+    if (this.#closing) return;
+    this.#closing = true;
+    this.#handler.violation(this.caller, err);
+    clearTimeout(this.#readTimer);
+    clearTimeout(this.#idleTimer);
+    this.#queue.length = 0;
+    this.#socket.end(encodeFrame(errorReply(id, err)), () => this.#socket.destroy());
+    // A peer that never reads would keep end() from finishing: do not wait on it for long.
+    // (Kept in #readTimer so that 'close' clears it.)
+    this.#readTimer = setTimeout(() => this.#socket.destroy(), 1000);
+  }
+}

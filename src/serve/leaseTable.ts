@@ -1,0 +1,107 @@
+// Who is using a rank's memory right now. Every successful get_state gets its own lease (its own
+// export record), so a release can be judged against each live user separately: one client
+// freeing the cache can never pull memory out from under another (the reference design's bug,
+// where one shared export let a copying client free what a mapping client still used).
+//
+// Two lifetimes, because the two modes use memory differently:
+// - map: the client keeps using the memory after it hangs up (CUDA IPC mappings and mmaps outlive
+//   the socket), so the lease follows the client *process*: it ends on detach, when the pid is
+//   gone, or on a forced release.
+// - copy: the client only needs the memory while it copies, with the connection open; the lease
+//   also ends when that connection closes, so a client that crashes mid-copy frees it at once.
+// A peer in a pid namespace the daemon cannot see has pid 0 (SO_PEERCRED): its liveness cannot
+// be checked, so its leases are bound to the connection whatever the mode.
+import { randomBytes } from 'node:crypto';
+import type { LeaseInfo, ServeMode } from './protocol.js';
+import { isProcessAlive, processIdentity, type ProcessIdentity } from './processLiveness.js';
+
+export interface Lease {
+  id: string;
+  owner: ProcessIdentity;
+  mode: ServeMode;
+  connectionId: number;
+  /** Ends when its connection closes (copy mode, or an owner whose pid is unknown). */
+  connectionBound: boolean;
+  sinceMs: number;
+}
+
+/** Who is asking: the peer's pid (SO_PEERCRED) and its connection. */
+export interface Caller {
+  pid: number;
+  connectionId: number;
+}
+
+/** Whether `caller` holds `lease`: by pid, or by connection when the pid is unknown (0). */
+function heldBy(lease: Lease, caller: Caller): boolean {
+  return caller.pid > 0 ? lease.owner.pid === caller.pid : lease.connectionId === caller.connectionId;
+}
+
+export class LeaseTable {
+  readonly #leases = new Map<string, Lease>();
+
+  grant(caller: Caller, mode: ServeMode): Lease {
+    const lease: Lease = {
+      id: randomBytes(12).toString('hex'),
+      owner: processIdentity(caller.pid),
+      mode,
+      connectionId: caller.connectionId,
+      connectionBound: mode === 'copy' || caller.pid <= 0,
+      sinceMs: Date.now(),
+    };
+    this.#leases.set(lease.id, lease);
+    return lease;
+  }
+
+  get size(): number {
+    return this.#leases.size;
+  }
+
+  /** Drops `leaseId` if the caller holds it; without an id, every lease its connection took. */
+  detach(caller: Caller, leaseId?: string): Lease[] {
+    if (leaseId === undefined) return this.#dropWhere((l) => l.connectionId === caller.connectionId);
+    return this.#dropWhere((l) => l.id === leaseId && heldBy(l, caller));
+  }
+
+  /** Whether the connection holds a lease that would end if it closed. */
+  holdsBound(connectionId: number): boolean {
+    for (const l of this.#leases.values()) if (l.connectionBound && l.connectionId === connectionId) return true;
+    return false;
+  }
+
+  /** A connection closed: its bound leases end; map leases live on with the process. */
+  connectionClosed(connectionId: number): Lease[] {
+    return this.#dropWhere((l) => l.connectionId === connectionId && l.connectionBound);
+  }
+
+  /** Ends the leases of processes that are gone. Returns them, for the log. */
+  expireDead(): Lease[] {
+    return this.#dropWhere((l) => l.owner.pid > 0 && !isProcessAlive(l.owner));
+  }
+
+  /** Live leases the caller does not hold (dead ones are expired first). */
+  othersThan(caller: Caller): Lease[] {
+    this.expireDead();
+    return [...this.#leases.values()].filter((l) => !heldBy(l, caller));
+  }
+
+  /** Ends every lease (the memory is being released); returns those the caller did not hold. */
+  clear(caller: Caller): Lease[] {
+    const others = [...this.#leases.values()].filter((l) => !heldBy(l, caller));
+    this.#leases.clear();
+    return others;
+  }
+
+  list(): LeaseInfo[] {
+    return [...this.#leases.values()].map(leaseInfo);
+  }
+
+  #dropWhere(pred: (l: Lease) => boolean): Lease[] {
+    const dropped = [...this.#leases.values()].filter(pred);
+    for (const l of dropped) this.#leases.delete(l.id);
+    return dropped;
+  }
+}
+
+export function leaseInfo(l: Lease): LeaseInfo {
+  return { leaseId: l.id, pid: l.owner.pid, mode: l.mode, sinceMs: l.sinceMs, connectionBound: l.connectionBound };
+}

@@ -1,0 +1,87 @@
+// `node.json` in the socket directory: which socket serves which rank, on which device, with
+// which fingerprint. Clients read it to find their socket without probing every one. It is
+// written once the node is ready, by rename over a temp file, so a reader sees the old file or
+// the new one, never half of one.
+import { closeSync, openSync, readFileSync, renameSync, unlinkSync, writeSync, constants } from 'node:fs';
+import { join } from 'node:path';
+import { randomBytes } from 'node:crypto';
+import { ServeError } from '../errors.js';
+import { NODE_MANIFEST } from './socketDir.js';
+
+export const NODE_MANIFEST_VERSION = 1;
+
+export interface NodeManifestEntry {
+  globalRank: number;
+  localRank: number;
+  socketPath: string;
+  deviceUuid: string;
+  fingerprint: string;
+}
+
+export interface NodeManifest {
+  version: number;
+  /** The daemon that wrote it; a reader ignores the file when that process is gone. */
+  pid: number;
+  writtenAt: string;
+  ranks: NodeManifestEntry[];
+}
+
+export function nodeManifestPath(socketDir: string): string {
+  return join(socketDir, NODE_MANIFEST);
+}
+
+export function writeNodeManifest(socketDir: string, entries: NodeManifestEntry[]): string {
+  const path = nodeManifestPath(socketDir);
+  const manifest: NodeManifest = {
+    version: NODE_MANIFEST_VERSION,
+    pid: process.pid,
+    writtenAt: new Date().toISOString(),
+    ranks: [...entries].sort((a, b) => a.globalRank - b.globalRank),
+  };
+  const tmp = `${path}.${process.pid}.${randomBytes(4).toString('hex')}.tmp`;
+  try {
+    const fd = openSync(tmp, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, 0o600);
+    try {
+      writeSync(fd, `${JSON.stringify(manifest, null, 2)}\n`);
+    } finally {
+      closeSync(fd);
+    }
+    renameSync(tmp, path);
+  } catch (err) {
+    try {
+      unlinkSync(tmp);
+    } catch {
+      // Never created, or already renamed.
+    }
+    throw new ServeError('E_NODE_MANIFEST', `cannot write the node manifest ${path}: ${(err as Error).message}`, { path }, { cause: err });
+  }
+  return path;
+}
+
+/** Reads the manifest; null when there is none. Throws ServeError when it is not one. */
+export function readNodeManifest(socketDir: string): NodeManifest | null {
+  const path = nodeManifestPath(socketDir);
+  let text: string;
+  try {
+    text = readFileSync(path, 'utf8');
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return null;
+    throw new ServeError('E_NODE_MANIFEST', `cannot read the node manifest ${path}: ${(err as Error).message}`, { path }, { cause: err });
+  }
+  try {
+    const m = JSON.parse(text) as NodeManifest;
+    if (m.version === NODE_MANIFEST_VERSION && Number.isInteger(m.pid) && Array.isArray(m.ranks)) return m;
+  } catch {
+    // Falls through.
+  }
+  throw new ServeError('E_NODE_MANIFEST', `${path} is not a weightd node manifest (version ${NODE_MANIFEST_VERSION}); remove it`, { path });
+}
+
+/** Removes the manifest if this process wrote it (another daemon may share the directory). */
+export function removeNodeManifest(socketDir: string): void {
+  try {
+    if (readNodeManifest(socketDir)?.pid === process.pid) unlinkSync(nodeManifestPath(socketDir));
+  } catch {
+    // Already gone or not ours: nothing to remove.
+  }
+}

@@ -1,0 +1,162 @@
+// The serving protocol's messages (docs/protocol.md is the prose version of this file). The
+// server validates every request against these schemas; the TypeScript client validates every
+// response. Unknown keys are dropped, not refused, so a newer peer may add optional fields.
+import { z } from 'zod';
+
+/** Version of the message set; independent of the frame version in frameCodec.ts. */
+export const PROTOCOL_VERSION = 1;
+
+export const COMMANDS = ['ping', 'get_state', 'release', 'detach', 'stats'] as const;
+export type Command = (typeof COMMANDS)[number];
+
+const requestId = z.number().int().min(0).max(Number.MAX_SAFE_INTEGER);
+const hash = z.string().min(1).max(256);
+const leaseId = z.string().min(1).max(64);
+export const ServeMode = z.enum(['map', 'copy']);
+export type ServeMode = z.infer<typeof ServeMode>;
+
+export const PingRequest = z.object({ id: requestId, cmd: z.literal('ping') });
+export const GetStateRequest = z.object({
+  id: requestId,
+  cmd: z.literal('get_state'),
+  /** The client's expected fingerprint for this rank. */
+  fingerprint: hash,
+  /** The client's own pid, for the logs; the lease uses the kernel's SO_PEERCRED pid. */
+  pid: z.number().int().min(1).max(2 ** 31 - 1),
+  mode: ServeMode,
+  /** Optional per-field hashes, so a mismatch reply can name the fields that differ. */
+  fingerprintFields: z.record(z.string().min(1).max(64), hash).optional(),
+  /** Free-form client name and version, for the logs. */
+  client: z.string().max(200).optional(),
+});
+export const ReleaseRequest = z.object({ id: requestId, cmd: z.literal('release'), force: z.boolean().optional() });
+export const DetachRequest = z.object({ id: requestId, cmd: z.literal('detach'), leaseId: leaseId.optional() });
+export const StatsRequest = z.object({ id: requestId, cmd: z.literal('stats') });
+
+export const Request = z.discriminatedUnion('cmd', [PingRequest, GetStateRequest, ReleaseRequest, DetachRequest, StatsRequest]);
+export type Request = z.infer<typeof Request>;
+export type GetStateRequest = z.infer<typeof GetStateRequest>;
+
+export const ServeStatus = z.enum(['serving', 'releasing', 'released']);
+export type ServeStatus = z.infer<typeof ServeStatus>;
+
+const count = z.number().int().min(0);
+
+export const DeviceRef = z.object({
+  uuid: z.string(),
+  backend: z.enum(['host', 'cuda']),
+  index: count,
+  name: z.string(),
+});
+export const RankRef = z.object({
+  globalRank: count,
+  localRank: count,
+  nodeRank: count,
+  nnodes: z.number().int().min(1),
+  tpSize: z.number().int().min(1),
+});
+export const TensorMeta = z.object({
+  name: z.string(),
+  dtype: z.string(),
+  shape: z.array(count),
+  segment: count,
+  offset: count,
+  bytes: count,
+});
+export type TensorMeta = z.infer<typeof TensorMeta>;
+export const SegmentRef = z.object({ segment: count, bytes: count, handle: z.string() });
+export type SegmentRef = z.infer<typeof SegmentRef>;
+export const LeaseInfo = z.object({
+  leaseId,
+  pid: count,
+  mode: ServeMode,
+  sinceMs: z.number(),
+  /** Whether the lease ends with its connection (copy mode) or outlives it (map mode). */
+  connectionBound: z.boolean(),
+});
+export type LeaseInfo = z.infer<typeof LeaseInfo>;
+
+const ok = { id: requestId, ok: z.literal(true) };
+
+export const PingReply = z.object({
+  ...ok,
+  status: ServeStatus,
+  protocolVersion: z.number().int(),
+  daemonPid: count,
+  model: z.string(),
+  architecture: z.string(),
+  fingerprint: z.string(),
+  device: DeviceRef,
+  rank: RankRef,
+});
+export type PingReply = z.infer<typeof PingReply>;
+
+export const StateReply = z.object({
+  ...ok,
+  status: z.literal('ok'),
+  mode: ServeMode,
+  /** Pass to detach when done; every get_state that succeeds holds one. */
+  leaseId,
+  fingerprint: z.string(),
+  backend: z.enum(['host', 'cuda']),
+  device: DeviceRef,
+  rank: RankRef,
+  tensors: z.array(TensorMeta),
+  /** alias name -> the tensor whose bytes it shares (tied weights). */
+  aliases: z.record(z.string(), z.string()),
+  segments: z.array(SegmentRef),
+});
+export type StateReply = z.infer<typeof StateReply>;
+
+export const MismatchReply = z.object({
+  ...ok,
+  status: z.literal('mismatch'),
+  /** Names of the fingerprint fields that differ; ["fingerprint"] when no field hashes were sent. */
+  fields: z.array(z.string()),
+  fingerprint: z.string(),
+  fingerprintFields: z.record(z.string(), z.string()),
+});
+export type MismatchReply = z.infer<typeof MismatchReply>;
+
+export const GetStateReply = z.discriminatedUnion('status', [StateReply, MismatchReply]);
+export type GetStateReply = z.infer<typeof GetStateReply>;
+
+export const ReleaseReply = z.object({
+  ...ok,
+  /** True when an earlier release had already freed the memory. */
+  alreadyReleased: z.boolean(),
+  /** Other clients' leases ended by a forced release. */
+  revoked: z.array(LeaseInfo),
+});
+export type ReleaseReply = z.infer<typeof ReleaseReply>;
+
+export const DetachReply = z.object({ ...ok, dropped: count });
+export type DetachReply = z.infer<typeof DetachReply>;
+
+export const StatsReply = z.object({
+  ...ok,
+  status: ServeStatus,
+  connections: count,
+  leases: z.array(LeaseInfo),
+  requests: count,
+  protocolErrors: count,
+  refusedPeers: count,
+  uptimeSeconds: z.number(),
+});
+export type StatsReply = z.infer<typeof StatsReply>;
+
+export const ErrorReply = z.object({
+  id: requestId.nullable(),
+  ok: z.literal(false),
+  error: z.object({ code: z.string(), message: z.string(), details: z.record(z.string(), z.unknown()).optional() }),
+});
+export type ErrorReply = z.infer<typeof ErrorReply>;
+
+/** The reply schema of each command, for the client. */
+export const REPLY_SCHEMAS = {
+  ping: PingReply,
+  get_state: GetStateReply,
+  release: ReleaseReply,
+  detach: DetachReply,
+  stats: StatsReply,
+} as const satisfies Record<Command, z.ZodType>;

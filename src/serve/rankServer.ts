@@ -1,0 +1,522 @@
+// The Unix socket server of one resident rank: one socket per local device, serving the manifest
+// and segment handles to clients of the same user, with a lease per client (leaseTable.ts).
+// `listen()` takes the device lock and binds; `close()` undoes everything synchronously, at any
+// point, even while `listen()` is still in progress.
+import { chmodSync, lstatSync, unlinkSync } from 'node:fs';
+import { connect, createServer, type Server, type Socket } from 'node:net';
+import { ServeError, UsageError, WeightdError } from '../errors.js';
+import type { Logger } from '../log.js';
+import { addon } from '../native/addon.js';
+import { ClientConnection, type ConnectionHandler, type ConnectionLimits } from './clientConnection.js';
+import { acquireDeviceLock, type DeviceLock } from './deviceLock.js';
+import { MAX_REQUEST_BYTES } from './frameCodec.js';
+import { leaseInfo, LeaseTable, type Caller, type Lease } from './leaseTable.js';
+import {
+  PROTOCOL_VERSION,
+  type DetachReply,
+  type GetStateRequest,
+  type MismatchReply,
+  type PingReply,
+  type ReleaseReply,
+  type Request,
+  type ServeStatus,
+  type StatsReply,
+} from './protocol.js';
+import type { ServedRank } from './servedRank.js';
+import { checkSocketPathLength, resolveSocketDir, socketPathFor } from './socketDir.js';
+
+export interface ServeLimits extends ConnectionLimits {
+  /** How often leases of exited clients are looked for (they are also checked on release). */
+  leaseSweepMs: number;
+  /** Connections beyond this are closed at once. */
+  maxConnections: number;
+}
+
+export const DEFAULT_SERVE_LIMITS: ServeLimits = {
+  maxRequestBytes: MAX_REQUEST_BYTES,
+  readTimeoutMs: 5_000,
+  idleTimeoutMs: 60_000,
+  leaseSweepMs: 2_000,
+  maxConnections: 1024,
+};
+
+/**
+ * Environment variables that override the defaults (tests shrink the deadlines, as the
+ * rendezvous tests do with WEIGHTD_RDZV_*). The request size bound is not tunable.
+ */
+export const SERVE_LIMITS_ENV: Record<Exclude<keyof ServeLimits, 'maxRequestBytes'>, string> = {
+  readTimeoutMs: 'WEIGHTD_SERVE_READ_TIMEOUT_MS',
+  idleTimeoutMs: 'WEIGHTD_SERVE_IDLE_TIMEOUT_MS',
+  leaseSweepMs: 'WEIGHTD_SERVE_LEASE_SWEEP_MS',
+  maxConnections: 'WEIGHTD_SERVE_MAX_CONNECTIONS',
+};
+
+/** The defaults, overridden by the environment and then by `over`. */
+export function serveLimits(over: Partial<ServeLimits> = {}, env: NodeJS.ProcessEnv = process.env): ServeLimits {
+  const limits: ServeLimits = { ...DEFAULT_SERVE_LIMITS };
+  for (const key of Object.keys(SERVE_LIMITS_ENV) as Array<keyof typeof SERVE_LIMITS_ENV>) {
+    const raw = env[SERVE_LIMITS_ENV[key]];
+    if (raw === undefined || raw === '') continue;
+    const n = Number(raw);
+    if (!Number.isInteger(n) || n < 1 || n > 3_600_000) {
+      throw new UsageError('E_USAGE', `${SERVE_LIMITS_ENV[key]}=${JSON.stringify(raw)}: must be a whole number from 1 to 3600000; unset it to use ${DEFAULT_SERVE_LIMITS[key]}`);
+    }
+    limits[key] = n;
+  }
+  return { ...limits, ...over };
+}
+
+export interface RankServerOptions {
+  rank: ServedRank;
+  /** Default: a private per-user directory under the temp dir (socketDir.ts). */
+  socketDir?: string;
+  log: Logger;
+  /** Frees the rank's memory; resolves once it is freed. Called at most once. */
+  release: () => Promise<void>;
+  /** A lock taken earlier (before loading, to fail fast); taken here when absent. */
+  lock?: DeviceLock;
+  limits?: Partial<ServeLimits>;
+}
+
+export interface RankServerStats {
+  status: ServeStatus;
+  connections: number;
+  leases: number;
+  requests: number;
+  protocolErrors: number;
+  refusedPeers: number;
+}
+
+/** Logs at most `burst` lines per window and then one line saying how many were left out. */
+class LogLimiter {
+  #windowStart = 0;
+  #count = 0;
+  #dropped = 0;
+  constructor(readonly burst: number, readonly windowMs: number) {}
+  allow(log: () => void, summary: (dropped: number) => void): void {
+    const now = Date.now();
+    if (now - this.#windowStart > this.windowMs) {
+      if (this.#dropped > 0) summary(this.#dropped);
+      this.#windowStart = now;
+      this.#count = 0;
+      this.#dropped = 0;
+    }
+    if (this.#count++ < this.burst) log();
+    else this.#dropped++;
+  }
+}
+
+/** Whether a socket path is served: connect succeeds (live) or is refused (stale file). */
+function probeSocket(path: string): Promise<'live' | 'stale' | 'absent'> {
+  return new Promise((resolve, reject) => {
+    const s = connect(path);
+    const timer = setTimeout(() => finish('live'), 2000); // a wedged server still owns it
+    function finish(result: 'live' | 'stale' | 'absent' | Error) {
+      clearTimeout(timer);
+      s.destroy();
+      if (result instanceof Error) reject(result);
+      else resolve(result);
+    }
+    s.on('connect', () => finish('live'));
+    s.on('error', (err: NodeJS.ErrnoException) => {
+      if (err.code === 'ECONNREFUSED') finish('stale');
+      else if (err.code === 'ENOENT') finish('absent');
+      else if (err.code === 'EAGAIN') finish('live'); // backlog full: someone is listening
+      else finish(new ServeError('E_SOCKET_PATH', `cannot probe existing socket ${path}: ${err.message}; remove it if no daemon serves it`, { path }, { cause: err }));
+    });
+  });
+}
+
+export class RankServer implements ConnectionHandler {
+  readonly rank: ServedRank;
+  readonly #log: Logger;
+  readonly #options: RankServerOptions;
+  #limits: ServeLimits = DEFAULT_SERVE_LIMITS;
+  readonly #uid = process.getuid!();
+  readonly #leases = new LeaseTable();
+  readonly #connections = new Map<number, ClientConnection>();
+  readonly #violations = new LogLimiter(20, 10_000);
+  /** The manifest part of every get_state reply, serialized once (100k tensors: tens of MB). */
+  readonly #manifestJson: string;
+  readonly #startedAt = Date.now();
+  #nextConnectionId = 1;
+  #status: ServeStatus = 'serving';
+  #releasing: Promise<void> | undefined;
+  #requests = 0;
+  #protocolErrors = 0;
+  #refusedPeers = 0;
+  #closed = false;
+  #lock: DeviceLock | undefined;
+  #server: Server | undefined;
+  #socketPath: string | undefined;
+  #socketDir: string | undefined;
+  /** The inode we bound, so close() never unlinks a socket some other daemon bound later. */
+  #socketIno: number | undefined;
+  #sweep: NodeJS.Timeout | undefined;
+
+  constructor(options: RankServerOptions) {
+    this.#options = options;
+    this.rank = options.rank;
+    this.#log = options.log;
+    this.#lock = options.lock;
+    const r = options.rank;
+    this.#manifestJson = JSON.stringify({
+      fingerprint: r.fingerprint,
+      backend: r.backend,
+      device: this.#deviceRef(),
+      rank: this.#rankRef(),
+      tensors: r.tensors.map((t) => ({ name: t.name, dtype: t.dtype, shape: t.shape, segment: t.segment, offset: t.offset, bytes: t.bytes })),
+      aliases: r.aliases,
+      segments: r.segments.map((s) => ({ segment: s.segment, bytes: s.bytes, handle: s.handle })),
+    });
+  }
+
+  get socketPath(): string {
+    if (!this.#socketPath) throw new ServeError('E_NOT_LISTENING', 'the rank server is not listening yet');
+    return this.#socketPath;
+  }
+
+  get socketDir(): string {
+    if (!this.#socketDir) throw new ServeError('E_NOT_LISTENING', 'the rank server is not listening yet');
+    return this.#socketDir;
+  }
+
+  get status(): ServeStatus {
+    return this.#status;
+  }
+
+  stats(): RankServerStats {
+    return {
+      status: this.#status,
+      connections: this.#connections.size,
+      leases: this.#leases.size,
+      requests: this.#requests,
+      protocolErrors: this.#protocolErrors,
+      refusedPeers: this.#refusedPeers,
+    };
+  }
+
+  /**
+   * Checks the directory, takes the device lock, clears a stale socket, binds. On failure
+   * everything taken so far is let go (the server is closed) before the error is thrown.
+   */
+  async listen(): Promise<string> {
+    try {
+      return await this.#listen();
+    } catch (err) {
+      this.close();
+      throw err;
+    }
+  }
+
+  async #listen(): Promise<string> {
+    this.#throwIfClosed();
+    this.#limits = serveLimits(this.#options.limits);
+    const { uuid } = this.rank.device;
+    const dir = resolveSocketDir(this.#options.socketDir);
+    const path = socketPathFor(dir, uuid);
+    checkSocketPathLength(path);
+    this.#socketDir = dir;
+    this.#lock ??= acquireDeviceLock(dir, uuid, (holder) =>
+      this.#log.warn({ socketDir: dir, deadPid: holder.pid, device: uuid }, 'took over the device lock of a weightd that no longer runs'),
+    );
+    await this.#clearStaleSocket(path);
+    this.#throwIfClosed();
+    await this.#bind(path);
+    this.#throwIfClosed();
+    this.#sweep = setInterval(() => this.#expireDeadLeases('exited'), this.#limits.leaseSweepMs);
+    this.#sweep.unref();
+    this.#log.info({ socket: path, device: uuid, globalRank: this.rank.globalRank, tensors: this.rank.tensors.length }, 'serving');
+    return path;
+  }
+
+  /**
+   * Stops serving and removes the socket and lock (a lock passed in options too). Synchronous;
+   * safe at any time and more than once: each resource is let go the first time only.
+   */
+  close(): void {
+    this.#closed = true;
+    clearInterval(this.#sweep);
+    for (const c of this.#connections.values()) c.destroy();
+    const server = this.#server;
+    this.#server = undefined;
+    server?.close();
+    if (this.#socketPath && this.#socketIno !== undefined) {
+      try {
+        if (lstatSync(this.#socketPath).ino === this.#socketIno) unlinkSync(this.#socketPath);
+      } catch {
+        // Already gone.
+      }
+    }
+    this.#socketIno = undefined;
+    const lock = this.#lock;
+    this.#lock = undefined;
+    lock?.release();
+  }
+
+  /** close() may run while listen() awaits; what listen() acquired after it is let go here. */
+  #throwIfClosed(): void {
+    if (!this.#closed) return;
+    this.close();
+    throw new ServeError('E_SERVE_CLOSED', `serving device ${this.rank.device.uuid} was stopped while it started`);
+  }
+
+  async #clearStaleSocket(path: string): Promise<void> {
+    let st;
+    try {
+      st = lstatSync(path);
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === 'ENOENT') return;
+      throw new ServeError('E_SOCKET_PATH', `cannot inspect ${path}: ${(err as Error).message}`, { path }, { cause: err });
+    }
+    if (!st.isSocket() || st.uid !== this.#uid) {
+      throw new ServeError(
+        'E_SOCKET_PATH',
+        `${path} exists and is not a socket of this user (${st.isSymbolicLink() ? 'a symbolic link' : st.isSocket() ? `owned by uid ${st.uid}` : 'not a socket'}); weightd will not replace it. Remove it and start again`,
+        { path },
+      );
+    }
+    const state = await probeSocket(path);
+    if (state === 'live') {
+      throw new ServeError(
+        'E_SOCKET_IN_USE',
+        `${path} accepts connections although its device lock was free: another weightd (maybe in another container or pid namespace sharing this directory) serves device ${this.rank.device.uuid}; stop it or use another --weight-cache-socket-dir`,
+        { path },
+      );
+    }
+    if (state === 'stale') {
+      // We hold the device lock and nothing listens: the file is left over from a daemon that
+      // was killed. Only now is it safe to remove.
+      unlinkSync(path);
+      this.#log.warn({ socket: path }, 'removed a stale socket left by a weightd that no longer runs');
+    }
+  }
+
+  #bind(path: string): Promise<void> {
+    const server = createServer();
+    this.#server = server;
+    server.on('connection', (s) => this.#onConnection(s));
+    return new Promise((resolve, reject) => {
+      // listen() binds synchronously and reports 'listening' or 'error' on the next tick, before
+      // any timer or I/O callback (such as a close() from the actor's cleanup) can run.
+      server.once('error', (err: NodeJS.ErrnoException) => {
+        reject(new ServeError('E_SOCKET_BIND', `cannot bind ${path}: ${err.message}${err.code === 'EADDRINUSE' ? '; another process created it just now' : ''}`, { path }, { cause: err }));
+      });
+      server.once('listening', () => {
+        const st = lstatSync(path);
+        this.#socketPath = path;
+        this.#socketIno = st.ino;
+        if ((st.mode & 0o777) !== 0o600) chmodSync(path, 0o600);
+        server.removeAllListeners('error');
+        server.on('error', (err) => this.#log.error({ err, socket: path }, 'socket server error'));
+        resolve();
+      });
+      // The socket must never exist with a mode wider than 0600, not even for an instant: bind(2)
+      // creates it with 0777 & ~umask, so the umask is narrowed around listen(), which binds
+      // synchronously. The umask is process-wide, but nothing else runs on this thread meanwhile,
+      // and other threads' files only get narrower modes for that instant. (The socket
+      // directory is 0700 as well, so this is a second wall, not the only one.)
+      const previous = process.umask(0o177);
+      try {
+        server.listen(path);
+      } finally {
+        process.umask(previous);
+      }
+    });
+  }
+
+  #onConnection(socket: Socket): void {
+    if (this.#closed) {
+      socket.destroy();
+      return;
+    }
+    if (this.#connections.size >= this.#limits.maxConnections) {
+      this.#log.warn({ limit: this.#limits.maxConnections }, 'too many client connections: refused one');
+      socket.destroy();
+      return;
+    }
+    const fd = (socket as unknown as { _handle?: { fd?: number } })._handle?.fd;
+    let peer;
+    try {
+      if (fd === undefined || fd < 0) throw new Error('the socket has no file descriptor');
+      peer = addon.peerCredentials(fd);
+    } catch (err) {
+      this.#log.warn({ err: (err as Error).message }, 'cannot read the peer credentials of a client: refused it');
+      socket.destroy();
+      return;
+    }
+    if (peer.uid !== this.#uid) {
+      // Unreachable with a 0600 socket in a 0700 directory, unless someone widened them, or
+      // the peer is root; refusing root as well keeps "only this user" exact.
+      this.#refusedPeers++;
+      this.#log.warn({ peerUid: peer.uid, peerPid: peer.pid, uid: this.#uid, socket: this.#socketPath }, 'refused a client of another user');
+      socket.destroy();
+      return;
+    }
+    const caller: Caller = { pid: peer.pid, connectionId: this.#nextConnectionId++ };
+    this.#connections.set(caller.connectionId, new ClientConnection(socket, caller, this, this.#limits));
+    this.#log.debug({ peerPid: peer.pid, connection: caller.connectionId }, 'client connected');
+  }
+
+  // ConnectionHandler
+
+  keepOpen(caller: Caller): boolean {
+    return this.#leases.holdsBound(caller.connectionId);
+  }
+
+  closed(caller: Caller): void {
+    this.#connections.delete(caller.connectionId);
+    for (const l of this.#leases.connectionClosed(caller.connectionId)) this.#logLease(l, 'lease ended with its connection');
+    this.#log.debug({ peerPid: caller.pid, connection: caller.connectionId }, 'client disconnected');
+  }
+
+  violation(caller: Caller, err: WeightdError): void {
+    this.#protocolErrors++;
+    this.#violations.allow(
+      () => this.#log.warn({ peerPid: caller.pid, connection: caller.connectionId, code: err.code }, `closed a client connection: ${err.message}`),
+      (dropped) => this.#log.warn({ dropped }, 'more client protocol errors were not logged'),
+    );
+  }
+
+  async handle(req: Request, caller: Caller): Promise<string> {
+    this.#requests++;
+    switch (req.cmd) {
+      case 'ping':
+        return JSON.stringify(this.#ping(req.id));
+      case 'get_state':
+        return this.#getState(req, caller);
+      case 'release':
+        return JSON.stringify(await this.#release(req.id, caller, req.force ?? false));
+      case 'detach': {
+        const dropped = this.#leases.detach(caller, req.leaseId);
+        for (const l of dropped) this.#logLease(l, 'lease detached');
+        const reply: DetachReply = { id: req.id, ok: true, dropped: dropped.length };
+        return JSON.stringify(reply);
+      }
+      case 'stats': {
+        this.#expireDeadLeases('exited');
+        const s = this.stats();
+        const reply: StatsReply = {
+          id: req.id,
+          ok: true,
+          status: s.status,
+          connections: s.connections,
+          leases: this.#leases.list(),
+          requests: s.requests,
+          protocolErrors: s.protocolErrors,
+          refusedPeers: s.refusedPeers,
+          uptimeSeconds: (Date.now() - this.#startedAt) / 1000,
+        };
+        return JSON.stringify(reply);
+      }
+    }
+  }
+
+  #deviceRef() {
+    const d = this.rank.device;
+    return { uuid: d.uuid, backend: d.backend, index: d.index, name: d.name };
+  }
+
+  #rankRef() {
+    const r = this.rank;
+    return { globalRank: r.globalRank, localRank: r.localRank, nodeRank: r.nodeRank, nnodes: r.nnodes, tpSize: r.tpSize };
+  }
+
+  #ping(id: number): PingReply {
+    const r = this.rank;
+    return {
+      id,
+      ok: true,
+      status: this.#status,
+      protocolVersion: PROTOCOL_VERSION,
+      daemonPid: process.pid,
+      model: r.model,
+      architecture: r.architecture,
+      fingerprint: r.fingerprint,
+      device: this.#deviceRef(),
+      rank: this.#rankRef(),
+    };
+  }
+
+  #getState(req: GetStateRequest, caller: Caller): string {
+    if (this.#status !== 'serving') {
+      throw new ServeError(
+        this.#status === 'released' ? 'E_RELEASED' : 'E_RELEASING',
+        `rank ${this.rank.globalRank}'s cache on device ${this.rank.device.uuid} ${this.#status === 'released' ? 'was released' : 'is being released'}; load the weights from disk (or restart weightd to cache them again)`,
+      );
+    }
+    if (req.fingerprint !== this.rank.fingerprint) {
+      const reply: MismatchReply = {
+        id: req.id,
+        ok: true,
+        status: 'mismatch',
+        fields: this.#differingFields(req.fingerprintFields),
+        fingerprint: this.rank.fingerprint,
+        fingerprintFields: this.rank.fingerprintFields,
+      };
+      this.#log.info({ peerPid: caller.pid, fields: reply.fields, client: req.client }, 'fingerprint mismatch: the client will load from disk');
+      return JSON.stringify(reply);
+    }
+    const lease = this.#leases.grant(caller, req.mode);
+    if (req.pid !== caller.pid && caller.pid > 0) {
+      this.#log.debug({ claimedPid: req.pid, peerPid: caller.pid }, 'client pid differs from SO_PEERCRED (pid namespace?): the lease uses the kernel pid');
+    }
+    this.#logLease(lease, 'lease granted', req.client);
+    // The manifest is spliced in as cached text instead of re-serialized per request.
+    const head = { id: req.id, ok: true, status: 'ok', mode: req.mode, leaseId: lease.id };
+    return `${JSON.stringify(head).slice(0, -1)},${this.#manifestJson.slice(1)}`;
+  }
+
+  #differingFields(theirs: Record<string, string> | undefined): string[] {
+    if (!theirs) return ['fingerprint'];
+    const ours = this.rank.fingerprintFields;
+    const names = [...new Set([...Object.keys(ours), ...Object.keys(theirs)])].sort();
+    const differ = names.filter((n) => ours[n] !== theirs[n]);
+    // Equal fields under unequal fingerprints: something outside the fields (a newer formula).
+    return differ.length > 0 ? differ : ['fingerprint'];
+  }
+
+  async #release(id: number, caller: Caller, force: boolean): Promise<ReleaseReply> {
+    if (this.#status === 'released') return { id, ok: true, alreadyReleased: true, revoked: [] };
+    if (this.#status === 'serving') {
+      const others = this.#leases.othersThan(caller);
+      if (others.length > 0 && !force) {
+        const pids = [...new Set(others.map((l) => l.owner.pid))];
+        throw new ServeError(
+          'E_LEASE_HELD',
+          `release refused: ${others.length} lease(s) of other clients (pid ${pids.join(', ')}) still use rank ${this.rank.globalRank}'s memory; ` +
+            'they must detach (or exit) first, or pass force to revoke them (their mappings then point at freed memory)',
+          { leases: others.map(leaseInfo) },
+        );
+      }
+      const revoked = this.#leases.clear(caller);
+      for (const l of revoked) this.#logLease(l, 'lease revoked by a forced release');
+      this.#status = 'releasing';
+      this.#log.info({ peerPid: caller.pid, force, revoked: revoked.length }, 'release requested: freeing the rank');
+      this.#releasing = this.#options.release().then(
+        () => {
+          this.#status = 'released';
+          this.#log.info({ globalRank: this.rank.globalRank }, 'rank released');
+        },
+        (err: unknown) => {
+          // Whether any memory is left is unknown: never hand it out again.
+          this.#status = 'released';
+          throw new ServeError('E_RELEASE_FAILED', `freeing rank ${this.rank.globalRank} failed: ${(err as Error).message}`, {}, { cause: err });
+        },
+      );
+      await this.#releasing;
+      return { id, ok: true, alreadyReleased: false, revoked: revoked.map(leaseInfo) };
+    }
+    // Another client's release is in progress: answer when it ends.
+    await this.#releasing;
+    return { id, ok: true, alreadyReleased: true, revoked: [] };
+  }
+
+  #expireDeadLeases(why: string): void {
+    for (const l of this.#leases.expireDead()) this.#logLease(l, `lease ended: client ${why}`);
+  }
+
+  #logLease(l: Lease, msg: string, client?: string): void {
+    this.#log.info({ leaseId: l.id, peerPid: l.owner.pid, mode: l.mode, leases: this.#leases.size, client }, msg);
+  }
+}

@@ -1,0 +1,18 @@
+// Events between the serve actor (src/actors/serveRank.ts) and the supervisor machine.
+import type { SerializedError } from '../errors.js';
+
+/** From a serve actor to the supervisor. */
+export type ServeEvent =
+  /** The socket is bound and accepting; clients may attach. */
+  | { type: 'RANK_SERVING'; localRank: number; socketPath: string }
+  /** A client's release was allowed: free the rank's memory, then send SERVE_RELEASED. */
+  | { type: 'RANK_RELEASE_REQUESTED'; localRank: number }
+  /** Binding, locking or serving failed. */
+  | { type: 'RANK_FAILED'; localRank: number; error: SerializedError };
+
+/** From the supervisor to a serve actor. */
+export type ServeCommand =
+  /** The memory is freed: answer the pending release(s) ok. */
+  | { type: 'SERVE_RELEASED' }
+  /** Freeing failed: answer the pending release(s) with this error. */
+  | { type: 'SERVE_RELEASE_FAILED'; error: SerializedError };
