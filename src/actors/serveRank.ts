@@ -11,8 +11,6 @@ import type { ServeCommand, ServeEvent } from '../serve/serveEvents.js';
 import type { ServedRank } from '../serve/servedRank.js';
 
 export { writeNodeManifest, removeNodeManifest, type NodeManifestEntry } from '../serve/nodeManifest.js';
-export { acquireDeviceLock, type DeviceLock } from '../serve/deviceLock.js';
-export { resolveSocketDir } from '../serve/socketDir.js';
 
 export interface ServeRankInput {
   rank: ServedRank;

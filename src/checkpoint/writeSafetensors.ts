@@ -29,7 +29,8 @@ export interface EncodedHeader {
 
 /** Lays the tensors out in the order given; callers that want the crate's order sort first. */
 export function encodeSafetensorsHeader(tensors: TensorToWrite[], metadata?: Record<string, string>): EncodedHeader {
-  const json: Record<string, unknown> = {};
+  // No prototype: a tensor named "__proto__" must become a key, not replace the prototype.
+  const json = Object.create(null) as Record<string, unknown>;
   if (metadata) json.__metadata__ = metadata;
   const offsets: Array<[number, number]> = [];
   let cursor = 0;

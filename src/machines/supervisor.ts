@@ -83,7 +83,7 @@ const supervisorSetup = setup({
   delays: { stopTimeout: STOP_TIMEOUT_MS },
   guards: {
     allRanksLoaded: ({ context }) => context.ranks.length > 0 && context.ranks.every((r) => r.state === 'loaded'),
-    allRanksServing: ({ context }) => context.ranks.every((r) => r.state === 'serving'),
+    allRanksServing: ({ context }) => context.ranks.every((r) => r.state === 'serving' || r.state === 'released'),
     allRanksStopped: ({ context }) => context.ranks.every((r) => r.state === 'stopped'),
   },
   actions: {
@@ -288,6 +288,9 @@ export const supervisorMachine = supervisorSetup.createMachine({
       entry: 'spawnServers',
       on: {
         RANK_SERVING: { actions: 'recordServing' },
+        // A rank's socket is live before its siblings' are, so a client may already release.
+        RANK_RELEASE_REQUESTED: { actions: 'releaseRank' },
+        RANK_RELEASED: { actions: 'recordReleased' },
         RANK_FAILED: rankFailed,
         STOP: 'stopping',
       },

@@ -5,6 +5,7 @@ import { existsSync } from 'node:fs';
 import { hostname, tmpdir } from 'node:os';
 import { DeviceError } from '../errors.js';
 import type { Backend } from './addon.js';
+import { cudaDevices, cudaProbe } from './cuda.js';
 
 export interface DeviceSlot {
   backend: Backend;
@@ -38,11 +39,19 @@ export function localDevices(
   log: { info: (o: object, msg: string) => void },
 ): { devices: DeviceSlot[]; visible: number; shmDir: string } {
   const shmDir = config.shmDir ?? defaultShmDir();
-  if (config.device === 'cuda') {
-    throw new DeviceError('E_NO_CUDA', '--device cuda: this build has no CUDA backend yet; use --device host');
+  if (config.device !== 'host') {
+    const probe = cudaProbe();
+    if (probe.available && probe.devices.length > 0) {
+      const devices = cudaDevices();
+      log.info({ backend: 'cuda', driverVersion: probe.driverVersion, gpus: probe.devices.map((d) => ({ uuid: d.uuid, name: d.name, totalBytes: d.totalBytes, freeBytes: d.freeBytes })) }, 'CUDA devices');
+      return { devices: firstDevices(devices, config.localWorldSize, 'cuda'), visible: devices.length, shmDir };
+    }
+    if (config.device === 'cuda') {
+      throw new DeviceError('E_NO_CUDA', `--device cuda: ${probe.reason}`, { reason: probe.reason });
+    }
+    log.info({ backend: 'host', shmDir, reason: probe.reason }, 'no CUDA device: using the host backend');
   }
   const devices = hostDevices(config.localWorldSize);
-  if (config.device === 'auto') log.info({ backend: 'host', shmDir }, 'no CUDA device found: using the host backend');
   return { devices: firstDevices(devices, config.localWorldSize, 'host'), visible: devices.length, shmDir };
 }
 

@@ -149,7 +149,6 @@ export class RankServer implements ConnectionHandler {
   #lock: DeviceLock | undefined;
   #server: Server | undefined;
   #socketPath: string | undefined;
-  #socketDir: string | undefined;
   /** The inode we bound, so close() never unlinks a socket some other daemon bound later. */
   #socketIno: number | undefined;
   #sweep: NodeJS.Timeout | undefined;
@@ -169,16 +168,6 @@ export class RankServer implements ConnectionHandler {
       aliases: r.aliases,
       segments: r.segments.map((s) => ({ segment: s.segment, bytes: s.bytes, handle: s.handle })),
     });
-  }
-
-  get socketPath(): string {
-    if (!this.#socketPath) throw new ServeError('E_NOT_LISTENING', 'the rank server is not listening yet');
-    return this.#socketPath;
-  }
-
-  get socketDir(): string {
-    if (!this.#socketDir) throw new ServeError('E_NOT_LISTENING', 'the rank server is not listening yet');
-    return this.#socketDir;
   }
 
   get status(): ServeStatus {
@@ -216,7 +205,6 @@ export class RankServer implements ConnectionHandler {
     const dir = resolveSocketDir(this.#options.socketDir);
     const path = socketPathFor(dir, uuid);
     checkSocketPathLength(path);
-    this.#socketDir = dir;
     this.#lock ??= acquireDeviceLock(dir, uuid, (holder) =>
       this.#log.warn({ socketDir: dir, deadPid: holder.pid, device: uuid }, 'took over the device lock of a weightd that no longer runs'),
     );
@@ -224,7 +212,7 @@ export class RankServer implements ConnectionHandler {
     this.#throwIfClosed();
     await this.#bind(path);
     this.#throwIfClosed();
-    this.#sweep = setInterval(() => this.#expireDeadLeases('exited'), this.#limits.leaseSweepMs);
+    this.#sweep = setInterval(() => this.#expireDeadLeases(), this.#limits.leaseSweepMs);
     this.#sweep.unref();
     this.#log.info({ socket: path, device: uuid, globalRank: this.rank.globalRank, tensors: this.rank.tensors.length }, 'serving');
     return path;
@@ -394,7 +382,7 @@ export class RankServer implements ConnectionHandler {
         return JSON.stringify(reply);
       }
       case 'stats': {
-        this.#expireDeadLeases('exited');
+        this.#expireDeadLeases();
         const s = this.stats();
         const reply: StatsReply = {
           id: req.id,
@@ -512,8 +500,8 @@ export class RankServer implements ConnectionHandler {
     return { id, ok: true, alreadyReleased: true, revoked: [] };
   }
 
-  #expireDeadLeases(why: string): void {
-    for (const l of this.#leases.expireDead()) this.#logLease(l, `lease ended: client ${why}`);
+  #expireDeadLeases(): void {
+    for (const l of this.#leases.expireDead()) this.#logLease(l, 'lease ended: client exited');
   }
 
   #logLease(l: Lease, msg: string, client?: string): void {

@@ -1,0 +1,103 @@
+"""Unit tests of the Python client's protocol module and dtype tables (no daemon needed)."""
+
+import json
+import socket
+import struct
+import threading
+import time
+import unittest
+
+from weightd_client.protocol import HEADER, MAGIC, Connection, ProtocolError, ServeError, encode_frame, read_frame
+from weightd_client.tensors import by_name, numpy_dtype
+
+
+class FrameTest(unittest.TestCase):
+    def test_header_layout(self):
+        frame = encode_frame({"id": 1, "cmd": "ping"})
+        magic, version, length = HEADER.unpack(frame[:10])
+        self.assertEqual((magic, version, length), (MAGIC, 1, len(frame) - 10))
+        self.assertEqual(json.loads(frame[10:]), {"id": 1, "cmd": "ping"})
+
+    def test_round_trip_split_writes(self):
+        a, b = socket.socketpair()
+        frame = encode_frame({"x": "ünïcødé", "n": [1, 2]})
+        for i in range(len(frame)):
+            a.send(frame[i : i + 1])
+        self.assertEqual(read_frame(b, time.monotonic() + 5), {"x": "ünïcødé", "n": [1, 2]})
+        a.close(), b.close()
+
+    def test_bad_header(self):
+        for head, code in ((b"XXXX" + struct.pack(">HI", 1, 2), "E_FRAME_MAGIC"), (MAGIC + struct.pack(">HI", 2, 2), "E_FRAME_VERSION"), (MAGIC + struct.pack(">HI", 1, 1 << 30), "E_FRAME_TOO_LARGE")):
+            a, b = socket.socketpair()
+            a.send(head + b"{}")
+            with self.assertRaises(ProtocolError) as cm:
+                read_frame(b, time.monotonic() + 5)
+            self.assertEqual(cm.exception.code, code)
+            a.close(), b.close()
+
+    def test_request_too_large(self):
+        with self.assertRaises(ProtocolError):
+            encode_frame({"x": "y" * (1 << 20)})
+
+
+class ConnectionTest(unittest.TestCase):
+    """Against a scripted server on a real Unix socket."""
+
+    def serve(self, path, replies):
+        srv = socket.socket(socket.AF_UNIX)
+        srv.bind(path)
+        srv.listen()
+
+        def run():
+            for reply in replies:
+                conn, _ = srv.accept()
+                req = read_frame(conn, time.monotonic() + 5)
+                if reply is not None:
+                    conn.sendall(encode_frame(reply(req)))
+                conn.close()
+            srv.close()
+
+        t = threading.Thread(target=run, daemon=True)
+        t.start()
+        return t
+
+    def test_error_reply_and_reconnect(self):
+        import tempfile, os
+
+        d = tempfile.mkdtemp()
+        path = os.path.join(d, "s.sock")
+        t = self.serve(
+            path,
+            [
+                lambda req: {"id": req["id"], "ok": False, "error": {"code": "E_LEASE_HELD", "message": "held", "details": {"n": 1}}},
+                lambda req: {"id": req["id"], "ok": True, "dropped": 0},
+            ],
+        )
+        conn = Connection(path, timeout=5)
+        with self.assertRaises(ServeError) as cm:
+            conn.request("release")
+        self.assertEqual((cm.exception.code, cm.exception.details), ("E_LEASE_HELD", {"n": 1}))
+        # The server closed that connection; the next request opens a new one.
+        self.assertEqual(conn.request("detach")["dropped"], 0)
+        conn.close()
+        t.join(5)
+
+    def test_missing_socket(self):
+        with self.assertRaises(ServeError) as cm:
+            Connection("/nonexistent/weightd.sock").request("ping")
+        self.assertEqual(cm.exception.code, "E_CONNECT")
+
+
+class TensorsTest(unittest.TestCase):
+    def test_aliases_share_one_object(self):
+        state = {"tensors": [{"name": "a"}], "aliases": {"b": "a"}}
+        out = by_name(state, lambda t: object())
+        self.assertIs(out["a"], out["b"])
+
+    def test_dtypes_without_native_type_are_bits(self):
+        self.assertEqual(numpy_dtype("BF16"), "uint16")
+        self.assertEqual(numpy_dtype("F8_E4M3"), "uint8")
+
+
+if __name__ == "__main__":
+    unittest.main()

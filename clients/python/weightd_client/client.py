@@ -1,0 +1,240 @@
+"""The client API: find a rank's socket, ask for its state, attach zero-copy or copy, detach,
+release. Protocol details live in protocol.py; backends in host.py and cuda.py."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+from .protocol import Connection, ServeError
+
+SOCKET_SUFFIX = ".sock"
+NODE_MANIFEST = "node.json"
+
+
+def default_socket_dir() -> str:
+    """The daemon's default, ``<tmpdir>/weightd-<uid>``, with Node's os.tmpdir() rule (not
+    Python's tempfile, which probes other places)."""
+    tmp = os.environ.get("TMPDIR") or os.environ.get("TMP") or os.environ.get("TEMP") or "/tmp"
+    if len(tmp) > 1 and tmp.endswith("/"):
+        tmp = tmp[:-1]
+    return os.path.join(tmp, f"weightd-{os.getuid()}")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _device_file_stem(uuid: str) -> str:
+    stem = "".join(c if c.isalnum() or c in "._-" else "_" for c in uuid)
+    return "_" + stem[1:] if stem.startswith(".") else stem
+
+
+def find_socket(global_rank: Optional[int] = None, device_uuid: Optional[str] = None, socket_dir: Optional[str] = None) -> str:
+    """The socket serving a rank (via the node manifest, else by asking each socket) or a device."""
+    d = socket_dir or default_socket_dir()
+    if device_uuid is not None:
+        path = os.path.join(d, _device_file_stem(device_uuid) + SOCKET_SUFFIX)
+        if os.path.exists(path):
+            return path
+    elif global_rank is not None:
+        try:
+            with open(os.path.join(d, NODE_MANIFEST), encoding="utf-8") as f:
+                manifest = json.load(f)
+            if _alive(int(manifest["pid"])):
+                for entry in manifest["ranks"]:
+                    if entry["globalRank"] == global_rank and os.path.exists(entry["socketPath"]):
+                        return entry["socketPath"]
+        except (OSError, ValueError, KeyError, TypeError):
+            pass  # no manifest, or another daemon's: ask the sockets themselves
+        try:
+            names = sorted(n for n in os.listdir(d) if n.endswith(SOCKET_SUFFIX))
+        except OSError:
+            names = []
+        for name in names:
+            path = os.path.join(d, name)
+            try:
+                conn = Connection(path, timeout=2.0)
+                try:
+                    if conn.request("ping")["rank"]["globalRank"] == global_rank:
+                        return path
+                finally:
+                    conn.close()
+            except Exception:  # a stale socket or a stopping daemon: try the next
+                continue
+    else:
+        raise ValueError("find_socket needs global_rank or device_uuid")
+    what = f"device {device_uuid}" if device_uuid is not None else f"rank {global_rank}"
+    raise ServeError(
+        "E_NO_SOCKET",
+        f"no weightd socket in {d} serves {what}; the daemon is not running or not ready yet (load from disk meanwhile), or it uses another socket dir",
+    )
+
+
+@dataclass
+class Mismatch:
+    """The cache holds something else: load from disk. ``fields`` names what differs."""
+
+    fields: List[str]
+    fingerprint: str
+    fingerprint_fields: Dict[str, str]
+    status: str = "mismatch"
+
+
+@dataclass
+class Attached:
+    """Zero-copy tensors; valid until ``detach()`` (also on ``with`` exit)."""
+
+    backend: str
+    lease_id: str
+    state: Dict[str, Any]
+    tensors: Dict[str, Any]
+    _client: "WeightdClient" = field(repr=False)
+    _mapping: Any = field(repr=False)
+    status: str = "attached"
+    _detached: bool = field(default=False, repr=False)
+
+    def detach(self) -> None:
+        """Unmaps (closes the IPC handles) and drops the lease. Drop the tensors first."""
+        if self._detached:
+            return
+        self._detached = True
+        self.tensors = {}
+        self._mapping.close()
+        self._client.detach(self.lease_id)
+
+    def __enter__(self) -> "Attached":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.detach()
+
+
+class WeightdClient:
+    """One rank's socket. Not thread-safe: use one client per thread."""
+
+    def __init__(self, socket_path: str, timeout: float = 30.0, client_name: Optional[str] = None):
+        self.conn = Connection(socket_path, timeout)
+        self.client_name = client_name or f"weightd-python/{os.getpid()}"
+        self.conn.request("ping")  # connect now, so a wrong path fails here
+
+    @property
+    def socket_path(self) -> str:
+        return self.conn.socket_path
+
+    def ping(self) -> Dict[str, Any]:
+        return self.conn.request("ping")
+
+    def get_state(self, fingerprint: str, mode: str = "map", fingerprint_fields: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
+        """The raw get_state reply: ``status`` "ok" (manifest and lease) or "mismatch"."""
+        return self.conn.request(
+            "get_state", fingerprint=fingerprint, pid=os.getpid(), mode=mode, fingerprintFields=fingerprint_fields, client=self.client_name
+        )
+
+    def _state(self, fingerprint: str, mode: str, fingerprint_fields: Optional[Dict[str, str]]) -> Any:
+        reply = self.get_state(fingerprint, mode, fingerprint_fields)
+        if reply.get("status") == "mismatch":
+            return Mismatch(reply["fields"], reply["fingerprint"], reply["fingerprintFields"])
+        return reply
+
+    def _open(self, state: Dict[str, Any], device: Optional[int], tensor_format: str) -> Any:
+        if state["backend"] == "cuda":
+            from .cuda import CudaMapping
+
+            return CudaMapping(state, device, tensor_format)
+        from .host import HostMapping
+
+        return HostMapping(state, tensor_format)
+
+    def attach(
+        self, fingerprint: str, fingerprint_fields: Optional[Dict[str, str]] = None, device: Optional[int] = None, tensor_format: str = "auto"
+    ) -> Any:
+        """Maps the rank zero-copy: ``Attached`` (tensors by name, aliases included) or ``Mismatch``.
+
+        cuda: ``device`` is this process's CUDA ordinal (default torch's current device); its
+        UUID must be the daemon's. ``tensor_format``: auto | torch | numpy | memoryview (host).
+        """
+        state = self._state(fingerprint, "map", fingerprint_fields)
+        if isinstance(state, Mismatch):
+            return state
+        try:
+            mapping = self._open(state, device, tensor_format)
+        except BaseException:
+            self.detach(state["leaseId"])
+            raise
+        return Attached(state["backend"], state["leaseId"], state, mapping.tensors, self, mapping)
+
+    def copy(
+        self, fingerprint: str, fingerprint_fields: Optional[Dict[str, str]] = None, device: Optional[int] = None, tensor_format: str = "auto"
+    ) -> Any:
+        """Copies every tensor into this process and drops the lease: a dict, or ``Mismatch``.
+
+        host: owned copies in ``tensor_format``. cuda: with torch, device tensors (clones on this
+        process's GPU); without torch, host copies in ``tensor_format``.
+        """
+        state = self._state(fingerprint, "copy", fingerprint_fields)
+        if isinstance(state, Mismatch):
+            return state
+        try:
+            mapping = self._open(state, device, tensor_format)
+            try:
+                if state["backend"] == "cuda" and not mapping.uses_torch:
+                    # No torch: copy to host memory through the driver, viewed like host tensors.
+                    from .host import view_maker
+                    from .tensors import resolve_format
+
+                    make = view_maker(resolve_format(tensor_format))
+                    out = {t["name"]: make(mapping.read(t), {**t, "offset": 0}) for t in state["tensors"]}
+                else:
+                    out = {t["name"]: _copied(mapping.tensors[t["name"]]) for t in state["tensors"]}
+                    if state["backend"] == "cuda":
+                        from .cuda import synchronize
+
+                        synchronize(mapping.ordinal)  # the copies must finish before the handles close
+                # Aliases stay one object after the copy, as they were before it.
+                for alias, target in state["aliases"].items():
+                    out[alias] = out[target]
+            finally:
+                mapping.close()
+        finally:
+            self.detach(state["leaseId"])
+        return out
+
+    def detach(self, lease_id: Optional[str] = None) -> int:
+        """Drops a lease (default: every lease taken on this connection). Returns how many."""
+        return int(self.conn.request("detach", leaseId=lease_id)["dropped"])
+
+    def release(self, force: bool = False) -> Dict[str, Any]:
+        """Asks the daemon to free the rank (refused with E_LEASE_HELD while others map it)."""
+        return self.conn.request("release", force=force or None)
+
+    def stats(self) -> Dict[str, Any]:
+        return self.conn.request("stats")
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> "WeightdClient":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def _copied(t: Any) -> Any:
+    if hasattr(t, "clone"):  # torch
+        return t.clone()
+    if hasattr(t, "copy"):  # numpy
+        return t.copy()
+    if isinstance(t, memoryview):
+        owned = memoryview(bytearray(t.tobytes()))
+        return owned.cast(t.format) if t.ndim <= 1 else owned.cast(t.format, list(t.shape))
+    raise TypeError(f"cannot copy a {type(t).__name__} tensor; install torch")

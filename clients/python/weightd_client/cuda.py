@@ -1,0 +1,223 @@
+"""CUDA backend: opens the daemon's per-segment IPC handles with the driver API (ctypes over
+libcuda.so.1, no CUDA toolkit or torch needed to open them) and builds zero-copy tensors.
+
+One handle per segment, not per tensor: attach time does not grow with the tensor count. The
+handles are legacy ``CUipcMemHandle`` (64 bytes, base64 on the wire), opened in the device's
+primary context, the one PyTorch's runtime uses, so the tensors live in torch's own context.
+"""
+
+from __future__ import annotations
+
+import base64
+import ctypes
+import threading
+import uuid as uuidlib
+from typing import Any, Dict, Optional
+
+from .protocol import WeightdError
+from .tensors import by_name, torch_dtype
+
+CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS = 0x1
+
+# __cuda_array_interface__ typestrs of the dtypes that have one; others are exposed as raw bytes.
+_TYPESTR = {
+    "F64": "<f8", "F32": "<f4", "F16": "<f2", "I64": "<i8", "U64": "<u8", "I32": "<i4", "U32": "<u4",
+    "I16": "<i2", "U16": "<u2", "I8": "|i1", "U8": "|u1", "BOOL": "|b1", "C64": "<c8",
+}
+
+
+class CudaError(WeightdError):
+    """A CUDA driver call failed; the message names the call and the driver's error."""
+
+
+class _IpcHandle(ctypes.Structure):
+    _fields_ = [("reserved", ctypes.c_char * 64)]
+
+
+class _Driver:
+    _lock = threading.Lock()
+    _instance: Optional["_Driver"] = None
+
+    @classmethod
+    def get(cls) -> "_Driver":
+        with cls._lock:
+            if cls._instance is None:
+                cls._instance = cls()
+            return cls._instance
+
+    def __init__(self) -> None:
+        try:
+            self.lib = ctypes.CDLL("libcuda.so.1")
+        except OSError as err:
+            raise CudaError("E_NO_CUDA", f"cannot load the CUDA driver (libcuda.so.1): {err}; this process needs an NVIDIA driver to map a cuda rank") from err
+        lib = self.lib
+        p, i, u = ctypes.POINTER, ctypes.c_int, ctypes.c_uint
+        self._fn("cuInit", [u])
+        self._fn("cuDeviceGet", [p(i), i])
+        self._fn("cuDeviceGetUuid", [ctypes.c_char * 16, i], name="cuDeviceGetUuid_v2", fallback="cuDeviceGetUuid")
+        self._fn("cuDevicePrimaryCtxRetain", [p(ctypes.c_void_p), i])
+        self._fn("cuDevicePrimaryCtxRelease", [i], name="cuDevicePrimaryCtxRelease_v2", fallback="cuDevicePrimaryCtxRelease")
+        self._fn("cuCtxSetCurrent", [ctypes.c_void_p])
+        self._fn("cuIpcOpenMemHandle", [p(ctypes.c_uint64), _IpcHandle, u], name="cuIpcOpenMemHandle_v2", fallback="cuIpcOpenMemHandle")
+        self._fn("cuIpcCloseMemHandle", [ctypes.c_uint64])
+        self._fn("cuMemcpyDtoH", [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_size_t], name="cuMemcpyDtoH_v2", fallback="cuMemcpyDtoH")
+        self._fn("cuGetErrorName", [i, p(ctypes.c_char_p)])
+        self._fn("cuGetErrorString", [i, p(ctypes.c_char_p)])
+        self.check(lib.cuInit(0), "cuInit")
+
+    def _fn(self, attr: str, argtypes: list, name: Optional[str] = None, fallback: Optional[str] = None) -> None:
+        f = getattr(self.lib, name or attr, None) or (getattr(self.lib, fallback, None) if fallback else None)
+        if f is None:
+            raise CudaError("E_NO_CUDA", f"the CUDA driver lacks {name or attr}; update the NVIDIA driver")
+        f.argtypes = argtypes
+        f.restype = ctypes.c_int
+        setattr(self, attr, f)
+
+    def check(self, rc: int, call: str) -> None:
+        if rc == 0:
+            return
+        name, text = ctypes.c_char_p(), ctypes.c_char_p()
+        self.cuGetErrorName(rc, ctypes.byref(name))
+        self.cuGetErrorString(rc, ctypes.byref(text))
+        raise CudaError(
+            "E_CUDA",
+            f"{call} failed: {(name.value or b'?').decode()} ({rc}): {(text.value or b'').decode()}",
+            {"call": call, "result": rc},
+        )
+
+    def device(self, ordinal: int) -> int:
+        dev = ctypes.c_int()
+        self.check(self.cuDeviceGet(ctypes.byref(dev), ordinal), f"cuDeviceGet({ordinal})")
+        return dev.value
+
+    def device_uuid(self, dev: int) -> str:
+        raw = (ctypes.c_char * 16)()
+        self.check(self.cuDeviceGetUuid(raw, dev), "cuDeviceGetUuid")
+        return "GPU-" + str(uuidlib.UUID(bytes=bytes(raw)))
+
+
+def _same_uuid(a: str, b: str) -> bool:
+    norm = lambda s: s.lower().removeprefix("gpu-")  # noqa: E731
+    return norm(a) == norm(b)
+
+
+class CudaBuffer:
+    """Device memory described by ``__cuda_array_interface__`` (consumable by torch, CuPy, Numba)."""
+
+    def __init__(self, pointer: int, nbytes: int, dtype: str, shape: list, raw: bool = False):
+        self.pointer, self.nbytes, self.dtype, self.shape = pointer, nbytes, dtype, shape
+        typestr = None if raw else _TYPESTR.get(dtype)
+        self.__cuda_array_interface__ = {
+            "version": 2,
+            # Writable as far as consumers know (torch refuses read-only CAI), but the memory is
+            # shared with every client of this rank: never write to it.
+            "data": (pointer, False),
+            "shape": tuple(shape) if typestr else (nbytes,),
+            "typestr": typestr or "|u1",
+            "strides": None,
+        }
+
+
+class CudaMapping:
+    """The opened segments of one attach; ``close()`` closes every IPC handle (idempotent)."""
+
+    def __init__(self, state: Dict[str, Any], device: Optional[int] = None, tensor_format: str = "auto"):
+        self.driver = _Driver.get()
+        self.ordinal = device if device is not None else _current_torch_device()
+        d = self.driver
+        self.dev = d.device(self.ordinal)
+        mine = d.device_uuid(self.dev)
+        theirs = state["device"]["uuid"]
+        if not _same_uuid(mine, theirs):
+            raise CudaError(
+                "E_DEVICE_MISMATCH",
+                f"this process's CUDA device {self.ordinal} is {mine}, but the daemon serves rank "
+                f"{state['rank']['globalRank']} from {theirs}; attach to your own device's socket (or fix CUDA_VISIBLE_DEVICES)",
+            )
+        ctx = ctypes.c_void_p()
+        d.check(d.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), self.dev), "cuDevicePrimaryCtxRetain")
+        self._ctx_retained = True
+        self.pointers: Dict[int, int] = {}
+        self.tensors: Dict[str, Any] = {}
+        try:
+            d.check(d.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+            for seg in state["segments"]:
+                handle = _IpcHandle()
+                raw = base64.b64decode(seg["handle"])
+                if len(raw) != 64:
+                    raise CudaError("E_BAD_MANIFEST", f"segment {seg['segment']} handle is {len(raw)} bytes, not a 64-byte CUipcMemHandle")
+                ctypes.memmove(ctypes.byref(handle), raw, 64)
+                ptr = ctypes.c_uint64()
+                d.check(d.cuIpcOpenMemHandle(ctypes.byref(ptr), handle, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS), f"cuIpcOpenMemHandle(segment {seg['segment']})")
+                self.pointers[seg["segment"]] = ptr.value
+            self.tensors = by_name(state, self._maker(tensor_format))
+        except BaseException:
+            self.close()
+            raise
+
+    def read(self, t: Dict[str, Any]) -> bytearray:
+        """A host copy of one tensor's bytes (synchronous cuMemcpyDtoH; needs no torch)."""
+        out = bytearray(t["bytes"])
+        if t["bytes"]:
+            buf = (ctypes.c_char * t["bytes"]).from_buffer(out)
+            self.driver.check(self.driver.cuMemcpyDtoH(buf, self.pointers[t["segment"]] + t["offset"], t["bytes"]), f"cuMemcpyDtoH({t['name']})")
+        return out
+
+    def _maker(self, tensor_format: str):
+        self.uses_torch = use_torch = tensor_format in ("auto", "torch") and _has_torch()
+        if tensor_format == "torch" and not use_torch:
+            raise CudaError("E_NO_TORCH", "tensor_format='torch' but torch is not installed")
+
+        def make(t: Dict[str, Any]) -> Any:
+            base = self.pointers.get(t["segment"])
+            if base is None:
+                raise CudaError("E_BAD_MANIFEST", f"tensor {t['name']} is in segment {t['segment']}, which the manifest does not list")
+            ptr = base + t["offset"]
+            if not use_torch:
+                return CudaBuffer(ptr, t["bytes"], t["dtype"], t["shape"])
+            import torch
+
+            dtype = torch_dtype(t["dtype"])
+            if t["bytes"] == 0:
+                return torch.empty(t["shape"], dtype=dtype, device=f"cuda:{self.ordinal}")
+            # A byte view first, then the real dtype: torch has no typestr for bf16 or fp8.
+            raw = torch.as_tensor(CudaBuffer(ptr, t["bytes"], t["dtype"], t["shape"], raw=True), device=f"cuda:{self.ordinal}")
+            n = 1
+            for s in t["shape"]:
+                n *= s
+            return raw.view(dtype).reshape(t["shape"] if n * dtype.itemsize == t["bytes"] else [-1])
+
+        return make
+
+    def close(self) -> None:
+        self.tensors = {}
+        d = self.driver
+        for seg, ptr in list(self.pointers.items()):
+            del self.pointers[seg]
+            d.check(d.cuIpcCloseMemHandle(ptr), "cuIpcCloseMemHandle")
+        if getattr(self, "_ctx_retained", False):
+            self._ctx_retained = False
+            d.check(d.cuDevicePrimaryCtxRelease(self.dev), "cuDevicePrimaryCtxRelease")
+
+
+def _has_torch() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("torch") is not None
+
+
+def _current_torch_device() -> int:
+    if _has_torch():
+        import torch
+
+        if torch.cuda.is_available():
+            return torch.cuda.current_device()
+    return 0
+
+
+def synchronize(ordinal: int) -> None:
+    """Waits for copies from the mapped memory to finish before its handles are closed."""
+    if _has_torch():
+        import torch
+
+        torch.cuda.synchronize(ordinal)

@@ -1,0 +1,176 @@
+"""The weightd serving protocol (docs/protocol.md): framing and the connection that speaks it.
+
+This is the only module that knows the wire format. A frame is a 10-byte header, then a UTF-8
+JSON payload::
+
+    0..3  magic b"WGTD"   4..5  frame version (u16, big-endian)   6..9  payload length (u32, big-endian)
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import select
+import socket
+import struct
+import time
+from typing import Any, Dict, Optional
+
+MAGIC = b"WGTD"
+FRAME_VERSION = 1
+PROTOCOL_VERSION = 1
+HEADER = struct.Struct(">4sHI")
+MAX_REQUEST_BYTES = 1 << 20
+MAX_RESPONSE_BYTES = 256 << 20
+
+
+class WeightdError(Exception):
+    """Base class: every error carries a stable ``code``."""
+
+    def __init__(self, code: str, message: str, details: Optional[Dict[str, Any]] = None):
+        super().__init__(message)
+        self.code = code
+        self.details = details or {}
+
+
+class ProtocolError(WeightdError):
+    """A malformed frame or reply, or a peer that does not speak the protocol."""
+
+
+class ServeError(WeightdError):
+    """The daemon refused a request (its ``code``: E_LEASE_HELD, E_RELEASED, ...) or is unreachable."""
+
+
+def encode_frame(message: Dict[str, Any]) -> bytes:
+    body = json.dumps(message, separators=(",", ":")).encode("utf-8")
+    if len(body) > MAX_REQUEST_BYTES:
+        raise ProtocolError("E_FRAME_TOO_LARGE", f"request of {len(body)} bytes exceeds {MAX_REQUEST_BYTES}")
+    return HEADER.pack(MAGIC, FRAME_VERSION, len(body)) + body
+
+
+class _ClosedBeforeReply(ServeError):
+    """The connection ended before any byte of the reply: the daemon never read the request."""
+
+
+def _recv_exact(sock: socket.socket, n: int, deadline: float, what: str) -> bytes:
+    buf = bytearray(n)
+    view = memoryview(buf)
+    got = 0
+    while got < n:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise ServeError("E_TIMEOUT", f"no complete {what} from weightd in time")
+        sock.settimeout(left)
+        try:
+            k = sock.recv_into(view[got:], n - got)
+        except socket.timeout:
+            continue
+        if k == 0:
+            cls = _ClosedBeforeReply if what == "reply header" and got == 0 else ServeError
+            raise cls("E_DISCONNECTED", f"weightd closed the connection before sending the {what}")
+        got += k
+    return bytes(buf)
+
+
+def read_frame(sock: socket.socket, deadline: float, max_bytes: int = MAX_RESPONSE_BYTES) -> Any:
+    magic, version, length = HEADER.unpack(_recv_exact(sock, HEADER.size, deadline, "reply header"))
+    if magic != MAGIC:
+        raise ProtocolError("E_FRAME_MAGIC", f"reply does not start with b'WGTD' (got {magic!r}); not a weightd socket")
+    if version != FRAME_VERSION:
+        raise ProtocolError("E_FRAME_VERSION", f"frame version {version} is not supported (this client speaks {FRAME_VERSION})")
+    if length > max_bytes:
+        raise ProtocolError("E_FRAME_TOO_LARGE", f"reply of {length} bytes exceeds the limit of {max_bytes}")
+    payload = _recv_exact(sock, length, deadline, "reply")
+    try:
+        return json.loads(payload.decode("utf-8"))
+    except ValueError as err:
+        raise ProtocolError("E_FRAME_JSON", f"reply is not valid JSON: {err}") from err
+
+
+class Connection:
+    """One connection to a rank's socket: one request at a time, replies checked by id.
+
+    The daemon closes idle connections (only ever between requests); a request that meets such
+    a close before any reply byte is sent again on a new connection, which cannot apply it
+    twice, since the daemon never read it.
+    """
+
+    def __init__(self, socket_path: str, timeout: float = 30.0):
+        self.socket_path = socket_path
+        self.timeout = timeout
+        self._sock: Optional[socket.socket] = None
+        self._ids = itertools.count(1)
+
+    def _open(self) -> socket.socket:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(self.timeout)
+            sock.connect(self.socket_path)
+            # A socket served by another user could hand us someone else's memory: refuse it.
+            pid, uid, _gid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+            if uid != os.getuid():
+                raise ServeError("E_PEER", f"socket {self.socket_path} is served by uid {uid} (pid {pid}), not by this user (uid {os.getuid()}); refusing it")
+        except OSError as err:
+            sock.close()
+            raise ServeError(
+                "E_CONNECT",
+                f"cannot connect to weightd socket {self.socket_path}: {err}; the daemon is not serving this device (load from disk)",
+            ) from err
+        except BaseException:
+            sock.close()
+            raise
+        return sock
+
+    def _closed_by_peer(self, sock: socket.socket) -> bool:
+        readable, _, _ = select.select([sock], [], [], 0)
+        if not readable:
+            return False
+        try:
+            return sock.recv(1, socket.MSG_PEEK) == b""
+        except OSError:
+            return True
+
+    def request(self, cmd: str, **body: Any) -> Dict[str, Any]:
+        message = {"id": 0, "cmd": cmd, **{k: v for k, v in body.items() if v is not None}}
+        if self._sock is not None and self._closed_by_peer(self._sock):
+            self.close()
+        reused = self._sock is not None
+        try:
+            reply = self._exchange(message)
+        except (_ClosedBeforeReply, ConnectionResetError, BrokenPipeError):
+            # The daemon closed an idle connection just as we sent: it closes only between
+            # requests, so it never read this one, and sending it again on a new one is safe.
+            if not reused:
+                raise
+            reply = self._exchange(message)
+        if reply.get("ok") is not True:
+            err = reply.get("error") or {}
+            raise ServeError(
+                str(err.get("code", "E_UNKNOWN")),
+                f"weightd ({self.socket_path}) refused {cmd}: {err.get('message', reply)}",
+                err.get("details"),
+            )
+        return reply
+
+    def _exchange(self, message: Dict[str, Any]) -> Dict[str, Any]:
+        if self._sock is None:
+            self._sock = self._open()
+        message["id"] = rid = next(self._ids)
+        deadline = time.monotonic() + self.timeout
+        try:
+            self._sock.sendall(encode_frame(message))
+            reply = read_frame(self._sock, deadline)
+            # One request at a time, and a connection that failed is never reused: the reply is
+            # to this request (id null: the daemon could not read one, as for a protocol error).
+            if not isinstance(reply, dict) or reply.get("id") not in (rid, None):
+                raise ProtocolError("E_BAD_REPLY", f"reply to {message['cmd']} is not a reply to request {rid}: {str(reply)[:200]}")
+            return reply
+        except (OSError, WeightdError):
+            self.close()
+            raise
+
+    def close(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None

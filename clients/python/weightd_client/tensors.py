@@ -1,0 +1,67 @@
+"""Dtype tables and the name -> tensor map shared by both backends.
+
+safetensors dtypes without a native counterpart (BF16 in numpy, the F8 family before torch has
+them) come as same-sized integer views of the exact bits; packed F4/F6 come as bytes.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Any, Callable, Dict
+
+from .protocol import ProtocolError
+
+_NUMPY = {
+    "F64": "float64", "F32": "float32", "F16": "float16", "BF16": "uint16", "C64": "complex64",
+    "I64": "int64", "U64": "uint64", "I32": "int32", "U32": "uint32", "I16": "int16", "U16": "uint16",
+    "I8": "int8", "U8": "uint8", "BOOL": "bool",
+}
+
+_TORCH = {
+    "F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "C64": "complex64",
+    "I64": "int64", "U64": "uint64", "I32": "int32", "U32": "uint32", "I16": "int16", "U16": "uint16",
+    "I8": "int8", "U8": "uint8", "BOOL": "bool",
+    "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2", "F8_E4M3FNUZ": "float8_e4m3fnuz",
+    "F8_E5M2FNUZ": "float8_e5m2fnuz", "F8_E8M0": "float8_e8m0fnu",
+}
+
+# struct format characters for plain memoryviews ("e" is IEEE half).
+MEMORYVIEW_FORMAT = {
+    "F64": "d", "F32": "f", "F16": "e", "BF16": "H", "I64": "q", "U64": "Q", "I32": "i", "U32": "I",
+    "I16": "h", "U16": "H", "I8": "b", "U8": "B", "BOOL": "?",
+}
+
+
+def numpy_dtype(dtype: str) -> str:
+    # Everything else (F8_*, F4, F6_*) is 8 bits wide or packed into bytes.
+    return _NUMPY.get(dtype, "uint8")
+
+
+def torch_dtype(dtype: str) -> Any:
+    import torch
+
+    name = _TORCH.get(dtype)
+    found = getattr(torch, name, None) if name else None
+    # A dtype this torch lacks (an older torch and F8_E8M0, say): the raw bits as uint8.
+    return found if found is not None else torch.uint8
+
+
+def resolve_format(tensor_format: str) -> str:
+    if tensor_format == "auto":
+        for candidate in ("torch", "numpy"):
+            if importlib.util.find_spec(candidate) is not None:
+                return candidate
+        return "memoryview"
+    if tensor_format not in ("torch", "numpy", "memoryview"):
+        raise ValueError(f"tensor_format {tensor_format!r}: use 'auto', 'torch', 'numpy' or 'memoryview'")
+    return tensor_format
+
+
+def by_name(state: Dict[str, Any], make: Callable[[Dict[str, Any]], Any]) -> Dict[str, Any]:
+    """Every tensor and alias (tied weights share one object), each made once."""
+    out: Dict[str, Any] = {t["name"]: make(t) for t in state["tensors"]}
+    for alias, target in state.get("aliases", {}).items():
+        if target not in out:
+            raise ProtocolError("E_BAD_MANIFEST", f"alias {alias} names {target}, which the manifest does not hold")
+        out[alias] = out[target]
+    return out

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# `npm run bundle`: a self-contained tarball for GPU nodes that have no Node.js and no registry.
+#   bash scripts/bundle.sh [OUTPUT.tar.gz]
+# Holds a Node.js binary, dist/, build/Release/weightd.node, package.json, the production
+# node_modules, examples/ and clients/, and bin/weightd, which runs dist/main.js with the bundled
+# node. Unpack anywhere and run weightd-<version>/bin/weightd (or link it into PATH).
+# The addon opens libcuda at run time, so one bundle serves GPU and CPU-only nodes; it needs
+# glibc at least as new as the build machine's.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+
+fail() { echo "bundle: $*" >&2; exit 1; }
+[ -f build/Release/weightd.node ] || fail "build/Release/weightd.node is missing: run npm run build first"
+[ -f dist/main.js ] || fail "dist/main.js is missing: run npm run build first"
+[ -d node_modules ] || fail "node_modules is missing: run npm ci first"
+
+version=$(node -p 'require("./package.json").version')
+arch=$(node -p 'process.arch')
+name="weightd-$version-linux-$arch"
+out=$(realpath -m "${1:-$root/$name.tar.gz}")
+
+stage=$(mktemp -d)
+trap 'rm -rf "$stage"' EXIT
+dir="$stage/$name"
+mkdir -p "$dir/bin" "$dir/build/Release" "$dir/dist"
+
+# The daemon and its client library; compiled tests and benchmarks stay out.
+cp -R dist/src dist/main.js "$dir/dist/"
+cp build/Release/weightd.node "$dir/build/Release/"
+cp package.json package-lock.json "$dir/"
+for extra in examples clients; do
+  [ -d "$extra" ] && cp -R "$extra" "$dir/"
+done
+find "$dir/clients" -name __pycache__ -prune -exec rm -rf {} + 2>/dev/null || true
+
+# Production dependencies, from a copy of the installed tree so no registry is needed;
+# --ignore-scripts: the package's own install script would rebuild the addon we just copied.
+cp -R node_modules "$dir/"
+(cd "$dir" && npm prune --omit=dev --ignore-scripts --no-audit --no-fund --loglevel=error)
+
+# The same Node.js as this build: the packed Linux x64 binary where shared/device/pack-node.sh
+# made one for this version, else the node running this script.
+if [ -f .device/node.xz ] && [ "$(cat .device/node.version 2>/dev/null)" = "$(node -p 'process.versions.node')" ]; then
+  xz -dc .device/node.xz > "$dir/bin/node"
+else
+  cp "$(node -p 'process.execPath')" "$dir/bin/node"
+fi
+chmod 755 "$dir/bin/node"
+
+cat > "$dir/bin/weightd" <<'EOF'
+#!/bin/sh
+# Runs weightd with the Node.js bundled beside this script (symlinks to it are followed).
+here=$(dirname "$(readlink -f "$0")")
+exec "$here/node" "$here/../dist/main.js" "$@"
+EOF
+chmod 755 "$dir/bin/weightd"
+
+tar -C "$stage" -czf "$out" "$name"
+echo "$out ($(du -h "$out" | cut -f1)): unpack and run $name/bin/weightd"

@@ -1,0 +1,111 @@
+// Opening a rank's segments in this process, per backend. host: each segment is a shared-memory
+// file, mapped read-only (the addon checks it belongs to this user). cuda: each segment is one
+// legacy CUDA IPC handle, opened once per segment, not per tensor, so attach time does not grow
+// with the tensor count.
+import { DeviceError, ProtocolError } from '../errors.js';
+import { addon } from '../native/addon.js';
+import { CudaIpcSegment, cudaProbe } from '../native/cuda.js';
+import type { StateReply, TensorMeta } from '../serve/protocol.js';
+import { tensorArray, type TensorArray } from './tensorViews.js';
+
+export interface HostTensor {
+  dtype: string;
+  shape: number[];
+  /** host attach: a read-only mapping (writing to it kills the process); copy: owned memory. */
+  data: TensorArray;
+}
+
+export interface DeviceTensor {
+  dtype: string;
+  shape: number[];
+  bytes: number;
+  /** Device address in this process's CUDA context (segment base + offset). */
+  pointer: bigint;
+}
+
+/** Every tensor and alias name, each mapped through `make` once per real tensor. */
+export function byName<T>(state: StateReply, make: (t: TensorMeta) => T): Record<string, T> {
+  const out: Record<string, T> = Object.create(null) as Record<string, T>;
+  for (const t of state.tensors) out[t.name] = make(t);
+  for (const [alias, target] of Object.entries(state.aliases)) {
+    const value = out[target];
+    if (value === undefined) throw new ProtocolError('E_BAD_MANIFEST', `alias ${alias} names ${target}, which the manifest does not hold`, { alias, target });
+    out[alias] = value;
+  }
+  return out;
+}
+
+function segmentOf<T>(opened: T[], t: TensorMeta): T {
+  const s = opened[t.segment];
+  if (s === undefined) throw new ProtocolError('E_BAD_MANIFEST', `tensor ${t.name} is in segment ${t.segment}, which the manifest does not list`, { tensor: t.name });
+  return s;
+}
+
+export interface OpenedHost {
+  tensors: Record<string, HostTensor>;
+  close(): void;
+}
+
+/** Maps every segment; `copy` copies each tensor out and unmaps before returning. */
+export function openHost(state: StateReply, copy: boolean): OpenedHost {
+  const buffers: ArrayBuffer[] = [];
+  const close = () => {
+    for (const b of buffers.splice(0)) addon.unmapShared(b);
+  };
+  try {
+    for (const s of [...state.segments].sort((a, b) => a.segment - b.segment)) buffers[s.segment] = addon.mapShared(s.handle, s.bytes);
+    const tensors = byName(state, (t) => {
+      const view = tensorArray(t, segmentOf(buffers, t));
+      return { dtype: t.dtype, shape: t.shape, data: copy ? view.slice() : view };
+    });
+    if (copy) close();
+    return { tensors, close };
+  } catch (err) {
+    close();
+    throw err;
+  }
+}
+
+export interface OpenedCuda {
+  tensors: Record<string, DeviceTensor>;
+  /** Copies of each tensor's bytes into this process's memory. */
+  read(): Record<string, HostTensor>;
+  close(): void;
+}
+
+/** Opens every segment's IPC handle on this process's device `deviceIndex` (its UUID checked). */
+export function openCuda(state: StateReply, deviceIndex: number): OpenedCuda {
+  const probe = cudaProbe();
+  const mine = probe.devices.find((d) => d.index === deviceIndex);
+  if (!mine) {
+    throw new DeviceError('E_NO_DEVICE', `CUDA device ${deviceIndex} is not visible to this process (${probe.available ? `${probe.devices.length} visible` : probe.reason}); pass the index of your device`, { deviceIndex });
+  }
+  if (mine.uuid !== state.device.uuid) {
+    throw new DeviceError(
+      'E_DEVICE_MISMATCH',
+      `CUDA device ${deviceIndex} of this process is ${mine.uuid}, but the daemon serves rank ${state.rank.globalRank} from ${state.device.uuid}; ` +
+        'attach to the socket of your own device (or fix CUDA_VISIBLE_DEVICES)',
+      { deviceIndex, uuid: mine.uuid, daemonUuid: state.device.uuid },
+    );
+  }
+  const segments: CudaIpcSegment[] = [];
+  const close = () => {
+    for (const s of segments.splice(0)) s?.close();
+  };
+  try {
+    for (const s of state.segments) segments[s.segment] = CudaIpcSegment.open(deviceIndex, s.handle);
+    return {
+      tensors: byName(state, (t) => ({ dtype: t.dtype, shape: t.shape, bytes: t.bytes, pointer: segmentOf(segments, t).pointer + BigInt(t.offset) })),
+      read: () =>
+        byName(state, (t) => {
+          // A fresh, exactly sized ArrayBuffer: Buffers may share a pool and start unaligned.
+          const owned = new Uint8Array(segmentOf(segments, t).read(t.offset, t.bytes)).buffer;
+          return { dtype: t.dtype, shape: t.shape, data: tensorArray({ ...t, offset: 0 }, owned) };
+        }),
+      close,
+    };
+  } catch (err) {
+    close();
+    throw err;
+  }
+}

@@ -1,0 +1,312 @@
+// The TypeScript client of a rank's socket: one connection, one request at a time. Replies are
+// schema-checked; error replies become ServeError with the daemon's code. The daemon closes idle
+// connections (only ever between requests), so a connection found closed is reopened, and a
+// request that meets such a close before any reply byte is sent once more on a new connection:
+// the daemon never read it, so it cannot be applied twice. A client may hold a lease for hours
+// and still detach.
+import { connect, type Socket } from 'node:net';
+import type { z } from 'zod';
+import { ProtocolError, ServeError } from '../errors.js';
+import { addon } from '../native/addon.js';
+import { encodeMessage, FrameDecoder, MAX_RESPONSE_BYTES, parsePayload } from '../serve/frameCodec.js';
+import {
+  ErrorReply,
+  REPLY_SCHEMAS,
+  type Command,
+  type DetachReply,
+  type GetStateReply,
+  type MismatchReply,
+  type PingReply,
+  type ReleaseReply,
+  type ServeMode,
+  type StateReply,
+  type StatsReply,
+} from '../serve/protocol.js';
+import { openCuda, openHost, type DeviceTensor, type HostTensor } from './segmentAccess.js';
+
+export interface ClientOptions {
+  /** Per request, from sending to the complete reply. Default 30 s. */
+  timeoutMs?: number;
+  /** Sent with get_state, for the daemon's logs. */
+  clientName?: string;
+}
+
+/** What the client expects the cache to hold: the fingerprint (and, optionally, its fields). */
+export interface Expected {
+  fingerprint: string;
+  fingerprintFields?: Record<string, string>;
+}
+
+/** A zero-copy attachment; its memory stays valid until `detach()` (or process exit). */
+export type Attached = {
+  status: 'attached';
+  state: StateReply;
+  leaseId: string;
+  /** Unmaps (closes the IPC handles) and drops the lease. Idempotent. */
+  detach(): Promise<void>;
+} & ({ backend: 'host'; tensors: Record<string, HostTensor> } | { backend: 'cuda'; tensors: Record<string, DeviceTensor> });
+
+/** Tensors copied into this process's memory; the daemon holds nothing for this client after. */
+export interface Copied {
+  status: 'copied';
+  state: StateReply;
+  tensors: Record<string, HostTensor>;
+}
+
+export interface AttachOptions {
+  /** cuda: this process's device index for the daemon's device. Default: the daemon's index. */
+  deviceIndex?: number;
+}
+
+type Reply<C extends Command> = z.infer<(typeof REPLY_SCHEMAS)[C]>;
+
+interface Waiting {
+  id: number;
+  /** The connection the request went out on: only it can answer or fail it. */
+  socket: Socket;
+  resolve: (value: unknown) => void;
+  reject: (err: Error) => void;
+}
+
+/** The connection ended before any byte of the reply arrived. */
+class ClosedBeforeReply extends ServeError {}
+
+export class WeightdClient {
+  readonly socketPath: string;
+  readonly #timeoutMs: number;
+  readonly #clientName: string;
+  #socket: Socket | undefined;
+  #decoder = new FrameDecoder(MAX_RESPONSE_BYTES);
+  #waiting: Waiting | undefined;
+  #nextId = 1;
+  /** Whether any byte of the current reply arrived. */
+  #replyStarted = false;
+  /** Serializes requests: the protocol answers in order, one at a time. */
+  #chain: Promise<unknown> = Promise.resolve();
+
+  private constructor(socketPath: string, options: ClientOptions) {
+    this.socketPath = socketPath;
+    this.#timeoutMs = options.timeoutMs ?? 30_000;
+    this.#clientName = options.clientName ?? `weightd-ts/${process.pid}`;
+  }
+
+  /** Connects (and checks the daemon runs as this user). */
+  static async connect(socketPath: string, options: ClientOptions = {}): Promise<WeightdClient> {
+    const client = new WeightdClient(socketPath, options);
+    await client.#open();
+    return client;
+  }
+
+  ping(): Promise<PingReply> {
+    return this.#request('ping', {});
+  }
+
+  /** get_state as sent on the wire: a mismatch reply, or the manifest with a lease. */
+  getState(expected: Expected, mode: ServeMode): Promise<GetStateReply> {
+    return this.#request('get_state', { ...expected, mode, pid: process.pid, client: this.#clientName });
+  }
+
+  /**
+   * Maps the rank's memory zero-copy (mode "map") and returns a view per tensor and alias, or
+   * the mismatch reply when the cache holds something else (then load from disk).
+   */
+  async attach(expected: Expected, options: AttachOptions = {}): Promise<Attached | MismatchReply> {
+    const state = await this.getState(expected, 'map');
+    if (state.status === 'mismatch') return state;
+    let detached = false;
+    let unmap = () => {};
+    const detach = async () => {
+      if (detached) return;
+      detached = true;
+      unmap();
+      await this.detach(state.leaseId);
+    };
+    const base = { status: 'attached' as const, state, leaseId: state.leaseId, detach };
+    try {
+      if (state.backend === 'host') {
+        const host = openHost(state, false);
+        unmap = host.close;
+        return { ...base, backend: 'host', tensors: host.tensors };
+      }
+      const cuda = openCuda(state, options.deviceIndex ?? state.device.index);
+      unmap = cuda.close;
+      return { ...base, backend: 'cuda', tensors: cuda.tensors };
+    } catch (err) {
+      await detach().catch(() => {});
+      throw err;
+    }
+  }
+
+  /** Copies every tensor into this process (mode "copy"), then drops the lease. */
+  async copy(expected: Expected, options: AttachOptions = {}): Promise<Copied | MismatchReply> {
+    const state = await this.getState(expected, 'copy');
+    if (state.status === 'mismatch') return state;
+    try {
+      if (state.backend === 'host') return { status: 'copied', state, tensors: openHost(state, true).tensors };
+      const cuda = openCuda(state, options.deviceIndex ?? state.device.index);
+      try {
+        return { status: 'copied', state, tensors: cuda.read() };
+      } finally {
+        cuda.close();
+      }
+    } finally {
+      await this.detach(state.leaseId);
+    }
+  }
+
+  /** Drops a lease (default: every lease taken on this connection). Returns how many. */
+  async detach(leaseId?: string): Promise<number> {
+    const reply: DetachReply = await this.#request('detach', leaseId === undefined ? {} : { leaseId });
+    return reply.dropped;
+  }
+
+  release(options: { force?: boolean } = {}): Promise<ReleaseReply> {
+    return this.#request('release', options.force === undefined ? {} : { force: options.force });
+  }
+
+  stats(): Promise<StatsReply> {
+    return this.#request('stats', {});
+  }
+
+  close(): void {
+    this.#socket?.destroy();
+    this.#socket = undefined;
+  }
+
+  #open(): Promise<void> {
+    return new Promise((resolve, reject) => {
+      const socket = connect(this.socketPath);
+      socket.once('error', (err: NodeJS.ErrnoException) => {
+        const hint = err.code === 'ENOENT' || err.code === 'ECONNREFUSED' ? '; the daemon is not serving this device (load from disk)' : '';
+        reject(new ServeError('E_CONNECT', `cannot connect to weightd socket ${this.socketPath}: ${err.message}${hint}`, { socketPath: this.socketPath }, { cause: err }));
+      });
+      socket.once('connect', () => {
+        try {
+          this.#checkPeer(socket);
+        } catch (err) {
+          socket.destroy();
+          reject(err);
+          return;
+        }
+        socket.removeAllListeners('error');
+        socket.on('error', () => {}); // 'close' follows and fails the waiting request
+        socket.on('data', (chunk: Buffer) => this.#onData(socket, chunk));
+        socket.on('close', () => this.#onClose(socket));
+        this.#socket = socket;
+        this.#decoder = new FrameDecoder(MAX_RESPONSE_BYTES);
+        resolve();
+      });
+    });
+  }
+
+  /** A socket served by another user could hand us someone else's memory: refuse it. */
+  #checkPeer(socket: Socket): void {
+    const fd = (socket as unknown as { _handle?: { fd?: number } })._handle?.fd;
+    if (fd === undefined || fd < 0) throw new ServeError('E_PEER', `cannot check who serves ${this.socketPath}: the socket has no descriptor`);
+    const peer = addon.peerCredentials(fd);
+    const uid = process.getuid!();
+    if (peer.uid !== uid) {
+      throw new ServeError('E_PEER', `socket ${this.socketPath} is served by uid ${peer.uid} (pid ${peer.pid}), not by this user (uid ${uid}); refusing it`, { peerUid: peer.uid });
+    }
+  }
+
+  #onData(socket: Socket, chunk: Buffer): void {
+    if (this.#waiting?.socket !== socket) return; // nothing asked on this connection
+    this.#replyStarted = true;
+    let frames: Buffer[];
+    try {
+      frames = this.#decoder.push(chunk);
+    } catch (err) {
+      this.#failWaiting(err as Error);
+      socket.destroy();
+      return;
+    }
+    for (const frame of frames) {
+      const w = this.#waiting;
+      let value: unknown;
+      try {
+        value = parsePayload(frame);
+      } catch (err) {
+        this.#failWaiting(err as Error);
+        socket.destroy();
+        return;
+      }
+      const id = (value as { id?: unknown } | null)?.id;
+      this.#waiting = undefined;
+      // One request at a time on a connection that is dropped after any failure: a reply is to
+      // the waiting request (id null: the daemon could not read one, as for a protocol error).
+      if (w && (id === w.id || id === null)) w.resolve(value);
+      else {
+        w?.reject(new ProtocolError('E_BAD_REPLY', `unexpected reply (id ${JSON.stringify(id)}) from ${this.socketPath}`));
+        socket.destroy();
+        return;
+      }
+    }
+  }
+
+  #onClose(socket: Socket): void {
+    if (this.#socket === socket) this.#socket = undefined;
+    if (this.#waiting?.socket !== socket) return;
+    const Cls = this.#replyStarted ? ServeError : ClosedBeforeReply;
+    this.#failWaiting(new Cls('E_DISCONNECTED', `weightd closed the connection on ${this.socketPath} before replying`));
+  }
+
+  #failWaiting(err: Error): void {
+    const w = this.#waiting;
+    this.#waiting = undefined;
+    w?.reject(err);
+  }
+
+  #request<C extends Command>(cmd: C, body: Record<string, unknown>): Promise<Reply<C>> {
+    const run = async (): Promise<Reply<C>> => {
+      const reused = this.#socket !== undefined;
+      let raw: unknown;
+      try {
+        raw = await this.#exchange(cmd, body);
+      } catch (err) {
+        if (!(err instanceof ClosedBeforeReply && reused)) throw err;
+        raw = await this.#exchange(cmd, body);
+      }
+      const failed = ErrorReply.safeParse(raw);
+      if (failed.success) {
+        const e = failed.data.error;
+        throw new ServeError(e.code, `weightd (${this.socketPath}) refused ${cmd}: ${e.message}`, e.details ?? {});
+      }
+      const parsed = REPLY_SCHEMAS[cmd].safeParse(raw);
+      if (!parsed.success) {
+        const issues = parsed.error.issues.slice(0, 3).map((i) => `${i.path.join('.')}: ${i.message}`).join('; ');
+        throw new ProtocolError('E_BAD_REPLY', `reply to ${cmd} from ${this.socketPath} does not match the protocol: ${issues}; client and daemon versions differ?`);
+      }
+      return parsed.data as Reply<C>;
+    };
+    const result = this.#chain.then(run, run);
+    this.#chain = result.catch(() => {});
+    return result;
+  }
+
+  /** Sends one request and resolves with the raw reply. Any failure drops the connection. */
+  async #exchange(cmd: Command, body: Record<string, unknown>): Promise<unknown> {
+    if (!this.#socket) await this.#open();
+    const socket = this.#socket!;
+    const id = this.#nextId++;
+    this.#replyStarted = false;
+    try {
+      return await new Promise<unknown>((resolve, reject) => {
+        const timer = setTimeout(() => {
+          this.#failWaiting(new ServeError('E_TIMEOUT', `no reply to ${cmd} from ${this.socketPath} within ${this.#timeoutMs} ms`));
+        }, this.#timeoutMs);
+        this.#waiting = {
+          id,
+          socket,
+          resolve: (v) => (clearTimeout(timer), resolve(v)),
+          reject: (e) => (clearTimeout(timer), reject(e)),
+        };
+        socket.write(encodeMessage({ id, cmd, ...body }));
+      });
+    } catch (err) {
+      socket.destroy();
+      if (this.#socket === socket) this.#socket = undefined;
+      throw err;
+    }
+  }
+}

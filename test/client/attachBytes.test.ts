@@ -1,0 +1,75 @@
+// Every tensor a client gets, zero-copy or copied, from TypeScript or Python, is byte-identical to
+// the checkpoint slice computed independently from the safetensors files (tp=1 and tp=2); and a
+// stopped daemon leaves nothing in its socket directory.
+import { readdirSync, statSync } from 'node:fs';
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import { expectedFingerprint, findSocket, readNodeManifest } from '../../src/client/index.js';
+import { makeTempDir, removeDir } from '../helpers/checkpoints.js';
+import { startDaemon, type Daemon } from '../helpers/daemon.js';
+import { exampleModel } from '../helpers/paths.js';
+import { expectedRank } from '../serve/checkpointOracle.js';
+import { runClient, type ClientLanguage } from './runClient.js';
+
+interface Described {
+  sha256: string;
+  shape: number[];
+  ctor: string;
+}
+interface HashesReply {
+  tensors: Record<string, Described>;
+  mapsWhileAttached: number;
+  mapsAfter: number;
+}
+
+/** The view each client must give a dtype (the example checkpoint is BF16). */
+const VIEW: Record<ClientLanguage, Record<string, string>> = {
+  ts: { BF16: 'Uint16Array', F32: 'Float32Array' },
+  python: { BF16: 'uint16', F32: 'float32' },
+  'python-memoryview': { BF16: 'memoryview:H', F32: 'memoryview:f' },
+};
+
+for (const tp of [1, 2]) {
+  test(`tp=${tp}: every rank's tensors equal the checkpoint slices (ts + python, map + copy)`, async () => {
+    const socketDir = `${makeTempDir('sock')}/s`;
+    let daemon: Daemon | undefined;
+    try {
+      daemon = await startDaemon({ model: exampleModel, tp, socketDir });
+      const manifest = readNodeManifest(socketDir);
+      assert.ok(manifest, 'node manifest written once ready');
+      assert.is(manifest!.ranks.length, tp);
+      assert.is(statSync(`${socketDir}/node.json`).mode & 0o777, 0o600);
+      for (let rank = 0; rank < tp; rank++) {
+        const socket = await findSocket({ socketDir, globalRank: rank });
+        assert.is(statSync(socket).mode & 0o777, 0o600, 'socket mode');
+        assert.is(manifest!.ranks[rank]!.socketPath, socket);
+        const expected = expectedRank(exampleModel, tp, rank);
+        const fingerprint = await expectedFingerprint(exampleModel, tp, rank);
+        assert.is(manifest!.ranks[rank]!.fingerprint, fingerprint.fingerprint);
+        for (const lang of Object.keys(VIEW) as ClientLanguage[]) {
+          for (const mode of ['map', 'copy']) {
+            const got = await runClient<HashesReply>(lang, 'hashes', socket, fingerprint, mode);
+            const where = `${lang} ${mode} rank ${rank}/${tp}`;
+            assert.equal(Object.keys(got.tensors).sort(), [...expected.keys()].sort(), `${where}: tensor names`);
+            for (const [name, want] of expected) {
+              const t = got.tensors[name]!;
+              assert.is(t.sha256, want.sha256, `${where}: bytes of ${name}`);
+              assert.equal(t.shape, want.shape, `${where}: shape of ${name}`);
+              assert.is(t.ctor, VIEW[lang][want.dtype], `${where}: view type of ${name} (${want.dtype})`);
+            }
+            if (mode === 'map') assert.ok(got.mapsWhileAttached > 0, `${where}: segments were mapped`);
+            assert.is(got.mapsAfter, 0, `${where}: no mapping left after detach`);
+          }
+        }
+      }
+      const { code } = await daemon.stop();
+      assert.is(code, 0);
+      assert.equal(readdirSync(socketDir), [], 'socket, lock and manifest files removed');
+    } finally {
+      await daemon?.stop();
+      removeDir(socketDir.slice(0, -2));
+    }
+  });
+}
+
+test.run();

@@ -1,0 +1,73 @@
+// Runs the TypeScript or the Python test client as its own process and returns its JSON line.
+import { spawn, type ChildProcess } from 'node:child_process';
+import { join } from 'node:path';
+import type { Expected } from '../../src/client/index.js';
+import { repoRoot } from '../helpers/paths.js';
+
+/** python: numpy views (numpy is installed here); python-memoryview: the stdlib-only path. */
+export type ClientLanguage = 'ts' | 'python' | 'python-memoryview';
+
+export const PYTHON = process.env.PYTHON ?? 'python3';
+
+function command(lang: ClientLanguage, args: string[]): [string, string[], NodeJS.ProcessEnv] {
+  if (lang === 'ts') return [process.execPath, [join(repoRoot, 'dist/test/client/clientScript.js'), ...args], process.env];
+  const env = {
+    ...process.env,
+    PYTHONPATH: join(repoRoot, 'clients/python'),
+    PYTHONDONTWRITEBYTECODE: '1',
+    WEIGHTD_TEST_TENSOR_FORMAT: lang === 'python' ? 'auto' : 'memoryview',
+  };
+  return [PYTHON, [join(repoRoot, 'test/client/client_script.py'), ...args], env];
+}
+
+export function spawnClient(lang: ClientLanguage, cmd: string, socket: string, expected: Expected, arg?: string, extraEnv: Record<string, string> = {}): ChildProcess {
+  const [exe, args, env] = command(lang, [cmd, socket, JSON.stringify(expected), ...(arg === undefined ? [] : [arg])]);
+  return spawn(exe, args, { env: { ...env, ...extraEnv }, stdio: ['ignore', 'pipe', 'pipe'] });
+}
+
+/** Runs a client to completion; rejects with its stderr if it fails. */
+export function runClient<T = Record<string, unknown>>(
+  lang: ClientLanguage,
+  cmd: string,
+  socket: string,
+  expected: Expected,
+  arg?: string,
+  extraEnv: Record<string, string> = {},
+): Promise<T> {
+  const child = spawnClient(lang, cmd, socket, expected, arg, extraEnv);
+  let out = '';
+  let err = '';
+  child.stdout!.on('data', (d: Buffer) => (out += d.toString()));
+  child.stderr!.on('data', (d: Buffer) => (err += d.toString()));
+  return new Promise((resolve, reject) => {
+    child.on('exit', (code, signal) => {
+      if (code !== 0) reject(new Error(`${lang} client ${cmd} exited ${signal ?? code}:\n${err}`));
+      else {
+        try {
+          resolve(JSON.parse(out.trim().split('\n').pop()!) as T);
+        } catch {
+          reject(new Error(`${lang} client ${cmd} printed no JSON: ${out}\n${err}`));
+        }
+      }
+    });
+  });
+}
+
+/** Starts a client that prints one line and keeps running (hold); resolves with that line. */
+export function startHolder(lang: ClientLanguage, socket: string, expected: Expected): Promise<{ child: ChildProcess; line: { leaseId: string; pid: number } }> {
+  const child = spawnClient(lang, 'hold', socket, expected);
+  let out = '';
+  let err = '';
+  child.stderr!.on('data', (d: Buffer) => (err += d.toString()));
+  return new Promise((resolve, reject) => {
+    child.stdout!.on('data', (d: Buffer) => {
+      out += d.toString();
+      if (out.includes('\n')) resolve({ child, line: JSON.parse(out.split('\n')[0]!) as { leaseId: string; pid: number } });
+    });
+    child.on('exit', (code) => reject(new Error(`${lang} holder exited ${code} before attaching:\n${err}`)));
+  });
+}
+
+export function exitOf(child: ChildProcess): Promise<void> {
+  return child.exitCode !== null || child.signalCode !== null ? Promise.resolve() : new Promise((r) => child.once('exit', () => r()));
+}

@@ -1,0 +1,141 @@
+// Runs the daemon (node dist/main.js) as a child process for end-to-end tests: waits for its READY line, keeps
+// its stderr for assertions, and guarantees it is killed when the test process ends, however it
+// ends. Every daemon gets its own socket dir and shared-memory dir unless a test asks otherwise.
+import { spawn, type ChildProcess } from 'node:child_process';
+import { readdirSync } from 'node:fs';
+import { mainJs, repoRoot } from './paths.js';
+
+export interface DaemonOptions {
+  model: string;
+  tp?: number;
+  /** Default host. */
+  device?: 'host' | 'cuda';
+  /** Passed as --weight-cache-socket-dir; omitted: the daemon's default dir (under TMPDIR). */
+  socketDir?: string;
+  /** Host device ids (WEIGHTD_HOST_DEVICES); default `<tag>-0..tp-1`, unique per daemon. */
+  devices?: string[];
+  env?: Record<string, string>;
+  extraArgs?: string[];
+  /** How long to wait for READY. */
+  readyTimeoutMs?: number;
+}
+
+export interface Daemon {
+  readonly pid: number;
+  readonly devices: string[];
+  /** stderr so far. */
+  stderr(): string;
+  /** SIGTERM, then SIGKILL after `graceMs`; resolves when it is gone (with its code or signal). */
+  stop(graceMs?: number): Promise<Exit>;
+  /** SIGKILL: no cleanup runs in the daemon (for stale socket/lock tests). */
+  kill9(): Promise<void>;
+  /** Open file descriptors of the daemon (/proc/<pid>/fd). */
+  fdCount(): number;
+}
+
+const live = new Set<ChildProcess>();
+// Synchronous on purpose: 'exit' handlers cannot wait, and a daemon must never outlive a test.
+process.on('exit', () => {
+  for (const c of live) {
+    try {
+      c.kill('SIGKILL');
+    } catch {
+      // Already gone.
+    }
+  }
+});
+
+let counter = 0;
+
+type Exit = { code: number | null; signal: NodeJS.Signals | null };
+
+function spawnDaemon(opts: DaemonOptions): { child: ChildProcess; devices: string[]; out: { text: string }; waitExit: () => Promise<Exit> } {
+  const tp = opts.tp ?? 1;
+  const devices = opts.devices ?? Array.from({ length: tp }, (_, i) => `t${process.pid}-${counter}-${i}`);
+  counter++;
+  const args = [mainJs, '--model', opts.model, '-tp', String(tp), '--device', opts.device ?? 'host', ...(opts.socketDir ? ['--weight-cache-socket-dir', opts.socketDir] : []), ...(opts.extraArgs ?? [])];
+  const child = spawn(process.execPath, args, {
+    cwd: repoRoot,
+    env: { ...process.env, WEIGHTD_HOST_DEVICES: devices.join(','), ...opts.env },
+    stdio: ['ignore', 'ignore', 'pipe'],
+  });
+  live.add(child);
+  // Neither the child nor its stderr pipe may keep the test process alive: a test that fails
+  // before stopping its daemon must still end, and the 'exit' hook above then kills the daemon.
+  child.unref();
+  (child.stderr as unknown as { unref(): void }).unref();
+  const out = { text: '' };
+  child.stderr!.on('data', (d: Buffer) => (out.text += d.toString()));
+  const exitedUnref = new Promise<Exit>((resolve) => {
+    child.on('exit', (code, signal) => {
+      live.delete(child);
+      resolve({ code, signal });
+    });
+  });
+  // Whoever waits for the exit holds a reference meanwhile, or node could end with nothing left
+  // to wait on but this unref'd child.
+  const waitExit = () => {
+    child.ref();
+    return exitedUnref.finally(() => child.unref());
+  };
+  return { child, devices, out, waitExit };
+}
+
+export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
+  const { child, devices, out, waitExit } = spawnDaemon(opts);
+  const timeoutMs = opts.readyTimeoutMs ?? 30_000;
+  await new Promise<void>((resolve, reject) => {
+    const timer = setTimeout(() => fail(`no READY within ${timeoutMs} ms`), timeoutMs);
+    const onData = () => {
+      if (/^READY /m.test(out.text)) {
+        cleanup();
+        resolve();
+      }
+    };
+    const fail = (why: string) => {
+      cleanup();
+      child.kill('SIGKILL');
+      reject(new Error(`daemon ${why}; stderr:\n${out.text}`));
+    };
+    const onExit = (code: number | null, signal: string | null) => fail(`exited (${signal ?? code}) before READY`);
+    function cleanup() {
+      clearTimeout(timer);
+      child.stderr!.off('data', onData);
+      child.off('exit', onExit);
+    }
+    child.stderr!.on('data', onData);
+    child.on('exit', onExit);
+  });
+  const pid = child.pid!;
+  return {
+    pid,
+    devices,
+    stderr: () => out.text,
+    async stop(graceMs = 10_000) {
+      if (child.exitCode === null && child.signalCode === null) {
+        child.kill('SIGTERM');
+        const timer = setTimeout(() => child.kill('SIGKILL'), graceMs);
+        const result = await waitExit();
+        clearTimeout(timer);
+        return result;
+      }
+      return waitExit();
+    },
+    async kill9() {
+      child.kill('SIGKILL');
+      await waitExit();
+    },
+    fdCount: () => readdirSync(`/proc/${pid}/fd`).length,
+  };
+}
+
+/** Runs a daemon that is expected to fail before READY; resolves with its exit and stderr. */
+export async function expectDaemonFailure(opts: DaemonOptions, timeoutMs = 30_000): Promise<{ code: number | null; stderr: string; ms: number }> {
+  const started = Date.now();
+  const { child, out, waitExit } = spawnDaemon(opts);
+  const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
+  const { code } = await waitExit();
+  clearTimeout(timer);
+  if (/^READY /m.test(out.text)) throw new Error(`daemon became READY although it was expected to fail; stderr:\n${out.text}`);
+  return { code, stderr: out.text, ms: Date.now() - started };
+}

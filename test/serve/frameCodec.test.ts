@@ -1,0 +1,65 @@
+// The frame codec: round trips however the bytes are chunked, and rejects a bad header as soon
+// as the offending byte arrives, before any body is buffered.
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import { ProtocolError } from '../../src/errors.js';
+import { encodeFrame, encodeMessage, FrameDecoder, FRAME_HEADER_BYTES, parsePayload } from '../../src/serve/frameCodec.js';
+
+function decodeAll(decoder: FrameDecoder, bytes: Buffer, step: number): unknown[] {
+  const out: unknown[] = [];
+  for (let i = 0; i < bytes.length; i += step) for (const p of decoder.push(bytes.subarray(i, i + step))) out.push(parsePayload(p));
+  return out;
+}
+
+function codeOf(fn: () => unknown): string {
+  try {
+    fn();
+  } catch (err) {
+    assert.instance(err, ProtocolError);
+    return (err as ProtocolError).code;
+  }
+  return assert.unreachable('expected a ProtocolError') as never;
+}
+
+test('round trip in every chunking, several frames per chunk', () => {
+  const messages = [{ id: 1, cmd: 'ping' }, { id: 2, text: 'ünïcødé ✓', nested: [1, [2, { a: null }]] }, {}, { big: 'x'.repeat(100_000) }];
+  const stream = Buffer.concat(messages.map(encodeMessage));
+  for (const step of [1, 3, 10, 11, 4096, stream.length]) {
+    const d = new FrameDecoder(1 << 20);
+    assert.equal(decodeAll(d, stream, step), messages, `chunks of ${step}`);
+    assert.is(d.buffered, 0);
+  }
+});
+
+test('header layout: magic, u16 version, u32 length, big-endian', () => {
+  const f = encodeFrame('{"a":1}');
+  assert.is(f.subarray(0, 4).toString('latin1'), 'WGTD');
+  assert.is(f.readUInt16BE(4), 1);
+  assert.is(f.readUInt32BE(6), 7);
+  assert.is(f.length, FRAME_HEADER_BYTES + 7);
+});
+
+test('a wrong magic fails on its first wrong byte', () => {
+  assert.is(codeOf(() => new FrameDecoder(100).push(Buffer.from('X'))), 'E_FRAME_MAGIC');
+  assert.is(codeOf(() => new FrameDecoder(100).push(Buffer.from('WGTX'))), 'E_FRAME_MAGIC');
+  const d = new FrameDecoder(100);
+  assert.equal(d.push(Buffer.from('WG')), []);
+  assert.is(codeOf(() => d.push(Buffer.from('x'))), 'E_FRAME_MAGIC');
+});
+
+test('an unknown version or an oversized length fails at the header', () => {
+  const h = Buffer.from(encodeFrame('{}').subarray(0, FRAME_HEADER_BYTES));
+  h.writeUInt16BE(2, 4);
+  assert.is(codeOf(() => new FrameDecoder(100).push(h)), 'E_FRAME_VERSION');
+  const big = Buffer.from(encodeFrame('{}').subarray(0, FRAME_HEADER_BYTES));
+  big.writeUInt32BE(101, 6);
+  assert.is(codeOf(() => new FrameDecoder(100).push(big)), 'E_FRAME_TOO_LARGE');
+  big.writeUInt32BE(100, 6);
+  assert.equal(new FrameDecoder(100).push(big), [], 'exactly the limit is fine');
+});
+
+test('a payload that is not JSON is a protocol error', () => {
+  assert.is(codeOf(() => parsePayload(Buffer.from('{nope'))), 'E_FRAME_JSON');
+});
+
+test.run();

@@ -1,0 +1,122 @@
+// The serve actor inside a parent machine, as the supervisor will run it: RANK_SERVING once
+// bound; a client's allowed release goes up as RANK_RELEASE_REQUESTED and is answered only after
+// SERVE_RELEASED; a failing bind is RANK_FAILED; stopping removes socket and lock at once.
+import { existsSync, readdirSync, readFileSync, statSync, symlinkSync, mkdirSync } from 'node:fs';
+import pino from 'pino';
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import { assign, createActor, sendTo, setup } from 'xstate';
+import { removeNodeManifest, serveRank, writeNodeManifest, type ServeRankInput } from '../../src/actors/serveRank.js';
+import { expectedFingerprint, WeightdClient } from '../../src/client/index.js';
+import type { ServeEvent } from '../../src/serve/serveEvents.js';
+import { makeTempDir, removeDir } from '../helpers/checkpoints.js';
+import { exampleModel, freshShmDir } from '../helpers/paths.js';
+import { loadServedRank, type LoadedRank } from './servedRankFixture.js';
+
+const log = pino({ level: 'silent' });
+
+/** A parent that records what the actor sends and frees the device when asked, like the supervisor. */
+function parent(input: ServeRankInput, loaded: LoadedRank) {
+  const machine = setup({
+    types: { context: {} as { events: ServeEvent[] }, events: {} as ServeEvent | { type: 'STOP_SERVING' } },
+    actors: { serveRank },
+  }).createMachine({
+    context: { events: [] },
+    initial: 'serving',
+    states: {
+      serving: {
+        invoke: { id: 'serve', src: 'serveRank', input },
+        on: {
+          STOP_SERVING: 'done',
+          RANK_RELEASE_REQUESTED: {
+            actions: [
+              assign({ events: ({ context, event }) => [...context.events, event as ServeEvent] }),
+              () => loaded.device.release(),
+              sendTo('serve', { type: 'SERVE_RELEASED' }),
+            ],
+          },
+          '*': { actions: assign({ events: ({ context, event }) => [...context.events, event as ServeEvent] }) },
+        },
+      },
+      done: { type: 'final' },
+    },
+  });
+  return createActor(machine);
+}
+
+async function until<T>(fn: () => T | undefined, ms = 5000): Promise<T> {
+  const end = Date.now() + ms;
+  for (;;) {
+    const v = fn();
+    if (v !== undefined) return v;
+    if (Date.now() > end) throw new Error('timed out');
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+
+test('serving, release through the supervisor, synchronous cleanup', async () => {
+  const shm = freshShmDir();
+  const dir = makeTempDir('actor');
+  const loaded = await loadServedRank(exampleModel, { uuid: `actor-${process.pid}`, shmDir: shm });
+  try {
+    const actor = parent({ rank: loaded.served, socketDir: dir, log }, loaded);
+    actor.start();
+    const serving = await until(() => actor.getSnapshot().context.events.find((e) => e.type === 'RANK_SERVING'));
+    assert.equal(serving, { type: 'RANK_SERVING', localRank: 0, socketPath: `${dir}/actor-${process.pid}.sock` });
+    assert.is(statSync(serving.type === 'RANK_SERVING' ? serving.socketPath : '').mode & 0o777, 0o600);
+    assert.is(JSON.parse(readFileSync(`${dir}/actor-${process.pid}.lock`, 'utf8')).pid, process.pid);
+
+    writeNodeManifest(dir, [{ globalRank: 0, localRank: 0, socketPath: `${dir}/actor-${process.pid}.sock`, deviceUuid: `actor-${process.pid}`, fingerprint: loaded.served.fingerprint }]);
+    assert.is(statSync(`${dir}/node.json`).mode & 0o777, 0o600);
+
+    const client = await WeightdClient.connect(`${dir}/actor-${process.pid}.sock`);
+    const released = await client.release();
+    assert.is(released.alreadyReleased, false);
+    assert.ok(actor.getSnapshot().context.events.some((e) => e.type === 'RANK_RELEASE_REQUESTED'));
+    assert.equal(readdirSync(shm), [], 'the parent freed the segments before the client heard back');
+    const fp = await expectedFingerprint(exampleModel, 1, 0);
+    await client.getState(fp, 'map').then(
+      () => assert.unreachable('get_state after release'),
+      (err: { code: string }) => assert.is(err.code, 'E_RELEASED'),
+    );
+    client.close();
+
+    actor.send({ type: 'STOP_SERVING' });
+    // Cleanup ran inside send(): nothing may be left, without waiting.
+    removeNodeManifest(dir);
+    assert.equal(readdirSync(dir), []);
+  } finally {
+    loaded.device.release();
+    removeDir(dir);
+    removeDir(shm);
+  }
+});
+
+test('a bind failure is RANK_FAILED; stopping mid-start leaves nothing', async () => {
+  const shm = freshShmDir();
+  const dir = makeTempDir('actorfail');
+  const loaded = await loadServedRank(exampleModel, { uuid: `fail-${process.pid}`, shmDir: shm });
+  try {
+    mkdirSync(`${dir}/real`, { mode: 0o700 });
+    symlinkSync(`${dir}/real`, `${dir}/link`);
+    const failing = parent({ rank: loaded.served, socketDir: `${dir}/link`, log }, loaded);
+    failing.start();
+    const failed = await until(() => failing.getSnapshot().context.events.find((e) => e.type === 'RANK_FAILED'));
+    assert.is(failed.type === 'RANK_FAILED' && failed.error.code, 'E_SOCKET_DIR_SYMLINK');
+    failing.stop();
+
+    // Stop before the (asynchronous) start finishes: whatever it took must be let go.
+    const early = parent({ rank: loaded.served, socketDir: `${dir}/real`, log }, loaded);
+    early.start();
+    early.stop();
+    await new Promise((r) => setTimeout(r, 100));
+    assert.equal(readdirSync(`${dir}/real`), []);
+    assert.not.ok(existsSync(`${dir}/real/fail-${process.pid}.sock`));
+  } finally {
+    loaded.device.release();
+    removeDir(dir);
+    removeDir(shm);
+  }
+});
+
+test.run();

@@ -1,0 +1,26 @@
+// One resident rank built by hand on the host backend, as the supervisor builds it (plan,
+// allocate, fill, export, toServedRank), for in-process tests of the serving layer without a
+// whole node.
+import { planCheckpoint } from '../../src/checkpoint/planCheckpoint.js';
+import { DeviceHandle } from '../../src/native/deviceHandle.js';
+import { toServedRank, type ServedRank } from '../../src/serve/servedRank.js';
+
+export interface LoadedRank {
+  served: ServedRank;
+  device: DeviceHandle;
+}
+
+export async function loadServedRank(modelDir: string, device: { uuid: string; shmDir: string }): Promise<LoadedRank> {
+  const plan = await planCheckpoint(modelDir, { tpSize: 1 });
+  const rank = plan.ranks[0]!;
+  const handle = new DeviceHandle('host', 0, device);
+  try {
+    handle.allocate(rank.segments);
+    await handle.fill(rank.files, rank.ops, rank.totalBytes, {});
+    const served = toServedRank({ plan, globalRank: 0, localRank: 0, nodeRank: 0, nnodes: 1, backend: 'host', device: handle.info(), segments: handle.exportSegments() });
+    return { served, device: handle };
+  } catch (err) {
+    handle.release();
+    throw err;
+  }
+}
