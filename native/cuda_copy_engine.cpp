@@ -20,8 +20,9 @@ namespace {
 // both 512-byte and 4 KiB devices. Pinned buffers are page-aligned, so only offsets need care.
 constexpr uint64_t kDirectAlign = 4096;
 constexpr uint64_t kMinSlotBytes = 1ull << 20;
-// Two slots already overlap a lane's read with its copy; more only holds pinned memory idle.
-constexpr uint64_t kMaxSlotsPerLane = 4;
+// Two slots overlap a lane's read with its copy. More only push buffers out of the CPU cache
+// before the DMA reads them: on an H200 host 4 slots of 4 MiB ran at 28 GB/s, 2 at 36.
+constexpr uint64_t kMaxSlotsPerLane = 2;
 
 uint64_t alignDown(uint64_t v, uint64_t a) { return v / a * a; }
 uint64_t alignUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
@@ -175,8 +176,8 @@ void retire(Slot& slot, FillProgress& progress) {
   slot.window.reset();
 }
 
-// Reads [neededStart, neededEnd) of a file through its O_DIRECT descriptor: the aligned
-// superset from `start` (aligned) goes into `dst`. The file's last block may be short.
+// Reads a file from the block-aligned `start` through at least `neededEnd` into `dst`, through
+// its O_DIRECT descriptor and in whole blocks (the file's last block may be short).
 void readDirect(const FileSet& files, uint32_t file, int fd, char* dst, uint64_t start, uint64_t neededEnd) {
   uint64_t end = alignUp(neededEnd, kDirectAlign);
   uint64_t pos = start;

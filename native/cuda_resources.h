@@ -26,7 +26,6 @@ class Unique {
   Unique(const Unique&) = delete;
   Unique& operator=(const Unique&) = delete;
   T get() const { return value_; }
-  explicit operator bool() const { return value_ != T{}; }
   void reset() {
     if (value_ != T{}) Destroy(std::exchange(value_, T{}));
   }
@@ -92,7 +91,6 @@ class PrimaryContext {
   PrimaryContext(const PrimaryContext&) = delete;
   PrimaryContext& operator=(const PrimaryContext&) = delete;
   CUcontext get() const { return context_; }
-  CUdevice device() const { return device_; }
 
  private:
   CUdevice device_ = 0;

@@ -2,20 +2,27 @@
 // weightd's command line: one process per node. Exit codes: 0 stopped on a signal, 1 failed at
 // run time, 2 bad flags.
 import { writeSync } from 'node:fs';
-import { parseArgs } from './cli/parseArgs.js';
+import { parseCommand } from './cli/parseArgs.js';
 import { UsageError } from './errors.js';
+import { chartToMermaid, machineToChart } from './inspect/machineToMermaid.js';
 import { flushLogger } from './log.js';
+import { supervisorMachine } from './machines/supervisor.js';
 import { startNode } from './startNode.js';
 
 async function main(argv: string[]): Promise<number> {
   let node;
   try {
-    const options = parseArgs(argv);
-    if (options.help !== undefined) {
-      process.stdout.write(options.help);
+    const cli = parseCommand(argv);
+    if (cli.command === 'print') {
+      process.stdout.write(cli.text);
       return 0;
     }
-    node = await startNode(options);
+    if (cli.command === 'statechart') {
+      const chart = machineToChart(supervisorMachine);
+      process.stdout.write(cli.format === 'json' ? `${JSON.stringify(chart, null, 2)}\n` : chartToMermaid(chart));
+      return 0;
+    }
+    node = await startNode(cli.options);
   } catch (err) {
     if (err instanceof UsageError) {
       writeSync(2, `weightd: ${err.message}\n`);

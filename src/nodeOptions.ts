@@ -4,6 +4,8 @@ import { readdirSync, statSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { resolve } from 'node:path';
 import { UsageError } from './errors.js';
+import { DEFAULT_INSPECT_HOST } from './inspect/inspectServer.js';
+import { DEFAULT_PROGRESS_INTERVAL_MS } from './inspect/progressReporter.js';
 import type { FaultInjection } from './actors/rankMessages.js';
 import type { Logger } from './log.js';
 import type { FillOptions } from './native/addon.js';
@@ -41,6 +43,13 @@ export interface NodeOptions {
   token?: string;
   /** Tests only: make one rank fail at one phase. */
   faultInjection?: FaultInjection;
+  /** Serve /healthz, /status, /metrics and /statechart over HTTP (port 0: any free port). */
+  inspect?: { port?: number; host?: string };
+  /**
+   * Load progress: log lines every `intervalMs` (default 2000) while loading, and a bar on
+   * stderr (default: when stderr is a TTY and no `logger` was passed); false: neither.
+   */
+  progress?: false | { intervalMs?: number; bar?: boolean };
 }
 
 /** Validated, complete configuration. */
@@ -61,6 +70,9 @@ export interface NodeConfig {
   rendezvousTimeoutMs: number;
   token?: string;
   faultInjection?: FaultInjection;
+  inspect?: { port: number; host: string };
+  /** Absent or false: no progress reporting. */
+  progress?: false | { intervalMs: number; bar: boolean };
 }
 
 export const DEFAULT_RENDEZVOUS_TIMEOUT_MS = 300_000;
@@ -139,6 +151,7 @@ export async function resolveNodeOptions(o: NodeOptions): Promise<NodeConfig> {
   const device = o.device ?? 'auto';
   if (!['auto', 'cuda', 'host'].includes(device)) throw usage('--device', device, 'is not a backend', 'use auto, cuda or host');
   const rendezvousTimeoutMs = integer('--rendezvous-timeout', o.rendezvousTimeoutMs ?? DEFAULT_RENDEZVOUS_TIMEOUT_MS, 1, 86_400_000, 'pass a positive number');
+  const inspect = o.inspect === undefined ? undefined : checkInspect(o.inspect, [o.weightCacheMasterPort === undefined ? undefined : weightCachePort, masterPort]);
   return {
     modelDir: checkModelDir(o.model),
     tpSize,
@@ -156,5 +169,26 @@ export async function resolveNodeOptions(o: NodeOptions): Promise<NodeConfig> {
     rendezvousTimeoutMs,
     token: o.token,
     faultInjection: o.faultInjection,
+    inspect,
+    progress: checkProgress(o.progress, o.logger !== undefined),
   };
+}
+
+/** `taken`: the rendezvous ports (ours and the engine's), which the inspect server must not take. */
+function checkInspect(i: NonNullable<NodeOptions['inspect']>, taken: Array<number | undefined>): NonNullable<NodeConfig['inspect']> {
+  if (i.port === undefined) throw usage('--inspect-port', undefined, 'is required with --inspect-host', 'pass the port for the inspect server too');
+  const p = integer('--inspect-port', i.port, 0, 65535, 'pass a TCP port number from 1 to 65535 (0: any free port)');
+  if (p !== 0 && taken.includes(p)) {
+    throw usage('--inspect-port', p, 'equals a rendezvous port (--weight-cache-master-port, or the engine\'s --master-port)', 'choose another port for the inspect server');
+  }
+  const host = i.host ?? DEFAULT_INSPECT_HOST;
+  if (typeof host !== 'string' || host.trim() === '') throw usage('--inspect-host', host, 'is empty', `pass an address to bind, such as ${DEFAULT_INSPECT_HOST} (the default)`);
+  return { port: p, host };
+}
+
+/** A caller that brings its own logger owns the terminal too: no bar unless asked for. */
+function checkProgress(p: NodeOptions['progress'], ownLogger: boolean): NodeConfig['progress'] {
+  if (p === false) return false;
+  const intervalMs = integer('progress.intervalMs', p?.intervalMs ?? DEFAULT_PROGRESS_INTERVAL_MS, 100, 3_600_000, 'pass milliseconds from 100 to 3600000');
+  return { intervalMs, bar: p?.bar ?? (Boolean(process.stderr.isTTY) && !ownLogger) };
 }

@@ -1,14 +1,21 @@
 // The programmatic API: start a node from options, watch it, await readiness, stop it.
 // The CLI (src/main.ts) is a thin layer over this.
+import type { Registry } from 'prom-client';
 import { createActor, type SnapshotFrom } from 'xstate';
+import { ServerRegistry } from './actors/serverRegistry.js';
 import { WorkerRegistry } from './actors/workerRegistry.js';
 import { RankFailedError, WeightdError } from './errors.js';
+import { EventFeed, type NodeEvent, type NodeEventListener } from './inspect/eventFeed.js';
+import { InspectServer } from './inspect/inspectServer.js';
+import { machineToChart, type MachineChart } from './inspect/machineToMermaid.js';
+import { NodeMetrics } from './inspect/nodeMetrics.js';
+import { ProgressReporter } from './inspect/progressReporter.js';
 import { createLogger, flushLogger, type Logger } from './log.js';
-import { supervisorMachine, type NodeFailure, type RankStatus } from './machines/supervisor.js';
+import { supervisorMachine, type NodeFailure, type PeerStatus, type RankStatus } from './machines/supervisor.js';
 import { resolveNodeOptions, type NodeConfig, type NodeOptions } from './nodeOptions.js';
 import type { RankTableEntry } from './rendezvous/rankTable.js';
 
-export type NodeState = 'init' | 'rendezvous' | 'loading' | 'ready' | 'stopping' | 'stopped' | 'failed';
+export type NodeState = 'init' | 'rendezvous' | 'loading' | 'serving' | 'ready' | 'stopping' | 'stopped' | 'failed';
 
 export interface NodeStatus {
   state: NodeState;
@@ -20,7 +27,12 @@ export interface NodeStatus {
   architecture?: string;
   fingerprint?: string;
   rankTable: RankTableEntry[];
-  ranks: RankStatus[];
+  /** Each local rank; clients and leases are its socket's counters while it serves. */
+  ranks: Array<RankStatus & { clients?: number; leases?: number }>;
+  /** Other nodes reported lost (or back) while serving. */
+  peers: PeerStatus[];
+  /** Every node of the group has reported ready. */
+  groupReady: boolean;
   failure?: NodeFailure;
 }
 
@@ -36,6 +48,20 @@ export interface WeightdNode {
   status(): NodeStatus;
   /** Calls `listener` on every state change (and now, with the current status). */
   onStateChange(listener: (status: NodeStatus) => void): () => void;
+  /**
+   * Calls `listener` with every event from now on: those the supervisor handled (with the state
+   * it moved to) and the commands it sent its rank, serve and group actors. RANK_PROGRESS is
+   * sampled (one per rank per second); status() has every byte.
+   */
+  onEvent(listener: NodeEventListener): () => void;
+  /** The most recent events (up to 256), oldest first. */
+  recentEvents(): NodeEvent[];
+  /** Prometheus text of this node's metrics (what /metrics serves). */
+  metrics(): Promise<string>;
+  /** The node's own prom-client Registry, to merge into a host program's (Registry.merge). */
+  readonly metricsRegistry: Registry;
+  /** Base URL of the inspect server (e.g. http://127.0.0.1:9464) when `inspect` was given. */
+  readonly inspectUrl?: string;
   /** Resolves when every local rank is resident; rejects if the node fails first. */
   readonly ready: Promise<NodeStatus>;
   /** Resolves when the node has ended and every worker thread is gone. */
@@ -46,7 +72,8 @@ export interface WeightdNode {
 
 type Snapshot = SnapshotFrom<typeof supervisorMachine>;
 
-function statusOf(snap: Snapshot, config: NodeConfig): NodeStatus {
+/** The status of a supervisor snapshot (exported for tests that drive the machine directly). */
+export function statusOf(snap: Snapshot, config: NodeConfig, servers?: ServerRegistry): NodeStatus {
   const ctx = snap.context;
   return {
     state: snap.value as NodeState,
@@ -58,10 +85,18 @@ function statusOf(snap: Snapshot, config: NodeConfig): NodeStatus {
     architecture: ctx.prepared?.plan.architecture,
     fingerprint: ctx.prepared?.plan.fingerprint,
     rankTable: ctx.rankTable,
-    ranks: ctx.ranks,
+    ranks: ctx.ranks.map((r) => {
+      const s = servers?.stats(r.localRank);
+      return s ? { ...r, clients: s.connections, leases: s.leases } : r;
+    }),
+    peers: ctx.peers,
+    groupReady: ctx.groupReady,
     failure: ctx.failure,
   };
 }
+
+/** The supervisor drawn from its own definition; the same for every node, so made once. */
+let supervisorChart: MachineChart | undefined;
 
 /**
  * Starts a node. Rejects with UsageError (before anything starts) when an option is invalid;
@@ -71,7 +106,20 @@ export async function startNode(options: NodeOptions): Promise<WeightdNode> {
   const config = await resolveNodeOptions(options);
   const log = options.logger ?? createLogger({ nodeRank: config.nodeRank, level: options.logLevel });
   const workers = new WorkerRegistry();
-  const actor = createActor(supervisorMachine, { input: { config, log, workers } });
+  const servers = new ServerRegistry();
+  const feed = new EventFeed();
+  const actor = createActor(supervisorMachine, { input: { config, log, workers, servers }, inspect: feed.inspect });
+  const status = () => statusOf(actor.getSnapshot(), config, servers);
+  supervisorChart ??= machineToChart(supervisorMachine);
+  const metrics = new NodeMetrics({ status, feed, states: supervisorChart.states.map((s) => s.key) });
+  // Bound before the machine starts: a port in use fails the start in milliseconds.
+  const inspectServer = config.inspect
+    ? await InspectServer.listen({ ...config.inspect, log, status, feed, metrics, chart: supervisorChart }).catch((err: unknown) => {
+        metrics.close();
+        throw err;
+      })
+    : undefined;
+  const progress = config.progress ? new ProgressReporter({ log, status, feed, intervalMs: config.progress.intervalMs, bar: config.progress.bar ? process.stderr : undefined }) : undefined;
   const listeners = new Set<(s: NodeStatus) => void>();
 
   let resolveReady!: (s: NodeStatus) => void;
@@ -88,6 +136,9 @@ export async function startNode(options: NodeOptions): Promise<WeightdNode> {
     await workers.drain();
     // Locks a serve actor never took over (the node ended before serving); idempotent.
     for (const lock of actor.getSnapshot().context.prepared?.locks ?? []) lock.release();
+    progress?.stop();
+    await inspectServer?.close();
+    metrics.close();
     if (result.failure) log.error({ code: result.failure.code, rank: result.failure.globalRank }, result.failure.message);
     log.info({ state: result.state }, 'node ended');
     await flushLogger(log);
@@ -96,7 +147,7 @@ export async function startNode(options: NodeOptions): Promise<WeightdNode> {
 
   actor.subscribe({
     next(snap) {
-      const status = statusOf(snap, config);
+      const status = statusOf(snap, config, servers);
       if (status.state !== lastState) {
         lastState = status.state;
         log.debug({ state: status.state }, 'supervisor state');
@@ -128,12 +179,17 @@ export async function startNode(options: NodeOptions): Promise<WeightdNode> {
     log,
     ready,
     done,
-    status: () => statusOf(actor.getSnapshot(), config),
+    status,
     onStateChange(listener) {
       listeners.add(listener);
-      listener(statusOf(actor.getSnapshot(), config));
+      listener(status());
       return () => listeners.delete(listener);
     },
+    onEvent: (listener) => feed.subscribe(listener),
+    recentEvents: () => feed.recent(),
+    metrics: () => metrics.text(),
+    metricsRegistry: metrics.registry,
+    inspectUrl: inspectServer?.url,
     async stop(reason) {
       if (actor.getSnapshot().status === 'active') {
         log.info({ reason }, 'stopping');

@@ -1,31 +1,128 @@
 // The node's membership in its tensor-parallel group, alive from rendezvous until the node
-// ends. A single node is its own group: its rank table is its own devices.
+// ends. Node 0 also hosts the coordinator, and joins it over TCP like every other node, so one
+// code path serves all nodes. A single node is its own group: the same join checks run
+// locally, with no network.
 import { hostname } from 'node:os';
 import { fromCallback } from 'xstate';
-import { RendezvousError, serializeError } from '../errors.js';
+import { RendezvousError, serializeError, type WeightdError } from '../errors.js';
 import type { Logger } from '../log.js';
 import type { NodeConfig } from '../nodeOptions.js';
+import { checkJoin, type GroupExpectation } from '../rendezvous/checkJoin.js';
+import { GroupClient, type JoinRequest } from '../rendezvous/client.js';
+import { Coordinator } from '../rendezvous/coordinator.js';
 import type { GroupCommand, GroupEvent } from '../rendezvous/groupEvents.js';
-import { nodeRankTable } from '../rendezvous/rankTable.js';
+import { groupRankTable } from '../rendezvous/rankTable.js';
+import { groupTiming, type GroupTiming } from '../rendezvous/timing.js';
+import { RDZV_PROTOCOL_VERSION } from '../rendezvous/wire.js';
 import type { Prepared } from './prepareNode.js';
 
 export interface GroupSessionInput {
   config: NodeConfig;
   prepared: Prepared;
   log: Logger;
+  /** Overrides of the rendezvous clocks (else defaults, then WEIGHTD_RDZV_* variables). */
+  timing?: Partial<GroupTiming>;
 }
 
 export const groupSession = fromCallback<GroupCommand, GroupSessionInput, GroupEvent>(({ input, sendBack, receive }) => {
-  const { config, prepared } = input;
-  if (config.nnodes > 1) {
-    sendBack({
-      type: 'GROUP_FAILED',
-      error: serializeError(new RendezvousError('E_RDZV_UNSUPPORTED', `--nnodes ${config.nnodes}: multi-node rendezvous is not built yet; run with --nnodes 1`)),
+  const { config, prepared, log } = input;
+  const join: JoinRequest = {
+    nnodes: config.nnodes,
+    tpSize: config.tpSize,
+    localWorldSize: config.localWorldSize,
+    nodeRank: config.nodeRank,
+    hostName: hostname(),
+    deviceUuids: prepared.devices.map((d) => d.uuid),
+    visibleDevices: prepared.visibleDevices,
+    fingerprint: prepared.plan.fingerprint,
+  };
+  const expect: GroupExpectation = {
+    nnodes: config.nnodes,
+    tpSize: config.tpSize,
+    localWorldSize: config.localWorldSize,
+    fingerprint: prepared.plan.fingerprint,
+    token: config.token,
+  };
+  const fail = (err: WeightdError) => sendBack({ type: 'GROUP_FAILED', error: serializeError(err) });
+
+  if (config.nnodes === 1) {
+    const rejection = checkJoin({ type: 'join', protocolVersion: RDZV_PROTOCOL_VERSION, ...join, tokenProof: null }, '', { ...expect, token: undefined }, '', []);
+    if (rejection) {
+      fail(new RendezvousError(rejection.code, rejection.message, rejection.details));
+      return;
+    }
+    const rankTable = groupRankTable([join]);
+    log.info({ rankTable }, 'single node: rank table');
+    sendBack({ type: 'GROUP_JOINED', rankTable });
+    receive((cmd) => {
+      if (cmd.type === 'NODE_READY') sendBack({ type: 'GROUP_READY' });
     });
     return;
   }
-  sendBack({ type: 'GROUP_JOINED', rankTable: nodeRankTable(config.nodeRank, hostname(), prepared.devices.map((d) => d.uuid)) });
+
+  let timing: GroupTiming;
+  try {
+    timing = groupTiming(input.timing);
+  } catch (err) {
+    fail(err as WeightdError);
+    return;
+  }
+  let stopped = false;
+  let coordinator: Coordinator | undefined;
+  let client: GroupClient | undefined;
+
+  const emit = (event: GroupEvent): void => {
+    if (stopped) return;
+    if (event.type === 'GROUP_FAILED' && coordinator) {
+      // Node 0 ends when its group fails, taking the coordinator with it: first let every
+      // node hear the verdict (bounded by the rendezvous deadline).
+      void coordinator.verdictDelivered().then(() => !stopped && sendBack(event));
+      return;
+    }
+    sendBack(event);
+  };
+
+  const startClient = (): void => {
+    client = new GroupClient({
+      host: config.masterAddr,
+      port: config.weightCachePort,
+      token: config.token,
+      join,
+      rendezvousTimeoutMs: config.rendezvousTimeoutMs,
+      timing,
+      log,
+      emit,
+    });
+    client.start();
+  };
+
+  if (config.nodeRank === 0) {
+    Coordinator.listen({ host: config.masterAddr, port: config.weightCachePort, expect, rendezvousTimeoutMs: config.rendezvousTimeoutMs, timing, log }).then(
+      (c) => {
+        if (stopped) return c.close();
+        coordinator = c;
+        startClient();
+      },
+      (err: WeightdError) => !stopped && fail(err),
+    );
+  } else {
+    startClient();
+  }
+
   receive((cmd) => {
-    if (cmd.type === 'NODE_READY') sendBack({ type: 'GROUP_READY' });
+    if (cmd.type === 'NODE_READY') {
+      client?.nodeReady();
+      return;
+    }
+    // Node 0 tells its coordinator directly: the process ends before a frame to itself would
+    // make the round trip, and the other nodes must hear why now, not at their timeout.
+    coordinator?.reportFailure(config.nodeRank, cmd.error.code, cmd.error.message);
+    client?.nodeFailed(cmd.error);
   });
+
+  return () => {
+    stopped = true;
+    client?.close();
+    coordinator?.close();
+  };
 });

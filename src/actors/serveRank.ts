@@ -9,6 +9,7 @@ import type { DeviceLock } from '../serve/deviceLock.js';
 import { RankServer, type ServeLimits } from '../serve/rankServer.js';
 import type { ServeCommand, ServeEvent } from '../serve/serveEvents.js';
 import type { ServedRank } from '../serve/servedRank.js';
+import type { ServerRegistry } from './serverRegistry.js';
 
 export { writeNodeManifest, removeNodeManifest, type NodeManifestEntry } from '../serve/nodeManifest.js';
 
@@ -23,6 +24,8 @@ export interface ServeRankInput {
    */
   lock?: DeviceLock;
   limits?: Partial<ServeLimits>;
+  /** Where status and metrics find this server's counters while it listens. */
+  servers?: ServerRegistry;
 }
 
 export const serveRank = fromCallback<ServeCommand, ServeRankInput, ServeEvent>(({ input, sendBack, receive }) => {
@@ -51,7 +54,10 @@ export const serveRank = fromCallback<ServeCommand, ServeRankInput, ServeEvent>(
 
   let stopped = false;
   server.listen().then(
-    (socketPath) => sendBack({ type: 'RANK_SERVING', localRank, socketPath }),
+    (socketPath) => {
+      input.servers?.register(localRank, () => server.stats());
+      sendBack({ type: 'RANK_SERVING', localRank, socketPath });
+    },
     (err: unknown) => {
       if (!stopped) sendBack({ type: 'RANK_FAILED', localRank, error: serializeError(err) });
     },
@@ -59,6 +65,7 @@ export const serveRank = fromCallback<ServeCommand, ServeRankInput, ServeEvent>(
 
   return () => {
     stopped = true;
+    input.servers?.unregister(localRank);
     server.close();
   };
 });

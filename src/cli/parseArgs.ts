@@ -1,8 +1,10 @@
 // Command-line flags, named as the inference engines name them so one set of values can feed
 // both. Parsing only: validation is resolveNodeOptions', shared with the programmatic API.
+// The default command runs the daemon; `weightd statechart` prints the supervisor's chart.
 import { readFileSync } from 'node:fs';
 import { Command, CommanderError, Option } from 'commander';
 import { UsageError } from '../errors.js';
+import { DEFAULT_INSPECT_HOST } from '../inspect/inspectServer.js';
 import type { NodeOptions } from '../nodeOptions.js';
 
 const pkg = JSON.parse(readFileSync(new URL('../../../package.json', import.meta.url), 'utf8')) as { version: string };
@@ -14,8 +16,17 @@ function expandShortFlags(argv: string[]): string[] {
   return argv.flatMap((a) => (a === '-tp' ? ['--tensor-parallel-size'] : a.startsWith('-tp=') ? [`--tensor-parallel-size=${a.slice(4)}`] : [a]));
 }
 
+export type ChartFormat = 'mermaid' | 'json';
+
+/** What the command line asks for. */
+export type CliCommand =
+  | { command: 'run'; options: NodeOptions }
+  | { command: 'statechart'; format: ChartFormat }
+  /** --help or --version: print `text` and exit 0. */
+  | { command: 'print'; text: string };
+
 export function buildProgram(): Command {
-  return new Command('weightd')
+  const program = new Command('weightd')
     .description('GPU weight cache daemon: loads a safetensors checkpoint once and serves each tensor-parallel shard over a Unix socket')
     .version(VERSION, '--version')
     .option('--model <dir>', 'checkpoint directory (safetensors + config.json)')
@@ -33,8 +44,16 @@ export function buildProgram(): Command {
     .option('--staging-mb <mib>', 'pinned staging memory for the copy engine, per rank (cuda)')
     .option('--load-threads <n>', 'reader threads per rank')
     .addOption(new Option('--log-level <level>', 'log level').choices(['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent']).default('info'))
+    .option('--inspect-port <port>', 'serve /healthz, /status, /metrics and the live /statechart page on this HTTP port (0: any free port)')
+    .option('--inspect-host <addr>', `address for the inspect server (default: ${DEFAULT_INSPECT_HOST}); anything but loopback exposes it to the network`)
     .helpOption('-h, --help', 'show this help')
     .showHelpAfterError('(run weightd --help for every flag)');
+  program
+    .command('statechart')
+    .description("print the supervisor's state chart, drawn from the machine itself, without starting a node")
+    .addOption(new Option('--format <format>', 'mermaid (stateDiagram-v2) or json').choices(['mermaid', 'json']).default('mermaid'))
+    .helpOption('-h, --help', 'show this help');
+  return program;
 }
 
 function num(value: string | undefined, scale = 1): number | undefined {
@@ -43,20 +62,42 @@ function num(value: string | undefined, scale = 1): number | undefined {
   return value.trim() !== '' && Number.isFinite(n) ? n * scale : (value as unknown as number);
 }
 
-/** Parses argv (without node and script) into start options. Throws UsageError. */
-export function parseArgs(argv: string[], env: NodeJS.ProcessEnv = process.env): NodeOptions & { help?: string } {
-  const program = buildProgram().exitOverride().configureOutput({ writeErr: () => {}, writeOut: () => {} });
+/** Parses argv (without node and script). Throws UsageError. */
+export function parseCommand(argv: string[], env: NodeJS.ProcessEnv = process.env): CliCommand {
+  const program = buildProgram();
+  let printed = '';
+  let result: CliCommand | undefined;
+  // Commander prints help and exits by itself; here it only reports, for main to decide.
+  for (const c of [program, ...program.commands]) {
+    c.exitOverride().configureOutput({ writeErr: () => {}, writeOut: (s) => (printed += s) });
+  }
+  program.action(() => {
+    result = { command: 'run', options: nodeOptions(program.opts(), env) };
+  });
+  program.commands[0]!.action((o: { format: ChartFormat }) => {
+    result = { command: 'statechart', format: o.format };
+  });
   try {
     program.parse(expandShortFlags(argv), { from: 'user' });
   } catch (err) {
     if (err instanceof CommanderError) {
-      if (err.code === 'commander.helpDisplayed') return { model: '', help: program.helpInformation() };
-      if (err.code === 'commander.version') return { model: '', help: `${VERSION}\n` };
+      if (err.code === 'commander.helpDisplayed' || err.code === 'commander.version') return { command: 'print', text: printed };
       throw new UsageError('E_USAGE', `${err.message.replace(/^error: /, '')}; run weightd --help for every flag`);
     }
     throw err;
   }
-  const o = program.opts<Record<string, string | undefined>>();
+  return result!;
+}
+
+/** The daemon's options from argv; --help and --version come back as `help`. Throws UsageError. */
+export function parseArgs(argv: string[], env: NodeJS.ProcessEnv = process.env): NodeOptions & { help?: string } {
+  const c = parseCommand(argv, env);
+  if (c.command === 'print') return { model: '', help: c.text };
+  if (c.command !== 'run') throw new UsageError('E_USAGE', `${c.command}: not a daemon command here; run weightd --help`);
+  return c.options;
+}
+
+function nodeOptions(o: Record<string, string | undefined>, env: NodeJS.ProcessEnv): NodeOptions {
   const fill: NodeOptions['fill'] = {};
   if (o.stagingMb !== undefined) fill.stagingBytes = num(o.stagingMb, 2 ** 20);
   if (o.loadThreads !== undefined) fill.threads = num(o.loadThreads);
@@ -75,5 +116,7 @@ export function parseArgs(argv: string[], env: NodeJS.ProcessEnv = process.env):
     planFile: o.planFile,
     fill,
     logLevel: o.logLevel as NodeOptions['logLevel'],
+    // The host alone is passed on too, so that a forgotten port is an error, not a silent no-op.
+    inspect: o.inspectPort !== undefined || o.inspectHost !== undefined ? { port: num(o.inspectPort), host: o.inspectHost } : undefined,
   };
 }

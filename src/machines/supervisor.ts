@@ -8,6 +8,7 @@ import { rankActor } from '../actors/rankActor.js';
 import { serveRank } from '../actors/serveRank.js';
 import { toServedRank } from '../serve/servedRank.js';
 import { groupSession } from '../actors/groupSession.js';
+import type { ServerRegistry } from '../actors/serverRegistry.js';
 import type { WorkerRegistry } from '../actors/workerRegistry.js';
 import type { SerializedError } from '../errors.js';
 import type { Logger } from '../log.js';
@@ -46,6 +47,7 @@ export interface SupervisorInput {
   config: NodeConfig;
   log: Logger;
   workers: WorkerRegistry;
+  servers: ServerRegistry;
 }
 
 export interface SupervisorContext extends SupervisorInput {
@@ -181,6 +183,7 @@ const supervisorSetup = setup({
             log: context.log.child({ globalRank: r.globalRank, localRank: r.localRank }),
             socketDir: prepared.socketDir,
             lock: prepared.locks[r.localRank],
+            servers: context.servers,
             rank: toServedRank({
               plan: prepared.plan,
               globalRank: r.globalRank,

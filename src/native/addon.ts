@@ -32,9 +32,9 @@ export type FillMode = 'pread' | 'register';
 export interface FillOptions {
   /** Reader threads. */
   threads?: number;
-  /** Unit of work given to one reader. */
+  /** Unit of work given to one reader (default 2 MiB: see docs/gpu-results.md). */
   chunkBytes?: number;
-  /** Bound on pinned staging memory (cuda). */
+  /** Bound on pinned staging memory (cuda; default 32 MiB). */
   stagingBytes?: number;
   /** O_DIRECT reads where the file system allows (cold page cache). */
   direct?: boolean;

@@ -2,6 +2,7 @@
 import pino from 'pino';
 import { fromCallback, fromPromise } from 'xstate';
 import type { PrepareInput, Prepared } from '../../src/actors/prepareNode.js';
+import { ServerRegistry } from '../../src/actors/serverRegistry.js';
 import { WorkerRegistry } from '../../src/actors/workerRegistry.js';
 import type { RankActorInput, RankCommand } from '../../src/actors/rankActor.js';
 import type { GroupSessionInput } from '../../src/actors/groupSession.js';
@@ -32,7 +33,7 @@ export function fakeConfig(over: Partial<NodeConfig> = {}): NodeConfig {
 }
 
 export function fakeInput(): SupervisorInput {
-  return { config: fakeConfig(), log: pino({ level: 'silent' }), workers: new WorkerRegistry() };
+  return { config: fakeConfig(), log: pino({ level: 'silent' }), workers: new WorkerRegistry(), servers: new ServerRegistry() };
 }
 
 export const fakePrepared: Prepared = {

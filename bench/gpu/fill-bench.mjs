@@ -1,0 +1,84 @@
+#!/usr/bin/env node
+// Times the cuda copy engine filling GPUs from a safetensors checkpoint.
+//   node bench/gpu/fill-bench.mjs --ckpt DIR [--devices 0,1] [--tp 1] [--reps 3] [--cold]
+//        [--configs '[{"mode":"pread"},{"mode":"register","chunkBytes":67108864}]'] [--out FILE]
+//        [--disjoint]
+// Every device fills its rank's arena at once (one worker thread each, as in the daemon); with
+// tp=1 every device loads the whole checkpoint, or with --disjoint its share of the files (so
+// no two GPUs read the same bytes). --cold drops the page cache before each rep
+// (root only). Prints (and with --out appends) one JSON line per config as it finishes: per rep
+// each device's fill seconds by the native clock (start to last copy landed) and the wall time
+// seen from JS (which adds up to one 20 ms status poll), GB/s (1e9 bytes) of payload over all
+// devices from the slowest device's native seconds, and the process's peak RSS so far.
+import { writeFileSync } from 'node:fs';
+import { parseArgs } from 'node:util';
+import { GpuFleet, dropCaches, fillSeconds, peakRssMiB } from './gpuFleet.mjs';
+import { planRank, readCheckpoint } from './plan.mjs';
+
+const { values: args } = parseArgs({
+  options: {
+    ckpt: { type: 'string' },
+    devices: { type: 'string', default: '0' },
+    tp: { type: 'string', default: '1' },
+    reps: { type: 'string', default: '3' },
+    cold: { type: 'boolean', default: false },
+    disjoint: { type: 'boolean', default: false },
+    configs: { type: 'string', default: '[{}]' },
+    label: { type: 'string', default: '' },
+    out: { type: 'string' },
+  },
+});
+if (!args.ckpt) {
+  console.error('usage: fill-bench.mjs --ckpt DIR [--devices 0,1] [--tp N] [--reps N] [--cold] [--configs JSON] [--out FILE]');
+  process.exit(2);
+}
+
+const devices = args.devices.split(',').map(Number);
+const tp = Number(args.tp);
+const reps = Number(args.reps);
+const configs = JSON.parse(args.configs);
+const headers = await readCheckpoint(args.ckpt);
+// With tp > 1 device k holds rank k; with tp = 1 each device holds everything (or, disjoint,
+// every devices.length-th file from the k-th).
+const members = devices.map((index, k) => {
+  const files = args.disjoint ? headers.filter((_, i) => i % devices.length === k) : headers;
+  return { index, plan: planRank(files, tp, tp > 1 ? k : 0) };
+});
+const payloadBytes = members.reduce((n, m) => n + m.plan.payloadBytes, 0);
+
+const fleet = await GpuFleet.open(members);
+const info = await fleet.all('info');
+for (const options of configs) {
+  const runs = [];
+  for (let r = 0; r < reps; r++) {
+    if (args.cold) dropCaches();
+    const run = await fleet.fill(options);
+    runs.push({ wall: run.wall, deviceSeconds: run.devices.map((d) => d.seconds) });
+  }
+  const { best, median } = fillSeconds(runs);
+  const entry = {
+    options,
+    runs,
+    bestSeconds: best,
+    medianSeconds: median,
+    bestGBps: payloadBytes / best / 1e9,
+    medianGBps: payloadBytes / median / 1e9,
+  };
+  console.error(`${args.label} ${JSON.stringify(options)}: best ${entry.bestGBps.toFixed(2)} GB/s, median ${entry.medianGBps.toFixed(2)} GB/s over ${devices.length} GPU(s)`);
+  // A line per config, written at once: a run cut short by a time limit keeps what it measured.
+  const line = JSON.stringify({
+    label: args.label,
+    devices: info.map((d) => ({ index: d.index, uuid: d.uuid, name: d.name, openSeconds: d.openSeconds })),
+    tp,
+    cold: args.cold,
+    disjoint: args.disjoint,
+    files: headers.length,
+    tensors: headers.reduce((n, h) => n + h.tensors.length, 0),
+    payloadBytes,
+    results: [entry],
+    peakRssMiB: peakRssMiB(),
+  });
+  if (args.out) writeFileSync(args.out, line + '\n', { flag: 'a' });
+  console.log(line);
+}
+await fleet.close();

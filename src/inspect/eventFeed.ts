@@ -1,0 +1,147 @@
+// The node's recent events: every event the supervisor handled (with the state it left and the
+// state it reached) and every command it sent to a child actor, in the order they happened,
+// fed by xstate's inspection API. It backs node.onEvent(), the /events stream, the error
+// counters and the progress reporter's summaries.
+import type { AnyActorRef, InspectionEvent, StateValue } from 'xstate';
+import { errorCode } from '../errors.js';
+
+export interface NodeEvent {
+  /** 1, 2, 3 ... in the order the events happened. */
+  seq: number;
+  /** Milliseconds since the epoch. */
+  time: number;
+  type: string;
+  /** The child actor (rank-0, serve-1, group ...) the supervisor sent this to; absent for events it received. */
+  to?: string;
+  /** The supervisor's state after it handled the event (events it received). */
+  state?: string;
+  /** The state it left, when the event changed it. */
+  from?: string;
+  /** The event's fields, made safe to publish: see summarizeEvent. */
+  data: Record<string, unknown>;
+}
+
+export type NodeEventListener = (event: NodeEvent) => void;
+
+export const DEFAULT_FEED_CAPACITY = 256;
+
+/** RANK_PROGRESS arrives every 20 ms per rank; the feed keeps one per rank per this interval. */
+export const PROGRESS_SAMPLE_MS = 1000;
+
+const MAX_STRING = 512;
+
+/** A state value as one string: "loading", or "a.b" for nested states, "a.b,c.d" for parallel ones. */
+export function stateName(value: StateValue): string {
+  const paths = (v: StateValue | undefined): string[] =>
+    typeof v === 'string' ? [v] : Object.entries(v ?? {}).flatMap(([k, sub]) => {
+      const below = paths(sub);
+      return below.length === 0 ? [k] : below.map((p) => `${k}.${p}`);
+    });
+  return paths(value).join(',');
+}
+
+/**
+ * An event's fields, safe to show on an HTTP page or in a log: numbers, booleans and short
+ * strings as they are, errors as code and message, devices as their ids, arrays as their
+ * length. Anything else is left out, in particular segment exports: a CUDA IPC handle must only
+ * ever travel over the 0600 Unix socket, never over TCP.
+ */
+export function summarizeEvent(event: { type: string } & Record<string, unknown>): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  for (const [key, value] of Object.entries(event)) {
+    if (key === 'type' || value === undefined) continue;
+    if (typeof value === 'number' || typeof value === 'boolean') out[key] = value;
+    else if (typeof value === 'string') out[key] = value.length > MAX_STRING ? `${value.slice(0, MAX_STRING)}…` : value;
+    else if (Array.isArray(value)) out[key] = value.length;
+    else if (key === 'error' && value !== null && typeof value === 'object') {
+      const e = value as { message?: unknown; name?: unknown };
+      out.error = { code: errorCode(value) ?? 'E_INTERNAL', name: String(e.name ?? 'Error'), message: String(e.message ?? value) };
+    } else if ((key === 'info' || key === 'device') && value !== null && typeof value === 'object') {
+      const d = value as Record<string, unknown>;
+      out[key] = { backend: d.backend, index: d.index, uuid: d.uuid, name: d.name };
+    }
+  }
+  return out;
+}
+
+export class EventFeed {
+  readonly #capacity: number;
+  readonly #events: NodeEvent[] = [];
+  readonly #listeners = new Set<NodeEventListener>();
+  /** Commands sent to children while the supervisor handles an event; published after it. */
+  #outbox: Array<Omit<NodeEvent, 'seq'>> = [];
+  readonly #lastProgress = new Map<number, number>();
+  #state: string | undefined;
+  #seq = 0;
+
+  constructor(capacity = DEFAULT_FEED_CAPACITY) {
+    this.#capacity = capacity;
+  }
+
+  /**
+   * Pass to createActor's `inspect` option. A command sent from an action is seen before the
+   * snapshot of the event that caused it, so it waits in an outbox until that event is
+   * published: the feed reads cause, then effects.
+   */
+  readonly inspect = (ev: InspectionEvent): void => {
+    if (ev.type === '@xstate.event') {
+      const fromRoot = ev.sourceRef?.sessionId === ev.rootId;
+      if (fromRoot && ev.actorRef.sessionId !== ev.rootId) {
+        const to = (ev.actorRef as AnyActorRef).id;
+        this.#outbox.push({ time: Date.now(), type: ev.event.type, to, data: summarizeEvent(ev.event) });
+      }
+      return;
+    }
+    if (ev.type !== '@xstate.snapshot' || ev.actorRef.sessionId !== ev.rootId) return;
+    const value = (ev.snapshot as { value?: StateValue }).value;
+    if (value === undefined) return;
+    const state = stateName(value);
+    const from = this.#state;
+    this.#state = state;
+    const event = ev.event as { type: string } & Record<string, unknown>;
+    if (this.#keep(event, from !== state)) {
+      this.#publish({ time: Date.now(), type: event.type, state, ...(from !== undefined && from !== state ? { from } : {}), data: summarizeEvent(event) });
+    }
+    const sent = this.#outbox;
+    this.#outbox = [];
+    for (const e of sent) this.#publish(e);
+  };
+
+  /** Progress is sampled; every other event is kept. */
+  #keep(event: { type: string } & Record<string, unknown>, changedState: boolean): boolean {
+    if (event.type !== 'RANK_PROGRESS' || changedState) return true;
+    const rank = Number(event.localRank);
+    const now = Date.now();
+    if (now - (this.#lastProgress.get(rank) ?? 0) < PROGRESS_SAMPLE_MS) return false;
+    this.#lastProgress.set(rank, now);
+    return true;
+  }
+
+  #publish(e: Omit<NodeEvent, 'seq'>): void {
+    const event: NodeEvent = { seq: ++this.#seq, ...e };
+    this.#events.push(event);
+    if (this.#events.length > this.#capacity) this.#events.shift();
+    for (const listener of this.#listeners) {
+      try {
+        listener(event);
+      } catch (err) {
+        // This runs inside the machine's event processing, which a listener's bug must not
+        // break; it surfaces as an uncaught exception instead, as xstate does for observers.
+        queueMicrotask(() => {
+          throw err;
+        });
+      }
+    }
+  }
+
+  /** The events kept so far, oldest first. */
+  recent(): NodeEvent[] {
+    return this.#events.slice();
+  }
+
+  /** Calls `listener` for every event from now on; returns the unsubscribe function. */
+  subscribe(listener: NodeEventListener): () => void {
+    this.#listeners.add(listener);
+    return () => this.#listeners.delete(listener);
+  }
+}

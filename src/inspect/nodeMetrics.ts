@@ -1,0 +1,92 @@
+// Prometheus metrics of one node, in a Registry of its own (never prom-client's global one, so
+// that two nodes in one process, or a host program's own metrics, never collide). Gauges are
+// read from the node's status when scraped; errors are counted as their events happen.
+import { Counter, Gauge, Registry } from 'prom-client';
+import type { NodeStatus } from '../startNode.js';
+import type { EventFeed } from './eventFeed.js';
+import { toStatusView, type RankView, type StatusView } from './statusView.js';
+
+export interface NodeMetricsOptions {
+  status: () => NodeStatus;
+  feed: EventFeed;
+  /** Every state the supervisor machine has (weightd_node_state has one series per state). */
+  states: readonly string[];
+}
+
+const RANK_LABELS = ['global_rank', 'local_rank'] as const;
+
+function rankLabels(r: RankView): Record<(typeof RANK_LABELS)[number], string> {
+  return { global_rank: String(r.globalRank), local_rank: String(r.localRank) };
+}
+
+export class NodeMetrics {
+  readonly registry = new Registry();
+  readonly #unsubscribe: () => void;
+
+  constructor(o: NodeMetricsOptions) {
+    const view = (): StatusView => toStatusView(o.status());
+    const registers = [this.registry];
+    /** A gauge whose series are set from the status at each scrape, and only those. */
+    const gauge = <L extends string>(name: string, help: string, labelNames: readonly L[], fill: (g: Gauge<L>, v: StatusView) => void) =>
+      new Gauge<L>({
+        name,
+        help,
+        labelNames,
+        registers,
+        collect() {
+          this.reset();
+          fill(this, view());
+        },
+      });
+    const perRank = (name: string, help: string, value: (r: RankView) => number | null) =>
+      gauge(name, help, RANK_LABELS, (g, v) => {
+        for (const r of v.ranks) {
+          const n = value(r);
+          // An unknown value has no series, rather than a made-up 0.
+          if (n !== null) g.set(rankLabels(r), n);
+        }
+      });
+
+    gauge('weightd_node_info', 'The node: always 1, with what it serves as labels.', ['node_rank', 'nnodes', 'tp_size', 'model', 'architecture', 'fingerprint'], (g, v) =>
+      g.set({ node_rank: String(v.nodeRank), nnodes: String(v.nnodes), tp_size: String(v.tpSize), model: v.model, architecture: v.architecture ?? '', fingerprint: v.fingerprint ?? '' }, 1),
+    );
+    gauge('weightd_node_state', 'Supervisor state: 1 for the current one, 0 for the others.', ['state'], (g, v) => {
+      for (const s of o.states) g.set({ state: s }, s === v.state ? 1 : 0);
+    });
+    gauge('weightd_node_ready', '1 when every local rank is serving (what /healthz reports).', [], (g, v) => g.set(v.state === 'ready' ? 1 : 0));
+    gauge('weightd_group_ready', '1 once every node of the group has reported ready.', [], (g, v) => g.set(v.groupReady ? 1 : 0));
+    gauge('weightd_rank_state', 'Rank state: 1, with the state as a label (one series per rank).', [...RANK_LABELS, 'state'], (g, v) => {
+      for (const r of v.ranks) g.set({ ...rankLabels(r), state: r.state }, 1);
+    });
+    perRank('weightd_rank_loaded_bytes', 'Bytes of the rank shard resident on its device.', (r) => r.bytes);
+    perRank('weightd_rank_total_bytes', 'Bytes of the rank shard in the load plan.', (r) => r.totalBytes);
+    perRank('weightd_rank_load_seconds', 'Seconds the rank has spent loading (the whole load, once resident).', (r) => r.seconds);
+    perRank('weightd_rank_load_bytes_per_second', 'Average load rate of the rank.', (r) => r.bytesPerSecond);
+    perRank('weightd_rank_clients', 'Client connections on the rank socket (absent while not known).', (r) => r.clients);
+    perRank('weightd_rank_leases', 'Leases held on the rank memory (absent while not known).', (r) => r.leases);
+    gauge('weightd_peer_up', 'Other nodes of the group: 1 up, 0 reported lost.', ['node_rank'], (g, v) => {
+      for (const p of v.peers) g.set({ node_rank: String(p.nodeRank) }, p.state === 'up' ? 1 : 0);
+    });
+
+    const errors = new Counter({ name: 'weightd_errors_total', help: 'Failures reported to the supervisor, by error code.', labelNames: ['code'], registers });
+    this.#unsubscribe = o.feed.subscribe((e) => {
+      // Only what the supervisor received: the NODE_FAILED it passes on to the group repeats it.
+      if (e.to !== undefined) return;
+      const error = e.data.error as { code?: string } | undefined;
+      if (error?.code !== undefined) errors.inc({ code: error.code });
+    });
+  }
+
+  /** The Prometheus text exposition. */
+  text(): Promise<string> {
+    return this.registry.metrics();
+  }
+
+  get contentType(): string {
+    return this.registry.contentType;
+  }
+
+  close(): void {
+    this.#unsubscribe();
+  }
+}

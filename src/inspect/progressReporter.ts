@@ -1,0 +1,119 @@
+// Says how the load goes while it goes: a log line every few seconds with the node's bytes,
+// rate and ETA (and each rank's in its fields), a summary line per rank as it becomes resident
+// and one for the node, and, when stderr is a terminal, a progress bar redrawn in place.
+import type { Logger } from '../log.js';
+import type { NodeStatus } from '../startNode.js';
+import type { EventFeed, NodeEvent } from './eventFeed.js';
+import { formatBytes, formatRate, formatSeconds, nodeProgress, percent, rankProgress, type LoadProgress } from './loadProgress.js';
+
+export const DEFAULT_PROGRESS_INTERVAL_MS = 2000;
+const BAR_REDRAW_MS = 200;
+
+/** A terminal to draw the bar on (process.stderr when it is a TTY). */
+export interface BarStream {
+  write(text: string): unknown;
+  columns?: number;
+}
+
+export interface ProgressReporterOptions {
+  log: Logger;
+  status: () => NodeStatus;
+  feed: EventFeed;
+  intervalMs: number;
+  bar?: BarStream;
+}
+
+/** One line, at most `columns - 1` wide so the terminal never wraps it (a wrapped line cannot be redrawn with \r). */
+export function renderProgressBar(p: LoadProgress, columns = 80): string {
+  const pct = percent(p);
+  const tail = ` ${pct.toFixed(0).padStart(3)}%  ${formatBytes(p.bytes)} / ${formatBytes(p.totalBytes)}  ${formatRate(p.bytesPerSecond)}  eta ${formatSeconds(p.etaSeconds)}`;
+  const width = Math.max(10, Math.min(40, columns - 1 - 'loading []'.length - tail.length));
+  const filled = Math.round((width * pct) / 100);
+  return `loading [${'█'.repeat(filled)}${'░'.repeat(width - filled)}]${tail}`.slice(0, Math.max(1, columns - 1));
+}
+
+export class ProgressReporter {
+  readonly #o: ProgressReporterOptions;
+  readonly #timers: NodeJS.Timeout[] = [];
+  readonly #unsubscribe: () => void;
+  #barShown = false;
+
+  constructor(o: ProgressReporterOptions) {
+    this.#o = o;
+    this.#unsubscribe = o.feed.subscribe((e) => this.#onEvent(e));
+    this.#timers.push(setInterval(() => this.#tick(), o.intervalMs));
+    if (o.bar) this.#timers.push(setInterval(() => this.#drawBar(), BAR_REDRAW_MS));
+    // Progress must never keep a process alive that has nothing else to do.
+    for (const t of this.#timers) t.unref();
+  }
+
+  stop(): void {
+    for (const t of this.#timers) clearInterval(t);
+    this.#unsubscribe();
+    this.#clearBar();
+  }
+
+  #loading(status: NodeStatus): boolean {
+    return status.state === 'loading' && status.ranks.some((r) => r.state === 'loading');
+  }
+
+  #tick(): void {
+    const status = this.#o.status();
+    if (!this.#loading(status)) return;
+    const node = nodeProgress(status.ranks);
+    const ranks = status.ranks.map((r) => ({ globalRank: r.globalRank, localRank: r.localRank, state: r.state, ...rankProgress(r) }));
+    let msg = `loading ${percent(node).toFixed(1)}%: ${formatBytes(node.bytes)} of ${formatBytes(node.totalBytes)} at ${formatRate(node.bytesPerSecond)}, eta ${formatSeconds(node.etaSeconds)}`;
+    const behind = ranks.filter((r) => r.state === 'loading');
+    if (ranks.length > 1 && behind.length > 0) {
+      const slowest = behind.reduce((a, b) => (percent(b) < percent(a) ? b : a));
+      msg += `; slowest rank ${slowest.globalRank} at ${percent(slowest).toFixed(1)}%`;
+    }
+    this.#logInfo({ ...node, ranks }, msg);
+  }
+
+  #onEvent(e: NodeEvent): void {
+    if (e.type === 'RANK_LOADED' && e.to === undefined) {
+      const r = this.#o.status().ranks.find((x) => x.localRank === e.data.localRank);
+      if (!r) return;
+      const p = rankProgress(r);
+      this.#logInfo(
+        { globalRank: r.globalRank, localRank: r.localRank, bytes: p.bytes, seconds: p.seconds, bytesPerSecond: p.bytesPerSecond },
+        `rank ${r.globalRank} loaded ${formatBytes(p.bytes)} in ${formatSeconds(p.seconds)} (${formatRate(p.bytesPerSecond)})`,
+      );
+    }
+    if (e.from === 'loading') {
+      const status = this.#o.status();
+      if (e.state === 'serving') {
+        const p = nodeProgress(status.ranks);
+        this.#logInfo(
+          { bytes: p.bytes, seconds: p.seconds, bytesPerSecond: p.bytesPerSecond, ranks: status.ranks.length },
+          `all ${status.ranks.length} local ranks loaded: ${formatBytes(p.bytes)} in ${formatSeconds(p.seconds)} (${formatRate(p.bytesPerSecond)})`,
+        );
+      }
+      this.#clearBar();
+    }
+  }
+
+  /** The bar is taken off the terminal around a log line, so the line is not written into it. */
+  #logInfo(fields: object, msg: string): void {
+    const shown = this.#barShown;
+    this.#clearBar();
+    this.#o.log.info(fields, msg);
+    if (shown) this.#drawBar();
+  }
+
+  #drawBar(): void {
+    const bar = this.#o.bar;
+    const status = this.#o.status();
+    if (!bar || !this.#loading(status)) return;
+    // Ends in \r: a log line written by anyone else then starts over the bar, not after it.
+    bar.write(`\r\x1b[K${renderProgressBar(nodeProgress(status.ranks), bar.columns)}\r`);
+    this.#barShown = true;
+  }
+
+  #clearBar(): void {
+    if (!this.#barShown) return;
+    this.#o.bar!.write('\r\x1b[K');
+    this.#barShown = false;
+  }
+}

@@ -1,0 +1,171 @@
+// The live state-chart page served at /statechart: the supervisor machine drawn by mermaid
+// (served from node_modules, so the page works with no internet), the current state
+// highlighted, each local rank's state and progress, and the recent events, all kept live over
+// /events (server-sent events). The script is a separate asset so the page's
+// Content-Security-Policy can forbid inline script. It uses the server's own number formatting
+// (loadProgress.js, which has no imports at run time).
+
+export const STATECHART_HTML = `<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<title>weightd state chart</title>
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<link rel="stylesheet" href="/assets/statechart.css">
+<link rel="icon" href="data:,">
+</head>
+<body>
+<header>
+  <h1>weightd</h1>
+  <span id="node">connecting…</span>
+  <span>state <b id="state">?</b></span>
+  <span id="conn" class="conn">connecting</span>
+</header>
+<div id="failure" hidden></div>
+<main>
+  <section id="chart" aria-label="supervisor state chart"><p id="chart-status">drawing the chart…</p></section>
+  <aside>
+    <h2>Local ranks</h2>
+    <table id="ranks"><thead><tr><th>rank</th><th>device</th><th>state</th><th>loaded</th><th>rate</th><th>eta</th><th>clients</th><th>leases</th></tr></thead><tbody></tbody></table>
+    <p id="load"></p>
+    <h2>Peers</h2>
+    <ul id="peers"><li>none</li></ul>
+    <h2>Recent events</h2>
+    <ol id="events" reversed></ol>
+  </aside>
+</main>
+<script src="/assets/mermaid.min.js"></script>
+<script type="module" src="/assets/statechart.js"></script>
+</body>
+</html>
+`;
+
+export const STATECHART_CSS = `
+body { font: 14px/1.4 system-ui, sans-serif; margin: 0; color: #222; }
+header { display: flex; gap: 1.5em; align-items: baseline; padding: .6em 1em; background: #263238; color: #eceff1; }
+header h1 { font-size: 1.1em; margin: 0; }
+.conn { margin-left: auto; font-size: .9em; }
+.conn.live { color: #a5d6a7; } .conn.down { color: #ef9a9a; }
+main { display: flex; flex-wrap: wrap; gap: 1em; padding: 1em; align-items: flex-start; }
+#chart { flex: 1 1 55%; min-width: 320px; overflow: auto; }
+aside { flex: 1 1 45%; min-width: 320px; }
+h2 { font-size: 1em; margin: 1em 0 .3em; }
+table { border-collapse: collapse; width: 100%; }
+th, td { text-align: left; padding: .2em .5em; border-bottom: 1px solid #ddd; font-variant-numeric: tabular-nums; white-space: nowrap; }
+.badge { padding: .05em .5em; border-radius: .8em; background: #cfd8dc; }
+.badge.loading { background: #90caf9; } .badge.loaded { background: #80cbc4; } .badge.serving { background: #a5d6a7; }
+.badge.failed { background: #ef9a9a; }
+.bar { display: inline-block; width: 6em; height: .6em; background: #eceff1; margin-right: .4em; vertical-align: middle; }
+.bar > span { display: block; height: 100%; background: #42a5f5; }
+#failure { margin: 1em; padding: .6em 1em; background: #ffebee; border-left: 4px solid #c62828; white-space: pre-wrap; }
+#events { font-size: .9em; max-height: 50vh; overflow: auto; padding-left: 3em; margin: 0; }
+#events time { color: #607d8b; margin-right: .5em; }
+#events .to { color: #6a1b9a; }
+#events .move { color: #e65100; }
+#chart g.wd-current rect, #chart g.wd-current path, #chart g.wd-current polygon { fill: #ffd54f !important; stroke: #e65100 !important; stroke-width: 3px !important; }
+body.failed #chart g.wd-current rect, body.failed #chart g.wd-current path { fill: #ef9a9a !important; stroke: #b71c1c !important; }
+`;
+
+export const STATECHART_JS = `
+import { formatBytes, formatRate, formatSeconds, percent } from '/assets/loadProgress.js';
+
+const $ = (id) => document.getElementById(id);
+const chartEl = $('chart');
+const MAX_EVENTS = 200;
+const stateNodes = new Map();
+let mermaidIds = {};
+let current = null;
+
+const esc = (s) => String(s).replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c]);
+
+function highlight(state) {
+  current = state;
+  $('state').textContent = state;
+  const id = mermaidIds[state];
+  let found = false;
+  for (const [mid, g] of stateNodes) {
+    g.classList.toggle('wd-current', mid === id);
+    found = found || mid === id;
+  }
+  // What is highlighted in the drawing right now (automation and tests read it).
+  chartEl.dataset.highlighted = found ? state : '';
+}
+
+async function drawChart() {
+  const res = await fetch('/statechart.json');
+  if (!res.ok) throw new Error('GET /statechart.json: HTTP ' + res.status);
+  const chart = await res.json();
+  mermaidIds = chart.mermaidIds;
+  mermaid.initialize({ startOnLoad: false, securityLevel: 'strict' });
+  const { svg } = await mermaid.render('wd-chart', chart.mermaid);
+  chartEl.innerHTML = svg;
+  // mermaid names each state's group "<render id>-state-<state id>-<n>".
+  for (const g of chartEl.querySelectorAll('g.node')) {
+    const m = /^wd-chart-state-(.+)-\\d+$/.exec(g.id);
+    if (m) stateNodes.set(m[1], g);
+  }
+  if (current !== null) highlight(current);
+}
+
+function renderStatus(s) {
+  document.body.classList.toggle('failed', s.failure !== null);
+  $('node').textContent = 'node ' + s.nodeRank + '/' + s.nnodes + ' · tp ' + s.tpSize + ' · ' + (s.architecture ?? '?') + ' · ' + s.model + ' · pid ' + s.pid;
+  highlight(s.state);
+  $('ranks').tBodies[0].innerHTML = s.ranks.map((r) =>
+    '<tr data-rank="' + r.globalRank + '" data-state="' + esc(r.state) + '">' +
+    '<td>' + r.globalRank + ' <small>(local ' + r.localRank + ')</small></td>' +
+    '<td>' + (r.device ? esc(r.device.backend + ' ' + r.device.uuid) : '–') + '</td>' +
+    '<td><span class="badge ' + esc(r.state) + '">' + esc(r.state) + '</span></td>' +
+    '<td><span class="bar"><span style="width:' + percent(r).toFixed(1) + '%"></span></span>' + formatBytes(r.bytes) + ' / ' + formatBytes(r.totalBytes) + '</td>' +
+    '<td>' + formatRate(r.bytesPerSecond) + '</td>' +
+    '<td>' + formatSeconds(r.etaSeconds) + '</td>' +
+    '<td>' + (r.clients ?? '–') + '</td><td>' + (r.leases ?? '–') + '</td></tr>').join('');
+  $('load').textContent = s.ranks.length === 0 ? '' :
+    'node: ' + formatBytes(s.load.bytes) + ' of ' + formatBytes(s.load.totalBytes) + ' (' + percent(s.load).toFixed(1) + '%) at ' + formatRate(s.load.bytesPerSecond) + ', eta ' + formatSeconds(s.load.etaSeconds);
+  $('peers').innerHTML = s.peers.length === 0 ? '<li>none</li>' : s.peers.map((p) =>
+    '<li>node ' + p.nodeRank + ' (' + esc(p.hostName ?? '?') + '): <b>' + esc(p.state) + '</b>' + (p.reason ? ' – ' + esc(p.reason) : '') + '</li>').join('');
+  const f = $('failure');
+  f.hidden = s.failure === null;
+  if (s.failure) f.textContent = s.failure.code + ': ' + s.failure.message;
+}
+
+function addEvent(e) {
+  const li = document.createElement('li');
+  li.value = e.seq;
+  const t = new Date(e.time);
+  const details = Object.entries(e.data).map(([k, v]) => k + '=' + (typeof v === 'object' ? JSON.stringify(v) : v)).join(' ');
+  li.innerHTML = '<time datetime="' + t.toISOString() + '">' + t.toLocaleTimeString([], { hour12: false }) + '.' + String(t.getMilliseconds()).padStart(3, '0') + '</time>' +
+    // A child's xstate.init is the supervisor starting that actor.
+    (e.to && e.type === 'xstate.init' ? '<span class="to">started ' + esc(e.to) + '</span>' : '<code>' + esc(e.type) + '</code>' + (e.to ? ' <span class="to">→ ' + esc(e.to) + '</span>' : '')) +
+    (e.from ? ' <span class="move">' + esc(e.from) + ' → ' + esc(e.state) + '</span>' : '') +
+    (details ? ' <small>' + esc(details) + '</small>' : '');
+  const list = $('events');
+  list.prepend(li);
+  while (list.children.length > MAX_EVENTS) list.lastElementChild.remove();
+}
+
+function connect() {
+  const source = new EventSource('/events');
+  const conn = $('conn');
+  source.onopen = () => { conn.textContent = 'live'; conn.className = 'conn live'; };
+  source.onerror = () => { conn.textContent = 'disconnected (node ended or unreachable); retrying'; conn.className = 'conn down'; };
+  source.addEventListener('hello', (m) => {
+    const { status, events } = JSON.parse(m.data);
+    $('events').innerHTML = '';
+    for (const e of events) addEvent(e);
+    renderStatus(status);
+  });
+  source.addEventListener('node-event', (m) => {
+    const { event, status } = JSON.parse(m.data);
+    addEvent(event);
+    renderStatus(status);
+  });
+  source.addEventListener('status', (m) => renderStatus(JSON.parse(m.data)));
+}
+
+connect();
+drawChart().then(
+  () => $('chart-status')?.remove(),
+  (err) => { chartEl.innerHTML = '<p id="chart-status">cannot draw the chart: ' + esc(err.message ?? err) + '</p>'; },
+);
+`;

@@ -1,0 +1,101 @@
+// The node's status as published over HTTP (/status, /events) and for monitoring: plain JSON,
+// with load rates and ETAs worked out, and nothing that must stay on the node. Segment exports
+// (CUDA IPC handles) and error stacks are left out: the HTTP port may be reachable by users the
+// 0600 sockets keep out.
+import type { RankState } from '../machines/supervisor.js';
+import type { RankTableEntry } from '../rendezvous/rankTable.js';
+import type { NodeStatus } from '../startNode.js';
+import { nodeProgress, rankProgress, type LoadProgress } from './loadProgress.js';
+
+export interface RankView extends LoadProgress {
+  localRank: number;
+  globalRank: number;
+  state: RankState;
+  device: { backend: string; index: number; uuid: string; name: string; totalBytes: number; freeBytes: number } | null;
+  socketPath: string | null;
+  /**
+   * Client connections and leases on the rank's socket. null: not known, because the serve
+   * actor does not expose its server's counters to the node yet.
+   */
+  clients: number | null;
+  leases: number | null;
+}
+
+export interface PeerView {
+  nodeRank: number;
+  hostName: string | null;
+  /** up: in the group and not reported lost since it formed. */
+  state: 'up' | 'lost';
+  reason: string | null;
+  /** When it was last reported lost or back (ISO time); null if never. */
+  since: string | null;
+}
+
+export interface StatusView {
+  time: string;
+  pid: number;
+  state: NodeStatus['state'];
+  nodeRank: number;
+  nnodes: number;
+  tpSize: number;
+  localWorldSize: number;
+  model: string;
+  architecture: string | null;
+  fingerprint: string | null;
+  groupReady: boolean;
+  /** The node's local ranks together. */
+  load: LoadProgress;
+  ranks: RankView[];
+  rankTable: RankTableEntry[];
+  /** The other nodes of the group (empty for a single node, and before rendezvous). */
+  peers: PeerView[];
+  failure: { name: string; code: string; message: string; localRank: number | null; globalRank: number | null } | null;
+}
+
+export function toStatusView(s: NodeStatus): StatusView {
+  const reported = new Map(s.peers.map((p) => [p.nodeRank, p]));
+  const hosts = new Map(s.rankTable.map((e) => [e.nodeRank, e.hostName]));
+  const peers: PeerView[] = [...hosts.keys()]
+    .filter((n) => n !== s.nodeRank)
+    .map((nodeRank) => {
+      const p = reported.get(nodeRank);
+      return {
+        nodeRank,
+        hostName: hosts.get(nodeRank) ?? null,
+        state: p?.state ?? 'up',
+        reason: p?.reason ?? null,
+        since: p ? new Date(p.since).toISOString() : null,
+      };
+    });
+  return {
+    time: new Date().toISOString(),
+    pid: process.pid,
+    state: s.state,
+    nodeRank: s.nodeRank,
+    nnodes: s.nnodes,
+    tpSize: s.tpSize,
+    localWorldSize: s.localWorldSize,
+    model: s.model,
+    architecture: s.architecture ?? null,
+    fingerprint: s.fingerprint ?? null,
+    groupReady: s.groupReady,
+    load: nodeProgress(s.ranks),
+    ranks: s.ranks.map((r) => ({
+      localRank: r.localRank,
+      globalRank: r.globalRank,
+      state: r.state,
+      device: r.device
+        ? { backend: r.device.backend, index: r.device.index, uuid: r.device.uuid, name: r.device.name, totalBytes: r.device.totalBytes, freeBytes: r.device.freeBytes }
+        : null,
+      socketPath: r.socketPath ?? null,
+      ...rankProgress(r),
+      clients: r.clients ?? null,
+      leases: r.leases ?? null,
+    })),
+    rankTable: s.rankTable,
+    peers,
+    failure: s.failure
+      ? { name: s.failure.name, code: s.failure.code, message: s.failure.message, localRank: s.failure.localRank ?? null, globalRank: s.failure.globalRank ?? null }
+      : null,
+  };
+}

@@ -1,0 +1,276 @@
+// A node's side of the rendezvous: join node 0's coordinator, follow the group through loading
+// and readiness, and keep the membership alive while serving. It speaks to the supervisor only
+// through GroupEvents, and to the coordinator only through the messages in wire.ts.
+//
+// Start-up is all-or-nothing: until the group is ready once, anything wrong (a rejection, the
+// timeout, the coordinator going away after accepting us) is GROUP_FAILED. After that, nothing
+// the network does fails this node: losing node 0 is PEER_LOST 0, and the client keeps dialing
+// node 0 (at the capped retry pace) and rejoins whatever coordinator answers there: a restarted
+// node 0 forms the group again and this node, still serving, reports ready at once.
+import { connect } from 'node:net';
+import { ProtocolError, RendezvousError, serializeError, type SerializedError } from '../errors.js';
+import type { Logger } from '../log.js';
+import { timeoutRejection, tokenProof } from './checkJoin.js';
+import type { GroupEvent } from './groupEvents.js';
+import { PeerSocket } from './peerSocket.js';
+import type { RankTableEntry } from './rankTable.js';
+import type { GroupTiming } from './timing.js';
+import { parseServerMessage, RDZV_PROTOCOL_VERSION, type JoinMessage, type ServerMessage } from './wire.js';
+
+/** What this node states about itself when it joins. */
+export type JoinRequest = Omit<JoinMessage, 'type' | 'protocolVersion' | 'tokenProof'>;
+
+export interface GroupClientOptions {
+  /** Node 0's --master-addr and --weight-cache-master-port. */
+  host: string;
+  port: number;
+  token?: string;
+  join: JoinRequest;
+  rendezvousTimeoutMs: number;
+  timing: GroupTiming;
+  log: Logger;
+  emit: (event: GroupEvent) => void;
+}
+
+export class GroupClient {
+  readonly #o: GroupClientOptions;
+  readonly #log: Logger;
+  readonly #where: string;
+  #deadlineAt = 0;
+  #deadline: NodeJS.Timeout | undefined;
+  #retry: NodeJS.Timeout | undefined;
+  #retryDelayMs: number;
+  #lastAttemptError = 'no attempt yet';
+  #conn: PeerSocket<ServerMessage> | undefined;
+  /** Per connection: hello received; join answered with waiting/joined; rank table received. */
+  #helloSeen = false;
+  #accepted = false;
+  #tableSeen = false;
+  #joinedEmitted = false;
+  #groupReady = false;
+  #localReady = false;
+  #done = false;
+  #waitingFor: { joined: number[]; missing: number[] } = { joined: [], missing: [] };
+  /** Nodes reported lost (PEER_LOST sent, no PEER_BACK yet), with why. */
+  readonly #lost = new Map<number, string>();
+  #lastRefusal: string | undefined;
+
+  constructor(opts: GroupClientOptions) {
+    this.#o = opts;
+    this.#log = opts.log.child({ component: 'rendezvous' });
+    this.#where = `${opts.host}:${opts.port}`;
+    this.#retryDelayMs = opts.timing.retryMinMs;
+  }
+
+  start(): void {
+    this.#deadlineAt = performance.now() + this.#o.rendezvousTimeoutMs;
+    this.#deadline = setTimeout(() => this.#onDeadline(), this.#o.rendezvousTimeoutMs);
+    this.#connect();
+  }
+
+  /** Every local rank is serving. */
+  nodeReady(): void {
+    this.#localReady = true;
+    if (this.#tableSeen) void this.#conn?.send({ type: 'ready' });
+  }
+
+  /** This node failed locally: tell node 0 (best effort), so a starting group fails everywhere now. */
+  nodeFailed(error: SerializedError): void {
+    if (this.#done) return;
+    if (this.#helloSeen) void this.#conn?.send({ type: 'failed', code: error.code, message: error.message.slice(0, 2000) });
+    this.#finish('node failed');
+  }
+
+  /** Synchronous, for an actor's cleanup. */
+  close(): void {
+    this.#finish('node stopped');
+  }
+
+  #connect(): void {
+    this.#retry = undefined;
+    this.#helloSeen = this.#accepted = this.#tableSeen = false;
+    const socket = connect({ host: this.#o.host, port: this.#o.port });
+    const conn: PeerSocket<ServerMessage> = new PeerSocket(socket, {
+      parse: parseServerMessage,
+      timing: this.#o.timing,
+      onMessage: (m) => this.#onMessage(conn, m),
+      onClose: (reason, protocolError) => this.#onClose(conn, reason, protocolError),
+    });
+    this.#conn = conn;
+    // Something that accepts connections but never says hello is not a coordinator yet.
+    const handshake = setTimeout(() => {
+      if (!this.#helloSeen && this.#conn === conn) conn.destroy(`no hello within ${this.#o.timing.handshakeMs} ms`);
+    }, this.#o.timing.handshakeMs);
+    socket.once('close', () => clearTimeout(handshake));
+  }
+
+  #onMessage(conn: PeerSocket<ServerMessage>, m: ServerMessage): void {
+    if (this.#done || conn !== this.#conn) return;
+    switch (m.type) {
+      case 'hello':
+        if (this.#helloSeen) return conn.destroy('protocol error: a second hello', new ProtocolError('E_RDZV_PROTOCOL', 'a second hello'));
+        this.#helloSeen = true;
+        this.#retryDelayMs = this.#o.timing.retryMinMs;
+        // A coordinator of another protocol version still reads the join's version and tells
+        // every node, so send it regardless.
+        void conn.send({ type: 'join', protocolVersion: RDZV_PROTOCOL_VERSION, ...this.#o.join, tokenProof: tokenProof(this.#o.token, m.nonce) });
+        return;
+      case 'waiting':
+        this.#accepted = true;
+        this.#waitingFor = { joined: m.joined, missing: m.missing };
+        this.#log.info({ joined: m.joined, missing: m.missing }, `joined the group at ${this.#where}; waiting for node rank${m.missing.length === 1 ? '' : 's'} ${m.missing.join(', ')}`);
+        return;
+      case 'joined':
+        this.#accepted = this.#tableSeen = true;
+        return this.#onTable(m.rankTable);
+      case 'group_ready':
+        return this.#onGroupReady(m.lost);
+      case 'peer_lost':
+        if (this.#groupReady) this.#markLost(m.nodeRank, m.reason);
+        return;
+      case 'peer_back':
+        if (this.#groupReady) this.#markBack(m.nodeRank);
+        return;
+      case 'rejected':
+        return this.#onRejected(conn, new RendezvousError(m.code, m.message, m.details ?? {}));
+      case 'leaving':
+        conn.close(`node 0 said: ${m.reason}`);
+        return;
+      case 'heartbeat':
+        return;
+    }
+  }
+
+  #onTable(rankTable: RankTableEntry[]): void {
+    if (this.#deadline) clearTimeout(this.#deadline);
+    if (this.#groupReady) {
+      this.#log.info({ rankTable }, `rejoined the group at ${this.#where}; still serving, reporting ready`);
+    } else if (!this.#joinedEmitted) {
+      this.#joinedEmitted = true;
+      this.#log.info({ rankTable }, `every node joined: global rank table (global = node_rank * ${this.#o.join.localWorldSize} + local_rank)`);
+      this.#o.emit({ type: 'GROUP_JOINED', rankTable });
+    }
+    if (this.#localReady) void this.#conn?.send({ type: 'ready' });
+  }
+
+  #onGroupReady(lost: number[]): void {
+    this.#lastRefusal = undefined;
+    if (!this.#groupReady) {
+      this.#groupReady = true;
+      this.#log.info({ nnodes: this.#o.join.nnodes }, 'group ready: every node is serving');
+      this.#o.emit({ type: 'GROUP_READY' });
+      for (const r of lost) this.#markLost(r, 'lost before this node joined');
+      return;
+    }
+    // Back in a group after losing node 0: bring the lost set in line with the coordinator's.
+    for (const r of [...this.#lost.keys()]) if (!lost.includes(r)) this.#markBack(r);
+    for (const r of lost) this.#markLost(r, 'lost while this node was cut off from node 0');
+  }
+
+  #markLost(nodeRank: number, reason: string): void {
+    if (this.#lost.has(nodeRank)) return;
+    this.#lost.set(nodeRank, reason);
+    this.#log.warn({ peer: nodeRank, reason }, `node ${nodeRank} lost; this node keeps serving`);
+    this.#o.emit({ type: 'PEER_LOST', nodeRank, reason });
+  }
+
+  #markBack(nodeRank: number): void {
+    if (!this.#lost.delete(nodeRank)) return;
+    this.#log.info({ peer: nodeRank }, `node ${nodeRank} is back and serving`);
+    this.#o.emit({ type: 'PEER_BACK', nodeRank });
+  }
+
+  #onRejected(conn: PeerSocket<ServerMessage>, error: RendezvousError): void {
+    if (!this.#groupReady) return this.#fail(error);
+    // Already serving: a refused rejoin (node 0 restarted with another checkpoint, or still
+    // holding our old connection) changes nothing here. Keep trying at the slow pace.
+    if (error.message !== this.#lastRefusal) this.#log.warn({ code: error.code }, `node 0 refused this node's rejoin (retrying): ${error.message}`);
+    this.#lastRefusal = error.message;
+    this.#retryDelayMs = this.#o.timing.retryMaxMs;
+    conn.close(`rejoin refused: ${error.code}`);
+  }
+
+  #onClose(conn: PeerSocket<ServerMessage>, reason: string, protocolError?: ProtocolError): void {
+    if (this.#done || conn !== this.#conn) return;
+    this.#conn = undefined;
+    if (!this.#helloSeen) {
+      this.#lastAttemptError = reason;
+      if (protocolError && !this.#groupReady) {
+        return this.#fail(
+          new RendezvousError(
+            'E_RDZV_NOT_WEIGHTD',
+            `${this.#where} does not speak the weightd rendezvous protocol (${protocolError.message}); something else listens there: ` +
+              "check --master-addr (node 0's address) and --weight-cache-master-port (the same on every node, not the engine's --master-port)",
+            { host: this.#o.host, port: this.#o.port },
+          ),
+        );
+      }
+      return this.#scheduleRetry();
+    }
+    if (this.#groupReady) {
+      if (!this.#lost.has(0)) {
+        this.#markLost(0, `connection to node 0 lost (${reason})`);
+        this.#log.info(`reconnecting to node 0 at ${this.#where} in the background`);
+      }
+      return this.#scheduleRetry();
+    }
+    // Not accepted yet: node 0 may just be restarting; the join is retried within the deadline.
+    if (!this.#accepted) return this.#scheduleRetry();
+    this.#fail(
+      new RendezvousError(
+        'E_RDZV_COORDINATOR_LOST',
+        `lost the connection to node 0 at ${this.#where} before the group was ready (${reason}); start-up is all-or-nothing, ` +
+          "so every node fails: see node 0's log for why, then restart every node",
+        { host: this.#o.host, port: this.#o.port, reason },
+      ),
+    );
+  }
+
+  #scheduleRetry(): void {
+    let delay = this.#retryDelayMs;
+    if (!this.#groupReady) {
+      const left = this.#deadlineAt - performance.now();
+      if (left <= 0) return this.#onDeadline();
+      delay = Math.min(delay, left);
+    }
+    this.#retryDelayMs = Math.min(this.#retryDelayMs * 2, this.#o.timing.retryMaxMs);
+    // Jitter, so nodes that lost node 0 together do not all dial it in the same millisecond.
+    this.#retry = setTimeout(() => this.#connect(), Math.round(delay * (0.75 + Math.random() * 0.25)));
+    this.#log.debug({ delayMs: Math.round(delay), lastError: this.#lastAttemptError }, 'node 0 not reachable yet; retrying');
+  }
+
+  #onDeadline(): void {
+    if (this.#done || this.#tableSeen || this.#joinedEmitted) return;
+    if (this.#accepted) {
+      // Connected, but the group never completed: say which nodes are missing, and tell node 0
+      // why this node gives up, so the others fail with the same reason now.
+      const r = timeoutRejection(this.#o.rendezvousTimeoutMs, this.#o.join.nnodes, this.#waitingFor.joined);
+      void this.#conn?.send({ type: 'failed', code: r.code, message: r.message });
+      return this.#fail(new RendezvousError(r.code, r.message, r.details));
+    }
+    this.#fail(
+      new RendezvousError(
+        'E_RDZV_TIMEOUT',
+        `rendezvous timed out after ${this.#o.rendezvousTimeoutMs / 1000} s: node 0 at ${this.#where} never answered (last attempt: ${this.#lastAttemptError}); ` +
+          `start node 0 with --node-rank 0 --master-addr ${this.#o.host} --weight-cache-master-port ${this.#o.port}, check that this node can reach it ` +
+          '(routes, firewall), or raise --rendezvous-timeout',
+        { field: 'nodeRank', missing: [0], host: this.#o.host, port: this.#o.port },
+      ),
+    );
+  }
+
+  #fail(error: RendezvousError): void {
+    if (this.#done) return;
+    this.#finish('group failed');
+    this.#o.emit({ type: 'GROUP_FAILED', error: serializeError(error) });
+  }
+
+  #finish(reason: string): void {
+    if (this.#done) return;
+    this.#done = true;
+    if (this.#deadline) clearTimeout(this.#deadline);
+    if (this.#retry) clearTimeout(this.#retry);
+    this.#conn?.close(reason, { type: 'leaving', reason });
+    this.#conn = undefined;
+  }
+}

@@ -1,0 +1,148 @@
+// The rendezvous protocol's messages, between every node's GroupClient and node 0's
+// Coordinator, over TCP. Framing (magic "WGTD", frame version, length, JSON payload) is the
+// serving protocol's codec (src/serve/frameCodec.ts); this file is the message set on top.
+//
+// Compatibility rule: `hello` and `join` carry the protocol version, and the shapes of `hello`,
+// `rejected` and the version/nodeRank/hostName fields of `join` never change. So two weightd
+// builds that disagree on everything else can still tell every node *why* they cannot form a
+// group, instead of failing on a schema error. Objects drop unknown keys (a newer peer may add
+// optional fields); strings and arrays are bounded so one frame stays small.
+import { z } from 'zod';
+import { ProtocolError } from '../errors.js';
+import { encodeMessage, FrameDecoder, parsePayload } from '../serve/frameCodec.js';
+
+/** Version of the rendezvous message set; nodes must agree on it exactly. */
+export const RDZV_PROTOCOL_VERSION = 1;
+
+/** Largest frame either side accepts. The biggest message, the rank table of 4096 ranks, is ~600 KiB. */
+export const MAX_RDZV_FRAME_BYTES = 1 << 20;
+
+const MAX_RANKS = 4096;
+const count = z.int().min(0).max(MAX_RANKS * 1024);
+const positive = z.int().min(1).max(MAX_RANKS);
+const nodeRank = z.int().min(0).max(MAX_RANKS - 1);
+const shortText = z.string().min(1).max(256);
+const reason = z.string().max(2000);
+const rankList = z.array(nodeRank).max(MAX_RANKS);
+
+/** HMAC-SHA256 of the hello nonce under the token, base64 (44 characters); null: no token. */
+const tokenProof = z.string().regex(/^[A-Za-z0-9+/]{43}=$/).nullable();
+
+export const RankTableEntrySchema = z.object({
+  globalRank: count,
+  nodeRank,
+  localRank: count,
+  hostName: shortText,
+  deviceUuid: shortText,
+});
+
+// ---- client -> coordinator ----
+
+export const JoinMessage = z.object({
+  type: z.literal('join'),
+  protocolVersion: z.int(),
+  nnodes: positive,
+  tpSize: positive,
+  localWorldSize: positive,
+  nodeRank,
+  hostName: shortText,
+  /** One per local rank, in local-rank order. */
+  deviceUuids: z.array(shortText).max(MAX_RANKS),
+  /** How many devices of its backend the node sees (not only the ones it uses). */
+  visibleDevices: count,
+  fingerprint: shortText,
+  tokenProof,
+});
+export type JoinMessage = z.infer<typeof JoinMessage>;
+
+/** What is readable in a join from any protocol version: enough to name the node. */
+const AnyVersionJoin = z.object({
+  type: z.literal('join'),
+  protocolVersion: z.int(),
+  nodeRank: z.unknown().optional(),
+  hostName: z.unknown().optional(),
+});
+
+export const ClientMessage = z.discriminatedUnion('type', [
+  JoinMessage,
+  /** Every local rank is serving. */
+  z.object({ type: z.literal('ready') }),
+  /** This node failed locally; during start-up the coordinator fails the whole group. */
+  z.object({ type: z.literal('failed'), code: shortText, message: reason }),
+  z.object({ type: z.literal('heartbeat') }),
+  /** A clean goodbye, so peers can log why instead of "connection lost". */
+  z.object({ type: z.literal('leaving'), reason }),
+]);
+export type ClientMessage = z.infer<typeof ClientMessage>;
+
+// ---- coordinator -> client ----
+
+export const ServerMessage = z.discriminatedUnion('type', [
+  /** First frame on every connection; the nonce makes a token proof useless to replay. */
+  z.object({ type: z.literal('hello'), protocolVersion: z.int(), nonce: z.string().min(16).max(256) }),
+  /** The join was accepted; the group is still gathering. Sent again whenever it changes. */
+  z.object({ type: z.literal('waiting'), joined: rankList, missing: rankList }),
+  /** Every node was accepted: the global rank table. Load now. */
+  z.object({ type: z.literal('joined'), rankTable: z.array(RankTableEntrySchema).max(MAX_RANKS) }),
+  /** Every node is serving. `lost`: nodes that are down right now (only ever non-empty for a rejoin). */
+  z.object({ type: z.literal('group_ready'), lost: rankList }),
+  /** The group cannot form (or, while serving, this node cannot rejoin): the same verdict for every node. */
+  z.object({
+    type: z.literal('rejected'),
+    code: shortText,
+    message: reason,
+    details: z.record(z.string().max(64), z.unknown()).optional(),
+  }),
+  z.object({ type: z.literal('peer_lost'), nodeRank, reason }),
+  z.object({ type: z.literal('peer_back'), nodeRank }),
+  z.object({ type: z.literal('heartbeat') }),
+  z.object({ type: z.literal('leaving'), reason }),
+]);
+export type ServerMessage = z.infer<typeof ServerMessage>;
+
+export type AnyMessage = ClientMessage | ServerMessage;
+
+/** Encodes one message as a frame; a message over the bound is a bug here, not the peer's. */
+export function encodeRdzvMessage(message: AnyMessage): Buffer {
+  const frame = encodeMessage(message);
+  if (frame.length > MAX_RDZV_FRAME_BYTES) {
+    throw new ProtocolError('E_RDZV_FRAME_TOO_LARGE', `rendezvous message "${message.type}" is ${frame.length} bytes, over the ${MAX_RDZV_FRAME_BYTES}-byte frame bound`);
+  }
+  return frame;
+}
+
+export function createRdzvDecoder(): FrameDecoder {
+  return new FrameDecoder(MAX_RDZV_FRAME_BYTES);
+}
+
+function invalid(what: string, error: z.ZodError): ProtocolError {
+  return new ProtocolError('E_RDZV_SCHEMA', `invalid rendezvous ${what}: ${z.prettifyError(error).replaceAll('\n', ' ')}`);
+}
+
+/**
+ * A client message. A join from another protocol version is returned as `{foreignVersion}`
+ * with what can be read of it, so the coordinator can reject it by name rather than as noise.
+ */
+export function parseClientMessage(payload: Buffer):
+  | { message: ClientMessage }
+  | { foreignVersion: number; nodeRank?: number; hostName?: string } {
+  const value = parsePayload(payload);
+  const envelope = AnyVersionJoin.safeParse(value);
+  if (envelope.success && envelope.data.protocolVersion !== RDZV_PROTOCOL_VERSION) {
+    const { nodeRank: r, hostName: h } = envelope.data;
+    return {
+      foreignVersion: envelope.data.protocolVersion,
+      nodeRank: Number.isInteger(r) ? (r as number) : undefined,
+      hostName: typeof h === 'string' ? h.slice(0, 256) : undefined,
+    };
+  }
+  const parsed = ClientMessage.safeParse(value);
+  if (!parsed.success) throw invalid('client message', parsed.error);
+  return { message: parsed.data };
+}
+
+export function parseServerMessage(payload: Buffer): ServerMessage {
+  const parsed = ServerMessage.safeParse(parsePayload(payload));
+  if (!parsed.success) throw invalid('coordinator message', parsed.error);
+  return parsed.data;
+}

@@ -1,0 +1,102 @@
+// The cuda backend's logic without a GPU: each scenario runs in a child process that loads
+// test/gpu/fake-libcuda.c (built here with cc) as its libcuda.so.1. The fake queues copies until
+// something waits for them and checks contexts, pinning and frees, so buffer reuse, ordering
+// and cleanup mistakes show up as wrong bytes, errors or aborts. At exit the fake reports what
+// is still allocated; every scenario must leave nothing behind.
+import { spawnSync } from 'node:child_process';
+import { mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import { cudaDevices, cudaProbe } from '../../src/native/cuda.js';
+import { DeviceHandle } from '../../src/native/deviceHandle.js';
+
+const root = fileURLToPath(new URL('../../../', import.meta.url));
+const scenarioScript = fileURLToPath(new URL('./fakeDriverScenarios.js', import.meta.url));
+const fakeDir = join(root, 'test', 'artifacts', 'fake-libcuda');
+
+function buildFake(): void {
+  mkdirSync(fakeDir, { recursive: true });
+  const cc = spawnSync('cc', ['-shared', '-fPIC', '-O2', '-o', join(fakeDir, 'libcuda.so.1'), join(root, 'test', 'gpu', 'fake-libcuda.c'), '-lpthread'], { encoding: 'utf8' });
+  if (cc.status !== 0) throw new Error(`cannot build the fake driver: ${cc.error?.message ?? cc.stderr}`);
+}
+
+interface Run {
+  result: Record<string, unknown>;
+  leaks: Record<string, number>;
+}
+
+function scenario(name: string): Run {
+  const child = spawnSync(process.execPath, [scenarioScript, name], {
+    cwd: root,
+    encoding: 'utf8',
+    env: { ...process.env, LD_LIBRARY_PATH: fakeDir, FAKE_CUDA_REPORT: '1', FAKE_CUDA_DEVICES: '2' },
+  });
+  assert.is(child.status, 0, `scenario ${name} failed: ${child.stderr}`);
+  const leakLine = child.stderr.split('\n').find((l) => l.startsWith('FAKE_CUDA_LEAKS '));
+  assert.ok(leakLine, `scenario ${name} did not load the fake driver: ${child.stderr}`);
+  return { result: JSON.parse(child.stdout.trim().split('\n').pop()!), leaks: JSON.parse(leakLine.slice('FAKE_CUDA_LEAKS '.length)) };
+}
+
+const noLeaks = { device: 0, pinned: 0, registered: 0, imported: 0, streams: 0, events: 0, contextRefs: 0 };
+
+test.before(buildFake);
+
+test('without a driver: the probe says why and a cuda device fails with E_CUDA_UNAVAILABLE', () => {
+  const probe = cudaProbe();
+  if (probe.available) return; // a machine with a real GPU: covered by the GPU tests instead
+  assert.match(probe.reason, /libcuda\.so\.1|GPU/);
+  assert.equal(probe.devices, []);
+  assert.equal(cudaDevices(), []);
+  try {
+    new DeviceHandle('cuda', 0);
+    assert.unreachable('a cuda device opened without a driver');
+  } catch (err) {
+    assert.is((err as { code: string }).code, 'E_CUDA_UNAVAILABLE');
+    assert.is((err as Error).name, 'DeviceError');
+  }
+});
+
+test('probe lists each visible GPU with an nvidia-smi style UUID', () => {
+  const { result, leaks } = scenario('probe');
+  const probe = result.probe as { available: boolean; driverVersion: number; devices: { uuid: string; index: number }[] };
+  assert.ok(probe.available);
+  assert.is(probe.driverVersion, 13000);
+  assert.is(probe.devices.length, 2);
+  assert.is(probe.devices[1]!.uuid, 'GPU-10111213-1415-1617-1819-1a1b1c1d1e1f');
+  assert.equal(result.slots, probe.devices.map((d) => ({ backend: 'cuda', index: d.index, uuid: d.uuid })));
+  assert.equal(leaks, noLeaks);
+});
+
+test('fill is byte-exact in pread and register modes, buffered and O_DIRECT, contiguous and strided', () => {
+  const { result, leaks } = scenario('fill');
+  assert.is(result.runs, 6);
+  assert.equal(leaks, noLeaks);
+});
+
+test('errors carry stable codes and say what to do; a cancelled fill leaves the device usable', () => {
+  const { result, leaks } = scenario('errors');
+  const codes = result as Record<string, string>;
+  assert.match(codes.index!, /E_NO_DEVICE: .*sees 2 device/);
+  assert.match(codes.uuid!, /E_DEVICE_MISMATCH: .*CUDA_VISIBLE_DEVICES/);
+  assert.match(codes.fillBeforeAllocate!, /E_NOT_ALLOCATED/);
+  assert.match(codes.tooBig!, /E_OUT_OF_MEMORY: .*needs 1\.56 GiB .*1\.00 GiB free/);
+  assert.is(codes.freeDrop, String(18 * 1024 * 1024));
+  assert.match(codes.twice!, /E_ALREADY_ALLOCATED/);
+  assert.match(codes.badMode!, /RangeError.*'pread' or 'register'/);
+  assert.match(codes.pastEnd!, /E_BAD_PLAN/);
+  assert.match(codes.missingFile!, /E_FILE_OPEN/);
+  assert.match(codes.outOfRange!, /E_OUT_OF_RANGE/);
+  assert.match(codes.cancel!, /E_FILL_CANCELLED|no error/);
+  assert.equal(leaks, noLeaks);
+});
+
+test('IPC: another process opens the exported handle, reads the same bytes, opens are counted', () => {
+  const { result, leaks } = scenario('ipc');
+  assert.is(result.sameProcess, 'E_CUDA');
+  assert.equal(result.client, { equal: true, bytes: 12 * 1024 * 1024, samePointer: true, outOfRange: 'E_OUT_OF_RANGE', stillOpen: true, afterClose: 'E_NOT_OPEN' });
+  assert.equal(leaks, noLeaks);
+});
+
+test.run();

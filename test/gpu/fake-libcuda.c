@@ -1,0 +1,449 @@
+// A stand-in for libcuda.so.1 that runs the cuda backend's logic on a machine with no GPU.
+// It is strict where the real driver is lenient, so that the tests catch what would only show
+// on hardware as a wrong byte or a crash:
+// - copies are queued and run only when something waits for them (an event or stream sync),
+//   so a staging buffer reused before its copy finished shows up as corrupt data;
+// - every call that needs a context fails without one current on the calling thread, and
+//   device pointers must belong to the current context's device;
+// - async copies must read pinned memory (cuMemHostAlloc or a registered range);
+// - freeing or unregistering memory that a queued copy still reads aborts the process;
+// - "device memory" is a shared-memory file, so another process can open an IPC handle.
+// At exit, with FAKE_CUDA_REPORT set, it prints what is still allocated (a leak check).
+// Build: cc -shared -fPIC -O2 -o DIR/libcuda.so.1 fake-libcuda.c -lpthread
+// Environment: FAKE_CUDA_DEVICES (default 2), FAKE_CUDA_MEM_MB per device (default 1024).
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+typedef int CUresult;
+typedef int CUdevice;
+typedef unsigned long long CUdeviceptr;
+enum {
+  OK = 0, E_INVALID_VALUE = 1, E_OOM = 2, E_NOT_INIT = 3, E_NO_DEVICE = 100, E_INVALID_DEVICE = 101,
+  E_INVALID_CONTEXT = 201, E_ALREADY_REGISTERED = 712, E_NOT_REGISTERED = 713, E_NOT_READY = 600,
+};
+#define MAX_DEV 8
+#define MAX_OPS 4096
+
+struct ctx { int device; int refs; };
+static struct ctx contexts[MAX_DEV];
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static __thread struct ctx* ctxStack[16];
+static __thread int ctxDepth;
+static int initialised;
+
+struct alloc { char* base; size_t bytes; int device; int kind; char name[64]; int live; int imported; };
+enum { K_DEVICE = 1, K_PINNED = 2, K_REGISTERED = 3 };
+static struct alloc allocs[4096];
+static int nallocs;
+static size_t usedBytes[MAX_DEV];
+
+struct op { char* dst; const char* src; size_t width, height, spitch, dpitch; unsigned long seq; int done; };
+struct stream { struct op ops[MAX_OPS]; int nops; unsigned long seq; int live; int device; };
+struct event { struct stream* stream; unsigned long seq; int live; };
+static int liveStreams, liveEvents;
+
+static int devices(void) { const char* e = getenv("FAKE_CUDA_DEVICES"); return e ? atoi(e) : 2; }
+static size_t memPerDevice(void) { const char* e = getenv("FAKE_CUDA_MEM_MB"); return (size_t)(e ? atoll(e) : 1024) << 20; }
+static struct ctx* current(void) { return ctxDepth ? ctxStack[ctxDepth - 1] : NULL; }
+
+static struct alloc* findAlloc(const void* p, size_t n, int kind) {
+  for (int i = 0; i < nallocs; ++i) {
+    struct alloc* a = &allocs[i];
+    if (a->live && (kind == 0 || a->kind == kind) && (const char*)p >= a->base && (const char*)p + n <= a->base + a->bytes) return a;
+  }
+  return NULL;
+}
+
+static void die(const char* what) { fprintf(stderr, "fake-libcuda: %s\n", what); abort(); }
+
+// Aborts if a queued (not yet run) copy reads or writes [p, p + n).
+static struct stream* streams[256];
+static int nstreams;
+static void checkNotQueued(const char* p, size_t n, const char* what) {
+  for (int s = 0; s < nstreams; ++s) {
+    struct stream* st = streams[s];
+    if (!st->live) continue;
+    for (int i = 0; i < st->nops; ++i) {
+      struct op* o = &st->ops[i];
+      if (o->done) continue;
+      size_t srcSpan = (o->height - 1) * o->spitch + o->width, dstSpan = (o->height - 1) * o->dpitch + o->width;
+      if ((o->src < p + n && o->src + srcSpan > p) || (o->dst < p + n && o->dst + dstSpan > p)) die(what);
+    }
+  }
+}
+
+static void runUpTo(struct stream* st, unsigned long seq) {
+  for (int i = 0; i < st->nops; ++i) {
+    struct op* o = &st->ops[i];
+    if (o->done || o->seq > seq) continue;
+    for (size_t r = 0; r < o->height; ++r) memcpy(o->dst + r * o->dpitch, o->src + r * o->spitch, o->width);
+    o->done = 1;
+  }
+  int k = 0;
+  for (int i = 0; i < st->nops; ++i) if (!st->ops[i].done) st->ops[k++] = st->ops[i];
+  st->nops = k;
+}
+
+#define NEED_CTX() do { if (!initialised) return E_NOT_INIT; if (!current()) return E_INVALID_CONTEXT; } while (0)
+
+CUresult cuInit(unsigned flags) {
+  (void)flags;
+  if (devices() == 0) return E_NO_DEVICE;
+  initialised = 1;
+  return OK;
+}
+CUresult cuDriverGetVersion(int* v) { *v = 13000; return OK; }
+CUresult cuGetErrorName(CUresult r, const char** s) {
+  switch (r) {
+    case OK: *s = "CUDA_SUCCESS"; break;
+    case E_INVALID_VALUE: *s = "CUDA_ERROR_INVALID_VALUE"; break;
+    case E_OOM: *s = "CUDA_ERROR_OUT_OF_MEMORY"; break;
+    case E_INVALID_CONTEXT: *s = "CUDA_ERROR_INVALID_CONTEXT"; break;
+    case E_ALREADY_REGISTERED: *s = "CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED"; break;
+    default: *s = "CUDA_ERROR_UNKNOWN"; return E_INVALID_VALUE;
+  }
+  return OK;
+}
+CUresult cuGetErrorString(CUresult r, const char** s) {
+  const char* name;
+  cuGetErrorName(r, &name);
+  *s = r == E_OOM ? "out of memory" : r == E_INVALID_CONTEXT ? "invalid device context" : "fake error";
+  return OK;
+}
+CUresult cuDeviceGetCount(int* n) { if (!initialised) return E_NOT_INIT; *n = devices(); return OK; }
+CUresult cuDeviceGet(CUdevice* d, int i) { if (i < 0 || i >= devices()) return E_INVALID_DEVICE; *d = i; return OK; }
+CUresult cuDeviceGetName(char* name, int len, CUdevice d) { snprintf(name, len, "Fake GPU %d", d); return OK; }
+CUresult cuDeviceGetUuid_v2(unsigned char* uuid, CUdevice d) {
+  for (int i = 0; i < 16; ++i) uuid[i] = (unsigned char)(0x10 * d + i);
+  return OK;
+}
+CUresult cuDeviceTotalMem_v2(size_t* bytes, CUdevice d) { (void)d; *bytes = memPerDevice(); return OK; }
+
+CUresult cuDevicePrimaryCtxRetain(struct ctx** c, CUdevice d) {
+  if (!initialised) return E_NOT_INIT;
+  if (d < 0 || d >= devices()) return E_INVALID_DEVICE;
+  pthread_mutex_lock(&lock);
+  contexts[d].device = d;
+  contexts[d].refs++;
+  *c = &contexts[d];
+  pthread_mutex_unlock(&lock);
+  return OK;
+}
+CUresult cuDevicePrimaryCtxRelease_v2(CUdevice d) {
+  pthread_mutex_lock(&lock);
+  if (contexts[d].refs <= 0) die("primary context released more often than retained");
+  contexts[d].refs--;
+  pthread_mutex_unlock(&lock);
+  return OK;
+}
+CUresult cuCtxPushCurrent_v2(struct ctx* c) {
+  if (!c || c->refs <= 0) return E_INVALID_CONTEXT;
+  if (ctxDepth == 16) die("context stack overflow (a push without a pop)");
+  ctxStack[ctxDepth++] = c;
+  return OK;
+}
+CUresult cuCtxPopCurrent_v2(struct ctx** c) {
+  if (!ctxDepth) return E_INVALID_CONTEXT;
+  struct ctx* top = ctxStack[--ctxDepth];
+  if (c) *c = top;
+  return OK;
+}
+
+CUresult cuMemGetInfo_v2(size_t* freeBytes, size_t* total) {
+  NEED_CTX();
+  *total = memPerDevice();
+  *freeBytes = *total - usedBytes[current()->device];
+  return OK;
+}
+
+static struct alloc* newAlloc(void) {
+  if (nallocs == 4096) die("too many allocations");
+  struct alloc* a = &allocs[nallocs++];
+  memset(a, 0, sizeof *a);
+  a->live = 1;
+  return a;
+}
+
+CUresult cuMemAlloc_v2(CUdeviceptr* p, size_t bytes) {
+  NEED_CTX();
+  pthread_mutex_lock(&lock);
+  int d = current()->device;
+  if (bytes == 0 || usedBytes[d] + bytes > memPerDevice()) { pthread_mutex_unlock(&lock); return E_OOM; }
+  struct alloc* a = newAlloc();
+  snprintf(a->name, sizeof a->name, "/fakecuda-%d-%d", (int)getpid(), nallocs);
+  int fd = shm_open(a->name, O_RDWR | O_CREAT | O_EXCL, 0600);
+  if (fd < 0 || ftruncate(fd, (off_t)bytes) != 0) die("shm_open");
+  a->base = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (a->base == MAP_FAILED) die("mmap");
+  memset(a->base, 0xEE, bytes);  // never zero: a missed copy must not look like a right one
+  a->bytes = bytes;
+  a->device = d;
+  a->kind = K_DEVICE;
+  usedBytes[d] += bytes;
+  *p = (CUdeviceptr)(uintptr_t)a->base;
+  pthread_mutex_unlock(&lock);
+  return OK;
+}
+CUresult cuMemFree_v2(CUdeviceptr p) {
+  NEED_CTX();
+  pthread_mutex_lock(&lock);
+  struct alloc* a = findAlloc((void*)(uintptr_t)p, 1, K_DEVICE);
+  if (!a || a->base != (char*)(uintptr_t)p || a->imported) { pthread_mutex_unlock(&lock); return E_INVALID_VALUE; }
+  checkNotQueued(a->base, a->bytes, "device memory freed while a queued copy writes it");
+  munmap(a->base, a->bytes);
+  shm_unlink(a->name);
+  usedBytes[a->device] -= a->bytes;
+  a->live = 0;
+  pthread_mutex_unlock(&lock);
+  return OK;
+}
+CUresult cuMemGetAddressRange_v2(CUdeviceptr* base, size_t* size, CUdeviceptr p) {
+  NEED_CTX();
+  struct alloc* a = findAlloc((void*)(uintptr_t)p, 1, K_DEVICE);
+  if (!a) return E_INVALID_VALUE;
+  *base = (CUdeviceptr)(uintptr_t)a->base;
+  *size = a->bytes;
+  return OK;
+}
+CUresult cuMemHostAlloc(void** p, size_t bytes, unsigned flags) {
+  (void)flags;
+  NEED_CTX();
+  pthread_mutex_lock(&lock);
+  struct alloc* a = newAlloc();
+  a->base = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  a->bytes = bytes;
+  a->kind = K_PINNED;
+  *p = a->base;
+  pthread_mutex_unlock(&lock);
+  return OK;
+}
+CUresult cuMemFreeHost(void* p) {
+  NEED_CTX();
+  pthread_mutex_lock(&lock);
+  struct alloc* a = findAlloc(p, 1, K_PINNED);
+  if (!a || a->base != p) { pthread_mutex_unlock(&lock); return E_INVALID_VALUE; }
+  checkNotQueued(a->base, a->bytes, "pinned buffer freed while a queued copy reads it");
+  munmap(a->base, a->bytes);
+  a->live = 0;
+  pthread_mutex_unlock(&lock);
+  return OK;
+}
+CUresult cuMemHostRegister_v2(void* p, size_t bytes, unsigned flags) {
+  NEED_CTX();
+  if (!(flags & 0x08)) return E_INVALID_VALUE;  // a PROT_READ mapping needs CU_MEMHOSTREGISTER_READ_ONLY
+  pthread_mutex_lock(&lock);
+  for (int i = 0; i < nallocs; ++i) {
+    struct alloc* a = &allocs[i];
+    if (a->live && a->kind == K_REGISTERED && a->base < (char*)p + bytes && a->base + a->bytes > (char*)p) {
+      pthread_mutex_unlock(&lock);
+      return E_ALREADY_REGISTERED;
+    }
+  }
+  struct alloc* a = newAlloc();
+  a->base = p;
+  a->bytes = bytes;
+  a->kind = K_REGISTERED;
+  // Pinning faults every page in; a window past the end of its file would SIGBUS here.
+  volatile char sum = 0;
+  for (size_t i = 0; i < bytes; i += 4096) sum += ((volatile char*)p)[i];
+  pthread_mutex_unlock(&lock);
+  return OK;
+}
+CUresult cuMemHostUnregister(void* p) {
+  NEED_CTX();
+  pthread_mutex_lock(&lock);
+  struct alloc* a = findAlloc(p, 1, K_REGISTERED);
+  if (!a || a->base != p) { pthread_mutex_unlock(&lock); return E_NOT_REGISTERED; }
+  checkNotQueued(a->base, a->bytes, "host range unregistered while a queued copy reads it");
+  a->live = 0;
+  pthread_mutex_unlock(&lock);
+  return OK;
+}
+
+CUresult cuStreamCreate(struct stream** s, unsigned flags) {
+  (void)flags;
+  NEED_CTX();
+  pthread_mutex_lock(&lock);
+  struct stream* st = calloc(1, sizeof *st);
+  st->live = 1;
+  st->device = current()->device;
+  int slot = 0;
+  while (slot < nstreams && streams[slot]->live) slot++;  // reuse a destroyed stream's place
+  if (slot == 256) die("more than 256 live streams");
+  if (slot < nstreams) free(streams[slot]);
+  else nstreams++;
+  streams[slot] = st;
+  liveStreams++;
+  *s = st;
+  pthread_mutex_unlock(&lock);
+  return OK;
+}
+CUresult cuStreamSynchronize(struct stream* s) {
+  NEED_CTX();
+  pthread_mutex_lock(&lock);
+  runUpTo(s, s->seq);
+  pthread_mutex_unlock(&lock);
+  return OK;
+}
+CUresult cuStreamDestroy_v2(struct stream* s) {
+  NEED_CTX();
+  pthread_mutex_lock(&lock);
+  runUpTo(s, s->seq);  // the real driver finishes queued work before releasing the stream
+  s->live = 0;
+  liveStreams--;
+  pthread_mutex_unlock(&lock);
+  return OK;
+}
+CUresult cuEventCreate(struct event** e, unsigned flags) {
+  (void)flags;
+  NEED_CTX();
+  pthread_mutex_lock(&lock);
+  *e = calloc(1, sizeof **e);
+  (*e)->live = 1;
+  liveEvents++;
+  pthread_mutex_unlock(&lock);
+  return OK;
+}
+CUresult cuEventRecord(struct event* e, struct stream* s) {
+  NEED_CTX();
+  pthread_mutex_lock(&lock);
+  e->stream = s;
+  e->seq = s->seq;
+  pthread_mutex_unlock(&lock);
+  return OK;
+}
+CUresult cuEventSynchronize(struct event* e) {
+  NEED_CTX();
+  pthread_mutex_lock(&lock);
+  if (e->stream) runUpTo(e->stream, e->seq);
+  pthread_mutex_unlock(&lock);
+  return OK;
+}
+CUresult cuEventDestroy_v2(struct event* e) {
+  pthread_mutex_lock(&lock);
+  e->live = 0;
+  liveEvents--;
+  pthread_mutex_unlock(&lock);
+  return OK;
+}
+
+// Queues a copy after checking that the source is pinned and the destination is device memory
+// of the current context's device.
+static CUresult queue(struct stream* s, char* dst, const char* src, size_t width, size_t height, size_t spitch, size_t dpitch) {
+  NEED_CTX();
+  pthread_mutex_lock(&lock);
+  size_t srcSpan = (height - 1) * spitch + width, dstSpan = (height - 1) * dpitch + width;
+  struct alloc* d = findAlloc(dst, dstSpan, K_DEVICE);
+  CUresult r = OK;
+  if (!d || d->device != current()->device || s->device != current()->device) r = E_INVALID_VALUE;
+  else if (!findAlloc(src, srcSpan, K_PINNED) && !findAlloc(src, srcSpan, K_REGISTERED)) die("async copy from pageable (unpinned) host memory");
+  else if (s->nops == MAX_OPS) die("too many queued copies on one stream");
+  else s->ops[s->nops++] = (struct op){dst, src, width, height, spitch, dpitch, ++s->seq, 0};
+  pthread_mutex_unlock(&lock);
+  return r;
+}
+CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src, size_t n, struct stream* s) {
+  return queue(s, (char*)(uintptr_t)dst, src, n, 1, n, n);
+}
+typedef struct {
+  size_t srcXInBytes, srcY; int srcMemoryType; const void* srcHost; CUdeviceptr srcDevice; void* srcArray; size_t srcPitch;
+  size_t dstXInBytes, dstY; int dstMemoryType; void* dstHost; CUdeviceptr dstDevice; void* dstArray; size_t dstPitch;
+  size_t WidthInBytes, Height;
+} Memcpy2D;
+CUresult cuMemcpy2DAsync_v2(const Memcpy2D* c, struct stream* s) {
+  if (c->srcMemoryType != 1 || c->dstMemoryType != 2 || c->srcXInBytes || c->srcY || c->dstXInBytes || c->dstY ||
+      c->srcPitch < c->WidthInBytes || c->dstPitch < c->WidthInBytes || c->Height == 0)
+    return E_INVALID_VALUE;
+  return queue(s, (char*)(uintptr_t)c->dstDevice, c->srcHost, c->WidthInBytes, c->Height, c->srcPitch, c->dstPitch);
+}
+CUresult cuMemcpyDtoH_v2(void* dst, CUdeviceptr src, size_t n) {
+  NEED_CTX();
+  struct alloc* a = findAlloc((void*)(uintptr_t)src, n, K_DEVICE);
+  if (!a || a->device != current()->device) return E_INVALID_VALUE;
+  memcpy(dst, (void*)(uintptr_t)src, n);
+  return OK;
+}
+
+struct handle { char magic[8]; int pid; int device; size_t bytes; char name[40]; };
+CUresult cuIpcGetMemHandle(char* out, CUdeviceptr p) {
+  NEED_CTX();
+  struct alloc* a = findAlloc((void*)(uintptr_t)p, 1, K_DEVICE);
+  if (!a || a->base != (char*)(uintptr_t)p) return E_INVALID_VALUE;
+  struct handle h;
+  memset(&h, 0, sizeof h);
+  memcpy(h.magic, "FAKEIPC", 8);
+  h.pid = getpid();
+  h.device = a->device;
+  h.bytes = a->bytes;
+  snprintf(h.name, sizeof h.name, "%.39s", a->name);
+  memset(out, 0, 64);
+  memcpy(out, &h, sizeof h);
+  return OK;
+}
+typedef struct { char reserved[64]; } IpcHandle;
+CUresult cuIpcOpenMemHandle_v2(CUdeviceptr* p, IpcHandle raw, unsigned flags) {
+  (void)flags;
+  NEED_CTX();
+  struct handle h;
+  memcpy(&h, raw.reserved, sizeof h);
+  if (memcmp(h.magic, "FAKEIPC", 8) != 0) return E_INVALID_VALUE;
+  if (h.pid == getpid()) return E_INVALID_CONTEXT;  // the real driver refuses a process's own handles too
+  pthread_mutex_lock(&lock);
+  // Like the real driver: the same handle opened again in a context is the same mapping, counted.
+  for (int i = 0; i < nallocs; ++i) {
+    if (allocs[i].live && allocs[i].imported && strcmp(allocs[i].name, h.name) == 0) {
+      allocs[i].imported++;
+      *p = (CUdeviceptr)(uintptr_t)allocs[i].base;
+      pthread_mutex_unlock(&lock);
+      return OK;
+    }
+  }
+  int fd = shm_open(h.name, O_RDWR, 0);
+  if (fd < 0) { pthread_mutex_unlock(&lock); return E_INVALID_VALUE; }
+  struct alloc* a = newAlloc();
+  snprintf(a->name, sizeof a->name, "%s", h.name);
+  a->base = mmap(NULL, h.bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  a->bytes = h.bytes;
+  a->device = current()->device;
+  a->kind = K_DEVICE;
+  a->imported = 1;
+  *p = (CUdeviceptr)(uintptr_t)a->base;
+  pthread_mutex_unlock(&lock);
+  return OK;
+}
+CUresult cuIpcCloseMemHandle(CUdeviceptr p) {
+  NEED_CTX();
+  pthread_mutex_lock(&lock);
+  struct alloc* a = findAlloc((void*)(uintptr_t)p, 1, K_DEVICE);
+  if (!a || !a->imported) { pthread_mutex_unlock(&lock); return E_INVALID_VALUE; }
+  if (--a->imported == 0) {
+    munmap(a->base, a->bytes);
+    a->live = 0;
+  }
+  pthread_mutex_unlock(&lock);
+  return OK;
+}
+
+__attribute__((destructor)) static void report(void) {
+  if (!getenv("FAKE_CUDA_REPORT")) return;
+  int device = 0, pinned = 0, registered = 0, imported = 0, ctx = 0;
+  for (int i = 0; i < nallocs; ++i) {
+    if (!allocs[i].live) continue;
+    if (allocs[i].kind == K_DEVICE && allocs[i].imported) imported++;
+    else if (allocs[i].kind == K_DEVICE) device++;
+    else if (allocs[i].kind == K_PINNED) pinned++;
+    else registered++;
+  }
+  for (int d = 0; d < MAX_DEV; ++d) ctx += contexts[d].refs;
+  fprintf(stderr, "FAKE_CUDA_LEAKS {\"device\":%d,\"pinned\":%d,\"registered\":%d,\"imported\":%d,\"streams\":%d,\"events\":%d,\"contextRefs\":%d}\n",
+          device, pinned, registered, imported, liveStreams, liveEvents, ctx);
+}

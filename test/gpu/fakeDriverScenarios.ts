@@ -1,0 +1,216 @@
+// Child process of cudaBackendFake.test.ts: runs one scenario of the cuda backend against the
+// fake driver (fake-libcuda.c, found through LD_LIBRARY_PATH, which must be set before the
+// process starts: the driver is loaded once per process). Prints one JSON line: the result.
+import { spawnSync } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import type { CopyOp } from '../../src/checkpoint/types.js';
+import { cudaDevices, cudaProbe, CudaIpcSegment } from '../../src/native/cuda.js';
+import { DeviceHandle } from '../../src/native/deviceHandle.js';
+
+const MiB = 1 << 20;
+
+/** The bytes an op must leave in its segment, computed the plain way. */
+export function expectedBytes(file: Buffer, op: CopyOp): Buffer {
+  const rows = Array.from({ length: op.rows }, (_, r) => file.subarray(op.srcOffset + r * op.srcPitch, op.srcOffset + r * op.srcPitch + op.rowBytes));
+  return Buffer.concat(rows);
+}
+
+interface Fixture {
+  dir: string;
+  paths: string[];
+  data: Buffer[];
+  ops: CopyOp[];
+  segments: number[];
+}
+
+/** Unaligned offsets and sizes, a read to the end of a file, small and oversized strided rows. */
+function makeFixture(): Fixture {
+  // On disk, not tmpfs, so that O_DIRECT is really used where the file system allows it.
+  const parent = join(process.cwd(), 'test', 'artifacts');
+  mkdirSync(parent, { recursive: true });
+  const dir = mkdtempSync(join(parent, 'cuda-'));
+  const data = [randomBytes(9_437_201), randomBytes(3_000_003)];
+  const paths = data.map((d, i) => {
+    const p = join(dir, `f${i}.bin`);
+    writeFileSync(p, d);
+    return p;
+  });
+  const c = (file: number, segment: number, srcOffset: number, dstOffset: number, bytes: number): CopyOp =>
+    ({ file, segment, srcOffset, dstOffset, rows: 1, rowBytes: bytes, srcPitch: 0 });
+  const s = (file: number, segment: number, srcOffset: number, dstOffset: number, rows: number, rowBytes: number, srcPitch: number): CopyOp =>
+    ({ file, segment, srcOffset, dstOffset, rows, rowBytes, srcPitch });
+  const ops = [
+    c(0, 0, 13, 0, 5_000_000),
+    c(0, 0, data[0]!.length - 777_777, 5_000_192, 777_777),
+    s(1, 1, 3, 0, 1000, 1000, 3000),
+    s(0, 1, 100, 1_000_192, 2, 2_500_000, 4_000_000),
+    s(1, 0, 1029, 5_777_969, 500, 1024, 2048),
+    c(1, 0, 2_999_999, 6_400_000, 1),
+  ];
+  return { dir, paths, data, ops, segments: [12 * MiB, 6 * MiB] };
+}
+
+function payload(ops: CopyOp[]): number {
+  return ops.reduce((n, op) => n + op.rows * op.rowBytes, 0);
+}
+
+function check(device: DeviceHandle, fx: Fixture): void {
+  fx.ops.forEach((op, i) => {
+    const want = expectedBytes(fx.data[op.file]!, op);
+    const got = device.read(op.segment, op.dstOffset, want.length);
+    if (!got.equals(want)) {
+      let at = 0;
+      while (got[at] === want[at]) at++;
+      throw new Error(`op ${i} (${JSON.stringify(op)}) differs at byte ${at}`);
+    }
+  });
+}
+
+const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
+  async probe() {
+    return { probe: cudaProbe(), slots: cudaDevices() };
+  },
+
+  /** Every mode, with and without O_DIRECT, with small buffers (many reuses) and the defaults. */
+  async fill() {
+    const fx = makeFixture();
+    try {
+      const device = new DeviceHandle('cuda', 1, { uuid: cudaDevices()[1]!.uuid });
+      device.allocate(fx.segments);
+      const runs = [];
+      const small = { threads: 3, chunkBytes: MiB, stagingBytes: 4 * MiB };
+      for (const options of [
+        { ...small, mode: 'pread' as const },
+        { ...small, mode: 'pread' as const, direct: true },
+        { ...small, mode: 'register' as const },
+        { ...small, mode: 'register' as const, direct: true },
+        { threads: 1, chunkBytes: MiB, stagingBytes: MiB, mode: 'pread' as const, direct: true },
+        {},
+      ]) {
+        let last = 0;
+        const r = await device.fill(fx.paths, fx.ops, payload(fx.ops), options, (p) => {
+          if (p.bytes < last) throw new Error('progress went backwards');
+          last = p.bytes;
+        });
+        if (r.bytes !== payload(fx.ops)) throw new Error(`fill reported ${r.bytes} bytes, expected ${payload(fx.ops)}`);
+        check(device, fx);
+        runs.push(options);
+      }
+      device.release();
+      return { runs: runs.length };
+    } finally {
+      rmSync(fx.dir, { recursive: true, force: true });
+    }
+  },
+
+  async errors() {
+    const fx = makeFixture();
+    const codes: Record<string, string> = {};
+    const capture = async (name: string, fn: () => unknown) => {
+      try {
+        await fn();
+        codes[name] = 'no error';
+      } catch (err) {
+        const e = err as Error & { code?: string };
+        codes[name] = `${e.name} ${e.code ?? ''}: ${e.message}`;
+      }
+    };
+    try {
+      await capture('index', () => new DeviceHandle('cuda', 7));
+      await capture('uuid', () => new DeviceHandle('cuda', 0, { uuid: 'GPU-not-this-one' }));
+      const device = new DeviceHandle('cuda', 0);
+      await capture('fillBeforeAllocate', () => device.fill(fx.paths, fx.ops, 0, {}));
+      await capture('tooBig', () => device.allocate([800 * MiB, 800 * MiB]));
+      const before = device.info().freeBytes;
+      device.allocate(fx.segments);
+      codes.freeDrop = String(before - device.info().freeBytes);
+      await capture('twice', () => device.allocate([MiB]));
+      await capture('badMode', () => device.fill(fx.paths, fx.ops, 0, { mode: 'mmap' as never }));
+      await capture('pastEnd', () => device.fill(fx.paths, [{ ...fx.ops[0]!, srcOffset: fx.data[0]!.length - 10 }], 0, {}));
+      await capture('missingFile', () => device.fill([join(fx.dir, 'nope')], fx.ops, 0, {}));
+      await capture('outOfRange', () => device.read(1, 6 * MiB - 10, 11));
+      // A cancelled (or already finished) fill leaves the device usable.
+      const filling = device.fill(fx.paths, fx.ops, 0, { chunkBytes: MiB, stagingBytes: 2 * MiB, threads: 1 });
+      device.cancelFill();
+      await capture('cancel', () => filling);
+      await device.fill(fx.paths, fx.ops, 0, {});
+      check(device, fx);
+      device.release();
+      device.release();
+      return codes;
+    } finally {
+      rmSync(fx.dir, { recursive: true, force: true });
+    }
+  },
+
+  /** Exports, then has another process open the handles and compare bytes. */
+  async ipc() {
+    const fx = makeFixture();
+    try {
+      const device = new DeviceHandle('cuda', 0);
+      device.allocate(fx.segments);
+      await device.fill(fx.paths, fx.ops, 0, {});
+      const exported = device.exportSegments();
+      let sameProcess = 'opened';
+      try {
+        CudaIpcSegment.open(0, exported[0]!.handle);
+      } catch (err) {
+        sameProcess = (err as { code: string }).code;
+      }
+      const op = fx.ops[4]!;
+      const want = expectedBytes(fx.data[op.file]!, op);
+      const self = fileURLToPath(import.meta.url);
+      const wantPath = join(fx.dir, 'want.bin');
+      writeFileSync(wantPath, want);
+      const child = spawnSync(process.execPath, [self, 'ipcClient', exported[0]!.handle, String(op.dstOffset), wantPath], {
+        encoding: 'utf8',
+      });
+      device.release();
+      if (child.status !== 0) throw new Error(`client failed (${child.status ?? child.signal ?? child.error}): ${child.stderr}`);
+      return { sameProcess, client: JSON.parse(child.stdout.trim().split('\n').pop()!) };
+    } finally {
+      rmSync(fx.dir, { recursive: true, force: true });
+    }
+  },
+
+  async ipcClient([handle, offset, wantPath]) {
+    const want = readFileSync(wantPath!);
+    const seg = CudaIpcSegment.open(0, handle!);
+    const again = CudaIpcSegment.open(0, handle!);
+    const equal = seg.read(Number(offset), want.length).equals(want);
+    let outOfRange = 'read';
+    try {
+      seg.read(seg.bytes - 1, 2);
+    } catch (err) {
+      outOfRange = (err as { code: string }).code;
+    }
+    seg.close();
+    seg.close();
+    // Opens are counted: the second one still maps the segment after the first is closed.
+    const stillOpen = again.read(Number(offset), want.length).equals(want);
+    again.close();
+    let afterClose = 'read';
+    try {
+      again.read(0, 1);
+    } catch (err) {
+      afterClose = (err as { code: string }).code;
+    }
+    return { equal, bytes: seg.bytes, samePointer: again.pointer === seg.pointer, outOfRange, stillOpen, afterClose };
+  },
+};
+
+const [name, ...args] = process.argv.slice(2);
+const run = scenarios[name ?? ''];
+if (!run) {
+  console.error(`unknown scenario ${name}; one of ${Object.keys(scenarios).join(', ')}`);
+  process.exit(2);
+}
+try {
+  console.log(JSON.stringify(await run(args)));
+} catch (err) {
+  console.error((err as Error).stack);
+  process.exit(1);
+}

@@ -1,0 +1,167 @@
+// In-process rendezvous groups on loopback: node 0's Coordinator and one GroupClient per node,
+// each recording the GroupEvents it emits, with short clocks so failure paths take
+// milliseconds. Ports are picked by the kernel (port 0) so test files can run in parallel.
+import { connect, type Socket } from 'node:net';
+import pino from 'pino';
+import { GroupClient, type JoinRequest } from '../../src/rendezvous/client.js';
+import { Coordinator } from '../../src/rendezvous/coordinator.js';
+import type { GroupEvent } from '../../src/rendezvous/groupEvents.js';
+import type { GroupTiming } from '../../src/rendezvous/timing.js';
+import { encodeRdzvMessage, parseServerMessage, type AnyMessage, type ServerMessage } from '../../src/rendezvous/wire.js';
+import { createRdzvDecoder } from '../../src/rendezvous/wire.js';
+
+// Short, but with a peer timeout that a busy CI machine's event-loop stalls do not reach.
+export const FAST: GroupTiming = { heartbeatMs: 50, peerTimeoutMs: 1000, retryMinMs: 10, retryMaxMs: 100, handshakeMs: 1000 };
+export const FINGERPRINT = 'a'.repeat(64);
+export const silent = pino({ level: process.env.WEIGHTD_TEST_LOG ?? 'silent' });
+
+export interface GroupShape {
+  nnodes: number;
+  localWorldSize: number;
+  token?: string;
+  rendezvousTimeoutMs?: number;
+}
+
+export function joinRequest(shape: GroupShape, nodeRank: number, over: Partial<JoinRequest> = {}): JoinRequest {
+  return {
+    nnodes: shape.nnodes,
+    tpSize: shape.nnodes * shape.localWorldSize,
+    localWorldSize: shape.localWorldSize,
+    nodeRank,
+    hostName: `host${nodeRank}`,
+    deviceUuids: Array.from({ length: shape.localWorldSize }, (_, i) => `dev-${nodeRank}-${i}`),
+    visibleDevices: shape.localWorldSize,
+    fingerprint: FINGERPRINT,
+    ...over,
+  };
+}
+
+/** Everything a test opened, so that a test failing half-way leaves no socket to keep the process alive. */
+const opened = new Set<{ close(): void }>();
+
+/** Closes whatever the last test left open; every network test file runs it after each test. */
+export function closeLeftovers(): void {
+  for (const o of opened) o.close();
+  opened.clear();
+}
+
+export async function startCoordinator(shape: GroupShape, port = 0): Promise<Coordinator> {
+  return track(await Coordinator.listen({
+    host: '127.0.0.1',
+    port,
+    expect: { nnodes: shape.nnodes, tpSize: shape.nnodes * shape.localWorldSize, localWorldSize: shape.localWorldSize, fingerprint: FINGERPRINT, token: shape.token },
+    rendezvousTimeoutMs: shape.rendezvousTimeoutMs ?? 5000,
+    timing: FAST,
+    log: silent,
+  }));
+}
+
+export function track<T extends { close(): void }>(thing: T): T {
+  opened.add(thing);
+  return thing;
+}
+
+/** One node's client and everything it emitted. */
+export class TestNode {
+  readonly events: GroupEvent[] = [];
+  readonly client: GroupClient;
+  #waiters: Array<() => void> = [];
+
+  constructor(port: number, join: JoinRequest, opts: { token?: string; rendezvousTimeoutMs?: number; timing?: Partial<GroupTiming> } = {}) {
+    this.client = new GroupClient({
+      host: '127.0.0.1',
+      port,
+      token: opts.token,
+      join,
+      rendezvousTimeoutMs: opts.rendezvousTimeoutMs ?? 5000,
+      timing: { ...FAST, ...opts.timing },
+      log: silent,
+      emit: (e) => {
+        this.events.push(e);
+        for (const w of this.#waiters.splice(0)) w();
+      },
+    });
+    track(this.client).start();
+  }
+
+  types(): string[] {
+    return this.events.map((e) => (e.type === 'PEER_LOST' || e.type === 'PEER_BACK' ? `${e.type}:${e.nodeRank}` : e.type));
+  }
+
+  /** Resolves with the first event matching `pred`; rejects after `ms`, listing what came. */
+  async next<T extends GroupEvent['type']>(type: T, ms = 5000, pred: (e: Extract<GroupEvent, { type: T }>) => boolean = () => true): Promise<Extract<GroupEvent, { type: T }>> {
+    const deadline = Date.now() + ms;
+    for (;;) {
+      const hit = this.events.find((e): e is Extract<GroupEvent, { type: T }> => e.type === type && pred(e as Extract<GroupEvent, { type: T }>));
+      if (hit) return hit;
+      const left = deadline - Date.now();
+      if (left <= 0) throw new Error(`no ${type} within ${ms} ms; got: ${JSON.stringify(this.types())}`);
+      await new Promise<void>((resolve) => {
+        const t = setTimeout(resolve, left);
+        this.#waiters.push(() => (clearTimeout(t), resolve()));
+      });
+    }
+  }
+
+  failure(): { code: string; message: string } {
+    const f = this.events.find((e) => e.type === 'GROUP_FAILED');
+    if (!f || f.type !== 'GROUP_FAILED') throw new Error(`no GROUP_FAILED; got ${JSON.stringify(this.types())}`);
+    return f.error;
+  }
+}
+
+export function startNodes(port: number, shape: GroupShape, ranks: number[], over: (r: number) => Partial<JoinRequest> = () => ({})): TestNode[] {
+  return ranks.map((r) => new TestNode(port, joinRequest(shape, r, over(r)), { token: shape.token, rendezvousTimeoutMs: shape.rendezvousTimeoutMs }));
+}
+
+/** Forms a group of `shape.nnodes` nodes and brings it to group-ready. */
+export async function readyGroup(shape: GroupShape): Promise<{ coordinator: Coordinator; nodes: TestNode[] }> {
+  const coordinator = await startCoordinator(shape);
+  const nodes = startNodes(coordinator.port, shape, [...Array(shape.nnodes).keys()]);
+  for (const n of nodes) await n.next('GROUP_JOINED');
+  for (const n of nodes) n.client.nodeReady();
+  for (const n of nodes) await n.next('GROUP_READY');
+  return { coordinator, nodes };
+}
+
+export function closeAll(coordinator: Coordinator | undefined, nodes: TestNode[]): void {
+  for (const n of nodes) n.client.close();
+  coordinator?.close();
+}
+
+export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** A raw connection, for peers that misbehave on purpose. */
+export class RawPeer {
+  readonly socket: Socket;
+  readonly received: ServerMessage[] = [];
+  readonly closed: Promise<void>;
+  readonly #decoder = createRdzvDecoder();
+
+  constructor(port: number) {
+    this.socket = connect({ host: '127.0.0.1', port });
+    this.socket.on('data', (chunk: Buffer) => {
+      for (const payload of this.#decoder.push(chunk)) this.received.push(parseServerMessage(payload));
+    });
+    this.socket.on('error', () => {});
+    track(this);
+    this.closed = new Promise((resolve) => this.socket.once('close', () => resolve()));
+  }
+
+  async hello(): Promise<Extract<ServerMessage, { type: 'hello' }>> {
+    for (let i = 0; i < 200; i++) {
+      const h = this.received.find((m) => m.type === 'hello');
+      if (h && h.type === 'hello') return h;
+      await sleep(5);
+    }
+    throw new Error('no hello');
+  }
+
+  send(message: AnyMessage | Record<string, unknown>): void {
+    this.socket.write(encodeRdzvMessage(message as AnyMessage));
+  }
+
+  close(): void {
+    this.socket.destroy();
+  }
+}
