@@ -3,7 +3,8 @@
 // run time, 2 bad flags.
 import { writeSync } from 'node:fs';
 import { parseCommand } from './cli/parseArgs.js';
-import { UsageError } from './errors.js';
+import { printFingerprints } from './cli/printFingerprints.js';
+import { UsageError, WeightdError } from './errors.js';
 import { chartToMermaid, machineToChart } from './inspect/machineToMermaid.js';
 import { flushLogger } from './log.js';
 import { supervisorMachine } from './machines/supervisor.js';
@@ -22,11 +23,20 @@ async function main(argv: string[]): Promise<number> {
       process.stdout.write(cli.format === 'json' ? `${JSON.stringify(chart, null, 2)}\n` : chartToMermaid(chart));
       return 0;
     }
+    if (cli.command === 'fingerprint') {
+      process.stdout.write(await printFingerprints(cli.request));
+      return 0;
+    }
     node = await startNode(cli.options);
   } catch (err) {
     if (err instanceof UsageError) {
       writeSync(2, `weightd: ${err.message}\n`);
       return 2;
+    }
+    // A checkpoint that cannot be planned (weightd fingerprint): a run-time failure, not a bug.
+    if (err instanceof WeightdError) {
+      writeSync(2, `weightd: ${err.code}: ${err.message}\n`);
+      return 1;
     }
     throw err;
   }

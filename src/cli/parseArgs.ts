@@ -1,11 +1,13 @@
 // Command-line flags, named as the inference engines name them so one set of values can feed
 // both. Parsing only: validation is resolveNodeOptions', shared with the programmatic API.
-// The default command runs the daemon; `weightd statechart` prints the supervisor's chart.
+// The default command runs the daemon; `weightd statechart` prints the supervisor's chart and
+// `weightd fingerprint` the fingerprints a client should expect.
 import { readFileSync } from 'node:fs';
 import { Command, CommanderError, Option } from 'commander';
 import { UsageError } from '../errors.js';
 import { DEFAULT_INSPECT_HOST } from '../inspect/inspectServer.js';
 import type { NodeOptions } from '../nodeOptions.js';
+import type { FingerprintRequest } from './printFingerprints.js';
 
 const pkg = JSON.parse(readFileSync(new URL('../../../package.json', import.meta.url), 'utf8')) as { version: string };
 
@@ -22,6 +24,7 @@ export type ChartFormat = 'mermaid' | 'json';
 export type CliCommand =
   | { command: 'run'; options: NodeOptions }
   | { command: 'statechart'; format: ChartFormat }
+  | { command: 'fingerprint'; request: FingerprintRequest }
   /** --help or --version: print `text` and exit 0. */
   | { command: 'print'; text: string };
 
@@ -47,11 +50,20 @@ export function buildProgram(): Command {
     .option('--inspect-port <port>', 'serve /healthz, /status, /metrics and the live /statechart page on this HTTP port (0: any free port)')
     .option('--inspect-host <addr>', `address for the inspect server (default: ${DEFAULT_INSPECT_HOST}); anything but loopback exposes it to the network`)
     .helpOption('-h, --help', 'show this help')
-    .showHelpAfterError('(run weightd --help for every flag)');
+    .showHelpAfterError('(run weightd --help for every flag)')
+    // The daemon's flags stop at a subcommand's name, so `weightd fingerprint --model` is its own.
+    .enablePositionalOptions();
   program
     .command('statechart')
     .description("print the supervisor's state chart, drawn from the machine itself, without starting a node")
     .addOption(new Option('--format <format>', 'mermaid (stateDiagram-v2) or json').choices(['mermaid', 'json']).default('mermaid'))
+    .helpOption('-h, --help', 'show this help');
+  program
+    .command('fingerprint')
+    .description('print, as JSON, the fingerprint of every rank of a checkpoint as the daemon computes it (for clients to send with get_state)')
+    .option('--model <dir>', 'checkpoint directory')
+    .option('--tensor-parallel-size <n>', 'tensor-parallel size (also -tp <n>)', '1')
+    .option('--plan-file <file>', 'JSON sharding plan, as given to the daemon')
     .helpOption('-h, --help', 'show this help');
   return program;
 }
@@ -74,8 +86,12 @@ export function parseCommand(argv: string[], env: NodeJS.ProcessEnv = process.en
   program.action(() => {
     result = { command: 'run', options: nodeOptions(program.opts(), env) };
   });
-  program.commands[0]!.action((o: { format: ChartFormat }) => {
+  const sub = (name: string) => program.commands.find((c) => c.name() === name)!;
+  sub('statechart').action((o: { format: ChartFormat }) => {
     result = { command: 'statechart', format: o.format };
+  });
+  sub('fingerprint').action((o: Record<string, string | undefined>) => {
+    result = { command: 'fingerprint', request: { model: o.model ?? '', tensorParallelSize: num(o.tensorParallelSize), planFile: o.planFile } };
   });
   try {
     program.parse(expandShortFlags(argv), { from: 'user' });

@@ -306,6 +306,7 @@ export const supervisorMachine = supervisorSetup.createMachine({
         input: ({ context }) => ({
           socketDir: context.prepared!.socketDir,
           log: context.log,
+          group: { nodeRank: context.config.nodeRank, nnodes: context.config.nnodes, tpSize: context.config.tpSize, rankTable: context.rankTable },
           entries: context.ranks.map((r) => ({
             globalRank: r.globalRank,
             localRank: r.localRank,

@@ -6,6 +6,7 @@ import { closeSync, openSync, readFileSync, renameSync, unlinkSync, writeSync, c
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { ServeError } from '../errors.js';
+import type { RankTableEntry } from '../rendezvous/rankTable.js';
 import { NODE_MANIFEST } from './socketDir.js';
 
 export const NODE_MANIFEST_VERSION = 1;
@@ -18,25 +19,36 @@ export interface NodeManifestEntry {
   fingerprint: string;
 }
 
+/** The node's place in its tensor-parallel group, so an engine can check its own rank mapping. */
+export interface NodeGroupInfo {
+  nodeRank: number;
+  nnodes: number;
+  tpSize: number;
+  /** Every rank of the group, on every node: global rank, node, local rank, host, device. */
+  rankTable: RankTableEntry[];
+}
+
 export interface NodeManifest {
   version: number;
   /** The daemon that wrote it; a reader ignores the file when that process is gone. */
   pid: number;
   writtenAt: string;
   ranks: NodeManifestEntry[];
+  group?: NodeGroupInfo;
 }
 
 export function nodeManifestPath(socketDir: string): string {
   return join(socketDir, NODE_MANIFEST);
 }
 
-export function writeNodeManifest(socketDir: string, entries: NodeManifestEntry[]): string {
+export function writeNodeManifest(socketDir: string, entries: NodeManifestEntry[], group?: NodeGroupInfo): string {
   const path = nodeManifestPath(socketDir);
   const manifest: NodeManifest = {
     version: NODE_MANIFEST_VERSION,
     pid: process.pid,
     writtenAt: new Date().toISOString(),
     ranks: [...entries].sort((a, b) => a.globalRank - b.globalRank),
+    group,
   };
   const tmp = `${path}.${process.pid}.${randomBytes(4).toString('hex')}.tmp`;
   try {

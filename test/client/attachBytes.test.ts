@@ -38,6 +38,12 @@ for (const tp of [1, 2]) {
       const manifest = readNodeManifest(socketDir);
       assert.ok(manifest, 'node manifest written once ready');
       assert.is(manifest!.ranks.length, tp);
+      assert.equal(
+        manifest!.group?.rankTable.map((r) => [r.globalRank, r.nodeRank, r.localRank, r.deviceUuid]),
+        manifest!.ranks.map((r) => [r.globalRank, 0, r.localRank, r.deviceUuid]),
+        'the rank table in the manifest matches the served ranks',
+      );
+      assert.equal([manifest!.group?.nnodes, manifest!.group?.tpSize], [1, tp]);
       assert.is(statSync(`${socketDir}/node.json`).mode & 0o777, 0o600);
       for (let rank = 0; rank < tp; rank++) {
         const socket = await findSocket({ socketDir, globalRank: rank });

@@ -1,0 +1,33 @@
+// `weightd fingerprint`: the fingerprints a client should expect, computed from the checkpoint
+// on disk exactly as the daemon computes them. An engine that is not written in TypeScript
+// (the Python client) runs this once and passes the result to get_state.
+import { planCheckpoint } from '../checkpoint/planCheckpoint.js';
+import { resolveNodeOptions } from '../nodeOptions.js';
+import { rankFingerprintFields } from '../serve/rankFingerprintFields.js';
+
+export interface FingerprintRequest {
+  model: string;
+  tensorParallelSize?: number;
+  planFile?: string;
+}
+
+export async function printFingerprints(req: FingerprintRequest): Promise<string> {
+  // The daemon's own validation, so a bad value is reported the same way (exit 2).
+  const config = await resolveNodeOptions({ model: req.model, tensorParallelSize: req.tensorParallelSize, planFile: req.planFile });
+  const plan = await planCheckpoint(config.modelDir, { tpSize: config.tpSize, planFile: config.planFile });
+  return `${JSON.stringify(
+    {
+      model: plan.modelDir,
+      architecture: plan.architecture,
+      tpSize: plan.tpSize,
+      fingerprint: plan.fingerprint,
+      ranks: plan.ranks.map((r, rank) => ({
+        globalRank: rank,
+        fingerprint: r.fingerprint,
+        fingerprintFields: rankFingerprintFields(plan.fingerprintFields, rank),
+      })),
+    },
+    null,
+    2,
+  )}\n`;
+}
