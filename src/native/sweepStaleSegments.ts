@@ -1,17 +1,8 @@
 import { readdirSync, statSync, unlinkSync } from 'node:fs';
 import { join } from 'node:path';
+import { isProcessAlive } from '../serve/processLiveness.js';
 
 const SEGMENT = /^weightd-(\d+)-.*-s\d+$/;
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    // EPERM: the process exists but belongs to someone else.
-    return (err as NodeJS.ErrnoException).code === 'EPERM';
-  }
-}
 
 /**
  * Removes host-backend segment files whose daemon (the pid in the name) is gone: a daemon
@@ -29,7 +20,7 @@ export function sweepStaleSegments(dir: string): string[] {
   const uid = process.getuid?.();
   for (const name of names) {
     const m = SEGMENT.exec(name);
-    if (!m || alive(Number(m[1]))) continue;
+    if (!m || isProcessAlive({ pid: Number(m[1]) })) continue;
     const path = join(dir, name);
     try {
       if (uid !== undefined && statSync(path).uid !== uid) continue;

@@ -6,6 +6,7 @@
 //  - loopbackFabric: every node on this machine's 127.0.0.1, for machines without namespaces.
 // Namespaces are named after the creating pid, so a crashed run's leftovers are recognised and
 // removed by the next run.
+import { isProcessAlive } from '../../src/serve/processLiveness.js';
 import { execFileSync, spawnSync } from 'node:child_process';
 
 export interface Fabric {
@@ -28,15 +29,6 @@ function ip(args: string[]): void {
   }
 }
 
-function pidAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM';
-  }
-}
-
 function listNamespaces(): string[] {
   const out = spawnSync('ip', ['netns', 'list'], { encoding: 'utf8' });
   return out.status === 0 ? out.stdout.split('\n').map((l) => l.split(' ')[0]!).filter(Boolean) : [];
@@ -46,7 +38,7 @@ function listNamespaces(): string[] {
 function sweepStale(): void {
   for (const name of listNamespaces()) {
     const m = new RegExp(`^${PREFIX}(\\d+)-`).exec(name);
-    if (m && !pidAlive(Number(m[1]))) spawnSync('ip', ['netns', 'del', name]);
+    if (m && !isProcessAlive({ pid: Number(m[1]) })) spawnSync('ip', ['netns', 'del', name]);
   }
 }
 
