@@ -47,6 +47,11 @@ function proofMatches(expected: string, actual: string): boolean {
   return timingSafeEqual(a, b);
 }
 
+/** Whether a join's proof shows it holds `token` (constant time). */
+export function tokenAccepted(token: string, nonce: string, proof: string | null): boolean {
+  return proof !== null && proofMatches(tokenProof(token, nonce)!, proof);
+}
+
 export function rejectVersion(node: { nodeRank?: number; hostName?: string; address?: string }, version: number): Rejection {
   return {
     code: 'E_RDZV_VERSION_MISMATCH',
@@ -156,14 +161,19 @@ function findDuplicateDevice(node: NodeIdentity, others: NodeIdentity[]): Reject
 }
 
 /** The verdict when the rendezvous timeout passes with nodes missing; names them. */
-export function timeoutRejection(timeoutMs: number, nnodes: number, joined: number[]): Rejection {
+/**
+ * `turnedAway` names joins refused without failing the group (no valid token): a misconfigured
+ * node shows up here, at the timeout, on every node.
+ */
+export function timeoutRejection(timeoutMs: number, nnodes: number, joined: number[], turnedAway: string[] = []): Rejection {
   const missing = Array.from({ length: nnodes }, (_, r) => r).filter((r) => !joined.includes(r));
+  const refused = turnedAway.length ? `; turned away: ${turnedAway.join('; ')}` : '';
   return {
     code: 'E_RDZV_TIMEOUT',
     message:
       `rendezvous timed out after ${timeoutMs / 1000} s: node rank${missing.length === 1 ? '' : 's'} ${missing.join(', ')} never joined ` +
       `(joined: ${joined.length ? [...joined].sort((a, b) => a - b).join(', ') : 'none'}); start every node with the same --nnodes ${nnodes}, ` +
-      '--master-addr and --weight-cache-master-port, or raise --rendezvous-timeout',
-    details: { field: 'nodeRank', missing, joined },
+      `--master-addr and --weight-cache-master-port, or raise --rendezvous-timeout${refused}`,
+    details: { field: 'nodeRank', missing, joined, turnedAway },
   };
 }

@@ -10,7 +10,7 @@ import { randomBytes } from 'node:crypto';
 import { createServer, type Server, type Socket } from 'node:net';
 import { errorCode, RendezvousError, type ProtocolError } from '../errors.js';
 import type { Logger } from '../log.js';
-import { checkJoin, describeNode, rejectVersion, timeoutRejection, type GroupExpectation, type NodeIdentity, type Rejection } from './checkJoin.js';
+import { checkJoin, describeNode, rejectVersion, timeoutRejection, tokenAccepted, type GroupExpectation, type NodeIdentity, type Rejection } from './checkJoin.js';
 import { PeerSocket } from './peerSocket.js';
 import { groupRankTable, type RankTableEntry } from './rankTable.js';
 import type { GroupTiming } from './timing.js';
@@ -58,6 +58,8 @@ export class Coordinator {
   #phase: CoordinatorPhase = 'gathering';
   #rankTable: RankTableEntry[] = [];
   #verdict: Rejection | undefined;
+  /** Joins refused for want of a valid token, named in a timeout verdict. */
+  readonly #turnedAway: string[] = [];
   /** Node ranks that have been sent the verdict. */
   readonly #told = new Set<number>();
   #pendingTells = 0;
@@ -178,6 +180,18 @@ export class Coordinator {
   /** A join (`join`), or one already known to be rejected (`rejection`, a foreign version). */
   #onJoin(link: Link, nodeRank: number | undefined, rejection: Rejection | undefined, join?: JoinMessage): void {
     clearTimeout(link.handshake);
+    const token = this.#opts.expect.token;
+    if (token !== undefined && !(join && tokenAccepted(token, link.nonce, join.tokenProof))) {
+      // With a token, only a node that proves it may decide the group's fate or hear its
+      // verdict: anyone else who can reach the port is turned away alone, so a stranger cannot
+      // fail a loading cluster. A real node with a wrong token fails by itself, and the others
+      // name it when their rendezvous times out.
+      const refusal = rejection ?? checkJoin(join!, link.conn.remote, this.#opts.expect, link.nonce, [])!;
+      this.#turnedAway.push(`${describeNode({ nodeRank: nodeRank ?? -1, address: link.conn.remote })} (${refusal.code})`);
+      this.#log.warn({ code: refusal.code, peer: nodeRank, remote: link.conn.remote }, `turned away a join without a valid token: ${refusal.message}`);
+      void link.conn.send({ type: 'rejected', ...refusal }).then(() => link.conn.close(`rejected: ${refusal.code}`));
+      return;
+    }
     link.claimedRank = nodeRank ?? -1;
     if (this.#phase === 'failed') {
       void this.#tell(link);
@@ -255,7 +269,7 @@ export class Coordinator {
     if (this.#phase === 'gathering' && code === 'E_RDZV_TIMEOUT') {
       // That node's clock ran out before ours (it started earlier): the same verdict either way,
       // and this side knows exactly which nodes are missing.
-      this.#fail(timeoutRejection(this.#opts.rendezvousTimeoutMs, this.#opts.expect.nnodes, [...this.#members.keys()]));
+      this.#fail(timeoutRejection(this.#opts.rendezvousTimeoutMs, this.#opts.expect.nnodes, [...this.#members.keys()], this.#turnedAway));
       return;
     }
     this.#fail({
@@ -309,7 +323,7 @@ export class Coordinator {
   #onDeadline(): void {
     this.#deadlinePassed = true;
     if (this.#phase === 'gathering') {
-      this.#fail(timeoutRejection(this.#opts.rendezvousTimeoutMs, this.#opts.expect.nnodes, [...this.#members.keys()]));
+      this.#fail(timeoutRejection(this.#opts.rendezvousTimeoutMs, this.#opts.expect.nnodes, [...this.#members.keys()], this.#turnedAway));
     }
     this.#checkDelivered();
   }

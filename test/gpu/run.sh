@@ -1,28 +1,53 @@
 #!/usr/bin/env bash
-# `npm run test:gpu`: the cuda backend's correctness on this machine's GPU(s) (gpu-check.mjs:
-# tensor-parallel fills byte-exact in every mode, IPC from Python and from the TypeScript
-# client). Needs an NVIDIA GPU, python3 with numpy, build/Release/weightd.node and dist/.
-#   bash test/gpu/run.sh [--ckpt DIR] [--out FILE]
-# Without --ckpt it writes a 1 GiB random checkpoint under /var/tmp first. The CI-safe part (a
-# fake driver, no GPU) is test/gpu/cudaBackendFake.test.ts, run by `npm test`.
+# `npm run test:gpu`: weightd on this machine's GPU(s), in two parts, both run (one failing
+# does not skip the other); exits non-zero if either fails:
+#   check   the cuda backend's correctness (gpu-check.mjs: tensor-parallel fills byte-exact in
+#           every mode, IPC from Python and from the TypeScript client);
+#   daemon  the daemon end to end (daemon-suite.sh: a transformers Llama checkpoint served at
+#           tp=1, tp=2 and over two nodes, every tensor checked from Python, logits compared).
+# Needs an NVIDIA GPU, python3 with numpy (check) and torch, safetensors, transformers (daemon),
+# build/Release/weightd.node and dist/.
+#   bash test/gpu/run.sh [--only check|daemon] [--ckpt DIR] [--out FILE] [--out-dir DIR]
+# --ckpt: the check's checkpoint (without it, a 1 GiB random one under /var/tmp); the daemon
+# suite writes its own Llama checkpoint. --out: the check's JSON; --out-dir: the daemon suite's
+# results (default $OUT, else test/artifacts/gpu-daemon). The CI-safe part (a fake driver, no
+# GPU) is test/gpu/cudaBackendFake.test.ts, run by `npm test`.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
 source test/gpu/ensure-node.sh
-ckpt="" out=""
+ckpt="" out="" out_dir="" only=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --ckpt) ckpt=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
-    *) echo "usage: test/gpu/run.sh [--ckpt DIR] [--out FILE]" >&2; exit 2 ;;
+    --out-dir) out_dir=$2; shift 2 ;;
+    --only) only=$2; shift 2 ;;
+    *) echo "usage: test/gpu/run.sh [--only check|daemon] [--ckpt DIR] [--out FILE] [--out-dir DIR]" >&2; exit 2 ;;
   esac
 done
-if [ -z "$ckpt" ]; then
-  ckpt=/var/tmp/weightd-gpu-test/ckpt
-  [ -n "$(ls "$ckpt"/*.safetensors 2>/dev/null)" ] || python3 bench/gpu/make-checkpoint.py --out "$ckpt" --gib 1 --shards 2
+case "$only" in ""|check|daemon) ;; *) echo "--only check|daemon" >&2; exit 2 ;; esac
+
+run_check() {
+  if [ -z "$ckpt" ]; then
+    ckpt=/var/tmp/weightd-gpu-test/ckpt
+    [ -n "$(ls "$ckpt"/*.safetensors 2>/dev/null)" ] || python3 bench/gpu/make-checkpoint.py --out "$ckpt" --gib 1 --shards 2
+  fi
+  local bytes work
+  bytes=$(cat "$ckpt"/*.safetensors | wc -c)
+  # The expected slices (as large as the checkpoint) go to /dev/shm when it has room for them.
+  work=/dev/shm/weightd-gpu-check
+  [ "$(df --output=avail -B1 /dev/shm | tail -1)" -gt $((bytes * 3 / 2)) ] || work=$(dirname "$ckpt")/gpu-check
+  node test/gpu/gpu-check.mjs --ckpt "$ckpt" --work "$work" ${out:+--out "$out"}
+}
+
+status=0
+if [ "$only" != daemon ]; then
+  echo "== gpu-check (cuda backend)"
+  run_check || status=1
 fi
-bytes=$(cat "$ckpt"/*.safetensors | wc -c)
-# The expected slices (as large as the checkpoint) go to /dev/shm when it has room for them.
-work=/dev/shm/weightd-gpu-check
-[ "$(df --output=avail -B1 /dev/shm | tail -1)" -gt $((bytes * 3 / 2)) ] || work=$(dirname "$ckpt")/gpu-check
-exec node test/gpu/gpu-check.mjs --ckpt "$ckpt" --work "$work" ${out:+--out "$out"}
+if [ "$only" != check ]; then
+  echo "== daemon suite (end to end)"
+  bash test/gpu/daemon-suite.sh ${out_dir:+--out-dir "$out_dir"} || status=1
+fi
+exit $status

@@ -144,14 +144,17 @@ export function defineScenarios(test: Test, makeFabric: (n: number) => Fabric): 
       code: 'E_RDZV_FINGERPRINT_MISMATCH',
       message: /^node 1 \(.*\): checkpoint fingerprint "[0-9a-f]{64}" differs from node 0's "[0-9a-f]{64}"; every node must load the same checkpoint/,
     },
-    {
-      what: 'a wrong token',
-      nnodes: 2,
-      nodes: () => [{ nodeRank: 0, token: 'alpha' }, { nodeRank: 1, token: 'beta' }],
-      code: 'E_RDZV_TOKEN',
-      message: /^node 1 \(.*\) presented a wrong --weight-cache-token/,
-    },
   ];
+
+  test('a wrong token fails that node at once, and the others at their timeout, naming it', async () => {
+    await withCluster(2, { nnodes: 2, tp: 4, timeoutS: 4 }, async (c) => {
+      const [node0, node1] = [c.start({ nodeRank: 0, token: 'alpha' }), c.start({ nodeRank: 1, token: 'beta' })];
+      await node1!.failsWith('E_RDZV_TOKEN', /^node 1 \(.*\) presented a wrong --weight-cache-token/);
+      // Node 0's own clock and its coordinator's run out together; either verdict names node 1.
+      await node0!.failsWith('E_RDZV_TIMEOUT', /node rank 1 never joined/);
+      assert.ok(node0!.logs().some((l) => /turned away a join without a valid token: node 1 /.test(String(l.msg))), 'node 0 logs who was turned away');
+    });
+  });
 
   for (const r of rejections) {
     test(`rejected at rendezvous, on every node, before loading: ${r.what}`, async () => {

@@ -74,23 +74,44 @@ for (const [what, over, code, message] of rejections) {
   });
 }
 
-test('a wrong token fails every node, and the right one forms the group', async () => {
+test('a wrong token is turned away alone: it cannot fail the group, which forms with the right one', async () => {
   const guarded = { nnodes: 2, localWorldSize: 1, token: 'right' };
   const coordinator = await startCoordinator(guarded);
   const good = new TestNode(coordinator.port, joinRequest(guarded, 0), { token: 'right' });
   await sleep(50);
   const bad = new TestNode(coordinator.port, joinRequest(guarded, 1), { token: 'wrong' });
+  const stranger = new TestNode(coordinator.port, joinRequest(guarded, 1), { token: undefined });
+  let late: TestNode | undefined;
   try {
-    for (const n of [good, bad]) {
+    for (const n of [bad, stranger]) {
       await n.next('GROUP_FAILED');
       assert.is(n.failure().code, 'E_RDZV_TOKEN');
-      assert.match(n.failure().message, /node 1 \(host1, .*\) presented a wrong --weight-cache-token/);
     }
+    assert.match(bad.failure().message, /presented a wrong --weight-cache-token/);
+    assert.not.match(bad.failure().message, /fingerprint|host0/, 'a refused node learns nothing about the group');
+    assert.is.not(coordinator.phase, 'failed', 'the group is not failed by a node without the token');
+    assert.not.ok(good.types().includes('GROUP_FAILED'));
+    late = new TestNode(coordinator.port, joinRequest(guarded, 1), { token: 'right' });
+    await good.next('GROUP_JOINED');
+    await late.next('GROUP_JOINED');
+  } finally {
+    closeAll(coordinator, [good, bad, stranger, ...(late ? [late] : [])]);
+  }
+});
+
+test('with a token, the timeout names the nodes that were turned away', async () => {
+  const guarded = { nnodes: 2, localWorldSize: 1, token: 'right', rendezvousTimeoutMs: 600 };
+  const coordinator = await startCoordinator(guarded);
+  // Node 0's own clock is longer, so the coordinator's verdict is what it hears.
+  const good = new TestNode(coordinator.port, joinRequest(guarded, 0), { token: 'right', rendezvousTimeoutMs: 5000 });
+  const bad = new TestNode(coordinator.port, joinRequest(guarded, 1), { token: 'wrong' });
+  try {
+    await good.next('GROUP_FAILED', 5000);
+    assert.is(good.failure().code, 'E_RDZV_TIMEOUT');
+    assert.match(good.failure().message, /node rank 1 never joined .*turned away: node 1 .*\(E_RDZV_TOKEN\)/);
   } finally {
     closeAll(coordinator, [good, bad]);
   }
-  const { coordinator: c2, nodes } = await readyGroup(guarded);
-  closeAll(c2, nodes);
 });
 
 test('a node of another protocol version is refused by name on every node', async () => {
