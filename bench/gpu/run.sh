@@ -78,7 +78,7 @@ timeout "$(limit 60)" node bench/gpu/fill-bench.mjs --ckpt "$CKPT" --devices 0 -
 [ "$gpus" -ge 2 ] && timeout "$(limit 60)" node bench/gpu/fill-bench.mjs --ckpt "$CKPT" --devices 0,1 --reps 1 --label rss-2gpu --out "$OUT/fills.jsonl" > /dev/null
 
 step "correctness on the GPU(s)"
-timeout "$(limit 300)" bash test/gpu/run.sh --ckpt "$CKPT" --out "$OUT/gpu-check.json"
+timeout "$(limit 300)" bash test/gpu/run.sh --only check --ckpt "$CKPT" --out "$OUT/gpu-check.json"
 
 step "cold: sequential read of the same files, then fills, page cache dropped before each"
 if drop_caches; then

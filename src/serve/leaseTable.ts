@@ -20,7 +20,7 @@ export interface Lease {
   owner: ProcessIdentity;
   mode: ServeMode;
   connectionId: number;
-  /** Ends when its connection closes (copy mode, or an owner whose pid is unknown). */
+  /** Ends when its connection closes: copy mode only (a map lease guards live mappings). */
   connectionBound: boolean;
   sinceMs: number;
 }
@@ -31,7 +31,10 @@ export interface Caller {
   connectionId: number;
 }
 
-/** Whether `caller` holds `lease`: by pid, or by connection when the pid is unknown (0). */
+/**
+ * Whether `caller` holds `lease`: by pid, or by connection when the pid is unknown (0). A client
+ * of unknown pid that reconnected still detaches its lease by id (see detach).
+ */
 function heldBy(lease: Lease, caller: Caller): boolean {
   return caller.pid > 0 ? lease.owner.pid === caller.pid : lease.connectionId === caller.connectionId;
 }
@@ -45,7 +48,10 @@ export class LeaseTable {
       owner: processIdentity(caller.pid),
       mode,
       connectionId: caller.connectionId,
-      connectionBound: mode === 'copy' || caller.pid <= 0,
+      // A map lease outlives its connection even when the peer's pid is unknown (0: another pid
+      // namespace): the client may close the socket and keep its mappings, so only detach or a
+      // forced release may end it; it never expires by itself, which errs towards keeping memory.
+      connectionBound: mode === 'copy',
       sinceMs: Date.now(),
     };
     this.#leases.set(lease.id, lease);
@@ -59,7 +65,8 @@ export class LeaseTable {
   /** Drops `leaseId` if the caller holds it; without an id, every lease its connection took. */
   detach(caller: Caller, leaseId?: string): Lease[] {
     if (leaseId === undefined) return this.#dropWhere((l) => l.connectionId === caller.connectionId);
-    return this.#dropWhere((l) => l.id === leaseId && heldBy(l, caller));
+    // A lease of unknown pid is held by whoever knows its id: a 96-bit secret given only to it.
+    return this.#dropWhere((l) => l.id === leaseId && (heldBy(l, caller) || l.owner.pid <= 0));
   }
 
   /** Whether the connection holds a lease that would end if it closed. */

@@ -1,0 +1,45 @@
+// Leases decide when memory may be freed: a client that maps memory must keep it mapped until
+// it detaches, whatever happens to its connection, and whatever pid namespace it lives in.
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import { LeaseTable } from '../../src/serve/leaseTable.js';
+
+const me = { pid: process.pid, connectionId: 1 };
+
+test('a map lease outlives its connection; a copy lease ends with it', () => {
+  const t = new LeaseTable();
+  const map = t.grant(me, 'map');
+  const copy = t.grant({ ...me, connectionId: 2 }, 'copy');
+  assert.equal(t.connectionClosed(1), []);
+  assert.equal(t.connectionClosed(2).map((l) => l.id), [copy.id]);
+  assert.equal(t.othersThan({ pid: 1, connectionId: 9 }).map((l) => l.id), [map.id]);
+});
+
+test('a client of unknown pid (another pid namespace) keeps its map lease after closing, and blocks release', () => {
+  const t = new LeaseTable();
+  const sidecar = { pid: 0, connectionId: 5 };
+  const lease = t.grant(sidecar, 'map');
+  assert.equal(t.connectionClosed(5), [], 'closing the socket does not end the lease: the mapping is still live');
+  assert.equal(t.expireDead(), [], 'an unknown pid never expires by itself');
+  assert.equal(t.othersThan(me).map((l) => l.id), [lease.id], 'another client cannot release under it');
+  // After a reconnect (new connection id) it detaches by its secret lease id.
+  assert.equal(t.detach({ pid: 0, connectionId: 6 }, 'not-its-id'), []);
+  assert.equal(t.detach({ pid: 0, connectionId: 6 }, lease.id).map((l) => l.id), [lease.id]);
+  assert.is(t.size, 0);
+});
+
+test('a lease of a known pid is detached only by that pid', () => {
+  const t = new LeaseTable();
+  const lease = t.grant(me, 'map');
+  assert.equal(t.detach({ pid: 1, connectionId: 7 }, lease.id), [], 'another process cannot drop it');
+  assert.equal(t.detach({ ...me, connectionId: 8 }, lease.id).map((l) => l.id), [lease.id]);
+});
+
+test('dead clients\' leases expire', () => {
+  const t = new LeaseTable();
+  t.grant({ pid: 2 ** 22 + 12345, connectionId: 3 }, 'map'); // beyond pid_max: never a live pid
+  assert.is(t.expireDead().length, 1);
+  assert.is(t.size, 0);
+});
+
+test.run();
