@@ -29,15 +29,15 @@ Napi::Value HostMappings::map(Napi::Env env, const std::string& path, uint64_t b
   int err = errno;
   ::close(fd);  // the mapping keeps the pages; the descriptor is not needed
   if (base == MAP_FAILED) throw DeviceError("E_SHM_MAP", "cannot map " + path + ": " + errnoMessage(err));
+  auto* hint = new FinalizeHint{state_};
   {
     std::lock_guard<std::mutex> lock(state_->mutex);
-    state_->live[base] = bytes;
+    state_->live[base] = Mapping{bytes, hint};
   }
-  auto* hint = new FinalizeHint{state_};
   return Napi::ArrayBuffer::New(
       env, base, bytes,
       [](Napi::Env, void* data, FinalizeHint* h) {
-        release(*h->state, data);
+        release(*h->state, data, h);
         delete h;
       },
       hint);
@@ -46,14 +46,16 @@ Napi::Value HostMappings::map(Napi::Env env, const std::string& path, uint64_t b
 void HostMappings::unmap(Napi::ArrayBuffer buffer) {
   void* base = buffer.Data();
   if (!buffer.IsDetached()) buffer.Detach();
-  release(*state_, base);
+  release(*state_, base, nullptr);
 }
 
-void HostMappings::release(State& state, void* base) {
+// owner == nullptr: an explicit unmap of a live buffer (its Data() is still its own mapping).
+void HostMappings::release(State& state, void* base, const FinalizeHint* owner) {
   std::lock_guard<std::mutex> lock(state.mutex);
   auto it = state.live.find(base);
-  if (it == state.live.end()) return;  // already unmapped explicitly
-  munmap(base, it->second);
+  if (it == state.live.end()) return;              // already unmapped explicitly
+  if (owner && it->second.owner != owner) return;  // the address now belongs to a newer mapping
+  munmap(base, it->second.bytes);
   state.live.erase(it);
 }
 

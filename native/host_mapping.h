@@ -18,14 +18,21 @@ class HostMappings {
 
  private:
   // Finalizers can run after the owning addon instance is gone, so they hold the state too.
-  struct State {
-    std::mutex mutex;
-    std::map<void*, uint64_t> live;  // base -> length
-  };
+  struct State;
   struct FinalizeHint {
     std::shared_ptr<State> state;
   };
-  static void release(State& state, void* base);
+  struct Mapping {
+    uint64_t bytes;
+    // Which ArrayBuffer owns the mapping: once unmapped, mmap may hand the same address to a
+    // new mapping, and the old buffer's late finalizer must not unmap that one.
+    const FinalizeHint* owner;
+  };
+  struct State {
+    std::mutex mutex;
+    std::map<void*, Mapping> live;  // base -> mapping
+  };
+  static void release(State& state, void* base, const FinalizeHint* owner);
   std::shared_ptr<State> state_;
 };
 

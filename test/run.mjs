@@ -38,7 +38,8 @@ const failedFiles = [];
 function runFile(file) {
   return new Promise((resolve) => {
     const started = Date.now();
-    const child = spawn(process.execPath, [file], {
+    // --expose-gc lets tests of finalizers (native mappings) force a collection.
+    const child = spawn(process.execPath, ['--expose-gc', file], {
       cwd: root,
       env: { ...process.env, FORCE_COLOR: '0', NO_COLOR: '1' },
       stdio: ['ignore', 'pipe', 'pipe'],
