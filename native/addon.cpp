@@ -26,10 +26,16 @@ Napi::Error makeError(Napi::Env env, const std::string& code, const std::string&
 
 [[noreturn]] void throwDeviceError(Napi::Env env, const DeviceError& e) { throw makeError(env, e.code(), e.what()); }
 
+// A JS number that is a non-negative integer JS can hold exactly (the order of the tests keeps
+// the cast defined).
+bool isSafeU64(double d) {
+  return d >= 0 && d <= 9007199254740991.0 && d == static_cast<double>(static_cast<uint64_t>(d));
+}
+
 uint64_t toU64(const Napi::Value& v, const char* what) {
   if (!v.IsNumber()) throw Napi::TypeError::New(v.Env(), std::string(what) + " must be a number");
   double d = v.As<Napi::Number>().DoubleValue();
-  if (!(d >= 0) || d > 9007199254740991.0 || d != static_cast<double>(static_cast<uint64_t>(d))) {
+  if (!isSafeU64(d)) {
     throw Napi::RangeError::New(v.Env(), std::string(what) + " must be a non-negative safe integer, got " + std::to_string(d));
   }
   return static_cast<uint64_t>(d);
@@ -133,7 +139,7 @@ class DeviceWrap : public Napi::ObjectWrap<DeviceWrap> {
     for (size_t i = 0; i < ops.size(); ++i) {
       const double* p = f.Data() + i * 7;
       for (int k = 0; k < 7; ++k) {
-        if (!(p[k] >= 0) || p[k] > 9007199254740991.0 || p[k] != static_cast<double>(static_cast<uint64_t>(p[k]))) {
+        if (!isSafeU64(p[k])) {
           throw Napi::RangeError::New(env, "op " + std::to_string(i) + " field " + std::to_string(k) + " is not a non-negative safe integer");
         }
       }

@@ -121,11 +121,7 @@ std::vector<SegmentExport> CudaDevice::exportSegments() {
 
 void CudaDevice::read(uint32_t segment, uint64_t offset, uint64_t length, void* dst) {
   std::lock_guard<std::mutex> lock(mutex_);
-  uint64_t end;
-  if (segment >= segments_.size() || __builtin_add_overflow(offset, length, &end) || end > segments_[segment].bytes) {
-    throw DeviceError("E_OUT_OF_RANGE", "read of " + std::to_string(length) + " bytes at " + std::to_string(offset) +
-                                            " is outside segment " + std::to_string(segment));
-  }
+  checkReadRange(segments_, segment, offset, length);
   if (length == 0) return;
   onDevice([&] {
     ScopedContext current(contextLocked());

@@ -71,6 +71,17 @@ struct SegmentExport {
   std::string handle;
 };
 
+// Throws unless [offset, offset + length) lies inside segment `segment` of `segments` (any
+// container of structs with a `bytes` member): the one bounds check every backend's read uses.
+template <typename Segments>
+void checkReadRange(const Segments& segments, uint32_t segment, uint64_t offset, uint64_t length) {
+  uint64_t end;
+  if (segment >= segments.size() || __builtin_add_overflow(offset, length, &end) || end > segments[segment].bytes) {
+    throw DeviceError("E_OUT_OF_RANGE", "read of " + std::to_string(length) + " bytes at " + std::to_string(offset) +
+                                            " is outside segment " + std::to_string(segment));
+  }
+}
+
 class Device {
  public:
   virtual ~Device() = default;

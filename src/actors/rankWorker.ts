@@ -2,7 +2,7 @@
 // whole life. The device's memory is freed when this thread releases it or ends, even when it
 // is terminated (the addon frees it at environment teardown).
 import { parentPort, workerData } from 'node:worker_threads';
-import { DeviceError, serializeError } from '../errors.js';
+import { serializeError } from '../errors.js';
 import { DeviceHandle } from '../native/deviceHandle.js';
 import type { FaultPhase, MainToRank, RankToMain, RankWorkerData } from './rankMessages.js';
 
@@ -43,10 +43,6 @@ function injectFault(phase: FaultPhase): void {
   }
 }
 
-function gib(n: number): string {
-  return `${(n / 2 ** 30).toFixed(2)} GiB`;
-}
-
 async function load(): Promise<void> {
   const { plan } = data;
   injectFault('open');
@@ -55,16 +51,7 @@ async function load(): Promise<void> {
   post({ type: 'DEVICE', info });
 
   injectFault('allocate');
-  const arenaBytes = plan.segments.reduce((a, b) => a + b, 0);
-  // Checked up front so a short device fails in a second, not after minutes of copying.
-  if (info.freeBytes > 0 && arenaBytes > info.freeBytes) {
-    throw new DeviceError(
-      'E_OUT_OF_MEMORY',
-      `rank ${data.globalRank} needs ${gib(arenaBytes)} on ${info.uuid} but only ${gib(info.freeBytes)} is free; ` +
-        'free memory on that device or use more tensor-parallel ranks',
-      { needed: arenaBytes, free: info.freeBytes },
-    );
-  }
+  // Each backend checks its free memory before allocating and names the shortfall.
   device.allocate(plan.segments);
 
   injectFault('fill');
@@ -85,11 +72,11 @@ port.on('message', (m: MainToRank) => {
     device?.cancelFill();
     try {
       device?.release();
+      if (m.type === 'RELEASE') post({ type: 'RELEASED' });
     } catch (err) {
       post({ type: 'FAILED', error: serializeError(err) });
     }
-    if (m.type === 'RELEASE') post({ type: 'RELEASED' });
-    else port.close(); // nothing else keeps this thread alive: it ends, and the actor sees exit 0
+    if (m.type === 'STOP') port.close(); // nothing else keeps this thread alive: it ends, and the actor sees exit 0
   }
 });
 

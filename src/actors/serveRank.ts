@@ -3,7 +3,7 @@
 // (RANK_RELEASE_REQUESTED), which frees the memory and answers SERVE_RELEASED; only then do the
 // waiting clients hear that it is done. Stopping the actor removes socket and lock synchronously.
 import { fromCallback } from 'xstate';
-import { deserializeError, serializeError } from '../errors.js';
+import { serializeError } from '../errors.js';
 import type { Logger } from '../log.js';
 import type { DeviceLock } from '../serve/deviceLock.js';
 import { RankServer, type ServeLimits } from '../serve/rankServer.js';
@@ -30,7 +30,7 @@ export interface ServeRankInput {
 
 export const serveRank = fromCallback<ServeCommand, ServeRankInput, ServeEvent>(({ input, sendBack, receive }) => {
   const { localRank } = input.rank;
-  let pending: { resolve: () => void; reject: (err: Error) => void } | undefined;
+  let released: (() => void) | undefined;
   const server = new RankServer({
     rank: input.rank,
     socketDir: input.socketDir,
@@ -39,17 +39,15 @@ export const serveRank = fromCallback<ServeCommand, ServeRankInput, ServeEvent>(
     limits: input.limits,
     // RankServer calls this at most once and makes later releases wait on the same promise.
     release: () =>
-      new Promise<void>((resolve, reject) => {
-        pending = { resolve, reject };
+      new Promise<void>((resolve) => {
+        released = resolve;
         sendBack({ type: 'RANK_RELEASE_REQUESTED', localRank });
       }),
   });
 
-  receive((cmd) => {
-    const p = pending;
-    pending = undefined;
-    if (cmd.type === 'SERVE_RELEASED') p?.resolve();
-    else p?.reject(deserializeError(cmd.error));
+  receive(() => {
+    released?.();
+    released = undefined;
   });
 
   let stopped = false;

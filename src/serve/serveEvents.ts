@@ -10,9 +10,8 @@ export type ServeEvent =
   /** Binding, locking or serving failed. */
   | { type: 'RANK_FAILED'; localRank: number; error: SerializedError };
 
-/** From the supervisor to a serve actor. */
-export type ServeCommand =
-  /** The memory is freed: answer the pending release(s) ok. */
-  | { type: 'SERVE_RELEASED' }
-  /** Freeing failed: answer the pending release(s) with this error. */
-  | { type: 'SERVE_RELEASE_FAILED'; error: SerializedError };
+/**
+ * From the supervisor to a serve actor: the memory is freed, answer the pending release(s) ok.
+ * (Freeing that fails fails the node; the waiting clients then see their connection close.)
+ */
+export type ServeCommand = { type: 'SERVE_RELEASED' };
