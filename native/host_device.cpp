@@ -30,6 +30,18 @@ std::string safeName(const std::string& s) {
   return out.substr(0, 64);
 }
 
+// The inode of this process's pid namespace ("0" where /proc cannot say). A pid means nothing
+// outside its namespace: the sweep of stale segments only trusts pids of its own namespace.
+std::string pidNamespaceId() {
+  char link[64] = {0};
+  ssize_t n = readlink("/proc/self/ns/pid", link, sizeof link - 1);  // "pid:[4026531836]"
+  std::string id;
+  for (ssize_t i = 0; i < n; ++i) {
+    if (isdigit(static_cast<unsigned char>(link[i]))) id += link[i];
+  }
+  return id.empty() ? "0" : id;
+}
+
 }  // namespace
 
 HostDevice::HostDevice(int index, std::string uuid, std::string shmDir)
@@ -55,8 +67,10 @@ void HostDevice::allocate(const std::vector<uint64_t>& segmentBytes) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!segments_.empty()) throw DeviceError("E_ALREADY_ALLOCATED", "device " + uuid_ + " already holds an arena; release it first");
   try {
-    // The pid in the name lets a later daemon remove files a killed one left behind.
-    std::string stem = shmDir_ + "/weightd-" + std::to_string(getpid()) + "-" + safeName(uuid_) + "-" + randomHex();
+    // The pid (and its namespace) in the name let a later daemon remove files a killed one left
+    // behind: src/native/sweepStaleSegments.ts.
+    std::string stem = shmDir_ + "/weightd-" + std::to_string(getpid()) + "-" + pidNamespaceId() + "-" + safeName(uuid_) + "-" +
+                       randomHex();
     for (size_t i = 0; i < segmentBytes.size(); ++i) {
       Segment seg;
       seg.bytes = segmentBytes[i];

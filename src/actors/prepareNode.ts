@@ -40,16 +40,20 @@ export const prepareNode = fromPromise<Prepared, PrepareInput>(async ({ input, s
   for (const removed of sweepStaleSegments(shmDir)) log.warn({ file: removed }, 'removed a shared-memory segment left by a daemon that no longer runs');
   const socketDir = resolveSocketDir(config.socketDir);
   const locks: DeviceLock[] = [];
+  const releaseLocks = () => locks.forEach((l) => l.release());
+  // Stopped while planning: nobody will receive the locks, so they go now, not when planning
+  // ends (a restart in the same process would find its own devices still locked).
+  signal.addEventListener('abort', releaseLocks, { once: true });
   try {
     for (const d of devices) {
       locks.push(acquireDeviceLock(socketDir, d.uuid, (holder) => log.warn({ device: d.uuid, pid: holder.pid }, 'took over the lock of a daemon that no longer runs')));
     }
     const plan = await planLocalRanks(config, log);
-    // Stopped while planning: nobody will receive the locks, so give them back here.
     if (signal.aborted) throw new WeightdError('E_STOPPED', 'stopped while planning');
+    signal.removeEventListener('abort', releaseLocks);
     return { plan, devices, visibleDevices: visible, shmDir, socketDir, locks };
   } catch (err) {
-    for (const l of locks) l.release();
+    releaseLocks();
     throw err;
   }
 });

@@ -100,8 +100,8 @@ export function layoutShard(t: ShardSource, rule: ShardRule, tpSize: number): Sh
   const size = t.shape[dim]!;
   const sizes = rule.kind === 'fused' ? rule.parts : [size];
   const kvHeads = rule.kind === 'fused' ? rule.partKvHeads ?? [] : [rule.kvHeads ?? 0];
-  if (sizes.reduce((a, b) => a + b, 0) !== size || sizes.some((p) => !Number.isInteger(p) || p <= 0)) {
-    throw new ShardingError('E_SHARD_FUSED_PARTS', `tensor "${t.name}": fused parts [${sizes}] are not positive sizes adding up to dim ${dim} of size ${size}; fix the parts of the rule that selects it`, { tensor: t.name, dim, size, parts: sizes });
+  if (sizes.reduce((a, b) => a + b, 0) !== size || sizes.some((p) => !Number.isInteger(p) || p < 0 || (p === 0 && rule.kind === 'fused'))) {
+    throw new ShardingError('E_SHARD_FUSED_PARTS', `tensor "${t.name}": fused parts [${sizes}] are not positive sizes that add up to dim ${dim} of size ${size}; fix the parts of the rule that selects it`, { tensor: t.name, dim, size, parts: sizes });
   }
 
   const outer = product(t.shape, 0, dim);

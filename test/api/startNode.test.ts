@@ -42,11 +42,16 @@ test('starts, reports every state in order, serves status, and stops cleanly', a
 test('stop during start-up ends the node without a failure', async () => {
   const shmDir = freshShmDir();
   try {
-    const node = await startNode({ model: exampleModel, device: 'host', shmDir, socketDir: freshSocketDir(), logger: pino({ level: 'silent' }) });
+    const socketDir = freshSocketDir();
+    const node = await startNode({ model: exampleModel, device: 'host', shmDir, socketDir, logger: pino({ level: 'silent' }) });
     const result = await node.stop('early');
     assert.is(result.state, 'stopped');
     await node.ready.then(() => assert.unreachable('ready must reject'), (e: Error) => assert.match(e.message, /stopped before it was ready/));
     assert.equal(readdirSync(shmDir), []);
+    // The stopped node's device locks are gone at once: a restart in this process gets them.
+    const again = await startNode({ model: exampleModel, device: 'host', shmDir, socketDir, logger: pino({ level: 'silent' }) });
+    await again.ready;
+    assert.is((await again.stop()).state, 'stopped');
   } finally {
     rmSync(shmDir, { recursive: true, force: true });
   }

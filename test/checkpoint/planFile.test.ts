@@ -88,6 +88,7 @@ badPlan('unknown key in a rule', { rules: [{ pattern: 'x', rule: 'column', when:
 badPlan('invalid regular expression', { rules: [{ pattern: '(q_proj', rule: 'column' }] }, CheckpointError, 'E_PLAN_BAD_REGEX', '(q_proj', 'rules[0]');
 badPlan('partKvHeads of the wrong length', { rules: [{ pattern: 'x', rule: { fused: { dim: 0, parts: [1, 1], partKvHeads: [0] } } }] }, CheckpointError, 'E_PLAN_SCHEMA', 'partKvHeads');
 badPlan('split on a dim the tensor lacks', { rules: [{ pattern: 'norm\\.weight$', rule: { split: 1 } }] }, ShardingError, 'E_SHARD_BAD_DIM', 'norm.weight', 'dim 1');
+badPlan('a fused part of size 0', { rules: [{ pattern: 'q_proj\\.weight$', rule: { fused: { dim: 0, parts: [64, 0] } } }] }, ShardingError, 'E_SHARD_FUSED_PARTS', 'q_proj.weight', '[64,0]');
 badPlan('fused parts that do not add up', { rules: [{ pattern: 'q_proj\\.weight$', rule: { fused: { dim: 0, parts: [32, 16] } } }] }, ShardingError, 'E_SHARD_FUSED_PARTS', 'q_proj.weight', '[32,16]', '64');
 
 test('a plan file that does not exist: E_PLAN_READ', async () => {
