@@ -88,12 +88,7 @@ export class ClientConnection {
       clearTimeout(this.#readTimer);
       this.#readTimer = undefined;
     } else if (!this.#readTimer || frames.length > 0) {
-      // The deadline runs from a frame's first byte and is not extended by later bytes, so a
-      // peer that trickles one byte at a time (slowloris) is cut off.
-      clearTimeout(this.#readTimer);
-      this.#readTimer = setTimeout(() => {
-        this.#fail(null, new ProtocolError('E_READ_TIMEOUT', `request frame not complete within ${this.#limits.readTimeoutMs} ms of its first byte (${this.#decoder.buffered} bytes received)`));
-      }, this.#limits.readTimeoutMs);
+      this.#armRead();
     }
     if (frames.length === 0) return;
     this.#queue.push(...frames);
@@ -105,6 +100,10 @@ export class ClientConnection {
 
   async #drainQueue(): Promise<void> {
     this.#busy = true;
+    // Reading is paused while requests are served: a partial next frame is not the client's
+    // delay, so its read deadline stops here and restarts on resume.
+    clearTimeout(this.#readTimer);
+    this.#readTimer = undefined;
     while (this.#queue.length > 0 && !this.#closing) {
       const payload = this.#queue.shift()!;
       let value: unknown;
@@ -140,15 +139,22 @@ export class ClientConnection {
     this.#busy = false;
     if (this.#closing) return;
     this.#socket.resume();
+    if (this.#decoder.buffered > 0) this.#armRead();
     this.#armIdle();
   }
 
-  /** Writes a reply; waits for the socket to drain so large replies do not pile up. */
+  /**
+   * Writes a reply; waits for the socket to drain so large replies do not pile up. A client
+   * that does not take its reply within the idle timeout is cut off: it would otherwise hold
+   * the connection (and the reply's memory) forever.
+   */
   #write(json: string): Promise<void> {
     return new Promise((resolve) => {
       if (this.#closing || this.#socket.write(encodeFrame(json))) resolve();
       else {
+        const deadline = setTimeout(() => this.destroy(), this.#limits.idleTimeoutMs);
         const done = () => {
+          clearTimeout(deadline);
           this.#socket.off('drain', done);
           this.#socket.off('close', done);
           resolve();
@@ -157,6 +163,17 @@ export class ClientConnection {
         this.#socket.on('close', done);
       }
     });
+  }
+
+  /**
+   * The deadline runs from a frame's first byte and is not extended by later bytes, so a peer
+   * that trickles one byte at a time (slowloris) is cut off.
+   */
+  #armRead(): void {
+    clearTimeout(this.#readTimer);
+    this.#readTimer = setTimeout(() => {
+      this.#fail(null, new ProtocolError('E_READ_TIMEOUT', `request frame not complete within ${this.#limits.readTimeoutMs} ms of its first byte (${this.#decoder.buffered} bytes received)`));
+    }, this.#limits.readTimeoutMs);
   }
 
   #armIdle(): void {
