@@ -94,7 +94,7 @@ function port(flag: string, value: unknown): number {
 }
 
 /** A free TCP port on loopback, for a single node that needs no agreed-on port. */
-async function freePort(): Promise<number> {
+export async function freePort(): Promise<number> {
   return new Promise((resolvePort, reject) => {
     const srv = createServer();
     srv.unref();

@@ -253,6 +253,12 @@ const supervisorSetup = setup({
 /** Any rank's failure, in any state where ranks exist, tears the whole node down. */
 const rankFailed = { target: '#supervisor.failed', actions: ['recordRankFailure', 'notifyGroupOfFailure'] } as const;
 
+/** A client's allowed release frees its rank through the worker, then answers the server. */
+const clientRelease = {
+  RANK_RELEASE_REQUESTED: { actions: 'releaseRank' },
+  RANK_RELEASED: { actions: 'recordReleased' },
+} as const;
+
 export const supervisorMachine = supervisorSetup.createMachine({
   id: 'supervisor',
   initial: 'init',
@@ -292,8 +298,7 @@ export const supervisorMachine = supervisorSetup.createMachine({
       on: {
         RANK_SERVING: { actions: 'recordServing' },
         // A rank's socket is live before its siblings' are, so a client may already release.
-        RANK_RELEASE_REQUESTED: { actions: 'releaseRank' },
-        RANK_RELEASED: { actions: 'recordReleased' },
+        ...clientRelease,
         RANK_FAILED: rankFailed,
         STOP: 'stopping',
       },
@@ -317,8 +322,7 @@ export const supervisorMachine = supervisorSetup.createMachine({
         }),
       },
       on: {
-        RANK_RELEASE_REQUESTED: { actions: 'releaseRank' },
-        RANK_RELEASED: { actions: 'recordReleased' },
+        ...clientRelease,
         GROUP_READY: { actions: 'recordGroupReady' },
         PEER_LOST: { actions: 'recordPeer' },
         PEER_BACK: { actions: 'recordPeer' },

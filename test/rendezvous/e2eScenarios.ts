@@ -1,18 +1,11 @@
 // The multi-node scenarios of issue 6, with real daemon processes, defined once and run on each
 // fabric (network namespaces, loopback) by the e2e.*.test.ts files.
-import { createServer } from 'node:net';
+import { freePort } from '../../src/nodeOptions.js';
 import type { Test } from 'uvu';
 import * as assert from 'uvu/assert';
 import type { Fabric } from '../helpers/netns.js';
 import { Cluster, e2eModels, type Daemon, type NodeSpec } from './cluster.js';
 
-async function freePort(): Promise<number> {
-  const probe = createServer().listen(0, '127.0.0.1');
-  await new Promise((r) => probe.once('listening', r));
-  const port = (probe.address() as { port: number }).port;
-  await new Promise((r) => probe.close(r));
-  return port;
-}
 
 type Models = Awaited<ReturnType<typeof e2eModels>>;
 

@@ -1,7 +1,7 @@
 // The actor the supervisor spawns: no network for a single node; node 0 hosting the
 // coordinator and joining it over TCP; a local failure reaching the other nodes before node 0's
 // process could end; and the clocks' validation.
-import { createServer } from 'node:net';
+import { freePort } from '../../src/nodeOptions.js';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { createActor } from 'xstate';
@@ -12,13 +12,6 @@ import { groupTiming } from '../../src/rendezvous/timing.js';
 import { fakeConfig, fakePrepared } from '../helpers/fakeNode.js';
 import { FAST, silent, sleep, closeLeftovers, track } from './groupHarness.js';
 
-async function freePort(): Promise<number> {
-  const probe = createServer().listen(0, '127.0.0.1');
-  await new Promise((r) => probe.once('listening', r));
-  const port = (probe.address() as { port: number }).port;
-  await new Promise((r) => probe.close(r));
-  return port;
-}
 
 function prepared(nodeRank: number): Prepared {
   return { ...fakePrepared, devices: fakePrepared.devices.map((d) => ({ ...d, uuid: `n${nodeRank}-${d.uuid}` })) };
