@@ -492,7 +492,11 @@ class Suite:
             rc, out, err = p.returncode, p.stdout, p.stderr
         except subprocess.TimeoutExpired as e:
             rc, out, err = "timeout", _text(e.stdout), _text(e.stderr) + f"\n(killed after {e.timeout:.0f} s)"
-        self.append_log(f"{title}: {' '.join(args)} -> rc {rc}", (out or "") + (err or ""))
+        return self.worker_result(title, args, rc, out or "", err or "", t0)
+
+    def worker_result(self, title, args, rc, out, err, t0):
+        """Logs a worker's output and returns its last JSON line, with exit code and timing."""
+        self.append_log(f"{title}: {' '.join(args)} -> rc {rc}", out + err)
         try:
             result = json.loads(out.strip().splitlines()[-1])
         except Exception:
@@ -500,7 +504,7 @@ class Suite:
         result["exitCode"] = rc
         result["wallSeconds"] = round(time.monotonic() - t0, 2)
         if rc != 0:
-            result["stderrTail"] = (err or "")[-2500:]
+            result["stderrTail"] = err[-2500:]
         return result
 
     def workers_parallel(self, jobs, timeout):
@@ -522,17 +526,7 @@ class Suite:
                 rc = "timeout"
             f_out.seek(0)
             f_err.seek(0)
-            out, err = f_out.read(), f_err.read()
-            self.append_log(f"{title}: {' '.join(args)} -> rc {rc}", out + err)
-            try:
-                result = json.loads(out.strip().splitlines()[-1])
-            except Exception:
-                result = {"ok": False}
-            result["exitCode"] = rc
-            result["wallSeconds"] = round(time.monotonic() - t0, 2)
-            if rc != 0:
-                result["stderrTail"] = err[-2500:]
-            results.append(result)
+            results.append(self.worker_result(title, args, rc, f_out.read(), f_err.read(), t0))
         return results
 
     def start_daemon(self, name, socket_dir, tp, visible, host_devices, extra=()):
