@@ -34,10 +34,12 @@ for extra in examples clients; do
 done
 find "$dir/clients" -name __pycache__ -prune -exec rm -rf {} + 2>/dev/null || true
 
-# Production dependencies, from a copy of the installed tree so no registry is needed;
-# --ignore-scripts: the package's own install script would rebuild the addon we just copied.
-cp -R node_modules "$dir/"
-(cd "$dir" && npm prune --omit=dev --ignore-scripts --no-audit --no-fund --loglevel=error)
+# Runtime dependencies only, copied from the installed tree so no registry is needed. Of
+# mermaid, the state-chart page serves one file: its 80 MB of sources stay out.
+node scripts/prune-node-modules.mjs "$dir/node_modules"
+mkdir -p "$dir/node_modules/mermaid/dist"
+cp node_modules/mermaid/package.json "$dir/node_modules/mermaid/"
+cp node_modules/mermaid/dist/mermaid.min.js "$dir/node_modules/mermaid/dist/"
 
 # The same Node.js as this build: the packed Linux x64 binary where shared/device/pack-node.sh
 # made one for this version, else the node running this script.

@@ -1,15 +1,16 @@
 #!/usr/bin/env node
 // Copies the daemon's runtime dependencies (and theirs, nothing else) from node_modules to a
-// folder small enough to carry to a GPU host (the device call's tree must stay under 64 MiB):
+// folder small enough to ship (`npm run bundle`) or carry to a GPU host (the device call's tree
+// must stay under 64 MiB):
 // no mermaid (the inspect page resolves it lazily, only when /statechart is served), no
 // typescript, playwright-core, @types or build-only packages; type declarations, source maps,
 // markdown and zod's TypeScript sources are dropped. On the GPU host: ln -sfn .device/nm node_modules
-//   node test/gpu/prune-node-modules.mjs [DEST]        (default .device/nm; about 12 MB)
+//   node scripts/prune-node-modules.mjs [DEST]        (default .device/nm; about 12 MB)
 import { cpSync, existsSync, readdirSync, readFileSync, rmSync, statSync, unlinkSync } from 'node:fs';
 import { dirname, join, relative, resolve as resolvePath } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
+const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 const dest = resolvePath(root, process.argv[2] ?? '.device/nm');
 // What dist/ imports at run time (grep "from '<bare name>'" dist/src dist/main.js).
 const RUNTIME = ['commander', 'pino', 'pino-pretty', 'piscina', 'prom-client', 'xstate', 'zod'];
