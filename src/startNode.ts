@@ -15,7 +15,7 @@ import { supervisorMachine, type NodeFailure, type PeerStatus, type RankStatus }
 import { resolveNodeOptions, type NodeConfig, type NodeOptions } from './nodeOptions.js';
 import type { RankTableEntry } from './rendezvous/rankTable.js';
 
-export type NodeState = 'init' | 'rendezvous' | 'loading' | 'serving' | 'ready' | 'stopping' | 'stopped' | 'failed';
+export type NodeState = 'init' | 'reportingFailure' | 'rendezvous' | 'loading' | 'serving' | 'ready' | 'stopping' | 'stopped' | 'failed';
 
 export interface NodeStatus {
   state: NodeState;

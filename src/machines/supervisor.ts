@@ -5,6 +5,7 @@ import { assign, enqueueActions, setup } from 'xstate';
 import { prepareNode, type Prepared } from '../actors/prepareNode.js';
 import { publishNodeManifest } from '../actors/publishNodeManifest.js';
 import { rankActor } from '../actors/rankActor.js';
+import { reportStartupFailureActor } from '../actors/reportStartupFailure.js';
 import { serveRank } from '../actors/serveRank.js';
 import { toServedRank } from '../serve/servedRank.js';
 import { groupSession } from '../actors/groupSession.js';
@@ -81,9 +82,11 @@ const supervisorSetup = setup({
     events: {} as SupervisorEvent,
     input: {} as SupervisorInput,
   },
-  actors: { prepareNode, groupSession, rank: rankActor, serveRank, publishNodeManifest },
+  actors: { prepareNode, groupSession, rank: rankActor, serveRank, publishNodeManifest, reportStartupFailure: reportStartupFailureActor },
   delays: { stopTimeout: STOP_TIMEOUT_MS },
   guards: {
+    // Node 0 hosts the coordinator, which does not exist yet when it fails this early.
+    hasGroupToTell: ({ context }) => context.config.nnodes > 1 && context.config.nodeRank !== 0,
     allRanksLoaded: ({ context }) => context.ranks.length > 0 && context.ranks.every((r) => r.state === 'loaded'),
     allRanksServing: ({ context }) => context.ranks.every((r) => r.state === 'serving' || r.state === 'released'),
     allRanksStopped: ({ context }) => context.ranks.every((r) => r.state === 'stopped'),
@@ -270,9 +273,23 @@ export const supervisorMachine = supervisorSetup.createMachine({
         src: 'prepareNode',
         input: ({ context }) => ({ config: context.config, log: context.log }),
         onDone: { target: 'rendezvous', actions: { type: 'storePrepared', params: ({ event }) => ({ prepared: event.output }) } },
-        onError: { target: 'failed', actions: { type: 'recordFailure', params: ({ event }) => ({ error: event.error }) } },
+        onError: [
+          { guard: 'hasGroupToTell', target: 'reportingFailure', actions: { type: 'recordFailure', params: ({ event }) => ({ error: event.error }) } },
+          { target: 'failed', actions: { type: 'recordFailure', params: ({ event }) => ({ error: event.error }) } },
+        ],
       },
       on: { STOP: 'stopped' },
+    },
+    // Failed before joining: node 0 hears it, so the others do not wait for their timeout.
+    reportingFailure: {
+      invoke: {
+        id: 'reportFailure',
+        src: 'reportStartupFailure',
+        input: ({ context }) => ({ config: context.config, failure: context.failure!, log: context.log }),
+        onDone: 'failed',
+        onError: 'failed',
+      },
+      on: { STOP: 'failed' },
     },
     rendezvous: {
       // The group session outlives this state: it keeps heartbeats and the ready barrier.

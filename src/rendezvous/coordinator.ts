@@ -164,12 +164,41 @@ export class Coordinator {
       link.conn.close(`left: ${m.reason}`);
       return;
     }
+    if (m.type === 'abort') {
+      this.#onAbort(link, m);
+      return;
+    }
     // A failed group only answers joins; whatever else its nodes still say changes nothing.
     if (this.#phase === 'failed') return;
     const member = link.member;
     if (!member || member.state === 'lost') return this.#protocolViolation(link, `"${m.type}" before an accepted join`);
     if (m.type === 'ready') this.#onReady(member);
     else this.reportFailure(member.nodeRank, m.code, m.message);
+  }
+
+  /** A node that failed before joining; like a join, it counts only with a valid token. */
+  #onAbort(link: Link, m: Extract<ClientMessage, { type: 'abort' }>): void {
+    clearTimeout(link.handshake);
+    const node = describeNode({ nodeRank: m.nodeRank, hostName: m.hostName, address: link.conn.remote });
+    const token = this.#opts.expect.token;
+    if (token !== undefined && !tokenAccepted(token, link.nonce, m.tokenProof)) {
+      this.#turnedAway.push(`${node} (E_RDZV_TOKEN)`);
+      this.#log.warn({ peer: m.nodeRank, remote: link.conn.remote }, `ignored a start-up failure report without a valid token from ${node}`);
+      link.conn.close('rejected: E_RDZV_TOKEN');
+      return;
+    }
+    if (this.#phase !== 'gathering' && this.#phase !== 'loading') {
+      // A serving group is not failed by a node that could not start.
+      this.#log.warn({ peer: m.nodeRank, code: m.code }, `${node} could not start: ${m.message}`);
+      link.conn.close('noted');
+      return;
+    }
+    link.claimedRank = m.nodeRank;
+    this.#fail({
+      code: 'E_RDZV_PEER_FAILED',
+      message: `${node} failed before joining: ${m.code}: ${m.message}`,
+      details: { nodeRank: m.nodeRank, field: 'node', causeCode: m.code },
+    });
   }
 
   #protocolViolation(link: Link, what: string): void {

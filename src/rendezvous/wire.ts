@@ -72,6 +72,11 @@ export const ClientMessage = z.discriminatedUnion('type', [
   z.object({ type: z.literal('heartbeat') }),
   /** A clean goodbye, so peers can log why instead of "connection lost". */
   z.object({ type: z.literal('leaving'), reason }),
+  /**
+   * Sent instead of a join by a node that failed before it could join (its checkpoint could
+   * not be planned, say): a starting group fails now instead of at its timeout.
+   */
+  z.object({ type: z.literal('abort'), nodeRank, hostName: shortText, tokenProof, code: shortText, message: reason }),
 ]);
 export type ClientMessage = z.infer<typeof ClientMessage>;
 

@@ -9,6 +9,7 @@ import type { GroupSessionInput } from '../../src/actors/groupSession.js';
 import type { RankEvent } from '../../src/machines/events.js';
 import type { ServeRankInput } from '../../src/actors/serveRank.js';
 import type { PublishNodeManifestInput } from '../../src/actors/publishNodeManifest.js';
+import type { ReportStartupFailureInput } from '../../src/actors/reportStartupFailure.js';
 import type { ServeCommand, ServeEvent } from '../../src/serve/serveEvents.js';
 import type { NodeConfig } from '../../src/nodeOptions.js';
 import type { GroupCommand, GroupEvent } from '../../src/rendezvous/groupEvents.js';
@@ -32,8 +33,8 @@ export function fakeConfig(over: Partial<NodeConfig> = {}): NodeConfig {
   };
 }
 
-export function fakeInput(): SupervisorInput {
-  return { config: fakeConfig(), log: pino({ level: 'silent' }), workers: new WorkerRegistry(), servers: new ServerRegistry() };
+export function fakeInput(config: Partial<NodeConfig> = {}): SupervisorInput {
+  return { config: fakeConfig(config), log: pino({ level: 'silent' }), workers: new WorkerRegistry(), servers: new ServerRegistry() };
 }
 
 export const fakePrepared: Prepared = {
@@ -67,6 +68,7 @@ export class FakeWorld {
   liveServers = new Set<number>();
   serveCommands: Array<{ localRank: number; cmd: ServeCommand }> = [];
   manifestLive = false;
+  failureReports = 0;
 
   implementations() {
     return {
@@ -89,6 +91,10 @@ export class FakeWorld {
           this.liveServers.add(r);
           receive((cmd) => this.serveCommands.push({ localRank: r, cmd }));
           return () => this.liveServers.delete(r);
+        }),
+        reportStartupFailure: fromPromise<boolean, ReportStartupFailureInput>(() => {
+          this.failureReports++;
+          return new Promise<boolean>(() => {});
         }),
         publishNodeManifest: fromCallback<{ type: string }, PublishNodeManifestInput>(() => {
           this.manifestLive = true;

@@ -135,6 +135,27 @@ test('a rank that fails while others load is named, and the first failure wins',
   assert.match(last.snap.context.failure!.message, /rank 1 \(local 1\) failed: cuMemAlloc failed/);
 });
 
+test('a node of a group that fails before joining reports it to node 0, then fails; node 0 does not', () => {
+  for (const nodeRank of [1, 0]) {
+    const world = new FakeWorld();
+    const input = fakeInput({ nnodes: 2, nodeRank, tpSize: 4 });
+    const actor = createActor(supervisorMachine.provide(world.implementations()), { input });
+    actor.start();
+    actor.send(events[1]!); // planning failed
+    if (nodeRank === 0) {
+      assert.is(actor.getSnapshot().value, 'failed', 'node 0 hosts the coordinator: nobody to tell yet');
+      assert.is(world.failureReports, 0);
+      continue;
+    }
+    assert.is(actor.getSnapshot().value, 'reportingFailure');
+    assert.is(world.failureReports, 1);
+    assert.match(actor.getSnapshot().context.failure!.message, /bad checkpoint/);
+    actor.send({ type: 'xstate.done.actor.reportFailure', output: true } as unknown as Ev);
+    assert.is(actor.getSnapshot().value, 'failed');
+    assert.is(actor.getSnapshot().status, 'done');
+  }
+});
+
 test('a client release frees that rank through its worker, then answers the server', () => {
   const world = new FakeWorld();
   const actor = createActor(supervisorMachine.provide(world.implementations()), { input: fakeInput() });

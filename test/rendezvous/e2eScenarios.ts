@@ -1,5 +1,8 @@
 // The multi-node scenarios of issue 6, with real daemon processes, defined once and run on each
 // fabric (network namespaces, loopback) by the e2e.*.test.ts files.
+import { closeSync, cpSync, mkdtempSync, openSync, readdirSync, rmSync, writeSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { freePort } from '../../src/nodeOptions.js';
 import type { Test } from 'uvu';
 import * as assert from 'uvu/assert';
@@ -147,6 +150,29 @@ export function defineScenarios(test: Test, makeFabric: (n: number) => Fabric): 
       await node0!.failsWith('E_RDZV_TIMEOUT', /node rank 1 never joined/);
       assert.ok(node0!.logs().some((l) => /turned away a join without a valid token: node 1 /.test(String(l.msg))), 'node 0 logs who was turned away');
     });
+  });
+
+  test('a node that fails before joining (a corrupt checkpoint) fails every node at once, naming it', async () => {
+    const broken = mkdtempSync(join(tmpdir(), 'weightd-e2e-broken-'));
+    try {
+      cpSync(models.model, broken, { recursive: true });
+      const shard = readdirSync(broken).find((f) => f.endsWith('.safetensors'))!;
+      // A header length of 2^40: the parser refuses the file before reading it.
+      const fd = openSync(join(broken, shard), 'r+');
+      writeSync(fd, Buffer.from([0, 0, 0, 0, 0, 1, 0, 0]), 0, 8, 0);
+      closeSync(fd);
+      // A long timeout, so only the failure report can end node 0 quickly.
+      await withCluster(2, { nnodes: 2, tp: 4, timeoutS: 120 }, async (c) => {
+        const node0 = c.start({ nodeRank: 0 });
+        const node1 = c.start({ nodeRank: 1, model: broken });
+        const t0 = Date.now();
+        await node1!.failsWith('E_ST_HEADER_TOO_LARGE', /header/i);
+        await node0!.failsWith('E_RDZV_PEER_FAILED', /node 1 \(.*\) failed before joining: E_ST_HEADER_TOO_LARGE/);
+        assert.ok(Date.now() - t0 < 30_000, 'node 0 failed long before its 120 s timeout');
+      });
+    } finally {
+      rmSync(broken, { recursive: true, force: true });
+    }
   });
 
   for (const r of rejections) {

@@ -5,6 +5,7 @@ import * as assert from 'uvu/assert';
 import { createServer } from 'node:net';
 import { RDZV_PROTOCOL_VERSION } from '../../src/rendezvous/wire.js';
 import { Coordinator } from '../../src/rendezvous/coordinator.js';
+import { reportStartupFailure } from '../../src/rendezvous/client.js';
 import {
   closeAll, closeLeftovers, FAST, FINGERPRINT, joinRequest, RawPeer, readyGroup, silent, sleep, startCoordinator, startNodes, TestNode, type GroupShape,
 } from './groupHarness.js';
@@ -273,4 +274,37 @@ test('the coordinator cannot listen on a port in use or an address not its own',
 });
 
 test.after.each(closeLeftovers);
+
+test('a node that failed before joining fails the starting group at once, naming it; without the token it cannot', async () => {
+  const guarded = { nnodes: 2, localWorldSize: 1, token: 'right' };
+  const coordinator = await startCoordinator(guarded);
+  const node0 = new TestNode(coordinator.port, joinRequest(guarded, 0), { token: 'right' });
+  const error = { name: 'CheckpointError', code: 'E_ST_TRUNCATED', message: 'model-00001.safetensors is truncated' };
+  const report = (token: string | undefined) =>
+    reportStartupFailure({ host: '127.0.0.1', port: coordinator.port, token, nodeRank: 1, hostName: 'host1', error, timing: FAST, timeoutMs: 2000 });
+  try {
+    await sleep(100); // node 0 has joined and waits for node 1
+    assert.is(await report('wrong'), true, 'sent');
+    await sleep(100);
+    assert.is.not(coordinator.phase, 'failed', 'a report without the token changes nothing');
+    assert.is(await report('right'), true);
+    await node0.next('GROUP_FAILED');
+    assert.is(node0.failure().code, 'E_RDZV_PEER_FAILED');
+    assert.match(node0.failure().message, /^node 1 \(host1, .*\) failed before joining: E_ST_TRUNCATED: model-00001\.safetensors is truncated/);
+  } finally {
+    closeAll(coordinator, [node0]);
+  }
+});
+
+test('a failure report to a node 0 that is not up comes back false, in bounded time', async () => {
+  const probe = createServer().listen(0, '127.0.0.1');
+  await new Promise((r) => probe.once('listening', r));
+  const port = (probe.address() as { port: number }).port;
+  await new Promise((r) => probe.close(r));
+  const t0 = Date.now();
+  const sent = await reportStartupFailure({ host: '127.0.0.1', port, nodeRank: 1, hostName: 'h', error: { name: 'E', code: 'E_X', message: 'x' }, timing: FAST, timeoutMs: 1000 });
+  assert.is(sent, false);
+  assert.ok(Date.now() - t0 < 1500);
+});
+
 test.run();
