@@ -7,6 +7,7 @@ Values come from torch.randn on the GPU when torch and CUDA are there (seconds f
 from numpy (slower; fine for the small checkpoints of local runs). The files are written in the
 safetensors layout directly (8-byte header length, JSON header, data), so no safetensors package
 is needed, and safetensors' own loader reads them (the bench uses it as its baseline).
+Writes model.safetensors.index.json and a Llama config.json beside the shards.
 Prints one JSON line: files, tensors, bytes, seconds.
 """
 import argparse
@@ -92,11 +93,22 @@ def main():
     t0 = time.perf_counter()
     per_shard = -(-len(names) // a.shards)
     total = 0
+    weight_map = {}
     for s in range(a.shards):
         part = names[s * per_shard:(s + 1) * per_shard]
         if part:
-            path = os.path.join(a.out, f"model-{s + 1:05d}-of-{a.shards:05d}.safetensors")
-            total += write_safetensors(path, part, gen)
+            file = f"model-{s + 1:05d}-of-{a.shards:05d}.safetensors"
+            total += write_safetensors(os.path.join(a.out, file), part, gen)
+            weight_map.update({name: file for name, _ in part})
+    # The index and config make it a checkpoint the daemon (and transformers) can load: a Llama
+    # with 128-wide heads whose lm_head is tied to the embedding (none is stored).
+    with open(os.path.join(a.out, "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f)
+    with open(os.path.join(a.out, "config.json"), "w") as f:
+        json.dump({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": a.hidden,
+                   "intermediate_size": a.inter, "num_hidden_layers": layers, "num_attention_heads": a.hidden // 128,
+                   "num_key_value_heads": a.kv // 128, "head_dim": 128, "vocab_size": a.vocab, "rms_norm_eps": 1e-5,
+                   "max_position_embeddings": 8192, "tie_word_embeddings": True, "torch_dtype": "bfloat16"}, f)
     os.sync()
     print(json.dumps({"files": a.shards, "tensors": len(names), "bytes": total, "seconds": time.perf_counter() - t0,
                       "generator": "torch-cuda" if gen is not None else "numpy"}))

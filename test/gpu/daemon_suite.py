@@ -301,7 +301,10 @@ def worker_verify(a):
         res["rankBytes"] = sum(t["bytes"] for t in att.state["tensors"])
         names = sorted(set(manifest) | set(aliases))
         missing = sorted(set(full) - set(names))
-        extra = sorted(set(names) - set(full))
+        # A tied weight the checkpoint does not store (lm_head under tie_word_embeddings) is served
+        # as an alias: it must be the very same device memory as its target, not an extra tensor.
+        tied = sorted(n for n in set(aliases) - set(full) if aliases[n] in full and att.tensors[n].data_ptr() == att.tensors[aliases[n]].data_ptr())
+        extra = sorted(set(names) - set(full) - set(tied))
         mismatched, rule_mismatch, by_role, by_dim, devices = [], [], {}, {}, set()
         for name in names:
             if name not in full:
@@ -329,7 +332,7 @@ def worker_verify(a):
                 mismatched.append({"name": name, "why": "bytes differ"})
         res.update({
             "tensorsChecked": sum(by_dim.values()), "manifestTensors": len(manifest), "aliases": len(aliases),
-            "checkpointTensors": len(full), "missing": missing, "extra": extra, "mismatched": mismatched[:20],
+            "checkpointTensors": len(full), "missing": missing, "extra": extra, "tiedAliases": tied, "mismatched": mismatched[:20],
             "mismatchedCount": len(mismatched), "byRole": by_role, "bySplit": by_dim, "ruleMismatch": rule_mismatch[:20],
             "tensorDevices": sorted(devices),
         })
