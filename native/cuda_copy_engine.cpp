@@ -25,7 +25,6 @@ constexpr uint64_t kMinSlotBytes = 1ull << 20;
 constexpr uint64_t kMaxSlotsPerLane = 2;
 
 uint64_t alignDown(uint64_t v, uint64_t a) { return v / a * a; }
-uint64_t alignUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
 // One copy from one contiguous span of a file: `rows` rows of `rowBytes`, `srcPitch` apart from
 // `srcOffset`, written densely at `dst`.

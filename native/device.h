@@ -71,6 +71,8 @@ struct SegmentExport {
   std::string handle;
 };
 
+inline uint64_t alignUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+
 // Throws unless [offset, offset + length) lies inside segment `segment` of `segments` (any
 // container of structs with a `bytes` member): the one bounds check every backend's read uses.
 template <typename Segments>
