@@ -72,6 +72,11 @@ export const serveActorId = (localRank: number) => `serve-${localRank}`;
 /** How long ranks get to free their devices after STOP before the node gives up on them. */
 export const STOP_TIMEOUT_MS = 30_000;
 
+/** Every line a rank's actors log carries its global and local rank. */
+function rankLog(context: SupervisorContext, r: RankStatus): Logger {
+  return context.log.child({ globalRank: r.globalRank, localRank: r.localRank });
+}
+
 function updateRank(ranks: RankStatus[], localRank: number, patch: Partial<RankStatus>): RankStatus[] {
   return ranks.map((r) => (r.localRank === localRank ? { ...r, ...patch } : r));
 }
@@ -159,7 +164,7 @@ const supervisorSetup = setup({
         enqueue.spawnChild('rank', {
           id: rankActorId(r.localRank),
           input: {
-            log: context.log.child({ globalRank: r.globalRank, localRank: r.localRank }),
+            log: rankLog(context, r),
             workers: context.workers,
             workerData: {
               nodeRank: context.config.nodeRank,
@@ -183,7 +188,7 @@ const supervisorSetup = setup({
         enqueue.spawnChild('serveRank', {
           id: serveActorId(r.localRank),
           input: {
-            log: context.log.child({ globalRank: r.globalRank, localRank: r.localRank }),
+            log: rankLog(context, r),
             socketDir: prepared.socketDir,
             lock: prepared.locks[r.localRank],
             servers: context.servers,
