@@ -1,0 +1,87 @@
+// Connection deadlines: a client that never takes its reply is cut off, and a request that is
+// slow to serve does not count against the next frame's read deadline.
+import { mkdtempSync, rmSync } from 'node:fs';
+import { createConnection, createServer, type Socket } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import { ClientConnection, type ConnectionHandler } from '../../src/serve/clientConnection.js';
+import { encodeMessage, FrameDecoder } from '../../src/serve/frameCodec.js';
+import type { Request } from '../../src/serve/protocol.js';
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** A server whose one connection uses `handler`; resolves to the client socket and a close promise. */
+async function serve(handler: Partial<ConnectionHandler>, limits: { readTimeoutMs: number; idleTimeoutMs: number }) {
+  const dir = mkdtempSync(join(tmpdir(), 'weightd-conn-'));
+  const path = join(dir, 's.sock');
+  let serverClosed!: () => void;
+  const closed = new Promise<void>((r) => (serverClosed = r));
+  const violations: string[] = [];
+  const server = createServer((socket: Socket) => {
+    new ClientConnection(socket, { pid: 1, connectionId: 1 }, {
+      handle: async () => '{}',
+      keepOpen: () => false,
+      closed: () => serverClosed(),
+      violation: (_c, err) => violations.push(err.code),
+      ...handler,
+    }, { maxRequestBytes: 1 << 20, ...limits });
+  });
+  await new Promise<void>((r) => server.listen(path, r));
+  const client = createConnection(path);
+  await new Promise((r) => client.once('connect', r));
+  return { client, closed, violations, cleanup: () => (client.destroy(), server.close(), rmSync(dir, { recursive: true, force: true })) };
+}
+
+test('a client that never reads its (large) reply is disconnected after the idle timeout', async () => {
+  const big = JSON.stringify({ id: 1, ok: true, pad: 'x'.repeat(16 << 20) });
+  const s = await serve({ handle: async () => big }, { readTimeoutMs: 5000, idleTimeoutMs: 300 });
+  try {
+    s.client.pause(); // never reads
+    s.client.write(encodeMessage({ id: 1, cmd: 'ping' }));
+    const t0 = Date.now();
+    const outcome = await Promise.race([s.closed.then(() => 'closed'), sleep(3000).then(() => 'still open')]);
+    assert.is(outcome, 'closed', 'the server gave up on the reply');
+    assert.ok(Date.now() - t0 < 2500);
+  } finally {
+    s.cleanup();
+  }
+});
+
+test('a slow request does not eat the read deadline of a pipelined frame that arrived in part', async () => {
+  const seen: number[] = [];
+  const s = await serve(
+    {
+      handle: async (req: Request) => {
+        seen.push(req.id);
+        if (req.id === 1) await sleep(700); // slower than the read deadline
+        return JSON.stringify({ id: req.id, ok: true, status: 'ok' });
+      },
+    },
+    { readTimeoutMs: 250, idleTimeoutMs: 5000 },
+  );
+  try {
+    const second = encodeMessage({ id: 2, cmd: 'ping' });
+    // Request 1 whole and the first bytes of request 2 in one write; the rest soon after.
+    s.client.write(Buffer.concat([encodeMessage({ id: 1, cmd: 'ping' }), second.subarray(0, 6)]));
+    await sleep(100);
+    s.client.write(second.subarray(6));
+    const decoder = new FrameDecoder(1 << 20);
+    const replies: number[] = [];
+    await new Promise<void>((resolve, reject) => {
+      s.client.on('data', (chunk: Buffer) => {
+        for (const f of decoder.push(chunk)) replies.push((JSON.parse(f.toString()) as { id: number }).id);
+        if (replies.length === 2) resolve();
+      });
+      s.client.once('close', () => reject(new Error(`closed after replies ${replies}; violations ${s.violations}`)));
+      setTimeout(() => reject(new Error('timeout')), 4000);
+    });
+    assert.equal(replies, [1, 2]);
+    assert.equal(s.violations, []);
+  } finally {
+    s.cleanup();
+  }
+});
+
+test.run();
