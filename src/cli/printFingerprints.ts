@@ -3,7 +3,7 @@
 // (the Python client) runs this once and passes the result to get_state.
 import { planCheckpoint } from '../checkpoint/planCheckpoint.js';
 import { resolveNodeOptions } from '../nodeOptions.js';
-import { rankFingerprintFields } from '../serve/rankFingerprintFields.js';
+import { expectedOfRank } from '../client/expectedFingerprint.js';
 
 export interface FingerprintRequest {
   model: string;
@@ -21,11 +21,7 @@ export async function printFingerprints(req: FingerprintRequest): Promise<string
       architecture: plan.architecture,
       tpSize: plan.tpSize,
       fingerprint: plan.fingerprint,
-      ranks: plan.ranks.map((r, rank) => ({
-        globalRank: rank,
-        fingerprint: r.fingerprint,
-        fingerprintFields: rankFingerprintFields(plan.fingerprintFields, rank),
-      })),
+      ranks: plan.ranks.map((_, rank) => ({ globalRank: rank, ...expectedOfRank(plan, rank) })),
     },
     null,
     2,

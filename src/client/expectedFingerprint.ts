@@ -2,12 +2,17 @@
 // the daemon computes it, so that only a cache of exactly these weights, sharded this way, for
 // this rank, is used.
 import { planCheckpoint } from '../checkpoint/planCheckpoint.js';
+import type { CheckpointPlan } from '../checkpoint/types.js';
 import { rankFingerprintFields } from '../serve/rankFingerprintFields.js';
 import type { Expected } from './weightdClient.js';
 
 export async function expectedFingerprint(modelDir: string, tpSize: number, globalRank: number, planFile?: string): Promise<Expected> {
   const plan = await planCheckpoint(modelDir, { tpSize, planFile });
-  const rank = plan.ranks[globalRank];
-  if (!rank) throw new RangeError(`rank ${globalRank} does not exist with tensor-parallel size ${tpSize}`);
-  return { fingerprint: rank.fingerprint, fingerprintFields: rankFingerprintFields(plan.fingerprintFields, globalRank) };
+  if (!plan.ranks[globalRank]) throw new RangeError(`rank ${globalRank} does not exist with tensor-parallel size ${tpSize}`);
+  return expectedOfRank(plan, globalRank);
+}
+
+/** What rank `globalRank` of a planned checkpoint will report: its fingerprint and fields. */
+export function expectedOfRank(plan: CheckpointPlan, globalRank: number): Required<Expected> {
+  return { fingerprint: plan.ranks[globalRank]!.fingerprint, fingerprintFields: rankFingerprintFields(plan.fingerprintFields, globalRank) };
 }

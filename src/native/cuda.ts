@@ -17,8 +17,8 @@ export function cudaProbe(): CudaProbe {
  * named by its nvidia-smi UUID. Empty when CUDA is unavailable; cudaProbe() says why.
  * Passing the slot's uuid to DeviceHandle makes the device check it is still that GPU.
  */
-export function cudaDevices(): DeviceSlot[] {
-  return addon.cudaProbe().devices.map((d) => ({ backend: 'cuda', index: d.index, uuid: d.uuid }));
+export function cudaDevices(probe: CudaProbe = cudaProbe()): DeviceSlot[] {
+  return probe.devices.map((d) => ({ backend: 'cuda', index: d.index, uuid: d.uuid }));
 }
 
 /**

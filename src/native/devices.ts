@@ -42,7 +42,7 @@ export function localDevices(
   if (config.device !== 'host') {
     const probe = cudaProbe();
     if (probe.available && probe.devices.length > 0) {
-      const devices = cudaDevices();
+      const devices = cudaDevices(probe);
       log.info({ backend: 'cuda', driverVersion: probe.driverVersion, gpus: probe.devices.map((d) => ({ uuid: d.uuid, name: d.name, totalBytes: d.totalBytes, freeBytes: d.freeBytes })) }, 'CUDA devices');
       return { devices: firstDevices(devices, config.localWorldSize, 'cuda'), visible: devices.length, shmDir };
     }

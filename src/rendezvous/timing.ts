@@ -1,6 +1,7 @@
 // The rendezvous clocks. Defaults suit real clusters; tests shrink them through the environment
 // (or GroupSessionInput.timing), since waiting 5 s for each lost heartbeat would make a suite of
 // failure scenarios take minutes.
+import { envOverrides } from '../envOverrides.js';
 import { UsageError } from '../errors.js';
 
 export interface GroupTiming {
@@ -35,17 +36,7 @@ export const TIMING_ENV: Record<keyof GroupTiming, string> = {
 
 /** The defaults, overridden by the environment and then by `over`; checked for consistency. */
 export function groupTiming(over: Partial<GroupTiming> = {}, env: NodeJS.ProcessEnv = process.env): GroupTiming {
-  const t: GroupTiming = { ...DEFAULT_GROUP_TIMING };
-  for (const key of Object.keys(TIMING_ENV) as Array<keyof GroupTiming>) {
-    const raw = env[TIMING_ENV[key]];
-    if (raw === undefined || raw === '') continue;
-    const n = Number(raw);
-    if (!Number.isInteger(n) || n < 1 || n > 3_600_000) {
-      throw new UsageError('E_USAGE', `${TIMING_ENV[key]}=${JSON.stringify(raw)}: must be a whole number of milliseconds from 1 to 3600000; unset it to use ${DEFAULT_GROUP_TIMING[key]}`);
-    }
-    t[key] = n;
-  }
-  Object.assign(t, over);
+  const t: GroupTiming = { ...DEFAULT_GROUP_TIMING, ...envOverrides(DEFAULT_GROUP_TIMING, TIMING_ENV, env, 'whole number of milliseconds'), ...over };
   if (t.peerTimeoutMs <= t.heartbeatMs * 2) {
     throw new UsageError(
       'E_USAGE',

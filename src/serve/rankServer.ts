@@ -4,7 +4,8 @@
 // point, even while `listen()` is still in progress.
 import { chmodSync, lstatSync, unlinkSync } from 'node:fs';
 import { connect, createServer, type Server, type Socket } from 'node:net';
-import { ServeError, UsageError, WeightdError } from '../errors.js';
+import { envOverrides } from '../envOverrides.js';
+import { ServeError, WeightdError } from '../errors.js';
 import type { Logger } from '../log.js';
 import { addon } from '../native/addon.js';
 import { ClientConnection, type ConnectionHandler, type ConnectionLimits } from './clientConnection.js';
@@ -53,17 +54,7 @@ export const SERVE_LIMITS_ENV: Record<Exclude<keyof ServeLimits, 'maxRequestByte
 
 /** The defaults, overridden by the environment and then by `over`. */
 export function serveLimits(over: Partial<ServeLimits> = {}, env: NodeJS.ProcessEnv = process.env): ServeLimits {
-  const limits: ServeLimits = { ...DEFAULT_SERVE_LIMITS };
-  for (const key of Object.keys(SERVE_LIMITS_ENV) as Array<keyof typeof SERVE_LIMITS_ENV>) {
-    const raw = env[SERVE_LIMITS_ENV[key]];
-    if (raw === undefined || raw === '') continue;
-    const n = Number(raw);
-    if (!Number.isInteger(n) || n < 1 || n > 3_600_000) {
-      throw new UsageError('E_USAGE', `${SERVE_LIMITS_ENV[key]}=${JSON.stringify(raw)}: must be a whole number from 1 to 3600000; unset it to use ${DEFAULT_SERVE_LIMITS[key]}`);
-    }
-    limits[key] = n;
-  }
-  return { ...limits, ...over };
+  return { ...DEFAULT_SERVE_LIMITS, ...envOverrides(DEFAULT_SERVE_LIMITS, SERVE_LIMITS_ENV, env), ...over };
 }
 
 export interface RankServerOptions {

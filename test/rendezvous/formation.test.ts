@@ -6,6 +6,7 @@ import { createServer } from 'node:net';
 import { RDZV_PROTOCOL_VERSION } from '../../src/rendezvous/wire.js';
 import { Coordinator } from '../../src/rendezvous/coordinator.js';
 import { reportStartupFailure } from '../../src/rendezvous/client.js';
+import { freePort } from '../../src/nodeOptions.js';
 import {
   closeAll, closeLeftovers, FAST, FINGERPRINT, joinRequest, RawPeer, readyGroup, silent, sleep, startCoordinator, startNodes, TestNode, type GroupShape,
 } from './groupHarness.js';
@@ -213,10 +214,7 @@ test('a late node still hears why a failed group failed', async () => {
 test('nodes that start before node 0 retry until it listens', async () => {
   const two = { nnodes: 2, localWorldSize: 1 };
   // Learn a free port, then leave it closed for a while.
-  const probe = createServer().listen(0, '127.0.0.1');
-  await new Promise((r) => probe.once('listening', r));
-  const port = (probe.address() as { port: number }).port;
-  await new Promise((r) => probe.close(r));
+  const port = await freePort();
   const node1 = new TestNode(port, joinRequest(two, 1));
   await sleep(300);
   const coordinator = await startCoordinator(two, port);
@@ -297,10 +295,7 @@ test('a node that failed before joining fails the starting group at once, naming
 });
 
 test('a failure report to a node 0 that is not up comes back false, in bounded time', async () => {
-  const probe = createServer().listen(0, '127.0.0.1');
-  await new Promise((r) => probe.once('listening', r));
-  const port = (probe.address() as { port: number }).port;
-  await new Promise((r) => probe.close(r));
+  const port = await freePort();
   const t0 = Date.now();
   const sent = await reportStartupFailure({ host: '127.0.0.1', port, nodeRank: 1, hostName: 'h', error: { name: 'E', code: 'E_X', message: 'x' }, timing: FAST, timeoutMs: 1000 });
   assert.is(sent, false);
