@@ -38,7 +38,9 @@ static __thread struct ctx* ctxStack[16];
 static __thread int ctxDepth;
 static int initialised;
 
-struct alloc { char* base; size_t bytes; int device; int kind; char name[64]; int live; int imported; };
+// device: for host memory, the device of the context it was pinned in; portable: pinned for
+// every context (CU_MEMHOSTALLOC_PORTABLE / CU_MEMHOSTREGISTER_PORTABLE, both 0x01).
+struct alloc { char* base; size_t bytes; int device; int kind; char name[64]; int live; int imported; int portable; };
 enum { K_DEVICE = 1, K_PINNED = 2, K_REGISTERED = 3 };
 static struct alloc allocs[4096];
 static int nallocs;
@@ -221,6 +223,8 @@ CUresult cuMemHostAlloc(void** p, size_t bytes, unsigned flags) {
   a->base = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   a->bytes = bytes;
   a->kind = K_PINNED;
+  a->device = current()->device;
+  a->portable = flags & 0x01;
   *p = a->base;
   pthread_mutex_unlock(&lock);
   return OK;
@@ -251,6 +255,8 @@ CUresult cuMemHostRegister_v2(void* p, size_t bytes, unsigned flags) {
   a->base = p;
   a->bytes = bytes;
   a->kind = K_REGISTERED;
+  a->device = current()->device;
+  a->portable = flags & 0x01;
   // Pinning faults every page in; a window past the end of its file would SIGBUS here.
   volatile char sum = 0;
   for (size_t i = 0; i < bytes; i += 4096) sum += ((volatile char*)p)[i];
@@ -343,8 +349,12 @@ static CUresult queue(struct stream* s, char* dst, const char* src, size_t width
   size_t srcSpan = (height - 1) * spitch + width, dstSpan = (height - 1) * dpitch + width;
   struct alloc* d = findAlloc(dst, dstSpan, K_DEVICE);
   CUresult r = OK;
+  struct alloc* h = findAlloc(src, srcSpan, K_PINNED);
+  if (!h) h = findAlloc(src, srcSpan, K_REGISTERED);
   if (!d || d->device != current()->device || s->device != current()->device) r = E_INVALID_VALUE;
-  else if (!findAlloc(src, srcSpan, K_PINNED) && !findAlloc(src, srcSpan, K_REGISTERED)) die("async copy from pageable (unpinned) host memory");
+  else if (!h) die("async copy from pageable (unpinned) host memory");
+  // The real driver treats such memory as pageable in other contexts: a slow, synchronous copy.
+  else if (!h->portable && h->device != current()->device) die("async copy from host memory pinned for another context, not PORTABLE");
   else if (s->nops == MAX_OPS) die("too many queued copies on one stream");
   else s->ops[s->nops++] = (struct op){dst, src, width, height, spitch, dpitch, ++s->seq, 0};
   pthread_mutex_unlock(&lock);
