@@ -159,6 +159,16 @@ class DeviceWrap : public Napi::ObjectWrap<DeviceWrap> {
       else if (mode == "register") opts.mode = FillMode::Register;
       else throw Napi::RangeError::New(env, "mode must be 'pread' or 'register', got '" + mode + "'");
     }
+    if (o.Has("group") && !o.Get("group").IsUndefined()) {
+      if (!o.Get("group").IsObject()) throw Napi::TypeError::New(env, "group must be { id: string, size: number }");
+      Napi::Object g = o.Get("group").As<Napi::Object>();
+      opts.groupId = toStr(g.Get("id"), "group.id");
+      uint64_t size = toU64(g.Get("size"), "group.size");
+      if (opts.groupId.empty() || size < 1 || size > 1024) {
+        throw Napi::RangeError::New(env, "group needs a non-empty id and a size from 1 to 1024, got size " + std::to_string(size));
+      }
+      opts.groupSize = static_cast<unsigned>(size);
+    }
     job_.reset();
     job_ = std::make_unique<FillJob>(device_, std::move(files), std::move(ops), opts);
     return env.Undefined();

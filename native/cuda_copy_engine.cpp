@@ -6,11 +6,13 @@
 #include <algorithm>
 #include <cerrno>
 #include <condition_variable>
+#include <map>
 #include <memory>
 #include <mutex>
 
 #include "cuda_resources.h"
 #include "file_reader.h"
+#include "fill_windows.h"
 
 namespace weightd {
 
@@ -25,43 +27,6 @@ constexpr uint64_t kMinSlotBytes = 1ull << 20;
 constexpr uint64_t kMaxSlotsPerLane = 2;
 
 uint64_t alignDown(uint64_t v, uint64_t a) { return v / a * a; }
-
-// One copy from one contiguous span of a file: `rows` rows of `rowBytes`, `srcPitch` apart from
-// `srcOffset`, written densely at `dst`.
-struct Transfer {
-  uint32_t file;
-  uint64_t srcOffset;
-  uint64_t rows;
-  uint64_t rowBytes;
-  uint64_t srcPitch;
-  CUdeviceptr dst;
-  uint64_t span() const { return (rows - 1) * srcPitch + rowBytes; }
-  uint64_t payload() const { return rows * rowBytes; }
-};
-
-// Cuts a chunk into transfers whose source span fits in `capacity`. splitIntoChunks keeps each
-// chunk's span within the chunk size except for a single row longer than it, which goes in
-// contiguous pieces.
-template <typename F>
-void forEachTransfer(const CopyOp& op, const Chunk& c, CUdeviceptr segmentBase, uint64_t capacity, F&& f) {
-  CUdeviceptr dst = segmentBase + op.dstOffset;
-  if (op.rows <= 1) {
-    f(Transfer{op.file, op.srcOffset + c.byteStart, 1, c.byteCount, c.byteCount, dst + c.byteStart});
-    return;
-  }
-  Transfer t{op.file, op.srcOffset + c.firstRow * op.srcPitch, c.rowCount, op.rowBytes, op.srcPitch,
-             dst + c.firstRow * op.rowBytes};
-  if (t.span() <= capacity) {
-    f(t);
-    return;
-  }
-  for (uint64_t r = c.firstRow; r < c.firstRow + c.rowCount; ++r) {
-    for (uint64_t b = 0; b < op.rowBytes; b += capacity) {
-      uint64_t n = std::min(capacity, op.rowBytes - b);
-      f(Transfer{op.file, op.srcOffset + r * op.srcPitch + b, 1, n, n, dst + r * op.rowBytes + b});
-    }
-  }
-}
 
 // A read-only mapping of part of a file.
 class FileMapping {
@@ -96,8 +61,9 @@ class PinnedFileWindow {
  public:
   PinnedFileWindow(int fd, const std::string& path, uint64_t offset, uint64_t length)
       : mapping_(fd, path, offset, length) {
-    // READ_ONLY: the mapping is PROT_READ, and the device only reads it.
-    cudaDriver().cuMemHostRegister_v2(mapping_.data(), length, CU_MEMHOSTREGISTER_READ_ONLY);
+    // READ_ONLY: the mapping is PROT_READ, and the device only reads it. PORTABLE: every
+    // member's context copies from it.
+    cudaDriver().cuMemHostRegister_v2(mapping_.data(), length, CU_MEMHOSTREGISTER_READ_ONLY | CU_MEMHOSTREGISTER_PORTABLE);
     registration_ = Unique<void*, unregisterHost>(mapping_.data());
   }
   const char* data() const { return mapping_.data(); }
@@ -108,22 +74,22 @@ class PinnedFileWindow {
 };
 
 struct Slot {
-  Event copied;
   PinnedHostMemory staging;                  // pread mode
-  std::unique_ptr<PinnedFileWindow> window;  // register mode: what the queued copy reads
-  uint64_t pendingBytes = 0;                 // queued on the device, not yet counted in progress
+  std::unique_ptr<PinnedFileWindow> window;  // register mode: what the queued copies read
+  std::vector<Event> copied;                 // per member: recorded after its copies from this slot
+  std::vector<uint64_t> pendingBytes;        // per member: queued, not yet counted in progress
 };
 
 struct Lane {
-  // Declared before the stream so that they are destroyed after it: the stream's destructor
-  // drains the copies that may still read their buffers and windows.
+  // Slots are declared before the streams so that they are destroyed after them: a stream's
+  // destructor drains the copies that may still read the slots' buffers and windows.
   std::vector<Slot> slots;
-  Stream stream;
+  std::vector<Stream> streams;  // per member, created in that member's context
   size_t next = 0;
 };
 
-// Lanes handed to reader threads one chunk at a time. There are as many lanes as threads, so a
-// thread never waits here; the lock only keeps two threads off one stream.
+// Lanes handed to reader threads one window at a time. There are as many lanes as threads, so
+// a thread never waits here; the lock only keeps two threads off one lane's streams.
 class LanePool {
  public:
   explicit LanePool(std::vector<std::unique_ptr<Lane>> lanes) : all_(std::move(lanes)) {
@@ -143,7 +109,7 @@ class LanePool {
     }
     available_.notify_one();
   }
-  const std::vector<std::unique_ptr<Lane>>& all() const { return all_; }
+  std::vector<std::unique_ptr<Lane>>& all() { return all_; }
 
  private:
   std::vector<std::unique_ptr<Lane>> all_;
@@ -164,16 +130,6 @@ class LaneLease {
   LanePool& pool_;
   Lane* lane_;
 };
-
-// Waits for the copy that reads this slot, counts its bytes as landed, and frees the slot.
-void retire(Slot& slot, FillProgress& progress) {
-  if (slot.pendingBytes) {
-    cudaDriver().cuEventSynchronize(slot.copied.get());
-    progress.bytes += slot.pendingBytes;
-    slot.pendingBytes = 0;
-  }
-  slot.window.reset();
-}
 
 // Reads a file from the block-aligned `start` through at least `neededEnd` into `dst`, through
 // its O_DIRECT descriptor and in whole blocks (the file's last block may be short).
@@ -199,12 +155,55 @@ void readDirect(const FileSet& files, uint32_t file, int fd, char* dst, uint64_t
   }
 }
 
+DeviceError about(const CudaFillTarget& target, const DeviceError& e) {
+  return DeviceError(e.code(), target.label.empty() ? e.what() : target.label + ": " + e.what());
+}
+
+// The members' file lists merged by path: each file is opened once however many members read it.
+struct NodeFiles {
+  std::vector<std::string> paths;
+  std::vector<std::vector<uint32_t>> renumber;  // per member: its file index -> index in paths
+};
+
+NodeFiles mergeFiles(const std::vector<FillMember>& members) {
+  NodeFiles out;
+  std::map<std::string, uint32_t> index;
+  for (const FillMember& m : members) {
+    std::vector<uint32_t> renumber;
+    for (const std::string& path : *m.files) {
+      auto [it, added] = index.emplace(path, static_cast<uint32_t>(out.paths.size()));
+      if (added) out.paths.push_back(path);
+      renumber.push_back(it->second);
+    }
+    out.renumber.push_back(std::move(renumber));
+  }
+  return out;
+}
+
+// A member's ops with their file indexes moved into the merged list, checked against the files
+// and the member's segments before any byte moves.
+std::vector<CopyOp> nodeOps(const FillMember& m, const std::vector<uint32_t>& renumber, const FileSet& files) {
+  std::vector<CopyOp> ops = *m.ops;
+  try {
+    for (size_t i = 0; i < ops.size(); ++i) {
+      if (ops[i].file >= renumber.size()) {
+        throw DeviceError("E_BAD_PLAN", "copy op " + std::to_string(i) + " names file " + std::to_string(ops[i].file) + " of " +
+                                            std::to_string(renumber.size()));
+      }
+      ops[i].file = renumber[ops[i].file];
+    }
+    validateOps(ops, files, m.target.segmentBytes);
+  } catch (const DeviceError& e) {
+    throw about(m.target, e);
+  }
+  return ops;
+}
+
 class CopyEngine {
  public:
-  CopyEngine(const CudaFillTarget& target, const std::vector<std::string>& files, const std::vector<CopyOp>& ops,
-             const FillOptions& options)
-      : target_(target), files_(files, options.direct && options.mode == FillMode::Pread), ops_(ops), options_(options) {
-    validateOps(ops_, files_, target_.segmentBytes);
+  CopyEngine(const std::vector<FillMember>& members, const NodeFiles& node, const FillOptions& options)
+      : members_(members), files_(node.paths, options.direct && options.mode == FillMode::Pread), options_(options) {
+    for (size_t m = 0; m < members_.size(); ++m) ops_.push_back(nodeOps(members_[m], node.renumber[m], files_));
     uint64_t staging = std::max(options.stagingBytes, kMinSlotBytes);
     slotBytes_ = std::clamp(options.chunkBytes, kMinSlotBytes, std::max(kMinSlotBytes, staging / 2));
     lanes_ = static_cast<unsigned>(std::clamp<uint64_t>(options.threads, 1, std::max<uint64_t>(1, staging / (2 * slotBytes_))));
@@ -214,21 +213,32 @@ class CopyEngine {
     pageSize_ = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
   }
 
-  void run(FillProgress& progress) {
-    std::vector<Chunk> chunks = splitIntoChunks(ops_, capacity_);
-    ScopedContext current(target_.context);
+  void run() {
+    std::vector<const std::vector<CopyOp>*> ops;
+    for (auto& o : ops_) ops.push_back(&o);
+    std::vector<FillWindow> windows = planWindows(ops, capacity_);
+    // Host memory is pinned and registered with the first member's context current, and
+    // PORTABLE, so that every member's context copies from it as pinned memory.
+    ScopedContext base(members_[0].target.context);
     LanePool pool(makeLanes());
-    runChunks(chunks.size(), lanes_, progress, [&](size_t i) {
-      ScopedContext onThisThread(target_.context);
-      LaneLease lane(pool);
-      const Chunk& c = chunks[i];
-      const CopyOp& op = ops_[c.op];
-      forEachTransfer(op, c, target_.segmentBases[op.segment], capacity_,
-                      [&](const Transfer& t) { send(*lane, t, progress); });
-    });
-    for (auto& lane : pool.all()) {
-      for (auto& slot : lane->slots) retire(slot, progress);
+    FillProgress control;  // cancel: this fill's own; set when any member is cancelled or fails
+    try {
+      runChunks(windows.size(), lanes_, control, [&](size_t i) {
+        for (const FillMember& m : members_) {
+          if (m.progress->cancel.load(std::memory_order_relaxed)) throw DeviceError("E_FILL_CANCELLED", "fill cancelled before it finished");
+        }
+        ScopedContext onThisThread(members_[0].target.context);
+        LaneLease lane(pool);
+        send(*lane, windows[i]);
+      });
+      for (auto& lane : pool.all()) {
+        for (auto& slot : lane->slots) retire(slot);
+      }
+    } catch (...) {
+      destroyLanes(pool);
+      throw;
     }
+    destroyLanes(pool);
   }
 
  private:
@@ -236,62 +246,108 @@ class CopyEngine {
     std::vector<std::unique_ptr<Lane>> lanes;
     for (unsigned l = 0; l < lanes_; ++l) {
       auto lane = std::make_unique<Lane>();
-      lane->stream = createStream();
       lane->slots.resize(slotsPerLane_);
       for (auto& slot : lane->slots) {
-        slot.copied = createEvent();
+        slot.pendingBytes.assign(members_.size(), 0);
         if (options_.mode == FillMode::Pread) slot.staging = allocatePinnedHost(slotBytes_);
+      }
+      for (const FillMember& m : members_) {
+        ScopedContext current(m.target.context);
+        lane->streams.push_back(createStream());
+        for (auto& slot : lane->slots) slot.copied.push_back(createEvent());
       }
       lanes.push_back(std::move(lane));
     }
     return lanes;
   }
 
-  void send(Lane& lane, const Transfer& t, FillProgress& progress) {
-    Slot& slot = lane.slots[lane.next++ % lane.slots.size()];
-    retire(slot, progress);
-    const char* src = options_.mode == FillMode::Register ? pinWindow(slot, t) : stage(slot, t);
-    const CudaDriver& drv = cudaDriver();
-    if (t.rows == 1) {
-      drv.cuMemcpyHtoDAsync_v2(t.dst, src, t.rowBytes, lane.stream.get());
-    } else {
-      CUDA_MEMCPY2D copy{};
-      copy.srcMemoryType = CU_MEMORYTYPE_HOST;
-      copy.srcHost = src;
-      copy.srcPitch = t.srcPitch;
-      copy.dstMemoryType = CU_MEMORYTYPE_DEVICE;
-      copy.dstDevice = t.dst;
-      copy.dstPitch = t.rowBytes;
-      copy.WidthInBytes = t.rowBytes;
-      copy.Height = t.rows;
-      drv.cuMemcpy2DAsync_v2(&copy, lane.stream.get());
+  // Streams and events are destroyed in their own member's context (the stream's destructor
+  // drains its copies first), then the slots' host memory, in the first member's.
+  void destroyLanes(LanePool& pool) {
+    for (auto& lane : pool.all()) {
+      for (size_t m = 0; m < members_.size() && m < lane->streams.size(); ++m) {
+        ScopedContext current(members_[m].target.context);
+        lane->streams[m].reset();
+        for (auto& slot : lane->slots) {
+          if (m < slot.copied.size()) slot.copied[m].reset();
+        }
+      }
+      lane->slots.clear();
     }
-    drv.cuEventRecord(slot.copied.get(), lane.stream.get());
-    slot.pendingBytes = t.payload();
   }
 
-  const char* stage(Slot& slot, const Transfer& t) {
+  // Waits for the copies that read this slot, counts their bytes as landed, and frees the slot.
+  void retire(Slot& slot) {
+    for (size_t m = 0; m < members_.size(); ++m) {
+      if (!slot.pendingBytes[m]) continue;
+      cudaDriver().cuEventSynchronize(slot.copied[m].get());
+      members_[m].progress->bytes += slot.pendingBytes[m];
+      slot.pendingBytes[m] = 0;
+    }
+    slot.window.reset();
+  }
+
+  void send(Lane& lane, const FillWindow& w) {
+    Slot& slot = lane.slots[lane.next++ % lane.slots.size()];
+    retire(slot);
+    const char* base = options_.mode == FillMode::Register ? pinWindow(slot, w) : stage(slot, w);
+    const CudaDriver& drv = cudaDriver();
+    // Pieces come ordered by member: one context switch and one event per member.
+    for (size_t i = 0; i < w.pieces.size();) {
+      const uint32_t m = w.pieces[i].member;
+      const FillMember& member = members_[m];
+      try {
+        ScopedContext current(member.target.context);
+        for (; i < w.pieces.size() && w.pieces[i].member == m; ++i) {
+          const WindowPiece& p = w.pieces[i];
+          const char* src = base + (p.srcOffset - w.start);
+          CUdeviceptr dst = member.target.segmentBases[p.segment] + p.dstOffset;
+          if (p.rows == 1) {
+            drv.cuMemcpyHtoDAsync_v2(dst, src, p.rowBytes, lane.streams[m].get());
+          } else {
+            CUDA_MEMCPY2D copy{};
+            copy.srcMemoryType = CU_MEMORYTYPE_HOST;
+            copy.srcHost = src;
+            copy.srcPitch = p.srcPitch;
+            copy.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+            copy.dstDevice = dst;
+            copy.dstPitch = p.rowBytes;
+            copy.WidthInBytes = p.rowBytes;
+            copy.Height = p.rows;
+            drv.cuMemcpy2DAsync_v2(&copy, lane.streams[m].get());
+          }
+          slot.pendingBytes[m] += p.payload();
+        }
+        drv.cuEventRecord(slot.copied[m].get(), lane.streams[m].get());
+      } catch (const DeviceError& e) {
+        throw about(member.target, e);
+      }
+    }
+  }
+
+  // Reads the window into the slot's staging buffer; returns where byte w.start landed.
+  const char* stage(Slot& slot, const FillWindow& w) {
     char* buf = static_cast<char*>(slot.staging.get());
-    int fd = options_.direct ? files_.directFd(t.file) : -1;
+    int fd = options_.direct ? files_.directFd(w.file) : -1;
     if (fd < 0) {
-      files_.readFull(t.file, buf, t.span(), t.srcOffset);
+      files_.readFull(w.file, buf, w.end - w.start, w.start);
       return buf;
     }
-    uint64_t start = alignDown(t.srcOffset, kDirectAlign);
-    readDirect(files_, t.file, fd, buf, start, t.srcOffset + t.span());
-    return buf + (t.srcOffset - start);
+    uint64_t start = alignDown(w.start, kDirectAlign);
+    readDirect(files_, w.file, fd, buf, start, w.end);
+    return buf + (w.start - start);
   }
 
-  const char* pinWindow(Slot& slot, const Transfer& t) {
-    uint64_t start = alignDown(t.srcOffset, pageSize_);
-    uint64_t end = alignUp(t.srcOffset + t.span(), pageSize_);
-    slot.window = std::make_unique<PinnedFileWindow>(files_.fd(t.file), files_.path(t.file), start, end - start);
-    return slot.window->data() + (t.srcOffset - start);
+  const char* pinWindow(Slot& slot, const FillWindow& w) {
+    uint64_t start = alignDown(w.start, pageSize_);
+    uint64_t end = alignUp(w.end, pageSize_);
+    slot.window = std::make_unique<PinnedFileWindow>(files_.fd(w.file), files_.path(w.file), start, end - start);
+    return slot.window->data() + (w.start - start);
   }
 
-  const CudaFillTarget& target_;
+  const std::vector<FillMember>& members_;
   FileSet files_;
-  const std::vector<CopyOp>& ops_;
+  std::vector<std::vector<CopyOp>> ops_;  // per member, numbered into files_
   FillOptions options_;
   uint64_t slotBytes_ = 0;
   unsigned lanes_ = 1;
@@ -302,9 +358,9 @@ class CopyEngine {
 
 }  // namespace
 
-void cudaFill(const CudaFillTarget& target, const std::vector<std::string>& files, const std::vector<CopyOp>& ops,
-              const FillOptions& options, FillProgress& progress) {
-  CopyEngine(target, files, ops, options).run(progress);
+void cudaFill(const std::vector<FillMember>& members, const FillOptions& options) {
+  if (members.empty()) return;
+  CopyEngine(members, mergeFiles(members), options).run();
 }
 
 }  // namespace weightd

@@ -1,13 +1,17 @@
-// The copy engine of the CUDA backend: checkpoint bytes from files to device memory at the
-// speed of the host-to-device link, with a bounded amount of pinned host memory.
+// The copy engine of the CUDA backend: checkpoint bytes from files to the memory of one or more
+// GPUs at the speed of the host-to-device links, with a bounded amount of pinned host memory.
 //
-// Reader threads (runChunks) each own a lane: a stream and a few slots. A slot is one pinned
-// staging buffer (pread mode) or one pinned window of the mapped file (register mode) plus the
-// event that says when the copy reading it has finished. A thread fills a slot, queues the copy
-// on its stream and moves to its next slot, so disk or page-cache reads overlap the DMA of the
-// previous chunk; it waits for a slot's event only when it comes round to that slot again.
-// Strided (row-parallel) chunks move as one 2D copy from the contiguous source span of their
-// rows, so there is no CPU gather.
+// Reads are planned per file window (fill_windows.h), not per tensor: a window is read once and
+// copied from the same buffer to every GPU that needs part of it, so a node filling several GPUs
+// reads replicated tensors and the shared spans of row-parallel slices once, not once per GPU.
+//
+// Reader threads (runChunks) each own a lane: a stream per GPU and two slots. A slot is one
+// pinned staging buffer (pread mode) or one pinned window of the mapped file (register mode) plus,
+// per GPU, the event that says when the copies reading it have finished. A thread fills a slot,
+// queues its copies and moves to its other slot, so disk or page-cache reads overlap the DMA of
+// the previous window; it waits for a slot's events only when it comes round to that slot again.
+// Strided (row-parallel) pieces move as one 2D copy from the contiguous span of their rows, so
+// there is no CPU gather.
 #pragma once
 #include <cuda.h>
 
@@ -22,12 +26,22 @@ struct CudaFillTarget {
   CUcontext context = nullptr;
   std::vector<CUdeviceptr> segmentBases;
   std::vector<uint64_t> segmentBytes;
+  std::string label;  // "GPU 1 (GPU-uuid)": prefixes errors that concern this target
 };
 
-// Runs on the calling thread plus options.threads - 1 more, each with `context` current while it
-// works. Adds to progress.bytes as copies complete on the device; stops on progress.cancel.
-// Returns only after every queued copy has finished (or, on failure, been drained).
-void cudaFill(const CudaFillTarget& target, const std::vector<std::string>& files, const std::vector<CopyOp>& ops,
-              const FillOptions& options, FillProgress& progress);
+// One GPU's share of a fill: its arena, its files and ops (op.file indexes `files`) and where
+// its landed bytes are counted.
+struct FillMember {
+  CudaFillTarget target;
+  const std::vector<std::string>* files = nullptr;
+  const std::vector<CopyOp>* ops = nullptr;
+  FillProgress* progress = nullptr;
+};
+
+// Fills every member's arena in one pass over the files, on the calling thread plus
+// options.threads - 1 more. Adds to each member's progress.bytes as its copies complete on its
+// device; stops when any member's progress.cancel is set. Returns only after every queued copy
+// has finished (or, on failure, been drained). An error in any member fails the whole fill.
+void cudaFill(const std::vector<FillMember>& members, const FillOptions& options);
 
 }  // namespace weightd

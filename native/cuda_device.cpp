@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "cuda_copy_engine.h"
+#include "cuda_fill_group.h"
 #include "cuda_ipc.h"
 
 namespace weightd {
@@ -37,9 +38,11 @@ auto CudaDevice::onDevice(Fn fn) -> decltype(fn()) {
   try {
     return fn();
   } catch (const DeviceError& e) {
-    throw DeviceError(e.code(), "GPU " + std::to_string(index_) + " (" + identity_.uuid + "): " + e.what());
+    throw DeviceError(e.code(), label() + ": " + e.what());
   }
 }
+
+std::string CudaDevice::label() const { return "GPU " + std::to_string(index_) + " (" + identity_.uuid + ")"; }
 
 CUcontext CudaDevice::contextLocked() {
   if (!context_) context_ = std::make_unique<PrimaryContext>(index_);
@@ -95,19 +98,28 @@ void CudaDevice::allocate(const std::vector<uint64_t>& segmentBytes) {
 
 void CudaDevice::fill(const std::vector<std::string>& files, const std::vector<CopyOp>& ops, const FillOptions& options,
                       FillProgress& progress) {
-  CudaFillTarget target;
+  FillMember self;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (segments_.empty()) throw DeviceError("E_NOT_ALLOCATED", "fill before allocate on device " + identity_.uuid);
-    target.context = contextLocked();
+    self.target.context = contextLocked();
+    self.target.label = label();
     for (auto& s : segments_) {
-      target.segmentBases.push_back(s.memory.get());
-      target.segmentBytes.push_back(s.bytes);
+      self.target.segmentBases.push_back(s.memory.get());
+      self.target.segmentBytes.push_back(s.bytes);
     }
   }
+  self.files = &files;
+  self.ops = &ops;
+  self.progress = &progress;
   // The lock is not held while copying: the bindings refuse every other call on a filling
-  // device, and info() must not wait minutes behind a fill.
-  onDevice([&] { cudaFill(target, files, ops, options, progress); });
+  // device, and info() must not wait minutes behind a fill. The engine names the GPU in the
+  // errors that concern one (a group's fill may fail on another member's GPU).
+  if (options.groupSize > 1) {
+    fillInGroup(options.groupId, options.groupSize, self, options);
+  } else {
+    cudaFill({self}, options);
+  }
 }
 
 std::vector<SegmentExport> CudaDevice::exportSegments() {

@@ -34,6 +34,8 @@ class CudaDevice : public Device {
   // The context, retained on first use after construction or release().
   CUcontext contextLocked();
   void releaseLocked();
+  // "GPU 1 (GPU-uuid)": how errors name this device.
+  std::string label() const;
   // Runs `fn` and prefixes any DeviceError with which GPU it happened on.
   template <typename Fn>
   auto onDevice(Fn fn) -> decltype(fn());

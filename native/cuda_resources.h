@@ -58,9 +58,10 @@ inline DeviceMemory allocateDeviceMemory(uint64_t bytes) {
   return DeviceMemory(p);
 }
 
+// PORTABLE: pinned for every context in the process, so one staging buffer feeds several GPUs.
 inline PinnedHostMemory allocatePinnedHost(uint64_t bytes) {
   void* p = nullptr;
-  cudaDriver().cuMemHostAlloc(&p, bytes, 0);
+  cudaDriver().cuMemHostAlloc(&p, bytes, CU_MEMHOSTALLOC_PORTABLE);
   return PinnedHostMemory(p);
 }
 

@@ -55,6 +55,10 @@ struct FillOptions {
   uint64_t stagingBytes = 32ull << 20;  // bound on pinned host memory (cuda)
   bool direct = false;                  // O_DIRECT reads where the file system allows
   FillMode mode = FillMode::Pread;      // cuda only
+  // cuda only: fills of one process naming the same group id, groupSize of them, share one
+  // pass over the files (cuda_fill_group.h). 0 or 1: this device fills alone.
+  std::string groupId;
+  unsigned groupSize = 0;
 };
 
 // Shared between a running fill and whoever watches it. Readers add bytes as they land;

@@ -40,6 +40,11 @@ export interface FillOptions {
   direct?: boolean;
   /** cuda only; default 'pread'. */
   mode?: FillMode;
+  /**
+   * cuda only: fills in this process naming the same id, `size` of them, share one pass over
+   * the files; each waits until all have started (see native/cuda_fill_group.h).
+   */
+  group?: { id: string; size: number };
 }
 
 export interface NativeFillStatus {

@@ -69,6 +69,45 @@ function check(device: DeviceHandle, fx: Fixture): void {
   });
 }
 
+interface Member {
+  paths: string[];
+  ops: CopyOp[];
+}
+
+/**
+ * Two tensor-parallel-like ranks over the fixture's files: GPU 1 lists the files the other way
+ * round. Each gets a replicated tensor, its half of a column split, its interleaved half of a
+ * row split (strided), and GPU 0 alone a strided op with rows longer than a window.
+ */
+function groupMembers(fx: Fixture): Member[] {
+  const op = (file: number, segment: number, srcOffset: number, dstOffset: number, rows: number, rowBytes: number, srcPitch = 0): CopyOp =>
+    ({ file, segment, srcOffset, dstOffset, rows, rowBytes, srcPitch });
+  const rank = (k: number): CopyOp[] => [
+    op(0, 0, 13, 0, 1, 5_000_000),
+    op(0, 1, 5_000_013 + k * 2_000_000, 0, 1, 2_000_000),
+    op(1, 0, 3 + k * 500, 5_000_192, 1000, 500, 1000),
+    op(1, 1, 1_000_003 + k * 1024, 2_000_192, 900, 1024, 2048),
+    ...(k === 0 ? [op(0, 1, 100, 3_000_192, 2, 1_500_000, 4_000_000)] : []),
+    op(1, 0, fx.data[1]!.length - 1, 5_600_000, 1, 1),
+  ];
+  const m0 = { paths: fx.paths, ops: rank(0) };
+  const swap = (f: number) => 1 - f;
+  const m1 = { paths: [fx.paths[1]!, fx.paths[0]!], ops: rank(1).map((o) => ({ ...o, file: swap(o.file) })) };
+  return [m0, m1];
+}
+
+function checkMember(device: DeviceHandle, m: Member): void {
+  m.ops.forEach((op, i) => {
+    const want = expectedBytes(readFileSync(m.paths[op.file]!), op);
+    const got = device.read(op.segment, op.dstOffset, want.length);
+    if (!got.equals(want)) {
+      let at = 0;
+      while (got[at] === want[at]) at++;
+      throw new Error(`op ${i} (${JSON.stringify(op)}) differs at byte ${at}`);
+    }
+  });
+}
+
 const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
   async probe() {
     return { probe: cudaProbe(), slots: cudaDevices() };
@@ -140,6 +179,87 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
       check(device, fx);
       device.release();
       device.release();
+      return codes;
+    } finally {
+      rmSync(fx.dir, { recursive: true, force: true });
+    }
+  },
+
+  /**
+   * Two GPUs filled as one group (one pass over the files): replicated, column-split and
+   * row-split (interleaved strided) ops, a row longer than a window, the members' file lists in
+   * different orders; every mode, small windows (rows cut at window edges) and the defaults.
+   */
+  async group() {
+    const fx = makeFixture();
+    try {
+      const [d0, d1] = [0, 1].map((i) => new DeviceHandle('cuda', i));
+      const members = groupMembers(fx);
+      d0!.allocate(fx.segments);
+      d1!.allocate(fx.segments);
+      const small = { threads: 3, chunkBytes: MiB, stagingBytes: 4 * MiB };
+      const runs = [];
+      for (const options of [
+        { ...small, mode: 'pread' as const },
+        { ...small, mode: 'pread' as const, direct: true },
+        { ...small, mode: 'register' as const },
+        { threads: 1, chunkBytes: MiB, stagingBytes: MiB },
+        {},
+      ]) {
+        const group = { id: `group-${runs.length}`, size: 2 };
+        const results = await Promise.all([d0!, d1!].map((d, i) => d.fill(members[i]!.paths, members[i]!.ops, 0, { ...options, group })));
+        results.forEach((r, i) => {
+          if (r.bytes !== payload(members[i]!.ops)) throw new Error(`GPU ${i} reported ${r.bytes} bytes, expected ${payload(members[i]!.ops)}`);
+        });
+        checkMember(d0!, members[0]!);
+        checkMember(d1!, members[1]!);
+        runs.push(options);
+      }
+      d0!.release();
+      d1!.release();
+      return { runs: runs.length };
+    } finally {
+      rmSync(fx.dir, { recursive: true, force: true });
+    }
+  },
+
+  /** A group's failures: sizes that disagree, a member cancelled while waiting, a bad op in one. */
+  async groupErrors() {
+    const fx = makeFixture();
+    const codes: Record<string, string> = {};
+    const capture = async (name: string, fill: Promise<unknown>) => {
+      try {
+        await fill;
+        codes[name] = 'no error';
+      } catch (err) {
+        const e = err as Error & { code?: string };
+        codes[name] = `${e.code ?? ''}: ${e.message}`;
+      }
+    };
+    try {
+      const [d0, d1] = [0, 1].map((i) => new DeviceHandle('cuda', i));
+      const members = groupMembers(fx);
+      d0!.allocate(fx.segments);
+      d1!.allocate(fx.segments);
+      const fill = (d: DeviceHandle, i: number, group: { id: string; size: number }, ops = members[i]!.ops) =>
+        d.fill(members[i]!.paths, ops, 0, { group });
+      const waiting = fill(d0!, 0, { id: 'sizes', size: 2 });
+      await capture('sizes', fill(d1!, 1, { id: 'sizes', size: 3 }));
+      d0!.cancelFill();
+      await capture('cancelWhileWaiting', waiting);
+      await capture('lateMember', fill(d1!, 1, { id: 'sizes', size: 2 }));
+      // GPU 1 lists fixture file 0 second: its op 0 reads that file.
+      const pastEnd = [...members[1]!.ops, { ...members[1]!.ops[0]!, srcOffset: fx.data[0]!.length - 10 }];
+      await Promise.all([
+        capture('badOpOther', fill(d0!, 0, { id: 'bad', size: 2 })),
+        capture('badOpOwn', fill(d1!, 1, { id: 'bad', size: 2 }, pastEnd)),
+      ]);
+      // Both devices still fill correctly afterwards.
+      await Promise.all([fill(d0!, 0, { id: 'after', size: 2 }), fill(d1!, 1, { id: 'after', size: 2 })]);
+      checkMember(d0!, members[0]!);
+      checkMember(d1!, members[1]!);
+      d0!.release();
+      d1!.release();
       return codes;
     } finally {
       rmSync(fx.dir, { recursive: true, force: true });

@@ -1,0 +1,98 @@
+#include "cuda_fill_group.h"
+
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+
+namespace weightd {
+
+namespace {
+
+// How often a waiting member looks at its own cancel flag: a worker thread being torn down
+// cancels its fill and joins the thread that waits here.
+constexpr auto kCancelPoll = std::chrono::milliseconds(20);
+
+struct Group {
+  unsigned size = 0;
+  std::vector<FillMember> members;
+  bool running = false;
+  bool finished = false;
+  std::string abandonedBy;  // set when a member left before the fill started
+  std::exception_ptr error;
+};
+
+std::mutex registryMutex;
+std::condition_variable registryChanged;
+std::map<std::string, std::shared_ptr<Group>> groups;
+
+DeviceError groupError(const std::string& code, const std::string& id, const std::string& what) {
+  return DeviceError(code, "fill group " + id + ": " + what);
+}
+
+}  // namespace
+
+void fillInGroup(const std::string& id, unsigned size, const FillMember& self, const FillOptions& options) {
+  std::unique_lock<std::mutex> lock(registryMutex);
+  std::shared_ptr<Group>& slot = groups[id];
+  if (!slot) {
+    slot = std::make_shared<Group>();
+    slot->size = size;
+  }
+  std::shared_ptr<Group> g = slot;
+  if (g->size != size) {
+    throw groupError("E_BAD_GROUP", id, "joined as one of " + std::to_string(size) + " members, but it has " + std::to_string(g->size));
+  }
+  if (!g->abandonedBy.empty()) {
+    throw groupError("E_FILL_CANCELLED", id, g->abandonedBy + " was cancelled before the group's fill started");
+  }
+  if (g->running || g->finished) throw groupError("E_BAD_GROUP", id, "already has its " + std::to_string(size) + " members");
+  g->members.push_back(self);
+  if (g->members.size() == g->size) {
+    // The last to arrive runs the fill for everyone.
+    g->running = true;
+    lock.unlock();
+    std::exception_ptr error;
+    try {
+      cudaFill(g->members, options);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    lock.lock();
+    g->running = false;
+    g->finished = true;
+    g->error = error;
+    // The waiting members hold the group itself; the id is retired (a later fill is a new group).
+    groups.erase(id);
+    registryChanged.notify_all();
+    if (error) std::rethrow_exception(error);
+    return;
+  }
+  // Wait for the others. The members' FillMember structs (and what they point to) live on the
+  // stacks of their callers, so no member returns while the fill runs: the fill sees a cancel
+  // through each member's own flag and stops.
+  for (;;) {
+    registryChanged.wait_for(lock, kCancelPoll);
+    if (g->finished) {
+      if (g->error) std::rethrow_exception(g->error);
+      return;
+    }
+    if (!g->abandonedBy.empty() && !g->running) {
+      throw groupError("E_FILL_CANCELLED", id, g->abandonedBy + " was cancelled before the group's fill started");
+    }
+    if (!g->running && self.progress->cancel.load()) {
+      g->abandonedBy = self.target.label.empty() ? "a member" : self.target.label;
+      for (auto it = g->members.begin(); it != g->members.end(); ++it) {
+        if (it->progress == self.progress) {
+          g->members.erase(it);
+          break;
+        }
+      }
+      registryChanged.notify_all();
+      throw DeviceError("E_FILL_CANCELLED", "fill cancelled before it finished");
+    }
+  }
+}
+
+}  // namespace weightd

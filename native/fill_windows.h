@@ -1,0 +1,45 @@
+// The reads of a CUDA fill, planned per file window instead of per copy op, so that bytes
+// several GPUs need (replicated tensors, the shared spans of row-parallel slices) are read from
+// the page cache once per node and copied from the same pinned buffer to every GPU.
+//
+// Every op's source span is marked on its file; overlapping or touching spans merge into
+// regions, and each region is cut into windows of at most `capacity` bytes. A window lists the
+// pieces of every member's ops that fall inside it: a contiguous piece, or a run of whole rows of
+// a strided op (one 2D copy), or the part of a row cut by the window's edge.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "device.h"
+
+namespace weightd {
+
+// One copy out of a window: `rows` rows of `rowBytes`, `srcPitch` apart in the file from
+// `srcOffset`, written densely at `dstOffset` of segment `segment` of member `member`.
+struct WindowPiece {
+  uint32_t member = 0;
+  uint32_t segment = 0;
+  uint64_t srcOffset = 0;
+  uint64_t dstOffset = 0;
+  uint64_t rows = 1;
+  uint64_t rowBytes = 0;
+  uint64_t srcPitch = 0;
+  uint64_t srcEnd() const { return srcOffset + (rows - 1) * srcPitch + rowBytes; }
+  uint64_t payload() const { return rows * rowBytes; }
+};
+
+// Bytes [start, end) of a file, the tightest range that covers its pieces (ordered by member).
+struct FillWindow {
+  uint32_t file = 0;
+  uint64_t start = 0;
+  uint64_t end = 0;
+  std::vector<WindowPiece> pieces;
+};
+
+// `memberOps[m]` are member m's ops, their `file` fields indexing one file list shared by every
+// member. Ops must already be validated (validateOps). `capacity` > 0 bounds each window.
+// With several members, neighbouring windows feed different members, so the threads that take
+// them in order keep every GPU's link busy at once.
+std::vector<FillWindow> planWindows(const std::vector<const std::vector<CopyOp>*>& memberOps, uint64_t capacity);
+
+}  // namespace weightd
