@@ -36,7 +36,7 @@ export interface NodeOptions {
   /** Host backend: directory of the shared-memory segment files (default /dev/shm). */
   shmDir?: string;
   /** Copy engine tuning. */
-  fill?: FillOptions;
+  fill?: Omit<FillOptions, 'group'>;
   /** How long to wait for every node at rendezvous. */
   rendezvousTimeoutMs?: number;
   /** Shared secret every node must present at rendezvous. */

@@ -2,6 +2,7 @@
 // daemon's rank actors do: fills on several GPUs run at once in one process. The main thread
 // sends every worker the same request and waits for all the replies.
 import { execFileSync } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
 import { closeSync, openSync, readFileSync, readSync, writeFileSync } from 'node:fs';
 import { Worker, isMainThread, parentPort, workerData } from 'node:worker_threads';
 
@@ -101,10 +102,15 @@ export class GpuFleet {
     return Promise.all(this.#workers.map((w) => this.#ask(w, op, args)));
   }
 
-  /** Fills every device at once; `wall` runs from the first request to the last reply. */
+  /**
+   * Fills every device at once; `wall` runs from the first request to the last reply. With
+   * `group: true` the devices fill as one group (one pass over the files), as the daemon's
+   * ranks on one node do.
+   */
   async fill(options) {
     const t0 = performance.now();
-    const devices = await this.all('fill', { options });
+    const group = options.group === true ? { id: randomUUID(), size: this.#workers.length } : undefined;
+    const devices = await this.all('fill', { options: group ? { ...options, group } : options });
     return { wall: (performance.now() - t0) / 1000, devices };
   }
 

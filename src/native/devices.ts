@@ -1,10 +1,11 @@
 // Which devices this node has, per backend. For host, ids come from WEIGHTD_HOST_DEVICES (a
 // comma-separated list, the host backend's CUDA_VISIBLE_DEVICES) so several simulated nodes on
 // one machine can have distinct, or on purpose equal, device ids.
+import { randomUUID } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { hostname, tmpdir } from 'node:os';
 import { DeviceError } from '../errors.js';
-import type { Backend } from './addon.js';
+import type { Backend, FillOptions } from './addon.js';
 import { cudaDevices, cudaProbe } from './cuda.js';
 
 export interface DeviceSlot {
@@ -66,4 +67,14 @@ function firstDevices(devices: DeviceSlot[], wanted: number, backend: Backend): 
     );
   }
   return devices.slice(0, wanted);
+}
+
+/**
+ * The fill options each rank of one node gets. Several GPUs fill as one group (one pass over the
+ * files, each window copied to every GPU that needs it: native/cuda_fill_group.h), so bytes that
+ * several ranks need are read from the page cache once. Host fills always run alone.
+ */
+export function nodeFillOptions(fill: FillOptions, devices: readonly DeviceSlot[], localRanks: number): FillOptions {
+  if (localRanks < 2 || !devices.every((d) => d.backend === 'cuda')) return fill;
+  return { ...fill, group: { id: randomUUID(), size: localRanks } };
 }

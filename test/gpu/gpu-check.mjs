@@ -2,7 +2,8 @@
 // Correctness of the cuda backend on real GPUs, against a safetensors checkpoint:
 //   1. tensor-parallel fills (tp=2: column slices contiguous, row-parallel slices strided) in
 //      pread, register and O_DIRECT modes are byte-identical to numpy's slices of the files;
-//      with two GPUs both ranks fill at once, as the daemon does;
+//      with two GPUs both ranks fill at once, each alone and as one group (one pass over the
+//      files, as the daemon fills a node's GPUs);
 //   2. an exported arena opened from Python (ctypes, cuIpcOpenMemHandle) and from the
 //      TypeScript client (CudaIpcSegment) in other processes holds the checkpoint's bytes.
 //   node test/gpu/gpu-check.mjs --ckpt DIR [--work DIR] [--out FILE]
@@ -64,7 +65,9 @@ try {
   for (const ranks of groups) {
     const fleet = await GpuFleet.open(ranks.map((rank, k) => ({ index: k, plan: plans[rank], expectedPath: expectedPaths[rank] })));
     try {
-      for (const options of [{ mode: 'pread' }, { mode: 'register' }, { mode: 'pread', direct: true }, { mode: 'pread', threads: 3, chunkBytes: 5 << 20, stagingBytes: 16 << 20 }]) {
+      const modes = [{ mode: 'pread' }, { mode: 'register' }, { mode: 'pread', direct: true }, { mode: 'pread', threads: 3, chunkBytes: 5 << 20, stagingBytes: 16 << 20 }];
+      // Both GPUs as one group too: one pass over the files, as the daemon fills a node's GPUs.
+      for (const options of ranks.length > 1 ? [...modes, ...modes.map((m) => ({ ...m, group: true }))] : modes) {
         const filled = await fleet.fill(options);
         const verified = await fleet.all('verify');
         ranks.forEach((rank, k) => {
