@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <thread>
 
 #include "cuda_resources.h"
 #include "file_reader.h"
@@ -206,17 +207,27 @@ class CopyEngine {
     for (size_t m = 0; m < members_.size(); ++m) ops_.push_back(nodeOps(members_[m], node.renumber[m], files_));
     uint64_t staging = std::max(options.stagingBytes, kMinSlotBytes);
     slotBytes_ = std::clamp(options.chunkBytes, kMinSlotBytes, std::max(kMinSlotBytes, staging / 2));
-    lanes_ = static_cast<unsigned>(std::clamp<uint64_t>(options.threads, 1, std::max<uint64_t>(1, staging / (2 * slotBytes_))));
-    slotsPerLane_ = std::clamp<uint64_t>(staging / (lanes_ * slotBytes_), 1, kMaxSlotsPerLane);
     // An O_DIRECT read covers whole blocks around its span: leave room for one at each end.
     capacity_ = slotBytes_ - (options.mode == FillMode::Pread && options.direct ? 2 * kDirectAlign : 0);
     pageSize_ = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+    std::vector<const std::vector<CopyOp>*> ops;
+    for (auto& o : ops_) ops.push_back(&o);
+    windows_ = planWindows(ops, capacity_);
+    // threads and stagingBytes are per GPU's worth of distinct bytes: a group scales them by how
+    // many GPUs' worth it reads. Two tensor-parallel ranks read two ranks' worth (16 threads by
+    // default): on 2 x H200, 8 threads filled them at 38.7 GB/s, 16 at 53.3. Two replicas read
+    // one GPU's worth, and more threads only take memory bandwidth from the copies to the
+    // second GPU (8 threads: 72.5 GB/s, 16: 68.0). docs/gpu-results.md.
+    double scale = readShare();
+    unsigned cpus = std::max(1u, std::thread::hardware_concurrency());
+    uint64_t threads = std::clamp<uint64_t>(static_cast<uint64_t>(options.threads * scale + 0.5), 1, std::max(options.threads, cpus));
+    uint64_t budget = static_cast<uint64_t>(staging * scale);
+    lanes_ = static_cast<unsigned>(std::clamp<uint64_t>(threads, 1, std::max<uint64_t>(1, budget / (2 * slotBytes_))));
+    slotsPerLane_ = std::clamp<uint64_t>(budget / (lanes_ * slotBytes_), 1, kMaxSlotsPerLane);
   }
 
   void run() {
-    std::vector<const std::vector<CopyOp>*> ops;
-    for (auto& o : ops_) ops.push_back(&o);
-    std::vector<FillWindow> windows = planWindows(ops, capacity_);
+    const std::vector<FillWindow>& windows = windows_;
     // Host memory is pinned and registered with the first member's context current, and
     // PORTABLE, so that every member's context copies from it as pinned memory.
     ScopedContext base(members_[0].target.context);
@@ -259,6 +270,19 @@ class CopyEngine {
       lanes.push_back(std::move(lane));
     }
     return lanes;
+  }
+
+  // Bytes read over the bytes one GPU receives on average: from 1 (every GPU needs everything,
+  // or there is one GPU) to the number of members (no byte is needed twice).
+  double readShare() const {
+    uint64_t read = 0, landed = 0;
+    for (const FillWindow& w : windows_) {
+      read += w.end - w.start;
+      for (const WindowPiece& p : w.pieces) landed += p.payload();
+    }
+    if (landed == 0) return 1;
+    double share = static_cast<double>(read) * members_.size() / static_cast<double>(landed);
+    return std::clamp(share, 1.0, static_cast<double>(members_.size()));
   }
 
   // Streams and events are destroyed in their own member's context (the stream's destructor
@@ -348,6 +372,7 @@ class CopyEngine {
   const std::vector<FillMember>& members_;
   FileSet files_;
   std::vector<std::vector<CopyOp>> ops_;  // per member, numbered into files_
+  std::vector<FillWindow> windows_;
   FillOptions options_;
   uint64_t slotBytes_ = 0;
   unsigned lanes_ = 1;

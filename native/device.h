@@ -49,6 +49,8 @@ enum class FillMode {
 // Defaults measured on an H200 host (docs/gpu-results.md): small chunks and little staging keep
 // the pinned buffers in the CPU cache between the read and the DMA. From the page cache, 8
 // threads filled at 37-40 GB/s with 2 MiB chunks (32 MiB staging), 27 with 8 MiB, 19 with 16.
+// With a group (several GPUs), threads and stagingBytes count per GPU's worth of distinct bytes
+// read (cuda_copy_engine.cpp).
 struct FillOptions {
   unsigned threads = 8;
   uint64_t chunkBytes = 2ull << 20;     // unit of work handed to one reader thread

@@ -64,18 +64,21 @@ configs="[{},$(pread 8 4 64),$(pread 8 8 128),$(pread 6 2 24),$(pread 12 2 48),
 timeout "$(limit 240)" node bench/gpu/fill-bench.mjs --ckpt "$CKPT" --devices 0 --reps 3 --label hot-1gpu --configs "$configs" --out "$OUT/fills.jsonl" > /dev/null
 
 if [ "$gpus" -ge 2 ]; then
-  # Fewer threads per GPU leave more of the host's memory bandwidth to share.
-  two="[{},$(pread 6 2 24),$(pread 4 4 32)]"
-  step "two GPUs at once vs one, same options, hot"
-  timeout "$(limit 120)" node bench/gpu/fill-bench.mjs --ckpt "$CKPT" --devices 0 --reps 3 --label hot-1gpu-same-config --configs "$two" --out "$OUT/fills.jsonl" > /dev/null
-  timeout "$(limit 120)" node bench/gpu/fill-bench.mjs --ckpt "$CKPT" --devices 0,1 --reps 3 --label hot-2gpu-tp1 --configs "$two" --out "$OUT/fills.jsonl" > /dev/null
+  # {} gives each GPU its own engine; {"group":true} fills them as one group, one pass over the
+  # files (what the daemon does on a node with several GPUs). Replicas: each GPU the whole
+  # checkpoint; tp=2: each GPU its rank; disjoint: each GPU half of the files.
+  two='[{},{"group":true}]'
+  step "two GPUs at once vs one, hot"
+  timeout "$(limit 120)" node bench/gpu/fill-bench.mjs --ckpt "$CKPT" --devices 0 --reps 3 --label hot-1gpu-same-config --configs '[{}]' --out "$OUT/fills.jsonl" > /dev/null
+  timeout "$(limit 120)" node bench/gpu/fill-bench.mjs --ckpt "$CKPT" --devices 0,1 --reps 3 --label hot-2gpu-replicas --configs "$two" --out "$OUT/fills.jsonl" > /dev/null
   timeout "$(limit 120)" node bench/gpu/fill-bench.mjs --ckpt "$CKPT" --devices 0,1 --tp 2 --reps 3 --label hot-2gpu-tp2 --configs "$two" --out "$OUT/fills.jsonl" > /dev/null
   timeout "$(limit 120)" node bench/gpu/fill-bench.mjs --ckpt "$CKPT" --devices 0,1 --disjoint --reps 3 --label hot-2gpu-disjoint --configs "$two" --out "$OUT/fills.jsonl" > /dev/null
+  timeout "$(limit 60)" node bench/gpu/fill-bench.mjs --ckpt "$CKPT" --devices 0 --reps 3 --label hot-1gpu-again --configs '[{}]' --out "$OUT/fills.jsonl" > /dev/null
 fi
 
 step "peak host RSS with the default options, each in its own process"
 timeout "$(limit 60)" node bench/gpu/fill-bench.mjs --ckpt "$CKPT" --devices 0 --reps 1 --label rss-1gpu --out "$OUT/fills.jsonl" > /dev/null
-[ "$gpus" -ge 2 ] && timeout "$(limit 60)" node bench/gpu/fill-bench.mjs --ckpt "$CKPT" --devices 0,1 --reps 1 --label rss-2gpu --out "$OUT/fills.jsonl" > /dev/null
+[ "$gpus" -ge 2 ] && timeout "$(limit 60)" node bench/gpu/fill-bench.mjs --ckpt "$CKPT" --devices 0,1 --reps 1 --label rss-2gpu --configs '[{"group":true}]' --out "$OUT/fills.jsonl" > /dev/null
 
 step "correctness on the GPU(s)"
 timeout "$(limit 300)" bash test/gpu/run.sh --only check --ckpt "$CKPT" --out "$OUT/gpu-check.json"

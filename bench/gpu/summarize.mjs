@@ -49,10 +49,26 @@ const hotDefault = hot?.results?.[0];
 const hotBest = [hotPread, hotRegister].filter(Boolean).sort((a, b) => b.bestGBps - a.bestGBps)[0];
 const coldRun = byLabel('cold-1gpu');
 const coldBest = best(coldRun);
-const two = byLabel('hot-2gpu-tp1');
-const twoTp2 = byLabel('hot-2gpu-tp2');
-const twoDisjoint = byLabel('hot-2gpu-disjoint');
-const one = byLabel('hot-1gpu-same-config');
+// One GPU, the same default options, measured before and after the two-GPU runs: the better
+// of the two is the baseline (machines of one kind differ by 20% from one lease to the next).
+const one = [byLabel('hot-1gpu-same-config'), byLabel('hot-1gpu-again')].map((r) => best(r)).filter(Boolean).sort((a, b) => b.bestGBps - a.bestGBps)[0];
+// Runs before 2026-11-30's node groups called the replicas run hot-2gpu-tp1.
+const scenarios = { replicas: byLabel('hot-2gpu-replicas') ?? byLabel('hot-2gpu-tp1'), tp2: byLabel('hot-2gpu-tp2'), disjoint: byLabel('hot-2gpu-disjoint') };
+const isGroup = (o) => o.group === true;
+const twoGpus = scenarios.replicas && {
+  oneGpuGBps: round(one?.bestGBps),
+  // Aggregate GB/s of payload landed on both GPUs, an engine per GPU and one group for both.
+  ...Object.fromEntries(Object.entries(scenarios).map(([name, run]) => {
+    const separate = best(run, (o) => !isGroup(o));
+    const group = best(run, isGroup);
+    return [name, {
+      separateGBps: round(separate?.bestGBps),
+      groupGBps: round(group?.bestGBps),
+      separateScaling: round(separate?.bestGBps / one?.bestGBps),
+      groupScaling: round(group?.bestGBps / one?.bestGBps),
+    }];
+  })),
+};
 
 const summary = {
   ceilings: {
@@ -74,25 +90,7 @@ const summary = {
     runs: coldRun?.results?.map((r) => ({ options: r.options, GBps: round(r.bestGBps), vsSequentialRead: round(r.bestGBps / cold.catGBps) })),
     bestVsSequentialRead: round(coldBest?.bestGBps / cold.catGBps),
   },
-  twoGpus: two && {
-    // Per options: both GPUs loading the whole checkpoint at once (aggregate) vs one GPU alone.
-    byOptions: two.results.map((r) => {
-      const same = one?.results?.find((o) => JSON.stringify(o.options) === JSON.stringify(r.options));
-      const tp2 = twoTp2?.results?.find((o) => JSON.stringify(o.options) === JSON.stringify(r.options));
-      const disjoint = twoDisjoint?.results?.find((o) => JSON.stringify(o.options) === JSON.stringify(r.options));
-      return {
-        options: r.options,
-        aggregateGBps: round(r.bestGBps),
-        oneGpuGBps: round(same?.bestGBps),
-        scaling: round(r.bestGBps / same?.bestGBps),
-        // Each GPU its half of the files: no byte read twice.
-        disjointAggregateGBps: round(disjoint?.bestGBps),
-        disjointScaling: round(disjoint?.bestGBps / same?.bestGBps),
-        tp2AggregateGBps: round(tp2?.bestGBps),
-      };
-    }),
-    peakRssMiBLoading2x: two.peakRssMiB,
-  },
+  twoGpus,
   // Peak RSS of each process; rss-* ran the default options alone (the others sweep options up
   // to 1 GiB of staging, which their peak includes).
   peakRssMiB: Object.fromEntries(fills.map((f) => [f.label, f.peakRssMiB])),
@@ -103,7 +101,8 @@ summary.targets = {
   'hot >= 4x load_file': summary.hot.vsLoadFile == null ? null : summary.hot.vsLoadFile >= 4,
   'cold >= 0.9x sequential read': summary.cold.bestVsSequentialRead == null ? null : summary.cold.bestVsSequentialRead >= 0.9,
   'host RSS < 1 GiB loading 16 GB (default options, two GPUs x the checkpoint)': byLabel('rss-2gpu') ? byLabel('rss-2gpu').peakRssMiB < 1024 : null,
-  // Judged on the default options: other options may scale better from a slower single GPU.
-  '2 GPUs >= 1.7x one (default options)': two ? (summary.twoGpus.byOptions.find((r) => Object.keys(r.options).length === 0)?.scaling ?? 0) >= 1.7 : null,
+  // Judged on the default options, as the daemon fills a node's GPUs (one group).
+  '2 GPUs >= 1.7x one: each the whole checkpoint': twoGpus?.replicas?.groupScaling == null ? null : twoGpus.replicas.groupScaling >= 1.7,
+  '2 GPUs >= 1.7x one: tp=2, each its rank': twoGpus?.tp2?.groupScaling == null ? null : twoGpus.tp2.groupScaling >= 1.7,
 };
 console.log(JSON.stringify(summary, null, 1));
