@@ -156,10 +156,6 @@ void readDirect(const FileSet& files, uint32_t file, int fd, char* dst, uint64_t
   }
 }
 
-DeviceError about(const CudaFillTarget& target, const DeviceError& e) {
-  return DeviceError(e.code(), target.label.empty() ? e.what() : target.label + ": " + e.what());
-}
-
 // The members' file lists merged by path: each file is opened once however many members read it.
 struct NodeFiles {
   std::vector<std::string> paths;
@@ -183,7 +179,7 @@ NodeFiles mergeFiles(const std::vector<FillMember>& members) {
 
 // A member's ops with their file indexes moved into the merged list, checked against the files
 // and the member's segments before any byte moves.
-std::vector<CopyOp> nodeOps(const FillMember& m, const std::vector<uint32_t>& renumber, const FileSet& files) {
+std::vector<CopyOp> nodeOps(size_t member, const FillMember& m, const std::vector<uint32_t>& renumber, const FileSet& files) {
   std::vector<CopyOp> ops = *m.ops;
   try {
     for (size_t i = 0; i < ops.size(); ++i) {
@@ -195,16 +191,33 @@ std::vector<CopyOp> nodeOps(const FillMember& m, const std::vector<uint32_t>& re
     }
     validateOps(ops, files, m.target.segmentBytes);
   } catch (const DeviceError& e) {
-    throw about(m.target, e);
+    throw MemberFailure(member, m.target, e);
   }
   return ops;
+}
+
+// Opens every file once. When one cannot be opened, the error names the first member whose own
+// list fails to open too: the GPU whose plan points at it.
+FileSet openFiles(const std::vector<FillMember>& members, const NodeFiles& node, bool direct) {
+  try {
+    return FileSet(node.paths, direct);
+  } catch (const DeviceError& e) {
+    for (size_t m = 0; m < members.size(); ++m) {
+      try {
+        FileSet own(*members[m].files, direct);
+      } catch (const DeviceError&) {
+        throw MemberFailure(m, members[m].target, e);
+      }
+    }
+    throw;
+  }
 }
 
 class CopyEngine {
  public:
   CopyEngine(const std::vector<FillMember>& members, const NodeFiles& node, const FillOptions& options)
-      : members_(members), files_(node.paths, options.direct && options.mode == FillMode::Pread), options_(options) {
-    for (size_t m = 0; m < members_.size(); ++m) ops_.push_back(nodeOps(members_[m], node.renumber[m], files_));
+      : members_(members), files_(openFiles(members, node, options.direct && options.mode == FillMode::Pread)), options_(options) {
+    for (size_t m = 0; m < members_.size(); ++m) ops_.push_back(nodeOps(m, members_[m], node.renumber[m], files_));
     uint64_t staging = std::max(options.stagingBytes, kMinSlotBytes);
     slotBytes_ = std::clamp(options.chunkBytes, kMinSlotBytes, std::max(kMinSlotBytes, staging / 2));
     // An O_DIRECT read covers whole blocks around its span: leave room for one at each end.
@@ -344,7 +357,7 @@ class CopyEngine {
         }
         drv.cuEventRecord(slot.copied[m].get(), lane.streams[m].get());
       } catch (const DeviceError& e) {
-        throw about(member.target, e);
+        throw MemberFailure(m, member.target, e);
       }
     }
   }

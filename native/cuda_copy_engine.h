@@ -38,6 +38,18 @@ struct FillMember {
   FillProgress* progress = nullptr;
 };
 
+// A failure that concerns one member (its ops, its files, its GPU), labelled with its GPU, so
+// a group can tell the member that caused it from the ones that only share its fill.
+class MemberFailure : public DeviceError {
+ public:
+  MemberFailure(size_t member, const CudaFillTarget& target, const DeviceError& e)
+      : DeviceError(e.code(), target.label.empty() ? e.what() : target.label + ": " + e.what()), member_(member) {}
+  size_t member() const { return member_; }
+
+ private:
+  size_t member_;
+};
+
 // Fills every member's arena in one pass over the files, on the calling thread plus
 // options.threads - 1 more. Adds to each member's progress.bytes as its copies complete on its
 // device; stops when any member's progress.cancel is set. Returns only after every queued copy

@@ -31,6 +31,17 @@ DeviceError groupError(const std::string& code, const std::string& id, const std
   return DeviceError(code, "fill group " + id + ": " + what);
 }
 
+// Rethrows the group's error to one member: as it is to the member it concerns (or when it
+// concerns none), and to the others as the failure of the fill they shared.
+[[noreturn]] void rethrowFor(const Group& g, const FillMember& self, std::exception_ptr error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const MemberFailure& f) {
+    if (g.members[f.member()].progress == self.progress) throw;
+    throw DeviceError(f.code(), std::string("the fill shared by this node's GPUs failed: ") + f.what());
+  }
+}
+
 }  // namespace
 
 void fillInGroup(const std::string& id, unsigned size, const FillMember& self, const FillOptions& options) {
@@ -66,7 +77,7 @@ void fillInGroup(const std::string& id, unsigned size, const FillMember& self, c
     // The waiting members hold the group itself; the id is retired (a later fill is a new group).
     groups.erase(id);
     registryChanged.notify_all();
-    if (error) std::rethrow_exception(error);
+    if (error) rethrowFor(*g, self, error);
     return;
   }
   // Wait for the others. The members' FillMember structs (and what they point to) live on the
@@ -75,7 +86,7 @@ void fillInGroup(const std::string& id, unsigned size, const FillMember& self, c
   for (;;) {
     registryChanged.wait_for(lock, kCancelPoll);
     if (g->finished) {
-      if (g->error) std::rethrow_exception(g->error);
+      if (g->error) rethrowFor(*g, self, g->error);
       return;
     }
     if (!g->abandonedBy.empty() && !g->running) {

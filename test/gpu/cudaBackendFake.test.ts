@@ -106,7 +106,27 @@ test('group failures: sizes that disagree, a member cancelled while waiting, a b
   assert.match(codes.lateMember!, /^E_FILL_CANCELLED: fill group sizes: GPU 0 \(GPU-[0-9a-f-]+\) was cancelled before the group's fill started/);
   // The bad op is GPU 1's; both members fail, and both messages name GPU 1.
   assert.match(codes.badOpOwn!, /^E_BAD_PLAN: GPU 1 \(GPU-[0-9a-f-]+\): copy op 5 reads past the end of/);
-  assert.is(codes.badOpOther, codes.badOpOwn);
+  assert.is(codes.badOpOther, codes.badOpOwn!.replace('E_BAD_PLAN: ', "E_BAD_PLAN: the fill shared by this node's GPUs failed: "));
+  assert.equal(leaks, noLeaks);
+});
+
+test('the daemon at tp=2 fills both GPUs as one group; a rank failing around its fill takes the node down at once, leaving nothing', () => {
+  const { result, leaks } = scenario('daemonGroup');
+  const loaded = result.loaded as { state: string; bytes: number; totalBytes: number }[];
+  assert.is(loaded.length, 2);
+  for (const r of loaded) {
+    assert.is(r.state, 'serving');
+    assert.ok(r.totalBytes > 0 && r.bytes === r.totalBytes, `every byte landed: ${JSON.stringify(r)}`);
+  }
+  assert.is(result.stopped, 'stopped');
+  for (const [name, f] of Object.entries(result.faults as Record<string, { state: string; message?: string; ms: number }>)) {
+    assert.is(f.state, 'failed', name);
+    assert.match(f.message ?? '', /^rank [01] \(local [01]\) failed: /, name);
+    // Either rank may report first; what failed is rank 1's.
+    assert.match(f.message ?? '', name === 'fill-device' ? /GPU 1 \(GPU-[0-9a-f-]+\): cannot open checkpoint file .*\.missing/ : /rank 1/, name);
+    // Rank 0 either never started its fill or was waiting in the group: it must not hang there.
+    assert.ok(f.ms < 15_000, `${name} took ${f.ms} ms`);
+  }
   assert.equal(leaks, noLeaks);
 });
 

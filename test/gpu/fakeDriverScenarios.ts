@@ -5,10 +5,14 @@ import { spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import pino from 'pino';
 import { fileURLToPath } from 'node:url';
 import type { CopyOp } from '../../src/checkpoint/types.js';
 import { cudaDevices, cudaProbe, CudaIpcSegment } from '../../src/native/cuda.js';
 import { DeviceHandle } from '../../src/native/deviceHandle.js';
+import type { FaultInjection } from '../../src/actors/rankMessages.js';
+import { startNode } from '../../src/startNode.js';
+import { exampleModel, freshSocketDir } from '../helpers/paths.js';
 
 const MiB = 1 << 20;
 
@@ -264,6 +268,28 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
     } finally {
       rmSync(fx.dir, { recursive: true, force: true });
     }
+  },
+
+  /**
+   * The daemon itself at tp=2 on two (fake) GPUs, whose ranks fill as one group: it becomes
+   * ready and stops cleanly; and when rank 1 fails before or while joining its fill, rank 0 (which
+   * may be waiting for it in the group) is torn down with it, promptly.
+   */
+  async daemonGroup() {
+    const start = (faultInjection?: FaultInjection) =>
+      startNode({ model: exampleModel, tensorParallelSize: 2, device: 'cuda', socketDir: freshSocketDir(), logger: pino({ level: 'silent' }), faultInjection });
+    const node = await start();
+    await node.ready;
+    const loaded = node.status().ranks.map((r) => ({ state: r.state, bytes: r.bytes, totalBytes: r.totalBytes }));
+    const stopped = (await node.stop('test')).state;
+    const faults: Record<string, { state: string; message?: string; ms: number }> = {};
+    for (const [phase, kind] of [['allocate', 'throw'], ['fill', 'throw'], ['fill', 'device'], ['fill', 'exit']] as const) {
+      const t0 = performance.now();
+      const failing = await start({ localRank: 1, phase, kind });
+      const result = await failing.done;
+      faults[`${phase}-${kind}`] = { state: result.state, message: result.failure?.message, ms: Math.round(performance.now() - t0) };
+    }
+    return { loaded, stopped, faults };
   },
 
   /** Exports, then has another process open the handles and compare bytes. */
