@@ -147,10 +147,12 @@ function findDuplicateDevice(node: NodeIdentity, others: NodeIdentity[]): Reject
   for (const [localRank, uuid] of node.deviceUuids.entries()) {
     const first = seen.get(uuid);
     if (first) {
+      // Named in node-rank order, whichever joined first, so every node prints the same line.
+      const [a, b] = [first, { owner: node, localRank }].sort((x, y) => x.owner.nodeRank - y.owner.nodeRank || x.localRank - y.localRank);
       return {
         code: 'E_RDZV_DUPLICATE_DEVICE',
         message:
-          `device ${uuid} is claimed by ${describeNode(first.owner)} local rank ${first.localRank} and by ${describeNode(node)} local rank ${localRank}; ` +
+          `device ${uuid} is claimed by ${describeNode(a!.owner)} local rank ${a!.localRank} and by ${describeNode(b!.owner)} local rank ${b!.localRank}; ` +
           'every rank needs its own device: check CUDA_VISIBLE_DEVICES (WEIGHTD_HOST_DEVICES for the host backend) on both',
         details: { nodeRank: node.nodeRank, field: 'deviceUuids', value: uuid, otherNodeRank: first.owner.nodeRank },
       };

@@ -69,6 +69,14 @@ test('the token is checked before any other field, so a stranger learns nothing'
   assert.not.match(r.message, /nnodes|fingerprint/);
 });
 
+test('a device on two nodes is named in node-rank order, whichever node joined first', () => {
+  // Node 1 is already in the group when node 0 joins with node 1's device.
+  const node1 = { nodeRank: 1, hostName: 'b', address: '10.0.0.2:6000', deviceUuids: ['GPU-b0', 'GPU-b1'] };
+  const r = checkJoin(join({ nodeRank: 0, hostName: 'a', deviceUuids: ['GPU-a0', 'GPU-b1'] }), '10.0.0.1:5000', expect, nonce, [node1]);
+  assert.is(r?.code, 'E_RDZV_DUPLICATE_DEVICE');
+  assert.match(r!.message, /^device GPU-b1 is claimed by node 0 \(a, 10\.0\.0\.1:5000\) local rank 1 and by node 1 \(b, 10\.0\.0\.2:6000\) local rank 1;/);
+});
+
 test('a single node skips the uniform-node device count, not the device duplicates', () => {
   const single = { nnodes: 1, tpSize: 2, localWorldSize: 2, fingerprint: FINGERPRINT };
   assert.is(checkJoin(join({ nnodes: 1, tpSize: 2, nodeRank: 0, visibleDevices: 8 }), '', single, '', []), undefined);
