@@ -336,24 +336,24 @@ class CopyEngine {
       try {
         ScopedContext current(member.target.context);
         for (; i < w.pieces.size() && w.pieces[i].member == m; ++i) {
-          const WindowPiece& p = w.pieces[i];
-          const char* src = base + (p.srcOffset - w.start);
-          CUdeviceptr dst = member.target.segmentBases[p.segment] + p.dstOffset;
-          if (p.rows == 1) {
-            drv.cuMemcpyHtoDAsync_v2(dst, src, p.rowBytes, lane.streams[m].get());
+          const CopyOp& c = w.pieces[i].copy;
+          const char* src = base + (c.srcOffset - w.start);
+          CUdeviceptr dst = member.target.segmentBases[c.segment] + c.dstOffset;
+          if (c.rows == 1) {
+            drv.cuMemcpyHtoDAsync_v2(dst, src, c.rowBytes, lane.streams[m].get());
           } else {
             CUDA_MEMCPY2D copy{};
             copy.srcMemoryType = CU_MEMORYTYPE_HOST;
             copy.srcHost = src;
-            copy.srcPitch = p.srcPitch;
+            copy.srcPitch = c.srcPitch;
             copy.dstMemoryType = CU_MEMORYTYPE_DEVICE;
             copy.dstDevice = dst;
-            copy.dstPitch = p.rowBytes;
-            copy.WidthInBytes = p.rowBytes;
-            copy.Height = p.rows;
+            copy.dstPitch = c.rowBytes;
+            copy.WidthInBytes = c.rowBytes;
+            copy.Height = c.rows;
             drv.cuMemcpy2DAsync_v2(&copy, lane.streams[m].get());
           }
-          slot.pendingBytes[m] += p.payload();
+          slot.pendingBytes[m] += w.pieces[i].payload();
         }
         drv.cuEventRecord(slot.copied[m].get(), lane.streams[m].get());
       } catch (const DeviceError& e) {
@@ -398,7 +398,16 @@ class CopyEngine {
 
 void cudaFill(const std::vector<FillMember>& members, const FillOptions& options) {
   if (members.empty()) return;
-  CopyEngine(members, mergeFiles(members), options).run();
+  try {
+    CopyEngine(members, mergeFiles(members), options).run();
+  } catch (const MemberFailure&) {
+    throw;
+  } catch (const DeviceError& e) {
+    // Alone, every failure is this GPU's; in a group, one nobody caused (a shared file that
+    // cannot be read, a cancel) reaches every member as it is.
+    if (members.size() == 1) throw MemberFailure(0, members[0].target, e);
+    throw;
+  }
 }
 
 }  // namespace weightd

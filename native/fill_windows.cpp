@@ -13,14 +13,10 @@ struct Span {
   uint64_t end;
 };
 
-uint64_t spanEnd(const CopyOp& op) {
-  return op.rows <= 1 ? op.srcOffset + op.rowBytes : op.srcOffset + (op.rows - 1) * op.srcPitch + op.rowBytes;
-}
-
 // Appends the pieces of `op` that lie inside [ws, we).
 void clip(uint32_t member, const CopyOp& op, uint64_t ws, uint64_t we, std::vector<WindowPiece>& out) {
   auto piece = [&](uint64_t src, uint64_t dst, uint64_t rows, uint64_t rowBytes) {
-    out.push_back(WindowPiece{member, op.segment, src, dst, rows, rowBytes, rows > 1 ? op.srcPitch : rowBytes});
+    out.push_back(WindowPiece{member, CopyOp{op.file, op.segment, src, dst, rows, rowBytes, rows > 1 ? op.srcPitch : rowBytes}});
   };
   const uint64_t s = op.srcOffset, n = op.rowBytes;
   if (op.rows <= 1) {
@@ -87,7 +83,7 @@ std::vector<FillWindow> planWindows(const std::vector<const std::vector<CopyOp>*
   for (uint32_t m = 0; m < memberOps.size(); ++m) {
     for (const CopyOp& op : *memberOps[m]) {
       if (op.file >= byFile.size()) byFile.resize(op.file + 1);
-      byFile[op.file].push_back(Span{m, &op, op.srcOffset, spanEnd(op)});
+      byFile[op.file].push_back(Span{m, &op, op.srcOffset, sourceEnd(op)});
     }
   }
   std::vector<FillWindow> out;
@@ -109,10 +105,10 @@ std::vector<FillWindow> planWindows(const std::vector<const std::vector<CopyOp>*
         for (const Span* s : active) clip(s->member, *s->op, ws, we, w.pieces);
         if (w.pieces.empty()) continue;  // a gap between the rows of strided ops
         std::stable_sort(w.pieces.begin(), w.pieces.end(), [](const WindowPiece& a, const WindowPiece& b) { return a.member < b.member; });
-        w.start = w.pieces.front().srcOffset;
+        w.start = w.pieces.front().copy.srcOffset;
         w.end = 0;
         for (const WindowPiece& p : w.pieces) {
-          w.start = std::min(w.start, p.srcOffset);
+          w.start = std::min(w.start, p.copy.srcOffset);
           w.end = std::max(w.end, p.srcEnd());
         }
         out.push_back(std::move(w));

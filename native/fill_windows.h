@@ -14,18 +14,15 @@
 
 namespace weightd {
 
-// One copy out of a window: `rows` rows of `rowBytes`, `srcPitch` apart in the file from
-// `srcOffset`, written densely at `dstOffset` of segment `segment` of member `member`.
+// One past the last file byte an op reads (ops have at least one row).
+inline uint64_t sourceEnd(const CopyOp& op) { return op.srcOffset + (op.rows - 1) * op.srcPitch + op.rowBytes; }
+
+// One copy out of a window, for member `member`: `copy` as a CopyOp (its file is the window's).
 struct WindowPiece {
   uint32_t member = 0;
-  uint32_t segment = 0;
-  uint64_t srcOffset = 0;
-  uint64_t dstOffset = 0;
-  uint64_t rows = 1;
-  uint64_t rowBytes = 0;
-  uint64_t srcPitch = 0;
-  uint64_t srcEnd() const { return srcOffset + (rows - 1) * srcPitch + rowBytes; }
-  uint64_t payload() const { return rows * rowBytes; }
+  CopyOp copy;
+  uint64_t srcEnd() const { return sourceEnd(copy); }
+  uint64_t payload() const { return copy.rows * copy.rowBytes; }
 };
 
 // Bytes [start, end) of a file, the tightest range that covers its pieces (ordered by member).

@@ -101,11 +101,11 @@ test('two GPUs filled as one group get byte-exact shards in every mode, from fil
 test('group failures: sizes that disagree, a member cancelled while waiting, a bad op fails both and names its GPU', () => {
   const { result, leaks } = scenario('groupErrors');
   const codes = result as Record<string, string>;
-  assert.match(codes.sizes!, /^E_BAD_GROUP: fill group sizes: joined as one of 3 members, but it has 2/);
-  assert.match(codes.cancelWhileWaiting!, /^E_FILL_CANCELLED: /);
-  assert.match(codes.lateMember!, /^E_FILL_CANCELLED: fill group sizes: GPU 0 \(GPU-[0-9a-f-]+\) was cancelled before the group's fill started/);
+  assert.match(codes.sizes!, /^DeviceError E_BAD_GROUP: fill group sizes: joined as one of 3 members, but it has 2/);
+  assert.match(codes.cancelWhileWaiting!, /^DeviceError E_FILL_CANCELLED: /);
+  assert.match(codes.lateMember!, /^DeviceError E_FILL_CANCELLED: fill group sizes: GPU 0 \(GPU-[0-9a-f-]+\) was cancelled before the group's fill started/);
   // The bad op is GPU 1's; both members fail, and both messages name GPU 1.
-  assert.match(codes.badOpOwn!, /^E_BAD_PLAN: GPU 1 \(GPU-[0-9a-f-]+\): copy op 5 reads past the end of/);
+  assert.match(codes.badOpOwn!, /^DeviceError E_BAD_PLAN: GPU 1 \(GPU-[0-9a-f-]+\): copy op 5 reads past the end of/);
   assert.is(codes.badOpOther, codes.badOpOwn!.replace('E_BAD_PLAN: ', "E_BAD_PLAN: the fill shared by this node's GPUs failed: "));
   assert.equal(leaks, noLeaks);
 });

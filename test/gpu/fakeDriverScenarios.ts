@@ -57,6 +57,17 @@ function makeFixture(): Fixture {
   return { dir, paths, data, ops, segments: [12 * MiB, 6 * MiB] };
 }
 
+/** 'no error', or the error's name, code and message: what the error scenarios report. */
+async function outcome(fn: () => unknown): Promise<string> {
+  try {
+    await fn();
+    return 'no error';
+  } catch (err) {
+    const e = err as Error & { code?: string };
+    return `${e.name} ${e.code ?? ''}: ${e.message}`;
+  }
+}
+
 function payload(ops: CopyOp[]): number {
   return ops.reduce((n, op) => n + op.rows * op.rowBytes, 0);
 }
@@ -152,15 +163,7 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
   async errors() {
     const fx = makeFixture();
     const codes: Record<string, string> = {};
-    const capture = async (name: string, fn: () => unknown) => {
-      try {
-        await fn();
-        codes[name] = 'no error';
-      } catch (err) {
-        const e = err as Error & { code?: string };
-        codes[name] = `${e.name} ${e.code ?? ''}: ${e.message}`;
-      }
-    };
+    const capture = async (name: string, fn: () => unknown) => (codes[name] = await outcome(fn));
     try {
       await capture('index', () => new DeviceHandle('cuda', 7));
       await capture('uuid', () => new DeviceHandle('cuda', 0, { uuid: 'GPU-not-this-one' }));
@@ -231,15 +234,7 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
   async groupErrors() {
     const fx = makeFixture();
     const codes: Record<string, string> = {};
-    const capture = async (name: string, fill: Promise<unknown>) => {
-      try {
-        await fill;
-        codes[name] = 'no error';
-      } catch (err) {
-        const e = err as Error & { code?: string };
-        codes[name] = `${e.code ?? ''}: ${e.message}`;
-      }
-    };
+    const capture = async (name: string, fill: Promise<unknown>) => (codes[name] = await outcome(() => fill));
     try {
       const [d0, d1] = [0, 1].map((i) => new DeviceHandle('cuda', i));
       const members = groupMembers(fx);
