@@ -11,6 +11,7 @@
 #include "cuda_ipc.h"
 #include "device_factory.h"
 #include "fill_job.h"
+#include "page_cache.h"
 #include "host_mapping.h"
 #include "peer_credentials.h"
 
@@ -256,6 +257,7 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
                              InstanceMethod<&WeightdAddon::MapShared>("mapShared"),
                              InstanceMethod<&WeightdAddon::UnmapShared>("unmapShared"),
                              InstanceMethod<&WeightdAddon::CudaProbeJs>("cudaProbe"),
+                             InstanceMethod<&WeightdAddon::PageCacheResidency>("pageCacheResidency"),
                              InstanceMethod<&WeightdAddon::CudaOpenIpc>("cudaOpenIpc"),
                              InstanceMethod<&WeightdAddon::CudaCloseIpc>("cudaCloseIpc"),
                              InstanceMethod<&WeightdAddon::CudaReadDevice>("cudaReadDevice"),
@@ -303,6 +305,24 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
     if (!info[0].IsArrayBuffer()) throw Napi::TypeError::New(env, "unmapShared(buffer: ArrayBuffer)");
     mappings_.unmap(info[0].As<Napi::ArrayBuffer>());
     return env.Undefined();
+  }
+
+  // pageCacheResidency(paths: string[]) -> { residentBytes, totalBytes }
+  Napi::Value PageCacheResidency(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    if (!info[0].IsArray()) throw Napi::TypeError::New(env, "pageCacheResidency(paths: string[])");
+    Napi::Array arr = info[0].As<Napi::Array>();
+    std::vector<std::string> paths;
+    for (uint32_t i = 0; i < arr.Length(); ++i) paths.push_back(toStr(arr.Get(i), "file path"));
+    try {
+      Residency r = pageCacheResidency(paths);
+      Napi::Object o = Napi::Object::New(env);
+      o.Set("residentBytes", static_cast<double>(r.residentBytes));
+      o.Set("totalBytes", static_cast<double>(r.totalBytes));
+      return o;
+    } catch (const DeviceError& e) {
+      throwDeviceError(env, e);
+    }
   }
 
   // cudaProbe() -> { available, reason, driverVersion?, devices }. Never throws for a machine

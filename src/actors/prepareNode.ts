@@ -7,7 +7,8 @@ import type { CheckpointPlan } from '../checkpoint/types.js';
 import type { Logger } from '../log.js';
 import type { NodeConfig } from '../nodeOptions.js';
 import { WeightdError } from '../errors.js';
-import { localDevices, type DeviceSlot } from '../native/devices.js';
+import type { FillOptions } from '../native/addon.js';
+import { cachedShare, localDevices, nodeFillOptions, type DeviceSlot } from '../native/devices.js';
 import { acquireDeviceLock, type DeviceLock } from '../serve/deviceLock.js';
 import { resolveSocketDir } from '../serve/socketDir.js';
 import { sweepStaleSegments } from '../native/sweepStaleSegments.js';
@@ -32,6 +33,8 @@ export interface Prepared {
    * left when the node ends earlier.
    */
   locks: DeviceLock[];
+  /** The fill options every local rank gets (nodeFillOptions): one group, cold or warm reads. */
+  fill: FillOptions;
 }
 
 export const prepareNode = fromPromise<Prepared, PrepareInput>(async ({ input, signal }) => {
@@ -51,7 +54,14 @@ export const prepareNode = fromPromise<Prepared, PrepareInput>(async ({ input, s
     const plan = await planLocalRanks(config, log);
     if (signal.aborted) throw new WeightdError('E_STOPPED', 'stopped while planning');
     signal.removeEventListener('abort', releaseLocks);
-    return { plan, devices, visibleDevices: visible, shmDir, socketDir, locks };
+    let share: number | undefined;
+    const fill = nodeFillOptions(config.fill, devices, () => (share = cachedShare([...new Set(plan.ranks.flatMap((r) => r?.files ?? []))])));
+    if (share !== undefined) {
+      const percent = Math.round(share * 100);
+      if (fill.direct) log.info({ cachedShare: share, fill }, `the page cache holds ${percent}% of the checkpoint: reading it with O_DIRECT (a cold start)`);
+      else log.debug({ cachedShare: share }, `the page cache holds ${percent}% of the checkpoint: reading it through the cache`);
+    }
+    return { plan, devices, visibleDevices: visible, shmDir, socketDir, locks, fill };
   } catch (err) {
     releaseLocks();
     throw err;

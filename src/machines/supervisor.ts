@@ -14,7 +14,6 @@ import type { WorkerRegistry } from '../actors/workerRegistry.js';
 import type { SerializedError } from '../errors.js';
 import type { Logger } from '../log.js';
 import type { DeviceInfo, SegmentExport } from '../native/addon.js';
-import { nodeFillOptions } from '../native/devices.js';
 import type { NodeConfig } from '../nodeOptions.js';
 import type { RankTableEntry } from '../rendezvous/rankTable.js';
 import type { SupervisorEvent } from './events.js';
@@ -161,7 +160,6 @@ const supervisorSetup = setup({
     }),
     spawnRanks: enqueueActions(({ context, enqueue }) => {
       const prepared = context.prepared!;
-      const fill = nodeFillOptions(context.config.fill, prepared.devices, context.ranks.length);
       for (const r of context.ranks) {
         enqueue.spawnChild('rank', {
           id: rankActorId(r.localRank),
@@ -175,7 +173,7 @@ const supervisorSetup = setup({
               device: prepared.devices[r.localRank]!,
               shmDir: prepared.shmDir,
               plan: prepared.plan.ranks[r.globalRank]!,
-              fill,
+              fill: prepared.fill,
               fault: context.config.faultInjection,
             },
           },

@@ -104,6 +104,8 @@ export interface Addon {
   unmapShared(buffer: ArrayBuffer): void;
   /** What CUDA offers this process; never throws for a missing driver or GPU. */
   cudaProbe(): CudaProbe;
+  /** How many bytes of these files the page cache holds now (mincore; reads nothing). */
+  pageCacheResidency(paths: string[]): { residentBytes: number; totalBytes: number };
   /** Opens another process's legacy IPC handle (base64) on a visible device. */
   cudaOpenIpc(deviceIndex: number, handle: string): CudaIpcMapping;
   cudaCloseIpc(pointer: bigint): void;

@@ -53,6 +53,7 @@ export const fakePrepared: Prepared = {
   shmDir: '/dev/shm',
   socketDir: '/fake/sockets',
   locks: [],
+  fill: {},
 };
 
 export const fakeRankTable = fakePrepared.devices.map((d, i) => ({

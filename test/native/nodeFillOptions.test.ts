@@ -1,25 +1,67 @@
-// Which fills share one pass over the files: several GPUs of one node do, host devices and a
-// lone GPU fill alone.
+// The fill options a node's ranks get: several GPUs share one pass over the files; a cuda load
+// of files the page cache mostly lacks reads them with O_DIRECT; host devices fill alone,
+// through the cache. And the page-cache share itself, measured on a real file.
+import { execFileSync } from 'node:child_process';
+import { closeSync, fsyncSync, mkdirSync, mkdtempSync, openSync, rmSync, writeFileSync } from 'node:fs';
+import { randomBytes } from 'node:crypto';
+import { join } from 'node:path';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { nodeFillOptions, type DeviceSlot } from '../../src/native/devices.js';
+import { cachedShare, nodeFillOptions, type DeviceSlot } from '../../src/native/devices.js';
+import { repoRoot } from '../helpers/paths.js';
 
 const gpu = (index: number): DeviceSlot => ({ backend: 'cuda', index, uuid: `GPU-${index}` });
 const host = (index: number): DeviceSlot => ({ backend: 'host', index, uuid: `host-${index}` });
+const warm = () => 1;
+const cold = () => 0.1;
 
-test('two or more GPUs get one group with a fresh id and the rank count as its size', () => {
-  const a = nodeFillOptions({ threads: 12 }, [gpu(0), gpu(1)], 2);
-  const b = nodeFillOptions({ threads: 12 }, [gpu(0), gpu(1)], 2);
+test('two or more GPUs get one group with a fresh id and the device count as its size', () => {
+  const a = nodeFillOptions({ threads: 12 }, [gpu(0), gpu(1)], warm);
+  const b = nodeFillOptions({ threads: 12 }, [gpu(0), gpu(1)], warm);
   assert.is(a.threads, 12);
   assert.is(a.group?.size, 2);
   assert.match(a.group!.id, /^[0-9a-f-]{36}$/);
   assert.is.not(a.group!.id, b.group!.id, 'each load is its own group');
+  assert.is(a.direct, undefined, 'a warm cache is read through the cache');
 });
 
-test('one GPU, or host devices, fill alone with the options unchanged', () => {
+test('one warm GPU, or host devices (warm or cold), fill alone with the options unchanged', () => {
   const options = { chunkBytes: 4 << 20 };
-  assert.is(nodeFillOptions(options, [gpu(0)], 1), options);
-  assert.is(nodeFillOptions(options, [host(0), host(1)], 2), options);
+  assert.is(nodeFillOptions(options, [gpu(0)], warm), options);
+  let asked = false;
+  assert.is(nodeFillOptions(options, [host(0), host(1)], () => ((asked = true), 0)), options);
+  assert.not.ok(asked, 'the page cache is not even looked at for host devices');
+});
+
+test('a cold cuda load reads with O_DIRECT in 8 MiB chunks, unless the options say otherwise', () => {
+  assert.equal(nodeFillOptions({}, [gpu(0)], cold), { direct: true, chunkBytes: 8 << 20, stagingBytes: 128 << 20 });
+  const two = nodeFillOptions({ threads: 4, chunkBytes: 4 << 20 }, [gpu(0), gpu(1)], cold);
+  assert.equal({ ...two, group: undefined }, { direct: true, chunkBytes: 4 << 20, stagingBytes: 128 << 20, threads: 4, group: undefined });
+  assert.is(two.group?.size, 2);
+  let asked = false;
+  assert.equal(nodeFillOptions({ direct: false }, [gpu(0)], () => ((asked = true), 0)), { direct: false });
+  assert.not.ok(asked, 'an explicit choice is not second-guessed');
+});
+
+test('cachedShare sees a freshly written file in the cache, and out of it once dropped', () => {
+  // On the repository's disk: tmpfs pages are always resident.
+  mkdirSync(join(repoRoot, 'test', 'artifacts'), { recursive: true });
+  const dir = mkdtempSync(join(repoRoot, 'test', 'artifacts', 'cache-'));
+  try {
+    const path = join(dir, 'weights.bin');
+    writeFileSync(path, randomBytes(8 << 20));
+    const fd = openSync(path, 'r');
+    fsyncSync(fd); // dirty pages cannot be dropped
+    closeSync(fd);
+    assert.ok(cachedShare([path]) > 0.9, `just written: ${cachedShare([path])}`);
+    // dd's nocache flag asks the kernel to drop the file's clean pages (posix_fadvise DONTNEED).
+    execFileSync('dd', [`if=${path}`, 'iflag=nocache', 'count=0', 'status=none']);
+    assert.ok(cachedShare([path]) < 0.1, `dropped: ${cachedShare([path])}`);
+    assert.is(cachedShare([]), 1, 'no bytes: nothing to read cold');
+    assert.throws(() => cachedShare([join(dir, 'missing.bin')]), (e: Error & { code?: string }) => e.code === 'E_FILE_OPEN' && /missing\.bin/.test(e.message));
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
 });
 
 test.run();

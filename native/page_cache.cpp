@@ -1,0 +1,48 @@
+#include "page_cache.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+
+#include "file_reader.h"
+
+namespace weightd {
+
+namespace {
+
+// Bounds the mincore vector (one byte per page): 1 GiB of file at a time is 256 KiB.
+constexpr uint64_t kWindowBytes = 1ull << 30;
+
+}  // namespace
+
+Residency pageCacheResidency(const std::vector<std::string>& paths) {
+  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  FileSet files(paths, false);
+  Residency r;
+  std::vector<unsigned char> pages;
+  for (uint32_t f = 0; f < files.size(); ++f) {
+    const uint64_t size = files.fileSize(f);
+    r.totalBytes += size;
+    for (uint64_t at = 0; at < size; at += kWindowBytes) {
+      const uint64_t length = std::min(kWindowBytes, size - at);
+      void* p = mmap(nullptr, length, PROT_READ, MAP_SHARED, files.fd(f), static_cast<off_t>(at));
+      if (p == MAP_FAILED) {
+        int err = errno;
+        throw DeviceError("E_FILE_READ", "cannot map " + files.path(f) + " to see what the page cache holds: " + errnoMessage(err));
+      }
+      pages.assign((length + page - 1) / page, 0);
+      int rc = mincore(p, length, pages.data());
+      int err = errno;
+      munmap(p, length);
+      if (rc != 0) throw DeviceError("E_FILE_READ", "mincore of " + files.path(f) + " failed: " + errnoMessage(err));
+      for (size_t i = 0; i < pages.size(); ++i) {
+        if (pages[i] & 1) r.residentBytes += std::min(page, length - i * page);
+      }
+    }
+  }
+  return r;
+}
+
+}  // namespace weightd
