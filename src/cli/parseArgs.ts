@@ -46,6 +46,7 @@ export function buildProgram(): Command {
     .option('--plan-file <file>', 'JSON sharding plan overriding the built-in rules')
     .option('--staging-mb <mib>', 'pinned staging memory for the copy engine, per rank (cuda; default 32; a node\'s GPUs share one pool)')
     .option('--load-threads <n>', 'reader threads per rank (default 8; a node\'s GPUs share one pool)')
+    .addOption(new Option('--direct-io <mode>', 'cuda: read the checkpoint with O_DIRECT; auto does when the page cache holds less than half of it').choices(['auto', 'on', 'off']).default('auto'))
     .addOption(new Option('--log-level <level>', 'log level').choices(['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent']).default('info'))
     .option('--inspect-port <port>', 'serve /healthz, /status, /metrics and the live /statechart page on this HTTP port (0: any free port)')
     .option('--inspect-host <addr>', `address for the inspect server (default: ${DEFAULT_INSPECT_HOST}); anything but loopback exposes it to the network`)
@@ -117,6 +118,7 @@ function nodeOptions(o: Record<string, string | undefined>, env: NodeJS.ProcessE
   const fill: NodeOptions['fill'] = {};
   if (o.stagingMb !== undefined) fill.stagingBytes = num(o.stagingMb, 2 ** 20);
   if (o.loadThreads !== undefined) fill.threads = num(o.loadThreads);
+  if (o.directIo === 'on' || o.directIo === 'off') fill.direct = o.directIo === 'on';
   return {
     model: o.model ?? '',
     tensorParallelSize: num(o.tensorParallelSize),

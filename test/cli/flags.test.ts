@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
+import { parseArgs } from '../../src/cli/parseArgs.js';
 import { exampleModel } from '../helpers/paths.js';
 import { runCli } from '../helpers/runCli.js';
 
@@ -31,6 +32,7 @@ const cases: Array<[string, string[], RegExp]> = [
   ['model without safetensors', ['--model', emptyDir], /holds no \.safetensors file/],
   ['unknown device', [...m, '--device', 'tpu'], /option '--device <backend>' argument 'tpu' is invalid/],
   ['unknown log level', [...m, '--log-level', 'loud'], /argument 'loud' is invalid/],
+  ['unknown direct-io mode', [...m, '--direct-io', 'maybe'], /option '--direct-io <mode>' argument 'maybe' is invalid\. Allowed choices are auto, on, off/],
   ['unknown flag', [...m, '--bogus'], /unknown option '--bogus'/],
 ];
 
@@ -42,6 +44,13 @@ for (const [name, args, message] of cases) {
     assert.not.match(r.stderr, /READY/);
   });
 }
+
+test('copy engine flags reach the fill options; --direct-io auto leaves the choice to the daemon', () => {
+  assert.equal(parseArgs([...m, '--staging-mb', '64', '--load-threads', '12', '--direct-io', 'on']).fill, { stagingBytes: 64 * 2 ** 20, threads: 12, direct: true });
+  assert.equal(parseArgs([...m, '--direct-io', 'off']).fill, { direct: false });
+  assert.equal(parseArgs([...m, '--direct-io', 'auto']).fill, {});
+  assert.equal(parseArgs(m).fill, {});
+});
 
 test('--help and --version exit 0', async () => {
   const help = await runCli(['--help']);
