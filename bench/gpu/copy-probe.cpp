@@ -13,6 +13,11 @@
 // and pins (cuMemHostRegister, read-only) each chunk of that one mapping, then DMAs from the page
 // cache; `pin` only pins and unpins (the cost of registration alone).
 // Prints one JSON line per rep: seconds and GB/s of bytes landed on the GPUs.
+//
+// Build here (cuda.h from the CUDA headers; libcuda is opened at run time, as in the addon):
+//   g++ -O2 -std=c++17 -I/usr/local/cuda/include bench/gpu/copy-probe.cpp native/cuda_driver.cpp \
+//       -ldl -lpthread -o .device/copy-probe
+// The run that chose the engine's design: bench/gpu/results/2026-11-30-h200x2-probe/run.sh.
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
