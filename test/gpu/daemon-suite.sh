@@ -9,6 +9,7 @@
 # Results: DIR/{checkpoint,tp1,tp2,two-node,summary}.json and DIR/processes.log; DIR defaults
 # to $OUT when set (a device call), else test/artifacts/gpu-daemon. Exits non-zero if any
 # scenario did not pass. `--device host --small` runs the same orchestration without a GPU.
+# WEIGHTD_BIN=DIR/bin/weightd tests the daemon of an unpacked `npm run bundle` instead of dist/.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"

@@ -535,7 +535,9 @@ class Suite:
     def start_daemon(self, name, socket_dir, tp, visible, host_devices, extra=()):
         os.makedirs(socket_dir, mode=0o700, exist_ok=True)
         log_path = os.path.join(self.work, f"{name}.log")
-        cmd = ["node", os.path.join(ROOT, "dist", "main.js"), "--model", self.ckpt, "--device", self.a.device, "-tp", str(tp),
+        # WEIGHTD_BIN: the daemon to test, e.g. bin/weightd of an unpacked `npm run bundle`.
+        daemon = [os.environ["WEIGHTD_BIN"]] if os.environ.get("WEIGHTD_BIN") else ["node", os.path.join(ROOT, "dist", "main.js")]
+        cmd = [*daemon, "--model", self.ckpt, "--device", self.a.device, "-tp", str(tp),
                "--weight-cache-socket-dir", socket_dir, *extra]
         log = open(log_path, "w")
         p = subprocess.Popen(cmd, env=self.env(visible, host_devices), stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
