@@ -1,8 +1,9 @@
 // Measures ways of moving file bytes (page cache warm) to one or several GPUs, outside the
 // daemon, to choose the copy engine's design for multi-GPU nodes (docs/gpu-results.md).
 //
-//   copy-probe --files a,b,... --gpus 0,1 --mode pread|register|pin --share whole|split
+//   copy-probe --files a,b,... --gpus 0,1 --mode pread|register|pin|hybrid --share whole|split
 //              --engine shared|separate --threads T --chunk-mib C [--reps R]
+//              [--reg-threads N --reg-run K]
 //
 // The files are cut into C MiB chunks. `--share whole`: every GPU needs every chunk (replicas);
 // `split`: chunk i goes to GPU i mod G (tensor-parallel ranks read disjoint bytes).
@@ -11,12 +12,14 @@
 // the node, each chunk read once and copied to every GPU that needs it.
 // Modes: `pread` reads into pinned staging slots (2 per thread); `register` maps every file once
 // and pins (cuMemHostRegister, read-only) each chunk of that one mapping, then DMAs from the page
-// cache; `pin` only pins and unpins (the cost of registration alone).
+// cache; `pin` only pins and unpins (the cost of registration alone); `hybrid` runs both at once:
+// the first N threads pin runs of K chunks from the back of the work list and DMA from the page
+// cache, the others pread chunks from the front (does a second path add to the first?).
 // Prints one JSON line per rep: seconds and GB/s of bytes landed on the GPUs.
 //
 // Build here (cuda.h from the CUDA headers; libcuda is opened at run time, as in the addon):
-//   g++ -O2 -std=c++17 -I/usr/local/cuda/include bench/gpu/copy-probe.cpp native/cuda_driver.cpp \
-//       -ldl -lpthread -o .device/copy-probe
+//   g++ -O2 -std=c++17 -I/usr/local/cuda/include -o .device/copy-probe
+//       bench/gpu/copy-probe.cpp native/cuda_driver.cpp -ldl -lpthread
 // The run that chose the engine's design: bench/gpu/results/2026-11-30-h200x2-probe/run.sh.
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -28,6 +31,7 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -75,6 +79,8 @@ struct Options {
   unsigned threads = 8;
   uint64_t chunk = 2ull << 20;
   int reps = 3;
+  unsigned regThreads = 0;  // hybrid: threads that register instead of reading
+  size_t regRun = 1;        // chunks pinned by one registration
 };
 
 struct Slot {
@@ -117,6 +123,8 @@ int main(int argc, char** argv) {
     else if (k == "--threads") o.threads = std::stoul(v);
     else if (k == "--chunk-mib") o.chunk = std::stoull(v) << 20;
     else if (k == "--reps") o.reps = std::stoi(v);
+    else if (k == "--reg-threads") o.regThreads = std::stoul(v);
+    else if (k == "--reg-run") o.regRun = std::stoull(v);
     else { fprintf(stderr, "unknown flag %s\n", k.c_str()); return 2; }
   }
   const size_t G = o.gpus.size();
@@ -187,9 +195,16 @@ int main(int argc, char** argv) {
     std::vector<std::thread> threads;
     std::atomic<bool> failed{false};
     for (auto& group : groups) {
-      auto next = std::make_shared<std::atomic<size_t>>(0);
+      // pread threads take items from the front, registering threads runs from the back.
+      struct Cursor {
+        std::mutex m;
+        size_t front = 0, back = 0;
+      };
+      auto cursor = std::make_shared<Cursor>();
+      cursor->back = group.items.size();
       for (unsigned t = 0; t < o.threads; ++t) {
-        threads.emplace_back([&, next, &group = group] {
+        const bool reg = o.mode == "register" || o.mode == "pin" || (o.mode == "hybrid" && t < o.regThreads);
+        threads.emplace_back([&, cursor, reg, &group = group] {
           try {
             // Host allocations and registrations need a current context (PORTABLE makes them
             // pinned for every context); copies push their GPU's context on top.
@@ -207,42 +222,63 @@ int main(int argc, char** argv) {
               CUcontext popped;
               drv().cuCtxPopCurrent_v2(&popped);
             }
-            if (o.mode == "pread") {
+            if (!reg) {
               for (auto& s : w.slots) drv().cuMemHostAlloc(&s.staging, o.chunk, CU_MEMHOSTALLOC_PORTABLE);
             }
             for (;;) {
-              size_t k = next->fetch_add(1);
-              if (k >= group.items.size()) break;
-              size_t i = group.items[k];
-              const Piece& p = pieces[i];
+              // Items [first, last) of the group: one for a reader, a run of one file for a pinner.
+              size_t first, last;
+              {
+                std::lock_guard<std::mutex> lock(cursor->m);
+                if (cursor->front >= cursor->back) break;
+                if (reg) {
+                  last = cursor->back;
+                  first = last - 1;
+                  while (first > cursor->front && last - first < o.regRun &&
+                         pieces[group.items[first - 1]].file == pieces[group.items[last - 1]].file) {
+                    --first;
+                  }
+                  cursor->back = first;
+                } else {
+                  first = cursor->front++;
+                  last = first + 1;
+                }
+              }
               Slot& s = w.slots[w.next++ % 2];
               retire(s, gpus);
-              const char* src;
-              if (o.mode == "pread") {
+              const Piece& head = pieces[group.items[first]];
+              const char* base;  // where byte head.offset of the file is
+              if (!reg) {
                 uint64_t done = 0;
-                while (done < p.length) {
-                  ssize_t n = pread(files[p.file].fd, static_cast<char*>(s.staging) + done, p.length - done, p.offset + done);
+                while (done < head.length) {
+                  ssize_t n = pread(files[head.file].fd, static_cast<char*>(s.staging) + done, head.length - done, head.offset + done);
                   if (n <= 0) throw std::runtime_error("pread failed");
                   done += n;
                 }
-                src = static_cast<const char*>(s.staging);
+                base = static_cast<const char*>(s.staging);
               } else {
-                src = files[p.file].map + p.offset;
+                const Piece& tail = pieces[group.items[last - 1]];
+                base = files[head.file].map + head.offset;
                 // Whole pages: chunks start on page boundaries, and a file's last page is mapped whole.
-                drv().cuMemHostRegister_v2(const_cast<char*>(src), (p.length + 4095) / 4096 * 4096,
+                uint64_t length = tail.offset + tail.length - head.offset;
+                drv().cuMemHostRegister_v2(const_cast<char*>(base), (length + 4095) / 4096 * 4096,
                                            CU_MEMHOSTREGISTER_READ_ONLY | CU_MEMHOSTREGISTER_PORTABLE);
-                s.pinned = src;
+                s.pinned = base;
               }
               if (o.mode == "pin") continue;
-              uint32_t mask = p.targetMask & group.onlyMask;
-              for (size_t g = 0; g < G; ++g) {
-                if (!(mask & (1u << g))) continue;
-                drv().cuCtxPushCurrent_v2(gpus[g].ctx);
-                drv().cuMemcpyHtoDAsync_v2(gpus[g].dst + dstOff[g][i], src, p.length, w.streams[g]);
-                drv().cuEventRecord(s.copied[g], w.streams[g]);
-                CUcontext popped;
-                drv().cuCtxPopCurrent_v2(&popped);
-                s.pendingMask |= 1u << g;
+              for (size_t k = first; k < last; ++k) {
+                size_t i = group.items[k];
+                const Piece& p = pieces[i];
+                uint32_t mask = p.targetMask & group.onlyMask;
+                for (size_t g = 0; g < G; ++g) {
+                  if (!(mask & (1u << g))) continue;
+                  drv().cuCtxPushCurrent_v2(gpus[g].ctx);
+                  drv().cuMemcpyHtoDAsync_v2(gpus[g].dst + dstOff[g][i], base + (p.offset - head.offset), p.length, w.streams[g]);
+                  drv().cuEventRecord(s.copied[g], w.streams[g]);
+                  CUcontext popped;
+                  drv().cuCtxPopCurrent_v2(&popped);
+                  s.pendingMask |= 1u << g;
+                }
               }
             }
             for (auto& s : w.slots) retire(s, gpus);
@@ -268,9 +304,9 @@ int main(int argc, char** argv) {
     double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (failed) return 1;
     uint64_t bytes = o.mode == "pin" ? total : landed;
-    printf("{\"mode\":\"%s\",\"share\":\"%s\",\"engine\":\"%s\",\"gpus\":%zu,\"threads\":%u,\"chunkMiB\":%llu,"
+    printf("{\"mode\":\"%s\",\"share\":\"%s\",\"engine\":\"%s\",\"gpus\":%zu,\"threads\":%u,\"regThreads\":%u,\"regRun\":%zu,\"chunkMiB\":%llu,"
            "\"rep\":%d,\"fileBytes\":%llu,\"landedBytes\":%llu,\"seconds\":%.4f,\"GBps\":%.2f}\n",
-           o.mode.c_str(), o.share.c_str(), o.engine.c_str(), G, o.threads, (unsigned long long)(o.chunk >> 20), rep,
+           o.mode.c_str(), o.share.c_str(), o.engine.c_str(), G, o.threads, o.regThreads, o.regRun, (unsigned long long)(o.chunk >> 20), rep,
            (unsigned long long)total, (unsigned long long)landed, s, bytes / s / 1e9);
     fflush(stdout);
   }
