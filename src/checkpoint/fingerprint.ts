@@ -1,39 +1,60 @@
 // The compatibility fingerprint a client compares before it maps the cache: if anything that
-// decides which bytes sit where differs, the client must fall back to disk. Each field is hashed
-// on its own so that a mismatch can be reported field by field. File paths are left out on
-// purpose: the same weights copied to another directory or node give the same fingerprint.
+// decides which bytes sit where, or the bytes themselves, differs, the client must fall back to
+// disk. Each field is hashed on its own so that a mismatch can be reported field by field.
+// File paths are left out on purpose: the same weights copied to another directory or node give
+// the same fingerprint.
+//
+// docs/spec/fingerprint.md specifies every field byte for byte; the Python client computes the
+// same fields without Node (clients/python/weightd_client/fingerprint.py), and the vectors in
+// test/vectors/fingerprint hold both to it. So every input here is something Python can read
+// from the checkpoint directory itself: no field hashes TypeScript tables.
 
 import { createHash } from 'node:crypto';
-import type { ShardRule } from './types.js';
+import canonicalize from 'canonicalize';
 
-/** Bumped whenever the plan layout or the wire contract changes meaning. */
-export const PROTOCOL_VERSION = 1;
+/** Bumped whenever the fingerprint's meaning, the plan layout or the wire contract changes. */
+export const PROTOCOL_VERSION = 2;
+
+/**
+ * The built-in sharding rules (tpRules.ts) as a versioned identifier. Any change to those
+ * tables, or to which architectures they cover, bumps the version; a test holds a hash of the
+ * tables to it.
+ */
+export const BUILTIN_RULES = 'weightd-rules@1';
 
 export function sha256Hex(text: string): string {
   return createHash('sha256').update(text).digest('hex');
 }
 
-/** JSON with object keys sorted at every level, so equal values always hash equally. */
+/** RFC 8785 canonical JSON: the same bytes any conforming implementation (Python's rfc8785) writes. */
 export function canonicalJson(value: unknown): string {
-  return JSON.stringify(value, (_key, v: unknown) => {
-    if (typeof v !== 'object' || v === null || Array.isArray(v)) return v;
-    const o = v as Record<string, unknown>;
-    return Object.fromEntries(Object.keys(o).sort().map((k) => [k, o[k]]));
-  });
+  const text = canonicalize(value);
+  if (text === undefined) throw new TypeError(`cannot write ${String(value)} as JSON`);
+  return text;
+}
+
+/** The model config values the sharding rules read (readModelConfig's, after its defaults). */
+export interface ShardingConfig {
+  numAttentionHeads: number | null;
+  numKeyValueHeads: number | null;
+  headDim: number | null;
+  tieWordEmbeddings: boolean | null;
 }
 
 export interface FingerprintInput {
-  /** Each shard's headerSha256, in file-name order. */
+  /** Each shard's headerSha256, in file order. */
   headerHashes: string[];
+  /** Each shard's content digest (sampleContent.ts), in file order. */
+  contentDigests: string[];
   architecture: string;
   tpSize: number;
-  /** Distinct tensor dtypes plus config.json's torch_dtype. */
+  /** Every tensor's dtype (repeats allowed) plus config.json's torch_dtype. */
   dtypes: string[];
   torchDtype: string | null;
   quantization: unknown;
-  /** Every loaded tensor's rule, and the aliases: what each rank ends up holding. */
-  rules: Array<[string, ShardRule]>;
-  aliases: Record<string, string>;
+  config: ShardingConfig;
+  /** The user plan file's JSON as parsed, or null when there is none. */
+  planFile: unknown;
 }
 
 export interface Fingerprint {
@@ -42,37 +63,23 @@ export interface Fingerprint {
 }
 
 export function fingerprintCheckpoint(input: FingerprintInput): Fingerprint {
-  // A hash of per-file header hashes equals, in what it pins down, a hash over the raw header
-  // bytes in order; it lets each shard be hashed in a worker without moving header bytes.
+  // A hash of per-file hashes pins down what one hash over every file's bytes would, and lets
+  // each shard be read in a worker without moving its bytes.
+  const { config } = input;
   const fields: Record<string, string> = {
     headers: sha256Hex(input.headerHashes.join('\n')),
+    content: sha256Hex(input.contentDigests.join('\n')),
     architecture: sha256Hex(input.architecture),
+    config: sha256Hex(canonicalJson({
+      numAttentionHeads: config.numAttentionHeads, numKeyValueHeads: config.numKeyValueHeads, headDim: config.headDim, tieWordEmbeddings: config.tieWordEmbeddings,
+    })),
     tpSize: sha256Hex(String(input.tpSize)),
     dtypes: sha256Hex(canonicalJson({ tensors: [...new Set(input.dtypes)].sort(), torchDtype: input.torchDtype })),
     quantization: sha256Hex(canonicalJson(input.quantization ?? null)),
-    plan: planHash(input.rules, input.aliases),
+    plan: sha256Hex(canonicalJson({ builtinRules: BUILTIN_RULES, planFile: input.planFile === null ? null : sha256Hex(canonicalJson(input.planFile)) })),
     protocol: sha256Hex(String(PROTOCOL_VERSION)),
   };
   return { fingerprint: sha256Hex(canonicalJson(fields)), fields };
-}
-
-/**
- * Hash of every tensor's rule in name order (so the field describes the sharding, not the file
- * layout) and the aliases. Streams into the hash and canonicalizes each distinct rule once:
- * a 100k-tensor model has a handful of distinct rules.
- */
-function planHash(rules: Array<[string, ShardRule]>, aliases: Record<string, string>): string {
-  const hash = createHash('sha256');
-  const canonical = new Map<string, string>();
-  const sorted = [...rules].sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0));
-  for (const [name, rule] of sorted) {
-    const key = JSON.stringify(rule);
-    let text = canonical.get(key);
-    if (text === undefined) canonical.set(key, (text = canonicalJson(rule)));
-    hash.update(`${JSON.stringify(name)}:${text}\n`);
-  }
-  hash.update(canonicalJson(aliases));
-  return hash.digest('hex');
 }
 
 export function rankFingerprint(checkpointFingerprint: string, tpRank: number): string {

@@ -1,19 +1,30 @@
-// Piscina task file: parses, validates and hashes one batch of shard headers off the main
-// thread. Failures come back as data rather than as a rejection, because a thrown error loses
-// its class and `code` when piscina moves it across the thread boundary.
+// Piscina task file: parses, validates and hashes one batch of shard headers, or samples one
+// batch of shards' tensor bytes (the `content` fingerprint field), off the main thread.
+// Failures come back as data rather than as a rejection, because a thrown error loses its class
+// and `code` when piscina moves it across the thread boundary.
 
 import { serializeError, type SerializedError } from '../errors.js';
 import { parseSafetensors, type SafetensorsHeader } from './parseSafetensors.js';
+import { fileContentDigest } from './sampleContent.js';
 
-export interface HeaderTask {
-  paths: string[];
+/** One file to sample: its tensors as flat [begin, end) pairs, and the checkpoint's data bytes. */
+export interface ContentJob {
+  path: string;
+  spans: number[];
+  totalDataBytes: number;
 }
 
-export type HeaderResult = { ok: true; headers: SafetensorsHeader[] } | { ok: false; error: SerializedError };
+export type HeaderTask = { paths: string[] } | { content: ContentJob[] };
 
-export default async function parseHeaders({ paths }: HeaderTask): Promise<HeaderResult> {
+export type HeaderResult =
+  | { ok: true; headers: SafetensorsHeader[] }
+  | { ok: true; digests: string[] }
+  | { ok: false; error: SerializedError };
+
+export default async function runCheckpointTask(task: HeaderTask): Promise<HeaderResult> {
   try {
-    return { ok: true, headers: await Promise.all(paths.map(parseSafetensors)) };
+    if ('content' in task) return { ok: true, digests: task.content.map((j) => fileContentDigest(j.path, j.spans, j.totalDataBytes)) };
+    return { ok: true, headers: await Promise.all(task.paths.map(parseSafetensors)) };
   } catch (err) {
     return { ok: false, error: serializeError(err) };
   }

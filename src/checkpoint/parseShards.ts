@@ -1,12 +1,13 @@
-// Parses every shard header of a checkpoint, in a piscina pool when there are enough shards for
-// it to pay. A 100k-tensor header is tens of MB of JSON: parsing, duplicate scanning and hashing
+// Parses every shard header of a checkpoint, and samples every shard's tensor bytes, in a
+// piscina pool when there is enough work for it to pay. A 100k-tensor header is tens of MB of JSON: parsing, duplicate scanning and hashing
 // it on the main thread would stall the daemon's sockets and state machine for that long.
 
 import { availableParallelism } from 'node:os';
 import { Piscina } from 'piscina';
 import { deserializeError } from '../errors.js';
-import type { HeaderResult, HeaderTask } from './headerWorker.js';
+import type { ContentJob, HeaderResult, HeaderTask } from './headerWorker.js';
 import { parseSafetensors, type SafetensorsHeader } from './parseSafetensors.js';
+import { fileContentDigest, SAMPLE_WHOLE_LIMIT } from './sampleContent.js';
 
 /**
  * Up to this many shards are parsed on the calling thread. Starting workers costs ~30-50 ms,
@@ -28,7 +29,27 @@ export function createHeaderPool(maxThreads = Math.max(1, Math.min(availablePara
 
 export async function parseShards(paths: string[], pool?: Piscina<HeaderTask, HeaderResult>): Promise<SafetensorsHeader[]> {
   if (!pool && paths.length <= INLINE_PARSE_MAX_FILES) return Promise.all(paths.map(parseSafetensors));
-  const own = pool ?? createHeaderPool(Math.max(1, Math.min(availableParallelism(), 8, paths.length)));
+  const results = await runInPool(paths.map((p) => ({ paths: [p] })), paths.length, pool);
+  return results.flatMap((r) => ('headers' in r ? r.headers : []));
+}
+
+/**
+ * Each shard's content digest (sampleContent.ts), in file order. Sampling a real checkpoint
+ * makes thousands of blocking reads, so it runs in the pool; a checkpoint small enough to be
+ * hashed whole (a few MiB, tests and examples) is sampled here, in less time than a worker
+ * takes to start.
+ */
+export async function sampleShards(headers: SafetensorsHeader[], pool?: Piscina<HeaderTask, HeaderResult>): Promise<string[]> {
+  const totalDataBytes = headers.reduce((sum, h) => sum + h.tensors.reduce((s, t) => s + (t.end - t.begin), 0), 0);
+  const jobs: ContentJob[] = headers.map((h) => ({ path: h.path, spans: h.tensors.flatMap((t) => [t.begin, t.end]), totalDataBytes }));
+  if (!pool && totalDataBytes <= SAMPLE_WHOLE_LIMIT) return jobs.map((j) => fileContentDigest(j.path, j.spans, j.totalDataBytes));
+  const results = await runInPool(jobs.map((j) => ({ content: [j] })), jobs.length, pool);
+  return results.flatMap((r) => ('digests' in r ? r.digests : []));
+}
+
+/** Runs one task per item, in `pool` or in a pool of its own; a task's failure or a dead worker rejects. */
+async function runInPool(tasks: HeaderTask[], width: number, pool?: Piscina<HeaderTask, HeaderResult>): Promise<Array<Extract<HeaderResult, { ok: true }>>> {
+  const own = pool ?? createHeaderPool(Math.max(1, Math.min(availableParallelism(), 8, width)));
   let poolFailure: ((err: unknown) => void) | null = null;
   // An 'error' event with no listener would throw from the emitter and kill the process.
   const failed = new Promise<never>((_, reject) => { poolFailure = reject; });
@@ -36,10 +57,10 @@ export async function parseShards(paths: string[], pool?: Piscina<HeaderTask, He
   const onError = (err: unknown): void => poolFailure?.(err);
   own.on('error', onError);
   try {
-    const results = await Promise.race([Promise.all(paths.map((p) => own.run({ paths: [p] }))), failed]);
-    return results.flatMap((r) => {
+    const results = await Promise.race([Promise.all(tasks.map((t) => own.run(t))), failed]);
+    return results.map((r) => {
       if (!r.ok) throw deserializeError(r.error);
-      return r.headers;
+      return r;
     });
   } finally {
     own.off('error', onError);

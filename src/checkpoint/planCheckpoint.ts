@@ -8,7 +8,7 @@ import { CheckpointError, ShardingError } from '../errors.js';
 import { fingerprintCheckpoint, rankFingerprint } from './fingerprint.js';
 import type { HeaderResult, HeaderTask } from './headerWorker.js';
 import type { SafetensorsTensor } from './parseSafetensors.js';
-import { parseShards } from './parseShards.js';
+import { parseShards, sampleShards } from './parseShards.js';
 import { checkTensorsAgainstIndex, INDEX_FILE, readCheckpointIndex } from './readCheckpointIndex.js';
 import { readModelConfig, type ModelConfig } from './readModelConfig.js';
 import { readPlanFile } from './readPlanFile.js';
@@ -163,7 +163,8 @@ export async function planCheckpoint(modelDir: string, opts: PlanOptions): Promi
   const index = await readCheckpointIndex(dir);
   const config = await readModelConfig(dir);
   const family = familyOf(config.architecture);
-  const userRules = opts.planFile ? await readPlanFile(opts.planFile) : [];
+  const planFile = opts.planFile ? await readPlanFile(opts.planFile) : null;
+  const userRules = planFile?.rules ?? [];
   const files = index.files.map((f) => resolve(dir, f));
   const headers = await parseShards(files, opts.pool);
   checkTensorsAgainstIndex(index, headers, resolve(dir, INDEX_FILE));
@@ -194,16 +195,18 @@ export async function planCheckpoint(modelDir: string, opts: PlanOptions): Promi
     throw new ShardingError('E_SHARD_UNPLACED', `${dir}: ${why}:\n${listed}${more}\nWrite a plan file ({"rules": [{"pattern": "<regex>", "rule": "column" | "row" | "replicated"}]}, see docs/sharding.md) and pass it as planFile`, { architecture: config.architecture, tensors: unplaced.slice(0, UNPLACED_LISTED), count: unplaced.length });
   }
 
-  await yieldToEventLoop();
+  // Last, once nothing else can fail: the only step that reads tensor bytes.
+  const contentDigests = await sampleShards(headers, opts.pool);
   const { fingerprint, fields } = fingerprintCheckpoint({
     headerHashes: headers.map((h) => h.headerSha256),
+    contentDigests,
     architecture: config.architecture,
     tpSize,
     dtypes: all.map((t) => t.dtype),
     torchDtype: config.torchDtype,
     quantization: config.quantization,
-    rules: planned.map((p): [string, ShardRule] => [p.source.name, p.rule]),
-    aliases,
+    config,
+    planFile: planFile?.json ?? null,
   });
   const ranks: RankPlan[] = [];
   for (let rank = 0; rank < tpSize; rank++) {

@@ -25,7 +25,13 @@ const planSchema = z.strictObject({
   rules: z.array(z.strictObject({ pattern: z.string().min(1), rule: ruleSchema })),
 });
 
-export async function readPlanFile(path: string): Promise<TensorRule[]> {
+/** The rules, and the JSON they came from (the fingerprint hashes its canonical form). */
+export interface PlanFile {
+  rules: TensorRule[];
+  json: unknown;
+}
+
+export async function readPlanFile(path: string): Promise<PlanFile> {
   let text: string;
   try {
     text = await readFile(path, 'utf8');
@@ -43,7 +49,7 @@ export async function readPlanFile(path: string): Promise<TensorRule[]> {
     const issues = parsed.error.issues.map((i) => `${i.path.join('.') || '(root)'}: ${i.message}`).join('; ');
     throw new CheckpointError('E_PLAN_SCHEMA', `plan file ${path}: ${issues}. Expected {"rules": [{"pattern": "<regex>", "rule": "column" | "row" | "replicated" | {"split": <dim>} | {"fused": {"dim": <dim>, "parts": [<sizes>]}}}]}`, { file: path });
   }
-  return parsed.data.rules.map(({ pattern, rule }, i): TensorRule => {
+  const rules = parsed.data.rules.map(({ pattern, rule }, i): TensorRule => {
     let regex: RegExp;
     try {
       regex = new RegExp(pattern);
@@ -58,4 +64,5 @@ export async function readPlanFile(path: string): Promise<TensorRule[]> {
     }
     return { pattern: regex, spec: { kind: 'fused', dim: d, parts, ...(partKvHeads ? { partKvHeads } : {}) } };
   });
+  return { rules, json };
 }

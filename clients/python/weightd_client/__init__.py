@@ -4,6 +4,7 @@ See docs/protocol.md in the weightd repository for the wire protocol.
 """
 
 from .client import Attached, Mismatch, WeightdClient, default_socket_dir, find_socket
+from .fingerprint import ExpectedFingerprint, FingerprintError, expected_fingerprint
 from .protocol import PROTOCOL_VERSION, ProtocolError, ServeError, WeightdError
 
 __all__ = [
@@ -11,6 +12,9 @@ __all__ = [
     "Mismatch",
     "WeightdClient",
     "default_socket_dir",
+    "ExpectedFingerprint",
+    "FingerprintError",
+    "expected_fingerprint",
     "find_socket",
     "PROTOCOL_VERSION",
     "ProtocolError",
