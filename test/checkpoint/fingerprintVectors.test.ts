@@ -35,6 +35,16 @@ for (const c of vectors.cases) {
   });
 }
 
+test('the TypeScript client, as the Python one, computes only the checkpoint layout and says which exist', async () => {
+  try {
+    await expectedFingerprint('/nonexistent', 2, 0, undefined, 'vllm' as 'checkpoint');
+    assert.unreachable('accepted an unknown layout');
+  } catch (err) {
+    assert.instance(err, RangeError);
+    assert.match((err as Error).message, 'layout "vllm" is not one a fingerprint can be computed for; the layouts are: checkpoint');
+  }
+});
+
 test('the vectors cover every field and both sampling regimes', () => {
   const changed = new Set<string>();
   const base = new Map<string, Record<string, string>>();
