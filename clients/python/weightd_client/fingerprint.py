@@ -148,7 +148,8 @@ def _read_shard(path: str) -> _Shard:
     if len(header) != n:
         raise FingerprintError(f"{path}: the file ended while reading its header; it changed while being read")
     try:
-        entries = json.loads(header.decode("utf-8"), parse_int=_js_int, parse_constant=_reject_constant)
+        # Plain integers: offsets past 2^53 describe no real file, and the daemon refuses them.
+        entries = json.loads(header.decode("utf-8"), parse_constant=_reject_constant)
     except ValueError as err:
         raise FingerprintError(f"{path}: the header is not valid UTF-8 JSON ({err})") from err
     if not isinstance(entries, dict):
@@ -158,11 +159,14 @@ def _read_shard(path: str) -> _Shard:
     for name, entry in entries.items():
         if name == "__metadata__":
             continue
-        offsets = entry.get("data_offsets") if isinstance(entry, dict) else None
-        if not (isinstance(offsets, list) and len(offsets) == 2 and all(isinstance(o, int) and not isinstance(o, bool) and o >= 0 for o in offsets)):
-            raise FingerprintError(f'{path}: tensor "{name}": data_offsets is {offsets!r}, not a [begin, end] pair')
-        tensors.append((offsets[0], offsets[1], str(entry.get("dtype"))))
-    tensors.sort(key=lambda t: (t[0], t[1]))
+        try:
+            begin, end = entry["data_offsets"]
+            if type(begin) is not int or type(end) is not int or begin < 0:
+                raise TypeError
+        except (TypeError, ValueError, KeyError):
+            raise FingerprintError(f'{path}: tensor "{name}": its entry {entry!r} has no [begin, end] data_offsets pair') from None
+        tensors.append((begin, end, str(entry.get("dtype"))))
+    tensors.sort()
     cursor = 0
     for begin, end, _ in tensors:
         if begin != cursor or end < begin:
@@ -181,52 +185,60 @@ def _read_shard(path: str) -> _Shard:
 
 def sample_ranges(spans: Sequence[Tuple[int, int]], total_data_bytes: int) -> List[Tuple[int, int]]:
     """The sampled [begin, end) ranges of one file, ascending and disjoint (spec: "The sample")."""
-    out: List[List[int]] = []
-
-    def push(b: int, e: int) -> None:
-        if e <= b:
-            return
-        if out and out[-1][1] == b:
-            out[-1][1] = e
-        else:
-            out.append([b, e])
-
+    flat: List[int] = []
+    edge, block = SAMPLE_EDGE_BYTES, SAMPLE_BLOCK_BYTES
     whole = total_data_bytes <= SAMPLE_WHOLE_LIMIT
     total = max(total_data_bytes, 1)
+
+    def push(b: int, e: int) -> None:
+        # Adjacent ranges (one tensor's tail, the next one's head) are one range.
+        if e > b:
+            if flat and flat[-1] == b:
+                flat[-1] = e
+            else:
+                flat.extend((b, e))
+
     for begin, end in spans:
         n = end - begin
-        if whole or n <= 2 * SAMPLE_EDGE_BYTES:
+        if whole or n <= 2 * edge:
             push(begin, end)
             continue
-        a, z = begin + SAMPLE_EDGE_BYTES, end - SAMPLE_EDGE_BYTES
+        a, z = begin + edge, end - edge
         m = z - a
         push(begin, a)
         k = SAMPLE_BLOCK_BUDGET * n // total
-        if k * SAMPLE_BLOCK_BYTES >= m:
+        if k * block >= m:
             push(a, z)
         else:
             for j in range(k):
                 start = a + j * m // k
-                push(start, start + SAMPLE_BLOCK_BYTES)
+                push(start, start + block)
         push(z, end)
-    return [(b, e) for b, e in out]
+    return list(zip(flat[::2], flat[1::2]))
 
 
 def _content_digest(path: str, spans: Sequence[Tuple[int, int]], total_data_bytes: int) -> str:
     ranges = sample_ranges(spans, total_data_bytes)
     h = _require("xxhash").xxh3_128()
+    update = h.update
     fd = os.open(path, os.O_RDONLY)
     try:
-        i = 0
-        while i < len(ranges):
+        i, count = 0, len(ranges)
+        while i < count:
+            # One read covers every range whose gap to the previous is small.
             j = i + 1
-            while j < len(ranges) and ranges[j][0] - ranges[j - 1][1] <= _MERGE_GAP_BYTES:
+            while j < count and ranges[j][0] - ranges[j - 1][1] <= _MERGE_GAP_BYTES:
                 j += 1
             start, stop = ranges[i][0], ranges[j - 1][1]
-            chunk = _pread_fully(fd, path, stop - start, start)
-            view = memoryview(chunk)
-            for b, e in ranges[i:j]:
-                h.update(view[b - start:e - start])
+            chunk = os.pread(fd, stop - start, start)
+            if len(chunk) != stop - start:
+                chunk = _pread_fully(fd, path, stop - start, start)
+            if j == i + 1:
+                update(chunk)
+            else:
+                view = memoryview(chunk)
+                for b, e in ranges[i:j]:
+                    update(view[b - start : e - start])
             i = j
     finally:
         os.close(fd)
