@@ -1,6 +1,7 @@
 // `weightd fingerprint`: the fingerprints a client should expect, computed from the checkpoint
-// on disk exactly as the daemon computes them. An engine that is not written in TypeScript
-// (the Python client) runs this once and passes the result to get_state.
+// on disk exactly as the daemon computes them (docs/spec/fingerprint.md). A Python engine can
+// compute the same without Node (weightd_client.expected_fingerprint); other engines run this
+// once and pass the result to get_state.
 import { planCheckpoint } from '../checkpoint/planCheckpoint.js';
 import { resolveNodeOptions } from '../nodeOptions.js';
 import { expectedOfRank } from '../client/expectedFingerprint.js';
