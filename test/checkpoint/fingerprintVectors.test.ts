@@ -53,7 +53,7 @@ test('the vectors cover every field and both sampling regimes', () => {
     const first = base.get(c.model) ?? (base.set(c.model, c.expected.fields), c.expected.fields);
     for (const [k, v] of Object.entries(c.expected.fields)) if (first[k] !== v) changed.add(k);
   }
-  for (const field of ['content', 'config', 'plan', 'tpSize']) assert.ok(changed.has(field), `no case changes ${field}`);
+  for (const field of ['content', 'config', 'plan', 'tpSize', 'dtypes', 'quantization']) assert.ok(changed.has(field), `no case changes ${field}`);
   assert.ok(vectors.cases.some((c) => c.error), 'a case that must fail');
   assert.ok('synthetic' in vectors.models['sampled-llama']!, 'a model over the whole-hash limit');
 });

@@ -111,6 +111,17 @@ class ArgumentsTest(unittest.TestCase):
             expected_fingerprint(os.path.join(REPO, "examples", "tiny-llama"), 2, 2)
 
 
+class IndexTest(unittest.TestCase):
+    def test_an_index_may_not_name_files_outside_the_directory(self):
+        with tempfile.TemporaryDirectory() as root:
+            with open(os.path.join(root, "config.json"), "w") as f:
+                json.dump({"architectures": ["LlamaForCausalLM"]}, f)
+            with open(os.path.join(root, "model.safetensors.index.json"), "w") as f:
+                json.dump({"weight_map": {"w": "../elsewhere.safetensors"}}, f)
+            with self.assertRaisesRegex(FingerprintError, r'"\.\./elsewhere\.safetensors" is not a plain \.safetensors file name'):
+                expected_fingerprint(root, 1, 0)
+
+
 class SampleRangesTest(unittest.TestCase):
     def test_bounded_for_many_tensors(self):
         # 50,000 tensors of 2 MiB: every tensor's two edges plus at most the block budget.

@@ -117,7 +117,12 @@ def _weight_files(model_dir: str) -> List[str]:
         weight_map = data.get("weight_map") if isinstance(data, dict) else None
         if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
             raise FingerprintError(f'{index}: an index needs "weight_map": {{tensor name: file name}}')
-        return sorted(set(weight_map.values()), key=_utf16_key)
+        files = sorted(set(weight_map.values()), key=_utf16_key)
+        for name in files:
+            # The index is data from the internet: it must not point outside the model directory.
+            if name != name.strip() or "/" in name or "\\" in name or not name.endswith(".safetensors"):
+                raise FingerprintError(f'{index}: "{name}" is not a plain .safetensors file name in the model directory; the index may only name files next to it')
+        return files
     if os.path.isfile(os.path.join(model_dir, SINGLE_FILE)):
         return [SINGLE_FILE]
     raise FingerprintError(f"{model_dir}: neither {INDEX_FILE} nor {SINGLE_FILE} is here; point at a Hugging Face model directory with safetensors weights")
