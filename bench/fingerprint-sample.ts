@@ -94,9 +94,10 @@ try {
   try {
     const headers = await parseShards(files, pool);
     const total = headers.reduce((s, h) => s + h.tensors.reduce((a, t) => a + t.end - t.begin, 0), 0);
-    let ranges = 0, sampled = 0;
+    let ranges = 0, sampled = 0, before = 0;
     for (const h of headers) {
-      const r = sampleRanges(h.tensors.flatMap((t) => [t.begin, t.end]), total);
+      const r = sampleRanges(h.tensors.flatMap((t) => [t.begin, t.end]), total, before);
+      before += h.tensors.reduce((a, t) => a + t.end - t.begin, 0);
       ranges += r.length / 2;
       for (let i = 0; i < r.length; i += 2) sampled += r[i + 1]! - r[i]!;
     }

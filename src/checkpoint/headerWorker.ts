@@ -7,11 +7,12 @@ import { serializeError, type SerializedError } from '../errors.js';
 import { parseSafetensors, type SafetensorsHeader } from './parseSafetensors.js';
 import { fileContentDigest } from './sampleContent.js';
 
-/** One file to sample: its tensors as flat [begin, end) pairs, and the checkpoint's data bytes. */
+/** One file to sample: its tensors as flat [begin, end) pairs; the checkpoint's data bytes, and those of the files before it. */
 export interface ContentJob {
   path: string;
   spans: number[];
   totalDataBytes: number;
+  dataBefore: number;
 }
 
 export type HeaderTask = { paths: string[] } | { content: ContentJob[] };
@@ -23,7 +24,7 @@ export type HeaderResult =
 
 export default async function runCheckpointTask(task: HeaderTask): Promise<HeaderResult> {
   try {
-    if ('content' in task) return { ok: true, digests: task.content.map((j) => fileContentDigest(j.path, j.spans, j.totalDataBytes)) };
+    if ('content' in task) return { ok: true, digests: task.content.map((j) => fileContentDigest(j.path, j.spans, j.totalDataBytes, j.dataBefore)) };
     return { ok: true, headers: await Promise.all(task.paths.map(parseSafetensors)) };
   } catch (err) {
     return { ok: false, error: serializeError(err) };

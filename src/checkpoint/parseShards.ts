@@ -40,9 +40,15 @@ export async function parseShards(paths: string[], pool?: Piscina<HeaderTask, He
  * takes to start.
  */
 export async function sampleShards(headers: SafetensorsHeader[], pool?: Piscina<HeaderTask, HeaderResult>): Promise<string[]> {
-  const totalDataBytes = headers.reduce((sum, h) => sum + h.tensors.reduce((s, t) => s + (t.end - t.begin), 0), 0);
-  const jobs: ContentJob[] = headers.map((h) => ({ path: h.path, spans: h.tensors.flatMap((t) => [t.begin, t.end]), totalDataBytes }));
-  if (!pool && totalDataBytes <= SAMPLE_WHOLE_LIMIT) return jobs.map((j) => fileContentDigest(j.path, j.spans, j.totalDataBytes));
+  const dataBytes = headers.map((h) => h.tensors.reduce((s, t) => s + (t.end - t.begin), 0));
+  const totalDataBytes = dataBytes.reduce((a, b) => a + b, 0);
+  let dataBefore = 0;
+  const jobs: ContentJob[] = headers.map((h, i) => {
+    const job = { path: h.path, spans: h.tensors.flatMap((t) => [t.begin, t.end]), totalDataBytes, dataBefore };
+    dataBefore += dataBytes[i]!;
+    return job;
+  });
+  if (!pool && totalDataBytes <= SAMPLE_WHOLE_LIMIT) return jobs.map((j) => fileContentDigest(j.path, j.spans, j.totalDataBytes, j.dataBefore));
   const results = await runInPool(jobs.map((j) => ({ content: [j] })), jobs.length, pool);
   return results.flatMap((r) => ('digests' in r ? r.digests : []));
 }

@@ -28,9 +28,10 @@ const MERGE_GAP_BYTES = 4096;
 /**
  * The sampled ranges of one file, as flat [begin, end, begin, end, ...] absolute offsets in
  * ascending order and disjoint. `spans` are the file's tensors as [begin, end) pairs in data
- * order; `totalDataBytes` is the sum of every tensor's bytes over all files of the checkpoint.
+ * order; `totalDataBytes` is the sum of every tensor's bytes over all files of the checkpoint,
+ * `dataBefore` that sum over the files before this one.
  */
-export function sampleRanges(spans: readonly number[], totalDataBytes: number): number[] {
+export function sampleRanges(spans: readonly number[], totalDataBytes: number, dataBefore = 0): number[] {
   const out: number[] = [];
   const push = (b: number, e: number): void => {
     if (e <= b) return;
@@ -42,10 +43,19 @@ export function sampleRanges(spans: readonly number[], totalDataBytes: number): 
   const whole = totalDataBytes <= SAMPLE_WHOLE_LIMIT;
   const budget = BigInt(SAMPLE_BLOCK_BUDGET);
   const total = BigInt(Math.max(totalDataBytes, 1));
+  // Tensor t gets the blocks of the budget that fall in its share of the checkpoint's data:
+  // floor(B * (G + n) / D) - floor(B * G / D), G being the data before it. The shares add up to
+  // the whole budget however many tensors share it, where a per-tensor floor(B * n / D) would
+  // give nothing to each of 40,000 small tensors.
+  let before = BigInt(dataBefore);
   for (let i = 0; i < spans.length; i += 2) {
     const begin = spans[i]!;
     const end = spans[i + 1]!;
     const n = end - begin;
+    const after = before + BigInt(n);
+    // Exact integer arithmetic: a double's rounding could move a block by a byte on one side.
+    const k = Number((budget * after) / total - (budget * before) / total);
+    before = after;
     if (whole || n <= 2 * SAMPLE_EDGE_BYTES) {
       push(begin, end);
       continue;
@@ -54,8 +64,6 @@ export function sampleRanges(spans: readonly number[], totalDataBytes: number): 
     const z = end - SAMPLE_EDGE_BYTES;
     const m = z - a;
     push(begin, a);
-    // Exact integer arithmetic: a double's rounding could move a block by a byte on one side.
-    const k = Number((budget * BigInt(n)) / total);
     if (k * SAMPLE_BLOCK_BYTES >= m) {
       push(a, z);
     } else {
@@ -72,8 +80,8 @@ export function sampleRanges(spans: readonly number[], totalDataBytes: number): 
 }
 
 /** A file's content digest: xxh3-128 of its sampled bytes, concatenated in file order (32 hex digits). */
-export function fileContentDigest(path: string, spans: readonly number[], totalDataBytes: number): string {
-  const ranges = sampleRanges(spans, totalDataBytes);
+export function fileContentDigest(path: string, spans: readonly number[], totalDataBytes: number, dataBefore: number): string {
+  const ranges = sampleRanges(spans, totalDataBytes, dataBefore);
   let sampled = 0;
   for (let i = 0; i < ranges.length; i += 2) sampled += ranges[i + 1]! - ranges[i]!;
   const sample = Buffer.allocUnsafe(sampled);

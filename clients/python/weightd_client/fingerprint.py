@@ -188,7 +188,7 @@ def _read_shard(path: str) -> _Shard:
     )
 
 
-def sample_ranges(spans: Sequence[Tuple[int, int]], total_data_bytes: int) -> List[Tuple[int, int]]:
+def sample_ranges(spans: Sequence[Tuple[int, int]], total_data_bytes: int, data_before: int = 0) -> List[Tuple[int, int]]:
     """The sampled [begin, end) ranges of one file, ascending and disjoint (spec: "The sample")."""
     flat: List[int] = []
     edge, block = SAMPLE_EDGE_BYTES, SAMPLE_BLOCK_BYTES
@@ -203,15 +203,19 @@ def sample_ranges(spans: Sequence[Tuple[int, int]], total_data_bytes: int) -> Li
             else:
                 flat.extend((b, e))
 
+    budget = SAMPLE_BLOCK_BUDGET
+    before = data_before
     for begin, end in spans:
         n = end - begin
+        # The tensor's share of the block budget: the blocks that fall in its part of the data.
+        k = budget * (before + n) // total - budget * before // total
+        before += n
         if whole or n <= 2 * edge:
             push(begin, end)
             continue
         a, z = begin + edge, end - edge
         m = z - a
         push(begin, a)
-        k = SAMPLE_BLOCK_BUDGET * n // total
         if k * block >= m:
             push(a, z)
         else:
@@ -222,8 +226,8 @@ def sample_ranges(spans: Sequence[Tuple[int, int]], total_data_bytes: int) -> Li
     return list(zip(flat[::2], flat[1::2]))
 
 
-def _content_digest(path: str, spans: Sequence[Tuple[int, int]], total_data_bytes: int) -> str:
-    ranges = sample_ranges(spans, total_data_bytes)
+def _content_digest(path: str, spans: Sequence[Tuple[int, int]], total_data_bytes: int, data_before: int) -> str:
+    ranges = sample_ranges(spans, total_data_bytes, data_before)
     h = _require("xxhash").xxh3_128()
     update = h.update
     fd = os.open(path, os.O_RDONLY)
@@ -296,7 +300,11 @@ def checkpoint_fingerprint(model_dir: str, tp_size: int, plan_file: Optional[str
     config = _config_values(model_dir)
     shards = [_read_shard(os.path.join(model_dir, f)) for f in _weight_files(model_dir)]
     total = sum(e - b for s in shards for b, e in s.spans)
-    digests = [_content_digest(s.path, s.spans, total) for s in shards]
+    digests = []
+    before = 0
+    for s in shards:
+        digests.append(_content_digest(s.path, s.spans, total, before))
+        before += sum(e - b for b, e in s.spans)
     plan_digest = None if plan_file is None else _sha256_hex(_canonical(_load_json(plan_file, "plan file")))
     dtypes = sorted({d for s in shards for d in s.dtypes}, key=_utf16_key)
     fields = {
