@@ -4,8 +4,6 @@ import { readdirSync, statSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { resolve } from 'node:path';
 import { UsageError } from './errors.js';
-import { DEFAULT_INSPECT_HOST } from './inspect/inspectServer.js';
-import { DEFAULT_PROGRESS_INTERVAL_MS } from './inspect/progressReporter.js';
 import type { FaultInjection } from './actors/rankMessages.js';
 import type { Logger } from './log.js';
 import type { FillOptions } from './native/addon.js';
@@ -76,6 +74,8 @@ export interface NodeConfig {
 }
 
 export const DEFAULT_RENDEZVOUS_TIMEOUT_MS = 300_000;
+export const DEFAULT_INSPECT_HOST = '127.0.0.1';
+export const DEFAULT_PROGRESS_INTERVAL_MS = 2000;
 
 function usage(flag: string, value: unknown, problem: string, fix: string): UsageError {
   return new UsageError('E_USAGE', `${flag} ${JSON.stringify(value)}: ${problem}; ${fix}`, { flag, value });

@@ -11,36 +11,9 @@ import { machineToChart, type MachineChart } from './inspect/machineToMermaid.js
 import { NodeMetrics } from './inspect/nodeMetrics.js';
 import { ProgressReporter } from './inspect/progressReporter.js';
 import { createLogger, flushLogger, type Logger } from './log.js';
-import { supervisorMachine, type NodeFailure, type PeerStatus, type RankStatus } from './machines/supervisor.js';
+import { supervisorMachine } from './machines/supervisor.js';
+import type { NodeFailure, NodeResult, NodeState, NodeStatus } from './nodeStatus.js';
 import { resolveNodeOptions, type NodeConfig, type NodeOptions } from './nodeOptions.js';
-import type { RankTableEntry } from './rendezvous/rankTable.js';
-
-export type NodeState = 'init' | 'reportingFailure' | 'rendezvous' | 'loading' | 'serving' | 'ready' | 'stopping' | 'stopped' | 'failed';
-
-export interface NodeStatus {
-  state: NodeState;
-  nodeRank: number;
-  nnodes: number;
-  tpSize: number;
-  localWorldSize: number;
-  model: string;
-  architecture?: string;
-  fingerprint?: string;
-  rankTable: RankTableEntry[];
-  /** Each local rank; clients and leases are its socket's counters while it serves. */
-  ranks: Array<RankStatus & { clients?: number; leases?: number }>;
-  /** Other nodes reported lost (or back) while serving. */
-  peers: PeerStatus[];
-  /** Every node of the group has reported ready. */
-  groupReady: boolean;
-  failure?: NodeFailure;
-}
-
-/** How a node ended: stopped on request, or failed (with the cause). */
-export interface NodeResult {
-  state: 'stopped' | 'failed';
-  failure?: NodeFailure;
-}
 
 export interface WeightdNode {
   readonly config: NodeConfig;

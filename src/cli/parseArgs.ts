@@ -5,8 +5,7 @@
 import { readFileSync } from 'node:fs';
 import { Command, CommanderError, Option } from 'commander';
 import { UsageError } from '../errors.js';
-import { DEFAULT_INSPECT_HOST } from '../inspect/inspectServer.js';
-import type { NodeOptions } from '../nodeOptions.js';
+import { DEFAULT_INSPECT_HOST, type NodeOptions } from '../nodeOptions.js';
 import type { FingerprintRequest } from './printFingerprints.js';
 
 const pkg = JSON.parse(readFileSync(new URL('../../../package.json', import.meta.url), 'utf8')) as { version: string };

@@ -2,11 +2,10 @@
 // rate and ETA (and each rank's in its fields), a summary line per rank as it becomes resident
 // and one for the node, and, when stderr is a terminal, a progress bar redrawn in place.
 import type { Logger } from '../log.js';
-import type { NodeStatus } from '../startNode.js';
+import type { NodeStatus } from '../nodeStatus.js';
 import type { EventFeed, NodeEvent } from './eventFeed.js';
 import { formatBytes, formatRate, formatSeconds, nodeProgress, percent, rankProgress, type LoadProgress } from './loadProgress.js';
 
-export const DEFAULT_PROGRESS_INTERVAL_MS = 2000;
 const BAR_REDRAW_MS = 200;
 
 /** A terminal to draw the bar on (process.stderr when it is a TTY). */

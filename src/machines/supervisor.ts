@@ -13,36 +13,10 @@ import type { ServerRegistry } from '../actors/serverRegistry.js';
 import type { WorkerRegistry } from '../actors/workerRegistry.js';
 import type { SerializedError } from '../errors.js';
 import type { Logger } from '../log.js';
-import type { DeviceInfo, SegmentExport } from '../native/addon.js';
 import type { NodeConfig } from '../nodeOptions.js';
+import type { NodeFailure, PeerStatus, RankStatus } from '../nodeStatus.js';
 import type { RankTableEntry } from '../rendezvous/rankTable.js';
 import type { SupervisorEvent } from './events.js';
-
-export interface PeerStatus {
-  nodeRank: number;
-  state: 'up' | 'lost';
-  reason?: string;
-  since: number;
-}
-
-export type RankState = 'starting' | 'loading' | 'loaded' | 'serving' | 'released' | 'stopped' | 'failed';
-
-export interface RankStatus {
-  localRank: number;
-  globalRank: number;
-  state: RankState;
-  device?: DeviceInfo;
-  bytes: number;
-  totalBytes: number;
-  seconds: number;
-  segments?: SegmentExport[];
-  socketPath?: string;
-}
-
-export interface NodeFailure extends SerializedError {
-  localRank?: number;
-  globalRank?: number;
-}
 
 export interface SupervisorInput {
   config: NodeConfig;

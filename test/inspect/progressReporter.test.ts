@@ -8,7 +8,7 @@ import { createActor } from 'xstate';
 import { EventFeed } from '../../src/inspect/eventFeed.js';
 import { formatBytes, formatRate, formatSeconds, nodeProgress, rankProgress } from '../../src/inspect/loadProgress.js';
 import { ProgressReporter, renderProgressBar } from '../../src/inspect/progressReporter.js';
-import type { RankStatus } from '../../src/machines/supervisor.js';
+import type { RankStatus } from '../../src/nodeStatus.js';
 import { supervisorMachine } from '../../src/machines/supervisor.js';
 import { statusOf } from '../../src/startNode.js';
 import { FakeWorld, fakeConfig, fakeInput, fakePrepared, fakeRankTable } from '../helpers/fakeNode.js';
