@@ -2,6 +2,7 @@
 // The CLI (src/main.ts) is a thin layer over this.
 import type { Registry } from 'prom-client';
 import { createActor, type SnapshotFrom } from 'xstate';
+import { nodeActors } from './actors/nodeActors.js';
 import { ServerRegistry } from './actors/serverRegistry.js';
 import { WorkerRegistry } from './actors/workerRegistry.js';
 import { RankFailedError, WeightdError } from './errors.js';
@@ -81,7 +82,7 @@ export async function startNode(options: NodeOptions): Promise<WeightdNode> {
   const workers = new WorkerRegistry();
   const servers = new ServerRegistry();
   const feed = new EventFeed();
-  const actor = createActor(supervisorMachine, { input: { config, log, workers, servers }, inspect: feed.inspect });
+  const actor = createActor(supervisorMachine.provide({ actors: nodeActors }), { input: { config, log, workers, servers }, inspect: feed.inspect });
   const status = () => statusOf(actor.getSnapshot(), config, servers);
   supervisorChart ??= machineToChart(supervisorMachine);
   const metrics = new NodeMetrics({ status, feed, states: supervisorChart.states.map((s) => s.key) });

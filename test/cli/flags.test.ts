@@ -40,7 +40,7 @@ for (const [name, args, message] of cases) {
   test(`bad flag: ${name}`, async () => {
     const r = await runCli(args);
     assert.is(r.code, 2, `exit code 2, got ${r.code}: ${r.stderr}`);
-    assert.match(r.stderr, message);
+    assert.match(r.messages, message);
     assert.not.match(r.stderr, /READY/);
   });
 }

@@ -33,6 +33,9 @@ export interface Daemon {
   fdCount(): number;
 }
 
+/** The daemon's READY log line (JSON on a pipe, its msg starting with READY). */
+export const READY_LINE = /"msg":"READY node /;
+
 const live = new Set<ChildProcess>();
 // Synchronous on purpose: 'exit' handlers cannot wait, and a daemon must never outlive a test.
 process.on('exit', () => {
@@ -87,7 +90,7 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
   await new Promise<void>((resolve, reject) => {
     const timer = setTimeout(() => fail(`no READY within ${timeoutMs} ms`), timeoutMs);
     const onData = () => {
-      if (/^READY /m.test(out.text)) {
+      if (READY_LINE.test(out.text)) {
         cleanup();
         resolve();
       }
@@ -136,6 +139,6 @@ export async function expectDaemonFailure(opts: DaemonOptions, timeoutMs = 30_00
   const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
   const { code } = await waitExit();
   clearTimeout(timer);
-  if (/^READY /m.test(out.text)) throw new Error(`daemon became READY although it was expected to fail; stderr:\n${out.text}`);
+  if (READY_LINE.test(out.text)) throw new Error(`daemon became READY although it was expected to fail; stderr:\n${out.text}`);
   return { code, stderr: out.text, ms: Date.now() - started };
 }
