@@ -166,7 +166,7 @@ export async function startNode(options: NodeOptions): Promise<WeightdNode> {
     inspectUrl: inspectServer?.url,
     async stop(reason) {
       if (actor.getSnapshot().status === 'active') {
-        log.info({ reason }, 'stopping');
+        log.info({ reason, from: actor.getSnapshot().value }, 'stopping');
         actor.send({ type: 'STOP', reason });
       }
       return done;

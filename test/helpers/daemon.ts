@@ -18,6 +18,8 @@ export interface DaemonOptions {
   extraArgs?: string[];
   /** How long to wait for READY. */
   readyTimeoutMs?: number;
+  /** Resolve startDaemon once stderr matches this instead of READY (a log event before it). */
+  until?: RegExp;
 }
 
 export interface Daemon {
@@ -25,8 +27,10 @@ export interface Daemon {
   readonly devices: string[];
   /** stderr so far. */
   stderr(): string;
-  /** SIGTERM, then SIGKILL after `graceMs`; resolves when it is gone (with its code or signal). */
-  stop(graceMs?: number): Promise<Exit>;
+  /** `signal` (SIGTERM), then SIGKILL after `graceMs`; resolves when it is gone (with its code or signal). */
+  stop(graceMs?: number, signal?: NodeJS.Signals): Promise<Exit>;
+  /** Resolves once stderr matches `pattern` (now or later); rejects if the daemon exits first. */
+  waitFor(pattern: RegExp): Promise<void>;
   /** SIGKILL: no cleanup runs in the daemon (for stale socket/lock tests). */
   kill9(): Promise<void>;
   /** Open file descriptors of the daemon (/proc/<pid>/fd). */
@@ -90,7 +94,7 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
   await new Promise<void>((resolve, reject) => {
     const timer = setTimeout(() => fail(`no READY within ${timeoutMs} ms`), timeoutMs);
     const onData = () => {
-      if (READY_LINE.test(out.text)) {
+      if ((opts.until ?? READY_LINE).test(out.text)) {
         cleanup();
         resolve();
       }
@@ -114,9 +118,22 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
     pid,
     devices,
     stderr: () => out.text,
-    async stop(graceMs = 10_000) {
+    waitFor: (pattern) =>
+      new Promise<void>((resolve, reject) => {
+        const check = () => {
+          if (!pattern.test(out.text)) return;
+          child.stderr!.off('data', check);
+          child.off('exit', gone);
+          resolve();
+        };
+        const gone = () => reject(new Error(`daemon exited before ${pattern}; stderr:\n${out.text}`));
+        child.stderr!.on('data', check);
+        child.once('exit', gone);
+        check();
+      }),
+    async stop(graceMs = 10_000, signal: NodeJS.Signals = 'SIGTERM') {
       if (child.exitCode === null && child.signalCode === null) {
-        child.kill('SIGTERM');
+        child.kill(signal);
         const timer = setTimeout(() => child.kill('SIGKILL'), graceMs);
         const result = await waitExit();
         clearTimeout(timer);
