@@ -118,15 +118,24 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
     pid,
     devices,
     stderr: () => out.text,
+    // The child is unref'd: a timer that does nothing keeps node waiting meanwhile.
     waitFor: (pattern) =>
       new Promise<void>((resolve, reject) => {
-        const check = () => {
-          if (!pattern.test(out.text)) return;
+        const done = () => {
           child.stderr!.off('data', check);
           child.off('exit', gone);
+          clearInterval(keepAlive);
+        };
+        const check = () => {
+          if (!pattern.test(out.text)) return;
+          done();
           resolve();
         };
-        const gone = () => reject(new Error(`daemon exited before ${pattern}; stderr:\n${out.text}`));
+        const gone = () => {
+          done();
+          reject(new Error(`daemon exited before ${pattern}; stderr:\n${out.text}`));
+        };
+        const keepAlive = setInterval(() => {}, 1 << 30);
         child.stderr!.on('data', check);
         child.once('exit', gone);
         check();
