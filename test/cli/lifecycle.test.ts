@@ -2,7 +2,7 @@
 // every log line, and exits 0 on SIGTERM/SIGINT leaving no segment behind. Off a terminal every
 // stderr line is JSON, READY included, and the operations guide's jq recipe reads it.
 import { spawn, spawnSync } from 'node:child_process';
-import { readdirSync, readFileSync } from 'node:fs';
+import { readdirSync, readFileSync, rmSync } from 'node:fs';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { READY_LINE } from '../helpers/daemon.js';
@@ -11,7 +11,8 @@ import { exampleModel, freshSocketDir, mainJs, repoRoot } from '../helpers/paths
 const leftSegments = (pid: number) => readdirSync('/dev/shm').filter((f) => f.startsWith(`weightd-${pid}-`));
 
 async function runUntilReadyThenSignal(signal: NodeJS.Signals, extra: string[] = []) {
-  const child = spawn(process.execPath, [mainJs, '--model', exampleModel, '--weight-cache-socket-dir', freshSocketDir(), ...extra], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const socketDir = freshSocketDir();
+  const child = spawn(process.execPath, [mainJs, '--model', exampleModel, '--weight-cache-socket-dir', socketDir, ...extra], { stdio: ['ignore', 'pipe', 'pipe'] });
   let stderr = '';
   let signalled = false;
   const closed = new Promise<number | null>((resolve) => child.on('close', (code) => resolve(code)));
@@ -25,6 +26,8 @@ async function runUntilReadyThenSignal(signal: NodeJS.Signals, extra: string[] =
   const timer = setTimeout(() => child.kill('SIGKILL'), 30_000);
   const code = await closed;
   clearTimeout(timer);
+  assert.equal(readdirSync(socketDir), [], 'no socket, lock or node.json left');
+  rmSync(socketDir, { recursive: true, force: true });
   return { code, stderr, pid: child.pid! };
 }
 
@@ -54,15 +57,18 @@ test('every stderr line is JSON carrying the node rank (no TTY), READY grep-able
   assert.equal(leftSegments(pid), [], 'no segment of that daemon is left');
 });
 
-test("docs/operations.md's jq recipe reads the log as written", async () => {
+test("docs/operations.md's jq recipes read the log as written", async () => {
   const doc = readFileSync(`${repoRoot}docs/operations.md`, 'utf8');
-  const recipe = /`journalctl -u weightd -o cat \| (jq [^`]*)`/.exec(doc);
-  assert.ok(recipe, 'the guide has a jq recipe over journalctl -o cat');
-  const { stderr } = await runUntilReadyThenSignal('SIGTERM');
-  // journalctl -o cat prints each line as the process wrote it: the captured stderr is that.
-  const r = spawnSync('sh', ['-c', recipe[1]!], { input: stderr, encoding: 'utf8' });
-  assert.is(r.status, 0, `${recipe[1]} failed: ${r.stderr}`);
-  assert.ok(r.stdout.length > 0, 'the recipe printed something');
+  const recipes = [...doc.matchAll(/`journalctl -u weightd -o cat \| (jq [^`]*)`/g)].map((m) => m[1]!);
+  assert.ok(recipes.length >= 2, 'the guide has jq recipes over journalctl -o cat');
+  // A daemon that warns (a non-loopback inspect address) and then stops.
+  const { stderr } = await runUntilReadyThenSignal('SIGTERM', ['--inspect-port', '0', '--inspect-host', '0.0.0.0']);
+  for (const recipe of recipes) {
+    // journalctl -o cat prints each line as the process wrote it: the captured stderr is that.
+    const r = spawnSync('sh', ['-c', recipe], { input: stderr, encoding: 'utf8' });
+    assert.is(r.status, 0, `${recipe} failed: ${r.stderr}`);
+    assert.ok(r.stdout.trim().length > 0, `${recipe} printed something`);
+  }
 });
 
 test('a usage error is a JSON line too off a terminal', async () => {
