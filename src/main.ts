@@ -47,7 +47,8 @@ async function main(argv: string[]): Promise<number> {
       writeCliError(err.message, { code: err.code });
       return 2;
     }
-    // A checkpoint that cannot be planned (weightd fingerprint): a run-time failure, not a bug.
+    // A checkpoint that cannot be planned (weightd fingerprint): a run-time failure, not a bug;
+    // one that cannot be sharded by the tp size asked for is the flag's fault.
     if (err instanceof WeightdError) {
       writeCliError(`${err.code}: ${err.message}`, { code: err.code });
       return isUsageFailure(err) ? 2 : 1;

@@ -17,7 +17,6 @@ import type { NodeMetrics } from './nodeMetrics.js';
 import { STATECHART_CSS, STATECHART_HTML, STATECHART_JS } from './statechartPage.js';
 import { toStatusView } from './statusView.js';
 
-
 /** How often connected pages get the status when it changed between events (load progress). */
 const STATUS_PUSH_MS = 500;
 /** A comment line this often keeps proxies (kubectl port-forward, nginx) from closing a quiet stream. */
