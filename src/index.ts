@@ -1,4 +1,5 @@
-export { startNode, type WeightdNode, type NodeStatus, type NodeResult, type NodeState } from './startNode.js';
+export { startNode, type WeightdNode } from './startNode.js';
+export type { NodeStatus, NodeResult, NodeState, RankStatus, RankState, PeerStatus, NodeFailure } from './nodeStatus.js';
 export { toStatusView, type StatusView, type RankView, type PeerView } from './inspect/statusView.js';
 export type { NodeEvent, NodeEventListener } from './inspect/eventFeed.js';
 export { machineToChart, chartToMermaid, type MachineChart, type ChartState, type ChartTransition } from './inspect/machineToMermaid.js';

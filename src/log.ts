@@ -1,6 +1,7 @@
 // One pino logger per node. JSON on stderr by default (for journald and log shippers); a
 // readable form when stderr is a terminal. Both write synchronously, so a line printed after
 // a flush (the READY line) really comes after every earlier log line.
+import { writeSync } from 'node:fs';
 import pino, { type Logger, type LevelWithSilent } from 'pino';
 import pretty from 'pino-pretty';
 
@@ -30,4 +31,14 @@ export function createLogger(opts: LoggerOptions): Logger {
 /** Resolves once every line logged so far has been written. */
 export function flushLogger(log: Logger): Promise<void> {
   return new Promise((resolve) => log.flush(() => resolve()));
+}
+
+/**
+ * A message of the command line itself (a bad flag, a failure before the node's logger exists):
+ * `weightd: ...` on a terminal, and otherwise a JSON line shaped like the logger's, so that
+ * every line a log shipper or `jq` reads from stderr parses.
+ */
+export function writeCliError(message: string, fields: Record<string, unknown> = {}, tty = Boolean(process.stderr.isTTY)): void {
+  const line = tty ? `weightd: ${message}` : JSON.stringify({ level: 50, time: Date.now(), pid: process.pid, ...fields, msg: message });
+  writeSync(2, `${line}\n`);
 }

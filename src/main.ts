@@ -1,14 +1,26 @@
 #!/usr/bin/env node
 // weightd's command line: one process per node. Exit codes: 0 stopped on a signal, 1 failed at
-// run time, 2 bad flags.
-import { writeSync } from 'node:fs';
+// run time, 2 bad flags (README.md, "Exit codes").
 import { parseCommand } from './cli/parseArgs.js';
 import { printFingerprints } from './cli/printFingerprints.js';
-import { UsageError, WeightdError } from './errors.js';
+import { ShardingError, UsageError, WeightdError, type SerializedError } from './errors.js';
 import { chartToMermaid, machineToChart } from './inspect/machineToMermaid.js';
-import { flushLogger } from './log.js';
+import { flushLogger, writeCliError } from './log.js';
 import { supervisorMachine } from './machines/supervisor.js';
-import { startNode } from './startNode.js';
+
+/**
+ * Every signal a supervisor, a terminal or a closed session sends to end a process stops the
+ * node cleanly: sockets, locks, node.json and segments go (docs/operations.md, "Signals").
+ */
+export const STOP_SIGNALS = ['SIGINT', 'SIGTERM', 'SIGHUP', 'SIGQUIT'] as const;
+
+/**
+ * Failures found after parsing that only other flags can fix (a tp size the model's shapes do
+ * not divide, --device cuda without a driver) exit 2 like bad flags: restarting cannot help.
+ */
+function isUsageFailure(f: Pick<SerializedError, 'name' | 'code'> | undefined): boolean {
+  return f?.name === ShardingError.name || f?.code === 'E_NO_CUDA';
+}
 
 async function main(argv: string[]): Promise<number> {
   let node;
@@ -27,39 +39,50 @@ async function main(argv: string[]): Promise<number> {
       process.stdout.write(await printFingerprints(cli.request));
       return 0;
     }
+    // Loaded only to run a node: it brings in the addon, which --help and statechart never need.
+    const { startNode } = await import('./startNode.js');
     node = await startNode(cli.options);
   } catch (err) {
     if (err instanceof UsageError) {
-      writeSync(2, `weightd: ${err.message}\n`);
+      writeCliError(err.message, { code: err.code });
       return 2;
     }
-    // A checkpoint that cannot be planned (weightd fingerprint): a run-time failure, not a bug.
+    // A checkpoint that cannot be planned (weightd fingerprint): a run-time failure, not a bug;
+    // one that cannot be sharded by the tp size asked for is the flag's fault.
     if (err instanceof WeightdError) {
-      writeSync(2, `weightd: ${err.code}: ${err.message}\n`);
-      return 1;
+      writeCliError(`${err.code}: ${err.message}`, { code: err.code });
+      return isUsageFailure(err) ? 2 : 1;
     }
     throw err;
   }
   const started = node;
-  for (const signal of ['SIGINT', 'SIGTERM'] as const) {
-    process.once(signal, () => void started.stop(signal));
+  // Handlers stay installed until the process ends: a second signal while stopping (an impatient
+  // Ctrl-C) must not fall back to the default action, which kills at once and leaves the locks.
+  for (const signal of STOP_SIGNALS) {
+    process.on(signal, () => {
+      if (started.status().state === 'stopping') started.log.warn({ signal }, `${signal} while stopping: the stop goes on (SIGKILL ends the process without cleanup)`);
+      void started.stop(signal);
+    });
   }
   started.ready.then(
     async (status) => {
       await flushLogger(started.log);
       // One line, once, after every earlier log line: what launchers and tests wait for.
-      writeSync(2, `READY node ${status.nodeRank}/${status.nnodes} local_ranks=${status.ranks.length} tp=${status.tpSize} model=${status.model}\n`);
+      started.log.info(
+        { ready: true, nnodes: status.nnodes, localRanks: status.ranks.length, tp: status.tpSize, model: status.model },
+        `READY node ${status.nodeRank}/${status.nnodes} local_ranks=${status.ranks.length} tp=${status.tpSize} model=${status.model}`,
+      );
     },
     () => {},
   );
   const result = await started.done;
-  return result.state === 'stopped' ? 0 : 1;
+  return result.state === 'stopped' ? 0 : isUsageFailure(result.failure) ? 2 : 1;
 }
 
 main(process.argv.slice(2)).then(
   (code) => process.exit(code),
   (err: unknown) => {
-    writeSync(2, `weightd: internal error: ${(err as Error)?.stack ?? String(err)}\n`);
+    writeCliError(`internal error: ${(err as Error)?.stack ?? String(err)}`, { code: 'E_INTERNAL' });
     process.exit(1);
   },
 );

@@ -4,8 +4,6 @@ import { readdirSync, statSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { resolve } from 'node:path';
 import { UsageError } from './errors.js';
-import { DEFAULT_INSPECT_HOST } from './inspect/inspectServer.js';
-import { DEFAULT_PROGRESS_INTERVAL_MS } from './inspect/progressReporter.js';
 import type { FaultInjection } from './actors/rankMessages.js';
 import type { Logger } from './log.js';
 import type { FillOptions } from './native/addon.js';
@@ -76,9 +74,13 @@ export interface NodeConfig {
 }
 
 export const DEFAULT_RENDEZVOUS_TIMEOUT_MS = 300_000;
+export const DEFAULT_INSPECT_HOST = '127.0.0.1';
+export const DEFAULT_PROGRESS_INTERVAL_MS = 2000;
 
 function usage(flag: string, value: unknown, problem: string, fix: string): UsageError {
-  return new UsageError('E_USAGE', `${flag} ${JSON.stringify(value)}: ${problem}; ${fix}`, { flag, value });
+  // A flag that was not given has no value to quote.
+  const what = value === undefined ? flag : `${flag} ${JSON.stringify(value)}:`;
+  return new UsageError('E_USAGE', `${what} ${problem}; ${fix}`, { flag, value });
 }
 
 function integer(flag: string, value: unknown, min: number, max: number, fix: string): number {
@@ -150,7 +152,7 @@ export async function resolveNodeOptions(o: NodeOptions): Promise<NodeConfig> {
   }
   const device = o.device ?? 'auto';
   if (!['auto', 'cuda', 'host'].includes(device)) throw usage('--device', device, 'is not a backend', 'use auto, cuda or host');
-  const rendezvousTimeoutMs = integer('--rendezvous-timeout', o.rendezvousTimeoutMs ?? DEFAULT_RENDEZVOUS_TIMEOUT_MS, 1, 86_400_000, 'pass a positive number');
+  const rendezvousTimeoutMs = checkRendezvousTimeout(o.rendezvousTimeoutMs ?? DEFAULT_RENDEZVOUS_TIMEOUT_MS);
   const inspect = o.inspect === undefined ? undefined : checkInspect(o.inspect, [o.weightCacheMasterPort === undefined ? undefined : weightCachePort, masterPort]);
   return {
     modelDir: checkModelDir(o.model),
@@ -172,6 +174,14 @@ export async function resolveNodeOptions(o: NodeOptions): Promise<NodeConfig> {
     inspect,
     progress: checkProgress(o.progress, o.logger !== undefined),
   };
+}
+
+/** The flag is in seconds (rendezvousTimeoutMs is the API's milliseconds): report it in seconds. */
+function checkRendezvousTimeout(ms: unknown): number {
+  if (typeof ms !== 'number' || !Number.isFinite(ms) || ms < 1 || ms > 86_400_000) {
+    throw usage('--rendezvous-timeout', typeof ms === 'number' ? ms / 1000 : ms, 'must be a number of seconds from 0.001 to 86400', 'pass how long to wait for every node, in seconds (default 300)');
+  }
+  return Math.round(ms);
 }
 
 /** `taken`: the rendezvous ports (ours and the engine's), which the inspect server must not take. */

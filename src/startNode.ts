@@ -2,6 +2,7 @@
 // The CLI (src/main.ts) is a thin layer over this.
 import type { Registry } from 'prom-client';
 import { createActor, type SnapshotFrom } from 'xstate';
+import { nodeActors } from './actors/nodeActors.js';
 import { ServerRegistry } from './actors/serverRegistry.js';
 import { WorkerRegistry } from './actors/workerRegistry.js';
 import { RankFailedError, WeightdError } from './errors.js';
@@ -11,36 +12,9 @@ import { machineToChart, type MachineChart } from './inspect/machineToMermaid.js
 import { NodeMetrics } from './inspect/nodeMetrics.js';
 import { ProgressReporter } from './inspect/progressReporter.js';
 import { createLogger, flushLogger, type Logger } from './log.js';
-import { supervisorMachine, type NodeFailure, type PeerStatus, type RankStatus } from './machines/supervisor.js';
+import { supervisorMachine } from './machines/supervisor.js';
+import type { NodeFailure, NodeResult, NodeState, NodeStatus } from './nodeStatus.js';
 import { resolveNodeOptions, type NodeConfig, type NodeOptions } from './nodeOptions.js';
-import type { RankTableEntry } from './rendezvous/rankTable.js';
-
-export type NodeState = 'init' | 'reportingFailure' | 'rendezvous' | 'loading' | 'serving' | 'ready' | 'stopping' | 'stopped' | 'failed';
-
-export interface NodeStatus {
-  state: NodeState;
-  nodeRank: number;
-  nnodes: number;
-  tpSize: number;
-  localWorldSize: number;
-  model: string;
-  architecture?: string;
-  fingerprint?: string;
-  rankTable: RankTableEntry[];
-  /** Each local rank; clients and leases are its socket's counters while it serves. */
-  ranks: Array<RankStatus & { clients?: number; leases?: number }>;
-  /** Other nodes reported lost (or back) while serving. */
-  peers: PeerStatus[];
-  /** Every node of the group has reported ready. */
-  groupReady: boolean;
-  failure?: NodeFailure;
-}
-
-/** How a node ended: stopped on request, or failed (with the cause). */
-export interface NodeResult {
-  state: 'stopped' | 'failed';
-  failure?: NodeFailure;
-}
 
 export interface WeightdNode {
   readonly config: NodeConfig;
@@ -108,7 +82,7 @@ export async function startNode(options: NodeOptions): Promise<WeightdNode> {
   const workers = new WorkerRegistry();
   const servers = new ServerRegistry();
   const feed = new EventFeed();
-  const actor = createActor(supervisorMachine, { input: { config, log, workers, servers }, inspect: feed.inspect });
+  const actor = createActor(supervisorMachine.provide({ actors: nodeActors }), { input: { config, log, workers, servers }, inspect: feed.inspect });
   const status = () => statusOf(actor.getSnapshot(), config, servers);
   supervisorChart ??= machineToChart(supervisorMachine);
   const metrics = new NodeMetrics({ status, feed, states: supervisorChart.states.map((s) => s.key) });
@@ -192,7 +166,7 @@ export async function startNode(options: NodeOptions): Promise<WeightdNode> {
     inspectUrl: inspectServer?.url,
     async stop(reason) {
       if (actor.getSnapshot().status === 'active') {
-        log.info({ reason }, 'stopping');
+        log.info({ reason, from: actor.getSnapshot().value }, 'stopping');
         actor.send({ type: 'STOP', reason });
       }
       return done;

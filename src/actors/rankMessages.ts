@@ -1,8 +1,7 @@
 // Typed messages between a rank actor (main thread) and its worker thread.
 import type { RankPlan } from '../checkpoint/types.js';
 import type { SerializedError } from '../errors.js';
-import type { DeviceInfo, FillOptions, SegmentExport } from '../native/addon.js';
-import type { DeviceSlot } from '../native/devices.js';
+import type { DeviceInfo, DeviceSlot, FillOptions, SegmentExport } from '../native/addon.js';
 
 export type FaultPhase = 'open' | 'allocate' | 'fill' | 'export' | 'serve';
 export type FaultKind = 'throw' | 'exit' | 'device';

@@ -5,8 +5,7 @@
 import { readFileSync } from 'node:fs';
 import { Command, CommanderError, Option } from 'commander';
 import { UsageError } from '../errors.js';
-import { DEFAULT_INSPECT_HOST } from '../inspect/inspectServer.js';
-import type { NodeOptions } from '../nodeOptions.js';
+import { DEFAULT_INSPECT_HOST, type NodeOptions } from '../nodeOptions.js';
 import type { FingerprintRequest } from './printFingerprints.js';
 
 const pkg = JSON.parse(readFileSync(new URL('../../../package.json', import.meta.url), 'utf8')) as { version: string };
@@ -16,6 +15,64 @@ export const VERSION = pkg.version;
 /** Engines spell the tensor-parallel short flag `-tp`, which commander would read as `-t -p`. */
 function expandShortFlags(argv: string[]): string[] {
   return argv.flatMap((a) => (a === '-tp' ? ['--tensor-parallel-size'] : a.startsWith('-tp=') ? [`--tensor-parallel-size=${a.slice(4)}`] : [a]));
+}
+
+/**
+ * Spellings of a flag that other tools use, which commander's edit-distance suggestion cannot
+ * reach (`--tp` is too far from `--tensor-parallel-size`).
+ */
+const OTHER_SPELLINGS: Record<string, string> = {
+  '--tp': '--tensor-parallel-size or -tp',
+  '--tensor-parallel': '--tensor-parallel-size or -tp',
+  '--tp-size': '--tensor-parallel-size or -tp',
+  '--model-dir': '--model',
+  '--model-path': '--model',
+};
+
+const HELP_AFTER = `
+Examples:
+  weightd --model ./llama-3-8b -tp 2                  one node, two GPUs
+  weightd --model ./llama-3-8b -tp 2 --device host    no GPU: shards in /dev/shm
+  weightd --model /models/llama-3-70b -tp 16 --nnodes 2 --node-rank 0 \\
+      --master-addr 10.0.0.1 --weight-cache-master-port 29600    node 0 of 2 (docs/multi-node.md)
+  weightd fingerprint --model ./llama-3-8b -tp 2      what a client should expect
+  weightd statechart > supervisor.mmd                 the supervisor's state chart
+
+Exit codes:
+  0  stopped by SIGTERM, SIGINT, SIGHUP or SIGQUIT (after a clean stop)
+  1  failed at run time: a rank, the rendezvous, a device or the checkpoint (the log says which)
+  2  bad flags, or flags the checkpoint or machine cannot satisfy (a tp size the model's shapes
+     do not divide, --device cuda without a driver): restarting cannot help
+
+Environment:
+  WEIGHTD_TOKEN                  the rendezvous secret, if --weight-cache-token is not given
+  WEIGHTD_HOST_DEVICES           host backend: comma-separated device ids (its CUDA_VISIBLE_DEVICES)
+  CUDA_VISIBLE_DEVICES           cuda backend: which GPUs this node uses
+  TMPDIR                         where the default socket dir goes ($TMPDIR/weightd-<uid>)
+  WEIGHTD_RDZV_HEARTBEAT_MS, WEIGHTD_RDZV_PEER_TIMEOUT_MS, WEIGHTD_RDZV_RETRY_MIN_MS,
+  WEIGHTD_RDZV_RETRY_MAX_MS, WEIGHTD_RDZV_HANDSHAKE_MS
+                                 rendezvous clocks, in milliseconds
+  WEIGHTD_SERVE_READ_TIMEOUT_MS, WEIGHTD_SERVE_IDLE_TIMEOUT_MS, WEIGHTD_SERVE_LEASE_SWEEP_MS,
+  WEIGHTD_SERVE_MAX_CONNECTIONS  socket server limits
+`;
+
+/** Commander's message, on one line, with what it does not know to suggest. */
+function usageMessage(err: CommanderError, program: Command): string {
+  let message = err.message.replace(/^error: /, '').replace(/\s*\n\s*/g, ' ');
+  const unknown = /^unknown option '([^']+)'/.exec(message)?.[1];
+  const other = unknown && OTHER_SPELLINGS[unknown.split('=')[0]!];
+  if (other) message += ` (Did you mean ${other}?)`;
+  // The daemon's own operands (a subcommand's excess ones are its own business).
+  if (err.code === 'commander.excessArguments' && !program.commands.some((c) => c.name() === program.args[0])) {
+    const positional = program.args[0];
+    if (positional !== undefined) {
+      message =
+        program.opts().model === undefined
+          ? `${JSON.stringify(positional)}: weightd takes the checkpoint directory as --model ${positional}, not as an argument`
+          : `${JSON.stringify(positional)}: weightd takes no arguments besides its flags (quote a value that has spaces)`;
+    }
+  }
+  return `${message}; run weightd --help for every flag`;
 }
 
 export type ChartFormat = 'mermaid' | 'json';
@@ -51,7 +108,7 @@ export function buildProgram(): Command {
     .option('--inspect-port <port>', 'serve /healthz, /status, /metrics and the live /statechart page on this HTTP port (0: any free port)')
     .option('--inspect-host <addr>', `address for the inspect server (default: ${DEFAULT_INSPECT_HOST}); anything but loopback exposes it to the network`)
     .helpOption('-h, --help', 'show this help')
-    .showHelpAfterError('(run weightd --help for every flag)')
+    .addHelpText('after', HELP_AFTER)
     // The daemon's flags stop at a subcommand's name, so `weightd fingerprint --model` is its own.
     .enablePositionalOptions();
   program
@@ -99,7 +156,7 @@ export function parseCommand(argv: string[], env: NodeJS.ProcessEnv = process.en
   } catch (err) {
     if (err instanceof CommanderError) {
       if (err.code === 'commander.helpDisplayed' || err.code === 'commander.version') return { command: 'print', text: printed };
-      throw new UsageError('E_USAGE', `${err.message.replace(/^error: /, '')}; run weightd --help for every flag`);
+      throw new UsageError('E_USAGE', usageMessage(err, program));
     }
     throw err;
   }

@@ -10,14 +10,12 @@ import { isIP } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { UsageError } from '../errors.js';
 import type { Logger } from '../log.js';
-import type { NodeStatus } from '../startNode.js';
+import type { NodeStatus } from '../nodeStatus.js';
 import type { EventFeed, NodeEvent } from './eventFeed.js';
 import { chartStates, chartToMermaid, type MachineChart } from './machineToMermaid.js';
 import type { NodeMetrics } from './nodeMetrics.js';
 import { STATECHART_CSS, STATECHART_HTML, STATECHART_JS } from './statechartPage.js';
 import { toStatusView } from './statusView.js';
-
-export const DEFAULT_INSPECT_HOST = '127.0.0.1';
 
 /** How often connected pages get the status when it changed between events (load progress). */
 const STATUS_PUSH_MS = 500;

@@ -1,7 +1,7 @@
 // Load progress from the ranks' own counters: bytes resident, bytes planned and seconds spent
 // filling, as each rank's worker reports them. One computation for the log lines, the progress
 // bar, /status and /metrics, so they never disagree.
-import type { RankStatus } from '../machines/supervisor.js';
+import type { RankStatus } from '../nodeStatus.js';
 
 export interface LoadProgress {
   bytes: number;

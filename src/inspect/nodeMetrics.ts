@@ -2,7 +2,7 @@
 // that two nodes in one process, or a host program's own metrics, never collide). Gauges are
 // read from the node's status when scraped; errors are counted as their events happen.
 import { Counter, Gauge, Registry } from 'prom-client';
-import type { NodeStatus } from '../startNode.js';
+import type { NodeStatus } from '../nodeStatus.js';
 import type { EventFeed } from './eventFeed.js';
 import { toStatusView, type RankView, type StatusView } from './statusView.js';
 

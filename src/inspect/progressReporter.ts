@@ -2,12 +2,13 @@
 // rate and ETA (and each rank's in its fields), a summary line per rank as it becomes resident
 // and one for the node, and, when stderr is a terminal, a progress bar redrawn in place.
 import type { Logger } from '../log.js';
-import type { NodeStatus } from '../startNode.js';
+import type { NodeStatus } from '../nodeStatus.js';
 import type { EventFeed, NodeEvent } from './eventFeed.js';
 import { formatBytes, formatRate, formatSeconds, nodeProgress, percent, rankProgress, type LoadProgress } from './loadProgress.js';
 
-export const DEFAULT_PROGRESS_INTERVAL_MS = 2000;
 const BAR_REDRAW_MS = 200;
+/** Narrower than this, the bar says nothing the log lines do not. */
+const MIN_BAR_COLUMNS = 20;
 
 /** A terminal to draw the bar on (process.stderr when it is a TTY). */
 export interface BarStream {
@@ -21,6 +22,15 @@ export interface ProgressReporterOptions {
   feed: EventFeed;
   intervalMs: number;
   bar?: BarStream;
+}
+
+/**
+ * Whether a bar can be drawn on `stream` now. A terminal with no size set reports 0 columns (a
+ * serial console, some CI ptys): a bar cut to that width is one character redrawn forever, so
+ * such a terminal gets the log lines only.
+ */
+export function canDrawBar(stream: BarStream): boolean {
+  return typeof stream.columns === 'number' && stream.columns >= MIN_BAR_COLUMNS;
 }
 
 /** One line, at most `columns - 1` wide so the terminal never wraps it (a wrapped line cannot be redrawn with \r). */
@@ -105,7 +115,7 @@ export class ProgressReporter {
   #drawBar(): void {
     const bar = this.#o.bar;
     const status = this.#o.status();
-    if (!bar || !this.#loading(status)) return;
+    if (!bar || !canDrawBar(bar) || !this.#loading(status)) return;
     // Ends in \r: a log line written by anyone else then starts over the bar, not after it.
     bar.write(`\r\x1b[K${renderProgressBar(nodeProgress(status.ranks), bar.columns)}\r`);
     this.#barShown = true;

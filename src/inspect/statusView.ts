@@ -2,9 +2,8 @@
 // with load rates and ETAs worked out, and nothing that must stay on the node. Segment exports
 // (CUDA IPC handles) and error stacks are left out: the HTTP port may be reachable by users the
 // 0600 sockets keep out.
-import type { RankState } from '../machines/supervisor.js';
+import type { NodeStatus, RankState } from '../nodeStatus.js';
 import type { RankTableEntry } from '../rendezvous/rankTable.js';
-import type { NodeStatus } from '../startNode.js';
 import { nodeProgress, rankProgress, type LoadProgress } from './loadProgress.js';
 
 export interface RankView extends LoadProgress {

@@ -1,48 +1,25 @@
-// The node's lifecycle as a state machine. It holds no I/O: every side effect is an actor
-// registered by name in setup() (tests swap them through .provide()), so the chart can be
-// walked with xstate/graph and drawn by the visualizer.
-import { assign, enqueueActions, setup } from 'xstate';
-import { prepareNode, type Prepared } from '../actors/prepareNode.js';
-import { publishNodeManifest } from '../actors/publishNodeManifest.js';
-import { rankActor } from '../actors/rankActor.js';
-import { reportStartupFailureActor } from '../actors/reportStartupFailure.js';
-import { serveRank } from '../actors/serveRank.js';
+// The node's lifecycle as a state machine. It holds no I/O: setup() declares each actor as a
+// typed placeholder, and the composition root (startNode, with src/actors/nodeActors.ts) or a
+// test supplies the implementations through .provide(). Importing the machine therefore loads
+// no addon, so the CLI can draw the chart on a machine where the addon is not built.
+import { assertEvent, assign, enqueueActions, fromCallback, fromPromise, setup } from 'xstate';
+import type { GroupSessionInput } from '../actors/groupSession.js';
+import type { PrepareInput, Prepared } from '../actors/prepareNode.js';
+import type { PublishNodeManifestInput } from '../actors/publishNodeManifest.js';
+import type { RankActorInput, RankCommand } from '../actors/rankActor.js';
+import type { ReportStartupFailureInput } from '../actors/reportStartupFailure.js';
+import type { ServeRankInput } from '../actors/serveRank.js';
 import { toServedRank } from '../serve/servedRank.js';
-import { groupSession } from '../actors/groupSession.js';
 import type { ServerRegistry } from '../actors/serverRegistry.js';
 import type { WorkerRegistry } from '../actors/workerRegistry.js';
-import type { SerializedError } from '../errors.js';
+import { WeightdError, type SerializedError } from '../errors.js';
 import type { Logger } from '../log.js';
-import type { DeviceInfo, SegmentExport } from '../native/addon.js';
 import type { NodeConfig } from '../nodeOptions.js';
+import type { NodeFailure, PeerStatus, RankStatus } from '../nodeStatus.js';
+import type { GroupCommand, GroupEvent } from '../rendezvous/groupEvents.js';
 import type { RankTableEntry } from '../rendezvous/rankTable.js';
-import type { SupervisorEvent } from './events.js';
-
-export interface PeerStatus {
-  nodeRank: number;
-  state: 'up' | 'lost';
-  reason?: string;
-  since: number;
-}
-
-export type RankState = 'starting' | 'loading' | 'loaded' | 'serving' | 'released' | 'stopped' | 'failed';
-
-export interface RankStatus {
-  localRank: number;
-  globalRank: number;
-  state: RankState;
-  device?: DeviceInfo;
-  bytes: number;
-  totalBytes: number;
-  seconds: number;
-  segments?: SegmentExport[];
-  socketPath?: string;
-}
-
-export interface NodeFailure extends SerializedError {
-  localRank?: number;
-  globalRank?: number;
-}
+import type { ServeCommand, ServeEvent } from '../serve/serveEvents.js';
+import type { RankEvent, SupervisorEvent } from './events.js';
 
 export interface SupervisorInput {
   config: NodeConfig;
@@ -81,13 +58,28 @@ function updateRank(ranks: RankStatus[], localRank: number, patch: Partial<RankS
   return ranks.map((r) => (r.localRank === localRank ? { ...r, ...patch } : r));
 }
 
+/** A placeholder's body: running the machine without providing that actor is a wiring bug. */
+function notProvided(name: string): never {
+  throw new WeightdError('E_INTERNAL', `the supervisor's "${name}" actor was not provided; create the machine with .provide({ actors }) (startNode uses src/actors/nodeActors.ts)`);
+}
+
+/** Each actor's type; implementations come through .provide(). */
+export const supervisorActors = {
+  prepareNode: fromPromise<Prepared, PrepareInput>(() => notProvided('prepareNode')),
+  groupSession: fromCallback<GroupCommand, GroupSessionInput, GroupEvent>(() => notProvided('groupSession')),
+  rank: fromCallback<RankCommand, RankActorInput, RankEvent>(() => notProvided('rank')),
+  serveRank: fromCallback<ServeCommand, ServeRankInput, ServeEvent>(() => notProvided('serveRank')),
+  publishNodeManifest: fromCallback<{ type: string }, PublishNodeManifestInput>(() => notProvided('publishNodeManifest')),
+  reportStartupFailure: fromPromise<boolean, ReportStartupFailureInput>(() => notProvided('reportStartupFailure')),
+};
+
 const supervisorSetup = setup({
   types: {
     context: {} as SupervisorContext,
     events: {} as SupervisorEvent,
     input: {} as SupervisorInput,
   },
-  actors: { prepareNode, groupSession, rank: rankActor, serveRank, publishNodeManifest, reportStartupFailure: reportStartupFailureActor },
+  actors: supervisorActors,
   delays: { stopTimeout: STOP_TIMEOUT_MS },
   guards: {
     // Node 0 hosts the coordinator, which does not exist yet when it fails this early.
@@ -100,12 +92,14 @@ const supervisorSetup = setup({
     recordFailure: assign({
       failure: (_, params: { error: unknown }) => toFailure(params.error),
     }),
-    recordGroupFailure: assign(({ context, event }) =>
-      event.type === 'GROUP_FAILED' ? { failure: context.failure ?? { ...event.error } } : {},
-    ),
+    recordGroupFailure: assign(({ context, event }) => {
+      assertEvent(event, 'GROUP_FAILED');
+      return { failure: context.failure ?? { ...event.error } };
+    }),
     // Best effort: peers learn of a local failure at once instead of at their timeout.
     notifyGroupOfFailure: enqueueActions(({ context, event, enqueue }) => {
-      if (!context.groupJoined || event.type !== 'RANK_FAILED') return;
+      assertEvent(event, 'RANK_FAILED');
+      if (!context.groupJoined) return;
       enqueue.sendTo(GROUP_ACTOR_ID, { type: 'NODE_FAILED', error: context.failure ?? event.error });
     }),
     joinGroup: enqueueActions(({ context, enqueue }) => {
@@ -118,7 +112,7 @@ const supervisorSetup = setup({
     announceReady: enqueueActions(({ enqueue }) => enqueue.sendTo(GROUP_ACTOR_ID, { type: 'NODE_READY' })),
     recordGroupReady: assign({ groupReady: true }),
     recordPeer: assign(({ context, event }) => {
-      if (event.type !== 'PEER_LOST' && event.type !== 'PEER_BACK') return {};
+      assertEvent(event, ['PEER_LOST', 'PEER_BACK']);
       const peer: PeerStatus =
         event.type === 'PEER_LOST'
           ? { nodeRank: event.nodeRank, state: 'lost', reason: event.reason, since: Date.now() }
@@ -126,7 +120,7 @@ const supervisorSetup = setup({
       return { peers: [...context.peers.filter((p) => p.nodeRank !== event.nodeRank), peer] };
     }),
     recordRankFailure: assign(({ context, event }) => {
-      if (event.type !== 'RANK_FAILED') return {};
+      assertEvent(event, 'RANK_FAILED');
       const rank = context.ranks.find((r) => r.localRank === event.localRank);
       return {
         ranks: updateRank(context.ranks, event.localRank, { state: 'failed' }),
@@ -143,19 +137,19 @@ const supervisorSetup = setup({
       prepared: (_, params: { prepared: Prepared }) => params.prepared,
     }),
     storeRankTable: assign(({ context, event }) => {
-      if (event.type !== 'GROUP_JOINED') return {};
+      assertEvent(event, 'GROUP_JOINED');
       return {
-      rankTable: event.rankTable,
-      ranks: event.rankTable
-        .filter((e) => e.nodeRank === context.config.nodeRank)
-        .map((e) => ({
-          localRank: e.localRank,
-          globalRank: e.globalRank,
-          state: 'starting' as const,
-          bytes: 0,
-          totalBytes: context.prepared?.plan.ranks[e.globalRank]?.totalBytes ?? 0,
-          seconds: 0,
-        })),
+        rankTable: event.rankTable,
+        ranks: event.rankTable
+          .filter((e) => e.nodeRank === context.config.nodeRank)
+          .map((e) => ({
+            localRank: e.localRank,
+            globalRank: e.globalRank,
+            state: 'starting' as const,
+            bytes: 0,
+            totalBytes: context.prepared?.plan.ranks[e.globalRank]?.totalBytes ?? 0,
+            seconds: 0,
+          })),
       };
     }),
     spawnRanks: enqueueActions(({ context, enqueue }) => {
@@ -213,41 +207,43 @@ const supervisorSetup = setup({
         enqueue.sendTo(rankActorId(r.localRank), { type: 'RANK_STOP' });
       }
     }),
-    recordServing: assign(({ context, event }) =>
-      event.type === 'RANK_SERVING' ? { ranks: updateRank(context.ranks, event.localRank, { state: 'serving', socketPath: event.socketPath }) } : {},
-    ),
+    recordServing: assign(({ context, event }) => {
+      assertEvent(event, 'RANK_SERVING');
+      return { ranks: updateRank(context.ranks, event.localRank, { state: 'serving', socketPath: event.socketPath }) };
+    }),
     releaseRank: enqueueActions(({ event, enqueue }) => {
-      if (event.type === 'RANK_RELEASE_REQUESTED') enqueue.sendTo(rankActorId(event.localRank), { type: 'RANK_RELEASE' });
+      assertEvent(event, 'RANK_RELEASE_REQUESTED');
+      enqueue.sendTo(rankActorId(event.localRank), { type: 'RANK_RELEASE' });
     }),
     recordReleased: enqueueActions(({ context, event, enqueue }) => {
-      if (event.type !== 'RANK_RELEASED') return;
+      assertEvent(event, 'RANK_RELEASED');
       enqueue.assign({ ranks: updateRank(context.ranks, event.localRank, { state: 'released', bytes: 0 }) });
       enqueue.sendTo(serveActorId(event.localRank), { type: 'SERVE_RELEASED' });
     }),
-    recordDevice: assign(({ context, event }) =>
-      event.type === 'RANK_DEVICE' ? { ranks: updateRank(context.ranks, event.localRank, { device: event.info, state: 'loading' }) } : {},
-    ),
-    recordProgress: assign(({ context, event }) =>
-      event.type === 'RANK_PROGRESS'
-        ? { ranks: updateRank(context.ranks, event.localRank, { bytes: event.bytes, totalBytes: event.totalBytes, seconds: event.seconds }) }
-        : {},
-    ),
-    recordLoaded: assign(({ context, event }) =>
-      event.type === 'RANK_LOADED'
-        ? {
-            ranks: updateRank(context.ranks, event.localRank, {
-              state: 'loaded',
-              device: event.device,
-              bytes: event.bytes,
-              seconds: event.seconds,
-              segments: event.segments,
-            }),
-          }
-        : {},
-    ),
-    recordStopped: assign(({ context, event }) =>
-      event.type === 'RANK_STOPPED' ? { ranks: updateRank(context.ranks, event.localRank, { state: 'stopped' }) } : {},
-    ),
+    recordDevice: assign(({ context, event }) => {
+      assertEvent(event, 'RANK_DEVICE');
+      return { ranks: updateRank(context.ranks, event.localRank, { device: event.info, state: 'loading' }) };
+    }),
+    recordProgress: assign(({ context, event }) => {
+      assertEvent(event, 'RANK_PROGRESS');
+      return { ranks: updateRank(context.ranks, event.localRank, { bytes: event.bytes, totalBytes: event.totalBytes, seconds: event.seconds }) };
+    }),
+    recordLoaded: assign(({ context, event }) => {
+      assertEvent(event, 'RANK_LOADED');
+      return {
+        ranks: updateRank(context.ranks, event.localRank, {
+          state: 'loaded',
+          device: event.device,
+          bytes: event.bytes,
+          seconds: event.seconds,
+          segments: event.segments,
+        }),
+      };
+    }),
+    recordStopped: assign(({ context, event }) => {
+      assertEvent(event, 'RANK_STOPPED');
+      return { ranks: updateRank(context.ranks, event.localRank, { state: 'stopped' }) };
+    }),
     recordStopTimeout: assign(({ context }) => ({
       failure: {
         name: 'RankFailedError',

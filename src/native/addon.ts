@@ -6,6 +6,13 @@ import { DeviceError, errorCode } from '../errors.js';
 
 export type Backend = 'host' | 'cuda';
 
+/** One device a rank can open: its backend, ordinal and the uuid DeviceHandle checks it against. */
+export interface DeviceSlot {
+  backend: Backend;
+  index: number;
+  uuid: string;
+}
+
 export interface DeviceInfo {
   backend: Backend;
   index: number;

@@ -1,8 +1,7 @@
 // The CUDA side of src/native: which GPUs this process sees, and the client half of CUDA IPC
 // (open a daemon's exported segment, read bytes back, close it). Device filling goes through
 // DeviceHandle like every backend.
-import { addon, asDeviceError, type CudaProbe } from './addon.js';
-import type { DeviceSlot } from './devices.js';
+import { addon, asDeviceError, type CudaProbe, type DeviceSlot } from './addon.js';
 
 /**
  * What CUDA offers this process: never throws; `available` is false, with the reason, on a

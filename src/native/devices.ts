@@ -5,14 +5,10 @@ import { randomUUID } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { hostname, tmpdir } from 'node:os';
 import { DeviceError } from '../errors.js';
-import { addon, asDeviceError, type Backend, type FillOptions } from './addon.js';
+import { addon, asDeviceError, type Backend, type DeviceSlot, type FillOptions } from './addon.js';
 import { cudaDevices, cudaProbe } from './cuda.js';
 
-export interface DeviceSlot {
-  backend: Backend;
-  index: number;
-  uuid: string;
-}
+export type { DeviceSlot } from './addon.js';
 
 export const HOST_DEVICES_ENV = 'WEIGHTD_HOST_DEVICES';
 

@@ -19,13 +19,13 @@ test('prints every rank fingerprint and its fields, equal to the TypeScript clie
   assert.is.not(out.ranks[0]!.fingerprint, out.ranks[1]!.fingerprint, 'each rank has its own');
 });
 
-test('a bad flag exits 2, a checkpoint that cannot be sharded exits 1 naming why', async () => {
+test('a bad flag, and a tp size the checkpoint cannot be sharded by, exit 2 naming why', async () => {
   const bad = await runCli(['fingerprint', '--model', '/nonexistent']);
   assert.is(bad.code, 2);
-  assert.match(bad.stderr, /--model "\/nonexistent": cannot be read/);
+  assert.match(bad.messages, /--model "\/nonexistent": cannot be read/);
   const unshardable = await runCli(['fingerprint', '--model', exampleModel, '-tp', '3']);
-  assert.is(unshardable.code, 1);
-  assert.match(unshardable.stderr, /not divisible by tp size 3/);
+  assert.is(unshardable.code, 2, 'a tp size the shapes do not divide is a usage error');
+  assert.match(unshardable.messages, /not divisible by tp size 3/);
   assert.not.match(unshardable.stderr, /internal error/);
 });
 

@@ -1,11 +1,11 @@
 // Every bad flag exits with code 2 before anything starts, naming the flag, the value and a fix.
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { parseArgs } from '../../src/cli/parseArgs.js';
-import { exampleModel } from '../helpers/paths.js';
+import { exampleModel, repoRoot } from '../helpers/paths.js';
 import { runCli } from '../helpers/runCli.js';
 
 const emptyDir = mkdtempSync(join(tmpdir(), 'weightd-empty-'));
@@ -25,7 +25,16 @@ const cases: Array<[string, string[], RegExp]> = [
   ['port too big', [...m, '--weight-cache-master-port', '70000'], /--weight-cache-master-port 70000: must be an integer from 1 to 65535/],
   ['master port not a number', [...m, '--master-port', 'http'], /--master-port "http": must be an integer from 1 to 65535/],
   ['same ports', [...m, '--master-port', '29500', '--weight-cache-master-port', '29500'], /--weight-cache-master-port 29500: equals --master-port/],
-  ['multi-node without our port', [...m, '-tp', '2', '--nnodes', '2'], /--weight-cache-master-port undefined: is required when --nnodes > 1/],
+  ['multi-node without our port', [...m, '-tp', '2', '--nnodes', '2'], /^--weight-cache-master-port is required when --nnodes > 1; pass the same free port/],
+  ['inspect host without port', [...m, '--inspect-host', '127.0.0.1'], /^--inspect-port is required with --inspect-host/],
+  ['rendezvous timeout negative, in seconds', [...m, '--rendezvous-timeout', '-1'], /^--rendezvous-timeout -1: must be a number of seconds from 0\.001 to 86400/],
+  ['rendezvous timeout not a number', [...m, '--rendezvous-timeout', 'soon'], /^--rendezvous-timeout "soon": must be a number of seconds/],
+  ['--tp, as other tools spell it', [...m, '--tp', '2'], /unknown option '--tp' \(Did you mean --tensor-parallel-size or -tp\?\)/],
+  ['--tensor-parallel, as other tools spell it', [...m, '--tensor-parallel', '2'], /unknown option '--tensor-parallel' \(Did you mean --tensor-parallel-size or -tp\?\)/],
+  ["commander's suggestion, on the same line", ['--modle', exampleModel], /^unknown option '--modle' \(Did you mean --model\?\); run weightd --help/],
+  ['a positional model dir', [exampleModel], /^".*tiny-llama": weightd takes the checkpoint directory as --model .*tiny-llama, not as an argument/],
+  ['a stray argument after --model', [...m, 'extra'], /^"extra": weightd takes no arguments besides its flags/],
+  ["a tp size the model's heads do not divide (found after parsing)", [...m, '-tp', '3', '--device', 'host'], /num_attention_heads 8 is not divisible by tp size 3/],
   ['no model', [], /--model "": is required/],
   ['model missing', ['--model', '/nonexistent/model'], /--model "\/nonexistent\/model": cannot be read \(ENOENT\)/],
   ['model is a file', ['--model', aFile], /is not a directory/],
@@ -40,7 +49,9 @@ for (const [name, args, message] of cases) {
   test(`bad flag: ${name}`, async () => {
     const r = await runCli(args);
     assert.is(r.code, 2, `exit code 2, got ${r.code}: ${r.stderr}`);
-    assert.match(r.stderr, message);
+    assert.match(r.messages, message);
+    assert.ok(!r.messages.includes('undefined'), `no "undefined" in: ${r.messages}`);
+    if (!/tp size 3/.test(message.source)) assert.is(r.stderr.trim().split('\n').length, 1, `one line: ${r.stderr}`);
     assert.not.match(r.stderr, /READY/);
   });
 }
@@ -50,6 +61,33 @@ test('copy engine flags reach the fill options; --direct-io auto leaves the choi
   assert.equal(parseArgs([...m, '--direct-io', 'off']).fill, { direct: false });
   assert.equal(parseArgs([...m, '--direct-io', 'auto']).fill, {});
   assert.equal(parseArgs(m).fill, {});
+});
+
+test('--device cuda without a driver exits 2 like a bad flag', async () => {
+  const { cudaProbe } = await import('../../src/native/cuda.js');
+  const probe = cudaProbe();
+  if (probe.available) return console.log('  (skipped: this machine has a CUDA driver and GPU)');
+  const r = await runCli([...m, '--device', 'cuda']);
+  assert.is(r.code, 2, r.stderr);
+  assert.match(r.messages, /--device cuda: /);
+});
+
+test('--help lists examples, exit codes and every environment variable the daemon reads', async () => {
+  const help = await runCli(['--help']);
+  assert.is(help.code, 0);
+  assert.match(help.stdout, /Examples:\n {2}weightd --model/);
+  assert.match(help.stdout, /Exit codes:\n {2}0 .*\n {2}1 .*\n {2}2 /);
+  const names = new Set<string>();
+  const walk = (dir: string) => {
+    for (const f of readdirSync(dir, { withFileTypes: true })) {
+      const p = join(dir, f.name);
+      if (f.isDirectory()) walk(p);
+      else if (f.name.endsWith('.ts')) for (const [n] of readFileSync(p, 'utf8').matchAll(/\bWEIGHTD_[A-Z_]+[A-Z]\b/g)) names.add(n);
+    }
+  };
+  walk(join(repoRoot, 'src'));
+  assert.ok(names.has('WEIGHTD_TOKEN') && names.has('WEIGHTD_HOST_DEVICES'), [...names].join(' '));
+  for (const n of names) if (!n.endsWith('_')) assert.ok(help.stdout.includes(n), `--help names ${n}`);
 });
 
 test('--help and --version exit 0', async () => {

@@ -1,58 +1,82 @@
-// The README's first command: the CLI starts on the example checkpoint, prints READY once
-// after every log line, and exits 0 on SIGTERM/SIGINT leaving no segment behind.
-import { spawn } from 'node:child_process';
-import { readdirSync } from 'node:fs';
+// The README's first command: the CLI starts on the example checkpoint, logs READY once after
+// every log line, and exits 0 on SIGTERM/SIGINT leaving no segment behind. Off a terminal every
+// stderr line is JSON, READY included, and the operations guide's jq recipe reads it.
+import { spawn, spawnSync } from 'node:child_process';
+import { readdirSync, readFileSync, rmSync } from 'node:fs';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { exampleModel, freshSocketDir, mainJs } from '../helpers/paths.js';
+import { READY_LINE } from '../helpers/daemon.js';
+import { exampleModel, freshSocketDir, mainJs, repoRoot } from '../helpers/paths.js';
 
 const leftSegments = (pid: number) => readdirSync('/dev/shm').filter((f) => f.startsWith(`weightd-${pid}-`));
 
 async function runUntilReadyThenSignal(signal: NodeJS.Signals, extra: string[] = []) {
-  const child = spawn(process.execPath, [mainJs, '--model', exampleModel, '--weight-cache-socket-dir', freshSocketDir(), ...extra], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const socketDir = freshSocketDir();
+  const child = spawn(process.execPath, [mainJs, '--model', exampleModel, '--weight-cache-socket-dir', socketDir, ...extra], { stdio: ['ignore', 'pipe', 'pipe'] });
   let stderr = '';
   let signalled = false;
   const closed = new Promise<number | null>((resolve) => child.on('close', (code) => resolve(code)));
   child.stderr.on('data', (d) => {
     stderr += d;
-    if (!signalled && /READY/.test(stderr)) {
+    if (!signalled && READY_LINE.test(stderr)) {
       signalled = true;
-      // Let any late line arrive first: READY must already be after all of them.
-      setTimeout(() => child.kill(signal), 300);
+      child.kill(signal);
     }
   });
   const timer = setTimeout(() => child.kill('SIGKILL'), 30_000);
   const code = await closed;
   clearTimeout(timer);
+  assert.equal(readdirSync(socketDir), [], 'no socket, lock or node.json left');
+  rmSync(socketDir, { recursive: true, force: true });
   return { code, stderr, pid: child.pid! };
 }
 
+type Line = { msg: string; nodeRank?: number; ready?: boolean; state?: string };
+
 for (const signal of ['SIGTERM', 'SIGINT'] as const) {
   test(`starts on the example, READY once, ${signal} exits 0 and cleans up`, async () => {
-    {
-      const { code, stderr, pid } = await runUntilReadyThenSignal(signal, ['-tp', '2', '--device', 'host']);
-      const lines = stderr.trim().split('\n');
-      const readyLines = lines.filter((l) => l.includes('READY'));
-      assert.is(readyLines.length, 1, 'READY printed once');
-      assert.match(readyLines[0]!, /^READY node 0\/1 local_ranks=2 /);
-      const readyAt = lines.indexOf(readyLines[0]!);
-      const before = lines.slice(0, readyAt);
-      assert.ok(before.some((l) => l.includes('checkpoint planned')), 'log lines came before READY');
-      for (const l of lines.slice(readyAt + 1)) assert.ok(!/"msg":"(checkpoint planned|supervisor state)".*"state":"(loading|ready)"/.test(l), `no loading line after READY: ${l}`);
-      assert.ok(lines.slice(readyAt + 1).some((l) => l.includes('"stopping"')), 'the stop is logged after READY');
-      assert.is(code, 0, stderr);
-      assert.equal(leftSegments(pid), [], 'no segment of that daemon is left');
-    }
+    const { code, stderr, pid } = await runUntilReadyThenSignal(signal, ['-tp', '2', '--device', 'host']);
+    const lines = stderr.trim().split('\n').map((l) => JSON.parse(l) as Line);
+    const readyAt = lines.findIndex((l) => l.msg.startsWith('READY'));
+    assert.is(lines.filter((l) => l.msg.startsWith('READY')).length, 1, 'READY logged once');
+    assert.match(lines[readyAt]!.msg, /^READY node 0\/1 local_ranks=2 tp=2 model=/);
+    assert.is(lines[readyAt]!.ready, true);
+    assert.ok(lines.slice(0, readyAt).some((l) => l.msg === 'checkpoint planned'), 'log lines came before READY');
+    for (const l of lines.slice(readyAt + 1)) assert.ok(!(['checkpoint planned', 'supervisor state'].includes(l.msg) && ['loading', 'ready'].includes(l.state ?? '')), `no loading line after READY: ${l.msg}`);
+    assert.ok(lines.slice(readyAt + 1).some((l) => l.msg === 'stopping'), 'the stop is logged after READY');
+    assert.is(code, 0, stderr);
+    assert.equal(leftSegments(pid), [], 'no segment of that daemon is left');
   });
 }
 
-test('every log line is JSON carrying the node rank (no TTY)', async () => {
+test('every stderr line is JSON carrying the node rank (no TTY), READY grep-able', async () => {
   const { stderr, pid } = await runUntilReadyThenSignal('SIGTERM');
-  for (const l of stderr.trim().split('\n').filter((l) => !l.startsWith('READY'))) {
-    const rec = JSON.parse(l) as { nodeRank?: number };
-    assert.is(rec.nodeRank, 0, l);
-  }
+  const lines = stderr.trim().split('\n');
+  for (const l of lines) assert.is((JSON.parse(l) as Line).nodeRank, 0, l);
+  assert.is(lines.filter((l) => /READY/.test(l)).length, 1, 'grep READY finds the one line');
   assert.equal(leftSegments(pid), [], 'no segment of that daemon is left');
+});
+
+test("docs/operations.md's jq recipes read the log as written", async () => {
+  const doc = readFileSync(`${repoRoot}docs/operations.md`, 'utf8');
+  const recipes = [...doc.matchAll(/`journalctl -u weightd -o cat \| (jq [^`]*)`/g)].map((m) => m[1]!);
+  assert.ok(recipes.length >= 2, 'the guide has jq recipes over journalctl -o cat');
+  // A daemon that warns (a non-loopback inspect address) and then stops.
+  const { stderr } = await runUntilReadyThenSignal('SIGTERM', ['--inspect-port', '0', '--inspect-host', '0.0.0.0']);
+  for (const recipe of recipes) {
+    // journalctl -o cat prints each line as the process wrote it: the captured stderr is that.
+    const r = spawnSync('sh', ['-c', recipe], { input: stderr, encoding: 'utf8' });
+    assert.is(r.status, 0, `${recipe} failed: ${r.stderr}`);
+    assert.ok(r.stdout.trim().length > 0, `${recipe} printed something`);
+  }
+});
+
+test('a usage error is a JSON line too off a terminal', async () => {
+  const r = spawnSync(process.execPath, [mainJs, '--bogus'], { encoding: 'utf8' });
+  assert.is(r.status, 2);
+  const line = JSON.parse(r.stderr.trim()) as Line & { code: string };
+  assert.is(line.code, 'E_USAGE');
+  assert.match(line.msg, /unknown option '--bogus'/);
 });
 
 test.run();

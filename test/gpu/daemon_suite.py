@@ -46,7 +46,8 @@ FULL_SHAPE = dict(hidden_size=2048, num_hidden_layers=8, num_attention_heads=16,
 SMALL_SHAPE = dict(hidden_size=256, num_hidden_layers=2, num_attention_heads=8, num_key_value_heads=4,
                    intermediate_size=688, vocab_size=4096)
 
-READY_RE = re.compile(r"^READY node ", re.M)
+# The READY log line: JSON off a terminal, its msg starting with "READY node ".
+READY_RE = re.compile(r'"msg":"READY node ')
 GROUP_READY = "group ready: every node is serving"
 
 

@@ -18,6 +18,8 @@ export interface DaemonOptions {
   extraArgs?: string[];
   /** How long to wait for READY. */
   readyTimeoutMs?: number;
+  /** Resolve startDaemon once stderr matches this instead of READY (a log event before it). */
+  until?: RegExp;
 }
 
 export interface Daemon {
@@ -25,13 +27,18 @@ export interface Daemon {
   readonly devices: string[];
   /** stderr so far. */
   stderr(): string;
-  /** SIGTERM, then SIGKILL after `graceMs`; resolves when it is gone (with its code or signal). */
-  stop(graceMs?: number): Promise<Exit>;
+  /** `signal` (SIGTERM), then SIGKILL after `graceMs`; resolves when it is gone (with its code or signal). */
+  stop(graceMs?: number, signal?: NodeJS.Signals): Promise<Exit>;
+  /** Resolves once stderr matches `pattern` (now or later); rejects if the daemon exits first. */
+  waitFor(pattern: RegExp): Promise<void>;
   /** SIGKILL: no cleanup runs in the daemon (for stale socket/lock tests). */
   kill9(): Promise<void>;
   /** Open file descriptors of the daemon (/proc/<pid>/fd). */
   fdCount(): number;
 }
+
+/** The daemon's READY log line (JSON on a pipe, its msg starting with READY). */
+export const READY_LINE = /"msg":"READY node /;
 
 const live = new Set<ChildProcess>();
 // Synchronous on purpose: 'exit' handlers cannot wait, and a daemon must never outlive a test.
@@ -87,7 +94,7 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
   await new Promise<void>((resolve, reject) => {
     const timer = setTimeout(() => fail(`no READY within ${timeoutMs} ms`), timeoutMs);
     const onData = () => {
-      if (/^READY /m.test(out.text)) {
+      if ((opts.until ?? READY_LINE).test(out.text)) {
         cleanup();
         resolve();
       }
@@ -111,9 +118,31 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
     pid,
     devices,
     stderr: () => out.text,
-    async stop(graceMs = 10_000) {
+    // The child is unref'd: a timer that does nothing keeps node waiting meanwhile.
+    waitFor: (pattern) =>
+      new Promise<void>((resolve, reject) => {
+        const done = () => {
+          child.stderr!.off('data', check);
+          child.off('exit', gone);
+          clearInterval(keepAlive);
+        };
+        const check = () => {
+          if (!pattern.test(out.text)) return;
+          done();
+          resolve();
+        };
+        const gone = () => {
+          done();
+          reject(new Error(`daemon exited before ${pattern}; stderr:\n${out.text}`));
+        };
+        const keepAlive = setInterval(() => {}, 1 << 30);
+        child.stderr!.on('data', check);
+        child.once('exit', gone);
+        check();
+      }),
+    async stop(graceMs = 10_000, signal: NodeJS.Signals = 'SIGTERM') {
       if (child.exitCode === null && child.signalCode === null) {
-        child.kill('SIGTERM');
+        child.kill(signal);
         const timer = setTimeout(() => child.kill('SIGKILL'), graceMs);
         const result = await waitExit();
         clearTimeout(timer);
@@ -136,6 +165,6 @@ export async function expectDaemonFailure(opts: DaemonOptions, timeoutMs = 30_00
   const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
   const { code } = await waitExit();
   clearTimeout(timer);
-  if (/^READY /m.test(out.text)) throw new Error(`daemon became READY although it was expected to fail; stderr:\n${out.text}`);
+  if (READY_LINE.test(out.text)) throw new Error(`daemon became READY although it was expected to fail; stderr:\n${out.text}`);
   return { code, stderr: out.text, ms: Date.now() - started };
 }

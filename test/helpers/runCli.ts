@@ -6,6 +6,21 @@ export interface CliResult {
   signal: NodeJS.Signals | null;
   stdout: string;
   stderr: string;
+  /** stderr with each JSON log line replaced by its msg, for matching messages. */
+  messages: string;
+}
+
+function messagesOf(stderr: string): string {
+  return stderr
+    .split('\n')
+    .map((l) => {
+      try {
+        return (JSON.parse(l) as { msg?: string }).msg ?? l;
+      } catch {
+        return l;
+      }
+    })
+    .join('\n');
 }
 
 /** Runs `node dist/main.js ...args` to completion (killed after timeoutMs) and collects output. */
@@ -19,7 +34,7 @@ export function runCli(args: string[], opts: { env?: NodeJS.ProcessEnv; timeoutM
     const timer = setTimeout(() => child.kill('SIGKILL'), opts.timeoutMs ?? 20_000);
     child.on('close', (code, signal) => {
       clearTimeout(timer);
-      resolve({ code, signal, stdout, stderr });
+      resolve({ code, signal, stdout, stderr, messages: messagesOf(stderr) });
     });
   });
 }

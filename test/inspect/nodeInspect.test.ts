@@ -141,7 +141,7 @@ test('CLI: --inspect-port serves a ready daemon, which still exits 0 on SIGTERM'
 
 const m = ['--model', exampleModel];
 for (const [name, args, message] of [
-  ['host without port', [...m, '--inspect-host', '127.0.0.1'], /--inspect-port undefined: is required with --inspect-host/],
+  ['host without port', [...m, '--inspect-host', '127.0.0.1'], /--inspect-port is required with --inspect-host/],
   ['port out of range', [...m, '--inspect-port', '65536'], /--inspect-port 65536: must be an integer from 0 to 65535/],
   ['port not a number', [...m, '--inspect-port', 'http'], /--inspect-port "http": must be an integer/],
   ['port taken by rendezvous', [...m, '--weight-cache-master-port', '29611', '--inspect-port', '29611'], /--inspect-port 29611: equals a rendezvous port \(--weight-cache-master-port/],
@@ -150,7 +150,7 @@ for (const [name, args, message] of [
   test(`CLI: bad inspect flag: ${name}`, async () => {
     const r = await runCli(args);
     assert.is(r.code, 2, r.stderr);
-    assert.match(r.stderr, message);
+    assert.match(r.messages, message);
   });
 }
 

@@ -8,7 +8,7 @@ import { createActor } from 'xstate';
 import { EventFeed } from '../../src/inspect/eventFeed.js';
 import { formatBytes, formatRate, formatSeconds, nodeProgress, rankProgress } from '../../src/inspect/loadProgress.js';
 import { ProgressReporter, renderProgressBar } from '../../src/inspect/progressReporter.js';
-import type { RankStatus } from '../../src/machines/supervisor.js';
+import type { RankStatus } from '../../src/nodeStatus.js';
 import { supervisorMachine } from '../../src/machines/supervisor.js';
 import { statusOf } from '../../src/startNode.js';
 import { FakeWorld, fakeConfig, fakeInput, fakePrepared, fakeRankTable } from '../helpers/fakeNode.js';
@@ -103,6 +103,42 @@ test('log lines while loading, a summary per rank and for the node, and a bar th
   } finally {
     reporter.stop();
   }
+});
+
+// The bar is redrawn every 200 ms and a log line comes every 100 ms: by the third line the
+// bar's timer has fired at least once (timers run in order of their due time).
+async function writesByThirdTick(columns: number | undefined): Promise<string[]> {
+  const ticks: string[] = [];
+  let third!: () => void;
+  const thirdTick = new Promise<void>((resolve) => (third = resolve));
+  const log = pino({ level: 'info' }, new Writable({ write(chunk, _enc, cb) { const m = String(JSON.parse(String(chunk)).msg); if (m.startsWith('loading') && ticks.push(m) === 3) third(); cb(); } }));
+  const feed = new EventFeed();
+  const actor = createActor(supervisorMachine.provide(new FakeWorld().implementations()), { input: fakeInput(), inspect: feed.inspect });
+  actor.start();
+  const send = (e: unknown) => actor.send(e as Ev);
+  const writes: string[] = [];
+  const reporter = new ProgressReporter({ log, status: () => statusOf(actor.getSnapshot(), fakeConfig()), feed, intervalMs: 100, bar: { columns, write: (s: string) => writes.push(s) } });
+  try {
+    send({ type: 'xstate.done.actor.prepare', output: fakePrepared });
+    send({ type: 'GROUP_JOINED', rankTable: fakeRankTable });
+    for (const r of [0, 1]) send({ type: 'RANK_DEVICE', localRank: r, info: device(r) });
+    send({ type: 'RANK_PROGRESS', localRank: 0, bytes: 1, totalBytes: 256, seconds: 1 });
+    // The reporter's timers are unref'd; this one keeps the test alive (and bounds the wait).
+    const guard = setTimeout(() => third(), 20_000);
+    await thirdTick;
+    clearTimeout(guard);
+    assert.is(ticks.length, 3, 'three progress lines came');
+    return writes;
+  } finally {
+    reporter.stop();
+    actor.stop();
+  }
+}
+
+test('a terminal with no size set (0 columns) gets log lines and no bar', async () => {
+  assert.ok((await writesByThirdTick(80)).some((w) => w.includes('loading [')), 'a sized terminal gets the bar');
+  assert.equal(await writesByThirdTick(0), [], 'no bar at 0 columns');
+  assert.equal(await writesByThirdTick(undefined), [], 'no bar when the width is unknown');
 });
 
 test('stop() ends all output', async () => {

@@ -108,7 +108,7 @@ export class Daemon {
 
   /** The READY line, then the group-ready line: this node serves and so does every other. */
   async groupReady(ms?: number): Promise<void> {
-    await this.waitFor('READY line', (l) => l.startsWith(`READY node ${this.spec.nodeRank}/`), ms);
+    await this.waitFor('READY line', (_, log) => log?.msg?.startsWith(`READY node ${this.spec.nodeRank}/`) === true, ms);
     await this.waitForMsg(/^group ready: every node is serving$/, 0, ms);
   }
 

@@ -1,0 +1,17 @@
+// The supervisor's real actors, by the names its setup() declares. Only the composition root
+// (startNode) imports this file: it is what loads the addon, the rendezvous and the servers.
+import { groupSession } from './groupSession.js';
+import { prepareNode } from './prepareNode.js';
+import { publishNodeManifest } from './publishNodeManifest.js';
+import { rankActor } from './rankActor.js';
+import { reportStartupFailureActor } from './reportStartupFailure.js';
+import { serveRank } from './serveRank.js';
+
+export const nodeActors = {
+  prepareNode,
+  groupSession,
+  rank: rankActor,
+  serveRank,
+  publishNodeManifest,
+  reportStartupFailure: reportStartupFailureActor,
+};

@@ -1,0 +1,59 @@
+// What a node reports about itself: plain data shared by the machine, the composition root and
+// the inspect layer. A leaf: it takes types only, from modules that import nothing back, so no
+// reader of the status is pulled into an import circle.
+import type { SerializedError } from './errors.js';
+import type { DeviceInfo, SegmentExport } from './native/addon.js';
+import type { RankTableEntry } from './rendezvous/rankTable.js';
+
+export type NodeState = 'init' | 'reportingFailure' | 'rendezvous' | 'loading' | 'serving' | 'ready' | 'stopping' | 'stopped' | 'failed';
+
+export type RankState = 'starting' | 'loading' | 'loaded' | 'serving' | 'released' | 'stopped' | 'failed';
+
+export interface RankStatus {
+  localRank: number;
+  globalRank: number;
+  state: RankState;
+  device?: DeviceInfo;
+  bytes: number;
+  totalBytes: number;
+  seconds: number;
+  segments?: SegmentExport[];
+  socketPath?: string;
+}
+
+export interface PeerStatus {
+  nodeRank: number;
+  state: 'up' | 'lost';
+  reason?: string;
+  since: number;
+}
+
+export interface NodeFailure extends SerializedError {
+  localRank?: number;
+  globalRank?: number;
+}
+
+export interface NodeStatus {
+  state: NodeState;
+  nodeRank: number;
+  nnodes: number;
+  tpSize: number;
+  localWorldSize: number;
+  model: string;
+  architecture?: string;
+  fingerprint?: string;
+  rankTable: RankTableEntry[];
+  /** Each local rank; clients and leases are its socket's counters while it serves. */
+  ranks: Array<RankStatus & { clients?: number; leases?: number }>;
+  /** Other nodes reported lost (or back) while serving. */
+  peers: PeerStatus[];
+  /** Every node of the group has reported ready. */
+  groupReady: boolean;
+  failure?: NodeFailure;
+}
+
+/** How a node ended: stopped on request, or failed (with the cause). */
+export interface NodeResult {
+  state: 'stopped' | 'failed';
+  failure?: NodeFailure;
+}
