@@ -44,8 +44,9 @@ export const fakePrepared: Prepared = {
     tpSize: LOCAL_RANKS,
     fingerprint: 'f'.repeat(64),
     fingerprintFields: {},
+    layouts: ['checkpoint'],
     ranks: Array.from({ length: LOCAL_RANKS }, (_, r) => ({
-      tpRank: r, tpSize: LOCAL_RANKS, files: [], segments: [256], tensors: [], aliases: {}, ops: [], totalBytes: 256, fingerprint: `rank${r}`,
+      tpRank: r, tpSize: LOCAL_RANKS, files: [], segments: [256], tensors: [], aliases: {}, ops: [], layouts: {}, zeroRanges: [], totalBytes: 256, fingerprint: `rank${r}`,
     })),
   },
   devices: Array.from({ length: LOCAL_RANKS }, (_, i) => ({ backend: 'host' as const, index: i, uuid: `fake-${i}` })),
