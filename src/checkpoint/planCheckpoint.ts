@@ -180,8 +180,8 @@ function planRank(tensors: PlannedTensor[], files: string[], tpSize: number, ran
   const ops: CopyOp[] = [];
   const zeroRanges: ZeroRange[] = [];
   let totalBytes = 0;
-  /** Writes tensor i's piece at `at`, then its padding; returns the piece and where it ends. */
-  const place = (i: number, at: number): { piece: ShardPiece; end: number } => {
+  /** Writes tensor i's piece at `at`, then its padding if `padded`; returns the piece and where it ends. */
+  const place = (i: number, at: number, padded: boolean): { piece: ShardPiece; end: number } => {
     const { source: t, rule, layout } = tensors[i]!;
     const piece = shardPiece(t, layout, rank);
     entries[i] = { name: t.name, dtype: t.dtype, shape: piece.shape, segment: 0, offset: at, bytes: piece.bytes, fullShape: t.shape, rule };
@@ -191,7 +191,8 @@ function planRank(tensors: PlannedTensor[], files: string[], tpSize: number, ran
       dst += r.rows * r.rowBytes;
       totalBytes += r.rows * r.rowBytes;
     }
-    if (piece.padBytes > 0) zeroRanges.push({ segment: 0, offset: dst, bytes: piece.padBytes });
+    if (!padded || piece.padBytes === 0) return { piece, end: dst };
+    zeroRanges.push({ segment: 0, offset: dst, bytes: piece.padBytes });
     return { piece, end: dst + piece.padBytes };
   };
 
@@ -207,13 +208,14 @@ function planRank(tensors: PlannedTensor[], files: string[], tpSize: number, ran
     const start = alignUp(cursor);
     const param = paramOf.get(i);
     if (!param) {
-      cursor = place(i, start).end;
+      // Padding exists only in an engine's view: the checkpoint view is the real rows.
+      cursor = place(i, start, false).end;
       continue;
     }
     let at = start;
     let rows = 0;
     for (const m of param.members) {
-      const { piece, end } = place(m, at);
+      const { piece, end } = place(m, at, true);
       // A padded vocab piece spans its whole part, real rows and zero rows.
       rows += piece.padBytes > 0 ? tensors[m]!.layout.shape[0]! : (piece.shape[0] ?? 1);
       at = end;
