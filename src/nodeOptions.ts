@@ -1,5 +1,6 @@
 // Options for starting a node, validated once for both the CLI and the programmatic API, so a
 // bad value fails in milliseconds, before minutes of loading. Messages name the CLI flag.
+import { LAYOUT_NAMES, type LayoutName } from './checkpoint/types.js';
 import { readdirSync, statSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { resolve } from 'node:path';
@@ -33,6 +34,8 @@ export interface NodeOptions {
   logger?: Logger;
   /** A JSON sharding plan that overrides or extends the built-in rules. */
   planFile?: string;
+  /** Layouts to serve besides `checkpoint` (always served): `vllm`. */
+  layouts?: string[];
   /** Host backend: directory of the shared-memory segment files (default /dev/shm). */
   shmDir?: string;
   /** Copy engine tuning. */
@@ -65,6 +68,7 @@ export interface NodeConfig {
   socketDir?: string;
   device: DeviceChoice;
   planFile?: string;
+  layouts: LayoutName[];
   shmDir?: string;
   fill: FillOptions;
   rendezvousTimeoutMs: number;
@@ -76,6 +80,14 @@ export interface NodeConfig {
 }
 
 export const DEFAULT_RENDEZVOUS_TIMEOUT_MS = 300_000;
+
+function checkLayouts(layouts: unknown): LayoutName[] {
+  const names = layouts ?? [];
+  if (!Array.isArray(names) || names.some((n) => !(LAYOUT_NAMES as readonly unknown[]).includes(n))) {
+    throw usage('--layouts', names, 'names a layout weightd does not plan', `use a comma-separated list of ${LAYOUT_NAMES.join(', ')}`);
+  }
+  return [...new Set(names as LayoutName[])];
+}
 
 function usage(flag: string, value: unknown, problem: string, fix: string): UsageError {
   return new UsageError('E_USAGE', `${flag} ${JSON.stringify(value)}: ${problem}; ${fix}`, { flag, value });
@@ -164,6 +176,7 @@ export async function resolveNodeOptions(o: NodeOptions): Promise<NodeConfig> {
     socketDir: o.socketDir === undefined ? undefined : resolve(o.socketDir),
     device,
     planFile: o.planFile === undefined ? undefined : resolve(o.planFile),
+    layouts: checkLayouts(o.layouts),
     shmDir: o.shmDir,
     fill: o.fill ?? {},
     rendezvousTimeoutMs,
