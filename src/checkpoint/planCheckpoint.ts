@@ -159,13 +159,17 @@ interface EngineLayoutPlan {
  * ranks, that the members of a fused parameter can form one dense block: one dtype, equal
  * trailing dims (a rank's pieces only differ in rows).
  */
-function planEngineLayout(name: LayoutName, architecture: string, planned: PlannedTensor[]): EngineLayoutPlan {
+function planEngineLayout(name: LayoutName, architecture: string, planned: PlannedTensor[], tpSize: number): EngineLayoutPlan {
   const index = new Map(planned.map((p, i) => [p.source.name, i]));
   const params = vllmParams(architecture, planned.map((p) => p.source.name)).map((param): PlannedParam => {
     const members = param.members.map((m) => index.get(m)!);
     const first = planned[members[0]!]!;
     for (const i of members) {
-      const { source, layout } = planned[i]!;
+      const { source, layout, rule } = planned[i]!;
+      const weight = source.name.endsWith('.weight_scale_inv') ? planned[index.get(source.name.replace(/_scale_inv$/, ''))!] : undefined;
+      if (weight && rule.kind === 'replicated' && weight.rule.kind !== 'replicated') {
+        throw new ShardingError('E_LAYOUT_SCALE_BLOCKS', `the ${name} parameter "${param.name}": block scale "${source.name}" [${source.shape}] cannot be cut like its weight [${weight.source.shape}] at tp size ${tpSize}, since its blocks would straddle ranks (vLLM's block-FP8 linear methods refuse such a partition too); use a tp size whose partitions are whole blocks`, { param: param.name, tensor: source.name, tpSize, layout: name });
+      }
       if (source.dtype !== first.source.dtype || (members.length > 1 && (layout.shape.length === 0 || layout.shape.slice(1).join() !== first.layout.shape.slice(1).join()))) {
         throw new ShardingError('E_LAYOUT_MEMBER_SHAPE', `the ${name} parameter "${param.name}" stacks ${param.members.join(', ')}, but "${source.name}" (${source.dtype} [${source.shape}]) does not stack with "${first.source.name}" (${first.source.dtype} [${first.source.shape}]): the pieces of a fused parameter need one dtype and equal trailing dims; the checkpoint is not a ${architecture} checkpoint vLLM can load`, { param: param.name, tensor: source.name, layout: name });
       }
@@ -294,7 +298,7 @@ export async function planCheckpoint(modelDir: string, opts: PlanOptions): Promi
     aliases,
   });
   const layouts = checkLayouts(opts.layouts ?? []);
-  const engines = layouts.filter((l) => l !== 'checkpoint').map((l) => planEngineLayout(l, config.architecture, planned));
+  const engines = layouts.filter((l) => l !== 'checkpoint').map((l) => planEngineLayout(l, config.architecture, planned, tpSize));
   const ranks: RankPlan[] = [];
   for (let rank = 0; rank < tpSize; rank++) {
     await yieldToEventLoop();

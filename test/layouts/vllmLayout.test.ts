@@ -138,6 +138,80 @@ function assertZeroRangesUnwritten(rank: RankPlan): void {
   }
 }
 
+// Block-FP8 (DeepSeek-style, 128 x 128 blocks): each linear weight's weight_scale_inv stacks
+// like the weight into the parameter's weight_scale_inv. Sizes keep every partition whole
+// blocks at tp 4 (vLLM refuses others), with 2 KV heads of 128 replicated over pairs of ranks.
+const FP8 = { hidden: 512, heads: 4, kvHeads: 2, headDim: 128, intermediate: 512, layers: 1, experts: 2, vocab: 1000 };
+const BLOCK = 128;
+
+function blockFp8(arch: string, dims = FP8): FixtureTensor[] {
+  const out: FixtureTensor[] = [];
+  for (const t of architectureTensors(arch, dims)) {
+    const linear = t.shape.length === 2 && /(_proj|\.w[123])\.weight$/.test(t.name);
+    if (!linear) {
+      out.push(t);
+      continue;
+    }
+    out.push(fixtureTensor(t.name, t.shape, t.expect, 'F8_E4M3'));
+    const scaleShape = t.shape.map((d) => Math.ceil(d / BLOCK));
+    const e = t.expect;
+    const scaleExpect = e === 'full' ? e : { dim: e.dim, parts: e.parts?.map((p) => ({ size: p.size / BLOCK, kvHeads: p.kvHeads })) };
+    out.push(fixtureTensor(t.name.replace(/\.weight$/, '.weight_scale_inv'), scaleShape, scaleExpect, 'F32'));
+  }
+  return out;
+}
+
+for (const arch of ['LlamaForCausalLM', 'Qwen3ForCausalLM', 'MixtralForCausalLM', 'Qwen3MoeForCausalLM']) {
+  test(`${arch}, block-FP8: weights and weight_scale_inv stack alike at tp 1, 2, 4`, async () => {
+    const dir = makeTempDir('vllm-fp8');
+    try {
+      const tensors = blockFp8(arch);
+      await writeCheckpoint(dir, fp8Config(arch), tensors, 2);
+      const byName = new Map(tensors.map((t) => [t.name, t]));
+      const params = engineParams(arch, FP8.layers, FP8.experts, false);
+      for (const [name, members] of [...params]) {
+        if (byName.has(`${members[0]!.replace(/\.weight$/, '')}.weight_scale_inv`)) params.set(`${name}_scale_inv`, members.map((m) => m.replace(/\.weight$/, '.weight_scale_inv')));
+      }
+      for (const tp of [1, 2, 4]) {
+        const plan = await planCheckpoint(dir, { tpSize: tp, layouts: ['vllm'] });
+        for (const rank of plan.ranks) {
+          const views = rank.layouts.vllm!.tensors;
+          assert.equal(views.map((v) => v.name).sort(), [...params.keys()].sort(), `tp ${tp}: names`);
+          const [arena] = await executePlan(rank);
+          for (const v of views) {
+            if (/embed_tokens|lm_head/.test(v.name)) continue;
+            const members = params.get(v.name)!.map((m) => byName.get(m)!);
+            const want = expectedView(v.name, members, tp, rank.tpRank, FP8.experts);
+            assert.equal(v.shape, want.shape, `${v.name} at tp ${tp} rank ${rank.tpRank}: shape`);
+            assert.is(v.dtype, members[0]!.dtype);
+            assert.ok(viewBytes(arena!, v).equals(want.data), `${v.name} at tp ${tp} rank ${rank.tpRank}: content`);
+          }
+        }
+      }
+    } finally {
+      removeDir(dir);
+    }
+  });
+}
+
+const fp8Config = (arch: string): Record<string, unknown> => ({
+  architectures: [arch], hidden_size: FP8.hidden, num_attention_heads: FP8.heads, num_key_value_heads: FP8.kvHeads, head_dim: FP8.headDim, tie_word_embeddings: false,
+  quantization_config: { quant_method: 'fp8', weight_block_size: [BLOCK, BLOCK], activation_scheme: 'dynamic' },
+});
+
+test('block-FP8: a partition that cuts scale blocks is refused naming the scale, not replicated', async () => {
+  const dir = makeTempDir('vllm-fp8-cut');
+  try {
+    // 256 intermediate rows at tp 4: 64 rows a rank, half a block.
+    await writeCheckpoint(dir, fp8Config('LlamaForCausalLM'), blockFp8('LlamaForCausalLM', { ...FP8, intermediate: 256 }), 1);
+    await planCheckpoint(dir, { tpSize: 2, layouts: ['vllm'] });
+    await rejectsWith(() => planCheckpoint(dir, { tpSize: 4, layouts: ['vllm'] }), ShardingError, 'E_LAYOUT_SCALE_BLOCKS', 'model.layers.0.mlp.gate_up_proj.weight_scale_inv', 'model.layers.0.mlp.gate_proj.weight_scale_inv', 'tp size 4');
+    await planCheckpoint(dir, { tpSize: 4 });
+  } finally {
+    removeDir(dir);
+  }
+});
+
 test('vocab 32016 at tp 4: 8016-row parts, the last rank 7968 real rows and 48 zero rows', async () => {
   const dir = makeTempDir('vllm-vocab');
   try {

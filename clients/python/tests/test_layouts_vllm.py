@@ -6,8 +6,10 @@ by replaying vLLM's ``load_weights`` over the checkpoint: the stacked-params map
 weight loaders as vllm/model_executor/layers define them (VocabParallelEmbedding pads to 64 and
 zero-fills, QKVParallelLinear replicates KV heads when there are fewer than ranks,
 MergedColumnParallelLinear, RowParallelLinear, FusedMoE w13/w2, a loaded_shard_id of None
-splitting a pre-fused Phi-3 tensor). Every view the daemon serves (host backend) must match in
-name, shape, dtype and bytes, for each architecture at tp 1, 2 and 4 and vocab 32016 and 50257.
+splitting a pre-fused Phi-3 tensor, block-FP8 scales through the same loaders with offsets in
+blocks). Every view the daemon serves (host backend) must match in name, shape, dtype and
+bytes, for each architecture at tp 1, 2 and 4 and vocab 32016 and 50257, and for block-FP8
+Llama, Qwen3, Mixtral and Qwen3-MoE at tp 1, 2 and 4.
 
 Needs torch and safetensors, and the built daemon (npm run build:ts).
 """
@@ -23,7 +25,8 @@ import tempfile
 import time
 import unittest
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional
 
 try:
     import torch
@@ -41,70 +44,100 @@ ARCHS = [
     "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
     "Gemma2ForCausalLM", "Phi3ForCausalLM", "MixtralForCausalLM", "Qwen3MoeForCausalLM",
 ]
+
+
+@dataclass(frozen=True)
+class Dims:
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    inter: int
+    layers: int
+    experts: int
+    # Block-FP8 (128 x 128 blocks, DeepSeek style) when set: linear weights F8_E4M3 with f32 weight_scale_inv.
+    block: int = 0
+
+
 # 2 KV heads: split at tp 2, replicated over pairs of ranks at tp 4.
-HIDDEN, HEADS, KV_HEADS, HEAD_DIM, INTER, LAYERS, EXPERTS = 16, 4, 2, 4, 32, 2, 2
+SMALL = Dims(hidden=16, heads=4, kv_heads=2, head_dim=4, inter=32, layers=2, experts=2)
+# Every partition whole 128-row blocks at tp 4 (vLLM refuses others); KV heads replicated at tp 4.
+FP8 = Dims(hidden=512, heads=4, kv_heads=2, head_dim=128, inter=512, layers=1, experts=2, block=128)
 
 
-def random_checkpoint(directory: Path, arch: str, vocab: int, seed: int) -> Dict[str, "torch.Tensor"]:
-    """A Hugging Face style checkpoint of `arch`, random bf16 values (norms f32 for Gemma2)."""
+def ceil_div(a: int, b: int) -> int:
+    return (a + b - 1) // b
+
+
+def random_checkpoint(directory: Path, arch: str, vocab: int, seed: int, d: Dims) -> Dict[str, "torch.Tensor"]:
+    """A Hugging Face style checkpoint of `arch`: random bf16 values (norms f32 for Gemma2), or
+    with `d.block`, F8_E4M3 linear weights each with its f32 `weight_scale_inv` blocks."""
     g = torch.Generator().manual_seed(seed)
     out: Dict[str, torch.Tensor] = {}
 
     def t(name: str, *shape: int, dtype: "torch.dtype" = torch.bfloat16) -> None:
         out[name] = torch.randn(*shape, generator=g).to(dtype)
 
-    q, kv = HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM
+    def lin(name: str, rows: int, cols: int) -> None:
+        if not d.block:
+            return t(name, rows, cols)
+        t(name, rows, cols, dtype=torch.float8_e4m3fn)
+        t(name.replace(".weight", ".weight_scale_inv"), ceil_div(rows, d.block), ceil_div(cols, d.block), dtype=torch.float32)
+
+    q, kv = d.heads * d.head_dim, d.kv_heads * d.head_dim
     norm = torch.float32 if arch == "Gemma2ForCausalLM" else torch.bfloat16
     tied = arch == "Gemma2ForCausalLM"
-    t("model.embed_tokens.weight", vocab, HIDDEN)
-    t("model.norm.weight", HIDDEN, dtype=norm)
+    t("model.embed_tokens.weight", vocab, d.hidden)
+    t("model.norm.weight", d.hidden, dtype=norm)
     if not tied:
-        t("lm_head.weight", vocab, HIDDEN)
-    for layer in range(LAYERS):
+        t("lm_head.weight", vocab, d.hidden)
+    for layer in range(d.layers):
         p = f"model.layers.{layer}"
-        t(f"{p}.input_layernorm.weight", HIDDEN, dtype=norm)
-        t(f"{p}.post_attention_layernorm.weight", HIDDEN, dtype=norm)
-        t(f"{p}.self_attn.o_proj.weight", HIDDEN, q)
+        t(f"{p}.input_layernorm.weight", d.hidden, dtype=norm)
+        t(f"{p}.post_attention_layernorm.weight", d.hidden, dtype=norm)
+        lin(f"{p}.self_attn.o_proj.weight", d.hidden, q)
         if arch == "Phi3ForCausalLM":
-            t(f"{p}.self_attn.qkv_proj.weight", q + 2 * kv, HIDDEN)
-            t(f"{p}.mlp.gate_up_proj.weight", 2 * INTER, HIDDEN)
-            t(f"{p}.mlp.down_proj.weight", HIDDEN, INTER)
+            lin(f"{p}.self_attn.qkv_proj.weight", q + 2 * kv, d.hidden)
+            lin(f"{p}.mlp.gate_up_proj.weight", 2 * d.inter, d.hidden)
+            lin(f"{p}.mlp.down_proj.weight", d.hidden, d.inter)
             continue
-        t(f"{p}.self_attn.q_proj.weight", q, HIDDEN)
-        t(f"{p}.self_attn.k_proj.weight", kv, HIDDEN)
-        t(f"{p}.self_attn.v_proj.weight", kv, HIDDEN)
+        lin(f"{p}.self_attn.q_proj.weight", q, d.hidden)
+        lin(f"{p}.self_attn.k_proj.weight", kv, d.hidden)
+        lin(f"{p}.self_attn.v_proj.weight", kv, d.hidden)
         if arch == "Qwen2ForCausalLM":
             t(f"{p}.self_attn.q_proj.bias", q)
             t(f"{p}.self_attn.k_proj.bias", kv)
             t(f"{p}.self_attn.v_proj.bias", kv)
         if arch.startswith("Qwen3"):
-            t(f"{p}.self_attn.q_norm.weight", HEAD_DIM)
-            t(f"{p}.self_attn.k_norm.weight", HEAD_DIM)
+            t(f"{p}.self_attn.q_norm.weight", d.head_dim)
+            t(f"{p}.self_attn.k_norm.weight", d.head_dim)
         if arch == "Gemma2ForCausalLM":
-            t(f"{p}.pre_feedforward_layernorm.weight", HIDDEN, dtype=norm)
-            t(f"{p}.post_feedforward_layernorm.weight", HIDDEN, dtype=norm)
+            t(f"{p}.pre_feedforward_layernorm.weight", d.hidden, dtype=norm)
+            t(f"{p}.post_feedforward_layernorm.weight", d.hidden, dtype=norm)
         if arch == "MixtralForCausalLM":
-            t(f"{p}.block_sparse_moe.gate.weight", EXPERTS, HIDDEN)
-            for e in range(EXPERTS):
-                t(f"{p}.block_sparse_moe.experts.{e}.w1.weight", INTER, HIDDEN)
-                t(f"{p}.block_sparse_moe.experts.{e}.w2.weight", HIDDEN, INTER)
-                t(f"{p}.block_sparse_moe.experts.{e}.w3.weight", INTER, HIDDEN)
+            t(f"{p}.block_sparse_moe.gate.weight", d.experts, d.hidden)
+            for e in range(d.experts):
+                lin(f"{p}.block_sparse_moe.experts.{e}.w1.weight", d.inter, d.hidden)
+                lin(f"{p}.block_sparse_moe.experts.{e}.w2.weight", d.hidden, d.inter)
+                lin(f"{p}.block_sparse_moe.experts.{e}.w3.weight", d.inter, d.hidden)
         elif arch == "Qwen3MoeForCausalLM":
-            t(f"{p}.mlp.gate.weight", EXPERTS, HIDDEN)
-            for e in range(EXPERTS):
-                t(f"{p}.mlp.experts.{e}.gate_proj.weight", INTER, HIDDEN)
-                t(f"{p}.mlp.experts.{e}.up_proj.weight", INTER, HIDDEN)
-                t(f"{p}.mlp.experts.{e}.down_proj.weight", HIDDEN, INTER)
+            t(f"{p}.mlp.gate.weight", d.experts, d.hidden)
+            for e in range(d.experts):
+                lin(f"{p}.mlp.experts.{e}.gate_proj.weight", d.inter, d.hidden)
+                lin(f"{p}.mlp.experts.{e}.up_proj.weight", d.inter, d.hidden)
+                lin(f"{p}.mlp.experts.{e}.down_proj.weight", d.hidden, d.inter)
         else:
-            t(f"{p}.mlp.gate_proj.weight", INTER, HIDDEN)
-            t(f"{p}.mlp.up_proj.weight", INTER, HIDDEN)
-            t(f"{p}.mlp.down_proj.weight", HIDDEN, INTER)
-    config = {
-        "architectures": [arch], "hidden_size": HIDDEN, "num_attention_heads": HEADS, "num_key_value_heads": KV_HEADS,
-        "head_dim": HEAD_DIM, "intermediate_size": INTER, "moe_intermediate_size": INTER, "num_local_experts": EXPERTS,
-        "num_experts": EXPERTS, "vocab_size": vocab, "num_hidden_layers": LAYERS, "tie_word_embeddings": tied,
+            lin(f"{p}.mlp.gate_proj.weight", d.inter, d.hidden)
+            lin(f"{p}.mlp.up_proj.weight", d.inter, d.hidden)
+            lin(f"{p}.mlp.down_proj.weight", d.hidden, d.inter)
+    config: Dict[str, Any] = {
+        "architectures": [arch], "hidden_size": d.hidden, "num_attention_heads": d.heads, "num_key_value_heads": d.kv_heads,
+        "head_dim": d.head_dim, "intermediate_size": d.inter, "moe_intermediate_size": d.inter, "num_local_experts": d.experts,
+        "num_experts": d.experts, "vocab_size": vocab, "num_hidden_layers": d.layers, "tie_word_embeddings": tied,
         "torch_dtype": "bfloat16",
     }
+    if d.block:
+        config["quantization_config"] = {"quant_method": "fp8", "weight_block_size": [d.block, d.block], "activation_scheme": "dynamic", "fmt": "e4m3"}
     (directory / "config.json").write_text(json.dumps(config))
     # Two files, split mid-layer, as exports are.
     names = list(out)
@@ -116,19 +149,22 @@ def random_checkpoint(directory: Path, arch: str, vocab: int, seed: int) -> Dict
     return out
 
 
+SCALE = ".weight_scale_inv"
+
+
 class VllmOracle:
     """vLLM's parameters of one rank, filled the way its weight loaders fill them."""
 
-    def __init__(self, arch: str, vocab: int, tp: int, rank: int, dtype_of: Callable[[str], "torch.dtype"]):
-        self.arch, self.tp, self.rank = arch, tp, rank
+    def __init__(self, arch: str, vocab: int, tp: int, rank: int, d: Dims, norm_dtype: "torch.dtype"):
+        self.arch, self.tp, self.rank, self.d = arch, tp, rank, d
         self.params: Dict[str, torch.Tensor] = {}
         self.loaded: Dict[str, int] = {}
         # QKVParallelLinear.__init__
-        self.num_heads = HEADS // tp
-        if tp >= KV_HEADS:
-            self.num_kv_heads, self.kv_replicas = 1, tp // KV_HEADS
+        self.num_heads = d.heads // tp
+        if tp >= d.kv_heads:
+            self.num_kv_heads, self.kv_replicas = 1, tp // d.kv_heads
         else:
-            self.num_kv_heads, self.kv_replicas = KV_HEADS // tp, 1
+            self.num_kv_heads, self.kv_replicas = d.kv_heads // tp, 1
         # VocabParallelEmbedding.__init__ with org_num_embeddings == num_embeddings (no LoRA).
         self.vocab = vocab
         padded = (vocab + 63) // 64 * 64
@@ -136,40 +172,49 @@ class VllmOracle:
         start = min(rank * self.vocab_per_rank, vocab)
         self.vocab_range = (start, min((rank + 1) * self.vocab_per_rank, vocab))
 
-        def param(name: str, *shape: int) -> None:
+        def param(name: str, *shape: int, dtype: "torch.dtype" = torch.bfloat16) -> None:
             # Poisoned, so a row no loader writes shows up as a mismatch.
-            self.params[name] = torch.full(shape, float("nan"), dtype=dtype_of(name))
+            self.params[name] = torch.full(shape, float("nan"), dtype=dtype)
+
+        def linear(name: str, *shape: int) -> None:
+            # Fp8LinearMethod / Fp8MoEMethod with block quant: an fp8 weight and its block scales.
+            if not d.block:
+                return param(name, *shape)
+            param(name, *shape, dtype=torch.float8_e4m3fn)
+            param(name + "_scale_inv", *shape[:-2], ceil_div(shape[-2], d.block), ceil_div(shape[-1], d.block), dtype=torch.float32)
 
         tied = arch == "Gemma2ForCausalLM"
-        param("model.embed_tokens.weight", self.vocab_per_rank, HIDDEN)
+        param("model.embed_tokens.weight", self.vocab_per_rank, d.hidden)
         if not tied:
-            param("lm_head.weight", self.vocab_per_rank, HIDDEN)
-        param("model.norm.weight", HIDDEN)
-        qkv_rows = (self.num_heads + 2 * self.num_kv_heads) * HEAD_DIM
-        for layer in range(LAYERS):
+            param("lm_head.weight", self.vocab_per_rank, d.hidden)
+        param("model.norm.weight", d.hidden, dtype=norm_dtype)
+        qkv_rows = (self.num_heads + 2 * self.num_kv_heads) * d.head_dim
+        for layer in range(d.layers):
             p = f"model.layers.{layer}"
-            param(f"{p}.input_layernorm.weight", HIDDEN)
-            param(f"{p}.post_attention_layernorm.weight", HIDDEN)
-            param(f"{p}.self_attn.qkv_proj.weight", qkv_rows, HIDDEN)
+            param(f"{p}.input_layernorm.weight", d.hidden, dtype=norm_dtype)
+            param(f"{p}.post_attention_layernorm.weight", d.hidden, dtype=norm_dtype)
+            linear(f"{p}.self_attn.qkv_proj.weight", qkv_rows, d.hidden)
             if arch == "Qwen2ForCausalLM":
                 param(f"{p}.self_attn.qkv_proj.bias", qkv_rows)
-            param(f"{p}.self_attn.o_proj.weight", HIDDEN, HEADS * HEAD_DIM // tp)
+            linear(f"{p}.self_attn.o_proj.weight", d.hidden, d.heads * d.head_dim // tp)
             if arch.startswith("Qwen3"):
-                param(f"{p}.self_attn.q_norm.weight", HEAD_DIM)
-                param(f"{p}.self_attn.k_norm.weight", HEAD_DIM)
+                param(f"{p}.self_attn.q_norm.weight", d.head_dim)
+                param(f"{p}.self_attn.k_norm.weight", d.head_dim)
             if arch == "Gemma2ForCausalLM":
-                param(f"{p}.pre_feedforward_layernorm.weight", HIDDEN)
-                param(f"{p}.post_feedforward_layernorm.weight", HIDDEN)
+                param(f"{p}.pre_feedforward_layernorm.weight", d.hidden, dtype=norm_dtype)
+                param(f"{p}.post_feedforward_layernorm.weight", d.hidden, dtype=norm_dtype)
             moe = {"MixtralForCausalLM": "block_sparse_moe", "Qwen3MoeForCausalLM": "mlp"}.get(arch)
             if moe:
-                param(f"{p}.{moe}.gate.weight", EXPERTS, HIDDEN)
-                param(f"{p}.{moe}.experts.w13_weight", EXPERTS, 2 * INTER // tp, HIDDEN)
-                param(f"{p}.{moe}.experts.w2_weight", EXPERTS, HIDDEN, INTER // tp)
+                param(f"{p}.{moe}.gate.weight", d.experts, d.hidden)
+                linear(f"{p}.{moe}.experts.w13_weight", d.experts, 2 * d.inter // tp, d.hidden)
+                linear(f"{p}.{moe}.experts.w2_weight", d.experts, d.hidden, d.inter // tp)
             else:
-                param(f"{p}.mlp.gate_up_proj.weight", 2 * INTER // tp, HIDDEN)
-                param(f"{p}.mlp.down_proj.weight", HIDDEN, INTER // tp)
+                linear(f"{p}.mlp.gate_up_proj.weight", 2 * d.inter // tp, d.hidden)
+                linear(f"{p}.mlp.down_proj.weight", d.hidden, d.inter // tp)
 
     # --- the layers' weight loaders -------------------------------------------------------
+    # A BlockQuantScaleParameter goes through the same loaders, offsets and sizes along the
+    # output dim divided (rounded up) by block_n: `unit` is that divisor (1 for weights).
     def vocab_loader(self, param: "torch.Tensor", w: "torch.Tensor") -> None:
         start, end = self.vocab_range
         assert w.shape[0] == self.vocab
@@ -177,29 +222,30 @@ class VllmOracle:
         param[: shard.shape[0]].copy_(shard)
         param[shard.shape[0]:].fill_(0)
 
-    def qkv_loader(self, param: "torch.Tensor", w: "torch.Tensor", shard_id: Optional[str]) -> None:
+    def qkv_loader(self, param: "torch.Tensor", w: "torch.Tensor", shard_id: Optional[str], unit: int) -> None:
+        d = self.d
         if shard_id is None:
             # A pre-fused checkpoint tensor: split by the total sizes, load each part.
-            q, kv = HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM
+            q, kv = d.heads * d.head_dim, d.kv_heads * d.head_dim
             for sid, offset, size in (("q", 0, q), ("k", q, kv), ("v", q + kv, kv)):
-                self.qkv_loader(param, w.narrow(0, offset, size), sid)
+                self.qkv_loader(param, w.narrow(0, ceil_div(offset, unit), ceil_div(size, unit)), sid, unit)
             return
-        sizes = {"q": self.num_heads * HEAD_DIM, "k": self.num_kv_heads * HEAD_DIM, "v": self.num_kv_heads * HEAD_DIM}
+        sizes = {"q": self.num_heads * d.head_dim, "k": self.num_kv_heads * d.head_dim, "v": self.num_kv_heads * d.head_dim}
         offsets = {"q": 0, "k": sizes["q"], "v": sizes["q"] + sizes["k"]}
-        size = sizes[shard_id]
+        size, offset = ceil_div(sizes[shard_id], unit), ceil_div(offsets[shard_id], unit)
         shard_rank = self.rank if shard_id == "q" else self.rank // self.kv_replicas
-        param.narrow(0, offsets[shard_id], size).copy_(w.narrow(0, shard_rank * size, size))
+        param.narrow(0, offset, size).copy_(w.narrow(0, shard_rank * size, size))
 
-    def merged_loader(self, param: "torch.Tensor", w: "torch.Tensor", shard_id: Optional[int]) -> None:
-        output_sizes = [INTER, INTER]
+    def merged_loader(self, param: "torch.Tensor", w: "torch.Tensor", shard_id: Optional[int], unit: int) -> None:
+        output_sizes = [self.d.inter, self.d.inter]
         if shard_id is None:
             offset = 0
             for i, size in enumerate(output_sizes):
-                self.merged_loader(param, w.narrow(0, offset, size), i)
+                self.merged_loader(param, w.narrow(0, ceil_div(offset, unit), ceil_div(size, unit)), i, unit)
                 offset += size
             return
-        size = output_sizes[shard_id] // self.tp
-        offset = sum(output_sizes[:shard_id]) // self.tp
+        size = ceil_div(output_sizes[shard_id], unit) // self.tp
+        offset = ceil_div(sum(output_sizes[:shard_id]), unit) // self.tp
         param.narrow(0, offset, size).copy_(w.narrow(0, self.rank * size, size))
 
     def row_loader(self, param: "torch.Tensor", w: "torch.Tensor") -> None:
@@ -207,6 +253,7 @@ class VllmOracle:
         param.copy_(w.narrow(1, self.rank * size, size))
 
     def moe_loader(self, param: "torch.Tensor", w: "torch.Tensor", shard_id: str, expert: int) -> None:
+        # FusedMoE._load_w13 / _load_w2: sizes come from the parameter, so scales load alike.
         expert_param = param[expert]
         if shard_id == "w2":
             size = expert_param.shape[1]
@@ -229,9 +276,10 @@ class VllmOracle:
         # FusedMoE.make_expert_params_mapping
         experts = [
             ("experts.w13_" if w in (gate, up) else "experts.w2_", f"experts.{e}.{w}.", e, sid)
-            for e in range(EXPERTS) for sid, w in (("w1", gate), ("w2", down), ("w3", up))
+            for e in range(self.d.experts) for sid, w in (("w1", gate), ("w2", down), ("w3", up))
         ]
         for name, w in checkpoint.items():
+            unit = self.d.block if name.endswith(SCALE) else 1
             if name == "lm_head.weight" and "lm_head.weight" not in self.params:
                 continue  # tied: vLLM skips the stored copy
             if ".experts." in name:
@@ -246,18 +294,18 @@ class VllmOracle:
                 for param_part, weight_part, sid in stacked:
                     if weight_part in name:
                         target = name.replace(weight_part, param_part)
-                        (self.qkv_loader if param_part == ".qkv_proj" else self.merged_loader)(self.params[target], w, sid)
+                        (self.qkv_loader if param_part == ".qkv_proj" else self.merged_loader)(self.params[target], w, sid, unit)
                         break
                 else:
                     target = name
                     param = self.params[target]
-                    if name.endswith("qkv_proj.weight"):
-                        self.qkv_loader(param, w, None)
-                    elif name.endswith("gate_up_proj.weight"):
-                        self.merged_loader(param, w, None)
+                    if name.endswith(("qkv_proj.weight", "qkv_proj" + SCALE)):
+                        self.qkv_loader(param, w, None, unit)
+                    elif name.endswith(("gate_up_proj.weight", "gate_up_proj" + SCALE)):
+                        self.merged_loader(param, w, None, unit)
                     elif name in ("model.embed_tokens.weight", "lm_head.weight"):
                         self.vocab_loader(param, w)
-                    elif name.endswith(("o_proj.weight", "down_proj.weight")):
+                    elif name.endswith(("o_proj.weight", "down_proj.weight", "o_proj" + SCALE, "down_proj" + SCALE)):
                         self.row_loader(param, w)
                     else:
                         param.copy_(w)  # default_weight_loader: norms, routers
@@ -300,24 +348,20 @@ def raw(t: "torch.Tensor") -> bytes:
 @unittest.skipIf(torch is None, "needs torch and safetensors")
 @unittest.skipUnless(MAIN_JS.exists(), "needs the built daemon (npm run build:ts)")
 class VllmLayoutOracleTest(unittest.TestCase):
-    def check(self, arch: str, vocab: int) -> None:
+    def check(self, arch: str, vocab: int, d: Dims) -> None:
         work = Path(tempfile.mkdtemp(prefix="weightd-layouts-"))
         try:
             model = work / "model"
             model.mkdir()
-            checkpoint = random_checkpoint(model, arch, vocab, seed=vocab + len(arch))
-            # vLLM keeps a parameter in the model dtype; this fixture's only other dtype is
-            # Gemma2's f32 norms, which the daemon serves as stored.
-            def dtype_of(name: str) -> "torch.dtype":
-                return checkpoint.get(name, checkpoint["model.embed_tokens.weight"]).dtype
-
+            checkpoint = random_checkpoint(model, arch, vocab, seed=vocab + len(arch), d=d)
+            norm_dtype = checkpoint["model.norm.weight"].dtype
             for tp in (1, 2, 4):
                 daemon = Daemon(model, tp, work)
                 try:
                     expected = fingerprints(model, tp)
                     for rank in range(tp):
                         with self.subTest(arch=arch, vocab=vocab, tp=tp, rank=rank):
-                            oracle = VllmOracle(arch, vocab, tp, rank, dtype_of)
+                            oracle = VllmOracle(arch, vocab, tp, rank, d, norm_dtype)
                             oracle.load(checkpoint)
                             self.assertEqual(set(oracle.params) - set(oracle.loaded), set(), "oracle: parameters no checkpoint tensor loaded")
                             client = WeightdClient(find_socket(global_rank=rank, socket_dir=str(daemon.socket_dir)))
@@ -347,7 +391,9 @@ class VllmLayoutOracleTest(unittest.TestCase):
 def _add_cases() -> None:
     for arch in ARCHS:
         for vocab in (32016, 50257):
-            setattr(VllmLayoutOracleTest, f"test_{arch}_vocab_{vocab}", lambda self, a=arch, v=vocab: self.check(a, v))
+            setattr(VllmLayoutOracleTest, f"test_{arch}_vocab_{vocab}", lambda self, a=arch, v=vocab: self.check(a, v, SMALL))
+    for arch in ("LlamaForCausalLM", "Qwen3ForCausalLM", "MixtralForCausalLM", "Qwen3MoeForCausalLM"):
+        setattr(VllmLayoutOracleTest, f"test_{arch}_block_fp8", lambda self, a=arch: self.check(a, 1000, FP8))
 
 
 _add_cases()

@@ -26,25 +26,27 @@ interface Mapping {
   to: string | null;
   /** Slot values in stacking order; absent: a one-member parameter. */
   slots?: readonly string[];
+  /** A linear layer's weight: its block-FP8 `weight_scale_inv` makes a parameter alongside. */
+  linear?: boolean;
 }
 
 const LAYER = String.raw`model\.layers\.\d+\.`;
-const map = (pattern: string, to: string | null, slots?: readonly string[]): Mapping => ({ pattern: new RegExp(`^${pattern}$`), to, slots });
-const same = (pattern: string): Mapping => map(pattern, '$&');
+const map = (pattern: string, to: string | null, slots?: readonly string[], linear = false): Mapping => ({ pattern: new RegExp(`^${pattern}$`), to, slots, linear });
+const same = (pattern: string, linear = false): Mapping => map(pattern, '$&', undefined, linear);
 
 const EMBEDDINGS = [same(String.raw`model\.embed_tokens\.weight`), same(String.raw`lm_head\.weight`), same(String.raw`model\.norm\.weight`)];
 const NORMS = same(`${LAYER}(input_layernorm|post_attention_layernorm)\\.weight`);
-const qkv = (suffixes: string): Mapping => map(`(?<pre>${LAYER}self_attn\\.)(?<slot>[qkv])_proj\\.(?<kind>${suffixes})`, '$<pre>qkv_proj.$<kind>', ['q', 'k', 'v']);
-const gateUp = (suffixes: string): Mapping => map(`(?<pre>${LAYER}mlp\\.)(?<slot>gate|up)_proj\\.(?<kind>${suffixes})`, '$<pre>gate_up_proj.$<kind>', ['gate', 'up']);
-const oProj = (suffixes: string): Mapping => same(`${LAYER}self_attn\\.o_proj\\.(${suffixes})`);
-const down = (suffixes: string): Mapping => same(`${LAYER}mlp\\.down_proj\\.(${suffixes})`);
+const qkv = (suffixes: string): Mapping => map(`(?<pre>${LAYER}self_attn\\.)(?<slot>[qkv])_proj\\.(?<kind>${suffixes})`, '$<pre>qkv_proj.$<kind>', ['q', 'k', 'v'], true);
+const gateUp = (suffixes: string): Mapping => map(`(?<pre>${LAYER}mlp\\.)(?<slot>gate|up)_proj\\.(?<kind>${suffixes})`, '$<pre>gate_up_proj.$<kind>', ['gate', 'up'], true);
+const oProj = (suffixes: string): Mapping => same(`${LAYER}self_attn\\.o_proj\\.(${suffixes})`, true);
+const down = (suffixes: string): Mapping => same(`${LAYER}mlp\\.down_proj\\.(${suffixes})`, true);
 // vLLM's Llama-style load_weights skips these buffers some old checkpoints carry.
 const ROTARY = map(String.raw`.*\.rotary_emb\.(inv_freq|cos_cached|sin_cached)`, null);
 const QK_NORM = same(`${LAYER}self_attn\\.[qk]_norm\\.weight`);
 /** FusedMoE: `prefix` is the MoE block's path, `w1|w3|w2` the checkpoint's member names. */
 const fusedMoe = (block: string, gateUpNames: readonly [string, string], downName: string): Mapping[] => [
-  map(`(?<pre>${LAYER}${block}\\.experts\\.)(?<expert>\\d+)\\.(?<slot>${gateUpNames.join('|')})\\.weight`, '$<pre>w13_weight', gateUpNames),
-  map(`(?<pre>${LAYER}${block}\\.experts\\.)(?<expert>\\d+)\\.(?<slot>${downName})\\.weight`, '$<pre>w2_weight', [downName]),
+  map(`(?<pre>${LAYER}${block}\\.experts\\.)(?<expert>\\d+)\\.(?<slot>${gateUpNames.join('|')})\\.weight`, '$<pre>w13_weight', gateUpNames, true),
+  map(`(?<pre>${LAYER}${block}\\.experts\\.)(?<expert>\\d+)\\.(?<slot>${downName})\\.weight`, '$<pre>w2_weight', [downName], true),
 ];
 
 // Llama's attention and MLP take biases when config.attention_bias / mlp_bias are set.
@@ -57,7 +59,7 @@ const QWEN3_MOE = [...EMBEDDINGS, NORMS, ROTARY, ...QWEN3_ATTENTION, same(`${LAY
 const MIXTRAL = [...EMBEDDINGS, NORMS, ROTARY, qkv('weight'), oProj('weight'), same(`${LAYER}block_sparse_moe\\.gate\\.weight`), ...fusedMoe('block_sparse_moe', ['w1', 'w3'], 'w2')];
 const GEMMA2 = [...EMBEDDINGS, same(`${LAYER}(pre|post)_feedforward_layernorm\\.weight`), NORMS, qkv('weight'), oProj('weight'), gateUp('weight'), down('weight')];
 // Phi-3 checkpoints hold qkv_proj and gate_up_proj already fused, in vLLM's order.
-const PHI3 = [...EMBEDDINGS, NORMS, ROTARY, same(`${LAYER}self_attn\\.(qkv_proj|o_proj)\\.weight`), same(`${LAYER}mlp\\.(gate_up_proj|down_proj)\\.weight`)];
+const PHI3 = [...EMBEDDINGS, NORMS, ROTARY, same(`${LAYER}self_attn\\.(qkv_proj|o_proj)\\.weight`, true), same(`${LAYER}mlp\\.(gate_up_proj|down_proj)\\.weight`, true)];
 
 const TABLES: Readonly<Record<string, readonly Mapping[]>> = {
   LlamaForCausalLM: LLAMA,
@@ -69,6 +71,8 @@ const TABLES: Readonly<Record<string, readonly Mapping[]>> = {
   Gemma2ForCausalLM: GEMMA2,
   Phi3ForCausalLM: PHI3,
 };
+
+const SCALE_SUFFIX = '.weight_scale_inv';
 
 export const VLLM_ARCHITECTURES: readonly string[] = Object.keys(TABLES);
 
@@ -92,14 +96,18 @@ export function vllmParams(architecture: string, names: readonly string[]): Engi
   const groups = new Map<string, Slotted[]>();
   const unknown: string[] = [];
   for (const name of names) {
-    const mapping = table.find((m) => m.pattern.test(name));
-    if (!mapping) {
+    // A block-FP8 scale stacks like its weight (vLLM's BlockQuantScaleParameter goes through
+    // the same loader, offsets divided by the block size) into the parameter's weight_scale_inv.
+    const scale = name.endsWith(SCALE_SUFFIX);
+    const weightName = scale ? `${name.slice(0, -SCALE_SUFFIX.length)}.weight` : name;
+    const mapping = table.find((m) => m.pattern.test(weightName));
+    if (!mapping || (scale && !mapping.linear)) {
       unknown.push(name);
       continue;
     }
     if (mapping.to === null) continue;
-    const found = name.match(mapping.pattern)!;
-    const param = name.replace(mapping.pattern, mapping.to);
+    const found = weightName.match(mapping.pattern)!;
+    const param = weightName.replace(mapping.pattern, mapping.to) + (scale ? '_scale_inv' : '');
     const slots = mapping.slots ?? [''];
     const slot = mapping.slots ? slots.indexOf(found.groups!.slot!) : 0;
     const expert = found.groups?.expert === undefined ? -1 : Number(found.groups.expert);
