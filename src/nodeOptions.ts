@@ -1,9 +1,9 @@
 // Options for starting a node, validated once for both the CLI and the programmatic API, so a
 // bad value fails in milliseconds, before minutes of loading. Messages name the CLI flag.
-import { LAYOUT_NAMES, type LayoutName } from './checkpoint/types.js';
 import { readdirSync, statSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { resolve } from 'node:path';
+import { LAYOUT_NAMES, type LayoutName } from './checkpoint/types.js';
 import { UsageError } from './errors.js';
 import { DEFAULT_INSPECT_HOST } from './inspect/inspectServer.js';
 import { DEFAULT_PROGRESS_INTERVAL_MS } from './inspect/progressReporter.js';

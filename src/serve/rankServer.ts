@@ -4,6 +4,7 @@
 // point, even while `listen()` is still in progress.
 import { chmodSync, lstatSync, unlinkSync } from 'node:fs';
 import { connect, createServer, type Server, type Socket } from 'node:net';
+import { LAYOUT_NAMES } from '../checkpoint/types.js';
 import { envOverrides } from '../envOverrides.js';
 import { ServeError, WeightdError } from '../errors.js';
 import type { Logger } from '../log.js';
@@ -442,7 +443,8 @@ export class RankServer implements ConnectionHandler {
     const manifest = this.#manifestJson.get(layout);
     if (manifest === undefined) {
       const served = [...this.#manifestJson.keys()];
-      throw new ServeError('E_UNKNOWN_LAYOUT', `layout "${layout}" is not served by this daemon, which planned ${served.join(', ')}; ask for one of those, or restart weightd with --layouts ${[...served, layout].join(',')}`, { layout, layouts: served });
+      const fix = (LAYOUT_NAMES as readonly string[]).includes(layout) ? `, or restart weightd with --layouts ${[...served, layout].join(',')}` : ` (weightd has the layouts ${LAYOUT_NAMES.join(', ')})`;
+      throw new ServeError('E_UNKNOWN_LAYOUT', `layout "${layout}" is not served by this daemon, which planned ${served.join(', ')}; ask for one of those${fix}`, { layout, layouts: served });
     }
     const lease = this.#leases.grant(caller, req.mode);
     if (req.pid !== caller.pid && caller.pid > 0) {

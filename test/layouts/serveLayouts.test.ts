@@ -70,6 +70,7 @@ test('a layout the daemon did not plan is refused, naming the layouts it has', (
   serve([], 1000, async (client, expected) => {
     assert.equal((await client.ping()).layouts, ['checkpoint']);
     await rejectsWith(() => client.attach(expected, { layout: 'vllm' }), ServeError, 'E_UNKNOWN_LAYOUT', '"vllm"', 'checkpoint', '--layouts checkpoint,vllm');
+    await rejectsWith(() => client.copy(expected, { layout: 'sglang' }), ServeError, 'E_UNKNOWN_LAYOUT', '"sglang"', 'has the layouts checkpoint, vllm');
     assert.is((await client.stats()).leases.length, 0, 'a refusal holds no lease');
   }));
 
