@@ -11,7 +11,9 @@ blocks). Every view the daemon serves (host backend) must match in name, shape, 
 bytes, for each architecture at tp 1, 2 and 4 and vocab 32016 and 50257, and for block-FP8
 Llama, Qwen3, Mixtral and Qwen3-MoE at tp 1, 2 and 4.
 
-Needs torch and safetensors, and the built daemon (npm run build:ts).
+Needs torch and safetensors, and the built daemon (npm run build:ts). With
+WEIGHTD_LAYOUTS_DEVICE=cuda (test/gpu) the daemon runs on the CUDA backend instead: tp sizes up
+to the GPU count, a vocabulary that needs no padding (32000), and a padded one must be refused.
 """
 
 from __future__ import annotations
@@ -39,6 +41,9 @@ from weightd_client.client import find_socket
 
 REPO = Path(__file__).resolve().parents[3]
 MAIN_JS = REPO / "dist" / "main.js"
+DEVICE = os.environ.get("WEIGHTD_LAYOUTS_DEVICE", "host")
+# The CUDA backend does not zero padding rows yet, so there only vocabularies needing none.
+VOCABS = (32016, 50257) if DEVICE == "host" else (32000,)
 
 ARCHS = [
     "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
@@ -312,11 +317,15 @@ class VllmOracle:
             self.loaded[target] = self.loaded.get(target, 0) + 1
 
 
+class DaemonFailed(AssertionError):
+    pass
+
+
 class Daemon:
     def __init__(self, model: Path, tp: int, work: Path):
         self.socket_dir = work / "sockets"
         env = {**os.environ, "WEIGHTD_HOST_DEVICES": ",".join(f"layouts-{os.getpid()}-{tp}-{i}" for i in range(tp))}
-        args = ["node", str(MAIN_JS), "--model", str(model), "-tp", str(tp), "--device", "host", "--layouts", "checkpoint,vllm", "--weight-cache-socket-dir", str(self.socket_dir), "--log-level", "warn"]
+        args = ["node", str(MAIN_JS), "--model", str(model), "-tp", str(tp), "--device", DEVICE, "--layouts", "checkpoint,vllm", "--weight-cache-socket-dir", str(self.socket_dir), "--log-level", "warn"]
         self.proc = subprocess.Popen(args, cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         self.stderr = ""
         for line in self.proc.stderr:
@@ -324,7 +333,7 @@ class Daemon:
             if line.startswith("READY "):
                 return
         self.proc.wait()
-        raise AssertionError(f"daemon exited ({self.proc.returncode}) before READY:\n{self.stderr}")
+        raise DaemonFailed(f"daemon exited ({self.proc.returncode}) before READY:\n{self.stderr}")
 
     def stop(self) -> None:
         self.proc.send_signal(signal.SIGTERM)
@@ -336,13 +345,18 @@ class Daemon:
         self.proc.stderr.close()
 
 
+def tp_sizes() -> List[int]:
+    gpus = torch.cuda.device_count() if DEVICE == "cuda" else 4
+    return [tp for tp in (1, 2, 4) if tp <= gpus]
+
+
 def fingerprints(model: Path, tp: int) -> List[Dict[str, Any]]:
     out = subprocess.run(["node", str(MAIN_JS), "fingerprint", "--model", str(model), "-tp", str(tp)], cwd=REPO, check=True, capture_output=True, text=True)
     return json.loads(out.stdout)["ranks"]
 
 
 def raw(t: "torch.Tensor") -> bytes:
-    return t.contiguous().view(torch.uint8).numpy().tobytes() if t.numel() else b""
+    return t.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes() if t.numel() else b""
 
 
 @unittest.skipIf(torch is None, "needs torch and safetensors")
@@ -355,7 +369,7 @@ class VllmLayoutOracleTest(unittest.TestCase):
             model.mkdir()
             checkpoint = random_checkpoint(model, arch, vocab, seed=vocab + len(arch), d=d)
             norm_dtype = checkpoint["model.norm.weight"].dtype
-            for tp in (1, 2, 4):
+            for tp in tp_sizes():
                 daemon = Daemon(model, tp, work)
                 try:
                     expected = fingerprints(model, tp)
@@ -388,12 +402,26 @@ class VllmLayoutOracleTest(unittest.TestCase):
             shutil.rmtree(work, ignore_errors=True)
 
 
+    @unittest.skipUnless(DEVICE == "cuda", "the host backend zeroes padding rows")
+    def test_cuda_refuses_padded_vocab(self):
+        work = Path(tempfile.mkdtemp(prefix="weightd-layouts-"))
+        try:
+            model = work / "model"
+            model.mkdir()
+            random_checkpoint(model, "LlamaForCausalLM", 32016, seed=1, d=SMALL)
+            with self.assertRaises(DaemonFailed) as cm:
+                Daemon(model, 1, work).stop()
+            self.assertIn("E_LAYOUT_PADDING_UNSUPPORTED", str(cm.exception))
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+
+
 def _add_cases() -> None:
     for arch in ARCHS:
-        for vocab in (32016, 50257):
+        for vocab in VOCABS:
             setattr(VllmLayoutOracleTest, f"test_{arch}_vocab_{vocab}", lambda self, a=arch, v=vocab: self.check(a, v, SMALL))
     for arch in ("LlamaForCausalLM", "Qwen3ForCausalLM", "MixtralForCausalLM", "Qwen3MoeForCausalLM"):
-        setattr(VllmLayoutOracleTest, f"test_{arch}_block_fp8", lambda self, a=arch: self.check(a, 1000, FP8))
+        setattr(VllmLayoutOracleTest, f"test_{arch}_block_fp8", lambda self, a=arch: self.check(a, 1000 if DEVICE == "host" else 1024, FP8))
 
 
 _add_cases()
