@@ -3,6 +3,7 @@
 import { readdirSync, statSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { resolve } from 'node:path';
+import { LAYOUT_NAMES, type LayoutName } from './checkpoint/types.js';
 import { UsageError } from './errors.js';
 import type { FaultInjection } from './actors/rankMessages.js';
 import type { Logger } from './log.js';
@@ -31,6 +32,8 @@ export interface NodeOptions {
   logger?: Logger;
   /** A JSON sharding plan that overrides or extends the built-in rules. */
   planFile?: string;
+  /** Layouts to serve besides `checkpoint` (always served): `vllm`. */
+  layouts?: string[];
   /** Host backend: directory of the shared-memory segment files (default /dev/shm). */
   shmDir?: string;
   /** Copy engine tuning. */
@@ -63,6 +66,7 @@ export interface NodeConfig {
   socketDir?: string;
   device: DeviceChoice;
   planFile?: string;
+  layouts: LayoutName[];
   shmDir?: string;
   fill: FillOptions;
   rendezvousTimeoutMs: number;
@@ -76,6 +80,14 @@ export interface NodeConfig {
 export const DEFAULT_RENDEZVOUS_TIMEOUT_MS = 300_000;
 export const DEFAULT_INSPECT_HOST = '127.0.0.1';
 export const DEFAULT_PROGRESS_INTERVAL_MS = 2000;
+
+function checkLayouts(layouts: unknown): LayoutName[] {
+  const names = layouts ?? [];
+  if (!Array.isArray(names) || names.some((n) => !(LAYOUT_NAMES as readonly unknown[]).includes(n))) {
+    throw usage('--layouts', names, 'names a layout weightd does not plan', `use a comma-separated list of ${LAYOUT_NAMES.join(', ')}`);
+  }
+  return [...new Set(names as LayoutName[])];
+}
 
 function usage(flag: string, value: unknown, problem: string, fix: string): UsageError {
   // A flag that was not given has no value to quote.
@@ -166,6 +178,7 @@ export async function resolveNodeOptions(o: NodeOptions): Promise<NodeConfig> {
     socketDir: o.socketDir === undefined ? undefined : resolve(o.socketDir),
     device,
     planFile: o.planFile === undefined ? undefined : resolve(o.planFile),
+    layouts: checkLayouts(o.layouts),
     shmDir: o.shmDir,
     fill: o.fill ?? {},
     rendezvousTimeoutMs,

@@ -12,9 +12,10 @@ import { parseShards, sampleShards } from './parseShards.js';
 import { checkTensorsAgainstIndex, INDEX_FILE, readCheckpointIndex } from './readCheckpointIndex.js';
 import { readModelConfig, type ModelConfig } from './readModelConfig.js';
 import { readPlanFile } from './readPlanFile.js';
-import { layoutShard, shardRegions, type ShardLayout } from './shardTensor.js';
+import { vllmParams } from './layouts/vllmParams.js';
+import { layoutShard, shardPiece, type ShardLayout, type ShardPiece } from './shardTensor.js';
 import { checkHeadCounts, familyOf, ruleForRole, scaledWeightName, type ArchitectureFamily, type TensorRule } from './tpRules.js';
-import type { CheckpointPlan, CopyOp, RankPlan, ShardRule, TensorEntry } from './types.js';
+import { LAYOUT_NAMES, type CheckpointPlan, type CopyOp, type LayoutName, type RankPlan, type ShardRule, type TensorEntry, type TensorView, type ZeroRange } from './types.js';
 
 /** Tensor offsets in an arena are multiples of this (what cudaMalloc guarantees and kernels assume). */
 export const ARENA_ALIGNMENT = 256;
@@ -23,6 +24,11 @@ export interface PlanOptions {
   tpSize: number;
   /** A user plan file whose rules come before the built-in ones. */
   planFile?: string;
+  /**
+   * Layouts to serve besides `checkpoint` (always served). Planning an engine layout places
+   * its fused parameters' pieces back to back and reserves its padding rows in the arena.
+   */
+  layouts?: readonly LayoutName[];
   /** A header-parsing pool to reuse (see parseShards.createHeaderPool); otherwise one is made when needed. */
   pool?: Piscina<HeaderTask, HeaderResult>;
 }
@@ -49,7 +55,8 @@ const yieldToEventLoop = (): Promise<void> => new Promise((done) => setImmediate
  * replicated: scales are small, and the engine's loader slices what it needs from a full copy.
  */
 function ruleForScale(weightRule: ShardRule, weightShape: number[], scale: SourceTensor, tpSize: number): ShardRule {
-  if (weightRule.kind === 'replicated' || scale.shape.length !== weightShape.length) return REPLICATED;
+  // A padded vocab part has rows the scale does not: the engine slices a full copy.
+  if (weightRule.kind === 'replicated' || scale.shape.length !== weightShape.length || (weightRule.kind === 'split' && weightRule.padTo !== undefined)) return REPLICATED;
   let candidate: ShardRule = weightRule;
   if (weightRule.kind === 'fused') {
     const [w, s] = [weightShape[weightRule.dim]!, scale.shape[weightRule.dim]!];
@@ -135,23 +142,108 @@ interface PlannedTensor {
   layout: ShardLayout;
 }
 
-function planRank(tensors: PlannedTensor[], files: string[], tpSize: number, rank: number, aliases: Record<string, string>): Omit<RankPlan, 'fingerprint'> {
-  const entries: TensorEntry[] = [];
+/** An engine parameter resolved against the plan: its members are indexes into the planned tensors. */
+interface PlannedParam {
+  name: string;
+  members: number[];
+  experts: number;
+}
+
+interface EngineLayoutPlan {
+  name: LayoutName;
+  params: PlannedParam[];
+}
+
+/**
+ * Resolves an engine layout's parameters against the planned tensors and checks, once for all
+ * ranks, that the members of a fused parameter can form one dense block: one dtype, equal
+ * trailing dims (a rank's pieces only differ in rows).
+ */
+function planEngineLayout(name: LayoutName, architecture: string, planned: PlannedTensor[], tpSize: number): EngineLayoutPlan {
+  const index = new Map(planned.map((p, i) => [p.source.name, i]));
+  const params = vllmParams(architecture, planned.map((p) => p.source.name)).map((param): PlannedParam => {
+    const members = param.members.map((m) => index.get(m)!);
+    const first = planned[members[0]!]!;
+    for (const i of members) {
+      const { source, layout, rule } = planned[i]!;
+      const weight = source.name.endsWith('.weight_scale_inv') ? planned[index.get(source.name.replace(/_scale_inv$/, ''))!] : undefined;
+      if (weight && rule.kind === 'replicated' && weight.rule.kind !== 'replicated') {
+        throw new ShardingError('E_LAYOUT_SCALE_BLOCKS', `the ${name} parameter "${param.name}": block scale "${source.name}" [${source.shape}] cannot be cut like its weight [${weight.source.shape}] at tp size ${tpSize}, since its blocks would straddle ranks (vLLM's block-FP8 linear methods refuse such a partition too); use a tp size whose partitions are whole blocks`, { param: param.name, tensor: source.name, tpSize, layout: name });
+      }
+      if (source.dtype !== first.source.dtype || (members.length > 1 && (layout.shape.length === 0 || layout.shape.slice(1).join() !== first.layout.shape.slice(1).join()))) {
+        throw new ShardingError('E_LAYOUT_MEMBER_SHAPE', `the ${name} parameter "${param.name}" stacks ${param.members.join(', ')}, but "${source.name}" (${source.dtype} [${source.shape}]) does not stack with "${first.source.name}" (${first.source.dtype} [${first.source.shape}]): the pieces of a fused parameter need one dtype and equal trailing dims; the checkpoint is not a ${architecture} checkpoint vLLM can load`, { param: param.name, tensor: source.name, layout: name });
+      }
+    }
+    return { name: param.name, members, experts: param.experts };
+  });
+  return { name, params };
+}
+
+function planRank(tensors: PlannedTensor[], files: string[], tpSize: number, rank: number, aliases: Record<string, string>, engines: EngineLayoutPlan[]): Omit<RankPlan, 'fingerprint'> {
+  const entries = new Array<TensorEntry>(tensors.length);
   const ops: CopyOp[] = [];
-  let cursor = 0;
+  const zeroRanges: ZeroRange[] = [];
   let totalBytes = 0;
-  for (const { source: t, rule, layout } of tensors) {
-    const offset = alignUp(cursor);
-    entries.push({ name: t.name, dtype: t.dtype, shape: layout.shape, segment: 0, offset, bytes: layout.bytes, fullShape: t.shape, rule });
-    let dst = offset;
-    for (const r of shardRegions(t, layout, rank)) {
+  /** Writes tensor i's piece at `at`, then its padding if `padded`; returns the piece and where it ends. */
+  const place = (i: number, at: number, padded: boolean): { piece: ShardPiece; end: number } => {
+    const { source: t, rule, layout } = tensors[i]!;
+    const piece = shardPiece(t, layout, rank);
+    entries[i] = { name: t.name, dtype: t.dtype, shape: piece.shape, segment: 0, offset: at, bytes: piece.bytes, fullShape: t.shape, rule };
+    let dst = at;
+    for (const r of piece.regions) {
       pushOp(ops, { file: t.file, segment: 0, srcOffset: r.srcOffset, dstOffset: dst, rows: r.rows, rowBytes: r.rowBytes, srcPitch: r.srcPitch });
       dst += r.rows * r.rowBytes;
       totalBytes += r.rows * r.rowBytes;
     }
-    cursor = offset + layout.bytes;
+    if (!padded || piece.padBytes === 0) return { piece, end: dst };
+    zeroRanges.push({ segment: 0, offset: dst, bytes: piece.padBytes });
+    return { piece, end: dst + piece.padBytes };
+  };
+
+  // Only one engine layout exists today; several would need members shared across them to agree.
+  const engine = engines[0];
+  const paramOf = new Map<number, PlannedParam>();
+  for (const p of engine?.params ?? []) for (const m of p.members) paramOf.set(m, p);
+  const views: TensorView[] = [];
+  let cursor = 0;
+  // Arena order is checkpoint order; a fused parameter is placed whole where its first member comes.
+  for (let i = 0; i < tensors.length; i++) {
+    if (entries[i]) continue;
+    const start = alignUp(cursor);
+    const param = paramOf.get(i);
+    if (!param) {
+      // Padding exists only in an engine's view: the checkpoint view is the real rows.
+      cursor = place(i, start, false).end;
+      continue;
+    }
+    let at = start;
+    let rows = 0;
+    for (const m of param.members) {
+      const { piece, end } = place(m, at, true);
+      // A padded vocab piece spans its whole part, real rows and zero rows.
+      rows += piece.padBytes > 0 ? tensors[m]!.layout.shape[0]! : (piece.shape[0] ?? 1);
+      at = end;
+    }
+    const first = tensors[param.members[0]!]!;
+    const trailing = entries[param.members[0]!]!.shape.slice(1);
+    const shape = param.members.length === 1 && param.experts === 0 && first.layout.vocab === undefined
+      ? entries[param.members[0]!]!.shape
+      : param.experts > 0 ? [param.experts, rows / param.experts, ...trailing] : [rows, ...trailing];
+    views.push({ name: param.name, dtype: first.source.dtype, shape, segment: 0, offset: start, bytes: at - start });
+    cursor = at;
   }
-  return { tpRank: rank, tpSize, files, segments: [alignUp(cursor)], tensors: entries, aliases, ops, totalBytes };
+  const layouts: RankPlan['layouts'] = engine ? { [engine.name]: { tensors: views, aliases: {} } } : {};
+  return { tpRank: rank, tpSize, files, segments: [alignUp(cursor)], tensors: entries, aliases, ops, layouts, zeroRanges, totalBytes };
+}
+
+/** `checkpoint` first, then the others asked for, each once; an unknown name is an error. */
+function checkLayouts(asked: readonly string[]): LayoutName[] {
+  for (const name of asked) {
+    if (!(LAYOUT_NAMES as readonly string[]).includes(name)) {
+      throw new ShardingError('E_LAYOUT_UNKNOWN', `layout "${name}" does not exist; weightd plans ${LAYOUT_NAMES.join(', ')}`, { layout: name });
+    }
+  }
+  return LAYOUT_NAMES.filter((l) => l === 'checkpoint' || asked.includes(l));
 }
 
 export async function planCheckpoint(modelDir: string, opts: PlanOptions): Promise<CheckpointPlan> {
@@ -208,10 +300,12 @@ export async function planCheckpoint(modelDir: string, opts: PlanOptions): Promi
     config,
     planFile: planFile?.json ?? null,
   });
+  const layouts = checkLayouts(opts.layouts ?? []);
+  const engines = layouts.filter((l) => l !== 'checkpoint').map((l) => planEngineLayout(l, config.architecture, planned, tpSize));
   const ranks: RankPlan[] = [];
   for (let rank = 0; rank < tpSize; rank++) {
     await yieldToEventLoop();
-    ranks.push({ ...planRank(planned, files, tpSize, rank, aliases), fingerprint: rankFingerprint(fingerprint, rank) });
+    ranks.push({ ...planRank(planned, files, tpSize, rank, aliases, engines), fingerprint: rankFingerprint(fingerprint, rank) });
   }
-  return { modelDir: dir, architecture: config.architecture, tpSize, fingerprint, fingerprintFields: fields, ranks };
+  return { modelDir: dir, architecture: config.architecture, tpSize, fingerprint, fingerprintFields: fields, layouts, ranks };
 }

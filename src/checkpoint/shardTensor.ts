@@ -48,6 +48,18 @@ export interface ShardLayout {
   rowPitch: number;
   /** null: every rank holds the whole tensor. */
   parts: PartLayout[] | null;
+  /** Set for a padded vocab split (rule.padTo): `shape`/`bytes` are then the padded part's. */
+  vocab?: { rows: number; perRank: number; rowBytes: number };
+}
+
+/** One rank's piece: its shape, its file regions, and the zero rows that pad it to the part. */
+export interface ShardPiece {
+  shape: number[];
+  /** Bytes read from the file. */
+  bytes: number;
+  /** Zero bytes after them that complete a padded vocab part (0 otherwise). */
+  padBytes: number;
+  regions: SourceRegion[];
 }
 
 const product = (dims: number[], from = 0, to = dims.length): number => {
@@ -94,6 +106,7 @@ export function layoutShard(t: ShardSource, rule: ShardRule, tpSize: number): Sh
   if (rule.kind === 'replicated') return { shape: t.shape, bytes: wholeBytes, outer: 1, rowPitch: wholeBytes, parts: null };
 
   const { dim } = rule;
+  if (rule.kind === 'split' && rule.padTo !== undefined) return layoutPaddedVocab(t, rule.padTo, dim, tpSize, bytesOf);
   if (!Number.isInteger(dim) || dim < 0 || dim >= t.shape.length) {
     throw new ShardingError('E_SHARD_BAD_DIM', `tensor "${t.name}" of shape [${t.shape}] has no dim ${dim} to split; fix the rule (or plan file entry) that selects it`, { tensor: t.name, dim });
   }
@@ -123,6 +136,39 @@ export function layoutShard(t: ShardSource, rule: ShardRule, tpSize: number): Sh
   // One piece per rank covering whole rows (tp 1, or KV heads replicated everywhere) is the whole tensor.
   if (rowBytes === rowPitch) return { shape, bytes: wholeBytes, outer: 1, rowPitch: wholeBytes, parts: null };
   return { shape, bytes: rowBytes * outer, outer, rowPitch, parts };
+}
+
+/**
+ * vLLM's VocabParallelEmbedding: the row count is padded to a multiple of padTo, the padded
+ * count divided by tp, and rank r holds real rows [min(r*p, rows), min((r+1)*p, rows)).
+ */
+function layoutPaddedVocab(t: ShardSource, padTo: number, dim: number, tpSize: number, bytesOf: (elements: number, what: string, dim: number) => number): ShardLayout {
+  if (dim !== 0 || t.shape.length === 0 || !Number.isSafeInteger(padTo) || padTo < 1) {
+    throw new ShardingError('E_SHARD_BAD_DIM', `tensor "${t.name}": vocab padding to ${padTo} applies to dim 0 of a tensor with dims, not dim ${dim} of shape [${t.shape}]; fix the rule that selects it`, { tensor: t.name, dim });
+  }
+  const rows = t.shape[0]!;
+  const padded = Math.ceil(rows / padTo) * padTo;
+  if (padded % tpSize !== 0) {
+    throw new ShardingError('E_SHARD_INDIVISIBLE', `tensor "${t.name}": dim 0 of ${rows} rows, padded to a multiple of ${padTo} as vLLM does, has size ${padded}, which is not divisible by tp size ${tpSize}; use a tp size that divides ${padded}`, { tensor: t.name, dim, size: padded, tpSize });
+  }
+  const perRank = padded / tpSize;
+  const rowBytes = bytesOf(product(t.shape, 1), 'a row', 0);
+  const shape = t.shape.slice();
+  shape[0] = perRank;
+  return { shape, bytes: perRank * rowBytes, outer: 1, rowPitch: rowBytes, parts: null, vocab: { rows, perRank, rowBytes } };
+}
+
+/** The piece rank `rank` holds of a tensor laid out by layoutShard. */
+export function shardPiece(t: ShardSource, layout: ShardLayout, rank: number): ShardPiece {
+  const { vocab } = layout;
+  if (!vocab) return { shape: layout.shape, bytes: layout.bytes, padBytes: 0, regions: shardRegions(t, layout, rank) };
+  const start = Math.min(rank * vocab.perRank, vocab.rows);
+  const real = Math.min((rank + 1) * vocab.perRank, vocab.rows) - start;
+  const bytes = real * vocab.rowBytes;
+  const shape = t.shape.slice();
+  shape[0] = real;
+  const regions = bytes === 0 ? [] : [{ srcOffset: t.begin + start * vocab.rowBytes, rows: 1, rowBytes: bytes, srcPitch: bytes }];
+  return { shape, bytes, padBytes: layout.bytes - bytes, regions };
 }
 
 export function shardRegions(t: ShardSource, layout: ShardLayout, rank: number): SourceRegion[] {

@@ -34,6 +34,9 @@ export interface ArchitectureFamily {
   lmHead: string;
 }
 
+/** vLLM's DEFAULT_VOCAB_PADDING_SIZE (vocab_parallel_embedding.py). */
+export const VOCAB_PADDING = 64;
+
 const rule = (pattern: RegExp, spec: TpRole): TensorRule => ({ pattern, spec });
 
 const EMBEDDINGS = [
@@ -115,8 +118,11 @@ export function ruleForRole(role: TpRole, name: string, shape: number[], config:
     case 'replicated':
       return { kind: 'replicated' };
     case 'column':
-    case 'vocab':
       return { kind: 'split', dim: 0 };
+    case 'vocab':
+      // Only a vocab that is not a multiple of the padding is padded, so every other model's
+      // rule (and fingerprint) stays what it was.
+      return (shape[0] ?? 0) % VOCAB_PADDING === 0 ? { kind: 'split', dim: 0 } : { kind: 'split', dim: 0, padTo: VOCAB_PADDING };
     case 'row':
       return shape.length >= 2 ? { kind: 'split', dim: 1 } : { kind: 'replicated' };
     case 'kv':

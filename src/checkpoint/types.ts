@@ -18,6 +18,13 @@ export type ShardRule =
        * rank r holds head r / (tp / kvHeads)); tp must then be a multiple of kvHeads.
        */
       kvHeads?: number;
+      /**
+       * Set on vocab-parallel tensors whose dim 0 is not a multiple of it (vLLM's
+       * VocabParallelEmbedding and ParallelLMHead pad to 64): dim 0 is padded up to a multiple
+       * of padTo and that divided into tp equal parts; a rank holds the real rows of its part,
+       * fewer (or none) on the last ranks. Only dim 0.
+       */
+      padTo?: number;
     }
   /**
    * A fused tensor made of parts stacked along `dim` (Phi-3 qkv_proj: [q, k, v] rows). Each
@@ -39,7 +46,11 @@ export interface TensorEntry {
   /** Shape of this rank's piece. */
   shape: number[];
   segment: number;
-  /** Byte offset inside the segment, 256-byte aligned. */
+  /**
+   * Byte offset inside the segment, 256-byte aligned, except for the second and later pieces
+   * of an engine's fused parameter (see RankPlan.layouts), which follow the previous piece
+   * directly so that the fused view is one dense block.
+   */
   offset: number;
   bytes: number;
   /** Shape of the whole tensor in the checkpoint. */
@@ -63,6 +74,34 @@ export interface CopyOp {
   srcPitch: number;
 }
 
+/** One named tensor of a layout: a dense view over a rank's arena. */
+export interface TensorView {
+  name: string;
+  dtype: Dtype;
+  shape: number[];
+  segment: number;
+  offset: number;
+  bytes: number;
+}
+
+/** Layouts a rank can be served under; `checkpoint` is the checkpoint's own names and shapes. */
+export const LAYOUT_NAMES = ['checkpoint', 'vllm'] as const;
+export type LayoutName = (typeof LAYOUT_NAMES)[number];
+
+/** A set of views over the same arena, by the names some engine uses. */
+export interface RankLayout {
+  tensors: TensorView[];
+  /** alias name -> view name (tied weights the engine names twice). */
+  aliases: Record<string, string>;
+}
+
+/** Bytes of the arena no copy op writes and that must read as zero (vocab padding rows). */
+export interface ZeroRange {
+  segment: number;
+  offset: number;
+  bytes: number;
+}
+
 export interface RankPlan {
   tpRank: number;
   tpSize: number;
@@ -74,6 +113,10 @@ export interface RankPlan {
   /** alias name -> name of the tensor that holds the bytes (tied weights, loaded once). */
   aliases: Record<string, string>;
   ops: CopyOp[];
+  /** Layouts besides `checkpoint` (whose views are `tensors` and `aliases`), by name. */
+  layouts: Partial<Record<LayoutName, RankLayout>>;
+  /** Padding no op writes: the arena must hold zeros there before the fill. */
+  zeroRanges: ZeroRange[];
   /** Payload bytes copied for this rank (sum of rows * rowBytes). */
   totalBytes: number;
   /** Compatibility fingerprint of this rank's shard (checkpoint fingerprint + rank). */
@@ -88,5 +131,7 @@ export interface CheckpointPlan {
   fingerprint: string;
   /** The fields the fingerprint covers, so a mismatch can be reported field by field. */
   fingerprintFields: Record<string, string>;
+  /** The layouts every rank is served under, `checkpoint` first. */
+  layouts: LayoutName[];
   ranks: RankPlan[];
 }

@@ -101,6 +101,7 @@ export function buildProgram(): Command {
     .option('--rendezvous-timeout <seconds>', 'how long to wait for every node', '300')
     .addOption(new Option('--device <backend>', 'device backend').choices(['auto', 'cuda', 'host']).default('auto'))
     .option('--plan-file <file>', 'JSON sharding plan overriding the built-in rules')
+    .option('--layouts <names>', 'layouts to serve, comma-separated: checkpoint (always) and vllm (engine parameter names; docs/sharding.md)', 'checkpoint')
     .option('--staging-mb <mib>', 'pinned staging memory for the copy engine, per rank (cuda; default 32; a node\'s GPUs share one pool)')
     .option('--load-threads <n>', 'reader threads per rank (default 8; a node\'s GPUs share one pool)')
     .addOption(new Option('--direct-io <mode>', 'cuda: read the checkpoint with O_DIRECT; auto does when the page cache holds less than half of it').choices(['auto', 'on', 'off']).default('auto'))
@@ -189,6 +190,7 @@ function nodeOptions(o: Record<string, string | undefined>, env: NodeJS.ProcessE
     rendezvousTimeoutMs: num(o.rendezvousTimeout, 1000),
     device: o.device as NodeOptions['device'],
     planFile: o.planFile,
+    layouts: String(o.layouts).split(',').map((l) => l.trim()).filter((l) => l !== ''),
     fill,
     logLevel: o.logLevel as NodeOptions['logLevel'],
     // The host alone is passed on too, so that a forgotten port is an error, not a silent no-op.

@@ -56,6 +56,8 @@ export interface Copied {
 export interface AttachOptions {
   /** cuda: this process's device index for the daemon's device. Default: the daemon's index. */
   deviceIndex?: number;
+  /** Whose names and shapes the tensors come under, e.g. `vllm` (docs/protocol.md, Layouts). Default `checkpoint`. */
+  layout?: string;
 }
 
 type Reply<C extends Command> = z.infer<(typeof REPLY_SCHEMAS)[C]>;
@@ -102,8 +104,14 @@ export class WeightdClient {
   }
 
   /** get_state as sent on the wire: a mismatch reply, or the manifest with a lease. */
-  getState(expected: Expected, mode: ServeMode): Promise<GetStateReply> {
-    return this.#request('get_state', { ...expected, mode, pid: process.pid, client: this.#clientName });
+  async getState(expected: Expected, mode: ServeMode, layout = 'checkpoint'): Promise<GetStateReply> {
+    const reply = await this.#request('get_state', { ...expected, mode, pid: process.pid, client: this.#clientName, ...(layout === 'checkpoint' ? {} : { layout }) });
+    // A daemon older than layouts ignores the field and answers with checkpoint names.
+    if (reply.status === 'ok' && (reply.layout ?? 'checkpoint') !== layout) {
+      await this.detach(reply.leaseId).catch(() => {});
+      throw new ProtocolError('E_LAYOUT_NOT_SERVED', `asked for layout "${layout}" but the daemon answered with "${reply.layout ?? 'checkpoint'}" (a weightd older than layouts); upgrade the daemon, or load from disk`, { layout });
+    }
+    return reply;
   }
 
   /**
@@ -111,7 +119,7 @@ export class WeightdClient {
    * the mismatch reply when the cache holds something else (then load from disk).
    */
   async attach(expected: Expected, options: AttachOptions = {}): Promise<Attached | MismatchReply> {
-    const state = await this.getState(expected, 'map');
+    const state = await this.getState(expected, 'map', options.layout);
     if (state.status === 'mismatch') return state;
     let detached = false;
     let unmap = () => {};
@@ -139,7 +147,7 @@ export class WeightdClient {
 
   /** Copies every tensor into this process (mode "copy"), then drops the lease. */
   async copy(expected: Expected, options: AttachOptions = {}): Promise<Copied | MismatchReply> {
-    const state = await this.getState(expected, 'copy');
+    const state = await this.getState(expected, 'copy', options.layout);
     if (state.status === 'mismatch') return state;
     try {
       if (state.backend === 'host') return { status: 'copied', state, tensors: openHost(state, true).tensors };

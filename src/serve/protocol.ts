@@ -28,6 +28,8 @@ export const GetStateRequest = z.object({
   fingerprintFields: z.record(z.string().min(1).max(64), hash).optional(),
   /** Free-form client name and version, for the logs. */
   client: z.string().max(200).optional(),
+  /** Whose names and shapes the tensors come under (docs/protocol.md, Layouts); default `checkpoint`. */
+  layout: z.string().min(1).max(64).optional(),
 });
 export const ReleaseRequest = z.object({ id: requestId, cmd: z.literal('release'), force: z.boolean().optional() });
 export const DetachRequest = z.object({ id: requestId, cmd: z.literal('detach'), leaseId: leaseId.optional() });
@@ -88,6 +90,8 @@ export const PingReply = z.object({
   fingerprint: z.string(),
   device: DeviceRef,
   rank: RankRef,
+  /** The layouts get_state can serve (absent from daemons before layouts: `checkpoint` only). */
+  layouts: z.array(z.string()).optional(),
 });
 export type PingReply = z.infer<typeof PingReply>;
 
@@ -101,6 +105,8 @@ export const StateReply = z.object({
   backend: z.enum(['host', 'cuda']),
   device: DeviceRef,
   rank: RankRef,
+  /** The layout the tensors are named and shaped by (absent from daemons before layouts: `checkpoint`). */
+  layout: z.string().optional(),
   tensors: z.array(TensorMeta),
   /** alias name -> the tensor whose bytes it shares (tied weights). */
   aliases: z.record(z.string(), z.string()),

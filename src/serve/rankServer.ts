@@ -4,6 +4,7 @@
 // point, even while `listen()` is still in progress.
 import { chmodSync, lstatSync, unlinkSync } from 'node:fs';
 import { connect, createServer, type Server, type Socket } from 'node:net';
+import { LAYOUT_NAMES } from '../checkpoint/types.js';
 import { envOverrides } from '../envOverrides.js';
 import { ServeError, WeightdError } from '../errors.js';
 import type { Logger } from '../log.js';
@@ -127,8 +128,8 @@ export class RankServer implements ConnectionHandler {
   readonly #leases = new LeaseTable();
   readonly #connections = new Map<number, ClientConnection>();
   readonly #violations = new LogLimiter(20, 10_000);
-  /** The manifest part of every get_state reply, serialized once (100k tensors: tens of MB). */
-  readonly #manifestJson: string;
+  /** The manifest part of every get_state reply, per layout, serialized once (100k tensors: tens of MB). */
+  readonly #manifestJson: Map<string, string>;
   readonly #startedAt = Date.now();
   #nextConnectionId = 1;
   #status: ServeStatus = 'serving';
@@ -150,15 +151,16 @@ export class RankServer implements ConnectionHandler {
     this.#log = options.log;
     this.#lock = options.lock;
     const r = options.rank;
-    this.#manifestJson = JSON.stringify({
+    this.#manifestJson = new Map(Object.entries(r.layouts).map(([layout, views]) => [layout, JSON.stringify({
       fingerprint: r.fingerprint,
       backend: r.backend,
       device: this.#deviceRef(),
       rank: this.#rankRef(),
-      tensors: r.tensors.map((t) => ({ name: t.name, dtype: t.dtype, shape: t.shape, segment: t.segment, offset: t.offset, bytes: t.bytes })),
-      aliases: r.aliases,
+      layout,
+      tensors: views.tensors.map((t) => ({ name: t.name, dtype: t.dtype, shape: t.shape, segment: t.segment, offset: t.offset, bytes: t.bytes })),
+      aliases: views.aliases,
       segments: r.segments.map((s) => ({ segment: s.segment, bytes: s.bytes, handle: s.handle })),
-    });
+    })]));
   }
 
   get status(): ServeStatus {
@@ -412,6 +414,7 @@ export class RankServer implements ConnectionHandler {
       model: r.model,
       architecture: r.architecture,
       fingerprint: r.fingerprint,
+      layouts: Object.keys(r.layouts),
       device: this.#deviceRef(),
       rank: this.#rankRef(),
     };
@@ -436,6 +439,13 @@ export class RankServer implements ConnectionHandler {
       this.#log.info({ peerPid: caller.pid, fields: reply.fields, client: req.client }, 'fingerprint mismatch: the client will load from disk');
       return JSON.stringify(reply);
     }
+    const layout = req.layout ?? 'checkpoint';
+    const manifest = this.#manifestJson.get(layout);
+    if (manifest === undefined) {
+      const served = [...this.#manifestJson.keys()];
+      const fix = (LAYOUT_NAMES as readonly string[]).includes(layout) ? `, or restart weightd with --layouts ${[...served, layout].join(',')}` : ` (weightd has the layouts ${LAYOUT_NAMES.join(', ')})`;
+      throw new ServeError('E_UNKNOWN_LAYOUT', `layout "${layout}" is not served by this daemon, which planned ${served.join(', ')}; ask for one of those${fix}`, { layout, layouts: served });
+    }
     const lease = this.#leases.grant(caller, req.mode);
     if (req.pid !== caller.pid && caller.pid > 0) {
       this.#log.debug({ claimedPid: req.pid, peerPid: caller.pid }, 'client pid differs from SO_PEERCRED (pid namespace?): the lease uses the kernel pid');
@@ -443,7 +453,7 @@ export class RankServer implements ConnectionHandler {
     this.#logLease(lease, 'lease granted', req.client);
     // The manifest is spliced in as cached text instead of re-serialized per request.
     const head = { id: req.id, ok: true, status: 'ok', mode: req.mode, leaseId: lease.id };
-    return `${JSON.stringify(head).slice(0, -1)},${this.#manifestJson.slice(1)}`;
+    return `${JSON.stringify(head).slice(0, -1)},${manifest.slice(1)}`;
   }
 
   #differingFields(theirs: Record<string, string> | undefined): string[] {

@@ -1,4 +1,4 @@
-import type { CheckpointPlan, TensorEntry } from '../checkpoint/types.js';
+import type { CheckpointPlan, LayoutName, RankLayout, TensorEntry } from '../checkpoint/types.js';
 import { rankFingerprintFields } from './rankFingerprintFields.js';
 import type { Backend, DeviceInfo, SegmentExport } from '../native/addon.js';
 
@@ -17,8 +17,11 @@ export interface ServedRank {
   fingerprint: string;
   /** Each fingerprinted field's own hash, so a mismatch can name the fields that differ. */
   fingerprintFields: Record<string, string>;
+  /** The `checkpoint` layout's views. */
   tensors: TensorEntry[];
   aliases: Record<string, string>;
+  /** Every layout served, `checkpoint` (the two fields above) included, in the plan's order. */
+  layouts: Partial<Record<LayoutName, RankLayout>>;
   segments: SegmentExport[];
 }
 
@@ -48,6 +51,7 @@ export function toServedRank(args: {
     fingerprintFields: rankFingerprintFields(args.plan.fingerprintFields, args.globalRank),
     tensors: rank.tensors,
     aliases: rank.aliases,
+    layouts: Object.fromEntries(args.plan.layouts.map((l) => [l, l === 'checkpoint' ? { tensors: rank.tensors, aliases: rank.aliases } : rank.layouts[l]!])),
     segments: args.segments,
   };
 }

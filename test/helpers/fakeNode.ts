@@ -27,6 +27,7 @@ export function fakeConfig(over: Partial<NodeConfig> = {}): NodeConfig {
     masterAddr: '127.0.0.1',
     weightCachePort: 29999,
     device: 'host',
+    layouts: ['checkpoint'],
     fill: {},
     rendezvousTimeoutMs: 1000,
     ...over,
@@ -44,8 +45,9 @@ export const fakePrepared: Prepared = {
     tpSize: LOCAL_RANKS,
     fingerprint: 'f'.repeat(64),
     fingerprintFields: {},
+    layouts: ['checkpoint'],
     ranks: Array.from({ length: LOCAL_RANKS }, (_, r) => ({
-      tpRank: r, tpSize: LOCAL_RANKS, files: [], segments: [256], tensors: [], aliases: {}, ops: [], totalBytes: 256, fingerprint: `rank${r}`,
+      tpRank: r, tpSize: LOCAL_RANKS, files: [], segments: [256], tensors: [], aliases: {}, ops: [], layouts: {}, zeroRanges: [], totalBytes: 256, fingerprint: `rank${r}`,
     })),
   },
   devices: Array.from({ length: LOCAL_RANKS }, (_, i) => ({ backend: 'host' as const, index: i, uuid: `fake-${i}` })),

@@ -2,6 +2,7 @@
 // allocate, fill, export, toServedRank), for in-process tests of the serving layer without a
 // whole node.
 import { planCheckpoint } from '../../src/checkpoint/planCheckpoint.js';
+import type { LayoutName } from '../../src/checkpoint/types.js';
 import { DeviceHandle } from '../../src/native/deviceHandle.js';
 import { toServedRank, type ServedRank } from '../../src/serve/servedRank.js';
 
@@ -10,8 +11,8 @@ export interface LoadedRank {
   device: DeviceHandle;
 }
 
-export async function loadServedRank(modelDir: string, device: { uuid: string; shmDir: string }): Promise<LoadedRank> {
-  const plan = await planCheckpoint(modelDir, { tpSize: 1 });
+export async function loadServedRank(modelDir: string, device: { uuid: string; shmDir: string }, layouts: LayoutName[] = []): Promise<LoadedRank> {
+  const plan = await planCheckpoint(modelDir, { tpSize: 1, layouts });
   const rank = plan.ranks[0]!;
   const handle = new DeviceHandle('host', 0, device);
   try {

@@ -8,7 +8,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
-from .protocol import Connection, ServeError
+from .protocol import Connection, ProtocolError, ServeError
 
 SOCKET_SUFFIX = ".sock"
 NODE_MANIFEST = "node.json"
@@ -133,14 +133,34 @@ class WeightdClient:
     def ping(self) -> Dict[str, Any]:
         return self.conn.request("ping")
 
-    def get_state(self, fingerprint: str, mode: str = "map", fingerprint_fields: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
-        """The raw get_state reply: ``status`` "ok" (manifest and lease) or "mismatch"."""
-        return self.conn.request(
-            "get_state", fingerprint=fingerprint, pid=os.getpid(), mode=mode, fingerprintFields=fingerprint_fields, client=self.client_name
-        )
+    def get_state(
+        self, fingerprint: str, mode: str = "map", fingerprint_fields: Optional[Dict[str, str]] = None, layout: str = "checkpoint"
+    ) -> Dict[str, Any]:
+        """The raw get_state reply: ``status`` "ok" (manifest and lease) or "mismatch".
 
-    def _state(self, fingerprint: str, mode: str, fingerprint_fields: Optional[Dict[str, str]]) -> Any:
-        reply = self.get_state(fingerprint, mode, fingerprint_fields)
+        ``layout`` names whose names and shapes the tensors come under (docs/protocol.md, Layouts).
+        """
+        reply = self.conn.request(
+            "get_state",
+            fingerprint=fingerprint,
+            pid=os.getpid(),
+            mode=mode,
+            fingerprintFields=fingerprint_fields,
+            client=self.client_name,
+            layout=None if layout == "checkpoint" else layout,
+        )
+        # A daemon older than layouts ignores the field and answers with checkpoint names.
+        if reply.get("status") == "ok" and reply.get("layout", "checkpoint") != layout:
+            self.detach(reply["leaseId"])
+            raise ProtocolError(
+                "E_LAYOUT_NOT_SERVED",
+                f"asked for layout {layout!r} but the daemon answered with {reply.get('layout', 'checkpoint')!r} "
+                "(a weightd older than layouts); upgrade the daemon, or load from disk",
+            )
+        return reply
+
+    def _state(self, fingerprint: str, mode: str, fingerprint_fields: Optional[Dict[str, str]], layout: str) -> Any:
+        reply = self.get_state(fingerprint, mode, fingerprint_fields, layout)
         if reply.get("status") == "mismatch":
             return Mismatch(reply["fields"], reply["fingerprint"], reply["fingerprintFields"])
         return reply
@@ -155,14 +175,20 @@ class WeightdClient:
         return HostMapping(state, tensor_format)
 
     def attach(
-        self, fingerprint: str, fingerprint_fields: Optional[Dict[str, str]] = None, device: Optional[int] = None, tensor_format: str = "auto"
+        self,
+        fingerprint: str,
+        fingerprint_fields: Optional[Dict[str, str]] = None,
+        device: Optional[int] = None,
+        tensor_format: str = "auto",
+        layout: str = "checkpoint",
     ) -> Any:
         """Maps the rank zero-copy: ``Attached`` (tensors by name, aliases included) or ``Mismatch``.
 
         cuda: ``device`` is this process's CUDA ordinal (default torch's current device); its
         UUID must be the daemon's. ``tensor_format``: auto | torch | numpy | memoryview (host).
+        ``layout="vllm"``: the tensors by vLLM's parameter names and shapes, if the daemon planned it.
         """
-        state = self._state(fingerprint, "map", fingerprint_fields)
+        state = self._state(fingerprint, "map", fingerprint_fields, layout)
         if isinstance(state, Mismatch):
             return state
         try:
@@ -173,14 +199,19 @@ class WeightdClient:
         return Attached(state["backend"], state["leaseId"], state, mapping.tensors, self, mapping)
 
     def copy(
-        self, fingerprint: str, fingerprint_fields: Optional[Dict[str, str]] = None, device: Optional[int] = None, tensor_format: str = "auto"
+        self,
+        fingerprint: str,
+        fingerprint_fields: Optional[Dict[str, str]] = None,
+        device: Optional[int] = None,
+        tensor_format: str = "auto",
+        layout: str = "checkpoint",
     ) -> Any:
         """Copies every tensor into this process and drops the lease: a dict, or ``Mismatch``.
 
         host: owned copies in ``tensor_format``. cuda: with torch, device tensors (clones on this
         process's GPU); without torch, host copies in ``tensor_format``.
         """
-        state = self._state(fingerprint, "copy", fingerprint_fields)
+        state = self._state(fingerprint, "copy", fingerprint_fields, layout)
         if isinstance(state, Mismatch):
             return state
         try:

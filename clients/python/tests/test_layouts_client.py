@@ -1,0 +1,62 @@
+"""The client side of layouts, against a scripted server (no daemon needed): the layout asked for
+goes out in get_state, and a reply in another layout (a daemon older than layouts ignores the
+field) is refused after dropping the lease it granted."""
+
+import os
+import socket
+import tempfile
+import threading
+import time
+import unittest
+
+from weightd_client import WeightdClient
+from weightd_client.protocol import ProtocolError, encode_frame, read_frame
+
+STATE = {"status": "ok", "mode": "map", "leaseId": "L1", "fingerprint": "f", "backend": "host", "tensors": [], "aliases": {}, "segments": []}
+
+
+class LayoutRequestTest(unittest.TestCase):
+    def serve(self, replies):
+        """One connection; answers each request with replies[i](request), recording the requests."""
+        path = os.path.join(tempfile.mkdtemp(), "s.sock")
+        srv = socket.socket(socket.AF_UNIX)
+        srv.bind(path)
+        srv.listen()
+        seen = []
+
+        def run():
+            conn, _ = srv.accept()
+            for reply in replies:
+                req = read_frame(conn, time.monotonic() + 5)
+                seen.append(req)
+                conn.sendall(encode_frame({"id": req["id"], "ok": True, **reply(req)}))
+            conn.close()
+            srv.close()
+
+        threading.Thread(target=run, daemon=True).start()
+        return path, seen
+
+    def test_layout_is_sent_and_checked(self):
+        ping = lambda req: {"status": "serving"}
+        path, seen = self.serve([ping, lambda req: {**STATE, "layout": req.get("layout", "checkpoint")}, lambda req: {**STATE}])
+        client = WeightdClient(path, timeout=5)
+        self.assertEqual(client.get_state("f", layout="vllm")["layout"], "vllm")
+        self.assertEqual(seen[1]["layout"], "vllm")
+        self.assertEqual(client.get_state("f")["leaseId"], "L1")
+        self.assertNotIn("layout", seen[2], "checkpoint is the default: not sent, so older daemons see the same request")
+        client.close()
+
+    def test_old_daemon_reply_is_refused_and_its_lease_dropped(self):
+        ping = lambda req: {"status": "serving"}
+        path, seen = self.serve([ping, lambda req: {**STATE}, lambda req: {"dropped": 1}])
+        client = WeightdClient(path, timeout=5)
+        with self.assertRaises(ProtocolError) as cm:
+            client.attach("f", layout="vllm")
+        self.assertEqual(cm.exception.code, "E_LAYOUT_NOT_SERVED")
+        self.assertIn("'vllm'", str(cm.exception))
+        self.assertEqual((seen[2]["cmd"], seen[2]["leaseId"]), ("detach", "L1"))
+        client.close()
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,430 @@
+"""The daemon's `vllm` layout against an oracle of vLLM's own weight loaders.
+
+The oracle shares no code with the planner. It builds each architecture's parameters as vLLM's
+model classes create them (names from ``named_parameters()``, per-rank shapes) and fills them
+by replaying vLLM's ``load_weights`` over the checkpoint: the stacked-params mapping, then the
+weight loaders as vllm/model_executor/layers define them (VocabParallelEmbedding pads to 64 and
+zero-fills, QKVParallelLinear replicates KV heads when there are fewer than ranks,
+MergedColumnParallelLinear, RowParallelLinear, FusedMoE w13/w2, a loaded_shard_id of None
+splitting a pre-fused Phi-3 tensor, block-FP8 scales through the same loaders with offsets in
+blocks). Every view the daemon serves (host backend) must match in name, shape, dtype and
+bytes, for each architecture at tp 1, 2 and 4 and vocab 32016 and 50257, and for block-FP8
+Llama, Qwen3, Mixtral and Qwen3-MoE at tp 1, 2 and 4.
+
+Needs torch and safetensors, and the built daemon (npm run build:ts). With
+WEIGHTD_LAYOUTS_DEVICE=cuda (test/gpu) the daemon runs on the CUDA backend instead: tp sizes up
+to the GPU count, a vocabulary that needs no padding (32000), and a padded one must be refused.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import unittest
+from pathlib import Path
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional
+
+try:
+    import torch
+    from safetensors.torch import save_file
+except ImportError:  # pragma: no cover - the module is skipped below
+    torch = None
+
+from weightd_client import WeightdClient
+from weightd_client.client import find_socket
+
+REPO = Path(__file__).resolve().parents[3]
+MAIN_JS = REPO / "dist" / "main.js"
+DEVICE = os.environ.get("WEIGHTD_LAYOUTS_DEVICE", "host")
+# The CUDA backend does not zero padding rows yet, so there only vocabularies needing none.
+VOCABS = (32016, 50257) if DEVICE == "host" else (32000,)
+
+ARCHS = [
+    "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
+    "Gemma2ForCausalLM", "Phi3ForCausalLM", "MixtralForCausalLM", "Qwen3MoeForCausalLM",
+]
+
+
+@dataclass(frozen=True)
+class Dims:
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    inter: int
+    layers: int
+    experts: int
+    # Block-FP8 (128 x 128 blocks, DeepSeek style) when set: linear weights F8_E4M3 with f32 weight_scale_inv.
+    block: int = 0
+
+
+# 2 KV heads: split at tp 2, replicated over pairs of ranks at tp 4.
+SMALL = Dims(hidden=16, heads=4, kv_heads=2, head_dim=4, inter=32, layers=2, experts=2)
+# Every partition whole 128-row blocks at tp 4 (vLLM refuses others); KV heads replicated at tp 4.
+FP8 = Dims(hidden=512, heads=4, kv_heads=2, head_dim=128, inter=512, layers=1, experts=2, block=128)
+
+
+def ceil_div(a: int, b: int) -> int:
+    return (a + b - 1) // b
+
+
+def random_checkpoint(directory: Path, arch: str, vocab: int, seed: int, d: Dims) -> Dict[str, "torch.Tensor"]:
+    """A Hugging Face style checkpoint of `arch`: random bf16 values (norms f32 for Gemma2), or
+    with `d.block`, F8_E4M3 linear weights each with its f32 `weight_scale_inv` blocks."""
+    g = torch.Generator().manual_seed(seed)
+    out: Dict[str, torch.Tensor] = {}
+
+    def t(name: str, *shape: int, dtype: "torch.dtype" = torch.bfloat16) -> None:
+        out[name] = torch.randn(*shape, generator=g).to(dtype)
+
+    def lin(name: str, rows: int, cols: int) -> None:
+        if not d.block:
+            return t(name, rows, cols)
+        t(name, rows, cols, dtype=torch.float8_e4m3fn)
+        t(name.replace(".weight", ".weight_scale_inv"), ceil_div(rows, d.block), ceil_div(cols, d.block), dtype=torch.float32)
+
+    q, kv = d.heads * d.head_dim, d.kv_heads * d.head_dim
+    norm = torch.float32 if arch == "Gemma2ForCausalLM" else torch.bfloat16
+    tied = arch == "Gemma2ForCausalLM"
+    t("model.embed_tokens.weight", vocab, d.hidden)
+    t("model.norm.weight", d.hidden, dtype=norm)
+    if not tied:
+        t("lm_head.weight", vocab, d.hidden)
+    for layer in range(d.layers):
+        p = f"model.layers.{layer}"
+        t(f"{p}.input_layernorm.weight", d.hidden, dtype=norm)
+        t(f"{p}.post_attention_layernorm.weight", d.hidden, dtype=norm)
+        lin(f"{p}.self_attn.o_proj.weight", d.hidden, q)
+        if arch == "Phi3ForCausalLM":
+            lin(f"{p}.self_attn.qkv_proj.weight", q + 2 * kv, d.hidden)
+            lin(f"{p}.mlp.gate_up_proj.weight", 2 * d.inter, d.hidden)
+            lin(f"{p}.mlp.down_proj.weight", d.hidden, d.inter)
+            continue
+        lin(f"{p}.self_attn.q_proj.weight", q, d.hidden)
+        lin(f"{p}.self_attn.k_proj.weight", kv, d.hidden)
+        lin(f"{p}.self_attn.v_proj.weight", kv, d.hidden)
+        if arch == "Qwen2ForCausalLM":
+            t(f"{p}.self_attn.q_proj.bias", q)
+            t(f"{p}.self_attn.k_proj.bias", kv)
+            t(f"{p}.self_attn.v_proj.bias", kv)
+        if arch.startswith("Qwen3"):
+            t(f"{p}.self_attn.q_norm.weight", d.head_dim)
+            t(f"{p}.self_attn.k_norm.weight", d.head_dim)
+        if arch == "Gemma2ForCausalLM":
+            t(f"{p}.pre_feedforward_layernorm.weight", d.hidden, dtype=norm)
+            t(f"{p}.post_feedforward_layernorm.weight", d.hidden, dtype=norm)
+        if arch == "MixtralForCausalLM":
+            t(f"{p}.block_sparse_moe.gate.weight", d.experts, d.hidden)
+            for e in range(d.experts):
+                lin(f"{p}.block_sparse_moe.experts.{e}.w1.weight", d.inter, d.hidden)
+                lin(f"{p}.block_sparse_moe.experts.{e}.w2.weight", d.hidden, d.inter)
+                lin(f"{p}.block_sparse_moe.experts.{e}.w3.weight", d.inter, d.hidden)
+        elif arch == "Qwen3MoeForCausalLM":
+            t(f"{p}.mlp.gate.weight", d.experts, d.hidden)
+            for e in range(d.experts):
+                lin(f"{p}.mlp.experts.{e}.gate_proj.weight", d.inter, d.hidden)
+                lin(f"{p}.mlp.experts.{e}.up_proj.weight", d.inter, d.hidden)
+                lin(f"{p}.mlp.experts.{e}.down_proj.weight", d.hidden, d.inter)
+        else:
+            lin(f"{p}.mlp.gate_proj.weight", d.inter, d.hidden)
+            lin(f"{p}.mlp.up_proj.weight", d.inter, d.hidden)
+            lin(f"{p}.mlp.down_proj.weight", d.hidden, d.inter)
+    config: Dict[str, Any] = {
+        "architectures": [arch], "hidden_size": d.hidden, "num_attention_heads": d.heads, "num_key_value_heads": d.kv_heads,
+        "head_dim": d.head_dim, "intermediate_size": d.inter, "moe_intermediate_size": d.inter, "num_local_experts": d.experts,
+        "num_experts": d.experts, "vocab_size": vocab, "num_hidden_layers": d.layers, "tie_word_embeddings": tied,
+        "torch_dtype": "bfloat16",
+    }
+    if d.block:
+        config["quantization_config"] = {"quant_method": "fp8", "weight_block_size": [d.block, d.block], "activation_scheme": "dynamic", "fmt": "e4m3"}
+    (directory / "config.json").write_text(json.dumps(config))
+    # Two files, split mid-layer, as exports are.
+    names = list(out)
+    half = len(names) // 2
+    save_file({n: out[n] for n in names[:half]}, str(directory / "model-00001-of-00002.safetensors"), metadata={"format": "pt"})
+    save_file({n: out[n] for n in names[half:]}, str(directory / "model-00002-of-00002.safetensors"), metadata={"format": "pt"})
+    weight_map = {n: ("model-00001-of-00002.safetensors" if i < half else "model-00002-of-00002.safetensors") for i, n in enumerate(names)}
+    (directory / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    return out
+
+
+SCALE = ".weight_scale_inv"
+
+
+class VllmOracle:
+    """vLLM's parameters of one rank, filled the way its weight loaders fill them."""
+
+    def __init__(self, arch: str, vocab: int, tp: int, rank: int, d: Dims, norm_dtype: "torch.dtype"):
+        self.arch, self.tp, self.rank, self.d = arch, tp, rank, d
+        self.params: Dict[str, torch.Tensor] = {}
+        self.loaded: Dict[str, int] = {}
+        # QKVParallelLinear.__init__
+        self.num_heads = d.heads // tp
+        if tp >= d.kv_heads:
+            self.num_kv_heads, self.kv_replicas = 1, tp // d.kv_heads
+        else:
+            self.num_kv_heads, self.kv_replicas = d.kv_heads // tp, 1
+        # VocabParallelEmbedding.__init__ with org_num_embeddings == num_embeddings (no LoRA).
+        self.vocab = vocab
+        padded = (vocab + 63) // 64 * 64
+        self.vocab_per_rank = padded // tp
+        start = min(rank * self.vocab_per_rank, vocab)
+        self.vocab_range = (start, min((rank + 1) * self.vocab_per_rank, vocab))
+
+        def param(name: str, *shape: int, dtype: "torch.dtype" = torch.bfloat16) -> None:
+            # Poisoned, so a row no loader writes shows up as a mismatch.
+            self.params[name] = torch.full(shape, float("nan"), dtype=dtype)
+
+        def linear(name: str, *shape: int) -> None:
+            # Fp8LinearMethod / Fp8MoEMethod with block quant: an fp8 weight and its block scales.
+            if not d.block:
+                return param(name, *shape)
+            param(name, *shape, dtype=torch.float8_e4m3fn)
+            param(name + "_scale_inv", *shape[:-2], ceil_div(shape[-2], d.block), ceil_div(shape[-1], d.block), dtype=torch.float32)
+
+        tied = arch == "Gemma2ForCausalLM"
+        param("model.embed_tokens.weight", self.vocab_per_rank, d.hidden)
+        if not tied:
+            param("lm_head.weight", self.vocab_per_rank, d.hidden)
+        param("model.norm.weight", d.hidden, dtype=norm_dtype)
+        qkv_rows = (self.num_heads + 2 * self.num_kv_heads) * d.head_dim
+        for layer in range(d.layers):
+            p = f"model.layers.{layer}"
+            param(f"{p}.input_layernorm.weight", d.hidden, dtype=norm_dtype)
+            param(f"{p}.post_attention_layernorm.weight", d.hidden, dtype=norm_dtype)
+            linear(f"{p}.self_attn.qkv_proj.weight", qkv_rows, d.hidden)
+            if arch == "Qwen2ForCausalLM":
+                param(f"{p}.self_attn.qkv_proj.bias", qkv_rows)
+            linear(f"{p}.self_attn.o_proj.weight", d.hidden, d.heads * d.head_dim // tp)
+            if arch.startswith("Qwen3"):
+                param(f"{p}.self_attn.q_norm.weight", d.head_dim)
+                param(f"{p}.self_attn.k_norm.weight", d.head_dim)
+            if arch == "Gemma2ForCausalLM":
+                param(f"{p}.pre_feedforward_layernorm.weight", d.hidden, dtype=norm_dtype)
+                param(f"{p}.post_feedforward_layernorm.weight", d.hidden, dtype=norm_dtype)
+            moe = {"MixtralForCausalLM": "block_sparse_moe", "Qwen3MoeForCausalLM": "mlp"}.get(arch)
+            if moe:
+                param(f"{p}.{moe}.gate.weight", d.experts, d.hidden)
+                linear(f"{p}.{moe}.experts.w13_weight", d.experts, 2 * d.inter // tp, d.hidden)
+                linear(f"{p}.{moe}.experts.w2_weight", d.experts, d.hidden, d.inter // tp)
+            else:
+                linear(f"{p}.mlp.gate_up_proj.weight", 2 * d.inter // tp, d.hidden)
+                linear(f"{p}.mlp.down_proj.weight", d.hidden, d.inter // tp)
+
+    # --- the layers' weight loaders -------------------------------------------------------
+    # A BlockQuantScaleParameter goes through the same loaders, offsets and sizes along the
+    # output dim divided (rounded up) by block_n: `unit` is that divisor (1 for weights).
+    def vocab_loader(self, param: "torch.Tensor", w: "torch.Tensor") -> None:
+        start, end = self.vocab_range
+        assert w.shape[0] == self.vocab
+        shard = w.narrow(0, start, end - start)
+        param[: shard.shape[0]].copy_(shard)
+        param[shard.shape[0]:].fill_(0)
+
+    def qkv_loader(self, param: "torch.Tensor", w: "torch.Tensor", shard_id: Optional[str], unit: int) -> None:
+        d = self.d
+        if shard_id is None:
+            # A pre-fused checkpoint tensor: split by the total sizes, load each part.
+            q, kv = d.heads * d.head_dim, d.kv_heads * d.head_dim
+            for sid, offset, size in (("q", 0, q), ("k", q, kv), ("v", q + kv, kv)):
+                self.qkv_loader(param, w.narrow(0, ceil_div(offset, unit), ceil_div(size, unit)), sid, unit)
+            return
+        sizes = {"q": self.num_heads * d.head_dim, "k": self.num_kv_heads * d.head_dim, "v": self.num_kv_heads * d.head_dim}
+        offsets = {"q": 0, "k": sizes["q"], "v": sizes["q"] + sizes["k"]}
+        size, offset = ceil_div(sizes[shard_id], unit), ceil_div(offsets[shard_id], unit)
+        shard_rank = self.rank if shard_id == "q" else self.rank // self.kv_replicas
+        param.narrow(0, offset, size).copy_(w.narrow(0, shard_rank * size, size))
+
+    def merged_loader(self, param: "torch.Tensor", w: "torch.Tensor", shard_id: Optional[int], unit: int) -> None:
+        output_sizes = [self.d.inter, self.d.inter]
+        if shard_id is None:
+            offset = 0
+            for i, size in enumerate(output_sizes):
+                self.merged_loader(param, w.narrow(0, ceil_div(offset, unit), ceil_div(size, unit)), i, unit)
+                offset += size
+            return
+        size = ceil_div(output_sizes[shard_id], unit) // self.tp
+        offset = ceil_div(sum(output_sizes[:shard_id]), unit) // self.tp
+        param.narrow(0, offset, size).copy_(w.narrow(0, self.rank * size, size))
+
+    def row_loader(self, param: "torch.Tensor", w: "torch.Tensor") -> None:
+        size = param.shape[1]
+        param.copy_(w.narrow(1, self.rank * size, size))
+
+    def moe_loader(self, param: "torch.Tensor", w: "torch.Tensor", shard_id: str, expert: int) -> None:
+        # FusedMoE._load_w13 / _load_w2: sizes come from the parameter, so scales load alike.
+        expert_param = param[expert]
+        if shard_id == "w2":
+            size = expert_param.shape[1]
+            expert_param.copy_(w.narrow(1, self.rank * size, size))
+            return
+        size = expert_param.shape[0] // 2
+        dst = expert_param.narrow(0, 0 if shard_id == "w1" else size, size)
+        dst.copy_(w.narrow(0, self.rank * size, size))
+
+    # --- the models' load_weights ---------------------------------------------------------
+    def load(self, checkpoint: Dict[str, "torch.Tensor"]) -> None:
+        stacked = [
+            (".qkv_proj", ".q_proj", "q"), (".qkv_proj", ".k_proj", "k"), (".qkv_proj", ".v_proj", "v"),
+            (".gate_up_proj", ".gate_proj", 0), (".gate_up_proj", ".up_proj", 1),
+        ]
+        if self.arch == "MixtralForCausalLM":
+            gate, down, up = "w1", "w2", "w3"
+        else:
+            gate, down, up = "gate_proj", "down_proj", "up_proj"
+        # FusedMoE.make_expert_params_mapping
+        experts = [
+            ("experts.w13_" if w in (gate, up) else "experts.w2_", f"experts.{e}.{w}.", e, sid)
+            for e in range(self.d.experts) for sid, w in (("w1", gate), ("w2", down), ("w3", up))
+        ]
+        for name, w in checkpoint.items():
+            unit = self.d.block if name.endswith(SCALE) else 1
+            if name == "lm_head.weight" and "lm_head.weight" not in self.params:
+                continue  # tied: vLLM skips the stored copy
+            if ".experts." in name:
+                for param_prefix, weight_prefix, e, sid in experts:
+                    if weight_prefix in name:
+                        target = name.replace(weight_prefix, param_prefix)
+                        self.moe_loader(self.params[target], w, sid, e)
+                        break
+                else:
+                    raise AssertionError(f"no expert mapping for {name}")
+            else:
+                for param_part, weight_part, sid in stacked:
+                    if weight_part in name:
+                        target = name.replace(weight_part, param_part)
+                        (self.qkv_loader if param_part == ".qkv_proj" else self.merged_loader)(self.params[target], w, sid, unit)
+                        break
+                else:
+                    target = name
+                    param = self.params[target]
+                    if name.endswith(("qkv_proj.weight", "qkv_proj" + SCALE)):
+                        self.qkv_loader(param, w, None, unit)
+                    elif name.endswith(("gate_up_proj.weight", "gate_up_proj" + SCALE)):
+                        self.merged_loader(param, w, None, unit)
+                    elif name in ("model.embed_tokens.weight", "lm_head.weight"):
+                        self.vocab_loader(param, w)
+                    elif name.endswith(("o_proj.weight", "down_proj.weight", "o_proj" + SCALE, "down_proj" + SCALE)):
+                        self.row_loader(param, w)
+                    else:
+                        param.copy_(w)  # default_weight_loader: norms, routers
+            self.loaded[target] = self.loaded.get(target, 0) + 1
+
+
+class DaemonFailed(AssertionError):
+    pass
+
+
+class Daemon:
+    def __init__(self, model: Path, tp: int, work: Path):
+        self.socket_dir = work / "sockets"
+        env = {**os.environ, "WEIGHTD_HOST_DEVICES": ",".join(f"layouts-{os.getpid()}-{tp}-{i}" for i in range(tp))}
+        args = ["node", str(MAIN_JS), "--model", str(model), "-tp", str(tp), "--device", DEVICE, "--layouts", "checkpoint,vllm", "--weight-cache-socket-dir", str(self.socket_dir), "--log-level", "warn"]
+        self.proc = subprocess.Popen(args, cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        self.stderr = ""
+        for line in self.proc.stderr:
+            self.stderr += line
+            if line.startswith("READY "):
+                return
+        self.proc.wait()
+        raise DaemonFailed(f"daemon exited ({self.proc.returncode}) before READY:\n{self.stderr}")
+
+    def stop(self) -> None:
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc.stderr.close()
+
+
+def tp_sizes() -> List[int]:
+    gpus = torch.cuda.device_count() if DEVICE == "cuda" else 4
+    return [tp for tp in (1, 2, 4) if tp <= gpus]
+
+
+def fingerprints(model: Path, tp: int) -> List[Dict[str, Any]]:
+    out = subprocess.run(["node", str(MAIN_JS), "fingerprint", "--model", str(model), "-tp", str(tp)], cwd=REPO, check=True, capture_output=True, text=True)
+    return json.loads(out.stdout)["ranks"]
+
+
+def raw(t: "torch.Tensor") -> bytes:
+    return t.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes() if t.numel() else b""
+
+
+@unittest.skipIf(torch is None, "needs torch and safetensors")
+@unittest.skipUnless(MAIN_JS.exists(), "needs the built daemon (npm run build:ts)")
+class VllmLayoutOracleTest(unittest.TestCase):
+    def check(self, arch: str, vocab: int, d: Dims) -> None:
+        work = Path(tempfile.mkdtemp(prefix="weightd-layouts-"))
+        try:
+            model = work / "model"
+            model.mkdir()
+            checkpoint = random_checkpoint(model, arch, vocab, seed=vocab + len(arch), d=d)
+            norm_dtype = checkpoint["model.norm.weight"].dtype
+            for tp in tp_sizes():
+                daemon = Daemon(model, tp, work)
+                try:
+                    expected = fingerprints(model, tp)
+                    for rank in range(tp):
+                        with self.subTest(arch=arch, vocab=vocab, tp=tp, rank=rank):
+                            oracle = VllmOracle(arch, vocab, tp, rank, d, norm_dtype)
+                            oracle.load(checkpoint)
+                            self.assertEqual(set(oracle.params) - set(oracle.loaded), set(), "oracle: parameters no checkpoint tensor loaded")
+                            client = WeightdClient(find_socket(global_rank=rank, socket_dir=str(daemon.socket_dir)))
+                            try:
+                                fp = expected[rank]
+                                attached = client.attach(fp["fingerprint"], fp.get("fingerprintFields"), tensor_format="torch", layout="vllm")
+                                self.assertEqual(attached.status, "attached", f"{attached}")
+                                with attached:
+                                    got = attached.tensors
+                                    self.assertEqual(sorted(got), sorted(oracle.params))
+                                    for name, want in oracle.params.items():
+                                        self.assertEqual(tuple(got[name].shape), tuple(want.shape), name)
+                                        self.assertEqual(got[name].dtype, want.dtype, name)
+                                        self.assertEqual(raw(got[name]), raw(want), f"{name}: bytes")
+                                    del got
+                                copied = client.copy(fp["fingerprint"], fp.get("fingerprintFields"), tensor_format="torch", layout="vllm")
+                                self.assertEqual(sorted(copied), sorted(oracle.params))
+                                self.assertEqual(raw(copied["model.embed_tokens.weight"]), raw(oracle.params["model.embed_tokens.weight"]))
+                            finally:
+                                client.close()
+                finally:
+                    daemon.stop()
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+    @unittest.skipUnless(DEVICE == "cuda", "the host backend zeroes padding rows")
+    def test_cuda_refuses_padded_vocab(self):
+        work = Path(tempfile.mkdtemp(prefix="weightd-layouts-"))
+        try:
+            model = work / "model"
+            model.mkdir()
+            random_checkpoint(model, "LlamaForCausalLM", 32016, seed=1, d=SMALL)
+            with self.assertRaises(DaemonFailed) as cm:
+                Daemon(model, 1, work).stop()
+            self.assertIn("E_LAYOUT_PADDING_UNSUPPORTED", str(cm.exception))
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def _add_cases() -> None:
+    for arch in ARCHS:
+        for vocab in VOCABS:
+            setattr(VllmLayoutOracleTest, f"test_{arch}_vocab_{vocab}", lambda self, a=arch, v=vocab: self.check(a, v, SMALL))
+    for arch in ("LlamaForCausalLM", "Qwen3ForCausalLM", "MixtralForCausalLM", "Qwen3MoeForCausalLM"):
+        setattr(VllmLayoutOracleTest, f"test_{arch}_block_fp8", lambda self, a=arch: self.check(a, 1000 if DEVICE == "host" else 1024, FP8))
+
+
+_add_cases()
+
+if __name__ == "__main__":
+    unittest.main()
