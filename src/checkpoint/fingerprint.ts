@@ -20,7 +20,7 @@ export const PROTOCOL_VERSION = 2;
  * tables, or to which architectures they cover, bumps the version; a test holds a hash of the
  * tables to it.
  */
-export const BUILTIN_RULES = 'weightd-rules@1';
+export const BUILTIN_RULES = 'weightd-rules@2';
 
 export function sha256Hex(text: string): string {
   return createHash('sha256').update(text).digest('hex');

@@ -33,7 +33,7 @@ __all__ = [
 #: src/checkpoint/fingerprint.ts PROTOCOL_VERSION: the daemon release's fingerprint meaning.
 FINGERPRINT_PROTOCOL_VERSION = 2
 #: src/checkpoint/fingerprint.ts BUILTIN_RULES: the daemon's built-in sharding rules, versioned.
-BUILTIN_RULES = "weightd-rules@1"
+BUILTIN_RULES = "weightd-rules@2"
 #: The layouts this client can compute a fingerprint for.
 LAYOUTS = ("checkpoint",)
 
