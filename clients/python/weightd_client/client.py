@@ -103,8 +103,10 @@ class Attached:
             return
         self._detached = True
         self.tensors = {}
-        self._mapping.close()
-        self._client.detach(self.lease_id)
+        try:
+            self._mapping.close()
+        finally:
+            self._client.detach(self.lease_id)
 
     def __enter__(self) -> "Attached":
         return self
