@@ -19,13 +19,10 @@ import { fileURLToPath } from 'node:url';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const clientDir = join(root, 'clients/python');
-const requirements = join(clientDir, 'requirements-test.txt');
-export const venvDir = join(root, '.venv');
-export const venvPython = join(venvDir, 'bin/python');
 // Written last, each after the step it vouches for succeeded: a venv without a matching stamp is
 // a half-built one (an interrupted install) and is redone.
-const requirementsStamp = join(venvDir, '.weightd-requirements');
-const clientStamp = join(venvDir, '.weightd-client');
+const REQUIREMENTS_STAMP = '.weightd-requirements';
+const CLIENT_STAMP = '.weightd-client';
 
 // What the tests rely on, checked before the venv is declared complete: the lock installs with
 // --no-deps, so a missing dependency shows up here and not in the middle of the suite.
@@ -36,8 +33,8 @@ const SMOKE = [
   'assert numpy.asarray(x).sum() == 15.0',
 ].join('\n');
 
-function run(cmd, args, what) {
-  const r = spawnSync(cmd, args, { cwd: root, stdio: ['ignore', 'inherit', 'inherit'] });
+function run(cmd, args, what, quiet = false) {
+  const r = spawnSync(cmd, args, { cwd: root, stdio: ['ignore', quiet ? 'ignore' : 'inherit', quiet ? 'ignore' : 'inherit'] });
   if (r.error || r.status !== 0) {
     const why = r.error ? r.error.message : `exit ${r.signal ?? r.status}`;
     throw new Error(`python venv: ${what} failed (${cmd} ${args.join(' ')}: ${why})`);
@@ -75,49 +72,65 @@ function clientFiles(dir = clientDir) {
   return out;
 }
 
-function buildVenv(base, log) {
-  log(`python venv: creating ${relative(root, venvDir)} from ${base} (pins: ${relative(root, requirements)}; first run downloads ~2.4 GB)`);
+function buildVenv({ venvDir, requirements, smoke }, base, log) {
+  log(`python venv: creating ${relative(root, venvDir)} from ${base} (pins: ${relative(root, requirements)}; the first run downloads ~2.4 GB)`);
   rmSync(venvDir, { recursive: true, force: true });
   run(base, ['-m', 'venv', venvDir], `"${base} -m venv" (on Debian: apt-get install python3-venv)`);
   const cache = process.env.WEIGHTD_WHEEL_CACHE || join(process.env.XDG_CACHE_HOME || join(homedir(), '.cache'), 'weightd/wheels');
   mkdirSync(cache, { recursive: true });
-  const pip = [venvPython, '-m', 'pip', '--quiet', '--disable-pip-version-check'];
-  // Wheels already in the cache are not fetched again; the install itself then reads only it.
-  run(pip[0], [...pip.slice(1), 'download', '--no-deps', '--dest', cache, '-r', requirements], 'downloading the pinned wheels');
-  run(pip[0], [...pip.slice(1), 'install', '--no-deps', '--no-index', '--find-links', cache, '-r', requirements], 'installing the pinned wheels');
-  run(venvPython, ['-c', SMOKE], 'the smoke test of the installed packages');
+  const python = join(venvDir, 'bin/python');
+  const pip = ['-m', 'pip', '--quiet', '--disable-pip-version-check'];
+  const install = [...pip, 'install', '--no-deps', '--no-index', '--find-links', cache, '-r', requirements];
+  // Offline when the cache has every pinned wheel (pip resolves all before installing any);
+  // otherwise fetch what is missing (cached wheels are not fetched again) and install.
+  try {
+    run(python, install, 'installing the pinned wheels from the cache', true);
+  } catch {
+    run(python, [...pip, 'download', '--no-deps', '--dest', cache, '-r', requirements], 'downloading the pinned wheels');
+    run(python, install, 'installing the pinned wheels');
+  }
+  run(python, ['-c', smoke], 'the smoke test of the installed packages');
 }
 
-function installClient(log) {
+function installClient(python, log) {
   // A copy, because setuptools builds in the source tree, and a stale build/ there would
   // install modules that no longer exist.
   const copy = mkdtempSync(join(tmpdir(), 'weightd-client-'));
   try {
     cpSync(clientDir, copy, { recursive: true, filter: (src) => !/(^|\/)(build|__pycache__|[^/]*\.egg-info)$/.test(relative(clientDir, src)) });
     log('python venv: installing clients/python into it');
-    run(venvPython, ['-m', 'pip', '--quiet', 'install', '--no-deps', '--no-index', '--no-build-isolation', '--force-reinstall', copy], 'installing clients/python');
+    run(python, ['-m', 'pip', '--quiet', 'install', '--no-deps', '--no-index', '--no-build-isolation', '--force-reinstall', copy], 'installing clients/python');
   } finally {
     rmSync(copy, { recursive: true, force: true });
   }
 }
 
-/** Makes sure .venv is complete and current; returns its python. */
-export function ensurePythonVenv({ log = (line) => process.stderr.write(`${line}\n`) } = {}) {
+/**
+ * Makes sure the venv is complete and current; returns its python. The options exist for the
+ * script's own test; the tests' venv is the default.
+ */
+export function ensurePythonVenv({
+  venvDir = join(root, '.venv'),
+  requirements = join(clientDir, 'requirements-test.txt'),
+  smoke = SMOKE,
+  log = (line) => process.stderr.write(`${line}\n`),
+} = {}) {
   const base = process.env.WEIGHTD_VENV_BASE_PYTHON || 'python3';
+  const python = join(venvDir, 'bin/python');
   const version = output(base, ['-c', 'import sys; print(sys.version)']);
   if (version === null) throw new Error(`python venv: cannot run ${base}; install Python 3.11 or set WEIGHTD_VENV_BASE_PYTHON`);
   const wantRequirements = sha256([readFileSync(requirements), version]);
-  if (readStamp(requirementsStamp) !== wantRequirements || !existsSync(venvPython)) {
-    buildVenv(base, log);
-    writeFileSync(requirementsStamp, wantRequirements);
+  if (readStamp(join(venvDir, REQUIREMENTS_STAMP)) !== wantRequirements || !existsSync(python)) {
+    buildVenv({ venvDir, requirements, smoke }, base, log);
+    writeFileSync(join(venvDir, REQUIREMENTS_STAMP), wantRequirements);
   }
   const files = clientFiles();
   const wantClient = sha256(files.flatMap((f) => [relative(clientDir, f), readFileSync(f)]));
-  if (readStamp(clientStamp) !== wantClient) {
-    installClient(log);
-    writeFileSync(clientStamp, wantClient);
+  if (readStamp(join(venvDir, CLIENT_STAMP)) !== wantClient) {
+    installClient(python, log);
+    writeFileSync(join(venvDir, CLIENT_STAMP), wantClient);
   }
-  return venvPython;
+  return python;
 }
 
 if (process.argv[1] === fileURLToPath(import.meta.url)) {
