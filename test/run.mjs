@@ -2,11 +2,15 @@
 // Runs every compiled test file (dist/test/**/*.test.js) in its own process, so one file's
 // crash or leaked handle cannot hide another's result, and prints the closing line CI reads:
 // "N passed, N failed, N skipped". Exits non-zero on any failure and when no test ran.
+// The Python client's pytest suite runs as one more job, each of its tests counted alike; every
+// Python the tests start is WEIGHTD_PYTHON, the project's venv (scripts/python-venv.mjs) unless
+// the caller names another.
 import { spawn } from 'node:child_process';
 import { readdirSync, statSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { cpus } from 'node:os';
+import { ensurePythonVenv } from '../scripts/python-venv.mjs';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const testDir = join(root, 'dist', 'test');
@@ -22,37 +26,66 @@ function walk(dir) {
   return out;
 }
 
-let files;
+function uvuCounts(out) {
+  const num = (label) => Number((out.match(new RegExp(`${label}:\\s+(\\d+)`)) || [])[1] || 0);
+  // uvu counts skipped tests outside its Total.
+  return { ok: num('Passed'), bad: num('Total') - num('Passed'), skip: num('Skipped') };
+}
+
+function pytestCounts(out) {
+  // The closing summary, e.g. "1 failed, 4 passed, 1 skipped in 0.31s".
+  const summary = out.split('\n').filter((l) => /\bin \d+(\.\d+)?s\b/.test(l)).pop() ?? '';
+  const num = (label) => Number((summary.match(new RegExp(`(\\d+) ${label}`)) || [])[1] || 0);
+  return { ok: num('passed'), bad: num('failed') + num('errors?'), skip: num('skipped') };
+}
+
+const pytestName = 'clients/python/tests (pytest)';
+let jobs;
 try {
-  files = walk(testDir).filter((f) => !filter || filter.test(relative(testDir, f)));
+  // --expose-gc lets tests of finalizers (native mappings) force a collection.
+  jobs = walk(testDir)
+    .map((f) => ({ name: relative(testDir, f), cmd: process.execPath, args: ['--expose-gc', f], counts: uvuCounts }))
+    .filter((job) => !filter || filter.test(job.name));
 } catch (err) {
   console.error(`cannot list ${testDir}: ${err.message}; run "npm run build" first`);
   console.log('0 passed, 1 failed');
   process.exit(1);
 }
 
+try {
+  process.env.WEIGHTD_PYTHON ||= ensurePythonVenv();
+} catch (err) {
+  console.error(err.message);
+  console.log('0 passed, 1 failed');
+  process.exit(1);
+}
+if (!filter || filter.test(pytestName)) {
+  jobs.push({
+    name: pytestName,
+    cmd: process.env.WEIGHTD_PYTHON,
+    args: ['-m', 'pytest', '-q', '-p', 'no:cacheprovider', join(root, 'clients/python/tests')],
+    counts: pytestCounts,
+  });
+}
+
 const parallel = Math.max(1, Math.min(Number(process.env.WEIGHTD_TEST_JOBS) || cpus().length, 4));
 let passed = 0, failed = 0, skipped = 0;
 const failedFiles = [];
 
-function runFile(file) {
+function runJob({ name, cmd, args, counts }) {
   return new Promise((resolve) => {
     const started = Date.now();
-    // --expose-gc lets tests of finalizers (native mappings) force a collection.
-    const child = spawn(process.execPath, ['--expose-gc', file], {
+    const child = spawn(cmd, args, {
       cwd: root,
-      env: { ...process.env, FORCE_COLOR: '0', NO_COLOR: '1' },
+      env: { ...process.env, FORCE_COLOR: '0', NO_COLOR: '1', PYTHONDONTWRITEBYTECODE: '1' },
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     let out = '';
     child.stdout.on('data', (d) => (out += d));
     child.stderr.on('data', (d) => (out += d));
+    child.on('error', (err) => (out += `cannot start ${cmd}: ${err.message}\n`));
     child.on('close', (code, signal) => {
-      const num = (label) => Number((out.match(new RegExp(`${label}:\\s+(\\d+)`)) || [])[1] || 0);
-      const total = num('Total'), ok = num('Passed'), skip = num('Skipped');
-      const name = relative(testDir, file);
-      // uvu counts skipped tests outside its Total.
-      let bad = total - ok;
+      let { ok, bad, skip } = counts(out);
       if ((code !== 0 || signal) && bad === 0) bad = 1; // crashed outside a test, or never ran one
       passed += ok; skipped += skip; failed += bad;
       const secs = ((Date.now() - started) / 1000).toFixed(1);
@@ -67,9 +100,9 @@ function runFile(file) {
   });
 }
 
-const queue = [...files];
+const queue = [...jobs];
 await Promise.all(Array.from({ length: parallel }, async () => {
-  while (queue.length) await runFile(queue.shift());
+  while (queue.length) await runJob(queue.shift());
 }));
 
 if (failedFiles.length) console.log(`\nfailed files:\n  ${failedFiles.join('\n  ')}`);

@@ -1,7 +1,8 @@
 // Whether a process named by a lease or a lock file still runs. A bare pid is not enough: pids
 // are reused, and a lease whose client died must not be kept alive by an unrelated process that
 // later got the same pid. Linux's /proc/<pid>/stat start time (clock ticks since boot) tells
-// the two apart; where /proc is missing, the pid alone is used.
+// the two apart; where /proc is missing, the pid alone is used. The rule, shared with the Python
+// client: docs/spec/liveness.md.
 import { readFileSync } from 'node:fs';
 
 export interface ProcessIdentity {
@@ -10,13 +11,18 @@ export interface ProcessIdentity {
   startTime?: string;
 }
 
+/** Field 22 of a /proc/<pid>/stat line (docs/spec/liveness.md, test/vectors/liveness.json). */
+export function startTimeFromStat(stat: string): string | undefined {
+  // The command name (field 2) may hold spaces and parentheses: count fields after its last ')'.
+  const close = stat.lastIndexOf(')');
+  if (close < 0) return undefined;
+  return stat.slice(close + 2).replace(/\n$/, '').split(' ')[19];
+}
+
 /** The start time of `pid`, or undefined when it cannot be read (gone, or no /proc). */
 function startTimeOf(pid: number): string | undefined {
   try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'latin1');
-    // The command name (field 2) may hold spaces and parentheses: count fields after its last ')'.
-    const rest = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    return rest[19];
+    return startTimeFromStat(readFileSync(`/proc/${pid}/stat`, 'latin1'));
   } catch {
     return undefined;
   }
@@ -28,7 +34,7 @@ export function processIdentity(pid: number): ProcessIdentity {
 }
 
 export function isProcessAlive(id: ProcessIdentity): boolean {
-  if (!(id.pid > 0)) return false;
+  if (!Number.isInteger(id.pid) || id.pid <= 0) return false;
   try {
     process.kill(id.pid, 0);
   } catch (err) {

@@ -24,9 +24,11 @@ export function defaultSocketDir(): string {
   return join(tmpdir(), `weightd-${currentUid()}`);
 }
 
-/** A device id as a file name: GPU UUIDs and host ids are already safe; anything else is escaped. */
+/** A device id as a file name: GPU UUIDs and host ids are already safe; anything else is escaped (docs/spec/socket-names.md). */
 export function deviceFileStem(uuid: string): string {
-  const stem = uuid.replace(/[^A-Za-z0-9._-]/g, '_');
+  // u: one _ per code point, as the Python client counts them, not per UTF-16 unit.
+  const stem = uuid.replace(/[^A-Za-z0-9._-]/gu, '_');
+  if (stem === '') return '_';
   return stem.startsWith('.') ? `_${stem.slice(1)}` : stem;
 }
 

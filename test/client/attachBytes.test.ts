@@ -25,7 +25,8 @@ interface HashesReply {
 /** The view each client must give a dtype (the example checkpoint is BF16). */
 const VIEW: Record<ClientLanguage, Record<string, string>> = {
   ts: { BF16: 'Uint16Array', F32: 'Float32Array' },
-  python: { BF16: 'uint16', F32: 'float32' },
+  python: { BF16: 'torch.bfloat16', F32: 'torch.float32' },
+  'python-numpy': { BF16: 'uint16', F32: 'float32' },
   'python-memoryview': { BF16: 'memoryview:H', F32: 'memoryview:f' },
 };
 

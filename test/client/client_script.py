@@ -26,28 +26,28 @@ def segment_maps() -> int:
         return sum(1 for line in f if re.search(r"/weightd-\d+-", line))
 
 
-def device_bytes(t) -> bytes:
-    """The bytes behind a __cuda_array_interface__, read through its pointer as a consumer would."""
+def device_bytes(t, mapping) -> bytes:
+    """The bytes behind a __cuda_array_interface__, read through its pointer as a consumer would
+    (in the mapping's context: the client leaves none of its own current)."""
     import ctypes
-
-    from weightd_client.cuda import _Driver
 
     cai = t.__cuda_array_interface__
     out = ctypes.create_string_buffer(t.nbytes)
-    d = _Driver.get()
+    d = mapping.driver
     if t.nbytes:
-        d.check(d.cuMemcpyDtoH(out, cai["data"][0], t.nbytes), "cuMemcpyDtoH")
+        with mapping._current():
+            d.check(d.cuMemcpyDtoH(out, cai["data"][0], t.nbytes), "cuMemcpyDtoH")
     return out.raw[: t.nbytes]
 
 
-def describe(t):
+def describe(t, mapping=None):
     if type(t).__module__.startswith("torch"):
         import torch
 
         data = t.contiguous().view(torch.uint8).cpu().numpy().tobytes()
         return {"sha256": hashlib.sha256(data).hexdigest(), "shape": list(t.shape), "ctor": str(t.dtype), "device": str(t.device)}
     if hasattr(t, "__cuda_array_interface__"):
-        return {"sha256": hashlib.sha256(device_bytes(t)).hexdigest(), "shape": list(t.shape), "ctor": f"cuda:{t.__cuda_array_interface__['typestr']}"}
+        return {"sha256": hashlib.sha256(device_bytes(t, mapping)).hexdigest(), "shape": list(t.shape), "ctor": f"cuda:{t.__cuda_array_interface__['typestr']}"}
     data = t.tobytes() if hasattr(t, "tobytes") else bytes(t)
     kind = str(t.dtype) if hasattr(t, "dtype") else f"memoryview:{t.format}"
     return {"sha256": hashlib.sha256(data).hexdigest(), "shape": list(t.shape), "ctor": kind}
@@ -72,7 +72,7 @@ def main() -> int:
             if result.status == "mismatch":
                 print(json.dumps({"mismatch": result.fields}))
                 return 0
-            out = {name: describe(t) for name, t in result.tensors.items()}
+            out = {name: describe(t, result._mapping) for name, t in result.tensors.items()}
             maps = segment_maps()
             result.detach()
         print(json.dumps({"tensors": out, "mapsWhileAttached": maps, "mapsAfter": segment_maps()}))
@@ -109,7 +109,7 @@ def main() -> int:
             result = client.attach(fp, fields, tensor_format=FORMAT)
             # Hash one tensor each time: the bytes must never change under a live lease.
             first = next(iter(result.tensors.values()))
-            digest = describe(first)["sha256"]
+            digest = describe(first, result._mapping)["sha256"]
             del first
             if reference is not None and digest != reference:
                 raise SystemExit(f"tensor bytes changed between attaches: {reference} -> {digest}")

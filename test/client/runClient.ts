@@ -4,18 +4,20 @@ import { join } from 'node:path';
 import type { Expected } from '../../src/client/index.js';
 import { repoRoot } from '../helpers/paths.js';
 
-/** python: numpy views (numpy is installed here); python-memoryview: the stdlib-only path. */
-export type ClientLanguage = 'ts' | 'python' | 'python-memoryview';
+/** python: tensor_format auto (torch: the venv has it); python-numpy; python-memoryview: the stdlib-only path. */
+export type ClientLanguage = 'ts' | 'python' | 'python-numpy' | 'python-memoryview';
 
-export const PYTHON = process.env.PYTHON ?? 'python3';
+const PYTHON_FORMAT: Record<Exclude<ClientLanguage, 'ts'>, string> = { python: 'auto', 'python-numpy': 'numpy', 'python-memoryview': 'memoryview' };
+
+/** test/run.mjs sets it (scripts/python-venv.mjs); clients/python is installed there, as in an engine. */
+export const PYTHON = process.env.WEIGHTD_PYTHON ?? join(repoRoot, '.venv/bin/python');
 
 function command(lang: ClientLanguage, args: string[]): [string, string[], NodeJS.ProcessEnv] {
   if (lang === 'ts') return [process.execPath, [join(repoRoot, 'dist/test/client/clientScript.js'), ...args], process.env];
   const env = {
     ...process.env,
-    PYTHONPATH: join(repoRoot, 'clients/python'),
     PYTHONDONTWRITEBYTECODE: '1',
-    WEIGHTD_TEST_TENSOR_FORMAT: lang === 'python' ? 'auto' : 'memoryview',
+    WEIGHTD_TEST_TENSOR_FORMAT: PYTHON_FORMAT[lang],
   };
   return [PYTHON, [join(repoRoot, 'test/client/client_script.py'), ...args], env];
 }

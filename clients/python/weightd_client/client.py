@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
+from .liveness import is_process_alive
 from .protocol import Connection, ProtocolError, ServeError
 
 SOCKET_SUFFIX = ".sock"
@@ -23,18 +25,11 @@ def default_socket_dir() -> str:
     return os.path.join(tmp, f"weightd-{os.getuid()}")
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _device_file_stem(uuid: str) -> str:
-    stem = "".join(c if c.isalnum() or c in "._-" else "_" for c in uuid)
+def device_file_stem(device_id: str) -> str:
+    """A device id as a socket/lock file stem: the rule of docs/spec/socket-names.md."""
+    stem = re.sub(r"[^A-Za-z0-9._-]", "_", device_id)
+    if not stem:
+        return "_"
     return "_" + stem[1:] if stem.startswith(".") else stem
 
 
@@ -42,14 +37,14 @@ def find_socket(global_rank: Optional[int] = None, device_uuid: Optional[str] = 
     """The socket serving a rank (via the node manifest, else by asking each socket) or a device."""
     d = socket_dir or default_socket_dir()
     if device_uuid is not None:
-        path = os.path.join(d, _device_file_stem(device_uuid) + SOCKET_SUFFIX)
+        path = os.path.join(d, device_file_stem(device_uuid) + SOCKET_SUFFIX)
         if os.path.exists(path):
             return path
     elif global_rank is not None:
         try:
             with open(os.path.join(d, NODE_MANIFEST), encoding="utf-8") as f:
                 manifest = json.load(f)
-            if _alive(int(manifest["pid"])):
+            if is_process_alive(manifest["pid"]):
                 for entry in manifest["ranks"]:
                     if entry["globalRank"] == global_rank and os.path.exists(entry["socketPath"]):
                         return entry["socketPath"]
@@ -108,8 +103,10 @@ class Attached:
             return
         self._detached = True
         self.tensors = {}
-        self._mapping.close()
-        self._client.detach(self.lease_id)
+        try:
+            self._mapping.close()
+        finally:
+            self._client.detach(self.lease_id)
 
     def __enter__(self) -> "Attached":
         return self

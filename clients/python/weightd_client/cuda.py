@@ -9,10 +9,11 @@ primary context, the one PyTorch's runtime uses, so the tensors live in torch's 
 from __future__ import annotations
 
 import base64
+import contextlib
 import ctypes
 import threading
 import uuid as uuidlib
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Iterator, List, Optional
 
 from .protocol import WeightdError
 from .tensors import by_name, torch_dtype
@@ -57,7 +58,8 @@ class _Driver:
         self._fn("cuDeviceGetUuid", [ctypes.c_char * 16, i], name="cuDeviceGetUuid_v2", fallback="cuDeviceGetUuid")
         self._fn("cuDevicePrimaryCtxRetain", [p(ctypes.c_void_p), i])
         self._fn("cuDevicePrimaryCtxRelease", [i], name="cuDevicePrimaryCtxRelease_v2", fallback="cuDevicePrimaryCtxRelease")
-        self._fn("cuCtxSetCurrent", [ctypes.c_void_p])
+        self._fn("cuCtxPushCurrent", [ctypes.c_void_p], name="cuCtxPushCurrent_v2", fallback="cuCtxPushCurrent")
+        self._fn("cuCtxPopCurrent", [p(ctypes.c_void_p)], name="cuCtxPopCurrent_v2", fallback="cuCtxPopCurrent")
         self._fn("cuIpcOpenMemHandle", [p(ctypes.c_uint64), _IpcHandle, u], name="cuIpcOpenMemHandle_v2", fallback="cuIpcOpenMemHandle")
         self._fn("cuIpcCloseMemHandle", [ctypes.c_uint64])
         self._fn("cuMemcpyDtoH", [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_size_t], name="cuMemcpyDtoH_v2", fallback="cuMemcpyDtoH")
@@ -119,7 +121,11 @@ class CudaBuffer:
 
 
 class CudaMapping:
-    """The opened segments of one attach; ``close()`` closes every IPC handle (idempotent)."""
+    """The opened segments of one attach; ``close()`` closes every IPC handle (idempotent).
+
+    Every driver call runs with the device's primary context pushed and popped again, so the
+    caller's current context (torch's, another library's, or none) is the same afterwards.
+    """
 
     def __init__(self, state: Dict[str, Any], device: Optional[int] = None, tensor_format: str = "auto"):
         self.driver = _Driver.get()
@@ -136,31 +142,44 @@ class CudaMapping:
             )
         ctx = ctypes.c_void_p()
         d.check(d.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), self.dev), "cuDevicePrimaryCtxRetain")
-        self._ctx_retained = True
+        self._ctx: Optional[ctypes.c_void_p] = ctx
         self.pointers: Dict[int, int] = {}
         self.tensors: Dict[str, Any] = {}
         try:
-            d.check(d.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
-            for seg in state["segments"]:
-                handle = _IpcHandle()
-                raw = base64.b64decode(seg["handle"])
-                if len(raw) != 64:
-                    raise CudaError("E_BAD_MANIFEST", f"segment {seg['segment']} handle is {len(raw)} bytes, not a 64-byte CUipcMemHandle")
-                ctypes.memmove(ctypes.byref(handle), raw, 64)
-                ptr = ctypes.c_uint64()
-                d.check(d.cuIpcOpenMemHandle(ctypes.byref(ptr), handle, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS), f"cuIpcOpenMemHandle(segment {seg['segment']})")
-                self.pointers[seg["segment"]] = ptr.value
-            self.tensors = by_name(state, self._maker(tensor_format))
+            with self._current():
+                for seg in state["segments"]:
+                    handle = _IpcHandle()
+                    raw = base64.b64decode(seg["handle"])
+                    if len(raw) != 64:
+                        raise CudaError("E_BAD_MANIFEST", f"segment {seg['segment']} handle is {len(raw)} bytes, not a 64-byte CUipcMemHandle")
+                    ctypes.memmove(ctypes.byref(handle), raw, 64)
+                    ptr = ctypes.c_uint64()
+                    d.check(d.cuIpcOpenMemHandle(ctypes.byref(ptr), handle, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS), f"cuIpcOpenMemHandle(segment {seg['segment']})")
+                    self.pointers[seg["segment"]] = ptr.value
+                self.tensors = by_name(state, self._maker(tensor_format))
         except BaseException:
-            self.close()
+            with contextlib.suppress(CudaError):  # the failure that stopped the attach is the one to report
+                self.close()
             raise
+
+    @contextlib.contextmanager
+    def _current(self) -> Iterator[None]:
+        d = self.driver
+        d.check(d.cuCtxPushCurrent(self._ctx), "cuCtxPushCurrent")
+        try:
+            yield
+        finally:
+            # Whatever was made current meanwhile (torch's runtime sets the device's primary
+            # context), the pop leaves the caller's context on top again.
+            d.check(d.cuCtxPopCurrent(ctypes.byref(ctypes.c_void_p())), "cuCtxPopCurrent")
 
     def read(self, t: Dict[str, Any]) -> bytearray:
         """A host copy of one tensor's bytes (synchronous cuMemcpyDtoH; needs no torch)."""
         out = bytearray(t["bytes"])
         if t["bytes"]:
             buf = (ctypes.c_char * t["bytes"]).from_buffer(out)
-            self.driver.check(self.driver.cuMemcpyDtoH(buf, self.pointers[t["segment"]] + t["offset"], t["bytes"]), f"cuMemcpyDtoH({t['name']})")
+            with self._current():
+                self.driver.check(self.driver.cuMemcpyDtoH(buf, self.pointers[t["segment"]] + t["offset"], t["bytes"]), f"cuMemcpyDtoH({t['name']})")
         return out
 
     def _maker(self, tensor_format: str):
@@ -190,14 +209,30 @@ class CudaMapping:
         return make
 
     def close(self) -> None:
+        """Closes every handle and releases the context even when a step fails; raises the first failure."""
         self.tensors = {}
+        if self._ctx is None:
+            return
         d = self.driver
-        for seg, ptr in list(self.pointers.items()):
-            del self.pointers[seg]
-            d.check(d.cuIpcCloseMemHandle(ptr), "cuIpcCloseMemHandle")
-        if getattr(self, "_ctx_retained", False):
-            self._ctx_retained = False
+        failures: List[BaseException] = []
+        try:
+            with self._current():
+                for seg, ptr in list(self.pointers.items()):
+                    del self.pointers[seg]
+                    try:
+                        d.check(d.cuIpcCloseMemHandle(ptr), f"cuIpcCloseMemHandle(segment {seg})")
+                    except CudaError as err:
+                        failures.append(err)
+        except CudaError as err:
+            failures.append(err)
+        self.pointers.clear()
+        self._ctx = None
+        try:
             d.check(d.cuDevicePrimaryCtxRelease(self.dev), "cuDevicePrimaryCtxRelease")
+        except CudaError as err:
+            failures.append(err)
+        if failures:
+            raise failures[0]
 
 
 def _has_torch() -> bool:

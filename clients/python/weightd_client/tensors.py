@@ -1,7 +1,8 @@
 """Dtype tables and the name -> tensor map shared by both backends.
 
 safetensors dtypes without a native counterpart (BF16 in numpy, the F8 family before torch has
-them) come as same-sized integer views of the exact bits; packed F4/F6 come as bytes.
+them, F16 in a memoryview before Python 3.12) come as same-sized integer views of the exact
+bits; packed F4/F6 come as bytes.
 """
 
 from __future__ import annotations
@@ -25,9 +26,19 @@ _TORCH = {
     "F8_E5M2FNUZ": "float8_e5m2fnuz", "F8_E8M0": "float8_e8m0fnu",
 }
 
-# struct format characters for plain memoryviews ("e" is IEEE half).
+
+def _castable(code: str) -> bool:
+    try:
+        memoryview(bytes(8)).cast(code)
+        return True
+    except (TypeError, ValueError):
+        return False
+
+
+# struct format characters for plain memoryviews. F16 is "e" (IEEE half) where memoryview.cast
+# takes it (Python 3.12 and later); before, "H": the exact bits, as for BF16.
 MEMORYVIEW_FORMAT = {
-    "F64": "d", "F32": "f", "F16": "e", "BF16": "H", "I64": "q", "U64": "Q", "I32": "i", "U32": "I",
+    "F64": "d", "F32": "f", "F16": "e" if _castable("e") else "H", "BF16": "H", "I64": "q", "U64": "Q", "I32": "i", "U32": "I",
     "I16": "h", "U16": "H", "I8": "b", "U8": "B", "BOOL": "?",
 }
 

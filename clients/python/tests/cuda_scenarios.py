@@ -1,0 +1,94 @@
+"""Scenarios of the CUDA mapping against test/gpu/fake-libcuda.c, each in its own process (the
+fake is found through LD_LIBRARY_PATH; its leak report is on stderr at exit):
+
+  cuda_scenarios.py export               allocate 4 KiB on fake device 0, fill it, print its IPC
+                                         handle (base64); free it when stdin closes
+  cuda_scenarios.py CASE HANDLE          attach to the exported segment, print one JSON line
+"""
+
+import base64
+import ctypes
+import json
+import sys
+
+SIZE = 4096
+PATTERN = bytes(i % 251 for i in range(SIZE))
+# fake-libcuda's UUID of device d: bytes 0x10*d + i.
+DEVICE0 = "GPU-00010203-0405-0607-0809-0a0b0c0d0e0f"
+E_INVALID_CONTEXT = 201
+
+
+def export() -> None:
+    lib = ctypes.CDLL("libcuda.so.1")
+    ctx, ptr, handle = ctypes.c_void_p(), ctypes.c_uint64(), ctypes.create_string_buffer(64)
+    assert lib.cuInit(0) == 0 and lib.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0) == 0
+    assert lib.cuCtxPushCurrent_v2(ctx) == 0 and lib.cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(SIZE)) == 0
+    ctypes.memmove(ptr.value, PATTERN, SIZE)  # the fake's device memory is this process's mapping
+    assert lib.cuIpcGetMemHandle(handle, ptr) == 0
+    print(base64.b64encode(handle.raw).decode(), flush=True)
+    sys.stdin.read()
+    assert lib.cuMemFree_v2(ptr) == 0 and lib.cuCtxPopCurrent_v2(None) == 0 and lib.cuDevicePrimaryCtxRelease_v2(0) == 0
+
+
+def state(handle: str, segments=None, tensors=None) -> dict:
+    return {
+        "device": {"uuid": DEVICE0},
+        "rank": {"globalRank": 0},
+        "segments": segments or [{"segment": 0, "handle": handle, "bytes": SIZE}],
+        "tensors": tensors or [{"name": "w", "dtype": "U8", "shape": [SIZE], "segment": 0, "offset": 0, "bytes": SIZE}],
+        "aliases": {},
+    }
+
+
+def main() -> None:
+    if sys.argv[1] == "export":
+        return export()
+    from weightd_client.cuda import CudaError, CudaMapping, _Driver
+
+    case, handle = sys.argv[1:3]
+    d = _Driver.get()
+
+    def top():
+        """Pops the current context: its address, or None when nothing was current."""
+        ctx = ctypes.c_void_p()
+        rc = d.cuCtxPopCurrent(ctypes.byref(ctx))
+        assert rc in (0, E_INVALID_CONTEXT), rc
+        return ctx.value if rc == 0 else None
+
+    own = None
+    if case != "no_caller_context":
+        # The caller's own context, on another device, as a second library in the process has.
+        own = ctypes.c_void_p()
+        d.check(d.cuDevicePrimaryCtxRetain(ctypes.byref(own), 1), "retain")
+        d.check(d.cuCtxPushCurrent(own), "push")
+    out = {}
+    if case in ("restores", "no_caller_context"):
+        mapping = CudaMapping(state(handle), device=0, tensor_format="memoryview")
+        out["bytesOk"] = bytes(mapping.read(state(handle)["tensors"][0])) == PATTERN
+        out["afterAttach"] = top()
+        out["belowIt"] = top()
+        if own is not None:
+            d.check(d.cuCtxPushCurrent(own), "push")
+        mapping.close()
+        mapping.close()  # idempotent
+        out["afterClose"] = top()
+    else:
+        bad = base64.b64encode(bytes(64)).decode()
+        if case == "open_fails":
+            st = state(handle, segments=[{"segment": 0, "handle": handle, "bytes": SIZE}, {"segment": 1, "handle": bad, "bytes": SIZE}])
+        else:  # manifest_fails: every handle opens, then a tensor names a segment that does not exist
+            st = state(handle, tensors=[{"name": "w", "dtype": "U8", "shape": [1], "segment": 7, "offset": 0, "bytes": 1}])
+        try:
+            CudaMapping(st, device=0, tensor_format="memoryview")
+            out["error"] = None
+        except CudaError as err:
+            out["error"] = err.code
+        out["afterAttach"] = top()
+    out["own"] = own.value if own is not None else None
+    if own is not None:
+        d.check(d.cuDevicePrimaryCtxRelease(1), "release")
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,70 @@
+"""The CUDA mapping against test/gpu/fake-libcuda.c (no GPU needed): it leaves the caller's
+current context as it found it, and gives back every handle and context reference on every
+path, success or failure. The fake reports what is left at exit (FAKE_CUDA_LEAKS)."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+SCENARIOS = Path(__file__).with_name("cuda_scenarios.py")
+NO_LEAKS = {"device": 0, "pinned": 0, "registered": 0, "imported": 0, "streams": 0, "events": 0, "contextRefs": 0}
+
+
+@pytest.fixture(scope="module")
+def fake_env(tmp_path_factory):
+    cc = shutil.which("cc")
+    assert cc, "cc is needed to build the fake libcuda (apt-get install gcc)"
+    out = tmp_path_factory.mktemp("fake-libcuda")
+    subprocess.run([cc, "-shared", "-fPIC", "-O2", "-o", str(out / "libcuda.so.1"), str(ROOT / "test/gpu/fake-libcuda.c"), "-lpthread"], check=True)
+    return {**os.environ, "LD_LIBRARY_PATH": str(out), "FAKE_CUDA_REPORT": "1", "FAKE_CUDA_DEVICES": "2"}
+
+
+def leaks(stderr):
+    line = next((l for l in stderr.splitlines() if l.startswith("FAKE_CUDA_LEAKS ")), None)
+    assert line, f"the fake driver was not loaded: {stderr}"
+    return json.loads(line[len("FAKE_CUDA_LEAKS ") :])
+
+
+@pytest.fixture(scope="module")
+def handle(fake_env):
+    # The fake refuses a process's own handles, as the real driver does: export from another one.
+    exporter = subprocess.Popen([sys.executable, str(SCENARIOS), "export"], env=fake_env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        yield exporter.stdout.readline().strip()
+    finally:
+        _, err = exporter.communicate("")
+        assert exporter.returncode == 0, err
+        assert leaks(err) == NO_LEAKS
+
+
+def scenario(fake_env, case, handle):
+    r = subprocess.run([sys.executable, str(SCENARIOS), case, handle], env=fake_env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert leaks(r.stderr) == NO_LEAKS, "a handle or context reference left behind"
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def test_attach_and_close_restore_the_callers_context(fake_env, handle):
+    got = scenario(fake_env, "restores", handle)
+    assert got["bytesOk"], "read() copies from the segment while the caller's context is current"
+    assert got["afterAttach"] == got["own"] and got["belowIt"] is None
+    assert got["afterClose"] == got["own"]
+
+
+def test_with_no_context_current_none_is_left_current(fake_env, handle):
+    got = scenario(fake_env, "no_caller_context", handle)
+    assert got["bytesOk"]
+    assert (got["afterAttach"], got["afterClose"]) == (None, None)
+
+
+@pytest.mark.parametrize("case, code", [("open_fails", "E_CUDA"), ("manifest_fails", "E_BAD_MANIFEST")])
+def test_a_failed_attach_gives_everything_back(fake_env, handle, case, code):
+    got = scenario(fake_env, case, handle)
+    assert got["error"] == code
+    assert got["afterAttach"] == got["own"]

@@ -1,0 +1,143 @@
+#!/usr/bin/env node
+// The tests' Python: a virtualenv at <repo>/.venv with the pins of
+// clients/python/requirements-test.txt and clients/python installed into it as a package, as an
+// engine's environment has it. Created on first use, reused afterwards, rebuilt from scratch
+// when the pins or the base interpreter change or when a previous build never finished.
+//
+//   node scripts/python-venv.mjs     ensure it, print its python's path
+//   import { ensurePythonVenv } ...  the same from test/run.mjs
+//
+// Downloaded wheels are kept outside the repository (WEIGHTD_WHEEL_CACHE, default
+// ${XDG_CACHE_HOME:-~/.cache}/weightd/wheels), so a fresh clone on the same machine installs
+// offline. The base interpreter is `python3` on PATH, or WEIGHTD_VENV_BASE_PYTHON.
+import { spawnSync } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { homedir, tmpdir } from 'node:os';
+import { join, relative } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const root = fileURLToPath(new URL('..', import.meta.url));
+const clientDir = join(root, 'clients/python');
+// Written last, each after the step it vouches for succeeded: a venv without a matching stamp is
+// a half-built one (an interrupted install) and is redone.
+const REQUIREMENTS_STAMP = '.weightd-requirements';
+const CLIENT_STAMP = '.weightd-client';
+
+// What the tests rely on, checked before the venv is declared complete: the lock installs with
+// --no-deps, so a missing dependency shows up here and not in the middle of the suite.
+const SMOKE = [
+  'import numpy, torch, transformers, pytest',
+  'x = torch.arange(6, dtype=torch.float32).reshape(2, 3)',
+  'assert (x @ x.T).sum().item() == 83.0',
+  'assert numpy.asarray(x).sum() == 15.0',
+].join('\n');
+
+function run(cmd, args, what, quiet = false) {
+  const r = spawnSync(cmd, args, { cwd: root, stdio: ['ignore', quiet ? 'ignore' : 'inherit', quiet ? 'ignore' : 'inherit'] });
+  if (r.error || r.status !== 0) {
+    const why = r.error ? r.error.message : `exit ${r.signal ?? r.status}`;
+    throw new Error(`python venv: ${what} failed (${cmd} ${args.join(' ')}: ${why})`);
+  }
+}
+
+function output(cmd, args) {
+  const r = spawnSync(cmd, args, { encoding: 'utf8' });
+  return r.status === 0 ? r.stdout.trim() : null;
+}
+
+function readStamp(path) {
+  try {
+    return readFileSync(path, 'utf8');
+  } catch {
+    return null;
+  }
+}
+
+function sha256(parts) {
+  const h = createHash('sha256');
+  for (const p of parts) h.update(p).update('\0');
+  return h.digest('hex');
+}
+
+/** The client package's installable files (not its tests, nor build leftovers). */
+function clientFiles(dir = clientDir) {
+  let out = [];
+  for (const name of readdirSync(dir).sort()) {
+    if (name === 'tests' || name === 'build' || name === '__pycache__' || name.endsWith('.egg-info')) continue;
+    const p = join(dir, name);
+    if (statSync(p).isDirectory()) out = out.concat(clientFiles(p));
+    else out.push(p);
+  }
+  return out;
+}
+
+function buildVenv({ venvDir, requirements, smoke }, base, log) {
+  log(`python venv: creating ${relative(root, venvDir)} from ${base} (pins: ${relative(root, requirements)}; the first run downloads ~2.4 GB)`);
+  rmSync(venvDir, { recursive: true, force: true });
+  run(base, ['-m', 'venv', venvDir], `"${base} -m venv" (on Debian: apt-get install python3-venv)`);
+  const cache = process.env.WEIGHTD_WHEEL_CACHE || join(process.env.XDG_CACHE_HOME || join(homedir(), '.cache'), 'weightd/wheels');
+  mkdirSync(cache, { recursive: true });
+  const python = join(venvDir, 'bin/python');
+  const pip = ['-m', 'pip', '--quiet', '--disable-pip-version-check'];
+  const install = [...pip, 'install', '--no-deps', '--no-index', '--find-links', cache, '-r', requirements];
+  // Offline when the cache has every pinned wheel (pip resolves all before installing any);
+  // otherwise fetch what is missing (cached wheels are not fetched again) and install.
+  try {
+    run(python, install, 'installing the pinned wheels from the cache', true);
+  } catch {
+    run(python, [...pip, 'download', '--no-deps', '--dest', cache, '-r', requirements], 'downloading the pinned wheels');
+    run(python, install, 'installing the pinned wheels');
+  }
+  run(python, ['-c', smoke], 'the smoke test of the installed packages');
+}
+
+function installClient(python, log) {
+  // A copy, because setuptools builds in the source tree, and a stale build/ there would
+  // install modules that no longer exist.
+  const copy = mkdtempSync(join(tmpdir(), 'weightd-client-'));
+  try {
+    cpSync(clientDir, copy, { recursive: true, filter: (src) => !/(^|\/)(build|__pycache__|[^/]*\.egg-info)$/.test(relative(clientDir, src)) });
+    log('python venv: installing clients/python into it');
+    run(python, ['-m', 'pip', '--quiet', 'install', '--no-deps', '--no-index', '--no-build-isolation', '--force-reinstall', copy], 'installing clients/python');
+  } finally {
+    rmSync(copy, { recursive: true, force: true });
+  }
+}
+
+/**
+ * Makes sure the venv is complete and current; returns its python. The options exist for the
+ * script's own test; the tests' venv is the default.
+ */
+export function ensurePythonVenv({
+  venvDir = join(root, '.venv'),
+  requirements = join(clientDir, 'requirements-test.txt'),
+  smoke = SMOKE,
+  log = (line) => process.stderr.write(`${line}\n`),
+} = {}) {
+  const base = process.env.WEIGHTD_VENV_BASE_PYTHON || 'python3';
+  const python = join(venvDir, 'bin/python');
+  const version = output(base, ['-c', 'import sys; print(sys.version)']);
+  if (version === null) throw new Error(`python venv: cannot run ${base}; install Python 3.11 or set WEIGHTD_VENV_BASE_PYTHON`);
+  const wantRequirements = sha256([readFileSync(requirements), version]);
+  if (readStamp(join(venvDir, REQUIREMENTS_STAMP)) !== wantRequirements || !existsSync(python)) {
+    buildVenv({ venvDir, requirements, smoke }, base, log);
+    writeFileSync(join(venvDir, REQUIREMENTS_STAMP), wantRequirements);
+  }
+  const files = clientFiles();
+  const wantClient = sha256(files.flatMap((f) => [relative(clientDir, f), readFileSync(f)]));
+  if (readStamp(join(venvDir, CLIENT_STAMP)) !== wantClient) {
+    installClient(python, log);
+    writeFileSync(join(venvDir, CLIENT_STAMP), wantClient);
+  }
+  return python;
+}
+
+if (process.argv[1] === fileURLToPath(import.meta.url)) {
+  try {
+    console.log(ensurePythonVenv());
+  } catch (err) {
+    console.error(err.message);
+    process.exit(1);
+  }
+}
