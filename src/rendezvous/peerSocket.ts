@@ -93,6 +93,8 @@ export class PeerSocket<In> {
         if (this.closed) return;
         this.#opts.onMessage(message);
       }
+      // Garbage after complete frames in one chunk: the frames counted, now the garbage does.
+      if (this.#decoder.failure) throw this.#decoder.failure;
     } catch (err) {
       const protocolError = err instanceof ProtocolError ? err : new ProtocolError('E_RDZV_PROTOCOL', (err as Error).message);
       this.destroy(`protocol error: ${protocolError.message}`, protocolError);

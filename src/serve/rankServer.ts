@@ -11,7 +11,8 @@ import { addon } from '../native/addon.js';
 import { ClientConnection, type ConnectionHandler, type ConnectionLimits } from './clientConnection.js';
 import { acquireDeviceLock, type DeviceLock } from './deviceLock.js';
 import { MAX_REQUEST_BYTES } from './frameCodec.js';
-import { leaseInfo, LeaseTable, type Caller, type Lease } from './leaseTable.js';
+import { leaseHash, leaseInfo, LeaseTable, type Caller, type Lease } from './leaseTable.js';
+import { LogLimiter } from './logLimiter.js';
 import {
   PROTOCOL_VERSION,
   type DetachReply,
@@ -31,6 +32,8 @@ export interface ServeLimits extends ConnectionLimits {
   leaseSweepMs: number;
   /** Connections beyond this are closed at once. */
   maxConnections: number;
+  /** Log window of peer-caused lines (protocol errors, refusals): 20 lines, then a count. */
+  logWindowMs: number;
 }
 
 export const DEFAULT_SERVE_LIMITS: ServeLimits = {
@@ -39,6 +42,7 @@ export const DEFAULT_SERVE_LIMITS: ServeLimits = {
   idleTimeoutMs: 60_000,
   leaseSweepMs: 2_000,
   maxConnections: 1024,
+  logWindowMs: 10_000,
 };
 
 /**
@@ -50,6 +54,7 @@ export const SERVE_LIMITS_ENV: Record<Exclude<keyof ServeLimits, 'maxRequestByte
   idleTimeoutMs: 'WEIGHTD_SERVE_IDLE_TIMEOUT_MS',
   leaseSweepMs: 'WEIGHTD_SERVE_LEASE_SWEEP_MS',
   maxConnections: 'WEIGHTD_SERVE_MAX_CONNECTIONS',
+  logWindowMs: 'WEIGHTD_SERVE_LOG_WINDOW_MS',
 };
 
 /** The defaults, overridden by the environment and then by `over`. */
@@ -78,25 +83,6 @@ export interface RankServerStats {
   refusedPeers: number;
 }
 
-/** Logs at most `burst` lines per window and then one line saying how many were left out. */
-class LogLimiter {
-  #windowStart = 0;
-  #count = 0;
-  #dropped = 0;
-  constructor(readonly burst: number, readonly windowMs: number) {}
-  allow(log: () => void, summary: (dropped: number) => void): void {
-    const now = Date.now();
-    if (now - this.#windowStart > this.windowMs) {
-      if (this.#dropped > 0) summary(this.#dropped);
-      this.#windowStart = now;
-      this.#count = 0;
-      this.#dropped = 0;
-    }
-    if (this.#count++ < this.burst) log();
-    else this.#dropped++;
-  }
-}
-
 /** Whether a socket path is served: connect succeeds (live) or is refused (stale file). */
 function probeSocket(path: string): Promise<'live' | 'stale' | 'absent'> {
   return new Promise((resolve, reject) => {
@@ -122,11 +108,12 @@ export class RankServer implements ConnectionHandler {
   readonly rank: ServedRank;
   readonly #log: Logger;
   readonly #options: RankServerOptions;
-  #limits: ServeLimits = DEFAULT_SERVE_LIMITS;
+  readonly #limits: ServeLimits;
   readonly #uid = process.getuid!();
   readonly #leases = new LeaseTable();
   readonly #connections = new Map<number, ClientConnection>();
-  readonly #violations = new LogLimiter(20, 10_000);
+  /** One budget for every line a peer can cause, so no mix of misdeeds floods the log. */
+  readonly #peerLog: LogLimiter;
   /** The manifest part of every get_state reply, serialized once (100k tensors: tens of MB). */
   readonly #manifestJson: string;
   readonly #startedAt = Date.now();
@@ -149,6 +136,10 @@ export class RankServer implements ConnectionHandler {
     this.rank = options.rank;
     this.#log = options.log;
     this.#lock = options.lock;
+    this.#limits = serveLimits(options.limits);
+    this.#peerLog = new LogLimiter(20, this.#limits.logWindowMs, (dropped) =>
+      this.#log.warn({ dropped, socket: this.#socketPath }, `${dropped} more client protocol errors and refused connections were not logged`),
+    );
     const r = options.rank;
     this.#manifestJson = JSON.stringify({
       fingerprint: r.fingerprint,
@@ -191,7 +182,6 @@ export class RankServer implements ConnectionHandler {
 
   async #listen(): Promise<string> {
     this.#throwIfClosed();
-    this.#limits = serveLimits(this.#options.limits);
     const { uuid } = this.rank.device;
     const dir = resolveSocketDir(this.#options.socketDir);
     const path = socketPathFor(dir, uuid);
@@ -216,6 +206,8 @@ export class RankServer implements ConnectionHandler {
   close(): void {
     this.#closed = true;
     clearInterval(this.#sweep);
+    // The count of the last burst is logged now rather than lost.
+    this.#peerLog.flush();
     for (const c of this.#connections.values()) c.destroy();
     const server = this.#server;
     this.#server = undefined;
@@ -310,7 +302,7 @@ export class RankServer implements ConnectionHandler {
       return;
     }
     if (this.#connections.size >= this.#limits.maxConnections) {
-      this.#log.warn({ limit: this.#limits.maxConnections }, 'too many client connections: refused one');
+      this.#peerLog.allow(() => this.#log.warn({ limit: this.#limits.maxConnections }, 'too many client connections: refused one'));
       socket.destroy();
       return;
     }
@@ -320,7 +312,7 @@ export class RankServer implements ConnectionHandler {
       if (fd === undefined || fd < 0) throw new Error('the socket has no file descriptor');
       peer = addon.peerCredentials(fd);
     } catch (err) {
-      this.#log.warn({ err: (err as Error).message }, 'cannot read the peer credentials of a client: refused it');
+      this.#peerLog.allow(() => this.#log.warn({ err: (err as Error).message }, 'cannot read the peer credentials of a client: refused it'));
       socket.destroy();
       return;
     }
@@ -328,7 +320,7 @@ export class RankServer implements ConnectionHandler {
       // Unreachable with a 0600 socket in a 0700 directory, unless someone widened them, or
       // the peer is root; refusing root as well keeps "only this user" exact.
       this.#refusedPeers++;
-      this.#log.warn({ peerUid: peer.uid, peerPid: peer.pid, uid: this.#uid, socket: this.#socketPath }, 'refused a client of another user');
+      this.#peerLog.allow(() => this.#log.warn({ peerUid: peer.uid, peerPid: peer.pid, uid: this.#uid, socket: this.#socketPath }, 'refused a client of another user'));
       socket.destroy();
       return;
     }
@@ -351,10 +343,7 @@ export class RankServer implements ConnectionHandler {
 
   violation(caller: Caller, err: WeightdError): void {
     this.#protocolErrors++;
-    this.#violations.allow(
-      () => this.#log.warn({ peerPid: caller.pid, connection: caller.connectionId, code: err.code }, `closed a client connection: ${err.message}`),
-      (dropped) => this.#log.warn({ dropped }, 'more client protocol errors were not logged'),
-    );
+    this.#peerLog.allow(() => this.#log.warn({ peerPid: caller.pid, connection: caller.connectionId, code: err.code }, `closed a client connection: ${err.message}`));
   }
 
   async handle(req: Request, caller: Caller): Promise<string> {
@@ -496,6 +485,6 @@ export class RankServer implements ConnectionHandler {
   }
 
   #logLease(l: Lease, msg: string, client?: string): void {
-    this.#log.info({ leaseId: l.id, peerPid: l.owner.pid, mode: l.mode, leases: this.#leases.size, client }, msg);
+    this.#log.info({ lease: leaseHash(l.id), peerPid: l.owner.pid, mode: l.mode, leases: this.#leases.size, client }, msg);
   }
 }

@@ -5,6 +5,7 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { expectedFingerprint, findSocket, WeightdClient, type Expected } from '../../src/client/index.js';
 import { ServeError } from '../../src/errors.js';
+import { leaseHash } from '../../src/serve/leaseTable.js';
 import { makeTempDir, removeDir } from '../helpers/checkpoints.js';
 import { startDaemon, type Daemon } from '../helpers/daemon.js';
 import { exampleModel } from '../helpers/paths.js';
@@ -67,7 +68,9 @@ for (const lang of ['ts', 'python'] as ClientLanguage[]) {
         const client = await WeightdClient.connect(socket);
         // The holder closed its connection after attaching: its map lease lives on with its pid.
         const stats = await client.stats();
-        assert.equal(stats.leases.map((l) => [l.leaseId, l.pid, l.mode, l.connectionBound]), [[line.leaseId, line.pid, 'map', false]]);
+        // Others see a hash of the lease id, never the id, which would let them detach it.
+        assert.equal(stats.leases.map((l) => [l.leaseHash, l.pid, l.mode, l.connectionBound]), [[leaseHash(line.leaseId), line.pid, 'map', false]]);
+        assert.not.match(JSON.stringify(stats), line.leaseId);
         const refused = await refusal(client.release());
         assert.is(refused.code, 'E_LEASE_HELD');
         assert.match(refused.message, String(line.pid));

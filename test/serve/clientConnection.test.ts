@@ -84,4 +84,22 @@ test('a slow request does not eat the read deadline of a pipelined frame that ar
   }
 });
 
+test('valid requests followed by garbage in one write are each answered, then the error', async () => {
+  const s = await serve({ handle: async (req: Request) => JSON.stringify({ id: req.id, ok: true }) }, { readTimeoutMs: 5000, idleTimeoutMs: 5000 });
+  try {
+    const decoder = new FrameDecoder(1 << 20);
+    const replies: Array<{ id: number | null; ok: boolean; error?: { code: string } }> = [];
+    s.client.on('data', (chunk: Buffer) => {
+      for (const f of decoder.push(chunk)) replies.push(JSON.parse(f.toString()) as (typeof replies)[number]);
+    });
+    const clientClosed = new Promise((r) => s.client.once('close', r));
+    s.client.write(Buffer.concat([encodeMessage({ id: 1, cmd: 'ping' }), encodeMessage({ id: 2, cmd: 'stats' }), Buffer.from('not a frame')]));
+    await clientClosed;
+    assert.equal(replies.map((r) => [r.id, r.ok, r.error?.code]), [[1, true, undefined], [2, true, undefined], [null, false, 'E_FRAME_MAGIC']]);
+    assert.equal(s.violations, ['E_FRAME_MAGIC']);
+  } finally {
+    s.cleanup();
+  }
+});
+
 test.run();
