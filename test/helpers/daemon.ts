@@ -25,6 +25,8 @@ export interface Daemon {
   readonly devices: string[];
   /** stderr so far. */
   stderr(): string;
+  /** Resolves once `done(stderr)` holds, checked on every stderr chunk (rejects at exit or after `ms`). */
+  waitForStderr(what: string, done: (stderr: string) => boolean, ms?: number): Promise<void>;
   /** SIGTERM, then SIGKILL after `graceMs`; resolves when it is gone (with its code or signal). */
   stop(graceMs?: number): Promise<Exit>;
   /** SIGKILL: no cleanup runs in the daemon (for stale socket/lock tests). */
@@ -111,6 +113,25 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
     pid,
     devices,
     stderr: () => out.text,
+    waitForStderr(what, done, ms = 30_000) {
+      return new Promise<void>((resolve, reject) => {
+        const check = () => {
+          if (!done(out.text)) return;
+          cleanup();
+          resolve();
+        };
+        const onExit = () => (cleanup(), reject(new Error(`daemon exited before ${what}; stderr tail:\n${out.text.slice(-2000)}`)));
+        const timer = setTimeout(() => (cleanup(), reject(new Error(`no ${what} within ${ms} ms; stderr tail:\n${out.text.slice(-2000)}`))), ms);
+        function cleanup() {
+          clearTimeout(timer);
+          child.stderr!.off('data', check);
+          child.off('exit', onExit);
+        }
+        child.stderr!.on('data', check);
+        child.on('exit', onExit);
+        check();
+      });
+    },
     async stop(graceMs = 10_000) {
       if (child.exitCode === null && child.signalCode === null) {
         child.kill('SIGTERM');
