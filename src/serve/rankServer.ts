@@ -25,7 +25,7 @@ import {
   type StatsReply,
 } from './protocol.js';
 import type { ServedRank } from './servedRank.js';
-import { checkSocketPathLength, resolveSocketDir, socketPathFor } from './socketDir.js';
+import { checkSocketPathLength, removeSocketDirIfCreated, resolveSocketDir, socketPathFor } from './socketDir.js';
 
 export interface ServeLimits extends ConnectionLimits {
   /** How often leases of exited clients are looked for (they are also checked on release). */
@@ -127,6 +127,7 @@ export class RankServer implements ConnectionHandler {
   #lock: DeviceLock | undefined;
   #server: Server | undefined;
   #socketPath: string | undefined;
+  #socketDir: string | undefined;
   /** The inode we bound, so close() never unlinks a socket some other daemon bound later. */
   #socketIno: number | undefined;
   #sweep: NodeJS.Timeout | undefined;
@@ -184,6 +185,7 @@ export class RankServer implements ConnectionHandler {
     this.#throwIfClosed();
     const { uuid } = this.rank.device;
     const dir = resolveSocketDir(this.#options.socketDir);
+    this.#socketDir = dir;
     const path = socketPathFor(dir, uuid);
     checkSocketPathLength(path);
     this.#lock ??= acquireDeviceLock(dir, uuid, (holder) =>
@@ -223,6 +225,7 @@ export class RankServer implements ConnectionHandler {
     const lock = this.#lock;
     this.#lock = undefined;
     lock?.release();
+    if (this.#socketDir) removeSocketDirIfCreated(this.#socketDir);
   }
 
   /** close() may run while listen() awaits; what listen() acquired after it is let go here. */
