@@ -11,7 +11,7 @@ import { encodeRdzvMessage, parseServerMessage, type AnyMessage, type ServerMess
 import { createRdzvDecoder } from '../../src/rendezvous/wire.js';
 
 // Short, but with a peer timeout that a busy CI machine's event-loop stalls do not reach.
-export const FAST: GroupTiming = { heartbeatMs: 50, peerTimeoutMs: 1000, retryMinMs: 10, retryMaxMs: 100, handshakeMs: 1000 };
+export const FAST: GroupTiming = { heartbeatMs: 50, peerTimeoutMs: 1000, retryMinMs: 10, retryMaxMs: 100, handshakeMs: 1000, joinMs: 1000 };
 export const FINGERPRINT = 'a'.repeat(64);
 export const silent = pino({ level: process.env.WEIGHTD_TEST_LOG ?? 'silent' });
 
@@ -20,6 +20,8 @@ export interface GroupShape {
   localWorldSize: number;
   token?: string;
   rendezvousTimeoutMs?: number;
+  /** The coordinator's clocks, over FAST. */
+  timing?: Partial<GroupTiming>;
 }
 
 export function joinRequest(shape: GroupShape, nodeRank: number, over: Partial<JoinRequest> = {}): JoinRequest {
@@ -51,7 +53,7 @@ export async function startCoordinator(shape: GroupShape, port = 0): Promise<Coo
     port,
     expect: { nnodes: shape.nnodes, tpSize: shape.nnodes * shape.localWorldSize, localWorldSize: shape.localWorldSize, fingerprint: FINGERPRINT, token: shape.token },
     rendezvousTimeoutMs: shape.rendezvousTimeoutMs ?? 5000,
-    timing: FAST,
+    timing: { ...FAST, ...shape.timing },
     log: silent,
   }));
 }

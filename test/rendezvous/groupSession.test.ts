@@ -149,7 +149,7 @@ test('node 0 that cannot listen fails with the address and the fix', async () =>
 });
 
 test('rendezvous clocks: defaults, environment overrides, and refused values', () => {
-  assert.equal(groupTiming({}, {}), { heartbeatMs: 1000, peerTimeoutMs: 5000, retryMinMs: 100, retryMaxMs: 2000, handshakeMs: 10_000 });
+  assert.equal(groupTiming({}, {}), { heartbeatMs: 1000, peerTimeoutMs: 5000, retryMinMs: 100, retryMaxMs: 2000, handshakeMs: 10_000, joinMs: 2000 });
   assert.is(groupTiming({}, { WEIGHTD_RDZV_HEARTBEAT_MS: '100', WEIGHTD_RDZV_PEER_TIMEOUT_MS: '500' }).peerTimeoutMs, 500);
   assert.throws(() => groupTiming({}, { WEIGHTD_RDZV_HEARTBEAT_MS: 'fast' }), /WEIGHTD_RDZV_HEARTBEAT_MS="fast": must be a whole number of milliseconds/);
   assert.throws(() => groupTiming({}, { WEIGHTD_RDZV_PEER_TIMEOUT_MS: '1500' }), /must exceed twice WEIGHTD_RDZV_HEARTBEAT_MS 1000/);
