@@ -108,12 +108,14 @@ export class RankServer implements ConnectionHandler {
   readonly rank: ServedRank;
   readonly #log: Logger;
   readonly #options: RankServerOptions;
-  readonly #limits: ServeLimits;
+  #limits: ServeLimits = DEFAULT_SERVE_LIMITS;
   readonly #uid = process.getuid!();
   readonly #leases = new LeaseTable();
   readonly #connections = new Map<number, ClientConnection>();
+  readonly #logDropped = (dropped: number) =>
+    this.#log.warn({ dropped, socket: this.#socketPath }, `${dropped} more client protocol errors and refused connections were not logged`);
   /** One budget for every line a peer can cause, so no mix of misdeeds floods the log. */
-  readonly #peerLog: LogLimiter;
+  #peerLog = new LogLimiter(20, DEFAULT_SERVE_LIMITS.logWindowMs, this.#logDropped);
   /** The manifest part of every get_state reply, serialized once (100k tensors: tens of MB). */
   readonly #manifestJson: string;
   readonly #startedAt = Date.now();
@@ -137,10 +139,6 @@ export class RankServer implements ConnectionHandler {
     this.rank = options.rank;
     this.#log = options.log;
     this.#lock = options.lock;
-    this.#limits = serveLimits(options.limits);
-    this.#peerLog = new LogLimiter(20, this.#limits.logWindowMs, (dropped) =>
-      this.#log.warn({ dropped, socket: this.#socketPath }, `${dropped} more client protocol errors and refused connections were not logged`),
-    );
     const r = options.rank;
     this.#manifestJson = JSON.stringify({
       fingerprint: r.fingerprint,
@@ -183,6 +181,9 @@ export class RankServer implements ConnectionHandler {
 
   async #listen(): Promise<string> {
     this.#throwIfClosed();
+    // Read here, not in the constructor: a bad environment value fails listen(), as a start-up error.
+    this.#limits = serveLimits(this.#options.limits);
+    this.#peerLog = new LogLimiter(20, this.#limits.logWindowMs, this.#logDropped);
     const { uuid } = this.rank.device;
     const dir = resolveSocketDir(this.#options.socketDir);
     this.#socketDir = dir;

@@ -7,11 +7,15 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { PENDING_BUDGET } from '../../src/rendezvous/coordinator.js';
 import { encodeRdzvMessage } from '../../src/rendezvous/wire.js';
-import { closeAll, closeLeftovers, startCoordinator, startNodes, track, type GroupShape } from './groupHarness.js';
+import { closeAll, closeLeftovers, joinRequest, startCoordinator, TestNode, track, type GroupShape } from './groupHarness.js';
 
 // The strangers' connections are held as long as a real coordinator's old 10 s handshake
 // would have held them, past the rendezvous timeout, so only the budget can let nodes in.
-const holdForever = { handshakeMs: 60_000, joinMs: 60_000 };
+// Real heartbeat clocks: with the harness's 50 ms, 1,000 connections in this one process
+// would be load enough to starve a busy machine. The rendezvous timeout is only the bound
+// within which the group must form.
+const timing = { heartbeatMs: 1000, peerTimeoutMs: 60_000, handshakeMs: 60_000, joinMs: 60_000 };
+const FORM_MS = 60_000;
 
 const heartbeat = encodeRdzvMessage({ type: 'heartbeat' });
 
@@ -36,16 +40,17 @@ function strangers(): { all: Socket[]; close(): void } {
 }
 
 for (const token of ['s3cret', undefined]) {
-  const shape: GroupShape = { nnodes: 2, localWorldSize: 1, token, rendezvousTimeoutMs: 10_000, timing: holdForever };
+  const shape: GroupShape = { nnodes: 2, localWorldSize: 1, token, rendezvousTimeoutMs: FORM_MS, timing };
+  const node = (port: number, rank: number) => new TestNode(port, joinRequest(shape, rank), { token, rendezvousTimeoutMs: FORM_MS, timing });
 
   test(`${token ? 'with' : 'without'} a token: 1,000 idle connections opened before formation do not keep two nodes from forming`, async () => {
     const coordinator = await startCoordinator(shape);
     const crowd = strangers();
-    let nodes: ReturnType<typeof startNodes> = [];
+    let nodes: TestNode[] = [];
     try {
       for (let i = 0; i < 1000; i += 100) await Promise.all(Array.from({ length: 100 }, () => stranger(coordinator.port, crowd.all)));
-      nodes = startNodes(coordinator.port, shape, [0, 1]);
-      for (const n of nodes) await n.next('GROUP_JOINED', 10_000);
+      nodes = [node(coordinator.port, 0), node(coordinator.port, 1)];
+      for (const n of nodes) await n.next('GROUP_JOINED', FORM_MS);
       assert.is(coordinator.phase, 'loading');
       const open = crowd.all.filter((s) => !s.destroyed && s.readyState === 'open').length;
       assert.ok(open <= PENDING_BUDGET, `${open} strangers still held (budget ${PENDING_BUDGET})`);
@@ -65,13 +70,13 @@ for (const token of ['s3cret', undefined]) {
       if (opened++ < 1500) void stranger(coordinator.port, crowd.all);
       if (opened === PENDING_BUDGET * 2) halfway();
     }, 1);
-    let nodes: ReturnType<typeof startNodes> = [];
+    let nodes: TestNode[] = [];
     try {
       // Node 1 first, so it waits (pending budget full around it) while strangers keep coming.
-      nodes = startNodes(coordinator.port, shape, [1]);
+      nodes = [node(coordinator.port, 1)];
       await manyCame;
-      nodes.push(...startNodes(coordinator.port, shape, [0]));
-      for (const n of nodes) await n.next('GROUP_JOINED', 10_000);
+      nodes.push(node(coordinator.port, 0));
+      for (const n of nodes) await n.next('GROUP_JOINED', FORM_MS);
       assert.ok(opened > PENDING_BUDGET, `${opened} strangers came during formation`);
     } finally {
       clearInterval(trickle);

@@ -17,7 +17,8 @@ const FRAMES = Number(process.env.WEIGHTD_FUZZ_FRAMES ?? 10_000);
 const PARALLEL = 64;
 const READ_TIMEOUT_MS = 800;
 const IDLE_TIMEOUT_MS = 1500;
-const LOG_WINDOW_MS = 500;
+/** One window for the whole run: its summary can only come from the flush at stop. */
+const LOG_WINDOW_MS = 600_000;
 
 /** Lines of `msg` (a regex over the JSON log's msg) and the sum of the limiter's summaries. */
 function peerLog(stderr: string, msg: RegExp): { logged: number; dropped: number } {
@@ -231,16 +232,11 @@ test(`${FRAMES} hostile frames, slowloris and idle connections end only their ow
     assert.ok(daemon.fdCount() <= fdsBefore, `daemon fds ${fdsBefore} -> ${daemon.fdCount()}`);
     const { protocolErrors } = await bystander.stats();
     bystander.close();
-    // Every protocol error is in the log, as a line or in a summary; the last burst's summary
-    // comes when its window ends, with nothing after it.
-    const closedLine = /^closed a client connection: /;
-    await daemon.waitForStderr(`a log accounting for all ${protocolErrors} protocol errors`, (text) => {
-      const { logged, dropped } = peerLog(text, closedLine);
-      return logged + dropped >= protocolErrors;
-    });
-    const { logged, dropped } = peerLog(daemon.stderr(), closedLine);
-    assert.is(logged + dropped, protocolErrors, `${logged} lines + ${dropped} in summaries`);
-    assert.ok(dropped > 0 && logged < protocolErrors / 10, `rate-limited: ${logged} lines`);
+    // Every protocol error is in the log: the window's 20 lines, then the count of the rest,
+    // written when the daemon stops (the window-end flush is logLimiter.test's).
+    assert.equal(await daemon.stop(), { code: 0, signal: null });
+    const { logged, dropped } = peerLog(daemon.stderr(), /^closed a client connection: /);
+    assert.equal([logged, dropped], [20, protocolErrors - 20]);
   } finally {
     await daemon.stop();
     removeDir(dir);
