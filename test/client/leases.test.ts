@@ -87,7 +87,7 @@ for (const lang of ['ts', 'python'] as ClientLanguage[]) {
         assert.is((await refusal(client.getState(expected, 'map'))).code, 'E_RELEASED');
         assert.is((await client.release()).alreadyReleased, true);
         client.close();
-        assert.match(daemon.stderr(), 'release requested');
+        await daemon.waitForStderr('the release in the log', (text) => text.includes('release requested'));
       } finally {
         child.kill('SIGKILL');
       }

@@ -68,17 +68,21 @@ function spawnDaemon(opts: DaemonOptions): { child: ChildProcess; devices: strin
   (child.stderr as unknown as { unref(): void }).unref();
   const out = { text: '' };
   child.stderr!.on('data', (d: Buffer) => (out.text += d.toString()));
+  // 'close', not 'exit': 'exit' may come before the last of stderr has been read, and tests
+  // read the daemon's final lines (a summary written at stop) right after it is gone.
   const exitedUnref = new Promise<Exit>((resolve) => {
-    child.on('exit', (code, signal) => {
+    child.on('close', (code, signal) => {
       live.delete(child);
       resolve({ code, signal });
     });
   });
   // Whoever waits for the exit holds a reference meanwhile, or node could end with nothing left
   // to wait on but this unref'd child.
+  const pipe = child.stderr as unknown as { ref(): void; unref(): void };
   const waitExit = () => {
     child.ref();
-    return exitedUnref.finally(() => child.unref());
+    pipe.ref();
+    return exitedUnref.finally(() => (child.unref(), pipe.unref()));
   };
   return { child, devices, out, waitExit };
 }
