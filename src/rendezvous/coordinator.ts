@@ -11,6 +11,7 @@ import { createServer, type Server, type Socket } from 'node:net';
 import { errorCode, RendezvousError, type ProtocolError } from '../errors.js';
 import type { Logger } from '../log.js';
 import { checkJoin, describeNode, rejectVersion, timeoutRejection, tokenAccepted, type GroupExpectation, type NodeIdentity, type Rejection } from './checkJoin.js';
+import { LogLimiter } from '../serve/logLimiter.js';
 import { PeerSocket } from './peerSocket.js';
 import { groupRankTable, type RankTableEntry } from './rankTable.js';
 import type { GroupTiming } from './timing.js';
@@ -34,9 +35,21 @@ interface Member extends NodeIdentity {
   state: 'joined' | 'ready' | 'lost';
 }
 
+/**
+ * Connections that have not sent a join (or abort) yet. Anyone who can reach the port can open
+ * them, so they get their own budget, apart from the members (who have no cap but one link per
+ * node rank): when it is full, a new connection evicts the oldest pending one of the address
+ * holding the most, so a stranger's idle connections can only ever push out each other, and a
+ * real node's connection, which sends its join one round trip after connecting, survives
+ * anything short of this many new connections within that round trip.
+ */
+export const PENDING_BUDGET = 256;
+
 /** One TCP connection, before and after its join. */
 interface Link {
   conn: PeerSocket<ReturnType<typeof parseClientMessage>>;
+  /** The peer's IP address, for the pending budget. */
+  address: string;
   nonce: string;
   handshake: NodeJS.Timeout;
   /** The node rank its join claimed; set once a join arrived, accepted or not. */
@@ -51,6 +64,10 @@ export class Coordinator {
   readonly #log: Logger;
   readonly #server: Server;
   readonly #links = new Set<Link>();
+  /** Links with no join yet, oldest first (a Set keeps insertion order). */
+  readonly #pending = new Set<Link>();
+  /** Lines strangers can cause (dropped, evicted, turned away): 20 per window, then a count. */
+  readonly #strangerLog: LogLimiter;
   readonly #members = new Map<number, Member>();
   readonly #deadline: NodeJS.Timeout;
   /** Set by the timer itself: a timer may fire a little before performance.now() reaches its time. */
@@ -69,9 +86,9 @@ export class Coordinator {
 
   /** Binds to host:port and starts the rendezvous clock; rejects with RendezvousError E_RDZV_LISTEN. */
   static listen(opts: CoordinatorOptions): Promise<Coordinator> {
+    // No server.maxConnections: a cap counted over every connection is one a stranger can fill;
+    // connections that have not joined are bounded by PENDING_BUDGET instead.
     const server = createServer();
-    // Each node holds one connection; the slack admits retries and rejoins while old sockets close.
-    server.maxConnections = opts.expect.nnodes * 2 + 16;
     return new Promise((resolve, reject) => {
       server.once('error', (err) => reject(listenError(opts, err)));
       server.listen({ host: opts.host, port: opts.port }, () => {
@@ -85,6 +102,7 @@ export class Coordinator {
     this.#server = server;
     this.#opts = opts;
     this.#log = opts.log.child({ component: 'coordinator' });
+    this.#strangerLog = new LogLimiter(20, 10_000, (dropped) => this.#log.warn({ dropped }, `${dropped} more dropped, evicted or turned-away rendezvous connections were not logged`));
     const address = server.address() as { address: string; port: number };
     this.host = address.address;
     this.port = address.port;
@@ -118,6 +136,7 @@ export class Coordinator {
     this.#closed = true;
     clearTimeout(this.#deadline);
     this.#server.close();
+    this.#strangerLog.flush();
     for (const link of this.#links) {
       clearTimeout(link.handshake);
       link.conn.close('coordinator closed', { type: 'leaving', reason: 'node 0 stopped' });
@@ -132,6 +151,7 @@ export class Coordinator {
     }
     const nonce = randomBytes(24).toString('base64');
     const link: Link = {
+      address: socket.remoteAddress ?? '?',
       nonce,
       conn: new PeerSocket(socket, {
         parse: parseClientMessage,
@@ -140,12 +160,33 @@ export class Coordinator {
         onClose: (reason, protocolError) => this.#onClose(link, reason, protocolError),
       }),
       handshake: setTimeout(
-        () => link.conn.destroy(`no join within ${this.#opts.timing.handshakeMs} ms of connecting`),
-        this.#opts.timing.handshakeMs,
+        () => link.conn.destroy(`no join within ${this.#opts.timing.joinMs} ms of connecting`),
+        this.#opts.timing.joinMs,
       ),
     };
+    if (this.#pending.size >= PENDING_BUDGET) this.#evictPending();
     this.#links.add(link);
+    this.#pending.add(link);
     void link.conn.send({ type: 'hello', protocolVersion: RDZV_PROTOCOL_VERSION, nonce });
+  }
+
+  /** Makes room for one more pending link: the oldest of the address that holds the most. */
+  #evictPending(): void {
+    const count = new Map<string, number>();
+    for (const l of this.#pending) count.set(l.address, (count.get(l.address) ?? 0) + 1);
+    const most = Math.max(...count.values());
+    const victim = [...this.#pending].find((l) => count.get(l.address) === most)!;
+    this.#settle(victim);
+    this.#strangerLog.allow(() =>
+      this.#log.warn({ remote: victim.conn.remote, pending: PENDING_BUDGET }, 'evicted a rendezvous connection that had not joined, to make room for a new one'),
+    );
+    victim.conn.destroy(`evicted: ${PENDING_BUDGET} connections were waiting to join`);
+  }
+
+  /** The link sent its join (or abort), or is gone: it no longer counts as pending. */
+  #settle(link: Link): void {
+    clearTimeout(link.handshake);
+    this.#pending.delete(link);
   }
 
   #onMessage(link: Link, parsed: ReturnType<typeof parseClientMessage>): void {
@@ -178,12 +219,12 @@ export class Coordinator {
 
   /** A node that failed before joining; like a join, it counts only with a valid token. */
   #onAbort(link: Link, m: Extract<ClientMessage, { type: 'abort' }>): void {
-    clearTimeout(link.handshake);
+    this.#settle(link);
     const node = describeNode({ nodeRank: m.nodeRank, hostName: m.hostName, address: link.conn.remote });
     const token = this.#opts.expect.token;
     if (token !== undefined && !tokenAccepted(token, link.nonce, m.tokenProof)) {
       this.#turnedAway.push(`${node} (E_RDZV_TOKEN)`);
-      this.#log.warn({ peer: m.nodeRank, remote: link.conn.remote }, `ignored a start-up failure report without a valid token from ${node}`);
+      this.#strangerLog.allow(() => this.#log.warn({ peer: m.nodeRank, remote: link.conn.remote }, `ignored a start-up failure report without a valid token from ${node}`));
       link.conn.close('rejected: E_RDZV_TOKEN');
       return;
     }
@@ -208,7 +249,7 @@ export class Coordinator {
 
   /** A join (`join`), or one already known to be rejected (`rejection`, a foreign version). */
   #onJoin(link: Link, nodeRank: number | undefined, rejection: Rejection | undefined, join?: JoinMessage): void {
-    clearTimeout(link.handshake);
+    this.#settle(link);
     const token = this.#opts.expect.token;
     if (token !== undefined && !(join && tokenAccepted(token, link.nonce, join.tokenProof))) {
       // With a token, only a node that proves it may decide the group's fate or hear its
@@ -217,7 +258,7 @@ export class Coordinator {
       // name it when their rendezvous times out.
       const refusal = rejection ?? checkJoin(join!, link.conn.remote, this.#opts.expect, link.nonce, [])!;
       this.#turnedAway.push(`${describeNode({ nodeRank: nodeRank ?? -1, address: link.conn.remote })} (${refusal.code})`);
-      this.#log.warn({ code: refusal.code, peer: nodeRank, remote: link.conn.remote }, `turned away a join without a valid token: ${refusal.message}`);
+      this.#strangerLog.allow(() => this.#log.warn({ code: refusal.code, peer: nodeRank, remote: link.conn.remote }, `turned away a join without a valid token: ${refusal.message}`));
       void link.conn.send({ type: 'rejected', ...refusal }).then(() => link.conn.close(`rejected: ${refusal.code}`));
       return;
     }
@@ -309,12 +350,14 @@ export class Coordinator {
   }
 
   #onClose(link: Link, reason: string, protocolError?: ProtocolError): void {
-    clearTimeout(link.handshake);
+    this.#settle(link);
     this.#links.delete(link);
     if (protocolError) {
       // Something that does not speak this protocol (a port scanner, an engine pointed at the
       // wrong port): dropping it is enough, the group is not at fault.
-      this.#log.warn({ remote: link.conn.remote, code: protocolError.code, peer: link.member?.nodeRank }, `dropped a rendezvous connection: ${protocolError.message}`);
+      this.#strangerLog.allow(() =>
+        this.#log.warn({ remote: link.conn.remote, code: protocolError.code, peer: link.member?.nodeRank }, `dropped a rendezvous connection: ${protocolError.message}`),
+      );
     }
     const member = link.member;
     if (this.#closed || !member || member.link !== link || member.state === 'lost') return;

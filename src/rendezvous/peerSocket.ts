@@ -42,9 +42,16 @@ export class PeerSocket<In> {
     // Heartbeats run from the first byte, not only once joined: a peer that stalls during the
     // minutes of loading must fail its group as surely as one that stalls while serving.
     this.#beat = setInterval(() => {
-      const silentMs = performance.now() - this.#lastHeard;
-      if (silentMs > peerTimeoutMs) {
-        this.destroy(`no message for ${Math.round(silentMs)} ms (peer timeout ${peerTimeoutMs} ms): the peer is frozen or the network is down`);
+      if (performance.now() - this.#lastHeard > peerTimeoutMs) {
+        // Timers run before the poll phase: when this thread itself was stalled, the peer's
+        // heartbeats may be waiting unread in the socket. setImmediate runs after the poll
+        // phase has read them, so only real silence is judged.
+        setImmediate(() => {
+          const silentMs = performance.now() - this.#lastHeard;
+          if (silentMs > peerTimeoutMs && !this.closed) {
+            this.destroy(`no message for ${Math.round(silentMs)} ms (peer timeout ${peerTimeoutMs} ms): the peer is frozen or the network is down`);
+          }
+        });
         return;
       }
       this.send({ type: 'heartbeat' });
@@ -93,6 +100,8 @@ export class PeerSocket<In> {
         if (this.closed) return;
         this.#opts.onMessage(message);
       }
+      // Garbage after complete frames in one chunk: the frames counted, now the garbage does.
+      if (this.#decoder.failure) throw this.#decoder.failure;
     } catch (err) {
       const protocolError = err instanceof ProtocolError ? err : new ProtocolError('E_RDZV_PROTOCOL', (err as Error).message);
       this.destroy(`protocol error: ${protocolError.message}`, protocolError);

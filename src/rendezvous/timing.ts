@@ -13,8 +13,14 @@ export interface GroupTiming {
   retryMinMs: number;
   /** ... up to this cap, also the pace of reconnecting to a lost node 0 while serving. */
   retryMaxMs: number;
-  /** How long a new connection may take to say hello (client) or to send its join (coordinator). */
+  /** How long a client waits for the coordinator's hello. */
   handshakeMs: number;
+  /**
+   * How long the coordinator waits for a new connection's join. Short: a real node sends it one
+   * round trip after connecting, and until then the connection holds a slot of the pending
+   * budget that strangers compete for.
+   */
+  joinMs: number;
 }
 
 export const DEFAULT_GROUP_TIMING: GroupTiming = {
@@ -23,6 +29,7 @@ export const DEFAULT_GROUP_TIMING: GroupTiming = {
   retryMinMs: 100,
   retryMaxMs: 2000,
   handshakeMs: 10_000,
+  joinMs: 2000,
 };
 
 /** Environment variables that override the defaults, in milliseconds. */
@@ -32,6 +39,7 @@ export const TIMING_ENV: Record<keyof GroupTiming, string> = {
   retryMinMs: 'WEIGHTD_RDZV_RETRY_MIN_MS',
   retryMaxMs: 'WEIGHTD_RDZV_RETRY_MAX_MS',
   handshakeMs: 'WEIGHTD_RDZV_HANDSHAKE_MS',
+  joinMs: 'WEIGHTD_RDZV_JOIN_MS',
 };
 
 /** The defaults, overridden by the environment and then by `over`; checked for consistency. */

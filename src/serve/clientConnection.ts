@@ -44,7 +44,8 @@ export class ClientConnection {
   readonly #handler: ConnectionHandler;
   readonly #limits: ConnectionLimits;
   readonly #decoder: FrameDecoder;
-  readonly #queue: Buffer[] = [];
+  /** Payloads to serve in order; an error last, when the stream went bad after them. */
+  readonly #queue: Array<Buffer | WeightdError> = [];
   #busy = false;
   #closing = false;
   #readTimer: NodeJS.Timeout | undefined;
@@ -84,14 +85,17 @@ export class ClientConnection {
       this.#fail(null, err as WeightdError);
       return;
     }
-    if (this.#decoder.buffered === 0) {
+    const failure = this.#decoder.failure;
+    if (this.#decoder.buffered === 0 || failure) {
       clearTimeout(this.#readTimer);
       this.#readTimer = undefined;
     } else if (!this.#readTimer || frames.length > 0) {
       this.#armRead();
     }
     if (frames.length === 0) return;
-    this.#queue.push(...frames);
+    // Valid requests that came in the same read as garbage are answered before the error, as
+    // if they had come in reads of their own.
+    this.#queue.push(...frames, ...(failure ? [failure] : []));
     // One request at a time, in order; reading pauses meanwhile so a client that pipelines
     // faster than it reads replies cannot make us buffer without bound.
     this.#socket.pause();
@@ -106,6 +110,10 @@ export class ClientConnection {
     this.#readTimer = undefined;
     while (this.#queue.length > 0 && !this.#closing) {
       const payload = this.#queue.shift()!;
+      if (payload instanceof WeightdError) {
+        this.#fail(null, payload);
+        return;
+      }
       let value: unknown;
       try {
         value = parsePayload(payload);

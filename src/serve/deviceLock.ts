@@ -9,9 +9,10 @@
 // file away first: rename is atomic, so only one of them gets it, and the loser re-checks.
 import { closeSync, linkSync, openSync, readFileSync, renameSync, unlinkSync, writeSync, constants } from 'node:fs';
 import { randomBytes } from 'node:crypto';
+import { dirname } from 'node:path';
 import { ServeError } from '../errors.js';
 import { isProcessAlive, processIdentity, type ProcessIdentity } from './processLiveness.js';
-import { lockPathFor } from './socketDir.js';
+import { lockPathFor, removeSocketDirIfCreated } from './socketDir.js';
 
 export interface DeviceLock {
   readonly path: string;
@@ -135,6 +136,7 @@ function heldLock(path: string, uuid: string, me: ProcessIdentity): DeviceLock {
       } catch {
         // Gone or unreadable: nothing of ours to remove.
       }
+      removeSocketDirIfCreated(dirname(path));
     },
   };
 }

@@ -28,10 +28,20 @@ export function encodeMessage(message: unknown): Buffer {
   return encodeFrame(JSON.stringify(message));
 }
 
-/** Parses a payload into a value; a payload that is not JSON is the sender's protocol error. */
+// fatal: a payload that is not UTF-8 is refused, not silently repaired with U+FFFD (a repaired
+// string could pass the schema while meaning something the sender did not send).
+const utf8 = new TextDecoder('utf-8', { fatal: true });
+
+/** Parses a payload into a value; a payload that is not UTF-8 JSON is the sender's protocol error. */
 export function parsePayload(payload: Buffer): unknown {
+  let text: string;
   try {
-    return JSON.parse(payload.toString('utf8'));
+    text = utf8.decode(payload);
+  } catch {
+    throw new ProtocolError('E_FRAME_JSON', `frame payload of ${payload.length} bytes is not valid UTF-8`);
+  }
+  try {
+    return JSON.parse(text);
   } catch (err) {
     throw new ProtocolError('E_FRAME_JSON', `frame payload of ${payload.length} bytes is not valid JSON: ${(err as Error).message}`);
   }
@@ -39,7 +49,10 @@ export function parsePayload(payload: Buffer): unknown {
 
 /**
  * Incremental decoder for one byte stream. `push` returns every payload completed by the
- * chunk and throws ProtocolError on the first bad header; the stream is then unusable.
+ * chunk. A bad header makes the stream unusable: `push` throws its ProtocolError, unless
+ * complete frames came before it in the same chunk; those are returned first, as if they had
+ * arrived in a read of their own, and the error is then in `failure` (and thrown by the next
+ * `push`).
  */
 export class FrameDecoder {
   readonly #maxPayload: number;
@@ -47,6 +60,7 @@ export class FrameDecoder {
   #buffered = 0;
   /** Payload length of the frame being read, once its header is complete. */
   #expected = -1;
+  #failure: ProtocolError | undefined;
 
   constructor(maxPayloadBytes: number) {
     this.#maxPayload = maxPayloadBytes;
@@ -57,14 +71,30 @@ export class FrameDecoder {
     return this.#buffered;
   }
 
+  /** The error that ended the stream after the frames `push` last returned. */
+  get failure(): ProtocolError | undefined {
+    return this.#failure;
+  }
+
   push(chunk: Buffer): Buffer[] {
+    if (this.#failure) throw this.#failure;
     this.#chunks.push(chunk);
     this.#buffered += chunk.length;
     const out: Buffer[] = [];
+    try {
+      this.#decode(out);
+    } catch (err) {
+      if (!(err instanceof ProtocolError) || out.length === 0) throw err;
+      this.#failure = err;
+    }
+    return out;
+  }
+
+  #decode(out: Buffer[]): void {
     for (;;) {
       if (this.#expected < 0) {
         this.#checkMagic();
-        if (this.#buffered < FRAME_HEADER_BYTES) return out;
+        if (this.#buffered < FRAME_HEADER_BYTES) return;
         const header = this.#peek(FRAME_HEADER_BYTES);
         const version = header.readUInt16BE(4);
         if (version !== FRAME_VERSION) {
@@ -76,7 +106,7 @@ export class FrameDecoder {
         }
         this.#expected = length;
       }
-      if (this.#buffered < FRAME_HEADER_BYTES + this.#expected) return out;
+      if (this.#buffered < FRAME_HEADER_BYTES + this.#expected) return;
       const frame = this.#take(FRAME_HEADER_BYTES + this.#expected);
       out.push(frame.subarray(FRAME_HEADER_BYTES));
       this.#expected = -1;

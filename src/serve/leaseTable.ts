@@ -11,7 +11,7 @@
 //   also ends when that connection closes, so a client that crashes mid-copy frees it at once.
 // A peer in a pid namespace the daemon cannot see has pid 0 (SO_PEERCRED): its liveness cannot
 // be checked, so its leases are bound to the connection whatever the mode.
-import { randomBytes } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import type { LeaseInfo, ServeMode } from './protocol.js';
 import { isProcessAlive, processIdentity, type ProcessIdentity } from './processLiveness.js';
 
@@ -109,6 +109,14 @@ export class LeaseTable {
   }
 }
 
+/**
+ * What others may see of a lease id: enough to tell leases apart in stats and logs, never
+ * enough to detach one (the id is a 96-bit secret; this is 64 bits of its SHA-256).
+ */
+export function leaseHash(id: string): string {
+  return createHash('sha256').update(id).digest('hex').slice(0, 16);
+}
+
 export function leaseInfo(l: Lease): LeaseInfo {
-  return { leaseId: l.id, pid: l.owner.pid, mode: l.mode, sinceMs: l.sinceMs, connectionBound: l.connectionBound };
+  return { leaseHash: leaseHash(l.id), pid: l.owner.pid, mode: l.mode, sinceMs: l.sinceMs, connectionBound: l.connectionBound };
 }

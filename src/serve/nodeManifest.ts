@@ -7,7 +7,7 @@ import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { ServeError } from '../errors.js';
 import type { RankTableEntry } from '../rendezvous/rankTable.js';
-import { NODE_MANIFEST } from './socketDir.js';
+import { NODE_MANIFEST, removeSocketDirIfCreated } from './socketDir.js';
 
 export const NODE_MANIFEST_VERSION = 1;
 
@@ -96,4 +96,5 @@ export function removeNodeManifest(socketDir: string): void {
   } catch {
     // Already gone or not ours: nothing to remove.
   }
+  removeSocketDirIfCreated(socketDir);
 }

@@ -69,7 +69,8 @@ export type TensorMeta = z.infer<typeof TensorMeta>;
 export const SegmentRef = z.object({ segment: count, bytes: count, handle: z.string() });
 export type SegmentRef = z.infer<typeof SegmentRef>;
 export const LeaseInfo = z.object({
-  leaseId,
+  /** A hash of the lease id, never the id: the id proves ownership, so only its holder sees it. */
+  leaseHash: z.string(),
   pid: count,
   mode: ServeMode,
   sinceMs: z.number(),

@@ -12,7 +12,8 @@ import { addon } from '../native/addon.js';
 import { ClientConnection, type ConnectionHandler, type ConnectionLimits } from './clientConnection.js';
 import { acquireDeviceLock, type DeviceLock } from './deviceLock.js';
 import { MAX_REQUEST_BYTES } from './frameCodec.js';
-import { leaseInfo, LeaseTable, type Caller, type Lease } from './leaseTable.js';
+import { leaseHash, leaseInfo, LeaseTable, type Caller, type Lease } from './leaseTable.js';
+import { LogLimiter } from './logLimiter.js';
 import {
   PROTOCOL_VERSION,
   type DetachReply,
@@ -25,13 +26,15 @@ import {
   type StatsReply,
 } from './protocol.js';
 import type { ServedRank } from './servedRank.js';
-import { checkSocketPathLength, resolveSocketDir, socketPathFor } from './socketDir.js';
+import { checkSocketPathLength, removeSocketDirIfCreated, resolveSocketDir, socketPathFor } from './socketDir.js';
 
 export interface ServeLimits extends ConnectionLimits {
   /** How often leases of exited clients are looked for (they are also checked on release). */
   leaseSweepMs: number;
   /** Connections beyond this are closed at once. */
   maxConnections: number;
+  /** Log window of peer-caused lines (protocol errors, refusals): 20 lines, then a count. */
+  logWindowMs: number;
 }
 
 export const DEFAULT_SERVE_LIMITS: ServeLimits = {
@@ -40,6 +43,7 @@ export const DEFAULT_SERVE_LIMITS: ServeLimits = {
   idleTimeoutMs: 60_000,
   leaseSweepMs: 2_000,
   maxConnections: 1024,
+  logWindowMs: 10_000,
 };
 
 /**
@@ -51,6 +55,7 @@ export const SERVE_LIMITS_ENV: Record<Exclude<keyof ServeLimits, 'maxRequestByte
   idleTimeoutMs: 'WEIGHTD_SERVE_IDLE_TIMEOUT_MS',
   leaseSweepMs: 'WEIGHTD_SERVE_LEASE_SWEEP_MS',
   maxConnections: 'WEIGHTD_SERVE_MAX_CONNECTIONS',
+  logWindowMs: 'WEIGHTD_SERVE_LOG_WINDOW_MS',
 };
 
 /** The defaults, overridden by the environment and then by `over`. */
@@ -77,25 +82,6 @@ export interface RankServerStats {
   requests: number;
   protocolErrors: number;
   refusedPeers: number;
-}
-
-/** Logs at most `burst` lines per window and then one line saying how many were left out. */
-class LogLimiter {
-  #windowStart = 0;
-  #count = 0;
-  #dropped = 0;
-  constructor(readonly burst: number, readonly windowMs: number) {}
-  allow(log: () => void, summary: (dropped: number) => void): void {
-    const now = Date.now();
-    if (now - this.#windowStart > this.windowMs) {
-      if (this.#dropped > 0) summary(this.#dropped);
-      this.#windowStart = now;
-      this.#count = 0;
-      this.#dropped = 0;
-    }
-    if (this.#count++ < this.burst) log();
-    else this.#dropped++;
-  }
 }
 
 /** Whether a socket path is served: connect succeeds (live) or is refused (stale file). */
@@ -127,7 +113,10 @@ export class RankServer implements ConnectionHandler {
   readonly #uid = process.getuid!();
   readonly #leases = new LeaseTable();
   readonly #connections = new Map<number, ClientConnection>();
-  readonly #violations = new LogLimiter(20, 10_000);
+  readonly #logDropped = (dropped: number) =>
+    this.#log.warn({ dropped, socket: this.#socketPath }, `${dropped} more client protocol errors and refused connections were not logged`);
+  /** One budget for every line a peer can cause, so no mix of misdeeds floods the log. */
+  #peerLog = new LogLimiter(20, DEFAULT_SERVE_LIMITS.logWindowMs, this.#logDropped);
   /** The manifest part of every get_state reply, per layout, serialized once (100k tensors: tens of MB). */
   readonly #manifestJson: Map<string, string>;
   readonly #startedAt = Date.now();
@@ -141,6 +130,7 @@ export class RankServer implements ConnectionHandler {
   #lock: DeviceLock | undefined;
   #server: Server | undefined;
   #socketPath: string | undefined;
+  #socketDir: string | undefined;
   /** The inode we bound, so close() never unlinks a socket some other daemon bound later. */
   #socketIno: number | undefined;
   #sweep: NodeJS.Timeout | undefined;
@@ -193,9 +183,12 @@ export class RankServer implements ConnectionHandler {
 
   async #listen(): Promise<string> {
     this.#throwIfClosed();
+    // Read here, not in the constructor: a bad environment value fails listen(), as a start-up error.
     this.#limits = serveLimits(this.#options.limits);
+    this.#peerLog = new LogLimiter(20, this.#limits.logWindowMs, this.#logDropped);
     const { uuid } = this.rank.device;
     const dir = resolveSocketDir(this.#options.socketDir);
+    this.#socketDir = dir;
     const path = socketPathFor(dir, uuid);
     checkSocketPathLength(path);
     this.#lock ??= acquireDeviceLock(dir, uuid, (holder) =>
@@ -218,6 +211,8 @@ export class RankServer implements ConnectionHandler {
   close(): void {
     this.#closed = true;
     clearInterval(this.#sweep);
+    // The count of the last burst is logged now rather than lost.
+    this.#peerLog.flush();
     for (const c of this.#connections.values()) c.destroy();
     const server = this.#server;
     this.#server = undefined;
@@ -233,6 +228,7 @@ export class RankServer implements ConnectionHandler {
     const lock = this.#lock;
     this.#lock = undefined;
     lock?.release();
+    if (this.#socketDir) removeSocketDirIfCreated(this.#socketDir);
   }
 
   /** close() may run while listen() awaits; what listen() acquired after it is let go here. */
@@ -312,7 +308,7 @@ export class RankServer implements ConnectionHandler {
       return;
     }
     if (this.#connections.size >= this.#limits.maxConnections) {
-      this.#log.warn({ limit: this.#limits.maxConnections }, 'too many client connections: refused one');
+      this.#peerLog.allow(() => this.#log.warn({ limit: this.#limits.maxConnections }, 'too many client connections: refused one'));
       socket.destroy();
       return;
     }
@@ -322,7 +318,7 @@ export class RankServer implements ConnectionHandler {
       if (fd === undefined || fd < 0) throw new Error('the socket has no file descriptor');
       peer = addon.peerCredentials(fd);
     } catch (err) {
-      this.#log.warn({ err: (err as Error).message }, 'cannot read the peer credentials of a client: refused it');
+      this.#peerLog.allow(() => this.#log.warn({ err: (err as Error).message }, 'cannot read the peer credentials of a client: refused it'));
       socket.destroy();
       return;
     }
@@ -330,7 +326,7 @@ export class RankServer implements ConnectionHandler {
       // Unreachable with a 0600 socket in a 0700 directory, unless someone widened them, or
       // the peer is root; refusing root as well keeps "only this user" exact.
       this.#refusedPeers++;
-      this.#log.warn({ peerUid: peer.uid, peerPid: peer.pid, uid: this.#uid, socket: this.#socketPath }, 'refused a client of another user');
+      this.#peerLog.allow(() => this.#log.warn({ peerUid: peer.uid, peerPid: peer.pid, uid: this.#uid, socket: this.#socketPath }, 'refused a client of another user'));
       socket.destroy();
       return;
     }
@@ -353,10 +349,7 @@ export class RankServer implements ConnectionHandler {
 
   violation(caller: Caller, err: WeightdError): void {
     this.#protocolErrors++;
-    this.#violations.allow(
-      () => this.#log.warn({ peerPid: caller.pid, connection: caller.connectionId, code: err.code }, `closed a client connection: ${err.message}`),
-      (dropped) => this.#log.warn({ dropped }, 'more client protocol errors were not logged'),
-    );
+    this.#peerLog.allow(() => this.#log.warn({ peerPid: caller.pid, connection: caller.connectionId, code: err.code }, `closed a client connection: ${err.message}`));
   }
 
   async handle(req: Request, caller: Caller): Promise<string> {
@@ -506,6 +499,6 @@ export class RankServer implements ConnectionHandler {
   }
 
   #logLease(l: Lease, msg: string, client?: string): void {
-    this.#log.info({ leaseId: l.id, peerPid: l.owner.pid, mode: l.mode, leases: this.#leases.size, client }, msg);
+    this.#log.info({ lease: leaseHash(l.id), peerPid: l.owner.pid, mode: l.mode, leases: this.#leases.size, client }, msg);
   }
 }

@@ -2,9 +2,9 @@
 // checks are what stop another user from reading or hijacking the cache: a socket path under a
 // directory someone else controls can be swapped for theirs between our bind and a client's
 // connect, so the directory must be ours and closed to others.
-import { lstatSync, mkdirSync, readlinkSync, type Stats } from 'node:fs';
+import { lstatSync, mkdirSync, readlinkSync, realpathSync, rmdirSync, type Stats } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
+import { dirname, join, resolve } from 'node:path';
 import { ServeError } from '../errors.js';
 
 export const SOCKET_SUFFIX = '.sock';
@@ -53,6 +53,73 @@ function lstatOrNull(path: string): Stats | null {
   }
 }
 
+/** Socket directories this process created: it removes them again when it stops using them. */
+const created = new Set<string>();
+
+/**
+ * Removes `dir` if this process created it and nothing is left in it. Called after each thing
+ * this process kept there (socket, lock, node manifest) is removed, so whichever goes last
+ * takes the directory with it; a directory the operator made is never removed.
+ */
+export function removeSocketDirIfCreated(dir: string): void {
+  const path = resolve(dir);
+  if (!created.has(path)) return;
+  try {
+    rmdirSync(path);
+    created.delete(path);
+  } catch {
+    // Not empty yet (another rank still serves from it), or already gone.
+  }
+}
+
+/** A directory anyone may create entries in, such as /tmp: sticky and world-writable. */
+function isSharedTempDir(st: Stats): boolean {
+  return (st.mode & 0o1002) === 0o1002;
+}
+
+/**
+ * Whoever can rename or replace any directory above the socket directory can swap the whole
+ * tree, so every ancestor must be owned by root or by us, and not writable by group or others
+ * unless it has the sticky bit (then others cannot rename what is not theirs). The same rule as
+ * OpenSSH's StrictModes (secure_path): checked along the path as given and along its real path,
+ * since a symbolic link in the way is as good as the directory it names.
+ */
+function checkAncestors(path: string, flag: string, uid: number): void {
+  const chain = (p: string): string[] => {
+    const out: string[] = [];
+    for (let d = dirname(p); ; d = dirname(d)) {
+      out.push(d);
+      if (d === dirname(d)) return out;
+    }
+  };
+  let real: string[] = [];
+  try {
+    real = chain(realpathSync(path));
+  } catch {
+    // The lexical chain below reports whatever makes the real path unreadable.
+  }
+  for (const ancestor of new Set([...chain(path), ...real])) {
+    const st = lstatOrNull(ancestor);
+    if (!st) throw new ServeError('E_SOCKET_DIR', `${flag} ${path}: its ancestor ${ancestor} does not exist`, { path, ancestor });
+    if (st.uid !== 0 && st.uid !== uid) {
+      throw new ServeError(
+        'E_SOCKET_DIR_ANCESTOR',
+        `${flag} ${path} is inside ${ancestor}, which is owned by uid ${st.uid} (neither root nor this user, uid ${uid}); that user could replace the directory and the sockets in it. ` +
+          `Pass a directory under one owned by root or by you with --weight-cache-socket-dir`,
+        { path, ancestor, owner: st.uid, uid },
+      );
+    }
+    if (!st.isSymbolicLink() && st.mode & 0o022 && !(st.mode & 0o1000)) {
+      throw new ServeError(
+        'E_SOCKET_DIR_ANCESTOR',
+        `${flag} ${path} is inside ${ancestor}, which has mode ${mode(st)}: group or others can write to it without the sticky bit, so they could replace the directory. ` +
+          `Pass a directory under one that only root or you can write to with --weight-cache-socket-dir`,
+        { path, ancestor, mode: st.mode & 0o7777 },
+      );
+    }
+  }
+}
+
 /**
  * Returns the absolute socket directory, created (0700) if absent, after checking that it is a
  * real directory (not a symlink) owned by this user. The default directory must be closed to
@@ -63,11 +130,13 @@ export function resolveSocketDir(dir?: string): string {
   const isDefault = dir === undefined;
   const path = resolve(dir ?? defaultSocketDir());
   const flag = isDefault ? 'the default socket directory' : 'socket directory (--weight-cache-socket-dir)';
+  const uid = currentUid();
   let st = lstatOrNull(path);
   if (!st) {
     try {
       // mkdir never follows a symlink planted at the last component: it fails with EEXIST.
       mkdirSync(path, { mode: 0o700, recursive: !isDefault });
+      created.add(path);
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code !== 'EEXIST') {
         throw new ServeError('E_SOCKET_DIR', `cannot create ${flag} ${path}: ${(err as Error).message}; create it (mode 0700) or pass another directory`, { path }, { cause: err });
@@ -76,6 +145,9 @@ export function resolveSocketDir(dir?: string): string {
     st = lstatOrNull(path);
     if (!st) throw new ServeError('E_SOCKET_DIR', `${flag} ${path} vanished right after it was created; is another process removing it?`, { path });
   }
+  // Checked once the directory exists, so the real path is known (a directory made just now is
+  // mode 0700 and empty, so making it first gives nothing away).
+  checkAncestors(path, flag, uid);
   if (st.isSymbolicLink()) {
     let target = '?';
     try {
@@ -93,7 +165,6 @@ export function resolveSocketDir(dir?: string): string {
   if (!st.isDirectory()) {
     throw new ServeError('E_SOCKET_DIR_NOT_DIR', `${flag} ${path} exists but is not a directory; remove it or pass another directory`, { path });
   }
-  const uid = currentUid();
   if (st.uid !== uid) {
     throw new ServeError(
       'E_SOCKET_DIR_OWNER',
@@ -108,7 +179,10 @@ export function resolveSocketDir(dir?: string): string {
       'E_SOCKET_DIR_MODE',
       isDefault
         ? `${flag} ${path} has mode ${mode(st)}: group or others can access it. Run "chmod 700 ${path}"`
-        : `${flag} ${path} has mode ${mode(st)}: group or others can write to it and replace the sockets. Run "chmod go-w ${path}"`,
+        : isSharedTempDir(st)
+          ? // A shared or system directory (such as /tmp) must stay as it is: never advise narrowing it.
+            `${flag} ${path} has mode ${mode(st)}: group or others can write to it and replace the sockets. Pass a private directory inside it instead, such as ${join(path, `weightd-${uid}`)} (weightd creates it, mode 0700)`
+          : `${flag} ${path} has mode ${mode(st)}: group or others can write to it and replace the sockets. Run "chmod go-w ${path}"`,
       { path, mode: st.mode & 0o777 },
     );
   }

@@ -5,6 +5,7 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { expectedFingerprint, findSocket, WeightdClient, type Expected } from '../../src/client/index.js';
 import { ServeError } from '../../src/errors.js';
+import { leaseHash } from '../../src/serve/leaseTable.js';
 import { makeTempDir, removeDir } from '../helpers/checkpoints.js';
 import { startDaemon, type Daemon } from '../helpers/daemon.js';
 import { exampleModel } from '../helpers/paths.js';
@@ -67,7 +68,9 @@ for (const lang of ['ts', 'python'] as ClientLanguage[]) {
         const client = await WeightdClient.connect(socket);
         // The holder closed its connection after attaching: its map lease lives on with its pid.
         const stats = await client.stats();
-        assert.equal(stats.leases.map((l) => [l.leaseId, l.pid, l.mode, l.connectionBound]), [[line.leaseId, line.pid, 'map', false]]);
+        // Others see a hash of the lease id, never the id, which would let them detach it.
+        assert.equal(stats.leases.map((l) => [l.leaseHash, l.pid, l.mode, l.connectionBound]), [[leaseHash(line.leaseId), line.pid, 'map', false]]);
+        assert.not.match(JSON.stringify(stats), line.leaseId);
         const refused = await refusal(client.release());
         assert.is(refused.code, 'E_LEASE_HELD');
         assert.match(refused.message, String(line.pid));
@@ -84,7 +87,7 @@ for (const lang of ['ts', 'python'] as ClientLanguage[]) {
         assert.is((await refusal(client.getState(expected, 'map'))).code, 'E_RELEASED');
         assert.is((await client.release()).alreadyReleased, true);
         client.close();
-        assert.match(daemon.stderr(), 'release requested');
+        await daemon.waitForStderr('the release in the log', (text) => text.includes('release requested'));
       } finally {
         child.kill('SIGKILL');
       }
@@ -100,7 +103,10 @@ test("a dead client's lease expires by itself, with nobody asking", async () => 
       await exitOf(child);
       // No request reaches the daemon meanwhile (stats and release also expire dead leases):
       // only the periodic sweep can write this line.
-      await waitFor('the sweep to expire the lease', async () => daemon.stderr().includes(`"leaseId":"${line.leaseId}"`) && /lease ended: client exited/.test(daemon.stderr()));
+      // The log names the lease by its hash: the id itself would let a reader detach it.
+      const ended = new RegExp(`"lease":"${leaseHash(line.leaseId)}".*"msg":"lease ended: client exited"`);
+      await daemon.waitForStderr('the sweep to expire the lease', (text) => ended.test(text));
+      assert.not.match(daemon.stderr(), line.leaseId);
       const client = await WeightdClient.connect(socket);
       assert.equal((await client.stats()).leases, []);
       client.close();

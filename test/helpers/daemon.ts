@@ -27,10 +27,12 @@ export interface Daemon {
   readonly devices: string[];
   /** stderr so far. */
   stderr(): string;
+  /** Resolves once `done(stderr)` holds, checked on every stderr chunk (rejects at exit or after `ms`). */
+  waitForStderr(what: string, done: (stderr: string) => boolean, ms?: number): Promise<void>;
+  /** Resolves once stderr matches `pattern` (now or later); rejects if the daemon exits first or after `ms`. */
+  waitFor(pattern: RegExp, ms?: number): Promise<void>;
   /** `signal` (SIGTERM), then SIGKILL after `graceMs`; resolves when it is gone (with its code or signal). */
   stop(graceMs?: number, signal?: NodeJS.Signals): Promise<Exit>;
-  /** Resolves once stderr matches `pattern` (now or later); rejects if the daemon exits first. */
-  waitFor(pattern: RegExp): Promise<void>;
   /** SIGKILL: no cleanup runs in the daemon (for stale socket/lock tests). */
   kill9(): Promise<void>;
   /** Open file descriptors of the daemon (/proc/<pid>/fd). */
@@ -73,17 +75,21 @@ function spawnDaemon(opts: DaemonOptions): { child: ChildProcess; devices: strin
   (child.stderr as unknown as { unref(): void }).unref();
   const out = { text: '' };
   child.stderr!.on('data', (d: Buffer) => (out.text += d.toString()));
+  // 'close', not 'exit': 'exit' may come before the last of stderr has been read, and tests
+  // read the daemon's final lines (a summary written at stop) right after it is gone.
   const exitedUnref = new Promise<Exit>((resolve) => {
-    child.on('exit', (code, signal) => {
+    child.on('close', (code, signal) => {
       live.delete(child);
       resolve({ code, signal });
     });
   });
   // Whoever waits for the exit holds a reference meanwhile, or node could end with nothing left
   // to wait on but this unref'd child.
+  const pipe = child.stderr as unknown as { ref(): void; unref(): void };
   const waitExit = () => {
     child.ref();
-    return exitedUnref.finally(() => child.unref());
+    pipe.ref();
+    return exitedUnref.finally(() => (child.unref(), pipe.unref()));
   };
   return { child, devices, out, waitExit };
 }
@@ -118,28 +124,28 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
     pid,
     devices,
     stderr: () => out.text,
-    // The child is unref'd: a timer that does nothing keeps node waiting meanwhile.
-    waitFor: (pattern) =>
-      new Promise<void>((resolve, reject) => {
-        const done = () => {
-          child.stderr!.off('data', check);
-          child.off('exit', gone);
-          clearInterval(keepAlive);
-        };
+    waitForStderr(what, done, ms = 30_000) {
+      return new Promise<void>((resolve, reject) => {
         const check = () => {
-          if (!pattern.test(out.text)) return;
-          done();
+          if (!done(out.text)) return;
+          cleanup();
           resolve();
         };
-        const gone = () => {
-          done();
-          reject(new Error(`daemon exited before ${pattern}; stderr:\n${out.text}`));
-        };
-        const keepAlive = setInterval(() => {}, 1 << 30);
+        const onExit = () => (cleanup(), reject(new Error(`daemon exited before ${what}; stderr tail:\n${out.text.slice(-2000)}`)));
+        const timer = setTimeout(() => (cleanup(), reject(new Error(`no ${what} within ${ms} ms; stderr tail:\n${out.text.slice(-2000)}`))), ms);
+        function cleanup() {
+          clearTimeout(timer);
+          child.stderr!.off('data', check);
+          child.off('exit', onExit);
+        }
         child.stderr!.on('data', check);
-        child.once('exit', gone);
+        child.on('exit', onExit);
         check();
-      }),
+      });
+    },
+    waitFor(pattern, ms = 120_000) {
+      return this.waitForStderr(String(pattern), (text) => pattern.test(text), ms);
+    },
     async stop(graceMs = 10_000, signal: NodeJS.Signals = 'SIGTERM') {
       if (child.exitCode === null && child.signalCode === null) {
         child.kill(signal);

@@ -1,4 +1,4 @@
-import { mkdtempSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -8,12 +8,26 @@ export const repoRoot = fileURLToPath(new URL('../../../', import.meta.url));
 export const exampleModel = `${repoRoot}examples/tiny-llama`;
 export const mainJs = `${repoRoot}dist/main.js`;
 
+const made: string[] = [];
+// Removed when the test process ends, however it ends short of SIGKILL: callers need not
+// remember, and a failed assertion cannot leave its directory behind. Synchronous on purpose:
+// 'exit' handlers cannot wait.
+process.on('exit', () => {
+  for (const dir of made) rmSync(dir, { recursive: true, force: true });
+});
+
+function tempDir(prefix: string): string {
+  const dir = mkdtempSync(prefix);
+  made.push(dir);
+  return dir;
+}
+
 /** A private directory on tmpfs for one test's shared-memory segments, so leftovers are exact. */
 export function freshShmDir(): string {
-  return mkdtempSync('/dev/shm/weightd-test-');
+  return tempDir('/dev/shm/weightd-test-');
 }
 
 /** A private socket directory for one daemon, so test files running in parallel never share device locks. */
 export function freshSocketDir(): string {
-  return mkdtempSync(join(tmpdir(), 'weightd-sock-'));
+  return tempDir(join(tmpdir(), 'weightd-sock-'));
 }

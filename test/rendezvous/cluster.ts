@@ -12,13 +12,20 @@ import { mainJs, repoRoot } from '../helpers/paths.js';
 
 export const fixtures = `${repoRoot}dist/test/rendezvous/fixtures`;
 
-/** Short clocks, so a lost peer is seen in about a second and retries are quick. */
+/**
+ * Quick retries. The peer timeout is long: a killed node's connections close, and that event is
+ * what these tests wait for; a short timeout would only let a stall of a busy machine's scheduler
+ * pass for a lost peer. Only the frozen-node test (`frozenPeerEnv`) needs the timeout itself.
+ */
 const FAST_ENV = {
   WEIGHTD_RDZV_HEARTBEAT_MS: '200',
-  WEIGHTD_RDZV_PEER_TIMEOUT_MS: '1200',
+  WEIGHTD_RDZV_PEER_TIMEOUT_MS: '120000',
   WEIGHTD_RDZV_RETRY_MIN_MS: '50',
   WEIGHTD_RDZV_RETRY_MAX_MS: '300',
 };
+
+/** For the one test of the peer timeout: a SIGSTOPped node keeps its connections open. */
+export const frozenPeerEnv = { WEIGHTD_RDZV_PEER_TIMEOUT_MS: '2000' };
 
 export interface NodeSpec {
   nodeRank: number;
@@ -155,7 +162,7 @@ export class Cluster {
   readonly daemons: Daemon[] = [];
   readonly #dir = mkdtempSync(join(tmpdir(), 'weightd-cluster-'));
 
-  constructor(readonly fabric: Fabric, readonly port: number, readonly shape: { nnodes: number; tp: number; timeoutS: number; model: string }) {}
+  constructor(readonly fabric: Fabric, readonly port: number, readonly shape: { nnodes: number; tp: number; timeoutS: number; model: string; env?: Record<string, string> }) {}
 
   start(spec: NodeSpec): Daemon {
     const nnodes = spec.nnodes ?? this.shape.nnodes;
@@ -169,7 +176,7 @@ export class Cluster {
       ...(spec.token ? ['--weight-cache-token', spec.token] : []),
     ];
     const script = spec.faulty ? `${fixtures}/faultyNode.js` : mainJs;
-    const env = { ...process.env, ...FAST_ENV, WEIGHTD_HOST_DEVICES: devices.join(','), ...spec.faulty };
+    const env = { ...process.env, ...FAST_ENV, ...this.shape.env, WEIGHTD_HOST_DEVICES: devices.join(','), ...spec.faulty };
     const d = new Daemon({ ...spec, nodeRank: spec.nodeRank }, this.fabric.wrap(spec.on ?? spec.nodeRank, [process.execPath, script, ...args]), env);
     this.daemons.push(d);
     return d;

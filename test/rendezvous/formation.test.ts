@@ -59,7 +59,8 @@ for (const [what, over, code, message] of rejections) {
     const coordinator = await startCoordinator(shape);
     // The odd node comes last, so the others are already waiting when it is refused.
     const nodes = startNodes(coordinator.port, shape, [0, 1], over);
-    await sleep(50);
+    // (Node 1 may be the odd one and be refused: only node 0 is sure to be waiting.)
+    await nodes[0]!.logged(/^joined the group at .*; waiting for node rank/);
     nodes.push(...startNodes(coordinator.port, shape, [2], over));
     try {
       for (const n of nodes) {
@@ -80,7 +81,7 @@ test('a wrong token is turned away alone: it cannot fail the group, which forms 
   const guarded = { nnodes: 2, localWorldSize: 1, token: 'right' };
   const coordinator = await startCoordinator(guarded);
   const good = new TestNode(coordinator.port, joinRequest(guarded, 0), { token: 'right' });
-  await sleep(50);
+  await good.logged(/^joined the group at /);
   const bad = new TestNode(coordinator.port, joinRequest(guarded, 1), { token: 'wrong' });
   const stranger = new TestNode(coordinator.port, joinRequest(guarded, 1), { token: undefined });
   let late: TestNode | undefined;
@@ -216,7 +217,7 @@ test('nodes that start before node 0 retry until it listens', async () => {
   // Learn a free port, then leave it closed for a while.
   const port = await freePort();
   const node1 = new TestNode(port, joinRequest(two, 1));
-  await sleep(300);
+  await node1.logged(/^node 0 not reachable yet; retrying$/);
   const coordinator = await startCoordinator(two, port);
   const node0 = new TestNode(port, joinRequest(two, 0));
   try {
@@ -281,7 +282,7 @@ test('a node that failed before joining fails the starting group at once, naming
   const report = (token: string | undefined) =>
     reportStartupFailure({ host: '127.0.0.1', port: coordinator.port, token, nodeRank: 1, hostName: 'host1', error, timing: FAST, timeoutMs: 2000 });
   try {
-    await sleep(100); // node 0 has joined and waits for node 1
+    await node0.logged(/^joined the group at .*; waiting for node rank 1$/);
     assert.is(await report('wrong'), true, 'sent');
     await sleep(100);
     assert.is.not(coordinator.phase, 'failed', 'a report without the token changes nothing');

@@ -11,7 +11,7 @@ import { encodeRdzvMessage, parseServerMessage, type AnyMessage, type ServerMess
 import { createRdzvDecoder } from '../../src/rendezvous/wire.js';
 
 // Short, but with a peer timeout that a busy CI machine's event-loop stalls do not reach.
-export const FAST: GroupTiming = { heartbeatMs: 50, peerTimeoutMs: 1000, retryMinMs: 10, retryMaxMs: 100, handshakeMs: 1000 };
+export const FAST: GroupTiming = { heartbeatMs: 50, peerTimeoutMs: 1000, retryMinMs: 10, retryMaxMs: 100, handshakeMs: 1000, joinMs: 1000 };
 export const FINGERPRINT = 'a'.repeat(64);
 export const silent = pino({ level: process.env.WEIGHTD_TEST_LOG ?? 'silent' });
 
@@ -20,6 +20,8 @@ export interface GroupShape {
   localWorldSize: number;
   token?: string;
   rendezvousTimeoutMs?: number;
+  /** The coordinator's clocks, over FAST. */
+  timing?: Partial<GroupTiming>;
 }
 
 export function joinRequest(shape: GroupShape, nodeRank: number, over: Partial<JoinRequest> = {}): JoinRequest {
@@ -51,7 +53,7 @@ export async function startCoordinator(shape: GroupShape, port = 0): Promise<Coo
     port,
     expect: { nnodes: shape.nnodes, tpSize: shape.nnodes * shape.localWorldSize, localWorldSize: shape.localWorldSize, fingerprint: FINGERPRINT, token: shape.token },
     rendezvousTimeoutMs: shape.rendezvousTimeoutMs ?? 5000,
-    timing: FAST,
+    timing: { ...FAST, ...shape.timing },
     log: silent,
   }));
 }
@@ -61,9 +63,10 @@ export function track<T extends { close(): void }>(thing: T): T {
   return thing;
 }
 
-/** One node's client and everything it emitted. */
+/** One node's client and everything it emitted: events, and the `msg` of each log line. */
 export class TestNode {
   readonly events: GroupEvent[] = [];
+  readonly logs: string[] = [];
   readonly client: GroupClient;
   #waiters: Array<() => void> = [];
 
@@ -75,10 +78,16 @@ export class TestNode {
       join,
       rendezvousTimeoutMs: opts.rendezvousTimeoutMs ?? 5000,
       timing: { ...FAST, ...opts.timing },
-      log: silent,
+      // Its log lines are events too: "joined the group ... waiting", "retrying", ...
+      log: pino({ level: 'debug' }, {
+        write: (line: string) => {
+          this.logs.push(String((JSON.parse(line) as { msg?: string }).msg));
+          this.#wake();
+        },
+      }),
       emit: (e) => {
         this.events.push(e);
-        for (const w of this.#waiters.splice(0)) w();
+        this.#wake();
       },
     });
     track(this.client).start();
@@ -89,18 +98,31 @@ export class TestNode {
   }
 
   /** Resolves with the first event matching `pred`; rejects after `ms`, listing what came. */
-  async next<T extends GroupEvent['type']>(type: T, ms = 5000, pred: (e: Extract<GroupEvent, { type: T }>) => boolean = () => true): Promise<Extract<GroupEvent, { type: T }>> {
+  next<T extends GroupEvent['type']>(type: T, ms = 5000, pred: (e: Extract<GroupEvent, { type: T }>) => boolean = () => true): Promise<Extract<GroupEvent, { type: T }>> {
+    return this.#until(type, ms, () => this.events.find((e): e is Extract<GroupEvent, { type: T }> => e.type === type && pred(e as Extract<GroupEvent, { type: T }>)));
+  }
+
+  /** Resolves once this node has logged a line whose msg matches (e.g. that it joined and waits). */
+  async logged(pattern: RegExp, ms = 5000): Promise<void> {
+    await this.#until(String(pattern), ms, () => this.logs.find((m) => pattern.test(m)));
+  }
+
+  async #until<T>(what: string, ms: number, find: () => T | undefined): Promise<T> {
     const deadline = Date.now() + ms;
     for (;;) {
-      const hit = this.events.find((e): e is Extract<GroupEvent, { type: T }> => e.type === type && pred(e as Extract<GroupEvent, { type: T }>));
-      if (hit) return hit;
+      const hit = find();
+      if (hit !== undefined) return hit;
       const left = deadline - Date.now();
-      if (left <= 0) throw new Error(`no ${type} within ${ms} ms; got: ${JSON.stringify(this.types())}`);
+      if (left <= 0) throw new Error(`no ${what} within ${ms} ms; got: ${JSON.stringify(this.types())}, log: ${JSON.stringify(this.logs.slice(-5))}`);
       await new Promise<void>((resolve) => {
         const t = setTimeout(resolve, left);
         this.#waiters.push(() => (clearTimeout(t), resolve()));
       });
     }
+  }
+
+  #wake(): void {
+    for (const w of this.#waiters.splice(0)) w();
   }
 
   failure(): { code: string; message: string } {

@@ -75,14 +75,16 @@ test('a single node joins at once with its own table and is group-ready after NO
 test('a single node with one device listed twice fails before loading', async () => {
   const twice: Prepared = { ...fakePrepared, devices: fakePrepared.devices.map((d) => ({ ...d, uuid: 'same' })) };
   const events: GroupEvent[] = [];
+  let arrived!: () => void;
+  const first = new Promise<void>((r) => (arrived = r));
   const { setup } = await import('xstate');
   const actor = createActor(
     setup({ actors: { groupSession }, types: { events: {} as GroupEvent } }).createMachine({
       invoke: { src: 'groupSession', input: { config: fakeConfig(), prepared: twice, log: silent } },
-      on: { '*': { actions: ({ event }) => void events.push(event) } },
+      on: { '*': { actions: ({ event }) => (events.push(event), arrived()) } },
     }),
   ).start();
-  await sleep(10);
+  await first;
   actor.stop();
   assert.is(events[0]?.type, 'GROUP_FAILED');
   assert.is(events[0]?.type === 'GROUP_FAILED' && events[0].error.code, 'E_RDZV_DUPLICATE_DEVICE');
@@ -149,7 +151,7 @@ test('node 0 that cannot listen fails with the address and the fix', async () =>
 });
 
 test('rendezvous clocks: defaults, environment overrides, and refused values', () => {
-  assert.equal(groupTiming({}, {}), { heartbeatMs: 1000, peerTimeoutMs: 5000, retryMinMs: 100, retryMaxMs: 2000, handshakeMs: 10_000 });
+  assert.equal(groupTiming({}, {}), { heartbeatMs: 1000, peerTimeoutMs: 5000, retryMinMs: 100, retryMaxMs: 2000, handshakeMs: 10_000, joinMs: 2000 });
   assert.is(groupTiming({}, { WEIGHTD_RDZV_HEARTBEAT_MS: '100', WEIGHTD_RDZV_PEER_TIMEOUT_MS: '500' }).peerTimeoutMs, 500);
   assert.throws(() => groupTiming({}, { WEIGHTD_RDZV_HEARTBEAT_MS: 'fast' }), /WEIGHTD_RDZV_HEARTBEAT_MS="fast": must be a whole number of milliseconds/);
   assert.throws(() => groupTiming({}, { WEIGHTD_RDZV_PEER_TIMEOUT_MS: '1500' }), /must exceed twice WEIGHTD_RDZV_HEARTBEAT_MS 1000/);

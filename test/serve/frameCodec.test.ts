@@ -62,4 +62,23 @@ test('a payload that is not JSON is a protocol error', () => {
   assert.is(codeOf(() => parsePayload(Buffer.from('{nope'))), 'E_FRAME_JSON');
 });
 
+test('a payload that is not UTF-8 is E_FRAME_JSON, not silently repaired', () => {
+  // "ab" with a lone continuation byte, an overlong "/" and a lone surrogate inside a string.
+  for (const bad of [[0x22, 0x61, 0x80, 0x62, 0x22], [0x22, 0xc0, 0xaf, 0x22], [0x22, 0xed, 0xa0, 0x80, 0x22]]) {
+    assert.is(codeOf(() => parsePayload(Buffer.from(bad))), 'E_FRAME_JSON', Buffer.from(bad).toString('hex'));
+  }
+  assert.is(parsePayload(Buffer.from('"ünï ✓"')), 'ünï ✓');
+});
+
+test('complete frames before garbage in one chunk are returned; the error comes after them', () => {
+  const d = new FrameDecoder(100);
+  const chunk = Buffer.concat([encodeMessage({ id: 1 }), encodeMessage({ id: 2 }), Buffer.from('GARBAGE')]);
+  assert.equal(d.push(chunk).map((p) => parsePayload(p)), [{ id: 1 }, { id: 2 }]);
+  assert.is(d.failure?.code, 'E_FRAME_MAGIC');
+  assert.is(codeOf(() => d.push(encodeMessage({ id: 3 }))), 'E_FRAME_MAGIC', 'the stream stays unusable');
+  const clean = new FrameDecoder(100);
+  clean.push(encodeMessage({ id: 1 }));
+  assert.is(clean.failure, undefined);
+});
+
 test.run();

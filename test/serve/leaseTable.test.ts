@@ -2,7 +2,7 @@
 // it detaches, whatever happens to its connection, and whatever pid namespace it lives in.
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { LeaseTable } from '../../src/serve/leaseTable.js';
+import { leaseHash, leaseInfo, LeaseTable } from '../../src/serve/leaseTable.js';
 
 const me = { pid: process.pid, connectionId: 1 };
 
@@ -33,6 +33,20 @@ test('a lease of a known pid is detached only by that pid', () => {
   const lease = t.grant(me, 'map');
   assert.equal(t.detach({ pid: 1, connectionId: 7 }, lease.id), [], 'another process cannot drop it');
   assert.equal(t.detach({ ...me, connectionId: 8 }, lease.id).map((l) => l.id), [lease.id]);
+});
+
+test('what others see of a lease (stats, error details) never holds its id', () => {
+  const t = new LeaseTable();
+  const lease = t.grant({ pid: 0, connectionId: 1 }, 'map');
+  const shown = JSON.stringify([t.list(), leaseInfo(lease)]);
+  assert.not.ok(shown.includes(lease.id), shown);
+  assert.is(t.list()[0]!.leaseHash, leaseHash(lease.id));
+  // Another client of unknown pid cannot end it: not by connection, not by what stats shows.
+  const stranger = { pid: 0, connectionId: 2 };
+  assert.equal(t.detach(stranger), []);
+  assert.equal(t.detach(stranger, t.list()[0]!.leaseHash), []);
+  assert.equal(t.othersThan(stranger).map((l) => l.id), [lease.id], 'its release is refused');
+  assert.is(t.size, 1);
 });
 
 test('dead clients\' leases expire', () => {

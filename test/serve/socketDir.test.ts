@@ -3,12 +3,13 @@
 // naming the holder while the first keeps serving; a SIGKILLed daemon's socket and lock are
 // taken over; a socket that still accepts is never unlinked; other users are refused.
 import { spawn } from 'node:child_process';
-import { chmodSync, chownSync, existsSync, mkdirSync, readdirSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
+import { chmodSync, chownSync, existsSync, mkdirSync, readdirSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { expectedFingerprint, findSocket, WeightdClient } from '../../src/client/index.js';
-import { socketPathFor } from '../../src/serve/socketDir.js';
+import { removeSocketDirIfCreated, resolveSocketDir, socketPathFor } from '../../src/serve/socketDir.js';
+import { ServeError } from '../../src/errors.js';
 import { makeTempDir, removeDir } from '../helpers/checkpoints.js';
 import { expectDaemonFailure, startDaemon, type Daemon } from '../helpers/daemon.js';
 import { exampleModel } from '../helpers/paths.js';
@@ -35,7 +36,7 @@ test('the default directory is created 0700 under TMPDIR, sockets 0600', async (
     assert.is(statSync(socket).mode & 0o777, 0o600);
     await canAttach(dir);
     await daemon.stop();
-    assert.equal(readdirSync(dir), []);
+    assert.not.ok(existsSync(dir), 'the daemon removes the directory it created');
   } finally {
     await daemon?.stop();
     removeDir(tmp);
@@ -99,6 +100,69 @@ test('a directory owned by another user is refused', async () => {
     chmodSync(tmp, 0o700);
     const r = await expectDaemonFailure({ model: exampleModel, socketDir: tmp });
     assert.match(r.stderr, `${tmp} is owned by uid 65534, not by this user`);
+  } finally {
+    removeDir(tmp);
+  }
+});
+
+/** The ServeError resolveSocketDir throws for `dir`. */
+function refusal(dir: string): ServeError {
+  try {
+    resolveSocketDir(dir);
+  } catch (err) {
+    assert.instance(err, ServeError);
+    return err as ServeError;
+  }
+  return assert.unreachable(`${dir} was accepted`) as never;
+}
+
+test('every ancestor must be owned by root or this user, and not writable by others without the sticky bit', () => {
+  if (!isRoot) return; // only root can make a directory someone else owns
+  const tmp = makeTempDir('ancestor');
+  try {
+    mkdirSync(`${tmp}/theirs/mine`, { recursive: true, mode: 0o700 });
+    chownSync(`${tmp}/theirs`, 12345, 12345);
+    let e = refusal(`${tmp}/theirs/mine`);
+    assert.is(e.code, 'E_SOCKET_DIR_ANCESTOR');
+    assert.match(e.message, `is inside ${tmp}/theirs, which is owned by uid 12345`);
+    // The same through a link: the real path's ancestors count.
+    symlinkSync(`${tmp}/theirs`, `${tmp}/alias`);
+    assert.is(refusal(`${tmp}/alias/mine`).code, 'E_SOCKET_DIR_ANCESTOR');
+    // Several levels up, and not created when refused.
+    assert.is(refusal(`${tmp}/theirs/mine/a/b`).code, 'E_SOCKET_DIR_ANCESTOR');
+
+    mkdirSync(`${tmp}/open/mine`, { recursive: true, mode: 0o700 });
+    chmodSync(`${tmp}/open`, 0o777);
+    e = refusal(`${tmp}/open/mine`);
+    assert.is(e.code, 'E_SOCKET_DIR_ANCESTOR');
+    assert.match(e.message, `${tmp}/open, which has mode 0777`);
+    chmodSync(`${tmp}/open`, 0o1777); // sticky, as /tmp: others cannot rename what is ours
+    assert.is(resolveSocketDir(`${tmp}/open/mine`), `${tmp}/open/mine`);
+  } finally {
+    removeDir(tmp);
+  }
+});
+
+test('a shared directory such as /tmp is refused with a private directory to use, never a chmod of it', () => {
+  const e = refusal('/tmp');
+  assert.is(e.code, 'E_SOCKET_DIR_MODE');
+  assert.not.match(e.message, 'chmod');
+  assert.match(e.message, `/tmp/weightd-${process.getuid!()}`);
+});
+
+test('a directory created for the sockets is removed once empty; one that existed stays', () => {
+  const tmp = makeTempDir('created');
+  try {
+    const made = resolveSocketDir(`${tmp}/new/dir`);
+    writeFileSync(`${made}/x.lock`, '');
+    removeSocketDirIfCreated(made);
+    assert.ok(existsSync(made), 'not while something is left in it');
+    rmSync(`${made}/x.lock`);
+    removeSocketDirIfCreated(made);
+    assert.not.ok(existsSync(made));
+    resolveSocketDir(tmp);
+    removeSocketDirIfCreated(tmp);
+    assert.ok(existsSync(tmp), 'an existing directory is never removed');
   } finally {
     removeDir(tmp);
   }
@@ -200,7 +264,8 @@ test('a client of another uid is refused and logged (SO_PEERCRED)', async () => 
       c.on('exit', () => resolve(text));
     });
     assert.equal(JSON.parse(out), { got: 0 }, 'closed without a reply');
-    assert.match(daemon.stderr(), 'refused a client of another user');
+    // The line is written before the close the client saw, but may still be in the pipe.
+    await daemon.waitForStderr('the refusal in the log', (text) => text.includes('refused a client of another user'));
     const client = await WeightdClient.connect(socket);
     assert.is((await client.stats()).refusedPeers, 1);
     client.close();
