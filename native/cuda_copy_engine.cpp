@@ -317,10 +317,15 @@ class CopyEngine {
   }
 
   // Waits for the copies that read this slot, counts their bytes as landed, and frees the slot.
+  // An asynchronous fault of a copy surfaces here, and is the fault of the GPU it ran on.
   void retire(Slot& slot) {
     for (size_t m = 0; m < members_.size(); ++m) {
       if (!slot.pendingBytes[m]) continue;
-      cudaDriver().cuEventSynchronize(slot.copied[m].get());
+      try {
+        cudaDriver().cuEventSynchronize(slot.copied[m].get());
+      } catch (const DeviceError& e) {
+        throw MemberFailure(m, members_[m].target, e);
+      }
       members_[m].progress->bytes += slot.pendingBytes[m];
       slot.pendingBytes[m] = 0;
     }

@@ -20,6 +20,9 @@ struct Group {
   bool running = false;
   bool finished = false;
   std::string abandonedBy;  // set when a member left before the fill started
+  // Members told of the abandonment (the one that left, those waiting, those arriving later):
+  // once all `size` know, nobody can come asking for the group and it is forgotten.
+  unsigned told = 0;
   std::exception_ptr error;
 };
 
@@ -42,6 +45,14 @@ DeviceError groupError(const std::string& code, const std::string& id, const std
   }
 }
 
+// Counts one more member told that the group was abandoned, and retires the id after the last.
+// Called with registryMutex held.
+void tellAbandoned(const std::string& id, const std::shared_ptr<Group>& g) {
+  if (++g->told < g->size) return;
+  auto it = groups.find(id);
+  if (it != groups.end() && it->second == g) groups.erase(it);
+}
+
 }  // namespace
 
 void fillInGroup(const std::string& id, unsigned size, const FillMember& self, const FillOptions& options) {
@@ -56,6 +67,7 @@ void fillInGroup(const std::string& id, unsigned size, const FillMember& self, c
     throw groupError("E_BAD_GROUP", id, "joined as one of " + std::to_string(size) + " members, but it has " + std::to_string(g->size));
   }
   if (!g->abandonedBy.empty()) {
+    tellAbandoned(id, g);
     throw groupError("E_FILL_CANCELLED", id, g->abandonedBy + " was cancelled before the group's fill started");
   }
   if (g->running || g->finished) throw groupError("E_BAD_GROUP", id, "already has its " + std::to_string(size) + " members");
@@ -90,6 +102,7 @@ void fillInGroup(const std::string& id, unsigned size, const FillMember& self, c
       return;
     }
     if (!g->abandonedBy.empty() && !g->running) {
+      tellAbandoned(id, g);
       throw groupError("E_FILL_CANCELLED", id, g->abandonedBy + " was cancelled before the group's fill started");
     }
     if (!g->running && self.progress->cancel.load()) {
@@ -100,6 +113,7 @@ void fillInGroup(const std::string& id, unsigned size, const FillMember& self, c
           break;
         }
       }
+      tellAbandoned(id, g);
       registryChanged.notify_all();
       throw DeviceError("E_FILL_CANCELLED", "fill cancelled before it finished");
     }

@@ -238,6 +238,8 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
       d0!.cancelFill();
       await capture('cancelWhileWaiting', waiting);
       await capture('lateMember', fill(d1!, 1, { id: 'sizes', size: 2 }));
+      // Both members have been told: the abandoned id is forgotten, and a new group may take it.
+      await capture('reused', Promise.all([fill(d0!, 0, { id: 'sizes', size: 2 }), fill(d1!, 1, { id: 'sizes', size: 2 })]));
       // GPU 1 lists fixture file 0 second: its op 0 reads that file.
       const pastEnd = [...members[1]!.ops, { ...members[1]!.ops[0]!, srcOffset: fx.data[0]!.length - 10 }];
       await Promise.all([
@@ -276,6 +278,30 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
       faults[`${phase}-${kind}`] = { state: result.state, message: result.failure?.message, ms: Math.round(performance.now() - t0) };
     }
     return { loaded, stopped, faults };
+  },
+
+  /** Run with FAKE_CUDA_FAULT_DEVICE=1: an asynchronous copy fault names the GPU it happened on, alone and in a group. */
+  async asyncFault() {
+    const fx = makeFixture();
+    const codes: Record<string, string> = {};
+    try {
+      const [d0, d1] = [0, 1].map((i) => new DeviceHandle('cuda', i));
+      const members = groupMembers(fx);
+      d0!.allocate(fx.segments);
+      d1!.allocate(fx.segments);
+      const group = { id: 'fault', size: 2 };
+      await Promise.all([
+        outcome(() => d0!.fill(members[0]!.paths, members[0]!.ops, 0, { group })).then((o) => (codes.groupOther = o)),
+        outcome(() => d1!.fill(members[1]!.paths, members[1]!.ops, 0, { group })).then((o) => (codes.groupOwn = o)),
+      ]);
+      codes.alone = await outcome(() => d1!.fill(members[1]!.paths, members[1]!.ops, 0, {}));
+      codes.healthy = await outcome(() => d0!.fill(members[0]!.paths, members[0]!.ops, 0, {}));
+      d0!.release();
+      d1!.release();
+      return codes;
+    } finally {
+      rmSync(fx.dir, { recursive: true, force: true });
+    }
   },
 
   /** Exports, then has another process open the handles and compare bytes. */
