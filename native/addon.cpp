@@ -55,6 +55,15 @@ T toBounded(const Napi::Value& v, const char* what, uint64_t max = std::numeric_
   return static_cast<T>(n);
 }
 
+// The destination of a read: a Uint8Array the caller allocated. Callers read in chunks into
+// views of one ArrayBuffer, so a tensor may be larger than any single Buffer or typed array.
+Napi::Uint8Array toDestination(const Napi::Value& v) {
+  if (!v.IsTypedArray() || v.As<Napi::TypedArray>().TypedArrayType() != napi_uint8_array) {
+    throw Napi::TypeError::New(v.Env(), "the destination must be a Uint8Array");
+  }
+  return v.As<Napi::Uint8Array>();
+}
+
 std::string toStr(const Napi::Value& v, const char* what) {
   if (!v.IsString()) throw Napi::TypeError::New(v.Env(), std::string(what) + " must be a string");
   return v.As<Napi::String>().Utf8Value();
@@ -238,15 +247,13 @@ class DeviceWrap : public Napi::ObjectWrap<DeviceWrap> {
     Napi::Env env = info.Env();
     uint32_t segment = toBounded<uint32_t>(info[0], "segment");
     uint64_t offset = toU64(info[1], "offset");
-    uint64_t length = toU64(info[2], "length");
-    if (length > (1ull << 31)) throw Napi::RangeError::New(env, "read at most 2 GiB at a time");
-    Napi::Buffer<uint8_t> buf = Napi::Buffer<uint8_t>::New(env, length);
+    Napi::Uint8Array dst = toDestination(info[2]);
     try {
-      device().read(segment, offset, length, buf.Data());
+      device().read(segment, offset, dst.ByteLength(), dst.Data());
     } catch (const DeviceError& e) {
       throwDeviceError(env, e);
     }
-    return buf;
+    return env.Undefined();
   }
 
   Napi::Value Release(const Napi::CallbackInfo& info) {
@@ -399,21 +406,19 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
     return env.Undefined();
   }
 
-  // cudaReadDevice(deviceIndex, pointer, offset, length) -> Buffer, from an opened mapping.
+  // cudaReadDevice(deviceIndex, pointer, offset, dst: Uint8Array): fills dst from an opened mapping.
   Napi::Value CudaReadDevice(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
     int index = toBounded<int>(info[0], "deviceIndex");
     uint64_t pointer = toPointer(info[1]);
     uint64_t offset = toU64(info[2], "offset");
-    uint64_t length = toU64(info[3], "length");
-    if (length > (1ull << 31)) throw Napi::RangeError::New(env, "read at most 2 GiB at a time");
-    Napi::Buffer<uint8_t> buf = Napi::Buffer<uint8_t>::New(env, length);
+    Napi::Uint8Array dst = toDestination(info[3]);
     try {
-      ipc_.read(index, pointer, offset, length, buf.Data());
+      ipc_.read(index, pointer, offset, dst.ByteLength(), dst.Data());
     } catch (const DeviceError& e) {
       throwDeviceError(env, e);
     }
-    return buf;
+    return env.Undefined();
   }
 
   Napi::FunctionReference deviceCtor_;

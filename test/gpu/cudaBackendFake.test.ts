@@ -122,6 +122,12 @@ test('an asynchronous copy fault names the GPU it happened on, alone and in a gr
   assert.equal(leaks, noLeaks);
 });
 
+test('a segment over 2 GiB is copied out whole by another process (the client copy() path)', () => {
+  const { result, leaks } = scenario('bigCopy', { FAKE_CUDA_MEM_MB: '3072' });
+  assert.equal(result, { bytes: 2 ** 31 + 2 ** 28, arrived: [true, true, true] });
+  assert.equal(leaks, noLeaks);
+});
+
 test('the daemon at tp=2 fills both GPUs as one group; a rank failing around its fill takes the node down at once, leaving nothing', () => {
   const { result, leaks } = scenario('daemonGroup');
   const loaded = result.loaded as { state: string; bytes: number; totalBytes: number }[];

@@ -334,11 +334,48 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
     }
   },
 
+  /**
+   * Run with FAKE_CUDA_MEM_MB=3072: a 2.25 GiB segment (over the addon's old 2 GiB cap, like
+   * Qwen2.5-72B's 2.49 GB embedding) is copied out whole by another process, through the
+   * chunked read; marks at the start, across the 2 GiB line and at the end must arrive.
+   */
+  async bigCopy() {
+    const fx = makeFixture();
+    try {
+      const bytes = 2 ** 31 + 2 ** 28;
+      const marks = [0, 2 ** 31 - 2048, bytes - 4096];
+      const ops = marks.map((dstOffset, i): CopyOp => ({ file: 0, segment: 0, srcOffset: i * 4096, dstOffset, rows: 1, rowBytes: 4096, srcPitch: 0 }));
+      const device = new DeviceHandle('cuda', 0);
+      device.allocate([bytes]);
+      await device.fill(fx.paths, ops, 0, {});
+      const wantPath = join(fx.dir, 'want.bin');
+      writeFileSync(wantPath, fx.data[0]!.subarray(0, 3 * 4096));
+      const child = spawnSync(process.execPath, [fileURLToPath(import.meta.url), 'bigCopyClient', device.exportSegments()[0]!.handle, JSON.stringify(marks), wantPath], { encoding: 'utf8' });
+      device.release();
+      if (child.status !== 0) throw new Error(`client failed (${child.status ?? child.signal ?? child.error}): ${child.stderr}`);
+      return JSON.parse(child.stdout.trim().split('\n').pop()!);
+    } finally {
+      rmSync(fx.dir, { recursive: true, force: true });
+    }
+  },
+
+  async bigCopyClient([handle, marks, wantPath]) {
+    const want = readFileSync(wantPath!);
+    const seg = CudaIpcSegment.open(0, handle!);
+    try {
+      const all = new Uint8Array(seg.read(0, seg.bytes));
+      const arrived = (JSON.parse(marks!) as number[]).map((at, i) => Buffer.from(all.buffer, at, 4096).equals(want.subarray(i * 4096, (i + 1) * 4096)));
+      return { bytes: all.byteLength, arrived };
+    } finally {
+      seg.close();
+    }
+  },
+
   async ipcClient([handle, offset, wantPath]) {
     const want = readFileSync(wantPath!);
     const seg = CudaIpcSegment.open(0, handle!);
     const again = CudaIpcSegment.open(0, handle!);
-    const equal = seg.read(Number(offset), want.length).equals(want);
+    const equal = Buffer.from(seg.read(Number(offset), want.length)).equals(want);
     let outOfRange = 'read';
     try {
       seg.read(seg.bytes - 1, 2);
@@ -348,7 +385,7 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
     seg.close();
     seg.close();
     // Opens are counted: the second one still maps the segment after the first is closed.
-    const stillOpen = again.read(Number(offset), want.length).equals(want);
+    const stillOpen = Buffer.from(again.read(Number(offset), want.length)).equals(want);
     again.close();
     let afterClose = 'read';
     try {
