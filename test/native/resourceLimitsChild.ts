@@ -9,6 +9,7 @@ import { stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { CopyOp } from '../../src/checkpoint/types.js';
+import { addon } from '../../src/native/addon.js';
 import { DeviceHandle } from '../../src/native/deviceHandle.js';
 
 async function outcome(fn: () => unknown): Promise<string> {
@@ -78,7 +79,8 @@ const scenarios: Record<string, (dir: string) => Promise<unknown>> = {
     const result = await outcome(() => device.fill(paths, ops, total, { threads: 4 }));
     const last = device.read(0, 999 * 4096, 1)[0];
     device.release();
-    return { result, last };
+    const residency = await outcome(() => addon.pageCacheResidency(paths));
+    return { result, last, residency, totalBytes: addon.pageCacheResidency(paths).totalBytes };
   },
 };
 
