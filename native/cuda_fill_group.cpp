@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -13,6 +14,10 @@ namespace {
 // How often a waiting member looks at its own cancel flag: a worker thread being torn down
 // cancels its fill and joins the thread that waits here.
 constexpr auto kCancelPoll = std::chrono::milliseconds(20);
+// Abandoned groups still waiting for a member that may never come (its worker died before it
+// joined): kept so that a late member fails at once, but only the most recent ones. Each load
+// has a fresh id, so an old one is never asked for again.
+constexpr size_t kMaxAbandoned = 16;
 
 struct Group {
   unsigned size = 0;
@@ -29,6 +34,7 @@ struct Group {
 std::mutex registryMutex;
 std::condition_variable registryChanged;
 std::map<std::string, std::shared_ptr<Group>> groups;
+std::deque<std::pair<std::string, std::weak_ptr<Group>>> abandoned;  // oldest first
 
 DeviceError groupError(const std::string& code, const std::string& id, const std::string& what) {
   return DeviceError(code, "fill group " + id + ": " + what);
@@ -45,12 +51,25 @@ DeviceError groupError(const std::string& code, const std::string& id, const std
   }
 }
 
+void forget(const std::string& id, const std::shared_ptr<Group>& g) {
+  auto it = groups.find(id);
+  if (it != groups.end() && it->second == g) groups.erase(it);
+}
+
 // Counts one more member told that the group was abandoned, and retires the id after the last.
 // Called with registryMutex held.
 void tellAbandoned(const std::string& id, const std::shared_ptr<Group>& g) {
-  if (++g->told < g->size) return;
-  auto it = groups.find(id);
-  if (it != groups.end() && it->second == g) groups.erase(it);
+  if (++g->told == g->size) forget(id, g);
+}
+
+// Marks the group abandoned by `who`, the first member to leave it. Called with registryMutex held.
+void abandon(const std::string& id, const std::shared_ptr<Group>& g, const std::string& who) {
+  g->abandonedBy = who;
+  abandoned.emplace_back(id, g);
+  while (abandoned.size() > kMaxAbandoned) {
+    if (auto old = abandoned.front().second.lock()) forget(abandoned.front().first, old);
+    abandoned.pop_front();
+  }
 }
 
 }  // namespace
@@ -106,7 +125,7 @@ void fillInGroup(const std::string& id, unsigned size, const FillMember& self, c
       throw groupError("E_FILL_CANCELLED", id, g->abandonedBy + " was cancelled before the group's fill started");
     }
     if (!g->running && self.progress->cancel.load()) {
-      g->abandonedBy = self.target.label.empty() ? "a member" : self.target.label;
+      abandon(id, g, self.target.label.empty() ? "a member" : self.target.label);
       for (auto it = g->members.begin(); it != g->members.end(); ++it) {
         if (it->progress == self.progress) {
           g->members.erase(it);

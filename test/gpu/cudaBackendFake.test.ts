@@ -105,6 +105,8 @@ test('group failures: sizes that disagree, a member cancelled while waiting, a b
   assert.match(codes.cancelWhileWaiting!, /^DeviceError E_FILL_CANCELLED: /);
   assert.match(codes.lateMember!, /^DeviceError E_FILL_CANCELLED: fill group sizes: GPU 0 \(GPU-[0-9a-f-]+\) was cancelled before the group's fill started/);
   assert.is(codes.reused, 'no error', 'an id every member has been told about is forgotten');
+  assert.match(codes.lonelyRecent!, /^DeviceError E_FILL_CANCELLED: fill group lonely-16: GPU 0/);
+  assert.is(codes.lonelyOldest, 'no error', 'only the 16 most recently abandoned groups are remembered');
   // The bad op is GPU 1's; both members fail, and both messages name GPU 1.
   assert.match(codes.badOpOwn!, /^DeviceError E_BAD_PLAN: GPU 1 \(GPU-[0-9a-f-]+\): copy op 5 reads past the end of/);
   assert.is(codes.badOpOther, codes.badOpOwn!.replace('E_BAD_PLAN: ', "E_BAD_PLAN: the fill shared by this node's GPUs failed: "));

@@ -240,6 +240,14 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
       await capture('lateMember', fill(d1!, 1, { id: 'sizes', size: 2 }));
       // Both members have been told: the abandoned id is forgotten, and a new group may take it.
       await capture('reused', Promise.all([fill(d0!, 0, { id: 'sizes', size: 2 }), fill(d1!, 1, { id: 'sizes', size: 2 })]));
+      // Groups whose second member never comes are remembered for late arrivals, but not for ever.
+      for (let i = 0; i <= 16; i++) {
+        const waiting = fill(d0!, 0, { id: `lonely-${i}`, size: 2 });
+        d0!.cancelFill();
+        await outcome(() => waiting);
+      }
+      await capture('lonelyRecent', fill(d1!, 1, { id: 'lonely-16', size: 2 }));
+      await capture('lonelyOldest', Promise.all([fill(d0!, 0, { id: 'lonely-0', size: 2 }), fill(d1!, 1, { id: 'lonely-0', size: 2 })]));
       // GPU 1 lists fixture file 0 second: its op 0 reads that file.
       const pastEnd = [...members[1]!.ops, { ...members[1]!.ops[0]!, srcOffset: fx.data[0]!.length - 10 }];
       await Promise.all([
