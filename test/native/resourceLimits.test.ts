@@ -3,7 +3,8 @@
 // 256 descriptors, a FIFO among the files fails at once, and indexes past 2^32-1 are refused
 // (they used to wrap to 0 and read the wrong file).
 import { execFileSync, spawnSync } from 'node:child_process';
-import { rmSync, writeFileSync } from 'node:fs';
+import { chownSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { test } from 'uvu';
@@ -13,12 +14,19 @@ import { freshShmDir } from '../helpers/paths.js';
 
 const child = fileURLToPath(new URL('./resourceLimitsChild.js', import.meta.url));
 // A uid no account uses, so that RLIMIT_NPROC counts only the child's own threads.
-const THROWAWAY_UID = '48611';
+const THROWAWAY_UID = 48611;
 
-function run(command: string, args: string[]): Record<string, unknown> {
-  const r = spawnSync(command, args, { encoding: 'utf8', timeout: 120_000 });
-  assert.is(r.status, 0, `${command} ${args.join(' ')} exited ${r.status} (${r.signal ?? 'no signal'}): ${r.stderr}`);
-  return JSON.parse(r.stdout.trim().split('\n').pop()!);
+/** Runs `command ...args <scenario> <dir>` with a fresh directory (owned by `uid`) removed afterwards. */
+function run(command: string, args: string[], uid?: number): Record<string, unknown> {
+  const dir = mkdtempSync(join(tmpdir(), 'weightd-limits-'));
+  try {
+    if (uid !== undefined) chownSync(dir, uid, uid);
+    const r = spawnSync(command, [...args, dir], { encoding: 'utf8', timeout: 120_000 });
+    assert.is(r.status, 0, `${command} ${args.join(' ')} exited ${r.status} (${r.signal ?? 'no signal'}): ${r.stderr}`);
+    return JSON.parse(r.stdout.trim().split('\n').pop()!);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
 }
 
 test('a reader thread that cannot start fails the fill with E_THREAD_CREATE; the device stays usable', () => {
@@ -26,7 +34,7 @@ test('a reader thread that cannot start fails the fill with E_THREAD_CREATE; the
     console.log('  (skipped: needs root to run the child as a throwaway uid)');
     return;
   }
-  const out = run('setpriv', [`--reuid=${THROWAWAY_UID}`, `--regid=${THROWAWAY_UID}`, '--clear-groups', process.execPath, child, 'threads']);
+  const out = run('setpriv', [`--reuid=${THROWAWAY_UID}`, `--regid=${THROWAWAY_UID}`, '--clear-groups', process.execPath, child, 'threads'], THROWAWAY_UID);
   assert.match(String(out.readers), /^E_THREAD_CREATE: cannot start reader thread 2 of 8: .*thread limit.*--load-threads/);
   assert.match(String(out.fillThread), /^E_THREAD_CREATE: cannot start the fill thread/);
   assert.is(out.after, 'no error');

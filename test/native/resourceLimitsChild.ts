@@ -4,9 +4,8 @@
 import { spawn } from 'node:child_process';
 import { strict as assert } from 'node:assert';
 import { createInterface } from 'node:readline';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { stat } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { CopyOp } from '../../src/checkpoint/types.js';
 import { addon } from '../../src/native/addon.js';
@@ -84,10 +83,9 @@ const scenarios: Record<string, (dir: string) => Promise<unknown>> = {
   },
 };
 
-const dir = mkdtempSync(join(tmpdir(), 'weightd-limits-'));
+// The parent made `dir` and removes it, even when this process dies.
 try {
-  console.log(JSON.stringify(await scenarios[process.argv[2]!]!(dir)));
+  console.log(JSON.stringify(await scenarios[process.argv[2]!]!(process.argv[3]!)));
 } finally {
   helper.stdin!.end();
-  rmSync(dir, { recursive: true, force: true });
 }
