@@ -3,6 +3,7 @@
 // its own), never in globals.
 #include <napi.h>
 
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -17,6 +18,9 @@
 
 namespace weightd {
 namespace {
+
+// Reader threads per fill; src/nodeOptions.ts bounds --load-threads the same.
+constexpr uint64_t kMaxThreads = 256;
 
 Napi::Error makeError(Napi::Env env, const std::string& code, const std::string& message) {
   Napi::Error err = Napi::Error::New(env, message);
@@ -40,6 +44,24 @@ uint64_t toU64(const Napi::Value& v, const char* what) {
     throw Napi::RangeError::New(v.Env(), std::string(what) + " must be a non-negative safe integer, got " + std::to_string(d));
   }
   return static_cast<uint64_t>(d);
+}
+
+// An index or count narrowed to T: a cast of a value past T's range would be undefined behaviour
+// (and a file index of 2^32 would quietly become file 0).
+template <typename T>
+T toBounded(const Napi::Value& v, const char* what, uint64_t max = std::numeric_limits<T>::max()) {
+  uint64_t n = toU64(v, what);
+  if (n > max) throw Napi::RangeError::New(v.Env(), std::string(what) + " must be at most " + std::to_string(max) + ", got " + std::to_string(n));
+  return static_cast<T>(n);
+}
+
+// The destination of a read: a Uint8Array the caller allocated. Callers read in chunks into
+// views of one ArrayBuffer, so a tensor may be larger than any single Buffer or typed array.
+Napi::Uint8Array toDestination(const Napi::Value& v) {
+  if (!v.IsTypedArray() || v.As<Napi::TypedArray>().TypedArrayType() != napi_uint8_array) {
+    throw Napi::TypeError::New(v.Env(), "the destination must be a Uint8Array");
+  }
+  return v.As<Napi::Uint8Array>();
 }
 
 std::string toStr(const Napi::Value& v, const char* what) {
@@ -144,13 +166,20 @@ class DeviceWrap : public Napi::ObjectWrap<DeviceWrap> {
           throw Napi::RangeError::New(env, "op " + std::to_string(i) + " field " + std::to_string(k) + " is not a non-negative safe integer");
         }
       }
+      // Fields 0 and 1 are the file and segment indexes, narrowed to uint32_t below.
+      for (int k = 0; k < 2; ++k) {
+        if (p[k] > std::numeric_limits<uint32_t>::max()) {
+          throw Napi::RangeError::New(env, "op " + std::to_string(i) + (k == 0 ? " file" : " segment") + " index " +
+                                               std::to_string(static_cast<uint64_t>(p[k])) + " is past 2^32-1");
+        }
+      }
       ops[i] = CopyOp{static_cast<uint32_t>(p[0]), static_cast<uint32_t>(p[1]), static_cast<uint64_t>(p[2]),
                       static_cast<uint64_t>(p[3]),  static_cast<uint64_t>(p[4]), static_cast<uint64_t>(p[5]),
                       static_cast<uint64_t>(p[6])};
     }
     Napi::Object o = info[2].As<Napi::Object>();
     FillOptions opts;
-    if (o.Has("threads")) opts.threads = static_cast<unsigned>(std::max<uint64_t>(1, toU64(o.Get("threads"), "threads")));
+    if (o.Has("threads")) opts.threads = std::max(1u, toBounded<unsigned>(o.Get("threads"), "threads", kMaxThreads));
     if (o.Has("chunkBytes")) opts.chunkBytes = toU64(o.Get("chunkBytes"), "chunkBytes");
     if (o.Has("stagingBytes")) opts.stagingBytes = toU64(o.Get("stagingBytes"), "stagingBytes");
     if (o.Has("direct")) opts.direct = o.Get("direct").ToBoolean();
@@ -171,7 +200,11 @@ class DeviceWrap : public Napi::ObjectWrap<DeviceWrap> {
       opts.groupSize = static_cast<unsigned>(size);
     }
     job_.reset();
-    job_ = std::make_unique<FillJob>(device_, std::move(files), std::move(ops), opts);
+    try {
+      job_ = std::make_unique<FillJob>(device_, std::move(files), std::move(ops), opts);
+    } catch (const DeviceError& e) {
+      throwDeviceError(env, e);
+    }
     return env.Undefined();
   }
 
@@ -212,17 +245,15 @@ class DeviceWrap : public Napi::ObjectWrap<DeviceWrap> {
 
   Napi::Value Read(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
-    uint32_t segment = static_cast<uint32_t>(toU64(info[0], "segment"));
+    uint32_t segment = toBounded<uint32_t>(info[0], "segment");
     uint64_t offset = toU64(info[1], "offset");
-    uint64_t length = toU64(info[2], "length");
-    if (length > (1ull << 31)) throw Napi::RangeError::New(env, "read at most 2 GiB at a time");
-    Napi::Buffer<uint8_t> buf = Napi::Buffer<uint8_t>::New(env, length);
+    Napi::Uint8Array dst = toDestination(info[2]);
     try {
-      device().read(segment, offset, length, buf.Data());
+      device().read(segment, offset, dst.ByteLength(), dst.Data());
     } catch (const DeviceError& e) {
       throwDeviceError(env, e);
     }
-    return buf;
+    return env.Undefined();
   }
 
   Napi::Value Release(const Napi::CallbackInfo& info) {
@@ -276,7 +307,7 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
  private:
   Napi::Value PeerCredentials(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
-    int fd = static_cast<int>(toU64(info[0], "fd"));
+    int fd = toBounded<int>(info[0], "fd");
     try {
       Credentials c = peerCredentials(fd);
       Napi::Object o = Napi::Object::New(env);
@@ -351,7 +382,7 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
   // cudaOpenIpc(deviceIndex, handleBase64) -> { pointer: bigint, bytes }
   Napi::Value CudaOpenIpc(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
-    int index = static_cast<int>(toU64(info[0], "deviceIndex"));
+    int index = toBounded<int>(info[0], "deviceIndex");
     std::string handle = toStr(info[1], "handle");
     try {
       OpenedIpc opened = ipc_.open(index, handle);
@@ -375,21 +406,19 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
     return env.Undefined();
   }
 
-  // cudaReadDevice(deviceIndex, pointer, offset, length) -> Buffer, from an opened mapping.
+  // cudaReadDevice(deviceIndex, pointer, offset, dst: Uint8Array): fills dst from an opened mapping.
   Napi::Value CudaReadDevice(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
-    int index = static_cast<int>(toU64(info[0], "deviceIndex"));
+    int index = toBounded<int>(info[0], "deviceIndex");
     uint64_t pointer = toPointer(info[1]);
     uint64_t offset = toU64(info[2], "offset");
-    uint64_t length = toU64(info[3], "length");
-    if (length > (1ull << 31)) throw Napi::RangeError::New(env, "read at most 2 GiB at a time");
-    Napi::Buffer<uint8_t> buf = Napi::Buffer<uint8_t>::New(env, length);
+    Napi::Uint8Array dst = toDestination(info[3]);
     try {
-      ipc_.read(index, pointer, offset, length, buf.Data());
+      ipc_.read(index, pointer, offset, dst.ByteLength(), dst.Data());
     } catch (const DeviceError& e) {
       throwDeviceError(env, e);
     }
-    return buf;
+    return env.Undefined();
   }
 
   Napi::FunctionReference deviceCtor_;
@@ -401,7 +430,7 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
 DeviceWrap::DeviceWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<DeviceWrap>(info) {
   Napi::Env env = info.Env();
   std::string backend = toStr(info[0], "backend");
-  int index = static_cast<int>(toU64(info[1], "index"));
+  int index = toBounded<int>(info[1], "index");
   DeviceOptions opts;
   if (info[2].IsObject()) {
     Napi::Object o = info[2].As<Napi::Object>();

@@ -197,7 +197,7 @@ std::vector<CopyOp> nodeOps(size_t member, const FillMember& m, const std::vecto
   return ops;
 }
 
-// Opens every file once. When one cannot be opened, the error names the first member whose own
+// Checks every file once. When one cannot be opened, the error names the first member whose own
 // list fails to open too: the GPU whose plan points at it.
 FileSet openFiles(const std::vector<FillMember>& members, const NodeFiles& node, bool direct) {
   try {
@@ -317,10 +317,15 @@ class CopyEngine {
   }
 
   // Waits for the copies that read this slot, counts their bytes as landed, and frees the slot.
+  // An asynchronous fault of a copy surfaces here, and is the fault of the GPU it ran on.
   void retire(Slot& slot) {
     for (size_t m = 0; m < members_.size(); ++m) {
       if (!slot.pendingBytes[m]) continue;
-      cudaDriver().cuEventSynchronize(slot.copied[m].get());
+      try {
+        cudaDriver().cuEventSynchronize(slot.copied[m].get());
+      } catch (const DeviceError& e) {
+        throw MemberFailure(m, members_[m].target, e);
+      }
       members_[m].progress->bytes += slot.pendingBytes[m];
       slot.pendingBytes[m] = 0;
     }
@@ -368,7 +373,8 @@ class CopyEngine {
   // Reads the window into the slot's staging buffer; returns where byte w.start landed.
   const char* stage(Slot& slot, const FillWindow& w) {
     char* buf = static_cast<char*>(slot.staging.get());
-    int fd = options_.direct ? files_.directFd(w.file) : -1;
+    std::shared_ptr<const OpenFile> file = files_.open(w.file);
+    int fd = options_.direct ? file->directFd : -1;
     if (fd < 0) {
       files_.readFull(w.file, buf, w.end - w.start, w.start);
       return buf;
@@ -381,7 +387,8 @@ class CopyEngine {
   const char* pinWindow(Slot& slot, const FillWindow& w) {
     uint64_t start = alignDown(w.start, pageSize_);
     uint64_t end = alignUp(w.end, pageSize_);
-    slot.window = std::make_unique<PinnedFileWindow>(files_.fd(w.file), files_.path(w.file), start, end - start);
+    // The mapping outlives the descriptor: the set may close the file once this returns.
+    slot.window = std::make_unique<PinnedFileWindow>(files_.open(w.file)->fd, files_.path(w.file), start, end - start);
     return slot.window->data() + (w.start - start);
   }
 

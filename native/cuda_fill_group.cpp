@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -13,6 +14,10 @@ namespace {
 // How often a waiting member looks at its own cancel flag: a worker thread being torn down
 // cancels its fill and joins the thread that waits here.
 constexpr auto kCancelPoll = std::chrono::milliseconds(20);
+// Abandoned groups still waiting for a member that may never come (its worker died before it
+// joined): kept so that a late member fails at once, but only the most recent ones. Each load
+// has a fresh id, so an old one is never asked for again.
+constexpr size_t kMaxAbandoned = 16;
 
 struct Group {
   unsigned size = 0;
@@ -20,12 +25,16 @@ struct Group {
   bool running = false;
   bool finished = false;
   std::string abandonedBy;  // set when a member left before the fill started
+  // Members told of the abandonment (the one that left, those waiting, those arriving later):
+  // once all `size` know, nobody can come asking for the group and it is forgotten.
+  unsigned told = 0;
   std::exception_ptr error;
 };
 
 std::mutex registryMutex;
 std::condition_variable registryChanged;
 std::map<std::string, std::shared_ptr<Group>> groups;
+std::deque<std::pair<std::string, std::weak_ptr<Group>>> abandoned;  // oldest first
 
 DeviceError groupError(const std::string& code, const std::string& id, const std::string& what) {
   return DeviceError(code, "fill group " + id + ": " + what);
@@ -39,6 +48,27 @@ DeviceError groupError(const std::string& code, const std::string& id, const std
   } catch (const MemberFailure& f) {
     if (g.members[f.member()].progress == self.progress) throw;
     throw DeviceError(f.code(), std::string("the fill shared by this node's GPUs failed: ") + f.what());
+  }
+}
+
+void forget(const std::string& id, const std::shared_ptr<Group>& g) {
+  auto it = groups.find(id);
+  if (it != groups.end() && it->second == g) groups.erase(it);
+}
+
+// Counts one more member told that the group was abandoned, and retires the id after the last.
+// Called with registryMutex held.
+void tellAbandoned(const std::string& id, const std::shared_ptr<Group>& g) {
+  if (++g->told == g->size) forget(id, g);
+}
+
+// Marks the group abandoned by `who`, the first member to leave it. Called with registryMutex held.
+void abandon(const std::string& id, const std::shared_ptr<Group>& g, const std::string& who) {
+  g->abandonedBy = who;
+  abandoned.emplace_back(id, g);
+  while (abandoned.size() > kMaxAbandoned) {
+    if (auto old = abandoned.front().second.lock()) forget(abandoned.front().first, old);
+    abandoned.pop_front();
   }
 }
 
@@ -56,6 +86,7 @@ void fillInGroup(const std::string& id, unsigned size, const FillMember& self, c
     throw groupError("E_BAD_GROUP", id, "joined as one of " + std::to_string(size) + " members, but it has " + std::to_string(g->size));
   }
   if (!g->abandonedBy.empty()) {
+    tellAbandoned(id, g);
     throw groupError("E_FILL_CANCELLED", id, g->abandonedBy + " was cancelled before the group's fill started");
   }
   if (g->running || g->finished) throw groupError("E_BAD_GROUP", id, "already has its " + std::to_string(size) + " members");
@@ -90,16 +121,18 @@ void fillInGroup(const std::string& id, unsigned size, const FillMember& self, c
       return;
     }
     if (!g->abandonedBy.empty() && !g->running) {
+      tellAbandoned(id, g);
       throw groupError("E_FILL_CANCELLED", id, g->abandonedBy + " was cancelled before the group's fill started");
     }
     if (!g->running && self.progress->cancel.load()) {
-      g->abandonedBy = self.target.label.empty() ? "a member" : self.target.label;
+      abandon(id, g, self.target.label.empty() ? "a member" : self.target.label);
       for (auto it = g->members.begin(); it != g->members.end(); ++it) {
         if (it->progress == self.progress) {
           g->members.erase(it);
           break;
         }
       }
+      tellAbandoned(id, g);
       registryChanged.notify_all();
       throw DeviceError("E_FILL_CANCELLED", "fill cancelled before it finished");
     }

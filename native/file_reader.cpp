@@ -15,44 +15,95 @@ std::string errnoMessage(int err) {
   return std::string(strerror_r(err, buf, sizeof buf));
 }
 
-FileSet::FileSet(const std::vector<std::string>& paths, bool direct) : paths_(paths) {
-  try {
-    for (const auto& p : paths_) {
-      int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
-      if (fd < 0) {
-        int err = errno;
-        throw DeviceError("E_FILE_OPEN", "cannot open checkpoint file " + p + ": " + errnoMessage(err) +
-                                             "; check that it exists and is readable by this user");
-      }
-      fds_.push_back(fd);
-      struct stat st {};
-      if (fstat(fd, &st) != 0) {
-        int err = errno;
-        throw DeviceError("E_FILE_OPEN", "cannot stat checkpoint file " + p + ": " + errnoMessage(err));
-      }
-      sizes_.push_back(static_cast<uint64_t>(st.st_size));
-      int dfd = -1;
-      // Some file systems (tmpfs, overlay on some kernels) refuse O_DIRECT: fall back to the
-      // page cache for that file rather than failing the load.
-      if (direct) dfd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT);
-      directFds_.push_back(dfd);
-    }
-  } catch (...) {
-    for (int fd : fds_) ::close(fd);
-    for (int fd : directFds_) if (fd >= 0) ::close(fd);
-    throw;
+namespace {
+
+const char* typeName(mode_t mode) {
+  if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISDIR(mode)) return "a directory";
+  return "not a regular file";
+}
+
+}  // namespace
+
+int openRegularFile(const std::string& path, int extraFlags, struct stat& st, const OpenFailure& onFailure) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | extraFlags);
+  if (fd < 0) {
+    int err = errno;
+    throw DeviceError(onFailure.code, std::string("cannot open ") + onFailure.what + " " + path + ": " + errnoMessage(err) + "; " + onFailure.hint);
+  }
+  if (fstat(fd, &st) != 0) {
+    int err = errno;
+    ::close(fd);
+    throw DeviceError(onFailure.code, std::string("cannot stat ") + onFailure.what + " " + path + ": " + errnoMessage(err));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw DeviceError("E_FILE_NOT_REGULAR", path + " is " + typeName(st.st_mode) +
+                                                ", not a regular file; checkpoint files must be plain files (a symlink to one is fine)");
+  }
+  return fd;
+}
+
+OpenFile::~OpenFile() {
+  if (fd >= 0) ::close(fd);
+  if (directFd >= 0) ::close(directFd);
+}
+
+FileSet::FileSet(const std::vector<std::string>& paths, bool direct)
+    : paths_(paths), direct_(direct), open_(paths.size()), place_(paths.size()) {
+  for (const auto& p : paths_) {
+    struct stat st {};
+    ::close(openRegularFile(p, 0, st));
+    sizes_.push_back(static_cast<uint64_t>(st.st_size));
   }
 }
 
-FileSet::~FileSet() {
-  for (int fd : fds_) ::close(fd);
-  for (int fd : directFds_) if (fd >= 0) ::close(fd);
+std::shared_ptr<const OpenFile> FileSet::open(uint32_t file) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (open_[file]) {
+    recent_.splice(recent_.begin(), recent_, place_[file]);
+    return open_[file];
+  }
+  if (recent_.size() >= kMaxOpenFiles) {
+    // Readers still holding the evicted file keep its descriptors until they let go.
+    open_[recent_.back()].reset();
+    recent_.pop_back();
+  }
+  auto f = std::make_shared<OpenFile>();
+  struct stat st {};
+  f->fd = openRegularFile(paths_[file], 0, st);
+  if (static_cast<uint64_t>(st.st_size) != sizes_[file]) {
+    throw DeviceError("E_FILE_CHANGED", "checkpoint file " + paths_[file] + " is " + std::to_string(st.st_size) + " bytes now, " +
+                                            std::to_string(sizes_[file]) + " when the load began; was it modified while loading?");
+  }
+  // Some file systems (tmpfs, overlay on some kernels) refuse O_DIRECT: fall back to the page
+  // cache for that file rather than failing the load. The descriptor is checked like the first,
+  // since the path could have been swapped in between.
+  if (direct_) {
+    struct stat dst {};
+    try {
+      f->directFd = openRegularFile(paths_[file], O_DIRECT, dst);
+    } catch (const DeviceError& e) {
+      if (e.code() != "E_FILE_OPEN") throw;
+    }
+    if (f->directFd >= 0 && (dst.st_ino != st.st_ino || dst.st_dev != st.st_dev)) {
+      throw DeviceError("E_FILE_CHANGED", "checkpoint file " + paths_[file] + " was replaced while it was being opened; was it modified while loading?");
+    }
+  }
+  recent_.push_front(file);
+  place_[file] = recent_.begin();
+  open_[file] = f;
+  return f;
 }
 
 void FileSet::readFull(uint32_t file, void* dst, uint64_t length, uint64_t offset) const {
+  std::shared_ptr<const OpenFile> f = open(file);
   auto* out = static_cast<char*>(dst);
   while (length > 0) {
-    ssize_t n = ::pread(fds_[file], out, length, static_cast<off_t>(offset));
+    ssize_t n = ::pread(f->fd, out, length, static_cast<off_t>(offset));
     if (n < 0) {
       if (errno == EINTR) continue;
       int err = errno;

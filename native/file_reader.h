@@ -1,7 +1,12 @@
-// Reading checkpoint files for a fill: every file opened once, positional reads that finish or
+// Reading checkpoint files for a fill: files opened on demand, a bounded number at once, positional reads that finish or
 // fail with a message naming the file, and the split of copy ops into work chunks.
 #pragma once
+#include <sys/stat.h>
+
 #include <cstdint>
+#include <list>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -9,28 +14,58 @@
 
 namespace weightd {
 
+// Opens `path` read-only (O_CLOEXEC | extraFlags) if it is a regular file, symlinks followed,
+// and fills `st`. open(2) of a FIFO blocks until a writer appears and a character device reads
+// forever, so the open is O_NONBLOCK (no effect on regular files) and the type is checked with
+// fstat on the descriptor itself. Throws E_FILE_NOT_REGULAR naming the path and its type, or
+// onFailure.code (with its words) when the open fails. The twin of src/checkpoint/openRegularFile.ts.
+struct OpenFailure {
+  const char* what = "checkpoint file";
+  const char* code = "E_FILE_OPEN";
+  const char* hint = "check that it exists and is readable by this user";
+};
+int openRegularFile(const std::string& path, int extraFlags, struct stat& st, const OpenFailure& onFailure = {});
+
+// A file's descriptors, open while anyone holds this.
+struct OpenFile {
+  int fd = -1;
+  // O_DIRECT (reads must be block-aligned), or -1 where the file system refused O_DIRECT or it
+  // was not asked for.
+  int directFd = -1;
+  OpenFile() = default;
+  OpenFile(const OpenFile&) = delete;
+  OpenFile& operator=(const OpenFile&) = delete;
+  ~OpenFile();
+};
+
+// The checkpoint files of a fill. Every file is checked (type, size) when the set is made, but
+// opened only when read, and at most kMaxOpenFiles stay open: a 10,000-shard checkpoint must
+// not take 20,000 descriptors. A file closed to make room and opened again must still be the
+// regular file of the size it had.
 class FileSet {
  public:
+  static constexpr size_t kMaxOpenFiles = 64;
   FileSet(const std::vector<std::string>& paths, bool direct);
-  ~FileSet();
   FileSet(const FileSet&) = delete;
   FileSet& operator=(const FileSet&) = delete;
-  // Reads exactly `length` bytes at `offset`, retrying short reads; EOF or an error throws.
+  // The file's descriptors, valid while the pointer is held even if the set closes the file for
+  // others (for mmap: the cuda backend's register mode maps windows of it).
+  std::shared_ptr<const OpenFile> open(uint32_t file) const;
+  // Reads exactly `length` bytes at `offset` through the buffered descriptor, retrying short
+  // reads; EOF or an error throws.
   void readFull(uint32_t file, void* dst, uint64_t length, uint64_t offset) const;
-  // The file's O_DIRECT descriptor (reads must be block-aligned), or -1 where the file system
-  // refused O_DIRECT or it was not asked for. readFull always uses the buffered descriptor.
-  int directFd(uint32_t file) const { return directFds_[file]; }
-  // The buffered descriptor (for mmap: the cuda backend's register mode maps windows of it).
-  int fd(uint32_t file) const { return fds_[file]; }
   uint64_t fileSize(uint32_t file) const { return sizes_[file]; }
   const std::string& path(uint32_t file) const { return paths_[file]; }
-  size_t size() const { return fds_.size(); }
+  size_t size() const { return paths_.size(); }
 
  private:
   std::vector<std::string> paths_;
-  std::vector<int> fds_;
-  std::vector<int> directFds_;
   std::vector<uint64_t> sizes_;
+  bool direct_;
+  mutable std::mutex mutex_;
+  mutable std::vector<std::shared_ptr<const OpenFile>> open_;
+  mutable std::list<uint32_t> recent_;  // open files, most recently used first
+  mutable std::vector<std::list<uint32_t>::iterator> place_;
 };
 
 // A piece of one op: rows [firstRow, firstRow + rowCount), or, for a single-row op, the byte

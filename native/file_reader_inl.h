@@ -4,6 +4,8 @@
 #include <mutex>
 #include <thread>
 
+#include "start_thread.h"
+
 namespace weightd {
 
 template <typename Work>
@@ -29,7 +31,16 @@ void runChunks(size_t chunkCount, unsigned threads, FillProgress& progress, Work
   unsigned n = std::max(1u, std::min<unsigned>(threads, static_cast<unsigned>(chunkCount)));
   std::vector<std::thread> pool;
   pool.reserve(n);
-  for (unsigned t = 1; t < n; ++t) pool.emplace_back(loop);
+  for (unsigned t = 1; t < n; ++t) {
+    try {
+      pool.push_back(startThread("reader thread " + std::to_string(t + 1) + " of " + std::to_string(n), loop));
+    } catch (const DeviceError&) {
+      // The threads already started must stop and be joined before the error leaves.
+      progress.cancel = true;
+      for (auto& thread : pool) thread.join();
+      throw;
+    }
+  }
   loop();
   for (auto& t : pool) t.join();
   if (firstError) std::rethrow_exception(firstError);

@@ -1,11 +1,13 @@
 #include "fill_job.h"
 
+#include "start_thread.h"
+
 namespace weightd {
 
 FillJob::FillJob(std::shared_ptr<Device> device, std::vector<std::string> files, std::vector<CopyOp> ops,
                  FillOptions options)
     : device_(std::move(device)), started_(std::chrono::steady_clock::now()) {
-  thread_ = std::thread([this, files = std::move(files), ops = std::move(ops), options]() {
+  thread_ = startThread("the fill thread", [this, files = std::move(files), ops = std::move(ops), options]() {
     FillStatus r;
     try {
       device_->fill(files, ops, options, progress_);

@@ -13,14 +13,9 @@
 namespace weightd {
 
 Napi::Value HostMappings::map(Napi::Env env, const std::string& path, uint64_t bytes) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-  if (fd < 0) {
-    int err = errno;
-    throw DeviceError("E_SHM_OPEN", "cannot open shared segment " + path + ": " + errnoMessage(err) +
-                                        "; the daemon may have released it: ask for the state again");
-  }
   struct stat st {};
-  if (fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) < bytes || st.st_uid != geteuid()) {
+  int fd = openRegularFile(path, O_NOFOLLOW, st, {"shared segment", "E_SHM_OPEN", "the daemon may have released it: ask for the state again"});
+  if (static_cast<uint64_t>(st.st_size) < bytes || st.st_uid != geteuid()) {
     ::close(fd);
     throw DeviceError("E_SHM_OPEN", "shared segment " + path + " is not a segment of " + std::to_string(bytes) +
                                         " bytes owned by this user; refusing to map it");

@@ -27,7 +27,7 @@ Residency pageCacheResidency(const std::vector<std::string>& paths) {
     r.totalBytes += size;
     for (uint64_t at = 0; at < size; at += kWindowBytes) {
       const uint64_t length = std::min(kWindowBytes, size - at);
-      void* p = mmap(nullptr, length, PROT_READ, MAP_SHARED, files.fd(f), static_cast<off_t>(at));
+      void* p = mmap(nullptr, length, PROT_READ, MAP_SHARED, files.open(f)->fd, static_cast<off_t>(at));
       if (p == MAP_FAILED) {
         int err = errno;
         throw DeviceError("E_FILE_READ", "cannot map " + files.path(f) + " to see what the page cache holds: " + errnoMessage(err));

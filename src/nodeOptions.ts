@@ -180,7 +180,7 @@ export async function resolveNodeOptions(o: NodeOptions): Promise<NodeConfig> {
     planFile: o.planFile === undefined ? undefined : resolve(o.planFile),
     layouts: checkLayouts(o.layouts),
     shmDir: o.shmDir,
-    fill: o.fill ?? {},
+    fill: checkFill(o.fill ?? {}),
     rendezvousTimeoutMs,
     token: o.token,
     faultInjection: o.faultInjection,
@@ -195,6 +195,19 @@ function checkRendezvousTimeout(ms: unknown): number {
     throw usage('--rendezvous-timeout', typeof ms === 'number' ? ms / 1000 : ms, 'must be a number of seconds from 0.001 to 86400', 'pass how long to wait for every node, in seconds (default 300)');
   }
   return Math.round(ms);
+}
+
+/** --load-threads: the addon refuses more (native/addon.cpp kMaxThreads). --staging-mb: a node pins at most 512 MiB however it is set (native/cuda_copy_engine.cpp), so more than 16 GiB is a typo. */
+export const MAX_LOAD_THREADS = 256;
+export const MAX_STAGING_MIB = 16_384;
+
+function checkFill(f: NonNullable<NodeOptions['fill']>): NodeConfig['fill'] {
+  const out = { ...f };
+  if (f.threads !== undefined) out.threads = integer('--load-threads', f.threads, 1, MAX_LOAD_THREADS, `pass the reader threads per rank, from 1 to ${MAX_LOAD_THREADS} (default 8)`);
+  if (f.stagingBytes !== undefined) {
+    out.stagingBytes = integer('--staging-mb', f.stagingBytes / 2 ** 20, 1, MAX_STAGING_MIB, `pass the pinned staging MiB per rank, from 1 to ${MAX_STAGING_MIB} (default 32)`) * 2 ** 20;
+  }
+  return out;
 }
 
 /** `taken`: the rendezvous ports (ours and the engine's), which the inspect server must not take. */

@@ -2,6 +2,10 @@
 // a tensor twice (two candidate byte ranges for one name) or an index that maps a tensor twice
 // would be read as whichever came last. This scanner walks the raw text of a document that
 // JSON.parse has already accepted and reports the first key repeated within one object.
+//
+// It is linear in the text: a frame links to its parent instead of holding a copy of the key
+// path (copying it at every level made 80 KB of nested brackets exhaust the heap), and the path
+// is spelled out only for the duplicate it reports.
 
 export interface DuplicateKey {
   /** Keys of the enclosing objects, outermost first ([] for the top-level object; "[]" for an array element). */
@@ -12,7 +16,7 @@ export interface DuplicateKey {
 interface Frame {
   /** null for arrays. */
   keys: Set<string> | null;
-  path: string[];
+  parent: Frame | null;
   expectKey: boolean;
   lastKey: string;
 }
@@ -31,36 +35,34 @@ function closingQuote(text: string, start: number): number {
   }
 }
 
+/** The keys leading to `frame`'s object: each ancestor's current key, "[]" for an array. */
+function pathTo(frame: Frame): string[] {
+  const path: string[] = [];
+  for (let f = frame.parent; f; f = f.parent) path.push(f.keys ? f.lastKey : '[]');
+  return path.reverse();
+}
+
 export function findDuplicateJsonKey(text: string): DuplicateKey | null {
-  const stack: Frame[] = [];
-  const childPath = (): string[] => {
-    const top = stack[stack.length - 1];
-    if (!top) return [];
-    return [...top.path, top.keys ? top.lastKey : '[]'];
-  };
+  let top = null as Frame | null;
   for (let i = 0; i < text.length; i++) {
     const c = text.charCodeAt(i);
     if (c === QUOTE) {
       const end = closingQuote(text, i);
-      const top = stack[stack.length - 1];
       if (top?.keys && top.expectKey) {
         const raw = text.slice(i + 1, end);
         // Escapes can spell one key two ways ("a" and "\u0061"); decode before comparing.
         const key = raw.includes('\\') ? (JSON.parse(text.slice(i, end + 1)) as string) : raw;
-        if (top.keys.has(key)) return { path: top.path, key };
+        if (top.keys.has(key)) return { path: pathTo(top), key };
         top.keys.add(key);
         top.lastKey = key;
         top.expectKey = false;
       }
       i = end;
-    } else if (c === OPEN_OBJ) {
-      stack.push({ keys: new Set(), path: childPath(), expectKey: true, lastKey: '' });
-    } else if (c === OPEN_ARR) {
-      stack.push({ keys: null, path: childPath(), expectKey: false, lastKey: '' });
+    } else if (c === OPEN_OBJ || c === OPEN_ARR) {
+      top = { keys: c === OPEN_OBJ ? new Set() : null, parent: top, expectKey: c === OPEN_OBJ, lastKey: '' };
     } else if (c === CLOSE_OBJ || c === CLOSE_ARR) {
-      stack.pop();
+      top = top ? top.parent : null;
     } else if (c === COMMA) {
-      const top = stack[stack.length - 1];
       if (top?.keys) top.expectKey = true;
     }
   }

@@ -5,10 +5,12 @@
 // its own stable error code.
 
 import { createHash } from 'node:crypto';
-import { open, type FileHandle } from 'node:fs/promises';
+import type { FileHandle } from 'node:fs/promises';
 import { CheckpointError } from '../errors.js';
 import { DTYPES, dtypeBits, isDtype, type SafetensorsDtype } from './dtypes.js';
 import { findDuplicateJsonKey } from './findDuplicateJsonKey.js';
+import { openRegularFile } from './openRegularFile.js';
+import { parseBoundedJson } from './parseBoundedJson.js';
 
 /** The crate's MAX_HEADER_SIZE. */
 export const MAX_HEADER_BYTES = 100_000_000;
@@ -57,15 +59,14 @@ async function readExactly(fh: FileHandle, path: string, buf: Buffer, position: 
 
 export async function parseSafetensors(path: string): Promise<SafetensorsHeader> {
   let fh: FileHandle;
+  let size: number;
   try {
-    fh = await open(path, 'r');
+    ({ fh, size } = await openRegularFile(path));
   } catch (err) {
+    if (err instanceof CheckpointError) throw err;
     fail('E_ST_IO', path, `cannot open: ${(err as Error).message}`);
   }
   try {
-    const info = await fh.stat();
-    if (!info.isFile()) fail('E_ST_IO', path, 'is not a regular file; point at the .safetensors file itself');
-    const { size } = info;
     if (size < 8) {
       fail('E_ST_TOO_SMALL', path, `the file is ${size} bytes; a safetensors file starts with an 8-byte header length. It is truncated or not a safetensors file: download it again`);
     }
@@ -177,7 +178,7 @@ function validateHeader(path: string, fileSize: number, prefix: Buffer, header: 
   }
   let json: unknown;
   try {
-    json = JSON.parse(text);
+    json = parseBoundedJson(text);
   } catch (err) {
     fail('E_ST_HEADER_JSON', path, `the header is not valid JSON (${(err as Error).message}); the file is corrupt or not a safetensors file`);
   }

@@ -27,6 +27,11 @@ export function createHeaderPool(maxThreads = Math.max(1, Math.min(availablePara
   });
 }
 
+/**
+ * Open files stay bounded whatever the shard count: inline, at most INLINE_PARSE_MAX_FILES; in
+ * the pool, piscina queues the one-file tasks and a worker runs one at a time, so at most
+ * maxThreads (8) headers are open at once.
+ */
 export async function parseShards(paths: string[], pool?: Piscina<HeaderTask, HeaderResult>): Promise<SafetensorsHeader[]> {
   if (!pool && paths.length <= INLINE_PARSE_MAX_FILES) return Promise.all(paths.map(parseSafetensors));
   const results = await runInPool(paths.map((p) => ({ paths: [p] })), paths.length, pool);

@@ -3,11 +3,13 @@
 // than silently loaded or silently skipped: leftovers of an interrupted download or a second
 // export would otherwise decide which bytes the engine gets.
 
-import { readdir, readFile, stat } from 'node:fs/promises';
+import { readdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import { z } from 'zod';
 import { CheckpointError } from '../errors.js';
 import { findDuplicateJsonKey } from './findDuplicateJsonKey.js';
+import { isRegularFile, MAX_INDEX_BYTES, readSmallFile } from './openRegularFile.js';
+import { parseBoundedJson } from './parseBoundedJson.js';
 import type { SafetensorsHeader } from './parseSafetensors.js';
 
 export const INDEX_FILE = 'model.safetensors.index.json';
@@ -25,14 +27,6 @@ const indexSchema = z.looseObject({
   weight_map: z.record(z.string(), z.string()),
 });
 
-async function isFile(path: string): Promise<boolean> {
-  try {
-    return (await stat(path)).isFile();
-  } catch {
-    return false;
-  }
-}
-
 export async function readCheckpointIndex(modelDir: string): Promise<CheckpointFiles> {
   let names: string[];
   try {
@@ -43,7 +37,7 @@ export async function readCheckpointIndex(modelDir: string): Promise<CheckpointF
   const present = names.filter((n) => n.endsWith('.safetensors')).sort();
   const indexPath = join(modelDir, INDEX_FILE);
 
-  if (!(await isFile(indexPath))) {
+  if (!(await isRegularFile(indexPath))) {
     if (!present.includes(SINGLE_FILE)) {
       throw new CheckpointError('E_CKPT_NO_WEIGHTS', `${modelDir}: neither ${INDEX_FILE} nor ${SINGLE_FILE} is here${present.length ? ` (found ${present.join(', ')}; add an index that lists them)` : ''}; point at a Hugging Face model directory with safetensors weights`, { dir: modelDir });
     }
@@ -54,10 +48,16 @@ export async function readCheckpointIndex(modelDir: string): Promise<CheckpointF
     return { files: [SINGLE_FILE], weightMap: null };
   }
 
-  const text = await readFile(indexPath, 'utf8');
+  let text: string;
+  try {
+    text = await readSmallFile(indexPath, MAX_INDEX_BYTES);
+  } catch (err) {
+    if (err instanceof CheckpointError) throw err;
+    throw new CheckpointError('E_CKPT_INDEX_READ', `${indexPath}: cannot read the index (${(err as Error).message})`, { file: indexPath });
+  }
   let json: unknown;
   try {
-    json = JSON.parse(text);
+    json = parseBoundedJson(text);
   } catch (err) {
     throw new CheckpointError('E_CKPT_INDEX_JSON', `${indexPath}: not valid JSON (${(err as Error).message}); download the index again`, { file: indexPath });
   }
@@ -78,7 +78,7 @@ export async function readCheckpointIndex(modelDir: string): Promise<CheckpointF
     if (file !== file.trim() || file.includes('/') || file.includes('\\') || file === '.' || file === '..' || !file.endsWith('.safetensors')) {
       throw new CheckpointError('E_CKPT_INDEX_BAD_PATH', `${indexPath}: "${file}" is not a plain .safetensors file name in the model directory; the index may only name files next to it`, { file: indexPath, shard: file });
     }
-    if (!(await isFile(join(modelDir, file)))) {
+    if (!(await isRegularFile(join(modelDir, file)))) {
       const tensor = [...weightMap].find(([, f]) => f === file)![0];
       throw new CheckpointError('E_CKPT_INDEX_MISSING_FILE', `${indexPath}: shard ${file} (holding "${tensor}" and others) is missing from ${modelDir}; the download is incomplete: fetch it again`, { file: indexPath, shard: file, tensor });
     }

@@ -2,10 +2,11 @@
 // Everything else in the file is left alone (passthrough), since configs carry dozens of
 // model-specific keys.
 
-import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { z } from 'zod';
 import { CheckpointError } from '../errors.js';
+import { MAX_CONFIG_BYTES, readSmallFile } from './openRegularFile.js';
+import { parseBoundedJson } from './parseBoundedJson.js';
 
 export interface ModelConfig {
   architecture: string;
@@ -37,13 +38,14 @@ export async function readModelConfig(modelDir: string): Promise<ModelConfig> {
   const path = join(modelDir, 'config.json');
   let text: string;
   try {
-    text = await readFile(path, 'utf8');
+    text = await readSmallFile(path, MAX_CONFIG_BYTES);
   } catch (err) {
+    if (err instanceof CheckpointError) throw err;
     throw new CheckpointError('E_CKPT_NO_CONFIG', `${path}: cannot read the model's config.json (${(err as Error).message}); the model directory must hold the Hugging Face config next to the weights`, { file: path });
   }
   let json: unknown;
   try {
-    json = JSON.parse(text);
+    json = parseBoundedJson(text);
   } catch (err) {
     throw new CheckpointError('E_CKPT_CONFIG', `${path}: not valid JSON (${(err as Error).message})`, { file: path });
   }

@@ -2,9 +2,10 @@
 // or for tensors a table gets wrong. Its rules are tried before the built-in ones, first match
 // wins. See docs/sharding.md for the format.
 
-import { readFile } from 'node:fs/promises';
 import { z } from 'zod';
 import { CheckpointError } from '../errors.js';
+import { MAX_CONFIG_BYTES, readSmallFile } from './openRegularFile.js';
+import { parseBoundedJson } from './parseBoundedJson.js';
 import type { TensorRule } from './tpRules.js';
 
 const dim = z.number().int().min(0);
@@ -34,13 +35,14 @@ export interface PlanFile {
 export async function readPlanFile(path: string): Promise<PlanFile> {
   let text: string;
   try {
-    text = await readFile(path, 'utf8');
+    text = await readSmallFile(path, MAX_CONFIG_BYTES);
   } catch (err) {
+    if (err instanceof CheckpointError) throw err;
     throw new CheckpointError('E_PLAN_READ', `plan file ${path}: cannot read it (${(err as Error).message})`, { file: path });
   }
   let json: unknown;
   try {
-    json = JSON.parse(text);
+    json = parseBoundedJson(text);
   } catch (err) {
     throw new CheckpointError('E_PLAN_JSON', `plan file ${path}: not valid JSON (${(err as Error).message})`, { file: path });
   }

@@ -98,8 +98,8 @@ export function openCuda(state: StateReply, deviceIndex: number): OpenedCuda {
       tensors: byName(state, (t) => ({ dtype: t.dtype, shape: t.shape, bytes: t.bytes, pointer: segmentOf(segments, t).pointer + BigInt(t.offset) })),
       read: () =>
         byName(state, (t) => {
-          // A fresh, exactly sized ArrayBuffer: Buffers may share a pool and start unaligned.
-          const owned = new Uint8Array(segmentOf(segments, t).read(t.offset, t.bytes)).buffer;
+          // A fresh, exactly sized ArrayBuffer (Buffers may share a pool and start unaligned).
+          const owned = segmentOf(segments, t).read(t.offset, t.bytes);
           return { dtype: t.dtype, shape: t.shape, data: tensorArray({ ...t, offset: 0 }, owned) };
         }),
       close,

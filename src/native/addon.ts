@@ -69,7 +69,8 @@ export interface NativeDevice {
   fillStatus(): NativeFillStatus;
   cancelFill(): void;
   exportSegments(): SegmentExport[];
-  read(segment: number, offset: number, length: number): Buffer;
+  /** Fills `dst` from `offset` of the segment. Read through readInChunks. */
+  read(segment: number, offset: number, dst: Uint8Array): void;
   release(): void;
 }
 
@@ -117,7 +118,8 @@ export interface Addon {
   cudaOpenIpc(deviceIndex: number, handle: string): CudaIpcMapping;
   cudaCloseIpc(pointer: bigint): void;
   /** Copies bytes out of a mapping cudaOpenIpc returned. */
-  cudaReadDevice(deviceIndex: number, pointer: bigint, offset: number, length: number): Buffer;
+  /** Fills `dst` from `offset` of an opened mapping. Read through readInChunks. */
+  cudaReadDevice(deviceIndex: number, pointer: bigint, offset: number, dst: Uint8Array): void;
 }
 
 const addonPath = fileURLToPath(new URL('../../../build/Release/weightd.node', import.meta.url));

@@ -2,6 +2,7 @@
 // (open a daemon's exported segment, read bytes back, close it). Device filling goes through
 // DeviceHandle like every backend.
 import { addon, asDeviceError, type CudaProbe, type DeviceSlot } from './addon.js';
+import { readInChunks } from './readInChunks.js';
 
 /**
  * What CUDA offers this process: never throws; `available` is false, with the reason, on a
@@ -46,10 +47,10 @@ export class CudaIpcSegment {
     }
   }
 
-  /** Copies `length` bytes at `offset` of the segment to a new Buffer (at most 2 GiB a call). */
-  read(offset: number, length: number): Buffer {
+  /** Copies `length` bytes at `offset` of the segment into a new, exactly sized ArrayBuffer (any size). */
+  read(offset: number, length: number): ArrayBuffer {
     try {
-      return addon.cudaReadDevice(this.deviceIndex, this.pointer, offset, length);
+      return readInChunks(length, (at, view) => addon.cudaReadDevice(this.deviceIndex, this.pointer, offset + at, view));
     } catch (err) {
       throw asDeviceError(err);
     }

@@ -1,6 +1,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { CopyOp } from '../checkpoint/types.js';
 import { addon, asDeviceError, type Backend, type DeviceInfo, type FillOptions, type NativeDevice, type SegmentExport } from './addon.js';
+import { readInChunks } from './readInChunks.js';
 
 export interface FillProgress {
   bytes: number;
@@ -75,7 +76,7 @@ export class DeviceHandle {
   }
 
   read(segment: number, offset: number, length: number): Buffer {
-    return this.#call(() => this.#native.read(segment, offset, length));
+    return Buffer.from(this.#call(() => readInChunks(length, (at, view) => this.#native.read(segment, offset + at, view))));
   }
 
   /** Frees the arena (and, for host, removes its files). Safe to call more than once. */

@@ -83,7 +83,7 @@ const cases: Case[] = [
   { name: 'metadata value is a number', code: 'E_ST_BAD_METADATA', mentions: ['"format"'], write: (p) => writeRawSafetensors(p, '{"__metadata__":{"format":1}}') },
   { name: 'metadata value is an object', code: 'E_ST_BAD_METADATA', write: (p) => writeRawSafetensors(p, '{"__metadata__":{"format":{"pt":"1"}}}') },
   { name: 'file does not exist', code: 'E_ST_IO', write: () => {} },
-  { name: 'a directory', code: 'E_ST_IO', write: (p) => { mkdirSync(p); } },
+  { name: 'a directory', code: 'E_FILE_NOT_REGULAR', write: (p) => { mkdirSync(p); } },
 ];
 
 test('the corpus covers at least 30 malformed files', () => {

@@ -27,11 +27,11 @@ interface Run {
   leaks: Record<string, number>;
 }
 
-function scenario(name: string): Run {
+function scenario(name: string, env: Record<string, string> = {}): Run {
   const child = spawnSync(process.execPath, [scenarioScript, name], {
     cwd: root,
     encoding: 'utf8',
-    env: { ...process.env, LD_LIBRARY_PATH: fakeDir, FAKE_CUDA_REPORT: '1', FAKE_CUDA_DEVICES: '2' },
+    env: { ...process.env, LD_LIBRARY_PATH: fakeDir, FAKE_CUDA_REPORT: '1', FAKE_CUDA_DEVICES: '2', ...env },
   });
   assert.is(child.status, 0, `scenario ${name} failed: ${child.stderr}`);
   const leakLine = child.stderr.split('\n').find((l) => l.startsWith('FAKE_CUDA_LEAKS '));
@@ -104,9 +104,29 @@ test('group failures: sizes that disagree, a member cancelled while waiting, a b
   assert.match(codes.sizes!, /^DeviceError E_BAD_GROUP: fill group sizes: joined as one of 3 members, but it has 2/);
   assert.match(codes.cancelWhileWaiting!, /^DeviceError E_FILL_CANCELLED: /);
   assert.match(codes.lateMember!, /^DeviceError E_FILL_CANCELLED: fill group sizes: GPU 0 \(GPU-[0-9a-f-]+\) was cancelled before the group's fill started/);
+  assert.is(codes.reused, 'no error', 'an id every member has been told about is forgotten');
+  assert.match(codes.lonelyRecent!, /^DeviceError E_FILL_CANCELLED: fill group lonely-16: GPU 0/);
+  assert.is(codes.lonelyOldest, 'no error', 'only the 16 most recently abandoned groups are remembered');
   // The bad op is GPU 1's; both members fail, and both messages name GPU 1.
   assert.match(codes.badOpOwn!, /^DeviceError E_BAD_PLAN: GPU 1 \(GPU-[0-9a-f-]+\): copy op 5 reads past the end of/);
   assert.is(codes.badOpOther, codes.badOpOwn!.replace('E_BAD_PLAN: ', "E_BAD_PLAN: the fill shared by this node's GPUs failed: "));
+  assert.equal(leaks, noLeaks);
+});
+
+test('an asynchronous copy fault names the GPU it happened on, alone and in a group', () => {
+  const { result, leaks } = scenario('asyncFault', { FAKE_CUDA_FAULT_DEVICE: '1' });
+  const codes = result as Record<string, string>;
+  const own = /^DeviceError E_CUDA\S*: GPU 1 \(GPU-[0-9a-f-]+\): cuEventSynchronize.*CUDA_ERROR_ILLEGAL_ADDRESS/;
+  assert.match(codes.groupOwn!, own);
+  assert.match(codes.alone!, own);
+  assert.match(codes.groupOther!, /^DeviceError E_CUDA\S*: the fill shared by this node's GPUs failed: GPU 1 \(GPU-[0-9a-f-]+\): cuEventSynchronize/);
+  assert.is(codes.healthy, 'no error');
+  assert.equal(leaks, noLeaks);
+});
+
+test('a segment over 2 GiB is copied out whole by another process (the client copy() path)', () => {
+  const { result, leaks } = scenario('bigCopy', { FAKE_CUDA_MEM_MB: '3072' });
+  assert.equal(result, { bytes: 2 ** 31 + 2 ** 28, arrived: [true, true, true] });
   assert.equal(leaks, noLeaks);
 });
 

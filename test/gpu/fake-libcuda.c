@@ -10,7 +10,9 @@
 // - "device memory" is a shared-memory file, so another process can open an IPC handle.
 // At exit, with FAKE_CUDA_REPORT set, it prints what is still allocated (a leak check).
 // Build: cc -shared -fPIC -O2 -o DIR/libcuda.so.1 fake-libcuda.c -lpthread
-// Environment: FAKE_CUDA_DEVICES (default 2), FAKE_CUDA_MEM_MB per device (default 1024).
+// Environment: FAKE_CUDA_DEVICES (default 2), FAKE_CUDA_MEM_MB per device (default 1024),
+// FAKE_CUDA_FAULT_DEVICE: waiting on an event of that device's copies runs them, then reports
+// CUDA_ERROR_ILLEGAL_ADDRESS, as an asynchronous fault of a copy would.
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <pthread.h>
@@ -27,6 +29,7 @@ typedef unsigned long long CUdeviceptr;
 enum {
   OK = 0, E_INVALID_VALUE = 1, E_OOM = 2, E_NOT_INIT = 3, E_NO_DEVICE = 100, E_INVALID_DEVICE = 101,
   E_INVALID_CONTEXT = 201, E_ALREADY_REGISTERED = 712, E_NOT_REGISTERED = 713, E_NOT_READY = 600,
+  E_ILLEGAL_ADDRESS = 700,
 };
 #define MAX_DEV 8
 #define MAX_OPS 4096
@@ -109,6 +112,7 @@ CUresult cuGetErrorName(CUresult r, const char** s) {
     case E_OOM: *s = "CUDA_ERROR_OUT_OF_MEMORY"; break;
     case E_INVALID_CONTEXT: *s = "CUDA_ERROR_INVALID_CONTEXT"; break;
     case E_ALREADY_REGISTERED: *s = "CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED"; break;
+    case E_ILLEGAL_ADDRESS: *s = "CUDA_ERROR_ILLEGAL_ADDRESS"; break;
     default: *s = "CUDA_ERROR_UNKNOWN"; return E_INVALID_VALUE;
   }
   return OK;
@@ -326,12 +330,14 @@ CUresult cuEventRecord(struct event* e, struct stream* s) {
   pthread_mutex_unlock(&lock);
   return OK;
 }
+static int faultDevice(void) { const char* e = getenv("FAKE_CUDA_FAULT_DEVICE"); return e ? atoi(e) : -1; }
 CUresult cuEventSynchronize(struct event* e) {
   NEED_CTX();
   pthread_mutex_lock(&lock);
+  int faulted = e->stream && e->stream->device == faultDevice();
   if (e->stream) runUpTo(e->stream, e->seq);
   pthread_mutex_unlock(&lock);
-  return OK;
+  return faulted ? E_ILLEGAL_ADDRESS : OK;
 }
 CUresult cuEventDestroy_v2(struct event* e) {
   pthread_mutex_lock(&lock);

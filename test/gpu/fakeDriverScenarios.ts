@@ -238,6 +238,16 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
       d0!.cancelFill();
       await capture('cancelWhileWaiting', waiting);
       await capture('lateMember', fill(d1!, 1, { id: 'sizes', size: 2 }));
+      // Both members have been told: the abandoned id is forgotten, and a new group may take it.
+      await capture('reused', Promise.all([fill(d0!, 0, { id: 'sizes', size: 2 }), fill(d1!, 1, { id: 'sizes', size: 2 })]));
+      // Groups whose second member never comes are remembered for late arrivals, but not for ever.
+      for (let i = 0; i <= 16; i++) {
+        const waiting = fill(d0!, 0, { id: `lonely-${i}`, size: 2 });
+        d0!.cancelFill();
+        await outcome(() => waiting);
+      }
+      await capture('lonelyRecent', fill(d1!, 1, { id: 'lonely-16', size: 2 }));
+      await capture('lonelyOldest', Promise.all([fill(d0!, 0, { id: 'lonely-0', size: 2 }), fill(d1!, 1, { id: 'lonely-0', size: 2 })]));
       // GPU 1 lists fixture file 0 second: its op 0 reads that file.
       const pastEnd = [...members[1]!.ops, { ...members[1]!.ops[0]!, srcOffset: fx.data[0]!.length - 10 }];
       await Promise.all([
@@ -278,6 +288,30 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
     return { loaded, stopped, faults };
   },
 
+  /** Run with FAKE_CUDA_FAULT_DEVICE=1: an asynchronous copy fault names the GPU it happened on, alone and in a group. */
+  async asyncFault() {
+    const fx = makeFixture();
+    const codes: Record<string, string> = {};
+    try {
+      const [d0, d1] = [0, 1].map((i) => new DeviceHandle('cuda', i));
+      const members = groupMembers(fx);
+      d0!.allocate(fx.segments);
+      d1!.allocate(fx.segments);
+      const group = { id: 'fault', size: 2 };
+      await Promise.all([
+        outcome(() => d0!.fill(members[0]!.paths, members[0]!.ops, 0, { group })).then((o) => (codes.groupOther = o)),
+        outcome(() => d1!.fill(members[1]!.paths, members[1]!.ops, 0, { group })).then((o) => (codes.groupOwn = o)),
+      ]);
+      codes.alone = await outcome(() => d1!.fill(members[1]!.paths, members[1]!.ops, 0, {}));
+      codes.healthy = await outcome(() => d0!.fill(members[0]!.paths, members[0]!.ops, 0, {}));
+      d0!.release();
+      d1!.release();
+      return codes;
+    } finally {
+      rmSync(fx.dir, { recursive: true, force: true });
+    }
+  },
+
   /** Exports, then has another process open the handles and compare bytes. */
   async ipc() {
     const fx = makeFixture();
@@ -308,11 +342,48 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
     }
   },
 
+  /**
+   * Run with FAKE_CUDA_MEM_MB=3072: a 2.25 GiB segment (over the addon's old 2 GiB cap, like
+   * Qwen2.5-72B's 2.49 GB embedding) is copied out whole by another process, through the
+   * chunked read; marks at the start, across the 2 GiB line and at the end must arrive.
+   */
+  async bigCopy() {
+    const fx = makeFixture();
+    try {
+      const bytes = 2 ** 31 + 2 ** 28;
+      const marks = [0, 2 ** 31 - 2048, bytes - 4096];
+      const ops = marks.map((dstOffset, i): CopyOp => ({ file: 0, segment: 0, srcOffset: i * 4096, dstOffset, rows: 1, rowBytes: 4096, srcPitch: 0 }));
+      const device = new DeviceHandle('cuda', 0);
+      device.allocate([bytes]);
+      await device.fill(fx.paths, ops, 0, {});
+      const wantPath = join(fx.dir, 'want.bin');
+      writeFileSync(wantPath, fx.data[0]!.subarray(0, 3 * 4096));
+      const child = spawnSync(process.execPath, [fileURLToPath(import.meta.url), 'bigCopyClient', device.exportSegments()[0]!.handle, JSON.stringify(marks), wantPath], { encoding: 'utf8' });
+      device.release();
+      if (child.status !== 0) throw new Error(`client failed (${child.status ?? child.signal ?? child.error}): ${child.stderr}`);
+      return JSON.parse(child.stdout.trim().split('\n').pop()!);
+    } finally {
+      rmSync(fx.dir, { recursive: true, force: true });
+    }
+  },
+
+  async bigCopyClient([handle, marks, wantPath]) {
+    const want = readFileSync(wantPath!);
+    const seg = CudaIpcSegment.open(0, handle!);
+    try {
+      const all = new Uint8Array(seg.read(0, seg.bytes));
+      const arrived = (JSON.parse(marks!) as number[]).map((at, i) => Buffer.from(all.buffer, at, 4096).equals(want.subarray(i * 4096, (i + 1) * 4096)));
+      return { bytes: all.byteLength, arrived };
+    } finally {
+      seg.close();
+    }
+  },
+
   async ipcClient([handle, offset, wantPath]) {
     const want = readFileSync(wantPath!);
     const seg = CudaIpcSegment.open(0, handle!);
     const again = CudaIpcSegment.open(0, handle!);
-    const equal = seg.read(Number(offset), want.length).equals(want);
+    const equal = Buffer.from(seg.read(Number(offset), want.length)).equals(want);
     let outOfRange = 'read';
     try {
       seg.read(seg.bytes - 1, 2);
@@ -322,7 +393,7 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
     seg.close();
     seg.close();
     // Opens are counted: the second one still maps the segment after the first is closed.
-    const stillOpen = again.read(Number(offset), want.length).equals(want);
+    const stillOpen = Buffer.from(again.read(Number(offset), want.length)).equals(want);
     again.close();
     let afterClose = 'read';
     try {

@@ -1,0 +1,83 @@
+// Every checkpoint file the daemon reads (weights, config.json, the index, a plan file) is opened
+// here, the one rule in TypeScript (native/file_reader.cpp's openRegularFile is its twin for the
+// copy engine, which opens the shards again in C++). open(2) of a FIFO blocks until a writer
+// appears, in a libuv thread that nothing can interrupt, and a character device such as
+// /dev/zero reads forever: so the file is opened with O_NONBLOCK (which does not change reads of
+// regular files) and its type checked with fstat on the descriptor itself, before any read, so
+// a path swapped between a stat and the open cannot slip through.
+
+import { constants, type Stats } from 'node:fs';
+import { open, stat, type FileHandle } from 'node:fs/promises';
+import { CheckpointError } from '../errors.js';
+
+/** What a file that is not a regular one is, for error messages. */
+export function fileTypeName(s: Stats): string {
+  if (s.isFIFO()) return 'a FIFO (named pipe)';
+  if (s.isCharacterDevice()) return 'a character device';
+  if (s.isBlockDevice()) return 'a block device';
+  if (s.isSocket()) return 'a socket';
+  if (s.isDirectory()) return 'a directory';
+  return 'not a regular file';
+}
+
+function notRegular(path: string, s: Stats): CheckpointError {
+  return new CheckpointError('E_FILE_NOT_REGULAR', `${path} is ${fileTypeName(s)}, not a regular file; checkpoint files must be plain files (a symlink to one is fine): replace it with the real file`, { file: path });
+}
+
+export interface RegularFile {
+  fh: FileHandle;
+  size: number;
+}
+
+/** Opens `path` for reading if it is a regular file (symlinks followed). Throws E_FILE_NOT_REGULAR, or the open's own error. */
+export async function openRegularFile(path: string): Promise<RegularFile> {
+  const fh = await open(path, constants.O_RDONLY | constants.O_NONBLOCK);
+  try {
+    const s = await fh.stat();
+    if (!s.isFile()) throw notRegular(path, s);
+    return { fh, size: s.size };
+  } catch (err) {
+    await fh.close();
+    throw err;
+  }
+}
+
+/** true for a regular file, false when nothing is there; E_FILE_NOT_REGULAR for anything else. stat(2) never blocks on a FIFO. */
+export async function isRegularFile(path: string): Promise<boolean> {
+  let s: Stats;
+  try {
+    s = await stat(path);
+  } catch {
+    return false;
+  }
+  if (!s.isFile()) throw notRegular(path, s);
+  return true;
+}
+
+/**
+ * Limits for the JSON files that are read whole. A config.json is a few KB; the index of the
+ * largest public checkpoints (DeepSeek-V3: 91k tensors in 163 shards) is under 10 MB, so 64 MiB
+ * leaves room while a mistaken link to a large file fails at once instead of filling memory.
+ */
+export const MAX_CONFIG_BYTES = 16 << 20;
+export const MAX_INDEX_BYTES = 64 << 20;
+
+/** The whole of a small regular file as UTF-8; E_FILE_TOO_LARGE past `maxBytes`, checked before reading and by the read itself, which never asks for more than maxBytes + 1. */
+export async function readSmallFile(path: string, maxBytes: number): Promise<string> {
+  const { fh, size } = await openRegularFile(path);
+  try {
+    const tooLarge = (n: string) => new CheckpointError('E_FILE_TOO_LARGE', `${path} is ${n} bytes, over the ${maxBytes}-byte limit for this file; it is not the file it should be: check the path`, { file: path, maxBytes });
+    if (size > maxBytes) throw tooLarge(String(size));
+    // One byte more than fstat said: a file that grows while being read is seen, not cut short.
+    const buf = Buffer.alloc(size + 1);
+    let done = 0;
+    while (done < buf.length) {
+      const { bytesRead } = await fh.read(buf, done, buf.length - done, done);
+      if (bytesRead === 0) return buf.toString('utf8', 0, done);
+      done += bytesRead;
+    }
+    throw new CheckpointError('E_FILE_CHANGED', `${path} grew while it was being read (fstat said ${size} bytes); something is writing to it: wait for the download to finish`, { file: path });
+  } finally {
+    await fh.close();
+  }
+}
