@@ -67,8 +67,10 @@ async function main(argv: string[]): Promise<number> {
   started.ready.then(
     async (status) => {
       await flushLogger(started.log);
-      // One line, once, after every earlier log line: what launchers and tests wait for.
-      started.log.info(
+      // One line, once, after every earlier log line: what launchers and tests wait for. It is
+      // the readiness signal, not chatter, so it is written at any --log-level (a child logger
+      // may be more verbose than its parent).
+      started.log.child({}, { level: 'info' }).info(
         { ready: true, nnodes: status.nnodes, localRanks: status.ranks.length, tp: status.tpSize, model: status.model },
         `READY node ${status.nodeRank}/${status.nnodes} local_ranks=${status.ranks.length} tp=${status.tpSize} model=${status.model}`,
       );

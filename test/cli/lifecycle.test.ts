@@ -57,6 +57,13 @@ test('every stderr line is JSON carrying the node rank (no TTY), READY grep-able
   assert.equal(leftSegments(pid), [], 'no segment of that daemon is left');
 });
 
+test('READY is written at any --log-level: it is the readiness signal, not chatter', async () => {
+  const { stderr } = await runUntilReadyThenSignal('SIGTERM', ['--log-level', 'warn']);
+  const lines = stderr.trim().split('\n').filter(Boolean).map((l) => JSON.parse(l) as Line);
+  assert.is(lines.filter((l) => l.ready === true).length, 1, stderr);
+  assert.ok(!lines.some((l) => l.msg === 'checkpoint planned'), 'info lines stay suppressed');
+});
+
 test("docs/operations.md's jq recipes read the log as written", async () => {
   const doc = readFileSync(`${repoRoot}docs/operations.md`, 'utf8');
   const recipes = [...doc.matchAll(/`journalctl -u weightd -o cat \| (jq [^`]*)`/g)].map((m) => m[1]!);

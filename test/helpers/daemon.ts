@@ -120,32 +120,31 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
     child.on('exit', onExit);
   });
   const pid = child.pid!;
+  function waitForStderr(what: string, done: (stderr: string) => boolean, ms = 30_000): Promise<void> {
+    return new Promise<void>((resolve, reject) => {
+      const check = () => {
+        if (!done(out.text)) return;
+        cleanup();
+        resolve();
+      };
+      const onExit = () => (cleanup(), reject(new Error(`daemon exited before ${what}; stderr tail:\n${out.text.slice(-2000)}`)));
+      const timer = setTimeout(() => (cleanup(), reject(new Error(`no ${what} within ${ms} ms; stderr tail:\n${out.text.slice(-2000)}`))), ms);
+      function cleanup() {
+        clearTimeout(timer);
+        child.stderr!.off('data', check);
+        child.off('exit', onExit);
+      }
+      child.stderr!.on('data', check);
+      child.on('exit', onExit);
+      check();
+    });
+  }
   return {
     pid,
     devices,
     stderr: () => out.text,
-    waitForStderr(what, done, ms = 30_000) {
-      return new Promise<void>((resolve, reject) => {
-        const check = () => {
-          if (!done(out.text)) return;
-          cleanup();
-          resolve();
-        };
-        const onExit = () => (cleanup(), reject(new Error(`daemon exited before ${what}; stderr tail:\n${out.text.slice(-2000)}`)));
-        const timer = setTimeout(() => (cleanup(), reject(new Error(`no ${what} within ${ms} ms; stderr tail:\n${out.text.slice(-2000)}`))), ms);
-        function cleanup() {
-          clearTimeout(timer);
-          child.stderr!.off('data', check);
-          child.off('exit', onExit);
-        }
-        child.stderr!.on('data', check);
-        child.on('exit', onExit);
-        check();
-      });
-    },
-    waitFor(pattern, ms = 120_000) {
-      return this.waitForStderr(String(pattern), (text) => pattern.test(text), ms);
-    },
+    waitForStderr,
+    waitFor: (pattern, ms = 120_000) => waitForStderr(String(pattern), (text) => pattern.test(text), ms),
     async stop(graceMs = 10_000, signal: NodeJS.Signals = 'SIGTERM') {
       if (child.exitCode === null && child.signalCode === null) {
         child.kill(signal);

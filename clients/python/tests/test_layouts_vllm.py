@@ -24,6 +24,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 import unittest
 from pathlib import Path
@@ -321,6 +322,17 @@ class DaemonFailed(AssertionError):
     pass
 
 
+READY_TIMEOUT_S = 300
+
+
+def is_ready_line(line: str) -> bool:
+    """The daemon's READY log line (a JSON line off a terminal, with `"ready": true`)."""
+    try:
+        return json.loads(line).get("ready") is True
+    except ValueError:
+        return False
+
+
 class Daemon:
     def __init__(self, model: Path, tp: int, work: Path):
         self.socket_dir = work / "sockets"
@@ -328,10 +340,17 @@ class Daemon:
         args = ["node", str(MAIN_JS), "--model", str(model), "-tp", str(tp), "--device", DEVICE, "--layouts", "checkpoint,vllm", "--weight-cache-socket-dir", str(self.socket_dir), "--log-level", "warn"]
         self.proc = subprocess.Popen(args, cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         self.stderr = ""
-        for line in self.proc.stderr:
-            self.stderr += line
-            if line.startswith("READY "):
-                return
+        # A daemon that never gets ready must not hang the suite: kill it after READY_TIMEOUT_S,
+        # which ends the read below with EOF.
+        watchdog = threading.Timer(READY_TIMEOUT_S, self.proc.kill)
+        watchdog.start()
+        try:
+            for line in self.proc.stderr:
+                self.stderr += line
+                if is_ready_line(line):
+                    return
+        finally:
+            watchdog.cancel()
         self.proc.wait()
         raise DaemonFailed(f"daemon exited ({self.proc.returncode}) before READY:\n{self.stderr}")
 
