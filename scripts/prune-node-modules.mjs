@@ -12,8 +12,10 @@ import { fileURLToPath } from 'node:url';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 const dest = resolvePath(root, process.argv[2] ?? '.device/nm');
-// What dist/ imports at run time (grep "from '<bare name>'" dist/src dist/main.js).
-const RUNTIME = ['commander', 'pino', 'pino-pretty', 'piscina', 'prom-client', 'xstate', 'zod'];
+// What dist/ imports at run time: package.json's dependencies less those only the build uses
+// (and mermaid, of which the bundle ships one file), so a new dependency cannot be forgotten here.
+const BUILD_ONLY = new Set(['cmake-js', 'node-addon-api', 'node-api-headers', 'mermaid']);
+const RUNTIME = Object.keys(JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')).dependencies).filter((d) => !BUILD_ONLY.has(d));
 const modules = join(root, 'node_modules');
 
 function resolve(name, from) {
