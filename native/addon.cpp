@@ -3,6 +3,7 @@
 // its own), never in globals.
 #include <napi.h>
 
+#include <initializer_list>
 #include <limits>
 #include <memory>
 #include <mutex>
@@ -62,6 +63,31 @@ Napi::Uint8Array toDestination(const Napi::Value& v) {
     throw Napi::TypeError::New(v.Env(), "the destination must be a Uint8Array");
   }
   return v.As<Napi::Uint8Array>();
+}
+
+// A Float64Array of records of `width` numbers each, every one a non-negative safe integer; the
+// first fields of each record are indexes (named by `indexes`), narrowed to uint32_t, so a value
+// past 2^32-1 is refused rather than wrapped (a file index of 2^32 would quietly become file 0).
+std::vector<double> toRecords(const Napi::Value& v, size_t width, const char* what, const char* record,
+                              std::initializer_list<const char*> indexes) {
+  Napi::Env env = v.Env();
+  if (!v.IsTypedArray() || v.As<Napi::TypedArray>().TypedArrayType() != napi_float64_array ||
+      v.As<Napi::TypedArray>().ElementLength() % width != 0) {
+    throw Napi::TypeError::New(env, std::string(what) + " must be a Float64Array of " + std::to_string(width) + " numbers per " + record);
+  }
+  Napi::Float64Array f = v.As<Napi::Float64Array>();
+  std::vector<double> out(f.Data(), f.Data() + f.ElementLength());
+  for (size_t i = 0; i < out.size(); ++i) {
+    const size_t n = i / width, k = i % width;
+    if (!isSafeU64(out[i])) {
+      throw Napi::RangeError::New(env, std::string(record) + " " + std::to_string(n) + " field " + std::to_string(k) + " is not a non-negative safe integer");
+    }
+    if (k < indexes.size() && out[i] > std::numeric_limits<uint32_t>::max()) {
+      throw Napi::RangeError::New(env, std::string(record) + " " + std::to_string(n) + " " + indexes.begin()[k] + " index " +
+                                           std::to_string(static_cast<uint64_t>(out[i])) + " is past 2^32-1");
+    }
+  }
+  return out;
 }
 
 std::string toStr(const Napi::Value& v, const char* what) {
@@ -143,41 +169,32 @@ class DeviceWrap : public Napi::ObjectWrap<DeviceWrap> {
     return env.Undefined();
   }
 
-  // startFill(files: string[], ops: Float64Array (7 numbers per op), options)
+  // startFill(files: string[], ops: Float64Array (7 numbers per op),
+  //           zeroRanges: Float64Array (3 numbers per range: segment, offset, bytes), options)
   Napi::Value StartFill(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
     if (job_ && !job_->status().done) throw makeError(env, "E_FILL_RUNNING", "a fill is already running on this device");
-    if (!info[0].IsArray() || !info[1].IsTypedArray() || !info[2].IsObject()) {
-      throw Napi::TypeError::New(env, "startFill(files: string[], ops: Float64Array, options: object)");
+    if (!info[0].IsArray() || !info[1].IsTypedArray() || !info[2].IsTypedArray() || !info[3].IsObject()) {
+      throw Napi::TypeError::New(env, "startFill(files: string[], ops: Float64Array, zeroRanges: Float64Array, options: object)");
     }
     Napi::Array fileArr = info[0].As<Napi::Array>();
     std::vector<std::string> files;
     for (uint32_t i = 0; i < fileArr.Length(); ++i) files.push_back(toStr(fileArr.Get(i), "file path"));
-    Napi::TypedArray ta = info[1].As<Napi::TypedArray>();
-    if (ta.TypedArrayType() != napi_float64_array || ta.ElementLength() % 7 != 0) {
-      throw Napi::TypeError::New(env, "ops must be a Float64Array of 7 numbers per op");
-    }
-    Napi::Float64Array f = ta.As<Napi::Float64Array>();
-    std::vector<CopyOp> ops(f.ElementLength() / 7);
+    std::vector<double> opFields = toRecords(info[1], 7, "ops", "op", {"file", "segment"});
+    std::vector<CopyOp> ops(opFields.size() / 7);
     for (size_t i = 0; i < ops.size(); ++i) {
-      const double* p = f.Data() + i * 7;
-      for (int k = 0; k < 7; ++k) {
-        if (!isSafeU64(p[k])) {
-          throw Napi::RangeError::New(env, "op " + std::to_string(i) + " field " + std::to_string(k) + " is not a non-negative safe integer");
-        }
-      }
-      // Fields 0 and 1 are the file and segment indexes, narrowed to uint32_t below.
-      for (int k = 0; k < 2; ++k) {
-        if (p[k] > std::numeric_limits<uint32_t>::max()) {
-          throw Napi::RangeError::New(env, "op " + std::to_string(i) + (k == 0 ? " file" : " segment") + " index " +
-                                               std::to_string(static_cast<uint64_t>(p[k])) + " is past 2^32-1");
-        }
-      }
+      const double* p = opFields.data() + i * 7;
       ops[i] = CopyOp{static_cast<uint32_t>(p[0]), static_cast<uint32_t>(p[1]), static_cast<uint64_t>(p[2]),
                       static_cast<uint64_t>(p[3]),  static_cast<uint64_t>(p[4]), static_cast<uint64_t>(p[5]),
                       static_cast<uint64_t>(p[6])};
     }
-    Napi::Object o = info[2].As<Napi::Object>();
+    std::vector<double> zeroFields = toRecords(info[2], 3, "zeroRanges", "zero range", {"segment"});
+    std::vector<ZeroRange> zeros(zeroFields.size() / 3);
+    for (size_t i = 0; i < zeros.size(); ++i) {
+      const double* p = zeroFields.data() + i * 3;
+      zeros[i] = ZeroRange{static_cast<uint32_t>(p[0]), static_cast<uint64_t>(p[1]), static_cast<uint64_t>(p[2])};
+    }
+    Napi::Object o = info[3].As<Napi::Object>();
     FillOptions opts;
     if (o.Has("threads")) opts.threads = std::max(1u, toBounded<unsigned>(o.Get("threads"), "threads", kMaxThreads));
     if (o.Has("chunkBytes")) opts.chunkBytes = toU64(o.Get("chunkBytes"), "chunkBytes");
@@ -201,7 +218,7 @@ class DeviceWrap : public Napi::ObjectWrap<DeviceWrap> {
     }
     job_.reset();
     try {
-      job_ = std::make_unique<FillJob>(device_, std::move(files), std::move(ops), opts);
+      job_ = std::make_unique<FillJob>(device_, std::move(files), std::move(ops), std::move(zeros), opts);
     } catch (const DeviceError& e) {
       throwDeviceError(env, e);
     }

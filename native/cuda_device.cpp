@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "cuda_copy_engine.h"
+#include "cuda_driver.h"
 #include "cuda_fill_group.h"
 #include "cuda_ipc.h"
 
@@ -17,6 +18,29 @@ std::string gib(uint64_t bytes) {
   char buf[32];
   snprintf(buf, sizeof buf, "%.2f GiB", static_cast<double>(bytes) / (1ull << 30));
   return buf;
+}
+
+// cuMemAlloc leaves memory as it was: writes zeros over exactly the ranges, on a stream of the
+// target's context, and waits for them, so the cost is the padding's bytes and nothing else.
+// Padding never overlaps an op's destination (the planner's rule), so the copies need not wait.
+void zeroRanges(const CudaFillTarget& target, const std::vector<ZeroRange>& zeros) {
+  if (zeros.empty()) return;
+  const CudaDriver& drv = cudaDriver();
+  ScopedContext current(target.context);
+  Stream stream = createStream();  // destroyed (drained) before the context is popped
+  for (size_t i = 0; i < zeros.size(); ++i) {
+    const ZeroRange& z = zeros[i];
+    CUdeviceptr dst = target.segmentBases[z.segment] + z.offset;
+    try {
+      // Segment bases are 2 MiB aligned: a range on 4-byte boundaries takes the wider memset.
+      if (z.offset % 4 == 0 && z.bytes % 4 == 0) drv.cuMemsetD32Async(dst, 0, z.bytes / 4, stream.get());
+      else drv.cuMemsetD8Async(dst, 0, z.bytes, stream.get());
+    } catch (const DeviceError& e) {
+      throw DeviceError(e.code(), "zeroing padding range " + std::to_string(i) + " (" + std::to_string(z.bytes) + " bytes at " +
+                                      std::to_string(z.offset) + " of segment " + std::to_string(z.segment) + "): " + e.what());
+    }
+  }
+  drv.cuStreamSynchronize(stream.get());
 }
 
 }  // namespace
@@ -96,8 +120,8 @@ void CudaDevice::allocate(const std::vector<uint64_t>& segmentBytes) {
   });
 }
 
-void CudaDevice::fill(const std::vector<std::string>& files, const std::vector<CopyOp>& ops, const FillOptions& options,
-                      FillProgress& progress) {
+void CudaDevice::fill(const std::vector<std::string>& files, const std::vector<CopyOp>& ops,
+                      const std::vector<ZeroRange>& zeros, const FillOptions& options, FillProgress& progress) {
   FillMember self;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -109,6 +133,11 @@ void CudaDevice::fill(const std::vector<std::string>& files, const std::vector<C
       self.target.segmentBytes.push_back(s.bytes);
     }
   }
+  // Before the copies (and before joining a group), so a failure here is this GPU's alone.
+  onDevice([&] {
+    validateZeroRanges(zeros, self.target.segmentBytes);
+    zeroRanges(self.target, zeros);
+  });
   self.files = &files;
   self.ops = &ops;
   self.progress = &progress;

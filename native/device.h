@@ -40,6 +40,14 @@ struct CopyOp {
   uint64_t srcPitch = 0;
 };
 
+// Mirrors ZeroRange in src/checkpoint/types.ts: bytes no op writes that must read as zero
+// (vocab padding rows of an engine layout).
+struct ZeroRange {
+  uint32_t segment = 0;
+  uint64_t offset = 0;
+  uint64_t bytes = 0;
+};
+
 // How the cuda backend moves file bytes to the device (the host backend always reads).
 enum class FillMode {
   Pread,     // read into pinned staging buffers, then copy
@@ -90,6 +98,20 @@ void checkReadRange(const Segments& segments, uint32_t segment, uint64_t offset,
   }
 }
 
+// Throws E_BAD_PLAN unless every range lies inside its segment: checked before any byte moves.
+template <typename Sizes>
+void validateZeroRanges(const std::vector<ZeroRange>& zeros, const Sizes& segmentBytes) {
+  for (size_t i = 0; i < zeros.size(); ++i) {
+    const ZeroRange& z = zeros[i];
+    uint64_t end;
+    if (z.segment >= segmentBytes.size() || __builtin_add_overflow(z.offset, z.bytes, &end) || end > segmentBytes[z.segment]) {
+      throw DeviceError("E_BAD_PLAN", "zero range " + std::to_string(i) + " (" + std::to_string(z.bytes) + " bytes at " +
+                                          std::to_string(z.offset) + " of segment " + std::to_string(z.segment) +
+                                          ") is outside the arena of " + std::to_string(segmentBytes.size()) + " segment(s)");
+    }
+  }
+}
+
 class Device {
  public:
   virtual ~Device() = default;
@@ -97,8 +119,10 @@ class Device {
   // Reserves one allocation per segment. Fails before anything is copied if memory is short.
   virtual void allocate(const std::vector<uint64_t>& segmentBytes) = 0;
   // Runs on a native thread (never the JS thread). Throws DeviceError; honours progress.cancel.
+  // Every backend writes zeros over `zeros` (and only there, so the cost is the padding's), since
+  // a fill may reuse an arena that an earlier fill or the allocator left non-zero.
   virtual void fill(const std::vector<std::string>& files, const std::vector<CopyOp>& ops,
-                    const FillOptions& options, FillProgress& progress) = 0;
+                    const std::vector<ZeroRange>& zeros, const FillOptions& options, FillProgress& progress) = 0;
   virtual std::vector<SegmentExport> exportSegments() = 0;
   // Copies bytes back out of the arena (verification and tests).
   virtual void read(uint32_t segment, uint64_t offset, uint64_t length, void* dst) = 0;

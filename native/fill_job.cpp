@@ -5,12 +5,12 @@
 namespace weightd {
 
 FillJob::FillJob(std::shared_ptr<Device> device, std::vector<std::string> files, std::vector<CopyOp> ops,
-                 FillOptions options)
+                 std::vector<ZeroRange> zeros, FillOptions options)
     : device_(std::move(device)), started_(std::chrono::steady_clock::now()) {
-  thread_ = startThread("the fill thread", [this, files = std::move(files), ops = std::move(ops), options]() {
+  thread_ = startThread("the fill thread", [this, files = std::move(files), ops = std::move(ops), zeros = std::move(zeros), options]() {
     FillStatus r;
     try {
-      device_->fill(files, ops, options, progress_);
+      device_->fill(files, ops, zeros, options, progress_);
     } catch (const DeviceError& e) {
       r.failed = true;
       r.errorCode = e.code();

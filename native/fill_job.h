@@ -24,7 +24,8 @@ struct FillStatus {
 class FillJob {
  public:
   // Throws E_THREAD_CREATE when its thread cannot start.
-  FillJob(std::shared_ptr<Device> device, std::vector<std::string> files, std::vector<CopyOp> ops, FillOptions options);
+  FillJob(std::shared_ptr<Device> device, std::vector<std::string> files, std::vector<CopyOp> ops, std::vector<ZeroRange> zeros,
+          FillOptions options);
   ~FillJob();  // cancels and joins
   FillStatus status();
   void cancel() { progress_.cancel = true; }

@@ -110,7 +110,7 @@ void HostDevice::allocate(const std::vector<uint64_t>& segmentBytes) {
 }
 
 void HostDevice::fill(const std::vector<std::string>& files, const std::vector<CopyOp>& ops,
-                      const FillOptions& options, FillProgress& progress) {
+                      const std::vector<ZeroRange>& zeros, const FillOptions& options, FillProgress& progress) {
   std::vector<uint64_t> sizes;
   std::vector<char*> bases;
   {
@@ -124,6 +124,10 @@ void HostDevice::fill(const std::vector<std::string>& files, const std::vector<C
   // The page cache is the fast path for shared memory; O_DIRECT would only add alignment copies.
   FileSet fileSet(files, false);
   validateOps(ops, fileSet, sizes);
+  validateZeroRanges(zeros, sizes);
+  // A fresh segment file reads as zeros, but a second fill of the same arena may not: zeroing
+  // here keeps one contract for both backends, at the cost of the padding's pages only.
+  for (const ZeroRange& z : zeros) memset(bases[z.segment] + z.offset, 0, z.bytes);
   std::vector<Chunk> chunks = splitIntoChunks(ops, options.chunkBytes);
   runChunks(chunks.size(), options.threads, progress, [&](size_t i) {
     const Chunk& c = chunks[i];

@@ -6,7 +6,7 @@ import { planCheckpoint } from '../checkpoint/planCheckpoint.js';
 import type { CheckpointPlan } from '../checkpoint/types.js';
 import type { Logger } from '../log.js';
 import type { NodeConfig } from '../nodeOptions.js';
-import { ShardingError, WeightdError } from '../errors.js';
+import { WeightdError } from '../errors.js';
 import type { DeviceSlot, FillOptions } from '../native/addon.js';
 import { cachedShare, localDevices, nodeFillOptions } from '../native/devices.js';
 import { acquireDeviceLock, type DeviceLock } from '../serve/deviceLock.js';
@@ -52,7 +52,6 @@ export const prepareNode = fromPromise<Prepared, PrepareInput>(async ({ input, s
       locks.push(acquireDeviceLock(socketDir, d.uuid, (holder) => log.warn({ device: d.uuid, pid: holder.pid }, 'took over the lock of a daemon that no longer runs')));
     }
     const plan = await planLocalRanks(config, log);
-    refuseUnzeroedPadding(plan, devices);
     if (signal.aborted) throw new WeightdError('E_STOPPED', 'stopped while planning');
     signal.removeEventListener('abort', releaseLocks);
     let share: number | undefined;
@@ -68,17 +67,6 @@ export const prepareNode = fromPromise<Prepared, PrepareInput>(async ({ input, s
     throw err;
   }
 });
-
-/**
- * Host segments are new files extended by posix_fallocate, which reads as zeros; CUDA memory
- * comes from cuMemAlloc uninitialized, and the copy engine writes only what ops name.
- */
-function refuseUnzeroedPadding(plan: CheckpointPlan, devices: DeviceSlot[]): void {
-  const padded = plan.ranks.find((r) => r.zeroRanges.length > 0);
-  if (padded && devices.some((d) => d.backend === 'cuda')) {
-    throw new ShardingError('E_LAYOUT_PADDING_UNSUPPORTED', `the vllm layout of this checkpoint pads its vocabulary (rank ${padded.tpRank}: ${padded.zeroRanges.length} padding range(s)), and the CUDA backend does not zero padding rows yet; serve it with --layouts checkpoint, or on the host backend`, { layout: 'vllm' });
-  }
-}
 
 async function planLocalRanks(config: NodeConfig, log: Logger): Promise<CheckpointPlan> {
   const started = performance.now();

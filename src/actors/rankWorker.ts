@@ -56,7 +56,7 @@ async function load(): Promise<void> {
 
   injectFault('fill');
   // Read from data again: a 'device' fault at 'fill' points the plan at missing files.
-  const result = await device.fill(data.plan.files, plan.ops, plan.totalBytes, data.fill, (p) =>
+  const result = await device.fill(data.plan.files, plan.ops, plan.totalBytes, { ...data.fill, zeroRanges: plan.zeroRanges }, (p) =>
     post({ type: 'PROGRESS', ...p }),
   );
 

@@ -64,8 +64,11 @@ export interface NativeFillStatus {
 export interface NativeDevice {
   info(): DeviceInfo;
   allocate(segmentBytes: number[]): void;
-  /** ops: 7 numbers per op: file, segment, srcOffset, dstOffset, rows, rowBytes, srcPitch. */
-  startFill(files: string[], ops: Float64Array, options: FillOptions): void;
+  /**
+   * ops: 7 numbers per op: file, segment, srcOffset, dstOffset, rows, rowBytes, srcPitch.
+   * zeroRanges: 3 numbers per range: segment, offset, bytes; every backend writes zeros there.
+   */
+  startFill(files: string[], ops: Float64Array, zeroRanges: Float64Array, options: FillOptions): void;
   fillStatus(): NativeFillStatus;
   cancelFill(): void;
   exportSegments(): SegmentExport[];

@@ -1,5 +1,5 @@
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { CopyOp } from '../checkpoint/types.js';
+import type { CopyOp, ZeroRange } from '../checkpoint/types.js';
 import { addon, asDeviceError, type Backend, type DeviceInfo, type FillOptions, type NativeDevice, type SegmentExport } from './addon.js';
 import { readInChunks } from './readInChunks.js';
 
@@ -24,6 +24,19 @@ export function packOps(ops: readonly CopyOp[]): Float64Array {
     out.set([op.file, op.segment, op.srcOffset, op.dstOffset, op.rows, op.rowBytes, op.srcPitch], i * 7);
   });
   return out;
+}
+
+/** Packs zero ranges the same way: 3 numbers per range. */
+export function packZeroRanges(ranges: readonly ZeroRange[]): Float64Array {
+  const out = new Float64Array(ranges.length * 3);
+  ranges.forEach((z, i) => out.set([z.segment, z.offset, z.bytes], i * 3));
+  return out;
+}
+
+/** What a fill writes besides its copies. */
+export interface FillExtras {
+  /** Bytes no op writes that must read as zero afterwards (RankPlan.zeroRanges). */
+  zeroRanges?: readonly ZeroRange[];
 }
 
 /**
@@ -54,10 +67,11 @@ export class DeviceHandle {
     files: string[],
     ops: readonly CopyOp[],
     totalBytes: number,
-    options: FillOptions,
+    options: FillOptions & FillExtras,
     onProgress?: (p: FillProgress) => void,
   ): Promise<FillResult> {
-    this.#call(() => this.#native.startFill(files, packOps(ops), options));
+    const { zeroRanges = [], ...native } = options;
+    this.#call(() => this.#native.startFill(files, packOps(ops), packZeroRanges(zeroRanges), native));
     for (;;) {
       const s = this.#native.fillStatus();
       onProgress?.({ bytes: s.bytes, totalBytes, seconds: s.seconds });

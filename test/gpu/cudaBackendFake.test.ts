@@ -150,6 +150,27 @@ test('the daemon at tp=2 fills both GPUs as one group; a rank failing around its
   assert.equal(leaks, noLeaks);
 });
 
+test('a padded vllm plan: zero ranges read back as zero on non-zero fake memory, other bytes equal the checkpoint, the daemon serves it', () => {
+  const { result, leaks } = scenario('padding');
+  // 48 padding rows of 16 bf16 values, in the embedding and in lm_head, on rank 1 only.
+  assert.equal(result.zeroBytes, [0, 2 * 48 * 16 * 2]);
+  assert.is(result.untouched, true, 'only the ranges are zeroed');
+  assert.match(result.outside as string, /^DeviceError E_BAD_PLAN: GPU 0 .*zero range 0 \(2 bytes at 1048575 of segment 0\) is outside the arena/);
+  assert.match(result.segment as string, /^RangeError : zero range 0 segment index 4294967296 is past 2\^32-1/);
+  assert.equal(result.daemon, { state: 'serving,serving' });
+  assert.equal(leaks, noLeaks);
+});
+
+test('a failing memset is a named error that fails the rank and the node, leaving nothing allocated', () => {
+  const { result, leaks } = scenario('paddingMemsetFails', { FAKE_CUDA_FAIL_MEMSET: '1' });
+  const named = /E_CUDA.*GPU 1 \(GPU-[0-9a-f-]+\): zeroing padding range 0 \(1536 bytes at \d+ of segment 0\): cuMemsetD32Async failed: CUDA_ERROR_INVALID_VALUE/;
+  assert.match(result.alone as string, named);
+  const daemon = result.daemon as { state: string; message?: string };
+  assert.is(daemon.state, 'failed');
+  assert.match(daemon.message ?? '', /^rank 1 \(local 1\) failed: .*zeroing padding range 0 .*cuMemsetD32Async failed/);
+  assert.equal(leaks, noLeaks);
+});
+
 test('IPC: another process opens the exported handle, reads the same bytes, opens are counted', () => {
   const { result, leaks } = scenario('ipc');
   assert.is(result.sameProcess, 'E_CUDA');

@@ -13,6 +13,9 @@
 // Environment: FAKE_CUDA_DEVICES (default 2), FAKE_CUDA_MEM_MB per device (default 1024),
 // FAKE_CUDA_FAULT_DEVICE: waiting on an event of that device's copies runs them, then reports
 // CUDA_ERROR_ILLEGAL_ADDRESS, as an asynchronous fault of a copy would.
+// FAKE_CUDA_FAIL_MEMSET: every cuMemsetD*Async returns CUDA_ERROR_INVALID_VALUE.
+// Device memory starts as 0xEE bytes, never zeros, and memsets are queued like copies, so bytes
+// that must be zero are zero only if a memset ran for them.
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <pthread.h>
@@ -49,7 +52,8 @@ static struct alloc allocs[4096];
 static int nallocs;
 static size_t usedBytes[MAX_DEV];
 
-struct op { char* dst; const char* src; size_t width, height, spitch, dpitch; unsigned long seq; int done; };
+// A copy, or a memset when src is NULL: `elt` bytes of `value`, repeated over width bytes.
+struct op { char* dst; const char* src; size_t width, height, spitch, dpitch; unsigned long seq; int done; unsigned value; int elt; };
 struct stream { struct op ops[MAX_OPS]; int nops; unsigned long seq; int live; int device; };
 struct event { struct stream* stream; unsigned long seq; int live; };
 static int liveStreams, liveEvents;
@@ -79,7 +83,7 @@ static void checkNotQueued(const char* p, size_t n, const char* what) {
       struct op* o = &st->ops[i];
       if (o->done) continue;
       size_t srcSpan = (o->height - 1) * o->spitch + o->width, dstSpan = (o->height - 1) * o->dpitch + o->width;
-      if ((o->src < p + n && o->src + srcSpan > p) || (o->dst < p + n && o->dst + dstSpan > p)) die(what);
+      if ((o->src && o->src < p + n && o->src + srcSpan > p) || (o->dst < p + n && o->dst + dstSpan > p)) die(what);
     }
   }
 }
@@ -88,7 +92,11 @@ static void runUpTo(struct stream* st, unsigned long seq) {
   for (int i = 0; i < st->nops; ++i) {
     struct op* o = &st->ops[i];
     if (o->done || o->seq > seq) continue;
-    for (size_t r = 0; r < o->height; ++r) memcpy(o->dst + r * o->dpitch, o->src + r * o->spitch, o->width);
+    if (o->src) {
+      for (size_t r = 0; r < o->height; ++r) memcpy(o->dst + r * o->dpitch, o->src + r * o->spitch, o->width);
+    } else {
+      for (size_t i = 0; i < o->width; i += (size_t)o->elt) memcpy(o->dst + i, &o->value, (size_t)o->elt);
+    }
     o->done = 1;
   }
   int k = 0;
@@ -362,10 +370,29 @@ static CUresult queue(struct stream* s, char* dst, const char* src, size_t width
   // The real driver treats such memory as pageable in other contexts: a slow, synchronous copy.
   else if (!h->portable && h->device != current()->device) die("async copy from host memory pinned for another context, not PORTABLE");
   else if (s->nops == MAX_OPS) die("too many queued copies on one stream");
-  else s->ops[s->nops++] = (struct op){dst, src, width, height, spitch, dpitch, ++s->seq, 0};
+  else s->ops[s->nops++] = (struct op){dst, src, width, height, spitch, dpitch, ++s->seq, 0, 0, 0};
   pthread_mutex_unlock(&lock);
   return r;
 }
+// Queues a memset of `count` elements of `elt` bytes; the destination must be device memory of
+// the current context's device, aligned to the element, like the real driver's.
+static CUresult queueMemset(struct stream* s, CUdeviceptr dstPtr, unsigned value, size_t count, int elt) {
+  NEED_CTX();
+  if (getenv("FAKE_CUDA_FAIL_MEMSET")) return E_INVALID_VALUE;
+  char* dst = (char*)(uintptr_t)dstPtr;
+  size_t bytes = count * (size_t)elt;
+  if (dstPtr % (CUdeviceptr)elt != 0 || count == 0) return E_INVALID_VALUE;
+  pthread_mutex_lock(&lock);
+  struct alloc* d = findAlloc(dst, bytes, K_DEVICE);
+  CUresult r = OK;
+  if (!d || d->device != current()->device || s->device != current()->device) r = E_INVALID_VALUE;
+  else if (s->nops == MAX_OPS) die("too many queued operations on one stream");
+  else s->ops[s->nops++] = (struct op){dst, NULL, bytes, 1, bytes, bytes, ++s->seq, 0, value, elt};
+  pthread_mutex_unlock(&lock);
+  return r;
+}
+CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char value, size_t n, struct stream* s) { return queueMemset(s, dst, value, n, 1); }
+CUresult cuMemsetD32Async(CUdeviceptr dst, unsigned value, size_t n, struct stream* s) { return queueMemset(s, dst, value, n, 4); }
 CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src, size_t n, struct stream* s) {
   return queue(s, (char*)(uintptr_t)dst, src, n, 1, n, n);
 }

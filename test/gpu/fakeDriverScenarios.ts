@@ -7,11 +7,13 @@ import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'nod
 import { join } from 'node:path';
 import pino from 'pino';
 import { fileURLToPath } from 'node:url';
-import type { CopyOp } from '../../src/checkpoint/types.js';
+import { planCheckpoint } from '../../src/checkpoint/planCheckpoint.js';
+import type { CopyOp, ZeroRange } from '../../src/checkpoint/types.js';
 import { cudaDevices, cudaProbe, CudaIpcSegment } from '../../src/native/cuda.js';
 import { DeviceHandle } from '../../src/native/deviceHandle.js';
 import type { FaultInjection } from '../../src/actors/rankMessages.js';
 import { startNode } from '../../src/startNode.js';
+import { writeArchCheckpoint } from '../helpers/checkpoints.js';
 import { exampleModel, freshSocketDir } from '../helpers/paths.js';
 
 const MiB = 1 << 20;
@@ -112,6 +114,40 @@ function groupMembers(fx: Fixture): Member[] {
   const swap = (f: number) => 1 - f;
   const m1 = { paths: [fx.paths[1]!, fx.paths[0]!], data: [fx.data[1]!, fx.data[0]!], ops: rank(1).map((o) => ({ ...o, file: swap(o.file) })) };
   return [m0, m1];
+}
+
+/**
+ * A Llama checkpoint whose vocab (32016) the vllm layout pads to 32064: at tp=2, rank 1 holds
+ * 15984 real rows and 48 zero rows of the embedding and of lm_head.
+ */
+async function paddedCheckpoint(): Promise<string> {
+  const parent = join(process.cwd(), 'test', 'artifacts');
+  mkdirSync(parent, { recursive: true });
+  const dir = mkdtempSync(join(parent, 'cuda-padded-'));
+  await writeArchCheckpoint(dir, 'LlamaForCausalLM', { hidden: 16, heads: 4, kvHeads: 2, headDim: 4, intermediate: 32, layers: 1, vocab: 32016 });
+  return dir;
+}
+
+/** Names the first zero range that does not read back as zeros. */
+function checkZeros(device: DeviceHandle, ranges: readonly ZeroRange[]): void {
+  ranges.forEach((z, i) => {
+    const at = device.read(z.segment, z.offset, z.bytes).findIndex((b) => b !== 0);
+    if (at >= 0) throw new Error(`zero range ${i} (${JSON.stringify(z)}) holds a non-zero byte at ${at}`);
+  });
+}
+
+/** The daemon at tp=2 on the fake GPUs, serving the padded vllm layout: its outcome and message. */
+async function serveDaemon(model: string): Promise<{ state: string; message?: string }> {
+  const node = await startNode({ model, tensorParallelSize: 2, device: 'cuda', layouts: ['vllm'], socketDir: freshSocketDir(), logger: pino({ level: 'silent' }) });
+  try {
+    await node.ready;
+  } catch {
+    const result = await node.done;
+    return { state: result.state, message: result.failure?.message };
+  }
+  const serving = node.status().ranks.map((r) => r.state).join(',');
+  await node.stop('test');
+  return { state: serving };
 }
 
 const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
@@ -309,6 +345,61 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
       return codes;
     } finally {
       rmSync(fx.dir, { recursive: true, force: true });
+    }
+  },
+
+  /**
+   * A padded vllm plan at tp=2, each rank on its own fake GPU (whose memory starts non-zero):
+   * the zero ranges read back as zeros and every op's bytes equal the checkpoint's; zeroing
+   * writes exactly the ranges (an unaligned one too); bad ranges are refused; the daemon serves it.
+   */
+  async padding() {
+    const dir = await paddedCheckpoint();
+    try {
+      const plan = await planCheckpoint(dir, { tpSize: 2, layouts: ['vllm'] });
+      const zeroBytes: number[] = [];
+      for (const rank of plan.ranks) {
+        const device = new DeviceHandle('cuda', rank.tpRank);
+        device.allocate(rank.segments);
+        await device.fill(rank.files, rank.ops, rank.totalBytes, { zeroRanges: rank.zeroRanges });
+        checkZeros(device, rank.zeroRanges);
+        check(device, { data: rank.files.map((f) => readFileSync(f)), ops: rank.ops });
+        zeroBytes.push(rank.zeroRanges.reduce((n, z) => n + z.bytes, 0));
+        device.release();
+      }
+      // Only the ranges are written: the bytes around them keep the fake's 0xEE.
+      const device = new DeviceHandle('cuda', 0);
+      device.allocate([MiB]);
+      const ranges = [{ segment: 0, offset: 3, bytes: 5 }, { segment: 0, offset: 4096, bytes: 4096 }];
+      await device.fill([], [], 0, { zeroRanges: ranges });
+      checkZeros(device, ranges);
+      const around = [...device.read(0, 0, 3), ...device.read(0, 8, 4088), ...device.read(0, 8192, 4096)];
+      const untouched = around.every((b) => b === 0xee);
+      const outside = await outcome(() => device.fill([], [], 0, { zeroRanges: [{ segment: 0, offset: MiB - 1, bytes: 2 }] }));
+      const segment = await outcome(() => device.fill([], [], 0, { zeroRanges: [{ segment: 2 ** 32, offset: 0, bytes: 1 }] }));
+      device.release();
+      return { zeroBytes, untouched, outside, segment, daemon: await serveDaemon(dir) };
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  },
+
+  /** Run with FAKE_CUDA_FAIL_MEMSET=1: zeroing fails by name, alone and in the daemon's ranks. */
+  async paddingMemsetFails() {
+    const dir = await paddedCheckpoint();
+    try {
+      const plan = await planCheckpoint(dir, { tpSize: 2, layouts: ['vllm'] });
+      const rank = plan.ranks[1]!;
+      const device = new DeviceHandle('cuda', 1);
+      device.allocate(rank.segments);
+      const alone = await outcome(() => device.fill(rank.files, rank.ops, rank.totalBytes, { zeroRanges: rank.zeroRanges }));
+      // The device stays usable: a fill without padding still lands.
+      await device.fill(rank.files, rank.ops, rank.totalBytes, {});
+      check(device, { data: rank.files.map((f) => readFileSync(f)), ops: rank.ops });
+      device.release();
+      return { alone, daemon: await serveDaemon(dir) };
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
     }
   },
 
