@@ -1,0 +1,19 @@
+set -uo pipefail
+export PYTHONUNBUFFERED=1
+rm -rf /tmp/wb && mkdir -p /tmp/wb && tar xzf .device/weightd.tar.gz -C /tmp/wb
+B=$(ls -d /tmp/wb/weightd-*); export PATH=$B/bin:$PATH; ln -sfn $B/node_modules node_modules
+# The bundle holds the daemon (dist/src, dist/main.js, the addon); only the compiled tests travel beside it.
+# uvu and its dependencies, for the compiled client test (the bundle ships runtime dependencies only).
+tar xzf .device/devtest.tgz -C $B/node_modules
+mkdir -p dist build; ln -sfn $B/dist/src dist/src; cp $B/dist/main.js dist/main.js; ln -sfn $B/build/Release build/Release
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
+date -u; nvidia-smi -L; node --version; git log --oneline -1 2>/dev/null
+export WEIGHTD_BIN=$B/bin/weightd WEIGHTD_PYTHON=python3
+T0=$(date +%s)
+bash test/gpu/run.sh --out $OUT/gpu-check.json --out-dir $OUT/daemon > $OUT/suite.log 2>&1; echo "test:gpu rc=$? $(( $(date +%s)-T0 ))s"
+grep -E "passed, [0-9]+ failed|^(ok|FAIL|PASS) " $OUT/suite.log | cut -c1-200 | tail -30
+T0=$(date +%s)
+WEIGHTD_LAYOUTS_DEVICE=cuda PYTHONPATH=/tmp/site:clients/python timeout 400 python3 -m pytest -q -p no:cacheprovider clients/python/tests/test_layouts_vllm.py clients/python/tests/test_fingerprint.py > $OUT/layouts-cuda.log 2>&1; echo "layouts-cuda rc=$? $(( $(date +%s)-T0 ))s"; tail -5 $OUT/layouts-cuda.log
+T0=$(date +%s)
+PYTHONPATH=/tmp/site:clients/python timeout 200 node --expose-gc dist/test/client/cudaAttach.test.js > $OUT/cudaAttach.log 2>&1; echo "cudaAttach rc=$? $(( $(date +%s)-T0 ))s"; tail -6 $OUT/cudaAttach.log
+nvidia-smi --query-gpu=memory.used --format=csv
