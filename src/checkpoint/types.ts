@@ -39,8 +39,8 @@ export type ShardRule =
       partKvHeads?: number[];
     };
 
-/** One tensor as it exists in a rank's arena. */
-export interface TensorEntry {
+/** One named tensor of a layout: a dense view over a rank's arena. */
+export interface TensorView {
   name: string;
   dtype: Dtype;
   /** Shape of this rank's piece. */
@@ -53,6 +53,10 @@ export interface TensorEntry {
    */
   offset: number;
   bytes: number;
+}
+
+/** One tensor as it exists in a rank's arena: its checkpoint-layout view and where it came from. */
+export interface TensorEntry extends TensorView {
   /** Shape of the whole tensor in the checkpoint. */
   fullShape?: number[];
   /** How the tensor was divided to produce this piece. */
@@ -72,16 +76,6 @@ export interface CopyOp {
   rows: number;
   rowBytes: number;
   srcPitch: number;
-}
-
-/** One named tensor of a layout: a dense view over a rank's arena. */
-export interface TensorView {
-  name: string;
-  dtype: Dtype;
-  shape: number[];
-  segment: number;
-  offset: number;
-  bytes: number;
 }
 
 /** Layouts a rank can be served under; `checkpoint` is the checkpoint's own names and shapes. */
