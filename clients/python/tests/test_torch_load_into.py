@@ -1,0 +1,163 @@
+"""load_into against the real daemon (host backend) and real transformers models: zero-copy when
+the daemon serves the checkpoint, the same tokens as from_pretrained either way, disk otherwise."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from daemon_fixture import Daemon  # noqa: E402
+
+from weightd_client import get_memory, load_into  # noqa: E402
+from weightd_client.client import WeightdClient  # noqa: E402
+
+PROMPT = [[1, 17, 42, 99, 3, 64, 5]]
+TINY = dict(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+
+
+def _config(kind: str):
+    if kind == "llama":
+        return transformers.LlamaConfig(**TINY, tie_word_embeddings=True)
+    if kind == "qwen3moe":
+        return transformers.Qwen3MoeConfig(**TINY, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, head_dim=16, tie_word_embeddings=False)
+    return transformers.MixtralConfig(**TINY, num_local_experts=4, num_experts_per_tok=2, tie_word_embeddings=False)
+
+
+def _model_class(kind: str):
+    return {"llama": transformers.LlamaForCausalLM, "qwen3moe": transformers.Qwen3MoeForCausalLM, "mixtral": transformers.MixtralForCausalLM}[kind]
+
+
+@pytest.fixture(scope="module")
+def workdir():
+    d = tempfile.mkdtemp(prefix="weightd-torch-")
+    yield Path(d)
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def _checkpoint(workdir: Path, kind: str, seed: int) -> str:
+    path = workdir / f"{kind}-{seed}"
+    if not path.exists():
+        torch.manual_seed(seed)
+        _model_class(kind)(_config(kind)).save_pretrained(str(path))
+    return str(path)
+
+
+def _meta_model(kind: str):
+    with torch.device("meta"):
+        return _model_class(kind)(_config(kind))
+
+
+def _tokens(model) -> list:
+    model.eval()
+    with torch.no_grad():
+        out = model.generate(torch.tensor(PROMPT), max_new_tokens=8, do_sample=False, pad_token_id=0)
+    return out[0].tolist()
+
+
+def _logits(model):
+    model.eval()
+    with torch.no_grad():
+        return model(torch.tensor(PROMPT)).logits
+
+
+def _disk_tokens(path: str) -> list:
+    return _tokens(transformers.AutoModelForCausalLM.from_pretrained(path))
+
+
+def _disk_logits(path: str):
+    return _logits(transformers.AutoModelForCausalLM.from_pretrained(path))
+
+
+def _mapped_ranges(segment_files):
+    """Address ranges of this process's mappings of the daemon's segment files (/proc/self/maps)."""
+    ranges = []
+    with open("/proc/self/maps") as f:
+        for line in f:
+            parts = line.split(maxsplit=5)
+            if len(parts) == 6 and parts[5].strip() in segment_files:
+                start, end = (int(x, 16) for x in parts[0].split("-"))
+                ranges.append((start, end))
+    return ranges
+
+
+def _assert_zero_copy(model, result) -> None:
+    files = {s["handle"] for s in result.attached.state["segments"]}
+    ranges = _mapped_ranges(files)
+    assert ranges, f"no mapping of {files} in /proc/self/maps"
+    for name, t in model.state_dict().items():
+        first, last = t.data_ptr(), t.data_ptr() + t.numel() * t.element_size()
+        assert any(s <= first and last <= e for s, e in ranges), f"{name} is not in the daemon's shared memory"
+
+
+@pytest.mark.parametrize("kind", ["llama", "qwen3moe", "mixtral"])
+def test_zero_copy_from_the_daemon_generates_what_from_pretrained_does(workdir, kind):
+    ckpt = _checkpoint(workdir, kind, seed=1)
+    # The vllm layout places each fused MoE tensor's pieces back to back (dense models need no layout).
+    with Daemon(ckpt, [] if kind == "llama" else ["--layouts", "vllm"]) as daemon:
+        model = _meta_model(kind)
+        result = load_into(model, ckpt, socket_dir=daemon.socket_dir)
+        try:
+            assert (result.source, result.reason) == ("weightd", None)
+            _assert_zero_copy(model, result)
+            if kind == "llama":
+                assert model.lm_head.weight is model.model.embed_tokens.weight, "tied weights stay one parameter"
+            assert _tokens(model) == _disk_tokens(ckpt)
+            assert torch.equal(_logits(model), _disk_logits(ckpt)), "the same bytes give the same logits"
+            with WeightdClient(result.socket_path) as client:
+                assert [l["leaseId"] for l in client.stats()["leases"]] == [result.attached.lease_id]
+            assert get_memory(socket_path=result.socket_path) == sum(s["bytes"] for s in result.attached.state["segments"])
+        finally:
+            del model
+            result.close()
+        with WeightdClient(result.socket_path) as client:
+            assert client.stats()["leases"] == [], "close() ends the lease"
+
+
+def test_moe_whose_pieces_are_apart_loads_from_disk(workdir, caplog):
+    ckpt = _checkpoint(workdir, "qwen3moe", seed=1)
+    with Daemon(ckpt) as daemon:  # checkpoint layout only: each expert's tensors apart
+        model = _meta_model("qwen3moe")
+        with caplog.at_level(logging.WARNING, logger="weightd_client"):
+            result = load_into(model, ckpt, socket_dir=daemon.socket_dir)
+        assert result.source == "disk" and result.fields == ["layout"]
+        assert "--layouts vllm" in caplog.text and ".mlp.experts." in caplog.text
+        with WeightdClient(os.path.join(daemon.socket_dir, daemon.device + ".sock")) as client:
+            assert client.stats()["leases"] == [], "a refused attach keeps no lease"
+        assert _tokens(model) == _disk_tokens(ckpt)
+
+
+def test_a_daemon_serving_other_weights_is_not_used(workdir, caplog):
+    mine, other = _checkpoint(workdir, "llama", seed=1), _checkpoint(workdir, "llama", seed=2)
+    with Daemon(other) as daemon:  # same names, shapes and config; other tensor bytes
+        model = _meta_model("llama")
+        with caplog.at_level(logging.WARNING, logger="weightd_client"):
+            result = load_into(model, mine, socket_dir=daemon.socket_dir)
+        assert result.source == "disk" and result.fields == ["content"]
+        assert "content" in caplog.text
+        assert model.lm_head.weight is model.model.embed_tokens.weight
+        assert _tokens(model) == _disk_tokens(mine)
+        # Tiny random models may agree on greedy tokens; their logits tell them apart.
+        assert torch.equal(_logits(model), _disk_logits(mine))
+        assert not torch.equal(_logits(model), _disk_logits(other))
+
+
+def test_no_daemon_loads_from_disk(workdir, caplog):
+    ckpt = _checkpoint(workdir, "llama", seed=1)
+    empty = tempfile.mkdtemp(prefix="weightd-pytest-")
+    try:
+        model = _meta_model("llama")
+        with caplog.at_level(logging.WARNING, logger="weightd_client"):
+            result = load_into(model, ckpt, socket_dir=empty)
+        assert result.source == "disk" and result.attached is None
+        assert "E_NO_SOCKET" in caplog.text
+        assert _tokens(model) == _disk_tokens(ckpt)
+    finally:
+        shutil.rmtree(empty)
