@@ -16,7 +16,7 @@ transformers = pytest.importorskip("transformers")
 
 from daemon_fixture import Daemon  # noqa: E402
 
-from weightd_client import get_memory, load_into  # noqa: E402
+from weightd_client import WeightdError, get_memory, load_into  # noqa: E402
 from weightd_client.client import WeightdClient  # noqa: E402
 
 PROMPT = [[1, 17, 42, 99, 3, 64, 5]]
@@ -161,3 +161,43 @@ def test_no_daemon_loads_from_disk(workdir, caplog):
         assert _tokens(model) == _disk_tokens(ckpt)
     finally:
         shutil.rmtree(empty)
+
+
+class HomeGrown(torch.nn.Module):
+    """An engine's own module, not a PreTrainedModel: the checkpoint's names, its own forward."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.model = transformers.LlamaModel(config)
+        self.lm_head = torch.nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.lm_head.weight = self.model.embed_tokens.weight
+
+    def forward(self, ids):
+        return self.lm_head(self.model(ids).last_hidden_state)
+
+
+def test_a_home_grown_module_attaches_and_falls_back_to_the_safetensors(workdir, caplog):
+    ckpt = _checkpoint(workdir, "llama", seed=1)
+    expected = _disk_logits(ckpt)
+    with Daemon(ckpt) as daemon:
+        engine = HomeGrown(_config("llama"))
+        result = load_into(engine, ckpt, socket_dir=daemon.socket_dir)
+        assert result.source == "weightd"
+        _assert_zero_copy(engine, result)
+        with torch.no_grad():
+            assert torch.equal(engine(torch.tensor(PROMPT)), expected)
+        del engine
+        result.close()
+
+        # Shapes that are not the checkpoint's: named, then disk cannot fit them either.
+        wrong = HomeGrown(transformers.LlamaConfig(**{**TINY, "intermediate_size": 96}, tie_word_embeddings=True))
+        with caplog.at_level(logging.WARNING, logger="weightd_client"), pytest.raises(WeightdError) as err:
+            load_into(wrong, ckpt, socket_dir=daemon.socket_dir)
+        assert err.value.code == "E_MODEL_MISMATCH"
+        assert "model.layers.0.mlp.down_proj.weight shape [64, 128] != model's [64, 96]" in caplog.text
+    engine = HomeGrown(_config("llama"))
+    result = load_into(engine, ckpt, socket_dir=daemon.socket_dir)  # the daemon is gone
+    assert result.source == "disk"
+    assert engine.lm_head.weight is engine.model.embed_tokens.weight
+    with torch.no_grad():
+        assert torch.equal(engine(torch.tensor(PROMPT)), expected)
