@@ -1,6 +1,7 @@
 """Runs the weightd daemon (node dist/main.js of this checkout) for a Python test.
 
-Each daemon gets its own socket dir and host device id; ``stop()`` ends it with SIGTERM (the
+``WEIGHTD_TEST_DEVICE=cuda`` serves GPU 0 instead of the host backend (the GPU suite). Each
+daemon gets its own socket dir and host device id; ``stop()`` ends it with SIGTERM (the
 daemon removes its socket and shared-memory segments) and removes the dir, on every path.
 """
 
@@ -18,6 +19,7 @@ from typing import List, Optional
 REPO = Path(__file__).resolve().parents[3]
 MAIN_JS = REPO / "dist" / "main.js"
 READY = '"msg":"READY node '
+DEVICE = os.environ.get("WEIGHTD_TEST_DEVICE", "host")
 
 
 class Daemon:
@@ -28,7 +30,7 @@ class Daemon:
         self.device = f"py{os.getpid()}-{os.path.basename(self.socket_dir)}"
         self.stderr_lines: List[str] = []
         env = {**os.environ, "WEIGHTD_HOST_DEVICES": self.device}
-        args = ["node", str(MAIN_JS), "--model", model, "-tp", "1", "--device", "host", "--weight-cache-socket-dir", self.socket_dir, *(extra_args or [])]
+        args = ["node", str(MAIN_JS), "--model", model, "-tp", "1", "--device", DEVICE, "--weight-cache-socket-dir", self.socket_dir, *(extra_args or [])]
         self.proc = subprocess.Popen(args, cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         ready = threading.Event()
 

@@ -4,7 +4,6 @@ the daemon serves the checkpoint, the same tokens as from_pretrained either way,
 from __future__ import annotations
 
 import logging
-import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -14,10 +13,15 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from daemon_fixture import Daemon  # noqa: E402
+from daemon_fixture import DEVICE, Daemon  # noqa: E402
 
 from weightd_client import WeightdError, get_memory, load_into  # noqa: E402
-from weightd_client.client import WeightdClient  # noqa: E402
+from weightd_client.client import WeightdClient, find_socket  # noqa: E402
+
+CUDA = DEVICE == "cuda"
+#: load_into's CUDA ordinal, and where the reference models run.
+ORDINAL = 0 if CUDA else None
+DEV = torch.device("cuda", 0) if CUDA else torch.device("cpu")
 
 PROMPT = [[1, 17, 42, 99, 3, 64, 5]]
 TINY = dict(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
@@ -58,22 +62,26 @@ def _meta_model(kind: str):
 def _tokens(model) -> list:
     model.eval()
     with torch.no_grad():
-        out = model.generate(torch.tensor(PROMPT), max_new_tokens=8, do_sample=False, pad_token_id=0)
+        out = model.generate(torch.tensor(PROMPT, device=DEV), max_new_tokens=8, do_sample=False, pad_token_id=0)
     return out[0].tolist()
 
 
 def _logits(model):
     model.eval()
     with torch.no_grad():
-        return model(torch.tensor(PROMPT)).logits
+        return model(torch.tensor(PROMPT, device=DEV)).logits
 
 
 def _disk_tokens(path: str) -> list:
-    return _tokens(transformers.AutoModelForCausalLM.from_pretrained(path))
+    return _tokens(transformers.AutoModelForCausalLM.from_pretrained(path).to(DEV))
 
 
 def _disk_logits(path: str):
-    return _logits(transformers.AutoModelForCausalLM.from_pretrained(path))
+    return _logits(transformers.AutoModelForCausalLM.from_pretrained(path).to(DEV))
+
+
+def _allocated() -> int:
+    return torch.cuda.memory_allocated(0) if CUDA else 0
 
 
 def _mapped_ranges(segment_files):
@@ -88,7 +96,13 @@ def _mapped_ranges(segment_files):
     return ranges
 
 
-def _assert_zero_copy(model, result) -> None:
+def _assert_zero_copy(model, result, allocated_before: int) -> None:
+    if CUDA:
+        # IPC-mapped memory is not torch's: its allocator grew by the rotary buffers at most.
+        weights = sum(t.numel() * t.element_size() for t in model.state_dict().values())
+        assert all(t.is_cuda for t in model.state_dict().values())
+        assert torch.cuda.memory_allocated(0) - allocated_before < weights // 10
+        return
     files = {s["handle"] for s in result.attached.state["segments"]}
     ranges = _mapped_ranges(files)
     assert ranges, f"no mapping of {files} in /proc/self/maps"
@@ -103,10 +117,11 @@ def test_zero_copy_from_the_daemon_generates_what_from_pretrained_does(workdir, 
     # The vllm layout places each fused MoE tensor's pieces back to back (dense models need no layout).
     with Daemon(ckpt, [] if kind == "llama" else ["--layouts", "vllm"]) as daemon:
         model = _meta_model(kind)
-        result = load_into(model, ckpt, socket_dir=daemon.socket_dir)
+        before = _allocated()
+        result = load_into(model, ckpt, socket_dir=daemon.socket_dir, device=ORDINAL)
         try:
             assert (result.source, result.reason) == ("weightd", None)
-            _assert_zero_copy(model, result)
+            _assert_zero_copy(model, result, before)
             if kind == "llama":
                 assert model.lm_head.weight is model.model.embed_tokens.weight, "tied weights stay one parameter"
             assert _tokens(model) == _disk_tokens(ckpt)
@@ -126,10 +141,10 @@ def test_moe_whose_pieces_are_apart_loads_from_disk(workdir, caplog):
     with Daemon(ckpt) as daemon:  # checkpoint layout only: each expert's tensors apart
         model = _meta_model("qwen3moe")
         with caplog.at_level(logging.WARNING, logger="weightd_client"):
-            result = load_into(model, ckpt, socket_dir=daemon.socket_dir)
+            result = load_into(model, ckpt, socket_dir=daemon.socket_dir, device=ORDINAL)
         assert result.source == "disk" and result.fields == ["layout"]
         assert "--layouts vllm" in caplog.text and ".mlp.experts." in caplog.text
-        with WeightdClient(os.path.join(daemon.socket_dir, daemon.device + ".sock")) as client:
+        with WeightdClient(find_socket(global_rank=0, socket_dir=daemon.socket_dir)) as client:
             assert client.stats()["leases"] == [], "a refused attach keeps no lease"
         assert _tokens(model) == _disk_tokens(ckpt)
 
@@ -139,7 +154,7 @@ def test_a_daemon_serving_other_weights_is_not_used(workdir, caplog):
     with Daemon(other) as daemon:  # same names, shapes and config; other tensor bytes
         model = _meta_model("llama")
         with caplog.at_level(logging.WARNING, logger="weightd_client"):
-            result = load_into(model, mine, socket_dir=daemon.socket_dir)
+            result = load_into(model, mine, socket_dir=daemon.socket_dir, device=ORDINAL)
         assert result.source == "disk" and result.fields == ["content"]
         assert "content" in caplog.text
         assert model.lm_head.weight is model.model.embed_tokens.weight
@@ -155,7 +170,7 @@ def test_no_daemon_loads_from_disk(workdir, caplog):
     try:
         model = _meta_model("llama")
         with caplog.at_level(logging.WARNING, logger="weightd_client"):
-            result = load_into(model, ckpt, socket_dir=empty)
+            result = load_into(model, ckpt, socket_dir=empty, device=ORDINAL)
         assert result.source == "disk" and result.attached is None
         assert "E_NO_SOCKET" in caplog.text
         assert _tokens(model) == _disk_tokens(ckpt)
@@ -181,23 +196,34 @@ def test_a_home_grown_module_attaches_and_falls_back_to_the_safetensors(workdir,
     expected = _disk_logits(ckpt)
     with Daemon(ckpt) as daemon:
         engine = HomeGrown(_config("llama"))
-        result = load_into(engine, ckpt, socket_dir=daemon.socket_dir)
+        before = _allocated()
+        result = load_into(engine, ckpt, socket_dir=daemon.socket_dir, device=ORDINAL)
         assert result.source == "weightd"
-        _assert_zero_copy(engine, result)
+        _assert_zero_copy(engine, result, before)
         with torch.no_grad():
-            assert torch.equal(engine(torch.tensor(PROMPT)), expected)
+            assert torch.equal(engine(torch.tensor(PROMPT, device=DEV)), expected)
         del engine
         result.close()
 
         # Shapes that are not the checkpoint's: named, then disk cannot fit them either.
         wrong = HomeGrown(transformers.LlamaConfig(**{**TINY, "intermediate_size": 96}, tie_word_embeddings=True))
         with caplog.at_level(logging.WARNING, logger="weightd_client"), pytest.raises(WeightdError) as err:
-            load_into(wrong, ckpt, socket_dir=daemon.socket_dir)
+            load_into(wrong, ckpt, socket_dir=daemon.socket_dir, device=ORDINAL)
         assert err.value.code == "E_MODEL_MISMATCH"
         assert "model.layers.0.mlp.down_proj.weight shape [64, 128] != model's [64, 96]" in caplog.text
     engine = HomeGrown(_config("llama"))
-    result = load_into(engine, ckpt, socket_dir=daemon.socket_dir)  # the daemon is gone
+    result = load_into(engine, ckpt, socket_dir=daemon.socket_dir, device=ORDINAL)  # the daemon is gone
     assert result.source == "disk"
     assert engine.lm_head.weight is engine.model.embed_tokens.weight
     with torch.no_grad():
-        assert torch.equal(engine(torch.tensor(PROMPT)), expected)
+        assert torch.equal(engine(torch.tensor(PROMPT, device=DEV)), expected)
+
+
+def test_a_meta_buffer_nothing_can_compute_is_refused_before_any_assignment(workdir):
+    ckpt = _checkpoint(workdir, "llama", seed=1)
+    with torch.device("meta"):
+        engine = HomeGrown(_config("llama"))  # rotary frequencies on meta, no _init_weights
+    with pytest.raises(WeightdError) as err:
+        load_into(engine, ckpt, socket_dir=tempfile.gettempdir() + "/weightd-pytest-none")
+    assert err.value.code == "E_META_BUFFER" and "rotary_emb.inv_freq" in str(err.value)
+    assert all(t.device.type == "meta" for t in engine.state_dict().values()), "nothing was assigned"

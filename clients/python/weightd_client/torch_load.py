@@ -76,13 +76,15 @@ def load_into(
 
     The daemon's socket is ``socket_path``, else the one serving ``global_rank`` (default
     ``tp_rank``) in ``socket_dir`` (default the daemon's). ``device``: the CUDA ordinal (cuda
-    backend; default torch's current device). On any mismatch (fingerprint fields, names,
+    backend, and where a disk load puts the tensors; default torch's current device, and for
+    disk the model's own device, else the CPU). On any mismatch (fingerprint fields, names,
     shapes, dtypes, tied weights, no daemon) a warning names it and ``fallback(model)`` runs;
     without one, tp_size 1 loads ``model_dir`` itself (transformers models through their own
     ``from_pretrained``, converting dtypes as it does; others from the safetensors files).
     """
     import torch
 
+    _check_meta_buffers(model)
     rank = tp_rank if global_rank is None else global_rank
     try:
         return _from_weightd(model, model_dir, tp_size, tp_rank, rank, socket_path, socket_dir, device, plan_file)
@@ -314,28 +316,34 @@ def _assign(model: Any, sources: Dict[str, Any], strict_dtype: bool, where: str)
                 module._buffers[leaf] = value
 
 
+def _non_persistent_buffers(model: Any) -> List[Tuple[str, Any]]:
+    persistent = set(model.state_dict(keep_vars=True))
+    return [(n, b) for n, b in model.named_buffers() if n not in persistent and b is not None]
+
+
+def _check_meta_buffers(model: Any) -> None:
+    # Before any tensor is assigned: a half-assigned model must never be left behind.
+    meta = [n for n, b in _non_persistent_buffers(model) if b.device.type == "meta"]
+    if meta and getattr(model, "_init_weights", None) is None:
+        raise WeightdError("E_META_BUFFER", f"buffer {meta[0]} is on the meta device and is in no checkpoint; build the model on a real device, or compute it before load_into")
+
+
 def _place_buffers(model: Any, device: Any) -> None:
     """Non-persistent buffers (rotary frequencies) are no checkpoint's: a meta one is computed
     again (transformers' ``_init_weights``), one elsewhere moves to the weights' device."""
     import torch
 
-    persistent = set(model.state_dict(keep_vars=True))
     recompute = []
-    for name, buf in list(model.named_buffers()):
-        if name in persistent or buf is None:
-            continue
+    for name, buf in _non_persistent_buffers(model):
         module_name, _, leaf = name.rpartition(".")
         module = model.get_submodule(module_name)
         if buf.device.type == "meta":
             module._buffers[leaf] = torch.empty_like(buf, device=device)
-            recompute.append((name, module))
+            recompute.append(module)
         elif buf.device != device:
             module._buffers[leaf] = buf.to(device)
-    for name, module in recompute:
-        init = getattr(model, "_init_weights", None)
-        if init is None:
-            raise WeightdError("E_META_BUFFER", f"buffer {name} is on the meta device and is in no checkpoint; build the model on a real device, or compute it before load_into")
-        init(module)
+    for module in recompute:
+        model._init_weights(module)  # present: _check_meta_buffers made sure
 
 
 def _from_disk(model: Any, model_dir: str, device: Optional[int]) -> None:
@@ -343,7 +351,7 @@ def _from_disk(model: Any, model_dir: str, device: Optional[int]) -> None:
 
     state, _ = _model_tensors(model)
     real = [t.device for t in state.values() if t.device.type != "meta"]
-    target = real[0] if real else torch.device("cuda", device) if device is not None else torch.device("cpu")
+    target = torch.device("cuda", device) if device is not None else real[0] if real else torch.device("cpu")
     try:
         from transformers import PreTrainedModel
     except ImportError:
