@@ -258,10 +258,9 @@ def _span(first: Any, nbytes: int, shape: List[int]) -> Any:
     import torch
 
     if first.device.type == "cuda":
-        class _Cuda:
-            __cuda_array_interface__ = {"shape": (nbytes,), "typestr": "|u1", "data": (first.data_ptr(), True), "version": 3}
+        from .cuda import CudaBuffer
 
-        raw = torch.as_tensor(_Cuda(), device=first.device)
+        raw = torch.as_tensor(CudaBuffer(first.data_ptr(), nbytes, "U8", [nbytes], raw=True), device=first.device)
     else:
         raw = torch.frombuffer((ctypes.c_char * nbytes).from_address(first.data_ptr()), dtype=torch.uint8)
     return raw.view(first.dtype).reshape(shape)
