@@ -149,6 +149,8 @@ export const StatsReply = z.object({
   protocolErrors: count,
   refusedPeers: count,
   uptimeSeconds: z.number(),
+  /** Bytes of this rank's segments held on the device; 0 once released (absent from older daemons). */
+  deviceBytes: count.optional(),
 });
 export type StatsReply = z.infer<typeof StatsReply>;
 

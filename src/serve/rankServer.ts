@@ -380,6 +380,8 @@ export class RankServer implements ConnectionHandler {
           protocolErrors: s.protocolErrors,
           refusedPeers: s.refusedPeers,
           uptimeSeconds: (Date.now() - this.#startedAt) / 1000,
+          // What an engine subtracts from its own memory budget on this device (vLLM's KV cache).
+          deviceBytes: this.#status === 'released' ? 0 : this.rank.segments.reduce((n, s) => n + s.bytes, 0),
         };
         return JSON.stringify(reply);
       }

@@ -70,7 +70,14 @@ test('serving, release through the supervisor, synchronous cleanup', async () =>
     assert.is(statSync(`${dir}/node.json`).mode & 0o777, 0o600);
 
     const client = await WeightdClient.connect(`${dir}/actor-${process.pid}.sock`);
+    const held = readdirSync(shm).reduce((n, f) => n + statSync(`${shm}/${f}`).size, 0);
+    const heldBefore = (await client.stats()).deviceBytes;
     const released = await client.release();
+    // Asserted after the release, so that a failure still lets the actor stop and the test end.
+    const heldAfter = (await client.stats()).deviceBytes;
+    assert.ok(held > 0);
+    assert.is(heldBefore, held, 'stats reports the bytes its segments hold');
+    assert.is(heldAfter, 0, 'nothing is held once released');
     assert.is(released.alreadyReleased, false);
     assert.ok(actor.getSnapshot().context.events.some((e) => e.type === 'RANK_RELEASE_REQUESTED'));
     assert.equal(readdirSync(shm), [], 'the parent freed the segments before the client heard back');
