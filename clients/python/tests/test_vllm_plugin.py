@@ -18,7 +18,6 @@ executor ``uni``): its engine-core and worker processes would each import vLLM a
 from __future__ import annotations
 
 import importlib.util
-import logging
 import os
 import shutil
 import signal
@@ -47,8 +46,10 @@ REPO = Path(__file__).resolve().parents[3]
 MAIN_JS = REPO / "dist" / "main.js"
 PROMPT = [1, 2, 3, 4, 5, 77, 301, 499]
 MAX_TOKENS = 12
-# head_dim 32: the smallest the CPU attention backend takes.
-BASE = dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
+# head_dim 32: the smallest the CPU attention backend takes. Weights 10x the usual init scale,
+# so that random models do not repeat one token and the comparison has something to compare.
+BASE = dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256, initializer_range=0.2)
+LOGPROBS = 5
 
 
 def make_checkpoint(directory: Path, kind: str, seed: int) -> None:
@@ -161,6 +162,7 @@ class VllmPluginTest(unittest.TestCase):
 
         extra = {"socket_dir": str(socket_dir)} if socket_dir is not None else {}
         disk_loads = []
+        log: List[str] = []
         at_load: Dict[str, Tuple[int, Optional[str]]] = {}
         read_disk, served = DefaultModelLoader.load_weights, WeightdModelLoader.load_weights
 
@@ -169,21 +171,22 @@ class VllmPluginTest(unittest.TestCase):
             return read_disk(loader, model, model_config)
 
         def observed(loader, model, model_config):
-            served(loader, model, model_config)
+            # Here, not around the engine: vLLM's logging setup during LLM() resets the handlers
+            # of loggers under "vllm".
+            with self.assertLogs("vllm.weightd", "INFO") as logs:
+                served(loader, model, model_config)
+            log.extend(r.getMessage() for r in logs.records)
             at_load.update(mapped_files(model))  # before vLLM's post-processing replaces any
 
         # An engine left for the collector would tear down the next one's process groups.
         gc.collect()
         before = self.leases()
-        log = logging.getLogger("vllm.weightd")
-        with mock.patch.object(DefaultModelLoader, "load_weights", counted), mock.patch.object(WeightdModelLoader, "load_weights", observed), (
-            self.assertLogs(log, "INFO") if load_format == "weightd" else _nothing()
-        ) as logs:
+        with mock.patch.object(DefaultModelLoader, "load_weights", counted), mock.patch.object(WeightdModelLoader, "load_weights", observed):
             llm = LLM(
                 model=str(self.models[model]), load_format=load_format, model_loader_extra_config=extra, skip_tokenizer_init=True, enforce_eager=True,
                 dtype="bfloat16", max_model_len=128, max_num_seqs=2, max_num_batched_tokens=128, distributed_executor_backend="uni", seed=0,
             )
-            out = llm.generate([TokensPrompt(prompt_token_ids=PROMPT)], SamplingParams(max_tokens=MAX_TOKENS, temperature=0, detokenize=False))
+            out = llm.generate([TokensPrompt(prompt_token_ids=PROMPT)], SamplingParams(max_tokens=MAX_TOKENS, temperature=0, detokenize=False, logprobs=LOGPROBS))
             files = llm.apply_model(mapped_files)[0]
             during = self.leases()  # while the engine lives
         del llm
@@ -192,13 +195,15 @@ class VllmPluginTest(unittest.TestCase):
         after = self.leases()
         return {
             "tokens": list(out[0].outputs[0].token_ids),
+            # Each step's top log-probabilities: the same bytes through the same kernels give the same floats.
+            "logprobs": [{t: lp.logprob for t, lp in step.items()} for step in out[0].outputs[0].logprobs],
             "disk_loads": len(disk_loads),
             "at_load": at_load,
             "files": files,
             # Leases this engine took, and those still held once it is gone.
             "leases": {n: [l for l in during[n] if l["leaseId"] not in {b["leaseId"] for b in before[n]}] for n in during},
             "leases_after": {n: l for n, l in after.items() if l},
-            "log": [r.getMessage() for r in logs.records] if logs is not None else [],
+            "log": log,
         }
 
     def leases(self) -> Dict[str, List[Dict[str, Any]]]:
@@ -247,46 +252,38 @@ class VllmPluginTest(unittest.TestCase):
         self.assertEqual({n: l for n, l in run["leases"].items() if l}, {})
         self.assertEqual(run["leases_after"], {})
 
-    def disk_tokens(self, name: str) -> List[int]:
+    def disk_run(self, name: str) -> Dict[str, Any]:
         """vLLM's own disk load, once per model for the whole class."""
-        cache = type(self).__dict__.get("_disk_tokens")
+        cache = type(self).__dict__.get("_disk_runs")
         if cache is None:
-            cache = type(self)._disk_tokens = {}
+            cache = type(self)._disk_runs = {}
         if name not in cache:
             run = self.generate(name, "auto")
             self.assertEqual(run["disk_loads"], 1, "the disk-load counter must see vLLM's own load")
             self.assertEqual(len(run["tokens"]), MAX_TOKENS)
-            cache[name] = run["tokens"]
+            cache[name] = run
         return cache[name]
 
     def test_llama_and_moe_same_tokens_as_disk(self):
         for name in ("llama", "moe"):
             with self.subTest(model=name):
-                disk = {"tokens": self.disk_tokens(name)}
+                disk = self.disk_run(name)
                 served = self.generate(name, "weightd", self.daemons[name].socket_dir)
                 self.assertEqual(served["tokens"], disk["tokens"])
+                self.assertEqual(served["logprobs"], disk["logprobs"])
+                self.assertGreater(len(set(disk["tokens"])), 3, "a model that repeats itself would compare little")
                 self.assertEqual(len(served["tokens"]), MAX_TOKENS)
                 self.assert_served(name, served)
 
     def test_other_content_falls_back_to_disk_naming_content(self):
         run = self.generate("llama", "weightd", self.daemons["llama-other"].socket_dir)
         self.assert_from_disk(run, "fingerprint fields differ: content")
-        self.assertEqual(run["tokens"], self.disk_tokens("llama"))
+        self.assertEqual(run["tokens"], self.disk_run("llama")["tokens"])
 
     def test_no_daemon_falls_back_to_disk(self):
         run = self.generate("llama", "weightd", self.work / "no-daemon-here")
         self.assert_from_disk(run, "no daemon: ")
-        self.assertEqual(run["tokens"], self.disk_tokens("llama"))
-
-
-class _nothing:
-    """assertLogs' stand-in for runs whose log is not checked: yields None."""
-
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
-        return False
+        self.assertEqual(run["tokens"], self.disk_run("llama")["tokens"])
 
 
 if __name__ == "__main__":
