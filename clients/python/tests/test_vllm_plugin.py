@@ -22,6 +22,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import unittest
@@ -69,12 +70,12 @@ def make_checkpoint(directory: Path, kind: str, seed: int) -> None:
 
 
 class Daemon:
-    """weightd on the host backend serving `model` at tp 1 with the vllm layout."""
+    """weightd on the host backend serving `model` with the vllm layout, one host device per rank."""
 
-    def __init__(self, model: Path, socket_dir: Path, device: str):
+    def __init__(self, model: Path, socket_dir: Path, device: str, tp: int = 1):
         self.socket_dir = socket_dir
-        env = {**os.environ, "WEIGHTD_HOST_DEVICES": device}
-        args = ["node", str(MAIN_JS), "--model", str(model), "-tp", "1", "--device", "host", "--layouts", "checkpoint,vllm", "--weight-cache-socket-dir", str(socket_dir), "--log-level", "info"]
+        env = {**os.environ, "WEIGHTD_HOST_DEVICES": ",".join(f"{device}-{r}" for r in range(tp))}
+        args = ["node", str(MAIN_JS), "--model", str(model), "-tp", str(tp), "--device", "host", "--layouts", "checkpoint,vllm", "--weight-cache-socket-dir", str(socket_dir), "--log-level", "info"]
         self.proc = subprocess.Popen(args, cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         self.stderr = ""
         for line in self.proc.stderr:
@@ -286,5 +287,62 @@ class VllmPluginTest(unittest.TestCase):
         self.assertEqual(run["tokens"], self.disk_run("llama")["tokens"])
 
 
+TP2 = os.environ.get("WEIGHTD_VLLM_TP2") == "1"
+
+
+def run_tp2(model: str, load_format: str, socket_dir: str) -> None:
+    """Child process of the tp 2 test: vLLM's multiprocess executor, one worker process per
+    rank, each loading the plugin through the entry point as a deployment does. Prints the
+    tokens on a TP2_TOKENS line (vLLM logs to stdout too)."""
+    import json
+
+    from vllm import LLM, SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    llm = LLM(
+        model=model, tensor_parallel_size=2, load_format=load_format, model_loader_extra_config={"socket_dir": socket_dir} if load_format == "weightd" else {},
+        skip_tokenizer_init=True, enforce_eager=True, dtype="bfloat16", max_model_len=128, max_num_seqs=2, max_num_batched_tokens=128, seed=0,
+    )
+    out = llm.generate([TokensPrompt(prompt_token_ids=PROMPT)], SamplingParams(max_tokens=MAX_TOKENS, temperature=0, detokenize=False))
+    print("TP2_TOKENS " + json.dumps(list(out[0].outputs[0].token_ids)), flush=True)
+
+
+@unittest.skipUnless(HAVE_VLLM and TP2, "tp 2 runs two vLLM worker processes (~5 min on 2 cores): set WEIGHTD_VLLM_TP2=1")
+@unittest.skipUnless(MAIN_JS.exists(), "needs the built daemon (npm run build:ts)")
+class VllmPluginTp2Test(unittest.TestCase):
+    def test_llama_tp2_same_tokens_as_disk(self):
+        import json
+        import re
+
+        work = Path(tempfile.mkdtemp(prefix="weightd-vllm-tp2-"))
+        model = work / "llama"
+        make_checkpoint(model, "llama", seed=0)  # vocab 500: each rank 250 real rows and 6 zero ones
+        daemon = Daemon(model, work / "sock", f"vllm-plugin-tp2-{os.getpid()}", tp=2)
+        try:
+            env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "1", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0", "VLLM_CPU_OMP_THREADS_BIND": "0|1"}
+            runs = {}
+            for fmt in ("auto", "weightd"):
+                child = subprocess.run(
+                    [sys.executable, __file__, "--tp2", str(model), fmt, str(daemon.socket_dir)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=900
+                )
+                self.assertEqual(child.returncode, 0, child.stdout[-4000:])
+                tokens = [json.loads(line[len("TP2_TOKENS "):]) for line in child.stdout.splitlines() if line.startswith("TP2_TOKENS ")]
+                self.assertEqual(len(tokens), 1, child.stdout[-4000:])
+                runs[fmt] = (tokens[0], child.stdout)
+            self.assertEqual(runs["weightd"][0], runs["auto"][0])
+            self.assertGreater(len(set(runs["auto"][0])), 3)
+            mapped = re.findall(r"\(Worker_TP(\d) pid=(\d+)\).*weightd: mapped (\d+) parameters .* from (\S+), lease", runs["weightd"][1])
+            self.assertEqual(sorted(m[0] for m in mapped), ["0", "1"], runs["weightd"][1][-4000:])
+            self.assertEqual(len({m[1] for m in mapped}), 2, "one worker process per rank")
+            self.assertEqual(len({m[3] for m in mapped}), 2, "each rank from its own socket")
+            self.assertNotIn("weightd: loading from disk", runs["weightd"][1])
+        finally:
+            daemon.stop()
+            shutil.rmtree(work, ignore_errors=True)
+
+
 if __name__ == "__main__":
-    unittest.main()
+    if sys.argv[1:2] == ["--tp2"]:
+        run_tp2(*sys.argv[2:5])
+    else:
+        unittest.main()
