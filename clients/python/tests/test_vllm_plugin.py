@@ -325,6 +325,8 @@ class VllmPluginTp2Test(unittest.TestCase):
         model = work / "llama"
         make_checkpoint(model, "llama", seed=0)  # vocab 500: each rank 250 real rows and 6 zero ones
         daemon = Daemon(model, work / "sock", f"vllm-plugin-tp2-{os.getpid()}", tp=2)
+        # vLLM's CPU shared-memory communicator leaves its segments behind when its workers end.
+        shm_before = set(Path("/dev/shm").glob("vllm_dist_*"))
         try:
             env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "1", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0", "VLLM_CPU_OMP_THREADS_BIND": "0|1"}
             runs = {}
@@ -346,6 +348,8 @@ class VllmPluginTp2Test(unittest.TestCase):
         finally:
             daemon.stop()
             shutil.rmtree(work, ignore_errors=True)
+            for leftover in set(Path("/dev/shm").glob("vllm_dist_*")) - shm_before:
+                leftover.unlink(missing_ok=True)
 
 
 if __name__ == "__main__":
