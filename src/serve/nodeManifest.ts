@@ -7,6 +7,7 @@ import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { ServeError } from '../errors.js';
 import type { RankTableEntry } from '../rendezvous/rankTable.js';
+import { processIdentity } from './processLiveness.js';
 import { NODE_MANIFEST, removeSocketDirIfCreated } from './socketDir.js';
 
 export const NODE_MANIFEST_VERSION = 1;
@@ -32,6 +33,11 @@ export interface NodeManifest {
   version: number;
   /** The daemon that wrote it; a reader ignores the file when that process is gone. */
   pid: number;
+  /**
+   * The daemon's start time (docs/spec/liveness.md), where /proc has it: a reused pid then does
+   * not pass a dead daemon's file for a live one.
+   */
+  startTime?: string;
   writtenAt: string;
   ranks: NodeManifestEntry[];
   group?: NodeGroupInfo;
@@ -45,7 +51,7 @@ export function writeNodeManifest(socketDir: string, entries: NodeManifestEntry[
   const path = nodeManifestPath(socketDir);
   const manifest: NodeManifest = {
     version: NODE_MANIFEST_VERSION,
-    pid: process.pid,
+    ...processIdentity(process.pid),
     writtenAt: new Date().toISOString(),
     ranks: [...entries].sort((a, b) => a.globalRank - b.globalRank),
     group,
@@ -82,7 +88,7 @@ export function readNodeManifest(socketDir: string): NodeManifest | null {
   }
   try {
     const m = JSON.parse(text) as NodeManifest;
-    if (m.version === NODE_MANIFEST_VERSION && Number.isInteger(m.pid) && Array.isArray(m.ranks)) return m;
+    if (m.version === NODE_MANIFEST_VERSION && Number.isInteger(m.pid) && (m.startTime === undefined || typeof m.startTime === 'string') && Array.isArray(m.ranks)) return m;
   } catch {
     // Falls through.
   }
