@@ -7,12 +7,17 @@
 // daemon to name the holder in its error, which a plain pid file gives. The one hazard of pid
 // files, two starters taking over the same stale lock at once, is handled by renaming the stale
 // file away first: rename is atomic, so only one of them gets it, and the loser re-checks.
-import { closeSync, linkSync, openSync, readFileSync, renameSync, unlinkSync, writeSync, constants } from 'node:fs';
+import { closeSync, linkSync, openSync, renameSync, unlinkSync, writeSync, constants } from 'node:fs';
 import { randomBytes } from 'node:crypto';
 import { dirname } from 'node:path';
 import { ServeError } from '../errors.js';
+import { readSmallFileSync } from '../files/openRegularFile.js';
+import { parseBoundedJson } from '../files/parseBoundedJson.js';
 import { isProcessAlive, processIdentity, type ProcessIdentity } from './processLiveness.js';
 import { lockPathFor, removeSocketDirIfCreated } from './socketDir.js';
+
+/** A lock holds a pid, a start time and a device UUID: well under this. */
+const MAX_LOCK_BYTES = 64 << 10;
 
 export interface DeviceLock {
   readonly path: string;
@@ -28,13 +33,13 @@ export interface LockHolder extends ProcessIdentity {
 function readHolder(path: string): LockHolder | null {
   let text: string;
   try {
-    text = readFileSync(path, 'utf8');
+    text = readSmallFileSync(path, MAX_LOCK_BYTES);
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code === 'ENOENT') return null;
     throw new ServeError('E_LOCK', `cannot read device lock ${path}: ${(err as Error).message}`, { path }, { cause: err });
   }
   try {
-    const h = JSON.parse(text) as LockHolder;
+    const h = parseBoundedJson(text) as LockHolder;
     if (Number.isInteger(h.pid) && h.pid > 0) return h;
   } catch {
     // Falls through to the error below.

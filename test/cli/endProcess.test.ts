@@ -3,32 +3,19 @@
 // had run; endProcess() then ends by the stop signal instead. With nothing blocked the exit code
 // stays (0 after a signal stop). No daemon can be made to block a thread from outside (its
 // checkpoint and plan files are refused unless regular), so a child runs the same function.
-import { execFileSync, spawn } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { join } from 'node:path';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { makeTempDir, removeDir } from '../helpers/checkpoints.js';
+import { runFixture } from '../helpers/runFixture.js';
 
 const fixture = fileURLToPath(new URL('./fixtures/blockedExit.js', import.meta.url));
 
-/** Runs the fixture; resolves with how it ended and what it reported as pending. */
-function run(args: string[]): Promise<{ code: number | null; signal: NodeJS.Signals | null; pending: string[] }> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [fixture, ...args], { stdio: ['ignore', 'pipe', 'inherit'] });
-    let out = '';
-    child.stdout.on('data', (d: Buffer) => (out += d.toString()));
-    // Only a failure's bound: a child that hangs (the old process.exit) fails the test instead of the suite.
-    const hang = setTimeout(() => {
-      child.kill('SIGKILL');
-      reject(new Error(`the child did not end within 60 s (output: ${out})`));
-    }, 60_000);
-    child.on('error', reject);
-    child.on('exit', (code, signal) => {
-      clearTimeout(hang);
-      resolve({ code, signal, pending: out ? (JSON.parse(out) as { pending: string[] }).pending : [] });
-    });
-  });
+async function run(args: string[]): Promise<{ code: number | null; signal: NodeJS.Signals | null; pending: string[] }> {
+  const { code, signal, stdout } = await runFixture(fixture, args);
+  return { code, signal, pending: stdout ? (JSON.parse(stdout) as { pending: string[] }).pending : [] };
 }
 
 test('a thread blocked on a FIFO open: the process still ends, by the stop signal', async () => {
