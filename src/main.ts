@@ -92,6 +92,8 @@ async function main(argv: string[]): Promise<number> {
     () => {},
   );
   const result = await started.done;
+  // Flushed first, so that a log write still in flight is not taken for a blocked thread.
+  await flushLogger(started.log);
   const pending = pendingThreadWork();
   if (pending.length > 0) {
     started.log.warn({ pending, signal: stopSignal }, `stopped, but threads are still blocked (${pending.join(', ')}); ending the process by a signal, since exiting would wait for them`);
