@@ -6,13 +6,19 @@ import { printFingerprints } from './cli/printFingerprints.js';
 import { ShardingError, UsageError, WeightdError, type SerializedError } from './errors.js';
 import { chartToMermaid, machineToChart } from './inspect/machineToMermaid.js';
 import { flushLogger, writeCliError } from './log.js';
-import { supervisorMachine } from './machines/supervisor.js';
+import { STOP_TIMEOUT_MS, supervisorMachine } from './machines/supervisor.js';
+import { endProcess, pendingThreadWork, STOP_SIGNALS, type StopSignal } from './endProcess.js';
+
+export { STOP_SIGNALS } from './endProcess.js';
 
 /**
- * Every signal a supervisor, a terminal or a closed session sends to end a process stops the
- * node cleanly: sockets, locks, node.json and segments go (docs/operations.md, "Signals").
+ * How long a stop may take in all before the process ends without finishing it: the ranks'
+ * own bound, plus time to remove the sockets, locks, node.json and segments.
  */
-export const STOP_SIGNALS = ['SIGINT', 'SIGTERM', 'SIGHUP', 'SIGQUIT'] as const;
+const STOP_GRACE_MS = STOP_TIMEOUT_MS + 15_000;
+
+/** The first stop signal, which is also how the process ends when it cannot exit cleanly. */
+let stopSignal: StopSignal | undefined;
 
 /**
  * Failures found after parsing that only other flags can fix (a tp size the model's shapes do
@@ -60,6 +66,14 @@ async function main(argv: string[]): Promise<number> {
   // Ctrl-C) must not fall back to the default action, which kills at once and leaves the locks.
   for (const signal of STOP_SIGNALS) {
     process.on(signal, () => {
+      if (stopSignal === undefined) {
+        stopSignal = signal;
+        // A stop stuck on a thread that never returns must still end the process.
+        setTimeout(() => {
+          started.log.error({ code: 'E_STOP_GRACE', signal }, `the stop did not finish within ${STOP_GRACE_MS / 1000} s; ending the process by ${signal} without it`);
+          void flushLogger(started.log).finally(() => endProcess(1, signal, false));
+        }, STOP_GRACE_MS).unref();
+      }
       if (started.status().state === 'stopping') started.log.warn({ signal }, `${signal} while stopping: the stop goes on (SIGKILL ends the process without cleanup)`);
       void started.stop(signal);
     });
@@ -78,13 +92,20 @@ async function main(argv: string[]): Promise<number> {
     () => {},
   );
   const result = await started.done;
+  // Flushed first, so that a log write still in flight is not taken for a blocked thread.
+  await flushLogger(started.log);
+  const pending = pendingThreadWork();
+  if (pending.length > 0) {
+    started.log.warn({ pending, signal: stopSignal }, `stopped, but threads are still blocked (${pending.join(', ')}); ending the process by a signal, since exiting would wait for them`);
+    await flushLogger(started.log);
+  }
   return result.state === 'stopped' ? 0 : isUsageFailure(result.failure) ? 2 : 1;
 }
 
 main(process.argv.slice(2)).then(
-  (code) => process.exit(code),
+  (code) => endProcess(code, stopSignal, true),
   (err: unknown) => {
     writeCliError(`internal error: ${(err as Error)?.stack ?? String(err)}`, { code: 'E_INTERNAL' });
-    process.exit(1);
+    endProcess(1, stopSignal, true);
   },
 );

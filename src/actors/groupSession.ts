@@ -35,12 +35,14 @@ export const groupSession = fromCallback<GroupCommand, GroupSessionInput, GroupE
     deviceUuids: prepared.devices.map((d) => d.uuid),
     visibleDevices: prepared.visibleDevices,
     fingerprint: prepared.plan.fingerprint,
+    fingerprintFields: prepared.plan.fingerprintFields,
   };
   const expect: GroupExpectation = {
     nnodes: config.nnodes,
     tpSize: config.tpSize,
     localWorldSize: config.localWorldSize,
     fingerprint: prepared.plan.fingerprint,
+    fingerprintFields: prepared.plan.fingerprintFields,
     token: config.token,
   };
   const fail = (err: WeightdError) => sendBack({ type: 'GROUP_FAILED', error: serializeError(err) });

@@ -9,8 +9,8 @@ import type { FileHandle } from 'node:fs/promises';
 import { CheckpointError } from '../errors.js';
 import { DTYPES, dtypeBits, isDtype, type SafetensorsDtype } from './dtypes.js';
 import { findDuplicateJsonKey } from './findDuplicateJsonKey.js';
-import { openRegularFile } from './openRegularFile.js';
-import { parseBoundedJson } from './parseBoundedJson.js';
+import { openRegularFile } from '../files/openRegularFile.js';
+import { parseBoundedJson } from '../files/parseBoundedJson.js';
 
 /** The crate's MAX_HEADER_SIZE. */
 export const MAX_HEADER_BYTES = 100_000_000;

@@ -8,8 +8,8 @@ import { join } from 'node:path';
 import { z } from 'zod';
 import { CheckpointError } from '../errors.js';
 import { findDuplicateJsonKey } from './findDuplicateJsonKey.js';
-import { isRegularFile, MAX_INDEX_BYTES, readSmallFile } from './openRegularFile.js';
-import { parseBoundedJson } from './parseBoundedJson.js';
+import { isRegularFile, MAX_INDEX_BYTES, readSmallFile } from '../files/openRegularFile.js';
+import { parseBoundedJson } from '../files/parseBoundedJson.js';
 import type { SafetensorsHeader } from './parseSafetensors.js';
 
 export const INDEX_FILE = 'model.safetensors.index.json';

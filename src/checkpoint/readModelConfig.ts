@@ -5,8 +5,8 @@
 import { join } from 'node:path';
 import { z } from 'zod';
 import { CheckpointError } from '../errors.js';
-import { MAX_CONFIG_BYTES, readSmallFile } from './openRegularFile.js';
-import { parseBoundedJson } from './parseBoundedJson.js';
+import { MAX_CONFIG_BYTES, readSmallFile } from '../files/openRegularFile.js';
+import { parseBoundedJson } from '../files/parseBoundedJson.js';
 
 export interface ModelConfig {
   architecture: string;

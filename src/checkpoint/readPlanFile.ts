@@ -4,8 +4,8 @@
 
 import { z } from 'zod';
 import { CheckpointError } from '../errors.js';
-import { MAX_CONFIG_BYTES, readSmallFile } from './openRegularFile.js';
-import { parseBoundedJson } from './parseBoundedJson.js';
+import { MAX_CONFIG_BYTES, readSmallFile } from '../files/openRegularFile.js';
+import { parseBoundedJson } from '../files/parseBoundedJson.js';
 import type { TensorRule } from './tpRules.js';
 
 const dim = z.number().int().min(0);

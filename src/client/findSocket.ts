@@ -38,7 +38,7 @@ export async function findSocket(options: FindSocketOptions): Promise<string> {
   if (rank === undefined) throw new ServeError('E_USAGE', 'findSocket needs a globalRank or a deviceUuid');
   const manifest = readNodeManifest(dir);
   const entry = manifest?.ranks.find((r) => r.globalRank === rank);
-  if (manifest && entry && isProcessAlive({ pid: manifest.pid }) && existsSync(entry.socketPath)) return entry.socketPath;
+  if (manifest && entry && isProcessAlive({ pid: manifest.pid, startTime: manifest.startTime }) && existsSync(entry.socketPath)) return entry.socketPath;
   let names: string[] = [];
   try {
     names = readdirSync(dir).filter((n) => n.endsWith(SOCKET_SUFFIX));

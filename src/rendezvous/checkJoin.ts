@@ -3,6 +3,7 @@
 // Each rejection names the node and the field, shows both values and says what to change; the
 // same text is sent to every node, so it is written to read well on any of them.
 import { createHash, createHmac, timingSafeEqual } from 'node:crypto';
+import { differingFingerprintFields } from '../serve/differingFingerprintFields.js';
 import type { JoinMessage } from './wire.js';
 import { RDZV_PROTOCOL_VERSION } from './wire.js';
 
@@ -12,6 +13,8 @@ export interface GroupExpectation {
   tpSize: number;
   localWorldSize: number;
   fingerprint: string;
+  /** The fingerprint's per-field hashes, to name the fields a mismatching node differs in. */
+  fingerprintFields?: Record<string, string>;
   token?: string;
 }
 
@@ -132,10 +135,13 @@ export function checkJoin(join: JoinMessage, address: string, expect: GroupExpec
   const duplicate = findDuplicateDevice({ nodeRank: rank, hostName: join.hostName, address, deviceUuids: join.deviceUuids }, others);
   if (duplicate) return duplicate;
   if (join.fingerprint !== expect.fingerprint) {
-    return mismatch(
+    // Either side may lack the fields (an older node): then the fingerprint itself is named.
+    const fields = expect.fingerprintFields ? differingFingerprintFields(expect.fingerprintFields, join.fingerprintFields) : ['fingerprint'];
+    const rejection = mismatch(
       'E_RDZV_FINGERPRINT_MISMATCH', node, 'fingerprint', 'checkpoint fingerprint', join.fingerprint, expect.fingerprint,
       'every node must load the same checkpoint (same files, architecture, dtype and --plan-file) with the same weightd release', rank,
     );
+    return { ...rejection, message: `${rejection.message} (fields that differ: ${fields.join(', ')})`, details: { ...rejection.details, fields } };
   }
   return undefined;
 }

@@ -24,6 +24,7 @@ const nodeRank = z.int().min(0).max(MAX_RANKS - 1);
 const shortText = z.string().min(1).max(256);
 const reason = z.string().max(2000);
 const rankList = z.array(nodeRank).max(MAX_RANKS);
+const MAX_FINGERPRINT_FIELDS = 64;
 
 /** HMAC-SHA256 of the hello nonce under the token, base64 (44 characters); null: no token. */
 const tokenProof = z.string().regex(/^[A-Za-z0-9+/]{43}=$/).nullable();
@@ -51,6 +52,13 @@ export const JoinMessage = z.object({
   /** How many devices of its backend the node sees (not only the ones it uses). */
   visibleDevices: count,
   fingerprint: shortText,
+  /**
+   * The fingerprint's per-field hashes, so a refusal names the fields that differ ("content").
+   * Optional: a join without them is still checked on the fingerprint, and refused naming it.
+   */
+  fingerprintFields: z.record(z.string().min(1).max(64), shortText)
+    .refine((f) => Object.keys(f).length <= MAX_FINGERPRINT_FIELDS, `at most ${MAX_FINGERPRINT_FIELDS} fingerprint fields`)
+    .optional(),
   tokenProof,
 });
 export type JoinMessage = z.infer<typeof JoinMessage>;

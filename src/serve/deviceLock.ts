@@ -7,12 +7,17 @@
 // daemon to name the holder in its error, which a plain pid file gives. The one hazard of pid
 // files, two starters taking over the same stale lock at once, is handled by renaming the stale
 // file away first: rename is atomic, so only one of them gets it, and the loser re-checks.
-import { closeSync, linkSync, openSync, readFileSync, renameSync, unlinkSync, writeSync, constants } from 'node:fs';
+import { closeSync, linkSync, openSync, renameSync, unlinkSync, writeSync, constants } from 'node:fs';
 import { randomBytes } from 'node:crypto';
 import { dirname } from 'node:path';
 import { ServeError } from '../errors.js';
+import { readSmallFileSync } from '../files/openRegularFile.js';
+import { parseBoundedJson } from '../files/parseBoundedJson.js';
 import { isProcessAlive, processIdentity, type ProcessIdentity } from './processLiveness.js';
-import { lockPathFor, removeSocketDirIfCreated } from './socketDir.js';
+import { lockPathFor, removeSocketDirIfCreated, resolveSocketDirAgain } from './socketDir.js';
+
+/** A lock holds a pid, a start time and a device UUID: well under this. */
+const MAX_LOCK_BYTES = 64 << 10;
 
 export interface DeviceLock {
   readonly path: string;
@@ -28,13 +33,13 @@ export interface LockHolder extends ProcessIdentity {
 function readHolder(path: string): LockHolder | null {
   let text: string;
   try {
-    text = readFileSync(path, 'utf8');
+    text = readSmallFileSync(path, MAX_LOCK_BYTES);
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code === 'ENOENT') return null;
     throw new ServeError('E_LOCK', `cannot read device lock ${path}: ${(err as Error).message}`, { path }, { cause: err });
   }
   try {
-    const h = JSON.parse(text) as LockHolder;
+    const h = parseBoundedJson(text) as LockHolder;
     if (Number.isInteger(h.pid) && h.pid > 0) return h;
   } catch {
     // Falls through to the error below.
@@ -46,10 +51,16 @@ function readHolder(path: string): LockHolder | null {
   );
 }
 
-/** Publishes our lock with link(2); false when the name is taken. */
-function tryPublish(path: string, content: string): boolean {
+/** Publishes our lock with link(2): 'taken' when the name is, 'no-dir' when the directory is gone. */
+function tryPublish(path: string, content: string): 'published' | 'taken' | 'no-dir' {
   const tmp = `${path}.${process.pid}.${randomBytes(4).toString('hex')}.tmp`;
-  const fd = openSync(tmp, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, 0o600);
+  let fd: number;
+  try {
+    fd = openSync(tmp, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, 0o600);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return 'no-dir';
+    throw new ServeError('E_LOCK', `cannot create device lock ${path}: ${(err as Error).message}`, { path }, { cause: err });
+  }
   try {
     writeSync(fd, content);
   } finally {
@@ -57,9 +68,9 @@ function tryPublish(path: string, content: string): boolean {
   }
   try {
     linkSync(tmp, path);
-    return true;
+    return 'published';
   } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'EEXIST') return false;
+    if ((err as NodeJS.ErrnoException).code === 'EEXIST') return 'taken';
     throw new ServeError('E_LOCK', `cannot create device lock ${path}: ${(err as Error).message}`, { path }, { cause: err });
   } finally {
     unlinkSync(tmp);
@@ -83,10 +94,17 @@ export function acquireDeviceLock(dir: string, uuid: string, onStale?: (holder: 
   const path = lockPathFor(dir, uuid);
   const me = processIdentity(process.pid);
   const content = `${JSON.stringify({ ...me, uuid })}\n`;
-  // Each pass either publishes, fails on a live holder, or removes one stale lock; a handful of
-  // passes only happen when several daemons start on the same device at the same instant.
+  // Each pass either publishes, fails on a live holder, removes one stale lock, or recreates the
+  // directory; a handful of passes only happen when several daemons start or stop at once.
   for (let attempt = 0; attempt < 5; attempt++) {
-    if (tryPublish(path, content)) return heldLock(path, uuid, me);
+    const published = tryPublish(path, content);
+    if (published === 'published') return heldLock(path, uuid, me);
+    if (published === 'no-dir') {
+      // Another daemon of this user created the directory and, stopping, removed it after we
+      // had resolved it: make it again (with the same checks). Once our lock is in it, it stays.
+      resolveSocketDirAgain(dir);
+      continue;
+    }
     const holder = readHolder(path);
     if (!holder) continue; // removed between our link and our read: try again
     if (holder.pid === me.pid && holder.startTime === me.startTime) {

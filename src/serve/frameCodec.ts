@@ -4,6 +4,7 @@
 // The decoder rejects a frame as soon as its header shows it is bad (wrong magic, unknown
 // version, length over the bound), before buffering the body, so a hostile length costs nothing.
 import { ProtocolError } from '../errors.js';
+import { parseBoundedJson } from '../files/parseBoundedJson.js';
 
 export const FRAME_MAGIC = Buffer.from('WGTD', 'latin1');
 export const FRAME_VERSION = 1;
@@ -32,8 +33,11 @@ export function encodeMessage(message: unknown): Buffer {
 // string could pass the schema while meaning something the sender did not send).
 const utf8 = new TextDecoder('utf-8', { fatal: true });
 
-/** Parses a payload into a value; a payload that is not UTF-8 JSON is the sender's protocol error. */
-export function parsePayload(payload: Buffer): unknown {
+/**
+ * Parses a payload into a value; a payload that is not UTF-8 JSON is the sender's protocol error.
+ * `parse` bounds the nesting by default (frames from clients and rendezvous peers).
+ */
+export function parsePayload(payload: Buffer, parse: (text: string) => unknown = parseBoundedJson): unknown {
   let text: string;
   try {
     text = utf8.decode(payload);
@@ -41,7 +45,9 @@ export function parsePayload(payload: Buffer): unknown {
     throw new ProtocolError('E_FRAME_JSON', `frame payload of ${payload.length} bytes is not valid UTF-8`);
   }
   try {
-    return JSON.parse(text);
+    // Nesting is bounded before parsing: a 4 MiB frame of brackets cost JSON.parse 2 s of the
+    // main thread, which serves every client and the rendezvous.
+    return parse(text);
   } catch (err) {
     throw new ProtocolError('E_FRAME_JSON', `frame payload of ${payload.length} bytes is not valid JSON: ${(err as Error).message}`);
   }

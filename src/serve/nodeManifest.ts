@@ -2,14 +2,20 @@
 // which fingerprint. Clients read it to find their socket without probing every one. It is
 // written once the node is ready, by rename over a temp file, so a reader sees the old file or
 // the new one, never half of one.
-import { closeSync, openSync, readFileSync, renameSync, unlinkSync, writeSync, constants } from 'node:fs';
+import { closeSync, openSync, renameSync, unlinkSync, writeSync, constants } from 'node:fs';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { ServeError } from '../errors.js';
+import { readSmallFileSync } from '../files/openRegularFile.js';
+import { parseBoundedJson } from '../files/parseBoundedJson.js';
 import type { RankTableEntry } from '../rendezvous/rankTable.js';
+import { processIdentity } from './processLiveness.js';
 import { NODE_MANIFEST, removeSocketDirIfCreated } from './socketDir.js';
 
 export const NODE_MANIFEST_VERSION = 1;
+
+/** node.json of 4096 ranks is ~1.5 MiB. */
+const MAX_NODE_MANIFEST_BYTES = 16 << 20;
 
 export interface NodeManifestEntry {
   globalRank: number;
@@ -32,6 +38,11 @@ export interface NodeManifest {
   version: number;
   /** The daemon that wrote it; a reader ignores the file when that process is gone. */
   pid: number;
+  /**
+   * The daemon's start time (docs/spec/liveness.md), where /proc has it: a reused pid then does
+   * not pass a dead daemon's file for a live one.
+   */
+  startTime?: string;
   writtenAt: string;
   ranks: NodeManifestEntry[];
   group?: NodeGroupInfo;
@@ -45,7 +56,7 @@ export function writeNodeManifest(socketDir: string, entries: NodeManifestEntry[
   const path = nodeManifestPath(socketDir);
   const manifest: NodeManifest = {
     version: NODE_MANIFEST_VERSION,
-    pid: process.pid,
+    ...processIdentity(process.pid),
     writtenAt: new Date().toISOString(),
     ranks: [...entries].sort((a, b) => a.globalRank - b.globalRank),
     group,
@@ -75,14 +86,14 @@ export function readNodeManifest(socketDir: string): NodeManifest | null {
   const path = nodeManifestPath(socketDir);
   let text: string;
   try {
-    text = readFileSync(path, 'utf8');
+    text = readSmallFileSync(path, MAX_NODE_MANIFEST_BYTES);
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code === 'ENOENT') return null;
     throw new ServeError('E_NODE_MANIFEST', `cannot read the node manifest ${path}: ${(err as Error).message}`, { path }, { cause: err });
   }
   try {
-    const m = JSON.parse(text) as NodeManifest;
-    if (m.version === NODE_MANIFEST_VERSION && Number.isInteger(m.pid) && Array.isArray(m.ranks)) return m;
+    const m = parseBoundedJson(text) as NodeManifest;
+    if (m.version === NODE_MANIFEST_VERSION && Number.isInteger(m.pid) && (m.startTime === undefined || typeof m.startTime === 'string') && Array.isArray(m.ranks)) return m;
   } catch {
     // Falls through.
   }

@@ -25,6 +25,7 @@ import {
   type ServeStatus,
   type StatsReply,
 } from './protocol.js';
+import { differingFingerprintFields } from './differingFingerprintFields.js';
 import type { ServedRank } from './servedRank.js';
 import { checkSocketPathLength, removeSocketDirIfCreated, resolveSocketDir, socketPathFor } from './socketDir.js';
 
@@ -427,7 +428,7 @@ export class RankServer implements ConnectionHandler {
         id: req.id,
         ok: true,
         status: 'mismatch',
-        fields: this.#differingFields(req.fingerprintFields),
+        fields: differingFingerprintFields(this.rank.fingerprintFields, req.fingerprintFields),
         fingerprint: this.rank.fingerprint,
         fingerprintFields: this.rank.fingerprintFields,
       };
@@ -451,14 +452,6 @@ export class RankServer implements ConnectionHandler {
     return `${JSON.stringify(head).slice(0, -1)},${manifest.slice(1)}`;
   }
 
-  #differingFields(theirs: Record<string, string> | undefined): string[] {
-    if (!theirs) return ['fingerprint'];
-    const ours = this.rank.fingerprintFields;
-    const names = [...new Set([...Object.keys(ours), ...Object.keys(theirs)])].sort();
-    const differ = names.filter((n) => ours[n] !== theirs[n]);
-    // Equal fields under unequal fingerprints: something outside the fields (a newer formula).
-    return differ.length > 0 ? differ : ['fingerprint'];
-  }
 
   async #release(id: number, caller: Caller, force: boolean): Promise<ReleaseReply> {
     if (this.#status === 'released') return { id, ok: true, alreadyReleased: true, revoked: [] };

@@ -189,6 +189,15 @@ export function resolveSocketDir(dir?: string): string {
   return path;
 }
 
+/**
+ * resolveSocketDir once more for a directory it returned that has since vanished (another daemon
+ * of this user created it, and removed it on stopping): made again and checked as the first
+ * time, the default directory as the default.
+ */
+export function resolveSocketDirAgain(path: string): string {
+  return resolveSocketDir(path === resolve(defaultSocketDir()) ? undefined : path);
+}
+
 /** Refuses a socket path that the kernel would truncate. */
 export function checkSocketPathLength(path: string): void {
   const bytes = Buffer.byteLength(path);

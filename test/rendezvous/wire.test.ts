@@ -3,7 +3,7 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { ProtocolError } from '../../src/errors.js';
-import { encodeMessage } from '../../src/serve/frameCodec.js';
+import { encodeFrame, encodeMessage } from '../../src/serve/frameCodec.js';
 import {
   createRdzvDecoder, encodeRdzvMessage, MAX_RDZV_FRAME_BYTES, parseClientMessage, parseServerMessage, RDZV_PROTOCOL_VERSION, type JoinMessage,
 } from '../../src/rendezvous/wire.js';
@@ -75,6 +75,14 @@ test('a join of another protocol version is read only for its version, rank and 
 test('unknown fields from a newer peer are dropped, not refused', () => {
   const parsed = parseServerMessage(Buffer.from(JSON.stringify({ type: 'hello', protocolVersion: 1, nonce: 'n'.repeat(32), extra: true })));
   assert.equal(parsed, { type: 'hello', protocolVersion: 1, nonce: 'n'.repeat(32) });
+});
+
+test('a rendezvous frame nested past 128 levels is E_FRAME_JSON before JSON.parse runs', () => {
+  const depth = (MAX_RDZV_FRAME_BYTES >> 1) - 8;
+  const [payload] = decodeAll(encodeFrame(`${'{"a":['.repeat(depth / 6)}${']}'.repeat(depth / 6)}`));
+  for (const parse of [parseClientMessage, parseServerMessage]) {
+    assert.throws(() => parse(payload!), (e: unknown) => e instanceof ProtocolError && e.code === 'E_FRAME_JSON' && /nested 128 levels deep/.test(e.message));
+  }
 });
 
 test.run();

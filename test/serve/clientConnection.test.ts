@@ -7,7 +7,7 @@ import { join } from 'node:path';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { ClientConnection, type ConnectionHandler } from '../../src/serve/clientConnection.js';
-import { encodeMessage, FrameDecoder } from '../../src/serve/frameCodec.js';
+import { encodeFrame, encodeMessage, FrameDecoder } from '../../src/serve/frameCodec.js';
 import type { Request } from '../../src/serve/protocol.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -100,6 +100,26 @@ test('valid requests followed by garbage in one write are each answered, then th
     await clientClosed;
     assert.equal(replies.map((r) => [r.id, r.ok, r.error?.code]), [[1, true, undefined], [2, true, undefined], [null, false, 'E_FRAME_MAGIC']]);
     assert.equal(s.violations, ['E_FRAME_MAGIC']);
+  } finally {
+    s.cleanup();
+  }
+});
+
+test('a request of brackets nested past 128 levels is refused before JSON.parse runs', async () => {
+  const s = await serve({}, { readTimeoutMs: 5000, idleTimeoutMs: 5000 });
+  try {
+    const replies: Buffer[] = [];
+    const decoder = new FrameDecoder(1 << 20);
+    s.client.on('data', (d: Buffer) => replies.push(...decoder.push(d)));
+    const ended = new Promise((r) => s.client.once('end', r));
+    // Balanced, so that the old plain JSON.parse would have parsed all of it (~0.2 s a MiB).
+    const depth = (1 << 19) - 8;
+    s.client.write(encodeFrame(`${'['.repeat(depth)}${']'.repeat(depth)}`));
+    await Promise.all([s.closed, ended]);
+    assert.equal(s.violations, ['E_FRAME_JSON']);
+    const reply = JSON.parse(replies[0]!.toString()) as { error: { code: string; message: string } };
+    assert.is(reply.error.code, 'E_FRAME_JSON');
+    assert.match(reply.error.message, /nested 128 levels deep at position 127/);
   } finally {
     s.cleanup();
   }

@@ -44,7 +44,8 @@ def find_socket(global_rank: Optional[int] = None, device_uuid: Optional[str] = 
         try:
             with open(os.path.join(d, NODE_MANIFEST), encoding="utf-8") as f:
                 manifest = json.load(f)
-            if is_process_alive(manifest["pid"]):
+            start_time = manifest.get("startTime")
+            if is_process_alive(manifest["pid"], start_time if isinstance(start_time, str) else None):
                 for entry in manifest["ranks"]:
                     if entry["globalRank"] == global_rank and os.path.exists(entry["socketPath"]):
                         return entry["socketPath"]

@@ -1,12 +1,13 @@
-// Every checkpoint file the daemon reads (weights, config.json, the index, a plan file) is opened
-// here, the one rule in TypeScript (native/file_reader.cpp's openRegularFile is its twin for the
-// copy engine, which opens the shards again in C++). open(2) of a FIFO blocks until a writer
+// Every file weightd reads is opened here: the checkpoint's (weights, config.json, the index, a
+// plan file), and node.json and the device locks of the socket directory, which anyone with
+// write access to it could replace. The one rule in TypeScript (native/file_reader.cpp's
+// openRegularFile is its twin for the copy engine, which opens the shards again in C++). open(2) of a FIFO blocks until a writer
 // appears, in a libuv thread that nothing can interrupt, and a character device such as
 // /dev/zero reads forever: so the file is opened with O_NONBLOCK (which does not change reads of
 // regular files) and its type checked with fstat on the descriptor itself, before any read, so
 // a path swapped between a stat and the open cannot slip through.
 
-import { constants, type Stats } from 'node:fs';
+import { closeSync, constants, fstatSync, openSync, readSync, type Stats } from 'node:fs';
 import { open, stat, type FileHandle } from 'node:fs/promises';
 import { CheckpointError } from '../errors.js';
 
@@ -21,8 +22,19 @@ export function fileTypeName(s: Stats): string {
 }
 
 function notRegular(path: string, s: Stats): CheckpointError {
-  return new CheckpointError('E_FILE_NOT_REGULAR', `${path} is ${fileTypeName(s)}, not a regular file; checkpoint files must be plain files (a symlink to one is fine): replace it with the real file`, { file: path });
+  return new CheckpointError('E_FILE_NOT_REGULAR', `${path} is ${fileTypeName(s)}, not a regular file; weightd reads only plain files (a symlink to one is fine): replace it with the real file`, { file: path });
 }
+
+function tooLarge(path: string, size: number, maxBytes: number): CheckpointError {
+  return new CheckpointError('E_FILE_TOO_LARGE', `${path} is ${size} bytes, over the ${maxBytes}-byte limit for this file; it is not the file it should be: check the path`, { file: path, maxBytes });
+}
+
+function grew(path: string, size: number): CheckpointError {
+  return new CheckpointError('E_FILE_CHANGED', `${path} grew while it was being read (fstat said ${size} bytes); something is writing to it: wait for the download to finish`, { file: path });
+}
+
+/** O_NONBLOCK: open(2) of a FIFO returns at once instead of waiting for a writer; regular files read as ever. */
+const OPEN_FLAGS = constants.O_RDONLY | constants.O_NONBLOCK;
 
 export interface RegularFile {
   fh: FileHandle;
@@ -31,7 +43,7 @@ export interface RegularFile {
 
 /** Opens `path` for reading if it is a regular file (symlinks followed). Throws E_FILE_NOT_REGULAR, or the open's own error. */
 export async function openRegularFile(path: string): Promise<RegularFile> {
-  const fh = await open(path, constants.O_RDONLY | constants.O_NONBLOCK);
+  const fh = await open(path, OPEN_FLAGS);
   try {
     const s = await fh.stat();
     if (!s.isFile()) throw notRegular(path, s);
@@ -66,8 +78,7 @@ export const MAX_INDEX_BYTES = 64 << 20;
 export async function readSmallFile(path: string, maxBytes: number): Promise<string> {
   const { fh, size } = await openRegularFile(path);
   try {
-    const tooLarge = (n: string) => new CheckpointError('E_FILE_TOO_LARGE', `${path} is ${n} bytes, over the ${maxBytes}-byte limit for this file; it is not the file it should be: check the path`, { file: path, maxBytes });
-    if (size > maxBytes) throw tooLarge(String(size));
+    if (size > maxBytes) throw tooLarge(path, size, maxBytes);
     // One byte more than fstat said: a file that grows while being read is seen, not cut short.
     const buf = Buffer.alloc(size + 1);
     let done = 0;
@@ -76,8 +87,32 @@ export async function readSmallFile(path: string, maxBytes: number): Promise<str
       if (bytesRead === 0) return buf.toString('utf8', 0, done);
       done += bytesRead;
     }
-    throw new CheckpointError('E_FILE_CHANGED', `${path} grew while it was being read (fstat said ${size} bytes); something is writing to it: wait for the download to finish`, { file: path });
+    throw grew(path, size);
   } finally {
     await fh.close();
+  }
+}
+
+/**
+ * readSmallFile on the calling thread, for the socket directory's small files that are read
+ * where no await fits (lock takeover, manifest removal at exit). Only a regular file is read,
+ * so the thread never blocks on a FIFO planted in the directory.
+ */
+export function readSmallFileSync(path: string, maxBytes: number): string {
+  const fd = openSync(path, OPEN_FLAGS);
+  try {
+    const s = fstatSync(fd);
+    if (!s.isFile()) throw notRegular(path, s);
+    if (s.size > maxBytes) throw tooLarge(path, s.size, maxBytes);
+    const buf = Buffer.alloc(s.size + 1);
+    let done = 0;
+    while (done < buf.length) {
+      const bytesRead = readSync(fd, buf, done, buf.length - done, done);
+      if (bytesRead === 0) return buf.toString('utf8', 0, done);
+      done += bytesRead;
+    }
+    throw grew(path, s.size);
+  } finally {
+    closeSync(fd);
   }
 }
