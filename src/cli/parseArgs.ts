@@ -50,10 +50,11 @@ Environment:
   CUDA_VISIBLE_DEVICES           cuda backend: which GPUs this node uses
   TMPDIR                         where the default socket dir goes ($TMPDIR/weightd-<uid>)
   WEIGHTD_RDZV_HEARTBEAT_MS, WEIGHTD_RDZV_PEER_TIMEOUT_MS, WEIGHTD_RDZV_RETRY_MIN_MS,
-  WEIGHTD_RDZV_RETRY_MAX_MS, WEIGHTD_RDZV_HANDSHAKE_MS
+  WEIGHTD_RDZV_RETRY_MAX_MS, WEIGHTD_RDZV_HANDSHAKE_MS, WEIGHTD_RDZV_JOIN_MS
                                  rendezvous clocks, in milliseconds
   WEIGHTD_SERVE_READ_TIMEOUT_MS, WEIGHTD_SERVE_IDLE_TIMEOUT_MS, WEIGHTD_SERVE_LEASE_SWEEP_MS,
-  WEIGHTD_SERVE_MAX_CONNECTIONS  socket server limits
+  WEIGHTD_SERVE_MAX_CONNECTIONS, WEIGHTD_SERVE_LOG_WINDOW_MS
+                                 socket server limits
 `;
 
 /** Commander's message, on one line, with what it does not know to suggest. */
