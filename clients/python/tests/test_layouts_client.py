@@ -3,6 +3,7 @@ goes out in get_state, and a reply in another layout (a daemon older than layout
 field) is refused after dropping the lease it granted."""
 
 import os
+import shutil
 import socket
 import tempfile
 import threading
@@ -18,7 +19,9 @@ STATE = {"status": "ok", "mode": "map", "leaseId": "L1", "fingerprint": "f", "ba
 class LayoutRequestTest(unittest.TestCase):
     def serve(self, replies):
         """One connection; answers each request with replies[i](request), recording the requests."""
-        path = os.path.join(tempfile.mkdtemp(), "s.sock")
+        d = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, d, True)
+        path = os.path.join(d, "s.sock")
         srv = socket.socket(socket.AF_UNIX)
         srv.bind(path)
         srv.listen()

@@ -62,9 +62,10 @@ class ConnectionTest(unittest.TestCase):
         return t
 
     def test_error_reply_and_reconnect(self):
-        import tempfile, os
+        import os, shutil, tempfile
 
         d = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, d, True)
         path = os.path.join(d, "s.sock")
         t = self.serve(
             path,
