@@ -18,23 +18,43 @@ from typing import List, Optional
 
 REPO = Path(__file__).resolve().parents[3]
 MAIN_JS = REPO / "dist" / "main.js"
-READY = '"msg":"READY node '
+READY = '"ready":true'
 DEVICE = os.environ.get("WEIGHTD_TEST_DEVICE", "host")
 
 
 class Daemon:
-    def __init__(self, model: str, extra_args: Optional[List[str]] = None, ready_timeout: float = 60.0):
+    """``node dist/main.js`` on ``model``, ready when its READY line (a JSON log line off a terminal,
+    written at any --log-level) has been read; ``RuntimeError`` with its log if it exits first or
+    is not ready within ``ready_timeout`` seconds.
+
+    ``tp`` ranks on ``device`` (host: one host device id per rank, ``host_device-<rank>``);
+    ``socket_dir`` defaults to a fresh directory that ``stop()`` removes."""
+
+    def __init__(
+        self,
+        model: str,
+        extra_args: Optional[List[str]] = None,
+        ready_timeout: float = 120.0,
+        *,
+        tp: int = 1,
+        device: str = DEVICE,
+        socket_dir: Optional[str] = None,
+        host_device: Optional[str] = None,
+    ):
         if not MAIN_JS.exists():
             raise RuntimeError(f"{MAIN_JS} is missing: run npm run build:ts first")
-        self.socket_dir = tempfile.mkdtemp(prefix="weightd-pytest-")
-        self.device = f"py{os.getpid()}-{os.path.basename(self.socket_dir)}"
+        self._owns_dir = socket_dir is None
+        self.socket_dir = socket_dir if socket_dir is not None else tempfile.mkdtemp(prefix="weightd-pytest-")
+        base = host_device or f"py{os.getpid()}-{os.path.basename(self.socket_dir)}"
+        self.device = base if tp == 1 else ",".join(f"{base}-{r}" for r in range(tp))
         self.stderr_lines: List[str] = []
         env = {**os.environ, "WEIGHTD_HOST_DEVICES": self.device}
-        args = ["node", str(MAIN_JS), "--model", model, "-tp", "1", "--device", DEVICE, "--weight-cache-socket-dir", self.socket_dir, *(extra_args or [])]
+        args = ["node", str(MAIN_JS), "--model", str(model), "-tp", str(tp), "--device", device, "--weight-cache-socket-dir", str(self.socket_dir), *(extra_args or [])]
         self.proc = subprocess.Popen(args, cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         ready = threading.Event()
 
         def pump() -> None:
+            # Reads stderr to its end, so a full pipe never stalls the daemon's logging.
             assert self.proc.stderr is not None
             for line in self.proc.stderr:
                 self.stderr_lines.append(line)
@@ -51,6 +71,15 @@ class Daemon:
             self.stop()
             raise
 
+    @property
+    def stderr(self) -> str:
+        return "".join(self.stderr_lines)
+
+    def client(self, global_rank: int = 0):
+        from weightd_client.client import WeightdClient, find_socket
+
+        return WeightdClient(find_socket(global_rank=global_rank, socket_dir=str(self.socket_dir)))
+
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
@@ -60,7 +89,8 @@ class Daemon:
                 self.proc.kill()
                 self.proc.wait()
         self._pump.join(5)
-        shutil.rmtree(self.socket_dir, ignore_errors=True)
+        if self._owns_dir:
+            shutil.rmtree(self.socket_dir, ignore_errors=True)
 
     def __enter__(self) -> "Daemon":
         return self

@@ -22,11 +22,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import tempfile
-import threading
-import time
 import unittest
 from pathlib import Path
 from dataclasses import dataclass
@@ -41,8 +38,8 @@ except ImportError:  # pragma: no cover - the module is skipped below
 from weightd_client import WeightdClient
 from weightd_client.client import find_socket
 
-REPO = Path(__file__).resolve().parents[3]
-MAIN_JS = REPO / "dist" / "main.js"
+from daemon_fixture import MAIN_JS, REPO, Daemon  # noqa: E402
+
 DEVICE = os.environ.get("WEIGHTD_LAYOUTS_DEVICE", "host")
 # Both need padding: 32016 pads to 32064 and 50257 to 50304, on the host and the CUDA backend.
 VOCABS = (32016, 50257)
@@ -319,52 +316,6 @@ class VllmOracle:
             self.loaded[target] = self.loaded.get(target, 0) + 1
 
 
-class DaemonFailed(AssertionError):
-    pass
-
-
-READY_TIMEOUT_S = 300
-
-
-def is_ready_line(line: str) -> bool:
-    """The daemon's READY log line (a JSON line off a terminal, with `"ready": true`)."""
-    try:
-        return json.loads(line).get("ready") is True
-    except ValueError:
-        return False
-
-
-class Daemon:
-    def __init__(self, model: Path, tp: int, work: Path):
-        self.socket_dir = work / "sockets"
-        env = {**os.environ, "WEIGHTD_HOST_DEVICES": ",".join(f"layouts-{os.getpid()}-{tp}-{i}" for i in range(tp))}
-        args = ["node", str(MAIN_JS), "--model", str(model), "-tp", str(tp), "--device", DEVICE, "--layouts", "checkpoint,vllm", "--weight-cache-socket-dir", str(self.socket_dir), "--log-level", "warn"]
-        self.proc = subprocess.Popen(args, cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        self.stderr = ""
-        # A daemon that never gets ready must not hang the suite: kill it after READY_TIMEOUT_S,
-        # which ends the read below with EOF.
-        watchdog = threading.Timer(READY_TIMEOUT_S, self.proc.kill)
-        watchdog.start()
-        try:
-            for line in self.proc.stderr:
-                self.stderr += line
-                if is_ready_line(line):
-                    return
-        finally:
-            watchdog.cancel()
-        self.proc.wait()
-        raise DaemonFailed(f"daemon exited ({self.proc.returncode}) before READY:\n{self.stderr}")
-
-    def stop(self) -> None:
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self.proc.stderr.close()
-
-
 def tp_sizes() -> List[int]:
     gpus = torch.cuda.device_count() if DEVICE == "cuda" else 4
     return [tp for tp in (1, 2, 4) if tp <= gpus]
@@ -390,7 +341,8 @@ class VllmLayoutOracleTest(unittest.TestCase):
             checkpoint = random_checkpoint(model, arch, vocab, seed=vocab + len(arch), d=d)
             norm_dtype = checkpoint["model.norm.weight"].dtype
             for tp in tp_sizes():
-                daemon = Daemon(model, tp, work)
+                daemon = Daemon(str(model), ["--layouts", "checkpoint,vllm", "--log-level", "warn"], 300, tp=tp, device=DEVICE,
+                                socket_dir=str(work / "sockets"), host_device=f"layouts-{os.getpid()}-{tp}")
                 try:
                     expected = fingerprints(model, tp)
                     for rank in range(tp):

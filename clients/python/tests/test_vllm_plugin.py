@@ -20,11 +20,9 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import types
 import unittest
 from pathlib import Path
@@ -44,8 +42,10 @@ if HAVE_VLLM:
     }.items():
         os.environ.setdefault(key, value)
 
-REPO = Path(__file__).resolve().parents[3]
-MAIN_JS = REPO / "dist" / "main.js"
+from daemon_fixture import MAIN_JS, Daemon  # noqa: E402
+
+# The daemon serves vLLM's own parameter layout beside the checkpoint's.
+VLLM_LAYOUT = ["--layouts", "checkpoint,vllm"]
 PROMPT = [1, 2, 3, 4, 5, 77, 301, 499]
 MAX_TOKENS = 12
 # head_dim 32: the smallest the CPU attention backend takes. Weights 10x the usual init scale,
@@ -68,45 +68,6 @@ def make_checkpoint(directory: Path, kind: str, seed: int) -> None:
     model = AutoModelForCausalLM.from_config(cfg).to(torch.bfloat16)
     model.config.torch_dtype = "bfloat16"
     model.save_pretrained(directory)
-
-
-class Daemon:
-    """weightd on the host backend serving `model` with the vllm layout, one host device per rank."""
-
-    def __init__(self, model: Path, socket_dir: Path, device: str, tp: int = 1):
-        self.socket_dir = socket_dir
-        env = {**os.environ, "WEIGHTD_HOST_DEVICES": ",".join(f"{device}-{r}" for r in range(tp))}
-        args = ["node", str(MAIN_JS), "--model", str(model), "-tp", str(tp), "--device", "host", "--layouts", "checkpoint,vllm", "--weight-cache-socket-dir", str(socket_dir), "--log-level", "info"]
-        self.proc = subprocess.Popen(args, cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        self.stderr = ""
-        for line in self.proc.stderr:
-            self.stderr += line
-            # Off a terminal every log line is JSON; READY is logged at info, once loaded.
-            if '"ready":true' in line:
-                self.drain = threading.Thread(target=self._drain, daemon=True)
-                self.drain.start()
-                return
-        self.proc.wait()
-        raise AssertionError(f"daemon exited ({self.proc.returncode}) before READY:\n{self.stderr}")
-
-    def _drain(self) -> None:
-        for line in self.proc.stderr:  # a full pipe would stall the daemon's logging
-            self.stderr += line
-
-    def client(self):
-        from weightd_client import WeightdClient, find_socket
-
-        return WeightdClient(find_socket(global_rank=0, socket_dir=str(self.socket_dir)))
-
-    def stop(self) -> None:
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self.drain.join()  # ends at the exited daemon's end of file
-        self.proc.stderr.close()
 
 
 def mapped_files(model) -> Dict[str, Tuple[int, Optional[str]]]:
@@ -140,7 +101,7 @@ class VllmPluginTest(unittest.TestCase):
         cls.daemons: Dict[str, Daemon] = {}
         try:
             for name, model in cls.models.items():
-                cls.daemons[name] = Daemon(model, cls.work / f"sock-{name}", f"vllm-plugin-{os.getpid()}-{name}")
+                cls.daemons[name] = Daemon(str(model), VLLM_LAYOUT, device="host", socket_dir=str(cls.work / f"sock-{name}"), host_device=f"vllm-plugin-{os.getpid()}-{name}")
         except BaseException:
             cls.tearDownClass()
             raise
@@ -324,7 +285,7 @@ class VllmPluginTp2Test(unittest.TestCase):
         work = Path(tempfile.mkdtemp(prefix="weightd-vllm-tp2-"))
         model = work / "llama"
         make_checkpoint(model, "llama", seed=0)  # vocab 500: each rank 250 real rows and 6 zero ones
-        daemon = Daemon(model, work / "sock", f"vllm-plugin-tp2-{os.getpid()}", tp=2)
+        daemon = Daemon(str(model), VLLM_LAYOUT, tp=2, device="host", socket_dir=str(work / "sock"), host_device=f"vllm-plugin-tp2-{os.getpid()}")
         # vLLM's CPU shared-memory communicator leaves its segments behind when its workers end.
         shm_before = set(Path("/dev/shm").glob("vllm_dist_*"))
         try:
