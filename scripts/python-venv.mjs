@@ -73,7 +73,7 @@ function clientFiles(dir = clientDir) {
 }
 
 function buildVenv({ venvDir, requirements, smoke }, base, log) {
-  log(`python venv: creating ${relative(root, venvDir)} from ${base} (pins: ${relative(root, requirements)}; the first run downloads ~2.4 GB)`);
+  log(`python venv: creating ${relative(root, venvDir)} from ${base} (pins: ${relative(root, requirements)}; the first run downloads every pinned wheel, GBs for torch, into the wheel cache)`);
   rmSync(venvDir, { recursive: true, force: true });
   run(base, ['-m', 'venv', venvDir], `"${base} -m venv" (on Debian: apt-get install python3-venv)`);
   const cache = process.env.WEIGHTD_WHEEL_CACHE || join(process.env.XDG_CACHE_HOME || join(homedir(), '.cache'), 'weightd/wheels');
