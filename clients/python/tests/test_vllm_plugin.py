@@ -168,7 +168,7 @@ class VllmPluginTest(unittest.TestCase):
             "at_load": at_load,
             "files": files,
             # Leases this engine took, and those still held once it is gone.
-            "leases": {n: [l for l in during[n] if l["leaseId"] not in {b["leaseId"] for b in before[n]}] for n in during},
+            "leases": {n: [l for l in during[n] if l["leaseHash"] not in {b["leaseHash"] for b in before[n]}] for n in during},
             "leases_after": {n: l for n, l in after.items() if l},
             "log": log,
             "external_weight_memory": external,
