@@ -14,7 +14,7 @@ let device: DeviceHandle | undefined;
 let stopping = false;
 
 /** Applies an injected fault for `phase`, if one was asked for (tests only). */
-function injectFault(phase: FaultPhase): void {
+async function injectFault(phase: FaultPhase): Promise<void> {
   const f = data.fault;
   if (!f || f.localRank !== data.localRank || f.phase !== phase) return;
   if (f.kind === 'exit') process.exit(7);
@@ -23,7 +23,9 @@ function injectFault(phase: FaultPhase): void {
     setImmediate(() => {
       throw new Error(`injected fault in rank ${data.localRank} at ${phase}`);
     });
-    return;
+    // And the rank goes no further, as after a real throw here: were it to go on loading, a
+    // fast rank could report LOADED before its error, and the node be ready for a moment.
+    return new Promise<never>(() => {});
   }
   switch (phase) {
     case 'open':
@@ -45,25 +47,25 @@ function injectFault(phase: FaultPhase): void {
 
 async function load(): Promise<void> {
   const { plan } = data;
-  injectFault('open');
+  await injectFault('open');
   device = new DeviceHandle(data.device.backend, data.device.index, { uuid: data.device.uuid, shmDir: data.shmDir });
   const info = device.info();
   post({ type: 'DEVICE', info });
 
-  injectFault('allocate');
+  await injectFault('allocate');
   // Each backend checks its free memory before allocating and names the shortfall.
   device.allocate(plan.segments);
 
-  injectFault('fill');
+  await injectFault('fill');
   // Read from data again: a 'device' fault at 'fill' points the plan at missing files.
   const result = await device.fill(data.plan.files, plan.ops, plan.totalBytes, { ...data.fill, zeroRanges: plan.zeroRanges }, (p) =>
     post({ type: 'PROGRESS', ...p }),
   );
 
-  injectFault('export');
+  await injectFault('export');
   const segments = device.exportSegments();
   post({ type: 'LOADED', info: device.info(), segments, bytes: result.bytes, seconds: result.seconds });
-  injectFault('serve');
+  await injectFault('serve');
 }
 
 port.on('message', (m: MainToRank) => {
