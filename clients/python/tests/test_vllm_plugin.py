@@ -17,6 +17,7 @@ executor ``uni``): its engine-core and worker processes would each import vLLM a
 
 from __future__ import annotations
 
+import atexit
 import importlib.util
 import os
 import shutil
@@ -41,6 +42,11 @@ if HAVE_VLLM:
         "VLLM_ALLOW_INSECURE_SERIALIZATION": "1",  # apply_model with a test function
     }.items():
         os.environ.setdefault(key, value)
+    # vLLM's CPU backend leaves compiled kernels (torch inductor's cache) and other files in the
+    # temp dir: this run gets a temp dir of its own, removed when the run ends.
+    _RUN_TMP = tempfile.mkdtemp(prefix="weightd-vllm-run-")
+    os.environ["TMPDIR"] = tempfile.tempdir = _RUN_TMP
+    atexit.register(shutil.rmtree, _RUN_TMP, True)
 
 from daemon_fixture import MAIN_JS, Daemon  # noqa: E402
 
