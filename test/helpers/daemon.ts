@@ -97,29 +97,6 @@ function spawnDaemon(opts: DaemonOptions): { child: ChildProcess; devices: strin
 export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
   const { child, devices, out, waitExit } = spawnDaemon(opts);
   const timeoutMs = opts.readyTimeoutMs ?? 30_000;
-  await new Promise<void>((resolve, reject) => {
-    const timer = setTimeout(() => fail(`no READY within ${timeoutMs} ms`), timeoutMs);
-    const onData = () => {
-      if ((opts.until ?? READY_LINE).test(out.text)) {
-        cleanup();
-        resolve();
-      }
-    };
-    const fail = (why: string) => {
-      cleanup();
-      child.kill('SIGKILL');
-      reject(new Error(`daemon ${why}; stderr:\n${out.text}`));
-    };
-    const onExit = (code: number | null, signal: string | null) => fail(`exited (${signal ?? code}) before READY`);
-    function cleanup() {
-      clearTimeout(timer);
-      child.stderr!.off('data', onData);
-      child.off('exit', onExit);
-    }
-    child.stderr!.on('data', onData);
-    child.on('exit', onExit);
-  });
-  const pid = child.pid!;
   function waitForStderr(what: string, done: (stderr: string) => boolean, ms = 30_000): Promise<void> {
     return new Promise<void>((resolve, reject) => {
       const check = () => {
@@ -139,6 +116,12 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
       check();
     });
   }
+  // A daemon that does not get ready is killed: the test fails and leaves no process behind.
+  await waitForStderr('READY', (text) => (opts.until ?? READY_LINE).test(text), timeoutMs).catch((err: unknown) => {
+    child.kill('SIGKILL');
+    throw err;
+  });
+  const pid = child.pid!;
   return {
     pid,
     devices,
