@@ -233,6 +233,7 @@ class DeviceWrap : public Napi::ObjectWrap<DeviceWrap> {
     o.Set("done", s.done);
     o.Set("bytes", static_cast<double>(s.bytes));
     o.Set("seconds", s.seconds);
+    o.Set("waitingForGroup", s.waitingForGroup);
     if (s.failed) o.Set("error", makeError(env, s.errorCode, s.errorMessage).Value());
     return o;
   }

@@ -111,11 +111,17 @@ void fillInGroup(const std::string& id, unsigned size, const FillMember& self, c
     if (error) rethrowFor(*g, self, error);
     return;
   }
-  // Wait for the others. The members' FillMember structs (and what they point to) live on the
+  // Wait for the others (and say so until this member leaves the wait, whichever way). The members' FillMember structs (and what they point to) live on the
   // stacks of their callers, so no member returns while the fill runs: the fill sees a cancel
   // through each member's own flag and stops.
+  struct Waiting {
+    std::atomic<bool>& flag;
+    explicit Waiting(std::atomic<bool>& f) : flag(f) { flag = true; }
+    ~Waiting() { flag = false; }
+  } waiting(self.progress->waitingForGroup);
   for (;;) {
     registryChanged.wait_for(lock, kCancelPoll);
+    if (g->running) waiting.flag = false;  // every member has joined: this one's copies are under way
     if (g->finished) {
       if (g->error) rethrowFor(*g, self, g->error);
       return;

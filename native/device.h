@@ -76,6 +76,9 @@ struct FillOptions {
 struct FillProgress {
   std::atomic<uint64_t> bytes{0};
   std::atomic<bool> cancel{false};
+  // Set while this fill has joined its group (cuda_fill_group.h) and waits for the other members:
+  // a rank stuck here is waiting for another GPU, not copying, and status says so.
+  std::atomic<bool> waitingForGroup{false};
 };
 
 struct SegmentExport {

@@ -36,6 +36,7 @@ FillStatus FillJob::status() {
   std::lock_guard<std::mutex> lock(mutex_);
   FillStatus s = result_;
   s.bytes = progress_.bytes.load();
+  s.waitingForGroup = progress_.waitingForGroup.load();
   if (!s.done) s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
   return s;
 }

@@ -15,6 +15,7 @@ namespace weightd {
 struct FillStatus {
   bool done = false;
   bool failed = false;
+  bool waitingForGroup = false;
   std::string errorCode;
   std::string errorMessage;
   uint64_t bytes = 0;

@@ -30,7 +30,7 @@ export interface RankWorkerData {
 
 export type RankToMain =
   | { type: 'DEVICE'; info: DeviceInfo }
-  | { type: 'PROGRESS'; bytes: number; totalBytes: number; seconds: number }
+  | { type: 'PROGRESS'; bytes: number; totalBytes: number; seconds: number; waitingForGroup: boolean }
   | { type: 'LOADED'; info: DeviceInfo; segments: SegmentExport[]; bytes: number; seconds: number }
   | { type: 'FAILED'; error: SerializedError }
   | { type: 'RELEASED' }

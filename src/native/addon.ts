@@ -58,6 +58,8 @@ export interface NativeFillStatus {
   done: boolean;
   bytes: number;
   seconds: number;
+  /** The fill has joined its group and waits for the other members (FillOptions.group). */
+  waitingForGroup: boolean;
   error?: Error & { code: string };
 }
 

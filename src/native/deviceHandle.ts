@@ -7,6 +7,8 @@ export interface FillProgress {
   bytes: number;
   totalBytes: number;
   seconds: number;
+  /** Joined its group and waiting for the other GPUs' fills to join (FillOptions.group). */
+  waitingForGroup: boolean;
 }
 
 export interface FillResult {
@@ -74,7 +76,7 @@ export class DeviceHandle {
     this.#call(() => this.#native.startFill(files, packOps(ops), packZeroRanges(zeroRanges), native));
     for (;;) {
       const s = this.#native.fillStatus();
-      onProgress?.({ bytes: s.bytes, totalBytes, seconds: s.seconds });
+      onProgress?.({ bytes: s.bytes, totalBytes, seconds: s.seconds, waitingForGroup: s.waitingForGroup });
       if (s.error) throw asDeviceError(s.error);
       if (s.done) return { bytes: s.bytes, seconds: s.seconds };
       await sleep(POLL_MS);

@@ -10,7 +10,7 @@ import { fileURLToPath } from 'node:url';
 import { planCheckpoint } from '../../src/checkpoint/planCheckpoint.js';
 import type { CopyOp, ZeroRange } from '../../src/checkpoint/types.js';
 import { cudaDevices, cudaProbe, CudaIpcSegment } from '../../src/native/cuda.js';
-import { DeviceHandle } from '../../src/native/deviceHandle.js';
+import { DeviceHandle, type FillProgress } from '../../src/native/deviceHandle.js';
 import type { FaultInjection } from '../../src/actors/rankMessages.js';
 import { startNode } from '../../src/startNode.js';
 import { writeArchCheckpoint } from '../helpers/checkpoints.js';
@@ -267,12 +267,18 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
       const members = groupMembers(fx);
       d0!.allocate(fx.segments);
       d1!.allocate(fx.segments);
-      const fill = (d: DeviceHandle, i: number, group: { id: string; size: number }, ops = members[i]!.ops) =>
-        d.fill(members[i]!.paths, ops, 0, { group });
-      const waiting = fill(d0!, 0, { id: 'sizes', size: 2 });
+      const fill = (d: DeviceHandle, i: number, group: { id: string; size: number }, ops = members[i]!.ops, onProgress?: (p: FillProgress) => void) =>
+        d.fill(members[i]!.paths, ops, 0, { group }, onProgress);
+      // GPU 0 must have joined (and so sized the group) before GPU 1 arrives: its fill runs on a
+      // thread of its own, so wait for it to say so.
+      let joined!: () => void;
+      const hasJoined = new Promise<void>((resolve) => (joined = resolve));
+      const waiting = fill(d0!, 0, { id: 'sizes', size: 2 }, undefined, (p) => p.waitingForGroup && joined());
+      const cancelWhileWaiting = capture('cancelWhileWaiting', waiting); // a failure before the join is reported, not unhandled
+      await Promise.race([hasJoined, cancelWhileWaiting]);
       await capture('sizes', fill(d1!, 1, { id: 'sizes', size: 3 }));
       d0!.cancelFill();
-      await capture('cancelWhileWaiting', waiting);
+      await cancelWhileWaiting;
       await capture('lateMember', fill(d1!, 1, { id: 'sizes', size: 2 }));
       // Both members have been told: the abandoned id is forgotten, and a new group may take it.
       await capture('reused', Promise.all([fill(d0!, 0, { id: 'sizes', size: 2 }), fill(d1!, 1, { id: 'sizes', size: 2 })]));
