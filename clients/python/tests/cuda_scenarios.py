@@ -62,7 +62,22 @@ def main() -> None:
         d.check(d.cuDevicePrimaryCtxRetain(ctypes.byref(own), 1), "retain")
         d.check(d.cuCtxPushCurrent(own), "push")
     out = {}
-    if case in ("restores", "no_caller_context"):
+    if case == "view_outlives_close":
+        # A view kept past close(): the handle stays open (the view still reads the bytes) and
+        # the lease's end waits, until the view is freed.
+        import gc
+
+        mapping = CudaMapping(state(handle), device=0, tensor_format="memoryview")
+        view, ended = mapping.tensors["w"], []
+        mapping.close(then=lambda: ended.append(True))
+        out["openWhileViewed"] = len(mapping.pointers)
+        out["endedWhileViewed"] = bool(ended)
+        out["bytesWhileViewed"] = ctypes.string_at(view.pointer, SIZE) == PATTERN  # the fake's device memory is host memory
+        del view
+        gc.collect()
+        out["openAfter"] = len(mapping.pointers)
+        out["endedAfter"] = bool(ended)
+    elif case in ("restores", "no_caller_context"):
         mapping = CudaMapping(state(handle), device=0, tensor_format="memoryview")
         out["bytesOk"] = bytes(mapping.read(state(handle)["tensors"][0])) == PATTERN
         out["afterAttach"] = top()

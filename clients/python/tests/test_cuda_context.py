@@ -68,3 +68,11 @@ def test_a_failed_attach_gives_everything_back(fake_env, handle, case, code):
     got = scenario(fake_env, case, handle)
     assert got["error"] == code
     assert got["afterAttach"] == got["own"]
+
+
+def test_a_view_kept_past_close_keeps_its_handle_open_until_it_is_freed(fake_env, handle):
+    # Closing an IPC pointer a tensor still uses would make its next use fault, and the fault
+    # poisons the whole CUDA context: so the close (and the lease's end after it) waits.
+    got = scenario(fake_env, "view_outlives_close", handle)
+    assert (got["openWhileViewed"], got["endedWhileViewed"], got["bytesWhileViewed"]) == (1, False, True)
+    assert (got["openAfter"], got["endedAfter"]) == (0, True)

@@ -3,6 +3,7 @@ the daemon serves the checkpoint, the same tokens as from_pretrained either way,
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import logging
 import shutil
@@ -137,6 +138,30 @@ def test_zero_copy_from_the_daemon_generates_what_from_pretrained_does(workdir, 
             result.close()
         with WeightdClient(result.socket_path) as client:
             assert client.stats()["leases"] == [], "close() ends the lease"
+
+
+def test_a_tensor_kept_past_close_stays_valid_and_holds_the_lease_until_freed_on_cuda(workdir):
+    # On cuda a tensor over a closed IPC handle faults on its next use and poisons the process's
+    # CUDA context; so the handles (and the lease) stay until the last view is freed. A host
+    # mapping's pages outlive the lease, which ends at once.
+    from safetensors.torch import load_file
+
+    ckpt = _checkpoint(workdir, "llama", seed=1)
+    with Daemon(ckpt) as daemon:
+        model = _meta_model("llama")
+        result = load_into(model, ckpt, socket_dir=daemon.socket_dir, device=ORDINAL)
+        assert result.source == "weightd"
+        kept = model.model.embed_tokens.weight
+        del model
+        result.close()
+        with WeightdClient(result.socket_path) as client:
+            held = len(client.stats()["leases"])
+        assert torch.equal(kept.cpu(), load_file(str(Path(ckpt) / "model.safetensors"))["model.embed_tokens.weight"])
+        assert held == (1 if CUDA else 0)
+        del kept
+        gc.collect()
+        with WeightdClient(result.socket_path) as client:
+            assert client.stats()["leases"] == [], "freeing the last view ends the lease"
 
 
 def test_moe_whose_pieces_are_apart_loads_from_disk(workdir, caplog):

@@ -99,15 +99,13 @@ class Attached:
     _detached: bool = field(default=False, repr=False)
 
     def detach(self) -> None:
-        """Unmaps (closes the IPC handles) and drops the lease. Drop the tensors first."""
+        """Unmaps and drops the lease. Drop the tensors first: on cuda, while any view is still
+        referenced, both wait for the last one to be freed (a closed IPC pointer would fault)."""
         if self._detached:
             return
         self._detached = True
         self.tensors = {}
-        try:
-            self._mapping.close()
-        finally:
-            self._client.detach(self.lease_id)
+        self._mapping.close(then=lambda: self._client.detach(self.lease_id))
 
     def __enter__(self) -> "Attached":
         return self

@@ -11,14 +11,18 @@ from __future__ import annotations
 import base64
 import contextlib
 import ctypes
+import logging
 import threading
 import uuid as uuidlib
-from typing import Any, Dict, Iterator, List, Optional
+import weakref
+from typing import Any, Callable, Dict, Iterator, List, Optional
 
 from .protocol import WeightdError
 from .tensors import by_name, torch_dtype
 
 CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS = 0x1
+
+log = logging.getLogger("weightd_client")
 
 # __cuda_array_interface__ typestrs of the dtypes that have one; others are exposed as raw bytes.
 _TYPESTR = {
@@ -121,7 +125,13 @@ class CudaBuffer:
 
 
 class CudaMapping:
-    """The opened segments of one attach; ``close()`` closes every IPC handle (idempotent).
+    """The opened segments of one attach; ``close()`` closes every IPC handle (idempotent) once
+    no view of them is left.
+
+    A tensor over an IPC pointer that is closed faults on its next use, and the fault is sticky:
+    the CUDA context (torch's, for the whole process) is lost. So a view left alive (a model not
+    yet dropped, a traceback's locals) defers the close until the last one is freed; torch and
+    CuPy keep the ``CudaBuffer`` they were made from, which is what is counted.
 
     Every driver call runs with the device's primary context pushed and popped again, so the
     caller's current context (torch's, another library's, or none) is the same afterwards.
@@ -145,6 +155,12 @@ class CudaMapping:
         self._ctx: Optional[ctypes.c_void_p] = ctx
         self.pointers: Dict[int, int] = {}
         self.tensors: Dict[str, Any] = {}
+        # Views alive (CudaBuffers not yet freed), and what close() asked for while they were.
+        self._lock = threading.RLock()
+        self._views = 0
+        self._close_requested = False
+        self._closed = False
+        self._then: Optional[Callable[[], None]] = None
         try:
             with self._current():
                 for seg in state["segments"]:
@@ -193,14 +209,14 @@ class CudaMapping:
                 raise CudaError("E_BAD_MANIFEST", f"tensor {t['name']} is in segment {t['segment']}, which the manifest does not list")
             ptr = base + t["offset"]
             if not use_torch:
-                return CudaBuffer(ptr, t["bytes"], t["dtype"], t["shape"])
+                return self.track(CudaBuffer(ptr, t["bytes"], t["dtype"], t["shape"]))
             import torch
 
             dtype = torch_dtype(t["dtype"])
             if t["bytes"] == 0:
                 return torch.empty(t["shape"], dtype=dtype, device=f"cuda:{self.ordinal}")
             # A byte view first, then the real dtype: torch has no typestr for bf16 or fp8.
-            raw = torch.as_tensor(CudaBuffer(ptr, t["bytes"], t["dtype"], t["shape"], raw=True), device=f"cuda:{self.ordinal}")
+            raw = torch.as_tensor(self.track(CudaBuffer(ptr, t["bytes"], t["dtype"], t["shape"], raw=True)), device=f"cuda:{self.ordinal}")
             n = 1
             for s in t["shape"]:
                 n *= s
@@ -208,9 +224,58 @@ class CudaMapping:
 
         return make
 
-    def close(self) -> None:
-        """Closes every handle and releases the context even when a step fails; raises the first failure."""
-        self.tensors = {}
+    def track(self, buf: CudaBuffer) -> CudaBuffer:
+        """Counts ``buf`` as a view of this mapping until it is freed (see the class's doc)."""
+        with self._lock:
+            self._views += 1
+        weakref.finalize(buf, self._view_freed)
+        return buf
+
+    @property
+    def views(self) -> int:
+        """How many views of this mapping are still alive."""
+        return self._views
+
+    def close(self, then: Optional[Callable[[], None]] = None) -> None:
+        """Closes every handle and releases the context, then runs ``then`` (the lease's end): now
+        when no view is left, else when the last one is freed. A close now raises the first
+        failure of its steps (after trying every one); a deferred one logs it."""
+        self.tensors = {}  # our own references to the views
+        with self._lock:
+            if self._close_requested:
+                return
+            self._close_requested, self._then = True, then
+            if self._views:
+                log.warning(
+                    "weightd: %d view(s) of the daemon's GPU memory are still referenced; its IPC handles close and the lease ends when the last one is freed",
+                    self._views,
+                )
+                return
+        self._close_now()
+
+    def _view_freed(self) -> None:
+        with self._lock:
+            self._views -= 1
+            due = self._close_requested and self._views == 0 and not self._closed
+        if due:
+            try:
+                self._close_now()
+            except BaseException as err:  # a finalizer has no caller to raise to
+                log.warning("weightd: closing the CUDA mapping after its last view was freed failed: %s", err)
+
+    def _close_now(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        try:
+            self._unmap()
+        finally:
+            then, self._then = self._then, None
+            if then is not None:
+                then()
+
+    def _unmap(self) -> None:
         if self._ctx is None:
             return
         d = self.driver

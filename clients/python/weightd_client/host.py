@@ -52,7 +52,9 @@ def view_maker(fmt: str) -> Callable[[Any, Dict[str, Any]], Any]:
             with warnings.catch_warnings():
                 # Read-only on purpose: these bytes are shared with every other client.
                 warnings.filterwarnings("ignore", message=".*not writable.*")
-                raw = torch.frombuffer(mm, dtype=torch.uint8, count=t["bytes"], offset=t["offset"])
+                # Through a memoryview: torch keeps the object it is given but not its buffer
+                # export, and a view must keep the mapping from closing (see HostMapping.close).
+                raw = torch.frombuffer(memoryview(mm), dtype=torch.uint8, count=t["bytes"], offset=t["offset"])
             shape = _shape(t, dtype.itemsize)
             return raw.view(dtype).reshape(shape if shape is not None else [-1])
 
@@ -102,7 +104,16 @@ class HostMapping:
             self.close()
             raise
 
-    def close(self) -> None:
+    def close(self, then: Optional[Callable[[], None]] = None) -> None:
+        """Unmaps every segment no view references, then runs ``then`` (the lease's end) at once:
+        a mapped page outlives the segment's release, so no view can fault."""
+        try:
+            self._unmap()
+        finally:
+            if then is not None:
+                then()
+
+    def _unmap(self) -> None:
         self.tensors = {}  # our own references to the views, so an unused mapping can close
         for key, mm in list(self.maps.items()):
             try:

@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import re
+import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -39,12 +40,9 @@ class LoadResult:
     fields: List[str] = field(default_factory=list)
     socket_path: Optional[str] = None
     attached: Optional[Attached] = field(default=None, repr=False)
-    # Piece views a fused tensor spans: they keep a host mapping's pages mapped.
-    _pieces: List[Any] = field(default_factory=list, repr=False)
 
     def close(self) -> None:
-        """Ends the lease. Drop the model first: on cuda its tensors point into the unmapped memory."""
-        self._pieces = []
+        """Ends the lease and unmaps, once the model's tensors are freed (drop the model first)."""
         if self.attached is not None:
             self.attached.detach()
             self.attached = None
@@ -128,13 +126,16 @@ def _from_weightd(model: Any, model_dir: str, tp_size: int, tp_rank: int, rank: 
         import torch
 
         with torch.no_grad():
-            sources, pieces = _daemon_sources(model, attached)
+            sources = _daemon_sources(model, attached)
             _assign(model, sources, strict_dtype=True, where=f"weightd ({path})")
             _place_buffers(model, _served_device(attached))
-    except BaseException:
+    except BaseException as err:
+        # The failed frames' locals hold views, which would keep the mapping and its lease
+        # until the traceback is gone (see CudaMapping): nothing needs them now.
+        traceback.clear_frames(err.__traceback__)
         attached.detach()
         raise
-    return LoadResult("weightd", socket_path=path, attached=attached, _pieces=pieces)
+    return LoadResult("weightd", socket_path=path, attached=attached)
 
 
 def _served_device(attached: Attached) -> Any:
@@ -157,7 +158,7 @@ def _model_tensors(model: Any) -> Tuple[Dict[str, Any], List[List[str]]]:
     return state, list(groups.values())
 
 
-def _daemon_sources(model: Any, attached: Attached) -> Tuple[Dict[str, Any], List[Any]]:
+def _daemon_sources(model: Any, attached: Attached) -> Dict[str, Any]:
     """Each of the model's tensor names -> a zero-copy view of the daemon's memory."""
     views = dict(attached.tensors)
     aliases = attached.state.get("aliases", {})
@@ -167,12 +168,10 @@ def _daemon_sources(model: Any, attached: Attached) -> Tuple[Dict[str, Any], Lis
     untied = sorted(a for a in aliases if a in state and a not in tied_in_model)
     if untied:
         raise _Refusal(f"tied weights differ: the daemon ties {', '.join(untied)} to {', '.join(aliases[a] for a in untied)}, the model does not", ["tied"])
-    pieces: List[Any] = []
-    sources = _converted(model, views, state, pieces)
-    return sources, pieces
+    return _converted(model, views, state)
 
 
-def _converted(model: Any, views: Dict[str, Any], state: Dict[str, Any], pieces: List[Any]) -> Dict[str, Any]:
+def _converted(model: Any, views: Dict[str, Any], state: Dict[str, Any]) -> Dict[str, Any]:
     """Checkpoint names -> the model's, through transformers' own key conversions (v5 renames
     keys and fuses MoE experts into one tensor). A fused tensor is served zero-copy only where
     its pieces lie back to back in the daemon's memory, in the order the fusion needs (the
@@ -180,13 +179,13 @@ def _converted(model: Any, views: Dict[str, Any], state: Dict[str, Any], pieces:
     renamings, converters = _conversions(model)
     if not renamings and not converters:
         return views
-    from transformers.core_model_loading import apply_renamings
-
     out: Dict[str, Any] = {}
     fused: Dict[str, Dict[Tuple[int, int], Tuple[str, Any]]] = {}
     fusion_of: Dict[str, Any] = {}
     for name, view in views.items():
-        renamed = apply_renamings(name, renamings)
+        renamed = name
+        for renaming in renamings:  # in turn, as transformers' loader applies them
+            renamed, _ = renaming.rename_source_key(renamed)
         hit = _match_converter(renamed, converters)
         if hit is None:
             out[renamed] = view
@@ -195,7 +194,7 @@ def _converted(model: Any, views: Dict[str, Any], state: Dict[str, Any], pieces:
         fused.setdefault(target, {})[(expert, source_index)] = (name, view)
         fusion_of[target] = conv
     for target, parts in fused.items():
-        out[target] = _fused_view(target, fusion_of[target], parts, state.get(target), pieces)
+        out[target] = _fused_view(target, fusion_of[target], parts, state.get(target))
     return out
 
 
@@ -226,7 +225,7 @@ def _match_converter(key: str, converters: List[Any]) -> Optional[Tuple[Any, int
     return None
 
 
-def _fused_view(target: str, conv: Any, parts: Dict[Tuple[int, int], Tuple[str, Any]], model_tensor: Any, pieces: List[Any]) -> Any:
+def _fused_view(target: str, conv: Any, parts: Dict[Tuple[int, int], Tuple[str, Any]], model_tensor: Any) -> Any:
     from transformers.core_model_loading import Concatenate, MergeModulelist
 
     ops = [(type(op), getattr(op, "dim", None)) for op in conv.operations]
@@ -249,20 +248,26 @@ def _fused_view(target: str, conv: Any, parts: Dict[Tuple[int, int], Tuple[str, 
                 ["layout"],
             )
         end += view.numel() * view.element_size()
-    pieces.extend(v for _, v in order)
-    return _span(first, end - first.data_ptr(), shape)
+    return _span(first, end - first.data_ptr(), shape, [v for _, v in order])
 
 
-def _span(first: Any, nbytes: int, shape: List[int]) -> Any:
-    """A tensor over ``nbytes`` of memory from ``first``'s start: the pieces' own bytes, not a copy."""
+def _span(first: Any, nbytes: int, shape: List[int], pieces: List[Any]) -> Any:
+    """A tensor over ``nbytes`` of memory from ``first``'s start: the pieces' own bytes, not a copy.
+
+    Its buffer holds the pieces, so while it lives they do, and with them the mapping they
+    keep open (a host one stays mapped, a cuda one's handles stay open: see CudaMapping)."""
     import torch
 
     if first.device.type == "cuda":
         from .cuda import CudaBuffer
 
-        raw = torch.as_tensor(CudaBuffer(first.data_ptr(), nbytes, "U8", [nbytes], raw=True), device=first.device)
+        buf: Any = CudaBuffer(first.data_ptr(), nbytes, "U8", [nbytes], raw=True)
+        buf.pieces = pieces
+        raw = torch.as_tensor(buf, device=first.device)
     else:
-        raw = torch.frombuffer((ctypes.c_char * nbytes).from_address(first.data_ptr()), dtype=torch.uint8)
+        buf = (ctypes.c_char * nbytes).from_address(first.data_ptr())
+        buf.pieces = pieces
+        raw = torch.frombuffer(buf, dtype=torch.uint8)
     return raw.view(first.dtype).reshape(shape)
 
 

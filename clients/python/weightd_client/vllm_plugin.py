@@ -189,6 +189,7 @@ class WeightdModelLoader(BaseModelLoader):
         params = dict(model.named_parameters())  # a tied weight is listed once, as in the layout
         problems = check_views(params, views)
         if problems:
+            del views  # the last reference to them: the handles close now (see CudaMapping)
             mapping.close()
             client.detach(state["leaseId"])
             client.close()
@@ -210,6 +211,7 @@ class WeightdModelLoader(BaseModelLoader):
         else:
             if state["backend"] == "cuda":
                 torch.accelerator.synchronize()  # the copies must finish before the handles close
+            views = view = None  # the last references to them: the handles close now
             mapping.close()
             client.detach(state["leaseId"])
         client.close()
