@@ -349,6 +349,7 @@ def worker_verify(a):
         })
         res["ok"] = not missing and not extra and not mismatched and not rule_mismatch and res["tensorsChecked"] == len(full)
     finally:
+        got = None  # the last view: on cuda the handles and the lease wait for every view to be freed
         att.detach()
     stats = client.stats()
     res["leasesLeft"] = len(stats["leases"])
@@ -439,7 +440,7 @@ def worker_model(a):
         res["logitsFinite"] = bool(torch.isfinite(got).all().item())
         res["ok"] = (res["logitsEqual"] and not res["missingKeys"] and not res["unexpectedKeys"] and not still_meta
                      and res["zeroCopyParameters"] == len(params) and res["parametersEqualDisk"] == len(params))
-        del cached, got, want, again
+        del cached, got, want, again, params  # views: detach waits for every one to be freed
     finally:
         att.detach()
         client.close()
