@@ -10,7 +10,7 @@ import { WeightdError } from '../errors.js';
 import type { DeviceSlot, FillOptions } from '../native/addon.js';
 import { cachedShare, localDevices, nodeFillOptions } from '../native/devices.js';
 import { acquireDeviceLock, type DeviceLock } from '../serve/deviceLock.js';
-import { resolveSocketDir } from '../serve/socketDir.js';
+import { checkSocketPathLength, removeSocketDirIfCreated, resolveSocketDir, socketPathFor } from '../serve/socketDir.js';
 import { sweepStaleSegments } from '../native/sweepStaleSegments.js';
 
 export interface PrepareInput {
@@ -48,6 +48,9 @@ export const prepareNode = fromPromise<Prepared, PrepareInput>(async ({ input, s
   // ends (a restart in the same process would find its own devices still locked).
   signal.addEventListener('abort', releaseLocks, { once: true });
   try {
+    // Each rank's socket is bound only after its load: a path the kernel refuses fails now, not
+    // after minutes of copying.
+    for (const d of devices) checkSocketPathLength(socketPathFor(socketDir, d.uuid));
     for (const d of devices) {
       locks.push(acquireDeviceLock(socketDir, d.uuid, (holder) => log.warn({ device: d.uuid, pid: holder.pid }, 'took over the lock of a daemon that no longer runs')));
     }
@@ -64,6 +67,7 @@ export const prepareNode = fromPromise<Prepared, PrepareInput>(async ({ input, s
     return { plan, devices, visibleDevices: visible, shmDir, socketDir, locks, fill };
   } catch (err) {
     releaseLocks();
+    removeSocketDirIfCreated(socketDir);
     throw err;
   }
 });

@@ -2,7 +2,8 @@
 // every log line, and exits 0 on SIGTERM/SIGINT leaving no segment behind. Off a terminal every
 // stderr line is JSON, READY included, and the operations guide's jq recipe reads it.
 import { spawn, spawnSync } from 'node:child_process';
-import { readdirSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { READY_LINE } from '../helpers/daemon.js';
@@ -76,6 +77,22 @@ test("docs/operations.md's jq recipes read the log as written", async () => {
     assert.is(r.status, 0, `${recipe} failed: ${r.stderr}`);
     assert.ok(r.stdout.trim().length > 0, `${recipe} printed something`);
   }
+});
+
+test('a socket path the kernel would refuse fails at start-up, before any load, and leaves no directory', () => {
+  const parent = freshSocketDir();
+  const socketDir = join(parent, 'd'.repeat(100));
+  const r = spawnSync(process.execPath, [mainJs, '--model', exampleModel, '--weight-cache-socket-dir', socketDir], { encoding: 'utf8', timeout: 60_000 });
+  const lines = r.stderr.trim().split('\n').map((l) => JSON.parse(l) as Line & { code?: string });
+  const leftDir = existsSync(socketDir);
+  rmSync(parent, { recursive: true, force: true });
+  assert.not.ok(leftDir, 'the socket directory it created is removed again');
+  assert.is(r.status, 1, r.stderr);
+  const failure = lines.find((l) => l.code === 'E_SOCKET_PATH_TOO_LONG');
+  assert.ok(failure, r.stderr);
+  assert.match(failure!.msg, /Pass a shorter --weight-cache-socket-dir/);
+  assert.not.ok(lines.some((l) => /loaded/.test(l.msg)), 'nothing was loaded first');
+  assert.is(lines.filter((l) => /READY/.test(l.msg)).length, 0);
 });
 
 test('a usage error is a JSON line too off a terminal', async () => {

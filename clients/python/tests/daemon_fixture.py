@@ -51,7 +51,7 @@ class Daemon:
         env = {**os.environ, "WEIGHTD_HOST_DEVICES": self.device}
         args = ["node", str(MAIN_JS), "--model", str(model), "-tp", str(tp), "--device", device, "--weight-cache-socket-dir", str(self.socket_dir), *(extra_args or [])]
         self.proc = subprocess.Popen(args, cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        ready = threading.Event()
+        ready, seen = threading.Event(), []
 
         def pump() -> None:
             # Reads stderr to its end, so a full pipe never stalls the daemon's logging.
@@ -59,13 +59,14 @@ class Daemon:
             for line in self.proc.stderr:
                 self.stderr_lines.append(line)
                 if READY in line:
+                    seen.append(True)
                     ready.set()
-            ready.set()  # exited: the waiter checks which
+            ready.set()  # stderr ended (the daemon is exiting): not ready, whether or not it has been reaped yet
 
         self._pump = threading.Thread(target=pump, daemon=True)
         self._pump.start()
         try:
-            if not ready.wait(ready_timeout) or self.proc.poll() is not None:
+            if not ready.wait(ready_timeout) or not seen or self.proc.poll() is not None:
                 raise RuntimeError(f"weightd did not become ready (exit {self.proc.poll()}):\n{''.join(self.stderr_lines)}")
         except BaseException:
             self.stop()

@@ -44,7 +44,7 @@ if HAVE_VLLM:
         os.environ.setdefault(key, value)
     # vLLM's CPU backend leaves compiled kernels (torch inductor's cache) and other files in the
     # temp dir: this run gets a temp dir of its own, removed when the run ends.
-    _RUN_TMP = tempfile.mkdtemp(prefix="weightd-vllm-run-")
+    _RUN_TMP = tempfile.mkdtemp(prefix="wd-vllm-")
     os.environ["TMPDIR"] = tempfile.tempdir = _RUN_TMP
     atexit.register(shutil.rmtree, _RUN_TMP, True)
 
@@ -99,7 +99,8 @@ def mapped_files(model) -> Dict[str, Tuple[int, Optional[str]]]:
 class VllmPluginTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.work = Path(tempfile.mkdtemp(prefix="weightd-vllm-"))
+        # Short names: a socket path (this dir, then the rank's device id) is at most 107 bytes.
+        cls.work = Path(tempfile.mkdtemp(prefix="wv-"))
         cls.models = {"llama": cls.work / "llama", "moe": cls.work / "moe", "llama-other": cls.work / "llama-other"}
         make_checkpoint(cls.models["llama"], "llama", seed=0)
         make_checkpoint(cls.models["moe"], "moe", seed=1)
@@ -107,7 +108,7 @@ class VllmPluginTest(unittest.TestCase):
         cls.daemons: Dict[str, Daemon] = {}
         try:
             for name, model in cls.models.items():
-                cls.daemons[name] = Daemon(str(model), VLLM_LAYOUT, device="host", socket_dir=str(cls.work / f"sock-{name}"), host_device=f"vllm-plugin-{os.getpid()}-{name}")
+                cls.daemons[name] = Daemon(str(model), VLLM_LAYOUT, device="host", socket_dir=str(cls.work / f"s-{name}"), host_device=f"vp{os.getpid()}-{name}")
         except BaseException:
             cls.tearDownClass()
             raise
@@ -288,10 +289,10 @@ class VllmPluginTp2Test(unittest.TestCase):
         import json
         import re
 
-        work = Path(tempfile.mkdtemp(prefix="weightd-vllm-tp2-"))
+        work = Path(tempfile.mkdtemp(prefix="wv-tp2-"))
         model = work / "llama"
         make_checkpoint(model, "llama", seed=0)  # vocab 500: each rank 250 real rows and 6 zero ones
-        daemon = Daemon(str(model), VLLM_LAYOUT, tp=2, device="host", socket_dir=str(work / "sock"), host_device=f"vllm-plugin-tp2-{os.getpid()}")
+        daemon = Daemon(str(model), VLLM_LAYOUT, tp=2, device="host", socket_dir=str(work / "sock"), host_device=f"vp-tp2-{os.getpid()}")
         # vLLM's CPU shared-memory communicator leaves its segments behind when its workers end.
         shm_before = set(Path("/dev/shm").glob("vllm_dist_*"))
         try:
