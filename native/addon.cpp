@@ -296,6 +296,21 @@ class DeviceWrap : public Napi::ObjectWrap<DeviceWrap> {
   std::shared_ptr<Registry> registry_;
 };
 
+// Loads the CUDA driver and runs cuInit (once per process: probeCuda's first call) on a libuv
+// thread, so that a starting daemon loads its modules and plans while the driver initialises
+// (cuInit alone took 223 ms on the H200 host). Never rejects: the probe that follows reports.
+class CudaWarmup : public Napi::AsyncWorker {
+ public:
+  explicit CudaWarmup(Napi::Env env) : Napi::AsyncWorker(env), deferred_(Napi::Promise::Deferred::New(env)) {}
+  Napi::Promise promise() { return deferred_.Promise(); }
+  void Execute() override { probeCuda(); }
+  void OnOK() override { deferred_.Resolve(Env().Undefined()); }
+  void OnError(const Napi::Error&) override { deferred_.Resolve(Env().Undefined()); }
+
+ private:
+  Napi::Promise::Deferred deferred_;
+};
+
 class WeightdAddon : public Napi::Addon<WeightdAddon> {
  public:
   WeightdAddon(Napi::Env env, Napi::Object exports) : registry_(std::make_shared<Registry>()) {
@@ -306,6 +321,7 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
                              InstanceMethod<&WeightdAddon::MapShared>("mapShared"),
                              InstanceMethod<&WeightdAddon::UnmapShared>("unmapShared"),
                              InstanceMethod<&WeightdAddon::CudaProbeJs>("cudaProbe"),
+                             InstanceMethod<&WeightdAddon::WarmCuda>("warmCuda"),
                              InstanceMethod<&WeightdAddon::PageCacheResidency>("pageCacheResidency"),
                              InstanceMethod<&WeightdAddon::CudaOpenIpc>("cudaOpenIpc"),
                              InstanceMethod<&WeightdAddon::CudaCloseIpc>("cudaCloseIpc"),
@@ -367,11 +383,20 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
       Residency r = pageCacheResidency(paths);
       Napi::Object o = Napi::Object::New(env);
       o.Set("residentBytes", static_cast<double>(r.residentBytes));
+      o.Set("sampledBytes", static_cast<double>(r.sampledBytes));
       o.Set("totalBytes", static_cast<double>(r.totalBytes));
       return o;
     } catch (const DeviceError& e) {
       throwDeviceError(env, e);
     }
+  }
+
+  // warmCuda() -> Promise<void>: see CudaWarmup.
+  Napi::Value WarmCuda(const Napi::CallbackInfo& info) {
+    auto* worker = new CudaWarmup(info.Env());  // the worker deletes itself when done
+    Napi::Promise promise = worker->promise();
+    worker->Queue();
+    return promise;
   }
 
   // cudaProbe() -> { available, reason, driverVersion?, devices }. Never throws for a machine

@@ -12,8 +12,8 @@ namespace weightd {
 
 namespace {
 
-// Bounds the mincore vector (one byte per page): 1 GiB of file at a time is 256 KiB.
-constexpr uint64_t kWindowBytes = 1ull << 30;
+constexpr uint64_t kSampleBytes = 1ull << 20;
+constexpr uint64_t kSampleStride = 64ull << 20;
 
 }  // namespace
 
@@ -25,8 +25,13 @@ Residency pageCacheResidency(const std::vector<std::string>& paths) {
   for (uint32_t f = 0; f < files.size(); ++f) {
     const uint64_t size = files.fileSize(f);
     r.totalBytes += size;
-    for (uint64_t at = 0; at < size; at += kWindowBytes) {
-      const uint64_t length = std::min(kWindowBytes, size - at);
+    // One window per stride, at the stride's middle, page-aligned: evenly spread over the file.
+    const uint64_t window = size <= kSampleStride ? size : kSampleBytes;
+    const uint64_t stride = size <= kSampleStride ? (size ? size : 1) : kSampleStride;
+    for (uint64_t base = 0; base < size; base += stride) {
+      uint64_t at = size <= kSampleStride ? 0 : (base + (std::min(stride, size - base) - std::min(window, size - base)) / 2) / page * page;
+      const uint64_t length = std::min(window, size - at);
+      if (length == 0) continue;
       void* p = mmap(nullptr, length, PROT_READ, MAP_SHARED, files.open(f)->fd, static_cast<off_t>(at));
       if (p == MAP_FAILED) {
         int err = errno;
@@ -37,6 +42,7 @@ Residency pageCacheResidency(const std::vector<std::string>& paths) {
       int err = errno;
       munmap(p, length);
       if (rc != 0) throw DeviceError("E_FILE_READ", "mincore of " + files.path(f) + " failed: " + errnoMessage(err));
+      r.sampledBytes += length;
       for (size_t i = 0; i < pages.size(); ++i) {
         if (pages[i] & 1) r.residentBytes += std::min(page, length - i * page);
       }

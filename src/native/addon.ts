@@ -117,8 +117,11 @@ export interface Addon {
   unmapShared(buffer: ArrayBuffer): void;
   /** What CUDA offers this process; never throws for a missing driver or GPU. */
   cudaProbe(): CudaProbe;
+  /** Loads the driver and runs cuInit on a libuv thread; resolves when done, never rejects. */
+  warmCuda(): Promise<void>;
   /** How many bytes of these files the page cache holds now (mincore; reads nothing). */
-  pageCacheResidency(paths: string[]): { residentBytes: number; totalBytes: number };
+  /** residentBytes of sampledBytes, a sample of the files' totalBytes (native/page_cache.h). */
+  pageCacheResidency(paths: string[]): { residentBytes: number; sampledBytes: number; totalBytes: number };
   /** Opens another process's legacy IPC handle (base64) on a visible device. */
   cudaOpenIpc(deviceIndex: number, handle: string): CudaIpcMapping;
   cudaCloseIpc(pointer: bigint): void;

@@ -76,11 +76,11 @@ export const COLD_CACHE_SHARE = 0.5;
  */
 const COLD_FILL: FillOptions = { direct: true, chunkBytes: 8 * 2 ** 20, stagingBytes: 128 * 2 ** 20 };
 
-/** Share (0 to 1) of these files' bytes the page cache holds now; 1 when they have none. */
+/** Share (0 to 1) of these files' bytes the page cache holds now, from a sample (native/page_cache.h); 1 when they have none. */
 export function cachedShare(paths: readonly string[]): number {
   try {
-    const { residentBytes, totalBytes } = addon.pageCacheResidency([...paths]);
-    return totalBytes === 0 ? 1 : residentBytes / totalBytes;
+    const { residentBytes, sampledBytes } = addon.pageCacheResidency([...paths]);
+    return sampledBytes === 0 ? 1 : residentBytes / sampledBytes;
   } catch (err) {
     throw asDeviceError(err);
   }

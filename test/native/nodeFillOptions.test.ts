@@ -2,11 +2,13 @@
 // of files the page cache mostly lacks reads them with O_DIRECT; host devices fill alone,
 // through the cache. And the page-cache share itself, measured on a real file.
 import { execFileSync } from 'node:child_process';
-import { closeSync, fsyncSync, mkdirSync, mkdtempSync, openSync, rmSync, writeFileSync } from 'node:fs';
+import { closeSync, fsyncSync, mkdirSync, mkdtempSync, openSync, rmSync, truncateSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
+import { addon } from '../../src/native/addon.js';
 import { cachedShare, nodeFillOptions, type DeviceSlot } from '../../src/native/devices.js';
 import { repoRoot } from '../helpers/paths.js';
 
@@ -59,6 +61,23 @@ test('cachedShare sees a freshly written file in the cache, and out of it once d
     assert.ok(cachedShare([path]) < 0.1, `dropped: ${cachedShare([path])}`);
     assert.is(cachedShare([]), 1, 'no bytes: nothing to read cold');
     assert.throws(() => cachedShare([join(dir, 'missing.bin')]), (e: Error & { code?: string }) => e.code === 'E_FILE_OPEN' && /missing\.bin/.test(e.message));
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('the residency scan samples a 1 MiB window of every 64 MiB of a large file, and all of a small one', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'weightd-residency-'));
+  try {
+    const large = join(dir, 'large.bin');
+    const small = join(dir, 'small.bin');
+    writeFileSync(large, '');
+    truncateSync(large, 256 * 2 ** 20 + 12345); // sparse: nothing to write or read
+    writeFileSync(small, randomBytes(100_000));
+    const r = addon.pageCacheResidency([large, small]);
+    assert.is(r.totalBytes, 256 * 2 ** 20 + 12345 + 100_000);
+    // 4 whole strides and a 12345-byte tail, each with one window; the small file whole.
+    assert.is(r.sampledBytes, 4 * 2 ** 20 + 12345 + 100_000);
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
