@@ -45,6 +45,8 @@ async function main(argv: string[]): Promise<number> {
       process.stdout.write(await printFingerprints(cli.request));
       return 0;
     }
+    // The driver initialises while the daemon's modules load and the checkpoint is planned.
+    if (cli.options.device !== 'host') void (await import('./native/cuda.js')).warmCuda();
     // Loaded only to run a node: it brings in the addon, which --help and statechart never need.
     const { startNode } = await import('./startNode.js');
     node = await startNode(cli.options);

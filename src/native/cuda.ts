@@ -13,6 +13,15 @@ export function cudaProbe(): CudaProbe {
 }
 
 /**
+ * Starts the driver's initialisation (cuInit, hundreds of ms) on another thread and returns at
+ * once; a later cudaProbe() waits only for what is left of it. Never rejects: cudaProbe() says
+ * why CUDA is unavailable.
+ */
+export function warmCuda(): Promise<void> {
+  return addon.warmCuda();
+}
+
+/**
  * One slot per GPU this process sees, in CUDA ordinal order (CUDA_VISIBLE_DEVICES applies), each
  * named by its nvidia-smi UUID. Empty when CUDA is unavailable; cudaProbe() says why.
  * Passing the slot's uuid to DeviceHandle makes the device check it is still that GPU.
