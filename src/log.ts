@@ -19,7 +19,13 @@ export interface LoggerOptions {
 }
 
 export function createLogger(opts: LoggerOptions): Logger {
-  const base = { level: opts.level ?? 'info', base: { nodeRank: opts.nodeRank } };
+  const base = {
+    level: opts.level ?? 'info',
+    base: { nodeRank: opts.nodeRank },
+    // Milliseconds since this process started, on every line: each phase's line (planned,
+    // loaded, READY) says how long start-up took to reach it, on the clock an operator waits by.
+    mixin: () => ({ sinceStartMs: Math.round(performance.now()) }),
+  };
   const usePretty = opts.pretty ?? Boolean(process.stderr.isTTY);
   if (opts.destination) return pino(base, opts.destination);
   if (usePretty) {

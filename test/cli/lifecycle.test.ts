@@ -55,6 +55,9 @@ test('every stderr line is JSON carrying the node rank (no TTY), READY grep-able
   const lines = stderr.trim().split('\n');
   for (const l of lines) assert.is((JSON.parse(l) as Line).nodeRank, 0, l);
   assert.is(lines.filter((l) => /READY/.test(l)).length, 1, 'grep READY finds the one line');
+  // Each line says when, since the process started, it was written: in order, READY after the load.
+  const since = lines.map((l) => (JSON.parse(l) as { sinceStartMs: number }).sinceStartMs);
+  assert.ok(since.every((t, i) => Number.isInteger(t) && t > 0 && (i === 0 || t >= since[i - 1]!)), since.join(' '));
   assert.equal(leftSegments(pid), [], 'no segment of that daemon is left');
 });
 
