@@ -1,0 +1,168 @@
+// What an operator and a restarting engine wait for, timed as they see it, with the baseline
+// timed the same way in the same run:
+//   ready:    wall clock from spawning the daemon to its READY line, and each phase's line on the
+//             daemon's own clock since its start (sinceStartMs); the daemon's peak RSS from its
+//             own /proc/<pid>/status (VmHWM), not this process's;
+//   attach:   a fresh Python process attaching to the ready daemon: the first attach (the one a
+//             restarting engine pays) and a second one, timed inside that process;
+//   baseline: a fresh process loading the same files without weightd, wall clock from spawn to
+//             done: safetensors' load_file onto the GPU (cuda), or `cp` into /dev/shm (host).
+// Usage: node dist/bench/ready.js --model DIR --out DIR [--device host|cuda] [--runs 3]
+// Writes raw.jsonl (one line per measurement), run-<n>.log (each daemon's stderr) and
+// summary.json (medians) into --out, which must not exist yet: every run keeps its own folder.
+import { spawn, spawnSync } from 'node:child_process';
+import { appendFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { parseArgs } from 'node:util';
+import { exampleModel, mainJs, repoRoot } from '../test/helpers/paths.js';
+
+const { values } = parseArgs({
+  options: { model: { type: 'string', default: exampleModel }, out: { type: 'string' }, device: { type: 'string', default: 'host' }, runs: { type: 'string', default: '3' } },
+});
+if (!values.out) throw new Error('--out DIR is required (a new folder, e.g. bench/results/<date>-<machine>-ready)');
+const out = resolve(values.out);
+if (existsSync(out)) throw new Error(`${out} exists: every run gets a new folder, never an old one`);
+mkdirSync(out, { recursive: true });
+const model = resolve(values.model!);
+const device = values.device!;
+const runs = Number(values.runs);
+const python = process.env.WEIGHTD_PYTHON ?? 'python3';
+const daemon = process.env.WEIGHTD_BIN ? [process.env.WEIGHTD_BIN] : [process.execPath, mainJs];
+const files = readdirSync(model).filter((f) => f.endsWith('.safetensors')).map((f) => join(model, f));
+const bytes = files.reduce((n, f) => n + statSync(f).size, 0);
+
+function record(row: Record<string, unknown>): void {
+  appendFileSync(join(out, 'raw.jsonl'), `${JSON.stringify(row)}\n`);
+}
+
+const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
+
+/** Peak resident memory of a live process, in bytes (VmHWM of its /proc status). */
+function peakRss(pid: number): number {
+  const m = /VmHWM:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
+  return m ? Number(m[1]) * 1024 : NaN;
+}
+
+interface Ready {
+  wallMs: number;
+  phases: Record<string, number>;
+  peakRssBytes: number;
+  socketDir: string;
+  stop: () => Promise<void>;
+}
+
+/** Spawns the daemon and resolves at its READY line, with the run's figures; stop() ends it. */
+function startDaemon(run: number): Promise<Ready> {
+  const socketDir = mkdtempSync(join(tmpdir(), 'wd-bench-'));
+  const t0 = performance.now();
+  const child = spawn(daemon[0]!, [...daemon.slice(1), '--model', model, '--device', device, '--weight-cache-socket-dir', socketDir], {
+    stdio: ['ignore', 'ignore', 'pipe'],
+    env: { ...process.env, WEIGHTD_HOST_DEVICES: `bench-${process.pid}-${run}` },
+  });
+  const exited = new Promise<void>((done) => child.on('close', () => done()));
+  let log = '';
+  return new Promise((resolveReady, reject) => {
+    child.on('close', (code) => reject(new Error(`daemon exited ${code} before READY:\n${log}`)));
+    child.stderr.setEncoding('utf8').on('data', (d: string) => {
+      const wasReady = log.includes('"ready":true');
+      log += d;
+      if (wasReady || !log.includes('"ready":true')) return;
+      const wallMs = performance.now() - t0;
+      const phases: Record<string, number> = {};
+      for (const line of log.trim().split('\n')) {
+        const l = JSON.parse(line) as { msg: string; sinceStartMs: number };
+        const phase = /^(CUDA devices|no CUDA device|checkpoint planned|single node: rank table|all \d+ local ranks loaded|READY)/.exec(l.msg)?.[1];
+        if (phase) phases[phase.replace(/\d+ /, '')] = l.sinceStartMs;
+      }
+      resolveReady({
+        wallMs,
+        phases,
+        peakRssBytes: peakRss(child.pid!),
+        socketDir,
+        stop: async () => {
+          child.kill('SIGTERM');
+          await exited;
+          writeFileSync(join(out, `run-${run}.log`), log);
+          rmSync(socketDir, { recursive: true, force: true });
+        },
+      });
+    });
+  });
+}
+
+/** A fresh Python process attaching twice (first and warm), timed inside it, in ms. */
+function attachInFreshProcess(socketDir: string): { firstMs: number; secondMs: number; tensors: number } {
+  const script = `
+import json, sys, time
+import torch  # an engine has torch loaded (and CUDA initialised) before it attaches
+${device === 'cuda' ? 'torch.cuda.init()' : ''}
+from weightd_client import WeightdClient, find_socket
+c = WeightdClient(find_socket(global_rank=0, socket_dir=sys.argv[1]))
+fp = c.ping()["fingerprint"]
+t0 = time.perf_counter(); a = c.attach(fp); t1 = time.perf_counter()
+n = len(a.tensors); a.detach()
+t2 = time.perf_counter(); b = c.attach(fp); t3 = time.perf_counter(); b.detach()
+print(json.dumps({"firstMs": (t1 - t0) * 1e3, "secondMs": (t3 - t2) * 1e3, "tensors": n}))
+`;
+  const r = spawnSync(python, ['-c', script, socketDir], { encoding: 'utf8', env: { ...process.env, PYTHONPATH: [join(repoRoot, 'clients/python'), process.env.PYTHONPATH].filter(Boolean).join(':') } });
+  if (r.status !== 0) throw new Error(`attach failed: ${r.stderr}`);
+  return JSON.parse(r.stdout.trim().split('\n').pop()!) as { firstMs: number; secondMs: number; tensors: number };
+}
+
+/** The same files loaded without weightd by a fresh process: wall clock from spawn to done. */
+function baselineMs(): number {
+  if (device === 'cuda') {
+    const script = `
+import sys, torch
+from safetensors.torch import load_file
+for f in sys.argv[1:]: load_file(f, device="cuda:0")
+torch.cuda.synchronize()
+`;
+    const t0 = performance.now();
+    const r = spawnSync(python, ['-c', script, ...files], { encoding: 'utf8' });
+    if (r.status !== 0) throw new Error(`baseline failed: ${r.stderr}`);
+    return performance.now() - t0;
+  }
+  const dest = mkdtempSync('/dev/shm/wd-bench-cp-');
+  try {
+    const t0 = performance.now();
+    const r = spawnSync('cp', [...files, dest]);
+    if (r.status !== 0) throw new Error(`cp failed: ${r.stderr}`);
+    return performance.now() - t0;
+  } finally {
+    rmSync(dest, { recursive: true, force: true });
+  }
+}
+
+spawnSync('cat', files, { stdio: ['ignore', 'ignore', 'inherit'] }); // hot page cache for both sides
+const ready: Ready[] = [];
+const attaches: Array<ReturnType<typeof attachInFreshProcess>> = [];
+const baselines: number[] = [];
+for (let run = 1; run <= runs; run++) {
+  const r = await startDaemon(run);
+  const attach = attachInFreshProcess(r.socketDir);
+  await r.stop();
+  const base = baselineMs();
+  record({ run, device, model, bytes, readyWallMs: r.wallMs, phases: r.phases, peakRssBytes: r.peakRssBytes, attach, baselineWallMs: base });
+  ready.push(r);
+  attaches.push(attach);
+  baselines.push(base);
+}
+const summary = {
+  date: new Date().toISOString(),
+  device,
+  model,
+  bytes,
+  runs,
+  readyWallMsMedian: median(ready.map((r) => r.wallMs)),
+  baselineWallMsMedian: median(baselines),
+  baseline: device === 'cuda' ? 'safetensors load_file(cuda:0) in a fresh python3, spawn to done' : 'cp to /dev/shm, spawn to done',
+  firstAttachMsMedian: median(attaches.map((a) => a.firstMs)),
+  secondAttachMsMedian: median(attaches.map((a) => a.secondMs)),
+  tensors: attaches[0]?.tensors,
+  peakRssBytesMax: Math.max(...ready.map((r) => r.peakRssBytes)),
+  phasesMedian: Object.fromEntries(Object.keys(ready[0]!.phases).map((k) => [k, median(ready.map((r) => r.phases[k] ?? NaN))])),
+};
+writeFileSync(join(out, 'summary.json'), `${JSON.stringify(summary, null, 1)}\n`);
+console.log(JSON.stringify(summary));
