@@ -10,6 +10,7 @@
 #include <set>
 
 #include "cuda_driver.h"
+#include "cuda_warmup.h"
 #include "cuda_ipc.h"
 #include "device_factory.h"
 #include "fill_job.h"
@@ -296,19 +297,18 @@ class DeviceWrap : public Napi::ObjectWrap<DeviceWrap> {
   std::shared_ptr<Registry> registry_;
 };
 
-// Loads the CUDA driver and runs cuInit (once per process: probeCuda's first call) on a libuv
-// thread, so that a starting daemon loads its modules and plans while the driver initialises
-// (cuInit alone took 223 ms on the H200 host). Never rejects: the probe that follows reports.
+// warmCuda (cuda_warmup.h) on a libuv thread. Never rejects: the probe that follows reports.
 class CudaWarmup : public Napi::AsyncWorker {
  public:
-  explicit CudaWarmup(Napi::Env env) : Napi::AsyncWorker(env), deferred_(Napi::Promise::Deferred::New(env)) {}
+  CudaWarmup(Napi::Env env, int devices) : Napi::AsyncWorker(env), deferred_(Napi::Promise::Deferred::New(env)), devices_(devices) {}
   Napi::Promise promise() { return deferred_.Promise(); }
-  void Execute() override { probeCuda(); }
+  void Execute() override { warmCuda(devices_); }
   void OnOK() override { deferred_.Resolve(Env().Undefined()); }
   void OnError(const Napi::Error&) override { deferred_.Resolve(Env().Undefined()); }
 
  private:
   Napi::Promise::Deferred deferred_;
+  int devices_;
 };
 
 class WeightdAddon : public Napi::Addon<WeightdAddon> {
@@ -322,6 +322,7 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
                              InstanceMethod<&WeightdAddon::UnmapShared>("unmapShared"),
                              InstanceMethod<&WeightdAddon::CudaProbeJs>("cudaProbe"),
                              InstanceMethod<&WeightdAddon::WarmCuda>("warmCuda"),
+                             InstanceMethod<&WeightdAddon::ReleaseWarmCuda>("releaseWarmCuda"),
                              InstanceMethod<&WeightdAddon::PageCacheResidency>("pageCacheResidency"),
                              InstanceMethod<&WeightdAddon::CudaOpenIpc>("cudaOpenIpc"),
                              InstanceMethod<&WeightdAddon::CudaCloseIpc>("cudaCloseIpc"),
@@ -391,12 +392,17 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
     }
   }
 
-  // warmCuda() -> Promise<void>: see CudaWarmup.
+  // warmCuda(devices) -> Promise<void>: see CudaWarmup.
   Napi::Value WarmCuda(const Napi::CallbackInfo& info) {
-    auto* worker = new CudaWarmup(info.Env());  // the worker deletes itself when done
+    auto* worker = new CudaWarmup(info.Env(), toBounded<int>(info[0], "devices"));  // deletes itself when done
     Napi::Promise promise = worker->promise();
     worker->Queue();
     return promise;
+  }
+
+  Napi::Value ReleaseWarmCuda(const Napi::CallbackInfo& info) {
+    releaseWarmContexts();
+    return info.Env().Undefined();
   }
 
   // cudaProbe() -> { available, reason, driverVersion?, devices }. Never throws for a machine

@@ -30,6 +30,7 @@ function isUsageFailure(f: Pick<SerializedError, 'name' | 'code'> | undefined): 
 
 async function main(argv: string[]): Promise<number> {
   let node;
+  let releaseWarm = (): Promise<void> => Promise.resolve();
   try {
     const cli = parseCommand(argv);
     if (cli.command === 'print') {
@@ -45,12 +46,20 @@ async function main(argv: string[]): Promise<number> {
       process.stdout.write(await printFingerprints(cli.request));
       return 0;
     }
-    // The driver initialises while the daemon's modules load and the checkpoint is planned.
-    if (cli.options.device !== 'host') void (await import('./native/cuda.js')).warmCuda();
+    // CUDA's start-up (the driver, each local GPU's context) runs while the daemon's modules
+    // load and it plans; the ranks find it done. Bad flags are for startNode to report.
+    if (cli.options.device !== 'host') {
+      const cuda = await import('./native/cuda.js');
+      const localGpus = (cli.options.tensorParallelSize ?? 1) / (cli.options.nnodes ?? 1);
+      const warming = cuda.warmCuda(Number.isInteger(localGpus) && localGpus > 0 && localGpus <= 64 ? localGpus : 1);
+      // Waits for the warm-up, so that no reference is taken after the process has moved on.
+      releaseWarm = () => warming.then(cuda.releaseWarmCuda);
+    }
     // Loaded only to run a node: it brings in the addon, which --help and statechart never need.
     const { startNode } = await import('./startNode.js');
     node = await startNode(cli.options);
   } catch (err) {
+    await releaseWarm();
     if (err instanceof UsageError) {
       writeCliError(err.message, { code: err.code });
       return 2;
@@ -64,6 +73,8 @@ async function main(argv: string[]): Promise<number> {
     throw err;
   }
   const started = node;
+  // Once every rank holds its own GPU context (ready), or the start has failed.
+  started.ready.then(releaseWarm, releaseWarm);
   // Handlers stay installed until the process ends: a second signal while stopping (an impatient
   // Ctrl-C) must not fall back to the default action, which kills at once and leaves the locks.
   for (const signal of STOP_SIGNALS) {
@@ -94,6 +105,7 @@ async function main(argv: string[]): Promise<number> {
     () => {},
   );
   const result = await started.done;
+  await releaseWarm();
   // Flushed first, so that a log write still in flight is not taken for a blocked thread.
   await flushLogger(started.log);
   const pending = pendingThreadWork();

@@ -117,8 +117,9 @@ export interface Addon {
   unmapShared(buffer: ArrayBuffer): void;
   /** What CUDA offers this process; never throws for a missing driver or GPU. */
   cudaProbe(): CudaProbe;
-  /** Loads the driver and runs cuInit on a libuv thread; resolves when done, never rejects. */
-  warmCuda(): Promise<void>;
+  /** native/cuda_warmup.h on a libuv thread: cuInit, then GPUs 0..devices-1's primary contexts; never rejects. */
+  warmCuda(devices: number): Promise<void>;
+  releaseWarmCuda(): void;
   /** How many bytes of these files the page cache holds now (mincore; reads nothing). */
   /** residentBytes of sampledBytes, a sample of the files' totalBytes (native/page_cache.h). */
   pageCacheResidency(paths: string[]): { residentBytes: number; sampledBytes: number; totalBytes: number };

@@ -4,13 +4,15 @@
 // and cleanup mistakes show up as wrong bytes, errors or aborts. At exit the fake reports what
 // is still allocated; every scenario must leave nothing behind.
 import { spawnSync } from 'node:child_process';
-import { mkdirSync } from 'node:fs';
+import { mkdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { cudaDevices, cudaProbe } from '../../src/native/cuda.js';
 import { DeviceHandle } from '../../src/native/deviceHandle.js';
+import { expectDaemonFailure, startDaemon } from '../helpers/daemon.js';
+import { exampleModel, freshSocketDir } from '../helpers/paths.js';
 
 const root = fileURLToPath(new URL('../../../', import.meta.url));
 const scenarioScript = fileURLToPath(new URL('./fakeDriverScenarios.js', import.meta.url));
@@ -176,6 +178,24 @@ test('IPC: another process opens the exported handle, reads the same bytes, open
   assert.is(result.sameProcess, 'E_CUDA');
   assert.equal(result.client, { equal: true, bytes: 12 * 1024 * 1024, samePointer: true, outOfRange: 'E_OUT_OF_RANGE', stillOpen: true, afterClose: 'E_NOT_OPEN' });
   assert.equal(leaks, noLeaks);
+});
+
+test('the command line warms CUDA while it starts, and gives the warm-up contexts back: after READY and a stop, and after a failed start', async () => {
+  const env = { LD_LIBRARY_PATH: fakeDir, FAKE_CUDA_REPORT: '1', FAKE_CUDA_DEVICES: '2' };
+  const leaksIn = (stderr: string) => JSON.parse(stderr.split('\n').find((l) => l.startsWith('FAKE_CUDA_LEAKS '))!.slice('FAKE_CUDA_LEAKS '.length)) as Record<string, number>;
+  const socketDirs = [freshSocketDir(), freshSocketDir()];
+  try {
+    const daemon = await startDaemon({ model: exampleModel, tp: 2, device: 'cuda', socketDir: socketDirs[0], env });
+    const stopped = await daemon.stop();
+    assert.is(stopped.code, 0, daemon.stderr());
+    assert.equal(leaksIn(daemon.stderr()), noLeaks);
+    // Four local ranks on two GPUs: the warm-up took both contexts before the start failed.
+    const failed = await expectDaemonFailure({ model: exampleModel, tp: 4, device: 'cuda', socketDir: socketDirs[1], env });
+    assert.ok(failed.code !== 0 && /E_DEVICE_COUNT/.test(failed.stderr), failed.stderr);
+    assert.equal(leaksIn(failed.stderr), noLeaks);
+  } finally {
+    for (const d of socketDirs) rmSync(d, { recursive: true, force: true });
+  }
 });
 
 test.run();

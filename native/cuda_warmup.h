@@ -1,0 +1,18 @@
+// CUDA's start-up work done ahead, on another thread, while the daemon loads its modules and
+// plans: cuInit (223 ms on the H200 host) and each local GPU's primary context (133 ms each).
+// A rank's device later retains the same context and finds it made. The warm-up's own
+// references are dropped by releaseWarmContexts(), once the ranks hold theirs (or have failed):
+// a context no rank took then ends with them.
+#pragma once
+
+namespace weightd {
+
+// Initialises the driver and retains the primary contexts of devices 0..devices-1 (those that
+// exist). Never throws: what fails here fails again, with its error, where the daemon needs it.
+void warmCuda(int devices);
+
+// Drops the references warmCuda took, and any it takes later (safe to call at any time, and
+// more than once).
+void releaseWarmContexts();
+
+}  // namespace weightd
