@@ -8,7 +8,7 @@
 //   baseline: a fresh process loading the same files without weightd, wall clock from spawn to
 //             done: safetensors' load_file onto the GPU (cuda), or `cp` into /dev/shm (host).
 // Usage: node dist/bench/ready.js --model DIR --out DIR [--device host|cuda] [--runs 3]
-// Writes raw.jsonl (one line per measurement), run-<n>.log (each daemon's stderr) and
+// Writes raw.jsonl (one line per measurement), daemon.jsonl (each daemon's log, by run) and
 // summary.json (medians) into --out, which must not exist yet: every run keeps its own folder.
 import { spawn, spawnSync } from 'node:child_process';
 import { appendFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
@@ -83,7 +83,8 @@ function startDaemon(run: number): Promise<Ready> {
         stop: async () => {
           child.kill('SIGTERM');
           await exited;
-          writeFileSync(join(out, `run-${run}.log`), log);
+          // Each daemon line as it wrote it, with the run it belongs to.
+          appendFileSync(join(out, 'daemon.jsonl'), log.trim().split('\n').map((l) => `${JSON.stringify({ run, ...(JSON.parse(l) as object) })}\n`).join(''));
           rmSync(socketDir, { recursive: true, force: true });
         },
       });
@@ -95,8 +96,8 @@ function startDaemon(run: number): Promise<Ready> {
 function attachInFreshProcess(socketDir: string): { firstMs: number; secondMs: number; tensors: number } {
   const script = `
 import json, sys, time
-import torch  # an engine has torch loaded (and CUDA initialised) before it attaches
-${device === 'cuda' ? 'torch.cuda.init()' : ''}
+import torch  # an engine has torch loaded, and its CUDA context made, before it attaches
+${device === 'cuda' ? 'torch.zeros(1, device="cuda:0")' : ''}
 from weightd_client import WeightdClient, find_socket
 c = WeightdClient(find_socket(global_rank=0, socket_dir=sys.argv[1]))
 fp = c.ping()["fingerprint"]

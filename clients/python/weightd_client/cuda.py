@@ -155,6 +155,7 @@ class CudaMapping:
         self._ctx: Optional[ctypes.c_void_p] = ctx
         self.pointers: Dict[int, int] = {}
         self.tensors: Dict[str, Any] = {}
+        self._segments = state["segments"]
         # Views alive (CudaBuffers not yet freed), and what close() asked for while they were.
         self._lock = threading.RLock()
         self._views = 0
@@ -215,12 +216,31 @@ class CudaMapping:
             dtype = torch_dtype(t["dtype"])
             if t["bytes"] == 0:
                 return torch.empty(t["shape"], dtype=dtype, device=f"cuda:{self.ordinal}")
-            # A byte view first, then the real dtype: torch has no typestr for bf16 or fp8.
-            raw = torch.as_tensor(self.track(CudaBuffer(ptr, t["bytes"], t["dtype"], t["shape"], raw=True)), device=f"cuda:{self.ordinal}")
+            # Slices of one byte tensor per segment, then the real dtype (torch has no typestr
+            # for bf16 or fp8): building a tensor from __cuda_array_interface__ is the slow
+            # step, so it is done once per segment, not once per tensor.
+            offset = t["offset"]
+            if offset % dtype.itemsize:
+                base, offset = torch.as_tensor(self.track(CudaBuffer(ptr, t["bytes"], t["dtype"], t["shape"], raw=True)), device=f"cuda:{self.ordinal}"), 0
+            else:
+                base = segment_bytes(t["segment"])
+                if offset + t["bytes"] > base.numel():
+                    raise CudaError("E_BAD_MANIFEST", f"tensor {t['name']} ({t['bytes']} bytes at {offset}) lies outside its segment {t['segment']} of {base.numel()} bytes")
+            raw = base[offset : offset + t["bytes"]]
             n = 1
             for s in t["shape"]:
                 n *= s
             return raw.view(dtype).reshape(t["shape"] if n * dtype.itemsize == t["bytes"] else [-1])
+
+        bases: Dict[int, Any] = {}
+
+        def segment_bytes(segment: int) -> Any:
+            if segment not in bases:
+                import torch
+
+                nbytes = next(int(s["bytes"]) for s in self._segments if s["segment"] == segment)
+                bases[segment] = torch.as_tensor(self.track(CudaBuffer(self.pointers[segment], nbytes, "U8", [nbytes], raw=True)), device=f"cuda:{self.ordinal}")
+            return bases[segment]
 
         return make
 
