@@ -111,9 +111,10 @@ void fillInGroup(const std::string& id, unsigned size, const FillMember& self, c
     if (error) rethrowFor(*g, self, error);
     return;
   }
-  // Wait for the others (and say so until this member leaves the wait, whichever way). The members' FillMember structs (and what they point to) live on the
-  // stacks of their callers, so no member returns while the fill runs: the fill sees a cancel
-  // through each member's own flag and stops.
+  // Wait for the others, and say so (waitingForGroup) until they have all joined or this member
+  // leaves. The members' FillMember structs (and what they point to) live on the stacks of their
+  // callers, so no member returns while the fill runs: the fill sees a cancel through each
+  // member's own flag and stops.
   struct Waiting {
     std::atomic<bool>& flag;
     explicit Waiting(std::atomic<bool>& f) : flag(f) { flag = true; }

@@ -25,13 +25,13 @@ Residency pageCacheResidency(const std::vector<std::string>& paths) {
   for (uint32_t f = 0; f < files.size(); ++f) {
     const uint64_t size = files.fileSize(f);
     r.totalBytes += size;
-    // One window per stride, at the stride's middle, page-aligned: evenly spread over the file.
-    const uint64_t window = size <= kSampleStride ? size : kSampleBytes;
-    const uint64_t stride = size <= kSampleStride ? (size ? size : 1) : kSampleStride;
-    for (uint64_t base = 0; base < size; base += stride) {
-      uint64_t at = size <= kSampleStride ? 0 : (base + (std::min(stride, size - base) - std::min(window, size - base)) / 2) / page * page;
-      const uint64_t length = std::min(window, size - at);
-      if (length == 0) continue;
+    // A file of up to one stride is scanned whole; a larger one a window at the middle of each
+    // stride (page-aligned), the last stride's included however short it is.
+    const bool whole = size <= kSampleStride;
+    for (uint64_t base = 0; base < size; base += kSampleStride) {
+      const uint64_t span = std::min(kSampleStride, size - base);
+      const uint64_t length = whole ? span : std::min(kSampleBytes, span);
+      const uint64_t at = (base + (span - length) / 2) / page * page;
       void* p = mmap(nullptr, length, PROT_READ, MAP_SHARED, files.open(f)->fd, static_cast<off_t>(at));
       if (p == MAP_FAILED) {
         int err = errno;

@@ -36,9 +36,14 @@ function scenario(name: string, env: Record<string, string> = {}): Run {
     env: { ...process.env, LD_LIBRARY_PATH: fakeDir, FAKE_CUDA_REPORT: '1', FAKE_CUDA_DEVICES: '2', ...env },
   });
   assert.is(child.status, 0, `scenario ${name} failed: ${child.stderr}`);
-  const leakLine = child.stderr.split('\n').find((l) => l.startsWith('FAKE_CUDA_LEAKS '));
-  assert.ok(leakLine, `scenario ${name} did not load the fake driver: ${child.stderr}`);
-  return { result: JSON.parse(child.stdout.trim().split('\n').pop()!), leaks: JSON.parse(leakLine.slice('FAKE_CUDA_LEAKS '.length)) };
+  return { result: JSON.parse(child.stdout.trim().split('\n').pop()!), leaks: fakeLeaks(child.stderr) };
+}
+
+/** What the fake driver reported still allocated when the process ended (its stderr line). */
+function fakeLeaks(stderr: string): Record<string, number> {
+  const leakLine = stderr.split('\n').find((l) => l.startsWith('FAKE_CUDA_LEAKS '));
+  assert.ok(leakLine, `the fake driver was not loaded: ${stderr}`);
+  return JSON.parse(leakLine.slice('FAKE_CUDA_LEAKS '.length)) as Record<string, number>;
 }
 
 const noLeaks = { device: 0, pinned: 0, registered: 0, imported: 0, streams: 0, events: 0, contextRefs: 0 };
@@ -182,17 +187,16 @@ test('IPC: another process opens the exported handle, reads the same bytes, open
 
 test('the command line warms CUDA while it starts, and gives the warm-up contexts back: after READY and a stop, and after a failed start', async () => {
   const env = { LD_LIBRARY_PATH: fakeDir, FAKE_CUDA_REPORT: '1', FAKE_CUDA_DEVICES: '2' };
-  const leaksIn = (stderr: string) => JSON.parse(stderr.split('\n').find((l) => l.startsWith('FAKE_CUDA_LEAKS '))!.slice('FAKE_CUDA_LEAKS '.length)) as Record<string, number>;
   const socketDirs = [freshSocketDir(), freshSocketDir()];
   try {
     const daemon = await startDaemon({ model: exampleModel, tp: 2, device: 'cuda', socketDir: socketDirs[0], env });
     const stopped = await daemon.stop();
     assert.is(stopped.code, 0, daemon.stderr());
-    assert.equal(leaksIn(daemon.stderr()), noLeaks);
+    assert.equal(fakeLeaks(daemon.stderr()), noLeaks);
     // Four local ranks on two GPUs: the warm-up took both contexts before the start failed.
     const failed = await expectDaemonFailure({ model: exampleModel, tp: 4, device: 'cuda', socketDir: socketDirs[1], env });
     assert.ok(failed.code !== 0 && /E_DEVICE_COUNT/.test(failed.stderr), failed.stderr);
-    assert.equal(leaksIn(failed.stderr), noLeaks);
+    assert.equal(fakeLeaks(failed.stderr), noLeaks);
   } finally {
     for (const d of socketDirs) rmSync(d, { recursive: true, force: true });
   }

@@ -155,7 +155,7 @@ class CudaMapping:
         self._ctx: Optional[ctypes.c_void_p] = ctx
         self.pointers: Dict[int, int] = {}
         self.tensors: Dict[str, Any] = {}
-        self._segments = state["segments"]
+        self._segment_bytes = {s["segment"]: int(s["bytes"]) for s in state["segments"]}
         # Views alive (CudaBuffers not yet freed), and what close() asked for while they were.
         self._lock = threading.RLock()
         self._views = 0
@@ -238,7 +238,7 @@ class CudaMapping:
             if segment not in bases:
                 import torch
 
-                nbytes = next(int(s["bytes"]) for s in self._segments if s["segment"] == segment)
+                nbytes = self._segment_bytes[segment]
                 bases[segment] = torch.as_tensor(self.track(CudaBuffer(self.pointers[segment], nbytes, "U8", [nbytes], raw=True)), device=f"cuda:{self.ordinal}")
             return bases[segment]
 
@@ -250,11 +250,6 @@ class CudaMapping:
             self._views += 1
         weakref.finalize(buf, self._view_freed)
         return buf
-
-    @property
-    def views(self) -> int:
-        """How many views of this mapping are still alive."""
-        return self._views
 
     def close(self, then: Optional[Callable[[], None]] = None) -> None:
         """Closes every handle and releases the context, then runs ``then`` (the lease's end): now
