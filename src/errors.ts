@@ -1,10 +1,157 @@
 // Every error weightd raises carries a stable `code` (for programs and tests) and a message
 // that names the value at fault and what to do about it (for people).
 
+/** The codes the addon raises (native/*.cpp); test/native/nativeErrors.test.ts holds this list to the C++ source. */
+export const NATIVE_ERROR_CODES = [
+  'E_ALREADY_ALLOCATED', 'E_BAD_BACKEND', 'E_BAD_GROUP', 'E_BAD_HANDLE', 'E_BAD_PLAN', 'E_CLOSED', 'E_CUDA',
+  'E_CUDA_UNAVAILABLE', 'E_DEVICE_MISMATCH', 'E_FILE_CHANGED', 'E_FILE_NOT_REGULAR',
+  'E_FILE_OPEN', 'E_FILE_READ', 'E_FILE_TRUNCATED', 'E_FILL_CANCELLED', 'E_FILL_RUNNING', 'E_INTERNAL',
+  'E_NOT_ALLOCATED', 'E_NOT_OPEN', 'E_NO_DEVICE', 'E_NO_FILL', 'E_OUT_OF_MEMORY', 'E_OUT_OF_RANGE',
+  'E_PEERCRED', 'E_SHM_CREATE', 'E_SHM_MAP', 'E_SHM_OPEN', 'E_THREAD_CREATE',
+] as const;
+
+export type NativeErrorCode = (typeof NATIVE_ERROR_CODES)[number];
+
+/** Every code weightd raises: a code not listed here (a typo) does not compile. Codes are stable: tests, docs and clients name them. */
+export type ErrorCode =
+  | NativeErrorCode
+  | 'E_ADDON_LOAD'
+  | 'E_BAD_MANIFEST'
+  | 'E_BAD_REPLY'
+  | 'E_BAD_REQUEST'
+  | 'E_CKPT_CONFIG'
+  | 'E_CKPT_DIR'
+  | 'E_CKPT_DUPLICATE_TENSOR'
+  | 'E_CKPT_FUSED_SHAPE'
+  | 'E_CKPT_INDEX_BAD_PATH'
+  | 'E_CKPT_INDEX_DUPLICATE'
+  | 'E_CKPT_INDEX_JSON'
+  | 'E_CKPT_INDEX_MISSING_FILE'
+  | 'E_CKPT_INDEX_MISSING_TENSOR'
+  | 'E_CKPT_INDEX_READ'
+  | 'E_CKPT_INDEX_SCHEMA'
+  | 'E_CKPT_INDEX_UNLISTED_TENSOR'
+  | 'E_CKPT_INDEX_WRONG_FILE'
+  | 'E_CKPT_MISSING_TENSOR'
+  | 'E_CKPT_NO_CONFIG'
+  | 'E_CKPT_NO_WEIGHTS'
+  | 'E_CKPT_UNLISTED_FILE'
+  | 'E_CONNECT'
+  | 'E_DEVICE_COUNT'
+  | 'E_DEVICE_LOCKED'
+  | 'E_DISCONNECTED'
+  | 'E_FAILED'
+  | 'E_FILE_TOO_LARGE'
+  | 'E_FRAME_JSON'
+  | 'E_FRAME_MAGIC'
+  | 'E_FRAME_TOO_LARGE'
+  | 'E_FRAME_VERSION'
+  | 'E_INSPECT_BIND'
+  | 'E_LAYOUT_ARCHITECTURE'
+  | 'E_LAYOUT_INCOMPLETE'
+  | 'E_LAYOUT_MEMBER_SHAPE'
+  | 'E_LAYOUT_NOT_SERVED'
+  | 'E_LAYOUT_SCALE_BLOCKS'
+  | 'E_LAYOUT_UNKNOWN'
+  | 'E_LAYOUT_UNKNOWN_TENSOR'
+  | 'E_LEASE_HELD'
+  | 'E_LOCK'
+  | 'E_LOCK_CORRUPT'
+  | 'E_NODE_MANIFEST'
+  | 'E_NO_CUDA'
+  | 'E_NO_SOCKET'
+  | 'E_PEER'
+  | 'E_PLAN_BAD_REGEX'
+  | 'E_PLAN_JSON'
+  | 'E_PLAN_READ'
+  | 'E_PLAN_SCHEMA'
+  | 'E_PLATFORM'
+  | 'E_RANK_EXIT'
+  | 'E_RDZV_COORDINATOR_LOST'
+  | 'E_RDZV_DEVICE_COUNT'
+  | 'E_RDZV_DUPLICATE_DEVICE'
+  | 'E_RDZV_DUPLICATE_NODE_RANK'
+  | 'E_RDZV_FINGERPRINT_MISMATCH'
+  | 'E_RDZV_FRAME_TOO_LARGE'
+  | 'E_RDZV_LISTEN'
+  | 'E_RDZV_LOCAL_WORLD_SIZE_MISMATCH'
+  | 'E_RDZV_NNODES_MISMATCH'
+  | 'E_RDZV_NODE_RANK_RANGE'
+  | 'E_RDZV_NOT_WEIGHTD'
+  | 'E_RDZV_PEER_FAILED'
+  | 'E_RDZV_PEER_LOST'
+  | 'E_RDZV_PROTOCOL'
+  | 'E_RDZV_SCHEMA'
+  | 'E_RDZV_TIMEOUT'
+  | 'E_RDZV_TOKEN'
+  | 'E_RDZV_TP_MISMATCH'
+  | 'E_RDZV_VERSION_MISMATCH'
+  | 'E_READ_TIMEOUT'
+  | 'E_RELEASED'
+  | 'E_RELEASE_FAILED'
+  | 'E_RELEASING'
+  | 'E_SERVE_CLOSED'
+  | 'E_SHARD_BAD_DIM'
+  | 'E_SHARD_FUSED_PARTS'
+  | 'E_SHARD_HEADS'
+  | 'E_SHARD_INDIVISIBLE'
+  | 'E_SHARD_KV_HEADS'
+  | 'E_SHARD_SUBBYTE'
+  | 'E_SHARD_TP_SIZE'
+  | 'E_SHARD_UNPLACED'
+  | 'E_SOCKET_BIND'
+  | 'E_SOCKET_DIR'
+  | 'E_SOCKET_DIR_ANCESTOR'
+  | 'E_SOCKET_DIR_MODE'
+  | 'E_SOCKET_DIR_NOT_DIR'
+  | 'E_SOCKET_DIR_OWNER'
+  | 'E_SOCKET_DIR_SYMLINK'
+  | 'E_SOCKET_IN_USE'
+  | 'E_SOCKET_PATH'
+  | 'E_SOCKET_PATH_TOO_LONG'
+  | 'E_STOPPED'
+  | 'E_STOP_GRACE'
+  | 'E_STOP_TIMEOUT'
+  | 'E_ST_BAD_ENTRY'
+  | 'E_ST_BAD_METADATA'
+  | 'E_ST_BAD_OFFSETS'
+  | 'E_ST_BAD_SHAPE'
+  | 'E_ST_DATA_TRUNCATED'
+  | 'E_ST_DUPLICATE_KEY'
+  | 'E_ST_DUPLICATE_TENSOR'
+  | 'E_ST_HEADER_JSON'
+  | 'E_ST_HEADER_NOT_OBJECT'
+  | 'E_ST_HEADER_TOO_LARGE'
+  | 'E_ST_HEADER_TRUNCATED'
+  | 'E_ST_HEADER_UTF8'
+  | 'E_ST_IO'
+  | 'E_ST_MISALIGNED'
+  | 'E_ST_OFFSETS'
+  | 'E_ST_OVERFLOW'
+  | 'E_ST_SIZE_MISMATCH'
+  | 'E_ST_TOO_SMALL'
+  | 'E_ST_TRAILING_BYTES'
+  | 'E_ST_UNKNOWN_DTYPE'
+  | 'E_ST_WRITE_NAME'
+  | 'E_ST_WRITE_SIZE'
+  | 'E_TIMEOUT'
+  | 'E_UNKNOWN_COMMAND'
+  | 'E_UNKNOWN_DTYPE'
+  | 'E_UNKNOWN_LAYOUT'
+  | 'E_USAGE';
+
+/**
+ * A code as another thread or process sent it, taken as sent: a peer of another version may send
+ * one this build does not list, and a Node error's code (ENOENT) crosses a worker boundary too.
+ */
+export function receivedCode(code: string): ErrorCode {
+  return code as ErrorCode;
+}
+
 export class WeightdError extends Error {
-  readonly code: string;
+  readonly code: ErrorCode;
   readonly details: Record<string, unknown>;
-  constructor(code: string, message: string, details: Record<string, unknown> = {}, options?: ErrorOptions) {
+  constructor(code: ErrorCode, message: string, details: Record<string, unknown> = {}, options?: ErrorOptions) {
     super(message, options);
     this.name = new.target.name;
     this.code = code;
@@ -45,7 +192,7 @@ export interface SerializedError {
   stack?: string;
 }
 
-const classes: Record<string, new (code: string, message: string, details?: Record<string, unknown>) => WeightdError> = {
+const classes: Record<string, new (code: ErrorCode, message: string, details?: Record<string, unknown>) => WeightdError> = {
   UsageError, CheckpointError, ShardingError, DeviceError, RankFailedError, RendezvousError, ProtocolError, ServeError,
 };
 
@@ -68,7 +215,7 @@ export function serializeError(err: unknown): SerializedError {
 
 export function deserializeError(data: SerializedError): WeightdError {
   const Cls = classes[data.name] ?? WeightdError;
-  const err = new Cls(data.code, data.message, data.details ?? {});
+  const err = new Cls(receivedCode(data.code), data.message, data.details ?? {});
   if (data.stack) err.stack = data.stack;
   return err;
 }

@@ -5,7 +5,7 @@ import { createActor, type SnapshotFrom } from 'xstate';
 import { nodeActors } from './actors/nodeActors.js';
 import { ServerRegistry } from './actors/serverRegistry.js';
 import { WorkerRegistry } from './actors/workerRegistry.js';
-import { RankFailedError, WeightdError } from './errors.js';
+import { RankFailedError, receivedCode, WeightdError } from './errors.js';
 import { EventFeed, type NodeEvent, type NodeEventListener } from './inspect/eventFeed.js';
 import { InspectServer } from './inspect/inspectServer.js';
 import { machineToChart, type MachineChart } from './inspect/machineToMermaid.js';
@@ -131,7 +131,7 @@ export async function startNode(options: NodeOptions): Promise<WeightdNode> {
       if (snap.status === 'done') {
         const failure = snap.context.failure;
         if (failure || snap.value === 'failed') {
-          rejectReady(new RankFailedError(failure?.code ?? 'E_FAILED', failure?.message ?? 'node failed', { failure }));
+          rejectReady(new RankFailedError(failure ? receivedCode(failure.code) : 'E_FAILED', failure?.message ?? 'node failed', { failure }));
           void finish({ state: 'failed', failure });
         } else {
           rejectReady(new WeightdError('E_STOPPED', 'node stopped before it was ready'));
@@ -142,7 +142,7 @@ export async function startNode(options: NodeOptions): Promise<WeightdNode> {
     error(err) {
       // A bug inside the machine itself: fail loudly rather than hang.
       const failure: NodeFailure = { name: 'Error', code: 'E_INTERNAL', message: `supervisor crashed: ${(err as Error).message}` };
-      rejectReady(new WeightdError(failure.code, failure.message));
+      rejectReady(new WeightdError('E_INTERNAL', failure.message));
       void finish({ state: 'failed', failure });
     },
   });

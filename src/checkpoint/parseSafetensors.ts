@@ -6,7 +6,7 @@
 
 import { createHash } from 'node:crypto';
 import type { FileHandle } from 'node:fs/promises';
-import { CheckpointError } from '../errors.js';
+import { CheckpointError, type ErrorCode } from '../errors.js';
 import { DTYPES, dtypeBits, isDtype, type SafetensorsDtype } from './dtypes.js';
 import { findDuplicateJsonKey } from './findDuplicateJsonKey.js';
 import { openRegularFile } from '../files/openRegularFile.js';
@@ -39,7 +39,7 @@ export interface SafetensorsHeader {
   headerSha256: string;
 }
 
-function fail(code: string, path: string, message: string, details: Record<string, unknown> = {}): never {
+function fail(code: ErrorCode, path: string, message: string, details: Record<string, unknown> = {}): never {
   throw new CheckpointError(code, `${path}: ${message}`, { file: path, ...details });
 }
 
@@ -96,7 +96,7 @@ function isPlainObject(v: unknown): v is Record<string, unknown> {
 }
 
 /** A u64 from the header, as a number: values past 2^53 cannot be exact here and describe no real file. */
-function headerInteger(path: string, tensor: string, field: string, v: unknown, code: string): number {
+function headerInteger(path: string, tensor: string, field: string, v: unknown, code: ErrorCode): number {
   if (typeof v !== 'number' || !Number.isInteger(v) || v < 0) {
     fail(code, path, `tensor "${tensor}": ${field} holds ${JSON.stringify(v)}, which is not a non-negative integer; the header is corrupt: export or download the file again`, { tensor });
   }

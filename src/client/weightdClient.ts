@@ -6,7 +6,7 @@
 // and still detach.
 import { connect, type Socket } from 'node:net';
 import type { z } from 'zod';
-import { ProtocolError, ServeError } from '../errors.js';
+import { ProtocolError, receivedCode, ServeError } from '../errors.js';
 import { addon } from '../native/addon.js';
 import { encodeMessage, FrameDecoder, MAX_RESPONSE_BYTES, parsePayload } from '../serve/frameCodec.js';
 import {
@@ -280,7 +280,7 @@ export class WeightdClient {
       const failed = ErrorReply.safeParse(raw);
       if (failed.success) {
         const e = failed.data.error;
-        throw new ServeError(e.code, `weightd (${this.socketPath}) refused ${cmd}: ${e.message}`, e.details ?? {});
+        throw new ServeError(receivedCode(e.code), `weightd (${this.socketPath}) refused ${cmd}: ${e.message}`, e.details ?? {});
       }
       const parsed = REPLY_SCHEMAS[cmd].safeParse(raw);
       if (!parsed.success) {

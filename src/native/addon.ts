@@ -2,7 +2,7 @@
 // the backend underneath (host shared memory or CUDA).
 import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
-import { DeviceError, errorCode } from '../errors.js';
+import { DeviceError, errorCode, receivedCode } from '../errors.js';
 
 export type Backend = 'host' | 'cuda';
 
@@ -152,7 +152,7 @@ export const addon: Addon = load();
 export function asDeviceError(err: unknown): Error {
   const code = errorCode(err);
   if (err instanceof Error && code && !(err instanceof DeviceError)) {
-    return new DeviceError(code, err.message, {}, { cause: err });
+    return new DeviceError(receivedCode(code), err.message, {}, { cause: err });
   }
   return err as Error;
 }

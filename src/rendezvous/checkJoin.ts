@@ -3,6 +3,7 @@
 // Each rejection names the node and the field, shows both values and says what to change; the
 // same text is sent to every node, so it is written to read well on any of them.
 import { createHash, createHmac, timingSafeEqual } from 'node:crypto';
+import type { ErrorCode } from '../errors.js';
 import { differingFingerprintFields } from '../serve/differingFingerprintFields.js';
 import type { JoinMessage } from './wire.js';
 import { RDZV_PROTOCOL_VERSION } from './wire.js';
@@ -28,7 +29,7 @@ export interface NodeIdentity {
 }
 
 export interface Rejection {
-  code: string;
+  code: ErrorCode;
   message: string;
   details: { nodeRank?: number; field: string; value?: unknown; expected?: unknown; [key: string]: unknown };
 }
@@ -65,7 +66,7 @@ export function rejectVersion(node: { nodeRank?: number; hostName?: string; addr
   };
 }
 
-function mismatch(code: string, node: string, field: string, flag: string, value: unknown, expected: unknown, fix: string, nodeRank: number): Rejection {
+function mismatch(code: ErrorCode, node: string, field: string, flag: string, value: unknown, expected: unknown, fix: string, nodeRank: number): Rejection {
   return {
     code,
     message: `${node}: ${flag} ${JSON.stringify(value)} differs from node 0's ${JSON.stringify(expected)}; ${fix}`,

@@ -8,7 +8,7 @@
 // node 0 (at the capped retry pace) and rejoins whatever coordinator answers there: a restarted
 // node 0 forms the group again and this node, still serving, reports ready at once.
 import { connect } from 'node:net';
-import { ProtocolError, RendezvousError, serializeError, type SerializedError } from '../errors.js';
+import { ProtocolError, receivedCode, RendezvousError, serializeError, type SerializedError } from '../errors.js';
 import type { Logger } from '../log.js';
 import { timeoutRejection, tokenProof } from './checkJoin.js';
 import type { GroupEvent } from './groupEvents.js';
@@ -132,7 +132,7 @@ export class GroupClient {
         if (this.#groupReady) this.#markBack(m.nodeRank);
         return;
       case 'rejected':
-        return this.#onRejected(conn, new RendezvousError(m.code, m.message, m.details ?? {}));
+        return this.#onRejected(conn, new RendezvousError(receivedCode(m.code), m.message, m.details ?? {}));
       case 'leaving':
         conn.close(`node 0 said: ${m.reason}`);
         return;
