@@ -1,12 +1,16 @@
 // Node-API bindings: argument checking, conversion to plain C++ data, and errors turned into
 // JS errors with a stable `code`. State lives per addon instance (every worker thread loads
-// its own), never in globals.
+// its own), never in globals. Calls that can block (allocate, read, release, the CUDA probe, the
+// page-cache scan, reads of another process's CUDA memory) return a Promise and run on a libuv
+// thread (PromiseJob).
 #include <napi.h>
 
+#include <functional>
 #include <initializer_list>
 #include <limits>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 
 #include "cuda_driver.h"
@@ -24,14 +28,104 @@ namespace {
 // Reader threads per fill; src/nodeOptions.ts bounds --load-threads the same.
 constexpr uint64_t kMaxThreads = 256;
 
-Napi::Error makeError(Napi::Env env, const std::string& code, const std::string& message) {
-  Napi::Error err = Napi::Error::New(env, message);
-  err.Set("code", Napi::String::New(env, code));
-  err.Set("name", Napi::String::New(env, "DeviceError"));
-  return err;
+class WeightdAddon;
+
+// A C++ failure as plain data: a DeviceError's code and message; E_INTERNAL for any other
+// exception (std::bad_alloc, say).
+struct Failure {
+  std::string code;
+  std::string message;
+};
+
+Failure failureOf(const std::exception& e) {
+  if (const auto* d = dynamic_cast<const DeviceError*>(&e)) return {d->code(), d->what()};
+  return {"E_INTERNAL", e.what()};
 }
 
-[[noreturn]] void throwDeviceError(Napi::Env env, const DeviceError& e) { throw makeError(env, e.code(), e.what()); }
+// Every native failure reaches JS as an error made here: by the factory src/native/addon.ts
+// registers (setErrorFactory), so it is an instance of weightd's DeviceError with the C++ code.
+// `callSite` is an Error made when an async call was made, so a rejection points at its caller.
+Napi::Error makeError(Napi::Env env, const Failure& failure, Napi::Value callSite = Napi::Value());
+
+// The one guarded call: every binding runs inside it (Guarded<> at registration), and a C++
+// failure leaves it as a JS error. Napi::Error (a JS exception already made, e.g. an argument's
+// TypeError) passes through untouched.
+template <typename F>
+auto guarded(Napi::Env env, F&& body) -> decltype(body()) {
+  try {
+    return body();
+  } catch (const Napi::Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw makeError(env, failureOf(e));
+  }
+}
+
+// A Promise-returning call, sharp's way: the arguments were checked and copied into `run`'s
+// captures (plain C++ data) at the call; run() works on a libuv thread and makes no N-API
+// call; done() turns its result into a JS value on the JS thread. `pins` (the receiver, a
+// destination buffer) stay referenced, so not collected, until the job has settled; `settled`
+// runs on the JS thread first, whatever the outcome (a device's busy mark is cleared there).
+template <typename Result>
+class PromiseJob : public Napi::AsyncWorker {
+ public:
+  using Run = std::function<Result()>;
+  using Done = std::function<Napi::Value(Napi::Env, const Result&)>;
+
+  static Napi::Promise start(Napi::Env env, Run run, Done done, std::vector<Napi::Object> pins = {},
+                             std::function<void()> settled = {}) {
+    auto* job = new PromiseJob(env, std::move(run), std::move(done), pins, std::move(settled));  // deletes itself when settled
+    Napi::Promise promise = job->deferred_.Promise();
+    job->Queue();
+    return promise;
+  }
+
+  void Execute() override {
+    try {
+      result_ = run_();
+    } catch (const std::exception& e) {
+      failure_ = failureOf(e);
+    }
+  }
+
+  void OnOK() override {
+    Napi::Env env = Env();
+    if (settled_) settled_();
+    if (failure_) {
+      deferred_.Reject(makeError(env, *failure_, callSite_.Value()).Value());
+      return;
+    }
+    try {
+      deferred_.Resolve(done_(env, result_));
+    } catch (const Napi::Error& e) {
+      deferred_.Reject(e.Value());
+    }
+  }
+
+ private:
+  PromiseJob(Napi::Env env, Run run, Done done, const std::vector<Napi::Object>& pins, std::function<void()> settled)
+      : Napi::AsyncWorker(env),
+        deferred_(Napi::Promise::Deferred::New(env)),
+        callSite_(Napi::Persistent(Napi::Error::New(env, "").Value())),
+        run_(std::move(run)),
+        done_(std::move(done)),
+        settled_(std::move(settled)) {
+    for (const Napi::Object& o : pins) pins_.push_back(Napi::Persistent(o));
+  }
+
+  Napi::Promise::Deferred deferred_;
+  Napi::ObjectReference callSite_;
+  std::vector<Napi::ObjectReference> pins_;
+  Run run_;
+  Done done_;
+  std::function<void()> settled_;
+  Result result_{};
+  std::optional<Failure> failure_;
+};
+
+// The result of a job that returns nothing.
+struct Nothing {};
+Napi::Value undefinedResult(Napi::Env env, const Nothing&) { return env.Undefined(); }
 
 // A JS number that is a non-negative integer JS can hold exactly (the order of the tests keeps
 // the cast defined).
@@ -120,14 +214,14 @@ class DeviceWrap : public Napi::ObjectWrap<DeviceWrap> {
   static Napi::Function Define(Napi::Env env) {
     return DefineClass(env, "Device",
                        {
-                           InstanceMethod<&DeviceWrap::Info>("info"),
-                           InstanceMethod<&DeviceWrap::Allocate>("allocate"),
-                           InstanceMethod<&DeviceWrap::StartFill>("startFill"),
-                           InstanceMethod<&DeviceWrap::FillStatusJs>("fillStatus"),
-                           InstanceMethod<&DeviceWrap::CancelFill>("cancelFill"),
-                           InstanceMethod<&DeviceWrap::ExportSegments>("exportSegments"),
-                           InstanceMethod<&DeviceWrap::Read>("read"),
-                           InstanceMethod<&DeviceWrap::Release>("release"),
+                           InstanceMethod<&DeviceWrap::Guarded<&DeviceWrap::Info>>("info"),
+                           InstanceMethod<&DeviceWrap::Guarded<&DeviceWrap::Allocate>>("allocate"),
+                           InstanceMethod<&DeviceWrap::Guarded<&DeviceWrap::StartFill>>("startFill"),
+                           InstanceMethod<&DeviceWrap::Guarded<&DeviceWrap::FillStatusJs>>("fillStatus"),
+                           InstanceMethod<&DeviceWrap::Guarded<&DeviceWrap::CancelFill>>("cancelFill"),
+                           InstanceMethod<&DeviceWrap::Guarded<&DeviceWrap::ExportSegments>>("exportSegments"),
+                           InstanceMethod<&DeviceWrap::Guarded<&DeviceWrap::Read>>("read"),
+                           InstanceMethod<&DeviceWrap::Guarded<&DeviceWrap::Release>>("release"),
                        });
   }
 
@@ -140,21 +234,23 @@ class DeviceWrap : public Napi::ObjectWrap<DeviceWrap> {
     }
   }
 
-  // Stops any fill (joining its thread) and frees the device's memory. Safe to call twice.
+  // Stops any fill (joining its thread) and frees the device's memory: at environment teardown.
+  // A job still running then holds its own reference to the device, whose lock makes this wait
+  // for it. Safe to call twice.
   void shutdown() {
     job_.reset();
     if (device_) device_->release();
   }
 
  private:
-  Napi::Value Info(const Napi::CallbackInfo& info) {
-    try {
-      return infoToJs(info.Env(), device().info());
-    } catch (const DeviceError& e) {
-      throwDeviceError(info.Env(), e);
-    }
+  template <Napi::Value (DeviceWrap::*Method)(const Napi::CallbackInfo&)>
+  Napi::Value Guarded(const Napi::CallbackInfo& info) {
+    return guarded(info.Env(), [&] { return (this->*Method)(info); });
   }
 
+  Napi::Value Info(const Napi::CallbackInfo& info) { return infoToJs(info.Env(), device()->info()); }
+
+  // allocate(segmentBytes: number[]) -> Promise<void>
   Napi::Value Allocate(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
     if (!info[0].IsArray()) throw Napi::TypeError::New(env, "allocate(segmentBytes: number[])");
@@ -162,19 +258,16 @@ class DeviceWrap : public Napi::ObjectWrap<DeviceWrap> {
     std::vector<uint64_t> sizes;
     for (uint32_t i = 0; i < arr.Length(); ++i) sizes.push_back(toU64(arr.Get(i), "segment size"));
     if (sizes.empty()) throw Napi::RangeError::New(env, "allocate needs at least one segment");
-    try {
-      device().allocate(sizes);
-    } catch (const DeviceError& e) {
-      throwDeviceError(env, e);
-    }
-    return env.Undefined();
+    std::shared_ptr<Device> d = device();
+    return startJob<Nothing>(info, [d, sizes] { d->allocate(sizes); return Nothing{}; }, undefinedResult);
   }
 
   // startFill(files: string[], ops: Float64Array (7 numbers per op),
   //           zeroRanges: Float64Array (3 numbers per range: segment, offset, bytes), options)
   Napi::Value StartFill(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
-    if (job_ && !job_->status().done) throw makeError(env, "E_FILL_RUNNING", "a fill is already running on this device");
+    checkIdle();
+    if (job_ && !job_->status().done) throw DeviceError("E_FILL_RUNNING", "a fill is already running on this device");
     if (!info[0].IsArray() || !info[1].IsTypedArray() || !info[2].IsTypedArray() || !info[3].IsObject()) {
       throw Napi::TypeError::New(env, "startFill(files: string[], ops: Float64Array, zeroRanges: Float64Array, options: object)");
     }
@@ -218,24 +311,20 @@ class DeviceWrap : public Napi::ObjectWrap<DeviceWrap> {
       opts.groupSize = static_cast<unsigned>(size);
     }
     job_.reset();
-    try {
-      job_ = std::make_unique<FillJob>(device_, std::move(files), std::move(ops), std::move(zeros), opts);
-    } catch (const DeviceError& e) {
-      throwDeviceError(env, e);
-    }
+    job_ = std::make_unique<FillJob>(device_, std::move(files), std::move(ops), std::move(zeros), opts);
     return env.Undefined();
   }
 
   Napi::Value FillStatusJs(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
-    if (!job_) throw makeError(env, "E_NO_FILL", "no fill has been started on this device");
+    if (!job_) throw DeviceError("E_NO_FILL", "no fill has been started on this device");
     FillStatus s = job_->status();
     Napi::Object o = Napi::Object::New(env);
     o.Set("done", s.done);
     o.Set("bytes", static_cast<double>(s.bytes));
     o.Set("seconds", s.seconds);
     o.Set("waitingForGroup", s.waitingForGroup);
-    if (s.failed) o.Set("error", makeError(env, s.errorCode, s.errorMessage).Value());
+    if (s.failed) o.Set("error", makeError(env, {s.errorCode, s.errorMessage}).Value());
     return o;
   }
 
@@ -246,70 +335,97 @@ class DeviceWrap : public Napi::ObjectWrap<DeviceWrap> {
 
   Napi::Value ExportSegments(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
-    try {
-      std::vector<SegmentExport> segs = device().exportSegments();
-      Napi::Array arr = Napi::Array::New(env, segs.size());
-      for (uint32_t i = 0; i < segs.size(); ++i) {
-        Napi::Object o = Napi::Object::New(env);
-        o.Set("segment", segs[i].segment);
-        o.Set("bytes", static_cast<double>(segs[i].bytes));
-        o.Set("handle", segs[i].handle);
-        arr.Set(i, o);
-      }
-      return arr;
-    } catch (const DeviceError& e) {
-      throwDeviceError(env, e);
+    std::vector<SegmentExport> segs = device()->exportSegments();
+    Napi::Array arr = Napi::Array::New(env, segs.size());
+    for (uint32_t i = 0; i < segs.size(); ++i) {
+      Napi::Object o = Napi::Object::New(env);
+      o.Set("segment", segs[i].segment);
+      o.Set("bytes", static_cast<double>(segs[i].bytes));
+      o.Set("handle", segs[i].handle);
+      arr.Set(i, o);
     }
+    return arr;
   }
 
+  // read(segment, offset, dst: Uint8Array) -> Promise<void>; dst stays pinned until it settles.
   Napi::Value Read(const Napi::CallbackInfo& info) {
-    Napi::Env env = info.Env();
     uint32_t segment = toBounded<uint32_t>(info[0], "segment");
     uint64_t offset = toU64(info[1], "offset");
     Napi::Uint8Array dst = toDestination(info[2]);
-    try {
-      device().read(segment, offset, dst.ByteLength(), dst.Data());
-    } catch (const DeviceError& e) {
-      throwDeviceError(env, e);
-    }
-    return env.Undefined();
+    std::shared_ptr<Device> d = device();
+    uint8_t* data = dst.Data();
+    size_t length = dst.ByteLength();
+    return startJob<Nothing>(info, [d, segment, offset, length, data] { d->read(segment, offset, length, data); return Nothing{}; },
+                             undefinedResult, {dst});
   }
 
+  // release() -> Promise<void>: cancels a running fill and waits for its thread, then frees the
+  // memory, both on the job's thread.
   Napi::Value Release(const Napi::CallbackInfo& info) {
-    try {
-      shutdown();
-    } catch (const DeviceError& e) {
-      throwDeviceError(info.Env(), e);
-    }
-    return info.Env().Undefined();
+    checkIdle();
+    std::shared_ptr<FillJob> fill = std::move(job_);
+    std::shared_ptr<Device> d = device_;
+    return startJob<Nothing>(info, [d, fill]() mutable {
+      fill.reset();
+      d->release();
+      return Nothing{};
+    }, undefinedResult);
   }
 
-  Device& device() {
+  // One job at a time per device, and no synchronous call while one runs: calls on a device are
+  // ordered by the caller (DeviceHandle chains them), so a release() never meets a read still
+  // copying, and a call that would is refused here, on the JS thread, rather than raced.
+  void checkIdle() const {
+    if (*busy_) {
+      throw DeviceError("E_DEVICE_BUSY", "an allocate, read or release is still running on this device; await it before the next call");
+    }
+  }
+
+  template <typename Result>
+  Napi::Promise startJob(const Napi::CallbackInfo& info, typename PromiseJob<Result>::Run run, typename PromiseJob<Result>::Done done,
+                         std::vector<Napi::Object> pins = {}) {
+    checkIdle();
+    pins.push_back(info.This().As<Napi::Object>());
+    std::shared_ptr<bool> busy = busy_;
+    *busy = true;
+    return PromiseJob<Result>::start(info.Env(), std::move(run), std::move(done), std::move(pins), [busy] { *busy = false; });
+  }
+
+  // The device, for a call that needs it idle: no job in flight, no fill running.
+  const std::shared_ptr<Device>& device() {
+    checkIdle();
     if (!device_) throw DeviceError("E_CLOSED", "device is closed");
     if (job_ && !job_->status().done) {
       throw DeviceError("E_FILL_RUNNING", "the device is filling; wait for the fill or cancel it first");
     }
-    return *device_;
+    return device_;
   }
 
   std::shared_ptr<Device> device_;
   std::unique_ptr<FillJob> job_;
   std::shared_ptr<Registry> registry_;
+  // Read and written on the JS thread only; shared with the job, which clears it when it settles.
+  std::shared_ptr<bool> busy_ = std::make_shared<bool>(false);
 };
 
-// warmCuda (cuda_warmup.h) on a libuv thread. Never rejects: the probe that follows reports.
-class CudaWarmup : public Napi::AsyncWorker {
- public:
-  CudaWarmup(Napi::Env env, int devices) : Napi::AsyncWorker(env), deferred_(Napi::Promise::Deferred::New(env)), devices_(devices) {}
-  Napi::Promise promise() { return deferred_.Promise(); }
-  void Execute() override { warmCuda(devices_); }
-  void OnOK() override { deferred_.Resolve(Env().Undefined()); }
-  void OnError(const Napi::Error&) override { deferred_.Resolve(Env().Undefined()); }
+Napi::Object residencyToJs(Napi::Env env, const Residency& r) {
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("residentBytes", static_cast<double>(r.residentBytes));
+  o.Set("sampledBytes", static_cast<double>(r.sampledBytes));
+  o.Set("totalBytes", static_cast<double>(r.totalBytes));
+  return o;
+}
 
- private:
-  Napi::Promise::Deferred deferred_;
-  int devices_;
-};
+Napi::Object probeToJs(Napi::Env env, const CudaProbe& p) {
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("available", p.available);
+  o.Set("reason", p.reason);
+  if (p.driverVersion) o.Set("driverVersion", p.driverVersion);
+  Napi::Array devices = Napi::Array::New(env, p.devices.size());
+  for (uint32_t i = 0; i < p.devices.size(); ++i) devices.Set(i, infoToJs(env, p.devices[i]));
+  o.Set("devices", devices);
+  return o;
+}
 
 class WeightdAddon : public Napi::Addon<WeightdAddon> {
  public:
@@ -317,16 +433,17 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
     deviceCtor_ = Napi::Persistent(DeviceWrap::Define(env));
     DefineAddon(exports, {
                              InstanceValue("Device", deviceCtor_.Value()),
-                             InstanceMethod<&WeightdAddon::PeerCredentials>("peerCredentials"),
-                             InstanceMethod<&WeightdAddon::MapShared>("mapShared"),
-                             InstanceMethod<&WeightdAddon::UnmapShared>("unmapShared"),
-                             InstanceMethod<&WeightdAddon::CudaProbeJs>("cudaProbe"),
-                             InstanceMethod<&WeightdAddon::WarmCuda>("warmCuda"),
-                             InstanceMethod<&WeightdAddon::ReleaseWarmCuda>("releaseWarmCuda"),
-                             InstanceMethod<&WeightdAddon::PageCacheResidency>("pageCacheResidency"),
-                             InstanceMethod<&WeightdAddon::CudaOpenIpc>("cudaOpenIpc"),
-                             InstanceMethod<&WeightdAddon::CudaCloseIpc>("cudaCloseIpc"),
-                             InstanceMethod<&WeightdAddon::CudaReadDevice>("cudaReadDevice"),
+                             InstanceMethod<&WeightdAddon::SetErrorFactory>("setErrorFactory"),
+                             InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::PeerCredentials>>("peerCredentials"),
+                             InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::MapShared>>("mapShared"),
+                             InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::UnmapShared>>("unmapShared"),
+                             InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::CudaProbeJs>>("cudaProbe"),
+                             InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::WarmCuda>>("warmCuda"),
+                             InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::ReleaseWarmCuda>>("releaseWarmCuda"),
+                             InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::PageCacheResidency>>("pageCacheResidency"),
+                             InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::CudaOpenIpc>>("cudaOpenIpc"),
+                             InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::CudaCloseIpc>>("cudaCloseIpc"),
+                             InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::CudaReadDevice>>("cudaReadDevice"),
                          });
   }
 
@@ -339,31 +456,44 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
 
   std::shared_ptr<Registry> registry() { return registry_; }
 
- private:
-  Napi::Value PeerCredentials(const Napi::CallbackInfo& info) {
-    Napi::Env env = info.Env();
-    int fd = toBounded<int>(info[0], "fd");
-    try {
-      Credentials c = peerCredentials(fd);
-      Napi::Object o = Napi::Object::New(env);
-      o.Set("pid", c.pid);
-      o.Set("uid", c.uid);
-      o.Set("gid", c.gid);
-      return o;
-    } catch (const DeviceError& e) {
-      throwDeviceError(env, e);
+  Napi::Error error(Napi::Env env, const Failure& failure, Napi::Value callSite) {
+    if (errorFactory_.IsEmpty()) {
+      // Only before src/native/addon.ts has registered its factory (it does so on load).
+      Napi::Error err = Napi::Error::New(env, failure.message);
+      err.Set("code", Napi::String::New(env, failure.code));
+      return err;
     }
+    Napi::Value callSiteArg = callSite.IsEmpty() ? env.Undefined() : callSite;
+    return Napi::Error(env, errorFactory_.Call({Napi::String::New(env, failure.code), Napi::String::New(env, failure.message), callSiteArg}));
   }
 
-  Napi::Value MapShared(const Napi::CallbackInfo& info) {
+ private:
+  template <Napi::Value (WeightdAddon::*Method)(const Napi::CallbackInfo&)>
+  Napi::Value Guarded(const Napi::CallbackInfo& info) {
+    return guarded(info.Env(), [&] { return (this->*Method)(info); });
+  }
+
+  // setErrorFactory((code, message, callSite?) => Error): see makeError.
+  Napi::Value SetErrorFactory(const Napi::CallbackInfo& info) {
+    if (!info[0].IsFunction()) throw Napi::TypeError::New(info.Env(), "setErrorFactory(factory: function)");
+    errorFactory_ = Napi::Persistent(info[0].As<Napi::Function>());
+    return info.Env().Undefined();
+  }
+
+  // Reads the socket option on the JS thread: getsockopt does not block.
+  Napi::Value PeerCredentials(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
-    std::string path = toStr(info[0], "path");
-    uint64_t bytes = toU64(info[1], "bytes");
-    try {
-      return mappings_.map(env, path, bytes);
-    } catch (const DeviceError& e) {
-      throwDeviceError(env, e);
-    }
+    Credentials c = peerCredentials(toBounded<int>(info[0], "fd"));
+    Napi::Object o = Napi::Object::New(env);
+    o.Set("pid", c.pid);
+    o.Set("uid", c.uid);
+    o.Set("gid", c.gid);
+    return o;
+  }
+
+  // mapShared and unmapShared run on the JS thread: mmap of a file on tmpfs maps, it reads nothing.
+  Napi::Value MapShared(const Napi::CallbackInfo& info) {
+    return mappings_.map(info.Env(), toStr(info[0], "path"), toU64(info[1], "bytes"));
   }
 
   Napi::Value UnmapShared(const Napi::CallbackInfo& info) {
@@ -373,31 +503,24 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
     return env.Undefined();
   }
 
-  // pageCacheResidency(paths: string[]) -> { residentBytes, totalBytes }
+  // pageCacheResidency(paths: string[]) -> Promise<{ residentBytes, sampledBytes, totalBytes }>
   Napi::Value PageCacheResidency(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
     if (!info[0].IsArray()) throw Napi::TypeError::New(env, "pageCacheResidency(paths: string[])");
     Napi::Array arr = info[0].As<Napi::Array>();
     std::vector<std::string> paths;
     for (uint32_t i = 0; i < arr.Length(); ++i) paths.push_back(toStr(arr.Get(i), "file path"));
-    try {
-      Residency r = pageCacheResidency(paths);
-      Napi::Object o = Napi::Object::New(env);
-      o.Set("residentBytes", static_cast<double>(r.residentBytes));
-      o.Set("sampledBytes", static_cast<double>(r.sampledBytes));
-      o.Set("totalBytes", static_cast<double>(r.totalBytes));
-      return o;
-    } catch (const DeviceError& e) {
-      throwDeviceError(env, e);
-    }
+    return PromiseJob<Residency>::start(env, [paths] { return pageCacheResidency(paths); }, residencyToJs);
   }
 
-  // warmCuda(devices) -> Promise<void>: see CudaWarmup.
+  // warmCuda(devices) -> Promise<void>, never rejected: the probe and the devices that follow
+  // report what failed here.
   Napi::Value WarmCuda(const Napi::CallbackInfo& info) {
-    auto* worker = new CudaWarmup(info.Env(), toBounded<int>(info[0], "devices"));  // deletes itself when done
-    Napi::Promise promise = worker->promise();
-    worker->Queue();
-    return promise;
+    int devices = toBounded<int>(info[0], "devices");
+    return PromiseJob<Nothing>::start(info.Env(), [devices] {
+      warmCuda(devices);
+      return Nothing{};
+    }, undefinedResult);
   }
 
   Napi::Value ReleaseWarmCuda(const Napi::CallbackInfo& info) {
@@ -405,19 +528,11 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
     return info.Env().Undefined();
   }
 
-  // cudaProbe() -> { available, reason, driverVersion?, devices }. Never throws for a machine
-  // without a driver or GPU: that is the answer, not an error.
+  // cudaProbe() -> Promise<{ available, reason, driverVersion?, devices }>: runs cuInit, which
+  // takes a fifth of a second. Never rejects for a machine without a driver or GPU: that is the
+  // answer, not an error.
   Napi::Value CudaProbeJs(const Napi::CallbackInfo& info) {
-    Napi::Env env = info.Env();
-    CudaProbe p = probeCuda();
-    Napi::Object o = Napi::Object::New(env);
-    o.Set("available", p.available);
-    o.Set("reason", p.reason);
-    if (p.driverVersion) o.Set("driverVersion", p.driverVersion);
-    Napi::Array devices = Napi::Array::New(env, p.devices.size());
-    for (uint32_t i = 0; i < p.devices.size(); ++i) devices.Set(i, infoToJs(env, p.devices[i]));
-    o.Set("devices", devices);
-    return o;
+    return PromiseJob<CudaProbe>::start(info.Env(), [] { return probeCuda(); }, probeToJs);
   }
 
   static uint64_t toPointer(const Napi::Value& v) {
@@ -432,49 +547,45 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
   Napi::Value CudaOpenIpc(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
     int index = toBounded<int>(info[0], "deviceIndex");
-    std::string handle = toStr(info[1], "handle");
-    try {
-      OpenedIpc opened = ipc_.open(index, handle);
-      Napi::Object o = Napi::Object::New(env);
-      o.Set("pointer", Napi::BigInt::New(env, static_cast<uint64_t>(opened.pointer)));
-      o.Set("bytes", static_cast<double>(opened.bytes));
-      return o;
-    } catch (const DeviceError& e) {
-      throwDeviceError(env, e);
-    }
+    OpenedIpc opened = ipc_->open(index, toStr(info[1], "handle"));
+    Napi::Object o = Napi::Object::New(env);
+    o.Set("pointer", Napi::BigInt::New(env, static_cast<uint64_t>(opened.pointer)));
+    o.Set("bytes", static_cast<double>(opened.bytes));
+    return o;
   }
 
   Napi::Value CudaCloseIpc(const Napi::CallbackInfo& info) {
-    Napi::Env env = info.Env();
-    uint64_t pointer = toPointer(info[0]);
-    try {
-      ipc_.close(pointer);
-    } catch (const DeviceError& e) {
-      throwDeviceError(env, e);
-    }
-    return env.Undefined();
+    ipc_->close(toPointer(info[0]));
+    return info.Env().Undefined();
   }
 
-  // cudaReadDevice(deviceIndex, pointer, offset, dst: Uint8Array): fills dst from an opened mapping.
+  // cudaReadDevice(deviceIndex, pointer, offset, dst: Uint8Array) -> Promise<void>: fills dst
+  // from an opened mapping. The job holds the IPC client (whose lock orders it against close),
+  // so the client outlives it even if this instance goes first.
   Napi::Value CudaReadDevice(const Napi::CallbackInfo& info) {
-    Napi::Env env = info.Env();
     int index = toBounded<int>(info[0], "deviceIndex");
     uint64_t pointer = toPointer(info[1]);
     uint64_t offset = toU64(info[2], "offset");
     Napi::Uint8Array dst = toDestination(info[3]);
-    try {
-      ipc_.read(index, pointer, offset, dst.ByteLength(), dst.Data());
-    } catch (const DeviceError& e) {
-      throwDeviceError(env, e);
-    }
-    return env.Undefined();
+    std::shared_ptr<CudaIpcClient> ipc = ipc_;
+    uint8_t* data = dst.Data();
+    size_t length = dst.ByteLength();
+    return PromiseJob<Nothing>::start(info.Env(), [ipc, index, pointer, offset, length, data] {
+      ipc->read(index, pointer, offset, length, data);
+      return Nothing{};
+    }, undefinedResult, {dst});
   }
 
   Napi::FunctionReference deviceCtor_;
+  Napi::FunctionReference errorFactory_;
   std::shared_ptr<Registry> registry_;
   HostMappings mappings_;
-  CudaIpcClient ipc_;
+  std::shared_ptr<CudaIpcClient> ipc_ = std::make_shared<CudaIpcClient>();
 };
+
+Napi::Error makeError(Napi::Env env, const Failure& failure, Napi::Value callSite) {
+  return env.GetInstanceData<WeightdAddon>()->error(env, failure, callSite);
+}
 
 DeviceWrap::DeviceWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<DeviceWrap>(info) {
   Napi::Env env = info.Env();
@@ -486,11 +597,7 @@ DeviceWrap::DeviceWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Device
     if (o.Has("uuid")) opts.uuid = toStr(o.Get("uuid"), "uuid");
     if (o.Has("shmDir")) opts.shmDir = toStr(o.Get("shmDir"), "shmDir");
   }
-  try {
-    device_ = makeDevice(backend, index, opts);
-  } catch (const DeviceError& e) {
-    throwDeviceError(env, e);
-  }
+  device_ = guarded(env, [&] { return makeDevice(backend, index, opts); });
   registry_ = env.GetInstanceData<WeightdAddon>()->registry();
   std::lock_guard<std::mutex> lock(registry_->mutex);
   registry_->live.insert(this);

@@ -13,7 +13,7 @@ if (!isMainThread && workerData?.role === ROLE) {
   const { index, plan, expectedPath } = workerData;
   const started = performance.now();
   const device = new DeviceHandle('cuda', index);
-  device.allocate([plan.segmentBytes]);
+  await device.allocate([plan.segmentBytes]);
   const openSeconds = (performance.now() - started) / 1000;
 
   const handlers = {
@@ -22,7 +22,7 @@ if (!isMainThread && workerData?.role === ROLE) {
     export: () => device.exportSegments(),
     // Compares every tensor of the arena with the file an independent slicer (numpy) wrote, laid
     // out at the same offsets. Names the first tensors that differ and where.
-    verify: () => {
+    verify: async () => {
       const fd = openSync(expectedPath, 'r');
       try {
         const bad = [];
@@ -30,7 +30,7 @@ if (!isMainThread && workerData?.role === ROLE) {
         for (const t of plan.tensors) {
           const want = Buffer.allocUnsafe(t.bytes);
           if (readSync(fd, want, 0, t.bytes, t.offset) !== t.bytes) throw new Error(`${expectedPath} is short at ${t.name}`);
-          const got = device.read(0, t.offset, t.bytes);
+          const got = await device.read(0, t.offset, t.bytes);
           if (!got.equals(want)) {
             let at = 0;
             while (got[at] === want[at]) at++;

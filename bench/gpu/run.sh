@@ -36,7 +36,7 @@ source test/gpu/ensure-node.sh
 step "machine"
 nvidia-smi -L; nvidia-smi topo -m 2>/dev/null | head -5; nproc; free -g | head -2; uname -r; node --version
 mkdir -p "$CKPT"; df -hT "$CKPT"
-gpus=$(node --input-type=module -e 'const { cudaProbe } = await import("./dist/src/native/cuda.js"); console.log(cudaProbe().devices.length)')
+gpus=$(node --input-type=module -e 'const { cudaProbe } = await import("./dist/src/native/cuda.js"); console.log((await cudaProbe()).devices.length)')
 
 step "checkpoint: ${GIB} GiB of random bf16 in $CKPT"
 # shellcheck disable=SC2086 # WEIGHTD_BENCH_SHAPE is a list of flags
@@ -46,7 +46,7 @@ bytes=$(cat "$CKPT"/*.safetensors | wc -c)
 node --input-type=module -e '
   const { cudaProbe } = await import("./dist/src/native/cuda.js");
   const [checkpoint, gpus, fs] = [JSON.parse(process.argv[1]), Number(process.argv[2]), await import("node:fs")];
-  fs.writeFileSync(process.argv[3], JSON.stringify({ date: new Date().toISOString(), gpus, node: process.version, probe: cudaProbe(), checkpoint }, null, 1));
+  fs.writeFileSync(process.argv[3], JSON.stringify({ date: new Date().toISOString(), gpus, node: process.version, probe: await cudaProbe(), checkpoint }, null, 1));
 ' "$checkpoint" "$gpus" "$OUT/env.json"
 cat "$OUT/env.json"
 

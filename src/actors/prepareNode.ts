@@ -39,7 +39,7 @@ export interface Prepared {
 
 export const prepareNode = fromPromise<Prepared, PrepareInput>(async ({ input, signal }) => {
   const { config, log } = input;
-  const { devices, visible, shmDir } = localDevices(config, log);
+  const { devices, visible, shmDir } = await localDevices(config, log);
   for (const removed of sweepStaleSegments(shmDir)) log.warn({ file: removed }, 'removed a shared-memory segment left by a daemon that no longer runs');
   const socketDir = resolveSocketDir(config.socketDir);
   const locks: DeviceLock[] = [];
@@ -58,7 +58,7 @@ export const prepareNode = fromPromise<Prepared, PrepareInput>(async ({ input, s
     if (signal.aborted) throw new WeightdError('E_STOPPED', 'stopped while planning');
     signal.removeEventListener('abort', releaseLocks);
     let share: number | undefined;
-    const fill = nodeFillOptions(config.fill, devices, () => (share = cachedShare([...new Set(plan.ranks.flatMap((r) => r?.files ?? []))])));
+    const fill = await nodeFillOptions(config.fill, devices, async () => (share = await cachedShare([...new Set(plan.ranks.flatMap((r) => r?.files ?? []))])));
     if (share !== undefined) {
       const percent = Math.round(share * 100);
       if (fill.direct) log.info({ cachedShare: share, fill }, `the page cache holds ${percent}% of the checkpoint: reading it with O_DIRECT (a cold start)`);

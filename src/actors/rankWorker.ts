@@ -32,14 +32,14 @@ async function injectFault(phase: FaultPhase): Promise<void> {
       device = new DeviceHandle('no-such-backend' as never, data.device.index);
       break;
     case 'allocate':
-      new DeviceHandle('host', data.device.index, { shmDir: '/nonexistent-weightd-dir' }).allocate([4096]);
+      await new DeviceHandle('host', data.device.index, { shmDir: '/nonexistent-weightd-dir' }).allocate([4096]);
       break;
     case 'fill':
       data.plan = { ...data.plan, files: data.plan.files.map((f) => `${f}.missing`) };
       break;
     case 'export':
     case 'serve':
-      device?.release();
+      await device?.release();
       device?.exportSegments();
       break;
   }
@@ -54,7 +54,7 @@ async function load(): Promise<void> {
 
   await injectFault('allocate');
   // Each backend checks its free memory before allocating and names the shortfall.
-  device.allocate(plan.segments);
+  await device.allocate(plan.segments);
 
   await injectFault('fill');
   // Read from data again: a 'device' fault at 'fill' points the plan at missing files.
@@ -68,12 +68,12 @@ async function load(): Promise<void> {
   await injectFault('serve');
 }
 
-port.on('message', (m: MainToRank) => {
+port.on('message', async (m: MainToRank) => {
   if (m.type === 'RELEASE' || m.type === 'STOP') {
     stopping = m.type === 'STOP';
     device?.cancelFill();
     try {
-      device?.release();
+      await device?.release();
       if (m.type === 'RELEASE') post({ type: 'RELEASED' });
     } catch (err) {
       post({ type: 'FAILED', error: serializeError(err) });
@@ -82,9 +82,9 @@ port.on('message', (m: MainToRank) => {
   }
 });
 
-load().catch((err: unknown) => {
+load().catch(async (err: unknown) => {
   try {
-    device?.release();
+    await device?.release();
   } finally {
     if (!stopping) post({ type: 'FAILED', error: serializeError(err) });
   }

@@ -69,13 +69,13 @@ export function openHost(state: StateReply, copy: boolean): OpenedHost {
 export interface OpenedCuda {
   tensors: Record<string, DeviceTensor>;
   /** Copies of each tensor's bytes into this process's memory. */
-  read(): Record<string, HostTensor>;
+  read(): Promise<Record<string, HostTensor>>;
   close(): void;
 }
 
 /** Opens every segment's IPC handle on this process's device `deviceIndex` (its UUID checked). */
-export function openCuda(state: StateReply, deviceIndex: number): OpenedCuda {
-  const probe = cudaProbe();
+export async function openCuda(state: StateReply, deviceIndex: number): Promise<OpenedCuda> {
+  const probe = await cudaProbe();
   const mine = probe.devices.find((d) => d.index === deviceIndex);
   if (!mine) {
     throw new DeviceError('E_NO_DEVICE', `CUDA device ${deviceIndex} is not visible to this process (${probe.available ? `${probe.devices.length} visible` : probe.reason}); pass the index of your device`, { deviceIndex });
@@ -96,12 +96,13 @@ export function openCuda(state: StateReply, deviceIndex: number): OpenedCuda {
     for (const s of state.segments) segments[s.segment] = CudaIpcSegment.open(deviceIndex, s.handle);
     return {
       tensors: byName(state, (t) => ({ dtype: t.dtype, shape: t.shape, bytes: t.bytes, pointer: segmentOf(segments, t).pointer + BigInt(t.offset) })),
-      read: () =>
-        byName(state, (t) => {
-          // A fresh, exactly sized ArrayBuffer (Buffers may share a pool and start unaligned).
-          const owned = segmentOf(segments, t).read(t.offset, t.bytes);
-          return { dtype: t.dtype, shape: t.shape, data: tensorArray({ ...t, offset: 0 }, owned) };
-        }),
+      read: async () => {
+        // Each real tensor once (aliases share it), one after another; a fresh, exactly sized
+        // ArrayBuffer each (Buffers may share a pool and start unaligned).
+        const owned = new Map<string, ArrayBuffer>();
+        for (const t of state.tensors) owned.set(t.name, await segmentOf(segments, t).read(t.offset, t.bytes));
+        return byName(state, (t) => ({ dtype: t.dtype, shape: t.shape, data: tensorArray({ ...t, offset: 0 }, owned.get(t.name)!) }));
+      },
       close,
     };
   } catch (err) {

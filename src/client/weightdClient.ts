@@ -136,7 +136,7 @@ export class WeightdClient {
         unmap = host.close;
         return { ...base, backend: 'host', tensors: host.tensors };
       }
-      const cuda = openCuda(state, options.deviceIndex ?? state.device.index);
+      const cuda = await openCuda(state, options.deviceIndex ?? state.device.index);
       unmap = cuda.close;
       return { ...base, backend: 'cuda', tensors: cuda.tensors };
     } catch (err) {
@@ -151,9 +151,9 @@ export class WeightdClient {
     if (state.status === 'mismatch') return state;
     try {
       if (state.backend === 'host') return { status: 'copied', state, tensors: openHost(state, true).tensors };
-      const cuda = openCuda(state, options.deviceIndex ?? state.device.index);
+      const cuda = await openCuda(state, options.deviceIndex ?? state.device.index);
       try {
-        return { status: 'copied', state, tensors: cuda.read() };
+        return { status: 'copied', state, tensors: await cuda.read() };
       } finally {
         cuda.close();
       }

@@ -2,7 +2,7 @@
 // the backend underneath (host shared memory or CUDA).
 import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
-import { DeviceError, errorCode, receivedCode } from '../errors.js';
+import { DeviceError, type NativeErrorCode } from '../errors.js';
 
 export type Backend = 'host' | 'cuda';
 
@@ -60,12 +60,17 @@ export interface NativeFillStatus {
   seconds: number;
   /** The fill has joined its group and waits for the other members (FillOptions.group). */
   waitingForGroup: boolean;
-  error?: Error & { code: string };
+  error?: DeviceError;
 }
 
+/**
+ * One device. The Promise-returning calls run on a libuv thread; while one is in flight every
+ * other call but fillStatus and cancelFill throws E_DEVICE_BUSY, so calls on one device must be
+ * ordered by the caller (DeviceHandle chains them).
+ */
 export interface NativeDevice {
   info(): DeviceInfo;
-  allocate(segmentBytes: number[]): void;
+  allocate(segmentBytes: number[]): Promise<void>;
   /**
    * ops: 7 numbers per op: file, segment, srcOffset, dstOffset, rows, rowBytes, srcPitch.
    * zeroRanges: 3 numbers per range: segment, offset, bytes; every backend writes zeros there.
@@ -75,8 +80,9 @@ export interface NativeDevice {
   cancelFill(): void;
   exportSegments(): SegmentExport[];
   /** Fills `dst` from `offset` of the segment. Read through readInChunks. */
-  read(segment: number, offset: number, dst: Uint8Array): void;
-  release(): void;
+  read(segment: number, offset: number, dst: Uint8Array): Promise<void>;
+  /** Cancels a running fill (waiting for its threads) and frees the arena. */
+  release(): Promise<void>;
 }
 
 export interface NativeDeviceOptions {
@@ -115,27 +121,45 @@ export interface Addon {
   peerCredentials(fd: number): PeerCredentials;
   mapShared(path: string, bytes: number): ArrayBuffer;
   unmapShared(buffer: ArrayBuffer): void;
-  /** What CUDA offers this process; never throws for a missing driver or GPU. */
-  cudaProbe(): CudaProbe;
+  /** What CUDA offers this process (runs cuInit); never rejects for a missing driver or GPU. */
+  cudaProbe(): Promise<CudaProbe>;
   /** native/cuda_warmup.h on a libuv thread: cuInit, then GPUs 0..devices-1's primary contexts; never rejects. */
   warmCuda(devices: number): Promise<void>;
   releaseWarmCuda(): void;
-  /** How many bytes of these files the page cache holds now (mincore; reads nothing). */
-  /** residentBytes of sampledBytes, a sample of the files' totalBytes (native/page_cache.h). */
-  pageCacheResidency(paths: string[]): { residentBytes: number; sampledBytes: number; totalBytes: number };
+  /** How much of these files the page cache holds now (mincore; reads nothing): residentBytes of sampledBytes, a sample of the files' totalBytes (native/page_cache.h). */
+  pageCacheResidency(paths: string[]): Promise<{ residentBytes: number; sampledBytes: number; totalBytes: number }>;
   /** Opens another process's legacy IPC handle (base64) on a visible device. */
   cudaOpenIpc(deviceIndex: number, handle: string): CudaIpcMapping;
   cudaCloseIpc(pointer: bigint): void;
-  /** Copies bytes out of a mapping cudaOpenIpc returned. */
-  /** Fills `dst` from `offset` of an opened mapping. Read through readInChunks. */
-  cudaReadDevice(deviceIndex: number, pointer: bigint, offset: number, dst: Uint8Array): void;
+  /** Fills `dst` from `offset` of a mapping cudaOpenIpc returned. Read through readInChunks. */
+  cudaReadDevice(deviceIndex: number, pointer: bigint, offset: number, dst: Uint8Array): Promise<void>;
+}
+
+/** What the binary exports besides Addon: load() calls it once, before anything else. */
+interface Binding extends Addon {
+  /** Every native error is made by `factory` (native/addon.cpp makeError). */
+  setErrorFactory(factory: (code: NativeErrorCode, message: string, callSite?: Error) => Error): void;
 }
 
 const addonPath = fileURLToPath(new URL('../../../build/Release/weightd.node', import.meta.url));
 
+/**
+ * The one place native failures get weightd's class: the addon calls this for every error it
+ * makes. An async call's error is made after its caller's stack is gone, so it takes the stack of
+ * `callSite`, an Error the addon made when the call was made.
+ */
+function nativeError(code: NativeErrorCode, message: string, callSite?: Error): DeviceError {
+  const err = new DeviceError(code, message);
+  const stack = callSite?.stack ?? '';
+  const frames = stack.indexOf('\n');
+  if (frames >= 0) err.stack = `${err.name}: ${message}${stack.slice(frames)}`;
+  return err;
+}
+
 function load(): Addon {
+  let binding: Binding;
   try {
-    return createRequire(import.meta.url)(addonPath) as Addon;
+    binding = createRequire(import.meta.url)(addonPath) as Binding;
   } catch (err) {
     throw new DeviceError(
       'E_ADDON_LOAD',
@@ -144,15 +168,8 @@ function load(): Addon {
       { cause: err },
     );
   }
+  binding.setErrorFactory(nativeError);
+  return binding;
 }
 
 export const addon: Addon = load();
-
-/** Native errors carry a code; give them the DeviceError class the rest of weightd expects. */
-export function asDeviceError(err: unknown): Error {
-  const code = errorCode(err);
-  if (err instanceof Error && code && !(err instanceof DeviceError)) {
-    return new DeviceError(receivedCode(code), err.message, {}, { cause: err });
-  }
-  return err as Error;
-}

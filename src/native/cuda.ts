@@ -1,14 +1,15 @@
 // The CUDA side of src/native: which GPUs this process sees, and the client half of CUDA IPC
 // (open a daemon's exported segment, read bytes back, close it). Device filling goes through
 // DeviceHandle like every backend.
-import { addon, asDeviceError, type CudaProbe, type DeviceSlot } from './addon.js';
+import { addon, type CudaProbe, type DeviceSlot } from './addon.js';
 import { readInChunks } from './readInChunks.js';
 
 /**
- * What CUDA offers this process: never throws; `available` is false, with the reason, on a
- * machine without the NVIDIA driver or without a visible GPU. Creates no CUDA context.
+ * What CUDA offers this process: never rejects; `available` is false, with the reason, on a
+ * machine without the NVIDIA driver or without a visible GPU. Creates no CUDA context; the
+ * first call runs cuInit, on a libuv thread.
  */
-export function cudaProbe(): CudaProbe {
+export function cudaProbe(): Promise<CudaProbe> {
   return addon.cudaProbe();
 }
 
@@ -32,7 +33,7 @@ export function releaseWarmCuda(): void {
  * named by its nvidia-smi UUID. Empty when CUDA is unavailable; cudaProbe() says why.
  * Passing the slot's uuid to DeviceHandle makes the device check it is still that GPU.
  */
-export function cudaDevices(probe: CudaProbe = cudaProbe()): DeviceSlot[] {
+export function cudaDevices(probe: CudaProbe): DeviceSlot[] {
   return probe.devices.map((d) => ({ backend: 'cuda', index: d.index, uuid: d.uuid }));
 }
 
@@ -54,31 +55,19 @@ export class CudaIpcSegment {
   }
 
   static open(deviceIndex: number, handle: string): CudaIpcSegment {
-    try {
-      const m = addon.cudaOpenIpc(deviceIndex, handle);
-      return new CudaIpcSegment(deviceIndex, m.pointer, m.bytes);
-    } catch (err) {
-      throw asDeviceError(err);
-    }
+    const m = addon.cudaOpenIpc(deviceIndex, handle);
+    return new CudaIpcSegment(deviceIndex, m.pointer, m.bytes);
   }
 
   /** Copies `length` bytes at `offset` of the segment into a new, exactly sized ArrayBuffer (any size). */
-  read(offset: number, length: number): ArrayBuffer {
-    try {
-      return readInChunks(length, (at, view) => addon.cudaReadDevice(this.deviceIndex, this.pointer, offset + at, view));
-    } catch (err) {
-      throw asDeviceError(err);
-    }
+  read(offset: number, length: number): Promise<ArrayBuffer> {
+    return readInChunks(length, (at, view) => addon.cudaReadDevice(this.deviceIndex, this.pointer, offset + at, view));
   }
 
   /** Unmaps the segment. Safe to call more than once. */
   close(): void {
     if (!this.#open) return;
     this.#open = false;
-    try {
-      addon.cudaCloseIpc(this.pointer);
-    } catch (err) {
-      throw asDeviceError(err);
-    }
+    addon.cudaCloseIpc(this.pointer);
   }
 }

@@ -1,6 +1,6 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { CopyOp, ZeroRange } from '../checkpoint/types.js';
-import { addon, asDeviceError, type Backend, type DeviceInfo, type FillOptions, type NativeDevice, type SegmentExport } from './addon.js';
+import { addon, type Backend, type DeviceInfo, type FillOptions, type NativeDevice, type SegmentExport } from './addon.js';
 import { readInChunks } from './readInChunks.js';
 
 export interface FillProgress {
@@ -43,26 +43,26 @@ export interface FillExtras {
 
 /**
  * One device owned by one rank actor: an arena of segments, filled from checkpoint files and
- * exported to clients. Every method turns native failures into DeviceError.
+ * exported to clients. Native failures arrive as DeviceError. allocate, read and release run
+ * off the JS thread, one after another in call order: the addon refuses a call on a device
+ * while another runs (E_DEVICE_BUSY), so a release() called during a read waits for the read.
  */
 export class DeviceHandle {
   readonly #native: NativeDevice;
-  #released = false;
+  /** The last queued job, settled or not; the next one starts when it has settled. */
+  #last: Promise<unknown> = Promise.resolve();
+  #released: Promise<void> | undefined;
 
   constructor(backend: Backend, index: number, options: { uuid?: string; shmDir?: string } = {}) {
-    try {
-      this.#native = new addon.Device(backend, index, options);
-    } catch (err) {
-      throw asDeviceError(err);
-    }
+    this.#native = new addon.Device(backend, index, options);
   }
 
   info(): DeviceInfo {
-    return this.#call(() => this.#native.info());
+    return this.#native.info();
   }
 
-  allocate(segmentBytes: number[]): void {
-    this.#call(() => this.#native.allocate(segmentBytes));
+  allocate(segmentBytes: number[]): Promise<void> {
+    return this.#queue(() => this.#native.allocate(segmentBytes));
   }
 
   async fill(
@@ -73,11 +73,11 @@ export class DeviceHandle {
     onProgress?: (p: FillProgress) => void,
   ): Promise<FillResult> {
     const { zeroRanges = [], ...native } = options;
-    this.#call(() => this.#native.startFill(files, packOps(ops), packZeroRanges(zeroRanges), native));
+    this.#native.startFill(files, packOps(ops), packZeroRanges(zeroRanges), native);
     for (;;) {
       const s = this.#native.fillStatus();
       onProgress?.({ bytes: s.bytes, totalBytes, seconds: s.seconds, waitingForGroup: s.waitingForGroup });
-      if (s.error) throw asDeviceError(s.error);
+      if (s.error) throw s.error;
       if (s.done) return { bytes: s.bytes, seconds: s.seconds };
       await sleep(POLL_MS);
     }
@@ -88,25 +88,22 @@ export class DeviceHandle {
   }
 
   exportSegments(): SegmentExport[] {
-    return this.#call(() => this.#native.exportSegments());
+    return this.#native.exportSegments();
   }
 
-  read(segment: number, offset: number, length: number): Buffer {
-    return Buffer.from(this.#call(() => readInChunks(length, (at, view) => this.#native.read(segment, offset + at, view))));
+  async read(segment: number, offset: number, length: number): Promise<Buffer> {
+    return Buffer.from(await this.#queue(() => readInChunks(length, (at, view) => this.#native.read(segment, offset + at, view))));
   }
 
-  /** Frees the arena (and, for host, removes its files). Safe to call more than once. */
-  release(): void {
-    if (this.#released) return;
-    this.#released = true;
-    this.#call(() => this.#native.release());
+  /** Cancels a running fill and frees the arena (and, for host, removes its files). Every call after the first returns the first's promise. */
+  release(): Promise<void> {
+    this.#released ??= this.#queue(() => this.#native.release());
+    return this.#released;
   }
 
-  #call<T>(fn: () => T): T {
-    try {
-      return fn();
-    } catch (err) {
-      throw asDeviceError(err);
-    }
+  #queue<T>(job: () => Promise<T>): Promise<T> {
+    const next = this.#last.then(job, job);
+    this.#last = next.catch(() => undefined);
+    return next;
   }
 }

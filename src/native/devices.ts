@@ -5,7 +5,7 @@ import { randomUUID } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { hostname, tmpdir } from 'node:os';
 import { DeviceError } from '../errors.js';
-import { addon, asDeviceError, type Backend, type DeviceSlot, type FillOptions } from './addon.js';
+import { addon, type Backend, type DeviceSlot, type FillOptions } from './addon.js';
 import { cudaDevices, cudaProbe } from './cuda.js';
 
 export type { DeviceSlot } from './addon.js';
@@ -31,13 +31,13 @@ export function hostDevices(wanted: number, env: NodeJS.ProcessEnv = process.env
  * The devices of this node's local ranks for the chosen backend. `auto` takes CUDA when a
  * driver and enough GPUs are present, else the host backend, and says which in the log.
  */
-export function localDevices(
+export async function localDevices(
   config: { device: 'auto' | 'cuda' | 'host'; localWorldSize: number; shmDir?: string },
   log: { info: (o: object, msg: string) => void },
-): { devices: DeviceSlot[]; visible: number; shmDir: string } {
+): Promise<{ devices: DeviceSlot[]; visible: number; shmDir: string }> {
   const shmDir = config.shmDir ?? defaultShmDir();
   if (config.device !== 'host') {
-    const probe = cudaProbe();
+    const probe = await cudaProbe();
     if (probe.available && probe.devices.length > 0) {
       const devices = cudaDevices(probe);
       log.info({ backend: 'cuda', driverVersion: probe.driverVersion, gpus: probe.devices.map((d) => ({ uuid: d.uuid, name: d.name, totalBytes: d.totalBytes, freeBytes: d.freeBytes })) }, 'CUDA devices');
@@ -77,13 +77,9 @@ export const COLD_CACHE_SHARE = 0.5;
 const COLD_FILL: FillOptions = { direct: true, chunkBytes: 8 * 2 ** 20, stagingBytes: 128 * 2 ** 20 };
 
 /** Share (0 to 1) of these files' bytes the page cache holds now, from a sample (native/page_cache.h); 1 when they have none. */
-export function cachedShare(paths: readonly string[]): number {
-  try {
-    const { residentBytes, sampledBytes } = addon.pageCacheResidency([...paths]);
-    return sampledBytes === 0 ? 1 : residentBytes / sampledBytes;
-  } catch (err) {
-    throw asDeviceError(err);
-  }
+export async function cachedShare(paths: readonly string[]): Promise<number> {
+  const { residentBytes, sampledBytes } = await addon.pageCacheResidency([...paths]);
+  return sampledBytes === 0 ? 1 : residentBytes / sampledBytes;
 }
 
 /**
@@ -93,10 +89,10 @@ export function cachedShare(paths: readonly string[]): number {
  * in the page cache (`share`, called only then: cachedShare of the files) reads them with
  * O_DIRECT, unless `fill.direct` says otherwise. Host fills always run alone, through the cache.
  */
-export function nodeFillOptions(fill: FillOptions, devices: readonly DeviceSlot[], share: () => number = () => 1): FillOptions {
+export async function nodeFillOptions(fill: FillOptions, devices: readonly DeviceSlot[], share: () => Promise<number> = async () => 1): Promise<FillOptions> {
   if (devices.length === 0 || !devices.every((d) => d.backend === 'cuda')) return fill;
   let out = fill;
-  if (fill.direct === undefined && share() < COLD_CACHE_SHARE) out = { ...COLD_FILL, ...out, direct: true };
+  if (fill.direct === undefined && (await share()) < COLD_CACHE_SHARE) out = { ...COLD_FILL, ...out, direct: true };
   if (devices.length > 1) out = { ...out, group: { id: randomUUID(), size: devices.length } };
   return out;
 }

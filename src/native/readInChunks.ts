@@ -6,9 +6,13 @@
 
 export const READ_CHUNK_BYTES = 1 << 30;
 
-/** A new ArrayBuffer of `length` bytes, filled by `readInto(offset, view)` for each chunk. */
-export function readInChunks(length: number, readInto: (offset: number, view: Uint8Array) => void, chunkBytes = READ_CHUNK_BYTES): ArrayBuffer {
+/** A new ArrayBuffer of `length` bytes, filled by `readInto(offset, view)` for each chunk, one after another. */
+export async function readInChunks(
+  length: number,
+  readInto: (offset: number, view: Uint8Array) => Promise<void>,
+  chunkBytes = READ_CHUNK_BYTES,
+): Promise<ArrayBuffer> {
   const out = new ArrayBuffer(length);
-  for (let at = 0; at < length; at += chunkBytes) readInto(at, new Uint8Array(out, at, Math.min(chunkBytes, length - at)));
+  for (let at = 0; at < length; at += chunkBytes) await readInto(at, new Uint8Array(out, at, Math.min(chunkBytes, length - at)));
   return out;
 }

@@ -65,7 +65,7 @@ test('copy engine flags reach the fill options; --direct-io auto leaves the choi
 
 test('--device cuda without a driver exits 2 like a bad flag', async () => {
   const { cudaProbe } = await import('../../src/native/cuda.js');
-  const probe = cudaProbe();
+  const probe = await cudaProbe();
   if (probe.available) return console.log('  (skipped: this machine has a CUDA driver and GPU)');
   const r = await runCli([...m, '--device', 'cuda']);
   assert.is(r.code, 2, r.stderr);

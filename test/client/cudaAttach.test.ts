@@ -13,7 +13,7 @@ import { exampleModel } from '../helpers/paths.js';
 import { expectedRank } from '../serve/checkpointOracle.js';
 import { runClient, type ClientLanguage } from './runClient.js';
 
-const probe = cudaProbe();
+const probe = await cudaProbe();
 const TP = Math.min(2, probe.devices.length);
 
 interface Described {

@@ -3,8 +3,8 @@
 // something waits for them and checks contexts, pinning and frees, so buffer reuse, ordering
 // and cleanup mistakes show up as wrong bytes, errors or aborts. At exit the fake reports what
 // is still allocated; every scenario must leave nothing behind.
-import { spawnSync } from 'node:child_process';
-import { mkdirSync, rmSync } from 'node:fs';
+import { execFileSync, spawnSync } from 'node:child_process';
+import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { test } from 'uvu';
@@ -29,10 +29,12 @@ interface Run {
   leaks: Record<string, number>;
 }
 
-function scenario(name: string, env: Record<string, string> = {}): Run {
+/** `timeout` (ms) bounds a scenario that would otherwise hang for ever on a broken build. */
+function scenario(name: string, env: Record<string, string> = {}, timeout?: number): Run {
   const child = spawnSync(process.execPath, [scenarioScript, name], {
     cwd: root,
     encoding: 'utf8',
+    timeout,
     env: { ...process.env, LD_LIBRARY_PATH: fakeDir, FAKE_CUDA_REPORT: '1', FAKE_CUDA_DEVICES: '2', ...env },
   });
   assert.is(child.status, 0, `scenario ${name} failed: ${child.stderr}`);
@@ -50,12 +52,12 @@ const noLeaks = { device: 0, pinned: 0, registered: 0, imported: 0, streams: 0, 
 
 test.before(buildFake);
 
-test('without a driver: the probe says why and a cuda device fails with E_CUDA_UNAVAILABLE', () => {
-  const probe = cudaProbe();
+test('without a driver: the probe says why and a cuda device fails with E_CUDA_UNAVAILABLE', async () => {
+  const probe = await cudaProbe();
   if (probe.available) return; // a machine with a real GPU: covered by the GPU tests instead
   assert.match(probe.reason, /libcuda\.so\.1|GPU/);
   assert.equal(probe.devices, []);
-  assert.equal(cudaDevices(), []);
+  assert.equal(cudaDevices(probe), []);
   try {
     new DeviceHandle('cuda', 0);
     assert.unreachable('a cuda device opened without a driver');
@@ -176,6 +178,27 @@ test('a failing memset is a named error that fails the rank and the node, leavin
   assert.is(daemon.state, 'failed');
   assert.match(daemon.message ?? '', /^rank 1 \(local 1\) failed: .*zeroing padding range 0 .*cuMemsetD32Async failed/);
   assert.equal(leaks, noLeaks);
+});
+
+test('blocking calls leave the JS thread free: a probe and reads held in the driver; release() during a read waits for it', () => {
+  const gates = mkdtempSync(join(fakeDir, 'gates-'));
+  try {
+    const env = { FAKE_CUDA_INIT_GATE: join(gates, 'init'), FAKE_CUDA_DTOH_GATE: join(gates, 'dtoh') };
+    for (const fifo of Object.values(env)) execFileSync('mkfifo', [fifo]);
+    // A call that blocked the JS thread would wait at a gate that only the JS thread can open.
+    const { result, leaks } = scenario('inFlight', env, 60_000);
+    const busy = 'DeviceError E_DEVICE_BUSY: an allocate, read or release is still running on this device; await it before the next call';
+    assert.equal(result, {
+      available: true,
+      zeros: true,
+      settled: ['read', 'released'],
+      readAfterRelease: 'DeviceError E_OUT_OF_RANGE: read of 1 bytes at 0 is outside segment 0',
+      busy: { release: busy, info: busy, read: busy },
+    });
+    assert.equal(leaks, noLeaks);
+  } finally {
+    rmSync(gates, { recursive: true, force: true });
+  }
 });
 
 test('IPC: another process opens the exported handle, reads the same bytes, opens are counted', () => {

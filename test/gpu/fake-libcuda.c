@@ -14,6 +14,8 @@
 // FAKE_CUDA_FAULT_DEVICE: waiting on an event of that device's copies runs them, then reports
 // CUDA_ERROR_ILLEGAL_ADDRESS, as an asynchronous fault of a copy would.
 // FAKE_CUDA_FAIL_MEMSET: every cuMemsetD*Async returns CUDA_ERROR_INVALID_VALUE.
+// FAKE_CUDA_INIT_GATE, FAKE_CUDA_DTOH_GATE: a FIFO that cuInit (or each cuMemcpyDtoH) waits on
+// until one byte is written to it, so a test holds a call in flight for as long as it likes.
 // Device memory starts as 0xEE bytes, never zeros, and memsets are queued like copies, so bytes
 // that must be zero are zero only if a memset ran for them.
 #define _GNU_SOURCE
@@ -106,8 +108,19 @@ static void runUpTo(struct stream* st, unsigned long seq) {
 
 #define NEED_CTX() do { if (!initialised) return E_NOT_INIT; if (!current()) return E_INVALID_CONTEXT; } while (0)
 
+// Blocks until a byte is written to the FIFO the variable names (nothing when it is unset).
+static void waitAtGate(const char* variable) {
+  const char* path = getenv(variable);
+  if (!path) return;
+  int fd = open(path, O_RDONLY);
+  char byte;
+  if (fd < 0 || read(fd, &byte, 1) != 1) abort();
+  close(fd);
+}
+
 CUresult cuInit(unsigned flags) {
   (void)flags;
+  waitAtGate("FAKE_CUDA_INIT_GATE");
   if (devices() == 0) return E_NO_DEVICE;
   initialised = 1;
   return OK;
@@ -408,6 +421,7 @@ CUresult cuMemcpy2DAsync_v2(const Memcpy2D* c, struct stream* s) {
   return queue(s, (char*)(uintptr_t)c->dstDevice, c->srcHost, c->WidthInBytes, c->Height, c->srcPitch, c->dstPitch);
 }
 CUresult cuMemcpyDtoH_v2(void* dst, CUdeviceptr src, size_t n) {
+  waitAtGate("FAKE_CUDA_DTOH_GATE");
   NEED_CTX();
   struct alloc* a = findAlloc((void*)(uintptr_t)src, n, K_DEVICE);
   if (!a || a->device != current()->device) return E_INVALID_VALUE;

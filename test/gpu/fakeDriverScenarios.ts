@@ -7,8 +7,11 @@ import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'nod
 import { join } from 'node:path';
 import pino from 'pino';
 import { fileURLToPath } from 'node:url';
+import { setFlagsFromString } from 'node:v8';
+import { runInNewContext } from 'node:vm';
 import { planCheckpoint } from '../../src/checkpoint/planCheckpoint.js';
 import type { CopyOp, ZeroRange } from '../../src/checkpoint/types.js';
+import { addon } from '../../src/native/addon.js';
 import { cudaDevices, cudaProbe, CudaIpcSegment } from '../../src/native/cuda.js';
 import { DeviceHandle, type FillProgress } from '../../src/native/deviceHandle.js';
 import type { FaultInjection } from '../../src/actors/rankMessages.js';
@@ -17,6 +20,9 @@ import { writeArchCheckpoint } from '../helpers/checkpoints.js';
 import { exampleModel, freshSocketDir } from '../helpers/paths.js';
 
 const MiB = 1 << 20;
+
+setFlagsFromString('--expose-gc');
+const gc = runInNewContext('gc') as () => void;
 
 /** The bytes an op must leave in its segment, computed the plain way. */
 export function expectedBytes(file: Buffer, op: CopyOp): Buffer {
@@ -75,16 +81,16 @@ function payload(ops: CopyOp[]): number {
 }
 
 /** Every op's bytes on the device equal the file's, op by op; names the first that differs. */
-function check(device: DeviceHandle, { data, ops }: { data: Buffer[]; ops: CopyOp[] }): void {
-  ops.forEach((op, i) => {
+async function check(device: DeviceHandle, { data, ops }: { data: Buffer[]; ops: CopyOp[] }): Promise<void> {
+  for (const [i, op] of ops.entries()) {
     const want = expectedBytes(data[op.file]!, op);
-    const got = device.read(op.segment, op.dstOffset, want.length);
+    const got = await device.read(op.segment, op.dstOffset, want.length);
     if (!got.equals(want)) {
       let at = 0;
       while (got[at] === want[at]) at++;
       throw new Error(`op ${i} (${JSON.stringify(op)}) differs at byte ${at}`);
     }
-  });
+  }
 }
 
 interface Member {
@@ -129,11 +135,11 @@ async function paddedCheckpoint(): Promise<string> {
 }
 
 /** Names the first zero range that does not read back as zeros. */
-function checkZeros(device: DeviceHandle, ranges: readonly ZeroRange[]): void {
-  ranges.forEach((z, i) => {
-    const at = device.read(z.segment, z.offset, z.bytes).findIndex((b) => b !== 0);
+async function checkZeros(device: DeviceHandle, ranges: readonly ZeroRange[]): Promise<void> {
+  for (const [i, z] of ranges.entries()) {
+    const at = (await device.read(z.segment, z.offset, z.bytes)).findIndex((b) => b !== 0);
     if (at >= 0) throw new Error(`zero range ${i} (${JSON.stringify(z)}) holds a non-zero byte at ${at}`);
-  });
+  }
 }
 
 /** The daemon at tp=2 on the fake GPUs, serving the padded vllm layout: its outcome and message. */
@@ -152,15 +158,16 @@ async function serveDaemon(model: string): Promise<{ state: string; message?: st
 
 const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
   async probe() {
-    return { probe: cudaProbe(), slots: cudaDevices() };
+    const probe = await cudaProbe();
+    return { probe, slots: cudaDevices(probe) };
   },
 
   /** Every mode, with and without O_DIRECT, with small buffers (many reuses) and the defaults. */
   async fill() {
     const fx = makeFixture();
     try {
-      const device = new DeviceHandle('cuda', 1, { uuid: cudaDevices()[1]!.uuid });
-      device.allocate(fx.segments);
+      const device = new DeviceHandle('cuda', 1, { uuid: cudaDevices(await cudaProbe())[1]!.uuid });
+      await device.allocate(fx.segments);
       const runs = [];
       const small = { threads: 3, chunkBytes: MiB, stagingBytes: 4 * MiB };
       for (const options of [
@@ -177,10 +184,10 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
           last = p.bytes;
         });
         if (r.bytes !== payload(fx.ops)) throw new Error(`fill reported ${r.bytes} bytes, expected ${payload(fx.ops)}`);
-        check(device, fx);
+        await check(device, fx);
         runs.push(options);
       }
-      device.release();
+      await device.release();
       return { runs: runs.length };
     } finally {
       rmSync(fx.dir, { recursive: true, force: true });
@@ -198,7 +205,7 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
       await capture('fillBeforeAllocate', () => device.fill(fx.paths, fx.ops, 0, {}));
       await capture('tooBig', () => device.allocate([800 * MiB, 800 * MiB]));
       const before = device.info().freeBytes;
-      device.allocate(fx.segments);
+      await device.allocate(fx.segments);
       codes.freeDrop = String(before - device.info().freeBytes);
       await capture('twice', () => device.allocate([MiB]));
       await capture('badMode', () => device.fill(fx.paths, fx.ops, 0, { mode: 'mmap' as never }));
@@ -210,9 +217,9 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
       device.cancelFill();
       await capture('cancel', () => filling);
       await device.fill(fx.paths, fx.ops, 0, {});
-      check(device, fx);
-      device.release();
-      device.release();
+      await check(device, fx);
+      await device.release();
+      await device.release();
       return codes;
     } finally {
       rmSync(fx.dir, { recursive: true, force: true });
@@ -229,8 +236,8 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
     try {
       const [d0, d1] = [0, 1].map((i) => new DeviceHandle('cuda', i));
       const members = groupMembers(fx);
-      d0!.allocate(fx.segments);
-      d1!.allocate(fx.segments);
+      await d0!.allocate(fx.segments);
+      await d1!.allocate(fx.segments);
       const small = { threads: 3, chunkBytes: MiB, stagingBytes: 4 * MiB };
       const runs = [];
       for (const options of [
@@ -245,12 +252,12 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
         results.forEach((r, i) => {
           if (r.bytes !== payload(members[i]!.ops)) throw new Error(`GPU ${i} reported ${r.bytes} bytes, expected ${payload(members[i]!.ops)}`);
         });
-        check(d0!, members[0]!);
-        check(d1!, members[1]!);
+        await check(d0!, members[0]!);
+        await check(d1!, members[1]!);
         runs.push(options);
       }
-      d0!.release();
-      d1!.release();
+      await d0!.release();
+      await d1!.release();
       return { runs: runs.length };
     } finally {
       rmSync(fx.dir, { recursive: true, force: true });
@@ -265,8 +272,8 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
     try {
       const [d0, d1] = [0, 1].map((i) => new DeviceHandle('cuda', i));
       const members = groupMembers(fx);
-      d0!.allocate(fx.segments);
-      d1!.allocate(fx.segments);
+      await d0!.allocate(fx.segments);
+      await d1!.allocate(fx.segments);
       const fill = (d: DeviceHandle, i: number, group: { id: string; size: number }, ops = members[i]!.ops, onProgress?: (p: FillProgress) => void) =>
         d.fill(members[i]!.paths, ops, 0, { group }, onProgress);
       // GPU 0 must have joined (and so sized the group) before GPU 1 arrives: its fill runs on a
@@ -298,10 +305,10 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
       ]);
       // Both devices still fill correctly afterwards.
       await Promise.all([fill(d0!, 0, { id: 'after', size: 2 }), fill(d1!, 1, { id: 'after', size: 2 })]);
-      check(d0!, members[0]!);
-      check(d1!, members[1]!);
-      d0!.release();
-      d1!.release();
+      await check(d0!, members[0]!);
+      await check(d1!, members[1]!);
+      await d0!.release();
+      await d1!.release();
       return codes;
     } finally {
       rmSync(fx.dir, { recursive: true, force: true });
@@ -337,8 +344,8 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
     try {
       const [d0, d1] = [0, 1].map((i) => new DeviceHandle('cuda', i));
       const members = groupMembers(fx);
-      d0!.allocate(fx.segments);
-      d1!.allocate(fx.segments);
+      await d0!.allocate(fx.segments);
+      await d1!.allocate(fx.segments);
       const group = { id: 'fault', size: 2 };
       await Promise.all([
         outcome(() => d0!.fill(members[0]!.paths, members[0]!.ops, 0, { group })).then((o) => (codes.groupOther = o)),
@@ -346,8 +353,8 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
       ]);
       codes.alone = await outcome(() => d1!.fill(members[1]!.paths, members[1]!.ops, 0, {}));
       codes.healthy = await outcome(() => d0!.fill(members[0]!.paths, members[0]!.ops, 0, {}));
-      d0!.release();
-      d1!.release();
+      await d0!.release();
+      await d1!.release();
       return codes;
     } finally {
       rmSync(fx.dir, { recursive: true, force: true });
@@ -366,24 +373,24 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
       const zeroBytes: number[] = [];
       for (const rank of plan.ranks) {
         const device = new DeviceHandle('cuda', rank.tpRank);
-        device.allocate(rank.segments);
+        await device.allocate(rank.segments);
         await device.fill(rank.files, rank.ops, rank.totalBytes, { zeroRanges: rank.zeroRanges });
-        checkZeros(device, rank.zeroRanges);
-        check(device, { data: rank.files.map((f) => readFileSync(f)), ops: rank.ops });
+        await checkZeros(device, rank.zeroRanges);
+        await check(device, { data: rank.files.map((f) => readFileSync(f)), ops: rank.ops });
         zeroBytes.push(rank.zeroRanges.reduce((n, z) => n + z.bytes, 0));
-        device.release();
+        await device.release();
       }
       // Only the ranges are written: the bytes around them keep the fake's 0xEE.
       const device = new DeviceHandle('cuda', 0);
-      device.allocate([MiB]);
+      await device.allocate([MiB]);
       const ranges = [{ segment: 0, offset: 3, bytes: 5 }, { segment: 0, offset: 4096, bytes: 4096 }];
       await device.fill([], [], 0, { zeroRanges: ranges });
-      checkZeros(device, ranges);
-      const around = [...device.read(0, 0, 3), ...device.read(0, 8, 4088), ...device.read(0, 8192, 4096)];
+      await checkZeros(device, ranges);
+      const around = [...(await device.read(0, 0, 3)), ...(await device.read(0, 8, 4088)), ...(await device.read(0, 8192, 4096))];
       const untouched = around.every((b) => b === 0xee);
       const outside = await outcome(() => device.fill([], [], 0, { zeroRanges: [{ segment: 0, offset: MiB - 1, bytes: 2 }] }));
       const segment = await outcome(() => device.fill([], [], 0, { zeroRanges: [{ segment: 2 ** 32, offset: 0, bytes: 1 }] }));
-      device.release();
+      await device.release();
       return { zeroBytes, untouched, outside, segment, daemon: await serveDaemon(dir) };
     } finally {
       rmSync(dir, { recursive: true, force: true });
@@ -397,16 +404,53 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
       const plan = await planCheckpoint(dir, { tpSize: 2, layouts: ['vllm'] });
       const rank = plan.ranks[1]!;
       const device = new DeviceHandle('cuda', 1);
-      device.allocate(rank.segments);
+      await device.allocate(rank.segments);
       const alone = await outcome(() => device.fill(rank.files, rank.ops, rank.totalBytes, { zeroRanges: rank.zeroRanges }));
       // The device stays usable: a fill without padding still lands.
       await device.fill(rank.files, rank.ops, rank.totalBytes, {});
-      check(device, { data: rank.files.map((f) => readFileSync(f)), ops: rank.ops });
-      device.release();
+      await check(device, { data: rank.files.map((f) => readFileSync(f)), ops: rank.ops });
+      await device.release();
       return { alone, daemon: await serveDaemon(dir) };
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
+  },
+
+  /**
+   * Run with FAKE_CUDA_INIT_GATE and FAKE_CUDA_DTOH_GATE (FIFOs the fake's cuInit and
+   * cuMemcpyDtoH wait on): the probe and reads held in the driver leave the JS thread free to
+   * open the gates; a release() asked for during a read waits for it; the raw device refuses
+   * every other call while a read runs, and keeps the read's buffer alive through a collection.
+   */
+  async inFlight() {
+    // Returns once the native side has opened the FIFO: a call that blocked the JS thread would
+    // never let this line run.
+    const openGate = (name: string) => writeFileSync(process.env[name]!, 'x');
+    const probing = cudaProbe();
+    openGate('FAKE_CUDA_INIT_GATE');
+    const probe = await probing;
+
+    const device = new DeviceHandle('cuda', 0);
+    await device.allocate([MiB]);
+    await device.fill([], [], 0, { zeroRanges: [{ segment: 0, offset: 0, bytes: MiB }] });
+    const settled: string[] = [];
+    const reading = device.read(0, 0, MiB).then((b) => (settled.push('read'), b));
+    const releasing = device.release().then(() => settled.push('released'));
+    await new Promise(setImmediate); // the handle calls the addon from a microtask: all have run by now
+    openGate('FAKE_CUDA_DTOH_GATE');
+    const bytes = await reading;
+    await releasing;
+    const readAfterRelease = await outcome(() => device.read(0, 0, 1));
+
+    const raw = new addon.Device('cuda', 1, {});
+    await raw.allocate([MiB]);
+    const rawRead = raw.read(0, 0, new Uint8Array(MiB)); // the job's pin is the buffer's only reference
+    gc();
+    const busy = { release: await outcome(() => raw.release()), info: await outcome(() => raw.info()), read: await outcome(() => raw.read(0, 0, new Uint8Array(1))) };
+    openGate('FAKE_CUDA_DTOH_GATE');
+    await rawRead;
+    await raw.release();
+    return { available: probe.available, zeros: bytes.every((b) => b === 0), settled, readAfterRelease, busy };
   },
 
   /** Exports, then has another process open the handles and compare bytes. */
@@ -414,7 +458,7 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
     const fx = makeFixture();
     try {
       const device = new DeviceHandle('cuda', 0);
-      device.allocate(fx.segments);
+      await device.allocate(fx.segments);
       await device.fill(fx.paths, fx.ops, 0, {});
       const exported = device.exportSegments();
       let sameProcess = 'opened';
@@ -431,7 +475,7 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
       const child = spawnSync(process.execPath, [self, 'ipcClient', exported[0]!.handle, String(op.dstOffset), wantPath], {
         encoding: 'utf8',
       });
-      device.release();
+      await device.release();
       if (child.status !== 0) throw new Error(`client failed (${child.status ?? child.signal ?? child.error}): ${child.stderr}`);
       return { sameProcess, client: JSON.parse(child.stdout.trim().split('\n').pop()!) };
     } finally {
@@ -451,12 +495,12 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
       const marks = [0, 2 ** 31 - 2048, bytes - 4096];
       const ops = marks.map((dstOffset, i): CopyOp => ({ file: 0, segment: 0, srcOffset: i * 4096, dstOffset, rows: 1, rowBytes: 4096, srcPitch: 0 }));
       const device = new DeviceHandle('cuda', 0);
-      device.allocate([bytes]);
+      await device.allocate([bytes]);
       await device.fill(fx.paths, ops, 0, {});
       const wantPath = join(fx.dir, 'want.bin');
       writeFileSync(wantPath, fx.data[0]!.subarray(0, 3 * 4096));
       const child = spawnSync(process.execPath, [fileURLToPath(import.meta.url), 'bigCopyClient', device.exportSegments()[0]!.handle, JSON.stringify(marks), wantPath], { encoding: 'utf8' });
-      device.release();
+      await device.release();
       if (child.status !== 0) throw new Error(`client failed (${child.status ?? child.signal ?? child.error}): ${child.stderr}`);
       return JSON.parse(child.stdout.trim().split('\n').pop()!);
     } finally {
@@ -468,7 +512,7 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
     const want = readFileSync(wantPath!);
     const seg = CudaIpcSegment.open(0, handle!);
     try {
-      const all = new Uint8Array(seg.read(0, seg.bytes));
+      const all = new Uint8Array(await seg.read(0, seg.bytes));
       const arrived = (JSON.parse(marks!) as number[]).map((at, i) => Buffer.from(all.buffer, at, 4096).equals(want.subarray(i * 4096, (i + 1) * 4096)));
       return { bytes: all.byteLength, arrived };
     } finally {
@@ -480,21 +524,21 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
     const want = readFileSync(wantPath!);
     const seg = CudaIpcSegment.open(0, handle!);
     const again = CudaIpcSegment.open(0, handle!);
-    const equal = Buffer.from(seg.read(Number(offset), want.length)).equals(want);
+    const equal = Buffer.from(await seg.read(Number(offset), want.length)).equals(want);
     let outOfRange = 'read';
     try {
-      seg.read(seg.bytes - 1, 2);
+      await seg.read(seg.bytes - 1, 2);
     } catch (err) {
       outOfRange = (err as { code: string }).code;
     }
     seg.close();
     seg.close();
     // Opens are counted: the second one still maps the segment after the first is closed.
-    const stillOpen = Buffer.from(again.read(Number(offset), want.length)).equals(want);
+    const stillOpen = Buffer.from(await again.read(Number(offset), want.length)).equals(want);
     again.close();
     let afterClose = 'read';
     try {
-      again.read(0, 1);
+      await again.read(0, 1);
     } catch (err) {
       afterClose = (err as { code: string }).code;
     }

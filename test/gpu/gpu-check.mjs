@@ -43,7 +43,7 @@ function runJson(cmd, argv) {
 
 mkdirSync(args.work, { recursive: true });
 try {
-  const probe = cudaProbe();
+  const probe = await cudaProbe();
   record('cudaProbe sees a GPU', probe.available, { reason: probe.reason, driverVersion: probe.driverVersion, devices: probe.devices.map((d) => `${d.uuid} ${d.name}`) });
   if (!probe.available) throw new Error('no GPU');
   const headers = await readCheckpoint(args.ckpt);
@@ -90,7 +90,7 @@ try {
   writeFileSync(plan1Path, JSON.stringify(plan1));
   const device = new DeviceHandle('cuda', 0);
   try {
-    device.allocate([plan1.segmentBytes]);
+    await device.allocate([plan1.segmentBytes]);
     await device.fill(plan1.files, plan1.ops, plan1.payloadBytes, {});
     const [segment] = device.exportSegments();
     record('export gives one 64-byte handle per segment', Buffer.from(segment.handle, 'base64').length === 64, { bytes: segment.bytes });
@@ -99,7 +99,7 @@ try {
     const ts = runJson(process.execPath, [here('./ipc-client.mjs'), '--handle', segment.handle, '--plan', plan1Path]);
     record('TypeScript client (CudaIpcSegment) reads the checkpoint bytes', ts.status === 0 && ts.result?.ok === true, ts.result ?? ts.stderr);
   } finally {
-    device.release();
+    await device.release();
   }
 } catch (err) {
   record('gpu-check ran to the end', false, { message: err.message, stack: err.stack });

@@ -24,7 +24,7 @@ for (const t of picked) {
   const fd = openSync(t.path, 'r');
   readSync(fd, want, 0, t.bytes, t.begin);
   closeSync(fd);
-  if (!Buffer.from(seg.read(t.offset, t.bytes)).equals(want)) bad.push(t.name);
+  if (!Buffer.from(await seg.read(t.offset, t.bytes)).equals(want)) bad.push(t.name);
   checkedBytes += t.bytes;
 }
 seg.close();

@@ -14,12 +14,12 @@ test('a fill zeroes exactly its zero ranges, over bytes an earlier fill wrote', 
   try {
     const file = join(dir, 'data');
     writeFileSync(file, Buffer.alloc(8192, 0xab));
-    device.allocate([8192]);
+    await device.allocate([8192]);
     const all = { file: 0, segment: 0, srcOffset: 0, dstOffset: 0, rows: 1, rowBytes: 8192, srcPitch: 0 };
     await device.fill([file], [all], 8192, {});
     const ranges = [{ segment: 0, offset: 3, bytes: 5 }, { segment: 0, offset: 4096, bytes: 256 }];
     await device.fill([file], [], 0, { zeroRanges: ranges });
-    const got = device.read(0, 0, 8192);
+    const got = await device.read(0, 0, 8192);
     const zero = (i: number): boolean => ranges.some((z) => i >= z.offset && i < z.offset + z.bytes);
     const wrong = [...got].findIndex((b, i) => b !== (zero(i) ? 0 : 0xab));
     assert.is(wrong, -1, `byte ${wrong} is ${got[wrong]}`);
@@ -31,7 +31,7 @@ test('a fill zeroes exactly its zero ranges, over bytes an earlier fill wrote', 
       assert.match((err as Error).message, 'zero range 0 (1 bytes at 0 of segment 1) is outside the arena of 1 segment(s)');
     }
   } finally {
-    device.release();
+    await device.release();
     rmSync(dir, { recursive: true, force: true });
   }
 });

@@ -8,18 +8,19 @@ import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
+import { DeviceError } from '../../src/errors.js';
 import { addon } from '../../src/native/addon.js';
 import { cachedShare, nodeFillOptions, type DeviceSlot } from '../../src/native/devices.js';
 import { repoRoot } from '../helpers/paths.js';
 
 const gpu = (index: number): DeviceSlot => ({ backend: 'cuda', index, uuid: `GPU-${index}` });
 const host = (index: number): DeviceSlot => ({ backend: 'host', index, uuid: `host-${index}` });
-const warm = () => 1;
-const cold = () => 0.1;
+const warm = async () => 1;
+const cold = async () => 0.1;
 
-test('two or more GPUs get one group with a fresh id and the device count as its size', () => {
-  const a = nodeFillOptions({ threads: 12 }, [gpu(0), gpu(1)], warm);
-  const b = nodeFillOptions({ threads: 12 }, [gpu(0), gpu(1)], warm);
+test('two or more GPUs get one group with a fresh id and the device count as its size', async () => {
+  const a = await nodeFillOptions({ threads: 12 }, [gpu(0), gpu(1)], warm);
+  const b = await nodeFillOptions({ threads: 12 }, [gpu(0), gpu(1)], warm);
   assert.is(a.threads, 12);
   assert.is(a.group?.size, 2);
   assert.match(a.group!.id, /^[0-9a-f-]{36}$/);
@@ -27,25 +28,25 @@ test('two or more GPUs get one group with a fresh id and the device count as its
   assert.is(a.direct, undefined, 'a warm cache is read through the cache');
 });
 
-test('one warm GPU, or host devices (warm or cold), fill alone with the options unchanged', () => {
+test('one warm GPU, or host devices (warm or cold), fill alone with the options unchanged', async () => {
   const options = { chunkBytes: 4 << 20 };
-  assert.is(nodeFillOptions(options, [gpu(0)], warm), options);
+  assert.is(await nodeFillOptions(options, [gpu(0)], warm), options);
   let asked = false;
-  assert.is(nodeFillOptions(options, [host(0), host(1)], () => ((asked = true), 0)), options);
+  assert.is(await nodeFillOptions(options, [host(0), host(1)], async () => ((asked = true), 0)), options);
   assert.not.ok(asked, 'the page cache is not even looked at for host devices');
 });
 
-test('a cold cuda load reads with O_DIRECT in 8 MiB chunks, unless the options say otherwise', () => {
-  assert.equal(nodeFillOptions({}, [gpu(0)], cold), { direct: true, chunkBytes: 8 << 20, stagingBytes: 128 << 20 });
-  const two = nodeFillOptions({ threads: 4, chunkBytes: 4 << 20 }, [gpu(0), gpu(1)], cold);
+test('a cold cuda load reads with O_DIRECT in 8 MiB chunks, unless the options say otherwise', async () => {
+  assert.equal(await nodeFillOptions({}, [gpu(0)], cold), { direct: true, chunkBytes: 8 << 20, stagingBytes: 128 << 20 });
+  const two = await nodeFillOptions({ threads: 4, chunkBytes: 4 << 20 }, [gpu(0), gpu(1)], cold);
   assert.equal({ ...two, group: undefined }, { direct: true, chunkBytes: 4 << 20, stagingBytes: 128 << 20, threads: 4, group: undefined });
   assert.is(two.group?.size, 2);
   let asked = false;
-  assert.equal(nodeFillOptions({ direct: false }, [gpu(0)], () => ((asked = true), 0)), { direct: false });
+  assert.equal(await nodeFillOptions({ direct: false }, [gpu(0)], async () => ((asked = true), 0)), { direct: false });
   assert.not.ok(asked, 'an explicit choice is not second-guessed');
 });
 
-test('cachedShare sees a freshly written file in the cache, and out of it once dropped', () => {
+test('cachedShare sees a freshly written file in the cache, and out of it once dropped', async () => {
   // On the repository's disk: tmpfs pages are always resident.
   mkdirSync(join(repoRoot, 'test', 'artifacts'), { recursive: true });
   const dir = mkdtempSync(join(repoRoot, 'test', 'artifacts', 'cache-'));
@@ -55,18 +56,23 @@ test('cachedShare sees a freshly written file in the cache, and out of it once d
     const fd = openSync(path, 'r');
     fsyncSync(fd); // dirty pages cannot be dropped
     closeSync(fd);
-    assert.ok(cachedShare([path]) > 0.9, `just written: ${cachedShare([path])}`);
+    const written = await cachedShare([path]);
+    assert.ok(written > 0.9, `just written: ${written}`);
     // dd's nocache flag asks the kernel to drop the file's clean pages (posix_fadvise DONTNEED).
     execFileSync('dd', [`if=${path}`, 'iflag=nocache', 'count=0', 'status=none']);
-    assert.ok(cachedShare([path]) < 0.1, `dropped: ${cachedShare([path])}`);
-    assert.is(cachedShare([]), 1, 'no bytes: nothing to read cold');
-    assert.throws(() => cachedShare([join(dir, 'missing.bin')]), (e: Error & { code?: string }) => e.code === 'E_FILE_OPEN' && /missing\.bin/.test(e.message));
+    const dropped = await cachedShare([path]);
+    assert.ok(dropped < 0.1, `dropped: ${dropped}`);
+    assert.is(await cachedShare([]), 1, 'no bytes: nothing to read cold');
+    const missing = await cachedShare([join(dir, 'missing.bin')]).then(() => undefined, (e: unknown) => e);
+    assert.instance(missing, DeviceError);
+    assert.is((missing as DeviceError).code, 'E_FILE_OPEN');
+    assert.match((missing as Error).message, /missing\.bin/);
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
 });
 
-test('the residency scan samples a 1 MiB window of every 64 MiB of a large file, and all of a small one', () => {
+test('the residency scan samples a 1 MiB window of every 64 MiB of a large file, and all of a small one', async () => {
   const dir = mkdtempSync(join(tmpdir(), 'weightd-residency-'));
   try {
     const large = join(dir, 'large.bin');
@@ -74,7 +80,7 @@ test('the residency scan samples a 1 MiB window of every 64 MiB of a large file,
     writeFileSync(large, '');
     truncateSync(large, 256 * 2 ** 20 + 12345); // sparse: nothing to write or read
     writeFileSync(small, randomBytes(100_000));
-    const r = addon.pageCacheResidency([large, small]);
+    const r = await addon.pageCacheResidency([large, small]);
     assert.is(r.totalBytes, 256 * 2 ** 20 + 12345 + 100_000);
     // 4 whole strides and a 12345-byte tail, each with one window; the small file whole.
     assert.is(r.sampledBytes, 4 * 2 ** 20 + 12345 + 100_000);

@@ -56,7 +56,7 @@ const scenarios: Record<string, (dir: string) => Promise<unknown>> = {
   async threads(dir) {
     const { paths, ops, total } = fixture(dir, 16, 64 << 10);
     const device = new DeviceHandle('host', 0, { uuid: `limits-${process.pid}`, shmDir: dir });
-    device.allocate([total]);
+    await device.allocate([total]);
     // libuv starts its thread pool on first use: it must exist before the limit, or Node aborts.
     await stat(dir);
     const out: Record<string, string> = {};
@@ -67,19 +67,19 @@ const scenarios: Record<string, (dir: string) => Promise<unknown>> = {
     out.fillThread = await outcome(() => device.fill(paths, ops, total, { threads: 8, chunkBytes: 64 << 10 }));
     await limitThreads('restore');
     out.after = await outcome(() => device.fill(paths, ops, total, { threads: 8, chunkBytes: 64 << 10 }));
-    out.bytes = String(device.read(0, 15 << 16, 1)[0]);
-    device.release();
+    out.bytes = String((await device.read(0, 15 << 16, 1))[0]);
+    await device.release();
     return out;
   },
   async files(dir) {
     const { paths, ops, total } = fixture(dir, 1000, 4096);
     const device = new DeviceHandle('host', 0, { uuid: `limits-${process.pid}`, shmDir: dir });
-    device.allocate([total]);
+    await device.allocate([total]);
     const result = await outcome(() => device.fill(paths, ops, total, { threads: 4 }));
-    const last = device.read(0, 999 * 4096, 1)[0];
-    device.release();
+    const last = (await device.read(0, 999 * 4096, 1))[0];
+    await device.release();
     const residency = await outcome(() => addon.pageCacheResidency(paths));
-    return { result, last, residency, totalBytes: addon.pageCacheResidency(paths).totalBytes };
+    return { result, last, residency, totalBytes: (await addon.pageCacheResidency(paths)).totalBytes };
   },
 };
 

@@ -27,17 +27,17 @@ test('removes only this namespace\'s segments of dead daemons', () => {
   }
 });
 
-test('the addon names its segments so that the sweep recognises them, and keeps a live one', () => {
+test('the addon names its segments so that the sweep recognises them, and keeps a live one', async () => {
   const dir = freshShmDir();
   const device = new DeviceHandle('host', 0, { uuid: 'host-sweep-0', shmDir: dir });
   try {
-    device.allocate([4096]);
+    await device.allocate([4096]);
     const [segment] = device.exportSegments();
     assert.match(segment!.handle, new RegExp(`/weightd-${process.pid}-${pidNamespaceId()}-host-sweep-0-[0-9a-f]{16}-s0$`));
     assert.equal(sweepStaleSegments(dir), [], 'this process is alive');
     assert.ok(existsSync(segment!.handle));
   } finally {
-    device.release();
+    await device.release();
     rmSync(dir, { recursive: true, force: true });
   }
 });

@@ -16,12 +16,12 @@ export async function loadServedRank(modelDir: string, device: { uuid: string; s
   const rank = plan.ranks[0]!;
   const handle = new DeviceHandle('host', 0, device);
   try {
-    handle.allocate(rank.segments);
+    await handle.allocate(rank.segments);
     await handle.fill(rank.files, rank.ops, rank.totalBytes, {});
     const served = toServedRank({ plan, globalRank: 0, localRank: 0, nodeRank: 0, nnodes: 1, backend: 'host', device: handle.info(), segments: handle.exportSegments() });
     return { served, device: handle };
   } catch (err) {
-    handle.release();
+    await handle.release();
     throw err;
   }
 }

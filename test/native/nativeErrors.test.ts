@@ -1,0 +1,65 @@
+// Native failures arrive as weightd's DeviceError, made by the addon itself (one factory,
+// native/addon.cpp makeError), with the C++ code: thrown by a synchronous call, rejected by an
+// asynchronous one (with the caller's stack), reported by a fill. The codes the C++ raises are the
+// codes src/errors.ts lists, and a code it does not list does not compile.
+import { readdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import { DeviceError, NATIVE_ERROR_CODES } from '../../src/errors.js';
+import { addon } from '../../src/native/addon.js';
+import { freshShmDir, repoRoot } from '../helpers/paths.js';
+
+test('a synchronous call throws a DeviceError with the C++ code', () => {
+  try {
+    addon.mapShared('/nonexistent-weightd-segment', 4096);
+    assert.unreachable('a missing segment was mapped');
+  } catch (err) {
+    assert.instance(err, DeviceError);
+    assert.is((err as DeviceError).code, 'E_SHM_OPEN');
+    assert.is((err as DeviceError).name, 'DeviceError');
+  }
+});
+
+test('an asynchronous call rejects with a DeviceError whose stack names the caller', async function residencyOfAMissingFile() {
+  const err = await addon.pageCacheResidency(['/nonexistent-weightd-file']).then(() => undefined, (e: unknown) => e);
+  assert.instance(err, DeviceError);
+  assert.is((err as DeviceError).code, 'E_FILE_OPEN');
+  assert.match((err as Error).stack!, /^DeviceError: cannot open/);
+  assert.match((err as Error).stack!, /nativeErrors\.test\.js/);
+});
+
+test("a fill's failure is a DeviceError", async () => {
+  const dir = freshShmDir();
+  const device = new addon.Device('host', 0, { uuid: `errors-${process.pid}`, shmDir: dir });
+  try {
+    await device.allocate([4096]);
+    device.startFill([join(dir, 'missing')], new Float64Array([0, 0, 0, 0, 1, 16, 0]), new Float64Array(), {});
+    let status = device.fillStatus();
+    while (!status.done) {
+      await new Promise(setImmediate);
+      status = device.fillStatus();
+    }
+    assert.instance(status.error, DeviceError);
+    assert.is(status.error!.code, 'E_FILE_OPEN');
+  } finally {
+    await device.release();
+  }
+});
+
+test('NATIVE_ERROR_CODES lists exactly the codes the C++ source raises', () => {
+  const dir = join(repoRoot, 'native');
+  const inSource = new Set<string>();
+  for (const name of readdirSync(dir)) {
+    for (const m of readFileSync(join(dir, name), 'utf8').matchAll(/"(E_[A-Z0-9_]+)"/g)) inSource.add(m[1]!);
+  }
+  assert.equal([...inSource].sort(), [...NATIVE_ERROR_CODES].sort());
+});
+
+test('a code that is not listed does not compile', () => {
+  // @ts-expect-error: E_NO_SUCH_CODE is not an ErrorCode (the build fails if this line compiles)
+  const err = new DeviceError('E_NO_SUCH_CODE', 'a typo');
+  assert.is(err.code, 'E_NO_SUCH_CODE');
+});
+
+test.run();
