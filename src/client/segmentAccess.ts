@@ -1,7 +1,8 @@
 // Opening a rank's segments in this process, per backend. host: each segment is a shared-memory
 // file, mapped read-only (the addon checks it belongs to this user). cuda: each segment is one
 // legacy CUDA IPC handle, opened once per segment, not per tensor, so attach time does not grow
-// with the tensor count.
+// with the tensor count. The addon is loaded here, on the first mapping, not when the client is
+// imported (src/native/addon.ts says why).
 import { DeviceError, ProtocolError } from '../errors.js';
 import { addon } from '../native/addon.js';
 import { CudaIpcSegment, cudaProbe } from '../native/cuda.js';
@@ -50,10 +51,10 @@ export interface OpenedHost {
 export function openHost(state: StateReply, copy: boolean): OpenedHost {
   const buffers: ArrayBuffer[] = [];
   const close = () => {
-    for (const b of buffers.splice(0)) addon.unmapShared(b);
+    for (const b of buffers.splice(0)) addon().unmapShared(b);
   };
   try {
-    for (const s of [...state.segments].sort((a, b) => a.segment - b.segment)) buffers[s.segment] = addon.mapShared(s.handle, s.bytes);
+    for (const s of [...state.segments].sort((a, b) => a.segment - b.segment)) buffers[s.segment] = addon().mapShared(s.handle, s.bytes);
     const tensors = byName(state, (t) => {
       const view = tensorArray(t, segmentOf(buffers, t));
       return { dtype: t.dtype, shape: t.shape, data: copy ? view.slice() : view };

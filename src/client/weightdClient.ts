@@ -211,7 +211,7 @@ export class WeightdClient {
   #checkPeer(socket: Socket): void {
     const fd = (socket as unknown as { _handle?: { fd?: number } })._handle?.fd;
     if (fd === undefined || fd < 0) throw new ServeError('E_PEER', `cannot check who serves ${this.socketPath}: the socket has no descriptor`);
-    const peer = addon.peerCredentials(fd);
+    const peer = addon().peerCredentials(fd);
     const uid = process.getuid!();
     if (peer.uid !== uid) {
       throw new ServeError('E_PEER', `socket ${this.socketPath} is served by uid ${peer.uid} (pid ${peer.pid}), not by this user (uid ${uid}); refusing it`, { peerUid: peer.uid });

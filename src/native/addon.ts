@@ -172,4 +172,15 @@ function load(): Addon {
   return binding;
 }
 
-export const addon: Addon = load();
+let loaded: Addon | undefined;
+
+/**
+ * The addon, loaded on first use. Lazily rather than as a second, client-only binary: a client
+ * that never maps memory (or `weightd --help`) then loads no native code at all, while one that
+ * does needs the same CUDA driver loader, errors and build as the daemon, which one binary
+ * keeps in one place. A missing addon fails the first call that needs it, with E_ADDON_LOAD.
+ */
+export function addon(): Addon {
+  loaded ??= load();
+  return loaded;
+}

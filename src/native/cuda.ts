@@ -10,7 +10,7 @@ import { readInChunks } from './readInChunks.js';
  * first call runs cuInit, on a libuv thread.
  */
 export function cudaProbe(): Promise<CudaProbe> {
-  return addon.cudaProbe();
+  return addon().cudaProbe();
 }
 
 /**
@@ -20,12 +20,12 @@ export function cudaProbe(): Promise<CudaProbe> {
  * Call releaseWarmCuda() once the ranks hold their own contexts, or have failed.
  */
 export function warmCuda(devices: number): Promise<void> {
-  return addon.warmCuda(devices);
+  return addon().warmCuda(devices);
 }
 
 /** Drops warmCuda's context references (and any it takes later). */
 export function releaseWarmCuda(): void {
-  addon.releaseWarmCuda();
+  addon().releaseWarmCuda();
 }
 
 /**
@@ -55,19 +55,19 @@ export class CudaIpcSegment {
   }
 
   static open(deviceIndex: number, handle: string): CudaIpcSegment {
-    const m = addon.cudaOpenIpc(deviceIndex, handle);
+    const m = addon().cudaOpenIpc(deviceIndex, handle);
     return new CudaIpcSegment(deviceIndex, m.pointer, m.bytes);
   }
 
   /** Copies `length` bytes at `offset` of the segment into a new, exactly sized ArrayBuffer (any size). */
   read(offset: number, length: number): Promise<ArrayBuffer> {
-    return readInChunks(length, (at, view) => addon.cudaReadDevice(this.deviceIndex, this.pointer, offset + at, view));
+    return readInChunks(length, (at, view) => addon().cudaReadDevice(this.deviceIndex, this.pointer, offset + at, view));
   }
 
   /** Unmaps the segment. Safe to call more than once. */
   close(): void {
     if (!this.#open) return;
     this.#open = false;
-    addon.cudaCloseIpc(this.pointer);
+    addon().cudaCloseIpc(this.pointer);
   }
 }

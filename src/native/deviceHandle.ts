@@ -54,7 +54,7 @@ export class DeviceHandle {
   #released: Promise<void> | undefined;
 
   constructor(backend: Backend, index: number, options: { uuid?: string; shmDir?: string } = {}) {
-    this.#native = new addon.Device(backend, index, options);
+    this.#native = new (addon().Device)(backend, index, options);
   }
 
   info(): DeviceInfo {

@@ -78,7 +78,7 @@ const COLD_FILL: FillOptions = { direct: true, chunkBytes: 8 * 2 ** 20, stagingB
 
 /** Share (0 to 1) of these files' bytes the page cache holds now, from a sample (native/page_cache.h); 1 when they have none. */
 export async function cachedShare(paths: readonly string[]): Promise<number> {
-  const { residentBytes, sampledBytes } = await addon.pageCacheResidency([...paths]);
+  const { residentBytes, sampledBytes } = await addon().pageCacheResidency([...paths]);
   return sampledBytes === 0 ? 1 : residentBytes / sampledBytes;
 }
 

@@ -317,7 +317,7 @@ export class RankServer implements ConnectionHandler {
     let peer;
     try {
       if (fd === undefined || fd < 0) throw new Error('the socket has no file descriptor');
-      peer = addon.peerCredentials(fd);
+      peer = addon().peerCredentials(fd);
     } catch (err) {
       this.#peerLog.allow(() => this.#log.warn({ err: (err as Error).message }, 'cannot read the peer credentials of a client: refused it'));
       socket.destroy();

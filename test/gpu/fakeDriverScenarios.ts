@@ -442,7 +442,7 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
     await releasing;
     const readAfterRelease = await outcome(() => device.read(0, 0, 1));
 
-    const raw = new addon.Device('cuda', 1, {});
+    const raw = new (addon().Device)('cuda', 1, {});
     await raw.allocate([MiB]);
     const rawRead = raw.read(0, 0, new Uint8Array(MiB)); // the job's pin is the buffer's only reference
     gc();

@@ -13,10 +13,10 @@ test('map, unmap, map again at the same address, then collect: the new mapping s
     writeFileSync(path, Buffer.alloc(1 << 20, 7), { mode: 0o600 });
     const kept: ArrayBuffer[] = [];
     for (let i = 0; i < 200; i++) {
-      const old = addon.mapShared(path, 1 << 20);
-      addon.unmapShared(old);
+      const old = addon().mapShared(path, 1 << 20);
+      addon().unmapShared(old);
       assert.is(old.byteLength, 0, 'an unmapped buffer is detached');
-      kept.push(addon.mapShared(path, 1 << 20));
+      kept.push(addon().mapShared(path, 1 << 20));
     }
     // Let the detached buffers' finalizers run (gc is exposed by the runner when available).
     for (let i = 0; i < 3; i++) {
@@ -24,7 +24,7 @@ test('map, unmap, map again at the same address, then collect: the new mapping s
       await new Promise((r) => setTimeout(r, 20));
     }
     for (const b of kept) assert.is(new Uint8Array(b)[4096], 7);
-    for (const b of kept) addon.unmapShared(b);
+    for (const b of kept) addon().unmapShared(b);
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
@@ -34,8 +34,8 @@ test('a segment that is missing, too small, or not a file is refused with a clea
   const dir = freshShmDir();
   try {
     writeFileSync(`${dir}/small`, Buffer.alloc(100), { mode: 0o600 });
-    assert.throws(() => addon.mapShared(`${dir}/missing`, 4096), /cannot open shared segment .*missing/);
-    assert.throws(() => addon.mapShared(`${dir}/small`, 4096), /is not a segment of 4096 bytes/);
+    assert.throws(() => addon().mapShared(`${dir}/missing`, 4096), /cannot open shared segment .*missing/);
+    assert.throws(() => addon().mapShared(`${dir}/small`, 4096), /is not a segment of 4096 bytes/);
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }

@@ -12,7 +12,7 @@ import { freshShmDir, repoRoot } from '../helpers/paths.js';
 
 test('a synchronous call throws a DeviceError with the C++ code', () => {
   try {
-    addon.mapShared('/nonexistent-weightd-segment', 4096);
+    addon().mapShared('/nonexistent-weightd-segment', 4096);
     assert.unreachable('a missing segment was mapped');
   } catch (err) {
     assert.instance(err, DeviceError);
@@ -22,7 +22,7 @@ test('a synchronous call throws a DeviceError with the C++ code', () => {
 });
 
 test('an asynchronous call rejects with a DeviceError whose stack names the caller', async function residencyOfAMissingFile() {
-  const err = await addon.pageCacheResidency(['/nonexistent-weightd-file']).then(() => undefined, (e: unknown) => e);
+  const err = await addon().pageCacheResidency(['/nonexistent-weightd-file']).then(() => undefined, (e: unknown) => e);
   assert.instance(err, DeviceError);
   assert.is((err as DeviceError).code, 'E_FILE_OPEN');
   assert.match((err as Error).stack!, /^DeviceError: cannot open/);
@@ -31,7 +31,7 @@ test('an asynchronous call rejects with a DeviceError whose stack names the call
 
 test("a fill's failure is a DeviceError", async () => {
   const dir = freshShmDir();
-  const device = new addon.Device('host', 0, { uuid: `errors-${process.pid}`, shmDir: dir });
+  const device = new (addon().Device)('host', 0, { uuid: `errors-${process.pid}`, shmDir: dir });
   try {
     await device.allocate([4096]);
     device.startFill([join(dir, 'missing')], new Float64Array([0, 0, 0, 0, 1, 16, 0]), new Float64Array(), {});

@@ -80,7 +80,7 @@ test('the residency scan samples a 1 MiB window of every 64 MiB of a large file,
     writeFileSync(large, '');
     truncateSync(large, 256 * 2 ** 20 + 12345); // sparse: nothing to write or read
     writeFileSync(small, randomBytes(100_000));
-    const r = await addon.pageCacheResidency([large, small]);
+    const r = await addon().pageCacheResidency([large, small]);
     assert.is(r.totalBytes, 256 * 2 ** 20 + 12345 + 100_000);
     // 4 whole strides and a 12345-byte tail, each with one window; the small file whole.
     assert.is(r.sampledBytes, 4 * 2 ** 20 + 12345 + 100_000);

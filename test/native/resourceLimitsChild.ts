@@ -78,8 +78,8 @@ const scenarios: Record<string, (dir: string) => Promise<unknown>> = {
     const result = await outcome(() => device.fill(paths, ops, total, { threads: 4 }));
     const last = (await device.read(0, 999 * 4096, 1))[0];
     await device.release();
-    const residency = await outcome(() => addon.pageCacheResidency(paths));
-    return { result, last, residency, totalBytes: (await addon.pageCacheResidency(paths)).totalBytes };
+    const residency = await outcome(() => addon().pageCacheResidency(paths));
+    return { result, last, residency, totalBytes: (await addon().pageCacheResidency(paths)).totalBytes };
   },
 };
 
