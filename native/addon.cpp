@@ -362,7 +362,7 @@ class DeviceWrap : public Napi::ObjectWrap<DeviceWrap> {
   // release() -> Promise<void>: cancels a running fill and waits for its thread, then frees the
   // memory, both on the job's thread.
   Napi::Value Release(const Napi::CallbackInfo& info) {
-    checkIdle();
+    checkIdle();  // before the fill is moved out: a refused release leaves it in place
     std::shared_ptr<FillJob> fill = std::move(job_);
     std::shared_ptr<Device> d = device_;
     return startJob<Nothing>(info, [d, fill]() mutable {
@@ -387,8 +387,9 @@ class DeviceWrap : public Napi::ObjectWrap<DeviceWrap> {
     checkIdle();
     pins.push_back(info.This().As<Napi::Object>());
     std::shared_ptr<bool> busy = busy_;
-    *busy = true;
-    return PromiseJob<Result>::start(info.Env(), std::move(run), std::move(done), std::move(pins), [busy] { *busy = false; });
+    Napi::Promise promise = PromiseJob<Result>::start(info.Env(), std::move(run), std::move(done), std::move(pins), [busy] { *busy = false; });
+    *busy = true;  // after a start that could throw; the job settles on a later turn of the loop
+    return promise;
   }
 
   // The device, for a call that needs it idle: no job in flight, no fill running.
