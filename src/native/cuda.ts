@@ -1,6 +1,7 @@
 // The CUDA side of src/native: which GPUs this process sees, and the client half of CUDA IPC
 // (open a daemon's exported segment, read bytes back, close it). Device filling goes through
 // DeviceHandle like every backend.
+import { DeviceError } from '../errors.js';
 import { addon, type CudaProbe, type DeviceSlot } from './addon.js';
 import { readInChunks } from './readInChunks.js';
 
@@ -47,6 +48,8 @@ export class CudaIpcSegment {
   /** Size of the exporter's allocation. */
   readonly bytes: number;
   #open = true;
+  /** Reads under way: close() waits for them (the driver's unmap would pull the memory from under their copy). */
+  #reading = 0;
 
   private constructor(deviceIndex: number, pointer: bigint, bytes: number) {
     this.deviceIndex = deviceIndex;
@@ -59,15 +62,25 @@ export class CudaIpcSegment {
     return new CudaIpcSegment(deviceIndex, m.pointer, m.bytes);
   }
 
-  /** Copies `length` bytes at `offset` of the segment into a new, exactly sized ArrayBuffer (any size). */
-  read(offset: number, length: number): Promise<ArrayBuffer> {
-    return readInChunks(length, (at, view) => addon().cudaReadDevice(this.deviceIndex, this.pointer, offset + at, view));
+  /**
+   * Copies `length` bytes at `offset` of the segment into a new, exactly sized ArrayBuffer (any
+   * size), off the JS thread. A read under way when close() is called still lands.
+   */
+  async read(offset: number, length: number): Promise<ArrayBuffer> {
+    if (!this.#open) throw new DeviceError('E_NOT_OPEN', `CUDA IPC segment 0x${this.pointer.toString(16)} of device ${this.deviceIndex} is closed; open it again to read it`);
+    this.#reading += 1;
+    try {
+      return await readInChunks(length, (at, view) => addon().cudaReadDevice(this.deviceIndex, this.pointer, offset + at, view));
+    } finally {
+      // The last read after a close() unmaps; an unmap failure then fails that read.
+      if (--this.#reading === 0 && !this.#open) addon().cudaCloseIpc(this.pointer);
+    }
   }
 
-  /** Unmaps the segment. Safe to call more than once. */
+  /** Unmaps the segment, once the reads under way have landed. Safe to call more than once. */
   close(): void {
     if (!this.#open) return;
     this.#open = false;
-    addon().cudaCloseIpc(this.pointer);
+    if (this.#reading === 0) addon().cudaCloseIpc(this.pointer);
   }
 }

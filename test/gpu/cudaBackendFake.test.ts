@@ -201,10 +201,13 @@ test('blocking calls leave the JS thread free: a probe and reads held in the dri
   }
 });
 
-test('IPC: another process opens the exported handle, reads the same bytes, opens are counted', () => {
-  const { result, leaks } = scenario('ipc');
+test('IPC: another process opens the exported handle, reads the same bytes, opens are counted, a close waits for a read', () => {
+  const { result, leaks } = scenario('ipc', {}, 60_000);
   assert.is(result.sameProcess, 'E_CUDA');
-  assert.equal(result.client, { equal: true, bytes: 12 * 1024 * 1024, samePointer: true, outOfRange: 'E_OUT_OF_RANGE', stillOpen: true, afterClose: 'E_NOT_OPEN' });
+  const { closeDuringRead, ...client } = result.client as { closeDuringRead: { landed: boolean; after: string } };
+  assert.equal(client, { equal: true, bytes: 12 * 1024 * 1024, samePointer: true, outOfRange: 'E_OUT_OF_RANGE', stillOpen: true, afterClose: 'E_NOT_OPEN' });
+  assert.is(closeDuringRead.landed, true);
+  assert.match(closeDuringRead.after, /^DeviceError E_NOT_OPEN: CUDA IPC segment 0x[0-9a-f]+ of device 0 is closed; open it again/);
   assert.equal(leaks, noLeaks);
 });
 

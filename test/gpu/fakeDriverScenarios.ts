@@ -1,10 +1,10 @@
 // Child process of cudaBackendFake.test.ts: runs one scenario of the cuda backend against the
 // fake driver (fake-libcuda.c, found through LD_LIBRARY_PATH, which must be set before the
 // process starts: the driver is loaded once per process). Prints one JSON line: the result.
-import { spawnSync } from 'node:child_process';
+import { execFileSync, spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import pino from 'pino';
 import { fileURLToPath } from 'node:url';
 import { setFlagsFromString } from 'node:v8';
@@ -542,7 +542,18 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
     } catch (err) {
       afterClose = (err as { code: string }).code;
     }
-    return { equal, bytes: seg.bytes, samePointer: again.pointer === seg.pointer, outOfRange, stillOpen, afterClose };
+    // A close() asked for while a read is held in the driver (the fake's cuMemcpyDtoH waits at a
+    // FIFO only this thread opens) waits for it: the read lands, then the segment is unmapped.
+    const third = CudaIpcSegment.open(0, handle!);
+    const gate = join(dirname(wantPath!), 'dtoh-gate');
+    execFileSync('mkfifo', [gate]);
+    process.env.FAKE_CUDA_DTOH_GATE = gate;
+    const reading = third.read(Number(offset), want.length); // the first chunk's copy is queued by now
+    third.close();
+    writeFileSync(gate, 'x');
+    delete process.env.FAKE_CUDA_DTOH_GATE;
+    const closeDuringRead = { landed: Buffer.from(await reading).equals(want), after: await outcome(() => third.read(0, 1)) };
+    return { equal, bytes: seg.bytes, samePointer: again.pointer === seg.pointer, outOfRange, stillOpen, afterClose, closeDuringRead };
   },
 };
 
