@@ -40,7 +40,7 @@ export class RankService {
   /** The manifest part of every get_state reply, per layout, serialized once (100k tensors: tens of MB). */
   readonly #manifestJson: Map<string, string>;
   #lifecycle = rankServiceStart();
-  #released: Promise<void> | undefined;
+  #releaseDone: Promise<void> | undefined;
 
   constructor(options: RankServiceOptions) {
     const r = options.rank;
@@ -83,7 +83,7 @@ export class RankService {
    */
   release(): Promise<void> {
     this.#step({ type: 'RELEASE_ALLOWED' });
-    this.#released = this.#freeMemory().then(
+    this.#releaseDone = this.#freeMemory().then(
       () => {
         this.#step({ type: 'MEMORY_FREED' });
         this.log.info({ globalRank: this.rank.globalRank }, 'rank released');
@@ -93,12 +93,12 @@ export class RankService {
         throw new ServeError('E_RELEASE_FAILED', `freeing rank ${this.rank.globalRank} failed: ${(err as Error).message}`, {}, { cause: err });
       },
     );
-    return this.#released;
+    return this.#releaseDone;
   }
 
   /** Settles when the release under way is done (rejects if freeing failed); undefined while serving. */
   get releaseDone(): Promise<void> | undefined {
-    return this.#released;
+    return this.#releaseDone;
   }
 
   stats(): RankServiceStats {
