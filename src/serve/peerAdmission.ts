@@ -1,5 +1,5 @@
 // Whether a new connection on a rank's socket is served: there is room for it, and the kernel
-// says (SO_PEERCRED) that its peer runs as this user. A pure verdict: the rank server logs,
+// says (SO_PEERCRED) that its peer runs as this user. It only decides: the rank server logs,
 // counts and closes what is refused, on its one rate-limited budget of peer-caused lines.
 import type { Socket } from 'node:net';
 import { addon } from '../native/addon.js';
