@@ -14,6 +14,7 @@
 #include "cuda_resources.h"
 #include "file_reader.h"
 #include "fill_windows.h"
+#include "reader_threads.h"
 
 namespace weightd {
 
@@ -79,7 +80,7 @@ struct Slot {
   PinnedHostMemory staging;                  // pread mode
   std::unique_ptr<PinnedFileWindow> window;  // register mode: what the queued copies read
   std::vector<Event> copied;                 // per member: recorded after its copies from this slot
-  std::vector<uint64_t> pendingBytes;        // per member: queued, not yet counted in progress
+  std::vector<uint64_t> pendingBytes;        // per member: queued, not yet counted in control.bytes
 };
 
 struct Lane {
@@ -248,11 +249,11 @@ class CopyEngine {
     // PORTABLE, so that every member's context copies from it as pinned memory.
     ScopedContext base(members_[0].target.context);
     LanePool pool(makeLanes());
-    FillProgress control;  // cancel: this fill's own; set when any member is cancelled or fails
+    std::atomic<bool> stop{false};  // this fill's own: set when any member is cancelled or fails
     try {
-      runChunks(windows.size(), lanes_, control, [&](size_t i) {
+      runOnReaderThreads(windows.size(), lanes_, stop, [&](size_t i) {
         for (const FillMember& m : members_) {
-          if (m.progress->cancel.load(std::memory_order_relaxed)) throw DeviceError("E_FILL_CANCELLED", "fill cancelled before it finished");
+          if (m.control->cancel.load(std::memory_order_relaxed)) throw DeviceError("E_FILL_CANCELLED", "fill cancelled before it finished");
         }
         ScopedContext onThisThread(members_[0].target.context);
         LaneLease lane(pool);
@@ -326,7 +327,7 @@ class CopyEngine {
       } catch (const DeviceError& e) {
         throw MemberFailure(m, members_[m].target, e);
       }
-      members_[m].progress->bytes += slot.pendingBytes[m];
+      members_[m].control->bytes += slot.pendingBytes[m];
       slot.pendingBytes[m] = 0;
     }
     slot.window.reset();

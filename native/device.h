@@ -71,9 +71,10 @@ struct FillOptions {
   unsigned groupSize = 0;
 };
 
-// Shared between a running fill and whoever watches it. Readers add bytes as they land;
-// anyone may set cancel, and every worker checks it between chunks.
-struct FillProgress {
+// The control block of a running fill, shared with whoever watches it (fill_job.h): readers add
+// bytes as they land; anyone may set cancel, and every reader checks it between work items.
+// (What TypeScript calls FillProgress is a snapshot of it, made by polling.)
+struct FillControl {
   std::atomic<uint64_t> bytes{0};
   std::atomic<bool> cancel{false};
   // Set while this fill has joined its group (cuda_fill_group.h) and waits for the other members:
@@ -121,11 +122,11 @@ class Device {
   virtual DeviceInfo info() = 0;
   // Reserves one allocation per segment. Fails before anything is copied if memory is short.
   virtual void allocate(const std::vector<uint64_t>& segmentBytes) = 0;
-  // Runs on a native thread (never the JS thread). Throws DeviceError; honours progress.cancel.
+  // Runs on a native thread (never the JS thread). Throws DeviceError; honours control.cancel.
   // Every backend writes zeros over `zeros` (and only there, so the cost is the padding's), since
   // a fill may reuse an arena that an earlier fill or the allocator left non-zero.
   virtual void fill(const std::vector<std::string>& files, const std::vector<CopyOp>& ops,
-                    const std::vector<ZeroRange>& zeros, const FillOptions& options, FillProgress& progress) = 0;
+                    const std::vector<ZeroRange>& zeros, const FillOptions& options, FillControl& control) = 0;
   virtual std::vector<SegmentExport> exportSegments() = 0;
   // Copies bytes back out of the arena (verification and tests).
   virtual void read(uint32_t segment, uint64_t offset, uint64_t length, void* dst) = 0;
