@@ -27,7 +27,6 @@ constexpr uint64_t kMinSlotBytes = 1ull << 20;
 // Two slots overlap a lane's read with its copy. More only push buffers out of the CPU cache
 // before the DMA reads them: on an H200 host 4 slots of 4 MiB ran at 28 GB/s, 2 at 36.
 constexpr uint64_t kMaxSlotsPerLane = 2;
-constexpr uint64_t kMaxNodeStaging = 512ull << 20;
 
 uint64_t alignDown(uint64_t v, uint64_t a) { return v / a * a; }
 
@@ -228,17 +227,15 @@ class CopyEngine {
     std::vector<const std::vector<CopyOp>*> ops;
     for (auto& o : ops_) ops.push_back(&o);
     windows_ = planWindows(ops, capacity_);
-    // threads and stagingBytes are per GPU's worth of distinct bytes: a group scales them by how
-    // many GPUs' worth it reads. Two tensor-parallel ranks read two ranks' worth (16 threads by
+    // threads and stagingBytes (src/native/fillPolicy.ts) are per GPU's worth of distinct bytes:
+    // a group scales them by how many GPUs' worth it reads, which only the windows tell. Two tensor-parallel ranks read two ranks' worth (16 threads by
     // default): on 2 x H200, 8 threads filled them at 38.7 GB/s, 16 at 53.3. Two replicas read
     // one GPU's worth, and more threads only take memory bandwidth from the copies to the
     // second GPU (8 threads: 72.5 GB/s, 16: 68.0). docs/gpu-results.md.
     double scale = readShare();
     unsigned cpus = std::max(1u, std::thread::hardware_concurrency());
     uint64_t threads = std::clamp<uint64_t>(static_cast<uint64_t>(options.threads * scale + 0.5), 1, std::max(options.threads, cpus));
-    // Pinned staging stays under kMaxNodeStaging however many GPUs share it, so the daemon's
-    // host memory stays under 1 GiB on any node (a cold tp=8 load would otherwise pin 1 GiB).
-    uint64_t budget = std::min(static_cast<uint64_t>(staging * scale), std::max(staging, kMaxNodeStaging));
+    uint64_t budget = std::min(static_cast<uint64_t>(staging * scale), std::max(staging, options.maxGroupStagingBytes));
     lanes_ = static_cast<unsigned>(std::clamp<uint64_t>(threads, 1, std::max<uint64_t>(1, budget / (2 * slotBytes_))));
     slotsPerLane_ = std::clamp<uint64_t>(budget / (lanes_ * slotBytes_), 1, kMaxSlotsPerLane);
   }

@@ -79,6 +79,7 @@ struct Chunk {
   uint64_t byteCount = 0;
 };
 
+// chunkBytes > 0 (the bindings refuse 0).
 std::vector<Chunk> splitIntoChunks(const std::vector<CopyOp>& ops, uint64_t chunkBytes);
 
 // Checks every op against the file sizes and the segment sizes before any byte moves.
