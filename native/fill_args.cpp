@@ -1,6 +1,7 @@
 #include "fill_args.h"
 
 #include <iterator>
+#include <limits>
 
 #include "js_values.h"
 
