@@ -228,10 +228,11 @@ class CopyEngine {
     for (auto& o : ops_) ops.push_back(&o);
     windows_ = planWindows(ops, capacity_);
     // threads and stagingBytes (src/native/fillPolicy.ts) are per GPU's worth of distinct bytes:
-    // a group scales them by how many GPUs' worth it reads, which only the windows tell. Two tensor-parallel ranks read two ranks' worth (16 threads by
-    // default): on 2 x H200, 8 threads filled them at 38.7 GB/s, 16 at 53.3. Two replicas read
-    // one GPU's worth, and more threads only take memory bandwidth from the copies to the
-    // second GPU (8 threads: 72.5 GB/s, 16: 68.0). docs/gpu-results.md.
+    // a group scales them by how many GPUs' worth it reads, which only the windows tell. Two
+    // tensor-parallel ranks read two ranks' worth (16 threads by default): on 2 x H200, 8 threads
+    // filled them at 38.7 GB/s, 16 at 53.3. Two replicas read one GPU's worth, and more threads
+    // only take memory bandwidth from the copies to the second GPU (8 threads: 72.5 GB/s, 16:
+    // 68.0). docs/gpu-results.md. The group's staging stays under maxGroupStagingBytes.
     double scale = readShare();
     unsigned cpus = std::max(1u, std::thread::hardware_concurrency());
     uint64_t threads = std::clamp<uint64_t>(static_cast<uint64_t>(options.threads * scale + 0.5), 1, std::max(options.threads, cpus));
