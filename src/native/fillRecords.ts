@@ -19,9 +19,9 @@ export const COPY_OP_FIELDS = fieldOrder<CopyOp>()(['file', 'segment', 'srcOffse
 export const ZERO_RANGE_FIELDS = fieldOrder<ZeroRange>()(['segment', 'offset', 'bytes']);
 
 function pack<T>(fields: readonly (keyof T)[], records: readonly T[]): Float64Array {
-  const width = fields.length;
-  const out = new Float64Array(records.length * width);
-  records.forEach((r, i) => fields.forEach((f, k) => (out[i * width + k] = r[f] as number)));
+  const out = new Float64Array(records.length * fields.length);
+  let at = 0;
+  for (const r of records) for (const f of fields) out[at++] = r[f] as number;
   return out;
 }
 
