@@ -8,6 +8,7 @@ import { UsageError } from './errors.js';
 import type { FaultInjection } from './actors/rankMessages.js';
 import type { Logger } from './log.js';
 import type { FillOptions } from './native/addon.js';
+import { FILL_SIZING } from './native/fillPolicy.js';
 
 export type DeviceChoice = 'auto' | 'cuda' | 'host';
 export type LogLevel = 'trace' | 'debug' | 'info' | 'warn' | 'error' | 'fatal' | 'silent';
@@ -197,15 +198,15 @@ function checkRendezvousTimeout(ms: unknown): number {
   return Math.round(ms);
 }
 
-/** --load-threads: the addon refuses more (native/addon.cpp kMaxThreads). --staging-mb: a node pins at most 512 MiB however it is set (native/cuda_copy_engine.cpp), so more than 16 GiB is a typo. */
+/** --load-threads: the addon refuses more (native/fill_args.cpp kMaxThreads). --staging-mb: more than 16 GiB per rank is a typo. */
 export const MAX_LOAD_THREADS = 256;
 export const MAX_STAGING_MIB = 16_384;
 
 function checkFill(f: NonNullable<NodeOptions['fill']>): NodeConfig['fill'] {
   const out = { ...f };
-  if (f.threads !== undefined) out.threads = integer('--load-threads', f.threads, 1, MAX_LOAD_THREADS, `pass the reader threads per rank, from 1 to ${MAX_LOAD_THREADS} (default 8)`);
+  if (f.threads !== undefined) out.threads = integer('--load-threads', f.threads, 1, MAX_LOAD_THREADS, `pass the reader threads per rank, from 1 to ${MAX_LOAD_THREADS} (default ${FILL_SIZING.threads})`);
   if (f.stagingBytes !== undefined) {
-    out.stagingBytes = integer('--staging-mb', f.stagingBytes / 2 ** 20, 1, MAX_STAGING_MIB, `pass the pinned staging MiB per rank, from 1 to ${MAX_STAGING_MIB} (default 32)`) * 2 ** 20;
+    out.stagingBytes = integer('--staging-mb', f.stagingBytes / 2 ** 20, 1, MAX_STAGING_MIB, `pass the pinned staging MiB per rank, from 1 to ${MAX_STAGING_MIB} (default ${FILL_SIZING.stagingBytes / 2 ** 20})`) * 2 ** 20;
   }
   return out;
 }

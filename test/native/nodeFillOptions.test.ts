@@ -9,7 +9,8 @@ import { join } from 'node:path';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { addon } from '../../src/native/addon.js';
-import { cachedShare, nodeFillOptions, type DeviceSlot } from '../../src/native/devices.js';
+import { cachedShare, type DeviceSlot } from '../../src/native/devices.js';
+import { nodeFillOptions } from '../../src/native/fillPolicy.js';
 import { repoRoot } from '../helpers/paths.js';
 
 const gpu = (index: number): DeviceSlot => ({ backend: 'cuda', index, uuid: `GPU-${index}` });
