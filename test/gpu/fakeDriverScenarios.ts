@@ -11,8 +11,8 @@ import { planCheckpoint } from '../../src/checkpoint/planCheckpoint.js';
 import type { CopyOp, ZeroRange } from '../../src/checkpoint/types.js';
 import { cudaDevices, cudaProbe, CudaIpcSegment } from '../../src/native/cuda.js';
 import { DeviceHandle, type FillProgress } from '../../src/native/deviceHandle.js';
-import type { FaultInjection } from '../../src/actors/rankMessages.js';
 import { startNode } from '../../src/startNode.js';
+import { faultyRankWorker, type RankFault } from '../actors/fixtures/faultyRankWorker.js';
 import { writeArchCheckpoint } from '../helpers/checkpoints.js';
 import { exampleModel, freshSocketDir } from '../helpers/paths.js';
 
@@ -314,8 +314,11 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
    * may be waiting for it in the group) is torn down with it, promptly.
    */
   async daemonGroup() {
-    const start = (faultInjection?: FaultInjection) =>
-      startNode({ model: exampleModel, tensorParallelSize: 2, device: 'cuda', socketDir: freshSocketDir(), logger: pino({ level: 'silent' }), faultInjection });
+    const start = (fault?: RankFault) =>
+      startNode(
+        { model: exampleModel, tensorParallelSize: 2, device: 'cuda', socketDir: freshSocketDir(), logger: pino({ level: 'silent' }) },
+        { rankWorker: fault && faultyRankWorker(fault) },
+      );
     const node = await start();
     await node.ready;
     const loaded = node.status().ranks.map((r) => ({ state: r.state, bytes: r.bytes, totalBytes: r.totalBytes }));
