@@ -14,15 +14,10 @@ import { DeviceHandle, type FillProgress } from '../../src/native/deviceHandle.j
 import { startNode } from '../../src/startNode.js';
 import { faultyRankWorker, type RankFault } from '../actors/fixtures/faultyRankWorker.js';
 import { writeArchCheckpoint } from '../helpers/checkpoints.js';
+import { expectedBytes } from '../helpers/expectedBytes.js';
 import { exampleModel, freshSocketDir } from '../helpers/paths.js';
 
 const MiB = 1 << 20;
-
-/** The bytes an op must leave in its segment, computed the plain way. */
-export function expectedBytes(file: Buffer, op: CopyOp): Buffer {
-  const rows = Array.from({ length: op.rows }, (_, r) => file.subarray(op.srcOffset + r * op.srcPitch, op.srcOffset + r * op.srcPitch + op.rowBytes));
-  return Buffer.concat(rows);
-}
 
 interface Fixture {
   dir: string;
