@@ -29,7 +29,7 @@ export const rankPhases: RankPhases = {
   },
   allocate(device, data) {
     // Each backend checks its free memory before allocating and names the shortfall.
-    device.allocate(data.plan.segments);
+    return device.allocate(data.plan.segments);
   },
   fill(device, { plan, fill }, post) {
     return device.fill(plan.files, plan.ops, plan.totalBytes, { ...fill, zeroRanges: plan.zeroRanges }, (p) => post({ type: 'PROGRESS', ...p }));

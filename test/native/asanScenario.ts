@@ -3,7 +3,8 @@
 // fill, export, read, map and unmap, release, peer credentials; each error path; a cancelled
 // fill; a worker thread ended in the middle of a fill). It ends by draining its event loop, never
 // by process.exit(), so Node tears its own heap down and LeakSanitizer's report at exit holds
-// only what was really lost. Prints one JSON line: what it saw.
+// only what was really lost. Prints one JSON line: what it saw. Calls that may block are awaited,
+// whether the addon answers them now or through a Promise.
 import { asanAddonPath } from './asanAddon.js';
 import { once } from 'node:events';
 import { closeSync, openSync, readdirSync, readFileSync, readlinkSync, writeFileSync } from 'node:fs';
@@ -63,11 +64,12 @@ const bigOp: CopyOp = { file: 0, segment: 0, srcOffset: 0, dstOffset: 0, rows: 1
 // One arena's whole life.
 const device = new DeviceHandle('host', 0, { uuid: `asan-${process.pid}`, shmDir: dir });
 await capture('fillBeforeAllocate', () => device.fill([file], ops, 0, {}));
-device.allocate(segmentBytes);
+await device.allocate(segmentBytes);
 await capture('allocateTwice', () => device.allocate([4096]));
 await device.fill([file], ops, 2 * MiB + 256 * 1024, { threads: 2, chunkBytes: 256 * 1024, zeroRanges });
 const segments = device.exportSegments();
-const readBack = ops.every((op) => device.read(op.segment, op.dstOffset, op.rows * op.rowBytes).equals(expectedBytes(data, op)));
+let readBack = true;
+for (const op of ops) readBack &&= (await device.read(op.segment, op.dstOffset, op.rows * op.rowBytes)).equals(expectedBytes(data, op));
 const mapped = ops.every((op) => {
   const s = segments[op.segment]!;
   const view = addon.mapShared(s.handle, s.bytes);
@@ -78,7 +80,7 @@ const mapped = ops.every((op) => {
 await capture('pastEnd', () => device.fill([file], [{ ...ops[0]!, srcOffset: data.length - 10 }], 0, {}));
 await capture('missingFile', () => device.fill([join(dir, 'missing.bin')], ops, 0, {}));
 await capture('readOutOfRange', () => device.read(1, segmentBytes[1]! - 10, 11));
-device.release();
+await device.release();
 await capture('exportAfterRelease', () => device.exportSegments());
 
 await capture('badBackend', () => new DeviceHandle('no-such-backend' as never, 0));
@@ -88,16 +90,16 @@ await capture('mapTooSmall', () => addon.mapShared(file, 4 * MiB));
 const notSocket = openSync(file, 'r');
 await capture('peerOfFile', () => addon.peerCredentials(notSocket));
 closeSync(notSocket);
-const residency = addon.pageCacheResidency([file, big]);
+const residency = await addon.pageCacheResidency([file, big]);
 
 // A fill cancelled as soon as it starts (or, were the machine fast enough, just finished).
 const cancelled = new DeviceHandle('host', 1, { uuid: `asan-cancel-${process.pid}`, shmDir: dir });
-cancelled.allocate([32 * MiB]);
+await cancelled.allocate([32 * MiB]);
 const filling = cancelled.fill([big], [bigOp], 32 * MiB, { threads: 1, chunkBytes: 64 * 1024 });
 cancelled.cancelFill();
 await capture('cancel', () => filling);
 await cancelled.fill([file], [ops[0]!], 2 * MiB, {});
-cancelled.release();
+await cancelled.release();
 
 // The peer credentials of a real connection, as the rank server reads them.
 const socketPath = join(dir, 'peer.sock');
