@@ -8,6 +8,7 @@
 // event loop rather than calling process.exit), and a suppression matches any frame of a leak's
 // stack, where Node's N-API frames sit under every allocation the addon makes from JS.
 import { spawnSync } from 'node:child_process';
+import { availableParallelism } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { test } from 'uvu';
@@ -29,7 +30,8 @@ function asanRuntime(): string {
 
 test.before(() => {
   // Ninja or make rebuild only what changed: once built, this takes about a second.
-  const r = spawnSync(process.execPath, [cmakeJs, 'compile', '--out', 'build-asan', '--CDWEIGHTD_ASAN=ON'], { cwd: repoRoot, encoding: 'utf8' });
+  const args = ['compile', '--out', 'build-asan', '--CDWEIGHTD_ASAN=ON', '--parallel', String(availableParallelism())];
+  const r = spawnSync(process.execPath, [cmakeJs, ...args], { cwd: repoRoot, encoding: 'utf8' });
   if (r.status !== 0) throw new Error(`cannot build the ASan addon into build-asan/ (cmake-js compile --CDWEIGHTD_ASAN=ON):\n${r.stdout}\n${r.stderr}`);
 });
 
