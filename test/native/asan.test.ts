@@ -8,6 +8,7 @@
 // event loop rather than calling process.exit), and a suppression matches any frame of a leak's
 // stack, where Node's N-API frames sit under every allocation the addon makes from JS.
 import { spawnSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { availableParallelism } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -18,12 +19,14 @@ import { repoRoot } from '../helpers/paths.js';
 const scenario = fileURLToPath(new URL('./asanScenario.js', import.meta.url));
 const cmakeJs = join(repoRoot, 'node_modules', 'cmake-js', 'bin', 'cmake-js');
 
-/** The ASan runtime of the compiler that builds the addon; it must be the first library loaded. */
+/** The ASan runtime of the compiler that built build-asan/; it must be the first library loaded. */
 function asanRuntime(): string {
-  const r = spawnSync('gcc', ['-print-file-name=libasan.so'], { encoding: 'utf8' });
+  const cache = readFileSync(join(repoRoot, 'build-asan', 'CMakeCache.txt'), 'utf8');
+  const compiler = /^CMAKE_CXX_COMPILER:\w+=(.+)$/m.exec(cache)?.[1] ?? 'c++';
+  const r = spawnSync(compiler, ['-print-file-name=libasan.so'], { encoding: 'utf8' });
   const path = r.stdout?.trim() ?? '';
   if (r.status !== 0 || !path.startsWith('/')) {
-    throw new Error(`gcc -print-file-name=libasan.so found no AddressSanitizer runtime (${r.error?.message ?? JSON.stringify(path)}); install gcc's (Debian: libasan8, a dependency of g++)`);
+    throw new Error(`${compiler} -print-file-name=libasan.so found no AddressSanitizer runtime (${r.error?.message ?? JSON.stringify(path)}); build with g++ and install its runtime (Debian: libasan8, a dependency of g++)`);
   }
   return path;
 }
@@ -45,7 +48,7 @@ test('allocate, fill, export, read, map, release, peer credentials, cancels and 
   assert.is(report, -1, `the sanitizer reported:\n${child.stderr.slice(Math.max(0, child.stderr.lastIndexOf('\n', report)), report + 20_000)}`);
   assert.is(child.status, 0, `the scenario failed (exit ${child.signal ?? child.status}):\n${child.stderr.slice(0, 20_000)}`);
   const { codes: { cancel, ...codes }, ...result } = JSON.parse(child.stdout.trim().split('\n').pop()!);
-  // Cancelled as it starts; only a fill of 32 MiB done between two JS statements escapes it.
+  // Cancelled as it starts; only a fill of 16 MiB done between two JS statements escapes it.
   assert.match(cancel, /^(E_FILL_CANCELLED|no error)$/);
   assert.equal(codes, {
     fillBeforeAllocate: 'E_NOT_ALLOCATED',

@@ -56,10 +56,12 @@ const ops: CopyOp[] = [
 const segmentBytes = [2 * MiB, 256 * 1024 + 4096];
 const zeroRanges = [{ segment: 1, offset: 256 * 1024, bytes: 4096 }];
 
-// A bigger file for the fills that are cut short.
+// A bigger file for the fills that are cut short: 256 chunks of 64 KiB for one reader thread.
+// Small enough for Docker's default 64 MiB /dev/shm, with the arena it fills.
+const bigBytes = 16 * MiB;
 const big = join(dir, 'big.bin');
-writeFileSync(big, Buffer.alloc(32 * MiB, 1));
-const bigOp: CopyOp = { file: 0, segment: 0, srcOffset: 0, dstOffset: 0, rows: 1, rowBytes: 32 * MiB, srcPitch: 0 };
+writeFileSync(big, Buffer.alloc(bigBytes, 1));
+const bigOp: CopyOp = { file: 0, segment: 0, srcOffset: 0, dstOffset: 0, rows: 1, rowBytes: bigBytes, srcPitch: 0 };
 
 // One arena's whole life.
 const device = new DeviceHandle('host', 0, { uuid: `asan-${process.pid}`, shmDir: dir });
@@ -94,8 +96,8 @@ const residency = await addon.pageCacheResidency([file, big]);
 
 // A fill cancelled as soon as it starts (or, were the machine fast enough, just finished).
 const cancelled = new DeviceHandle('host', 1, { uuid: `asan-cancel-${process.pid}`, shmDir: dir });
-await cancelled.allocate([32 * MiB]);
-const filling = cancelled.fill([big], [bigOp], 32 * MiB, { threads: 1, chunkBytes: 64 * 1024 });
+await cancelled.allocate([bigBytes]);
+const filling = cancelled.fill([big], [bigOp], bigBytes, { threads: 1, chunkBytes: 64 * 1024 });
 cancelled.cancelFill();
 await capture('cancel', () => filling);
 await cancelled.fill([file], [ops[0]!], 2 * MiB, {});
@@ -117,7 +119,7 @@ server.close();
 await once(server, 'close');
 
 // A worker thread ended while it fills: its addon instance frees the device at teardown.
-const worker = new Worker(new URL('./asanWorker.js', import.meta.url), { workerData: { shmDir: dir, file: big } });
+const worker = new Worker(new URL('./asanWorker.js', import.meta.url), { workerData: { shmDir: dir, op: bigOp, file: big } });
 const [workerState] = (await once(worker, 'message')) as [string];
 await worker.terminate();
 
@@ -141,7 +143,7 @@ console.log(
     readBack,
     mapped,
     codes,
-    residencyFiles: residency.totalBytes === data.length + 32 * MiB,
+    residencyFiles: residency.totalBytes === data.length + bigBytes,
     peer: peer.pid === process.pid && peer.uid === process.getuid!(),
     workerState,
     held,
