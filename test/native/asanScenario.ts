@@ -4,7 +4,8 @@
 // fill; a worker thread ended in the middle of a fill). It ends by draining its event loop, never
 // by process.exit(), so Node tears its own heap down and LeakSanitizer's report at exit holds
 // only what was really lost. Prints one JSON line: what it saw. Calls that may block are awaited,
-// whether the addon answers them now or through a Promise.
+// whether the addon answers them now or through a Promise. Its argument: an empty directory on
+// tmpfs, which the test removes (a sanitizer's abort skips this process's exit handlers).
 import { asanAddonPath } from './asanAddon.js';
 import { once } from 'node:events';
 import { closeSync, openSync, readdirSync, readFileSync, readlinkSync, writeFileSync } from 'node:fs';
@@ -15,10 +16,9 @@ import type { CopyOp } from '../../src/checkpoint/types.js';
 import { addon } from '../../src/native/addon.js';
 import { DeviceHandle } from '../../src/native/deviceHandle.js';
 import { expectedBytes } from '../helpers/expectedBytes.js';
-import { freshShmDir } from '../helpers/paths.js';
 
 const MiB = 1 << 20;
-const dir = freshShmDir();
+const dir = process.argv[2]!;
 /** Each error path's code ("no error" where the call succeeded). */
 const codes: Record<string, string> = {};
 
