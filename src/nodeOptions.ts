@@ -5,7 +5,6 @@ import { createServer } from 'node:net';
 import { resolve } from 'node:path';
 import { LAYOUT_NAMES, type LayoutName } from './checkpoint/types.js';
 import { UsageError } from './errors.js';
-import type { FaultInjection } from './actors/rankMessages.js';
 import type { Logger } from './log.js';
 import type { FillOptions } from './native/addon.js';
 import { FILL_SIZING } from './native/fillPolicy.js';
@@ -43,8 +42,6 @@ export interface NodeOptions {
   rendezvousTimeoutMs?: number;
   /** Shared secret every node must present at rendezvous. */
   token?: string;
-  /** Tests only: make one rank fail at one phase. */
-  faultInjection?: FaultInjection;
   /** Serve /healthz, /status, /metrics and /statechart over HTTP (port 0: any free port). */
   inspect?: { port?: number; host?: string };
   /**
@@ -72,7 +69,6 @@ export interface NodeConfig {
   fill: FillOptions;
   rendezvousTimeoutMs: number;
   token?: string;
-  faultInjection?: FaultInjection;
   inspect?: { port: number; host: string };
   /** Absent or false: no progress reporting. */
   progress?: false | { intervalMs: number; bar: boolean };
@@ -184,7 +180,6 @@ export async function resolveNodeOptions(o: NodeOptions): Promise<NodeConfig> {
     fill: checkFill(o.fill ?? {}),
     rendezvousTimeoutMs,
     token: o.token,
-    faultInjection: o.faultInjection,
     inspect,
     progress: checkProgress(o.progress, o.logger !== undefined),
   };
