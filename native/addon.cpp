@@ -6,8 +6,6 @@
 #include <napi.h>
 
 #include <functional>
-#include <initializer_list>
-#include <limits>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -17,16 +15,15 @@
 #include "cuda_warmup.h"
 #include "cuda_ipc.h"
 #include "device_factory.h"
+#include "fill_args.h"
 #include "fill_job.h"
 #include "page_cache.h"
 #include "host_mapping.h"
 #include "peer_credentials.h"
+#include "js_values.h"
 
 namespace weightd {
 namespace {
-
-// Reader threads per fill; src/nodeOptions.ts bounds --load-threads the same.
-constexpr uint64_t kMaxThreads = 256;
 
 class WeightdAddon;
 
@@ -127,30 +124,6 @@ class PromiseJob : public Napi::AsyncWorker {
 struct Nothing {};
 Napi::Value undefinedResult(Napi::Env env, const Nothing&) { return env.Undefined(); }
 
-// A JS number that is a non-negative integer JS can hold exactly (the order of the tests keeps
-// the cast defined).
-bool isSafeU64(double d) {
-  return d >= 0 && d <= 9007199254740991.0 && d == static_cast<double>(static_cast<uint64_t>(d));
-}
-
-uint64_t toU64(const Napi::Value& v, const char* what) {
-  if (!v.IsNumber()) throw Napi::TypeError::New(v.Env(), std::string(what) + " must be a number");
-  double d = v.As<Napi::Number>().DoubleValue();
-  if (!isSafeU64(d)) {
-    throw Napi::RangeError::New(v.Env(), std::string(what) + " must be a non-negative safe integer, got " + std::to_string(d));
-  }
-  return static_cast<uint64_t>(d);
-}
-
-// An index or count narrowed to T: a cast of a value past T's range would be undefined behaviour
-// (and a file index of 2^32 would quietly become file 0).
-template <typename T>
-T toBounded(const Napi::Value& v, const char* what, uint64_t max = std::numeric_limits<T>::max()) {
-  uint64_t n = toU64(v, what);
-  if (n > max) throw Napi::RangeError::New(v.Env(), std::string(what) + " must be at most " + std::to_string(max) + ", got " + std::to_string(n));
-  return static_cast<T>(n);
-}
-
 // The destination of a read: a Uint8Array the caller allocated. Callers read in chunks into
 // views of one ArrayBuffer, so a tensor may be larger than any single Buffer or typed array.
 Napi::Uint8Array toDestination(const Napi::Value& v) {
@@ -158,36 +131,6 @@ Napi::Uint8Array toDestination(const Napi::Value& v) {
     throw Napi::TypeError::New(v.Env(), "the destination must be a Uint8Array");
   }
   return v.As<Napi::Uint8Array>();
-}
-
-// A Float64Array of records of `width` numbers each, every one a non-negative safe integer; the
-// first fields of each record are indexes (named by `indexes`), narrowed to uint32_t, so a value
-// past 2^32-1 is refused rather than wrapped (a file index of 2^32 would quietly become file 0).
-std::vector<double> toRecords(const Napi::Value& v, size_t width, const char* what, const char* record,
-                              std::initializer_list<const char*> indexes) {
-  Napi::Env env = v.Env();
-  if (!v.IsTypedArray() || v.As<Napi::TypedArray>().TypedArrayType() != napi_float64_array ||
-      v.As<Napi::TypedArray>().ElementLength() % width != 0) {
-    throw Napi::TypeError::New(env, std::string(what) + " must be a Float64Array of " + std::to_string(width) + " numbers per " + record);
-  }
-  Napi::Float64Array f = v.As<Napi::Float64Array>();
-  std::vector<double> out(f.Data(), f.Data() + f.ElementLength());
-  for (size_t i = 0; i < out.size(); ++i) {
-    const size_t n = i / width, k = i % width;
-    if (!isSafeU64(out[i])) {
-      throw Napi::RangeError::New(env, std::string(record) + " " + std::to_string(n) + " field " + std::to_string(k) + " is not a non-negative safe integer");
-    }
-    if (k < indexes.size() && out[i] > std::numeric_limits<uint32_t>::max()) {
-      throw Napi::RangeError::New(env, std::string(record) + " " + std::to_string(n) + " " + indexes.begin()[k] + " index " +
-                                           std::to_string(static_cast<uint64_t>(out[i])) + " is past 2^32-1");
-    }
-  }
-  return out;
-}
-
-std::string toStr(const Napi::Value& v, const char* what) {
-  if (!v.IsString()) throw Napi::TypeError::New(v.Env(), std::string(what) + " must be a string");
-  return v.As<Napi::String>().Utf8Value();
 }
 
 Napi::Object infoToJs(Napi::Env env, const DeviceInfo& d) {
@@ -262,57 +205,13 @@ class DeviceWrap : public Napi::ObjectWrap<DeviceWrap> {
     return startJob<Nothing>(info, [d, sizes] { d->allocate(sizes); return Nothing{}; }, undefinedResult);
   }
 
-  // startFill(files: string[], ops: Float64Array (7 numbers per op),
-  //           zeroRanges: Float64Array (3 numbers per range: segment, offset, bytes), options)
   Napi::Value StartFill(const Napi::CallbackInfo& info) {
-    Napi::Env env = info.Env();
     checkIdle();
     if (job_ && !job_->status().done) throw DeviceError("E_FILL_RUNNING", "a fill is already running on this device");
-    if (!info[0].IsArray() || !info[1].IsTypedArray() || !info[2].IsTypedArray() || !info[3].IsObject()) {
-      throw Napi::TypeError::New(env, "startFill(files: string[], ops: Float64Array, zeroRanges: Float64Array, options: object)");
-    }
-    Napi::Array fileArr = info[0].As<Napi::Array>();
-    std::vector<std::string> files;
-    for (uint32_t i = 0; i < fileArr.Length(); ++i) files.push_back(toStr(fileArr.Get(i), "file path"));
-    std::vector<double> opFields = toRecords(info[1], 7, "ops", "op", {"file", "segment"});
-    std::vector<CopyOp> ops(opFields.size() / 7);
-    for (size_t i = 0; i < ops.size(); ++i) {
-      const double* p = opFields.data() + i * 7;
-      ops[i] = CopyOp{static_cast<uint32_t>(p[0]), static_cast<uint32_t>(p[1]), static_cast<uint64_t>(p[2]),
-                      static_cast<uint64_t>(p[3]),  static_cast<uint64_t>(p[4]), static_cast<uint64_t>(p[5]),
-                      static_cast<uint64_t>(p[6])};
-    }
-    std::vector<double> zeroFields = toRecords(info[2], 3, "zeroRanges", "zero range", {"segment"});
-    std::vector<ZeroRange> zeros(zeroFields.size() / 3);
-    for (size_t i = 0; i < zeros.size(); ++i) {
-      const double* p = zeroFields.data() + i * 3;
-      zeros[i] = ZeroRange{static_cast<uint32_t>(p[0]), static_cast<uint64_t>(p[1]), static_cast<uint64_t>(p[2])};
-    }
-    Napi::Object o = info[3].As<Napi::Object>();
-    FillOptions opts;
-    if (o.Has("threads")) opts.threads = std::max(1u, toBounded<unsigned>(o.Get("threads"), "threads", kMaxThreads));
-    if (o.Has("chunkBytes")) opts.chunkBytes = toU64(o.Get("chunkBytes"), "chunkBytes");
-    if (o.Has("stagingBytes")) opts.stagingBytes = toU64(o.Get("stagingBytes"), "stagingBytes");
-    if (o.Has("direct")) opts.direct = o.Get("direct").ToBoolean();
-    if (o.Has("mode")) {
-      std::string mode = toStr(o.Get("mode"), "mode");
-      if (mode == "pread") opts.mode = FillMode::Pread;
-      else if (mode == "register") opts.mode = FillMode::Register;
-      else throw Napi::RangeError::New(env, "mode must be 'pread' or 'register', got '" + mode + "'");
-    }
-    if (o.Has("group") && !o.Get("group").IsUndefined()) {
-      if (!o.Get("group").IsObject()) throw Napi::TypeError::New(env, "group must be { id: string, size: number }");
-      Napi::Object g = o.Get("group").As<Napi::Object>();
-      opts.groupId = toStr(g.Get("id"), "group.id");
-      uint64_t size = toU64(g.Get("size"), "group.size");
-      if (opts.groupId.empty() || size < 1 || size > 1024) {
-        throw Napi::RangeError::New(env, "group needs a non-empty id and a size from 1 to 1024, got size " + std::to_string(size));
-      }
-      opts.groupSize = static_cast<unsigned>(size);
-    }
+    FillArgs args = fillArgsFromJs(info);
     job_.reset();
-    job_ = std::make_unique<FillJob>(device_, std::move(files), std::move(ops), std::move(zeros), opts);
-    return env.Undefined();
+    job_ = std::make_unique<FillJob>(device_, std::move(args.files), std::move(args.ops), std::move(args.zeros), args.options);
+    return info.Env().Undefined();
   }
 
   Napi::Value FillStatusJs(const Napi::CallbackInfo& info) {

@@ -14,6 +14,7 @@
 #include "cuda_resources.h"
 #include "file_reader.h"
 #include "fill_windows.h"
+#include "reader_threads.h"
 
 namespace weightd {
 
@@ -26,7 +27,6 @@ constexpr uint64_t kMinSlotBytes = 1ull << 20;
 // Two slots overlap a lane's read with its copy. More only push buffers out of the CPU cache
 // before the DMA reads them: on an H200 host 4 slots of 4 MiB ran at 28 GB/s, 2 at 36.
 constexpr uint64_t kMaxSlotsPerLane = 2;
-constexpr uint64_t kMaxNodeStaging = 512ull << 20;
 
 uint64_t alignDown(uint64_t v, uint64_t a) { return v / a * a; }
 
@@ -79,7 +79,7 @@ struct Slot {
   PinnedHostMemory staging;                  // pread mode
   std::unique_ptr<PinnedFileWindow> window;  // register mode: what the queued copies read
   std::vector<Event> copied;                 // per member: recorded after its copies from this slot
-  std::vector<uint64_t> pendingBytes;        // per member: queued, not yet counted in progress
+  std::vector<uint64_t> pendingBytes;        // per member: queued, not yet counted in control.bytes
 };
 
 struct Lane {
@@ -227,17 +227,16 @@ class CopyEngine {
     std::vector<const std::vector<CopyOp>*> ops;
     for (auto& o : ops_) ops.push_back(&o);
     windows_ = planWindows(ops, capacity_);
-    // threads and stagingBytes are per GPU's worth of distinct bytes: a group scales them by how
-    // many GPUs' worth it reads. Two tensor-parallel ranks read two ranks' worth (16 threads by
-    // default): on 2 x H200, 8 threads filled them at 38.7 GB/s, 16 at 53.3. Two replicas read
-    // one GPU's worth, and more threads only take memory bandwidth from the copies to the
-    // second GPU (8 threads: 72.5 GB/s, 16: 68.0). docs/gpu-results.md.
+    // threads and stagingBytes (src/native/fillPolicy.ts) are per GPU's worth of distinct bytes:
+    // a group scales them by how many GPUs' worth it reads, which only the windows tell. Two
+    // tensor-parallel ranks read two ranks' worth (16 threads by default): on 2 x H200, 8 threads
+    // filled them at 38.7 GB/s, 16 at 53.3. Two replicas read one GPU's worth, and more threads
+    // only take memory bandwidth from the copies to the second GPU (8 threads: 72.5 GB/s, 16:
+    // 68.0). docs/gpu-results.md. The group's staging stays under maxGroupStagingBytes.
     double scale = readShare();
     unsigned cpus = std::max(1u, std::thread::hardware_concurrency());
     uint64_t threads = std::clamp<uint64_t>(static_cast<uint64_t>(options.threads * scale + 0.5), 1, std::max(options.threads, cpus));
-    // Pinned staging stays under kMaxNodeStaging however many GPUs share it, so the daemon's
-    // host memory stays under 1 GiB on any node (a cold tp=8 load would otherwise pin 1 GiB).
-    uint64_t budget = std::min(static_cast<uint64_t>(staging * scale), std::max(staging, kMaxNodeStaging));
+    uint64_t budget = std::min(static_cast<uint64_t>(staging * scale), std::max(staging, options.maxGroupStagingBytes));
     lanes_ = static_cast<unsigned>(std::clamp<uint64_t>(threads, 1, std::max<uint64_t>(1, budget / (2 * slotBytes_))));
     slotsPerLane_ = std::clamp<uint64_t>(budget / (lanes_ * slotBytes_), 1, kMaxSlotsPerLane);
   }
@@ -248,11 +247,11 @@ class CopyEngine {
     // PORTABLE, so that every member's context copies from it as pinned memory.
     ScopedContext base(members_[0].target.context);
     LanePool pool(makeLanes());
-    FillProgress control;  // cancel: this fill's own; set when any member is cancelled or fails
+    std::atomic<bool> stop{false};  // this fill's own: set when any member is cancelled or fails
     try {
-      runChunks(windows.size(), lanes_, control, [&](size_t i) {
+      runOnReaderThreads(windows.size(), lanes_, stop, [&](size_t i) {
         for (const FillMember& m : members_) {
-          if (m.progress->cancel.load(std::memory_order_relaxed)) throw DeviceError("E_FILL_CANCELLED", "fill cancelled before it finished");
+          if (m.control->cancel.load(std::memory_order_relaxed)) throw DeviceError("E_FILL_CANCELLED", "fill cancelled before it finished");
         }
         ScopedContext onThisThread(members_[0].target.context);
         LaneLease lane(pool);
@@ -326,7 +325,7 @@ class CopyEngine {
       } catch (const DeviceError& e) {
         throw MemberFailure(m, members_[m].target, e);
       }
-      members_[m].progress->bytes += slot.pendingBytes[m];
+      members_[m].control->bytes += slot.pendingBytes[m];
       slot.pendingBytes[m] = 0;
     }
     slot.window.reset();

@@ -5,7 +5,7 @@
 // copied from the same buffer to every GPU that needs part of it, so a node filling several GPUs
 // reads replicated tensors and the shared spans of row-parallel slices once, not once per GPU.
 //
-// Reader threads (runChunks) each own a lane: a stream per GPU and two slots. A slot is one
+// Reader threads (reader_threads.h) each own a lane: a stream per GPU and two slots. A slot is one
 // pinned staging buffer (pread mode) or one pinned window of the mapped file (register mode) plus,
 // per GPU, the event that says when the copies reading it have finished. A thread fills a slot,
 // queues its copies and moves to its other slot, so disk or page-cache reads overlap the DMA of
@@ -30,12 +30,12 @@ struct CudaFillTarget {
 };
 
 // One GPU's share of a fill: its arena, its files and ops (op.file indexes `files`) and where
-// its landed bytes are counted.
+// its landed bytes are counted and its cancel is asked for.
 struct FillMember {
   CudaFillTarget target;
   const std::vector<std::string>* files = nullptr;
   const std::vector<CopyOp>* ops = nullptr;
-  FillProgress* progress = nullptr;
+  FillControl* control = nullptr;
 };
 
 // A failure that concerns one member (its ops, its files, its GPU), labelled with its GPU, so
@@ -51,8 +51,8 @@ class MemberFailure : public DeviceError {
 };
 
 // Fills every member's arena in one pass over the files, on the calling thread plus
-// options.threads - 1 more. Adds to each member's progress.bytes as its copies complete on its
-// device; stops when any member's progress.cancel is set. Returns only after every queued copy
+// options.threads - 1 more. Adds to each member's control.bytes as its copies complete on its
+// device; stops when any member's control.cancel is set. Returns only after every queued copy
 // has finished (or, on failure, been drained). An error in any member fails the whole fill.
 void cudaFill(const std::vector<FillMember>& members, const FillOptions& options);
 

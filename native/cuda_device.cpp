@@ -121,7 +121,7 @@ void CudaDevice::allocate(const std::vector<uint64_t>& segmentBytes) {
 }
 
 void CudaDevice::fill(const std::vector<std::string>& files, const std::vector<CopyOp>& ops,
-                      const std::vector<ZeroRange>& zeros, const FillOptions& options, FillProgress& progress) {
+                      const std::vector<ZeroRange>& zeros, const FillOptions& options, FillControl& control) {
   FillMember self;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -140,7 +140,7 @@ void CudaDevice::fill(const std::vector<std::string>& files, const std::vector<C
   });
   self.files = &files;
   self.ops = &ops;
-  self.progress = &progress;
+  self.control = &control;
   // The lock is not held while copying: the bindings refuse every other call on a filling
   // device, and info() must not wait minutes behind a fill. The engine names the GPU in the
   // errors that concern one (a group's fill may fail on another member's GPU).

@@ -46,7 +46,7 @@ DeviceError groupError(const std::string& code, const std::string& id, const std
   try {
     std::rethrow_exception(error);
   } catch (const MemberFailure& f) {
-    if (g.members[f.member()].progress == self.progress) throw;
+    if (g.members[f.member()].control == self.control) throw;
     throw DeviceError(f.code(), std::string("the fill shared by this node's GPUs failed: ") + f.what());
   }
 }
@@ -119,7 +119,7 @@ void fillInGroup(const std::string& id, unsigned size, const FillMember& self, c
     std::atomic<bool>& flag;
     explicit Waiting(std::atomic<bool>& f) : flag(f) { flag = true; }
     ~Waiting() { flag = false; }
-  } waiting(self.progress->waitingForGroup);
+  } waiting(self.control->waitingForGroup);
   for (;;) {
     registryChanged.wait_for(lock, kCancelPoll);
     if (g->running) waiting.flag = false;  // every member has joined: this one's copies are under way
@@ -131,10 +131,10 @@ void fillInGroup(const std::string& id, unsigned size, const FillMember& self, c
       tellAbandoned(id, g);
       throw groupError("E_FILL_CANCELLED", id, g->abandonedBy + " was cancelled before the group's fill started");
     }
-    if (!g->running && self.progress->cancel.load()) {
+    if (!g->running && self.control->cancel.load()) {
       abandon(id, g, self.target.label.empty() ? "a member" : self.target.label);
       for (auto it = g->members.begin(); it != g->members.end(); ++it) {
-        if (it->progress == self.progress) {
+        if (it->control == self.control) {
           g->members.erase(it);
           break;
         }

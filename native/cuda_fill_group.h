@@ -11,7 +11,7 @@
 namespace weightd {
 
 // Joins group `id` of `size` members with `self` and returns when the group's fill has ended.
-// A member whose progress.cancel is set while waiting for the others leaves, and the members
+// A member whose control.cancel is set while waiting for the others leaves, and the members
 // already waiting fail with E_FILL_CANCELLED, as do members arriving later; once every member
 // has been told (or once it is not among the 16 most recently abandoned), the id is forgotten. Once the fill runs, a cancel stops all of it.
 void fillInGroup(const std::string& id, unsigned size, const FillMember& self, const FillOptions& options);

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "fill_records.h"
+
 namespace weightd {
 
 // An error with a stable code; the bindings turn it into a JS DeviceError.
@@ -29,40 +31,23 @@ struct DeviceInfo {
   uint64_t freeBytes = 0;
 };
 
-// Mirrors CopyOp in src/checkpoint/types.ts.
-struct CopyOp {
-  uint32_t file = 0;
-  uint32_t segment = 0;
-  uint64_t srcOffset = 0;
-  uint64_t dstOffset = 0;
-  uint64_t rows = 1;
-  uint64_t rowBytes = 0;
-  uint64_t srcPitch = 0;
-};
-
-// Mirrors ZeroRange in src/checkpoint/types.ts: bytes no op writes that must read as zero
-// (vocab padding rows of an engine layout).
-struct ZeroRange {
-  uint32_t segment = 0;
-  uint64_t offset = 0;
-  uint64_t bytes = 0;
-};
-
 // How the cuda backend moves file bytes to the device (the host backend always reads).
 enum class FillMode {
   Pread,     // read into pinned staging buffers, then copy
   Register,  // mmap the file and pin (cuMemHostRegister) windows of it, then copy from them
 };
 
-// Defaults measured on an H200 host (docs/gpu-results.md): small chunks and little staging keep
-// the pinned buffers in the CPU cache between the read and the DMA. From the page cache, 8
-// threads filled at 37-40 GB/s with 2 MiB chunks (32 MiB staging), 27 with 8 MiB, 19 with 16.
-// With a group (several GPUs), threads and stagingBytes count per GPU's worth of distinct bytes
-// read (cuda_copy_engine.cpp).
+// How a fill reads and how much it may hold. src/native/fillPolicy.ts decides every number (the
+// bindings refuse a fill without them, fill_args.cpp); the backends only keep them within what
+// their mechanics need.
 struct FillOptions {
-  unsigned threads = 8;
-  uint64_t chunkBytes = 2ull << 20;     // unit of work handed to one reader thread
-  uint64_t stagingBytes = 32ull << 20;  // bound on pinned host memory (cuda)
+  // Reader threads. With a group, per GPU's worth of distinct bytes read: the engine scales it by
+  // what the group reads (cuda_copy_engine.cpp), never past max(threads, CPUs).
+  unsigned threads = 0;
+  uint64_t chunkBytes = 0;    // unit of work handed to one reader thread
+  uint64_t stagingBytes = 0;  // bound on pinned host memory (cuda); with a group, per GPU's worth
+  // cuda: a group's scaled staging stays under max(stagingBytes, this), however many GPUs share it.
+  uint64_t maxGroupStagingBytes = 0;
   bool direct = false;                  // O_DIRECT reads where the file system allows
   FillMode mode = FillMode::Pread;      // cuda only
   // cuda only: fills of one process naming the same group id, groupSize of them, share one
@@ -71,9 +56,10 @@ struct FillOptions {
   unsigned groupSize = 0;
 };
 
-// Shared between a running fill and whoever watches it. Readers add bytes as they land;
-// anyone may set cancel, and every worker checks it between chunks.
-struct FillProgress {
+// The control block of a running fill, shared with whoever watches it (fill_job.h): readers add
+// bytes as they land; anyone may set cancel, and every reader checks it between work items.
+// (What TypeScript calls FillProgress is a snapshot of it, made by polling.)
+struct FillControl {
   std::atomic<uint64_t> bytes{0};
   std::atomic<bool> cancel{false};
   // Set while this fill has joined its group (cuda_fill_group.h) and waits for the other members:
@@ -121,11 +107,11 @@ class Device {
   virtual DeviceInfo info() = 0;
   // Reserves one allocation per segment. Fails before anything is copied if memory is short.
   virtual void allocate(const std::vector<uint64_t>& segmentBytes) = 0;
-  // Runs on a native thread (never the JS thread). Throws DeviceError; honours progress.cancel.
+  // Runs on a native thread (never the JS thread). Throws DeviceError; honours control.cancel.
   // Every backend writes zeros over `zeros` (and only there, so the cost is the padding's), since
   // a fill may reuse an arena that an earlier fill or the allocator left non-zero.
   virtual void fill(const std::vector<std::string>& files, const std::vector<CopyOp>& ops,
-                    const std::vector<ZeroRange>& zeros, const FillOptions& options, FillProgress& progress) = 0;
+                    const std::vector<ZeroRange>& zeros, const FillOptions& options, FillControl& control) = 0;
   virtual std::vector<SegmentExport> exportSegments() = 0;
   // Copies bytes back out of the arena (verification and tests).
   virtual void read(uint32_t segment, uint64_t offset, uint64_t length, void* dst) = 0;

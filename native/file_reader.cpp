@@ -122,7 +122,6 @@ void FileSet::readFull(uint32_t file, void* dst, uint64_t length, uint64_t offse
 }
 
 std::vector<Chunk> splitIntoChunks(const std::vector<CopyOp>& ops, uint64_t chunkBytes) {
-  if (chunkBytes == 0) chunkBytes = 16ull << 20;
   std::vector<Chunk> chunks;
   for (uint32_t i = 0; i < ops.size(); ++i) {
     const CopyOp& op = ops[i];

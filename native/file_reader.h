@@ -1,5 +1,6 @@
 // Reading checkpoint files for a fill: files opened on demand, a bounded number at once, positional reads that finish or
-// fail with a message naming the file, and the split of copy ops into work chunks.
+// fail with a message naming the file, and the split of copy ops into work chunks (which
+// reader_threads.h runs).
 #pragma once
 #include <sys/stat.h>
 
@@ -78,19 +79,13 @@ struct Chunk {
   uint64_t byteCount = 0;
 };
 
+// chunkBytes > 0 (the bindings refuse 0).
 std::vector<Chunk> splitIntoChunks(const std::vector<CopyOp>& ops, uint64_t chunkBytes);
 
 // Checks every op against the file sizes and the segment sizes before any byte moves.
 void validateOps(const std::vector<CopyOp>& ops, const FileSet& files,
                  const std::vector<uint64_t>& segmentBytes);
 
-// Runs `work(chunkIndex)` on `threads` threads until every chunk is done, an error is thrown
-// (the first one is rethrown here after all threads stop) or progress.cancel is set.
-template <typename Work>
-void runChunks(size_t chunkCount, unsigned threads, FillProgress& progress, Work work);
-
 std::string errnoMessage(int err);
 
 }  // namespace weightd
-
-#include "file_reader_inl.h"

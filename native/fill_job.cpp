@@ -10,7 +10,7 @@ FillJob::FillJob(std::shared_ptr<Device> device, std::vector<std::string> files,
   thread_ = startThread("the fill thread", [this, files = std::move(files), ops = std::move(ops), zeros = std::move(zeros), options]() {
     FillStatus r;
     try {
-      device_->fill(files, ops, zeros, options, progress_);
+      device_->fill(files, ops, zeros, options, control_);
     } catch (const DeviceError& e) {
       r.failed = true;
       r.errorCode = e.code();
@@ -28,15 +28,15 @@ FillJob::FillJob(std::shared_ptr<Device> device, std::vector<std::string> files,
 }
 
 FillJob::~FillJob() {
-  progress_.cancel = true;
+  control_.cancel = true;
   if (thread_.joinable()) thread_.join();
 }
 
 FillStatus FillJob::status() {
   std::lock_guard<std::mutex> lock(mutex_);
   FillStatus s = result_;
-  s.bytes = progress_.bytes.load();
-  s.waitingForGroup = progress_.waitingForGroup.load();
+  s.bytes = control_.bytes.load();
+  s.waitingForGroup = control_.waitingForGroup.load();
   if (!s.done) s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
   return s;
 }

@@ -29,11 +29,11 @@ class FillJob {
           FillOptions options);
   ~FillJob();  // cancels and joins
   FillStatus status();
-  void cancel() { progress_.cancel = true; }
+  void cancel() { control_.cancel = true; }
 
  private:
   std::shared_ptr<Device> device_;
-  FillProgress progress_;
+  FillControl control_;
   std::mutex mutex_;
   FillStatus result_;
   std::chrono::steady_clock::time_point started_;

@@ -16,7 +16,13 @@ struct Span {
 // Appends the pieces of `op` that lie inside [ws, we).
 void clip(uint32_t member, const CopyOp& op, uint64_t ws, uint64_t we, std::vector<WindowPiece>& out) {
   auto piece = [&](uint64_t src, uint64_t dst, uint64_t rows, uint64_t rowBytes) {
-    out.push_back(WindowPiece{member, CopyOp{op.file, op.segment, src, dst, rows, rowBytes, rows > 1 ? op.srcPitch : rowBytes}});
+    CopyOp c = op;
+    c.srcOffset = src;
+    c.dstOffset = dst;
+    c.rows = rows;
+    c.rowBytes = rowBytes;
+    c.srcPitch = rows > 1 ? op.srcPitch : rowBytes;
+    out.push_back(WindowPiece{member, c});
   };
   const uint64_t s = op.srcOffset, n = op.rowBytes;
   if (op.rows <= 1) {

@@ -11,6 +11,7 @@
 #include <random>
 
 #include "file_reader.h"
+#include "reader_threads.h"
 
 namespace weightd {
 
@@ -110,7 +111,7 @@ void HostDevice::allocate(const std::vector<uint64_t>& segmentBytes) {
 }
 
 void HostDevice::fill(const std::vector<std::string>& files, const std::vector<CopyOp>& ops,
-                      const std::vector<ZeroRange>& zeros, const FillOptions& options, FillProgress& progress) {
+                      const std::vector<ZeroRange>& zeros, const FillOptions& options, FillControl& control) {
   std::vector<uint64_t> sizes;
   std::vector<char*> bases;
   {
@@ -129,7 +130,7 @@ void HostDevice::fill(const std::vector<std::string>& files, const std::vector<C
   // here keeps one contract for both backends, at the cost of the padding's pages only.
   for (const ZeroRange& z : zeros) memset(bases[z.segment] + z.offset, 0, z.bytes);
   std::vector<Chunk> chunks = splitIntoChunks(ops, options.chunkBytes);
-  runChunks(chunks.size(), options.threads, progress, [&](size_t i) {
+  runOnReaderThreads(chunks.size(), options.threads, control.cancel, [&](size_t i) {
     const Chunk& c = chunks[i];
     const CopyOp& op = ops[c.op];
     char* dst = bases[op.segment] + op.dstOffset;
@@ -146,7 +147,7 @@ void HostDevice::fill(const std::vector<std::string>& files, const std::vector<C
         memcpy(dst + (c.firstRow + r) * op.rowBytes, span.data() + r * op.srcPitch, op.rowBytes);
       }
     }
-    progress.bytes += c.byteCount;
+    control.bytes += c.byteCount;
   });
 }
 

@@ -16,7 +16,7 @@ class HostDevice : public Device {
   DeviceInfo info() override;
   void allocate(const std::vector<uint64_t>& segmentBytes) override;
   void fill(const std::vector<std::string>& files, const std::vector<CopyOp>& ops,
-            const std::vector<ZeroRange>& zeros, const FillOptions& options, FillProgress& progress) override;
+            const std::vector<ZeroRange>& zeros, const FillOptions& options, FillControl& control) override;
   std::vector<SegmentExport> exportSegments() override;
   void read(uint32_t segment, uint64_t offset, uint64_t length, void* dst) override;
   void release() override;

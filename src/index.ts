@@ -1,4 +1,4 @@
-export { startNode, type WeightdNode } from './startNode.js';
+export { startNode, type NodeModules, type WeightdNode } from './startNode.js';
 export type { NodeStatus, NodeResult, NodeState, RankStatus, RankState, PeerStatus, NodeFailure } from './nodeStatus.js';
 export { toStatusView, type StatusView, type RankView, type PeerView } from './inspect/statusView.js';
 export type { NodeEvent, NodeEventListener } from './inspect/eventFeed.js';

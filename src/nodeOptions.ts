@@ -5,9 +5,9 @@ import { createServer } from 'node:net';
 import { resolve } from 'node:path';
 import { LAYOUT_NAMES, type LayoutName } from './checkpoint/types.js';
 import { UsageError } from './errors.js';
-import type { FaultInjection } from './actors/rankMessages.js';
 import type { Logger } from './log.js';
 import type { FillOptions } from './native/addon.js';
+import { FILL_SIZING } from './native/fillPolicy.js';
 
 export type DeviceChoice = 'auto' | 'cuda' | 'host';
 export type LogLevel = 'trace' | 'debug' | 'info' | 'warn' | 'error' | 'fatal' | 'silent';
@@ -42,8 +42,6 @@ export interface NodeOptions {
   rendezvousTimeoutMs?: number;
   /** Shared secret every node must present at rendezvous. */
   token?: string;
-  /** Tests only: make one rank fail at one phase. */
-  faultInjection?: FaultInjection;
   /** Serve /healthz, /status, /metrics and /statechart over HTTP (port 0: any free port). */
   inspect?: { port?: number; host?: string };
   /**
@@ -71,7 +69,6 @@ export interface NodeConfig {
   fill: FillOptions;
   rendezvousTimeoutMs: number;
   token?: string;
-  faultInjection?: FaultInjection;
   inspect?: { port: number; host: string };
   /** Absent or false: no progress reporting. */
   progress?: false | { intervalMs: number; bar: boolean };
@@ -183,7 +180,6 @@ export async function resolveNodeOptions(o: NodeOptions): Promise<NodeConfig> {
     fill: checkFill(o.fill ?? {}),
     rendezvousTimeoutMs,
     token: o.token,
-    faultInjection: o.faultInjection,
     inspect,
     progress: checkProgress(o.progress, o.logger !== undefined),
   };
@@ -197,15 +193,15 @@ function checkRendezvousTimeout(ms: unknown): number {
   return Math.round(ms);
 }
 
-/** --load-threads: the addon refuses more (native/addon.cpp kMaxThreads). --staging-mb: a node pins at most 512 MiB however it is set (native/cuda_copy_engine.cpp), so more than 16 GiB is a typo. */
+/** --load-threads: the addon refuses more (native/fill_args.cpp kMaxThreads). --staging-mb: more than 16 GiB per rank is a typo. */
 export const MAX_LOAD_THREADS = 256;
 export const MAX_STAGING_MIB = 16_384;
 
 function checkFill(f: NonNullable<NodeOptions['fill']>): NodeConfig['fill'] {
   const out = { ...f };
-  if (f.threads !== undefined) out.threads = integer('--load-threads', f.threads, 1, MAX_LOAD_THREADS, `pass the reader threads per rank, from 1 to ${MAX_LOAD_THREADS} (default 8)`);
+  if (f.threads !== undefined) out.threads = integer('--load-threads', f.threads, 1, MAX_LOAD_THREADS, `pass the reader threads per rank, from 1 to ${MAX_LOAD_THREADS} (default ${FILL_SIZING.threads})`);
   if (f.stagingBytes !== undefined) {
-    out.stagingBytes = integer('--staging-mb', f.stagingBytes / 2 ** 20, 1, MAX_STAGING_MIB, `pass the pinned staging MiB per rank, from 1 to ${MAX_STAGING_MIB} (default 32)`) * 2 ** 20;
+    out.stagingBytes = integer('--staging-mb', f.stagingBytes / 2 ** 20, 1, MAX_STAGING_MIB, `pass the pinned staging MiB per rank, from 1 to ${MAX_STAGING_MIB} (default ${FILL_SIZING.stagingBytes / 2 ** 20})`) * 2 ** 20;
   }
   return out;
 }

@@ -2,7 +2,7 @@
 // The CLI (src/main.ts) is a thin layer over this.
 import type { Registry } from 'prom-client';
 import { createActor, type SnapshotFrom } from 'xstate';
-import { nodeActors } from './actors/nodeActors.js';
+import { nodeActors, rankWorkerModule } from './actors/nodeActors.js';
 import { ServerRegistry } from './actors/serverRegistry.js';
 import { WorkerRegistry } from './actors/workerRegistry.js';
 import { RankFailedError, receivedCode, WeightdError } from './errors.js';
@@ -72,17 +72,27 @@ export function statusOf(snap: Snapshot, config: NodeConfig, servers?: ServerReg
 /** The supervisor drawn from its own definition; the same for every node, so made once. */
 let supervisorChart: MachineChart | undefined;
 
+/** Code a node runs, as opposed to what its options configure; each has the real one as default. */
+export interface NodeModules {
+  /**
+   * The module each rank's worker thread runs: default src/actors/rankWorker.ts. Another must
+   * speak src/actors/rankMessages.ts, as one that wraps src/actors/rankPhases.ts does (the
+   * tests' fixture workers, test/actors/fixtures).
+   */
+  rankWorker?: URL;
+}
+
 /**
  * Starts a node. Rejects with UsageError (before anything starts) when an option is invalid;
  * every later failure is reported through `ready`, `done` and the status.
  */
-export async function startNode(options: NodeOptions): Promise<WeightdNode> {
+export async function startNode(options: NodeOptions, { rankWorker = rankWorkerModule }: NodeModules = {}): Promise<WeightdNode> {
   const config = await resolveNodeOptions(options);
   const log = options.logger ?? createLogger({ nodeRank: config.nodeRank, level: options.logLevel });
   const workers = new WorkerRegistry();
   const servers = new ServerRegistry();
   const feed = new EventFeed();
-  const actor = createActor(supervisorMachine.provide({ actors: nodeActors }), { input: { config, log, workers, servers }, inspect: feed.inspect });
+  const actor = createActor(supervisorMachine.provide({ actors: nodeActors }), { input: { config, log, rankWorker, workers, servers }, inspect: feed.inspect });
   const status = () => statusOf(actor.getSnapshot(), config, servers);
   supervisorChart ??= machineToChart(supervisorMachine);
   const metrics = new NodeMetrics({ status, feed, states: supervisorChart.states.map((s) => s.key) });

@@ -13,7 +13,7 @@
 import { writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { GpuFleet, dropCaches, fillSeconds, peakRssMiB } from './gpuFleet.mjs';
-import { planRank, readCheckpoint } from './plan.mjs';
+import { rankPlans } from './rankPlans.mjs';
 
 const { values: args } = parseArgs({
   options: {
@@ -37,12 +37,16 @@ const devices = args.devices.split(',').map(Number);
 const tp = Number(args.tp);
 const reps = Number(args.reps);
 const configs = JSON.parse(args.configs);
-const headers = await readCheckpoint(args.ckpt);
-// With tp > 1 device k holds rank k; with tp = 1 each device holds everything (or, disjoint,
-// every devices.length-th file from the k-th).
+// The daemon's plans. With tp > 1 device k holds rank k; with tp = 1 each device holds
+// everything (or, disjoint, the ops of every devices.length-th file from the k-th, in an arena
+// sized for the whole checkpoint).
+const plans = await rankPlans(args.ckpt, tp);
 const members = devices.map((index, k) => {
-  const files = args.disjoint ? headers.filter((_, i) => i % devices.length === k) : headers;
-  return { index, plan: planRank(files, tp, tp > 1 ? k : 0) };
+  const plan = plans[tp > 1 ? k : 0];
+  if (!args.disjoint) return { index, plan };
+  const ops = plan.ops.filter((op) => op.file % devices.length === k);
+  const tensors = plan.tensors.filter((t) => plan.files.indexOf(t.path) % devices.length === k);
+  return { index, plan: { ...plan, ops, tensors, payloadBytes: ops.reduce((n, op) => n + op.rows * op.rowBytes, 0) } };
 });
 const payloadBytes = members.reduce((n, m) => n + m.plan.payloadBytes, 0);
 
@@ -72,8 +76,8 @@ for (const options of configs) {
     tp,
     cold: args.cold,
     disjoint: args.disjoint,
-    files: headers.length,
-    tensors: headers.reduce((n, h) => n + h.tensors.length, 0),
+    files: plans[0].files.length,
+    tensors: plans[0].tensors.length,
     payloadBytes,
     results: [entry],
     peakRssMiB: peakRssMiB(),

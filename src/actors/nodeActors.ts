@@ -1,11 +1,15 @@
-// The supervisor's real actors, by the names its setup() declares. Only the composition root
-// (startNode) imports this file: it is what loads the addon, the rendezvous and the servers.
+// The supervisor's real actors, by the names its setup() declares, and the real rank worker
+// module. Only the composition root (startNode) imports this file: it is what loads the addon,
+// the rendezvous and the servers.
 import { groupSession } from './groupSession.js';
 import { prepareNode } from './prepareNode.js';
 import { publishNodeManifest } from './publishNodeManifest.js';
 import { rankActor } from './rankActor.js';
 import { reportStartupFailureActor } from './reportStartupFailure.js';
 import { serveRank } from './serveRank.js';
+
+/** What each rank actor's worker thread runs unless startNode is given another module. */
+export const rankWorkerModule = new URL('./rankWorker.js', import.meta.url);
 
 export const nodeActors = {
   prepareNode,

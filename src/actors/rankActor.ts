@@ -1,6 +1,7 @@
-// A rank actor: owns one worker thread (src/actors/rankWorker.ts) that owns one device. Turns
-// the worker's messages, errors and exit into supervisor events; stopping the actor terminates
-// the thread, which frees the device.
+// A rank actor: owns one worker thread that owns one device. Turns the worker's messages, errors
+// and exit into supervisor events; stopping the actor terminates the thread, which frees the
+// device. Which module the thread runs is its input: src/actors/rankWorker.ts from the
+// composition root (src/actors/nodeActors.ts), a fixture that fails on purpose in tests.
 import { Worker } from 'node:worker_threads';
 import { fromCallback } from 'xstate';
 import { serializeError } from '../errors.js';
@@ -10,6 +11,8 @@ import type { WorkerRegistry } from './workerRegistry.js';
 import type { RankEvent } from '../machines/events.js';
 
 export interface RankActorInput {
+  /** The worker thread's module; it speaks rankMessages.ts (src/actors/rankPhases.ts runs a rank). */
+  worker: URL;
   workerData: RankWorkerData;
   log: Logger;
   workers: WorkerRegistry;
@@ -17,12 +20,10 @@ export interface RankActorInput {
 
 export type RankCommand = { type: 'RANK_RELEASE' } | { type: 'RANK_STOP' };
 
-const workerUrl = new URL('./rankWorker.js', import.meta.url);
-
 export const rankActor = fromCallback<RankCommand, RankActorInput, RankEvent>(({ input, sendBack, receive }) => {
   const { localRank } = input.workerData;
   const log = input.log;
-  const worker = new Worker(workerUrl, { workerData: input.workerData, name: `weightd-rank-${localRank}` });
+  const worker = new Worker(input.worker, { workerData: input.workerData, name: `weightd-rank-${localRank}` });
   input.workers.track(worker);
   let stopRequested = false;
   let failed = false;

@@ -3,20 +3,6 @@ import type { RankPlan } from '../checkpoint/types.js';
 import type { SerializedError } from '../errors.js';
 import type { DeviceInfo, DeviceSlot, FillOptions, SegmentExport } from '../native/addon.js';
 
-export type FaultPhase = 'open' | 'allocate' | 'fill' | 'export' | 'serve';
-export type FaultKind = 'throw' | 'exit' | 'device';
-
-/**
- * Failure injection for tests of the teardown path: `throw` raises an uncaught error in the
- * worker, `exit` ends the thread, `device` makes the addon fail for real (a bad backend, an
- * unwritable shared-memory dir, a missing file, an export after release).
- */
-export interface FaultInjection {
-  localRank: number;
-  phase: FaultPhase;
-  kind: FaultKind;
-}
-
 export interface RankWorkerData {
   nodeRank: number;
   localRank: number;
@@ -25,7 +11,6 @@ export interface RankWorkerData {
   shmDir: string;
   plan: RankPlan;
   fill: FillOptions;
-  fault?: FaultInjection;
 }
 
 export type RankToMain =

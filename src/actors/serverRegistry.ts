@@ -1,13 +1,13 @@
-import type { RankServerStats } from '../serve/rankServer.js';
+import type { RankServiceStats } from '../serve/rankService.js';
 
 /**
  * The live socket servers of a node, by local rank, so status and metrics can report clients
  * and leases without the machine holding server objects in its context.
  */
 export class ServerRegistry {
-  readonly #stats = new Map<number, () => RankServerStats>();
+  readonly #stats = new Map<number, () => RankServiceStats>();
 
-  register(localRank: number, stats: () => RankServerStats): void {
+  register(localRank: number, stats: () => RankServiceStats): void {
     this.#stats.set(localRank, stats);
   }
 
@@ -16,7 +16,7 @@ export class ServerRegistry {
   }
 
   /** The rank's server counters, or undefined while it has no server. */
-  stats(localRank: number): RankServerStats | undefined {
+  stats(localRank: number): RankServiceStats | undefined {
     return this.#stats.get(localRank)?.();
   }
 }

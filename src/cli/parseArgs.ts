@@ -5,6 +5,7 @@
 import { readFileSync } from 'node:fs';
 import { Command, CommanderError, Option } from 'commander';
 import { UsageError } from '../errors.js';
+import { FILL_SIZING } from '../native/fillPolicy.js';
 import { DEFAULT_INSPECT_HOST, type NodeOptions } from '../nodeOptions.js';
 import type { FingerprintRequest } from './printFingerprints.js';
 
@@ -103,8 +104,8 @@ export function buildProgram(): Command {
     .addOption(new Option('--device <backend>', 'device backend').choices(['auto', 'cuda', 'host']).default('auto'))
     .option('--plan-file <file>', 'JSON sharding plan overriding the built-in rules')
     .option('--layouts <names>', 'layouts to serve, comma-separated: checkpoint (always) and vllm (engine parameter names; docs/sharding.md)', 'checkpoint')
-    .option('--staging-mb <mib>', 'pinned staging memory for the copy engine, per rank (cuda; default 32; a node\'s GPUs share one pool)')
-    .option('--load-threads <n>', 'reader threads per rank (default 8; a node\'s GPUs share one pool)')
+    .option('--staging-mb <mib>', `pinned staging memory for the copy engine, per rank (cuda; default ${FILL_SIZING.stagingBytes / 2 ** 20}; a node's GPUs share one pool)`)
+    .option('--load-threads <n>', `reader threads per rank (default ${FILL_SIZING.threads}; a node's GPUs share one pool)`)
     .addOption(new Option('--direct-io <mode>', 'cuda: read the checkpoint with O_DIRECT; auto does when the page cache holds less than half of it').choices(['auto', 'on', 'off']).default('auto'))
     .addOption(new Option('--log-level <level>', 'log level').choices(['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent']).default('info'))
     .option('--inspect-port <port>', 'serve /healthz, /status, /metrics and the live /statechart page on this HTTP port (0: any free port)')

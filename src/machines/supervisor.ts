@@ -24,6 +24,8 @@ import type { RankEvent, SupervisorEvent } from './events.js';
 export interface SupervisorInput {
   config: NodeConfig;
   log: Logger;
+  /** The module each rank actor's worker thread runs (RankActorInput.worker). */
+  rankWorker: URL;
   workers: WorkerRegistry;
   servers: ServerRegistry;
 }
@@ -159,6 +161,7 @@ const supervisorSetup = setup({
           id: rankActorId(r.localRank),
           input: {
             log: rankLog(context, r),
+            worker: context.rankWorker,
             workers: context.workers,
             workerData: {
               nodeRank: context.config.nodeRank,
@@ -168,7 +171,6 @@ const supervisorSetup = setup({
               shmDir: prepared.shmDir,
               plan: prepared.plan.ranks[r.globalRank]!,
               fill: prepared.fill,
-              fault: context.config.faultInjection,
             },
           },
         });

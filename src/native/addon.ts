@@ -3,6 +3,7 @@
 import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
 import { DeviceError, type NativeErrorCode } from '../errors.js';
+import type { PackedCopyOps, PackedZeroRanges } from './fillRecords.js';
 
 export type Backend = 'host' | 'cuda';
 
@@ -36,12 +37,13 @@ export interface SegmentExport {
  */
 export type FillMode = 'pread' | 'register';
 
+/** What a caller may choose; fillSizing (fillPolicy.ts) decides the rest. */
 export interface FillOptions {
   /** Reader threads. */
   threads?: number;
-  /** Unit of work given to one reader (default 2 MiB: see docs/gpu-results.md). */
+  /** Unit of work given to one reader. */
   chunkBytes?: number;
-  /** Bound on pinned staging memory (cuda; default 32 MiB). */
+  /** Bound on pinned staging memory (cuda). */
   stagingBytes?: number;
   /** O_DIRECT reads where the file system allows (cold page cache). */
   direct?: boolean;
@@ -52,6 +54,15 @@ export interface FillOptions {
    * the files; each waits until all have started (see native/cuda_fill_group.h).
    */
   group?: { id: string; size: number };
+}
+
+/** What the addon gets: every sizing number decided (fillSizing), none left to native defaults. */
+export interface NativeFillOptions extends FillOptions {
+  threads: number;
+  chunkBytes: number;
+  stagingBytes: number;
+  /** cuda: a group's staging stays under max(stagingBytes, this) however many GPUs share it. */
+  maxGroupStagingBytes: number;
 }
 
 export interface NativeFillStatus {
@@ -71,11 +82,8 @@ export interface NativeFillStatus {
 export interface NativeDevice {
   info(): DeviceInfo;
   allocate(segmentBytes: number[]): Promise<void>;
-  /**
-   * ops: 7 numbers per op: file, segment, srcOffset, dstOffset, rows, rowBytes, srcPitch.
-   * zeroRanges: 3 numbers per range: segment, offset, bytes; every backend writes zeros there.
-   */
-  startFill(files: string[], ops: Float64Array, zeroRanges: Float64Array, options: FillOptions): void;
+  /** Records packed by fillRecords.ts; every backend writes zeros over `zeroRanges`. */
+  startFill(files: string[], ops: PackedCopyOps, zeroRanges: PackedZeroRanges, options: NativeFillOptions): void;
   fillStatus(): NativeFillStatus;
   cancelFill(): void;
   exportSegments(): SegmentExport[];

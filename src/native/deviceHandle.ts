@@ -1,6 +1,8 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { CopyOp, ZeroRange } from '../checkpoint/types.js';
 import { addon, type Backend, type DeviceInfo, type FillOptions, type NativeDevice, type SegmentExport } from './addon.js';
+import { fillSizing } from './fillPolicy.js';
+import { packCopyOps, packZeroRanges } from './fillRecords.js';
 import { readInChunks } from './readInChunks.js';
 
 export interface FillProgress {
@@ -18,22 +20,6 @@ export interface FillResult {
 
 /** How often a running fill is polled (see native/fill_job.h for why it is polled). */
 const POLL_MS = 20;
-
-/** Packs copy ops into the flat layout the addon reads without per-object property lookups. */
-export function packOps(ops: readonly CopyOp[]): Float64Array {
-  const out = new Float64Array(ops.length * 7);
-  ops.forEach((op, i) => {
-    out.set([op.file, op.segment, op.srcOffset, op.dstOffset, op.rows, op.rowBytes, op.srcPitch], i * 7);
-  });
-  return out;
-}
-
-/** Packs zero ranges the same way: 3 numbers per range. */
-export function packZeroRanges(ranges: readonly ZeroRange[]): Float64Array {
-  const out = new Float64Array(ranges.length * 3);
-  ranges.forEach((z, i) => out.set([z.segment, z.offset, z.bytes], i * 3));
-  return out;
-}
 
 /** What a fill writes besides its copies. */
 export interface FillExtras {
@@ -72,8 +58,8 @@ export class DeviceHandle {
     options: FillOptions & FillExtras,
     onProgress?: (p: FillProgress) => void,
   ): Promise<FillResult> {
-    const { zeroRanges = [], ...native } = options;
-    this.#native.startFill(files, packOps(ops), packZeroRanges(zeroRanges), native);
+    const { zeroRanges = [], ...chosen } = options;
+    this.#native.startFill(files, packCopyOps(ops), packZeroRanges(zeroRanges), fillSizing(chosen));
     for (;;) {
       const s = this.#native.fillStatus();
       onProgress?.({ bytes: s.bytes, totalBytes, seconds: s.seconds, waitingForGroup: s.waitingForGroup });

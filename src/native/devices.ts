@@ -1,11 +1,10 @@
 // Which devices this node has, per backend. For host, ids come from WEIGHTD_HOST_DEVICES (a
 // comma-separated list, the host backend's CUDA_VISIBLE_DEVICES) so several simulated nodes on
 // one machine can have distinct, or on purpose equal, device ids.
-import { randomUUID } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { hostname, tmpdir } from 'node:os';
 import { DeviceError } from '../errors.js';
-import { addon, type Backend, type DeviceSlot, type FillOptions } from './addon.js';
+import { addon, type Backend, type DeviceSlot } from './addon.js';
 import { cudaDevices, cudaProbe } from './cuda.js';
 
 export type { DeviceSlot } from './addon.js';
@@ -65,34 +64,8 @@ function firstDevices(devices: DeviceSlot[], wanted: number, backend: Backend): 
   return devices.slice(0, wanted);
 }
 
-/** Below this share of the checkpoint in the page cache, a cuda load is a cold one. */
-export const COLD_CACHE_SHARE = 0.5;
-
-/**
- * What a cold cuda load uses unless the options say otherwise: O_DIRECT reads of 8 MiB into
- * 128 MiB of staging per GPU. On the H200 host that read a cold checkpoint at 1.05x `cat`,
- * against 0.92x through the page cache, while a warm one through O_DIRECT is 10x slower than
- * through the cache (docs/gpu-results.md): hence the look at the cache first.
- */
-const COLD_FILL: FillOptions = { direct: true, chunkBytes: 8 * 2 ** 20, stagingBytes: 128 * 2 ** 20 };
-
 /** Share (0 to 1) of these files' bytes the page cache holds now, from a sample (native/page_cache.h); 1 when they have none. */
 export async function cachedShare(paths: readonly string[]): Promise<number> {
   const { residentBytes, sampledBytes } = await addon().pageCacheResidency([...paths]);
   return sampledBytes === 0 ? 1 : residentBytes / sampledBytes;
-}
-
-/**
- * The fill options every rank of one node gets. Several GPUs fill as one group (one pass over the
- * files, each window copied to every GPU that needs it: native/cuda_fill_group.h), so bytes that
- * several ranks need are read from the page cache once. A cuda load whose files are mostly not
- * in the page cache (`share`, called only then: cachedShare of the files) reads them with
- * O_DIRECT, unless `fill.direct` says otherwise. Host fills always run alone, through the cache.
- */
-export async function nodeFillOptions(fill: FillOptions, devices: readonly DeviceSlot[], share: () => Promise<number> = async () => 1): Promise<FillOptions> {
-  if (devices.length === 0 || !devices.every((d) => d.backend === 'cuda')) return fill;
-  let out = fill;
-  if (fill.direct === undefined && (await share()) < COLD_CACHE_SHARE) out = { ...COLD_FILL, ...out, direct: true };
-  if (devices.length > 1) out = { ...out, group: { id: randomUUID(), size: devices.length } };
-  return out;
 }

@@ -1,7 +1,7 @@
 // One client connection on a rank's socket: framing, validation, deadlines, ordering and
-// backpressure. Command semantics live in the handler (rankServer.ts). Anything hostile or
+// backpressure. Command semantics live in the handlers (handlers/index.ts). Anything hostile or
 // malformed ends this connection only, after a best-effort error frame saying why.
-import type { Socket } from 'node:net';
+import type { Duplex } from 'node:stream';
 import { ProtocolError, WeightdError } from '../errors.js';
 import { encodeFrame, FrameDecoder, parsePayload } from './frameCodec.js';
 import { COMMANDS, Request, type ErrorReply } from './protocol.js';
@@ -40,7 +40,7 @@ function idOf(value: unknown): number | null {
 
 export class ClientConnection {
   readonly caller: Caller;
-  readonly #socket: Socket;
+  readonly #socket: Duplex;
   readonly #handler: ConnectionHandler;
   readonly #limits: ConnectionLimits;
   readonly #decoder: FrameDecoder;
@@ -51,7 +51,7 @@ export class ClientConnection {
   #readTimer: NodeJS.Timeout | undefined;
   #idleTimer: NodeJS.Timeout | undefined;
 
-  constructor(socket: Socket, caller: Caller, handler: ConnectionHandler, limits: ConnectionLimits) {
+  constructor(socket: Duplex, caller: Caller, handler: ConnectionHandler, limits: ConnectionLimits) {
     this.#socket = socket;
     this.caller = caller;
     this.#handler = handler;

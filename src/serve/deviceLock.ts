@@ -130,7 +130,7 @@ export function acquireDeviceLock(dir: string, uuid: string, onStale?: (holder: 
       linkSync(grabbed, path);
     } catch {
       // A third starter got the name meanwhile. Whichever of it and the displaced one binds the
-      // socket second finds it live (rankServer never unlinks a socket that accepts) and fails.
+      // socket second finds it live (socketListener never unlinks a socket that accepts) and fails.
     } finally {
       unlinkSync(grabbed);
     }

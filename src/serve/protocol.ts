@@ -37,7 +37,7 @@ export const StatsRequest = z.object({ id: requestId, cmd: z.literal('stats') })
 
 export const Request = z.discriminatedUnion('cmd', [PingRequest, GetStateRequest, ReleaseRequest, DetachRequest, StatsRequest]);
 export type Request = z.infer<typeof Request>;
-export type GetStateRequest = z.infer<typeof GetStateRequest>;
+export type RequestOf<C extends Command> = Extract<Request, { cmd: C }>;
 
 export const ServeStatus = z.enum(['serving', 'releasing', 'released']);
 export type ServeStatus = z.infer<typeof ServeStatus>;
@@ -50,6 +50,7 @@ export const DeviceRef = z.object({
   index: count,
   name: z.string(),
 });
+export type DeviceRef = z.infer<typeof DeviceRef>;
 export const RankRef = z.object({
   globalRank: count,
   localRank: count,
@@ -57,6 +58,7 @@ export const RankRef = z.object({
   nnodes: z.number().int().min(1),
   tpSize: z.number().int().min(1),
 });
+export type RankRef = z.infer<typeof RankRef>;
 export const TensorMeta = z.object({
   name: z.string(),
   dtype: z.string(),

@@ -1,36 +1,30 @@
 // A real rank actor (worker thread + addon) that throws, exits, or fails its device at each
-// phase must tear the whole node down: failure names the rank, every worker ends, and no
-// shared-memory file is left.
+// phase (a fixture worker, test/actors/fixtures/faultyRankWorker.ts) must tear the whole node
+// down: failure names the rank, every worker ends, and no shared-memory file is left.
 import { readdirSync, rmSync } from 'node:fs';
 import pino from 'pino';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import type { FaultKind, FaultPhase } from '../../src/actors/rankMessages.js';
 import { startNode } from '../../src/startNode.js';
 import { exampleModel, freshShmDir, freshSocketDir } from '../helpers/paths.js';
+import { faultKinds, faultPhases, faultyRankWorker, type FaultKind, type FaultPhase } from './fixtures/faultyRankWorker.js';
 
-const phases: FaultPhase[] = ['open', 'allocate', 'fill', 'export', 'serve'];
-const kinds: FaultKind[] = ['throw', 'exit', 'device'];
-const expected: Record<FaultKind, RegExp> = {
-  throw: /injected fault in rank 1/,
+const expected: Record<Exclude<FaultKind, 'device'>, RegExp> = {
+  throw: /fixture rank 1 throws at/,
   exit: /exited with code 7/,
-  device: /E_|unknown device backend|cannot create shared-memory file|cannot open checkpoint file|before allocate|export/i,
 };
+/** The addon's own error for each phase's device failure. */
+const deviceCodes: Record<FaultPhase, string> = { open: 'E_BAD_BACKEND', allocate: 'E_SHM_CREATE', fill: 'E_FILE_OPEN', export: 'E_NOT_ALLOCATED', serve: 'E_NOT_ALLOCATED' };
 
-for (const phase of phases) {
-  for (const kind of kinds) {
+for (const phase of faultPhases) {
+  for (const kind of faultKinds) {
     test(`rank 1 ${kind} at ${phase}: the node fails, naming rank 1, and leaves nothing`, async () => {
       const shmDir = freshShmDir();
       try {
-        const node = await startNode({
-          model: exampleModel,
-          tensorParallelSize: 2,
-          device: 'host',
-          shmDir,
-          socketDir: freshSocketDir(),
-          logger: pino({ level: 'silent' }),
-          faultInjection: { localRank: 1, phase, kind },
-        });
+        const node = await startNode(
+          { model: exampleModel, tensorParallelSize: 2, device: 'host', shmDir, socketDir: freshSocketDir(), logger: pino({ level: 'silent' }) },
+          { rankWorker: faultyRankWorker({ localRank: 1, phase, kind }) },
+        );
         let readyRejected = false;
         node.ready.catch(() => (readyRejected = true));
         const result = await node.done;
@@ -39,7 +33,8 @@ for (const phase of phases) {
         if (['open', 'allocate', 'fill'].includes(phase)) assert.ok(readyRejected, 'ready rejects');
         assert.is(result.failure?.globalRank, 1, `failure names rank 1: ${result.failure?.message}`);
         assert.match(result.failure!.message, /^rank 1 \(local 1\) failed: /);
-        assert.match(result.failure!.message + ' ' + result.failure!.code, expected[kind]);
+        if (kind === 'device') assert.is(result.failure!.code, deviceCodes[phase], result.failure!.message);
+        else assert.match(result.failure!.message, expected[kind]);
         assert.equal(readdirSync(shmDir), [], 'no shared-memory segment is left');
         assert.is(node.status().state, 'failed');
       } finally {

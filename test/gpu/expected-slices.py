@@ -3,8 +3,8 @@
 
   python3 test/gpu/expected-slices.py --plan rank0.json --out rank0.bin [--plan ... --out ...]
 
-For each tensor of the plan (bench/gpu/plan.mjs: name, file, data range, shape, dtype, split
-dim, tp, rank, arena offset) numpy maps the tensor from its file and takes the rank's part with
+For each tensor of the plan (bench/gpu/rankPlans.mjs: the daemon's plan with, per tensor, its
+file, data range, shape, dtype, split dim, tp, rank, arena offset) numpy maps the tensor from its file and takes the rank's part with
 np.array_split along the split dim, the way torch.chunk/tensor_split cut it; the bytes go at the
 tensor's arena offset. gpu-check.mjs then compares the GPU arena with this file.
 """

@@ -14,21 +14,16 @@ import type { CopyOp, ZeroRange } from '../../src/checkpoint/types.js';
 import { addon } from '../../src/native/addon.js';
 import { cudaDevices, cudaProbe, CudaIpcSegment } from '../../src/native/cuda.js';
 import { DeviceHandle, type FillProgress } from '../../src/native/deviceHandle.js';
-import type { FaultInjection } from '../../src/actors/rankMessages.js';
 import { startNode } from '../../src/startNode.js';
+import { faultyRankWorker, type RankFault } from '../actors/fixtures/faultyRankWorker.js';
 import { writeArchCheckpoint } from '../helpers/checkpoints.js';
+import { expectedBytes } from '../helpers/expectedBytes.js';
 import { exampleModel, freshSocketDir } from '../helpers/paths.js';
 
 const MiB = 1 << 20;
 
 setFlagsFromString('--expose-gc');
 const gc = runInNewContext('gc') as () => void;
-
-/** The bytes an op must leave in its segment, computed the plain way. */
-export function expectedBytes(file: Buffer, op: CopyOp): Buffer {
-  const rows = Array.from({ length: op.rows }, (_, r) => file.subarray(op.srcOffset + r * op.srcPitch, op.srcOffset + r * op.srcPitch + op.rowBytes));
-  return Buffer.concat(rows);
-}
 
 interface Fixture {
   dir: string;
@@ -321,8 +316,11 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
    * may be waiting for it in the group) is torn down with it, promptly.
    */
   async daemonGroup() {
-    const start = (faultInjection?: FaultInjection) =>
-      startNode({ model: exampleModel, tensorParallelSize: 2, device: 'cuda', socketDir: freshSocketDir(), logger: pino({ level: 'silent' }), faultInjection });
+    const start = (fault?: RankFault) =>
+      startNode(
+        { model: exampleModel, tensorParallelSize: 2, device: 'cuda', socketDir: freshSocketDir(), logger: pino({ level: 'silent' }) },
+        { rankWorker: fault && faultyRankWorker(fault) },
+      );
     const node = await start();
     await node.ready;
     const loaded = node.status().ranks.map((r) => ({ state: r.state, bytes: r.bytes, totalBytes: r.totalBytes }));

@@ -14,7 +14,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { GpuFleet } from '../../bench/gpu/gpuFleet.mjs';
-import { planRank, readCheckpoint } from '../../bench/gpu/plan.mjs';
+import { rankPlans } from '../../bench/gpu/rankPlans.mjs';
 import { cudaProbe } from '../../dist/src/native/cuda.js';
 import { DeviceHandle } from '../../dist/src/native/deviceHandle.js';
 
@@ -46,11 +46,10 @@ try {
   const probe = await cudaProbe();
   record('cudaProbe sees a GPU', probe.available, { reason: probe.reason, driverVersion: probe.driverVersion, devices: probe.devices.map((d) => `${d.uuid} ${d.name}`) });
   if (!probe.available) throw new Error('no GPU');
-  const headers = await readCheckpoint(args.ckpt);
 
-  // 1. tp=2, both ranks.
+  // 1. tp=2, both ranks, as the daemon plans them.
   const tp = 2;
-  const plans = [0, 1].map((rank) => planRank(headers, tp, rank));
+  const plans = await rankPlans(args.ckpt, tp);
   const planPaths = plans.map((p, rank) => {
     const path = join(args.work, `plan-tp${tp}-rank${rank}.json`);
     writeFileSync(path, JSON.stringify(p));
@@ -85,7 +84,7 @@ try {
   expectedPaths.forEach((p) => rmSync(p, { force: true }));
 
   // 2. IPC from other processes.
-  const plan1 = planRank(headers, 1, 0);
+  const [plan1] = await rankPlans(args.ckpt, 1);
   const plan1Path = join(args.work, 'plan-tp1.json');
   writeFileSync(plan1Path, JSON.stringify(plan1));
   const device = new DeviceHandle('cuda', 0);

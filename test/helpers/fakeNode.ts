@@ -35,7 +35,8 @@ export function fakeConfig(over: Partial<NodeConfig> = {}): NodeConfig {
 }
 
 export function fakeInput(config: Partial<NodeConfig> = {}): SupervisorInput {
-  return { config: fakeConfig(config), log: pino({ level: 'silent' }), workers: new WorkerRegistry(), servers: new ServerRegistry() };
+  // The fake rank actors start no thread, so no worker module is ever loaded.
+  return { config: fakeConfig(config), log: pino({ level: 'silent' }), rankWorker: new URL('file:///fake/rankWorker.js'), workers: new WorkerRegistry(), servers: new ServerRegistry() };
 }
 
 export const fakePrepared: Prepared = {

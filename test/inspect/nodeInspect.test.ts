@@ -12,6 +12,7 @@ import { startNode, toStatusView, UsageError, type NodeEvent } from '../../src/i
 import { startDaemon } from '../helpers/daemon.js';
 import { exampleModel, freshShmDir, freshSocketDir } from '../helpers/paths.js';
 import { runCli } from '../helpers/runCli.js';
+import { faultyRankWorker } from '../actors/fixtures/faultyRankWorker.js';
 import { httpGet } from './httpGet.js';
 
 const silent = pino({ level: 'silent' });
@@ -78,10 +79,10 @@ test('API: a rank failure is counted by its code; the progress lines are logged'
     assert.ok(lines.some((l) => /^rank 1 loaded 5\.0 MB in \S+ m?s \(\S+ [kMG]?B\/s\)$/.test(String(l.msg)) && l.globalRank === 1), 'a summary per rank');
     assert.ok(lines.some((l) => String(l.msg).startsWith('all 2 local ranks loaded: 10.0 MB in ')), 'and for the node');
 
-    const node = await startNode({
-      model: exampleModel, tensorParallelSize: 2, device: 'host', shmDir, socketDir: freshSocketDir(), logger: silent,
-      faultInjection: { localRank: 1, phase: 'fill', kind: 'device' },
-    });
+    const node = await startNode(
+      { model: exampleModel, tensorParallelSize: 2, device: 'host', shmDir, socketDir: freshSocketDir(), logger: silent },
+      { rankWorker: faultyRankWorker({ localRank: 1, phase: 'fill', kind: 'device' }) },
+    );
     const result = await node.done;
     assert.is(result.state, 'failed');
     const metrics = await node.metrics();

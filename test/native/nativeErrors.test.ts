@@ -8,6 +8,8 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { DeviceError, NATIVE_ERROR_CODES } from '../../src/errors.js';
 import { addon } from '../../src/native/addon.js';
+import { fillSizing } from '../../src/native/fillPolicy.js';
+import { packCopyOps, packZeroRanges } from '../../src/native/fillRecords.js';
 import { freshShmDir, repoRoot } from '../helpers/paths.js';
 
 test('a synchronous call throws a DeviceError with the C++ code', () => {
@@ -34,7 +36,7 @@ test("a fill's failure is a DeviceError", async () => {
   const device = new (addon().Device)('host', 0, { uuid: `errors-${process.pid}`, shmDir: dir });
   try {
     await device.allocate([4096]);
-    device.startFill([join(dir, 'missing')], new Float64Array([0, 0, 0, 0, 1, 16, 0]), new Float64Array(), {});
+    device.startFill([join(dir, 'missing')], packCopyOps([{ file: 0, segment: 0, srcOffset: 0, dstOffset: 0, rows: 1, rowBytes: 16, srcPitch: 0 }]), packZeroRanges([]), fillSizing({}));
     let status = device.fillStatus();
     while (!status.done) {
       await new Promise(setImmediate);

@@ -10,7 +10,8 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { DeviceError } from '../../src/errors.js';
 import { addon } from '../../src/native/addon.js';
-import { cachedShare, nodeFillOptions, type DeviceSlot } from '../../src/native/devices.js';
+import { cachedShare, type DeviceSlot } from '../../src/native/devices.js';
+import { nodeFillOptions } from '../../src/native/fillPolicy.js';
 import { repoRoot } from '../helpers/paths.js';
 
 const gpu = (index: number): DeviceSlot => ({ backend: 'cuda', index, uuid: `GPU-${index}` });

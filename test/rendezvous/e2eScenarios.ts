@@ -230,7 +230,7 @@ export function defineScenarios(test: Test, makeFabric: (n: number) => Fabric): 
     await withCluster(2, { nnodes: 2, tp: 4 }, async (c) => {
       const fault = JSON.stringify({ localRank: 1, phase: 'fill', kind: 'throw' });
       const daemons = [c.start({ nodeRank: 0 }), c.start({ nodeRank: 1, faulty: { WEIGHTD_TEST_FAULT: fault } })];
-      await daemons[0]!.failsWith('E_RDZV_PEER_FAILED', /^node 1 \(.*\) failed: rank 3 \(local 1\) failed: .*injected fault/);
+      await daemons[0]!.failsWith('E_RDZV_PEER_FAILED', /^node 1 \(.*\) failed: rank 3 \(local 1\) failed: .*fixture rank 1 throws at fill/);
       const own = await daemons[1]!.waitFor('its own failure', (_l, log) => log?.level === 50 && /^rank 3 \(local 1\) failed/.test(String(log.msg)));
       assert.ok(own);
       assert.is((await daemons[1]!.exit).code, 1);

@@ -7,6 +7,7 @@ daemon removes its socket and shared-memory segments) and removes the dir, on ev
 
 from __future__ import annotations
 
+import ctypes
 import os
 import shutil
 import signal
@@ -20,6 +21,17 @@ REPO = Path(__file__).resolve().parents[3]
 MAIN_JS = REPO / "dist" / "main.js"
 READY = '"ready":true'
 DEVICE = os.environ.get("WEIGHTD_TEST_DEVICE", "host")
+
+_LIBC = ctypes.CDLL(None, use_errno=True)
+_PR_SET_PDEATHSIG = 1
+
+
+def _end_with_parent() -> None:
+    # A pytest killed on a timeout runs no finalizer: the kernel's SIGTERM on its death lets the
+    # daemon remove its socket and segments instead of serving on with nobody to stop it. Only
+    # a libc call, so it is safe in the child between fork and exec.
+    if _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
+        os._exit(127)
 
 
 class Daemon:
@@ -50,7 +62,7 @@ class Daemon:
         self.stderr_lines: List[str] = []
         env = {**os.environ, "WEIGHTD_HOST_DEVICES": self.device}
         args = ["node", str(MAIN_JS), "--model", str(model), "-tp", str(tp), "--device", device, "--weight-cache-socket-dir", str(self.socket_dir), *(extra_args or [])]
-        self.proc = subprocess.Popen(args, cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(args, cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, preexec_fn=_end_with_parent)
         ready, seen = threading.Event(), []
 
         def pump() -> None:

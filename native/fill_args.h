@@ -1,0 +1,24 @@
+// startFill's arguments, checked and turned into plain C++ data before a fill thread sees them.
+#pragma once
+#include <napi.h>
+
+#include <string>
+#include <vector>
+
+#include "device.h"
+
+namespace weightd {
+
+struct FillArgs {
+  std::vector<std::string> files;
+  std::vector<CopyOp> ops;
+  std::vector<ZeroRange> zeros;
+  FillOptions options;
+};
+
+// startFill(files: string[], ops: Float64Array, zeroRanges: Float64Array, options: object): the
+// records as src/native/fillRecords.ts packs them (fill_records.h), the options with every
+// number src/native/fillPolicy.ts decides. Throws a TypeError or RangeError naming the value.
+FillArgs fillArgsFromJs(const Napi::CallbackInfo& info);
+
+}  // namespace weightd

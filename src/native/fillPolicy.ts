@@ -1,0 +1,56 @@
+// How fills are sized: the one place that decides reader threads, chunk and staging sizes, and
+// whether a load reads through the page cache. The addon takes these numbers as given (it
+// refuses a fill without them, native/fill_args.cpp) and only keeps them within what its
+// mechanics need. Imports no addon: the CLI's help and option checks quote these numbers.
+import { randomUUID } from 'node:crypto';
+import type { DeviceSlot, FillOptions, NativeFillOptions } from './addon.js';
+
+const MiB = 2 ** 20;
+
+/**
+ * What a fill uses unless told otherwise, measured on an H200 host (docs/gpu-results.md): small
+ * chunks and little staging keep the pinned buffers in the CPU cache between the read and the
+ * DMA. From the page cache, 8 threads filled at 37-40 GB/s with 2 MiB chunks (32 MiB staging), 27
+ * with 8 MiB, 19 with 16. In a group (several GPUs), threads and stagingBytes count per GPU's
+ * worth of distinct bytes read, and the copy engine scales them by what the group reads
+ * (native/cuda_copy_engine.cpp); the group's staging stays under max(stagingBytes,
+ * maxGroupStagingBytes), so the daemon's pinned memory stays under 1 GiB on any node (a cold
+ * tp=8 load would otherwise pin 1 GiB).
+ */
+export const FILL_SIZING = { threads: 8, chunkBytes: 2 * MiB, stagingBytes: 32 * MiB, maxGroupStagingBytes: 512 * MiB } as const;
+
+/** Below this share of the checkpoint in the page cache, a cuda load is a cold one. */
+export const COLD_CACHE_SHARE = 0.5;
+
+/**
+ * What a cold cuda load uses unless the options say otherwise: O_DIRECT reads of 8 MiB into
+ * 128 MiB of staging per GPU. On the H200 host that read a cold checkpoint at 1.05x `cat`,
+ * against 0.92x through the page cache, while a warm one through O_DIRECT is 10x slower than
+ * through the cache (docs/gpu-results.md): hence the look at the cache first.
+ */
+const COLD_FILL: FillOptions = { direct: true, chunkBytes: 8 * MiB, stagingBytes: 128 * MiB };
+
+/**
+ * The fill options every rank of one node gets. Several GPUs fill as one group (one pass over the
+ * files, each window copied to every GPU that needs it: native/cuda_fill_group.h), so bytes that
+ * several ranks need are read from the page cache once. A cuda load whose files are mostly not
+ * in the page cache (`share`, called only then: cachedShare of the files) reads them with
+ * O_DIRECT, unless `fill.direct` says otherwise. Host fills always run alone, through the cache.
+ */
+export async function nodeFillOptions(
+  fill: FillOptions,
+  devices: readonly DeviceSlot[],
+  share: () => Promise<number> = async () => 1,
+): Promise<FillOptions> {
+  if (devices.length === 0 || !devices.every((d) => d.backend === 'cuda')) return fill;
+  let out = fill;
+  if (fill.direct === undefined && (await share()) < COLD_CACHE_SHARE) out = { ...COLD_FILL, ...out, direct: true };
+  if (devices.length > 1) out = { ...out, group: { id: randomUUID(), size: devices.length } };
+  return out;
+}
+
+/** The options the addon gets: the caller's choices, and FILL_SIZING for every number left open. */
+export function fillSizing(options: FillOptions): NativeFillOptions {
+  const chosen = Object.fromEntries(Object.entries(options).filter(([, v]) => v !== undefined)) as FillOptions;
+  return { ...FILL_SIZING, ...chosen };
+}

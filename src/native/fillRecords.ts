@@ -1,0 +1,34 @@
+// The packed form of what a fill copies: copy ops and zero ranges as flat Float64Arrays of
+// records, which the addon reads without a property lookup per op (a plan has 100k ops). The
+// field orders below are the TypeScript half of native/fill_records.h; test/native/fillRecords
+// round-trips records through a host fill, so the halves cannot disagree unnoticed.
+import type { CopyOp, ZeroRange } from '../checkpoint/types.js';
+
+declare const packed: unique symbol;
+/** Copy ops packed by packCopyOps: COPY_OP_FIELDS.length numbers per op. */
+export type PackedCopyOps = Float64Array & { readonly [packed]: 'CopyOps' };
+/** Zero ranges packed by packZeroRanges: ZERO_RANGE_FIELDS.length numbers per range. */
+export type PackedZeroRanges = Float64Array & { readonly [packed]: 'ZeroRanges' };
+
+/** A record's field order: every field of T exactly where the native reading expects it; a field of T left out does not compile. */
+function fieldOrder<T>() {
+  return <const F extends readonly (keyof T)[]>(fields: F & ([Exclude<keyof T, F[number]>] extends [never] ? unknown : { missing: Exclude<keyof T, F[number]> })): F => fields;
+}
+
+export const COPY_OP_FIELDS = fieldOrder<CopyOp>()(['file', 'segment', 'srcOffset', 'dstOffset', 'rows', 'rowBytes', 'srcPitch']);
+export const ZERO_RANGE_FIELDS = fieldOrder<ZeroRange>()(['segment', 'offset', 'bytes']);
+
+function pack<T>(fields: readonly (keyof T)[], records: readonly T[]): Float64Array {
+  const out = new Float64Array(records.length * fields.length);
+  let at = 0;
+  for (const r of records) for (const f of fields) out[at++] = r[f] as number;
+  return out;
+}
+
+export function packCopyOps(ops: readonly CopyOp[]): PackedCopyOps {
+  return pack(COPY_OP_FIELDS, ops) as PackedCopyOps;
+}
+
+export function packZeroRanges(ranges: readonly ZeroRange[]): PackedZeroRanges {
+  return pack(ZERO_RANGE_FIELDS, ranges) as PackedZeroRanges;
+}

@@ -1,0 +1,46 @@
+// get_state: the manifest and segment handles of one layout, under a new lease, for a client
+// whose fingerprint matches; a mismatch reply naming the fields that differ otherwise.
+import { LAYOUT_NAMES } from '../../checkpoint/types.js';
+import { ServeError } from '../../errors.js';
+import { differingFingerprintFields } from '../differingFingerprintFields.js';
+import type { Caller } from '../leaseTable.js';
+import type { MismatchReply, RequestOf } from '../protocol.js';
+import type { RankService } from '../rankService.js';
+
+export function getState(req: RequestOf<'get_state'>, service: RankService, caller: Caller): string {
+  const { rank, log } = service;
+  if (service.status !== 'serving') {
+    const released = service.status === 'released';
+    throw new ServeError(
+      released ? 'E_RELEASED' : 'E_RELEASING',
+      `rank ${rank.globalRank}'s cache on device ${rank.device.uuid} ${released ? 'was released' : 'is being released'}; load the weights from disk (or restart weightd to cache them again)`,
+    );
+  }
+  if (req.fingerprint !== rank.fingerprint) {
+    const reply: MismatchReply = {
+      id: req.id,
+      ok: true,
+      status: 'mismatch',
+      fields: differingFingerprintFields(rank.fingerprintFields, req.fingerprintFields),
+      fingerprint: rank.fingerprint,
+      fingerprintFields: rank.fingerprintFields,
+    };
+    log.info({ peerPid: caller.pid, fields: reply.fields, client: req.client }, 'fingerprint mismatch: the client will load from disk');
+    return JSON.stringify(reply);
+  }
+  const layout = req.layout ?? 'checkpoint';
+  const manifest = service.manifestJson(layout);
+  if (manifest === undefined) {
+    const served = service.layouts;
+    const fix = (LAYOUT_NAMES as readonly string[]).includes(layout) ? `, or restart weightd with --layouts ${[...served, layout].join(',')}` : ` (weightd has the layouts ${LAYOUT_NAMES.join(', ')})`;
+    throw new ServeError('E_UNKNOWN_LAYOUT', `layout "${layout}" is not served by this daemon, which planned ${served.join(', ')}; ask for one of those${fix}`, { layout, layouts: served });
+  }
+  const lease = service.leases.grant(caller, req.mode);
+  if (req.pid !== caller.pid && caller.pid > 0) {
+    log.debug({ claimedPid: req.pid, peerPid: caller.pid }, 'client pid differs from SO_PEERCRED (pid namespace?): the lease uses the kernel pid');
+  }
+  service.logLease(lease, 'lease granted', req.client);
+  // The manifest is spliced in as cached text instead of re-serialized per request.
+  const head = { id: req.id, ok: true, status: 'ok', mode: req.mode, leaseId: lease.id };
+  return `${JSON.stringify(head).slice(0, -1)},${manifest.slice(1)}`;
+}

@@ -1,0 +1,39 @@
+// The deadlines and bounds a rank's socket server works within, and where they come from.
+import { envOverrides } from '../envOverrides.js';
+import type { ConnectionLimits } from './clientConnection.js';
+import { MAX_REQUEST_BYTES } from './frameCodec.js';
+
+export interface ServeLimits extends ConnectionLimits {
+  /** How often leases of exited clients are looked for (they are also checked on release). */
+  leaseSweepMs: number;
+  /** Connections beyond this are closed at once. */
+  maxConnections: number;
+  /** Log window of peer-caused lines (protocol errors, refusals): 20 lines, then a count. */
+  logWindowMs: number;
+}
+
+export const DEFAULT_SERVE_LIMITS: ServeLimits = {
+  maxRequestBytes: MAX_REQUEST_BYTES,
+  readTimeoutMs: 5_000,
+  idleTimeoutMs: 60_000,
+  leaseSweepMs: 2_000,
+  maxConnections: 1024,
+  logWindowMs: 10_000,
+};
+
+/**
+ * Environment variables that override the defaults (tests shrink the deadlines, as the
+ * rendezvous tests do with WEIGHTD_RDZV_*). The request size bound is not tunable.
+ */
+export const SERVE_LIMITS_ENV: Record<Exclude<keyof ServeLimits, 'maxRequestBytes'>, string> = {
+  readTimeoutMs: 'WEIGHTD_SERVE_READ_TIMEOUT_MS',
+  idleTimeoutMs: 'WEIGHTD_SERVE_IDLE_TIMEOUT_MS',
+  leaseSweepMs: 'WEIGHTD_SERVE_LEASE_SWEEP_MS',
+  maxConnections: 'WEIGHTD_SERVE_MAX_CONNECTIONS',
+  logWindowMs: 'WEIGHTD_SERVE_LOG_WINDOW_MS',
+};
+
+/** The defaults, overridden by the environment and then by `over`. */
+export function serveLimits(over: Partial<ServeLimits> = {}, env: NodeJS.ProcessEnv = process.env): ServeLimits {
+  return { ...DEFAULT_SERVE_LIMITS, ...envOverrides(DEFAULT_SERVE_LIMITS, SERVE_LIMITS_ENV, env), ...over };
+}

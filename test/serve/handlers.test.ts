@@ -1,0 +1,247 @@
+// Every command's handler, driven through the dispatch table and a real ClientConnection's
+// framing over an in-memory duplex pair (no socket, no addon memory), as aedes' test/helper.js
+// feeds its broker: the replies, the lease rules and the serving -> releasing -> released
+// lifecycle as a client sees them. serveRank.test.ts and fuzz.test.ts keep the real sockets.
+import pino from 'pino';
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import { encodeMessage, FrameDecoder, MAX_RESPONSE_BYTES } from '../../src/serve/frameCodec.js';
+import { PROTOCOL_VERSION } from '../../src/serve/protocol.js';
+import { RankServer } from '../../src/serve/rankServer.js';
+import type { ServedRank } from '../../src/serve/servedRank.js';
+import { duplexPair } from './duplexPair.js';
+
+const log = pino({ level: 'silent' });
+const tensors = [{ name: 'w', dtype: 'F32' as const, shape: [4], segment: 0, offset: 0, bytes: 16 }];
+
+/** Plain data: the handlers never touch the memory behind the handle. */
+const rank: ServedRank = {
+  nodeRank: 0,
+  nnodes: 1,
+  localRank: 0,
+  globalRank: 0,
+  tpSize: 1,
+  backend: 'host',
+  device: { backend: 'host', index: 0, uuid: 'in-memory-0', name: 'in-memory', totalBytes: 1 << 20, freeBytes: 0 },
+  model: '/models/tiny',
+  architecture: 'LlamaForCausalLM',
+  fingerprint: 'fp-tiny',
+  fingerprintFields: { content: 'c1', tpRank: 't0' },
+  tensors,
+  aliases: { tied: 'w' },
+  layouts: { checkpoint: { tensors, aliases: { tied: 'w' } } },
+  segments: [{ segment: 0, bytes: 256, handle: '/nonexistent/segment-0' }],
+};
+
+/** A reply as JSON off the wire: validating it against the schemas is the client's tests' job. */
+type Reply = any;
+
+/** A client on one end of a pair whose other end the server accepted as a peer of `pid`. */
+function connect(server: RankServer, pid = process.pid) {
+  const [client, end] = duplexPair();
+  server.accept(end, pid);
+  const decoder = new FrameDecoder(MAX_RESPONSE_BYTES);
+  const waiting: Array<(reply: Reply) => void> = [];
+  client.on('data', (chunk: Buffer) => {
+    for (const frame of decoder.push(chunk)) waiting.shift()!(JSON.parse(frame.toString('utf8')));
+  });
+  let nextId = 1;
+  const serverSideClosed = new Promise<void>((resolve) => end.once('close', resolve));
+  return {
+    request(message: Record<string, unknown>): Promise<Reply> {
+      return new Promise((resolve) => {
+        waiting.push(resolve);
+        client.write(encodeMessage({ id: nextId++, ...message }));
+      });
+    },
+    /** Hangs up; resolves once the server has seen the connection close. */
+    hangUp(): Promise<void> {
+      client.destroy();
+      return serverSideClosed;
+    },
+  };
+}
+
+const getState = (mode: 'map' | 'copy', extra: Record<string, unknown> = {}) => ({ cmd: 'get_state', fingerprint: rank.fingerprint, pid: process.pid, mode, ...extra });
+
+/** A server whose freeing of memory waits until the test lets it finish (or fail). */
+function serverWithGatedFree() {
+  let started!: () => void;
+  const freeing = new Promise<void>((resolve) => (started = resolve));
+  let finish!: (err?: Error) => void;
+  const gate = new Promise<void>((resolve, reject) => (finish = (err) => (err ? reject(err) : resolve())));
+  let calls = 0;
+  const server = new RankServer({
+    rank,
+    log,
+    release: () => {
+      calls++;
+      started();
+      return gate;
+    },
+  });
+  return { server, freeing, finish, calls: () => calls };
+}
+
+test('ping: who serves, in which state, with which layouts', async () => {
+  const server = new RankServer({ rank, log, release: async () => {} });
+  try {
+    const reply = await connect(server).request({ cmd: 'ping' });
+    assert.equal(reply, {
+      id: 1,
+      ok: true,
+      status: 'serving',
+      protocolVersion: PROTOCOL_VERSION,
+      daemonPid: process.pid,
+      model: rank.model,
+      architecture: rank.architecture,
+      fingerprint: rank.fingerprint,
+      layouts: ['checkpoint'],
+      device: { uuid: 'in-memory-0', backend: 'host', index: 0, name: 'in-memory' },
+      rank: { globalRank: 0, localRank: 0, nodeRank: 0, nnodes: 1, tpSize: 1 },
+    });
+  } finally {
+    server.close();
+  }
+});
+
+test('get_state: a lease per request over the manifest; a wrong fingerprint gets the differing fields; an unplanned layout is refused', async () => {
+  const server = new RankServer({ rank, log, release: async () => {} });
+  try {
+    const c = connect(server);
+    const first = await c.request(getState('map'));
+    const second = await c.request(getState('map'));
+    assert.is(first.status, 'ok');
+    assert.equal(first.tensors, tensors);
+    assert.equal(first.aliases, { tied: 'w' });
+    assert.equal(first.segments, rank.segments);
+    assert.is(first.layout, 'checkpoint');
+    assert.is.not(first.leaseId, second.leaseId);
+
+    const mismatch = await c.request(getState('map', { fingerprint: 'fp-other', fingerprintFields: { content: 'c2', tpRank: 't0' } }));
+    assert.equal({ status: mismatch.status, fields: mismatch.fields }, { status: 'mismatch', fields: ['content'] });
+
+    const unplanned = await c.request(getState('map', { layout: 'vllm' }));
+    assert.is(unplanned.error.code, 'E_UNKNOWN_LAYOUT');
+    assert.equal(unplanned.error.details, { layout: 'vllm', layouts: ['checkpoint'] });
+    // A refusal is an answer, not a protocol error: the connection still serves.
+    assert.is((await c.request({ cmd: 'stats' })).leases.length, 2);
+  } finally {
+    server.close();
+  }
+});
+
+test('detach ends the named lease; a copy lease ends with its connection, a map lease outlives it', async () => {
+  const server = new RankServer({ rank, log, release: async () => {} });
+  try {
+    const watcher = connect(server);
+    const c = connect(server);
+    const a = await c.request(getState('map'));
+    await c.request(getState('map'));
+    assert.is((await c.request({ cmd: 'detach', leaseId: a.leaseId })).dropped, 1);
+    assert.is((await c.request({ cmd: 'detach', leaseId: a.leaseId })).dropped, 0, 'a lease ends once');
+
+    const copier = connect(server);
+    await copier.request(getState('copy'));
+    assert.is((await watcher.request({ cmd: 'stats' })).leases.length, 2);
+    await copier.hangUp();
+    await c.hangUp();
+    const after = await watcher.request({ cmd: 'stats' });
+    assert.equal(after.leases.map((l: { mode: string }) => l.mode), ['map'], 'the copy lease ended with its connection; the map lease did not');
+    assert.is(after.connections, 1);
+  } finally {
+    server.close();
+  }
+});
+
+test('release is refused while another process holds a lease; force revokes it and frees once', async () => {
+  let frees = 0;
+  const server = new RankServer({ rank, log, release: async () => void frees++ });
+  try {
+    // Our parent (the test runner) is alive, so its lease is live and not ours.
+    const other = connect(server, process.ppid);
+    await other.request({ ...getState('map'), pid: process.ppid });
+    const me = connect(server);
+    await me.request(getState('map'));
+
+    const refused = await me.request({ cmd: 'release' });
+    assert.is(refused.error.code, 'E_LEASE_HELD');
+    assert.equal(refused.error.details.leases.map((l: { pid: number }) => l.pid), [process.ppid]);
+    assert.is(server.status, 'serving');
+    assert.is(frees, 0);
+
+    const forced = await me.request({ cmd: 'release', force: true });
+    assert.equal({ alreadyReleased: forced.alreadyReleased, revoked: forced.revoked.map((l: { pid: number }) => l.pid) }, { alreadyReleased: false, revoked: [process.ppid] });
+    assert.is(server.status, 'released');
+    assert.is((await other.request({ cmd: 'release' })).alreadyReleased, true);
+    assert.is(frees, 1);
+    const stats = await other.request({ cmd: 'stats' });
+    assert.equal({ status: stats.status, leases: stats.leases, deviceBytes: stats.deviceBytes }, { status: 'released', leases: [], deviceBytes: 0 });
+  } finally {
+    server.close();
+  }
+});
+
+test('while releasing: get_state is E_RELEASING, a second release waits for the first; then E_RELEASED', async () => {
+  const { server, freeing, finish, calls } = serverWithGatedFree();
+  try {
+    const first = connect(server);
+    const second = connect(server);
+    const third = connect(server);
+    const firstDone = first.request({ cmd: 'release' });
+    await freeing;
+    assert.is(server.status, 'releasing');
+    assert.is((await second.request(getState('map'))).error.code, 'E_RELEASING');
+    let secondAnswered = false;
+    const secondDone = second.request({ cmd: 'release' }).then((r: Reply) => ((secondAnswered = true), r));
+    assert.is((await third.request({ cmd: 'stats' })).status, 'releasing');
+    assert.not.ok(secondAnswered, 'no answer before the memory is freed');
+    finish();
+    assert.is((await firstDone).alreadyReleased, false);
+    assert.is((await secondDone).alreadyReleased, true);
+    assert.is(calls(), 1, 'the memory is freed once');
+    assert.is(server.status, 'released');
+    assert.is((await third.request(getState('map'))).error.code, 'E_RELEASED');
+  } finally {
+    server.close();
+  }
+});
+
+test('freeing that fails: the releasing client and the one waiting get E_RELEASE_FAILED; nothing is served again', async () => {
+  const { server, freeing, finish } = serverWithGatedFree();
+  try {
+    const first = connect(server);
+    const second = connect(server);
+    const firstDone = first.request({ cmd: 'release' });
+    await freeing;
+    const secondDone = second.request({ cmd: 'release' });
+    finish(new Error('device lost'));
+    for (const reply of [await firstDone, await secondDone]) {
+      assert.equal({ code: reply.error.code, message: reply.error.message }, { code: 'E_RELEASE_FAILED', message: 'freeing rank 0 failed: device lost' });
+    }
+    assert.is(server.status, 'released');
+    assert.is((await first.request(getState('map'))).error.code, 'E_RELEASED');
+  } finally {
+    server.close();
+  }
+});
+
+test('a request counts, a protocol error counts and ends only its own connection', async () => {
+  const server = new RankServer({ rank, log, release: async () => {} });
+  try {
+    const [bad, end] = duplexPair();
+    server.accept(end, process.pid);
+    const closed = new Promise<void>((resolve) => end.once('close', resolve));
+    bad.resume();
+    bad.write(Buffer.from('GET / HTTP/1.1\r\n\r\n'));
+    await closed;
+    const good = connect(server);
+    await good.request({ cmd: 'ping' });
+    const stats = await good.request({ cmd: 'stats' });
+    assert.equal({ requests: stats.requests, protocolErrors: stats.protocolErrors, connections: stats.connections }, { requests: 2, protocolErrors: 1, connections: 1 });
+  } finally {
+    server.close();
+  }
+});
+
+test.run();
