@@ -1,6 +1,6 @@
 // Node-API bindings: argument checking, conversion to plain C++ data, and errors turned into
 // JS errors with a stable `code`. State lives per addon instance (every worker thread loads
-// its own), never in globals. Calls that can block (allocate, read, release, the CUDA probe, the
+// its own), never in globals. Calls that can block (allocate, read, free, the CUDA probe, the
 // page-cache scan, reads of another process's CUDA memory) return a Promise and run on a libuv
 // thread (PromiseJob).
 #include <napi.h>
@@ -164,7 +164,7 @@ class DeviceWrap : public Napi::ObjectWrap<DeviceWrap> {
                            InstanceMethod<&DeviceWrap::Guarded<&DeviceWrap::CancelFill>>("cancelFill"),
                            InstanceMethod<&DeviceWrap::Guarded<&DeviceWrap::ExportSegments>>("exportSegments"),
                            InstanceMethod<&DeviceWrap::Guarded<&DeviceWrap::Read>>("read"),
-                           InstanceMethod<&DeviceWrap::Guarded<&DeviceWrap::Release>>("release"),
+                           InstanceMethod<&DeviceWrap::Guarded<&DeviceWrap::Free>>("free"),
                        });
   }
 
@@ -182,7 +182,7 @@ class DeviceWrap : public Napi::ObjectWrap<DeviceWrap> {
   // for it. Safe to call twice.
   void shutdown() {
     job_.reset();
-    if (device_) device_->release();
+    if (device_) device_->free();
   }
 
  private:
@@ -258,25 +258,25 @@ class DeviceWrap : public Napi::ObjectWrap<DeviceWrap> {
                              undefinedResult, {dst});
   }
 
-  // release() -> Promise<void>: cancels a running fill and waits for its thread, then frees the
+  // free() -> Promise<void>: cancels a running fill and waits for its thread, then frees the
   // memory, both on the job's thread.
-  Napi::Value Release(const Napi::CallbackInfo& info) {
-    checkIdle();  // before the fill is moved out: a refused release leaves it in place
+  Napi::Value Free(const Napi::CallbackInfo& info) {
+    checkIdle();  // before the fill is moved out: a refused free leaves it in place
     std::shared_ptr<FillJob> fill = std::move(job_);
     std::shared_ptr<Device> d = device_;
     return startJob<Nothing>(info, [d, fill]() mutable {
       fill.reset();
-      d->release();
+      d->free();
       return Nothing{};
     }, undefinedResult);
   }
 
   // One job at a time per device, and no synchronous call while one runs: calls on a device are
-  // ordered by the caller (DeviceHandle chains them), so a release() never meets a read still
+  // ordered by the caller (DeviceHandle chains them), so a free() never meets a read still
   // copying, and a call that would is refused here, on the JS thread, rather than raced.
   void checkIdle() const {
     if (*busy_) {
-      throw DeviceError("E_DEVICE_BUSY", "an allocate, read or release is still running on this device; await it before the next call");
+      throw DeviceError("E_DEVICE_BUSY", "an allocate, read or free is still running on this device; await it before the next call");
     }
   }
 
@@ -339,7 +339,7 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::UnmapShared>>("unmapShared"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::CudaProbeJs>>("cudaProbe"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::WarmCuda>>("warmCuda"),
-                             InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::ReleaseWarmCuda>>("releaseWarmCuda"),
+                             InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::EndCudaWarmup>>("endCudaWarmup"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::PageCacheResidency>>("pageCacheResidency"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::CudaOpenIpc>>("cudaOpenIpc"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::CudaCloseIpc>>("cudaCloseIpc"),
@@ -423,8 +423,8 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
     }, undefinedResult);
   }
 
-  Napi::Value ReleaseWarmCuda(const Napi::CallbackInfo& info) {
-    releaseWarmContexts();
+  Napi::Value EndCudaWarmup(const Napi::CallbackInfo& info) {
+    endWarmContexts();
     return info.Env().Undefined();
   }
 

@@ -55,7 +55,7 @@ CudaDevice::CudaDevice(int index, const std::string& expectedUuid) : index_(inde
   onDevice([&] { return contextLocked(); });
 }
 
-CudaDevice::~CudaDevice() { release(); }
+CudaDevice::~CudaDevice() { free(); }
 
 template <typename Fn>
 auto CudaDevice::onDevice(Fn fn) -> decltype(fn()) {
@@ -88,7 +88,7 @@ DeviceInfo CudaDevice::info() {
 void CudaDevice::allocate(const std::vector<uint64_t>& segmentBytes) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!segments_.empty()) {
-    throw DeviceError("E_ALREADY_ALLOCATED", "device " + identity_.uuid + " already holds an arena; release it first");
+    throw DeviceError("E_ALREADY_ALLOCATED", "device " + identity_.uuid + " already holds an arena; free it first");
   }
   onDevice([&] {
     uint64_t total = 0;
@@ -176,19 +176,19 @@ void CudaDevice::read(uint32_t segment, uint64_t offset, uint64_t length, void* 
   });
 }
 
-void CudaDevice::release() {
+void CudaDevice::free() {
   std::lock_guard<std::mutex> lock(mutex_);
-  releaseLocked();
+  freeLocked();
 }
 
-void CudaDevice::releaseLocked() {
+void CudaDevice::freeLocked() {
   if (!context_) return;
   try {
     ScopedContext current(context_->get());
     segments_.clear();
   } catch (const DeviceError&) {
     // The context could not be made current (the driver is failing): free without it, as a
-    // best effort, since release also runs from destructors and must not throw.
+    // best effort, since free() also runs from destructors and must not throw.
     segments_.clear();
   }
   context_.reset();

@@ -24,16 +24,16 @@ class CudaDevice : public Device {
   std::vector<SegmentExport> exportSegments() override;
   void read(uint32_t segment, uint64_t offset, uint64_t length, void* dst) override;
   // Frees the arena and drops this device's reference on the primary context.
-  void release() override;
+  void free() override;
 
  private:
   struct Segment {
     DeviceMemory memory;
     uint64_t bytes = 0;
   };
-  // The context, retained on first use after construction or release().
+  // The context, retained on first use after construction or free().
   CUcontext contextLocked();
-  void releaseLocked();
+  void freeLocked();
   // "GPU 1 (GPU-uuid)": how errors name this device.
   std::string label() const;
   // Runs `fn` and prefixes any DeviceError with which GPU it happened on.
@@ -44,7 +44,7 @@ class CudaDevice : public Device {
   DeviceInfo identity_;  // uuid, name, total memory: fixed for the life of the device
   std::mutex mutex_;
   std::unique_ptr<PrimaryContext> context_;
-  // Declared after context_ so they are freed first; release() also frees them explicitly.
+  // Declared after context_ so they are freed first; free() also frees them explicitly.
   std::vector<Segment> segments_;
 };
 

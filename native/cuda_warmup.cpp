@@ -16,7 +16,7 @@ std::mutex warmMutex;
 // Never destroyed: at exit, releasing into a driver being torn down is no use (and a reference
 // still held then shows as a leak in the fake driver's report, which the tests read).
 auto& warmContexts = *new std::vector<std::unique_ptr<PrimaryContext>>();
-bool released = false;  // a reference taken after releaseWarmContexts() is dropped at once
+bool ended = false;  // a reference taken after endWarmContexts() is dropped at once
 
 }  // namespace
 
@@ -28,7 +28,7 @@ void warmCuda(int devices) {
     try {
       auto ctx = std::make_unique<PrimaryContext>(i);
       std::lock_guard<std::mutex> lock(warmMutex);
-      if (released) return;
+      if (ended) return;
       warmContexts.push_back(std::move(ctx));
     } catch (const DeviceError&) {
       return;  // the rank that needs this GPU reports it
@@ -36,11 +36,11 @@ void warmCuda(int devices) {
   }
 }
 
-void releaseWarmContexts() {
+void endWarmContexts() {
   std::vector<std::unique_ptr<PrimaryContext>> dropped;
   {
     std::lock_guard<std::mutex> lock(warmMutex);
-    released = true;
+    ended = true;
     dropped.swap(warmContexts);
   }
 }

@@ -1,7 +1,7 @@
 // CUDA's start-up work done ahead, on another thread, while the daemon loads its modules and
 // plans: cuInit (223 ms on the H200 host) and each local GPU's primary context (133 ms each).
 // A rank's device later retains the same context and finds it made. The warm-up's own
-// references are dropped by releaseWarmContexts(), once the ranks hold theirs (or have failed):
+// references are dropped by endWarmContexts(), once the ranks hold theirs (or have failed):
 // a context no rank took then ends with them.
 #pragma once
 
@@ -13,6 +13,6 @@ void warmCuda(int devices);
 
 // Drops the references warmCuda took, and any it takes later (safe to call at any time, and
 // more than once).
-void releaseWarmContexts();
+void endWarmContexts();
 
 }  // namespace weightd

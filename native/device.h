@@ -116,7 +116,7 @@ class Device {
   // Copies bytes back out of the arena (verification and tests).
   virtual void read(uint32_t segment, uint64_t offset, uint64_t length, void* dst) = 0;
   // Frees every allocation and removes every file. Idempotent; also called by the destructor.
-  virtual void release() = 0;
+  virtual void free() = 0;
 };
 
 }  // namespace weightd

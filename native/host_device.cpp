@@ -48,7 +48,7 @@ std::string pidNamespaceId() {
 HostDevice::HostDevice(int index, std::string uuid, std::string shmDir)
     : index_(index), uuid_(std::move(uuid)), shmDir_(std::move(shmDir)) {}
 
-HostDevice::~HostDevice() { release(); }
+HostDevice::~HostDevice() { free(); }
 
 DeviceInfo HostDevice::info() {
   DeviceInfo d;
@@ -66,7 +66,7 @@ DeviceInfo HostDevice::info() {
 
 void HostDevice::allocate(const std::vector<uint64_t>& segmentBytes) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (!segments_.empty()) throw DeviceError("E_ALREADY_ALLOCATED", "device " + uuid_ + " already holds an arena; release it first");
+  if (!segments_.empty()) throw DeviceError("E_ALREADY_ALLOCATED", "device " + uuid_ + " already holds an arena; free it first");
   try {
     // The pid (and its namespace) in the name let a later daemon remove files a killed one left
     // behind: src/native/sweepStaleSegments.ts.
@@ -105,7 +105,7 @@ void HostDevice::allocate(const std::vector<uint64_t>& segmentBytes) {
       }
     }
   } catch (...) {
-    releaseLocked();
+    freeLocked();
     throw;
   }
 }
@@ -165,12 +165,12 @@ void HostDevice::read(uint32_t segment, uint64_t offset, uint64_t length, void* 
   memcpy(dst, static_cast<char*>(segments_[segment].base) + offset, length);
 }
 
-void HostDevice::release() {
+void HostDevice::free() {
   std::lock_guard<std::mutex> lock(mutex_);
-  releaseLocked();
+  freeLocked();
 }
 
-void HostDevice::releaseLocked() {
+void HostDevice::freeLocked() {
   for (auto& s : segments_) {
     if (s.base) munmap(s.base, s.bytes);
     if (s.fd >= 0) ::close(s.fd);

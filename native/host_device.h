@@ -19,7 +19,7 @@ class HostDevice : public Device {
             const std::vector<ZeroRange>& zeros, const FillOptions& options, FillControl& control) override;
   std::vector<SegmentExport> exportSegments() override;
   void read(uint32_t segment, uint64_t offset, uint64_t length, void* dst) override;
-  void release() override;
+  void free() override;
 
  private:
   struct Segment {
@@ -28,7 +28,7 @@ class HostDevice : public Device {
     void* base = nullptr;
     uint64_t bytes = 0;
   };
-  void releaseLocked();
+  void freeLocked();
   int index_;
   std::string uuid_;
   std::string shmDir_;

@@ -30,7 +30,7 @@ function isUsageFailure(f: Pick<SerializedError, 'name' | 'code'> | undefined): 
 
 async function main(argv: string[]): Promise<number> {
   let node;
-  let releaseWarm = (): Promise<void> => Promise.resolve();
+  let endWarmup = (): Promise<void> => Promise.resolve();
   try {
     const cli = parseCommand(argv);
     if (cli.command === 'print') {
@@ -53,13 +53,13 @@ async function main(argv: string[]): Promise<number> {
       const localGpus = (cli.options.tensorParallelSize ?? 1) / (cli.options.nnodes ?? 1);
       const warming = cuda.warmCuda(Number.isInteger(localGpus) && localGpus > 0 && localGpus <= 64 ? localGpus : 1);
       // Waits for the warm-up, so that no reference is taken after the process has moved on.
-      releaseWarm = () => warming.then(cuda.releaseWarmCuda);
+      endWarmup = () => warming.then(cuda.endCudaWarmup);
     }
     // Loaded only to run a node: it brings in the addon, which --help and statechart never need.
     const { startNode } = await import('./startNode.js');
     node = await startNode(cli.options);
   } catch (err) {
-    await releaseWarm();
+    await endWarmup();
     if (err instanceof UsageError) {
       writeCliError(err.message, { code: err.code });
       return 2;
@@ -74,7 +74,7 @@ async function main(argv: string[]): Promise<number> {
   }
   const started = node;
   // Once every rank holds its own GPU context (ready), or the start has failed.
-  started.ready.then(releaseWarm, releaseWarm);
+  started.ready.then(endWarmup, endWarmup);
   // Handlers stay installed until the process ends: a second signal while stopping (an impatient
   // Ctrl-C) must not fall back to the default action, which kills at once and leaves the locks.
   for (const signal of STOP_SIGNALS) {
@@ -105,7 +105,7 @@ async function main(argv: string[]): Promise<number> {
     () => {},
   );
   const result = await started.done;
-  await releaseWarm();
+  await endWarmup();
   // Flushed first, so that a log write still in flight is not taken for a blocked thread.
   await flushLogger(started.log);
   const pending = pendingThreadWork();

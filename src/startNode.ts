@@ -119,7 +119,7 @@ export async function startNode(options: NodeOptions, { rankWorker = rankWorkerM
   const finish = async (result: NodeResult) => {
     await workers.drain();
     // Locks a serve actor never took over (the node ended before serving); idempotent.
-    for (const lock of actor.getSnapshot().context.prepared?.locks ?? []) lock.release();
+    for (const lock of actor.getSnapshot().context.prepared?.locks ?? []) lock.unlock();
     progress?.stop();
     await inspectServer?.close();
     metrics.close();

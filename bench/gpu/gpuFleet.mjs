@@ -43,7 +43,7 @@ if (!isMainThread && workerData?.role === ROLE) {
         closeSync(fd);
       }
     },
-    close: () => device.release(),
+    close: () => device.free(),
   };
 
   parentPort.on('message', async ({ id, op, args }) => {

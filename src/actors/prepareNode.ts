@@ -30,7 +30,7 @@ export interface Prepared {
   socketDir: string;
   /**
    * One lock per local device, taken before loading so a second daemon for the same device
-   * fails in milliseconds. Each serve actor owns its lock from then on; startNode releases any
+   * fails in milliseconds. Each serve actor owns its lock from then on; startNode unlocks any
    * left when the node ends earlier.
    */
   locks: DeviceLock[];
@@ -44,10 +44,10 @@ export const prepareNode = fromPromise<Prepared, PrepareInput>(async ({ input, s
   for (const removed of sweepStaleSegments(shmDir)) log.warn({ file: removed }, 'removed a shared-memory segment left by a daemon that no longer runs');
   const socketDir = resolveSocketDir(config.socketDir);
   const locks: DeviceLock[] = [];
-  const releaseLocks = () => locks.forEach((l) => l.release());
+  const unlockDevices = () => locks.forEach((l) => l.unlock());
   // Stopped while planning: nobody will receive the locks, so they go now, not when planning
   // ends (a restart in the same process would find its own devices still locked).
-  signal.addEventListener('abort', releaseLocks, { once: true });
+  signal.addEventListener('abort', unlockDevices, { once: true });
   try {
     // Each rank's socket is bound only after its load: a path the kernel refuses fails now, not
     // after minutes of copying.
@@ -57,7 +57,7 @@ export const prepareNode = fromPromise<Prepared, PrepareInput>(async ({ input, s
     }
     const plan = await planLocalRanks(config, log);
     if (signal.aborted) throw new WeightdError('E_STOPPED', 'stopped while planning');
-    signal.removeEventListener('abort', releaseLocks);
+    signal.removeEventListener('abort', unlockDevices);
     let share: number | undefined;
     const fill = await nodeFillOptions(config.fill, devices, async () => (share = await cachedShare([...new Set(plan.ranks.flatMap((r) => r?.files ?? []))])));
     if (share !== undefined) {
@@ -67,7 +67,7 @@ export const prepareNode = fromPromise<Prepared, PrepareInput>(async ({ input, s
     }
     return { plan, devices, visibleDevices: visible, shmDir, socketDir, locks, fill };
   } catch (err) {
-    releaseLocks();
+    unlockDevices();
     removeSocketDirIfCreated(socketDir);
     throw err;
   }

@@ -1,5 +1,5 @@
 // The body of one rank actor's worker thread: it owns one device through the addon for its
-// whole life. The device's memory is freed when this thread releases it or ends, even when it
+// whole life. The device's memory is freed when this thread frees it or exits, even when it
 // is terminated (the addon frees it at environment teardown). The load is a sequence of named
 // phases so that a worker module other than src/actors/rankWorker.ts (a test's fixture that
 // fails at one phase on purpose) runs this same code around the phase it replaces.
@@ -54,7 +54,7 @@ export function runRankPhases(phases: RankPhases): void {
       stopping = m.type === 'STOP';
       device?.cancelFill();
       try {
-        await device?.release();
+        await device?.free();
         if (m.type === 'RELEASE') post({ type: 'RELEASED' });
       } catch (err) {
         post({ type: 'FAILED', error: serializeError(err) });
@@ -71,7 +71,7 @@ export function runRankPhases(phases: RankPhases): void {
   };
   load().catch(async (err: unknown) => {
     try {
-      await device?.release();
+      await device?.free();
     } finally {
       if (!stopping) post({ type: 'FAILED', error: serializeError(err) });
     }

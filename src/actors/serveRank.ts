@@ -39,7 +39,7 @@ export const serveRank = fromCallback<ServeCommand, ServeRankInput, ServeEvent>(
     lock: input.lock,
     limits: input.limits,
     // RankServer calls this at most once and makes later releases wait on the same promise.
-    release: () =>
+    freeMemory: () =>
       new Promise<void>((resolve) => {
         released = resolve;
         sendBack({ type: 'RANK_RELEASE_REQUESTED', localRank });

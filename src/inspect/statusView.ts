@@ -12,10 +12,7 @@ export interface RankView extends LoadProgress {
   state: RankState;
   device: { backend: string; index: number; uuid: string; name: string; totalBytes: number; freeBytes: number } | null;
   socketPath: string | null;
-  /**
-   * Client connections and leases on the rank's socket. null: not known, because the serve
-   * actor does not expose its server's counters to the node yet.
-   */
+  /** Client connections and leases on the rank's socket; null while it has no socket (not yet serving, or closed). */
   clients: number | null;
   leases: number | null;
 }

@@ -90,7 +90,7 @@ export interface NativeDevice {
   /** Fills `dst` from `offset` of the segment. Read through readInChunks. */
   read(segment: number, offset: number, dst: Uint8Array): Promise<void>;
   /** Cancels a running fill (waiting for its threads) and frees the arena. */
-  release(): Promise<void>;
+  free(): Promise<void>;
 }
 
 export interface NativeDeviceOptions {
@@ -133,7 +133,7 @@ export interface Addon {
   cudaProbe(): Promise<CudaProbe>;
   /** native/cuda_warmup.h on a libuv thread: cuInit, then GPUs 0..devices-1's primary contexts; never rejects. */
   warmCuda(devices: number): Promise<void>;
-  releaseWarmCuda(): void;
+  endCudaWarmup(): void;
   /** How much of these files the page cache holds now (mincore; reads nothing): residentBytes of sampledBytes, a sample of the files' totalBytes (native/page_cache.h). */
   pageCacheResidency(paths: string[]): Promise<{ residentBytes: number; sampledBytes: number; totalBytes: number }>;
   /** Opens another process's legacy IPC handle (base64) on a visible device. */

@@ -18,15 +18,15 @@ export function cudaProbe(): Promise<CudaProbe> {
  * Starts CUDA's start-up work on another thread and returns at once: the driver's initialisation
  * (cuInit), then the primary contexts of GPUs 0..devices-1, which the ranks' devices then find
  * made (native/cuda_warmup.h). Never rejects: cudaProbe() and the devices report failures.
- * Call releaseWarmCuda() once the ranks hold their own contexts, or have failed.
+ * Call endCudaWarmup() once the ranks hold their own contexts, or have failed.
  */
 export function warmCuda(devices: number): Promise<void> {
   return addon().warmCuda(devices);
 }
 
 /** Drops warmCuda's context references (and any it takes later). */
-export function releaseWarmCuda(): void {
-  addon().releaseWarmCuda();
+export function endCudaWarmup(): void {
+  addon().endCudaWarmup();
 }
 
 /**

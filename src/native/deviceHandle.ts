@@ -29,15 +29,15 @@ export interface FillExtras {
 
 /**
  * One device owned by one rank actor: an arena of segments, filled from checkpoint files and
- * exported to clients. Native failures arrive as DeviceError. allocate, read and release run
+ * exported to clients. Native failures arrive as DeviceError. allocate, read and free run
  * off the JS thread, one after another in call order: the addon refuses a call on a device
- * while another runs (E_DEVICE_BUSY), so a release() called during a read waits for the read.
+ * while another runs (E_DEVICE_BUSY), so a free() called during a read waits for the read.
  */
 export class DeviceHandle {
   readonly #native: NativeDevice;
   /** The last queued job, settled or not; the next one starts when it has settled. */
   #last: Promise<unknown> = Promise.resolve();
-  #released: Promise<void> | undefined;
+  #freed: Promise<void> | undefined;
 
   constructor(backend: Backend, index: number, options: { uuid?: string; shmDir?: string } = {}) {
     this.#native = new (addon().Device)(backend, index, options);
@@ -82,9 +82,9 @@ export class DeviceHandle {
   }
 
   /** Cancels a running fill and frees the arena (and, for host, removes its files). Every call after the first returns the first's promise. */
-  release(): Promise<void> {
-    this.#released ??= this.#queue(() => this.#native.release());
-    return this.#released;
+  free(): Promise<void> {
+    this.#freed ??= this.#queue(() => this.#native.free());
+    return this.#freed;
   }
 
   #queue<T>(job: () => Promise<T>): Promise<T> {

@@ -23,7 +23,7 @@ export interface DeviceLock {
   readonly path: string;
   readonly uuid: string;
   /** Removes the lock file if it still names this process. Synchronous, idempotent. */
-  release(): void;
+  unlock(): void;
 }
 
 export interface LockHolder extends ProcessIdentity {
@@ -144,7 +144,7 @@ function heldLock(path: string, uuid: string, me: ProcessIdentity): DeviceLock {
   return {
     path,
     uuid,
-    release() {
+    unlock() {
       if (!held) return;
       held = false;
       try {

@@ -27,7 +27,7 @@ export interface RankServerOptions {
   socketDir?: string;
   log: Logger;
   /** Frees the rank's memory; resolves once it is freed. Called at most once. */
-  release: () => Promise<void>;
+  freeMemory: () => Promise<void>;
   /** A lock taken earlier (before loading, to fail fast); taken here when absent. */
   lock?: DeviceLock;
   limits?: Partial<ServeLimits>;
@@ -53,7 +53,7 @@ export class RankServer implements ConnectionHandler {
     this.#options = options;
     this.rank = options.rank;
     this.#log = options.log;
-    this.#service = new RankService({ rank: options.rank, log: options.log, freeMemory: options.release });
+    this.#service = new RankService({ rank: options.rank, log: options.log, freeMemory: options.freeMemory });
     this.#listener = new SocketListener({ deviceUuid: options.rank.device.uuid, socketDir: options.socketDir, lock: options.lock, log: options.log });
   }
 

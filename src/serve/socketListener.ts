@@ -104,7 +104,7 @@ export class SocketListener {
     this.#socketIno = undefined;
     const lock = this.#lock;
     this.#lock = undefined;
-    lock?.release();
+    lock?.unlock();
     if (this.#socketDir) removeSocketDirIfCreated(this.#socketDir);
   }
 

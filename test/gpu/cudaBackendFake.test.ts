@@ -180,18 +180,18 @@ test('a failing memset is a named error that fails the rank and the node, leavin
   assert.equal(leaks, noLeaks);
 });
 
-test('blocking calls leave the JS thread free: a probe and reads held in the driver; release() during a read waits for it', () => {
+test('blocking calls leave the JS thread free: a probe and reads held in the driver; free() during a read waits for it', () => {
   const gates = mkdtempSync(join(fakeDir, 'gates-'));
   try {
     const env = { FAKE_CUDA_INIT_GATE: join(gates, 'init'), FAKE_CUDA_DTOH_GATE: join(gates, 'dtoh') };
     for (const fifo of Object.values(env)) execFileSync('mkfifo', [fifo]);
     // A call that blocked the JS thread would wait at a gate that only the JS thread can open.
     const { result, leaks } = scenario('inFlight', env, 60_000);
-    const busy = 'DeviceError E_DEVICE_BUSY: an allocate, read or release is still running on this device; await it before the next call';
+    const busy = 'DeviceError E_DEVICE_BUSY: an allocate, read or free is still running on this device; await it before the next call';
     assert.equal(result, {
       available: true,
       zeros: true,
-      settled: ['read', 'released'],
+      settled: ['read', 'freed'],
       readAfterRelease: 'DeviceError E_OUT_OF_RANGE: read of 1 bytes at 0 is outside segment 0',
       busy: { release: busy, info: busy, read: busy },
     });

@@ -182,7 +182,7 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
         await check(device, fx);
         runs.push(options);
       }
-      await device.release();
+      await device.free();
       return { runs: runs.length };
     } finally {
       rmSync(fx.dir, { recursive: true, force: true });
@@ -213,8 +213,8 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
       await capture('cancel', () => filling);
       await device.fill(fx.paths, fx.ops, 0, {});
       await check(device, fx);
-      await device.release();
-      await device.release();
+      await device.free();
+      await device.free();
       return codes;
     } finally {
       rmSync(fx.dir, { recursive: true, force: true });
@@ -251,8 +251,8 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
         await check(d1!, members[1]!);
         runs.push(options);
       }
-      await d0!.release();
-      await d1!.release();
+      await d0!.free();
+      await d1!.free();
       return { runs: runs.length };
     } finally {
       rmSync(fx.dir, { recursive: true, force: true });
@@ -302,8 +302,8 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
       await Promise.all([fill(d0!, 0, { id: 'after', size: 2 }), fill(d1!, 1, { id: 'after', size: 2 })]);
       await check(d0!, members[0]!);
       await check(d1!, members[1]!);
-      await d0!.release();
-      await d1!.release();
+      await d0!.free();
+      await d1!.free();
       return codes;
     } finally {
       rmSync(fx.dir, { recursive: true, force: true });
@@ -351,8 +351,8 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
       ]);
       codes.alone = await outcome(() => d1!.fill(members[1]!.paths, members[1]!.ops, 0, {}));
       codes.healthy = await outcome(() => d0!.fill(members[0]!.paths, members[0]!.ops, 0, {}));
-      await d0!.release();
-      await d1!.release();
+      await d0!.free();
+      await d1!.free();
       return codes;
     } finally {
       rmSync(fx.dir, { recursive: true, force: true });
@@ -376,7 +376,7 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
         await checkZeros(device, rank.zeroRanges);
         await check(device, { data: rank.files.map((f) => readFileSync(f)), ops: rank.ops });
         zeroBytes.push(rank.zeroRanges.reduce((n, z) => n + z.bytes, 0));
-        await device.release();
+        await device.free();
       }
       // Only the ranges are written: the bytes around them keep the fake's 0xEE.
       const device = new DeviceHandle('cuda', 0);
@@ -388,7 +388,7 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
       const untouched = around.every((b) => b === 0xee);
       const outside = await outcome(() => device.fill([], [], 0, { zeroRanges: [{ segment: 0, offset: MiB - 1, bytes: 2 }] }));
       const segment = await outcome(() => device.fill([], [], 0, { zeroRanges: [{ segment: 2 ** 32, offset: 0, bytes: 1 }] }));
-      await device.release();
+      await device.free();
       return { zeroBytes, untouched, outside, segment, daemon: await serveDaemon(dir) };
     } finally {
       rmSync(dir, { recursive: true, force: true });
@@ -407,7 +407,7 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
       // The device stays usable: a fill without padding still lands.
       await device.fill(rank.files, rank.ops, rank.totalBytes, {});
       await check(device, { data: rank.files.map((f) => readFileSync(f)), ops: rank.ops });
-      await device.release();
+      await device.free();
       return { alone, daemon: await serveDaemon(dir) };
     } finally {
       rmSync(dir, { recursive: true, force: true });
@@ -417,7 +417,7 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
   /**
    * Run with FAKE_CUDA_INIT_GATE and FAKE_CUDA_DTOH_GATE (FIFOs the fake's cuInit and
    * cuMemcpyDtoH wait on): the probe and reads held in the driver leave the JS thread free to
-   * open the gates; a release() asked for during a read waits for it; the raw device refuses
+   * open the gates; a free() asked for during a read waits for it; the raw device refuses
    * every other call while a read runs, and keeps the read's buffer alive through a collection.
    */
   async inFlight() {
@@ -433,21 +433,21 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
     await device.fill([], [], 0, { zeroRanges: [{ segment: 0, offset: 0, bytes: MiB }] });
     const settled: string[] = [];
     const reading = device.read(0, 0, MiB).then((b) => (settled.push('read'), b));
-    const releasing = device.release().then(() => settled.push('released'));
+    const freeing = device.free().then(() => settled.push('freed'));
     await new Promise(setImmediate); // the handle calls the addon from a microtask: all have run by now
     openGate('FAKE_CUDA_DTOH_GATE');
     const bytes = await reading;
-    await releasing;
+    await freeing;
     const readAfterRelease = await outcome(() => device.read(0, 0, 1));
 
     const raw = new (addon().Device)('cuda', 1, {});
     await raw.allocate([MiB]);
     const rawRead = raw.read(0, 0, new Uint8Array(MiB)); // the job's pin is the buffer's only reference
     gc();
-    const busy = { release: await outcome(() => raw.release()), info: await outcome(() => raw.info()), read: await outcome(() => raw.read(0, 0, new Uint8Array(1))) };
+    const busy = { release: await outcome(() => raw.free()), info: await outcome(() => raw.info()), read: await outcome(() => raw.read(0, 0, new Uint8Array(1))) };
     openGate('FAKE_CUDA_DTOH_GATE');
     await rawRead;
-    await raw.release();
+    await raw.free();
     return { available: probe.available, zeros: bytes.every((b) => b === 0), settled, readAfterRelease, busy };
   },
 
@@ -473,7 +473,7 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
       const child = spawnSync(process.execPath, [self, 'ipcClient', exported[0]!.handle, String(op.dstOffset), wantPath], {
         encoding: 'utf8',
       });
-      await device.release();
+      await device.free();
       if (child.status !== 0) throw new Error(`client failed (${child.status ?? child.signal ?? child.error}): ${child.stderr}`);
       return { sameProcess, client: JSON.parse(child.stdout.trim().split('\n').pop()!) };
     } finally {
@@ -498,7 +498,7 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
       const wantPath = join(fx.dir, 'want.bin');
       writeFileSync(wantPath, fx.data[0]!.subarray(0, 3 * 4096));
       const child = spawnSync(process.execPath, [fileURLToPath(import.meta.url), 'bigCopyClient', device.exportSegments()[0]!.handle, JSON.stringify(marks), wantPath], { encoding: 'utf8' });
-      await device.release();
+      await device.free();
       if (child.status !== 0) throw new Error(`client failed (${child.status ?? child.signal ?? child.error}): ${child.stderr}`);
       return JSON.parse(child.stdout.trim().split('\n').pop()!);
     } finally {

@@ -98,7 +98,7 @@ try {
     const ts = runJson(process.execPath, [here('./ipc-client.mjs'), '--handle', segment.handle, '--plan', plan1Path]);
     record('TypeScript client (CudaIpcSegment) reads the checkpoint bytes', ts.status === 0 && ts.result?.ok === true, ts.result ?? ts.stderr);
   } finally {
-    await device.release();
+    await device.free();
   }
 } catch (err) {
   record('gpu-check ran to the end', false, { message: err.message, stack: err.stack });

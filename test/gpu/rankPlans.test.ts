@@ -52,7 +52,7 @@ test('tp=2: the GPU check fills the daemon\'s plan, and its slicer\'s inputs giv
         assert.ok(evenSlice(t).equals(want), `${t.name}: the slicer's inputs cut other bytes than the oracle's`);
       }
     } finally {
-      await device.release();
+      await device.free();
     }
   }
 });

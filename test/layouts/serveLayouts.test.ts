@@ -20,7 +20,7 @@ async function serve(layouts: Array<'vllm'>, vocab: number, run: (client: Weight
   const sockets = freshSocketDir();
   await writeArchCheckpoint(dir, 'LlamaForCausalLM', { hidden: 16, heads: 4, kvHeads: 2, headDim: 4, intermediate: 32, layers: 1, vocab, shards: 1 });
   const loaded = await loadServedRank(dir, { uuid: `layouts-${process.pid}`, shmDir: shm }, layouts);
-  const server = new RankServer({ rank: loaded.served, socketDir: sockets, log, release: () => loaded.device.release() });
+  const server = new RankServer({ rank: loaded.served, socketDir: sockets, log, freeMemory: () => loaded.device.free() });
   let client: WeightdClient | undefined;
   try {
     client = await WeightdClient.connect(await server.listen());
@@ -28,7 +28,7 @@ async function serve(layouts: Array<'vllm'>, vocab: number, run: (client: Weight
   } finally {
     client?.close();
     server.close();
-    await loaded.device.release();
+    await loaded.device.free();
     removeDir(dir);
     removeDir(shm);
     removeDir(sockets);

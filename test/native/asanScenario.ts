@@ -82,7 +82,7 @@ const mapped = ops.every((op) => {
 await capture('pastEnd', () => device.fill([file], [{ ...ops[0]!, srcOffset: data.length - 10 }], 0, {}));
 await capture('missingFile', () => device.fill([join(dir, 'missing.bin')], ops, 0, {}));
 await capture('readOutOfRange', () => device.read(1, segmentBytes[1]! - 10, 11));
-await device.release();
+await device.free();
 await capture('exportAfterRelease', () => device.exportSegments());
 
 await capture('badBackend', () => new DeviceHandle('no-such-backend' as never, 0));
@@ -101,7 +101,7 @@ const filling = cancelled.fill([big], [bigOp], bigBytes, { threads: 1, chunkByte
 cancelled.cancelFill();
 await capture('cancel', () => filling);
 await cancelled.fill([file], [ops[0]!], 2 * MiB, {});
-await cancelled.release();
+await cancelled.free();
 
 // The peer credentials of a real connection, as the rank server reads them.
 const socketPath = join(dir, 'peer.sock');

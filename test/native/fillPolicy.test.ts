@@ -39,7 +39,7 @@ test('the addon decides no number: a fill without one, or with one out of bounds
     assert.throws(() => start(fillSizing({ stagingBytes: 0 })), /stagingBytes must be from 1/);
     start(fillSizing({}));
   } finally {
-    await device.release();
+    await device.free();
   }
 });
 

@@ -61,7 +61,7 @@ test('a host fill reads every field of an op and a zero range where TypeScript p
       assert.is(at, -1, `segment ${s} byte ${at}: ${got[at]}, expected ${want[s]![at]}`);
     }
   } finally {
-    await device.release();
+    await device.free();
     rmSync(dir, { recursive: true, force: true });
   }
 });

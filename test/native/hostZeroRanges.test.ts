@@ -31,7 +31,7 @@ test('a fill zeroes exactly its zero ranges, over bytes an earlier fill wrote', 
       assert.match((err as Error).message, 'zero range 0 (1 bytes at 0 of segment 1) is outside the arena of 1 segment(s)');
     }
   } finally {
-    await device.release();
+    await device.free();
     rmSync(dir, { recursive: true, force: true });
   }
 });

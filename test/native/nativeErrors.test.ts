@@ -45,7 +45,7 @@ test("a fill's failure is a DeviceError", async () => {
     assert.instance(status.error, DeviceError);
     assert.is(status.error!.code, 'E_FILE_OPEN');
   } finally {
-    await device.release();
+    await device.free();
   }
 });
 

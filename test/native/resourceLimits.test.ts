@@ -64,7 +64,7 @@ test('a FIFO or a character device among the files fails the fill at once with E
       }
     }
   } finally {
-    await device.release();
+    await device.free();
     rmSync(dir, { recursive: true, force: true });
   }
 });
@@ -90,7 +90,7 @@ test('file and segment indexes past 2^32-1 are refused, not wrapped to 0', async
       (err: Error) => assert.match(err.message, /segment must be at most 4294967295/),
     );
   } finally {
-    await device.release();
+    await device.free();
     rmSync(dir, { recursive: true, force: true });
   }
 });

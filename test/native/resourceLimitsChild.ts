@@ -68,7 +68,7 @@ const scenarios: Record<string, (dir: string) => Promise<unknown>> = {
     await limitThreads('restore');
     out.after = await outcome(() => device.fill(paths, ops, total, { threads: 8, chunkBytes: 64 << 10 }));
     out.bytes = String((await device.read(0, 15 << 16, 1))[0]);
-    await device.release();
+    await device.free();
     return out;
   },
   async files(dir) {
@@ -77,7 +77,7 @@ const scenarios: Record<string, (dir: string) => Promise<unknown>> = {
     await device.allocate([total]);
     const result = await outcome(() => device.fill(paths, ops, total, { threads: 4 }));
     const last = (await device.read(0, 999 * 4096, 1))[0];
-    await device.release();
+    await device.free();
     const residency = await outcome(() => addon().pageCacheResidency(paths));
     return { result, last, residency, totalBytes: (await addon().pageCacheResidency(paths)).totalBytes };
   },

@@ -37,7 +37,7 @@ test('the addon names its segments so that the sweep recognises them, and keeps 
     assert.equal(sweepStaleSegments(dir), [], 'this process is alive');
     assert.ok(existsSync(segment!.handle));
   } finally {
-    await device.release();
+    await device.free();
     rmSync(dir, { recursive: true, force: true });
   }
 });

@@ -74,7 +74,7 @@ function serverWithGatedFree() {
   const server = new RankServer({
     rank,
     log,
-    release: () => {
+    freeMemory: () => {
       calls++;
       started();
       return gate;
@@ -84,7 +84,7 @@ function serverWithGatedFree() {
 }
 
 test('ping: who serves, in which state, with which layouts', async () => {
-  const server = new RankServer({ rank, log, release: async () => {} });
+  const server = new RankServer({ rank, log, freeMemory: async () => {} });
   try {
     const reply = await connect(server).request({ cmd: 'ping' });
     assert.equal(reply, {
@@ -106,7 +106,7 @@ test('ping: who serves, in which state, with which layouts', async () => {
 });
 
 test('get_state: a lease per request over the manifest; a wrong fingerprint gets the differing fields; an unplanned layout is refused', async () => {
-  const server = new RankServer({ rank, log, release: async () => {} });
+  const server = new RankServer({ rank, log, freeMemory: async () => {} });
   try {
     const c = connect(server);
     const first = await c.request(getState('map'));
@@ -132,7 +132,7 @@ test('get_state: a lease per request over the manifest; a wrong fingerprint gets
 });
 
 test('detach ends the named lease; a copy lease ends with its connection, a map lease outlives it', async () => {
-  const server = new RankServer({ rank, log, release: async () => {} });
+  const server = new RankServer({ rank, log, freeMemory: async () => {} });
   try {
     const watcher = connect(server);
     const c = connect(server);
@@ -156,7 +156,7 @@ test('detach ends the named lease; a copy lease ends with its connection, a map 
 
 test('release is refused while another process holds a lease; force revokes it and frees once', async () => {
   let frees = 0;
-  const server = new RankServer({ rank, log, release: async () => void frees++ });
+  const server = new RankServer({ rank, log, freeMemory: async () => void frees++ });
   try {
     // Our parent (the test runner) is alive, so its lease is live and not ours.
     const other = connect(server, process.ppid);
@@ -227,7 +227,7 @@ test('freeing that fails: the releasing client and the one waiting get E_RELEASE
 });
 
 test('a request counts, a protocol error counts and ends only its own connection', async () => {
-  const server = new RankServer({ rank, log, release: async () => {} });
+  const server = new RankServer({ rank, log, freeMemory: async () => {} });
   try {
     const [bad, end] = duplexPair();
     server.accept(end, process.pid);

@@ -18,7 +18,7 @@ const log = pino({ level: 'silent' });
 /** A parent that records what the actor sends and frees the device when asked, like the supervisor. */
 function parent(input: ServeRankInput, loaded: LoadedRank) {
   const machine = setup({
-    types: { context: {} as { events: ServeEvent[] }, events: {} as ServeEvent | { type: 'STOP_SERVING' } | { type: 'DEVICE_RELEASED' } },
+    types: { context: {} as { events: ServeEvent[] }, events: {} as ServeEvent | { type: 'STOP_SERVING' } | { type: 'DEVICE_FREED' } },
     actors: { serveRank },
   }).createMachine({
     context: { events: [] },
@@ -31,10 +31,10 @@ function parent(input: ServeRankInput, loaded: LoadedRank) {
           RANK_RELEASE_REQUESTED: {
             actions: [
               assign({ events: ({ context, event }) => [...context.events, event as ServeEvent] }),
-              ({ self }) => void loaded.device.release().then(() => self.send({ type: 'DEVICE_RELEASED' })),
+              ({ self }) => void loaded.device.free().then(() => self.send({ type: 'DEVICE_FREED' })),
             ],
           },
-          DEVICE_RELEASED: { actions: sendTo('serve', { type: 'SERVE_RELEASED' }) },
+          DEVICE_FREED: { actions: sendTo('serve', { type: 'SERVE_RELEASED' }) },
           '*': { actions: assign({ events: ({ context, event }) => [...context.events, event as ServeEvent] }) },
         },
       },
@@ -93,7 +93,7 @@ test('serving, release through the supervisor, synchronous cleanup', async () =>
     removeNodeManifest(dir);
     assert.equal(readdirSync(dir), []);
   } finally {
-    await loaded.device.release();
+    await loaded.device.free();
     removeDir(dir);
     removeDir(shm);
   }
@@ -120,7 +120,7 @@ test('a bind failure is RANK_FAILED; stopping mid-start leaves nothing', async (
     assert.equal(readdirSync(`${dir}/real`), []);
     assert.not.ok(existsSync(`${dir}/real/fail-${process.pid}.sock`));
   } finally {
-    await loaded.device.release();
+    await loaded.device.free();
     removeDir(dir);
     removeDir(shm);
   }

@@ -21,7 +21,7 @@ export async function loadServedRank(modelDir: string, device: { uuid: string; s
     const served = toServedRank({ plan, globalRank: 0, localRank: 0, nodeRank: 0, nnodes: 1, backend: 'host', device: handle.info(), segments: handle.exportSegments() });
     return { served, device: handle };
   } catch (err) {
-    await handle.release();
+    await handle.free();
     throw err;
   }
 }

@@ -21,7 +21,7 @@ test('the directory removed between resolveSocketDir and acquireDeviceLock is ma
     const lock = acquireDeviceLock(dir, 'GPU-race');
     assert.is(statSync(lockPathFor(dir, 'GPU-race')).isFile(), true);
     assert.is(statSync(dir).mode & 0o777, 0o700);
-    lock.release();
+    lock.unlock();
     // Made again by this process, so this process removes it too.
     assert.throws(() => statSync(dir), /ENOENT/);
   } finally {
