@@ -4,6 +4,7 @@
 // counters and the progress reporter's summaries.
 import type { AnyActorRef, InspectionEvent, StateValue } from 'xstate';
 import { errorCode } from '../errors.js';
+import { stateName } from '../machines/stateName.js';
 
 export interface NodeEvent {
   /** 1, 2, 3 ... in the order the events happened. */
@@ -29,16 +30,6 @@ export const DEFAULT_FEED_CAPACITY = 256;
 export const PROGRESS_SAMPLE_MS = 1000;
 
 const MAX_STRING = 512;
-
-/** A state value as one string: "loading", or "a.b" for nested states, "a.b,c.d" for parallel ones. */
-export function stateName(value: StateValue): string {
-  const paths = (v: StateValue | undefined): string[] =>
-    typeof v === 'string' ? [v] : Object.entries(v ?? {}).flatMap(([k, sub]) => {
-      const below = paths(sub);
-      return below.length === 0 ? [k] : below.map((p) => `${k}.${p}`);
-    });
-  return paths(value).join(',');
-}
 
 /**
  * An event's fields, safe to show on an HTTP page or in a log: numbers, booleans and short
