@@ -48,8 +48,8 @@ export interface CoordinatorContext extends CoordinatorInput {
   turnedAway: string[];
   /** Node ranks whose connection was sent the verdict. */
   told: number[];
-  /** Verdicts being written. */
-  telling: number;
+  /** Claims whose verdict is being written. */
+  telling: Claim[];
 }
 
 export type CoordinatorEvent =
@@ -314,8 +314,8 @@ const coordinatorSetup = setup({
     // is out, every node did, and each hears the verdict or is known gone.
     beforeRankTable: ({ context }) => context.rankTable.length === 0,
     everyoneHeard: ({ context }) =>
-      context.telling === 0 && allRanks(context).every((r) => context.told.includes(r) || memberByRank(context, r)?.state === 'lost'),
-    noVerdictInFlight: ({ context }) => context.telling === 0,
+      context.telling.length === 0 && allRanks(context).every((r) => context.told.includes(r) || memberByRank(context, r)?.state === 'lost'),
+    noVerdictInFlight: ({ context }) => context.telling.length === 0,
   },
   actions: {
     // What the connection side does (src/rendezvous/coordinator.ts provides them).
@@ -417,10 +417,10 @@ const coordinatorSetup = setup({
       const v = context.verdict!;
       context.log.error({ code: v.code, peer: v.details.nodeRank, field: v.details.field }, `group failed: ${v.message}`);
     },
-    countTells: assign({ telling: ({ context }, params: { claims: Claim[] }) => context.telling + params.claims.length }),
+    recordTelling: assign({ telling: ({ context }, params: { claims: Claim[] }) => [...context.telling, ...params.claims] }),
     recordTold: assign(({ context, event }) => {
       assertEvent(event, 'VERDICT_SENT');
-      return { telling: context.telling - 1, told: event.nodeRank >= 0 ? [...context.told, event.nodeRank] : context.told };
+      return { telling: context.telling.filter((c) => c.linkId !== event.linkId), told: event.nodeRank >= 0 ? [...context.told, event.nodeRank] : context.told };
     }),
   },
 });
@@ -441,12 +441,12 @@ const startupFailures = {
 } as const;
 
 const failOnJoin = { target: '#coordinator.failed', actions: ['claim', { type: 'recordVerdict', params: verdict.ofJoin }] } as const;
-const tellLatecomer = ['claim', { type: 'countTells', params: to.latecomer }, { type: 'tell', params: to.latecomer }] as const;
+const tellLatecomer = ['claim', { type: 'recordTelling', params: to.latecomer }, { type: 'tell', params: to.latecomer }] as const;
 
 export const coordinatorMachine = coordinatorSetup.createMachine({
   id: 'coordinator',
   initial: 'gathering',
-  context: ({ input }) => ({ ...input, claims: [], members: [], rankTable: [], turnedAway: [], told: [], telling: 0 }),
+  context: ({ input }) => ({ ...input, claims: [], members: [], rankTable: [], turnedAway: [], told: [], telling: [] }),
   states: {
     gathering: {
       after: { rendezvousDeadline: { target: 'failed.pastDeadline', actions: { type: 'recordVerdict', params: verdict.ofTimeout } } },
@@ -519,7 +519,7 @@ export const coordinatorMachine = coordinatorSetup.createMachine({
     // Only joins are answered (with the verdict); whatever else the nodes still say changes nothing.
     failed: {
       initial: 'informing',
-      entry: ['logVerdict', { type: 'countTells', params: to.claims }, { type: 'tell', params: to.claims }],
+      entry: ['logVerdict', { type: 'recordTelling', params: to.claims }, { type: 'tell', params: to.claims }],
       on: {
         JOIN: [secondJoin, turnAwayJoin, { actions: tellLatecomer }],
         FOREIGN_JOIN: [turnAwayJoin, { actions: tellLatecomer }],
