@@ -325,6 +325,7 @@ export const supervisorMachine = supervisorSetup.createMachine({
     ready: {
       entry: 'announceReady',
       invoke: {
+        id: 'publishManifest',
         src: 'publishNodeManifest',
         input: ({ context }) => ({
           socketDir: context.prepared!.socketDir,
