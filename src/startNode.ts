@@ -65,6 +65,8 @@ export function statusOf(snap: Snapshot, config: NodeConfig, servers?: ServerReg
     }),
     peers: ctx.peers,
     groupReady: ctx.groupReady,
+    formation: ctx.formation,
+    coordinatorState: ctx.coordinatorState,
     failure: ctx.failure,
   };
 }
