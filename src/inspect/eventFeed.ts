@@ -33,6 +33,7 @@ export const DEFAULT_FEED_CAPACITY = 256;
 export const PROGRESS_SAMPLE_MS = 1000;
 
 const MAX_STRING = 512;
+const MAX_RANK_LIST = 64;
 
 /** An event as an operator reads it: xstate's internal event names said in words. */
 export function eventLabel(type: string, to?: string): string {
@@ -46,17 +47,19 @@ export function eventLabel(type: string, to?: string): string {
 
 /**
  * An event's fields, safe to show on an HTTP page or in a log: numbers, booleans and short
- * strings as they are, errors as code and message, devices as their ids, arrays as their
- * length. Anything else is left out, in particular segment exports: a CUDA IPC handle must only
+ * strings as they are, errors as code and message, devices as their ids, short lists of numbers
+ * (node ranks) as they are and other arrays as their length. Anything else is left out, in particular segment exports: a CUDA IPC handle must only
  * ever travel over the 0600 Unix socket, never over TCP.
  */
 export function summarizeEvent(event: { type: string } & Record<string, unknown>): Record<string, unknown> {
   const out: Record<string, unknown> = {};
   for (const [key, value] of Object.entries(event)) {
-    if (key === 'type' || value === undefined) continue;
+    // actorId repeats what the label says ("prepare done").
+    if (key === 'type' || key === 'actorId' || value === undefined) continue;
     if (typeof value === 'number' || typeof value === 'boolean') out[key] = value;
     else if (typeof value === 'string') out[key] = value.length > MAX_STRING ? `${value.slice(0, MAX_STRING)}…` : value;
-    else if (Array.isArray(value)) out[key] = value.length;
+    // Node ranks (joined, missing, lost) as they are; any other list as its length.
+    else if (Array.isArray(value)) out[key] = value.length <= MAX_RANK_LIST && value.every((v) => typeof v === 'number') ? value : value.length;
     else if (key === 'error' && value !== null && typeof value === 'object') {
       const e = value as { message?: unknown; name?: unknown };
       out.error = { code: errorCode(value) ?? 'E_INTERNAL', name: String(e.name ?? 'Error'), message: String(e.message ?? value) };

@@ -123,6 +123,12 @@ test('segment handles and other objects never reach the feed', () => {
   assert.not.ok('output' in prepared.data, 'the prepared plan (locks, file paths) is left out');
 });
 
+test('summarizeEvent keeps node ranks, counts other lists, drops the done event\'s actorId', () => {
+  assert.equal(summarizeEvent({ type: 'GROUP_WAITING', joined: [0, 2], missing: [1] }), { joined: [0, 2], missing: [1] });
+  assert.equal(summarizeEvent({ type: 'X', segments: [{ handle: 'h' }], many: Array.from({ length: 65 }, (_, i) => i) }), { segments: 1, many: 65 });
+  assert.equal(summarizeEvent({ type: 'xstate.done.actor.prepare', actorId: 'prepare' }), {});
+});
+
 test('summarizeEvent keeps errors as code and message, long strings cut', () => {
   const err = Object.assign(new Error('disk on fire'), { code: 'E_DISK' });
   assert.equal(summarizeEvent({ type: 'X', error: err, note: 'y'.repeat(600), ok: true, n: null }), {
