@@ -42,7 +42,9 @@ const GATHERING_DEADLINE = 'xstate.after.rendezvousDeadline.coordinator.gatherin
 const FAILED_DEADLINE = 'xstate.after.rendezvousDeadline.coordinator.failed.informing';
 
 // The connections of the world the paths run in: nodes 0 and 1, a node 1 with another
-// checkpoint, and node 1 again on a new connection (a rejoin, once its first one is lost).
+// checkpoint, node 1 again on a new connection (a rejoin, once its first one is lost), and
+// (link 4) a node 1 that failed before it could join.
+const ABORT: CoordinatorEvent = { type: 'ABORT', linkId: 4, address: '10.0.0.4:1', nonce: 'nonce-4', tokenProof: null, nodeRank: 1, hostName: 'host1', code: 'E_PLAN', message: 'bad plan' };
 const JOINS: Record<number, CoordinatorEvent> = { 0: join(0, 0), 1: join(1, 1), 2: join(2, 1, { fingerprint: 'e'.repeat(64) }), 3: join(3, 1) };
 
 /**
@@ -61,6 +63,9 @@ function events(snap: Snap): CoordinatorEvent[] {
     ...arriving.map((id) => JOINS[id]!),
     ...live.map((linkId) => ({ type: 'READY' as const, linkId })),
     ...live.map((linkId) => ({ type: 'LINK_CLOSED' as const, linkId, reason: 'connection closed by the peer' })),
+    ...live.map((linkId) => ({ type: 'LINK_FAILED' as const, linkId, code: 'E_DEVICE_OOM', message: 'out of memory' })),
+    // A node that could not start reports it on a connection of its own.
+    ...(seen(4) ? [] : [ABORT]),
     { type: 'NODE_FAILED', nodeRank: 1, code: 'E_RANK', message: 'rank 1 exited' },
     ...(phase === 'gathering' ? [{ type: GATHERING_DEADLINE } as unknown as CoordinatorEvent] : []),
     ...(snap.matches({ failed: 'informing' }) ? [{ type: FAILED_DEADLINE } as unknown as CoordinatorEvent] : []),
