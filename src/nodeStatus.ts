@@ -28,6 +28,12 @@ export interface PeerStatus {
   since: number;
 }
 
+/** During rendezvous: the node ranks node 0's coordinator has accepted, and those it waits for. */
+export interface GroupFormation {
+  joined: number[];
+  missing: number[];
+}
+
 export interface NodeFailure extends SerializedError {
   localRank?: number;
   globalRank?: number;
@@ -49,6 +55,10 @@ export interface NodeStatus {
   peers: PeerStatus[];
   /** Every node of the group has reported ready. */
   groupReady: boolean;
+  /** During rendezvous, once node 0 answered. */
+  formation?: GroupFormation;
+  /** On node 0 of a group: the rendezvous coordinator's state (src/machines/coordinator.ts). */
+  coordinatorState?: string;
   failure?: NodeFailure;
 }
 

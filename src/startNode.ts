@@ -12,6 +12,7 @@ import { machineToChart, type MachineChart } from './inspect/machineToMermaid.js
 import { NodeMetrics } from './inspect/nodeMetrics.js';
 import { ProgressReporter } from './inspect/progressReporter.js';
 import { createLogger, flushLogger, type Logger } from './log.js';
+import { coordinatorMachine } from './machines/coordinator.js';
 import { supervisorMachine } from './machines/supervisor.js';
 import type { NodeFailure, NodeResult, NodeState, NodeStatus } from './nodeStatus.js';
 import { resolveNodeOptions, type NodeConfig, type NodeOptions } from './nodeOptions.js';
@@ -65,12 +66,15 @@ export function statusOf(snap: Snapshot, config: NodeConfig, servers?: ServerReg
     }),
     peers: ctx.peers,
     groupReady: ctx.groupReady,
+    formation: ctx.formation,
+    coordinatorState: ctx.coordinatorState,
     failure: ctx.failure,
   };
 }
 
-/** The supervisor drawn from its own definition; the same for every node, so made once. */
+/** The machines drawn from their own definitions; the same for every node, so made once. */
 let supervisorChart: MachineChart | undefined;
+let coordinatorChart: MachineChart | undefined;
 
 /** Code a node runs, as opposed to what its options configure; each has the real one as default. */
 export interface NodeModules {
@@ -95,10 +99,13 @@ export async function startNode(options: NodeOptions, { rankWorker = rankWorkerM
   const actor = createActor(supervisorMachine.provide({ actors: nodeActors }), { input: { config, log, rankWorker, workers, servers }, inspect: feed.inspect });
   const status = () => statusOf(actor.getSnapshot(), config, servers);
   supervisorChart ??= machineToChart(supervisorMachine);
+  coordinatorChart ??= machineToChart(coordinatorMachine);
+  // A group's page draws the rendezvous coordinator too (live on node 0, which runs it).
+  const charts = config.nnodes > 1 ? [supervisorChart, coordinatorChart] : [supervisorChart];
   const metrics = new NodeMetrics({ status, feed, states: supervisorChart.states.map((s) => s.key) });
   // Bound before the machine starts: a port in use fails the start in milliseconds.
   const inspectServer = config.inspect
-    ? await InspectServer.listen({ ...config.inspect, log, status, feed, metrics, chart: supervisorChart }).catch((err: unknown) => {
+    ? await InspectServer.listen({ ...config.inspect, log, status, feed, metrics, charts }).catch((err: unknown) => {
         metrics.close();
         throw err;
       })

@@ -103,6 +103,7 @@ export const groupSession = fromCallback<GroupCommand, GroupSessionInput, GroupE
       (c) => {
         if (stopped) return c.close();
         coordinator = c;
+        c.onStateChange((state) => !stopped && sendBack({ type: 'COORDINATOR_STATE', state }));
         startClient();
       },
       (err: WeightdError) => !stopped && fail(err),

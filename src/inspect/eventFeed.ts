@@ -4,13 +4,17 @@
 // counters and the progress reporter's summaries.
 import type { AnyActorRef, InspectionEvent, StateValue } from 'xstate';
 import { errorCode } from '../errors.js';
+import { stateName } from '../machines/stateName.js';
 
 export interface NodeEvent {
   /** 1, 2, 3 ... in the order the events happened. */
   seq: number;
-  /** Milliseconds since the epoch. */
+  /** Milliseconds since the epoch, when it was published: never earlier than the event before. */
   time: number;
+  /** The event's type as the machine names it (xstate's own events included). */
   type: string;
+  /** What an operator reads: "prepare done", "start rank-0", "stopTimeout passed", or the type. */
+  label: string;
   /** The child actor (rank-0, serve-1, group ...) the supervisor sent this to; absent for events it received. */
   to?: string;
   /** The supervisor's state after it handled the event (events it received). */
@@ -29,30 +33,33 @@ export const DEFAULT_FEED_CAPACITY = 256;
 export const PROGRESS_SAMPLE_MS = 1000;
 
 const MAX_STRING = 512;
+const MAX_RANK_LIST = 64;
 
-/** A state value as one string: "loading", or "a.b" for nested states, "a.b,c.d" for parallel ones. */
-export function stateName(value: StateValue): string {
-  const paths = (v: StateValue | undefined): string[] =>
-    typeof v === 'string' ? [v] : Object.entries(v ?? {}).flatMap(([k, sub]) => {
-      const below = paths(sub);
-      return below.length === 0 ? [k] : below.map((p) => `${k}.${p}`);
-    });
-  return paths(value).join(',');
+/** An event as an operator reads it: xstate's internal event names said in words. */
+export function eventLabel(type: string, to?: string): string {
+  if (type === 'xstate.init') return to === undefined ? 'start' : `start ${to}`;
+  const m = /^xstate\.(done|error)\.actor\.(.+)$/.exec(type);
+  if (m) return `${m[2]} ${m[1] === 'done' ? 'done' : 'failed'}`;
+  const after = /^xstate\.after\.([^.]+)\./.exec(type);
+  if (after) return `${after[1]} passed`;
+  return type;
 }
 
 /**
  * An event's fields, safe to show on an HTTP page or in a log: numbers, booleans and short
- * strings as they are, errors as code and message, devices as their ids, arrays as their
- * length. Anything else is left out, in particular segment exports: a CUDA IPC handle must only
+ * strings as they are, errors as code and message, devices as their ids, short lists of numbers
+ * (node ranks) as they are and other arrays as their length. Anything else is left out, in particular segment exports: a CUDA IPC handle must only
  * ever travel over the 0600 Unix socket, never over TCP.
  */
 export function summarizeEvent(event: { type: string } & Record<string, unknown>): Record<string, unknown> {
   const out: Record<string, unknown> = {};
   for (const [key, value] of Object.entries(event)) {
-    if (key === 'type' || value === undefined) continue;
+    // actorId repeats what the label says ("prepare done").
+    if (key === 'type' || key === 'actorId' || value === undefined) continue;
     if (typeof value === 'number' || typeof value === 'boolean') out[key] = value;
     else if (typeof value === 'string') out[key] = value.length > MAX_STRING ? `${value.slice(0, MAX_STRING)}…` : value;
-    else if (Array.isArray(value)) out[key] = value.length;
+    // Node ranks (joined, missing, lost) as they are; any other list as its length.
+    else if (Array.isArray(value)) out[key] = value.length <= MAX_RANK_LIST && value.every((v) => typeof v === 'number') ? value : value.length;
     else if (key === 'error' && value !== null && typeof value === 'object') {
       const e = value as { message?: unknown; name?: unknown };
       out.error = { code: errorCode(value) ?? 'E_INTERNAL', name: String(e.name ?? 'Error'), message: String(e.message ?? value) };
@@ -69,10 +76,11 @@ export class EventFeed {
   readonly #events: NodeEvent[] = [];
   readonly #listeners = new Set<NodeEventListener>();
   /** Commands sent to children while the supervisor handles an event; published after it. */
-  #outbox: Array<Omit<NodeEvent, 'seq'>> = [];
+  #outbox: Array<Omit<NodeEvent, 'seq' | 'time' | 'label'>> = [];
   readonly #lastProgress = new Map<number, number>();
   #state: string | undefined;
   #seq = 0;
+  #lastTime = 0;
 
   constructor(capacity = DEFAULT_FEED_CAPACITY) {
     this.#capacity = capacity;
@@ -88,7 +96,7 @@ export class EventFeed {
       const fromRoot = ev.sourceRef?.sessionId === ev.rootId;
       if (fromRoot && ev.actorRef.sessionId !== ev.rootId) {
         const to = (ev.actorRef as AnyActorRef).id;
-        this.#outbox.push({ time: Date.now(), type: ev.event.type, to, data: summarizeEvent(ev.event) });
+        this.#outbox.push({ type: ev.event.type, to, data: summarizeEvent(ev.event) });
       }
       return;
     }
@@ -100,7 +108,7 @@ export class EventFeed {
     this.#state = state;
     const event = ev.event as { type: string } & Record<string, unknown>;
     if (this.#keep(event, from !== state)) {
-      this.#publish({ time: Date.now(), type: event.type, state, ...(from !== undefined && from !== state ? { from } : {}), data: summarizeEvent(event) });
+      this.#publish({ type: event.type, state, ...(from !== undefined && from !== state ? { from } : {}), data: summarizeEvent(event) });
     }
     const sent = this.#outbox;
     this.#outbox = [];
@@ -117,8 +125,13 @@ export class EventFeed {
     return true;
   }
 
-  #publish(e: Omit<NodeEvent, 'seq'>): void {
-    const event: NodeEvent = { seq: ++this.#seq, ...e };
+  /**
+   * Stamped here, in the order published, so time follows seq: a command is sent before the
+   * event that caused it is published. A wall clock set back does not reorder them either.
+   */
+  #publish(e: Omit<NodeEvent, 'seq' | 'time' | 'label'>): void {
+    this.#lastTime = Math.max(this.#lastTime, Date.now());
+    const event: NodeEvent = { seq: ++this.#seq, time: this.#lastTime, label: eventLabel(e.type, e.to), ...e };
     this.#events.push(event);
     if (this.#events.length > this.#capacity) this.#events.shift();
     for (const listener of this.#listeners) {

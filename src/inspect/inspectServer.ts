@@ -2,7 +2,7 @@
 //   /healthz      200 when ready, else 503 with the state (readiness probes)
 //   /status       the node's status as JSON (statusView.ts)
 //   /metrics      Prometheus text (nodeMetrics.ts)
-//   /statechart   the live state-chart page; /statechart.json the chart; /events its SSE feed
+//   /statechart   the live state-chart page; /statechart.json its charts; /events its SSE feed
 // Bound to loopback unless asked otherwise. Read-only: nothing here changes the node.
 import { createReadStream } from 'node:fs';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
@@ -31,7 +31,8 @@ export interface InspectServerOptions {
   status: () => NodeStatus;
   feed: EventFeed;
   metrics: NodeMetrics;
-  chart: MachineChart;
+  /** The machines the page draws: the supervisor first, then (on a group) the coordinator. */
+  charts: MachineChart[];
 }
 
 /** Whether `host` (a bind address or a Host header's name) only reaches this machine. */
@@ -72,9 +73,11 @@ export class InspectServer {
   private constructor(o: InspectServerOptions) {
     this.#o = o;
     this.#chartJson = JSON.stringify({
-      chart: o.chart,
-      mermaid: chartToMermaid(o.chart),
-      mermaidIds: Object.fromEntries(chartStates(o.chart).map((s) => [s.path.join('.'), s.mermaidId])),
+      machines: o.charts.map((chart) => ({
+        chart,
+        mermaid: chartToMermaid(chart),
+        mermaidIds: Object.fromEntries(chartStates(chart).map((s) => [s.path.join('.'), s.mermaidId])),
+      })),
     });
     this.#server = createServer((req, res) => this.#handle(req, res));
     this.#unsubscribe = o.feed.subscribe((e) => this.#onEvent(e));

@@ -1,6 +1,7 @@
-// The live state-chart page served at /statechart: the supervisor machine drawn by mermaid
-// (served from node_modules, so the page works with no internet), the current state
-// highlighted, each local rank's state and progress, and the recent events, all kept live over
+// The live state-chart page served at /statechart: the supervisor machine, and on a group the
+// rendezvous coordinator's, drawn by mermaid (served from node_modules, so the page works with
+// no internet), each one's current state highlighted, each local rank's state and progress,
+// who has joined during rendezvous, and the recent events, all kept live over
 // /events (server-sent events). The script is a separate asset so the page's
 // Content-Security-Policy can forbid inline script. It uses the server's own number formatting
 // (loadProgress.js, which has no imports at run time).
@@ -23,7 +24,7 @@ export const STATECHART_HTML = `<!doctype html>
 </header>
 <div id="failure" hidden></div>
 <main>
-  <section id="chart" aria-label="supervisor state chart"><p id="chart-status">drawing the chart…</p></section>
+  <div id="charts"><p id="chart-status">drawing the charts…</p></div>
   <aside>
     <h2>Local ranks</h2>
     <table id="ranks"><thead><tr><th>rank</th><th>device</th><th>state</th><th>loaded</th><th>rate</th><th>eta</th><th>clients</th><th>leases</th></tr></thead><tbody></tbody></table>
@@ -47,7 +48,10 @@ header h1 { font-size: 1.1em; margin: 0; }
 .conn { margin-left: auto; font-size: .9em; }
 .conn.live { color: #a5d6a7; } .conn.down { color: #ef9a9a; }
 main { display: flex; flex-wrap: wrap; gap: 1em; padding: 1em; align-items: flex-start; }
-#chart { flex: 1 1 55%; min-width: 320px; overflow: auto; }
+#charts { flex: 1 1 55%; min-width: 320px; display: flex; flex-wrap: wrap; gap: 1em; align-items: flex-start; }
+.chart { flex: 1 1 320px; overflow: auto; }
+.chart h2 { margin-top: 0; }
+.chart .note { color: #607d8b; font-size: .9em; margin: 0 0 .5em; }
 aside { flex: 1 1 45%; min-width: 320px; }
 h2 { font-size: 1em; margin: 1em 0 .3em; }
 table { border-collapse: collapse; width: 100%; }
@@ -62,55 +66,90 @@ th, td { text-align: left; padding: .2em .5em; border-bottom: 1px solid #ddd; fo
 #events time { color: #607d8b; margin-right: .5em; }
 #events .to { color: #6a1b9a; }
 #events .move { color: #e65100; }
-#chart g.wd-current rect, #chart g.wd-current path, #chart g.wd-current polygon { fill: #ffd54f !important; stroke: #e65100 !important; stroke-width: 3px !important; }
-body.failed #chart g.wd-current rect, body.failed #chart g.wd-current path { fill: #ef9a9a !important; stroke: #b71c1c !important; }
+#peers .missing { color: #c62828; }
+.chart g.wd-current rect, .chart g.wd-current path, .chart g.wd-current polygon { fill: #ffd54f !important; stroke: #e65100 !important; stroke-width: 3px !important; }
+body.failed #chart-supervisor g.wd-current rect, body.failed #chart-supervisor g.wd-current path { fill: #ef9a9a !important; stroke: #b71c1c !important; }
 `;
 
 export const STATECHART_JS = `
 import { formatBytes, formatRate, formatSeconds, percent } from '/assets/loadProgress.js';
 
 const $ = (id) => document.getElementById(id);
-const chartEl = $('chart');
 const MAX_EVENTS = 200;
-const stateNodes = new Map();
-let mermaidIds = {};
-let current = null;
+const TITLES = { supervisor: 'This node', coordinator: 'Rendezvous coordinator' };
+/** Per machine id: its section, the mermaid id of each state, the drawn state groups. */
+const charts = new Map();
+/** Per machine id: its state now, '' where it is not known on this node. */
+const current = {};
 
 const esc = (s) => String(s).replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c]);
 
-function highlight(state) {
-  current = state;
-  $('state').textContent = state;
-  const id = mermaidIds[state];
+function highlight(machine, state) {
+  current[machine] = state ?? '';
+  const c = charts.get(machine);
+  if (!c) return;
+  const id = c.ids[current[machine]];
   let found = false;
-  for (const [mid, g] of stateNodes) {
+  for (const [mid, g] of c.nodes) {
     g.classList.toggle('wd-current', mid === id);
     found = found || mid === id;
   }
   // What is highlighted in the drawing right now (automation and tests read it).
-  chartEl.dataset.highlighted = found ? state : '';
+  c.el.dataset.highlighted = found ? current[machine] : '';
 }
 
-async function drawChart() {
+async function drawCharts() {
   const res = await fetch('/statechart.json');
   if (!res.ok) throw new Error('GET /statechart.json: HTTP ' + res.status);
-  const chart = await res.json();
-  mermaidIds = chart.mermaidIds;
+  const { machines } = await res.json();
   mermaid.initialize({ startOnLoad: false, securityLevel: 'strict' });
-  const { svg } = await mermaid.render('wd-chart', chart.mermaid);
-  chartEl.innerHTML = svg;
-  // mermaid names each state's group "<render id>-state-<state id>-<n>".
-  for (const g of chartEl.querySelectorAll('g.node')) {
-    const m = /^wd-chart-state-(.+)-\\d+$/.exec(g.id);
-    if (m) stateNodes.set(m[1], g);
+  const host = $('charts');
+  for (const m of machines) {
+    const id = m.chart.id;
+    const el = document.createElement('section');
+    el.className = 'chart';
+    el.id = 'chart-' + id;
+    el.setAttribute('aria-label', id + ' state chart');
+    el.innerHTML = '<h2>' + esc(TITLES[id] ?? id) + '</h2><p class="note"></p>';
+    const { svg } = await mermaid.render('wd-' + id, m.mermaid);
+    el.insertAdjacentHTML('beforeend', svg);
+    host.append(el);
+    // mermaid names each state's group "<render id>-state-<state id>-<n>".
+    const nodes = new Map();
+    const name = new RegExp('^wd-' + id + '-state-(.+)-\\\\d+$');
+    for (const g of el.querySelectorAll('g.node')) {
+      const found = name.exec(g.id);
+      if (found) nodes.set(found[1], g);
+    }
+    charts.set(id, { el, ids: m.mermaidIds, nodes });
+    if (id in current) highlight(id, current[id]);
   }
-  if (current !== null) highlight(current);
+}
+
+/** During rendezvous: every node rank, joined or missing, as node 0 last said. */
+function renderPeers(s) {
+  const peers = $('peers');
+  if (s.formation) {
+    peers.innerHTML = Array.from({ length: s.nnodes }, (_, r) => {
+      const state = s.formation.joined.includes(r) ? 'joined' : 'missing';
+      return '<li data-node="' + r + '" data-state="' + state + '" class="' + state + '">node ' + r + (r === s.nodeRank ? ' (this node)' : '') + ': <b>' + state + '</b></li>';
+    }).join('');
+  } else if (s.state === 'rendezvous' && s.nnodes > 1) {
+    peers.innerHTML = '<li>waiting for node 0 to answer</li>';
+  } else {
+    peers.innerHTML = s.peers.length === 0 ? '<li>none</li>' : s.peers.map((p) =>
+      '<li data-node="' + p.nodeRank + '" data-state="' + esc(p.state) + '">node ' + p.nodeRank + ' (' + esc(p.hostName ?? '?') + '): <b>' + esc(p.state) + '</b>' + (p.reason ? ' – ' + esc(p.reason) : '') + '</li>').join('');
+  }
 }
 
 function renderStatus(s) {
   document.body.classList.toggle('failed', s.failure !== null);
   $('node').textContent = 'node ' + s.nodeRank + '/' + s.nnodes + ' · tp ' + s.tpSize + ' · ' + (s.architecture ?? '?') + ' · ' + s.model + ' · pid ' + s.pid;
-  highlight(s.state);
+  $('state').textContent = s.state;
+  highlight('supervisor', s.state);
+  highlight('coordinator', s.coordinatorState);
+  const note = document.querySelector('#chart-coordinator .note');
+  if (note) note.textContent = s.coordinatorState === null ? "it runs on node 0: its state shows on node 0's page" : 'state ' + s.coordinatorState;
   $('ranks').tBodies[0].innerHTML = s.ranks.map((r) =>
     '<tr data-rank="' + r.globalRank + '" data-state="' + esc(r.state) + '">' +
     '<td>' + r.globalRank + ' <small>(local ' + r.localRank + ')</small></td>' +
@@ -122,8 +161,7 @@ function renderStatus(s) {
     '<td>' + (r.clients ?? '–') + '</td><td>' + (r.leases ?? '–') + '</td></tr>').join('');
   $('load').textContent = s.ranks.length === 0 ? '' :
     'node: ' + formatBytes(s.load.bytes) + ' of ' + formatBytes(s.load.totalBytes) + ' (' + percent(s.load).toFixed(1) + '%) at ' + formatRate(s.load.bytesPerSecond) + ', eta ' + formatSeconds(s.load.etaSeconds);
-  $('peers').innerHTML = s.peers.length === 0 ? '<li>none</li>' : s.peers.map((p) =>
-    '<li>node ' + p.nodeRank + ' (' + esc(p.hostName ?? '?') + '): <b>' + esc(p.state) + '</b>' + (p.reason ? ' – ' + esc(p.reason) : '') + '</li>').join('');
+  renderPeers(s);
   const f = $('failure');
   f.hidden = s.failure === null;
   if (s.failure) f.textContent = s.failure.code + ': ' + s.failure.message;
@@ -135,8 +173,8 @@ function addEvent(e) {
   const t = new Date(e.time);
   const details = Object.entries(e.data).map(([k, v]) => k + '=' + (typeof v === 'object' ? JSON.stringify(v) : v)).join(' ');
   li.innerHTML = '<time datetime="' + t.toISOString() + '">' + t.toLocaleTimeString([], { hour12: false }) + '.' + String(t.getMilliseconds()).padStart(3, '0') + '</time>' +
-    // A child's xstate.init is the supervisor starting that actor.
-    (e.to && e.type === 'xstate.init' ? '<span class="to">started ' + esc(e.to) + '</span>' : '<code>' + esc(e.type) + '</code>' + (e.to ? ' <span class="to">→ ' + esc(e.to) + '</span>' : '')) +
+    // A child's label already names it ("start rank-0"); a command says where it went.
+    '<code>' + esc(e.label) + '</code>' + (e.to && e.type !== 'xstate.init' ? ' <span class="to">→ ' + esc(e.to) + '</span>' : '') +
     (e.from ? ' <span class="move">' + esc(e.from) + ' → ' + esc(e.state) + '</span>' : '') +
     (details ? ' <small>' + esc(details) + '</small>' : '');
   const list = $('events');
@@ -164,8 +202,8 @@ function connect() {
 }
 
 connect();
-drawChart().then(
+drawCharts().then(
   () => $('chart-status')?.remove(),
-  (err) => { chartEl.innerHTML = '<p id="chart-status">cannot draw the chart: ' + esc(err.message ?? err) + '</p>'; },
+  (err) => { $('chart-status').textContent = 'cannot draw the charts: ' + (err.message ?? err); },
 );
 `;

@@ -43,8 +43,12 @@ export interface StatusView {
   load: LoadProgress;
   ranks: RankView[];
   rankTable: RankTableEntry[];
-  /** The other nodes of the group (empty for a single node, and before rendezvous). */
+  /** The other nodes of the group once it formed (empty for a single node, and until then). */
   peers: PeerView[];
+  /** While in rendezvous, once node 0 answered: the node ranks that joined and those missing. */
+  formation: { joined: number[]; missing: number[] } | null;
+  /** On node 0 of a group: the rendezvous coordinator's state ("gathering", "failed.informing"...). */
+  coordinatorState: string | null;
   failure: { name: string; code: string; message: string; localRank: number | null; globalRank: number | null } | null;
 }
 
@@ -90,6 +94,8 @@ export function toStatusView(s: NodeStatus): StatusView {
     })),
     rankTable: s.rankTable,
     peers,
+    formation: s.state === 'rendezvous' && s.formation ? s.formation : null,
+    coordinatorState: s.coordinatorState ?? null,
     failure: s.failure
       ? { name: s.failure.name, code: s.failure.code, message: s.failure.message, localRank: s.failure.localRank ?? null, globalRank: s.failure.globalRank ?? null }
       : null,

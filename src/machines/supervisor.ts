@@ -15,7 +15,7 @@ import type { WorkerRegistry } from '../actors/workerRegistry.js';
 import { WeightdError, type SerializedError } from '../errors.js';
 import type { Logger } from '../log.js';
 import type { NodeConfig } from '../nodeOptions.js';
-import type { NodeFailure, PeerStatus, RankStatus } from '../nodeStatus.js';
+import type { GroupFormation, NodeFailure, PeerStatus, RankStatus } from '../nodeStatus.js';
 import type { GroupCommand, GroupEvent } from '../rendezvous/groupEvents.js';
 import type { RankTableEntry } from '../rendezvous/rankTable.js';
 import type { ServeCommand, ServeEvent } from '../serve/serveEvents.js';
@@ -41,6 +41,10 @@ export interface SupervisorContext extends SupervisorInput {
   groupJoined: boolean;
   /** Other nodes seen lost or back while serving. */
   peers: PeerStatus[];
+  /** During rendezvous, once node 0 answered: who has joined and who is still missing. */
+  formation?: GroupFormation;
+  /** On node 0: the rendezvous coordinator's state. */
+  coordinatorState?: string;
 }
 
 export const GROUP_ACTOR_ID = 'group';
@@ -113,6 +117,18 @@ const supervisorSetup = setup({
     }),
     announceReady: enqueueActions(({ enqueue }) => enqueue.sendTo(GROUP_ACTOR_ID, { type: 'NODE_READY' })),
     recordGroupReady: assign({ groupReady: true }),
+    recordFormation: assign({
+      formation: ({ event }) => {
+        assertEvent(event, 'GROUP_WAITING');
+        return { joined: event.joined, missing: event.missing };
+      },
+    }),
+    recordCoordinatorState: assign({
+      coordinatorState: ({ event }) => {
+        assertEvent(event, 'COORDINATOR_STATE');
+        return event.state;
+      },
+    }),
     recordPeer: assign(({ context, event }) => {
       assertEvent(event, ['PEER_LOST', 'PEER_BACK']);
       const peer: PeerStatus =
@@ -299,6 +315,7 @@ export const supervisorMachine = supervisorSetup.createMachine({
       entry: 'joinGroup',
       on: {
         GROUP_JOINED: { target: 'loading', actions: 'storeRankTable' },
+        GROUP_WAITING: { actions: 'recordFormation' },
         STOP: 'stopped',
       },
     },
@@ -327,6 +344,7 @@ export const supervisorMachine = supervisorSetup.createMachine({
     ready: {
       entry: 'announceReady',
       invoke: {
+        id: 'publishManifest',
         src: 'publishNodeManifest',
         input: ({ context }) => ({
           socketDir: context.prepared!.socketDir,
@@ -361,6 +379,7 @@ export const supervisorMachine = supervisorSetup.createMachine({
   },
   on: {
     GROUP_FAILED: { target: '.failed', actions: 'recordGroupFailure' },
+    COORDINATOR_STATE: { actions: 'recordCoordinatorState' },
   },
 });
 

@@ -119,6 +119,7 @@ export class GroupClient {
         this.#accepted = true;
         this.#waitingFor = { joined: m.joined, missing: m.missing };
         this.#log.info({ joined: m.joined, missing: m.missing }, `joined the group at ${this.#where}; waiting for node rank${m.missing.length === 1 ? '' : 's'} ${m.missing.join(', ')}`);
+        this.#o.emit({ type: 'GROUP_WAITING', joined: m.joined, missing: m.missing });
         return;
       case 'joined':
         this.#accepted = this.#tableSeen = true;

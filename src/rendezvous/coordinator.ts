@@ -1,21 +1,24 @@
 // The rendezvous coordinator, run by node 0 on --master-addr:--weight-cache-master-port for as
 // long as node 0 lives. Every node, node 0 included, joins it over TCP.
 //
-// Phases: gathering (joins are checked as they come; a broken rule or the rendezvous timeout
-// fails the group) -> loading (the rank table is out; any node failing or vanishing fails the
-// group) -> serving (everyone was ready once; a lost node is only reported, and the same node
-// rank may rejoin). A failed group keeps answering joins with its verdict until every node has
-// heard it, so a node that starts late learns the real cause instead of timing out.
+// The group's phases and rules are src/machines/coordinator.ts; this class owns the sockets:
+// it takes connections in (the pending budget, the handshake clock), turns what they say into
+// the machine's events, and writes what the machine's actions ask for.
 import { randomBytes } from 'node:crypto';
 import { createServer, type Server, type Socket } from 'node:net';
+import { createActor, type Actor } from 'xstate';
 import { errorCode, RendezvousError, type ProtocolError } from '../errors.js';
 import type { Logger } from '../log.js';
-import { checkJoin, describeNode, rejectVersion, timeoutRejection, tokenAccepted, type GroupExpectation, type NodeIdentity, type Rejection } from './checkJoin.js';
+import { stateName } from '../machines/stateName.js';
+import { coordinatorMachine, type Claim, type CoordinatorEvent, type CoordinatorPhase } from '../machines/coordinator.js';
 import { LogLimiter } from '../serve/logLimiter.js';
+import type { GroupExpectation, Rejection } from './checkJoin.js';
 import { PeerSocket } from './peerSocket.js';
-import { groupRankTable, type RankTableEntry } from './rankTable.js';
+import type { RankTableEntry } from './rankTable.js';
 import type { GroupTiming } from './timing.js';
-import { parseClientMessage, RDZV_PROTOCOL_VERSION, type ClientMessage, type JoinMessage, type ServerMessage } from './wire.js';
+import { parseClientMessage, RDZV_PROTOCOL_VERSION, type ClientMessage, type ServerMessage } from './wire.js';
+
+export type { CoordinatorPhase } from '../machines/coordinator.js';
 
 export interface CoordinatorOptions {
   /** --master-addr: the coordinator binds to this address only. */
@@ -26,13 +29,6 @@ export interface CoordinatorOptions {
   rendezvousTimeoutMs: number;
   timing: GroupTiming;
   log: Logger;
-}
-
-export type CoordinatorPhase = 'gathering' | 'loading' | 'serving' | 'failed';
-
-interface Member extends NodeIdentity {
-  link: Link;
-  state: 'joined' | 'ready' | 'lost';
 }
 
 /**
@@ -47,14 +43,13 @@ export const PENDING_BUDGET = 256;
 
 /** One TCP connection, before and after its join. */
 interface Link {
+  /** How the machine names this connection. */
+  id: number;
   conn: PeerSocket<ReturnType<typeof parseClientMessage>>;
   /** The peer's IP address, for the pending budget. */
   address: string;
   nonce: string;
   handshake: NodeJS.Timeout;
-  /** The node rank its join claimed; set once a join arrived, accepted or not. */
-  claimedRank?: number;
-  member?: Member;
 }
 
 export class Coordinator {
@@ -63,26 +58,15 @@ export class Coordinator {
   readonly #opts: CoordinatorOptions;
   readonly #log: Logger;
   readonly #server: Server;
-  readonly #links = new Set<Link>();
+  readonly #links = new Map<number, Link>();
+  #nextLinkId = 0;
   /** Links with no join yet, oldest first (a Set keeps insertion order). */
   readonly #pending = new Set<Link>();
   /** Lines strangers can cause (dropped, evicted, turned away): 20 per window, then a count. */
   readonly #strangerLog: LogLimiter;
-  readonly #members = new Map<number, Member>();
-  readonly #deadline: NodeJS.Timeout;
-  /** Set by the timer itself: a timer may fire a little before performance.now() reaches its time. */
-  #deadlinePassed = false;
-  #phase: CoordinatorPhase = 'gathering';
-  #rankTable: RankTableEntry[] = [];
-  #verdict: Rejection | undefined;
-  /** Joins refused for want of a valid token, named in a timeout verdict. */
-  readonly #turnedAway: string[] = [];
-  /** Node ranks that have been sent the verdict. */
-  readonly #told = new Set<number>();
-  #pendingTells = 0;
+  readonly #group: Actor<typeof coordinatorMachine>;
   #delivered!: () => void;
   readonly #verdictDelivered = new Promise<void>((resolve) => (this.#delivered = resolve));
-  #closed = false;
 
   /** Binds to host:port and starts the rendezvous clock; rejects with RendezvousError E_RDZV_LISTEN. */
   static listen(opts: CoordinatorOptions): Promise<Coordinator> {
@@ -106,18 +90,56 @@ export class Coordinator {
     const address = server.address() as { address: string; port: number };
     this.host = address.address;
     this.port = address.port;
+    this.#group = createActor(
+      coordinatorMachine.provide({
+        actions: {
+          send: (_, p) => this.#send(p.linkIds, p.message),
+          refuse: (_, p) => this.#refuse(p.linkId, p.rejection),
+          tell: (_, p) => {
+            for (const claim of p.claims) void this.#tell(claim, p.verdict);
+          },
+          closeLink: (_, p) => this.#links.get(p.linkId)?.conn.close(p.reason),
+          dropLink: (_, p) => this.#protocolViolation(p.linkId, p.what, p.peer),
+        },
+      }),
+      { input: { expect: opts.expect, rendezvousTimeoutMs: opts.rendezvousTimeoutMs, startedAt: performance.now(), log: this.#log, strangerLog: this.#strangerLog } },
+    );
+    this.#group.subscribe({
+      next: (snap) => {
+        if (snap.status === 'done' || snap.matches({ failed: 'delivered' })) this.#delivered();
+      },
+      error: (err) => this.#log.error({ err }, 'rendezvous coordinator machine crashed'),
+    });
     server.on('connection', (socket) => this.#onConnection(socket));
     server.on('error', (err) => this.#log.error({ err: errorCode(err) ?? err.message }, 'rendezvous coordinator socket error'));
-    this.#deadline = setTimeout(() => this.#onDeadline(), opts.rendezvousTimeoutMs);
+    this.#group.start();
     this.#log.info({ addr: this.host, port: this.port, nnodes: opts.expect.nnodes, timeoutS: opts.rendezvousTimeoutMs / 1000 }, 'rendezvous coordinator listening');
   }
 
   get phase(): CoordinatorPhase {
-    return this.#phase;
+    return this.state.split('.')[0] as CoordinatorPhase;
+  }
+
+  /** The machine's state, "failed.informing" for a nested one. */
+  get state(): string {
+    return stateName(this.#group.getSnapshot().value);
   }
 
   get rankTable(): RankTableEntry[] {
-    return this.#rankTable;
+    return this.#group.getSnapshot().context.rankTable;
+  }
+
+  /** Calls `listener` with the state now and on every change; returns the unsubscribe function. */
+  onStateChange(listener: (state: string) => void): () => void {
+    let last = this.state;
+    listener(last);
+    const sub = this.#group.subscribe((snap) => {
+      const state = stateName(snap.value);
+      if (state === last) return;
+      last = state;
+      listener(state);
+    });
+    return () => sub.unsubscribe();
   }
 
   /**
@@ -133,15 +155,30 @@ export class Coordinator {
   /** Synchronous, for an actor's cleanup: says goodbye to every node and stops listening. */
   close(): void {
     if (this.#closed) return;
-    this.#closed = true;
-    clearTimeout(this.#deadline);
+    this.#dispatch({ type: 'CLOSE' });
     this.#server.close();
     this.#strangerLog.flush();
-    for (const link of this.#links) {
+    for (const link of this.#links.values()) {
       clearTimeout(link.handshake);
       link.conn.close('coordinator closed', { type: 'leaving', reason: 'node 0 stopped' });
     }
-    this.#delivered();
+  }
+
+  /**
+   * A node failed locally. Node 0 calls this directly for its own failure: its process ends
+   * right after, before its own "failed" frame could make the round trip through TCP.
+   */
+  reportFailure(nodeRank: number, code: string, message: string): void {
+    this.#dispatch({ type: 'NODE_FAILED', nodeRank, code, message });
+  }
+
+  get #closed(): boolean {
+    return this.#group.getSnapshot().status !== 'active';
+  }
+
+  /** Events only reach a running machine: once closed, sockets still winding down say nothing to it. */
+  #dispatch(event: CoordinatorEvent): void {
+    if (!this.#closed) this.#group.send(event);
   }
 
   #onConnection(socket: Socket): void {
@@ -151,6 +188,7 @@ export class Coordinator {
     }
     const nonce = randomBytes(24).toString('base64');
     const link: Link = {
+      id: this.#nextLinkId++,
       address: socket.remoteAddress ?? '?',
       nonce,
       conn: new PeerSocket(socket, {
@@ -165,7 +203,7 @@ export class Coordinator {
       ),
     };
     if (this.#pending.size >= PENDING_BUDGET) this.#evictPending();
-    this.#links.add(link);
+    this.#links.set(link.id, link);
     this.#pending.add(link);
     void link.conn.send({ type: 'hello', protocolVersion: RDZV_PROTOCOL_VERSION, nonce });
   }
@@ -190,251 +228,73 @@ export class Coordinator {
   }
 
   #onMessage(link: Link, parsed: ReturnType<typeof parseClientMessage>): void {
+    const remote = link.conn.remote;
     if ('foreignVersion' in parsed) {
-      this.#onJoin(link, parsed.nodeRank, rejectVersion({ nodeRank: parsed.nodeRank, hostName: parsed.hostName, address: link.conn.remote }, parsed.foreignVersion));
+      this.#settle(link);
+      this.#dispatch({ type: 'FOREIGN_JOIN', linkId: link.id, address: remote, version: parsed.foreignVersion, nodeRank: parsed.nodeRank, hostName: parsed.hostName });
       return;
     }
     const m: ClientMessage = parsed.message;
-    if (m.type === 'heartbeat') return;
-    if (m.type === 'join') {
-      if (link.claimedRank !== undefined) return this.#protocolViolation(link, 'a second join on one connection');
-      this.#onJoin(link, m.nodeRank, undefined, m);
-      return;
-    }
-    if (m.type === 'leaving') {
-      link.conn.close(`left: ${m.reason}`);
-      return;
-    }
-    if (m.type === 'abort') {
-      this.#onAbort(link, m);
-      return;
-    }
-    // A failed group only answers joins; whatever else its nodes still say changes nothing.
-    if (this.#phase === 'failed') return;
-    const member = link.member;
-    if (!member || member.state === 'lost') return this.#protocolViolation(link, `"${m.type}" before an accepted join`);
-    if (m.type === 'ready') this.#onReady(member);
-    else this.reportFailure(member.nodeRank, m.code, m.message);
-  }
-
-  /** A node that failed before joining; like a join, it counts only with a valid token. */
-  #onAbort(link: Link, m: Extract<ClientMessage, { type: 'abort' }>): void {
-    this.#settle(link);
-    const node = describeNode({ nodeRank: m.nodeRank, hostName: m.hostName, address: link.conn.remote });
-    const token = this.#opts.expect.token;
-    if (token !== undefined && !tokenAccepted(token, link.nonce, m.tokenProof)) {
-      this.#turnedAway.push(`${node} (E_RDZV_TOKEN)`);
-      this.#strangerLog.allow(() => this.#log.warn({ peer: m.nodeRank, remote: link.conn.remote }, `ignored a start-up failure report without a valid token from ${node}`));
-      link.conn.close('rejected: E_RDZV_TOKEN');
-      return;
-    }
-    if (this.#phase !== 'gathering' && this.#phase !== 'loading') {
-      // A serving group is not failed by a node that could not start.
-      this.#log.warn({ peer: m.nodeRank, code: m.code }, `${node} could not start: ${m.message}`);
-      link.conn.close('noted');
-      return;
-    }
-    link.claimedRank = m.nodeRank;
-    this.#fail({
-      code: 'E_RDZV_PEER_FAILED',
-      message: `${node} failed before joining: ${m.code}: ${m.message}`,
-      details: { nodeRank: m.nodeRank, field: 'node', causeCode: m.code },
-    });
-  }
-
-  #protocolViolation(link: Link, what: string): void {
-    this.#log.warn({ remote: link.conn.remote, peer: link.claimedRank }, `closed a rendezvous connection that sent ${what}`);
-    link.conn.destroy(`protocol error: ${what}`);
-  }
-
-  /** A join (`join`), or one already known to be rejected (`rejection`, a foreign version). */
-  #onJoin(link: Link, nodeRank: number | undefined, rejection: Rejection | undefined, join?: JoinMessage): void {
-    this.#settle(link);
-    const token = this.#opts.expect.token;
-    if (token !== undefined && !(join && tokenAccepted(token, link.nonce, join.tokenProof))) {
-      // With a token, only a node that proves it may decide the group's fate or hear its
-      // verdict: anyone else who can reach the port is turned away alone, so a stranger cannot
-      // fail a loading cluster. A real node with a wrong token fails by itself, and the others
-      // name it when their rendezvous times out.
-      const refusal = rejection ?? checkJoin(join!, link.conn.remote, this.#opts.expect, link.nonce, [])!;
-      this.#turnedAway.push(`${describeNode({ nodeRank: nodeRank ?? -1, address: link.conn.remote })} (${refusal.code})`);
-      this.#strangerLog.allow(() => this.#log.warn({ code: refusal.code, peer: nodeRank, remote: link.conn.remote }, `turned away a join without a valid token: ${refusal.message}`));
-      void link.conn.send({ type: 'rejected', ...refusal }).then(() => link.conn.close(`rejected: ${refusal.code}`));
-      return;
-    }
-    link.claimedRank = nodeRank ?? -1;
-    if (this.#phase === 'failed') {
-      void this.#tell(link);
-      return;
-    }
-    const previous = join ? this.#members.get(join.nodeRank) : undefined;
-    // While serving, the same node rank may come back once its old connection is known lost.
-    const rejoin = this.#phase === 'serving' && previous?.state === 'lost';
-    const others = [...this.#members.values()].filter((m) => !(rejoin && m === previous));
-    rejection ??= checkJoin(join!, link.conn.remote, this.#opts.expect, link.nonce, others);
-    if (rejection) {
-      if (this.#phase === 'serving') {
-        // A serving group is not failed by a bad newcomer: only that node hears why.
-        this.#log.warn({ code: rejection.code, peer: nodeRank }, `refused a join: ${rejection.message}`);
-        void link.conn.send({ type: 'rejected', ...rejection }).then(() => link.conn.close(`rejected: ${rejection.code}`));
+    switch (m.type) {
+      case 'heartbeat':
         return;
-      }
-      this.#fail(rejection);
-      return;
+      case 'join':
+        this.#settle(link);
+        this.#dispatch({ type: 'JOIN', linkId: link.id, address: remote, nonce: link.nonce, join: m });
+        return;
+      case 'leaving':
+        link.conn.close(`left: ${m.reason}`);
+        return;
+      case 'abort':
+        this.#settle(link);
+        this.#dispatch({ type: 'ABORT', linkId: link.id, address: remote, nonce: link.nonce, tokenProof: m.tokenProof, nodeRank: m.nodeRank, hostName: m.hostName, code: m.code, message: m.message });
+        return;
+      case 'ready':
+        this.#dispatch({ type: 'READY', linkId: link.id });
+        return;
+      case 'failed':
+        this.#dispatch({ type: 'LINK_FAILED', linkId: link.id, code: m.code, message: m.message });
+        return;
     }
-    const j = join!;
-    const member: Member = { nodeRank: j.nodeRank, hostName: j.hostName, address: link.conn.remote, deviceUuids: j.deviceUuids, link, state: 'joined' };
-    link.member = member;
-    this.#members.set(j.nodeRank, member);
-    if (rejoin) {
-      this.#rankTable = groupRankTable([...this.#members.values()]);
-      this.#log.info({ peer: j.nodeRank, host: j.hostName, remote: member.address }, `${describeNode(member)} is rejoining; it loads, then reports ready`);
-      void link.conn.send({ type: 'joined', rankTable: this.#rankTable });
-      return;
-    }
-    const joined = [...this.#members.keys()].sort((a, b) => a - b);
-    this.#log.info({ peer: j.nodeRank, host: j.hostName, remote: member.address, joined: joined.length, of: this.#opts.expect.nnodes }, `${describeNode(member)} joined`);
-    if (joined.length < this.#opts.expect.nnodes) {
-      const missing = Array.from({ length: this.#opts.expect.nnodes }, (_, r) => r).filter((r) => !this.#members.has(r));
-      this.#broadcast({ type: 'waiting', joined, missing });
-      return;
-    }
-    this.#phase = 'loading';
-    clearTimeout(this.#deadline);
-    this.#rankTable = groupRankTable([...this.#members.values()]);
-    this.#log.info({ ranks: this.#rankTable.length }, 'every node joined: rank table published');
-    this.#broadcast({ type: 'joined', rankTable: this.#rankTable });
   }
 
-  #onReady(member: Member): void {
-    if (member.state !== 'joined') return;
-    if (this.#phase === 'gathering') return this.#protocolViolation(member.link, '"ready" before the rank table');
-    member.state = 'ready';
-    if (this.#phase === 'loading') {
-      if ([...this.#members.values()].some((m) => m.state !== 'ready')) return;
-      this.#phase = 'serving';
-      this.#log.info({ nnodes: this.#opts.expect.nnodes }, 'every node reported ready: group-ready sent to all');
-      this.#broadcast({ type: 'group_ready', lost: [] });
-      return;
-    }
-    const lost = [...this.#members.values()].filter((m) => m.state === 'lost').map((m) => m.nodeRank);
-    this.#log.info({ peer: member.nodeRank }, `${describeNode(member)} rejoined and is serving`);
-    void member.link.conn.send({ type: 'group_ready', lost });
-    this.#broadcast({ type: 'peer_back', nodeRank: member.nodeRank }, member);
-  }
-
-  /**
-   * A node failed locally. Node 0 calls this directly for its own failure: its process ends
-   * right after, before its own "failed" frame could make the round trip through TCP.
-   */
-  reportFailure(nodeRank: number, code: string, message: string): void {
-    const member = this.#members.get(nodeRank);
-    if (this.#phase === 'failed' || member?.state === 'lost') return;
-    if (this.#phase === 'serving') {
-      if (!member) return;
-      this.#lose(member, `failed: ${message}`);
-      member.link.conn.close('node failed');
-      return;
-    }
-    if (this.#phase === 'gathering' && code === 'E_RDZV_TIMEOUT') {
-      // That node's clock ran out before ours (it started earlier): the same verdict either way,
-      // and this side knows exactly which nodes are missing.
-      this.#fail(timeoutRejection(this.#opts.rendezvousTimeoutMs, this.#opts.expect.nnodes, [...this.#members.keys()], this.#turnedAway));
-      return;
-    }
-    this.#fail({
-      code: 'E_RDZV_PEER_FAILED',
-      message: `${describeNode(member ?? { nodeRank })} failed: ${message}`,
-      details: { nodeRank, field: 'node', causeCode: code },
-    });
+  #protocolViolation(linkId: number, what: string, peer?: number): void {
+    const link = this.#links.get(linkId);
+    if (!link) return;
+    this.#log.warn({ remote: link.conn.remote, peer }, `closed a rendezvous connection that sent ${what}`);
+    link.conn.destroy(`protocol error: ${what}`);
   }
 
   #onClose(link: Link, reason: string, protocolError?: ProtocolError): void {
     this.#settle(link);
-    this.#links.delete(link);
+    this.#links.delete(link.id);
     if (protocolError) {
       // Something that does not speak this protocol (a port scanner, an engine pointed at the
       // wrong port): dropping it is enough, the group is not at fault.
+      const peer = this.#group.getSnapshot().context.members.find((m) => m.linkId === link.id)?.nodeRank;
       this.#strangerLog.allow(() =>
-        this.#log.warn({ remote: link.conn.remote, code: protocolError.code, peer: link.member?.nodeRank }, `dropped a rendezvous connection: ${protocolError.message}`),
+        this.#log.warn({ remote: link.conn.remote, code: protocolError.code, peer }, `dropped a rendezvous connection: ${protocolError.message}`),
       );
     }
-    const member = link.member;
-    if (this.#closed || !member || member.link !== link || member.state === 'lost') return;
-    if (this.#phase === 'serving') {
-      this.#lose(member, reason);
-      return;
-    }
-    if (this.#phase === 'failed') {
-      member.state = 'lost';
-      this.#checkDelivered();
-      return;
-    }
-    member.state = 'lost';
-    this.#fail({
-      code: 'E_RDZV_PEER_LOST',
-      message:
-        `${describeNode(member)} disconnected before the group was ready (${reason}); start-up is all-or-nothing, ` +
-        'so every node fails: find why it stopped in its own log, then restart every node',
-      details: { nodeRank: member.nodeRank, field: 'node', reason },
-    });
+    this.#dispatch({ type: 'LINK_CLOSED', linkId: link.id, reason });
   }
 
-  /** While serving: the node is down; the others keep serving and are told. */
-  #lose(member: Member, reason: string): void {
-    const wasServing = member.state === 'ready';
-    member.state = 'lost';
-    if (!wasServing) {
-      this.#log.warn({ peer: member.nodeRank, reason }, `${describeNode(member)} did not finish rejoining`);
-      return;
-    }
-    this.#log.warn({ peer: member.nodeRank, reason }, `${describeNode(member)} lost; the other nodes keep serving`);
-    this.#broadcast({ type: 'peer_lost', nodeRank: member.nodeRank, reason }, member);
+  #send(linkIds: number[], message: ServerMessage): void {
+    for (const id of linkIds) void this.#links.get(id)?.conn.send(message);
   }
 
-  #onDeadline(): void {
-    this.#deadlinePassed = true;
-    if (this.#phase === 'gathering') {
-      this.#fail(timeoutRejection(this.#opts.rendezvousTimeoutMs, this.#opts.expect.nnodes, [...this.#members.keys()], this.#turnedAway));
-    }
-    this.#checkDelivered();
-  }
-
-  #fail(rejection: Rejection): void {
-    if (this.#phase === 'failed') return;
-    this.#phase = 'failed';
-    this.#verdict = rejection;
-    this.#log.error({ code: rejection.code, peer: rejection.details.nodeRank, field: rejection.details.field }, `group failed: ${rejection.message}`);
-    for (const link of this.#links) if (link.claimedRank !== undefined) void this.#tell(link);
-    this.#checkDelivered();
+  #refuse(linkId: number, rejection: Rejection): void {
+    const link = this.#links.get(linkId);
+    void link?.conn.send({ type: 'rejected', ...rejection }).then(() => link.conn.close(`rejected: ${rejection.code}`));
   }
 
   /** Sends the verdict, then closes: the connection has no further use. */
-  async #tell(link: Link): Promise<void> {
-    const rank = link.claimedRank!;
-    this.#pendingTells++;
-    await link.conn.send({ type: 'rejected', ...this.#verdict! });
+  async #tell(claim: Claim, verdict: Rejection): Promise<void> {
+    // Claims are forgotten when their link closes, so the link is still here.
+    const link = this.#links.get(claim.linkId)!;
+    await link.conn.send({ type: 'rejected', ...verdict });
     link.conn.close('group failed');
-    this.#pendingTells--;
-    if (rank >= 0) this.#told.add(rank);
-    this.#checkDelivered();
-  }
-
-  #checkDelivered(): void {
-    if (this.#phase !== 'failed' || this.#pendingTells > 0) return;
-    const heard = (r: number) => this.#told.has(r) || this.#members.get(r)?.state === 'lost';
-    const everyone = Array.from({ length: this.#opts.expect.nnodes }, (_, r) => r).every(heard);
-    if (everyone || this.#deadlinePassed) {
-      clearTimeout(this.#deadline);
-      this.#delivered();
-    }
-  }
-
-  /** To every connected node that is in the group, but `except`. */
-  #broadcast(message: ServerMessage, except?: Member): void {
-    for (const m of this.#members.values()) {
-      if (m !== except && m.state !== 'lost') void m.link.conn.send(message);
-    }
+    this.#dispatch({ type: 'VERDICT_SENT', linkId: claim.linkId, nodeRank: claim.nodeRank });
   }
 }
 

@@ -28,7 +28,7 @@ async function harness(host = '127.0.0.1') {
   actor.start();
   const status = () => statusOf(actor.getSnapshot(), fakeConfig());
   const metrics = new NodeMetrics({ status, feed, states: chart.states.map((s) => s.key) });
-  const server = await InspectServer.listen({ host, port: 0, log, status, feed, metrics, chart });
+  const server = await InspectServer.listen({ host, port: 0, log, status, feed, metrics, charts: [chart] });
   const send = (e: unknown) => actor.send(e as Ev);
   const toLoading = () => {
     send({ type: 'xstate.done.actor.prepare', output: fakePrepared });
@@ -122,6 +122,25 @@ test('/metrics: Prometheus text from its own registry, errors counted once by co
   }
 });
 
+test('/status during rendezvous: who joined and who is missing, and the coordinator\'s state; only while in rendezvous', async () => {
+  const h = await harness();
+  try {
+    h.send({ type: 'xstate.done.actor.prepare', output: fakePrepared });
+    const before = JSON.parse((await httpGet(`${h.url}/status`)).body);
+    assert.equal([before.state, before.formation, before.coordinatorState], ['rendezvous', null, null]);
+    h.send({ type: 'COORDINATOR_STATE', state: 'gathering' });
+    h.send({ type: 'GROUP_WAITING', joined: [0], missing: [1, 2] });
+    const waiting = JSON.parse((await httpGet(`${h.url}/status`)).body);
+    assert.equal([waiting.formation, waiting.coordinatorState, waiting.peers], [{ joined: [0], missing: [1, 2] }, 'gathering', []]);
+    h.send({ type: 'GROUP_JOINED', rankTable: fakeRankTable });
+    h.send({ type: 'COORDINATOR_STATE', state: 'loading' });
+    const loading = JSON.parse((await httpGet(`${h.url}/status`)).body);
+    assert.equal([loading.state, loading.formation, loading.coordinatorState], ['loading', null, 'loading']);
+  } finally {
+    await h.server.close();
+  }
+});
+
 test('the page, its chart and its assets are served locally', async () => {
   const h = await harness();
   try {
@@ -131,9 +150,9 @@ test('the page, its chart and its assets are served locally', async () => {
     assert.match(page.body, /<script src="\/assets\/mermaid\.min\.js"><\/script>/);
     assert.not.match(page.body, /https?:\/\//, 'nothing from the internet');
     const json = JSON.parse((await httpGet(`${h.url}/statechart.json`)).body);
-    assert.equal(json.chart, chart);
-    assert.is(json.mermaid, machineToMermaid(supervisorMachine));
-    assert.is(json.mermaidIds.loading, 'loading');
+    assert.equal(json.machines[0].chart, chart);
+    assert.is(json.machines[0].mermaid, machineToMermaid(supervisorMachine));
+    assert.is(json.machines[0].mermaidIds.loading, 'loading');
     const mermaid = await httpGet(`${h.url}/assets/mermaid.min.js`);
     assert.is(mermaid.status, 200);
     assert.match(String(mermaid.headers['content-type']), /javascript/);
@@ -208,7 +227,7 @@ test('a port in use is a UsageError naming the flag, before anything starts', as
     const feed = new EventFeed();
     const status = () => statusOf(h.actor.getSnapshot(), fakeConfig());
     const metrics = new NodeMetrics({ status, feed, states: [] });
-    await InspectServer.listen({ host: '127.0.0.1', port, log: pino({ level: 'silent' }), status, feed, metrics, chart }).then(
+    await InspectServer.listen({ host: '127.0.0.1', port, log: pino({ level: 'silent' }), status, feed, metrics, charts: [chart] }).then(
       () => assert.unreachable('bound twice'),
       (err: UsageError) => {
         assert.instance(err, UsageError);

@@ -1,7 +1,8 @@
 // The live state-chart page in headless Chromium (Debian's chromium, driven by playwright-core):
-// it draws the chart, and its highlight follows a real node from rendezvous through loading to
-// ready. The node is node 0 of a two-node group, so it waits in rendezvous, with the page
-// already open, until node 1 (a daemon process) joins; every later state then arrives live.
+// it draws the supervisor's and the rendezvous coordinator's charts, and their highlights follow
+// a real node from rendezvous through loading to ready. The node is node 0 of a two-node group,
+// so it hosts the coordinator and waits in rendezvous, with the page already open and showing
+// node 1 missing, until node 1 (a daemon process) joins; every later state then arrives live.
 // Screenshots go to test/artifacts/. Without chromium the test is skipped, saying why.
 import { existsSync, mkdirSync, rmSync } from 'node:fs';
 import { createServer } from 'node:net';
@@ -39,16 +40,33 @@ async function waitFor(what: string, check: () => boolean, ms = 20_000): Promise
 
 // Code that runs in the page is passed as text: this project compiles without the DOM types.
 
-/** The text of the chart's highlighted state, and the value the page says it highlights. */
-function highlighted(page: Page): Promise<{ attr: string | undefined; text: string[] }> {
+/** The text of a chart's highlighted state, and the value the page says it highlights. */
+function highlighted(page: Page, machine = 'supervisor'): Promise<{ attr: string | undefined; text: string[] }> {
   return page.evaluate(`({
-    attr: document.getElementById('chart').dataset.highlighted,
-    text: [...document.querySelectorAll('#chart g.wd-current')].map((g) => g.textContent),
+    attr: document.getElementById('chart-${machine}').dataset.highlighted,
+    text: [...document.querySelectorAll('#chart-${machine} g.wd-current')].map((g) => g.textContent),
   })`);
 }
 
-function highlightIs(page: Page, state: string): Promise<unknown> {
-  return page.waitForFunction(`document.getElementById('chart').dataset.highlighted === ${JSON.stringify(state)}`, undefined, { timeout: 10_000 });
+function highlightIs(page: Page, state: string, machine = 'supervisor'): Promise<unknown> {
+  return page.waitForFunction(`document.getElementById('chart-${machine}')?.dataset.highlighted === ${JSON.stringify(state)}`, undefined, { timeout: 10_000 });
+}
+
+/** Records every value a chart's highlight takes from now on, in order, however quickly they follow. */
+function watchHighlight(page: Page, machine: string): Promise<unknown> {
+  return page.evaluate(`{
+    const chart = document.getElementById('chart-${machine}');
+    window.seen = window.seen ?? {};
+    const seen = (window.seen['${machine}'] = []);
+    new MutationObserver((records) => {
+      for (const r of records) seen.push(r.oldValue ?? '');
+      seen.push(chart.dataset.highlighted ?? '');
+    }).observe(chart, { attributes: true, attributeFilter: ['data-highlighted'], attributeOldValue: true });
+  }`);
+}
+
+async function highlightsSeen(page: Page, machine: string): Promise<string[]> {
+  return (await page.evaluate<string[]>(`window.seen['${machine}']`)).filter((v, i, a) => v !== '' && v !== a[i - 1]);
 }
 
 if (!existsSync(CHROMIUM)) {
@@ -64,7 +82,7 @@ if (!existsSync(CHROMIUM)) {
     await browser?.close();
   });
 
-  test('the page draws the chart and its highlight follows a node from rendezvous to ready', async () => {
+  test('the page draws both charts; their highlights follow node 0 from rendezvous to ready; it shows who is missing', async () => {
     const shmDir = freshShmDir();
     const port = await freePort();
     // Node 0 lives in this process; its one host device must differ from node 1's.
@@ -81,32 +99,37 @@ if (!existsSync(CHROMIUM)) {
     try {
       await waitFor('rendezvous', () => node.status().state === 'rendezvous');
       await page.goto(`${node.inspectUrl}/statechart`);
-      await page.waitForSelector('#chart svg g.node', { timeout: 20_000 });
+      await page.waitForSelector('#chart-coordinator svg g.node', { timeout: 20_000 });
       await highlightIs(page, 'rendezvous');
-      assert.equal(await highlighted(page), { attr: 'rendezvous', text: ['rendezvousentry / joinGroup'] });
-      const states: string[] = await page.evaluate(`[...document.querySelectorAll('#chart g.node')].map((g) => g.id).filter((id) => id.startsWith('wd-chart-state-'))`);
+      assert.equal(await highlighted(page), { attr: 'rendezvous', text: ['rendezvousentry / joinGroupGROUP_WAITING / recordFormation'] });
+      const drawn = (machine: string): Promise<string[]> =>
+        page.evaluate(`[...document.querySelectorAll('#chart-${machine} g.node')].map((g) => g.id).filter((id) => id.startsWith('wd-${machine}-state-'))`);
+      const states = await drawn('supervisor');
       for (const s of ['init', 'rendezvous', 'loading', 'serving', 'ready', 'stopping', 'stopped', 'failed']) {
-        assert.ok(states.some((id) => id.startsWith(`wd-chart-state-${s}-`)), `state ${s} drawn (${states})`);
+        assert.ok(states.some((id) => id.startsWith(`wd-supervisor-state-${s}-`)), `state ${s} drawn (${states})`);
       }
+      const coordinatorStates = await drawn('coordinator');
+      for (const s of ['gathering', 'loading', 'serving', 'failed__informing', 'failed__pastDeadline', 'failed__delivered', 'closed']) {
+        assert.ok(coordinatorStates.some((id) => id.startsWith(`wd-coordinator-state-${s}-`)), `coordinator state ${s} drawn (${coordinatorStates})`);
+      }
+      await highlightIs(page, 'gathering', 'coordinator');
+      // Node 0 joined its own coordinator; node 1 has not started yet.
+      await page.waitForFunction(`document.querySelectorAll('#peers li[data-state]').length === 2`, undefined, { timeout: 10_000 });
+      const formation = await page.evaluate(`[...document.querySelectorAll('#peers li')].map((li) => [li.dataset.node, li.dataset.state, li.textContent])`);
+      assert.equal(formation, [['0', 'joined', 'node 0 (this node): joined'], ['1', 'missing', 'node 1: missing']]);
       await page.screenshot({ path: join(ARTIFACTS, 'statechart-rendezvous.png'), fullPage: true });
 
-      // Every value the highlight takes from now on, in order, however quickly they follow.
-      await page.evaluate(`{
-        const chart = document.getElementById('chart');
-        window.seen = [];
-        new MutationObserver((records) => {
-          for (const r of records) window.seen.push(r.oldValue ?? '');
-          window.seen.push(chart.dataset.highlighted ?? '');
-        }).observe(chart, { attributes: true, attributeFilter: ['data-highlighted'], attributeOldValue: true });
-      }`);
+      await watchHighlight(page, 'supervisor');
+      await watchHighlight(page, 'coordinator');
       peer = await startDaemon({
         model: exampleModel, tp: 2, devices: [`page-${process.pid}-1`], socketDir: freshSocketDir(),
         extraArgs: ['--nnodes', '2', '--node-rank', '1', '--weight-cache-master-port', String(port)],
       });
       await node.ready;
       await highlightIs(page, 'ready');
-      const seen = (await page.evaluate<string[]>('window.seen')).filter((v, i, a) => v !== '' && v !== a[i - 1]);
-      assert.equal(seen, ['rendezvous', 'loading', 'serving', 'ready'], 'the highlight went through every state the node did');
+      await highlightIs(page, 'serving', 'coordinator');
+      assert.equal(await highlightsSeen(page, 'supervisor'), ['rendezvous', 'loading', 'serving', 'ready'], 'the highlight went through every state the node did');
+      assert.equal(await highlightsSeen(page, 'coordinator'), ['gathering', 'loading', 'serving'], 'and the coordinator through formation and the ready barrier');
       const now = await highlighted(page);
       assert.is(now.attr, 'ready');
       assert.is(now.text.length, 1);
@@ -116,9 +139,16 @@ if (!existsSync(CHROMIUM)) {
       assert.equal(ranks, [['0', 'serving']]);
       const events: string[] = await page.evaluate(`[...document.querySelectorAll('#events li code')].map((c) => c.textContent)`);
       for (const t of ['GROUP_JOINED', 'RANK_LOADED', 'RANK_SERVING']) assert.ok(events.includes(t), `${t} listed: ${events}`);
-      const times: Array<string | null> = await page.evaluate(`[...document.querySelectorAll('#events li time')].map((t) => t.getAttribute('datetime'))`);
-      assert.ok(times.length > 0 && times.every((t) => t !== null && !Number.isNaN(Date.parse(t))), 'each event has its timestamp');
+      assert.ok(events.includes('prepare done') && events.includes('start group'), `operator names: ${events}`);
+      assert.equal(events.filter((t) => /xstate\.|^\d+\./.test(t)), [], 'no internal names');
+      // Newest first: going down the list, sequence numbers and timestamps both go back.
+      const rows: Array<[number, string | null]> = await page.evaluate(`[...document.querySelectorAll('#events li')].map((li) => [li.value, li.querySelector('time').getAttribute('datetime')])`);
+      assert.ok(rows.length > 0 && rows.every(([, t]) => t !== null && !Number.isNaN(Date.parse(t))), 'each event has its timestamp');
+      for (let i = 1; i < rows.length; i++) {
+        assert.ok(rows[i]![0] < rows[i - 1]![0] && Date.parse(rows[i]![1]!) <= Date.parse(rows[i - 1]![1]!), `row ${i}: ${JSON.stringify(rows.slice(i - 1, i + 1))}`);
+      }
       await page.waitForFunction(`/node 1 \\(.*\\): up/.test(document.getElementById('peers').textContent)`, undefined, { timeout: 10_000 });
+      assert.match(await page.evaluate<string>(`document.querySelector('#chart-coordinator .note').textContent`), /^state serving$/);
       await page.screenshot({ path: join(ARTIFACTS, 'statechart-ready.png'), fullPage: true });
       assert.ok(existsSync(join(ARTIFACTS, 'statechart-ready.png')));
       assert.equal(problems, [], 'no script errors, no blocked resources');

@@ -26,6 +26,32 @@ test('four nodes of two ranks: one global rank table on every node, then group-r
   }
 });
 
+test('while nodes are missing, joined nodes hear who is in and who is not; the coordinator moves through its phases', async () => {
+  const shape = { nnodes: 3, localWorldSize: 1 };
+  const coordinator = await startCoordinator(shape);
+  const states: string[] = [];
+  coordinator.onStateChange((s) => states.push(s));
+  const nodes = startNodes(coordinator.port, shape, [0]);
+  try {
+    await nodes[0]!.logged(/waiting for node ranks 1, 2$/);
+    assert.equal(nodes[0]!.waiting, [{ type: 'GROUP_WAITING', joined: [0], missing: [1, 2] }]);
+    nodes.push(...startNodes(coordinator.port, shape, [2]));
+    await nodes[1]!.logged(/waiting for node rank 1$/);
+    await nodes[0]!.logged(/waiting for node rank 1$/);
+    for (const n of nodes) assert.equal(n.waiting.at(-1), { type: 'GROUP_WAITING', joined: [0, 2], missing: [1] });
+    nodes.push(...startNodes(coordinator.port, shape, [1]));
+    for (const n of nodes) await n.next('GROUP_JOINED');
+    assert.equal(nodes[2]!.waiting, [], 'the last node to join goes straight to the rank table');
+    for (const n of nodes) n.client.nodeReady();
+    for (const n of nodes) await n.next('GROUP_READY');
+    assert.equal(states, ['gathering', 'loading', 'serving']);
+    coordinator.close();
+    assert.equal(states.at(-1), 'closed');
+  } finally {
+    closeAll(coordinator, nodes);
+  }
+});
+
 test('group-ready waits for the last node to report ready', async () => {
   const shape = { nnodes: 3, localWorldSize: 1 };
   const coordinator = await startCoordinator(shape);

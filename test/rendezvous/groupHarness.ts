@@ -65,7 +65,9 @@ export function track<T extends { close(): void }>(thing: T): T {
 
 /** One node's client and everything it emitted: events, and the `msg` of each log line. */
 export class TestNode {
+  /** What it emitted, but the rendezvous progress (GROUP_WAITING), which is in `waiting`. */
   readonly events: GroupEvent[] = [];
+  readonly waiting: Array<Extract<GroupEvent, { type: 'GROUP_WAITING' }>> = [];
   readonly logs: string[] = [];
   readonly client: GroupClient;
   #waiters: Array<() => void> = [];
@@ -86,7 +88,8 @@ export class TestNode {
         },
       }),
       emit: (e) => {
-        this.events.push(e);
+        if (e.type === 'GROUP_WAITING') this.waiting.push(e);
+        else this.events.push(e);
         this.#wake();
       },
     });
