@@ -182,6 +182,7 @@ class DeviceWrap : public Napi::ObjectWrap<DeviceWrap> {
   // for it. Safe to call twice.
   void shutdown() {
     job_.reset();
+    if (stopping_) stopping_->stop();
     if (device_) device_->free();
   }
 
@@ -260,12 +261,19 @@ class DeviceWrap : public Napi::ObjectWrap<DeviceWrap> {
 
   // free() -> Promise<void>: cancels a running fill and waits for its thread, then frees the
   // memory, both on the job's thread.
+  // The fill is stopped explicitly, not by dropping the last reference to it: a reference left
+  // anywhere else (this frame's, while the job already runs) would let free() unmap memory that
+  // its thread still writes. stopping_ lets a teardown meanwhile stop it too, before it frees.
   Napi::Value Free(const Napi::CallbackInfo& info) {
     checkIdle();  // before the fill is moved out: a refused free leaves it in place
-    std::shared_ptr<FillJob> fill = std::move(job_);
+    if (job_) {
+      job_->cancel();
+      stopping_ = std::move(job_);
+    }
+    std::shared_ptr<FillJob> fill = stopping_;
     std::shared_ptr<Device> d = device_;
-    return startJob<Nothing>(info, [d, fill]() mutable {
-      fill.reset();
+    return startJob<Nothing>(info, [d, fill] {
+      if (fill) fill->stop();
       d->free();
       return Nothing{};
     }, undefinedResult);
@@ -303,6 +311,8 @@ class DeviceWrap : public Napi::ObjectWrap<DeviceWrap> {
 
   std::shared_ptr<Device> device_;
   std::unique_ptr<FillJob> job_;
+  // A fill that a free() on a libuv thread is stopping (Free).
+  std::shared_ptr<FillJob> stopping_;
   std::shared_ptr<Registry> registry_;
   // Read and written on the JS thread only; shared with the job, which clears it when it settles.
   std::shared_ptr<bool> busy_ = std::make_shared<bool>(false);

@@ -27,8 +27,11 @@ FillJob::FillJob(std::shared_ptr<Device> device, std::vector<std::string> files,
   });
 }
 
-FillJob::~FillJob() {
+FillJob::~FillJob() { stop(); }
+
+void FillJob::stop() {
   control_.cancel = true;
+  std::lock_guard<std::mutex> lock(joinMutex_);
   if (thread_.joinable()) thread_.join();
 }
 

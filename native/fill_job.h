@@ -27,7 +27,11 @@ class FillJob {
   // Throws E_THREAD_CREATE when its thread cannot start.
   FillJob(std::shared_ptr<Device> device, std::vector<std::string> files, std::vector<CopyOp> ops, std::vector<ZeroRange> zeros,
           FillOptions options);
-  ~FillJob();  // cancels and joins
+  ~FillJob();  // stop()
+  // Cancels the fill and waits for its thread. Idempotent and safe from several threads at once
+  // (the second caller waits for the first's join): a free() on a libuv thread and the addon's
+  // teardown on the JS thread may both stop the same fill, and neither may free memory before.
+  void stop();
   FillStatus status();
   void cancel() { control_.cancel = true; }
 
@@ -37,6 +41,7 @@ class FillJob {
   std::mutex mutex_;
   FillStatus result_;
   std::chrono::steady_clock::time_point started_;
+  std::mutex joinMutex_;
   std::thread thread_;
 };
 
