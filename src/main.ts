@@ -4,9 +4,10 @@
 import { parseCommand } from './cli/parseArgs.js';
 import { printFingerprints } from './cli/printFingerprints.js';
 import { ShardingError, UsageError, WeightdError, type SerializedError } from './errors.js';
-import { chartToMermaid, machineToChart } from './inspect/machineToMermaid.js';
+import { drawnChart } from './inspect/drawnMachines.js';
+import { chartToMermaid } from './inspect/machineToMermaid.js';
 import { flushLogger, writeCliError } from './log.js';
-import { STOP_TIMEOUT_MS, supervisorMachine } from './machines/supervisor.js';
+import { STOP_TIMEOUT_MS } from './machines/supervisor.js';
 import { endProcess, pendingThreadWork, STOP_SIGNALS, type StopSignal } from './endProcess.js';
 
 export { STOP_SIGNALS } from './endProcess.js';
@@ -38,7 +39,7 @@ async function main(argv: string[]): Promise<number> {
       return 0;
     }
     if (cli.command === 'statechart') {
-      const chart = machineToChart(supervisorMachine);
+      const chart = drawnChart(cli.machine);
       process.stdout.write(cli.format === 'json' ? `${JSON.stringify(chart, null, 2)}\n` : chartToMermaid(chart));
       return 0;
     }

@@ -4,6 +4,7 @@
 import type { SerializedError } from './errors.js';
 import type { DeviceInfo, SegmentExport } from './native/addon.js';
 import type { RankTableEntry } from './rendezvous/rankTable.js';
+import type { ServeStatus } from './serve/protocol.js';
 
 export type NodeState = 'init' | 'reportingFailure' | 'rendezvous' | 'loading' | 'serving' | 'ready' | 'stopping' | 'stopped' | 'failed';
 
@@ -49,8 +50,11 @@ export interface NodeStatus {
   architecture?: string;
   fingerprint?: string;
   rankTable: RankTableEntry[];
-  /** Each local rank; clients and leases are its socket's counters while it serves. */
-  ranks: Array<RankStatus & { clients?: number; leases?: number }>;
+  /**
+   * Each local rank; clients and leases are its socket's counters, and serve its serving
+   * lifecycle's state (src/serve/rankServiceMachine.ts), while it has a socket.
+   */
+  ranks: Array<RankStatus & { clients?: number; leases?: number; serve?: ServeStatus }>;
   /** Other nodes reported lost (or back) while serving. */
   peers: PeerStatus[];
   /** Every node of the group has reported ready. */

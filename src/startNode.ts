@@ -8,11 +8,10 @@ import { WorkerRegistry } from './actors/workerRegistry.js';
 import { RankFailedError, receivedCode, WeightdError } from './errors.js';
 import { EventFeed, type NodeEvent, type NodeEventListener } from './inspect/eventFeed.js';
 import { InspectServer } from './inspect/inspectServer.js';
-import { machineToChart, type MachineChart } from './inspect/machineToMermaid.js';
+import { drawnChart } from './inspect/drawnMachines.js';
 import { NodeMetrics } from './inspect/nodeMetrics.js';
 import { ProgressReporter } from './inspect/progressReporter.js';
 import { createLogger, flushLogger, type Logger } from './log.js';
-import { coordinatorMachine } from './machines/coordinator.js';
 import { supervisorMachine } from './machines/supervisor.js';
 import type { NodeFailure, NodeResult, NodeState, NodeStatus } from './nodeStatus.js';
 import { resolveNodeOptions, type NodeConfig, type NodeOptions } from './nodeOptions.js';
@@ -62,7 +61,7 @@ export function statusOf(snap: Snapshot, config: NodeConfig, servers?: ServerReg
     rankTable: ctx.rankTable,
     ranks: ctx.ranks.map((r) => {
       const s = servers?.stats(r.localRank);
-      return s ? { ...r, clients: s.connections, leases: s.leases } : r;
+      return s ? { ...r, clients: s.connections, leases: s.leases, serve: s.status } : r;
     }),
     peers: ctx.peers,
     groupReady: ctx.groupReady,
@@ -71,10 +70,6 @@ export function statusOf(snap: Snapshot, config: NodeConfig, servers?: ServerReg
     failure: ctx.failure,
   };
 }
-
-/** The machines drawn from their own definitions; the same for every node, so made once. */
-let supervisorChart: MachineChart | undefined;
-let coordinatorChart: MachineChart | undefined;
 
 /** Code a node runs, as opposed to what its options configure; each has the real one as default. */
 export interface NodeModules {
@@ -98,11 +93,10 @@ export async function startNode(options: NodeOptions, { rankWorker = rankWorkerM
   const feed = new EventFeed();
   const actor = createActor(supervisorMachine.provide({ actors: nodeActors }), { input: { config, log, rankWorker, workers, servers }, inspect: feed.inspect });
   const status = () => statusOf(actor.getSnapshot(), config, servers);
-  supervisorChart ??= machineToChart(supervisorMachine);
-  coordinatorChart ??= machineToChart(coordinatorMachine);
-  // A group's page draws the rendezvous coordinator too (live on node 0, which runs it).
-  const charts = config.nnodes > 1 ? [supervisorChart, coordinatorChart] : [supervisorChart];
-  const metrics = new NodeMetrics({ status, feed, states: supervisorChart.states.map((s) => s.key) });
+  // A group's page draws the rendezvous coordinator too (live on node 0, which runs it); every
+  // page draws the ranks' serving lifecycle, highlighting each state a local rank is in.
+  const charts = (config.nnodes > 1 ? (['supervisor', 'coordinator', 'rankService'] as const) : (['supervisor', 'rankService'] as const)).map(drawnChart);
+  const metrics = new NodeMetrics({ status, feed, states: drawnChart('supervisor').states.map((s) => s.key) });
   // Bound before the machine starts: a port in use fails the start in milliseconds.
   const inspectServer = config.inspect
     ? await InspectServer.listen({ ...config.inspect, log, status, feed, metrics, charts }).catch((err: unknown) => {

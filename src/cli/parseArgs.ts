@@ -8,6 +8,7 @@ import { UsageError } from '../errors.js';
 import { FILL_SIZING } from '../native/fillPolicy.js';
 import { DEFAULT_INSPECT_HOST, type NodeOptions } from '../nodeOptions.js';
 import type { FingerprintRequest } from './printFingerprints.js';
+import { DRAWN_MACHINE_NAMES, type DrawnMachine } from '../inspect/drawnMachines.js';
 
 const pkg = JSON.parse(readFileSync(new URL('../../../package.json', import.meta.url), 'utf8')) as { version: string };
 
@@ -38,6 +39,7 @@ Examples:
       --master-addr 10.0.0.1 --weight-cache-master-port 29600    node 0 of 2 (docs/multi-node.md)
   weightd fingerprint --model ./llama-3-8b -tp 2      what a client should expect
   weightd statechart > supervisor.mmd                 the supervisor's state chart
+  weightd statechart --machine coordinator           node 0's rendezvous coordinator
 
 Exit codes:
   0  stopped by SIGTERM, SIGINT, SIGHUP or SIGQUIT (after a clean stop)
@@ -82,7 +84,7 @@ export type ChartFormat = 'mermaid' | 'json';
 /** What the command line asks for. */
 export type CliCommand =
   | { command: 'run'; options: NodeOptions }
-  | { command: 'statechart'; format: ChartFormat }
+  | { command: 'statechart'; format: ChartFormat; machine: DrawnMachine }
   | { command: 'fingerprint'; request: FingerprintRequest }
   /** --help or --version: print `text` and exit 0. */
   | { command: 'print'; text: string };
@@ -116,8 +118,9 @@ export function buildProgram(): Command {
     .enablePositionalOptions();
   program
     .command('statechart')
-    .description("print the supervisor's state chart, drawn from the machine itself, without starting a node")
+    .description("print a machine's state chart (default: the supervisor's), drawn from the machine itself, without starting a node")
     .addOption(new Option('--format <format>', 'mermaid (stateDiagram-v2) or json').choices(['mermaid', 'json']).default('mermaid'))
+    .addOption(new Option('--machine <machine>', "supervisor (the node), coordinator (node 0's rendezvous) or rankService (a rank's serving lifecycle)").choices(DRAWN_MACHINE_NAMES).default('supervisor'))
     .helpOption('-h, --help', 'show this help');
   program
     .command('fingerprint')
@@ -148,8 +151,8 @@ export function parseCommand(argv: string[], env: NodeJS.ProcessEnv = process.en
     result = { command: 'run', options: nodeOptions(program.opts(), env) };
   });
   const sub = (name: string) => program.commands.find((c) => c.name() === name)!;
-  sub('statechart').action((o: { format: ChartFormat }) => {
-    result = { command: 'statechart', format: o.format };
+  sub('statechart').action((o: { format: ChartFormat; machine: DrawnMachine }) => {
+    result = { command: 'statechart', format: o.format, machine: o.machine };
   });
   sub('fingerprint').action((o: Record<string, string | undefined>) => {
     result = { command: 'fingerprint', request: { model: o.model ?? '', tensorParallelSize: num(o.tensorParallelSize), planFile: o.planFile } };

@@ -76,26 +76,23 @@ import { formatBytes, formatRate, formatSeconds, percent } from '/assets/loadPro
 
 const $ = (id) => document.getElementById(id);
 const MAX_EVENTS = 200;
-const TITLES = { supervisor: 'This node', coordinator: 'Rendezvous coordinator' };
+const TITLES = { supervisor: 'This node', coordinator: 'Rendezvous coordinator', rankService: "Each local rank's serving lifecycle" };
 /** Per machine id: its section, the mermaid id of each state, the drawn state groups. */
 const charts = new Map();
-/** Per machine id: its state now, '' where it is not known on this node. */
+/** Per machine id: its states now (one per local rank for the rank service), none where not known here. */
 const current = {};
 
 const esc = (s) => String(s).replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c]);
 
-function highlight(machine, state) {
-  current[machine] = state ?? '';
+function highlight(machine, states) {
+  current[machine] = [].concat(states ?? []);
   const c = charts.get(machine);
   if (!c) return;
-  const id = c.ids[current[machine]];
-  let found = false;
-  for (const [mid, g] of c.nodes) {
-    g.classList.toggle('wd-current', mid === id);
-    found = found || mid === id;
-  }
-  // What is highlighted in the drawing right now (automation and tests read it).
-  c.el.dataset.highlighted = found ? current[machine] : '';
+  const shown = current[machine].filter((s, i, all) => all.indexOf(s) === i && c.nodes.has(c.ids[s]));
+  const ids = new Set(shown.map((s) => c.ids[s]));
+  for (const [mid, g] of c.nodes) g.classList.toggle('wd-current', ids.has(mid));
+  // What is highlighted in the drawing right now, space-separated (automation and tests read it).
+  c.el.dataset.highlighted = shown.join(' ');
 }
 
 async function drawCharts() {
@@ -150,6 +147,9 @@ function renderStatus(s) {
   highlight('coordinator', s.coordinatorState);
   const note = document.querySelector('#chart-coordinator .note');
   if (note) note.textContent = s.coordinatorState === null ? "it runs on node 0: its state shows on node 0's page" : 'state ' + s.coordinatorState;
+  highlight('rankService', s.ranks.map((r) => r.serve).filter((v) => v !== null));
+  const ranksNote = document.querySelector('#chart-rankService .note');
+  if (ranksNote) ranksNote.textContent = s.ranks.map((r) => 'rank ' + r.globalRank + ': ' + (r.serve ?? 'no socket yet')).join(' · ');
   $('ranks').tBodies[0].innerHTML = s.ranks.map((r) =>
     '<tr data-rank="' + r.globalRank + '" data-state="' + esc(r.state) + '">' +
     '<td>' + r.globalRank + ' <small>(local ' + r.localRank + ')</small></td>' +

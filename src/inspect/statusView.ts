@@ -4,6 +4,7 @@
 // 0600 sockets keep out.
 import type { NodeStatus, RankState } from '../nodeStatus.js';
 import type { RankTableEntry } from '../rendezvous/rankTable.js';
+import type { ServeStatus } from '../serve/protocol.js';
 import { nodeProgress, rankProgress, type LoadProgress } from './loadProgress.js';
 
 export interface RankView extends LoadProgress {
@@ -15,6 +16,8 @@ export interface RankView extends LoadProgress {
   /** Client connections and leases on the rank's socket; null while it has no socket (not yet serving, or closed). */
   clients: number | null;
   leases: number | null;
+  /** The serving lifecycle's state (src/serve/rankServiceMachine.ts); null while it has no socket. */
+  serve: ServeStatus | null;
 }
 
 export interface PeerView {
@@ -91,6 +94,7 @@ export function toStatusView(s: NodeStatus): StatusView {
       ...rankProgress(r),
       clients: r.clients ?? null,
       leases: r.leases ?? null,
+      serve: r.serve ?? null,
     })),
     rankTable: s.rankTable,
     peers,

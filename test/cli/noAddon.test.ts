@@ -35,5 +35,17 @@ test('statechart runs without the addon, in both formats', () => {
   assert.ok((JSON.parse(json.stdout) as { states: unknown[] }).states.length > 5);
 });
 
+test('statechart draws the coordinator and the rank service too, and names the machines it knows', () => {
+  const coordinator = run('statechart', '--machine', 'coordinator');
+  assert.is(coordinator.status, 0, coordinator.stderr);
+  assert.match(coordinator.stdout, /^stateDiagram-v2/m);
+  assert.match(coordinator.stdout, /gathering/);
+  const service = JSON.parse(run('statechart', '--machine', 'rankService', '--format', 'json').stdout) as { states: Array<{ key: string }> };
+  assert.equal(service.states.map((s) => s.key), ['serving', 'releasing', 'released']);
+  const wrong = run('statechart', '--machine', 'rankserver');
+  assert.is.not(wrong.status, 0);
+  assert.match(wrong.stderr, /rankserver.*supervisor, coordinator, rankService|supervisor, coordinator, rankService.*rankserver/s);
+});
+
 test.after(() => rmSync(pkg, { recursive: true, force: true }));
 test.run();

@@ -79,8 +79,8 @@ test('/status: state, ranks with rate and eta, rank table, peers; no handles', a
     const s = JSON.parse(res.body);
     assert.is(s.state, 'ready');
     assert.equal(s.ranks.map((r: { state: string; socketPath: string }) => [r.state, r.socketPath]), [['serving', '/fake/sockets/fake-0.sock'], ['serving', '/fake/sockets/fake-1.sock']]);
-    assert.equal(Object.keys(s.ranks[0]).sort(), ['bytes', 'bytesPerSecond', 'clients', 'device', 'etaSeconds', 'globalRank', 'leases', 'localRank', 'seconds', 'socketPath', 'state', 'totalBytes']);
-    assert.equal([s.ranks[0].clients, s.ranks[0].leases], [null, null], 'unknown without a server, not made up');
+    assert.equal(Object.keys(s.ranks[0]).sort(), ['bytes', 'bytesPerSecond', 'clients', 'device', 'etaSeconds', 'globalRank', 'leases', 'localRank', 'seconds', 'serve', 'socketPath', 'state', 'totalBytes']);
+    assert.equal([s.ranks[0].clients, s.ranks[0].leases, s.ranks[0].serve], [null, null, null], 'unknown without a server, not made up');
     assert.equal(s.rankTable, fakeRankTable);
     assert.equal(s.load, { bytes: 512, totalBytes: 512, seconds: 0.5, bytesPerSecond: 1024, etaSeconds: 0 });
     // The fake rank table is one node: a lost peer it does not list is not invented either.

@@ -14,6 +14,7 @@ import * as assert from 'uvu/assert';
 import { createMachine } from 'xstate';
 import { machineToMermaid } from '../../src/inspect/machineToMermaid.js';
 import { startNode } from '../../src/index.js';
+import { WeightdClient } from '../../src/client/index.js';
 import { startDaemon } from '../helpers/daemon.js';
 import { exampleModel, freshShmDir, freshSocketDir, repoRoot } from '../helpers/paths.js';
 
@@ -39,6 +40,10 @@ async function waitFor(what: string, check: () => boolean, ms = 20_000): Promise
 }
 
 // Code that runs in the page is passed as text: this project compiles without the DOM types.
+// Waits are the exception: a text predicate that is false at first is polled through eval in the
+// page, which the page's Content-Security-Policy forbids (a wait that was not already true failed),
+// so waits pass functions, which read the page's document through globalThis.
+
 
 /** The text of a chart's highlighted state, and the value the page says it highlights. */
 function highlighted(page: Page, machine = 'supervisor'): Promise<{ attr: string | undefined; text: string[] }> {
@@ -49,7 +54,7 @@ function highlighted(page: Page, machine = 'supervisor'): Promise<{ attr: string
 }
 
 function highlightIs(page: Page, state: string, machine = 'supervisor'): Promise<unknown> {
-  return page.waitForFunction(`document.getElementById('chart-${machine}')?.dataset.highlighted === ${JSON.stringify(state)}`, undefined, { timeout: 10_000 });
+  return page.waitForFunction(({ machine, state }) => (globalThis as any).document.getElementById(`chart-${machine}`)?.dataset.highlighted === state, { machine, state }, { timeout: 10_000 });
 }
 
 /** Records every value a chart's highlight takes from now on, in order, however quickly they follow. */
@@ -114,7 +119,7 @@ if (!existsSync(CHROMIUM)) {
       }
       await highlightIs(page, 'gathering', 'coordinator');
       // Node 0 joined its own coordinator; node 1 has not started yet.
-      await page.waitForFunction(`document.querySelectorAll('#peers li[data-state]').length === 2`, undefined, { timeout: 10_000 });
+      await page.waitForFunction(() => (globalThis as any).document.querySelectorAll('#peers li[data-state]').length === 2, undefined, { timeout: 10_000 });
       const formation = await page.evaluate(`[...document.querySelectorAll('#peers li')].map((li) => [li.dataset.node, li.dataset.state, li.textContent])`);
       assert.equal(formation, [['0', 'joined', 'node 0 (this node): joined'], ['1', 'missing', 'node 1: missing']]);
       await page.screenshot({ path: join(ARTIFACTS, 'statechart-rendezvous.png'), fullPage: true });
@@ -147,10 +152,30 @@ if (!existsSync(CHROMIUM)) {
       for (let i = 1; i < rows.length; i++) {
         assert.ok(rows[i]![0] < rows[i - 1]![0] && Date.parse(rows[i]![1]!) <= Date.parse(rows[i - 1]![1]!), `row ${i}: ${JSON.stringify(rows.slice(i - 1, i + 1))}`);
       }
-      await page.waitForFunction(`/node 1 \\(.*\\): up/.test(document.getElementById('peers').textContent)`, undefined, { timeout: 10_000 });
+      await page.waitForFunction(() => /node 1 \(.*\): up/.test((globalThis as any).document.getElementById('peers').textContent), undefined, { timeout: 10_000 });
       assert.match(await page.evaluate<string>(`document.querySelector('#chart-coordinator .note').textContent`), /^state serving$/);
       await page.screenshot({ path: join(ARTIFACTS, 'statechart-ready.png'), fullPage: true });
       assert.ok(existsSync(join(ARTIFACTS, 'statechart-ready.png')));
+
+      // The ranks' serving lifecycle: drawn, lit where rank 0 is, and following a client's release.
+      const serviceStates = await drawn('rankService');
+      for (const s of ['serving', 'releasing', 'released']) {
+        assert.ok(serviceStates.some((id) => id.startsWith(`wd-rankService-state-${s}-`)), `rank service state ${s} drawn (${serviceStates})`);
+      }
+      await highlightIs(page, 'serving', 'rankService');
+      assert.is(await page.evaluate<string>(`document.querySelector('#chart-rankService .note').textContent`), 'rank 0: serving');
+      await watchHighlight(page, 'rankService');
+      const client = await WeightdClient.connect(node.status().ranks[0]!.socketPath!);
+      try {
+        assert.is((await client.release()).alreadyReleased, false);
+      } finally {
+        client.close();
+      }
+      await highlightIs(page, 'released', 'rankService');
+      const lifecycle = await highlightsSeen(page, 'rankService');
+      // releasing may pass between two status updates; serving and released cannot.
+      assert.equal(lifecycle.filter((s) => s !== 'releasing'), ['serving', 'released'], `the highlight went from serving to released (${lifecycle})`);
+      await page.waitForFunction(() => (globalThis as any).document.querySelector('#ranks tbody tr[data-rank="0"]')?.dataset.state === 'released', undefined, { timeout: 10_000 });
       assert.equal(problems, [], 'no script errors, no blocked resources');
     } finally {
       await page.close();

@@ -1,0 +1,19 @@
+// The machines weightd draws from their own definitions (`weightd statechart --machine`, the
+// inspect page), by the id each chart carries. Machines only: loading this loads no I/O.
+import { coordinatorMachine } from '../machines/coordinator.js';
+import { supervisorMachine } from '../machines/supervisor.js';
+import { rankServiceMachine } from '../serve/rankServiceMachine.js';
+import { machineToChart, type MachineChart } from './machineToMermaid.js';
+
+export const DRAWN_MACHINES = { supervisor: supervisorMachine, coordinator: coordinatorMachine, rankService: rankServiceMachine };
+export type DrawnMachine = keyof typeof DRAWN_MACHINES;
+export const DRAWN_MACHINE_NAMES = Object.keys(DRAWN_MACHINES) as DrawnMachine[];
+
+const charts = new Map<DrawnMachine, MachineChart>();
+
+/** A machine's chart; each is the same for every node, so it is made once. */
+export function drawnChart(machine: DrawnMachine): MachineChart {
+  let chart = charts.get(machine);
+  if (!chart) charts.set(machine, (chart = machineToChart(DRAWN_MACHINES[machine])));
+  return chart;
+}
