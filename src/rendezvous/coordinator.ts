@@ -18,8 +18,6 @@ import type { RankTableEntry } from './rankTable.js';
 import type { GroupTiming } from './timing.js';
 import { parseClientMessage, RDZV_PROTOCOL_VERSION, type ClientMessage, type ServerMessage } from './wire.js';
 
-export type { CoordinatorPhase } from '../machines/coordinator.js';
-
 export interface CoordinatorOptions {
   /** --master-addr: the coordinator binds to this address only. */
   host: string;
@@ -66,6 +64,7 @@ export class Coordinator {
   readonly #strangerLog: LogLimiter;
   readonly #group: Actor<typeof coordinatorMachine>;
   #delivered!: () => void;
+  #socketsClosed = false;
   readonly #verdictDelivered = new Promise<void>((resolve) => (this.#delivered = resolve));
 
   /** Binds to host:port and starts the rendezvous clock; rejects with RendezvousError E_RDZV_LISTEN. */
@@ -108,7 +107,11 @@ export class Coordinator {
       next: (snap) => {
         if (snap.status === 'done' || snap.matches({ failed: 'delivered' })) this.#delivered();
       },
-      error: (err) => this.#log.error({ err }, 'rendezvous coordinator machine crashed'),
+      error: (err) => {
+        // A bug in weightd: nothing more can be judged, so waiters are not left hanging on it.
+        this.#log.error({ err }, 'rendezvous coordinator machine crashed');
+        this.#delivered();
+      },
     });
     server.on('connection', (socket) => this.#onConnection(socket));
     server.on('error', (err) => this.#log.error({ err: errorCode(err) ?? err.message }, 'rendezvous coordinator socket error'));
@@ -154,7 +157,10 @@ export class Coordinator {
 
   /** Synchronous, for an actor's cleanup: says goodbye to every node and stops listening. */
   close(): void {
-    if (this.#closed) return;
+    // Its own flag, not the machine's status: a machine that crashed must still let go of the
+    // port and the links.
+    if (this.#socketsClosed) return;
+    this.#socketsClosed = true;
     this.#dispatch({ type: 'CLOSE' });
     this.#server.close();
     this.#strangerLog.flush();
