@@ -51,7 +51,7 @@ export function runRankPhases(phases: RankPhases): void {
 
   port.on('message', async (m: MainToRank) => {
     if (m.type === 'RELEASE' || m.type === 'STOP') {
-      stopping = m.type === 'STOP';
+      stopping ||= m.type === 'STOP';
       device?.cancelFill();
       try {
         await device?.free();

@@ -37,6 +37,8 @@ export class DeviceHandle {
   readonly #native: NativeDevice;
   /** The last queued job, settled or not; the next one starts when it has settled. */
   #last: Promise<unknown> = Promise.resolve();
+  /** Queued jobs not yet settled. */
+  #queued = 0;
   #freed: Promise<void> | undefined;
 
   constructor(backend: Backend, index: number, options: { uuid?: string; shmDir?: string } = {}) {
@@ -59,6 +61,9 @@ export class DeviceHandle {
     onProgress?: (p: FillProgress) => void,
   ): Promise<FillResult> {
     const { zeroRanges = [], ...chosen } = options;
+    // After the calls queued before it (an allocate not awaited), which the addon would refuse to
+    // overlap; at once when none is, so a cancelFill() right after fill() finds the fill started.
+    if (this.#queued > 0) await this.#last;
     this.#native.startFill(files, packCopyOps(ops), packZeroRanges(zeroRanges), fillSizing(chosen));
     for (;;) {
       const s = this.#native.fillStatus();
@@ -88,8 +93,9 @@ export class DeviceHandle {
   }
 
   #queue<T>(job: () => Promise<T>): Promise<T> {
+    this.#queued++;
     const next = this.#last.then(job, job);
-    this.#last = next.catch(() => undefined);
+    this.#last = next.catch(() => undefined).finally(() => this.#queued--);
     return next;
   }
 }
