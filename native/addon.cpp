@@ -120,7 +120,7 @@ class PromiseJob : public Napi::AsyncWorker {
   std::optional<Failure> failure_;
 };
 
-// The result of a job that returns nothing.
+// Jobs that only act (allocate, free, read into a caller's buffer) resolve to undefined.
 struct Nothing {};
 Napi::Value undefinedResult(Napi::Env env, const Nothing&) { return env.Undefined(); }
 
@@ -217,8 +217,10 @@ class DeviceWrap : public Napi::ObjectWrap<DeviceWrap> {
 
   Napi::Value FillStatusJs(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
-    if (!job_) throw DeviceError("E_NO_FILL", "no fill has been started on this device");
-    FillStatus s = job_->status();
+    // A fill a free() is stopping still answers for itself: its poller hears E_FILL_CANCELLED.
+    FillJob* job = job_ ? job_.get() : stopping_.get();
+    if (!job) throw DeviceError("E_NO_FILL", "no fill has been started on this device");
+    FillStatus s = job->status();
     Napi::Object o = Napi::Object::New(env);
     o.Set("done", s.done);
     o.Set("bytes", static_cast<double>(s.bytes));

@@ -1,6 +1,6 @@
 // Child process of asan.test.ts, run with the AddressSanitizer runtime preloaded: drives the host
 // backend and the bindings through every path that owns native memory or descriptors (allocate,
-// fill, export, read, map and unmap, release, peer credentials; each error path; a cancelled
+// fill, export, read, map and unmap, free, peer credentials; each error path; a cancelled
 // fill; a worker thread ended in the middle of a fill). It ends by draining its event loop, never
 // by process.exit(), so Node tears its own heap down and LeakSanitizer's report at exit holds
 // only what was really lost. Prints one JSON line: what it saw. Calls that may block are awaited,
@@ -83,7 +83,7 @@ await capture('pastEnd', () => device.fill([file], [{ ...ops[0]!, srcOffset: dat
 await capture('missingFile', () => device.fill([join(dir, 'missing.bin')], ops, 0, {}));
 await capture('readOutOfRange', () => device.read(1, segmentBytes[1]! - 10, 11));
 await device.free();
-await capture('exportAfterRelease', () => device.exportSegments());
+await capture('exportAfterFree', () => device.exportSegments());
 
 await capture('badBackend', () => new DeviceHandle('no-such-backend' as never, 0));
 await capture('shmDirMissing', () => new DeviceHandle('host', 0, { uuid: 'asan-missing', shmDir: join(dir, 'none') }).allocate([4096]));
@@ -101,7 +101,11 @@ const filling = cancelled.fill([big], [bigOp], bigBytes, { threads: 1, chunkByte
 cancelled.cancelFill();
 await capture('cancel', () => filling);
 await cancelled.fill([file], [ops[0]!], 2 * MiB, {});
+// Freed while a fill still runs: the free stops the fill before it unmaps (FillJob::stop), and
+// the fill's poller hears it was cancelled.
+const freedWhileFilling = cancelled.fill([big], [bigOp], bigBytes, { threads: 1, chunkBytes: 64 * 1024 });
 await cancelled.free();
+await capture('freeWhileFilling', () => freedWhileFilling);
 
 // The peer credentials of a real connection, as the rank server reads them.
 const socketPath = join(dir, 'peer.sock');
