@@ -5,7 +5,7 @@ import { supervisorMachine } from '../machines/supervisor.js';
 import { rankServiceMachine } from '../serve/rankServiceMachine.js';
 import { machineToChart, type MachineChart } from './machineToMermaid.js';
 
-export const DRAWN_MACHINES = { supervisor: supervisorMachine, coordinator: coordinatorMachine, rankService: rankServiceMachine };
+const DRAWN_MACHINES = { supervisor: supervisorMachine, coordinator: coordinatorMachine, rankService: rankServiceMachine };
 export type DrawnMachine = keyof typeof DRAWN_MACHINES;
 export const DRAWN_MACHINE_NAMES = Object.keys(DRAWN_MACHINES) as DrawnMachine[];
 

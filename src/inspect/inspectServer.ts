@@ -31,7 +31,7 @@ export interface InspectServerOptions {
   status: () => NodeStatus;
   feed: EventFeed;
   metrics: NodeMetrics;
-  /** The machines the page draws: the supervisor first, then (on a group) the coordinator. */
+  /** The machines the page draws: the supervisor first, then (on a group) the coordinator, then the ranks' serving lifecycle. */
   charts: MachineChart[];
 }
 

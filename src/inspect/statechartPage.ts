@@ -1,5 +1,5 @@
-// The live state-chart page served at /statechart: the supervisor machine, and on a group the
-// rendezvous coordinator's, drawn by mermaid (served from node_modules, so the page works with
+// The live state-chart page served at /statechart: the supervisor machine, on a group the
+// rendezvous coordinator's, and the ranks' serving lifecycle (lit where each local rank is), drawn by mermaid (served from node_modules, so the page works with
 // no internet), each one's current state highlighted, each local rank's state and progress,
 // who has joined during rendezvous, and the recent events, all kept live over
 // /events (server-sent events). The script is a separate asset so the page's

@@ -20,7 +20,7 @@ const MiB = 2 ** 20;
 export const FILL_SIZING = { threads: 8, chunkBytes: 2 * MiB, stagingBytes: 32 * MiB, maxGroupStagingBytes: 512 * MiB } as const;
 
 /** Below this share of the checkpoint in the page cache, a cuda load is a cold one. */
-export const COLD_CACHE_SHARE = 0.5;
+const COLD_CACHE_SHARE = 0.5;
 
 /**
  * What a cold cuda load uses unless the options say otherwise: O_DIRECT reads of 8 MiB into

@@ -192,8 +192,8 @@ test('blocking calls leave the JS thread free: a probe and reads held in the dri
       available: true,
       zeros: true,
       settled: ['read', 'freed'],
-      readAfterRelease: 'DeviceError E_OUT_OF_RANGE: read of 1 bytes at 0 is outside segment 0',
-      busy: { release: busy, info: busy, read: busy },
+      readAfterFree: 'DeviceError E_OUT_OF_RANGE: read of 1 bytes at 0 is outside segment 0',
+      busy: { free: busy, info: busy, read: busy },
     });
     assert.equal(leaks, noLeaks);
   } finally {

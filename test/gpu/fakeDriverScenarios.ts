@@ -438,17 +438,17 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
     openGate('FAKE_CUDA_DTOH_GATE');
     const bytes = await reading;
     await freeing;
-    const readAfterRelease = await outcome(() => device.read(0, 0, 1));
+    const readAfterFree = await outcome(() => device.read(0, 0, 1));
 
     const raw = new (addon().Device)('cuda', 1, {});
     await raw.allocate([MiB]);
     const rawRead = raw.read(0, 0, new Uint8Array(MiB)); // the job's pin is the buffer's only reference
     gc();
-    const busy = { release: await outcome(() => raw.free()), info: await outcome(() => raw.info()), read: await outcome(() => raw.read(0, 0, new Uint8Array(1))) };
+    const busy = { free: await outcome(() => raw.free()), info: await outcome(() => raw.info()), read: await outcome(() => raw.read(0, 0, new Uint8Array(1))) };
     openGate('FAKE_CUDA_DTOH_GATE');
     await rawRead;
     await raw.free();
-    return { available: probe.available, zeros: bytes.every((b) => b === 0), settled, readAfterRelease, busy };
+    return { available: probe.available, zeros: bytes.every((b) => b === 0), settled, readAfterFree, busy };
   },
 
   /** Exports, then has another process open the handles and compare bytes. */
