@@ -207,11 +207,10 @@ class DeviceWrap : public Napi::ObjectWrap<DeviceWrap> {
   }
 
   Napi::Value StartFill(const Napi::CallbackInfo& info) {
-    checkIdle();
-    if (job_ && !job_->status().done) throw DeviceError("E_FILL_RUNNING", "a fill is already running on this device");
+    std::shared_ptr<Device> d = device();
     FillArgs args = fillArgsFromJs(info);
     job_.reset();
-    job_ = std::make_unique<FillJob>(device_, std::move(args.files), std::move(args.ops), std::move(args.zeros), args.options);
+    job_ = std::make_unique<FillJob>(d, std::move(args.files), std::move(args.ops), std::move(args.zeros), args.options);
     return info.Env().Undefined();
   }
 
