@@ -48,8 +48,9 @@ export function eventLabel(type: string, to?: string): string {
 /**
  * An event's fields, safe to show on an HTTP page or in a log: numbers, booleans and short
  * strings as they are, errors as code and message, devices as their ids, short lists of numbers
- * (node ranks) as they are and other arrays as their length. Anything else is left out, in particular segment exports: a CUDA IPC handle must only
- * ever travel over the 0600 Unix socket, never over TCP.
+ * (node ranks) as they are and other arrays as their length. Anything else is left out, in
+ * particular segment exports: a CUDA IPC handle must only ever travel over the 0600 Unix socket,
+ * never over TCP.
  */
 export function summarizeEvent(event: { type: string } & Record<string, unknown>): Record<string, unknown> {
   const out: Record<string, unknown> = {};
