@@ -177,9 +177,9 @@ class DeviceWrap : public Napi::ObjectWrap<DeviceWrap> {
     }
   }
 
-  // Stops any fill (joining its thread) and frees the device's memory: at environment teardown.
-  // A job still running then holds its own reference to the device, whose lock makes this wait
-  // for it. Safe to call twice.
+  // At environment teardown: stops any fill, its own or one a free() on a libuv thread is still
+  // stopping (joining its thread), then frees the device's memory. A job still running holds its
+  // own reference to the device, whose lock makes this free wait for it. Safe to call twice.
   void shutdown() {
     job_.reset();
     if (stopping_) stopping_->stop();
