@@ -10,6 +10,15 @@ import type { FillOptions } from './native/addon.js';
 import { FILL_SIZING } from './native/fillPolicy.js';
 
 export type DeviceChoice = 'auto' | 'cuda' | 'host';
+/**
+ * Where a rank's segments are kept beyond the daemon's life (docs/operations.md): `off`, not at
+ * all; `spawn`, by a keeper the daemon starts when none answers (it outlives the daemon, and
+ * ends once it holds nothing); `external`, by one the service manager runs (deploy/).
+ */
+export type KeeperMode = 'off' | 'spawn' | 'external';
+export const KEEPER_MODES: readonly KeeperMode[] = ['off', 'spawn', 'external'];
+/** How long a spawned keeper holds segments no daemon has adopted. */
+export const DEFAULT_ADOPT_WITHIN_S = 600;
 export type LogLevel = 'trace' | 'debug' | 'info' | 'warn' | 'error' | 'fatal' | 'silent';
 
 /** What a caller may pass to startNode (and what the CLI builds from flags). */
@@ -38,6 +47,12 @@ export interface NodeOptions {
   shmDir?: string;
   /** Copy engine tuning. */
   fill?: Omit<FillOptions, 'group'>;
+  /**
+   * Keep the segments in a keeper process, so that a restarted daemon adopts them instead of
+   * reading the checkpoint. `socket`: the keeper's socket (default `<socket dir>/keeper.sock`);
+   * `adoptWithinS`: how long a keeper this daemon spawns holds segments nobody adopts.
+   */
+  keeper?: { mode?: KeeperMode; socket?: string; adoptWithinS?: number };
   /** How long to wait for every node at rendezvous. */
   rendezvousTimeoutMs?: number;
   /** Shared secret every node must present at rendezvous. */
@@ -67,6 +82,7 @@ export interface NodeConfig {
   layouts: LayoutName[];
   shmDir?: string;
   fill: FillOptions;
+  keeper: { mode: KeeperMode; socket?: string; adoptWithinS: number };
   rendezvousTimeoutMs: number;
   token?: string;
   inspect?: { port: number; host: string };
@@ -178,6 +194,7 @@ export async function resolveNodeOptions(o: NodeOptions): Promise<NodeConfig> {
     layouts: checkLayouts(o.layouts),
     shmDir: o.shmDir,
     fill: checkFill(o.fill ?? {}),
+    keeper: checkKeeper(o.keeper ?? {}),
     rendezvousTimeoutMs,
     token: o.token,
     inspect,
@@ -204,6 +221,22 @@ function checkFill(f: NonNullable<NodeOptions['fill']>): NodeConfig['fill'] {
     out.stagingBytes = integer('--staging-mb', f.stagingBytes / 2 ** 20, 1, MAX_STAGING_MIB, `pass the pinned staging MiB per rank, from 1 to ${MAX_STAGING_MIB} (default ${FILL_SIZING.stagingBytes / 2 ** 20})`) * 2 ** 20;
   }
   return out;
+}
+
+function checkKeeper(k: NonNullable<NodeOptions['keeper']>): NodeConfig['keeper'] {
+  const mode = k.mode ?? 'off';
+  if (!KEEPER_MODES.includes(mode)) throw usage('--keeper', mode, 'is not a keeper mode', `use ${KEEPER_MODES.join(', ')}`);
+  if (k.socket !== undefined && (typeof k.socket !== 'string' || k.socket === '')) {
+    throw usage('--keeper-socket', k.socket, 'is empty', "pass the keeper's socket path (default <socket dir>/keeper.sock)");
+  }
+  if ((k.socket !== undefined || k.adoptWithinS !== undefined) && mode === 'off') {
+    throw usage(k.socket !== undefined ? '--keeper-socket' : '--adopt-within', k.socket ?? k.adoptWithinS, 'has no effect with --keeper off', 'pass --keeper spawn or --keeper external too');
+  }
+  if (k.adoptWithinS !== undefined && mode === 'external') {
+    throw usage('--adopt-within', k.adoptWithinS, 'applies only to a keeper this daemon spawns', "set it on the keeper's own command line (weightd keeper --adopt-within)");
+  }
+  const adoptWithinS = integer('--adopt-within', k.adoptWithinS ?? DEFAULT_ADOPT_WITHIN_S, 1, 30 * 86_400, `pass seconds from 1 to ${30 * 86_400} (default ${DEFAULT_ADOPT_WITHIN_S})`);
+  return { mode, socket: k.socket === undefined ? undefined : resolve(k.socket), adoptWithinS };
 }
 
 /** `taken`: the rendezvous ports (ours and the engine's), which the inspect server must not take. */

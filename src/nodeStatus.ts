@@ -10,6 +10,9 @@ export type NodeState = 'init' | 'reportingFailure' | 'rendezvous' | 'loading' |
 
 export type RankState = 'starting' | 'loading' | 'loaded' | 'serving' | 'released' | 'stopped' | 'failed';
 
+/** Where a loaded rank's bytes came from: the checkpoint, or a keeper (with the kept record's age). */
+export type RankSource = { from: 'checkpoint' } | { from: 'keeper'; keptAt: string; ageMs: number };
+
 export interface RankStatus {
   localRank: number;
   globalRank: number;
@@ -20,6 +23,11 @@ export interface RankStatus {
   seconds: number;
   segments?: SegmentExport[];
   socketPath?: string;
+  /** Once loaded: read from the checkpoint, or adopted from a keeper. */
+  source?: RankSource;
+  /** With a keeper: whether it holds this rank's segments now, and why not when it does not. */
+  kept?: boolean;
+  keptReason?: string;
 }
 
 export interface PeerStatus {
@@ -63,7 +71,26 @@ export interface NodeStatus {
   formation?: GroupFormation;
   /** On node 0 of a group: the rendezvous coordinator's state (src/machines/coordinator.ts). */
   coordinatorState?: string;
+  /** With --keeper spawn or external: the keeper this node keeps its ranks' segments in. */
+  keeper?: KeeperStatus;
   failure?: NodeFailure;
+}
+
+/**
+ * The node's link to its keeper (src/keeper/keeperLink.ts). up: it answers and is watched;
+ * absent: none answered (external: the node retries); lost: the one watched died, and the node
+ * starts another (spawn) or waits for one (external). The ranks then keep their segments again.
+ */
+export interface KeeperStatus {
+  mode: 'spawn' | 'external';
+  socket: string;
+  state: 'starting' | 'up' | 'absent' | 'lost';
+  pid?: number;
+  /** When it entered this state (ms since the epoch). */
+  since: number;
+  /** Keepers this node started or found again after losing one. */
+  reconnects: number;
+  reason?: string;
 }
 
 /** How a node ended: stopped on request, or failed (with the cause). */

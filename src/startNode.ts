@@ -15,6 +15,9 @@ import { createLogger, flushLogger, type Logger } from './log.js';
 import { supervisorMachine } from './machines/supervisor.js';
 import type { NodeFailure, NodeResult, NodeState, NodeStatus } from './nodeStatus.js';
 import { resolveNodeOptions, type NodeConfig, type NodeOptions } from './nodeOptions.js';
+import { KeeperLink } from './keeper/keeperLink.js';
+import { keeperSocketPath } from './keeper/keeperSocketPath.js';
+import { resolveSocketDir } from './serve/socketDir.js';
 
 export interface WeightdNode {
   readonly config: NodeConfig;
@@ -47,7 +50,7 @@ export interface WeightdNode {
 type Snapshot = SnapshotFrom<typeof supervisorMachine>;
 
 /** The status of a supervisor snapshot (exported for tests that drive the machine directly). */
-export function statusOf(snap: Snapshot, config: NodeConfig, servers?: ServerRegistry): NodeStatus {
+export function statusOf(snap: Snapshot, config: NodeConfig, servers?: ServerRegistry, keeper?: KeeperLink): NodeStatus {
   const ctx = snap.context;
   return {
     state: snap.value as NodeState,
@@ -67,6 +70,7 @@ export function statusOf(snap: Snapshot, config: NodeConfig, servers?: ServerReg
     groupReady: ctx.groupReady,
     formation: ctx.formation,
     coordinatorState: ctx.coordinatorState,
+    keeper: keeper?.status(),
     failure: ctx.failure,
   };
 }
@@ -91,8 +95,14 @@ export async function startNode(options: NodeOptions, { rankWorker = rankWorkerM
   const workers = new WorkerRegistry();
   const servers = new ServerRegistry();
   const feed = new EventFeed();
+  // Found or started before the ranks load, so that they can adopt what it holds.
+  const keeper =
+    config.keeper.mode === 'off'
+      ? undefined
+      : new KeeperLink({ ...config.keeper, mode: config.keeper.mode, socket: keeperSocketPath(config, resolveSocketDir(config.socketDir)), log, onBack: () => workers.broadcast({ type: 'KEEP_AGAIN' }) });
+  await keeper?.start();
   const actor = createActor(supervisorMachine.provide({ actors: nodeActors }), { input: { config, log, rankWorker, workers, servers }, inspect: feed.inspect });
-  const status = () => statusOf(actor.getSnapshot(), config, servers);
+  const status = () => statusOf(actor.getSnapshot(), config, servers, keeper);
   const metrics = new NodeMetrics({ status, feed, states: drawnChart('supervisor').states.map((s) => s.key) });
   // Bound before the machine starts: a port in use fails the start in milliseconds. A group's
   // page draws the rendezvous coordinator too (live on node 0, which runs it); every page draws
@@ -101,6 +111,7 @@ export async function startNode(options: NodeOptions, { rankWorker = rankWorkerM
   const inspectServer = config.inspect
     ? await InspectServer.listen({ ...config.inspect, log, status, feed, metrics, charts: pageMachines.map(drawnChart) }).catch((err: unknown) => {
         metrics.close();
+        keeper?.close();
         throw err;
       })
     : undefined;
@@ -119,6 +130,7 @@ export async function startNode(options: NodeOptions, { rankWorker = rankWorkerM
   let lastState: string | undefined;
   const finish = async (result: NodeResult) => {
     await workers.drain();
+    keeper?.close();
     // Locks a serve actor never took over (the node ended before serving); idempotent.
     for (const lock of actor.getSnapshot().context.prepared?.locks ?? []) lock.unlock();
     progress?.stop();
@@ -132,7 +144,7 @@ export async function startNode(options: NodeOptions, { rankWorker = rankWorkerM
 
   actor.subscribe({
     next(snap) {
-      const status = statusOf(snap, config, servers);
+      const status = statusOf(snap, config, servers, keeper);
       if (status.state !== lastState) {
         lastState = status.state;
         log.debug({ state: status.state }, 'supervisor state');

@@ -13,6 +13,9 @@ import { nodeFillOptions } from '../native/fillPolicy.js';
 import { acquireDeviceLock, type DeviceLock } from '../serve/deviceLock.js';
 import { checkSocketPathLength, removeSocketDirIfCreated, resolveSocketDir, socketPathFor } from '../serve/socketDir.js';
 import { sweepStaleSegments } from '../native/sweepStaleSegments.js';
+import { keeperSocketPath } from '../keeper/keeperSocketPath.js';
+import { VERSION } from '../version.js';
+import type { RankKeeping } from './rankMessages.js';
 
 export interface PrepareInput {
   config: NodeConfig;
@@ -36,6 +39,8 @@ export interface Prepared {
   locks: DeviceLock[];
   /** The fill options every local rank gets (nodeFillOptions): one group, cold or warm reads. */
   fill: FillOptions;
+  /** Where the ranks adopt and keep their segments (absent: --keeper off). */
+  keeper?: RankKeeping;
 }
 
 export const prepareNode = fromPromise<Prepared, PrepareInput>(async ({ input, signal }) => {
@@ -65,7 +70,8 @@ export const prepareNode = fromPromise<Prepared, PrepareInput>(async ({ input, s
       if (fill.direct) log.info({ cachedShare: share, fill }, `the page cache holds ${percent}% of the checkpoint: reading it with O_DIRECT (a cold start)`);
       else log.debug({ cachedShare: share }, `the page cache holds ${percent}% of the checkpoint: reading it through the cache`);
     }
-    return { plan, devices, visibleDevices: visible, shmDir, socketDir, locks, fill };
+    const keeper = config.keeper.mode === 'off' ? undefined : { socket: keeperSocketPath(config, socketDir), model: config.modelDir, writer: `weightd ${VERSION}` };
+    return { plan, devices, visibleDevices: visible, shmDir, socketDir, locks, fill, keeper };
   } catch (err) {
     unlockDevices();
     removeSocketDirIfCreated(socketDir);

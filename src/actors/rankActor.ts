@@ -42,7 +42,10 @@ export const rankActor = fromCallback<RankCommand, RankActorInput, RankEvent>(({
         sendBack({ type: 'RANK_PROGRESS', localRank, bytes: m.bytes, totalBytes: m.totalBytes, seconds: m.seconds });
         break;
       case 'LOADED':
-        sendBack({ type: 'RANK_LOADED', localRank, device: m.info, segments: m.segments, bytes: m.bytes, seconds: m.seconds });
+        sendBack({ type: 'RANK_LOADED', localRank, device: m.info, segments: m.segments, bytes: m.bytes, seconds: m.seconds, source: m.source });
+        break;
+      case 'KEPT':
+        sendBack({ type: 'RANK_KEPT', localRank, kept: m.kept, reason: m.reason });
         break;
       case 'RELEASED':
         sendBack({ type: 'RANK_RELEASED', localRank });

@@ -1,6 +1,7 @@
 // Typed messages between a rank actor (main thread) and its worker thread.
 import type { RankPlan } from '../checkpoint/types.js';
 import type { SerializedError } from '../errors.js';
+import type { RankSource } from '../nodeStatus.js';
 import type { DeviceInfo, DeviceSlot, FillOptions, SegmentExport } from '../native/addon.js';
 
 export interface RankWorkerData {
@@ -11,14 +12,31 @@ export interface RankWorkerData {
   shmDir: string;
   plan: RankPlan;
   fill: FillOptions;
+  /** cuda: how segments are exported, legacy IPC handles (default) or VMM descriptors. */
+  cudaHandles?: 'ipc' | 'fd';
+  /** Where this rank's segments are kept beyond the daemon (absent: --keeper off). */
+  keeper?: RankKeeping;
 }
+
+/** What a rank needs to adopt kept segments and to keep its own (src/keeper/). */
+export interface RankKeeping {
+  /** The keeper's socket. */
+  socket: string;
+  /** The checkpoint directory and this weightd's name and version, for the record. */
+  model: string;
+  writer: string;
+}
+
 
 export type RankToMain =
   | { type: 'DEVICE'; info: DeviceInfo }
   | { type: 'PROGRESS'; bytes: number; totalBytes: number; seconds: number; waitingForGroup: boolean }
-  | { type: 'LOADED'; info: DeviceInfo; segments: SegmentExport[]; bytes: number; seconds: number }
+  | { type: 'LOADED'; info: DeviceInfo; segments: SegmentExport[]; bytes: number; seconds: number; source: RankSource }
+  /** Whether the keeper holds this rank's segments now (after a keep, a failed one, or a drop). */
+  | { type: 'KEPT'; kept: boolean; reason?: string }
   | { type: 'FAILED'; error: SerializedError }
   | { type: 'RELEASED' }
   | { type: 'LOG'; level: 'debug' | 'info' | 'warn' | 'error'; msg: string; fields?: Record<string, unknown> };
 
-export type MainToRank = { type: 'RELEASE' } | { type: 'STOP' };
+/** KEEP_AGAIN: a keeper (re)started; hand it this rank's segments if it does not hold them. */
+export type MainToRank = { type: 'RELEASE' } | { type: 'STOP' } | { type: 'KEEP_AGAIN' };

@@ -1,21 +1,34 @@
-// A rank's load as a sequence of named phases (open, allocate, fill, export), which
+// A rank's load as a sequence of named phases (open, adopt, allocate, fill, export, keep), which
 // runRankPhases.ts runs in order on the rank's worker thread: a worker module other than
 // src/actors/rankWorker.ts (a test's fixture that fails at one phase on purpose) runs this same
 // code around the phase it replaces.
+import { adoptKept, handleTypeFor, keepSegments, type Adopted } from '../keeper/rankKeeping.js';
+import type { SegmentExport } from '../native/addon.js';
 import { DeviceHandle, type FillResult } from '../native/deviceHandle.js';
+import type { RankSource } from '../nodeStatus.js';
 import type { RankToMain, RankWorkerData } from './rankMessages.js';
 
 export type Post = (m: RankToMain) => void;
 type Awaitable<T> = T | Promise<T>;
 
+/** How the rank's bytes came to be resident: filled from the checkpoint, or adopted from a keeper. */
+export type Resident = FillResult & { source: RankSource };
+
 /** A rank's load, in the order the worker runs it. */
 export interface RankPhases {
   /** Opens the device (context or shared-memory directory) and reports it. */
   open(data: RankWorkerData, post: Post): Awaitable<DeviceHandle>;
+  /**
+   * With a keeper (data.keeper): adopts the segments it holds for this rank, which then skips
+   * allocate and fill. Undefined when there is nothing to adopt.
+   */
+  adopt(device: DeviceHandle, data: RankWorkerData, post: Post): Awaitable<Adopted | undefined>;
   allocate(device: DeviceHandle, data: RankWorkerData): Awaitable<void>;
   fill(device: DeviceHandle, data: RankWorkerData, post: Post): Awaitable<FillResult>;
   /** Exports the segments and reports the rank loaded; the worker then serves until told otherwise. */
-  export(device: DeviceHandle, filled: FillResult, post: Post): Awaitable<void>;
+  export(device: DeviceHandle, resident: Resident, post: Post): Awaitable<SegmentExport[]>;
+  /** With a keeper: hands it the exported segments, so that they outlive this daemon. */
+  keep(data: RankWorkerData, segments: SegmentExport[]): Awaitable<void>;
 }
 
 export const rankPhases: RankPhases = {
@@ -24,6 +37,10 @@ export const rankPhases: RankPhases = {
     post({ type: 'DEVICE', info: device.info() });
     return device;
   },
+  adopt(device, data, post) {
+    if (!data.keeper) return undefined;
+    return adoptKept(device, data, data.keeper, handleTypeFor(data), post);
+  },
   allocate(device, data) {
     // Each backend checks its free memory before allocating and names the shortfall.
     return device.allocate(data.plan.segments);
@@ -31,8 +48,12 @@ export const rankPhases: RankPhases = {
   fill(device, { plan, fill }, post) {
     return device.fill(plan.files, plan.ops, plan.totalBytes, { ...fill, zeroRanges: plan.zeroRanges }, (p) => post({ type: 'PROGRESS', ...p }));
   },
-  export(device, { bytes, seconds }, post) {
+  export(device, { bytes, seconds, source }, post) {
     const segments = device.exportSegments();
-    post({ type: 'LOADED', info: device.info(), segments, bytes, seconds });
+    post({ type: 'LOADED', info: device.info(), segments, bytes, seconds, source });
+    return segments;
+  },
+  keep(data, segments) {
+    return data.keeper ? keepSegments(data, data.keeper, segments) : undefined;
   },
 };

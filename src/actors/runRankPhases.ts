@@ -1,41 +1,80 @@
 // The body of one rank actor's worker thread: it owns one device through the addon for its
-// whole life, runs the load's phases (rankPhases.ts) in order, and answers RELEASE and STOP
-// throughout. The device's memory is freed when this thread frees it or exits, even when it is
-// terminated (the addon frees it at environment teardown).
+// whole life, runs the load's phases (rankPhases.ts) in order, and answers RELEASE, STOP and
+// KEEP_AGAIN throughout. The device's memory is freed when this thread frees it or exits, even
+// when it is terminated (the addon frees it at environment teardown); what a keeper holds
+// outlives it, except after a RELEASE, which drops it there too.
 import { parentPort, workerData } from 'node:worker_threads';
 import { serializeError } from '../errors.js';
+import { dropKept } from '../keeper/rankKeeping.js';
+import type { SegmentExport } from '../native/addon.js';
 import type { DeviceHandle } from '../native/deviceHandle.js';
 import type { MainToRank, RankWorkerData } from './rankMessages.js';
-import type { Post, RankPhases } from './rankPhases.js';
+import type { Post, RankPhases, Resident } from './rankPhases.js';
 
-/** Runs this worker thread as a rank with these phases; answers RELEASE and STOP throughout. */
+/** Runs this worker thread as a rank with these phases; answers RELEASE, STOP and KEEP_AGAIN throughout. */
 export function runRankPhases(phases: RankPhases): void {
   const data = workerData as RankWorkerData;
   const port = parentPort!;
   const post: Post = (m) => port.postMessage(m);
   let device: DeviceHandle | undefined;
+  /** The exported segments, once loaded: their descriptors live until the device is freed. */
+  let exported: SegmentExport[] | undefined;
   /** Set once the supervisor asked this rank to stop: a fill cut short then is not a failure. */
   let stopping = false;
+  /** The keeper call in flight: the device is freed only after it, so no descriptor it sends is closed under it. */
+  let keeping: Promise<void> = Promise.resolve();
+
+  const keep = () => {
+    const segments = exported;
+    if (!data.keeper || !segments || stopping) return;
+    keeping = keeping
+      .then(() => phases.keep(data, segments))
+      .then(
+        () => post({ type: 'KEPT', kept: true }),
+        (err: unknown) => {
+          post({ type: 'KEPT', kept: false, reason: (err as Error).message });
+          post({ type: 'LOG', level: 'warn', msg: `the keeper did not take this rank's shard (${(err as Error).message}): it will not survive a restart of the daemon`, fields: { keeper: data.keeper!.socket } });
+        },
+      );
+  };
 
   port.on('message', async (m: MainToRank) => {
-    if (m.type === 'RELEASE' || m.type === 'STOP') {
-      stopping ||= m.type === 'STOP';
-      device?.cancelFill();
-      try {
-        await device?.free();
-        if (m.type === 'RELEASE') post({ type: 'RELEASED' });
-      } catch (err) {
-        post({ type: 'FAILED', error: serializeError(err) });
-      }
-      if (m.type === 'STOP') port.close(); // nothing else keeps this thread alive: it ends, and the actor sees exit 0
+    if (m.type === 'KEEP_AGAIN') {
+      keep();
+      return;
     }
+    stopping ||= m.type === 'STOP';
+    device?.cancelFill();
+    try {
+      await keeping;
+      if (m.type === 'RELEASE' && data.keeper && exported) {
+        // A released rank's memory is to be freed: the keeper's copies must go too.
+        exported = undefined;
+        await dropKept(data, data.keeper).then(
+          () => post({ type: 'KEPT', kept: false, reason: 'released' }),
+          (err: unknown) => post({ type: 'LOG', level: 'warn', msg: `the keeper did not drop the released shard (${(err as Error).message}); it frees it when its adoption window ends`, fields: {} }),
+        );
+      }
+      await device?.free();
+      if (m.type === 'RELEASE') post({ type: 'RELEASED' });
+    } catch (err) {
+      post({ type: 'FAILED', error: serializeError(err) });
+    }
+    if (m.type === 'STOP') port.close(); // nothing else keeps this thread alive: it ends, and the actor sees exit 0
   });
 
   const load = async () => {
     const opened = (device = await phases.open(data, post));
-    await phases.allocate(opened, data);
-    const filled = await phases.fill(opened, data, post);
-    await phases.export(opened, filled, post);
+    let resident: Resident | undefined = await phases.adopt(opened, data, post);
+    const adopted = resident !== undefined;
+    if (!resident) {
+      await phases.allocate(opened, data);
+      resident = { ...(await phases.fill(opened, data, post)), source: { from: 'checkpoint' } };
+    }
+    exported = await phases.export(opened, resident, post);
+    // Adopted segments are already the keeper's (taking them made this daemon their owner).
+    if (adopted) post({ type: 'KEPT', kept: true });
+    else keep();
   };
   load().catch(async (err: unknown) => {
     try {

@@ -2,17 +2,15 @@
 // both. Parsing only: validation is resolveNodeOptions', shared with the programmatic API.
 // The default command runs the daemon; `weightd statechart` prints the supervisor's chart and
 // `weightd fingerprint` the fingerprints a client should expect.
-import { readFileSync } from 'node:fs';
 import { Command, CommanderError, Option } from 'commander';
 import { UsageError } from '../errors.js';
+import { VERSION } from '../version.js';
 import { FILL_SIZING } from '../native/fillPolicy.js';
-import { DEFAULT_INSPECT_HOST, type NodeOptions } from '../nodeOptions.js';
+import { DEFAULT_ADOPT_WITHIN_S, DEFAULT_INSPECT_HOST, type NodeOptions } from '../nodeOptions.js';
 import type { FingerprintRequest } from './printFingerprints.js';
 import { DRAWN_MACHINE_NAMES, type DrawnMachine } from '../inspect/drawnMachines.js';
 
-const pkg = JSON.parse(readFileSync(new URL('../../../package.json', import.meta.url), 'utf8')) as { version: string };
-
-export const VERSION = pkg.version;
+export { VERSION };
 
 /** Engines spell the tensor-parallel short flag `-tp`, which commander would read as `-t -p`. */
 function expandShortFlags(argv: string[]): string[] {
@@ -109,6 +107,9 @@ export function buildProgram(): Command {
     .option('--staging-mb <mib>', `pinned staging memory for the copy engine, per rank (cuda; default ${FILL_SIZING.stagingBytes / 2 ** 20}; a node's GPUs share one pool)`)
     .option('--load-threads <n>', `reader threads per rank (default ${FILL_SIZING.threads}; a node's GPUs share one pool)`)
     .addOption(new Option('--direct-io <mode>', 'cuda: read the checkpoint with O_DIRECT; auto does when the page cache holds less than half of it').choices(['auto', 'on', 'off']).default('auto'))
+    .addOption(new Option('--keeper <mode>', 'keep the shards beyond the daemon, so a restart adopts them without reading the checkpoint: off, spawn (start a keeper when none runs) or external (one run by systemd or Kubernetes; docs/operations.md)').choices(['off', 'spawn', 'external']).default('off'))
+    .option('--keeper-socket <path>', "the keeper's socket (default: keeper.sock in the socket dir)")
+    .option('--adopt-within <seconds>', `how long a keeper this daemon spawns holds shards no daemon adopts (default ${DEFAULT_ADOPT_WITHIN_S})`)
     .addOption(new Option('--log-level <level>', 'log level').choices(['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent']).default('info'))
     .option('--inspect-port <port>', 'serve /healthz, /status, /metrics and the live /statechart page on this HTTP port (0: any free port)')
     .option('--inspect-host <addr>', `address for the inspect server (default: ${DEFAULT_INSPECT_HOST}); anything but loopback exposes it to the network`)
@@ -197,6 +198,7 @@ function nodeOptions(o: Record<string, string | undefined>, env: NodeJS.ProcessE
     planFile: o.planFile,
     layouts: String(o.layouts).split(',').map((l) => l.trim()).filter((l) => l !== ''),
     fill,
+    keeper: { mode: o.keeper as 'off' | 'spawn' | 'external', socket: o.keeperSocket, adoptWithinS: num(o.adoptWithin) },
     logLevel: o.logLevel as NodeOptions['logLevel'],
     // The host alone is passed on too, so that a forgotten port is an error, not a silent no-op.
     inspect: o.inspectPort !== undefined || o.inspectHost !== undefined ? { port: num(o.inspectPort), host: o.inspectHost } : undefined,

@@ -59,6 +59,14 @@ export class NodeMetrics {
       for (const r of v.ranks) g.set({ ...rankLabels(r), state: r.state }, 1);
     });
     perRank('weightd_rank_loaded_bytes', 'Bytes of the rank shard resident on its device.', (r) => r.bytes);
+    gauge('weightd_rank_resident_bytes', 'Bytes of the rank shard resident, by where they came from: read from the checkpoint, or adopted from a keeper.', [...RANK_LABELS, 'source'], (g, v) => {
+      for (const r of v.ranks) if (r.source !== null) g.set({ ...rankLabels(r), source: r.source }, r.bytes);
+    });
+    perRank('weightd_rank_kept', 'With a keeper: 1 while it holds the rank shard, 0 while it does not (absent without a keeper).', (r) => (r.kept === null ? null : r.kept ? 1 : 0));
+    perRank('weightd_rank_kept_age_seconds', 'An adopted rank: how long its segments had been kept when this daemon adopted them.', (r) => (r.keptAgeMs === null ? null : r.keptAgeMs / 1000));
+    gauge('weightd_keeper_up', 'With a keeper: 1 while it answers, 0 while it is absent or lost (absent with --keeper off).', [], (g, v) => {
+      if (v.keeper) g.set(v.keeper.state === 'up' ? 1 : 0);
+    });
     perRank('weightd_rank_total_bytes', 'Bytes of the rank shard in the load plan.', (r) => r.totalBytes);
     perRank('weightd_rank_load_seconds', 'Seconds the rank has spent loading (the whole load, once resident).', (r) => r.seconds);
     perRank('weightd_rank_load_bytes_per_second', 'Average load rate of the rank.', (r) => r.bytesPerSecond);

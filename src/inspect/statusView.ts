@@ -18,6 +18,14 @@ export interface RankView extends LoadProgress {
   leases: number | null;
   /** The serving lifecycle's state (src/serve/rankServiceMachine.ts); null while it has no socket. */
   serve: ServeStatus | null;
+  /** Once resident: `checkpoint` (read from disk) or `keeper` (adopted); null before. */
+  source: 'checkpoint' | 'keeper' | null;
+  /** Adopted: when its segments were first kept (ISO time) and their age when adopted. */
+  keptAt: string | null;
+  keptAgeMs: number | null;
+  /** With a keeper: whether it holds this rank's segments now; null without one or before loading. */
+  kept: boolean | null;
+  keptReason: string | null;
 }
 
 export interface PeerView {
@@ -52,6 +60,8 @@ export interface StatusView {
   formation: { joined: number[]; missing: number[] } | null;
   /** On node 0 of a group: the rendezvous coordinator's state ("gathering", "failed.informing"...). */
   coordinatorState: string | null;
+  /** The keeper (--keeper spawn|external); null with --keeper off. */
+  keeper: { mode: string; socket: string; state: string; pid: number | null; since: string; reconnects: number; reason: string | null } | null;
   failure: { name: string; code: string; message: string; localRank: number | null; globalRank: number | null } | null;
 }
 
@@ -95,11 +105,19 @@ export function toStatusView(s: NodeStatus): StatusView {
       clients: r.clients ?? null,
       leases: r.leases ?? null,
       serve: r.serve ?? null,
+      source: r.source?.from ?? null,
+      keptAt: r.source?.from === 'keeper' ? r.source.keptAt : null,
+      keptAgeMs: r.source?.from === 'keeper' ? r.source.ageMs : null,
+      kept: r.kept ?? null,
+      keptReason: r.keptReason ?? null,
     })),
     rankTable: s.rankTable,
     peers,
     formation: s.state === 'rendezvous' && s.formation ? s.formation : null,
     coordinatorState: s.coordinatorState ?? null,
+    keeper: s.keeper
+      ? { mode: s.keeper.mode, socket: s.keeper.socket, state: s.keeper.state, pid: s.keeper.pid ?? null, since: new Date(s.keeper.since).toISOString(), reconnects: s.keeper.reconnects, reason: s.keeper.reason ?? null }
+      : null,
     failure: s.failure
       ? { name: s.failure.name, code: s.failure.code, message: s.failure.message, localRank: s.failure.localRank ?? null, globalRank: s.failure.globalRank ?? null }
       : null,

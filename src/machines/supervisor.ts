@@ -187,6 +187,7 @@ const supervisorSetup = setup({
               shmDir: prepared.shmDir,
               plan: prepared.plan.ranks[r.globalRank]!,
               fill: prepared.fill,
+              keeper: prepared.keeper,
             },
           },
         });
@@ -255,8 +256,13 @@ const supervisorSetup = setup({
           bytes: event.bytes,
           seconds: event.seconds,
           segments: event.segments,
+          source: event.source,
         }),
       };
+    }),
+    recordKept: assign(({ context, event }) => {
+      assertEvent(event, 'RANK_KEPT');
+      return { ranks: updateRank(context.ranks, event.localRank, { kept: event.kept, keptReason: event.reason }) };
     }),
     recordStopped: assign(({ context, event }) => {
       assertEvent(event, 'RANK_STOPPED');
@@ -380,6 +386,8 @@ export const supervisorMachine = supervisorSetup.createMachine({
   on: {
     GROUP_FAILED: { target: '.failed', actions: 'recordGroupFailure' },
     COORDINATOR_STATE: { actions: 'recordCoordinatorState' },
+    // A keeper takes, loses or drops a rank's segments in any state a rank lives in.
+    RANK_KEPT: { actions: 'recordKept' },
   },
 });
 

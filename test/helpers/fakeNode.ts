@@ -29,6 +29,7 @@ export function fakeConfig(over: Partial<NodeConfig> = {}): NodeConfig {
     device: 'host',
     layouts: ['checkpoint'],
     fill: {},
+    keeper: { mode: 'off', adoptWithinS: 600 },
     rendezvousTimeoutMs: 1000,
     ...over,
   };

@@ -37,7 +37,7 @@ async function harness(host = '127.0.0.1') {
   };
   const toReady = () => {
     toLoading();
-    for (const r of [0, 1]) send({ type: 'RANK_LOADED', localRank: r, device: device(r), segments: [{ segment: 0, bytes: 256, handle: HANDLE }], bytes: 256, seconds: 0.5 });
+    for (const r of [0, 1]) send({ type: 'RANK_LOADED', localRank: r, device: device(r), segments: [{ segment: 0, bytes: 256, handle: HANDLE }], bytes: 256, seconds: 0.5, source: { from: 'checkpoint' } });
     for (const r of [0, 1]) send({ type: 'RANK_SERVING', localRank: r, socketPath: `/fake/sockets/fake-${r}.sock` });
   };
   return { server, url: server.url, send, toLoading, toReady, logLines, metrics, actor };

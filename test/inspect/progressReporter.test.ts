@@ -93,7 +93,7 @@ test('log lines while loading, a summary per rank and for the node, and a bar th
       assert.ok(w.length - '\r\x1b[K\r'.length <= 79, 'never wraps');
     }
     lines.length = 0;
-    for (const r of [0, 1]) send({ type: 'RANK_LOADED', localRank: r, device: device(r), segments: [], bytes: 256, seconds: 0.5 });
+    for (const r of [0, 1]) send({ type: 'RANK_LOADED', localRank: r, device: device(r), segments: [], bytes: 256, seconds: 0.5, source: { from: 'checkpoint' } });
     assert.equal(lines.map((l) => l.msg), ['rank 0 loaded 256 B in 500 ms (512 B/s)', 'rank 1 loaded 256 B in 500 ms (512 B/s)', 'all 2 local ranks loaded: 512 B in 500 ms (1.0 kB/s)']);
     assert.equal([lines[0]!.globalRank, lines[0]!.bytesPerSecond], [0, 512]);
     assert.is(writes.at(-1), '\r\x1b[K', 'the bar is gone once loaded');

@@ -22,7 +22,7 @@ const events = [
   { type: 'STOP' },
   { type: 'xstate.after.stopTimeout.supervisor.stopping' },
   ...ranks.flatMap((r) => [
-    { type: 'RANK_LOADED', localRank: r, device: fakeDevice(r), segments: [], bytes: 256, seconds: 0.1 },
+    { type: 'RANK_LOADED', localRank: r, device: fakeDevice(r), segments: [], bytes: 256, seconds: 0.1, source: { from: 'checkpoint' } },
     { type: 'RANK_SERVING', localRank: r, socketPath: `/fake/sockets/fake-${r}.sock` },
     { type: 'RANK_STOPPED', localRank: r },
     { type: 'RANK_FAILED', localRank: r, error: err },
@@ -126,7 +126,7 @@ test('a rank that fails while others load is named, and the first failure wins',
   const visited = replay([
     { event: events[0]! },
     { event: events[2]! },
-    { event: { type: 'RANK_LOADED', localRank: 0, device: fakeDevice(0), segments: [], bytes: 1, seconds: 0 } as Ev },
+    { event: { type: 'RANK_LOADED', localRank: 0, device: fakeDevice(0), segments: [], bytes: 1, seconds: 0, source: { from: 'checkpoint' } } as Ev },
     { event: { type: 'RANK_FAILED', localRank: 1, error: { ...err, message: 'cuMemAlloc failed' } } as Ev },
   ]);
   const last = visited.at(-1)!;
@@ -163,7 +163,7 @@ test('a client release frees that rank through its worker, then answers the serv
   for (const e of [
     events[0],
     events[2],
-    ...ranks.map((r) => ({ type: 'RANK_LOADED', localRank: r, device: fakeDevice(r), segments: [], bytes: 1, seconds: 0 })),
+    ...ranks.map((r) => ({ type: 'RANK_LOADED', localRank: r, device: fakeDevice(r), segments: [], bytes: 1, seconds: 0, source: { from: 'checkpoint' } })),
     ...ranks.map((r) => ({ type: 'RANK_SERVING', localRank: r, socketPath: `/s/${r}` })),
   ]) actor.send(e as Ev);
   assert.is(actor.getSnapshot().value, 'ready');

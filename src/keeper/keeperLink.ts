@@ -1,0 +1,117 @@
+// The node's link to its keeper, on the main thread: find it (or, with --keeper spawn, start it)
+// before the ranks load, watch it for the node's life, and when it dies find or start another
+// and have every loaded rank keep its segments there again. The daemon holds every segment's
+// descriptor itself while it runs, so a keeper's death loses nothing until the daemon dies too;
+// what is lost meanwhile is only the survival of a daemon crash, and status says so.
+import type { Socket } from 'node:net';
+import type { Logger } from '../log.js';
+import type { KeeperStatus } from '../nodeStatus.js';
+import { KeeperClient, startKeeper } from './keeperClient.js';
+
+export interface KeeperLinkOptions {
+  mode: 'spawn' | 'external';
+  socket: string;
+  /** For a keeper this node spawns: how long it holds segments nobody adopts. */
+  adoptWithinS: number;
+  log: Logger;
+  /** A keeper answers again after one was lost or absent: the ranks keep their segments there. */
+  onBack: () => void;
+}
+
+/** How often an absent external keeper is looked for again (a spawned one is started at once). */
+const RETRY_MS = 1000;
+
+export class KeeperLink {
+  readonly #o: KeeperLinkOptions;
+  readonly #client: KeeperClient;
+  #status: KeeperStatus;
+  #watch?: Socket;
+  #retry?: NodeJS.Timeout;
+  #closed = false;
+
+  constructor(o: KeeperLinkOptions) {
+    this.#o = o;
+    this.#client = new KeeperClient(o.socket);
+    this.#status = { mode: o.mode, socket: o.socket, state: 'starting', since: Date.now(), reconnects: 0 };
+  }
+
+  status(): KeeperStatus {
+    return { ...this.#status };
+  }
+
+  /** Finds (or starts) the keeper. Never throws: a node without its keeper still serves. */
+  async start(): Promise<void> {
+    await this.#connect(false);
+  }
+
+  close(): void {
+    this.#closed = true;
+    clearTimeout(this.#retry);
+    this.#watch?.destroy();
+  }
+
+  #set(state: KeeperStatus['state'], extra: Partial<KeeperStatus> = {}): void {
+    this.#status = { ...this.#status, state, since: Date.now(), pid: undefined, reason: undefined, ...extra };
+  }
+
+  async #connect(again: boolean): Promise<void> {
+    const { log, socket } = this.#o;
+    let pid: number;
+    try {
+      pid = await this.#find();
+    } catch (err) {
+      const reason = (err as Error).message;
+      if (this.#status.state !== 'absent') {
+        log.warn({ keeper: socket, reason }, this.#o.mode === 'external' ? 'no keeper answers: ranks are not kept until one does (start weightd-keeper, or see docs/operations.md)' : 'could not start a keeper: ranks are not kept');
+      }
+      this.#set('absent', { reason });
+      this.#later();
+      return;
+    }
+    try {
+      const watch = await this.#client.watch();
+      if (this.#closed) {
+        watch.destroy();
+        return;
+      }
+      this.#watch = watch;
+      watch.on('close', () => this.#lost());
+      watch.on('error', () => {});
+    } catch (err) {
+      this.#set('absent', { reason: (err as Error).message });
+      this.#later();
+      return;
+    }
+    this.#set('up', { pid, reconnects: this.#status.reconnects + (again ? 1 : 0) });
+    log.info({ keeper: socket, pid }, again ? 'a keeper answers again: the ranks keep their shards there' : 'keeping the ranks\' shards in the keeper');
+    if (again) this.#o.onBack();
+  }
+
+  /** The pid of a keeper answering at the socket; with spawn, one this call starts if none does. */
+  async #find(): Promise<number> {
+    try {
+      return (await this.#client.ping()).pid;
+    } catch (err) {
+      if (this.#o.mode !== 'spawn') throw err;
+    }
+    const started = await startKeeper({ socket: this.#o.socket, adoptWithinS: this.#o.adoptWithinS });
+    this.#o.log.info({ keeper: this.#o.socket, pid: started.pid, adoptWithinS: this.#o.adoptWithinS }, 'started a keeper');
+    return started.pid;
+  }
+
+  #lost(): void {
+    this.#watch = undefined;
+    if (this.#closed) return;
+    this.#o.log.warn({ keeper: this.#o.socket, pid: this.#status.pid }, 'the keeper ended: every shard stays served, but none survives a daemon restart until a keeper holds it again');
+    this.#set('lost');
+    void this.#connect(true);
+  }
+
+  #later(): void {
+    if (this.#closed) return;
+    clearTimeout(this.#retry);
+    this.#retry = setTimeout(() => void this.#connect(true), RETRY_MS);
+    // Looking for a keeper never keeps the process alive.
+    this.#retry.unref();
+  }
+}

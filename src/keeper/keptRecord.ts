@@ -1,0 +1,122 @@
+// What the daemon tells the keeper about a rank's kept segments, and the check a later daemon
+// makes before it adopts them. The keeper stores it as opaque bytes (docs/keeper.md); only
+// weightd reads it, so its format is versioned here: a daemon adopts a record of a format it
+// knows and refuses any other by name, loading from disk instead (docs/operations.md, upgrades).
+import { createHash } from 'node:crypto';
+import { basename } from 'node:path';
+import { z } from 'zod';
+import type { RankPlan } from '../checkpoint/types.js';
+
+/** The formats this weightd reads; it writes the last. A newer format is added here with its reader. */
+export const KEPT_FORMATS = [1] as const;
+export const KEPT_FORMAT = KEPT_FORMATS[KEPT_FORMATS.length - 1]!;
+
+/** How a kept segment's descriptor is to be opened: a sealed memfd, or a CUDA VMM allocation. */
+export type KeptHandleType = 'memfd' | 'cuda-fd';
+
+const recordSchema = z.object({
+  format: z.number().int(),
+  writer: z.string(),
+  backend: z.enum(['host', 'cuda']),
+  handleType: z.enum(['memfd', 'cuda-fd']),
+  device: z.string().min(1),
+  fingerprint: z.string().min(1),
+  /** Digest of where every byte of the arena comes from (arenaDigest): same plan, same arena. */
+  arena: z.string().length(64),
+  segments: z.array(z.number().int().nonnegative()).min(1),
+  totalBytes: z.number().int().nonnegative(),
+  model: z.string(),
+  tpRank: z.number().int().nonnegative(),
+  tpSize: z.number().int().positive(),
+  keptAt: z.string(),
+});
+
+export type KeptRecord = z.infer<typeof recordSchema>;
+
+/** What a rank expects of a record it would adopt. */
+export interface KeptExpectation {
+  backend: 'host' | 'cuda';
+  handleType: KeptHandleType;
+  device: string;
+  plan: RankPlan;
+}
+
+/**
+ * A digest of the arena's byte placement: segment sizes, every copy (file by name, source and
+ * destination offsets, rows) and every zero range. The fingerprint says the checkpoint is the
+ * same; this says the arena was laid out the same way (layouts, plan rules), so the bytes are
+ * where the plan says. File names, not paths: a checkpoint moved to another directory adopts.
+ */
+export function arenaDigest(plan: RankPlan): string {
+  const files = plan.files.map((f) => basename(f));
+  const ops = plan.ops.map((o) => [files[o.file], o.segment, o.srcOffset, o.dstOffset, o.rows, o.rowBytes, o.srcPitch]);
+  const zeros = plan.zeroRanges.map((z) => [z.segment, z.offset, z.bytes]);
+  return createHash('sha256').update(JSON.stringify({ segments: plan.segments, ops, zeros })).digest('hex');
+}
+
+export function keptRecordFor(e: KeptExpectation, model: string, writer: string, now = new Date()): KeptRecord {
+  return {
+    format: KEPT_FORMAT,
+    writer,
+    backend: e.backend,
+    handleType: e.handleType,
+    device: e.device,
+    fingerprint: e.plan.fingerprint,
+    arena: arenaDigest(e.plan),
+    segments: e.plan.segments,
+    totalBytes: e.plan.totalBytes,
+    model,
+    tpRank: e.plan.tpRank,
+    tpSize: e.plan.tpSize,
+    keptAt: now.toISOString(),
+  };
+}
+
+export function encodeKeptRecord(r: KeptRecord): Buffer {
+  return Buffer.from(JSON.stringify(r), 'utf8');
+}
+
+/** Why a record cannot be adopted, for the log and the status; undefined when it can. */
+export type Refusal = { field: string; message: string };
+
+/**
+ * Reads a record and checks it against what this rank would load. Refuses (never throws) a record
+ * that is not JSON, of a format this weightd does not read, or for another arena, naming why.
+ */
+export function checkKeptRecord(bytes: Buffer, e: KeptExpectation): { record: KeptRecord } | { refusal: Refusal } {
+  let value: unknown;
+  try {
+    value = JSON.parse(bytes.toString('utf8'));
+  } catch {
+    return { refusal: { field: 'record', message: `the kept record (${bytes.length} bytes) is not JSON: it is corrupt or not weightd's` } };
+  }
+  const format = (value as { format?: unknown } | null)?.format;
+  if (typeof format !== 'number' || !(KEPT_FORMATS as readonly number[]).includes(format)) {
+    const writer = (value as { writer?: unknown } | null)?.writer;
+    return {
+      refusal: {
+        field: 'format',
+        message: `the kept record is in format ${JSON.stringify(format)}${typeof writer === 'string' ? ` (written by ${writer})` : ''}, and this weightd reads formats ${KEPT_FORMATS.join(', ')}`,
+      },
+    };
+  }
+  const parsed = recordSchema.safeParse(value);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0]!;
+    return { refusal: { field: 'record', message: `the kept record is malformed at ${issue.path.join('.') || '(root)'}: ${issue.message}` } };
+  }
+  const r = parsed.data;
+  const expected: Array<[keyof KeptRecord, unknown, unknown]> = [
+    ['backend', r.backend, e.backend],
+    ['handleType', r.handleType, e.handleType],
+    ['device', r.device, e.device],
+    ['fingerprint', r.fingerprint, e.plan.fingerprint],
+    ['arena', r.arena, arenaDigest(e.plan)],
+    ['segments', JSON.stringify(r.segments), JSON.stringify(e.plan.segments)],
+    ['totalBytes', r.totalBytes, e.plan.totalBytes],
+  ];
+  for (const [field, kept, wanted] of expected) {
+    if (kept !== wanted) return { refusal: { field, message: `the kept record's ${field} is ${String(kept).slice(0, 80)}, and this rank needs ${String(wanted).slice(0, 80)}` } };
+  }
+  return { record: r };
+}

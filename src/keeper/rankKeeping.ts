@@ -1,0 +1,101 @@
+// A rank's side of the keeper, run on the rank's worker thread, which owns the device and its
+// descriptors: adopt the segments a keeper holds for this rank instead of loading them, hand the
+// keeper the segments this rank loaded, and drop them when a client releases the rank. Every
+// keeper failure here degrades to a load from disk or to a rank that is not kept, and says so:
+// the keeper makes restarts fast, it never stops a node from serving.
+import type { Post } from '../actors/rankPhases.js';
+import type { RankKeeping, RankWorkerData } from '../actors/rankMessages.js';
+import type { RankSource } from '../nodeStatus.js';
+import { addon, type SegmentExport } from '../native/addon.js';
+import type { DeviceHandle } from '../native/deviceHandle.js';
+import { KeeperClient } from './keeperClient.js';
+import { checkKeptRecord, encodeKeptRecord, keptRecordFor, type KeptExpectation, type KeptHandleType } from './keptRecord.js';
+
+const why = (err: unknown) => (err instanceof Error ? err.message : String(err));
+
+/** The handle type this rank's segments have, or why they cannot be kept. */
+export function keptHandleType(handle: string | undefined): KeptHandleType | undefined {
+  return handle === 'memfd' || handle === 'cuda-fd' ? handle : undefined;
+}
+
+/** The handle type this rank's device will export, or undefined for legacy CUDA IPC handles. */
+export function handleTypeFor(data: RankWorkerData): KeptHandleType | undefined {
+  if (data.device.backend === 'host') return 'memfd';
+  return data.cudaHandles === 'fd' ? 'cuda-fd' : undefined;
+}
+
+function expectation(data: RankWorkerData, handleType: KeptHandleType): KeptExpectation {
+  return { backend: data.device.backend, handleType, device: data.device.uuid, plan: data.plan };
+}
+
+export interface Adopted {
+  bytes: number;
+  seconds: number;
+  source: RankSource;
+}
+
+/**
+ * Takes this rank's kept segments and adopts them into `device`. Undefined (after a log line
+ * saying why) when there is nothing to adopt: the rank then loads from the checkpoint. Kept
+ * segments of another checkpoint for this device are dropped first, so the load has the memory.
+ */
+export async function adoptKept(device: DeviceHandle, data: RankWorkerData, keeping: RankKeeping, handleType: KeptHandleType | undefined, post: Post): Promise<Adopted | undefined> {
+  const log = (level: 'info' | 'warn', msg: string, fields: Record<string, unknown> = {}) => post({ type: 'LOG', level, msg, fields: { keeper: keeping.socket, ...fields } });
+  if (handleType === undefined) {
+    log('warn', 'this device serves legacy CUDA IPC handles, which no keeper can hold: loading from the checkpoint (run with --cuda-handles fd to keep the shard)');
+    return undefined;
+  }
+  const keeper = new KeeperClient(keeping.socket);
+  const started = performance.now();
+  const uuid = data.device.uuid;
+  const fingerprint = data.plan.fingerprint;
+  let taken;
+  try {
+    taken = await keeper.take(uuid, fingerprint);
+  } catch (err) {
+    log('warn', `the keeper did not answer (${why(err)}): loading from the checkpoint`);
+    return undefined;
+  }
+  if (!taken.found) {
+    if (taken.keptFingerprints.length > 0) {
+      // One daemon per device: what the keeper holds for it under another fingerprint is a
+      // checkpoint nobody will adopt here, and its memory is what this load needs.
+      const dropped = await keeper.drop(uuid, '').catch(() => 0);
+      log('info', 'the keeper held this device\'s shard of another checkpoint: dropped it before loading', { dropped, kept: taken.keptFingerprints });
+    }
+    return undefined;
+  }
+  const checked = checkKeptRecord(taken.record, expectation(data, handleType));
+  if ('refusal' in checked) {
+    for (const fd of taken.fds) addon().closeFd(fd);
+    await keeper.drop(uuid, fingerprint).catch(() => 0);
+    log('warn', `refused the kept shard: ${checked.refusal.message}; dropped it, loading from the checkpoint`, { field: checked.refusal.field });
+    return undefined;
+  }
+  try {
+    await device.adopt(taken.fds, data.plan.segments);
+  } catch (err) {
+    // adopt() closed the descriptors; the keeper's copy is as unusable as ours.
+    await keeper.drop(uuid, fingerprint).catch(() => 0);
+    log('warn', `could not adopt the kept shard (${why(err)}); dropped it, loading from the checkpoint`);
+    return undefined;
+  }
+  const seconds = (performance.now() - started) / 1000;
+  return { bytes: data.plan.totalBytes, seconds, source: { from: 'keeper', keptAt: checked.record.keptAt, ageMs: taken.ageMs } };
+}
+
+/** Hands the keeper this rank's segments (it keeps its own copies of the descriptors). */
+export async function keepSegments(data: RankWorkerData, keeping: RankKeeping, segments: SegmentExport[]): Promise<void> {
+  const handleType = keptHandleType(segments[0]?.handle);
+  if (handleType === undefined || segments.some((s) => s.fd === undefined || s.fd < 0)) {
+    throw new Error('this device serves legacy CUDA IPC handles, which no keeper can hold (run with --cuda-handles fd)');
+  }
+  const record = keptRecordFor(expectation(data, handleType), keeping.model, keeping.writer);
+  const fds = [...segments].sort((a, b) => a.segment - b.segment).map((s) => s.fd!);
+  await new KeeperClient(keeping.socket).keep(data.device.uuid, data.plan.fingerprint, encodeKeptRecord(record), fds);
+}
+
+/** Drops this rank's kept segments (a client released the rank: its memory is to be freed). */
+export async function dropKept(data: RankWorkerData, keeping: RankKeeping): Promise<void> {
+  await new KeeperClient(keeping.socket).drop(data.device.uuid, data.plan.fingerprint);
+}
