@@ -2,6 +2,8 @@
 python client_script.py <command> <socket> <expected-json> [arg]
   hashes map|copy   attach (or copy), print {tensors: {name: {sha256, shape, ctor}}}, detach
   hold              attach zero-copy, print {leaseId, pid}, keep the mapping until killed
+  hold_hash         attach zero-copy, print {leaseId, pid}, then on a line on stdin print the
+                    mapped tensors' {tensors: {name: {sha256, ...}}} (read after whatever happened meanwhile)
   load_state_dict   (torch) attach, load into a module built on the meta device with assign=True,
                     print {params, zeroCopy}: whether every parameter is the daemon's memory
   loop <ms>         attach/verify/detach in a loop for <ms>, print {iterations, mapsBefore, mapsAfter}
@@ -82,6 +84,12 @@ def main() -> int:
         client.close()
         while True:
             time.sleep(3600)
+    elif command == "hold_hash":
+        result = client.attach(fp, fields, tensor_format=FORMAT)
+        print(json.dumps({"leaseId": result.lease_id, "pid": os.getpid()}), flush=True)
+        client.close()
+        sys.stdin.readline()
+        print(json.dumps({"tensors": {name: describe(t) for name, t in result.tensors.items()}}), flush=True)
     elif command == "load_state_dict":
         import torch
 
