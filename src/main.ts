@@ -98,9 +98,11 @@ async function main(argv: string[]): Promise<number> {
       // One line, once, after every earlier log line: what launchers and tests wait for. It is
       // the readiness signal, not chatter, so it is written at any --log-level (a child logger
       // may be more verbose than its parent).
+      // How many ranks were adopted from a keeper rather than read from the checkpoint.
+      const adopted = status.ranks.filter((r) => r.source?.from === 'keeper').length;
       started.log.child({}, { level: 'info' }).info(
-        { ready: true, nnodes: status.nnodes, localRanks: status.ranks.length, tp: status.tpSize, model: status.model },
-        `READY node ${status.nodeRank}/${status.nnodes} local_ranks=${status.ranks.length} tp=${status.tpSize} model=${status.model}`,
+        { ready: true, nnodes: status.nnodes, localRanks: status.ranks.length, tp: status.tpSize, model: status.model, adoptedRanks: adopted },
+        `READY node ${status.nodeRank}/${status.nnodes} local_ranks=${status.ranks.length} tp=${status.tpSize} model=${status.model} adopted=${adopted}`,
       );
     },
     () => {},

@@ -43,6 +43,10 @@ const cases: Array<[string, string[], RegExp]> = [
   ['unknown log level', [...m, '--log-level', 'loud'], /argument 'loud' is invalid/],
   ['unknown direct-io mode', [...m, '--direct-io', 'maybe'], /option '--direct-io <mode>' argument 'maybe' is invalid\. Allowed choices are auto, on, off/],
   ['unknown flag', [...m, '--bogus'], /unknown option '--bogus'/],
+  ['unknown keeper mode', [...m, '--keeper', 'always'], /option '--keeper <mode>' argument 'always' is invalid\. Allowed choices are off, spawn, external/],
+  ['keeper socket without a keeper', [...m, '--keeper-socket', '/run/k.sock'], /^--keeper-socket "\/run\/k\.sock": has no effect with --keeper off; pass --keeper spawn or --keeper external too/],
+  ['adopt-within 0', [...m, '--keeper', 'spawn', '--adopt-within', '0'], /^--adopt-within 0: must be an integer from 1 to 2592000/],
+  ['adopt-within with an external keeper', [...m, '--keeper', 'external', '--adopt-within', '60'], /^--adopt-within 60: applies only to a keeper this daemon spawns; set it on the keeper's own command line/],
 ];
 
 for (const [name, args, message] of cases) {
@@ -61,6 +65,12 @@ test('copy engine flags reach the fill options; --direct-io auto leaves the choi
   assert.equal(parseArgs([...m, '--direct-io', 'off']).fill, { direct: false });
   assert.equal(parseArgs([...m, '--direct-io', 'auto']).fill, {});
   assert.equal(parseArgs(m).fill, {});
+});
+
+test('keeper flags reach the options', () => {
+  assert.equal(parseArgs(m).keeper, { mode: 'off', socket: undefined, adoptWithinS: undefined });
+  assert.equal(parseArgs([...m, '--keeper', 'spawn', '--adopt-within', '30']).keeper, { mode: 'spawn', socket: undefined, adoptWithinS: 30 });
+  assert.equal(parseArgs([...m, '--keeper', 'external', '--keeper-socket', '/run/weightd-keeper/keeper.sock']).keeper, { mode: 'external', socket: '/run/weightd-keeper/keeper.sock', adoptWithinS: undefined });
 });
 
 test('--device cuda without a driver exits 2 like a bad flag', async () => {

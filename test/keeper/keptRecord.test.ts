@@ -1,0 +1,63 @@
+// A kept record is adopted only by a rank that would load exactly that arena: every field the
+// check compares is refused by name when it differs, and so are records that are not JSON, of a
+// format this weightd does not read, or malformed.
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import type { RankPlan } from '../../src/checkpoint/types.js';
+import { arenaDigest, checkKeptRecord, encodeKeptRecord, keptRecordFor, type KeptExpectation } from '../../src/keeper/keptRecord.js';
+
+const plan = {
+  tpRank: 0,
+  tpSize: 2,
+  files: ['/models/a/model-1.safetensors', '/models/a/model-2.safetensors'],
+  segments: [4 << 20, 2 << 20],
+  ops: [{ file: 1, segment: 0, srcOffset: 80, dstOffset: 0, rows: 4, rowBytes: 64, srcPitch: 128 }],
+  zeroRanges: [{ segment: 1, offset: 0, bytes: 4096 }],
+  totalBytes: 256,
+  fingerprint: 'f'.repeat(64),
+} as unknown as RankPlan;
+const e: KeptExpectation = { backend: 'host', handleType: 'memfd', device: 'host-0', plan };
+const good = keptRecordFor(e, '/models/a', 'weightd 0.1.0');
+
+test('a record adopts into the rank it was written for, also from another directory', () => {
+  const r = checkKeptRecord(encodeKeptRecord(good), e);
+  assert.ok('record' in r, JSON.stringify(r));
+  const moved = { ...plan, files: plan.files.map((f) => f.replace('/models/a', '/srv/other')) } as RankPlan;
+  assert.is(arenaDigest(moved), arenaDigest(plan), 'file names, not paths');
+});
+
+test('each field that differs is refused by name', () => {
+  const cases: Array<[string, KeptExpectation]> = [
+    ['backend', { ...e, backend: 'cuda' }],
+    ['handleType', { ...e, handleType: 'cuda-fd' }],
+    ['device', { ...e, device: 'host-1' }],
+    ['fingerprint', { ...e, plan: { ...plan, fingerprint: 'e'.repeat(64) } }],
+    ['arena', { ...e, plan: { ...plan, ops: [{ ...plan.ops[0]!, dstOffset: 64 }] } }],
+    ['arena', { ...e, plan: { ...plan, zeroRanges: [] } }],
+    ['arena', { ...e, plan: { ...plan, segments: [4 << 20, 4 << 20] } }],
+    ['totalBytes', { ...e, plan: { ...plan, totalBytes: 512 } }],
+  ];
+  for (const [field, other] of cases) {
+    const r = checkKeptRecord(encodeKeptRecord(good), other);
+    assert.ok('refusal' in r, field);
+    if ('refusal' in r) {
+      assert.is(r.refusal.field, field);
+      assert.match(r.refusal.message, new RegExp(`the kept record's ${field} is .*, and this rank needs `));
+    }
+  }
+});
+
+test('a record that is not JSON, of another format, or malformed is refused, never thrown', () => {
+  const refusal = (bytes: Buffer) => {
+    const r = checkKeptRecord(bytes, e);
+    assert.ok('refusal' in r);
+    return 'refusal' in r ? r.refusal : undefined;
+  };
+  assert.match(refusal(Buffer.from([0, 1, 2]))!.message, /is not JSON: it is corrupt or not weightd's/);
+  assert.match(refusal(Buffer.from('null'))!.message, /format undefined, and this weightd reads formats 1/);
+  assert.match(refusal(Buffer.from(JSON.stringify({ ...good, format: 2, writer: 'weightd 0.3.0' })))!.message, /format 2 \(written by weightd 0\.3\.0\), and this weightd reads formats 1/);
+  assert.match(refusal(Buffer.from(JSON.stringify({ ...good, segments: 'many' })))!.message, /malformed at segments/);
+  assert.match(refusal(Buffer.from(JSON.stringify({ ...good, arena: 'short' })))!.message, /malformed at arena/);
+});
+
+test.run();
