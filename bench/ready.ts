@@ -11,11 +11,12 @@
 // Writes raw.jsonl (one line per measurement), daemon.jsonl (each daemon's log, by run) and
 // summary.json (medians) into --out, which must not exist yet: every run keeps its own folder.
 import { spawn, spawnSync } from 'node:child_process';
-import { appendFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { appendFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
-import { exampleModel, mainJs, repoRoot } from '../test/helpers/paths.js';
+import { exampleModel, mainJs } from '../test/helpers/paths.js';
+import { attachInFreshProcess, median, peakRss } from './measure.js';
 
 const { values } = parseArgs({
   options: { model: { type: 'string', default: exampleModel }, out: { type: 'string' }, device: { type: 'string', default: 'host' }, runs: { type: 'string', default: '3' } },
@@ -34,14 +35,6 @@ const bytes = files.reduce((n, f) => n + statSync(f).size, 0);
 
 function record(row: Record<string, unknown>): void {
   appendFileSync(join(out, 'raw.jsonl'), `${JSON.stringify(row)}\n`);
-}
-
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
-
-/** Peak resident memory of a live process, in bytes (VmHWM of its /proc status). */
-function peakRss(pid: number): number {
-  const m = /VmHWM:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
-  return m ? Number(m[1]) * 1024 : NaN;
 }
 
 interface Ready {
@@ -92,25 +85,6 @@ function startDaemon(run: number): Promise<Ready> {
   });
 }
 
-/** A fresh Python process attaching twice (first and warm), timed inside it, in ms. */
-function attachInFreshProcess(socketDir: string): { firstMs: number; secondMs: number; tensors: number } {
-  const script = `
-import json, sys, time
-import torch  # an engine has torch loaded, and its CUDA context made, before it attaches
-${device === 'cuda' ? 'torch.zeros(1, device="cuda:0")' : ''}
-from weightd_client import WeightdClient, find_socket
-c = WeightdClient(find_socket(global_rank=0, socket_dir=sys.argv[1]))
-fp = c.ping()["fingerprint"]
-t0 = time.perf_counter(); a = c.attach(fp); t1 = time.perf_counter()
-n = len(a.tensors); a.detach()
-t2 = time.perf_counter(); b = c.attach(fp); t3 = time.perf_counter(); b.detach()
-print(json.dumps({"firstMs": (t1 - t0) * 1e3, "secondMs": (t3 - t2) * 1e3, "tensors": n}))
-`;
-  const r = spawnSync(python, ['-c', script, socketDir], { encoding: 'utf8', env: { ...process.env, PYTHONPATH: [join(repoRoot, 'clients/python'), process.env.PYTHONPATH].filter(Boolean).join(':') } });
-  if (r.status !== 0) throw new Error(`attach failed: ${r.stderr}`);
-  return JSON.parse(r.stdout.trim().split('\n').pop()!) as { firstMs: number; secondMs: number; tensors: number };
-}
-
 /** The same files loaded without weightd by a fresh process: wall clock from spawn to done. */
 function baselineMs(): number {
   if (device === 'cuda') {
@@ -142,7 +116,7 @@ const attaches: Array<ReturnType<typeof attachInFreshProcess>> = [];
 const baselines: number[] = [];
 for (let run = 1; run <= runs; run++) {
   const r = await startDaemon(run);
-  const attach = attachInFreshProcess(r.socketDir);
+  const attach = attachInFreshProcess(r.socketDir, device);
   await r.stop();
   const base = baselineMs();
   record({ run, device, model, bytes, readyWallMs: r.wallMs, phases: r.phases, peakRssBytes: r.peakRssBytes, attach, baselineWallMs: base });

@@ -11,7 +11,7 @@ import * as assert from 'uvu/assert';
 import { expectedFingerprint, findSocket } from '../../src/client/index.js';
 import { KeeperClient } from '../../src/keeper/keeperClient.js';
 import { KEEPER_SOCKET_NAME } from '../../src/keeper/keeperSocketPath.js';
-import { startDaemon, type Daemon, type DaemonOptions } from '../helpers/daemon.js';
+import { startDaemon, type DaemonOptions } from '../helpers/daemon.js';
 import { exampleModel, freshSocketDir, repoRoot } from '../helpers/paths.js';
 import { expectedRank } from '../serve/checkpointOracle.js';
 import { PYTHON, runClient, startHolder } from '../client/runClient.js';

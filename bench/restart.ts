@@ -1,0 +1,125 @@
+// A daemon restart as an operator sees it, with and without the keeper, timed the same way in
+// the same run (docs/operations.md, "Restarts and upgrades"):
+//   loaded:  spawn a daemon with --keeper spawn on a checkpoint nobody keeps yet; wall clock from
+//            spawn to its READY line (the page cache is hot: this is a plain daemon start);
+//   adopted: stop it (SIGTERM, as `systemctl restart` does) and spawn the next one with the same
+//            flags; wall clock to READY, and the bytes it read (/proc/<pid>/io rchar), against the
+//            first's: adoption reads headers and content samples, never the tensors;
+//   attach:  a fresh Python process attaching to the adopting daemon (first attach, and a second);
+//   RSS:     each daemon's peak (VmHWM) and the keeper's, from their own /proc.
+// Usage: node dist/bench/restart.js --model DIR --out DIR [--device host|cuda] [--runs 3] [--tp 1]
+// Writes raw.jsonl, daemon.jsonl and summary.json into --out, a new folder.
+import { spawn, spawnSync } from 'node:child_process';
+import { appendFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { parseArgs } from 'node:util';
+import { KeeperClient } from '../src/keeper/keeperClient.js';
+import { exampleModel, mainJs } from '../test/helpers/paths.js';
+import { attachInFreshProcess, median, peakRss } from './measure.js';
+
+const { values } = parseArgs({
+  options: {
+    model: { type: 'string', default: exampleModel },
+    out: { type: 'string' },
+    device: { type: 'string', default: 'host' },
+    runs: { type: 'string', default: '3' },
+    tp: { type: 'string', default: '1' },
+  },
+});
+if (!values.out) throw new Error('--out DIR is required (a new folder, e.g. bench/results/<date>-<machine>-restart)');
+const out = resolve(values.out);
+if (existsSync(out)) throw new Error(`${out} exists: every run gets a new folder, never an old one`);
+mkdirSync(out, { recursive: true });
+const model = resolve(values.model!);
+const device = values.device!;
+const runs = Number(values.runs);
+const tp = Number(values.tp);
+const files = readdirSync(model).filter((f) => f.endsWith('.safetensors')).map((f) => join(model, f));
+const bytes = files.reduce((n, f) => n + statSync(f).size, 0);
+
+function readChars(pid: number): number {
+  return Number(/rchar: (\d+)/.exec(readFileSync(`/proc/${pid}/io`, 'utf8'))![1]);
+}
+
+interface Ready {
+  wallMs: number;
+  peakRssBytes: number;
+  readChars: number;
+  adoptedRanks: number;
+  stop: () => Promise<void>;
+}
+
+function startDaemon(run: number, which: string, socketDir: string, devices: string): Promise<Ready> {
+  const t0 = performance.now();
+  const args = [mainJs, '--model', model, '-tp', String(tp), '--device', device, '--weight-cache-socket-dir', socketDir, '--keeper', 'spawn'];
+  const child = spawn(process.execPath, args, { stdio: ['ignore', 'ignore', 'pipe'], env: { ...process.env, WEIGHTD_HOST_DEVICES: devices } });
+  const exited = new Promise<void>((done) => child.on('close', () => done()));
+  let log = '';
+  return new Promise((resolveReady, reject) => {
+    child.on('close', (code) => reject(new Error(`daemon exited ${code} before READY:\n${log}`)));
+    child.stderr.setEncoding('utf8').on('data', (d: string) => {
+      const wasReady = log.includes('"ready":true');
+      log += d;
+      if (wasReady || !log.includes('"ready":true')) return;
+      const wallMs = performance.now() - t0;
+      const ready = JSON.parse(log.split('\n').find((l) => l.includes('"ready":true'))!) as { adoptedRanks: number };
+      resolveReady({
+        wallMs,
+        peakRssBytes: peakRss(child.pid!),
+        readChars: readChars(child.pid!),
+        adoptedRanks: ready.adoptedRanks,
+        stop: async () => {
+          child.kill('SIGTERM');
+          await exited;
+          appendFileSync(join(out, 'daemon.jsonl'), log.trim().split('\n').map((l) => `${JSON.stringify({ run, which, ...(JSON.parse(l) as object) })}\n`).join(''));
+        },
+      });
+    });
+  });
+}
+
+spawnSync('cat', files, { stdio: ['ignore', 'ignore', 'inherit'] }); // hot page cache for both
+const rows: Array<{ loaded: Ready; adopted: Ready; attach: ReturnType<typeof attachInFreshProcess>; keeperRssBytes: number }> = [];
+for (let run = 1; run <= runs; run++) {
+  const socketDir = mkdtempSync(join(tmpdir(), 'wd-bench-restart-'));
+  const devices = Array.from({ length: tp }, (_, i) => `bench-restart-${process.pid}-${run}-${i}`).join(',');
+  const keeper = new KeeperClient(join(socketDir, 'keeper.sock'));
+  let keeperPid: number | undefined;
+  try {
+    const loaded = await startDaemon(run, 'loaded', socketDir, devices);
+    keeperPid = (await keeper.ping()).pid;
+    await loaded.stop();
+    const adopted = await startDaemon(run, 'adopted', socketDir, devices);
+    if (adopted.adoptedRanks !== tp) throw new Error(`run ${run}: the restart adopted ${adopted.adoptedRanks} of ${tp} ranks (daemon.jsonl says why)`);
+    const attach = attachInFreshProcess(socketDir, device);
+    const keeperRssBytes = peakRss(keeperPid!);
+    await adopted.stop();
+    const row = { loaded, adopted, attach, keeperRssBytes };
+    rows.push(row);
+    const strip = ({ stop: _, ...r }: Ready) => r;
+    appendFileSync(join(out, 'raw.jsonl'), `${JSON.stringify({ run, device, tp, model, bytes, loaded: strip(loaded), adopted: strip(adopted), attach, keeperRssBytes })}\n`);
+  } finally {
+    if (keeperPid !== undefined) spawnSync('kill', ['-TERM', String(keeperPid)]);
+    rmSync(socketDir, { recursive: true, force: true });
+  }
+}
+const summary = {
+  date: new Date().toISOString(),
+  device,
+  tp,
+  model,
+  bytes,
+  runs,
+  loadedReadyWallMsMedian: median(rows.map((r) => r.loaded.wallMs)),
+  adoptedReadyWallMsMedian: median(rows.map((r) => r.adopted.wallMs)),
+  loadedReadCharsMedian: median(rows.map((r) => r.loaded.readChars)),
+  adoptedReadCharsMedian: median(rows.map((r) => r.adopted.readChars)),
+  firstAttachMsMedian: median(rows.map((r) => r.attach.firstMs)),
+  secondAttachMsMedian: median(rows.map((r) => r.attach.secondMs)),
+  tensors: rows[0]?.attach.tensors,
+  daemonPeakRssBytesMax: Math.max(...rows.flatMap((r) => [r.loaded.peakRssBytes, r.adopted.peakRssBytes])),
+  keeperPeakRssBytesMax: Math.max(...rows.map((r) => r.keeperRssBytes)),
+};
+writeFileSync(join(out, 'summary.json'), `${JSON.stringify(summary, null, 1)}\n`);
+console.log(JSON.stringify(summary));
