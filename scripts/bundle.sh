@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `npm run bundle`: a self-contained tarball for GPU nodes that have no Node.js and no registry.
 #   bash scripts/bundle.sh [OUTPUT.tar.gz]
-# Holds a Node.js binary, dist/, build/Release/weightd.node, package.json, the production
+# Holds a Node.js binary, dist/, build/Release/weightd.node and weightd-keeper, package.json, the production
 # node_modules, examples/ and clients/, and bin/weightd, which runs dist/main.js with the bundled
 # node. Unpack anywhere and run weightd-<version>/bin/weightd (or link it into PATH).
 # The addon opens libcuda at run time, so one bundle serves GPU and CPU-only nodes; it needs
@@ -12,6 +12,7 @@ cd "$root"
 
 fail() { echo "bundle: $*" >&2; exit 1; }
 [ -f build/Release/weightd.node ] || fail "build/Release/weightd.node is missing: run npm run build first"
+[ -x build/Release/weightd-keeper ] || fail "build/Release/weightd-keeper is missing: run npm run build first"
 [ -f dist/main.js ] || fail "dist/main.js is missing: run npm run build first"
 [ -d node_modules ] || fail "node_modules is missing: run npm ci first"
 
@@ -27,7 +28,7 @@ mkdir -p "$dir/bin" "$dir/build/Release" "$dir/dist"
 
 # The daemon and its client library; compiled tests and benchmarks stay out.
 cp -R dist/src dist/main.js "$dir/dist/"
-cp build/Release/weightd.node "$dir/build/Release/"
+cp build/Release/weightd.node build/Release/weightd-keeper "$dir/build/Release/"
 cp package.json package-lock.json "$dir/"
 for extra in examples clients; do
   [ -d "$extra" ] && cp -R "$extra" "$dir/"

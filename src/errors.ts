@@ -8,6 +8,8 @@ export const NATIVE_ERROR_CODES = [
   'E_FILE_OPEN', 'E_FILE_READ', 'E_FILE_TRUNCATED', 'E_FILL_CANCELLED', 'E_FILL_RUNNING', 'E_INTERNAL',
   'E_NOT_ALLOCATED', 'E_NOT_OPEN', 'E_NO_DEVICE', 'E_NO_FILL', 'E_OUT_OF_MEMORY', 'E_OUT_OF_RANGE',
   'E_PEERCRED', 'E_SHM_CREATE', 'E_SHM_MAP', 'E_SHM_OPEN', 'E_THREAD_CREATE',
+  // native/unix_fds.cpp: descriptor passing
+  'E_CONNECT', 'E_FD_CLOSE', 'E_FD_RECV', 'E_FD_SEND', 'E_FD_TIMEOUT', 'E_FRAME_TOO_LARGE', 'E_PEER_CLOSED', 'E_PEER_UID',
 ] as const;
 
 export type NativeErrorCode = (typeof NATIVE_ERROR_CODES)[number];
@@ -16,9 +18,11 @@ export type NativeErrorCode = (typeof NATIVE_ERROR_CODES)[number];
 export type ErrorCode =
   | NativeErrorCode
   | 'E_ADDON_LOAD'
+  | 'E_BAD_MAGIC'
   | 'E_BAD_MANIFEST'
   | 'E_BAD_REPLY'
   | 'E_BAD_REQUEST'
+  | 'E_BAD_VERSION'
   | 'E_CKPT_CONFIG'
   | 'E_CKPT_DIR'
   | 'E_CKPT_DUPLICATE_TENSOR'
@@ -36,7 +40,6 @@ export type ErrorCode =
   | 'E_CKPT_NO_CONFIG'
   | 'E_CKPT_NO_WEIGHTS'
   | 'E_CKPT_UNLISTED_FILE'
-  | 'E_CONNECT'
   | 'E_DEVICE_COUNT'
   | 'E_DEVICE_LOCKED'
   | 'E_DISCONNECTED'
@@ -44,10 +47,13 @@ export type ErrorCode =
   | 'E_FILE_TOO_LARGE'
   | 'E_FRAME_JSON'
   | 'E_FRAME_MAGIC'
-  | 'E_FRAME_TOO_LARGE'
   | 'E_FRAME_VERSION'
   | 'E_ILLEGAL_TRANSITION'
   | 'E_INSPECT_BIND'
+  | 'E_KEEPER_FDS'
+  | 'E_KEEPER_NOT_FOUND'
+  | 'E_KEEPER_REPLY'
+  | 'E_KEEPER_START'
   | 'E_LAYOUT_ARCHITECTURE'
   | 'E_LAYOUT_INCOMPLETE'
   | 'E_LAYOUT_MEMBER_SHAPE'
@@ -59,7 +65,9 @@ export type ErrorCode =
   | 'E_LOCK'
   | 'E_LOCK_CORRUPT'
   | 'E_NODE_MANIFEST'
+  | 'E_NOT_KEPT'
   | 'E_NO_CUDA'
+  | 'E_NO_FDS'
   | 'E_NO_SOCKET'
   | 'E_PEER'
   | 'E_PLAN_BAD_REGEX'
@@ -136,9 +144,12 @@ export type ErrorCode =
   | 'E_ST_WRITE_NAME'
   | 'E_ST_WRITE_SIZE'
   | 'E_TIMEOUT'
+  | 'E_TOO_MANY_FDS'
+  | 'E_UNEXPECTED_FDS'
   | 'E_UNKNOWN_COMMAND'
   | 'E_UNKNOWN_DTYPE'
   | 'E_UNKNOWN_LAYOUT'
+  | 'E_UNKNOWN_OP'
   | 'E_USAGE';
 
 /**
@@ -184,6 +195,9 @@ export class ProtocolError extends WeightdError {}
 /** Socket directory, lock or peer-credential problems while serving. */
 export class ServeError extends WeightdError {}
 
+/** The keeper (weightd-keeper, docs/keeper.md) refused a request, or could not be started. */
+export class KeeperError extends WeightdError {}
+
 /** Errors crossing a worker-thread boundary arrive as plain data; this restores the class. */
 export interface SerializedError {
   name: string;
@@ -194,7 +208,7 @@ export interface SerializedError {
 }
 
 const classes: Record<string, new (code: ErrorCode, message: string, details?: Record<string, unknown>) => WeightdError> = {
-  UsageError, CheckpointError, ShardingError, DeviceError, RankFailedError, RendezvousError, ProtocolError, ServeError,
+  UsageError, CheckpointError, ShardingError, DeviceError, RankFailedError, RendezvousError, ProtocolError, ServeError, KeeperError,
 };
 
 /** The string `code` a Node or addon error carries, if any. */

@@ -47,6 +47,10 @@ async function main(argv: string[]): Promise<number> {
       process.stdout.write(await printFingerprints(cli.request));
       return 0;
     }
+    if (cli.command === 'keeper') {
+      const { runKeeper } = await import('./cli/runKeeper.js');
+      return await runKeeper(cli.args);
+    }
     // CUDA's start-up (the driver, each local GPU's context) runs while the daemon's modules
     // load and it plans; the ranks find it done. Bad flags are for startNode to report.
     if (cli.options.device !== 'host') {

@@ -1,7 +1,7 @@
 // Command-line flags, named as the inference engines name them so one set of values can feed
 // both. Parsing only: validation is resolveNodeOptions', shared with the programmatic API.
 // The default command runs the daemon; `weightd statechart` prints the supervisor's chart and
-// `weightd fingerprint` the fingerprints a client should expect.
+// `weightd fingerprint` the fingerprints a client should expect; `weightd keeper` runs the keeper.
 import { Command, CommanderError, Option } from 'commander';
 import { UsageError } from '../errors.js';
 import { VERSION } from '../version.js';
@@ -38,6 +38,7 @@ Examples:
   weightd fingerprint --model ./llama-3-8b -tp 2      what a client should expect
   weightd statechart > supervisor.mmd                 the supervisor's state chart
   weightd statechart --machine coordinator           node 0's rendezvous coordinator
+  weightd keeper --socket /run/weightd/keeper.sock    the keeper that holds memory across restarts (docs/keeper.md)
 
 Exit codes:
   0  stopped by SIGTERM, SIGINT, SIGHUP or SIGQUIT (after a clean stop)
@@ -84,6 +85,8 @@ export type CliCommand =
   | { command: 'run'; options: NodeOptions }
   | { command: 'statechart'; format: ChartFormat; machine: DrawnMachine }
   | { command: 'fingerprint'; request: FingerprintRequest }
+  /** Runs weightd-keeper with these arguments (its own flags, checked by it). */
+  | { command: 'keeper'; args: string[] }
   /** --help or --version: print `text` and exit 0. */
   | { command: 'print'; text: string };
 
@@ -130,6 +133,14 @@ export function buildProgram(): Command {
     .option('--tensor-parallel-size <n>', 'tensor-parallel size (also -tp <n>)', '1')
     .option('--plan-file <file>', 'JSON sharding plan, as given to the daemon')
     .helpOption('-h, --help', 'show this help');
+  program
+    .command('keeper')
+    .description('run weightd-keeper, the process that holds the memory\'s descriptors while daemons come and go (docs/keeper.md)')
+    .requiredOption('--socket <path>', 'its Unix socket (the directory must be yours and not group/other-writable)')
+    .option('--adopt-within <seconds>', 'free a record this long after its owner exits, unless a daemon takes it', '600')
+    .option('--exit-when-empty', 'exit once it holds nothing and nobody is connected')
+    .addOption(new Option('--log-level <level>', 'log level').choices(['debug', 'info', 'warn', 'error']).default('info'))
+    .helpOption('-h, --help', 'show this help');
   return program;
 }
 
@@ -157,6 +168,10 @@ export function parseCommand(argv: string[], env: NodeJS.ProcessEnv = process.en
   });
   sub('fingerprint').action((o: Record<string, string | undefined>) => {
     result = { command: 'fingerprint', request: { model: o.model ?? '', tensorParallelSize: num(o.tensorParallelSize), planFile: o.planFile } };
+  });
+  sub('keeper').action((o: { socket: string; adoptWithin: string; exitWhenEmpty?: boolean; logLevel: string }) => {
+    const args = ['--socket', o.socket, '--adopt-within', o.adoptWithin, '--log-level', o.logLevel];
+    result = { command: 'keeper', args: o.exitWhenEmpty ? [...args, '--exit-when-empty'] : args };
   });
   try {
     program.parse(expandShortFlags(argv), { from: 'user' });

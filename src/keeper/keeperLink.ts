@@ -3,10 +3,13 @@
 // and have every loaded rank keep its segments there again. The daemon holds every segment's
 // descriptor itself while it runs, so a keeper's death loses nothing until the daemon dies too;
 // what is lost meanwhile is only the survival of a daemon crash, and status says so.
+import { closeSync, openSync } from 'node:fs';
 import type { Socket } from 'node:net';
+import { dirname, join } from 'node:path';
 import type { Logger } from '../log.js';
 import type { KeeperStatus } from '../nodeStatus.js';
 import { KeeperClient, startKeeper } from './keeperClient.js';
+import { KEEPER_LOG_NAME } from './keeperSocketPath.js';
 
 export interface KeeperLinkOptions {
   mode: 'spawn' | 'external';
@@ -94,9 +97,17 @@ export class KeeperLink {
     } catch (err) {
       if (this.#o.mode !== 'spawn') throw err;
     }
-    const started = await startKeeper({ socket: this.#o.socket, adoptWithinS: this.#o.adoptWithinS });
-    this.#o.log.info({ keeper: this.#o.socket, pid: started.pid, adoptWithinS: this.#o.adoptWithinS }, 'started a keeper');
-    return started.pid;
+    // Its log goes to a file beside its socket: inheriting the daemon's stderr would hold the
+    // daemon's pipe open (a supervisor's, a test's) long after the daemon is gone.
+    const logFile = join(dirname(this.#o.socket), KEEPER_LOG_NAME);
+    const stderr = openSync(logFile, 'a', 0o600);
+    try {
+      const started = await startKeeper({ socket: this.#o.socket, adoptWithinS: this.#o.adoptWithinS, stderr });
+      if (started.spawned) this.#o.log.info({ keeper: this.#o.socket, pid: started.ping.pid, adoptWithinS: this.#o.adoptWithinS, log: logFile }, 'started a keeper');
+      return started.ping.pid;
+    } finally {
+      closeSync(stderr);
+    }
   }
 
   #lost(): void {

@@ -4,6 +4,8 @@ import { join } from 'node:path';
 import type { NodeConfig } from '../nodeOptions.js';
 
 export const KEEPER_SOCKET_NAME = 'keeper.sock';
+/** A keeper the daemon spawns writes its log lines here, beside its socket. */
+export const KEEPER_LOG_NAME = 'keeper.log';
 
 export function keeperSocketPath(config: Pick<NodeConfig, 'keeper'>, socketDir: string): string {
   return config.keeper.socket ?? join(socketDir, KEEPER_SOCKET_NAME);

@@ -6,6 +6,7 @@
 import type { Post } from '../actors/rankPhases.js';
 import type { RankKeeping, RankWorkerData } from '../actors/rankMessages.js';
 import type { RankSource } from '../nodeStatus.js';
+import { errorCode } from '../errors.js';
 import { addon, type SegmentExport } from '../native/addon.js';
 import type { DeviceHandle } from '../native/deviceHandle.js';
 import { KeeperClient } from './keeperClient.js';
@@ -53,15 +54,16 @@ export async function adoptKept(device: DeviceHandle, data: RankWorkerData, keep
   try {
     taken = await keeper.take(uuid, fingerprint);
   } catch (err) {
-    log('warn', `the keeper did not answer (${why(err)}): loading from the checkpoint`);
-    return undefined;
-  }
-  if (!taken.found) {
-    if (taken.keptFingerprints.length > 0) {
-      // One daemon per device: what the keeper holds for it under another fingerprint is a
-      // checkpoint nobody will adopt here, and its memory is what this load needs.
+    if (errorCode(err) !== 'E_NOT_KEPT') {
+      log('warn', `the keeper did not answer (${why(err)}): loading from the checkpoint`);
+      return undefined;
+    }
+    // One daemon per device: what the keeper holds for it under another fingerprint is a
+    // checkpoint nobody will adopt here, and its memory is what this load needs.
+    const others = (await keeper.list().catch(() => [])).filter((r) => r.device === uuid).map((r) => r.fingerprint);
+    if (others.length > 0) {
       const dropped = await keeper.drop(uuid, '').catch(() => 0);
-      log('info', 'the keeper held this device\'s shard of another checkpoint: dropped it before loading', { dropped, kept: taken.keptFingerprints });
+      log('info', "the keeper held this device's shard of another checkpoint: dropped it before loading", { dropped, kept: others });
     }
     return undefined;
   }

@@ -10,8 +10,7 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { parse } from 'yaml';
 import { parseCommand } from '../../src/cli/parseArgs.js';
-import { KeeperClient } from '../../src/keeper/keeperClient.js';
-import { keeperBinary } from '../../src/keeper/keeperClient.js';
+import { KeeperClient, keeperBinaryPath } from '../../src/keeper/keeperClient.js';
 import { repoRoot } from '../helpers/paths.js';
 
 const units = ['weightd-keeper.service', 'weightd.service'];
@@ -73,7 +72,7 @@ test("the keeper runs with the unit's own flags, answers, and ends cleanly on SI
   const args = execStart(unitText('weightd-keeper.service')).slice(1);
   const socket = join(dir, 'keeper.sock');
   args[args.indexOf('--socket') + 1] = socket;
-  const child = spawn(keeperBinary(), args, { stdio: ['ignore', 'ignore', 'pipe'] });
+  const child = spawn(keeperBinaryPath, args, { stdio: ['ignore', 'ignore', 'pipe'] });
   try {
     const client = new KeeperClient(socket);
     const end = Date.now() + 20_000;

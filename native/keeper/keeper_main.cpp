@@ -1,0 +1,278 @@
+// weightd-keeper: holds the descriptors of weightd's memory (and the daemon's record of what
+// they hold) so that the daemon can crash, restart or be upgraded without losing the memory.
+// No CUDA, no network, no Node: one poll() loop over a Unix socket (docs/keeper.md).
+//   weightd-keeper --socket PATH [--adopt-within SECONDS] [--exit-when-empty] [--log-level LEVEL]
+// Exit codes: 0 stopped (SIGTERM/SIGINT, or empty with --exit-when-empty), 1 an unexpected
+// failure, 2 bad usage or socket setup, 3 another keeper already serves PATH.
+#include <poll.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "keeper_connection.h"
+#include "keeper_log.h"
+#include "keeper_requests.h"
+#include "keeper_socket.h"
+#include "keeper_store.h"
+#include "keeper_wire.h"
+
+namespace weightd::keeper {
+namespace {
+
+constexpr size_t kMaxConnections = 256;
+
+struct Options {
+  std::string socket;
+  std::chrono::milliseconds adoptWithin{600'000};
+  bool exitWhenEmpty = false;
+  Level level = Level::Info;
+};
+
+const char* const kUsage =
+    "usage: weightd-keeper --socket PATH [--adopt-within SECONDS] [--exit-when-empty] [--log-level debug|info|warn|error]\n"
+    "  --socket PATH          the Unix socket to serve (its directory must be yours and not group/other-writable)\n"
+    "  --adopt-within SECONDS free a record this long after its owner exits, unless taken (default 600)\n"
+    "  --exit-when-empty      exit once no record is held and no client is connected (a keeper the daemon spawned)\n";
+
+Options parseOptions(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto value = [&](const char* flag) -> std::string {
+      if (i + 1 >= argc) throw SetupError(kExitSetup, std::string(flag) + " needs a value\n" + kUsage);
+      return argv[++i];
+    };
+    if (a == "--socket") {
+      o.socket = value("--socket");
+    } else if (a == "--adopt-within") {
+      std::string v = value("--adopt-within");
+      char* end = nullptr;
+      double s = std::strtod(v.c_str(), &end);
+      if (v.empty() || *end != '\0' || !std::isfinite(s) || s < 0 || s > 1e9) {
+        throw SetupError(kExitSetup, "--adopt-within " + v + " is not a number of seconds (0 to 1e9, e.g. 600 or 0.5)");
+      }
+      o.adoptWithin = std::chrono::milliseconds(static_cast<int64_t>(std::llround(s * 1000)));
+    } else if (a == "--exit-when-empty") {
+      o.exitWhenEmpty = true;
+    } else if (a == "--log-level") {
+      std::string v = value("--log-level");
+      if (!parseLevel(v, o.level)) throw SetupError(kExitSetup, "--log-level " + v + " is not one of debug, info, warn, error");
+    } else if (a == "--help" || a == "-h") {
+      std::fputs(kUsage, stdout);
+      std::exit(0);
+    } else {
+      throw SetupError(kExitSetup, "unknown argument " + a + "\n" + kUsage);
+    }
+  }
+  if (o.socket.empty()) throw SetupError(kExitSetup, std::string("--socket PATH is required\n") + kUsage);
+  return o;
+}
+
+// A keeper holds up to 4096 fds per record: the soft limit (often 1024) goes up to the hard one.
+void raiseFdLimit() {
+  rlimit rl{};
+  if (::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &rl);
+  }
+}
+
+int signalFd() {
+  sigset_t mask;
+  sigemptyset(&mask);
+  sigaddset(&mask, SIGTERM);
+  sigaddset(&mask, SIGINT);
+  ::sigprocmask(SIG_BLOCK, &mask, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);
+  int fd = ::signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
+  if (fd < 0) throw SetupError(1, std::string("signalfd failed: ") + std::strerror(errno));
+  return fd;
+}
+
+class Keeper {
+ public:
+  Keeper(Options options, Listener listener, int sigFd)
+      : options_(std::move(options)), listener_(listener), sigFd_(sigFd), store_(options_.adoptWithin), info_{::getpid(), Clock::now()} {}
+
+  ~Keeper() {
+    connections_.clear();
+    ::close(listener_.fd);
+    removeSocket(options_.socket, listener_);
+    ::close(sigFd_);
+  }
+
+  // Returns the exit code.
+  int run() {
+    log(Level::Info, "keeper serving", {{"socket", options_.socket}, {"pid", static_cast<int>(info_.pid)},
+                                        {"adoptWithinMs", static_cast<long long>(options_.adoptWithin.count())},
+                                        {"exitWhenEmpty", options_.exitWhenEmpty ? "yes" : "no"}});
+    for (;;) {
+      std::vector<pollfd> fds;
+      fds.push_back({sigFd_, POLLIN, 0});
+      fds.push_back({listener_.fd, static_cast<short>(connections_.size() < kMaxConnections ? POLLIN : 0), 0});
+      for (const auto& c : connections_) fds.push_back({c->fd(), c->events(), 0});
+      std::vector<std::pair<pid_t, int>> owners = store_.ownerPidfds();
+      for (const auto& [pid, fd] : owners) fds.push_back({fd, POLLIN, 0});
+
+      if (::poll(fds.data(), fds.size(), timeoutMs()) < 0 && errno != EINTR) {
+        log(Level::Error, "poll failed", {{"error", std::strerror(errno)}});
+        return 1;
+      }
+      if (fds[0].revents) {
+        signalfd_siginfo si{};
+        ssize_t got = ::read(sigFd_, &si, sizeof si);
+        int sig = got == static_cast<ssize_t>(sizeof si) ? static_cast<int>(si.ssi_signo) : 0;
+        log(Level::Info, "stopping on a signal: every kept record is freed", {{"signal", sig}, {"records", static_cast<long long>(store_.records().size())}});
+        return 0;
+      }
+      if (fds[1].revents) acceptAll();
+      for (size_t i = 0; i < connections_.size(); ++i) {
+        short ev = fds[2 + i].revents;
+        if (ev) serve(*connections_[i], ev);
+      }
+      for (size_t i = 0; i < owners.size(); ++i) {
+        if (fds[2 + connections_.size() + i].revents) logEvents(store_.ownerExited(owners[i].first));
+      }
+      logEvents(store_.tick());
+      reapConnections();
+      if (emptyAndDone()) {
+        log(Level::Info, "no record held and no client connected: exiting (--exit-when-empty)");
+        return 0;
+      }
+    }
+  }
+
+ private:
+  int timeoutMs() const {
+    int t = store_.pollTimeoutMs();
+    if (options_.exitWhenEmpty && !armed_) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(info_.started + options_.adoptWithin - Clock::now()).count() + 1;
+      int armIn = left < 0 ? 0 : static_cast<int>(std::min<int64_t>(left, 1 << 30));
+      t = t < 0 ? armIn : std::min(t, armIn);
+    }
+    return t;
+  }
+
+  // Armed by the first KEEP or WATCH (a spawning daemon's PING comes before its WATCH), or once
+  // adopt-within has passed without either, so a keeper nobody used does not stay forever.
+  bool emptyAndDone() {
+    if (!options_.exitWhenEmpty) return false;
+    if (!armed_ && Clock::now() >= info_.started + options_.adoptWithin) armed_ = true;
+    return armed_ && store_.records().empty() && connections_.empty();
+  }
+
+  void acceptAll() {
+    for (;;) {
+      int fd = ::accept4(listener_.fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (fd < 0) {
+        if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED) {
+          log(Level::Warn, "accept failed", {{"error", std::strerror(errno)}});
+        }
+        if (errno == EINTR || errno == ECONNABORTED) continue;
+        return;
+      }
+      ucred cred{};
+      socklen_t len = sizeof cred;
+      if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 || cred.uid != ::geteuid()) {
+        log(Level::Warn, "refused a client of another uid: the keeper serves only its own user",
+            {{"peerUid", static_cast<long long>(cred.uid)}, {"peerPid", static_cast<int>(cred.pid)}, {"uid", static_cast<long long>(::geteuid())}});
+        ::close(fd);
+        continue;
+      }
+      if (connections_.size() >= kMaxConnections) {
+        log(Level::Warn, "refused a client: too many connections", {{"peerPid", static_cast<int>(cred.pid)}, {"limit", static_cast<int>(kMaxConnections)}});
+        ::close(fd);
+        continue;
+      }
+      log(Level::Debug, "client connected", {{"peerPid", static_cast<int>(cred.pid)}});
+      connections_.push_back(std::make_unique<Connection>(fd, cred.pid));
+    }
+  }
+
+  void serve(Connection& c, short revents) {
+    if (revents & POLLOUT) c.flush();
+    if (!(revents & (POLLIN | POLLHUP | POLLERR)) || c.finished()) return;
+    try {
+      std::optional<Request> request = c.read();
+      if (!request) return;
+      if (c.watching) {
+        log(Level::Warn, "a WATCH connection sent another request: closing it", {{"peerPid", static_cast<int>(c.peerPid())}});
+        closeAll(request->fds);
+        c.closeNow();
+        return;
+      }
+      Reply reply = handleRequest(store_, info_, c, std::move(*request));
+      if (c.watching || !reply.logMsg.empty()) armed_ = armed_ || c.watching || reply.logMsg == "kept";
+      if (!reply.logMsg.empty()) {
+        log(Level::Info, reply.logMsg, {{"device", reply.device}, {"fingerprint", reply.fingerprint}, {"peerPid", static_cast<int>(c.peerPid())},
+                                        {"fds", static_cast<unsigned long>(reply.fds.size())}});
+      }
+      if (!reply.frame.empty()) c.send(std::move(reply.frame), std::move(reply.fds));
+    } catch (const KeeperError& e) {
+      log(Level::Warn, "bad request: replied with an error and closed the connection", {{"code", e.code()}, {"error", e.what()}, {"peerPid", static_cast<int>(c.peerPid())}});
+      c.send(errorFrame(e.code(), e.what()));
+      c.closeAfterReply();
+    } catch (const std::exception& e) {
+      log(Level::Error, "request failed", {{"error", e.what()}, {"peerPid", static_cast<int>(c.peerPid())}});
+      c.send(errorFrame("E_INTERNAL", std::string("the keeper failed: ") + e.what()));
+      c.closeAfterReply();
+    }
+  }
+
+  void reapConnections() {
+    for (auto it = connections_.begin(); it != connections_.end();) {
+      Connection& c = **it;
+      if (!c.finished()) {
+        ++it;
+        continue;
+      }
+      if (c.gone() && c.midFrame()) log(Level::Warn, "client went away mid-request: its partial request is dropped", {{"peerPid", static_cast<int>(c.peerPid())}});
+      log(Level::Debug, c.watching ? "watcher disconnected" : "client disconnected", {{"peerPid", static_cast<int>(c.peerPid())}});
+      it = connections_.erase(it);
+    }
+  }
+
+  void logEvents(const std::vector<StoreEvent>& events) {
+    for (const StoreEvent& e : events) log(Level::Info, e.msg, {{"device", e.device}, {"fingerprint", e.fingerprint}, {"ownerPid", static_cast<int>(e.pid)}});
+  }
+
+  Options options_;
+  Listener listener_;
+  int sigFd_;
+  Store store_;
+  KeeperInfo info_;
+  std::vector<std::unique_ptr<Connection>> connections_;
+  bool armed_ = false;
+};
+
+}  // namespace
+}  // namespace weightd::keeper
+
+int main(int argc, char** argv) {
+  using namespace weightd::keeper;
+  try {
+    Options options = parseOptions(argc, argv);
+    setLogLevel(options.level);
+    raiseFdLimit();
+    int sigFd = signalFd();
+    Listener listener = listenOn(options.socket);
+    return Keeper(std::move(options), listener, sigFd).run();
+  } catch (const SetupError& e) {
+    std::fprintf(stderr, "weightd-keeper: %s\n", e.what());
+    return e.exitCode();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "weightd-keeper: %s\n", e.what());
+    return 1;
+  }
+}

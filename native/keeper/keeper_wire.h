@@ -1,0 +1,72 @@
+// The keeper's wire format (docs/keeper.md): frames "WGTK" + u16 BE version + u32 BE payload
+// length + payload; integers big-endian, strings u16 length + UTF-8, blobs u32 length + bytes.
+// Every decoding failure is a KeeperError whose code goes back to the client.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace weightd::keeper {
+
+constexpr uint16_t kProtocolVersion = 1;
+constexpr size_t kHeaderBytes = 10;
+constexpr uint32_t kMaxRequestBytes = 1 << 20;
+constexpr size_t kMaxRecordFds = 4096;
+// SCM_MAX_FD is 253: fds leave in batches of this many, each on its own sendmsg piece.
+constexpr size_t kFdsPerBatch = 250;
+
+enum class Op : uint8_t { Keep = 1, Take = 2, Drop = 3, List = 4, Ping = 5, Watch = 6 };
+
+class KeeperError : public std::runtime_error {
+ public:
+  KeeperError(std::string code, const std::string& message) : std::runtime_error(message), code_(std::move(code)) {}
+  const std::string& code() const { return code_; }
+
+ private:
+  std::string code_;
+};
+
+// Checks a frame header: magic, version, and a payload length within kMaxRequestBytes.
+uint32_t payloadLength(const uint8_t* header);
+
+// Bounds-checked reads of a request payload; a short payload is E_BAD_REQUEST naming the field.
+class Reader {
+ public:
+  Reader(const uint8_t* data, size_t size) : data_(data), size_(size) {}
+  uint8_t u8(const char* what);
+  uint16_t u16(const char* what);
+  uint32_t u32(const char* what);
+  std::string str(const char* what);
+  std::string blob(const char* what);
+  // A request with bytes past its last field is malformed too.
+  void end();
+
+ private:
+  const uint8_t* take(size_t n, const char* what);
+  const uint8_t* data_;
+  size_t size_;
+  size_t pos_ = 0;
+};
+
+class Writer {
+ public:
+  Writer& u8(uint8_t v);
+  Writer& u16(uint16_t v);
+  Writer& u32(uint32_t v);
+  Writer& u64(uint64_t v);
+  Writer& str(const std::string& s);
+  Writer& blob(const std::string& b);
+  // The payload written so far, framed.
+  std::vector<uint8_t> frame() const;
+
+ private:
+  std::vector<uint8_t> payload_;
+};
+
+// status 0 + nothing else yet: the ok reply a handler appends its body to.
+Writer okReply();
+std::vector<uint8_t> errorFrame(const std::string& code, const std::string& message);
+
+}  // namespace weightd::keeper

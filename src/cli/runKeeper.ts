@@ -1,0 +1,24 @@
+// `weightd keeper ...`: runs weightd-keeper in the foreground, as a unit or a container runs it.
+// Node cannot exec(), so the keeper is a child that gets this process's stdio and the stop
+// signals, and its exit code becomes weightd's (its own: 2 bad flags, 3 a keeper already serves).
+import { spawn } from 'node:child_process';
+import { constants } from 'node:os';
+import { KeeperError } from '../errors.js';
+import { keeperBinaryPath } from '../keeper/keeperClient.js';
+
+const FORWARDED = ['SIGTERM', 'SIGINT', 'SIGHUP', 'SIGQUIT'] as const;
+
+export function runKeeper(args: string[]): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(keeperBinaryPath, args, { stdio: 'inherit' });
+    const forward = (signal: NodeJS.Signals) => child.kill(signal);
+    for (const s of FORWARDED) process.on(s, forward);
+    child.once('error', (err) =>
+      reject(new KeeperError('E_KEEPER_NOT_FOUND', `cannot run ${keeperBinaryPath}: ${err.message}; build it with "npm run build:native"`, { binary: keeperBinaryPath }, { cause: err })),
+    );
+    child.once('exit', (code, signal) => {
+      for (const s of FORWARDED) process.off(s, forward);
+      resolve(code ?? 128 + (signal ? constants.signals[signal] : 0));
+    });
+  });
+}
