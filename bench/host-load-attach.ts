@@ -83,7 +83,7 @@ function sequentialRead(): number {
 
 async function fill(tp: number) {
   const t0 = performance.now();
-  const node = await startNode({ model: dir, tensorParallelSize: tp, device: 'host', socketDir, shmDir, logger: pino({ level: 'silent' }) });
+  const node = await startNode({ model: dir, tensorParallelSize: tp, device: 'host', socketDir, logger: pino({ level: 'silent' }) });
   const status = await node.ready;
   // Start to READY: planning, allocation (with its page population) and the fill.
   const seconds = (performance.now() - t0) / 1000;

@@ -8,7 +8,6 @@ export interface RankWorkerData {
   localRank: number;
   globalRank: number;
   device: DeviceSlot;
-  shmDir: string;
   plan: RankPlan;
   fill: FillOptions;
 }
