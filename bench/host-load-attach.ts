@@ -17,7 +17,6 @@ const gib = Number(process.argv[2] ?? 1);
 const keepDir = process.env.WEIGHTD_BENCH_DIR;
 const dir = keepDir ?? mkdtempSync(join(tmpdir(), 'weightd-bench-'));
 const socketDir = mkdtempSync(join(tmpdir(), 'weightd-bench-sock-'));
-const shmDir = mkdtempSync('/dev/shm/weightd-bench-');
 
 /** A Llama-shaped checkpoint (hidden 2048) with as many layers as fit in `gib`, random bf16. */
 async function makeCheckpoint(): Promise<number> {
@@ -133,5 +132,5 @@ try {
     attachSpeedupVsDisk: +((readS * 1000) / attachMs).toFixed(1),
   }));
 } finally {
-  for (const d of keepDir ? [socketDir, shmDir] : [dir, socketDir, shmDir]) rmSync(d, { recursive: true, force: true });
+  for (const d of keepDir ? [socketDir] : [dir, socketDir]) rmSync(d, { recursive: true, force: true });
 }
