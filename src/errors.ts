@@ -8,6 +8,8 @@ export const NATIVE_ERROR_CODES = [
   'E_FILE_OPEN', 'E_FILE_READ', 'E_FILE_TRUNCATED', 'E_FILL_CANCELLED', 'E_FILL_RUNNING', 'E_INTERNAL',
   'E_NOT_ALLOCATED', 'E_NOT_OPEN', 'E_NO_DEVICE', 'E_NO_FILL', 'E_OUT_OF_MEMORY', 'E_OUT_OF_RANGE',
   'E_PEERCRED', 'E_SEALED', 'E_SHM_CREATE', 'E_SHM_MAP', 'E_SHM_OPEN', 'E_SHM_SEAL', 'E_THREAD_CREATE', 'E_UNSUPPORTED',
+  // native/unix_fds.cpp: descriptor passing
+  'E_CONNECT', 'E_FD_CLOSE', 'E_FD_RECV', 'E_FD_SEND', 'E_FD_TIMEOUT', 'E_FRAME_TOO_LARGE', 'E_PEER_CLOSED', 'E_PEER_UID',
 ] as const;
 
 export type NativeErrorCode = (typeof NATIVE_ERROR_CODES)[number];
@@ -36,7 +38,6 @@ export type ErrorCode =
   | 'E_CKPT_NO_CONFIG'
   | 'E_CKPT_NO_WEIGHTS'
   | 'E_CKPT_UNLISTED_FILE'
-  | 'E_CONNECT'
   | 'E_DEVICE_COUNT'
   | 'E_DEVICE_LOCKED'
   | 'E_DISCONNECTED'
@@ -44,7 +45,6 @@ export type ErrorCode =
   | 'E_FILE_TOO_LARGE'
   | 'E_FRAME_JSON'
   | 'E_FRAME_MAGIC'
-  | 'E_FRAME_TOO_LARGE'
   | 'E_FRAME_VERSION'
   | 'E_ILLEGAL_TRANSITION'
   | 'E_INSPECT_BIND'

@@ -135,12 +135,37 @@ export interface CudaIpcMapping {
   bytes: number;
 }
 
+/** One reply frame read by unixRequest, and the descriptors that came with it (the caller's to close). */
+export interface UnixReply {
+  /** The whole frame, header included. */
+  frame: Buffer;
+  /** Received with MSG_CMSG_CLOEXEC, in the order they were sent. */
+  fds: number[];
+}
+
 export interface Addon {
   Device: new (backend: Backend, index: number, options: NativeDeviceOptions) => NativeDevice;
   peerCredentials(fd: number): PeerCredentials;
   /** Maps a received host segment (a memfd sealed against write, shrink and grow, else E_SHM_OPEN) read-only; the caller still closes `fd`. */
   mapShared(fd: number, bytes: number): ArrayBuffer;
   unmapShared(buffer: ArrayBuffer): void;
+  /**
+   * native/unix_fds.h: sends every byte of `frame` on a connected AF_UNIX stream socket (which
+   * may be non-blocking) with `fds` as SCM_RIGHTS, in batches of 250, within timeoutMs. The caller
+   * keeps its fds. A net.Socket's fd is written only once its own queue is empty
+   * (socket.writableLength === 0), so bytes never interleave. E_FD_SEND, E_FD_TIMEOUT.
+   */
+  sendWithFds(socketFd: number, frame: Buffer, fds: number[], timeoutMs: number): Promise<void>;
+  /**
+   * Connects to `path` (a server of another uid is refused, E_PEER_UID), sends `frame` and `fds`
+   * as sendWithFds does, and reads one reply frame (10-byte header: magic, u16 BE version, u32 BE
+   * payload length; the magic is the caller's to check) of at most maxReplyBytes, header included.
+   * On failure every received fd is closed. E_CONNECT, E_PEER_UID, E_FD_SEND, E_FD_TIMEOUT,
+   * E_FD_RECV, E_FRAME_TOO_LARGE, E_PEER_CLOSED.
+   */
+  unixRequest(path: string, frame: Buffer, fds: number[], timeoutMs: number, maxReplyBytes: number): Promise<UnixReply>;
+  /** Closes a descriptor this process received; E_FD_CLOSE when it is not open. */
+  closeFd(fd: number): void;
   /** What CUDA offers this process (runs cuInit); never rejects for a missing driver or GPU. */
   cudaProbe(): Promise<CudaProbe>;
   /** native/cuda_warmup.h on a libuv thread: cuInit, then GPUs 0..devices-1's primary contexts; never rejects. */
