@@ -60,6 +60,8 @@ export type ErrorCode =
   | 'E_LOCK_CORRUPT'
   | 'E_NODE_MANIFEST'
   | 'E_NO_CUDA'
+  | 'E_NO_FDS'
+  | 'E_NO_LEASE'
   | 'E_NO_SOCKET'
   | 'E_PEER'
   | 'E_PLAN_BAD_REGEX'
