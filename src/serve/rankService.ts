@@ -123,8 +123,9 @@ export class RankService {
    */
   release(): Promise<void> {
     this.#step({ type: 'RELEASE_ALLOWED' });
-    const sendsSettled = this.#fdSends === 0 ? Promise.resolve() : new Promise<void>((resolve) => (this.#fdSendsSettled = resolve));
-    this.#releaseDone = sendsSettled.then(() => this.#freeMemory()).then(
+    // At once when no descriptor is on its way: a release that waits on nothing frees now.
+    const freed = this.#fdSends === 0 ? this.#freeMemory() : new Promise<void>((resolve) => (this.#fdSendsSettled = resolve)).then(() => this.#freeMemory());
+    this.#releaseDone = freed.then(
       () => {
         this.#step({ type: 'MEMORY_FREED' });
         this.log.info({ globalRank: this.rank.globalRank }, 'rank released');
