@@ -1,5 +1,7 @@
 #include "cuda_device.h"
 
+#include <unistd.h>
+
 #include <cstdio>
 
 #include "cuda_copy_engine.h"
@@ -164,6 +166,11 @@ std::vector<SegmentExport> CudaDevice::exportSegments() {
     }
     return out;
   });
+}
+
+void CudaDevice::adopt(const std::vector<int>& fds, const std::vector<uint64_t>&) {
+  for (int fd : fds) ::close(fd);  // adopt owns them, failed or not
+  throw DeviceError("E_UNSUPPORTED", "adopt needs --cuda-handles fd: " + label() + " holds legacy IPC memory, which no descriptor can carry");
 }
 
 void CudaDevice::read(uint32_t segment, uint64_t offset, uint64_t length, void* dst) {

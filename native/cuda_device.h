@@ -22,6 +22,8 @@ class CudaDevice : public Device {
   void fill(const std::vector<std::string>& files, const std::vector<CopyOp>& ops,
             const std::vector<ZeroRange>& zeros, const FillOptions& options, FillControl& control) override;
   std::vector<SegmentExport> exportSegments() override;
+  // Not yet: legacy IPC memory cannot be passed as a descriptor (VMM, --cuda-handles fd, can).
+  void adopt(const std::vector<int>& fds, const std::vector<uint64_t>& segmentBytes) override;
   void read(uint32_t segment, uint64_t offset, uint64_t length, void* dst) override;
   // Frees the arena and drops this device's reference on the primary context.
   void free() override;

@@ -6,8 +6,8 @@
 namespace weightd {
 
 std::shared_ptr<Device> makeDevice(const std::string& backend, int index, const DeviceOptions& options) {
-  if (backend == "host") return std::make_shared<HostDevice>(index, options.uuid, options.shmDir);
-  // For cuda, a given uuid is the one the device must have (see CudaDevice); shmDir is unused.
+  if (backend == "host") return std::make_shared<HostDevice>(index, options.uuid);
+  // For cuda, a given uuid is the one the device must have (see CudaDevice).
   if (backend == "cuda") return std::make_shared<CudaDevice>(index, options.uuid);
   throw DeviceError("E_BAD_BACKEND", "unknown device backend '" + backend + "'; use 'host' or 'cuda'");
 }

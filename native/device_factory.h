@@ -6,8 +6,7 @@
 namespace weightd {
 
 struct DeviceOptions {
-  std::string uuid;    // host: the stable id to report
-  std::string shmDir;  // host: where segment files live
+  std::string uuid;  // host: the stable id to report
 };
 
 // The one place that knows which backends exist.

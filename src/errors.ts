@@ -3,11 +3,11 @@
 
 /** The codes the addon raises (native/*.cpp); test/native/nativeErrors.test.ts holds this list to the C++ source. */
 export const NATIVE_ERROR_CODES = [
-  'E_ALREADY_ALLOCATED', 'E_BAD_BACKEND', 'E_BAD_GROUP', 'E_BAD_HANDLE', 'E_BAD_PLAN', 'E_CLOSED', 'E_CUDA',
+  'E_ALREADY_ALLOCATED', 'E_BAD_BACKEND', 'E_BAD_GROUP', 'E_BAD_HANDLE', 'E_BAD_PLAN', 'E_BAD_SEGMENT_FD', 'E_CLOSED', 'E_CUDA',
   'E_CUDA_UNAVAILABLE', 'E_DEVICE_BUSY', 'E_DEVICE_MISMATCH', 'E_FILE_CHANGED', 'E_FILE_NOT_REGULAR',
   'E_FILE_OPEN', 'E_FILE_READ', 'E_FILE_TRUNCATED', 'E_FILL_CANCELLED', 'E_FILL_RUNNING', 'E_INTERNAL',
   'E_NOT_ALLOCATED', 'E_NOT_OPEN', 'E_NO_DEVICE', 'E_NO_FILL', 'E_OUT_OF_MEMORY', 'E_OUT_OF_RANGE',
-  'E_PEERCRED', 'E_SHM_CREATE', 'E_SHM_MAP', 'E_SHM_OPEN', 'E_THREAD_CREATE',
+  'E_PEERCRED', 'E_SEALED', 'E_SHM_CREATE', 'E_SHM_MAP', 'E_SHM_OPEN', 'E_SHM_SEAL', 'E_THREAD_CREATE', 'E_UNSUPPORTED',
   // native/unix_fds.cpp: descriptor passing
   'E_CONNECT', 'E_FD_CLOSE', 'E_FD_RECV', 'E_FD_SEND', 'E_FD_TIMEOUT', 'E_FRAME_TOO_LARGE', 'E_PEER_CLOSED', 'E_PEER_UID',
 ] as const;
@@ -68,6 +68,7 @@ export type ErrorCode =
   | 'E_NOT_KEPT'
   | 'E_NO_CUDA'
   | 'E_NO_FDS'
+  | 'E_NO_LEASE'
   | 'E_NO_SOCKET'
   | 'E_PEER'
   | 'E_PLAN_BAD_REGEX'

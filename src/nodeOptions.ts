@@ -43,8 +43,6 @@ export interface NodeOptions {
   planFile?: string;
   /** Layouts to serve besides `checkpoint` (always served): `vllm`. */
   layouts?: string[];
-  /** Host backend: directory of the shared-memory segment files (default /dev/shm). */
-  shmDir?: string;
   /** Copy engine tuning. */
   fill?: Omit<FillOptions, 'group'>;
   /**
@@ -80,7 +78,6 @@ export interface NodeConfig {
   device: DeviceChoice;
   planFile?: string;
   layouts: LayoutName[];
-  shmDir?: string;
   fill: FillOptions;
   keeper: { mode: KeeperMode; socket?: string; adoptWithinS: number };
   rendezvousTimeoutMs: number;
@@ -192,7 +189,6 @@ export async function resolveNodeOptions(o: NodeOptions): Promise<NodeConfig> {
     device,
     planFile: o.planFile === undefined ? undefined : resolve(o.planFile),
     layouts: checkLayouts(o.layouts),
-    shmDir: o.shmDir,
     fill: checkFill(o.fill ?? {}),
     keeper: checkKeeper(o.keeper ?? {}),
     rendezvousTimeoutMs,

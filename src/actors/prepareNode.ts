@@ -12,7 +12,6 @@ import { cachedShare, localDevices } from '../native/devices.js';
 import { nodeFillOptions } from '../native/fillPolicy.js';
 import { acquireDeviceLock, type DeviceLock } from '../serve/deviceLock.js';
 import { checkSocketPathLength, removeSocketDirIfCreated, resolveSocketDir, socketPathFor } from '../serve/socketDir.js';
-import { sweepStaleSegments } from '../native/sweepStaleSegments.js';
 import { keeperSocketPath } from '../keeper/keeperSocketPath.js';
 import { VERSION } from '../version.js';
 import type { RankKeeping } from './rankMessages.js';
@@ -28,7 +27,6 @@ export interface Prepared {
   devices: DeviceSlot[];
   /** How many devices of the backend this node sees (compared across nodes at rendezvous). */
   visibleDevices: number;
-  shmDir: string;
   /** The private directory of this node's sockets. */
   socketDir: string;
   /**
@@ -45,8 +43,7 @@ export interface Prepared {
 
 export const prepareNode = fromPromise<Prepared, PrepareInput>(async ({ input, signal }) => {
   const { config, log } = input;
-  const { devices, visible, shmDir } = await localDevices(config, log);
-  for (const removed of sweepStaleSegments(shmDir)) log.warn({ file: removed }, 'removed a shared-memory segment left by a daemon that no longer runs');
+  const { devices, visible } = await localDevices(config, log);
   const socketDir = resolveSocketDir(config.socketDir);
   const locks: DeviceLock[] = [];
   const unlockDevices = () => locks.forEach((l) => l.unlock());
@@ -71,7 +68,7 @@ export const prepareNode = fromPromise<Prepared, PrepareInput>(async ({ input, s
       else log.debug({ cachedShare: share }, `the page cache holds ${percent}% of the checkpoint: reading it through the cache`);
     }
     const keeper = config.keeper.mode === 'off' ? undefined : { socket: keeperSocketPath(config, socketDir), model: config.modelDir, writer: `weightd ${VERSION}` };
-    return { plan, devices, visibleDevices: visible, shmDir, socketDir, locks, fill, keeper };
+    return { plan, devices, visibleDevices: visible, socketDir, locks, fill, keeper };
   } catch (err) {
     unlockDevices();
     removeSocketDirIfCreated(socketDir);

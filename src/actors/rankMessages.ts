@@ -9,7 +9,6 @@ export interface RankWorkerData {
   localRank: number;
   globalRank: number;
   device: DeviceSlot;
-  shmDir: string;
   plan: RankPlan;
   fill: FillOptions;
   /** cuda: how segments are exported, legacy IPC handles (default) or VMM descriptors. */

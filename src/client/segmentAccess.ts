@@ -1,5 +1,6 @@
-// Opening a rank's segments in this process, per backend. host: each segment is a shared-memory
-// file, mapped read-only (the addon checks it belongs to this user). cuda: each segment is one
+// Opening a rank's segments in this process, per backend. host: each segment is a sealed memfd
+// received from the daemon (get_segment_fds), mapped read-only (the addon checks its seals and
+// size), its descriptor closed at once: the mapping keeps the pages. cuda: each segment is one
 // legacy CUDA IPC handle, opened once per segment, not per tensor, so attach time does not grow
 // with the tensor count. The addon is loaded here, on the first mapping, not when the client is
 // imported (src/native/addon.ts says why).
@@ -47,14 +48,22 @@ export interface OpenedHost {
   close(): void;
 }
 
-/** Maps every segment; `copy` copies each tensor out and unmaps before returning. */
-export function openHost(state: StateReply, copy: boolean): OpenedHost {
+/**
+ * Maps every segment from its descriptor in `fds` (segment number -> fd, from segmentFds) and
+ * closes every one of those descriptors, whatever happens; `copy` copies each tensor out and
+ * unmaps before returning.
+ */
+export function openHost(state: StateReply, copy: boolean, fds: Map<number, number>): OpenedHost {
   const buffers: ArrayBuffer[] = [];
   const close = () => {
     for (const b of buffers.splice(0)) addon().unmapShared(b);
   };
   try {
-    for (const s of [...state.segments].sort((a, b) => a.segment - b.segment)) buffers[s.segment] = addon().mapShared(s.handle, s.bytes);
+    for (const s of [...state.segments].sort((a, b) => a.segment - b.segment)) {
+      const fd = fds.get(s.segment);
+      if (fd === undefined) throw new ProtocolError('E_BAD_MANIFEST', `the daemon sent no descriptor for segment ${s.segment}`, { segment: s.segment });
+      buffers[s.segment] = addon().mapShared(fd, s.bytes);
+    }
     const tensors = byName(state, (t) => {
       const view = tensorArray(t, segmentOf(buffers, t));
       return { dtype: t.dtype, shape: t.shape, data: copy ? view.slice() : view };
@@ -64,6 +73,8 @@ export function openHost(state: StateReply, copy: boolean): OpenedHost {
   } catch (err) {
     close();
     throw err;
+  } finally {
+    for (const fd of fds.values()) addon().closeFd(fd);
   }
 }
 

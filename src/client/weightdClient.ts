@@ -8,7 +8,7 @@ import { connect, type Socket } from 'node:net';
 import type { z } from 'zod';
 import { ProtocolError, receivedCode, ServeError } from '../errors.js';
 import { addon } from '../native/addon.js';
-import { encodeMessage, FrameDecoder, MAX_RESPONSE_BYTES, parsePayload } from '../serve/frameCodec.js';
+import { encodeMessage, FRAME_HEADER_BYTES, FrameDecoder, MAX_REQUEST_BYTES, MAX_RESPONSE_BYTES, parsePayload } from '../serve/frameCodec.js';
 import {
   ErrorReply,
   REPLY_SCHEMAS,
@@ -132,7 +132,7 @@ export class WeightdClient {
     const base = { status: 'attached' as const, state, leaseId: state.leaseId, detach };
     try {
       if (state.backend === 'host') {
-        const host = openHost(state, false);
+        const host = openHost(state, false, await this.segmentFds(state.leaseId));
         unmap = host.close;
         return { ...base, backend: 'host', tensors: host.tensors };
       }
@@ -150,7 +150,7 @@ export class WeightdClient {
     const state = await this.getState(expected, 'copy', options.layout);
     if (state.status === 'mismatch') return state;
     try {
-      if (state.backend === 'host') return { status: 'copied', state, tensors: openHost(state, true).tensors };
+      if (state.backend === 'host') return { status: 'copied', state, tensors: openHost(state, true, await this.segmentFds(state.leaseId)).tensors };
       const cuda = await openCuda(state, options.deviceIndex ?? state.device.index);
       try {
         return { status: 'copied', state, tensors: await cuda.read() };
@@ -159,6 +159,39 @@ export class WeightdClient {
       }
     } finally {
       await this.detach(state.leaseId);
+    }
+  }
+
+  /**
+   * get_segment_fds for `leaseId` (get_state's host "fd" handles): each segment's sealed memfd, by
+   * segment number, the caller's to close. Asked on a connection of its own through the addon
+   * (native/unix_fds.h), since a net.Socket cannot receive descriptors; the daemon knows this
+   * process's lease by its pid. Whatever fails, no received descriptor is left open.
+   */
+  async segmentFds(leaseId: string): Promise<Map<number, number>> {
+    const id = this.#nextId++;
+    const request = encodeMessage({ id, cmd: 'get_segment_fds', leaseId });
+    let received: { frame: Buffer; fds: number[] };
+    try {
+      received = await addon().unixRequest(this.socketPath, request, [], this.#timeoutMs, FRAME_HEADER_BYTES + MAX_REQUEST_BYTES);
+    } catch (err) {
+      // The codes this client raises for the same failures on its own connection.
+      const code = { E_CONNECT: 'E_CONNECT', E_PEER_UID: 'E_PEER', E_FD_TIMEOUT: 'E_TIMEOUT' }[(err as { code?: string }).code ?? ''] ?? 'E_DISCONNECTED';
+      throw new ServeError(code as 'E_CONNECT', `cannot get the segment descriptors from ${this.socketPath}: ${(err as Error).message}`, { socketPath: this.socketPath }, { cause: err });
+    }
+    const { frame, fds } = received;
+    try {
+      const [payload] = new FrameDecoder(MAX_REQUEST_BYTES).push(frame);
+      const raw = parsePayload(payload!, JSON.parse);
+      const reply = this.#checkReply('get_segment_fds', raw);
+      if (reply.id !== id) throw new ProtocolError('E_BAD_REPLY', `unexpected reply (id ${reply.id}) to get_segment_fds from ${this.socketPath}`);
+      if (reply.segments.length !== fds.length) {
+        throw new ProtocolError('E_BAD_REPLY', `get_segment_fds from ${this.socketPath} lists ${reply.segments.length} segment(s) but ${fds.length} descriptor(s) came with it`);
+      }
+      return new Map(reply.segments.map((segment, i) => [segment, fds[i]!]));
+    } catch (err) {
+      for (const fd of fds) addon().closeFd(fd);
+      throw err;
     }
   }
 
@@ -277,21 +310,26 @@ export class WeightdClient {
         if (!(err instanceof ClosedBeforeReply && reused)) throw err;
         raw = await this.#exchange(cmd, body);
       }
-      const failed = ErrorReply.safeParse(raw);
-      if (failed.success) {
-        const e = failed.data.error;
-        throw new ServeError(receivedCode(e.code), `weightd (${this.socketPath}) refused ${cmd}: ${e.message}`, e.details ?? {});
-      }
-      const parsed = REPLY_SCHEMAS[cmd].safeParse(raw);
-      if (!parsed.success) {
-        const issues = parsed.error.issues.slice(0, 3).map((i) => `${i.path.join('.')}: ${i.message}`).join('; ');
-        throw new ProtocolError('E_BAD_REPLY', `reply to ${cmd} from ${this.socketPath} does not match the protocol: ${issues}; client and daemon versions differ?`);
-      }
-      return parsed.data as Reply<C>;
+      return this.#checkReply(cmd, raw);
     };
     const result = this.#chain.then(run, run);
     this.#chain = result.catch(() => {});
     return result;
+  }
+
+  /** A raw reply as `cmd`'s schema says, or the daemon's refusal as a ServeError with its code. */
+  #checkReply<C extends Command>(cmd: C, raw: unknown): Reply<C> {
+    const failed = ErrorReply.safeParse(raw);
+    if (failed.success) {
+      const e = failed.data.error;
+      throw new ServeError(receivedCode(e.code), `weightd (${this.socketPath}) refused ${cmd}: ${e.message}`, e.details ?? {});
+    }
+    const parsed = REPLY_SCHEMAS[cmd].safeParse(raw);
+    if (!parsed.success) {
+      const issues = parsed.error.issues.slice(0, 3).map((i) => `${i.path.join('.')}: ${i.message}`).join('; ');
+      throw new ProtocolError('E_BAD_REPLY', `reply to ${cmd} from ${this.socketPath} does not match the protocol: ${issues}; client and daemon versions differ?`);
+    }
+    return parsed.data as Reply<C>;
   }
 
   /** Sends one request and resolves with the raw reply. Any failure drops the connection. */

@@ -26,8 +26,14 @@ export interface DeviceInfo {
 export interface SegmentExport {
   segment: number;
   bytes: number;
-  /** host: the shared-memory file path; cuda: the 64-byte IPC handle, base64. */
+  /** host: "memfd" (the segment is `fd`); cuda: the 64-byte legacy IPC handle, base64. */
   handle: string;
+  /**
+   * The segment's descriptor, sealed read-only, to pass over SCM_RIGHTS (get_segment_fds). Owned
+   * by the device: valid until its free(), never to be closed by anyone else. Absent where the
+   * backend has none (cuda legacy IPC).
+   */
+  fd?: number;
 }
 
 /**
@@ -86,7 +92,14 @@ export interface NativeDevice {
   startFill(files: string[], ops: PackedCopyOps, zeroRanges: PackedZeroRanges, options: NativeFillOptions): void;
   fillStatus(): NativeFillStatus;
   cancelFill(): void;
+  /** Seals the arena (host: read-only memfds) and describes its segments; idempotent. */
   exportSegments(): SegmentExport[];
+  /**
+   * Takes an arena another process exported instead of allocate + fill: one sealed descriptor
+   * per segment, in order. The device owns the fds from the call on (closed by free(), or at once
+   * if adopt fails for any reason); fill is refused on an adopted arena.
+   */
+  adopt(fds: number[], segmentBytes: number[]): Promise<void>;
   /** Fills `dst` from `offset` of the segment. Read through readInChunks. */
   read(segment: number, offset: number, dst: Uint8Array): Promise<void>;
   /** Cancels a running fill (waiting for its threads) and frees the arena. */
@@ -96,8 +109,6 @@ export interface NativeDevice {
 export interface NativeDeviceOptions {
   /** host: the stable id reported as the device UUID. cuda: the UUID the device must have. */
   uuid?: string;
-  /** host: directory of the shared-memory segment files. */
-  shmDir?: string;
 }
 
 export interface PeerCredentials {
@@ -135,7 +146,8 @@ export interface UnixReply {
 export interface Addon {
   Device: new (backend: Backend, index: number, options: NativeDeviceOptions) => NativeDevice;
   peerCredentials(fd: number): PeerCredentials;
-  mapShared(path: string, bytes: number): ArrayBuffer;
+  /** Maps a received host segment (a memfd sealed against write, shrink and grow, else E_SHM_OPEN) read-only; the caller still closes `fd`. */
+  mapShared(fd: number, bytes: number): ArrayBuffer;
   unmapShared(buffer: ArrayBuffer): void;
   /**
    * native/unix_fds.h: sends every byte of `frame` on a connected AF_UNIX stream socket (which

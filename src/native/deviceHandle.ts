@@ -41,7 +41,7 @@ export class DeviceHandle {
   #queued = 0;
   #freed: Promise<void> | undefined;
 
-  constructor(backend: Backend, index: number, options: { uuid?: string; shmDir?: string } = {}) {
+  constructor(backend: Backend, index: number, options: { uuid?: string } = {}) {
     this.#native = new (addon().Device)(backend, index, options);
   }
 
@@ -51,6 +51,11 @@ export class DeviceHandle {
 
   allocate(segmentBytes: number[]): Promise<void> {
     return this.#queue(() => this.#native.allocate(segmentBytes));
+  }
+
+  /** Takes another process's exported arena (see NativeDevice.adopt), queued like allocate. */
+  adopt(fds: number[], segmentBytes: number[]): Promise<void> {
+    return this.#queue(() => this.#native.adopt(fds, segmentBytes));
   }
 
   async fill(
@@ -86,7 +91,7 @@ export class DeviceHandle {
     return Buffer.from(await this.#queue(() => readInChunks(length, (at, view) => this.#native.read(segment, offset + at, view))));
   }
 
-  /** Cancels a running fill and frees the arena (and, for host, removes its files). Every call after the first returns the first's promise. */
+  /** Cancels a running fill and frees the arena (and, for host, closes its memfds). Every call after the first returns the first's promise. */
   free(): Promise<void> {
     this.#freed ??= this.#queue(() => this.#native.free());
     return this.#freed;

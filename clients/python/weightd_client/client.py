@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
 from .liveness import is_process_alive
-from .protocol import Connection, ProtocolError, ServeError
+from .protocol import Connection, ProtocolError, ServeError, close_fds
 
 SOCKET_SUFFIX = ".sock"
 NODE_MANIFEST = "node.json"
@@ -168,7 +168,19 @@ class WeightdClient:
             return CudaMapping(state, device, tensor_format)
         from .host import HostMapping
 
-        return HostMapping(state, tensor_format)
+        old = [s["handle"] for s in state["segments"] if s["handle"] != "fd"]
+        if old:
+            raise ProtocolError("E_BAD_MANIFEST", f"host segment handle {old[0]!r} is not \"fd\": the daemon is older than memfd segments; upgrade it, or load from disk")
+        return HostMapping(state, self.segment_fds(state["leaseId"]), tensor_format)
+
+    def segment_fds(self, lease_id: str) -> Dict[int, int]:
+        """get_segment_fds on this connection: each segment's sealed memfd by segment number, the
+        caller's to close (HostMapping does). Nothing received is left open if this fails."""
+        reply, fds = self.conn.request_fds("get_segment_fds", leaseId=lease_id)
+        if len(reply.get("segments", [])) != len(fds):
+            close_fds(fds)
+            raise ProtocolError("E_BAD_REPLY", f"get_segment_fds lists {len(reply.get('segments', []))} segment(s) but {len(fds)} descriptor(s) came with it")
+        return dict(zip(reply["segments"], fds))
 
     def attach(
         self,
