@@ -42,8 +42,8 @@ function rawRequest(bytes: Buffer): Promise<{ code: string; message: string }> {
     const chunks: Buffer[] = [];
     const s = connect(keeper.socket, () => s.write(bytes));
     s.on('data', (d) => chunks.push(d));
-    // The keeper may close with bytes of ours still unread, which resets the connection.
-    s.on('error', (err) => (errorCode(err) === 'ECONNRESET' ? undefined : reject(err)));
+    // The keeper may close with bytes of ours still unread (a reset) or before we wrote them all (EPIPE).
+    s.on('error', (err) => (errorCode(err) === 'ECONNRESET' || errorCode(err) === 'EPIPE' ? undefined : reject(err)));
     s.on('close', () => {
       const reply = Buffer.concat(chunks);
       if (reply.length < 15 || reply.toString('latin1', 0, 4) !== 'WGTK' || reply[10] !== 1) {

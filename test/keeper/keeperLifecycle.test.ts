@@ -87,6 +87,8 @@ test('startKeeper spawns a detached keeper and answers with its PING; a second c
     watch.destroy();
     await waitUntil('the spawned keeper exits', () => !alive(pid));
     pid = 0;
+    // The second call's keeper had exited (3) before it answered, so none took the socket over.
+    assert.not.ok(existsSync(socket), 'no keeper serves the socket any more');
   } finally {
     if (pid) process.kill(pid, 'SIGKILL');
     rmSync(dir, { recursive: true, force: true });
