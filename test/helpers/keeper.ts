@@ -40,12 +40,12 @@ export function openFdCount(pid: number | 'self'): number {
 /**
  * Starts the keeper binary with `args` (besides --socket) and waits for its "keeper serving" log
  * line, written once it listens. `prefix` runs it through another program (setpriv, which execs
- * it, so the pid is the keeper's).
+ * it, so the pid is the keeper's); `binary` is another build of it (build-asan's).
  */
-export async function startTestKeeper(args: string[] = [], options: { dir?: string; prefix?: string[] } = {}): Promise<TestKeeper> {
+export async function startTestKeeper(args: string[] = [], options: { dir?: string; prefix?: string[]; binary?: string } = {}): Promise<TestKeeper> {
   const dir = options.dir ?? mkdtempSync(join(tmpdir(), 'weightd-keeper-'));
   const socket = join(dir, 'keeper.sock');
-  const argv = [...(options.prefix ?? []), keeperBinaryPath, '--socket', socket, ...args];
+  const argv = [...(options.prefix ?? []), options.binary ?? keeperBinaryPath, '--socket', socket, ...args];
   const child = spawn(argv[0]!, argv.slice(1), { stdio: ['ignore', 'ignore', 'pipe'] });
   live.add(child);
   let stderr = '';
