@@ -1,7 +1,7 @@
 // The keeper's socket and its peers: one keeper per socket (a second exits 3, a stale socket is
 // replaced), a directory others could write is refused, a client of another uid is closed
 // without a reply, and SIGTERM stops it with exit 0 and its socket removed.
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { chmodSync, chownSync, existsSync, mkdtempSync, rmSync, statSync } from 'node:fs';
 import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -99,6 +99,25 @@ test('a client of another uid is closed without a reply, and the keeper logs why
     assert.match(keeper.stderr(), /"peerUid":0,.*"uid":48611/);
   } finally {
     await keeper.kill();
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('weightd keeper runs the keeper in the foreground: a SIGTERM to weightd reaches it, and both exit 0', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'weightd-keeper-'));
+  const socket = join(dir, 'keeper.sock');
+  const cli = spawn(process.execPath, [mainJs, 'keeper', '--socket', socket], { stdio: ['ignore', 'ignore', 'pipe'] });
+  let stderr = '';
+  cli.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+  const exited = new Promise<number | null>((resolve) => cli.on('exit', (code) => resolve(code)));
+  try {
+    await waitUntil(() => `the keeper serves (stderr: ${stderr})`, () => stderr.includes('"msg":"keeper serving"'));
+    cli.kill('SIGTERM');
+    assert.is(await exited, 0, stderr);
+    assert.match(stderr, /"msg":"stopping on a signal: every kept record is freed","signal":15/);
+    assert.not.ok(existsSync(socket));
+  } finally {
+    cli.kill('SIGKILL');
     rmSync(dir, { recursive: true, force: true });
   }
 });
