@@ -33,10 +33,6 @@ export async function waitUntil(what: string | (() => string), check: () => bool
   }
 }
 
-export function openFdCount(pid: number | 'self'): number {
-  return readdirSync(`/proc/${pid}/fd`).length;
-}
-
 /**
  * Starts the keeper binary with `args` (besides --socket) and waits for its "keeper serving" log
  * line, written once it listens. `prefix` runs it through another program (setpriv, which execs
