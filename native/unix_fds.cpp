@@ -159,7 +159,8 @@ void connectTo(int fd, const std::string& path, const Deadline& deadline) {
   }
   std::memcpy(addr.sun_path, path.data(), path.size());
   // A Unix connect blocks only while the server's backlog is full: SO_SNDTIMEO bounds that wait.
-  int ms = deadline.remainingMs();
+  // At least 1 ms: a zero SO_SNDTIMEO would mean no bound at all.
+  int ms = std::max(1, deadline.remainingMs());
   timeval tv{ms / 1000, (ms % 1000) * 1000};
   ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
   int r;

@@ -31,7 +31,17 @@ std::optional<Request> Connection::read() {
   for (;;) {
     // Never past the end of the current frame: a recvmsg then holds only this frame's bytes, so
     // the fds it brings are this frame's.
-    size_t want = in_.size() < kHeaderBytes ? kHeaderBytes : kHeaderBytes + payloadLength(in_.data());
+    size_t want = kHeaderBytes;
+    if (in_.size() >= kHeaderBytes) {
+      try {
+        want += payloadLength(in_.data());
+      } catch (const KeeperError&) {
+        // The frame is refused whole: its fds now, and no "mid-request" when the peer then goes.
+        in_.clear();
+        closeAll(inFds_);
+        throw;
+      }
+    }
     if (in_.size() == want) {
       Request r{std::vector<uint8_t>(in_.begin() + kHeaderBytes, in_.end()), std::move(inFds_)};
       in_.clear();

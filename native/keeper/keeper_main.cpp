@@ -136,13 +136,15 @@ class Keeper {
         log(Level::Info, "stopping on a signal: every kept record is freed", {{"signal", sig}, {"records", static_cast<long long>(store_.records().size())}});
         return 0;
       }
+      // Only the connections that were polled: acceptAll appends ones that have no entry yet.
+      size_t polled = connections_.size();
       if (fds[1].revents) acceptAll();
-      for (size_t i = 0; i < connections_.size(); ++i) {
+      for (size_t i = 0; i < polled; ++i) {
         short ev = fds[2 + i].revents;
         if (ev) serve(*connections_[i], ev);
       }
       for (size_t i = 0; i < owners.size(); ++i) {
-        if (fds[2 + connections_.size() + i].revents) logEvents(store_.ownerExited(owners[i].first));
+        if (fds[2 + polled + i].revents) logEvents(store_.ownerExited(owners[i].first));
       }
       logEvents(store_.tick());
       reapConnections();

@@ -143,7 +143,10 @@ export async function startKeeper(options: StartKeeperOptions): Promise<StartedK
     }
     try {
       const ping = await client.ping();
-      return { ping, spawned: ping.pid === child.pid };
+      if (ping.pid === child.pid) return { ping, spawned: true };
+      // Another keeper answers: ours is still deciding, and would serve if that one went away
+      // before it looked. Only its exit 3 makes the other one the answer.
+      if (exited) return { ping, spawned: false };
     } catch (err) {
       // Not there yet (ENOENT) or not listening yet (ECONNREFUSED): the keeper is starting.
       if (errorCode(err) !== 'E_CONNECT') throw err;

@@ -2,7 +2,7 @@
 // frames "WGTK" + u16 BE version + u32 BE payload length + payload. A request's payload is an
 // op byte and its body; a reply's is a status byte (0 ok, else a code and a message) and its
 // body. Integers are big-endian, strings u16 length + UTF-8, blobs u32 length + bytes.
-import { KeeperError, ProtocolError, receivedCode } from '../errors.js';
+import { KeeperError, ProtocolError, receivedCode, type ErrorCode } from '../errors.js';
 
 export const KEEPER_MAGIC = Buffer.from('WGTK', 'latin1');
 export const KEEPER_PROTOCOL_VERSION = 1;
@@ -11,6 +11,12 @@ export const KEEPER_HEADER_BYTES = 10;
 export const KEEPER_MAX_REQUEST_BYTES = 1 << 20;
 /** The keeper refuses a record of more descriptors. */
 export const KEEPER_MAX_RECORD_FDS = 4096;
+
+/** The codes the keeper replies with (native/keeper/*.cpp); test/keeper/keeperCodes.test.ts holds this list to the C++ source and docs/keeper.md. */
+export const KEEPER_ERROR_CODES = [
+  'E_BAD_MAGIC', 'E_BAD_REQUEST', 'E_BAD_VERSION', 'E_FRAME_TOO_LARGE', 'E_INTERNAL', 'E_KEEPER_FDS', 'E_NOT_KEPT', 'E_NO_FDS',
+  'E_TOO_MANY_FDS', 'E_UNEXPECTED_FDS', 'E_UNKNOWN_OP',
+] as const satisfies readonly ErrorCode[];
 
 export const KeeperOp = { keep: 1, take: 2, drop: 3, list: 4, ping: 5, watch: 6 } as const;
 
