@@ -10,7 +10,7 @@ type Awaitable<T> = T | Promise<T>;
 
 /** A rank's load, in the order the worker runs it. */
 export interface RankPhases {
-  /** Opens the device (context or shared-memory directory) and reports it. */
+  /** Opens the device (a CUDA context, or the host backend) and reports it. */
   open(data: RankWorkerData, post: Post): Awaitable<DeviceHandle>;
   allocate(device: DeviceHandle, data: RankWorkerData): Awaitable<void>;
   fill(device: DeviceHandle, data: RankWorkerData, post: Post): Awaitable<FillResult>;
