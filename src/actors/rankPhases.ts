@@ -16,7 +16,7 @@ export type Resident = FillResult & { source: RankSource };
 
 /** A rank's load, in the order the worker runs it. */
 export interface RankPhases {
-  /** Opens the device (context or shared-memory directory) and reports it. */
+  /** Opens the device (a CUDA context, or the host backend) and reports it. */
   open(data: RankWorkerData, post: Post): Awaitable<DeviceHandle>;
   /**
    * With a keeper (data.keeper): adopts the segments it holds for this rank, which then skips

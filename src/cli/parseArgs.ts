@@ -32,7 +32,7 @@ const OTHER_SPELLINGS: Record<string, string> = {
 const HELP_AFTER = `
 Examples:
   weightd --model ./llama-3-8b -tp 2                  one node, two GPUs
-  weightd --model ./llama-3-8b -tp 2 --device host    no GPU: shards in /dev/shm
+  weightd --model ./llama-3-8b -tp 2 --device host    no GPU: shards in host memory
   weightd --model /models/llama-3-70b -tp 16 --nnodes 2 --node-rank 0 \\
       --master-addr 10.0.0.1 --weight-cache-master-port 29600    node 0 of 2 (docs/multi-node.md)
   weightd fingerprint --model ./llama-3-8b -tp 2      what a client should expect

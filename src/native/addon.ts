@@ -19,7 +19,13 @@ export interface DeviceInfo {
   index: number;
   uuid: string;
   name: string;
+  /** cuda: the GPU's memory. host: MemTotal, or the memory cgroup's limit when smaller. */
   totalBytes: number;
+  /**
+   * cuda: free GPU memory (0 from cudaProbe, which has no context). host: what a fill can still take without evicting anything:
+   * MemAvailable, bounded by the cgroup's limit less its usage that is not reclaimable page
+   * cache (native/host_memory.h). allocate refuses an arena larger than this (E_OUT_OF_MEMORY).
+   */
   freeBytes: number;
 }
 

@@ -1,6 +1,6 @@
 // Runs the daemon (node dist/main.js) as a child process for end-to-end tests: waits for its READY line, keeps
 // its stderr for assertions, and guarantees it is killed when the test process ends, however it
-// ends. Every daemon gets its own socket dir and shared-memory dir unless a test asks otherwise.
+// ends. Every daemon gets its own socket dir unless a test asks otherwise.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { readdirSync } from 'node:fs';
 import { mainJs, repoRoot } from './paths.js';

@@ -2,7 +2,7 @@
 
 ``WEIGHTD_TEST_DEVICE=cuda`` serves GPU 0 instead of the host backend (the GPU suite). Each
 daemon gets its own socket dir and host device id; ``stop()`` ends it with SIGTERM (the
-daemon removes its socket and shared-memory segments) and removes the dir, on every path.
+daemon removes its socket and frees its segments) and removes the dir, on every path.
 """
 
 from __future__ import annotations
