@@ -333,7 +333,11 @@ Napi::Object probeToJs(Napi::Env env, const CudaProbe& p) {
   o.Set("reason", p.reason);
   if (p.driverVersion) o.Set("driverVersion", p.driverVersion);
   Napi::Array devices = Napi::Array::New(env, p.devices.size());
-  for (uint32_t i = 0; i < p.devices.size(); ++i) devices.Set(i, infoToJs(env, p.devices[i]));
+  for (uint32_t i = 0; i < p.devices.size(); ++i) {
+    Napi::Object d = infoToJs(env, p.devices[i]);
+    if (!p.fdHandlesUnsupported[i].empty()) d.Set("fdHandlesUnsupported", p.fdHandlesUnsupported[i]);
+    devices.Set(i, d);
+  }
   o.Set("devices", devices);
   return o;
 }
@@ -507,6 +511,7 @@ DeviceWrap::DeviceWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Device
     Napi::Object o = info[2].As<Napi::Object>();
     if (o.Has("uuid")) opts.uuid = toStr(o.Get("uuid"), "uuid");
     if (o.Has("shmDir")) opts.shmDir = toStr(o.Get("shmDir"), "shmDir");
+    if (o.Has("cudaHandles")) opts.cudaHandles = toStr(o.Get("cudaHandles"), "cudaHandles");
   }
   device_ = guarded(env, [&] { return makeDevice(backend, index, opts); });
   registry_ = env.GetInstanceData<WeightdAddon>()->registry();

@@ -70,8 +70,11 @@ struct FillControl {
 struct SegmentExport {
   uint32_t segment = 0;
   uint64_t bytes = 0;
-  // For host: the shared-memory file path. For cuda: the IPC handle, base64-encoded.
+  // host: "memfd" (the segment is `fd`). cuda: the legacy IPC handle, base64-encoded.
   std::string handle;
+  // The segment's descriptor, sealed read-only, for SCM_RIGHTS; owned by the device (closed by
+  // free()), so a sender dups nothing and must not close it. -1: the backend has none.
+  int fd = -1;
 };
 
 inline uint64_t alignUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
@@ -112,10 +115,15 @@ class Device {
   // a fill may reuse an arena that an earlier fill or the allocator left non-zero.
   virtual void fill(const std::vector<std::string>& files, const std::vector<CopyOp>& ops,
                     const std::vector<ZeroRange>& zeros, const FillOptions& options, FillControl& control) = 0;
+  // Seals the arena where the backend can (host: read-only memfds) and describes its segments.
   virtual std::vector<SegmentExport> exportSegments() = 0;
+  // Takes an arena another process exported (one descriptor per segment, in order) instead of
+  // allocate + fill. Owns the fds from the call on: they are closed by free(), or at once when
+  // adopt fails, which maps nothing and names the segment at fault.
+  virtual void adopt(const std::vector<int>& fds, const std::vector<uint64_t>& segmentBytes) = 0;
   // Copies bytes back out of the arena (verification and tests).
   virtual void read(uint32_t segment, uint64_t offset, uint64_t length, void* dst) = 0;
-  // Frees every allocation and removes every file. Idempotent; also called by the destructor.
+  // Frees every allocation and closes every descriptor. Idempotent; also called by the destructor.
   virtual void free() = 0;
 };
 
