@@ -4,6 +4,7 @@
 // page-cache scan, reads of another process's CUDA memory) return a Promise and run on a libuv
 // thread (PromiseJob).
 #include <napi.h>
+#include <unistd.h>
 
 #include <functional>
 #include <memory>
@@ -163,6 +164,7 @@ class DeviceWrap : public Napi::ObjectWrap<DeviceWrap> {
                            InstanceMethod<&DeviceWrap::Guarded<&DeviceWrap::FillStatusJs>>("fillStatus"),
                            InstanceMethod<&DeviceWrap::Guarded<&DeviceWrap::CancelFill>>("cancelFill"),
                            InstanceMethod<&DeviceWrap::Guarded<&DeviceWrap::ExportSegments>>("exportSegments"),
+                           InstanceMethod<&DeviceWrap::Guarded<&DeviceWrap::Adopt>>("adopt"),
                            InstanceMethod<&DeviceWrap::Guarded<&DeviceWrap::Read>>("read"),
                            InstanceMethod<&DeviceWrap::Guarded<&DeviceWrap::Free>>("free"),
                        });
@@ -243,9 +245,30 @@ class DeviceWrap : public Napi::ObjectWrap<DeviceWrap> {
       o.Set("segment", segs[i].segment);
       o.Set("bytes", static_cast<double>(segs[i].bytes));
       o.Set("handle", segs[i].handle);
+      if (segs[i].fd >= 0) o.Set("fd", segs[i].fd);
       arr.Set(i, o);
     }
     return arr;
+  }
+
+  // adopt(fds: number[], segmentBytes: number[]) -> Promise<void>. The device owns the fds from
+  // this call on, so every way it fails, here or in the job, closes them (HostDevice::adopt).
+  Napi::Value Adopt(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    std::vector<int> fds;
+    try {
+      if (!info[0].IsArray() || !info[1].IsArray()) throw Napi::TypeError::New(env, "adopt(fds: number[], segmentBytes: number[])");
+      Napi::Array fdArr = info[0].As<Napi::Array>();
+      for (uint32_t i = 0; i < fdArr.Length(); ++i) fds.push_back(toBounded<int>(fdArr.Get(i), "fd"));
+      Napi::Array sizeArr = info[1].As<Napi::Array>();
+      std::vector<uint64_t> sizes;
+      for (uint32_t i = 0; i < sizeArr.Length(); ++i) sizes.push_back(toU64(sizeArr.Get(i), "segment size"));
+      std::shared_ptr<Device> d = device();
+      return startJob<Nothing>(info, [d, fds, sizes] { d->adopt(fds, sizes); return Nothing{}; }, undefinedResult);
+    } catch (...) {
+      for (int fd : fds) ::close(fd);
+      throw;
+    }
   }
 
   // read(segment, offset, dst: Uint8Array) -> Promise<void>; dst stays pinned until it settles.
