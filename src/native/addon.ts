@@ -26,9 +26,22 @@ export interface DeviceInfo {
 export interface SegmentExport {
   segment: number;
   bytes: number;
-  /** host: the shared-memory file path; cuda: the 64-byte IPC handle, base64. */
+  /**
+   * host: the shared-memory file path; cuda: the 64-byte legacy IPC handle, base64, or "cuda-fd"
+   * (--cuda-handles fd, or an adopted arena: the segment is `fd`, VMM memory; docs/protocol.md).
+   */
   handle: string;
+  /**
+   * The segment's descriptor, sealed read-only, to pass over SCM_RIGHTS (get_segment_fds). Owned
+   * by the device: valid until its free(), never to be closed by anyone else. Absent where the
+   * backend has none (cuda legacy IPC).
+   */
+  fd?: number;
 }
+
+/** How a cuda device allocates and exports its segments (--cuda-handles; native/cuda_vmm.h). */
+export type CudaHandles = 'ipc' | 'fd';
+export const CUDA_HANDLES: readonly CudaHandles[] = ['ipc', 'fd'];
 
 /**
  * cuda only. pread: reader threads pread into pinned staging buffers, then copy. register: mmap
@@ -87,6 +100,12 @@ export interface NativeDevice {
   fillStatus(): NativeFillStatus;
   cancelFill(): void;
   exportSegments(): SegmentExport[];
+  /**
+   * Takes an arena another process exported instead of allocate + fill: one sealed descriptor
+   * per segment, in order. The device owns the fds from the call on (closed by free(), or at once
+   * if adopt fails for any reason); fill is refused on an adopted arena.
+   */
+  adopt(fds: number[], segmentBytes: number[]): Promise<void>;
   /** Fills `dst` from `offset` of the segment. Read through readInChunks. */
   read(segment: number, offset: number, dst: Uint8Array): Promise<void>;
   /** Cancels a running fill (waiting for its threads) and frees the arena. */
@@ -98,6 +117,8 @@ export interface NativeDeviceOptions {
   uuid?: string;
   /** host: directory of the shared-memory segment files. */
   shmDir?: string;
+  /** cuda: 'ipc' (default) or 'fd'; with 'fd' a GPU that cannot export descriptors fails with E_CUDA_HANDLES_UNSUPPORTED. */
+  cudaHandles?: CudaHandles;
 }
 
 export interface PeerCredentials {
@@ -113,8 +134,11 @@ export interface CudaProbe {
   reason: string;
   /** The driver's CUDA version, e.g. 13000 for 13.0; absent when libcuda did not load. */
   driverVersion?: number;
-  /** Visible GPUs (CUDA_VISIBLE_DEVICES applies). freeBytes is 0: it needs a context. */
-  devices: DeviceInfo[];
+  /**
+   * Visible GPUs (CUDA_VISIBLE_DEVICES applies). freeBytes is 0: it needs a context.
+   * fdHandlesUnsupported: why that GPU cannot serve --cuda-handles fd; absent when it can.
+   */
+  devices: Array<DeviceInfo & { fdHandlesUnsupported?: string }>;
 }
 
 export interface CudaIpcMapping {
