@@ -380,6 +380,7 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::EndCudaWarmup>>("endCudaWarmup"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::PageCacheResidency>>("pageCacheResidency"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::CudaOpenIpc>>("cudaOpenIpc"),
+                             InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::CudaOpenFd>>("cudaOpenFd"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::CudaCloseIpc>>("cudaCloseIpc"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::CudaReadDevice>>("cudaReadDevice"),
                          });
@@ -486,6 +487,18 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
     Napi::Env env = info.Env();
     int index = toBounded<int>(info[0], "deviceIndex");
     OpenedIpc opened = ipc_->open(index, toStr(info[1], "handle"));
+    Napi::Object o = Napi::Object::New(env);
+    o.Set("pointer", Napi::BigInt::New(env, static_cast<uint64_t>(opened.pointer)));
+    o.Set("bytes", static_cast<double>(opened.bytes));
+    return o;
+  }
+
+  // cudaOpenFd(deviceIndex, fd, bytes) -> { pointer: bigint, bytes }: a "cuda-fd" segment, mapped
+  // on the JS thread like cudaOpenIpc (import and map take a third of a millisecond for 8 GiB).
+  Napi::Value CudaOpenFd(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    int index = toBounded<int>(info[0], "deviceIndex");
+    OpenedIpc opened = ipc_->openFd(index, toBounded<int>(info[1], "fd"), toU64(info[2], "bytes"));
     Napi::Object o = Napi::Object::New(env);
     o.Set("pointer", Napi::BigInt::New(env, static_cast<uint64_t>(opened.pointer)));
     o.Set("bytes", static_cast<double>(opened.bytes));

@@ -87,12 +87,24 @@ VmmSegment VmmSegment::adopt(CUdevice dev, int fd, uint64_t size) {
   VmmSegment s;
   s.fd_ = fd;  // owned from here, so closed on every path
   s.size_ = size;
-  // The descriptor is passed by value, cast to the pointer-sized parameter (the driver's convention).
-  cudaDriver().cuMemImportFromShareableHandle(&s.handle_, reinterpret_cast<void*>(static_cast<uintptr_t>(fd)),
-                                              CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
-  s.haveHandle_ = true;
+  s.importFrom(fd);
   s.mapOn(dev);
   return s;
+}
+
+VmmSegment VmmSegment::import(CUdevice dev, int fd, uint64_t size) {
+  VmmSegment s;
+  s.size_ = size;
+  s.importFrom(fd);
+  s.mapOn(dev);
+  return s;
+}
+
+void VmmSegment::importFrom(int fd) {
+  // The descriptor is passed by value, cast to the pointer-sized parameter (the driver's convention).
+  cudaDriver().cuMemImportFromShareableHandle(&handle_, reinterpret_cast<void*>(static_cast<uintptr_t>(fd)),
+                                              CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+  haveHandle_ = true;
 }
 
 void VmmSegment::mapOn(CUdevice dev) {

@@ -48,6 +48,9 @@ class VmmSegment {
   // mapped for `size` bytes on device `dev`. Owns `fd` from the call on: closed with the segment,
   // or at once if the import fails.
   static VmmSegment adopt(CUdevice dev, int fd, uint64_t size);
+  // The same mapping for a client: `fd` stays the caller's (it may close it at once: the import
+  // holds the memory), so this segment has no descriptor to export.
+  static VmmSegment import(CUdevice dev, int fd, uint64_t size);
 
   CUdeviceptr pointer() const { return pointer_; }
   uint64_t size() const { return size_; }
@@ -57,6 +60,7 @@ class VmmSegment {
   void reset();
 
  private:
+  void importFrom(int fd);
   // Reserve, map and grant access, each recorded as it succeeds so reset() undoes just those.
   void mapOn(CUdevice dev);
 

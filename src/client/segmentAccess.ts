@@ -1,12 +1,13 @@
 // Opening a rank's segments in this process, per backend. host: each segment is a shared-memory
 // file, mapped read-only (the addon checks it belongs to this user). cuda: each segment is one
-// legacy CUDA IPC handle, opened once per segment, not per tensor, so attach time does not grow
-// with the tensor count. The addon is loaded here, on the first mapping, not when the client is
+// legacy CUDA IPC handle, or ("cuda-fd", --cuda-handles fd) one descriptor of VMM memory the
+// daemon sends over the socket (get_segment_fds), opened once per segment, not per tensor, so
+// attach time does not grow with the tensor count. The addon is loaded here, on the first mapping, not when the client is
 // imported (src/native/addon.ts says why).
 import { DeviceError, ProtocolError } from '../errors.js';
 import { addon } from '../native/addon.js';
 import { CudaIpcSegment, cudaProbe } from '../native/cuda.js';
-import type { StateReply, TensorMeta } from '../serve/protocol.js';
+import type { SegmentRef, StateReply, TensorMeta } from '../serve/protocol.js';
 import { tensorArray, type TensorArray } from './tensorViews.js';
 
 export interface HostTensor {
@@ -74,8 +75,59 @@ export interface OpenedCuda {
   close(): void;
 }
 
-/** Opens every segment's IPC handle on this process's device `deviceIndex` (its UUID checked). */
-export async function openCuda(state: StateReply, deviceIndex: number): Promise<OpenedCuda> {
+/** The handle of a segment whose memory is a descriptor, not a string (docs/protocol.md). */
+export const CUDA_FD_HANDLE = 'cuda-fd';
+
+/** What get_segment_fds returns: `fds[i]` is segment `segments[i]`'s descriptor. */
+export interface SegmentFds {
+  segments: number[];
+  fds: number[];
+}
+
+/**
+ * Maps "cuda-fd" segments on device `deviceIndex`, `fds[i]` being `segments[i]`'s descriptor; an
+ * array indexed by segment number. The fds stay the caller's (close them once this returns: the
+ * mappings hold the memory). On a failure every segment already mapped is unmapped again.
+ */
+export function openFdSegments(fds: readonly number[], segments: readonly SegmentRef[], deviceIndex: number): CudaIpcSegment[] {
+  if (fds.length !== segments.length) {
+    throw new ProtocolError('E_BAD_MANIFEST', `${fds.length} descriptor(s) came for ${segments.length} cuda-fd segment(s); the daemon must send one per segment`, { fds: fds.length, segments: segments.length });
+  }
+  const opened: CudaIpcSegment[] = [];
+  try {
+    segments.forEach((s, i) => (opened[s.segment] = CudaIpcSegment.openFd(deviceIndex, fds[i]!, s.bytes)));
+    return opened;
+  } catch (err) {
+    for (const s of opened) s?.close();
+    throw err;
+  }
+}
+
+/** The "cuda-fd" segments of `state` in the order `received` lists them, with their descriptors. */
+function fdSegments(state: StateReply, received: SegmentFds | undefined): { refs: SegmentRef[]; fds: number[] } {
+  const wanted = state.segments.filter((s) => s.handle === CUDA_FD_HANDLE);
+  if (wanted.length === 0) return { refs: [], fds: [] };
+  if (!received) {
+    throw new ProtocolError('E_NO_SEGMENT_FDS', `rank ${state.rank.globalRank} serves ${wanted.length} cuda-fd segment(s), whose descriptors come from get_segment_fds; pass them to openCuda`, { segments: wanted.length });
+  }
+  const bySegment = new Map(state.segments.map((s) => [s.segment, s]));
+  const refs = received.segments.map((n) => {
+    const ref = bySegment.get(n);
+    if (ref?.handle !== CUDA_FD_HANDLE) throw new ProtocolError('E_BAD_MANIFEST', `get_segment_fds sent a descriptor for segment ${n}, which is not a cuda-fd segment of this rank`, { segment: n });
+    return ref;
+  });
+  if (new Set(received.segments).size !== wanted.length || refs.length !== wanted.length) {
+    throw new ProtocolError('E_BAD_MANIFEST', `get_segment_fds sent segments ${received.segments.join(',')} but the rank has cuda-fd segments ${wanted.map((s) => s.segment).join(',')}`, {});
+  }
+  return { refs, fds: received.fds };
+}
+
+/**
+ * Opens every segment on this process's device `deviceIndex` (its UUID checked): legacy IPC
+ * handles from the state itself, "cuda-fd" segments from `segmentFds` (get_segment_fds' reply;
+ * the caller closes those fds after).
+ */
+export async function openCuda(state: StateReply, deviceIndex: number, segmentFds?: SegmentFds): Promise<OpenedCuda> {
   const probe = await cudaProbe();
   const mine = probe.devices.find((d) => d.index === deviceIndex);
   if (!mine) {
@@ -94,7 +146,9 @@ export async function openCuda(state: StateReply, deviceIndex: number): Promise<
     for (const s of segments.splice(0)) s?.close();
   };
   try {
-    for (const s of state.segments) segments[s.segment] = CudaIpcSegment.open(deviceIndex, s.handle);
+    const { refs, fds } = fdSegments(state, segmentFds);
+    openFdSegments(fds, refs, deviceIndex).forEach((s, n) => (segments[n] = s));
+    for (const s of state.segments) if (s.handle !== CUDA_FD_HANDLE) segments[s.segment] = CudaIpcSegment.open(deviceIndex, s.handle);
     return {
       tensors: byName(state, (t) => ({ dtype: t.dtype, shape: t.shape, bytes: t.bytes, pointer: segmentOf(segments, t).pointer + BigInt(t.offset) })),
       read: async () => {

@@ -136,6 +136,10 @@ export class WeightdClient {
         unmap = host.close;
         return { ...base, backend: 'host', tensors: host.tensors };
       }
+      // TODO(lead, after merging memfd): when a segment's handle is "cuda-fd", ask get_segment_fds
+      // on this rank's socket (unixRequest, as openHost's fds come) and pass { segments, fds } as
+      // openCuda's third argument, closing the fds after; until then such a rank fails here with
+      // E_NO_SEGMENT_FDS. The same in copy() below.
       const cuda = await openCuda(state, options.deviceIndex ?? state.device.index);
       unmap = cuda.close;
       return { ...base, backend: 'cuda', tensors: cuda.tensors };

@@ -162,6 +162,11 @@ export interface Addon {
   pageCacheResidency(paths: string[]): Promise<{ residentBytes: number; sampledBytes: number; totalBytes: number }>;
   /** Opens another process's legacy IPC handle (base64) on a visible device. */
   cudaOpenIpc(deviceIndex: number, handle: string): CudaIpcMapping;
+  /**
+   * Maps the VMM memory behind a "cuda-fd" segment's descriptor (`bytes` of it) on a visible device;
+   * the caller keeps `fd` and may close it at once. Closed with cudaCloseIpc, read with cudaReadDevice.
+   */
+  cudaOpenFd(deviceIndex: number, fd: number, bytes: number): CudaIpcMapping;
   cudaCloseIpc(pointer: bigint): void;
   /** Fills `dst` from `offset` of a mapping cudaOpenIpc returned. Read through readInChunks. */
   cudaReadDevice(deviceIndex: number, pointer: bigint, offset: number, dst: Uint8Array): Promise<void>;

@@ -212,7 +212,7 @@ test('IPC: another process opens the exported handle, reads the same bytes, open
   assert.equal(leaks, noLeaks);
 });
 
-test('fd handles: VMM segments fill byte-exact and export descriptors; a second device and a child process adopt them and read the same bytes', () => {
+test('fd handles: VMM segments fill byte-exact and export descriptors; a second device, a child process and the TypeScript client map them and read the same bytes', () => {
   const { result, leaks } = scenario('vmm', {}, 60_000);
   // 12 MiB and 6 MiB: whole 2 MiB granules already, so VMM holds exactly the planned bytes.
   assert.is(result.held, 18 * MiB);
@@ -222,6 +222,9 @@ test('fd handles: VMM segments fill byte-exact and export descriptors; a second 
   assert.equal(result.adoptedHandles, ['cuda-fd', 'cuda-fd']);
   assert.match(result.fillAdopted as string, /^DeviceError E_ADOPTED: GPU 1 \(GPU-[0-9a-f-]+\) holds an adopted arena/);
   assert.equal(result.fdsClosedByFree, ['EBADF', 'EBADF']);
+  const client = result.client as { equal: boolean; withoutFds: string };
+  assert.is(client.equal, true, 'the TypeScript client reads the same bytes through the descriptors');
+  assert.match(client.withoutFds, /^ProtocolError E_NO_SEGMENT_FDS: rank 0 serves 2 cuda-fd segment\(s\), whose descriptors come from get_segment_fds/);
   assert.is(result.freeAfter, true);
   assert.equal(result.child, { equal: true, leaks: noLeaks });
   assert.equal(leaks, noLeaks);

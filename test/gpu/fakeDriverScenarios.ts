@@ -14,7 +14,10 @@ import type { CopyOp, ZeroRange } from '../../src/checkpoint/types.js';
 import { addon } from '../../src/native/addon.js';
 import { cudaDevices, cudaProbe, CudaIpcSegment } from '../../src/native/cuda.js';
 import { DeviceHandle, type FillProgress } from '../../src/native/deviceHandle.js';
+import type { SegmentExport } from '../../src/native/addon.js';
 import { startNode } from '../../src/startNode.js';
+import { openCuda } from '../../src/client/segmentAccess.js';
+import type { StateReply } from '../../src/serve/protocol.js';
 import { faultyRankWorker, type RankFault } from '../actors/fixtures/faultyRankWorker.js';
 import { writeArchCheckpoint } from '../helpers/checkpoints.js';
 import { expectedBytes } from '../helpers/expectedBytes.js';
@@ -542,6 +545,7 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
       const adoptedExport = adopter.exportSegments();
       const fillAdopted = await outcome(() => adopter.fill(fx.paths, fx.ops, 0, {}));
       await adopter.free();
+      const client = await openAsClient(exported, fds, fx);
       const child = await adoptInChild(fds, fx);
       await device.free();
       return {
@@ -552,6 +556,7 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
         adoptedHandles: adoptedExport.map((e) => e.handle),
         fillAdopted,
         fdsClosedByFree: fds.map((fd) => outcomeSync(() => fstatSync(fd))),
+        client,
         freeAfter: device.info().freeBytes === before,
         child,
       };
@@ -671,6 +676,31 @@ function outcomeSync(fn: () => unknown): string {
     return 'open';
   } catch (err) {
     return (err as { code?: string }).code ?? String(err);
+  }
+}
+
+/**
+ * The TypeScript client's path for a "cuda-fd" rank: openCuda given get_segment_fds' reply (here
+ * the exported fds, listed the other way round, as a daemon may send them), one tensor per op of
+ * segment 0 read back; without the reply it refuses.
+ */
+async function openAsClient(exported: SegmentExport[], fds: number[], fx: Fixture): Promise<unknown> {
+  const tensors = fx.ops.flatMap((op, i) => (op.segment === 0 ? [{ name: `op${i}`, dtype: 'U8', shape: [op.rows * op.rowBytes], segment: 0, offset: op.dstOffset, bytes: op.rows * op.rowBytes }] : []));
+  const state = {
+    device: { uuid: cudaDevices(await cudaProbe())[1]!.uuid },
+    rank: { globalRank: 0 },
+    segments: exported.map(({ segment, bytes, handle }) => ({ segment, bytes, handle })),
+    tensors,
+    aliases: {},
+  } as unknown as StateReply;
+  const withoutFds = await outcome(() => openCuda(state, 1));
+  const opened = await openCuda(state, 1, { segments: [1, 0], fds: [fds[1]!, fds[0]!] });
+  try {
+    const read = await opened.read();
+    const equal = fx.ops.every((op, i) => op.segment !== 0 || Buffer.from((read[`op${i}`]!.data as Uint8Array).buffer).equals(expectedBytes(fx.data[op.file]!, op)));
+    return { equal, withoutFds };
+  } finally {
+    opened.close();
   }
 }
 
