@@ -165,6 +165,10 @@ class WeightdClient:
         if state["backend"] == "cuda":
             from .cuda import CudaMapping
 
+            # TODO(lead, after merging memfd): a segment whose handle is "cuda-fd" needs its
+            # descriptor: ask get_segment_fds on this socket (the recvmsg host.py uses), pass
+            # {segment: fd} as segment_fds, close the fds after. Until then such a rank fails
+            # here with E_NO_SEGMENT_FDS.
             return CudaMapping(state, device, tensor_format)
         from .host import HostMapping
 
