@@ -1,7 +1,7 @@
 // Typed messages between a rank actor (main thread) and its worker thread.
 import type { RankPlan } from '../checkpoint/types.js';
 import type { SerializedError } from '../errors.js';
-import type { DeviceInfo, DeviceSlot, FillOptions, SegmentExport } from '../native/addon.js';
+import type { CudaHandles, DeviceInfo, DeviceSlot, FillOptions, SegmentExport } from '../native/addon.js';
 
 export interface RankWorkerData {
   nodeRank: number;
@@ -9,6 +9,8 @@ export interface RankWorkerData {
   globalRank: number;
   device: DeviceSlot;
   shmDir: string;
+  /** cuda: how segments are allocated and exported (--cuda-handles). */
+  cudaHandles: CudaHandles;
   plan: RankPlan;
   fill: FillOptions;
 }

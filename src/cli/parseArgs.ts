@@ -104,6 +104,11 @@ export function buildProgram(): Command {
     .option('--weight-cache-token <token>', 'shared secret for multi-node rendezvous (or env WEIGHTD_TOKEN)')
     .option('--rendezvous-timeout <seconds>', 'how long to wait for every node', '300')
     .addOption(new Option('--device <backend>', 'device backend').choices(['auto', 'cuda', 'host']).default('auto'))
+    .addOption(
+      new Option('--cuda-handles <kind>', 'cuda: how segments are shared; ipc: cuMemAlloc + legacy CUDA IPC handles; fd: VMM memory passed as file descriptors over the socket (docs/protocol.md)')
+        .choices(['ipc', 'fd'])
+        .default('ipc'),
+    )
     .option('--plan-file <file>', 'JSON sharding plan overriding the built-in rules')
     .option('--layouts <names>', 'layouts to serve, comma-separated: checkpoint (always) and vllm (engine parameter names; docs/sharding.md)', 'checkpoint')
     .option('--staging-mb <mib>', `pinned staging memory for the copy engine, per rank (cuda; default ${FILL_SIZING.stagingBytes / 2 ** 20}; a node's GPUs share one pool)`)
@@ -194,6 +199,7 @@ function nodeOptions(o: Record<string, string | undefined>, env: NodeJS.ProcessE
     token: o.weightCacheToken ?? env.WEIGHTD_TOKEN,
     rendezvousTimeoutMs: num(o.rendezvousTimeout, 1000),
     device: o.device as NodeOptions['device'],
+    cudaHandles: o.cudaHandles as NodeOptions['cudaHandles'],
     planFile: o.planFile,
     layouts: String(o.layouts).split(',').map((l) => l.trim()).filter((l) => l !== ''),
     fill,

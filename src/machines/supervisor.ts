@@ -185,6 +185,7 @@ const supervisorSetup = setup({
               globalRank: r.globalRank,
               device: prepared.devices[r.localRank]!,
               shmDir: prepared.shmDir,
+              cudaHandles: context.config.cudaHandles,
               plan: prepared.plan.ranks[r.globalRank]!,
               fill: prepared.fill,
             },

@@ -42,6 +42,7 @@ const cases: Array<[string, string[], RegExp]> = [
   ['unknown device', [...m, '--device', 'tpu'], /option '--device <backend>' argument 'tpu' is invalid/],
   ['unknown log level', [...m, '--log-level', 'loud'], /argument 'loud' is invalid/],
   ['unknown direct-io mode', [...m, '--direct-io', 'maybe'], /option '--direct-io <mode>' argument 'maybe' is invalid\. Allowed choices are auto, on, off/],
+  ['unknown cuda-handles kind', [...m, '--cuda-handles', 'posix'], /option '--cuda-handles <kind>' argument 'posix' is invalid\. Allowed choices are ipc, fd/],
   ['unknown flag', [...m, '--bogus'], /unknown option '--bogus'/],
 ];
 
@@ -61,6 +62,15 @@ test('copy engine flags reach the fill options; --direct-io auto leaves the choi
   assert.equal(parseArgs([...m, '--direct-io', 'off']).fill, { direct: false });
   assert.equal(parseArgs([...m, '--direct-io', 'auto']).fill, {});
   assert.equal(parseArgs(m).fill, {});
+});
+
+test('--cuda-handles reaches the options, ipc by default; the API refuses another kind naming the flag', async () => {
+  assert.is(parseArgs(m).cudaHandles, 'ipc');
+  assert.is(parseArgs([...m, '--cuda-handles', 'fd']).cudaHandles, 'fd');
+  const { resolveNodeOptions } = await import('../../src/nodeOptions.js');
+  assert.is((await resolveNodeOptions({ model: exampleModel })).cudaHandles, 'ipc');
+  const err = await resolveNodeOptions({ model: exampleModel, cudaHandles: 'posix' as 'fd' }).then(() => undefined, (e: Error) => e);
+  assert.match(err?.message ?? '', /^--cuda-handles "posix": is not a kind of CUDA handle; use ipc or fd \(default ipc\)/);
 });
 
 test('--device cuda without a driver exits 2 like a bad flag', async () => {

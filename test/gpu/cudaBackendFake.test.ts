@@ -268,6 +268,25 @@ test('fd handles on a GPU that cannot export descriptors: the probe says why, an
   assert.equal(leaks, noLeaks);
 });
 
+test('the daemon with --cuda-handles fd fills both GPUs as one group into VMM memory and serves cuda-fd segments, leaving nothing', () => {
+  const { result, leaks } = scenario('daemonFd', {}, 60_000);
+  assert.equal(result, { states: ['serving', 'serving'], handles: ['cuda-fd'] });
+  assert.equal(leaks, noLeaks);
+});
+
+test('--cuda-handles fd on GPUs that cannot export descriptors exits 2 naming the flag, before loading', async () => {
+  const env = { LD_LIBRARY_PATH: fakeDir, FAKE_CUDA_REPORT: '1', FAKE_CUDA_DEVICES: '2', FAKE_CUDA_NO_FD_HANDLES: '1' };
+  const socketDir = freshSocketDir();
+  try {
+    const failed = await expectDaemonFailure({ model: exampleModel, tp: 2, device: 'cuda', socketDir, env, extraArgs: ['--cuda-handles', 'fd'] });
+    assert.is(failed.code, 2, failed.stderr);
+    assert.match(failed.stderr, /--cuda-handles fd: GPU 0 \(GPU-[0-9a-f-]+\): the GPU or its driver cannot export memory as a POSIX file descriptor; use --cuda-handles ipc/);
+    assert.equal(fakeLeaks(failed.stderr), noLeaks);
+  } finally {
+    rmSync(socketDir, { recursive: true, force: true });
+  }
+});
+
 test('the command line warms CUDA while it starts, and gives the warm-up contexts back: after READY and a stop, and after a failed start', async () => {
   const env = { LD_LIBRARY_PATH: fakeDir, FAKE_CUDA_REPORT: '1', FAKE_CUDA_DEVICES: '2' };
   const socketDirs = [freshSocketDir(), freshSocketDir()];

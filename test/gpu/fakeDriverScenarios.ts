@@ -17,6 +17,9 @@ import { DeviceHandle, type FillProgress } from '../../src/native/deviceHandle.j
 import type { SegmentExport } from '../../src/native/addon.js';
 import { startNode } from '../../src/startNode.js';
 import { openCuda } from '../../src/client/segmentAccess.js';
+import { expectedFingerprint } from '../../src/client/expectedFingerprint.js';
+import { WeightdClient } from '../../src/client/weightdClient.js';
+import { socketPathFor } from '../../src/serve/socketDir.js';
 import type { StateReply } from '../../src/serve/protocol.js';
 import { faultyRankWorker, type RankFault } from '../actors/fixtures/faultyRankWorker.js';
 import { writeArchCheckpoint } from '../helpers/checkpoints.js';
@@ -619,6 +622,28 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
       return { codes, closed };
     } finally {
       rmSync(fx.dir, { recursive: true, force: true });
+    }
+  },
+
+  /** The daemon at tp=2 with cudaHandles 'fd': both GPUs fill VMM memory as one group and serve it as "cuda-fd". */
+  async daemonFd() {
+    const socketDir = freshSocketDir();
+    const node = await startNode({ model: exampleModel, tensorParallelSize: 2, device: 'cuda', cudaHandles: 'fd', socketDir, logger: pino({ level: 'silent' }) });
+    try {
+      await node.ready;
+      const probe = await cudaProbe();
+      const handles = [];
+      for (const rank of [0, 1]) {
+        const client = await WeightdClient.connect(socketPathFor(socketDir, probe.devices[rank]!.uuid));
+        const state = await client.getState(await expectedFingerprint(exampleModel, 2, rank), 'copy');
+        if (state.status !== 'ok') throw new Error(`rank ${rank}: ${JSON.stringify(state)}`);
+        handles.push(...state.segments.map((seg) => seg.handle));
+        await client.detach(state.leaseId);
+        client.close();
+      }
+      return { states: node.status().ranks.map((r) => r.state), handles: [...new Set(handles)] };
+    } finally {
+      await node.stop('test');
     }
   },
 
