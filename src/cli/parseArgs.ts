@@ -45,7 +45,8 @@ Exit codes:
   0  stopped by SIGTERM, SIGINT, SIGHUP or SIGQUIT (after a clean stop)
   1  failed at run time: a rank, the rendezvous, a device or the checkpoint (the log says which)
   2  bad flags, or flags the checkpoint or machine cannot satisfy (a tp size the model's shapes
-     do not divide, --device cuda without a driver): restarting cannot help
+     do not divide, --device cuda without a driver, --cuda-handles fd on GPUs that cannot export
+     descriptors): restarting cannot help
 
 Environment:
   WEIGHTD_TOKEN                  the rendezvous secret, if --weight-cache-token is not given
