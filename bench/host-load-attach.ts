@@ -17,7 +17,6 @@ const gib = Number(process.argv[2] ?? 1);
 const keepDir = process.env.WEIGHTD_BENCH_DIR;
 const dir = keepDir ?? mkdtempSync(join(tmpdir(), 'weightd-bench-'));
 const socketDir = mkdtempSync(join(tmpdir(), 'weightd-bench-sock-'));
-const shmDir = mkdtempSync('/dev/shm/weightd-bench-');
 
 /** A Llama-shaped checkpoint (hidden 2048) with as many layers as fit in `gib`, random bf16. */
 async function makeCheckpoint(): Promise<number> {
@@ -83,7 +82,7 @@ function sequentialRead(): number {
 
 async function fill(tp: number) {
   const t0 = performance.now();
-  const node = await startNode({ model: dir, tensorParallelSize: tp, device: 'host', socketDir, shmDir, logger: pino({ level: 'silent' }) });
+  const node = await startNode({ model: dir, tensorParallelSize: tp, device: 'host', socketDir, logger: pino({ level: 'silent' }) });
   const status = await node.ready;
   // Start to READY: planning, allocation (with its page population) and the fill.
   const seconds = (performance.now() - t0) / 1000;
@@ -133,5 +132,5 @@ try {
     attachSpeedupVsDisk: +((readS * 1000) / attachMs).toFixed(1),
   }));
 } finally {
-  for (const d of keepDir ? [socketDir, shmDir] : [dir, socketDir, shmDir]) rmSync(d, { recursive: true, force: true });
+  for (const d of keepDir ? [socketDir] : [dir, socketDir]) rmSync(d, { recursive: true, force: true });
 }

@@ -22,6 +22,7 @@
 #include "host_mapping.h"
 #include "peer_credentials.h"
 #include "js_values.h"
+#include "unix_fds.h"
 
 namespace weightd {
 namespace {
@@ -373,6 +374,9 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
                              InstanceValue("Device", deviceCtor_.Value()),
                              InstanceMethod<&WeightdAddon::SetErrorFactory>("setErrorFactory"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::PeerCredentials>>("peerCredentials"),
+                             InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::SendWithFds>>("sendWithFds"),
+                             InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::UnixRequest>>("unixRequest"),
+                             InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::CloseFd>>("closeFd"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::MapShared>>("mapShared"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::UnmapShared>>("unmapShared"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::CudaProbeJs>>("cudaProbe"),
@@ -430,9 +434,63 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
     return o;
   }
 
-  // mapShared and unmapShared run on the JS thread: mmap of a file on tmpfs maps, it reads nothing.
+  // Descriptor passing (native/unix_fds.h). The frame is copied at the call: the job then owns
+  // every byte it sends, whatever the caller does with its Buffer meanwhile.
+  static std::vector<uint8_t> toFrame(const Napi::Value& v) {
+    if (!v.IsBuffer()) throw Napi::TypeError::New(v.Env(), "frame must be a Buffer");
+    Napi::Buffer<uint8_t> b = v.As<Napi::Buffer<uint8_t>>();
+    return std::vector<uint8_t>(b.Data(), b.Data() + b.Length());
+  }
+
+  static std::vector<int> toFds(const Napi::Value& v) {
+    if (!v.IsArray()) throw Napi::TypeError::New(v.Env(), "fds must be an array of descriptors");
+    Napi::Array arr = v.As<Napi::Array>();
+    std::vector<int> fds;
+    for (uint32_t i = 0; i < arr.Length(); ++i) fds.push_back(toBounded<int>(arr.Get(i), "fd"));
+    return fds;
+  }
+
+  static Napi::Value replyToJs(Napi::Env env, const UnixReply& r) {
+    Napi::Object o = Napi::Object::New(env);
+    o.Set("frame", Napi::Buffer<uint8_t>::Copy(env, r.frame.data(), r.frame.size()));
+    Napi::Array fds = Napi::Array::New(env, r.fds.size());
+    for (uint32_t i = 0; i < r.fds.size(); ++i) fds.Set(i, r.fds[i]);
+    o.Set("fds", fds);
+    return o;
+  }
+
+  // sendWithFds(socketFd, frame, fds, timeoutMs) -> Promise<void>
+  Napi::Value SendWithFds(const Napi::CallbackInfo& info) {
+    int sock = toBounded<int>(info[0], "socketFd");
+    std::vector<uint8_t> frame = toFrame(info[1]);
+    std::vector<int> fds = toFds(info[2]);
+    int64_t timeoutMs = toBounded<int64_t>(info[3], "timeoutMs");
+    return PromiseJob<Nothing>::start(info.Env(), [sock, frame, fds, timeoutMs] {
+      sendWithFds(sock, frame, fds, timeoutMs);
+      return Nothing{};
+    }, undefinedResult);
+  }
+
+  // unixRequest(path, frame, fds, timeoutMs, maxReplyBytes) -> Promise<{ frame, fds }>
+  Napi::Value UnixRequest(const Napi::CallbackInfo& info) {
+    std::string path = toStr(info[0], "path");
+    std::vector<uint8_t> frame = toFrame(info[1]);
+    std::vector<int> fds = toFds(info[2]);
+    int64_t timeoutMs = toBounded<int64_t>(info[3], "timeoutMs");
+    uint64_t maxReplyBytes = toU64(info[4], "maxReplyBytes");
+    return PromiseJob<UnixReply>::start(info.Env(), [path, frame, fds, timeoutMs, maxReplyBytes] {
+      return unixRequest(path, frame, fds, timeoutMs, maxReplyBytes);
+    }, replyToJs);
+  }
+
+  Napi::Value CloseFd(const Napi::CallbackInfo& info) {
+    closeFd(toBounded<int>(info[0], "fd"));
+    return info.Env().Undefined();
+  }
+
+  // mapShared(fd, bytes) and unmapShared run on the JS thread: mmap of a memfd maps, it reads nothing.
   Napi::Value MapShared(const Napi::CallbackInfo& info) {
-    return mappings_.map(info.Env(), toStr(info[0], "path"), toU64(info[1], "bytes"));
+    return mappings_.map(info.Env(), toBounded<int>(info[0], "fd"), toU64(info[1], "bytes"));
   }
 
   Napi::Value UnmapShared(const Napi::CallbackInfo& info) {
@@ -546,7 +604,6 @@ DeviceWrap::DeviceWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Device
   if (info[2].IsObject()) {
     Napi::Object o = info[2].As<Napi::Object>();
     if (o.Has("uuid")) opts.uuid = toStr(o.Get("uuid"), "uuid");
-    if (o.Has("shmDir")) opts.shmDir = toStr(o.Get("shmDir"), "shmDir");
     if (o.Has("cudaHandles")) opts.cudaHandles = toStr(o.Get("cudaHandles"), "cudaHandles");
   }
   device_ = guarded(env, [&] { return makeDevice(backend, index, opts); });

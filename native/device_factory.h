@@ -7,7 +7,6 @@ namespace weightd {
 
 struct DeviceOptions {
   std::string uuid;         // host: the stable id to report
-  std::string shmDir;       // host: where segment files live
   std::string cudaHandles;  // cuda: "ipc" (default when empty) or "fd" (cuda_vmm.h)
 };
 

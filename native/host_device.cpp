@@ -3,50 +3,43 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
-#include <random>
 
 #include "file_reader.h"
+#include "host_memory.h"
 #include "reader_threads.h"
+#include "sealed_memfd.h"
 
 namespace weightd {
 
 namespace {
 
-std::string randomHex() {
-  std::random_device rd;
-  char buf[17];
-  snprintf(buf, sizeof buf, "%08x%08x", rd(), rd());
-  return buf;
-}
-
-// Device ids may come from the user (WEIGHTD_HOST_DEVICES); keep file names to a safe alphabet.
+// Device ids may come from the user (WEIGHTD_HOST_DEVICES); keep memfd names (shown in
+// /proc/PID/fd and /proc/PID/maps) to a safe alphabet.
 std::string safeName(const std::string& s) {
   std::string out;
   for (char c : s) out += (isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_') ? c : '_';
   return out.substr(0, 64);
 }
 
-// The inode of this process's pid namespace ("0" where /proc cannot say). A pid means nothing
-// outside its namespace: the sweep of stale segments only trusts pids of its own namespace.
-std::string pidNamespaceId() {
-  char link[64] = {0};
-  ssize_t n = readlink("/proc/self/ns/pid", link, sizeof link - 1);  // "pid:[4026531836]"
-  std::string id;
-  for (ssize_t i = 0; i < n; ++i) {
-    if (isdigit(static_cast<unsigned char>(link[i]))) id += link[i];
+std::string gib(uint64_t bytes) {
+  char buf[32];
+  snprintf(buf, sizeof buf, "%.2f GiB", static_cast<double>(bytes) / (1u << 30));
+  return buf;
+}
+
+void closeAll(const std::vector<int>& fds) {
+  for (int fd : fds) {
+    if (fd >= 0) ::close(fd);
   }
-  return id.empty() ? "0" : id;
 }
 
 }  // namespace
 
-HostDevice::HostDevice(int index, std::string uuid, std::string shmDir)
-    : index_(index), uuid_(std::move(uuid)), shmDir_(std::move(shmDir)) {}
+HostDevice::HostDevice(int index, std::string uuid) : index_(index), uuid_(std::move(uuid)) {}
 
 HostDevice::~HostDevice() { free(); }
 
@@ -55,45 +48,50 @@ DeviceInfo HostDevice::info() {
   d.backend = "host";
   d.index = index_;
   d.uuid = uuid_;
-  d.name = "host shared memory (" + shmDir_ + ")";
-  struct statvfs vfs {};
-  if (statvfs(shmDir_.c_str(), &vfs) == 0) {
-    d.totalBytes = static_cast<uint64_t>(vfs.f_blocks) * vfs.f_frsize;
-    d.freeBytes = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
-  }
+  d.name = "host memory (memfd)";
+  HostMemory m = hostMemory();
+  d.totalBytes = m.totalBytes;
+  d.freeBytes = m.freeBytes;
   return d;
 }
 
 void HostDevice::allocate(const std::vector<uint64_t>& segmentBytes) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!segments_.empty()) throw DeviceError("E_ALREADY_ALLOCATED", "device " + uuid_ + " already holds an arena; free it first");
+  uint64_t total = 0;
+  for (size_t i = 0; i < segmentBytes.size(); ++i) {
+    if (segmentBytes[i] == 0) throw DeviceError("E_BAD_PLAN", "segment " + std::to_string(i) + " has zero bytes");
+    if (__builtin_add_overflow(total, segmentBytes[i], &total)) throw DeviceError("E_BAD_PLAN", "the segments' sizes overflow 64 bits");
+  }
+  // Checked before anything is created: fallocate past what memory (or the cgroup) allows may
+  // not fail at all but wake the OOM killer, which would pick this process.
+  HostMemory memory = hostMemory();
+  if (!memory.limitedBy.empty() && total > memory.freeBytes) {
+    throw DeviceError("E_OUT_OF_MEMORY", "device " + uuid_ + " needs " + std::to_string(total) + " bytes (" + gib(total) + ") for " +
+                                             std::to_string(segmentBytes.size()) + " segment(s) but only " + std::to_string(memory.freeBytes) +
+                                             " bytes (" + gib(memory.freeBytes) + ") are free (" + memory.limitedBy +
+                                             "); free memory, raise the memory limit, or serve fewer ranks per node");
+  }
   try {
-    // The pid (and its namespace) in the name let a later daemon remove files a killed one left
-    // behind: src/native/sweepStaleSegments.ts.
-    std::string stem = shmDir_ + "/weightd-" + std::to_string(getpid()) + "-" + pidNamespaceId() + "-" + safeName(uuid_) + "-" +
-                       randomHex();
     for (size_t i = 0; i < segmentBytes.size(); ++i) {
       Segment seg;
       seg.bytes = segmentBytes[i];
-      seg.path = stem + "-s" + std::to_string(i);
-      // O_EXCL + O_NOFOLLOW: never reuse or follow something another user placed there.
-      seg.fd = ::open(seg.path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+      std::string name = "weightd:" + safeName(uuid_) + ":s" + std::to_string(i);
+      seg.fd = memfd_create(name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING);
       if (seg.fd < 0) {
         int err = errno;
-        throw DeviceError("E_SHM_CREATE", "cannot create shared-memory file " + seg.path + ": " + errnoMessage(err) +
-                                              "; check that " + shmDir_ + " exists and is writable");
+        throw DeviceError("E_SHM_CREATE", "cannot create memfd " + name + ": " + errnoMessage(err) +
+                                              (err == EMFILE || err == ENFILE ? "; raise the open-file limit (ulimit -n)" : ""));
       }
       segments_.push_back(seg);
       Segment& s = segments_.back();
-      // umask can only narrow 0600, but a umask of 0 with another default would widen it.
-      fchmod(s.fd, 0600);
-      if (s.bytes == 0) throw DeviceError("E_BAD_PLAN", "segment " + std::to_string(i) + " has zero bytes");
-      // posix_fallocate reserves the pages now, so a short /dev/shm fails here, before loading,
-      // instead of a SIGBUS in the middle of a copy.
-      int rc = posix_fallocate(s.fd, 0, static_cast<off_t>(s.bytes));
-      if (rc != 0) {
-        throw DeviceError("E_OUT_OF_MEMORY", "cannot reserve " + std::to_string(s.bytes) + " bytes in " + shmDir_ + ": " +
-                                                 errnoMessage(rc) + "; free shared memory or enlarge " + shmDir_ + " (for Docker, --shm-size)");
+      // fallocate reserves the pages now, so a short memory fails here, before loading, instead
+      // of a SIGBUS in the middle of a copy.
+      if (fallocate(s.fd, 0, 0, static_cast<off_t>(s.bytes)) != 0) {
+        int err = errno;
+        throw DeviceError("E_OUT_OF_MEMORY", "cannot reserve " + std::to_string(s.bytes) + " bytes (" + gib(s.bytes) + ") for segment " +
+                                                 std::to_string(i) + " of device " + uuid_ + ": " + errnoMessage(err) +
+                                                 "; free memory or raise the memory limit");
       }
       // MAP_POPULATE maps every page now: faulting them in one by one from the reader threads
       // serialises on the mm lock and cut the fill to a tenth of the read speed.
@@ -101,7 +99,7 @@ void HostDevice::allocate(const std::vector<uint64_t>& segmentBytes) {
       if (s.base == MAP_FAILED) {
         s.base = nullptr;
         int err = errno;
-        throw DeviceError("E_OUT_OF_MEMORY", "cannot map " + seg.path + ": " + errnoMessage(err));
+        throw DeviceError("E_OUT_OF_MEMORY", "cannot map " + std::to_string(s.bytes) + " bytes of segment " + std::to_string(i) + ": " + errnoMessage(err));
       }
     }
   } catch (...) {
@@ -117,6 +115,9 @@ void HostDevice::fill(const std::vector<std::string>& files, const std::vector<C
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (segments_.empty()) throw DeviceError("E_NOT_ALLOCATED", "fill before allocate on device " + uuid_);
+    if (sealed_) {
+      throw DeviceError("E_SEALED", "device " + uuid_ + "'s segments are sealed (exported or adopted) and can no longer be written; free and allocate again to fill");
+    }
     for (auto& s : segments_) {
       sizes.push_back(s.bytes);
       bases.push_back(static_cast<char*>(s.base));
@@ -126,7 +127,7 @@ void HostDevice::fill(const std::vector<std::string>& files, const std::vector<C
   FileSet fileSet(files, false);
   validateOps(ops, fileSet, sizes);
   validateZeroRanges(zeros, sizes);
-  // A fresh segment file reads as zeros, but a second fill of the same arena may not: zeroing
+  // A fresh memfd reads as zeros, but a second fill of the same arena may not: zeroing
   // here keeps one contract for both backends, at the cost of the padding's pages only.
   for (const ZeroRange& z : zeros) memset(bases[z.segment] + z.offset, 0, z.bytes);
   std::vector<Chunk> chunks = splitIntoChunks(ops, options.chunkBytes);
@@ -154,9 +155,76 @@ void HostDevice::fill(const std::vector<std::string>& files, const std::vector<C
 std::vector<SegmentExport> HostDevice::exportSegments() {
   std::lock_guard<std::mutex> lock(mutex_);
   if (segments_.empty()) throw DeviceError("E_NOT_ALLOCATED", "export before allocate on device " + uuid_);
+  if (!sealed_) sealLocked();
   std::vector<SegmentExport> out;
-  for (uint32_t i = 0; i < segments_.size(); ++i) out.push_back({i, segments_[i].bytes, segments_[i].path});
+  for (uint32_t i = 0; i < segments_.size(); ++i) out.push_back({i, segments_[i].bytes, "memfd", segments_[i].fd});
   return out;
+}
+
+// F_SEAL_WRITE is refused (EBUSY) while any shared mapping that may write exists, and a
+// read-write memfd's shared mapping may, whatever its protection (VM_MAYWRITE): the fill's
+// mapping goes, the seals go on, and only then a read-only mapping comes back. A failure half way
+// leaves no arena: the device frees it rather than serve segments of which some are writable.
+void HostDevice::sealLocked() {
+  try {
+    for (uint32_t i = 0; i < segments_.size(); ++i) {
+      Segment& s = segments_[i];
+      munmap(s.base, s.bytes);
+      s.base = nullptr;
+      if (fcntl(s.fd, F_ADD_SEALS, kServedSeals | F_SEAL_SEAL) != 0) {
+        int err = errno;
+        throw DeviceError("E_SHM_SEAL", "cannot seal segment " + std::to_string(i) + " of device " + uuid_ + ": " + errnoMessage(err));
+      }
+      void* base = mapSealedReadOnly(s.fd, s.bytes);
+      if (base == MAP_FAILED) {
+        int err = errno;
+        throw DeviceError("E_SHM_MAP", "cannot map segment " + std::to_string(i) + " of device " + uuid_ + " read-only: " + errnoMessage(err));
+      }
+      s.base = base;
+    }
+  } catch (...) {
+    freeLocked();
+    throw;
+  }
+  sealed_ = true;
+}
+
+void HostDevice::adopt(const std::vector<int>& fds, const std::vector<uint64_t>& segmentBytes) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<Segment> adopted;
+  try {
+    if (!segments_.empty()) throw DeviceError("E_ALREADY_ALLOCATED", "device " + uuid_ + " already holds an arena; free it before adopting one");
+    if (fds.size() != segmentBytes.size()) {
+      throw DeviceError("E_BAD_SEGMENT_FD", "adopt got " + std::to_string(fds.size()) + " descriptor(s) for " + std::to_string(segmentBytes.size()) +
+                                                " segment(s) on device " + uuid_ + "; pass one per segment, in segment order");
+    }
+    if (fds.empty()) throw DeviceError("E_BAD_PLAN", "adopt needs at least one segment");
+    for (size_t i = 0; i < fds.size(); ++i) {
+      std::string which = "segment " + std::to_string(i) + " (fd " + std::to_string(fds[i]) + ")";
+      if (segmentBytes[i] == 0) throw DeviceError("E_BAD_PLAN", which + " has zero bytes");
+      std::string unsealed = servedSealsMissing(fds[i]);
+      if (!unsealed.empty()) throw DeviceError("E_BAD_SEGMENT_FD", which + " is " + unsealed + "; only segments a daemon exported can be adopted");
+      struct stat st {};
+      if (fstat(fds[i], &st) != 0 || static_cast<uint64_t>(st.st_size) < segmentBytes[i]) {
+        throw DeviceError("E_BAD_SEGMENT_FD", which + " holds " + std::to_string(st.st_size) + " bytes, fewer than the " +
+                                                  std::to_string(segmentBytes[i]) + " its plan needs");
+      }
+    }
+    for (size_t i = 0; i < fds.size(); ++i) {
+      void* base = mapSealedReadOnly(fds[i], segmentBytes[i]);
+      if (base == MAP_FAILED) {
+        int err = errno;
+        throw DeviceError("E_SHM_MAP", "cannot map adopted segment " + std::to_string(i) + " (fd " + std::to_string(fds[i]) + "): " + errnoMessage(err));
+      }
+      adopted.push_back({fds[i], base, segmentBytes[i]});
+    }
+  } catch (...) {
+    for (Segment& s : adopted) munmap(s.base, s.bytes);
+    closeAll(fds);
+    throw;
+  }
+  segments_ = std::move(adopted);
+  sealed_ = true;
 }
 
 void HostDevice::read(uint32_t segment, uint64_t offset, uint64_t length, void* dst) {
@@ -170,14 +238,15 @@ void HostDevice::free() {
   freeLocked();
 }
 
+// Clients that still map a segment (or hold its descriptor) keep its pages; the memory goes
+// when the last of them lets go.
 void HostDevice::freeLocked() {
   for (auto& s : segments_) {
     if (s.base) munmap(s.base, s.bytes);
     if (s.fd >= 0) ::close(s.fd);
-    // Clients that still map the file keep their pages; the name goes now so nothing new can.
-    if (!s.path.empty()) ::unlink(s.path.c_str());
   }
   segments_.clear();
+  sealed_ = false;
 }
 
 }  // namespace weightd

@@ -9,21 +9,22 @@
 
 #include "device.h"
 #include "file_reader.h"
+#include "sealed_memfd.h"
 
 namespace weightd {
 
-Napi::Value HostMappings::map(Napi::Env env, const std::string& path, uint64_t bytes) {
+Napi::Value HostMappings::map(Napi::Env env, int fd, uint64_t bytes) {
+  // An unsealed segment could be changed under the client's tensors, or shrunk under its
+  // mapping (SIGBUS on the next read): whoever sent it is not a daemon serving sealed memory.
+  std::string unsealed = servedSealsMissing(fd);
+  if (!unsealed.empty()) throw DeviceError("E_SHM_OPEN", "descriptor " + std::to_string(fd) + " is " + unsealed + "; refusing to map it");
   struct stat st {};
-  int fd = openRegularFile(path, O_NOFOLLOW, st, {"shared segment", "E_SHM_OPEN", "the daemon may have released it: ask for the state again"});
-  if (static_cast<uint64_t>(st.st_size) < bytes || st.st_uid != geteuid()) {
-    ::close(fd);
-    throw DeviceError("E_SHM_OPEN", "shared segment " + path + " is not a segment of " + std::to_string(bytes) +
-                                        " bytes owned by this user; refusing to map it");
+  if (fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) < bytes) {
+    throw DeviceError("E_SHM_OPEN", "descriptor " + std::to_string(fd) + " holds " + std::to_string(st.st_size) + " bytes, fewer than the segment's " +
+                                        std::to_string(bytes) + "; refusing to map it");
   }
-  void* base = mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fd, 0);
-  int err = errno;
-  ::close(fd);  // the mapping keeps the pages; the descriptor is not needed
-  if (base == MAP_FAILED) throw DeviceError("E_SHM_MAP", "cannot map " + path + ": " + errnoMessage(err));
+  void* base = mapSealedReadOnly(fd, bytes);
+  if (base == MAP_FAILED) throw DeviceError("E_SHM_MAP", "cannot map descriptor " + std::to_string(fd) + " (" + std::to_string(bytes) + " bytes): " + errnoMessage(errno));
   auto* hint = new FinalizeHint{state_};
   {
     std::lock_guard<std::mutex> lock(state_->mutex);

@@ -1,5 +1,6 @@
-// Client side of the host backend: maps a segment file read-only into this process as an
-// ArrayBuffer, and unmaps it on request (detach) or when the buffer is collected.
+// Client side of the host backend: maps a segment's sealed memfd (received over the socket)
+// read-only into this process as an ArrayBuffer, and unmaps it on request (detach) or when the
+// buffer is collected.
 #pragma once
 #include <napi.h>
 
@@ -13,7 +14,9 @@ namespace weightd {
 class HostMappings {
  public:
   HostMappings() : state_(std::make_shared<State>()) {}
-  Napi::Value map(Napi::Env env, const std::string& path, uint64_t bytes);
+  // Refuses a descriptor that is not sealed against write, shrink and grow, or is shorter than
+  // `bytes`. The caller keeps (and closes) `fd`: the mapping does not need it.
+  Napi::Value map(Napi::Env env, int fd, uint64_t bytes);
   void unmap(Napi::ArrayBuffer buffer);
 
  private:

@@ -41,8 +41,6 @@ export interface NodeOptions {
   planFile?: string;
   /** Layouts to serve besides `checkpoint` (always served): `vllm`. */
   layouts?: string[];
-  /** Host backend: directory of the shared-memory segment files (default /dev/shm). */
-  shmDir?: string;
   /** Copy engine tuning. */
   fill?: Omit<FillOptions, 'group'>;
   /** How long to wait for every node at rendezvous. */
@@ -73,7 +71,6 @@ export interface NodeConfig {
   cudaHandles: CudaHandles;
   planFile?: string;
   layouts: LayoutName[];
-  shmDir?: string;
   fill: FillOptions;
   rendezvousTimeoutMs: number;
   token?: string;
@@ -187,7 +184,6 @@ export async function resolveNodeOptions(o: NodeOptions): Promise<NodeConfig> {
     cudaHandles,
     planFile: o.planFile === undefined ? undefined : resolve(o.planFile),
     layouts: checkLayouts(o.layouts),
-    shmDir: o.shmDir,
     fill: checkFill(o.fill ?? {}),
     rendezvousTimeoutMs,
     token: o.token,

@@ -12,7 +12,6 @@ import { cachedShare, localDevices } from '../native/devices.js';
 import { nodeFillOptions } from '../native/fillPolicy.js';
 import { acquireDeviceLock, type DeviceLock } from '../serve/deviceLock.js';
 import { checkSocketPathLength, removeSocketDirIfCreated, resolveSocketDir, socketPathFor } from '../serve/socketDir.js';
-import { sweepStaleSegments } from '../native/sweepStaleSegments.js';
 
 export interface PrepareInput {
   config: NodeConfig;
@@ -25,7 +24,6 @@ export interface Prepared {
   devices: DeviceSlot[];
   /** How many devices of the backend this node sees (compared across nodes at rendezvous). */
   visibleDevices: number;
-  shmDir: string;
   /** The private directory of this node's sockets. */
   socketDir: string;
   /**
@@ -40,8 +38,7 @@ export interface Prepared {
 
 export const prepareNode = fromPromise<Prepared, PrepareInput>(async ({ input, signal }) => {
   const { config, log } = input;
-  const { devices, visible, shmDir } = await localDevices(config, log);
-  for (const removed of sweepStaleSegments(shmDir)) log.warn({ file: removed }, 'removed a shared-memory segment left by a daemon that no longer runs');
+  const { devices, visible } = await localDevices(config, log);
   const socketDir = resolveSocketDir(config.socketDir);
   const locks: DeviceLock[] = [];
   const unlockDevices = () => locks.forEach((l) => l.unlock());
@@ -65,7 +62,7 @@ export const prepareNode = fromPromise<Prepared, PrepareInput>(async ({ input, s
       if (fill.direct) log.info({ cachedShare: share, fill }, `the page cache holds ${percent}% of the checkpoint: reading it with O_DIRECT (a cold start)`);
       else log.debug({ cachedShare: share }, `the page cache holds ${percent}% of the checkpoint: reading it through the cache`);
     }
-    return { plan, devices, visibleDevices: visible, shmDir, socketDir, locks, fill };
+    return { plan, devices, visibleDevices: visible, socketDir, locks, fill };
   } catch (err) {
     unlockDevices();
     removeSocketDirIfCreated(socketDir);

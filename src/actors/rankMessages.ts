@@ -8,7 +8,6 @@ export interface RankWorkerData {
   localRank: number;
   globalRank: number;
   device: DeviceSlot;
-  shmDir: string;
   /** cuda: how segments are allocated and exported (--cuda-handles). */
   cudaHandles: CudaHandles;
   plan: RankPlan;

@@ -20,7 +20,7 @@ export interface RankPhases {
 
 export const rankPhases: RankPhases = {
   open(data, post) {
-    const device = new DeviceHandle(data.device.backend, data.device.index, { uuid: data.device.uuid, shmDir: data.shmDir, cudaHandles: data.cudaHandles });
+    const device = new DeviceHandle(data.device.backend, data.device.index, { uuid: data.device.uuid, cudaHandles: data.cudaHandles });
     post({ type: 'DEVICE', info: device.info() });
     return device;
   },

@@ -1,8 +1,9 @@
-// Opening a rank's segments in this process, per backend. host: each segment is a shared-memory
-// file, mapped read-only (the addon checks it belongs to this user). cuda: each segment is one
-// legacy CUDA IPC handle, or ("cuda-fd", --cuda-handles fd) one descriptor of VMM memory the
-// daemon sends over the socket (get_segment_fds), opened once per segment, not per tensor, so
-// attach time does not grow with the tensor count. The addon is loaded here, on the first mapping, not when the client is
+// Opening a rank's segments in this process, per backend. host: each segment is a sealed memfd
+// received from the daemon (get_segment_fds), mapped read-only (the addon checks its seals and
+// size), its descriptor closed at once: the mapping keeps the pages. cuda: each segment is one
+// legacy CUDA IPC handle, or ("cuda-fd", --cuda-handles fd) one descriptor of VMM memory, also
+// from get_segment_fds, opened once per segment, not per tensor, so attach time does not grow
+// with the tensor count. The addon is loaded here, on the first mapping, not when the client is
 // imported (src/native/addon.ts says why).
 import { DeviceError, ProtocolError } from '../errors.js';
 import { addon } from '../native/addon.js';
@@ -48,14 +49,22 @@ export interface OpenedHost {
   close(): void;
 }
 
-/** Maps every segment; `copy` copies each tensor out and unmaps before returning. */
-export function openHost(state: StateReply, copy: boolean): OpenedHost {
+/**
+ * Maps every segment from its descriptor in `fds` (segment number -> fd, from segmentFds) and
+ * closes every one of those descriptors, whatever happens; `copy` copies each tensor out and
+ * unmaps before returning.
+ */
+export function openHost(state: StateReply, copy: boolean, fds: Map<number, number>): OpenedHost {
   const buffers: ArrayBuffer[] = [];
   const close = () => {
     for (const b of buffers.splice(0)) addon().unmapShared(b);
   };
   try {
-    for (const s of [...state.segments].sort((a, b) => a.segment - b.segment)) buffers[s.segment] = addon().mapShared(s.handle, s.bytes);
+    for (const s of [...state.segments].sort((a, b) => a.segment - b.segment)) {
+      const fd = fds.get(s.segment);
+      if (fd === undefined) throw new ProtocolError('E_BAD_MANIFEST', `the daemon sent no descriptor for segment ${s.segment}`, { segment: s.segment });
+      buffers[s.segment] = addon().mapShared(fd, s.bytes);
+    }
     const tensors = byName(state, (t) => {
       const view = tensorArray(t, segmentOf(buffers, t));
       return { dtype: t.dtype, shape: t.shape, data: copy ? view.slice() : view };
@@ -65,6 +74,8 @@ export function openHost(state: StateReply, copy: boolean): OpenedHost {
   } catch (err) {
     close();
     throw err;
+  } finally {
+    for (const fd of fds.values()) addon().closeFd(fd);
   }
 }
 
@@ -77,12 +88,6 @@ export interface OpenedCuda {
 
 /** The handle of a segment whose memory is a descriptor, not a string (docs/protocol.md). */
 export const CUDA_FD_HANDLE = 'cuda-fd';
-
-/** What get_segment_fds returns: `fds[i]` is segment `segments[i]`'s descriptor. */
-export interface SegmentFds {
-  segments: number[];
-  fds: number[];
-}
 
 /**
  * Maps "cuda-fd" segments on device `deviceIndex`, `fds[i]` being `segments[i]`'s descriptor; an
@@ -103,31 +108,37 @@ export function openFdSegments(fds: readonly number[], segments: readonly Segmen
   }
 }
 
-/** The "cuda-fd" segments of `state` in the order `received` lists them, with their descriptors. */
-function fdSegments(state: StateReply, received: SegmentFds | undefined): { refs: SegmentRef[]; fds: number[] } {
-  const wanted = state.segments.filter((s) => s.handle === CUDA_FD_HANDLE);
-  if (wanted.length === 0) return { refs: [], fds: [] };
-  if (!received) {
-    throw new ProtocolError('E_NO_SEGMENT_FDS', `rank ${state.rank.globalRank} serves ${wanted.length} cuda-fd segment(s), whose descriptors come from get_segment_fds; pass them to openCuda`, { segments: wanted.length });
+/** The "cuda-fd" segments of `state` with their descriptors from `fds` (get_segment_fds' reply). */
+function fdSegments(state: StateReply, fds: Map<number, number> | undefined): { refs: SegmentRef[]; fds: number[] } {
+  const refs = state.segments.filter((s) => s.handle === CUDA_FD_HANDLE);
+  if (refs.length === 0) return { refs, fds: [] };
+  if (!fds) {
+    throw new ProtocolError('E_NO_SEGMENT_FDS', `rank ${state.rank.globalRank} serves ${refs.length} cuda-fd segment(s), whose descriptors come from get_segment_fds; pass them to openCuda`, { segments: refs.length });
   }
-  const bySegment = new Map(state.segments.map((s) => [s.segment, s]));
-  const refs = received.segments.map((n) => {
-    const ref = bySegment.get(n);
-    if (ref?.handle !== CUDA_FD_HANDLE) throw new ProtocolError('E_BAD_MANIFEST', `get_segment_fds sent a descriptor for segment ${n}, which is not a cuda-fd segment of this rank`, { segment: n });
-    return ref;
-  });
-  if (new Set(received.segments).size !== wanted.length || refs.length !== wanted.length) {
-    throw new ProtocolError('E_BAD_MANIFEST', `get_segment_fds sent segments ${received.segments.join(',')} but the rank has cuda-fd segments ${wanted.map((s) => s.segment).join(',')}`, {});
-  }
-  return { refs, fds: received.fds };
+  return {
+    refs,
+    fds: refs.map((s) => {
+      const fd = fds.get(s.segment);
+      if (fd === undefined) throw new ProtocolError('E_BAD_MANIFEST', `the daemon sent no descriptor for cuda-fd segment ${s.segment}`, { segment: s.segment });
+      return fd;
+    }),
+  };
 }
 
 /**
  * Opens every segment on this process's device `deviceIndex` (its UUID checked): legacy IPC
- * handles from the state itself, "cuda-fd" segments from `segmentFds` (get_segment_fds' reply;
- * the caller closes those fds after).
+ * handles from the state itself, "cuda-fd" segments from `fds` (segment number -> fd, from
+ * segmentFds), every one of which is closed, whatever happens, as openHost does.
  */
-export async function openCuda(state: StateReply, deviceIndex: number, segmentFds?: SegmentFds): Promise<OpenedCuda> {
+export async function openCuda(state: StateReply, deviceIndex: number, fds?: Map<number, number>): Promise<OpenedCuda> {
+  try {
+    return await openCudaSegments(state, deviceIndex, fds);
+  } finally {
+    for (const fd of fds?.values() ?? []) addon().closeFd(fd);
+  }
+}
+
+async function openCudaSegments(state: StateReply, deviceIndex: number, fds: Map<number, number> | undefined): Promise<OpenedCuda> {
   const probe = await cudaProbe();
   const mine = probe.devices.find((d) => d.index === deviceIndex);
   if (!mine) {
@@ -146,8 +157,8 @@ export async function openCuda(state: StateReply, deviceIndex: number, segmentFd
     for (const s of segments.splice(0)) s?.close();
   };
   try {
-    const { refs, fds } = fdSegments(state, segmentFds);
-    openFdSegments(fds, refs, deviceIndex).forEach((s, n) => (segments[n] = s));
+    const received = fdSegments(state, fds);
+    openFdSegments(received.fds, received.refs, deviceIndex).forEach((s, n) => (segments[n] = s));
     for (const s of state.segments) if (s.handle !== CUDA_FD_HANDLE) segments[s.segment] = CudaIpcSegment.open(deviceIndex, s.handle);
     return {
       tensors: byName(state, (t) => ({ dtype: t.dtype, shape: t.shape, bytes: t.bytes, pointer: segmentOf(segments, t).pointer + BigInt(t.offset) })),

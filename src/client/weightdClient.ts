@@ -8,7 +8,7 @@ import { connect, type Socket } from 'node:net';
 import type { z } from 'zod';
 import { ProtocolError, receivedCode, ServeError } from '../errors.js';
 import { addon } from '../native/addon.js';
-import { encodeMessage, FrameDecoder, MAX_RESPONSE_BYTES, parsePayload } from '../serve/frameCodec.js';
+import { encodeMessage, FRAME_HEADER_BYTES, FrameDecoder, MAX_REQUEST_BYTES, MAX_RESPONSE_BYTES, parsePayload } from '../serve/frameCodec.js';
 import {
   ErrorReply,
   REPLY_SCHEMAS,
@@ -22,7 +22,7 @@ import {
   type StateReply,
   type StatsReply,
 } from '../serve/protocol.js';
-import { openCuda, openHost, type DeviceTensor, type HostTensor } from './segmentAccess.js';
+import { CUDA_FD_HANDLE, openCuda, openHost, type DeviceTensor, type HostTensor } from './segmentAccess.js';
 
 export interface ClientOptions {
   /** Per request, from sending to the complete reply. Default 30 s. */
@@ -132,15 +132,11 @@ export class WeightdClient {
     const base = { status: 'attached' as const, state, leaseId: state.leaseId, detach };
     try {
       if (state.backend === 'host') {
-        const host = openHost(state, false);
+        const host = openHost(state, false, await this.segmentFds(state.leaseId));
         unmap = host.close;
         return { ...base, backend: 'host', tensors: host.tensors };
       }
-      // TODO(lead, after merging memfd): when a segment's handle is "cuda-fd", ask get_segment_fds
-      // on this rank's socket (unixRequest, as openHost's fds come) and pass { segments, fds } as
-      // openCuda's third argument, closing the fds after; until then such a rank fails here with
-      // E_NO_SEGMENT_FDS. The same in copy() below.
-      const cuda = await openCuda(state, options.deviceIndex ?? state.device.index);
+      const cuda = await openCuda(state, options.deviceIndex ?? state.device.index, await this.#cudaFds(state));
       unmap = cuda.close;
       return { ...base, backend: 'cuda', tensors: cuda.tensors };
     } catch (err) {
@@ -154,8 +150,8 @@ export class WeightdClient {
     const state = await this.getState(expected, 'copy', options.layout);
     if (state.status === 'mismatch') return state;
     try {
-      if (state.backend === 'host') return { status: 'copied', state, tensors: openHost(state, true).tensors };
-      const cuda = await openCuda(state, options.deviceIndex ?? state.device.index);
+      if (state.backend === 'host') return { status: 'copied', state, tensors: openHost(state, true, await this.segmentFds(state.leaseId)).tensors };
+      const cuda = await openCuda(state, options.deviceIndex ?? state.device.index, await this.#cudaFds(state));
       try {
         return { status: 'copied', state, tensors: await cuda.read() };
       } finally {
@@ -163,6 +159,44 @@ export class WeightdClient {
       }
     } finally {
       await this.detach(state.leaseId);
+    }
+  }
+
+  /** A cuda rank's descriptors when it serves "cuda-fd" segments (--cuda-handles fd); none for legacy IPC. */
+  async #cudaFds(state: StateReply): Promise<Map<number, number> | undefined> {
+    return state.segments.some((s) => s.handle === CUDA_FD_HANDLE) ? this.segmentFds(state.leaseId) : undefined;
+  }
+
+  /**
+   * get_segment_fds for `leaseId` (get_state's host "fd" and cuda "cuda-fd" handles): each
+   * segment's descriptor (a sealed memfd, or VMM memory), by segment number, the caller's to close. Asked on a connection of its own through the addon
+   * (native/unix_fds.h), since a net.Socket cannot receive descriptors; the daemon knows this
+   * process's lease by its pid. Whatever fails, no received descriptor is left open.
+   */
+  async segmentFds(leaseId: string): Promise<Map<number, number>> {
+    const id = this.#nextId++;
+    const request = encodeMessage({ id, cmd: 'get_segment_fds', leaseId });
+    let received: { frame: Buffer; fds: number[] };
+    try {
+      received = await addon().unixRequest(this.socketPath, request, [], this.#timeoutMs, FRAME_HEADER_BYTES + MAX_REQUEST_BYTES);
+    } catch (err) {
+      // The codes this client raises for the same failures on its own connection.
+      const code = { E_CONNECT: 'E_CONNECT', E_PEER_UID: 'E_PEER', E_FD_TIMEOUT: 'E_TIMEOUT' }[(err as { code?: string }).code ?? ''] ?? 'E_DISCONNECTED';
+      throw new ServeError(code as 'E_CONNECT', `cannot get the segment descriptors from ${this.socketPath}: ${(err as Error).message}`, { socketPath: this.socketPath }, { cause: err });
+    }
+    const { frame, fds } = received;
+    try {
+      const [payload] = new FrameDecoder(MAX_REQUEST_BYTES).push(frame);
+      const raw = parsePayload(payload!, JSON.parse);
+      const reply = this.#checkReply('get_segment_fds', raw);
+      if (reply.id !== id) throw new ProtocolError('E_BAD_REPLY', `unexpected reply (id ${reply.id}) to get_segment_fds from ${this.socketPath}`);
+      if (reply.segments.length !== fds.length) {
+        throw new ProtocolError('E_BAD_REPLY', `get_segment_fds from ${this.socketPath} lists ${reply.segments.length} segment(s) but ${fds.length} descriptor(s) came with it`);
+      }
+      return new Map(reply.segments.map((segment, i) => [segment, fds[i]!]));
+    } catch (err) {
+      for (const fd of fds) addon().closeFd(fd);
+      throw err;
     }
   }
 
@@ -281,21 +315,26 @@ export class WeightdClient {
         if (!(err instanceof ClosedBeforeReply && reused)) throw err;
         raw = await this.#exchange(cmd, body);
       }
-      const failed = ErrorReply.safeParse(raw);
-      if (failed.success) {
-        const e = failed.data.error;
-        throw new ServeError(receivedCode(e.code), `weightd (${this.socketPath}) refused ${cmd}: ${e.message}`, e.details ?? {});
-      }
-      const parsed = REPLY_SCHEMAS[cmd].safeParse(raw);
-      if (!parsed.success) {
-        const issues = parsed.error.issues.slice(0, 3).map((i) => `${i.path.join('.')}: ${i.message}`).join('; ');
-        throw new ProtocolError('E_BAD_REPLY', `reply to ${cmd} from ${this.socketPath} does not match the protocol: ${issues}; client and daemon versions differ?`);
-      }
-      return parsed.data as Reply<C>;
+      return this.#checkReply(cmd, raw);
     };
     const result = this.#chain.then(run, run);
     this.#chain = result.catch(() => {});
     return result;
+  }
+
+  /** A raw reply as `cmd`'s schema says, or the daemon's refusal as a ServeError with its code. */
+  #checkReply<C extends Command>(cmd: C, raw: unknown): Reply<C> {
+    const failed = ErrorReply.safeParse(raw);
+    if (failed.success) {
+      const e = failed.data.error;
+      throw new ServeError(receivedCode(e.code), `weightd (${this.socketPath}) refused ${cmd}: ${e.message}`, e.details ?? {});
+    }
+    const parsed = REPLY_SCHEMAS[cmd].safeParse(raw);
+    if (!parsed.success) {
+      const issues = parsed.error.issues.slice(0, 3).map((i) => `${i.path.join('.')}: ${i.message}`).join('; ');
+      throw new ProtocolError('E_BAD_REPLY', `reply to ${cmd} from ${this.socketPath} does not match the protocol: ${issues}; client and daemon versions differ?`);
+    }
+    return parsed.data as Reply<C>;
   }
 
   /** Sends one request and resolves with the raw reply. Any failure drops the connection. */

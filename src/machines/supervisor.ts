@@ -184,7 +184,6 @@ const supervisorSetup = setup({
               localRank: r.localRank,
               globalRank: r.globalRank,
               device: prepared.devices[r.localRank]!,
-              shmDir: prepared.shmDir,
               cudaHandles: context.config.cudaHandles,
               plan: prepared.plan.ranks[r.globalRank]!,
               fill: prepared.fill,

@@ -27,7 +27,7 @@ export interface SegmentExport {
   segment: number;
   bytes: number;
   /**
-   * host: the shared-memory file path; cuda: the 64-byte legacy IPC handle, base64, or "cuda-fd"
+   * host: "memfd" (the segment is `fd`); cuda: the 64-byte legacy IPC handle, base64, or "cuda-fd"
    * (--cuda-handles fd, or an adopted arena: the segment is `fd`, VMM memory; docs/protocol.md).
    */
   handle: string;
@@ -99,6 +99,7 @@ export interface NativeDevice {
   startFill(files: string[], ops: PackedCopyOps, zeroRanges: PackedZeroRanges, options: NativeFillOptions): void;
   fillStatus(): NativeFillStatus;
   cancelFill(): void;
+  /** Seals the arena (host: read-only memfds) and describes its segments; idempotent. */
   exportSegments(): SegmentExport[];
   /**
    * Takes an arena another process exported instead of allocate + fill: one sealed descriptor
@@ -115,8 +116,6 @@ export interface NativeDevice {
 export interface NativeDeviceOptions {
   /** host: the stable id reported as the device UUID. cuda: the UUID the device must have. */
   uuid?: string;
-  /** host: directory of the shared-memory segment files. */
-  shmDir?: string;
   /** cuda: 'ipc' (default) or 'fd'; with 'fd' a GPU that cannot export descriptors fails with E_CUDA_HANDLES_UNSUPPORTED. */
   cudaHandles?: CudaHandles;
 }
@@ -148,11 +147,37 @@ export interface CudaIpcMapping {
   bytes: number;
 }
 
+/** One reply frame read by unixRequest, and the descriptors that came with it (the caller's to close). */
+export interface UnixReply {
+  /** The whole frame, header included. */
+  frame: Buffer;
+  /** Received with MSG_CMSG_CLOEXEC, in the order they were sent. */
+  fds: number[];
+}
+
 export interface Addon {
   Device: new (backend: Backend, index: number, options: NativeDeviceOptions) => NativeDevice;
   peerCredentials(fd: number): PeerCredentials;
-  mapShared(path: string, bytes: number): ArrayBuffer;
+  /** Maps a received host segment (a memfd sealed against write, shrink and grow, else E_SHM_OPEN) read-only; the caller still closes `fd`. */
+  mapShared(fd: number, bytes: number): ArrayBuffer;
   unmapShared(buffer: ArrayBuffer): void;
+  /**
+   * native/unix_fds.h: sends every byte of `frame` on a connected AF_UNIX stream socket (which
+   * may be non-blocking) with `fds` as SCM_RIGHTS, in batches of 250, within timeoutMs. The caller
+   * keeps its fds. A net.Socket's fd is written only once its own queue is empty
+   * (socket.writableLength === 0), so bytes never interleave. E_FD_SEND, E_FD_TIMEOUT.
+   */
+  sendWithFds(socketFd: number, frame: Buffer, fds: number[], timeoutMs: number): Promise<void>;
+  /**
+   * Connects to `path` (a server of another uid is refused, E_PEER_UID), sends `frame` and `fds`
+   * as sendWithFds does, and reads one reply frame (10-byte header: magic, u16 BE version, u32 BE
+   * payload length; the magic is the caller's to check) of at most maxReplyBytes, header included.
+   * On failure every received fd is closed. E_CONNECT, E_PEER_UID, E_FD_SEND, E_FD_TIMEOUT,
+   * E_FD_RECV, E_FRAME_TOO_LARGE, E_PEER_CLOSED.
+   */
+  unixRequest(path: string, frame: Buffer, fds: number[], timeoutMs: number, maxReplyBytes: number): Promise<UnixReply>;
+  /** Closes a descriptor this process received; E_FD_CLOSE when it is not open. */
+  closeFd(fd: number): void;
   /** What CUDA offers this process (runs cuInit); never rejects for a missing driver or GPU. */
   cudaProbe(): Promise<CudaProbe>;
   /** native/cuda_warmup.h on a libuv thread: cuInit, then GPUs 0..devices-1's primary contexts; never rejects. */

@@ -91,7 +91,7 @@ export class DeviceHandle {
     return Buffer.from(await this.#queue(() => readInChunks(length, (at, view) => this.#native.read(segment, offset + at, view))));
   }
 
-  /** Cancels a running fill and frees the arena (and, for host, removes its files). Every call after the first returns the first's promise. */
+  /** Cancels a running fill and frees the arena (and, for host, closes its memfds). Every call after the first returns the first's promise. */
   free(): Promise<void> {
     this.#freed ??= this.#queue(() => this.#native.free());
     return this.#freed;

@@ -1,8 +1,7 @@
 // Which devices this node has, per backend. For host, ids come from WEIGHTD_HOST_DEVICES (a
 // comma-separated list, the host backend's CUDA_VISIBLE_DEVICES) so several simulated nodes on
 // one machine can have distinct, or on purpose equal, device ids.
-import { existsSync } from 'node:fs';
-import { hostname, tmpdir } from 'node:os';
+import { hostname } from 'node:os';
 import { DeviceError } from '../errors.js';
 import { addon, type Backend, type CudaHandles, type DeviceSlot } from './addon.js';
 import { cudaDevices, cudaProbe } from './cuda.js';
@@ -11,11 +10,6 @@ import type { CudaProbe } from './addon.js';
 export type { DeviceSlot } from './addon.js';
 
 export const HOST_DEVICES_ENV = 'WEIGHTD_HOST_DEVICES';
-
-/** Default directory for host segment files: tmpfs where the machine has it. */
-export function defaultShmDir(): string {
-  return existsSync('/dev/shm') ? '/dev/shm' : tmpdir();
-}
 
 /**
  * Host devices visible to this node: the listed ids when the variable is set (their count is
@@ -32,10 +26,9 @@ export function hostDevices(wanted: number, env: NodeJS.ProcessEnv = process.env
  * driver and enough GPUs are present, else the host backend, and says which in the log.
  */
 export async function localDevices(
-  config: { device: 'auto' | 'cuda' | 'host'; localWorldSize: number; shmDir?: string; cudaHandles?: CudaHandles },
+  config: { device: 'auto' | 'cuda' | 'host'; localWorldSize: number; cudaHandles?: CudaHandles },
   log: { info: (o: object, msg: string) => void },
-): Promise<{ devices: DeviceSlot[]; visible: number; shmDir: string }> {
-  const shmDir = config.shmDir ?? defaultShmDir();
+): Promise<{ devices: DeviceSlot[]; visible: number }> {
   if (config.device !== 'host') {
     const probe = await cudaProbe();
     if (probe.available && probe.devices.length > 0) {
@@ -43,15 +36,15 @@ export async function localDevices(
       log.info({ backend: 'cuda', driverVersion: probe.driverVersion, cudaHandles: config.cudaHandles ?? 'ipc', gpus: probe.devices.map((d) => ({ uuid: d.uuid, name: d.name, totalBytes: d.totalBytes, freeBytes: d.freeBytes })) }, 'CUDA devices');
       const mine = firstDevices(devices, config.localWorldSize, 'cuda');
       if (config.cudaHandles === 'fd') checkFdHandles(probe, mine);
-      return { devices: mine, visible: devices.length, shmDir };
+      return { devices: mine, visible: devices.length };
     }
     if (config.device === 'cuda') {
       throw new DeviceError('E_NO_CUDA', `--device cuda: ${probe.reason}`, { reason: probe.reason });
     }
-    log.info({ backend: 'host', shmDir, reason: probe.reason }, 'no CUDA device: using the host backend');
+    log.info({ backend: 'host', reason: probe.reason }, 'no CUDA device: using the host backend');
   }
   const devices = hostDevices(config.localWorldSize);
-  return { devices: firstDevices(devices, config.localWorldSize, 'host'), visible: devices.length, shmDir };
+  return { devices: firstDevices(devices, config.localWorldSize, 'host'), visible: devices.length };
 }
 
 /** --cuda-handles fd on GPUs that cannot export VMM memory as descriptors fails now, in milliseconds, not at allocation. */

@@ -5,7 +5,9 @@ import type { Duplex } from 'node:stream';
 import { ProtocolError, WeightdError } from '../errors.js';
 import { encodeFrame, FrameDecoder, parsePayload } from './frameCodec.js';
 import { COMMANDS, Request, type ErrorReply } from './protocol.js';
+import type { FdReply, Reply } from './handlers/fdReply.js';
 import type { Caller } from './leaseTable.js';
+import { socketFdWriter, type FdWriter } from './socketFdWriter.js';
 
 export interface ConnectionLimits {
   maxRequestBytes: number;
@@ -16,8 +18,8 @@ export interface ConnectionLimits {
 }
 
 export interface ConnectionHandler {
-  /** Serves one valid request; resolves to the serialized reply. May throw WeightdError. */
-  handle(request: Request, caller: Caller): Promise<string>;
+  /** Serves one valid request; resolves to the serialized reply, or one with descriptors. May throw WeightdError. */
+  handle(request: Request, caller: Caller): Promise<Reply>;
   /** Whether something (a copy-mode lease) needs this connection kept open while it is idle. */
   keepOpen(caller: Caller): boolean;
   /** The connection is gone. */
@@ -50,12 +52,20 @@ export class ClientConnection {
   #closing = false;
   #readTimer: NodeJS.Timeout | undefined;
   #idleTimer: NodeJS.Timeout | undefined;
+  readonly #sendFds: FdWriter;
+  /** Settles once the last frame written through the stream has reached the kernel. */
+  #lastWrite: Promise<void> = Promise.resolve();
+  /** A reply with descriptors is being written to the socket's fd, outside the stream. */
+  #sendingFds = false;
+  #destroyAfterSend = false;
 
-  constructor(socket: Duplex, caller: Caller, handler: ConnectionHandler, limits: ConnectionLimits) {
+  /** `sendFds` writes replies with descriptors; by default on the socket's own fd (socketFdWriter.ts). */
+  constructor(socket: Duplex, caller: Caller, handler: ConnectionHandler, limits: ConnectionLimits, sendFds: FdWriter = socketFdWriter(socket)) {
     this.#socket = socket;
     this.caller = caller;
     this.#handler = handler;
     this.#limits = limits;
+    this.#sendFds = sendFds;
     this.#decoder = new FrameDecoder(limits.maxRequestBytes);
     socket.on('data', (chunk: Buffer) => this.#onData(chunk));
     // Errors (a reset by the peer) are followed by 'close', which does the cleanup.
@@ -71,7 +81,10 @@ export class ClientConnection {
 
   destroy(): void {
     this.#closing = true;
-    this.#socket.destroy();
+    // Not while sendmsg runs on the fd: closed under it, the number could be reused by the next
+    // accepted connection, and the frame and segments would go to that client instead.
+    if (this.#sendingFds) this.#destroyAfterSend = true;
+    else this.#socket.destroy();
   }
 
   #onData(chunk: Buffer): void {
@@ -134,7 +147,7 @@ export class ClientConnection {
         this.#fail(idOf(value), new ProtocolError('E_BAD_REQUEST', `request does not match the protocol schema: ${issues}`));
         return;
       }
-      let reply: string;
+      let reply: Reply;
       try {
         reply = await this.#handler.handle(parsed.data, this.caller);
       } catch (err) {
@@ -151,14 +164,21 @@ export class ClientConnection {
     this.#armIdle();
   }
 
+  #write(reply: Reply): Promise<void> {
+    return typeof reply === 'string' ? this.#writeJson(reply) : this.#writeWithFds(reply);
+  }
+
   /**
    * Writes a reply; waits for the socket to drain so large replies do not pile up. A client
    * that does not take its reply within the idle timeout is cut off: it would otherwise hold
    * the connection (and the reply's memory) forever.
    */
-  #write(json: string): Promise<void> {
+  #writeJson(json: string): Promise<void> {
     return new Promise((resolve) => {
-      if (this.#closing || this.#socket.write(encodeFrame(json))) resolve();
+      if (this.#closing) return resolve();
+      let written = true;
+      this.#lastWrite = new Promise<void>((flushed) => (written = this.#socket.write(encodeFrame(json), () => flushed())));
+      if (written) resolve();
       else {
         const deadline = setTimeout(() => this.destroy(), this.#limits.idleTimeoutMs);
         const done = () => {
@@ -171,6 +191,36 @@ export class ClientConnection {
         this.#socket.on('close', done);
       }
     });
+  }
+
+  /**
+   * Writes a reply with descriptors once every byte written before it has left the stream's
+   * queue (the fd is written directly, outside it), within the idle timeout, as #writeJson's
+   * reply. A send that fails may have written part of the frame: the connection ends.
+   */
+  async #writeWithFds(reply: FdReply): Promise<void> {
+    try {
+      let deadline: NodeJS.Timeout | undefined;
+      const flushed = await Promise.race([
+        this.#lastWrite.then(() => true),
+        new Promise<boolean>((resolve) => (deadline = setTimeout(() => resolve(false), this.#limits.idleTimeoutMs))),
+      ]);
+      clearTimeout(deadline);
+      if (!flushed) this.destroy();
+      if (this.#closing) return;
+      this.#sendingFds = true;
+      try {
+        await this.#sendFds(encodeFrame(reply.json), reply.fds, this.#limits.idleTimeoutMs);
+      } catch (err) {
+        this.#handler.violation(this.caller, err instanceof WeightdError ? err : new WeightdError('E_INTERNAL', (err as Error).message));
+        this.destroy();
+      } finally {
+        this.#sendingFds = false;
+        if (this.#destroyAfterSend) this.#socket.destroy();
+      }
+    } finally {
+      reply.sent();
+    }
   }
 
   /**

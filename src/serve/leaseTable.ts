@@ -39,6 +39,15 @@ function heldBy(lease: Lease, caller: Caller): boolean {
   return caller.pid > 0 ? lease.owner.pid === caller.pid : lease.connectionId === caller.connectionId;
 }
 
+/**
+ * Whether `caller` may act on the lease it names by id (detach, get_segment_fds): its holder, on
+ * any of its connections (the TypeScript client asks for descriptors on a connection of its own),
+ * or anyone who knows the id of a lease of unknown pid: a 96-bit secret given only to its holder.
+ */
+function namedBy(lease: Lease, caller: Caller, leaseId: string): boolean {
+  return lease.id === leaseId && (heldBy(lease, caller) || lease.owner.pid <= 0);
+}
+
 export class LeaseTable {
   readonly #leases = new Map<string, Lease>();
 
@@ -65,8 +74,13 @@ export class LeaseTable {
   /** Drops `leaseId` if the caller holds it; without an id, every lease its connection took. */
   detach(caller: Caller, leaseId?: string): Lease[] {
     if (leaseId === undefined) return this.#dropWhere((l) => l.connectionId === caller.connectionId);
-    // A lease of unknown pid is held by whoever knows its id: a 96-bit secret given only to it.
-    return this.#dropWhere((l) => l.id === leaseId && (heldBy(l, caller) || l.owner.pid <= 0));
+    return this.#dropWhere((l) => namedBy(l, caller, leaseId));
+  }
+
+  /** The live lease `leaseId` when the caller may use it (namedBy); undefined otherwise. */
+  named(caller: Caller, leaseId: string): Lease | undefined {
+    const lease = this.#leases.get(leaseId);
+    return lease && namedBy(lease, caller, leaseId) ? lease : undefined;
   }
 
   /** Whether the connection holds a lease that would end if it closed. */

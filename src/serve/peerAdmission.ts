@@ -3,6 +3,7 @@
 // counts and closes what is refused, on its one rate-limited budget of peer-caused lines.
 import type { Socket } from 'node:net';
 import { addon } from '../native/addon.js';
+import { streamFd } from './socketFdWriter.js';
 
 export interface AdmissionRules {
   /** Our uid: the only one served. */
@@ -20,10 +21,10 @@ export function admitPeer(socket: Socket, rules: AdmissionRules): Admission {
   if (rules.openConnections >= rules.maxConnections) {
     return { admitted: false, otherUser: false, fields: { limit: rules.maxConnections }, message: 'too many client connections: refused one' };
   }
-  const fd = (socket as unknown as { _handle?: { fd?: number } })._handle?.fd;
+  const fd = streamFd(socket);
   let peer;
   try {
-    if (fd === undefined || fd < 0) throw new Error('the socket has no file descriptor');
+    if (fd === undefined) throw new Error('the socket has no file descriptor');
     peer = addon().peerCredentials(fd);
   } catch (err) {
     return { admitted: false, otherUser: false, fields: { err: (err as Error).message }, message: 'cannot read the peer credentials of a client: refused it' };

@@ -6,7 +6,7 @@ import { z } from 'zod';
 /** Version of the message set; independent of the frame version in frameCodec.ts. */
 export const PROTOCOL_VERSION = 1;
 
-export const COMMANDS = ['ping', 'get_state', 'release', 'detach', 'stats'] as const;
+export const COMMANDS = ['ping', 'get_state', 'get_segment_fds', 'release', 'detach', 'stats'] as const;
 export type Command = (typeof COMMANDS)[number];
 
 const requestId = z.number().int().min(0).max(Number.MAX_SAFE_INTEGER);
@@ -31,11 +31,13 @@ export const GetStateRequest = z.object({
   /** Whose names and shapes the tensors come under (docs/protocol.md, Layouts); default `checkpoint`. */
   layout: z.string().min(1).max(64).optional(),
 });
+/** The descriptors of the segments a live lease of the caller's covers (host "fd" handles); the reply carries them as SCM_RIGHTS. */
+export const GetSegmentFdsRequest = z.object({ id: requestId, cmd: z.literal('get_segment_fds'), leaseId });
 export const ReleaseRequest = z.object({ id: requestId, cmd: z.literal('release'), force: z.boolean().optional() });
 export const DetachRequest = z.object({ id: requestId, cmd: z.literal('detach'), leaseId: leaseId.optional() });
 export const StatsRequest = z.object({ id: requestId, cmd: z.literal('stats') });
 
-export const Request = z.discriminatedUnion('cmd', [PingRequest, GetStateRequest, ReleaseRequest, DetachRequest, StatsRequest]);
+export const Request = z.discriminatedUnion('cmd', [PingRequest, GetStateRequest, GetSegmentFdsRequest, ReleaseRequest, DetachRequest, StatsRequest]);
 export type Request = z.infer<typeof Request>;
 export type RequestOf<C extends Command> = Extract<Request, { cmd: C }>;
 
@@ -68,6 +70,7 @@ export const TensorMeta = z.object({
   bytes: count,
 });
 export type TensorMeta = z.infer<typeof TensorMeta>;
+/** handle: "fd" (host: a sealed memfd, sent by get_segment_fds) or the cuda backend's legacy IPC handle, base64. */
 export const SegmentRef = z.object({ segment: count, bytes: count, handle: z.string() });
 export type SegmentRef = z.infer<typeof SegmentRef>;
 export const LeaseInfo = z.object({
@@ -130,6 +133,14 @@ export type MismatchReply = z.infer<typeof MismatchReply>;
 export const GetStateReply = z.discriminatedUnion('status', [StateReply, MismatchReply]);
 export type GetStateReply = z.infer<typeof GetStateReply>;
 
+/**
+ * The segment numbers of the descriptors attached to this reply, in the order they were sent: the
+ * i-th descriptor received is segment segments[i]. Each is a memfd sealed against write, shrink
+ * and grow; the receiver owns (and closes) them.
+ */
+export const GetSegmentFdsReply = z.object({ ...ok, segments: z.array(count) });
+export type GetSegmentFdsReply = z.infer<typeof GetSegmentFdsReply>;
+
 export const ReleaseReply = z.object({
   ...ok,
   /** True when an earlier release had already freed the memory. */
@@ -167,6 +178,7 @@ export type ErrorReply = z.infer<typeof ErrorReply>;
 export const REPLY_SCHEMAS = {
   ping: PingReply,
   get_state: GetStateReply,
+  get_segment_fds: GetSegmentFdsReply,
   release: ReleaseReply,
   detach: DetachReply,
   stats: StatsReply,

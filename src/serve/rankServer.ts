@@ -11,6 +11,8 @@ import type { WeightdError } from '../errors.js';
 import type { Logger } from '../log.js';
 import { ClientConnection, type ConnectionHandler } from './clientConnection.js';
 import type { DeviceLock } from './deviceLock.js';
+import type { Reply } from './handlers/fdReply.js';
+import type { FdWriter } from './socketFdWriter.js';
 import { dispatch } from './handlers/index.js';
 import type { Caller } from './leaseTable.js';
 import { LogLimiter } from './logLimiter.js';
@@ -100,15 +102,16 @@ export class RankServer implements ConnectionHandler {
 
   /**
    * Serves an admitted peer over `stream`: a socket from the listener, or (in tests) one end of
-   * an in-memory pair, as aedes' broker.handle() takes any duplex stream.
+   * an in-memory pair, as aedes' broker.handle() takes any duplex stream. `sendFds` writes
+   * replies with descriptors (ClientConnection's default: on the socket's fd).
    */
-  accept(stream: Duplex, pid: number): void {
+  accept(stream: Duplex, pid: number, sendFds?: FdWriter): void {
     if (this.#closed) {
       stream.destroy();
       return;
     }
     const caller: Caller = { pid, connectionId: this.#nextConnectionId++ };
-    this.#service.connections.set(caller.connectionId, new ClientConnection(stream, caller, this, this.#limits));
+    this.#service.connections.set(caller.connectionId, new ClientConnection(stream, caller, this, this.#limits, sendFds));
     this.#log.debug({ peerPid: pid, connection: caller.connectionId }, 'client connected');
   }
 
@@ -143,7 +146,7 @@ export class RankServer implements ConnectionHandler {
     this.#peerLog.allow(() => this.#log.warn({ peerPid: caller.pid, connection: caller.connectionId, code: err.code }, `closed a client connection: ${err.message}`));
   }
 
-  handle(req: Request, caller: Caller): Promise<string> {
+  handle(req: Request, caller: Caller): Promise<Reply> {
     this.#service.counters.requests++;
     return dispatch(req, this.#service, caller);
   }

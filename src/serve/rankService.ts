@@ -4,6 +4,7 @@
 // change it are in handlers/; the socket and who may connect are the rank server's.
 import { ServeError } from '../errors.js';
 import type { Logger } from '../log.js';
+import type { SegmentExport } from '../native/addon.js';
 import type { ClientConnection } from './clientConnection.js';
 import { leaseHash, LeaseTable, type Caller, type Lease } from './leaseTable.js';
 import type { DeviceRef, RankRef, ServeStatus } from './protocol.js';
@@ -26,6 +27,11 @@ export interface RankServiceStats {
   refusedPeers: number;
 }
 
+/** What get_state says a segment's handle is: "fd" for a host memfd (the client asks get_segment_fds for it), else the backend's own. */
+function servedHandle(s: SegmentExport): string {
+  return s.handle === 'memfd' ? 'fd' : s.handle;
+}
+
 export class RankService {
   readonly rank: ServedRank;
   readonly log: Logger;
@@ -41,6 +47,9 @@ export class RankService {
   readonly #manifestJson: Map<string, string>;
   #lifecycle = rankServiceStart();
   #releaseDone: Promise<void> | undefined;
+  /** Replies carrying this rank's descriptors that are still being sent (holdSegmentFds). */
+  #fdSends = 0;
+  #fdSendsSettled: (() => void) | undefined;
 
   constructor(options: RankServiceOptions) {
     const r = options.rank;
@@ -58,12 +67,43 @@ export class RankService {
       layout,
       tensors: views.tensors.map((t) => ({ name: t.name, dtype: t.dtype, shape: t.shape, segment: t.segment, offset: t.offset, bytes: t.bytes })),
       aliases: views.aliases,
-      segments: r.segments.map((s) => ({ segment: s.segment, bytes: s.bytes, handle: s.handle })),
+      segments: r.segments.map((s) => ({ segment: s.segment, bytes: s.bytes, handle: servedHandle(s) })),
     })]));
   }
 
   get status(): ServeStatus {
     return this.#lifecycle.value;
+  }
+
+  /** Throws E_RELEASED or E_RELEASING unless the rank serves: no lease nor descriptor is given out after a release began. */
+  refuseUnlessServing(): void {
+    if (this.status === 'serving') return;
+    const released = this.status === 'released';
+    throw new ServeError(
+      released ? 'E_RELEASED' : 'E_RELEASING',
+      `rank ${this.rank.globalRank}'s cache on device ${this.rank.device.uuid} ${released ? 'was released' : 'is being released'}; load the weights from disk (or restart weightd to cache them again)`,
+    );
+  }
+
+  /** Every segment's descriptor in segment order, or undefined when the backend has none (cuda legacy IPC). */
+  segmentFds(): number[] | undefined {
+    const fds = this.rank.segments.map((s) => s.fd);
+    return fds.every((fd): fd is number => fd !== undefined) ? fds : undefined;
+  }
+
+  /**
+   * Marks this rank's descriptors as on their way to a client; the returned call ends the mark.
+   * release() frees the memory, which closes them, only once every mark has ended: a send must
+   * never meet a closed descriptor number, nor one the process has since reused for a file.
+   */
+  holdSegmentFds(): () => void {
+    this.#fdSends++;
+    let ended = false;
+    return () => {
+      if (ended) return;
+      ended = true;
+      if (--this.#fdSends === 0) this.#fdSendsSettled?.();
+    };
   }
 
   /** The served layouts, in the plan's order. */
@@ -83,7 +123,9 @@ export class RankService {
    */
   release(): Promise<void> {
     this.#step({ type: 'RELEASE_ALLOWED' });
-    this.#releaseDone = this.#freeMemory().then(
+    // At once when no descriptor is on its way: a release that waits on nothing frees now.
+    const freed = this.#fdSends === 0 ? this.#freeMemory() : new Promise<void>((resolve) => (this.#fdSendsSettled = resolve)).then(() => this.#freeMemory());
+    this.#releaseDone = freed.then(
       () => {
         this.#step({ type: 'MEMORY_FREED' });
         this.log.info({ globalRank: this.rank.globalRank }, 'rank released');

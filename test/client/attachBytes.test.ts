@@ -20,6 +20,8 @@ interface HashesReply {
   tensors: Record<string, Described>;
   mapsWhileAttached: number;
   mapsAfter: number;
+  fdsWhileAttached: number;
+  fdsAfter: number;
 }
 
 /** The view each client must give a dtype (the example checkpoint is BF16). */
@@ -66,6 +68,11 @@ for (const tp of [1, 2]) {
             }
             if (mode === 'map') assert.ok(got.mapsWhileAttached > 0, `${where}: segments were mapped`);
             assert.is(got.mapsAfter, 0, `${where}: no mapping left after detach`);
+            // The clients close each received descriptor once mapped; CPython's mmap keeps a dup of
+            // its own until the mapping closes (before 3.13, which the client tells not to).
+            if (lang === 'ts') assert.is(got.fdsWhileAttached, 0, `${where}: each received descriptor closed once mapped`);
+            else assert.ok(got.fdsWhileAttached <= got.mapsWhileAttached, `${where}: ${got.fdsWhileAttached} descriptors for ${got.mapsWhileAttached} mappings`);
+            assert.is(got.fdsAfter, 0, `${where}: no descriptor left after detach`);
           }
         }
       }

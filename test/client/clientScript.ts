@@ -1,11 +1,13 @@
 // A client process for the end-to-end tests: node dist/test/client/clientScript.js <command> <socket> <expected-json> [arg]
 //   hashes map|copy  attach (or copy), print {tensors: {name: {sha256, ...}}} for every tensor and alias,
-//                    detach (a cuda attach prints device pointers instead of hashes)
+//                    detach (a cuda attach prints device pointers instead of hashes); with the segment
+//                    mappings and descriptors held while attached and after
 //   hold             attach zero-copy, print {leaseId, pid}, then keep the mapping until killed
-//   loop <ms>        attach/verify/detach in a loop for <ms>, print {iterations, mapsBefore, mapsAfter}
+//   loop <ms>        attach/verify/detach in a loop for <ms>, print {iterations, mapsBefore, mapsAfter,
+//                    openFdsAfterFirst, openFdsAfter}
 // One JSON line on stdout; errors go to stderr with exit code 1.
 import { createHash } from 'node:crypto';
-import { readFileSync } from 'node:fs';
+import { readdirSync, readFileSync, readlinkSync } from 'node:fs';
 import { WeightdClient, type Expected, type HostTensor } from '../../src/client/index.js';
 
 const [command, socketPath, expectedJson, arg] = process.argv.slice(2);
@@ -15,10 +17,24 @@ function sha(t: HostTensor): string {
   return createHash('sha256').update(new Uint8Array(t.data.buffer, t.data.byteOffset, t.data.byteLength)).digest('hex');
 }
 
-/** Lines of this process's memory map that are weightd segments. */
+/** Lines of this process's memory map that are weightd segments (memfds, "/memfd:weightd:..."). */
 function segmentMaps(): number {
-  return readFileSync('/proc/self/maps', 'utf8').split('\n').filter((l) => /\/weightd-\d+-/.test(l)).length;
+  return readFileSync('/proc/self/maps', 'utf8').split('\n').filter((l) => l.includes('/memfd:weightd:')).length;
 }
+
+/** This process's open descriptors' targets. */
+function openFds(): string[] {
+  return readdirSync('/proc/self/fd').flatMap((fd) => {
+    try {
+      return [readlinkSync(`/proc/self/fd/${fd}`)];
+    } catch {
+      return []; // the listing's own descriptor
+    }
+  });
+}
+
+/** Segment descriptors this process holds: the client closes each right after mapping it. */
+const segmentFds = () => openFds().filter((t) => t.startsWith('/memfd:weightd:')).length;
 
 function print(value: unknown): void {
   process.stdout.write(`${JSON.stringify(value)}\n`);
@@ -42,8 +58,9 @@ try {
       const tensors = result.tensors as Record<string, HostTensor>;
       const hashes = Object.fromEntries(Object.entries(tensors).map(([name, t]) => [name, { sha256: sha(t), dtype: t.dtype, shape: t.shape, ctor: t.data.constructor.name }]));
       const mapsWhileAttached = segmentMaps();
+      const fdsWhileAttached = segmentFds();
       if (result.status === 'attached') await result.detach();
-      print({ tensors: hashes, mapsWhileAttached, mapsAfter: segmentMaps() });
+      print({ tensors: hashes, mapsWhileAttached, mapsAfter: segmentMaps(), fdsWhileAttached, fdsAfter: segmentFds() });
       break;
     }
     case 'hold': {
@@ -58,6 +75,7 @@ try {
       const until = Date.now() + Number(arg);
       const mapsBefore = segmentMaps();
       let iterations = 0;
+      let openFdsAfterFirst = 0;
       let reference: string | undefined;
       while (Date.now() < until) {
         const result = await client.attach(expected);
@@ -68,9 +86,9 @@ try {
         if (reference !== undefined && h !== reference) throw new Error(`tensor bytes changed between attaches: ${reference} -> ${h}`);
         reference = h;
         await result.detach();
-        iterations++;
+        if (++iterations === 1) openFdsAfterFirst = openFds().length;
       }
-      print({ iterations, mapsBefore, mapsAfter: segmentMaps() });
+      print({ iterations, mapsBefore, mapsAfter: segmentMaps(), openFdsAfterFirst, openFdsAfter: openFds().length });
       break;
     }
     default:

@@ -1,17 +1,18 @@
 """Python twin of clientScript.ts for the end-to-end tests:
 python client_script.py <command> <socket> <expected-json> [arg]
-  hashes map|copy   attach (or copy), print {tensors: {name: {sha256, shape, ctor}}}, detach
+  hashes map|copy   attach (or copy), print {tensors: {name: {sha256, shape, ctor}}}, detach; with the
+                    segment mappings and descriptors held while attached and after
   hold              attach zero-copy, print {leaseId, pid}, keep the mapping until killed
   load_state_dict   (torch) attach, load into a module built on the meta device with assign=True,
                     print {params, zeroCopy}: whether every parameter is the daemon's memory
-  loop <ms>         attach/verify/detach in a loop for <ms>, print {iterations, mapsBefore, mapsAfter}
+  loop <ms>         attach/verify/detach in a loop for <ms>, print {iterations, mapsBefore, mapsAfter,
+                    openFdsAfterFirst, openFdsAfter}
 One JSON line on stdout; errors on stderr with exit code 1.
 """
 
 import hashlib
 import json
 import os
-import re
 import sys
 import time
 
@@ -22,8 +23,24 @@ DEVICE = int(os.environ["WEIGHTD_TEST_CUDA_DEVICE"]) if "WEIGHTD_TEST_CUDA_DEVIC
 
 
 def segment_maps() -> int:
+    """Lines of this process's memory map that are weightd segments (memfds, "/memfd:weightd:...")."""
     with open("/proc/self/maps", encoding="utf-8") as f:
-        return sum(1 for line in f if re.search(r"/weightd-\d+-", line))
+        return sum(1 for line in f if "/memfd:weightd:" in line)
+
+
+def open_fds() -> list:
+    out = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            out.append(os.readlink(f"/proc/self/fd/{fd}"))
+        except OSError:
+            pass  # the listing's own descriptor
+    return out
+
+
+def segment_fds() -> int:
+    """Segment descriptors this process holds: the client closes each right after mapping it."""
+    return sum(1 for t in open_fds() if t.startswith("/memfd:weightd:"))
 
 
 def device_bytes(t, mapping) -> bytes:
@@ -66,16 +83,16 @@ def main() -> int:
                 print(json.dumps({"mismatch": result.fields}))
                 return 0
             out = {name: describe(t) for name, t in result.items()}
-            maps = segment_maps()
+            maps, fds = segment_maps(), segment_fds()
         else:
             result = client.attach(fp, fields, device=DEVICE, tensor_format=FORMAT)
             if result.status == "mismatch":
                 print(json.dumps({"mismatch": result.fields}))
                 return 0
             out = {name: describe(t, result._mapping) for name, t in result.tensors.items()}
-            maps = segment_maps()
+            maps, fds = segment_maps(), segment_fds()
             result.detach()
-        print(json.dumps({"tensors": out, "mapsWhileAttached": maps, "mapsAfter": segment_maps()}))
+        print(json.dumps({"tensors": out, "mapsWhileAttached": maps, "mapsAfter": segment_maps(), "fdsWhileAttached": fds, "fdsAfter": segment_fds()}))
     elif command == "hold":
         result = client.attach(fp, fields, tensor_format=FORMAT)
         print(json.dumps({"leaseId": result.lease_id, "pid": os.getpid()}), flush=True)
@@ -104,7 +121,7 @@ def main() -> int:
     elif command == "loop":
         until = time.monotonic() + int(arg) / 1000
         maps_before = segment_maps()
-        iterations, reference = 0, None
+        iterations, reference, open_after_first = 0, None, 0
         while time.monotonic() < until:
             result = client.attach(fp, fields, tensor_format=FORMAT)
             # Hash one tensor each time: the bytes must never change under a live lease.
@@ -116,7 +133,9 @@ def main() -> int:
             reference = digest
             result.detach()
             iterations += 1
-        print(json.dumps({"iterations": iterations, "mapsBefore": maps_before, "mapsAfter": segment_maps()}))
+            if iterations == 1:
+                open_after_first = len(open_fds())
+        print(json.dumps({"iterations": iterations, "mapsBefore": maps_before, "mapsAfter": segment_maps(), "openFdsAfterFirst": open_after_first, "openFdsAfter": len(open_fds())}))
     else:
         raise SystemExit(f"unknown command {command}")
     client.close()

@@ -17,6 +17,8 @@ interface LoopReply {
   iterations: number;
   mapsBefore: number;
   mapsAfter: number;
+  openFdsAfterFirst: number;
+  openFdsAfter: number;
 }
 
 test(`${CLIENTS} concurrent clients attach/detach for ${SECONDS} s with nothing leaked`, async () => {
@@ -38,6 +40,7 @@ test(`${CLIENTS} concurrent clients attach/detach for ${SECONDS} s with nothing 
       assert.ok(r.iterations > 0, `a ${r.lang} client on rank ${r.rank} made no progress`);
       assert.is(r.mapsBefore, 0);
       assert.is(r.mapsAfter, 0, `a ${r.lang} client on rank ${r.rank} kept ${r.mapsAfter} mappings`);
+      assert.is(r.openFdsAfter, r.openFdsAfterFirst, `a ${r.lang} client on rank ${r.rank} leaked descriptors over ${r.iterations} attaches`);
     }
     const total = results.reduce((a, r) => a + r.iterations, 0);
     console.log(`  ${total} attach/detach cycles by ${CLIENTS} clients in ${SECONDS} s`);

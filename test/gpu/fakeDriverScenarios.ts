@@ -3,7 +3,7 @@
 // process starts: the driver is loaded once per process). Prints one JSON line: the result.
 import { execFileSync, spawn, spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { fstatSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { fstatSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, readlinkSync, rmSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import pino from 'pino';
 import { fileURLToPath } from 'node:url';
@@ -20,6 +20,7 @@ import { openCuda } from '../../src/client/segmentAccess.js';
 import { expectedFingerprint } from '../../src/client/expectedFingerprint.js';
 import { WeightdClient } from '../../src/client/weightdClient.js';
 import { socketPathFor } from '../../src/serve/socketDir.js';
+import { expectedRank } from '../serve/checkpointOracle.js';
 import type { StateReply } from '../../src/serve/protocol.js';
 import { faultyRankWorker, type RankFault } from '../actors/fixtures/faultyRankWorker.js';
 import { writeArchCheckpoint } from '../helpers/checkpoints.js';
@@ -625,7 +626,11 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
     }
   },
 
-  /** The daemon at tp=2 with cudaHandles 'fd': both GPUs fill VMM memory as one group and serve it as "cuda-fd". */
+  /**
+   * The daemon at tp=2 with cudaHandles 'fd': both GPUs fill VMM memory as one group and serve it
+   * as "cuda-fd"; the TypeScript client copies every tensor through get_segment_fds (each equal
+   * to the checkpoint's slice) and attaches, holding no descriptor once detached.
+   */
   async daemonFd() {
     const socketDir = freshSocketDir();
     const node = await startNode({ model: exampleModel, tensorParallelSize: 2, device: 'cuda', cudaHandles: 'fd', socketDir, logger: pino({ level: 'silent' }) });
@@ -633,15 +638,26 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
       await node.ready;
       const probe = await cudaProbe();
       const handles = [];
+      const mismatched: string[] = [];
       for (const rank of [0, 1]) {
         const client = await WeightdClient.connect(socketPathFor(socketDir, probe.devices[rank]!.uuid));
-        const state = await client.getState(await expectedFingerprint(exampleModel, 2, rank), 'copy');
+        const expected = await expectedFingerprint(exampleModel, 2, rank);
+        const state = await client.getState(expected, 'copy');
         if (state.status !== 'ok') throw new Error(`rank ${rank}: ${JSON.stringify(state)}`);
         handles.push(...state.segments.map((seg) => seg.handle));
         await client.detach(state.leaseId);
+        const copied = await client.copy(expected);
+        if (copied.status !== 'copied') throw new Error(`rank ${rank}: ${JSON.stringify(copied)}`);
+        for (const [name, want] of expectedRank(exampleModel, 2, rank)) {
+          const data = copied.tensors[name]?.data;
+          if (!data || !Buffer.from(data.buffer, data.byteOffset, data.byteLength).equals(want.bytes)) mismatched.push(`rank ${rank} ${name}`);
+        }
+        const attached = await client.attach(expected);
+        if (attached.status !== 'attached') throw new Error(`rank ${rank}: ${JSON.stringify(attached)}`);
+        await attached.detach();
         client.close();
       }
-      return { states: node.status().ranks.map((r) => r.state), handles: [...new Set(handles)] };
+      return { states: node.status().ranks.map((r) => r.state), handles: [...new Set(handles)], mismatched, fdsLeft: openVmmFds() };
     } finally {
       await node.stop('test');
     }
@@ -695,6 +711,17 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
   },
 };
 
+/** Descriptors of fake VMM memory this process holds (the daemon's own exports included). */
+function openVmmFds(): number {
+  return readdirSync('/proc/self/fd').filter((fd) => {
+    try {
+      return readlinkSync(`/proc/self/fd/${fd}`).startsWith('/memfd:fakecuda-vmm-');
+    } catch {
+      return false;
+    }
+  }).length;
+}
+
 function outcomeSync(fn: () => unknown): string {
   try {
     fn();
@@ -706,8 +733,8 @@ function outcomeSync(fn: () => unknown): string {
 
 /**
  * The TypeScript client's path for a "cuda-fd" rank: openCuda given get_segment_fds' reply (here
- * the exported fds, listed the other way round, as a daemon may send them), one tensor per op of
- * segment 0 read back; without the reply it refuses.
+ * reopened descriptors of the exported memory), one tensor per op of segment 0 read back, the
+ * descriptors closed; without the reply it refuses.
  */
 async function openAsClient(exported: SegmentExport[], fds: number[], fx: Fixture): Promise<unknown> {
   const tensors = fx.ops.flatMap((op, i) => (op.segment === 0 ? [{ name: `op${i}`, dtype: 'U8', shape: [op.rows * op.rowBytes], segment: 0, offset: op.dstOffset, bytes: op.rows * op.rowBytes }] : []));
@@ -719,11 +746,14 @@ async function openAsClient(exported: SegmentExport[], fds: number[], fx: Fixtur
     aliases: {},
   } as unknown as StateReply;
   const withoutFds = await outcome(() => openCuda(state, 1));
-  const opened = await openCuda(state, 1, { segments: [1, 0], fds: [fds[1]!, fds[0]!] });
+  // Fresh descriptors of the same memory, as get_segment_fds delivers them: openCuda closes them.
+  const received = new Map([1, 0].map((n) => [n, openSync(`/proc/self/fd/${fds[n]}`, 'r+')]));
+  const opened = await openCuda(state, 1, received);
+  const closedByOpen = [...received.values()].map((fd) => outcomeSync(() => fstatSync(fd)));
   try {
     const read = await opened.read();
     const equal = fx.ops.every((op, i) => op.segment !== 0 || Buffer.from((read[`op${i}`]!.data as Uint8Array).buffer).equals(expectedBytes(fx.data[op.file]!, op)));
-    return { equal, withoutFds };
+    return { equal, withoutFds, closedByOpen };
   } finally {
     opened.close();
   }

@@ -13,7 +13,7 @@ import type { CopyOp } from '../../src/checkpoint/types.js';
 import { bytesForElements, type SafetensorsDtype } from '../../src/checkpoint/dtypes.js';
 import { DeviceHandle } from '../../src/native/deviceHandle.js';
 import { expectedRank } from '../serve/checkpointOracle.js';
-import { exampleModel, freshShmDir, repoRoot } from '../helpers/paths.js';
+import { exampleModel, repoRoot } from '../helpers/paths.js';
 
 interface SlicerTensor { name: string; path: string; begin: number; end: number; shape: number[]; dtype: string; dim: number | null; tp: number; rank: number; offset: number; bytes: number }
 interface GpuRankPlan { files: string[]; ops: CopyOp[]; segmentBytes: number; payloadBytes: number; tensors: SlicerTensor[] }
@@ -37,12 +37,11 @@ function evenSlice(t: SlicerTensor): Buffer {
 test('tp=2: the GPU check fills the daemon\'s plan, and its slicer\'s inputs give the oracle\'s bytes', async () => {
   const plans = await rankPlans(exampleModel, 2);
   assert.is(plans.length, 2);
-  const dir = freshShmDir();
   for (const [rank, plan] of plans.entries()) {
     const oracle = expectedRank(exampleModel, 2, rank);
     assert.is(plan.tensors.length, oracle.size);
     assert.ok(plan.tensors.some((t) => t.dim === 1) && plan.tensors.some((t) => t.dim === 0) && plan.tensors.some((t) => t.dim === null), 'row, column and replicated tensors');
-    const device = new DeviceHandle('host', 0, { uuid: `rank-plans-${process.pid}-${rank}`, shmDir: dir });
+    const device = new DeviceHandle('host', 0, { uuid: `rank-plans-${process.pid}-${rank}` });
     try {
       await device.allocate([plan.segmentBytes]);
       await device.fill(plan.files, plan.ops, plan.payloadBytes, {});

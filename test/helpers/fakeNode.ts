@@ -54,7 +54,6 @@ export const fakePrepared: Prepared = {
   },
   devices: Array.from({ length: LOCAL_RANKS }, (_, i) => ({ backend: 'host' as const, index: i, uuid: `fake-${i}` })),
   visibleDevices: LOCAL_RANKS,
-  shmDir: '/dev/shm',
   socketDir: '/fake/sockets',
   locks: [],
   fill: {},

@@ -22,9 +22,9 @@ function tempDir(prefix: string): string {
   return dir;
 }
 
-/** A private directory on tmpfs for one test's shared-memory segments, so leftovers are exact. */
-export function freshShmDir(): string {
-  return tempDir('/dev/shm/weightd-test-');
+/** A private directory for one test's files (checkpoints, plans). */
+export function freshTempDir(): string {
+  return tempDir(join(tmpdir(), 'weightd-test-'));
 }
 
 /** A private socket directory for one daemon, so test files running in parallel never share device locks. */

@@ -1,7 +1,6 @@
 // Observability of a real node (host backend), through the programmatic API and the CLI: the
 // inspect server starts with the node and closes with it, metrics and events match what the
 // node did, a failure is counted, and the flags are checked before anything starts.
-import { readdirSync, rmSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { Writable } from 'node:stream';
 import pino from 'pino';
@@ -10,7 +9,8 @@ import { WeightdClient, expectedFingerprint } from '../../src/client/index.js';
 import * as assert from 'uvu/assert';
 import { startNode, toStatusView, UsageError, type NodeEvent } from '../../src/index.js';
 import { startDaemon } from '../helpers/daemon.js';
-import { exampleModel, freshShmDir, freshSocketDir } from '../helpers/paths.js';
+import { weightdMemfds } from '../helpers/memfds.js';
+import { exampleModel, freshSocketDir } from '../helpers/paths.js';
 import { runCli } from '../helpers/runCli.js';
 import { faultyRankWorker } from '../actors/fixtures/faultyRankWorker.js';
 import { httpGet } from './httpGet.js';
@@ -18,98 +18,87 @@ import { httpGet } from './httpGet.js';
 const silent = pino({ level: 'silent' });
 
 test('API: inspect server up with the node, status/metrics/events agree, closed on stop', async () => {
-  const shmDir = freshShmDir();
-  try {
-    const node = await startNode({ model: exampleModel, tensorParallelSize: 2, device: 'host', shmDir, socketDir: freshSocketDir(), logger: silent, inspect: { port: 0 } });
-    const url = node.inspectUrl!;
-    assert.match(url, /^http:\/\/127\.0\.0\.1:\d+$/);
-    const live: NodeEvent[] = [];
-    node.onEvent((e) => live.push(e));
-    const status = await node.ready;
-    assert.is((await httpGet(`${url}/healthz`)).status, 200);
-    const view = JSON.parse((await httpGet(`${url}/status`)).body);
-    const expected = toStatusView(node.status());
-    assert.equal({ ...view, time: '' }, { ...expected, time: '' }, '/status is toStatusView(node.status())');
-    assert.equal(view.ranks.map((r: { bytes: number; totalBytes: number }) => r.bytes === r.totalBytes && r.totalBytes > 0), [true, true]);
+  const node = await startNode({ model: exampleModel, tensorParallelSize: 2, device: 'host', socketDir: freshSocketDir(), logger: silent, inspect: { port: 0 } });
+  const url = node.inspectUrl!;
+  assert.match(url, /^http:\/\/127\.0\.0\.1:\d+$/);
+  const live: NodeEvent[] = [];
+  node.onEvent((e) => live.push(e));
+  const status = await node.ready;
+  assert.is((await httpGet(`${url}/healthz`)).status, 200);
+  const view = JSON.parse((await httpGet(`${url}/status`)).body);
+  const expected = toStatusView(node.status());
+  assert.equal({ ...view, time: '' }, { ...expected, time: '' }, '/status is toStatusView(node.status())');
+  assert.equal(view.ranks.map((r: { bytes: number; totalBytes: number }) => r.bytes === r.totalBytes && r.totalBytes > 0), [true, true]);
 
-    const metrics = await node.metrics();
-    assert.is((await httpGet(`${url}/metrics`)).body, metrics);
-    for (const r of status.ranks) {
-      assert.ok(metrics.includes(`weightd_rank_loaded_bytes{global_rank="${r.globalRank}",local_rank="${r.localRank}"} ${r.totalBytes}\n`), metrics);
-    }
-    assert.ok(metrics.includes('weightd_node_state{state="ready"} 1'));
-    assert.ok(node.metricsRegistry.getSingleMetric('weightd_node_ready'), 'the registry is exposed for merging');
-
-    // Clients and leases come from the rank's live socket server.
-    const client = await WeightdClient.connect(status.ranks[0]!.socketPath!);
-    const attached = await client.attach(await expectedFingerprint(exampleModel, 2, 0));
-    assert.is(attached.status, 'attached');
-    const busy = JSON.parse((await httpGet(`${url}/status`)).body);
-    assert.equal([busy.ranks[0].clients, busy.ranks[0].leases, busy.ranks[1].leases], [1, 1, 0]);
-    assert.ok((await node.metrics()).includes('weightd_rank_leases{global_rank="0",local_rank="0"} 1'));
-    if (attached.status === 'attached') await attached.detach();
-    await client.close();
-    assert.is(JSON.parse((await httpGet(`${url}/status`)).body).ranks[0].leases, 0);
-
-    const types = node.recentEvents().map((e) => e.type);
-    for (const t of ['xstate.init', 'xstate.done.actor.prepare', 'GROUP_JOINED', 'RANK_DEVICE', 'RANK_LOADED', 'RANK_SERVING']) assert.ok(types.includes(t), `${t} in ${types}`);
-    assert.is(node.recentEvents().at(-1)!.seq, Math.max(...node.recentEvents().map((e) => e.seq)));
-
-    await node.stop('test');
-    const moves = live.filter((e) => e.from).map((e) => `${e.from}->${e.state}`);
-    assert.equal(moves.slice(-2), ['ready->stopping', 'stopping->stopped']);
-    assert.ok(live.some((e) => e.type === 'RANK_STOP' && e.to === 'rank-0'));
-    await httpGet(`${url}/healthz`).then(
-      () => assert.unreachable('the server closes with the node'),
-      (err: NodeJS.ErrnoException) => assert.is(err.code, 'ECONNREFUSED'),
-    );
-  } finally {
-    rmSync(shmDir, { recursive: true, force: true });
+  const metrics = await node.metrics();
+  assert.is((await httpGet(`${url}/metrics`)).body, metrics);
+  for (const r of status.ranks) {
+    assert.ok(metrics.includes(`weightd_rank_loaded_bytes{global_rank="${r.globalRank}",local_rank="${r.localRank}"} ${r.totalBytes}\n`), metrics);
   }
+  assert.ok(metrics.includes('weightd_node_state{state="ready"} 1'));
+  assert.ok(node.metricsRegistry.getSingleMetric('weightd_node_ready'), 'the registry is exposed for merging');
+
+  // Clients and leases come from the rank's live socket server.
+  const client = await WeightdClient.connect(status.ranks[0]!.socketPath!);
+  const attached = await client.attach(await expectedFingerprint(exampleModel, 2, 0));
+  assert.is(attached.status, 'attached');
+  const busy = JSON.parse((await httpGet(`${url}/status`)).body);
+  assert.equal([busy.ranks[0].clients, busy.ranks[0].leases, busy.ranks[1].leases], [1, 1, 0]);
+  assert.ok((await node.metrics()).includes('weightd_rank_leases{global_rank="0",local_rank="0"} 1'));
+  if (attached.status === 'attached') await attached.detach();
+  await client.close();
+  assert.is(JSON.parse((await httpGet(`${url}/status`)).body).ranks[0].leases, 0);
+
+  const types = node.recentEvents().map((e) => e.type);
+  for (const t of ['xstate.init', 'xstate.done.actor.prepare', 'GROUP_JOINED', 'RANK_DEVICE', 'RANK_LOADED', 'RANK_SERVING']) assert.ok(types.includes(t), `${t} in ${types}`);
+  assert.is(node.recentEvents().at(-1)!.seq, Math.max(...node.recentEvents().map((e) => e.seq)));
+
+  await node.stop('test');
+  const moves = live.filter((e) => e.from).map((e) => `${e.from}->${e.state}`);
+  assert.equal(moves.slice(-2), ['ready->stopping', 'stopping->stopped']);
+  assert.ok(live.some((e) => e.type === 'RANK_STOP' && e.to === 'rank-0'));
+  await httpGet(`${url}/healthz`).then(
+    () => assert.unreachable('the server closes with the node'),
+    (err: NodeJS.ErrnoException) => assert.is(err.code, 'ECONNREFUSED'),
+  );
 });
 
 test('API: a rank failure is counted by its code; the progress lines are logged', async () => {
-  const shmDir = freshShmDir();
   const lines: Array<Record<string, unknown>> = [];
   const logger = pino({ level: 'info' }, new Writable({ write(c, _e, cb) { lines.push(JSON.parse(String(c))); cb(); } }));
-  try {
-    const ok = await startNode({ model: exampleModel, tensorParallelSize: 2, device: 'host', shmDir, socketDir: freshSocketDir(), logger });
-    await ok.ready;
-    await ok.stop();
-    assert.ok(lines.some((l) => /^rank 1 loaded 5\.0 MB in \S+ m?s \(\S+ [kMG]?B\/s\)$/.test(String(l.msg)) && l.globalRank === 1), 'a summary per rank');
-    assert.ok(lines.some((l) => String(l.msg).startsWith('all 2 local ranks loaded: 10.0 MB in ')), 'and for the node');
+  const ok = await startNode({ model: exampleModel, tensorParallelSize: 2, device: 'host', socketDir: freshSocketDir(), logger });
+  await ok.ready;
+  await ok.stop();
+  assert.ok(lines.some((l) => /^rank 1 loaded 5\.0 MB in \S+ m?s \(\S+ [kMG]?B\/s\)$/.test(String(l.msg)) && l.globalRank === 1), 'a summary per rank');
+  assert.ok(lines.some((l) => String(l.msg).startsWith('all 2 local ranks loaded: 10.0 MB in ')), 'and for the node');
 
-    const node = await startNode(
-      { model: exampleModel, tensorParallelSize: 2, device: 'host', shmDir, socketDir: freshSocketDir(), logger: silent },
-      { rankWorker: faultyRankWorker({ localRank: 1, phase: 'fill', kind: 'device' }) },
-    );
-    const result = await node.done;
-    assert.is(result.state, 'failed');
-    const metrics = await node.metrics();
-    const code = result.failure!.code;
-    assert.ok(metrics.includes(`weightd_errors_total{code="${code}"} 1\n`), `${code} counted once:\n${metrics}`);
-    assert.ok(metrics.includes('weightd_node_state{state="failed"} 1'));
-    const failed = node.recentEvents().find((e) => e.type === 'RANK_FAILED')!;
-    assert.equal([failed.from, failed.state, (failed.data.error as { code: string }).code], ['loading', 'failed', code]);
-  } finally {
-    rmSync(shmDir, { recursive: true, force: true });
-  }
+  const node = await startNode(
+    { model: exampleModel, tensorParallelSize: 2, device: 'host', socketDir: freshSocketDir(), logger: silent },
+    { rankWorker: faultyRankWorker({ localRank: 1, phase: 'fill', kind: 'device' }) },
+  );
+  const result = await node.done;
+  assert.is(result.state, 'failed');
+  const metrics = await node.metrics();
+  const code = result.failure!.code;
+  assert.ok(metrics.includes(`weightd_errors_total{code="${code}"} 1\n`), `${code} counted once:\n${metrics}`);
+  assert.ok(metrics.includes('weightd_node_state{state="failed"} 1'));
+  const failed = node.recentEvents().find((e) => e.type === 'RANK_FAILED')!;
+  assert.equal([failed.from, failed.state, (failed.data.error as { code: string }).code], ['loading', 'failed', code]);
 });
 
 test('API: an inspect port in use fails the start before anything is loaded', async () => {
-  const shmDir = freshShmDir();
   const blocker = createServer();
   await new Promise<void>((r) => blocker.listen(0, '127.0.0.1', () => r()));
   const port = (blocker.address() as { port: number }).port;
   try {
-    await startNode({ model: exampleModel, device: 'host', shmDir, socketDir: freshSocketDir(), logger: silent, inspect: { port } }).then(
+    await startNode({ model: exampleModel, device: 'host', socketDir: freshSocketDir(), logger: silent, inspect: { port } }).then(
       () => assert.unreachable('started'),
       (err: UsageError) => {
         assert.instance(err, UsageError);
         assert.is(err.code, 'E_INSPECT_BIND');
       },
     );
-    assert.equal(readdirSync(shmDir), [], 'nothing allocated');
+    assert.equal(weightdMemfds(), [], 'nothing allocated');
     await startNode({ model: exampleModel, device: 'host', logger: silent, inspect: { port: 70000 } }).then(
       () => assert.unreachable('started'),
       (err: UsageError) => assert.match(err.message, /--inspect-port 70000: must be an integer from 0 to 65535/),
@@ -120,7 +109,6 @@ test('API: an inspect port in use fails the start before anything is loaded', as
     );
   } finally {
     blocker.close();
-    rmSync(shmDir, { recursive: true, force: true });
   }
 });
 

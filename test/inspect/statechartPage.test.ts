@@ -4,7 +4,7 @@
 // so it hosts the coordinator and waits in rendezvous, with the page already open and showing
 // node 1 missing, until node 1 (a daemon process) joins; every later state then arrives live.
 // Screenshots go to test/artifacts/. Without chromium the test is skipped, saying why.
-import { existsSync, mkdirSync, rmSync } from 'node:fs';
+import { existsSync, mkdirSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { join } from 'node:path';
 import pino from 'pino';
@@ -16,7 +16,7 @@ import { machineToMermaid } from '../../src/inspect/machineToMermaid.js';
 import { startNode } from '../../src/index.js';
 import { WeightdClient } from '../../src/client/index.js';
 import { startDaemon } from '../helpers/daemon.js';
-import { exampleModel, freshShmDir, freshSocketDir, repoRoot } from '../helpers/paths.js';
+import { exampleModel, freshSocketDir, repoRoot } from '../helpers/paths.js';
 
 const CHROMIUM = process.env.WEIGHTD_CHROMIUM ?? '/usr/bin/chromium';
 // The flags that work in containers without a GPU or network (docs: toolchain.md).
@@ -88,13 +88,12 @@ if (!existsSync(CHROMIUM)) {
   });
 
   test('the page draws both charts; their highlights follow node 0 from rendezvous to ready; it shows who is missing', async () => {
-    const shmDir = freshShmDir();
     const port = await freePort();
     // Node 0 lives in this process; its one host device must differ from node 1's.
     process.env.WEIGHTD_HOST_DEVICES = `page-${process.pid}-0`;
     const node = await startNode({
       model: exampleModel, tensorParallelSize: 2, nnodes: 2, nodeRank: 0, weightCacheMasterPort: port,
-      device: 'host', shmDir, socketDir: freshSocketDir(), logger: pino({ level: 'silent' }), inspect: { port: 0 },
+      device: 'host', socketDir: freshSocketDir(), logger: pino({ level: 'silent' }), inspect: { port: 0 },
     });
     const page = await browser.newPage({ viewport: { width: 1500, height: 1000 } });
     const problems: string[] = [];
@@ -182,7 +181,6 @@ if (!existsSync(CHROMIUM)) {
       await peer?.stop();
       await node.stop();
       delete process.env.WEIGHTD_HOST_DEVICES;
-      rmSync(shmDir, { recursive: true, force: true });
     }
   });
 

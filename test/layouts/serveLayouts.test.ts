@@ -9,17 +9,16 @@ import type { HostTensor } from '../../src/client/segmentAccess.js';
 import { ServeError } from '../../src/errors.js';
 import { RankServer } from '../../src/serve/rankServer.js';
 import { makeTempDir, rejectsWith, removeDir, writeArchCheckpoint } from '../helpers/checkpoints.js';
-import { freshShmDir, freshSocketDir } from '../helpers/paths.js';
+import { freshSocketDir } from '../helpers/paths.js';
 import { loadServedRank } from '../serve/servedRankFixture.js';
 
 const log = pino({ level: 'silent' });
 
 async function serve(layouts: Array<'vllm'>, vocab: number, run: (client: WeightdClient, expected: { fingerprint: string }) => Promise<void>): Promise<void> {
   const dir = makeTempDir('serve-layouts');
-  const shm = freshShmDir();
   const sockets = freshSocketDir();
   await writeArchCheckpoint(dir, 'LlamaForCausalLM', { hidden: 16, heads: 4, kvHeads: 2, headDim: 4, intermediate: 32, layers: 1, vocab, shards: 1 });
-  const loaded = await loadServedRank(dir, { uuid: `layouts-${process.pid}`, shmDir: shm }, layouts);
+  const loaded = await loadServedRank(dir, { uuid: `layouts-${process.pid}` }, layouts);
   const server = new RankServer({ rank: loaded.served, socketDir: sockets, log, freeMemory: () => loaded.device.free() });
   let client: WeightdClient | undefined;
   try {
@@ -30,7 +29,6 @@ async function serve(layouts: Array<'vllm'>, vocab: number, run: (client: Weight
     server.close();
     await loaded.device.free();
     removeDir(dir);
-    removeDir(shm);
     removeDir(sockets);
   }
 }

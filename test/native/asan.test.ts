@@ -14,7 +14,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { freshShmDir, repoRoot } from '../helpers/paths.js';
+import { freshTempDir, repoRoot } from '../helpers/paths.js';
 
 const scenario = fileURLToPath(new URL('./asanScenario.js', import.meta.url));
 const cmakeJs = join(repoRoot, 'node_modules', 'cmake-js', 'bin', 'cmake-js');
@@ -38,8 +38,8 @@ test.before(() => {
   if (r.status !== 0) throw new Error(`cannot build the ASan addon into build-asan/ (cmake-js compile --CDWEIGHTD_ASAN=ON):\n${r.stdout}\n${r.stderr}`);
 });
 
-test('allocate, fill, export, read, map, free, peer credentials, cancels and failures: no ASan error, no leak', () => {
-  const child = spawnSync(process.execPath, ['--expose-gc', scenario, freshShmDir()], {
+test('allocate, fill, export, adopt, read, map, free, peer credentials, cancels and failures: no ASan error, no leak', () => {
+  const child = spawnSync(process.execPath, ['--expose-gc', scenario, freshTempDir()], {
     cwd: repoRoot,
     encoding: 'utf8',
     env: { ...process.env, LD_PRELOAD: asanRuntime(), ASAN_OPTIONS: 'detect_leaks=1' },
@@ -58,9 +58,14 @@ test('allocate, fill, export, read, map, free, peer credentials, cancels and fai
     missingFile: 'E_FILE_OPEN',
     readOutOfRange: 'E_OUT_OF_RANGE',
     exportAfterFree: 'E_NOT_ALLOCATED',
+    fillSealed: 'E_SEALED',
+    fillAdopted: 'E_SEALED',
+    adoptUnsealed: 'E_BAD_SEGMENT_FD',
+    adoptShort: 'E_BAD_SEGMENT_FD',
+    adoptCount: 'E_BAD_SEGMENT_FD',
     badBackend: 'E_BAD_BACKEND',
-    shmDirMissing: 'E_SHM_CREATE',
-    mapMissing: 'E_SHM_OPEN',
+    tooBig: 'E_OUT_OF_MEMORY',
+    mapUnsealed: 'E_SHM_OPEN',
     mapTooSmall: 'E_SHM_OPEN',
     peerOfFile: 'E_PEERCRED',
   });
@@ -68,11 +73,11 @@ test('allocate, fill, export, read, map, free, peer credentials, cancels and fai
     loaded: { asanRuntime: true, asanAddon: true },
     readBack: true,
     mapped: true,
+    adoptedBack: true,
     residencyFiles: true,
     peer: true,
     workerState: 'filling',
     held: [],
-    segmentFilesLeft: [],
   });
 });
 

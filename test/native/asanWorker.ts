@@ -6,8 +6,8 @@ import { parentPort, workerData } from 'node:worker_threads';
 import type { CopyOp } from '../../src/checkpoint/types.js';
 import { DeviceHandle } from '../../src/native/deviceHandle.js';
 
-const { shmDir, op, file } = workerData as { shmDir: string; op: CopyOp; file: string };
-const device = new DeviceHandle('host', 2, { uuid: `asan-worker-${process.pid}`, shmDir });
+const { op, file } = workerData as { op: CopyOp; file: string };
+const device = new DeviceHandle('host', 2, { uuid: `asan-worker-${process.pid}` });
 await device.allocate([op.rowBytes]);
 // The thread is terminated while this runs (or, on a fast machine, just after it ended).
 void device.fill([file], [op], op.rowBytes, { threads: 1, chunkBytes: 64 * 1024 }).catch(() => {});

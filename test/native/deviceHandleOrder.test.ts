@@ -6,11 +6,11 @@ import { join } from 'node:path';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { DeviceHandle } from '../../src/native/deviceHandle.js';
-import { freshShmDir } from '../helpers/paths.js';
+import { freshTempDir } from '../helpers/paths.js';
 
 test('a fill asked for while its allocate still runs starts after it, and a free after both', async () => {
-  const dir = freshShmDir();
-  const device = new DeviceHandle('host', 0, { uuid: `order-${process.pid}`, shmDir: dir });
+  const dir = freshTempDir();
+  const device = new DeviceHandle('host', 0, { uuid: `order-${process.pid}` });
   try {
     const file = join(dir, 'data');
     writeFileSync(file, Buffer.alloc(8192, 0xcd));

@@ -5,7 +5,6 @@ import * as assert from 'uvu/assert';
 import { addon } from '../../src/native/addon.js';
 import { FILL_SIZING, fillSizing, nodeFillOptions } from '../../src/native/fillPolicy.js';
 import { packCopyOps, packZeroRanges } from '../../src/native/fillRecords.js';
-import { freshShmDir } from '../helpers/paths.js';
 
 const MiB = 2 ** 20;
 
@@ -27,7 +26,7 @@ test('a cold cuda node load: O_DIRECT, 8 MiB chunks, 128 MiB of staging, the def
 });
 
 test('the addon decides no number: a fill without one, or with one out of bounds, is refused', async () => {
-  const device = new (addon().Device)('host', 0, { uuid: `policy-${process.pid}`, shmDir: freshShmDir() });
+  const device = new (addon().Device)('host', 0, { uuid: `policy-${process.pid}` });
   try {
     await device.allocate([4096]);
     const start = (options: object) => device.startFill([], packCopyOps([]), packZeroRanges([]), options as ReturnType<typeof fillSizing>);

@@ -10,7 +10,7 @@ import type { CopyOp, ZeroRange } from '../../src/checkpoint/types.js';
 import { DeviceHandle } from '../../src/native/deviceHandle.js';
 import { COPY_OP_FIELDS, packCopyOps, packZeroRanges, ZERO_RANGE_FIELDS } from '../../src/native/fillRecords.js';
 import { randomBytes } from '../helpers/checkpoints.js';
-import { freshShmDir } from '../helpers/paths.js';
+import { freshTempDir } from '../helpers/paths.js';
 
 /** What the arena holds after `ops`, from the meaning of a copy op alone. */
 function applyOps(arena: Uint8Array[], files: Uint8Array[], ops: CopyOp[]): void {
@@ -31,8 +31,8 @@ test('records pack in field order, one record after another', () => {
 });
 
 test('a host fill reads every field of an op and a zero range where TypeScript packed it', async () => {
-  const dir = freshShmDir();
-  const device = new DeviceHandle('host', 0, { uuid: `records-${process.pid}`, shmDir: dir });
+  const dir = freshTempDir();
+  const device = new DeviceHandle('host', 0, { uuid: `records-${process.pid}` });
   try {
     const files = [randomBytes(1, 4096), randomBytes(2, 4096), randomBytes(3, 4096), new Uint8Array(2000).fill(0xab)];
     const paths = files.map((bytes, i) => {

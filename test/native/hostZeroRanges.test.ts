@@ -6,11 +6,11 @@ import { join } from 'node:path';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { DeviceHandle } from '../../src/native/deviceHandle.js';
-import { freshShmDir } from '../helpers/paths.js';
+import { freshTempDir } from '../helpers/paths.js';
 
 test('a fill zeroes exactly its zero ranges, over bytes an earlier fill wrote', async () => {
-  const dir = freshShmDir();
-  const device = new DeviceHandle('host', 0, { uuid: `zero-${process.pid}`, shmDir: dir });
+  const dir = freshTempDir();
+  const device = new DeviceHandle('host', 0, { uuid: `zero-${process.pid}` });
   try {
     const file = join(dir, 'data');
     writeFileSync(file, Buffer.alloc(8192, 0xab));

@@ -10,7 +10,7 @@ import { fileURLToPath } from 'node:url';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { DeviceHandle } from '../../src/native/deviceHandle.js';
-import { freshShmDir } from '../helpers/paths.js';
+import { freshTempDir } from '../helpers/paths.js';
 
 const child = fileURLToPath(new URL('./resourceLimitsChild.js', import.meta.url));
 // A uid no account uses, so that RLIMIT_NPROC counts only the child's own threads.
@@ -47,8 +47,8 @@ test('a fill and a page-cache scan of 1,000 files run with 256 descriptors: file
 });
 
 test('a FIFO or a character device among the files fails the fill at once with E_FILE_NOT_REGULAR', async () => {
-  const dir = freshShmDir();
-  const device = new DeviceHandle('host', 0, { uuid: `fifo-${process.pid}`, shmDir: dir });
+  const dir = freshTempDir();
+  const device = new DeviceHandle('host', 0, { uuid: `fifo-${process.pid}` });
   try {
     const pipe = join(dir, 'pipe');
     execFileSync('mkfifo', [pipe]);
@@ -70,8 +70,8 @@ test('a FIFO or a character device among the files fails the fill at once with E
 });
 
 test('file and segment indexes past 2^32-1 are refused, not wrapped to 0', async () => {
-  const dir = freshShmDir();
-  const device = new DeviceHandle('host', 0, { uuid: `index-${process.pid}`, shmDir: dir });
+  const dir = freshTempDir();
+  const device = new DeviceHandle('host', 0, { uuid: `index-${process.pid}` });
   try {
     const file = join(dir, 'data');
     writeFileSync(file, Buffer.alloc(64, 1));

@@ -55,7 +55,7 @@ async function limitThreads(room: number | 'restore'): Promise<void> {
 const scenarios: Record<string, (dir: string) => Promise<unknown>> = {
   async threads(dir) {
     const { paths, ops, total } = fixture(dir, 16, 64 << 10);
-    const device = new DeviceHandle('host', 0, { uuid: `limits-${process.pid}`, shmDir: dir });
+    const device = new DeviceHandle('host', 0, { uuid: `limits-${process.pid}` });
     await device.allocate([total]);
     // libuv starts its thread pool on first use: it must exist before the limit, or Node aborts.
     await stat(dir);
@@ -73,7 +73,7 @@ const scenarios: Record<string, (dir: string) => Promise<unknown>> = {
   },
   async files(dir) {
     const { paths, ops, total } = fixture(dir, 1000, 4096);
-    const device = new DeviceHandle('host', 0, { uuid: `limits-${process.pid}`, shmDir: dir });
+    const device = new DeviceHandle('host', 0, { uuid: `limits-${process.pid}` });
     await device.allocate([total]);
     const result = await outcome(() => device.fill(paths, ops, total, { threads: 4 }));
     const last = (await device.read(0, 999 * 4096, 1))[0];

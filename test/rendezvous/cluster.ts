@@ -2,7 +2,7 @@
 // (network namespaces or loopback). Each node gets its own host device ids (WEIGHTD_HOST_DEVICES)
 // and socket directory; stderr is kept line by line so tests can wait for log lines.
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { WeightdClient } from '../../src/client/index.js';
@@ -195,13 +195,7 @@ export class Cluster {
     const hard = setTimeout(() => this.daemons.forEach((d) => d.kill('SIGKILL')), 5000);
     await Promise.all(this.daemons.map((d) => d.exit));
     clearTimeout(hard);
-    // A SIGKILLed daemon cannot remove its shared-memory segments; the next daemon would sweep
-    // them, but a test leaves nothing behind.
-    const pids = new Set(this.daemons.map((d) => String(d.pid)));
-    for (const name of readdirSync('/dev/shm')) {
-      const pid = /^weightd-(\d+)-/.exec(name)?.[1];
-      if (pid && pids.has(pid)) rmSync(join('/dev/shm', name), { force: true });
-    }
+    // Nothing else to remove: a daemon's segments are memfds, gone with the process, SIGKILL too.
     rmSync(this.#dir, { recursive: true, force: true });
   }
 }

@@ -1,7 +1,8 @@
 // Every command's handler, driven through the dispatch table and a real ClientConnection's
 // framing over an in-memory duplex pair (no socket, no addon memory), as aedes' test/helper.js
 // feeds its broker: the replies, the lease rules and the serving -> releasing -> released
-// lifecycle as a client sees them. serveRank.test.ts and fuzz.test.ts keep the real sockets.
+// lifecycle as a client sees them. serveRank.test.ts and fuzz.test.ts keep the real sockets
+// (segmentFds.test.ts the real descriptors): here a reply's descriptors are only recorded.
 import pino from 'pino';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
@@ -14,7 +15,7 @@ import { duplexPair } from './duplexPair.js';
 const log = pino({ level: 'silent' });
 const tensors = [{ name: 'w', dtype: 'F32' as const, shape: [4], segment: 0, offset: 0, bytes: 16 }];
 
-/** Plain data: the handlers never touch the memory behind the handle. */
+/** Plain data: the handlers never touch the memory behind the handle, nor the fd (the pair records it). */
 const rank: ServedRank = {
   nodeRank: 0,
   nnodes: 1,
@@ -30,16 +31,25 @@ const rank: ServedRank = {
   tensors,
   aliases: { tied: 'w' },
   layouts: { checkpoint: { tensors, aliases: { tied: 'w' } } },
-  segments: [{ segment: 0, bytes: 256, handle: '/nonexistent/segment-0' }],
+  segments: [{ segment: 0, bytes: 256, handle: 'memfd', fd: 1000 }],
 };
 
 /** A reply as JSON off the wire: validating it against the schemas is the client's tests' job. */
 type Reply = any;
 
-/** A client on one end of a pair whose other end the server accepted as a peer of `pid`. */
-function connect(server: RankServer, pid = process.pid) {
+/**
+ * A client on one end of a pair whose other end the server accepted as a peer of `pid`. A reply
+ * with descriptors comes as its frame on the pair, its fds recorded in `fdsSent`, once `fdGate`
+ * (when given) lets the send finish.
+ */
+function connect(server: RankServer, pid = process.pid, fdGate?: Promise<void>) {
   const [client, end] = duplexPair();
-  server.accept(end, pid);
+  const fdsSent: number[][] = [];
+  server.accept(end, pid, async (frame, fds) => {
+    await fdGate;
+    fdsSent.push(fds);
+    end.write(frame);
+  });
   const decoder = new FrameDecoder(MAX_RESPONSE_BYTES);
   const waiting: Array<(reply: Reply) => void> = [];
   client.on('data', (chunk: Buffer) => {
@@ -48,6 +58,7 @@ function connect(server: RankServer, pid = process.pid) {
   let nextId = 1;
   const serverSideClosed = new Promise<void>((resolve) => end.once('close', resolve));
   return {
+    fdsSent,
     request(message: Record<string, unknown>): Promise<Reply> {
       return new Promise((resolve) => {
         waiting.push(resolve);
@@ -114,7 +125,7 @@ test('get_state: a lease per request over the manifest; a wrong fingerprint gets
     assert.is(first.status, 'ok');
     assert.equal(first.tensors, tensors);
     assert.equal(first.aliases, { tied: 'w' });
-    assert.equal(first.segments, rank.segments);
+    assert.equal(first.segments, [{ segment: 0, bytes: 256, handle: 'fd' }], 'a host segment is an fd to ask get_segment_fds for');
     assert.is(first.layout, 'checkpoint');
     assert.is.not(first.leaseId, second.leaseId);
 
@@ -221,6 +232,81 @@ test('freeing that fails: the releasing client and the one waiting get E_RELEASE
     }
     assert.is(server.status, 'released');
     assert.is((await first.request(getState('map'))).error.code, 'E_RELEASED');
+  } finally {
+    server.close();
+  }
+});
+
+test('get_segment_fds: the fds come with the reply, in order, for a live lease of the caller only', async () => {
+  const server = new RankServer({ rank, log, freeMemory: async () => {} });
+  try {
+    const c = connect(server);
+    const { leaseId } = await c.request(getState('map'));
+    // Pipelined: the replies keep their order around the one with descriptors.
+    const [before, fds, after] = await Promise.all([c.request({ cmd: 'ping' }), c.request({ cmd: 'get_segment_fds', leaseId }), c.request({ cmd: 'ping' })]);
+    assert.equal([before.id, fds.id, after.id], [2, 3, 4]);
+    assert.equal(fds, { id: 3, ok: true, segments: [0] });
+    assert.equal(c.fdsSent, [[1000]]);
+
+    // Another connection of the same process names the lease too (the TypeScript client's way).
+    const sameProcess = connect(server);
+    assert.equal(await sameProcess.request({ cmd: 'get_segment_fds', leaseId }), { id: 1, ok: true, segments: [0] });
+
+    const other = connect(server, process.ppid);
+    const notTheirs = await other.request({ cmd: 'get_segment_fds', leaseId });
+    assert.is(notTheirs.error.code, 'E_NO_LEASE');
+    assert.match(notTheirs.error.message, /is not a live lease of this client on rank 0; .*ask get_state for a new one/);
+    assert.not.ok(notTheirs.error.message.includes(leaseId), 'the refusal does not echo the secret');
+    assert.is((await c.request({ cmd: 'get_segment_fds', leaseId: 'f'.repeat(24) })).error.code, 'E_NO_LEASE');
+    await c.request({ cmd: 'detach', leaseId });
+    assert.is((await c.request({ cmd: 'get_segment_fds', leaseId })).error.code, 'E_NO_LEASE', 'not after detach');
+    assert.equal([c.fdsSent, other.fdsSent], [[[1000]], []], 'no refusal sent a descriptor');
+  } finally {
+    server.close();
+  }
+});
+
+test('get_segment_fds: a cuda rank (legacy IPC) has none; a released rank gives none', async () => {
+  const cudaRank: ServedRank = { ...rank, backend: 'cuda', segments: [{ segment: 0, bytes: 256, handle: 'AAAA' }] };
+  const cuda = new RankServer({ rank: cudaRank, log, freeMemory: async () => {} });
+  try {
+    const c = connect(cuda);
+    const { leaseId, segments } = await c.request(getState('map'));
+    assert.equal(segments, [{ segment: 0, bytes: 256, handle: 'AAAA' }]);
+    const refused = await c.request({ cmd: 'get_segment_fds', leaseId });
+    assert.equal(refused.error, { code: 'E_NO_FDS', message: "rank 0's segments are CUDA IPC handles; use get_state's handles" });
+  } finally {
+    cuda.close();
+  }
+  const host = new RankServer({ rank, log, freeMemory: async () => {} });
+  try {
+    const c = connect(host);
+    const { leaseId } = await c.request(getState('map'));
+    await c.request({ cmd: 'release' });
+    assert.is((await c.request({ cmd: 'get_segment_fds', leaseId })).error.code, 'E_RELEASED');
+  } finally {
+    host.close();
+  }
+});
+
+test('a release waits for descriptors still being sent before it frees (and so closes) them', async () => {
+  let frees = 0;
+  const server = new RankServer({ rank, log, freeMemory: async () => void frees++ });
+  try {
+    let letSend!: () => void;
+    const sender = connect(server, process.pid, new Promise<void>((resolve) => (letSend = resolve)));
+    const { leaseId } = await sender.request(getState('map'));
+    const fdsReply = sender.request({ cmd: 'get_segment_fds', leaseId });
+    const releaser = connect(server);
+    await releaser.request({ cmd: 'ping' }); // the get_segment_fds above was handled before this
+    const released = releaser.request({ cmd: 'release', force: true });
+    await new Promise(setImmediate);
+    assert.is(server.status, 'releasing');
+    assert.is(frees, 0, 'not freed while the send is under way');
+    letSend();
+    assert.equal(await fdsReply, { id: 2, ok: true, segments: [0] });
+    assert.is((await released).alreadyReleased, false);
+    assert.is(frees, 1);
   } finally {
     server.close();
   }

@@ -10,7 +10,8 @@ import { removeNodeManifest, serveRank, writeNodeManifest, type ServeRankInput }
 import { expectedFingerprint, WeightdClient } from '../../src/client/index.js';
 import type { ServeEvent } from '../../src/serve/serveEvents.js';
 import { makeTempDir, removeDir } from '../helpers/checkpoints.js';
-import { exampleModel, freshShmDir } from '../helpers/paths.js';
+import { weightdMemfdBytes, weightdMemfds } from '../helpers/memfds.js';
+import { exampleModel } from '../helpers/paths.js';
 import { loadServedRank, type LoadedRank } from './servedRankFixture.js';
 
 const log = pino({ level: 'silent' });
@@ -55,9 +56,8 @@ async function until<T>(fn: () => T | undefined, ms = 5000): Promise<T> {
 }
 
 test('serving, release through the supervisor, synchronous cleanup', async () => {
-  const shm = freshShmDir();
   const dir = makeTempDir('actor');
-  const loaded = await loadServedRank(exampleModel, { uuid: `actor-${process.pid}`, shmDir: shm });
+  const loaded = await loadServedRank(exampleModel, { uuid: `actor-${process.pid}` });
   try {
     const actor = parent({ rank: loaded.served, socketDir: dir, log }, loaded);
     actor.start();
@@ -70,7 +70,7 @@ test('serving, release through the supervisor, synchronous cleanup', async () =>
     assert.is(statSync(`${dir}/node.json`).mode & 0o777, 0o600);
 
     const client = await WeightdClient.connect(`${dir}/actor-${process.pid}.sock`);
-    const held = readdirSync(shm).reduce((n, f) => n + statSync(`${shm}/${f}`).size, 0);
+    const held = weightdMemfdBytes();
     const heldBefore = (await client.stats()).deviceBytes;
     const released = await client.release();
     // Asserted after the release, so that a failure still lets the actor stop and the test end.
@@ -80,7 +80,7 @@ test('serving, release through the supervisor, synchronous cleanup', async () =>
     assert.is(heldAfter, 0, 'nothing is held once released');
     assert.is(released.alreadyReleased, false);
     assert.ok(actor.getSnapshot().context.events.some((e) => e.type === 'RANK_RELEASE_REQUESTED'));
-    assert.equal(readdirSync(shm), [], 'the parent freed the segments before the client heard back');
+    assert.equal(weightdMemfds(), [], 'the parent freed the segments before the client heard back');
     const fp = await expectedFingerprint(exampleModel, 1, 0);
     await client.getState(fp, 'map').then(
       () => assert.unreachable('get_state after release'),
@@ -95,14 +95,12 @@ test('serving, release through the supervisor, synchronous cleanup', async () =>
   } finally {
     await loaded.device.free();
     removeDir(dir);
-    removeDir(shm);
   }
 });
 
 test('a bind failure is RANK_FAILED; stopping mid-start leaves nothing', async () => {
-  const shm = freshShmDir();
   const dir = makeTempDir('actorfail');
-  const loaded = await loadServedRank(exampleModel, { uuid: `fail-${process.pid}`, shmDir: shm });
+  const loaded = await loadServedRank(exampleModel, { uuid: `fail-${process.pid}` });
   try {
     mkdirSync(`${dir}/real`, { mode: 0o700 });
     symlinkSync(`${dir}/real`, `${dir}/link`);
@@ -122,7 +120,6 @@ test('a bind failure is RANK_FAILED; stopping mid-start leaves nothing', async (
   } finally {
     await loaded.device.free();
     removeDir(dir);
-    removeDir(shm);
   }
 });
 

@@ -11,7 +11,7 @@ export interface LoadedRank {
   device: DeviceHandle;
 }
 
-export async function loadServedRank(modelDir: string, device: { uuid: string; shmDir: string }, layouts: LayoutName[] = []): Promise<LoadedRank> {
+export async function loadServedRank(modelDir: string, device: { uuid: string }, layouts: LayoutName[] = []): Promise<LoadedRank> {
   const plan = await planCheckpoint(modelDir, { tpSize: 1, layouts });
   const rank = plan.ranks[0]!;
   const handle = new DeviceHandle('host', 0, device);

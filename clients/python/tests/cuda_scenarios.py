@@ -6,6 +6,8 @@ fake is found through LD_LIBRARY_PATH; its leak report is on stderr at exit):
   cuda_scenarios.py export_fd            the same as VMM memory (2 MiB) exported as a descriptor;
                                          prints /proc/PID/fd/N, which reopens the fake's memfd in
                                          another process as a descriptor received over a socket would
+  cuda_scenarios.py daemon_fd            a daemon on the fake GPU with --cuda-handles fd: copy and
+                                         attach through get_segment_fds, compare with the checkpoint
   cuda_scenarios.py CASE HANDLE          attach to the exported segment, print one JSON line
 """
 
@@ -69,6 +71,33 @@ def fd_state(nbytes: int = FD_SIZE) -> dict:
     }
 
 
+def daemon_fd() -> None:
+    from daemon_fixture import Daemon
+    from test_host_fds import MODEL, checkpoint_tensors, open_fds
+    from weightd_client import expected_fingerprint
+
+    want, e, out = checkpoint_tensors(), expected_fingerprint(MODEL, 1, 0), {}
+    with Daemon(MODEL, device="cuda", extra_args=["--cuda-handles", "fd"]) as daemon:
+        with daemon.client() as client:
+            client.ping()  # the connection is open before the count
+            before = open_fds()
+            copied = client.copy(e.fingerprint, e.fields, device=0, tensor_format="memoryview")
+            out["copyOk"] = all(bytes(copied[n]) == want[n] for n in want)
+            attached = client.attach(e.fingerprint, e.fields, device=0, tensor_format="memoryview")
+            out["handles"] = sorted({s["handle"] for s in attached.state["segments"]})
+            # The fake's device memory is host memory: the views read directly.
+            out["attachOk"] = all(ctypes.string_at(attached.tensors[n].pointer, len(want[n])) == want[n] for n in want)
+            # What this process opened meanwhile: the fake driver keeps a descriptor of each import
+            # (its own reference, as close() of the received one must not free the memory).
+            out["fdsWhileAttached"] = sorted(t.split(" ")[0].rsplit("-", 1)[0] for fd, t in open_fds().items() if before.get(fd) != t)
+            attached.tensors = {}
+            attached.detach()
+            out["fdsAfter"] = open_fds() == before
+        daemon.stop()
+        out["daemonLeaks"] = next((json.loads(l[len("FAKE_CUDA_LEAKS ") :]) for l in daemon.stderr.splitlines() if l.startswith("FAKE_CUDA_LEAKS ")), None)
+    print(json.dumps(out))
+
+
 def state(handle: str, segments=None, tensors=None) -> dict:
     return {
         "device": {"uuid": DEVICE0},
@@ -84,6 +113,8 @@ def main() -> None:
         return export()
     if sys.argv[1] == "export_fd":
         return export_fd()
+    if sys.argv[1] == "daemon_fd":
+        return daemon_fd()
     from weightd_client.cuda import CudaError, CudaMapping, _Driver
 
     case, handle = sys.argv[1:3]

@@ -105,3 +105,16 @@ def test_a_cuda_fd_segment_without_its_descriptor_names_get_segment_fds(fake_env
     got = scenario(fake_env, "fd_missing", fd_path)
     assert got["error"] == "E_NO_SEGMENT_FDS" and "get_segment_fds" in got["message"]
     assert got["afterAttach"] == got["own"]
+
+
+def test_a_daemon_with_cuda_handles_fd_is_copied_and_attached_through_get_segment_fds_leaving_nothing(fake_env):
+    r = subprocess.run([sys.executable, str(SCENARIOS), "daemon_fd"], env=fake_env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert leaks(r.stderr) == NO_LEAKS, "the client left a mapping, an import or a descriptor behind"
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert got["handles"] == ["cuda-fd"]
+    assert got["copyOk"] and got["attachOk"], "every tensor equals the checkpoint's bytes"
+    # One segment (tp=1): the fake driver's reference to the import, and none of the received descriptors.
+    assert got["fdsWhileAttached"] == ["/memfd:fakecuda-vmm-d0"], "the descriptors are closed once mapped: the mappings hold the memory"
+    assert got["fdsAfter"]
+    assert got["daemonLeaks"] == NO_LEAKS

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
 from .liveness import is_process_alive
-from .protocol import Connection, ProtocolError, ServeError
+from .protocol import Connection, ProtocolError, ServeError, close_fds
 
 SOCKET_SUFFIX = ".sock"
 NODE_MANIFEST = "node.json"
@@ -163,16 +163,32 @@ class WeightdClient:
 
     def _open(self, state: Dict[str, Any], device: Optional[int], tensor_format: str) -> Any:
         if state["backend"] == "cuda":
-            from .cuda import CudaMapping
+            from .cuda import CUDA_FD_HANDLE, CudaMapping
 
-            # TODO(lead, after merging memfd): a segment whose handle is "cuda-fd" needs its
-            # descriptor: ask get_segment_fds on this socket (the recvmsg host.py uses), pass
-            # {segment: fd} as segment_fds, close the fds after. Until then such a rank fails
-            # here with E_NO_SEGMENT_FDS.
-            return CudaMapping(state, device, tensor_format)
+            if not any(s["handle"] == CUDA_FD_HANDLE for s in state["segments"]):
+                return CudaMapping(state, device, tensor_format)
+            # --cuda-handles fd: the mappings hold the memory, so the descriptors go at once.
+            fds = self.segment_fds(state["leaseId"])
+            try:
+                return CudaMapping(state, device, tensor_format, segment_fds=fds)
+            finally:
+                close_fds(list(fds.values()))
         from .host import HostMapping
 
-        return HostMapping(state, tensor_format)
+        old = [s["handle"] for s in state["segments"] if s["handle"] != "fd"]
+        if old:
+            raise ProtocolError("E_BAD_MANIFEST", f"host segment handle {old[0]!r} is not \"fd\": the daemon is older than memfd segments; upgrade it, or load from disk")
+        return HostMapping(state, self.segment_fds(state["leaseId"]), tensor_format)
+
+    def segment_fds(self, lease_id: str) -> Dict[int, int]:
+        """get_segment_fds on this connection: each segment's descriptor (host: a sealed memfd;
+        cuda: VMM memory) by segment number, the caller's to close (HostMapping does, and _open
+        for cuda). Nothing received is left open if this fails."""
+        reply, fds = self.conn.request_fds("get_segment_fds", leaseId=lease_id)
+        if len(reply.get("segments", [])) != len(fds):
+            close_fds(fds)
+            raise ProtocolError("E_BAD_REPLY", f"get_segment_fds lists {len(reply.get('segments', []))} segment(s) but {len(fds)} descriptor(s) came with it")
+        return dict(zip(reply["segments"], fds))
 
     def attach(
         self,

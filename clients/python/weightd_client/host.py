@@ -1,4 +1,5 @@
-"""Host backend: each segment is a 0600 shared-memory file of the daemon's user, mapped read-only.
+"""Host backend: each segment is a memfd sealed read-only by the daemon, received over the socket
+(get_segment_fds, SCM_RIGHTS), checked, mapped read-only, and its descriptor closed at once.
 
 Views are torch tensors, numpy arrays or memoryviews, whichever the caller asks for (default:
 the richest one installed). None of them copies; all are read-only (numpy marks them so; torch
@@ -7,29 +8,46 @@ warns that the buffer is not writable — writing to it would crash the process)
 
 from __future__ import annotations
 
+import fcntl
 import mmap
 import os
-import stat
 import struct
+import sys
 import warnings
 from typing import Any, Callable, Dict, List, Optional
 
 from .protocol import ProtocolError, ServeError
 from .tensors import by_name, numpy_dtype, resolve_format, torch_dtype, MEMORYVIEW_FORMAT
 
+# fcntl's names for memfd seals (Python 3.8+ on Linux has them; the values are the kernel's).
+F_GET_SEALS = getattr(fcntl, "F_GET_SEALS", 1034)
+F_SEAL_SHRINK = getattr(fcntl, "F_SEAL_SHRINK", 2)
+F_SEAL_GROW = getattr(fcntl, "F_SEAL_GROW", 4)
+F_SEAL_WRITE = getattr(fcntl, "F_SEAL_WRITE", 8)
+SERVED_SEALS = F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW
 
-def _map_segment(path: str, nbytes: int) -> mmap.mmap:
+
+def _map_segment(segment: int, fd: int, nbytes: int) -> mmap.mmap:
+    """Maps a received segment read-only; the caller closes ``fd`` (the mapping keeps the pages)."""
+    # Unsealed, the bytes could change under the views, or the file shrink under the mapping
+    # (SIGBUS on the next read): whoever sent it is not a daemon serving sealed memory.
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        seals = fcntl.fcntl(fd, F_GET_SEALS)
     except OSError as err:
-        raise ServeError("E_SHM_OPEN", f"cannot open shared segment {path}: {err}; the daemon may have released it: ask for the state again") from err
+        raise ServeError("E_SHM_OPEN", f"segment {segment}'s descriptor is not a sealable memfd ({err}); refusing to map it") from err
+    if seals & SERVED_SEALS != SERVED_SEALS:
+        raise ServeError("E_SHM_OPEN", f"segment {segment}'s descriptor is not sealed against write, shrink and grow (seals {seals:#x}); refusing to map it")
+    size = os.fstat(fd).st_size
+    if size < nbytes:
+        raise ServeError("E_SHM_OPEN", f"segment {segment}'s descriptor holds {size} bytes, fewer than its {nbytes}; refusing to map it")
+    # CPython's mmap keeps a dup of the descriptor for as long as it maps, unless told not to (3.13+).
+    untracked: Dict[str, Any] = {"trackfd": False} if sys.version_info >= (3, 13) else {}
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_size < nbytes:
-            raise ServeError("E_SHM_OPEN", f"shared segment {path} is not a file of {nbytes} bytes owned by this user; refusing to map it")
-        return mmap.mmap(fd, nbytes, mmap.MAP_SHARED, mmap.PROT_READ)
-    finally:
-        os.close(fd)  # the mapping keeps the pages
+        return mmap.mmap(fd, nbytes, mmap.MAP_SHARED, mmap.PROT_READ, **untracked)
+    except PermissionError:
+        # Kernels before 6.7 refuse a shared mapping of a write-sealed memfd opened read-write; a
+        # private read-only one maps the same pages, with no copy, since nothing can write them.
+        return mmap.mmap(fd, nbytes, mmap.MAP_PRIVATE, mmap.PROT_READ, **untracked)
 
 
 def _shape(t: Dict[str, Any], itemsize: int) -> Optional[List[int]]:
@@ -83,14 +101,23 @@ def view_maker(fmt: str) -> Callable[[Any, Dict[str, Any]], Any]:
 
 
 class HostMapping:
-    """The mapped segments of one attach; ``close()`` unmaps them once no view is left."""
+    """The mapped segments of one attach; ``close()`` unmaps them once no view is left.
 
-    def __init__(self, state: Dict[str, Any], tensor_format: str = "auto"):
+    ``fds``: segment number -> its descriptor (get_segment_fds); every one is closed here,
+    mapped or not, whatever fails."""
+
+    def __init__(self, state: Dict[str, Any], fds: Dict[int, int], tensor_format: str = "auto"):
         self.maps: Dict[int, mmap.mmap] = {}
         self.tensors: Dict[str, Any] = {}
         try:
             for seg in state["segments"]:
-                self.maps[seg["segment"]] = _map_segment(seg["handle"], seg["bytes"])
+                fd = fds.get(seg["segment"])
+                if fd is None:
+                    raise ProtocolError("E_BAD_MANIFEST", f"the daemon sent no descriptor for segment {seg['segment']}")
+                self.maps[seg["segment"]] = _map_segment(seg["segment"], fd, seg["bytes"])
+            for fd in fds.values():
+                os.close(fd)
+            fds.clear()
             make = view_maker(resolve_format(tensor_format))
 
             def view(t: Dict[str, Any]) -> Any:
@@ -101,6 +128,9 @@ class HostMapping:
 
             self.tensors = by_name(state, view)
         except BaseException:
+            for fd in fds.values():
+                os.close(fd)
+            fds.clear()
             self.close()
             raise
 

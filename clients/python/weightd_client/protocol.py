@@ -4,6 +4,10 @@ This is the only module that knows the wire format. A frame is a 10-byte header,
 JSON payload::
 
     0..3  magic b"WGTD"   4..5  frame version (u16, big-endian)   6..9  payload length (u32, big-endian)
+
+A reply may carry descriptors (get_segment_fds): SCM_RIGHTS on pieces of its frame, at most 250
+per piece, each batch on the first byte of a piece of its own. Such a reply is read with recvmsg
+until the frame is complete, collecting the fds of every call in order.
 """
 
 from __future__ import annotations
@@ -15,7 +19,8 @@ import select
 import socket
 import struct
 import time
-from typing import Any, Dict, Optional
+import array
+from typing import Any, Dict, List, Optional, Tuple
 
 MAGIC = b"WGTD"
 FRAME_VERSION = 1
@@ -23,6 +28,8 @@ PROTOCOL_VERSION = 1
 HEADER = struct.Struct(">4sHI")
 MAX_REQUEST_BYTES = 1 << 20
 MAX_RESPONSE_BYTES = 256 << 20
+# The kernel's SCM_MAX_FD: no recvmsg can bring more, so the control buffer is sized for it.
+MAX_FDS_PER_RECV = 253
 
 
 class WeightdError(Exception):
@@ -53,7 +60,21 @@ class _ClosedBeforeReply(ServeError):
     """The connection ended before any byte of the reply: the daemon never read the request."""
 
 
-def _recv_exact(sock: socket.socket, n: int, deadline: float, what: str) -> bytes:
+def _recv_into_with_fds(sock: socket.socket, view: memoryview, fds: List[int]) -> int:
+    """One recvmsg into ``view``; the descriptors that came with it are appended to ``fds``."""
+    k, ancdata, flags, _addr = sock.recvmsg_into([view], socket.CMSG_SPACE(MAX_FDS_PER_RECV * array.array("i").itemsize), socket.MSG_CMSG_CLOEXEC)
+    for level, kind, data in ancdata:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            got = array.array("i")
+            got.frombytes(data[: len(data) - len(data) % got.itemsize])
+            fds.extend(got)
+    if flags & socket.MSG_CTRUNC:
+        raise ProtocolError("E_FD_RECV", f"descriptors were cut off (more than {MAX_FDS_PER_RECV} on one piece): the daemon does not batch them as the protocol says")
+    return k
+
+
+def _recv_exact(sock: socket.socket, n: int, deadline: float, what: str, fds: Optional[List[int]] = None) -> bytes:
+    """``n`` bytes; with ``fds``, read by recvmsg, collecting every descriptor that comes with them."""
     buf = bytearray(n)
     view = memoryview(buf)
     got = 0
@@ -63,7 +84,7 @@ def _recv_exact(sock: socket.socket, n: int, deadline: float, what: str) -> byte
             raise ServeError("E_TIMEOUT", f"no complete {what} from weightd in time")
         sock.settimeout(left)
         try:
-            k = sock.recv_into(view[got:], n - got)
+            k = sock.recv_into(view[got:], n - got) if fds is None else _recv_into_with_fds(sock, view[got:], fds)
         except socket.timeout:
             continue
         if k == 0:
@@ -73,15 +94,16 @@ def _recv_exact(sock: socket.socket, n: int, deadline: float, what: str) -> byte
     return bytes(buf)
 
 
-def read_frame(sock: socket.socket, deadline: float, max_bytes: int = MAX_RESPONSE_BYTES) -> Any:
-    magic, version, length = HEADER.unpack(_recv_exact(sock, HEADER.size, deadline, "reply header"))
+def read_frame(sock: socket.socket, deadline: float, max_bytes: int = MAX_RESPONSE_BYTES, fds: Optional[List[int]] = None) -> Any:
+    """One reply; with ``fds``, the descriptors it carries are appended there (the caller closes them)."""
+    magic, version, length = HEADER.unpack(_recv_exact(sock, HEADER.size, deadline, "reply header", fds))
     if magic != MAGIC:
         raise ProtocolError("E_FRAME_MAGIC", f"reply does not start with b'WGTD' (got {magic!r}); not a weightd socket")
     if version != FRAME_VERSION:
         raise ProtocolError("E_FRAME_VERSION", f"frame version {version} is not supported (this client speaks {FRAME_VERSION})")
     if length > max_bytes:
         raise ProtocolError("E_FRAME_TOO_LARGE", f"reply of {length} bytes exceeds the limit of {max_bytes}")
-    payload = _recv_exact(sock, length, deadline, "reply")
+    payload = _recv_exact(sock, length, deadline, "reply", fds)
     try:
         return json.loads(payload.decode("utf-8"))
     except ValueError as err:
@@ -132,18 +154,31 @@ class Connection:
             return True
 
     def request(self, cmd: str, **body: Any) -> Dict[str, Any]:
+        return self._request(cmd, body, None)
+
+    def request_fds(self, cmd: str, **body: Any) -> Tuple[Dict[str, Any], List[int]]:
+        """A request whose reply carries descriptors (get_segment_fds): the reply and its fds, in
+        the order sent, the caller's to close. On any failure every received fd is closed."""
+        fds: List[int] = []
+        try:
+            return self._request(cmd, body, fds), fds
+        except BaseException:
+            close_fds(fds)
+            raise
+
+    def _request(self, cmd: str, body: Dict[str, Any], fds: Optional[List[int]]) -> Dict[str, Any]:
         message = {"id": 0, "cmd": cmd, **{k: v for k, v in body.items() if v is not None}}
         if self._sock is not None and self._closed_by_peer(self._sock):
             self.close()
         reused = self._sock is not None
         try:
-            reply = self._exchange(message)
+            reply = self._exchange(message, fds)
         except (_ClosedBeforeReply, ConnectionResetError, BrokenPipeError):
             # The daemon closed an idle connection just as we sent: it closes only between
             # requests, so it never read this one, and sending it again on a new one is safe.
             if not reused:
                 raise
-            reply = self._exchange(message)
+            reply = self._exchange(message, fds)
         if reply.get("ok") is not True:
             err = reply.get("error") or {}
             raise ServeError(
@@ -153,14 +188,14 @@ class Connection:
             )
         return reply
 
-    def _exchange(self, message: Dict[str, Any]) -> Dict[str, Any]:
+    def _exchange(self, message: Dict[str, Any], fds: Optional[List[int]] = None) -> Dict[str, Any]:
         if self._sock is None:
             self._sock = self._open()
         message["id"] = rid = next(self._ids)
         deadline = time.monotonic() + self.timeout
         try:
             self._sock.sendall(encode_frame(message))
-            reply = read_frame(self._sock, deadline)
+            reply = read_frame(self._sock, deadline, fds=fds)
             # One request at a time, and a connection that failed is never reused: the reply is
             # to this request (id null: the daemon could not read one, as for a protocol error).
             if not isinstance(reply, dict) or reply.get("id") not in (rid, None):
@@ -174,3 +209,12 @@ class Connection:
         if self._sock is not None:
             self._sock.close()
             self._sock = None
+
+
+def close_fds(fds: List[int]) -> None:
+    """Closes every descriptor in ``fds`` (and empties it), whatever each close says."""
+    while fds:
+        try:
+            os.close(fds.pop())
+        except OSError:
+            pass

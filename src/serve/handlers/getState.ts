@@ -9,13 +9,7 @@ import type { RankService } from '../rankService.js';
 
 export function getState(req: RequestOf<'get_state'>, service: RankService, caller: Caller): string {
   const { rank, log } = service;
-  if (service.status !== 'serving') {
-    const released = service.status === 'released';
-    throw new ServeError(
-      released ? 'E_RELEASED' : 'E_RELEASING',
-      `rank ${rank.globalRank}'s cache on device ${rank.device.uuid} ${released ? 'was released' : 'is being released'}; load the weights from disk (or restart weightd to cache them again)`,
-    );
-  }
+  service.refuseUnlessServing();
   if (req.fingerprint !== rank.fingerprint) {
     const reply: MismatchReply = {
       id: req.id,

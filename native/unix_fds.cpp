@@ -1,0 +1,271 @@
+#include "unix_fds.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+
+#include "device.h"
+#include "file_reader.h"
+#include "peer_credentials.h"
+
+namespace weightd {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+class Deadline {
+ public:
+  explicit Deadline(int64_t ms) : totalMs_(ms), end_(Clock::now() + std::chrono::milliseconds(ms)) {}
+  // Rounded up, so a wait of less than a millisecond does not spin on poll(…, 0).
+  int remainingMs() const {
+    auto left = std::chrono::duration_cast<std::chrono::microseconds>(end_ - Clock::now()).count();
+    if (left <= 0) return 0;
+    int64_t ms = (left + 999) / 1000;
+    return ms > 1 << 30 ? 1 << 30 : static_cast<int>(ms);
+  }
+  int64_t totalMs() const { return totalMs_; }
+
+ private:
+  int64_t totalMs_;
+  Clock::time_point end_;
+};
+
+// Closes what it holds unless released: every error path of unixRequest closes the socket and
+// every fd received so far.
+class OwnedFds {
+ public:
+  OwnedFds() = default;
+  OwnedFds(const OwnedFds&) = delete;
+  OwnedFds& operator=(const OwnedFds&) = delete;
+  ~OwnedFds() {
+    for (int fd : fds_) ::close(fd);
+  }
+  void add(int fd) { fds_.push_back(fd); }
+  std::vector<int> release() { return std::move(fds_); }
+
+ private:
+  std::vector<int> fds_;
+};
+
+class Socket {
+ public:
+  explicit Socket(int fd) : fd_(fd) {}
+  Socket(const Socket&) = delete;
+  Socket& operator=(const Socket&) = delete;
+  ~Socket() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  int fd() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+// Waits until `fd` is ready for `events` (or has an error or hang-up, which the next call
+// reports); E_FD_TIMEOUT once the deadline has passed.
+void waitFor(int fd, short events, const Deadline& deadline, const std::string& what) {
+  for (;;) {
+    int left = deadline.remainingMs();
+    if (left == 0) {
+      throw DeviceError("E_FD_TIMEOUT", what + " did not finish within " + std::to_string(deadline.totalMs()) +
+                                            " ms; the peer is stuck or overloaded: retry, or raise the timeout");
+    }
+    pollfd p{fd, events, 0};
+    int r = ::poll(&p, 1, left);
+    if (r > 0) return;
+    if (r < 0 && errno != EINTR) {
+      int err = errno;
+      throw DeviceError("E_FD_SEND", "poll on socket fd " + std::to_string(fd) + " failed: " + errnoMessage(err));
+    }
+  }
+}
+
+// One sendmsg piece: bytes [begin, end) of the frame, with fds [fdBegin, fdEnd) on its first byte.
+struct Piece {
+  size_t begin, end, fdBegin, fdEnd;
+};
+
+std::vector<Piece> piecesOf(size_t frameBytes, size_t fdCount) {
+  size_t batches = (fdCount + kFdsPerBatch - 1) / kFdsPerBatch;
+  if (batches == 0) return {{0, frameBytes, 0, 0}};
+  if (frameBytes < batches) {
+    throw DeviceError("E_FD_SEND", "a frame of " + std::to_string(frameBytes) + " bytes cannot carry " + std::to_string(fdCount) +
+                                       " fds: each batch of " + std::to_string(kFdsPerBatch) + " needs a byte of its own");
+  }
+  std::vector<Piece> pieces;
+  for (size_t i = 0; i < batches; ++i) {
+    size_t end = i + 1 == batches ? frameBytes : i + 1;
+    pieces.push_back({i, end, i * kFdsPerBatch, std::min(fdCount, (i + 1) * kFdsPerBatch)});
+  }
+  return pieces;
+}
+
+void sendPiece(int sock, const std::vector<uint8_t>& frame, const std::vector<int>& fds, const Piece& piece, const Deadline& deadline) {
+  size_t sent = piece.begin;
+  bool fdsSent = piece.fdBegin == piece.fdEnd;
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kFdsPerBatch)];
+  while (sent < piece.end) {
+    iovec iov{const_cast<uint8_t*>(frame.data()) + sent, piece.end - sent};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    if (!fdsSent) {
+      size_t n = piece.fdEnd - piece.fdBegin;
+      msg.msg_control = control;
+      msg.msg_controllen = CMSG_SPACE(sizeof(int) * n);
+      cmsghdr* c = CMSG_FIRSTHDR(&msg);
+      c->cmsg_level = SOL_SOCKET;
+      c->cmsg_type = SCM_RIGHTS;
+      c->cmsg_len = CMSG_LEN(sizeof(int) * n);
+      std::memcpy(CMSG_DATA(c), fds.data() + piece.fdBegin, sizeof(int) * n);
+    }
+    // MSG_DONTWAIT whatever the socket's mode, so the deadline bounds a blocking socket too.
+    ssize_t n = ::sendmsg(sock, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      sent += static_cast<size_t>(n);
+      fdsSent = true;  // the kernel attaches a message's fds to its first byte, even in a partial write
+      continue;
+    }
+    int err = errno;
+    if (n < 0 && err == EINTR) continue;
+    if (n < 0 && (err == EAGAIN || err == EWOULDBLOCK)) {
+      waitFor(sock, POLLOUT, deadline, "sending " + std::to_string(frame.size()) + " bytes and " + std::to_string(fds.size()) + " fds on socket fd " + std::to_string(sock));
+      continue;
+    }
+    throw DeviceError("E_FD_SEND", "sendmsg on socket fd " + std::to_string(sock) + " failed after " + std::to_string(sent) + " of " +
+                                       std::to_string(frame.size()) + " bytes (" + std::to_string(fds.size()) + " fds): " + errnoMessage(err) +
+                                       (err == EBADF || err == ENOTSOCK ? "; pass a connected AF_UNIX socket and open fds" : ""));
+  }
+}
+
+void sendAll(int sock, const std::vector<uint8_t>& frame, const std::vector<int>& fds, const Deadline& deadline) {
+  for (const Piece& piece : piecesOf(frame.size(), fds.size())) sendPiece(sock, frame, fds, piece, deadline);
+}
+
+// Connects `fd`, a fresh AF_UNIX stream socket, to `path`, then makes it non-blocking.
+void connectTo(int fd, const std::string& path, const Deadline& deadline) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.empty() || path.size() >= sizeof addr.sun_path) {
+    throw DeviceError("E_CONNECT", "socket path \"" + path + "\" is " + std::to_string(path.size()) + " bytes; a Unix socket path needs 1 to " +
+                                       std::to_string(sizeof addr.sun_path - 1) + ": use a shorter directory");
+  }
+  std::memcpy(addr.sun_path, path.data(), path.size());
+  // A Unix connect blocks only while the server's backlog is full: SO_SNDTIMEO bounds that wait.
+  int ms = deadline.remainingMs();
+  timeval tv{ms / 1000, (ms % 1000) * 1000};
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  int r;
+  do {
+    r = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  } while (r != 0 && errno == EINTR);
+  if (r != 0) {
+    int err = errno;
+    if (err == EAGAIN || err == EINPROGRESS) {
+      throw DeviceError("E_FD_TIMEOUT", "connecting to " + path + " did not finish within " + std::to_string(deadline.totalMs()) + " ms: its server accepts no connection");
+    }
+    std::string why = err == ENOENT         ? " (ENOENT): no socket there; is the server running, and is the path right?"
+                      : err == ECONNREFUSED ? " (ECONNREFUSED): nothing listens there; the socket is stale, start the server again"
+                                            : "";
+    throw DeviceError("E_CONNECT", "cannot connect to " + path + ": " + errnoMessage(err) + why);
+  }
+  timeval none{0, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &none, sizeof none);
+  int flags = ::fcntl(fd, F_GETFL);
+  ::fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+}
+
+// Reads into frame[got, want) and takes every fd that comes with the bytes.
+size_t receiveSome(int sock, std::vector<uint8_t>& frame, size_t got, size_t want, OwnedFds& fds, const std::string& path, const Deadline& deadline) {
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 253)];
+  for (;;) {
+    iovec iov{frame.data() + got, want - got};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+    ssize_t n = ::recvmsg(sock, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+    if (n < 0) {
+      int err = errno;
+      if (err == EINTR) continue;
+      if (err == EAGAIN || err == EWOULDBLOCK) {
+        waitFor(sock, POLLIN, deadline, "the reply from " + path);
+        continue;
+      }
+      throw DeviceError("E_FD_RECV", "recvmsg from " + path + " failed after " + std::to_string(got) + " reply bytes: " + errnoMessage(err));
+    }
+    // Taken before any check below, so that a failure closes them too.
+    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+      if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+      size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+      for (size_t i = 0; i < count; ++i) {
+        int fd;
+        std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
+        fds.add(fd);
+      }
+    }
+    if (msg.msg_flags & MSG_CTRUNC) {
+      throw DeviceError("E_FD_RECV", path + " sent more than 253 fds on one piece of its reply, so the kernel dropped some; the server must send them in batches of at most " +
+                                         std::to_string(kFdsPerBatch));
+    }
+    if (n == 0) {
+      throw DeviceError("E_PEER_CLOSED", path + " closed the connection after " + std::to_string(got) + " of " +
+                                             (want == kFrameHeaderBytes ? std::string("at least ") + std::to_string(want) : std::to_string(want)) +
+                                             " reply bytes; see the server's log for why");
+    }
+    return got + static_cast<size_t>(n);
+  }
+}
+
+}  // namespace
+
+void sendWithFds(int socketFd, const std::vector<uint8_t>& frame, const std::vector<int>& fds, int64_t timeoutMs) {
+  sendAll(socketFd, frame, fds, Deadline(timeoutMs));
+}
+
+UnixReply unixRequest(const std::string& path, const std::vector<uint8_t>& frame, const std::vector<int>& fds, int64_t timeoutMs,
+                      uint64_t maxReplyBytes) {
+  Deadline deadline(timeoutMs);
+  Socket sock(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (sock.fd() < 0) {
+    int err = errno;
+    throw DeviceError("E_CONNECT", "cannot create a Unix socket to connect to " + path + ": " + errnoMessage(err));
+  }
+  connectTo(sock.fd(), path, deadline);
+  Credentials peer = peerCredentials(sock.fd());
+  if (peer.uid != ::geteuid()) {
+    throw DeviceError("E_PEER_UID", "the server on " + path + " runs as uid " + std::to_string(peer.uid) + ", not this process's uid " +
+                                        std::to_string(::geteuid()) + "; refusing to exchange descriptors with another user: check who started it");
+  }
+  sendAll(sock.fd(), frame, fds, deadline);
+
+  std::vector<uint8_t> reply(kFrameHeaderBytes);
+  OwnedFds received;
+  size_t got = 0;
+  while (got < kFrameHeaderBytes) got = receiveSome(sock.fd(), reply, got, kFrameHeaderBytes, received, path, deadline);
+  uint64_t payload = (uint64_t{reply[6]} << 24) | (uint64_t{reply[7]} << 16) | (uint64_t{reply[8]} << 8) | uint64_t{reply[9]};
+  uint64_t total = kFrameHeaderBytes + payload;
+  if (total > maxReplyBytes) {
+    throw DeviceError("E_FRAME_TOO_LARGE", "the reply from " + path + " declares " + std::to_string(total) + " bytes, more than the " +
+                                               std::to_string(maxReplyBytes) + " this request allows; the server is not the one expected or is broken");
+  }
+  reply.resize(total);
+  while (got < total) got = receiveSome(sock.fd(), reply, got, total, received, path, deadline);
+  return {std::move(reply), received.release()};
+}
+
+void closeFd(int fd) {
+  if (::close(fd) != 0 && errno == EBADF) {
+    throw DeviceError("E_FD_CLOSE", "fd " + std::to_string(fd) + " is not open in this process; it was closed already (a double close would close another file's fd)");
+  }
+}
+
+}  // namespace weightd

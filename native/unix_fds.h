@@ -1,0 +1,39 @@
+// Descriptors over AF_UNIX stream sockets (SCM_RIGHTS): the one native transport for memfds and
+// CUDA VMM handles, between the daemon, the keeper and clients. Plain C++, no Node-API; blocking
+// calls bounded by a timeout, run by the bindings on a libuv thread.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace weightd {
+
+// At most this many fds ride on one sendmsg piece (the kernel's SCM_MAX_FD is 253).
+constexpr size_t kFdsPerBatch = 250;
+// Every frame of weightd's Unix protocols starts with 4 magic bytes, a u16 BE version and a u32
+// BE payload length.
+constexpr size_t kFrameHeaderBytes = 10;
+
+// Sends every byte of `frame` on a connected stream socket (blocking or not) within `timeoutMs`.
+// The fds go as SCM_RIGHTS in batches of kFdsPerBatch, each batch on the first byte of its own
+// piece: Linux ends a recvmsg after a piece that carried fds, so a reader gets the batches in
+// order and never two in one call. The caller keeps its fds. Throws E_FD_SEND, E_FD_TIMEOUT.
+void sendWithFds(int socketFd, const std::vector<uint8_t>& frame, const std::vector<int>& fds, int64_t timeoutMs);
+
+struct UnixReply {
+  std::vector<uint8_t> frame;  // header included
+  std::vector<int> fds;        // owned by the caller, O_CLOEXEC
+};
+
+// Connects to `path`, refuses a server of another uid (E_PEER_UID), sends `frame` and `fds` as
+// sendWithFds does, reads exactly one reply frame (at most maxReplyBytes, header included) and
+// every fd that came with it, and closes the socket. On any failure every fd received is closed.
+// Throws E_CONNECT, E_PEER_UID, E_FD_SEND, E_FD_TIMEOUT, E_FD_RECV, E_FRAME_TOO_LARGE, E_PEER_CLOSED.
+UnixReply unixRequest(const std::string& path, const std::vector<uint8_t>& frame, const std::vector<int>& fds,
+                      int64_t timeoutMs, uint64_t maxReplyBytes);
+
+// Throws E_FD_CLOSE for a descriptor this process does not have open (a double close is a bug).
+void closeFd(int fd);
+
+}  // namespace weightd

@@ -1,0 +1,237 @@
+// Descriptor passing (native/unix_fds.h) over a real Unix socket: a net.Server's accepted
+// connection sends a frame and hundreds of fds with sendWithFds; unixRequest receives them in
+// order, each still naming its own file. Every failure of unixRequest closes every fd it had
+// received: the test counts this process's open descriptors before and after.
+import { spawn } from 'node:child_process';
+import { chownSync, closeSync, mkdtempSync, openSync, readdirSync, readlinkSync, readSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer, type Server, type Socket } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import { DeviceError } from '../../src/errors.js';
+import { addon } from '../../src/native/addon.js';
+
+const HEADER_BYTES = 10;
+
+function frameOf(payload: Buffer, declaredLength = payload.length): Buffer {
+  const header = Buffer.alloc(HEADER_BYTES);
+  header.write('TEST', 0, 'latin1');
+  header.writeUInt16BE(1, 4);
+  header.writeUInt32BE(declaredLength, 6);
+  return Buffer.concat([header, payload]);
+}
+
+function openFdCount(): number {
+  return readdirSync('/proc/self/fd').length;
+}
+
+function fdOf(socket: Socket): number {
+  return (socket as unknown as { _handle: { fd: number } })._handle.fd;
+}
+
+interface TestServer {
+  path: string;
+  /** Resolves once every connection the server accepted has closed, so counts are exact. */
+  connectionsClosed(): Promise<void>;
+  close(): Promise<void>;
+}
+
+/** A server on a fresh socket; `onRequest` runs on each connection once a whole request frame has arrived. */
+async function serve(onRequest: (socket: Socket, request: Buffer) => void | Promise<void>): Promise<TestServer> {
+  const dir = mkdtempSync(join(tmpdir(), 'weightd-fds-'));
+  const path = join(dir, 's.sock');
+  const closed: Promise<void>[] = [];
+  const server: Server = createServer((socket) => {
+    closed.push(new Promise((resolve) => socket.on('close', () => resolve())));
+    socket.on('error', () => {});
+    let got = Buffer.alloc(0);
+    socket.on('data', (chunk) => {
+      got = Buffer.concat([got, chunk]);
+      if (got.length >= HEADER_BYTES && got.length === HEADER_BYTES + got.readUInt32BE(6)) void onRequest(socket, got);
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(path, resolve));
+  return {
+    path,
+    connectionsClosed: async () => {
+      await Promise.all(closed);
+    },
+    close: async () => {
+      await new Promise((resolve) => server.close(resolve));
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+/** `count` files, file i holding "file <i>", opened read-only; and a cleanup. */
+function makeFiles(count: number): { fds: number[]; paths: string[]; remove: () => void } {
+  const dir = mkdtempSync(join(tmpdir(), 'weightd-fds-files-'));
+  const paths: string[] = [];
+  const fds: number[] = [];
+  for (let i = 0; i < count; i++) {
+    const p = join(dir, `f${i}`);
+    writeFileSync(p, `file ${i}`);
+    paths.push(p);
+    fds.push(openSync(p, 'r'));
+  }
+  return { fds, paths, remove: () => { for (const fd of fds) closeSync(fd); rmSync(dir, { recursive: true, force: true }); } };
+}
+
+function contentOf(fd: number): string {
+  const buf = Buffer.alloc(64);
+  return buf.subarray(0, readSync(fd, buf, 0, buf.length, 0)).toString();
+}
+
+async function rejection(p: Promise<unknown>): Promise<DeviceError> {
+  const err = await p.then(() => undefined, (e: unknown) => e);
+  assert.instance(err, DeviceError, `expected a DeviceError, got ${String(err)}`);
+  return err as DeviceError;
+}
+
+test('a frame and 300 fds (two batches) sent by sendWithFds arrive in order, each naming its own file', async () => {
+  const files = makeFiles(300);
+  const payload = Buffer.from('x'.repeat(5000));
+  const server = await serve(async (socket, request) => {
+    assert.is(request.subarray(HEADER_BYTES).toString(), 'hello');
+    await addon().sendWithFds(fdOf(socket), frameOf(payload), files.fds, 5000);
+  });
+  try {
+    const before = openFdCount();
+    const reply = await addon().unixRequest(server.path, frameOf(Buffer.from('hello')), [], 5000, 1 << 20);
+    assert.equal(reply.frame, frameOf(payload));
+    assert.is(reply.fds.length, 300);
+    reply.fds.forEach((fd, i) => {
+      assert.is(readlinkSync(`/proc/self/fd/${fd}`), files.paths[i], `fd ${i} names its file`);
+      assert.is(contentOf(fd), `file ${i}`);
+    });
+    for (const fd of reply.fds) addon().closeFd(fd);
+    await server.connectionsClosed();
+    assert.is(openFdCount(), before, 'the request left no descriptor open');
+  } finally {
+    await server.close();
+    files.remove();
+  }
+});
+
+test('a reply without fds and a frame of exactly maxReplyBytes are accepted', async () => {
+  const server = await serve((socket) => addon().sendWithFds(fdOf(socket), frameOf(Buffer.from('ok')), [], 5000));
+  try {
+    const reply = await addon().unixRequest(server.path, frameOf(Buffer.alloc(0)), [], 5000, HEADER_BYTES + 2);
+    assert.equal(reply, { frame: frameOf(Buffer.from('ok')), fds: [] });
+  } finally {
+    await server.close();
+  }
+});
+
+/** Runs a request that must fail with `code`, and checks it left this process's descriptor count as it was. */
+async function failsClosingEverything(server: TestServer | undefined, request: () => Promise<unknown>, code: string): Promise<DeviceError> {
+  const before = openFdCount();
+  const err = await rejection(request());
+  assert.is(err.code, code, err.message);
+  await server?.connectionsClosed();
+  assert.is(openFdCount(), before, `${code}: every received fd and the socket were closed`);
+  return err;
+}
+
+test('no socket at the path: E_CONNECT naming ENOENT', async () => {
+  const err = await failsClosingEverything(undefined, () => addon().unixRequest('/nonexistent-weightd-dir/s.sock', frameOf(Buffer.alloc(0)), [], 1000, 1024), 'E_CONNECT');
+  assert.match(err.message, /\/nonexistent-weightd-dir\/s\.sock.*ENOENT/);
+});
+
+test('a server that closes mid-frame: E_PEER_CLOSED, and the fds it had sent are closed', async () => {
+  const files = makeFiles(7);
+  const server = await serve(async (socket) => {
+    await addon().sendWithFds(fdOf(socket), frameOf(Buffer.alloc(20), 100), files.fds, 5000);
+    socket.destroy();
+  });
+  try {
+    const err = await failsClosingEverything(server, () => addon().unixRequest(server.path, frameOf(Buffer.alloc(0)), [], 5000, 1024), 'E_PEER_CLOSED');
+    assert.match(err.message, /closed the connection after 30 of 110 reply bytes/);
+  } finally {
+    await server.close();
+    files.remove();
+  }
+});
+
+test('a reply larger than maxReplyBytes: E_FRAME_TOO_LARGE, and the fds on its header are closed', async () => {
+  const files = makeFiles(3);
+  const server = await serve((socket) => addon().sendWithFds(fdOf(socket), frameOf(Buffer.alloc(1000)), files.fds, 5000));
+  try {
+    const err = await failsClosingEverything(server, () => addon().unixRequest(server.path, frameOf(Buffer.alloc(0)), [], 5000, 1009), 'E_FRAME_TOO_LARGE');
+    assert.match(err.message, /declares 1010 bytes, more than the 1009/);
+  } finally {
+    await server.close();
+    files.remove();
+  }
+});
+
+test('a server that never finishes its reply: E_FD_TIMEOUT, and the fds it had sent are closed', async () => {
+  const files = makeFiles(4);
+  // Half a header with fds on it, then nothing: the request can end only by its timeout.
+  const server = await serve((socket) => addon().sendWithFds(fdOf(socket), frameOf(Buffer.alloc(0)).subarray(0, 5), files.fds, 5000));
+  try {
+    const err = await failsClosingEverything(server, () => addon().unixRequest(server.path, frameOf(Buffer.alloc(0)), [], 300, 1024), 'E_FD_TIMEOUT');
+    assert.match(err.message, /within 300 ms/);
+  } finally {
+    await server.close();
+    files.remove();
+  }
+});
+
+test('a server of another uid is refused with E_PEER_UID naming both uids', async () => {
+  if (process.getuid?.() !== 0) {
+    console.log('  (skipped: needs root to run the server as a throwaway uid)');
+    return;
+  }
+  const uid = 48611; // no account uses it (test/native/resourceLimits.test.ts)
+  const dir = mkdtempSync(join(tmpdir(), 'weightd-fds-uid-'));
+  chownSync(dir, uid, uid);
+  const path = join(dir, 's.sock');
+  const script = `const s = require('node:net').createServer(() => {}); s.listen(${JSON.stringify(path)}, () => console.log('listening'));`;
+  const child = spawn('setpriv', [`--reuid=${uid}`, `--regid=${uid}`, '--clear-groups', process.execPath, '-e', script], { stdio: ['ignore', 'pipe', 'inherit'] });
+  try {
+    await new Promise<void>((resolve, reject) => {
+      child.stdout.on('data', () => resolve());
+      child.on('exit', (code) => reject(new Error(`the server as uid ${uid} exited ${code} before listening`)));
+    });
+    const err = await failsClosingEverything(undefined, () => addon().unixRequest(path, frameOf(Buffer.alloc(0)), [], 5000, 1024), 'E_PEER_UID');
+    assert.match(err.message, new RegExp(`runs as uid ${uid}, not this process's uid 0`));
+  } finally {
+    child.kill('SIGKILL');
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('sendWithFds on a descriptor that is not a socket, or with more batches than bytes: E_FD_SEND', async () => {
+  const files = makeFiles(251);
+  try {
+    const notSocket = await rejection(addon().sendWithFds(files.fds[0]!, frameOf(Buffer.alloc(0)), [], 1000));
+    assert.is(notSocket.code, 'E_FD_SEND');
+    assert.match(notSocket.message, /socket fd \d+ failed after 0 of 10 bytes/);
+    const tooShort = await rejection(addon().sendWithFds(files.fds[0]!, Buffer.alloc(1), files.fds, 1000));
+    assert.is(tooShort.code, 'E_FD_SEND');
+    assert.match(tooShort.message, /a frame of 1 bytes cannot carry 251 fds/);
+  } finally {
+    files.remove();
+  }
+});
+
+test('closeFd of a descriptor that is not open: E_FD_CLOSE', () => {
+  const fd = openSync('/dev/null', 'r');
+  addon().closeFd(fd);
+  try {
+    addon().closeFd(fd);
+    assert.unreachable('a closed fd was closed again');
+  } catch (err) {
+    assert.is((err as DeviceError).code, 'E_FD_CLOSE');
+  }
+});
+
+test('bad arguments are TypeErrors, checked before any work', () => {
+  assert.throws(() => addon().sendWithFds(-1, Buffer.alloc(1), [], 1), /socketFd must be a non-negative/);
+  assert.throws(() => addon().unixRequest('/x', 'frame' as unknown as Buffer, [], 1, 1), /frame must be a Buffer/);
+  assert.throws(() => addon().unixRequest('/x', Buffer.alloc(1), [1.5], 1, 1), /fd must be a non-negative safe integer/);
+});
+
+test.run();

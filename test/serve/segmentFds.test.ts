@@ -1,0 +1,58 @@
+// get_segment_fds over a real Unix socket: the reply's descriptors are the rank's own sealed
+// memfds (the same inodes, fresh numbers in the receiver), one per segment in the order the
+// reply lists, mapping to the bytes the device holds; a refusal carries none; and the
+// receiver's descriptor count is back where it was once it closes them.
+import { readlinkSync, statSync } from 'node:fs';
+import pino from 'pino';
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import { expectedFingerprint, WeightdClient } from '../../src/client/index.js';
+import { addon } from '../../src/native/addon.js';
+import { encodeMessage, FrameDecoder, MAX_REQUEST_BYTES } from '../../src/serve/frameCodec.js';
+import { RankServer } from '../../src/serve/rankServer.js';
+import { makeTempDir, removeDir } from '../helpers/checkpoints.js';
+import { openFdCount } from '../helpers/memfds.js';
+import { exampleModel } from '../helpers/paths.js';
+import { loadServedRank } from './servedRankFixture.js';
+
+const log = pino({ level: 'silent' });
+
+test('the fds sent are the rank\'s sealed segments, in reply order; refusals send none; nothing leaks', async () => {
+  const dir = makeTempDir('segfds');
+  const loaded = await loadServedRank(exampleModel, { uuid: `segfds-${process.pid}` });
+  const server = new RankServer({ rank: loaded.served, socketDir: dir, log, freeMemory: () => loaded.device.free() });
+  const socketPath = await server.listen();
+  const client = await WeightdClient.connect(socketPath);
+  try {
+    const state = await client.getState(await expectedFingerprint(exampleModel, 1, 0), 'map');
+    assert.is(state.status, 'ok');
+    if (state.status !== 'ok') return;
+    const before = openFdCount();
+    const fds = await client.segmentFds(state.leaseId);
+    assert.equal([...fds.keys()], loaded.served.segments.map((s) => s.segment));
+    for (const s of loaded.served.segments) {
+      const fd = fds.get(s.segment)!;
+      assert.is.not(fd, s.fd, 'a descriptor of its own');
+      assert.is(statSync(`/proc/self/fd/${fd}`).ino, statSync(`/proc/self/fd/${s.fd}`).ino, `segment ${s.segment}: the daemon's own memfd`);
+      assert.match(readlinkSync(`/proc/self/fd/${fd}`), /^\/memfd:weightd:segfds-\d+:s\d+ \(deleted\)$/);
+      const view = addon().mapShared(fd, s.bytes); // refuses an unsealed one
+      assert.ok(Buffer.from(view).equals(await loaded.device.read(s.segment, 0, s.bytes)), `segment ${s.segment}: the device's bytes`);
+      addon().unmapShared(view);
+    }
+    for (const fd of fds.values()) addon().closeFd(fd);
+    assert.is(openFdCount(), before, 'closing what came leaves the count as it was');
+
+    const refused = await addon().unixRequest(socketPath, encodeMessage({ id: 1, cmd: 'get_segment_fds', leaseId: 'f'.repeat(24) }), [], 5000, 1 << 20);
+    const [payload] = new FrameDecoder(MAX_REQUEST_BYTES).push(refused.frame);
+    assert.is(JSON.parse(payload!.toString('utf8')).error.code, 'E_NO_LEASE');
+    assert.equal(refused.fds, [], 'a refusal carries no descriptor');
+    assert.is(openFdCount(), before);
+  } finally {
+    client.close();
+    server.close();
+    await loaded.device.free();
+    removeDir(dir);
+  }
+});
+
+test.run();
