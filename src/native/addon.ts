@@ -32,7 +32,8 @@ export interface SegmentExport {
    */
   handle: string;
   /**
-   * The segment's descriptor, sealed read-only, to pass over SCM_RIGHTS (get_segment_fds). Owned
+   * The segment's descriptor (host: a memfd sealed read-only; cuda-fd: VMM memory), to pass over
+   * SCM_RIGHTS (get_segment_fds). Owned
    * by the device: valid until its free(), never to be closed by anyone else. Absent where the
    * backend has none (cuda legacy IPC).
    */
