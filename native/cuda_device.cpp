@@ -47,11 +47,19 @@ void zeroRanges(const CudaFillTarget& target, const std::vector<ZeroRange>& zero
 
 }  // namespace
 
-CudaDevice::CudaDevice(int index, const std::string& expectedUuid) : index_(index), identity_(describeCudaDevice(index)) {
+CudaDevice::CudaDevice(int index, const std::string& expectedUuid, CudaHandles handles)
+    : index_(index), handles_(handles), identity_(describeCudaDevice(index)) {
   if (!expectedUuid.empty() && expectedUuid != identity_.uuid) {
     throw DeviceError("E_DEVICE_MISMATCH", "CUDA device " + std::to_string(index) + " is " + identity_.uuid + " (" +
                                                identity_.name + "), not the expected " + expectedUuid +
                                                "; check that CUDA_VISIBLE_DEVICES is the same for every process of this node");
+  }
+  if (handles == CudaHandles::Fd) {
+    std::string why = fdHandlesUnsupported(cudaDeviceAt(index));
+    if (!why.empty()) {
+      throw DeviceError("E_CUDA_HANDLES_UNSUPPORTED", label() + " (" + identity_.name + ") cannot serve --cuda-handles fd: " + why +
+                                                          "; use --cuda-handles ipc (the default)");
+    }
   }
   std::lock_guard<std::mutex> lock(mutex_);
   onDevice([&] { return contextLocked(); });
@@ -93,12 +101,20 @@ void CudaDevice::allocate(const std::vector<uint64_t>& segmentBytes) {
     throw DeviceError("E_ALREADY_ALLOCATED", "device " + identity_.uuid + " already holds an arena; free it first");
   }
   onDevice([&] {
+    ScopedContext current(contextLocked());
+    const bool vmm = handles_ == CudaHandles::Fd;
+    CUdevice dev = vmm ? cudaDeviceAt(index_) : 0;
+    // Rounded up to whole 2 MiB pages: the driver maps an allocation of any other size with
+    // small pages, and a client's cuIpcOpenMemHandle of it then takes ~45 ms for 8.5 GB on an
+    // H200 instead of 0.25 ms (bench/gpu/ipc-open-probe.py). The tail is never read. VMM memory
+    // is also rounded to the driver's granularity (cuda_vmm.h).
+    std::vector<uint64_t> sizes;
     uint64_t total = 0;
     for (size_t i = 0; i < segmentBytes.size(); ++i) {
       if (segmentBytes[i] == 0) throw DeviceError("E_BAD_PLAN", "segment " + std::to_string(i) + " has zero bytes");
-      total += alignUp(segmentBytes[i], kLargePage);
+      sizes.push_back(vmm ? vmmSegmentSize(dev, segmentBytes[i]) : alignUp(segmentBytes[i], kLargePage));
+      total += sizes.back();
     }
-    ScopedContext current(contextLocked());
     size_t freeBytes = 0, totalBytes = 0;
     cudaDriver().cuMemGetInfo_v2(&freeBytes, &totalBytes);
     // Checked up front so a short GPU fails in milliseconds with numbers, not after a partial
@@ -111,10 +127,15 @@ void CudaDevice::allocate(const std::vector<uint64_t>& segmentBytes) {
                                                "more GPUs (a larger tensor-parallel size)");
     }
     try {
-      // Rounded up to whole 2 MiB pages: the driver maps an allocation of any other size with
-      // small pages, and a client's cuIpcOpenMemHandle of it then takes ~45 ms for 8.5 GB on an
-      // H200 instead of 0.25 ms (bench/gpu/ipc-open-probe.py). The tail is never read.
-      for (uint64_t bytes : segmentBytes) segments_.push_back(Segment{allocateDeviceMemory(alignUp(bytes, kLargePage)), bytes});
+      // A failure midway frees what was made: the segments made so far here, the failing one's
+      // own steps in VmmSegment::create.
+      for (size_t i = 0; i < sizes.size(); ++i) {
+        Segment s;
+        s.bytes = segmentBytes[i];
+        if (vmm) s.vmm = VmmSegment::create(dev, sizes[i]);
+        else s.memory = allocateDeviceMemory(sizes[i]);
+        segments_.push_back(std::move(s));
+      }
     } catch (...) {
       segments_.clear();
       throw;
@@ -128,10 +149,13 @@ void CudaDevice::fill(const std::vector<std::string>& files, const std::vector<C
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (segments_.empty()) throw DeviceError("E_NOT_ALLOCATED", "fill before allocate on device " + identity_.uuid);
+    if (adopted_) {
+      throw DeviceError("E_ADOPTED", label() + " holds an adopted arena, filled by the process that exported it; free it and allocate to load afresh");
+    }
     self.target.context = contextLocked();
     self.target.label = label();
     for (auto& s : segments_) {
-      self.target.segmentBases.push_back(s.memory.get());
+      self.target.segmentBases.push_back(s.base());
       self.target.segmentBytes.push_back(s.bytes);
     }
   }
@@ -160,17 +184,66 @@ std::vector<SegmentExport> CudaDevice::exportSegments() {
     ScopedContext current(contextLocked());
     std::vector<SegmentExport> out;
     for (uint32_t i = 0; i < segments_.size(); ++i) {
+      Segment& s = segments_[i];
+      if (s.vmm.pointer()) {
+        out.push_back({i, s.bytes, "cuda-fd", s.vmm.exportFd()});
+        continue;
+      }
       CUipcMemHandle handle{};
-      cudaDriver().cuIpcGetMemHandle(&handle, segments_[i].memory.get());
-      out.push_back({i, segments_[i].bytes, base64Encode(handle.reserved, sizeof handle.reserved)});
+      cudaDriver().cuIpcGetMemHandle(&handle, s.memory.get());
+      out.push_back({i, s.bytes, base64Encode(handle.reserved, sizeof handle.reserved)});
     }
     return out;
   });
 }
 
-void CudaDevice::adopt(const std::vector<int>& fds, const std::vector<uint64_t>&) {
-  for (int fd : fds) ::close(fd);  // adopt owns them, failed or not
-  throw DeviceError("E_UNSUPPORTED", "adopt needs --cuda-handles fd: " + label() + " holds legacy IPC memory, which no descriptor can carry");
+void CudaDevice::adopt(const std::vector<int>& fds, const std::vector<uint64_t>& segmentBytes) {
+  // Every descriptor is ours from the call on: those not yet handed to a VmmSegment (which owns
+  // its own, failed or not) are closed here when adopt fails.
+  size_t handed = 0;
+  try {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!segments_.empty()) {
+      throw DeviceError("E_ALREADY_ALLOCATED", "device " + identity_.uuid + " already holds an arena; free it before adopting another");
+    }
+    if (fds.empty() || fds.size() != segmentBytes.size()) {
+      throw DeviceError("E_BAD_ADOPT", "adopt got " + std::to_string(fds.size()) + " descriptor(s) for " + std::to_string(segmentBytes.size()) +
+                                           " segment size(s); pass one descriptor per segment, in segment order");
+    }
+    for (size_t i = 0; i < fds.size(); ++i) {
+      if (fds[i] < 0 || segmentBytes[i] == 0) {
+        throw DeviceError("E_BAD_ADOPT", "segment " + std::to_string(i) + " has descriptor " + std::to_string(fds[i]) + " and " +
+                                             std::to_string(segmentBytes[i]) + " bytes; each needs an open descriptor and at least one byte");
+      }
+    }
+    onDevice([&] {
+      ScopedContext current(contextLocked());
+      try {
+        CUdevice dev = cudaDeviceAt(index_);
+        for (size_t i = 0; i < fds.size(); ++i) {
+          uint64_t size = vmmSegmentSize(dev, segmentBytes[i]);
+          Segment s;
+          s.bytes = segmentBytes[i];
+          try {
+            ++handed;
+            s.vmm = VmmSegment::adopt(dev, fds[i], size);
+          } catch (const DeviceError& e) {
+            throw DeviceError(e.code(), "adopting segment " + std::to_string(i) + " (descriptor " + std::to_string(fds[i]) + ", " +
+                                            std::to_string(segmentBytes[i]) + " bytes): " + e.what() +
+                                            "; is the descriptor one a cuda device exported with --cuda-handles fd, for this GPU and this segment?");
+          }
+          segments_.push_back(std::move(s));
+        }
+      } catch (...) {
+        segments_.clear();  // with the context current, like every free
+        throw;
+      }
+    });
+    adopted_ = true;
+  } catch (...) {
+    for (size_t i = handed; i < fds.size(); ++i) ::close(fds[i]);
+    throw;
+  }
 }
 
 void CudaDevice::read(uint32_t segment, uint64_t offset, uint64_t length, void* dst) {
@@ -179,7 +252,7 @@ void CudaDevice::read(uint32_t segment, uint64_t offset, uint64_t length, void* 
   if (length == 0) return;
   onDevice([&] {
     ScopedContext current(contextLocked());
-    cudaDriver().cuMemcpyDtoH_v2(dst, segments_[segment].memory.get() + offset, length);
+    cudaDriver().cuMemcpyDtoH_v2(dst, segments_[segment].base() + offset, length);
   });
 }
 
@@ -198,6 +271,7 @@ void CudaDevice::freeLocked() {
     // best effort, since free() also runs from destructors and must not throw.
     segments_.clear();
   }
+  adopted_ = false;
   context_.reset();
 }
 

@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <mutex>
 
+#include "cuda_vmm.h"
+
 namespace weightd {
 
 namespace {
@@ -130,9 +132,13 @@ CudaProbe probeCuda() {
   try {
     int count = 0;
     s.driver.cuDeviceGetCount(&count);
-    for (int i = 0; i < count; ++i) p.devices.push_back(describeCudaDevice(i));
+    for (int i = 0; i < count; ++i) {
+      p.devices.push_back(describeCudaDevice(i));
+      p.fdHandlesUnsupported.push_back(fdHandlesUnsupported(cudaDeviceAt(i)));
+    }
   } catch (const DeviceError& e) {
     p.devices.clear();
+    p.fdHandlesUnsupported.clear();
     p.reason = e.what();
     return p;
   }

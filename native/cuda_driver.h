@@ -39,7 +39,10 @@ class DriverFn<CUresult (*)(Args...)> {
 };
 
 // Every entry point weightd uses, by the versioned symbol cuda.h maps each name to (dlsym sees
-// no macros): one list drives both the members and their resolution.
+// no macros): one list drives both the members and their resolution. The virtual memory calls
+// (cuMemCreate and the rest, for --cuda-handles fd) date from CUDA 10.2, older than the oldest
+// driver weightd supports, so they are required like the others; whether a GPU supports them is
+// a device attribute (cuda_vmm.h).
 #define WEIGHTD_CUDA_ENTRY_POINTS(X)                                                                 \
   X(cuInit) X(cuDriverGetVersion) X(cuGetErrorName) X(cuGetErrorString) X(cuDeviceGetCount)           \
   X(cuDeviceGet) X(cuDeviceGetName) X(cuDeviceGetUuid_v2) X(cuDeviceTotalMem_v2)                      \
@@ -49,7 +52,9 @@ class DriverFn<CUresult (*)(Args...)> {
   X(cuMemcpyHtoDAsync_v2) X(cuMemcpy2DAsync_v2) X(cuMemcpyDtoH_v2) X(cuMemsetD8Async) X(cuMemsetD32Async) \
   X(cuStreamCreate) X(cuStreamSynchronize) X(cuStreamDestroy_v2) X(cuEventCreate) X(cuEventRecord)    \
   X(cuEventSynchronize) X(cuEventDestroy_v2) X(cuIpcGetMemHandle) X(cuIpcOpenMemHandle_v2)            \
-  X(cuIpcCloseMemHandle)
+  X(cuIpcCloseMemHandle) X(cuDeviceGetAttribute) X(cuMemGetAllocationGranularity) X(cuMemCreate)      \
+  X(cuMemRelease) X(cuMemAddressReserve) X(cuMemAddressFree) X(cuMemMap) X(cuMemUnmap) X(cuMemSetAccess) \
+  X(cuMemExportToShareableHandle) X(cuMemImportFromShareableHandle)
 
 struct CudaDriver {
 #define WEIGHTD_DECLARE_ENTRY(name) DriverFn<decltype(&::name)> name;
@@ -67,6 +72,8 @@ struct CudaProbe {
   std::string reason;  // why not available; empty when it is
   int driverVersion = 0;
   std::vector<DeviceInfo> devices;  // freeBytes is 0: measuring it needs a context
+  // Per device, why it cannot serve --cuda-handles fd ("" when it can): see cuda_vmm.h.
+  std::vector<std::string> fdHandlesUnsupported;
 };
 
 // What CUDA offers this process, without creating any context. Never throws for a missing

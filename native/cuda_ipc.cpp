@@ -63,8 +63,10 @@ void CudaIpcClient::closeMapping(Mapping& m) {
   try {
     ScopedContext current(m.context->get());
     m.mapping.reset();
+    m.vmm.reset();
   } catch (const DeviceError&) {
     m.mapping.reset();  // best effort: the driver is failing and this runs from destructors
+    m.vmm.reset();
   }
 }
 
@@ -103,8 +105,23 @@ OpenedIpc CudaIpcClient::open(int index, const std::string& handleBase64) {
     ++it->second.opens;
     return OpenedIpc{p, it->second.bytes};
   }
-  open_.emplace(p, Mapping{index, context, std::move(mapping), size, 1});
+  open_.emplace(p, Mapping{index, context, std::move(mapping), VmmSegment(), size, 1});
   return OpenedIpc{p, size};
+}
+
+OpenedIpc CudaIpcClient::openFd(int index, int fd, uint64_t bytes) {
+  if (fd < 0 || bytes == 0) {
+    throw DeviceError("E_BAD_HANDLE", "a cuda-fd segment needs an open descriptor and a size, not fd " + std::to_string(fd) + " of " +
+                                          std::to_string(bytes) + " bytes; pass what get_segment_fds returned");
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::shared_ptr<PrimaryContext> context = contextFor(index);
+  ScopedContext current(context->get());
+  CUdevice dev = cudaDeviceAt(index);
+  VmmSegment vmm = VmmSegment::import(dev, fd, vmmSegmentSize(dev, bytes));
+  CUdeviceptr p = vmm.pointer();
+  open_.emplace(p, Mapping{index, context, IpcMapping(), std::move(vmm), bytes, 1});
+  return OpenedIpc{p, bytes};
 }
 
 void CudaIpcClient::close(CUdeviceptr pointer) {
@@ -114,6 +131,7 @@ void CudaIpcClient::close(CUdeviceptr pointer) {
   if (--it->second.opens > 0) return;
   ScopedContext current(it->second.context->get());
   it->second.mapping.reset();
+  it->second.vmm.reset();
   open_.erase(it);
 }
 

@@ -70,9 +70,10 @@ struct FillControl {
 struct SegmentExport {
   uint32_t segment = 0;
   uint64_t bytes = 0;
-  // host: "memfd" (the segment is `fd`). cuda: the legacy IPC handle, base64-encoded.
+  // host: "memfd" (the segment is `fd`). cuda: the legacy IPC handle, base64-encoded, or
+  // "cuda-fd" (VMM memory, the segment is `fd`: cuda_vmm.h).
   std::string handle;
-  // The segment's descriptor, sealed read-only, for SCM_RIGHTS; owned by the device (closed by
+  // The segment's descriptor (host: sealed read-only), for SCM_RIGHTS; owned by the device (closed by
   // free()), so a sender dups nothing and must not close it. -1: the backend has none.
   int fd = -1;
 };

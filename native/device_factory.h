@@ -6,7 +6,8 @@
 namespace weightd {
 
 struct DeviceOptions {
-  std::string uuid;  // host: the stable id to report
+  std::string uuid;         // host: the stable id to report
+  std::string cudaHandles;  // cuda: "ipc" (default when empty) or "fd" (cuda_vmm.h)
 };
 
 // The one place that knows which backends exist.

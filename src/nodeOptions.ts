@@ -6,7 +6,7 @@ import { resolve } from 'node:path';
 import { LAYOUT_NAMES, type LayoutName } from './checkpoint/types.js';
 import { UsageError } from './errors.js';
 import type { Logger } from './log.js';
-import type { FillOptions } from './native/addon.js';
+import { CUDA_HANDLES, type CudaHandles, type FillOptions } from './native/addon.js';
 import { FILL_SIZING } from './native/fillPolicy.js';
 
 export type DeviceChoice = 'auto' | 'cuda' | 'host';
@@ -36,6 +36,13 @@ export interface NodeOptions {
   /** Where the per-device sockets go; default a private per-user dir under the temp dir. */
   socketDir?: string;
   device?: DeviceChoice;
+  /**
+   * cuda: 'ipc' (default) allocates with cuMemAlloc and serves legacy CUDA IPC handles; 'fd'
+   * allocates VMM memory and serves POSIX descriptors over the socket ("cuda-fd",
+   * docs/protocol.md), which another process can keep alive. ipc stays the default until fd is
+   * measured on an H200.
+   */
+  cudaHandles?: CudaHandles;
   logLevel?: LogLevel;
   /** Use this logger instead of creating one (programmatic use, tests). */
   logger?: Logger;
@@ -76,6 +83,7 @@ export interface NodeConfig {
   weightCachePort: number;
   socketDir?: string;
   device: DeviceChoice;
+  cudaHandles: CudaHandles;
   planFile?: string;
   layouts: LayoutName[];
   fill: FillOptions;
@@ -174,6 +182,8 @@ export async function resolveNodeOptions(o: NodeOptions): Promise<NodeConfig> {
   }
   const device = o.device ?? 'auto';
   if (!['auto', 'cuda', 'host'].includes(device)) throw usage('--device', device, 'is not a backend', 'use auto, cuda or host');
+  const cudaHandles = o.cudaHandles ?? 'ipc';
+  if (!CUDA_HANDLES.includes(cudaHandles)) throw usage('--cuda-handles', cudaHandles, 'is not a kind of CUDA handle', `use ${CUDA_HANDLES.join(' or ')} (default ipc)`);
   const rendezvousTimeoutMs = checkRendezvousTimeout(o.rendezvousTimeoutMs ?? DEFAULT_RENDEZVOUS_TIMEOUT_MS);
   const inspect = o.inspect === undefined ? undefined : checkInspect(o.inspect, [o.weightCacheMasterPort === undefined ? undefined : weightCachePort, masterPort]);
   return {
@@ -187,6 +197,7 @@ export async function resolveNodeOptions(o: NodeOptions): Promise<NodeConfig> {
     weightCachePort,
     socketDir: o.socketDir === undefined ? undefined : resolve(o.socketDir),
     device,
+    cudaHandles,
     planFile: o.planFile === undefined ? undefined : resolve(o.planFile),
     layouts: checkLayouts(o.layouts),
     fill: checkFill(o.fill ?? {}),

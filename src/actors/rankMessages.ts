@@ -2,17 +2,17 @@
 import type { RankPlan } from '../checkpoint/types.js';
 import type { SerializedError } from '../errors.js';
 import type { RankSource } from '../nodeStatus.js';
-import type { DeviceInfo, DeviceSlot, FillOptions, SegmentExport } from '../native/addon.js';
+import type { CudaHandles, DeviceInfo, DeviceSlot, FillOptions, SegmentExport } from '../native/addon.js';
 
 export interface RankWorkerData {
   nodeRank: number;
   localRank: number;
   globalRank: number;
   device: DeviceSlot;
+  /** cuda: how segments are allocated and exported (--cuda-handles). */
+  cudaHandles: CudaHandles;
   plan: RankPlan;
   fill: FillOptions;
-  /** cuda: how segments are exported, legacy IPC handles (default) or VMM descriptors. */
-  cudaHandles?: 'ipc' | 'fd';
   /** Where this rank's segments are kept beyond the daemon (absent: --keeper off). */
   keeper?: RankKeeping;
 }
@@ -25,7 +25,6 @@ export interface RankKeeping {
   model: string;
   writer: string;
 }
-
 
 export type RankToMain =
   | { type: 'DEVICE'; info: DeviceInfo }

@@ -33,7 +33,7 @@ export interface RankPhases {
 
 export const rankPhases: RankPhases = {
   open(data, post) {
-    const device = new DeviceHandle(data.device.backend, data.device.index, { uuid: data.device.uuid });
+    const device = new DeviceHandle(data.device.backend, data.device.index, { uuid: data.device.uuid, cudaHandles: data.cudaHandles });
     post({ type: 'DEVICE', info: device.info() });
     return device;
   },

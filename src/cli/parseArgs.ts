@@ -44,7 +44,8 @@ Exit codes:
   0  stopped by SIGTERM, SIGINT, SIGHUP or SIGQUIT (after a clean stop)
   1  failed at run time: a rank, the rendezvous, a device or the checkpoint (the log says which)
   2  bad flags, or flags the checkpoint or machine cannot satisfy (a tp size the model's shapes
-     do not divide, --device cuda without a driver): restarting cannot help
+     do not divide, --device cuda without a driver, --cuda-handles fd on GPUs that cannot export
+     descriptors): restarting cannot help
 
 Environment:
   WEIGHTD_TOKEN                  the rendezvous secret, if --weight-cache-token is not given
@@ -105,6 +106,11 @@ export function buildProgram(): Command {
     .option('--weight-cache-token <token>', 'shared secret for multi-node rendezvous (or env WEIGHTD_TOKEN)')
     .option('--rendezvous-timeout <seconds>', 'how long to wait for every node', '300')
     .addOption(new Option('--device <backend>', 'device backend').choices(['auto', 'cuda', 'host']).default('auto'))
+    .addOption(
+      new Option('--cuda-handles <kind>', 'cuda: how segments are shared; ipc: cuMemAlloc + legacy CUDA IPC handles; fd: VMM memory passed as file descriptors over the socket (docs/protocol.md)')
+        .choices(['ipc', 'fd'])
+        .default('ipc'),
+    )
     .option('--plan-file <file>', 'JSON sharding plan overriding the built-in rules')
     .option('--layouts <names>', 'layouts to serve, comma-separated: checkpoint (always) and vllm (engine parameter names; docs/sharding.md)', 'checkpoint')
     .option('--staging-mb <mib>', `pinned staging memory for the copy engine, per rank (cuda; default ${FILL_SIZING.stagingBytes / 2 ** 20}; a node's GPUs share one pool)`)
@@ -210,6 +216,7 @@ function nodeOptions(o: Record<string, string | undefined>, env: NodeJS.ProcessE
     token: o.weightCacheToken ?? env.WEIGHTD_TOKEN,
     rendezvousTimeoutMs: num(o.rendezvousTimeout, 1000),
     device: o.device as NodeOptions['device'],
+    cudaHandles: o.cudaHandles as NodeOptions['cudaHandles'],
     planFile: o.planFile,
     layouts: String(o.layouts).split(',').map((l) => l.trim()).filter((l) => l !== ''),
     fill,

@@ -1,13 +1,14 @@
 // Opening a rank's segments in this process, per backend. host: each segment is a sealed memfd
 // received from the daemon (get_segment_fds), mapped read-only (the addon checks its seals and
 // size), its descriptor closed at once: the mapping keeps the pages. cuda: each segment is one
-// legacy CUDA IPC handle, opened once per segment, not per tensor, so attach time does not grow
+// legacy CUDA IPC handle, or ("cuda-fd", --cuda-handles fd) one descriptor of VMM memory, also
+// from get_segment_fds, opened once per segment, not per tensor, so attach time does not grow
 // with the tensor count. The addon is loaded here, on the first mapping, not when the client is
 // imported (src/native/addon.ts says why).
 import { DeviceError, ProtocolError } from '../errors.js';
 import { addon } from '../native/addon.js';
 import { CudaIpcSegment, cudaProbe } from '../native/cuda.js';
-import type { StateReply, TensorMeta } from '../serve/protocol.js';
+import type { SegmentRef, StateReply, TensorMeta } from '../serve/protocol.js';
 import { tensorArray, type TensorArray } from './tensorViews.js';
 
 export interface HostTensor {
@@ -85,8 +86,59 @@ export interface OpenedCuda {
   close(): void;
 }
 
-/** Opens every segment's IPC handle on this process's device `deviceIndex` (its UUID checked). */
-export async function openCuda(state: StateReply, deviceIndex: number): Promise<OpenedCuda> {
+/** The handle of a segment whose memory is a descriptor, not a string (docs/protocol.md). */
+export const CUDA_FD_HANDLE = 'cuda-fd';
+
+/**
+ * Maps "cuda-fd" segments on device `deviceIndex`, `fds[i]` being `segments[i]`'s descriptor; an
+ * array indexed by segment number. The fds stay the caller's (close them once this returns: the
+ * mappings hold the memory). On a failure every segment already mapped is unmapped again.
+ */
+export function openFdSegments(fds: readonly number[], segments: readonly SegmentRef[], deviceIndex: number): CudaIpcSegment[] {
+  if (fds.length !== segments.length) {
+    throw new ProtocolError('E_BAD_MANIFEST', `${fds.length} descriptor(s) came for ${segments.length} cuda-fd segment(s); the daemon must send one per segment`, { fds: fds.length, segments: segments.length });
+  }
+  const opened: CudaIpcSegment[] = [];
+  try {
+    segments.forEach((s, i) => (opened[s.segment] = CudaIpcSegment.openFd(deviceIndex, fds[i]!, s.bytes)));
+    return opened;
+  } catch (err) {
+    for (const s of opened) s?.close();
+    throw err;
+  }
+}
+
+/** The "cuda-fd" segments of `state` with their descriptors from `fds` (get_segment_fds' reply). */
+function fdSegments(state: StateReply, fds: Map<number, number> | undefined): { refs: SegmentRef[]; fds: number[] } {
+  const refs = state.segments.filter((s) => s.handle === CUDA_FD_HANDLE);
+  if (refs.length === 0) return { refs, fds: [] };
+  if (!fds) {
+    throw new ProtocolError('E_NO_SEGMENT_FDS', `rank ${state.rank.globalRank} serves ${refs.length} cuda-fd segment(s), whose descriptors come from get_segment_fds; pass them to openCuda`, { segments: refs.length });
+  }
+  return {
+    refs,
+    fds: refs.map((s) => {
+      const fd = fds.get(s.segment);
+      if (fd === undefined) throw new ProtocolError('E_BAD_MANIFEST', `the daemon sent no descriptor for cuda-fd segment ${s.segment}`, { segment: s.segment });
+      return fd;
+    }),
+  };
+}
+
+/**
+ * Opens every segment on this process's device `deviceIndex` (its UUID checked): legacy IPC
+ * handles from the state itself, "cuda-fd" segments from `fds` (segment number -> fd, from
+ * segmentFds), every one of which is closed, whatever happens, as openHost does.
+ */
+export async function openCuda(state: StateReply, deviceIndex: number, fds?: Map<number, number>): Promise<OpenedCuda> {
+  try {
+    return await openCudaSegments(state, deviceIndex, fds);
+  } finally {
+    for (const fd of fds?.values() ?? []) addon().closeFd(fd);
+  }
+}
+
+async function openCudaSegments(state: StateReply, deviceIndex: number, fds: Map<number, number> | undefined): Promise<OpenedCuda> {
   const probe = await cudaProbe();
   const mine = probe.devices.find((d) => d.index === deviceIndex);
   if (!mine) {
@@ -105,7 +157,9 @@ export async function openCuda(state: StateReply, deviceIndex: number): Promise<
     for (const s of segments.splice(0)) s?.close();
   };
   try {
-    for (const s of state.segments) segments[s.segment] = CudaIpcSegment.open(deviceIndex, s.handle);
+    const received = fdSegments(state, fds);
+    openFdSegments(received.fds, received.refs, deviceIndex).forEach((s, n) => (segments[n] = s));
+    for (const s of state.segments) if (s.handle !== CUDA_FD_HANDLE) segments[s.segment] = CudaIpcSegment.open(deviceIndex, s.handle);
     return {
       tensors: byName(state, (t) => ({ dtype: t.dtype, shape: t.shape, bytes: t.bytes, pointer: segmentOf(segments, t).pointer + BigInt(t.offset) })),
       read: async () => {

@@ -22,7 +22,7 @@ import {
   type StateReply,
   type StatsReply,
 } from '../serve/protocol.js';
-import { openCuda, openHost, type DeviceTensor, type HostTensor } from './segmentAccess.js';
+import { CUDA_FD_HANDLE, openCuda, openHost, type DeviceTensor, type HostTensor } from './segmentAccess.js';
 
 export interface ClientOptions {
   /** Per request, from sending to the complete reply. Default 30 s. */
@@ -136,7 +136,7 @@ export class WeightdClient {
         unmap = host.close;
         return { ...base, backend: 'host', tensors: host.tensors };
       }
-      const cuda = await openCuda(state, options.deviceIndex ?? state.device.index);
+      const cuda = await openCuda(state, options.deviceIndex ?? state.device.index, await this.#cudaFds(state));
       unmap = cuda.close;
       return { ...base, backend: 'cuda', tensors: cuda.tensors };
     } catch (err) {
@@ -151,7 +151,7 @@ export class WeightdClient {
     if (state.status === 'mismatch') return state;
     try {
       if (state.backend === 'host') return { status: 'copied', state, tensors: openHost(state, true, await this.segmentFds(state.leaseId)).tensors };
-      const cuda = await openCuda(state, options.deviceIndex ?? state.device.index);
+      const cuda = await openCuda(state, options.deviceIndex ?? state.device.index, await this.#cudaFds(state));
       try {
         return { status: 'copied', state, tensors: await cuda.read() };
       } finally {
@@ -162,9 +162,14 @@ export class WeightdClient {
     }
   }
 
+  /** A cuda rank's descriptors when it serves "cuda-fd" segments (--cuda-handles fd); none for legacy IPC. */
+  async #cudaFds(state: StateReply): Promise<Map<number, number> | undefined> {
+    return state.segments.some((s) => s.handle === CUDA_FD_HANDLE) ? this.segmentFds(state.leaseId) : undefined;
+  }
+
   /**
-   * get_segment_fds for `leaseId` (get_state's host "fd" handles): each segment's sealed memfd, by
-   * segment number, the caller's to close. Asked on a connection of its own through the addon
+   * get_segment_fds for `leaseId` (get_state's host "fd" and cuda "cuda-fd" handles): each
+   * segment's descriptor (a sealed memfd, or VMM memory), by segment number, the caller's to close. Asked on a connection of its own through the addon
    * (native/unix_fds.h), since a net.Socket cannot receive descriptors; the daemon knows this
    * process's lease by its pid. Whatever fails, no received descriptor is left open.
    */

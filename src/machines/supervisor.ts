@@ -184,6 +184,7 @@ const supervisorSetup = setup({
               localRank: r.localRank,
               globalRank: r.globalRank,
               device: prepared.devices[r.localRank]!,
+              cudaHandles: context.config.cudaHandles,
               plan: prepared.plan.ranks[r.globalRank]!,
               fill: prepared.fill,
               keeper: prepared.keeper,

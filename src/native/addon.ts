@@ -32,15 +32,23 @@ export interface DeviceInfo {
 export interface SegmentExport {
   segment: number;
   bytes: number;
-  /** host: "memfd" (the segment is `fd`); cuda: the 64-byte legacy IPC handle, base64. */
+  /**
+   * host: "memfd" (the segment is `fd`); cuda: the 64-byte legacy IPC handle, base64, or "cuda-fd"
+   * (--cuda-handles fd, or an adopted arena: the segment is `fd`, VMM memory; docs/protocol.md).
+   */
   handle: string;
   /**
-   * The segment's descriptor, sealed read-only, to pass over SCM_RIGHTS (get_segment_fds). Owned
+   * The segment's descriptor (host: a memfd sealed read-only; cuda-fd: VMM memory), to pass over
+   * SCM_RIGHTS (get_segment_fds). Owned
    * by the device: valid until its free(), never to be closed by anyone else. Absent where the
    * backend has none (cuda legacy IPC).
    */
   fd?: number;
 }
+
+/** How a cuda device allocates and exports its segments (--cuda-handles; native/cuda_vmm.h). */
+export type CudaHandles = 'ipc' | 'fd';
+export const CUDA_HANDLES: readonly CudaHandles[] = ['ipc', 'fd'];
 
 /**
  * cuda only. pread: reader threads pread into pinned staging buffers, then copy. register: mmap
@@ -115,6 +123,8 @@ export interface NativeDevice {
 export interface NativeDeviceOptions {
   /** host: the stable id reported as the device UUID. cuda: the UUID the device must have. */
   uuid?: string;
+  /** cuda: 'ipc' (default) or 'fd'; with 'fd' a GPU that cannot export descriptors fails with E_CUDA_HANDLES_UNSUPPORTED. */
+  cudaHandles?: CudaHandles;
 }
 
 export interface PeerCredentials {
@@ -130,8 +140,11 @@ export interface CudaProbe {
   reason: string;
   /** The driver's CUDA version, e.g. 13000 for 13.0; absent when libcuda did not load. */
   driverVersion?: number;
-  /** Visible GPUs (CUDA_VISIBLE_DEVICES applies). freeBytes is 0: it needs a context. */
-  devices: DeviceInfo[];
+  /**
+   * Visible GPUs (CUDA_VISIBLE_DEVICES applies). freeBytes is 0: it needs a context.
+   * fdHandlesUnsupported: why that GPU cannot serve --cuda-handles fd; absent when it can.
+   */
+  devices: Array<DeviceInfo & { fdHandlesUnsupported?: string }>;
 }
 
 export interface CudaIpcMapping {
@@ -181,6 +194,11 @@ export interface Addon {
   pageCacheResidency(paths: string[]): Promise<{ residentBytes: number; sampledBytes: number; totalBytes: number }>;
   /** Opens another process's legacy IPC handle (base64) on a visible device. */
   cudaOpenIpc(deviceIndex: number, handle: string): CudaIpcMapping;
+  /**
+   * Maps the VMM memory behind a "cuda-fd" segment's descriptor (`bytes` of it) on a visible device;
+   * the caller keeps `fd` and may close it at once. Closed with cudaCloseIpc, read with cudaReadDevice.
+   */
+  cudaOpenFd(deviceIndex: number, fd: number, bytes: number): CudaIpcMapping;
   cudaCloseIpc(pointer: bigint): void;
   /** Fills `dst` from `offset` of a mapping cudaOpenIpc returned. Read through readInChunks. */
   cudaReadDevice(deviceIndex: number, pointer: bigint, offset: number, dst: Uint8Array): Promise<void>;

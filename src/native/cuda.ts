@@ -1,5 +1,6 @@
 // The CUDA side of src/native: which GPUs this process sees, and the client half of CUDA IPC
-// (open a daemon's exported segment, read bytes back, close it). Device filling goes through
+// (open a daemon's exported segment, by legacy IPC handle or "cuda-fd" descriptor, read bytes
+// back, close it). Device filling goes through
 // DeviceHandle like every backend.
 import { DeviceError } from '../errors.js';
 import { addon, type CudaProbe, type DeviceSlot } from './addon.js';
@@ -59,6 +60,16 @@ export class CudaIpcSegment {
 
   static open(deviceIndex: number, handle: string): CudaIpcSegment {
     const m = addon().cudaOpenIpc(deviceIndex, handle);
+    return new CudaIpcSegment(deviceIndex, m.pointer, m.bytes);
+  }
+
+  /**
+   * A "cuda-fd" segment: the VMM memory behind `fd` (from get_segment_fds), `bytes` of it, mapped
+   * (cuMemImportFromShareableHandle, reserve, map, set access). `fd` stays the caller's to close;
+   * the mapping holds the memory without it. Unlike legacy IPC, a process may map its own.
+   */
+  static openFd(deviceIndex: number, fd: number, bytes: number): CudaIpcSegment {
+    const m = addon().cudaOpenFd(deviceIndex, fd, bytes);
     return new CudaIpcSegment(deviceIndex, m.pointer, m.bytes);
   }
 

@@ -1,6 +1,6 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { CopyOp, ZeroRange } from '../checkpoint/types.js';
-import { addon, type Backend, type DeviceInfo, type FillOptions, type NativeDevice, type SegmentExport } from './addon.js';
+import { addon, type Backend, type DeviceInfo, type FillOptions, type NativeDevice, type NativeDeviceOptions, type SegmentExport } from './addon.js';
 import { fillSizing } from './fillPolicy.js';
 import { packCopyOps, packZeroRanges } from './fillRecords.js';
 import { readInChunks } from './readInChunks.js';
@@ -41,7 +41,7 @@ export class DeviceHandle {
   #queued = 0;
   #freed: Promise<void> | undefined;
 
-  constructor(backend: Backend, index: number, options: { uuid?: string } = {}) {
+  constructor(backend: Backend, index: number, options: NativeDeviceOptions = {}) {
     this.#native = new (addon().Device)(backend, index, options);
   }
 

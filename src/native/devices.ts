@@ -3,8 +3,9 @@
 // one machine can have distinct, or on purpose equal, device ids.
 import { hostname } from 'node:os';
 import { DeviceError } from '../errors.js';
-import { addon, type Backend, type DeviceSlot } from './addon.js';
+import { addon, type Backend, type CudaHandles, type DeviceSlot } from './addon.js';
 import { cudaDevices, cudaProbe } from './cuda.js';
+import type { CudaProbe } from './addon.js';
 
 export type { DeviceSlot } from './addon.js';
 
@@ -25,15 +26,17 @@ export function hostDevices(wanted: number, env: NodeJS.ProcessEnv = process.env
  * driver and enough GPUs are present, else the host backend, and says which in the log.
  */
 export async function localDevices(
-  config: { device: 'auto' | 'cuda' | 'host'; localWorldSize: number },
+  config: { device: 'auto' | 'cuda' | 'host'; localWorldSize: number; cudaHandles?: CudaHandles },
   log: { info: (o: object, msg: string) => void },
 ): Promise<{ devices: DeviceSlot[]; visible: number }> {
   if (config.device !== 'host') {
     const probe = await cudaProbe();
     if (probe.available && probe.devices.length > 0) {
       const devices = cudaDevices(probe);
-      log.info({ backend: 'cuda', driverVersion: probe.driverVersion, gpus: probe.devices.map((d) => ({ uuid: d.uuid, name: d.name, totalBytes: d.totalBytes, freeBytes: d.freeBytes })) }, 'CUDA devices');
-      return { devices: firstDevices(devices, config.localWorldSize, 'cuda'), visible: devices.length };
+      log.info({ backend: 'cuda', driverVersion: probe.driverVersion, cudaHandles: config.cudaHandles ?? 'ipc', gpus: probe.devices.map((d) => ({ uuid: d.uuid, name: d.name, totalBytes: d.totalBytes, freeBytes: d.freeBytes })) }, 'CUDA devices');
+      const mine = firstDevices(devices, config.localWorldSize, 'cuda');
+      if (config.cudaHandles === 'fd') checkFdHandles(probe, mine);
+      return { devices: mine, visible: devices.length };
     }
     if (config.device === 'cuda') {
       throw new DeviceError('E_NO_CUDA', `--device cuda: ${probe.reason}`, { reason: probe.reason });
@@ -42,6 +45,16 @@ export async function localDevices(
   }
   const devices = hostDevices(config.localWorldSize);
   return { devices: firstDevices(devices, config.localWorldSize, 'host'), visible: devices.length };
+}
+
+/** --cuda-handles fd on GPUs that cannot export VMM memory as descriptors fails now, in milliseconds, not at allocation. */
+function checkFdHandles(probe: CudaProbe, mine: DeviceSlot[]): void {
+  for (const slot of mine) {
+    const why = probe.devices.find((d) => d.index === slot.index)?.fdHandlesUnsupported;
+    if (why !== undefined) {
+      throw new DeviceError('E_CUDA_HANDLES_UNSUPPORTED', `--cuda-handles fd: GPU ${slot.index} (${slot.uuid}): ${why}; use --cuda-handles ipc (the default)`, { device: slot.uuid, reason: why });
+    }
+  }
 }
 
 /** The first `wanted` visible devices, as engines assign local ranks to devices. */

@@ -42,6 +42,7 @@ const cases: Array<[string, string[], RegExp]> = [
   ['unknown device', [...m, '--device', 'tpu'], /option '--device <backend>' argument 'tpu' is invalid/],
   ['unknown log level', [...m, '--log-level', 'loud'], /argument 'loud' is invalid/],
   ['unknown direct-io mode', [...m, '--direct-io', 'maybe'], /option '--direct-io <mode>' argument 'maybe' is invalid\. Allowed choices are auto, on, off/],
+  ['unknown cuda-handles kind', [...m, '--cuda-handles', 'posix'], /option '--cuda-handles <kind>' argument 'posix' is invalid\. Allowed choices are ipc, fd/],
   ['unknown flag', [...m, '--bogus'], /unknown option '--bogus'/],
   ['unknown keeper mode', [...m, '--keeper', 'always'], /option '--keeper <mode>' argument 'always' is invalid\. Allowed choices are off, spawn, external/],
   ['keeper socket without a keeper', [...m, '--keeper-socket', '/run/k.sock'], /^--keeper-socket "\/run\/k\.sock": has no effect with --keeper off; pass --keeper spawn or --keeper external too/],
@@ -71,6 +72,15 @@ test('keeper flags reach the options', () => {
   assert.equal(parseArgs(m).keeper, { mode: 'off', socket: undefined, adoptWithinS: undefined });
   assert.equal(parseArgs([...m, '--keeper', 'spawn', '--adopt-within', '30']).keeper, { mode: 'spawn', socket: undefined, adoptWithinS: 30 });
   assert.equal(parseArgs([...m, '--keeper', 'external', '--keeper-socket', '/run/weightd-keeper/keeper.sock']).keeper, { mode: 'external', socket: '/run/weightd-keeper/keeper.sock', adoptWithinS: undefined });
+});
+
+test('--cuda-handles reaches the options, ipc by default; the API refuses another kind naming the flag', async () => {
+  assert.is(parseArgs(m).cudaHandles, 'ipc');
+  assert.is(parseArgs([...m, '--cuda-handles', 'fd']).cudaHandles, 'fd');
+  const { resolveNodeOptions } = await import('../../src/nodeOptions.js');
+  assert.is((await resolveNodeOptions({ model: exampleModel })).cudaHandles, 'ipc');
+  const err = await resolveNodeOptions({ model: exampleModel, cudaHandles: 'posix' as 'fd' }).then(() => undefined, (e: Error) => e);
+  assert.match(err?.message ?? '', /^--cuda-handles "posix": is not a kind of CUDA handle; use ipc or fd \(default ipc\)/);
 });
 
 test('--device cuda without a driver exits 2 like a bad flag', async () => {

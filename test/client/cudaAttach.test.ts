@@ -1,7 +1,8 @@
 // The clients against a cuda daemon on real GPUs (skipped where CUDA is unavailable): every
 // tensor read back through the TypeScript client (copy) and the Python client (zero-copy and
 // copy; torch tensors where torch is installed) equals the checkpoint slice, for every rank of
-// tp = number of GPUs (up to 2); a client on the wrong GPU is refused; no lease is left.
+// tp = number of GPUs (up to 2), with legacy IPC handles and with --cuda-handles fd; a client on
+// the wrong GPU is refused; no lease is left.
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { expectedFingerprint, findSocket, WeightdClient } from '../../src/client/index.js';
@@ -23,13 +24,15 @@ interface Described {
   device?: string;
 }
 
-test(`cuda tp=${TP}: clients read exactly the checkpoint slices through IPC handles`, async () => {
+// Both kinds of handle: legacy IPC (the default) and --cuda-handles fd (VMM memory whose
+// descriptors come over the socket, get_segment_fds).
+for (const handles of ['ipc', 'fd'] as const) test(`cuda tp=${TP}: clients read exactly the checkpoint slices through ${handles} handles`, async () => {
   if (!probe.available) {
     console.log(`  (no GPU here: ${probe.reason})`);
     return;
   }
   const dir = makeTempDir('cuda');
-  const daemon = await startDaemon({ model: exampleModel, tp: TP, device: 'cuda', socketDir: dir, readyTimeoutMs: 120_000 });
+  const daemon = await startDaemon({ model: exampleModel, tp: TP, device: 'cuda', socketDir: dir, readyTimeoutMs: 120_000, extraArgs: ['--cuda-handles', handles] });
   try {
     for (let rank = 0; rank < TP; rank++) {
       const socket = await findSocket({ socketDir: dir, globalRank: rank });
@@ -68,6 +71,11 @@ test(`cuda tp=${TP}: clients read exactly the checkpoint slices through IPC hand
       }
       assert.equal((await client.stats()).leases, [], 'no lease left, also after a refused attach');
       assert.is((await client.ping()).device.backend, 'cuda');
+      const state = await client.getState(fingerprint, 'copy');
+      if (state.status === 'ok') {
+        assert.ok(state.segments.every((seg) => (seg.handle === 'cuda-fd') === (handles === 'fd')), `${handles}: ${state.segments.map((seg) => seg.handle).join(',')}`);
+        await client.detach(state.leaseId);
+      }
       client.close();
     }
   } finally {

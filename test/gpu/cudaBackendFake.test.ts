@@ -48,7 +48,8 @@ function fakeLeaks(stderr: string): Record<string, number> {
   return JSON.parse(leakLine.slice('FAKE_CUDA_LEAKS '.length)) as Record<string, number>;
 }
 
-const noLeaks = { device: 0, pinned: 0, registered: 0, imported: 0, streams: 0, events: 0, contextRefs: 0 };
+const MiB = 2 ** 20;
+const noLeaks = { device: 0, pinned: 0, registered: 0, imported: 0, streams: 0, events: 0, contextRefs: 0, vmm: 0, reservations: 0, mappings: 0, vmmFds: 0 };
 
 test.before(buildFake);
 
@@ -209,6 +210,84 @@ test('IPC: another process opens the exported handle, reads the same bytes, open
   assert.is(closeDuringRead.landed, true);
   assert.match(closeDuringRead.after, /^DeviceError E_NOT_OPEN: CUDA IPC segment 0x[0-9a-f]+ of device 0 is closed; open it again/);
   assert.equal(leaks, noLeaks);
+});
+
+test('fd handles: VMM segments fill byte-exact and export descriptors; a second device, a child process and the TypeScript client map them and read the same bytes', () => {
+  const { result, leaks } = scenario('vmm', {}, 60_000);
+  // 12 MiB and 6 MiB: whole 2 MiB granules already, so VMM holds exactly the planned bytes.
+  assert.is(result.held, 18 * MiB);
+  assert.equal(result.handles, ['cuda-fd', 'cuda-fd']);
+  assert.equal(result.bytes, [12 * MiB, 6 * MiB]);
+  assert.is(result.sameFds, true, 'a second export hands out the same descriptors, not new ones');
+  assert.equal(result.adoptedHandles, ['cuda-fd', 'cuda-fd']);
+  assert.match(result.fillAdopted as string, /^DeviceError E_ADOPTED: GPU 1 \(GPU-[0-9a-f-]+\) holds an adopted arena/);
+  assert.equal(result.fdsClosedByFree, ['EBADF', 'EBADF']);
+  const client = result.client as { equal: boolean; withoutFds: string; closedByOpen: string[] };
+  assert.equal(client.closedByOpen, ['EBADF', 'EBADF'], 'openCuda closes the descriptors it was given, as openHost does');
+  assert.is(client.equal, true, 'the TypeScript client reads the same bytes through the descriptors');
+  assert.match(client.withoutFds, /^ProtocolError E_NO_SEGMENT_FDS: rank 0 serves 2 cuda-fd segment\(s\), whose descriptors come from get_segment_fds/);
+  assert.is(result.freeAfter, true);
+  assert.equal(result.child, { equal: true, leaks: noLeaks });
+  assert.equal(leaks, noLeaks);
+});
+
+for (const failing of ['cuMemCreate:2', 'cuMemAddressReserve:3', 'cuMemMap:2', 'cuMemSetAccess:3']) {
+  test(`fd handles: ${failing} failing midway through an allocation gives back every segment and step made so far`, () => {
+    const { result, leaks } = scenario('vmmFailure', { FAKE_CUDA_VMM_FAIL: failing });
+    assert.match(result.failed as string, new RegExp(`^DeviceError E_OUT_OF_MEMORY: GPU 0 \\(GPU-[0-9a-f-]+\\): ${failing.split(':')[0]} failed: CUDA_ERROR_OUT_OF_MEMORY`));
+    assert.is(result.freeAfterFailure, true);
+    assert.is(result.exported, 'no error');
+    assert.equal(leaks, noLeaks);
+  });
+}
+
+test('fd handles: a failed export leaves nothing behind either', () => {
+  const { result, leaks } = scenario('vmmFailure', { FAKE_CUDA_VMM_FAIL: 'cuMemExportToShareableHandle:2' });
+  assert.is(result.failed, 'no error');
+  assert.match(result.exported as string, /^DeviceError E_OUT_OF_MEMORY: GPU 0 .*cuMemExportToShareableHandle failed/);
+  assert.equal(leaks, noLeaks);
+});
+
+test('fd handles: adopt refuses what is not one exported segment per size, names the segment, and closes every descriptor it was given', () => {
+  const { result, leaks } = scenario('vmmAdoptErrors');
+  const { codes, closed } = result as { codes: Record<string, string>; closed: Record<string, string> };
+  assert.match(codes.notVmm!, /^DeviceError E_CUDA: GPU 0 .*adopting segment 0 \(descriptor \d+, 1048576 bytes\): cuMemImportFromShareableHandle failed: .*--cuda-handles fd/);
+  assert.match(codes.tooBig!, /^DeviceError E_CUDA: GPU 0 .*adopting segment 0 .*cuMemMap failed/);
+  assert.match(codes.counts!, /^DeviceError E_BAD_ADOPT: adopt got 2 descriptor\(s\) for 1 segment size\(s\)/);
+  assert.match(codes.secondBad!, /adopting segment 1 .*cuMemImportFromShareableHandle failed/);
+  assert.match(codes.allocated!, /^DeviceError E_ALREADY_ALLOCATED: /);
+  assert.equal(closed, { notVmm: 'EBADF', tooBig: 'EBADF', counts: 'EBADF,EBADF', secondBad: 'EBADF,EBADF', allocated: 'EBADF' });
+  assert.equal(leaks, noLeaks);
+});
+
+test('fd handles on a GPU that cannot export descriptors: the probe says why, an fd device refuses to open naming the flag, ipc still works', () => {
+  const { result, leaks } = scenario('vmmUnsupported', { FAKE_CUDA_NO_FD_HANDLES: '1' });
+  assert.match(result.reason as string, /cannot export memory as a POSIX file descriptor/);
+  assert.match(result.open as string, /^DeviceError E_CUDA_HANDLES_UNSUPPORTED: GPU 0 .*cannot serve --cuda-handles fd: .*; use --cuda-handles ipc/);
+  assert.match(result.badOption as string, /^DeviceError E_BAD_OPTION: cudaHandles 'posix' is not a kind of CUDA handle; use 'ipc' or 'fd'/);
+  assert.is(result.ipc, 'no error');
+  assert.equal(leaks, noLeaks);
+});
+
+test('the daemon with --cuda-handles fd fills both GPUs as one group into VMM memory; the TypeScript client copies and attaches through get_segment_fds; nothing is left', () => {
+  const { result, leaks } = scenario('daemonFd', {}, 60_000);
+  // While serving, per rank's one segment: the fake driver's own memfd and the daemon's exported
+  // descriptor; a descriptor the client kept would make it more.
+  assert.equal(result, { states: ['serving', 'serving'], handles: ['cuda-fd'], mismatched: [], fdsLeft: 4 });
+  assert.equal(leaks, noLeaks);
+});
+
+test('--cuda-handles fd on GPUs that cannot export descriptors exits 2 naming the flag, before loading', async () => {
+  const env = { LD_LIBRARY_PATH: fakeDir, FAKE_CUDA_REPORT: '1', FAKE_CUDA_DEVICES: '2', FAKE_CUDA_NO_FD_HANDLES: '1' };
+  const socketDir = freshSocketDir();
+  try {
+    const failed = await expectDaemonFailure({ model: exampleModel, tp: 2, device: 'cuda', socketDir, env, extraArgs: ['--cuda-handles', 'fd'] });
+    assert.is(failed.code, 2, failed.stderr);
+    assert.match(failed.stderr, /--cuda-handles fd: GPU 0 \(GPU-[0-9a-f-]+\): the GPU or its driver cannot export memory as a POSIX file descriptor; use --cuda-handles ipc/);
+    assert.equal(fakeLeaks(failed.stderr), noLeaks);
+  } finally {
+    rmSync(socketDir, { recursive: true, force: true });
+  }
 });
 
 test('the command line warms CUDA while it starts, and gives the warm-up contexts back: after READY and a stop, and after a failed start', async () => {

@@ -7,13 +7,24 @@
 //   device pointers must belong to the current context's device;
 // - async copies must read pinned memory (cuMemHostAlloc or a registered range);
 // - freeing or unregistering memory that a queued copy still reads aborts the process;
-// - "device memory" is a shared-memory file, so another process can open an IPC handle.
-// At exit, with FAKE_CUDA_REPORT set, it prints what is still allocated (a leak check).
+// - "device memory" is a shared-memory file, so another process can open an IPC handle;
+// - virtual memory (cuMemCreate and friends) is a memfd per allocation, mapped at reserved
+//   address ranges that stay inaccessible until cuMemSetAccess; it is exported as a dup of that
+//   memfd, so a descriptor passed to another process (or adopted in this one) maps the same bytes.
+//   Address ranges must be reserved before mapping, unmapped before freeing, and sizes are whole
+//   2 MiB granules, as the real driver demands.
+// At exit, with FAKE_CUDA_REPORT set, it prints what is still allocated (a leak check), including
+// VMM allocations, reservations, mappings and descriptors of fake VMM memory still open.
 // Build: cc -shared -fPIC -O2 -o DIR/libcuda.so.1 fake-libcuda.c -lpthread
 // Environment: FAKE_CUDA_DEVICES (default 2), FAKE_CUDA_MEM_MB per device (default 1024),
 // FAKE_CUDA_FAULT_DEVICE: waiting on an event of that device's copies runs them, then reports
 // CUDA_ERROR_ILLEGAL_ADDRESS, as an asynchronous fault of a copy would.
 // FAKE_CUDA_FAIL_MEMSET: every cuMemsetD*Async returns CUDA_ERROR_INVALID_VALUE.
+// FAKE_CUDA_VMM_FAIL=NAME:N: the Nth call (from 1) of VMM entry point NAME (cuMemCreate,
+// cuMemAddressReserve, cuMemMap, cuMemSetAccess, cuMemExportToShareableHandle,
+// cuMemImportFromShareableHandle) returns CUDA_ERROR_OUT_OF_MEMORY, so tests fail one midway.
+// FAKE_CUDA_NO_VMM, FAKE_CUDA_NO_FD_HANDLES: the device attributes say VMM, or POSIX descriptor
+// export, is unsupported.
 // FAKE_CUDA_INIT_GATE, FAKE_CUDA_DTOH_GATE: a FIFO that cuInit (or each cuMemcpyDtoH) waits on
 // until one byte is written to it, so a test holds a call in flight for as long as it likes.
 // Device memory starts as 0xEE bytes, never zeros, and memsets are queued like copies, so bytes
@@ -26,6 +37,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <dirent.h>
 #include <unistd.h>
 
 typedef int CUresult;
@@ -48,8 +61,10 @@ static int initialised;
 
 // device: for host memory, the device of the context it was pinned in; portable: pinned for
 // every context (CU_MEMHOSTALLOC_PORTABLE / CU_MEMHOSTREGISTER_PORTABLE, both 0x01).
-struct alloc { char* base; size_t bytes; int device; int kind; char name[64]; int live; int imported; int portable; };
-enum { K_DEVICE = 1, K_PINNED = 2, K_REGISTERED = 3 };
+// vmm: for a mapping of virtual memory, its allocation's index + 1 (0 for everything else).
+struct alloc { char* base; size_t bytes; int device; int kind; char name[64]; int live; int imported; int portable; int vmm; };
+// K_MAPPED: VMM memory mapped but not yet made accessible (cuMemSetAccess makes it K_DEVICE).
+enum { K_DEVICE = 1, K_PINNED = 2, K_REGISTERED = 3, K_MAPPED = 4 };
 static struct alloc allocs[4096];
 static int nallocs;
 static size_t usedBytes[MAX_DEV];
@@ -223,7 +238,7 @@ CUresult cuMemFree_v2(CUdeviceptr p) {
   NEED_CTX();
   pthread_mutex_lock(&lock);
   struct alloc* a = findAlloc((void*)(uintptr_t)p, 1, K_DEVICE);
-  if (!a || a->base != (char*)(uintptr_t)p || a->imported) { pthread_mutex_unlock(&lock); return E_INVALID_VALUE; }
+  if (!a || a->base != (char*)(uintptr_t)p || a->imported || a->vmm) { pthread_mutex_unlock(&lock); return E_INVALID_VALUE; }
   checkNotQueued(a->base, a->bytes, "device memory freed while a queued copy writes it");
   munmap(a->base, a->bytes);
   shm_unlink(a->name);
@@ -433,7 +448,7 @@ struct handle { char magic[8]; int pid; int device; size_t bytes; char name[40];
 CUresult cuIpcGetMemHandle(char* out, CUdeviceptr p) {
   NEED_CTX();
   struct alloc* a = findAlloc((void*)(uintptr_t)p, 1, K_DEVICE);
-  if (!a || a->base != (char*)(uintptr_t)p) return E_INVALID_VALUE;
+  if (!a || a->base != (char*)(uintptr_t)p || a->vmm) return E_INVALID_VALUE;  // VMM memory has no legacy IPC handle
   struct handle h;
   memset(&h, 0, sizeof h);
   memcpy(h.magic, "FAKEIPC", 8);
@@ -490,17 +505,294 @@ CUresult cuIpcCloseMemHandle(CUdeviceptr p) {
   return OK;
 }
 
+
+// ---- Virtual memory management. Handles are indexes + 1 into vmms; each allocation is a memfd,
+// alive while its handle or a mapping of it is (the kernel keeps the memfd itself alive while any
+// process holds a descriptor of it, as the real driver keeps memory an exported descriptor names).
+#define GRANULE (2ull << 20)
+enum { A_VMM = 102, A_POSIX_FD = 103 };
+struct vmm { int live; int handle; int mappings; int memfd; size_t bytes; int device; int imported; int exportable; };
+static struct vmm vmms[1024];
+static int nvmms;
+struct reservation { int live; char* base; size_t bytes; };
+static struct reservation reservations[1024];
+static int nreservations;
+typedef struct { int type; int requestedHandleTypes; struct { int type; int id; } location; void* win32; unsigned char flags[8]; } AllocProp;
+typedef struct { struct { int type; int id; } location; int flags; } AccessDesc;
+
+// FAKE_CUDA_VMM_FAIL=NAME:N: whether this call of `name` is the one to fail.
+static int failHere(const char* name) {
+  static int counts[8];
+  static const char* names[] = {"cuMemCreate", "cuMemAddressReserve", "cuMemMap", "cuMemSetAccess", "cuMemExportToShareableHandle", "cuMemImportFromShareableHandle"};
+  const char* spec = getenv("FAKE_CUDA_VMM_FAIL");
+  for (int i = 0; i < 6; ++i) {
+    if (strcmp(names[i], name) != 0) continue;
+    int n = ++counts[i];
+    size_t len = strlen(name);
+    return spec && strncmp(spec, name, len) == 0 && spec[len] == ':' && atoi(spec + len + 1) == n;
+  }
+  return 0;
+}
+
+CUresult cuDeviceGetAttribute(int* value, int attribute, CUdevice d) {
+  if (!initialised) return E_NOT_INIT;
+  if (d < 0 || d >= devices()) return E_INVALID_DEVICE;
+  if (attribute == A_VMM) *value = !getenv("FAKE_CUDA_NO_VMM");
+  else if (attribute == A_POSIX_FD) *value = !getenv("FAKE_CUDA_NO_VMM") && !getenv("FAKE_CUDA_NO_FD_HANDLES");
+  else return E_INVALID_VALUE;  // weightd asks for no other attribute
+  return OK;
+}
+
+static int goodProp(const AllocProp* p) {
+  return p && p->type == 1 && p->location.type == 1 && p->location.id >= 0 && p->location.id < devices();
+}
+
+CUresult cuMemGetAllocationGranularity(size_t* g, const AllocProp* prop, int option) {
+  NEED_CTX();
+  if (!goodProp(prop) || (option != 0 && option != 1)) return E_INVALID_VALUE;
+  *g = GRANULE;
+  return OK;
+}
+
+static struct vmm* vmmOf(unsigned long long handle) {
+  if (handle == 0 || handle > (unsigned long long)nvmms) return NULL;
+  struct vmm* v = &vmms[handle - 1];
+  return v->live && v->handle ? v : NULL;
+}
+
+static struct vmm* newVmm(void) {
+  if (nvmms == 1024) die("too many VMM allocations");
+  struct vmm* v = &vmms[nvmms++];
+  memset(v, 0, sizeof *v);
+  v->live = v->handle = 1;
+  return v;
+}
+
+// The allocation goes once neither its handle nor any mapping holds it.
+static void vmmMaybeFree(struct vmm* v) {
+  if (v->handle || v->mappings) return;
+  close(v->memfd);
+  if (!v->imported) usedBytes[v->device] -= v->bytes;
+  v->live = 0;
+}
+
+CUresult cuMemCreate(unsigned long long* handle, size_t bytes, const AllocProp* prop, unsigned long long flags) {
+  NEED_CTX();
+  if (!goodProp(prop) || flags != 0 || bytes == 0 || bytes % GRANULE) return E_INVALID_VALUE;
+  if (prop->requestedHandleTypes & ~1) return E_INVALID_VALUE;  // only POSIX descriptors exist here
+  if (getenv("FAKE_CUDA_NO_VMM")) return E_INVALID_VALUE;
+  pthread_mutex_lock(&lock);
+  int d = prop->location.id;
+  if (failHere("cuMemCreate") || usedBytes[d] + bytes > memPerDevice()) { pthread_mutex_unlock(&lock); return E_OOM; }
+  struct vmm* v = newVmm();
+  char name[64];
+  snprintf(name, sizeof name, "fakecuda-vmm-d%d-%d", d, (int)getpid());
+  v->memfd = memfd_create(name, MFD_CLOEXEC);
+  if (v->memfd < 0 || ftruncate(v->memfd, (off_t)bytes) != 0) die("memfd_create");
+  char* p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, v->memfd, 0);
+  if (p == MAP_FAILED) die("mmap");
+  memset(p, 0xEE, bytes);  // never zero, like cuMemAlloc's
+  munmap(p, bytes);
+  v->bytes = bytes;
+  v->device = d;
+  v->exportable = prop->requestedHandleTypes & 1;
+  usedBytes[d] += bytes;
+  *handle = (unsigned long long)(v - vmms) + 1;
+  pthread_mutex_unlock(&lock);
+  return OK;
+}
+
+CUresult cuMemRelease(unsigned long long handle) {
+  NEED_CTX();
+  pthread_mutex_lock(&lock);
+  struct vmm* v = vmmOf(handle);
+  if (!v) { pthread_mutex_unlock(&lock); return E_INVALID_VALUE; }
+  v->handle = 0;
+  vmmMaybeFree(v);
+  pthread_mutex_unlock(&lock);
+  return OK;
+}
+
+CUresult cuMemAddressReserve(CUdeviceptr* ptr, size_t bytes, size_t alignment, CUdeviceptr addr, unsigned long long flags) {
+  NEED_CTX();
+  if (bytes == 0 || bytes % GRANULE || addr != 0 || flags != 0 || (alignment && alignment % GRANULE)) return E_INVALID_VALUE;
+  pthread_mutex_lock(&lock);
+  if (failHere("cuMemAddressReserve")) { pthread_mutex_unlock(&lock); return E_OOM; }
+  if (nreservations == 1024) die("too many reservations");
+  size_t align = alignment ? alignment : GRANULE;
+  char* raw = mmap(NULL, bytes + align, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (raw == MAP_FAILED) die("mmap reservation");
+  char* base = (char*)(((uintptr_t)raw + align - 1) / align * align);
+  if (base > raw) munmap(raw, (size_t)(base - raw));
+  if (base + bytes < raw + bytes + align) munmap(base + bytes, (size_t)(raw + bytes + align - (base + bytes)));
+  reservations[nreservations++] = (struct reservation){1, base, bytes};
+  *ptr = (CUdeviceptr)(uintptr_t)base;
+  pthread_mutex_unlock(&lock);
+  return OK;
+}
+
+static struct alloc* mappingIn(const char* p, size_t n) {
+  for (int i = 0; i < nallocs; ++i) {
+    struct alloc* a = &allocs[i];
+    if (a->live && a->vmm && a->base < p + n && a->base + a->bytes > p) return a;
+  }
+  return NULL;
+}
+
+CUresult cuMemAddressFree(CUdeviceptr ptr, size_t bytes) {
+  NEED_CTX();
+  pthread_mutex_lock(&lock);
+  char* p = (char*)(uintptr_t)ptr;
+  for (int i = 0; i < nreservations; ++i) {
+    struct reservation* r = &reservations[i];
+    if (!r->live || r->base != p || r->bytes != bytes) continue;
+    if (mappingIn(p, bytes)) { pthread_mutex_unlock(&lock); return E_INVALID_VALUE; }  // unmap first
+    munmap(p, bytes);
+    r->live = 0;
+    pthread_mutex_unlock(&lock);
+    return OK;
+  }
+  pthread_mutex_unlock(&lock);
+  return E_INVALID_VALUE;
+}
+
+CUresult cuMemMap(CUdeviceptr ptr, size_t bytes, size_t offset, unsigned long long handle, unsigned long long flags) {
+  NEED_CTX();
+  pthread_mutex_lock(&lock);
+  char* p = (char*)(uintptr_t)ptr;
+  struct vmm* v = vmmOf(handle);
+  int inReservation = 0;
+  for (int i = 0; i < nreservations; ++i) {
+    struct reservation* r = &reservations[i];
+    if (r->live && p >= r->base && p + bytes <= r->base + r->bytes) inReservation = 1;
+  }
+  CUresult rc = OK;
+  if (failHere("cuMemMap")) rc = E_OOM;
+  else if (!v || !inReservation || flags != 0 || bytes == 0 || bytes % GRANULE || offset % GRANULE || offset + bytes > v->bytes || mappingIn(p, bytes)) rc = E_INVALID_VALUE;
+  if (rc != OK) { pthread_mutex_unlock(&lock); return rc; }
+  if (mmap(p, bytes, PROT_NONE, MAP_SHARED | MAP_FIXED, v->memfd, (off_t)offset) == MAP_FAILED) die("mmap mapping");
+  struct alloc* a = newAlloc();
+  a->base = p;
+  a->bytes = bytes;
+  a->device = v->device;
+  a->kind = K_MAPPED;
+  a->vmm = (int)(v - vmms) + 1;
+  v->mappings++;
+  pthread_mutex_unlock(&lock);
+  return OK;
+}
+
+CUresult cuMemSetAccess(CUdeviceptr ptr, size_t bytes, const AccessDesc* desc, size_t count) {
+  NEED_CTX();
+  pthread_mutex_lock(&lock);
+  struct alloc* a = mappingIn((char*)(uintptr_t)ptr, bytes);
+  CUresult rc = OK;
+  if (failHere("cuMemSetAccess")) rc = E_OOM;
+  // One mapping, whole, read-write for the GPU that holds it: all weightd asks for.
+  else if (!a || a->base != (char*)(uintptr_t)ptr || a->bytes != bytes || count != 1 || desc[0].location.type != 1 ||
+           desc[0].location.id != a->device || desc[0].flags != 3) rc = E_INVALID_VALUE;
+  if (rc == OK) {
+    if (mprotect(a->base, a->bytes, PROT_READ | PROT_WRITE) != 0) die("mprotect");
+    a->kind = K_DEVICE;
+  }
+  pthread_mutex_unlock(&lock);
+  return rc;
+}
+
+CUresult cuMemUnmap(CUdeviceptr ptr, size_t bytes) {
+  NEED_CTX();
+  pthread_mutex_lock(&lock);
+  struct alloc* a = mappingIn((char*)(uintptr_t)ptr, bytes);
+  if (!a || a->base != (char*)(uintptr_t)ptr || a->bytes != bytes) { pthread_mutex_unlock(&lock); return E_INVALID_VALUE; }
+  checkNotQueued(a->base, a->bytes, "VMM memory unmapped while a queued copy writes it");
+  // Back to reserved, inaccessible address space.
+  if (mmap(a->base, a->bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0) == MAP_FAILED) die("mmap unmap");
+  a->live = 0;
+  struct vmm* v = &vmms[a->vmm - 1];
+  v->mappings--;
+  vmmMaybeFree(v);
+  pthread_mutex_unlock(&lock);
+  return OK;
+}
+
+CUresult cuMemExportToShareableHandle(void* out, unsigned long long handle, int type, unsigned long long flags) {
+  NEED_CTX();
+  pthread_mutex_lock(&lock);
+  struct vmm* v = vmmOf(handle);
+  CUresult rc = OK;
+  if (failHere("cuMemExportToShareableHandle")) rc = E_OOM;
+  else if (!v || type != 1 || flags != 0 || !v->exportable) rc = E_INVALID_VALUE;
+  if (rc == OK) {
+    int fd = fcntl(v->memfd, F_DUPFD_CLOEXEC, 0);
+    if (fd < 0) die("dup");
+    *(int*)out = fd;
+  }
+  pthread_mutex_unlock(&lock);
+  return rc;
+}
+
+// The device a descriptor of fake VMM memory belongs to, or -1 for any other descriptor.
+static int fakeVmmDevice(int fd) {
+  char path[64], target[128];
+  snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+  ssize_t n = readlink(path, target, sizeof target - 1);
+  if (n <= 0) return -1;
+  target[n] = 0;
+  int d;
+  return sscanf(target, "/memfd:fakecuda-vmm-d%d-", &d) == 1 ? d : -1;
+}
+
+CUresult cuMemImportFromShareableHandle(unsigned long long* handle, void* osHandle, int type) {
+  NEED_CTX();
+  int fd = (int)(intptr_t)osHandle;
+  pthread_mutex_lock(&lock);
+  int d = fakeVmmDevice(fd);
+  struct stat st;
+  CUresult rc = OK;
+  if (failHere("cuMemImportFromShareableHandle")) rc = E_OOM;
+  else if (type != 1 || d < 0 || fstat(fd, &st) != 0) rc = E_INVALID_VALUE;
+  if (rc != OK) { pthread_mutex_unlock(&lock); return rc; }
+  struct vmm* v = newVmm();
+  v->memfd = fcntl(fd, F_DUPFD_CLOEXEC, 0);  // the driver's own reference: the caller may close fd
+  v->bytes = (size_t)st.st_size;
+  v->device = d;
+  v->imported = 1;
+  v->exportable = 1;
+  *handle = (unsigned long long)(v - vmms) + 1;
+  pthread_mutex_unlock(&lock);
+  return OK;
+}
+
+// Descriptors of fake VMM memory this process still has open, besides the fake's own.
+static int openVmmFds(void) {
+  int n = 0;
+  DIR* dir = opendir("/proc/self/fd");
+  if (!dir) return -1;
+  for (struct dirent* e; (e = readdir(dir));) {
+    int fd = atoi(e->d_name);
+    if (e->d_name[0] != '.' && fd != dirfd(dir) && fakeVmmDevice(fd) >= 0) n++;
+  }
+  closedir(dir);
+  for (int i = 0; i < nvmms; ++i) n -= vmms[i].live;
+  return n;
+}
+
 __attribute__((destructor)) static void report(void) {
   if (!getenv("FAKE_CUDA_REPORT")) return;
-  int device = 0, pinned = 0, registered = 0, imported = 0, ctx = 0;
+  int device = 0, pinned = 0, registered = 0, imported = 0, ctx = 0, mappings = 0, vmm = 0, reserved = 0;
   for (int i = 0; i < nallocs; ++i) {
     if (!allocs[i].live) continue;
-    if (allocs[i].kind == K_DEVICE && allocs[i].imported) imported++;
+    if (allocs[i].vmm) mappings++;
+    else if (allocs[i].kind == K_DEVICE && allocs[i].imported) imported++;
     else if (allocs[i].kind == K_DEVICE) device++;
     else if (allocs[i].kind == K_PINNED) pinned++;
     else registered++;
   }
   for (int d = 0; d < MAX_DEV; ++d) ctx += contexts[d].refs;
-  fprintf(stderr, "FAKE_CUDA_LEAKS {\"device\":%d,\"pinned\":%d,\"registered\":%d,\"imported\":%d,\"streams\":%d,\"events\":%d,\"contextRefs\":%d}\n",
-          device, pinned, registered, imported, liveStreams, liveEvents, ctx);
+  for (int i = 0; i < nvmms; ++i) vmm += vmms[i].live;
+  for (int i = 0; i < nreservations; ++i) reserved += reservations[i].live;
+  fprintf(stderr,
+          "FAKE_CUDA_LEAKS {\"device\":%d,\"pinned\":%d,\"registered\":%d,\"imported\":%d,\"streams\":%d,\"events\":%d,\"contextRefs\":%d,"
+          "\"vmm\":%d,\"reservations\":%d,\"mappings\":%d,\"vmmFds\":%d}\n",
+          device, pinned, registered, imported, liveStreams, liveEvents, ctx, vmm, reserved, mappings, openVmmFds());
 }

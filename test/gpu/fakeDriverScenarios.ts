@@ -1,9 +1,9 @@
 // Child process of cudaBackendFake.test.ts: runs one scenario of the cuda backend against the
 // fake driver (fake-libcuda.c, found through LD_LIBRARY_PATH, which must be set before the
 // process starts: the driver is loaded once per process). Prints one JSON line: the result.
-import { execFileSync, spawnSync } from 'node:child_process';
+import { execFileSync, spawn, spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { fstatSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, readlinkSync, rmSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import pino from 'pino';
 import { fileURLToPath } from 'node:url';
@@ -14,7 +14,14 @@ import type { CopyOp, ZeroRange } from '../../src/checkpoint/types.js';
 import { addon } from '../../src/native/addon.js';
 import { cudaDevices, cudaProbe, CudaIpcSegment } from '../../src/native/cuda.js';
 import { DeviceHandle, type FillProgress } from '../../src/native/deviceHandle.js';
+import type { SegmentExport } from '../../src/native/addon.js';
 import { startNode } from '../../src/startNode.js';
+import { openCuda } from '../../src/client/segmentAccess.js';
+import { expectedFingerprint } from '../../src/client/expectedFingerprint.js';
+import { WeightdClient } from '../../src/client/weightdClient.js';
+import { socketPathFor } from '../../src/serve/socketDir.js';
+import { expectedRank } from '../serve/checkpointOracle.js';
+import type { StateReply } from '../../src/serve/protocol.js';
 import { faultyRankWorker, type RankFault } from '../actors/fixtures/faultyRankWorker.js';
 import { writeArchCheckpoint } from '../helpers/checkpoints.js';
 import { expectedBytes } from '../helpers/expectedBytes.js';
@@ -518,6 +525,155 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
     }
   },
 
+  /**
+   * --cuda-handles fd: VMM segments filled, checked and exported as descriptors (the same ones on
+   * every export); reopened descriptors adopted by a second device of this process, and the
+   * exported ones inherited by a child process that adopts them, both read the fill's bytes.
+   */
+  async vmm() {
+    const fx = makeFixture();
+    try {
+      const device = new DeviceHandle('cuda', 1, { uuid: cudaDevices(await cudaProbe())[1]!.uuid, cudaHandles: 'fd' });
+      const before = device.info().freeBytes;
+      await device.allocate(fx.segments);
+      const held = before - device.info().freeBytes;
+      await device.fill(fx.paths, fx.ops, payload(fx.ops), { threads: 2, chunkBytes: MiB, stagingBytes: 4 * MiB, mode: 'register' });
+      await check(device, fx);
+      const exported = device.exportSegments();
+      const again = device.exportSegments();
+      const fds = exported.map((e) => e.fd!);
+      // /proc/self/fd/N opens the fake's memfd afresh: a descriptor of its own, as a dup would be.
+      const adopter = new DeviceHandle('cuda', 1, { cudaHandles: 'fd' });
+      await adopter.adopt(fds.map((fd) => openSync(`/proc/self/fd/${fd}`, 'r+')), fx.segments);
+      await check(adopter, fx);
+      const adoptedExport = adopter.exportSegments();
+      const fillAdopted = await outcome(() => adopter.fill(fx.paths, fx.ops, 0, {}));
+      await adopter.free();
+      const client = await openAsClient(exported, fds, fx);
+      const child = await adoptInChild(fds, fx);
+      await device.free();
+      return {
+        held,
+        handles: exported.map((e) => e.handle),
+        bytes: exported.map((e) => e.bytes),
+        sameFds: JSON.stringify(again.map((e) => e.fd)) === JSON.stringify(fds),
+        adoptedHandles: adoptedExport.map((e) => e.handle),
+        fillAdopted,
+        fdsClosedByFree: fds.map((fd) => outcomeSync(() => fstatSync(fd))),
+        client,
+        freeAfter: device.info().freeBytes === before,
+        child,
+      };
+    } finally {
+      rmSync(fx.dir, { recursive: true, force: true });
+    }
+  },
+
+  /** Child of vmm(): adopts descriptors 3, 4, ... (inherited), checks the bytes, frees. */
+  async vmmChild([fixture, opsJson, segmentsJson]) {
+    const paths = JSON.parse(fixture!) as string[];
+    const fx = { data: paths.map((p) => readFileSync(p)), ops: JSON.parse(opsJson!) as CopyOp[] };
+    const segments = JSON.parse(segmentsJson!) as number[];
+    const device = new DeviceHandle('cuda', 1, { cudaHandles: 'fd' });
+    await device.adopt(segments.map((_, i) => 3 + i), segments);
+    await check(device, fx);
+    await device.free();
+    return { equal: true };
+  },
+
+  /**
+   * Run with FAKE_CUDA_VMM_FAIL=NAME:N: a VMM call failing midway through an allocation of three
+   * segments fails it and gives back everything made so far; the device allocates again after.
+   * The export runs either way, so a failing cuMemExportToShareableHandle is tested here too.
+   */
+  async vmmFailure() {
+    const device = new DeviceHandle('cuda', 0, { cudaHandles: 'fd' });
+    const before = device.info().freeBytes;
+    const failed = await outcome(() => device.allocate([4 * MiB, 3 * MiB, 4 * MiB]));
+    const freeAfterFailure = device.info().freeBytes === before;
+    if (failed !== 'no error') await device.allocate([4 * MiB, 3 * MiB, 4 * MiB]);
+    const exported = await outcome(() => device.exportSegments());
+    await device.free();
+    return { failed, freeAfterFailure, exported };
+  },
+
+  /** adopt's refusals: each closes the descriptors it was given. */
+  async vmmAdoptErrors() {
+    const fx = makeFixture();
+    try {
+      const source = new DeviceHandle('cuda', 0, { cudaHandles: 'fd' });
+      await source.allocate([4 * MiB]);
+      const fd = source.exportSegments()[0]!.fd!;
+      const reopen = () => openSync(`/proc/self/fd/${fd}`, 'r+');
+      const codes: Record<string, string> = {};
+      const closed: Record<string, string> = {};
+      const attempt = async (name: string, device: DeviceHandle, fds: number[], sizes: number[]) => {
+        codes[name] = await outcome(() => device.adopt(fds, sizes));
+        closed[name] = fds.map((f) => outcomeSync(() => fstatSync(f))).join(',');
+        await device.free();
+      };
+      await attempt('notVmm', new DeviceHandle('cuda', 0), [openSync(fx.paths[0]!, 'r')], [MiB]);
+      await attempt('tooBig', new DeviceHandle('cuda', 0), [reopen()], [6 * MiB]);
+      await attempt('counts', new DeviceHandle('cuda', 0), [reopen(), reopen()], [MiB]);
+      await attempt('secondBad', new DeviceHandle('cuda', 0), [reopen(), openSync(fx.paths[0]!, 'r')], [MiB, MiB]);
+      const allocated = new DeviceHandle('cuda', 0);
+      await allocated.allocate([MiB]);
+      await attempt('allocated', allocated, [reopen()], [MiB]);
+      await source.free();
+      return { codes, closed };
+    } finally {
+      rmSync(fx.dir, { recursive: true, force: true });
+    }
+  },
+
+  /**
+   * The daemon at tp=2 with cudaHandles 'fd': both GPUs fill VMM memory as one group and serve it
+   * as "cuda-fd"; the TypeScript client copies every tensor through get_segment_fds (each equal
+   * to the checkpoint's slice) and attaches, holding no descriptor once detached.
+   */
+  async daemonFd() {
+    const socketDir = freshSocketDir();
+    const node = await startNode({ model: exampleModel, tensorParallelSize: 2, device: 'cuda', cudaHandles: 'fd', socketDir, logger: pino({ level: 'silent' }) });
+    try {
+      await node.ready;
+      const probe = await cudaProbe();
+      const handles = [];
+      const mismatched: string[] = [];
+      for (const rank of [0, 1]) {
+        const client = await WeightdClient.connect(socketPathFor(socketDir, probe.devices[rank]!.uuid));
+        const expected = await expectedFingerprint(exampleModel, 2, rank);
+        const state = await client.getState(expected, 'copy');
+        if (state.status !== 'ok') throw new Error(`rank ${rank}: ${JSON.stringify(state)}`);
+        handles.push(...state.segments.map((seg) => seg.handle));
+        await client.detach(state.leaseId);
+        const copied = await client.copy(expected);
+        if (copied.status !== 'copied') throw new Error(`rank ${rank}: ${JSON.stringify(copied)}`);
+        for (const [name, want] of expectedRank(exampleModel, 2, rank)) {
+          const data = copied.tensors[name]?.data;
+          if (!data || !Buffer.from(data.buffer, data.byteOffset, data.byteLength).equals(want.bytes)) mismatched.push(`rank ${rank} ${name}`);
+        }
+        const attached = await client.attach(expected);
+        if (attached.status !== 'attached') throw new Error(`rank ${rank}: ${JSON.stringify(attached)}`);
+        await attached.detach();
+        client.close();
+      }
+      return { states: node.status().ranks.map((r) => r.state), handles: [...new Set(handles)], mismatched, fdsLeft: openVmmFds() };
+    } finally {
+      await node.stop('test');
+    }
+  },
+
+  /** Run with FAKE_CUDA_NO_FD_HANDLES=1: the probe says why, and an fd device refuses to open. */
+  async vmmUnsupported() {
+    const probe = await cudaProbe();
+    return {
+      reason: probe.devices[0]!.fdHandlesUnsupported,
+      open: await outcome(() => new DeviceHandle('cuda', 0, { cudaHandles: 'fd' })),
+      badOption: await outcome(() => new DeviceHandle('cuda', 0, { cudaHandles: 'posix' as 'fd' })),
+      ipc: await outcome(() => new DeviceHandle('cuda', 0, { cudaHandles: 'ipc' }).free()),
+    };
+  },
+
   async ipcClient([handle, offset, wantPath]) {
     const want = readFileSync(wantPath!);
     const seg = CudaIpcSegment.open(0, handle!);
@@ -554,6 +710,69 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
     return { equal, bytes: seg.bytes, samePointer: again.pointer === seg.pointer, outOfRange, stillOpen, afterClose, closeDuringRead };
   },
 };
+
+/** Descriptors of fake VMM memory this process holds (the daemon's own exports included). */
+function openVmmFds(): number {
+  return readdirSync('/proc/self/fd').filter((fd) => {
+    try {
+      return readlinkSync(`/proc/self/fd/${fd}`).startsWith('/memfd:fakecuda-vmm-');
+    } catch {
+      return false;
+    }
+  }).length;
+}
+
+function outcomeSync(fn: () => unknown): string {
+  try {
+    fn();
+    return 'open';
+  } catch (err) {
+    return (err as { code?: string }).code ?? String(err);
+  }
+}
+
+/**
+ * The TypeScript client's path for a "cuda-fd" rank: openCuda given get_segment_fds' reply (here
+ * reopened descriptors of the exported memory), one tensor per op of segment 0 read back, the
+ * descriptors closed; without the reply it refuses.
+ */
+async function openAsClient(exported: SegmentExport[], fds: number[], fx: Fixture): Promise<unknown> {
+  const tensors = fx.ops.flatMap((op, i) => (op.segment === 0 ? [{ name: `op${i}`, dtype: 'U8', shape: [op.rows * op.rowBytes], segment: 0, offset: op.dstOffset, bytes: op.rows * op.rowBytes }] : []));
+  const state = {
+    device: { uuid: cudaDevices(await cudaProbe())[1]!.uuid },
+    rank: { globalRank: 0 },
+    segments: exported.map(({ segment, bytes, handle }) => ({ segment, bytes, handle })),
+    tensors,
+    aliases: {},
+  } as unknown as StateReply;
+  const withoutFds = await outcome(() => openCuda(state, 1));
+  // Fresh descriptors of the same memory, as get_segment_fds delivers them: openCuda closes them.
+  const received = new Map([1, 0].map((n) => [n, openSync(`/proc/self/fd/${fds[n]}`, 'r+')]));
+  const opened = await openCuda(state, 1, received);
+  const closedByOpen = [...received.values()].map((fd) => outcomeSync(() => fstatSync(fd)));
+  try {
+    const read = await opened.read();
+    const equal = fx.ops.every((op, i) => op.segment !== 0 || Buffer.from((read[`op${i}`]!.data as Uint8Array).buffer).equals(expectedBytes(fx.data[op.file]!, op)));
+    return { equal, withoutFds, closedByOpen };
+  } finally {
+    opened.close();
+  }
+}
+
+/** Runs vmmChild with the descriptors as its fds 3, 4, ... (spawn dup2s them there, as a process inheriting them would). */
+async function adoptInChild(fds: number[], fx: Fixture): Promise<unknown> {
+  const child = spawn(process.execPath, [fileURLToPath(import.meta.url), 'vmmChild', JSON.stringify(fx.paths), JSON.stringify(fx.ops), JSON.stringify(fx.segments)], {
+    stdio: ['ignore', 'pipe', 'pipe', ...fds],
+  });
+  let out = '';
+  let err = '';
+  child.stdout!.on('data', (d: Buffer) => (out += d));
+  child.stderr!.on('data', (d: Buffer) => (err += d));
+  const code = await new Promise<number | null>((resolveExit) => child.on('close', resolveExit));
+  if (code !== 0) throw new Error(`the adopting child failed (${code}): ${err}`);
+  const leakLine = err.split('\n').find((l) => l.startsWith('FAKE_CUDA_LEAKS '));
+  return { ...JSON.parse(out.trim().split('\n').pop()!), leaks: leakLine ? JSON.parse(leakLine.slice('FAKE_CUDA_LEAKS '.length)) : null };
+}
 
 const [name, ...args] = process.argv.slice(2);
 const run = scenarios[name ?? ''];

@@ -5,7 +5,12 @@
 //      with two GPUs both ranks fill at once, each alone and as one group (one pass over the
 //      files, as the daemon fills a node's GPUs);
 //   2. an exported arena opened from Python (ctypes, cuIpcOpenMemHandle) and from the
-//      TypeScript client (CudaIpcSegment) in other processes holds the checkpoint's bytes.
+//      TypeScript client (CudaIpcSegment) in other processes holds the checkpoint's bytes;
+//   3. --cuda-handles fd: the same arena as VMM memory (cuMemCreate), exported as a descriptor
+//      that other processes inherit: mapped from Python (ctypes, cuMemImportFromShareableHandle)
+//      and from the TypeScript client (CudaIpcSegment.openFd), and adopted by a second device
+//      (DeviceHandle.adopt), each reading the checkpoint's bytes; fill, export, open and adopt
+//      times next to legacy IPC's, to decide whether fd can become the default.
 //   node test/gpu/gpu-check.mjs --ckpt DIR [--work DIR] [--out FILE]
 // Prints one line per check and the closing "N passed, N failed" line; exits non-zero on failure.
 import { spawnSync } from 'node:child_process';
@@ -31,8 +36,9 @@ function record(name, ok, details) {
   checks.push({ name, ok, details });
   console.log(`${ok ? 'ok  ' : 'FAIL'} ${name} ${JSON.stringify(details)}`);
 }
-function runJson(cmd, argv) {
-  const r = spawnSync(cmd, argv, { encoding: 'utf8', maxBuffer: 1 << 24 });
+/** `fds` become the child's descriptors 3, 4, ... (inherited, as a received descriptor would be). */
+function runJson(cmd, argv, fds = []) {
+  const r = spawnSync(cmd, argv, { encoding: 'utf8', maxBuffer: 1 << 24, stdio: ['ignore', 'pipe', 'pipe', ...fds] });
   const last = r.stdout?.trim().split('\n').pop();
   try {
     return { status: r.status, result: JSON.parse(last), stderr: r.stderr };
@@ -88,17 +94,40 @@ try {
   const plan1Path = join(args.work, 'plan-tp1.json');
   writeFileSync(plan1Path, JSON.stringify(plan1));
   const device = new DeviceHandle('cuda', 0);
+  let ipcFill;
   try {
     await device.allocate([plan1.segmentBytes]);
-    await device.fill(plan1.files, plan1.ops, plan1.payloadBytes, {});
+    ipcFill = await device.fill(plan1.files, plan1.ops, plan1.payloadBytes, {});
     const [segment] = device.exportSegments();
-    record('export gives one 64-byte handle per segment', Buffer.from(segment.handle, 'base64').length === 64, { bytes: segment.bytes });
+    record('export gives one 64-byte handle per segment', Buffer.from(segment.handle, 'base64').length === 64, { bytes: segment.bytes, fillSeconds: ipcFill.seconds });
     const py = runJson('python3', [here('./ipc-check.py'), '--handle', segment.handle, '--plan', plan1Path]);
     record('Python (ctypes cuIpcOpenMemHandle) reads the checkpoint bytes', py.status === 0 && py.result?.ok === true, py.result ?? py.stderr);
     const ts = runJson(process.execPath, [here('./ipc-client.mjs'), '--handle', segment.handle, '--plan', plan1Path]);
     record('TypeScript client (CudaIpcSegment) reads the checkpoint bytes', ts.status === 0 && ts.result?.ok === true, ts.result ?? ts.stderr);
   } finally {
     await device.free();
+  }
+
+  // 3. fd handles (VMM) from other processes, and adopted.
+  record('the probe finds GPU 0 able to export VMM memory as descriptors', probe.devices[0].fdHandlesUnsupported === undefined, { why: probe.devices[0].fdHandlesUnsupported });
+  const fdDevice = new DeviceHandle('cuda', 0, { cudaHandles: 'fd' });
+  try {
+    await fdDevice.allocate([plan1.segmentBytes]);
+    const fdFill = await fdDevice.fill(plan1.files, plan1.ops, plan1.payloadBytes, {});
+    const t0 = performance.now();
+    const [segment] = fdDevice.exportSegments();
+    const exportMs = performance.now() - t0;
+    const again = fdDevice.exportSegments()[0];
+    record('fd export gives one descriptor per segment, the same on every export', segment.handle === 'cuda-fd' && segment.fd >= 0 && again.fd === segment.fd,
+      { handle: segment.handle, fd: segment.fd, bytes: segment.bytes, exportMs, fillSeconds: fdFill.seconds, ipcFillSeconds: ipcFill?.seconds });
+    const py = runJson('python3', [here('./ipc-check.py'), '--fd', '3', '--bytes', String(segment.bytes), '--plan', plan1Path], [segment.fd]);
+    record('Python (ctypes cuMemImportFromShareableHandle + map) reads the checkpoint bytes', py.status === 0 && py.result?.ok === true, py.result ?? py.stderr);
+    const ts = runJson(process.execPath, [here('./ipc-client.mjs'), '--fd', '3', '--bytes', String(segment.bytes), '--plan', plan1Path], [segment.fd]);
+    record('TypeScript client (CudaIpcSegment.openFd) reads the checkpoint bytes', ts.status === 0 && ts.result?.ok === true, ts.result ?? ts.stderr);
+    const adopted = runJson(process.execPath, [here('./ipc-client.mjs'), '--adopt', '3', '--bytes', String(segment.bytes), '--plan', plan1Path], [segment.fd]);
+    record('a device in another process adopts the descriptor and reads the checkpoint bytes; fill is refused there', adopted.status === 0 && adopted.result?.ok === true && adopted.result?.fillRefused === 'E_ADOPTED', adopted.result ?? adopted.stderr);
+  } finally {
+    await fdDevice.free();
   }
 } catch (err) {
   record('gpu-check ran to the end', false, { message: err.message, stack: err.stack });

@@ -2,7 +2,8 @@
 # `npm run test:gpu`: weightd on this machine's GPU(s), in two parts, both run (one failing
 # does not skip the other); exits non-zero if either fails:
 #   check   the cuda backend's correctness (gpu-check.mjs: tensor-parallel fills byte-exact in
-#           every mode, IPC from Python and from the TypeScript client);
+#           every mode, IPC from Python and from the TypeScript client, and --cuda-handles fd:
+#           VMM descriptors mapped from both and adopted by another process, timed against IPC);
 #   daemon  the daemon end to end (daemon-suite.sh: a transformers Llama checkpoint served at
 #           tp=1, tp=2 and over two nodes, every tensor checked from Python, logits compared).
 # Needs an NVIDIA GPU, python3 with numpy (check) and torch, safetensors, transformers (daemon),

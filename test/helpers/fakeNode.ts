@@ -27,6 +27,7 @@ export function fakeConfig(over: Partial<NodeConfig> = {}): NodeConfig {
     masterAddr: '127.0.0.1',
     weightCachePort: 29999,
     device: 'host',
+    cudaHandles: 'ipc',
     layouts: ['checkpoint'],
     fill: {},
     keeper: { mode: 'off', adoptWithinS: 600 },

@@ -3,12 +3,18 @@ fake is found through LD_LIBRARY_PATH; its leak report is on stderr at exit):
 
   cuda_scenarios.py export               allocate 4 KiB on fake device 0, fill it, print its IPC
                                          handle (base64); free it when stdin closes
+  cuda_scenarios.py export_fd            the same as VMM memory (2 MiB) exported as a descriptor;
+                                         prints /proc/PID/fd/N, which reopens the fake's memfd in
+                                         another process as a descriptor received over a socket would
+  cuda_scenarios.py daemon_fd            a daemon on the fake GPU with --cuda-handles fd: copy and
+                                         attach through get_segment_fds, compare with the checkpoint
   cuda_scenarios.py CASE HANDLE          attach to the exported segment, print one JSON line
 """
 
 import base64
 import ctypes
 import json
+import os
 import sys
 
 SIZE = 4096
@@ -16,6 +22,8 @@ PATTERN = bytes(i % 251 for i in range(SIZE))
 # fake-libcuda's UUID of device d: bytes 0x10*d + i.
 DEVICE0 = "GPU-00010203-0405-0607-0809-0a0b0c0d0e0f"
 E_INVALID_CONTEXT = 201
+FD_SIZE = 2 << 20
+FD_PATTERN = bytes(i % 251 for i in range(FD_SIZE))
 
 
 def export() -> None:
@@ -28,6 +36,66 @@ def export() -> None:
     print(base64.b64encode(handle.raw).decode(), flush=True)
     sys.stdin.read()
     assert lib.cuMemFree_v2(ptr) == 0 and lib.cuCtxPopCurrent_v2(None) == 0 and lib.cuDevicePrimaryCtxRelease_v2(0) == 0
+
+
+def export_fd() -> None:
+    from weightd_client.cuda import _AccessDesc, _AllocProp, _MemLocation
+
+    lib = ctypes.CDLL("libcuda.so.1")
+    u64 = ctypes.c_uint64
+    ctx, handle, ptr, fd = ctypes.c_void_p(), u64(), u64(), ctypes.c_int(-1)
+    prop = _AllocProp(type=1, requestedHandleTypes=1, location=_MemLocation(1, 0))
+    access = _AccessDesc(location=_MemLocation(1, 0), flags=3)
+    size = ctypes.c_size_t(FD_SIZE)
+    assert lib.cuInit(0) == 0 and lib.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0) == 0 and lib.cuCtxPushCurrent_v2(ctx) == 0
+    assert lib.cuMemCreate(ctypes.byref(handle), size, ctypes.byref(prop), ctypes.c_ulonglong(0)) == 0
+    assert lib.cuMemAddressReserve(ctypes.byref(ptr), size, size, u64(0), ctypes.c_ulonglong(0)) == 0
+    assert lib.cuMemMap(ptr, size, ctypes.c_size_t(0), handle, ctypes.c_ulonglong(0)) == 0
+    assert lib.cuMemSetAccess(ptr, size, ctypes.byref(access), ctypes.c_size_t(1)) == 0
+    ctypes.memmove(ptr.value, FD_PATTERN, FD_SIZE)  # the fake's device memory is this process's mapping
+    assert lib.cuMemExportToShareableHandle(ctypes.byref(fd), handle, 1, ctypes.c_ulonglong(0)) == 0
+    print(f"/proc/{os.getpid()}/fd/{fd.value}", flush=True)
+    sys.stdin.read()
+    os.close(fd.value)
+    assert lib.cuMemUnmap(ptr, size) == 0 and lib.cuMemAddressFree(ptr, size) == 0 and lib.cuMemRelease(handle) == 0
+    assert lib.cuCtxPopCurrent_v2(None) == 0 and lib.cuDevicePrimaryCtxRelease_v2(0) == 0
+
+
+def fd_state(nbytes: int = FD_SIZE) -> dict:
+    return {
+        "device": {"uuid": DEVICE0},
+        "rank": {"globalRank": 0},
+        "segments": [{"segment": 0, "handle": "cuda-fd", "bytes": nbytes}],
+        "tensors": [{"name": "w", "dtype": "U8", "shape": [FD_SIZE], "segment": 0, "offset": 0, "bytes": FD_SIZE}],
+        "aliases": {},
+    }
+
+
+def daemon_fd() -> None:
+    from daemon_fixture import Daemon
+    from test_host_fds import MODEL, checkpoint_tensors, open_fds
+    from weightd_client import expected_fingerprint
+
+    want, e, out = checkpoint_tensors(), expected_fingerprint(MODEL, 1, 0), {}
+    with Daemon(MODEL, device="cuda", extra_args=["--cuda-handles", "fd"]) as daemon:
+        with daemon.client() as client:
+            client.ping()  # the connection is open before the count
+            before = open_fds()
+            copied = client.copy(e.fingerprint, e.fields, device=0, tensor_format="memoryview")
+            out["copyOk"] = all(bytes(copied[n]) == want[n] for n in want)
+            attached = client.attach(e.fingerprint, e.fields, device=0, tensor_format="memoryview")
+            out["handles"] = sorted({s["handle"] for s in attached.state["segments"]})
+            # The fake's device memory is host memory: the views read directly.
+            out["attachOk"] = all(ctypes.string_at(attached.tensors[n].pointer, len(want[n])) == want[n] for n in want)
+            # What this process opened meanwhile: the fake driver keeps a descriptor of each import
+            # (its own reference, as close() of the received one must not free the memory).
+            out["fdsWhileAttached"] = sorted(t.split(" ")[0].rsplit("-", 1)[0] for fd, t in open_fds().items() if before.get(fd) != t)
+            attached.tensors = {}
+            attached.detach()
+            out["fdsAfter"] = open_fds() == before
+        daemon.stop()
+        out["daemonLeaks"] = next((json.loads(l[len("FAKE_CUDA_LEAKS ") :]) for l in daemon.stderr.splitlines() if l.startswith("FAKE_CUDA_LEAKS ")), None)
+    print(json.dumps(out))
 
 
 def state(handle: str, segments=None, tensors=None) -> dict:
@@ -43,6 +111,10 @@ def state(handle: str, segments=None, tensors=None) -> dict:
 def main() -> None:
     if sys.argv[1] == "export":
         return export()
+    if sys.argv[1] == "export_fd":
+        return export_fd()
+    if sys.argv[1] == "daemon_fd":
+        return daemon_fd()
     from weightd_client.cuda import CudaError, CudaMapping, _Driver
 
     case, handle = sys.argv[1:3]
@@ -62,7 +134,34 @@ def main() -> None:
         d.check(d.cuDevicePrimaryCtxRetain(ctypes.byref(own), 1), "retain")
         d.check(d.cuCtxPushCurrent(own), "push")
     out = {}
-    if case == "view_outlives_close":
+    if case.startswith("fd_"):
+        # The descriptor as get_segment_fds would deliver it: a fresh one of the exporter's memory.
+        fd = os.open(handle, os.O_RDWR | os.O_CLOEXEC)
+        try:
+            if case == "fd_restores":
+                mapping = CudaMapping(fd_state(), device=0, tensor_format="memoryview", segment_fds={0: fd})
+                os.close(fd)  # the mapping holds the memory without it
+                fd = -1
+                out["bytesOk"] = bytes(mapping.read(fd_state()["tensors"][0])) == FD_PATTERN
+                out["afterAttach"] = top()
+                if own is not None:
+                    d.check(d.cuCtxPushCurrent(own), "push")
+                mapping.close()
+                mapping.close()
+                out["afterClose"] = top()
+            else:
+                # fd_map_fails: the manifest claims more bytes than the descriptor's memory holds.
+                # fd_missing: no descriptor was passed for the cuda-fd segment.
+                try:
+                    CudaMapping(fd_state(2 * FD_SIZE if case == "fd_map_fails" else FD_SIZE), device=0, tensor_format="memoryview", segment_fds={0: fd} if case == "fd_map_fails" else None)
+                    out["error"] = None
+                except CudaError as err:
+                    out["error"], out["message"] = err.code, str(err)
+                out["afterAttach"] = top()
+        finally:
+            if fd >= 0:
+                os.close(fd)
+    elif case == "view_outlives_close":
         # A view kept past close(): the handle stays open (the view still reads the bytes) and
         # the lease's end waits, until the view is freed.
         import gc

@@ -13,7 +13,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
 SCENARIOS = Path(__file__).with_name("cuda_scenarios.py")
-NO_LEAKS = {"device": 0, "pinned": 0, "registered": 0, "imported": 0, "streams": 0, "events": 0, "contextRefs": 0}
+NO_LEAKS = {"device": 0, "pinned": 0, "registered": 0, "imported": 0, "streams": 0, "events": 0, "contextRefs": 0, "vmm": 0, "reservations": 0, "mappings": 0, "vmmFds": 0}
 
 
 @pytest.fixture(scope="module")
@@ -31,16 +31,26 @@ def leaks(stderr):
     return json.loads(line[len("FAKE_CUDA_LEAKS ") :])
 
 
-@pytest.fixture(scope="module")
-def handle(fake_env):
+def exported(fake_env, how):
     # The fake refuses a process's own handles, as the real driver does: export from another one.
-    exporter = subprocess.Popen([sys.executable, str(SCENARIOS), "export"], env=fake_env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    exporter = subprocess.Popen([sys.executable, str(SCENARIOS), how], env=fake_env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         yield exporter.stdout.readline().strip()
     finally:
         _, err = exporter.communicate("")
         assert exporter.returncode == 0, err
         assert leaks(err) == NO_LEAKS
+
+
+@pytest.fixture(scope="module")
+def handle(fake_env):
+    yield from exported(fake_env, "export")
+
+
+@pytest.fixture(scope="module")
+def fd_path(fake_env):
+    """/proc/PID/fd/N of an exporter's "cuda-fd" descriptor: opening it gives a descriptor of the same memory."""
+    yield from exported(fake_env, "export_fd")
 
 
 def scenario(fake_env, case, handle):
@@ -76,3 +86,35 @@ def test_a_view_kept_past_close_keeps_its_handle_open_until_it_is_freed(fake_env
     got = scenario(fake_env, "view_outlives_close", handle)
     assert (got["openWhileViewed"], got["endedWhileViewed"], got["bytesWhileViewed"]) == (1, False, True)
     assert (got["openAfter"], got["endedAfter"]) == (0, True)
+
+
+def test_a_cuda_fd_segment_is_imported_mapped_read_and_given_back_restoring_the_callers_context(fake_env, fd_path):
+    got = scenario(fake_env, "fd_restores", fd_path)
+    assert got["bytesOk"], "read() copies from the imported VMM mapping, after the fd itself was closed"
+    assert got["afterAttach"] == got["own"]
+    assert got["afterClose"] == got["own"]
+
+
+def test_a_cuda_fd_segment_that_cannot_be_mapped_gives_back_its_import_and_range(fake_env, fd_path):
+    got = scenario(fake_env, "fd_map_fails", fd_path)
+    assert got["error"] == "E_CUDA" and "cuMemMap(segment 0, 4194304 bytes)" in got["message"]
+    assert got["afterAttach"] == got["own"]
+
+
+def test_a_cuda_fd_segment_without_its_descriptor_names_get_segment_fds(fake_env, fd_path):
+    got = scenario(fake_env, "fd_missing", fd_path)
+    assert got["error"] == "E_NO_SEGMENT_FDS" and "get_segment_fds" in got["message"]
+    assert got["afterAttach"] == got["own"]
+
+
+def test_a_daemon_with_cuda_handles_fd_is_copied_and_attached_through_get_segment_fds_leaving_nothing(fake_env):
+    r = subprocess.run([sys.executable, str(SCENARIOS), "daemon_fd"], env=fake_env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert leaks(r.stderr) == NO_LEAKS, "the client left a mapping, an import or a descriptor behind"
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert got["handles"] == ["cuda-fd"]
+    assert got["copyOk"] and got["attachOk"], "every tensor equals the checkpoint's bytes"
+    # One segment (tp=1): the fake driver's reference to the import, and none of the received descriptors.
+    assert got["fdsWhileAttached"] == ["/memfd:fakecuda-vmm-d0"], "the descriptors are closed once mapped: the mappings hold the memory"
+    assert got["fdsAfter"]
+    assert got["daemonLeaks"] == NO_LEAKS

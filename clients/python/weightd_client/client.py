@@ -163,9 +163,16 @@ class WeightdClient:
 
     def _open(self, state: Dict[str, Any], device: Optional[int], tensor_format: str) -> Any:
         if state["backend"] == "cuda":
-            from .cuda import CudaMapping
+            from .cuda import CUDA_FD_HANDLE, CudaMapping
 
-            return CudaMapping(state, device, tensor_format)
+            if not any(s["handle"] == CUDA_FD_HANDLE for s in state["segments"]):
+                return CudaMapping(state, device, tensor_format)
+            # --cuda-handles fd: the mappings hold the memory, so the descriptors go at once.
+            fds = self.segment_fds(state["leaseId"])
+            try:
+                return CudaMapping(state, device, tensor_format, segment_fds=fds)
+            finally:
+                close_fds(list(fds.values()))
         from .host import HostMapping
 
         old = [s["handle"] for s in state["segments"] if s["handle"] != "fd"]
@@ -174,8 +181,9 @@ class WeightdClient:
         return HostMapping(state, self.segment_fds(state["leaseId"]), tensor_format)
 
     def segment_fds(self, lease_id: str) -> Dict[int, int]:
-        """get_segment_fds on this connection: each segment's sealed memfd by segment number, the
-        caller's to close (HostMapping does). Nothing received is left open if this fails."""
+        """get_segment_fds on this connection: each segment's descriptor (host: a sealed memfd;
+        cuda: VMM memory) by segment number, the caller's to close (HostMapping does, and _open
+        for cuda). Nothing received is left open if this fails."""
         reply, fds = self.conn.request_fds("get_segment_fds", leaseId=lease_id)
         if len(reply.get("segments", [])) != len(fds):
             close_fds(fds)

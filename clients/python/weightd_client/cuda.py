@@ -1,9 +1,12 @@
-"""CUDA backend: opens the daemon's per-segment IPC handles with the driver API (ctypes over
+"""CUDA backend: opens the daemon's per-segment handles with the driver API (ctypes over
 libcuda.so.1, no CUDA toolkit or torch needed to open them) and builds zero-copy tensors.
 
-One handle per segment, not per tensor: attach time does not grow with the tensor count. The
-handles are legacy ``CUipcMemHandle`` (64 bytes, base64 on the wire), opened in the device's
-primary context, the one PyTorch's runtime uses, so the tensors live in torch's own context.
+One handle per segment, not per tensor: attach time does not grow with the tensor count. A
+segment's handle is either a legacy ``CUipcMemHandle`` (64 bytes, base64 on the wire) or
+``"cuda-fd"`` (a daemon run with ``--cuda-handles fd``): VMM memory whose POSIX descriptor comes
+over the socket (get_segment_fds) and is imported with cuMemImportFromShareableHandle, then mapped
+at an address range of its own (docs/protocol.md). Both are opened in the device's primary
+context, the one PyTorch's runtime uses, so the tensors live in torch's own context.
 """
 
 from __future__ import annotations
@@ -21,6 +24,14 @@ from .protocol import WeightdError
 from .tensors import by_name, torch_dtype
 
 CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS = 0x1
+CUDA_FD_HANDLE = "cuda-fd"
+CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR = 0x1
+CU_MEM_ALLOCATION_TYPE_PINNED = 0x1
+CU_MEM_LOCATION_TYPE_DEVICE = 0x1
+CU_MEM_ACCESS_FLAGS_PROT_READWRITE = 0x3
+CU_MEM_ALLOC_GRANULARITY_MINIMUM = 0x0
+# The daemon gives every segment whole 2 MiB pages (native/cuda_vmm.h); a client maps as much.
+_LARGE_PAGE = 2 << 20
 
 log = logging.getLogger("weightd_client")
 
@@ -37,6 +48,29 @@ class CudaError(WeightdError):
 
 class _IpcHandle(ctypes.Structure):
     _fields_ = [("reserved", ctypes.c_char * 64)]
+
+
+# cuda.h's CUmemLocation, CUmemAllocationProp and CUmemAccessDesc (the union of CUmemLocation
+# is its int id here: weightd names devices only).
+class _MemLocation(ctypes.Structure):
+    _fields_ = [("type", ctypes.c_int), ("id", ctypes.c_int)]
+
+
+class _AllocProp(ctypes.Structure):
+    _fields_ = [
+        ("type", ctypes.c_int),
+        ("requestedHandleTypes", ctypes.c_int),
+        ("location", _MemLocation),
+        ("win32HandleMetaData", ctypes.c_void_p),
+        ("compressionType", ctypes.c_ubyte),
+        ("gpuDirectRDMACapable", ctypes.c_ubyte),
+        ("usage", ctypes.c_ushort),
+        ("reserved", ctypes.c_ubyte * 4),
+    ]
+
+
+class _AccessDesc(ctypes.Structure):
+    _fields_ = [("location", _MemLocation), ("flags", ctypes.c_int)]
 
 
 class _Driver:
@@ -67,6 +101,16 @@ class _Driver:
         self._fn("cuIpcOpenMemHandle", [p(ctypes.c_uint64), _IpcHandle, u], name="cuIpcOpenMemHandle_v2", fallback="cuIpcOpenMemHandle")
         self._fn("cuIpcCloseMemHandle", [ctypes.c_uint64])
         self._fn("cuMemcpyDtoH", [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_size_t], name="cuMemcpyDtoH_v2", fallback="cuMemcpyDtoH")
+        # Virtual memory, for "cuda-fd" segments (every driver since CUDA 10.2 has these).
+        u64, size = ctypes.c_uint64, ctypes.c_size_t
+        self._fn("cuMemGetAllocationGranularity", [p(size), p(_AllocProp), i])
+        self._fn("cuMemImportFromShareableHandle", [p(u64), ctypes.c_void_p, i])
+        self._fn("cuMemAddressReserve", [p(u64), size, size, u64, ctypes.c_ulonglong])
+        self._fn("cuMemMap", [u64, size, size, u64, ctypes.c_ulonglong])
+        self._fn("cuMemSetAccess", [u64, size, p(_AccessDesc), size])
+        self._fn("cuMemUnmap", [u64, size])
+        self._fn("cuMemAddressFree", [u64, size])
+        self._fn("cuMemRelease", [u64])
         self._fn("cuGetErrorName", [i, p(ctypes.c_char_p)])
         self._fn("cuGetErrorString", [i, p(ctypes.c_char_p)])
         self.check(lib.cuInit(0), "cuInit")
@@ -100,6 +144,82 @@ class _Driver:
         raw = (ctypes.c_char * 16)()
         self.check(self.cuDeviceGetUuid(raw, dev), "cuDeviceGetUuid")
         return "GPU-" + str(uuidlib.UUID(bytes=bytes(raw)))
+
+
+class FdSegment:
+    """One "cuda-fd" segment mapped in this process: the imported allocation, its reserved
+    address range and the mapping, read-write for one device. ``close()`` undoes whatever was done,
+    in reverse order (also after a failure midway through the opening)."""
+
+    def __init__(self, driver: "_Driver", dev: int, fd: int, nbytes: int, segment: int):
+        self.driver, self.segment = driver, segment
+        self.handle: Optional[int] = None
+        self.pointer = 0
+        self.mapped = False
+        self.size = 0
+        d = driver
+        try:
+            prop = _AllocProp(type=CU_MEM_ALLOCATION_TYPE_PINNED, requestedHandleTypes=CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, location=_MemLocation(CU_MEM_LOCATION_TYPE_DEVICE, dev))
+            gran = ctypes.c_size_t()
+            d.check(d.cuMemGetAllocationGranularity(ctypes.byref(gran), ctypes.byref(prop), CU_MEM_ALLOC_GRANULARITY_MINIMUM), "cuMemGetAllocationGranularity")
+            unit = max(_LARGE_PAGE, gran.value)
+            self.size = (nbytes + unit - 1) // unit * unit
+            handle = ctypes.c_uint64()
+            # The descriptor goes by value in the pointer-sized parameter (the driver's convention).
+            d.check(d.cuMemImportFromShareableHandle(ctypes.byref(handle), ctypes.c_void_p(fd), CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR), f"cuMemImportFromShareableHandle(segment {segment}, fd {fd})")
+            self.handle = handle.value
+            ptr = ctypes.c_uint64()
+            d.check(d.cuMemAddressReserve(ctypes.byref(ptr), self.size, unit, 0, 0), f"cuMemAddressReserve(segment {segment})")
+            self.pointer = ptr.value
+            # A descriptor of less memory than the manifest says fails here.
+            d.check(d.cuMemMap(self.pointer, self.size, 0, self.handle, 0), f"cuMemMap(segment {segment}, {self.size} bytes)")
+            self.mapped = True
+            access = _AccessDesc(location=_MemLocation(CU_MEM_LOCATION_TYPE_DEVICE, dev), flags=CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+            d.check(d.cuMemSetAccess(self.pointer, self.size, ctypes.byref(access), 1), f"cuMemSetAccess(segment {segment})")
+        except BaseException:
+            with contextlib.suppress(CudaError):  # the failure that stopped the open is the one to report
+                self.close()
+            raise
+
+    def close(self) -> None:
+        """Unmaps, frees the address range and releases the import; raises the first failure after trying every step."""
+        d, seg = self.driver, self.segment
+        mapped, pointer, size, handle = self.mapped, self.pointer, self.size, self.handle
+        self.mapped, self.pointer, self.handle = False, 0, None  # a second close() does nothing
+        steps = []
+        if mapped:
+            steps.append(lambda: d.check(d.cuMemUnmap(pointer, size), f"cuMemUnmap(segment {seg})"))
+        if pointer:
+            steps.append(lambda: d.check(d.cuMemAddressFree(pointer, size), f"cuMemAddressFree(segment {seg})"))
+        if handle is not None:
+            steps.append(lambda: d.check(d.cuMemRelease(handle), f"cuMemRelease(segment {seg})"))
+        failures: List[BaseException] = []
+        for step in steps:
+            try:
+                step()
+            except CudaError as err:
+                failures.append(err)
+        if failures:
+            raise failures[0]
+
+
+def open_fd_segments(fds: List[int], segments: List[Dict[str, Any]], device: int) -> Dict[int, FdSegment]:
+    """Maps "cuda-fd" segments on CUdevice ``device``: ``fds[i]`` is ``segments[i]``'s descriptor
+    (get_segment_fds' order). Needs the device's context current. The fds stay the caller's: close
+    them after (the mappings hold the memory). A failure unmaps what was mapped."""
+    if len(fds) != len(segments):
+        raise CudaError("E_BAD_MANIFEST", f"{len(fds)} descriptor(s) came for {len(segments)} cuda-fd segment(s); the daemon must send one per segment")
+    d = _Driver.get()
+    opened: Dict[int, FdSegment] = {}
+    try:
+        for fd, seg in zip(fds, segments):
+            opened[seg["segment"]] = FdSegment(d, device, fd, int(seg["bytes"]), seg["segment"])
+    except BaseException:
+        for s in opened.values():
+            with contextlib.suppress(CudaError):
+                s.close()
+        raise
+    return opened
 
 
 def _same_uuid(a: str, b: str) -> bool:
@@ -137,7 +257,9 @@ class CudaMapping:
     caller's current context (torch's, another library's, or none) is the same afterwards.
     """
 
-    def __init__(self, state: Dict[str, Any], device: Optional[int] = None, tensor_format: str = "auto"):
+    def __init__(self, state: Dict[str, Any], device: Optional[int] = None, tensor_format: str = "auto", segment_fds: Optional[Dict[int, int]] = None):
+        """``segment_fds``: for a rank served with ``--cuda-handles fd``, each "cuda-fd" segment's
+        descriptor by segment number (get_segment_fds' reply); the caller closes them after."""
         self.driver = _Driver.get()
         self.ordinal = device if device is not None else _current_torch_device()
         d = self.driver
@@ -154,6 +276,7 @@ class CudaMapping:
         d.check(d.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), self.dev), "cuDevicePrimaryCtxRetain")
         self._ctx: Optional[ctypes.c_void_p] = ctx
         self.pointers: Dict[int, int] = {}
+        self._fd_segments: Dict[int, FdSegment] = {}
         self.tensors: Dict[str, Any] = {}
         self._segment_bytes = {s["segment"]: int(s["bytes"]) for s in state["segments"]}
         # Views alive (CudaBuffers not yet freed), and what close() asked for while they were.
@@ -164,7 +287,16 @@ class CudaMapping:
         self._then: Optional[Callable[[], None]] = None
         try:
             with self._current():
+                fd_segs = [seg for seg in state["segments"] if seg["handle"] == CUDA_FD_HANDLE]
+                if fd_segs:
+                    missing = [seg["segment"] for seg in fd_segs if seg["segment"] not in (segment_fds or {})]
+                    if missing:
+                        raise CudaError("E_NO_SEGMENT_FDS", f"segment(s) {missing} of rank {state['rank']['globalRank']} are cuda-fd: their descriptors come from get_segment_fds; pass them as segment_fds")
+                    self._fd_segments = open_fd_segments([segment_fds[seg["segment"]] for seg in fd_segs], fd_segs, self.dev)
+                    self.pointers.update({n: s.pointer for n, s in self._fd_segments.items()})
                 for seg in state["segments"]:
+                    if seg["handle"] == CUDA_FD_HANDLE:
+                        continue
                     handle = _IpcHandle()
                     raw = base64.b64decode(seg["handle"])
                     if len(raw) != 64:
@@ -300,7 +432,11 @@ class CudaMapping:
                 for seg, ptr in list(self.pointers.items()):
                     del self.pointers[seg]
                     try:
-                        d.check(d.cuIpcCloseMemHandle(ptr), f"cuIpcCloseMemHandle(segment {seg})")
+                        fd_seg = self._fd_segments.pop(seg, None)
+                        if fd_seg is not None:
+                            fd_seg.close()
+                        else:
+                            d.check(d.cuIpcCloseMemHandle(ptr), f"cuIpcCloseMemHandle(segment {seg})")
                     except CudaError as err:
                         failures.append(err)
         except CudaError as err:
