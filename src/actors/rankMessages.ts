@@ -26,6 +26,9 @@ export interface RankKeeping {
   writer: string;
 }
 
+/** How a rank's phases post to the main thread. */
+export type Post = (m: RankToMain) => void;
+
 export type RankToMain =
   | { type: 'DEVICE'; info: DeviceInfo }
   | { type: 'PROGRESS'; bytes: number; totalBytes: number; seconds: number; waitingForGroup: boolean }

@@ -6,9 +6,9 @@ import { adoptKept, handleTypeFor, keepSegments, type Adopted } from '../keeper/
 import type { SegmentExport } from '../native/addon.js';
 import { DeviceHandle, type FillResult } from '../native/deviceHandle.js';
 import type { RankSource } from '../nodeStatus.js';
-import type { RankToMain, RankWorkerData } from './rankMessages.js';
+import type { Post, RankWorkerData } from './rankMessages.js';
 
-export type Post = (m: RankToMain) => void;
+export type { Post };
 type Awaitable<T> = T | Promise<T>;
 
 /** How the rank's bytes came to be resident: filled from the checkpoint, or adopted from a keeper. */

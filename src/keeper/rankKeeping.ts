@@ -3,8 +3,7 @@
 // keeper the segments this rank loaded, and drop them when a client releases the rank. Every
 // keeper failure here degrades to a load from disk or to a rank that is not kept, and says so:
 // the keeper makes restarts fast, it never stops a node from serving.
-import type { Post } from '../actors/rankPhases.js';
-import type { RankKeeping, RankWorkerData } from '../actors/rankMessages.js';
+import type { Post, RankKeeping, RankWorkerData } from '../actors/rankMessages.js';
 import type { RankSource } from '../nodeStatus.js';
 import { errorCode } from '../errors.js';
 import { addon, type SegmentExport } from '../native/addon.js';

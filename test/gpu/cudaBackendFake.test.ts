@@ -277,6 +277,12 @@ test('the daemon with --cuda-handles fd fills both GPUs as one group into VMM me
   assert.equal(leaks, noLeaks);
 });
 
+test('--cuda-handles fd with a keeper: a restarted node adopts both GPUs\' VMM memory from the keeper and serves the same bytes; nothing is left', () => {
+  const { result, leaks } = scenario('daemonFdRestart', {}, 60_000);
+  assert.equal(result, { sources: ['keeper', 'keeper'], kept: [true, true], mismatched: [] });
+  assert.equal(leaks, noLeaks);
+});
+
 test('--cuda-handles fd on GPUs that cannot export descriptors exits 2 naming the flag, before loading', async () => {
   const env = { LD_LIBRARY_PATH: fakeDir, FAKE_CUDA_REPORT: '1', FAKE_CUDA_DEVICES: '2', FAKE_CUDA_NO_FD_HANDLES: '1' };
   const socketDir = freshSocketDir();

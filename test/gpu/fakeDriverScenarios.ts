@@ -20,6 +20,8 @@ import { openCuda } from '../../src/client/segmentAccess.js';
 import { expectedFingerprint } from '../../src/client/expectedFingerprint.js';
 import { WeightdClient } from '../../src/client/weightdClient.js';
 import { socketPathFor } from '../../src/serve/socketDir.js';
+import { KeeperClient } from '../../src/keeper/keeperClient.js';
+import { KEEPER_SOCKET_NAME } from '../../src/keeper/keeperSocketPath.js';
 import { expectedRank } from '../serve/checkpointOracle.js';
 import type { StateReply } from '../../src/serve/protocol.js';
 import { faultyRankWorker, type RankFault } from '../actors/fixtures/faultyRankWorker.js';
@@ -660,6 +662,45 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
       return { states: node.status().ranks.map((r) => r.state), handles: [...new Set(handles)], mismatched, fdsLeft: openVmmFds() };
     } finally {
       await node.stop('test');
+    }
+  },
+
+  /**
+   * A node with --cuda-handles fd and a spawned keeper, stopped and started again: the second
+   * adopts both ranks' VMM descriptors from the keeper (the fake driver's memory outlives the
+   * first node as the keeper's descriptors do the real driver's) and serves the same bytes.
+   */
+  async daemonFdRestart() {
+    const socketDir = freshSocketDir();
+    const options = { model: exampleModel, tensorParallelSize: 2, device: 'cuda', cudaHandles: 'fd', socketDir, keeper: { mode: 'spawn', adoptWithinS: 60 }, logger: pino({ level: 'silent' }) } as const;
+    const keeper = new KeeperClient(join(socketDir, KEEPER_SOCKET_NAME));
+    try {
+      const first = await startNode(options);
+      await first.ready;
+      while (!first.status().ranks.every((r) => r.kept)) await new Promise((r) => setTimeout(r, 10));
+      await first.stop('test');
+      const second = await startNode(options);
+      const mismatched: string[] = [];
+      try {
+        await second.ready;
+        const probe = await cudaProbe();
+        for (const rank of [0, 1]) {
+          const client = await WeightdClient.connect(socketPathFor(socketDir, probe.devices[rank]!.uuid));
+          const copied = await client.copy(await expectedFingerprint(exampleModel, 2, rank));
+          if (copied.status !== 'copied') throw new Error(`rank ${rank}: ${JSON.stringify(copied)}`);
+          for (const [name, want] of expectedRank(exampleModel, 2, rank)) {
+            const data = copied.tensors[name]?.data;
+            if (!data || !Buffer.from(data.buffer, data.byteOffset, data.byteLength).equals(want.bytes)) mismatched.push(`rank ${rank} ${name}`);
+          }
+          client.close();
+        }
+        return { sources: second.status().ranks.map((r) => r.source?.from), kept: second.status().ranks.map((r) => r.kept), mismatched };
+      } finally {
+        await second.stop('test');
+      }
+    } finally {
+      const pid = await keeper.ping().then((p) => p.pid, () => undefined);
+      if (pid !== undefined) process.kill(pid, 'SIGTERM');
     }
   },
 

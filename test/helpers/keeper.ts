@@ -25,6 +25,16 @@ export interface TestKeeper {
 }
 
 /** Polls `check` every 10 ms until it returns true; fails after `boundMs` naming `what` (a function: what was last seen). */
+/** Whether a process of this pid exists (kill 0). */
+export function processAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
 export async function waitUntil(what: string | (() => string), check: () => boolean | Promise<boolean>, boundMs = 20_000): Promise<void> {
   const deadline = Date.now() + boundMs;
   while (!(await check())) {

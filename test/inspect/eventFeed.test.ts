@@ -118,7 +118,7 @@ test('segment handles and other objects never reach the feed', () => {
   const text = JSON.stringify(feed.recent());
   assert.not.ok(text.includes(SECRET_HANDLE), 'no IPC handle in the feed');
   const loaded = feed.recent().find((e) => e.type === 'RANK_LOADED')!;
-  assert.equal(loaded.data, { localRank: 0, device: { backend: 'host', index: 0, uuid: 'fake-0', name: 'fake' }, segments: 1, bytes: 256, seconds: 0.5, source: { from: 'checkpoint' } });
+  assert.equal(loaded.data, { localRank: 0, device: { backend: 'host', index: 0, uuid: 'fake-0', name: 'fake' }, segments: 1, bytes: 256, seconds: 0.5 });
   const prepared = feed.recent().find((e) => e.type === 'xstate.done.actor.prepare')!;
   assert.not.ok('output' in prepared.data, 'the prepared plan (locks, file paths) is left out');
 });

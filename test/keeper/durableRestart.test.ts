@@ -11,7 +11,8 @@ import * as assert from 'uvu/assert';
 import { expectedFingerprint, findSocket } from '../../src/client/index.js';
 import { KeeperClient } from '../../src/keeper/keeperClient.js';
 import { KEEPER_SOCKET_NAME } from '../../src/keeper/keeperSocketPath.js';
-import { startDaemon, type DaemonOptions } from '../helpers/daemon.js';
+import { startDaemon, type Daemon, type DaemonOptions } from '../helpers/daemon.js';
+import { processAlive as alive, waitUntil as until } from '../helpers/keeper.js';
 import { exampleModel, freshSocketDir, repoRoot } from '../helpers/paths.js';
 import { expectedRank } from '../serve/checkpointOracle.js';
 import { PYTHON, runClient, startHolder } from '../client/runClient.js';
@@ -31,23 +32,6 @@ process.on('exit', () => {
     }
   }
 });
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-}
-
-async function until(what: string, ok: () => boolean | Promise<boolean>, ms = 20_000): Promise<void> {
-  const end = Date.now() + ms;
-  while (!(await ok())) {
-    if (Date.now() > end) throw new Error(`${what}: not within ${ms} ms`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
 
 /** A node's setup that a second daemon can restart: same devices, same socket dir, same keeper. */
 function setup(tp = 1, adoptWithinS = 30): { opts: DaemonOptions; keeper: KeeperClient; socketDir: string } {
@@ -94,22 +78,37 @@ async function assertServesCheckpoint(socketDir: string, tp: number, lang: 'ts' 
   }
 }
 
+/** Waits until the keeper holds `n` records (the ranks' shards). */
+async function kept(keeper: KeeperClient, n: number): Promise<void> {
+  await until(`the keeper holds ${n} shard(s)`, async () => (await keeper.list().catch(() => [])).length === n);
+}
+
+/**
+ * Starts the next daemon of a node and checks it adopted every rank (or none) and serves the
+ * checkpoint's bytes from the first READY on; then stops it, unless the test wants it running.
+ */
+async function restart(opts: DaemonOptions, socketDir: string, adopted: boolean, lang: 'ts' | 'python' = 'ts'): Promise<Daemon> {
+  const tp = opts.tp ?? 1;
+  const next = await startDaemon(opts);
+  assert.match(next.stderr(), new RegExp(`"adoptedRanks":${adopted ? tp : 0}[,}]`));
+  await assertServesCheckpoint(socketDir, tp, lang);
+  return next;
+}
+
 test('kill -9 while serving: the next daemon adopts every rank without reading the checkpoint, and serves the same bytes', async () => {
   const { opts, keeper, socketDir } = setup(2);
   try {
     const first = await startDaemon(opts);
     const loadedChars = readChars(first.pid);
-    await until('both ranks kept', async () => (await keeper.list()).length === 2);
+    await kept(keeper, 2);
     assert.equal(weightdFilesInDevShm(), [], 'no named file in /dev/shm while serving');
     await first.kill9();
-    const second = await startDaemon(opts);
+    const second = await restart(opts, socketDir, true, 'python');
     const adoptedChars = readChars(second.pid);
     const checkpointBytes = readdirSync(exampleModel).filter((f) => f.endsWith('.safetensors')).reduce((n, f) => n + readFileSync(join(exampleModel, f)).length, 0);
     // The first read every byte of the checkpoint; the second only headers and content samples.
     assert.ok(loadedChars - adoptedChars > 0.9 * checkpointBytes, `loading read ${loadedChars} chars, adopting ${adoptedChars}: the difference is the checkpoint's ${checkpointBytes}`);
-    assert.match(second.stderr(), /"adoptedRanks":2/);
     await assertServesCheckpoint(socketDir, 2, 'ts');
-    await assertServesCheckpoint(socketDir, 2, 'python');
     assert.equal(weightdFilesInDevShm(), []);
     await second.stop();
   } finally {
@@ -121,15 +120,12 @@ test('a clean stop (SIGTERM, as systemctl restart does) keeps the shards too, an
   const { opts, keeper, socketDir } = setup(1);
   try {
     const first = await startDaemon(opts);
-    await until('kept', async () => (await keeper.list()).length === 1);
+    await kept(keeper, 1);
     assert.equal((await first.stop()).code, 0);
-    const kept = await keeper.list();
-    assert.is(kept.length, 1, 'the keeper still holds the shard after the daemon stopped');
-    assert.is(kept[0]!.ownerAlive, false);
-    const second = await startDaemon(opts);
-    assert.match(second.stderr(), /"adoptedRanks":[1-9]/);
-    await assertServesCheckpoint(socketDir, 1);
-    await second.stop();
+    const records = await keeper.list();
+    assert.is(records.length, 1, 'the keeper still holds the shard after the daemon stopped');
+    assert.is(records[0]!.ownerAlive, false);
+    await (await restart(opts, socketDir, true)).stop();
   } finally {
     await killKeeper(keeper);
   }
@@ -139,14 +135,12 @@ test('kill -9 while a client holds a mapping: the client keeps reading, and the 
   const { opts, keeper, socketDir } = setup(1);
   try {
     const first = await startDaemon(opts);
-    await until('kept', async () => (await keeper.list()).length === 1);
+    await kept(keeper, 1);
     const socket = await findSocket({ socketDir, globalRank: 0 });
     const holder = await startHolder('python', socket, await expectedFingerprint(exampleModel, 1, 0));
     try {
       await first.kill9();
-      const second = await startDaemon(opts);
-      assert.match(second.stderr(), /"adoptedRanks":[1-9]/);
-      await assertServesCheckpoint(socketDir, 1, 'python');
+      const second = await restart(opts, socketDir, true, 'python');
       assert.ok(holder.child.exitCode === null, 'the client that held a mapping through the crash is still running');
       await second.stop();
     } finally {
@@ -163,10 +157,7 @@ test('kill -9 while loading: nothing was kept, the restart loads from the checkp
     // Stopped as soon as the load starts, before the rank can be kept.
     const first = await startDaemon({ ...opts, until: /checkpoint planned/ });
     await first.kill9();
-    const second = await startDaemon(opts);
-    assert.not.match(second.stderr(), /"adoptedRanks":[1-9]/);
-    await assertServesCheckpoint(socketDir, 1);
-    await second.stop();
+    await (await restart(opts, socketDir, false)).stop();
   } finally {
     await killKeeper(keeper);
   }
@@ -176,18 +167,17 @@ test('kill -9 of the keeper: the daemon keeps serving, starts another keeper and
   const { opts, keeper, socketDir } = setup(1);
   try {
     const daemon = await startDaemon(opts);
-    await until('kept', async () => (await keeper.list()).length === 1);
+    await kept(keeper, 1);
     const firstKeeper = await keeperPid(keeper);
     await killKeeper(keeper);
     await assertServesCheckpoint(socketDir, 1);
-    await until('a new keeper holds the shard', async () => (await keeper.list().catch(() => [])).length === 1);
+    await kept(keeper, 1);
     assert.is.not(await keeperPid(keeper), firstKeeper);
+    await daemon.waitFor(/"msg":"a keeper answers again: the ranks keep their shards there"/);
+    assert.match(daemon.stderr(), /"msg":"the keeper ended: every shard stays served/);
     // And that keeper's copy is what a restart adopts.
     await daemon.kill9();
-    const second = await startDaemon(opts);
-    assert.match(second.stderr(), /"adoptedRanks":[1-9]/);
-    await assertServesCheckpoint(socketDir, 1);
-    await second.stop();
+    await (await restart(opts, socketDir, true)).stop();
   } finally {
     await killKeeper(keeper);
   }
@@ -197,15 +187,12 @@ test('both killed: the memory is gone with them, the restart loads from the chec
   const { opts, keeper, socketDir } = setup(1);
   try {
     const daemon = await startDaemon(opts);
-    await until('kept', async () => (await keeper.list()).length === 1);
+    await kept(keeper, 1);
     const pid = await keeperPid(keeper);
     process.kill(pid, 'SIGKILL');
     await daemon.kill9();
     await until('keeper gone', () => !alive(pid));
-    const second = await startDaemon(opts);
-    assert.not.match(second.stderr(), /"adoptedRanks":[1-9]/);
-    await assertServesCheckpoint(socketDir, 1);
-    await second.stop();
+    await (await restart(opts, socketDir, false)).stop();
   } finally {
     await killKeeper(keeper);
   }
@@ -220,7 +207,7 @@ test('a corrupt or foreign record is refused by name, dropped, and the rank load
     try {
       // Started once to learn the device and fingerprint, then stopped and the record replaced.
       const first = await startDaemon(opts);
-      await until('kept', async () => (await keeper.list()).length === 1);
+      await kept(keeper, 1);
       await first.stop();
       const [entry] = await keeper.list();
       // Any descriptor will do as the foreign record's segment: the keeper never looks inside.
@@ -232,7 +219,7 @@ test('a corrupt or foreign record is refused by name, dropped, and the rank load
       assert.not.match(second.stderr(), /"adoptedRanks":[1-9]/, what);
       await assertServesCheckpoint(socketDir, 1);
       // The refused record was dropped; the rank's own shard is kept in its place.
-      await until('kept again', async () => (await keeper.list()).length === 1);
+      await kept(keeper, 1);
       assert.not.equal((await keeper.list())[0]!.record, record);
       await second.stop();
     } finally {
@@ -245,7 +232,7 @@ test('a client that maps a segment the keeper has freed keeps reading the same b
   const { opts, keeper, socketDir } = setup(1, 1);
   try {
     const daemon = await startDaemon(opts);
-    await until('kept', async () => (await keeper.list()).length === 1);
+    await kept(keeper, 1);
     const socket = await findSocket({ socketDir, globalRank: 0 });
     const expected = await expectedFingerprint(exampleModel, 1, 0);
     const holder = spawn(PYTHON, [join(repoRoot, 'test/client/client_script.py'), 'hold_hash', socket, JSON.stringify(expected)], { stdio: ['pipe', 'pipe', 'inherit'] });

@@ -8,19 +8,10 @@ import { fileURLToPath } from 'node:url';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { KeeperClient, startKeeper } from '../../src/keeper/keeperClient.js';
-import { memfdWith, startTestKeeper, waitUntil } from '../helpers/keeper.js';
+import { memfdWith, processAlive as alive, startTestKeeper, waitUntil } from '../helpers/keeper.js';
 import { runFixture } from '../helpers/runFixture.js';
 
 const keepAndExit = fileURLToPath(new URL('./fixtures/keepAndExit.js', import.meta.url));
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-}
 
 test('--exit-when-empty: exits 0 once its last record has expired and nobody is connected, removing its socket', async () => {
   const keeper = await startTestKeeper(['--exit-when-empty', '--adopt-within', '1']);
