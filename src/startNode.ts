@@ -95,13 +95,14 @@ export async function startNode(options: NodeOptions, { rankWorker = rankWorkerM
   const workers = new WorkerRegistry();
   const servers = new ServerRegistry();
   const feed = new EventFeed();
-  // Found or started before the ranks load, so that they can adopt what it holds.
+  // Found or started while the node plans (prepareNode waits for it), so that the ranks can
+  // adopt what it holds. start() never rejects: a node without its keeper still serves.
   const keeper =
     config.keeper.mode === 'off'
       ? undefined
       : new KeeperLink({ ...config.keeper, mode: config.keeper.mode, socket: keeperSocketPath(config, resolveSocketDir(config.socketDir)), log, onBack: () => workers.broadcast({ type: 'KEEP_AGAIN' }) });
-  await keeper?.start();
-  const actor = createActor(supervisorMachine.provide({ actors: nodeActors }), { input: { config, log, rankWorker, workers, servers }, inspect: feed.inspect });
+  const keeperReady = keeper?.start();
+  const actor = createActor(supervisorMachine.provide({ actors: nodeActors }), { input: { config, log, rankWorker, workers, servers, keeperReady }, inspect: feed.inspect });
   const status = () => statusOf(actor.getSnapshot(), config, servers, keeper);
   const metrics = new NodeMetrics({ status, feed, states: drawnChart('supervisor').states.map((s) => s.key) });
   // Bound before the machine starts: a port in use fails the start in milliseconds. A group's

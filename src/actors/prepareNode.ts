@@ -19,6 +19,8 @@ import type { RankKeeping } from './rankMessages.js';
 export interface PrepareInput {
   config: NodeConfig;
   log: Logger;
+  /** The keeper being found or started meanwhile (SupervisorInput.keeperReady). */
+  keeperReady?: Promise<void>;
 }
 
 export interface Prepared {
@@ -67,6 +69,8 @@ export const prepareNode = fromPromise<Prepared, PrepareInput>(async ({ input, s
       if (fill.direct) log.info({ cachedShare: share, fill }, `the page cache holds ${percent}% of the checkpoint: reading it with O_DIRECT (a cold start)`);
       else log.debug({ cachedShare: share }, `the page cache holds ${percent}% of the checkpoint: reading it through the cache`);
     }
+    // Found or started while the checkpoint was planned; the ranks take from it next.
+    await input.keeperReady;
     const keeper = config.keeper.mode === 'off' ? undefined : { socket: keeperSocketPath(config, socketDir), model: config.modelDir, writer: `weightd ${VERSION}` };
     return { plan, devices, visibleDevices: visible, socketDir, locks, fill, keeper };
   } catch (err) {

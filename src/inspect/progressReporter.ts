@@ -86,18 +86,23 @@ export class ProgressReporter {
       const r = this.#o.status().ranks.find((x) => x.localRank === e.data.localRank);
       if (!r) return;
       const p = rankProgress(r);
+      const source = r.source?.from ?? 'checkpoint';
+      // Adopted bytes were not copied: a rate would be the keeper's hand-over, not a load.
       this.#logInfo(
-        { globalRank: r.globalRank, localRank: r.localRank, bytes: p.bytes, seconds: p.seconds, bytesPerSecond: p.bytesPerSecond },
-        `rank ${r.globalRank} loaded ${formatBytes(p.bytes)} in ${formatSeconds(p.seconds)} (${formatRate(p.bytesPerSecond)})`,
+        { globalRank: r.globalRank, localRank: r.localRank, bytes: p.bytes, seconds: p.seconds, bytesPerSecond: p.bytesPerSecond, source },
+        source === 'keeper'
+          ? `rank ${r.globalRank} adopted ${formatBytes(p.bytes)} from the keeper in ${formatSeconds(p.seconds)} (kept ${formatSeconds((r.source as { ageMs: number }).ageMs / 1000)} ago)`
+          : `rank ${r.globalRank} loaded ${formatBytes(p.bytes)} in ${formatSeconds(p.seconds)} (${formatRate(p.bytesPerSecond)})`,
       );
     }
     if (e.from === 'loading') {
       const status = this.#o.status();
       if (e.state === 'serving') {
         const p = nodeProgress(status.ranks);
+        const adopted = status.ranks.filter((r) => r.source?.from === 'keeper').length;
         this.#logInfo(
-          { bytes: p.bytes, seconds: p.seconds, bytesPerSecond: p.bytesPerSecond, ranks: status.ranks.length },
-          `all ${status.ranks.length} local ranks loaded: ${formatBytes(p.bytes)} in ${formatSeconds(p.seconds)} (${formatRate(p.bytesPerSecond)})`,
+          { bytes: p.bytes, seconds: p.seconds, bytesPerSecond: p.bytesPerSecond, ranks: status.ranks.length, adoptedRanks: adopted },
+          `all ${status.ranks.length} local ranks loaded: ${formatBytes(p.bytes)} in ${formatSeconds(p.seconds)} (${adopted === status.ranks.length ? 'adopted from the keeper' : formatRate(p.bytesPerSecond)})`,
         );
       }
       this.#clearBar();

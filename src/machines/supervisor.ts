@@ -28,6 +28,11 @@ export interface SupervisorInput {
   rankWorker: URL;
   workers: WorkerRegistry;
   servers: ServerRegistry;
+  /**
+   * Settles once the node's keeper was found or started (or found missing): preparing the node
+   * waits for it after planning, so the ranks can adopt what it holds. Absent with --keeper off.
+   */
+  keeperReady?: Promise<void>;
 }
 
 export interface SupervisorContext extends SupervisorInput {
@@ -296,7 +301,7 @@ export const supervisorMachine = supervisorSetup.createMachine({
       invoke: {
         id: 'prepare',
         src: 'prepareNode',
-        input: ({ context }) => ({ config: context.config, log: context.log }),
+        input: ({ context }) => ({ config: context.config, log: context.log, keeperReady: context.keeperReady }),
         onDone: { target: 'rendezvous', actions: { type: 'storePrepared', params: ({ event }) => ({ prepared: event.output }) } },
         onError: [
           { guard: 'hasGroupToTell', target: 'reportingFailure', actions: { type: 'recordFailure', params: ({ event }) => ({ error: event.error }) } },
