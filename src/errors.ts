@@ -101,6 +101,7 @@ export type ErrorCode =
   | 'E_RELEASED'
   | 'E_RELEASE_FAILED'
   | 'E_RELEASING'
+  | 'E_SEGMENT_TOO_LARGE'
   | 'E_SERVE_CLOSED'
   | 'E_SHARD_BAD_DIM'
   | 'E_SHARD_FUSED_PARTS'

@@ -5,11 +5,14 @@
 // from get_segment_fds, opened once per segment, not per tensor, so attach time does not grow
 // with the tensor count. The addon is loaded here, on the first mapping, not when the client is
 // imported (src/native/addon.ts says why).
+import { constants } from 'node:buffer';
 import { DeviceError, ProtocolError } from '../errors.js';
 import { addon } from '../native/addon.js';
 import { CudaIpcSegment, cudaProbe } from '../native/cuda.js';
 import type { SegmentRef, StateReply, TensorMeta } from '../serve/protocol.js';
 import { tensorArray, type TensorArray } from './tensorViews.js';
+
+const MAX_LENGTH = constants.MAX_LENGTH;
 
 export interface HostTensor {
   dtype: string;
@@ -50,6 +53,21 @@ export interface OpenedHost {
 }
 
 /**
+ * A mapping is one ArrayBuffer, and this Node's V8 takes no external ArrayBuffer longer than
+ * buffer.constants.MAX_LENGTH (4 GiB on Node 20; a larger one aborts the process inside
+ * Node-API instead of failing): a rank's segment beyond it is refused here, by name.
+ */
+function checkMappable(segment: number, bytes: number): void {
+  if (bytes > MAX_LENGTH) {
+    throw new DeviceError(
+      'E_SEGMENT_TOO_LARGE',
+      `segment ${segment} holds ${bytes} bytes, more than one ArrayBuffer can in Node ${process.versions.node} (${MAX_LENGTH}); attach from Python (weightd_client), or from a Node whose buffer.constants.MAX_LENGTH is larger`,
+      { segment, bytes, maxBytes: MAX_LENGTH },
+    );
+  }
+}
+
+/**
  * Maps every segment from its descriptor in `fds` (segment number -> fd, from segmentFds) and
  * closes every one of those descriptors, whatever happens; `copy` copies each tensor out and
  * unmaps before returning.
@@ -63,6 +81,7 @@ export function openHost(state: StateReply, copy: boolean, fds: Map<number, numb
     for (const s of [...state.segments].sort((a, b) => a.segment - b.segment)) {
       const fd = fds.get(s.segment);
       if (fd === undefined) throw new ProtocolError('E_BAD_MANIFEST', `the daemon sent no descriptor for segment ${s.segment}`, { segment: s.segment });
+      checkMappable(s.segment, s.bytes);
       buffers[s.segment] = addon().mapShared(fd, s.bytes);
     }
     const tensors = byName(state, (t) => {
