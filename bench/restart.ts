@@ -8,6 +8,7 @@
 //   attach:  a fresh Python process attaching to the adopting daemon (first attach, and a second);
 //   RSS:     each daemon's peak (VmHWM) and the keeper's, from their own /proc.
 // Usage: node dist/bench/restart.js --model DIR --out DIR [--device host|cuda] [--runs 3] [--tp 1]
+//        [--cuda-handles fd] (cuda: only VMM descriptors can be kept; legacy IPC handles cannot)
 // Writes raw.jsonl, daemon.jsonl and summary.json into --out, a new folder.
 import { spawn, spawnSync } from 'node:child_process';
 import { appendFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
@@ -25,6 +26,7 @@ const { values } = parseArgs({
     device: { type: 'string', default: 'host' },
     runs: { type: 'string', default: '3' },
     tp: { type: 'string', default: '1' },
+    'cuda-handles': { type: 'string', default: 'fd' },
   },
 });
 if (!values.out) throw new Error('--out DIR is required (a new folder, e.g. bench/results/<date>-<machine>-restart)');
@@ -53,6 +55,7 @@ interface Ready {
 function startDaemon(run: number, which: string, socketDir: string, devices: string): Promise<Ready> {
   const t0 = performance.now();
   const args = [mainJs, '--model', model, '-tp', String(tp), '--device', device, '--weight-cache-socket-dir', socketDir, '--keeper', 'spawn'];
+  if (device === 'cuda') args.push('--cuda-handles', values['cuda-handles']!);
   const child = spawn(process.execPath, args, { stdio: ['ignore', 'ignore', 'pipe'], env: { ...process.env, WEIGHTD_HOST_DEVICES: devices } });
   const exited = new Promise<void>((done) => child.on('close', () => done()));
   let log = '';
