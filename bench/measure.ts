@@ -1,7 +1,8 @@
-// What more than one benchmark measures the same way: a process's peak RSS from its own /proc,
-// the first attach in a fresh Python process, and the median of a run's figures.
-import { spawnSync } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+// What more than one benchmark measures the same way: a daemon's wall clock from spawn to its
+// READY line, a process's peak RSS from its own /proc, the first attach in a fresh Python
+// process, and the median of a run's figures.
+import { spawn, spawnSync } from 'node:child_process';
+import { appendFileSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { repoRoot } from '../test/helpers/paths.js';
 
@@ -31,4 +32,42 @@ print(json.dumps({"firstMs": (t1 - t0) * 1e3, "secondMs": (t3 - t2) * 1e3, "tens
   const r = spawnSync(python, ['-c', script, socketDir], { encoding: 'utf8', env: { ...process.env, PYTHONPATH: [join(repoRoot, 'clients/python'), process.env.PYTHONPATH].filter(Boolean).join(':') } });
   if (r.status !== 0) throw new Error(`attach failed: ${r.stderr}`);
   return JSON.parse(r.stdout.trim().split('\n').pop()!) as { firstMs: number; secondMs: number; tensors: number };
+}
+
+export interface ReadyDaemon {
+  /** Spawn to the READY line, in ms. */
+  wallMs: number;
+  pid: number;
+  /** Its log lines so far, parsed (JSON lines off a terminal). */
+  lines(): Array<{ msg: string; sinceStartMs: number } & Record<string, unknown>>;
+  /** SIGTERM, then appends every log line, with `tag`'s fields, to `logFile`. */
+  stop(logFile: string, tag: Record<string, unknown>): Promise<void>;
+}
+
+/** Spawns `command` (a daemon) and resolves at its READY line; rejects if it exits before. */
+export function spawnUntilReady(command: string[], env: NodeJS.ProcessEnv): Promise<ReadyDaemon> {
+  const t0 = performance.now();
+  const child = spawn(command[0]!, command.slice(1), { stdio: ['ignore', 'ignore', 'pipe'], env });
+  const exited = new Promise<void>((done) => child.on('close', () => done()));
+  let log = '';
+  const lines = () => log.trim().split('\n').map((l) => JSON.parse(l) as { msg: string; sinceStartMs: number } & Record<string, unknown>);
+  return new Promise((resolveReady, reject) => {
+    child.on('close', (code) => reject(new Error(`daemon exited ${code} before READY:\n${log}`)));
+    child.stderr.setEncoding('utf8').on('data', (d: string) => {
+      const wasReady = log.includes('"ready":true');
+      log += d;
+      if (wasReady || !log.includes('"ready":true')) return;
+      resolveReady({
+        wallMs: performance.now() - t0,
+        pid: child.pid!,
+        lines,
+        stop: async (logFile, tag) => {
+          child.kill('SIGTERM');
+          await exited;
+          // Each daemon line as it wrote it, with the run it belongs to.
+          appendFileSync(logFile, lines().map((l) => `${JSON.stringify({ ...tag, ...l })}\n`).join(''));
+        },
+      });
+    });
+  });
 }

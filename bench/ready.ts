@@ -10,13 +10,13 @@
 // Usage: node dist/bench/ready.js --model DIR --out DIR [--device host|cuda] [--runs 3]
 // Writes raw.jsonl (one line per measurement), daemon.jsonl (each daemon's log, by run) and
 // summary.json (medians) into --out, which must not exist yet: every run keeps its own folder.
-import { spawn, spawnSync } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import { appendFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { exampleModel, mainJs } from '../test/helpers/paths.js';
-import { attachInFreshProcess, median, peakRss } from './measure.js';
+import { attachInFreshProcess, median, peakRss, spawnUntilReady } from './measure.js';
 
 const { values } = parseArgs({
   options: { model: { type: 'string', default: exampleModel }, out: { type: 'string' }, device: { type: 'string', default: 'host' }, runs: { type: 'string', default: '3' } },
@@ -46,43 +46,24 @@ interface Ready {
 }
 
 /** Spawns the daemon and resolves at its READY line, with the run's figures; stop() ends it. */
-function startDaemon(run: number): Promise<Ready> {
+async function startDaemon(run: number): Promise<Ready> {
   const socketDir = mkdtempSync(join(tmpdir(), 'wd-bench-'));
-  const t0 = performance.now();
-  const child = spawn(daemon[0]!, [...daemon.slice(1), '--model', model, '--device', device, '--weight-cache-socket-dir', socketDir], {
-    stdio: ['ignore', 'ignore', 'pipe'],
-    env: { ...process.env, WEIGHTD_HOST_DEVICES: `bench-${process.pid}-${run}` },
-  });
-  const exited = new Promise<void>((done) => child.on('close', () => done()));
-  let log = '';
-  return new Promise((resolveReady, reject) => {
-    child.on('close', (code) => reject(new Error(`daemon exited ${code} before READY:\n${log}`)));
-    child.stderr.setEncoding('utf8').on('data', (d: string) => {
-      const wasReady = log.includes('"ready":true');
-      log += d;
-      if (wasReady || !log.includes('"ready":true')) return;
-      const wallMs = performance.now() - t0;
-      const phases: Record<string, number> = {};
-      for (const line of log.trim().split('\n')) {
-        const l = JSON.parse(line) as { msg: string; sinceStartMs: number };
-        const phase = /^(CUDA devices|no CUDA device|checkpoint planned|single node: rank table|all \d+ local ranks loaded|READY)/.exec(l.msg)?.[1];
-        if (phase) phases[phase.replace(/\d+ /, '')] = l.sinceStartMs;
-      }
-      resolveReady({
-        wallMs,
-        phases,
-        peakRssBytes: peakRss(child.pid!),
-        socketDir,
-        stop: async () => {
-          child.kill('SIGTERM');
-          await exited;
-          // Each daemon line as it wrote it, with the run it belongs to.
-          appendFileSync(join(out, 'daemon.jsonl'), log.trim().split('\n').map((l) => `${JSON.stringify({ run, ...(JSON.parse(l) as object) })}\n`).join(''));
-          rmSync(socketDir, { recursive: true, force: true });
-        },
-      });
-    });
-  });
+  const d = await spawnUntilReady([...daemon, '--model', model, '--device', device, '--weight-cache-socket-dir', socketDir], { ...process.env, WEIGHTD_HOST_DEVICES: `bench-${process.pid}-${run}` });
+  const phases: Record<string, number> = {};
+  for (const l of d.lines()) {
+    const phase = /^(CUDA devices|no CUDA device|checkpoint planned|single node: rank table|all \d+ local ranks loaded|READY)/.exec(l.msg)?.[1];
+    if (phase) phases[phase.replace(/\d+ /, '')] = l.sinceStartMs;
+  }
+  return {
+    wallMs: d.wallMs,
+    phases,
+    peakRssBytes: peakRss(d.pid),
+    socketDir,
+    stop: async () => {
+      await d.stop(join(out, 'daemon.jsonl'), { run });
+      rmSync(socketDir, { recursive: true, force: true });
+    },
+  };
 }
 
 /** The same files loaded without weightd by a fresh process: wall clock from spawn to done. */

@@ -10,14 +10,14 @@
 // Usage: node dist/bench/restart.js --model DIR --out DIR [--device host|cuda] [--runs 3] [--tp 1]
 //        [--cuda-handles fd] (cuda: only VMM descriptors can be kept; legacy IPC handles cannot)
 // Writes raw.jsonl, daemon.jsonl and summary.json into --out, a new folder.
-import { spawn, spawnSync } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import { appendFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { KeeperClient } from '../src/keeper/keeperClient.js';
 import { exampleModel, mainJs } from '../test/helpers/paths.js';
-import { attachInFreshProcess, median, peakRss } from './measure.js';
+import { attachInFreshProcess, median, peakRss, spawnUntilReady } from './measure.js';
 
 const { values } = parseArgs({
   options: {
@@ -52,34 +52,18 @@ interface Ready {
   stop: () => Promise<void>;
 }
 
-function startDaemon(run: number, which: string, socketDir: string, devices: string): Promise<Ready> {
-  const t0 = performance.now();
-  const args = [mainJs, '--model', model, '-tp', String(tp), '--device', device, '--weight-cache-socket-dir', socketDir, '--keeper', 'spawn'];
+async function startDaemon(run: number, which: string, socketDir: string, devices: string): Promise<Ready> {
+  const args = [process.execPath, mainJs, '--model', model, '-tp', String(tp), '--device', device, '--weight-cache-socket-dir', socketDir, '--keeper', 'spawn'];
   if (device === 'cuda') args.push('--cuda-handles', values['cuda-handles']!);
-  const child = spawn(process.execPath, args, { stdio: ['ignore', 'ignore', 'pipe'], env: { ...process.env, WEIGHTD_HOST_DEVICES: devices } });
-  const exited = new Promise<void>((done) => child.on('close', () => done()));
-  let log = '';
-  return new Promise((resolveReady, reject) => {
-    child.on('close', (code) => reject(new Error(`daemon exited ${code} before READY:\n${log}`)));
-    child.stderr.setEncoding('utf8').on('data', (d: string) => {
-      const wasReady = log.includes('"ready":true');
-      log += d;
-      if (wasReady || !log.includes('"ready":true')) return;
-      const wallMs = performance.now() - t0;
-      const ready = JSON.parse(log.split('\n').find((l) => l.includes('"ready":true'))!) as { adoptedRanks: number };
-      resolveReady({
-        wallMs,
-        peakRssBytes: peakRss(child.pid!),
-        readChars: readChars(child.pid!),
-        adoptedRanks: ready.adoptedRanks,
-        stop: async () => {
-          child.kill('SIGTERM');
-          await exited;
-          appendFileSync(join(out, 'daemon.jsonl'), log.trim().split('\n').map((l) => `${JSON.stringify({ run, which, ...(JSON.parse(l) as object) })}\n`).join(''));
-        },
-      });
-    });
-  });
+  const d = await spawnUntilReady(args, { ...process.env, WEIGHTD_HOST_DEVICES: devices });
+  const ready = d.lines().find((l) => l.ready === true) as unknown as { adoptedRanks: number };
+  return {
+    wallMs: d.wallMs,
+    peakRssBytes: peakRss(d.pid),
+    readChars: readChars(d.pid),
+    adoptedRanks: ready.adoptedRanks,
+    stop: () => d.stop(join(out, 'daemon.jsonl'), { run, which }),
+  };
 }
 
 spawnSync('cat', files, { stdio: ['ignore', 'ignore', 'inherit'] }); // hot page cache for both

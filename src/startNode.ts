@@ -97,12 +97,13 @@ export async function startNode(options: NodeOptions, { rankWorker = rankWorkerM
   const feed = new EventFeed();
   // Found or started while the node plans (prepareNode waits for it), so that the ranks can
   // adopt what it holds. start() never rejects: a node without its keeper still serves.
+  const { mode } = config.keeper;
   const keeper =
-    config.keeper.mode === 'off'
+    mode === 'off'
       ? undefined
-      : new KeeperLink({ ...config.keeper, mode: config.keeper.mode, socket: keeperSocketPath(config, resolveSocketDir(config.socketDir)), log, onBack: () => workers.broadcast({ type: 'KEEP_AGAIN' }) });
-  const keeperReady = keeper?.start();
-  const actor = createActor(supervisorMachine.provide({ actors: nodeActors }), { input: { config, log, rankWorker, workers, servers, keeperReady }, inspect: feed.inspect });
+      : new KeeperLink({ ...config.keeper, mode, socket: keeperSocketPath(config, resolveSocketDir(config.socketDir)), log, onBack: () => workers.broadcast({ type: 'KEEP_AGAIN' }) });
+  const input = { config, log, rankWorker, workers, servers, keeper: keeper && { socket: keeper.socket, ready: keeper.start() } };
+  const actor = createActor(supervisorMachine.provide({ actors: nodeActors }), { input, inspect: feed.inspect });
   const status = () => statusOf(actor.getSnapshot(), config, servers, keeper);
   const metrics = new NodeMetrics({ status, feed, states: drawnChart('supervisor').states.map((s) => s.key) });
   // Bound before the machine starts: a port in use fails the start in milliseconds. A group's

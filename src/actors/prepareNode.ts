@@ -12,15 +12,14 @@ import { cachedShare, localDevices } from '../native/devices.js';
 import { nodeFillOptions } from '../native/fillPolicy.js';
 import { acquireDeviceLock, type DeviceLock } from '../serve/deviceLock.js';
 import { checkSocketPathLength, removeSocketDirIfCreated, resolveSocketDir, socketPathFor } from '../serve/socketDir.js';
-import { keeperSocketPath } from '../keeper/keeperSocketPath.js';
 import { VERSION } from '../version.js';
 import type { RankKeeping } from './rankMessages.js';
 
 export interface PrepareInput {
   config: NodeConfig;
   log: Logger;
-  /** The keeper being found or started meanwhile (SupervisorInput.keeperReady). */
-  keeperReady?: Promise<void>;
+  /** The keeper, found or started meanwhile (SupervisorInput.keeper). */
+  keeper?: { socket: string; ready: Promise<void> };
 }
 
 export interface Prepared {
@@ -70,8 +69,8 @@ export const prepareNode = fromPromise<Prepared, PrepareInput>(async ({ input, s
       else log.debug({ cachedShare: share }, `the page cache holds ${percent}% of the checkpoint: reading it through the cache`);
     }
     // Found or started while the checkpoint was planned; the ranks take from it next.
-    await input.keeperReady;
-    const keeper = config.keeper.mode === 'off' ? undefined : { socket: keeperSocketPath(config, socketDir), model: config.modelDir, writer: `weightd ${VERSION}` };
+    await input.keeper?.ready;
+    const keeper = input.keeper && { socket: input.keeper.socket, model: config.modelDir, writer: `weightd ${VERSION}` };
     return { plan, devices, visibleDevices: visible, socketDir, locks, fill, keeper };
   } catch (err) {
     unlockDevices();

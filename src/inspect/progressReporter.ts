@@ -86,12 +86,12 @@ export class ProgressReporter {
       const r = this.#o.status().ranks.find((x) => x.localRank === e.data.localRank);
       if (!r) return;
       const p = rankProgress(r);
-      const source = r.source?.from ?? 'checkpoint';
+      const source = r.source ?? { from: 'checkpoint' };
       // Adopted bytes were not copied: a rate would be the keeper's hand-over, not a load.
       this.#logInfo(
-        { globalRank: r.globalRank, localRank: r.localRank, bytes: p.bytes, seconds: p.seconds, bytesPerSecond: p.bytesPerSecond, source },
-        source === 'keeper'
-          ? `rank ${r.globalRank} adopted ${formatBytes(p.bytes)} from the keeper in ${formatSeconds(p.seconds)} (kept ${formatSeconds((r.source as { ageMs: number }).ageMs / 1000)} ago)`
+        { globalRank: r.globalRank, localRank: r.localRank, bytes: p.bytes, seconds: p.seconds, bytesPerSecond: p.bytesPerSecond, source: source.from },
+        source.from === 'keeper'
+          ? `rank ${r.globalRank} adopted ${formatBytes(p.bytes)} from the keeper in ${formatSeconds(p.seconds)} (kept ${formatSeconds(source.ageMs / 1000)} ago)`
           : `rank ${r.globalRank} loaded ${formatBytes(p.bytes)} in ${formatSeconds(p.seconds)} (${formatRate(p.bytesPerSecond)})`,
       );
     }

@@ -38,6 +38,10 @@ export class KeeperLink {
     this.#status = { mode: o.mode, socket: o.socket, state: 'starting', since: Date.now(), reconnects: 0 };
   }
 
+  get socket(): string {
+    return this.#o.socket;
+  }
+
   status(): KeeperStatus {
     return { ...this.#status };
   }

@@ -13,11 +13,6 @@ import { checkKeptRecord, encodeKeptRecord, keptRecordFor, type KeptExpectation,
 
 const why = (err: unknown) => (err instanceof Error ? err.message : String(err));
 
-/** The handle type this rank's segments have, or why they cannot be kept. */
-export function keptHandleType(handle: string | undefined): KeptHandleType | undefined {
-  return handle === 'memfd' || handle === 'cuda-fd' ? handle : undefined;
-}
-
 /** The handle type this rank's device will export, or undefined for legacy CUDA IPC handles. */
 export function handleTypeFor(data: RankWorkerData): KeptHandleType | undefined {
   if (data.device.backend === 'host') return 'memfd';
@@ -87,7 +82,7 @@ export async function adoptKept(device: DeviceHandle, data: RankWorkerData, keep
 
 /** Hands the keeper this rank's segments (it keeps its own copies of the descriptors). */
 export async function keepSegments(data: RankWorkerData, keeping: RankKeeping, segments: SegmentExport[]): Promise<void> {
-  const handleType = keptHandleType(segments[0]?.handle);
+  const handleType = handleTypeFor(data);
   if (handleType === undefined || segments.some((s) => s.fd === undefined || s.fd < 0)) {
     throw new Error('this device serves legacy CUDA IPC handles, which no keeper can hold (run with --cuda-handles fd)');
   }

@@ -29,10 +29,11 @@ export interface SupervisorInput {
   workers: WorkerRegistry;
   servers: ServerRegistry;
   /**
-   * Settles once the node's keeper was found or started (or found missing): preparing the node
-   * waits for it after planning, so the ranks can adopt what it holds. Absent with --keeper off.
+   * The node's keeper (absent with --keeper off): its socket, and a promise that settles once it
+   * was found or started (or found missing). Preparing the node waits for it after planning, so
+   * the ranks can adopt what it holds.
    */
-  keeperReady?: Promise<void>;
+  keeper?: { socket: string; ready: Promise<void> };
 }
 
 export interface SupervisorContext extends SupervisorInput {
@@ -301,7 +302,7 @@ export const supervisorMachine = supervisorSetup.createMachine({
       invoke: {
         id: 'prepare',
         src: 'prepareNode',
-        input: ({ context }) => ({ config: context.config, log: context.log, keeperReady: context.keeperReady }),
+        input: ({ context }) => ({ config: context.config, log: context.log, keeper: context.keeper }),
         onDone: { target: 'rendezvous', actions: { type: 'storePrepared', params: ({ event }) => ({ prepared: event.output }) } },
         onError: [
           { guard: 'hasGroupToTell', target: 'reportingFailure', actions: { type: 'recordFailure', params: ({ event }) => ({ error: event.error }) } },
