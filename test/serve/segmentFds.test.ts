@@ -11,11 +11,17 @@ import { addon } from '../../src/native/addon.js';
 import { encodeMessage, FrameDecoder, MAX_REQUEST_BYTES } from '../../src/serve/frameCodec.js';
 import { RankServer } from '../../src/serve/rankServer.js';
 import { makeTempDir, removeDir } from '../helpers/checkpoints.js';
+import { waitUntil } from '../helpers/keeper.js';
 import { openFdCount } from '../helpers/memfds.js';
 import { exampleModel } from '../helpers/paths.js';
 import { loadServedRank } from './servedRankFixture.js';
 
 const log = pino({ level: 'silent' });
+
+/** Waits until the server holds only the test client's own connection. */
+function oneShotsClosed(server: RankServer): Promise<void> {
+  return waitUntil(() => `the server to close the one-shot connections (${server.stats().connections} open)`, () => server.stats().connections === 1);
+}
 
 test('the fds sent are the rank\'s sealed segments, in reply order; refusals send none; nothing leaks', async () => {
   const dir = makeTempDir('segfds');
@@ -40,12 +46,16 @@ test('the fds sent are the rank\'s sealed segments, in reply order; refusals sen
       addon().unmapShared(view);
     }
     for (const fd of fds.values()) addon().closeFd(fd);
+    // The server closes its side of each one-shot request's connection when it sees the client's
+    // end, in its own time (in this same process): the count is compared once it has.
+    await oneShotsClosed(server);
     assert.is(openFdCount(), before, 'closing what came leaves the count as it was');
 
     const refused = await addon().unixRequest(socketPath, encodeMessage({ id: 1, cmd: 'get_segment_fds', leaseId: 'f'.repeat(24) }), [], 5000, 1 << 20);
     const [payload] = new FrameDecoder(MAX_REQUEST_BYTES).push(refused.frame);
     assert.is(JSON.parse(payload!.toString('utf8')).error.code, 'E_NO_LEASE');
     assert.equal(refused.fds, [], 'a refusal carries no descriptor');
+    await oneShotsClosed(server);
     assert.is(openFdCount(), before);
   } finally {
     client.close();
