@@ -5,7 +5,7 @@
 # test/gpu/daemon_suite.py for the scenarios. Needs NVIDIA GPU(s) (2 for the tp=2 scenarios),
 # python3 with torch, safetensors and transformers, build/Release/weightd.node and dist/.
 #   bash test/gpu/daemon-suite.sh [--out-dir DIR] [--ckpt DIR] [--device cuda|host] [--small]
-#                                 [--scenarios checkpoint,tp1,tp2,two-node] [--budget S]
+#                                 [--scenarios checkpoint,tp1,tp2,two-node,restart] [--budget S]
 # Results: DIR/{checkpoint,tp1,tp2,two-node,summary}.json and DIR/processes.log; DIR defaults
 # to $OUT when set (a device call), else test/artifacts/gpu-daemon. Exits non-zero if any
 # scenario did not pass. `--device host --small` runs the same orchestration without a GPU.

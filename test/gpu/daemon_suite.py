@@ -3,7 +3,7 @@
 Llama checkpoint and Python clients (clients/python) check every byte against safetensors.
 
   python3 test/gpu/daemon_suite.py run --out-dir DIR [--device cuda|host] [--ckpt DIR] [--small]
-                                       [--scenarios checkpoint,tp1,tp2,two-node] [--budget S]
+                                       [--scenarios checkpoint,tp1,tp2,two-node,restart] [--budget S]
 
 Scenarios, each independent (one failing does not stop the others), each writing DIR/<name>.json:
   checkpoint  LlamaForCausalLM from a LlamaConfig (random bf16 weights, seed 0) saved with
@@ -16,6 +16,14 @@ Scenarios, each independent (one failing does not stop the others), each writing
               full tensor along the split dim (replicated: the full tensor)
   two-node    two daemons, one GPU each (--nnodes 2 --node-rank 0/1 over 127.0.0.1): both READY,
               group ready, each node's rank equal to torch.chunk; SIGTERM both, exit 0
+  restart     -tp 1 with --keeper spawn (--cuda-handles fd on cuda), through six lives: kill -9 of
+              the daemon while an engine holds its tensors (they stay intact); a restart with the
+              page cache dropped adopts (READY adoptedRanks=1) and reads a tenth of the checkpoint
+              at most (/proc/PID/io), every tensor equal to disk; kill -9 of the keeper (the
+              daemon re-creates one, serves on, and the next life adopts from it); the GPU's
+              memory taken by another process between lives (adoption needs none; with nothing
+              kept, E_OUT_OF_MEMORY); daemon and keeper both killed (the engine's mapping stays);
+              then a load from disk, SIGTERM, no keeper left, GPU memory back to its start
 Also DIR/summary.json and DIR/processes.log (every daemon's and worker's output).
 
 The orchestration uses the standard library only; the workers (same file: make-ckpt, verify,
@@ -358,6 +366,65 @@ def worker_verify(a):
     emit(res)
     return 0 if res["ok"] else 1
 
+
+
+# ----------------------------------------------------------------------------------------------
+# Workers: hold (an engine that keeps its mapping through restarts) and fill (someone else's
+# allocation between two lives of the daemon)
+# ----------------------------------------------------------------------------------------------
+
+def worker_hold(a):
+    """Attaches, keeps every tensor mapped and a private copy of it; then, per line on stdin,
+    compares the mapped tensors with the copy ("check") until "exit". One JSON line per step."""
+    sys.path.insert(0, CLIENT_PATH)
+    from weightd_client import WeightdClient, find_socket
+
+    torch, cuda, dev = setup_torch(a.device_index)
+    client = WeightdClient(find_socket(global_rank=a.rank, socket_dir=a.socket_dir))
+    fp = client.ping()["fingerprint"]
+    att = client.attach(fp, device=a.device_index)
+    handle = att.state["segments"][0]["handle"]
+    handle = handle if handle in ("fd", "cuda-fd") else "ipc"
+    copies = {n: t.clone() for n, t in att.tensors.items()}
+    sync(torch, cuda)
+    emit({"step": "attached", "ok": True, "tensors": len(copies), "handle": handle, "fingerprint": fp})
+    for line in sys.stdin:
+        cmd = line.strip()
+        if cmd == "exit":
+            break
+        differ = [n for n, t in att.tensors.items() if not same_bits(torch, t, copies[n])]
+        sync(torch, cuda)
+        emit({"step": cmd, "ok": not differ, "tensors": len(copies), "differ": differ[:10]})
+    try:
+        copies = None
+        att.detach()
+        detached = True
+    except Exception as err:  # the daemon that leased it may be gone: the mapping is dropped anyway
+        detached = f"{type(err).__name__}: {err}"
+    emit({"step": "exit", "ok": True, "detached": detached})
+    return 0
+
+
+def worker_fill(a):
+    """Takes the GPU's free memory but --leave-bytes, holds it until stdin closes or says exit."""
+    import torch
+
+    torch.cuda.set_device(a.device_index)
+    free, total = torch.cuda.mem_get_info(a.device_index)
+    take = max(0, free - a.leave_bytes)
+    blocks, chunk = [], 1 << 30
+    while take > 0:
+        n = min(chunk, take)
+        blocks.append(torch.empty(n, dtype=torch.uint8, device=f"cuda:{a.device_index}"))
+        take -= n
+    free_after, _ = torch.cuda.mem_get_info(a.device_index)
+    emit({"step": "filled", "ok": True, "freeBefore": free, "freeAfter": free_after, "total": total})
+    for line in sys.stdin:
+        if line.strip() == "exit":
+            break
+    blocks = None
+    emit({"step": "exit", "ok": True})
+    return 0
 
 # ----------------------------------------------------------------------------------------------
 # Worker: model (meta-device model fed the cache's tensors vs from_pretrained)
@@ -723,12 +790,224 @@ class Suite:
             res["fingerprintsEqualTp2"] = [r.get("fingerprint") == t.get("fingerprint") for r, t in zip(ranks, tp2)]
         res["status"] = "pass" if all(r.get("ok") is True for r in ranks) and all(c == 0 for c in codes.values()) else "fail"
 
+    # -- restart (issue 14): the keeper keeps the rank through every kind of death --
+    def keeper_pids(self, sock):
+        """weightd-keeper processes serving this socket dir's keeper.sock (from /proc)."""
+        want = os.path.join(sock, "keeper.sock")
+        pids = []
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    argv = f.read().split(b"\0")
+            except OSError:
+                continue
+            if argv and os.path.basename(argv[0]) == b"weightd-keeper" and want.encode() in argv:
+                pids.append(int(pid))
+        return pids
+
+    def wait_keepers_gone(self, sock, timeout):
+        """True once no keeper of this socket dir runs (an orphaned one is reaped by init)."""
+        deadline = time.monotonic() + timeout
+        while self.keeper_pids(sock):
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.1)
+        return True
+
+    def proc_io(self, pid):
+        with open(f"/proc/{pid}/io") as f:
+            return {k: int(v) for k, v in (l.split(": ") for l in f.read().splitlines())}
+
+    def gpu_used_mib(self):
+        if self.a.device != "cuda":
+            return None
+        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits", "-i", "0"], capture_output=True, text=True, timeout=20).stdout
+        return int(out.strip().splitlines()[0])
+
+    def ready_line(self, d):
+        for line in self.log_text(d).splitlines():
+            if READY_RE.search(line):
+                return json.loads(line)
+        return None
+
+    def drop_caches(self):
+        try:
+            os.sync()
+            with open("/proc/sys/vm/drop_caches", "w") as f:
+                f.write("3\n")
+            return True
+        except OSError:
+            return False
+
+    def talk(self, p, line, timeout):
+        """Writes a line to a hold/fill worker and returns its next JSON line."""
+        if line is not None:
+            p.stdin.write(line + "\n")
+            p.stdin.flush()
+        import select
+        r, _, _ = select.select([p.stdout], [], [], self.budget.limit(timeout))
+        if not r:
+            raise RuntimeError(f"worker {p.args[2]} said nothing within {timeout} s")
+        text = p.stdout.readline()
+        if not text:
+            raise RuntimeError(f"worker {p.args[2]} exited {p.wait()}: {p.stderr.read()[-2000:]}")
+        return json.loads(text)
+
+    def spawn_worker(self, args):
+        cmd = [sys.executable, os.path.abspath(__file__)] + args
+        return subprocess.Popen(cmd, env=self.env("0"), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def s_restart(self, res):
+        """A tp=1 daemon with --keeper spawn (VMM descriptors on cuda) killed and restarted:
+        adoption without reading the checkpoint, bytes equal to disk, an engine holding its
+        mapping through everything, the keeper killed and re-created, GPU memory taken by
+        someone else between lives, and nothing left behind."""
+        self.need_ckpt()
+        sock = os.path.join(self.work, "rs")
+        flags = ["--keeper", "spawn", "--log-level", "debug"] + (["--cuda-handles", "fd"] if self.a.device == "cuda" else [])
+        devices = "host-restart-0"
+        ckpt_bytes = sum(os.path.getsize(f) for f in ckpt_files(self.ckpt))
+        res["checkpointBytes"] = ckpt_bytes
+        res["gpuUsedMiBAtStart"] = self.gpu_used_mib()
+        steps = res["steps"] = []
+        workers = []
+        verify = ["verify", "--rank", "0", "--tp", "1", "--socket-dir", sock, "--ckpt", self.ckpt, "--device-index", "0", "--attach-reps", "3", "--disk-reps", "1"]
+
+        def step(name, ok, **info):
+            steps.append({"step": name, "ok": bool(ok), **info})
+            self.say(f"restart: {name}: {'ok' if ok else 'FAILED'} {json.dumps(info, default=str)[:300]}")
+
+        def life(name, expect_adopted, drop=False):
+            dropped = self.drop_caches() if drop else None
+            d = self.start_daemon(name, sock, 1, "0", devices, flags)
+            seconds = self.wait_for([d], READY_RE, 120, "READY")[name]
+            io = self.proc_io(d["proc"].pid)
+            ready = self.ready_line(d) or {}
+            adopted = ready.get("adoptedRanks")
+            step(f"{name} READY", adopted == expect_adopted, readySeconds=seconds, adoptedRanks=adopted, expected=expect_adopted,
+                 rchar=io.get("rchar"), readBytes=io.get("read_bytes"), cacheDropped=dropped)
+            return d, io
+
+        def kill9(d):
+            d["proc"].kill()
+            d["proc"].wait()
+            self.daemons.remove(d)
+            self.append_log(f"restart: {d['name']} killed -9", self.log_text(d))
+
+        def log_has(d, text, timeout):
+            deadline = time.monotonic() + self.budget.limit(timeout)
+            while time.monotonic() < deadline:
+                if text in self.log_text(d):
+                    return True
+                time.sleep(0.1)
+            return False
+
+        try:
+            a, io1 = life("life1", 0)
+            keepers = self.keeper_pids(sock)
+            step("a keeper was spawned", len(keepers) == 1, pids=keepers)
+            holder = self.spawn_worker(["hold", "--socket-dir", sock, "--device-index", "0"])
+            workers.append(holder)
+            h = self.talk(holder, None, 120)
+            step("an engine attached and holds its tensors", h.get("ok"), tensors=h.get("tensors"), handle=h.get("handle"))
+
+            kill9(a)
+            h = self.talk(holder, "after life1 was killed -9", 60)
+            step("the engine's tensors are intact after kill -9 of the daemon", h.get("ok"), differ=h.get("differ"))
+
+            b, io = life("life2", 1, drop=True)
+            # Adoption reads headers and content samples, not the tensors: at least 90% of the
+            # checkpoint less than the loading life read (both also read Node's and weightd's modules).
+            step("life2 read at most a tenth of the checkpoint (page cache dropped)", io["rchar"] <= io1["rchar"] - 0.9 * ckpt_bytes,
+                 rchar=io["rchar"], readBytes=io["read_bytes"], loadingLifeRchar=io1["rchar"], checkpointBytes=ckpt_bytes)
+            v = self.worker("restart verify life2", verify, 150, visible="0")
+            res["verifyLife2"] = v
+            step("a new engine attaches to life2: every tensor equal to disk", v.get("ok") and v.get("exitCode") == 0,
+                 tensorsChecked=v.get("tensorsChecked"), mismatched=v.get("mismatchedCount"), firstAttachMs=v.get("firstAttachMs"),
+                 attachMsMedian=v.get("attachMsMedian"))
+            h = self.talk(holder, "after life2 READY", 60)
+            step("the first engine's tensors are intact after the restart", h.get("ok"), differ=h.get("differ"))
+
+            old = self.keeper_pids(sock)
+            for pid in old:
+                os.kill(pid, signal.SIGKILL)
+            noticed = log_has(b, "the keeper ended", 30)
+            again = log_has(b, "a keeper answers again", 60)
+            new = [p for p in self.keeper_pids(sock) if p not in old]
+            step("life2 noticed the keeper's kill -9 and re-created one", noticed and again and len(new) == 1, old=old, new=new)
+            v = self.worker("restart verify after keeper kill", verify, 150, visible="0")
+            step("life2 serves on after its keeper was killed", v.get("ok") and v.get("exitCode") == 0, mismatched=v.get("mismatchedCount"))
+
+            kill9(b)
+            if self.a.device == "cuda":
+                # Someone else takes the GPU between two lives: what is kept needs no new memory.
+                filler = self.spawn_worker(["fill", "--device-index", "0", "--leave-bytes", str(3 << 30)])
+                workers.append(filler)
+                f = self.talk(filler, None, 120)
+                step("another process took the GPU's free memory but 3 GiB", f.get("ok"), freeAfter=f.get("freeAfter"))
+            c, _ = life("life3", 1)
+            v = self.worker("restart verify life3", verify, 150, visible="0")
+            step("life3 adopted what the re-created keeper holds: every tensor equal to disk", v.get("ok") and v.get("exitCode") == 0,
+                 mismatched=v.get("mismatchedCount"))
+            if self.a.device == "cuda":
+                self.talk(filler, "exit", 60)
+                filler.wait(timeout=60)
+
+            # Both killed: the kept memory is gone, except what the engine still maps.
+            kill9(c)
+            for pid in self.keeper_pids(sock):
+                os.kill(pid, signal.SIGKILL)
+            gone = self.wait_keepers_gone(sock, 30)
+            h = self.talk(holder, "after the daemon and the keeper were both killed -9", 60)
+            step("an engine still maps its tensors after the keeper that held them died", h.get("ok") and gone, differ=h.get("differ"), keeperGone=gone)
+            self.talk(holder, "exit", 60)
+            holder.wait(timeout=60)
+
+            if self.a.device == "cuda":
+                rank_bytes = res["verifyLife2"].get("rankBytes") or ckpt_bytes
+                filler = self.spawn_worker(["fill", "--device-index", "0", "--leave-bytes", str(rank_bytes // 2)])
+                workers.append(filler)
+                f = self.talk(filler, None, 120)
+                d = self.start_daemon("life4-full", sock, 1, "0", devices, flags)
+                try:
+                    code = d["proc"].wait(timeout=self.budget.limit(90))
+                    self.daemons.remove(d)
+                except subprocess.TimeoutExpired:
+                    code = "still running after 90 s"  # killed at the scenario's end
+                text = self.log_text(d)
+                self.append_log("restart: life4-full", text)
+                step("with nothing kept and the GPU taken, the daemon exits with E_OUT_OF_MEMORY naming the bytes", code not in (0, "still running after 90 s") and "E_OUT_OF_MEMORY" in text,
+                     exitCode=code, freeLeft=f.get("freeAfter"), rankBytes=rank_bytes)
+                self.talk(filler, "exit", 60)
+                filler.wait(timeout=60)
+
+            e, io = life("life5", 0)
+            step("with nothing kept, the next life loads from the checkpoint", io["rchar"] >= ckpt_bytes, rchar=io["rchar"])
+            codes = self.stop_daemons([e], "restart life5")
+            for pid in self.keeper_pids(sock):
+                os.kill(pid, signal.SIGTERM)
+            gone = self.wait_keepers_gone(sock, 30)
+            step("SIGTERM stops the daemon (exit 0) and the keeper; no keeper is left", codes.get("life5") == 0 and gone,
+                 exitCode=codes.get("life5"), keepersLeft=self.keeper_pids(sock))
+            used = self.gpu_used_mib()
+            if used is not None:
+                step("GPU memory is back to its start value", used <= res["gpuUsedMiBAtStart"] + 64, usedMiB=used, atStartMiB=res["gpuUsedMiBAtStart"])
+        finally:
+            for p in workers:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+            for pid in self.keeper_pids(sock):
+                os.kill(pid, signal.SIGKILL)
+        res["status"] = "pass" if steps and all(x["ok"] for x in steps) else "fail"
+
     def run(self):
         # (name, body, seconds of budget it needs, GPUs it needs): a machine with fewer GPUs
         # reports the scenario as skipped, with why, instead of as a failure of weightd.
-        plan = [("checkpoint", self.s_checkpoint, 30, 1), ("tp1", self.s_tp1, 45, 1), ("tp2", self.s_tp2, 30, 2), ("two-node", self.s_two_node, 30, 2)]
+        plan = [("checkpoint", self.s_checkpoint, 30, 1), ("tp1", self.s_tp1, 45, 1), ("tp2", self.s_tp2, 30, 2), ("two-node", self.s_two_node, 30, 2),
+                ("restart", self.s_restart, 60, 1)]
         wanted = self.a.scenarios.split(",")
-        gpus = visible_gpu_count()
+        gpus = visible_gpu_count() if self.a.device == "cuda" else 8  # the host backend simulates its devices
         for name, fn, need, need_gpus in plan:
             if name not in wanted:
                 continue
@@ -757,6 +1036,9 @@ class Suite:
                 row["ranks"] = [{k: x.get(k) for k in ("rank", "ok", "tensorsChecked", "mismatchedCount", "bySplit", "byRole", "attachMsMedian", "ipcHandles")}
                                 for x in r.get("ranks", [])]
                 row["exitCodes"] = r.get("exitCodes") or {name: r.get("daemon", {}).get("exitCode")}
+            if name == "restart":
+                row["steps"] = [{k: v for k, v in x.items() if k in ("step", "ok", "readySeconds", "rchar", "readBytes", "firstAttachMs", "attachMsMedian", "exitCode")}
+                                for x in r.get("steps", [])]
             if r.get("error"):
                 row["error"] = r["error"][:500]
             rows.append(row)
@@ -794,13 +1076,20 @@ def main():
     r.add_argument("--ckpt", help="use this checkpoint instead of writing one")
     r.add_argument("--ckpt-dir", default="/var/tmp/weightd-daemon-suite/ckpt", help="where the checkpoint scenario writes")
     r.add_argument("--small", action="store_true", help="a small model (dry runs)")
-    r.add_argument("--scenarios", default="checkpoint,tp1,tp2,two-node")
+    r.add_argument("--scenarios", default="checkpoint,tp1,tp2,two-node,restart")
     r.add_argument("--budget", type=float, default=float(os.environ.get("WEIGHTD_SUITE_BUDGET_S", "420")))
     r.add_argument("--master-port", type=int, default=29611)
     m = sub.add_parser("make-ckpt")
     m.add_argument("--dir", required=True)
     m.add_argument("--small", action="store_true")
     m.add_argument("--max-shard-size", default="500MB")
+    h = sub.add_parser("hold")
+    h.add_argument("--socket-dir", required=True)
+    h.add_argument("--device-index", type=int, default=0)
+    h.add_argument("--rank", type=int, default=0)
+    f = sub.add_parser("fill")
+    f.add_argument("--device-index", type=int, default=0)
+    f.add_argument("--leave-bytes", type=int, required=True)
     for name in ("verify", "model"):
         w = sub.add_parser(name)
         w.add_argument("--socket-dir", required=True)
@@ -818,6 +1107,10 @@ def main():
         return worker_verify(a)
     if a.cmd == "model":
         return worker_model(a)
+    if a.cmd == "hold":
+        return worker_hold(a)
+    if a.cmd == "fill":
+        return worker_fill(a)
 
     suite = Suite(a)
 
