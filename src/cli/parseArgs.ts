@@ -107,9 +107,8 @@ export function buildProgram(): Command {
     .option('--rendezvous-timeout <seconds>', 'how long to wait for every node', '300')
     .addOption(new Option('--device <backend>', 'device backend').choices(['auto', 'cuda', 'host']).default('auto'))
     .addOption(
-      new Option('--cuda-handles <kind>', 'cuda: how segments are shared; ipc: cuMemAlloc + legacy CUDA IPC handles; fd: VMM memory passed as file descriptors over the socket (docs/protocol.md)')
-        .choices(['ipc', 'fd'])
-        .default('ipc'),
+      new Option('--cuda-handles <kind>', 'cuda: how segments are shared; ipc: cuMemAlloc + legacy CUDA IPC handles; fd: VMM memory passed as file descriptors over the socket (docs/protocol.md). Default: fd with --keeper spawn|external (only descriptors can be kept), else ipc')
+        .choices(['ipc', 'fd']),
     )
     .option('--plan-file <file>', 'JSON sharding plan overriding the built-in rules')
     .option('--layouts <names>', 'layouts to serve, comma-separated: checkpoint (always) and vllm (engine parameter names; docs/sharding.md)', 'checkpoint')

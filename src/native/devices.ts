@@ -52,7 +52,7 @@ function checkFdHandles(probe: CudaProbe, mine: DeviceSlot[]): void {
   for (const slot of mine) {
     const why = probe.devices.find((d) => d.index === slot.index)?.fdHandlesUnsupported;
     if (why !== undefined) {
-      throw new DeviceError('E_CUDA_HANDLES_UNSUPPORTED', `--cuda-handles fd: GPU ${slot.index} (${slot.uuid}): ${why}; use --cuda-handles ipc (the default)`, { device: slot.uuid, reason: why });
+      throw new DeviceError('E_CUDA_HANDLES_UNSUPPORTED', `--cuda-handles fd: GPU ${slot.index} (${slot.uuid}): ${why}; use --cuda-handles ipc (its shards cannot then be kept)`, { device: slot.uuid, reason: why });
     }
   }
 }

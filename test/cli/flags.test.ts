@@ -74,13 +74,16 @@ test('keeper flags reach the options', () => {
   assert.equal(parseArgs([...m, '--keeper', 'external', '--keeper-socket', '/run/weightd-keeper/keeper.sock']).keeper, { mode: 'external', socket: '/run/weightd-keeper/keeper.sock', adoptWithinS: undefined });
 });
 
-test('--cuda-handles reaches the options, ipc by default; the API refuses another kind naming the flag', async () => {
-  assert.is(parseArgs(m).cudaHandles, 'ipc');
+test('--cuda-handles reaches the options: fd by default with a keeper, ipc without; the API refuses another kind naming the flag', async () => {
+  assert.is(parseArgs(m).cudaHandles, undefined);
   assert.is(parseArgs([...m, '--cuda-handles', 'fd']).cudaHandles, 'fd');
   const { resolveNodeOptions } = await import('../../src/nodeOptions.js');
   assert.is((await resolveNodeOptions({ model: exampleModel })).cudaHandles, 'ipc');
+  assert.is((await resolveNodeOptions({ model: exampleModel, keeper: { mode: 'spawn' } })).cudaHandles, 'fd');
+  assert.is((await resolveNodeOptions({ model: exampleModel, keeper: { mode: 'external' } })).cudaHandles, 'fd');
+  assert.is((await resolveNodeOptions({ model: exampleModel, keeper: { mode: 'spawn' }, cudaHandles: 'ipc' })).cudaHandles, 'ipc');
   const err = await resolveNodeOptions({ model: exampleModel, cudaHandles: 'posix' as 'fd' }).then(() => undefined, (e: Error) => e);
-  assert.match(err?.message ?? '', /^--cuda-handles "posix": is not a kind of CUDA handle; use ipc or fd \(default ipc\)/);
+  assert.match(err?.message ?? '', /^--cuda-handles "posix": is not a kind of CUDA handle; use ipc or fd \(default: fd with a keeper, else ipc\)/);
 });
 
 test('--device cuda without a driver exits 2 like a bad flag', async () => {
