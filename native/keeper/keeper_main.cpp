@@ -6,6 +6,7 @@
 // failure, 2 bad usage or socket setup, 3 another keeper already serves PATH.
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
@@ -36,14 +37,16 @@ struct Options {
   std::string socket;
   std::chrono::milliseconds adoptWithin{600'000};
   bool exitWhenEmpty = false;
+  pid_t stopWithParent = 0;
   Level level = Level::Info;
 };
 
 const char* const kUsage =
-    "usage: weightd-keeper --socket PATH [--adopt-within SECONDS] [--exit-when-empty] [--log-level debug|info|warn|error]\n"
+    "usage: weightd-keeper --socket PATH [--adopt-within SECONDS] [--exit-when-empty] [--stop-with-parent PID] [--log-level debug|info|warn|error]\n"
     "  --socket PATH          the Unix socket to serve (its directory must be yours and not group/other-writable)\n"
     "  --adopt-within SECONDS free a record this long after its owner exits, unless taken (default 600)\n"
-    "  --exit-when-empty      exit once no record is held and no client is connected (a keeper the daemon spawned)\n";
+    "  --exit-when-empty      exit once no record is held and no client is connected (a keeper the daemon spawned)\n"
+    "  --stop-with-parent PID stop as on SIGTERM when the parent process PID ends (`weightd keeper`, which runs this as its child)\n";
 
 Options parseOptions(int argc, char** argv) {
   Options o;
@@ -65,6 +68,12 @@ Options parseOptions(int argc, char** argv) {
       o.adoptWithin = std::chrono::milliseconds(static_cast<int64_t>(std::llround(s * 1000)));
     } else if (a == "--exit-when-empty") {
       o.exitWhenEmpty = true;
+    } else if (a == "--stop-with-parent") {
+      std::string v = value("--stop-with-parent");
+      char* end = nullptr;
+      long pid = std::strtol(v.c_str(), &end, 10);
+      if (v.empty() || *end != '\0' || pid < 2) throw SetupError(kExitSetup, "--stop-with-parent " + v + " is not a process id (its parent's pid, 2 or more)");
+      o.stopWithParent = static_cast<pid_t>(pid);
     } else if (a == "--log-level") {
       std::string v = value("--log-level");
       if (!parseLevel(v, o.level)) throw SetupError(kExitSetup, "--log-level " + v + " is not one of debug, info, warn, error");
@@ -86,6 +95,16 @@ void raiseFdLimit() {
     rl.rlim_cur = rl.rlim_max;
     ::setrlimit(RLIMIT_NOFILE, &rl);
   }
+}
+
+// A keeper run by a wrapper (`weightd keeper`) must not outlive it: a wrapper killed with SIGKILL
+// cannot forward the signal, and an orphaned keeper would hold memory and the socket nobody
+// stops. The kernel sends SIGTERM (blocked, so it arrives on the signalfd: the normal stop) when
+// the parent dies; a parent that died before prctl ran is seen by getppid().
+void stopWithParent(pid_t parent) {
+  if (parent == 0) return;
+  if (::prctl(PR_SET_PDEATHSIG, SIGTERM) != 0) throw SetupError(1, std::string("prctl(PR_SET_PDEATHSIG) failed: ") + std::strerror(errno));
+  if (::getppid() != parent) throw SetupError(1, "--stop-with-parent " + std::to_string(parent) + ": that process is not this keeper's parent (it has ended, or the flag names another)");
 }
 
 int signalFd() {
@@ -268,6 +287,7 @@ int main(int argc, char** argv) {
     setLogLevel(options.level);
     raiseFdLimit();
     int sigFd = signalFd();
+    stopWithParent(options.stopWithParent);
     Listener listener = listenOn(options.socket);
     return Keeper(std::move(options), listener, sigFd).run();
   } catch (const SetupError& e) {

@@ -10,7 +10,9 @@ const FORWARDED = ['SIGTERM', 'SIGINT', 'SIGHUP', 'SIGQUIT'] as const;
 
 export function runKeeper(args: string[]): Promise<number> {
   return new Promise((resolve, reject) => {
-    const child = spawn(keeperBinaryPath, args, { stdio: 'inherit' });
+    // --stop-with-parent: the keeper stops when this process ends, also by SIGKILL, which it
+    // could not forward; an orphaned keeper would hold memory and the socket with no one to stop it.
+    const child = spawn(keeperBinaryPath, [...args, '--stop-with-parent', String(process.pid)], { stdio: 'inherit' });
     const forward = (signal: NodeJS.Signals) => child.kill(signal);
     for (const s of FORWARDED) process.on(s, forward);
     child.once('error', (err) =>

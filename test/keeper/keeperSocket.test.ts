@@ -9,10 +9,10 @@ import { join } from 'node:path';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { errorCode } from '../../src/errors.js';
-import { keeperBinaryPath } from '../../src/keeper/keeperClient.js';
+import { KeeperClient, keeperBinaryPath } from '../../src/keeper/keeperClient.js';
 import { encodePing } from '../../src/keeper/keeperProtocol.js';
 import { mainJs } from '../helpers/paths.js';
-import { startTestKeeper, waitUntil } from '../helpers/keeper.js';
+import { processAlive, startTestKeeper, waitUntil } from '../helpers/keeper.js';
 
 const THROWAWAY_UID = 48611; // no account uses it (test/native/resourceLimits.test.ts)
 
@@ -118,6 +118,44 @@ test('weightd keeper runs the keeper in the foreground: a SIGTERM to weightd rea
     assert.not.ok(existsSync(socket));
   } finally {
     cli.kill('SIGKILL');
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('weightd keeper killed with SIGKILL (which it cannot forward): its keeper stops too, frees its records and removes its socket', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'weightd-keeper-'));
+  const socket = join(dir, 'keeper.sock');
+  const cli = spawn(process.execPath, [mainJs, 'keeper', '--socket', socket], { stdio: ['ignore', 'ignore', 'pipe'] });
+  let stderr = '';
+  cli.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+  const exited = new Promise<NodeJS.Signals | null>((resolve) => cli.on('exit', (_code, signal) => resolve(signal)));
+  let keeperPid: number | undefined;
+  try {
+    await waitUntil(() => `the keeper serves (stderr: ${stderr})`, () => stderr.includes('"msg":"keeper serving"'));
+    keeperPid = (await new KeeperClient(socket).ping()).pid;
+    assert.is.not(keeperPid, cli.pid);
+    cli.kill('SIGKILL');
+    assert.is(await exited, 'SIGKILL');
+    await waitUntil(() => `keeper ${keeperPid} ends after its parent (stderr: ${stderr})`, () => !processAlive(keeperPid!));
+    assert.not.ok(existsSync(socket), 'the keeper stopped as on SIGTERM, removing its socket');
+  } finally {
+    cli.kill('SIGKILL');
+    if (keeperPid !== undefined && processAlive(keeperPid)) process.kill(keeperPid, 'SIGKILL');
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('--stop-with-parent naming a process that is not its parent is refused (exit 1), and a bad pid with exit 2', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'weightd-keeper-'));
+  try {
+    const r = runKeeperSync(['--socket', join(dir, 'k.sock'), '--stop-with-parent', '1']);
+    assert.is(r.status, 2, r.stderr);
+    assert.match(r.stderr, /--stop-with-parent 1 is not a process id/);
+    const other = runKeeperSync(['--socket', join(dir, 'k.sock'), '--stop-with-parent', String(process.ppid)]);
+    assert.is(other.status, 1, other.stderr);
+    assert.match(other.stderr, new RegExp(`--stop-with-parent ${process.ppid}: that process is not this keeper's parent`));
+    assert.not.ok(existsSync(join(dir, 'k.sock')));
+  } finally {
     rmSync(dir, { recursive: true, force: true });
   }
 });
