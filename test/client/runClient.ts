@@ -70,6 +70,34 @@ export function startHolder(lang: ClientLanguage, socket: string, expected: Expe
   });
 }
 
+/**
+ * What `child` prints, line by line: `wait(n, what)` resolves once it has printed n lines and
+ * rejects if it exits first. The child's exit is the only bound, with no clock: a loaded
+ * machine may take any time to start Python, and a polling deadline failed there.
+ */
+export function printedLines(child: ChildProcess): { wait(n: number, what: string): Promise<string[]> } {
+  let out = '';
+  let err = '';
+  let exited: number | string | null | undefined;
+  const waiters = new Set<() => void>();
+  const wake = () => waiters.forEach((w) => w());
+  child.stdout!.on('data', (d: Buffer) => ((out += d.toString()), wake()));
+  child.stderr?.on('data', (d: Buffer) => (err += d.toString()));
+  child.on('exit', (code, signal) => ((exited = code ?? signal), wake()));
+  return {
+    wait: (n, what) =>
+      new Promise((resolve, reject) => {
+        const check = () => {
+          const lines = out.split('\n').slice(0, -1);
+          if (lines.length >= n) return waiters.delete(check), resolve(lines);
+          if (exited !== undefined) return waiters.delete(check), reject(new Error(`the client exited ${exited} before ${what}:\n${out}${err}`));
+        };
+        waiters.add(check);
+        check();
+      }),
+  };
+}
+
 export function exitOf(child: ChildProcess): Promise<void> {
   return child.exitCode !== null || child.signalCode !== null ? Promise.resolve() : new Promise((r) => child.once('exit', () => r()));
 }

@@ -15,7 +15,7 @@ import { startDaemon, type Daemon, type DaemonOptions } from '../helpers/daemon.
 import { processAlive as alive, waitUntil as until } from '../helpers/keeper.js';
 import { exampleModel, freshSocketDir, repoRoot } from '../helpers/paths.js';
 import { expectedRank } from '../serve/checkpointOracle.js';
-import { PYTHON, runClient, startHolder } from '../client/runClient.js';
+import { printedLines, PYTHON, runClient, startHolder } from '../client/runClient.js';
 
 interface HashesReply {
   tensors: Record<string, { sha256: string }>;
@@ -237,15 +237,13 @@ test('a client that maps a segment the keeper has freed keeps reading the same b
     const expected = await expectedFingerprint(exampleModel, 1, 0);
     const holder = spawn(PYTHON, [join(repoRoot, 'test/client/client_script.py'), 'hold_hash', socket, JSON.stringify(expected)], { stdio: ['pipe', 'pipe', 'inherit'] });
     try {
-      let out = '';
-      holder.stdout.on('data', (d: Buffer) => (out += d.toString()));
-      await until('the client mapped the shard', () => out.includes('\n'));
+      const printed = printedLines(holder);
+      await printed.wait(1, 'it mapped the shard');
       await daemon.kill9();
       // Nobody adopts within the keeper's 1 s: it frees the shard (and, holding nothing, ends).
       await until('the keeper freed the shard', async () => (await keeper.list().catch(() => [])).length === 0);
       holder.stdin.write('hash\n');
-      await until('the client read its mapping', () => out.split('\n').length > 2);
-      const got = JSON.parse(out.split('\n')[1]!) as HashesReply;
+      const got = JSON.parse((await printed.wait(2, 'it read its mapping'))[1]!) as HashesReply;
       for (const [name, e] of expectedRank(exampleModel, 1, 0)) assert.is(got.tensors[name]!.sha256, e.sha256, name);
     } finally {
       holder.kill('SIGKILL');

@@ -6,6 +6,7 @@ import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { WeightdClient } from '../../src/client/index.js';
+import { DEFAULT_GROUP_TIMING } from '../../src/rendezvous/timing.js';
 import type { Fabric } from '../helpers/netns.js';
 import { writeArchCheckpoint } from '../helpers/checkpoints.js';
 import { mainJs, repoRoot } from '../helpers/paths.js';
@@ -24,8 +25,11 @@ const FAST_ENV = {
   WEIGHTD_RDZV_RETRY_MAX_MS: '300',
 };
 
-/** For the one test of the peer timeout: a SIGSTOPped node keeps its connections open. */
-export const frozenPeerEnv = { WEIGHTD_RDZV_PEER_TIMEOUT_MS: '2000' };
+/**
+ * For the one test of the peer timeout: a SIGSTOPped node keeps its connections open, so only
+ * the timeout finds it. The daemon's default, with FAST_ENV's 200 ms heartbeats.
+ */
+export const frozenPeerEnv = { WEIGHTD_RDZV_PEER_TIMEOUT_MS: String(DEFAULT_GROUP_TIMING.peerTimeoutMs) };
 
 export interface NodeSpec {
   nodeRank: number;
