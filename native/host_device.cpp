@@ -10,6 +10,7 @@
 
 #include "file_reader.h"
 #include "host_memory.h"
+#include "read_ranges.h"
 #include "reader_threads.h"
 #include "sealed_memfd.h"
 
@@ -137,9 +138,14 @@ void HostDevice::fill(const std::vector<std::string>& files, const std::vector<C
     char* dst = bases[op.segment] + op.dstOffset;
     if (op.rows <= 1) {
       fileSet.readFull(op.file, dst + c.byteStart, c.byteCount, op.srcOffset + c.byteStart);
+    } else if (readsRowsApart(op)) {
+      // The gaps are worth skipping (read_ranges.h): each row straight into its place.
+      for (uint64_t r = c.firstRow; r < c.firstRow + c.rowCount; ++r) {
+        fileSet.readFull(op.file, dst + r * op.rowBytes, op.rowBytes, op.srcOffset + r * op.srcPitch);
+      }
     } else {
-      // One read of the rows' whole source span, then a copy per row: a row-parallel slice
-      // has thousands of short rows, and a pread each costs far more than the bytes skipped.
+      // Rows this close together are read as one span, then copied out row by row: a pread
+      // per row would cost more than the few bytes between them.
       thread_local std::vector<char> span;
       uint64_t spanBytes = (c.rowCount - 1) * op.srcPitch + op.rowBytes;
       if (span.size() < spanBytes) span.resize(spanBytes);
