@@ -3,70 +3,19 @@
 //           files, page cache hot;
 //   attach: a client mapping a whole resident rank vs reading that rank's bytes from disk.
 // Usage: node dist/bench/host-load-attach.js [GiB=1]. Prints one JSON line.
-import { randomFillSync } from 'node:crypto';
-import { closeSync, existsSync, mkdirSync, mkdtempSync, readFileSync, openSync, readSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { closeSync, mkdtempSync, openSync, readSync, readdirSync, rmSync } from 'node:fs';
 import { cpus, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pino from 'pino';
-import { writeSafetensors, type TensorToWrite } from '../src/checkpoint/writeSafetensors.js';
 import { WeightdClient, expectedFingerprint } from '../src/client/index.js';
 import { startNode } from '../src/startNode.js';
+import { writeLlamaCheckpoint } from './llamaCheckpoint.js';
 
 const gib = Number(process.argv[2] ?? 1);
 // WEIGHTD_BENCH_DIR keeps the generated checkpoint there (reused when present) for reruns.
 const keepDir = process.env.WEIGHTD_BENCH_DIR;
 const dir = keepDir ?? mkdtempSync(join(tmpdir(), 'weightd-bench-'));
 const socketDir = mkdtempSync(join(tmpdir(), 'weightd-bench-sock-'));
-
-/** A Llama-shaped checkpoint (hidden 2048) with as many layers as fit in `gib`, random bf16. */
-async function makeCheckpoint(): Promise<number> {
-  if (keepDir && existsSync(join(keepDir, 'model.safetensors.index.json'))) {
-    return (JSON.parse(readFileSync(join(keepDir, 'model.safetensors.index.json'), 'utf8')) as { metadata: { total_size: number } }).metadata.total_size;
-  }
-  mkdirSync(dir, { recursive: true });
-  const h = 2048, inter = 5632, vocab = 32000, kv = 512;
-  const layerTensors = (l: number): Array<[string, number[]]> => [
-    [`model.layers.${l}.self_attn.q_proj.weight`, [h, h]],
-    [`model.layers.${l}.self_attn.k_proj.weight`, [kv, h]],
-    [`model.layers.${l}.self_attn.v_proj.weight`, [kv, h]],
-    [`model.layers.${l}.self_attn.o_proj.weight`, [h, h]],
-    [`model.layers.${l}.mlp.gate_proj.weight`, [inter, h]],
-    [`model.layers.${l}.mlp.up_proj.weight`, [inter, h]],
-    [`model.layers.${l}.mlp.down_proj.weight`, [h, inter]],
-    [`model.layers.${l}.input_layernorm.weight`, [h]],
-    [`model.layers.${l}.post_attention_layernorm.weight`, [h]],
-  ];
-  const bytesOf = (shape: number[]) => shape.reduce((a, b) => a * b, 1) * 2;
-  const layerBytes = layerTensors(0).reduce((a, [, s]) => a + bytesOf(s), 0);
-  const layers = Math.max(2, Math.round((gib * 2 ** 30 - 2 * vocab * h * 2) / layerBytes));
-  const all: Array<[string, number[]]> = [['model.embed_tokens.weight', [vocab, h]], ['model.norm.weight', [h]], ['lm_head.weight', [vocab, h]]];
-  for (let l = 0; l < layers; l++) all.push(...layerTensors(l));
-  // About 1 GiB per shard, as save_pretrained does with its default max_shard_size.
-  const shards: Array<Array<[string, number[]]>> = [[]];
-  let size = 0;
-  for (const t of all) {
-    if (size > 2 ** 30) shards.push([]), (size = 0);
-    shards.at(-1)!.push(t);
-    size += bytesOf(t[1]);
-  }
-  const weightMap: Record<string, string> = {};
-  let total = 0;
-  for (let i = 0; i < shards.length; i++) {
-    const file = `model-${String(i + 1).padStart(5, '0')}-of-${String(shards.length).padStart(5, '0')}.safetensors`;
-    const tensors: TensorToWrite[] = shards[i]!.map(([name, shape]) => {
-      weightMap[name] = file;
-      total += bytesOf(shape);
-      return { name, dtype: 'BF16', shape, data: randomFillSync(new Uint8Array(bytesOf(shape))) };
-    });
-    await writeSafetensors(join(dir, file), tensors);
-  }
-  writeFileSync(join(dir, 'model.safetensors.index.json'), JSON.stringify({ metadata: { total_size: total }, weight_map: weightMap }));
-  writeFileSync(join(dir, 'config.json'), JSON.stringify({
-    architectures: ['LlamaForCausalLM'], hidden_size: h, intermediate_size: inter, num_attention_heads: 16,
-    num_key_value_heads: 4, num_hidden_layers: layers, vocab_size: vocab, tie_word_embeddings: false, torch_dtype: 'bfloat16',
-  }));
-  return total;
-}
 
 /** Reads every checkpoint file front to back in 16 MiB blocks; returns seconds. */
 function sequentialRead(): number {
@@ -91,7 +40,7 @@ async function fill(tp: number) {
 }
 
 try {
-  const total = await makeCheckpoint();
+  const total = await writeLlamaCheckpoint(dir, gib);
   sequentialRead(); // warm the page cache
   const readS = Math.min(sequentialRead(), sequentialRead());
   const readGBs = total / readS / 1e9;

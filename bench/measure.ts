@@ -1,5 +1,6 @@
 // What more than one benchmark measures the same way: a daemon's wall clock from spawn to its
-// READY line, a process's peak RSS from its own /proc, the first attach in a fresh Python
+// READY line, a process's memory from its own /proc (peak RSS, and its own heap apart from a
+// mapped arena), the first attach in a fresh Python
 // process, and the median of a run's figures.
 import { spawn, spawnSync } from 'node:child_process';
 import { appendFileSync, readFileSync } from 'node:fs';
@@ -8,11 +9,22 @@ import { repoRoot } from '../test/helpers/paths.js';
 
 export const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 
-/** Peak resident memory of a live process, in bytes (VmHWM of its /proc status). */
-export function peakRss(pid: number): number {
-  const m = /VmHWM:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
-  return m ? Number(m[1]) * 1024 : NaN;
+/**
+ * A live process's memory from its own /proc status, in bytes. vmHwm is its peak resident set,
+ * which on the host backend counts the shared-memory arena it maps (every page a fill writes);
+ * rssAnon is its own heap and stacks now, which is what "daemon RSS" means there.
+ */
+export function processMemory(pid: number): { vmHwm: number; rssAnon: number } {
+  const status = readFileSync(`/proc/${pid}/status`, 'utf8');
+  const kB = (key: string) => {
+    const m = new RegExp(`${key}:\\s+(\\d+) kB`).exec(status);
+    return m ? Number(m[1]) * 1024 : NaN;
+  };
+  return { vmHwm: kB('VmHWM'), rssAnon: kB('RssAnon') };
 }
+
+/** How often a daemon's RssAnon is sampled: /proc keeps no peak of it. */
+const RSS_SAMPLE_MS = 25;
 
 /** A fresh Python process attaching twice (first and warm) to rank 0, timed inside it, in ms. */
 export function attachInFreshProcess(socketDir: string, device: string): { firstMs: number; secondMs: number; tensors: number } {
@@ -38,6 +50,11 @@ export interface ReadyDaemon {
   /** Spawn to the READY line, in ms. */
   wallMs: number;
   pid: number;
+  /**
+   * Its VmHWM and RssAnon now, and the highest RssAnon sampled (every RSS_SAMPLE_MS) since it
+   * was spawned: the peak of its own heap, the arena left out.
+   */
+  memory(): { vmHwm: number; rssAnon: number; peakRssAnon: number };
   /** Its log lines so far, parsed (JSON lines off a terminal). */
   lines(): Array<{ msg: string; sinceStartMs: number } & Record<string, unknown>>;
   /** SIGTERM, then appends every log line, with `tag`'s fields, to `logFile`. */
@@ -48,7 +65,17 @@ export interface ReadyDaemon {
 export function spawnUntilReady(command: string[], env: NodeJS.ProcessEnv): Promise<ReadyDaemon> {
   const t0 = performance.now();
   const child = spawn(command[0]!, command.slice(1), { stdio: ['ignore', 'ignore', 'pipe'], env });
-  const exited = new Promise<void>((done) => child.on('close', () => done()));
+  let peakRssAnon = 0;
+  const sample = () => {
+    try {
+      peakRssAnon = Math.max(peakRssAnon, processMemory(child.pid!).rssAnon || 0);
+      return true;
+    } catch {
+      return false; // it has exited
+    }
+  };
+  const sampler = setInterval(sample, RSS_SAMPLE_MS);
+  const exited = new Promise<void>((done) => child.on('close', () => (clearInterval(sampler), done())));
   let log = '';
   const lines = () => log.trim().split('\n').map((l) => JSON.parse(l) as { msg: string; sinceStartMs: number } & Record<string, unknown>);
   return new Promise((resolveReady, reject) => {
@@ -60,6 +87,10 @@ export function spawnUntilReady(command: string[], env: NodeJS.ProcessEnv): Prom
       resolveReady({
         wallMs: performance.now() - t0,
         pid: child.pid!,
+        memory: () => {
+          sample();
+          return { ...processMemory(child.pid!), peakRssAnon };
+        },
         lines,
         stop: async (logFile, tag) => {
           child.kill('SIGTERM');

@@ -2,12 +2,14 @@
 // timed the same way in the same run:
 //   ready:    wall clock from spawning the daemon to its READY line, and each phase's line on the
 //             daemon's own clock since its start (sinceStartMs); the daemon's peak RSS from its
-//             own /proc/<pid>/status (VmHWM), not this process's;
+//             own /proc/<pid>/status (VmHWM, which on the host backend counts the arena it maps)
+//             and the peak of its own heap (RssAnon, sampled), not this process's;
 //   attach:   a fresh Python process attaching to the ready daemon: the first attach (the one a
 //             restarting engine pays) and a second one, timed inside that process;
 //   baseline: a fresh process loading the same files without weightd, wall clock from spawn to
 //             done: safetensors' load_file onto the GPU (cuda), or `cp` into /dev/shm (host).
-// Usage: node dist/bench/ready.js --model DIR --out DIR [--device host|cuda] [--runs 3]
+// Usage: node dist/bench/ready.js --model DIR --out DIR [--device host|cuda] [--runs 3] [--tp 1,2]
+//   --tp: the tensor-parallel sizes to start, each once per run (one node holding every rank).
 // Writes raw.jsonl (one line per measurement), daemon.jsonl (each daemon's log, by run) and
 // summary.json (medians) into --out, which must not exist yet: every run keeps its own folder.
 import { spawnSync } from 'node:child_process';
@@ -16,10 +18,13 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { exampleModel, mainJs } from '../test/helpers/paths.js';
-import { attachInFreshProcess, median, peakRss, spawnUntilReady } from './measure.js';
+import { attachInFreshProcess, median, spawnUntilReady } from './measure.js';
 
 const { values } = parseArgs({
-  options: { model: { type: 'string', default: exampleModel }, out: { type: 'string' }, device: { type: 'string', default: 'host' }, runs: { type: 'string', default: '3' } },
+  options: {
+    model: { type: 'string', default: exampleModel }, out: { type: 'string' }, device: { type: 'string', default: 'host' }, runs: { type: 'string', default: '3' },
+    tp: { type: 'string', default: '1' },
+  },
 });
 if (!values.out) throw new Error('--out DIR is required (a new folder, e.g. bench/results/<date>-<machine>-ready)');
 const out = resolve(values.out);
@@ -28,6 +33,7 @@ mkdirSync(out, { recursive: true });
 const model = resolve(values.model!);
 const device = values.device!;
 const runs = Number(values.runs);
+const tps = values.tp!.split(',').map(Number);
 const python = process.env.WEIGHTD_PYTHON ?? 'python3';
 const daemon = process.env.WEIGHTD_BIN ? [process.env.WEIGHTD_BIN] : [process.execPath, mainJs];
 const files = readdirSync(model).filter((f) => f.endsWith('.safetensors')).map((f) => join(model, f));
@@ -41,14 +47,17 @@ interface Ready {
   wallMs: number;
   phases: Record<string, number>;
   peakRssBytes: number;
+  /** The daemon's own heap at its peak (RssAnon, sampled): on the host backend VmHWM counts the arena. */
+  peakRssAnonBytes: number;
   socketDir: string;
   stop: () => Promise<void>;
 }
 
 /** Spawns the daemon and resolves at its READY line, with the run's figures; stop() ends it. */
-async function startDaemon(run: number): Promise<Ready> {
+async function startDaemon(run: number, tp: number): Promise<Ready> {
   const socketDir = mkdtempSync(join(tmpdir(), 'wd-bench-'));
-  const d = await spawnUntilReady([...daemon, '--model', model, '--device', device, '--weight-cache-socket-dir', socketDir], { ...process.env, WEIGHTD_HOST_DEVICES: `bench-${process.pid}-${run}` });
+  const hostDevices = Array.from({ length: tp }, (_, i) => `bench-${process.pid}-${run}-${i}`).join(',');
+  const d = await spawnUntilReady([...daemon, '--model', model, '--device', device, '--tensor-parallel-size', String(tp), '--weight-cache-socket-dir', socketDir], { ...process.env, WEIGHTD_HOST_DEVICES: hostDevices });
   const phases: Record<string, number> = {};
   for (const l of d.lines()) {
     const phase = /^(CUDA devices|no CUDA device|checkpoint planned|single node: rank table|all \d+ local ranks loaded|READY)/.exec(l.msg)?.[1];
@@ -57,10 +66,11 @@ async function startDaemon(run: number): Promise<Ready> {
   return {
     wallMs: d.wallMs,
     phases,
-    peakRssBytes: peakRss(d.pid),
+    peakRssBytes: d.memory().vmHwm,
+    peakRssAnonBytes: d.memory().peakRssAnon,
     socketDir,
     stop: async () => {
-      await d.stop(join(out, 'daemon.jsonl'), { run });
+      await d.stop(join(out, 'daemon.jsonl'), { run, tp });
       rmSync(socketDir, { recursive: true, force: true });
     },
   };
@@ -92,33 +102,46 @@ torch.cuda.synchronize()
 }
 
 spawnSync('cat', files, { stdio: ['ignore', 'ignore', 'inherit'] }); // hot page cache for both sides
-const ready: Ready[] = [];
+const ready: Array<Ready & { tp: number }> = [];
 const attaches: Array<ReturnType<typeof attachInFreshProcess>> = [];
 const baselines: number[] = [];
 for (let run = 1; run <= runs; run++) {
-  const r = await startDaemon(run);
-  const attach = attachInFreshProcess(r.socketDir, device);
-  await r.stop();
+  for (const tp of tps) {
+    const r = await startDaemon(run, tp);
+    const attach = attachInFreshProcess(r.socketDir, device);
+    await r.stop();
+    record({ run, device, model, bytes, tp, readyWallMs: r.wallMs, phases: r.phases, peakRssBytes: r.peakRssBytes, peakRssAnonBytes: r.peakRssAnonBytes, attach });
+    ready.push({ ...r, tp });
+    attaches.push(attach);
+  }
   const base = baselineMs();
-  record({ run, device, model, bytes, readyWallMs: r.wallMs, phases: r.phases, peakRssBytes: r.peakRssBytes, attach, baselineWallMs: base });
-  ready.push(r);
-  attaches.push(attach);
+  record({ run, device, model, bytes, baselineWallMs: base });
   baselines.push(base);
 }
+const byTp = (tp: number) => ready.filter((r) => r.tp === tp);
 const summary = {
   date: new Date().toISOString(),
   device,
   model,
   bytes,
   runs,
-  readyWallMsMedian: median(ready.map((r) => r.wallMs)),
+  readyWallMsMedian: median(byTp(tps[0]!).map((r) => r.wallMs)),
+  readyWallMsBest: Math.min(...byTp(tps[0]!).map((r) => r.wallMs)),
+  byTp: Object.fromEntries(tps.map((tp) => [tp, {
+    readyWallMsMedian: median(byTp(tp).map((r) => r.wallMs)),
+    readyWallMsBest: Math.min(...byTp(tp).map((r) => r.wallMs)),
+    peakRssAnonBytesMax: Math.max(...byTp(tp).map((r) => r.peakRssAnonBytes)),
+    phasesMedian: Object.fromEntries(Object.keys(byTp(tp)[0]!.phases).map((k) => [k, median(byTp(tp).map((r) => r.phases[k] ?? NaN))])),
+  }])),
   baselineWallMsMedian: median(baselines),
+  baselineWallMsBest: Math.min(...baselines),
   baseline: device === 'cuda' ? 'safetensors load_file(cuda:0) in a fresh python3, spawn to done' : 'cp to /dev/shm, spawn to done',
   firstAttachMsMedian: median(attaches.map((a) => a.firstMs)),
   secondAttachMsMedian: median(attaches.map((a) => a.secondMs)),
   tensors: attaches[0]?.tensors,
   peakRssBytesMax: Math.max(...ready.map((r) => r.peakRssBytes)),
-  phasesMedian: Object.fromEntries(Object.keys(ready[0]!.phases).map((k) => [k, median(ready.map((r) => r.phases[k] ?? NaN))])),
+  peakRssAnonBytesMax: Math.max(...ready.map((r) => r.peakRssAnonBytes)),
+  phasesMedian: Object.fromEntries(Object.keys(ready[0]!.phases).map((k) => [k, median(byTp(tps[0]!).map((r) => r.phases[k] ?? NaN))])),
 };
 writeFileSync(join(out, 'summary.json'), `${JSON.stringify(summary, null, 1)}\n`);
 console.log(JSON.stringify(summary));

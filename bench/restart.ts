@@ -6,7 +6,8 @@
 //            flags; wall clock to READY, and the bytes it read (/proc/<pid>/io rchar), against the
 //            first's: adoption reads headers and content samples, never the tensors;
 //   attach:  a fresh Python process attaching to the adopting daemon (first attach, and a second);
-//   RSS:     each daemon's peak (VmHWM) and the keeper's, from their own /proc.
+//   RSS:     each daemon's peak (VmHWM, the arena it maps included; and the peak of its own heap,
+//            RssAnon, sampled) and the keeper's, from their own /proc.
 // Usage: node dist/bench/restart.js --model DIR --out DIR [--device host|cuda] [--runs 3] [--tp 1]
 //        [--cuda-handles fd] (cuda: only VMM descriptors can be kept; legacy IPC handles cannot)
 // Writes raw.jsonl, daemon.jsonl and summary.json into --out, a new folder.
@@ -17,7 +18,7 @@ import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { KeeperClient } from '../src/keeper/keeperClient.js';
 import { exampleModel, mainJs } from '../test/helpers/paths.js';
-import { attachInFreshProcess, median, peakRss, spawnUntilReady } from './measure.js';
+import { attachInFreshProcess, median, processMemory, spawnUntilReady } from './measure.js';
 
 const { values } = parseArgs({
   options: {
@@ -47,6 +48,8 @@ function readChars(pid: number): number {
 interface Ready {
   wallMs: number;
   peakRssBytes: number;
+  /** The daemon's own heap at its peak (RssAnon, sampled): on the host backend VmHWM counts the arena. */
+  peakRssAnonBytes: number;
   readChars: number;
   adoptedRanks: number;
   stop: () => Promise<void>;
@@ -59,7 +62,8 @@ async function startDaemon(run: number, which: string, socketDir: string, device
   const ready = d.lines().find((l) => l.ready === true) as unknown as { adoptedRanks: number };
   return {
     wallMs: d.wallMs,
-    peakRssBytes: peakRss(d.pid),
+    peakRssBytes: d.memory().vmHwm,
+    peakRssAnonBytes: d.memory().peakRssAnon,
     readChars: readChars(d.pid),
     adoptedRanks: ready.adoptedRanks,
     stop: () => d.stop(join(out, 'daemon.jsonl'), { run, which }),
@@ -80,7 +84,7 @@ for (let run = 1; run <= runs; run++) {
     const adopted = await startDaemon(run, 'adopted', socketDir, devices);
     if (adopted.adoptedRanks !== tp) throw new Error(`run ${run}: the restart adopted ${adopted.adoptedRanks} of ${tp} ranks (daemon.jsonl says why)`);
     const attach = attachInFreshProcess(socketDir, device);
-    const keeperRssBytes = peakRss(keeperPid!);
+    const keeperRssBytes = processMemory(keeperPid!).vmHwm;
     await adopted.stop();
     const row = { loaded, adopted, attach, keeperRssBytes };
     rows.push(row);
@@ -106,6 +110,7 @@ const summary = {
   secondAttachMsMedian: median(rows.map((r) => r.attach.secondMs)),
   tensors: rows[0]?.attach.tensors,
   daemonPeakRssBytesMax: Math.max(...rows.flatMap((r) => [r.loaded.peakRssBytes, r.adopted.peakRssBytes])),
+  daemonPeakRssAnonBytesMax: Math.max(...rows.flatMap((r) => [r.loaded.peakRssAnonBytes, r.adopted.peakRssAnonBytes])),
   keeperPeakRssBytesMax: Math.max(...rows.map((r) => r.keeperRssBytes)),
 };
 writeFileSync(join(out, 'summary.json'), `${JSON.stringify(summary, null, 1)}\n`);

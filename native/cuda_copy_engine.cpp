@@ -292,7 +292,7 @@ class CopyEngine {
   double readShare() const {
     uint64_t read = 0, landed = 0;
     for (const FillWindow& w : windows_) {
-      read += w.end - w.start;
+      for (const ByteRange& r : windowReads(w, 1)) read += r.end - r.start;
       for (const WindowPiece& p : w.pieces) landed += p.payload();
     }
     if (landed == 0) return 1;
@@ -369,20 +369,27 @@ class CopyEngine {
     }
   }
 
-  // Reads the window into the slot's staging buffer; returns where byte w.start landed.
+  // Reads what the window's copies need (windowReads) into the slot's staging buffer, each read
+  // at its place in an image of the file; returns where byte w.start landed.
   const char* stage(Slot& slot, const FillWindow& w) {
     char* buf = static_cast<char*>(slot.staging.get());
     std::shared_ptr<const OpenFile> file = files_.open(w.file);
     int fd = options_.direct ? file->directFd : -1;
-    if (fd < 0) {
-      files_.readFull(w.file, buf, w.end - w.start, w.start);
-      return buf;
+    uint64_t align = fd < 0 ? 1 : kDirectAlign;
+    uint64_t base = alignDown(w.start, align);
+    for (const ByteRange& r : windowReads(w, align)) {
+      if (fd < 0) {
+        files_.readFull(w.file, buf + (r.start - base), r.end - r.start, r.start);
+      } else {
+        readDirect(files_, w.file, fd, buf + (r.start - base), r.start, r.end);
+      }
     }
-    uint64_t start = alignDown(w.start, kDirectAlign);
-    readDirect(files_, w.file, fd, buf, start, w.end);
-    return buf + (w.start - start);
+    return buf + (w.start - base);
   }
 
+  // Pins the window's whole span: a mapping is made and pinned per window, and cutting it into
+  // a mapping per row would cost more than the pages skipped. Register mode is for a hot page
+  // cache, where the skipped bytes are not read from disk anyway.
   const char* pinWindow(Slot& slot, const FillWindow& w) {
     uint64_t start = alignDown(w.start, pageSize_);
     uint64_t end = alignUp(w.end, pageSize_);

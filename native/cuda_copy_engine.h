@@ -10,8 +10,9 @@
 // per GPU, the event that says when the copies reading it have finished. A thread fills a slot,
 // queues its copies and moves to its other slot, so disk or page-cache reads overlap the DMA of
 // the previous window; it waits for a slot's events only when it comes round to that slot again.
-// Strided (row-parallel) pieces move as one 2D copy from the contiguous span of their rows, so
-// there is no CPU gather.
+// Strided (row-parallel) pieces move as one 2D copy out of an image of their rows' span in the
+// staging buffer, so there is no CPU gather; only the rows are read into it where the gaps
+// between them are worth skipping (read_ranges.h), so a node reads its ranks' slices, not the span.
 #pragma once
 #include <cuda.h>
 

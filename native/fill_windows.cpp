@@ -84,6 +84,12 @@ std::vector<FillWindow> interleave(std::vector<FillWindow> windows, size_t membe
 
 }  // namespace
 
+std::vector<ByteRange> windowReads(const FillWindow& w, uint64_t align) {
+  std::vector<ByteRange> needed;
+  for (const WindowPiece& p : w.pieces) appendNeeded(p.copy, needed);
+  return coalesceReads(std::move(needed), align);
+}
+
 std::vector<FillWindow> planWindows(const std::vector<const std::vector<CopyOp>*>& memberOps, uint64_t capacity) {
   std::vector<std::vector<Span>> byFile;
   for (uint32_t m = 0; m < memberOps.size(); ++m) {

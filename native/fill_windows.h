@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "device.h"
+#include "read_ranges.h"
 
 namespace weightd {
 
@@ -32,6 +33,12 @@ struct FillWindow {
   uint64_t end = 0;
   std::vector<WindowPiece> pieces;
 };
+
+// The reads that fill a window's buffer (read_ranges.h): its pieces' rows where their gaps are
+// worth skipping, their spans otherwise, merged; starts moved down to multiples of `align`. The
+// buffer is an image of the file from the first read's start, so the copies out of it keep
+// their file pitch and skipped bytes are simply never written.
+std::vector<ByteRange> windowReads(const FillWindow& w, uint64_t align);
 
 // `memberOps[m]` are member m's ops, their `file` fields indexing one file list shared by every
 // member. Ops must already be validated (validateOps). `capacity` > 0 bounds each window.

@@ -85,6 +85,23 @@ test('fill is byte-exact in pread and register modes, buffered and O_DIRECT, con
   assert.equal(leaks, noLeaks);
 });
 
+test('strided ops read only their rows where the gaps are worth skipping, alone and in a group, buffered and O_DIRECT, byte-exact', () => {
+  const { result, leaks } = scenario('sparseReads');
+  const runs = result.runs as Array<{ options: { direct?: boolean }; group: boolean; read: number; payload: number }>;
+  assert.is(runs.length, 8);
+  for (const r of runs) {
+    const what = `${r.group ? 'group' : 'alone'} ${JSON.stringify(r.options)}: read ${r.read} bytes for a payload of ${r.payload}`;
+    assert.ok(r.read >= r.payload, what);
+    // Buffered reads are the rows themselves. O_DIRECT reads whole 4 KiB blocks: at most two
+    // per row of these ops (510 rows alone, 300 runs in the group) beyond the rows' bytes.
+    const blocks = r.group ? 300 : 510;
+    assert.ok(r.read <= (r.options.direct ? r.payload + blocks * 2 * 4096 : r.payload * 1.05), what);
+  }
+  // The whole spans of these ops would be 6.8 MB alone and 4.9 MB in the group.
+  assert.ok(runs.every((r) => r.read < (r.group ? 3e6 : 4.2e6)), JSON.stringify(runs));
+  assert.equal(leaks, noLeaks);
+});
+
 test('errors carry stable codes and say what to do; a cancelled fill leaves the device usable', () => {
   const { result, leaks } = scenario('errors');
   const codes = result as Record<string, string>;

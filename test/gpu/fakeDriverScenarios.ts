@@ -198,6 +198,65 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
     }
   },
 
+  /**
+   * Strided ops whose gaps are worth skipping read only their rows (native/read_ranges.h), on
+   * their own and in a group whose members' rows together make contiguous runs; buffered and
+   * O_DIRECT, small windows (rows cut at window edges) and the defaults. Reports, per fill, the
+   * bytes this process read (rchar: the fill's reader threads are its only readers meanwhile).
+   */
+  async sparseReads() {
+    const parent = join(process.cwd(), 'test', 'artifacts');
+    mkdirSync(parent, { recursive: true });
+    const dir = mkdtempSync(join(parent, 'cuda-sparse-'));
+    const rchar = (): number => Number(/rchar: (\d+)/.exec(readFileSync('/proc/self/io', 'utf8'))![1]);
+    try {
+      // Not a multiple of 4096 long: an O_DIRECT read of the last block comes back short.
+      const data = [randomBytes(8_000_001)];
+      const paths = [join(dir, 'f0.bin')];
+      writeFileSync(paths[0]!, data[0]!);
+      const s = (srcOffset: number, dstOffset: number, rows: number, rowBytes: number, srcPitch: number): CopyOp =>
+        ({ file: 0, segment: 0, srcOffset, dstOffset, rows, rowBytes, srcPitch });
+      const single = [
+        // A down_proj slice at tp=8 (3584 of every 28672 bytes) at an odd offset: its rows straddle blocks.
+        s(777 + 5 * 3584, 0, 200, 3584, 28672),
+        // A gap of exactly 4096 bytes (skipped) after 512-byte rows.
+        s(6_000_123, 1_000_192, 300, 512, 4608),
+        // Rows ending exactly at the end of the file.
+        s(data[0]!.length - 9 * 10_000 - 2000, 1_200_000, 10, 2000, 10_000),
+        // A contiguous range between the others.
+        { file: 0, segment: 0, srcOffset: 5_800_000, dstOffset: 1_300_000, rows: 1, rowBytes: 100_000, srcPitch: 0 },
+      ];
+      const segments = [2 * MiB];
+      const runs: Array<{ options: object; group: boolean; read: number; payload: number }> = [];
+      const small = { threads: 3, chunkBytes: MiB, stagingBytes: 4 * MiB };
+      const optionSets = [{ ...small, mode: 'pread' as const }, { ...small, mode: 'pread' as const, direct: true }, { threads: 1, chunkBytes: MiB, stagingBytes: MiB, direct: true }, {}];
+      const [d0, d1] = [0, 1].map((i) => new DeviceHandle('cuda', i));
+      await d0!.allocate(segments);
+      await d1!.allocate(segments);
+      for (const options of optionSets) {
+        const before = rchar();
+        await d0!.fill(paths, single, 0, options);
+        runs.push({ options, group: false, read: rchar() - before, payload: payload(single) });
+        await check(d0!, { data, ops: single });
+      }
+      // Two ranks' 1 KiB of every 16 KiB row, side by side: 2 KiB runs, read once for both.
+      const rank = (k: number): CopyOp[] => [s(1_000_005 + k * 1024, 0, 300, 1024, 16_384)];
+      for (const options of optionSets) {
+        const group = { id: `sparse-${runs.length}`, size: 2 };
+        const before = rchar();
+        await Promise.all([d0!, d1!].map((d, k) => d.fill(paths, rank(k), 0, { ...options, group })));
+        runs.push({ options, group: true, read: rchar() - before, payload: 2 * payload(rank(0)) });
+        await check(d0!, { data, ops: rank(0) });
+        await check(d1!, { data, ops: rank(1) });
+      }
+      await d0!.free();
+      await d1!.free();
+      return { runs };
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  },
+
   async errors() {
     const fx = makeFixture();
     const codes: Record<string, string> = {};
