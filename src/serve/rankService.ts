@@ -95,16 +95,21 @@ export class RankService {
         { model: this.name, fingerprint: this.rank.fingerprint, ...(newer ? { newer } : {}) },
       );
     }
-    this.refuseIfFreed();
+    this.refuseIfFreed(newer);
   }
 
-  /** Throws E_RELEASED or E_RELEASING once a release began: the memory is (being) freed, and no descriptor is given out. */
-  refuseIfFreed(): void {
+  /**
+   * Throws E_RELEASED or E_RELEASING once a release began: the memory is (being) freed, and no
+   * descriptor is given out. `newer`, as for refuseUnlessServing, goes in the details.
+   */
+  refuseIfFreed(newer?: string): void {
     if (this.status === 'serving' || this.status === 'draining') return;
     const released = this.status === 'released';
     throw new ServeError(
       released ? 'E_RELEASED' : 'E_RELEASING',
-      `rank ${this.rank.globalRank}'s cache on device ${this.rank.device.uuid} ${released ? 'was released' : 'is being released'}; load the weights from disk (or restart weightd to cache them again)`,
+      `rank ${this.rank.globalRank}'s cache on device ${this.rank.device.uuid} ${released ? 'was released' : 'is being released'}; ` +
+        (newer ? `attach to the newer version of "${this.name}" (fingerprint ${newer}), or load the weights from disk` : 'load the weights from disk (or restart weightd to cache them again)'),
+      newer ? { model: this.name, newer } : {},
     );
   }
 

@@ -20,7 +20,7 @@ test('every supervisor state, with its type, initial state and final states', ()
   assert.equal(byKey.loading!.entry, ['spawnRanks', 'spawnStartupModels']);
   assert.equal(byKey.init!.invoke, [{ id: 'prepare', src: 'prepareNode' }]);
   // xstate's own timer action behind `after` is not a user action.
-  assert.equal(byKey.stopping!.entry, ['stopRanks']);
+  assert.equal(byKey.stopping!.entry, ['stopRanks', 'stopModels']);
 });
 
 test('transitions carry their events, guards, delays, actions and targets', () => {
