@@ -153,7 +153,7 @@ function renderStatus(s) {
   const others = s.models.filter((m) => !m.own);
   highlight('model', others.map((m) => m.state));
   const modelsNote = document.querySelector('#chart-model .note');
-  if (modelsNote) modelsNote.textContent = others.length === 0 ? 'no model beside the node\'s own' : others.map((m) => m.name + ' (tp ' + m.tpSize + '): ' + m.state + ', ' + m.leases + ' leases').join(' · ');
+  if (modelsNote) modelsNote.textContent = others.length === 0 ? 'no other model is loaded' : others.map((m) => m.name + ' (tp ' + m.tpSize + '): ' + m.state + ', ' + m.leases + ' leases').join(' · ');
   $('ranks').tBodies[0].innerHTML = s.ranks.map((r) =>
     '<tr data-rank="' + r.globalRank + '" data-state="' + esc(r.state) + '">' +
     '<td>' + r.globalRank + ' <small>(local ' + r.localRank + ')</small></td>' +

@@ -13,7 +13,7 @@
 //              ends, or at once when forced (the holders hear lease_revoked).
 //   released:  every rank's memory is freed; the actor ends.
 //   stopping:  the node stops: servers go first, then each rank frees its device.
-import { and, assertEvent, assign, enqueueActions, fromCallback, fromPromise, sendParent, setup } from 'xstate';
+import { and, assertEvent, assign, enqueueActions, fromCallback, fromPromise, sendTo, setup, type AnyActorRef } from 'xstate';
 import type { FileIdentity } from '../actors/checkFiles.js';
 import type { PlannedModel } from '../actors/planModel.js';
 import type { RankActorInput, RankCommand } from '../actors/rankActor.js';
@@ -34,6 +34,11 @@ import { updateRank } from './rankUpdates.js';
 export interface ModelInput {
   /** The child's id in the supervisor, which its events to the parent carry. */
   id: string;
+  /**
+   * Who hears MODEL_SERVING, MODEL_FAILED and MODEL_GONE: the supervisor. An input rather than
+   * sendParent, so that xstate/graph can walk the machine alone (test/machines/model.paths).
+   */
+  parent: AnyActorRef;
   planned: PlannedModel;
   /** Started with the node (its failure fails the node) rather than loaded later. */
   startup: boolean;
@@ -68,6 +73,12 @@ export const modelActors = {
 };
 
 const rankLog = (context: ModelContext, localRank: number) => context.log.child({ model: context.planned.spec.name, localRank });
+
+/** A rank's memory is freed through its worker once its server allows it (a drain's end, or a client's release). */
+const clientRelease = {
+  RANK_RELEASE_REQUESTED: { actions: 'releaseRank' },
+  RANK_RELEASED: { actions: 'recordReleased' },
+} as const;
 
 export const modelMachine = setup({
   types: {
@@ -174,7 +185,7 @@ export const modelMachine = setup({
     }),
     announce: enqueueActions(({ context, enqueue }) => {
       for (const r of context.ranks) enqueue.sendTo(modelServeId(r.localRank), { type: 'SERVE_ANNOUNCE' });
-      enqueue(sendParent({ type: 'MODEL_SERVING', id: context.id, entries: manifestEntries(context) }));
+      enqueue.sendTo(context.parent, { type: 'MODEL_SERVING', id: context.id, entries: manifestEntries(context) });
     }),
     storeForce: assign(({ event }) => {
       assertEvent(event, 'MODEL_UNLOAD');
@@ -216,8 +227,8 @@ export const modelMachine = setup({
         },
       };
     }),
-    tellParentFailed: sendParent(({ context }) => ({ type: 'MODEL_FAILED', id: context.id, error: context.failure! })),
-    tellParentGone: sendParent(({ context }) => ({ type: 'MODEL_GONE', id: context.id })),
+    tellParentFailed: sendTo(({ context }) => context.parent, ({ context }) => ({ type: 'MODEL_FAILED', id: context.id, error: context.failure! })),
+    tellParentGone: sendTo(({ context }) => context.parent, ({ context }) => ({ type: 'MODEL_GONE', id: context.id })),
   },
 }).createMachine({
   id: 'model',
@@ -250,6 +261,7 @@ export const modelMachine = setup({
     },
     verifying: {
       invoke: {
+        id: 'checkFiles',
         src: 'checkFiles',
         input: ({ context }) => ({ files: context.planned.files }),
         onDone: 'starting',
@@ -259,18 +271,19 @@ export const modelMachine = setup({
     },
     starting: {
       entry: 'spawnServers',
-      on: { RANK_SERVING: { actions: 'recordServing' }, MODEL_STOP: '#model.stopping' },
+      // A rank's socket is live before its siblings' are, so a client may already release.
+      on: { RANK_SERVING: { actions: 'recordServing' }, ...clientRelease, MODEL_STOP: '#model.stopping' },
       always: { guard: 'allRanksServing', target: 'serving' },
     },
     serving: {
       entry: 'announce',
-      on: { MODEL_UNLOAD: { target: 'draining', actions: 'storeForce' }, MODEL_STOP: '#model.stopping' },
+      on: { MODEL_UNLOAD: { target: 'draining', actions: 'storeForce' }, ...clientRelease, MODEL_STOP: '#model.stopping' },
       // Every rank released by its clients (the release command): nothing is left to serve.
       always: { guard: 'allRanksReleased', target: 'released' },
     },
     draining: {
       entry: 'drain',
-      on: { MODEL_UNLOAD: { actions: ['storeForce', 'drain'] }, MODEL_STOP: '#model.stopping' },
+      on: { MODEL_UNLOAD: { actions: ['storeForce', 'drain'] }, ...clientRelease, MODEL_STOP: '#model.stopping' },
       always: { guard: 'allRanksReleased', target: 'released' },
     },
     released: { type: 'final', entry: 'tellParentGone' },
@@ -284,8 +297,6 @@ export const modelMachine = setup({
   },
   on: {
     RANK_FAILED: { target: '.failed', actions: 'recordRankFailure' },
-    RANK_RELEASE_REQUESTED: { actions: 'releaseRank' },
-    RANK_RELEASED: { actions: 'recordReleased' },
   },
 });
 

@@ -2,7 +2,7 @@
 // typed placeholder, and the composition root (startNode, with src/actors/nodeActors.ts) or a
 // test supplies the implementations through .provide(). Importing the machine therefore loads
 // no addon, so the CLI can draw the chart on a machine where the addon is not built.
-import { and, assertEvent, assign, enqueueActions, fromCallback, fromPromise, setup } from 'xstate';
+import { and, assertEvent, assign, enqueueActions, fromCallback, fromPromise, setup, type AnyActorRef } from 'xstate';
 import type { GroupSessionInput } from '../actors/groupSession.js';
 import type { PlannedModel } from '../actors/planModel.js';
 import type { PrepareInput, Prepared } from '../actors/prepareNode.js';
@@ -190,20 +190,20 @@ const supervisorSetup = setup({
     storePrepared: assign({
       prepared: (_, params: { prepared: Prepared }) => params.prepared,
     }),
-    spawnStartupModels: enqueueActions(({ context, enqueue }) => {
+    spawnStartupModels: enqueueActions(({ context, enqueue, self }) => {
       let n = context.modelsSpawned;
       const models = [...context.models];
       for (const planned of context.prepared!.models) {
         const id = modelActorId(n++);
-        enqueue.spawnChild('model', { id, input: modelInput(context, id, planned, true) });
+        enqueue.spawnChild('model', { id, input: modelInput(context, self, id, planned, true) });
         models.push(modelEntry(id, planned, true));
       }
       enqueue.assign({ models, modelsSpawned: n });
     }),
-    spawnModel: enqueueActions(({ context, event, enqueue }) => {
+    spawnModel: enqueueActions(({ context, event, enqueue, self }) => {
       assertEvent(event, 'MODEL_LOAD');
       const id = modelActorId(context.modelsSpawned);
-      enqueue.spawnChild('model', { id, input: modelInput(context, id, event.planned, false) });
+      enqueue.spawnChild('model', { id, input: modelInput(context, self, id, event.planned, false) });
       enqueue.assign({ models: [...context.models, modelEntry(id, event.planned, false)], modelsSpawned: context.modelsSpawned + 1 });
     }),
     // A version serves: older versions of its name (the node's own model too) drain from now on.
@@ -485,9 +485,10 @@ export const supervisorMachine = supervisorSetup.createMachine({
   },
 });
 
-function modelInput(context: SupervisorContext, id: string, planned: PlannedModel, startup: boolean): ModelInput {
+function modelInput(context: SupervisorContext, parent: AnyActorRef, id: string, planned: PlannedModel, startup: boolean): ModelInput {
   return {
     id,
+    parent,
     planned,
     startup,
     socketDir: context.prepared!.socketDir,
