@@ -33,6 +33,11 @@ export class ModelControl {
 
   async load(request: ModelRequest): Promise<LoadResult> {
     this.#refuseUnlessReady('load');
+    if (this.#config.nnodes > 1) {
+      // A load on one node of a group would swap its model there only: a swap across nodes must
+      // be all-or-nothing, which the rendezvous does not do yet.
+      throw new WeightdError('E_MULTI_NODE_MODELS', `this node is one of ${this.#config.nnodes} of a group, which serves one model so far; run a daemon of one node for other models`, { nnodes: this.#config.nnodes });
+    }
     const spec = resolveModelSpec(request);
     const busy = this.#loading ?? this.#status().models.find((m) => LOADING_STATES.has(m.state))?.name;
     if (busy !== undefined) {

@@ -4,14 +4,12 @@ import { readdirSync } from 'node:fs';
 import { connect } from 'node:net';
 import { join } from 'node:path';
 import type { ControlReply, ControlRequest } from '../control/controlProtocol.js';
-import { MAX_CONTROL_REPLY_BYTES } from '../control/controlProtocol.js';
+import { CONTROL_FILE, MAX_CONTROL_REPLY_BYTES } from '../control/controlProtocol.js';
 import { UsageError } from '../errors.js';
 import type { ModelStatus } from '../nodeStatus.js';
 import { encodeFrame, FrameDecoder, parsePayload } from '../serve/frameCodec.js';
 import { isProcessAlive, processIdentity } from '../serve/processLiveness.js';
 import { defaultSocketDir } from '../serve/socketDir.js';
-
-const CONTROL_FILE = /^control-(\d+)\.sock$/;
 
 /** The control socket of the daemon that serves `socketDir`: the one whose process is alive. */
 export function findControlSocket(socketDir = defaultSocketDir()): string {
@@ -22,7 +20,9 @@ export function findControlSocket(socketDir = defaultSocketDir()): string {
     throw new UsageError('E_NO_CONTROL', `cannot read the socket directory ${socketDir} (${(err as NodeJS.ErrnoException).code}); is a weightd running there? Pass --weight-cache-socket-dir or --control`, { socketDir });
   }
   const live = names.filter((n) => {
-    const pid = Number(CONTROL_FILE.exec(n)?.[1] ?? 0);
+    const [, pidText, kind] = CONTROL_FILE.exec(n) ?? [];
+    if (kind !== 'sock') return false;
+    const pid = Number(pidText);
     return pid > 0 && isProcessAlive(processIdentity(pid));
   });
   if (live.length === 1) return join(socketDir, live[0]!);

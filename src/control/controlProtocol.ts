@@ -11,6 +11,10 @@ export const MAX_CONTROL_REPLY_BYTES = 16 << 20;
 
 export const CONTROL_COMMANDS = ['load', 'unload', 'list'] as const;
 
+/** A daemon's control socket and its lock in the socket directory: control-<pid>.sock, control-<pid>.lock. */
+export const CONTROL_FILE = /^control-(\d+)\.(sock|lock)$/;
+export const controlSocketName = (pid = process.pid) => `control-${pid}`;
+
 export const LoadControl = z.strictObject({
   cmd: z.literal('load'),
   /** An absolute checkpoint directory (the CLI resolves a relative one against its own cwd). */

@@ -2,19 +2,21 @@
 // directory, served to peers of this uid only (SO_PEERCRED, as the device sockets), never over
 // TCP. Each connection carries one bounded request (load, unload, list), answered in one frame,
 // within a rate limit shared by every connection, since every peer is the same user.
+import { lstatSync, readdirSync, unlinkSync } from 'node:fs';
 import type { Socket } from 'node:net';
+import { join } from 'node:path';
 import { ProtocolError, WeightdError } from '../errors.js';
 import type { Logger } from '../log.js';
 import type { LoadResult, ModelStatus, UnloadResult } from '../nodeStatus.js';
 import { encodeFrame, FrameDecoder, parsePayload } from '../serve/frameCodec.js';
 import { LogLimiter } from '../serve/logLimiter.js';
 import { admitPeer } from '../serve/peerAdmission.js';
+import { isProcessAlive, processIdentity } from '../serve/processLiveness.js';
+import { resolveSocketDir } from '../serve/socketDir.js';
 import { SocketListener } from '../serve/socketListener.js';
 import type { ModelRequest } from '../modelSpecs.js';
-import { ControlRequest, DEFAULT_CONTROL_LIMITS, MAX_CONTROL_REQUEST_BYTES, type ControlLimits, type ControlReply } from './controlProtocol.js';
+import { CONTROL_FILE, ControlRequest, controlSocketName, DEFAULT_CONTROL_LIMITS, MAX_CONTROL_REQUEST_BYTES, type ControlLimits, type ControlReply } from './controlProtocol.js';
 import { TokenBucket } from './tokenBucket.js';
-
-export const controlSocketName = (pid = process.pid) => `control-${pid}`;
 
 /** What the control socket drives: the node's programmatic API. */
 export interface ControlTarget {
@@ -32,9 +34,11 @@ export class ControlServer {
   readonly #sockets = new Set<Socket>();
   readonly #uid = process.getuid!();
   readonly #peerLog: LogLimiter;
+  readonly #socketDir: string | undefined;
   #path: string | undefined;
 
   constructor(options: { socketDir?: string; log: Logger; target: ControlTarget; limits?: Partial<ControlLimits> }) {
+    this.#socketDir = options.socketDir;
     this.#log = options.log;
     this.#target = options.target;
     this.#limits = { ...DEFAULT_CONTROL_LIMITS, ...options.limits };
@@ -49,6 +53,7 @@ export class ControlServer {
 
   async listen(): Promise<string> {
     try {
+      removeStaleControlFiles(resolveSocketDir(this.#socketDir), this.#log);
       this.#path = await this.#listener.listen((socket) => this.#onConnection(socket));
       this.#log.info({ socket: this.#path }, 'control socket');
       return this.#path;
@@ -127,6 +132,26 @@ export class ControlServer {
 
   #reply(socket: Socket, reply: ControlReply): void {
     if (!socket.destroyed) socket.end(encodeFrame(JSON.stringify(reply)));
+  }
+}
+
+/**
+ * The control files of daemons that no longer run (killed with SIGKILL: nothing removed them).
+ * Each daemon's files have its pid in their names, so a live one's are never touched.
+ */
+function removeStaleControlFiles(dir: string, log: Logger): void {
+  const uid = process.getuid!();
+  for (const name of readdirSync(dir)) {
+    const pid = Number(CONTROL_FILE.exec(name)?.[1] ?? 0);
+    if (pid <= 0 || pid === process.pid || isProcessAlive(processIdentity(pid))) continue;
+    const path = join(dir, name);
+    try {
+      if (lstatSync(path).uid !== uid) continue;
+      unlinkSync(path);
+      log.warn({ path, deadPid: pid }, 'removed the control file of a weightd that no longer runs');
+    } catch {
+      // Gone meanwhile: another daemon starting in this directory removed it first.
+    }
   }
 }
 

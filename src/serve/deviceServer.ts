@@ -104,7 +104,9 @@ export class DeviceServer implements ConnectionHandler, DeviceServices {
   }
 
   byFingerprint(fingerprint: string): RankService | undefined {
-    return this.#services.find((s) => s.rank.fingerprint === fingerprint);
+    // The same checkpoint loaded again after its earlier load was released: the live one answers.
+    const versions = this.#services.filter((s) => s.rank.fingerprint === fingerprint);
+    return versions.find((s) => s.status === 'serving') ?? versions.find((s) => s.status === 'draining') ?? versions[0];
   }
 
   byLease(caller: Caller, leaseId: string): RankService | undefined {

@@ -127,6 +127,23 @@ test('a new version loads beside the old, serves once resident, and the old is f
   assert.equal(weightdMemfds(), []);
 });
 
+test('a checkpoint unloaded and loaded again serves again, on the socket where its released load still answers', async () => {
+  const node = await startNode({ model: exampleModel, device: 'host', socketDir: freshSocketDir(), logger: log });
+  try {
+    const socket = (await node.ready).ranks[0]!.socketPath!;
+    await node.unload('tiny-llama');
+    await until('the unloaded model is released', () => node.status().models[0]!.state === 'released', node);
+    assert.equal(weightdMemfds(), []);
+    const again = await node.load({ model: exampleModel });
+    assert.is(again.alreadyLoaded, false, 'a released model is not loaded');
+    const a = await attach(socket, exampleModel, 1, 0);
+    assertHolds(a, exampleModel, 1, 0, 'the load after the release');
+    await a.detach();
+  } finally {
+    await node.stop();
+  }
+});
+
 test('bad input: the same name twice, several models in a group, a checkpoint loaded under another name, an unknown unload', async () => {
   const dir = freshTempDir();
   const copy = `${dir}/copy/tiny-llama`;
