@@ -48,6 +48,10 @@ async function main(argv: string[]): Promise<number> {
       process.stdout.write(await printFingerprints(cli.request));
       return 0;
     }
+    if (cli.command === 'ctl') {
+      const { runCtl } = await import('./cli/runCtl.js');
+      return await runCtl(cli);
+    }
     if (cli.command === 'keeper') {
       const { runKeeper } = await import('./cli/runKeeper.js');
       return await runKeeper(cli.args);

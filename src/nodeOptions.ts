@@ -1,13 +1,13 @@
 // Options for starting a node, validated once for both the CLI and the programmatic API, so a
 // bad value fails in milliseconds, before minutes of loading. Messages name the CLI flag.
-import { readdirSync, statSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { resolve } from 'node:path';
-import { LAYOUT_NAMES, type LayoutName } from './checkpoint/types.js';
-import { UsageError } from './errors.js';
+import type { LayoutName } from './checkpoint/types.js';
+import type { ControlLimits } from './control/controlProtocol.js';
 import type { Logger } from './log.js';
 import { CUDA_HANDLES, type CudaHandles, type FillOptions } from './native/addon.js';
 import { FILL_SIZING } from './native/fillPolicy.js';
+import { integer, readModelsFile, resolveModelSpecs, usage, type ModelRequest, type ModelSpec } from './modelSpecs.js';
 
 export type DeviceChoice = 'auto' | 'cuda' | 'host';
 /**
@@ -23,9 +23,15 @@ export type LogLevel = 'trace' | 'debug' | 'info' | 'warn' | 'error' | 'fatal' |
 
 /** What a caller may pass to startNode (and what the CLI builds from flags). */
 export interface NodeOptions {
-  /** Checkpoint directory (safetensors files, config.json). */
+  /** Checkpoint directory (safetensors files, config.json): the node's own model. */
   model: string;
+  /** Its name (default: the directory's name): what swaps, unloads and watches go by. */
+  name?: string;
   tensorParallelSize?: number;
+  /** Models served beside `model`, each with its own tp size (docs/operations.md, Several models). */
+  models?: ModelRequest[];
+  /** A JSON file listing every model, the node's own first (instead of `model` and `models`). */
+  modelsFile?: string;
   nnodes?: number;
   nodeRank?: number;
   masterAddr?: string;
@@ -70,12 +76,21 @@ export interface NodeOptions {
    * stderr (default: when stderr is a TTY and no `logger` was passed); false: neither.
    */
   progress?: false | { intervalMs?: number; bar?: boolean };
+  /**
+   * The control socket (weightd ctl; docs/operations.md, Control socket): on unless false.
+   * `limits` bounds its request rate (tests shrink it).
+   */
+  control?: false | { limits?: Partial<ControlLimits> };
 }
 
 /** Validated, complete configuration. */
 export interface NodeConfig {
+  /** The node's own model: models[0]'s name, directory and tp size. */
+  name: string;
   modelDir: string;
   tpSize: number;
+  /** Every model it serves from the start, its own first (the only one a group forms around). */
+  models: ModelSpec[];
   nnodes: number;
   nodeRank: number;
   localWorldSize: number;
@@ -94,33 +109,12 @@ export interface NodeConfig {
   inspect?: { port: number; host: string };
   /** Absent or false: no progress reporting. */
   progress?: false | { intervalMs: number; bar: boolean };
+  control: false | { limits?: Partial<ControlLimits> };
 }
 
 export const DEFAULT_RENDEZVOUS_TIMEOUT_MS = 300_000;
 export const DEFAULT_INSPECT_HOST = '127.0.0.1';
 export const DEFAULT_PROGRESS_INTERVAL_MS = 2000;
-
-function checkLayouts(layouts: unknown): LayoutName[] {
-  const names = layouts ?? [];
-  if (!Array.isArray(names) || names.some((n) => !(LAYOUT_NAMES as readonly unknown[]).includes(n))) {
-    throw usage('--layouts', names, 'names a layout weightd does not plan', `use a comma-separated list of ${LAYOUT_NAMES.join(', ')}`);
-  }
-  return [...new Set(names as LayoutName[])];
-}
-
-function usage(flag: string, value: unknown, problem: string, fix: string): UsageError {
-  // A flag that was not given has no value to quote.
-  const what = value === undefined ? flag : `${flag} ${JSON.stringify(value)}:`;
-  return new UsageError('E_USAGE', `${what} ${problem}; ${fix}`, { flag, value });
-}
-
-function integer(flag: string, value: unknown, min: number, max: number, fix: string): number {
-  const n = typeof value === 'string' && value.trim() !== '' ? Number(value) : value;
-  if (typeof n !== 'number' || !Number.isInteger(n) || n < min || n > max) {
-    throw usage(flag, value, `must be an integer from ${min} to ${max}`, fix);
-  }
-  return n;
-}
 
 function port(flag: string, value: unknown): number {
   return integer(flag, value, 1, 65535, 'pass a TCP port number from 1 to 65535');
@@ -139,30 +133,28 @@ export async function freePort(): Promise<number> {
   });
 }
 
-function checkModelDir(model: unknown): string {
-  if (typeof model !== 'string' || model === '') {
-    throw usage('--model', model, 'is required', 'pass the directory that holds the checkpoint (*.safetensors and config.json)');
+/** The node's models, from --models or from --model (repeated); the node's own first. */
+function nodeModels(o: NodeOptions): ModelSpec[] {
+  if (o.modelsFile === undefined) {
+    return resolveModelSpecs([{ model: o.model, name: o.name, tensorParallelSize: o.tensorParallelSize, planFile: o.planFile, layouts: o.layouts }, ...(o.models ?? [])]);
   }
-  const dir = resolve(model);
-  let entries: string[];
-  try {
-    if (!statSync(dir).isDirectory()) throw usage('--model', model, 'is not a directory', 'pass the checkpoint directory, not a file');
-    entries = readdirSync(dir);
-  } catch (err) {
-    if (err instanceof UsageError) throw err;
-    throw usage('--model', model, `cannot be read (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`, 'check the path and its permissions');
+  const given = (['model', 'name', 'tensorParallelSize', 'planFile', 'models'] as const).filter((k) => o[k] !== undefined && o[k] !== '');
+  if (given.length > 0) {
+    throw usage('--models', o.modelsFile, `comes with ${given.join(', ')}`, 'give every model, with its tp size and plan file, in the --models file, or use --model without it');
   }
-  if (!entries.some((e) => e.endsWith('.safetensors'))) {
-    throw usage('--model', model, 'holds no .safetensors file', 'pass a directory with a safetensors checkpoint (a Hugging Face model directory)');
-  }
-  return dir;
+  return resolveModelSpecs(readModelsFile(o.modelsFile));
 }
 
 export async function resolveNodeOptions(o: NodeOptions): Promise<NodeConfig> {
-  const tpSize = integer('--tensor-parallel-size', o.tensorParallelSize ?? 1, 1, 4096, 'pass the number of tensor-parallel ranks, at least 1');
+  const models = nodeModels(o);
+  const own = models[0]!;
+  const tpSize = own.tpSize;
   const nnodes = integer('--nnodes', o.nnodes ?? 1, 1, 4096, 'pass the number of nodes, at least 1');
   if (tpSize % nnodes !== 0) {
     throw usage('--nnodes', nnodes, `does not divide --tensor-parallel-size ${tpSize}`, 'every node runs tp/nnodes ranks: choose nnodes that divides tp');
+  }
+  if (nnodes > 1 && models.length > 1) {
+    throw usage('--model', models[1]!.modelDir, 'is a second model, but a node of a group (--nnodes > 1) serves one model so far', 'run a daemon of one node for the other models, or one group per model');
   }
   const nodeRank = integer('--node-rank', o.nodeRank ?? 0, 0, nnodes - 1, `pass this node's index, from 0 to nnodes-1 (${nnodes - 1})`);
   const masterPort = o.masterPort === undefined ? undefined : port('--master-port', o.masterPort);
@@ -189,8 +181,10 @@ export async function resolveNodeOptions(o: NodeOptions): Promise<NodeConfig> {
   const rendezvousTimeoutMs = checkRendezvousTimeout(o.rendezvousTimeoutMs ?? DEFAULT_RENDEZVOUS_TIMEOUT_MS);
   const inspect = o.inspect === undefined ? undefined : checkInspect(o.inspect, [o.weightCacheMasterPort === undefined ? undefined : weightCachePort, masterPort]);
   return {
-    modelDir: checkModelDir(o.model),
+    name: own.name,
+    modelDir: own.modelDir,
     tpSize,
+    models,
     nnodes,
     nodeRank,
     localWorldSize: tpSize / nnodes,
@@ -200,14 +194,15 @@ export async function resolveNodeOptions(o: NodeOptions): Promise<NodeConfig> {
     socketDir: o.socketDir === undefined ? undefined : resolve(o.socketDir),
     device,
     cudaHandles,
-    planFile: o.planFile === undefined ? undefined : resolve(o.planFile),
-    layouts: checkLayouts(o.layouts),
+    planFile: own.planFile,
+    layouts: own.layouts,
     fill: checkFill(o.fill ?? {}),
     keeper,
     rendezvousTimeoutMs,
     token: o.token,
     inspect,
     progress: checkProgress(o.progress, o.logger !== undefined),
+    control: o.control ?? {},
   };
 }
 

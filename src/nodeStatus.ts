@@ -48,6 +48,31 @@ export interface NodeFailure extends SerializedError {
   globalRank?: number;
 }
 
+/**
+ * A model version's lifecycle (src/machines/model.ts); the node's own model goes through the
+ * node's states until it serves.
+ */
+export type ModelState = 'admitting' | 'loading' | 'starting' | 'serving' | 'draining' | 'released' | 'stopping' | 'stopped' | 'failed' | NodeState;
+
+/** Each rank as status reports it: clients and leases are its version's counters on its device's socket. */
+export type ServedRankStatus = RankStatus & { clients?: number; leases?: number; serve?: ServeStatus };
+
+export interface ModelStatus {
+  name: string;
+  /** The node's own model (the one --model named first), which its group forms around. */
+  own: boolean;
+  state: ModelState;
+  model: string;
+  fingerprint?: string;
+  tpSize: number;
+  /** Resident bytes of all its ranks. */
+  bytes: number;
+  /** Live leases over all its ranks. */
+  leases: number;
+  ranks: ServedRankStatus[];
+  failure?: NodeFailure;
+}
+
 export interface NodeStatus {
   state: NodeState;
   nodeRank: number;
@@ -62,7 +87,9 @@ export interface NodeStatus {
    * Each local rank; clients and leases are its socket's counters, and serve its serving
    * lifecycle's state (src/serve/rankServiceMachine.ts), while it has a socket.
    */
-  ranks: Array<RankStatus & { clients?: number; leases?: number; serve?: ServeStatus }>;
+  ranks: ServedRankStatus[];
+  /** Every model version the node serves or loads, its own first (docs/operations.md, Several models). */
+  models: ModelStatus[];
   /** Other nodes reported lost (or back) while serving. */
   peers: PeerStatus[];
   /** Every node of the group has reported ready. */
@@ -97,4 +124,18 @@ export interface KeeperStatus {
 export interface NodeResult {
   state: 'stopped' | 'failed';
   failure?: NodeFailure;
+}
+
+export interface LoadResult {
+  name: string;
+  fingerprint: string;
+  /** The same checkpoint at the same tp size was already loaded under this name: nothing was done. */
+  alreadyLoaded: boolean;
+  model: ModelStatus;
+}
+
+export interface UnloadResult {
+  /** The versions now draining (or freed, when no lease held them). */
+  unloaded: Array<{ name: string; fingerprint: string; leases: number }>;
+  force: boolean;
 }

@@ -13,7 +13,11 @@ import { NodeMetrics } from './inspect/nodeMetrics.js';
 import { ProgressReporter } from './inspect/progressReporter.js';
 import { createLogger, flushLogger, type Logger } from './log.js';
 import { supervisorMachine } from './machines/supervisor.js';
-import type { NodeFailure, NodeResult, NodeState, NodeStatus } from './nodeStatus.js';
+import type { LoadResult, ModelState, ModelStatus, NodeFailure, NodeResult, NodeState, NodeStatus, RankStatus, ServedRankStatus, UnloadResult } from './nodeStatus.js';
+import type { ModelRequest } from './modelSpecs.js';
+import type { modelMachine } from './machines/model.js';
+import { ModelControl } from './modelControl.js';
+import { ControlServer } from './control/controlServer.js';
 import { resolveNodeOptions, type NodeConfig, type NodeOptions } from './nodeOptions.js';
 import { KeeperLink } from './keeper/keeperLink.js';
 import { keeperSocketPath } from './keeper/keeperSocketPath.js';
@@ -45,6 +49,20 @@ export interface WeightdNode {
   readonly done: Promise<NodeResult>;
   /** Stops every rank, frees all memory and resolves when the node has ended. */
   stop(reason?: string): Promise<NodeResult>;
+  /**
+   * Loads a model beside those resident (docs/operations.md, Several models) and resolves once it
+   * serves: a newer version of a name that is loaded then takes the older one's place (the older
+   * drains). Refused before anything is allocated when it does not fit (E_DOES_NOT_FIT). A model
+   * already loaded resolves at once with alreadyLoaded.
+   */
+  load(request: ModelRequest): Promise<LoadResult>;
+  /**
+   * Unloads every version of a model, by name or fingerprint: no new lease from now on, freed
+   * once the last lease ends, or at once with force (revoking the leases; their holders hear it).
+   */
+  unload(target: string, options?: { force?: boolean }): Promise<UnloadResult>;
+  /** The address of the control socket (weightd ctl), when `control` was not false. */
+  readonly controlSocket?: string;
 }
 
 type Snapshot = SnapshotFrom<typeof supervisorMachine>;
@@ -52,6 +70,37 @@ type Snapshot = SnapshotFrom<typeof supervisorMachine>;
 /** The status of a supervisor snapshot (exported for tests that drive the machine directly). */
 export function statusOf(snap: Snapshot, config: NodeConfig, servers?: ServerRegistry, keeper?: KeeperLink): NodeStatus {
   const ctx = snap.context;
+  const served = (r: RankStatus, fingerprint: string | undefined): ServedRankStatus => {
+    const s = fingerprint === undefined ? undefined : servers?.stats(fingerprint);
+    return s ? { ...r, clients: s.connections, leases: s.leases, serve: s.status } : r;
+  };
+  const ranks = ctx.ranks.map((r) => served(r, ctx.prepared?.plan.ranks[r.globalRank]?.fingerprint));
+  const own: ModelStatus = {
+    name: config.name,
+    own: true,
+    state: ownModelState(snap.value as NodeState, ctx.ownDrained, ranks),
+    model: config.modelDir,
+    fingerprint: ctx.prepared?.plan.fingerprint,
+    tpSize: config.tpSize,
+    ...totals(ranks),
+    ranks,
+  };
+  const others = ctx.models.map((m): ModelStatus => {
+    const child = (snap.children as Record<string, { getSnapshot(): SnapshotFrom<typeof modelMachine> } | undefined>)[m.id]?.getSnapshot();
+    const plan = child?.context.planned.plan;
+    const modelRanks = (child?.context.ranks ?? []).map((r) => served(r, plan?.ranks[r.globalRank]?.fingerprint));
+    return {
+      name: m.name,
+      own: false,
+      state: (child?.value as ModelState | undefined) ?? 'admitting',
+      model: child?.context.planned.spec.modelDir ?? '',
+      fingerprint: m.fingerprint,
+      tpSize: m.tpSize,
+      ...totals(modelRanks),
+      ranks: modelRanks,
+      failure: child?.context.failure,
+    };
+  });
   return {
     state: snap.value as NodeState,
     nodeRank: config.nodeRank,
@@ -62,10 +111,8 @@ export function statusOf(snap: Snapshot, config: NodeConfig, servers?: ServerReg
     architecture: ctx.prepared?.plan.architecture,
     fingerprint: ctx.prepared?.plan.fingerprint,
     rankTable: ctx.rankTable,
-    ranks: ctx.ranks.map((r) => {
-      const s = servers?.stats(r.localRank);
-      return s ? { ...r, clients: s.connections, leases: s.leases, serve: s.status } : r;
-    }),
+    ranks,
+    models: [own, ...others],
     peers: ctx.peers,
     groupReady: ctx.groupReady,
     formation: ctx.formation,
@@ -73,6 +120,17 @@ export function statusOf(snap: Snapshot, config: NodeConfig, servers?: ServerReg
     keeper: keeper?.status(),
     failure: ctx.failure,
   };
+}
+
+/** The node's own model's state: the node's until it is ready, then whether its ranks serve, drain or were released. */
+function ownModelState(node: NodeState, drained: boolean, ranks: ServedRankStatus[]): ModelState {
+  if (node !== 'ready') return node;
+  if (ranks.every((r) => r.state === 'released')) return 'released';
+  return drained || ranks.some((r) => r.serve === 'draining') ? 'draining' : 'serving';
+}
+
+function totals(ranks: ServedRankStatus[]): { bytes: number; leases: number } {
+  return { bytes: ranks.reduce((n, r) => n + (r.state === 'released' ? 0 : r.bytes), 0), leases: ranks.reduce((n, r) => n + (r.leases ?? 0), 0) };
 }
 
 /** Code a node runs, as opposed to what its options configure; each has the real one as default. */
@@ -108,8 +166,9 @@ export async function startNode(options: NodeOptions, { rankWorker = rankWorkerM
   const metrics = new NodeMetrics({ status, feed, states: drawnChart('supervisor').states.map((s) => s.key) });
   // Bound before the machine starts: a port in use fails the start in milliseconds. A group's
   // page draws the rendezvous coordinator too (live on node 0, which runs it); every page draws
-  // the ranks' serving lifecycle, highlighting each state a local rank is in.
-  const pageMachines: DrawnMachine[] = ['supervisor', ...(config.nnodes > 1 ? (['coordinator'] as const) : []), 'rankService'];
+  // the ranks' serving lifecycle, highlighting each state a local rank is in, and the lifecycle
+  // of the models served beside the node's own (loaded at start or later).
+  const pageMachines: DrawnMachine[] = ['supervisor', ...(config.nnodes > 1 ? (['coordinator'] as const) : []), 'rankService', 'model'];
   const inspectServer = config.inspect
     ? await InspectServer.listen({ ...config.inspect, log, status, feed, metrics, charts: pageMachines.map(drawnChart) }).catch((err: unknown) => {
         metrics.close();
@@ -117,6 +176,16 @@ export async function startNode(options: NodeOptions, { rankWorker = rankWorkerM
         throw err;
       })
     : undefined;
+  const control = new ModelControl({ actor, config, log, status });
+  const controlServer = config.control
+    ? new ControlServer({ socketDir: resolveSocketDir(config.socketDir), log, limits: config.control.limits, target: { load: (r) => control.load(r), unload: (t, o) => control.unload(t, o), models: () => status().models } })
+    : undefined;
+  await controlServer?.listen().catch(async (err: unknown) => {
+    await inspectServer?.close();
+    metrics.close();
+    keeper?.close();
+    throw err;
+  });
   const progress = config.progress ? new ProgressReporter({ log, status, feed, intervalMs: config.progress.intervalMs, bar: config.progress.bar ? process.stderr : undefined }) : undefined;
   const listeners = new Set<(s: NodeStatus) => void>();
 
@@ -131,6 +200,7 @@ export async function startNode(options: NodeOptions, { rankWorker = rankWorkerM
 
   let lastState: string | undefined;
   const finish = async (result: NodeResult) => {
+    controlServer?.close();
     await workers.drain();
     keeper?.close();
     // Locks a serve actor never took over (the node ended before serving); idempotent.
@@ -189,6 +259,11 @@ export async function startNode(options: NodeOptions, { rankWorker = rankWorkerM
     metrics: () => metrics.text(),
     metricsRegistry: metrics.registry,
     inspectUrl: inspectServer?.url,
+    controlSocket: controlServer?.path,
+    load: (request) => control.load(request),
+    async unload(target, options) {
+      return control.unload(target, options);
+    },
     async stop(reason) {
       if (actor.getSnapshot().status === 'active') {
         log.info({ reason, from: actor.getSnapshot().value }, 'stopping');

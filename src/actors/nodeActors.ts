@@ -1,6 +1,8 @@
 // The supervisor's real actors, by the names its setup() declares, and the real rank worker
 // module. Only the composition root (startNode) imports this file: it is what loads the addon,
 // the rendezvous and the servers.
+import { modelMachine } from '../machines/model.js';
+import { checkFiles } from './checkFiles.js';
 import { groupSession } from './groupSession.js';
 import { prepareNode } from './prepareNode.js';
 import { publishNodeManifest } from './publishNodeManifest.js';
@@ -18,4 +20,5 @@ export const nodeActors = {
   serveRank,
   publishNodeManifest,
   reportStartupFailure: reportStartupFailureActor,
+  model: modelMachine.provide({ actors: { rank: rankActor, serveRank, checkFiles } }),
 };

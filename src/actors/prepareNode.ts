@@ -1,25 +1,27 @@
-// First step of a node: plan the checkpoint (parse, validate, shard, fingerprint, in a piscina
-// pool) and pick this node's devices. Nothing is allocated yet, so every error here costs
-// seconds, not minutes.
+// First step of a node: plan its checkpoints (parse, validate, shard, fingerprint, in a piscina
+// pool), the node's own and every other model it starts with, and pick this node's devices.
+// Nothing is allocated yet, so every error here costs seconds, not minutes.
 import { fromPromise } from 'xstate';
-import { planCheckpoint } from '../checkpoint/planCheckpoint.js';
 import type { CheckpointPlan } from '../checkpoint/types.js';
 import type { Logger } from '../log.js';
 import type { NodeConfig } from '../nodeOptions.js';
 import { WeightdError } from '../errors.js';
 import type { DeviceSlot, FillOptions } from '../native/addon.js';
-import { cachedShare, localDevices } from '../native/devices.js';
-import { nodeFillOptions } from '../native/fillPolicy.js';
+import { localDevices } from '../native/devices.js';
 import { acquireDeviceLock, type DeviceLock } from '../serve/deviceLock.js';
 import { checkSocketPathLength, removeSocketDirIfCreated, resolveSocketDir, socketPathFor } from '../serve/socketDir.js';
 import { VERSION } from '../version.js';
+import { fillFor, planModel, planSpec, type PlannedModel } from './planModel.js';
 import type { RankKeeping } from './rankMessages.js';
+import type { ServerRegistry } from './serverRegistry.js';
 
 export interface PrepareInput {
   config: NodeConfig;
   log: Logger;
   /** The keeper, found or started meanwhile (SupervisorInput.keeper). */
   keeper?: { socket: string; ready: Promise<void> };
+  /** Where the device locks go once taken: each device's socket server takes over its lock. */
+  servers: ServerRegistry;
 }
 
 export interface Prepared {
@@ -40,6 +42,8 @@ export interface Prepared {
   fill: FillOptions;
   /** Where the ranks adopt and keep their segments (absent: --keeper off). */
   keeper?: RankKeeping;
+  /** The other models the node starts with (config.models after the first), planned. */
+  models: PlannedModel[];
 }
 
 export const prepareNode = fromPromise<Prepared, PrepareInput>(async ({ input, signal }) => {
@@ -58,41 +62,19 @@ export const prepareNode = fromPromise<Prepared, PrepareInput>(async ({ input, s
     for (const d of devices) {
       locks.push(acquireDeviceLock(socketDir, d.uuid, (holder) => log.warn({ device: d.uuid, pid: holder.pid }, 'took over the lock of a daemon that no longer runs')));
     }
-    const plan = await planLocalRanks(config, log);
+    const plan = await planSpec(config.models[0]!, config, log);
+    const models = await Promise.all(config.models.slice(1).map((spec) => planModel(spec, config, log)));
     if (signal.aborted) throw new WeightdError('E_STOPPED', 'stopped while planning');
     signal.removeEventListener('abort', unlockDevices);
-    let share: number | undefined;
-    const fill = await nodeFillOptions(config.fill, devices, async () => (share = await cachedShare([...new Set(plan.ranks.flatMap((r) => r?.files ?? []))])));
-    if (share !== undefined) {
-      const percent = Math.round(share * 100);
-      if (fill.direct) log.info({ cachedShare: share, fill }, `the page cache holds ${percent}% of the checkpoint: reading it with O_DIRECT (a cold start)`);
-      else log.debug({ cachedShare: share }, `the page cache holds ${percent}% of the checkpoint: reading it through the cache`);
-    }
+    for (const lock of locks) input.servers.holdLock(lock);
+    const fill = await fillFor(config, devices, plan, log);
     // Found or started while the checkpoint was planned; the ranks take from it next.
     await input.keeper?.ready;
     const keeper = input.keeper && { socket: input.keeper.socket, model: config.modelDir, writer: `weightd ${VERSION}` };
-    return { plan, devices, visibleDevices: visible, socketDir, locks, fill, keeper };
+    return { plan, devices, visibleDevices: visible, socketDir, locks, fill, keeper, models };
   } catch (err) {
     unlockDevices();
     removeSocketDirIfCreated(socketDir);
     throw err;
   }
 });
-
-async function planLocalRanks(config: NodeConfig, log: Logger): Promise<CheckpointPlan> {
-  const started = performance.now();
-  const plan = await planCheckpoint(config.modelDir, { tpSize: config.tpSize, planFile: config.planFile, layouts: config.layouts });
-  const local = plan.ranks.slice(config.nodeRank * config.localWorldSize, (config.nodeRank + 1) * config.localWorldSize);
-  log.info(
-    {
-      model: config.modelDir,
-      architecture: plan.architecture,
-      fingerprint: plan.fingerprint,
-      tensors: local[0]?.tensors.length,
-      bytesPerRank: local.map((r) => r.totalBytes),
-      ms: Math.round(performance.now() - started),
-    },
-    'checkpoint planned',
-  );
-  return plan;
-}

@@ -1,23 +1,36 @@
 // While the node is ready, `node.json` in the socket dir tells clients which socket serves
-// which rank; it is removed as soon as the node stops being ready.
+// which rank of which model; it is written again whenever a model comes or goes (REPUBLISH), and
+// removed as soon as the node stops being ready.
 import { fromCallback } from 'xstate';
 import type { Logger } from '../log.js';
-import { removeNodeManifest, writeNodeManifest, type NodeGroupInfo, type NodeManifestEntry } from '../serve/nodeManifest.js';
+import { removeNodeManifest, writeNodeManifest, type NodeGroupInfo, type NodeManifestEntry, type NodeManifestModel } from '../serve/nodeManifest.js';
+
+export interface NodeManifestContent {
+  /** The node's own model's ranks that serve. */
+  entries: NodeManifestEntry[];
+  models: NodeManifestModel[];
+  group: NodeGroupInfo;
+}
 
 export interface PublishNodeManifestInput {
   socketDir: string;
-  entries: NodeManifestEntry[];
-  group: NodeGroupInfo;
+  manifest: NodeManifestContent;
   log: Logger;
 }
 
-export const publishNodeManifest = fromCallback<{ type: string }, PublishNodeManifestInput>(({ input }) => {
-  try {
-    const path = writeNodeManifest(input.socketDir, input.entries, input.group);
-    input.log.info({ path, ranks: input.entries.length }, 'node manifest written');
-  } catch (err) {
-    // Clients can still find sockets by device; a missing manifest is not worth failing for.
-    input.log.warn({ err }, 'cannot write the node manifest');
-  }
+export type PublishCommand = { type: 'REPUBLISH'; manifest: NodeManifestContent };
+
+export const publishNodeManifest = fromCallback<PublishCommand, PublishNodeManifestInput>(({ input, receive }) => {
+  const publish = (m: NodeManifestContent) => {
+    try {
+      const path = writeNodeManifest(input.socketDir, m.entries, m.group, m.models);
+      input.log.info({ path, ranks: m.entries.length, models: m.models.map((x) => x.name) }, 'node manifest written');
+    } catch (err) {
+      // Clients can still find sockets by device; a missing manifest is not worth failing for.
+      input.log.warn({ err }, 'cannot write the node manifest');
+    }
+  };
+  publish(input.manifest);
+  receive((cmd) => publish(cmd.manifest));
   return () => removeNodeManifest(input.socketDir);
 });

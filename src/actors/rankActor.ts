@@ -18,7 +18,7 @@ export interface RankActorInput {
   workers: WorkerRegistry;
 }
 
-export type RankCommand = { type: 'RANK_RELEASE' } | { type: 'RANK_STOP' };
+export type RankCommand = { type: 'RANK_RELEASE' } | { type: 'RANK_STOP' } | { type: 'RANK_ADMIT' };
 
 export const rankActor = fromCallback<RankCommand, RankActorInput, RankEvent>(({ input, sendBack, receive }) => {
   const { localRank } = input.workerData;
@@ -65,7 +65,7 @@ export const rankActor = fromCallback<RankCommand, RankActorInput, RankEvent>(({
   });
 
   receive((cmd) => {
-    const msg: MainToRank = cmd.type === 'RANK_STOP' ? { type: 'STOP' } : { type: 'RELEASE' };
+    const msg: MainToRank = cmd.type === 'RANK_STOP' ? { type: 'STOP' } : cmd.type === 'RANK_ADMIT' ? { type: 'ADMIT' } : { type: 'RELEASE' };
     if (cmd.type === 'RANK_STOP') stopRequested = true;
     worker.postMessage(msg);
   });

@@ -15,6 +15,12 @@ export interface RankWorkerData {
   fill: FillOptions;
   /** Where this rank's segments are kept beyond the daemon (absent: --keeper off). */
   keeper?: RankKeeping;
+  /**
+   * Wait, once the device is open and reported (DEVICE, with its free memory), for ADMIT before
+   * allocating: a model loaded beside others is refused before anything is allocated when its
+   * ranks do not fit (src/machines/modelFit.ts).
+   */
+  awaitAdmission?: boolean;
 }
 
 /** What a rank needs to adopt kept segments and to keep its own (src/keeper/). */
@@ -39,5 +45,8 @@ export type RankToMain =
   | { type: 'RELEASED' }
   | { type: 'LOG'; level: 'debug' | 'info' | 'warn' | 'error'; msg: string; fields?: Record<string, unknown> };
 
-/** KEEP_AGAIN: a keeper (re)started; hand it this rank's segments if it does not hold them. */
-export type MainToRank = { type: 'RELEASE' } | { type: 'STOP' } | { type: 'KEEP_AGAIN' };
+/**
+ * KEEP_AGAIN: a keeper (re)started; hand it this rank's segments if it does not hold them.
+ * ADMIT: the load fits (RankWorkerData.awaitAdmission): allocate and fill.
+ */
+export type MainToRank = { type: 'RELEASE' } | { type: 'STOP' } | { type: 'KEEP_AGAIN' } | { type: 'ADMIT' };

@@ -23,6 +23,8 @@ export function runRankPhases(phases: RankPhases): void {
   let stopping = false;
   /** The keeper call in flight: the device is freed only after it, so no descriptor it sends is closed under it. */
   let keeping: Promise<void> = Promise.resolve();
+  let admit: () => void = () => {};
+  const admitted = new Promise<void>((resolve) => (admit = resolve));
 
   const keep = () => {
     const segments = exported;
@@ -41,6 +43,10 @@ export function runRankPhases(phases: RankPhases): void {
   port.on('message', async (m: MainToRank) => {
     if (m.type === 'KEEP_AGAIN') {
       keep();
+      return;
+    }
+    if (m.type === 'ADMIT') {
+      admit();
       return;
     }
     stopping ||= m.type === 'STOP';
@@ -65,6 +71,8 @@ export function runRankPhases(phases: RankPhases): void {
 
   const load = async () => {
     const opened = (device = await phases.open(data, post));
+    // A STOP meanwhile ends the thread (port.close above) with nothing allocated.
+    if (data.awaitAdmission) await admitted;
     let resident: Resident | undefined = await phases.adopt(opened, data, post);
     const adopted = resident !== undefined;
     if (!resident) {

@@ -1,12 +1,13 @@
-// The serve actor: serves one resident rank on its device's Unix socket (src/serve/rankServer.ts)
-// for as long as the supervisor keeps it. A client's allowed release is handed to the supervisor
+// The serve actor: serves one resident rank of one model version on its device's Unix socket
+// (shared with the device's other models: src/actors/serverRegistry.ts) for as long as its parent
+// keeps it. A client's allowed release, or the end of a drain, is handed to the parent
 // (RANK_RELEASE_REQUESTED), which frees the memory and answers SERVE_RELEASED; only then do the
-// waiting clients hear that it is done. Stopping the actor removes socket and lock synchronously.
+// waiting clients hear that it is done. Stopping the actor withdraws the rank synchronously (the
+// socket and lock go with the device's last one).
 import { fromCallback } from 'xstate';
 import { serializeError } from '../errors.js';
 import type { Logger } from '../log.js';
-import type { DeviceLock } from '../serve/deviceLock.js';
-import { RankServer } from '../serve/rankServer.js';
+import { RankService } from '../serve/rankService.js';
 import type { ServeLimits } from '../serve/serveLimits.js';
 import type { ServeCommand, ServeEvent } from '../serve/serveEvents.js';
 import type { ServedRank } from '../serve/servedRank.js';
@@ -18,27 +19,21 @@ export interface ServeRankInput {
   rank: ServedRank;
   socketDir?: string;
   log: Logger;
-  /**
-   * The device lock, when the node took it before loading (resolveSocketDir + acquireDeviceLock
-   * in the prepare step), so that a second daemon fails in milliseconds, not after loading.
-   * The actor owns it from then on and removes it at cleanup.
-   */
-  lock?: DeviceLock;
   limits?: Partial<ServeLimits>;
-  /** Where status and metrics find this server's counters while it listens. */
-  servers?: ServerRegistry;
+  /**
+   * The node's device sockets, which also hold the device locks taken before loading
+   * (prepareNode), so that a second daemon fails in milliseconds, not after loading.
+   */
+  servers: ServerRegistry;
 }
 
 export const serveRank = fromCallback<ServeCommand, ServeRankInput, ServeEvent>(({ input, sendBack, receive }) => {
   const { localRank } = input.rank;
   let released: (() => void) | undefined;
-  const server = new RankServer({
+  const service = new RankService({
     rank: input.rank,
-    socketDir: input.socketDir,
     log: input.log,
-    lock: input.lock,
-    limits: input.limits,
-    // RankServer calls this at most once and makes later releases wait on the same promise.
+    // RankService calls this at most once and makes later releases wait on the same promise.
     freeMemory: () =>
       new Promise<void>((resolve) => {
         released = resolve;
@@ -46,16 +41,25 @@ export const serveRank = fromCallback<ServeCommand, ServeRankInput, ServeEvent>(
       }),
   });
 
-  receive(() => {
-    released?.();
-    released = undefined;
+  receive((cmd) => {
+    switch (cmd.type) {
+      case 'SERVE_RELEASED':
+        released?.();
+        released = undefined;
+        break;
+      case 'SERVE_ANNOUNCE':
+        service.notifier?.announce(service, 'model_ready');
+        break;
+      case 'SERVE_DRAIN':
+        service.drain(cmd.force);
+        break;
+    }
   });
 
   let stopped = false;
-  server.listen().then(
+  input.servers.serve(service, { socketDir: input.socketDir, log: input.log, limits: input.limits }).then(
     (socketPath) => {
-      input.servers?.register(localRank, () => server.stats());
-      sendBack({ type: 'RANK_SERVING', localRank, socketPath });
+      if (!stopped) sendBack({ type: 'RANK_SERVING', localRank, socketPath });
     },
     (err: unknown) => {
       if (!stopped) sendBack({ type: 'RANK_FAILED', localRank, error: serializeError(err) });
@@ -64,7 +68,6 @@ export const serveRank = fromCallback<ServeCommand, ServeRankInput, ServeEvent>(
 
   return () => {
     stopped = true;
-    input.servers?.unregister(localRank);
-    server.close();
+    input.servers.withdraw(service);
   };
 });

@@ -1,22 +1,73 @@
-import type { RankServiceStats } from '../serve/rankService.js';
+import type { Logger } from '../log.js';
+import type { DeviceLock } from '../serve/deviceLock.js';
+import { DeviceServer, type RankServiceStats } from '../serve/deviceServer.js';
+import type { RankService } from '../serve/rankService.js';
+import type { ServeLimits } from '../serve/serveLimits.js';
+
+export interface ServeOptions {
+  socketDir?: string;
+  log: Logger;
+  limits?: Partial<ServeLimits>;
+}
 
 /**
- * The live socket servers of a node, by local rank, so status and metrics can report clients
- * and leases without the machine holding server objects in its context.
+ * The node's device sockets: one DeviceServer per device, bound when the first model version on
+ * the device serves and closed when the last is withdrawn, so that every model on a device shares
+ * its one socket. Status and metrics read each version's counters here (by its rank fingerprint)
+ * without the machines holding server objects in their context.
  */
 export class ServerRegistry {
-  readonly #stats = new Map<number, () => RankServiceStats>();
+  readonly #servers = new Map<string, { server: DeviceServer; listening: Promise<string> }>();
+  /** Device locks the node took before loading (prepareNode): a device's server takes over its lock. */
+  readonly #locks = new Map<string, DeviceLock>();
+  readonly #byFingerprint = new Map<string, { service: RankService; server: DeviceServer }>();
 
-  register(localRank: number, stats: () => RankServiceStats): void {
-    this.#stats.set(localRank, stats);
+  /** Keeps a lock taken before loading, for the device's server when it binds. */
+  holdLock(lock: DeviceLock): void {
+    this.#locks.set(lock.uuid, lock);
   }
 
-  unregister(localRank: number): void {
-    this.#stats.delete(localRank);
+  /**
+   * Serves `service` on its device's socket, binding it first when no version serves there yet.
+   * Resolves to the socket's path; rejects when binding failed (the service is then withdrawn).
+   */
+  async serve(service: RankService, options: ServeOptions): Promise<string> {
+    const uuid = service.rank.device.uuid;
+    let entry = this.#servers.get(uuid);
+    if (!entry) {
+      const server = new DeviceServer({ deviceUuid: uuid, socketDir: options.socketDir, log: options.log, lock: this.#locks.get(uuid), limits: options.limits });
+      this.#locks.delete(uuid);
+      entry = { server, listening: server.listen() };
+      this.#servers.set(uuid, entry);
+    }
+    entry.server.add(service);
+    this.#byFingerprint.set(service.rank.fingerprint, { service, server: entry.server });
+    try {
+      return await entry.listening;
+    } catch (err) {
+      this.withdraw(service);
+      throw err;
+    }
   }
 
-  /** The rank's server counters, or undefined while it has no server. */
-  stats(localRank: number): RankServiceStats | undefined {
-    return this.#stats.get(localRank)?.();
+  /** Stops serving `service`; the device's socket closes (and its lock goes) with its last version. Idempotent. */
+  withdraw(service: RankService): void {
+    const uuid = service.rank.device.uuid;
+    const entry = this.#servers.get(uuid);
+    if (this.#byFingerprint.get(service.rank.fingerprint)?.service === service) this.#byFingerprint.delete(service.rank.fingerprint);
+    if (!entry || entry.server.remove(service) > 0) return;
+    this.#servers.delete(uuid);
+    entry.server.close();
+  }
+
+  /** The device server of a device, while one is bound (tests and notifications). */
+  server(deviceUuid: string): DeviceServer | undefined {
+    return this.#servers.get(deviceUuid)?.server;
+  }
+
+  /** A version's counters by its rank fingerprint, or undefined while it has no server. */
+  stats(fingerprint: string): RankServiceStats | undefined {
+    const entry = this.#byFingerprint.get(fingerprint);
+    return entry && entry.server.stats(entry.service);
   }
 }

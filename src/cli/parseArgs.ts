@@ -3,6 +3,8 @@
 // The default command runs the daemon; `weightd statechart` prints the supervisor's chart and
 // `weightd fingerprint` the fingerprints a client should expect; `weightd keeper` runs the keeper.
 import { Command, CommanderError, Option } from 'commander';
+import { resolve } from 'node:path';
+import type { ControlRequest } from '../control/controlProtocol.js';
 import { UsageError } from '../errors.js';
 import { VERSION } from '../version.js';
 import { FILL_SIZING } from '../native/fillPolicy.js';
@@ -71,7 +73,7 @@ function usageMessage(err: CommanderError, program: Command): string {
     const positional = program.args[0];
     if (positional !== undefined) {
       message =
-        program.opts().model === undefined
+        (program.opts().model as string[]).length === 0
           ? `${JSON.stringify(positional)}: weightd takes the checkpoint directory as --model ${positional}, not as an argument`
           : `${JSON.stringify(positional)}: weightd takes no arguments besides its flags (quote a value that has spaces)`;
     }
@@ -86,6 +88,8 @@ export type CliCommand =
   | { command: 'run'; options: NodeOptions }
   | { command: 'statechart'; format: ChartFormat; machine: DrawnMachine }
   | { command: 'fingerprint'; request: FingerprintRequest }
+  /** Sends one request to a running daemon's control socket. */
+  | { command: 'ctl'; request: ControlRequest; control?: string; socketDir?: string; json: boolean }
   /** Runs weightd-keeper with these arguments (its own flags, checked by it). */
   | { command: 'keeper'; args: string[] }
   /** --help or --version: print `text` and exit 0. */
@@ -95,8 +99,9 @@ export function buildProgram(): Command {
   const program = new Command('weightd')
     .description('GPU weight cache daemon: loads a safetensors checkpoint once and serves each tensor-parallel shard over a Unix socket')
     .version(VERSION, '--version')
-    .option('--model <dir>', 'checkpoint directory (safetensors + config.json)')
-    .option('--tensor-parallel-size <n>', 'tensor-parallel size, all nodes together (also -tp <n>)', '1')
+    .option('--model <dir>', 'checkpoint directory (safetensors + config.json); repeat it to serve several models (the first is the node\'s own)', collect, [])
+    .option('--tensor-parallel-size <n>', 'tensor-parallel size, all nodes together (also -tp <n>); once for every --model, or once per --model in their order', collect, [])
+    .option('--models <file>', 'a JSON file listing every model to serve, with names and tp sizes (docs/operations.md, Several models), instead of --model')
     .option('--nnodes <n>', 'number of nodes', '1')
     .option('--node-rank <r>', "this node's index, 0..nnodes-1", '0')
     .option('--master-addr <addr>', "node 0's address (the engine's value)", '127.0.0.1')
@@ -138,6 +143,32 @@ export function buildProgram(): Command {
     .option('--tensor-parallel-size <n>', 'tensor-parallel size (also -tp <n>)', '1')
     .option('--plan-file <file>', 'JSON sharding plan, as given to the daemon')
     .helpOption('-h, --help', 'show this help');
+  const ctl = program
+    .command('ctl')
+    .description("control a running daemon through its control socket (same user only): load, unload and list models (docs/operations.md, Control socket)")
+    .option('--weight-cache-socket-dir <dir>', "the daemon's socket directory (default: the private per-user one)")
+    .option('--control <socket>', "the daemon's control socket (default: the one live in the socket directory)")
+    .helpOption('-h, --help', 'show this help');
+  ctl
+    .command('load')
+    .description('load a model beside those resident; a new version of a loaded name replaces it once resident (the old one drains)')
+    .requiredOption('--model <dir>', 'checkpoint directory')
+    .option('--tensor-parallel-size <n>', 'tensor-parallel size (also -tp <n>)', '1')
+    .option('--name <name>', "the model's name (default: the directory's name); a loaded name makes this a new version of it")
+    .option('--plan-file <file>', 'JSON sharding plan')
+    .option('--layouts <names>', 'layouts to serve, comma-separated', 'checkpoint')
+    .helpOption('-h, --help', 'show this help');
+  ctl
+    .command('unload')
+    .description('unload a model by name or fingerprint: no new lease; freed when its last lease ends, or at once with --force')
+    .argument('<name-or-fingerprint>')
+    .option('--force', 'free it now: revoke the leases (their holders are told)')
+    .helpOption('-h, --help', 'show this help');
+  ctl
+    .command('list')
+    .description('list the models the daemon serves, with their ranks, bytes and leases')
+    .option('--json', 'print JSON')
+    .helpOption('-h, --help', 'show this help');
   program
     .command('keeper')
     .description('run weightd-keeper, the process that holds the memory\'s descriptors while daemons come and go (docs/keeper.md)')
@@ -161,7 +192,7 @@ export function parseCommand(argv: string[], env: NodeJS.ProcessEnv = process.en
   let printed = '';
   let result: CliCommand | undefined;
   // Commander prints help and exits by itself; here it only reports, for main to decide.
-  for (const c of [program, ...program.commands]) {
+  for (const c of [program, ...program.commands, ...program.commands.flatMap((c) => c.commands)]) {
     c.exitOverride().configureOutput({ writeErr: () => {}, writeOut: (s) => (printed += s) });
   }
   program.action(() => {
@@ -173,6 +204,32 @@ export function parseCommand(argv: string[], env: NodeJS.ProcessEnv = process.en
   });
   sub('fingerprint').action((o: Record<string, string | undefined>) => {
     result = { command: 'fingerprint', request: { model: o.model ?? '', tensorParallelSize: num(o.tensorParallelSize), planFile: o.planFile } };
+  });
+  const ctl = sub('ctl');
+  const ctlCommand = (request: ControlRequest, json = false): CliCommand => {
+    const o = ctl.opts() as { weightCacheSocketDir?: string; control?: string };
+    return { command: 'ctl', request, control: o.control, socketDir: o.weightCacheSocketDir, json };
+  };
+  const ctlSub = (name: string) => ctl.commands.find((c) => c.name() === name)!;
+  ctlSub('load').action((o: Record<string, string | undefined>) => {
+    const layouts = String(o.layouts).split(',').map((l) => l.trim()).filter((l) => l !== '' && l !== 'checkpoint');
+    result = ctlCommand({
+      cmd: 'load',
+      model: resolve(o.model!),
+      name: o.name,
+      tensorParallelSize: num(o.tensorParallelSize) as number,
+      planFile: o.planFile === undefined ? undefined : resolve(o.planFile),
+      layouts: layouts as Array<'checkpoint' | 'vllm'>,
+    });
+  });
+  ctlSub('unload').action((target: string, o: { force?: boolean }) => {
+    result = ctlCommand({ cmd: 'unload', target, force: o.force ?? false });
+  });
+  ctlSub('list').action((o: { json?: boolean }) => {
+    result = ctlCommand({ cmd: 'list' }, o.json ?? false);
+  });
+  ctl.action(() => {
+    throw new UsageError('E_USAGE', 'weightd ctl needs a command: load, unload or list; run weightd ctl --help');
   });
   sub('keeper').action((o: { socket: string; adoptWithin: string; exitWhenEmpty?: boolean; logLevel: string }) => {
     const args = ['--socket', o.socket, '--adopt-within', o.adoptWithin, '--log-level', o.logLevel];
@@ -198,14 +255,31 @@ export function parseArgs(argv: string[], env: NodeJS.ProcessEnv = process.env):
   return c.options;
 }
 
+function collect(value: string, previous: string[]): string[] {
+  return [...previous, value];
+}
+
+/** --model and -tp, each maybe repeated: one tp for every model, or one per model in order. */
+function modelOptions(models: string[], tps: string[]): Pick<NodeOptions, 'model' | 'tensorParallelSize' | 'models'> {
+  if (tps.length > 1 && tps.length !== models.length) {
+    throw new UsageError('E_USAGE', `--tensor-parallel-size is given ${tps.length} times for ${models.length} --model(s); give it once for all of them, or once per --model in the same order`);
+  }
+  const tpOf = (i: number) => num(tps.length > 1 ? tps[i] : (tps[0] ?? '1'));
+  return {
+    model: models[0] ?? '',
+    tensorParallelSize: tpOf(0),
+    models: models.length > 1 ? models.slice(1).map((model, i) => ({ model, tensorParallelSize: tpOf(i + 1) })) : undefined,
+  };
+}
+
 function nodeOptions(o: Record<string, string | undefined>, env: NodeJS.ProcessEnv): NodeOptions {
   const fill: NodeOptions['fill'] = {};
   if (o.stagingMb !== undefined) fill.stagingBytes = num(o.stagingMb, 2 ** 20);
   if (o.loadThreads !== undefined) fill.threads = num(o.loadThreads);
   if (o.directIo === 'on' || o.directIo === 'off') fill.direct = o.directIo === 'on';
+  const given = o as unknown as { model: string[]; tensorParallelSize: string[] };
   return {
-    model: o.model ?? '',
-    tensorParallelSize: num(o.tensorParallelSize),
+    ...(o.models === undefined ? modelOptions(given.model, given.tensorParallelSize) : { model: '', modelsFile: o.models }),
     nnodes: num(o.nnodes),
     nodeRank: num(o.nodeRank),
     masterAddr: o.masterAddr,

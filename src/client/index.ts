@@ -14,6 +14,9 @@ export type {
   StateReply,
   StatsReply,
   TensorMeta,
+  ModelEvent,
+  ModelRef,
+  WatchReply,
 } from '../serve/protocol.js';
 export { readNodeManifest, type NodeManifest, type NodeManifestEntry } from '../serve/nodeManifest.js';
 export { defaultSocketDir } from '../serve/socketDir.js';

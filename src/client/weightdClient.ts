@@ -11,6 +11,7 @@ import { addon } from '../native/addon.js';
 import { encodeMessage, FRAME_HEADER_BYTES, FrameDecoder, MAX_REQUEST_BYTES, MAX_RESPONSE_BYTES, parsePayload } from '../serve/frameCodec.js';
 import {
   ErrorReply,
+  ModelEvent,
   REPLY_SCHEMAS,
   type Command,
   type DetachReply,
@@ -21,6 +22,7 @@ import {
   type ServeMode,
   type StateReply,
   type StatsReply,
+  type WatchReply,
 } from '../serve/protocol.js';
 import { CUDA_FD_HANDLE, openCuda, openHost, type DeviceTensor, type HostTensor } from './segmentAccess.js';
 
@@ -42,8 +44,11 @@ export type Attached = {
   status: 'attached';
   state: StateReply;
   leaseId: string;
-  /** Unmaps (closes the IPC handles) and drops the lease. Idempotent. */
-  detach(): Promise<void>;
+  /**
+   * Unmaps (closes the IPC handles) and drops the lease. Idempotent. Resolves with the leases the
+   * daemon dropped: 1, or 0 when the lease had already ended (revoked by a forced unload or release).
+   */
+  detach(): Promise<number>;
 } & ({ backend: 'host'; tensors: Record<string, HostTensor> } | { backend: 'cuda'; tensors: Record<string, DeviceTensor> });
 
 /** Tensors copied into this process's memory; the daemon holds nothing for this client after. */
@@ -85,6 +90,7 @@ export class WeightdClient {
   #replyStarted = false;
   /** Serializes requests: the protocol answers in order, one at a time. */
   #chain: Promise<unknown> = Promise.resolve();
+  readonly #eventListeners = new Set<(event: ModelEvent) => void>();
 
   private constructor(socketPath: string, options: ClientOptions) {
     this.socketPath = socketPath;
@@ -124,10 +130,10 @@ export class WeightdClient {
     let detached = false;
     let unmap = () => {};
     const detach = async () => {
-      if (detached) return;
+      if (detached) return 0;
       detached = true;
       unmap();
-      await this.detach(state.leaseId);
+      return this.detach(state.leaseId);
     };
     const base = { status: 'attached' as const, state, leaseId: state.leaseId, detach };
     try {
@@ -214,6 +220,21 @@ export class WeightdClient {
     return this.#request('stats', {});
   }
 
+  /**
+   * Asks to be told, on this connection, when a newer version of `model` is ready on this device
+   * and when a version of it is about to be dropped (onEvent; docs/protocol.md, Events). A watch
+   * lives as long as the connection: after a reconnect (the daemon restarted), watch again.
+   */
+  watch(model: string): Promise<WatchReply> {
+    return this.#request('watch', { model });
+  }
+
+  /** Calls `listener` with every event frame (model_ready, model_dropping, lease_revoked) from now on. */
+  onEvent(listener: (event: ModelEvent) => void): () => void {
+    this.#eventListeners.add(listener);
+    return () => this.#eventListeners.delete(listener);
+  }
+
   close(): void {
     this.#socket?.destroy();
     this.#socket = undefined;
@@ -257,8 +278,10 @@ export class WeightdClient {
   }
 
   #onData(socket: Socket, chunk: Buffer): void {
-    if (this.#waiting?.socket !== socket) return; // nothing asked on this connection
-    this.#replyStarted = true;
+    // Event frames (watch) may come while nothing is asked: every byte of the current
+    // connection is decoded; any other connection's are stale.
+    if (this.#socket !== socket && this.#waiting?.socket !== socket) return;
+    if (this.#waiting?.socket === socket) this.#replyStarted = true;
     let frames: Buffer[];
     try {
       frames = this.#decoder.push(chunk);
@@ -278,6 +301,11 @@ export class WeightdClient {
         this.#failWaiting(err as Error);
         socket.destroy();
         return;
+      }
+      const event = ModelEvent.safeParse(value);
+      if (event.success) {
+        for (const l of this.#eventListeners) l(event.data);
+        continue;
       }
       const id = (value as { id?: unknown } | null)?.id;
       this.#waiting = undefined;

@@ -1,11 +1,12 @@
 // The machines weightd draws from their own definitions (`weightd statechart --machine`, the
 // inspect page), by the id each chart carries. Machines only: loading this loads no I/O.
 import { coordinatorMachine } from '../machines/coordinator.js';
+import { modelMachine } from '../machines/model.js';
 import { supervisorMachine } from '../machines/supervisor.js';
 import { rankServiceMachine } from '../serve/rankServiceMachine.js';
 import { machineToChart, type MachineChart } from './machineToMermaid.js';
 
-const DRAWN_MACHINES = { supervisor: supervisorMachine, coordinator: coordinatorMachine, rankService: rankServiceMachine };
+const DRAWN_MACHINES = { supervisor: supervisorMachine, coordinator: coordinatorMachine, rankService: rankServiceMachine, model: modelMachine };
 export type DrawnMachine = keyof typeof DRAWN_MACHINES;
 export const DRAWN_MACHINE_NAMES = Object.keys(DRAWN_MACHINES) as DrawnMachine[];
 

@@ -150,6 +150,10 @@ function renderStatus(s) {
   highlight('rankService', s.ranks.map((r) => r.serve).filter((v) => v !== null));
   const ranksNote = document.querySelector('#chart-rankService .note');
   if (ranksNote) ranksNote.textContent = s.ranks.map((r) => 'rank ' + r.globalRank + ': ' + (r.serve ?? 'no socket yet')).join(' · ');
+  const others = s.models.filter((m) => !m.own);
+  highlight('model', others.map((m) => m.state));
+  const modelsNote = document.querySelector('#chart-model .note');
+  if (modelsNote) modelsNote.textContent = others.length === 0 ? 'no other model is loaded' : others.map((m) => m.name + ' (tp ' + m.tpSize + '): ' + m.state + ', ' + m.leases + ' leases').join(' · ');
   $('ranks').tBodies[0].innerHTML = s.ranks.map((r) =>
     '<tr data-rank="' + r.globalRank + '" data-state="' + esc(r.state) + '">' +
     '<td>' + r.globalRank + ' <small>(local ' + r.localRank + ')</small></td>' +

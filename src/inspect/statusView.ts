@@ -2,7 +2,7 @@
 // with load rates and ETAs worked out, and nothing that must stay on the node. Segment exports
 // (CUDA IPC handles) and error stacks are left out: the HTTP port may be reachable by users the
 // 0600 sockets keep out.
-import type { NodeStatus, RankState } from '../nodeStatus.js';
+import type { ModelState, NodeStatus, RankState, ServedRankStatus } from '../nodeStatus.js';
 import type { RankTableEntry } from '../rendezvous/rankTable.js';
 import type { ServeStatus } from '../serve/protocol.js';
 import { nodeProgress, rankProgress, type LoadProgress } from './loadProgress.js';
@@ -26,6 +26,20 @@ export interface RankView extends LoadProgress {
   /** With a keeper: whether it holds this rank's segments now; null without one or before loading. */
   kept: boolean | null;
   keptReason: string | null;
+}
+
+/** One model version the node serves or loads (docs/operations.md, Several models). */
+export interface ModelView {
+  name: string;
+  own: boolean;
+  state: ModelState;
+  model: string;
+  fingerprint: string | null;
+  tpSize: number;
+  bytes: number;
+  leases: number;
+  ranks: RankView[];
+  failure: { code: string; message: string } | null;
 }
 
 export interface PeerView {
@@ -52,7 +66,10 @@ export interface StatusView {
   groupReady: boolean;
   /** The node's local ranks together. */
   load: LoadProgress;
+  /** The node's own model's ranks. */
   ranks: RankView[];
+  /** Every model version, the node's own first, each with its ranks, bytes and leases. */
+  models: ModelView[];
   rankTable: RankTableEntry[];
   /** The other nodes of the group once it formed (empty for a single node, and until then). */
   peers: PeerView[];
@@ -93,23 +110,18 @@ export function toStatusView(s: NodeStatus): StatusView {
     fingerprint: s.fingerprint ?? null,
     groupReady: s.groupReady,
     load: nodeProgress(s.ranks),
-    ranks: s.ranks.map((r) => ({
-      localRank: r.localRank,
-      globalRank: r.globalRank,
-      state: r.state,
-      device: r.device
-        ? { backend: r.device.backend, index: r.device.index, uuid: r.device.uuid, name: r.device.name, totalBytes: r.device.totalBytes, freeBytes: r.device.freeBytes }
-        : null,
-      socketPath: r.socketPath ?? null,
-      ...rankProgress(r),
-      clients: r.clients ?? null,
-      leases: r.leases ?? null,
-      serve: r.serve ?? null,
-      source: r.source?.from ?? null,
-      keptAt: r.source?.from === 'keeper' ? r.source.keptAt : null,
-      keptAgeMs: r.source?.from === 'keeper' ? r.source.ageMs : null,
-      kept: r.kept ?? null,
-      keptReason: r.keptReason ?? null,
+    ranks: s.ranks.map(rankView),
+    models: s.models.map((m) => ({
+      name: m.name,
+      own: m.own,
+      state: m.state,
+      model: m.model,
+      fingerprint: m.fingerprint ?? null,
+      tpSize: m.tpSize,
+      bytes: m.bytes,
+      leases: m.leases,
+      ranks: m.ranks.map(rankView),
+      failure: m.failure ? { code: m.failure.code, message: m.failure.message } : null,
     })),
     rankTable: s.rankTable,
     peers,
@@ -121,5 +133,26 @@ export function toStatusView(s: NodeStatus): StatusView {
     failure: s.failure
       ? { name: s.failure.name, code: s.failure.code, message: s.failure.message, localRank: s.failure.localRank ?? null, globalRank: s.failure.globalRank ?? null }
       : null,
+  };
+}
+
+function rankView(r: ServedRankStatus): RankView {
+  return {
+    localRank: r.localRank,
+    globalRank: r.globalRank,
+    state: r.state,
+    device: r.device
+      ? { backend: r.device.backend, index: r.device.index, uuid: r.device.uuid, name: r.device.name, totalBytes: r.device.totalBytes, freeBytes: r.device.freeBytes }
+      : null,
+    socketPath: r.socketPath ?? null,
+    ...rankProgress(r),
+    clients: r.clients ?? null,
+    leases: r.leases ?? null,
+    serve: r.serve ?? null,
+    source: r.source?.from ?? null,
+    keptAt: r.source?.from === 'keeper' ? r.source.keptAt : null,
+    keptAgeMs: r.source?.from === 'keeper' ? r.source.ageMs : null,
+    kept: r.kept ?? null,
+    keptReason: r.keptReason ?? null,
   };
 }

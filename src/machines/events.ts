@@ -1,9 +1,11 @@
 // Events the supervisor machine receives. UPPER_SNAKE, each with the local rank it concerns.
 import type { SerializedError } from '../errors.js';
 import type { DeviceInfo, SegmentExport } from '../native/addon.js';
-import type { RankSource } from '../nodeStatus.js';
 import type { GroupEvent } from '../rendezvous/groupEvents.js';
 import type { ServeEvent } from '../serve/serveEvents.js';
+import type { PlannedModel } from '../actors/planModel.js';
+import type { NodeFailure, RankSource } from '../nodeStatus.js';
+import type { NodeManifestEntry } from '../serve/nodeManifest.js';
 
 export type RankEvent =
   | { type: 'RANK_DEVICE'; localRank: number; info: DeviceInfo }
@@ -14,4 +16,19 @@ export type RankEvent =
   | { type: 'RANK_STOPPED'; localRank: number }
   | { type: 'RANK_FAILED'; localRank: number; error: SerializedError };
 
-export type SupervisorEvent = RankEvent | ServeEvent | GroupEvent | { type: 'STOP'; reason?: string };
+
+/** What a model actor tells the supervisor. */
+export type ModelEvent =
+  /** Every rank serves: the version is attachable. `entries`: its ranks, for the node manifest. */
+  | { type: 'MODEL_SERVING'; id: string; entries: NodeManifestEntry[] }
+  | { type: 'MODEL_FAILED'; id: string; error: NodeFailure }
+  /** Released or stopped: the actor has ended and its memory is freed. */
+  | { type: 'MODEL_GONE'; id: string };
+
+/** From the programmatic API (node.load, node.unload; the control socket goes through them). */
+export type ModelRequestEvent =
+  | { type: 'MODEL_LOAD'; planned: PlannedModel }
+  /** `ids`: model actors to unload; `own`: the node's own model too. */
+  | { type: 'MODEL_UNLOAD'; ids: string[]; own: boolean; force: boolean };
+
+export type SupervisorEvent = RankEvent | ServeEvent | GroupEvent | ModelEvent | ModelRequestEvent | { type: 'STOP'; reason?: string };

@@ -2,10 +2,11 @@
 // typed placeholder, and the composition root (startNode, with src/actors/nodeActors.ts) or a
 // test supplies the implementations through .provide(). Importing the machine therefore loads
 // no addon, so the CLI can draw the chart on a machine where the addon is not built.
-import { assertEvent, assign, enqueueActions, fromCallback, fromPromise, setup } from 'xstate';
+import { and, assertEvent, assign, enqueueActions, fromCallback, fromPromise, setup, type AnyActorRef } from 'xstate';
 import type { GroupSessionInput } from '../actors/groupSession.js';
+import type { PlannedModel } from '../actors/planModel.js';
 import type { PrepareInput, Prepared } from '../actors/prepareNode.js';
-import type { PublishNodeManifestInput } from '../actors/publishNodeManifest.js';
+import type { PublishCommand, PublishNodeManifestInput } from '../actors/publishNodeManifest.js';
 import type { RankActorInput, RankCommand } from '../actors/rankActor.js';
 import type { ReportStartupFailureInput } from '../actors/reportStartupFailure.js';
 import type { ServeRankInput } from '../actors/serveRank.js';
@@ -20,6 +21,9 @@ import type { GroupCommand, GroupEvent } from '../rendezvous/groupEvents.js';
 import type { RankTableEntry } from '../rendezvous/rankTable.js';
 import type { ServeCommand, ServeEvent } from '../serve/serveEvents.js';
 import type { RankEvent, SupervisorEvent } from './events.js';
+import { modelMachine, type ModelInput } from './model.js';
+import type { NodeManifestEntry, NodeManifestModel } from '../serve/nodeManifest.js';
+import { updateRank } from './rankUpdates.js';
 
 export interface SupervisorInput {
   config: NodeConfig;
@@ -36,8 +40,30 @@ export interface SupervisorInput {
   keeper?: { socket: string; ready: Promise<void> };
 }
 
+/** A model the node serves besides its own, as the supervisor tracks it (its actor has the rest). */
+export interface ModelEntry {
+  /** The model actor's id among the supervisor's children. */
+  id: string;
+  name: string;
+  /** The checkpoint fingerprint (every rank's differs: see the entries). */
+  fingerprint: string;
+  tpSize: number;
+  /** Started with the node: it must serve before the node is ready, and its failure fails the node. */
+  startup: boolean;
+  /** Once it serves: its ranks, for the node manifest. */
+  entries?: NodeManifestEntry[];
+  /** Unloaded (or superseded by a newer version of its name): it drains. */
+  unloaded: boolean;
+}
+
 export interface SupervisorContext extends SupervisorInput {
   prepared?: Prepared;
+  /** The models served besides the node's own, oldest first (src/machines/model.ts). */
+  models: ModelEntry[];
+  /** The node's own model was unloaded or superseded: its ranks drain, then are released. */
+  ownDrained: boolean;
+  /** Counts every model actor ever spawned, for their ids. */
+  modelsSpawned: number;
   rankTable: RankTableEntry[];
   ranks: RankStatus[];
   failure?: NodeFailure;
@@ -57,6 +83,7 @@ export const GROUP_ACTOR_ID = 'group';
 
 export const rankActorId = (localRank: number) => `rank-${localRank}`;
 export const serveActorId = (localRank: number) => `serve-${localRank}`;
+export const modelActorId = (n: number) => `model-${n}`;
 
 /** How long ranks get to free their devices after STOP before the node gives up on them. */
 export const STOP_TIMEOUT_MS = 30_000;
@@ -64,10 +91,6 @@ export const STOP_TIMEOUT_MS = 30_000;
 /** Every line a rank's actors log carries its global and local rank. */
 function rankLog(context: SupervisorContext, r: RankStatus): Logger {
   return context.log.child({ globalRank: r.globalRank, localRank: r.localRank });
-}
-
-function updateRank(ranks: RankStatus[], localRank: number, patch: Partial<RankStatus>): RankStatus[] {
-  return ranks.map((r) => (r.localRank === localRank ? { ...r, ...patch } : r));
 }
 
 /** A placeholder's body: running the machine without providing that actor is a wiring bug. */
@@ -81,8 +104,10 @@ export const supervisorActors = {
   groupSession: fromCallback<GroupCommand, GroupSessionInput, GroupEvent>(() => notProvided('groupSession')),
   rank: fromCallback<RankCommand, RankActorInput, RankEvent>(() => notProvided('rank')),
   serveRank: fromCallback<ServeCommand, ServeRankInput, ServeEvent>(() => notProvided('serveRank')),
-  publishNodeManifest: fromCallback<{ type: string }, PublishNodeManifestInput>(() => notProvided('publishNodeManifest')),
+  publishNodeManifest: fromCallback<PublishCommand, PublishNodeManifestInput>(() => notProvided('publishNodeManifest')),
   reportStartupFailure: fromPromise<boolean, ReportStartupFailureInput>(() => notProvided('reportStartupFailure')),
+  /** Its own rank and serve actors are placeholders too (src/machines/model.ts). */
+  model: modelMachine,
 };
 
 const supervisorSetup = setup({
@@ -98,7 +123,12 @@ const supervisorSetup = setup({
     hasGroupToTell: ({ context }) => context.config.nnodes > 1 && context.config.nodeRank !== 0,
     allRanksLoaded: ({ context }) => context.ranks.length > 0 && context.ranks.every((r) => r.state === 'loaded'),
     allRanksServing: ({ context }) => context.ranks.every((r) => r.state === 'serving' || r.state === 'released'),
-    allRanksStopped: ({ context }) => context.ranks.every((r) => r.state === 'stopped'),
+    allRanksStopped: ({ context }) => context.ranks.every((r) => r.state === 'stopped') && context.models.length === 0,
+    startupModelsServing: ({ context }) => context.models.every((m) => !m.startup || m.entries !== undefined),
+    isStartupModel: ({ context, event }) => {
+      assertEvent(event, 'MODEL_FAILED');
+      return context.models.some((m) => m.id === event.id && m.startup);
+    },
   },
   actions: {
     recordFailure: assign({
@@ -160,6 +190,60 @@ const supervisorSetup = setup({
     storePrepared: assign({
       prepared: (_, params: { prepared: Prepared }) => params.prepared,
     }),
+    spawnStartupModels: enqueueActions(({ context, enqueue, self }) => {
+      let n = context.modelsSpawned;
+      const models = [...context.models];
+      for (const planned of context.prepared!.models) {
+        const id = modelActorId(n++);
+        enqueue.spawnChild('model', { id, input: modelInput(context, self, id, planned, true) });
+        models.push(modelEntry(id, planned, true));
+      }
+      enqueue.assign({ models, modelsSpawned: n });
+    }),
+    spawnModel: enqueueActions(({ context, event, enqueue, self }) => {
+      assertEvent(event, 'MODEL_LOAD');
+      const id = modelActorId(context.modelsSpawned);
+      enqueue.spawnChild('model', { id, input: modelInput(context, self, id, event.planned, false) });
+      enqueue.assign({ models: [...context.models, modelEntry(id, event.planned, false)], modelsSpawned: context.modelsSpawned + 1 });
+    }),
+    // A version serves: older versions of its name (the node's own model too) drain from now on.
+    recordModelServing: enqueueActions(({ context, event, enqueue }) => {
+      assertEvent(event, 'MODEL_SERVING');
+      const serving = context.models.find((m) => m.id === event.id);
+      if (!serving) return;
+      const older = context.models.filter((m) => m.name === serving.name && m.id !== serving.id && !m.unloaded);
+      for (const m of older) enqueue.sendTo(m.id, { type: 'MODEL_UNLOAD', force: false });
+      const drainOwn = serving.name === context.config.name && !context.ownDrained;
+      if (drainOwn) for (const r of context.ranks) enqueue.sendTo(serveActorId(r.localRank), { type: 'SERVE_DRAIN', force: false });
+      enqueue.assign({
+        ownDrained: context.ownDrained || drainOwn,
+        models: context.models.map((m) => (m.id === serving.id ? { ...m, entries: event.entries } : older.includes(m) ? { ...m, unloaded: true } : m)),
+      });
+    }),
+    unloadModels: enqueueActions(({ context, event, enqueue }) => {
+      assertEvent(event, 'MODEL_UNLOAD');
+      for (const id of event.ids) enqueue.sendTo(id, { type: 'MODEL_UNLOAD', force: event.force });
+      if (event.own) for (const r of context.ranks) enqueue.sendTo(serveActorId(r.localRank), { type: 'SERVE_DRAIN', force: event.force });
+      enqueue.assign({
+        ownDrained: context.ownDrained || event.own,
+        models: context.models.map((m) => (event.ids.includes(m.id) ? { ...m, unloaded: true } : m)),
+      });
+    }),
+    // A model that failed after the node was ready is gone alone; the others keep serving.
+    dropModel: enqueueActions(({ context, event, enqueue }) => {
+      assertEvent(event, ['MODEL_GONE', 'MODEL_FAILED']);
+      if (event.type === 'MODEL_FAILED') context.log.error({ code: event.error.code, model: context.models.find((m) => m.id === event.id)?.name }, event.error.message);
+      enqueue.stopChild(event.id);
+      enqueue.assign({ models: context.models.filter((m) => m.id !== event.id) });
+    }),
+    recordModelFailure: assign(({ context, event }) => {
+      assertEvent(event, 'MODEL_FAILED');
+      return { failure: context.failure ?? event.error };
+    }),
+    republishManifest: enqueueActions(({ context, enqueue }) => enqueue.sendTo('publishManifest', { type: 'REPUBLISH', manifest: manifestOf(context) })),
+    stopModels: enqueueActions(({ context, enqueue }) => {
+      for (const m of context.models) enqueue.sendTo(m.id, { type: 'MODEL_STOP' });
+    }),
     storeRankTable: assign(({ context, event }) => {
       assertEvent(event, 'GROUP_JOINED');
       return {
@@ -209,9 +293,10 @@ const supervisorSetup = setup({
           input: {
             log: rankLog(context, r),
             socketDir: prepared.socketDir,
-            lock: prepared.locks[r.localRank],
             servers: context.servers,
             rank: toServedRank({
+              name: context.config.name,
+              own: true,
               plan: prepared.plan,
               globalRank: r.globalRank,
               localRank: r.localRank,
@@ -293,16 +378,23 @@ const clientRelease = {
   RANK_RELEASED: { actions: 'recordReleased' },
 } as const;
 
+/** Before the node is ready, the models it starts with load beside its own; any failure fails the node. */
+const startupModels = {
+  MODEL_SERVING: { actions: 'recordModelServing' },
+  MODEL_FAILED: { target: '#supervisor.failed', actions: 'recordModelFailure' },
+  MODEL_GONE: { actions: 'dropModel' },
+} as const;
+
 export const supervisorMachine = supervisorSetup.createMachine({
   id: 'supervisor',
   initial: 'init',
-  context: ({ input }) => ({ ...input, rankTable: [], ranks: [], groupJoined: false, groupReady: false, peers: [] }),
+  context: ({ input }) => ({ ...input, rankTable: [], ranks: [], groupJoined: false, groupReady: false, peers: [], models: [], ownDrained: false, modelsSpawned: 0 }),
   states: {
     init: {
       invoke: {
         id: 'prepare',
         src: 'prepareNode',
-        input: ({ context }) => ({ config: context.config, log: context.log, keeper: context.keeper }),
+        input: ({ context }) => ({ config: context.config, log: context.log, keeper: context.keeper, servers: context.servers }),
         onDone: { target: 'rendezvous', actions: { type: 'storePrepared', params: ({ event }) => ({ prepared: event.output }) } },
         onError: [
           { guard: 'hasGroupToTell', target: 'reportingFailure', actions: { type: 'recordFailure', params: ({ event }) => ({ error: event.error }) } },
@@ -332,8 +424,9 @@ export const supervisorMachine = supervisorSetup.createMachine({
       },
     },
     loading: {
-      entry: 'spawnRanks',
+      entry: ['spawnRanks', 'spawnStartupModels'],
       on: {
+        ...startupModels,
         RANK_DEVICE: { actions: 'recordDevice' },
         RANK_PROGRESS: { actions: 'recordProgress' },
         RANK_LOADED: { actions: 'recordLoaded' },
@@ -348,31 +441,26 @@ export const supervisorMachine = supervisorSetup.createMachine({
         RANK_SERVING: { actions: 'recordServing' },
         // A rank's socket is live before its siblings' are, so a client may already release.
         ...clientRelease,
+        ...startupModels,
         RANK_FAILED: rankFailed,
         STOP: 'stopping',
       },
-      always: { guard: 'allRanksServing', target: 'ready' },
+      always: { guard: and(['allRanksServing', 'startupModelsServing']), target: 'ready' },
     },
     ready: {
       entry: 'announceReady',
       invoke: {
         id: 'publishManifest',
         src: 'publishNodeManifest',
-        input: ({ context }) => ({
-          socketDir: context.prepared!.socketDir,
-          log: context.log,
-          group: { nodeRank: context.config.nodeRank, nnodes: context.config.nnodes, tpSize: context.config.tpSize, rankTable: context.rankTable },
-          entries: context.ranks.map((r) => ({
-            globalRank: r.globalRank,
-            localRank: r.localRank,
-            socketPath: r.socketPath!,
-            deviceUuid: r.device!.uuid,
-            fingerprint: context.prepared!.plan.ranks[r.globalRank]!.fingerprint,
-          })),
-        }),
+        input: ({ context }) => ({ socketDir: context.prepared!.socketDir, log: context.log, manifest: manifestOf(context) }),
       },
       on: {
         ...clientRelease,
+        MODEL_LOAD: { actions: 'spawnModel' },
+        MODEL_SERVING: { actions: ['recordModelServing', 'republishManifest'] },
+        MODEL_UNLOAD: { actions: ['unloadModels', 'republishManifest'] },
+        MODEL_GONE: { actions: ['dropModel', 'republishManifest'] },
+        MODEL_FAILED: { actions: ['dropModel', 'republishManifest'] },
         GROUP_READY: { actions: 'recordGroupReady' },
         PEER_LOST: { actions: 'recordPeer' },
         PEER_BACK: { actions: 'recordPeer' },
@@ -381,8 +469,8 @@ export const supervisorMachine = supervisorSetup.createMachine({
       },
     },
     stopping: {
-      entry: 'stopRanks',
-      on: { RANK_STOPPED: { actions: 'recordStopped' }, RANK_FAILED: rankFailed },
+      entry: ['stopRanks', 'stopModels'],
+      on: { RANK_STOPPED: { actions: 'recordStopped' }, RANK_FAILED: rankFailed, MODEL_GONE: { actions: 'dropModel' }, MODEL_FAILED: { actions: 'dropModel' } },
       always: { guard: 'allRanksStopped', target: 'stopped' },
       after: { stopTimeout: { target: 'failed', actions: 'recordStopTimeout' } },
     },
@@ -396,6 +484,42 @@ export const supervisorMachine = supervisorSetup.createMachine({
     RANK_KEPT: { actions: 'recordKept' },
   },
 });
+
+function modelInput(context: SupervisorContext, parent: AnyActorRef, id: string, planned: PlannedModel, startup: boolean): ModelInput {
+  return {
+    id,
+    parent,
+    planned,
+    startup,
+    socketDir: context.prepared!.socketDir,
+    cudaHandles: context.config.cudaHandles,
+    log: context.log.child({ model: planned.spec.name }),
+    rankWorker: context.rankWorker,
+    workers: context.workers,
+    servers: context.servers,
+  };
+}
+
+function modelEntry(id: string, planned: PlannedModel, startup: boolean): ModelEntry {
+  return { id, name: planned.spec.name, fingerprint: planned.plan.fingerprint, tpSize: planned.spec.tpSize, startup, unloaded: false };
+}
+
+/** node.json: the node's own model's ranks (as before several models) and every model that serves. */
+function manifestOf(context: SupervisorContext): PublishNodeManifestInput['manifest'] {
+  const plan = context.prepared!.plan;
+  const own: NodeManifestEntry[] = context.ranks
+    .filter((r) => r.state === 'serving')
+    .map((r) => ({ globalRank: r.globalRank, localRank: r.localRank, socketPath: r.socketPath!, deviceUuid: r.device!.uuid, fingerprint: plan.ranks[r.globalRank]!.fingerprint }));
+  const models: NodeManifestModel[] = [
+    ...(own.length > 0 ? [{ name: context.config.name, fingerprint: plan.fingerprint, tpSize: context.config.tpSize, draining: context.ownDrained, ranks: own }] : []),
+    ...context.models.filter((m) => m.entries).map((m) => ({ name: m.name, fingerprint: m.fingerprint, tpSize: m.tpSize, draining: m.unloaded, ranks: m.entries! })),
+  ];
+  return {
+    entries: own,
+    models,
+    group: { nodeRank: context.config.nodeRank, nnodes: context.config.nnodes, tpSize: context.config.tpSize, rankTable: context.rankTable },
+  };
+}
 
 function toFailure(err: unknown): NodeFailure {
   const e = err as Partial<SerializedError> & Error;

@@ -58,6 +58,8 @@ export class ClientConnection {
   /** A reply with descriptors is being written to the socket's fd, outside the stream. */
   #sendingFds = false;
   #destroyAfterSend = false;
+  /** Event frames that came while a reply with descriptors was being sent: written after it. */
+  #heldEvents: string[] = [];
 
   /** `sendFds` writes replies with descriptors; by default on the socket's own fd (socketFdWriter.ts). */
   constructor(socket: Duplex, caller: Caller, handler: ConnectionHandler, limits: ConnectionLimits, sendFds: FdWriter = socketFdWriter(socket)) {
@@ -77,6 +79,16 @@ export class ClientConnection {
       this.#handler.closed(caller);
     });
     this.#armIdle();
+  }
+
+  /**
+   * Writes an event frame (id null: no request asked for it; docs/protocol.md, Events) between
+   * replies. Never inside a reply with descriptors, whose bytes go to the fd outside the stream.
+   */
+  notify(json: string): void {
+    if (this.#closing) return;
+    if (this.#sendingFds) this.#heldEvents.push(json);
+    else void this.#writeJson(json);
   }
 
   destroy(): void {
@@ -217,6 +229,7 @@ export class ClientConnection {
       } finally {
         this.#sendingFds = false;
         if (this.#destroyAfterSend) this.#socket.destroy();
+        for (const json of this.#heldEvents.splice(0)) this.notify(json);
       }
     } finally {
       reply.sent();

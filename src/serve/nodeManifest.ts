@@ -25,6 +25,17 @@ export interface NodeManifestEntry {
   fingerprint: string;
 }
 
+/** One model version the node serves, with its ranks' sockets (docs/operations.md, Several models). */
+export interface NodeManifestModel {
+  name: string;
+  /** The checkpoint fingerprint; each rank's own is in its entry. */
+  fingerprint: string;
+  tpSize: number;
+  /** Unloaded or superseded: it takes no new lease and goes once its leases end. */
+  draining: boolean;
+  ranks: NodeManifestEntry[];
+}
+
 /** The node's place in its tensor-parallel group, so an engine can check its own rank mapping. */
 export interface NodeGroupInfo {
   nodeRank: number;
@@ -44,15 +55,18 @@ export interface NodeManifest {
    */
   startTime?: string;
   writtenAt: string;
+  /** The node's own model's ranks. */
   ranks: NodeManifestEntry[];
   group?: NodeGroupInfo;
+  /** Every model version that serves, the node's own first (absent from daemons of one model). */
+  models?: NodeManifestModel[];
 }
 
 export function nodeManifestPath(socketDir: string): string {
   return join(socketDir, NODE_MANIFEST);
 }
 
-export function writeNodeManifest(socketDir: string, entries: NodeManifestEntry[], group?: NodeGroupInfo): string {
+export function writeNodeManifest(socketDir: string, entries: NodeManifestEntry[], group?: NodeGroupInfo, models?: NodeManifestModel[]): string {
   const path = nodeManifestPath(socketDir);
   const manifest: NodeManifest = {
     version: NODE_MANIFEST_VERSION,
@@ -60,6 +74,7 @@ export function writeNodeManifest(socketDir: string, entries: NodeManifestEntry[
     writtenAt: new Date().toISOString(),
     ranks: [...entries].sort((a, b) => a.globalRank - b.globalRank),
     group,
+    models,
   };
   const tmp = `${path}.${process.pid}.${randomBytes(4).toString('hex')}.tmp`;
   try {

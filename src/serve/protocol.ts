@@ -6,16 +6,24 @@ import { z } from 'zod';
 /** Version of the message set; independent of the frame version in frameCodec.ts. */
 export const PROTOCOL_VERSION = 1;
 
-export const COMMANDS = ['ping', 'get_state', 'get_segment_fds', 'release', 'detach', 'stats'] as const;
+export const COMMANDS = ['ping', 'get_state', 'get_segment_fds', 'release', 'detach', 'stats', 'watch'] as const;
 export type Command = (typeof COMMANDS)[number];
 
 const requestId = z.number().int().min(0).max(Number.MAX_SAFE_INTEGER);
 const hash = z.string().min(1).max(256);
 const leaseId = z.string().min(1).max(64);
+/** A model's name (docs/operations.md, Several models): letters, digits and . _ - */
+export const ModelName = z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/, 'a model name is 1-128 letters, digits, dots, dashes and underscores, starting with a letter or digit');
 export const ServeMode = z.enum(['map', 'copy']);
 export type ServeMode = z.infer<typeof ServeMode>;
 
-export const PingRequest = z.object({ id: requestId, cmd: z.literal('ping') });
+/**
+ * Which model version a command that names none (ping, release, stats) is about: the one with
+ * this rank fingerprint. Without it, the device's oldest model that still serves.
+ */
+const versionOf = hash.optional();
+
+export const PingRequest = z.object({ id: requestId, cmd: z.literal('ping'), fingerprint: versionOf });
 export const GetStateRequest = z.object({
   id: requestId,
   cmd: z.literal('get_state'),
@@ -30,18 +38,22 @@ export const GetStateRequest = z.object({
   client: z.string().max(200).optional(),
   /** Whose names and shapes the tensors come under (docs/protocol.md, Layouts); default `checkpoint`. */
   layout: z.string().min(1).max(64).optional(),
+  /** The model's name: on a mismatch, the reply compares against its newest version on this device. */
+  model: ModelName.optional(),
 });
 /** The descriptors of the segments a live lease of the caller's covers (host "fd" handles); the reply carries them as SCM_RIGHTS. */
 export const GetSegmentFdsRequest = z.object({ id: requestId, cmd: z.literal('get_segment_fds'), leaseId });
-export const ReleaseRequest = z.object({ id: requestId, cmd: z.literal('release'), force: z.boolean().optional() });
+export const ReleaseRequest = z.object({ id: requestId, cmd: z.literal('release'), force: z.boolean().optional(), fingerprint: versionOf });
 export const DetachRequest = z.object({ id: requestId, cmd: z.literal('detach'), leaseId: leaseId.optional() });
-export const StatsRequest = z.object({ id: requestId, cmd: z.literal('stats') });
+export const StatsRequest = z.object({ id: requestId, cmd: z.literal('stats'), fingerprint: versionOf });
+/** Tells this connection, from now on, when a version of `model` is ready or about to be dropped (Events). */
+export const WatchRequest = z.object({ id: requestId, cmd: z.literal('watch'), model: ModelName });
 
-export const Request = z.discriminatedUnion('cmd', [PingRequest, GetStateRequest, GetSegmentFdsRequest, ReleaseRequest, DetachRequest, StatsRequest]);
+export const Request = z.discriminatedUnion('cmd', [PingRequest, GetStateRequest, GetSegmentFdsRequest, ReleaseRequest, DetachRequest, StatsRequest, WatchRequest]);
 export type Request = z.infer<typeof Request>;
 export type RequestOf<C extends Command> = Extract<Request, { cmd: C }>;
 
-export const ServeStatus = z.enum(['serving', 'releasing', 'released']);
+export const ServeStatus = z.enum(['serving', 'draining', 'releasing', 'released']);
 export type ServeStatus = z.infer<typeof ServeStatus>;
 
 const count = z.number().int().min(0);
@@ -83,6 +95,16 @@ export const LeaseInfo = z.object({
   connectionBound: z.boolean(),
 });
 export type LeaseInfo = z.infer<typeof LeaseInfo>;
+/** One model version this socket serves. */
+export const ModelRef = z.object({
+  name: z.string(),
+  /** This rank's fingerprint of that version: what get_state takes. */
+  fingerprint: z.string(),
+  status: ServeStatus,
+  globalRank: count,
+  tpSize: z.number().int().min(1),
+});
+export type ModelRef = z.infer<typeof ModelRef>;
 
 const ok = { id: requestId, ok: z.literal(true) };
 
@@ -98,6 +120,10 @@ export const PingReply = z.object({
   rank: RankRef,
   /** The layouts get_state can serve (absent from daemons before layouts: `checkpoint` only). */
   layouts: z.array(z.string()).optional(),
+  /** The model's name (absent from daemons of one model). */
+  name: z.string().optional(),
+  /** Every model version on this socket, oldest first (absent from daemons of one model). */
+  models: z.array(ModelRef).optional(),
 });
 export type PingReply = z.infer<typeof PingReply>;
 
@@ -127,6 +153,8 @@ export const MismatchReply = z.object({
   fields: z.array(z.string()),
   fingerprint: z.string(),
   fingerprintFields: z.record(z.string(), z.string()),
+  /** Every model version on this socket (absent from daemons of one model): the client may ask for one of those. */
+  models: z.array(ModelRef).optional(),
 });
 export type MismatchReply = z.infer<typeof MismatchReply>;
 
@@ -167,6 +195,33 @@ export const StatsReply = z.object({
 });
 export type StatsReply = z.infer<typeof StatsReply>;
 
+export const WatchReply = z.object({
+  ...ok,
+  /** Every name this connection watches now. */
+  watching: z.array(z.string()),
+  /** The versions of the watched model on this socket now, oldest first. */
+  versions: z.array(ModelRef),
+});
+export type WatchReply = z.infer<typeof WatchReply>;
+
+/**
+ * A frame no request asked for (id null, ok true): something happened to a model this connection
+ * watches, or to a lease it holds. model_ready: `fingerprint` of a newer version of `model` is
+ * attachable. model_dropping: version `fingerprint` takes no new lease and is freed once its
+ * leases end (`newer`: the version to move to, when there is one). lease_revoked: a forced unload
+ * ended this connection's lease `leaseHash` of version `fingerprint`; its memory is being freed.
+ */
+export const ModelEvent = z.object({
+  id: z.null(),
+  ok: z.literal(true),
+  event: z.enum(['model_ready', 'model_dropping', 'lease_revoked']),
+  model: z.string(),
+  fingerprint: z.string(),
+  newer: z.string().optional(),
+  leaseHash: z.string().optional(),
+});
+export type ModelEvent = z.infer<typeof ModelEvent>;
+
 export const ErrorReply = z.object({
   id: requestId.nullable(),
   ok: z.literal(false),
@@ -182,4 +237,5 @@ export const REPLY_SCHEMAS = {
   release: ReleaseReply,
   detach: DetachReply,
   stats: StatsReply,
+  watch: WatchReply,
 } as const satisfies Record<Command, z.ZodType>;

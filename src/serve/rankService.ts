@@ -1,11 +1,11 @@
-// The state of one served rank, and only that: what it serves (the manifest per layout, cached
-// as text), where it is in its lifecycle (rankServiceMachine.ts), who holds its memory
-// (leaseTable.ts), who is connected, and the counters stats reports. The commands that read and
-// change it are in handlers/; the socket and who may connect are the rank server's.
+// The state of one served rank of one model version, and only that: what it serves (the
+// manifest per layout, cached as text), where it is in its lifecycle (rankServiceMachine.ts) and
+// who holds its memory (leaseTable.ts). The commands that read and change it are in handlers/;
+// the socket, its connections and who may connect are the device server's (deviceServer.ts),
+// which serves every model version resident on its device.
 import { ServeError } from '../errors.js';
 import type { Logger } from '../log.js';
 import type { SegmentExport } from '../native/addon.js';
-import type { ClientConnection } from './clientConnection.js';
 import { leaseHash, LeaseTable, type Caller, type Lease } from './leaseTable.js';
 import type { DeviceRef, RankRef, ServeStatus } from './protocol.js';
 import { rankServiceStart, rankServiceStep, type RankServiceEvent } from './rankServiceMachine.js';
@@ -18,14 +18,16 @@ export interface RankServiceOptions {
   freeMemory: () => Promise<void>;
 }
 
-export interface RankServiceStats {
-  status: ServeStatus;
-  connections: number;
-  leases: number;
-  requests: number;
-  protocolErrors: number;
-  refusedPeers: number;
+/** What the device server lets a service do to the connections it does not own. */
+export interface ConnectionNotifier {
+  /** Writes an event frame on a connection, if it is still open (docs/protocol.md, Events). */
+  notify(connectionId: number, event: Record<string, unknown>): void;
+  /** Tells the connections that watch this service's model that it is ready, or about to be dropped. */
+  announce(service: RankService, event: 'model_ready' | 'model_dropping'): void;
 }
+
+/** Ends no one's lease in particular: a forced unload revokes every lease. */
+const NOBODY: Caller = { pid: -1, connectionId: -1 };
 
 /** What get_state says a segment's handle is: "fd" for a host memfd (the client asks get_segment_fds for it), else the backend's own. */
 function servedHandle(s: SegmentExport): string {
@@ -36,10 +38,9 @@ export class RankService {
   readonly rank: ServedRank;
   readonly log: Logger;
   readonly leases = new LeaseTable();
-  /** Open connections by id: what the server closes when it stops. */
-  readonly connections = new Map<number, ClientConnection>();
-  readonly counters = { requests: 0, protocolErrors: 0, refusedPeers: 0 };
   readonly startedAt = Date.now();
+  /** Set by the device server that serves this rank. */
+  notifier: ConnectionNotifier | undefined;
   readonly deviceRef: DeviceRef;
   readonly rankRef: RankRef;
   readonly #freeMemory: () => Promise<void>;
@@ -75,14 +76,69 @@ export class RankService {
     return this.#lifecycle.value;
   }
 
-  /** Throws E_RELEASED or E_RELEASING unless the rank serves: no lease nor descriptor is given out after a release began. */
-  refuseUnlessServing(): void {
+  /** The model's name (several versions of one name may be resident during a swap). */
+  get name(): string {
+    return this.rank.name;
+  }
+
+  /**
+   * Throws unless the rank serves: no new lease is given out once it drains or a release began.
+   * `newer` is the fingerprint of a newer version of the same model on this device, if any.
+   */
+  refuseUnlessServing(newer?: string): void {
     if (this.status === 'serving') return;
+    if (this.status === 'draining') {
+      throw new ServeError(
+        'E_DRAINING',
+        `model "${this.name}" version ${this.rank.fingerprint.slice(0, 12)} (rank ${this.rank.globalRank}) is being unloaded and takes no new lease; ` +
+          (newer ? `attach to its newer version (fingerprint ${newer}), or load from disk` : 'load the weights from disk'),
+        { model: this.name, fingerprint: this.rank.fingerprint, ...(newer ? { newer } : {}) },
+      );
+    }
+    this.refuseIfFreed(newer);
+  }
+
+  /**
+   * Throws E_RELEASED or E_RELEASING once a release began: the memory is (being) freed, and no
+   * descriptor is given out. `newer`, as for refuseUnlessServing, goes in the details.
+   */
+  refuseIfFreed(newer?: string): void {
+    if (this.status === 'serving' || this.status === 'draining') return;
     const released = this.status === 'released';
     throw new ServeError(
       released ? 'E_RELEASED' : 'E_RELEASING',
-      `rank ${this.rank.globalRank}'s cache on device ${this.rank.device.uuid} ${released ? 'was released' : 'is being released'}; load the weights from disk (or restart weightd to cache them again)`,
+      `rank ${this.rank.globalRank}'s cache on device ${this.rank.device.uuid} ${released ? 'was released' : 'is being released'}; ` +
+        (newer ? `attach to the newer version of "${this.name}" (fingerprint ${newer}), or load the weights from disk` : 'load the weights from disk (or restart weightd to cache them again)'),
+      newer ? { model: this.name, newer } : {},
     );
+  }
+
+  /**
+   * Serving -> draining: no new lease from now on; the memory is freed once the last lease ends,
+   * or at once with `force`, which revokes every lease and tells each holder's connection
+   * (lease_revoked). Returns the revoked leases. A rank already draining may still be forced; one
+   * whose release began is left as it is.
+   */
+  drain(force: boolean): Lease[] {
+    if (this.status === 'serving') {
+      this.#step({ type: 'DRAIN' });
+      this.notifier?.announce(this, 'model_dropping');
+    }
+    if (this.status !== 'draining') return [];
+    const revoked = force ? this.leases.clear(NOBODY) : [];
+    for (const l of revoked) {
+      this.logLease(l, 'lease revoked by a forced unload');
+      this.notifier?.notify(l.connectionId, { event: 'lease_revoked', model: this.name, fingerprint: this.rank.fingerprint, leaseHash: leaseHash(l.id) });
+    }
+    this.log.info({ model: this.name, globalRank: this.rank.globalRank, force, leases: this.leases.size }, this.leases.size > 0 ? 'draining: freed once the last lease ends' : 'draining: no lease holds it');
+    this.leasesEnded();
+    return revoked;
+  }
+
+  /** Leases ended (detach, exit, connection closed): a draining rank with none left is freed now. */
+  leasesEnded(): void {
+    if (this.status !== 'draining' || this.leases.size > 0) return;
+    this.release().catch((err: unknown) => this.log.error({ err, globalRank: this.rank.globalRank }, 'freeing a drained rank failed'));
   }
 
   /** Every segment's descriptor in segment order, or undefined when the backend has none (cuda legacy IPC). */
@@ -117,9 +173,9 @@ export class RankService {
   }
 
   /**
-   * Serving -> releasing, at once (no lease is granted from here on); frees the memory, then
-   * -> released, whether freeing worked or not. Resolves once freed. Throws E_ILLEGAL_TRANSITION
-   * unless serving: a second release waits on `releaseDone` instead.
+   * Serving or draining -> releasing, at once (no lease is granted from here on); frees the
+   * memory, then -> released, whether freeing worked or not. Resolves once freed. Throws
+   * E_ILLEGAL_TRANSITION otherwise: a second release waits on `releaseDone` instead.
    */
   release(): Promise<void> {
     this.#step({ type: 'RELEASE_ALLOWED' });
@@ -143,22 +199,21 @@ export class RankService {
     return this.#releaseDone;
   }
 
-  stats(): RankServiceStats {
-    return { status: this.status, connections: this.connections.size, leases: this.leases.size, ...this.counters };
-  }
-
   /** A connection closed: its copy leases end with it. */
   connectionClosed(caller: Caller): void {
-    this.connections.delete(caller.connectionId);
-    for (const l of this.leases.connectionClosed(caller.connectionId)) this.logLease(l, 'lease ended with its connection');
+    const ended = this.leases.connectionClosed(caller.connectionId);
+    for (const l of ended) this.logLease(l, 'lease ended with its connection');
+    if (ended.length > 0) this.leasesEnded();
   }
 
   expireDeadLeases(): void {
-    for (const l of this.leases.expireDead()) this.logLease(l, 'lease ended: client exited');
+    const ended = this.leases.expireDead();
+    for (const l of ended) this.logLease(l, 'lease ended: client exited');
+    if (ended.length > 0) this.leasesEnded();
   }
 
   logLease(l: Lease, msg: string, client?: string): void {
-    this.log.info({ lease: leaseHash(l.id), peerPid: l.owner.pid, mode: l.mode, leases: this.leases.size, client }, msg);
+    this.log.info({ lease: leaseHash(l.id), peerPid: l.owner.pid, mode: l.mode, leases: this.leases.size, model: this.name, client }, msg);
   }
 
   #step(event: RankServiceEvent): void {

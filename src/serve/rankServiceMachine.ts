@@ -1,4 +1,6 @@
-// A rank's serving lifecycle: serving -> releasing -> released, and nothing else.
+// A rank's serving lifecycle: serving -> (draining ->) releasing -> released, and nothing else.
+// draining: the model is being unloaded or superseded; no new lease is granted, and the memory
+// is freed once the last lease has ended (or at once when the unload is forced).
 //
 // Written as an xstate machine rather than a hand-made table because the inspect page already
 // draws xstate machines from their own definition (src/inspect/machineToMermaid.ts): this one
@@ -13,6 +15,8 @@ import { ServeError } from '../errors.js';
 export type RankServiceEvent =
   /** A client's release passed the lease check: no new lease from here on. */
   | { type: 'RELEASE_ALLOWED' }
+  /** The model is unloaded (or a newer version took its place): no new lease, the held ones stay. */
+  | { type: 'DRAIN' }
   | { type: 'MEMORY_FREED' }
   /** Whether any memory is left is unknown: it is never handed out again either. */
   | { type: 'FREEING_FAILED' };
@@ -21,7 +25,8 @@ export const rankServiceMachine = setup({ types: { events: {} as RankServiceEven
   id: 'rankService',
   initial: 'serving',
   states: {
-    serving: { on: { RELEASE_ALLOWED: 'releasing' } },
+    serving: { on: { RELEASE_ALLOWED: 'releasing', DRAIN: 'draining' } },
+    draining: { on: { RELEASE_ALLOWED: 'releasing' } },
     releasing: { on: { MEMORY_FREED: 'released', FREEING_FAILED: 'released' } },
     released: { type: 'final' },
   },

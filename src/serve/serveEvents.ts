@@ -10,8 +10,14 @@ export type ServeEvent =
   /** Binding, locking or serving failed. */
   | { type: 'RANK_FAILED'; localRank: number; error: SerializedError };
 
-/**
- * From the supervisor to a serve actor: the memory is freed, answer the pending release(s) ok.
- * (Freeing that fails fails the node; the waiting clients then see their connection close.)
- */
-export type ServeCommand = { type: 'SERVE_RELEASED' };
+/** From the supervisor (or a model actor) to a serve actor. */
+export type ServeCommand =
+  /**
+   * The memory is freed, answer the pending release(s) ok. (Freeing that fails fails the node;
+   * the waiting clients then see their connection close.)
+   */
+  | { type: 'SERVE_RELEASED' }
+  /** Every rank of the model serves: tell the connections that watch it (model_ready). */
+  | { type: 'SERVE_ANNOUNCE' }
+  /** Unload: no new lease; free once the last lease ends, or at once with force (revoking them). */
+  | { type: 'SERVE_DRAIN'; force: boolean };

@@ -11,6 +11,11 @@ export interface ServedRank {
   tpSize: number;
   backend: Backend;
   device: DeviceInfo;
+  /** The model's name (--model's directory name unless named): what swaps and watches go by. */
+  name: string;
+  /** A rank of the node's own model: what a request that names no version is about. */
+  own: boolean;
+  /** The checkpoint directory. */
   model: string;
   architecture: string;
   /** This rank's fingerprint (checkpoint fingerprint + rank). */
@@ -27,6 +32,8 @@ export interface ServedRank {
 
 /** Builds what a rank's server serves from the node's plan and the rank's loaded device. */
 export function toServedRank(args: {
+  name: string;
+  own: boolean;
   plan: CheckpointPlan;
   globalRank: number;
   localRank: number;
@@ -45,6 +52,8 @@ export function toServedRank(args: {
     tpSize: args.plan.tpSize,
     backend: args.backend,
     device: args.device,
+    name: args.name,
+    own: args.own,
     model: args.plan.modelDir,
     architecture: args.plan.architecture,
     fingerprint: rank.fingerprint,

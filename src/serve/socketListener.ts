@@ -1,4 +1,4 @@
-// The Unix socket file of one device: takes the device lock, clears a socket left by a daemon
+// The Unix socket file of one device (or the node's control socket): takes its lock, clears a socket left by a daemon
 // that died, binds with mode 0600, and on close removes exactly what it made. It reads nothing
 // from connections: each accepted socket is handed to `onConnection` (admission and serving are
 // the rank server's). `close()` undoes everything synchronously, at any point, even while
@@ -11,7 +11,8 @@ import { acquireDeviceLock, type DeviceLock } from './deviceLock.js';
 import { checkSocketPathLength, removeSocketDirIfCreated, resolveSocketDir, socketPathFor } from './socketDir.js';
 
 export interface SocketListenerOptions {
-  deviceUuid: string;
+  /** The device's uuid, or CONTROL_SOCKET_NAME: the socket is <name>.sock and the lock <name>.lock in the socket directory. */
+  name: string;
   /** Default: a private per-user directory under the temp dir (socketDir.ts). */
   socketDir?: string;
   /** A lock taken earlier (before loading, to fail fast); taken here when absent. */
@@ -69,7 +70,7 @@ export class SocketListener {
    */
   async listen(onConnection: (socket: Socket) => void): Promise<string> {
     this.#throwIfClosed();
-    const uuid = this.#options.deviceUuid;
+    const uuid = this.#options.name;
     const dir = resolveSocketDir(this.#options.socketDir);
     this.#socketDir = dir;
     const path = socketPathFor(dir, uuid);
@@ -112,7 +113,7 @@ export class SocketListener {
   #throwIfClosed(): void {
     if (!this.#closed) return;
     this.close();
-    throw new ServeError('E_SERVE_CLOSED', `serving device ${this.#options.deviceUuid} was stopped while it started`);
+    throw new ServeError('E_SERVE_CLOSED', `serving device ${this.#options.name} was stopped while it started`);
   }
 
   async #clearStaleSocket(path: string): Promise<void> {
@@ -134,7 +135,7 @@ export class SocketListener {
     if (state === 'live') {
       throw new ServeError(
         'E_SOCKET_IN_USE',
-        `${path} accepts connections although its device lock was free: another weightd (maybe in another container or pid namespace sharing this directory) serves device ${this.#options.deviceUuid}; stop it or use another --weight-cache-socket-dir`,
+        `${path} accepts connections although its device lock was free: another weightd (maybe in another container or pid namespace sharing this directory) serves device ${this.#options.name}; stop it or use another --weight-cache-socket-dir`,
         { path },
       );
     }

@@ -41,7 +41,7 @@ test('statechart draws the coordinator and the rank service too, and names the m
   assert.match(coordinator.stdout, /^stateDiagram-v2/m);
   assert.match(coordinator.stdout, /gathering/);
   const service = JSON.parse(run('statechart', '--machine', 'rankService', '--format', 'json').stdout) as { states: Array<{ key: string }> };
-  assert.equal(service.states.map((s) => s.key), ['serving', 'releasing', 'released']);
+  assert.equal(service.states.map((s) => s.key), ['serving', 'draining', 'releasing', 'released']);
   const wrong = run('statechart', '--machine', 'rankserver');
   assert.is.not(wrong.status, 0);
   assert.match(wrong.stderr, /rankserver.*supervisor, coordinator, rankService|supervisor, coordinator, rankService.*rankserver/s);

@@ -8,7 +8,7 @@ import type { RankActorInput, RankCommand } from '../../src/actors/rankActor.js'
 import type { GroupSessionInput } from '../../src/actors/groupSession.js';
 import type { RankEvent } from '../../src/machines/events.js';
 import type { ServeRankInput } from '../../src/actors/serveRank.js';
-import type { PublishNodeManifestInput } from '../../src/actors/publishNodeManifest.js';
+import type { PublishCommand, PublishNodeManifestInput } from '../../src/actors/publishNodeManifest.js';
 import type { ReportStartupFailureInput } from '../../src/actors/reportStartupFailure.js';
 import type { ServeCommand, ServeEvent } from '../../src/serve/serveEvents.js';
 import type { NodeConfig } from '../../src/nodeOptions.js';
@@ -19,8 +19,10 @@ export const LOCAL_RANKS = 2;
 
 export function fakeConfig(over: Partial<NodeConfig> = {}): NodeConfig {
   return {
+    name: 'model',
     modelDir: '/fake/model',
     tpSize: LOCAL_RANKS,
+    models: [{ name: 'model', modelDir: '/fake/model', tpSize: LOCAL_RANKS, layouts: ['checkpoint'] }],
     nnodes: 1,
     nodeRank: 0,
     localWorldSize: LOCAL_RANKS,
@@ -32,6 +34,7 @@ export function fakeConfig(over: Partial<NodeConfig> = {}): NodeConfig {
     fill: {},
     keeper: { mode: 'off', adoptWithinS: 600 },
     rendezvousTimeoutMs: 1000,
+    control: false,
     ...over,
   };
 }
@@ -58,6 +61,7 @@ export const fakePrepared: Prepared = {
   socketDir: '/fake/sockets',
   locks: [],
   fill: {},
+  models: [],
 };
 
 export const fakeRankTable = fakePrepared.devices.map((d, i) => ({
@@ -101,7 +105,7 @@ export class FakeWorld {
           this.failureReports++;
           return new Promise<boolean>(() => {});
         }),
-        publishNodeManifest: fromCallback<{ type: string }, PublishNodeManifestInput>(() => {
+        publishNodeManifest: fromCallback<PublishCommand, PublishNodeManifestInput>(() => {
           this.manifestLive = true;
           return () => (this.manifestLive = false);
         }),

@@ -17,10 +17,10 @@ test('every supervisor state, with its type, initial state and final states', ()
   assert.is(byKey.stopped!.type, 'final');
   assert.is(byKey.failed!.type, 'final');
   assert.is(byKey.loading!.type, 'atomic');
-  assert.equal(byKey.loading!.entry, ['spawnRanks']);
+  assert.equal(byKey.loading!.entry, ['spawnRanks', 'spawnStartupModels']);
   assert.equal(byKey.init!.invoke, [{ id: 'prepare', src: 'prepareNode' }]);
   // xstate's own timer action behind `after` is not a user action.
-  assert.equal(byKey.stopping!.entry, ['stopRanks']);
+  assert.equal(byKey.stopping!.entry, ['stopRanks', 'stopModels']);
 });
 
 test('transitions carry their events, guards, delays, actions and targets', () => {
@@ -49,7 +49,7 @@ test('mermaid text: states, descriptions, merged edges, the root transition in e
   for (const l of [
     '  [*] --> init',
     '  state "loading" as loading',
-    '  loading : entry / spawnRanks',
+    '  loading : entry / spawnRanks, spawnStartupModels',
     '  loading : RANK_PROGRESS / recordProgress',
     '  ready : invoke publishNodeManifest',
     '  stopped --> [*]',

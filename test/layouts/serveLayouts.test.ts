@@ -7,7 +7,7 @@ import * as assert from 'uvu/assert';
 import { expectedFingerprint, WeightdClient } from '../../src/client/index.js';
 import type { HostTensor } from '../../src/client/segmentAccess.js';
 import { ServeError } from '../../src/errors.js';
-import { RankServer } from '../../src/serve/rankServer.js';
+import { oneRankServer } from '../serve/oneRankServer.js';
 import { makeTempDir, rejectsWith, removeDir, writeArchCheckpoint } from '../helpers/checkpoints.js';
 import { freshSocketDir } from '../helpers/paths.js';
 import { loadServedRank } from '../serve/servedRankFixture.js';
@@ -19,7 +19,7 @@ async function serve(layouts: Array<'vllm'>, vocab: number, run: (client: Weight
   const sockets = freshSocketDir();
   await writeArchCheckpoint(dir, 'LlamaForCausalLM', { hidden: 16, heads: 4, kvHeads: 2, headDim: 4, intermediate: 32, layers: 1, vocab, shards: 1 });
   const loaded = await loadServedRank(dir, { uuid: `layouts-${process.pid}` }, layouts);
-  const server = new RankServer({ rank: loaded.served, socketDir: sockets, log, freeMemory: () => loaded.device.free() });
+  const server = oneRankServer({ rank: loaded.served, socketDir: sockets, log, freeMemory: () => loaded.device.free() });
   let client: WeightdClient | undefined;
   try {
     client = await WeightdClient.connect(await server.listen());

@@ -8,7 +8,7 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { encodeMessage, FrameDecoder, MAX_RESPONSE_BYTES } from '../../src/serve/frameCodec.js';
 import { PROTOCOL_VERSION } from '../../src/serve/protocol.js';
-import { RankServer } from '../../src/serve/rankServer.js';
+import { oneRankServer, type OneRankServer } from './oneRankServer.js';
 import type { ServedRank } from '../../src/serve/servedRank.js';
 import { duplexPair } from './duplexPair.js';
 
@@ -24,6 +24,8 @@ const rank: ServedRank = {
   tpSize: 1,
   backend: 'host',
   device: { backend: 'host', index: 0, uuid: 'in-memory-0', name: 'in-memory', totalBytes: 1 << 20, freeBytes: 0 },
+  name: 'tiny',
+  own: true,
   model: '/models/tiny',
   architecture: 'LlamaForCausalLM',
   fingerprint: 'fp-tiny',
@@ -42,7 +44,7 @@ type Reply = any;
  * with descriptors comes as its frame on the pair, its fds recorded in `fdsSent`, once `fdGate`
  * (when given) lets the send finish.
  */
-function connect(server: RankServer, pid = process.pid, fdGate?: Promise<void>) {
+function connect(server: OneRankServer, pid = process.pid, fdGate?: Promise<void>) {
   const [client, end] = duplexPair();
   const fdsSent: number[][] = [];
   server.accept(end, pid, async (frame, fds) => {
@@ -82,7 +84,7 @@ function serverWithGatedFree() {
   let finish!: (err?: Error) => void;
   const gate = new Promise<void>((resolve, reject) => (finish = (err) => (err ? reject(err) : resolve())));
   let calls = 0;
-  const server = new RankServer({
+  const server = oneRankServer({
     rank,
     log,
     freeMemory: () => {
@@ -95,7 +97,7 @@ function serverWithGatedFree() {
 }
 
 test('ping: who serves, in which state, with which layouts', async () => {
-  const server = new RankServer({ rank, log, freeMemory: async () => {} });
+  const server = oneRankServer({ rank, log, freeMemory: async () => {} });
   try {
     const reply = await connect(server).request({ cmd: 'ping' });
     assert.equal(reply, {
@@ -105,11 +107,13 @@ test('ping: who serves, in which state, with which layouts', async () => {
       protocolVersion: PROTOCOL_VERSION,
       daemonPid: process.pid,
       model: rank.model,
+      name: 'tiny',
       architecture: rank.architecture,
       fingerprint: rank.fingerprint,
       layouts: ['checkpoint'],
       device: { uuid: 'in-memory-0', backend: 'host', index: 0, name: 'in-memory' },
       rank: { globalRank: 0, localRank: 0, nodeRank: 0, nnodes: 1, tpSize: 1 },
+      models: [{ name: 'tiny', fingerprint: rank.fingerprint, status: 'serving', globalRank: 0, tpSize: 1 }],
     });
   } finally {
     server.close();
@@ -117,7 +121,7 @@ test('ping: who serves, in which state, with which layouts', async () => {
 });
 
 test('get_state: a lease per request over the manifest; a wrong fingerprint gets the differing fields; an unplanned layout is refused', async () => {
-  const server = new RankServer({ rank, log, freeMemory: async () => {} });
+  const server = oneRankServer({ rank, log, freeMemory: async () => {} });
   try {
     const c = connect(server);
     const first = await c.request(getState('map'));
@@ -143,7 +147,7 @@ test('get_state: a lease per request over the manifest; a wrong fingerprint gets
 });
 
 test('detach ends the named lease; a copy lease ends with its connection, a map lease outlives it', async () => {
-  const server = new RankServer({ rank, log, freeMemory: async () => {} });
+  const server = oneRankServer({ rank, log, freeMemory: async () => {} });
   try {
     const watcher = connect(server);
     const c = connect(server);
@@ -167,7 +171,7 @@ test('detach ends the named lease; a copy lease ends with its connection, a map 
 
 test('release is refused while another process holds a lease; force revokes it and frees once', async () => {
   let frees = 0;
-  const server = new RankServer({ rank, log, freeMemory: async () => void frees++ });
+  const server = oneRankServer({ rank, log, freeMemory: async () => void frees++ });
   try {
     // Our parent (the test runner) is alive, so its lease is live and not ours.
     const other = connect(server, process.ppid);
@@ -238,7 +242,7 @@ test('freeing that fails: the releasing client and the one waiting get E_RELEASE
 });
 
 test('get_segment_fds: the fds come with the reply, in order, for a live lease of the caller only', async () => {
-  const server = new RankServer({ rank, log, freeMemory: async () => {} });
+  const server = oneRankServer({ rank, log, freeMemory: async () => {} });
   try {
     const c = connect(server);
     const { leaseId } = await c.request(getState('map'));
@@ -268,7 +272,7 @@ test('get_segment_fds: the fds come with the reply, in order, for a live lease o
 
 test('get_segment_fds: a cuda rank (legacy IPC) has none; a released rank gives none', async () => {
   const cudaRank: ServedRank = { ...rank, backend: 'cuda', segments: [{ segment: 0, bytes: 256, handle: 'AAAA' }] };
-  const cuda = new RankServer({ rank: cudaRank, log, freeMemory: async () => {} });
+  const cuda = oneRankServer({ rank: cudaRank, log, freeMemory: async () => {} });
   try {
     const c = connect(cuda);
     const { leaseId, segments } = await c.request(getState('map'));
@@ -278,7 +282,7 @@ test('get_segment_fds: a cuda rank (legacy IPC) has none; a released rank gives 
   } finally {
     cuda.close();
   }
-  const host = new RankServer({ rank, log, freeMemory: async () => {} });
+  const host = oneRankServer({ rank, log, freeMemory: async () => {} });
   try {
     const c = connect(host);
     const { leaseId } = await c.request(getState('map'));
@@ -291,7 +295,7 @@ test('get_segment_fds: a cuda rank (legacy IPC) has none; a released rank gives 
 
 test('a release waits for descriptors still being sent before it frees (and so closes) them', async () => {
   let frees = 0;
-  const server = new RankServer({ rank, log, freeMemory: async () => void frees++ });
+  const server = oneRankServer({ rank, log, freeMemory: async () => void frees++ });
   try {
     let letSend!: () => void;
     const sender = connect(server, process.pid, new Promise<void>((resolve) => (letSend = resolve)));
@@ -313,7 +317,7 @@ test('a release waits for descriptors still being sent before it frees (and so c
 });
 
 test('a request counts, a protocol error counts and ends only its own connection', async () => {
-  const server = new RankServer({ rank, log, freeMemory: async () => {} });
+  const server = oneRankServer({ rank, log, freeMemory: async () => {} });
   try {
     const [bad, end] = duplexPair();
     server.accept(end, process.pid);

@@ -9,7 +9,7 @@ import * as assert from 'uvu/assert';
 import { expectedFingerprint, WeightdClient } from '../../src/client/index.js';
 import { addon } from '../../src/native/addon.js';
 import { encodeMessage, FrameDecoder, MAX_REQUEST_BYTES } from '../../src/serve/frameCodec.js';
-import { RankServer } from '../../src/serve/rankServer.js';
+import { oneRankServer, type OneRankServer } from './oneRankServer.js';
 import { makeTempDir, removeDir } from '../helpers/checkpoints.js';
 import { waitUntil } from '../helpers/keeper.js';
 import { openFdCount } from '../helpers/memfds.js';
@@ -19,14 +19,14 @@ import { loadServedRank } from './servedRankFixture.js';
 const log = pino({ level: 'silent' });
 
 /** Waits until the server holds only the test client's own connection. */
-function oneShotsClosed(server: RankServer): Promise<void> {
+function oneShotsClosed(server: OneRankServer): Promise<void> {
   return waitUntil(() => `the server to close the one-shot connections (${server.stats().connections} open)`, () => server.stats().connections === 1);
 }
 
 test('the fds sent are the rank\'s sealed segments, in reply order; refusals send none; nothing leaks', async () => {
   const dir = makeTempDir('segfds');
   const loaded = await loadServedRank(exampleModel, { uuid: `segfds-${process.pid}` });
-  const server = new RankServer({ rank: loaded.served, socketDir: dir, log, freeMemory: () => loaded.device.free() });
+  const server = oneRankServer({ rank: loaded.served, socketDir: dir, log, freeMemory: () => loaded.device.free() });
   const socketPath = await server.listen();
   const client = await WeightdClient.connect(socketPath);
   try {

@@ -18,7 +18,9 @@ export async function loadServedRank(modelDir: string, device: { uuid: string },
   try {
     await handle.allocate(rank.segments);
     await handle.fill(rank.files, rank.ops, rank.totalBytes, {});
-    const served = toServedRank({ plan, globalRank: 0, localRank: 0, nodeRank: 0, nnodes: 1, backend: 'host', device: handle.info(), segments: handle.exportSegments() });
+    const served = toServedRank({
+    name: 'tiny-llama',
+    own: true, plan, globalRank: 0, localRank: 0, nodeRank: 0, nnodes: 1, backend: 'host', device: handle.info(), segments: handle.exportSegments() });
     return { served, device: handle };
   } catch (err) {
     await handle.free();

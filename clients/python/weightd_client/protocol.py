@@ -56,6 +56,15 @@ def encode_frame(message: Dict[str, Any]) -> bytes:
     return HEADER.pack(MAGIC, FRAME_VERSION, len(body)) + body
 
 
+#: What a frame no request asked for is about (docs/protocol.md, Events).
+EVENTS = ("model_ready", "model_dropping", "lease_revoked")
+
+
+def is_event(frame: Any) -> bool:
+    """Whether a frame is an event (id null, ok true, a known ``event``) rather than a reply."""
+    return isinstance(frame, dict) and frame.get("id") is None and frame.get("ok") is True and frame.get("event") in EVENTS
+
+
 class _ClosedBeforeReply(ServeError):
     """The connection ended before any byte of the reply: the daemon never read the request."""
 
@@ -123,6 +132,8 @@ class Connection:
         self.timeout = timeout
         self._sock: Optional[socket.socket] = None
         self._ids = itertools.count(1)
+        #: Event frames read so far and not yet taken (poll_events).
+        self.events: List[Dict[str, Any]] = []
 
     def _open(self) -> socket.socket:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -196,6 +207,10 @@ class Connection:
         try:
             self._sock.sendall(encode_frame(message))
             reply = read_frame(self._sock, deadline, fds=fds)
+            # Events of a watch may come before the reply: kept for poll_events.
+            while is_event(reply):
+                self.events.append(reply)
+                reply = read_frame(self._sock, deadline, fds=fds)
             # One request at a time, and a connection that failed is never reused: the reply is
             # to this request (id null: the daemon could not read one, as for a protocol error).
             if not isinstance(reply, dict) or reply.get("id") not in (rid, None):
@@ -204,6 +219,27 @@ class Connection:
         except (OSError, WeightdError):
             self.close()
             raise
+
+    def poll_events(self, timeout: float = 0.0) -> List[Dict[str, Any]]:
+        """Takes the events received so far; when there are none, waits up to ``timeout`` seconds
+        for the first, then takes every one already there."""
+        deadline = time.monotonic() + timeout
+        while self._sock is not None:
+            wait = 0.0 if self.events else max(0.0, deadline - time.monotonic())
+            readable, _, _ = select.select([self._sock], [], [], wait)
+            if not readable:
+                break
+            try:
+                frame = read_frame(self._sock, time.monotonic() + self.timeout)
+            except (OSError, WeightdError):
+                self.close()
+                raise
+            if not is_event(frame):
+                self.close()
+                raise ProtocolError("E_BAD_REPLY", f"a frame no request asked for is not an event: {str(frame)[:200]}")
+            self.events.append(frame)
+        out, self.events = self.events, []
+        return out
 
     def close(self) -> None:
         if self._sock is not None:

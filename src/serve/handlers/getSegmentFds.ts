@@ -1,4 +1,4 @@
-// get_segment_fds: the descriptors of the rank's segments (sealed memfds), for the holder of a
+// get_segment_fds: the descriptors of the segments of the model version a lease is of (sealed memfds), for the holder of a
 // live lease, sent with the reply as SCM_RIGHTS. The lease is the one get_state granted: asked on
 // the same connection (Python) or another of the same process (TypeScript, which uses a
 // connection of its own for descriptors); leaseTable.ts's namedBy says who may name it.
@@ -6,21 +6,26 @@ import { ServeError } from '../../errors.js';
 import type { Caller } from '../leaseTable.js';
 import { leaseHash } from '../leaseTable.js';
 import type { GetSegmentFdsReply, RequestOf } from '../protocol.js';
-import type { RankService } from '../rankService.js';
+import type { DeviceServices } from '../deviceServices.js';
 import type { FdReply } from './fdReply.js';
+import { versionFor } from './modelVersions.js';
 
-export function getSegmentFds(req: RequestOf<'get_segment_fds'>, service: RankService, caller: Caller): FdReply {
-  service.refuseUnlessServing();
+export function getSegmentFds(req: RequestOf<'get_segment_fds'>, services: DeviceServices, caller: Caller): FdReply {
+  const service = services.byLease(caller, req.leaseId);
+  if (!service) {
+    // A released version's leases are gone with it: say that, rather than that the lease is.
+    const fallback = versionFor(services, undefined);
+    fallback.refuseIfFreed();
+    throw new ServeError(
+      'E_NO_LEASE',
+      `lease ${leaseHash(req.leaseId)} (hash) is not a live lease of this client on rank ${fallback.rank.globalRank}; it was detached, ended with its connection or process, or revoked: ask get_state for a new one`,
+    );
+  }
+  // A draining version still hands its descriptors to the leases it granted.
+  service.refuseIfFreed();
   const fds = service.segmentFds();
   if (fds === undefined) {
     throw new ServeError('E_NO_FDS', `rank ${service.rank.globalRank}'s segments are CUDA IPC handles; use get_state's handles`);
-  }
-  const lease = service.leases.named(caller, req.leaseId);
-  if (!lease) {
-    throw new ServeError(
-      'E_NO_LEASE',
-      `lease ${leaseHash(req.leaseId)} (hash) is not a live lease of this client on rank ${service.rank.globalRank}; it was detached, ended with its connection or process, or revoked: ask get_state for a new one`,
-    );
   }
   const reply: GetSegmentFdsReply = { id: req.id, ok: true, segments: service.rank.segments.map((s) => s.segment) };
   return { json: JSON.stringify(reply), fds, sent: service.holdSegmentFds() };

@@ -1,16 +1,20 @@
-// get_state: the manifest and segment handles of one layout, under a new lease, for a client
-// whose fingerprint matches; a mismatch reply naming the fields that differ otherwise.
+// get_state: the manifest and segment handles of one layout of the model version whose
+// fingerprint the client sends, under a new lease; a mismatch reply naming the fields that
+// differ (from the named model's newest version, else the socket's first) when no version has it.
 import { LAYOUT_NAMES } from '../../checkpoint/types.js';
 import { ServeError } from '../../errors.js';
+import type { DeviceServices } from '../deviceServices.js';
 import { differingFingerprintFields } from '../differingFingerprintFields.js';
 import type { Caller } from '../leaseTable.js';
 import type { MismatchReply, RequestOf } from '../protocol.js';
-import type { RankService } from '../rankService.js';
+import { modelRefs, versionFor } from './modelVersions.js';
 
-export function getState(req: RequestOf<'get_state'>, service: RankService, caller: Caller): string {
-  const { rank, log } = service;
-  service.refuseUnlessServing();
-  if (req.fingerprint !== rank.fingerprint) {
+export function getState(req: RequestOf<'get_state'>, services: DeviceServices, caller: Caller): string {
+  const service = services.byFingerprint(req.fingerprint);
+  if (!service) {
+    const against = (req.model !== undefined ? services.newestServing(req.model) : undefined) ?? versionFor(services, undefined);
+    against.refuseIfFreed();
+    const rank = against.rank;
     const reply: MismatchReply = {
       id: req.id,
       ok: true,
@@ -18,10 +22,13 @@ export function getState(req: RequestOf<'get_state'>, service: RankService, call
       fields: differingFingerprintFields(rank.fingerprintFields, req.fingerprintFields),
       fingerprint: rank.fingerprint,
       fingerprintFields: rank.fingerprintFields,
+      models: modelRefs(services),
     };
-    log.info({ peerPid: caller.pid, fields: reply.fields, client: req.client }, 'fingerprint mismatch: the client will load from disk');
+    against.log.info({ peerPid: caller.pid, fields: reply.fields, client: req.client }, 'fingerprint mismatch: the client will load from disk');
     return JSON.stringify(reply);
   }
+  const { log } = service;
+  service.refuseUnlessServing(services.newestServing(service.name)?.rank.fingerprint);
   const layout = req.layout ?? 'checkpoint';
   const manifest = service.manifestJson(layout);
   if (manifest === undefined) {

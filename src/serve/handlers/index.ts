@@ -1,9 +1,9 @@
 // The dispatch table: one handler per command of the protocol (protocol.ts COMMANDS), each in
-// its own file and given the rank service and the caller. The table's type makes a command
-// without a handler, or a handler of the wrong request, a compile error.
+// its own file and given the device's model versions and the caller. The table's type makes a
+// command without a handler, or a handler of the wrong request, a compile error.
+import type { DeviceServices } from '../deviceServices.js';
 import type { Caller } from '../leaseTable.js';
 import type { Command, Request, RequestOf } from '../protocol.js';
-import type { RankService } from '../rankService.js';
 import { detach } from './detach.js';
 import type { Reply } from './fdReply.js';
 import { getSegmentFds } from './getSegmentFds.js';
@@ -11,13 +11,14 @@ import { getState } from './getState.js';
 import { ping } from './ping.js';
 import { release } from './release.js';
 import { stats } from './stats.js';
+import { watch } from './watch.js';
 
 /** Serves one valid request; returns the serialized reply (with descriptors, for some). Throws WeightdError to refuse it. */
-type Handler<C extends Command> = (req: RequestOf<C>, service: RankService, caller: Caller) => Reply | Promise<Reply>;
+type Handler<C extends Command> = (req: RequestOf<C>, services: DeviceServices, caller: Caller) => Reply | Promise<Reply>;
 
-const handlers: { [C in Command]: Handler<C> } = { ping, get_state: getState, get_segment_fds: getSegmentFds, release, detach, stats };
+const handlers: { [C in Command]: Handler<C> } = { ping, get_state: getState, get_segment_fds: getSegmentFds, release, detach, stats, watch };
 
-export async function dispatch(req: Request, service: RankService, caller: Caller): Promise<Reply> {
+export async function dispatch(req: Request, services: DeviceServices, caller: Caller): Promise<Reply> {
   const handler = handlers[req.cmd] as Handler<typeof req.cmd>;
-  return handler(req, service, caller);
+  return handler(req, services, caller);
 }

@@ -1,12 +1,14 @@
-// release: frees the rank's memory, refused while other clients hold leases unless forced (their
+// release: frees a model version's rank memory (the one named by fingerprint, else the socket's first), refused while other clients hold leases unless forced (their
 // leases are then revoked and their mappings point at freed memory). A release that comes while
 // another is under way answers when that one ends.
 import { ServeError } from '../../errors.js';
 import { leaseInfo, type Caller } from '../leaseTable.js';
 import type { ReleaseReply, RequestOf } from '../protocol.js';
-import type { RankService } from '../rankService.js';
+import type { DeviceServices } from '../deviceServices.js';
+import { versionFor } from './modelVersions.js';
 
-export async function release(req: RequestOf<'release'>, service: RankService, caller: Caller): Promise<string> {
+export async function release(req: RequestOf<'release'>, services: DeviceServices, caller: Caller): Promise<string> {
+  const service = versionFor(services, req.fingerprint);
   const already: ReleaseReply = { id: req.id, ok: true, alreadyReleased: true, revoked: [] };
   if (service.status === 'released') return JSON.stringify(already);
   if (service.status === 'releasing') {

@@ -1,22 +1,24 @@
-// stats: the rank's counters and live leases (by hash: an id would let the reader detach it).
+// stats: a model version's counters and live leases (by hash: an id would let the reader detach
+// it), with the socket's own counters.
+import type { DeviceServices } from '../deviceServices.js';
 import type { RequestOf, StatsReply } from '../protocol.js';
-import type { RankService } from '../rankService.js';
+import { versionFor } from './modelVersions.js';
 
-export function stats(req: RequestOf<'stats'>, service: RankService): string {
+export function stats(req: RequestOf<'stats'>, services: DeviceServices): string {
+  const service = versionFor(services, req.fingerprint);
   service.expireDeadLeases();
-  const s = service.stats();
   const reply: StatsReply = {
     id: req.id,
     ok: true,
-    status: s.status,
-    connections: s.connections,
+    status: service.status,
+    connections: services.connectionCount,
     leases: service.leases.list(),
-    requests: s.requests,
-    protocolErrors: s.protocolErrors,
-    refusedPeers: s.refusedPeers,
-    uptimeSeconds: (Date.now() - service.startedAt) / 1000,
+    requests: services.counters.requests,
+    protocolErrors: services.counters.protocolErrors,
+    refusedPeers: services.counters.refusedPeers,
+    uptimeSeconds: (Date.now() - services.startedAt) / 1000,
     // What an engine subtracts from its own memory budget on this device (vLLM's KV cache).
-    deviceBytes: s.status === 'released' ? 0 : service.rank.segments.reduce((n, seg) => n + seg.bytes, 0),
+    deviceBytes: service.status === 'released' ? 0 : service.rank.segments.reduce((n, seg) => n + seg.bytes, 0),
   };
   return JSON.stringify(reply);
 }

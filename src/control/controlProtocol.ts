@@ -1,0 +1,43 @@
+// The control socket's messages (docs/operations.md, Control socket): one request per
+// connection, in the serving protocol's frames (frameCodec.ts), each reply one frame. Bounded:
+// a request is at most MAX_CONTROL_REQUEST_BYTES, and unknown keys are refused.
+import { z } from 'zod';
+import { LAYOUT_NAMES } from '../checkpoint/types.js';
+import { ModelName } from '../serve/protocol.js';
+
+/** A control request is a path and a few numbers: far below the serving protocol's bound. */
+export const MAX_CONTROL_REQUEST_BYTES = 64 << 10;
+export const MAX_CONTROL_REPLY_BYTES = 16 << 20;
+
+export const CONTROL_COMMANDS = ['load', 'unload', 'list'] as const;
+
+/** A daemon's control socket and its lock in the socket directory: control-<pid>.sock, control-<pid>.lock. */
+export const CONTROL_FILE = /^control-(\d+)\.(sock|lock)$/;
+export const controlSocketName = (pid = process.pid) => `control-${pid}`;
+
+export const LoadControl = z.strictObject({
+  cmd: z.literal('load'),
+  /** An absolute checkpoint directory (the CLI resolves a relative one against its own cwd). */
+  model: z.string().min(1).max(4096),
+  name: ModelName.optional(),
+  tensorParallelSize: z.number().int().min(1).max(4096).optional(),
+  planFile: z.string().min(1).max(4096).optional(),
+  layouts: z.array(z.enum(LAYOUT_NAMES)).max(LAYOUT_NAMES.length).optional(),
+});
+export const UnloadControl = z.strictObject({ cmd: z.literal('unload'), target: z.string().min(1).max(256), force: z.boolean().optional() });
+export const ListControl = z.strictObject({ cmd: z.literal('list') });
+export const ControlRequest = z.discriminatedUnion('cmd', [LoadControl, UnloadControl, ListControl]);
+export type ControlRequest = z.infer<typeof ControlRequest>;
+
+export type ControlReply = { ok: true; [key: string]: unknown } | { ok: false; error: { code: string; message: string; details?: Record<string, unknown> } };
+
+export interface ControlLimits {
+  /** Requests in a burst, then `perSecond`. */
+  burst: number;
+  perSecond: number;
+  /** A request must arrive complete within this of connecting. */
+  readTimeoutMs: number;
+  maxConnections: number;
+}
+
+export const DEFAULT_CONTROL_LIMITS: ControlLimits = { burst: 20, perSecond: 5, readTimeoutMs: 5_000, maxConnections: 16 };

@@ -1,0 +1,316 @@
+// One model version served beside the node's own model: a child of the supervisor with its own
+// lifecycle. It holds no I/O: its rank and serve actors are typed placeholders that the
+// composition root (src/actors/nodeActors.ts) or a test supplies through .provide().
+//
+//   admitting: each rank opens its device and reports its free memory; nothing is allocated
+//              until every rank has, and the model is refused (failed) when it does not fit.
+//   loading:   the ranks allocate and fill.
+//   verifying: the checkpoint files are checked to be the ones planned (a directory rewritten
+//              meanwhile fails this load alone).
+//   starting:  each rank is served on its device's socket (shared with the other models).
+//   serving:   attachable; watchers hear model_ready.
+//   draining:  unloaded, or a newer version serves: no new lease; freed when the last lease
+//              ends, or at once when forced (the holders hear lease_revoked).
+//   released:  every rank's memory is freed; the actor ends.
+//   stopping:  the node stops: servers go first, then each rank frees its device.
+import { and, assertEvent, assign, enqueueActions, fromCallback, fromPromise, sendTo, setup, type AnyActorRef } from 'xstate';
+import type { FileIdentity } from '../actors/checkFiles.js';
+import type { PlannedModel } from '../actors/planModel.js';
+import type { RankActorInput, RankCommand } from '../actors/rankActor.js';
+import type { ServeRankInput } from '../actors/serveRank.js';
+import type { ServerRegistry } from '../actors/serverRegistry.js';
+import type { WorkerRegistry } from '../actors/workerRegistry.js';
+import { WeightdError } from '../errors.js';
+import type { Logger } from '../log.js';
+import type { CudaHandles } from '../native/addon.js';
+import type { NodeFailure, RankStatus } from '../nodeStatus.js';
+import type { NodeManifestEntry } from '../serve/nodeManifest.js';
+import type { ServeCommand, ServeEvent } from '../serve/serveEvents.js';
+import { toServedRank } from '../serve/servedRank.js';
+import type { RankEvent } from './events.js';
+import { formatGiB, modelShortfall } from './modelFit.js';
+import { updateRank } from './rankUpdates.js';
+
+export interface ModelInput {
+  /** The child's id in the supervisor, which its events to the parent carry. */
+  id: string;
+  /**
+   * Who hears MODEL_SERVING, MODEL_FAILED and MODEL_GONE: the supervisor. An input rather than
+   * sendParent, so that xstate/graph can walk the machine alone (test/machines/model.paths).
+   */
+  parent: AnyActorRef;
+  planned: PlannedModel;
+  /** Started with the node (its failure fails the node) rather than loaded later. */
+  startup: boolean;
+  socketDir: string;
+  cudaHandles: CudaHandles;
+  log: Logger;
+  rankWorker: URL;
+  workers: WorkerRegistry;
+  servers: ServerRegistry;
+}
+
+export interface ModelContext extends ModelInput {
+  ranks: RankStatus[];
+  failure?: NodeFailure;
+  /** The unload was forced: leases are revoked instead of waited for. */
+  force: boolean;
+}
+
+export type ModelCommand = { type: 'MODEL_UNLOAD'; force: boolean } | { type: 'MODEL_STOP' };
+
+export const modelRankId = (localRank: number) => `rank-${localRank}`;
+export const modelServeId = (localRank: number) => `serve-${localRank}`;
+
+function notProvided(name: string): never {
+  throw new WeightdError('E_INTERNAL', `the model machine's "${name}" actor was not provided; create it with .provide({ actors }) (startNode uses src/actors/nodeActors.ts)`);
+}
+
+export const modelActors = {
+  rank: fromCallback<RankCommand, RankActorInput, RankEvent>(() => notProvided('rank')),
+  checkFiles: fromPromise<void, { files: FileIdentity[] }>(() => notProvided('checkFiles')),
+  serveRank: fromCallback<ServeCommand, ServeRankInput, ServeEvent>(() => notProvided('serveRank')),
+};
+
+const rankLog = (context: ModelContext, localRank: number) => context.log.child({ model: context.planned.spec.name, localRank });
+
+/** A rank's memory is freed through its worker once its server allows it (a drain's end, or a client's release). */
+const clientRelease = {
+  RANK_RELEASE_REQUESTED: { actions: 'releaseRank' },
+  RANK_RELEASED: { actions: 'recordReleased' },
+} as const;
+
+export const modelMachine = setup({
+  types: {
+    context: {} as ModelContext,
+    events: {} as RankEvent | ServeEvent | ModelCommand,
+    input: {} as ModelInput,
+  },
+  actors: modelActors,
+  guards: {
+    allRanksOpened: ({ context }) => context.ranks.every((r) => r.device !== undefined),
+    fits: ({ context }) => modelShortfall(needs(context)) === undefined,
+    allRanksLoaded: ({ context }) => context.ranks.every((r) => r.state === 'loaded'),
+    allRanksServing: ({ context }) => context.ranks.every((r) => r.state === 'serving'),
+    allRanksReleased: ({ context }) => context.ranks.every((r) => r.state === 'released'),
+    allRanksStopped: ({ context }) => context.ranks.every((r) => r.state === 'stopped'),
+  },
+  actions: {
+    spawnRanks: enqueueActions(({ context, enqueue }) => {
+      const { planned } = context;
+      for (const r of context.ranks) {
+        enqueue.spawnChild('rank', {
+          id: modelRankId(r.localRank),
+          input: {
+            log: rankLog(context, r.localRank),
+            worker: context.rankWorker,
+            workers: context.workers,
+            workerData: {
+              nodeRank: 0,
+              localRank: r.localRank,
+              globalRank: r.globalRank,
+              device: planned.devices[r.localRank]!,
+              cudaHandles: context.cudaHandles,
+              plan: planned.plan.ranks[r.globalRank]!,
+              fill: planned.fill,
+              awaitAdmission: true,
+            },
+          },
+        });
+      }
+    }),
+    admitRanks: enqueueActions(({ context, enqueue }) => {
+      for (const r of context.ranks) enqueue.sendTo(modelRankId(r.localRank), { type: 'RANK_ADMIT' });
+    }),
+    recordShortfall: assign(({ context }) => {
+      const s = modelShortfall(needs(context))!;
+      const { name } = context.planned.spec;
+      return {
+        failure: {
+          name: 'DeviceError',
+          code: 'E_DOES_NOT_FIT',
+          message:
+            `model "${name}" does not fit beside what is resident: its ranks need ${s.neededBytes} bytes (${formatGiB(s.neededBytes)}) of ${s.pool}, ` +
+            `which has ${s.freeBytes} bytes (${formatGiB(s.freeBytes)}) free; nothing was allocated. Unload a model (weightd ctl unload) or load it at a smaller share per device`,
+          details: { model: name, pool: s.pool, neededBytes: s.neededBytes, freeBytes: s.freeBytes },
+        },
+      };
+    }),
+    recordFilesChanged: assign(({ context, event }) => {
+      const e = (event as unknown as { error: WeightdError }).error;
+      return { failure: { name: e.name, code: e.code ?? 'E_FILE_CHANGED', message: `model "${context.planned.spec.name}": ${e.message}`, details: e.details } };
+    }),
+    recordDevice: assign(({ context, event }) => {
+      assertEvent(event, 'RANK_DEVICE');
+      return { ranks: updateRank(context.ranks, event.localRank, { device: event.info, state: 'loading' }) };
+    }),
+    recordProgress: assign(({ context, event }) => {
+      assertEvent(event, 'RANK_PROGRESS');
+      return { ranks: updateRank(context.ranks, event.localRank, { bytes: event.bytes, totalBytes: event.totalBytes, seconds: event.seconds }) };
+    }),
+    recordLoaded: assign(({ context, event }) => {
+      assertEvent(event, 'RANK_LOADED');
+      return {
+        ranks: updateRank(context.ranks, event.localRank, { state: 'loaded', device: event.device, bytes: event.bytes, seconds: event.seconds, segments: event.segments, source: event.source }),
+      };
+    }),
+    spawnServers: enqueueActions(({ context, enqueue }) => {
+      const { planned } = context;
+      for (const r of context.ranks) {
+        enqueue.spawnChild('serveRank', {
+          id: modelServeId(r.localRank),
+          input: {
+            log: rankLog(context, r.localRank),
+            socketDir: context.socketDir,
+            servers: context.servers,
+            rank: toServedRank({
+              name: planned.spec.name,
+              own: false,
+              plan: planned.plan,
+              globalRank: r.globalRank,
+              localRank: r.localRank,
+              nodeRank: 0,
+              nnodes: 1,
+              backend: planned.devices[r.localRank]!.backend,
+              device: r.device!,
+              segments: r.segments ?? [],
+            }),
+          },
+        });
+      }
+    }),
+    recordServing: assign(({ context, event }) => {
+      assertEvent(event, 'RANK_SERVING');
+      return { ranks: updateRank(context.ranks, event.localRank, { state: 'serving', socketPath: event.socketPath }) };
+    }),
+    announce: enqueueActions(({ context, enqueue }) => {
+      for (const r of context.ranks) enqueue.sendTo(modelServeId(r.localRank), { type: 'SERVE_ANNOUNCE' });
+      enqueue.sendTo(context.parent, { type: 'MODEL_SERVING', id: context.id, entries: manifestEntries(context) });
+    }),
+    storeForce: assign(({ event }) => {
+      assertEvent(event, 'MODEL_UNLOAD');
+      return { force: event.force };
+    }),
+    drain: enqueueActions(({ context, enqueue }) => {
+      for (const r of context.ranks) enqueue.sendTo(modelServeId(r.localRank), { type: 'SERVE_DRAIN', force: context.force });
+    }),
+    releaseRank: enqueueActions(({ event, enqueue }) => {
+      assertEvent(event, 'RANK_RELEASE_REQUESTED');
+      enqueue.sendTo(modelRankId(event.localRank), { type: 'RANK_RELEASE' });
+    }),
+    recordReleased: enqueueActions(({ context, event, enqueue }) => {
+      assertEvent(event, 'RANK_RELEASED');
+      enqueue.assign({ ranks: updateRank(context.ranks, event.localRank, { state: 'released', bytes: 0 }) });
+      enqueue.sendTo(modelServeId(event.localRank), { type: 'SERVE_RELEASED' });
+    }),
+    // Servers go first so no client attaches to memory that is about to be freed.
+    stopRanks: enqueueActions(({ context, enqueue }) => {
+      for (const r of context.ranks) {
+        enqueue.stopChild(modelServeId(r.localRank));
+        if (r.state !== 'released') enqueue.sendTo(modelRankId(r.localRank), { type: 'RANK_STOP' });
+      }
+      enqueue.assign({ ranks: context.ranks.map((r) => (r.state === 'released' ? { ...r, state: 'stopped' as const } : r)) });
+    }),
+    recordStopped: assign(({ context, event }) => {
+      assertEvent(event, 'RANK_STOPPED');
+      return { ranks: updateRank(context.ranks, event.localRank, { state: 'stopped' }) };
+    }),
+    recordRankFailure: assign(({ context, event }) => {
+      assertEvent(event, 'RANK_FAILED');
+      return {
+        ranks: updateRank(context.ranks, event.localRank, { state: 'failed' }),
+        failure: context.failure ?? {
+          ...event.error,
+          localRank: event.localRank,
+          globalRank: event.localRank,
+          message: `model "${context.planned.spec.name}" rank ${event.localRank} failed: ${event.error.message}`,
+        },
+      };
+    }),
+    tellParentFailed: sendTo(({ context }) => context.parent, ({ context }) => ({ type: 'MODEL_FAILED', id: context.id, error: context.failure! })),
+    tellParentGone: sendTo(({ context }) => context.parent, ({ context }) => ({ type: 'MODEL_GONE', id: context.id })),
+  },
+}).createMachine({
+  id: 'model',
+  initial: 'admitting',
+  context: ({ input }) => ({
+    ...input,
+    force: false,
+    ranks: input.planned.devices.map((_, localRank) => ({
+      localRank,
+      globalRank: localRank,
+      state: 'starting' as const,
+      bytes: 0,
+      totalBytes: input.planned.plan.ranks[localRank]!.totalBytes,
+      seconds: 0,
+    })),
+  }),
+  states: {
+    admitting: {
+      entry: 'spawnRanks',
+      on: { RANK_DEVICE: { actions: 'recordDevice' }, MODEL_STOP: '#model.stopping' },
+      always: [
+        { guard: and(['allRanksOpened', 'fits']), target: 'loading' },
+        { guard: 'allRanksOpened', target: 'failed', actions: 'recordShortfall' },
+      ],
+    },
+    loading: {
+      entry: 'admitRanks',
+      on: { RANK_PROGRESS: { actions: 'recordProgress' }, RANK_LOADED: { actions: 'recordLoaded' }, MODEL_STOP: '#model.stopping' },
+      always: { guard: 'allRanksLoaded', target: 'verifying' },
+    },
+    verifying: {
+      invoke: {
+        id: 'checkFiles',
+        src: 'checkFiles',
+        input: ({ context }) => ({ files: context.planned.files }),
+        onDone: 'starting',
+        onError: { target: 'failed', actions: 'recordFilesChanged' },
+      },
+      on: { MODEL_STOP: '#model.stopping' },
+    },
+    starting: {
+      entry: 'spawnServers',
+      // A rank's socket is live before its siblings' are, so a client may already release.
+      on: { RANK_SERVING: { actions: 'recordServing' }, ...clientRelease, MODEL_STOP: '#model.stopping' },
+      always: { guard: 'allRanksServing', target: 'serving' },
+    },
+    serving: {
+      entry: 'announce',
+      on: { MODEL_UNLOAD: { target: 'draining', actions: 'storeForce' }, ...clientRelease, MODEL_STOP: '#model.stopping' },
+      // Every rank released by its clients (the release command): nothing is left to serve.
+      always: { guard: 'allRanksReleased', target: 'released' },
+    },
+    draining: {
+      entry: 'drain',
+      on: { MODEL_UNLOAD: { actions: ['storeForce', 'drain'] }, ...clientRelease, MODEL_STOP: '#model.stopping' },
+      always: { guard: 'allRanksReleased', target: 'released' },
+    },
+    released: { type: 'final', entry: 'tellParentGone' },
+    stopping: {
+      entry: 'stopRanks',
+      on: { RANK_STOPPED: { actions: 'recordStopped' } },
+      always: { guard: 'allRanksStopped', target: 'stopped' },
+    },
+    stopped: { type: 'final', entry: 'tellParentGone' },
+    failed: { type: 'final', entry: 'tellParentFailed' },
+  },
+  on: {
+    RANK_FAILED: { target: '.failed', actions: 'recordRankFailure' },
+  },
+});
+
+/** What each rank will allocate on its device, as opened. */
+function needs(context: ModelContext) {
+  return context.ranks.map((r) => ({ localRank: r.localRank, bytes: context.planned.plan.ranks[r.globalRank]!.segments.reduce((a, b) => a + b, 0), device: r.device! }));
+}
+
+function manifestEntries(context: ModelContext): NodeManifestEntry[] {
+  return context.ranks.map((r) => ({
+    globalRank: r.globalRank,
+    localRank: r.localRank,
+    socketPath: r.socketPath!,
+    deviceUuid: r.device!.uuid,
+    fingerprint: context.planned.plan.ranks[r.globalRank]!.fingerprint,
+  }));
+}

@@ -1,0 +1,113 @@
+// node.load and node.unload (what the control socket calls too): checks a request against what
+// the node serves, plans a model to load, hands it to the supervisor and follows its model actor
+// until it serves or fails. The machines decide the lifecycle; this only asks and reports.
+import type { Actor, SnapshotFrom } from 'xstate';
+import { planModel } from './actors/planModel.js';
+import { UsageError, WeightdError, receivedCode, RankFailedError } from './errors.js';
+import type { Logger } from './log.js';
+import type { modelMachine } from './machines/model.js';
+import type { supervisorMachine } from './machines/supervisor.js';
+import { resolveModelSpec, type ModelRequest } from './modelSpecs.js';
+import type { NodeConfig } from './nodeOptions.js';
+import type { LoadResult, ModelStatus, NodeStatus, UnloadResult } from './nodeStatus.js';
+
+/** States in which a model holds memory it is still filling: one such load at a time. */
+const LOADING_STATES = new Set(['admitting', 'loading', 'starting']);
+
+type ModelSnapshot = SnapshotFrom<typeof modelMachine>;
+
+export class ModelControl {
+  readonly #actor: Actor<typeof supervisorMachine>;
+  readonly #config: NodeConfig;
+  readonly #log: Logger;
+  readonly #status: () => NodeStatus;
+  /** The model being planned or loaded now, if any. */
+  #loading: string | undefined;
+
+  constructor(options: { actor: Actor<typeof supervisorMachine>; config: NodeConfig; log: Logger; status: () => NodeStatus }) {
+    this.#actor = options.actor;
+    this.#config = options.config;
+    this.#log = options.log;
+    this.#status = options.status;
+  }
+
+  async load(request: ModelRequest): Promise<LoadResult> {
+    this.#refuseUnlessReady('load');
+    if (this.#config.nnodes > 1) {
+      // A load on one node of a group would swap its model there only: a swap across nodes must
+      // be all-or-nothing, which the rendezvous does not do yet.
+      throw new WeightdError('E_MULTI_NODE_MODELS', `this node is one of ${this.#config.nnodes} of a group, which serves one model so far; run a daemon of one node for other models`, { nnodes: this.#config.nnodes });
+    }
+    const spec = resolveModelSpec(request);
+    const busy = this.#loading ?? this.#status().models.find((m) => LOADING_STATES.has(m.state))?.name;
+    if (busy !== undefined) {
+      throw new WeightdError('E_LOAD_BUSY', `model "${busy}" is loading; load "${spec.name}" once it serves or fails (weightd ctl list shows it): one load at a time, so that each is judged against what is resident`, { loading: busy });
+    }
+    this.#loading = spec.name;
+    try {
+      const planned = await planModel(spec, this.#config, this.#log);
+      this.#refuseUnlessReady('load');
+      const same = this.#status().models.find((m) => m.fingerprint === planned.plan.fingerprint && m.state !== 'draining' && m.state !== 'released');
+      if (same) {
+        if (same.name !== spec.name) {
+          throw new UsageError('E_USAGE', `${spec.modelDir} at tp ${spec.tpSize} is already loaded as "${same.name}" (fingerprint ${planned.plan.fingerprint}); unload that one first, or load another checkpoint`, { name: same.name });
+        }
+        this.#log.info({ name: spec.name, fingerprint: planned.plan.fingerprint }, 'load: already loaded, nothing to do');
+        return { name: spec.name, fingerprint: planned.plan.fingerprint, alreadyLoaded: true, model: same };
+      }
+      const spawned = this.#actor.getSnapshot().context.modelsSpawned;
+      this.#actor.send({ type: 'MODEL_LOAD', planned });
+      const after = this.#actor.getSnapshot();
+      const id = after.context.modelsSpawned > spawned ? after.context.models.at(-1)?.id : undefined;
+      const child = id === undefined ? undefined : (after.children as Record<string, Actor<typeof modelMachine> | undefined>)[id];
+      if (!child) throw new WeightdError('E_LOAD_BUSY', `the node is ${this.#actor.getSnapshot().value} and did not take the load of "${spec.name}"; try again once it is ready`);
+      await this.#untilServing(child, spec.name);
+      const model = this.#status().models.find((m) => m.fingerprint === planned.plan.fingerprint)!;
+      return { name: spec.name, fingerprint: planned.plan.fingerprint, alreadyLoaded: false, model };
+    } finally {
+      this.#loading = undefined;
+    }
+  }
+
+  unload(target: string, { force = false }: { force?: boolean } = {}): UnloadResult {
+    this.#refuseUnlessReady('unload');
+    const models = this.#status().models;
+    const live = models.filter((m) => m.state !== 'draining' && m.state !== 'released' && m.state !== 'failed');
+    const matches = (m: ModelStatus) => m.name === target || m.fingerprint === target;
+    // A forced unload may also cut short a drain that waits on leases.
+    const chosen = (force ? models.filter((m) => m.state === 'draining' || live.includes(m)) : live).filter(matches);
+    if (chosen.length === 0) {
+      const loaded = live.map((m) => `${m.name} (${m.fingerprint?.slice(0, 12) ?? '?'}…, tp ${m.tpSize})`);
+      throw new WeightdError('E_UNKNOWN_MODEL', `no loaded model is named or fingerprinted "${target}"; loaded: ${loaded.join(', ') || 'none'}`, { target, loaded: live.map((m) => m.name) });
+    }
+    const entries = this.#actor.getSnapshot().context.models;
+    const ids = entries.filter((e) => chosen.some((m) => !m.own && m.fingerprint === e.fingerprint)).map((e) => e.id);
+    const own = chosen.some((m) => m.own);
+    this.#log.info({ target, force, models: chosen.map((m) => m.name) }, force ? 'unload (forced): revoking leases and freeing' : 'unload: draining until the last lease ends');
+    this.#actor.send({ type: 'MODEL_UNLOAD', ids, own, force });
+    return { unloaded: chosen.map((m) => ({ name: m.name, fingerprint: m.fingerprint ?? '', leases: m.leases })), force };
+  }
+
+  #refuseUnlessReady(what: string): void {
+    const state = this.#actor.getSnapshot().value;
+    if (state !== 'ready') throw new WeightdError('E_LOAD_BUSY', `the node is ${state}: it can ${what} a model only once ready`, { state });
+  }
+
+  /** Resolves when the model actor serves; rejects with its failure when it ends first. */
+  #untilServing(child: Actor<typeof modelMachine>, name: string): Promise<void> {
+    return new Promise((resolve, reject) => {
+      const check = (snap: ModelSnapshot) => {
+        if (snap.value === 'serving' || snap.value === 'draining') {
+          sub.unsubscribe();
+          resolve();
+        } else if (snap.status !== 'active') {
+          sub.unsubscribe();
+          const f = snap.context.failure;
+          reject(f ? new RankFailedError(receivedCode(f.code), f.message, { ...f.details, model: name }) : new WeightdError('E_STOPPED', `model "${name}" was stopped before it served`));
+        }
+      };
+      const sub = child.subscribe({ next: check, error: (err) => reject(err as Error) });
+      check(child.getSnapshot());
+    });
+  }
+}

@@ -1,0 +1,160 @@
+// The models a node serves: the node's own (--model, the one its group forms around) and any
+// number of others beside it, each with its own tp size, from repeated --model flags, from a
+// --models file (docs/operations.md, Several models) or loaded later (weightd ctl load,
+// node.load). Validated here once for all of them, so a bad entry fails before anything loads.
+import { readFileSync, readdirSync, statSync } from 'node:fs';
+import { basename, dirname, resolve } from 'node:path';
+import { z } from 'zod';
+import { LAYOUT_NAMES, type LayoutName } from './checkpoint/types.js';
+import { UsageError } from './errors.js';
+import { parseBoundedJson } from './files/parseBoundedJson.js';
+import { ModelName } from './serve/protocol.js';
+
+/** One model as configured, validated. */
+export interface ModelSpec {
+  /** What swaps, unloads and watches go by; default: the directory's name. */
+  name: string;
+  modelDir: string;
+  tpSize: number;
+  planFile?: string;
+  layouts: LayoutName[];
+}
+
+/** One model as a caller gives it (NodeOptions.models, node.load, weightd ctl load). */
+export interface ModelRequest {
+  /** Checkpoint directory. */
+  model: string;
+  name?: string;
+  tensorParallelSize?: number;
+  planFile?: string;
+  layouts?: string[];
+}
+
+/** A --models file bigger than this is not a list of models. */
+const MAX_MODELS_FILE_BYTES = 1 << 20;
+/** Models one node may be configured with at start. */
+export const MAX_MODELS = 64;
+
+/** The --models file (docs/operations.md): unknown keys are refused, so a typo is not ignored. */
+export const ModelsFile = z.strictObject({
+  models: z
+    .array(
+      z.strictObject({
+        name: ModelName.optional(),
+        /** Relative to the file's directory. */
+        dir: z.string().min(1).max(4096),
+        tensorParallelSize: z.number().int().min(1).max(4096).optional(),
+        planFile: z.string().min(1).max(4096).optional(),
+        layouts: z.array(z.enum(LAYOUT_NAMES)).optional(),
+      }),
+    )
+    .min(1)
+    .max(MAX_MODELS),
+});
+
+export function usage(flag: string, value: unknown, problem: string, fix: string): UsageError {
+  // A flag that was not given has no value to quote.
+  const what = value === undefined ? flag : `${flag} ${JSON.stringify(value)}:`;
+  return new UsageError('E_USAGE', `${what} ${problem}; ${fix}`, { flag, value });
+}
+
+export function integer(flag: string, value: unknown, min: number, max: number, fix: string): number {
+  const n = typeof value === 'string' && value.trim() !== '' ? Number(value) : value;
+  if (typeof n !== 'number' || !Number.isInteger(n) || n < min || n > max) {
+    throw usage(flag, value, `must be an integer from ${min} to ${max}`, fix);
+  }
+  return n;
+}
+
+export function checkLayouts(layouts: unknown): LayoutName[] {
+  const names = layouts ?? [];
+  if (!Array.isArray(names) || names.some((n) => !(LAYOUT_NAMES as readonly unknown[]).includes(n))) {
+    throw usage('--layouts', names, 'names a layout weightd does not plan', `use a comma-separated list of ${LAYOUT_NAMES.join(', ')}`);
+  }
+  return [...new Set(names as LayoutName[])];
+}
+
+export function checkModelDir(model: unknown): string {
+  if (typeof model !== 'string' || model === '') {
+    throw usage('--model', model, 'is required', 'pass the directory that holds the checkpoint (*.safetensors and config.json)');
+  }
+  const dir = resolve(model);
+  let entries: string[];
+  try {
+    if (!statSync(dir).isDirectory()) throw usage('--model', model, 'is not a directory', 'pass the checkpoint directory, not a file');
+    entries = readdirSync(dir);
+  } catch (err) {
+    if (err instanceof UsageError) throw err;
+    throw usage('--model', model, `cannot be read (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`, 'check the path and its permissions');
+  }
+  if (!entries.some((e) => e.endsWith('.safetensors'))) {
+    throw usage('--model', model, 'holds no .safetensors file', 'pass a directory with a safetensors checkpoint (a Hugging Face model directory)');
+  }
+  return dir;
+}
+
+/** A model's name: given, or its directory's name made into one (dots, dashes and underscores kept). */
+function checkName(name: unknown, dir: string): string {
+  const value = name ?? basename(dir).replace(/[^A-Za-z0-9._-]/g, '_').replace(/^[._-]+/, '').slice(0, 128);
+  const parsed = ModelName.safeParse(value);
+  if (!parsed.success) throw usage('--name', value, 'is not a model name', 'use 1-128 letters, digits, dots, dashes and underscores, starting with a letter or digit');
+  return parsed.data;
+}
+
+/** Validates one model; `flags` names where its values came from, for the messages. */
+export function resolveModelSpec(m: ModelRequest): ModelSpec {
+  const modelDir = checkModelDir(m.model);
+  return {
+    name: checkName(m.name, modelDir),
+    modelDir,
+    tpSize: integer('--tensor-parallel-size', m.tensorParallelSize ?? 1, 1, 4096, 'pass the number of tensor-parallel ranks, at least 1'),
+    planFile: m.planFile === undefined ? undefined : resolve(m.planFile),
+    layouts: checkLayouts(m.layouts),
+  };
+}
+
+/** Validates a node's models together: each alone, and no name twice. */
+export function resolveModelSpecs(models: ModelRequest[]): ModelSpec[] {
+  if (models.length > MAX_MODELS) throw usage('--model', models.length, `is given more than ${MAX_MODELS} times`, 'serve fewer models from one daemon');
+  const specs = models.map(resolveModelSpec);
+  const seen = new Map<string, string>();
+  for (const s of specs) {
+    const other = seen.get(s.name);
+    if (other !== undefined) {
+      throw usage('--model', s.modelDir, `has the same name "${s.name}" as ${other}`, 'give each model its own name (a --models file with "name" entries)');
+    }
+    seen.set(s.name, s.modelDir);
+  }
+  return specs;
+}
+
+/** Reads a --models file into model requests, directories resolved against the file's directory. */
+export function readModelsFile(path: string): ModelRequest[] {
+  const file = resolve(path);
+  let text: string;
+  try {
+    if (statSync(file).size > MAX_MODELS_FILE_BYTES) throw new Error(`larger than ${MAX_MODELS_FILE_BYTES} bytes`);
+    text = readFileSync(file, 'utf8');
+  } catch (err) {
+    throw usage('--models', path, `cannot be read (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`, 'pass a JSON file as docs/operations.md (Several models) describes');
+  }
+  let json: unknown;
+  try {
+    json = parseBoundedJson(text);
+  } catch (err) {
+    throw usage('--models', path, `is not JSON (${(err as Error).message})`, 'pass a JSON file as docs/operations.md (Several models) describes');
+  }
+  const parsed = ModelsFile.safeParse(json);
+  if (!parsed.success) {
+    const issues = parsed.error.issues.slice(0, 5).map((i) => `${i.path.join('.') || '(root)'}: ${i.message}`).join('; ');
+    throw usage('--models', path, `does not match the models schema: ${issues}`, 'see docs/operations.md (Several models) for the schema');
+  }
+  const base = dirname(file);
+  return parsed.data.models.map((m) => ({
+    model: resolve(base, m.dir),
+    name: m.name,
+    tensorParallelSize: m.tensorParallelSize,
+    planFile: m.planFile === undefined ? undefined : resolve(base, m.planFile),
+    layouts: m.layouts,
+  }));
+}

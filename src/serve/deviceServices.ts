@@ -1,0 +1,24 @@
+// What the command handlers see of a device's socket: the model versions it serves and its
+// counters. An interface of its own, so the handlers and the server that implements it
+// (deviceServer.ts) do not import each other.
+import type { Caller } from './leaseTable.js';
+import type { RankService } from './rankService.js';
+import type { WatchTable } from './watchTable.js';
+
+/** The model versions a device serves, as the handlers look them up. */
+export interface DeviceServices {
+  /** The node's own model's rank first, then the others in the order they were added.  */
+  readonly all: readonly RankService[];
+  /** The version with this rank fingerprint, in any state. */
+  byFingerprint(fingerprint: string): RankService | undefined;
+  /** The version whose lease this is, when the caller may name it. */
+  byLease(caller: Caller, leaseId: string): RankService | undefined;
+  /** What a request that names no version gets: the first that still serves or drains (the node's own while it does), else the first. */
+  fallback(): RankService | undefined;
+  /** The newest version of `name` that serves (what a draining version's clients should move to). */
+  newestServing(name: string): RankService | undefined;
+  readonly counters: { requests: number; protocolErrors: number; refusedPeers: number };
+  readonly connectionCount: number;
+  readonly startedAt: number;
+  readonly watches: WatchTable;
+}

@@ -1,0 +1,183 @@
+// Model-based test of a model's lifecycle (src/machines/model.ts): xstate/graph enumerates the
+// paths through the machine with every event it can receive, and each path is replayed against a
+// live actor with fake rank, serve and checkFiles actors, checking at every step what must hold
+// in that state: nothing allocated before the fit check, no socket before the files are checked,
+// servers gone before memory is freed, nothing left once it ends.
+import pino from 'pino';
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import { createActor, fromCallback, fromPromise } from 'xstate';
+import { getShortestPaths, getSimplePaths } from 'xstate/graph';
+import type { FileIdentity } from '../../src/actors/checkFiles.js';
+import type { PlannedModel } from '../../src/actors/planModel.js';
+import type { RankActorInput, RankCommand } from '../../src/actors/rankActor.js';
+import { ServerRegistry } from '../../src/actors/serverRegistry.js';
+import type { ServeRankInput } from '../../src/actors/serveRank.js';
+import { WorkerRegistry } from '../../src/actors/workerRegistry.js';
+import type { RankEvent } from '../../src/machines/events.js';
+import { modelMachine, type ModelInput } from '../../src/machines/model.js';
+import type { ServeCommand, ServeEvent } from '../../src/serve/serveEvents.js';
+
+const RANKS = 2;
+const err = { name: 'DeviceError', code: 'E_TEST', message: 'boom' };
+const device = (r: number, freeBytes: number) => ({ backend: 'host', index: r, uuid: `fake-${r}`, name: 'fake', totalBytes: 1 << 30, freeBytes });
+
+const planned = {
+  spec: { name: 'draft', modelDir: '/fake/draft', tpSize: RANKS, layouts: ['checkpoint'] },
+  plan: {
+    modelDir: '/fake/draft', architecture: 'LlamaForCausalLM', tpSize: RANKS, fingerprint: 'd'.repeat(64), fingerprintFields: {}, layouts: ['checkpoint'],
+    ranks: Array.from({ length: RANKS }, (_, r) => ({ tpRank: r, tpSize: RANKS, files: [], segments: [256], tensors: [], aliases: {}, ops: [], layouts: {}, zeroRanges: [], totalBytes: 256, fingerprint: `draft${r}` })),
+  },
+  devices: Array.from({ length: RANKS }, (_, i) => ({ backend: 'host' as const, index: i, uuid: `fake-${i}` })),
+  fill: {},
+  files: [],
+} as unknown as PlannedModel;
+
+/** Records what the machine did to its children. */
+class World {
+  ranks = new Set<number>();
+  rankCommands: Array<{ localRank: number; cmd: RankCommand }> = [];
+  servers = new Set<number>();
+  serveCommands: Array<{ localRank: number; cmd: ServeCommand }> = [];
+  checking = false;
+  toParent: string[] = [];
+  implementations() {
+    return {
+      actors: {
+        rank: fromCallback<RankCommand, RankActorInput, RankEvent>(({ input, receive }) => {
+          const r = input.workerData.localRank;
+          assert.ok(input.workerData.awaitAdmission, 'a model beside the node waits for admission before it allocates');
+          this.ranks.add(r);
+          receive((cmd) => this.rankCommands.push({ localRank: r, cmd }));
+          return () => this.ranks.delete(r);
+        }),
+        serveRank: fromCallback<ServeCommand, ServeRankInput, ServeEvent>(({ input, receive }) => {
+          const r = input.rank.localRank;
+          this.servers.add(r);
+          receive((cmd) => this.serveCommands.push({ localRank: r, cmd }));
+          return () => this.servers.delete(r);
+        }),
+        // Settles only when the test sends its done/error event.
+        checkFiles: fromPromise<void, { files: FileIdentity[] }>(() => {
+          this.checking = true;
+          return new Promise<void>(() => {});
+        }),
+      },
+    };
+  }
+}
+
+const ranks = [...Array(RANKS).keys()];
+const events = [
+  { type: 'MODEL_UNLOAD', force: false },
+  { type: 'MODEL_UNLOAD', force: true },
+  { type: 'MODEL_STOP' },
+  { type: 'xstate.done.actor.checkFiles' },
+  { type: 'xstate.error.actor.checkFiles', error: { name: 'CheckpointError', code: 'E_FILE_CHANGED', message: 'changed' } },
+  ...ranks.flatMap((r) => [
+    { type: 'RANK_DEVICE', localRank: r, info: device(r, 1 << 20) },
+    { type: 'RANK_LOADED', localRank: r, device: device(r, 1 << 20), segments: [], bytes: 256, seconds: 0.1, source: { from: 'checkpoint' } },
+    { type: 'RANK_SERVING', localRank: r, socketPath: `/fake/fake-${r}.sock` },
+    { type: 'RANK_RELEASE_REQUESTED', localRank: r },
+    { type: 'RANK_RELEASED', localRank: r },
+    { type: 'RANK_STOPPED', localRank: r },
+    { type: 'RANK_FAILED', localRank: r, error: err },
+  ]),
+];
+
+/** Stands in for the supervisor while xstate/graph walks the machine alone. */
+const nobody = createActor(fromCallback(() => {})).start();
+
+const input: ModelInput = {
+  id: 'model-0', parent: nobody, planned, startup: false, socketDir: '/fake', cudaHandles: 'ipc', log: pino({ level: 'silent' }),
+  rankWorker: new URL('file:///fake/rankWorker.js'), workers: new WorkerRegistry(), servers: new ServerRegistry(),
+};
+
+const options = {
+  input,
+  events: events as never[],
+  serializeState: (s: any) => JSON.stringify([s.value, s.context.ranks.map((r: any) => [r.state, r.device !== undefined]), s.context.force]),
+};
+
+/** The model machine as the supervisor runs it, its parent a recorder of what it is told. */
+function replay(steps: Array<{ event: { type: string } }>) {
+  const world = new World();
+  const told: string[] = [];
+  const parent = createActor(fromCallback(({ receive }) => receive((e: { type: string }) => told.push(e.type)))).start();
+  const actor = createActor(modelMachine.provide(world.implementations()), { input: { ...input, parent } });
+  const errors: unknown[] = [];
+  actor.subscribe({ error: (e) => errors.push(e) });
+  actor.start();
+  for (const step of steps) {
+    if (step.event.type === 'xstate.init') continue;
+    const before = String(actor.getSnapshot().value);
+    if (actor.getSnapshot().status !== 'active') break;
+    actor.send(step.event as never);
+    check(actor.getSnapshot(), world, told, step.event.type, before);
+  }
+  assert.equal(errors, [], 'the machine raised no error');
+  const last = actor.getSnapshot();
+  actor.stop();
+  parent.stop();
+  return { world, told, last };
+}
+
+function check(snap: any, world: World, told: string[], event: string, from: string) {
+  const state = String(snap.value);
+  const where = `${state} after ${event} (from ${from})`;
+  if (state === 'admitting') {
+    assert.equal([...world.ranks].sort(), ranks, `${where}: every rank opens its device`);
+    assert.not.ok(world.rankCommands.some((c) => c.cmd.type === 'RANK_ADMIT'), `${where}: nothing is admitted before every rank reported its memory`);
+  }
+  if (state === 'loading') assert.is(world.rankCommands.filter((c) => c.cmd.type === 'RANK_ADMIT').length, RANKS, `${where}: every rank admitted once`);
+  if (['admitting', 'loading', 'verifying'].includes(state)) assert.is(world.servers.size, 0, `${where}: no socket before the files are checked`);
+  if (state === 'serving') {
+    assert.equal([...world.servers].sort(), ranks, `${where}: every rank is served`);
+    assert.ok(told.includes('MODEL_SERVING'), `${where}: the supervisor was told`);
+    assert.is(world.serveCommands.filter((c) => c.cmd.type === 'SERVE_ANNOUNCE').length, RANKS, `${where}: watchers hear it on every rank`);
+  }
+  if (state === 'draining') {
+    for (const r of ranks) assert.ok(world.serveCommands.some((c) => c.localRank === r && c.cmd.type === 'SERVE_DRAIN'), `${where}: rank ${r} drains`);
+  }
+  if (state === 'stopping') assert.is(world.servers.size, 0, `${where}: servers stop before memory is freed`);
+  if (snap.status === 'done') {
+    assert.ok(['released', 'stopped', 'failed'].includes(state), `${where}: a final state`);
+    assert.is(world.ranks.size + world.servers.size, 0, `${where}: every child is gone`);
+    assert.ok(told.includes(state === 'failed' ? 'MODEL_FAILED' : 'MODEL_GONE'), `${where}: the supervisor was told`);
+  }
+  if (state === 'failed') assert.ok(snap.context.failure?.message, `${where}: the failure is recorded`);
+}
+
+test('shortest paths reach every state, and each state holds its invariants', () => {
+  const paths = getShortestPaths(modelMachine, options);
+  const reached = new Set(paths.map((p) => String(p.state.value)));
+  for (const s of ['admitting', 'loading', 'verifying', 'starting', 'serving', 'draining', 'released', 'stopping', 'stopped', 'failed']) {
+    assert.ok(reached.has(s), `state ${s} is reachable`);
+  }
+  for (const p of paths) replay(p.steps as any);
+});
+
+test('every simple path to an end tears everything down and tells the supervisor', () => {
+  const paths = getSimplePaths(modelMachine, { ...options, toState: (s: any) => s.status === 'done' });
+  assert.ok(paths.length > 20, `enumerated ${paths.length} paths`);
+  for (const p of paths) replay(p.steps as any);
+});
+
+test('ranks that do not fit are refused before any is admitted, naming the bytes', () => {
+  const { world, told, last: snap } = replay([
+    { event: { type: 'RANK_DEVICE', localRank: 0, info: device(0, 300) } as never },
+    { event: { type: 'RANK_DEVICE', localRank: 1, info: device(1, 300) } as never },
+  ]);
+  assert.is(snap.value, 'failed');
+  assert.ok(told.includes('MODEL_FAILED'));
+  assert.is(snap.context.failure?.code, 'E_DOES_NOT_FIT');
+  assert.match(snap.context.failure!.message, /need 512 bytes .* of host memory, which has 300 bytes .* free; nothing was allocated/);
+  assert.equal(world.rankCommands, [], 'no rank was admitted');
+  assert.is(world.ranks.size, 0, 'every rank thread is gone');
+});
+
+test.after(() => {
+  nobody.stop();
+});
+
+test.run();
