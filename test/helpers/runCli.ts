@@ -1,4 +1,7 @@
 import { spawn } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { mainJs } from './paths.js';
 
 export interface CliResult {
@@ -23,10 +26,17 @@ function messagesOf(stderr: string): string {
     .join('\n');
 }
 
-/** Runs `node dist/main.js ...args` to completion (killed after timeoutMs) and collects output. */
+/**
+ * Runs `node dist/main.js ...args` to completion (killed after timeoutMs) and collects output.
+ * Each run gets a TMPDIR of its own (unless opts.env names one), so a daemon started without
+ * --weight-cache-socket-dir uses a default socket dir no other test shares: two test files
+ * running at once both took the default dir's device lock, and one failed E_DEVICE_LOCKED.
+ */
 export function runCli(args: string[], opts: { env?: NodeJS.ProcessEnv; timeoutMs?: number } = {}): Promise<CliResult> {
+  const ownTmp = opts.env?.TMPDIR === undefined ? mkdtempSync(join(tmpdir(), 'weightd-cli-')) : undefined;
   return new Promise((resolve) => {
-    const child = spawn(process.execPath, [mainJs, ...args], { env: { ...process.env, ...opts.env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const env = { ...process.env, ...(ownTmp ? { TMPDIR: ownTmp } : {}), ...opts.env };
+    const child = spawn(process.execPath, [mainJs, ...args], { env, stdio: ['ignore', 'pipe', 'pipe'] });
     let stdout = '';
     let stderr = '';
     child.stdout.on('data', (d) => (stdout += d));
@@ -34,6 +44,7 @@ export function runCli(args: string[], opts: { env?: NodeJS.ProcessEnv; timeoutM
     const timer = setTimeout(() => child.kill('SIGKILL'), opts.timeoutMs ?? 20_000);
     child.on('close', (code, signal) => {
       clearTimeout(timer);
+      if (ownTmp) rmSync(ownTmp, { recursive: true, force: true });
       resolve({ code, signal, stdout, stderr, messages: messagesOf(stderr) });
     });
   });
