@@ -29,7 +29,7 @@ import type { ServeCommand, ServeEvent } from '../serve/serveEvents.js';
 import { toServedRank } from '../serve/servedRank.js';
 import type { RankEvent } from './events.js';
 import { formatGiB, modelShortfall } from './modelFit.js';
-import { updateRank } from './rankUpdates.js';
+import { recordReport, updateRank } from './rankUpdates.js';
 
 export interface ModelInput {
   /** The child's id in the supervisor, which its events to the parent carry. */
@@ -140,20 +140,10 @@ export const modelMachine = setup({
       const e = (event as unknown as { error: WeightdError }).error;
       return { failure: { name: e.name, code: e.code ?? 'E_FILE_CHANGED', message: `model "${context.planned.spec.name}": ${e.message}`, details: e.details } };
     }),
-    recordDevice: assign(({ context, event }) => {
-      assertEvent(event, 'RANK_DEVICE');
-      return { ranks: updateRank(context.ranks, event.localRank, { device: event.info, state: 'loading' }) };
-    }),
-    recordProgress: assign(({ context, event }) => {
-      assertEvent(event, 'RANK_PROGRESS');
-      return { ranks: updateRank(context.ranks, event.localRank, { bytes: event.bytes, totalBytes: event.totalBytes, seconds: event.seconds }) };
-    }),
-    recordLoaded: assign(({ context, event }) => {
-      assertEvent(event, 'RANK_LOADED');
-      return {
-        ranks: updateRank(context.ranks, event.localRank, { state: 'loaded', device: event.device, bytes: event.bytes, seconds: event.seconds, segments: event.segments, source: event.source }),
-      };
-    }),
+    // What a rank's reports change in its row (machines/rankUpdates.ts, shared with the other machine that owns ranks).
+    recordDevice: assign(({ context, event }) => (assertEvent(event, 'RANK_DEVICE'), { ranks: recordReport(context.ranks, event) })),
+    recordProgress: assign(({ context, event }) => (assertEvent(event, 'RANK_PROGRESS'), { ranks: recordReport(context.ranks, event) })),
+    recordLoaded: assign(({ context, event }) => (assertEvent(event, 'RANK_LOADED'), { ranks: recordReport(context.ranks, event) })),
     spawnServers: enqueueActions(({ context, enqueue }) => {
       const { planned } = context;
       for (const r of context.ranks) {

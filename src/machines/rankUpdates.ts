@@ -1,6 +1,21 @@
 // How the machines that own ranks (the supervisor, each model) record what a rank reported.
 import type { RankStatus } from '../nodeStatus.js';
+import type { RankEvent } from './events.js';
 
 export function updateRank(ranks: RankStatus[], localRank: number, patch: Partial<RankStatus>): RankStatus[] {
   return ranks.map((r) => (r.localRank === localRank ? { ...r, ...patch } : r));
+}
+
+type Report = Extract<RankEvent, { type: 'RANK_DEVICE' | 'RANK_PROGRESS' | 'RANK_LOADED' }>;
+
+/** What a rank's device, progress and loaded reports change in its row: one rule for both machines. */
+export function recordReport(ranks: RankStatus[], e: Report): RankStatus[] {
+  switch (e.type) {
+    case 'RANK_DEVICE':
+      return updateRank(ranks, e.localRank, { device: e.info, state: 'loading' });
+    case 'RANK_PROGRESS':
+      return updateRank(ranks, e.localRank, { bytes: e.bytes, totalBytes: e.totalBytes, seconds: e.seconds });
+    case 'RANK_LOADED':
+      return updateRank(ranks, e.localRank, { state: 'loaded', device: e.device, bytes: e.bytes, seconds: e.seconds, segments: e.segments, source: e.source });
+  }
 }

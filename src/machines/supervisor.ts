@@ -23,7 +23,7 @@ import type { ServeCommand, ServeEvent } from '../serve/serveEvents.js';
 import type { RankEvent, SupervisorEvent } from './events.js';
 import { modelMachine, type ModelInput } from './model.js';
 import type { NodeManifestEntry, NodeManifestModel } from '../serve/nodeManifest.js';
-import { updateRank } from './rankUpdates.js';
+import { recordReport, updateRank } from './rankUpdates.js';
 
 export interface SupervisorInput {
   config: NodeConfig;
@@ -330,27 +330,10 @@ const supervisorSetup = setup({
       enqueue.assign({ ranks: updateRank(context.ranks, event.localRank, { state: 'released', bytes: 0 }) });
       enqueue.sendTo(serveActorId(event.localRank), { type: 'SERVE_RELEASED' });
     }),
-    recordDevice: assign(({ context, event }) => {
-      assertEvent(event, 'RANK_DEVICE');
-      return { ranks: updateRank(context.ranks, event.localRank, { device: event.info, state: 'loading' }) };
-    }),
-    recordProgress: assign(({ context, event }) => {
-      assertEvent(event, 'RANK_PROGRESS');
-      return { ranks: updateRank(context.ranks, event.localRank, { bytes: event.bytes, totalBytes: event.totalBytes, seconds: event.seconds }) };
-    }),
-    recordLoaded: assign(({ context, event }) => {
-      assertEvent(event, 'RANK_LOADED');
-      return {
-        ranks: updateRank(context.ranks, event.localRank, {
-          state: 'loaded',
-          device: event.device,
-          bytes: event.bytes,
-          seconds: event.seconds,
-          segments: event.segments,
-          source: event.source,
-        }),
-      };
-    }),
+    // What a rank's reports change in its row (machines/rankUpdates.ts, shared with the other machine that owns ranks).
+    recordDevice: assign(({ context, event }) => (assertEvent(event, 'RANK_DEVICE'), { ranks: recordReport(context.ranks, event) })),
+    recordProgress: assign(({ context, event }) => (assertEvent(event, 'RANK_PROGRESS'), { ranks: recordReport(context.ranks, event) })),
+    recordLoaded: assign(({ context, event }) => (assertEvent(event, 'RANK_LOADED'), { ranks: recordReport(context.ranks, event) })),
     recordKept: assign(({ context, event }) => {
       assertEvent(event, 'RANK_KEPT');
       return { ranks: updateRank(context.ranks, event.localRank, { kept: event.kept, keptReason: event.reason }) };
