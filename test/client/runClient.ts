@@ -56,18 +56,10 @@ export function runClient<T = Record<string, unknown>>(
 }
 
 /** Starts a client that prints one line and keeps running (hold); resolves with that line. */
-export function startHolder(lang: ClientLanguage, socket: string, expected: Expected): Promise<{ child: ChildProcess; line: { leaseId: string; pid: number } }> {
+export async function startHolder(lang: ClientLanguage, socket: string, expected: Expected): Promise<{ child: ChildProcess; line: { leaseId: string; pid: number } }> {
   const child = spawnClient(lang, 'hold', socket, expected);
-  let out = '';
-  let err = '';
-  child.stderr!.on('data', (d: Buffer) => (err += d.toString()));
-  return new Promise((resolve, reject) => {
-    child.stdout!.on('data', (d: Buffer) => {
-      out += d.toString();
-      if (out.includes('\n')) resolve({ child, line: JSON.parse(out.split('\n')[0]!) as { leaseId: string; pid: number } });
-    });
-    child.on('exit', (code) => reject(new Error(`${lang} holder exited ${code} before attaching:\n${err}`)));
-  });
+  const [first] = await printedLines(child).wait(1, `the ${lang} holder attached`);
+  return { child, line: JSON.parse(first!) as { leaseId: string; pid: number } };
 }
 
 /**
