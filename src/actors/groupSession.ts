@@ -113,14 +113,24 @@ export const groupSession = fromCallback<GroupCommand, GroupSessionInput, GroupE
   }
 
   receive((cmd) => {
-    if (cmd.type === 'NODE_READY') {
-      client?.nodeReady();
-      return;
+    switch (cmd.type) {
+      case 'NODE_READY':
+        return client?.nodeReady();
+      case 'NODE_FAILED':
+        // Node 0 tells its coordinator directly: the process ends before a frame to itself would
+        // make the round trip, and the other nodes must hear why now, not at their timeout.
+        coordinator?.reportFailure(config.nodeRank, cmd.error.code, cmd.error.message);
+        return client?.nodeFailed(cmd.error);
+      case 'MODEL_GROUP_JOIN': {
+        const { type: _, ...join } = cmd;
+        if (client) return client.modelJoin(join);
+        return sendBack({ type: 'MODEL_GROUP_ABORT', name: cmd.name, fingerprint: cmd.fingerprint, error: serializeError(new RendezvousError('E_MODEL_GROUP_COORDINATOR_LOST', `model "${cmd.name}": this node has no connection to node 0 yet`)) });
+      }
+      case 'MODEL_GROUP_RESIDENT':
+        return client?.modelResident(cmd.name, cmd.fingerprint);
+      case 'MODEL_GROUP_FAILED':
+        return client?.modelFailed(cmd.name, cmd.fingerprint, cmd.error);
     }
-    // Node 0 tells its coordinator directly: the process ends before a frame to itself would
-    // make the round trip, and the other nodes must hear why now, not at their timeout.
-    coordinator?.reportFailure(config.nodeRank, cmd.error.code, cmd.error.message);
-    client?.nodeFailed(cmd.error);
   });
 
   return () => {

@@ -11,7 +11,7 @@ import { connect } from 'node:net';
 import { ProtocolError, receivedCode, RendezvousError, serializeError, type SerializedError } from '../errors.js';
 import type { Logger } from '../log.js';
 import { timeoutRejection, tokenProof } from './checkJoin.js';
-import type { GroupEvent } from './groupEvents.js';
+import type { GroupEvent, ModelGroupJoin } from './groupEvents.js';
 import { PeerSocket } from './peerSocket.js';
 import type { RankTableEntry } from './rankTable.js';
 import type { GroupTiming } from './timing.js';
@@ -54,6 +54,8 @@ export class GroupClient {
   /** Nodes reported lost (PEER_LOST sent, no PEER_BACK yet), with why. */
   readonly #lost = new Map<number, string>();
   #lastRefusal: string | undefined;
+  /** Model groups this node joined that have no verdict yet: name -> fingerprint. */
+  readonly #models = new Map<string, string>();
 
   constructor(opts: GroupClientOptions) {
     this.#o = opts;
@@ -84,6 +86,53 @@ export class GroupClient {
   /** Synchronous, for an actor's cleanup. */
   close(): void {
     this.#finish('node stopped');
+  }
+
+  /**
+   * This node planned a model that spans the group and starts loading it: join its model group
+   * at node 0. Its verdict comes back as MODEL_GROUP_COMMIT or MODEL_GROUP_ABORT, at once
+   * (aborted) when node 0 cannot be reached now.
+   */
+  modelJoin(join: ModelGroupJoin): void {
+    const { name, fingerprint } = join;
+    if (this.#models.has(name)) return this.#modelAbort(name, fingerprint, 'E_MODEL_GROUP_NOT_READY', `model "${name}" is already being loaded across the group`);
+    if (!this.#groupReady || this.#conn === undefined || !this.#tableSeen || this.#lost.has(0)) {
+      return this.#modelAbort(
+        name,
+        fingerprint,
+        'E_MODEL_GROUP_COORDINATOR_LOST',
+        `model "${name}" spans the group, but node 0 at ${this.#where} is not reachable now (${this.#groupReady ? 'reconnecting' : 'the group is not ready'}); ` +
+          'a swap across nodes needs every node and node 0: try again once node 0 serves',
+      );
+    }
+    this.#models.set(name, fingerprint);
+    void this.#conn.send({ type: 'model_join', ...join });
+  }
+
+  modelResident(name: string, fingerprint: string): void {
+    if (this.#models.get(name) === fingerprint) void this.#conn?.send({ type: 'model_resident', name, fingerprint });
+  }
+
+  /** This node could not load the version (no fingerprint: not even plan it): the group aborts it everywhere. */
+  modelFailed(name: string, fingerprint: string | undefined, error: SerializedError): void {
+    if (fingerprint !== undefined && this.#models.get(name) === fingerprint) this.#models.delete(name);
+    if (this.#groupReady) void this.#conn?.send({ type: 'model_failed', name, fingerprint, code: error.code, message: error.message.slice(0, 2000) });
+  }
+
+  #modelVerdict(m: Extract<ServerMessage, { type: 'model_commit' | 'model_abort' }>): void {
+    if (this.#models.get(m.name) !== m.fingerprint) return;
+    this.#models.delete(m.name);
+    if (m.type === 'model_commit') {
+      this.#log.info({ model: m.name, fingerprint: m.fingerprint }, `model "${m.name}" is resident on every node: serving it`);
+      this.#o.emit({ type: 'MODEL_GROUP_COMMIT', name: m.name, fingerprint: m.fingerprint });
+    } else {
+      this.#o.emit({ type: 'MODEL_GROUP_ABORT', name: m.name, fingerprint: m.fingerprint, error: serializeError(new RendezvousError(receivedCode(m.code), m.message, m.details ?? {})) });
+    }
+  }
+
+  #modelAbort(name: string, fingerprint: string, code: 'E_MODEL_GROUP_COORDINATOR_LOST' | 'E_MODEL_GROUP_NOT_READY', message: string): void {
+    this.#models.delete(name);
+    this.#o.emit({ type: 'MODEL_GROUP_ABORT', name, fingerprint, error: serializeError(new RendezvousError(code, message, { host: this.#o.host, port: this.#o.port })) });
   }
 
   #connect(): void {
@@ -137,6 +186,14 @@ export class GroupClient {
       case 'leaving':
         conn.close(`node 0 said: ${m.reason}`);
         return;
+      case 'model_waiting':
+        if (this.#models.get(m.name) === m.fingerprint) {
+          this.#log.info({ model: m.name, joined: m.joined, missing: m.missing }, `model "${m.name}": waiting for node rank${m.missing.length === 1 ? '' : 's'} ${m.missing.join(', ')} to load it too`);
+        }
+        return;
+      case 'model_commit':
+      case 'model_abort':
+        return this.#modelVerdict(m);
       case 'heartbeat':
         return;
     }
@@ -209,6 +266,10 @@ export class GroupClient {
       return this.#scheduleRetry();
     }
     if (this.#groupReady) {
+      // A verdict can no longer reach this node: what it loads across the group is freed here.
+      for (const [name, fingerprint] of [...this.#models]) {
+        this.#modelAbort(name, fingerprint, 'E_MODEL_GROUP_COORDINATOR_LOST', `model "${name}": the connection to node 0 at ${this.#where} was lost during its load (${reason}); it was not served, the older version serves on`);
+      }
       if (!this.#lost.has(0)) {
         this.#markLost(0, `connection to node 0 lost (${reason})`);
         this.#log.info(`reconnecting to node 0 at ${this.#where} in the background`);

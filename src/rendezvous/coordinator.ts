@@ -11,6 +11,7 @@ import { errorCode, RendezvousError, type ProtocolError } from '../errors.js';
 import type { Logger } from '../log.js';
 import { stateName } from '../machines/stateName.js';
 import { coordinatorMachine, type Claim, type CoordinatorEvent, type CoordinatorPhase } from '../machines/coordinator.js';
+import { ModelGroups } from './modelGroups.js';
 import { LogLimiter } from '../serve/logLimiter.js';
 import type { GroupExpectation, Rejection } from './checkJoin.js';
 import { PeerSocket } from './peerSocket.js';
@@ -63,6 +64,8 @@ export class Coordinator {
   /** Lines strangers can cause (dropped, evicted, turned away): 20 per window, then a count. */
   readonly #strangerLog: LogLimiter;
   readonly #group: Actor<typeof coordinatorMachine>;
+  /** Models loaded across the group while it serves, one swap per name (src/machines/modelGroup.ts). */
+  readonly #models: ModelGroups;
   #delivered!: () => void;
   #socketsClosed = false;
   readonly #verdictDelivered = new Promise<void>((resolve) => (this.#delivered = resolve));
@@ -113,6 +116,12 @@ export class Coordinator {
         this.#delivered();
       },
     });
+    this.#models = new ModelGroups({
+      nnodes: opts.expect.nnodes,
+      timeoutMs: opts.rendezvousTimeoutMs,
+      log: this.#log,
+      send: (nodeRanks, message) => this.#send(this.#memberLinks(nodeRanks), message),
+    });
     server.on('connection', (socket) => this.#onConnection(socket));
     server.on('error', (err) => this.#log.error({ err: errorCode(err) ?? err.message }, 'rendezvous coordinator socket error'));
     this.#group.start();
@@ -162,6 +171,7 @@ export class Coordinator {
     if (this.#socketsClosed) return;
     this.#socketsClosed = true;
     this.#dispatch({ type: 'CLOSE' });
+    this.#models.close();
     this.#server.close();
     this.#strangerLog.flush();
     for (const link of this.#links.values()) {
@@ -175,6 +185,7 @@ export class Coordinator {
    * right after, before its own "failed" frame could make the round trip through TCP.
    */
   reportFailure(nodeRank: number, code: string, message: string): void {
+    this.#models.nodeLost(nodeRank, `failed: ${message}`);
     this.#dispatch({ type: 'NODE_FAILED', nodeRank, code, message });
   }
 
@@ -261,7 +272,36 @@ export class Coordinator {
       case 'failed':
         this.#dispatch({ type: 'LINK_FAILED', linkId: link.id, code: m.code, message: m.message });
         return;
+      case 'model_join':
+      case 'model_resident':
+      case 'model_failed':
+        return this.#onModelMessage(link, m);
     }
+  }
+
+  /** A model group's message counts from a member of a serving group only. */
+  #onModelMessage(link: Link, m: Extract<ClientMessage, { type: `model_${string}` }>): void {
+    const snap = this.#group.getSnapshot();
+    const member = snap.context.members.find((x) => x.linkId === link.id && x.state !== 'lost');
+    if (!member) return this.#protocolViolation(link.id, `"${m.type}" before an accepted join`);
+    if (!snap.matches('serving') || member.state !== 'ready') {
+      // A failure report needs no answer: that node frees its load by itself.
+      if (m.type === 'model_failed') return;
+      void link.conn.send({
+        type: 'model_abort',
+        name: m.name,
+        fingerprint: m.fingerprint,
+        code: 'E_MODEL_GROUP_NOT_READY',
+        message: `model "${m.name}": the group is ${this.state}, not serving: a model is loaded across nodes only once every node serves; try again once the group is ready`,
+      });
+      return;
+    }
+    this.#models.receive(member.nodeRank, m);
+  }
+
+  /** The connections of these node ranks that are members and not lost. */
+  #memberLinks(nodeRanks: number[]): number[] {
+    return this.#group.getSnapshot().context.members.filter((m) => m.state !== 'lost' && nodeRanks.includes(m.nodeRank)).map((m) => m.linkId);
   }
 
   #protocolViolation(linkId: number, what: string, peer?: number): void {
@@ -274,6 +314,8 @@ export class Coordinator {
   #onClose(link: Link, reason: string, protocolError?: ProtocolError): void {
     this.#settle(link);
     this.#links.delete(link.id);
+    const member = this.#group.getSnapshot().context.members.find((m) => m.linkId === link.id && m.state !== 'lost');
+    if (member) this.#models.nodeLost(member.nodeRank, reason);
     if (protocolError) {
       // Something that does not speak this protocol (a port scanner, an engine pointed at the
       // wrong port): dropping it is enough, the group is not at fault.

@@ -12,7 +12,25 @@ export type GroupEvent =
   /** During rendezvous: who has joined so far, as node 0's coordinator last said. */
   | { type: 'GROUP_WAITING'; joined: number[]; missing: number[] }
   /** On node 0: its coordinator's state changed (src/machines/coordinator.ts). */
-  | { type: 'COORDINATOR_STATE'; state: string };
+  | { type: 'COORDINATOR_STATE'; state: string }
+  /** A model that spans the group is resident on every node: serve it. */
+  | { type: 'MODEL_GROUP_COMMIT'; name: string; fingerprint: string }
+  /** A model that spans the group failed somewhere (or node 0 is gone): free it. */
+  | { type: 'MODEL_GROUP_ABORT'; name: string; fingerprint: string; error: SerializedError };
+
+/** A model version across the group: what a node states when it joins its model group. */
+export interface ModelGroupJoin {
+  name: string;
+  fingerprint: string;
+  fingerprintFields?: Record<string, string>;
+  tpSize: number;
+}
 
 /** Sent by the supervisor to the group session. */
-export type GroupCommand = { type: 'NODE_READY' } | { type: 'NODE_FAILED'; error: SerializedError };
+export type GroupCommand =
+  | { type: 'NODE_READY' }
+  | { type: 'NODE_FAILED'; error: SerializedError }
+  | ({ type: 'MODEL_GROUP_JOIN' } & ModelGroupJoin)
+  | { type: 'MODEL_GROUP_RESIDENT'; name: string; fingerprint: string }
+  /** No fingerprint: the model could not be planned here. */
+  | { type: 'MODEL_GROUP_FAILED'; name: string; fingerprint?: string; error: SerializedError };

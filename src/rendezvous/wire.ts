@@ -11,8 +11,8 @@ import { z } from 'zod';
 import { ProtocolError } from '../errors.js';
 import { encodeMessage, FrameDecoder, parsePayload } from '../serve/frameCodec.js';
 
-/** Version of the rendezvous message set; nodes must agree on it exactly. */
-export const RDZV_PROTOCOL_VERSION = 1;
+/** Version of the rendezvous message set; nodes must agree on it exactly. 2: model groups (model_*). */
+export const RDZV_PROTOCOL_VERSION = 2;
 
 /** Largest frame either side accepts. The biggest message, the rank table of 4096 ranks, is ~600 KiB. */
 export const MAX_RDZV_FRAME_BYTES = 1 << 20;
@@ -28,6 +28,12 @@ const MAX_FINGERPRINT_FIELDS = 64;
 
 /** HMAC-SHA256 of the hello nonce under the token, base64 (44 characters); null: no token. */
 const tokenProof = z.string().regex(/^[A-Za-z0-9+/]{43}=$/).nullable();
+
+const fingerprintFields = z.record(z.string().min(1).max(64), shortText)
+  .refine((f) => Object.keys(f).length <= MAX_FINGERPRINT_FIELDS, `at most ${MAX_FINGERPRINT_FIELDS} fingerprint fields`);
+
+/** Which model version a model-group message is about: its name and checkpoint fingerprint. */
+const modelVersion = { name: shortText, fingerprint: shortText };
 
 export const RankTableEntrySchema = z.object({
   globalRank: count,
@@ -56,9 +62,7 @@ export const JoinMessage = z.object({
    * The fingerprint's per-field hashes, so a refusal names the fields that differ ("content").
    * Optional: a join without them is still checked on the fingerprint, and refused naming it.
    */
-  fingerprintFields: z.record(z.string().min(1).max(64), shortText)
-    .refine((f) => Object.keys(f).length <= MAX_FINGERPRINT_FIELDS, `at most ${MAX_FINGERPRINT_FIELDS} fingerprint fields`)
-    .optional(),
+  fingerprintFields: fingerprintFields.optional(),
   tokenProof,
 });
 export type JoinMessage = z.infer<typeof JoinMessage>;
@@ -85,6 +89,13 @@ export const ClientMessage = z.discriminatedUnion('type', [
    * not be planned, say): a starting group fails now instead of at its timeout.
    */
   z.object({ type: z.literal('abort'), nodeRank, hostName: shortText, tokenProof, code: shortText, message: reason }),
+  // A model that spans the group, loaded while serving (docs/multi-node.md, "Models across
+  // nodes"): each node joins its model group once planned, loads it to resident but not
+  // attachable, and says so; node 0 then commits it everywhere, or aborts it everywhere.
+  z.object({ type: z.literal('model_join'), ...modelVersion, tpSize: positive, fingerprintFields: fingerprintFields.optional() }),
+  z.object({ type: z.literal('model_resident'), ...modelVersion }),
+  /** This node could not load it; without a fingerprint: it could not even plan it (and did not join). */
+  z.object({ type: z.literal('model_failed'), name: shortText, fingerprint: shortText.optional(), code: shortText, message: reason }),
 ]);
 export type ClientMessage = z.infer<typeof ClientMessage>;
 
@@ -110,6 +121,18 @@ export const ServerMessage = z.discriminatedUnion('type', [
   z.object({ type: z.literal('peer_back'), nodeRank }),
   z.object({ type: z.literal('heartbeat') }),
   z.object({ type: z.literal('leaving'), reason }),
+  /** A model group is gathering: who has joined it so far. */
+  z.object({ type: z.literal('model_waiting'), ...modelVersion, joined: rankList, missing: rankList }),
+  /** Resident on every node: serve it now (the older version of its name drains). */
+  z.object({ type: z.literal('model_commit'), ...modelVersion }),
+  /** The model group failed: free it; the older version keeps serving. The same verdict for every node. */
+  z.object({
+    type: z.literal('model_abort'),
+    ...modelVersion,
+    code: shortText,
+    message: reason,
+    details: z.record(z.string().max(64), z.unknown()).optional(),
+  }),
 ]);
 export type ServerMessage = z.infer<typeof ServerMessage>;
 

@@ -4,6 +4,7 @@ import { closeSync, cpSync, mkdtempSync, openSync, readdirSync, rmSync, writeSyn
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { freePort } from '../../src/nodeOptions.js';
+import { RDZV_PROTOCOL_VERSION } from '../../src/rendezvous/wire.js';
 import type { Test } from 'uvu';
 import * as assert from 'uvu/assert';
 import type { Fabric } from '../helpers/netns.js';
@@ -198,7 +199,7 @@ export function defineScenarios(test: Test, makeFabric: (n: number) => Fabric): 
       const daemons = [c.start({ nodeRank: 0 }), c.start({ nodeRank: 1 })];
       await daemons[0]!.waitForMsg(/^rendezvous coordinator listening$/);
       const foreign = c.run(2, 'rawPeer.js', ['foreign', c.fabric.addr(0), String(c.port), '2']);
-      const message = /^node 2 \(newer-weightd, .*\) speaks rendezvous protocol version 2, node 0 speaks 1: run the same weightd release on every node$/;
+      const message = new RegExp(`^node 2 \\(newer-weightd, .*\\) speaks rendezvous protocol version ${RDZV_PROTOCOL_VERSION + 1}, node 0 speaks ${RDZV_PROTOCOL_VERSION}: run the same weightd release on every node$`);
       await Promise.all(daemons.map((d) => d.failsWith('E_RDZV_VERSION_MISMATCH', message)));
       await foreign.exit;
       assert.ok(foreign.lines.some((l) => l.includes('"type":"rejected"') && l.includes('E_RDZV_VERSION_MISMATCH')), 'the newer node hears it too');
