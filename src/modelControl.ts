@@ -2,17 +2,17 @@
 // the node serves, plans a model to load, hands it to the supervisor and follows its model actor
 // until it serves or fails. The machines decide the lifecycle; this only asks and reports.
 import type { Actor, SnapshotFrom } from 'xstate';
-import { planModel } from './actors/planModel.js';
-import { UsageError, WeightdError, receivedCode, RankFailedError } from './errors.js';
+import { planModel, spansGroup, type PlannedModel } from './actors/planModel.js';
+import { UsageError, WeightdError, receivedCode, RankFailedError, serializeError } from './errors.js';
 import type { Logger } from './log.js';
 import type { modelMachine } from './machines/model.js';
 import type { supervisorMachine } from './machines/supervisor.js';
-import { resolveModelSpec, type ModelRequest } from './modelSpecs.js';
+import { resolveModelSpec, type ModelRequest, type ModelSpec } from './modelSpecs.js';
 import type { NodeConfig } from './nodeOptions.js';
 import type { LoadResult, ModelStatus, NodeStatus, UnloadResult } from './nodeStatus.js';
 
 /** States in which a model holds memory it is still filling: one such load at a time. */
-const LOADING_STATES = new Set(['admitting', 'loading', 'starting']);
+const LOADING_STATES = new Set(['admitting', 'loading', 'verifying', 'resident', 'starting']);
 
 type ModelSnapshot = SnapshotFrom<typeof modelMachine>;
 
@@ -33,11 +33,6 @@ export class ModelControl {
 
   async load(request: ModelRequest): Promise<LoadResult> {
     this.#refuseUnlessReady('load');
-    if (this.#config.nnodes > 1) {
-      // A load on one node of a group would swap its model there only: a swap across nodes must
-      // be all-or-nothing, which the rendezvous does not do yet.
-      throw new WeightdError('E_MULTI_NODE_MODELS', `this node is one of ${this.#config.nnodes} of a group, which serves one model so far; run a daemon of one node for other models`, { nnodes: this.#config.nnodes });
-    }
     const spec = resolveModelSpec(request);
     const busy = this.#loading ?? this.#status().models.find((m) => LOADING_STATES.has(m.state))?.name;
     if (busy !== undefined) {
@@ -45,7 +40,7 @@ export class ModelControl {
     }
     this.#loading = spec.name;
     try {
-      const planned = await planModel(spec, this.#config, this.#log);
+      const planned = await this.#plan(spec);
       this.#refuseUnlessReady('load');
       const same = this.#status().models.find((m) => m.fingerprint === planned.plan.fingerprint && m.state !== 'draining' && m.state !== 'released');
       if (same) {
@@ -86,6 +81,16 @@ export class ModelControl {
     this.#log.info({ target, force, models: chosen.map((m) => m.name) }, force ? 'unload (forced): revoking leases and freeing' : 'unload: draining until the last lease ends');
     this.#actor.send({ type: 'MODEL_UNLOAD', ids, own, force });
     return { unloaded: chosen.map((m) => ({ name: m.name, fingerprint: m.fingerprint ?? '', leases: m.leases })), force };
+  }
+
+  /** A model that would span the group and cannot be planned here fails its swap on every node now. */
+  async #plan(spec: ModelSpec): Promise<PlannedModel> {
+    try {
+      return await planModel(spec, this.#config, this.#log);
+    } catch (err) {
+      if (spansGroup(spec.tpSize, this.#config)) this.#actor.send({ type: 'MODEL_PLAN_FAILED', name: spec.name, error: serializeError(err as Error) });
+      throw err;
+    }
   }
 
   #refuseUnlessReady(what: string): void {

@@ -154,7 +154,14 @@ export async function resolveNodeOptions(o: NodeOptions): Promise<NodeConfig> {
     throw usage('--nnodes', nnodes, `does not divide --tensor-parallel-size ${tpSize}`, 'every node runs tp/nnodes ranks: choose nnodes that divides tp');
   }
   if (nnodes > 1 && models.length > 1) {
-    throw usage('--model', models[1]!.modelDir, 'is a second model, but a node of a group (--nnodes > 1) serves one model so far', 'run a daemon of one node for the other models, or one group per model');
+    // Its start-up is the group's (one rendezvous, one fingerprint); other models join a serving
+    // group through their own model groups, which `weightd ctl load` starts.
+    throw usage(
+      '--model',
+      models[1]!.modelDir,
+      'is a second model, but a node of a group (--nnodes > 1) starts with one model',
+      'start the group with its first model, then run weightd ctl load --model DIR on every node (docs/multi-node.md, "Models across nodes")',
+    );
   }
   const nodeRank = integer('--node-rank', o.nodeRank ?? 0, 0, nnodes - 1, `pass this node's index, from 0 to nnodes-1 (${nnodes - 1})`);
   const masterPort = o.masterPort === undefined ? undefined : port('--master-port', o.masterPort);

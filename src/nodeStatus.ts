@@ -52,7 +52,7 @@ export interface NodeFailure extends SerializedError {
  * A model version's lifecycle (src/machines/model.ts); the node's own model goes through the
  * node's states until it serves.
  */
-export type ModelState = 'admitting' | 'loading' | 'starting' | 'serving' | 'draining' | 'released' | 'stopping' | 'stopped' | 'failed' | NodeState;
+export type ModelState = 'admitting' | 'loading' | 'verifying' | 'resident' | 'starting' | 'serving' | 'draining' | 'released' | 'stopping' | 'stopped' | 'failed' | NodeState;
 
 /** Each rank as status reports it: clients and leases are its version's counters on its device's socket. */
 export type ServedRankStatus = RankStatus & { clients?: number; leases?: number; serve?: ServeStatus };

@@ -3,6 +3,7 @@
 // options. Nothing is allocated, so every error here costs seconds, not minutes. The node's own
 // model is planned by prepareNode; every other model, at start or loaded later, by this.
 import { planCheckpoint } from '../checkpoint/planCheckpoint.js';
+import { WeightdError } from '../errors.js';
 import type { CheckpointPlan } from '../checkpoint/types.js';
 import type { Logger } from '../log.js';
 import type { ModelSpec } from '../modelSpecs.js';
@@ -12,9 +13,43 @@ import { nodeFillOptions } from '../native/fillPolicy.js';
 import type { NodeConfig } from '../nodeOptions.js';
 import { fileIdentities, type FileIdentity } from './checkFiles.js';
 
+/**
+ * Where a model's ranks live. nnodes 1: every rank on this node (global rank = local rank), as on
+ * a daemon of one node. Otherwise the model spans the group as the node's own does: this node
+ * holds ranks nodeRank * localWorldSize .. + localWorldSize - 1, and the swap is all-or-nothing
+ * across nodes (src/machines/modelGroup.ts).
+ */
+export interface ModelPlacement {
+  nodeRank: number;
+  nnodes: number;
+  localWorldSize: number;
+}
+
+/**
+ * The rule (docs/multi-node.md, "Models across nodes"): in a group, a model at the group's tp
+ * size spans it; one at most a node's local world size is served by each node alone; any
+ * other size has no placement that matches an engine's global ranks.
+ */
+export function modelPlacement(tpSize: number, config: Pick<NodeConfig, 'nnodes' | 'nodeRank' | 'localWorldSize' | 'tpSize'>): ModelPlacement {
+  if (spansGroup(tpSize, config)) return { nodeRank: config.nodeRank, nnodes: config.nnodes, localWorldSize: config.localWorldSize };
+  if (tpSize <= config.localWorldSize || config.nnodes === 1) return { nodeRank: 0, nnodes: 1, localWorldSize: tpSize };
+  throw new WeightdError(
+    'E_MODEL_PLACEMENT',
+    `--tensor-parallel-size ${tpSize} fits no placement on this group of ${config.nnodes} nodes with ${config.localWorldSize} local ranks each: ` +
+      `load it at the group's tp size ${config.tpSize} (it then spans every node) or at most ${config.localWorldSize} (each node serves it alone)`,
+    { field: 'tpSize', value: tpSize, groupTpSize: config.tpSize, localWorldSize: config.localWorldSize },
+  );
+}
+
+/** Whether a model at `tpSize` spans the group (modelPlacement's first case). */
+export function spansGroup(tpSize: number, config: Pick<NodeConfig, 'nnodes' | 'tpSize'>): boolean {
+  return config.nnodes > 1 && tpSize === config.tpSize;
+}
+
 /** A model ready to load: what a model actor (src/machines/model.ts) takes as input. */
 export interface PlannedModel {
   spec: ModelSpec;
+  placement: ModelPlacement;
   plan: CheckpointPlan;
   /** The device of each local rank, in local-rank order. */
   devices: DeviceSlot[];
@@ -55,10 +90,16 @@ export async function planSpec(spec: ModelSpec, localRanks: { nodeRank: number; 
   return plan;
 }
 
-/** Plans a model served beside the node's own: all of its ranks are local. */
-export async function planModel(spec: ModelSpec, config: Pick<NodeConfig, 'device' | 'cudaHandles' | 'fill'>, log: Logger): Promise<PlannedModel> {
-  const { devices } = await localDevices({ device: config.device, localWorldSize: spec.tpSize, cudaHandles: config.cudaHandles }, log);
-  const plan = await planSpec(spec, { nodeRank: 0, localWorldSize: spec.tpSize }, log);
-  const files = fileIdentities(plan.ranks.flatMap((r) => r.files));
-  return { spec, plan, devices, fill: await fillFor(config, devices, plan, log), files };
+/** Plans a model served beside the node's own, on this node's share of its ranks (modelPlacement). */
+export async function planModel(
+  spec: ModelSpec,
+  config: Pick<NodeConfig, 'device' | 'cudaHandles' | 'fill' | 'nnodes' | 'nodeRank' | 'localWorldSize' | 'tpSize'>,
+  log: Logger,
+): Promise<PlannedModel> {
+  const placement = modelPlacement(spec.tpSize, config);
+  const { devices } = await localDevices({ device: config.device, localWorldSize: placement.localWorldSize, cudaHandles: config.cudaHandles }, log);
+  const plan = await planSpec(spec, placement, log);
+  const local = plan.ranks.slice(placement.nodeRank * placement.localWorldSize, (placement.nodeRank + 1) * placement.localWorldSize);
+  const files = fileIdentities(local.flatMap((r) => r.files));
+  return { spec, placement, plan, devices, fill: await fillFor(config, devices, { ...plan, ranks: local }, log), files };
 }

@@ -21,6 +21,8 @@ export type RankEvent =
 export type ModelEvent =
   /** Every rank serves: the version is attachable. `entries`: its ranks, for the node manifest. */
   | { type: 'MODEL_SERVING'; id: string; entries: NodeManifestEntry[] }
+  /** A model that spans the group is resident here, not attachable yet (src/machines/modelGroup.ts). */
+  | { type: 'MODEL_RESIDENT'; id: string }
   | { type: 'MODEL_FAILED'; id: string; error: NodeFailure }
   /** Released or stopped: the actor has ended and its memory is freed. */
   | { type: 'MODEL_GONE'; id: string };
@@ -28,6 +30,8 @@ export type ModelEvent =
 /** From the programmatic API (node.load, node.unload; the control socket goes through them). */
 export type ModelRequestEvent =
   | { type: 'MODEL_LOAD'; planned: PlannedModel }
+  /** A model that would span the group could not be planned here: the other nodes must not wait for it. */
+  | { type: 'MODEL_PLAN_FAILED'; name: string; error: SerializedError }
   /** `ids`: model actors to unload; `own`: the node's own model too. */
   | { type: 'MODEL_UNLOAD'; ids: string[]; own: boolean; force: boolean };
 

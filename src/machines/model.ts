@@ -7,6 +7,9 @@
 //   loading:   the ranks allocate and fill.
 //   verifying: the checkpoint files are checked to be the ones planned (a directory rewritten
 //              meanwhile fails this load alone).
+//   resident:  only for a model that spans the group: resident here but not attachable until
+//              node 0 commits it (resident on every node) or aborts it (it failed somewhere;
+//              then it is freed). An abort can come in any state before this one too.
 //   starting:  each rank is served on its device's socket (shared with the other models).
 //   serving:   attachable; watchers hear model_ready.
 //   draining:  unloaded, or a newer version serves: no new lease; freed when the last lease
@@ -57,7 +60,13 @@ export interface ModelContext extends ModelInput {
   force: boolean;
 }
 
-export type ModelCommand = { type: 'MODEL_UNLOAD'; force: boolean } | { type: 'MODEL_STOP' };
+export type ModelCommand =
+  | { type: 'MODEL_UNLOAD'; force: boolean }
+  | { type: 'MODEL_STOP' }
+  /** A model that spans the group: node 0 found it resident on every node. */
+  | { type: 'MODEL_COMMIT' }
+  /** A model that spans the group failed on another node (or node 0 is gone): free it. */
+  | { type: 'MODEL_ABORT'; error: NodeFailure };
 
 export const modelRankId = (localRank: number) => `rank-${localRank}`;
 export const modelServeId = (localRank: number) => `serve-${localRank}`;
@@ -73,6 +82,9 @@ export const modelActors = {
 };
 
 const rankLog = (context: ModelContext, localRank: number) => context.log.child({ model: context.planned.spec.name, localRank });
+
+/** Another node failed it, or node 0 is gone: it fails here too, and is freed. */
+const aborted = { target: '#model.failed', actions: 'recordAbort' } as const;
 
 /** A rank's memory is freed through its worker once its server allows it (a drain's end, or a client's release). */
 const clientRelease = {
@@ -94,6 +106,7 @@ export const modelMachine = setup({
     allRanksServing: ({ context }) => context.ranks.every((r) => r.state === 'serving'),
     allRanksReleased: ({ context }) => context.ranks.every((r) => r.state === 'released'),
     allRanksStopped: ({ context }) => context.ranks.every((r) => r.state === 'stopped'),
+    spansGroup: ({ context }) => context.planned.placement.nnodes > 1,
   },
   actions: {
     spawnRanks: enqueueActions(({ context, enqueue }) => {
@@ -106,7 +119,7 @@ export const modelMachine = setup({
             worker: context.rankWorker,
             workers: context.workers,
             workerData: {
-              nodeRank: 0,
+              nodeRank: planned.placement.nodeRank,
               localRank: r.localRank,
               globalRank: r.globalRank,
               device: planned.devices[r.localRank]!,
@@ -159,8 +172,8 @@ export const modelMachine = setup({
               plan: planned.plan,
               globalRank: r.globalRank,
               localRank: r.localRank,
-              nodeRank: 0,
-              nnodes: 1,
+              nodeRank: planned.placement.nodeRank,
+              nnodes: planned.placement.nnodes,
               backend: planned.devices[r.localRank]!.backend,
               device: r.device!,
               segments: r.segments ?? [],
@@ -212,11 +225,16 @@ export const modelMachine = setup({
         failure: context.failure ?? {
           ...event.error,
           localRank: event.localRank,
-          globalRank: event.localRank,
+          globalRank: context.ranks.find((r) => r.localRank === event.localRank)?.globalRank,
           message: `model "${context.planned.spec.name}" rank ${event.localRank} failed: ${event.error.message}`,
         },
       };
     }),
+    recordAbort: assign(({ context, event }) => {
+      assertEvent(event, 'MODEL_ABORT');
+      return { failure: context.failure ?? event.error };
+    }),
+    tellParentResident: sendTo(({ context }) => context.parent, ({ context }) => ({ type: 'MODEL_RESIDENT', id: context.id })),
     tellParentFailed: sendTo(({ context }) => context.parent, ({ context }) => ({ type: 'MODEL_FAILED', id: context.id, error: context.failure! })),
     tellParentGone: sendTo(({ context }) => context.parent, ({ context }) => ({ type: 'MODEL_GONE', id: context.id })),
   },
@@ -226,19 +244,15 @@ export const modelMachine = setup({
   context: ({ input }) => ({
     ...input,
     force: false,
-    ranks: input.planned.devices.map((_, localRank) => ({
-      localRank,
-      globalRank: localRank,
-      state: 'starting' as const,
-      bytes: 0,
-      totalBytes: input.planned.plan.ranks[localRank]!.totalBytes,
-      seconds: 0,
-    })),
+    ranks: input.planned.devices.map((_, localRank) => {
+      const globalRank = input.planned.placement.nodeRank * input.planned.placement.localWorldSize + localRank;
+      return { localRank, globalRank, state: 'starting' as const, bytes: 0, totalBytes: input.planned.plan.ranks[globalRank]!.totalBytes, seconds: 0 };
+    }),
   }),
   states: {
     admitting: {
       entry: 'spawnRanks',
-      on: { RANK_DEVICE: { actions: 'recordDevice' }, MODEL_STOP: '#model.stopping' },
+      on: { RANK_DEVICE: { actions: 'recordDevice' }, MODEL_STOP: '#model.stopping', MODEL_ABORT: aborted },
       always: [
         { guard: and(['allRanksOpened', 'fits']), target: 'loading' },
         { guard: 'allRanksOpened', target: 'failed', actions: 'recordShortfall' },
@@ -246,7 +260,7 @@ export const modelMachine = setup({
     },
     loading: {
       entry: 'admitRanks',
-      on: { RANK_PROGRESS: { actions: 'recordProgress' }, RANK_LOADED: { actions: 'recordLoaded' }, MODEL_STOP: '#model.stopping' },
+      on: { RANK_PROGRESS: { actions: 'recordProgress' }, RANK_LOADED: { actions: 'recordLoaded' }, MODEL_STOP: '#model.stopping', MODEL_ABORT: aborted },
       always: { guard: 'allRanksLoaded', target: 'verifying' },
     },
     verifying: {
@@ -254,10 +268,14 @@ export const modelMachine = setup({
         id: 'checkFiles',
         src: 'checkFiles',
         input: ({ context }) => ({ files: context.planned.files }),
-        onDone: 'starting',
+        onDone: [{ guard: 'spansGroup', target: 'resident' }, { target: 'starting' }],
         onError: { target: 'failed', actions: 'recordFilesChanged' },
       },
-      on: { MODEL_STOP: '#model.stopping' },
+      on: { MODEL_STOP: '#model.stopping', MODEL_ABORT: aborted },
+    },
+    resident: {
+      entry: 'tellParentResident',
+      on: { MODEL_COMMIT: 'starting', MODEL_ABORT: aborted, MODEL_STOP: '#model.stopping' },
     },
     starting: {
       entry: 'spawnServers',

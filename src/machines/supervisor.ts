@@ -54,6 +54,11 @@ export interface ModelEntry {
   entries?: NodeManifestEntry[];
   /** Unloaded (or superseded by a newer version of its name): it drains. */
   unloaded: boolean;
+  /**
+   * A model that spans the group: "pending" until node 0 commits or aborts it everywhere
+   * (src/machines/modelGroup.ts), then "committed". Absent for a model of this node alone.
+   */
+  group?: 'pending' | 'committed';
 }
 
 export interface SupervisorContext extends SupervisorInput {
@@ -202,9 +207,47 @@ const supervisorSetup = setup({
     }),
     spawnModel: enqueueActions(({ context, event, enqueue, self }) => {
       assertEvent(event, 'MODEL_LOAD');
+      const { planned } = event;
       const id = modelActorId(context.modelsSpawned);
-      enqueue.spawnChild('model', { id, input: modelInput(context, self, id, event.planned, false) });
-      enqueue.assign({ models: [...context.models, modelEntry(id, event.planned, false)], modelsSpawned: context.modelsSpawned + 1 });
+      enqueue.spawnChild('model', { id, input: modelInput(context, self, id, planned, false) });
+      enqueue.assign({ models: [...context.models, modelEntry(id, planned, false)], modelsSpawned: context.modelsSpawned + 1 });
+      // Every node loads it as soon as it has joined; none serves it before node 0 commits.
+      if (planned.placement.nnodes > 1) {
+        const { name } = planned.spec;
+        const { fingerprint, fingerprintFields } = planned.plan;
+        enqueue.sendTo(GROUP_ACTOR_ID, { type: 'MODEL_GROUP_JOIN', name, fingerprint, fingerprintFields, tpSize: planned.spec.tpSize });
+      }
+    }),
+    tellGroupPlanFailed: enqueueActions(({ event, enqueue }) => {
+      assertEvent(event, 'MODEL_PLAN_FAILED');
+      enqueue.sendTo(GROUP_ACTOR_ID, { type: 'MODEL_GROUP_FAILED', name: event.name, error: event.error });
+    }),
+    tellGroupResident: enqueueActions(({ context, event, enqueue }) => {
+      assertEvent(event, 'MODEL_RESIDENT');
+      const m = context.models.find((x) => x.id === event.id);
+      if (m?.group !== 'pending') return;
+      context.log.info({ model: m.name, fingerprint: m.fingerprint }, `model "${m.name}" is resident here; waiting for node 0's commit`);
+      enqueue.sendTo(GROUP_ACTOR_ID, { type: 'MODEL_GROUP_RESIDENT', name: m.name, fingerprint: m.fingerprint });
+    }),
+    // A node that fails a swap across nodes fails it everywhere.
+    tellGroupFailed: enqueueActions(({ context, event, enqueue }) => {
+      assertEvent(event, 'MODEL_FAILED');
+      const m = context.models.find((x) => x.id === event.id);
+      if (m?.group === 'pending') enqueue.sendTo(GROUP_ACTOR_ID, { type: 'MODEL_GROUP_FAILED', name: m.name, fingerprint: m.fingerprint, error: event.error });
+    }),
+    // Node 0's verdict on a model that spans the group, to the model actor of that version.
+    applyGroupVerdict: enqueueActions(({ context, event, enqueue }) => {
+      assertEvent(event, ['MODEL_GROUP_COMMIT', 'MODEL_GROUP_ABORT']);
+      const m = context.models.find((x) => x.group === 'pending' && x.name === event.name && x.fingerprint === event.fingerprint);
+      if (!m) return;
+      if (event.type === 'MODEL_GROUP_COMMIT') {
+        enqueue.sendTo(m.id, { type: 'MODEL_COMMIT' });
+        enqueue.assign({ models: context.models.map((x) => (x === m ? { ...x, group: 'committed' as const } : x)) });
+      } else {
+        enqueue.sendTo(m.id, { type: 'MODEL_ABORT', error: event.error });
+        // Its failure must not echo back to node 0 as this node's.
+        enqueue.assign({ models: context.models.map((x) => (x === m ? { ...x, group: undefined } : x)) });
+      }
     }),
     // A version serves: older versions of its name (the node's own model too) drain from now on.
     recordModelServing: enqueueActions(({ context, event, enqueue }) => {
@@ -443,7 +486,11 @@ export const supervisorMachine = supervisorSetup.createMachine({
         MODEL_SERVING: { actions: ['recordModelServing', 'republishManifest'] },
         MODEL_UNLOAD: { actions: ['unloadModels', 'republishManifest'] },
         MODEL_GONE: { actions: ['dropModel', 'republishManifest'] },
-        MODEL_FAILED: { actions: ['dropModel', 'republishManifest'] },
+        MODEL_FAILED: { actions: ['tellGroupFailed', 'dropModel', 'republishManifest'] },
+        MODEL_RESIDENT: { actions: 'tellGroupResident' },
+        MODEL_PLAN_FAILED: { actions: 'tellGroupPlanFailed' },
+        MODEL_GROUP_COMMIT: { actions: 'applyGroupVerdict' },
+        MODEL_GROUP_ABORT: { actions: 'applyGroupVerdict' },
         GROUP_READY: { actions: 'recordGroupReady' },
         PEER_LOST: { actions: 'recordPeer' },
         PEER_BACK: { actions: 'recordPeer' },
@@ -484,7 +531,15 @@ function modelInput(context: SupervisorContext, parent: AnyActorRef, id: string,
 }
 
 function modelEntry(id: string, planned: PlannedModel, startup: boolean): ModelEntry {
-  return { id, name: planned.spec.name, fingerprint: planned.plan.fingerprint, tpSize: planned.spec.tpSize, startup, unloaded: false };
+  return {
+    id,
+    name: planned.spec.name,
+    fingerprint: planned.plan.fingerprint,
+    tpSize: planned.spec.tpSize,
+    startup,
+    unloaded: false,
+    ...(planned.placement.nnodes > 1 ? { group: 'pending' as const } : {}),
+  };
 }
 
 /** node.json: the node's own model's ranks (as before several models) and every model that serves. */

@@ -2,7 +2,8 @@
 // paths through the machine with every event it can receive, and each path is replayed against a
 // live actor with fake rank, serve and checkFiles actors, checking at every step what must hold
 // in that state: nothing allocated before the fit check, no socket before the files are checked,
-// servers gone before memory is freed, nothing left once it ends.
+// servers gone before memory is freed, nothing left once it ends. A model that spans the group
+// is walked too: it is served only after node 0's commit, and an abort frees it in any state.
 import pino from 'pino';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
@@ -28,9 +29,18 @@ const planned = {
     modelDir: '/fake/draft', architecture: 'LlamaForCausalLM', tpSize: RANKS, fingerprint: 'd'.repeat(64), fingerprintFields: {}, layouts: ['checkpoint'],
     ranks: Array.from({ length: RANKS }, (_, r) => ({ tpRank: r, tpSize: RANKS, files: [], segments: [256], tensors: [], aliases: {}, ops: [], layouts: {}, zeroRanges: [], totalBytes: 256, fingerprint: `draft${r}` })),
   },
+  placement: { nodeRank: 0, nnodes: 1, localWorldSize: RANKS },
   devices: Array.from({ length: RANKS }, (_, i) => ({ backend: 'host' as const, index: i, uuid: `fake-${i}` })),
   fill: {},
   files: [],
+} as unknown as PlannedModel;
+
+/** The same model at tp 4 over 2 nodes, as node 1 plans it: its local ranks are global ranks 2 and 3. */
+const spanning = {
+  ...planned,
+  spec: { ...planned.spec, tpSize: 2 * RANKS },
+  plan: { ...planned.plan, tpSize: 2 * RANKS, ranks: Array.from({ length: 2 * RANKS }, (_, r) => ({ ...planned.plan.ranks[0]!, tpRank: r, fingerprint: `draft${r}` })) },
+  placement: { nodeRank: 1, nnodes: 2, localWorldSize: RANKS },
 } as unknown as PlannedModel;
 
 /** Records what the machine did to its children. */
@@ -85,6 +95,12 @@ const events = [
   ]),
 ];
 
+/** Node 0's verdicts, which only a model that spans the group hears (the supervisor sends them to no other). */
+const groupEvents = [
+  { type: 'MODEL_COMMIT' },
+  { type: 'MODEL_ABORT', error: { name: 'RendezvousError', code: 'E_MODEL_GROUP_PEER_FAILED', message: 'node 0 failed it' } },
+];
+
 /** Stands in for the supervisor while xstate/graph walks the machine alone. */
 const nobody = createActor(fromCallback(() => {})).start();
 
@@ -100,11 +116,11 @@ const options = {
 };
 
 /** The model machine as the supervisor runs it, its parent a recorder of what it is told. */
-function replay(steps: Array<{ event: { type: string } }>) {
+function replay(steps: Array<{ event: { type: string } }>, model: PlannedModel = planned) {
   const world = new World();
   const told: string[] = [];
   const parent = createActor(fromCallback(({ receive }) => receive((e: { type: string }) => told.push(e.type)))).start();
-  const actor = createActor(modelMachine.provide(world.implementations()), { input: { ...input, parent } });
+  const actor = createActor(modelMachine.provide(world.implementations()), { input: { ...input, planned: model, parent } });
   const errors: unknown[] = [];
   actor.subscribe({ error: (e) => errors.push(e) });
   actor.start();
@@ -130,7 +146,14 @@ function check(snap: any, world: World, told: string[], event: string, from: str
     assert.not.ok(world.rankCommands.some((c) => c.cmd.type === 'RANK_ADMIT'), `${where}: nothing is admitted before every rank reported its memory`);
   }
   if (state === 'loading') assert.is(world.rankCommands.filter((c) => c.cmd.type === 'RANK_ADMIT').length, RANKS, `${where}: every rank admitted once`);
-  if (['admitting', 'loading', 'verifying'].includes(state)) assert.is(world.servers.size, 0, `${where}: no socket before the files are checked`);
+  if (['admitting', 'loading', 'verifying', 'resident'].includes(state)) assert.is(world.servers.size, 0, `${where}: no socket before the files are checked (and node 0 committed)`);
+  if (state === 'resident') assert.ok(told.includes('MODEL_RESIDENT'), `${where}: the supervisor hears it is resident`);
+  if (['starting', 'serving'].includes(state) && snap.context.planned.placement.nnodes > 1) assert.ok(event === 'MODEL_COMMIT' || from !== 'resident', `${where}: served only after the commit`);
+  if (state === 'serving') {
+    const globals = snap.context.ranks.map((r: any) => r.globalRank);
+    const p = snap.context.planned.placement;
+    assert.equal(globals, ranks.map((r) => p.nodeRank * p.localWorldSize + r), `${where}: this node's global ranks`);
+  }
   if (state === 'serving') {
     assert.equal([...world.servers].sort(), ranks, `${where}: every rank is served`);
     assert.ok(told.includes('MODEL_SERVING'), `${where}: the supervisor was told`);
@@ -161,6 +184,22 @@ test('every simple path to an end tears everything down and tells the supervisor
   const paths = getSimplePaths(modelMachine, { ...options, toState: (s: any) => s.status === 'done' });
   assert.ok(paths.length > 20, `enumerated ${paths.length} paths`);
   for (const p of paths) replay(p.steps as any);
+});
+
+test('a model that spans the group: paths reach resident, and it serves only after the commit; an abort frees it anywhere before', () => {
+  const paths = getShortestPaths(modelMachine, { ...options, events: [...events, ...groupEvents] as never[], input: { ...input, planned: spanning } });
+  const reached = new Set(paths.map((p) => String(p.state.value)));
+  for (const s of ['admitting', 'loading', 'verifying', 'resident', 'starting', 'serving', 'failed']) assert.ok(reached.has(s), `state ${s} is reachable`);
+  for (const p of paths) replay(p.steps as any, spanning);
+  // An abort after resident: failed, every rank freed, the failure is the group's verdict.
+  const r = ranks.flatMap((l) => [{ type: 'RANK_DEVICE', localRank: l, info: device(l, 1 << 20) }]);
+  const loaded = ranks.map((l) => ({ type: 'RANK_LOADED', localRank: l, device: device(l, 1 << 20), segments: [], bytes: 256, seconds: 0.1, source: { from: 'checkpoint' } }));
+  const steps = [...r, ...loaded, { type: 'xstate.done.actor.checkFiles' }, { type: 'MODEL_ABORT', error: { name: 'RendezvousError', code: 'E_MODEL_GROUP_PEER_FAILED', message: 'node 0 failed it' } }];
+  const { world, told, last } = replay(steps.map((event) => ({ event })) as never, spanning);
+  assert.is(last.value, 'failed');
+  assert.is(last.context.failure?.code, 'E_MODEL_GROUP_PEER_FAILED');
+  assert.equal(told, ['MODEL_RESIDENT', 'MODEL_FAILED']);
+  assert.is(world.ranks.size + world.servers.size, 0, 'every rank freed, no server ever started');
 });
 
 test('ranks that do not fit are refused before any is admitted, naming the bytes', () => {

@@ -156,8 +156,8 @@ test('bad input: the same name twice, several models in a group, a checkpoint lo
     },
   );
   await startNode({ model: exampleModel, tensorParallelSize: 2, nnodes: 2, weightCacheMasterPort: 29777, models: [{ model: copy, name: 'other' }], device: 'host', logger: log }).then(
-    () => assert.unreachable('a group serves one model so far'),
-    (e: UsageError) => assert.match(e.message, /a second model, but a node of a group \(--nnodes > 1\) serves one model so far/),
+    () => assert.unreachable('a group starts with one model'),
+    (e: UsageError) => assert.match(e.message, /a second model, but a node of a group \(--nnodes > 1\) starts with one model; start the group with its first model, then run weightd ctl load --model DIR on every node/),
   );
   const node = await startNode({ model: exampleModel, device: 'host', socketDir: freshSocketDir(), logger: log });
   try {

@@ -41,7 +41,7 @@ export interface NodeSpec {
   token?: string;
   timeoutS?: number;
   /** Run test/rendezvous/fixtures/faultyNode.js with these variables instead of dist/main.js. */
-  faulty?: { WEIGHTD_TEST_KILL_AT?: string; WEIGHTD_TEST_FAULT?: string };
+  faulty?: { WEIGHTD_TEST_KILL_AT?: string; WEIGHTD_TEST_FAULT?: string; WEIGHTD_TEST_MODEL_SCENARIO?: string };
   /** The fabric node (namespace) to run on; default the node rank. A misconfigured spare runs elsewhere. */
   on?: number;
 }
@@ -59,7 +59,8 @@ export class Daemon {
   readonly #child: ChildProcess;
   #listeners: Array<() => void> = [];
 
-  constructor(readonly spec: Required<Pick<NodeSpec, 'nodeRank'>> & NodeSpec, argv: string[], env: NodeJS.ProcessEnv) {
+  /** `socketDir`: its --weight-cache-socket-dir (its control socket is there too). */
+  constructor(readonly spec: Required<Pick<NodeSpec, 'nodeRank'>> & NodeSpec, argv: string[], env: NodeJS.ProcessEnv, readonly socketDir = '') {
     this.#child = spawn(argv[0]!, argv.slice(1), { env, stdio: ['ignore', 'ignore', 'pipe'] });
     let rest = '';
     this.#child.stderr!.setEncoding('utf8').on('data', (chunk: string) => {
@@ -181,7 +182,7 @@ export class Cluster {
     ];
     const script = spec.faulty ? `${fixtures}/faultyNode.js` : mainJs;
     const env = { ...process.env, ...FAST_ENV, ...this.shape.env, WEIGHTD_HOST_DEVICES: devices.join(','), ...spec.faulty };
-    const d = new Daemon({ ...spec, nodeRank: spec.nodeRank }, this.fabric.wrap(spec.on ?? spec.nodeRank, [process.execPath, script, ...args]), env);
+    const d = new Daemon({ ...spec, nodeRank: spec.nodeRank }, this.fabric.wrap(spec.on ?? spec.nodeRank, [process.execPath, script, ...args]), env, socketDir);
     this.daemons.push(d);
     return d;
   }
