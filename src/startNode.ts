@@ -4,6 +4,7 @@ import type { Registry } from 'prom-client';
 import { createActor, type SnapshotFrom } from 'xstate';
 import { nodeActors, rankWorkerModule } from './actors/nodeActors.js';
 import { ServerRegistry } from './actors/serverRegistry.js';
+import { OWN_VERSION } from './serve/servedRank.js';
 import { WorkerRegistry } from './actors/workerRegistry.js';
 import { RankFailedError, receivedCode, WeightdError } from './errors.js';
 import { EventFeed, type NodeEvent, type NodeEventListener } from './inspect/eventFeed.js';
@@ -70,11 +71,11 @@ type Snapshot = SnapshotFrom<typeof supervisorMachine>;
 /** The status of a supervisor snapshot (exported for tests that drive the machine directly). */
 export function statusOf(snap: Snapshot, config: NodeConfig, servers?: ServerRegistry, keeper?: KeeperLink): NodeStatus {
   const ctx = snap.context;
-  const served = (r: RankStatus, fingerprint: string | undefined): ServedRankStatus => {
-    const s = fingerprint === undefined ? undefined : servers?.stats(fingerprint);
+  const served = (r: RankStatus, version: string, fingerprint: string | undefined): ServedRankStatus => {
+    const s = fingerprint === undefined ? undefined : servers?.stats(version, fingerprint);
     return s ? { ...r, clients: s.connections, leases: s.leases, serve: s.status } : r;
   };
-  const ranks = ctx.ranks.map((r) => served(r, ctx.prepared?.plan.ranks[r.globalRank]?.fingerprint));
+  const ranks = ctx.ranks.map((r) => served(r, OWN_VERSION, ctx.prepared?.plan.ranks[r.globalRank]?.fingerprint));
   const own: ModelStatus = {
     name: config.name,
     own: true,
@@ -88,7 +89,7 @@ export function statusOf(snap: Snapshot, config: NodeConfig, servers?: ServerReg
   const others = ctx.models.map((m): ModelStatus => {
     const child = (snap.children as Record<string, { getSnapshot(): SnapshotFrom<typeof modelMachine> } | undefined>)[m.id]?.getSnapshot();
     const plan = child?.context.planned.plan;
-    const modelRanks = (child?.context.ranks ?? []).map((r) => served(r, plan?.ranks[r.globalRank]?.fingerprint));
+    const modelRanks = (child?.context.ranks ?? []).map((r) => served(r, m.id, plan?.ranks[r.globalRank]?.fingerprint));
     return {
       name: m.name,
       own: false,

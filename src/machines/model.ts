@@ -153,6 +153,7 @@ export const modelMachine = setup({
             log: rankLog(context, r.localRank),
             socketDir: context.socketDir,
             servers: context.servers,
+            version: context.id,
             rank: toServedRank({
               name: planned.spec.name,
               own: false,
