@@ -3,7 +3,9 @@
 // until it serves or fails. The machines decide the lifecycle; this only asks and reports.
 import type { Actor, SnapshotFrom } from 'xstate';
 import { planModel, spansGroup, type PlannedModel } from './actors/planModel.js';
-import { UsageError, WeightdError, receivedCode, RankFailedError, serializeError } from './errors.js';
+import { UsageError, WeightdError, errorCode, receivedCode, RankFailedError, serializeError } from './errors.js';
+import { evictForLoad } from './evictForLoad.js';
+import { checkEvictionPolicy, type EvictionPolicy } from './evictionPolicy.js';
 import type { Logger } from './log.js';
 import type { modelMachine } from './machines/model.js';
 import type { supervisorMachine } from './machines/supervisor.js';
@@ -31,8 +33,10 @@ export class ModelControl {
     this.#status = options.status;
   }
 
-  async load(request: ModelRequest): Promise<LoadResult> {
+  /** `evict`: this load's eviction policy instead of the node's (--evict). */
+  async load(request: ModelRequest, { evict }: { evict?: EvictionPolicy } = {}): Promise<LoadResult> {
     this.#refuseUnlessReady('load');
+    const policy = evict === undefined ? this.#config.evict : checkEvictionPolicy('--evict', evict);
     const spec = resolveModelSpec(request);
     const busy = this.#loading ?? this.#status().models.find((m) => LOADING_STATES.has(m.state))?.name;
     if (busy !== undefined) {
@@ -48,20 +52,51 @@ export class ModelControl {
           throw new UsageError('E_USAGE', `${spec.modelDir} at tp ${spec.tpSize} is already loaded as "${same.name}" (fingerprint ${planned.plan.fingerprint}); unload that one first, or load another checkpoint`, { name: same.name });
         }
         this.#log.info({ name: spec.name, fingerprint: planned.plan.fingerprint }, 'load: already loaded, nothing to do');
-        return { name: spec.name, fingerprint: planned.plan.fingerprint, alreadyLoaded: true, model: same };
+        return { name: spec.name, fingerprint: planned.plan.fingerprint, alreadyLoaded: true, model: same, evicted: [] };
       }
-      const spawned = this.#actor.getSnapshot().context.modelsSpawned;
-      this.#actor.send({ type: 'MODEL_LOAD', planned });
-      const after = this.#actor.getSnapshot();
-      const id = after.context.modelsSpawned > spawned ? after.context.models.at(-1)?.id : undefined;
-      const child = id === undefined ? undefined : (after.children as Record<string, Actor<typeof modelMachine> | undefined>)[id];
-      if (!child) throw new WeightdError('E_LOAD_BUSY', `the node is ${this.#actor.getSnapshot().value} and did not take the load of "${spec.name}"; try again once it is ready`);
-      await this.#untilServing(child, spec.name);
-      const model = this.#status().models.find((m) => m.fingerprint === planned.plan.fingerprint)!;
-      return { name: spec.name, fingerprint: planned.plan.fingerprint, alreadyLoaded: false, model };
+      let evicted: LoadResult['evicted'] = [];
+      const model = await this.#serve(planned, spec.name).catch(async (err: unknown) => {
+        // The eviction hook: room is made once, then the load is tried once more. Not for a model
+        // that spans the group: its refusal here has already aborted it on every node.
+        if (policy === 'off' || errorCode(err) !== 'E_DOES_NOT_FIT' || planned.placement.nnodes > 1) throw err;
+        evicted = await this.#evict(policy, err as WeightdError, spec.name);
+        return this.#serve(planned, spec.name).catch((again: unknown) => {
+          throw evictedFirst(again, evicted);
+        });
+      });
+      return { name: spec.name, fingerprint: planned.plan.fingerprint, alreadyLoaded: false, model, evicted };
     } finally {
       this.#loading = undefined;
     }
+  }
+
+  /** Hands a planned model to the supervisor; resolves with its status once it serves. */
+  async #serve(planned: PlannedModel, name: string): Promise<ModelStatus> {
+    this.#refuseUnlessReady('load');
+    const spawned = this.#actor.getSnapshot().context.modelsSpawned;
+    this.#actor.send({ type: 'MODEL_LOAD', planned });
+    const after = this.#actor.getSnapshot();
+    const id = after.context.modelsSpawned > spawned ? after.context.models.at(-1)?.id : undefined;
+    const child = id === undefined ? undefined : (after.children as Record<string, Actor<typeof modelMachine> | undefined>)[id];
+    if (!child) throw new WeightdError('E_LOAD_BUSY', `the node is ${this.#actor.getSnapshot().value} and did not take the load of "${name}"; try again once it is ready`);
+    await this.#untilServing(child, name);
+    // The newest version of the fingerprint: one released or draining before may still be listed.
+    return this.#status().models.findLast((m) => !m.own && m.fingerprint === planned.plan.fingerprint)!;
+  }
+
+  #evict(policy: Exclude<EvictionPolicy, 'off'>, refused: WeightdError, name: string): Promise<LoadResult['evicted']> {
+    return evictForLoad({
+      policy,
+      refused,
+      name,
+      status: this.#status,
+      unload: (fingerprint) => this.unload(fingerprint),
+      onChange: (listener) => {
+        const sub = this.#actor.subscribe({ next: listener, error: listener });
+        return () => sub.unsubscribe();
+      },
+      log: this.#log,
+    });
   }
 
   unload(target: string, { force = false }: { force?: boolean } = {}): UnloadResult {
@@ -115,4 +150,11 @@ export class ModelControl {
       check(child.getSnapshot());
     });
   }
+}
+
+/** The retried load's failure, saying what was evicted before it (that is not undone). */
+function evictedFirst(err: unknown, evicted: LoadResult['evicted']): unknown {
+  if (!(err instanceof WeightdError)) return err;
+  const names = evicted.map((e) => `"${e.name}"`).join(', ');
+  return new WeightdError(err.code, `${err.message} (after evicting ${names}, which stay unloaded)`, { ...err.details, evicted });
 }

@@ -7,6 +7,7 @@ import type { ControlLimits } from './control/controlProtocol.js';
 import type { Logger } from './log.js';
 import { CUDA_HANDLES, type CudaHandles, type FillOptions } from './native/addon.js';
 import { FILL_SIZING } from './native/fillPolicy.js';
+import { checkEvictionPolicy, type EvictionPolicy } from './evictionPolicy.js';
 import { integer, readModelsFile, resolveModelSpecs, usage, type ModelRequest, type ModelSpec } from './modelSpecs.js';
 
 export type DeviceChoice = 'auto' | 'cuda' | 'host';
@@ -81,6 +82,12 @@ export interface NodeOptions {
    * `limits` bounds its request rate (tests shrink it).
    */
   control?: false | { limits?: Partial<ControlLimits> };
+  /**
+   * What a load that does not fit beside the resident models may evict (docs/operations.md,
+   * Eviction): 'off' (default) refuses it; 'no-lease-lru' unloads models with no lease, least
+   * recently used first, just enough to make room, then loads. A load may ask for another.
+   */
+  evict?: EvictionPolicy;
 }
 
 /** Validated, complete configuration. */
@@ -110,6 +117,7 @@ export interface NodeConfig {
   /** Absent or false: no progress reporting. */
   progress?: false | { intervalMs: number; bar: boolean };
   control: false | { limits?: Partial<ControlLimits> };
+  evict: EvictionPolicy;
 }
 
 export const DEFAULT_RENDEZVOUS_TIMEOUT_MS = 300_000;
@@ -210,6 +218,7 @@ export async function resolveNodeOptions(o: NodeOptions): Promise<NodeConfig> {
     inspect,
     progress: checkProgress(o.progress, o.logger !== undefined),
     control: o.control ?? {},
+    evict: checkEvictionPolicy('--evict', o.evict ?? 'off'),
   };
 }
 

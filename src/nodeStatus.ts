@@ -55,7 +55,7 @@ export interface NodeFailure extends SerializedError {
 export type ModelState = 'admitting' | 'loading' | 'verifying' | 'resident' | 'starting' | 'serving' | 'draining' | 'released' | 'stopping' | 'stopped' | 'failed' | NodeState;
 
 /** Each rank as status reports it: clients and leases are its version's counters on its device's socket. */
-export type ServedRankStatus = RankStatus & { clients?: number; leases?: number; serve?: ServeStatus };
+export type ServedRankStatus = RankStatus & { clients?: number; leases?: number; serve?: ServeStatus; lastAttachedAt?: number; servingSince?: number };
 
 export interface ModelStatus {
   name: string;
@@ -69,6 +69,11 @@ export interface ModelStatus {
   bytes: number;
   /** Live leases over all its ranks. */
   leases: number;
+  /**
+   * When a client last attached to any of its ranks, or (none has) when it began serving: ms
+   * since the epoch, what --evict no-lease-lru orders by. Absent until it serves.
+   */
+  lastUsedAt?: number;
   ranks: ServedRankStatus[];
   failure?: NodeFailure;
 }
@@ -132,6 +137,19 @@ export interface LoadResult {
   /** The same checkpoint at the same tp size was already loaded under this name: nothing was done. */
   alreadyLoaded: boolean;
   model: ModelStatus;
+  /** The models unloaded to make room for it (an eviction policy: docs/operations.md, Eviction), least recently used first. */
+  evicted: EvictedModel[];
+}
+
+/** A model an eviction policy unloaded to make room for a load. */
+export interface EvictedModel {
+  name: string;
+  fingerprint: string;
+  own: boolean;
+  /** What its segments held, now freed. */
+  bytes: number;
+  /** Its last attach, or when it began serving (ModelStatus.lastUsedAt). */
+  lastUsedAt?: number;
 }
 
 export interface UnloadResult {

@@ -4,6 +4,7 @@ import type { Registry } from 'prom-client';
 import { createActor, type SnapshotFrom } from 'xstate';
 import { nodeActors, rankWorkerModule } from './actors/nodeActors.js';
 import { ServerRegistry } from './actors/serverRegistry.js';
+import { OWN_VERSION } from './serve/servedRank.js';
 import { WorkerRegistry } from './actors/workerRegistry.js';
 import { RankFailedError, receivedCode, WeightdError } from './errors.js';
 import { EventFeed, type NodeEvent, type NodeEventListener } from './inspect/eventFeed.js';
@@ -15,6 +16,7 @@ import { createLogger, flushLogger, type Logger } from './log.js';
 import { supervisorMachine } from './machines/supervisor.js';
 import type { LoadResult, ModelState, ModelStatus, NodeFailure, NodeResult, NodeState, NodeStatus, RankStatus, ServedRankStatus, UnloadResult } from './nodeStatus.js';
 import type { ModelRequest } from './modelSpecs.js';
+import type { EvictionPolicy } from './evictionPolicy.js';
 import type { modelMachine } from './machines/model.js';
 import { ModelControl } from './modelControl.js';
 import { ControlServer } from './control/controlServer.js';
@@ -53,9 +55,10 @@ export interface WeightdNode {
    * Loads a model beside those resident (docs/operations.md, Several models) and resolves once it
    * serves: a newer version of a name that is loaded then takes the older one's place (the older
    * drains). Refused before anything is allocated when it does not fit (E_DOES_NOT_FIT). A model
-   * already loaded resolves at once with alreadyLoaded.
+   * already loaded resolves at once with alreadyLoaded. `evict`: this load's eviction policy
+   * instead of the node's (NodeOptions.evict); the result lists what it evicted.
    */
-  load(request: ModelRequest): Promise<LoadResult>;
+  load(request: ModelRequest, options?: { evict?: EvictionPolicy }): Promise<LoadResult>;
   /**
    * Unloads every version of a model, by name or fingerprint: no new lease from now on, freed
    * once the last lease ends, or at once with force (revoking the leases; their holders hear it).
@@ -70,11 +73,11 @@ type Snapshot = SnapshotFrom<typeof supervisorMachine>;
 /** The status of a supervisor snapshot (exported for tests that drive the machine directly). */
 export function statusOf(snap: Snapshot, config: NodeConfig, servers?: ServerRegistry, keeper?: KeeperLink): NodeStatus {
   const ctx = snap.context;
-  const served = (r: RankStatus, fingerprint: string | undefined): ServedRankStatus => {
-    const s = fingerprint === undefined ? undefined : servers?.stats(fingerprint);
-    return s ? { ...r, clients: s.connections, leases: s.leases, serve: s.status } : r;
+  const served = (r: RankStatus, version: string, fingerprint: string | undefined): ServedRankStatus => {
+    const s = fingerprint === undefined ? undefined : servers?.stats(version, fingerprint);
+    return s ? { ...r, clients: s.connections, leases: s.leases, serve: s.status, lastAttachedAt: s.lastAttachedAt, servingSince: s.servingSince } : r;
   };
-  const ranks = ctx.ranks.map((r) => served(r, ctx.prepared?.plan.ranks[r.globalRank]?.fingerprint));
+  const ranks = ctx.ranks.map((r) => served(r, OWN_VERSION, ctx.prepared?.plan.ranks[r.globalRank]?.fingerprint));
   const own: ModelStatus = {
     name: config.name,
     own: true,
@@ -88,7 +91,7 @@ export function statusOf(snap: Snapshot, config: NodeConfig, servers?: ServerReg
   const others = ctx.models.map((m): ModelStatus => {
     const child = (snap.children as Record<string, { getSnapshot(): SnapshotFrom<typeof modelMachine> } | undefined>)[m.id]?.getSnapshot();
     const plan = child?.context.planned.plan;
-    const modelRanks = (child?.context.ranks ?? []).map((r) => served(r, plan?.ranks[r.globalRank]?.fingerprint));
+    const modelRanks = (child?.context.ranks ?? []).map((r) => served(r, m.id, plan?.ranks[r.globalRank]?.fingerprint));
     return {
       name: m.name,
       own: false,
@@ -129,8 +132,13 @@ function ownModelState(node: NodeState, drained: boolean, ranks: ServedRankStatu
   return drained || ranks.some((r) => r.serve === 'draining') ? 'draining' : 'serving';
 }
 
-function totals(ranks: ServedRankStatus[]): { bytes: number; leases: number } {
-  return { bytes: ranks.reduce((n, r) => n + (r.state === 'released' ? 0 : r.bytes), 0), leases: ranks.reduce((n, r) => n + (r.leases ?? 0), 0) };
+function totals(ranks: ServedRankStatus[]): { bytes: number; leases: number; lastUsedAt?: number } {
+  const used = ranks.map((r) => r.lastAttachedAt ?? r.servingSince).filter((t): t is number => t !== undefined);
+  return {
+    bytes: ranks.reduce((n, r) => n + (r.state === 'released' ? 0 : r.bytes), 0),
+    leases: ranks.reduce((n, r) => n + (r.leases ?? 0), 0),
+    ...(used.length > 0 ? { lastUsedAt: Math.max(...used) } : {}),
+  };
 }
 
 /** Code a node runs, as opposed to what its options configure; each has the real one as default. */
@@ -178,7 +186,7 @@ export async function startNode(options: NodeOptions, { rankWorker = rankWorkerM
     : undefined;
   const control = new ModelControl({ actor, config, log, status });
   const controlServer = config.control
-    ? new ControlServer({ socketDir: resolveSocketDir(config.socketDir), log, limits: config.control.limits, target: { load: (r) => control.load(r), unload: (t, o) => control.unload(t, o), models: () => status().models } })
+    ? new ControlServer({ socketDir: resolveSocketDir(config.socketDir), log, limits: config.control.limits, target: { load: (r, o) => control.load(r, o), unload: (t, o) => control.unload(t, o), models: () => status().models } })
     : undefined;
   await controlServer?.listen().catch(async (err: unknown) => {
     await inspectServer?.close();
@@ -260,7 +268,7 @@ export async function startNode(options: NodeOptions, { rankWorker = rankWorkerM
     metricsRegistry: metrics.registry,
     inspectUrl: inspectServer?.url,
     controlSocket: controlServer?.path,
-    load: (request) => control.load(request),
+    load: (request, options) => control.load(request, options),
     async unload(target, options) {
       return control.unload(target, options);
     },

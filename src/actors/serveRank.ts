@@ -17,6 +17,8 @@ export { writeNodeManifest, removeNodeManifest, type NodeManifestEntry } from '.
 
 export interface ServeRankInput {
   rank: ServedRank;
+  /** Which version of its model this rank serves (ServeOptions.version): status counts its leases by it. */
+  version: string;
   socketDir?: string;
   log: Logger;
   limits?: Partial<ServeLimits>;
@@ -57,7 +59,7 @@ export const serveRank = fromCallback<ServeCommand, ServeRankInput, ServeEvent>(
   });
 
   let stopped = false;
-  input.servers.serve(service, { socketDir: input.socketDir, log: input.log, limits: input.limits }).then(
+  input.servers.serve(service, { version: input.version, socketDir: input.socketDir, log: input.log, limits: input.limits }).then(
     (socketPath) => {
       if (!stopped) sendBack({ type: 'RANK_SERVING', localRank, socketPath });
     },

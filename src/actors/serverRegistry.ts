@@ -5,6 +5,12 @@ import type { RankService } from '../serve/rankService.js';
 import type { ServeLimits } from '../serve/serveLimits.js';
 
 export interface ServeOptions {
+  /**
+   * The model version the service is a rank of (supervisor: OWN_VERSION; a model actor: its id).
+   * Counters go by it and the rank fingerprint together: a checkpoint released and loaded again
+   * is two versions of one fingerprint, each with its own leases.
+   */
+  version: string;
   socketDir?: string;
   log: Logger;
   limits?: Partial<ServeLimits>;
@@ -13,14 +19,16 @@ export interface ServeOptions {
 /**
  * The node's device sockets: one DeviceServer per device, bound when the first model version on
  * the device serves and closed when the last is withdrawn, so that every model on a device shares
- * its one socket. Status and metrics read each version's counters here (by its rank fingerprint)
- * without the machines holding server objects in their context.
+ * its one socket. Status and metrics read each version's counters here (by its version and rank
+ * fingerprint) without the machines holding server objects in their context.
  */
 export class ServerRegistry {
   readonly #servers = new Map<string, { server: DeviceServer; listening: Promise<string> }>();
   /** Device locks the node took before loading (prepareNode): a device's server takes over its lock. */
   readonly #locks = new Map<string, DeviceLock>();
-  readonly #byFingerprint = new Map<string, { service: RankService; server: DeviceServer }>();
+  readonly #byVersion = new Map<string, { service: RankService; server: DeviceServer }>();
+  /** Which version of its model each service is a rank of, for withdraw. */
+  readonly #versionOf = new Map<RankService, string>();
 
   /** Keeps a lock taken before loading, for the device's server when it binds. */
   holdLock(lock: DeviceLock): void {
@@ -41,7 +49,8 @@ export class ServerRegistry {
       this.#servers.set(uuid, entry);
     }
     entry.server.add(service);
-    this.#byFingerprint.set(service.rank.fingerprint, { service, server: entry.server });
+    this.#byVersion.set(versionKey(options.version, service.rank.fingerprint), { service, server: entry.server });
+    this.#versionOf.set(service, options.version);
     try {
       return await entry.listening;
     } catch (err) {
@@ -54,7 +63,12 @@ export class ServerRegistry {
   withdraw(service: RankService): void {
     const uuid = service.rank.device.uuid;
     const entry = this.#servers.get(uuid);
-    if (this.#byFingerprint.get(service.rank.fingerprint)?.service === service) this.#byFingerprint.delete(service.rank.fingerprint);
+    const version = this.#versionOf.get(service);
+    this.#versionOf.delete(service);
+    if (version !== undefined) {
+      const key = versionKey(version, service.rank.fingerprint);
+      if (this.#byVersion.get(key)?.service === service) this.#byVersion.delete(key);
+    }
     if (!entry || entry.server.remove(service) > 0) return;
     this.#servers.delete(uuid);
     entry.server.close();
@@ -65,9 +79,11 @@ export class ServerRegistry {
     return this.#servers.get(deviceUuid)?.server;
   }
 
-  /** A version's counters by its rank fingerprint, or undefined while it has no server. */
-  stats(fingerprint: string): RankServiceStats | undefined {
-    const entry = this.#byFingerprint.get(fingerprint);
+  /** A version's rank's counters, or undefined while it has no server. */
+  stats(version: string, fingerprint: string): RankServiceStats | undefined {
+    const entry = this.#byVersion.get(versionKey(version, fingerprint));
     return entry && entry.server.stats(entry.service);
   }
 }
+
+const versionKey = (version: string, fingerprint: string) => `${version}/${fingerprint}`;

@@ -6,6 +6,7 @@ import { Command, CommanderError, Option } from 'commander';
 import { resolve } from 'node:path';
 import type { ControlRequest } from '../control/controlProtocol.js';
 import { UsageError } from '../errors.js';
+import { EVICTION_POLICIES, type EvictionPolicy } from '../evictionPolicy.js';
 import { VERSION } from '../version.js';
 import { FILL_SIZING } from '../native/fillPolicy.js';
 import { DEFAULT_ADOPT_WITHIN_S, DEFAULT_INSPECT_HOST, type NodeOptions } from '../nodeOptions.js';
@@ -123,6 +124,7 @@ export function buildProgram(): Command {
     .addOption(new Option('--keeper <mode>', 'keep the shards beyond the daemon, so a restart adopts them without reading the checkpoint: off, spawn (start a keeper when none runs) or external (one run by systemd or Kubernetes; docs/operations.md)').choices(['off', 'spawn', 'external']).default('off'))
     .option('--keeper-socket <path>', "the keeper's socket (default: keeper.sock in the socket dir)")
     .option('--adopt-within <seconds>', `how long a keeper this daemon spawns holds shards no daemon adopts (default ${DEFAULT_ADOPT_WITHIN_S})`)
+    .addOption(new Option('--evict <policy>', 'what a load that does not fit beside the resident models may evict: off (refuse it), or no-lease-lru (unload models with no lease, least recently used first, just enough; docs/operations.md, Eviction)').choices(EVICTION_POLICIES).default('off'))
     .addOption(new Option('--log-level <level>', 'log level').choices(['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent']).default('info'))
     .option('--inspect-port <port>', 'serve /healthz, /status, /metrics and the live /statechart page on this HTTP port (0: any free port)')
     .option('--inspect-host <addr>', `address for the inspect server (default: ${DEFAULT_INSPECT_HOST}); anything but loopback exposes it to the network`)
@@ -157,6 +159,7 @@ export function buildProgram(): Command {
     .option('--name <name>', "the model's name (default: the directory's name); a loaded name makes this a new version of it")
     .option('--plan-file <file>', 'JSON sharding plan')
     .option('--layouts <names>', 'layouts to serve, comma-separated', 'checkpoint')
+    .addOption(new Option('--evict <policy>', "what this load may evict when it does not fit (default: the daemon's --evict)").choices(EVICTION_POLICIES))
     .helpOption('-h, --help', 'show this help');
   ctl
     .command('unload')
@@ -220,6 +223,7 @@ export function parseCommand(argv: string[], env: NodeJS.ProcessEnv = process.en
       tensorParallelSize: num(o.tensorParallelSize) as number,
       planFile: o.planFile === undefined ? undefined : resolve(o.planFile),
       layouts: layouts as Array<'checkpoint' | 'vllm'>,
+      evict: o.evict as EvictionPolicy | undefined,
     });
   });
   ctlSub('unload').action((target: string, o: { force?: boolean }) => {
@@ -295,6 +299,7 @@ function nodeOptions(o: Record<string, string | undefined>, env: NodeJS.ProcessE
     fill,
     keeper: { mode: o.keeper as 'off' | 'spawn' | 'external', socket: o.keeperSocket, adoptWithinS: num(o.adoptWithin) },
     logLevel: o.logLevel as NodeOptions['logLevel'],
+    evict: o.evict as EvictionPolicy,
     // The host alone is passed on too, so that a forgotten port is an error, not a silent no-op.
     inspect: o.inspectPort !== undefined || o.inspectHost !== undefined ? { port: num(o.inspectPort), host: o.inspectHost } : undefined,
   };

@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import type { ControlReply, ControlRequest } from '../control/controlProtocol.js';
 import { CONTROL_FILE, MAX_CONTROL_REPLY_BYTES } from '../control/controlProtocol.js';
 import { UsageError } from '../errors.js';
-import type { ModelStatus } from '../nodeStatus.js';
+import type { LoadResult, ModelStatus } from '../nodeStatus.js';
 import { encodeFrame, FrameDecoder, parsePayload } from '../serve/frameCodec.js';
 import { isProcessAlive, processIdentity } from '../serve/processLiveness.js';
 import { defaultSocketDir } from '../serve/socketDir.js';
@@ -71,7 +71,8 @@ export async function runCtl(c: { request: ControlRequest; control?: string; soc
   }
   if (c.request.cmd === 'list' && !c.json) out.write(formatModels(reply.models as ModelStatus[]));
   else if (c.request.cmd === 'load' && !c.json) {
-    const r = reply as unknown as { name: string; fingerprint: string; alreadyLoaded: boolean };
+    const r = reply as unknown as LoadResult;
+    for (const e of r.evicted ?? []) out.write(`evicted ${e.name}${e.own ? ' (own)' : ''} (fingerprint ${e.fingerprint.slice(0, 16)}, ${(e.bytes / 2 ** 20).toFixed(1)} MiB, last used ${e.lastUsedAt === undefined ? '?' : new Date(e.lastUsedAt).toISOString()})\n`);
     out.write(r.alreadyLoaded ? `${r.name} is already loaded (fingerprint ${r.fingerprint}): nothing to do\n` : `${r.name} loaded and serving (fingerprint ${r.fingerprint})\n`);
   } else out.write(`${JSON.stringify(reply, null, 2)}\n`);
   return 0;

@@ -3,6 +3,7 @@
 // a request is at most MAX_CONTROL_REQUEST_BYTES, and unknown keys are refused.
 import { z } from 'zod';
 import { LAYOUT_NAMES } from '../checkpoint/types.js';
+import { EVICTION_POLICIES } from '../evictionPolicy.js';
 import { ModelName } from '../serve/protocol.js';
 
 /** A control request is a path and a few numbers: far below the serving protocol's bound. */
@@ -23,6 +24,8 @@ export const LoadControl = z.strictObject({
   tensorParallelSize: z.number().int().min(1).max(4096).optional(),
   planFile: z.string().min(1).max(4096).optional(),
   layouts: z.array(z.enum(LAYOUT_NAMES)).max(LAYOUT_NAMES.length).optional(),
+  /** This load's eviction policy instead of the daemon's --evict. */
+  evict: z.enum(EVICTION_POLICIES).optional(),
 });
 export const UnloadControl = z.strictObject({ cmd: z.literal('unload'), target: z.string().min(1).max(256), force: z.boolean().optional() });
 export const ListControl = z.strictObject({ cmd: z.literal('list') });

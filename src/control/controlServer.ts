@@ -7,6 +7,7 @@ import type { Socket } from 'node:net';
 import { join } from 'node:path';
 import { ProtocolError, WeightdError } from '../errors.js';
 import type { Logger } from '../log.js';
+import type { EvictionPolicy } from '../evictionPolicy.js';
 import type { LoadResult, ModelStatus, UnloadResult } from '../nodeStatus.js';
 import { encodeFrame, FrameDecoder, parsePayload } from '../serve/frameCodec.js';
 import { LogLimiter } from '../serve/logLimiter.js';
@@ -20,7 +21,7 @@ import { TokenBucket } from './tokenBucket.js';
 
 /** What the control socket drives: the node's programmatic API. */
 export interface ControlTarget {
-  load(request: ModelRequest): Promise<LoadResult>;
+  load(request: ModelRequest, options: { evict?: EvictionPolicy }): Promise<LoadResult>;
   unload(target: string, options: { force?: boolean }): UnloadResult | Promise<UnloadResult>;
   models(): ModelStatus[];
 }
@@ -117,8 +118,8 @@ export class ControlServer {
       this.#log.info({ peerPid: pid, cmd: req.cmd, ...(req.cmd === 'list' ? {} : req) }, 'control request');
       switch (req.cmd) {
         case 'load': {
-          const { cmd: _cmd, ...request } = req;
-          return { ok: true, ...(await this.#target.load(request)) };
+          const { cmd: _cmd, evict, ...request } = req;
+          return { ok: true, ...(await this.#target.load(request, { evict })) };
         }
         case 'unload':
           return { ok: true, ...(await this.#target.unload(req.target, { force: req.force })) };

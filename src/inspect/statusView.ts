@@ -38,6 +38,8 @@ export interface ModelView {
   tpSize: number;
   bytes: number;
   leases: number;
+  /** Its last attach, or when it began serving (ISO time; what --evict no-lease-lru orders by); null until it serves. */
+  lastUsedAt: string | null;
   ranks: RankView[];
   failure: { code: string; message: string } | null;
 }
@@ -120,6 +122,7 @@ export function toStatusView(s: NodeStatus): StatusView {
       tpSize: m.tpSize,
       bytes: m.bytes,
       leases: m.leases,
+      lastUsedAt: m.lastUsedAt === undefined ? null : new Date(m.lastUsedAt).toISOString(),
       ranks: m.ranks.map(rankView),
       failure: m.failure ? { code: m.failure.code, message: m.failure.message } : null,
     })),

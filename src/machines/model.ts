@@ -31,7 +31,7 @@ import type { NodeManifestEntry } from '../serve/nodeManifest.js';
 import type { ServeCommand, ServeEvent } from '../serve/serveEvents.js';
 import { toServedRank } from '../serve/servedRank.js';
 import type { RankEvent } from './events.js';
-import { formatGiB, modelShortfall } from './modelFit.js';
+import { formatGiB, modelPools, modelShortfall } from './modelFit.js';
 import { recordReport, updateRank } from './rankUpdates.js';
 
 export interface ModelInput {
@@ -145,7 +145,8 @@ export const modelMachine = setup({
           message:
             `model "${name}" does not fit beside what is resident: its ranks need ${s.neededBytes} bytes (${formatGiB(s.neededBytes)}) of ${s.pool}, ` +
             `which has ${s.freeBytes} bytes (${formatGiB(s.freeBytes)}) free; nothing was allocated. Unload a model (weightd ctl unload) or load it at a smaller share per device`,
-          details: { model: name, pool: s.pool, neededBytes: s.neededBytes, freeBytes: s.freeBytes },
+          // Every pool, short or not: what an eviction policy (src/evictionPolicy.ts) makes room in.
+          details: { model: name, pool: s.pool, neededBytes: s.neededBytes, freeBytes: s.freeBytes, pools: modelPools(needs(context)) },
         },
       };
     }),
@@ -166,6 +167,7 @@ export const modelMachine = setup({
             log: rankLog(context, r.localRank),
             socketDir: context.socketDir,
             servers: context.servers,
+            version: context.id,
             rank: toServedRank({
               name: planned.spec.name,
               own: false,

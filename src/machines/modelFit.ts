@@ -11,25 +11,36 @@ export interface RankNeed {
   device: DeviceInfo;
 }
 
-/** The first pool that is short, with what it needs and has; undefined when all fit. */
-export interface Shortfall {
+/** One memory pool a model draws on, with what its ranks need of it and what it has free. */
+export interface PoolNeed {
   /** "host memory" or the GPU's uuid. */
   pool: string;
   neededBytes: number;
   freeBytes: number;
 }
 
-export function modelShortfall(needs: readonly RankNeed[]): Shortfall | undefined {
-  const pools = new Map<string, Shortfall>();
+/** The pool a device's memory comes from: "host memory" for every host device, else the GPU's uuid. */
+export function poolOf(device: Pick<DeviceInfo, 'backend' | 'uuid'>): string {
+  return device.backend === 'host' ? 'host memory' : device.uuid;
+}
+
+/** The first pool that is short, with what it needs and has; undefined when all fit. */
+export function modelShortfall(needs: readonly RankNeed[]): PoolNeed | undefined {
+  return modelPools(needs).find((p) => p.neededBytes > p.freeBytes);
+}
+
+/** Every pool the ranks draw on, with what they need of it and what it has free. */
+export function modelPools(needs: readonly RankNeed[]): PoolNeed[] {
+  const pools = new Map<string, PoolNeed>();
   for (const n of needs) {
-    const pool = n.device.backend === 'host' ? 'host memory' : n.device.uuid;
+    const pool = poolOf(n.device);
     const p = pools.get(pool) ?? { pool, neededBytes: 0, freeBytes: n.device.freeBytes };
     p.neededBytes += n.bytes;
     // Readings of one pool taken moments apart: the smallest is the safe one.
     p.freeBytes = Math.min(p.freeBytes, n.device.freeBytes);
     pools.set(pool, p);
   }
-  return [...pools.values()].find((p) => p.neededBytes > p.freeBytes);
+  return [...pools.values()];
 }
 
 export function formatGiB(bytes: number): string {

@@ -10,7 +10,7 @@ import type { PublishCommand, PublishNodeManifestInput } from '../actors/publish
 import type { RankActorInput, RankCommand } from '../actors/rankActor.js';
 import type { ReportStartupFailureInput } from '../actors/reportStartupFailure.js';
 import type { ServeRankInput } from '../actors/serveRank.js';
-import { toServedRank } from '../serve/servedRank.js';
+import { OWN_VERSION, toServedRank } from '../serve/servedRank.js';
 import type { ServerRegistry } from '../actors/serverRegistry.js';
 import type { WorkerRegistry } from '../actors/workerRegistry.js';
 import { WeightdError, type SerializedError } from '../errors.js';
@@ -337,6 +337,7 @@ const supervisorSetup = setup({
             log: rankLog(context, r),
             socketDir: prepared.socketDir,
             servers: context.servers,
+            version: OWN_VERSION,
             rank: toServedRank({
               name: context.config.name,
               own: true,

@@ -42,6 +42,10 @@ export interface RankServiceStats {
   /** The device socket's: every model on the device shares it. */
   connections: number;
   leases: number;
+  /** When a client last attached (took a lease), ms since the epoch; absent: none has yet. */
+  lastAttachedAt?: number;
+  /** When this version began serving here, ms since the epoch. */
+  servingSince: number;
   requests: number;
   protocolErrors: number;
   refusedPeers: number;
@@ -127,7 +131,7 @@ export class DeviceServer implements ConnectionHandler, DeviceServices {
   }
 
   stats(service: RankService): RankServiceStats {
-    return { status: service.status, connections: this.#connections.size, leases: service.leases.size, ...this.counters };
+    return { status: service.status, connections: this.#connections.size, leases: service.leases.size, lastAttachedAt: service.leases.lastGrantedMs, servingSince: service.startedAt, ...this.counters };
   }
 
   /**

@@ -50,6 +50,8 @@ function namedBy(lease: Lease, caller: Caller, leaseId: string): boolean {
 
 export class LeaseTable {
   readonly #leases = new Map<string, Lease>();
+  /** When the last lease was granted (ms since the epoch): what an eviction policy orders by. */
+  lastGrantedMs: number | undefined;
 
   grant(caller: Caller, mode: ServeMode): Lease {
     const lease: Lease = {
@@ -64,6 +66,7 @@ export class LeaseTable {
       sinceMs: Date.now(),
     };
     this.#leases.set(lease.id, lease);
+    this.lastGrantedMs = lease.sinceMs;
     return lease;
   }
 

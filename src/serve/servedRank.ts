@@ -2,6 +2,12 @@ import type { CheckpointPlan, LayoutName, RankLayout, TensorEntry } from '../che
 import { rankFingerprintFields } from './rankFingerprintFields.js';
 import type { Backend, DeviceInfo, SegmentExport } from '../native/addon.js';
 
+/**
+ * The version id of the node's own model's ranks (ServeOptions.version; a model loaded beside it
+ * goes by its model actor's id).
+ */
+export const OWN_VERSION = 'own';
+
 /** Everything the serving layer needs to know about one resident rank. Plain data. */
 export interface ServedRank {
   nodeRank: number;

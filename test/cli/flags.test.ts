@@ -47,6 +47,7 @@ const cases: Array<[string, string[], RegExp]> = [
   ['unknown keeper mode', [...m, '--keeper', 'always'], /option '--keeper <mode>' argument 'always' is invalid\. Allowed choices are off, spawn, external/],
   ['keeper socket without a keeper', [...m, '--keeper-socket', '/run/k.sock'], /^--keeper-socket "\/run\/k\.sock": has no effect with --keeper off; pass --keeper spawn or --keeper external too/],
   ['adopt-within 0', [...m, '--keeper', 'spawn', '--adopt-within', '0'], /^--adopt-within 0: must be an integer from 1 to 2592000/],
+  ['unknown eviction policy', [...m, '--evict', 'lru'], /option '--evict <policy>' argument 'lru' is invalid\. Allowed choices are off, no-lease-lru/],
   ['adopt-within with an external keeper', [...m, '--keeper', 'external', '--adopt-within', '60'], /^--adopt-within 60: applies only to a keeper this daemon spawns; set it on the keeper's own command line/],
 ];
 
@@ -72,6 +73,20 @@ test('keeper flags reach the options', () => {
   assert.equal(parseArgs(m).keeper, { mode: 'off', socket: undefined, adoptWithinS: undefined });
   assert.equal(parseArgs([...m, '--keeper', 'spawn', '--adopt-within', '30']).keeper, { mode: 'spawn', socket: undefined, adoptWithinS: 30 });
   assert.equal(parseArgs([...m, '--keeper', 'external', '--keeper-socket', '/run/weightd-keeper/keeper.sock']).keeper, { mode: 'external', socket: '/run/weightd-keeper/keeper.sock', adoptWithinS: undefined });
+});
+
+test('--evict reaches the options (default off), and ctl load --evict its request (default: none, the daemon decides)', async () => {
+  assert.is(parseArgs(m).evict, 'off');
+  assert.is(parseArgs([...m, '--evict', 'no-lease-lru']).evict, 'no-lease-lru');
+  const { parseCommand } = await import('../../src/cli/parseArgs.js');
+  const load = (extra: string[]) => parseCommand(['ctl', 'load', '--model', exampleModel, ...extra]);
+  assert.is((load([]) as { request: { evict?: string } }).request.evict, undefined);
+  assert.is((load(['--evict', 'off']) as { request: { evict?: string } }).request.evict, 'off');
+  const { resolveNodeOptions } = await import('../../src/nodeOptions.js');
+  await resolveNodeOptions({ model: exampleModel, evict: 'lru' as never }).then(
+    () => assert.unreachable('an unknown policy must be refused'),
+    (e: Error) => assert.match(e.message, /^--evict "lru": is not an eviction policy; use off or no-lease-lru/),
+  );
 });
 
 test('--cuda-handles reaches the options: fd by default with a keeper, ipc without; the API refuses another kind naming the flag', async () => {

@@ -64,7 +64,7 @@ test('weightd ctl lists, loads a new version beside the old, says a loaded model
 async function fakeControl(limits: { burst: number; perSecond: number }) {
   const calls: string[] = [];
   const target: ControlTarget = {
-    load: async (r) => (calls.push(`load ${r.model}`), { name: 'x', fingerprint: 'f', alreadyLoaded: false, model: {} as never }),
+    load: async (r) => (calls.push(`load ${r.model}`), { name: 'x', fingerprint: 'f', alreadyLoaded: false, model: {} as never, evicted: [] }),
     unload: (t) => (calls.push(`unload ${t}`), { unloaded: [], force: false }),
     models: () => (calls.push('list'), []),
   };

@@ -35,6 +35,7 @@ export function fakeConfig(over: Partial<NodeConfig> = {}): NodeConfig {
     keeper: { mode: 'off', adoptWithinS: 600 },
     rendezvousTimeoutMs: 1000,
     control: false,
+    evict: 'off',
     ...over,
   };
 }

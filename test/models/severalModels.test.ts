@@ -138,7 +138,13 @@ test('a checkpoint unloaded and loaded again serves again, on the socket where i
     assert.is(again.alreadyLoaded, false, 'a released model is not loaded');
     const a = await attach(socket, exampleModel, 1, 0);
     assertHolds(a, exampleModel, 1, 0, 'the load after the release');
+    // Both versions have the one fingerprint: each counts its own leases, not the other's.
+    assert.equal(node.status().models.map((m) => [m.name, m.own, m.state, m.leases, m.ranks[0]!.serve]), [
+      ['tiny-llama', true, 'released', 0, 'released'],
+      ['tiny-llama', false, 'serving', 1, 'serving'],
+    ]);
     await a.detach();
+    assert.equal(node.status().models.map((m) => m.leases), [0, 0]);
   } finally {
     await node.stop();
   }

@@ -1,0 +1,100 @@
+// Which resident models a load that does not fit may evict (docs/operations.md, Eviction). Pure:
+// it reads the pools the refused load needs (src/machines/modelFit.ts) and the node's models as
+// status reports them, and answers with the models to unload or with why none can make room.
+//
+// no-lease-lru: only a model that serves with no lease on any rank is a candidate (a lease is
+// memory a client maps or copies now), least recently used first (its last attach, or when it
+// began serving if none attached since). The node's own model is a candidate like any other:
+// its kept segments (--keeper) are dropped with its release, so evicting it frees the memory,
+// and a restart loads it again as the command line says. An older version of the name being
+// loaded is a candidate too: it would drain once the new one serves anyway.
+import type { ModelStatus } from './nodeStatus.js';
+import { poolOf, type PoolNeed } from './machines/modelFit.js';
+import { usage } from './modelSpecs.js';
+
+export const EVICTION_POLICIES = ['off', 'no-lease-lru'] as const;
+export type EvictionPolicy = (typeof EVICTION_POLICIES)[number];
+
+/** Validates a policy from `flag` (--evict, or ctl load --evict). */
+export function checkEvictionPolicy(flag: string, value: unknown): EvictionPolicy {
+  if (!(EVICTION_POLICIES as readonly unknown[]).includes(value)) {
+    throw usage(flag, value, 'is not an eviction policy', `use ${EVICTION_POLICIES.join(' or ')} (docs/operations.md, Eviction)`);
+  }
+  return value as EvictionPolicy;
+}
+
+/** A model chosen to make room, with the bytes it frees in each pool. */
+export interface Eviction {
+  model: ModelStatus;
+  bytesByPool: Record<string, number>;
+}
+
+/** No choice of candidates makes room: the first pool that stays short even with every candidate evicted. */
+export interface EvictionRefusal {
+  pool: string;
+  neededBytes: number;
+  freeBytes: number;
+  /** Bytes of that pool held by candidates: all that evicting could add to freeBytes. */
+  evictableBytes: number;
+  candidates: string[];
+}
+
+export type EvictionPlan = { evict: Eviction[] } | { refusal: EvictionRefusal };
+
+/**
+ * What a model frees in each pool when its memory goes: its ranks' segments, which the fit check
+ * counts too (the tensors' bytes plus their alignment).
+ */
+function bytesByPool(m: ModelStatus): Record<string, number> {
+  const out: Record<string, number> = {};
+  for (const r of m.ranks) {
+    if (r.device === undefined || r.state === 'released') continue;
+    const pool = poolOf(r.device);
+    out[pool] = (out[pool] ?? 0) + (r.segments?.reduce((n, s) => n + s.bytes, 0) ?? r.bytes);
+  }
+  return out;
+}
+
+function isCandidate(m: ModelStatus): boolean {
+  return m.state === 'serving' && m.leases === 0 && m.ranks.every((r) => r.leases === 0);
+}
+
+/**
+ * The fewest least recently used candidates that cover every short pool of `pools`: candidates
+ * are taken oldest first while a pool they draw on is short, then any taken one the others
+ * already cover is given back (the most recently used first). Nothing when no pool is short.
+ */
+export function planEviction(pools: readonly PoolNeed[], models: readonly ModelStatus[]): EvictionPlan {
+  const short = pools.filter((p) => p.neededBytes > p.freeBytes);
+  const candidates = models
+    .filter(isCandidate)
+    .map((model) => ({ model, bytesByPool: bytesByPool(model) }))
+    // Stable: equal times keep status order (the node's own model, then by load).
+    .sort((a, b) => (a.model.lastUsedAt ?? 0) - (b.model.lastUsedAt ?? 0));
+  const chosen: Eviction[] = [];
+  for (const c of candidates) {
+    if (short.every((p) => !stillShort(p, chosen))) break;
+    if (short.some((p) => stillShort(p, chosen) && (c.bytesByPool[p.pool] ?? 0) > 0)) chosen.push(c);
+  }
+  const p = short.find((s) => stillShort(s, chosen));
+  if (p) {
+    return {
+      refusal: {
+        pool: p.pool,
+        neededBytes: p.neededBytes,
+        freeBytes: p.freeBytes,
+        evictableBytes: candidates.reduce((n, c) => n + (c.bytesByPool[p.pool] ?? 0), 0),
+        candidates: candidates.map((c) => c.model.name),
+      },
+    };
+  }
+  for (let i = chosen.length - 1; i >= 0; i--) {
+    const without = chosen.filter((_, j) => j !== i);
+    if (short.every((s) => !stillShort(s, without))) chosen.splice(i, 1);
+  }
+  return { evict: chosen };
+}
+
+function stillShort(p: PoolNeed, chosen: readonly Eviction[]): boolean {
+  return p.freeBytes + chosen.reduce((n, e) => n + (e.bytesByPool[p.pool] ?? 0), 0) < p.neededBytes;
+}

@@ -1,0 +1,66 @@
+// The no-lease-lru choice (src/evictionPolicy.ts) on its own: candidates, order, per-pool
+// shortfalls on several GPUs, the fewest victims, and the refusal when no choice makes room.
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import { checkEvictionPolicy, planEviction, type EvictionPlan } from '../../src/evictionPolicy.js';
+import type { ModelStatus, ServedRankStatus } from '../../src/nodeStatus.js';
+import { UsageError } from '../../src/errors.js';
+
+const gpu = (uuid: string) => ({ backend: 'cuda' as const, index: 0, uuid, name: 'gpu', totalBytes: 100, freeBytes: 0 });
+
+/** A serving model with `bytes` on each GPU named, last used at `usedAt`. */
+function model(name: string, usedAt: number, placement: Record<string, number>, o: { leases?: number; own?: boolean; state?: ModelStatus['state'] } = {}): ModelStatus {
+  const ranks: ServedRankStatus[] = Object.entries(placement).map(([uuid, bytes], i) => ({
+    localRank: i,
+    globalRank: i,
+    state: 'serving',
+    device: gpu(uuid),
+    bytes,
+    totalBytes: bytes,
+    seconds: 0,
+    segments: [{ segment: 0, bytes, handle: 'cuda-fd' } as never],
+    leases: i === 0 ? (o.leases ?? 0) : 0,
+  }));
+  return { name, own: o.own ?? false, state: o.state ?? 'serving', model: `/m/${name}`, fingerprint: `fp-${name}`, tpSize: ranks.length, bytes: 0, leases: o.leases ?? 0, lastUsedAt: usedAt, ranks };
+}
+
+const names = (plan: EvictionPlan) => ('evict' in plan ? plan.evict.map((e) => e.model.name) : plan);
+
+test('the least recently used candidate that covers the shortfall, and no more', () => {
+  const models = [model('own', 30, { g0: 40 }, { own: true }), model('old', 10, { g0: 40 }), model('mid', 20, { g0: 40 })];
+  assert.equal(names(planEviction([{ pool: 'g0', neededBytes: 50, freeBytes: 20 }], models)), ['old']);
+  assert.equal(names(planEviction([{ pool: 'g0', neededBytes: 90, freeBytes: 20 }], models)), ['old', 'mid']);
+  assert.equal(names(planEviction([{ pool: 'g0', neededBytes: 130, freeBytes: 20 }], models)), ['old', 'mid', 'own'], 'the own model is a candidate too');
+});
+
+test('only models that serve with no lease are candidates', () => {
+  const models = [model('leased', 1, { g0: 100 }, { leases: 1 }), model('draining', 2, { g0: 100 }, { state: 'draining' }), model('free', 3, { g0: 100 })];
+  assert.equal(names(planEviction([{ pool: 'g0', neededBytes: 50, freeBytes: 0 }], models)), ['free']);
+});
+
+test('each short pool is covered; a model on no short pool is left alone; a victim the later ones cover is given back', () => {
+  const models = [model('g1only', 1, { g1: 100 }), model('small0', 2, { g0: 10 }), model('both', 3, { g0: 60, g2: 60 })];
+  const pools = [
+    { pool: 'g0', neededBytes: 50, freeBytes: 0 },
+    { pool: 'g1', neededBytes: 10, freeBytes: 50 },
+    { pool: 'g2', neededBytes: 50, freeBytes: 0 },
+  ];
+  assert.equal(names(planEviction(pools, models)), ['both'], 'g1 is not short; small0 helps but both alone covers g0 and g2');
+});
+
+test('no pool short: nothing to evict', () => {
+  assert.equal(names(planEviction([{ pool: 'g0', neededBytes: 10, freeBytes: 10 }], [model('a', 1, { g0: 10 })])), []);
+});
+
+test('no choice makes room: a refusal naming the first pool that stays short and what its candidates hold', () => {
+  const models = [model('a', 1, { g0: 30, g1: 100 }), model('leased', 2, { g0: 500 }, { leases: 2 })];
+  const plan = planEviction([{ pool: 'g1', neededBytes: 50, freeBytes: 0 }, { pool: 'g0', neededBytes: 100, freeBytes: 50 }], models);
+  assert.equal(plan, { refusal: { pool: 'g0', neededBytes: 100, freeBytes: 50, evictableBytes: 30, candidates: ['a'] } });
+});
+
+test('a policy that is not one is refused with the ones there are', () => {
+  assert.is(checkEvictionPolicy('--evict', 'no-lease-lru'), 'no-lease-lru');
+  assert.throws(() => checkEvictionPolicy('--evict', 'lru'), (e: Error) => e instanceof UsageError && /--evict "lru": is not an eviction policy; use off or no-lease-lru/.test(e.message));
+});
+
+test.run();
