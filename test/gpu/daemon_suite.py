@@ -567,7 +567,9 @@ def worker_swap_hold(a):
 
     torch, cuda, dev = setup_torch(0)
     clients = rank_clients(a.socket_dir, a.tp)
-    watching = clients[0].watch(a.name)
+    # Each rank's socket tells of its own rank, and a connection that watches is not closed as
+    # idle (an idle one is, and this one holds its lease the whole time).
+    watching = [c.watch(a.name) for c in clients][0]
     fps = version_fingerprints(a.ckpt, a.tp)
     held, mismatch = attach_ranks(clients, fps)
     if mismatch is not None:
@@ -583,9 +585,9 @@ def worker_swap_hold(a):
     def tick(wait):
         """Takes the events heard and, when one is due, checks the held version; waits at most ``wait`` s."""
         nonlocal next_check
-        for c in clients:
+        for r, c in enumerate(clients):
             for e in c.events(0):
-                st["events"].append({k: e.get(k) for k in ("event", "model", "fingerprint", "newer", "leaseHash")})
+                st["events"].append({"rank": r, **{k: e.get(k) for k in ("event", "model", "fingerprint", "newer", "leaseHash")}})
                 # A revoked lease's memory is being freed: its mapping must not be read again.
                 st["revoked"] = st["revoked"] or e.get("event") == "lease_revoked"
         checking = a.check_every > 0 and not st["revoked"]
@@ -1414,9 +1416,12 @@ class Suite:
                  v1=old, v2=new)
             gpu("twoVersionsWithClients")  # reported only: the clients' contexts are in it
             heard = [self.talk(h, f"await model_dropping {v1fp[0]}", 30) for h in holders]
-            order = [[(e["event"], e["fingerprint"], e.get("newer")) for e in x["events"] if e["model"] == "main"] for x in heard]
-            want = [("model_ready", v2fp[0], None), ("model_dropping", v1fp[0], v2fp[0])]
-            step("every holder heard model_ready for v2, then model_dropping for v1 naming v2", all(o == want for o in order), events=order[0])
+            # Per rank's socket: that rank's fingerprints (the await above was rank 0's; give the
+            # others the same time to be heard).
+            heard = [self.talk(h, f"await model_dropping {v1fp[-1]}", 30) for h in holders]
+            order = [[[(e["event"], e["fingerprint"], e.get("newer")) for e in x["events"] if e["model"] == "main" and e["rank"] == r] for r in range(tp)] for x in heard]
+            want = [[("model_ready", v2fp[r], None), ("model_dropping", v1fp[r], v2fp[r])] for r in range(tp)]
+            step("every holder heard model_ready for v2, then model_dropping for v1 naming v2, on each rank's socket", all(o == want for o in order), events=order[0])
             during = [x["checks"] - b for x, b in zip(heard, before)]
             step("every held v1 attachment stayed bit-equal to v1 through the load", all(x["ok"] and x["version"] == self.ckpt for x in heard) and min(during) > 0,
                  checksDuringLoad=during, failed=[x["failedChecks"] for x in heard if x["failedChecks"]][:2])
@@ -1432,9 +1437,12 @@ class Suite:
 
             # The old version goes with its last lease: half the holders die holding it, half move.
             movers, crashers = holders[: n // 2], holders[n // 2:]
+            early = [h.poll() for h in holders if h.poll() is not None]
+            step("every holder was alive to the end of the swap", not early, exitCodes=early)
             for h in crashers:
-                h.stdin.write("crash\n")
-                h.stdin.flush()
+                if h.poll() is None:
+                    h.stdin.write("crash\n")
+                    h.stdin.flush()
                 h.wait(timeout=30)
             kept = []
             for i, h in enumerate(movers):
@@ -1470,6 +1478,7 @@ class Suite:
                 if p.poll() is None:
                     p.kill()
                     p.wait()
+                self.append_log(f"models: worker {' '.join(p.args[2:])[:300]} -> rc {p.returncode}", "" if p.stderr.closed else p.stderr.read())
         res["status"] = "pass" if steps and all(x["ok"] for x in steps) else "fail"
 
     def run(self):
