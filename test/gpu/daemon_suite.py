@@ -3,7 +3,8 @@
 Llama checkpoint and Python clients (clients/python) check every byte against safetensors.
 
   python3 test/gpu/daemon_suite.py run --out-dir DIR [--device cuda|host] [--ckpt DIR] [--small]
-                                       [--scenarios checkpoint,tp1,tp2,two-node,restart] [--budget S]
+                                       [--scenarios checkpoint,tp1,tp2,two-node,restart,models] [--budget S]
+                                       [--gpus N] [--swap-clients N]
 
 Scenarios, each independent (one failing does not stop the others), each writing DIR/<name>.json:
   checkpoint  LlamaForCausalLM from a LlamaConfig (random bf16 weights, seed 0) saved with
@@ -24,11 +25,26 @@ Scenarios, each independent (one failing does not stop the others), each writing
               memory taken by another process between lives (adoption needs none; with nothing
               kept, E_OUT_OF_MEMORY); daemon and keeper both killed (the engine's mapping stays);
               then a load from disk, SIGTERM, no keeper left, GPU memory back to its start
+  models      several models on one daemon (--models FILE: "main", the checkpoint, and "draft", a
+              smaller Llama): with 2 GPUs main at tp=2 beside draft at tp=1, with one GPU both at
+              tp=1 on it (models.json's "variant" says which ran). One client process attaches
+              both at once, every tensor bit-equal, no shared memory. A client holds draft, `ctl
+              unload --force draft`: it hears lease_revoked, draft is freed. Then --swap-clients
+              processes hold main (v1), watch it and re-check it every 0.25 s, and one more keeps
+              attaching anew, while `ctl load` brings v2 (the checkpoint with every data byte
+              inverted) under the name main: held v1 stays bit-equal, each holder hears
+              model_ready (v2) then model_dropping (v1, newer v2) on each rank's socket, the
+              re-attaching client never sees a mix (v1, E_DRAINING naming v2, then v2), a new
+              process gets v2 bit-equal; half the holders die holding v1, half move to v2: v1
+              stays until the last lease ends, then is freed; status bytes and GPU memory back to
+              one model's, SIGTERM exit 0 and GPU memory back to its start
 Also DIR/summary.json and DIR/processes.log (every daemon's and worker's output).
 
 The orchestration uses the standard library only; the workers (same file: make-ckpt, verify,
-model) need torch and safetensors, and transformers for the checkpoint and the model check.
-`--device host` runs the same orchestration on the host backend (no GPU; CI-machine dry run).
+model, hold, fill, models-attach, swap-hold, swap-churn) need torch and safetensors, and
+transformers for the checkpoint and the model check.
+`--device host` runs the same orchestration on the host backend (no GPU; CI-machine dry run); it
+simulates 8 devices, so `--gpus 1` dry-runs what a one-GPU machine runs.
 """
 from __future__ import annotations
 
