@@ -3,7 +3,8 @@
 Llama checkpoint and Python clients (clients/python) check every byte against safetensors.
 
   python3 test/gpu/daemon_suite.py run --out-dir DIR [--device cuda|host] [--ckpt DIR] [--small]
-                                       [--scenarios checkpoint,tp1,tp2,two-node,restart] [--budget S]
+                                       [--scenarios checkpoint,tp1,tp2,two-node,restart,models] [--budget S]
+                                       [--gpus N] [--swap-clients N]
 
 Scenarios, each independent (one failing does not stop the others), each writing DIR/<name>.json:
   checkpoint  LlamaForCausalLM from a LlamaConfig (random bf16 weights, seed 0) saved with
@@ -24,11 +25,26 @@ Scenarios, each independent (one failing does not stop the others), each writing
               memory taken by another process between lives (adoption needs none; with nothing
               kept, E_OUT_OF_MEMORY); daemon and keeper both killed (the engine's mapping stays);
               then a load from disk, SIGTERM, no keeper left, GPU memory back to its start
+  models      several models on one daemon (--models FILE: "main", the checkpoint, and "draft", a
+              smaller Llama): with 2 GPUs main at tp=2 beside draft at tp=1, with one GPU both at
+              tp=1 on it (models.json's "variant" says which ran). One client process attaches
+              both at once, every tensor bit-equal, no shared memory. A client holds draft, `ctl
+              unload --force draft`: it hears lease_revoked, draft is freed. Then --swap-clients
+              processes hold main (v1), watch it and re-check it every 0.25 s, and one more keeps
+              attaching anew, while `ctl load` brings v2 (the checkpoint with every data byte
+              inverted) under the name main: held v1 stays bit-equal, each holder hears
+              model_ready (v2) then model_dropping (v1, newer v2) on each rank's socket, the
+              re-attaching client never sees a mix (v1, E_DRAINING naming v2, then v2), a new
+              process gets v2 bit-equal; half the holders die holding v1, half move to v2: v1
+              stays until the last lease ends, then is freed; status bytes and GPU memory back to
+              one model's, SIGTERM exit 0 and GPU memory back to its start
 Also DIR/summary.json and DIR/processes.log (every daemon's and worker's output).
 
 The orchestration uses the standard library only; the workers (same file: make-ckpt, verify,
-model) need torch and safetensors, and transformers for the checkpoint and the model check.
-`--device host` runs the same orchestration on the host backend (no GPU; CI-machine dry run).
+model, hold, fill, models-attach, swap-hold, swap-churn) need torch and safetensors, and
+transformers for the checkpoint and the model check.
+`--device host` runs the same orchestration on the host backend (no GPU; CI-machine dry run); it
+simulates 8 devices, so `--gpus 1` dry-runs what a one-GPU machine runs.
 """
 from __future__ import annotations
 
@@ -53,10 +69,21 @@ FULL_SHAPE = dict(hidden_size=2048, num_hidden_layers=8, num_attention_heads=16,
                   intermediate_size=5632, vocab_size=32000)
 SMALL_SHAPE = dict(hidden_size=256, num_hidden_layers=2, num_attention_heads=8, num_key_value_heads=4,
                    intermediate_size=688, vocab_size=4096)
+# The models scenario's second model, a draft beside the main one (about 225 MB of bf16): other
+# shapes, so a client that got the wrong model's tensors would not even see the right names' shapes.
+DRAFT_SHAPE = dict(hidden_size=1024, num_hidden_layers=4, num_attention_heads=16, num_key_value_heads=8,
+                   intermediate_size=2816, vocab_size=32000)
+DRAFT_SMALL_SHAPE = dict(hidden_size=128, num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2,
+                         intermediate_size=344, vocab_size=2048)
 
 # The READY log line: JSON off a terminal, its msg starting with "READY node ".
 READY_RE = re.compile(r'"msg":"READY node ')
 GROUP_READY = "group ready: every node is serving"
+
+# How far apart two readings of GPU memory may be and still count as the same set of tensors:
+# both taken with the daemon as the only process with a CUDA context, so what may differ is the
+# driver's rounding of segments and its own bookkeeping (a few MiB), far below one model's bytes.
+MEM_TOLERANCE_MIB = 64
 
 
 # ----------------------------------------------------------------------------------------------
@@ -206,8 +233,30 @@ def fallback_checkpoint(out, shape, seed):
         json.dump(config, f, indent=1)
 
 
+def write_variant(src, dst):
+    """Another version of a checkpoint: the same files, names, shapes and dtypes with every data
+    byte inverted (test/helpers/variantCheckpoint.ts's rule), so its content fingerprint and
+    every tensor's bytes differ. Standard library only (the orchestrator writes it)."""
+    import shutil
+    import struct
+
+    shutil.rmtree(dst, ignore_errors=True)
+    os.makedirs(dst)
+    invert = bytes(255 - i for i in range(256))
+    for name in os.listdir(src):
+        if not name.endswith(".safetensors"):
+            shutil.copyfile(os.path.join(src, name), os.path.join(dst, name))
+            continue
+        with open(os.path.join(src, name), "rb") as fi, open(os.path.join(dst, name), "wb") as fo:
+            head = fi.read(8)
+            fo.write(head + fi.read(struct.unpack("<Q", head)[0]))
+            while chunk := fi.read(64 << 20):
+                fo.write(chunk.translate(invert))
+    os.sync()
+
+
 def worker_make_ckpt(a):
-    shape = SMALL_SHAPE if a.small else FULL_SHAPE
+    shape = (DRAFT_SMALL_SHAPE if a.small else DRAFT_SHAPE) if a.draft else (SMALL_SHAPE if a.small else FULL_SHAPE)
     os.makedirs(a.dir, exist_ok=True)
     for f in os.listdir(a.dir):
         os.remove(os.path.join(a.dir, f))
@@ -267,6 +316,56 @@ def _save_pretrained(torch, LlamaConfig, LlamaForCausalLM, shape, a):
     model.save_pretrained(a.dir, max_shard_size=a.max_shard_size)
 
 
+def compare_rank(torch, att, full, tp, rank):
+    """Every tensor of one attached rank against the checkpoint's (``full``: name -> tensor): equal
+    bits to the full tensor or to its torch.chunk along the split dim the family's rule names.
+    Returns the counts and lists; ``ok`` when all are equal and none is missing or extra."""
+    manifest = {t["name"]: t for t in att.state["tensors"]}
+    aliases = att.state.get("aliases", {})
+    res = {"segments": [{"segment": s["segment"], "bytes": s["bytes"]} for s in att.state["segments"]],
+           "rankBytes": sum(t["bytes"] for t in att.state["tensors"])}
+    names = sorted(set(manifest) | set(aliases))
+    missing = sorted(set(full) - set(names))
+    # A tied weight the checkpoint does not store (lm_head under tie_word_embeddings) is served
+    # as an alias: it must be the very same device memory as its target, not an extra tensor.
+    tied = sorted(n for n in set(aliases) - set(full) if aliases[n] in full and att.tensors[n].data_ptr() == att.tensors[aliases[n]].data_ptr())
+    extra = sorted(set(names) - set(full) - set(tied))
+    mismatched, rule_mismatch, by_role, by_dim, devices = [], [], {}, {}, set()
+    for name in names:
+        if name not in full:
+            continue
+        got = att.tensors[name]
+        devices.add(str(got.device))
+        want = full[name]
+        role = role_of(name)
+        if list(got.shape) == list(want.shape):
+            dim = None
+            expected = want
+        else:
+            diff = [d for d in range(want.dim()) if got.dim() == want.dim() and got.shape[d] != want.shape[d]]
+            if len(diff) != 1 or want.shape[diff[0]] != got.shape[diff[0]] * tp:
+                mismatched.append({"name": name, "why": f"shape {list(got.shape)} is no 1/{tp} of {list(want.shape)}"})
+                continue
+            dim = diff[0]
+            expected = torch.chunk(want, tp, dim=dim)[rank]
+        if tp > 1 and dim != expected_dim(role, want.dim()):
+            rule_mismatch.append({"name": name, "role": role, "dim": dim})
+        key = "replicated" if dim is None else f"dim{dim}"
+        by_dim[key] = by_dim.get(key, 0) + 1
+        by_role[role] = by_role.get(role, 0) + 1
+        # One process may hold ranks on several GPUs against one copy of the checkpoint.
+        if not same_bits(torch, got, expected.to(got.device)):
+            mismatched.append({"name": name, "why": "bytes differ"})
+    res.update({
+        "tensorsChecked": sum(by_dim.values()), "manifestTensors": len(manifest), "aliases": len(aliases),
+        "checkpointTensors": len(full), "missing": missing, "extra": extra, "tiedAliases": tied, "mismatched": mismatched[:20],
+        "mismatchedCount": len(mismatched), "byRole": by_role, "bySplit": by_dim, "ruleMismatch": rule_mismatch[:20],
+        "tensorDevices": sorted(devices),
+    })
+    res["ok"] = not missing and not extra and not mismatched and not rule_mismatch and res["tensorsChecked"] == len(full)
+    return res
+
+
 # ----------------------------------------------------------------------------------------------
 # Worker: verify (one rank: attach, compare every tensor, time attach vs disk)
 # ----------------------------------------------------------------------------------------------
@@ -314,50 +413,8 @@ def worker_verify(a):
 
     att = client.attach(fp, device=a.device_index)
     try:
-        manifest = {t["name"]: t for t in att.state["tensors"]}
-        aliases = att.state.get("aliases", {})
-        res["segments"] = [{"segment": s["segment"], "bytes": s["bytes"]} for s in att.state["segments"]]
-        res["rankBytes"] = sum(t["bytes"] for t in att.state["tensors"])
-        names = sorted(set(manifest) | set(aliases))
-        missing = sorted(set(full) - set(names))
-        # A tied weight the checkpoint does not store (lm_head under tie_word_embeddings) is served
-        # as an alias: it must be the very same device memory as its target, not an extra tensor.
-        tied = sorted(n for n in set(aliases) - set(full) if aliases[n] in full and att.tensors[n].data_ptr() == att.tensors[aliases[n]].data_ptr())
-        extra = sorted(set(names) - set(full) - set(tied))
-        mismatched, rule_mismatch, by_role, by_dim, devices = [], [], {}, {}, set()
-        for name in names:
-            if name not in full:
-                continue
-            got = att.tensors[name]
-            devices.add(str(got.device))
-            want = full[name]
-            role = role_of(name)
-            if list(got.shape) == list(want.shape):
-                dim = None
-                expected = want
-            else:
-                diff = [d for d in range(want.dim()) if got.dim() == want.dim() and got.shape[d] != want.shape[d]]
-                if len(diff) != 1 or want.shape[diff[0]] != got.shape[diff[0]] * a.tp:
-                    mismatched.append({"name": name, "why": f"shape {list(got.shape)} is no 1/{a.tp} of {list(want.shape)}"})
-                    continue
-                dim = diff[0]
-                expected = torch.chunk(want, a.tp, dim=dim)[a.rank]
-            if a.tp > 1 and dim != expected_dim(role, want.dim()):
-                rule_mismatch.append({"name": name, "role": role, "dim": dim})
-            key = "replicated" if dim is None else f"dim{dim}"
-            by_dim[key] = by_dim.get(key, 0) + 1
-            by_role[role] = by_role.get(role, 0) + 1
-            if not same_bits(torch, got, expected):
-                mismatched.append({"name": name, "why": "bytes differ"})
-        res.update({
-            "tensorsChecked": sum(by_dim.values()), "manifestTensors": len(manifest), "aliases": len(aliases),
-            "checkpointTensors": len(full), "missing": missing, "extra": extra, "tiedAliases": tied, "mismatched": mismatched[:20],
-            "mismatchedCount": len(mismatched), "byRole": by_role, "bySplit": by_dim, "ruleMismatch": rule_mismatch[:20],
-            "tensorDevices": sorted(devices),
-        })
-        res["ok"] = not missing and not extra and not mismatched and not rule_mismatch and res["tensorsChecked"] == len(full)
+        res.update(compare_rank(torch, att, full, a.tp, a.rank))
     finally:
-        got = None  # the last view: on cuda the handles and the lease wait for every view to be freed
         att.detach()
     stats = client.stats()
     res["leasesLeft"] = len(stats["leases"])
@@ -425,6 +482,226 @@ def worker_fill(a):
     blocks = None
     emit({"step": "exit", "ok": True})
     return 0
+
+# ----------------------------------------------------------------------------------------------
+# Workers: models (issue 17: several models on one daemon, a swap under live clients)
+# ----------------------------------------------------------------------------------------------
+
+def rank_clients(socket_dir, tp):
+    """One client per rank of a model of tp size ``tp``: its ranks take the first tp devices, so
+    rank r is on the socket of device r, the one the node's own rank r serves (node.json)."""
+    from weightd_client import WeightdClient, find_socket
+
+    return [WeightdClient(find_socket(global_rank=r, socket_dir=socket_dir), client_name=f"suite-{os.getpid()}") for r in range(tp)]
+
+
+def version_fingerprints(ckpt, tp):
+    """Each rank's fingerprint as the daemon must report it for this checkpoint: what an engine
+    sends, computed from the files, not asked of the daemon."""
+    from weightd_client import expected_fingerprint
+
+    return [expected_fingerprint(ckpt, tp, r).fingerprint for r in range(tp)]
+
+
+def attach_ranks(clients, fingerprints):
+    """Rank r of one version on clients[r] (CUDA device r of this process): every rank or none.
+    Returns (attachments, None), or ([], the Mismatch) when a socket serves no such version."""
+    from weightd_client import Mismatch
+
+    held = []
+    try:
+        for r, (client, fp) in enumerate(zip(clients, fingerprints)):
+            att = client.attach(fp, device=r)
+            if isinstance(att, Mismatch):
+                for h in held:
+                    h.detach()
+                return [], att
+            held.append(att)
+    except BaseException:
+        for h in held:
+            h.detach()
+        raise
+    return held, None
+
+
+def compare_version(torch, held, full, tp):
+    """compare_rank for every rank of one attachment of a model; ok when all are."""
+    ranks = [compare_rank(torch, att, full, tp, r) for r, att in enumerate(held)]
+    brief = [{k: x.get(k) for k in ("tensorsChecked", "mismatchedCount", "mismatched", "missing", "extra", "rankBytes")} for x in ranks]
+    return all(x["ok"] for x in ranks), brief
+
+
+def worker_models_attach(a):
+    """One process attaches every model of --spec at once (as an engine with a draft model does),
+    checks each rank bit-equal to its checkpoint, and that no two models share device memory."""
+    torch, cuda, dev = setup_torch(0)
+    specs = json.loads(a.spec)
+    res = {"ok": False, "models": []}
+    clients = {}
+    held_by = {}
+    try:
+        for spec in specs:
+            fps = version_fingerprints(spec["ckpt"], spec["tp"])
+            conns = [clients.setdefault(c.socket_path, c) for c in rank_clients(a.socket_dir, spec["tp"])]
+            held, mismatch = attach_ranks(conns, fps)
+            if mismatch is not None:
+                raise RuntimeError(f"model {spec['name']} (tp={spec['tp']}): the daemon serves no version with fingerprint {fps}; "
+                                   f"mismatch fields {mismatch.fields}, it serves {mismatch.fingerprint}")
+            held_by[spec["name"]] = held
+            res["models"].append({"name": spec["name"], "tp": spec["tp"], "fingerprints": fps, "devices": [str(next(iter(h.tensors.values())).device) for h in held]})
+        ok = True
+        for spec, out in zip(specs, res["models"]):
+            full = load_checkpoint(spec["ckpt"], dev)
+            out["ok"], out["ranks"] = compare_version(torch, held_by[spec["name"]], full, spec["tp"])
+            full = None
+            ok = ok and out["ok"]
+        # Every tensor's device bytes, by model: two models' ranges may not meet.
+        spans = sorted((str(t.device), t.data_ptr(), t.data_ptr() + t.numel() * t.element_size(), name)
+                       for name, held in held_by.items() for att in held for t in att.tensors.values())
+        res["overlaps"] = [f"{x[3]} and {y[3]} on {x[0]}" for x, y in zip(spans, spans[1:]) if x[0] == y[0] and x[3] != y[3] and y[1] < x[2]][:10]
+        res["ok"] = ok and not res["overlaps"] and len(res["models"]) == len(specs)
+    finally:
+        for held in held_by.values():
+            for att in held:
+                att.detach()
+        for c in clients.values():
+            c.close()
+    emit(res)
+    return 0 if res["ok"] else 1
+
+
+def worker_swap_hold(a):
+    """An engine through a swap: watches --name, attaches every rank of --ckpt's version, checks
+    it bit-equal to the checkpoint, then keeps checking it (every --check-every s; 0: never, as
+    for a lease that may be revoked) while it serves commands, one per stdin line, one JSON
+    line each:
+      report           what it holds, its checks so far and the events it heard
+      await EVENT FP   waits (15 s at most) until EVENT about rank fingerprint FP was heard
+      move             attaches --next-ckpt's version, checks it, then detaches the old one
+      exit             detaches and exits;   crash   exits without detaching (a dead engine)"""
+    import select
+
+    torch, cuda, dev = setup_torch(0)
+    clients = rank_clients(a.socket_dir, a.tp)
+    # Each rank's socket tells of its own rank, and a connection that watches is not closed as
+    # idle (an idle one is, and this one holds its lease the whole time).
+    watching = [c.watch(a.name) for c in clients][0]
+    fps = version_fingerprints(a.ckpt, a.tp)
+    held, mismatch = attach_ranks(clients, fps)
+    if mismatch is not None:
+        emit({"step": "attached", "ok": False, "error": f"no version with fingerprint {fps}: mismatch {mismatch.fields}"})
+        return 1
+    full = load_checkpoint(a.ckpt, dev)
+    ok, ranks = compare_version(torch, held, full, a.tp)
+    st = {"version": a.ckpt, "fingerprints": fps, "checks": 0, "failedChecks": [], "events": [], "revoked": False}
+    emit({"step": "attached", "ok": ok, "ranks": ranks, "fingerprints": fps, "watchedVersions": [v["fingerprint"] for v in watching["versions"]],
+          "nextFingerprints": version_fingerprints(a.next_ckpt, a.tp) if a.next_ckpt else None})
+    next_check = time.monotonic() + a.check_every
+
+    def tick(wait):
+        """Takes the events heard and, when one is due, checks the held version; waits at most ``wait`` s."""
+        nonlocal next_check
+        for r, c in enumerate(clients):
+            for e in c.events(0):
+                st["events"].append({"rank": r, **{k: e.get(k) for k in ("event", "model", "fingerprint", "newer", "leaseHash")}})
+                # A revoked lease's memory is being freed: its mapping must not be read again.
+                st["revoked"] = st["revoked"] or e.get("event") == "lease_revoked"
+        checking = a.check_every > 0 and not st["revoked"]
+        if checking and time.monotonic() >= next_check:
+            good, detail = compare_version(torch, held, full, a.tp)
+            st["checks"] += 1
+            if not good:
+                st["failedChecks"].append({"version": st["version"], "at": st["checks"], "ranks": detail})
+            next_check = time.monotonic() + a.check_every
+        limit = min(wait, max(0.0, next_check - time.monotonic())) if checking else wait
+        return select.select([sys.stdin], [], [], limit)[0]
+
+    def report(step, **more):
+        emit({"step": step, "ok": not st["failedChecks"], **{k: v for k, v in st.items() if k != "failedChecks"},
+              "failedChecks": st["failedChecks"][:5], **more})
+
+    while True:
+        if not tick(0.5):
+            continue
+        line = sys.stdin.readline()
+        cmd = line.split()
+        if not cmd or cmd[0] == "exit":
+            break
+        if cmd[0] == "crash":
+            os._exit(0)
+        if cmd[0] == "report":
+            report("report")
+        elif cmd[0] == "await":
+            deadline = time.monotonic() + 15
+            heard = lambda: any(e["event"] == cmd[1] and e["fingerprint"] == cmd[2] for e in st["events"])
+            while not heard() and time.monotonic() < deadline:
+                tick(0.05)
+            report(line.strip(), heard=heard())
+        elif cmd[0] == "move":
+            next_fps = version_fingerprints(a.next_ckpt, a.tp)
+            new, mismatch = attach_ranks(clients, next_fps)
+            if mismatch is not None:
+                report("move", ok=False, error=f"no version with fingerprint {next_fps}: mismatch {mismatch.fields}")
+                continue
+            next_full = load_checkpoint(a.next_ckpt, dev)
+            good, ranks = compare_version(torch, new, next_full, a.tp)
+            for att in held:
+                att.detach()
+            held, full = new, next_full
+            st.update(version=a.next_ckpt, fingerprints=next_fps)
+            report("move", attachedOk=good, ranks=ranks)
+        else:
+            report(line.strip(), ok=False, error=f"unknown command {cmd[0]!r}")
+    for att in held:
+        att.detach()
+    report("exit")
+    return 0
+
+
+def worker_swap_churn(a):
+    """A client that keeps attaching through a swap, as new engines do: it asks for --ckpt's
+    version, and when that drains or is gone moves to the one the daemon names (details.newer, or
+    the mismatch reply's list); each attachment is checked against both checkpoints, so one that
+    is neither version (a mix) shows. Prints a "warm" line after two attaches, and its report
+    once it attached --next-ckpt's version --attaches times (or after --max-seconds)."""
+    from weightd_client import ServeError
+
+    torch, cuda, dev = setup_torch(0)
+    clients = rank_clients(a.socket_dir, a.tp)
+    versions = [{"ckpt": c, "fingerprints": version_fingerprints(c, a.tp), "full": load_checkpoint(c, dev)} for c in (a.ckpt, a.next_ckpt)]
+    res = {"attaches": [0, 0], "mixes": [], "refusals": [], "mismatches": 0, "warm": False}
+    current, deadline = 0, time.monotonic() + a.max_seconds
+    while res["attaches"][1] < a.attaches and time.monotonic() < deadline:
+        try:
+            held, mismatch = attach_ranks(clients, versions[current]["fingerprints"])
+        except ServeError as err:
+            newer = (err.details or {}).get("newer")
+            if current != 0 or newer not in versions[1]["fingerprints"]:
+                raise
+            res["refusals"].append({"code": err.code, "newer": newer})
+            current = 1
+            continue
+        if mismatch is not None:
+            # The old version is gone from the socket: the reply lists what it serves now.
+            res["mismatches"] += 1
+            if current != 0:
+                raise RuntimeError(f"the new version {versions[1]['fingerprints']} is not served: mismatch {mismatch.fields}")
+            current = 1
+            continue
+        good, ranks = compare_version(torch, held, versions[current]["full"], a.tp)
+        if not good:
+            other, _ = compare_version(torch, held, versions[1 - current]["full"], a.tp)
+            res["mixes"].append({"asked": current, "isTheOther": other, "ranks": ranks})
+        res["attaches"][current] += 1
+        for att in held:
+            att.detach()
+        if not res["warm"] and sum(res["attaches"]) >= 2:
+            res["warm"] = True
+            emit({"step": "warm"})
+    res["ok"] = not res["mixes"] and res["attaches"][1] >= a.attaches
+    emit(res)
+    return 0 if res["ok"] else 1
+
 
 # ----------------------------------------------------------------------------------------------
 # Worker: model (meta-device model fed the cache's tensors vs from_pretrained)
@@ -611,13 +888,16 @@ class Suite:
             results.append(self.worker_result(title, args, rc, f_out.read(), f_err.read(), t0))
         return results
 
-    def start_daemon(self, name, socket_dir, tp, visible, host_devices, extra=()):
+    def weightd(self):
+        """The weightd command: WEIGHTD_BIN (e.g. bin/weightd of an unpacked `npm run bundle`) or dist/."""
+        return [os.environ["WEIGHTD_BIN"]] if os.environ.get("WEIGHTD_BIN") else ["node", os.path.join(ROOT, "dist", "main.js")]
+
+    def start_daemon(self, name, socket_dir, tp, visible, host_devices, extra=(), models=None):
+        """models: the daemon's model flags (default: --model <the checkpoint> -tp <tp>)."""
         os.makedirs(socket_dir, mode=0o700, exist_ok=True)
         log_path = os.path.join(self.work, f"{name}.log")
-        # WEIGHTD_BIN: the daemon to test, e.g. bin/weightd of an unpacked `npm run bundle`.
-        daemon = [os.environ["WEIGHTD_BIN"]] if os.environ.get("WEIGHTD_BIN") else ["node", os.path.join(ROOT, "dist", "main.js")]
-        cmd = [*daemon, "--model", self.ckpt, "--device", self.a.device, "-tp", str(tp),
-               "--weight-cache-socket-dir", socket_dir, *extra]
+        models = models or ["--model", self.ckpt, "-tp", str(tp)]
+        cmd = [*self.weightd(), *models, "--device", self.a.device, "--weight-cache-socket-dir", socket_dir, *extra]
         log = open(log_path, "w")
         p = subprocess.Popen(cmd, env=self.env(visible, host_devices), stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
         log.close()
@@ -818,11 +1098,21 @@ class Suite:
         with open(f"/proc/{pid}/io") as f:
             return {k: int(v) for k, v in (l.split(": ") for l in f.read().splitlines())}
 
-    def gpu_used_mib(self):
+    def gpu_used_mib(self, gpus="0"):
+        """Memory in use on these GPUs (nvidia-smi -i, summed), every process's; None off cuda."""
         if self.a.device != "cuda":
             return None
-        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits", "-i", "0"], capture_output=True, text=True, timeout=20).stdout
-        return int(out.strip().splitlines()[0])
+        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits", "-i", gpus], capture_output=True, text=True, timeout=20).stdout
+        return sum(int(x) for x in out.split())
+
+    def process_gpu_mib(self, pid):
+        """What nvidia-smi charges to one process over every GPU; None off cuda or when it does not
+        list the pid (a container's pid namespace)."""
+        if self.a.device != "cuda":
+            return None
+        out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=20).stdout
+        mine = [int(used) for p, used in (l.split(",") for l in out.strip().splitlines() if "," in l) if p.strip() == str(pid) and used.strip().isdigit()]
+        return sum(mine) if mine else None
 
     def ready_line(self, d):
         for line in self.log_text(d).splitlines():
@@ -853,9 +1143,13 @@ class Suite:
             raise RuntimeError(f"worker {p.args[2]} exited {p.wait()}: {p.stderr.read()[-2000:]}")
         return json.loads(text)
 
-    def spawn_worker(self, args):
+    def spawn_worker(self, args, visible="0"):
         cmd = [sys.executable, os.path.abspath(__file__)] + args
-        return subprocess.Popen(cmd, env=self.env("0"), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        return subprocess.Popen(cmd, env=self.env(visible), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def record_step(self, steps, scenario, name, ok, **info):
+        steps.append({"step": name, "ok": bool(ok), **info})
+        self.say(f"{scenario}: {name}: {'ok' if ok else 'FAILED'} {json.dumps(info, default=str)[:300]}")
 
     def s_restart(self, res):
         """A tp=1 daemon with --keeper spawn (VMM descriptors on cuda) killed and restarted:
@@ -874,8 +1168,7 @@ class Suite:
         verify = ["verify", "--rank", "0", "--tp", "1", "--socket-dir", sock, "--ckpt", self.ckpt, "--device-index", "0", "--attach-reps", "3", "--disk-reps", "1"]
 
         def step(name, ok, **info):
-            steps.append({"step": name, "ok": bool(ok), **info})
-            self.say(f"restart: {name}: {'ok' if ok else 'FAILED'} {json.dumps(info, default=str)[:300]}")
+            self.record_step(steps, "restart", name, ok, **info)
 
         def life(name, expect_adopted, drop=False):
             dropped = self.drop_caches() if drop else None
@@ -1001,13 +1294,216 @@ class Suite:
                 os.kill(pid, signal.SIGKILL)
         res["status"] = "pass" if steps and all(x["ok"] for x in steps) else "fail"
 
+    # -- models (issue 17): several models on one daemon, a forced unload, a swap under clients --
+    def gpus(self):
+        """GPUs the scenarios may use: --gpus, else every visible one (the host backend simulates 8)."""
+        if self.a.gpus is not None:
+            return self.a.gpus
+        return visible_gpu_count() if self.a.device == "cuda" else 8
+
+    def ctl(self, sock, args, timeout=120):
+        """weightd ctl against the daemon of this socket dir: exit code, output tails, the JSON
+        it printed (None for text) and seconds."""
+        cmd = [*self.weightd(), "ctl", "--weight-cache-socket-dir", sock, *args]
+        t0 = time.monotonic()
+        p = subprocess.run(cmd, env=self.env(), capture_output=True, text=True, timeout=self.budget.limit(timeout), cwd=ROOT)
+        self.append_log(f"ctl {' '.join(args)} -> rc {p.returncode}", p.stdout + p.stderr)
+        try:
+            reply = json.loads(p.stdout)
+        except ValueError:
+            reply = None
+        return {"rc": p.returncode, "out": p.stdout.strip()[-300:], "err": p.stderr.strip()[-1000:], "reply": reply, "seconds": round(time.monotonic() - t0, 2)}
+
+    def ctl_versions(self, sock):
+        """Every model version `ctl list` shows: name, checkpoint dir (real path), state, bytes, leases."""
+        r = self.ctl(sock, ["list", "--json"], 30)
+        if r["rc"] != 0 or not r["reply"]:
+            raise RuntimeError(f"weightd ctl list exited {r['rc']}: {r['err']}")
+        return [{"name": m["name"], "dir": os.path.realpath(m["model"]), "state": m["state"], "bytes": m["bytes"], "leases": m["leases"]}
+                for m in r["reply"]["models"]]
+
+    def wait_version_state(self, sock, ckpt, states, timeout):
+        """Polls ctl list until the version of checkpoint dir ``ckpt`` is in one of ``states``
+        (a version no longer listed counts as released); returns its last entry."""
+        deadline = time.monotonic() + self.budget.limit(timeout)
+        while True:
+            found = [v for v in self.ctl_versions(sock) if v["dir"] == os.path.realpath(ckpt)]
+            v = found[-1] if found else {"state": "released", "bytes": 0, "leases": 0, "listed": False}
+            if v["state"] in states or time.monotonic() > deadline:
+                return v
+            time.sleep(0.2)
+
+    def s_models(self, res):
+        """Two models served by one daemon (tp=2 beside tp=1 on two GPUs, else two tp=1 on one),
+        both attached by one client process; a forced unload under a lease; and a swap of one
+        model to a new version while client processes hold the old one (issue 17)."""
+        self.need_ckpt()
+        steps = res["steps"] = []
+
+        def step(name, ok, **info):
+            self.record_step(steps, "models", name, ok, **info)
+
+        two = self.gpus() >= 2
+        tp = 2 if two else 1
+        visible = "0,1" if two else "0"
+        res["variant"] = "main tp=2 on GPUs 0,1 beside draft tp=1 on GPU 0" if two else "main tp=1 beside draft tp=1, both on GPU 0 (one GPU)"
+        self.say(f"models: variant: {res['variant']}")
+        base = os.path.dirname(os.path.abspath(self.a.ckpt_dir))
+        draft, v2 = os.path.join(base, "models-draft"), os.path.join(base, "models-v2")
+        r = self.worker("models draft checkpoint", ["make-ckpt", "--dir", draft, "--draft"] + (["--small"] if self.a.small else []), 120, visible="0")
+        res["draftCheckpoint"] = {k: r.get(k) for k in ("generator", "bytes", "tensors", "files", "seconds", "exitCode", "stderrTail")}
+        if not (r.get("ok") and r.get("exitCode") == 0):
+            raise RuntimeError(f"the draft checkpoint was not written: {r.get('stderrTail', '')[-800:]}")
+        t0 = time.monotonic()
+        write_variant(self.ckpt, v2)
+        step("main v2 written: the checkpoint with every data byte inverted", True, seconds=round(time.monotonic() - t0, 2), dir=v2)
+
+        sock = os.path.join(self.work, "m")
+        models_file = os.path.join(self.work, "models.json")
+        with open(models_file, "w") as f:
+            json.dump({"models": [{"name": "main", "dir": self.ckpt, "tensorParallelSize": tp}, {"name": "draft", "dir": draft, "tensorParallelSize": 1}]}, f)
+        # GPU memory is read only where the daemon is the one process with a CUDA context, so the
+        # clients' contexts (hundreds of MiB each) never enter a comparison.
+        mem = res["gpuMiB"] = {"atStart": self.gpu_used_mib(visible)}
+        d = self.start_daemon("models", sock, tp, visible, "host-gpu-0,host-gpu-1", models=["--models", models_file])
+        pid = d["proc"].pid
+        ready = self.wait_for([d], READY_RE, 120, "READY")["models"]
+
+        def gpu(label):
+            mem[label] = {"total": self.gpu_used_mib(visible), "daemon": self.process_gpu_mib(pid)}
+            return mem[label]["total"]
+
+        def serving(vs):
+            return {v["name"]: v for v in vs if v["state"] == "serving"}
+
+        workers = []
+        try:
+            vs = self.ctl_versions(sock)
+            both = serving(vs)
+            step("one daemon serves main and draft together", set(both) == {"main", "draft"}, readySeconds=ready, versions=vs)
+            gpu("twoModels")
+            spec = [{"name": "main", "ckpt": self.ckpt, "tp": tp}, {"name": "draft", "ckpt": draft, "tp": 1}]
+            v = self.worker("models attach both", ["models-attach", "--socket-dir", sock, "--spec", json.dumps(spec)], 180, visible=visible)
+            res["attachBoth"] = v
+            step("one client process holds both models at once: every tensor bit-equal to its checkpoint, no shared memory",
+                 v.get("ok") and v.get("exitCode") == 0, models=[{k: m.get(k) for k in ("name", "tp", "ok", "devices", "ranks")} for m in v.get("models", [])],
+                 overlaps=v.get("overlaps"), error=v.get("stderrTail", "")[-300:] or None)
+
+            # ctl unload --force under a lease: the holder is told, the memory goes at once.
+            h = self.spawn_worker(["swap-hold", "--socket-dir", sock, "--ckpt", draft, "--tp", "1", "--name", "draft", "--check-every", "0"], visible)
+            workers.append(h)
+            held = self.talk(h, None, 120)
+            step("a client holds draft (bit-equal)", held.get("ok"), ranks=held.get("ranks"))
+            u = self.ctl(sock, ["unload", "--force", "draft"])
+            unloaded = (u["reply"] or {}).get("unloaded") or []
+            step("ctl unload --force draft answers, naming its live lease", u["rc"] == 0 and [x.get("leases") for x in unloaded] == [1],
+                 seconds=u["seconds"], unloaded=unloaded, err=u["err"] or None)
+            e = self.talk(h, f"await lease_revoked {held['fingerprints'][0]}", 30)
+            step("the holder hears lease_revoked for its lease", e.get("heard"), events=e.get("events"))
+            self.talk(h, "exit", 30)
+            h.wait(timeout=30)
+            gone = self.wait_version_state(sock, draft, ("released",), 30)
+            single = gpu("oneModel")
+            draft_mib = both["draft"]["bytes"] / 2**20
+            fell = None if single is None else mem["twoModels"]["total"] - single
+            # What a forced unload frees is draft's segments, less the driver's rounding of each.
+            step("draft is freed (gone from ctl list); GPU memory fell by its size", gone["state"] == "released" and gone["bytes"] == 0
+                 and (fell is None or abs(fell - draft_mib) <= MEM_TOLERANCE_MIB), draft=gone, fellMiB=fell, draftMiB=round(draft_mib, 1))
+
+            # The swap: N engines hold v1 and keep checking it; one more keeps attaching anew.
+            n = self.a.swap_clients
+            args = ["swap-hold", "--socket-dir", sock, "--ckpt", self.ckpt, "--next-ckpt", v2, "--tp", str(tp), "--name", "main"]
+            holders = [self.spawn_worker(args, visible) for _ in range(n)]
+            workers.extend(holders)
+            attached = [self.talk(h, None, 180) for h in holders]
+            v1fp, v2fp = attached[0]["fingerprints"], attached[0]["nextFingerprints"]
+            step(f"{n} client processes hold main v1, bit-equal, watching main", all(x.get("ok") for x in attached) and all(x["watchedVersions"] == v1fp[:1] for x in attached),
+                 fingerprints=v1fp)
+            churn = self.spawn_worker(["swap-churn", "--socket-dir", sock, "--ckpt", self.ckpt, "--next-ckpt", v2, "--tp", str(tp), "--max-seconds", "120"], visible)
+            workers.append(churn)
+            self.talk(churn, None, 180)
+            before = [self.talk(h, "report", 30)["checks"] for h in holders]
+            load = self.ctl(sock, ["load", "--model", v2, "--name", "main", "-tp", str(tp)], 180)
+            step("ctl load of v2 under the name main answers once v2 serves", load["rc"] == 0, seconds=load["seconds"], out=load["out"], err=load["err"] or None)
+            vs = self.ctl_versions(sock)
+            mains = {v["dir"]: v for v in vs if v["name"] == "main"}
+            old, new = mains.get(os.path.realpath(self.ckpt), {}), mains.get(os.path.realpath(v2), {})
+            step("v1 drains under its leases while v2 serves", old.get("state") == "draining" and old.get("leases", 0) >= n and new.get("state") == "serving",
+                 v1=old, v2=new)
+            gpu("twoVersionsWithClients")  # reported only: the clients' contexts are in it
+            heard = [self.talk(h, f"await model_dropping {v1fp[0]}", 30) for h in holders]
+            # Per rank's socket: that rank's fingerprints (the await above was rank 0's; give the
+            # others the same time to be heard).
+            heard = [self.talk(h, f"await model_dropping {v1fp[-1]}", 30) for h in holders]
+            order = [[[(e["event"], e["fingerprint"], e.get("newer")) for e in x["events"] if e["model"] == "main" and e["rank"] == r] for r in range(tp)] for x in heard]
+            want = [[("model_ready", v2fp[r], None), ("model_dropping", v1fp[r], v2fp[r])] for r in range(tp)]
+            step("every holder heard model_ready for v2, then model_dropping for v1 naming v2, on each rank's socket", all(o == want for o in order), events=order[0])
+            during = [x["checks"] - b for x, b in zip(heard, before)]
+            step("every held v1 attachment stayed bit-equal to v1 through the load", all(x["ok"] and x["version"] == self.ckpt for x in heard) and min(during) > 0,
+                 checksDuringLoad=during, failed=[x["failedChecks"] for x in heard if x["failedChecks"]][:2])
+            out, err = churn.communicate(timeout=self.budget.limit(120))
+            c = json.loads(out.strip().splitlines()[-1]) if out.strip() else {"ok": False, "stderr": err[-1500:]}
+            res["churn"] = c
+            step("a client attaching anew all along: never a mix; v1 until it drained, then told E_DRAINING naming v2, then v2",
+                 c.get("ok") and c.get("refusals") and all(x["code"] == "E_DRAINING" for x in c["refusals"]) and churn.returncode == 0,
+                 attaches=c.get("attaches"), refusals=c.get("refusals", [])[:3], mixes=c.get("mixes", [])[:2], stderr=None if c.get("ok") else err[-500:])
+            v = self.worker("models attach v2", ["models-attach", "--socket-dir", sock, "--spec", json.dumps([{"name": "main", "ckpt": v2, "tp": tp}])], 180, visible=visible)
+            step("a new client process attaches main v2: every tensor bit-equal to v2", v.get("ok") and v.get("exitCode") == 0,
+                 ranks=(v.get("models") or [{}])[0].get("ranks"), error=v.get("stderrTail", "")[-300:] or None)
+
+            # The old version goes with its last lease: half the holders die holding it, half move.
+            movers, crashers = holders[: n // 2], holders[n // 2:]
+            early = [h.poll() for h in holders if h.poll() is not None]
+            step("every holder was alive to the end of the swap", not early, exitCodes=early)
+            for h in crashers:
+                if h.poll() is None:
+                    h.stdin.write("crash\n")
+                    h.stdin.flush()
+                h.wait(timeout=30)
+            kept = []
+            for i, h in enumerate(movers):
+                if i == len(movers) - 1:
+                    # Any earlier state would be a version freed under a lease still held.
+                    kept.append(self.wait_version_state(sock, self.ckpt, ("draining",), 1)["state"])
+                mv = self.talk(h, "move", 120)
+                step(f"holder {i} moved to v2 (bit-equal) and detached v1", mv.get("ok") and mv.get("attachedOk") and mv["version"] == v2, ranks=mv.get("ranks"))
+            step("v1 stayed resident while any holder held it", kept == ["draining"], states=kept)
+            freed = self.wait_version_state(sock, self.ckpt, ("released",), 30)
+            step("v1 is freed once its last lease ended (the dead holders' leases expired)", freed["state"] == "released" and freed["bytes"] == 0, v1=freed)
+            ends = [self.talk(h, "report", 30) for h in movers]
+            step("the moved holders' v2 attachments stayed bit-equal", all(x["ok"] for x in ends), checks=[x["checks"] for x in ends])
+            for h in movers:
+                self.talk(h, "exit", 30)
+                h.wait(timeout=30)
+            vs = self.ctl_versions(sock)
+            now = serving(vs)
+            after = gpu("afterSwap")
+            step("ctl list: only main v2 serves, with main v1's bytes", list(now) == ["main"] and now["main"]["dir"] == os.path.realpath(v2)
+                 and now["main"]["bytes"] == both["main"]["bytes"] and now["main"]["leases"] == 0, serving=now, v1Bytes=both["main"]["bytes"])
+            if single is not None:
+                # Same segments as v1, so the same rounding: what is left beyond is driver
+                # bookkeeping of the freed version (a few MiB), not a tensor's worth.
+                step("GPU memory is back to the one-model figure", abs(after - single) <= MEM_TOLERANCE_MIB, MiB=after, oneModelMiB=single,
+                     daemonMiB=mem["afterSwap"]["daemon"], oneModelDaemonMiB=mem["oneModel"]["daemon"], toleranceMiB=MEM_TOLERANCE_MIB)
+            codes = self.stop_daemons([d], "models")
+            end = self.gpu_used_mib(visible)
+            step("SIGTERM: the daemon exits 0" + (", GPU memory back to its start" if end is not None else ""),
+                 codes["models"] == 0 and (end is None or end <= mem["atStart"] + MEM_TOLERANCE_MIB), exitCode=codes["models"], MiB=end, atStartMiB=mem["atStart"])
+        finally:
+            for p in workers:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+                self.append_log(f"models: worker {' '.join(p.args[2:])[:300]} -> rc {p.returncode}", "" if p.stderr.closed else p.stderr.read())
+        res["status"] = "pass" if steps and all(x["ok"] for x in steps) else "fail"
+
     def run(self):
         # (name, body, seconds of budget it needs, GPUs it needs): a machine with fewer GPUs
         # reports the scenario as skipped, with why, instead of as a failure of weightd.
         plan = [("checkpoint", self.s_checkpoint, 30, 1), ("tp1", self.s_tp1, 45, 1), ("tp2", self.s_tp2, 30, 2), ("two-node", self.s_two_node, 30, 2),
-                ("restart", self.s_restart, 60, 1)]
+                ("restart", self.s_restart, 60, 1), ("models", self.s_models, 45, 1)]
         wanted = self.a.scenarios.split(",")
-        gpus = visible_gpu_count() if self.a.device == "cuda" else 8  # the host backend simulates its devices
+        gpus = self.gpus()
         for name, fn, need, need_gpus in plan:
             if name not in wanted:
                 continue
@@ -1036,8 +1532,10 @@ class Suite:
                 row["ranks"] = [{k: x.get(k) for k in ("rank", "ok", "tensorsChecked", "mismatchedCount", "bySplit", "byRole", "attachMsMedian", "ipcHandles")}
                                 for x in r.get("ranks", [])]
                 row["exitCodes"] = r.get("exitCodes") or {name: r.get("daemon", {}).get("exitCode")}
-            if name == "restart":
-                row["steps"] = [{k: v for k, v in x.items() if k in ("step", "ok", "readySeconds", "rchar", "readBytes", "firstAttachMs", "attachMsMedian", "exitCode")}
+            if name == "models":
+                row["variant"] = r.get("variant")
+            if name in ("restart", "models"):
+                row["steps"] = [{k: v for k, v in x.items() if k in ("step", "ok", "readySeconds", "rchar", "readBytes", "firstAttachMs", "attachMsMedian", "exitCode", "seconds", "MiB")}
                                 for x in r.get("steps", [])]
             if r.get("error"):
                 row["error"] = r["error"][:500]
@@ -1076,12 +1574,16 @@ def main():
     r.add_argument("--ckpt", help="use this checkpoint instead of writing one")
     r.add_argument("--ckpt-dir", default="/var/tmp/weightd-daemon-suite/ckpt", help="where the checkpoint scenario writes")
     r.add_argument("--small", action="store_true", help="a small model (dry runs)")
-    r.add_argument("--scenarios", default="checkpoint,tp1,tp2,two-node,restart")
+    r.add_argument("--scenarios", default="checkpoint,tp1,tp2,two-node,restart,models")
+    r.add_argument("--gpus", type=int, help="use this many GPUs, not every visible one (the host backend simulates 8): "
+                                            "e.g. --gpus 1 for a host dry run of what a one-GPU machine runs")
+    r.add_argument("--swap-clients", type=int, default=4, help="models: client processes that hold the old version through the swap")
     r.add_argument("--budget", type=float, default=float(os.environ.get("WEIGHTD_SUITE_BUDGET_S", "420")))
     r.add_argument("--master-port", type=int, default=29611)
     m = sub.add_parser("make-ckpt")
     m.add_argument("--dir", required=True)
     m.add_argument("--small", action="store_true")
+    m.add_argument("--draft", action="store_true", help="the models scenario's second model (DRAFT_SHAPE)")
     m.add_argument("--max-shard-size", default="500MB")
     h = sub.add_parser("hold")
     h.add_argument("--socket-dir", required=True)
@@ -1090,6 +1592,19 @@ def main():
     f = sub.add_parser("fill")
     f.add_argument("--device-index", type=int, default=0)
     f.add_argument("--leave-bytes", type=int, required=True)
+    ma = sub.add_parser("models-attach")
+    ma.add_argument("--socket-dir", required=True)
+    ma.add_argument("--spec", required=True, help='JSON: [{"name", "ckpt", "tp"}], every model to attach at once')
+    for name in ("swap-hold", "swap-churn"):
+        w = sub.add_parser(name)
+        w.add_argument("--socket-dir", required=True)
+        w.add_argument("--ckpt", required=True, help="the version to attach first")
+        w.add_argument("--next-ckpt", help="the version that replaces it")
+        w.add_argument("--tp", type=int, default=1)
+        w.add_argument("--name", default="main", help="the model name to watch")
+        w.add_argument("--check-every", type=float, default=0.25, help="seconds between checks of the held version (0: none)")
+        w.add_argument("--attaches", type=int, default=3, help="swap-churn: attaches of the next version before it stops")
+        w.add_argument("--max-seconds", type=float, default=120)
     for name in ("verify", "model"):
         w = sub.add_parser(name)
         w.add_argument("--socket-dir", required=True)
@@ -1111,6 +1626,12 @@ def main():
         return worker_hold(a)
     if a.cmd == "fill":
         return worker_fill(a)
+    if a.cmd == "models-attach":
+        return worker_models_attach(a)
+    if a.cmd == "swap-hold":
+        return worker_swap_hold(a)
+    if a.cmd == "swap-churn":
+        return worker_swap_churn(a)
 
     suite = Suite(a)
 

@@ -5,7 +5,8 @@
 #           every mode, IPC from Python and from the TypeScript client, and --cuda-handles fd:
 #           VMM descriptors mapped from both and adopted by another process, timed against IPC);
 #   daemon  the daemon end to end (daemon-suite.sh: a transformers Llama checkpoint served at
-#           tp=1, tp=2 and over two nodes, every tensor checked from Python, logits compared).
+#           tp=1, tp=2 and over two nodes, every tensor checked from Python, logits compared;
+#           restarts with a keeper; two models on one daemon and a swap under live clients).
 # Needs an NVIDIA GPU, python3 with numpy (check) and torch, safetensors, transformers (daemon),
 # build/Release/weightd.node and dist/.
 #   bash test/gpu/run.sh [--only check|daemon] [--ckpt DIR] [--out FILE] [--out-dir DIR]
