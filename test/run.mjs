@@ -6,10 +6,10 @@
 // Python the tests start is WEIGHTD_PYTHON, the project's venv (scripts/python-venv.mjs) unless
 // the caller names another.
 import { spawn } from 'node:child_process';
-import { readdirSync, statSync } from 'node:fs';
+import { mkdtempSync, readdirSync, rmSync, statSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { cpus } from 'node:os';
+import { cpus, tmpdir } from 'node:os';
 import { ensurePythonVenv } from '../scripts/python-venv.mjs';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
@@ -63,11 +63,15 @@ try {
 // a venv of its own (.venv-vllm, clients/python/requirements-vllm.txt) and only there.
 const vllmTest = join(root, 'clients/python/tests/test_vllm_plugin.py');
 const vllmName = 'clients/python/tests/test_vllm_plugin.py (pytest, .venv-vllm)';
+// Each pytest run gets a base temp dir of its own: in the shared default (/tmp/pytest-of-USER) a
+// starting pytest deletes older runs' dirs, so suites running at once broke each other's files.
+const pytestTemps = [];
+const basetemp = () => `--basetemp=${pytestTemps[pytestTemps.push(mkdtempSync(join(tmpdir(), 'weightd-pytest-'))) - 1]}`;
 if (!filter || filter.test(pytestName)) {
   jobs.push({
     name: pytestName,
     cmd: process.env.WEIGHTD_PYTHON,
-    args: ['-m', 'pytest', '-q', '-p', 'no:cacheprovider', `--ignore=${vllmTest}`, join(root, 'clients/python/tests')],
+    args: ['-m', 'pytest', '-q', '-p', 'no:cacheprovider', basetemp(), `--ignore=${vllmTest}`, join(root, 'clients/python/tests')],
     counts: pytestCounts,
   });
 }
@@ -85,7 +89,7 @@ if (!filter || filter.test(vllmName)) {
     console.log('0 passed, 1 failed');
     process.exit(1);
   }
-  jobs.push({ name: vllmName, cmd: python, args: ['-m', 'pytest', '-q', '-p', 'no:cacheprovider', vllmTest], counts: pytestCounts });
+  jobs.push({ name: vllmName, cmd: python, args: ['-m', 'pytest', '-q', '-p', 'no:cacheprovider', basetemp(), vllmTest], counts: pytestCounts });
 }
 jobs.sort((a, b) => Number(b.cmd !== process.execPath) - Number(a.cmd !== process.execPath));
 
@@ -126,6 +130,7 @@ await Promise.all(Array.from({ length: parallel }, async () => {
   while (queue.length) await runJob(queue.shift());
 }));
 
+for (const dir of pytestTemps) rmSync(dir, { recursive: true, force: true });
 if (failedFiles.length) console.log(`\nfailed files:\n  ${failedFiles.join('\n  ')}`);
 if (passed + failed === 0) failed = 1, console.log('no test ran');
 console.log(`${passed} passed, ${failed} failed${skipped ? `, ${skipped} skipped` : ''}`);
