@@ -10,6 +10,7 @@ B=$(ls -d /tmp/wb/weightd-*); export B PATH=$B/bin:$PATH
 ln -sfn "$B/node_modules" node_modules
 [ -e .device/devtest.tgz ] && tar xzf .device/devtest.tgz -C "$B/node_modules"
 mkdir -p dist build; ln -sfn "$B/dist/src" dist/src; cp "$B/dist/main.js" dist/main.js; ln -sfn "$B/build/Release" build/Release
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+# --find-links: .whl may hold a wheel per Python version; pip takes the one that fits.
+python3 -m pip install -q --no-index --find-links .whl --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site xxhash rfc8785
 export PYTHONPATH=/tmp/site:clients/python WEIGHTD_BIN=$B/bin/weightd WEIGHTD_PYTHON=python3
 date -u; nvidia-smi -L
