@@ -15,11 +15,10 @@ export interface ShardKey {
 }
 
 /**
- * Drops the unplanned records of the devices `planned` names and returns the planned ones the keeper holds (what
- * the ranks will adopt). Never throws: without an answer from the keeper nothing is dropped, and
- * the ranks find out for themselves.
+ * Drops the unplanned records of the devices `planned` names. Never throws: without an answer
+ * from the keeper nothing is dropped, and the ranks find out for themselves.
  */
-export async function dropUnplanned(socket: string, planned: readonly ShardKey[], log: Logger): Promise<ShardKey[]> {
+export async function dropUnplanned(socket: string, planned: readonly ShardKey[], log: Logger): Promise<void> {
   const keeper = new KeeperClient(socket);
   const mine = new Set(planned.map((k) => k.device));
   const wanted = new Set(planned.map(keyOf));
@@ -27,8 +26,9 @@ export async function dropUnplanned(socket: string, planned: readonly ShardKey[]
   try {
     records = (await keeper.list()).filter((r) => mine.has(r.device));
   } catch (err) {
-    log.warn({ keeper: socket, reason: (err as Error).message }, 'could not list what the keeper holds: shards no model of this start plans stay kept until its adoption window ends');
-    return [];
+    // Most often no keeper answers at all, which the keeper link has already warned of.
+    log.debug({ keeper: socket, reason: (err as Error).message }, 'could not list what the keeper holds: shards no model of this start plans stay kept until its adoption window ends');
+    return;
   }
   // A record whose owner lives is another process's (a daemon still ending): never taken from under it.
   const stale = records.filter((r) => !wanted.has(keyOf(r)) && !r.ownerAlive);
@@ -40,7 +40,6 @@ export async function dropUnplanned(socket: string, planned: readonly ShardKey[]
       log.warn({ keeper: socket, device: r.device, fingerprint: r.fingerprint, reason: (err as Error).message }, 'could not drop a kept shard that no model of this start plans: it is freed when the adoption window ends');
     }
   }
-  return records.filter((r) => wanted.has(keyOf(r))).map(({ device, fingerprint }) => ({ device, fingerprint }));
 }
 
 function keyOf(k: ShardKey): string {
