@@ -18,7 +18,14 @@ export interface RankActorInput {
   workers: WorkerRegistry;
 }
 
-export type RankCommand = { type: 'RANK_RELEASE' } | { type: 'RANK_STOP' } | { type: 'RANK_ADMIT' };
+export type RankCommand = { type: 'RANK_RELEASE' } | { type: 'RANK_STOP' } | { type: 'RANK_ADMIT' } | { type: 'RANK_KEEP' };
+
+const toWorker: Record<RankCommand['type'], MainToRank> = {
+  RANK_RELEASE: { type: 'RELEASE' },
+  RANK_STOP: { type: 'STOP' },
+  RANK_ADMIT: { type: 'ADMIT' },
+  RANK_KEEP: { type: 'KEEP' },
+};
 
 export const rankActor = fromCallback<RankCommand, RankActorInput, RankEvent>(({ input, sendBack, receive }) => {
   const { localRank } = input.workerData;
@@ -65,9 +72,8 @@ export const rankActor = fromCallback<RankCommand, RankActorInput, RankEvent>(({
   });
 
   receive((cmd) => {
-    const msg: MainToRank = cmd.type === 'RANK_STOP' ? { type: 'STOP' } : cmd.type === 'RANK_ADMIT' ? { type: 'ADMIT' } : { type: 'RELEASE' };
     if (cmd.type === 'RANK_STOP') stopRequested = true;
-    worker.postMessage(msg);
+    worker.postMessage(toWorker[cmd.type]);
   });
 
   return () => {

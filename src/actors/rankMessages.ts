@@ -16,6 +16,12 @@ export interface RankWorkerData {
   /** Where this rank's segments are kept beyond the daemon (absent: --keeper off). */
   keeper?: RankKeeping;
   /**
+   * Hand the keeper the segments once told (KEEP), not once loaded: a model served beside the
+   * node's own is kept once it serves, so one that fails before (its files changed, a sibling
+   * rank failed, its group aborted it) leaves nothing in the keeper for this daemon's life.
+   */
+  keepOnceServing?: boolean;
+  /**
    * Wait, once the device is open and reported (DEVICE, with its free memory), for ADMIT before
    * allocating: a model loaded beside others is refused before anything is allocated when its
    * ranks do not fit (src/machines/modelFit.ts).
@@ -48,5 +54,6 @@ export type RankToMain =
 /**
  * KEEP_AGAIN: a keeper (re)started; hand it this rank's segments if it does not hold them.
  * ADMIT: the load fits (RankWorkerData.awaitAdmission): allocate and fill.
+ * KEEP: the rank's model serves (RankWorkerData.keepOnceServing): hand the keeper its segments.
  */
-export type MainToRank = { type: 'RELEASE' } | { type: 'STOP' } | { type: 'KEEP_AGAIN' } | { type: 'ADMIT' };
+export type MainToRank = { type: 'RELEASE' } | { type: 'STOP' } | { type: 'KEEP_AGAIN' } | { type: 'ADMIT' } | { type: 'KEEP' };

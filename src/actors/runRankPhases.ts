@@ -23,12 +23,16 @@ export function runRankPhases(phases: RankPhases): void {
   let stopping = false;
   /** The keeper call in flight: the device is freed only after it, so no descriptor it sends is closed under it. */
   let keeping: Promise<void> = Promise.resolve();
+  /** Whether the segments may go to the keeper yet (RankWorkerData.keepOnceServing). */
+  let keepAllowed = !data.keepOnceServing;
+  /** Adopted segments are the keeper's already (taking them made this daemon their owner). */
+  let adopted = false;
   let admit: () => void = () => {};
   const admitted = new Promise<void>((resolve) => (admit = resolve));
 
   const keep = () => {
     const segments = exported;
-    if (!data.keeper || !segments || stopping) return;
+    if (!data.keeper || !segments || stopping || !keepAllowed) return;
     keeping = keeping
       .then(() => phases.keep(data, segments))
       .then(
@@ -47,6 +51,11 @@ export function runRankPhases(phases: RankPhases): void {
     }
     if (m.type === 'ADMIT') {
       admit();
+      return;
+    }
+    if (m.type === 'KEEP') {
+      keepAllowed = true;
+      if (!adopted) keep();
       return;
     }
     stopping ||= m.type === 'STOP';
@@ -74,13 +83,12 @@ export function runRankPhases(phases: RankPhases): void {
     // A STOP meanwhile ends the thread (port.close above) with nothing allocated.
     if (data.awaitAdmission) await admitted;
     let resident: Resident | undefined = await phases.adopt(opened, data, post);
-    const adopted = resident !== undefined;
+    adopted = resident !== undefined;
     if (!resident) {
       await phases.allocate(opened, data);
       resident = { ...(await phases.fill(opened, data, post)), source: { from: 'checkpoint' } };
     }
     exported = await phases.export(opened, resident, post);
-    // Adopted segments are already the keeper's (taking them made this daemon their owner).
     if (adopted) post({ type: 'KEPT', kept: true });
     else keep();
   };

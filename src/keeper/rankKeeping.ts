@@ -31,8 +31,7 @@ export interface Adopted {
 
 /**
  * Takes this rank's kept segments and adopts them into `device`. Undefined (after a log line
- * saying why) when there is nothing to adopt: the rank then loads from the checkpoint. Kept
- * segments of another checkpoint for this device are dropped first, so the load has the memory.
+ * saying why) when there is nothing to adopt: the rank then loads from the checkpoint.
  */
 export async function adoptKept(device: DeviceHandle, data: RankWorkerData, keeping: RankKeeping, handleType: KeptHandleType | undefined, post: Post): Promise<Adopted | undefined> {
   const log = (level: 'info' | 'warn', msg: string, fields: Record<string, unknown> = {}) => post({ type: 'LOG', level, msg, fields: { keeper: keeping.socket, ...fields } });
@@ -48,17 +47,10 @@ export async function adoptKept(device: DeviceHandle, data: RankWorkerData, keep
   try {
     taken = await keeper.take(uuid, fingerprint);
   } catch (err) {
-    if (errorCode(err) !== 'E_NOT_KEPT') {
-      log('warn', `the keeper did not answer (${why(err)}): loading from the checkpoint`);
-      return undefined;
-    }
-    // One daemon per device: what the keeper holds for it under another fingerprint is a
-    // checkpoint nobody will adopt here, and its memory is what this load needs.
-    const others = (await keeper.list().catch(() => [])).filter((r) => r.device === uuid).map((r) => r.fingerprint);
-    if (others.length > 0) {
-      const dropped = await keeper.drop(uuid, '').catch(() => 0);
-      log('info', "the keeper held this device's shard of another checkpoint: dropped it before loading", { dropped, kept: others });
-    }
+    // Not kept is the common answer (a first start, a model new to this node); what the keeper
+    // held for this device under other fingerprints was dropped before any rank loaded
+    // (dropUnplanned.ts), so the load has the memory.
+    if (errorCode(err) !== 'E_NOT_KEPT') log('warn', `the keeper did not answer (${why(err)}): loading from the checkpoint`);
     return undefined;
   }
   const checked = checkKeptRecord(taken.record, expectation(data, handleType));

@@ -20,6 +20,7 @@ import { and, assertEvent, assign, enqueueActions, fromCallback, fromPromise, se
 import type { FileIdentity } from '../actors/checkFiles.js';
 import type { PlannedModel } from '../actors/planModel.js';
 import type { RankActorInput, RankCommand } from '../actors/rankActor.js';
+import type { RankKeeping } from '../actors/rankMessages.js';
 import type { ServeRankInput } from '../actors/serveRank.js';
 import type { ServerRegistry } from '../actors/serverRegistry.js';
 import type { WorkerRegistry } from '../actors/workerRegistry.js';
@@ -47,6 +48,8 @@ export interface ModelInput {
   startup: boolean;
   socketDir: string;
   cudaHandles: CudaHandles;
+  /** Where its ranks keep their segments beyond the daemon (absent: --keeper off), once it serves. */
+  keeper?: RankKeeping;
   log: Logger;
   rankWorker: URL;
   workers: WorkerRegistry;
@@ -127,6 +130,8 @@ export const modelMachine = setup({
               plan: planned.plan.ranks[r.globalRank]!,
               fill: planned.fill,
               awaitAdmission: true,
+              keeper: context.keeper,
+              keepOnceServing: true,
             },
           },
         });
@@ -158,6 +163,10 @@ export const modelMachine = setup({
     recordDevice: assign(({ context, event }) => (assertEvent(event, 'RANK_DEVICE'), { ranks: recordReport(context.ranks, event) })),
     recordProgress: assign(({ context, event }) => (assertEvent(event, 'RANK_PROGRESS'), { ranks: recordReport(context.ranks, event) })),
     recordLoaded: assign(({ context, event }) => (assertEvent(event, 'RANK_LOADED'), { ranks: recordReport(context.ranks, event) })),
+    recordKept: assign(({ context, event }) => (assertEvent(event, 'RANK_KEPT'), { ranks: recordReport(context.ranks, event) })),
+    keepRanks: enqueueActions(({ context, enqueue }) => {
+      for (const r of context.ranks) if (r.state !== 'released') enqueue.sendTo(modelRankId(r.localRank), { type: 'RANK_KEEP' });
+    }),
     spawnServers: enqueueActions(({ context, enqueue }) => {
       const { planned } = context;
       for (const r of context.ranks) {
@@ -286,7 +295,7 @@ export const modelMachine = setup({
       always: { guard: 'allRanksServing', target: 'serving' },
     },
     serving: {
-      entry: 'announce',
+      entry: ['announce', 'keepRanks'],
       on: { MODEL_UNLOAD: { target: 'draining', actions: 'storeForce' }, ...clientRelease, MODEL_STOP: '#model.stopping' },
       // Every rank released by its clients (the release command): nothing is left to serve.
       always: { guard: 'allRanksReleased', target: 'released' },
@@ -307,6 +316,8 @@ export const modelMachine = setup({
   },
   on: {
     RANK_FAILED: { target: '.failed', actions: 'recordRankFailure' },
+    // A keeper takes, loses or drops a rank's segments in any state a rank lives in.
+    RANK_KEPT: { actions: 'recordKept' },
   },
 });
 

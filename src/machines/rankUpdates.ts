@@ -6,9 +6,9 @@ export function updateRank(ranks: RankStatus[], localRank: number, patch: Partia
   return ranks.map((r) => (r.localRank === localRank ? { ...r, ...patch } : r));
 }
 
-type Report = Extract<RankEvent, { type: 'RANK_DEVICE' | 'RANK_PROGRESS' | 'RANK_LOADED' }>;
+type Report = Extract<RankEvent, { type: 'RANK_DEVICE' | 'RANK_PROGRESS' | 'RANK_LOADED' | 'RANK_KEPT' }>;
 
-/** What a rank's device, progress and loaded reports change in its row: one rule for both machines. */
+/** What a rank's device, progress, loaded and kept reports change in its row: one rule for both machines. */
 export function recordReport(ranks: RankStatus[], e: Report): RankStatus[] {
   switch (e.type) {
     case 'RANK_DEVICE':
@@ -17,5 +17,7 @@ export function recordReport(ranks: RankStatus[], e: Report): RankStatus[] {
       return updateRank(ranks, e.localRank, { bytes: e.bytes, totalBytes: e.totalBytes, seconds: e.seconds });
     case 'RANK_LOADED':
       return updateRank(ranks, e.localRank, { state: 'loaded', device: e.device, bytes: e.bytes, seconds: e.seconds, segments: e.segments, source: e.source });
+    case 'RANK_KEPT':
+      return updateRank(ranks, e.localRank, { kept: e.kept, keptReason: e.reason });
   }
 }

@@ -378,10 +378,7 @@ const supervisorSetup = setup({
     recordDevice: assign(({ context, event }) => (assertEvent(event, 'RANK_DEVICE'), { ranks: recordReport(context.ranks, event) })),
     recordProgress: assign(({ context, event }) => (assertEvent(event, 'RANK_PROGRESS'), { ranks: recordReport(context.ranks, event) })),
     recordLoaded: assign(({ context, event }) => (assertEvent(event, 'RANK_LOADED'), { ranks: recordReport(context.ranks, event) })),
-    recordKept: assign(({ context, event }) => {
-      assertEvent(event, 'RANK_KEPT');
-      return { ranks: updateRank(context.ranks, event.localRank, { kept: event.kept, keptReason: event.reason }) };
-    }),
+    recordKept: assign(({ context, event }) => (assertEvent(event, 'RANK_KEPT'), { ranks: recordReport(context.ranks, event) })),
     recordStopped: assign(({ context, event }) => {
       assertEvent(event, 'RANK_STOPPED');
       return { ranks: updateRank(context.ranks, event.localRank, { state: 'stopped' }) };
@@ -524,6 +521,7 @@ function modelInput(context: SupervisorContext, parent: AnyActorRef, id: string,
     startup,
     socketDir: context.prepared!.socketDir,
     cudaHandles: context.config.cudaHandles,
+    keeper: context.prepared!.keeper && { ...context.prepared!.keeper, model: planned.spec.modelDir },
     log: context.log.child({ model: planned.spec.name }),
     rankWorker: context.rankWorker,
     workers: context.workers,

@@ -9,9 +9,35 @@ import { join } from 'node:path';
 import { KeeperClient, keeperBinaryPath } from '../../src/keeper/keeperClient.js';
 
 const live = new Set<ChildProcess>();
+/** Keepers a daemon spawned (--keeper spawn): detached from the test, which must never leave one behind. */
+const spawnedKeepers = new Set<number>();
+// Synchronous on purpose: 'exit' handlers cannot wait.
 process.on('exit', () => {
   for (const c of live) c.kill('SIGKILL');
+  for (const pid of spawnedKeepers) {
+    try {
+      process.kill(pid, 'SIGKILL');
+    } catch {
+      // Already gone.
+    }
+  }
 });
+
+/** The pid of the keeper answering `keeper`, remembered so that the test process kills it at exit. */
+export async function keeperPid(keeper: KeeperClient): Promise<number> {
+  const { pid } = await keeper.ping();
+  spawnedKeepers.add(pid);
+  return pid;
+}
+
+/** Kills the keeper answering `keeper` (one a daemon spawned), if any, and waits until it is gone. */
+export async function killKeeper(keeper: KeeperClient): Promise<void> {
+  const pid = await keeperPid(keeper).catch(() => undefined);
+  if (pid === undefined) return;
+  process.kill(pid, 'SIGKILL');
+  await waitUntil(`keeper ${pid} gone`, () => !processAlive(pid));
+  spawnedKeepers.delete(pid);
+}
 
 export interface TestKeeper {
   pid: number;

@@ -12,7 +12,7 @@ import { expectedFingerprint, findSocket } from '../../src/client/index.js';
 import { KeeperClient } from '../../src/keeper/keeperClient.js';
 import { KEEPER_SOCKET_NAME } from '../../src/keeper/keeperSocketPath.js';
 import { startDaemon, type Daemon, type DaemonOptions } from '../helpers/daemon.js';
-import { processAlive as alive, waitUntil as until } from '../helpers/keeper.js';
+import { keeperPid, killKeeper, processAlive as alive, waitUntil as until } from '../helpers/keeper.js';
 import { exampleModel, freshSocketDir, repoRoot } from '../helpers/paths.js';
 import { expectedRank } from '../serve/checkpointOracle.js';
 import { printedLines, PYTHON, runClient, startHolder } from '../client/runClient.js';
@@ -20,18 +20,6 @@ import { printedLines, PYTHON, runClient, startHolder } from '../client/runClien
 interface HashesReply {
   tensors: Record<string, { sha256: string }>;
 }
-
-const keepers = new Set<number>();
-// Synchronous on purpose: a keeper is detached from the test, which must never leave one behind.
-process.on('exit', () => {
-  for (const pid of keepers) {
-    try {
-      process.kill(pid, 'SIGKILL');
-    } catch {
-      // Already gone.
-    }
-  }
-});
 
 /** A node's setup that a second daemon can restart: same devices, same socket dir, same keeper. */
 function setup(tp = 1, adoptWithinS = 30): { opts: DaemonOptions; keeper: KeeperClient; socketDir: string } {
@@ -42,20 +30,6 @@ function setup(tp = 1, adoptWithinS = 30): { opts: DaemonOptions; keeper: Keeper
     keeper: new KeeperClient(join(socketDir, KEEPER_SOCKET_NAME)),
     opts: { model: exampleModel, tp, socketDir, devices, extraArgs: ['--keeper', 'spawn', '--adopt-within', String(adoptWithinS), '--log-level', 'debug'] },
   };
-}
-
-async function keeperPid(keeper: KeeperClient): Promise<number> {
-  const { pid } = await keeper.ping();
-  keepers.add(pid);
-  return pid;
-}
-
-async function killKeeper(keeper: KeeperClient): Promise<void> {
-  const pid = await keeperPid(keeper).catch(() => undefined);
-  if (pid === undefined) return;
-  process.kill(pid, 'SIGKILL');
-  await until(`keeper ${pid} gone`, () => !alive(pid));
-  keepers.delete(pid);
 }
 
 /** Bytes the process passed through read(2) and friends so far (/proc/PID/io rchar). */

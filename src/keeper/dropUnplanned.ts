@@ -1,0 +1,47 @@
+// At a node's start, before any rank loads: what the keeper holds for this node's devices that
+// none of the models it starts with plans (a model left off the command line, an older checkpoint,
+// a model an earlier daemon loaded with ctl load) is dropped. The node holds the devices' locks by
+// now, and only the daemon of a device adopts its shards, so nobody would take these: kept, they
+// would hold device memory until the keeper's adoption window ends, and stand in the way of the
+// loads (and fit checks) of this start. Doing it here, once per node and before any rank exists,
+// is what lets each model's ranks keep and adopt their own shards without knowing the others'.
+import type { Logger } from '../log.js';
+import { KeeperClient } from './keeperClient.js';
+
+/** One rank's shard as the keeper files it. */
+export interface ShardKey {
+  device: string;
+  fingerprint: string;
+}
+
+/**
+ * Drops the unplanned records of the devices `planned` names. Never throws: without an answer
+ * from the keeper nothing is dropped, and the ranks find out for themselves.
+ */
+export async function dropUnplanned(socket: string, planned: readonly ShardKey[], log: Logger): Promise<void> {
+  const keeper = new KeeperClient(socket);
+  const mine = new Set(planned.map((k) => k.device));
+  const wanted = new Set(planned.map(keyOf));
+  let records;
+  try {
+    records = (await keeper.list()).filter((r) => mine.has(r.device));
+  } catch (err) {
+    // Most often no keeper answers at all, which the keeper link has already warned of.
+    log.debug({ keeper: socket, reason: (err as Error).message }, 'could not list what the keeper holds: shards no model of this start plans stay kept until its adoption window ends');
+    return;
+  }
+  // A record whose owner lives is another process's (a daemon still ending): never taken from under it.
+  const stale = records.filter((r) => !wanted.has(keyOf(r)) && !r.ownerAlive);
+  for (const r of stale) {
+    try {
+      await keeper.drop(r.device, r.fingerprint);
+      log.info({ keeper: socket, device: r.device, fingerprint: r.fingerprint }, "dropped a kept shard that no model of this start plans (it is not on this daemon's command line)");
+    } catch (err) {
+      log.warn({ keeper: socket, device: r.device, fingerprint: r.fingerprint, reason: (err as Error).message }, 'could not drop a kept shard that no model of this start plans: it is freed when the adoption window ends');
+    }
+  }
+}
+
+function keyOf(k: ShardKey): string {
+  return `${k.device}\u0000${k.fingerprint}`;
+}
