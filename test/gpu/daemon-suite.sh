@@ -2,11 +2,11 @@
 # weightd end to end on this machine's GPU(s): the daemon (dist/main.js) serves a Llama
 # checkpoint written by transformers, and Python clients check every tensor against safetensors
 # (tp=1 with a model forward pass, tp=2 on one node, two nodes of one GPU each, restarts with a
-# keeper, two models on one daemon and a swap under live clients). See
+# keeper, two models on one daemon and a swap under live clients, a swap across two nodes). See
 # test/gpu/daemon_suite.py for the scenarios. Needs NVIDIA GPU(s) (2 for the tp=2 scenarios),
 # python3 with torch, safetensors and transformers, build/Release/weightd.node and dist/.
 #   bash test/gpu/daemon-suite.sh [--out-dir DIR] [--ckpt DIR] [--device cuda|host] [--small]
-#                                 [--scenarios checkpoint,tp1,tp2,two-node,restart,models] [--budget S]
+#                                 [--scenarios checkpoint,tp1,tp2,two-node,restart,models,models-span] [--budget S]
 #                                 [--gpus N] [--swap-clients N]
 # Results: DIR/<scenario>.json, DIR/summary.json and DIR/processes.log; DIR defaults
 # to $OUT when set (a device call), else test/artifacts/gpu-daemon. Exits non-zero if any

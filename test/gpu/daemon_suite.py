@@ -3,7 +3,8 @@
 Llama checkpoint and Python clients (clients/python) check every byte against safetensors.
 
   python3 test/gpu/daemon_suite.py run --out-dir DIR [--device cuda|host] [--ckpt DIR] [--small]
-                                       [--scenarios checkpoint,tp1,tp2,two-node,restart,models] [--budget S]
+                                       [--scenarios checkpoint,tp1,tp2,two-node,restart,models,models-span]
+                                       [--budget S]
                                        [--gpus N] [--swap-clients N]
 
 Scenarios, each independent (one failing does not stop the others), each writing DIR/<name>.json:
@@ -38,10 +39,15 @@ Scenarios, each independent (one failing does not stop the others), each writing
               process gets v2 bit-equal; half the holders die holding v1, half move to v2: v1
               stays until the last lease ends, then is freed; status bytes and GPU memory back to
               one model's, SIGTERM exit 0 and GPU memory back to its start
+  models-span two daemons (--nnodes 2 over 127.0.0.1; one GPU each, or both on GPU 0 of a
+              one-GPU machine) serve "main" at tp=2 across them; a swap to v2 that node 1 cannot
+              load (its copy cut short) fails on both nodes: v2 attachable on neither, v1 serving
+              on bit-equal, GPU memory back to one version's; then a swap both load serves v2 on
+              both and frees v1; SIGTERM, exit 0, GPU memory back to its start
 Also DIR/summary.json and DIR/processes.log (every daemon's and worker's output).
 
 The orchestration uses the standard library only; the workers (same file: make-ckpt, verify,
-model, hold, fill, models-attach, swap-hold, swap-churn) need torch and safetensors, and
+model, hold, fill, models-attach, span-attach, swap-hold, swap-churn) need torch and safetensors, and
 transformers for the checkpoint and the model check.
 `--device host` runs the same orchestration on the host backend (no GPU; CI-machine dry run); it
 simulates 8 devices, so `--gpus 1` dry-runs what a one-GPU machine runs.
@@ -566,6 +572,32 @@ def worker_models_attach(a):
                 att.detach()
         for c in clients.values():
             c.close()
+    emit(res)
+    return 0 if res["ok"] else 1
+
+
+def worker_span_attach(a):
+    """One node's rank of a model that spans nodes: attaches rank --rank of --ckpt's version on
+    this node's socket (device 0 of this process), checks it bit-equal to torch.chunk of the
+    checkpoint, and detaches. With --absent, passes when that socket serves no such version."""
+    from weightd_client import Mismatch, WeightdClient, expected_fingerprint, find_socket
+
+    torch, cuda, dev = setup_torch(0)
+    fp = expected_fingerprint(a.ckpt, a.tp, a.rank).fingerprint
+    client = WeightdClient(find_socket(global_rank=a.rank, socket_dir=a.socket_dir), client_name=f"suite-{os.getpid()}")
+    res = {"rank": a.rank, "ckpt": a.ckpt, "fingerprint": fp, "ok": False}
+    try:
+        att = client.attach(fp, device=0)
+        if isinstance(att, Mismatch):
+            res.update(served=False, ok=a.absent, servedFingerprint=att.fingerprint, fields=att.fields)
+        else:
+            try:
+                cmp = compare_rank(torch, att, load_checkpoint(a.ckpt, dev), a.tp, a.rank)
+            finally:
+                att.detach()
+            res.update(served=True, ok=cmp["ok"] and not a.absent, **{k: cmp.get(k) for k in ("tensorsChecked", "mismatchedCount", "mismatched", "missing", "extra")})
+    finally:
+        client.close()
     emit(res)
     return 0 if res["ok"] else 1
 
@@ -1497,11 +1529,111 @@ class Suite:
                 self.append_log(f"models: worker {' '.join(p.args[2:])[:300]} -> rc {p.returncode}", "" if p.stderr.closed else p.stderr.read())
         res["status"] = "pass" if steps and all(x["ok"] for x in steps) else "fail"
 
+    # -- models-span (issue 17): a model across two nodes, swapped all or nothing --
+    def s_models_span(self, res):
+        """Two daemons (--nnodes 2 over 127.0.0.1; one GPU each, or both on GPU 0 of a one-GPU
+        machine) serve "main" at tp=2 across them. A swap to v2 that node 1 cannot load (its
+        copy of v2 is cut short) fails on both nodes: v2 is attachable on neither, both ranks of
+        v1 serve on bit-equal, GPU memory is back to one version. Then a swap that both nodes
+        load serves v2 on both and frees v1; SIGTERM, both exit 0, GPU memory back to its start."""
+        self.need_ckpt()
+        steps = res["steps"] = []
+
+        def step(name, ok, **info):
+            self.record_step(steps, "models-span", name, ok, **info)
+
+        two = self.gpus() >= 2
+        res["variant"] = "node 0 on GPU 0, node 1 on GPU 1" if two else "both nodes on GPU 0 (one GPU)"
+        self.say(f"models-span: variant: {res['variant']}")
+        base = os.path.dirname(os.path.abspath(self.a.ckpt_dir))
+        v2, broken = os.path.join(base, "span-v2"), os.path.join(base, "span-v2-cut")
+        write_variant(self.ckpt, v2)
+        write_variant(self.ckpt, broken)
+        shard = ckpt_files(broken)[-1]
+        os.truncate(shard, os.path.getsize(shard) - 64)
+        step("v2 written (every data byte inverted), and node 1's copy of it cut 64 bytes short", True, v2=v2, cut=shard)
+
+        port = str(self.a.master_port + 1)
+        models_file = os.path.join(self.work, "span-models.json")
+        with open(models_file, "w") as f:
+            json.dump({"models": [{"name": "main", "dir": self.ckpt, "tensorParallelSize": 2}]}, f)
+        gpus = "0,1" if two else "0"
+        mem = res["gpuMiB"] = {"atStart": self.gpu_used_mib(gpus)}
+        nodes = []
+        for n in (0, 1):
+            sock = os.path.join(self.work, f"span{n}")
+            extra = ["--nnodes", "2", "--node-rank", str(n), "--master-addr", "127.0.0.1", "--weight-cache-master-port", port, "--rendezvous-timeout", "90"]
+            nodes.append((sock, self.start_daemon(f"span{n}", sock, 2, str(n) if two else "0", f"host-span-{n}", extra, models=["--models", models_file])))
+        daemons = [d for _, d in nodes]
+        res["readySeconds"] = self.wait_for(daemons, READY_RE, 150, "READY")
+        self.wait_for(daemons, re.compile(re.escape(GROUP_READY)), 30, "group ready")
+        visible = [str(n) if two else "0" for n in (0, 1)]
+
+        def attach_each(ckpt, absent=False):
+            jobs = [(f"models-span attach node {n}", ["span-attach", "--socket-dir", sock, "--ckpt", ckpt, "--rank", str(n), "--tp", "2"] + (["--absent"] if absent else []), visible[n])
+                    for n, (sock, _) in enumerate(nodes)]
+            return self.workers_parallel(jobs, 150)
+
+        def brief(rs):
+            return [{k: r.get(k) for k in ("rank", "served", "ok", "tensorsChecked", "mismatchedCount", "stderrTail")} for r in rs]
+
+        def listed(sock):
+            return [(v["name"], v["dir"], v["state"]) for v in self.ctl_versions(sock)]
+
+        def load_both(dirs):
+            """ctl load on both nodes at once, as an operator's rollout does; each node's result."""
+            procs = [subprocess.Popen([*self.weightd(), "ctl", "--weight-cache-socket-dir", sock, "load", "--model", d, "--name", "main", "-tp", "2"],
+                                      env=self.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+                     for (sock, _), d in zip(nodes, dirs)]
+            out = []
+            for p in procs:
+                o, e = p.communicate(timeout=self.budget.limit(180))
+                self.append_log(f"models-span: {' '.join(p.args[1:])} -> rc {p.returncode}", o + e)
+                out.append({"rc": p.returncode, "out": o.strip()[-300:], "err": e.strip()[-600:]})
+            return out
+
+        v1 = os.path.realpath(self.ckpt)
+        r = attach_each(self.ckpt)
+        step("main v1 serves across both nodes: each node's rank bit-equal to torch.chunk", all(x.get("ok") for x in r), ranks=brief(r))
+        one = self.gpu_used_mib(gpus)
+        mem["oneVersion"] = one
+
+        # The swap that fails on node 1: both nodes must end where they began.
+        f = load_both([v2, broken])
+        step("node 1 cannot load its copy of v2: ctl load fails on node 1 with its own error", f[1]["rc"] != 0 and "E_" in f[1]["err"], node1=f[1])
+        step("... and on node 0, naming node 1 (E_MODEL_GROUP_PEER_FAILED)", f[0]["rc"] != 0 and "E_MODEL_GROUP_PEER_FAILED" in f[0]["err"] and "node 1" in f[0]["err"], node0=f[0])
+        states = [listed(sock) for sock, _ in nodes]
+        step("both nodes list main v1 alone, serving", all([x for x in st if x[2] != "released"] == [("main", v1, "serving")] for st in states), lists=states)
+        r = attach_each(v2, absent=True)
+        step("v2 is attachable on neither node", all(x.get("ok") and x.get("served") is False for x in r), ranks=brief(r))
+        r = attach_each(self.ckpt)
+        step("v1 serves on, bit-equal on both nodes", all(x.get("ok") for x in r), ranks=brief(r))
+        after_fail = mem["afterFailedSwap"] = self.gpu_used_mib(gpus)
+        if one is not None:
+            step("GPU memory is back to one version's", abs(after_fail - one) <= MEM_TOLERANCE_MIB, MiB=after_fail, oneVersionMiB=one)
+
+        # The swap that both nodes load.
+        ok = load_both([v2, v2])
+        step("a swap that both nodes load: ctl load answers 0 on both", all(x["rc"] == 0 for x in ok), results=ok)
+        r = attach_each(v2)
+        step("v2 serves on both nodes, bit-equal", all(x.get("ok") for x in r), ranks=brief(r))
+        freed = [self.wait_version_state(sock, self.ckpt, ("released",), 30) for sock, _ in nodes]
+        step("v1 (no leases) is freed on both nodes", all(v["state"] == "released" and v["bytes"] == 0 for v in freed), v1=freed)
+        after_swap = mem["afterSwap"] = self.gpu_used_mib(gpus)
+        if one is not None:
+            step("GPU memory is back to one version's", abs(after_swap - one) <= MEM_TOLERANCE_MIB, MiB=after_swap, oneVersionMiB=one)
+        codes = self.stop_daemons(daemons, "models-span")
+        end = self.gpu_used_mib(gpus)
+        step("SIGTERM: both daemons exit 0" + (", GPU memory back to its start" if end is not None else ""),
+             all(c == 0 for c in codes.values()) and (end is None or end <= mem["atStart"] + MEM_TOLERANCE_MIB), exitCodes=codes, MiB=end, atStartMiB=mem["atStart"])
+        res["status"] = "pass" if steps and all(x["ok"] for x in steps) else "fail"
+
     def run(self):
         # (name, body, seconds of budget it needs, GPUs it needs): a machine with fewer GPUs
         # reports the scenario as skipped, with why, instead of as a failure of weightd.
         plan = [("checkpoint", self.s_checkpoint, 30, 1), ("tp1", self.s_tp1, 45, 1), ("tp2", self.s_tp2, 30, 2), ("two-node", self.s_two_node, 30, 2),
-                ("restart", self.s_restart, 60, 1), ("models", self.s_models, 45, 1)]
+                ("restart", self.s_restart, 60, 1), ("models", self.s_models, 45, 1),
+                ("models-span", self.s_models_span, 45, 1)]
         wanted = self.a.scenarios.split(",")
         gpus = self.gpus()
         for name, fn, need, need_gpus in plan:
@@ -1532,9 +1664,9 @@ class Suite:
                 row["ranks"] = [{k: x.get(k) for k in ("rank", "ok", "tensorsChecked", "mismatchedCount", "bySplit", "byRole", "attachMsMedian", "ipcHandles")}
                                 for x in r.get("ranks", [])]
                 row["exitCodes"] = r.get("exitCodes") or {name: r.get("daemon", {}).get("exitCode")}
-            if name == "models":
+            if name in ("models", "models-span"):
                 row["variant"] = r.get("variant")
-            if name in ("restart", "models"):
+            if name in ("restart", "models", "models-span"):
                 row["steps"] = [{k: v for k, v in x.items() if k in ("step", "ok", "readySeconds", "rchar", "readBytes", "firstAttachMs", "attachMsMedian", "exitCode", "seconds", "MiB")}
                                 for x in r.get("steps", [])]
             if r.get("error"):
@@ -1574,7 +1706,7 @@ def main():
     r.add_argument("--ckpt", help="use this checkpoint instead of writing one")
     r.add_argument("--ckpt-dir", default="/var/tmp/weightd-daemon-suite/ckpt", help="where the checkpoint scenario writes")
     r.add_argument("--small", action="store_true", help="a small model (dry runs)")
-    r.add_argument("--scenarios", default="checkpoint,tp1,tp2,two-node,restart,models")
+    r.add_argument("--scenarios", default="checkpoint,tp1,tp2,two-node,restart,models,models-span")
     r.add_argument("--gpus", type=int, help="use this many GPUs, not every visible one (the host backend simulates 8): "
                                             "e.g. --gpus 1 for a host dry run of what a one-GPU machine runs")
     r.add_argument("--swap-clients", type=int, default=4, help="models: client processes that hold the old version through the swap")
@@ -1592,6 +1724,12 @@ def main():
     f = sub.add_parser("fill")
     f.add_argument("--device-index", type=int, default=0)
     f.add_argument("--leave-bytes", type=int, required=True)
+    sa = sub.add_parser("span-attach")
+    sa.add_argument("--socket-dir", required=True)
+    sa.add_argument("--ckpt", required=True)
+    sa.add_argument("--rank", type=int, required=True)
+    sa.add_argument("--tp", type=int, required=True)
+    sa.add_argument("--absent", action="store_true", help="pass when the socket serves no such version")
     ma = sub.add_parser("models-attach")
     ma.add_argument("--socket-dir", required=True)
     ma.add_argument("--spec", required=True, help='JSON: [{"name", "ckpt", "tp"}], every model to attach at once')
@@ -1628,6 +1766,8 @@ def main():
         return worker_fill(a)
     if a.cmd == "models-attach":
         return worker_models_attach(a)
+    if a.cmd == "span-attach":
+        return worker_span_attach(a)
     if a.cmd == "swap-hold":
         return worker_swap_hold(a)
     if a.cmd == "swap-churn":
