@@ -29,6 +29,13 @@ interface Verdict {
   expiry: NodeJS.Timeout;
 }
 
+/** The nodes that know an attempt's outcome: its members, and the node its verdict names. */
+function informedOf(joined: number[], verdict: Rejection): Set<number> {
+  const told = new Set(joined);
+  if (typeof verdict.details.nodeRank === 'number') told.add(verdict.details.nodeRank);
+  return told;
+}
+
 export class ModelGroups {
   readonly #o: ModelGroupsOptions;
   readonly #groups = new Map<string, Actor<typeof modelGroupMachine>>();
@@ -51,7 +58,10 @@ export class ModelGroups {
       return;
     }
     const verdict = this.#verdicts.get(m.name);
-    if (verdict && (verdict.fingerprint === undefined || verdict.fingerprint === m.fingerprint)) {
+    // A node that already heard the verdict and joins again is retrying (its files fixed, say):
+    // that starts a new attempt, not the old one's abort.
+    const retry = m.type === 'model_join' && verdict?.told.has(nodeRank) === true;
+    if (verdict && !retry && (verdict.fingerprint === undefined || verdict.fingerprint === m.fingerprint)) {
       this.#tell(m.name, verdict, [nodeRank], m.fingerprint);
       return;
     }
@@ -96,8 +106,9 @@ export class ModelGroups {
         this.#groups.delete(m.name);
         const c = snap.context;
         // Every node was sent the verdict; only those connected heard it, and only those that
-        // joined know this version: a node that joins later must hear it too.
-        if (c.verdict) this.#remember(m.name, m.fingerprint, c.verdict, new Set(c.joined));
+        // joined know this version, or caused the verdict (failed, stated another version, or
+        // were lost): any other node that joins later must hear it too.
+        if (c.verdict) this.#remember(m.name, m.fingerprint, c.verdict, informedOf(c.joined, c.verdict));
       },
       error: (err) => {
         this.#o.log.error({ err, model: m.name }, 'model group machine crashed');

@@ -39,8 +39,8 @@ Scenarios, each independent (one failing does not stop the others), each writing
               process gets v2 bit-equal; half the holders die holding v1, half move to v2: v1
               stays until the last lease ends, then is freed; status bytes and GPU memory back to
               one model's, SIGTERM exit 0 and GPU memory back to its start
-  models-span two daemons (--nnodes 2 over 127.0.0.1; one GPU each, or both on GPU 0 of a
-              one-GPU machine) serve "main" at tp=2 across them; a swap to v2 that node 1 cannot
+  models-span two daemons (--nnodes 2 over 127.0.0.1, one GPU each: a group refuses two nodes
+              on one device) serve "main" at tp=2 across them; a swap to v2 that node 1 cannot
               load (its copy cut short) fails on both nodes: v2 attachable on neither, v1 serving
               on bit-equal, GPU memory back to one version's; then a swap both load serves v2 on
               both and frees v1; SIGTERM, exit 0, GPU memory back to its start
@@ -1531,8 +1531,8 @@ class Suite:
 
     # -- models-span (issue 17): a model across two nodes, swapped all or nothing --
     def s_models_span(self, res):
-        """Two daemons (--nnodes 2 over 127.0.0.1; one GPU each, or both on GPU 0 of a one-GPU
-        machine) serve "main" at tp=2 across them. A swap to v2 that node 1 cannot load (its
+        """Two daemons (--nnodes 2 over 127.0.0.1, one GPU each) serve "main" at tp=2 across
+        them. A swap to v2 that node 1 cannot load (its
         copy of v2 is cut short) fails on both nodes: v2 is attachable on neither, both ranks of
         v1 serve on bit-equal, GPU memory is back to one version. Then a swap that both nodes
         load serves v2 on both and frees v1; SIGTERM, both exit 0, GPU memory back to its start."""
@@ -1542,9 +1542,6 @@ class Suite:
         def step(name, ok, **info):
             self.record_step(steps, "models-span", name, ok, **info)
 
-        two = self.gpus() >= 2
-        res["variant"] = "node 0 on GPU 0, node 1 on GPU 1" if two else "both nodes on GPU 0 (one GPU)"
-        self.say(f"models-span: variant: {res['variant']}")
         base = os.path.dirname(os.path.abspath(self.a.ckpt_dir))
         v2, broken = os.path.join(base, "span-v2"), os.path.join(base, "span-v2-cut")
         write_variant(self.ckpt, v2)
@@ -1557,20 +1554,19 @@ class Suite:
         models_file = os.path.join(self.work, "span-models.json")
         with open(models_file, "w") as f:
             json.dump({"models": [{"name": "main", "dir": self.ckpt, "tensorParallelSize": 2}]}, f)
-        gpus = "0,1" if two else "0"
+        gpus = "0,1"
         mem = res["gpuMiB"] = {"atStart": self.gpu_used_mib(gpus)}
         nodes = []
         for n in (0, 1):
             sock = os.path.join(self.work, f"span{n}")
             extra = ["--nnodes", "2", "--node-rank", str(n), "--master-addr", "127.0.0.1", "--weight-cache-master-port", port, "--rendezvous-timeout", "90"]
-            nodes.append((sock, self.start_daemon(f"span{n}", sock, 2, str(n) if two else "0", f"host-span-{n}", extra, models=["--models", models_file])))
+            nodes.append((sock, self.start_daemon(f"span{n}", sock, 2, str(n), f"host-span-{n}", extra, models=["--models", models_file])))
         daemons = [d for _, d in nodes]
         res["readySeconds"] = self.wait_for(daemons, READY_RE, 150, "READY")
         self.wait_for(daemons, re.compile(re.escape(GROUP_READY)), 30, "group ready")
-        visible = [str(n) if two else "0" for n in (0, 1)]
 
         def attach_each(ckpt, absent=False):
-            jobs = [(f"models-span attach node {n}", ["span-attach", "--socket-dir", sock, "--ckpt", ckpt, "--rank", str(n), "--tp", "2"] + (["--absent"] if absent else []), visible[n])
+            jobs = [(f"models-span attach node {n}", ["span-attach", "--socket-dir", sock, "--ckpt", ckpt, "--rank", str(n), "--tp", "2"] + (["--absent"] if absent else []), str(n))
                     for n, (sock, _) in enumerate(nodes)]
             return self.workers_parallel(jobs, 150)
 
@@ -1633,7 +1629,7 @@ class Suite:
         # reports the scenario as skipped, with why, instead of as a failure of weightd.
         plan = [("checkpoint", self.s_checkpoint, 30, 1), ("tp1", self.s_tp1, 45, 1), ("tp2", self.s_tp2, 30, 2), ("two-node", self.s_two_node, 30, 2),
                 ("restart", self.s_restart, 60, 1), ("models", self.s_models, 45, 1),
-                ("models-span", self.s_models_span, 45, 1)]
+                ("models-span", self.s_models_span, 45, 2)]
         wanted = self.a.scenarios.split(",")
         gpus = self.gpus()
         for name, fn, need, need_gpus in plan:
@@ -1664,7 +1660,7 @@ class Suite:
                 row["ranks"] = [{k: x.get(k) for k in ("rank", "ok", "tensorsChecked", "mismatchedCount", "bySplit", "byRole", "attachMsMedian", "ipcHandles")}
                                 for x in r.get("ranks", [])]
                 row["exitCodes"] = r.get("exitCodes") or {name: r.get("daemon", {}).get("exitCode")}
-            if name in ("models", "models-span"):
+            if name == "models":
                 row["variant"] = r.get("variant")
             if name in ("restart", "models", "models-span"):
                 row["steps"] = [{k: v for k, v in x.items() if k in ("step", "ok", "readySeconds", "rchar", "readBytes", "firstAttachMs", "attachMsMedian", "exitCode", "seconds", "MiB")}
