@@ -21,7 +21,7 @@ import weakref
 from typing import Any, Callable, Dict, Iterator, List, Optional
 
 from .protocol import WeightdError
-from .tensors import by_name, torch_dtype
+from .tensors import SegmentViews, by_name
 
 CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS = 0x1
 CUDA_FD_HANDLE = "cuda-fd"
@@ -343,35 +343,22 @@ class CudaMapping:
             ptr = base + t["offset"]
             if not use_torch:
                 return self.track(CudaBuffer(ptr, t["bytes"], t["dtype"], t["shape"]))
+            return segment_views(t["segment"]).view(t)
+
+        bases: Dict[int, SegmentViews] = {}
+
+        def device_bytes(ptr: int, nbytes: int) -> Any:
             import torch
 
-            dtype = torch_dtype(t["dtype"])
-            if t["bytes"] == 0:
-                return torch.empty(t["shape"], dtype=dtype, device=f"cuda:{self.ordinal}")
-            # Slices of one byte tensor per segment, then the real dtype (torch has no typestr
-            # for bf16 or fp8): building a tensor from __cuda_array_interface__ is the slow
-            # step, so it is done once per segment, not once per tensor.
-            offset = t["offset"]
-            if offset % dtype.itemsize:
-                base, offset = torch.as_tensor(self.track(CudaBuffer(ptr, t["bytes"], t["dtype"], t["shape"], raw=True)), device=f"cuda:{self.ordinal}"), 0
-            else:
-                base = segment_bytes(t["segment"])
-                if offset + t["bytes"] > base.numel():
-                    raise CudaError("E_BAD_MANIFEST", f"tensor {t['name']} ({t['bytes']} bytes at {offset}) lies outside its segment {t['segment']} of {base.numel()} bytes")
-            raw = base[offset : offset + t["bytes"]]
-            n = 1
-            for s in t["shape"]:
-                n *= s
-            return raw.view(dtype).reshape(t["shape"] if n * dtype.itemsize == t["bytes"] else [-1])
+            return torch.as_tensor(self.track(CudaBuffer(ptr, nbytes, "U8", [nbytes], raw=True)), device=f"cuda:{self.ordinal}")
 
-        bases: Dict[int, Any] = {}
-
-        def segment_bytes(segment: int) -> Any:
+        def segment_views(segment: int) -> SegmentViews:
+            # Building a tensor from __cuda_array_interface__ is the slow step (and torch has no
+            # typestr for bf16 or fp8), so it is done once per segment, and each tensor is a
+            # strided view of it in its own dtype.
             if segment not in bases:
-                import torch
-
-                nbytes = self._segment_bytes[segment]
-                bases[segment] = torch.as_tensor(self.track(CudaBuffer(self.pointers[segment], nbytes, "U8", [nbytes], raw=True)), device=f"cuda:{self.ordinal}")
+                ptr = self.pointers[segment]
+                bases[segment] = SegmentViews(device_bytes(ptr, self._segment_bytes[segment]), lambda t: device_bytes(ptr + t["offset"], t["bytes"]))
             return bases[segment]
 
         return make

@@ -17,7 +17,7 @@ import warnings
 from typing import Any, Callable, Dict, List, Optional
 
 from .protocol import ProtocolError, ServeError
-from .tensors import by_name, numpy_dtype, resolve_format, torch_dtype, MEMORYVIEW_FORMAT
+from .tensors import by_name, element_shape, numpy_dtype, resolve_format, MEMORYVIEW_FORMAT, SegmentViews
 
 # fcntl's names for memfd seals (Python 3.8+ on Linux has them; the values are the kernel's).
 F_GET_SEALS = getattr(fcntl, "F_GET_SEALS", 1034)
@@ -50,31 +50,15 @@ def _map_segment(segment: int, fd: int, nbytes: int) -> mmap.mmap:
         return mmap.mmap(fd, nbytes, mmap.MAP_PRIVATE, mmap.PROT_READ, **untracked)
 
 
-def _shape(t: Dict[str, Any], itemsize: int) -> Optional[List[int]]:
-    """The tensor's shape, or None when elements are not whole items (packed F4/F6: flat bytes)."""
-    n = 1
-    for d in t["shape"]:
-        n *= d
-    return list(t["shape"]) if n * itemsize == t["bytes"] else None
-
-
 def view_maker(fmt: str) -> Callable[[Any, Dict[str, Any]], Any]:
-    """Builds zero-copy views of tensors in a buffer (a mapping, or a host copy), per format."""
-    if fmt == "torch":
-        import torch
+    """Builds zero-copy views of tensors in a buffer (a mapping, or a host copy), per format.
 
-        def make(mm: Any, t: Dict[str, Any]) -> Any:
-            dtype = torch_dtype(t["dtype"])
-            if t["bytes"] == 0:
-                return torch.empty(t["shape"], dtype=dtype)
-            with warnings.catch_warnings():
-                # Read-only on purpose: these bytes are shared with every other client.
-                warnings.filterwarnings("ignore", message=".*not writable.*")
-                # Through a memoryview: torch keeps the object it is given but not its buffer
-                # export, and a view must keep the mapping from closing (see HostMapping.close).
-                raw = torch.frombuffer(memoryview(mm), dtype=torch.uint8, count=t["bytes"], offset=t["offset"])
-            shape = _shape(t, dtype.itemsize)
-            return raw.view(dtype).reshape(shape if shape is not None else [-1])
+    For torch the buffer may be the ``segment_views`` of a mapping, made once for all the tensors
+    in it (see SegmentViews: per tensor, a tensor made from the buffer is most of an attach)."""
+    if fmt == "torch":
+
+        def make(buf: Any, t: Dict[str, Any]) -> Any:
+            return (buf if isinstance(buf, SegmentViews) else segment_views(buf)).view(t)
 
         return make
     if fmt == "numpy":
@@ -83,21 +67,39 @@ def view_maker(fmt: str) -> Callable[[Any, Dict[str, Any]], Any]:
         def make(mm: Any, t: Dict[str, Any]) -> Any:
             dt = np.dtype(numpy_dtype(t["dtype"]))
             arr = np.frombuffer(mm, dtype=dt, count=t["bytes"] // dt.itemsize, offset=t["offset"])
-            shape = _shape(t, dt.itemsize)
-            return arr.reshape(shape) if shape is not None else arr
+            return arr.reshape(element_shape(t, dt.itemsize))
 
         return make
 
     def make(mm: Any, t: Dict[str, Any]) -> Any:
         view = memoryview(mm)[t["offset"]: t["offset"] + t["bytes"]]
         code = MEMORYVIEW_FORMAT.get(t["dtype"], "B")
-        shape = _shape(t, struct.calcsize(code))
+        shape = element_shape(t, struct.calcsize(code))
         # memoryview.cast takes no empty or zero-sized shapes: those stay flat.
         if shape and all(shape):
             return view.cast(code, shape)
         return view.cast(code)
 
     return make
+
+
+def _torch_bytes(buf: Any) -> Any:
+    """A read-only buffer as one torch uint8 tensor, no copy."""
+    import torch
+
+    if not len(buf):
+        return torch.empty(0, dtype=torch.uint8)
+    with warnings.catch_warnings():
+        # Read-only on purpose: these bytes are shared with every other client.
+        warnings.filterwarnings("ignore", message=".*not writable.*")
+        # Through a memoryview: torch keeps the object it is given but not its buffer export,
+        # and a view must keep the mapping from closing (see HostMapping.close).
+        return torch.frombuffer(memoryview(buf), dtype=torch.uint8)
+
+
+def segment_views(buf: Any) -> SegmentViews:
+    """A read-only buffer's tensors as torch views of one byte tensor over it."""
+    return SegmentViews(_torch_bytes(buf), lambda t: _torch_bytes(memoryview(buf)[t["offset"] : t["offset"] + t["bytes"]]))
 
 
 class HostMapping:
@@ -118,13 +120,16 @@ class HostMapping:
             for fd in fds.values():
                 os.close(fd)
             fds.clear()
-            make = view_maker(resolve_format(tensor_format))
+            fmt = resolve_format(tensor_format)
+            make = view_maker(fmt)
+            # What each tensor is viewed from: its segment's mapping, as one byte tensor for torch.
+            bufs = {k: segment_views(mm) for k, mm in self.maps.items()} if fmt == "torch" else self.maps
 
             def view(t: Dict[str, Any]) -> Any:
                 mm = self.maps.get(t["segment"])
                 if mm is None or t["offset"] + t["bytes"] > len(mm):
                     raise ProtocolError("E_BAD_MANIFEST", f"tensor {t['name']} lies outside its segment {t['segment']}")
-                return make(mm, t)
+                return make(bufs[t["segment"]], t)
 
             self.tensors = by_name(state, view)
         except BaseException:

@@ -8,7 +8,7 @@ bits; packed F4/F6 come as bytes.
 from __future__ import annotations
 
 import importlib.util
-from typing import Any, Callable, Dict
+from typing import Any, Callable, Dict, List, Optional
 
 from .protocol import ProtocolError
 
@@ -76,3 +76,50 @@ def by_name(state: Dict[str, Any], make: Callable[[Dict[str, Any]], Any]) -> Dic
             raise ProtocolError("E_BAD_MANIFEST", f"alias {alias} names {target}, which the manifest does not hold")
         out[alias] = out[target]
     return out
+
+
+class SegmentViews:
+    """One segment's bytes (a torch uint8 tensor, host or device) and a view of it per dtype, of
+    which each tensor in the segment is a strided view: one cheap call per tensor (``as_strided``)
+    where a tensor made per tensor, or a slice, a dtype view and a reshape, cost several times
+    more, which at tens of thousands of tensors is most of an attach.
+
+    ``own_bytes(t)``: a uint8 tensor of just ``t``'s bytes, for the rare tensor whose offset is no
+    multiple of its dtype's size (torch reinterprets bytes as a wider dtype only at one)."""
+
+    def __init__(self, raw: Any, own_bytes: Callable[[Dict[str, Any]], Any]):
+        self.raw = raw
+        self.own_bytes = own_bytes
+        self.by_dtype: Dict[str, Any] = {}
+
+    def view(self, t: Dict[str, Any]) -> Any:
+        base = self.by_dtype.get(t["dtype"])
+        if base is None:
+            dtype = torch_dtype(t["dtype"])
+            n = self.raw.numel()
+            base = self.by_dtype[t["dtype"]] = self.raw[: n - n % dtype.itemsize].view(dtype)
+        itemsize = base.element_size()
+        offset, nbytes = t["offset"], t["bytes"]
+        if offset + nbytes > self.raw.numel():
+            raise ProtocolError("E_BAD_MANIFEST", f"tensor {t['name']} ({nbytes} bytes at {offset}) lies outside its segment {t['segment']} of {self.raw.numel()} bytes")
+        if nbytes == 0:
+            import torch
+
+            return torch.empty(t["shape"], dtype=base.dtype, device=base.device)
+        if offset % itemsize:
+            return SegmentViews(self.own_bytes(t), self.own_bytes).view({**t, "offset": 0})
+        shape = element_shape(t, itemsize)
+        strides: List[int] = [0] * len(shape)
+        step = 1
+        for d in range(len(shape) - 1, -1, -1):
+            strides[d] = step
+            step *= shape[d]
+        return base.as_strided(shape, strides, offset // itemsize)
+
+
+def element_shape(t: Dict[str, Any], itemsize: int) -> List[int]:
+    """The tensor's shape, or flat (packed F4/F6, whose elements are not whole items)."""
+    n = 1
+    for d in t["shape"]:
+        n *= d
+    return list(t["shape"]) if n * itemsize == t["bytes"] else [t["bytes"] // itemsize]
