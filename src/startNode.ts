@@ -40,7 +40,7 @@ export interface WeightdNode {
   recentEvents(): NodeEvent[];
   /** Prometheus text of this node's metrics (what /metrics serves). */
   metrics(): Promise<string>;
-  /** The node's own prom-client Registry, to merge into a host program's (Registry.merge). */
+  /** The node's own prom-client Registry, to merge into a host program's (Registry.merge); built on first read. */
   readonly metricsRegistry: Registry;
   /** Base URL of the inspect server (e.g. http://127.0.0.1:9464) when `inspect` was given. */
   readonly inspectUrl?: string;
