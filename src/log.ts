@@ -2,8 +2,9 @@
 // readable form when stderr is a terminal. Both write synchronously, so a line printed after
 // a flush (the READY line) really comes after every earlier log line.
 import { writeSync } from 'node:fs';
+import { createRequire } from 'node:module';
 import pino, { type Logger, type LevelWithSilent } from 'pino';
-import pretty from 'pino-pretty';
+import type pretty from 'pino-pretty';
 
 export type { Logger };
 
@@ -29,7 +30,10 @@ export function createLogger(opts: LoggerOptions): Logger {
   const usePretty = opts.pretty ?? Boolean(process.stderr.isTTY);
   if (opts.destination) return pino(base, opts.destination);
   if (usePretty) {
-    return pino(base, pretty({ destination: 2, sync: true, colorize: true, ignore: 'pid,hostname', translateTime: 'HH:MM:ss.l' }));
+    // Loaded only for a terminal: a daemon logging JSON (a service, a launcher) never needs it.
+    // It is CommonJS, so createLogger stays synchronous.
+    const prettyStream = createRequire(import.meta.url)('pino-pretty') as typeof pretty;
+    return pino(base, prettyStream({ destination: 2, sync: true, colorize: true, ignore: 'pid,hostname', translateTime: 'HH:MM:ss.l' }));
   }
   return pino(base, pino.destination({ dest: 2, sync: true }));
 }

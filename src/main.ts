@@ -1,11 +1,10 @@
 #!/usr/bin/env node
 // weightd's command line: one process per node. Exit codes: 0 stopped on a signal, 1 failed at
 // run time, 2 bad flags (README.md, "Exit codes").
+// Each command's modules load only when that command runs: serving needs no chart drawing and
+// no fingerprint printing, and --help or ctl needs none of the node.
 import { parseCommand } from './cli/parseArgs.js';
-import { printFingerprints } from './cli/printFingerprints.js';
 import { ShardingError, UsageError, WeightdError, type SerializedError } from './errors.js';
-import { drawnChart } from './inspect/drawnMachines.js';
-import { chartToMermaid } from './inspect/machineToMermaid.js';
 import { flushLogger, writeCliError } from './log.js';
 import { STOP_TIMEOUT_MS } from './machines/supervisor.js';
 import { endProcess, pendingThreadWork, STOP_SIGNALS, type StopSignal } from './endProcess.js';
@@ -40,11 +39,13 @@ async function main(argv: string[]): Promise<number> {
       return 0;
     }
     if (cli.command === 'statechart') {
+      const [{ drawnChart }, { chartToMermaid }] = await Promise.all([import('./inspect/drawnMachines.js'), import('./inspect/machineToMermaid.js')]);
       const chart = drawnChart(cli.machine);
       process.stdout.write(cli.format === 'json' ? `${JSON.stringify(chart, null, 2)}\n` : chartToMermaid(chart));
       return 0;
     }
     if (cli.command === 'fingerprint') {
+      const { printFingerprints } = await import('./cli/printFingerprints.js');
       process.stdout.write(await printFingerprints(cli.request));
       return 0;
     }

@@ -8,7 +8,6 @@ import { OWN_VERSION } from './serve/servedRank.js';
 import { WorkerRegistry } from './actors/workerRegistry.js';
 import { RankFailedError, receivedCode, WeightdError } from './errors.js';
 import { EventFeed, type NodeEvent, type NodeEventListener } from './inspect/eventFeed.js';
-import { InspectServer } from './inspect/inspectServer.js';
 import { drawnChart, type DrawnMachine } from './inspect/drawnMachines.js';
 import { NodeMetrics } from './inspect/nodeMetrics.js';
 import { ProgressReporter } from './inspect/progressReporter.js';
@@ -41,7 +40,7 @@ export interface WeightdNode {
   recentEvents(): NodeEvent[];
   /** Prometheus text of this node's metrics (what /metrics serves). */
   metrics(): Promise<string>;
-  /** The node's own prom-client Registry, to merge into a host program's (Registry.merge). */
+  /** The node's own prom-client Registry, to merge into a host program's (Registry.merge); built on first read. */
   readonly metricsRegistry: Registry;
   /** Base URL of the inspect server (e.g. http://127.0.0.1:9464) when `inspect` was given. */
   readonly inspectUrl?: string;
@@ -171,18 +170,22 @@ export async function startNode(options: NodeOptions, { rankWorker = rankWorkerM
   const input = { config, log, rankWorker, workers, servers, keeper: keeper && { socket: keeper.socket, ready: keeper.start() } };
   const actor = createActor(supervisorMachine.provide({ actors: nodeActors }), { input, inspect: feed.inspect });
   const status = () => statusOf(actor.getSnapshot(), config, servers, keeper);
-  const metrics = new NodeMetrics({ status, feed, states: drawnChart('supervisor').states.map((s) => s.key) });
+  const metrics = new NodeMetrics({ status, feed, states: () => drawnChart('supervisor').states.map((s) => s.key) });
   // Bound before the machine starts: a port in use fails the start in milliseconds. A group's
   // page draws the rendezvous coordinator too (live on node 0, which runs it); every page draws
   // the ranks' serving lifecycle, highlighting each state a local rank is in, and the lifecycle
   // of the models served beside the node's own (loaded at start or later).
   const pageMachines: DrawnMachine[] = ['supervisor', ...(config.nnodes > 1 ? (['coordinator'] as const) : []), 'rankService', 'model'];
-  const inspectServer = config.inspect
-    ? await InspectServer.listen({ ...config.inspect, log, status, feed, metrics, charts: pageMachines.map(drawnChart) }).catch((err: unknown) => {
-        metrics.close();
-        keeper?.close();
-        throw err;
-      })
+  // Loaded only when asked for: the server, its page and the chart drawing are no part of serving.
+  const { inspect } = config;
+  const inspectServer = inspect
+    ? await import('./inspect/inspectServer.js')
+        .then(({ InspectServer }) => InspectServer.listen({ ...inspect, log, status, feed, metrics, charts: pageMachines.map(drawnChart) }))
+        .catch((err: unknown) => {
+          metrics.close();
+          keeper?.close();
+          throw err;
+        })
     : undefined;
   const control = new ModelControl({ actor, config, log, status });
   const controlServer = config.control
@@ -265,7 +268,9 @@ export async function startNode(options: NodeOptions, { rankWorker = rankWorkerM
     onEvent: (listener) => feed.subscribe(listener),
     recentEvents: () => feed.recent(),
     metrics: () => metrics.text(),
-    metricsRegistry: metrics.registry,
+    get metricsRegistry() {
+      return metrics.registry;
+    },
     inspectUrl: inspectServer?.url,
     controlSocket: controlServer?.path,
     load: (request, options) => control.load(request, options),

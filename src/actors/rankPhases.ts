@@ -2,13 +2,20 @@
 // runRankPhases.ts runs in order on the rank's worker thread: a worker module other than
 // src/actors/rankWorker.ts (a test's fixture that fails at one phase on purpose) runs this same
 // code around the phase it replaces.
-import { adoptKept, handleTypeFor, keepSegments, type Adopted } from '../keeper/rankKeeping.js';
+import type { Adopted } from '../keeper/rankKeeping.js';
 import type { SegmentExport } from '../native/addon.js';
 import { DeviceHandle, type FillResult } from '../native/deviceHandle.js';
 import type { RankSource } from '../nodeStatus.js';
 import type { Post, RankWorkerData } from './rankMessages.js';
 
 export type { Post };
+
+/**
+ * The keeper's side of a rank, loaded only with a keeper (data.keeper): a rank without one never
+ * loads it, nor the zod schema of its kept record, on its worker's start.
+ */
+export const rankKeeping = () => import('../keeper/rankKeeping.js');
+
 type Awaitable<T> = T | Promise<T>;
 
 /** How the rank's bytes came to be resident: filled from the checkpoint, or adopted from a keeper. */
@@ -37,8 +44,9 @@ export const rankPhases: RankPhases = {
     post({ type: 'DEVICE', info: device.info() });
     return device;
   },
-  adopt(device, data, post) {
+  async adopt(device, data, post) {
     if (!data.keeper) return undefined;
+    const { adoptKept, handleTypeFor } = await rankKeeping();
     return adoptKept(device, data, data.keeper, handleTypeFor(data), post);
   },
   allocate(device, data) {
@@ -53,7 +61,7 @@ export const rankPhases: RankPhases = {
     post({ type: 'LOADED', info: device.info(), segments, bytes, seconds, source });
     return segments;
   },
-  keep(data, segments) {
-    return data.keeper ? keepSegments(data, data.keeper, segments) : undefined;
+  async keep(data, segments) {
+    if (data.keeper) await (await rankKeeping()).keepSegments(data, data.keeper, segments);
   },
 };

@@ -5,11 +5,10 @@
 // outlives it, except after a RELEASE, which drops it there too.
 import { parentPort, workerData } from 'node:worker_threads';
 import { serializeError } from '../errors.js';
-import { dropKept } from '../keeper/rankKeeping.js';
 import type { SegmentExport } from '../native/addon.js';
 import type { DeviceHandle } from '../native/deviceHandle.js';
 import type { MainToRank, RankWorkerData } from './rankMessages.js';
-import type { Post, RankPhases, Resident } from './rankPhases.js';
+import { rankKeeping, type Post, type RankPhases, type Resident } from './rankPhases.js';
 
 /** Runs this worker thread as a rank with these phases; answers RELEASE, STOP and KEEP_AGAIN throughout. */
 export function runRankPhases(phases: RankPhases): void {
@@ -65,6 +64,7 @@ export function runRankPhases(phases: RankPhases): void {
       if (m.type === 'RELEASE' && data.keeper && exported) {
         // A released rank's memory is to be freed: the keeper's copies must go too.
         exported = undefined;
+        const { dropKept } = await rankKeeping();
         await dropKept(data, data.keeper).then(
           () => post({ type: 'KEPT', kept: false, reason: 'released' }),
           (err: unknown) => post({ type: 'LOG', level: 'warn', msg: `the keeper did not drop the released shard (${(err as Error).message}); it frees it when its adoption window ends`, fields: {} }),

@@ -1,7 +1,11 @@
 // Prometheus metrics of one node, in a Registry of its own (never prom-client's global one, so
 // that two nodes in one process, or a host program's own metrics, never collide). Gauges are
 // read from the node's status when scraped; errors are counted as their events happen.
-import { Counter, Gauge, Registry } from 'prom-client';
+// prom-client is loaded, and the registry built, on first use (a scrape, or a host program asking
+// for the registry): a node that is never scraped never loads it, which saves its start the
+// module load. The error counts are kept from the start, so the first scrape misses none.
+import { createRequire } from 'node:module';
+import type { Gauge, Registry } from 'prom-client';
 import type { NodeStatus } from '../nodeStatus.js';
 import type { EventFeed } from './eventFeed.js';
 import { toStatusView, type RankView, type StatusView } from './statusView.js';
@@ -9,8 +13,8 @@ import { toStatusView, type RankView, type StatusView } from './statusView.js';
 export interface NodeMetricsOptions {
   status: () => NodeStatus;
   feed: EventFeed;
-  /** Every state the supervisor machine has (weightd_node_state has one series per state). */
-  states: readonly string[];
+  /** Every state the supervisor machine has (weightd_node_state has one series per state); asked when the registry is built. */
+  states: () => readonly string[];
 }
 
 const RANK_LABELS = ['global_rank', 'local_rank'] as const;
@@ -20,12 +24,34 @@ function rankLabels(r: RankView): Record<(typeof RANK_LABELS)[number], string> {
 }
 
 export class NodeMetrics {
-  readonly registry = new Registry();
+  readonly #o: NodeMetricsOptions;
+  /** Failures the supervisor received, by error code, since the node started. */
+  readonly #errors = new Map<string, number>();
   readonly #unsubscribe: () => void;
+  #registry: Registry | undefined;
 
   constructor(o: NodeMetricsOptions) {
+    this.#o = o;
+    this.#unsubscribe = o.feed.subscribe((e) => {
+      // Only what the supervisor received: the NODE_FAILED it passes on to the group repeats it.
+      if (e.to !== undefined) return;
+      const error = e.data.error as { code?: string } | undefined;
+      if (error?.code !== undefined) this.#errors.set(error.code, (this.#errors.get(error.code) ?? 0) + 1);
+    });
+  }
+
+  /** The node's own Registry, built on first use. */
+  get registry(): Registry {
+    return (this.#registry ??= this.#build());
+  }
+
+  #build(): Registry {
+    // prom-client is CommonJS, so it loads synchronously here, where the getter needs it.
+    const { Counter, Gauge, Registry } = createRequire(import.meta.url)('prom-client') as typeof import('prom-client');
+    const o = this.#o;
+    const registry = new Registry();
     const view = (): StatusView => toStatusView(o.status());
-    const registers = [this.registry];
+    const registers = [registry];
     /** A gauge whose series are set from the status at each scrape, and only those. */
     const gauge = <L extends string>(name: string, help: string, labelNames: readonly L[], fill: (g: Gauge<L>, v: StatusView) => void) =>
       new Gauge<L>({
@@ -51,7 +77,7 @@ export class NodeMetrics {
       g.set({ node_rank: String(v.nodeRank), nnodes: String(v.nnodes), tp_size: String(v.tpSize), model: v.model, architecture: v.architecture ?? '', fingerprint: v.fingerprint ?? '' }, 1),
     );
     gauge('weightd_node_state', 'Supervisor state: 1 for the current one, 0 for the others.', ['state'], (g, v) => {
-      for (const s of o.states) g.set({ state: s }, s === v.state ? 1 : 0);
+      for (const s of o.states()) g.set({ state: s }, s === v.state ? 1 : 0);
     });
     gauge('weightd_node_ready', '1 when every local rank is serving (what /healthz reports).', [], (g, v) => g.set(v.state === 'ready' ? 1 : 0));
     gauge('weightd_group_ready', '1 once every node of the group has reported ready.', [], (g, v) => g.set(v.groupReady ? 1 : 0));
@@ -76,13 +102,18 @@ export class NodeMetrics {
       for (const p of v.peers) g.set({ node_rank: String(p.nodeRank) }, p.state === 'up' ? 1 : 0);
     });
 
-    const errors = new Counter({ name: 'weightd_errors_total', help: 'Failures reported to the supervisor, by error code.', labelNames: ['code'], registers });
-    this.#unsubscribe = o.feed.subscribe((e) => {
-      // Only what the supervisor received: the NODE_FAILED it passes on to the group repeats it.
-      if (e.to !== undefined) return;
-      const error = e.data.error as { code?: string } | undefined;
-      if (error?.code !== undefined) errors.inc({ code: error.code });
+    const errors = this.#errors;
+    new Counter({
+      name: 'weightd_errors_total',
+      help: 'Failures reported to the supervisor, by error code.',
+      labelNames: ['code'],
+      registers,
+      collect() {
+        this.reset();
+        for (const [code, n] of errors) this.inc({ code }, n);
+      },
     });
+    return registry;
   }
 
   /** The Prometheus text exposition. */

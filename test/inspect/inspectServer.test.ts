@@ -27,7 +27,7 @@ async function harness(host = '127.0.0.1') {
   const actor = createActor(supervisorMachine.provide(new FakeWorld().implementations()), { input: fakeInput(), inspect: feed.inspect });
   actor.start();
   const status = () => statusOf(actor.getSnapshot(), fakeConfig());
-  const metrics = new NodeMetrics({ status, feed, states: chart.states.map((s) => s.key) });
+  const metrics = new NodeMetrics({ status, feed, states: () => chart.states.map((s) => s.key) });
   const server = await InspectServer.listen({ host, port: 0, log, status, feed, metrics, charts: [chart] });
   const send = (e: unknown) => actor.send(e as Ev);
   const toLoading = () => {
@@ -227,7 +227,7 @@ test('a port in use is a UsageError naming the flag, before anything starts', as
     const port = Number(new URL(h.url).port);
     const feed = new EventFeed();
     const status = () => statusOf(h.actor.getSnapshot(), fakeConfig());
-    const metrics = new NodeMetrics({ status, feed, states: [] });
+    const metrics = new NodeMetrics({ status, feed, states: () => [] });
     await InspectServer.listen({ host: '127.0.0.1', port, log: pino({ level: 'silent' }), status, feed, metrics, charts: [chart] }).then(
       () => assert.unreachable('bound twice'),
       (err: UsageError) => {

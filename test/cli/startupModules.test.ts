@@ -1,0 +1,75 @@
+// What a daemon loads to serve: nothing that serving does not use. Each daemon runs with a
+// preload (fixtures/recordModules.ts) that records every module its threads load; the same
+// record, with --inspect-port and a scrape, must then hold what was left out, so an empty or
+// broken record cannot pass for a lean start.
+import { readFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { join } from 'node:path';
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import { startDaemon } from '../helpers/daemon.js';
+import { exampleModel, freshSocketDir, freshTempDir } from '../helpers/paths.js';
+import { httpGet } from '../inspect/httpGet.js';
+
+const recorder = new URL('./fixtures/recordModules.js', import.meta.url).href;
+
+/** Left out of a start that asks for none of them, and where each is asked for. */
+const ON_DEMAND = {
+  'prom-client (metrics)': '/node_modules/prom-client/',
+  'pino-pretty (readable log)': '/node_modules/pino-pretty/',
+  'the inspect server': '/dist/src/inspect/inspectServer.js',
+  'the statechart page': '/dist/src/inspect/statechartPage.js',
+  'the fingerprint command': '/dist/src/cli/printFingerprints.js',
+  "a rank's keeper side": '/dist/src/keeper/rankKeeping.js',
+  "the keeper's record schema": '/dist/src/keeper/keptRecord.js',
+};
+
+/** Starts a daemon on the example, runs `whileReady`, stops it and returns every module path its threads loaded. */
+async function modulesOfARun(extraArgs: string[], whileReady: (stderr: string) => Promise<void> = async () => {}): Promise<string[]> {
+  const record = join(freshTempDir(), 'modules.txt');
+  const daemon = await startDaemon({
+    model: exampleModel,
+    socketDir: freshSocketDir(),
+    extraArgs,
+    env: { NODE_OPTIONS: `${process.env.NODE_OPTIONS ?? ''} --import ${recorder}`, WEIGHTD_TEST_MODULES: record },
+  });
+  await whileReady(daemon.stderr());
+  const exit = await daemon.stop();
+  assert.equal(exit, { code: 0, signal: null }, daemon.stderr().slice(-2000));
+  return readFileSync(record, 'utf8').trim().split('\n').map((l) => l.slice(l.lastIndexOf(' ') + 1).replace(/^file:\/\//, ''));
+}
+
+const has = (modules: string[], part: string) => modules.some((m) => m.includes(part));
+
+test('a plain start loads none of the modules kept for when they are asked for', async () => {
+  const modules = await modulesOfARun([]);
+  // The record saw both threads and both kinds of module: the node (ES), the rank's worker, and
+  // pino (CommonJS, read from require.cache at exit).
+  for (const part of ['/dist/src/startNode.js', '/dist/src/actors/rankWorker.js', '/node_modules/pino/']) assert.ok(has(modules, part), `${part} recorded`);
+  const loaded = Object.entries(ON_DEMAND).filter(([, part]) => has(modules, part)).map(([what]) => what);
+  assert.equal(loaded, [], 'loaded although nothing asked for them');
+});
+
+test('--inspect-port loads the inspect server and its page; the first scrape loads prom-client', async () => {
+  const modules = await modulesOfARun(['--inspect-port', '0'], async (stderr) => {
+    const url = /"url":"(http:[^"]+)"/.exec(stderr)?.[1];
+    assert.ok(url, `the inspect server's url is logged:\n${stderr}`);
+    const metrics = await httpGet(`${url}/metrics`);
+    assert.is(metrics.status, 200);
+    assert.match(metrics.body, /^weightd_node_state\{state="ready"\} 1$/m);
+  });
+  for (const what of ['prom-client (metrics)', 'the inspect server', 'the statechart page'] as const) assert.ok(has(modules, ON_DEMAND[what]), `${what} loaded`);
+  assert.not.ok(has(modules, ON_DEMAND['pino-pretty (readable log)']), 'still no pino-pretty: the log is JSON');
+});
+
+test('pino-pretty loads with the first logger that writes the readable form', async () => {
+  const { createLogger } = await import('../../src/log.js');
+  const { cache } = createRequire(import.meta.url);
+  const loaded = () => Object.keys(cache).some((f) => f.includes(ON_DEMAND['pino-pretty (readable log)']));
+  createLogger({ nodeRank: 0, pretty: false });
+  assert.not.ok(loaded(), 'not for JSON');
+  createLogger({ nodeRank: 0, pretty: true, level: 'silent' });
+  assert.ok(loaded(), 'for the readable form');
+});
+
+test.run();
