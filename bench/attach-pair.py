@@ -1,0 +1,72 @@
+#!/usr/bin/env python3
+"""The first attach of a fresh process with two builds of the Python client, paired in one run.
+
+  python3 bench/attach-pair.py --socket-dir DIR --before OLD/clients/python [--after clients/python]
+                               [--device cuda|host] [--runs 5] --out FILE
+
+Each run starts one fresh process per build, back to back in alternating order (the machine's
+load drifts over both alike). A process imports torch and, on cuda, makes its context before the
+clock starts (as an engine has), then times its first attach to rank 0, the one a restarting
+engine pays, and a second one. Writes one JSON line per process to --out (which must not exist),
+and prints the medians and the median of the paired differences (after - before).
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+CHILD = """
+import json, sys, time
+import torch
+if sys.argv[2] == "cuda":
+    torch.zeros(1, device="cuda:0")
+from weightd_client import WeightdClient, find_socket
+c = WeightdClient(find_socket(global_rank=0, socket_dir=sys.argv[1]))
+fp = c.ping()["fingerprint"]
+t0 = time.perf_counter(); a = c.attach(fp); t1 = time.perf_counter()
+n = len(a.tensors); a.detach()
+t2 = time.perf_counter(); b = c.attach(fp); t3 = time.perf_counter(); b.detach()
+print(json.dumps({"firstMs": (t1 - t0) * 1e3, "secondMs": (t3 - t2) * 1e3, "tensors": n}))
+"""
+
+
+def attach_once(client_path, socket_dir, device):
+    env = {**os.environ, "PYTHONPATH": os.path.abspath(client_path)}
+    r = subprocess.run([sys.executable, "-c", CHILD, socket_dir, device], env=env, capture_output=True, text=True, timeout=300)
+    if r.returncode != 0:
+        raise RuntimeError(f"attach with the client in {client_path} exited {r.returncode}: {r.stderr[-2000:]}")
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--socket-dir", required=True)
+    ap.add_argument("--before", required=True, help="the old client's package directory (its clients/python)")
+    ap.add_argument("--after", default="clients/python")
+    ap.add_argument("--device", choices=["cuda", "host"], default="cuda")
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args()
+    if os.path.exists(a.out):
+        sys.exit(f"{a.out} exists: every run gets a new file, never an old one")
+    builds = {"before": a.before, "after": a.after}
+    rows = []
+    with open(a.out, "w") as f:
+        for run in range(a.runs):
+            order = ["before", "after"] if run % 2 == 0 else ["after", "before"]
+            for build in order:
+                row = {"run": run, "build": build, **attach_once(builds[build], a.socket_dir, a.device)}
+                rows.append(row)
+                f.write(json.dumps(row) + "\n")
+    summary = {"device": a.device, "runs": a.runs, "tensors": rows[0]["tensors"]}
+    for key in ("firstMs", "secondMs"):
+        by = {b: [r[key] for r in rows if r["build"] == b] for b in builds}
+        summary[key] = {b: round(statistics.median(v), 2) for b, v in by.items()}
+        summary[key]["pairedDiffMedian"] = round(statistics.median(x - y for x, y in zip(by["after"], by["before"])), 2)
+    print(json.dumps(summary))
+
+
+if __name__ == "__main__":
+    main()
