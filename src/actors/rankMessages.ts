@@ -2,6 +2,7 @@
 import type { RankPlan } from '../checkpoint/types.js';
 import type { SerializedError } from '../errors.js';
 import type { RankSource } from '../nodeStatus.js';
+import type { KeptLoad } from '../keeper/keptRecord.js';
 import type { CudaHandles, DeviceInfo, DeviceSlot, FillOptions, SegmentExport } from '../native/addon.js';
 
 export interface RankWorkerData {
@@ -36,6 +37,8 @@ export interface RankKeeping {
   /** The checkpoint directory and this weightd's name and version, for the record. */
   model: string;
   writer: string;
+  /** A model loaded at run time: its load request, which the record carries so a restart restores it (src/keeper/restoreLoaded.ts). */
+  load?: KeptLoad;
 }
 
 /** How a rank's phases post to the main thread. */

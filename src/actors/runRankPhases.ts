@@ -25,7 +25,7 @@ export function runRankPhases(phases: RankPhases): void {
   let keeping: Promise<void> = Promise.resolve();
   /** Whether the segments may go to the keeper yet (RankWorkerData.keepOnceServing). */
   let keepAllowed = !data.keepOnceServing;
-  /** Adopted segments are the keeper's already (taking them made this daemon their owner). */
+  /** Adopted segments are the keeper's already (taking them made this daemon their owner), unless their record is to be rewritten (Adopted.rekeep). */
   let adopted = false;
   let admit: () => void = () => {};
   const admitted = new Promise<void>((resolve) => (admit = resolve));
@@ -82,8 +82,9 @@ export function runRankPhases(phases: RankPhases): void {
     const opened = (device = await phases.open(data, post));
     // A STOP meanwhile ends the thread (port.close above) with nothing allocated.
     if (data.awaitAdmission) await admitted;
-    let resident: Resident | undefined = await phases.adopt(opened, data, post);
-    adopted = resident !== undefined;
+    const kept = await phases.adopt(opened, data, post);
+    adopted = kept !== undefined && !kept.rekeep;
+    let resident: Resident | undefined = kept;
     if (!resident) {
       await phases.allocate(opened, data);
       resident = { ...(await phases.fill(opened, data, post)), source: { from: 'checkpoint' } };
