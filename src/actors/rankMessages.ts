@@ -58,5 +58,8 @@ export type RankToMain =
  * KEEP_AGAIN: a keeper (re)started; hand it this rank's segments if it does not hold them.
  * ADMIT: the load fits (RankWorkerData.awaitAdmission): allocate and fill.
  * KEEP: the rank's model serves (RankWorkerData.keepOnceServing): hand the keeper its segments.
+ * UNKEEP: the rank's model drains (unloaded, or a newer version serves): the keeper drops its
+ * segments now, so a restart meanwhile does not bring it back; the rank's own memory stays
+ * until its last lease ends.
  */
-export type MainToRank = { type: 'RELEASE' } | { type: 'STOP' } | { type: 'KEEP_AGAIN' } | { type: 'ADMIT' } | { type: 'KEEP' };
+export type MainToRank = { type: 'RELEASE' } | { type: 'STOP' } | { type: 'KEEP_AGAIN' } | { type: 'ADMIT' } | { type: 'KEEP' } | { type: 'UNKEEP' };

@@ -44,6 +44,15 @@ export function runRankPhases(phases: RankPhases): void {
       );
   };
 
+  /** Drops the keeper's copies of this rank's segments, after any keep in flight. */
+  const unkeep = (reason: 'released' | 'unloaded') =>
+    (keeping = keeping.then(() =>
+      dropKept(data, data.keeper!).then(
+        () => post({ type: 'KEPT', kept: false, reason }),
+        (err: unknown) => post({ type: 'LOG', level: 'warn', msg: `the keeper did not drop the ${reason} shard (${(err as Error).message}); it frees it when its adoption window ends`, fields: {} }),
+      ),
+    ));
+
   port.on('message', async (m: MainToRank) => {
     if (m.type === 'KEEP_AGAIN') {
       keep();
@@ -58,6 +67,11 @@ export function runRankPhases(phases: RankPhases): void {
       if (!adopted) keep();
       return;
     }
+    if (m.type === 'UNKEEP') {
+      keepAllowed = false;
+      if (data.keeper) unkeep('unloaded');
+      return;
+    }
     stopping ||= m.type === 'STOP';
     device?.cancelFill();
     try {
@@ -65,10 +79,7 @@ export function runRankPhases(phases: RankPhases): void {
       if (m.type === 'RELEASE' && data.keeper && exported) {
         // A released rank's memory is to be freed: the keeper's copies must go too.
         exported = undefined;
-        await dropKept(data, data.keeper).then(
-          () => post({ type: 'KEPT', kept: false, reason: 'released' }),
-          (err: unknown) => post({ type: 'LOG', level: 'warn', msg: `the keeper did not drop the released shard (${(err as Error).message}); it frees it when its adoption window ends`, fields: {} }),
-        );
+        await unkeep('released');
       }
       await device?.free();
       if (m.type === 'RELEASE') post({ type: 'RELEASED' });
