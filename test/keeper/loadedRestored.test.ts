@@ -3,11 +3,11 @@
 // started with only the original --model, restores it from the keeper (adopted, not read, same
 // fingerprint, same bytes). One whose directory changed or is gone is dropped with a line saying
 // so; an unloaded one is not restored; a model of the command line under its name wins.
-import { readdirSync, readFileSync, rmSync } from 'node:fs';
+import { rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { expectedFingerprint, findSocket } from '../../src/client/index.js';
+import { expectedFingerprint } from '../../src/client/index.js';
 import { KeeperClient } from '../../src/keeper/keeperClient.js';
 import { KEEPER_SOCKET_NAME } from '../../src/keeper/keeperSocketPath.js';
 import { parseKeptRecord, type KeptLoad } from '../../src/keeper/keptRecord.js';
@@ -17,13 +17,7 @@ import { killKeeper, waitUntil as until } from '../helpers/keeper.js';
 import { exampleModel, freshSocketDir, freshTempDir } from '../helpers/paths.js';
 import { runCli } from '../helpers/runCli.js';
 import { writeVariant } from '../helpers/variantCheckpoint.js';
-import { expectedRank } from '../serve/checkpointOracle.js';
-import { runClient } from '../client/runClient.js';
-
-interface HashesReply {
-  fingerprint: string;
-  tensors: Record<string, { sha256: string }>;
-}
+import { assertServes, checkpointBytes, readChars } from '../helpers/servedCheckpoint.js';
 
 /** A node of one host device with a keeper, serving the example model; start's `extra` adds flags. */
 function setup() {
@@ -50,21 +44,6 @@ async function kept(keeper: KeeperClient): Promise<Array<{ fingerprint: string; 
 
 async function rankFingerprint(dir: string): Promise<string> {
   return (await expectedFingerprint(dir, 1, 0)).fingerprint;
-}
-
-/** A client of rank 0 of `dir` maps the checkpoint's bytes, under the fingerprint of `dir`. */
-async function assertServes(socketDir: string, dir: string): Promise<void> {
-  const socket = await findSocket({ socketDir, globalRank: 0 });
-  const got = await runClient<HashesReply>('ts', 'hashes', socket, await expectedFingerprint(dir, 1, 0), 'map');
-  for (const [name, e] of expectedRank(dir, 1, 0)) assert.is(got.tensors[name]!.sha256, e.sha256, `${dir} ${name}`);
-}
-
-function readChars(pid: number): number {
-  return Number(/rchar: (\d+)/.exec(readFileSync(`/proc/${pid}/io`, 'utf8'))![1]);
-}
-
-function checkpointBytes(dir: string): number {
-  return readdirSync(dir).filter((f) => f.endsWith('.safetensors')).reduce((n, f) => n + readFileSync(join(dir, f)).length, 0);
 }
 
 test('a ctl-loaded model survives a crash of the daemon: the next one, with only the original --model, adopts it without reading it and serves the same bytes; once unloaded it is not restored', async () => {
