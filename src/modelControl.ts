@@ -121,7 +121,7 @@ export class ModelControl {
   /** A model that would span the group and cannot be planned here fails its swap on every node now. */
   async #plan(spec: ModelSpec): Promise<PlannedModel> {
     try {
-      return await planModel(spec, this.#config, this.#log);
+      return { ...(await planModel(spec, this.#config, this.#log)), origin: 'load' };
     } catch (err) {
       if (spansGroup(spec.tpSize, this.#config)) this.#actor.send({ type: 'MODEL_PLAN_FAILED', name: spec.name, error: serializeError(err as Error) });
       throw err;

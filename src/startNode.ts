@@ -8,7 +8,7 @@ import { OWN_VERSION } from './serve/servedRank.js';
 import { WorkerRegistry } from './actors/workerRegistry.js';
 import { RankFailedError, receivedCode, WeightdError } from './errors.js';
 import { EventFeed, type NodeEvent, type NodeEventListener } from './inspect/eventFeed.js';
-import { drawnChart, type DrawnMachine } from './inspect/drawnMachines.js';
+import { drawnChart, pageMachinesFor } from './inspect/drawnMachines.js';
 import { NodeMetrics } from './inspect/nodeMetrics.js';
 import { ProgressReporter } from './inspect/progressReporter.js';
 import { createLogger, flushLogger, type Logger } from './log.js';
@@ -171,11 +171,8 @@ export async function startNode(options: NodeOptions, { rankWorker = rankWorkerM
   const actor = createActor(supervisorMachine.provide({ actors: nodeActors }), { input, inspect: feed.inspect });
   const status = () => statusOf(actor.getSnapshot(), config, servers, keeper);
   const metrics = new NodeMetrics({ status, feed, states: () => drawnChart('supervisor').states.map((s) => s.key) });
-  // Bound before the machine starts: a port in use fails the start in milliseconds. A group's
-  // page draws the rendezvous coordinator too (live on node 0, which runs it); every page draws
-  // the ranks' serving lifecycle, highlighting each state a local rank is in, and the lifecycle
-  // of the models served beside the node's own (loaded at start or later).
-  const pageMachines: DrawnMachine[] = ['supervisor', ...(config.nnodes > 1 ? (['coordinator'] as const) : []), 'rankService', 'model'];
+  // Bound before the machine starts: a port in use fails the start in milliseconds.
+  const pageMachines = pageMachinesFor(config.nnodes);
   // Loaded only when asked for: the server, its page and the chart drawing are no part of serving.
   const { inspect } = config;
   const inspectServer = inspect

@@ -56,6 +56,13 @@ export interface PlannedModel {
   fill: FillOptions;
   /** Its checkpoint files as planned: checked again before it serves (checkFiles.ts). */
   files: FileIdentity[];
+  /**
+   * Where it comes from (default 'start': the command line, a --models file, NodeOptions.models).
+   * 'load': weightd ctl load or node.load; 'restore': such a load by an earlier daemon, restored
+   * from the keeper (src/keeper/restoreLoaded.ts). The keeper stores the load request of the
+   * latter two with their shards, so the next start restores them too.
+   */
+  origin?: 'start' | 'load' | 'restore';
 }
 
 /** How a model's fill reads and how the log says it; shared with the node's own model. */

@@ -9,6 +9,7 @@ import { WeightdError } from '../errors.js';
 import type { DeviceSlot, FillOptions } from '../native/addon.js';
 import { localDevices } from '../native/devices.js';
 import { dropUnplanned, type ShardKey } from '../keeper/dropUnplanned.js';
+import { restoreLoaded } from '../keeper/restoreLoaded.js';
 import { globalRank } from '../rendezvous/rankTable.js';
 import { acquireDeviceLock, type DeviceLock } from '../serve/deviceLock.js';
 import { checkSocketPathLength, removeSocketDirIfCreated, resolveSocketDir, socketPathFor } from '../serve/socketDir.js';
@@ -44,7 +45,7 @@ export interface Prepared {
   fill: FillOptions;
   /** Where the ranks adopt and keep their segments (absent: --keeper off). */
   keeper?: RankKeeping;
-  /** The other models the node starts with (config.models after the first), planned. */
+  /** The other models the node starts with (config.models after the first, then those restored from the keeper), planned. */
   models: PlannedModel[];
 }
 
@@ -73,7 +74,11 @@ export const prepareNode = fromPromise<Prepared, PrepareInput>(async ({ input, s
     // Found or started while the checkpoint was planned; the ranks take from it next.
     await input.keeper?.ready;
     const keeper = input.keeper && { socket: input.keeper.socket, model: config.modelDir, writer: `weightd ${VERSION}` };
-    if (keeper) await dropUnplanned(keeper.socket, plannedShards(devices, plan, config, models), log);
+    if (keeper) {
+      const started = [{ name: config.name, fingerprint: plan.fingerprint }, ...models.map((m) => ({ name: m.spec.name, fingerprint: m.plan.fingerprint }))];
+      models.push(...(await restoreLoaded({ socket: keeper.socket, config, devices: devices.map((d) => d.uuid), started, log })));
+      await dropUnplanned(keeper.socket, plannedShards(devices, plan, config, models), log);
+    }
     return { plan, devices, visibleDevices: visible, socketDir, locks, fill, keeper, models };
   } catch (err) {
     unlockDevices();

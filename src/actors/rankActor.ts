@@ -18,13 +18,14 @@ export interface RankActorInput {
   workers: WorkerRegistry;
 }
 
-export type RankCommand = { type: 'RANK_RELEASE' } | { type: 'RANK_STOP' } | { type: 'RANK_ADMIT' } | { type: 'RANK_KEEP' };
+export type RankCommand = { type: 'RANK_RELEASE' } | { type: 'RANK_STOP' } | { type: 'RANK_ADMIT' } | { type: 'RANK_KEEP' } | { type: 'RANK_UNKEEP' };
 
 const toWorker: Record<RankCommand['type'], MainToRank> = {
   RANK_RELEASE: { type: 'RELEASE' },
   RANK_STOP: { type: 'STOP' },
   RANK_ADMIT: { type: 'ADMIT' },
   RANK_KEEP: { type: 'KEEP' },
+  RANK_UNKEEP: { type: 'UNKEEP' },
 };
 
 export const rankActor = fromCallback<RankCommand, RankActorInput, RankEvent>(({ input, sendBack, receive }) => {

@@ -2,6 +2,7 @@
 import type { RankPlan } from '../checkpoint/types.js';
 import type { SerializedError } from '../errors.js';
 import type { RankSource } from '../nodeStatus.js';
+import type { KeptLoad } from '../keeper/keptRecord.js';
 import type { CudaHandles, DeviceInfo, DeviceSlot, FillOptions, SegmentExport } from '../native/addon.js';
 
 export interface RankWorkerData {
@@ -36,6 +37,8 @@ export interface RankKeeping {
   /** The checkpoint directory and this weightd's name and version, for the record. */
   model: string;
   writer: string;
+  /** A model loaded at run time: its load request, which the record carries so a restart restores it (src/keeper/restoreLoaded.ts). */
+  load?: KeptLoad;
 }
 
 /** How a rank's phases post to the main thread. */
@@ -55,5 +58,8 @@ export type RankToMain =
  * KEEP_AGAIN: a keeper (re)started; hand it this rank's segments if it does not hold them.
  * ADMIT: the load fits (RankWorkerData.awaitAdmission): allocate and fill.
  * KEEP: the rank's model serves (RankWorkerData.keepOnceServing): hand the keeper its segments.
+ * UNKEEP: the rank's model drains (unloaded, or a newer version serves): the keeper drops its
+ * segments now, so a restart meanwhile does not bring it back; the rank's own memory stays
+ * until its last lease ends.
  */
-export type MainToRank = { type: 'RELEASE' } | { type: 'STOP' } | { type: 'KEEP_AGAIN' } | { type: 'ADMIT' } | { type: 'KEEP' };
+export type MainToRank = { type: 'RELEASE' } | { type: 'STOP' } | { type: 'KEEP_AGAIN' } | { type: 'ADMIT' } | { type: 'KEEP' } | { type: 'UNKEEP' };

@@ -24,7 +24,7 @@ export function runRankPhases(phases: RankPhases): void {
   let keeping: Promise<void> = Promise.resolve();
   /** Whether the segments may go to the keeper yet (RankWorkerData.keepOnceServing). */
   let keepAllowed = !data.keepOnceServing;
-  /** Adopted segments are the keeper's already (taking them made this daemon their owner). */
+  /** Adopted segments are the keeper's already (taking them made this daemon their owner), unless their record is to be rewritten (Adopted.rekeep). */
   let adopted = false;
   let admit: () => void = () => {};
   const admitted = new Promise<void>((resolve) => (admit = resolve));
@@ -43,6 +43,17 @@ export function runRankPhases(phases: RankPhases): void {
       );
   };
 
+  /** Drops the keeper's copies of this rank's segments, after any keep in flight. */
+  const unkeep = (reason: 'released' | 'unloaded') =>
+    (keeping = keeping.then(() =>
+      rankKeeping()
+        .then(({ dropKept }) => dropKept(data, data.keeper!))
+        .then(
+          () => post({ type: 'KEPT', kept: false, reason }),
+          (err: unknown) => post({ type: 'LOG', level: 'warn', msg: `the keeper did not drop the ${reason} shard (${(err as Error).message}); it frees it when its adoption window ends`, fields: {} }),
+        ),
+    ));
+
   port.on('message', async (m: MainToRank) => {
     if (m.type === 'KEEP_AGAIN') {
       keep();
@@ -57,6 +68,11 @@ export function runRankPhases(phases: RankPhases): void {
       if (!adopted) keep();
       return;
     }
+    if (m.type === 'UNKEEP') {
+      keepAllowed = false;
+      if (data.keeper) unkeep('unloaded');
+      return;
+    }
     stopping ||= m.type === 'STOP';
     device?.cancelFill();
     try {
@@ -64,11 +80,7 @@ export function runRankPhases(phases: RankPhases): void {
       if (m.type === 'RELEASE' && data.keeper && exported) {
         // A released rank's memory is to be freed: the keeper's copies must go too.
         exported = undefined;
-        const { dropKept } = await rankKeeping();
-        await dropKept(data, data.keeper).then(
-          () => post({ type: 'KEPT', kept: false, reason: 'released' }),
-          (err: unknown) => post({ type: 'LOG', level: 'warn', msg: `the keeper did not drop the released shard (${(err as Error).message}); it frees it when its adoption window ends`, fields: {} }),
-        );
+        await unkeep('released');
       }
       await device?.free();
       if (m.type === 'RELEASE') post({ type: 'RELEASED' });
@@ -82,8 +94,9 @@ export function runRankPhases(phases: RankPhases): void {
     const opened = (device = await phases.open(data, post));
     // A STOP meanwhile ends the thread (port.close above) with nothing allocated.
     if (data.awaitAdmission) await admitted;
-    let resident: Resident | undefined = await phases.adopt(opened, data, post);
-    adopted = resident !== undefined;
+    const kept = await phases.adopt(opened, data, post);
+    adopted = kept !== undefined && !kept.rekeep;
+    let resident: Resident | undefined = kept;
     if (!resident) {
       await phases.allocate(opened, data);
       resident = { ...(await phases.fill(opened, data, post)), source: { from: 'checkpoint' } };

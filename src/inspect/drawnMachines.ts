@@ -2,11 +2,12 @@
 // inspect page), by the id each chart carries. Machines only: loading this loads no I/O.
 import { coordinatorMachine } from '../machines/coordinator.js';
 import { modelMachine } from '../machines/model.js';
+import { modelGroupMachine } from '../machines/modelGroup.js';
 import { supervisorMachine } from '../machines/supervisor.js';
 import { rankServiceMachine } from '../serve/rankServiceMachine.js';
 import { machineToChart, type MachineChart } from './machineToMermaid.js';
 
-const DRAWN_MACHINES = { supervisor: supervisorMachine, coordinator: coordinatorMachine, rankService: rankServiceMachine, model: modelMachine };
+const DRAWN_MACHINES = { supervisor: supervisorMachine, coordinator: coordinatorMachine, rankService: rankServiceMachine, model: modelMachine, modelGroup: modelGroupMachine };
 export type DrawnMachine = keyof typeof DRAWN_MACHINES;
 export const DRAWN_MACHINE_NAMES = Object.keys(DRAWN_MACHINES) as DrawnMachine[];
 
@@ -17,4 +18,15 @@ export function drawnChart(machine: DrawnMachine): MachineChart {
   let chart = charts.get(machine);
   if (!chart) charts.set(machine, (chart = machineToChart(DRAWN_MACHINES[machine])));
   return chart;
+}
+
+/**
+ * The machines a node's page draws: the supervisor; on a group the rendezvous coordinator (live
+ * on node 0, which runs it); the ranks' serving lifecycle; the lifecycle of the models served
+ * beside the node's own; and on a group the model group, node 0's all-or-nothing commit of each
+ * model that spans the nodes.
+ */
+export function pageMachinesFor(nnodes: number): DrawnMachine[] {
+  const group = nnodes > 1;
+  return ['supervisor', ...(group ? (['coordinator'] as const) : []), 'rankService', 'model', ...(group ? (['modelGroup'] as const) : [])];
 }

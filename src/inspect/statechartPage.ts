@@ -76,7 +76,13 @@ import { formatBytes, formatRate, formatSeconds, percent } from '/assets/loadPro
 
 const $ = (id) => document.getElementById(id);
 const MAX_EVENTS = 200;
-const TITLES = { supervisor: 'This node', coordinator: 'Rendezvous coordinator', rankService: "Each local rank's serving lifecycle" };
+const TITLES = {
+  supervisor: 'This node',
+  coordinator: 'Rendezvous coordinator',
+  rankService: "Each local rank's serving lifecycle",
+  model: 'Each model served beside the own one',
+  modelGroup: "Each model across the group: node 0's all-or-nothing commit",
+};
 /** Per machine id: its section, the mermaid id of each state, the drawn state groups. */
 const charts = new Map();
 /** Per machine id: its states now (one per local rank for the rank service), none where not known here. */
@@ -150,6 +156,9 @@ function renderStatus(s) {
   highlight('rankService', s.ranks.map((r) => r.serve).filter((v) => v !== null));
   const ranksNote = document.querySelector('#chart-rankService .note');
   if (ranksNote) ranksNote.textContent = s.ranks.map((r) => 'rank ' + r.globalRank + ': ' + (r.serve ?? 'no socket yet')).join(' · ');
+  const groupNote = document.querySelector('#chart-modelGroup .note');
+  const waiting = s.models.filter((m) => !m.own && m.state === 'resident').map((m) => m.name);
+  if (groupNote) groupNote.textContent = "node 0's coordinator runs one per model that spans the group, while it loads; resident here and waiting for its commit: " + (waiting.join(', ') || 'none');
   const others = s.models.filter((m) => !m.own);
   highlight('model', others.map((m) => m.state));
   const modelsNote = document.querySelector('#chart-model .note');

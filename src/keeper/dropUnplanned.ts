@@ -1,6 +1,6 @@
 // At a node's start, before any rank loads: what the keeper holds for this node's devices that
 // none of the models it starts with plans (a model left off the command line, an older checkpoint,
-// a model an earlier daemon loaded with ctl load) is dropped. The node holds the devices' locks by
+// a model an earlier daemon loaded with ctl load that restoreLoaded.ts did not restore) is dropped. The node holds the devices' locks by
 // now, and only the daemon of a device adopts its shards, so nobody would take these: kept, they
 // would hold device memory until the keeper's adoption window ends, and stand in the way of the
 // loads (and fit checks) of this start. Doing it here, once per node and before any rank exists,

@@ -5,7 +5,8 @@
 import { createHash } from 'node:crypto';
 import { basename } from 'node:path';
 import { z } from 'zod';
-import type { RankPlan } from '../checkpoint/types.js';
+import { LAYOUT_NAMES, type RankPlan } from '../checkpoint/types.js';
+import type { ModelSpec } from '../modelSpecs.js';
 
 /** The formats this weightd reads; it writes the last. A newer format is added here with its reader. */
 export const KEPT_FORMATS = [1] as const;
@@ -29,9 +30,14 @@ const recordSchema = z.object({
   tpRank: z.number().int().nonnegative(),
   tpSize: z.number().int().positive(),
   keptAt: z.string(),
+  /** A model loaded at run time (weightd ctl load): how to plan it again, so a restart restores it (restoreLoaded.ts). */
+  load: z.object({ name: z.string().min(1), modelDir: z.string().min(1), tpSize: z.number().int().positive(), planFile: z.string().optional(), layouts: z.array(z.enum(LAYOUT_NAMES)), fingerprint: z.string().min(1) }).optional(),
 });
 
 export type KeptRecord = z.infer<typeof recordSchema>;
+
+/** The load request a record of a model loaded at run time carries: its ModelSpec and its checkpoint fingerprint. */
+export type KeptLoad = NonNullable<KeptRecord['load']>;
 
 /** What a rank expects of a record it would adopt. */
 export interface KeptExpectation {
@@ -54,7 +60,7 @@ export function arenaDigest(plan: RankPlan): string {
   return createHash('sha256').update(JSON.stringify({ segments: plan.segments, ops, zeros })).digest('hex');
 }
 
-export function keptRecordFor(e: KeptExpectation, model: string, writer: string, now = new Date()): KeptRecord {
+export function keptRecordFor(e: KeptExpectation, model: string, writer: string, load?: KeptLoad, now = new Date()): KeptRecord {
   return {
     format: KEPT_FORMAT,
     writer,
@@ -69,7 +75,13 @@ export function keptRecordFor(e: KeptExpectation, model: string, writer: string,
     tpRank: e.plan.tpRank,
     tpSize: e.plan.tpSize,
     keptAt: now.toISOString(),
+    ...(load ? { load } : {}),
   };
+}
+
+/** The load request of a model loaded at run time, as its records carry it. */
+export function keptLoadOf(spec: ModelSpec, fingerprint: string): KeptLoad {
+  return { name: spec.name, modelDir: spec.modelDir, tpSize: spec.tpSize, ...(spec.planFile === undefined ? {} : { planFile: spec.planFile }), layouts: spec.layouts, fingerprint };
 }
 
 export function encodeKeptRecord(r: KeptRecord): Buffer {
@@ -79,11 +91,8 @@ export function encodeKeptRecord(r: KeptRecord): Buffer {
 /** Why a record cannot be adopted, for the log and the status; undefined when it can. */
 export type Refusal = { field: string; message: string };
 
-/**
- * Reads a record and checks it against what this rank would load. Refuses (never throws) a record
- * that is not JSON, of a format this weightd does not read, or for another arena, naming why.
- */
-export function checkKeptRecord(bytes: Buffer, e: KeptExpectation): { record: KeptRecord } | { refusal: Refusal } {
+/** Reads a record, refusing (never throwing) one that is not JSON, of a format this weightd does not read, or malformed, naming why. */
+export function parseKeptRecord(bytes: Buffer): { record: KeptRecord } | { refusal: Refusal } {
   let value: unknown;
   try {
     value = JSON.parse(bytes.toString('utf8'));
@@ -105,7 +114,14 @@ export function checkKeptRecord(bytes: Buffer, e: KeptExpectation): { record: Ke
     const issue = parsed.error.issues[0]!;
     return { refusal: { field: 'record', message: `the kept record is malformed at ${issue.path.join('.') || '(root)'}: ${issue.message}` } };
   }
-  const r = parsed.data;
+  return { record: parsed.data };
+}
+
+/** Reads a record and checks it against what this rank would load (parseKeptRecord), refusing a record for another arena by the field that differs. */
+export function checkKeptRecord(bytes: Buffer, e: KeptExpectation): { record: KeptRecord } | { refusal: Refusal } {
+  const parsed = parseKeptRecord(bytes);
+  if ('refusal' in parsed) return parsed;
+  const r = parsed.record;
   const expected: Array<[keyof KeptRecord, unknown, unknown]> = [
     ['backend', r.backend, e.backend],
     ['handleType', r.handleType, e.handleType],

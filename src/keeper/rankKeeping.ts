@@ -3,6 +3,7 @@
 // keeper the segments this rank loaded, and drop them when a client releases the rank. Every
 // keeper failure here degrades to a load from disk or to a rank that is not kept, and says so:
 // the keeper makes restarts fast, it never stops a node from serving.
+import canonicalize from 'canonicalize';
 import type { Post, RankKeeping, RankWorkerData } from '../actors/rankMessages.js';
 import type { RankSource } from '../nodeStatus.js';
 import { errorCode } from '../errors.js';
@@ -27,6 +28,12 @@ export interface Adopted {
   bytes: number;
   seconds: number;
   source: RankSource;
+  /**
+   * The record's load request is not the one this rank keeps (a model on this command line that
+   * an earlier daemon loaded at run time, or the reverse): keep the segments again, with this
+   * rank's record, so the next start does not restore (or drop) it by what an earlier daemon knew.
+   */
+  rekeep: boolean;
 }
 
 /**
@@ -69,7 +76,9 @@ export async function adoptKept(device: DeviceHandle, data: RankWorkerData, keep
     return undefined;
   }
   const seconds = (performance.now() - started) / 1000;
-  return { bytes: data.plan.totalBytes, seconds, source: { from: 'keeper', keptAt: checked.record.keptAt, ageMs: taken.ageMs } };
+  // Key order differs between a parsed record and one built here.
+  const rekeep = canonicalize(checked.record.load ?? null) !== canonicalize(keeping.load ?? null);
+  return { bytes: data.plan.totalBytes, seconds, source: { from: 'keeper', keptAt: checked.record.keptAt, ageMs: taken.ageMs }, rekeep };
 }
 
 /** Hands the keeper this rank's segments (it keeps its own copies of the descriptors). */
@@ -78,7 +87,7 @@ export async function keepSegments(data: RankWorkerData, keeping: RankKeeping, s
   if (handleType === undefined || segments.some((s) => s.fd === undefined || s.fd < 0)) {
     throw new Error('this device serves legacy CUDA IPC handles, which no keeper can hold (run with --cuda-handles fd)');
   }
-  const record = keptRecordFor(expectation(data, handleType), keeping.model, keeping.writer);
+  const record = keptRecordFor(expectation(data, handleType), keeping.model, keeping.writer, keeping.load);
   const fds = [...segments].sort((a, b) => a.segment - b.segment).map((s) => s.fd!);
   await new KeeperClient(keeping.socket).keep(data.device.uuid, data.plan.fingerprint, encodeKeptRecord(record), fds);
 }

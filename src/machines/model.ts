@@ -12,8 +12,8 @@
 //              then it is freed). An abort can come in any state before this one too.
 //   starting:  each rank is served on its device's socket (shared with the other models).
 //   serving:   attachable; watchers hear model_ready.
-//   draining:  unloaded, or a newer version serves: no new lease; freed when the last lease
-//              ends, or at once when forced (the holders hear lease_revoked).
+//   draining:  unloaded, or a newer version serves: no new lease, and no longer kept; freed
+//              when the last lease ends, or at once when forced (the holders hear lease_revoked).
 //   released:  every rank's memory is freed; the actor ends.
 //   stopping:  the node stops: servers go first, then each rank frees its device.
 import { and, assertEvent, assign, enqueueActions, fromCallback, fromPromise, sendTo, setup, type AnyActorRef } from 'xstate';
@@ -167,6 +167,10 @@ export const modelMachine = setup({
     keepRanks: enqueueActions(({ context, enqueue }) => {
       for (const r of context.ranks) if (r.state !== 'released') enqueue.sendTo(modelRankId(r.localRank), { type: 'RANK_KEEP' });
     }),
+    // A draining model is not to come back at a restart: the keeper lets go of it now, while its ranks serve the last leases.
+    unkeepRanks: enqueueActions(({ context, enqueue }) => {
+      for (const r of context.ranks) if (r.state !== 'released') enqueue.sendTo(modelRankId(r.localRank), { type: 'RANK_UNKEEP' });
+    }),
     spawnServers: enqueueActions(({ context, enqueue }) => {
       const { planned } = context;
       for (const r of context.ranks) {
@@ -301,7 +305,7 @@ export const modelMachine = setup({
       always: { guard: 'allRanksReleased', target: 'released' },
     },
     draining: {
-      entry: 'drain',
+      entry: ['drain', 'unkeepRanks'],
       on: { MODEL_UNLOAD: { actions: ['storeForce', 'drain'] }, ...clientRelease, MODEL_STOP: '#model.stopping' },
       always: { guard: 'allRanksReleased', target: 'released' },
     },

@@ -24,6 +24,7 @@ import type { RankEvent, SupervisorEvent } from './events.js';
 import { modelMachine, type ModelInput } from './model.js';
 import type { NodeManifestEntry, NodeManifestModel } from '../serve/nodeManifest.js';
 import { recordReport, updateRank } from './rankUpdates.js';
+import { keptLoadOf } from '../keeper/keptRecord.js';
 
 export interface SupervisorInput {
   config: NodeConfig;
@@ -48,8 +49,10 @@ export interface ModelEntry {
   /** The checkpoint fingerprint (every rank's differs: see the entries). */
   fingerprint: string;
   tpSize: number;
-  /** Started with the node: it must serve before the node is ready, and its failure fails the node. */
+  /** Started with the node: it must serve before the node is ready, and its failure fails the node (unless restored). */
   startup: boolean;
+  /** Restored from an earlier daemon's run-time load (PlannedModel.origin): its failure fails it alone. */
+  restored: boolean;
   /** Once it serves: its ranks, for the node manifest. */
   entries?: NodeManifestEntry[];
   /** Unloaded (or superseded by a newer version of its name): it drains. */
@@ -130,9 +133,9 @@ const supervisorSetup = setup({
     allRanksServing: ({ context }) => context.ranks.every((r) => r.state === 'serving' || r.state === 'released'),
     allRanksStopped: ({ context }) => context.ranks.every((r) => r.state === 'stopped') && context.models.length === 0,
     startupModelsServing: ({ context }) => context.models.every((m) => !m.startup || m.entries !== undefined),
-    isStartupModel: ({ context, event }) => {
+    failsTheNode: ({ context, event }) => {
       assertEvent(event, 'MODEL_FAILED');
-      return context.models.some((m) => m.id === event.id && m.startup);
+      return context.models.some((m) => m.id === event.id && m.startup && !m.restored);
     },
   },
   actions: {
@@ -402,10 +405,13 @@ const clientRelease = {
   RANK_RELEASED: { actions: 'recordReleased' },
 } as const;
 
-/** Before the node is ready, the models it starts with load beside its own; any failure fails the node. */
+/**
+ * Before the node is ready, the models it starts with load beside its own; the failure of one on
+ * its command line fails the node, that of one restored from the keeper fails that model alone.
+ */
 const startupModels = {
   MODEL_SERVING: { actions: 'recordModelServing' },
-  MODEL_FAILED: { target: '#supervisor.failed', actions: 'recordModelFailure' },
+  MODEL_FAILED: [{ guard: 'failsTheNode', target: '#supervisor.failed', actions: 'recordModelFailure' }, { actions: 'dropModel' }],
   MODEL_GONE: { actions: 'dropModel' },
 } as const;
 
@@ -521,7 +527,7 @@ function modelInput(context: SupervisorContext, parent: AnyActorRef, id: string,
     startup,
     socketDir: context.prepared!.socketDir,
     cudaHandles: context.config.cudaHandles,
-    keeper: context.prepared!.keeper && { ...context.prepared!.keeper, model: planned.spec.modelDir },
+    keeper: context.prepared!.keeper && { ...context.prepared!.keeper, model: planned.spec.modelDir, load: (planned.origin ?? 'start') === 'start' ? undefined : keptLoadOf(planned.spec, planned.plan.fingerprint) },
     log: context.log.child({ model: planned.spec.name }),
     rankWorker: context.rankWorker,
     workers: context.workers,
@@ -536,6 +542,7 @@ function modelEntry(id: string, planned: PlannedModel, startup: boolean): ModelE
     fingerprint: planned.plan.fingerprint,
     tpSize: planned.spec.tpSize,
     startup,
+    restored: planned.origin === 'restore',
     unloaded: false,
     ...(planned.placement.nnodes > 1 ? { group: 'pending' as const } : {}),
   };

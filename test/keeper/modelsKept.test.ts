@@ -4,11 +4,10 @@
 // bytes; one started without the second model drops that model's shard at start (nothing will
 // adopt it: its memory is not held until the keeper's adoption window ends); and unloading a
 // model drops its shard.
-import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { expectedFingerprint, findSocket } from '../../src/client/index.js';
+import { expectedFingerprint } from '../../src/client/index.js';
 import { KeeperClient } from '../../src/keeper/keeperClient.js';
 import { KEEPER_SOCKET_NAME } from '../../src/keeper/keeperSocketPath.js';
 import type { ModelStatus } from '../../src/nodeStatus.js';
@@ -17,12 +16,7 @@ import { killKeeper, waitUntil as until } from '../helpers/keeper.js';
 import { exampleModel, freshSocketDir, freshTempDir } from '../helpers/paths.js';
 import { runCli } from '../helpers/runCli.js';
 import { writeVariant } from '../helpers/variantCheckpoint.js';
-import { expectedRank } from '../serve/checkpointOracle.js';
-import { runClient } from '../client/runClient.js';
-
-interface HashesReply {
-  tensors: Record<string, { sha256: string }>;
-}
+import { assertServes, checkpointBytes, readChars } from '../helpers/servedCheckpoint.js';
 
 /** A node of one host device with a keeper, serving the example model and, with `draft`, a variant of it beside. */
 function setup(): { opts: (withDraft: boolean) => DaemonOptions; keeper: KeeperClient; socketDir: string; draft: string } {
@@ -51,21 +45,6 @@ async function models(socketDir: string): Promise<ModelStatus[]> {
   const list = await runCli(['ctl', '--weight-cache-socket-dir', socketDir, 'list', '--json'], { timeoutMs: 60_000 });
   assert.is(list.code, 0, list.stderr);
   return (JSON.parse(list.stdout) as { models: ModelStatus[] }).models;
-}
-
-/** A client of rank 0 of `dir` maps the checkpoint's bytes. */
-async function assertServes(socketDir: string, dir: string): Promise<void> {
-  const socket = await findSocket({ socketDir, globalRank: 0 });
-  const got = await runClient<HashesReply>('ts', 'hashes', socket, await expectedFingerprint(dir, 1, 0), 'map');
-  for (const [name, e] of expectedRank(dir, 1, 0)) assert.is(got.tensors[name]!.sha256, e.sha256, `${dir} ${name}`);
-}
-
-function readChars(pid: number): number {
-  return Number(/rchar: (\d+)/.exec(readFileSync(`/proc/${pid}/io`, 'utf8'))![1]);
-}
-
-function checkpointBytes(dir: string): number {
-  return readdirSync(dir).filter((f) => f.endsWith('.safetensors')).reduce((n, f) => n + readFileSync(join(dir, f)).length, 0);
 }
 
 test('a model beside the own one survives a restart: both adopt from the keeper, without reading either checkpoint, and serve the same bytes', async () => {

@@ -1,0 +1,59 @@
+// Which machines a node's state-chart page draws, and that the model group (node 0's commit of a
+// model across the nodes) is one of them on a group: drawn from its own definition, served in
+// /statechart.json by a group node's inspect server, and printed by `weightd statechart`.
+import pino from 'pino';
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import { DRAWN_MACHINE_NAMES, drawnChart, pageMachinesFor } from '../../src/inspect/drawnMachines.js';
+import { EventFeed } from '../../src/inspect/eventFeed.js';
+import { InspectServer } from '../../src/inspect/inspectServer.js';
+import { machineToMermaid } from '../../src/inspect/machineToMermaid.js';
+import { NodeMetrics } from '../../src/inspect/nodeMetrics.js';
+import { modelGroupMachine } from '../../src/machines/modelGroup.js';
+import type { NodeStatus } from '../../src/nodeStatus.js';
+import { runCli } from '../helpers/runCli.js';
+import { httpGet } from './httpGet.js';
+
+test('a node of one draws no group machine; a group node draws the coordinator and the model group too, every one a drawn machine', () => {
+  assert.equal(pageMachinesFor(1), ['supervisor', 'rankService', 'model']);
+  assert.equal(pageMachinesFor(2), ['supervisor', 'coordinator', 'rankService', 'model', 'modelGroup']);
+  for (const m of pageMachinesFor(2)) assert.ok(DRAWN_MACHINE_NAMES.includes(m), m);
+});
+
+test("the model group's chart has every state, and its votes and losses as transitions", () => {
+  const chart = drawnChart('modelGroup');
+  assert.is(chart.id, 'modelGroup');
+  assert.is(chart.initial, 'modelGroup.gathering');
+  assert.equal(chart.states.map((s) => [s.key, s.type]), [
+    ['gathering', 'atomic'],
+    ['loading', 'atomic'],
+    ['committed', 'final'],
+    ['aborted', 'final'],
+  ]);
+  const events = new Set(chart.transitions.map((t) => t.event));
+  for (const e of ['JOIN', 'RESIDENT', 'FAILED', 'NODE_LOST']) assert.ok(events.has(e), `${e} drawn (${[...events]})`);
+  assert.ok(chart.transitions.some((t) => t.kind === 'after'), 'the rendezvous deadline is drawn');
+});
+
+test("a group node's inspect server serves the model group's chart, and weightd statechart prints it", async () => {
+  const log = pino({ level: 'silent' });
+  const feed = new EventFeed();
+  const status = () => ({ state: 'ready', nnodes: 2, nodeRank: 0, ranks: [], models: [], peers: [] }) as unknown as NodeStatus;
+  const metrics = new NodeMetrics({ status, feed, states: () => drawnChart('supervisor').states.map((s) => s.key) });
+  const server = await InspectServer.listen({ host: '127.0.0.1', port: 0, log, status, feed, metrics, charts: pageMachinesFor(2).map(drawnChart) });
+  try {
+    const json = JSON.parse((await httpGet(`${server.url}/statechart.json`)).body) as { machines: Array<{ chart: { id: string }; mermaid: string; mermaidIds: Record<string, string> }> };
+    assert.equal(json.machines.map((m) => m.chart.id), ['supervisor', 'coordinator', 'rankService', 'model', 'modelGroup']);
+    const group = json.machines.at(-1)!;
+    assert.is(group.mermaid, machineToMermaid(modelGroupMachine));
+    assert.equal(Object.keys(group.mermaidIds), ['gathering', 'loading', 'committed', 'aborted']);
+  } finally {
+    await server.close();
+    metrics.close();
+  }
+  const printed = await runCli(['statechart', '--machine', 'modelGroup']);
+  assert.is(printed.code, 0, printed.stderr);
+  assert.is(printed.stdout, machineToMermaid(modelGroupMachine));
+});
+
+test.run();
