@@ -6,7 +6,6 @@ import { createHash } from 'node:crypto';
 import { basename } from 'node:path';
 import { z } from 'zod';
 import { LAYOUT_NAMES, type RankPlan } from '../checkpoint/types.js';
-import type { ModelSpec } from '../modelSpecs.js';
 
 /** The formats this weightd reads; it writes the last. A newer format is added here with its reader. */
 export const KEPT_FORMATS = [1] as const;
@@ -77,11 +76,6 @@ export function keptRecordFor(e: KeptExpectation, model: string, writer: string,
     keptAt: now.toISOString(),
     ...(load ? { load } : {}),
   };
-}
-
-/** The load request of a model loaded at run time, as its records carry it. */
-export function keptLoadOf(spec: ModelSpec, fingerprint: string): KeptLoad {
-  return { name: spec.name, modelDir: spec.modelDir, tpSize: spec.tpSize, ...(spec.planFile === undefined ? {} : { planFile: spec.planFile }), layouts: spec.layouts, fingerprint };
 }
 
 export function encodeKeptRecord(r: KeptRecord): Buffer {

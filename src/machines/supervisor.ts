@@ -24,7 +24,7 @@ import type { RankEvent, SupervisorEvent } from './events.js';
 import { modelMachine, type ModelInput } from './model.js';
 import type { NodeManifestEntry, NodeManifestModel } from '../serve/nodeManifest.js';
 import { recordReport, updateRank } from './rankUpdates.js';
-import { keptLoadOf } from '../keeper/keptRecord.js';
+import { keptLoadOf } from '../keeper/keptLoad.js';
 
 export interface SupervisorInput {
   config: NodeConfig;
