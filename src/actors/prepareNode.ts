@@ -9,7 +9,6 @@ import { WeightdError } from '../errors.js';
 import type { DeviceSlot, FillOptions } from '../native/addon.js';
 import { localDevices } from '../native/devices.js';
 import { dropUnplanned, type ShardKey } from '../keeper/dropUnplanned.js';
-import { restoreLoaded } from '../keeper/restoreLoaded.js';
 import { globalRank } from '../rendezvous/rankTable.js';
 import { acquireDeviceLock, type DeviceLock } from '../serve/deviceLock.js';
 import { checkSocketPathLength, removeSocketDirIfCreated, resolveSocketDir, socketPathFor } from '../serve/socketDir.js';
@@ -76,6 +75,8 @@ export const prepareNode = fromPromise<Prepared, PrepareInput>(async ({ input, s
     const keeper = input.keeper && { socket: input.keeper.socket, model: config.modelDir, writer: `weightd ${VERSION}` };
     if (keeper) {
       const started = [{ name: config.name, fingerprint: plan.fingerprint }, ...models.map((m) => ({ name: m.spec.name, fingerprint: m.plan.fingerprint }))];
+      // Only with a keeper: it parses kept records, which a plain start has none of to read.
+      const { restoreLoaded } = await import('../keeper/restoreLoaded.js');
       models.push(...(await restoreLoaded({ socket: keeper.socket, config, devices: devices.map((d) => d.uuid), started, log })));
       await dropUnplanned(keeper.socket, plannedShards(devices, plan, config, models), log);
     }
