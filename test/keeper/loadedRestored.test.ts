@@ -36,7 +36,15 @@ function setup() {
     assert.is(r.code, 0, r.stderr);
     return r.stdout;
   };
-  return { socketDir, keeper, start, ctl, models: async () => (JSON.parse(await ctl('list', '--json')) as { models: ModelStatus[] }).models };
+  /** Loads a variant of the example model as "draft" into the running daemon, once the keeper holds it with its load request: its directory and rank fingerprint. */
+  const loadDraft = async () => {
+    const dir = writeVariant(exampleModel, join(freshTempDir(), 'draft'));
+    const rank = await rankFingerprint(dir);
+    await ctl('load', '--model', dir, '--name', 'draft');
+    await until('the keeper holds the loaded model', async () => (await kept(keeper)).some((r) => r.fingerprint === rank && r.load !== undefined));
+    return { dir, rank };
+  };
+  return { socketDir, keeper, start, ctl, loadDraft, models: async () => (JSON.parse(await ctl('list', '--json')) as { models: ModelStatus[] }).models };
 }
 
 /** What the keeper holds: each record's rank fingerprint and load request (undefined: a command-line model's). */
@@ -158,9 +166,7 @@ test('a model on the new command line under the same name wins over the stored r
 });
 
 test('a ctl-loaded model unloaded while a lease holds it, then the daemon killed: the keeper let go of it when it began draining, so the next start neither restores it nor holds any of it', async () => {
-  const { socketDir, keeper, start, ctl, models } = setup();
-  const draft = writeVariant(exampleModel, join(freshTempDir(), 'draft'));
-  const draftRank = await rankFingerprint(draft);
+  const { socketDir, keeper, start, ctl, loadDraft, models } = setup();
   const ownRank = await rankFingerprint(exampleModel);
   let daemon: Daemon | undefined;
   let client: WeightdClient | undefined;
@@ -168,8 +174,7 @@ test('a ctl-loaded model unloaded while a lease holds it, then the daemon killed
     daemon = await start();
     await until('the keeper holds the own model', async () => (await kept(keeper)).some((r) => r.fingerprint === ownRank));
     const ownSegments = await keptMemfds(keeper);
-    await ctl('load', '--model', draft, '--name', 'draft');
-    await until('the keeper holds the loaded model', async () => (await kept(keeper)).some((r) => r.fingerprint === draftRank && r.load !== undefined));
+    const { dir: draft, rank: draftRank } = await loadDraft();
     assert.ok((await keptMemfds(keeper)) > ownSegments, "the keeper holds the loaded model's segments besides the own model's");
 
     client = await WeightdClient.connect(await findSocket({ socketDir, globalRank: 0 }));
@@ -200,15 +205,11 @@ test('a ctl-loaded model unloaded while a lease holds it, then the daemon killed
 });
 
 test('a restored model whose checkpoint is rewritten while it is restored fails alone: the node gets ready and serves its command-line model, the error names the model, and the keeper lets go of its shard', async () => {
-  const { socketDir, keeper, start, ctl, models } = setup();
-  const draft = writeVariant(exampleModel, join(freshTempDir(), 'draft'));
-  const draftRank = await rankFingerprint(draft);
-  const ownRank = await rankFingerprint(exampleModel);
+  const { socketDir, keeper, start, loadDraft, models } = setup();
   let daemon: Daemon | undefined;
   try {
     daemon = await start();
-    await ctl('load', '--model', draft, '--name', 'draft');
-    await until('the keeper holds the loaded model', async () => (await kept(keeper)).some((r) => r.fingerprint === draftRank && r.load !== undefined));
+    const { rank: draftRank } = await loadDraft();
     await daemon.stop();
 
     // The draft's ranks grow its first file once their device is open: after its plan matched
@@ -224,7 +225,7 @@ test('a restored model whose checkpoint is rewritten while it is restored fails 
     await assertServes(socketDir, exampleModel);
     // Its ranks had taken the kept shard: a model that fails before serving leaves nothing kept.
     await until("the keeper dropped the failed model's shard", async () => !(await kept(keeper)).some((r) => r.fingerprint === draftRank));
-    assert.equal((await kept(keeper)).map((r) => r.fingerprint), [ownRank]);
+    assert.equal((await kept(keeper)).map((r) => r.fingerprint), [await rankFingerprint(exampleModel)]);
     assert.match(daemon.stderr(), new RegExp(`"fingerprint":"${draftRank}","msg":"dropped the kept shard of model \\\\"draft\\\\", which failed"`));
   } finally {
     await daemon?.stop();
