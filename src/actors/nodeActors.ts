@@ -3,6 +3,7 @@
 // the rendezvous and the servers.
 import { modelMachine } from '../machines/model.js';
 import { checkFiles } from './checkFiles.js';
+import { dropModelShardsActor } from './dropModelShards.js';
 import { groupSession } from './groupSession.js';
 import { prepareNode } from './prepareNode.js';
 import { publishNodeManifest } from './publishNodeManifest.js';
@@ -20,5 +21,5 @@ export const nodeActors = {
   serveRank,
   publishNodeManifest,
   reportStartupFailure: reportStartupFailureActor,
-  model: modelMachine.provide({ actors: { rank: rankActor, serveRank, checkFiles } }),
+  model: modelMachine.provide({ actors: { rank: rankActor, serveRank, checkFiles, dropModelShards: dropModelShardsActor } }),
 };

@@ -8,8 +8,8 @@ import type { NodeConfig } from '../nodeOptions.js';
 import { WeightdError } from '../errors.js';
 import type { DeviceSlot, FillOptions } from '../native/addon.js';
 import { localDevices } from '../native/devices.js';
-import { dropUnplanned, type ShardKey } from '../keeper/dropUnplanned.js';
-import { globalRank } from '../rendezvous/rankTable.js';
+import { dropUnplanned } from '../keeper/dropUnplanned.js';
+import { shardsOf, type ShardKey } from '../keeper/shardsOf.js';
 import { acquireDeviceLock, type DeviceLock } from '../serve/deviceLock.js';
 import { checkSocketPathLength, removeSocketDirIfCreated, resolveSocketDir, socketPathFor } from '../serve/socketDir.js';
 import { VERSION } from '../version.js';
@@ -90,7 +90,5 @@ export const prepareNode = fromPromise<Prepared, PrepareInput>(async ({ input, s
 
 /** Every rank shard this node starts with, on its device: the node's own model's and each other model's. */
 function plannedShards(devices: DeviceSlot[], plan: CheckpointPlan, config: NodeConfig, models: PlannedModel[]): ShardKey[] {
-  const own = devices.map((d, localRank) => ({ device: d.uuid, fingerprint: plan.ranks[globalRank(config.nodeRank, config.localWorldSize, localRank)]!.fingerprint }));
-  const others = models.flatMap((m) => m.devices.map((d, localRank) => ({ device: d.uuid, fingerprint: m.plan.ranks[globalRank(m.placement.nodeRank, m.placement.localWorldSize, localRank)]!.fingerprint })));
-  return [...own, ...others];
+  return [...shardsOf({ devices, plan, placement: config }), ...models.flatMap((m) => shardsOf(m))];
 }

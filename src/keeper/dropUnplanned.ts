@@ -7,12 +7,7 @@
 // is what lets each model's ranks keep and adopt their own shards without knowing the others'.
 import type { Logger } from '../log.js';
 import { KeeperClient } from './keeperClient.js';
-
-/** One rank's shard as the keeper files it. */
-export interface ShardKey {
-  device: string;
-  fingerprint: string;
-}
+import type { ShardKey } from './shardsOf.js';
 
 /**
  * Drops the unplanned records of the devices `planned` names. Never throws: without an answer

@@ -16,6 +16,9 @@
 //              when the last lease ends, or at once when forced (the holders hear lease_revoked).
 //   released:  every rank's memory is freed; the actor ends.
 //   stopping:  the node stops: servers go first, then each rank frees its device.
+//   failing:   with a keeper, what it holds of a model that failed is dropped (its ranks may have
+//              adopted or kept it), then failed; a model refused before any rank allocated, or one
+//              without a keeper, fails at once.
 import { and, assertEvent, assign, enqueueActions, fromCallback, fromPromise, sendTo, setup, type AnyActorRef } from 'xstate';
 import type { FileIdentity } from '../actors/checkFiles.js';
 import type { PlannedModel } from '../actors/planModel.js';
@@ -26,6 +29,7 @@ import type { ServerRegistry } from '../actors/serverRegistry.js';
 import type { WorkerRegistry } from '../actors/workerRegistry.js';
 import { WeightdError } from '../errors.js';
 import type { Logger } from '../log.js';
+import type { DropModelShardsInput } from '../actors/dropModelShards.js';
 import type { CudaHandles } from '../native/addon.js';
 import type { NodeFailure, RankStatus } from '../nodeStatus.js';
 import type { NodeManifestEntry } from '../serve/nodeManifest.js';
@@ -81,13 +85,17 @@ function notProvided(name: string): never {
 export const modelActors = {
   rank: fromCallback<RankCommand, RankActorInput, RankEvent>(() => notProvided('rank')),
   checkFiles: fromPromise<void, { files: FileIdentity[] }>(() => notProvided('checkFiles')),
+  dropModelShards: fromPromise<void, DropModelShardsInput>(() => notProvided('dropModelShards')),
   serveRank: fromCallback<ServeCommand, ServeRankInput, ServeEvent>(() => notProvided('serveRank')),
 };
 
 const rankLog = (context: ModelContext, localRank: number) => context.log.child({ model: context.planned.spec.name, localRank });
 
 /** Another node failed it, or node 0 is gone: it fails here too, and is freed. */
-const aborted = { target: '#model.failed', actions: 'recordAbort' } as const;
+/** A failure once its ranks may hold memory the keeper has too: through failing, where there is a keeper. */
+const failWith = <A extends string>(actions: A) => [{ guard: 'hasKeeper', target: '#model.failing', actions }, { target: '#model.failed', actions }] as const;
+
+const aborted = failWith('recordAbort');
 
 /** A rank's memory is freed through its worker once its server allows it (a drain's end, or a client's release). */
 const clientRelease = {
@@ -110,6 +118,7 @@ export const modelMachine = setup({
     allRanksReleased: ({ context }) => context.ranks.every((r) => r.state === 'released'),
     allRanksStopped: ({ context }) => context.ranks.every((r) => r.state === 'stopped'),
     spansGroup: ({ context }) => context.planned.placement.nnodes > 1,
+    hasKeeper: ({ context }) => context.keeper !== undefined,
   },
   actions: {
     spawnRanks: enqueueActions(({ context, enqueue }) => {
@@ -284,7 +293,7 @@ export const modelMachine = setup({
         src: 'checkFiles',
         input: ({ context }) => ({ files: context.planned.files }),
         onDone: [{ guard: 'spansGroup', target: 'resident' }, { target: 'starting' }],
-        onError: { target: 'failed', actions: 'recordFilesChanged' },
+        onError: failWith('recordFilesChanged'),
       },
       on: { MODEL_STOP: '#model.stopping', MODEL_ABORT: aborted },
     },
@@ -312,14 +321,26 @@ export const modelMachine = setup({
     released: { type: 'final', entry: 'tellParentGone' },
     stopping: {
       entry: 'stopRanks',
-      on: { RANK_STOPPED: { actions: 'recordStopped' } },
+      // The node stops: a rank failing now leaves the keeper's copies for its next start.
+      on: { RANK_STOPPED: { actions: 'recordStopped' }, RANK_FAILED: { target: 'failed', actions: 'recordRankFailure' } },
       always: { guard: 'allRanksStopped', target: 'stopped' },
     },
     stopped: { type: 'final', entry: 'tellParentGone' },
+    failing: {
+      invoke: {
+        id: 'dropModelShards',
+        src: 'dropModelShards',
+        input: ({ context }) => ({ socket: context.keeper!.socket, planned: context.planned, log: context.log }),
+        onDone: 'failed',
+        onError: 'failed',
+      },
+      // The first failure is the model's; a node that stops meanwhile keeps what the keeper holds (its next start sorts it out).
+      on: { RANK_FAILED: { actions: 'recordRankFailure' }, MODEL_STOP: '#model.stopping' },
+    },
     failed: { type: 'final', entry: 'tellParentFailed' },
   },
   on: {
-    RANK_FAILED: { target: '.failed', actions: 'recordRankFailure' },
+    RANK_FAILED: failWith('recordRankFailure'),
     // A keeper takes, loses or drops a rank's segments in any state a rank lives in.
     RANK_KEPT: { actions: 'recordKept' },
   },

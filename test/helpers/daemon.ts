@@ -20,6 +20,8 @@ export interface DaemonOptions {
   readyTimeoutMs?: number;
   /** Resolve startDaemon once stderr matches this instead of READY (a log event before it). */
   until?: RegExp;
+  /** What node runs instead of dist/main.js: a fixture node of the same flags (test/rendezvous/fixtures/faultyNode.js). */
+  script?: string;
 }
 
 export interface Daemon {
@@ -62,7 +64,7 @@ function spawnDaemon(opts: DaemonOptions): { child: ChildProcess; devices: strin
   const tp = opts.tp ?? 1;
   const devices = opts.devices ?? Array.from({ length: tp }, (_, i) => `t${process.pid}-${counter}-${i}`);
   counter++;
-  const args = [mainJs, '--model', opts.model, '-tp', String(tp), '--device', opts.device ?? 'host', ...(opts.socketDir ? ['--weight-cache-socket-dir', opts.socketDir] : []), ...(opts.extraArgs ?? [])];
+  const args = [opts.script ?? mainJs, '--model', opts.model, '-tp', String(tp), '--device', opts.device ?? 'host', ...(opts.socketDir ? ['--weight-cache-socket-dir', opts.socketDir] : []), ...(opts.extraArgs ?? [])];
   const child = spawn(process.execPath, args, {
     cwd: repoRoot,
     env: { ...process.env, WEIGHTD_HOST_DEVICES: devices.join(','), ...opts.env },
