@@ -4,10 +4,8 @@
   python3 bench/attach-pair.py --socket-dir DIR --before OLD/clients/python [--after clients/python]
                                [--device cuda|host] [--runs 5] --out FILE
 
-Each run starts one fresh process per build, back to back in alternating order (the machine's
-load drifts over both alike). A process imports torch and, on cuda, makes its context before the
-clock starts (as an engine has), then times its first attach to rank 0, the one a restarting
-engine pays, and a second one. Writes one JSON line per process to --out (which must not exist),
+Each run starts one fresh process per build (bench/attach-once.py, with that build's client on
+PYTHONPATH), back to back in alternating order (the machine's load drifts over both alike). Writes one JSON line per process to --out (which must not exist),
 and prints the medians and the median of the paired differences (after - before).
 """
 import argparse
@@ -17,24 +15,12 @@ import statistics
 import subprocess
 import sys
 
-CHILD = """
-import json, sys, time
-import torch
-if sys.argv[2] == "cuda":
-    torch.zeros(1, device="cuda:0")
-from weightd_client import WeightdClient, find_socket
-c = WeightdClient(find_socket(global_rank=0, socket_dir=sys.argv[1]))
-fp = c.ping()["fingerprint"]
-t0 = time.perf_counter(); a = c.attach(fp); t1 = time.perf_counter()
-n = len(a.tensors); a.detach()
-t2 = time.perf_counter(); b = c.attach(fp); t3 = time.perf_counter(); b.detach()
-print(json.dumps({"firstMs": (t1 - t0) * 1e3, "secondMs": (t3 - t2) * 1e3, "tensors": n}))
-"""
+ATTACH_ONCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "attach-once.py")
 
 
 def attach_once(client_path, socket_dir, device):
     env = {**os.environ, "PYTHONPATH": os.path.abspath(client_path)}
-    r = subprocess.run([sys.executable, "-c", CHILD, socket_dir, device], env=env, capture_output=True, text=True, timeout=300)
+    r = subprocess.run([sys.executable, ATTACH_ONCE, socket_dir, device], env=env, capture_output=True, text=True, timeout=300)
     if r.returncode != 0:
         raise RuntimeError(f"attach with the client in {client_path} exited {r.returncode}: {r.stderr[-2000:]}")
     return json.loads(r.stdout.strip().splitlines()[-1])

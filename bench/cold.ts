@@ -8,12 +8,12 @@
 // (medians; ratios are baseline / READY, so 1.0 means as fast as the baseline) into --out, which
 // must not exist yet.
 import { spawnSync } from 'node:child_process';
-import { appendFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { appendFileSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
+import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { exampleModel, mainJs, repoRoot } from '../test/helpers/paths.js';
-import { median, spawnUntilReady } from './measure.js';
+import { exampleModel, repoRoot } from '../test/helpers/paths.js';
+import { benchRun, median, spawnUntilReady } from './measure.js';
 
 const { values } = parseArgs({
   options: {
@@ -21,18 +21,8 @@ const { values } = parseArgs({
     'probe-threads': { type: 'string', default: '8,32' },
   },
 });
-if (!values.out) throw new Error('--out DIR is required (a new folder, e.g. bench/results/<date>-<machine>-cold)');
-const out = resolve(values.out);
-if (existsSync(out)) throw new Error(`${out} exists: every run gets a new folder, never an old one`);
-mkdirSync(out, { recursive: true });
-const model = resolve(values.model!);
-const device = values.device!;
-const runs = Number(values.runs);
+const { out, model, device, runs, files, bytes, daemon, python } = benchRun(values, 'cold');
 const probeThreads = values['probe-threads']!.split(',').map(Number);
-const python = process.env.WEIGHTD_PYTHON ?? 'python3';
-const daemon = process.env.WEIGHTD_BIN ? [process.env.WEIGHTD_BIN] : [process.execPath, mainJs];
-const files = readdirSync(model).filter((f) => f.endsWith('.safetensors')).map((f) => join(model, f));
-const bytes = files.reduce((n, f) => n + statSync(f).size, 0);
 
 function record(row: Record<string, unknown>): void {
   appendFileSync(join(out, 'raw.jsonl'), `${JSON.stringify({ bytes, ...row })}\n`);

@@ -3,11 +3,43 @@
 // mapped arena), the first attach in a fresh Python
 // process, and the median of a run's figures.
 import { spawn, spawnSync } from 'node:child_process';
-import { appendFileSync, readFileSync } from 'node:fs';
-import { join } from 'node:path';
-import { repoRoot } from '../test/helpers/paths.js';
+import { appendFileSync, existsSync, mkdirSync, readdirSync, readFileSync, statSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import { exampleModel, mainJs, repoRoot } from '../test/helpers/paths.js';
 
 export const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
+
+/** The flags every daemon benchmark takes, as parseArgs gives them. */
+export interface BenchFlags {
+  out?: string;
+  model?: string;
+  device?: string;
+  runs?: string;
+}
+
+/**
+ * A benchmark's run made real from its flags: --out a new folder (every run keeps its own, never
+ * an old one; `kind` names it in the example), the model's safetensors files and their bytes, and
+ * the daemon's command (WEIGHTD_BIN, e.g. an unpacked bundle's bin/weightd, else dist/main.js).
+ */
+export function benchRun(values: BenchFlags, kind: string) {
+  if (!values.out) throw new Error(`--out DIR is required (a new folder, e.g. bench/results/<date>-<machine>-${kind})`);
+  const out = resolve(values.out);
+  if (existsSync(out)) throw new Error(`${out} exists: every run gets a new folder, never an old one`);
+  mkdirSync(out, { recursive: true });
+  const model = resolve(values.model ?? exampleModel);
+  const files = readdirSync(model).filter((f) => f.endsWith('.safetensors')).map((f) => join(model, f));
+  return {
+    out,
+    model,
+    device: values.device ?? 'host',
+    runs: Number(values.runs ?? '3'),
+    files,
+    bytes: files.reduce((n, f) => n + statSync(f).size, 0),
+    daemon: process.env.WEIGHTD_BIN ? [process.env.WEIGHTD_BIN] : [process.execPath, mainJs],
+    python: process.env.WEIGHTD_PYTHON ?? 'python3',
+  };
+}
 
 /**
  * A live process's memory from its own /proc status, in bytes. vmHwm is its peak resident set,
@@ -29,19 +61,7 @@ const RSS_SAMPLE_MS = 25;
 /** A fresh Python process attaching twice (first and warm) to rank 0, timed inside it, in ms. */
 export function attachInFreshProcess(socketDir: string, device: string): { firstMs: number; secondMs: number; tensors: number } {
   const python = process.env.WEIGHTD_PYTHON ?? 'python3';
-  const script = `
-import json, sys, time
-import torch  # an engine has torch loaded, and its CUDA context made, before it attaches
-${device === 'cuda' ? 'torch.zeros(1, device="cuda:0")' : ''}
-from weightd_client import WeightdClient, find_socket
-c = WeightdClient(find_socket(global_rank=0, socket_dir=sys.argv[1]))
-fp = c.ping()["fingerprint"]
-t0 = time.perf_counter(); a = c.attach(fp); t1 = time.perf_counter()
-n = len(a.tensors); a.detach()
-t2 = time.perf_counter(); b = c.attach(fp); t3 = time.perf_counter(); b.detach()
-print(json.dumps({"firstMs": (t1 - t0) * 1e3, "secondMs": (t3 - t2) * 1e3, "tensors": n}))
-`;
-  const r = spawnSync(python, ['-c', script, socketDir], { encoding: 'utf8', env: { ...process.env, PYTHONPATH: [join(repoRoot, 'clients/python'), process.env.PYTHONPATH].filter(Boolean).join(':') } });
+  const r = spawnSync(python, [join(repoRoot, 'bench/attach-once.py'), socketDir, device], { encoding: 'utf8', env: { ...process.env, PYTHONPATH: [join(repoRoot, 'clients/python'), process.env.PYTHONPATH].filter(Boolean).join(':') } });
   if (r.status !== 0) throw new Error(`attach failed: ${r.stderr}`);
   return JSON.parse(r.stdout.trim().split('\n').pop()!) as { firstMs: number; secondMs: number; tensors: number };
 }

@@ -13,12 +13,12 @@
 // Writes raw.jsonl (one line per measurement), daemon.jsonl (each daemon's log, by run) and
 // summary.json (medians) into --out, which must not exist yet: every run keeps its own folder.
 import { spawnSync } from 'node:child_process';
-import { appendFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { appendFileSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
+import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { exampleModel, mainJs } from '../test/helpers/paths.js';
-import { attachInFreshProcess, median, spawnUntilReady } from './measure.js';
+import { exampleModel } from '../test/helpers/paths.js';
+import { attachInFreshProcess, benchRun, median, spawnUntilReady } from './measure.js';
 
 const { values } = parseArgs({
   options: {
@@ -26,18 +26,8 @@ const { values } = parseArgs({
     tp: { type: 'string', default: '1' },
   },
 });
-if (!values.out) throw new Error('--out DIR is required (a new folder, e.g. bench/results/<date>-<machine>-ready)');
-const out = resolve(values.out);
-if (existsSync(out)) throw new Error(`${out} exists: every run gets a new folder, never an old one`);
-mkdirSync(out, { recursive: true });
-const model = resolve(values.model!);
-const device = values.device!;
-const runs = Number(values.runs);
+const { out, model, device, runs, files, bytes, daemon, python } = benchRun(values, 'ready');
 const tps = values.tp!.split(',').map(Number);
-const python = process.env.WEIGHTD_PYTHON ?? 'python3';
-const daemon = process.env.WEIGHTD_BIN ? [process.env.WEIGHTD_BIN] : [process.execPath, mainJs];
-const files = readdirSync(model).filter((f) => f.endsWith('.safetensors')).map((f) => join(model, f));
-const bytes = files.reduce((n, f) => n + statSync(f).size, 0);
 
 function record(row: Record<string, unknown>): void {
   appendFileSync(join(out, 'raw.jsonl'), `${JSON.stringify(row)}\n`);

@@ -12,13 +12,13 @@
 //        [--cuda-handles fd] (cuda: only VMM descriptors can be kept; legacy IPC handles cannot)
 // Writes raw.jsonl, daemon.jsonl and summary.json into --out, a new folder.
 import { spawnSync } from 'node:child_process';
-import { appendFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { appendFileSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
+import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { KeeperClient } from '../src/keeper/keeperClient.js';
 import { exampleModel, mainJs } from '../test/helpers/paths.js';
-import { attachInFreshProcess, median, processMemory, spawnUntilReady } from './measure.js';
+import { attachInFreshProcess, benchRun, median, processMemory, spawnUntilReady } from './measure.js';
 
 const { values } = parseArgs({
   options: {
@@ -30,16 +30,8 @@ const { values } = parseArgs({
     'cuda-handles': { type: 'string', default: 'fd' },
   },
 });
-if (!values.out) throw new Error('--out DIR is required (a new folder, e.g. bench/results/<date>-<machine>-restart)');
-const out = resolve(values.out);
-if (existsSync(out)) throw new Error(`${out} exists: every run gets a new folder, never an old one`);
-mkdirSync(out, { recursive: true });
-const model = resolve(values.model!);
-const device = values.device!;
-const runs = Number(values.runs);
+const { out, model, device, runs, files, bytes } = benchRun(values, 'restart');
 const tp = Number(values.tp);
-const files = readdirSync(model).filter((f) => f.endsWith('.safetensors')).map((f) => join(model, f));
-const bytes = files.reduce((n, f) => n + statSync(f).size, 0);
 
 function readChars(pid: number): number {
   return Number(/rchar: (\d+)/.exec(readFileSync(`/proc/${pid}/io`, 'utf8'))![1]);
