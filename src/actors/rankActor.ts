@@ -44,7 +44,7 @@ export const rankActor = fromCallback<RankCommand, RankActorInput, RankEvent>(({
   worker.on('message', (m: RankToMain) => {
     switch (m.type) {
       case 'DEVICE':
-        sendBack({ type: 'RANK_DEVICE', localRank, info: m.info });
+        sendBack({ type: 'RANK_DEVICE', localRank, info: m.info, ...(m.adoptable ? { adoptable: true } : {}) });
         break;
       case 'PROGRESS':
         sendBack({ type: 'RANK_PROGRESS', localRank, bytes: m.bytes, totalBytes: m.totalBytes, seconds: m.seconds });

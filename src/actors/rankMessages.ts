@@ -45,7 +45,11 @@ export interface RankKeeping {
 export type Post = (m: RankToMain) => void;
 
 export type RankToMain =
-  | { type: 'DEVICE'; info: DeviceInfo }
+  /**
+   * The device as opened, with its free memory. adoptable: a rank that awaits admission found a
+   * shard of its own in the keeper (checked, not yet taken), which it adopts with no new memory.
+   */
+  | { type: 'DEVICE'; info: DeviceInfo; adoptable?: boolean }
   | { type: 'PROGRESS'; bytes: number; totalBytes: number; seconds: number; waitingForGroup: boolean }
   | { type: 'LOADED'; info: DeviceInfo; segments: SegmentExport[]; bytes: number; seconds: number; source: RankSource }
   /** Whether the keeper holds this rank's segments now (after a keep, a failed one, or a drop). */

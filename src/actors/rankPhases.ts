@@ -39,9 +39,12 @@ export interface RankPhases {
 }
 
 export const rankPhases: RankPhases = {
-  open(data, post) {
+  async open(data, post) {
     const device = new DeviceHandle(data.device.backend, data.device.index, { uuid: data.device.uuid, cudaHandles: data.cudaHandles });
-    post({ type: 'DEVICE', info: device.info() });
+    // A rank judged against free memory before it allocates is not charged for what it will
+    // adopt: on a GPU full of kept weights (a restart) its shard is most of what is in use.
+    const adoptable = data.awaitAdmission && data.keeper ? await (await rankKeeping()).keptShardAdoptable(data, data.keeper) : false;
+    post({ type: 'DEVICE', info: device.info(), ...(adoptable ? { adoptable } : {}) });
     return device;
   },
   async adopt(device, data, post) {

@@ -81,6 +81,24 @@ export async function adoptKept(device: DeviceHandle, data: RankWorkerData, keep
   return { bytes: data.plan.totalBytes, seconds, source: { from: 'keeper', keptAt: checked.record.keptAt, ageMs: taken.ageMs }, rekeep };
 }
 
+/**
+ * Whether the keeper holds a shard this rank would adopt (a record of its device and fingerprint,
+ * of no live owner, that its checks accept), without taking it. False on any doubt: the rank is
+ * then judged as one that allocates.
+ */
+export async function keptShardAdoptable(data: RankWorkerData, keeping: RankKeeping): Promise<boolean> {
+  const handleType = handleTypeFor(data);
+  if (handleType === undefined) return false;
+  let records;
+  try {
+    records = await new KeeperClient(keeping.socket).list();
+  } catch {
+    return false;
+  }
+  const kept = records.find((r) => r.device === data.device.uuid && r.fingerprint === data.plan.fingerprint && !r.ownerAlive);
+  return kept !== undefined && 'record' in checkKeptRecord(kept.record, expectation(data, handleType));
+}
+
 /** Hands the keeper this rank's segments (it keeps its own copies of the descriptors). */
 export async function keepSegments(data: RankWorkerData, keeping: RankKeeping, segments: SegmentExport[]): Promise<void> {
   const handleType = handleTypeFor(data);

@@ -8,7 +8,8 @@ import type { NodeFailure, RankSource } from '../nodeStatus.js';
 import type { NodeManifestEntry } from '../serve/nodeManifest.js';
 
 export type RankEvent =
-  | { type: 'RANK_DEVICE'; localRank: number; info: DeviceInfo }
+  /** adoptable: the rank will adopt a kept shard, needing no new memory (RankToMain DEVICE). */
+  | { type: 'RANK_DEVICE'; localRank: number; info: DeviceInfo; adoptable?: boolean }
   | { type: 'RANK_PROGRESS'; localRank: number; bytes: number; totalBytes: number; seconds: number }
   | { type: 'RANK_LOADED'; localRank: number; device: DeviceInfo; segments: SegmentExport[]; bytes: number; seconds: number; source: RankSource }
   | { type: 'RANK_KEPT'; localRank: number; kept: boolean; reason?: string }

@@ -65,6 +65,8 @@ export interface ModelContext extends ModelInput {
   failure?: NodeFailure;
   /** The unload was forced: leases are revoked instead of waited for. */
   force: boolean;
+  /** Local ranks that will adopt a kept shard: judged at admission as needing no new memory. */
+  adoptable: number[];
 }
 
 export type ModelCommand =
@@ -169,7 +171,10 @@ export const modelMachine = setup({
       return { failure: { name: e.name, code: e.code ?? 'E_FILE_CHANGED', message: `model "${context.planned.spec.name}": ${e.message}`, details: e.details } };
     }),
     // What a rank's reports change in its row (machines/rankUpdates.ts, shared with the other machine that owns ranks).
-    recordDevice: assign(({ context, event }) => (assertEvent(event, 'RANK_DEVICE'), { ranks: recordReport(context.ranks, event) })),
+    recordDevice: assign(({ context, event }) => {
+      assertEvent(event, 'RANK_DEVICE');
+      return { ranks: recordReport(context.ranks, event), adoptable: event.adoptable ? [...context.adoptable, event.localRank] : context.adoptable };
+    }),
     recordProgress: assign(({ context, event }) => (assertEvent(event, 'RANK_PROGRESS'), { ranks: recordReport(context.ranks, event) })),
     recordLoaded: assign(({ context, event }) => (assertEvent(event, 'RANK_LOADED'), { ranks: recordReport(context.ranks, event) })),
     recordKept: assign(({ context, event }) => (assertEvent(event, 'RANK_KEPT'), { ranks: recordReport(context.ranks, event) })),
@@ -268,6 +273,7 @@ export const modelMachine = setup({
   context: ({ input }) => ({
     ...input,
     force: false,
+    adoptable: [],
     ranks: input.planned.devices.map((_, localRank) => {
       const globalRank = input.planned.placement.nodeRank * input.planned.placement.localWorldSize + localRank;
       return { localRank, globalRank, state: 'starting' as const, bytes: 0, totalBytes: input.planned.plan.ranks[globalRank]!.totalBytes, seconds: 0 };
@@ -346,9 +352,10 @@ export const modelMachine = setup({
   },
 });
 
-/** What each rank will allocate on its device, as opened. */
+/** What each rank will allocate on its device, as opened: nothing for one that adopts a kept shard. */
 function needs(context: ModelContext) {
-  return context.ranks.map((r) => ({ localRank: r.localRank, bytes: context.planned.plan.ranks[r.globalRank]!.segments.reduce((a, b) => a + b, 0), device: r.device! }));
+  const bytes = (r: RankStatus) => (context.adoptable.includes(r.localRank) ? 0 : context.planned.plan.ranks[r.globalRank]!.segments.reduce((a, b) => a + b, 0));
+  return context.ranks.map((r) => ({ localRank: r.localRank, bytes: bytes(r), device: r.device! }));
 }
 
 function manifestEntries(context: ModelContext): NodeManifestEntry[] {

@@ -3,7 +3,8 @@
 // started with only the original --model, restores it from the keeper (adopted, not read, same
 // fingerprint, same bytes). One whose directory changed or is gone is dropped with a line saying
 // so; an unloaded one is not restored, even when a lease held it as the daemon was killed; a model
-// of the command line under its name wins; a restored one that fails fails alone.
+// of the command line under its name wins; a restored one that fails fails alone; and one is not
+// charged at admission for the memory it adopts.
 import { rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -227,6 +228,38 @@ test('a restored model whose checkpoint is rewritten while it is restored fails 
     await until("the keeper dropped the failed model's shard", async () => !(await kept(keeper)).some((r) => r.fingerprint === draftRank));
     assert.equal((await kept(keeper)).map((r) => r.fingerprint), [await rankFingerprint(exampleModel)]);
     assert.match(daemon.stderr(), new RegExp(`"fingerprint":"${draftRank}","msg":"dropped the kept shard of model \\\\"draft\\\\", which failed"`));
+  } finally {
+    await daemon?.stop();
+    await killKeeper(keeper);
+  }
+});
+
+test('a restored model is not charged at admission for what it adopts: with its device reporting no free memory it is adopted and serves, where a model that would allocate is refused', async () => {
+  const { socketDir, keeper, start, loadDraft, models } = setup();
+  let daemon: Daemon | undefined;
+  try {
+    daemon = await start();
+    const { dir: draft } = await loadDraft();
+    await daemon.stop();
+
+    // Every rank of a model under a /draft/ directory reports 4 KiB free (modelRankWorker's
+    // freeBytes): the GPU of a restart, full of the weights the keeper holds.
+    const ready = /"state":"ready","msg":"supervisor state"/;
+    daemon = await start([], { script: faultyNode, env: { WEIGHTD_TEST_MODEL_SCENARIO: JSON.stringify({ freeBytes: 4096, onlyFiles: '/draft/' }) }, until: ready });
+    assert.match(daemon.stderr(), /"msg":"restoring model \\"draft\\", loaded at run time from [^"]*draft: its ranks adopt what the keeper holds"/);
+    assert.not.match(daemon.stderr(), /E_DOES_NOT_FIT/);
+    assert.equal((await models()).map((m) => [m.name, m.state, m.ranks.map((r) => r.source?.from)]), [
+      ['tiny-llama', 'serving', ['keeper']],
+      ['draft', 'serving', ['keeper']],
+    ]);
+    await assertServes(socketDir, draft);
+
+    // The same report for a model with nothing kept: it would allocate, and is refused.
+    const other = writeVariant(exampleModel, join(freshTempDir(), 'draft', 'other'), 0x5a);
+    const refused = await runCli(['ctl', '--weight-cache-socket-dir', socketDir, 'load', '--model', other, '--name', 'other'], { timeoutMs: 60_000 });
+    assert.is(refused.code, 1, refused.stdout);
+    assert.match(refused.stderr, /E_DOES_NOT_FIT: model "other" does not fit beside what is resident/);
+    assert.equal((await models()).map((m) => m.name), ['tiny-llama', 'draft']);
   } finally {
     await daemon?.stop();
     await killKeeper(keeper);
