@@ -42,7 +42,8 @@ export function runClient<T = Record<string, unknown>>(
   child.stdout!.on('data', (d: Buffer) => (out += d.toString()));
   child.stderr!.on('data', (d: Buffer) => (err += d.toString()));
   return new Promise((resolve, reject) => {
-    child.on('exit', (code, signal) => {
+    // 'close', not 'exit': its last line may still be in the pipe when it exits.
+    child.on('close', (code, signal) => {
       if (code !== 0) reject(new Error(`${lang} client ${cmd} exited ${signal ?? code}:\n${err}`));
       else {
         try {
@@ -75,7 +76,8 @@ export function printedLines(child: ChildProcess): { wait(n: number, what: strin
   const wake = () => waiters.forEach((w) => w());
   child.stdout!.on('data', (d: Buffer) => ((out += d.toString()), wake()));
   child.stderr?.on('data', (d: Buffer) => (err += d.toString()));
-  child.on('exit', (code, signal) => ((exited = code ?? signal), wake()));
+  // 'close', not 'exit': lines printed just before the exit may still be in the pipe.
+  child.on('close', (code, signal) => ((exited = code ?? signal), wake()));
   return {
     wait: (n, what) =>
       new Promise((resolve, reject) => {

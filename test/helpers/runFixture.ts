@@ -19,7 +19,8 @@ export function runFixture(script: string, args: string[], boundMs = 60_000): Pr
       reject(new Error(`${script} did not end within ${boundMs / 1000} s (stdout: ${stdout})`));
     }, boundMs);
     child.on('error', reject);
-    child.on('exit', (code, signal) => {
+    // 'close', not 'exit': what it printed last may still be in the pipe when it exits.
+    child.on('close', (code, signal) => {
       clearTimeout(hang);
       resolve({ code, signal, stdout });
     });

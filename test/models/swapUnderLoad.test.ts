@@ -43,7 +43,8 @@ function startClient(versions: SwapVersion[], sockets: string[]) {
   });
   child.stderr.on('data', (d: Buffer) => (err += d));
   const report = new Promise<SwapReport>((resolve, reject) =>
-    child.on('exit', (code) => (code === 0 ? resolve(JSON.parse(out.trim().split('\n').pop()!) as SwapReport) : reject(new Error(`swap client exited ${code}:\n${err}`)))),
+    // 'close', not 'exit': the report's last chunk may still be in the pipe when the process exits.
+    child.on('close', (code) => (code === 0 ? resolve(JSON.parse(out.trim().split('\n').pop()!) as SwapReport) : reject(new Error(`swap client exited ${code}:\n${err}`)))),
   );
   report.catch(() => warmed());
   return { child, warm, report };

@@ -261,7 +261,7 @@ test('a client of another uid is refused and logged (SO_PEERCRED)', async () => 
       const c = spawn(process.execPath, ['-e', script], { uid: 65534, gid: 65534, stdio: ['ignore', 'pipe', 'inherit'] });
       let text = '';
       c.stdout.on('data', (d: Buffer) => (text += d.toString()));
-      c.on('exit', () => resolve(text));
+      c.on('close', () => resolve(text)); // not 'exit': its line may still be in the pipe
     });
     assert.equal(JSON.parse(out), { got: 0 }, 'closed without a reply');
     // The line is written before the close the client saw, but may still be in the pipe.
