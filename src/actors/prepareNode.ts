@@ -9,6 +9,7 @@ import { WeightdError } from '../errors.js';
 import type { DeviceSlot, FillOptions } from '../native/addon.js';
 import { localDevices } from '../native/devices.js';
 import { dropUnplanned } from '../keeper/dropUnplanned.js';
+import { KeeperClient } from '../keeper/keeperClient.js';
 import { shardsOf, type ShardKey } from '../keeper/shardsOf.js';
 import { acquireDeviceLock, type DeviceLock } from '../serve/deviceLock.js';
 import { checkSocketPathLength, removeSocketDirIfCreated, resolveSocketDir, socketPathFor } from '../serve/socketDir.js';
@@ -73,12 +74,13 @@ export const prepareNode = fromPromise<Prepared, PrepareInput>(async ({ input, s
     // Found or started while the checkpoint was planned; the ranks take from it next.
     await input.keeper?.ready;
     const keeper = input.keeper && { socket: input.keeper.socket, model: config.modelDir, writer: `weightd ${VERSION}` };
-    if (keeper) {
+    const records = keeper ? await listKept(keeper.socket, log) : undefined;
+    if (keeper && records) {
       const started = [{ name: config.name, fingerprint: plan.fingerprint }, ...models.map((m) => ({ name: m.spec.name, fingerprint: m.plan.fingerprint }))];
       // Only with a keeper: it parses kept records, which a plain start has none of to read.
       const { restoreLoaded } = await import('../keeper/restoreLoaded.js');
-      models.push(...(await restoreLoaded({ socket: keeper.socket, config, devices: devices.map((d) => d.uuid), started, log })));
-      await dropUnplanned(keeper.socket, plannedShards(devices, plan, config, models), log);
+      models.push(...(await restoreLoaded({ records, config, devices: devices.map((d) => d.uuid), started, log })));
+      await dropUnplanned(keeper.socket, records, plannedShards(devices, plan, config, models), log);
     }
     return { plan, devices, visibleDevices: visible, socketDir, locks, fill, keeper, models };
   } catch (err) {
@@ -87,6 +89,17 @@ export const prepareNode = fromPromise<Prepared, PrepareInput>(async ({ input, s
     throw err;
   }
 });
+
+/** What the keeper holds, asked once for the restore and the drops of this start; undefined when it does not answer. */
+async function listKept(socket: string, log: Logger) {
+  try {
+    return await new KeeperClient(socket).list();
+  } catch (err) {
+    // Most often no keeper answers at all, which the keeper link has already warned of.
+    log.debug({ keeper: socket, reason: (err as Error).message }, 'could not list what the keeper holds: no model loaded at run time is restored, and shards no model of this start plans stay kept until its adoption window ends');
+    return undefined;
+  }
+}
 
 /** Every rank shard this node starts with, on its device: the node's own model's and each other model's. */
 function plannedShards(devices: DeviceSlot[], plan: CheckpointPlan, config: NodeConfig, models: PlannedModel[]): ShardKey[] {

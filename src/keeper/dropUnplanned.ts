@@ -7,26 +7,19 @@
 // is what lets each model's ranks keep and adopt their own shards without knowing the others'.
 import type { Logger } from '../log.js';
 import { KeeperClient } from './keeperClient.js';
+import type { KeptRecord as ListedRecord } from './keeperProtocol.js';
 import type { ShardKey } from './shardsOf.js';
 
 /**
- * Drops the unplanned records of the devices `planned` names. Never throws: without an answer
- * from the keeper nothing is dropped, and the ranks find out for themselves.
+ * Drops, of what the keeper holds (`records`, its LIST at this start), the records of the devices
+ * `planned` names that it does not plan. Never throws: a drop that fails is logged.
  */
-export async function dropUnplanned(socket: string, planned: readonly ShardKey[], log: Logger): Promise<void> {
+export async function dropUnplanned(socket: string, records: readonly ListedRecord[], planned: readonly ShardKey[], log: Logger): Promise<void> {
   const keeper = new KeeperClient(socket);
   const mine = new Set(planned.map((k) => k.device));
   const wanted = new Set(planned.map(keyOf));
-  let records;
-  try {
-    records = (await keeper.list()).filter((r) => mine.has(r.device));
-  } catch (err) {
-    // Most often no keeper answers at all, which the keeper link has already warned of.
-    log.debug({ keeper: socket, reason: (err as Error).message }, 'could not list what the keeper holds: shards no model of this start plans stay kept until its adoption window ends');
-    return;
-  }
   // A record whose owner lives is another process's (a daemon still ending): never taken from under it.
-  const stale = records.filter((r) => !wanted.has(keyOf(r)) && !r.ownerAlive);
+  const stale = records.filter((r) => mine.has(r.device) && !wanted.has(keyOf(r)) && !r.ownerAlive);
   for (const r of stale) {
     try {
       await keeper.drop(r.device, r.fingerprint);

@@ -8,11 +8,12 @@ import { planModel, spansGroup, type PlannedModel } from '../actors/planModel.js
 import type { Logger } from '../log.js';
 import { resolveModelSpec } from '../modelSpecs.js';
 import type { NodeConfig } from '../nodeOptions.js';
-import { KeeperClient } from './keeperClient.js';
+import type { KeptRecord as ListedRecord } from './keeperProtocol.js';
 import { parseKeptRecord, type KeptLoad } from './keptRecord.js';
 
 export interface RestoreInput {
-  socket: string;
+  /** What the keeper holds (its LIST), read once at the start for this and dropUnplanned.ts. */
+  records: readonly ListedRecord[];
   config: NodeConfig;
   /** The devices this node's own model runs on: a record of another device is another daemon's. */
   devices: readonly string[];
@@ -27,18 +28,8 @@ interface Candidate {
   keptAt: string;
 }
 
-/**
- * Plans every model to restore. Never throws: without an answer from the keeper nothing is
- * restored, and a model that cannot be planned is left out, saying why.
- */
-export async function restoreLoaded({ socket, config, devices, started, log }: RestoreInput): Promise<PlannedModel[]> {
-  let records;
-  try {
-    records = await new KeeperClient(socket).list();
-  } catch (err) {
-    log.debug({ keeper: socket, reason: (err as Error).message }, 'could not list what the keeper holds: no model loaded at run time is restored');
-    return [];
-  }
+/** Plans every model to restore. Never throws: a model that cannot be planned is left out, saying why. */
+export async function restoreLoaded({ records, config, devices, started, log }: RestoreInput): Promise<PlannedModel[]> {
   const mine = new Set(devices);
   // The newest request per name: an older version of it (a swap the last daemon did not finish
   // draining) is dropped as unplanned.
