@@ -24,6 +24,7 @@ import {
   type StatsReply,
   type WatchReply,
 } from '../serve/protocol.js';
+import { fromColumns } from '../serve/tensorColumns.js';
 import { CUDA_FD_HANDLE, openCuda, openHost, type DeviceTensor, type HostTensor } from './segmentAccess.js';
 
 export interface ClientOptions {
@@ -111,13 +112,21 @@ export class WeightdClient {
 
   /** get_state as sent on the wire: a mismatch reply, or the manifest with a lease. */
   async getState(expected: Expected, mode: ServeMode, layout = 'checkpoint'): Promise<GetStateReply> {
-    const reply = await this.#request('get_state', { ...expected, mode, pid: process.pid, client: this.#clientName, ...(layout === 'checkpoint' ? {} : { layout }) });
+    const reply = await this.#request('get_state', { ...expected, mode, pid: process.pid, client: this.#clientName, columns: true, ...(layout === 'checkpoint' ? {} : { layout }) });
+    if (reply.status === 'mismatch') return reply;
     // A daemon older than layouts ignores the field and answers with checkpoint names.
-    if (reply.status === 'ok' && (reply.layout ?? 'checkpoint') !== layout) {
+    if ((reply.layout ?? 'checkpoint') !== layout) {
       await this.detach(reply.leaseId).catch(() => {});
       throw new ProtocolError('E_LAYOUT_NOT_SERVED', `asked for layout "${layout}" but the daemon answered with "${reply.layout ?? 'checkpoint'}" (a weightd older than layouts); upgrade the daemon, or load from disk`, { layout });
     }
-    return reply;
+    // A daemon older than columns ignores the field and sends objects.
+    const { columns, tensors, ...rest } = reply;
+    try {
+      return { ...rest, tensors: tensors ?? fromColumns(columns!) };
+    } catch (err) {
+      await this.detach(reply.leaseId).catch(() => {});
+      throw err;
+    }
   }
 
   /**

@@ -3,7 +3,7 @@
 // malformed ends this connection only, after a best-effort error frame saying why.
 import type { Duplex } from 'node:stream';
 import { ProtocolError, WeightdError } from '../errors.js';
-import { encodeFrame, FrameDecoder, parsePayload } from './frameCodec.js';
+import { encodeFrame, FrameDecoder, framePieces, parsePayload } from './frameCodec.js';
 import { COMMANDS, Request, type ErrorReply } from './protocol.js';
 import type { FdReply, Reply } from './handlers/fdReply.js';
 import type { Caller } from './leaseTable.js';
@@ -88,7 +88,7 @@ export class ClientConnection {
   notify(json: string): void {
     if (this.#closing) return;
     if (this.#sendingFds) this.#heldEvents.push(json);
-    else void this.#writeJson(json);
+    else void this.#writeFrame([encodeFrame(json)]);
   }
 
   destroy(): void {
@@ -177,7 +177,8 @@ export class ClientConnection {
   }
 
   #write(reply: Reply): Promise<void> {
-    return typeof reply === 'string' ? this.#writeJson(reply) : this.#writeWithFds(reply);
+    if (typeof reply === 'string') return this.#writeFrame([encodeFrame(reply)]);
+    return 'pieces' in reply ? this.#writeFrame(framePieces(reply.pieces)) : this.#writeWithFds(reply);
   }
 
   /**
@@ -185,11 +186,16 @@ export class ClientConnection {
    * that does not take its reply within the idle timeout is cut off: it would otherwise hold
    * the connection (and the reply's memory) forever.
    */
-  #writeJson(json: string): Promise<void> {
+  #writeFrame(buffers: readonly Buffer[]): Promise<void> {
     return new Promise((resolve) => {
       if (this.#closing) return resolve();
       let written = true;
-      this.#lastWrite = new Promise<void>((flushed) => (written = this.#socket.write(encodeFrame(json), () => flushed())));
+      this.#lastWrite = new Promise<void>((flushed) => {
+        // Corked, the pieces leave in one writev.
+        this.#socket.cork();
+        buffers.forEach((b, i) => (written = i < buffers.length - 1 ? this.#socket.write(b) : this.#socket.write(b, () => flushed())));
+        this.#socket.uncork();
+      });
       if (written) resolve();
       else {
         const deadline = setTimeout(() => this.destroy(), this.#limits.idleTimeoutMs);
@@ -207,7 +213,7 @@ export class ClientConnection {
 
   /**
    * Writes a reply with descriptors once every byte written before it has left the stream's
-   * queue (the fd is written directly, outside it), within the idle timeout, as #writeJson's
+   * queue (the fd is written directly, outside it), within the idle timeout, as #writeFrame's
    * reply. A send that fails may have written part of the frame: the connection ends.
    */
   async #writeWithFds(reply: FdReply): Promise<void> {

@@ -14,15 +14,27 @@ export const MAX_REQUEST_BYTES = 1 << 20;
 /** Largest response a client accepts: a manifest of ~100k tensors is tens of MiB. */
 export const MAX_RESPONSE_BYTES = 256 << 20;
 
+/** The header of a frame whose payload is `payloadBytes` long, written at `into`'s start. */
+function writeHeader(into: Buffer, payloadBytes: number): Buffer {
+  FRAME_MAGIC.copy(into, 0);
+  into.writeUInt16BE(FRAME_VERSION, 4);
+  into.writeUInt32BE(payloadBytes, 6);
+  return into;
+}
+
 /** One frame around an already-serialized JSON payload. */
 export function encodeFrame(json: string): Buffer {
   const body = Buffer.from(json, 'utf8');
-  const frame = Buffer.allocUnsafe(FRAME_HEADER_BYTES + body.length);
-  FRAME_MAGIC.copy(frame, 0);
-  frame.writeUInt16BE(FRAME_VERSION, 4);
-  frame.writeUInt32BE(body.length, 6);
+  const frame = writeHeader(Buffer.allocUnsafe(FRAME_HEADER_BYTES + body.length), body.length);
   body.copy(frame, FRAME_HEADER_BYTES);
   return frame;
+}
+
+/** One frame around a payload already encoded in pieces, as buffers to write in order: none is copied. */
+export function framePieces(pieces: readonly Buffer[]): Buffer[] {
+  let length = 0;
+  for (const p of pieces) length += p.length;
+  return [writeHeader(Buffer.allocUnsafe(FRAME_HEADER_BYTES), length), ...pieces];
 }
 
 export function encodeMessage(message: unknown): Buffer {

@@ -2,6 +2,7 @@
 // server validates every request against these schemas; the TypeScript client validates every
 // response. Unknown keys are dropped, not refused, so a newer peer may add optional fields.
 import { z } from 'zod';
+import { TensorColumns } from './tensorColumns.js';
 
 /** Version of the message set; independent of the frame version in frameCodec.ts. */
 export const PROTOCOL_VERSION = 1;
@@ -40,6 +41,8 @@ export const GetStateRequest = z.object({
   layout: z.string().min(1).max(64).optional(),
   /** The model's name: on a mismatch, the reply compares against its newest version on this device. */
   model: ModelName.optional(),
+  /** true: the reply's tensors come as `columns` (docs/spec/manifest-columns.md), not as `tensors`. */
+  columns: z.boolean().optional(),
 });
 /** The descriptors of the segments a live lease of the caller's covers (host "fd" handles); the reply carries them as SCM_RIGHTS. */
 export const GetSegmentFdsRequest = z.object({ id: requestId, cmd: z.literal('get_segment_fds'), leaseId });
@@ -127,7 +130,8 @@ export const PingReply = z.object({
 });
 export type PingReply = z.infer<typeof PingReply>;
 
-export const StateReply = z.object({
+/** get_state's reply as it comes off the wire: the tensors as objects or (asked for) as columns. */
+export const StateReplyWire = z.object({
   ...ok,
   status: z.literal('ok'),
   mode: ServeMode,
@@ -139,12 +143,15 @@ export const StateReply = z.object({
   rank: RankRef,
   /** The layout the tensors are named and shaped by (absent from daemons before layouts: `checkpoint`). */
   layout: z.string().optional(),
-  tensors: z.array(TensorMeta),
+  /** Exactly one of `tensors` and `columns`: columns when the request asked for them and the daemon knows them. */
+  tensors: z.array(TensorMeta).optional(),
+  columns: TensorColumns.optional(),
   /** alias name -> the tensor whose bytes it shares (tied weights). */
   aliases: z.record(z.string(), z.string()),
   segments: z.array(SegmentRef),
-});
-export type StateReply = z.infer<typeof StateReply>;
+}).refine((r) => (r.tensors === undefined) !== (r.columns === undefined), { message: 'a manifest has exactly one of "tensors" and "columns"' });
+/** get_state's reply as the client hands it on: the tensors as objects, whichever form came. */
+export type StateReply = Omit<z.infer<typeof StateReplyWire>, 'tensors' | 'columns'> & { tensors: TensorMeta[] };
 
 export const MismatchReply = z.object({
   ...ok,
@@ -158,8 +165,8 @@ export const MismatchReply = z.object({
 });
 export type MismatchReply = z.infer<typeof MismatchReply>;
 
-export const GetStateReply = z.discriminatedUnion('status', [StateReply, MismatchReply]);
-export type GetStateReply = z.infer<typeof GetStateReply>;
+export const GetStateReplyWire = z.discriminatedUnion('status', [StateReplyWire, MismatchReply]);
+export type GetStateReply = StateReply | MismatchReply;
 
 /**
  * The segment numbers of the descriptors attached to this reply, in the order they were sent: the
@@ -232,7 +239,7 @@ export type ErrorReply = z.infer<typeof ErrorReply>;
 /** The reply schema of each command, for the client. */
 export const REPLY_SCHEMAS = {
   ping: PingReply,
-  get_state: GetStateReply,
+  get_state: GetStateReplyWire,
   get_segment_fds: GetSegmentFdsReply,
   release: ReleaseReply,
   detach: DetachReply,

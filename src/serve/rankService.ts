@@ -1,11 +1,12 @@
 // The state of one served rank of one model version, and only that: what it serves (the
-// manifest per layout, cached as text), where it is in its lifecycle (rankServiceMachine.ts) and
+// manifest per layout, encoded once), where it is in its lifecycle (rankServiceMachine.ts) and
 // who holds its memory (leaseTable.ts). The commands that read and change it are in handlers/;
 // the socket, its connections and who may connect are the device server's (deviceServer.ts),
 // which serves every model version resident on its device.
 import { ServeError } from '../errors.js';
 import type { Logger } from '../log.js';
 import type { SegmentExport } from '../native/addon.js';
+import { EncodedManifest } from './encodedManifest.js';
 import { leaseHash, LeaseTable, type Caller, type Lease } from './leaseTable.js';
 import type { DeviceRef, RankRef, ServeStatus } from './protocol.js';
 import { rankServiceStart, rankServiceStep, type RankServiceEvent } from './rankServiceMachine.js';
@@ -44,8 +45,8 @@ export class RankService {
   readonly deviceRef: DeviceRef;
   readonly rankRef: RankRef;
   readonly #freeMemory: () => Promise<void>;
-  /** The manifest part of every get_state reply, per layout, serialized once (100k tensors: tens of MB). */
-  readonly #manifestJson: Map<string, string>;
+  /** The manifest part of every get_state reply, per layout, encoded once (100k tensors: tens of MB). */
+  readonly #manifests: Map<string, EncodedManifest>;
   #lifecycle = rankServiceStart();
   #releaseDone: Promise<void> | undefined;
   /** Replies carrying this rank's descriptors that are still being sent (holdSegmentFds). */
@@ -60,16 +61,11 @@ export class RankService {
     const d = r.device;
     this.deviceRef = { uuid: d.uuid, backend: d.backend, index: d.index, name: d.name };
     this.rankRef = { globalRank: r.globalRank, localRank: r.localRank, nodeRank: r.nodeRank, nnodes: r.nnodes, tpSize: r.tpSize };
-    this.#manifestJson = new Map(Object.entries(r.layouts).map(([layout, views]) => [layout, JSON.stringify({
-      fingerprint: r.fingerprint,
-      backend: r.backend,
-      device: this.deviceRef,
-      rank: this.rankRef,
+    const segments = r.segments.map((s) => ({ segment: s.segment, bytes: s.bytes, handle: servedHandle(s) }));
+    this.#manifests = new Map(Object.entries(r.layouts).map(([layout, views]) => [
       layout,
-      tensors: views.tensors.map((t) => ({ name: t.name, dtype: t.dtype, shape: t.shape, segment: t.segment, offset: t.offset, bytes: t.bytes })),
-      aliases: views.aliases,
-      segments: r.segments.map((s) => ({ segment: s.segment, bytes: s.bytes, handle: servedHandle(s) })),
-    })]));
+      new EncodedManifest({ fingerprint: r.fingerprint, backend: r.backend, device: this.deviceRef, rank: this.rankRef, layout, segments }, views),
+    ]));
   }
 
   get status(): ServeStatus {
@@ -164,12 +160,12 @@ export class RankService {
 
   /** The served layouts, in the plan's order. */
   get layouts(): string[] {
-    return [...this.#manifestJson.keys()];
+    return [...this.#manifests.keys()];
   }
 
-  /** A layout's manifest as JSON text; undefined when the layout is not served. */
-  manifestJson(layout: string): string | undefined {
-    return this.#manifestJson.get(layout);
+  /** A layout's encoded manifest; undefined when the layout is not served. */
+  manifest(layout: string): EncodedManifest | undefined {
+    return this.#manifests.get(layout);
   }
 
   /**

@@ -1,5 +1,5 @@
 // The rules both clients implement, checked against the vectors the Python tests read too
-// (test/vectors, specified in docs/spec): socket file names and process liveness.
+// (test/vectors, specified in docs/spec): socket file names, process liveness and manifest columns.
 import { spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -7,6 +7,8 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { isProcessAlive, processIdentity, startTimeFromStat } from '../../src/serve/processLiveness.js';
 import { deviceFileStem } from '../../src/serve/socketDir.js';
+import { fromColumns, TensorColumns, toColumns } from '../../src/serve/tensorColumns.js';
+import type { TensorMeta } from '../../src/serve/protocol.js';
 import { repoRoot } from '../helpers/paths.js';
 
 function vectors<T>(name: string): T {
@@ -39,6 +41,36 @@ test('liveness: alive or not, for each kind of process', () => {
     const pid = typeof v.pid === 'number' ? v.pid : pids[v.pid];
     const id = v.startTime === null ? { pid } : { pid, startTime: starts[v.startTime] };
     assert.is(isProcessAlive(id), v.alive, `${JSON.stringify(v)}: ${v.why}`);
+  }
+});
+
+interface ColumnsVector { why: string; tensors: TensorMeta[]; columns: TensorColumns }
+interface BadColumnsVector { why: string; columns: unknown; mentions: string | null }
+
+test('manifest columns: the daemon writes each vector\'s columns, and the client reads its tensors back', () => {
+  const { valid } = vectors<{ valid: ColumnsVector[] }>('manifest-columns.json');
+  for (const v of valid) {
+    assert.equal(toColumns(v.tensors), v.columns, v.why);
+    assert.equal(fromColumns(TensorColumns.parse(v.columns)), v.tensors, v.why);
+  }
+});
+
+test('manifest columns: the client refuses each bad vector, naming what is wrong', () => {
+  const { invalid } = vectors<{ invalid: BadColumnsVector[] }>('manifest-columns.json');
+  for (const v of invalid) {
+    const parsed = TensorColumns.safeParse(v.columns);
+    if (!parsed.success) {
+      // The wrong JSON types: off the reply's schema, which the client refuses as E_BAD_REPLY.
+      assert.is(v.mentions, null, `${v.why}: the schema refused columns whose message the vector names`);
+      continue;
+    }
+    try {
+      fromColumns(parsed.data);
+      assert.unreachable(v.why);
+    } catch (err) {
+      assert.is((err as { code?: string }).code, 'E_BAD_MANIFEST', v.why);
+      if (v.mentions !== null) assert.ok((err as Error).message.includes(v.mentions), `${v.why}: ${(err as Error).message}`);
+    }
   }
 });
 

@@ -132,6 +132,15 @@ test('get_state: a lease per request over the manifest; a wrong fingerprint gets
     assert.equal(first.segments, [{ segment: 0, bytes: 256, handle: 'fd' }], 'a host segment is an fd to ask get_segment_fds for');
     assert.is(first.layout, 'checkpoint');
     assert.is.not(first.leaseId, second.leaseId);
+    assert.is(first.columns, undefined, 'objects unless asked for columns');
+
+    // Asked for columns: the same manifest, its tensors as columns (docs/spec/manifest-columns.md).
+    const columns = await c.request(getState('map', { columns: true }));
+    assert.equal(columns.columns, { name: ['w'], dtypes: ['F32'], dtype: [0], shapes: [[4]], shape: [0], segment: [0], offset: [0], bytes: [16] });
+    assert.is(columns.tensors, undefined);
+    const { columns: _c, tensors: _t, leaseId: _l, id: _i, ...rest } = columns;
+    const { tensors: _t2, leaseId: _l2, id: _i2, ...restFirst } = first;
+    assert.equal(rest, restFirst, 'every other field as in the objects reply');
 
     const mismatch = await c.request(getState('map', { fingerprint: 'fp-other', fingerprintFields: { content: 'c2', tpRank: 't0' } }));
     assert.equal({ status: mismatch.status, fields: mismatch.fields }, { status: 'mismatch', fields: ['content'] });
@@ -140,7 +149,7 @@ test('get_state: a lease per request over the manifest; a wrong fingerprint gets
     assert.is(unplanned.error.code, 'E_UNKNOWN_LAYOUT');
     assert.equal(unplanned.error.details, { layout: 'vllm', layouts: ['checkpoint'] });
     // A refusal is an answer, not a protocol error: the connection still serves.
-    assert.is((await c.request({ cmd: 'stats' })).leases.length, 2);
+    assert.is((await c.request({ cmd: 'stats' })).leases.length, 3);
   } finally {
     server.close();
   }

@@ -83,6 +83,42 @@ class ConnectionTest(unittest.TestCase):
         conn.close()
         t.join(5)
 
+    def test_get_state_takes_objects_from_an_older_daemon_and_refuses_bad_columns(self):
+        import os, shutil, tempfile
+
+        from weightd_client import WeightdClient
+
+        d = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, d, True)
+        path = os.path.join(d, "s.sock")
+        tensor = {"name": "w", "dtype": "F32", "shape": [2, 2], "segment": 0, "offset": 0, "bytes": 16}
+        state = {"ok": True, "status": "ok", "mode": "map", "leaseId": "L1", "layout": "checkpoint", "aliases": {}, "segments": []}
+        seen = []
+
+        def answer(**fields):
+            def reply(req):
+                seen.append(req)
+                return {"id": req["id"], **fields}
+            return reply
+
+        t = self.serve(path, [
+            answer(ok=True, status="serving", fingerprint="f"),
+            answer(**state, tensors=[tensor]),  # a daemon older than columns
+            answer(**state, columns={"name": ["w"], "dtypes": ["F32"], "dtype": [1], "shapes": [[2, 2]], "shape": [0], "segment": [0], "offset": [0], "bytes": [16]}),
+            answer(ok=True, dropped=1),
+        ])
+        client = WeightdClient(path, timeout=5)
+        got = client.get_state("f")
+        self.assertTrue(seen[1]["columns"], "the client asks for columns")
+        self.assertEqual(list(got["tensors"]), [tensor])
+        with self.assertRaises(ProtocolError) as cm:
+            client.get_state("f")
+        self.assertEqual(cm.exception.code, "E_BAD_MANIFEST")
+        self.assertIn("dtype index 1", str(cm.exception))
+        self.assertEqual((seen[3]["cmd"], seen[3]["leaseId"]), ("detach", "L1"), "the lease of a refused manifest is given back")
+        client.conn.close()
+        t.join(5)
+
     def test_missing_socket(self):
         with self.assertRaises(ServeError) as cm:
             Connection("/nonexistent/weightd.sock").request("ping")

@@ -1,5 +1,5 @@
 """The rules both clients implement, checked against the vectors the TypeScript tests read too
-(test/vectors, specified in docs/spec): socket file names and process liveness."""
+(test/vectors, specified in docs/spec): socket file names, process liveness and manifest columns."""
 
 import json
 import os
@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from weightd_client.client import device_file_stem
+from weightd_client.columns import TensorColumns
+from weightd_client.protocol import ProtocolError
 from weightd_client.liveness import is_process_alive, start_time_from_stat, start_time_of
 
 VECTORS = Path(__file__).resolve().parents[3] / "test" / "vectors"
@@ -43,3 +45,21 @@ def test_alive(v, pids):
     pid = pids[v["pid"]] if isinstance(v["pid"], str) else v["pid"]
     start = {"self": own, "wrong": own + "1", None: None}[v["startTime"]]
     assert is_process_alive(pid, start) is v["alive"]
+
+
+@pytest.mark.parametrize("v", load("manifest-columns.json")["valid"], ids=lambda v: v["why"])
+def test_manifest_columns_read_back_and_written(v):
+    assert list(TensorColumns(v["columns"])) == v["tensors"]
+    # An older daemon's objects, turned into columns, give the daemon's own columns.
+    back = TensorColumns.from_objects(v["tensors"])
+    assert {k: getattr(back, k) for k in ("name", "dtypes", "dtype", "shape", "segment", "offset", "bytes")} == {k: v["columns"][k] for k in ("name", "dtypes", "dtype", "shape", "segment", "offset", "bytes")}
+    assert back.shapes == [tuple(s) for s in v["columns"]["shapes"]]
+
+
+@pytest.mark.parametrize("v", load("manifest-columns.json")["invalid"], ids=lambda v: v["why"])
+def test_manifest_columns_refused(v):
+    with pytest.raises(ProtocolError) as err:
+        TensorColumns(v["columns"])
+    assert err.value.code == "E_BAD_MANIFEST"
+    if v["mentions"] is not None:
+        assert v["mentions"] in str(err.value)

@@ -21,7 +21,7 @@ import weakref
 from typing import Any, Callable, Dict, Iterator, List, Optional
 
 from .protocol import WeightdError
-from .tensors import SegmentViews, by_name
+from .tensors import SegmentViews, by_name, torch_by_name
 
 CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS = 0x1
 CUDA_FD_HANDLE = "cuda-fd"
@@ -305,7 +305,7 @@ class CudaMapping:
                     ptr = ctypes.c_uint64()
                     d.check(d.cuIpcOpenMemHandle(ctypes.byref(ptr), handle, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS), f"cuIpcOpenMemHandle(segment {seg['segment']})")
                     self.pointers[seg["segment"]] = ptr.value
-                self.tensors = by_name(state, self._maker(tensor_format))
+                self.tensors = self._make_tensors(state, tensor_format)
         except BaseException:
             with contextlib.suppress(CudaError):  # the failure that stopped the attach is the one to report
                 self.close()
@@ -331,20 +331,19 @@ class CudaMapping:
                 self.driver.check(self.driver.cuMemcpyDtoH(buf, self.pointers[t["segment"]] + t["offset"], t["bytes"]), f"cuMemcpyDtoH({t['name']})")
         return out
 
-    def _maker(self, tensor_format: str):
+    def _make_tensors(self, state: Dict[str, Any], tensor_format: str) -> Dict[str, Any]:
         self.uses_torch = use_torch = tensor_format in ("auto", "torch") and _has_torch()
         if tensor_format == "torch" and not use_torch:
             raise CudaError("E_NO_TORCH", "tensor_format='torch' but torch is not installed")
+        if not use_torch:
 
-        def make(t: Dict[str, Any]) -> Any:
-            base = self.pointers.get(t["segment"])
-            if base is None:
-                raise CudaError("E_BAD_MANIFEST", f"tensor {t['name']} is in segment {t['segment']}, which the manifest does not list")
-            ptr = base + t["offset"]
-            if not use_torch:
-                return self.track(CudaBuffer(ptr, t["bytes"], t["dtype"], t["shape"]))
-            return segment_views(t["segment"]).view(t)
+            def make(t: Dict[str, Any]) -> Any:
+                base = self.pointers.get(t["segment"])
+                if base is None:
+                    raise CudaError("E_BAD_MANIFEST", f"tensor {t['name']} is in segment {t['segment']}, which the manifest does not list")
+                return self.track(CudaBuffer(base + t["offset"], t["bytes"], t["dtype"], t["shape"]))
 
+            return by_name(state, make)
         bases: Dict[int, SegmentViews] = {}
 
         def device_bytes(ptr: int, nbytes: int) -> Any:
@@ -357,11 +356,13 @@ class CudaMapping:
             # typestr for bf16 or fp8), so it is done once per segment, and each tensor is a
             # strided view of it in its own dtype.
             if segment not in bases:
-                ptr = self.pointers[segment]
+                ptr = self.pointers.get(segment)
+                if ptr is None:
+                    raise CudaError("E_BAD_MANIFEST", f"a tensor lies in segment {segment}, which the manifest does not list")
                 bases[segment] = SegmentViews(device_bytes(ptr, self._segment_bytes[segment]), lambda t: device_bytes(ptr + t["offset"], t["bytes"]))
             return bases[segment]
 
-        return make
+        return torch_by_name(state, segment_views)
 
     def track(self, buf: CudaBuffer) -> CudaBuffer:
         """Counts ``buf`` as a view of this mapping until it is freed (see the class's doc)."""

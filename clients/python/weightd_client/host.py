@@ -17,7 +17,7 @@ import warnings
 from typing import Any, Callable, Dict, List, Optional
 
 from .protocol import ProtocolError, ServeError
-from .tensors import by_name, element_shape, numpy_dtype, resolve_format, MEMORYVIEW_FORMAT, SegmentViews
+from .tensors import by_name, element_shape, numpy_dtype, resolve_format, torch_by_name, MEMORYVIEW_FORMAT, SegmentViews
 
 # fcntl's names for memfd seals (Python 3.8+ on Linux has them; the values are the kernel's).
 F_GET_SEALS = getattr(fcntl, "F_GET_SEALS", 1034)
@@ -121,17 +121,26 @@ class HostMapping:
                 os.close(fd)
             fds.clear()
             fmt = resolve_format(tensor_format)
-            make = view_maker(fmt)
-            # What each tensor is viewed from: its segment's mapping, as one byte tensor for torch.
-            bufs = {k: segment_views(mm) for k, mm in self.maps.items()} if fmt == "torch" else self.maps
+            if fmt == "torch":
+                # Each segment's mapping as one byte tensor, of which every tensor is a view.
+                bufs = {k: segment_views(mm) for k, mm in self.maps.items()}
 
-            def view(t: Dict[str, Any]) -> Any:
-                mm = self.maps.get(t["segment"])
-                if mm is None or t["offset"] + t["bytes"] > len(mm):
-                    raise ProtocolError("E_BAD_MANIFEST", f"tensor {t['name']} lies outside its segment {t['segment']}")
-                return make(bufs[t["segment"]], t)
+                def views_of(segment: int) -> SegmentViews:
+                    if segment not in bufs:
+                        raise ProtocolError("E_BAD_MANIFEST", f"a tensor lies in segment {segment}, which the manifest does not list")
+                    return bufs[segment]
 
-            self.tensors = by_name(state, view)
+                self.tensors = torch_by_name(state, views_of)
+            else:
+                make = view_maker(fmt)
+
+                def view(t: Dict[str, Any]) -> Any:
+                    mm = self.maps.get(t["segment"])
+                    if mm is None or t["offset"] + t["bytes"] > len(mm):
+                        raise ProtocolError("E_BAD_MANIFEST", f"tensor {t['name']} lies outside its segment {t['segment']}")
+                    return make(mm, t)
+
+                self.tensors = by_name(state, view)
         except BaseException:
             for fd in fds.values():
                 os.close(fd)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 from typing import Any, Callable, Dict, List, Optional
 
+from .columns import TensorColumns
 from .protocol import ProtocolError
 
 _NUMPY = {
@@ -70,7 +71,47 @@ def resolve_format(tensor_format: str) -> str:
 
 def by_name(state: Dict[str, Any], make: Callable[[Dict[str, Any]], Any]) -> Dict[str, Any]:
     """Every tensor and alias (tied weights share one object), each made once."""
-    out: Dict[str, Any] = {t["name"]: make(t) for t in state["tensors"]}
+    return _with_aliases(state, {t["name"]: make(t) for t in state["tensors"]})
+
+
+def torch_by_name(state: Dict[str, Any], views_of: Callable[[int], "SegmentViews"]) -> Dict[str, Any]:
+    """``by_name`` for torch, straight from the manifest's columns (``state["tensors"]``, a
+    TensorColumns as WeightdClient.get_state makes it, or a list of dicts): a strided view per tensor, with what each needs looked up once per segment
+    and dtype, and worked out once per distinct shape, instead of once per tensor. Anything unusual (out of bounds, empty,
+    misaligned, packed) goes through ``SegmentViews.view``, which knows what to do with it."""
+    cols = state["tensors"]
+    if not isinstance(cols, TensorColumns):
+        cols = TensorColumns.from_objects(cols)  # a manifest made by hand, as the tests make them
+    out: Dict[str, Any] = {}
+    per_dtype = len(cols.dtypes)
+    bases: Dict[int, Any] = {}
+    layouts = [(shape, *contiguous(shape)) for shape in cols.shapes]
+    for i, (name, dtype, shape, segment, offset, nbytes) in enumerate(zip(cols.name, cols.dtype, cols.shape, cols.segment, cols.offset, cols.bytes)):
+        b = bases.get(segment * per_dtype + dtype)
+        if b is None:
+            views = views_of(segment)
+            base = views.base(cols.dtypes[dtype])
+            b = bases[segment * per_dtype + dtype] = (views, base.as_strided, base.element_size(), views.raw.numel())
+        views, strided, itemsize, limit = b
+        dims, strides, numel = layouts[shape]
+        if nbytes and numel * itemsize == nbytes and not offset % itemsize and offset + nbytes <= limit:
+            out[name] = strided(dims, strides, offset // itemsize)
+        else:
+            out[name] = views.view(cols[i])
+    return _with_aliases(state, out)
+
+
+def contiguous(shape: Any) -> Any:
+    """A row-major tensor's strides (in elements) and its element count."""
+    strides = [0] * len(shape)
+    step = 1
+    for d in range(len(shape) - 1, -1, -1):
+        strides[d] = step
+        step *= shape[d]
+    return tuple(strides), step
+
+
+def _with_aliases(state: Dict[str, Any], out: Dict[str, Any]) -> Dict[str, Any]:
     for alias, target in state.get("aliases", {}).items():
         if target not in out:
             raise ProtocolError("E_BAD_MANIFEST", f"alias {alias} names {target}, which the manifest does not hold")
@@ -92,12 +133,17 @@ class SegmentViews:
         self.own_bytes = own_bytes
         self.by_dtype: Dict[str, Any] = {}
 
-    def view(self, t: Dict[str, Any]) -> Any:
-        base = self.by_dtype.get(t["dtype"])
+    def base(self, dtype_name: str) -> Any:
+        """The segment's bytes as one tensor of ``dtype_name`` (its last partial item left out)."""
+        base = self.by_dtype.get(dtype_name)
         if base is None:
-            dtype = torch_dtype(t["dtype"])
+            dtype = torch_dtype(dtype_name)
             n = self.raw.numel()
-            base = self.by_dtype[t["dtype"]] = self.raw[: n - n % dtype.itemsize].view(dtype)
+            base = self.by_dtype[dtype_name] = self.raw[: n - n % dtype.itemsize].view(dtype)
+        return base
+
+    def view(self, t: Dict[str, Any]) -> Any:
+        base = self.base(t["dtype"])
         itemsize = base.element_size()
         offset, nbytes = t["offset"], t["bytes"]
         if offset + nbytes > self.raw.numel():
@@ -109,12 +155,7 @@ class SegmentViews:
         if offset % itemsize:
             return SegmentViews(self.own_bytes(t), self.own_bytes).view({**t, "offset": 0})
         shape = element_shape(t, itemsize)
-        strides: List[int] = [0] * len(shape)
-        step = 1
-        for d in range(len(shape) - 1, -1, -1):
-            strides[d] = step
-            step *= shape[d]
-        return base.as_strided(shape, strides, offset // itemsize)
+        return base.as_strided(shape, contiguous(shape)[0], offset // itemsize)
 
 
 def element_shape(t: Dict[str, Any], itemsize: int) -> List[int]:

@@ -8,5 +8,10 @@ export interface FdReply {
   sent: () => void;
 }
 
-/** What a handler answers: serialized JSON, or JSON with descriptors. */
-export type Reply = string | FdReply;
+/** A reply already encoded: its UTF-8 JSON is these bytes, one after another (get_state's cached manifest). */
+export interface EncodedReply {
+  pieces: readonly Buffer[];
+}
+
+/** What a handler answers: serialized JSON, encoded JSON, or JSON with descriptors. */
+export type Reply = string | EncodedReply | FdReply;

@@ -6,10 +6,11 @@ import { ServeError } from '../../errors.js';
 import type { DeviceServices } from '../deviceServices.js';
 import { differingFingerprintFields } from '../differingFingerprintFields.js';
 import type { Caller } from '../leaseTable.js';
+import type { Reply } from './fdReply.js';
 import type { MismatchReply, RequestOf } from '../protocol.js';
 import { modelRefs, versionFor } from './modelVersions.js';
 
-export function getState(req: RequestOf<'get_state'>, services: DeviceServices, caller: Caller): string {
+export function getState(req: RequestOf<'get_state'>, services: DeviceServices, caller: Caller): Reply {
   const service = services.byFingerprint(req.fingerprint);
   if (!service) {
     const against = (req.model !== undefined ? services.newestServing(req.model) : undefined) ?? versionFor(services, undefined);
@@ -30,7 +31,7 @@ export function getState(req: RequestOf<'get_state'>, services: DeviceServices, 
   const { log } = service;
   service.refuseUnlessServing(services.newestServing(service.name)?.rank.fingerprint);
   const layout = req.layout ?? 'checkpoint';
-  const manifest = service.manifestJson(layout);
+  const manifest = service.manifest(layout);
   if (manifest === undefined) {
     const served = service.layouts;
     const fix = (LAYOUT_NAMES as readonly string[]).includes(layout) ? `, or restart weightd with --layouts ${[...served, layout].join(',')}` : ` (weightd has the layouts ${LAYOUT_NAMES.join(', ')})`;
@@ -41,7 +42,7 @@ export function getState(req: RequestOf<'get_state'>, services: DeviceServices, 
     log.debug({ claimedPid: req.pid, peerPid: caller.pid }, 'client pid differs from SO_PEERCRED (pid namespace?): the lease uses the kernel pid');
   }
   service.logLease(lease, 'lease granted', req.client);
-  // The manifest is spliced in as cached text instead of re-serialized per request.
+  // The manifest goes out as the bytes encoded once, after this reply's own fields.
   const head = { id: req.id, ok: true, status: 'ok', mode: req.mode, leaseId: lease.id };
-  return `${JSON.stringify(head).slice(0, -1)},${manifest.slice(1)}`;
+  return { pieces: [Buffer.from(`${JSON.stringify(head).slice(0, -1)},`, 'utf8'), manifest.fields(req.columns === true)] };
 }

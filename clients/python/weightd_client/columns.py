@@ -1,0 +1,112 @@
+"""A manifest's tensors as columns (docs/spec/manifest-columns.md), the form this client asks for.
+
+At 50k tensors a dict per tensor is 7 MB of JSON whose decoding was most of a first attach; the
+columns are lists of numbers, several times cheaper to decode, and the torch views are built
+straight from them (tensors.torch_by_name). ``TensorColumns`` is also a sequence of the per-tensor
+dicts older daemons send (``state["tensors"]`` keeps meaning what it meant), made on demand.
+The TypeScript twin is src/serve/tensorColumns.ts; both read test/vectors/manifest-columns.json.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Iterator, List, Sequence, Tuple
+
+from .protocol import ProtocolError
+
+_PER_TENSOR = ("dtype", "shape", "segment", "offset", "bytes")
+
+
+def _bad(message: str) -> ProtocolError:
+    return ProtocolError(
+        "E_BAD_MANIFEST", f"manifest columns: {message}; the daemon's reply is malformed (upgrade the client or the daemon, or load from disk)"
+    )
+
+
+def _counts(value: Any, what: str) -> List[int]:
+    # type() per entry through map and set: a check per tensor in C, not in a Python loop.
+    if not isinstance(value, list) or not set(map(type, value)) <= {int} or (value and min(value) < 0):
+        raise _bad(f"{what} is not a list of integers >= 0")
+    return value
+
+
+def _strings(value: Any, what: str) -> List[str]:
+    if not isinstance(value, list) or not set(map(type, value)) <= {str}:
+        raise _bad(f"{what} is not a list of strings")
+    return value
+
+
+def _index(column: List[int], table: List[Any], key: str, names: List[str]) -> None:
+    if column and max(column) >= len(table):
+        i = next(i for i, k in enumerate(column) if k >= len(table))
+        raise _bad(f'tensor {names[i]!r} has {key} index {column[i]}, but "{key}s" has {len(table)}')
+
+
+class TensorColumns(Sequence):
+    """The tensors of one manifest, a list per field. ``shapes`` holds each distinct shape once,
+    as a tuple, and ``shape`` a tensor's index into it; ``dtypes`` and ``dtype`` likewise."""
+
+    __slots__ = ("name", "dtypes", "dtype", "shapes", "shape", "segment", "offset", "bytes")
+
+    def __init__(self, columns: Any):
+        if not isinstance(columns, dict):
+            raise _bad("they are not an object")
+        name = _strings(columns.get("name"), '"name"')
+        dtypes = _strings(columns.get("dtypes"), '"dtypes"')
+        shapes = columns.get("shapes")
+        if not isinstance(shapes, list):
+            raise _bad('"shapes" is not a list of shapes')
+        for k, shape in enumerate(shapes):
+            _counts(shape, f'"shapes"[{k}]')
+        per = {key: _counts(columns.get(key), f'"{key}"') for key in _PER_TENSOR}
+        for key in _PER_TENSOR:
+            if len(per[key]) != len(name):
+                raise _bad(f'"{key}" has {len(per[key])} entries but "name" has {len(name)}')
+        _index(per["dtype"], dtypes, "dtype", name)
+        _index(per["shape"], shapes, "shape", name)
+        self.name: List[str] = name
+        self.dtypes: List[str] = dtypes
+        self.dtype: List[int] = per["dtype"]
+        self.shapes: List[Tuple[int, ...]] = [tuple(shape) for shape in shapes]
+        self.shape: List[int] = per["shape"]
+        self.segment: List[int] = per["segment"]
+        self.offset: List[int] = per["offset"]
+        self.bytes: List[int] = per["bytes"]
+
+    @classmethod
+    def from_objects(cls, tensors: Any) -> "TensorColumns":
+        """The columns of a manifest that came as one object per tensor (a daemon older than columns)."""
+        if not isinstance(tensors, list) or not all(isinstance(t, dict) for t in tensors):
+            raise ProtocolError("E_BAD_MANIFEST", "the manifest's tensors are not a list of objects; the daemon's reply is malformed")
+        dtypes: Dict[str, int] = {}
+        shapes: Dict[Tuple[int, ...], int] = {}
+        try:
+            columns: Dict[str, Any] = {
+                "name": [t["name"] for t in tensors],
+                "dtype": [dtypes.setdefault(t["dtype"], len(dtypes)) for t in tensors],
+                "shape": [shapes.setdefault(tuple(t["shape"]), len(shapes)) for t in tensors],
+                "segment": [t["segment"] for t in tensors],
+                "offset": [t["offset"] for t in tensors],
+                "bytes": [t["bytes"] for t in tensors],
+            }
+        except (KeyError, TypeError) as err:
+            raise ProtocolError("E_BAD_MANIFEST", f"a tensor of the manifest lacks a field or has one of the wrong type ({err!r}); the daemon's reply is malformed") from err
+        columns["dtypes"] = list(dtypes)
+        columns["shapes"] = [list(shape) for shape in shapes]
+        return cls(columns)
+
+    def __len__(self) -> int:
+        return len(self.name)
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(len(self)))]
+        return {
+            "name": self.name[i], "dtype": self.dtypes[self.dtype[i]], "shape": list(self.shapes[self.shape[i]]),
+            "segment": self.segment[i], "offset": self.offset[i], "bytes": self.bytes[i],
+        }
+
+    def __iter__(self) -> Iterator[Dict[str, Any]]:
+        return (self[i] for i in range(len(self)))
+
+    def __repr__(self) -> str:
+        return f"TensorColumns({len(self)} tensors)"
