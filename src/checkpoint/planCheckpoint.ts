@@ -261,6 +261,11 @@ export async function planCheckpoint(modelDir: string, opts: PlanOptions): Promi
   const headers = await parseShards(files, opts.pool);
   checkTensorsAgainstIndex(index, headers, resolve(dir, INDEX_FILE));
   if (family) checkHeadCounts(config, tpSize);
+  // The only step that reads tensor bytes, started once the headers are known good: it runs in
+  // the pool while this thread plans (at 50k tensors each took hundreds of ms, one after the
+  // other). A plan that fails leaves it to finish unheard.
+  const sampling = sampleShards(headers, opts.pool);
+  sampling.catch(() => {});
   await yieldToEventLoop();
 
   // Arena order is file order, then offset order: deterministic, and sequential reads.
@@ -287,8 +292,7 @@ export async function planCheckpoint(modelDir: string, opts: PlanOptions): Promi
     throw new ShardingError('E_SHARD_UNPLACED', `${dir}: ${why}:\n${listed}${more}\nWrite a plan file ({"rules": [{"pattern": "<regex>", "rule": "column" | "row" | "replicated"}]}, see docs/sharding.md) and pass it as planFile`, { architecture: config.architecture, tensors: unplaced.slice(0, UNPLACED_LISTED), count: unplaced.length });
   }
 
-  // Last, once nothing else can fail: the only step that reads tensor bytes.
-  const contentDigests = await sampleShards(headers, opts.pool);
+  const contentDigests = await sampling;
   const { fingerprint, fields } = fingerprintCheckpoint({
     headerHashes: headers.map((h) => h.headerSha256),
     contentDigests,
