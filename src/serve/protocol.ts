@@ -2,7 +2,6 @@
 // server validates every request against these schemas; the TypeScript client validates every
 // response. Unknown keys are dropped, not refused, so a newer peer may add optional fields.
 import { z } from 'zod';
-import { TensorColumns } from './tensorColumns.js';
 
 /** Version of the message set; independent of the frame version in frameCodec.ts. */
 export const PROTOCOL_VERSION = 1;
@@ -85,6 +84,20 @@ export const TensorMeta = z.object({
   bytes: count,
 });
 export type TensorMeta = z.infer<typeof TensorMeta>;
+/** A manifest's tensors as one array per field (docs/spec/manifest-columns.md; tensorColumns.ts converts). */
+export const TensorColumns = z.object({
+  name: z.array(z.string()),
+  /** The distinct dtypes; `dtype` holds an index into it per tensor. */
+  dtypes: z.array(z.string()),
+  dtype: z.array(count),
+  /** The distinct shapes; `shape` holds an index into it per tensor. A rank has few. */
+  shapes: z.array(z.array(count)),
+  shape: z.array(count),
+  segment: z.array(count),
+  offset: z.array(count),
+  bytes: z.array(count),
+});
+export type TensorColumns = z.infer<typeof TensorColumns>;
 /** handle: "fd" (host: a sealed memfd, sent by get_segment_fds) or the cuda backend's legacy IPC handle, base64. */
 export const SegmentRef = z.object({ segment: count, bytes: count, handle: z.string() });
 export type SegmentRef = z.infer<typeof SegmentRef>;

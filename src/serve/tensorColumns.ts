@@ -2,27 +2,10 @@
 // one object per tensor. At 50k tensors the objects are 7 MB of JSON that a Python client took
 // 0.2 s to decode (most of a first attach); the columns are about half the bytes and decode in a
 // fraction of the time, since a list of numbers is far cheaper to build than a dict per tensor.
-// The daemon encodes them (rankService.ts), the TypeScript client decodes them (weightdClient.ts);
+// The schema is protocol.ts's; the daemon encodes (encodedManifest.ts), the TypeScript client decodes (weightdClient.ts);
 // the Python client's twin is weightd_client/columns.py, and both read test/vectors/manifest-columns.json.
-import { z } from 'zod';
 import { ProtocolError } from '../errors.js';
-import type { TensorMeta } from './protocol.js';
-
-const count = z.number().int().min(0);
-
-export const TensorColumns = z.object({
-  name: z.array(z.string()),
-  /** The distinct dtypes; `dtype` holds an index into it per tensor. */
-  dtypes: z.array(z.string()),
-  dtype: z.array(count),
-  /** The distinct shapes; `shape` holds an index into it per tensor. A rank has few. */
-  shapes: z.array(z.array(count)),
-  shape: z.array(count),
-  segment: z.array(count),
-  offset: z.array(count),
-  bytes: z.array(count),
-});
-export type TensorColumns = z.infer<typeof TensorColumns>;
+import type { TensorColumns, TensorMeta } from './protocol.js';
 
 /** The index of `key` in `table`, added at its end on first use. */
 function indexIn<T>(index: Map<string, number>, table: T[], key: string, value: T): number {

@@ -7,8 +7,8 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { isProcessAlive, processIdentity, startTimeFromStat } from '../../src/serve/processLiveness.js';
 import { deviceFileStem } from '../../src/serve/socketDir.js';
-import { fromColumns, TensorColumns, toColumns } from '../../src/serve/tensorColumns.js';
-import type { TensorMeta } from '../../src/serve/protocol.js';
+import { fromColumns, toColumns } from '../../src/serve/tensorColumns.js';
+import { TensorColumns, type TensorMeta } from '../../src/serve/protocol.js';
 import { repoRoot } from '../helpers/paths.js';
 
 function vectors<T>(name: string): T {
