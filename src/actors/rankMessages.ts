@@ -1,5 +1,5 @@
 // Typed messages between a rank actor (main thread) and its worker thread.
-import type { RankPlan } from '../checkpoint/types.js';
+import type { RankFillPlan } from '../checkpoint/types.js';
 import type { SerializedError } from '../errors.js';
 import type { RankSource } from '../nodeStatus.js';
 import type { KeptLoad } from '../keeper/keptRecord.js';
@@ -12,7 +12,7 @@ export interface RankWorkerData {
   device: DeviceSlot;
   /** cuda: how segments are allocated and exported (--cuda-handles). */
   cudaHandles: CudaHandles;
-  plan: RankPlan;
+  plan: RankFillPlan;
   fill: FillOptions;
   /** Where this rank's segments are kept beyond the daemon (absent: --keeper off). */
   keeper?: RankKeeping;

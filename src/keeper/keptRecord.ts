@@ -5,7 +5,7 @@
 import { createHash } from 'node:crypto';
 import { basename } from 'node:path';
 import { z } from 'zod';
-import { LAYOUT_NAMES, type RankPlan } from '../checkpoint/types.js';
+import { LAYOUT_NAMES, type RankFillPlan } from '../checkpoint/types.js';
 
 /** The formats this weightd reads; it writes the last. A newer format is added here with its reader. */
 export const KEPT_FORMATS = [1] as const;
@@ -43,7 +43,7 @@ export interface KeptExpectation {
   backend: 'host' | 'cuda';
   handleType: KeptHandleType;
   device: string;
-  plan: RankPlan;
+  plan: RankFillPlan;
 }
 
 /**
@@ -52,7 +52,7 @@ export interface KeptExpectation {
  * same; this says the arena was laid out the same way (layouts, plan rules), so the bytes are
  * where the plan says. File names, not paths: a checkpoint moved to another directory adopts.
  */
-export function arenaDigest(plan: RankPlan): string {
+export function arenaDigest(plan: RankFillPlan): string {
   const files = plan.files.map((f) => basename(f));
   const ops = plan.ops.map((o) => [files[o.file], o.segment, o.srcOffset, o.dstOffset, o.rows, o.rowBytes, o.srcPitch]);
   const zeros = plan.zeroRanges.map((z) => [z.segment, z.offset, z.bytes]);

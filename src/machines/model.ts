@@ -27,6 +27,7 @@ import type { RankKeeping } from '../actors/rankMessages.js';
 import type { ServeRankInput } from '../actors/serveRank.js';
 import type { ServerRegistry } from '../actors/serverRegistry.js';
 import type { WorkerRegistry } from '../actors/workerRegistry.js';
+import { fillPlanOf } from '../checkpoint/types.js';
 import { WeightdError } from '../errors.js';
 import type { Logger } from '../log.js';
 import type { DropModelShardsInput } from '../actors/dropModelShards.js';
@@ -138,7 +139,7 @@ export const modelMachine = setup({
               globalRank: r.globalRank,
               device: planned.devices[r.localRank]!,
               cudaHandles: context.cudaHandles,
-              plan: planned.plan.ranks[r.globalRank]!,
+              plan: fillPlanOf(planned.plan.ranks[r.globalRank]!),
               fill: planned.fill,
               awaitAdmission: true,
               keeper: context.keeper,

@@ -13,6 +13,7 @@ import type { ServeRankInput } from '../actors/serveRank.js';
 import { OWN_VERSION, toServedRank } from '../serve/servedRank.js';
 import type { ServerRegistry } from '../actors/serverRegistry.js';
 import type { WorkerRegistry } from '../actors/workerRegistry.js';
+import { fillPlanOf } from '../checkpoint/types.js';
 import { WeightdError, type SerializedError } from '../errors.js';
 import type { Logger } from '../log.js';
 import type { NodeConfig } from '../nodeOptions.js';
@@ -321,7 +322,7 @@ const supervisorSetup = setup({
               globalRank: r.globalRank,
               device: prepared.devices[r.localRank]!,
               cudaHandles: context.config.cudaHandles,
-              plan: prepared.plan.ranks[r.globalRank]!,
+              plan: fillPlanOf(prepared.plan.ranks[r.globalRank]!),
               fill: prepared.fill,
               keeper: prepared.keeper,
             },
