@@ -1,0 +1,61 @@
+#!/usr/bin/env python3
+"""python3 bench/attach-breakdown.py SOCKET_DIR [cuda|host]: where one fresh process's first
+attach to rank 0 spends its time, by wrapping the client's own steps: waiting for and reading
+the reply (recv), decoding its JSON (json), checking the columns (columns), making the views
+(views), and the whole attach (total). Then the floor of the views step: one bare ``as_strided``
+per tensor of a byte tensor's typed view, as many as the attach made, the collector paused as
+the attach pauses it. torch is imported, and on cuda its context made, before the clock starts.
+Prints one JSON line (ms). The client is whichever weightd_client PYTHONPATH finds."""
+import gc
+import json
+import sys
+import time
+
+import torch
+
+device = sys.argv[2] if len(sys.argv) > 2 else "cuda"
+if device == "cuda":
+    torch.zeros(1, device="cuda:0")
+import weightd_client.columns as columns  # noqa: E402
+import weightd_client.cuda as cuda  # noqa: E402
+import weightd_client.host as host  # noqa: E402
+import weightd_client.protocol as protocol  # noqa: E402
+from weightd_client import WeightdClient, find_socket  # noqa: E402
+
+ms = {}
+
+
+def timed(owner, name, key):
+    inner = getattr(owner, name)
+
+    def wrapper(*args, **kwargs):
+        t = time.perf_counter()
+        try:
+            return inner(*args, **kwargs)
+        finally:
+            ms[key] = ms.get(key, 0.0) + (time.perf_counter() - t) * 1e3
+
+    setattr(owner, name, wrapper)
+
+
+timed(protocol, "_recv_exact", "recv")
+timed(protocol.json, "loads", "json")
+timed(columns.TensorColumns, "__init__", "columns")
+timed(host if device == "host" else cuda, "torch_by_name", "views")
+
+c = WeightdClient(find_socket(global_rank=0, socket_dir=sys.argv[1]))
+fp = c.ping()["fingerprint"]
+ms.clear()
+t0 = time.perf_counter()
+a = c.attach(fp)
+ms["total"] = (time.perf_counter() - t0) * 1e3
+n = len(a.tensors)
+a.detach()
+
+base = torch.empty(1 << 20, dtype=torch.uint8, device=device if device == "cuda" else "cpu").view(torch.bfloat16)
+gc.disable()
+t = time.perf_counter()
+views = [base.as_strided((16, 16), (16, 1), 256 * (i % 2048)) for i in range(n)]
+ms["bareViewsFloor"] = (time.perf_counter() - t) * 1e3
+gc.enable()
+print(json.dumps({"tensors": n, **{k: round(v, 2) for k, v in ms.items()}}))
