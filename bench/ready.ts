@@ -98,8 +98,13 @@ const baselines: number[] = [];
 for (let run = 1; run <= runs; run++) {
   for (const tp of tps) {
     const r = await startDaemon(run, tp);
-    const attach = attachInFreshProcess(r.socketDir, device);
-    await r.stop();
+    let attach: ReturnType<typeof attachInFreshProcess>;
+    try {
+      attach = attachInFreshProcess(r.socketDir, device);
+    } finally {
+      // A failed attach must not leave the daemon (and its arena) running after the benchmark.
+      await r.stop();
+    }
     record({ run, device, model, bytes, tp, readyWallMs: r.wallMs, phases: r.phases, peakRssBytes: r.peakRssBytes, peakRssAnonBytes: r.peakRssAnonBytes, attach });
     ready.push({ ...r, tp });
     attaches.push(attach);

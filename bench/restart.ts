@@ -74,10 +74,16 @@ for (let run = 1; run <= runs; run++) {
     keeperPid = (await keeper.ping()).pid;
     await loaded.stop();
     const adopted = await startDaemon(run, 'adopted', socketDir, devices);
-    if (adopted.adoptedRanks !== tp) throw new Error(`run ${run}: the restart adopted ${adopted.adoptedRanks} of ${tp} ranks (daemon.jsonl says why)`);
-    const attach = attachInFreshProcess(socketDir, device);
-    const keeperRssBytes = processMemory(keeperPid!).vmHwm;
-    await adopted.stop();
+    let attach: ReturnType<typeof attachInFreshProcess>;
+    let keeperRssBytes: number;
+    try {
+      if (adopted.adoptedRanks !== tp) throw new Error(`run ${run}: the restart adopted ${adopted.adoptedRanks} of ${tp} ranks (daemon.jsonl says why)`);
+      attach = attachInFreshProcess(socketDir, device);
+      keeperRssBytes = processMemory(keeperPid!).vmHwm;
+    } finally {
+      // A failed run must not leave the daemon (and its arena) running after the benchmark.
+      await adopted.stop();
+    }
     const row = { loaded, adopted, attach, keeperRssBytes };
     rows.push(row);
     const strip = ({ stop: _, ...r }: Ready) => r;
