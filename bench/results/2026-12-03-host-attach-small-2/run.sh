@@ -1,0 +1,23 @@
+#!/bin/bash
+# 2026-12-03 ~15:27 UTC, the development VM (2 cores), host backend, hot page cache, once a
+# daemon that a failed ready.js run (15:00, ../2026-12-03-host-columns/NOTE.txt) had left running
+# with a 4.32 GB arena was stopped; it ran through ../2026-12-03-host-columns-rerun and
+# ../2026-12-03-host-attach-small. Otherwise as the latter:
+# run ended: the small checkpoints' first attach again (see ../2026-12-03-host-columns-rerun,
+# whose 15:01 run was 3-4x slower with either client), 12 pairs each, client of 8526fb1 (before,
+# /tmp/h15b-before/clients/python) against this commit's (after), one daemon of main at 3dd0af4
+# (src unchanged since), after one untimed attach each.
+set -e
+cd "$(dirname "$0")/../../.."
+out=bench/results/2026-12-03-host-attach-small-2
+export WEIGHTD_PYTHON=${WEIGHTD_PYTHON:-$PWD/.venv/bin/python}
+uptime > $out/uptime-before.txt
+for m in /var/tmp/ck130 /var/tmp/ck500; do
+  name=$(basename $m); D=$(mktemp -d /tmp/wd-ap-XXXX)
+  cat $m/*.safetensors > /dev/null
+  node dist/main.js --model $m --device host --weight-cache-socket-dir $D > $out/daemon-$name.log 2>&1 & P=$!
+  for i in $(seq 900); do grep -q '"ready":true' $out/daemon-$name.log && break; sleep 0.1; done
+  $WEIGHTD_PYTHON bench/attach-pair.py --socket-dir $D --before /tmp/h15b-before/clients/python --device host --runs 12 --out $out/attach-pair-$name.jsonl > $out/attach-pair-$name.txt
+  kill -TERM $P; wait $P || true
+done
+uptime > $out/uptime-after.txt
