@@ -1,5 +1,5 @@
 // The load request that the kept record of a model loaded at run time carries (keptRecord.ts's
-// \`load\`), apart from the record's schema: the supervisor makes one for every such model, and a
+// `load`), apart from the record's schema: the supervisor makes one for every such model, and a
 // plain start loads no schema it does not use (test/cli/startupModules.test.ts).
 import type { ModelSpec } from '../modelSpecs.js';
 import type { KeptLoad } from './keptRecord.js';

@@ -94,10 +94,10 @@ export const modelActors = {
 
 const rankLog = (context: ModelContext, localRank: number) => context.log.child({ model: context.planned.spec.name, localRank });
 
-/** Another node failed it, or node 0 is gone: it fails here too, and is freed. */
 /** A failure once its ranks may hold memory the keeper has too: through failing, where there is a keeper. */
 const failWith = <A extends string>(actions: A) => [{ guard: 'hasKeeper', target: '#model.failing', actions }, { target: '#model.failed', actions }] as const;
 
+/** Another node failed it, or node 0 is gone: it fails here too, and is freed. */
 const aborted = failWith('recordAbort');
 
 /** A rank's memory is freed through its worker once its server allows it (a drain's end, or a client's release). */
