@@ -5,6 +5,7 @@
 // outlives it, except after a RELEASE, which drops it there too.
 import { parentPort, workerData } from 'node:worker_threads';
 import { serializeError } from '../errors.js';
+import { formatBytes } from '../inspect/loadProgress.js';
 import type { SegmentExport } from '../native/addon.js';
 import type { DeviceHandle } from '../native/deviceHandle.js';
 import type { MainToRank, RankWorkerData } from './rankMessages.js';
@@ -98,7 +99,12 @@ export function runRankPhases(phases: RankPhases): void {
     adopted = kept !== undefined && !kept.rekeep;
     let resident: Resident | undefined = kept;
     if (!resident) {
+      // Its own line: the fill's seconds (the loaded line) do not count making the segments.
+      const allocating = performance.now();
       await phases.allocate(opened, data);
+      const allocateMs = Math.round(performance.now() - allocating);
+      const bytes = data.plan.segments.reduce((a, b) => a + b, 0);
+      post({ type: 'LOG', level: 'info', msg: `rank ${data.globalRank} allocated ${formatBytes(bytes)} in ${allocateMs} ms (${data.plan.segments.length} segment${data.plan.segments.length === 1 ? '' : 's'})`, fields: { allocateMs, bytes } });
       resident = { ...(await phases.fill(opened, data, post)), source: { from: 'checkpoint' } };
     }
     exported = await phases.export(opened, resident, post);

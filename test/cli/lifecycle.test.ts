@@ -46,6 +46,10 @@ for (const signal of ['SIGTERM', 'SIGINT'] as const) {
     assert.match(lines[readyAt]!.msg, /^READY node 0\/1 local_ranks=2 tp=2 model=/);
     assert.is(lines[readyAt]!.ready, true);
     assert.ok(lines.slice(0, readyAt).some((l) => l.msg === 'checkpoint planned'), 'log lines came before READY');
+    // Each rank says how long making its segments took, apart from the fill.
+    const allocated = lines.slice(0, readyAt).filter((l) => /^rank \d allocated .* in \d+ ms \(\d+ segments?\)$/.test(l.msg)) as Array<Line & { allocateMs?: number }>;
+    assert.is(allocated.length, 2, 'one allocated line per rank');
+    for (const l of allocated) assert.ok(Number.isInteger(l.allocateMs), l.msg);
     for (const l of lines.slice(readyAt + 1)) assert.ok(!(['checkpoint planned', 'supervisor state'].includes(l.msg) && ['loading', 'ready'].includes(l.state ?? '')), `no loading line after READY: ${l.msg}`);
     assert.ok(lines.slice(readyAt + 1).some((l) => l.msg === 'stopping'), 'the stop is logged after READY');
     assert.is(code, 0, stderr);
