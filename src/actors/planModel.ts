@@ -11,7 +11,6 @@ import type { DeviceSlot, FillOptions } from '../native/addon.js';
 import { cachedShare, localDevices } from '../native/devices.js';
 import { nodeFillOptions } from '../native/fillPolicy.js';
 import type { NodeConfig } from '../nodeOptions.js';
-import { fileIdentities, type FileIdentity } from './checkFiles.js';
 
 /**
  * Where a model's ranks live. nnodes 1: every rank on this node (global rank = local rank), as on
@@ -54,8 +53,6 @@ export interface PlannedModel {
   /** The device of each local rank, in local-rank order. */
   devices: DeviceSlot[];
   fill: FillOptions;
-  /** Its checkpoint files as planned: checked again before it serves (checkFiles.ts). */
-  files: FileIdentity[];
   /**
    * Where it comes from (default 'start': the command line, a --models file, NodeOptions.models).
    * 'load': weightd ctl load or node.load; 'restore': such a load by an earlier daemon, restored
@@ -107,6 +104,5 @@ export async function planModel(
   const { devices } = await localDevices({ device: config.device, localWorldSize: placement.localWorldSize, cudaHandles: config.cudaHandles }, log);
   const plan = await planSpec(spec, placement, log);
   const local = plan.ranks.slice(placement.nodeRank * placement.localWorldSize, (placement.nodeRank + 1) * placement.localWorldSize);
-  const files = fileIdentities(local.flatMap((r) => r.files));
-  return { spec, placement, plan, devices, fill: await fillFor(config, devices, { ...plan, ranks: local }, log), files };
+  return { spec, placement, plan, devices, fill: await fillFor(config, devices, { ...plan, ranks: local }, log) };
 }

@@ -1,5 +1,6 @@
 // Typed messages between a rank actor (main thread) and its worker thread.
 import type { RankFillPlan } from '../checkpoint/types.js';
+import type { FileIdentity } from '../files/fileIdentity.js';
 import type { SerializedError } from '../errors.js';
 import type { RankSource } from '../nodeStatus.js';
 import type { KeptLoad } from '../keeper/keptRecord.js';
@@ -13,6 +14,8 @@ export interface RankWorkerData {
   /** cuda: how segments are allocated and exported (--cuda-handles). */
   cudaHandles: CudaHandles;
   plan: RankFillPlan;
+  /** The checkpoint files' identity as planned (CheckpointPlan.files): checked once resident, and what the keeper's record carries. */
+  files: FileIdentity[];
   fill: FillOptions;
   /** Where this rank's segments are kept beyond the daemon (absent: --keeper off). */
   keeper?: RankKeeping;

@@ -2,6 +2,7 @@
 // runRankPhases.ts runs in order on the rank's worker thread: a worker module other than
 // src/actors/rankWorker.ts (a test's fixture that fails at one phase on purpose) runs this same
 // code around the phase it replaces.
+import { checkFileIdentities } from '../files/fileIdentity.js';
 import type { Adopted } from '../keeper/rankKeeping.js';
 import type { SegmentExport } from '../native/addon.js';
 import { DeviceHandle, type FillResult } from '../native/deviceHandle.js';
@@ -32,6 +33,12 @@ export interface RankPhases {
   adopt(device: DeviceHandle, data: RankWorkerData, post: Post): Awaitable<Adopted | undefined>;
   allocate(device: DeviceHandle, data: RankWorkerData): Awaitable<void>;
   fill(device: DeviceHandle, data: RankWorkerData, post: Post): Awaitable<FillResult>;
+  /**
+   * Checks, once the bytes are resident (filled or adopted), that the checkpoint files are still
+   * the ones planned (src/files/fileIdentity.ts): a rank never reports loaded, so never serves nor
+   * lets its node say it is ready, with bytes of files that changed meanwhile.
+   */
+  verify(data: RankWorkerData): Awaitable<void>;
   /** Exports the segments and reports the rank loaded; the worker then serves until told otherwise. */
   export(device: DeviceHandle, resident: Resident, post: Post): Awaitable<SegmentExport[]>;
   /** With a keeper: hands it the exported segments, so that they outlive this daemon. */
@@ -58,6 +65,9 @@ export const rankPhases: RankPhases = {
   },
   fill(device, { plan, fill }, post) {
     return device.fill(plan.files, plan.ops, plan.totalBytes, { ...fill, zeroRanges: plan.zeroRanges }, (p) => post({ type: 'PROGRESS', ...p }));
+  },
+  verify({ files, globalRank }) {
+    return checkFileIdentities(files, `while rank ${globalRank} loaded`, 'it does not serve them. Start again once the directory is complete');
   },
   export(device, { bytes, seconds, source }, post) {
     const segments = device.exportSegments();

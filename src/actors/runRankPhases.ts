@@ -107,6 +107,7 @@ export function runRankPhases(phases: RankPhases): void {
       post({ type: 'LOG', level: 'info', msg: `rank ${data.globalRank} allocated ${formatBytes(bytes)} in ${allocateMs} ms (${data.plan.segments.length} segment${data.plan.segments.length === 1 ? '' : 's'})`, fields: { allocateMs, bytes } });
       resident = { ...(await phases.fill(opened, data, post)), source: { from: 'checkpoint' } };
     }
+    await phases.verify(data);
     exported = await phases.export(opened, resident, post);
     if (adopted) post({ type: 'KEPT', kept: true });
     else keep();

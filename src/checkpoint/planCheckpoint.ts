@@ -6,6 +6,7 @@ import { resolve } from 'node:path';
 import type { Piscina } from 'piscina';
 import { CheckpointError, ShardingError } from '../errors.js';
 import { fingerprintCheckpoint, rankFingerprint } from './fingerprint.js';
+import { fileIdentities } from '../files/fileIdentity.js';
 import type { HeaderResult, HeaderTask } from './headerWorker.js';
 import type { SafetensorsTensor } from './parseSafetensors.js';
 import { parseShards, sampleShards } from './parseShards.js';
@@ -258,6 +259,8 @@ export async function planCheckpoint(modelDir: string, opts: PlanOptions): Promi
   const planFile = opts.planFile ? await readPlanFile(opts.planFile) : null;
   const userRules = planFile?.rules ?? [];
   const files = index.files.map((f) => resolve(dir, f));
+  // Before any byte is read: a write from here on moves a file's ctime, which the checks compare.
+  const identities = fileIdentities(files);
   const headers = await parseShards(files, opts.pool);
   checkTensorsAgainstIndex(index, headers, resolve(dir, INDEX_FILE));
   if (family) checkHeadCounts(config, tpSize);
@@ -311,5 +314,5 @@ export async function planCheckpoint(modelDir: string, opts: PlanOptions): Promi
     await yieldToEventLoop();
     ranks.push({ ...planRank(planned, files, tpSize, rank, aliases, engines), fingerprint: rankFingerprint(fingerprint, rank) });
   }
-  return { modelDir: dir, architecture: config.architecture, tpSize, fingerprint, fingerprintFields: fields, layouts, ranks };
+  return { modelDir: dir, architecture: config.architecture, tpSize, fingerprint, fingerprintFields: fields, layouts, ranks, files: identities };
 }

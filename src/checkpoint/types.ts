@@ -1,6 +1,7 @@
 // The load plan is the contract between the checkpoint layer (which decides what each rank
 // holds) and the copy engine (which only moves bytes). Everything in it is plain data so it
 // can cross worker-thread boundaries and be hashed.
+import type { FileIdentity } from '../files/fileIdentity.js';
 
 /** Safetensors dtype names, closed list (see dtypes.ts for sizes). */
 export type Dtype = string;
@@ -141,4 +142,6 @@ export interface CheckpointPlan {
   /** The layouts every rank is served under, `checkpoint` first. */
   layouts: LayoutName[];
   ranks: RankPlan[];
+  /** Each checkpoint file's identity, recorded before any of its bytes were read (src/files/fileIdentity.ts), in RankPlan.files order. */
+  files: FileIdentity[];
 }

@@ -6,6 +6,7 @@ import { createHash } from 'node:crypto';
 import { basename } from 'node:path';
 import { z } from 'zod';
 import { LAYOUT_NAMES, type RankFillPlan } from '../checkpoint/types.js';
+import { changesBetween, describeChange, type FileIdentity, type IdentityChange } from '../files/fileIdentity.js';
 
 /** The formats this weightd reads; it writes the last. A newer format is added here with its reader. */
 export const KEPT_FORMATS = [1] as const;
@@ -29,6 +30,12 @@ const recordSchema = z.object({
   tpRank: z.number().int().nonnegative(),
   tpSize: z.number().int().positive(),
   keptAt: z.string(),
+  /**
+   * Each checkpoint file's identity when the kept bytes were planned (src/files/fileIdentity.ts).
+   * Optional to parse, so a record of an older daemon is still read (for its `load`); never
+   * adopted without it (checkKeptRecord).
+   */
+  files: z.array(z.object({ path: z.string(), dev: z.string(), ino: z.string(), size: z.number().int().nonnegative(), mtimeNs: z.string(), ctimeNs: z.string() })).optional(),
   /** A model loaded at run time (weightd ctl load): how to plan it again, so a restart restores it (restoreLoaded.ts). */
   load: z.object({ name: z.string().min(1), modelDir: z.string().min(1), tpSize: z.number().int().positive(), planFile: z.string().optional(), layouts: z.array(z.enum(LAYOUT_NAMES)), fingerprint: z.string().min(1) }).optional(),
 });
@@ -44,6 +51,8 @@ export interface KeptExpectation {
   handleType: KeptHandleType;
   device: string;
   plan: RankFillPlan;
+  /** The checkpoint files' identity as this start planned them. */
+  files: FileIdentity[];
 }
 
 /**
@@ -74,6 +83,7 @@ export function keptRecordFor(e: KeptExpectation, model: string, writer: string,
     tpRank: e.plan.tpRank,
     tpSize: e.plan.tpSize,
     keptAt: now.toISOString(),
+    files: e.files,
     ...(load ? { load } : {}),
   };
 }
@@ -83,7 +93,7 @@ export function encodeKeptRecord(r: KeptRecord): Buffer {
 }
 
 /** Why a record cannot be adopted, for the log and the status; undefined when it can. */
-export type Refusal = { field: string; message: string };
+export type Refusal = { field: string; message: string; changes?: IdentityChange[] };
 
 /** Reads a record, refusing (never throwing) one that is not JSON, of a format this weightd does not read, or malformed, naming why. */
 export function parseKeptRecord(bytes: Buffer): { record: KeptRecord } | { refusal: Refusal } {
@@ -127,6 +137,13 @@ export function checkKeptRecord(bytes: Buffer, e: KeptExpectation): { record: Ke
   ];
   for (const [field, kept, wanted] of expected) {
     if (kept !== wanted) return { refusal: { field, message: `the kept record's ${field} is ${String(kept).slice(0, 80)}, and this rank needs ${String(wanted).slice(0, 80)}` } };
+  }
+  if (r.files === undefined) {
+    return { refusal: { field: 'files', message: `the kept record carries no identity of the checkpoint files (written by ${r.writer.slice(0, 80)}, older than that check), so its bytes cannot be shown to be the files' now` } };
+  }
+  const changes = changesBetween(r.files, e.files);
+  if (changes.length > 0) {
+    return { refusal: { field: 'files', message: `the checkpoint files changed since the shard was kept (${changes.map(describeChange).join('; ')})`, changes } };
   }
   return { record: r };
 }

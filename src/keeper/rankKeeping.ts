@@ -21,7 +21,7 @@ export function handleTypeFor(data: RankWorkerData): KeptHandleType | undefined 
 }
 
 function expectation(data: RankWorkerData, handleType: KeptHandleType): KeptExpectation {
-  return { backend: data.device.backend, handleType, device: data.device.uuid, plan: data.plan };
+  return { backend: data.device.backend, handleType, device: data.device.uuid, plan: data.plan, files: data.files };
 }
 
 export interface Adopted {
@@ -64,7 +64,7 @@ export async function adoptKept(device: DeviceHandle, data: RankWorkerData, keep
   if ('refusal' in checked) {
     for (const fd of taken.fds) addon().closeFd(fd);
     await keeper.drop(uuid, fingerprint).catch(() => 0);
-    log('warn', `refused the kept shard: ${checked.refusal.message}; dropped it, loading from the checkpoint`, { field: checked.refusal.field });
+    log('warn', `refused the kept shard: ${checked.refusal.message}; dropped it, loading from the checkpoint`, { field: checked.refusal.field, ...(checked.refusal.changes ? { changes: checked.refusal.changes } : {}) });
     return undefined;
   }
   try {

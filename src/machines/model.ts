@@ -20,7 +20,7 @@
 //              adopted or kept it), then failed; a model refused before any rank allocated, or one
 //              without a keeper, fails at once.
 import { and, assertEvent, assign, enqueueActions, fromCallback, fromPromise, sendTo, setup, type AnyActorRef } from 'xstate';
-import type { FileIdentity } from '../actors/checkFiles.js';
+import type { FileIdentity } from '../files/fileIdentity.js';
 import type { PlannedModel } from '../actors/planModel.js';
 import type { RankActorInput, RankCommand } from '../actors/rankActor.js';
 import type { RankKeeping } from '../actors/rankMessages.js';
@@ -140,6 +140,7 @@ export const modelMachine = setup({
               device: planned.devices[r.localRank]!,
               cudaHandles: context.cudaHandles,
               plan: fillPlanOf(planned.plan.ranks[r.globalRank]!),
+              files: planned.plan.files,
               fill: planned.fill,
               awaitAdmission: true,
               keeper: context.keeper,
@@ -298,7 +299,7 @@ export const modelMachine = setup({
       invoke: {
         id: 'checkFiles',
         src: 'checkFiles',
-        input: ({ context }) => ({ files: context.planned.files }),
+        input: ({ context }) => ({ files: context.planned.plan.files }),
         onDone: [{ guard: 'spansGroup', target: 'resident' }, { target: 'starting' }],
         onError: failWith('recordFilesChanged'),
       },

@@ -323,6 +323,7 @@ const supervisorSetup = setup({
               device: prepared.devices[r.localRank]!,
               cudaHandles: context.config.cudaHandles,
               plan: fillPlanOf(prepared.plan.ranks[r.globalRank]!),
+              files: prepared.plan.files,
               fill: prepared.fill,
               keeper: prepared.keeper,
             },

@@ -14,7 +14,7 @@ const expected: Record<Exclude<FaultKind, 'device'>, RegExp> = {
   exit: /exited with code 7/,
 };
 /** The addon's own error for each phase's device failure. */
-const deviceCodes: Record<FaultPhase, string> = { open: 'E_BAD_BACKEND', allocate: 'E_OUT_OF_MEMORY', fill: 'E_FILE_OPEN', export: 'E_NOT_ALLOCATED', serve: 'E_NOT_ALLOCATED' };
+const deviceCodes: Record<FaultPhase, string> = { open: 'E_BAD_BACKEND', allocate: 'E_OUT_OF_MEMORY', fill: 'E_FILE_OPEN', verify: 'E_FILE_CHANGED', export: 'E_NOT_ALLOCATED', serve: 'E_NOT_ALLOCATED' };
 
 for (const phase of faultPhases) {
   for (const kind of faultKinds) {
@@ -28,7 +28,7 @@ for (const phase of faultPhases) {
       const result = await node.done;
       assert.is(result.state, 'failed');
       // Before its export a rank cannot have loaded, so the node never became ready.
-      if (['open', 'allocate', 'fill'].includes(phase)) assert.ok(readyRejected, 'ready rejects');
+      if (['open', 'allocate', 'fill', 'verify'].includes(phase)) assert.ok(readyRejected, 'ready rejects');
       assert.is(result.failure?.globalRank, 1, `failure names rank 1: ${result.failure?.message}`);
       assert.match(result.failure!.message, /^rank 1 \(local 1\) failed: /);
       if (kind === 'device') assert.is(result.failure!.code, deviceCodes[phase], result.failure!.message);

@@ -56,6 +56,7 @@ export const fakePrepared: Prepared = {
     ranks: Array.from({ length: LOCAL_RANKS }, (_, r) => ({
       tpRank: r, tpSize: LOCAL_RANKS, files: [], segments: [256], tensors: [], aliases: {}, ops: [], layouts: {}, zeroRanges: [], totalBytes: 256, fingerprint: `rank${r}`,
     })),
+    files: [],
   },
   devices: Array.from({ length: LOCAL_RANKS }, (_, i) => ({ backend: 'host' as const, index: i, uuid: `fake-${i}` })),
   visibleDevices: LOCAL_RANKS,

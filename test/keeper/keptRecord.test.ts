@@ -4,6 +4,7 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import type { RankPlan } from '../../src/checkpoint/types.js';
+import type { FileIdentity } from '../../src/files/fileIdentity.js';
 import { arenaDigest, checkKeptRecord, encodeKeptRecord, keptRecordFor, type KeptExpectation } from '../../src/keeper/keptRecord.js';
 
 const plan = {
@@ -16,7 +17,9 @@ const plan = {
   totalBytes: 256,
   fingerprint: 'f'.repeat(64),
 } as unknown as RankPlan;
-const e: KeptExpectation = { backend: 'host', handleType: 'memfd', device: 'host-0', plan };
+const identity = (path: string, ino: string): FileIdentity => ({ path, dev: '2049', ino, size: 1 << 20, mtimeNs: '1733300000123456789', ctimeNs: '1733300000123456789' });
+const files = [identity('/models/a/model-1.safetensors', '123'), identity('/models/a/model-2.safetensors', '124')];
+const e: KeptExpectation = { backend: 'host', handleType: 'memfd', device: 'host-0', plan, files };
 const good = keptRecordFor(e, '/models/a', 'weightd 0.1.0');
 
 test('a record adopts into the rank it was written for, also from another directory', () => {
@@ -24,6 +27,39 @@ test('a record adopts into the rank it was written for, also from another direct
   assert.ok('record' in r, JSON.stringify(r));
   const moved = { ...plan, files: plan.files.map((f) => f.replace('/models/a', '/srv/other')) } as RankPlan;
   assert.is(arenaDigest(moved), arenaDigest(plan), 'file names, not paths');
+  const movedFiles = files.map((f) => ({ ...f, path: f.path.replace('/models/a', '/srv/other') }));
+  assert.ok('record' in checkKeptRecord(encodeKeptRecord(good), { ...e, plan: moved, files: movedFiles }), 'a directory moved within its file system keeps its files\' identity');
+});
+
+test('a checkpoint file replaced, resized, modified or written since the shard was kept is refused, naming the file and how', () => {
+  const cases: Array<[Partial<FileIdentity>, RegExp]> = [
+    [{ ino: '456' }, /model-2\.safetensors: inode 124 -> 456 \(replaced\)/],
+    [{ dev: '2050' }, /model-2\.safetensors: device 2049 -> 2050 \(replaced\)/],
+    [{ size: 1 }, /model-2\.safetensors: size 1048576 -> 1 \(resized\)/],
+    [{ mtimeNs: '1733300000123456790' }, /model-2\.safetensors: mtime 1733300000123456789 -> 1733300000123456790 \(modified\)/],
+    // A write whose mtime was put back (touch -d): only ctime, which no user can set, shows it.
+    [{ ctimeNs: '1733300000987654321' }, /model-2\.safetensors: ctime 1733300000123456789 -> 1733300000987654321 \(written\)/],
+  ];
+  for (const [change, named] of cases) {
+    const r = checkKeptRecord(encodeKeptRecord(good), { ...e, files: [files[0]!, { ...files[1]!, ...change }] });
+    assert.ok('refusal' in r, JSON.stringify(change));
+    if ('refusal' in r) {
+      assert.is(r.refusal.field, 'files');
+      assert.match(r.refusal.message, /^the checkpoint files changed since the shard was kept \(/);
+      assert.match(r.refusal.message, named);
+      assert.is(r.refusal.changes?.length, 1);
+    }
+  }
+});
+
+test("a record without file identities (an older daemon's) is refused: its bytes cannot be shown to be the files'", () => {
+  const { files: _, ...older } = good;
+  const r = checkKeptRecord(Buffer.from(JSON.stringify({ ...older, writer: 'weightd 0.0.9' })), e);
+  assert.ok('refusal' in r);
+  if ('refusal' in r) {
+    assert.is(r.refusal.field, 'files');
+    assert.match(r.refusal.message, /carries no identity of the checkpoint files \(written by weightd 0\.0\.9, older than that check\)/);
+  }
 });
 
 test('each field that differs is refused by name', () => {

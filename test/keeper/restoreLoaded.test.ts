@@ -24,7 +24,7 @@ const device = hostDevices(1)[0]!.uuid;
 /** Keeps, from a process that then exits, a record of `device` carrying `load`. */
 async function keepLoaded(keeper: TestKeeper, load: KeptLoad, rankFingerprint: string, on = device): Promise<void> {
   const plan = { tpRank: 0, tpSize: load.tpSize, files: [], segments: [4096], ops: [], zeroRanges: [], totalBytes: 4096, fingerprint: rankFingerprint } as unknown as RankPlan;
-  const record = keptRecordFor({ backend: 'host', handleType: 'memfd', device: on, plan }, load.modelDir, 'weightd test', load);
+  const record = keptRecordFor({ backend: 'host', handleType: 'memfd', device: on, plan, files: [] }, load.modelDir, 'weightd test', load);
   const memfd = await memfdWith(Buffer.alloc(16));
   try {
     process.env.WEIGHTD_TEST_RECORD = encodeKeptRecord(record).toString('utf8');

@@ -9,7 +9,7 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { createActor, fromCallback, fromPromise } from 'xstate';
 import { getShortestPaths, getSimplePaths } from 'xstate/graph';
-import type { FileIdentity } from '../../src/actors/checkFiles.js';
+import type { FileIdentity } from '../../src/files/fileIdentity.js';
 import type { PlannedModel } from '../../src/actors/planModel.js';
 import type { RankActorInput, RankCommand } from '../../src/actors/rankActor.js';
 import { ServerRegistry } from '../../src/actors/serverRegistry.js';
@@ -28,11 +28,11 @@ const planned = {
   plan: {
     modelDir: '/fake/draft', architecture: 'LlamaForCausalLM', tpSize: RANKS, fingerprint: 'd'.repeat(64), fingerprintFields: {}, layouts: ['checkpoint'],
     ranks: Array.from({ length: RANKS }, (_, r) => ({ tpRank: r, tpSize: RANKS, files: [], segments: [256], tensors: [], aliases: {}, ops: [], layouts: {}, zeroRanges: [], totalBytes: 256, fingerprint: `draft${r}` })),
+    files: [],
   },
   placement: { nodeRank: 0, nnodes: 1, localWorldSize: RANKS },
   devices: Array.from({ length: RANKS }, (_, i) => ({ backend: 'host' as const, index: i, uuid: `fake-${i}` })),
   fill: {},
-  files: [],
 } as unknown as PlannedModel;
 
 /** The same model at tp 4 over 2 nodes, as node 1 plans it: its local ranks are global ranks 2 and 3. */
