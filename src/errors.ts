@@ -133,6 +133,7 @@ export type ErrorCode =
   | 'E_SOCKET_IN_USE'
   | 'E_SOCKET_PATH'
   | 'E_SOCKET_PATH_TOO_LONG'
+  | 'E_STALE'
   | 'E_STOPPED'
   | 'E_STOP_GRACE'
   | 'E_STOP_TIMEOUT'

@@ -70,6 +70,23 @@ export class ModelControl {
     }
   }
 
+  /**
+   * Loads a model again once its checkpoint files changed (the supervisor drained the stale
+   * version and emitted MODEL_STALE): node.load's path, so the new version is planned from the
+   * files as they are now. Never rejects: the outcome is logged.
+   */
+  async reload(spec: ModelSpec): Promise<void> {
+    try {
+      const result = await this.load({ model: spec.modelDir, name: spec.name, tensorParallelSize: spec.tpSize, planFile: spec.planFile, layouts: spec.layouts });
+      this.#log.info({ name: spec.name, fingerprint: result.fingerprint }, `model "${spec.name}" was loaded again from its changed checkpoint files, and serves`);
+    } catch (err) {
+      this.#log.error(
+        { name: spec.name, model: spec.modelDir, code: errorCode(err) },
+        `model "${spec.name}" was not loaded again after its checkpoint files changed (${(err as Error).message}); clients load it from disk until weightd ctl load loads it`,
+      );
+    }
+  }
+
   /** Hands a planned model to the supervisor; resolves with its status once it serves. */
   async #serve(planned: PlannedModel, name: string): Promise<ModelStatus> {
     this.#refuseUnlessReady('load');

@@ -2,6 +2,7 @@
 // the inspect layer. A leaf: it takes types only, from modules that import nothing back, so no
 // reader of the status is pulled into an import circle.
 import type { SerializedError } from './errors.js';
+import type { IdentityChange } from './files/fileIdentity.js';
 import type { DeviceInfo, SegmentExport } from './native/addon.js';
 import type { RankTableEntry } from './rendezvous/rankTable.js';
 import type { ServeStatus } from './serve/protocol.js';
@@ -10,8 +11,11 @@ export type NodeState = 'init' | 'reportingFailure' | 'rendezvous' | 'loading' |
 
 export type RankState = 'starting' | 'loading' | 'loaded' | 'serving' | 'released' | 'stopped' | 'failed';
 
-/** Where a loaded rank's bytes came from: the checkpoint, or a keeper (with the kept record's age). */
-export type RankSource = { from: 'checkpoint' } | { from: 'keeper'; keptAt: string; ageMs: number };
+/**
+ * Where a loaded rank's bytes came from: the checkpoint (with why the keeper's shard was refused,
+ * when it held one), or a keeper (with the kept record's age).
+ */
+export type RankSource = { from: 'checkpoint'; refused?: string } | { from: 'keeper'; keptAt: string; ageMs: number };
 
 export interface RankStatus {
   localRank: number;
@@ -76,6 +80,8 @@ export interface ModelStatus {
   lastUsedAt?: number;
   ranks: ServedRankStatus[];
   failure?: NodeFailure;
+  /** Its checkpoint files changed since it was planned: how (each change described, and as data), and since when (ms since the epoch). */
+  stale?: { changes: IdentityChange[]; described: string; since: number };
 }
 
 export interface NodeStatus {

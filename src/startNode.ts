@@ -86,6 +86,7 @@ export function statusOf(snap: Snapshot, config: NodeConfig, servers?: ServerReg
     tpSize: config.tpSize,
     ...totals(ranks),
     ranks,
+    ...(ctx.ownStale ? { stale: ctx.ownStale } : {}),
   };
   const others = ctx.models.map((m): ModelStatus => {
     const child = (snap.children as Record<string, { getSnapshot(): SnapshotFrom<typeof modelMachine> } | undefined>)[m.id]?.getSnapshot();
@@ -101,6 +102,7 @@ export function statusOf(snap: Snapshot, config: NodeConfig, servers?: ServerReg
       ...totals(modelRanks),
       ranks: modelRanks,
       failure: child?.context.failure,
+      ...(child?.context.stale ? { stale: child.context.stale } : {}),
     };
   });
   return {
@@ -185,6 +187,8 @@ export async function startNode(options: NodeOptions, { rankWorker = rankWorkerM
         })
     : undefined;
   const control = new ModelControl({ actor, config, log, status });
+  // A model whose checkpoint files changed is drained by the supervisor and loaded again here, once the node is ready.
+  actor.on('MODEL_STALE', ({ spec }) => void ready.then(() => control.reload(spec), () => {}));
   const controlServer = config.control
     ? new ControlServer({ socketDir: resolveSocketDir(config.socketDir), log, limits: config.control.limits, target: { load: (r, o) => control.load(r, o), unload: (t, o) => control.unload(t, o), models: () => status().models } })
     : undefined;

@@ -3,7 +3,7 @@
 // src/actors/rankWorker.ts (a test's fixture that fails at one phase on purpose) runs this same
 // code around the phase it replaces.
 import { checkFileIdentities } from '../files/fileIdentity.js';
-import type { Adopted } from '../keeper/rankKeeping.js';
+import type { Adopted, NotAdopted } from '../keeper/rankKeeping.js';
 import type { SegmentExport } from '../native/addon.js';
 import { DeviceHandle, type FillResult } from '../native/deviceHandle.js';
 import type { RankSource } from '../nodeStatus.js';
@@ -28,9 +28,9 @@ export interface RankPhases {
   open(data: RankWorkerData, post: Post): Awaitable<DeviceHandle>;
   /**
    * With a keeper (data.keeper): adopts the segments it holds for this rank, which then skips
-   * allocate and fill. Undefined when there is nothing to adopt.
+   * allocate and fill. Undefined when there is nothing to adopt; NotAdopted when what it held was refused.
    */
-  adopt(device: DeviceHandle, data: RankWorkerData, post: Post): Awaitable<Adopted | undefined>;
+  adopt(device: DeviceHandle, data: RankWorkerData, post: Post): Awaitable<Adopted | NotAdopted | undefined>;
   allocate(device: DeviceHandle, data: RankWorkerData): Awaitable<void>;
   fill(device: DeviceHandle, data: RankWorkerData, post: Post): Awaitable<FillResult>;
   /**

@@ -25,6 +25,11 @@ export function runRankPhases(phases: RankPhases): void {
   let keeping: Promise<void> = Promise.resolve();
   /** Whether the segments may go to the keeper yet (RankWorkerData.keepOnceServing). */
   let keepAllowed = !data.keepOnceServing;
+  /**
+   * UNKEEP dropped the keeper's copies already: a RELEASE must not drop again, since by then a
+   * version of the same fingerprint (a model loaded again after its files changed) may be kept.
+   */
+  let unkept = false;
   /** Adopted segments are the keeper's already (taking them made this daemon their owner), unless their record is to be rewritten (Adopted.rekeep). */
   let adopted = false;
   let admit: () => void = () => {};
@@ -71,6 +76,7 @@ export function runRankPhases(phases: RankPhases): void {
     }
     if (m.type === 'UNKEEP') {
       keepAllowed = false;
+      unkept = true;
       if (data.keeper) unkeep('unloaded');
       return;
     }
@@ -78,7 +84,7 @@ export function runRankPhases(phases: RankPhases): void {
     device?.cancelFill();
     try {
       await keeping;
-      if (m.type === 'RELEASE' && data.keeper && exported) {
+      if (m.type === 'RELEASE' && data.keeper && exported && !unkept) {
         // A released rank's memory is to be freed: the keeper's copies must go too.
         exported = undefined;
         await unkeep('released');
@@ -95,7 +101,8 @@ export function runRankPhases(phases: RankPhases): void {
     const opened = (device = await phases.open(data, post));
     // A STOP meanwhile ends the thread (port.close above) with nothing allocated.
     if (data.awaitAdmission) await admitted;
-    const kept = await phases.adopt(opened, data, post);
+    const taken = await phases.adopt(opened, data, post);
+    const kept = taken && 'bytes' in taken ? taken : undefined;
     adopted = kept !== undefined && !kept.rekeep;
     let resident: Resident | undefined = kept;
     if (!resident) {
@@ -105,7 +112,7 @@ export function runRankPhases(phases: RankPhases): void {
       const allocateMs = Math.round(performance.now() - allocating);
       const bytes = data.plan.segments.reduce((a, b) => a + b, 0);
       post({ type: 'LOG', level: 'info', msg: `rank ${data.globalRank} allocated ${formatBytes(bytes)} in ${allocateMs} ms (${data.plan.segments.length} segment${data.plan.segments.length === 1 ? '' : 's'})`, fields: { allocateMs, bytes } });
-      resident = { ...(await phases.fill(opened, data, post)), source: { from: 'checkpoint' } };
+      resident = { ...(await phases.fill(opened, data, post)), source: { from: 'checkpoint', ...(taken && 'refused' in taken ? { refused: taken.refused } : {}) } };
     }
     await phases.verify(data);
     exported = await phases.export(opened, resident, post);

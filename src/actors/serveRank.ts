@@ -41,6 +41,7 @@ export const serveRank = fromCallback<ServeCommand, ServeRankInput, ServeEvent>(
         released = resolve;
         sendBack({ type: 'RANK_RELEASE_REQUESTED', localRank });
       }),
+    onStale: (changes, described) => sendBack({ type: 'RANK_STALE', localRank, changes, described }),
   });
 
   receive((cmd) => {

@@ -2,7 +2,8 @@ import type { Logger } from '../log.js';
 import type { DeviceLock } from '../serve/deviceLock.js';
 import { DeviceServer, type RankServiceStats } from '../serve/deviceServer.js';
 import type { RankService } from '../serve/rankService.js';
-import type { ServeLimits } from '../serve/serveLimits.js';
+import { FilesCheck } from '../serve/filesCheck.js';
+import { serveLimits, type ServeLimits } from '../serve/serveLimits.js';
 
 export interface ServeOptions {
   /**
@@ -29,6 +30,8 @@ export class ServerRegistry {
   readonly #byVersion = new Map<string, { service: RankService; server: DeviceServer }>();
   /** Which version of its model each service is a rank of, for withdraw. */
   readonly #versionOf = new Map<RankService, string>();
+  /** Each served version's file check, shared by its ranks on every device (FilesCheck). */
+  readonly #filesChecks = new Map<string, FilesCheck>();
 
   /** Keeps a lock taken before loading, for the device's server when it binds. */
   holdLock(lock: DeviceLock): void {
@@ -41,6 +44,12 @@ export class ServerRegistry {
    */
   async serve(service: RankService, options: ServeOptions): Promise<string> {
     const uuid = service.rank.device.uuid;
+    let check = this.#filesChecks.get(options.version);
+    if (!check) {
+      check = new FilesCheck(service.rank.files, serveLimits(options.limits).filesCheckMs);
+      this.#filesChecks.set(options.version, check);
+    }
+    service.watchFiles(check);
     let entry = this.#servers.get(uuid);
     if (!entry) {
       const server = new DeviceServer({ deviceUuid: uuid, socketDir: options.socketDir, log: options.log, lock: this.#locks.get(uuid), limits: options.limits });
@@ -65,9 +74,11 @@ export class ServerRegistry {
     const entry = this.#servers.get(uuid);
     const version = this.#versionOf.get(service);
     this.#versionOf.delete(service);
+    service.unwatchFiles();
     if (version !== undefined) {
       const key = versionKey(version, service.rank.fingerprint);
       if (this.#byVersion.get(key)?.service === service) this.#byVersion.delete(key);
+      if (![...this.#versionOf.values()].includes(version)) this.#filesChecks.delete(version);
     }
     if (!entry || entry.server.remove(service) > 0) return;
     this.#servers.delete(uuid);

@@ -61,6 +61,8 @@ Environment:
   WEIGHTD_SERVE_READ_TIMEOUT_MS, WEIGHTD_SERVE_IDLE_TIMEOUT_MS, WEIGHTD_SERVE_LEASE_SWEEP_MS,
   WEIGHTD_SERVE_MAX_CONNECTIONS, WEIGHTD_SERVE_LOG_WINDOW_MS
                                  socket server limits
+  WEIGHTD_SERVE_FILES_CHECK_MS   how long a check that a model's checkpoint files are unchanged
+                                 stands before a get_state stats them again (default 1000; 0: always)
 `;
 
 /** Commander's message, on one line, with what it does not know to suggest. */

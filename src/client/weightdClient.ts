@@ -231,14 +231,15 @@ export class WeightdClient {
 
   /**
    * Asks to be told, on this connection, when a newer version of `model` is ready on this device
-   * and when a version of it is about to be dropped (onEvent; docs/protocol.md, Events). A watch
-   * lives as long as the connection: after a reconnect (the daemon restarted), watch again.
+   * and when a version of it is about to be dropped (onEvent; docs/protocol.md, Events); with
+   * `stale`, also when one is stale (its checkpoint files changed). A watch lives as long as the
+   * connection: after a reconnect (the daemon restarted), watch again.
    */
-  watch(model: string): Promise<WatchReply> {
-    return this.#request('watch', { model });
+  watch(model: string, { stale = false }: { stale?: boolean } = {}): Promise<WatchReply> {
+    return this.#request('watch', stale ? { model, stale } : { model });
   }
 
-  /** Calls `listener` with every event frame (model_ready, model_dropping, lease_revoked) from now on. */
+  /** Calls `listener` with every event frame (model_ready, model_dropping, lease_revoked, model_stale) from now on. */
   onEvent(listener: (event: ModelEvent) => void): () => void {
     this.#eventListeners.add(listener);
     return () => this.#eventListeners.delete(listener);

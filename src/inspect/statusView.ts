@@ -2,6 +2,7 @@
 // with load rates and ETAs worked out, and nothing that must stay on the node. Segment exports
 // (CUDA IPC handles) and error stacks are left out: the HTTP port may be reachable by users the
 // 0600 sockets keep out.
+import type { IdentityChange } from '../files/fileIdentity.js';
 import type { ModelState, NodeStatus, RankState, ServedRankStatus } from '../nodeStatus.js';
 import type { RankTableEntry } from '../rendezvous/rankTable.js';
 import type { ServeStatus } from '../serve/protocol.js';
@@ -26,6 +27,8 @@ export interface RankView extends LoadProgress {
   /** With a keeper: whether it holds this rank's segments now; null without one or before loading. */
   kept: boolean | null;
   keptReason: string | null;
+  /** Loaded from the checkpoint although the keeper held its shard: why that shard was refused (its files changed, ...); null otherwise. */
+  notAdopted: string | null;
 }
 
 /** One model version the node serves or loads (docs/operations.md, Several models). */
@@ -42,6 +45,8 @@ export interface ModelView {
   lastUsedAt: string | null;
   ranks: RankView[];
   failure: { code: string; message: string } | null;
+  /** Its checkpoint files changed since it was loaded: each change (docs/spec/file-identity.md) and when it was found; null while unchanged. */
+  stale: { files: string; changes: IdentityChange[]; since: string } | null;
 }
 
 export interface PeerView {
@@ -125,6 +130,7 @@ export function toStatusView(s: NodeStatus): StatusView {
       lastUsedAt: m.lastUsedAt === undefined ? null : new Date(m.lastUsedAt).toISOString(),
       ranks: m.ranks.map(rankView),
       failure: m.failure ? { code: m.failure.code, message: m.failure.message } : null,
+      stale: m.stale ? { files: m.stale.described, changes: m.stale.changes, since: new Date(m.stale.since).toISOString() } : null,
     })),
     rankTable: s.rankTable,
     peers,
@@ -157,5 +163,6 @@ function rankView(r: ServedRankStatus): RankView {
     keptAgeMs: r.source?.from === 'keeper' ? r.source.ageMs : null,
     kept: r.kept ?? null,
     keptReason: r.keptReason ?? null,
+    notAdopted: r.source?.from === 'checkpoint' ? (r.source.refused ?? null) : null,
   };
 }

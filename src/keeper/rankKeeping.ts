@@ -36,11 +36,17 @@ export interface Adopted {
   rekeep: boolean;
 }
 
+/** The keeper held this rank's shard, and its record was refused (and the shard dropped): why, for the status. */
+export interface NotAdopted {
+  refused: string;
+}
+
 /**
  * Takes this rank's kept segments and adopts them into `device`. Undefined (after a log line
- * saying why) when there is nothing to adopt: the rank then loads from the checkpoint.
+ * saying why) when there is nothing to adopt, NotAdopted when its record was refused: the rank
+ * then loads from the checkpoint.
  */
-export async function adoptKept(device: DeviceHandle, data: RankWorkerData, keeping: RankKeeping, handleType: KeptHandleType | undefined, post: Post): Promise<Adopted | undefined> {
+export async function adoptKept(device: DeviceHandle, data: RankWorkerData, keeping: RankKeeping, handleType: KeptHandleType | undefined, post: Post): Promise<Adopted | NotAdopted | undefined> {
   const log = (level: 'info' | 'warn', msg: string, fields: Record<string, unknown> = {}) => post({ type: 'LOG', level, msg, fields: { keeper: keeping.socket, ...fields } });
   if (handleType === undefined) {
     log('warn', 'this device serves legacy CUDA IPC handles, which no keeper can hold: loading from the checkpoint (run with --cuda-handles fd to keep the shard)');
@@ -65,7 +71,7 @@ export async function adoptKept(device: DeviceHandle, data: RankWorkerData, keep
     for (const fd of taken.fds) addon().closeFd(fd);
     await keeper.drop(uuid, fingerprint).catch(() => 0);
     log('warn', `refused the kept shard: ${checked.refusal.message}; dropped it, loading from the checkpoint`, { field: checked.refusal.field, ...(checked.refusal.changes ? { changes: checked.refusal.changes } : {}) });
-    return undefined;
+    return { refused: checked.refusal.message };
   }
   try {
     await device.adopt(taken.fds, data.plan.segments);

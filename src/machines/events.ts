@@ -4,6 +4,8 @@ import type { DeviceInfo, SegmentExport } from '../native/addon.js';
 import type { GroupEvent } from '../rendezvous/groupEvents.js';
 import type { ServeEvent } from '../serve/serveEvents.js';
 import type { PlannedModel } from '../actors/planModel.js';
+import type { IdentityChange } from '../files/fileIdentity.js';
+import type { ModelSpec } from '../modelSpecs.js';
 import type { NodeFailure, RankSource } from '../nodeStatus.js';
 import type { NodeManifestEntry } from '../serve/nodeManifest.js';
 
@@ -26,7 +28,9 @@ export type ModelEvent =
   | { type: 'MODEL_RESIDENT'; id: string }
   | { type: 'MODEL_FAILED'; id: string; error: NodeFailure }
   /** Released or stopped: the actor has ended and its memory is freed. */
-  | { type: 'MODEL_GONE'; id: string };
+  | { type: 'MODEL_GONE'; id: string }
+  /** Its checkpoint files changed since it was planned: it drains, and `spec` is loaded again. */
+  | { type: 'MODEL_STALE'; id: string; spec: ModelSpec; changes: IdentityChange[]; described: string };
 
 /** From the programmatic API (node.load, node.unload; the control socket goes through them). */
 export type ModelRequestEvent =

@@ -11,7 +11,9 @@
 //              node 0 commits it (resident on every node) or aborts it (it failed somewhere;
 //              then it is freed). An abort can come in any state before this one too.
 //   starting:  each rank is served on its device's socket (shared with the other models).
-//   serving:   attachable; watchers hear model_ready.
+//   serving:   attachable; watchers hear model_ready. Its checkpoint files changed (a rank's
+//              server found it, src/serve/filesCheck.ts): it is stale, and drains at once while
+//              the supervisor loads it again.
 //   draining:  unloaded, or a newer version serves: no new lease, and no longer kept; freed
 //              when the last lease ends, or at once when forced (the holders hear lease_revoked).
 //   released:  every rank's memory is freed; the actor ends.
@@ -20,7 +22,7 @@
 //              adopted or kept it), then failed; a model refused before any rank allocated, or one
 //              without a keeper, fails at once.
 import { and, assertEvent, assign, enqueueActions, fromCallback, fromPromise, sendTo, setup, type AnyActorRef } from 'xstate';
-import type { FileIdentity } from '../files/fileIdentity.js';
+import type { FileIdentity, IdentityChange } from '../files/fileIdentity.js';
 import type { PlannedModel } from '../actors/planModel.js';
 import type { RankActorInput, RankCommand } from '../actors/rankActor.js';
 import type { RankKeeping } from '../actors/rankMessages.js';
@@ -68,6 +70,8 @@ export interface ModelContext extends ModelInput {
   force: boolean;
   /** Local ranks that will adopt a kept shard: judged at admission as needing no new memory. */
   adoptable: number[];
+  /** Its checkpoint files changed since it was planned, and how (the first rank to report it). */
+  stale?: { changes: IdentityChange[]; described: string; since: number };
 }
 
 export type ModelCommand =
@@ -121,6 +125,7 @@ export const modelMachine = setup({
     allRanksReleased: ({ context }) => context.ranks.every((r) => r.state === 'released'),
     allRanksStopped: ({ context }) => context.ranks.every((r) => r.state === 'stopped'),
     spansGroup: ({ context }) => context.planned.placement.nnodes > 1,
+    isStale: ({ context }) => context.stale !== undefined,
     hasKeeper: ({ context }) => context.keeper !== undefined,
   },
   actions: {
@@ -213,6 +218,11 @@ export const modelMachine = setup({
         });
       }
     }),
+    recordStale: assign(({ context, event }) => {
+      assertEvent(event, 'RANK_STALE');
+      return { stale: context.stale ?? { changes: event.changes, described: event.described, since: Date.now() } };
+    }),
+    tellParentStale: sendTo(({ context }) => context.parent, ({ context }) => ({ type: 'MODEL_STALE', id: context.id, spec: context.planned.spec, changes: context.stale!.changes, described: context.stale!.described })),
     recordServing: assign(({ context, event }) => {
       assertEvent(event, 'RANK_SERVING');
       return { ranks: updateRank(context.ranks, event.localRank, { state: 'serving', socketPath: event.socketPath }) };
@@ -317,9 +327,18 @@ export const modelMachine = setup({
     },
     serving: {
       entry: ['announce', 'keepRanks'],
-      on: { MODEL_UNLOAD: { target: 'draining', actions: 'storeForce' }, ...clientRelease, MODEL_STOP: '#model.stopping' },
-      // Every rank released by its clients (the release command): nothing is left to serve.
-      always: { guard: 'allRanksReleased', target: 'released' },
+      on: {
+        MODEL_UNLOAD: { target: 'draining', actions: 'storeForce' },
+        RANK_STALE: { target: 'draining', actions: ['recordStale', 'tellParentStale'] },
+        ...clientRelease,
+        MODEL_STOP: '#model.stopping',
+      },
+      always: [
+        // Every rank released by its clients (the release command): nothing is left to serve.
+        { guard: 'allRanksReleased', target: 'released' },
+        // Found stale while its ranks were still being bound.
+        { guard: 'isStale', target: 'draining', actions: 'tellParentStale' },
+      ],
     },
     draining: {
       entry: ['drain', 'unkeepRanks'],
@@ -351,6 +370,7 @@ export const modelMachine = setup({
     RANK_FAILED: failWith('recordRankFailure'),
     // A keeper takes, loses or drops a rank's segments in any state a rank lives in.
     RANK_KEPT: { actions: 'recordKept' },
+    RANK_STALE: { actions: 'recordStale' },
   },
 });
 

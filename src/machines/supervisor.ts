@@ -26,6 +26,8 @@ import { modelMachine, type ModelInput } from './model.js';
 import type { NodeManifestEntry, NodeManifestModel } from '../serve/nodeManifest.js';
 import { recordReport, updateRank } from './rankUpdates.js';
 import { keptLoadOf } from '../keeper/keptLoad.js';
+import type { IdentityChange } from '../files/fileIdentity.js';
+import type { ModelSpec } from '../modelSpecs.js';
 
 export interface SupervisorInput {
   config: NodeConfig;
@@ -71,6 +73,8 @@ export interface SupervisorContext extends SupervisorInput {
   models: ModelEntry[];
   /** The node's own model was unloaded or superseded: its ranks drain, then are released. */
   ownDrained: boolean;
+  /** The node's own model's checkpoint files changed since it was planned (it drains, and is loaded again). */
+  ownStale?: { changes: IdentityChange[]; described: string; since: number };
   /** Counts every model actor ever spawned, for their ids. */
   modelsSpawned: number;
   rankTable: RankTableEntry[];
@@ -124,6 +128,8 @@ const supervisorSetup = setup({
     context: {} as SupervisorContext,
     events: {} as SupervisorEvent,
     input: {} as SupervisorInput,
+    /** What startNode hears: a model to load again (its checkpoint files changed), through node.load's path. */
+    emitted: {} as { type: 'MODEL_STALE'; spec: ModelSpec },
   },
   actors: supervisorActors,
   delays: { stopTimeout: STOP_TIMEOUT_MS },
@@ -266,6 +272,27 @@ const supervisorSetup = setup({
         ownDrained: context.ownDrained || drainOwn,
         models: context.models.map((m) => (m.id === serving.id ? { ...m, entries: event.entries } : older.includes(m) ? { ...m, unloaded: true } : m)),
       });
+    }),
+    // The own model's files changed: no new lease (its servers refuse E_STALE already), drained,
+    // no longer kept, and loaded again as a new version of its name (the hot swap's path).
+    recordOwnStale: enqueueActions(({ context, event, enqueue }) => {
+      assertEvent(event, 'RANK_STALE');
+      if (context.ownStale) return;
+      const { name } = context.config;
+      context.log.warn({ model: name, files: event.changes }, staleMessage(name, event.described));
+      for (const r of context.ranks) {
+        enqueue.sendTo(serveActorId(r.localRank), { type: 'SERVE_DRAIN', force: false });
+        if (r.state !== 'released') enqueue.sendTo(rankActorId(r.localRank), { type: 'RANK_UNKEEP' });
+      }
+      enqueue.assign({ ownStale: { changes: event.changes, described: event.described, since: Date.now() }, ownDrained: true });
+      enqueue.emit({ type: 'MODEL_STALE', spec: context.config.models[0]! });
+    }),
+    // Another model's files changed: it drains itself (src/machines/model.ts) and is loaded again.
+    recordModelStale: enqueueActions(({ context, event, enqueue }) => {
+      assertEvent(event, 'MODEL_STALE');
+      context.log.warn({ model: event.spec.name, files: event.changes }, staleMessage(event.spec.name, event.described));
+      enqueue.assign({ models: context.models.map((m) => (m.id === event.id ? { ...m, unloaded: true } : m)) });
+      enqueue.emit({ type: 'MODEL_STALE', spec: event.spec });
     }),
     unloadModels: enqueueActions(({ context, event, enqueue }) => {
       assertEvent(event, 'MODEL_UNLOAD');
@@ -471,6 +498,7 @@ export const supervisorMachine = supervisorSetup.createMachine({
       entry: 'spawnServers',
       on: {
         RANK_SERVING: { actions: 'recordServing' },
+        RANK_STALE: { actions: 'recordOwnStale' },
         // A rank's socket is live before its siblings' are, so a client may already release.
         ...clientRelease,
         ...startupModels,
@@ -490,6 +518,8 @@ export const supervisorMachine = supervisorSetup.createMachine({
         ...clientRelease,
         MODEL_LOAD: { actions: 'spawnModel' },
         MODEL_SERVING: { actions: ['recordModelServing', 'republishManifest'] },
+        RANK_STALE: { actions: ['recordOwnStale', 'republishManifest'] },
+        MODEL_STALE: { actions: ['recordModelStale', 'republishManifest'] },
         MODEL_UNLOAD: { actions: ['unloadModels', 'republishManifest'] },
         MODEL_GONE: { actions: ['dropModel', 'republishManifest'] },
         MODEL_FAILED: { actions: ['tellGroupFailed', 'dropModel', 'republishManifest'] },
@@ -565,6 +595,11 @@ function manifestOf(context: SupervisorContext): PublishNodeManifestInput['manif
     models,
     group: { nodeRank: context.config.nodeRank, nnodes: context.config.nnodes, tpSize: context.config.tpSize, rankTable: context.rankTable },
   };
+}
+
+/** The log line of a model found stale, naming each file and how it changed. */
+function staleMessage(name: string, described: string): string {
+  return `model "${name}" is stale: its checkpoint files changed since it was loaded (${described}); it takes no new lease from now on (clients load from disk), its leases keep their memory until they end, and it is loaded again`;
 }
 
 function toFailure(err: unknown): NodeFailure {

@@ -144,8 +144,12 @@ export class DeviceServer implements ConnectionHandler, DeviceServices {
       this.#limits = serveLimits(this.#options.limits);
       this.#peerLog = new LogLimiter(20, this.#limits.logWindowMs, this.#logDropped);
       const path = await this.#listener.listen((socket) => this.#onConnection(socket));
+      // Files are checked here too, so a change is found (and the model reloaded) with no client asking.
       this.#sweep = setInterval(() => {
-        for (const s of this.#services) s.expireDeadLeases();
+        for (const s of this.#services) {
+          s.expireDeadLeases();
+          s.checkFiles().catch((err: unknown) => this.#log.error({ err }, 'checking the checkpoint files failed'));
+        }
       }, this.#limits.leaseSweepMs);
       this.#sweep.unref();
       this.#log.info({ socket: path, device: this.deviceUuid }, 'serving');
@@ -191,12 +195,12 @@ export class DeviceServer implements ConnectionHandler, DeviceServices {
 
   /**
    * Tells every connection that watches the service's model (watch) that this version is ready,
-   * or about to be dropped (with the version to move to, when one serves here).
+   * about to be dropped (with the version to move to, when one serves here), or stale.
    */
-  announce(service: RankService, event: 'model_ready' | 'model_dropping'): void {
+  announce(service: RankService, event: 'model_ready' | 'model_dropping' | 'model_stale', fields: Record<string, unknown> = {}): void {
     const newer = event === 'model_dropping' ? this.newestServing(service.name)?.rank.fingerprint : undefined;
-    for (const connectionId of this.watches.watchersOf(service.name)) {
-      this.notify(connectionId, { event, model: service.name, fingerprint: service.rank.fingerprint, ...(newer ? { newer } : {}) });
+    for (const connectionId of this.watches.watchersOf(service.name, event)) {
+      this.notify(connectionId, { event, model: service.name, fingerprint: service.rank.fingerprint, ...(newer ? { newer } : {}), ...fields });
     }
   }
 

@@ -49,7 +49,8 @@ export const ReleaseRequest = z.object({ id: requestId, cmd: z.literal('release'
 export const DetachRequest = z.object({ id: requestId, cmd: z.literal('detach'), leaseId: leaseId.optional() });
 export const StatsRequest = z.object({ id: requestId, cmd: z.literal('stats'), fingerprint: versionOf });
 /** Tells this connection, from now on, when a version of `model` is ready or about to be dropped (Events). */
-export const WatchRequest = z.object({ id: requestId, cmd: z.literal('watch'), model: ModelName });
+/** `stale`: also hear model_stale (a client older than it would not know the event, so only those that ask hear it). */
+export const WatchRequest = z.object({ id: requestId, cmd: z.literal('watch'), model: ModelName, stale: z.boolean().optional() });
 
 export const Request = z.discriminatedUnion('cmd', [PingRequest, GetStateRequest, GetSegmentFdsRequest, ReleaseRequest, DetachRequest, StatsRequest, WatchRequest]);
 export type Request = z.infer<typeof Request>;
@@ -230,15 +231,18 @@ export type WatchReply = z.infer<typeof WatchReply>;
  * attachable. model_dropping: version `fingerprint` takes no new lease and is freed once its
  * leases end (`newer`: the version to move to, when there is one). lease_revoked: a forced unload
  * ended this connection's lease `leaseHash` of version `fingerprint`; its memory is being freed.
+ * model_stale (to watches that asked for it): version `fingerprint`'s checkpoint files changed
+ * since it was loaded (`files`: each change); it takes no new lease, and weightd loads it again.
  */
 export const ModelEvent = z.object({
   id: z.null(),
   ok: z.literal(true),
-  event: z.enum(['model_ready', 'model_dropping', 'lease_revoked']),
+  event: z.enum(['model_ready', 'model_dropping', 'lease_revoked', 'model_stale']),
   model: z.string(),
   fingerprint: z.string(),
   newer: z.string().optional(),
   leaseHash: z.string().optional(),
+  files: z.array(z.string()).optional(),
 });
 export type ModelEvent = z.infer<typeof ModelEvent>;
 

@@ -4,6 +4,8 @@
 // the socket, its connections and who may connect are the device server's (deviceServer.ts),
 // which serves every model version resident on its device.
 import { ServeError } from '../errors.js';
+import { describeChange, type IdentityChange } from '../files/fileIdentity.js';
+import type { FilesCheck } from './filesCheck.js';
 import type { Logger } from '../log.js';
 import type { SegmentExport } from '../native/addon.js';
 import { EncodedManifest } from './encodedManifest.js';
@@ -17,14 +19,16 @@ export interface RankServiceOptions {
   log: Logger;
   /** Frees the rank's memory; resolves once it is freed. Called at most once. */
   freeMemory: () => Promise<void>;
+  /** Its version turned stale (its checkpoint files changed): called once, with each change and all of them described. */
+  onStale?: (changes: IdentityChange[], described: string) => void;
 }
 
 /** What the device server lets a service do to the connections it does not own. */
 export interface ConnectionNotifier {
   /** Writes an event frame on a connection, if it is still open (docs/protocol.md, Events). */
   notify(connectionId: number, event: Record<string, unknown>): void;
-  /** Tells the connections that watch this service's model that it is ready, or about to be dropped. */
-  announce(service: RankService, event: 'model_ready' | 'model_dropping'): void;
+  /** Tells the connections that watch this service's model that it is ready, about to be dropped, or stale (with `fields`). */
+  announce(service: RankService, event: 'model_ready' | 'model_dropping' | 'model_stale', fields?: Record<string, unknown>): void;
 }
 
 /** Ends no one's lease in particular: a forced unload revokes every lease. */
@@ -45,6 +49,10 @@ export class RankService {
   readonly deviceRef: DeviceRef;
   readonly rankRef: RankRef;
   readonly #freeMemory: () => Promise<void>;
+  readonly #onStale: RankServiceOptions['onStale'];
+  /** Its version's file check (shared by the version's ranks), once served (watchFiles). */
+  #files: FilesCheck | undefined;
+  #unwatchFiles: () => void = () => {};
   /** The manifest part of every get_state reply, per layout, encoded once (100k tensors: tens of MB). */
   readonly #manifests: Map<string, EncodedManifest>;
   #lifecycle = rankServiceStart();
@@ -58,6 +66,7 @@ export class RankService {
     this.rank = r;
     this.log = options.log;
     this.#freeMemory = options.freeMemory;
+    this.#onStale = options.onStale;
     const d = r.device;
     this.deviceRef = { uuid: d.uuid, backend: d.backend, index: d.index, name: d.name };
     this.rankRef = { globalRank: r.globalRank, localRank: r.localRank, nodeRank: r.nodeRank, nnodes: r.nnodes, tpSize: r.tpSize };
@@ -78,10 +87,45 @@ export class RankService {
   }
 
   /**
-   * Throws unless the rank serves: no new lease is given out once it drains or a release began.
-   * `newer` is the fingerprint of a newer version of the same model on this device, if any.
+   * Checks this version's checkpoint files from now on (`check` is shared by its ranks): once one
+   * changed, it refuses new leases (E_STALE), tells the connections that watch its model
+   * (model_stale), and calls onStale.
+   */
+  watchFiles(check: FilesCheck): void {
+    this.#unwatchFiles();
+    this.#files = check;
+    this.#unwatchFiles = check.onStale((changes) => {
+      this.notifier?.announce(this, 'model_stale', { files: changes.map(describeChange) });
+      this.#onStale?.(changes, changes.map(describeChange).join('; '));
+    });
+  }
+
+  /** Stops checking (the version is no longer served here). */
+  unwatchFiles(): void {
+    this.#unwatchFiles();
+    this.#unwatchFiles = () => {};
+  }
+
+  /** Stats its checkpoint files unless the last check still stands (FilesCheck); a change makes it stale. */
+  async checkFiles(): Promise<void> {
+    await this.#files?.check();
+  }
+
+  /**
+   * Throws unless the rank serves: no new lease is given out once it drains or a release began,
+   * nor once its checkpoint files changed (E_STALE). `newer` is the fingerprint of a newer version
+   * of the same model on this device, if any.
    */
   refuseUnlessServing(newer?: string): void {
+    const stale = this.#files?.stale;
+    if (stale && (this.status === 'serving' || this.status === 'draining')) {
+      throw new ServeError(
+        'E_STALE',
+        `model "${this.name}" version ${this.rank.fingerprint.slice(0, 12)} (rank ${this.rank.globalRank}) is stale: its checkpoint files changed since it was loaded ` +
+          `(${stale.map(describeChange).join('; ')}); load the weights from disk. weightd reloads it: a get_state with the same fingerprint attaches the reloaded version once it serves`,
+        { model: this.name, fingerprint: this.rank.fingerprint, files: stale },
+      );
+    }
     if (this.status === 'serving') return;
     if (this.status === 'draining') {
       throw new ServeError(

@@ -1,5 +1,6 @@
 // Events between the serve actor (src/actors/serveRank.ts) and the supervisor machine.
 import type { SerializedError } from '../errors.js';
+import type { IdentityChange } from '../files/fileIdentity.js';
 
 /** From a serve actor to the supervisor. */
 export type ServeEvent =
@@ -7,6 +8,8 @@ export type ServeEvent =
   | { type: 'RANK_SERVING'; localRank: number; socketPath: string }
   /** A client's release was allowed: free the rank's memory, then send SERVE_RELEASED. */
   | { type: 'RANK_RELEASE_REQUESTED'; localRank: number }
+  /** Its checkpoint files changed since it was planned (filesCheck.ts): it refuses new leases (E_STALE), to be drained and reloaded. `described`: each change, as describeChange says it. */
+  | { type: 'RANK_STALE'; localRank: number; changes: IdentityChange[]; described: string }
   /** Binding, locking or serving failed. */
   | { type: 'RANK_FAILED'; localRank: number; error: SerializedError };
 

@@ -1,6 +1,7 @@
 import type { CheckpointPlan, LayoutName, RankLayout, TensorEntry } from '../checkpoint/types.js';
 import { rankFingerprintFields } from './rankFingerprintFields.js';
 import type { Backend, DeviceInfo, SegmentExport } from '../native/addon.js';
+import type { FileIdentity } from '../files/fileIdentity.js';
 
 /**
  * The version id of the node's own model's ranks (ServeOptions.version; a model loaded beside it
@@ -34,6 +35,8 @@ export interface ServedRank {
   /** Every layout served, `checkpoint` (the two fields above) included, in the plan's order. */
   layouts: Partial<Record<LayoutName, RankLayout>>;
   segments: SegmentExport[];
+  /** The checkpoint files' identity when it was planned: a change makes the version stale (filesCheck.ts). */
+  files: FileIdentity[];
 }
 
 /** Builds what a rank's server serves from the node's plan and the rank's loaded device. */
@@ -68,5 +71,6 @@ export function toServedRank(args: {
     aliases: rank.aliases,
     layouts: Object.fromEntries(args.plan.layouts.map((l) => [l, l === 'checkpoint' ? { tensors: rank.tensors, aliases: rank.aliases } : rank.layouts[l]!])),
     segments: args.segments,
+    files: args.plan.files,
   };
 }

@@ -1,6 +1,7 @@
 // Which connections watch which model names (the watch command): each is told on its connection
-// when a newer version of a name it watches is ready, and when a version of it is about to be
-// dropped. Bounded per connection, so a client cannot make the server hold names without limit.
+// when a newer version of a name it watches is ready, when a version of it is about to be
+// dropped, and (if it asked) when one is stale. Bounded per connection, so a client cannot make
+// the server hold names without limit.
 import { ServeError } from '../errors.js';
 
 /** Names one connection may watch. */
@@ -8,10 +9,16 @@ export const MAX_WATCHES_PER_CONNECTION = 16;
 
 export class WatchTable {
   readonly #byConnection = new Map<number, Set<string>>();
+  /** The names each connection also hears model_stale of. */
+  readonly #stale = new Map<number, Set<string>>();
 
-  /** Adds `name` to the connection's watches; throws E_TOO_MANY_WATCHES past the bound. Returns whether it is new. */
-  add(connectionId: number, name: string): boolean {
+  /**
+   * Adds `name` to the connection's watches (`stale`: with model_stale); throws
+   * E_TOO_MANY_WATCHES past the bound. Returns whether it is new.
+   */
+  add(connectionId: number, name: string, stale = false): boolean {
     const names = this.#byConnection.get(connectionId) ?? new Set<string>();
+    if (stale) this.#stale.set(connectionId, (this.#stale.get(connectionId) ?? new Set<string>()).add(name));
     if (names.has(name)) return false;
     if (names.size >= MAX_WATCHES_PER_CONNECTION) {
       throw new ServeError('E_TOO_MANY_WATCHES', `this connection already watches ${names.size} models (${[...names].join(', ')}), the most one may; unwatch one or open another connection`, { watched: [...names] });
@@ -30,11 +37,14 @@ export class WatchTable {
     return [...(this.#byConnection.get(connectionId) ?? [])];
   }
 
-  watchersOf(name: string): number[] {
-    return [...this.#byConnection].filter(([, names]) => names.has(name)).map(([id]) => id);
+  /** The connections to tell of `event` about `name`: every watcher, and for model_stale those that asked for it. */
+  watchersOf(name: string, event?: string): number[] {
+    const table = event === 'model_stale' ? this.#stale : this.#byConnection;
+    return [...table].filter(([, names]) => names.has(name)).map(([id]) => id);
   }
 
   connectionClosed(connectionId: number): void {
     this.#byConnection.delete(connectionId);
+    this.#stale.delete(connectionId);
   }
 }

@@ -34,6 +34,7 @@ const rank: ServedRank = {
   aliases: { tied: 'w' },
   layouts: { checkpoint: { tensors, aliases: { tied: 'w' } } },
   segments: [{ segment: 0, bytes: 256, handle: 'memfd', fd: 1000 }],
+  files: [],
 };
 
 /** A reply as JSON off the wire: validating it against the schemas is the client's tests' job. */

@@ -294,14 +294,15 @@ class WeightdClient:
     def stats(self) -> Dict[str, Any]:
         return self.conn.request("stats")
 
-    def watch(self, model: str) -> Dict[str, Any]:
+    def watch(self, model: str, stale: bool = False) -> Dict[str, Any]:
         """Asks to be told, on this connection, when a newer version of ``model`` is ready on this
-        device and when a version of it is about to be dropped (``events``). A watch lives as long
+        device and when a version of it is about to be dropped (``events``); with ``stale``, also
+        when one is stale (its checkpoint files changed: ``model_stale``). A watch lives as long
         as the connection: watch again after the daemon restarted."""
-        return self.conn.request("watch", model=model)
+        return self.conn.request("watch", model=model, stale=True) if stale else self.conn.request("watch", model=model)
 
     def events(self, timeout: float = 0.0) -> List[Dict[str, Any]]:
-        """The events (``model_ready``, ``model_dropping``, ``lease_revoked``) received since the
+        """The events (``model_ready``, ``model_dropping``, ``lease_revoked``, ``model_stale``) received since the
         last call; with none yet, waits up to ``timeout`` seconds for one (docs/protocol.md, Events)."""
         return self.conn.poll_events(timeout)
 

@@ -57,7 +57,7 @@ def encode_frame(message: Dict[str, Any]) -> bytes:
 
 
 #: What a frame no request asked for is about (docs/protocol.md, Events).
-EVENTS = ("model_ready", "model_dropping", "lease_revoked")
+EVENTS = ("model_ready", "model_dropping", "lease_revoked", "model_stale")
 
 
 def is_event(frame: Any) -> bool:

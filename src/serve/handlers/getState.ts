@@ -1,6 +1,7 @@
 // get_state: the manifest and segment handles of one layout of the model version whose
-// fingerprint the client sends, under a new lease; a mismatch reply naming the fields that
-// differ (from the named model's newest version, else the socket's first) when no version has it.
+// fingerprint the client sends, under a new lease, once its checkpoint files are checked to be
+// unchanged (E_STALE otherwise); a mismatch reply naming the fields that differ (from the named
+// model's newest version, else the socket's first) when no version has it.
 import { LAYOUT_NAMES } from '../../checkpoint/types.js';
 import { ServeError } from '../../errors.js';
 import type { DeviceServices } from '../deviceServices.js';
@@ -10,7 +11,7 @@ import type { Reply } from './fdReply.js';
 import type { MismatchReply, RequestOf } from '../protocol.js';
 import { modelRefs, versionFor } from './modelVersions.js';
 
-export function getState(req: RequestOf<'get_state'>, services: DeviceServices, caller: Caller): Reply {
+export async function getState(req: RequestOf<'get_state'>, services: DeviceServices, caller: Caller): Promise<Reply> {
   const service = services.byFingerprint(req.fingerprint);
   if (!service) {
     const against = (req.model !== undefined ? services.newestServing(req.model) : undefined) ?? versionFor(services, undefined);
@@ -29,6 +30,8 @@ export function getState(req: RequestOf<'get_state'>, services: DeviceServices, 
     return JSON.stringify(reply);
   }
   const { log } = service;
+  // Before the lease, and with nothing awaited after it: a version whose files changed is stale from the check on.
+  await service.checkFiles();
   service.refuseUnlessServing(services.newestServing(service.name)?.rank.fingerprint);
   const layout = req.layout ?? 'checkpoint';
   const manifest = service.manifest(layout);
