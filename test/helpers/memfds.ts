@@ -5,7 +5,8 @@
 // listings were.
 import { readdirSync, readFileSync, readlinkSync, statSync } from 'node:fs';
 
-function fdTargets(pid: number | 'self'): string[] {
+/** Where each of the process's descriptors points (/proc/PID/fd). */
+export function fdTargets(pid: number | 'self'): string[] {
   const dir = `/proc/${pid}/fd`;
   const out: string[] = [];
   for (const fd of readdirSync(dir)) {
