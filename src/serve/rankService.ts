@@ -118,7 +118,7 @@ export class RankService {
    */
   refuseUnlessServing(newer?: string): void {
     const stale = this.#files?.stale;
-    if (stale && (this.status === 'serving' || this.status === 'draining')) {
+    if (stale) {
       throw new ServeError(
         'E_STALE',
         `model "${this.name}" version ${this.rank.fingerprint.slice(0, 12)} (rank ${this.rank.globalRank}) is stale: its checkpoint files changed since it was loaded ` +
