@@ -76,6 +76,11 @@ export class ModelControl {
    * files as they are now. Never rejects: the outcome is logged.
    */
   async reload(spec: ModelSpec): Promise<void> {
+    if (spansGroup(spec.tpSize, this.#config)) {
+      // Its other nodes would each have to load it too: one node cannot start that swap alone.
+      this.#log.error({ name: spec.name, model: spec.modelDir }, `model "${spec.name}" spans the group and is not loaded again by this node alone: load it with weightd ctl load on every node; clients load it from disk meanwhile`);
+      return;
+    }
     try {
       const result = await this.load({ model: spec.modelDir, name: spec.name, tensorParallelSize: spec.tpSize, planFile: spec.planFile, layouts: spec.layouts });
       this.#log.info({ name: spec.name, fingerprint: result.fingerprint }, `model "${spec.name}" was loaded again from its changed checkpoint files, and serves`);

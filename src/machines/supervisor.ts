@@ -442,6 +442,7 @@ const startupModels = {
   MODEL_SERVING: { actions: 'recordModelServing' },
   MODEL_FAILED: [{ guard: 'failsTheNode', target: '#supervisor.failed', actions: 'recordModelFailure' }, { actions: 'dropModel' }],
   MODEL_GONE: { actions: 'dropModel' },
+  MODEL_STALE: { actions: 'recordModelStale' },
 } as const;
 
 export const supervisorMachine = supervisorSetup.createMachine({

@@ -3,11 +3,17 @@
 // feeds its broker: the replies, the lease rules and the serving -> releasing -> released
 // lifecycle as a client sees them. serveRank.test.ts and fuzz.test.ts keep the real sockets
 // (segmentFds.test.ts the real descriptors): here a reply's descriptors are only recorded.
+import { renameSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import pino from 'pino';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { encodeMessage, FrameDecoder, MAX_RESPONSE_BYTES } from '../../src/serve/frameCodec.js';
 import { PROTOCOL_VERSION } from '../../src/serve/protocol.js';
+import { fileIdentities } from '../../src/files/fileIdentity.js';
+import { FilesCheck } from '../../src/serve/filesCheck.js';
+import { makeTempDir, removeDir } from '../helpers/checkpoints.js';
+import { afterCtimeOf } from '../helpers/fileClock.js';
 import { oneRankServer, type OneRankServer } from './oneRankServer.js';
 import type { ServedRank } from '../../src/serve/servedRank.js';
 import { duplexPair } from './duplexPair.js';
@@ -55,13 +61,20 @@ function connect(server: OneRankServer, pid = process.pid, fdGate?: Promise<void
   });
   const decoder = new FrameDecoder(MAX_RESPONSE_BYTES);
   const waiting: Array<(reply: Reply) => void> = [];
+  /** Frames no request asked for (docs/protocol.md, Events). */
+  const events: Reply[] = [];
   client.on('data', (chunk: Buffer) => {
-    for (const frame of decoder.push(chunk)) waiting.shift()!(JSON.parse(frame.toString('utf8')));
+    for (const frame of decoder.push(chunk)) {
+      const message = JSON.parse(frame.toString('utf8'));
+      if (message.id === null && message.event) events.push(message);
+      else waiting.shift()!(message);
+    }
   });
   let nextId = 1;
   const serverSideClosed = new Promise<void>((resolve) => end.once('close', resolve));
   return {
     fdsSent,
+    events,
     request(message: Record<string, unknown>): Promise<Reply> {
       return new Promise((resolve) => {
         waiting.push(resolve);
@@ -153,6 +166,44 @@ test('get_state: a lease per request over the manifest; a wrong fingerprint gets
     assert.is((await c.request({ cmd: 'stats' })).leases.length, 3);
   } finally {
     server.close();
+  }
+});
+
+test('a checkpoint file replaced since the version was planned: get_state is E_STALE naming it and how; a lease taken before keeps its descriptors; only watchers that asked hear model_stale', async () => {
+  const dir = makeTempDir('handlers-stale');
+  const path = join(dir, 'model.safetensors');
+  writeFileSync(path, Buffer.alloc(4096, 1));
+  const told: string[] = [];
+  const server = oneRankServer({ rank, log, freeMemory: async () => {}, onStale: (_, described) => told.push(described) });
+  try {
+    server.service.watchFiles(new FilesCheck(fileIdentities([path]), 0));
+    const asked = connect(server);
+    const plain = connect(server);
+    await asked.request({ cmd: 'watch', model: 'tiny', stale: true });
+    await plain.request({ cmd: 'watch', model: 'tiny' });
+    const holder = connect(server);
+    const held = await holder.request(getState('map'));
+    assert.is(held.status, 'ok', 'unchanged files: served');
+
+    afterCtimeOf(path);
+    writeFileSync(join(dir, 'new'), Buffer.alloc(4096, 2));
+    renameSync(join(dir, 'new'), path);
+    const refused = await connect(server).request(getState('map'));
+    assert.is(refused.error.code, 'E_STALE');
+    assert.match(refused.error.message, /^model "tiny" version fp-tiny \(rank 0\) is stale: its checkpoint files changed since it was loaded \(model\.safetensors: inode \d+ -> \d+ \(replaced\)\); load the weights from disk/);
+    assert.equal(refused.error.details.files.map((f: { path: string; field: string }) => [f.path, f.field]), [[path, 'ino']]);
+    assert.equal(told.length, 1);
+    assert.match(told[0]!, /^model\.safetensors: inode \d+ -> \d+ \(replaced\)$/);
+
+    // Each connection's reply comes after the events written to it before.
+    await asked.request({ cmd: 'stats' });
+    await plain.request({ cmd: 'stats' });
+    assert.equal(asked.events.map((e) => [e.event, e.model, e.fingerprint, e.files]), [['model_stale', 'tiny', 'fp-tiny', told]]);
+    assert.equal(plain.events, [], 'a watcher that did not ask (an older client) hears nothing it does not know');
+    assert.equal(await holder.request({ cmd: 'get_segment_fds', leaseId: held.leaseId }), { id: 2, ok: true, segments: [0] }, 'the lease taken before keeps its memory');
+  } finally {
+    server.close();
+    removeDir(dir);
   }
 });
 
