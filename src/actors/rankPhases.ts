@@ -67,7 +67,7 @@ export const rankPhases: RankPhases = {
     return device.fill(plan.files, plan.ops, plan.totalBytes, { ...fill, zeroRanges: plan.zeroRanges }, (p) => post({ type: 'PROGRESS', ...p }));
   },
   verify({ files, globalRank }) {
-    return checkFileIdentities(files, `while rank ${globalRank} loaded`, 'it does not serve them. Start again once the directory is complete');
+    return checkFileIdentities(files, `while rank ${globalRank} loaded`, 'what it read is not served. Load again once the directory is complete');
   },
   export(device, { bytes, seconds, source }, post) {
     const segments = device.exportSegments();
