@@ -277,7 +277,8 @@ const supervisorSetup = setup({
     // no longer kept, and loaded again as a new version of its name (the hot swap's path).
     recordOwnStale: enqueueActions(({ context, event, enqueue }) => {
       assertEvent(event, 'RANK_STALE');
-      if (context.ownStale) return;
+      // Drained already (unloaded, or a newer version serves): not to be loaded again.
+      if (context.ownStale || context.ownDrained) return;
       const { name } = context.config;
       context.log.warn({ model: name, files: event.changes }, staleMessage(name, event.described));
       for (const r of context.ranks) {

@@ -106,9 +106,13 @@ export class RankService {
     this.#unwatchFiles = () => {};
   }
 
-  /** Stats its checkpoint files unless the last check still stands (FilesCheck); a change makes it stale. */
+  /**
+   * Stats its checkpoint files unless the last check still stands (FilesCheck); a change makes it
+   * stale. Only while it serves: a version that drains takes no new lease anyway, and is not to
+   * be loaded again (a newer version of its name, or none, replaced it).
+   */
   async checkFiles(): Promise<void> {
-    await this.#files?.check();
+    if (this.status === 'serving') await this.#files?.check();
   }
 
   /**
