@@ -57,6 +57,10 @@ async function main(argv: string[]): Promise<number> {
       const { runKeeper } = await import('./cli/runKeeper.js');
       return await runKeeper(cli.args);
     }
+    if (cli.command === 'keeperAsk') {
+      const { askKeeper } = await import('./cli/askKeeper.js');
+      return await askKeeper(cli);
+    }
     // CUDA's start-up (the driver, each local GPU's context) runs while the daemon's modules
     // load and it plans; the ranks find it done. Bad flags are for startNode to report.
     if (cli.options.device !== 'host') {

@@ -214,6 +214,7 @@ export async function startNode(options: NodeOptions, { rankWorker = rankWorkerM
   const finish = async (result: NodeResult) => {
     controlServer?.close();
     await workers.drain();
+    await keeper?.logHolding();
     keeper?.close();
     // Locks a serve actor never took over (the node ended before serving); idempotent.
     for (const lock of actor.getSnapshot().context.prepared?.locks ?? []) lock.unlock();

@@ -11,6 +11,8 @@ import { VERSION } from '../version.js';
 import { FILL_SIZING } from '../native/fillPolicy.js';
 import { DEFAULT_ADOPT_WITHIN_S, DEFAULT_INSPECT_HOST, type NodeOptions } from '../nodeOptions.js';
 import type { FingerprintRequest } from './printFingerprints.js';
+import { keeperSocketPath } from '../keeper/keeperSocketPath.js';
+import { defaultSocketDir } from '../serve/socketDir.js';
 import { DRAWN_MACHINE_NAMES, type DrawnMachine } from '../inspect/drawnMachines.js';
 
 export { VERSION };
@@ -65,14 +67,22 @@ Environment:
                                  stands before a get_state stats them again (default 1000; 0: always)
 `;
 
+/** What running weightd with no model says: the usage, with an example to copy. */
+export const NO_MODEL_USAGE =
+  'weightd needs a checkpoint to serve: weightd --model DIR [-tp N] [flags], or weightd --models FILE; ' +
+  'for example: weightd --model examples/tiny-llama --device host; run weightd --help for every flag and command';
+
 /** Commander's message, on one line, with what it does not know to suggest. */
-function usageMessage(err: CommanderError, program: Command): string {
+function usageMessage(err: CommanderError, program: Command, failed: Command): string {
   let message = err.message.replace(/^error: /, '').replace(/\s*\n\s*/g, ' ');
-  const unknown = /^unknown option '([^']+)'/.exec(message)?.[1];
-  const other = unknown && OTHER_SPELLINGS[unknown.split('=')[0]!];
+  const unknown = /^unknown option '([^']+)'/.exec(message)?.[1]?.split('=')[0];
+  const other = unknown && OTHER_SPELLINGS[unknown];
   if (other) message += ` (Did you mean ${other}?)`;
+  // A flag that exists, on another command, is not unknown: say where it belongs.
+  const owners = unknown === undefined ? [] : commandsOf(program).filter((c) => c.options.some((o) => o.long === unknown || o.short === unknown));
+  if (owners.length > 0) message = `${unknown} is not a flag of ${fullName(failed)}: it is one of ${owners.map(fullName).join(', ')}`;
   // The daemon's own operands (a subcommand's excess ones are its own business).
-  if (err.code === 'commander.excessArguments' && !program.commands.some((c) => c.name() === program.args[0])) {
+  if (err.code === 'commander.excessArguments' && failed === program) {
     const positional = program.args[0];
     if (positional !== undefined) {
       message =
@@ -81,7 +91,23 @@ function usageMessage(err: CommanderError, program: Command): string {
           : `${JSON.stringify(positional)}: weightd takes no arguments besides its flags (quote a value that has spaces)`;
     }
   }
-  return `${message}; run weightd --help for every flag`;
+  return `${message}; run ${fullName(failed)} --help for ${failed === program ? 'every flag' : 'its flags'}`;
+}
+
+/**
+ * The daemon's flags that its other commands share, one definition each. A factory, since
+ * commander keeps each option's parsed value on the Option object's command.
+ */
+const SHARED_FLAGS = [() => new Option('--weight-cache-socket-dir <dir>', "the socket directory: the per-device sockets, the control socket and the keeper's (default: a private per-user dir under the temp dir)")];
+
+/** A command and every command under it. */
+function commandsOf(c: Command): Command[] {
+  return [c, ...c.commands.flatMap(commandsOf)];
+}
+
+/** `weightd ctl load`: a command's name as typed. */
+function fullName(c: Command): string {
+  return c.parent ? `${fullName(c.parent)} ${c.name()}` : c.name();
 }
 
 export type ChartFormat = 'mermaid' | 'json';
@@ -95,6 +121,8 @@ export type CliCommand =
   | { command: 'ctl'; request: ControlRequest; control?: string; socketDir?: string; json: boolean }
   /** Runs weightd-keeper with these arguments (its own flags, checked by it). */
   | { command: 'keeper'; args: string[] }
+  /** Asks the keeper at `socket` what it holds, or stops it. */
+  | { command: 'keeperAsk'; action: 'status' | 'stop'; socket: string; json: boolean }
   /** --help or --version: print `text` and exit 0. */
   | { command: 'print'; text: string };
 
@@ -110,7 +138,6 @@ export function buildProgram(): Command {
     .option('--master-addr <addr>', "node 0's address (the engine's value)", '127.0.0.1')
     .option('--master-port <port>', "the engine's rendezvous port (checked to differ from ours)")
     .option('--weight-cache-master-port <port>', "the daemon's own rendezvous port, same on every node (required with --nnodes > 1)")
-    .option('--weight-cache-socket-dir <dir>', 'directory for the per-device sockets (default: a private per-user dir under the temp dir)')
     .option('--weight-cache-token <token>', 'shared secret for multi-node rendezvous (or env WEIGHTD_TOKEN)')
     .option('--rendezvous-timeout <seconds>', 'how long to wait for every node', '300')
     .addOption(new Option('--device <backend>', 'device backend').choices(['auto', 'cuda', 'host']).default('auto'))
@@ -130,7 +157,6 @@ export function buildProgram(): Command {
     .addOption(new Option('--log-level <level>', 'log level').choices(['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent']).default('info'))
     .option('--inspect-port <port>', 'serve /healthz, /status, /metrics and the live /statechart page on this HTTP port (0: any free port)')
     .option('--inspect-host <addr>', `address for the inspect server (default: ${DEFAULT_INSPECT_HOST}); anything but loopback exposes it to the network`)
-    .helpOption('-h, --help', 'show this help')
     .addHelpText('after', HELP_AFTER)
     // The daemon's flags stop at a subcommand's name, so `weightd fingerprint --model` is its own.
     .enablePositionalOptions();
@@ -138,50 +164,55 @@ export function buildProgram(): Command {
     .command('statechart')
     .description("print a machine's state chart (default: the supervisor's), drawn from the machine itself, without starting a node")
     .addOption(new Option('--format <format>', 'mermaid (stateDiagram-v2) or json').choices(['mermaid', 'json']).default('mermaid'))
-    .addOption(new Option('--machine <machine>', "supervisor (the node), coordinator (node 0's rendezvous), rankService (a rank's serving lifecycle), model (a model served beside the own one) or modelGroup (node 0's commit of a model across the group)").choices(DRAWN_MACHINE_NAMES).default('supervisor'))
-    .helpOption('-h, --help', 'show this help');
+    .addOption(new Option('--machine <machine>', "supervisor (the node), coordinator (node 0's rendezvous), rankService (a rank's serving lifecycle), model (a model served beside the own one) or modelGroup (node 0's commit of a model across the group)").choices(DRAWN_MACHINE_NAMES).default('supervisor'));
   program
     .command('fingerprint')
     .description('print, as JSON, the fingerprint of every rank of a checkpoint as the daemon computes it (for clients to send with get_state)')
     .option('--model <dir>', 'checkpoint directory')
     .option('--tensor-parallel-size <n>', 'tensor-parallel size (also -tp <n>)', '1')
-    .option('--plan-file <file>', 'JSON sharding plan, as given to the daemon')
-    .helpOption('-h, --help', 'show this help');
+    .option('--plan-file <file>', 'JSON sharding plan, as given to the daemon');
   const ctl = program
     .command('ctl')
     .description("control a running daemon through its control socket (same user only): load, unload and list models (docs/operations.md, Control socket)")
-    .option('--weight-cache-socket-dir <dir>', "the daemon's socket directory (default: the private per-user one)")
-    .option('--control <socket>', "the daemon's control socket (default: the one live in the socket directory)")
-    .helpOption('-h, --help', 'show this help');
-  ctl
-    .command('load')
-    .description('load a model beside those resident; a new version of a loaded name replaces it once resident (the old one drains)')
+    .addHelpText('after', `\nExample:\n  weightd ctl list --weight-cache-socket-dir /run/weightd\n`);
+  const ctlLeaf = (name: string, description: string, example: string) =>
+    ctl
+      .command(name)
+      .description(description)
+      .addHelpText('after', `\nExample:\n  ${example}\n`);
+  ctlLeaf('load', 'load a model beside those resident; a new version of a loaded name replaces it once resident (the old one drains)', 'weightd ctl load --model /models/llama-1b-draft -tp 1 --weight-cache-socket-dir /run/weightd')
     .requiredOption('--model <dir>', 'checkpoint directory')
     .option('--tensor-parallel-size <n>', 'tensor-parallel size (also -tp <n>)', '1')
     .option('--name <name>', "the model's name (default: the directory's name); a loaded name makes this a new version of it")
     .option('--plan-file <file>', 'JSON sharding plan')
     .option('--layouts <names>', 'layouts to serve, comma-separated', 'checkpoint')
-    .addOption(new Option('--evict <policy>', "what this load may evict when it does not fit (default: the daemon's --evict)").choices(EVICTION_POLICIES))
-    .helpOption('-h, --help', 'show this help');
-  ctl
-    .command('unload')
-    .description('unload a model by name or fingerprint: no new lease; freed when its last lease ends, or at once with --force')
+    .addOption(new Option('--evict <policy>', "what this load may evict when it does not fit (default: the daemon's --evict)").choices(EVICTION_POLICIES));
+  ctlLeaf('unload', 'unload a model by name or fingerprint: no new lease; freed when its last lease ends, or at once with --force', 'weightd ctl unload llama-1b-draft --weight-cache-socket-dir /run/weightd')
     .argument('<name-or-fingerprint>')
-    .option('--force', 'free it now: revoke the leases (their holders are told)')
-    .helpOption('-h, --help', 'show this help');
-  ctl
-    .command('list')
-    .description('list the models the daemon serves, with their ranks, bytes and leases')
-    .option('--json', 'print JSON')
-    .helpOption('-h, --help', 'show this help');
-  program
+    .option('--force', 'free it now: revoke the leases (their holders are told)');
+  ctlLeaf('list', 'list the models the daemon serves, with their ranks, bytes and leases', 'weightd ctl list --json --weight-cache-socket-dir /run/weightd');
+  const keeper = program
     .command('keeper')
-    .description('run weightd-keeper, the process that holds the memory\'s descriptors while daemons come and go (docs/keeper.md)')
-    .requiredOption('--socket <path>', 'its Unix socket (the directory must be yours and not group/other-writable)')
+    .description("run weightd-keeper, the process that holds the memory's descriptors while daemons come and go (docs/keeper.md); or, with status or stop, ask the one at the socket")
+    .option('--socket <path>', 'its Unix socket (default: keeper.sock in the socket dir; the directory must be yours and not group/other-writable)')
     .option('--adopt-within <seconds>', 'free a record this long after its owner exits, unless a daemon takes it', '600')
     .option('--exit-when-empty', 'exit once it holds nothing and nobody is connected')
     .addOption(new Option('--log-level <level>', 'log level').choices(['debug', 'info', 'warn', 'error']).default('info'))
-    .helpOption('-h, --help', 'show this help');
+    .addHelpText('after', `\nExamples:\n  weightd keeper --socket /run/weightd-keeper/keeper.sock\n  weightd keeper status --weight-cache-socket-dir /run/weightd\n`);
+  const keeperLeaf = (name: string, description: string, example: string) =>
+    keeper
+      .command(name)
+      .description(description)
+      .option('--socket <path>', "the keeper's socket (default: keeper.sock in the socket dir)")
+      .addHelpText('after', `\nExample:\n  ${example}\n`);
+  keeperLeaf('status', 'say whether a keeper answers at the socket, and what it holds: each shard, its bytes, its owner and when it is freed', 'weightd keeper status --weight-cache-socket-dir /run/weightd');
+  keeperLeaf('stop', 'stop the keeper at the socket (SIGTERM): it frees everything it holds', 'weightd keeper stop --socket /run/weightd-keeper/keeper.sock');
+  // The shared flags, on every command that finds the daemon or its keeper by the socket
+  // directory: they may stand before or after a subcommand's name (parseCommand merges them).
+  for (const c of [program, ...commandsOf(ctl), ...commandsOf(keeper)]) for (const flag of SHARED_FLAGS) c.addOption(flag());
+  for (const c of commandsOf(program)) c.helpOption('-h, --help', 'show this help');
+  for (const c of [ctl, ...ctl.commands]) c.option('--control <socket>', "the daemon's control socket (default: the one live in the socket directory)");
+  for (const c of [...ctl.commands, ...keeper.commands]) c.option('--json', 'print JSON (for scripts) instead of text');
   return program;
 }
 
@@ -191,54 +222,88 @@ function num(value: string | undefined, scale = 1): number | undefined {
   return value.trim() !== '' && Number.isFinite(n) ? n * scale : (value as unknown as number);
 }
 
+/**
+ * A subcommand's options, with those given before its name (`weightd --weight-cache-socket-dir
+ * S ctl list`): the nearest wins. A flag given before the name that the subcommand does not take
+ * is refused, never ignored.
+ */
+function optionsOf(leaf: Command): Record<string, unknown> {
+  const merged: Record<string, unknown> = { ...leaf.opts() };
+  const given = new Set(Object.keys(merged).filter((k) => leaf.getOptionValueSource(k) === 'cli'));
+  for (let c = leaf.parent; c; c = c.parent) {
+    for (const option of c.options) {
+      const key = option.attributeName();
+      if (c.getOptionValueSource(key) !== 'cli') continue;
+      if (!leaf.options.some((o) => o.attributeName() === key)) {
+        throw new UsageError('E_USAGE', `${option.long} is a flag of ${fullName(c)}, not of ${fullName(leaf)}; run ${fullName(leaf)} --help for its flags`);
+      }
+      if (!given.has(key)) merged[key] = c.getOptionValue(key);
+      given.add(key);
+    }
+  }
+  return merged;
+}
+
 /** Parses argv (without node and script). Throws UsageError. */
 export function parseCommand(argv: string[], env: NodeJS.ProcessEnv = process.env): CliCommand {
   const program = buildProgram();
   let printed = '';
   let result: CliCommand | undefined;
+  let failed = program;
   // Commander prints help and exits by itself; here it only reports, for main to decide.
-  for (const c of [program, ...program.commands, ...program.commands.flatMap((c) => c.commands)]) {
-    c.exitOverride().configureOutput({ writeErr: () => {}, writeOut: (s) => (printed += s) });
+  for (const c of commandsOf(program)) {
+    c.exitOverride((err) => {
+      failed = c;
+      throw err;
+    }).configureOutput({ writeErr: () => {}, writeOut: (s) => (printed += s) });
   }
   program.action(() => {
-    result = { command: 'run', options: nodeOptions(program.opts(), env) };
+    const o = program.opts();
+    if ((o.model as string[]).length === 0 && o.models === undefined) throw new UsageError('E_USAGE', NO_MODEL_USAGE);
+    result = { command: 'run', options: nodeOptions(o, env) };
   });
-  const sub = (name: string) => program.commands.find((c) => c.name() === name)!;
-  sub('statechart').action((o: { format: ChartFormat; machine: DrawnMachine }) => {
+  const sub = (parent: Command, name: string) => parent.commands.find((c) => c.name() === name)!;
+  sub(program, 'statechart').action((o: { format: ChartFormat; machine: DrawnMachine }) => {
     result = { command: 'statechart', format: o.format, machine: o.machine };
   });
-  sub('fingerprint').action((o: Record<string, string | undefined>) => {
+  sub(program, 'fingerprint').action((o: Record<string, string | undefined>) => {
     result = { command: 'fingerprint', request: { model: o.model ?? '', tensorParallelSize: num(o.tensorParallelSize), planFile: o.planFile } };
   });
-  const ctl = sub('ctl');
-  const ctlCommand = (request: ControlRequest, json = false): CliCommand => {
-    const o = ctl.opts() as { weightCacheSocketDir?: string; control?: string };
-    return { command: 'ctl', request, control: o.control, socketDir: o.weightCacheSocketDir, json };
-  };
-  const ctlSub = (name: string) => ctl.commands.find((c) => c.name() === name)!;
-  ctlSub('load').action((o: Record<string, string | undefined>) => {
-    const layouts = String(o.layouts).split(',').map((l) => l.trim()).filter((l) => l !== '' && l !== 'checkpoint');
-    result = ctlCommand({
-      cmd: 'load',
-      model: resolve(o.model!),
-      name: o.name,
-      tensorParallelSize: num(o.tensorParallelSize) as number,
-      planFile: o.planFile === undefined ? undefined : resolve(o.planFile),
-      layouts: layouts as Array<'checkpoint' | 'vllm'>,
-      evict: o.evict as EvictionPolicy | undefined,
+  const ctl = sub(program, 'ctl');
+  const ctlAction = (name: string, request: (o: Record<string, unknown>, operand?: string) => ControlRequest) => {
+    const leaf = sub(ctl, name);
+    leaf.action((...args: unknown[]) => {
+      const o = optionsOf(leaf);
+      const operand = typeof args[0] === 'string' ? args[0] : undefined;
+      result = { command: 'ctl', request: request(o, operand), control: o.control as string | undefined, socketDir: o.weightCacheSocketDir as string | undefined, json: o.json === true };
     });
-  });
-  ctlSub('unload').action((target: string, o: { force?: boolean }) => {
-    result = ctlCommand({ cmd: 'unload', target, force: o.force ?? false });
-  });
-  ctlSub('list').action((o: { json?: boolean }) => {
-    result = ctlCommand({ cmd: 'list' }, o.json ?? false);
-  });
+  };
+  ctlAction('load', (o) => ({
+    cmd: 'load',
+    model: resolve(o.model as string),
+    name: o.name as string | undefined,
+    tensorParallelSize: num(o.tensorParallelSize as string) as number,
+    planFile: o.planFile === undefined ? undefined : resolve(o.planFile as string),
+    layouts: String(o.layouts).split(',').map((l) => l.trim()).filter((l) => l !== '' && l !== 'checkpoint') as Array<'checkpoint' | 'vllm'>,
+    evict: o.evict as EvictionPolicy | undefined,
+  }));
+  ctlAction('unload', (o, target) => ({ cmd: 'unload', target: target!, force: o.force === true }));
+  ctlAction('list', () => ({ cmd: 'list' }));
   ctl.action(() => {
     throw new UsageError('E_USAGE', 'weightd ctl needs a command: load, unload or list; run weightd ctl --help');
   });
-  sub('keeper').action((o: { socket: string; adoptWithin: string; exitWhenEmpty?: boolean; logLevel: string }) => {
-    const args = ['--socket', o.socket, '--adopt-within', o.adoptWithin, '--log-level', o.logLevel];
+  const keeper = sub(program, 'keeper');
+  const keeperSocket = (o: Record<string, unknown>) => (o.socket as string | undefined) ?? keeperSocketPath({ keeper: {} }, resolve((o.weightCacheSocketDir as string | undefined) ?? defaultSocketDir()));
+  for (const action of ['status', 'stop'] as const) {
+    const leaf = sub(keeper, action);
+    leaf.action(() => {
+      const o = optionsOf(leaf);
+      result = { command: 'keeperAsk', action, socket: keeperSocket(o), json: o.json === true };
+    });
+  }
+  keeper.action(() => {
+    const o = keeper.opts() as { adoptWithin: string; exitWhenEmpty?: boolean; logLevel: string };
+    const args = ['--socket', keeperSocket(o as Record<string, unknown>), '--adopt-within', o.adoptWithin, '--log-level', o.logLevel];
     result = { command: 'keeper', args: o.exitWhenEmpty ? [...args, '--exit-when-empty'] : args };
   });
   try {
@@ -246,7 +311,7 @@ export function parseCommand(argv: string[], env: NodeJS.ProcessEnv = process.en
   } catch (err) {
     if (err instanceof CommanderError) {
       if (err.code === 'commander.helpDisplayed' || err.code === 'commander.version') return { command: 'print', text: printed };
-      throw new UsageError('E_USAGE', usageMessage(err, program));
+      throw new UsageError('E_USAGE', usageMessage(err, program, failed));
     }
     throw err;
   }

@@ -10,6 +10,7 @@ import type { Logger } from '../log.js';
 import type { KeeperStatus } from '../nodeStatus.js';
 import { KeeperClient, startKeeper } from './keeperClient.js';
 import { KEEPER_LOG_NAME } from './keeperSocketPath.js';
+import { formatBytes } from '../inspect/loadProgress.js';
 
 export interface KeeperLinkOptions {
   mode: 'spawn' | 'external';
@@ -20,6 +21,9 @@ export interface KeeperLinkOptions {
   /** A keeper answers again after one was lost or absent: the ranks keep their segments there. */
   onBack: () => void;
 }
+
+/** How long the stop waits for the keeper to say what it holds. */
+const HOLDING_TIMEOUT_MS = 1000;
 
 /** How often an absent external keeper is looked for again (a spawned one is started at once). */
 const RETRY_MS = 1000;
@@ -49,6 +53,36 @@ export class KeeperLink {
   /** Finds (or starts) the keeper. Never throws: a node without its keeper still serves. */
   async start(): Promise<void> {
     await this.#connect(false);
+  }
+
+  /**
+   * The stop's word on what outlives it: the shards the keeper still holds for this daemon, their
+   * bytes, and until when nobody adopting them keeps them. Quick and quiet: a keeper that does
+   * not answer at once is left to its own log.
+   */
+  async logHolding(): Promise<void> {
+    if (this.#status.state !== 'up') return;
+    let records;
+    try {
+      records = await new KeeperClient(this.#o.socket, HOLDING_TIMEOUT_MS).list();
+    } catch {
+      return;
+    }
+    const own = records.filter((r) => r.ownerPid === process.pid);
+    if (own.length === 0) return;
+    // Only here: a daemon that keeps nothing never loads the record's schema.
+    const { parseKeptRecord } = await import('./keptRecord.js');
+    const bytes = own.reduce((n, r) => {
+      const parsed = parseKeptRecord(r.record);
+      return n + ('record' in parsed ? parsed.record.totalBytes : 0);
+    }, 0);
+    const { socket, mode, adoptWithinS } = this.#o;
+    const freedAt = mode === 'spawn' ? new Date(Date.now() + adoptWithinS * 1000).toISOString() : undefined;
+    const until = freedAt ? `until ${freedAt} (--adopt-within ${adoptWithinS} s)` : "for the keeper's own --adopt-within after this exit";
+    this.#o.log.info(
+      { keeper: socket, pid: this.#status.pid, shards: own.length, bytes, freedAt },
+      `the keeper (pid ${this.#status.pid}) still holds ${own.length} shard${own.length === 1 ? '' : 's'} (${formatBytes(bytes)}) of this daemon ${until}, for the next daemon to adopt; weightd keeper stop --socket ${socket} frees them now`,
+    );
   }
 
   close(): void {

@@ -1,12 +1,11 @@
 // The one rule for where a node's keeper listens: --keeper-socket, else keeper.sock in the
 // node's socket directory (private to the user, like the rank sockets beside it).
 import { join } from 'node:path';
-import type { NodeConfig } from '../nodeOptions.js';
 
 export const KEEPER_SOCKET_NAME = 'keeper.sock';
 /** A keeper the daemon spawns writes its log lines here, beside its socket. */
 export const KEEPER_LOG_NAME = 'keeper.log';
 
-export function keeperSocketPath(config: Pick<NodeConfig, 'keeper'>, socketDir: string): string {
+export function keeperSocketPath(config: { keeper: { socket?: string } }, socketDir: string): string {
   return config.keeper.socket ?? join(socketDir, KEEPER_SOCKET_NAME);
 }

@@ -35,7 +35,7 @@ const cases: Array<[string, string[], RegExp]> = [
   ['a positional model dir', [exampleModel], /^".*tiny-llama": weightd takes the checkpoint directory as --model .*tiny-llama, not as an argument/],
   ['a stray argument after --model', [...m, 'extra'], /^"extra": weightd takes no arguments besides its flags/],
   ["a tp size the model's heads do not divide (found after parsing)", [...m, '-tp', '3', '--device', 'host'], /num_attention_heads 8 is not divisible by tp size 3/],
-  ['no model', [], /--model "": is required/],
+  ['no model', [], /^weightd needs a checkpoint to serve: weightd --model DIR/],
   ['model missing', ['--model', '/nonexistent/model'], /--model "\/nonexistent\/model": cannot be read \(ENOENT\)/],
   ['model is a file', ['--model', aFile], /is not a directory/],
   ['model without safetensors', ['--model', emptyDir], /holds no \.safetensors file/],

@@ -41,16 +41,22 @@ test('weightd ctl lists, loads a new version beside the old, says a loaded model
     const again = await ctl('load', '--model', v2, '--name', 'tiny-llama');
     assert.is(again.code, 0, again.stderr);
     assert.match(again.stdout, /tiny-llama is already loaded \(fingerprint [0-9a-f]{64}\): nothing to do/);
+    // --json: the daemon's reply, for scripts, on every subcommand.
+    const againJson = JSON.parse((await ctl('load', '--model', v2, '--name', 'tiny-llama', '--json')).stdout) as { ok: boolean; alreadyLoaded: boolean };
+    assert.equal([againJson.ok, againJson.alreadyLoaded], [true, true]);
 
     const json = JSON.parse((await ctl('list', '--json')).stdout) as { models: Array<{ name: string; state: string; own: boolean }> };
     assert.equal(json.models.map((m) => [m.name, m.own, m.state]), [['tiny-llama', true, 'released'], ['tiny-llama', false, 'serving']], 'no lease held the old version: it was freed at once');
 
+    const unknownJson = await ctl('unload', 'nope', '--json');
+    assert.is(unknownJson.code, 1);
+    assert.is((JSON.parse(unknownJson.stdout) as { error: { code: string } }).error.code, 'E_UNKNOWN_MODEL');
     const unknown = await ctl('unload', 'nope');
     assert.is(unknown.code, 1);
     assert.match(unknown.stderr, /weightd ctl unload: E_UNKNOWN_MODEL: no loaded model is named or fingerprinted "nope"; loaded: tiny-llama \(/);
     const unload = await ctl('unload', 'tiny-llama', '--force');
     assert.is(unload.code, 0, unload.stderr);
-    assert.match(unload.stdout, /"force": true/);
+    assert.match(unload.stdout, /^tiny-llama \(fingerprint [0-9a-f]{16}\) unloaded: freed now\n$/);
     await waitUntil('the model is gone', async () => (JSON.parse((await ctl('list', '--json')).stdout) as { models: unknown[] }).models.length === 1);
   } finally {
     await daemon.stop();

@@ -1,0 +1,91 @@
+// `weightd keeper status|stop`: the keeper at a socket, found by the socket alone (PING for its
+// pid, LIST for what it holds), since a keeper a daemon spawned outlives it with no unit or
+// terminal to find it by. Exit codes: 0 done, 1 the keeper did not stop, 2 no keeper answers.
+import { UsageError } from '../errors.js';
+import { formatBytes } from '../inspect/loadProgress.js';
+import { KeeperClient } from '../keeper/keeperClient.js';
+import { parseKeptRecord } from '../keeper/keptRecord.js';
+import { isProcessAlive, processIdentity } from '../serve/processLiveness.js';
+
+/** One kept shard as `keeper status` shows it. */
+export interface HeldShard {
+  device: string;
+  fingerprint: string;
+  /** From the daemon's record; null when the record is not one this weightd reads. */
+  model: string | null;
+  tpRank: number | null;
+  bytes: number | null;
+  ownerPid: number;
+  ownerAlive: boolean;
+  /** When the keeper frees it unless a daemon adopts it; null while its owner lives. */
+  freedAt: string | null;
+}
+
+export interface KeeperHolding {
+  socket: string;
+  pid: number;
+  uptimeMs: number;
+  fds: number;
+  bytes: number;
+  shards: HeldShard[];
+}
+
+/** How long `keeper stop` waits for the keeper to free everything and exit. */
+const STOP_WAIT_MS = 30_000;
+
+/** What the keeper at `socket` holds; E_NO_KEEPER (a usage error) when none answers. */
+export async function keeperHolding(socket: string, now = Date.now()): Promise<KeeperHolding> {
+  const client = new KeeperClient(socket);
+  let ping;
+  let records;
+  try {
+    ping = await client.ping();
+    records = await client.list();
+  } catch (err) {
+    throw new UsageError('E_NO_KEEPER', `no keeper answers at ${socket} (${(err as Error).message}); pass --socket or --weight-cache-socket-dir for another one`, { socket });
+  }
+  const shards = records.map((r): HeldShard => {
+    const parsed = parseKeptRecord(r.record);
+    const record = 'record' in parsed ? parsed.record : undefined;
+    return {
+      device: r.device,
+      fingerprint: r.fingerprint,
+      model: record?.model ?? null,
+      tpRank: record?.tpRank ?? null,
+      bytes: record?.totalBytes ?? null,
+      ownerPid: r.ownerPid,
+      ownerAlive: r.ownerAlive,
+      freedAt: r.ownerAlive ? null : new Date(now + r.expiresInMs).toISOString(),
+    };
+  });
+  return { socket, pid: ping.pid, uptimeMs: ping.uptimeMs, fds: ping.fds, bytes: shards.reduce((n, s) => n + (s.bytes ?? 0), 0), shards };
+}
+
+export function formatHolding(h: KeeperHolding): string {
+  const head = `keeper pid ${h.pid} at ${h.socket}: up ${Math.round(h.uptimeMs / 1000)} s, holds ${h.shards.length} shard${h.shards.length === 1 ? '' : 's'} (${formatBytes(h.bytes)}, ${h.fds} descriptors)`;
+  const lines = h.shards.map((s) => {
+    const what = s.model === null ? 'a record this weightd does not read' : `${s.model} rank ${s.tpRank}, ${formatBytes(s.bytes ?? 0)}`;
+    const owner = s.ownerAlive ? `owner pid ${s.ownerPid} (running)` : `owner gone: freed at ${s.freedAt} unless a daemon adopts it`;
+    return `  ${s.device}  ${s.fingerprint.slice(0, 16)}  ${what}  ${owner}`;
+  });
+  return `${[head, ...lines].join('\n')}\n`;
+}
+
+export async function askKeeper(c: { action: 'status' | 'stop'; socket: string; json: boolean }, out: NodeJS.WritableStream = process.stdout): Promise<number> {
+  const holding = await keeperHolding(c.socket);
+  if (c.action === 'status') {
+    out.write(c.json ? `${JSON.stringify(holding, null, 2)}\n` : formatHolding(holding));
+    return 0;
+  }
+  // The keeper answers only its own uid (SO_PEERCRED), so the pid it gave is one this user may signal.
+  const keeper = processIdentity(holding.pid);
+  process.kill(holding.pid, 'SIGTERM');
+  const deadline = Date.now() + STOP_WAIT_MS;
+  while (isProcessAlive(keeper) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+  const stopped = !isProcessAlive(keeper);
+  const result = { socket: c.socket, pid: holding.pid, stopped, freedShards: holding.shards.length, freedBytes: holding.bytes };
+  if (c.json) out.write(`${JSON.stringify(result, null, 2)}\n`);
+  else if (stopped) out.write(`stopped keeper pid ${holding.pid} at ${c.socket}: freed ${holding.shards.length} shard${holding.shards.length === 1 ? '' : 's'} (${formatBytes(holding.bytes)})\n`);
+  if (!stopped) process.stderr.write(`weightd keeper stop: E_KEEPER_STOP: keeper pid ${holding.pid} still runs ${STOP_WAIT_MS / 1000} s after SIGTERM; kill -9 ${holding.pid} ends it\n`);
+  return stopped ? 0 : 1;
+}
