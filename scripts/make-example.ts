@@ -9,7 +9,7 @@
 import { mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { canonicalJson } from '../src/checkpoint/fingerprint.js';
+import { canonicalJson } from '../src/checkpoint/canonicalJson.js';
 import { writeSafetensors, type TensorToWrite } from '../src/checkpoint/writeSafetensors.js';
 
 const CONFIG = {

@@ -10,7 +10,7 @@
 // from the checkpoint directory itself: no field hashes TypeScript tables.
 
 import { createHash } from 'node:crypto';
-import canonicalize from 'canonicalize';
+import { canonicalJson } from './canonicalJson.js';
 
 /** Bumped whenever the fingerprint's meaning, the plan layout or the wire contract changes. */
 export const PROTOCOL_VERSION = 2;
@@ -24,13 +24,6 @@ export const BUILTIN_RULES = 'weightd-rules@2';
 
 export function sha256Hex(text: string): string {
   return createHash('sha256').update(text).digest('hex');
-}
-
-/** RFC 8785 canonical JSON: the same bytes any conforming implementation (Python's rfc8785) writes. */
-export function canonicalJson(value: unknown): string {
-  const text = canonicalize(value);
-  if (text === undefined) throw new TypeError(`cannot write ${String(value)} as JSON`);
-  return text;
 }
 
 /** The model config values the sharding rules read (readModelConfig's, after its defaults). */

@@ -3,7 +3,7 @@
 // keeper the segments this rank loaded, and drop them when a client releases the rank. Every
 // keeper failure here degrades to a load from disk or to a rank that is not kept, and says so:
 // the keeper makes restarts fast, it never stops a node from serving.
-import canonicalize from 'canonicalize';
+import { canonicalJson } from '../checkpoint/canonicalJson.js';
 import type { Post, RankKeeping, RankWorkerData } from '../actors/rankMessages.js';
 import type { RankSource } from '../nodeStatus.js';
 import { errorCode } from '../errors.js';
@@ -83,7 +83,7 @@ export async function adoptKept(device: DeviceHandle, data: RankWorkerData, keep
   }
   const seconds = (performance.now() - started) / 1000;
   // Key order differs between a parsed record and one built here.
-  const rekeep = canonicalize(checked.record.load ?? null) !== canonicalize(keeping.load ?? null);
+  const rekeep = canonicalJson(checked.record.load ?? null) !== canonicalJson(keeping.load ?? null);
   return { bytes: data.plan.totalBytes, seconds, source: { from: 'keeper', keptAt: checked.record.keptAt, ageMs: taken.ageMs }, rekeep };
 }
 

@@ -5,7 +5,8 @@ import { cpSync, mkdirSync, openSync, readFileSync, closeSync, truncateSync, wri
 import { join } from 'node:path';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { BUILTIN_RULES, canonicalJson, PROTOCOL_VERSION, rankFingerprint, sha256Hex } from '../../src/checkpoint/fingerprint.js';
+import { canonicalJson } from '../../src/checkpoint/canonicalJson.js';
+import { BUILTIN_RULES, PROTOCOL_VERSION, rankFingerprint, sha256Hex } from '../../src/checkpoint/fingerprint.js';
 import { parseShards, sampleShards, createHeaderPool } from '../../src/checkpoint/parseShards.js';
 import { parseSafetensors } from '../../src/checkpoint/parseSafetensors.js';
 import { planCheckpoint } from '../../src/checkpoint/planCheckpoint.js';

@@ -63,3 +63,16 @@ def test_manifest_columns_refused(v):
     assert err.value.code == "E_BAD_MANIFEST"
     if v["mentions"] is not None:
         assert v["mentions"] in str(err.value)
+
+
+@pytest.mark.parametrize("v", load("jcs.json")["cases"], ids=lambda v: v["why"])
+def test_canonical_json(v):
+    rfc8785 = pytest.importorskip("rfc8785", reason="expected_fingerprint's dependency (pip install ./clients/python)")
+    assert rfc8785.dumps(json.loads(v["json"])).decode("utf-8") == v["canonical"]
+
+
+@pytest.mark.parametrize("v", load("jcs.json")["errors"], ids=lambda v: v["why"])
+def test_canonical_json_refuses(v):
+    rfc8785 = pytest.importorskip("rfc8785", reason="expected_fingerprint's dependency (pip install ./clients/python)")
+    with pytest.raises(ValueError):
+        rfc8785.dumps(json.loads(v["json"]))
