@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # `npm run bundle`: a self-contained tarball for GPU nodes that have no Node.js and no registry.
 #   bash scripts/bundle.sh [OUTPUT.tar.gz]
+#   bash scripts/bundle.sh --dir DIR      the same tree laid out in DIR (new or empty), no tarball
 # Holds a Node.js binary, dist/, build/Release/weightd.node and weightd-keeper, package.json, the production
-# node_modules, examples/ and clients/, and bin/weightd, which runs dist/main.js with the bundled
-# node. Unpack anywhere and run weightd-<version>/bin/weightd (or link it into PATH).
+# node_modules, examples/, clients/, docs/ and deploy/, and bin/weightd, which runs dist/main.js with the
+# bundled node. Unpack anywhere and run weightd-<version>/bin/weightd (or link it into PATH); the
+# units in deploy/systemd expect it unpacked as /opt/weightd (docs/operations.md, "Install").
 # The addon opens libcuda at run time, so one bundle serves GPU and CPU-only nodes; it needs
 # glibc at least as new as the build machine's.
 set -euo pipefail
@@ -19,18 +21,24 @@ fail() { echo "bundle: $*" >&2; exit 1; }
 version=$(node -p 'require("./package.json").version')
 arch=$(node -p 'process.arch')
 name="weightd-$version-linux-$arch"
-out=$(realpath -m "${1:-$root/$name.tar.gz}")
-
-stage=$(mktemp -d)
-trap 'rm -rf "$stage"' EXIT
-dir="$stage/$name"
+if [ "${1:-}" = --dir ]; then
+  [ -n "${2:-}" ] || fail "--dir needs a directory"
+  dir=$(realpath -m "$2")
+  [ ! -e "$dir" ] || [ -z "$(ls -A "$dir")" ] || fail "$dir is not empty"
+  out=
+else
+  out=$(realpath -m "${1:-$root/$name.tar.gz}")
+  stage=$(mktemp -d)
+  trap 'rm -rf "$stage"' EXIT
+  dir="$stage/$name"
+fi
 mkdir -p "$dir/bin" "$dir/build/Release" "$dir/dist"
 
 # The daemon and its client library; compiled tests and benchmarks stay out.
 cp -R dist/src dist/main.js "$dir/dist/"
 cp build/Release/weightd.node build/Release/weightd-keeper "$dir/build/Release/"
 cp package.json package-lock.json "$dir/"
-for extra in examples clients; do
+for extra in examples clients docs deploy; do
   [ -d "$extra" ] && cp -R "$extra" "$dir/"
 done
 find "$dir/clients" -name __pycache__ -prune -exec rm -rf {} + 2>/dev/null || true
@@ -59,5 +67,9 @@ exec "$here/node" "$here/../dist/main.js" "$@"
 EOF
 chmod 755 "$dir/bin/weightd"
 
+if [ -z "$out" ]; then
+  echo "$dir: run $dir/bin/weightd"
+  exit 0
+fi
 tar -C "$stage" -czf "$out" "$name"
 echo "$out ($(du -h "$out" | cut -f1)): unpack and run $name/bin/weightd"

@@ -1,13 +1,18 @@
 // deploy/ as far as a machine without systemd as PID 1 or a cluster allows: systemd itself
-// checks the units (systemd-analyze verify, with the paths pointed at this checkout's build),
-// their command lines are the ones weightd and its keeper accept, and the DaemonSet wires the
-// keeper to the daemon (the same socket, the same uid, private directories, no GPU).
+// checks the units (systemd-analyze verify) against the documented install layout, made here by
+// the bundle script itself (docs/operations.md, "Install"); their command lines are the ones
+// weightd and its keeper accept; docs/operations.md shows them as shipped; the manifests pass
+// the Kubernetes API's schema (kubernetes-models: types, required fields and enums; it does not
+// refuse unknown fields), and the DaemonSet wires the keeper to the daemon (the same socket, the
+// same uid, private directories, no GPU).
 import { spawn, spawnSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
+import { DaemonSet } from 'kubernetes-models/apps/v1/DaemonSet';
+import { Pod } from 'kubernetes-models/v1/Pod';
 import { parse } from 'yaml';
 import { parseCommand } from '../../src/cli/parseArgs.js';
 import { KeeperClient, keeperBinaryPath } from '../../src/keeper/keeperClient.js';
@@ -23,10 +28,28 @@ function execStart(text: string): string[] {
   return line.trim().split(/\s+/);
 }
 
-/** A unit as installed from this checkout: /opt/weightd is the repository, node is this node. */
+/** The install layout, made as docs/operations.md says (the bundle's tree), under a temporary root. */
+const installRoot = mkdtempSync(join(tmpdir(), 'weightd-install-'));
+const installed = join(installRoot, 'opt/weightd');
+process.on('exit', () => rmSync(installRoot, { recursive: true, force: true }));
+const bundle = spawnSync('bash', [join(repoRoot, 'scripts/bundle.sh'), '--dir', installed], { encoding: 'utf8' });
+
+/** A unit as installed under the temporary root: /opt/weightd is the laid-out bundle. */
 function localUnit(text: string): string {
-  return text.replaceAll('/opt/weightd/', repoRoot).replaceAll('/usr/bin/node', process.execPath);
+  return text.replaceAll('/opt/weightd/', `${installed}/`);
 }
+
+test('the install layout runs: bin/weightd and the keeper binary, from the bundle laid out by its script', () => {
+  assert.is(bundle.status, 0, bundle.stderr);
+  const version = spawnSync(join(installed, 'bin/weightd'), ['--version'], { encoding: 'utf8' });
+  assert.is(version.status, 0, version.stderr);
+  assert.is(version.stdout.trim(), (JSON.parse(readFileSync(join(repoRoot, 'package.json'), 'utf8')) as { version: string }).version);
+  for (const u of units) {
+    const program = execStart(unitText(u))[0]!;
+    assert.ok(program.startsWith('/opt/weightd/'), `${u} runs ${program} from the install layout`);
+    assert.ok(existsSync(localUnit(program)), `${program} is in the bundle`);
+  }
+});
 
 test('systemd accepts both units as written (no unknown key, every command executable)', () => {
   const dir = mkdtempSync(join(tmpdir(), 'weightd-units-'));
@@ -57,7 +80,7 @@ test("the daemon's unit keeps its shards in the keeper unit's socket, outside it
   const keeper = execStart(unitText('weightd-keeper.service'));
   const daemon = execStart(unitText('weightd.service'));
   const keeperSocket = keeper[keeper.indexOf('--socket') + 1]!;
-  const cli = parseCommand(daemon.slice(2));
+  const cli = parseCommand(daemon.slice(1));
   assert.is(cli.command, 'run');
   if (cli.command !== 'run') return;
   assert.equal(cli.options.keeper, { mode: 'external', socket: keeperSocket, adoptWithinS: undefined });
@@ -86,6 +109,33 @@ test("the keeper runs with the unit's own flags, answers, and ends cleanly on SI
     child.kill('SIGKILL');
     rmSync(dir, { recursive: true, force: true });
   }
+});
+
+test('docs/operations.md shows the shipped units and DaemonSet as they are', () => {
+  const doc = readFileSync(join(repoRoot, 'docs/operations.md'), 'utf8');
+  const shown = new Map([...doc.matchAll(/^`(deploy\/[\w/.-]+)`[^\n]*:\n\n```(?:ini|yaml)\n([\s\S]*?)```$/gm)].map((m) => [m[1]!, m[2]!]));
+  for (const file of [...units.map((u) => `deploy/systemd/${u}`), 'deploy/kubernetes/weightd-daemonset.yaml']) {
+    assert.ok(shown.has(file), `the page shows ${file}`);
+    assert.fixture(shown.get(file)!, readFileSync(join(repoRoot, file), 'utf8'));
+  }
+});
+
+test("every whole manifest, shipped or in docs/operations.md, passes the Kubernetes API's schema", () => {
+  const doc = readFileSync(join(repoRoot, 'docs/operations.md'), 'utf8');
+  const manifests = [readFileSync(join(repoRoot, 'deploy/kubernetes/weightd-daemonset.yaml'), 'utf8'), ...[...doc.matchAll(/```yaml\n([\s\S]*?)```/g)].map((m) => m[1]!).filter((y) => /^apiVersion:/m.test(y))];
+  const kinds: string[] = [];
+  for (const text of manifests) {
+    const object = parse(text) as { kind: string };
+    kinds.push(object.kind);
+    const model = object.kind === 'DaemonSet' ? new DaemonSet(object as never) : object.kind === 'Pod' ? new Pod(object as never) : undefined;
+    assert.ok(model, `a schema for ${object.kind}`);
+    assert.not.throws(() => model!.validate(), `${object.kind}: ${(() => { try { model!.validate(); return ''; } catch (e) { return (e as Error).message; } })()}`);
+  }
+  assert.equal(kinds.sort(), ['DaemonSet', 'DaemonSet', 'Pod']);
+  // The schema check can fail: a wrong type is refused.
+  const broken = parse(manifests[0]!) as { spec: { template: { spec: { containers: Array<{ resources: { limits: Record<string, unknown> } }> } } } };
+  broken.spec.template.spec.containers[0]!.resources.limits.memory = { gi: 64 };
+  assert.throws(() => new DaemonSet(broken as never).validate(), /limits\/memory/);
 });
 
 interface Container {
