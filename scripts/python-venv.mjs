@@ -72,24 +72,63 @@ function clientFiles(dir = clientDir) {
   return out;
 }
 
+/** `name==version` pins of a requirements file. */
+function pins(requirements) {
+  return readFileSync(requirements, 'utf8')
+    .split('\n')
+    .map((l) => /^([A-Za-z0-9._-]+)==([^\s;#]+)/.exec(l.trim()))
+    .filter(Boolean)
+    .map(([, name, version]) => ({ name, version }));
+}
+
+/** Which pins the wheel cache already holds (a wheel's file name starts with `name-version-`, name normalised), and their bytes. */
+function cacheState(requirements, cache) {
+  const files = readdirSync(cache);
+  const cached = [];
+  const missing = [];
+  let bytes = 0;
+  for (const pin of pins(requirements)) {
+    const prefix = `${pin.name.toLowerCase().replace(/[-_.]+/g, '_')}-${pin.version}-`;
+    const file = files.find((f) => f.toLowerCase().replace(/^([^-]+)/, (n) => n.replace(/[-_.]+/g, '_')).startsWith(prefix) && f.endsWith('.whl'));
+    if (file) {
+      cached.push(pin.name);
+      bytes += statSync(join(cache, file)).size;
+    } else missing.push(pin.name);
+  }
+  return { cached, missing, bytes };
+}
+
+const gb = (bytes) => `${(bytes / 1e9).toFixed(2)} GB`;
+const since = (t) => `${((Date.now() - t) / 1000).toFixed(0)} s`;
+
 function buildVenv({ venvDir, requirements, smoke }, base, log) {
-  log(`python venv: creating ${relative(root, venvDir)} from ${base} (pins: ${relative(root, requirements)}; the first run downloads every pinned wheel, GBs for torch, into the wheel cache)`);
-  rmSync(venvDir, { recursive: true, force: true });
-  run(base, ['-m', 'venv', venvDir], `"${base} -m venv" (on Debian: apt-get install python3-venv)`);
+  const started = Date.now();
   const cache = process.env.WEIGHTD_WHEEL_CACHE || join(process.env.XDG_CACHE_HOME || join(homedir(), '.cache'), 'weightd/wheels');
   mkdirSync(cache, { recursive: true });
+  const before = cacheState(requirements, cache);
+  const total = before.cached.length + before.missing.length;
+  log(
+    `python venv: creating ${relative(root, venvDir)} from ${base} with the ${total} pins of ${relative(root, requirements)}: ` +
+      (before.missing.length === 0
+        ? `every wheel is in the cache ${cache} (${gb(before.bytes)}), nothing to download`
+        : `${before.cached.length} in the cache ${cache} (${gb(before.bytes)}), ${before.missing.length} to download (${before.missing.join(', ')}; torch alone is GBs)`),
+  );
+  rmSync(venvDir, { recursive: true, force: true });
+  run(base, ['-m', 'venv', venvDir], `"${base} -m venv" (on Debian: apt-get install python3-venv)`);
   const python = join(venvDir, 'bin/python');
-  const pip = ['-m', 'pip', '--quiet', '--disable-pip-version-check'];
-  const install = [...pip, 'install', '--no-deps', '--no-index', '--find-links', cache, '-r', requirements];
-  // Offline when the cache has every pinned wheel (pip resolves all before installing any);
-  // otherwise fetch what is missing (cached wheels are not fetched again) and install.
-  try {
-    run(python, install, 'installing the pinned wheels from the cache', true);
-  } catch {
-    run(python, [...pip, 'download', '--no-deps', '--dest', cache, '-r', requirements], 'downloading the pinned wheels');
-    run(python, install, 'installing the pinned wheels');
+  const pip = ['-m', 'pip', '--disable-pip-version-check'];
+  const install = [...pip, '--quiet', 'install', '--no-deps', '--no-index', '--find-links', cache, '-r', requirements];
+  if (before.missing.length > 0) {
+    // pip's own lines show each wheel's size and progress; cached wheels are not fetched again.
+    const t = Date.now();
+    run(python, [...pip, 'download', '--progress-bar', 'on', '--no-deps', '--dest', cache, '-r', requirements], 'downloading the pinned wheels');
+    const after = cacheState(requirements, cache);
+    log(`python venv: downloaded ${after.cached.length - before.cached.length} wheels, ${gb(after.bytes - before.bytes)}, in ${since(t)}`);
   }
+  log(`python venv: installing ${total} packages from the cache into ${relative(root, venvDir)}`);
+  run(python, install, 'installing the pinned wheels from the cache');
   run(python, ['-c', smoke], 'the smoke test of the installed packages');
+  log(`python venv: ${relative(root, venvDir)} ready in ${since(started)}`);
 }
 
 function installClient(python, log) {

@@ -1,7 +1,9 @@
 #!/usr/bin/env node
 // Runs every compiled test file (dist/test/**/*.test.js) in its own process, so one file's
 // crash or leaked handle cannot hide another's result, and prints the closing line CI reads:
-// "N passed, N failed, N skipped". Exits non-zero on any failure and when no test ran.
+// "N passed, N failed, N skipped", after a summary of why each skip happened: a uvu file says it
+// in a line "SKIPPED: why", pytest in its -rs report. Exits non-zero on any failure and when no
+// test ran.
 // The Python client's pytest suite runs as one more job, each of its tests counted alike; every
 // Python the tests start is WEIGHTD_PYTHON, the project's venv (scripts/python-venv.mjs) unless
 // the caller names another.
@@ -30,6 +32,14 @@ function uvuCounts(out) {
   const num = (label) => Number((out.match(new RegExp(`${label}:\\s+(\\d+)`)) || [])[1] || 0);
   // uvu counts skipped tests outside its Total.
   return { ok: num('Passed'), bad: num('Total') - num('Passed'), skip: num('Skipped') };
+}
+
+/** Why the tests of one job's output were skipped: uvu files' "SKIPPED: why" lines, pytest's -rs lines. */
+function skipReasons(out) {
+  const uvu = [...out.matchAll(/^SKIPPED: (.*)$/gm)].map((m) => m[1]);
+  // pytest -rs: "SKIPPED [2] clients/python/tests/test_x.py:12: why".
+  const pytest = [...out.matchAll(/^SKIPPED \[(\d+)\] ([^:]+:\d+): (.*)$/gm)].map((m) => `${m[3]} (${m[1]}, ${m[2]})`);
+  return [...uvu, ...pytest];
 }
 
 function pytestCounts(out) {
@@ -71,7 +81,7 @@ if (!filter || filter.test(pytestName)) {
   jobs.push({
     name: pytestName,
     cmd: process.env.WEIGHTD_PYTHON,
-    args: ['-m', 'pytest', '-q', '-p', 'no:cacheprovider', basetemp(), `--ignore=${vllmTest}`, join(root, 'clients/python/tests')],
+    args: ['-m', 'pytest', '-q', '-rs', '-p', 'no:cacheprovider', basetemp(), `--ignore=${vllmTest}`, join(root, 'clients/python/tests')],
     counts: pytestCounts,
   });
 }
@@ -89,13 +99,14 @@ if (!filter || filter.test(vllmName)) {
     console.log('0 passed, 1 failed');
     process.exit(1);
   }
-  jobs.push({ name: vllmName, cmd: python, args: ['-m', 'pytest', '-q', '-p', 'no:cacheprovider', basetemp(), vllmTest], counts: pytestCounts });
+  jobs.push({ name: vllmName, cmd: python, args: ['-m', 'pytest', '-q', '-rs', '-p', 'no:cacheprovider', basetemp(), vllmTest], counts: pytestCounts });
 }
 jobs.sort((a, b) => Number(b.cmd !== process.execPath) - Number(a.cmd !== process.execPath));
 
 const parallel = Math.max(1, Math.min(Number(process.env.WEIGHTD_TEST_JOBS) || cpus().length, 4));
 let passed = 0, failed = 0, skipped = 0;
 const failedFiles = [];
+const skips = [];
 
 function runJob({ name, cmd, args, counts }) {
   return new Promise((resolve) => {
@@ -113,6 +124,10 @@ function runJob({ name, cmd, args, counts }) {
       let { ok, bad, skip } = counts(out);
       if ((code !== 0 || signal) && bad === 0) bad = 1; // crashed outside a test, or never ran one
       passed += ok; skipped += skip; failed += bad;
+      if (skip > 0) {
+        const why = skipReasons(out);
+        skips.push(...(why.length > 0 ? why : [`${skip} test(s): no reason given`]).map((w) => `${name}: ${w}`));
+      }
       const secs = ((Date.now() - started) / 1000).toFixed(1);
       if (bad > 0) {
         failedFiles.push(name);
@@ -132,6 +147,7 @@ await Promise.all(Array.from({ length: parallel }, async () => {
 
 for (const dir of pytestTemps) rmSync(dir, { recursive: true, force: true });
 if (failedFiles.length) console.log(`\nfailed files:\n  ${failedFiles.join('\n  ')}`);
+if (skips.length) console.log(`\nskipped:\n  ${skips.join('\n  ')}`);
 if (passed + failed === 0) failed = 1, console.log('no test ran');
-console.log(`${passed} passed, ${failed} failed${skipped ? `, ${skipped} skipped` : ''}`);
+console.log(`${passed} passed, ${failed} failed, ${skipped} skipped`);
 process.exit(failed > 0 ? 1 : 0);

@@ -15,6 +15,7 @@ import { PYTHON, runClient } from './runClient.js';
 
 const pythonEnv = { ...process.env, PYTHONPATH: join(repoRoot, 'clients/python'), PYTHONDONTWRITEBYTECODE: '1' };
 const pythonHashes = spawnSync(PYTHON, ['-c', 'import xxhash, rfc8785'], { env: pythonEnv }).status === 0;
+if (!pythonHashes) console.log(`SKIPPED: the Python fingerprint: ${PYTHON} lacks xxhash or rfc8785 (pip install ./clients/python)`);
 
 let dir = '';
 let daemon: Daemon;

@@ -36,6 +36,10 @@ test.after(() => rmSync(dir, { recursive: true, force: true }));
 test('first use builds the venv with the client installed; later uses reuse it', () => {
   const python = ensurePythonVenv(options);
   assert.is(python, join(venvDir, 'bin/python'));
+  // It says where the wheels come from and how big they are (the machine's wheel cache holds
+  // this pin once the tests' own venv was made), then that it is done.
+  assert.match(builds[0]!, /^python venv: creating \S+ from \S+ with the 1 pins of \S+requirements\.txt: every wheel is in the cache \S+ \(0\.\d\d GB\), nothing to download$/);
+  assert.ok(builds.some((l) => /^python venv: \S+ ready in \d+ s$/.test(l)), builds.join('\n'));
   assert.match(importsClient(python), join(venvDir, 'lib'), 'the installed package, not the source tree');
   writeFileSync(marker, '');
   builds.length = 0;

@@ -6,7 +6,8 @@ import { defineScenarios } from './e2eScenarios.js';
 
 const why = netnsUnavailable();
 if (why) {
-  console.log(`skipping the network-namespace scenarios: ${why} (e2e.loopback.test runs the same scenarios)`);
+  // SKIPPED: the line test/run.mjs collects into its summary of skips.
+  console.log(`SKIPPED: the network-namespace scenarios: ${why} (e2e.loopback.test runs the same scenarios)`);
   test.skip(`multi-node scenarios in network namespaces (${why})`, () => {});
 } else {
   defineScenarios(test, netnsFabric);
