@@ -12,8 +12,8 @@
 // offline. The base interpreter is `python3` on PATH, or WEIGHTD_VENV_BASE_PYTHON.
 import { spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
-import { homedir, tmpdir } from 'node:os';
+import { existsSync, mkdirSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { homedir } from 'node:os';
 import { join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -132,16 +132,9 @@ function buildVenv({ venvDir, requirements, smoke }, base, log) {
 }
 
 function installClient(python, log) {
-  // A copy, because setuptools builds in the source tree, and a stale build/ there would
-  // install modules that no longer exist.
-  const copy = mkdtempSync(join(tmpdir(), 'weightd-client-'));
-  try {
-    cpSync(clientDir, copy, { recursive: true, filter: (src) => !/(^|\/)(build|__pycache__|[^/]*\.egg-info)$/.test(relative(clientDir, src)) });
-    log('python venv: installing clients/python into it');
-    run(python, ['-m', 'pip', '--quiet', 'install', '--no-deps', '--no-index', '--no-build-isolation', '--force-reinstall', copy], 'installing clients/python');
-  } finally {
-    rmSync(copy, { recursive: true, force: true });
-  }
+  // Its build backend (clients/python/build_backend) builds from a copy: nothing is written here.
+  log('python venv: installing clients/python into it');
+  run(python, ['-m', 'pip', '--quiet', 'install', '--no-deps', '--no-index', '--no-build-isolation', '--force-reinstall', clientDir], 'installing clients/python');
 }
 
 /**
