@@ -44,6 +44,8 @@ Examples:
   weightd statechart > supervisor.mmd                 the supervisor's state chart
   weightd statechart --machine coordinator           node 0's rendezvous coordinator
   weightd keeper --socket /run/weightd/keeper.sock    the keeper that holds memory across restarts (docs/keeper.md)
+  weightd ctl list --weight-cache-socket-dir /run/weightd     the models a running daemon serves
+  weightd keeper status --weight-cache-socket-dir /run/weightd   what its keeper holds, until when
 
 Exit codes:
   0  stopped by SIGTERM, SIGINT, SIGHUP or SIGQUIT (after a clean stop)
