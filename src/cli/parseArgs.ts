@@ -102,6 +102,12 @@ function usageMessage(err: CommanderError, program: Command, failed: Command): s
  */
 const SHARED_FLAGS = [() => new Option('--weight-cache-socket-dir <dir>', "the socket directory: the per-device sockets, the control socket and the keeper's (default: a private per-user dir under the temp dir)")];
 
+/** A subcommand whose help ends with examples of it. */
+function subcommand(parent: Command, name: string, description: string, examples: string[]): Command {
+  const heading = examples.length === 1 ? 'Example' : 'Examples';
+  return parent.command(name).description(description).addHelpText('after', `\n${heading}:\n${examples.map((e) => `  ${e}\n`).join('')}`);
+}
+
 /** A command and every command under it. */
 function commandsOf(c: Command): Command[] {
   return [c, ...c.commands.flatMap(commandsOf)];
@@ -173,42 +179,28 @@ export function buildProgram(): Command {
     .option('--model <dir>', 'checkpoint directory')
     .option('--tensor-parallel-size <n>', 'tensor-parallel size (also -tp <n>)', '1')
     .option('--plan-file <file>', 'JSON sharding plan, as given to the daemon');
-  const ctl = program
-    .command('ctl')
-    .description("control a running daemon through its control socket (same user only): load, unload and list models (docs/operations.md, Control socket)")
-    .addHelpText('after', `\nExample:\n  weightd ctl list --weight-cache-socket-dir /run/weightd\n`);
-  const ctlLeaf = (name: string, description: string, example: string) =>
-    ctl
-      .command(name)
-      .description(description)
-      .addHelpText('after', `\nExample:\n  ${example}\n`);
-  ctlLeaf('load', 'load a model beside those resident; a new version of a loaded name replaces it once resident (the old one drains)', 'weightd ctl load --model /models/llama-1b-draft -tp 1 --weight-cache-socket-dir /run/weightd')
+  const ctl = subcommand(program, 'ctl', "control a running daemon through its control socket (same user only): load, unload and list models (docs/operations.md, Control socket)", ['weightd ctl list --weight-cache-socket-dir /run/weightd']);
+  subcommand(ctl, 'load', 'load a model beside those resident; a new version of a loaded name replaces it once resident (the old one drains)', ['weightd ctl load --model /models/llama-1b-draft -tp 1 --weight-cache-socket-dir /run/weightd'])
     .requiredOption('--model <dir>', 'checkpoint directory')
     .option('--tensor-parallel-size <n>', 'tensor-parallel size (also -tp <n>)', '1')
     .option('--name <name>', "the model's name (default: the directory's name); a loaded name makes this a new version of it")
     .option('--plan-file <file>', 'JSON sharding plan')
     .option('--layouts <names>', 'layouts to serve, comma-separated', 'checkpoint')
     .addOption(new Option('--evict <policy>', "what this load may evict when it does not fit (default: the daemon's --evict)").choices(EVICTION_POLICIES));
-  ctlLeaf('unload', 'unload a model by name or fingerprint: no new lease; freed when its last lease ends, or at once with --force', 'weightd ctl unload llama-1b-draft --weight-cache-socket-dir /run/weightd')
+  subcommand(ctl, 'unload', 'unload a model by name or fingerprint: no new lease; freed when its last lease ends, or at once with --force', ['weightd ctl unload llama-1b-draft --weight-cache-socket-dir /run/weightd'])
     .argument('<name-or-fingerprint>')
     .option('--force', 'free it now: revoke the leases (their holders are told)');
-  ctlLeaf('list', 'list the models the daemon serves, with their ranks, bytes and leases', 'weightd ctl list --json --weight-cache-socket-dir /run/weightd');
-  const keeper = program
-    .command('keeper')
-    .description("run weightd-keeper, the process that holds the memory's descriptors while daemons come and go (docs/keeper.md); or, with status or stop, ask the one at the socket")
-    .option('--socket <path>', 'its Unix socket (default: keeper.sock in the socket dir; the directory must be yours and not group/other-writable)')
+  subcommand(ctl, 'list', 'list the models the daemon serves, with their ranks, bytes and leases', ['weightd ctl list --json --weight-cache-socket-dir /run/weightd']);
+  const keeper = subcommand(program, 'keeper', "run weightd-keeper, the process that holds the memory's descriptors while daemons come and go (docs/keeper.md); or, with status or stop, ask the one at the socket", [
+    'weightd keeper --socket /run/weightd-keeper/keeper.sock',
+    'weightd keeper status --weight-cache-socket-dir /run/weightd',
+  ])
     .option('--adopt-within <seconds>', 'free a record this long after its owner exits, unless a daemon takes it', '600')
     .option('--exit-when-empty', 'exit once it holds nothing and nobody is connected')
-    .addOption(new Option('--log-level <level>', 'log level').choices(['debug', 'info', 'warn', 'error']).default('info'))
-    .addHelpText('after', `\nExamples:\n  weightd keeper --socket /run/weightd-keeper/keeper.sock\n  weightd keeper status --weight-cache-socket-dir /run/weightd\n`);
-  const keeperLeaf = (name: string, description: string, example: string) =>
-    keeper
-      .command(name)
-      .description(description)
-      .option('--socket <path>', "the keeper's socket (default: keeper.sock in the socket dir)")
-      .addHelpText('after', `\nExample:\n  ${example}\n`);
-  keeperLeaf('status', 'say whether a keeper answers at the socket, and what it holds: each shard, its bytes, its owner and when it is freed', 'weightd keeper status --weight-cache-socket-dir /run/weightd');
-  keeperLeaf('stop', 'stop the keeper at the socket (SIGTERM): it frees everything it holds', 'weightd keeper stop --socket /run/weightd-keeper/keeper.sock');
+    .addOption(new Option('--log-level <level>', 'log level').choices(['debug', 'info', 'warn', 'error']).default('info'));
+  subcommand(keeper, 'status', 'say whether a keeper answers at the socket, and what it holds: each shard, its bytes, its owner and when it is freed', ['weightd keeper status --weight-cache-socket-dir /run/weightd']);
+  subcommand(keeper, 'stop', 'stop the keeper at the socket (SIGTERM): it frees everything it holds', ['weightd keeper stop --socket /run/weightd-keeper/keeper.sock']);
+  for (const c of commandsOf(keeper)) c.option('--socket <path>', "the keeper's socket (default: keeper.sock in the socket dir, which must be yours and not group/other-writable)");
   // The shared flags, on every command that finds the daemon or its keeper by the socket
   // directory: they may stand before or after a subcommand's name (parseCommand merges them).
   for (const c of [program, ...commandsOf(ctl), ...commandsOf(keeper)]) for (const flag of SHARED_FLAGS) c.addOption(flag());
