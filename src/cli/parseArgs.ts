@@ -257,10 +257,14 @@ export function parseCommand(argv: string[], env: NodeJS.ProcessEnv = process.en
     result = { command: 'run', options: nodeOptions(o, env) };
   });
   const sub = (parent: Command, name: string) => parent.commands.find((c) => c.name() === name)!;
-  sub(program, 'statechart').action((o: { format: ChartFormat; machine: DrawnMachine }) => {
+  const statechart = sub(program, 'statechart');
+  statechart.action(() => {
+    const o = optionsOf(statechart) as { format: ChartFormat; machine: DrawnMachine };
     result = { command: 'statechart', format: o.format, machine: o.machine };
   });
-  sub(program, 'fingerprint').action((o: Record<string, string | undefined>) => {
+  const fingerprint = sub(program, 'fingerprint');
+  fingerprint.action(() => {
+    const o = optionsOf(fingerprint) as Record<string, string | undefined>;
     result = { command: 'fingerprint', request: { model: o.model ?? '', tensorParallelSize: num(o.tensorParallelSize), planFile: o.planFile } };
   });
   const ctl = sub(program, 'ctl');
@@ -296,7 +300,7 @@ export function parseCommand(argv: string[], env: NodeJS.ProcessEnv = process.en
     });
   }
   keeper.action(() => {
-    const o = keeper.opts() as { adoptWithin: string; exitWhenEmpty?: boolean; logLevel: string };
+    const o = optionsOf(keeper) as { adoptWithin: string; exitWhenEmpty?: boolean; logLevel: string };
     const args = ['--socket', keeperSocket(o as Record<string, unknown>), '--adopt-within', o.adoptWithin, '--log-level', o.logLevel];
     result = { command: 'keeper', args: o.exitWhenEmpty ? [...args, '--exit-when-empty'] : args };
   });

@@ -63,6 +63,12 @@ test('a flag of another command is named as such, never as unknown, from every c
 test("a daemon flag before a subcommand that does not take it is refused, not ignored", () => {
   assert.throws(() => parseCommand(['--model', exampleModel, 'ctl', 'list']), /--model is a flag of weightd, not of weightd ctl list; run weightd ctl list --help/);
   assert.throws(() => parseCommand(['keeper', '--adopt-within', '5', 'status']), /--adopt-within is a flag of weightd keeper, not of weightd keeper status/);
+  assert.throws(() => parseCommand([...dirFlag, 'statechart']), /--weight-cache-socket-dir is a flag of weightd, not of weightd statechart/);
+  assert.throws(() => parseCommand(['--device', 'host', 'fingerprint', '--model', exampleModel]), /--device is a flag of weightd, not of weightd fingerprint/);
+  assert.throws(() => parseCommand(['--model', exampleModel, 'keeper']), /--model is a flag of weightd, not of weightd keeper/);
+  // The shared flag before `keeper` places the keeper's socket in that directory.
+  const run = parseCommand([...dirFlag, 'keeper']);
+  assert.equal(run.command === 'keeper' && run.args.slice(0, 2), ['--socket', `${S}/keeper.sock`]);
 });
 
 test("every subcommand's --help shows an example with the socket directory", () => {
