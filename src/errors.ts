@@ -162,6 +162,7 @@ export type ErrorCode =
   | 'E_ST_WRITE_NAME'
   | 'E_ST_WRITE_SIZE'
   | 'E_TIMEOUT'
+  | 'E_TOO_MANY_CONNECTIONS'
   | 'E_TOO_MANY_FDS'
   | 'E_TOO_MANY_WATCHES'
   | 'E_UNEXPECTED_FDS'

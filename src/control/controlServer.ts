@@ -1,7 +1,10 @@
 // The node's control socket: `<socket dir>/control-<pid>.sock`, mode 0600 in the 0700 socket
 // directory, served to peers of this uid only (SO_PEERCRED, as the device sockets), never over
 // TCP. Each connection carries one bounded request (load, unload, list), answered in one frame,
-// within a rate limit shared by every connection, since every peer is the same user.
+// within a rate limit shared by every connection, since every peer is the same user. A
+// connection never outstays its business: one that sends no complete request within the read
+// deadline, or does not take its reply, is closed (its descriptor too), and one over the cap is
+// told so in a frame (E_TOO_MANY_CONNECTIONS) and closed, so idle peers cannot lock `ctl` out.
 import { lstatSync, readdirSync, unlinkSync } from 'node:fs';
 import type { Socket } from 'node:net';
 import { join } from 'node:path';
@@ -11,6 +14,7 @@ import type { EvictionPolicy } from '../evictionPolicy.js';
 import type { LoadResult, ModelStatus, UnloadResult } from '../nodeStatus.js';
 import { encodeFrame, FrameDecoder, parsePayload } from '../serve/frameCodec.js';
 import { LogLimiter } from '../serve/logLimiter.js';
+import { descriptorBudget, type ListenerShare } from '../serve/descriptorBudget.js';
 import { admitPeer } from '../serve/peerAdmission.js';
 import { isProcessAlive, processIdentity } from '../serve/processLiveness.js';
 import { resolveSocketDir } from '../serve/socketDir.js';
@@ -37,6 +41,7 @@ export class ControlServer {
   readonly #peerLog: LogLimiter;
   readonly #socketDir: string | undefined;
   #path: string | undefined;
+  #share: ListenerShare | undefined;
 
   constructor(options: { socketDir?: string; log: Logger; target: ControlTarget; limits?: Partial<ControlLimits> }) {
     this.#socketDir = options.socketDir;
@@ -55,6 +60,9 @@ export class ControlServer {
   async listen(): Promise<string> {
     try {
       removeStaleControlFiles(resolveSocketDir(this.#socketDir), this.#log);
+      // Every connection it may hold is set aside for it: no flood elsewhere keeps `ctl` out.
+      const cap = this.#limits.maxConnections;
+      this.#share = descriptorBudget().share({ name: 'control socket', cap, guaranteed: cap, trusted: true });
       this.#path = await this.#listener.listen((socket) => this.#onConnection(socket));
       this.#log.info({ socket: this.#path }, 'control socket');
       return this.#path;
@@ -68,22 +76,33 @@ export class ControlServer {
     this.#peerLog.flush();
     for (const s of this.#sockets) s.destroy();
     this.#listener.close();
+    this.#share?.close();
+    this.#share = undefined;
   }
 
   #onConnection(socket: Socket): void {
-    const admission = admitPeer(socket, { uid: this.#uid, openConnections: this.#sockets.size, maxConnections: this.#limits.maxConnections });
-    if (!admission.admitted) {
-      this.#peerLog.allow(() => this.#log.warn({ ...admission.fields, socket: this.#path }, `control socket: ${admission.message}`));
+    if (!this.#share) {
       socket.destroy();
       return;
     }
-    this.#sockets.add(socket);
     socket.on('error', () => {});
+    const admission = admitPeer(socket, { uid: this.#uid, share: this.#share });
+    if (!admission.admitted) {
+      this.#peerLog.allow(() => this.#log.warn({ ...admission.fields, socket: this.#path }, `control socket: ${admission.message}`));
+      // Another user learns nothing; our own is told why, and may try again.
+      if (admission.full) {
+        this.#turnAway(socket, new WeightdError('E_TOO_MANY_CONNECTIONS', `the control socket holds ${this.#limits.maxConnections} connections, its most, and refused this one; try again once they are answered (an idle one is closed after ${this.#limits.readTimeoutMs} ms)`, { limit: this.#limits.maxConnections }));
+      } else {
+        socket.destroy();
+      }
+      return;
+    }
+    this.#sockets.add(socket);
     socket.on('close', () => {
       clearTimeout(timer);
       this.#sockets.delete(socket);
     });
-    const timer = setTimeout(() => this.#reply(socket, refusal(new ProtocolError('E_READ_TIMEOUT', `no complete control request within ${this.#limits.readTimeoutMs} ms`))), this.#limits.readTimeoutMs);
+    const timer = setTimeout(() => this.#turnAway(socket, new ProtocolError('E_READ_TIMEOUT', `no complete control request within ${this.#limits.readTimeoutMs} ms`)), this.#limits.readTimeoutMs);
     const decoder = new FrameDecoder(MAX_CONTROL_REQUEST_BYTES);
     const onData = (chunk: Buffer) => {
       let frames: Buffer[];
@@ -131,8 +150,26 @@ export class ControlServer {
     }
   }
 
+  /**
+   * The connection's one reply. The socket is closed once it is written (end() alone would wait
+   * for the peer to close its side too), or when the peer reads none of it for as long as a
+   * request may take to arrive.
+   */
   #reply(socket: Socket, reply: ControlReply): void {
-    if (!socket.destroyed) socket.end(encodeFrame(JSON.stringify(reply)));
+    if (socket.destroyed) return;
+    socket.setTimeout(this.#limits.readTimeoutMs, () => socket.destroy());
+    socket.end(encodeFrame(JSON.stringify(reply)), () => socket.destroy());
+  }
+
+  /**
+   * A connection the server is done waiting for: the refusal is written (a small frame on an
+   * unwritten socket goes to the kernel at once) and the descriptor closed now, not once the
+   * peer closes its side, which an idle peer never does.
+   */
+  #turnAway(socket: Socket, err: WeightdError): void {
+    if (socket.destroyed) return;
+    socket.write(encodeFrame(JSON.stringify(refusal(err))));
+    socket.destroy();
   }
 }
 

@@ -25,6 +25,13 @@ import { DEFAULT_SERVE_LIMITS, serveLimits, type ServeLimits } from './serveLimi
 import { SocketListener } from './socketListener.js';
 import { WatchTable } from './watchTable.js';
 import type { DeviceServices } from './deviceServices.js';
+import { descriptorBudget, type ListenerShare } from './descriptorBudget.js';
+
+/**
+ * Connections of one device's socket that no other listener can take (descriptorBudget.ts): enough
+ * for the engine processes of the GPU, whatever floods elsewhere. Beyond them it shares the reserve.
+ */
+const GUARANTEED_CONNECTIONS = 32;
 
 export interface DeviceServerOptions {
   deviceUuid: string;
@@ -69,6 +76,7 @@ export class DeviceServer implements ConnectionHandler, DeviceServices {
   /** One budget for every line a peer can cause, so no mix of misdeeds floods the log. */
   #peerLog = new LogLimiter(20, DEFAULT_SERVE_LIMITS.logWindowMs, this.#logDropped);
   #nextConnectionId = 1;
+  #share: ListenerShare | undefined;
   #closed = false;
   #sweep: NodeJS.Timeout | undefined;
 
@@ -143,6 +151,7 @@ export class DeviceServer implements ConnectionHandler, DeviceServices {
       // Read here, not in the constructor: a bad environment value fails listen(), as a start-up error.
       this.#limits = serveLimits(this.#options.limits);
       this.#peerLog = new LogLimiter(20, this.#limits.logWindowMs, this.#logDropped);
+      this.#share = descriptorBudget().share({ name: `socket of device ${this.deviceUuid}`, cap: this.#limits.maxConnections, guaranteed: GUARANTEED_CONNECTIONS, trusted: true });
       const path = await this.#listener.listen((socket) => this.#onConnection(socket));
       // Files are checked here too, so a change is found (and the model reloaded) with no client asking.
       this.#sweep = setInterval(() => {
@@ -171,6 +180,8 @@ export class DeviceServer implements ConnectionHandler, DeviceServices {
     this.#peerLog.flush();
     for (const c of this.#connections.values()) c.destroy();
     this.#listener.close();
+    this.#share?.close();
+    this.#share = undefined;
   }
 
   /**
@@ -205,11 +216,11 @@ export class DeviceServer implements ConnectionHandler, DeviceServices {
   }
 
   #onConnection(socket: Socket): void {
-    if (this.#closed) {
+    if (this.#closed || !this.#share) {
       socket.destroy();
       return;
     }
-    const admission = admitPeer(socket, { uid: this.#uid, openConnections: this.#connections.size, maxConnections: this.#limits.maxConnections });
+    const admission = admitPeer(socket, { uid: this.#uid, share: this.#share });
     if (!admission.admitted) {
       if (admission.otherUser) this.counters.refusedPeers++;
       this.#peerLog.allow(() => this.#log.warn({ ...admission.fields, socket: this.#listener.path }, admission.message));

@@ -6,7 +6,7 @@ import { MAX_REQUEST_BYTES } from './frameCodec.js';
 export interface ServeLimits extends ConnectionLimits {
   /** How often leases of exited clients are looked for (they are also checked on release). */
   leaseSweepMs: number;
-  /** Connections beyond this are closed at once. */
+  /** The most connections the socket holds; beyond them (or its share of the descriptor budget, descriptorBudget.ts) one is closed at once. */
   maxConnections: number;
   /** Log window of peer-caused lines (protocol errors, refusals): 20 lines, then a count. */
   logWindowMs: number;

@@ -11,8 +11,8 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { controlRequest } from '../../src/cli/runCtl.js';
 import { ControlServer, type ControlTarget } from '../../src/control/controlServer.js';
-import { MAX_CONTROL_REQUEST_BYTES } from '../../src/control/controlProtocol.js';
-import { encodeFrame } from '../../src/serve/frameCodec.js';
+import { DEFAULT_CONTROL_LIMITS, MAX_CONTROL_REQUEST_BYTES, type ControlLimits } from '../../src/control/controlProtocol.js';
+import { encodeFrame, FrameDecoder, parsePayload } from '../../src/serve/frameCodec.js';
 import { startDaemon } from '../helpers/daemon.js';
 import { waitUntil } from '../helpers/keeper.js';
 import { exampleModel, freshSocketDir, freshTempDir, mainJs } from '../helpers/paths.js';
@@ -67,7 +67,7 @@ test('weightd ctl lists, loads a new version beside the old, says a loaded model
 });
 
 /** A control server over a fake node, for the bounds. */
-async function fakeControl(limits: { burst: number; perSecond: number }) {
+async function fakeControl(limits: Partial<ControlLimits>) {
   const calls: string[] = [];
   const target: ControlTarget = {
     load: async (r) => (calls.push(`load ${r.model}`), { name: 'x', fingerprint: 'f', alreadyLoaded: false, model: {} as never, evicted: [] }),
@@ -106,6 +106,71 @@ test('control requests are rate limited, bounded in size and checked against the
     assert.equal(fresh.calls, []);
   } finally {
     fresh.server.close();
+  }
+});
+
+/**
+ * A peer that connects and sends nothing, and never closes its side even when the daemon closes
+ * its own (as `nc` or a stuck script would): resolves with what it was sent once the daemon is done with it.
+ */
+function idlePeer(path: string): { connected: Promise<void>; answered: Promise<string>; close(): void } {
+  const s = connect({ path, allowHalfOpen: true });
+  const decoder = new FrameDecoder(1 << 20);
+  let got = 'nothing';
+  s.on('data', (d) => {
+    const [frame] = decoder.push(d);
+    if (frame) got = (parsePayload(frame) as { error: { code: string } }).error.code;
+  });
+  s.on('error', () => {});
+  const connected = new Promise<void>((resolve) => s.once('connect', resolve));
+  const answered = new Promise<string>((resolve) => s.once('end', () => resolve(got)).once('close', () => resolve(got)));
+  return { connected, answered, close: () => s.destroy() };
+}
+
+test('idle control connections are closed at the read deadline, so a ctl command gets in after them', async () => {
+  const { server, path, calls } = await fakeControl({ readTimeoutMs: 50 });
+  const idle = Array.from({ length: DEFAULT_CONTROL_LIMITS.maxConnections }, () => idlePeer(path));
+  try {
+    assert.equal(await Promise.all(idle.map((p) => p.answered)), idle.map(() => 'E_READ_TIMEOUT'));
+    // Each was closed on the daemon's side when it was told, not left half-open until the peer
+    // closed: otherwise the cap still counts all 16 and this command is shut out.
+    const reply = await controlRequest(path, { cmd: 'list' }).then(
+      (r) => (r.ok ? 'answered' : r.error.code),
+      (e: Error) => e.message,
+    );
+    assert.is(reply, 'answered');
+    assert.equal(calls, ['list']);
+  } finally {
+    for (const p of idle) p.close();
+    server.close();
+  }
+});
+
+test('a control connection over the cap is refused with a frame naming the cap, not closed in silence', async () => {
+  const { server, path, calls } = await fakeControl({ readTimeoutMs: 60_000 });
+  const cap = DEFAULT_CONTROL_LIMITS.maxConnections;
+  const idle = Array.from({ length: cap }, () => idlePeer(path));
+  try {
+    await Promise.all(idle.map((p) => p.connected));
+    // Accepted in the order they connected: the one after the cap's worth is over it.
+    const over = await new Promise<{ ok: boolean; error: { code: string; message: string; details: { limit: number } } }>((resolve, reject) => {
+      const s = connect(path);
+      const decoder = new FrameDecoder(1 << 20);
+      s.on('data', (d) => {
+        const [frame] = decoder.push(d);
+        if (frame) resolve(parsePayload(frame) as never);
+      });
+      s.on('error', () => {});
+      s.on('close', () => reject(new Error('closed with no reply')));
+    });
+    assert.is(over.ok, false);
+    assert.is(over.error.code, 'E_TOO_MANY_CONNECTIONS');
+    assert.is(over.error.details.limit, cap);
+    assert.match(over.error.message, new RegExp(`holds ${cap} connections, its most, and refused this one; try again once they are answered \\(an idle one is closed after 60000 ms\\)`));
+    assert.equal(calls, []);
+  } finally {
+    for (const p of idle) p.close();
+    server.close();
   }
 });
 
