@@ -1,27 +1,55 @@
 // The node's HTTP window for operators and developers (opt-in: --inspect-port):
-//   /healthz      200 when ready, else 503 with the state (readiness probes)
+//   /healthz      200 while the node's own model serves, else 503 (readiness probes; statusView.ts serves())
 //   /status       the node's status as JSON (statusView.ts)
 //   /metrics      Prometheus text (nodeMetrics.ts)
 //   /statechart   the live state-chart page; /statechart.json its charts; /events its SSE feed
 // Bound to loopback unless asked otherwise. Read-only: nothing here changes the node.
+// Loopback TCP has no uid check, so any local user may connect: the server holds at most its own
+// share of the process's descriptors (descriptorBudget.ts; none of the reserve the device and
+// control sockets keep), answers a connection over it 503 and closes it at once, and bounds how
+// long a connection may take to send its request and how long it may sit idle.
 import { createReadStream } from 'node:fs';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import { isIP } from 'node:net';
+import { isIP, type Socket } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { UsageError } from '../errors.js';
 import type { Logger } from '../log.js';
 import type { NodeStatus } from '../nodeStatus.js';
+import { descriptorBudget, type ListenerShare } from '../serve/descriptorBudget.js';
+import { LogLimiter } from '../serve/logLimiter.js';
 import type { EventFeed, NodeEvent } from './eventFeed.js';
 import { chartStates, chartToMermaid, type MachineChart } from './machineToMermaid.js';
 import type { NodeMetrics } from './nodeMetrics.js';
 import { STATECHART_CSS, STATECHART_HTML, STATECHART_JS } from './statechartPage.js';
-import { toStatusView } from './statusView.js';
+import { ownModelState, serves, toStatusView } from './statusView.js';
 
 /** How often connected pages get the status when it changed between events (load progress). */
 const STATUS_PUSH_MS = 500;
 /** A comment line this often keeps proxies (kubectl port-forward, nginx) from closing a quiet stream. */
 const KEEPALIVE_MS = 15_000;
 const MAX_STREAMS = 32;
+
+/** The bounds of the server's connections (docs/operations.md, "The inspect server"). */
+export interface InspectLimits {
+  /** Connections held at once: room for probes and scrapers beside MAX_STREAMS open pages. */
+  maxConnections: number;
+  /** From connecting to the end of a request's headers. */
+  headersTimeoutMs: number;
+  /** From connecting to the end of a request. */
+  requestTimeoutMs: number;
+  /** A kept-alive connection with no request. */
+  keepAliveTimeoutMs: number;
+  /**
+   * A connection on which nothing moves: a reply its client does not read. Above KEEPALIVE_MS, so
+   * an event stream whose page reads it never meets it.
+   */
+  idleTimeoutMs: number;
+}
+
+export const DEFAULT_INSPECT_LIMITS: InspectLimits = { maxConnections: 64, headersTimeoutMs: 5_000, requestTimeoutMs: 10_000, keepAliveTimeoutMs: 5_000, idleTimeoutMs: 30_000 };
+
+const BUSY_BODY = 'the inspect server holds as many connections as it may; try again shortly\n';
+const BUSY_RESPONSE = `HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nContent-Length: ${BUSY_BODY.length}\r\nConnection: close\r\n\r\n${BUSY_BODY}`;
 
 export interface InspectServerOptions {
   host: string;
@@ -33,6 +61,7 @@ export interface InspectServerOptions {
   metrics: NodeMetrics;
   /** The machines the page draws: the supervisor first, then (on a group) the coordinator, then the ranks' serving lifecycle. */
   charts: MachineChart[];
+  limits?: Partial<InspectLimits>;
 }
 
 /** Whether `host` (a bind address or a Host header's name) only reaches this machine. */
@@ -65,6 +94,8 @@ export class InspectServer {
   readonly #mermaidJs = asset('mermaid/dist/mermaid.min.js');
   readonly #loadProgressJs = fileURLToPath(new URL('./loadProgress.js', import.meta.url));
   readonly #unsubscribe: () => void;
+  readonly #share: ListenerShare;
+  readonly #refusedLog: LogLimiter;
   #timer: NodeJS.Timeout | undefined;
   #lastPushed = '';
   #lastWrite = 0;
@@ -79,7 +110,22 @@ export class InspectServer {
         mermaidIds: Object.fromEntries(chartStates(chart).map((s) => [s.path.join('.'), s.mermaidId])),
       })),
     });
-    this.#server = createServer((req, res) => this.#handle(req, res));
+    const limits = { ...DEFAULT_INSPECT_LIMITS, ...o.limits };
+    this.#server = createServer(
+      {
+        headersTimeout: limits.headersTimeoutMs,
+        requestTimeout: limits.requestTimeoutMs,
+        keepAliveTimeout: limits.keepAliveTimeoutMs,
+        // How often the two timeouts above are checked: they are met within this much.
+        connectionsCheckingInterval: Math.min(1_000, limits.headersTimeoutMs),
+      },
+      (req, res) => this.#handle(req, res),
+    );
+    this.#server.setTimeout(limits.idleTimeoutMs);
+    this.#share = descriptorBudget().share({ name: 'inspect server', cap: limits.maxConnections, guaranteed: limits.maxConnections, trusted: false });
+    this.#refusedLog = new LogLimiter(20, 10_000, (dropped) => o.log.warn({ dropped }, `${dropped} more inspect connections over its share were not logged`));
+    // Before the HTTP server's own listener: a connection over the share is never parsed.
+    this.#server.prependListener('connection', (socket: Socket) => this.#admit(socket));
     this.#unsubscribe = o.feed.subscribe((e) => this.#onEvent(e));
   }
 
@@ -89,12 +135,14 @@ export class InspectServer {
     await new Promise<void>((resolve, reject) => {
       s.#server.once('error', (err: NodeJS.ErrnoException) => {
         s.#unsubscribe();
+        s.#share.close();
         const why = err.code === 'EADDRINUSE' ? 'is in use' : err.code === 'EADDRNOTAVAIL' ? 'is not an address of this machine' : `cannot be bound (${err.code ?? err.message})`;
         reject(new UsageError('E_INSPECT_BIND', `--inspect-host ${o.host} --inspect-port ${o.port}: ${why}; choose another port or address`, { host: o.host, port: o.port }, { cause: err }));
       });
       s.#server.listen(o.port, o.host, () => resolve());
     });
     const { port } = s.#server.address() as { port: number };
+    o.log.debug({ maxConnections: s.#share.cap }, 'inspect server connections');
     s.#url = `http://${isIP(o.host) === 6 ? `[${o.host}]` : o.host}:${port}`;
     s.#server.on('error', (err) => o.log.error({ err }, 'inspect server error'));
     if (isLoopback(o.host)) {
@@ -125,6 +173,20 @@ export class InspectServer {
     const cut = setTimeout(() => this.#server.closeAllConnections(), 1000);
     await closed;
     clearTimeout(cut);
+    this.#refusedLog.flush();
+    this.#share.close();
+  }
+
+  /** Takes a descriptor of the share for a new connection, or answers 503 and closes it. */
+  #admit(socket: Socket): void {
+    const refused = this.#share.take(socket);
+    if (!refused) return;
+    this.#refusedLog.allow(() => this.#o.log.warn({ remote: socket.remoteAddress, limit: refused.limit }, `refused an inspect connection: ${refused.message}`));
+    socket.on('error', () => {});
+    // A short reply on a fresh socket is in the kernel at once; the descriptor is closed now,
+    // not after the peer, who may be the flood, closes its side.
+    socket.write(BUSY_RESPONSE);
+    socket.destroy();
   }
 
   #handle(req: IncomingMessage, res: ServerResponse): void {
@@ -147,8 +209,11 @@ export class InspectServer {
         this.#send(res, 200, 'text/plain', 'weightd inspect server\n  /healthz\n  /status\n  /metrics\n  /statechart\n  /statechart.json\n  /events\n');
         return;
       case '/healthz': {
-        const state = this.#o.status().state;
-        this.#send(res, state === 'ready' ? 200 : 503, 'application/json', `${JSON.stringify({ ready: state === 'ready', state })}\n`);
+        const status = this.#o.status();
+        const ready = serves(status);
+        // Once the node is ready, its own model's state says why it may not serve (draining, released).
+        const model = ownModelState(status);
+        this.#send(res, ready ? 200 : 503, 'application/json', `${JSON.stringify({ ready, state: status.state, ...(model ? { model } : {}) })}\n`);
         return;
       }
       case '/status':

@@ -79,7 +79,7 @@ export class NodeMetrics {
     gauge('weightd_node_state', 'Supervisor state: 1 for the current one, 0 for the others.', ['state'], (g, v) => {
       for (const s of o.states()) g.set({ state: s }, s === v.state ? 1 : 0);
     });
-    gauge('weightd_node_ready', '1 when every local rank is serving (what /healthz reports).', [], (g, v) => g.set(v.state === 'ready' ? 1 : 0));
+    gauge('weightd_node_ready', "1 while the node's own model serves on every one of its ranks (what /healthz reports).", [], (g, v) => g.set(v.ready ? 1 : 0));
     gauge('weightd_group_ready', '1 once every node of the group has reported ready.', [], (g, v) => g.set(v.groupReady ? 1 : 0));
     gauge('weightd_rank_state', 'Rank state: 1, with the state as a label (one series per rank).', [...RANK_LABELS, 'state'], (g, v) => {
       for (const r of v.ranks) g.set({ ...rankLabels(r), state: r.state }, 1);

@@ -3,7 +3,7 @@
 // (CUDA IPC handles) and error stacks are left out: the HTTP port may be reachable by users the
 // 0600 sockets keep out.
 import type { IdentityChange } from '../files/fileIdentity.js';
-import type { ModelState, NodeStatus, RankState, ServedRankStatus } from '../nodeStatus.js';
+import type { ModelState, ModelStatus, NodeStatus, RankState, ServedRankStatus } from '../nodeStatus.js';
 import type { RankTableEntry } from '../rendezvous/rankTable.js';
 import type { ServeStatus } from '../serve/protocol.js';
 import { nodeProgress, rankProgress, type LoadProgress } from './loadProgress.js';
@@ -63,6 +63,8 @@ export interface StatusView {
   time: string;
   pid: number;
   state: NodeStatus['state'];
+  /** What /healthz and weightd_node_ready report (serves() below). */
+  ready: boolean;
   nodeRank: number;
   nnodes: number;
   tpSize: number;
@@ -89,6 +91,35 @@ export interface StatusView {
   failure: { name: string; code: string; message: string; localRank: number | null; globalRank: number | null } | null;
 }
 
+/**
+ * Whether the node serves what it was started for: it is ready, and a version of its own model
+ * (the one --model named first, or a newer version of that name that took its place) serves on
+ * every one of its ranks. Other models do not count: they come and go with `ctl load` and
+ * `unload`, and each has its state in `models`. So `ctl unload` of the own model, its eviction, or
+ * a client's `release` of one of its ranks makes the node not ready, until a version of that name
+ * serves again.
+ */
+export function serves(s: NodeStatus): boolean {
+  return s.state === 'ready' && ownVersions(s).some(servesOnEveryRank);
+}
+
+/** The state of the own model's name once the node is ready: of the version that serves, else of the newest. */
+export function ownModelState(s: NodeStatus): ModelState | undefined {
+  if (s.state !== 'ready') return undefined;
+  const versions = ownVersions(s);
+  return (versions.find(servesOnEveryRank) ?? versions.at(-1))?.state;
+}
+
+function ownVersions(s: NodeStatus): ModelStatus[] {
+  const name = s.models.find((m) => m.own)?.name;
+  return s.models.filter((m) => m.name === name);
+}
+
+/** A rank with no socket known (a status taken without the servers) counts by its own state. */
+function servesOnEveryRank(m: ModelStatus): boolean {
+  return m.state === 'serving' && m.ranks.length > 0 && m.ranks.every((r) => r.state === 'serving' && (r.serve ?? 'serving') === 'serving');
+}
+
 export function toStatusView(s: NodeStatus): StatusView {
   const reported = new Map(s.peers.map((p) => [p.nodeRank, p]));
   const hosts = new Map(s.rankTable.map((e) => [e.nodeRank, e.hostName]));
@@ -108,6 +139,7 @@ export function toStatusView(s: NodeStatus): StatusView {
     time: new Date().toISOString(),
     pid: process.pid,
     state: s.state,
+    ready: serves(s),
     nodeRank: s.nodeRank,
     nnodes: s.nnodes,
     tpSize: s.tpSize,

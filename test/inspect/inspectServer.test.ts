@@ -53,7 +53,7 @@ test('/healthz: 503 with the state until ready, then 200', async () => {
     h.toReady();
     const ready = await httpGet(`${h.url}/healthz`);
     assert.is(ready.status, 200);
-    assert.equal(JSON.parse(ready.body), { ready: true, state: 'ready' });
+    assert.equal(JSON.parse(ready.body), { ready: true, state: 'ready', model: 'serving' });
     assert.is((await httpGet(`${h.url}/healthz`, { method: 'HEAD' })).body, '', 'HEAD has no body');
   } finally {
     await h.server.close();

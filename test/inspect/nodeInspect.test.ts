@@ -12,6 +12,7 @@ import { startDaemon } from '../helpers/daemon.js';
 import { weightdMemfds } from '../helpers/memfds.js';
 import { exampleModel, freshSocketDir } from '../helpers/paths.js';
 import { runCli } from '../helpers/runCli.js';
+import { waitUntil } from '../helpers/keeper.js';
 import { faultyRankWorker } from '../actors/fixtures/faultyRankWorker.js';
 import { httpGet } from './httpGet.js';
 
@@ -61,6 +62,31 @@ test('API: inspect server up with the node, status/metrics/events agree, closed 
     () => assert.unreachable('the server closes with the node'),
     (err: NodeJS.ErrnoException) => assert.is(err.code, 'ECONNREFUSED'),
   );
+});
+
+test("health means serving: once the node's own model is unloaded, /healthz, /status and the metrics say not ready; a new version of its name makes it ready again", async () => {
+  const node = await startNode({ model: exampleModel, tensorParallelSize: 1, device: 'host', socketDir: freshSocketDir(), logger: silent, inspect: { port: 0 } });
+  const url = node.inspectUrl!;
+  /** What each of the three says, read at once. */
+  const health = async () => {
+    const h = await httpGet(`${url}/healthz`);
+    const status = JSON.parse((await httpGet(`${url}/status`)).body) as { state: string; ready: boolean };
+    const gauge = /^weightd_node_ready (\d)$/m.exec(await node.metrics())?.[1];
+    return { healthz: h.status, body: JSON.parse(h.body), status: [status.state, status.ready], metric: gauge };
+  };
+  try {
+    await node.ready;
+    assert.equal(await health(), { healthz: 200, body: { ready: true, state: 'ready', model: 'serving' }, status: ['ready', true], metric: '1' });
+    await node.unload(node.config.name);
+    await waitUntil('the own model is released', () => node.status().models[0]!.state === 'released');
+    // The supervisor is still ready (other models could serve), but what the node was started for is not served.
+    assert.equal(await health(), { healthz: 503, body: { ready: false, state: 'ready', model: 'released' }, status: ['ready', false], metric: '0' });
+    const again = await node.load({ model: exampleModel, name: node.config.name });
+    assert.is(again.model.state, 'serving');
+    assert.equal(await health(), { healthz: 200, body: { ready: true, state: 'ready', model: 'serving' }, status: ['ready', true], metric: '1' });
+  } finally {
+    await node.stop();
+  }
 });
 
 test('API: a rank failure is counted by its code; the progress lines are logged', async () => {
