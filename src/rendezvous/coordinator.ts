@@ -12,6 +12,7 @@ import type { Logger } from '../log.js';
 import { stateName } from '../machines/stateName.js';
 import { coordinatorMachine, type Claim, type CoordinatorEvent, type CoordinatorPhase } from '../machines/coordinator.js';
 import { ModelGroups } from './modelGroups.js';
+import { descriptorBudget, type ListenerShare } from '../serve/descriptorBudget.js';
 import { LogLimiter } from '../serve/logLimiter.js';
 import type { GroupExpectation, Rejection } from './checkJoin.js';
 import { PeerSocket } from './peerSocket.js';
@@ -63,6 +64,8 @@ export class Coordinator {
   readonly #pending = new Set<Link>();
   /** Lines strangers can cause (dropped, evicted, turned away): 20 per window, then a count. */
   readonly #strangerLog: LogLimiter;
+  /** Its part of the process's descriptors (TCP, open to strangers: none of the reserve). */
+  readonly #share: ListenerShare;
   readonly #group: Actor<typeof coordinatorMachine>;
   /** Models loaded across the group while it serves, one swap per name (src/machines/modelGroup.ts). */
   readonly #models: ModelGroups;
@@ -88,6 +91,9 @@ export class Coordinator {
     this.#server = server;
     this.#opts = opts;
     this.#log = opts.log.child({ component: 'coordinator' });
+    // Every node's link (a rejoining node's new one beside its old), and the pending.
+    const cap = PENDING_BUDGET + 2 * opts.expect.nnodes;
+    this.#share = descriptorBudget().share({ name: 'rendezvous coordinator', cap, guaranteed: cap, trusted: false });
     this.#strangerLog = new LogLimiter(20, 10_000, (dropped) => this.#log.warn({ dropped }, `${dropped} more dropped, evicted or turned-away rendezvous connections were not logged`));
     const address = server.address() as { address: string; port: number };
     this.host = address.address;
@@ -173,6 +179,7 @@ export class Coordinator {
     this.#dispatch({ type: 'CLOSE' });
     this.#models.close();
     this.#server.close();
+    this.#share.close();
     this.#strangerLog.flush();
     for (const link of this.#links.values()) {
       clearTimeout(link.handshake);
@@ -203,6 +210,19 @@ export class Coordinator {
       socket.destroy();
       return;
     }
+    if (this.#pending.size >= PENDING_BUDGET) this.#evictPending();
+    let refused = this.#share.take(socket);
+    // A share spent (a low RLIMIT_NOFILE grants less than PENDING_BUDGET) evicts as a full pending
+    // budget does, so that strangers cannot keep a node out either way.
+    if (refused && this.#pending.size > 0) {
+      this.#evictPending();
+      refused = this.#share.take(socket);
+    }
+    if (refused) {
+      this.#strangerLog.allow(() => this.#log.warn({ remote: socket.remoteAddress, limit: refused.limit }, `turned away a rendezvous connection: ${refused.message}`));
+      socket.destroy();
+      return;
+    }
     const nonce = randomBytes(24).toString('base64');
     const link: Link = {
       id: this.#nextLinkId++,
@@ -219,7 +239,6 @@ export class Coordinator {
         this.#opts.timing.joinMs,
       ),
     };
-    if (this.#pending.size >= PENDING_BUDGET) this.#evictPending();
     this.#links.set(link.id, link);
     this.#pending.add(link);
     void link.conn.send({ type: 'hello', protocolVersion: RDZV_PROTOCOL_VERSION, nonce });

@@ -9,8 +9,9 @@
 //   - each listener has a cap and a guarantee, descriptors set aside for it alone;
 //   - what is left, the shared reserve, goes to trusted listeners only (Unix sockets whose peers
 //     are checked to be the daemon's user: the device sockets and the control socket), beyond
-//     their guarantee and up to their cap. An untrusted listener (TCP: the inspect server) holds
-//     its guarantee and no more.
+//     their guarantee and up to their cap. An untrusted listener (TCP: the inspect server, the
+//     rendezvous coordinator) holds its guarantee and no more, and the untrusted together are
+//     guaranteed at most a quarter of what connections may hold, whatever order they start in.
 // No listener can then take what another is guaranteed, and no stranger what the reserve holds.
 import { readFileSync } from 'node:fs';
 import type { Duplex } from 'node:stream';
@@ -55,7 +56,8 @@ export class DescriptorBudget {
    * when that is less than asked (a low RLIMIT_NOFILE): `share.guaranteed` says what it got.
    */
   share(asked: ListenerBudget): ListenerShare {
-    const free = Math.max(0, this.pool - this.#guaranteedTotal());
+    let free = Math.max(0, this.pool - this.#guaranteedTotal());
+    if (!asked.trusted) free = Math.min(free, Math.max(0, Math.floor(this.pool / 4) - this.#guaranteedTotal((s) => !s.trusted)));
     const guaranteed = Math.min(asked.trusted ? asked.guaranteed : asked.cap, asked.cap, free);
     const share = new ListenerShare(this, { ...asked, guaranteed, cap: asked.trusted ? asked.cap : guaranteed });
     this.#shares.add(share);
@@ -74,9 +76,9 @@ export class DescriptorBudget {
     this.#shares.delete(share);
   }
 
-  #guaranteedTotal(): number {
+  #guaranteedTotal(which: (s: ListenerShare) => boolean = () => true): number {
     let n = 0;
-    for (const s of this.#shares) n += s.guaranteed;
+    for (const s of this.#shares) if (which(s)) n += s.guaranteed;
     return n;
   }
 }

@@ -22,6 +22,8 @@ export interface DaemonOptions {
   until?: RegExp;
   /** What node runs instead of dist/main.js: a fixture node of the same flags (test/rendezvous/fixtures/faultyNode.js). */
   script?: string;
+  /** A program the daemon runs under, which must exec it (so the pid is the daemon's): ['prlimit', '--nofile=256:256']. */
+  prefix?: string[];
 }
 
 export interface Daemon {
@@ -65,7 +67,8 @@ function spawnDaemon(opts: DaemonOptions): { child: ChildProcess; devices: strin
   const devices = opts.devices ?? Array.from({ length: tp }, (_, i) => `t${process.pid}-${counter}-${i}`);
   counter++;
   const args = [opts.script ?? mainJs, '--model', opts.model, '-tp', String(tp), '--device', opts.device ?? 'host', ...(opts.socketDir ? ['--weight-cache-socket-dir', opts.socketDir] : []), ...(opts.extraArgs ?? [])];
-  const child = spawn(process.execPath, args, {
+  const [command, ...prefixArgs] = [...(opts.prefix ?? []), process.execPath];
+  const child = spawn(command!, [...prefixArgs, ...args], {
     cwd: repoRoot,
     env: { ...process.env, WEIGHTD_HOST_DEVICES: devices.join(','), ...opts.env },
     stdio: ['ignore', 'ignore', 'pipe'],

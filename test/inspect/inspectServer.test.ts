@@ -1,5 +1,6 @@
 // The inspect server against a supervisor driven by hand (fake children): each endpoint, what
 // it must never publish, the loopback guard, the live event stream, and closing.
+import { connect, type Socket } from 'node:net';
 import { Writable } from 'node:stream';
 import pino from 'pino';
 import { test } from 'uvu';
@@ -7,12 +8,13 @@ import * as assert from 'uvu/assert';
 import { createActor } from 'xstate';
 import { UsageError } from '../../src/errors.js';
 import { EventFeed } from '../../src/inspect/eventFeed.js';
-import { InspectServer, isLoopback } from '../../src/inspect/inspectServer.js';
+import { InspectServer, isLoopback, type InspectLimits } from '../../src/inspect/inspectServer.js';
 import { machineToChart, machineToMermaid } from '../../src/inspect/machineToMermaid.js';
 import { NodeMetrics } from '../../src/inspect/nodeMetrics.js';
 import { supervisorMachine } from '../../src/machines/supervisor.js';
 import { statusOf } from '../../src/startNode.js';
 import { FakeWorld, fakeConfig, fakeInput, fakePrepared, fakeRankTable } from '../helpers/fakeNode.js';
+import { waitUntil } from '../helpers/keeper.js';
 import { httpGet, SseStream } from './httpGet.js';
 
 type Ev = Parameters<ReturnType<typeof createActor<typeof supervisorMachine>>['send']>[0];
@@ -20,7 +22,7 @@ const device = (r: number) => ({ backend: 'host' as const, index: r, uuid: `fake
 const HANDLE = 'c2VjcmV0LWlwYy1oYW5kbGUtb2YtNjQtYnl0ZXMtLS0tLS0tLS0tLS0tLS0tLS0tLQ==';
 const chart = machineToChart(supervisorMachine);
 
-async function harness(host = '127.0.0.1') {
+async function harness(host = '127.0.0.1', limits?: Partial<InspectLimits>) {
   const logLines: Array<Record<string, unknown>> = [];
   const log = pino({ level: 'info' }, new Writable({ write(c, _e, cb) { logLines.push(JSON.parse(String(c))); cb(); } }));
   const feed = new EventFeed();
@@ -28,7 +30,7 @@ async function harness(host = '127.0.0.1') {
   actor.start();
   const status = () => statusOf(actor.getSnapshot(), fakeConfig());
   const metrics = new NodeMetrics({ status, feed, states: () => chart.states.map((s) => s.key) });
-  const server = await InspectServer.listen({ host, port: 0, log, status, feed, metrics, charts: [chart] });
+  const server = await InspectServer.listen({ host, port: 0, log, status, feed, metrics, charts: [chart], limits });
   const send = (e: unknown) => actor.send(e as Ev);
   const toLoading = () => {
     send({ type: 'xstate.done.actor.prepare', output: fakePrepared });
@@ -42,6 +44,34 @@ async function harness(host = '127.0.0.1') {
   };
   return { server, url: server.url, send, toLoading, toReady, logLines, metrics, actor };
 }
+
+test('connections over the cap are answered 503 and closed at once; /healthz answers once they go', async () => {
+  const h = await harness('127.0.0.1', { maxConnections: 2 });
+  const held: Socket[] = [];
+  try {
+    h.toReady();
+    for (let i = 0; i < 2; i++) {
+      const s = connect(Number(new URL(h.url).port), '127.0.0.1');
+      held.push(s);
+      await new Promise((resolve) => s.once('connect', resolve));
+    }
+    // Accepted after the two: over the cap. It sends nothing, so nothing it sent is lost to a reset.
+    const over = await new Promise<string>((resolve) => {
+      const s = connect(Number(new URL(h.url).port), '127.0.0.1');
+      let got = '';
+      s.on('data', (d) => (got += d));
+      s.on('error', () => {});
+      s.on('close', () => resolve(got));
+    });
+    assert.match(over, /^HTTP\/1\.1 503 Service Unavailable\r\n[^]*\r\n\r\nthe inspect server holds as many connections as it may; try again shortly\n$/);
+    assert.ok(h.logLines.some((l) => l.msg === 'refused an inspect connection: inspect server: 2 connections are open, its most'), JSON.stringify(h.logLines));
+    for (const s of held) s.destroy();
+    await waitUntil('/healthz answers once the held connections are gone', async () => (await httpGet(`${h.url}/healthz`)).status === 200);
+  } finally {
+    for (const s of held) s.destroy();
+    await h.server.close();
+  }
+});
 
 test('/healthz: 503 with the state until ready, then 200', async () => {
   const h = await harness();
