@@ -115,9 +115,9 @@ function ownVersions(s: NodeStatus): ModelStatus[] {
   return s.models.filter((m) => m.name === name);
 }
 
-/** A rank with no socket known (a status taken without the servers) counts by its own state. */
+/** A stale version refuses get_state. A rank with no socket known (a status taken without the servers) counts by its own state. */
 function servesOnEveryRank(m: ModelStatus): boolean {
-  return m.state === 'serving' && m.ranks.length > 0 && m.ranks.every((r) => r.state === 'serving' && (r.serve ?? 'serving') === 'serving');
+  return m.state === 'serving' && !m.stale && m.ranks.length > 0 && m.ranks.every((r) => r.state === 'serving' && (r.serve ?? 'serving') === 'serving');
 }
 
 export function toStatusView(s: NodeStatus): StatusView {
