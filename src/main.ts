@@ -7,7 +7,7 @@ import { parseCommand } from './cli/parseArgs.js';
 import { ShardingError, UsageError, WeightdError, type SerializedError } from './errors.js';
 import { flushLogger, writeCliError } from './log.js';
 import { STOP_TIMEOUT_MS } from './machines/supervisor.js';
-import { endProcess, pendingThreadWork, STOP_SIGNALS, type StopSignal } from './endProcess.js';
+import { endProcess, settledThreadWork, STOP_SIGNALS, THREAD_WORK_GRACE_MS, type StopSignal } from './endProcess.js';
 
 export { STOP_SIGNALS } from './endProcess.js';
 
@@ -75,6 +75,8 @@ async function main(argv: string[]): Promise<number> {
     node = await startNode(cli.options);
   } catch (err) {
     await endWarmup();
+    // A refusal found while reading the checkpoint can leave its sibling reads in flight.
+    await settledThreadWork();
     if (err instanceof UsageError) {
       writeCliError(err.message, { code: err.code });
       return 2;
@@ -125,9 +127,9 @@ async function main(argv: string[]): Promise<number> {
   await endWarmup();
   // Flushed first, so that a log write still in flight is not taken for a blocked thread.
   await flushLogger(started.log);
-  const pending = pendingThreadWork();
+  const pending = await settledThreadWork();
   if (pending.length > 0) {
-    started.log.warn({ pending, signal: stopSignal }, `stopped, but threads are still blocked (${pending.join(', ')}); ending the process by a signal, since exiting would wait for them`);
+    started.log.warn({ pending, signal: stopSignal }, `stopped, but threads are still blocked ${THREAD_WORK_GRACE_MS / 1000} s later (${pending.join(', ')}); ending the process by a signal, since exiting would wait for them`);
     await flushLogger(started.log);
   }
   return result.state === 'stopped' ? 0 : isUsageFailure(result.failure) ? 2 : 1;

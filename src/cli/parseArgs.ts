@@ -53,6 +53,8 @@ Exit codes:
   2  bad flags, or flags the checkpoint or machine cannot satisfy (a tp size the model's shapes
      do not divide, --device cuda without a driver, --cuda-handles fd on GPUs that cannot export
      descriptors): restarting cannot help
+  A start never ends by a signal, except when a thread is still blocked in the kernel 2 s after
+  the stop (a hung network filesystem): then by the stop signal, or SIGKILL after a failure
 
 Environment:
   WEIGHTD_TOKEN                  the rendezvous secret, if --weight-cache-token is not given

@@ -1,7 +1,8 @@
 // The daemon's last step ends the process even when a libuv thread is blocked in a call that
 // never returns: process.exit() joins the threadpool and would hang there after the clean stop
-// had run; endProcess() then ends by the stop signal instead. With nothing blocked the exit code
-// stays (0 after a signal stop). No daemon can be made to block a thread from outside (its
+// had run; endProcess() then ends by the stop signal instead, once the grace for work in flight
+// has passed. With nothing blocked the exit code stays (0 after a signal stop), and a request
+// that has only just completed is not a blocked thread. No daemon can be made to block a thread from outside (its
 // checkpoint and plan files are refused unless regular), so a child runs the same function.
 import { execFileSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
@@ -23,7 +24,7 @@ test('a thread blocked on a FIFO open: the process still ends, by the stop signa
   try {
     const fifo = join(dir, 'fifo');
     execFileSync('mkfifo', [fifo]);
-    const ended = await run([fifo, 'listener']);
+    const ended = await run(['fifo', fifo, 'listener']);
     assert.equal(ended.pending, ['FSReqCallback']);
     assert.is(ended.signal, 'SIGTERM');
   } finally {
@@ -31,8 +32,15 @@ test('a thread blocked on a FIFO open: the process still ends, by the stop signa
   }
 });
 
+test('a request that has just failed is not a blocked thread: the exit code is kept', async () => {
+  const ended = await run(['failed-open', 'listener']);
+  assert.equal(ended.pending, []);
+  assert.is(ended.code, 0);
+  assert.is(ended.signal, null);
+});
+
 test('nothing blocked: the exit code is kept', async () => {
-  const ended = await run(['-', 'listener']);
+  const ended = await run(['nothing', 'listener']);
   assert.equal(ended.pending, []);
   assert.is(ended.code, 0);
   assert.is(ended.signal, null);
