@@ -5,42 +5,55 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { isProcessAlive, processIdentity, startTimeFromStat } from '../../src/serve/processLiveness.js';
+import { isProcessAlive, processIdentity, startTimeFromStat, stateFromStat } from '../../src/serve/processLiveness.js';
 import { deviceFileStem } from '../../src/serve/socketDir.js';
 import { fromColumns, toColumns } from '../../src/serve/tensorColumns.js';
 import { TensorColumns, type TensorMeta } from '../../src/serve/protocol.js';
 import { repoRoot } from '../helpers/paths.js';
+import { spawnUnreaped } from '../helpers/unreaped.js';
 
 function vectors<T>(name: string): T {
   return JSON.parse(readFileSync(join(repoRoot, 'test/vectors', name), 'utf8')) as T;
 }
 
 interface NameVector { id: string; stem: string; why: string }
-interface StatVector { line: string; startTime: string | null; why: string }
-interface AliveVector { pid: number | 'self' | 'reaped' | 'init'; startTime: 'self' | 'wrong' | null; alive: boolean; why: string }
+interface StatVector { line: string; state: string | null; startTime: string | null; why: string }
+interface AliveVector { pid: number | 'self' | 'reaped' | 'zombie' | 'init'; startTime: 'self' | 'zombie' | 'wrong' | null; alive: boolean; why: string }
 
 test('socket names: every vector', () => {
   const { vectors: cases } = vectors<{ vectors: NameVector[] }>('socket-names.json');
   for (const v of cases) assert.is(deviceFileStem(v.id), v.stem, `${JSON.stringify(v.id)}: ${v.why}`);
 });
 
-test('liveness: start times read from /proc/<pid>/stat lines', () => {
+test('liveness: states and start times read from /proc/<pid>/stat lines', () => {
   const { stat } = vectors<{ stat: StatVector[] }>('liveness.json');
-  for (const v of stat) assert.is(startTimeFromStat(v.line) ?? null, v.startTime, v.why);
+  for (const v of stat) {
+    assert.is(stateFromStat(v.line) ?? null, v.state, v.why);
+    assert.is(startTimeFromStat(v.line) ?? null, v.startTime, v.why);
+  }
 });
 
-test('liveness: alive or not, for each kind of process', () => {
+test('liveness: alive or not, for each kind of process', async () => {
   const { alive } = vectors<{ alive: AliveVector[] }>('liveness.json');
   const self = processIdentity(process.pid);
   assert.ok(self.startTime, 'this test needs /proc');
   // A child that has exited and been waited for: its pid names no process now.
   const reaped = spawnSync(process.execPath, ['-e', 'console.log(process.pid)'], { encoding: 'utf8' });
-  const pids = { self: process.pid, reaped: Number(reaped.stdout.trim()), init: 1 };
-  const starts = { self: self.startTime, wrong: `${self.startTime}1` };
-  for (const v of alive) {
-    const pid = typeof v.pid === 'number' ? v.pid : pids[v.pid];
-    const id = v.startTime === null ? { pid } : { pid, startTime: starts[v.startTime] };
-    assert.is(isProcessAlive(id), v.alive, `${JSON.stringify(v)}: ${v.why}`);
+  // One that has exited and that nobody has waited for: a zombie until released.
+  const zombie = await spawnUnreaped([process.execPath, '-e', '']);
+  try {
+    await zombie.zombie;
+    const zombieStart = processIdentity(zombie.pid).startTime;
+    assert.ok(zombieStart, 'a zombie still has its /proc/<pid>/stat');
+    const pids = { self: process.pid, reaped: Number(reaped.stdout.trim()), zombie: zombie.pid, init: 1 };
+    const starts = { self: self.startTime, zombie: zombieStart, wrong: `${self.startTime}1` };
+    for (const v of alive) {
+      const pid = typeof v.pid === 'number' ? v.pid : pids[v.pid];
+      const id = v.startTime === null ? { pid } : { pid, startTime: starts[v.startTime] };
+      assert.is(isProcessAlive(id), v.alive, `${JSON.stringify(v)}: ${v.why}`);
+    }
+  } finally {
+    await zombie.release();
   }
 });
 

@@ -3,7 +3,7 @@
 // naming the holder while the first keeps serving; a SIGKILLed daemon's socket and lock are
 // taken over; a socket that still accepts is never unlinked; other users are refused.
 import { spawn } from 'node:child_process';
-import { chmodSync, chownSync, existsSync, mkdirSync, readdirSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
+import { chmodSync, chownSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
@@ -11,8 +11,9 @@ import { expectedFingerprint, findSocket, WeightdClient } from '../../src/client
 import { removeSocketDirIfCreated, resolveSocketDir, socketPathFor } from '../../src/serve/socketDir.js';
 import { ServeError } from '../../src/errors.js';
 import { makeTempDir, removeDir } from '../helpers/checkpoints.js';
-import { expectDaemonFailure, startDaemon, type Daemon } from '../helpers/daemon.js';
-import { exampleModel } from '../helpers/paths.js';
+import { expectDaemonFailure, READY_LINE, startDaemon, type Daemon } from '../helpers/daemon.js';
+import { exampleModel, mainJs } from '../helpers/paths.js';
+import { spawnUnreaped } from '../helpers/unreaped.js';
 import { runClient } from '../client/runClient.js';
 
 const isRoot = process.getuid!() === 0;
@@ -205,6 +206,28 @@ test("a SIGKILLed daemon's stale socket and lock are taken over", async () => {
     assert.equal(readdirSync(tmp), []);
   } finally {
     await second?.stop();
+    removeDir(tmp);
+  }
+});
+
+test('a SIGKILLed daemon that is still an unreaped zombie does not refuse the restart', async () => {
+  const tmp = makeTempDir('zombie');
+  const device = `zombie-${process.pid}`;
+  const first = await spawnUnreaped([process.execPath, mainJs, '--model', exampleModel, '--device', 'host', '--weight-cache-socket-dir', tmp], { ...process.env, WEIGHTD_HOST_DEVICES: device });
+  let second: Daemon | undefined;
+  try {
+    await first.waitFor(READY_LINE);
+    process.kill(first.pid, 'SIGKILL');
+    await first.zombie;
+    assert.match(readFileSync(`/proc/${first.pid}/stat`, 'latin1'), /\) Z /, 'the killed daemon is a zombie');
+    assert.ok(existsSync(`${tmp}/${device}.lock`), 'its lock is still there');
+    second = await startDaemon({ model: exampleModel, socketDir: tmp, devices: [device] });
+    assert.match(second.stderr(), /took over the (device )?lock/);
+    assert.match(second.stderr(), String(first.pid), 'the dead holder is named');
+    await canAttach(tmp);
+  } finally {
+    await second?.stop();
+    await first.release();
     removeDir(tmp);
   }
 });

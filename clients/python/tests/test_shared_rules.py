@@ -12,7 +12,7 @@ import pytest
 from weightd_client.client import device_file_stem
 from weightd_client.columns import TensorColumns
 from weightd_client.protocol import ProtocolError
-from weightd_client.liveness import is_process_alive, start_time_from_stat, start_time_of
+from weightd_client.liveness import is_process_alive, start_time_from_stat, start_time_of, state_from_stat
 
 VECTORS = Path(__file__).resolve().parents[3] / "test" / "vectors"
 
@@ -27,7 +27,8 @@ def test_socket_name(v):
 
 
 @pytest.mark.parametrize("v", load("liveness.json")["stat"], ids=lambda v: v["why"])
-def test_start_time_from_stat(v):
+def test_state_and_start_time_from_stat(v):
+    assert state_from_stat(v["line"]) == v["state"]
     assert start_time_from_stat(v["line"]) == v["startTime"]
 
 
@@ -35,7 +36,11 @@ def test_start_time_from_stat(v):
 def pids():
     # A child that has exited and been waited for: its pid names no process now.
     reaped = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True)
-    return {"self": os.getpid(), "reaped": int(reaped.stdout), "init": 1}
+    # One that has exited and that nobody has waited for: WNOWAIT leaves it a zombie (state Z).
+    zombie = subprocess.Popen([sys.executable, "-c", ""])
+    os.waitid(os.P_PID, zombie.pid, os.WEXITED | os.WNOWAIT)
+    yield {"self": os.getpid(), "reaped": int(reaped.stdout), "zombie": zombie.pid, "init": 1}
+    zombie.wait()
 
 
 @pytest.mark.parametrize("v", load("liveness.json")["alive"], ids=lambda v: v["why"])
@@ -43,7 +48,8 @@ def test_alive(v, pids):
     own = start_time_of(os.getpid())
     assert own, "this test needs /proc"
     pid = pids[v["pid"]] if isinstance(v["pid"], str) else v["pid"]
-    start = {"self": own, "wrong": own + "1", None: None}[v["startTime"]]
+    start = {"self": own, "zombie": start_time_of(pids["zombie"]), "wrong": own + "1", None: None}[v["startTime"]]
+    assert start is not None or v["startTime"] is None, "a zombie still has its /proc/<pid>/stat"
     assert is_process_alive(pid, start) is v["alive"]
 
 
