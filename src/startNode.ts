@@ -22,7 +22,7 @@ import { ControlServer } from './control/controlServer.js';
 import { resolveNodeOptions, type NodeConfig, type NodeOptions } from './nodeOptions.js';
 import { KeeperLink } from './keeper/keeperLink.js';
 import { keeperSocketPath } from './keeper/keeperSocketPath.js';
-import { resolveSocketDir } from './serve/socketDir.js';
+import { removeSocketDirIfCreated, resolveSocketDir } from './serve/socketDir.js';
 
 export interface WeightdNode {
   readonly config: NodeConfig;
@@ -165,10 +165,12 @@ export async function startNode(options: NodeOptions, { rankWorker = rankWorkerM
   // Found or started while the node plans (prepareNode waits for it), so that the ranks can
   // adopt what it holds. start() never rejects: a node without its keeper still serves.
   const { mode } = config.keeper;
+  // Checked before anything starts, so that a refused directory leaves no keeper or listener.
+  const socketDir = mode !== 'off' || config.control ? resolveSocketDir(config.socketDir) : undefined;
   const keeper =
     mode === 'off'
       ? undefined
-      : new KeeperLink({ ...config.keeper, mode, socket: keeperSocketPath(config, resolveSocketDir(config.socketDir)), log, onBack: () => workers.broadcast({ type: 'KEEP_AGAIN' }) });
+      : new KeeperLink({ ...config.keeper, mode, socket: keeperSocketPath(config, socketDir!), log, onBack: () => workers.broadcast({ type: 'KEEP_AGAIN' }) });
   const input = { config, log, rankWorker, workers, servers, keeper: keeper && { socket: keeper.socket, ready: keeper.start() } };
   const actor = createActor(supervisorMachine.provide({ actors: nodeActors }), { input, inspect: feed.inspect });
   const status = () => statusOf(actor.getSnapshot(), config, servers, keeper);
@@ -180,9 +182,10 @@ export async function startNode(options: NodeOptions, { rankWorker = rankWorkerM
   const inspectServer = inspect
     ? await import('./inspect/inspectServer.js')
         .then(({ InspectServer }) => InspectServer.listen({ ...inspect, log, status, feed, metrics, charts: pageMachines.map(drawnChart) }))
-        .catch((err: unknown) => {
+        .catch(async (err: unknown) => {
           metrics.close();
-          keeper?.close();
+          await keeper?.close();
+          if (socketDir) removeSocketDirIfCreated(socketDir);
           throw err;
         })
     : undefined;
@@ -190,12 +193,13 @@ export async function startNode(options: NodeOptions, { rankWorker = rankWorkerM
   // A model whose checkpoint files changed is drained by the supervisor and loaded again here, once the node is ready.
   actor.on('MODEL_STALE', ({ spec }) => void ready.then(() => control.reload(spec), () => {}));
   const controlServer = config.control
-    ? new ControlServer({ socketDir: resolveSocketDir(config.socketDir), log, limits: config.control.limits, target: { load: (r, o) => control.load(r, o), unload: (t, o) => control.unload(t, o), models: () => status().models } })
+    ? new ControlServer({ socketDir: socketDir!, log, limits: config.control.limits, target: { load: (r, o) => control.load(r, o), unload: (t, o) => control.unload(t, o), models: () => status().models } })
     : undefined;
   await controlServer?.listen().catch(async (err: unknown) => {
     await inspectServer?.close();
     metrics.close();
-    keeper?.close();
+    await keeper?.close();
+    if (socketDir) removeSocketDirIfCreated(socketDir);
     throw err;
   });
   const progress = config.progress ? new ProgressReporter({ log, status, feed, intervalMs: config.progress.intervalMs, bar: config.progress.bar ? process.stderr : undefined }) : undefined;
@@ -215,7 +219,7 @@ export async function startNode(options: NodeOptions, { rankWorker = rankWorkerM
     controlServer?.close();
     await workers.drain();
     await keeper?.logHolding();
-    keeper?.close();
+    await keeper?.close();
     // Locks a serve actor never took over (the node ended before serving); idempotent.
     for (const lock of actor.getSnapshot().context.prepared?.locks ?? []) lock.unlock();
     progress?.stop();

@@ -35,6 +35,8 @@ export class KeeperLink {
   #watch?: Socket;
   #retry?: NodeJS.Timeout;
   #closed = false;
+  /** The first find (or spawn) while it runs: close() waits for it. */
+  #starting?: Promise<void>;
 
   constructor(o: KeeperLinkOptions) {
     this.#o = o;
@@ -51,8 +53,9 @@ export class KeeperLink {
   }
 
   /** Finds (or starts) the keeper. Never throws: a node without its keeper still serves. */
-  async start(): Promise<void> {
-    await this.#connect(false);
+  start(): Promise<void> {
+    this.#starting = this.#connect(false);
+    return this.#starting;
   }
 
   /**
@@ -85,10 +88,16 @@ export class KeeperLink {
     );
   }
 
-  close(): void {
+  /**
+   * Stops watching the keeper. Resolves once a start in flight has settled: a keeper spawned for
+   * a start that was then refused must get our WATCH and see it close, or it would wait the
+   * whole adopt-within for a daemon that is gone (docs/keeper.md, --exit-when-empty).
+   */
+  async close(): Promise<void> {
     this.#closed = true;
     clearTimeout(this.#retry);
     this.#watch?.destroy();
+    await this.#starting;
   }
 
   #set(state: KeeperStatus['state'], extra: Partial<KeeperStatus> = {}): void {

@@ -53,22 +53,33 @@ function lstatOrNull(path: string): Stats | null {
   }
 }
 
-/** Socket directories this process created: it removes them again when it stops using them. */
-const created = new Set<string>();
+/**
+ * Socket directories this process created, each with the highest directory its mkdir made (the
+ * directory itself, or an ancestor when missing parents were made too): it removes them again
+ * when it stops using them.
+ */
+const created = new Map<string, string>();
 
 /**
- * Removes `dir` if this process created it and nothing is left in it. Called after each thing
- * this process kept there (socket, lock, node manifest) is removed, so whichever goes last
- * takes the directory with it; a directory the operator made is never removed.
+ * Removes `dir` if this process created it and nothing is left in it, with the parents its mkdir
+ * made. Called after each thing this process kept there (socket, lock, node manifest) is
+ * removed, so whichever goes last takes the directory with it; a directory the operator made is
+ * never removed.
  */
 export function removeSocketDirIfCreated(dir: string): void {
   const path = resolve(dir);
-  if (!created.has(path)) return;
-  try {
-    rmdirSync(path);
-    created.delete(path);
-  } catch {
-    // Not empty yet (another rank still serves from it), or already gone.
+  const first = created.get(path);
+  if (first === undefined) return;
+  for (let d = path; ; d = dirname(d)) {
+    try {
+      rmdirSync(d);
+    } catch {
+      // Not empty yet (another rank still serves from it, or someone else's file is in a parent
+      // we made), or already gone.
+      return;
+    }
+    if (d === path) created.delete(path);
+    if (d === first || d === dirname(d)) return;
   }
 }
 
@@ -82,7 +93,9 @@ function isSharedTempDir(st: Stats): boolean {
  * tree, so every ancestor must be owned by root or by us, and not writable by group or others
  * unless it has the sticky bit (then others cannot rename what is not theirs). The same rule as
  * OpenSSH's StrictModes (secure_path): checked along the path as given and along its real path,
- * since a symbolic link in the way is as good as the directory it names.
+ * since a symbolic link in the way is as good as the directory it names. Before the directory is
+ * made, its real path is that of its deepest existing ancestor, and what is missing below that
+ * is for us to make: so a refusal comes before anything is made inside another user's directory.
  */
 function checkAncestors(path: string, flag: string, uid: number): void {
   const chain = (p: string): string[] => {
@@ -92,15 +105,21 @@ function checkAncestors(path: string, flag: string, uid: number): void {
       if (d === dirname(d)) return out;
     }
   };
+  const lexical = chain(path);
+  const deepest = [path, ...lexical].find((p) => lstatOrNull(p) !== null) ?? '/';
   let real: string[] = [];
   try {
-    real = chain(realpathSync(path));
+    const realDeepest = realpathSync(deepest);
+    real = deepest === path ? chain(realDeepest) : [realDeepest, ...chain(realDeepest)];
   } catch {
     // The lexical chain below reports whatever makes the real path unreadable.
   }
-  for (const ancestor of new Set([...chain(path), ...real])) {
+  for (const ancestor of new Set([...lexical, ...real])) {
     const st = lstatOrNull(ancestor);
-    if (!st) throw new ServeError('E_SOCKET_DIR', `${flag} ${path}: its ancestor ${ancestor} does not exist`, { path, ancestor });
+    if (!st) {
+      if (deepest !== path) continue; // below the deepest existing one: ours to make
+      throw new ServeError('E_SOCKET_DIR', `${flag} ${path}: its ancestor ${ancestor} does not exist`, { path, ancestor });
+    }
     if (st.uid !== 0 && st.uid !== uid) {
       throw new ServeError(
         'E_SOCKET_DIR_ANCESTOR',
@@ -133,10 +152,12 @@ export function resolveSocketDir(dir?: string): string {
   const uid = currentUid();
   let st = lstatOrNull(path);
   if (!st) {
+    // A refused start leaves nothing: the ancestors are checked before anything is made, and
+    // what was made is removed again if a check after it refuses the directory.
+    checkAncestors(path, flag, uid);
     try {
       // mkdir never follows a symlink planted at the last component: it fails with EEXIST.
-      mkdirSync(path, { mode: 0o700, recursive: !isDefault });
-      created.add(path);
+      created.set(path, mkdirSync(path, { mode: 0o700, recursive: !isDefault }) ?? path);
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code !== 'EEXIST') {
         throw new ServeError('E_SOCKET_DIR', `cannot create ${flag} ${path}: ${(err as Error).message}; create it (mode 0700) or pass another directory`, { path }, { cause: err });
@@ -145,8 +166,17 @@ export function resolveSocketDir(dir?: string): string {
     st = lstatOrNull(path);
     if (!st) throw new ServeError('E_SOCKET_DIR', `${flag} ${path} vanished right after it was created; is another process removing it?`, { path });
   }
-  // Checked once the directory exists, so the real path is known (a directory made just now is
-  // mode 0700 and empty, so making it first gives nothing away).
+  try {
+    return checkSocketDir(path, st, isDefault, flag, uid);
+  } catch (err) {
+    removeSocketDirIfCreated(path);
+    throw err;
+  }
+}
+
+/** The checks of resolveSocketDir once `path` exists (`st`, its lstat); returns `path`. */
+function checkSocketDir(path: string, st: Stats, isDefault: boolean, flag: string, uid: number): string {
+  // Again now that the directory exists: a link swapped in meanwhile shows in its real path.
   checkAncestors(path, flag, uid);
   if (st.isSymbolicLink()) {
     let target = '?';

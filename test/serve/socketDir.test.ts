@@ -131,6 +131,9 @@ test('every ancestor must be owned by root or this user, and not writable by oth
     assert.is(refusal(`${tmp}/alias/mine`).code, 'E_SOCKET_DIR_ANCESTOR');
     // Several levels up, and not created when refused.
     assert.is(refusal(`${tmp}/theirs/mine/a/b`).code, 'E_SOCKET_DIR_ANCESTOR');
+    assert.not.ok(existsSync(`${tmp}/theirs/mine/a`), 'nothing made inside their directory');
+    assert.is(refusal(`${tmp}/alias/mine/a`).code, 'E_SOCKET_DIR_ANCESTOR');
+    assert.not.ok(existsSync(`${tmp}/theirs/mine/a`), 'nor through a link to it');
 
     mkdirSync(`${tmp}/open/mine`, { recursive: true, mode: 0o700 });
     chmodSync(`${tmp}/open`, 0o777);
