@@ -23,10 +23,10 @@ let stopSignal: StopSignal | undefined;
 /**
  * Failures found after parsing that only other flags can fix (a tp size the model's shapes do
  * not divide, --device cuda without a driver, --cuda-handles fd on GPUs without descriptor
- * export) exit 2 like bad flags: restarting cannot help.
+ * export, the same checkpoint listed twice) exit 2 like bad flags: restarting cannot help.
  */
 function isUsageFailure(f: Pick<SerializedError, 'name' | 'code'> | undefined): boolean {
-  return f?.name === ShardingError.name || f?.code === 'E_NO_CUDA' || f?.code === 'E_CUDA_HANDLES_UNSUPPORTED';
+  return f?.name === ShardingError.name || f?.name === UsageError.name || f?.code === 'E_NO_CUDA' || f?.code === 'E_CUDA_HANDLES_UNSUPPORTED';
 }
 
 async function main(argv: string[]): Promise<number> {

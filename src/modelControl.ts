@@ -3,7 +3,8 @@
 // until it serves or fails. The machines decide the lifecycle; this only asks and reports.
 import type { Actor, SnapshotFrom } from 'xstate';
 import { planModel, spansGroup, type PlannedModel } from './actors/planModel.js';
-import { UsageError, WeightdError, errorCode, receivedCode, RankFailedError, serializeError } from './errors.js';
+import { alreadyLoadedError } from './alreadyLoadedError.js';
+import { WeightdError, errorCode, receivedCode, RankFailedError, serializeError } from './errors.js';
 import { evictForLoad } from './evictForLoad.js';
 import { checkEvictionPolicy, type EvictionPolicy } from './evictionPolicy.js';
 import type { Logger } from './log.js';
@@ -49,7 +50,7 @@ export class ModelControl {
       const same = this.#status().models.find((m) => m.fingerprint === planned.plan.fingerprint && m.state !== 'draining' && m.state !== 'released');
       if (same) {
         if (same.name !== spec.name) {
-          throw new UsageError('E_USAGE', `${spec.modelDir} at tp ${spec.tpSize} is already loaded as "${same.name}" (fingerprint ${planned.plan.fingerprint}); unload that one first, or load another checkpoint`, { name: same.name });
+          throw alreadyLoadedError(spec, planned.plan.fingerprint, { name: same.name, modelDir: same.model }, 'unload that one first, or load another checkpoint');
         }
         this.#log.info({ name: spec.name, fingerprint: planned.plan.fingerprint }, 'load: already loaded, nothing to do');
         return { name: spec.name, fingerprint: planned.plan.fingerprint, alreadyLoaded: true, model: same, evicted: [] };

@@ -6,6 +6,7 @@ import type { CheckpointPlan } from '../checkpoint/types.js';
 import type { Logger } from '../log.js';
 import type { NodeConfig } from '../nodeOptions.js';
 import { WeightdError } from '../errors.js';
+import { refuseSameCheckpoint } from '../alreadyLoadedError.js';
 import type { DeviceSlot, FillOptions } from '../native/addon.js';
 import { localDevices } from '../native/devices.js';
 import { dropUnplanned } from '../keeper/dropUnplanned.js';
@@ -67,6 +68,7 @@ export const prepareNode = fromPromise<Prepared, PrepareInput>(async ({ input, s
     }
     const plan = await planSpec(config.models[0]!, config, log);
     const models = await Promise.all(config.models.slice(1).map((spec) => planModel(spec, config, log)));
+    refuseSameCheckpoint([{ ...config.models[0]!, fingerprint: plan.fingerprint }, ...models.map((m) => ({ ...m.spec, fingerprint: m.plan.fingerprint }))]);
     if (signal.aborted) throw new WeightdError('E_STOPPED', 'stopped while planning');
     signal.removeEventListener('abort', unlockDevices);
     for (const lock of locks) input.servers.holdLock(lock);
