@@ -2,11 +2,12 @@
 // number of others beside it, each with its own tp size, from repeated --model flags, from a
 // --models file (docs/operations.md, Several models) or loaded later (weightd ctl load,
 // node.load). Validated here once for all of them, so a bad entry fails before anything loads.
-import { readFileSync, readdirSync, statSync } from 'node:fs';
+import { readdirSync, statSync } from 'node:fs';
 import { basename, dirname, resolve } from 'node:path';
 import { z } from 'zod';
 import { LAYOUT_NAMES, type LayoutName } from './checkpoint/types.js';
-import { UsageError } from './errors.js';
+import { CheckpointError, UsageError } from './errors.js';
+import { readSmallFileSync } from './files/openRegularFile.js';
 import { parseBoundedJson } from './files/parseBoundedJson.js';
 import { ModelName } from './serve/protocol.js';
 
@@ -133,16 +134,18 @@ export function readModelsFile(path: string): ModelRequest[] {
   const file = resolve(path);
   let text: string;
   try {
-    if (statSync(file).size > MAX_MODELS_FILE_BYTES) throw new Error(`larger than ${MAX_MODELS_FILE_BYTES} bytes`);
-    text = readFileSync(file, 'utf8');
+    // The one regular-file rule: a FIFO or a device planted at the path is refused, not read.
+    text = readSmallFileSync(file, MAX_MODELS_FILE_BYTES);
   } catch (err) {
-    throw usage('--models', path, `cannot be read (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`, 'pass a JSON file as docs/operations.md (Several models) describes');
+    const why = err instanceof CheckpointError ? err.message.replace(`${file} `, '') : ((err as NodeJS.ErrnoException).code ?? (err as Error).message);
+    throw usage('--models', path, `cannot be read (${why})`, 'pass a JSON file as docs/operations.md (Several models) describes');
   }
   let json: unknown;
   try {
     json = parseBoundedJson(text);
   } catch (err) {
-    throw usage('--models', path, `is not JSON (${(err as Error).message})`, 'pass a JSON file as docs/operations.md (Several models) describes');
+    // parseBoundedJson's message names the position and the problem, never the file's bytes.
+    throw usage('--models', path, `is not JSON: ${(err as Error).message}`, 'pass a JSON file as docs/operations.md (Several models) describes');
   }
   const parsed = ModelsFile.safeParse(json);
   if (!parsed.success) {

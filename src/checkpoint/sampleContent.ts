@@ -7,9 +7,10 @@
 // fixed per-tensor part however many tensors it has, so a 100 GB checkpoint costs the same few
 // thousand reads of the page cache as a 10 GB one.
 
-import { closeSync, openSync, readSync } from 'node:fs';
+import { closeSync, readSync } from 'node:fs';
 import { xxh3 } from '@node-rs/xxhash';
 import { CheckpointError } from '../errors.js';
+import { openRegularFileSync } from '../files/openRegularFile.js';
 
 /** Bytes hashed at each end of every tensor (all of a tensor of at most twice this). */
 export const SAMPLE_EDGE_BYTES = 128;
@@ -89,8 +90,10 @@ export function fileContentDigest(path: string, spans: readonly number[], totalD
   // the thread pool would cost ten times a read of the page cache.
   let fd: number;
   try {
-    fd = openSync(path, 'r');
+    // The one regular-file rule: a shard swapped for a FIFO since it was planned must not block this thread.
+    ({ fd } = openRegularFileSync(path));
   } catch (err) {
+    if (err instanceof CheckpointError) throw err;
     throw new CheckpointError('E_ST_IO', `${path}: cannot open to sample its tensors: ${(err as Error).message}`, { file: path });
   }
   try {

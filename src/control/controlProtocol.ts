@@ -1,6 +1,7 @@
 // The control socket's messages (docs/operations.md, Control socket): one request per
 // connection, in the serving protocol's frames (frameCodec.ts), each reply one frame. Bounded:
 // a request is at most MAX_CONTROL_REQUEST_BYTES, and unknown keys are refused.
+import { isAbsolute } from 'node:path';
 import { z } from 'zod';
 import { LAYOUT_NAMES } from '../checkpoint/types.js';
 import { EVICTION_POLICIES } from '../evictionPolicy.js';
@@ -16,13 +17,24 @@ export const CONTROL_COMMANDS = ['load', 'unload', 'list'] as const;
 export const CONTROL_FILE = /^control-(\d+)\.(sock|lock)$/;
 export const controlSocketName = (pid = process.pid) => `control-${pid}`;
 
+/**
+ * A path in a load request: absolute, since a relative one would name a file relative to the
+ * daemon's working directory, which the caller neither sees nor chose (weightd ctl resolves a
+ * relative one against its own).
+ */
+const AbsolutePath = z
+  .string()
+  .min(1)
+  .max(4096)
+  .refine((p) => isAbsolute(p), { message: 'must be an absolute path (weightd ctl load makes a relative one absolute against its own directory)' });
+
 export const LoadControl = z.strictObject({
   cmd: z.literal('load'),
-  /** An absolute checkpoint directory (the CLI resolves a relative one against its own cwd). */
-  model: z.string().min(1).max(4096),
+  /** The checkpoint directory. */
+  model: AbsolutePath,
   name: ModelName.optional(),
   tensorParallelSize: z.number().int().min(1).max(4096).optional(),
-  planFile: z.string().min(1).max(4096).optional(),
+  planFile: AbsolutePath.optional(),
   layouts: z.array(z.enum(LAYOUT_NAMES)).max(LAYOUT_NAMES.length).optional(),
   /** This load's eviction policy instead of the daemon's --evict. */
   evict: z.enum(EVICTION_POLICIES).optional(),

@@ -93,25 +93,36 @@ export async function readSmallFile(path: string, maxBytes: number): Promise<str
   }
 }
 
-/**
- * readSmallFile on the calling thread, for the socket directory's small files that are read
- * where no await fits (lock takeover, manifest removal at exit). Only a regular file is read,
- * so the thread never blocks on a FIFO planted in the directory.
- */
-export function readSmallFileSync(path: string, maxBytes: number): string {
+/** openRegularFile on the calling thread: the descriptor of `path` if it is a regular file (the caller closes it), and its size. */
+export function openRegularFileSync(path: string): { fd: number; size: number } {
   const fd = openSync(path, OPEN_FLAGS);
   try {
     const s = fstatSync(fd);
     if (!s.isFile()) throw notRegular(path, s);
-    if (s.size > maxBytes) throw tooLarge(path, s.size, maxBytes);
-    const buf = Buffer.alloc(s.size + 1);
+    return { fd, size: s.size };
+  } catch (err) {
+    closeSync(fd);
+    throw err;
+  }
+}
+
+/**
+ * readSmallFile on the calling thread, for the small files that are read where no await fits
+ * (lock takeover, manifest removal at exit, the --models file while flags are parsed). Only a
+ * regular file is read, so the thread never blocks on a FIFO planted in the directory.
+ */
+export function readSmallFileSync(path: string, maxBytes: number): string {
+  const { fd, size } = openRegularFileSync(path);
+  try {
+    if (size > maxBytes) throw tooLarge(path, size, maxBytes);
+    const buf = Buffer.alloc(size + 1);
     let done = 0;
     while (done < buf.length) {
       const bytesRead = readSync(fd, buf, done, buf.length - done, done);
       if (bytesRead === 0) return buf.toString('utf8', 0, done);
       done += bytesRead;
     }
-    throw grew(path, s.size);
+    throw grew(path, size);
   } finally {
     closeSync(fd);
   }

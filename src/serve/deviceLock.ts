@@ -38,15 +38,18 @@ function readHolder(path: string): LockHolder | null {
     if ((err as NodeJS.ErrnoException).code === 'ENOENT') return null;
     throw new ServeError('E_LOCK', `cannot read device lock ${path}: ${(err as Error).message}`, { path }, { cause: err });
   }
+  let problem: string;
   try {
-    const h = parseBoundedJson(text) as LockHolder;
-    if (Number.isInteger(h.pid) && h.pid > 0) return h;
-  } catch {
-    // Falls through to the error below.
+    const h = parseBoundedJson(text) as LockHolder | null;
+    if (Number.isInteger(h?.pid) && h!.pid > 0) return h!;
+    problem = 'JSON without a positive integer "pid"';
+  } catch (err) {
+    problem = `not JSON: ${(err as Error).message}`;
   }
+  // What is wrong, never what the file holds: anyone who can write the directory chose it.
   throw new ServeError(
     'E_LOCK_CORRUPT',
-    `device lock ${path} does not hold a weightd pid (${JSON.stringify(text.slice(0, 80))}); if no weightd daemon serves this device, remove the file`,
+    `device lock ${path} does not hold a weightd pid (${text.length} characters, ${problem}); if no weightd daemon serves this device, remove the file`,
     { path },
   );
 }

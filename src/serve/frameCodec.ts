@@ -4,7 +4,7 @@
 // The decoder rejects a frame as soon as its header shows it is bad (wrong magic, unknown
 // version, length over the bound), before buffering the body, so a hostile length costs nothing.
 import { ProtocolError } from '../errors.js';
-import { parseBoundedJson } from '../files/parseBoundedJson.js';
+import { describeJsonError, parseBoundedJson } from '../files/parseBoundedJson.js';
 
 export const FRAME_MAGIC = Buffer.from('WGTD', 'latin1');
 export const FRAME_VERSION = 1;
@@ -61,7 +61,7 @@ export function parsePayload(payload: Buffer, parse: (text: string) => unknown =
     // main thread, which serves every client and the rendezvous.
     return parse(text);
   } catch (err) {
-    throw new ProtocolError('E_FRAME_JSON', `frame payload of ${payload.length} bytes is not valid JSON: ${(err as Error).message}`);
+    throw new ProtocolError('E_FRAME_JSON', `frame payload of ${payload.length} bytes is not valid JSON: ${describeJsonError(text, err)}`);
   }
 }
 
