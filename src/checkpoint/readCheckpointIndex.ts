@@ -15,6 +15,15 @@ import type { SafetensorsHeader } from './parseSafetensors.js';
 export const INDEX_FILE = 'model.safetensors.index.json';
 export const SINGLE_FILE = 'model.safetensors';
 
+/** Files an error names one by one; a directory of 10,000 stray shards made a 240 KB log line. */
+const NAMED_FILES = 10;
+
+/** The first NAMED_FILES of `names`, and how many more there are. */
+function someOf(names: string[]): string {
+  const more = names.length - NAMED_FILES;
+  return more > 0 ? `${names.slice(0, NAMED_FILES).join(', ')} and ${more} more` : names.join(', ');
+}
+
 export interface CheckpointFiles {
   /** File names relative to the model directory, sorted. */
   files: string[];
@@ -54,11 +63,11 @@ export async function readCheckpointIndex(modelDir: string): Promise<CheckpointF
 
   if (!(await isRegularFile(indexPath))) {
     if (!present.includes(SINGLE_FILE)) {
-      throw new CheckpointError('E_CKPT_NO_WEIGHTS', `${modelDir}: neither ${INDEX_FILE} nor ${SINGLE_FILE} is here${present.length ? ` (found ${present.join(', ')}; add an index that lists them)` : ''}; point at a Hugging Face model directory with safetensors weights`, { dir: modelDir });
+      throw new CheckpointError('E_CKPT_NO_WEIGHTS', `${modelDir}: neither ${INDEX_FILE} nor ${SINGLE_FILE} is here${present.length ? ` (found ${someOf(present)}; add an index that lists them)` : ''}; point at a Hugging Face model directory with safetensors weights`, { dir: modelDir });
     }
     const extra = present.filter((n) => n !== SINGLE_FILE);
     if (extra.length) {
-      throw new CheckpointError('E_CKPT_UNLISTED_FILE', `${modelDir}: ${extra.join(', ')} would not be loaded: the directory has a single ${SINGLE_FILE} and no ${INDEX_FILE}. Remove the extra files, or add an index that lists every shard`, { dir: modelDir, files: extra });
+      throw new CheckpointError('E_CKPT_UNLISTED_FILE', `${modelDir}: ${someOf(extra)} would not be loaded: the directory has a single ${SINGLE_FILE} and no ${INDEX_FILE}. Remove the extra files, or add an index that lists every shard`, { dir: modelDir, files: extra.slice(0, NAMED_FILES), count: extra.length });
     }
     return { files: [SINGLE_FILE], weightMap: null };
   }
@@ -100,7 +109,7 @@ export async function readCheckpointIndex(modelDir: string): Promise<CheckpointF
   }
   const unlisted = present.filter((n) => !listed.includes(n));
   if (unlisted.length) {
-    throw new CheckpointError('E_CKPT_UNLISTED_FILE', `${modelDir}: ${unlisted.join(', ')} ${unlisted.length > 1 ? 'are' : 'is'} not in ${INDEX_FILE}, so ${unlisted.length > 1 ? 'they' : 'it'} would never be loaded; remove ${unlisted.length > 1 ? 'them' : 'it'} or fix the index`, { dir: modelDir, files: unlisted });
+    throw new CheckpointError('E_CKPT_UNLISTED_FILE', `${modelDir}: ${someOf(unlisted)} ${unlisted.length > 1 ? 'are' : 'is'} not in ${INDEX_FILE}, so ${unlisted.length > 1 ? 'they' : 'it'} would never be loaded; remove ${unlisted.length > 1 ? 'them' : 'it'} or fix the index`, { dir: modelDir, files: unlisted.slice(0, NAMED_FILES), count: unlisted.length });
   }
   return { files: listed, weightMap };
 }
