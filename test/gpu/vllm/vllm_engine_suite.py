@@ -31,9 +31,9 @@ from typing import Any, Dict, List
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "clients" / "python" / "tests"))
 
 import torch  # noqa: E402
-from safetensors.torch import load_file, save_file  # noqa: E402
 
 from daemon_fixture import Daemon  # noqa: E402
+from fp8_checkpoints import quantize_fp8  # noqa: E402
 from weightd_client import WeightdClient, expected_fingerprint, find_socket  # noqa: E402
 
 PROMPT = [1, 2, 3, 4, 5, 77, 301, 499]
@@ -57,50 +57,10 @@ def make_models(work: Path) -> Dict[str, Path]:
     out["llama-other"] = save("llama-other", AutoConfig.for_model("llama", **BASE, num_attention_heads=8, num_key_value_heads=4, vocab_size=32016), 1)
     out["llama-hd64"] = save("llama-hd64", AutoConfig.for_model("llama", **BASE, num_attention_heads=16, num_key_value_heads=4, head_dim=64, vocab_size=32016), 2)
     out["moe"] = save("moe", AutoConfig.for_model("qwen3_moe", **BASE, num_attention_heads=8, num_key_value_heads=4, head_dim=128, vocab_size=32000, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=256, decoder_sparse_step=1), 3)
-    out["fp8-block"] = quantize(out["llama"], work / "fp8-block", block=True)
-    out["fp8-block-hd64"] = quantize(out["llama-hd64"], work / "fp8-block-hd64", block=True)
-    out["fp8-tensor"] = quantize(out["llama"], work / "fp8-tensor", block=False)
+    out["fp8-block"] = quantize_fp8(out["llama"], work / "fp8-block", block=True)
+    out["fp8-block-hd64"] = quantize_fp8(out["llama-hd64"], work / "fp8-block-hd64", block=True)
+    out["fp8-tensor"] = quantize_fp8(out["llama"], work / "fp8-tensor", block=False)
     return out
-
-
-def quantize(src: Path, dst: Path, block: bool) -> Path:
-    """An FP8 copy of a bf16 checkpoint: linear weights float8_e4m3fn with 128 x 128 block scales
-    (weight_scale_inv) or one per-tensor scale (weight_scale)."""
-    shutil.copytree(src, dst)
-    for f in dst.glob("*.safetensors"):
-        tensors = load_file(str(f))
-        out = {}
-        for name, w in tensors.items():
-            if not (name.endswith("_proj.weight") and w.dim() == 2):
-                out[name] = w
-                continue
-            w = w.float()
-            fmax = torch.finfo(torch.float8_e4m3fn).max
-            if block:
-                rows, cols = (w.shape[0] + 127) // 128, (w.shape[1] + 127) // 128
-                padded = torch.zeros(rows * 128, cols * 128)
-                padded[: w.shape[0], : w.shape[1]] = w
-                blocks = padded.view(rows, 128, cols, 128)
-                scale = blocks.abs().amax(dim=(1, 3)).clamp(min=1e-12) / fmax
-                q = (blocks / scale[:, None, :, None]).view(rows * 128, cols * 128)[: w.shape[0], : w.shape[1]]
-                out[name] = q.to(torch.float8_e4m3fn)
-                out[name.replace(".weight", ".weight_scale_inv")] = scale.float()
-            else:
-                scale = (w.abs().max().clamp(min=1e-12) / fmax).reshape(())
-                out[name] = (w / scale).to(torch.float8_e4m3fn)
-                out[name.replace(".weight", ".weight_scale")] = scale.float()
-        save_file(out, str(f), metadata={"format": "pt"})
-    cfg = json.loads((dst / "config.json").read_text())
-    cfg["quantization_config"] = {"quant_method": "fp8", "activation_scheme": "dynamic", **({"weight_block_size": [128, 128]} if block else {})}
-    (dst / "config.json").write_text(json.dumps(cfg))
-    index = dst / "model.safetensors.index.json"
-    if index.exists():
-        idx = json.loads(index.read_text())
-        for f in dst.glob("*.safetensors"):
-            for name in load_file(str(f)):
-                idx["weight_map"][name] = f.name
-        index.write_text(json.dumps(idx))
-    return dst
 
 
 def digest(model: Path, socket_dir: str) -> str:
