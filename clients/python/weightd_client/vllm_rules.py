@@ -86,48 +86,71 @@ def engine_owned(param_name: str) -> bool:
 #: Every parameter of a module whose rewriting the plugin cannot vouch for.
 ALL = None
 
+#: FP8 kernels (vLLM keys post-processing by the kernel it selected, not by the method alone)
+#: whose post-processing on CUDA builds new tensors (transposes, padded or per-channel scales)
+#: and writes into none of the loaded ones; DeepGEMM's only without E8M0 scales (its E8M0
+#: requantization is in place).
+BLOCK_KERNELS_NOT_WRITING = frozenset({"CutlassFp8BlockScaledMMKernel", "TritonFp8BlockScaledMMKernel"})
+TENSOR_KERNELS_NOT_WRITING = frozenset({"CutlassFP8ScaledMMLinearKernel"})
+MOE_BACKENDS_NOT_WRITING = frozenset({"TRITON"})
 
-def rewritten_in_place(module: Any, fnuz: bool, env: Dict[str, str]) -> Optional[Set[str]]:
+
+def _kernel_of(method: Any) -> str:
+    """The kernel an FP8 method selected: the linear kernel's class, or FusedMoE's backend."""
+    linear = getattr(method, "fp8_linear", None)
+    if linear is not None:
+        return type(linear).__name__
+    backend = getattr(method, "fp8_backend", None)
+    return str(getattr(backend, "name", backend))
+
+
+def _fp8_rewritten(kind: str, block: bool, kernel: str, method: Any) -> Optional[Set[str]]:
+    if kind == "Fp8LinearMethod":
+        deep_gemm_in_place = kernel == "DeepGemmFp8BlockScaledMMKernel" and getattr(method.fp8_linear, "use_deep_gemm_e8m0", True)
+        if block and (kernel in BLOCK_KERNELS_NOT_WRITING or kernel == "DeepGemmFp8BlockScaledMMKernel" and not deep_gemm_in_place):
+            return set()
+        # Per-tensor FP8 requantizes every piece of the weight to its pieces' largest scale,
+        # writing into the weight (requantize_with_max_scale); the scales become new tensors.
+        return {"weight"} if not block and kernel in TENSOR_KERNELS_NOT_WRITING else ALL
+    if kernel not in MOE_BACKENDS_NOT_WRITING:
+        return ALL
+    # process_fp8_weight_tensor_strategy_moe requantizes w1 and w3 to one scale in place.
+    return set() if block else {"w13_weight"}
+
+
+def rewritten_in_place(module: Any, fnuz: bool, env: Dict[str, str]) -> Tuple[Optional[Set[str]], str]:
     """The names of ``module``'s own parameters that vLLM's ``process_weights_after_loading``
     writes into in place (so they need private storage), or ALL (None) for a module whose
-    post-processing this table does not know. ``fnuz``: the platform's FP8 is e4m3fnuz (ROCm
-    MI300), where every FP8 weight is rewritten in place to that format."""
+    post-processing this table does not know; and what does the writing, for the log. ``fnuz``:
+    the platform's FP8 is e4m3fnuz (ROCm MI300), where every FP8 weight is rewritten in place."""
     method = getattr(module, "quant_method", None)
     if method is None:
         # A module with post-processing of its own (MLA's absorbed weights, say) is unknown;
         # vLLM's Attention keeps only its own parameters (ENGINE_OWNED), never the daemon's.
         own = type(module).__dict__.get("process_weights_after_loading")
-        return set() if own is None or type(module).__name__ == "Attention" else ALL
+        return (set() if own is None or type(module).__name__ == "Attention" else ALL), type(module).__name__
     kind = type(method).__name__
     if kind in ("UnquantizedLinearMethod", "UnquantizedEmbeddingMethod"):
-        return set()
+        return set(), kind
     if kind == "UnquantizedFusedMoEMethod":
         # The CPU backend's SGL kernel packs the expert weights back into the same tensors.
-        return {"w13_weight", "w2_weight"} if env.get("VLLM_CPU_SGL_KERNEL", "0") not in ("", "0") else set()
+        return ({"w13_weight", "w2_weight"} if env.get("VLLM_CPU_SGL_KERNEL", "0") not in ("", "0") else set()), kind
     block = getattr(method, "block_quant", None)
     if kind in ("Fp8LinearMethod", "Fp8MoEMethod") and isinstance(block, bool):
-        if fnuz:
-            return ALL
-        if block:
-            # Block FP8 on CUDA: the kernels build new tensors (transposes, DeepGEMM's layouts).
-            return set()
-        # Per-tensor FP8 requantizes every piece of a weight to the largest scale of its
-        # pieces (requantize_with_max_scale, process_fp8_weight_tensor_strategy_moe), writing
-        # into the weight; the scales are replaced by new tensors.
-        return {"weight"} if kind == "Fp8LinearMethod" else {"w13_weight"}
-    return ALL
+        kernel = _kernel_of(method)
+        return (ALL if fnuz else _fp8_rewritten(kind, block, kernel, method)), f"{kind} with {kernel}"
+    return ALL, kind
 
 
 def private_params(model: Any, fnuz: bool, env: Dict[str, str]) -> Dict[str, str]:
     """Every parameter of ``model`` (by ``named_parameters()`` name) that must not be the
-    daemon's memory, with the quantization method (or module) that rewrites it."""
+    daemon's memory, with what rewrites it."""
     out: Dict[str, str] = {}
     for prefix, module in model.named_modules():
         names = [n for n, _ in module.named_parameters(recurse=False)]
         if not names:
             continue
-        rewritten = rewritten_in_place(module, fnuz, env)
-        why = type(getattr(module, "quant_method", None) or module).__name__
+        rewritten, why = rewritten_in_place(module, fnuz, env)
         for n in names:
             if rewritten is ALL or n in rewritten:
                 out[f"{prefix}.{n}" if prefix else n] = why if rewritten is not ALL else f"{why} (not known to the plugin)"
