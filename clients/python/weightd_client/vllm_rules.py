@@ -36,7 +36,7 @@ class VersionRules:
 VERSIONS = (
     VersionRules(
         low=(0, 26), high=(0, 33), moe_submodule="routed_experts",
-        proven="0.26.0 on CUDA (test/gpu/vllm), 0.32.0 on CPU (tests/test_vllm_plugin.py); 0.27 to 0.31 were not run",
+        proven="0.26.0 on CUDA (a Qwen3-MoE through the plugin, 2026-12-04; test/gpu/vllm runs it again), 0.32.0 on CPU (tests/test_vllm_plugin.py); 0.27 to 0.31 were not run",
     ),
 )
 
