@@ -91,6 +91,9 @@ export async function planSpec(spec: ModelSpec, localRanks: { nodeRank: number; 
     },
     'checkpoint planned',
   );
+  for (const [layout, why] of Object.entries(plan.refusedLayouts)) {
+    log.warn({ model: spec.modelDir, layout, code: why.code }, `layout ${layout} is not served: ${why.message}; engines that ask for it load from disk, the other layouts are served`);
+  }
   return plan;
 }
 

@@ -51,20 +51,29 @@ const yieldToEventLoop = (): Promise<void> => new Promise((done) => setImmediate
 
 /**
  * The rule of a quantization scale follows its weight's rule when the scale's shape can be cut
- * the same way (per-channel scales of a column split, block scales whose blocks divide evenly);
- * a fused weight's parts are rescaled to the scale's size along that dim. Anything else is
- * replicated: scales are small, and the engine's loader slices what it needs from a full copy.
+ * the same way: per-channel scales of a column split, block scales whose every piece covers the
+ * same rows as the weight's piece (whole blocks; KV heads cut into as many pieces as the
+ * weight's); a fused weight's parts are rescaled to the scale's size along that dim. Anything
+ * else is replicated: scales are small, and the engine's loader slices what it needs from a full
+ * copy. `block` is config.json's weight_block_size, for scales whose last block is partial.
  */
-function ruleForScale(weightRule: ShardRule, weightShape: number[], scale: SourceTensor, tpSize: number): ShardRule {
+function ruleForScale(weightRule: ShardRule, weightShape: number[], scale: SourceTensor, tpSize: number, block: readonly number[] | null): ShardRule {
   // A padded vocab part has rows the scale does not: the engine slices a full copy.
   if (weightRule.kind === 'replicated' || scale.shape.length !== weightShape.length || (weightRule.kind === 'split' && weightRule.padTo !== undefined)) return REPLICATED;
-  let candidate: ShardRule = weightRule;
-  if (weightRule.kind === 'fused') {
-    const [w, s] = [weightShape[weightRule.dim]!, scale.shape[weightRule.dim]!];
-    const parts = weightRule.parts.map((p) => (p * s) / w);
-    if (!parts.every(Number.isInteger)) return REPLICATED;
-    candidate = { ...weightRule, parts };
-  }
+  const { dim } = weightRule;
+  const [w, s] = [weightShape[dim]!, scale.shape[dim]!];
+  // Rows (or columns) of the weight one scale entry covers.
+  const unit = block?.[dim] !== undefined && Math.ceil(w / block[dim]!) === s ? block[dim]! : w % s === 0 ? w / s : undefined;
+  const weightParts = weightRule.kind === 'fused' ? weightRule.parts : [w];
+  const kvHeads = weightRule.kind === 'fused' ? weightRule.partKvHeads ?? [] : [weightRule.kvHeads ?? 0];
+  // KV heads fewer than tp: the weight is cut into kvHeads pieces, else into tp (shardTensor).
+  const pieces = weightParts.map((_, j) => ((kvHeads[j] ?? 0) > 0 && tpSize > kvHeads[j]! ? kvHeads[j]! : tpSize));
+  const parts = weightParts.map((p) => (p * s) / w);
+  if (unit === undefined || !parts.every(Number.isInteger)) return REPLICATED;
+  const whole = weightParts.every((p, j) => pieces[j] === 1 || (parts[j]! % pieces[j]! === 0 && p / pieces[j]! === (parts[j]! / pieces[j]!) * unit));
+  if (!whole) return REPLICATED;
+  const scaleKv = kvHeads.map((k, j) => (k > 0 ? pieces[j]! : 0));
+  const candidate: ShardRule = weightRule.kind === 'fused' ? { ...weightRule, parts, ...(weightRule.partKvHeads ? { partKvHeads: scaleKv } : {}) } : { ...weightRule, ...(weightRule.kvHeads ? { kvHeads: scaleKv[0]! } : {}) };
   try {
     layoutShard(scale, candidate, tpSize);
     return candidate;
@@ -72,6 +81,13 @@ function ruleForScale(weightRule: ShardRule, weightShape: number[], scale: Sourc
     if (err instanceof ShardingError) return REPLICATED;
     throw err;
   }
+}
+
+/** quantization_config.weight_block_size ([rows, columns] of a block-FP8 scale entry), or null. */
+function weightBlockSize(config: ModelConfig): number[] | null {
+  const q = config.quantization as { weight_block_size?: unknown } | null;
+  const block = q && typeof q === 'object' ? q.weight_block_size : undefined;
+  return Array.isArray(block) && block.length === 2 && block.every((b) => Number.isSafeInteger(b) && b > 0) ? block as number[] : null;
 }
 
 class RuleResolver {
@@ -82,6 +98,7 @@ class RuleResolver {
     private readonly config: ModelConfig,
     private readonly byName: Map<string, SourceTensor>,
     private readonly tpSize: number,
+    private readonly block: readonly number[] | null,
   ) {
     this.rules = [...userRules, ...(family?.rules ?? [])];
   }
@@ -100,7 +117,7 @@ class RuleResolver {
     if (weightName !== null) {
       const weight = this.byName.get(weightName);
       const weightRule = weight && this.direct(weight.name, weight.shape);
-      return weight && weightRule ? ruleForScale(weightRule, weight.shape, t, this.tpSize) : REPLICATED;
+      return weight && weightRule ? ruleForScale(weightRule, weight.shape, t, this.tpSize, this.block) : REPLICATED;
     }
     // In a known family, a tensor no table names and that has at most one dim is a norm or a
     // bias of a replicated layer. A matrix no rule names is an error instead: replicating it
@@ -148,6 +165,8 @@ interface PlannedParam {
   name: string;
   members: number[];
   experts: number;
+  /** Per-tensor scales: one scalar a member, the view [slots] or [experts, slots] ([experts] for one slot). */
+  scalars: boolean;
 }
 
 interface EngineLayoutPlan {
@@ -155,27 +174,32 @@ interface EngineLayoutPlan {
   params: PlannedParam[];
 }
 
+const isScalar = (shape: readonly number[]): boolean => shape.length === 0 || (shape.length === 1 && shape[0] === 1);
+
 /**
  * Resolves an engine layout's parameters against the planned tensors and checks, once for all
  * ranks, that the members of a fused parameter can form one dense block: one dtype, equal
- * trailing dims (a rank's pieces only differ in rows).
+ * trailing dims (a rank's pieces only differ in rows), or scalars all.
  */
 function planEngineLayout(name: LayoutName, architecture: string, planned: PlannedTensor[], tpSize: number): EngineLayoutPlan {
   const index = new Map(planned.map((p, i) => [p.source.name, i]));
   const params = vllmParams(architecture, planned.map((p) => p.source.name)).map((param): PlannedParam => {
     const members = param.members.map((m) => index.get(m)!);
     const first = planned[members[0]!]!;
+    const scalars = /(weight_scale|input_scale)$/.test(param.name) && members.every((i) => isScalar(planned[i]!.source.shape));
     for (const i of members) {
       const { source, layout, rule } = planned[i]!;
       const weight = source.name.endsWith('.weight_scale_inv') ? planned[index.get(source.name.replace(/_scale_inv$/, ''))!] : undefined;
-      if (weight && rule.kind === 'replicated' && weight.rule.kind !== 'replicated') {
+      // Only a weight that this tp size cuts (layout.parts) needs its block scale cut alike.
+      if (weight && rule.kind === 'replicated' && weight.layout.parts !== null) {
         throw new ShardingError('E_LAYOUT_SCALE_BLOCKS', `the ${name} parameter "${param.name}": block scale "${source.name}" [${source.shape}] cannot be cut like its weight [${weight.source.shape}] at tp size ${tpSize}, since its blocks would straddle ranks (vLLM's block-FP8 linear methods refuse such a partition too); use a tp size whose partitions are whole blocks`, { param: param.name, tensor: source.name, tpSize, layout: name });
       }
-      if (source.dtype !== first.source.dtype || (members.length > 1 && (layout.shape.length === 0 || layout.shape.slice(1).join() !== first.layout.shape.slice(1).join()))) {
+      const stacks = scalars || members.length === 1 || (layout.shape.length > 0 && layout.shape.slice(1).join() === first.layout.shape.slice(1).join());
+      if (source.dtype !== first.source.dtype || !stacks) {
         throw new ShardingError('E_LAYOUT_MEMBER_SHAPE', `the ${name} parameter "${param.name}" stacks ${param.members.join(', ')}, but "${source.name}" (${source.dtype} [${source.shape}]) does not stack with "${first.source.name}" (${first.source.dtype} [${first.source.shape}]): the pieces of a fused parameter need one dtype and equal trailing dims; the checkpoint is not a ${architecture} checkpoint vLLM can load`, { param: param.name, tensor: source.name, layout: name });
       }
     }
-    return { name: param.name, members, experts: param.experts };
+    return { name: param.name, members, experts: param.experts, scalars };
   });
   return { name, params };
 }
@@ -227,9 +251,12 @@ function planRank(tensors: PlannedTensor[], files: string[], tpSize: number, ran
     }
     const first = tensors[param.members[0]!]!;
     const trailing = entries[param.members[0]!]!.shape.slice(1);
-    const shape = param.members.length === 1 && param.experts === 0 && first.layout.vocab === undefined
-      ? entries[param.members[0]!]!.shape
-      : param.experts > 0 ? [param.experts, rows / param.experts, ...trailing] : [rows, ...trailing];
+    const slots = param.members.length / Math.max(param.experts, 1);
+    const shape = param.scalars
+      ? param.experts === 0 ? [slots] : slots === 1 ? [param.experts] : [param.experts, slots]
+      : param.members.length === 1 && param.experts === 0 && first.layout.vocab === undefined
+        ? entries[param.members[0]!]!.shape
+        : param.experts > 0 ? [param.experts, rows / param.experts, ...trailing] : [rows, ...trailing];
     views.push({ name: param.name, dtype: first.source.dtype, shape, segment: 0, offset: start, bytes: at - start });
     cursor = at;
   }
@@ -278,7 +305,7 @@ export async function planCheckpoint(modelDir: string, opts: PlanOptions): Promi
   const loaded = all.filter((t) => !Object.hasOwn(aliases, t.name));
 
   await yieldToEventLoop();
-  const resolver = new RuleResolver(userRules, family, config, byName, tpSize);
+  const resolver = new RuleResolver(userRules, family, config, byName, tpSize, weightBlockSize(config));
   const planned: PlannedTensor[] = [];
   const unplaced: string[] = [];
   for (const source of loaded) {
@@ -308,11 +335,23 @@ export async function planCheckpoint(modelDir: string, opts: PlanOptions): Promi
     planFile: planFile?.json ?? null,
   });
   const layouts = checkLayouts(opts.layouts ?? []);
-  const engines = layouts.filter((l) => l !== 'checkpoint').map((l) => planEngineLayout(l, config.architecture, planned, tpSize));
+  // An engine layout this checkpoint cannot have is refused alone: the checkpoint layout and the
+  // engines that use it still get the cache, and an engine asking for the refused one is told
+  // why and loads from disk, as on any other doubt.
+  const engines: EngineLayoutPlan[] = [];
+  const refusedLayouts: CheckpointPlan['refusedLayouts'] = {};
+  for (const name of layouts.filter((l) => l !== 'checkpoint')) {
+    try {
+      engines.push(planEngineLayout(name, config.architecture, planned, tpSize));
+    } catch (err) {
+      if (!(err instanceof ShardingError)) throw err;
+      refusedLayouts[name] = { code: err.code, message: err.message };
+    }
+  }
   const ranks: RankPlan[] = [];
   for (let rank = 0; rank < tpSize; rank++) {
     await yieldToEventLoop();
     ranks.push({ ...planRank(planned, files, tpSize, rank, aliases, engines), fingerprint: rankFingerprint(fingerprint, rank) });
   }
-  return { modelDir: dir, architecture: config.architecture, tpSize, fingerprint, fingerprintFields: fields, layouts, ranks, files: identities };
+  return { modelDir: dir, architecture: config.architecture, tpSize, fingerprint, fingerprintFields: fields, layouts: layouts.filter((l) => !Object.hasOwn(refusedLayouts, l)), refusedLayouts, ranks, files: identities };
 }

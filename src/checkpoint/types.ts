@@ -131,6 +131,11 @@ export function fillPlanOf(plan: RankPlan): RankFillPlan {
   return { tpRank, tpSize, files, segments, ops, zeroRanges, totalBytes, fingerprint };
 }
 
+export interface RefusedLayout {
+  code: string;
+  message: string;
+}
+
 export interface CheckpointPlan {
   modelDir: string;
   architecture: string;
@@ -141,6 +146,11 @@ export interface CheckpointPlan {
   fingerprintFields: Record<string, string>;
   /** The layouts every rank is served under, `checkpoint` first. */
   layouts: LayoutName[];
+  /**
+   * Engine layouts asked for that this checkpoint cannot be served under, and why (the planning
+   * error's code and message): each is refused alone, the others still served.
+   */
+  refusedLayouts: Partial<Record<LayoutName, RefusedLayout>>;
   ranks: RankPlan[];
   /** Each checkpoint file's identity, recorded before any of its bytes were read (src/files/fileIdentity.ts), in RankPlan.files order. */
   files: FileIdentity[];

@@ -34,6 +34,8 @@ export interface ServedRank {
   aliases: Record<string, string>;
   /** Every layout served, `checkpoint` (the two fields above) included, in the plan's order. */
   layouts: Partial<Record<LayoutName, RankLayout>>;
+  /** Layouts asked for that could not be planned for this checkpoint, and why (CheckpointPlan). */
+  refusedLayouts?: CheckpointPlan['refusedLayouts'];
   segments: SegmentExport[];
   /** The checkpoint files' identity when it was planned: a change makes the version stale (filesCheck.ts). */
   files: FileIdentity[];
@@ -70,6 +72,7 @@ export function toServedRank(args: {
     tensors: rank.tensors,
     aliases: rank.aliases,
     layouts: Object.fromEntries(args.plan.layouts.map((l) => [l, l === 'checkpoint' ? { tensors: rank.tensors, aliases: rank.aliases } : rank.layouts[l]!])),
+    refusedLayouts: args.plan.refusedLayouts,
     segments: args.segments,
     files: args.plan.files,
   };

@@ -23,9 +23,9 @@ test('block scales: split with their weight when blocks divide, replicated other
     const tensors = [
       fixtureTensor('model.embed_tokens.weight', [256, 64], { dim: 0 }),
       // q: 64 rows = 4 scale rows, split by 2. k: 32 rows = 2 scale rows for 4 KV heads: a head
-      // is half a block, so the scale cannot follow and is replicated.
+      // is half a block, but at tp 2 a rank holds 2 heads, one whole block, so the scale follows.
       ...fp8(`${p}.self_attn.q_proj`, [64, 64], { dim: 0 }, { dim: 0 }),
-      ...fp8(`${p}.self_attn.k_proj`, [32, 64], { dim: 0, parts: [{ size: 32, kvHeads: 4 }] }, 'full'),
+      ...fp8(`${p}.self_attn.k_proj`, [32, 64], { dim: 0, parts: [{ size: 32, kvHeads: 4 }] }, { dim: 0, parts: [{ size: 2, kvHeads: 4 }] }),
       ...fp8(`${p}.self_attn.o_proj`, [64, 64], { dim: 1 }, { dim: 1 }),
       ...fp8(`${p}.mlp.gate_proj`, [128, 64], { dim: 0 }, { dim: 0 }),
       ...fp8(`${p}.mlp.down_proj`, [64, 128], { dim: 1 }, { dim: 1 }),
@@ -55,6 +55,9 @@ test('block scales: split with their weight when blocks divide, replicated other
     // At tp 8 q's 4 scale rows no longer divide: replicated, and planning still succeeds.
     const tp8 = await planCheckpoint(dir, { tpSize: 8 });
     assert.equal(tp8.ranks[3]!.tensors.find((t) => t.name === `${p}.self_attn.q_proj.weight_scale_inv`)!.rule, { kind: 'replicated' });
+    // At tp 4 a rank holds one KV head, half a block: k's scale no longer follows either.
+    const tp4 = await planCheckpoint(dir, { tpSize: 4 });
+    assert.equal(tp4.ranks[1]!.tensors.find((t) => t.name === `${p}.self_attn.k_proj.weight_scale_inv`)!.rule, { kind: 'replicated' });
   } finally {
     removeDir(dir);
   }

@@ -24,7 +24,7 @@
 // cuMemAddressReserve, cuMemMap, cuMemSetAccess, cuMemExportToShareableHandle,
 // cuMemImportFromShareableHandle) returns CUDA_ERROR_OUT_OF_MEMORY, so tests fail one midway.
 // FAKE_CUDA_NO_VMM, FAKE_CUDA_NO_FD_HANDLES: the device attributes say VMM, or POSIX descriptor
-// export, is unsupported.
+// export, is unsupported. FAKE_CUDA_NO_READ_ONLY: cuMemSetAccess refuses read-only access.
 // FAKE_CUDA_INIT_GATE, FAKE_CUDA_DTOH_GATE: a FIFO that cuInit (or each cuMemcpyDtoH) waits on
 // until one byte is written to it, so a test holds a call in flight for as long as it likes.
 // Device memory starts as 0xEE bytes, never zeros, and memsets are queued like copies, so bytes
@@ -688,11 +688,12 @@ CUresult cuMemSetAccess(CUdeviceptr ptr, size_t bytes, const AccessDesc* desc, s
   struct alloc* a = mappingIn((char*)(uintptr_t)ptr, bytes);
   CUresult rc = OK;
   if (failHere("cuMemSetAccess")) rc = E_OOM;
-  // One mapping, whole, read-write for the GPU that holds it: all weightd asks for.
+  // One mapping, whole, for the GPU that holds it: read-write (flags 3), or read-only (flags 1:
+  // a write through it faults) unless FAKE_CUDA_NO_READ_ONLY plays a driver that refuses that.
   else if (!a || a->base != (char*)(uintptr_t)ptr || a->bytes != bytes || count != 1 || desc[0].location.type != 1 ||
-           desc[0].location.id != a->device || desc[0].flags != 3) rc = E_INVALID_VALUE;
+           desc[0].location.id != a->device || (desc[0].flags != 3 && (desc[0].flags != 1 || getenv("FAKE_CUDA_NO_READ_ONLY")))) rc = E_INVALID_VALUE;
   if (rc == OK) {
-    if (mprotect(a->base, a->bytes, PROT_READ | PROT_WRITE) != 0) die("mprotect");
+    if (mprotect(a->base, a->bytes, desc[0].flags == 1 ? PROT_READ : PROT_READ | PROT_WRITE) != 0) die("mprotect");
     a->kind = K_DEVICE;
   }
   pthread_mutex_unlock(&lock);

@@ -53,6 +53,7 @@ export const fakePrepared: Prepared = {
     fingerprint: 'f'.repeat(64),
     fingerprintFields: {},
     layouts: ['checkpoint'],
+    refusedLayouts: {},
     ranks: Array.from({ length: LOCAL_RANKS }, (_, r) => ({
       tpRank: r, tpSize: LOCAL_RANKS, files: [], segments: [256], tensors: [], aliases: {}, ops: [], layouts: {}, zeroRanges: [], totalBytes: 256, fingerprint: `rank${r}`,
     })),

@@ -1,6 +1,7 @@
 // get_state serves the layout asked for: the vllm views by vLLM's names over the same segment
 // as the checkpoint views, padding rows zero in the host segment (a fresh fallocated file: no op
-// writes them); a layout the daemon did not plan is refused naming those it has.
+// writes them); a layout the daemon did not plan is refused naming those it has, and one it
+// could not plan for this checkpoint with the planner's reason.
 import pino from 'pino';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
@@ -14,10 +15,10 @@ import { loadServedRank } from '../serve/servedRankFixture.js';
 
 const log = pino({ level: 'silent' });
 
-async function serve(layouts: Array<'vllm'>, vocab: number, run: (client: WeightdClient, expected: { fingerprint: string }) => Promise<void>): Promise<void> {
+async function serve(layouts: Array<'vllm'>, vocab: number, run: (client: WeightdClient, expected: { fingerprint: string }) => Promise<void>, arch = 'LlamaForCausalLM'): Promise<void> {
   const dir = makeTempDir('serve-layouts');
   const sockets = freshSocketDir();
-  await writeArchCheckpoint(dir, 'LlamaForCausalLM', { hidden: 16, heads: 4, kvHeads: 2, headDim: 4, intermediate: 32, layers: 1, vocab, shards: 1 });
+  await writeArchCheckpoint(dir, arch, { hidden: 16, heads: 4, kvHeads: 2, headDim: 4, intermediate: 32, layers: 1, vocab, shards: 1 });
   const loaded = await loadServedRank(dir, { uuid: `layouts-${process.pid}` }, layouts);
   const server = oneRankServer({ rank: loaded.served, socketDir: sockets, log, freeMemory: () => loaded.device.free() });
   let client: WeightdClient | undefined;
@@ -71,5 +72,14 @@ test('a layout the daemon did not plan is refused, naming the layouts it has', (
     await rejectsWith(() => client.copy(expected, { layout: 'sglang' }), ServeError, 'E_UNKNOWN_LAYOUT', '"sglang"', 'has the layouts checkpoint, vllm');
     assert.is((await client.stats()).leases.length, 0, 'a refusal holds no lease');
   }));
+
+test('a layout asked for that this checkpoint cannot have is refused with the reason of the planner; the checkpoint layout is served', () =>
+  serve(['vllm'], 1000, async (client, expected) => {
+    assert.equal((await client.ping()).layouts, ['checkpoint']);
+    await rejectsWith(() => client.attach(expected, { layout: 'vllm' }), ServeError, 'E_UNKNOWN_LAYOUT', '"vllm"', 'cannot be served under it', 'does not know architecture "Qwen2MoeForCausalLM"', 'Load from disk');
+    const ckpt = await client.attach(expected);
+    assert.ok(ckpt.status === 'attached');
+    await ckpt.detach();
+  }, 'Qwen2MoeForCausalLM'));
 
 test.run();

@@ -6,7 +6,7 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { planCheckpoint } from '../../src/checkpoint/planCheckpoint.js';
-import type { RankPlan, TensorView } from '../../src/checkpoint/types.js';
+import type { CheckpointPlan, RankPlan, TensorView } from '../../src/checkpoint/types.js';
 import { ShardingError } from '../../src/errors.js';
 import { architectureTensors, executePlan, expectedPiece, fixtureTensor, makeTempDir, rejectsWith, removeDir, writeArchCheckpoint, writeCheckpoint, type FixtureTensor } from '../helpers/checkpoints.js';
 
@@ -161,38 +161,125 @@ function blockFp8(arch: string, dims = FP8): FixtureTensor[] {
   return out;
 }
 
+/** Plans `tensors` at each tp size and checks every vllm view against vLLM's stacking of its members. */
+async function checkEngineViews(dir: string, tensors: FixtureTensor[], params: Map<string, string[]>, experts: number, tps: number[]): Promise<void> {
+  const byName = new Map(tensors.map((t) => [t.name, t]));
+  for (const tp of tps) {
+    const plan = await planCheckpoint(dir, { tpSize: tp, layouts: ['vllm'] });
+    assert.equal(plan.refusedLayouts, {}, `tp ${tp}`);
+    for (const rank of plan.ranks) {
+      const views = rank.layouts.vllm!.tensors;
+      assert.equal(views.map((v) => v.name).sort(), [...params.keys()].sort(), `tp ${tp}: names`);
+      const [arena] = await executePlan(rank);
+      for (const v of views) {
+        if (/embed_tokens|lm_head/.test(v.name)) continue;
+        const members = params.get(v.name)!.map((m) => byName.get(m)!);
+        const want = /(weight|input)_scale$/.test(v.name) ? scalarView(v.name, members, experts) : expectedView(v.name, members, tp, rank.tpRank, experts);
+        assert.equal(v.shape, want.shape, `${v.name} at tp ${tp} rank ${rank.tpRank}: shape`);
+        assert.is(v.dtype, members[0]!.dtype);
+        assert.ok(viewBytes(arena!, v).equals(want.data), `${v.name} at tp ${tp} rank ${rank.tpRank}: content`);
+      }
+    }
+  }
+}
+
+/** vLLM's PerTensorScaleParameter: [pieces], FusedMoE's [experts, 2] and [experts]; every rank holds every scalar. */
+function scalarView(name: string, members: FixtureTensor[], experts: number): { shape: number[]; data: Buffer } {
+  const data = Buffer.concat(members.map((m) => Buffer.from(m.data)));
+  if (!name.includes('.experts.')) return { shape: [members.length], data };
+  return { shape: members.length === experts ? [experts] : [experts, members.length / experts], data };
+}
+
+/** The engine parameters of `arch` plus, for each quantized linear, its scale parameters. */
+function quantizedParams(arch: string, tensors: FixtureTensor[], dims: { layers: number; experts: number }, suffixes: string[]): Map<string, string[]> {
+  const names = new Set(tensors.map((t) => t.name));
+  const params = engineParams(arch, dims.layers, dims.experts, false);
+  for (const [name, members] of [...params]) {
+    for (const suffix of suffixes) {
+      const scales = members.map((m) => m.replace(/\.weight$/, `.${suffix}`));
+      if (!names.has(scales[0]!)) continue;
+      params.set(suffix === 'input_scale' ? name.replace(/weight$/, suffix) : `${name}${suffix.slice('weight'.length)}`, scales);
+    }
+  }
+  return params;
+}
+
 for (const arch of ['LlamaForCausalLM', 'Qwen3ForCausalLM', 'MixtralForCausalLM', 'Qwen3MoeForCausalLM']) {
   test(`${arch}, block-FP8: weights and weight_scale_inv stack alike at tp 1, 2, 4`, async () => {
     const dir = makeTempDir('vllm-fp8');
     try {
       const tensors = blockFp8(arch);
       await writeCheckpoint(dir, fp8Config(arch), tensors, 2);
-      const byName = new Map(tensors.map((t) => [t.name, t]));
-      const params = engineParams(arch, FP8.layers, FP8.experts, false);
-      for (const [name, members] of [...params]) {
-        if (byName.has(`${members[0]!.replace(/\.weight$/, '')}.weight_scale_inv`)) params.set(`${name}_scale_inv`, members.map((m) => m.replace(/\.weight$/, '.weight_scale_inv')));
-      }
-      for (const tp of [1, 2, 4]) {
-        const plan = await planCheckpoint(dir, { tpSize: tp, layouts: ['vllm'] });
-        for (const rank of plan.ranks) {
-          const views = rank.layouts.vllm!.tensors;
-          assert.equal(views.map((v) => v.name).sort(), [...params.keys()].sort(), `tp ${tp}: names`);
-          const [arena] = await executePlan(rank);
-          for (const v of views) {
-            if (/embed_tokens|lm_head/.test(v.name)) continue;
-            const members = params.get(v.name)!.map((m) => byName.get(m)!);
-            const want = expectedView(v.name, members, tp, rank.tpRank, FP8.experts);
-            assert.equal(v.shape, want.shape, `${v.name} at tp ${tp} rank ${rank.tpRank}: shape`);
-            assert.is(v.dtype, members[0]!.dtype);
-            assert.ok(viewBytes(arena!, v).equals(want.data), `${v.name} at tp ${tp} rank ${rank.tpRank}: content`);
-          }
-        }
-      }
+      await checkEngineViews(dir, tensors, quantizedParams(arch, tensors, FP8, ['weight_scale_inv']), FP8.experts, [1, 2, 4]);
     } finally {
       removeDir(dir);
     }
   });
 }
+
+test('block-FP8 at head_dim 64: planned wherever no rank cuts a block (tp 1, 2), refused alone at tp 4', async () => {
+  const dir = makeTempDir('vllm-fp8-hd64');
+  try {
+    // 4 KV heads of 64: k_proj [256, 512], its scales [2, 4]; at tp 4 a rank holds half a block.
+    const dims = { ...FP8, heads: 8, kvHeads: 4, headDim: 64 };
+    const tensors = blockFp8('LlamaForCausalLM', dims);
+    await writeCheckpoint(dir, { ...fp8Config('LlamaForCausalLM'), num_attention_heads: 8, num_key_value_heads: 4, head_dim: 64 }, tensors, 1);
+    await checkEngineViews(dir, tensors, quantizedParams('LlamaForCausalLM', tensors, dims, ['weight_scale_inv']), dims.experts, [1, 2]);
+    const plan = await planCheckpoint(dir, { tpSize: 4, layouts: ['vllm'] });
+    assert.equal(plan.layouts, ['checkpoint']);
+    assert.is(plan.refusedLayouts.vllm?.code, 'E_LAYOUT_SCALE_BLOCKS');
+    assert.match(plan.refusedLayouts.vllm!.message, 'model.layers.0.self_attn.k_proj.weight_scale_inv');
+    assert.equal(plan.ranks[3]!.layouts, {});
+  } finally {
+    removeDir(dir);
+  }
+});
+
+/** Per-tensor FP8: F8_E4M3 linear weights, each with an F32 scalar weight_scale (and input_scale when `inputScales`). */
+function perTensorFp8(arch: string, inputScales: boolean): FixtureTensor[] {
+  const out: FixtureTensor[] = [];
+  for (const t of architectureTensors(arch, FP8)) {
+    if (!(t.shape.length === 2 && /(_proj|\.w[123])\.weight$/.test(t.name))) {
+      out.push(t);
+      continue;
+    }
+    out.push(fixtureTensor(t.name, t.shape, t.expect, 'F8_E4M3'));
+    out.push(fixtureTensor(t.name.replace(/\.weight$/, '.weight_scale'), [], 'full', 'F32'));
+    if (inputScales) out.push(fixtureTensor(t.name.replace(/\.weight$/, '.input_scale'), [], 'full', 'F32'));
+  }
+  return out;
+}
+
+for (const arch of ['LlamaForCausalLM', 'Qwen3MoeForCausalLM']) {
+  test(`${arch}, per-tensor FP8: one scale per fused piece, as vLLM's PerTensorScaleParameter holds them, at tp 1, 2, 4`, async () => {
+    const dir = makeTempDir('vllm-fp8-tensor');
+    try {
+      const tensors = perTensorFp8(arch, false);
+      const config = { ...fp8Config(arch), quantization_config: { quant_method: 'fp8', activation_scheme: 'dynamic' } };
+      await writeCheckpoint(dir, config, tensors, 2);
+      await checkEngineViews(dir, tensors, quantizedParams(arch, tensors, FP8, ['weight_scale']), FP8.experts, [1, 2, 4]);
+    } finally {
+      removeDir(dir);
+    }
+  });
+}
+
+test('per-tensor FP8 with static input scales: stacked per piece on linear layers; FusedMoE keeps one per expert for w1 and w3, so the layout is refused alone', async () => {
+  const dir = makeTempDir('vllm-fp8-static');
+  try {
+    const config = { ...fp8Config('LlamaForCausalLM'), quantization_config: { quant_method: 'fp8', activation_scheme: 'static' } };
+    const tensors = perTensorFp8('LlamaForCausalLM', true);
+    await writeCheckpoint(dir, config, tensors, 1);
+    await checkEngineViews(dir, tensors, quantizedParams('LlamaForCausalLM', tensors, FP8, ['weight_scale', 'input_scale']), FP8.experts, [1, 2]);
+    await writeCheckpoint(dir, { ...config, architectures: ['Qwen3MoeForCausalLM'] }, perTensorFp8('Qwen3MoeForCausalLM', true), 1);
+    const plan = await planCheckpoint(dir, { tpSize: 1, layouts: ['vllm'] });
+    assert.equal(plan.layouts, ['checkpoint']);
+    assert.is(plan.refusedLayouts.vllm?.code, 'E_LAYOUT_UNKNOWN_TENSOR');
+    assert.match(plan.refusedLayouts.vllm!.message, 'model.layers.0.mlp.experts.0.gate_proj.input_scale');
+  } finally {
+    removeDir(dir);
+  }
+});
 
 const fp8Config = (arch: string): Record<string, unknown> => ({
   architectures: [arch], hidden_size: FP8.hidden, num_attention_heads: FP8.heads, num_key_value_heads: FP8.kvHeads, head_dim: FP8.headDim, tie_word_embeddings: false,
@@ -204,9 +291,8 @@ test('block-FP8: a partition that cuts scale blocks is refused naming the scale,
   try {
     // 256 intermediate rows at tp 4: 64 rows a rank, half a block.
     await writeCheckpoint(dir, fp8Config('LlamaForCausalLM'), blockFp8('LlamaForCausalLM', { ...FP8, intermediate: 256 }), 1);
-    await planCheckpoint(dir, { tpSize: 2, layouts: ['vllm'] });
-    await rejectsWith(() => planCheckpoint(dir, { tpSize: 4, layouts: ['vllm'] }), ShardingError, 'E_LAYOUT_SCALE_BLOCKS', 'model.layers.0.mlp.gate_up_proj.weight_scale_inv', 'model.layers.0.mlp.gate_proj.weight_scale_inv', 'tp size 4');
-    await planCheckpoint(dir, { tpSize: 4 });
+    assert.equal((await planCheckpoint(dir, { tpSize: 2, layouts: ['vllm'] })).layouts, ['checkpoint', 'vllm']);
+    assertRefused(await planCheckpoint(dir, { tpSize: 4, layouts: ['vllm'] }), 'E_LAYOUT_SCALE_BLOCKS', 'model.layers.0.mlp.gate_up_proj.weight_scale_inv', 'model.layers.0.mlp.gate_proj.weight_scale_inv', 'tp size 4');
   } finally {
     removeDir(dir);
   }
@@ -249,12 +335,22 @@ test('a fused parameter is one dense block: its checkpoint pieces follow each ot
   }
 });
 
-test('errors at planning time: an architecture or a tensor the vllm layout does not know, a fused parameter missing a part', async () => {
+/** The vllm layout refused alone, for `code`, naming each of `mentions`: the checkpoint layout is planned and served. */
+function assertRefused(plan: CheckpointPlan, code: string, ...mentions: string[]): void {
+  assert.equal(plan.layouts, ['checkpoint']);
+  assert.is(plan.refusedLayouts.vllm?.code, code);
+  for (const m of mentions) assert.match(plan.refusedLayouts.vllm!.message, m);
+  for (const rank of plan.ranks) {
+    assert.equal(rank.layouts, {});
+    assert.ok(rank.tensors.length > 0);
+  }
+}
+
+test('an engine layout the checkpoint cannot have (an architecture or a tensor it does not know, a fused parameter missing a part) is refused alone; an unknown layout name is an error', async () => {
   const dir = makeTempDir('vllm-errors');
   try {
     await writeArchCheckpoint(dir, 'Qwen2MoeForCausalLM', { ...SHAPE, layers: 1, vocab: 256 });
-    await rejectsWith(() => planCheckpoint(dir, { tpSize: 1, layouts: ['vllm'] }), ShardingError, 'E_LAYOUT_ARCHITECTURE', 'Qwen2MoeForCausalLM', 'LlamaForCausalLM');
-    await planCheckpoint(dir, { tpSize: 1 });
+    assertRefused(await planCheckpoint(dir, { tpSize: 1, layouts: ['vllm'] }), 'E_LAYOUT_ARCHITECTURE', 'Qwen2MoeForCausalLM', 'LlamaForCausalLM');
   } finally {
     removeDir(dir);
   }
@@ -264,9 +360,9 @@ test('errors at planning time: an architecture or a tensor the vllm layout does 
     const base = architectureTensors('LlamaForCausalLM', { ...SHAPE, layers: 1, vocab: 256 });
     const config = { architectures: ['LlamaForCausalLM'], hidden_size: 16, num_attention_heads: 4, num_key_value_heads: 2, head_dim: 4 };
     await writeCheckpoint(dir2, config, [...base, fixtureTensor('model.layers.0.self_attn.extra_norm.weight', [16], 'full')], 1);
-    await rejectsWith(() => planCheckpoint(dir2, { tpSize: 1, layouts: ['vllm'] }), ShardingError, 'E_LAYOUT_UNKNOWN_TENSOR', 'model.layers.0.self_attn.extra_norm.weight', 'LlamaForCausalLM');
+    assertRefused(await planCheckpoint(dir2, { tpSize: 1, layouts: ['vllm'] }), 'E_LAYOUT_UNKNOWN_TENSOR', 'model.layers.0.self_attn.extra_norm.weight', 'LlamaForCausalLM');
     await writeCheckpoint(dir2, config, base.filter((t) => t.name !== 'model.layers.0.self_attn.v_proj.weight'), 1);
-    await rejectsWith(() => planCheckpoint(dir2, { tpSize: 1, layouts: ['vllm'] }), ShardingError, 'E_LAYOUT_INCOMPLETE', 'model.layers.0.self_attn.qkv_proj.weight', 'model.layers.0.self_attn.k_proj.weight');
+    assertRefused(await planCheckpoint(dir2, { tpSize: 1, layouts: ['vllm'] }), 'E_LAYOUT_INCOMPLETE', 'model.layers.0.self_attn.qkv_proj.weight', 'model.layers.0.self_attn.k_proj.weight');
     await rejectsWith(() => planCheckpoint(dir2, { tpSize: 1, layouts: ['sglang' as 'vllm'] }), ShardingError, 'E_LAYOUT_UNKNOWN', '"sglang"', 'checkpoint, vllm');
   } finally {
     removeDir(dir2);

@@ -138,7 +138,19 @@ def main() -> None:
         # The descriptor as get_segment_fds would deliver it: a fresh one of the exporter's memory.
         fd = os.open(handle, os.O_RDWR | os.O_CLOEXEC)
         try:
-            if case == "fd_restores":
+            if case == "fd_write":
+                # Maps, says whether read-only, then writes a byte as a kernel would: into a
+                # read-only mapping that must fault here (SIGSEGV: the fake's device memory is
+                # this process's mapping). A read-write one is left alone, since the exporter's
+                # bytes are what the other cases read.
+                mapping = CudaMapping(fd_state(), device=0, tensor_format="memoryview", segment_fds={0: fd})
+                print(json.dumps({"readOnly": mapping.read_only}), flush=True)
+                if mapping.read_only:
+                    ctypes.memmove(mapping.pointers[0], b"\xff", 1)
+                    print(json.dumps({"wrote": True}), flush=True)
+                mapping.close()
+                out["afterClose"] = top()
+            elif case == "fd_restores":
                 mapping = CudaMapping(fd_state(), device=0, tensor_format="memoryview", segment_fds={0: fd})
                 os.close(fd)  # the mapping holds the memory without it
                 fd = -1

@@ -5,11 +5,14 @@ path, success or failure. The fake reports what is left at exit (FAKE_CUDA_LEAKS
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from cuda_scenarios import FD_PATTERN
 
 ROOT = Path(__file__).resolve().parents[3]
 SCENARIOS = Path(__file__).with_name("cuda_scenarios.py")
@@ -93,6 +96,22 @@ def test_a_cuda_fd_segment_is_imported_mapped_read_and_given_back_restoring_the_
     assert got["bytesOk"], "read() copies from the imported VMM mapping, after the fd itself was closed"
     assert got["afterAttach"] == got["own"]
     assert got["afterClose"] == got["own"]
+
+
+def test_a_write_into_a_read_only_cuda_fd_mapping_faults_in_the_writer_and_changes_nothing(fake_env, fd_path):
+    r = subprocess.run([sys.executable, str(SCENARIOS), "fd_write", fd_path], env=fake_env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == -signal.SIGSEGV, (r.returncode, r.stdout, r.stderr)
+    assert [json.loads(line) for line in r.stdout.splitlines()] == [{"readOnly": True}]
+    with open(fd_path, "rb") as f:
+        assert f.read(len(FD_PATTERN)) == FD_PATTERN, "the exporter's bytes are unchanged"
+
+
+def test_a_driver_refusing_read_only_mappings_maps_read_write_and_says_so(fake_env, fd_path):
+    r = subprocess.run([sys.executable, str(SCENARIOS), "fd_write", fd_path], env={**fake_env, "FAKE_CUDA_NO_READ_ONLY": "1"}, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout.splitlines()[0]) == {"readOnly": False}
+    assert "refuses read-only device mappings" in r.stderr
+    assert leaks(r.stderr) == NO_LEAKS
 
 
 def test_a_cuda_fd_segment_that_cannot_be_mapped_gives_back_its_import_and_range(fake_env, fd_path):

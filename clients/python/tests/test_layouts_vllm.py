@@ -8,8 +8,11 @@ zero-fills, QKVParallelLinear replicates KV heads when there are fewer than rank
 MergedColumnParallelLinear, RowParallelLinear, FusedMoE w13/w2, a loaded_shard_id of None
 splitting a pre-fused Phi-3 tensor, block-FP8 scales through the same loaders with offsets in
 blocks). Every view the daemon serves (host backend) must match in name, shape, dtype and
-bytes, for each architecture at tp 1, 2 and 4 and vocab 32016 and 50257, and for block-FP8
-Llama, Qwen3, Mixtral and Qwen3-MoE at tp 1, 2 and 4.
+bytes, for each architecture at tp 1, 2 and 4 and vocab 32016 and 50257, for block-FP8 and
+per-tensor FP8 Llama, Qwen3, Mixtral and Qwen3-MoE at tp 1, 2 and 4 (per-tensor scales through
+PerTensorScaleParameter's and FusedMoE's loaders), and for block-FP8 Llama at head_dim 64 at tp
+1 and 2; at tp 4, where a rank would cut a block, the daemon serves the checkpoint layout and
+names why not the vllm one.
 
 Needs torch and safetensors, and the built daemon (npm run build:ts). With
 WEIGHTD_LAYOUTS_DEVICE=cuda (test/gpu) the daemon runs on the CUDA backend instead, at tp sizes up
@@ -61,12 +64,18 @@ class Dims:
     experts: int
     # Block-FP8 (128 x 128 blocks, DeepSeek style) when set: linear weights F8_E4M3 with f32 weight_scale_inv.
     block: int = 0
+    # Per-tensor FP8 when set: linear weights F8_E4M3, each with one f32 weight_scale.
+    per_tensor: bool = False
 
 
 # 2 KV heads: split at tp 2, replicated over pairs of ranks at tp 4.
 SMALL = Dims(hidden=16, heads=4, kv_heads=2, head_dim=4, inter=32, layers=2, experts=2)
 # Every partition whole 128-row blocks at tp 4 (vLLM refuses others); KV heads replicated at tp 4.
 FP8 = Dims(hidden=512, heads=4, kv_heads=2, head_dim=128, inter=512, layers=1, experts=2, block=128)
+# head_dim 64: 4 KV heads of 64 rows make k_proj two 128-row blocks, one a rank at tp 2; at tp 4 a
+# rank would hold half a block, which vLLM refuses, and so the daemon refuses the vllm layout there.
+FP8_HD64 = Dims(hidden=512, heads=8, kv_heads=4, head_dim=64, inter=512, layers=1, experts=2, block=128)
+FP8_TENSOR = Dims(hidden=64, heads=4, kv_heads=2, head_dim=16, inter=64, layers=2, experts=2, per_tensor=True)
 
 
 def ceil_div(a: int, b: int) -> int:
@@ -83,6 +92,10 @@ def random_checkpoint(directory: Path, arch: str, vocab: int, seed: int, d: Dims
         out[name] = torch.randn(*shape, generator=g).to(dtype)
 
     def lin(name: str, rows: int, cols: int) -> None:
+        if d.per_tensor:
+            t(name, rows, cols, dtype=torch.float8_e4m3fn)
+            out[name.replace(".weight", ".weight_scale")] = torch.rand((), generator=g) + 0.01
+            return
         if not d.block:
             return t(name, rows, cols)
         t(name, rows, cols, dtype=torch.float8_e4m3fn)
@@ -142,6 +155,8 @@ def random_checkpoint(directory: Path, arch: str, vocab: int, seed: int, d: Dims
     }
     if d.block:
         config["quantization_config"] = {"quant_method": "fp8", "weight_block_size": [d.block, d.block], "activation_scheme": "dynamic", "fmt": "e4m3"}
+    if d.per_tensor:
+        config["quantization_config"] = {"quant_method": "fp8", "activation_scheme": "dynamic", "fmt": "e4m3"}
     (directory / "config.json").write_text(json.dumps(config))
     # Two files, split mid-layer, as exports are.
     names = list(out)
@@ -180,8 +195,15 @@ class VllmOracle:
             # Poisoned, so a row no loader writes shows up as a mismatch.
             self.params[name] = torch.full(shape, float("nan"), dtype=dtype)
 
-        def linear(name: str, *shape: int) -> None:
-            # Fp8LinearMethod / Fp8MoEMethod with block quant: an fp8 weight and its block scales.
+        def linear(name: str, *shape: int, pieces: int = 1) -> None:
+            # Fp8LinearMethod / Fp8MoEMethod with block quant: an fp8 weight and its block scales;
+            # per-tensor: an fp8 weight and one scale per piece (`pieces`: qkv 3, gate_up 2; FusedMoE
+            # [E, 2] for w13 and [E] for w2, as Fp8MoEMethod.create_weights makes them).
+            if d.per_tensor:
+                param(name, *shape, dtype=torch.float8_e4m3fn)
+                scale = (shape[0], 2) if ".w13_" in name else (shape[0],) if ".w2_" in name else (pieces,)
+                param(name + "_scale", *scale, dtype=torch.float32)
+                return
             if not d.block:
                 return param(name, *shape)
             param(name, *shape, dtype=torch.float8_e4m3fn)
@@ -197,7 +219,7 @@ class VllmOracle:
             p = f"model.layers.{layer}"
             param(f"{p}.input_layernorm.weight", d.hidden, dtype=norm_dtype)
             param(f"{p}.post_attention_layernorm.weight", d.hidden, dtype=norm_dtype)
-            linear(f"{p}.self_attn.qkv_proj.weight", qkv_rows, d.hidden)
+            linear(f"{p}.self_attn.qkv_proj.weight", qkv_rows, d.hidden, pieces=3)
             if arch == "Qwen2ForCausalLM":
                 param(f"{p}.self_attn.qkv_proj.bias", qkv_rows)
             linear(f"{p}.self_attn.o_proj.weight", d.hidden, d.heads * d.head_dim // tp)
@@ -213,7 +235,7 @@ class VllmOracle:
                 linear(f"{p}.{moe}.experts.w13_weight", d.experts, 2 * d.inter // tp, d.hidden)
                 linear(f"{p}.{moe}.experts.w2_weight", d.experts, d.hidden, d.inter // tp)
             else:
-                linear(f"{p}.mlp.gate_up_proj.weight", 2 * d.inter // tp, d.hidden)
+                linear(f"{p}.mlp.gate_up_proj.weight", 2 * d.inter // tp, d.hidden, pieces=2)
                 linear(f"{p}.mlp.down_proj.weight", d.hidden, d.inter // tp)
 
     # --- the layers' weight loaders -------------------------------------------------------
@@ -267,6 +289,13 @@ class VllmOracle:
         dst = expert_param.narrow(0, 0 if shard_id == "w1" else size, size)
         dst.copy_(w.narrow(0, self.rank * size, size))
 
+    def per_tensor_loader(self, param: "torch.Tensor", w: "torch.Tensor", index: Any) -> None:
+        # PerTensorScaleParameter._load_into_shard_id (q/k/v -> 0/1/2, gate/up -> 0/1, a row or
+        # column layer's -> 0) and FusedMoE._load_per_tensor_weight_scale ([expert][w1 0, w3 1],
+        # w2 [expert]): one scalar, whatever the tp rank.
+        assert w.numel() == 1
+        param[index] = w.reshape(())
+
     # --- the models' load_weights ---------------------------------------------------------
     def load(self, checkpoint: Dict[str, "torch.Tensor"]) -> None:
         stacked = [
@@ -286,11 +315,15 @@ class VllmOracle:
             unit = self.d.block if name.endswith(SCALE) else 1
             if name == "lm_head.weight" and "lm_head.weight" not in self.params:
                 continue  # tied: vLLM skips the stored copy
+            per_tensor = name.endswith(".weight_scale")
             if ".experts." in name:
                 for param_prefix, weight_prefix, e, sid in experts:
                     if weight_prefix in name:
                         target = name.replace(weight_prefix, param_prefix)
-                        self.moe_loader(self.params[target], w, sid, e)
+                        if per_tensor:
+                            self.per_tensor_loader(self.params[target], w, e if sid == "w2" else (e, 0 if sid == "w1" else 1))
+                        else:
+                            self.moe_loader(self.params[target], w, sid, e)
                         break
                 else:
                     raise AssertionError(f"no expert mapping for {name}")
@@ -298,12 +331,17 @@ class VllmOracle:
                 for param_part, weight_part, sid in stacked:
                     if weight_part in name:
                         target = name.replace(weight_part, param_part)
-                        (self.qkv_loader if param_part == ".qkv_proj" else self.merged_loader)(self.params[target], w, sid, unit)
+                        if per_tensor:
+                            self.per_tensor_loader(self.params[target], w, "qkv".index(sid) if isinstance(sid, str) else sid)
+                        else:
+                            (self.qkv_loader if param_part == ".qkv_proj" else self.merged_loader)(self.params[target], w, sid, unit)
                         break
                 else:
                     target = name
                     param = self.params[target]
-                    if name.endswith(("qkv_proj.weight", "qkv_proj" + SCALE)):
+                    if per_tensor:
+                        self.per_tensor_loader(param, w, 0)
+                    elif name.endswith(("qkv_proj.weight", "qkv_proj" + SCALE)):
                         self.qkv_loader(param, w, None, unit)
                     elif name.endswith(("gate_up_proj.weight", "gate_up_proj" + SCALE)):
                         self.merged_loader(param, w, None, unit)
@@ -333,14 +371,14 @@ def raw(t: "torch.Tensor") -> bytes:
 @unittest.skipIf(torch is None, "needs torch and safetensors")
 @unittest.skipUnless(MAIN_JS.exists(), "needs the built daemon (npm run build:ts)")
 class VllmLayoutOracleTest(unittest.TestCase):
-    def check(self, arch: str, vocab: int, d: Dims) -> None:
+    def check(self, arch: str, vocab: int, d: Dims, tps=(1, 2, 4)) -> None:
         work = Path(tempfile.mkdtemp(prefix="weightd-layouts-"))
         try:
             model = work / "model"
             model.mkdir()
             checkpoint = random_checkpoint(model, arch, vocab, seed=vocab + len(arch), d=d)
             norm_dtype = checkpoint["model.norm.weight"].dtype
-            for tp in tp_sizes():
+            for tp in [t for t in tp_sizes() if t in tps]:
                 daemon = Daemon(str(model), ["--layouts", "checkpoint,vllm", "--log-level", "warn"], 300, tp=tp, device=DEVICE,
                                 socket_dir=str(work / "sockets"), host_device=f"layouts-{os.getpid()}-{tp}")
                 try:
@@ -374,12 +412,46 @@ class VllmLayoutOracleTest(unittest.TestCase):
             shutil.rmtree(work, ignore_errors=True)
 
 
+@unittest.skipIf(torch is None, "needs torch and safetensors")
+@unittest.skipUnless(MAIN_JS.exists(), "needs the built daemon (npm run build:ts)")
+class RefusedLayoutTest(unittest.TestCase):
+    def test_block_fp8_head_dim_64_at_tp_4_serves_the_checkpoint_layout_and_names_why_not_vllm(self):
+        if 4 not in tp_sizes():
+            self.skipTest("needs 4 ranks")
+        work = Path(tempfile.mkdtemp(prefix="weightd-refused-"))
+        try:
+            model = work / "model"
+            model.mkdir()
+            random_checkpoint(model, "LlamaForCausalLM", 1000, seed=7, d=FP8_HD64)
+            daemon = Daemon(str(model), ["--layouts", "checkpoint,vllm"], 300, tp=4, device=DEVICE, socket_dir=str(work / "s"), host_device=f"refused-{os.getpid()}")
+            try:
+                self.assertIn("layout vllm is not served", daemon.stderr)
+                fp = fingerprints(model, 4)[1]
+                client = WeightdClient(find_socket(global_rank=1, socket_dir=str(daemon.socket_dir)))
+                try:
+                    self.assertEqual(client.ping()["layouts"], ["checkpoint"])
+                    with self.assertRaises(Exception) as caught:
+                        client.attach(fp["fingerprint"], fp.get("fingerprintFields"), tensor_format="torch", layout="vllm")
+                    self.assertIn("would straddle ranks", str(caught.exception))
+                    self.assertIn("self_attn.k_proj.weight_scale_inv", str(caught.exception))
+                    with client.attach(fp["fingerprint"], fp.get("fingerprintFields"), tensor_format="torch") as got:
+                        self.assertEqual(tuple(got.tensors["model.layers.0.self_attn.k_proj.weight"].shape), (64, 512))
+                finally:
+                    client.close()
+            finally:
+                daemon.stop()
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+
+
 def _add_cases() -> None:
     for arch in ARCHS:
         for vocab in VOCABS:
             setattr(VllmLayoutOracleTest, f"test_{arch}_vocab_{vocab}", lambda self, a=arch, v=vocab: self.check(a, v, SMALL))
     for arch in ("LlamaForCausalLM", "Qwen3ForCausalLM", "MixtralForCausalLM", "Qwen3MoeForCausalLM"):
         setattr(VllmLayoutOracleTest, f"test_{arch}_block_fp8", lambda self, a=arch: self.check(a, 1000, FP8))
+        setattr(VllmLayoutOracleTest, f"test_{arch}_per_tensor_fp8", lambda self, a=arch: self.check(a, 1000, FP8_TENSOR))
+    setattr(VllmLayoutOracleTest, "test_LlamaForCausalLM_block_fp8_head_dim_64", lambda self: self.check("LlamaForCausalLM", 1000, FP8_HD64, tps=(1, 2)))
 
 
 _add_cases()

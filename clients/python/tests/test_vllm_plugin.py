@@ -210,7 +210,8 @@ class VllmPluginTest(unittest.TestCase):
         self.assertTrue(all(inside(f) for f in kept.values()), kept)
         self.assertEqual([l["mode"] for l in run["leases"][name]], ["map"])
         self.assertEqual(run["leases_after"], {}, "the lease must end with the engine")
-        self.assertTrue(any(m.startswith("weightd: mapped ") for m in run["log"]), run["log"])
+        # The host backend's mappings are read-only; nothing of an unquantized model is copied.
+        self.assertTrue(any(m.startswith("weightd: mapped ") and "(read-only)" in m and "copied" not in m for m in run["log"]), run["log"])
         self.assertEqual(run["external_weight_memory"], [0])
 
     def assert_from_disk(self, run: Dict[str, Any], reason: str) -> None:
@@ -249,6 +250,12 @@ class VllmPluginTest(unittest.TestCase):
     def test_other_content_falls_back_to_disk_naming_content(self):
         run = self.generate("llama", "weightd", self.daemons["llama-other"].socket_dir)
         self.assert_from_disk(run, "fingerprint fields differ: content")
+        self.assertEqual(run["tokens"], self.disk_run("llama")["tokens"])
+
+    def test_version_the_table_does_not_know_loads_from_disk_saying_which(self):
+        with mock.patch("vllm.__version__", "0.99.0"):
+            run = self.generate("llama", "weightd", self.daemons["llama"].socket_dir)
+        self.assert_from_disk(run, "vLLM 0.99.0 is not in the plugin's version table")
         self.assertEqual(run["tokens"], self.disk_run("llama")["tokens"])
 
     def test_no_daemon_falls_back_to_disk(self):

@@ -28,6 +28,7 @@ CUDA_FD_HANDLE = "cuda-fd"
 CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR = 0x1
 CU_MEM_ALLOCATION_TYPE_PINNED = 0x1
 CU_MEM_LOCATION_TYPE_DEVICE = 0x1
+CU_MEM_ACCESS_FLAGS_PROT_READ = 0x1
 CU_MEM_ACCESS_FLAGS_PROT_READWRITE = 0x3
 CU_MEM_ALLOC_GRANULARITY_MINIMUM = 0x0
 # The daemon gives every segment whole 2 MiB pages (native/cuda_vmm.h); a client maps as much.
@@ -71,6 +72,23 @@ class _AllocProp(ctypes.Structure):
 
 class _AccessDesc(ctypes.Structure):
     _fields_ = [("location", _MemLocation), ("flags", ctypes.c_int)]
+
+
+_read_write_said = False
+
+
+def _warn_read_write(d: "_Driver", rc: int) -> None:
+    global _read_write_said
+    if _read_write_said:
+        return
+    _read_write_said = True
+    name = ctypes.c_char_p()
+    d.cuGetErrorName(rc, ctypes.byref(name))
+    log.warning(
+        "weightd: this CUDA driver refuses read-only device mappings (cuMemSetAccess with CU_MEM_ACCESS_FLAGS_PROT_READ: %s); "
+        "segments are mapped read-write, so only the engine's own care keeps the daemon's memory unwritten",
+        (name.value or b"?").decode(),
+    )
 
 
 class _Driver:
@@ -148,7 +166,7 @@ class _Driver:
 
 class FdSegment:
     """One "cuda-fd" segment mapped in this process: the imported allocation, its reserved
-    address range and the mapping, read-write for one device. ``close()`` undoes whatever was done,
+    address range and the mapping, read-only for one device where the driver allows it. ``close()`` undoes whatever was done,
     in reverse order (also after a failure midway through the opening)."""
 
     def __init__(self, driver: "_Driver", dev: int, fd: int, nbytes: int, segment: int):
@@ -156,6 +174,7 @@ class FdSegment:
         self.handle: Optional[int] = None
         self.pointer = 0
         self.mapped = False
+        self.read_only = False
         self.size = 0
         d = driver
         try:
@@ -174,8 +193,17 @@ class FdSegment:
             # A descriptor of less memory than the manifest says fails here.
             d.check(d.cuMemMap(self.pointer, self.size, 0, self.handle, 0), f"cuMemMap(segment {segment}, {self.size} bytes)")
             self.mapped = True
-            access = _AccessDesc(location=_MemLocation(CU_MEM_LOCATION_TYPE_DEVICE, dev), flags=CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
-            d.check(d.cuMemSetAccess(self.pointer, self.size, ctypes.byref(access), 1), f"cuMemSetAccess(segment {segment})")
+            # Read-only, so that no kernel of this process can write into memory every other
+            # client maps: a write faults here instead of corrupting them. A driver that refuses
+            # read-only device mappings gets read-write, said once in the log (``read_only``).
+            location = _MemLocation(CU_MEM_LOCATION_TYPE_DEVICE, dev)
+            access = _AccessDesc(location=location, flags=CU_MEM_ACCESS_FLAGS_PROT_READ)
+            rc = d.cuMemSetAccess(self.pointer, self.size, ctypes.byref(access), 1)
+            self.read_only = rc == 0
+            if not self.read_only:
+                _warn_read_write(d, rc)
+                access = _AccessDesc(location=location, flags=CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+                d.check(d.cuMemSetAccess(self.pointer, self.size, ctypes.byref(access), 1), f"cuMemSetAccess(segment {segment})")
         except BaseException:
             with contextlib.suppress(CudaError):  # the failure that stopped the open is the one to report
                 self.close()
@@ -310,6 +338,13 @@ class CudaMapping:
             with contextlib.suppress(CudaError):  # the failure that stopped the attach is the one to report
                 self.close()
             raise
+
+    @property
+    def read_only(self) -> bool:
+        """Whether no kernel of this process can write the daemon's memory through this mapping:
+        every segment a cuda-fd one mapped read-only. Legacy IPC handles never are
+        (cuIpcOpenMemHandle maps read-write, and the driver offers no way to narrow it)."""
+        return len(self._fd_segments) == len(self.pointers) and all(s.read_only for s in self._fd_segments.values())
 
     @contextlib.contextmanager
     def _current(self) -> Iterator[None]:

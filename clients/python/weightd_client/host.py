@@ -108,6 +108,10 @@ class HostMapping:
     ``fds``: segment number -> its descriptor (get_segment_fds); every one is closed here,
     mapped or not, whatever fails."""
 
+    #: Every segment is mapped PROT_READ: a write through a view faults (SIGSEGV), and the
+    #: daemon's memfds are sealed against writes besides.
+    read_only = True
+
     def __init__(self, state: Dict[str, Any], fds: Dict[int, int], tensor_format: str = "auto"):
         self.maps: Dict[int, mmap.mmap] = {}
         self.tensors: Dict[str, Any] = {}

@@ -13,9 +13,13 @@ Installed with this package, vLLM finds it through the ``vllm.general_plugins`` 
 
 The weights are put in place before vLLM's ``process_weights_after_loading``, where vLLM's own
 weight loaders would have left them, so kernel-specific repacking (the CPU backend's GEMM
-prepack, quantization) runs on them as on a disk load. Views over the host backend's shared
-memory are read-only mappings: a post-processing step that wrote into a weight in place would
-fault, so use ``mode: copy`` with such a method.
+prepack, quantization) runs on them as on a disk load. The parameters that post-processing
+writes into in place (per-tensor FP8's requantized weights; anything of a quantization method
+the plugin does not know) get private copies instead of views (vllm_rules.py); the rest stay
+the daemon's memory, mapped read-only (host backend; cuda with ``--cuda-handles fd`` where the
+driver allows it). Parameters vLLM creates that no checkpoint holds (attention ``k_scale``,
+``v_scale``, ``q_scale``, ``prob_scale``) keep vLLM's defaults. A vLLM version the plugin's
+table does not know loads from disk.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from vllm.model_executor.model_loader.default_loader import DefaultModelLoader
 
 from .client import WeightdClient, find_socket
 from .fingerprint import expected_fingerprint
+from .vllm_rules import UnknownVersion, VersionRules, engine_owned, layout_name, private_params, rules_for
 
 LOAD_FORMAT = "weightd"
 MODES = ("map", "copy")
@@ -53,13 +58,6 @@ def register() -> None:
 
 class Fallback(Exception):
     """Why the cache cannot be used; the loader logs it and loads from disk."""
-
-
-def layout_name(param_name: str) -> str:
-    """The ``vllm`` layout's name for a parameter. vLLM 0.32 nests FusedMoE's parameters in a
-    ``routed_experts`` submodule (``experts.routed_experts.w13_weight``); the layout names them
-    at the FusedMoE module, as vLLM's weight loaders address them (``experts.w13_weight``)."""
-    return param_name.replace(".experts.routed_experts.", ".experts.")
 
 
 def _ranks() -> Tuple[int, int]:
@@ -81,11 +79,13 @@ def _model_dir(model_config: ModelConfig) -> str:
         raise Fallback(f"model {model_config.model!r} is not a local checkpoint directory ({err})") from err
 
 
-def check_views(params: Dict[str, nn.Parameter], views: Dict[str, Any]) -> List[str]:
-    """Every difference between the model's parameters and the served views, by name."""
+def check_views(params: Dict[str, nn.Parameter], views: Dict[str, Any], rules: VersionRules) -> Tuple[List[str], List[str]]:
+    """Every difference between the model's parameters and the served views, by name; and the
+    parameters left to vLLM (ENGINE_OWNED ones the daemon does not serve: they keep vLLM's defaults)."""
     problems = []
-    wanted = {layout_name(n): n for n in params}
-    missing = sorted(n for n in wanted if n not in views)
+    wanted = {layout_name(n, rules): n for n in params}
+    own = sorted(wanted[n] for n in wanted if n not in views and engine_owned(n))
+    missing = sorted(n for n in wanted if n not in views and not engine_owned(n))
     extra = sorted(n for n in views if n not in wanted)
     if missing:
         problems.append(f"parameters the daemon does not serve: {', '.join(missing)}")
@@ -97,7 +97,22 @@ def check_views(params: Dict[str, nn.Parameter], views: Dict[str, Any]) -> List[
             problems.append(f"{wanted[name]}: model {list(p.shape)} {p.dtype}, daemon {list(v.shape)} {v.dtype}")
         elif p.device != v.device:
             problems.append(f"{wanted[name]}: model on {p.device}, daemon's memory on {v.device}")
-    return problems
+    return problems, own
+
+
+def _version_rules() -> VersionRules:
+    import vllm
+
+    try:
+        return rules_for(vllm.__version__)
+    except UnknownVersion as err:
+        raise Fallback(str(err)) from err
+
+
+def _fnuz() -> bool:
+    from vllm.platforms import current_platform
+
+    return bool(current_platform.is_fp8_fnuz())
 
 
 def _end_lease(socket_path: str, lease_id: str) -> None:
@@ -177,6 +192,7 @@ class WeightdModelLoader(BaseModelLoader):
         return reply, client
 
     def _attach(self, model: nn.Module, model_config: ModelConfig) -> str:
+        rules = _version_rules()
         state, client = self._state(model_config, self.mode)
         try:
             device = torch.accelerator.current_device_index() if state["backend"] == "cuda" else None
@@ -187,37 +203,50 @@ class WeightdModelLoader(BaseModelLoader):
             raise Fallback(f"cannot map the daemon's memory: {err}") from err
         views = mapping.tensors
         params = dict(model.named_parameters())  # a tied weight is listed once, as in the layout
-        problems = check_views(params, views)
+        problems, own = check_views(params, views, rules)
         if problems:
             del views  # the last reference to them: the handles close now (see CudaMapping)
             mapping.close()
             client.detach(state["leaseId"])
             client.close()
             raise Fallback("layout mismatch: " + "; ".join(problems))
+        # What vLLM's post-processing writes into in place gets storage of the engine's own: a
+        # shared write would change every other engine's weights, and the next restart would
+        # process already-processed bytes.
+        private = private_params(model, _fnuz(), dict(os.environ)) if self.mode == "map" else {}
+        served = {n: p for n, p in params.items() if n not in own}
         with torch.no_grad():
-            for name, p in params.items():
-                view = views[layout_name(name)]
-                if self.mode == "map":
+            for name, p in served.items():
+                view = views[layout_name(name, rules)]
+                if self.mode == "map" and name not in private:
                     p.data = view
+                elif self.mode == "map":
+                    p.data = view.clone()
                 else:
                     p.data.copy_(view)
         nbytes = sum(int(t["bytes"]) for t in state["tensors"])
+        copied = sorted(n for n in served if n in private)
         if self.mode == "map":
             # The parameters are the daemon's memory: the mapping lives with the model, and so
             # does the lease (it follows this process, so no connection needs to stay open).
             model._weightd_mapping = mapping
             ending = weakref.finalize(model, _end_lease, client.socket_path, state["leaseId"])
             ending.atexit = False  # the daemon ends a gone process's leases itself
-        else:
-            if state["backend"] == "cuda":
-                torch.accelerator.synchronize()  # the copies must finish before the handles close
+        if state["backend"] == "cuda" and (self.mode == "copy" or copied):
+            torch.accelerator.synchronize()  # the copies must finish before anything is unmapped
+        if self.mode == "copy":
             views = view = None  # the last references to them: the handles close now
             mapping.close()
             client.detach(state["leaseId"])
         client.close()
+        ro = "read-only" if getattr(mapping, "read_only", False) else "read-write"
+        why = sorted({private[n] for n in copied})
         return (
-            f"{'mapped' if self.mode == 'map' else 'copied'} {len(params)} parameters "
-            f"({nbytes} bytes, layout vllm, {state['backend']} backend) from {client.socket_path}, lease {state['leaseId']}"
+            f"{'mapped' if self.mode == 'map' else 'copied'} {len(served) - len(copied)} parameters"
+            + (f" ({ro})" if self.mode == "map" else "")
+            + (f", copied {len(copied)} that {', '.join(why)} rewrites after loading" if copied else "")
+            + (f", left {len(own)} to vLLM ({', '.join(sorted({n.rsplit('.', 1)[-1] for n in own}))})" if own else "")
+            + f" ({nbytes} bytes, layout vllm, vLLM {rules.label} rules, {state['backend']} backend) from {client.socket_path}, lease {state['leaseId']}"
         )
 
     def load_weights(self, model: nn.Module, model_config: ModelConfig) -> None:

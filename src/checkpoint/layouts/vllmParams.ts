@@ -26,7 +26,7 @@ interface Mapping {
   to: string | null;
   /** Slot values in stacking order; absent: a one-member parameter. */
   slots?: readonly string[];
-  /** A linear layer's weight: its block-FP8 `weight_scale_inv` makes a parameter alongside. */
+  /** A linear layer's weight: its quantization scales (SCALES) make parameters alongside. */
   linear?: boolean;
 }
 
@@ -72,7 +72,20 @@ const TABLES: Readonly<Record<string, readonly Mapping[]>> = {
   Phi3ForCausalLM: PHI3,
 };
 
-const SCALE_SUFFIX = '.weight_scale_inv';
+/**
+ * Quantization side tensors named after the weight they scale, which vLLM's quantization methods
+ * register on the same layer and fill through the same weight loader:
+ * - `weight_scale_inv`, block FP8 (BlockQuantScaleParameter): stacks like its weight, offsets in blocks;
+ * - `weight_scale`, per-tensor FP8 (PerTensorScaleParameter; FusedMoE's `w13_weight_scale` [E, 2]
+ *   and `w2_weight_scale` [E]): one scalar per member, in member order;
+ * - `input_scale`, static activation scales of a linear layer: one scalar per member. FusedMoE
+ *   keeps one per expert for w1 and w3 together, which no stacking of checkpoint tensors makes.
+ */
+const SCALES: readonly { suffix: string; moe: boolean }[] = [
+  { suffix: 'weight_scale_inv', moe: true },
+  { suffix: 'weight_scale', moe: true },
+  { suffix: 'input_scale', moe: false },
+];
 
 export const VLLM_ARCHITECTURES: readonly string[] = Object.keys(TABLES);
 
@@ -96,10 +109,8 @@ export function vllmParams(architecture: string, names: readonly string[]): Engi
   const groups = new Map<string, Slotted[]>();
   const unknown: string[] = [];
   for (const name of names) {
-    // A block-FP8 scale stacks like its weight (vLLM's BlockQuantScaleParameter goes through
-    // the same loader, offsets divided by the block size) into the parameter's weight_scale_inv.
-    const scale = name.endsWith(SCALE_SUFFIX);
-    const weightName = scale ? `${name.slice(0, -SCALE_SUFFIX.length)}.weight` : name;
+    const scale = SCALES.find((sc) => name.endsWith(`.${sc.suffix}`));
+    const weightName = scale ? `${name.slice(0, -scale.suffix.length)}weight` : name;
     const mapping = table.find((m) => m.pattern.test(weightName));
     if (!mapping || (scale && !mapping.linear)) {
       unknown.push(name);
@@ -107,10 +118,16 @@ export function vllmParams(architecture: string, names: readonly string[]): Engi
     }
     if (mapping.to === null) continue;
     const found = weightName.match(mapping.pattern)!;
-    const param = weightName.replace(mapping.pattern, mapping.to) + (scale ? '_scale_inv' : '');
+    const expert = found.groups?.expert === undefined ? -1 : Number(found.groups.expert);
+    if (scale && expert >= 0 && !scale.moe) {
+      unknown.push(name);
+      continue;
+    }
+    // `x.weight` -> `x.weight_scale`, `x.input_scale`; FusedMoE's `w13_weight` -> `w13_weight_scale`.
+    const weightParam = weightName.replace(mapping.pattern, mapping.to);
+    const param = !scale ? weightParam : scale.suffix === 'input_scale' ? weightParam.replace(/weight$/, scale.suffix) : `${weightParam}${scale.suffix.slice('weight'.length)}`;
     const slots = mapping.slots ?? [''];
     const slot = mapping.slots ? slots.indexOf(found.groups!.slot!) : 0;
-    const expert = found.groups?.expert === undefined ? -1 : Number(found.groups.expert);
     const list = groups.get(param) ?? [];
     list.push({ param, slot, expert, slots: slots.length, name });
     groups.set(param, list);

@@ -37,6 +37,10 @@ export async function getState(req: RequestOf<'get_state'>, services: DeviceServ
   const manifest = service.manifest(layout);
   if (manifest === undefined) {
     const served = service.layouts;
+    const refused = (service.rank.refusedLayouts as Record<string, { message: string } | undefined> | undefined)?.[layout];
+    if (refused) {
+      throw new ServeError('E_UNKNOWN_LAYOUT', `layout "${layout}" was asked for (--layouts) but this checkpoint cannot be served under it: ${refused.message}. Load from disk; the daemon serves ${served.join(', ')}`, { layout, layouts: served });
+    }
     const fix = (LAYOUT_NAMES as readonly string[]).includes(layout) ? `, or restart weightd with --layouts ${[...served, layout].join(',')}` : ` (weightd has the layouts ${LAYOUT_NAMES.join(', ')})`;
     throw new ServeError('E_UNKNOWN_LAYOUT', `layout "${layout}" is not served by this daemon, which planned ${served.join(', ')}; ask for one of those${fix}`, { layout, layouts: served });
   }

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# `npm run test:gpu:vllm`: the vLLM plugin in a real CUDA vLLM 0.26 (opt-in; needs the payload of
+# ../shared/vllm-gpu, staged in /tmp/vsite). Four device calls on `nvidia-h200`, each within 30 s
+# of the last (the machine's warm window), each under 10 minutes:
+#
+#   here:   bash ../shared/vllm-gpu/make-vllm-payload.sh .vllm        # once; .vllm/ is git-excluded
+#           bash ../shared/device/pack-node.sh && npm run build && node scripts/prune-node-modules.mjs
+#   call 1  carry [".vllm/core"]:
+#           rm -rf /tmp/vsite; bash .vllm/core/device-unpack.sh .vllm/core
+#   call 2  carry [".vllm/moe"]:
+#           test -d /tmp/vsite/vllm || exit 3; bash .vllm/core/device-unpack.sh .vllm/moe
+#   call 3  carry [".device", "dist", "build"]:
+#           test -d /tmp/vsite/vllm || exit 3; bash test/gpu/vllm/run.sh --out-dir $OUT --models llama,moe,fallbacks
+#   call 4  carry [".device", "dist", "build"]:
+#           test -d /tmp/vsite/vllm || exit 3; bash test/gpu/vllm/run.sh --out-dir $OUT --models fp8-block,fp8-block-hd64,fp8-tensor
+#
+# Calls 3 and 4 each run the carried daemon (node from .device/node.xz, .device/nm as
+# node_modules), install the client so that its vLLM entry point is registered, and runs vllm_engine_suite.py: dense and MoE models and
+# the FP8 forms, disk against weightd in map and copy mode, the fallbacks, the daemon's memory
+# digest before and after, a second restart, and a write into a mapped weight. Results:
+# OUT/vllm-suite.json and OUT/vllm-suite.log (the lead records them in test/gpu/RESULTS.md).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../../.." && pwd)
+cd "$root"
+out_dir=${OUT:-test/artifacts/gpu-vllm} models=llama,moe,fallbacks,fp8-block,fp8-block-hd64,fp8-tensor
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --out-dir) out_dir=$2; shift 2 ;;
+    --models) models=$2; shift 2 ;;
+    *) echo "usage: test/gpu/vllm/run.sh [--out-dir DIR] [--models NAME,...]" >&2; exit 2 ;;
+  esac
+done
+test -d /tmp/vsite/vllm || { echo "no vLLM in /tmp/vsite: run device calls 1 and 2 first (see the top of this script)" >&2; exit 3; }
+mkdir -p "$out_dir"
+# The checkout's daemon: node from .device/node.xz, the runtime node_modules from .device/nm
+# (scripts/prune-node-modules.mjs), dist and build as carried.
+source test/gpu/ensure-node.sh
+if [ ! -e node_modules ] && [ -d .device/nm ]; then ln -sfn .device/nm node_modules; fi
+export NCCL_NVLS_ENABLE=0
+python3 -m pip install -q --no-deps --no-build-isolation --no-index --target /tmp/site2 clients/python
+export PYTHONPATH=/tmp/site2:/tmp/vsite:${PYTHONPATH:-} VLLM_ENABLE_V1_MULTIPROCESSING=0 VLLM_USE_FLASHINFER_SAMPLER=0 HF_HUB_OFFLINE=1 VLLM_NO_USAGE_STATS=1
+export WEIGHTD_TEST_DEVICE=cuda
+timeout 540 python3 test/gpu/vllm/vllm_engine_suite.py --out "$out_dir/vllm-suite.json" --models "$models" 2>&1 | tee "$out_dir/vllm-suite.log"

@@ -1,0 +1,207 @@
+"""The vLLM plugin on a real CUDA vLLM (test/gpu/vllm/run.sh says how to run it).
+
+Per model (a dense Llama, vocabulary 32016; a Qwen3-MoE; FP8 Llamas made from the dense one:
+block FP8 at head_dim 128 and 64, per-tensor FP8), with a daemon on the GPU serving
+`--layouts checkpoint,vllm --cuda-handles fd`:
+- disk (load_format auto), then weightd in map mode twice (a restart) and in copy mode: the same
+  greedy tokens and top-5 logprobs as the disk load, from the daemon (the plugin's log line);
+- the daemon's memory digest (every checkpoint tensor's bytes, read through a copy attach)
+  equal before and after the engines ran;
+then the fallbacks (no daemon; a daemon serving other bytes of the same shapes) load from disk
+with the same tokens, and a write into a mapped weight fails in its own process while the
+daemon's bytes stay unchanged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Dict, List
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "clients" / "python" / "tests"))
+
+import torch  # noqa: E402
+
+from daemon_fixture import Daemon  # noqa: E402
+from fp8_checkpoints import quantize_fp8  # noqa: E402
+from weightd_client import WeightdClient, expected_fingerprint, find_socket  # noqa: E402
+
+PROMPT = [1, 2, 3, 4, 5, 77, 301, 499]
+DAEMON_ARGS = ["--layouts", "checkpoint,vllm", "--cuda-handles", "fd"]
+SUITE = ("llama", "moe", "fallbacks", "fp8-block", "fp8-block-hd64", "fp8-tensor")
+BASE = dict(hidden_size=1024, intermediate_size=2048, num_hidden_layers=2, max_position_embeddings=512, initializer_range=0.2)
+
+
+def make_models(work: Path) -> Dict[str, Path]:
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    out = {}
+
+    def save(name: str, cfg, seed: int) -> Path:
+        torch.manual_seed(seed)
+        model = AutoModelForCausalLM.from_config(cfg).to(torch.bfloat16)
+        model.config.torch_dtype = "bfloat16"
+        model.save_pretrained(work / name)
+        return work / name
+
+    out["llama"] = save("llama", AutoConfig.for_model("llama", **BASE, num_attention_heads=8, num_key_value_heads=4, vocab_size=32016), 0)
+    out["llama-other"] = save("llama-other", AutoConfig.for_model("llama", **BASE, num_attention_heads=8, num_key_value_heads=4, vocab_size=32016), 1)
+    out["llama-hd64"] = save("llama-hd64", AutoConfig.for_model("llama", **BASE, num_attention_heads=16, num_key_value_heads=4, head_dim=64, vocab_size=32016), 2)
+    out["moe"] = save("moe", AutoConfig.for_model("qwen3_moe", **BASE, num_attention_heads=8, num_key_value_heads=4, head_dim=128, vocab_size=32000, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=256, decoder_sparse_step=1), 3)
+    out["fp8-block"] = quantize_fp8(out["llama"], work / "fp8-block", block=True)
+    out["fp8-block-hd64"] = quantize_fp8(out["llama-hd64"], work / "fp8-block-hd64", block=True)
+    out["fp8-tensor"] = quantize_fp8(out["llama"], work / "fp8-tensor", block=False)
+    return out
+
+
+def digest(model: Path, socket_dir: str) -> str:
+    """sha256 over every checkpoint-layout tensor the daemon holds, read through a copy attach."""
+    exp = expected_fingerprint(str(model), 1, 0)
+    client = WeightdClient(find_socket(global_rank=0, socket_dir=socket_dir))
+    try:
+        tensors = client.copy(exp.fingerprint, exp.fields, tensor_format="torch")
+    finally:
+        client.close()
+    h = hashlib.sha256()
+    for name in sorted(tensors):
+        h.update(name.encode())
+        h.update(tensors[name].detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def generate(model: Path, load_format: str, extra: Dict[str, Any], utilization: float = 0.25) -> Dict[str, Any]:
+    from vllm import LLM, SamplingParams
+    from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
+    from vllm.inputs import TokensPrompt
+
+    from weightd_client.vllm_plugin import WeightdModelLoader
+
+    # What the plugin did (its source and reason), recorded as it loads: vLLM's logging set-up
+    # replaces handlers on its loggers while the engine starts.
+    loads: List[Any] = []
+    served = WeightdModelLoader.load_weights
+
+    def recorded(loader, model, model_config):
+        served(loader, model, model_config)
+        loads.append([loader.source, loader.reason])
+
+    WeightdModelLoader.load_weights = recorded
+    started = time.monotonic()
+    llm = LLM(model=str(model), load_format=load_format, model_loader_extra_config=extra, skip_tokenizer_init=True, enforce_eager=True,
+              dtype="bfloat16", gpu_memory_utilization=utilization, max_model_len=512, attention_config={"backend": "TRITON_ATTN"}, seed=0)
+    WeightdModelLoader.load_weights = served
+    out = llm.generate([TokensPrompt(prompt_token_ids=PROMPT)], SamplingParams(max_tokens=12, temperature=0, detokenize=False, logprobs=5))
+    seconds = time.monotonic() - started
+    del llm
+    gc.collect()
+    cleanup_dist_env_and_memory()
+    o = out[0].outputs[0]
+    return {"tokens": list(o.token_ids), "logprobs": [{str(t): lp.logprob for t, lp in step.items()} for step in o.logprobs], "seconds": round(seconds, 1), "loads": loads}
+
+
+def write_probe(model: Path, socket_dir: str) -> Dict[str, Any]:
+    """A child process maps the daemon's memory and writes into a weight; it must fail there."""
+    code = (
+        "import sys, torch\n"
+        "from weightd_client import WeightdClient, expected_fingerprint, find_socket\n"
+        f"exp = expected_fingerprint({str(model)!r}, 1, 0)\n"
+        f"c = WeightdClient(find_socket(global_rank=0, socket_dir={socket_dir!r}))\n"
+        "got = c.attach(exp.fingerprint, exp.fields, tensor_format='torch')\n"
+        "t = got.tensors['model.embed_tokens.weight']\n"
+        "print('read_only', got._mapping.read_only, flush=True)\n"
+        "t.add_(1); torch.cuda.synchronize(); print('WROTE', flush=True)\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    return {"rc": r.returncode, "wrote": "WROTE" in r.stdout, "stdout": r.stdout[-400:], "stderr": r.stderr[-800:]}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--models", default=",".join(SUITE), help=f"comma-separated, of {','.join(SUITE)}")
+    args = ap.parse_args()
+    wanted = args.models.split(",")
+    unknown = sorted(set(wanted) - set(SUITE))
+    if unknown:
+        ap.error(f"--models: {unknown} are not among {list(SUITE)}")
+    import vllm
+
+    results: Dict[str, Any] = {"vllm": vllm.__version__, "torch": torch.__version__, "gpu": torch.cuda.get_device_name(0), "models": {}, "failures": []}
+    work = Path(tempfile.mkdtemp(prefix="wv-gpu-"))
+    fail = results["failures"].append
+    try:
+        models = make_models(work)
+        for name in [m for m in wanted if m != "fallbacks"]:
+            r: Dict[str, Any] = results["models"].setdefault(name, {})
+            try:
+                disk = generate(models[name], "auto", {})
+                r["disk"] = disk
+                daemon = Daemon(str(models[name]), DAEMON_ARGS, 300, device="cuda", socket_dir=str(work / f"s-{name}"))
+                try:
+                    before = digest(models[name], daemon.socket_dir)
+                    # Copy mode once per architecture; each FP8 form maps twice (a restart).
+                    for run in ("map", "map-restart", "copy") if name in ("llama", "moe") else ("map", "map-restart"):
+                        got = generate(models[name], "weightd", {"socket_dir": daemon.socket_dir, "mode": run.split("-")[0]})
+                        r[run] = {k: got[k] for k in ("tokens", "seconds", "loads")}
+                        if [src for src, _ in got["loads"]] != ["weightd"]:
+                            fail(f"{name} {run}: not served by the daemon: {got['loads']}")
+                        if got["tokens"] != disk["tokens"] or got["logprobs"] != disk["logprobs"]:
+                            fail(f"{name} {run}: tokens or logprobs differ from the disk load")
+                    after = digest(models[name], daemon.socket_dir)
+                    r["digest_unchanged"] = before == after
+                    if before != after:
+                        fail(f"{name}: the daemon's memory changed while engines ran")
+                    if name == "llama":
+                        # KV-cache sizing with the daemon's memory on the device: vLLM 0.26 has
+                        # no get_external_weight_memory, so this shows whether 0.9 still starts.
+                        try:
+                            r["map-util-0.9"] = {k: v for k, v in generate(models[name], "weightd", {"socket_dir": daemon.socket_dir}, 0.9).items() if k in ("tokens", "seconds", "loads")}
+                        except Exception:
+                            r["map-util-0.9"] = {"error": traceback.format_exc()[-2000:]}
+                            fail("llama: map mode at gpu_memory_utilization 0.9 did not start")
+                        probe = write_probe(models[name], daemon.socket_dir)
+                        r["write_probe"] = probe
+                        if probe["wrote"] or digest(models[name], daemon.socket_dir) != before:
+                            fail("a write into a mapped weight went through")
+                finally:
+                    daemon.stop()
+                    r["daemon_log"] = [line for line in daemon.stderr_lines if "layout" in line or "warn" in line][-20:]
+            except Exception:
+                r["error"] = traceback.format_exc()[-3000:]
+                fail(f"{name}: {r['error'].splitlines()[-1]}")
+        if "fallbacks" not in wanted:
+            return 1 if results["failures"] else 0
+        # Fallbacks: no daemon; a daemon serving other bytes of the same shapes.
+        r = results["models"].setdefault("fallbacks", {})
+        disk = results["models"].get("llama", {}).get("disk") or generate(models["llama"], "auto", {})
+        nodaemon = generate(models["llama"], "weightd", {"socket_dir": str(work / "no-daemon")})
+        r["no_daemon"] = nodaemon["loads"]
+        r["no_daemon_same_tokens"] = disk is not None and nodaemon["tokens"] == disk["tokens"]
+        other = Daemon(str(models["llama-other"]), DAEMON_ARGS, 300, device="cuda", socket_dir=str(work / "s-other"))
+        try:
+            content = generate(models["llama"], "weightd", {"socket_dir": other.socket_dir})
+        finally:
+            other.stop()
+        r["other_content"] = content["loads"]
+        r["other_content_same_tokens"] = disk is not None and content["tokens"] == disk["tokens"] and [x for x, _ in content["loads"] + nodaemon["loads"]] == ["disk", "disk"]
+        if not (r["no_daemon_same_tokens"] and r["other_content_same_tokens"]):
+            fail("a fallback's tokens differ from the disk load")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        Path(args.out).write_text(json.dumps(results, indent=1))
+        print(json.dumps({"failures": results["failures"]}, indent=1))
+    return 1 if results["failures"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
