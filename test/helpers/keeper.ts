@@ -7,6 +7,7 @@ import { mkdtempSync, openSync, readdirSync, readlinkSync, rmSync } from 'node:f
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { KeeperClient, keeperBinaryPath } from '../../src/keeper/keeperClient.js';
+import { isProcessAlive } from '../../src/serve/processLiveness.js';
 
 const live = new Set<ChildProcess>();
 /** Keepers a daemon spawned (--keeper spawn): detached from the test, which must never leave one behind. */
@@ -52,13 +53,9 @@ export interface TestKeeper {
 
 /** Polls `check` every 10 ms until it returns true; fails after `boundMs` naming `what` (a function: what was last seen). */
 /** Whether a process of this pid exists (kill 0). */
+/** The daemon's own rule (docs/spec/liveness.md): an exited keeper that its adoptive parent has not reaped yet is gone. */
 export function processAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
+  return isProcessAlive({ pid });
 }
 
 export async function waitUntil(what: string | (() => string), check: () => boolean | Promise<boolean>, boundMs = 20_000): Promise<void> {
