@@ -16,6 +16,7 @@
 #include "cuda_warmup.h"
 #include "cuda_ipc.h"
 #include "device_factory.h"
+#include "content_digests.h"
 #include "fill_args.h"
 #include "fill_job.h"
 #include "page_cache.h"
@@ -213,7 +214,7 @@ class DeviceWrap : public Napi::ObjectWrap<DeviceWrap> {
     std::shared_ptr<Device> d = device();
     FillArgs args = fillArgsFromJs(info);
     job_.reset();
-    job_ = std::make_unique<FillJob>(d, std::move(args.files), std::move(args.ops), std::move(args.zeros), args.options);
+    job_ = std::make_unique<FillJob>(d, std::move(args.files), std::move(args.ops), std::move(args.zeros), std::move(args.tensors), args.options);
     return info.Env().Undefined();
   }
 
@@ -229,6 +230,11 @@ class DeviceWrap : public Napi::ObjectWrap<DeviceWrap> {
     o.Set("seconds", s.seconds);
     o.Set("waitingForGroup", s.waitingForGroup);
     if (s.failed) o.Set("error", makeError(env, {s.errorCode, s.errorMessage}).Value());
+    if (s.done && !s.failed) {
+      Napi::Array digests = Napi::Array::New(env, s.digests.size());
+      for (uint32_t i = 0; i < s.digests.size(); ++i) digests.Set(i, s.digests[i]);
+      o.Set("digests", digests);
+    }
     return o;
   }
 
@@ -383,6 +389,7 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::WarmCuda>>("warmCuda"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::EndCudaWarmup>>("endCudaWarmup"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::PageCacheResidency>>("pageCacheResidency"),
+                             InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::DigestFiles>>("digestFiles"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::CudaOpenIpc>>("cudaOpenIpc"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::CudaOpenFd>>("cudaOpenFd"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::CudaCloseIpc>>("cudaCloseIpc"),
@@ -508,6 +515,25 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
     std::vector<std::string> paths;
     for (uint32_t i = 0; i < arr.Length(); ++i) paths.push_back(toStr(arr.Get(i), "file path"));
     return PromiseJob<Residency>::start(env, [paths] { return pageCacheResidency(paths); }, residencyToJs);
+  }
+
+  // digestFiles(paths: string[], tensorRanges: Float64Array, threads: number) -> Promise<string[]>
+  Napi::Value DigestFiles(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    if (!info[0].IsArray()) throw Napi::TypeError::New(env, "digestFiles(paths: string[], tensorRanges: Float64Array, threads: number)");
+    Napi::Array arr = info[0].As<Napi::Array>();
+    std::vector<std::string> paths;
+    for (uint32_t i = 0; i < arr.Length(); ++i) paths.push_back(toStr(arr.Get(i), "file path"));
+    std::vector<TensorRange> tensors = tensorRangesFromJs(info[1]);
+    unsigned threads = toBounded<unsigned>(info[2], "threads");
+    if (threads < 1 || threads > 256) throw Napi::RangeError::New(env, "threads must be from 1 to 256, got " + std::to_string(threads));
+    return PromiseJob<std::vector<std::string>>::start(
+        env, [paths, tensors, threads] { return digestFiles(paths, tensors, threads); },
+        [](Napi::Env e, const std::vector<std::string>& digests) {
+          Napi::Array out = Napi::Array::New(e, digests.size());
+          for (uint32_t i = 0; i < digests.size(); ++i) out.Set(i, digests[i]);
+          return out;
+        });
   }
 
   // warmCuda(devices) -> Promise<void>, never rejected: the probe and the devices that follow

@@ -10,7 +10,9 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <tuple>
 
+#include "content_digests.h"
 #include "cuda_resources.h"
 #include "file_reader.h"
 #include "fill_windows.h"
@@ -214,10 +216,43 @@ FileSet openFiles(const std::vector<FillMember>& members, const NodeFiles& node,
   }
 }
 
+// The members' tensor ranges, numbered into the merged file list, each once; `index[m][i]` is
+// where member m's range i went.
+struct NodeTensors {
+  std::vector<TensorRange> ranges;
+  std::vector<std::vector<size_t>> index;
+};
+
+NodeTensors mergeTensors(const std::vector<FillMember>& members, const NodeFiles& node) {
+  NodeTensors out;
+  std::map<std::tuple<uint32_t, uint64_t, uint64_t>, size_t> seen;
+  for (size_t m = 0; m < members.size(); ++m) {
+    std::vector<size_t> index;
+    if (members[m].tensors) {
+      for (const TensorRange& t : *members[m].tensors) {
+        if (t.file >= node.renumber[m].size()) {
+          throw MemberFailure(m, members[m].target, DeviceError("E_BAD_PLAN", "tensor range names file " + std::to_string(t.file) + " of " +
+                                                                                  std::to_string(node.renumber[m].size())));
+        }
+        TensorRange r{node.renumber[m][t.file], t.start, t.end};
+        auto [it, added] = seen.emplace(std::make_tuple(r.file, r.start, r.end), out.ranges.size());
+        if (added) out.ranges.push_back(r);
+        index.push_back(it->second);
+      }
+    }
+    out.index.push_back(std::move(index));
+  }
+  return out;
+}
+
 class CopyEngine {
  public:
-  CopyEngine(const std::vector<FillMember>& members, const NodeFiles& node, const FillOptions& options)
-      : members_(members), files_(openFiles(members, node, options.direct && options.mode == FillMode::Pread)), options_(options) {
+  CopyEngine(const std::vector<FillMember>& members, const NodeFiles& node, NodeTensors tensors, const FillOptions& options)
+      : members_(members),
+        files_(openFiles(members, node, options.direct && options.mode == FillMode::Pread)),
+        tensorIndex_(std::move(tensors.index)),
+        digests_(std::move(tensors.ranges), files_),
+        options_(options) {
     for (size_t m = 0; m < members_.size(); ++m) ops_.push_back(nodeOps(m, members_[m], node.renumber[m], files_));
     uint64_t staging = std::max(options.stagingBytes, kMinSlotBytes);
     slotBytes_ = std::clamp(options.chunkBytes, kMinSlotBytes, std::max(kMinSlotBytes, staging / 2));
@@ -226,7 +261,7 @@ class CopyEngine {
     pageSize_ = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
     std::vector<const std::vector<CopyOp>*> ops;
     for (auto& o : ops_) ops.push_back(&o);
-    windows_ = planWindows(ops, capacity_);
+    windows_ = planWindows(ops, capacity_, [this](uint32_t file, uint64_t from, uint64_t limit) { return digests_.cut(file, from, limit); });
     // threads and stagingBytes (src/native/fillPolicy.ts) are per GPU's worth of distinct bytes:
     // a group scales them by how many GPUs' worth it reads, which only the windows tell. Two
     // tensor-parallel ranks read two ranks' worth (16 threads by default): on 2 x H200, 8 threads
@@ -265,6 +300,13 @@ class CopyEngine {
       throw;
     }
     destroyLanes(pool);
+    digests_.hashRest(files_, lanes_, stop);
+    std::vector<std::string> all = digests_.tensorDigests();
+    for (size_t m = 0; m < members_.size(); ++m) {
+      std::vector<std::string>& own = members_[m].control->digests;
+      own.clear();
+      for (size_t i : tensorIndex_[m]) own.push_back(all[i]);
+    }
   }
 
  private:
@@ -334,7 +376,8 @@ class CopyEngine {
   void send(Lane& lane, const FillWindow& w) {
     Slot& slot = lane.slots[lane.next++ % lane.slots.size()];
     retire(slot);
-    const char* base = options_.mode == FillMode::Register ? pinWindow(slot, w) : stage(slot, w);
+    std::vector<ByteRange> reads;
+    const char* base = options_.mode == FillMode::Register ? pinWindow(slot, w, reads) : stage(slot, w, reads);
     const CudaDriver& drv = cudaDriver();
     // Pieces come ordered by member: one context switch and one event per member.
     for (size_t i = 0; i < w.pieces.size();) {
@@ -367,17 +410,22 @@ class CopyEngine {
         throw MemberFailure(m, member.target, e);
       }
     }
+    // While the DMA reads the same buffer: the hash only reads it too, and the slot is not reused
+    // before this thread comes back to it.
+    for (const ByteRange& r : reads) digests_.hashCovered(w.file, r.start, r.end, base + static_cast<int64_t>(r.start - w.start));
   }
 
   // Reads what the window's copies need (windowReads) into the slot's staging buffer, each read
-  // at its place in an image of the file; returns where byte w.start landed.
-  const char* stage(Slot& slot, const FillWindow& w) {
+  // at its place in an image of the file; returns where byte w.start landed, and the reads in
+  // `reads` (the bytes of the image that hold the file's).
+  const char* stage(Slot& slot, const FillWindow& w, std::vector<ByteRange>& reads) {
     char* buf = static_cast<char*>(slot.staging.get());
     std::shared_ptr<const OpenFile> file = files_.open(w.file);
     int fd = options_.direct ? file->directFd : -1;
     uint64_t align = fd < 0 ? 1 : kDirectAlign;
     uint64_t base = alignDown(w.start, align);
-    for (const ByteRange& r : windowReads(w, align)) {
+    reads = windowReads(w, align);
+    for (const ByteRange& r : reads) {
       if (fd < 0) {
         files_.readFull(w.file, buf + (r.start - base), r.end - r.start, r.start);
       } else {
@@ -390,16 +438,19 @@ class CopyEngine {
   // Pins the window's whole span: a mapping is made and pinned per window, and cutting it into
   // a mapping per row would cost more than the pages skipped. Register mode is for a hot page
   // cache, where the skipped bytes are not read from disk anyway.
-  const char* pinWindow(Slot& slot, const FillWindow& w) {
+  const char* pinWindow(Slot& slot, const FillWindow& w, std::vector<ByteRange>& reads) {
     uint64_t start = alignDown(w.start, pageSize_);
     uint64_t end = alignUp(w.end, pageSize_);
     // The mapping outlives the descriptor: the set may close the file once this returns.
     slot.window = std::make_unique<PinnedFileWindow>(files_.open(w.file)->fd, files_.path(w.file), start, end - start);
+    reads = {{w.start, w.end}};
     return slot.window->data() + (w.start - start);
   }
 
   const std::vector<FillMember>& members_;
   FileSet files_;
+  std::vector<std::vector<size_t>> tensorIndex_;  // per member: its tensor ranges' places in digests_
+  ContentDigests digests_;
   std::vector<std::vector<CopyOp>> ops_;  // per member, numbered into files_
   std::vector<FillWindow> windows_;
   FillOptions options_;
@@ -415,7 +466,9 @@ class CopyEngine {
 void cudaFill(const std::vector<FillMember>& members, const FillOptions& options) {
   if (members.empty()) return;
   try {
-    CopyEngine(members, mergeFiles(members), options).run();
+    NodeFiles node = mergeFiles(members);
+    NodeTensors tensors = mergeTensors(members, node);
+    CopyEngine(members, node, std::move(tensors), options).run();
   } catch (const MemberFailure&) {
     throw;
   } catch (const DeviceError& e) {

@@ -36,6 +36,9 @@ struct FillMember {
   CudaFillTarget target;
   const std::vector<std::string>* files = nullptr;
   const std::vector<CopyOp>* ops = nullptr;
+  // What to digest (content_digests.h): hashed once for the group, and each member's
+  // control->digests gets the digests of its own list.
+  const std::vector<TensorRange>* tensors = nullptr;
   FillControl* control = nullptr;
 };
 
@@ -52,7 +55,8 @@ class MemberFailure : public DeviceError {
 };
 
 // Fills every member's arena in one pass over the files, on the calling thread plus
-// options.threads - 1 more. Adds to each member's control.bytes as its copies complete on its
+// options.threads - 1 more, digesting the members' tensors as the windows pass (each window is
+// hashed while its copies run) and reading at the end only what no window held whole. Adds to each member's control.bytes as its copies complete on its
 // device; stops when any member's control.cancel is set. Returns only after every queued copy
 // has finished (or, on failure, been drained). An error in any member fails the whole fill.
 void cudaFill(const std::vector<FillMember>& members, const FillOptions& options);

@@ -144,7 +144,8 @@ void CudaDevice::allocate(const std::vector<uint64_t>& segmentBytes) {
 }
 
 void CudaDevice::fill(const std::vector<std::string>& files, const std::vector<CopyOp>& ops,
-                      const std::vector<ZeroRange>& zeros, const FillOptions& options, FillControl& control) {
+                      const std::vector<ZeroRange>& zeros, const std::vector<TensorRange>& tensors, const FillOptions& options,
+                      FillControl& control) {
   FillMember self;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -166,6 +167,7 @@ void CudaDevice::fill(const std::vector<std::string>& files, const std::vector<C
   });
   self.files = &files;
   self.ops = &ops;
+  self.tensors = &tensors;
   self.control = &control;
   // The lock is not held while copying: the bindings refuse every other call on a filling
   // device, and info() must not wait minutes behind a fill. The engine names the GPU in the

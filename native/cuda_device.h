@@ -25,7 +25,8 @@ class CudaDevice : public Device {
   DeviceInfo info() override;
   void allocate(const std::vector<uint64_t>& segmentBytes) override;
   void fill(const std::vector<std::string>& files, const std::vector<CopyOp>& ops,
-            const std::vector<ZeroRange>& zeros, const FillOptions& options, FillControl& control) override;
+            const std::vector<ZeroRange>& zeros, const std::vector<TensorRange>& tensors, const FillOptions& options,
+            FillControl& control) override;
   std::vector<SegmentExport> exportSegments() override;
   // Maps descriptors another device exported with CudaHandles::Fd (any handles setting: adopted
   // memory is VMM memory either way, and is exported as "cuda-fd" again). fill() then refuses.

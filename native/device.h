@@ -65,6 +65,9 @@ struct FillControl {
   // Set while this fill has joined its group (cuda_fill_group.h) and waits for the other members:
   // a rank stuck here is waiting for another GPU, not copying, and status says so.
   std::atomic<bool> waitingForGroup{false};
+  // Written by the fill before it returns: the digest of each tensor range it was given
+  // (content_digests.h), in order, read only once the fill is done.
+  std::vector<std::string> digests;
 };
 
 struct SegmentExport {
@@ -113,9 +116,12 @@ class Device {
   virtual void allocate(const std::vector<uint64_t>& segmentBytes) = 0;
   // Runs on a native thread (never the JS thread). Throws DeviceError; honours control.cancel.
   // Every backend writes zeros over `zeros` (and only there, so the cost is the padding's), since
-  // a fill may reuse an arena that an earlier fill or the allocator left non-zero.
+  // a fill may reuse an arena that an earlier fill or the allocator left non-zero. Every backend
+  // digests each of `tensors` whole (content_digests.h), its bytes that no op copies included,
+  // into control.digests.
   virtual void fill(const std::vector<std::string>& files, const std::vector<CopyOp>& ops,
-                    const std::vector<ZeroRange>& zeros, const FillOptions& options, FillControl& control) = 0;
+                    const std::vector<ZeroRange>& zeros, const std::vector<TensorRange>& tensors, const FillOptions& options,
+                    FillControl& control) = 0;
   // Seals the arena where the backend can (host: read-only memfds) and describes its segments.
   virtual std::vector<SegmentExport> exportSegments() = 0;
   // Takes an arena another process exported (one descriptor per segment, in order) instead of

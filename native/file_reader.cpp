@@ -7,6 +7,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "content_digests.h"
+
 namespace weightd {
 
 std::string errnoMessage(int err) {
@@ -121,13 +123,15 @@ void FileSet::readFull(uint32_t file, void* dst, uint64_t length, uint64_t offse
   }
 }
 
-std::vector<Chunk> splitIntoChunks(const std::vector<CopyOp>& ops, uint64_t chunkBytes) {
+std::vector<Chunk> splitIntoChunks(const std::vector<CopyOp>& ops, uint64_t chunkBytes, const ContentDigests* digests) {
   std::vector<Chunk> chunks;
   for (uint32_t i = 0; i < ops.size(); ++i) {
     const CopyOp& op = ops[i];
     if (op.rows <= 1) {
-      for (uint64_t start = 0; start < op.rowBytes; start += chunkBytes) {
-        chunks.push_back({i, 0, 1, start, std::min(chunkBytes, op.rowBytes - start)});
+      for (uint64_t start = 0, end; start < op.rowBytes; start = end) {
+        end = std::min(op.rowBytes, start + chunkBytes);
+        if (digests) end = digests->cut(op.file, op.srcOffset + start, op.srcOffset + end) - op.srcOffset;
+        chunks.push_back({i, 0, 1, start, end - start});
       }
     } else {
       // Strided regions are cut into whole rows so each chunk is one 2D copy.

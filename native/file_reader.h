@@ -79,8 +79,11 @@ struct Chunk {
   uint64_t byteCount = 0;
 };
 
-// chunkBytes > 0 (the bindings refuse 0).
-std::vector<Chunk> splitIntoChunks(const std::vector<CopyOp>& ops, uint64_t chunkBytes);
+class ContentDigests;
+
+// chunkBytes > 0 (the bindings refuse 0). With `digests`, a contiguous op's chunks end where
+// ContentDigests::cut says, so that each digest piece lies whole in one chunk.
+std::vector<Chunk> splitIntoChunks(const std::vector<CopyOp>& ops, uint64_t chunkBytes, const ContentDigests* digests = nullptr);
 
 // Checks every op against the file sizes and the segment sizes before any byte moves.
 void validateOps(const std::vector<CopyOp>& ops, const FileSet& files,

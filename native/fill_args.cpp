@@ -89,7 +89,7 @@ FillOptions optionsFromJs(const Napi::Object& o) {
 FillArgs fillArgsFromJs(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   if (!info[0].IsArray() || !info[1].IsTypedArray() || !info[2].IsTypedArray() || !info[3].IsObject()) {
-    throw Napi::TypeError::New(env, "startFill(files: string[], ops: Float64Array, zeroRanges: Float64Array, options: object)");
+    throw Napi::TypeError::New(env, "startFill(files: string[], ops: Float64Array, zeroRanges: Float64Array, options: object, tensorRanges?: Float64Array)");
   }
   FillArgs args;
   Napi::Array fileArr = info[0].As<Napi::Array>();
@@ -97,7 +97,10 @@ FillArgs fillArgsFromJs(const Napi::CallbackInfo& info) {
   args.ops = recordsFromJs<CopyOp>(info[1], "ops");
   args.zeros = recordsFromJs<ZeroRange>(info[2], "zeroRanges");
   args.options = optionsFromJs(info[3].As<Napi::Object>());
+  if (info.Length() > 4 && !info[4].IsUndefined()) args.tensors = tensorRangesFromJs(info[4]);
   return args;
 }
+
+std::vector<TensorRange> tensorRangesFromJs(const Napi::Value& v) { return recordsFromJs<TensorRange>(v, "tensorRanges"); }
 
 }  // namespace weightd

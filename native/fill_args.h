@@ -13,12 +13,17 @@ struct FillArgs {
   std::vector<std::string> files;
   std::vector<CopyOp> ops;
   std::vector<ZeroRange> zeros;
+  std::vector<TensorRange> tensors;
   FillOptions options;
 };
 
-// startFill(files: string[], ops: Float64Array, zeroRanges: Float64Array, options: object): the
-// records as src/native/fillRecords.ts packs them (fill_records.h), the options with every
-// number src/native/fillPolicy.ts decides. Throws a TypeError or RangeError naming the value.
+// startFill(files: string[], ops: Float64Array, zeroRanges: Float64Array, options: object,
+// tensorRanges?: Float64Array): the records as src/native/fillRecords.ts packs them
+// (fill_records.h), the options with every number src/native/fillPolicy.ts decides, and the
+// tensors to digest (none when absent). Throws a TypeError or RangeError naming the value.
 FillArgs fillArgsFromJs(const Napi::CallbackInfo& info);
+
+// A Float64Array of tensor ranges as src/native/fillRecords.ts packs them.
+std::vector<TensorRange> tensorRangesFromJs(const Napi::Value& v);
 
 }  // namespace weightd

@@ -5,12 +5,14 @@
 namespace weightd {
 
 FillJob::FillJob(std::shared_ptr<Device> device, std::vector<std::string> files, std::vector<CopyOp> ops,
-                 std::vector<ZeroRange> zeros, FillOptions options)
+                 std::vector<ZeroRange> zeros, std::vector<TensorRange> tensors, FillOptions options)
     : device_(std::move(device)), started_(std::chrono::steady_clock::now()) {
-  thread_ = startThread("the fill thread", [this, files = std::move(files), ops = std::move(ops), zeros = std::move(zeros), options]() {
+  thread_ = startThread("the fill thread", [this, files = std::move(files), ops = std::move(ops), zeros = std::move(zeros),
+                                            tensors = std::move(tensors), options]() {
     FillStatus r;
     try {
-      device_->fill(files, ops, zeros, options, control_);
+      device_->fill(files, ops, zeros, tensors, options, control_);
+      r.digests = std::move(control_.digests);
     } catch (const DeviceError& e) {
       r.failed = true;
       r.errorCode = e.code();

@@ -20,13 +20,14 @@ struct FillStatus {
   std::string errorMessage;
   uint64_t bytes = 0;
   double seconds = 0;
+  std::vector<std::string> digests;  // once done: FillControl.digests
 };
 
 class FillJob {
  public:
   // Throws E_THREAD_CREATE when its thread cannot start.
   FillJob(std::shared_ptr<Device> device, std::vector<std::string> files, std::vector<CopyOp> ops, std::vector<ZeroRange> zeros,
-          FillOptions options);
+          std::vector<TensorRange> tensors, FillOptions options);
   ~FillJob();  // stop()
   // Cancels the fill and waits for its thread. Idempotent and safe from several threads at once
   // (the second caller waits for the first's join): a free() on a libuv thread and the addon's

@@ -28,6 +28,14 @@ struct ZeroRange {
   uint64_t bytes = 0;
 };
 
+// A tensor of a checkpoint file, bytes [start, end) in absolute file offsets: what a fill
+// digests (content_digests.h), whether or not its ops copy all of it.
+struct TensorRange {
+  uint32_t file = 0;
+  uint64_t start = 0;
+  uint64_t end = 0;
+};
+
 // The packed layout of T: its field names in record order, how many leading fields are indexes
 // (narrowed to uint32_t, so the bindings refuse a value past 2^32-1 rather than wrap it), and
 // the record's reading once every field is known to be a non-negative safe integer.
@@ -50,6 +58,14 @@ struct Record<ZeroRange> {
   static constexpr const char* kFields[] = {"segment", "offset", "bytes"};
   static constexpr size_t kIndexFields = 1;
   static ZeroRange unpack(const uint64_t* f) { return ZeroRange{static_cast<uint32_t>(f[0]), f[1], f[2]}; }
+};
+
+template <>
+struct Record<TensorRange> {
+  static constexpr const char* kName = "tensor range";
+  static constexpr const char* kFields[] = {"file", "start", "end"};
+  static constexpr size_t kIndexFields = 1;
+  static TensorRange unpack(const uint64_t* f) { return TensorRange{static_cast<uint32_t>(f[0]), f[1], f[2]}; }
 };
 
 }  // namespace weightd

@@ -90,7 +90,8 @@ std::vector<ByteRange> windowReads(const FillWindow& w, uint64_t align) {
   return coalesceReads(std::move(needed), align);
 }
 
-std::vector<FillWindow> planWindows(const std::vector<const std::vector<CopyOp>*>& memberOps, uint64_t capacity) {
+std::vector<FillWindow> planWindows(const std::vector<const std::vector<CopyOp>*>& memberOps, uint64_t capacity,
+                                    const std::function<uint64_t(uint32_t file, uint64_t from, uint64_t limit)>& cut) {
   std::vector<std::vector<Span>> byFile;
   for (uint32_t m = 0; m < memberOps.size(); ++m) {
     for (const CopyOp& op : *memberOps[m]) {
@@ -108,8 +109,9 @@ std::vector<FillWindow> planWindows(const std::vector<const std::vector<CopyOp>*
       // A region: spans that overlap or touch, read as one stretch of the file.
       uint64_t regionStart = spans[next].start, regionEnd = spans[next].end;
       for (size_t j = next + 1; j < spans.size() && spans[j].start <= regionEnd; ++j) regionEnd = std::max(regionEnd, spans[j].end);
-      for (uint64_t ws = regionStart; ws < regionEnd; ws += capacity) {
-        uint64_t we = std::min(regionEnd, ws + capacity);
+      for (uint64_t ws = regionStart, we; ws < regionEnd; ws = we) {
+        we = std::min(regionEnd, ws + capacity);
+        if (cut) we = cut(f, ws, we);
         while (next < spans.size() && spans[next].start < we) active.push_back(&spans[next++]);
         active.erase(std::remove_if(active.begin(), active.end(), [&](const Span* s) { return s->end <= ws; }), active.end());
         FillWindow w;

@@ -8,6 +8,7 @@
 // a strided op (one 2D copy), or the part of a row cut by the window's edge.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "device.h"
@@ -44,6 +45,8 @@ std::vector<ByteRange> windowReads(const FillWindow& w, uint64_t align);
 // member. Ops must already be validated (validateOps). `capacity` > 0 bounds each window.
 // With several members, neighbouring windows feed different members, so the threads that take
 // them in order keep every GPU's link busy at once.
-std::vector<FillWindow> planWindows(const std::vector<const std::vector<CopyOp>*>& memberOps, uint64_t capacity);
+// `cut` (ContentDigests::cut, or none) moves each window's end down to a digest piece's start.
+std::vector<FillWindow> planWindows(const std::vector<const std::vector<CopyOp>*>& memberOps, uint64_t capacity,
+                                    const std::function<uint64_t(uint32_t file, uint64_t from, uint64_t limit)>& cut = {});
 
 }  // namespace weightd

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "content_digests.h"
 #include "file_reader.h"
 #include "host_memory.h"
 #include "read_ranges.h"
@@ -130,7 +131,8 @@ void HostDevice::allocate(const std::vector<uint64_t>& segmentBytes) {
 }
 
 void HostDevice::fill(const std::vector<std::string>& files, const std::vector<CopyOp>& ops,
-                      const std::vector<ZeroRange>& zeros, const FillOptions& options, FillControl& control) {
+                      const std::vector<ZeroRange>& zeros, const std::vector<TensorRange>& tensors, const FillOptions& options,
+                      FillControl& control) {
   std::vector<uint64_t> sizes;
   std::vector<char*> bases;
   std::vector<int> fds;
@@ -153,7 +155,8 @@ void HostDevice::fill(const std::vector<std::string>& files, const std::vector<C
   // A fresh memfd reads as zeros, but a second fill of the same arena may not: zeroing
   // here keeps one contract for both backends, at the cost of the padding's pages only.
   for (const ZeroRange& z : zeros) memset(bases[z.segment] + z.offset, 0, z.bytes);
-  std::vector<Chunk> chunks = splitIntoChunks(ops, options.chunkBytes);
+  ContentDigests digests(tensors, fileSet);
+  std::vector<Chunk> chunks = splitIntoChunks(ops, options.chunkBytes, &digests);
   runOnReaderThreads(chunks.size(), options.threads, control.cancel, [&](size_t i) {
     const Chunk& c = chunks[i];
     const CopyOp& op = ops[c.op];
@@ -165,10 +168,14 @@ void HostDevice::fill(const std::vector<std::string>& files, const std::vector<C
     uint64_t dst = op.dstOffset + (op.rows <= 1 ? c.byteStart : c.firstRow * op.rowBytes);
     if (op.rows <= 1) {
       fileSet.readFull(op.file, dense.data(), c.byteCount, op.srcOffset + c.byteStart);
+      digests.hashCovered(op.file, op.srcOffset + c.byteStart, op.srcOffset + c.byteStart + c.byteCount, dense.data());
     } else if (readsRowsApart(op)) {
-      // The gaps are worth skipping (read_ranges.h): one read per row.
+      // The gaps are worth skipping (read_ranges.h): one read per row. A row holds no whole digest
+      // piece unless it is at least a piece long; hashRest reads the others.
       for (uint64_t r = 0; r < c.rowCount; ++r) {
-        fileSet.readFull(op.file, dense.data() + r * op.rowBytes, op.rowBytes, op.srcOffset + (c.firstRow + r) * op.srcPitch);
+        uint64_t from = op.srcOffset + (c.firstRow + r) * op.srcPitch;
+        fileSet.readFull(op.file, dense.data() + r * op.rowBytes, op.rowBytes, from);
+        if (op.rowBytes >= ContentDigests::kPieceBytes) digests.hashCovered(op.file, from, from + op.rowBytes, dense.data() + r * op.rowBytes);
       }
     } else {
       // Rows this close together are read as one span, then packed: a read per row would cost
@@ -177,11 +184,14 @@ void HostDevice::fill(const std::vector<std::string>& files, const std::vector<C
       uint64_t spanBytes = (c.rowCount - 1) * op.srcPitch + op.rowBytes;
       if (span.size() < spanBytes) span.resize(spanBytes);
       fileSet.readFull(op.file, span.data(), spanBytes, op.srcOffset + c.firstRow * op.srcPitch);
+      digests.hashCovered(op.file, op.srcOffset + c.firstRow * op.srcPitch, op.srcOffset + c.firstRow * op.srcPitch + spanBytes, span.data());
       for (uint64_t r = 0; r < c.rowCount; ++r) memcpy(dense.data() + r * op.rowBytes, span.data() + r * op.srcPitch, op.rowBytes);
     }
     writeSegment(fds[op.segment], op.segment, dense.data(), c.byteCount, dst);
     control.bytes += c.byteCount;
   });
+  digests.hashRest(fileSet, options.threads, control.cancel);
+  control.digests = digests.tensorDigests();
 }
 
 std::vector<SegmentExport> HostDevice::exportSegments() {

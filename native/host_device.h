@@ -18,7 +18,8 @@ class HostDevice : public Device {
   DeviceInfo info() override;
   void allocate(const std::vector<uint64_t>& segmentBytes) override;
   void fill(const std::vector<std::string>& files, const std::vector<CopyOp>& ops,
-            const std::vector<ZeroRange>& zeros, const FillOptions& options, FillControl& control) override;
+            const std::vector<ZeroRange>& zeros, const std::vector<TensorRange>& tensors, const FillOptions& options,
+            FillControl& control) override;
   std::vector<SegmentExport> exportSegments() override;
   void adopt(const std::vector<int>& fds, const std::vector<uint64_t>& segmentBytes) override;
   void read(uint32_t segment, uint64_t offset, uint64_t length, void* dst) override;

@@ -1,0 +1,124 @@
+#include "content_digests.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "file_reader.h"
+#include "reader_threads.h"
+
+// Header-only (XXH_INLINE_ALL): the addon needs no libxxhash at run time, so it loads on any
+// machine the build's object code runs on.
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+namespace weightd {
+
+namespace {
+
+void canonical(const void* data, size_t length, unsigned char* out) {
+  XXH128_canonical_t c;
+  XXH128_canonicalFromHash(&c, XXH3_128bits(data, length));
+  std::copy(c.digest, c.digest + sizeof c.digest, out);
+}
+
+std::string hex(const unsigned char* bytes, size_t n) {
+  static const char* digits = "0123456789abcdef";
+  std::string out(2 * n, '0');
+  for (size_t i = 0; i < n; ++i) {
+    out[2 * i] = digits[bytes[i] >> 4];
+    out[2 * i + 1] = digits[bytes[i] & 15];
+  }
+  return out;
+}
+
+}  // namespace
+
+ContentDigests::ContentDigests(std::vector<TensorRange> tensors, const FileSet& files)
+    : tensors_(std::move(tensors)), tensorFirst_(tensors_.size()), fileFirst_(files.size() + 1, 0) {
+  std::vector<size_t> order(tensors_.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return tensors_[a].file != tensors_[b].file ? tensors_[a].file < tensors_[b].file : tensors_[a].start < tensors_[b].start;
+  });
+  for (size_t k = 0; k < order.size(); ++k) {
+    const TensorRange& t = tensors_[order[k]];
+    std::string where = "tensor range " + std::to_string(order[k]);
+    if (t.file >= files.size()) throw DeviceError("E_BAD_PLAN", where + " names file " + std::to_string(t.file) + " of " + std::to_string(files.size()));
+    if (t.end < t.start || t.end > files.fileSize(t.file)) {
+      throw DeviceError("E_BAD_PLAN", where + " [" + std::to_string(t.start) + ", " + std::to_string(t.end) + ") is not inside " + files.path(t.file) +
+                                          " (" + std::to_string(files.fileSize(t.file)) + " bytes)");
+    }
+    if (k > 0 && tensors_[order[k - 1]].file == t.file && tensors_[order[k - 1]].end > t.start) {
+      throw DeviceError("E_BAD_PLAN", where + " overlaps tensor range " + std::to_string(order[k - 1]) + " in " + files.path(t.file));
+    }
+    tensorFirst_[order[k]] = pieces_.size();
+    for (uint64_t s = t.start; s < t.end; s += kPieceBytes) pieces_.push_back({t.file, s, std::min(t.end, s + kPieceBytes)});
+  }
+  for (const Piece& p : pieces_) ++fileFirst_[p.file + 1];
+  std::partial_sum(fileFirst_.begin(), fileFirst_.end(), fileFirst_.begin());
+  claimed_ = std::make_unique<std::atomic<bool>[]>(pieces_.size());
+  digests_ = std::make_unique<unsigned char[]>(16 * pieces_.size());
+}
+
+void ContentDigests::hashPiece(size_t p, const char* data) { canonical(data, pieces_[p].end - pieces_[p].start, &digests_[16 * p]); }
+
+void ContentDigests::hashCovered(uint32_t file, uint64_t start, uint64_t end, const char* data) {
+  if (file + 1 >= fileFirst_.size()) return;
+  auto [first, last] = piecesOf(file);
+  auto it = std::lower_bound(pieces_.begin() + first, pieces_.begin() + last, start, [](const Piece& p, uint64_t v) { return p.start < v; });
+  for (size_t p = it - pieces_.begin(); p < last && pieces_[p].end <= end; ++p) {
+    // Each piece is hashed once, by whoever claims it first; replicated bytes read for several
+    // GPUs or ranks are not hashed again.
+    if (claimed_[p].exchange(true, std::memory_order_relaxed)) continue;
+    hashPiece(p, data + (pieces_[p].start - start));
+  }
+}
+
+uint64_t ContentDigests::cut(uint32_t file, uint64_t from, uint64_t limit) const {
+  if (file + 1 >= fileFirst_.size()) return limit;
+  auto [first, last] = piecesOf(file);
+  // The last piece that starts before `limit`: the one `limit` may cut.
+  auto it = std::lower_bound(pieces_.begin() + first, pieces_.begin() + last, limit, [](const Piece& p, uint64_t v) { return p.start < v; });
+  if (it == pieces_.begin() + first) return limit;
+  const Piece& p = *(it - 1);
+  return p.end > limit && p.start > from ? p.start : limit;
+}
+
+void ContentDigests::hashRest(const FileSet& files, unsigned threads, std::atomic<bool>& cancel) {
+  std::vector<size_t> rest;
+  for (size_t p = 0; p < pieces_.size(); ++p) {
+    if (!claimed_[p].load(std::memory_order_relaxed)) rest.push_back(p);
+  }
+  if (rest.empty()) return;
+  runOnReaderThreads(rest.size(), threads, cancel, [&](size_t i) {
+    const Piece& p = pieces_[rest[i]];
+    thread_local std::vector<char> buf;
+    if (buf.size() < kPieceBytes) buf.resize(kPieceBytes);
+    files.readFull(p.file, buf.data(), p.end - p.start, p.start);
+    claimed_[rest[i]] = true;
+    hashPiece(rest[i], buf.data());
+  });
+}
+
+std::vector<std::string> ContentDigests::tensorDigests() const {
+  std::vector<std::string> out;
+  out.reserve(tensors_.size());
+  for (size_t t = 0; t < tensors_.size(); ++t) {
+    uint64_t n = tensors_[t].end - tensors_[t].start;
+    size_t count = static_cast<size_t>((n + kPieceBytes - 1) / kPieceBytes);
+    unsigned char digest[16];
+    canonical(&digests_[16 * tensorFirst_[t]], 16 * count, digest);
+    out.push_back(hex(digest, sizeof digest));
+  }
+  return out;
+}
+
+std::vector<std::string> digestFiles(const std::vector<std::string>& files, std::vector<TensorRange> tensors, unsigned threads) {
+  FileSet fileSet(files, false);
+  ContentDigests digests(std::move(tensors), fileSet);
+  std::atomic<bool> cancel{false};
+  digests.hashRest(fileSet, threads, cancel);
+  return digests.tensorDigests();
+}
+
+}  // namespace weightd
