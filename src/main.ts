@@ -49,6 +49,10 @@ async function main(argv: string[]): Promise<number> {
       process.stdout.write(await printFingerprints(cli.request));
       return 0;
     }
+    if (cli.command === 'verify') {
+      const { runVerify } = await import('./cli/runVerify.js');
+      return await runVerify(cli.request);
+    }
     if (cli.command === 'ctl') {
       const { runCtl } = await import('./cli/runCtl.js');
       return await runCtl(cli);

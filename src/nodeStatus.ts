@@ -29,6 +29,8 @@ export interface RankStatus {
   socketPath?: string;
   /** Once loaded: read from the checkpoint, or adopted from a keeper. */
   source?: RankSource;
+  /** Once loaded: the plan's contentTensors' digests, in order (docs/spec/fingerprint.md, version 3). */
+  digests?: string[];
   /** With a keeper: whether it holds this rank's segments now, and why not when it does not. */
   kept?: boolean;
   keptReason?: string;

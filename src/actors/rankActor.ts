@@ -50,7 +50,7 @@ export const rankActor = fromCallback<RankCommand, RankActorInput, RankEvent>(({
         sendBack({ type: 'RANK_PROGRESS', localRank, bytes: m.bytes, totalBytes: m.totalBytes, seconds: m.seconds });
         break;
       case 'LOADED':
-        sendBack({ type: 'RANK_LOADED', localRank, device: m.info, segments: m.segments, bytes: m.bytes, seconds: m.seconds, source: m.source });
+        sendBack({ type: 'RANK_LOADED', localRank, device: m.info, segments: m.segments, bytes: m.bytes, seconds: m.seconds, source: m.source, digests: m.digests });
         break;
       case 'KEPT':
         sendBack({ type: 'RANK_KEPT', localRank, kept: m.kept, reason: m.reason });

@@ -54,7 +54,8 @@ export type RankToMain =
    */
   | { type: 'DEVICE'; info: DeviceInfo; adoptable?: boolean }
   | { type: 'PROGRESS'; bytes: number; totalBytes: number; seconds: number; waitingForGroup: boolean }
-  | { type: 'LOADED'; info: DeviceInfo; segments: SegmentExport[]; bytes: number; seconds: number; source: RankSource }
+  /** digests: RankFillPlan.contentTensors' digests, in order (empty: an adopted record that had none). */
+  | { type: 'LOADED'; info: DeviceInfo; segments: SegmentExport[]; bytes: number; seconds: number; source: RankSource; digests: string[] }
   /** Whether the keeper holds this rank's segments now (after a keep, a failed one, or a drop). */
   | { type: 'KEPT'; kept: boolean; reason?: string }
   | { type: 'FAILED'; error: SerializedError }

@@ -41,8 +41,8 @@ export interface RankPhases {
   verify(data: RankWorkerData): Awaitable<void>;
   /** Exports the segments and reports the rank loaded; the worker then serves until told otherwise. */
   export(device: DeviceHandle, resident: Resident, post: Post): Awaitable<SegmentExport[]>;
-  /** With a keeper: hands it the exported segments, so that they outlive this daemon. */
-  keep(data: RankWorkerData, segments: SegmentExport[]): Awaitable<void>;
+  /** With a keeper: hands it the exported segments, and the full digests, so that they outlive this daemon. */
+  keep(data: RankWorkerData, segments: SegmentExport[], digests: readonly string[]): Awaitable<void>;
 }
 
 export const rankPhases: RankPhases = {
@@ -64,17 +64,17 @@ export const rankPhases: RankPhases = {
     return device.allocate(data.plan.segments);
   },
   fill(device, { plan, fill }, post) {
-    return device.fill(plan.files, plan.ops, plan.totalBytes, { ...fill, zeroRanges: plan.zeroRanges }, (p) => post({ type: 'PROGRESS', ...p }));
+    return device.fill(plan.files, plan.ops, plan.totalBytes, { ...fill, zeroRanges: plan.zeroRanges, tensorRanges: plan.contentTensors.ranges }, (p) => post({ type: 'PROGRESS', ...p }));
   },
   verify({ files, globalRank }) {
     return checkFileIdentities(files, `while rank ${globalRank} loaded`, 'what it read is not served. Load again once the directory is complete');
   },
-  export(device, { bytes, seconds, source }, post) {
+  export(device, { bytes, seconds, source, digests }, post) {
     const segments = device.exportSegments();
-    post({ type: 'LOADED', info: device.info(), segments, bytes, seconds, source });
+    post({ type: 'LOADED', info: device.info(), segments, bytes, seconds, source, digests });
     return segments;
   },
-  async keep(data, segments) {
-    if (data.keeper) await (await rankKeeping()).keepSegments(data, data.keeper, segments);
+  async keep(data, segments, digests) {
+    if (data.keeper) await (await rankKeeping()).keepSegments(data, data.keeper, segments, digests);
   },
 };

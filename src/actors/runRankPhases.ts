@@ -19,6 +19,8 @@ export function runRankPhases(phases: RankPhases): void {
   let device: DeviceHandle | undefined;
   /** The exported segments, once loaded: their descriptors live until the device is freed. */
   let exported: SegmentExport[] | undefined;
+  /** The fill's (or the adopted record's) full digests, which the keeper's record carries. */
+  let digests: string[] = [];
   /** Set once the supervisor asked this rank to stop: a fill cut short then is not a failure. */
   let stopping = false;
   /** The keeper call in flight: the device is freed only after it, so no descriptor it sends is closed under it. */
@@ -39,7 +41,7 @@ export function runRankPhases(phases: RankPhases): void {
     const segments = exported;
     if (!data.keeper || !segments || stopping || !keepAllowed) return;
     keeping = keeping
-      .then(() => phases.keep(data, segments))
+      .then(() => phases.keep(data, segments, digests))
       .then(
         () => post({ type: 'KEPT', kept: true }),
         (err: unknown) => {
@@ -115,6 +117,7 @@ export function runRankPhases(phases: RankPhases): void {
       resident = { ...(await phases.fill(opened, data, post)), source: { from: 'checkpoint', ...(taken && 'refused' in taken ? { refused: taken.refused } : {}) } };
     }
     await phases.verify(data);
+    digests = resident.digests;
     exported = await phases.export(opened, resident, post);
     if (adopted) post({ type: 'KEPT', kept: true });
     else keep();

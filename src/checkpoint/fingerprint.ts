@@ -78,3 +78,19 @@ export function fingerprintCheckpoint(input: FingerprintInput): Fingerprint {
 export function rankFingerprint(checkpointFingerprint: string, tpRank: number): string {
   return sha256Hex(`${checkpointFingerprint}:${tpRank}`);
 }
+
+/**
+ * The full-content fingerprint's protocol version (docs/spec/fingerprint.md §8): version 2's
+ * fields with `content` over every tensor's full digest instead of the sample. A daemon answers
+ * to both; a client computes whichever it can pay for.
+ */
+export const FULL_PROTOCOL_VERSION = 3;
+
+/**
+ * Version 3's checkpoint fields and fingerprint from version 2's fields and every tensor's digest
+ * (file by file, in data order: RankPlan.contentTensors' order).
+ */
+export function fullContentFingerprint(sampledFields: Record<string, string>, tensorDigests: readonly string[]): Fingerprint {
+  const fields = { ...sampledFields, content: sha256Hex(tensorDigests.join('\n')), protocol: sha256Hex(String(FULL_PROTOCOL_VERSION)) };
+  return { fingerprint: sha256Hex(canonicalJson(fields)), fields };
+}

@@ -16,7 +16,7 @@ import { readPlanFile } from './readPlanFile.js';
 import { vllmParams } from './layouts/vllmParams.js';
 import { layoutShard, shardPiece, type ShardLayout, type ShardPiece } from './shardTensor.js';
 import { checkHeadCounts, familyOf, ruleForRole, scaledWeightName, type ArchitectureFamily, type TensorRule } from './tpRules.js';
-import { LAYOUT_NAMES, type CheckpointPlan, type CopyOp, type LayoutName, type RankPlan, type ShardRule, type TensorEntry, type TensorView, type ZeroRange } from './types.js';
+import { LAYOUT_NAMES, type CheckpointPlan, type ContentTensors, type CopyOp, type LayoutName, type RankPlan, type ShardRule, type TensorEntry, type TensorView, type ZeroRange } from './types.js';
 
 /** Tensor offsets in an arena are multiples of this (what cudaMalloc guarantees and kernels assume). */
 export const ARENA_ALIGNMENT = 256;
@@ -204,7 +204,7 @@ function planEngineLayout(name: LayoutName, architecture: string, planned: Plann
   return { name, params };
 }
 
-function planRank(tensors: PlannedTensor[], files: string[], tpSize: number, rank: number, aliases: Record<string, string>, engines: EngineLayoutPlan[]): Omit<RankPlan, 'fingerprint'> {
+function planRank(tensors: PlannedTensor[], files: string[], tpSize: number, rank: number, aliases: Record<string, string>, engines: EngineLayoutPlan[]): Omit<RankPlan, 'fingerprint' | 'contentTensors'> {
   const entries = new Array<TensorEntry>(tensors.length);
   const ops: CopyOp[] = [];
   const zeroRanges: ZeroRange[] = [];
@@ -348,10 +348,11 @@ export async function planCheckpoint(modelDir: string, opts: PlanOptions): Promi
       refusedLayouts[name] = { code: err.code, message: err.message };
     }
   }
+  const contentTensors: ContentTensors = { names: all.map((t) => t.name), ranges: all.map((t) => ({ file: t.file, start: t.begin, end: t.end })) };
   const ranks: RankPlan[] = [];
   for (let rank = 0; rank < tpSize; rank++) {
     await yieldToEventLoop();
-    ranks.push({ ...planRank(planned, files, tpSize, rank, aliases, engines), fingerprint: rankFingerprint(fingerprint, rank) });
+    ranks.push({ ...planRank(planned, files, tpSize, rank, aliases, engines), fingerprint: rankFingerprint(fingerprint, rank), contentTensors });
   }
   return { modelDir: dir, architecture: config.architecture, tpSize, fingerprint, fingerprintFields: fields, layouts: layouts.filter((l) => !Object.hasOwn(refusedLayouts, l)), refusedLayouts, ranks, files: identities };
 }

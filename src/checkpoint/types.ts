@@ -90,6 +90,23 @@ export interface RankLayout {
   aliases: Record<string, string>;
 }
 
+/** Bytes [start, end) of checkpoint file `file` (an index into RankPlan.files): one tensor's data. */
+export interface TensorRange {
+  file: number;
+  start: number;
+  end: number;
+}
+
+/**
+ * Every tensor of the checkpoint, file by file in data order, tied aliases included: what each
+ * rank's fill digests whole (docs/spec/fingerprint.md, version 3), whatever share of it the rank
+ * copies. One object shared by every rank of a plan.
+ */
+export interface ContentTensors {
+  names: string[];
+  ranges: TensorRange[];
+}
+
 /** Bytes of the arena no copy op writes and that must read as zero (vocab padding rows). */
 export interface ZeroRange {
   segment: number;
@@ -116,6 +133,8 @@ export interface RankPlan {
   totalBytes: number;
   /** Compatibility fingerprint of this rank's shard (checkpoint fingerprint + rank). */
   fingerprint: string;
+  /** What the fill digests (the whole checkpoint's tensors). */
+  contentTensors: ContentTensors;
 }
 
 /**
@@ -123,12 +142,12 @@ export interface RankPlan {
  * served over it. A rank's worker gets only this; at 50k tensors cloning the views into it cost
  * the main thread ~100 ms of a start-up.
  */
-export type RankFillPlan = Pick<RankPlan, 'tpRank' | 'tpSize' | 'files' | 'segments' | 'ops' | 'zeroRanges' | 'totalBytes' | 'fingerprint'>;
+export type RankFillPlan = Pick<RankPlan, 'tpRank' | 'tpSize' | 'files' | 'segments' | 'ops' | 'zeroRanges' | 'totalBytes' | 'fingerprint' | 'contentTensors'>;
 
 /** The fill plan of `plan`: the same objects, without the views. */
 export function fillPlanOf(plan: RankPlan): RankFillPlan {
-  const { tpRank, tpSize, files, segments, ops, zeroRanges, totalBytes, fingerprint } = plan;
-  return { tpRank, tpSize, files, segments, ops, zeroRanges, totalBytes, fingerprint };
+  const { tpRank, tpSize, files, segments, ops, zeroRanges, totalBytes, fingerprint, contentTensors } = plan;
+  return { tpRank, tpSize, files, segments, ops, zeroRanges, totalBytes, fingerprint, contentTensors };
 }
 
 export interface RefusedLayout {

@@ -11,6 +11,7 @@ import { VERSION } from '../version.js';
 import { FILL_SIZING } from '../native/fillPolicy.js';
 import { DEFAULT_ADOPT_WITHIN_S, DEFAULT_INSPECT_HOST, type NodeOptions } from '../nodeOptions.js';
 import type { FingerprintRequest } from './printFingerprints.js';
+import type { VerifyRequest } from './runVerify.js';
 import { keeperSocketPath } from '../keeper/keeperSocketPath.js';
 import { defaultSocketDir } from '../serve/socketDir.js';
 import { DRAWN_MACHINE_NAMES, type DrawnMachine } from '../inspect/drawnMachines.js';
@@ -41,6 +42,7 @@ Examples:
   weightd --model /models/llama-3-70b -tp 16 --nnodes 2 --node-rank 0 \\
       --master-addr 10.0.0.1 --weight-cache-master-port 29600    node 0 of 2 (docs/multi-node.md)
   weightd fingerprint --model ./llama-3-8b -tp 2      what a client should expect
+  weightd verify --model ./llama-3-8b -tp 2           does the running daemon hold exactly the files' bytes?
   weightd statechart > supervisor.mmd                 the supervisor's state chart
   weightd statechart --machine coordinator           node 0's rendezvous coordinator
   weightd keeper --socket /run/weightd/keeper.sock    the keeper that holds memory across restarts (docs/keeper.md)
@@ -127,6 +129,8 @@ export type CliCommand =
   | { command: 'run'; options: NodeOptions }
   | { command: 'statechart'; format: ChartFormat; machine: DrawnMachine }
   | { command: 'fingerprint'; request: FingerprintRequest }
+  /** Compares a running daemon's full digests with the checkpoint on disk (src/cli/runVerify.ts). */
+  | { command: 'verify'; request: VerifyRequest }
   /** Sends one request to a running daemon's control socket. */
   | { command: 'ctl'; request: ControlRequest; control?: string; socketDir?: string; json: boolean }
   /** Runs weightd-keeper with these arguments (its own flags, checked by it). */
@@ -181,6 +185,11 @@ export function buildProgram(): Command {
     .option('--model <dir>', 'checkpoint directory')
     .option('--tensor-parallel-size <n>', 'tensor-parallel size (also -tp <n>)', '1')
     .option('--plan-file <file>', 'JSON sharding plan, as given to the daemon');
+  const verify = subcommand(program, 'verify', "hash every tensor of a checkpoint on disk and compare it, tensor by tensor, with what a running daemon holds (its full digests); exit 0 equal, 1 a tensor differs, 3 no daemon or digests to compare with (docs/operations.md, Verifying)", ['weightd verify --model /models/llama-3-8b -tp 2 --weight-cache-socket-dir /run/weightd'])
+    .option('--model <dir>', 'checkpoint directory')
+    .option('--tensor-parallel-size <n>', 'tensor-parallel size (also -tp <n>)', '1')
+    .option('--plan-file <file>', 'JSON sharding plan, as given to the daemon')
+    .option('--global-rank <r>', 'the rank whose socket to ask (default: the first this node serves)');
   const ctl = subcommand(program, 'ctl', "control a running daemon through its control socket (same user only): load, unload and list models (docs/operations.md, Control socket)", ['weightd ctl list --weight-cache-socket-dir /run/weightd']);
   subcommand(ctl, 'load', 'load a model beside those resident; a new version of a loaded name replaces it once resident (the old one drains)', ['weightd ctl load --model /models/llama-1b-draft -tp 1 --weight-cache-socket-dir /run/weightd'])
     .requiredOption('--model <dir>', 'checkpoint directory')
@@ -205,7 +214,7 @@ export function buildProgram(): Command {
   for (const c of commandsOf(keeper)) c.option('--socket <path>', "the keeper's socket (default: keeper.sock in the socket dir, which must be yours and not group/other-writable)");
   // The shared flags, on every command that finds the daemon or its keeper by the socket
   // directory: they may stand before or after a subcommand's name (parseCommand merges them).
-  for (const c of [program, ...commandsOf(ctl), ...commandsOf(keeper)]) for (const flag of SHARED_FLAGS) c.addOption(flag());
+  for (const c of [program, verify, ...commandsOf(ctl), ...commandsOf(keeper)]) for (const flag of SHARED_FLAGS) c.addOption(flag());
   for (const c of commandsOf(program)) c.helpOption('-h, --help', 'show this help');
   for (const c of [ctl, ...ctl.commands]) c.option('--control <socket>', "the daemon's control socket (default: the one live in the socket directory)");
   for (const c of [...ctl.commands, ...keeper.commands]) c.option('--json', 'print JSON (for scripts) instead of text');
@@ -268,6 +277,14 @@ export function parseCommand(argv: string[], env: NodeJS.ProcessEnv = process.en
   fingerprint.action(() => {
     const o = optionsOf(fingerprint) as Record<string, string | undefined>;
     result = { command: 'fingerprint', request: { model: o.model ?? '', tensorParallelSize: num(o.tensorParallelSize), planFile: o.planFile } };
+  });
+  const verify = sub(program, 'verify');
+  verify.action(() => {
+    const o = optionsOf(verify) as Record<string, string | undefined>;
+    result = {
+      command: 'verify',
+      request: { model: o.model ?? '', tensorParallelSize: num(o.tensorParallelSize), planFile: o.planFile, socketDir: o.weightCacheSocketDir, globalRank: num(o.globalRank) },
+    };
   });
   const ctl = sub(program, 'ctl');
   const ctlAction = (name: string, request: (o: Record<string, unknown>, operand?: string) => ControlRequest) => {

@@ -2,6 +2,8 @@
 // the daemon computes it, so that only a cache of exactly these weights, sharded this way, for
 // this rank, is used. docs/spec/fingerprint.md defines it; the Python client's
 // expected_fingerprint computes the same without Node.
+import { diskDigests } from '../checkpoint/diskDigests.js';
+import { fullContentFingerprint, rankFingerprint } from '../checkpoint/fingerprint.js';
 import { planCheckpoint } from '../checkpoint/planCheckpoint.js';
 import type { CheckpointPlan } from '../checkpoint/types.js';
 import { rankFingerprintFields } from '../serve/rankFingerprintFields.js';
@@ -11,13 +13,20 @@ import type { Expected } from './weightdClient.js';
 export const FINGERPRINT_LAYOUTS = ['checkpoint'] as const;
 export type FingerprintLayout = (typeof FINGERPRINT_LAYOUTS)[number];
 
-export async function expectedFingerprint(modelDir: string, tpSize: number, globalRank: number, planFile?: string, layout: FingerprintLayout = 'checkpoint'): Promise<Expected> {
+/**
+ * `full`: the full-content version (docs/spec/fingerprint.md §8), which reads every byte of the
+ * checkpoint; only a daemon that holds exactly these bytes matches it, and one older than it
+ * answers with a mismatch naming `content` and `protocol` (then load from disk).
+ */
+export async function expectedFingerprint(modelDir: string, tpSize: number, globalRank: number, planFile?: string, layout: FingerprintLayout = 'checkpoint', full = false): Promise<Expected> {
   if (!FINGERPRINT_LAYOUTS.includes(layout)) {
     throw new RangeError(`layout ${JSON.stringify(layout)} is not one a fingerprint can be computed for; the layouts are: ${FINGERPRINT_LAYOUTS.join(', ')}`);
   }
   const plan = await planCheckpoint(modelDir, { tpSize, planFile });
   if (!plan.ranks[globalRank]) throw new RangeError(`rank ${globalRank} does not exist with tensor-parallel size ${tpSize}`);
-  return expectedOfRank(plan, globalRank);
+  if (!full) return expectedOfRank(plan, globalRank);
+  const { fingerprint, fields } = fullContentFingerprint(plan.fingerprintFields, await diskDigests(plan));
+  return { fingerprint: rankFingerprint(fingerprint, globalRank), fingerprintFields: rankFingerprintFields(fields, globalRank) };
 }
 
 /** What rank `globalRank` of a planned checkpoint will report: its fingerprint and fields. */

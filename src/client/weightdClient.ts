@@ -130,6 +130,20 @@ export class WeightdClient {
   }
 
   /**
+   * What the daemon proved of this rank's content while it filled it: its full-content
+   * fingerprint and every checkpoint tensor's digest (docs/spec/fingerprint.md §8). Undefined
+   * from a daemon that has none (older than digests, or serving a keeper's record without them).
+   * Asks for the version ping names, under a copy lease that it drops at once.
+   */
+  async contentDigests(): Promise<{ fingerprint: string; digests: Record<string, string> } | undefined> {
+    const { fingerprint } = await this.ping();
+    const reply = await this.#request('get_state', { fingerprint, mode: 'copy', pid: process.pid, client: this.#clientName, columns: true, digests: true });
+    if (reply.status === 'mismatch') return undefined;
+    await this.detach(reply.leaseId);
+    return reply.content;
+  }
+
+  /**
    * Maps the rank's memory zero-copy (mode "map") and returns a view per tensor and alias, or
    * the mismatch reply when the cache holds something else (then load from disk).
    */

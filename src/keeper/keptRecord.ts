@@ -36,6 +36,8 @@ const recordSchema = z.object({
    * adopted without it (checkKeptRecord).
    */
   files: z.array(z.object({ path: z.string(), dev: z.string(), ino: z.string(), size: z.number().int().nonnegative(), mtimeNs: z.string(), ctimeNs: z.string() })).optional(),
+  /** The plan's contentTensors' full digests, in order, as the fill computed them (docs/spec/fingerprint.md §8); absent from an older daemon's record. */
+  digests: z.array(z.string().regex(/^[0-9a-f]{32}$/)).optional(),
   /** A model loaded at run time (weightd ctl load): how to plan it again, so a restart restores it (restoreLoaded.ts). */
   load: z.object({ name: z.string().min(1), modelDir: z.string().min(1), tpSize: z.number().int().positive(), planFile: z.string().optional(), layouts: z.array(z.enum(LAYOUT_NAMES)), fingerprint: z.string().min(1) }).optional(),
 });
@@ -68,7 +70,7 @@ export function arenaDigest(plan: RankFillPlan): string {
   return createHash('sha256').update(JSON.stringify({ segments: plan.segments, ops, zeros })).digest('hex');
 }
 
-export function keptRecordFor(e: KeptExpectation, model: string, writer: string, load?: KeptLoad, now = new Date()): KeptRecord {
+export function keptRecordFor(e: KeptExpectation, model: string, writer: string, load?: KeptLoad, digests: readonly string[] = [], now = new Date()): KeptRecord {
   return {
     format: KEPT_FORMAT,
     writer,
@@ -84,6 +86,7 @@ export function keptRecordFor(e: KeptExpectation, model: string, writer: string,
     tpSize: e.plan.tpSize,
     keptAt: now.toISOString(),
     files: e.files,
+    ...(digests.length > 0 ? { digests: [...digests] } : {}),
     ...(load ? { load } : {}),
   };
 }
@@ -137,6 +140,10 @@ export function checkKeptRecord(bytes: Buffer, e: KeptExpectation): { record: Ke
   ];
   for (const [field, kept, wanted] of expected) {
     if (kept !== wanted) return { refusal: { field, message: `the kept record's ${field} is ${String(kept).slice(0, 80)}, and this rank needs ${String(wanted).slice(0, 80)}` } };
+  }
+  const tensors = e.plan.contentTensors.names.length;
+  if (r.digests !== undefined && r.digests.length !== tensors) {
+    return { refusal: { field: 'digests', message: `the kept record has ${r.digests.length} tensor digests, and this rank's checkpoint has ${tensors} tensors` } };
   }
   if (r.files === undefined) {
     return { refusal: { field: 'files', message: `the kept record carries no identity of the checkpoint files (written by ${r.writer.slice(0, 80)}, older than that check), so its bytes cannot be shown to be the files' now` } };

@@ -34,6 +34,8 @@ export interface Adopted {
    * rank's record, so the next start does not restore (or drop) it by what an earlier daemon knew.
    */
   rekeep: boolean;
+  /** The record's full digests (Resident.digests); empty from a record that had none. */
+  digests: string[];
 }
 
 /** The keeper held this rank's shard, and its record was refused (and the shard dropped): why, for the status. */
@@ -84,7 +86,11 @@ export async function adoptKept(device: DeviceHandle, data: RankWorkerData, keep
   const seconds = (performance.now() - started) / 1000;
   // Key order differs between a parsed record and one built here.
   const rekeep = canonicalJson(checked.record.load ?? null) !== canonicalJson(keeping.load ?? null);
-  return { bytes: data.plan.totalBytes, seconds, source: { from: 'keeper', keptAt: checked.record.keptAt, ageMs: taken.ageMs }, rekeep };
+  // A record without digests (an older daemon's) is adopted: the rank serves without full
+  // digests until its next fill from the checkpoint, and says so.
+  const digests = checked.record.digests ?? [];
+  if (digests.length === 0) log('info', 'the kept shard carries no full-content digests (an older weightd kept it): serving without them until the next load from the checkpoint');
+  return { bytes: data.plan.totalBytes, seconds, source: { from: 'keeper', keptAt: checked.record.keptAt, ageMs: taken.ageMs }, rekeep, digests };
 }
 
 /**
@@ -106,12 +112,12 @@ export async function keptShardAdoptable(data: RankWorkerData, keeping: RankKeep
 }
 
 /** Hands the keeper this rank's segments (it keeps its own copies of the descriptors). */
-export async function keepSegments(data: RankWorkerData, keeping: RankKeeping, segments: SegmentExport[]): Promise<void> {
+export async function keepSegments(data: RankWorkerData, keeping: RankKeeping, segments: SegmentExport[], digests: readonly string[]): Promise<void> {
   const handleType = handleTypeFor(data);
   if (handleType === undefined || segments.some((s) => s.fd === undefined || s.fd < 0)) {
     throw new Error('this device serves legacy CUDA IPC handles, which no keeper can hold (run with --cuda-handles fd)');
   }
-  const record = keptRecordFor(expectation(data, handleType), keeping.model, keeping.writer, keeping.load);
+  const record = keptRecordFor(expectation(data, handleType), keeping.model, keeping.writer, keeping.load, digests);
   const fds = [...segments].sort((a, b) => a.segment - b.segment).map((s) => s.fd!);
   await new KeeperClient(keeping.socket).keep(data.device.uuid, data.plan.fingerprint, encodeKeptRecord(record), fds);
 }

@@ -213,6 +213,7 @@ export const modelMachine = setup({
               backend: planned.devices[r.localRank]!.backend,
               device: r.device!,
               segments: r.segments ?? [],
+              digests: r.digests ?? [],
             }),
           },
         });

@@ -16,7 +16,7 @@ export function recordReport(ranks: RankStatus[], e: Report): RankStatus[] {
     case 'RANK_PROGRESS':
       return updateRank(ranks, e.localRank, { bytes: e.bytes, totalBytes: e.totalBytes, seconds: e.seconds });
     case 'RANK_LOADED':
-      return updateRank(ranks, e.localRank, { state: 'loaded', device: e.device, bytes: e.bytes, seconds: e.seconds, segments: e.segments, source: e.source });
+      return updateRank(ranks, e.localRank, { state: 'loaded', device: e.device, bytes: e.bytes, seconds: e.seconds, segments: e.segments, source: e.source, digests: e.digests });
     case 'RANK_KEPT':
       return updateRank(ranks, e.localRank, { kept: e.kept, keptReason: e.reason });
   }

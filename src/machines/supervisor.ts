@@ -382,6 +382,7 @@ const supervisorSetup = setup({
               backend: prepared.devices[r.localRank]!.backend,
               device: r.device!,
               segments: r.segments ?? [],
+              digests: r.digests ?? [],
             }),
           },
         });

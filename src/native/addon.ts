@@ -3,7 +3,7 @@
 import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
 import { DeviceError, type NativeErrorCode } from '../errors.js';
-import type { PackedCopyOps, PackedZeroRanges } from './fillRecords.js';
+import type { PackedCopyOps, PackedTensorRanges, PackedZeroRanges } from './fillRecords.js';
 
 export type Backend = 'host' | 'cuda';
 
@@ -92,6 +92,8 @@ export interface NativeFillStatus {
   /** The fill has joined its group and waits for the other members (FillOptions.group). */
   waitingForGroup: boolean;
   error?: DeviceError;
+  /** Once done: each tensor range's digest (docs/spec/fingerprint.md, version 3), in order. */
+  digests?: string[];
 }
 
 /**
@@ -102,8 +104,11 @@ export interface NativeFillStatus {
 export interface NativeDevice {
   info(): DeviceInfo;
   allocate(segmentBytes: number[]): Promise<void>;
-  /** Records packed by fillRecords.ts; every backend writes zeros over `zeroRanges`. */
-  startFill(files: string[], ops: PackedCopyOps, zeroRanges: PackedZeroRanges, options: NativeFillOptions): void;
+  /**
+   * Records packed by fillRecords.ts; every backend writes zeros over `zeroRanges`, and digests
+   * each of `tensorRanges` whole (native/content_digests.h), bytes no op copies included.
+   */
+  startFill(files: string[], ops: PackedCopyOps, zeroRanges: PackedZeroRanges, options: NativeFillOptions, tensorRanges?: PackedTensorRanges): void;
   fillStatus(): NativeFillStatus;
   cancelFill(): void;
   /** Seals the arena (host: read-only memfds) and describes its segments; idempotent. */
@@ -192,6 +197,8 @@ export interface Addon {
   endCudaWarmup(): void;
   /** How much of these files the page cache holds now (mincore; reads nothing): residentBytes of sampledBytes, a sample of the files' totalBytes (native/page_cache.h). */
   pageCacheResidency(paths: string[]): Promise<{ residentBytes: number; sampledBytes: number; totalBytes: number }>;
+  /** The digests of `tensorRanges` read from disk (through the page cache) on `threads` threads: what a fill of them reports. */
+  digestFiles(paths: string[], tensorRanges: PackedTensorRanges, threads: number): Promise<string[]>;
   /** Opens another process's legacy IPC handle (base64) on a visible device. */
   cudaOpenIpc(deviceIndex: number, handle: string): CudaIpcMapping;
   /**

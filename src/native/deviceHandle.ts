@@ -1,8 +1,8 @@
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { CopyOp, ZeroRange } from '../checkpoint/types.js';
+import type { CopyOp, TensorRange, ZeroRange } from '../checkpoint/types.js';
 import { addon, type Backend, type DeviceInfo, type FillOptions, type NativeDevice, type NativeDeviceOptions, type SegmentExport } from './addon.js';
 import { fillSizing } from './fillPolicy.js';
-import { packCopyOps, packZeroRanges } from './fillRecords.js';
+import { packCopyOps, packTensorRanges, packZeroRanges } from './fillRecords.js';
 import { readInChunks } from './readInChunks.js';
 
 export interface FillProgress {
@@ -16,6 +16,8 @@ export interface FillProgress {
 export interface FillResult {
   bytes: number;
   seconds: number;
+  /** Each of FillExtras.tensorRanges' digests, in order (none asked: empty). */
+  digests: string[];
 }
 
 /** How often a running fill is polled (see native/fill_job.h for why it is polled). */
@@ -25,6 +27,8 @@ const POLL_MS = 20;
 export interface FillExtras {
   /** Bytes no op writes that must read as zero afterwards (RankPlan.zeroRanges). */
   zeroRanges?: readonly ZeroRange[];
+  /** Tensors to digest whole (RankPlan.contentTensors.ranges). */
+  tensorRanges?: readonly TensorRange[];
 }
 
 /**
@@ -65,16 +69,16 @@ export class DeviceHandle {
     options: FillOptions & FillExtras,
     onProgress?: (p: FillProgress) => void,
   ): Promise<FillResult> {
-    const { zeroRanges = [], ...chosen } = options;
+    const { zeroRanges = [], tensorRanges = [], ...chosen } = options;
     // After the calls queued before it (an allocate not awaited), which the addon would refuse to
     // overlap; at once when none is, so a cancelFill() right after fill() finds the fill started.
     if (this.#queued > 0) await this.#last;
-    this.#native.startFill(files, packCopyOps(ops), packZeroRanges(zeroRanges), fillSizing(chosen));
+    this.#native.startFill(files, packCopyOps(ops), packZeroRanges(zeroRanges), fillSizing(chosen), packTensorRanges(tensorRanges));
     for (;;) {
       const s = this.#native.fillStatus();
       onProgress?.({ bytes: s.bytes, totalBytes, seconds: s.seconds, waitingForGroup: s.waitingForGroup });
       if (s.error) throw s.error;
-      if (s.done) return { bytes: s.bytes, seconds: s.seconds };
+      if (s.done) return { bytes: s.bytes, seconds: s.seconds, digests: s.digests ?? [] };
       await sleep(POLL_MS);
     }
   }

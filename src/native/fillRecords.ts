@@ -2,13 +2,15 @@
 // records, which the addon reads without a property lookup per op (a plan has 100k ops). The
 // field orders below are the TypeScript half of native/fill_records.h; test/native/fillRecords
 // round-trips records through a host fill, so the halves cannot disagree unnoticed.
-import type { CopyOp, ZeroRange } from '../checkpoint/types.js';
+import type { CopyOp, TensorRange, ZeroRange } from '../checkpoint/types.js';
 
 declare const packed: unique symbol;
 /** Copy ops packed by packCopyOps: COPY_OP_FIELDS.length numbers per op. */
 export type PackedCopyOps = Float64Array & { readonly [packed]: 'CopyOps' };
 /** Zero ranges packed by packZeroRanges: ZERO_RANGE_FIELDS.length numbers per range. */
 export type PackedZeroRanges = Float64Array & { readonly [packed]: 'ZeroRanges' };
+/** Tensor ranges packed by packTensorRanges: TENSOR_RANGE_FIELDS.length numbers per range. */
+export type PackedTensorRanges = Float64Array & { readonly [packed]: 'TensorRanges' };
 
 /** A record's field order: every field of T exactly where the native reading expects it; a field of T left out does not compile. */
 function fieldOrder<T>() {
@@ -17,6 +19,7 @@ function fieldOrder<T>() {
 
 export const COPY_OP_FIELDS = fieldOrder<CopyOp>()(['file', 'segment', 'srcOffset', 'dstOffset', 'rows', 'rowBytes', 'srcPitch']);
 export const ZERO_RANGE_FIELDS = fieldOrder<ZeroRange>()(['segment', 'offset', 'bytes']);
+export const TENSOR_RANGE_FIELDS = fieldOrder<TensorRange>()(['file', 'start', 'end']);
 
 function pack<T>(fields: readonly (keyof T)[], records: readonly T[]): Float64Array {
   const out = new Float64Array(records.length * fields.length);
@@ -31,4 +34,8 @@ export function packCopyOps(ops: readonly CopyOp[]): PackedCopyOps {
 
 export function packZeroRanges(ranges: readonly ZeroRange[]): PackedZeroRanges {
   return pack(ZERO_RANGE_FIELDS, ranges) as PackedZeroRanges;
+}
+
+export function packTensorRanges(ranges: readonly TensorRange[]): PackedTensorRanges {
+  return pack(TENSOR_RANGE_FIELDS, ranges) as PackedTensorRanges;
 }

@@ -117,7 +117,8 @@ export class DeviceServer implements ConnectionHandler, DeviceServices {
 
   byFingerprint(fingerprint: string): RankService | undefined {
     // The same checkpoint loaded again after its earlier load was released: the live one answers.
-    const versions = this.#services.filter((s) => s.rank.fingerprint === fingerprint);
+    // Either fingerprint version names it: the sampled one (version 2) or the full one (3).
+    const versions = this.#services.filter((s) => s.rank.fingerprint === fingerprint || s.rank.full?.fingerprint === fingerprint);
     return versions.find((s) => s.status === 'serving') ?? versions.find((s) => s.status === 'draining') ?? versions[0];
   }
 

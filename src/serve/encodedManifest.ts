@@ -17,6 +17,16 @@ export interface ManifestHead {
   segments: SegmentRef[];
 }
 
+/**
+ * Once the rank's content is digested: its version 3 fingerprint and each checkpoint tensor's
+ * full digest by name (docs/spec/fingerprint.md §8). Sent only to a get_state that asks
+ * (`digests: true`): at 50k tensors it is megabytes no attach needs.
+ */
+export interface ManifestContent {
+  fingerprint: string;
+  digests: Record<string, string>;
+}
+
 /** The JSON text of an object without its opening brace, as bytes: a reply head's fields go before it. */
 function fieldBytes(fields: Record<string, unknown>): Buffer {
   return Buffer.from(JSON.stringify(fields).slice(1), 'utf8');
@@ -27,11 +37,21 @@ export class EncodedManifest {
   readonly #views: RankLayout;
   readonly #columns: Buffer;
   #objects: Buffer | undefined;
+  readonly #content: ManifestContent | undefined;
+  #contentBytes: Buffer | undefined;
 
-  constructor(head: ManifestHead, views: RankLayout) {
+  constructor(head: ManifestHead, views: RankLayout, content?: ManifestContent) {
     this.#head = head;
     this.#views = views;
+    this.#content = content;
     this.#columns = fieldBytes({ ...head, columns: toColumns(views.tensors), aliases: views.aliases });
+  }
+
+  /** `"content":{...},` to go before fields(), encoded on first use; undefined when the rank has no digests. */
+  content(): Buffer | undefined {
+    if (!this.#content) return undefined;
+    this.#contentBytes ??= Buffer.from(`${JSON.stringify({ content: this.#content }).slice(1, -1)},`, 'utf8');
+    return this.#contentBytes;
   }
 
   /** The manifest's fields, after a reply head's own and a comma, up to the closing brace. */

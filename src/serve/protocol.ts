@@ -42,6 +42,8 @@ export const GetStateRequest = z.object({
   model: ModelName.optional(),
   /** true: the reply's tensors come as `columns` (docs/spec/manifest-columns.md), not as `tensors`. */
   columns: z.boolean().optional(),
+  /** true: the reply carries `content`, the rank's full-content fingerprint and every tensor's digest (docs/spec/fingerprint.md §8). */
+  digests: z.boolean().optional(),
 });
 /** The descriptors of the segments a live lease of the caller's covers (host "fd" handles); the reply carries them as SCM_RIGHTS. */
 export const GetSegmentFdsRequest = z.object({ id: requestId, cmd: z.literal('get_segment_fds'), leaseId });
@@ -163,6 +165,8 @@ export const StateReplyWire = z.object({
   /** alias name -> the tensor whose bytes it shares (tied weights). */
   aliases: z.record(z.string(), z.string()),
   segments: z.array(SegmentRef),
+  /** Asked for (`digests: true`) and known: the rank's full-content fingerprint and every checkpoint tensor's digest (docs/spec/fingerprint.md §8). */
+  content: z.object({ fingerprint: z.string(), digests: z.record(z.string(), z.string()) }).optional(),
 }).refine((r) => (r.tensors === undefined) !== (r.columns === undefined), { message: 'a manifest has exactly one of "tensors" and "columns"' });
 /** get_state's reply as the client hands it on: the tensors as objects, whichever form came. */
 export type StateReply = Omit<z.infer<typeof StateReplyWire>, 'tensors' | 'columns'> & { tensors: TensorMeta[] };

@@ -73,7 +73,11 @@ export class RankService {
     const segments = r.segments.map((s) => ({ segment: s.segment, bytes: s.bytes, handle: servedHandle(s) }));
     this.#manifests = new Map(Object.entries(r.layouts).map(([layout, views]) => [
       layout,
-      new EncodedManifest({ fingerprint: r.fingerprint, backend: r.backend, device: this.deviceRef, rank: this.rankRef, layout, segments }, views),
+      new EncodedManifest(
+        { fingerprint: r.fingerprint, backend: r.backend, device: this.deviceRef, rank: this.rankRef, layout, segments },
+        views,
+        r.full ? { fingerprint: r.full.fingerprint, digests: r.full.digests } : undefined,
+      ),
     ]));
   }
 

@@ -1,4 +1,5 @@
 import type { CheckpointPlan, LayoutName, RankLayout, TensorEntry } from '../checkpoint/types.js';
+import { fullContentFingerprint, rankFingerprint } from '../checkpoint/fingerprint.js';
 import { rankFingerprintFields } from './rankFingerprintFields.js';
 import type { Backend, DeviceInfo, SegmentExport } from '../native/addon.js';
 import type { FileIdentity } from '../files/fileIdentity.js';
@@ -29,6 +30,12 @@ export interface ServedRank {
   fingerprint: string;
   /** Each fingerprinted field's own hash, so a mismatch can name the fields that differ. */
   fingerprintFields: Record<string, string>;
+  /**
+   * Proof of content, once the fill digested every tensor (or a keeper's record carried the
+   * digests): each checkpoint tensor's full digest by name, and this rank's version 3 fingerprint
+   * (docs/spec/fingerprint.md §8), which get_state accepts as well as `fingerprint`.
+   */
+  full?: { fingerprint: string; fingerprintFields: Record<string, string>; digests: Record<string, string> };
   /** The `checkpoint` layout's views. */
   tensors: TensorEntry[];
   aliases: Record<string, string>;
@@ -53,8 +60,20 @@ export function toServedRank(args: {
   backend: Backend;
   device: DeviceInfo;
   segments: SegmentExport[];
+  /** The rank's plan's contentTensors' digests, in order; empty when unknown. */
+  digests?: readonly string[];
 }): ServedRank {
   const rank = args.plan.ranks[args.globalRank]!;
+  const names = rank.contentTensors.names;
+  let full: ServedRank['full'];
+  if (args.digests && args.digests.length > 0 && args.digests.length === names.length) {
+    const { fingerprint, fields } = fullContentFingerprint(args.plan.fingerprintFields, args.digests);
+    full = {
+      fingerprint: rankFingerprint(fingerprint, args.globalRank),
+      fingerprintFields: rankFingerprintFields(fields, args.globalRank),
+      digests: Object.fromEntries(names.map((n, i) => [n, args.digests![i]!])),
+    };
+  }
   return {
     nodeRank: args.nodeRank,
     nnodes: args.nnodes,
@@ -69,6 +88,7 @@ export function toServedRank(args: {
     architecture: args.plan.architecture,
     fingerprint: rank.fingerprint,
     fingerprintFields: rankFingerprintFields(args.plan.fingerprintFields, args.globalRank),
+    ...(full ? { full } : {}),
     tensors: rank.tensors,
     aliases: rank.aliases,
     layouts: Object.fromEntries(args.plan.layouts.map((l) => [l, l === 'checkpoint' ? { tensors: rank.tensors, aliases: rank.aliases } : rank.layouts[l]!])),

@@ -55,7 +55,7 @@ export const fakePrepared: Prepared = {
     layouts: ['checkpoint'],
     refusedLayouts: {},
     ranks: Array.from({ length: LOCAL_RANKS }, (_, r) => ({
-      tpRank: r, tpSize: LOCAL_RANKS, files: [], segments: [256], tensors: [], aliases: {}, ops: [], layouts: {}, zeroRanges: [], totalBytes: 256, fingerprint: `rank${r}`,
+      tpRank: r, tpSize: LOCAL_RANKS, files: [], segments: [256], tensors: [], aliases: {}, ops: [], layouts: {}, zeroRanges: [], totalBytes: 256, fingerprint: `rank${r}`, contentTensors: { names: [], ranges: [] },
     })),
     files: [],
   },

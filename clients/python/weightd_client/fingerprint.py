@@ -23,15 +23,22 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 __all__ = [
     "BUILTIN_RULES",
     "FINGERPRINT_PROTOCOL_VERSION",
+    "FULL_FINGERPRINT_PROTOCOL_VERSION",
+    "PIECE_BYTES",
     "LAYOUTS",
     "ExpectedFingerprint",
     "FingerprintError",
     "expected_fingerprint",
     "sample_ranges",
+    "tensor_digests",
 ]
 
 #: src/checkpoint/fingerprint.ts PROTOCOL_VERSION: the daemon release's fingerprint meaning.
 FINGERPRINT_PROTOCOL_VERSION = 2
+#: src/checkpoint/fingerprint.ts FULL_PROTOCOL_VERSION: the full-content fingerprint (``full=True``).
+FULL_FINGERPRINT_PROTOCOL_VERSION = 3
+#: A tensor's full digest hashes its bytes in pieces of this size (docs/spec/fingerprint.md §8).
+PIECE_BYTES = 1 << 20
 #: src/checkpoint/fingerprint.ts BUILTIN_RULES: the daemon's built-in sharding rules, versioned.
 BUILTIN_RULES = "weightd-rules@2"
 #: The layouts this client can compute a fingerprint for.
@@ -135,6 +142,7 @@ class _Shard:
     #: Absolute [begin, end) of each tensor, in data order.
     spans: List[Tuple[int, int]]
     dtypes: List[str]
+    names: List[str]
 
 
 def _read_shard(path: str) -> _Shard:
@@ -170,10 +178,10 @@ def _read_shard(path: str) -> _Shard:
                 raise TypeError
         except (TypeError, ValueError, KeyError):
             raise FingerprintError(f'{path}: tensor "{name}": its entry {entry!r} has no [begin, end] data_offsets pair') from None
-        tensors.append((begin, end, str(entry.get("dtype"))))
+        tensors.append((begin, end, str(entry.get("dtype")), name))
     tensors.sort()
     cursor = 0
-    for begin, end, _ in tensors:
+    for begin, end, _, _ in tensors:
         if begin != cursor or end < begin:
             raise FingerprintError(f"{path}: data_offsets [{begin}, {end}] do not tile the data section (previous tensor ends at {cursor})")
         cursor = end
@@ -183,8 +191,9 @@ def _read_shard(path: str) -> _Shard:
     return _Shard(
         path=path,
         header_sha256=_sha256_hex(prefix + header),
-        spans=[(data_start + b, data_start + e) for b, e, _ in tensors],
-        dtypes=[d for _, _, d in tensors],
+        spans=[(data_start + b, data_start + e) for b, e, _, _ in tensors],
+        dtypes=[d for _, _, d, _ in tensors],
+        names=[name for _, _, _, name in tensors],
     )
 
 
@@ -254,6 +263,36 @@ def _content_digest(path: str, spans: Sequence[Tuple[int, int]], total_data_byte
     return h.hexdigest()
 
 
+def _full_digests(path: str, spans: Sequence[Tuple[int, int]]) -> List[str]:
+    xxh3_128 = _require("xxhash").xxh3_128_digest
+    out = []
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        for begin, end in spans:
+            pieces = []
+            for at in range(begin, end, PIECE_BYTES):
+                length = min(PIECE_BYTES, end - at)
+                chunk = os.pread(fd, length, at)
+                if len(chunk) != length:
+                    chunk = _pread_fully(fd, path, length, at)
+                pieces.append(xxh3_128(chunk))
+            out.append(_require("xxhash").xxh3_128_hexdigest(b"".join(pieces)))
+    finally:
+        os.close(fd)
+    return out
+
+
+def tensor_digests(model_dir: str) -> List[Tuple[str, str]]:
+    """Every tensor's full digest (docs/spec/fingerprint.md §8), file by file in data order, as
+    (name, 32 hex digits): what a daemon's get_state(digests=True) reports, read from disk."""
+    model_dir = os.path.abspath(model_dir)
+    out: List[Tuple[str, str]] = []
+    for f in _weight_files(model_dir):
+        s = _read_shard(os.path.join(model_dir, f))
+        out.extend(zip(s.names, _full_digests(s.path, s.spans)))
+    return out
+
+
 def _pread_fully(fd: int, path: str, length: int, offset: int) -> bytes:
     parts = []
     done = 0
@@ -294,8 +333,9 @@ def _config_values(model_dir: str) -> Dict[str, Any]:
     }
 
 
-def checkpoint_fingerprint(model_dir: str, tp_size: int, plan_file: Optional[str] = None) -> Tuple[str, Dict[str, str]]:
-    """The checkpoint's fingerprint and fields (every rank's, before its tpRank field)."""
+def checkpoint_fingerprint(model_dir: str, tp_size: int, plan_file: Optional[str] = None, full: bool = False) -> Tuple[str, Dict[str, str]]:
+    """The checkpoint's fingerprint and fields (every rank's, before its tpRank field); with
+    ``full``, version 3's, whose ``content`` covers every byte."""
     model_dir = os.path.abspath(model_dir)
     config = _config_values(model_dir)
     shards = [_read_shard(os.path.join(model_dir, f)) for f in _weight_files(model_dir)]
@@ -303,7 +343,10 @@ def checkpoint_fingerprint(model_dir: str, tp_size: int, plan_file: Optional[str
     digests = []
     before = 0
     for s in shards:
-        digests.append(_content_digest(s.path, s.spans, total, before))
+        if full:
+            digests.extend(_full_digests(s.path, s.spans))
+        else:
+            digests.append(_content_digest(s.path, s.spans, total, before))
         before += sum(e - b for b, e in s.spans)
     plan_digest = None if plan_file is None else _sha256_hex(_canonical(_load_json(plan_file, "plan file")))
     dtypes = sorted({d for s in shards for d in s.dtypes}, key=_utf16_key)
@@ -316,14 +359,19 @@ def checkpoint_fingerprint(model_dir: str, tp_size: int, plan_file: Optional[str
         "dtypes": _sha256_hex(_canonical({"tensors": dtypes, "torchDtype": config["torchDtype"]})),
         "quantization": _sha256_hex(_canonical(config["quantization"])),
         "plan": _sha256_hex(_canonical({"builtinRules": BUILTIN_RULES, "planFile": plan_digest})),
-        "protocol": _sha256_hex(str(FINGERPRINT_PROTOCOL_VERSION).encode()),
+        "protocol": _sha256_hex(str(FULL_FINGERPRINT_PROTOCOL_VERSION if full else FINGERPRINT_PROTOCOL_VERSION).encode()),
     }
     return _sha256_hex(_canonical(fields)), fields
 
 
-def expected_fingerprint(model_dir: str, tp_size: int, tp_rank: int, layout: str = "checkpoint", plan_file: Optional[str] = None) -> ExpectedFingerprint:
+def expected_fingerprint(model_dir: str, tp_size: int, tp_rank: int, layout: str = "checkpoint", plan_file: Optional[str] = None, full: bool = False) -> ExpectedFingerprint:
     """The fingerprint and fields rank ``tp_rank`` of a daemon serving ``model_dir`` at
     ``tp_size`` reports (``plan_file``: the daemon's ``--plan-file``, if it runs with one).
+
+    ``full=True`` computes the full-content version (docs/spec/fingerprint.md §8): it reads every
+    byte of the checkpoint, and only a daemon holding exactly these bytes matches it. A daemon
+    older than that version answers it with a mismatch naming ``content`` and ``protocol``: the
+    client then loads from disk, or asks again without ``full``.
 
     Raises FingerprintError when the checkpoint cannot be read, ValueError for bad arguments.
     """
@@ -336,7 +384,7 @@ def expected_fingerprint(model_dir: str, tp_size: int, tp_rank: int, layout: str
         raise ValueError(f"tp_size {tp_size} is not a positive integer; pass the engine's tensor-parallel size")
     if not 0 <= tp_rank < tp_size:
         raise ValueError(f"tp_rank {tp_rank} does not exist with tensor-parallel size {tp_size}; pass 0..{tp_size - 1}")
-    fingerprint, fields = checkpoint_fingerprint(model_dir, tp_size, plan_file)
+    fingerprint, fields = checkpoint_fingerprint(model_dir, tp_size, plan_file, full)
     rank_fields = dict(fields, tpRank=_sha256_hex(str(tp_rank).encode()))
     return ExpectedFingerprint(
         fingerprint=_sha256_hex(f"{fingerprint}:{tp_rank}".encode()),

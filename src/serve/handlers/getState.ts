@@ -7,6 +7,7 @@ import { ServeError } from '../../errors.js';
 import type { DeviceServices } from '../deviceServices.js';
 import { differingFingerprintFields } from '../differingFingerprintFields.js';
 import type { Caller } from '../leaseTable.js';
+import type { ServedRank } from '../servedRank.js';
 import type { Reply } from './fdReply.js';
 import type { MismatchReply, RequestOf } from '../protocol.js';
 import { modelRefs, versionFor } from './modelVersions.js';
@@ -21,7 +22,8 @@ export async function getState(req: RequestOf<'get_state'>, services: DeviceServ
       id: req.id,
       ok: true,
       status: 'mismatch',
-      fields: differingFingerprintFields(rank.fingerprintFields, req.fingerprintFields),
+      // A client of the full-content version is compared with the daemon's fields of that version.
+      fields: differingFingerprintFields(theirVersion(rank, req.fingerprintFields), req.fingerprintFields),
       fingerprint: rank.fingerprint,
       fingerprintFields: rank.fingerprintFields,
       models: modelRefs(services),
@@ -51,5 +53,10 @@ export async function getState(req: RequestOf<'get_state'>, services: DeviceServ
   service.logLease(lease, 'lease granted', req.client);
   // The manifest goes out as the bytes encoded once, after this reply's own fields.
   const head = { id: req.id, ok: true, status: 'ok', mode: req.mode, leaseId: lease.id };
-  return { pieces: [Buffer.from(`${JSON.stringify(head).slice(0, -1)},`, 'utf8'), manifest.fields(req.columns === true)] };
+  const content = req.digests === true ? manifest.content() : undefined;
+  return { pieces: [Buffer.from(`${JSON.stringify(head).slice(0, -1)},`, 'utf8'), ...(content ? [content] : []), manifest.fields(req.columns === true)] };
+}
+
+function theirVersion(rank: ServedRank, theirs: Record<string, string> | undefined): Record<string, string> {
+  return rank.full && theirs?.protocol === rank.full.fingerprintFields.protocol ? rank.full.fingerprintFields : rank.fingerprintFields;
 }

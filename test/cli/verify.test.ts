@@ -1,0 +1,72 @@
+// `weightd verify` proves what a daemon holds against the files on disk, tensor by tensor: one
+// byte flipped outside the fingerprint's sample (the sampled fingerprint cannot see it) is found
+// and the tensor named. The checkpoint is 72 MiB, so that CI stays quick; bench/verify-2gb.sh
+// runs the same on 2 GB (bench/RESULTS.md).
+import { closeSync, mkdirSync, openSync, readFileSync, readSync, writeSync } from 'node:fs';
+import { join } from 'node:path';
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import { parseSafetensors } from '../../src/checkpoint/parseSafetensors.js';
+import { expectedFingerprint } from '../../src/client/expectedFingerprint.js';
+import { makeTempDir, removeDir, writeArchCheckpoint } from '../helpers/checkpoints.js';
+import { startDaemon } from '../helpers/daemon.js';
+import { runCli } from '../helpers/runCli.js';
+
+/** Flips one byte of `tensor`, `at` bytes past its first interior sample block (docs/spec/fingerprint.md §3). */
+async function flipByte(file: string, tensor: string, at: number): Promise<void> {
+  const header = await parseSafetensors(file);
+  const t = header.tensors.find((x) => x.name === tensor)!;
+  const offset = t.begin + 128 + 4096 + at;
+  const fd = openSync(file, 'r+');
+  try {
+    const b = Buffer.alloc(1);
+    readSync(fd, b, 0, 1, offset);
+    b[0] = b[0]! ^ 0xff;
+    writeSync(fd, b, 0, 1, offset);
+  } finally {
+    closeSync(fd);
+  }
+}
+
+test('verify finds one byte flipped outside the sample, names the tensor, and exits 1; an equal checkpoint exits 0', async () => {
+  const root = makeTempDir('verify');
+  const model = join(root, 'model');
+  const socketDir = join(root, 'sockets');
+  mkdirSync(model);
+  // 4 layers of hidden 1024: 72 MiB of bf16 over 2 shards, the largest tensors 8 MiB.
+  await writeArchCheckpoint(model, 'LlamaForCausalLM', { hidden: 1024, heads: 16, kvHeads: 4, intermediate: 2048, vocab: 4096, layers: 4 });
+  const daemon = await startDaemon({ model, tp: 2, socketDir, readyTimeoutMs: 120_000 });
+  try {
+    const equal = await runCli(['verify', '--model', model, '-tp', '2', '--weight-cache-socket-dir', socketDir], { timeoutMs: 120_000 });
+    assert.is(equal.code, 0, equal.stdout + equal.stderr);
+    assert.match(equal.stdout, /verify: all \d+ tensors of .* equal what the daemon on .* holds/);
+
+    const sampled = await expectedFingerprint(model, 2, 0);
+    const victim = 'model.layers.2.mlp.down_proj.weight';
+    const index = JSON.parse(readFileSync(join(model, 'model.safetensors.index.json'), 'utf8')) as { weight_map: Record<string, string> };
+    const file = join(model, index.weight_map[victim]!);
+    await flipByte(file, victim, 100);
+    assert.is((await expectedFingerprint(model, 2, 0)).fingerprint, sampled.fingerprint, 'the flipped byte is outside the sample');
+
+    const differ = await runCli(['verify', '--model', model, '-tp', '2', '--weight-cache-socket-dir', socketDir], { timeoutMs: 120_000 });
+    assert.is(differ.code, 1, differ.stdout + differ.stderr);
+    assert.match(differ.stdout, new RegExp(`verify: tensor ${victim.replaceAll('.', '\\.')} differs: on disk [0-9a-f]{32}, in the daemon [0-9a-f]{32}`));
+    assert.match(differ.stdout, /verify: 1 of \d+ tensors differ/);
+  } finally {
+    await daemon.stop();
+    removeDir(root);
+  }
+});
+
+test('verify with no daemon to ask exits 3, saying so', async () => {
+  const root = makeTempDir('verify');
+  try {
+    const r = await runCli(['verify', '--model', join(process.cwd(), 'examples/tiny-llama'), '--weight-cache-socket-dir', join(root, 'none')]);
+    assert.is(r.code, 3, r.stdout + r.stderr);
+    assert.match(r.stdout, /verify: cannot ask a daemon for rank 0/);
+  } finally {
+    removeDir(root);
+  }
+});
+
+test.run();
