@@ -3,6 +3,8 @@
 // (clients/python/tests/test_fingerprint.py) holds its implementation to the same file.
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
+import { diskDigests } from '../../src/checkpoint/diskDigests.js';
+import { sha256Hex } from '../../src/checkpoint/fingerprint.js';
 import { planCheckpoint } from '../../src/checkpoint/planCheckpoint.js';
 import { expectedFingerprint } from '../../src/client/expectedFingerprint.js';
 import { CheckpointError } from '../../src/errors.js';
@@ -29,6 +31,12 @@ for (const c of vectors.cases) {
         assert.is(expected.fingerprint, r.fingerprint);
         assert.equal(expected.fingerprintFields, { ...want.fields, tpRank: r.tpRank });
       }
+      const digests = await diskDigests(plan);
+      assert.equal(Object.fromEntries(plan.ranks[0]!.contentTensors.names.map((n, i) => [n, digests[i]])), want.full!.tensorDigests);
+      const full = await expectedFingerprint(modelDir, c.tpSize, 0, planFile, 'checkpoint', true);
+      assert.is(full.fingerprint, want.full!.rank0);
+      assert.is(full.fingerprintFields!.content, want.full!.content);
+      assert.is(full.fingerprintFields!.protocol, sha256Hex('3'));
     } finally {
       removeDir(root);
     }

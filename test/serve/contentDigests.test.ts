@@ -7,7 +7,7 @@ import { spawnSync } from 'node:child_process';
 import { join } from 'node:path';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { findSocket, WeightdClient } from '../../src/client/index.js';
+import { expectedFingerprint, findSocket, WeightdClient } from '../../src/client/index.js';
 import { KeeperClient } from '../../src/keeper/keeperClient.js';
 import { KEEPER_SOCKET_NAME } from '../../src/keeper/keeperSocketPath.js';
 import { parseKeptRecord } from '../../src/keeper/keptRecord.js';
@@ -63,6 +63,29 @@ test('every rank serves, the keeper keeps, and a restart adopts, the digests Pyt
   } finally {
     await daemon.stop();
     await killKeeper(keeper).catch(() => {});
+  }
+});
+
+test('an old client (sampled version 2) and a new one (full version 3) both attach to a new daemon; a full fingerprint of other bytes is a mismatch naming content', async () => {
+  const socketDir = join(freshSocketDir(), 's');
+  const daemon = await startDaemon({ model: exampleModel, tp: 1, socketDir, devices: [`versions${process.pid}-0`] });
+  const client = await WeightdClient.connect(await findSocket({ socketDir, globalRank: 0 }));
+  try {
+    const sampled = await expectedFingerprint(exampleModel, 1, 0);
+    const full = await expectedFingerprint(exampleModel, 1, 0, undefined, 'checkpoint', true);
+    assert.is.not(full.fingerprint, sampled.fingerprint);
+    for (const expected of [sampled, full]) {
+      const attached = await client.attach(expected);
+      assert.is(attached.status, 'attached', JSON.stringify(expected));
+      if (attached.status === 'attached') await attached.detach();
+    }
+    const otherBytes = { fingerprint: 'f'.repeat(64), fingerprintFields: { ...full.fingerprintFields!, content: 'e'.repeat(64) } };
+    const refused = await client.attach(otherBytes);
+    assert.is(refused.status, 'mismatch');
+    if (refused.status === 'mismatch') assert.equal(refused.fields, ['content'], 'compared with the daemon\'s version 3 fields');
+  } finally {
+    client.close();
+    await daemon.stop();
   }
 });
 

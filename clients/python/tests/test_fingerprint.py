@@ -14,6 +14,7 @@ import tempfile
 import unittest
 
 from weightd_client import FingerprintError, expected_fingerprint
+from weightd_client.fingerprint import tensor_digests
 from weightd_client.fingerprint import SAMPLE_BLOCK_BUDGET, SAMPLE_BLOCK_BYTES, SAMPLE_EDGE_BYTES, sample_ranges
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
@@ -99,6 +100,11 @@ class SharedVectorsTest(unittest.TestCase):
                     self.assertEqual(got.fields, dict(want["fields"], tpRank=r["tpRank"]))
                     self.assertEqual(got.fingerprint, r["fingerprint"])
                     self.assertEqual(got.checkpoint_fingerprint, want["checkpointFingerprint"])
+                self.assertEqual(dict(tensor_digests(model_dir)), want["full"]["tensorDigests"])
+                full = expected_fingerprint(model_dir, case["tpSize"], 0, plan_file=plan_file, full=True)
+                self.assertEqual(full.fingerprint, want["full"]["rank0"])
+                self.assertEqual(full.checkpoint_fingerprint, want["full"]["checkpointFingerprint"])
+                self.assertEqual(full.fields["content"], want["full"]["content"])
 
 
 class ArgumentsTest(unittest.TestCase):
@@ -141,3 +147,59 @@ class SampleRangesTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+@unittest.skipUnless(HAVE_HASHES, "needs the xxhash and rfc8785 packages (clients/python/requirements-test.txt)")
+class FullVersionFallbackTest(unittest.TestCase):
+    """A client of the full-content version (3) against a daemon that knows only version 2 (every
+    weightd before it): the daemon finds no version of that fingerprint and answers, as such a
+    daemon does, with a mismatch against its version 2 fields; the client reports ``content`` and
+    ``protocol`` as the differing fields and falls back to disk."""
+
+    def test_new_client_old_daemon(self):
+        import socket
+        import threading
+        import time
+
+        from weightd_client import Mismatch, WeightdClient
+        from weightd_client.protocol import encode_frame, read_frame
+
+        model = os.path.join(REPO, "examples", "tiny-llama")
+        sampled = expected_fingerprint(model, 1, 0)
+        full = expected_fingerprint(model, 1, 0, full=True)
+        self.assertNotEqual(full.fingerprint, sampled.fingerprint)
+        d = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, d, True)
+        path = os.path.join(d, "s.sock")
+        srv = socket.socket(socket.AF_UNIX)
+        srv.bind(path)
+        srv.listen()
+        asked = []
+
+        def old_daemon():
+            conn, _ = srv.accept()
+            while True:
+                req = read_frame(conn, time.monotonic() + 5)
+                if req["cmd"] == "ping":
+                    conn.sendall(encode_frame({"id": req["id"], "ok": True, "status": "serving", "protocolVersion": 1}))
+                    continue
+                asked.append(req["fingerprint"])
+                ours = sampled.fields
+                differ = sorted(k for k in set(ours) | set(req["fingerprintFields"]) if ours.get(k) != req["fingerprintFields"].get(k))
+                conn.sendall(encode_frame({"id": req["id"], "ok": True, "status": "mismatch", "fields": differ or ["fingerprint"], "fingerprint": sampled.fingerprint, "fingerprintFields": ours}))
+                break
+            conn.close()
+            srv.close()
+
+        t = threading.Thread(target=old_daemon, daemon=True)
+        t.start()
+        client = WeightdClient(path)
+        try:
+            got = client.attach(full.fingerprint, full.fields)
+            self.assertIsInstance(got, Mismatch)
+            self.assertEqual(sorted(got.fields), ["content", "protocol"])
+            self.assertEqual(got.fingerprint, sampled.fingerprint, "the daemon's own (sampled) fingerprint, which the client may ask for instead")
+        finally:
+            client.close()
+        t.join(5)
+        self.assertEqual(asked, [full.fingerprint])

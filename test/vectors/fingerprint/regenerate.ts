@@ -3,6 +3,8 @@
 // the diff: the Python test then holds the other implementation to the new values.
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { diskDigests } from '../../../src/checkpoint/diskDigests.js';
+import { fullContentFingerprint, rankFingerprint } from '../../../src/checkpoint/fingerprint.js';
 import { planCheckpoint } from '../../../src/checkpoint/planCheckpoint.js';
 import { rankFingerprintFields } from '../../../src/serve/rankFingerprintFields.js';
 import { makeTempDir, removeDir } from '../../helpers/checkpoints.js';
@@ -15,10 +17,18 @@ for (const c of vectors.cases) {
     const { modelDir, planFile } = materialize(vectors, c, root);
     if (c.error) continue;
     const plan = await planCheckpoint(modelDir, { tpSize: c.tpSize, planFile });
+    const digests = await diskDigests(plan);
+    const full = fullContentFingerprint(plan.fingerprintFields, digests);
     c.expected = {
       checkpointFingerprint: plan.fingerprint,
       fields: plan.fingerprintFields,
       ranks: plan.ranks.map((r, rank) => ({ fingerprint: r.fingerprint, tpRank: rankFingerprintFields(plan.fingerprintFields, rank).tpRank! })),
+      full: {
+        tensorDigests: Object.fromEntries(plan.ranks[0]!.contentTensors.names.map((n, i) => [n, digests[i]!])),
+        content: full.fields.content!,
+        checkpointFingerprint: full.fingerprint,
+        rank0: rankFingerprint(full.fingerprint, 0),
+      },
     };
   } finally {
     removeDir(root);

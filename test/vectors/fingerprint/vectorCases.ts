@@ -25,6 +25,8 @@ export interface Expected {
   fields: Record<string, string>;
   /** Per rank: its fingerprint and its tpRank field. */
   ranks: Array<{ fingerprint: string; tpRank: string }>;
+  /** The full-content version (docs/spec/fingerprint.md §8): every tensor's digest, the `content` field, the checkpoint's and rank 0's fingerprints. */
+  full?: { tensorDigests: Record<string, string>; content: string; checkpointFingerprint: string; rank0: string };
 }
 
 export interface VectorCase {
