@@ -18,7 +18,9 @@ if (!isMainThread && workerData?.role === ROLE) {
 
   const handlers = {
     info: () => ({ ...device.info(), openSeconds }),
-    fill: ({ options }) => device.fill(plan.files, plan.ops, plan.payloadBytes, options),
+    // `digest: true` digests every tensor as the daemon's fills do (docs/spec/fingerprint.md §8);
+    // without it the fill hashes nothing, as before digests existed.
+    fill: ({ options: { digest, ...options } }) => device.fill(plan.files, plan.ops, plan.payloadBytes, digest ? { ...options, tensorRanges: plan.tensorRanges } : options),
     export: () => device.exportSegments(),
     // Compares every tensor of the arena with the file an independent slicer (numpy) wrote, laid
     // out at the same offsets. Names the first tensors that differ and where.

@@ -36,6 +36,6 @@ export async function rankPlans(dir, tp) {
       }
       return { name: t.name, path: s.path, begin: s.begin, end: s.end, shape: s.shape, dtype: t.dtype, dim, tp, rank: r.tpRank, offset: t.offset, bytes: t.bytes };
     });
-    return { files: r.files, ops: r.ops, segmentBytes: r.segments[0], payloadBytes: r.totalBytes, tensors };
+    return { files: r.files, ops: r.ops, segmentBytes: r.segments[0], payloadBytes: r.totalBytes, tensors, tensorRanges: r.contentTensors.ranges };
   });
 }
