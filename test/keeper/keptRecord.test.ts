@@ -16,11 +16,21 @@ const plan = {
   zeroRanges: [{ segment: 1, offset: 0, bytes: 4096 }],
   totalBytes: 256,
   fingerprint: 'f'.repeat(64),
+  contentTensors: { names: ['a', 'b'], ranges: [] },
 } as unknown as RankPlan;
 const identity = (path: string, ino: string): FileIdentity => ({ path, dev: '2049', ino, size: 1 << 20, mtimeNs: '1733300000123456789', ctimeNs: '1733300000123456789' });
 const files = [identity('/models/a/model-1.safetensors', '123'), identity('/models/a/model-2.safetensors', '124')];
 const e: KeptExpectation = { backend: 'host', handleType: 'memfd', device: 'host-0', plan, files };
 const good = keptRecordFor(e, '/models/a', 'weightd 0.1.0');
+
+test('a record carries the fill\'s digests, and one with a digest per tensor of another checkpoint is refused naming digests', () => {
+  const digests = ['0'.repeat(32), '1'.repeat(32)];
+  const kept = checkKeptRecord(encodeKeptRecord(keptRecordFor(e, '/models/a', 'weightd 0.1.0', undefined, digests)), e);
+  assert.ok('record' in kept && kept.record.digests !== undefined, JSON.stringify(kept));
+  if ('record' in kept) assert.equal(kept.record.digests, digests);
+  const short = checkKeptRecord(encodeKeptRecord(keptRecordFor(e, '/models/a', 'weightd 0.1.0', undefined, digests.slice(1))), e);
+  assert.ok('refusal' in short && short.refusal.field === 'digests', JSON.stringify(short));
+});
 
 test('a record adopts into the rank it was written for, also from another directory', () => {
   const r = checkKeptRecord(encodeKeptRecord(good), e);
