@@ -5,21 +5,12 @@
 
 #include "file_reader.h"
 #include "reader_threads.h"
+#include "xxh3_128.h"
 
-// Header-only (XXH_INLINE_ALL): the addon needs no libxxhash at run time, so it loads on any
-// machine the build's object code runs on.
-#define XXH_INLINE_ALL
-#include <xxhash.h>
 
 namespace weightd {
 
 namespace {
-
-void canonical(const void* data, size_t length, unsigned char* out) {
-  XXH128_canonical_t c;
-  XXH128_canonicalFromHash(&c, XXH3_128bits(data, length));
-  std::copy(c.digest, c.digest + sizeof c.digest, out);
-}
 
 std::string hex(const unsigned char* bytes, size_t n) {
   static const char* digits = "0123456789abcdef";
@@ -60,7 +51,7 @@ ContentDigests::ContentDigests(std::vector<TensorRange> tensors, const FileSet& 
   digests_ = std::make_unique<unsigned char[]>(16 * pieces_.size());
 }
 
-void ContentDigests::hashPiece(size_t p, const char* data) { canonical(data, pieces_[p].end - pieces_[p].start, &digests_[16 * p]); }
+void ContentDigests::hashPiece(size_t p, const char* data) { xxh3_128(data, pieces_[p].end - pieces_[p].start, &digests_[16 * p]); }
 
 void ContentDigests::hashCovered(uint32_t file, uint64_t start, uint64_t end, const char* data) {
   if (file + 1 >= fileFirst_.size()) return;
@@ -107,7 +98,7 @@ std::vector<std::string> ContentDigests::tensorDigests() const {
     uint64_t n = tensors_[t].end - tensors_[t].start;
     size_t count = static_cast<size_t>((n + kPieceBytes - 1) / kPieceBytes);
     unsigned char digest[16];
-    canonical(&digests_[16 * tensorFirst_[t]], 16 * count, digest);
+    xxh3_128(&digests_[16 * tensorFirst_[t]], 16 * count, digest);
     out.push_back(hex(digest, sizeof digest));
   }
   return out;
