@@ -43,6 +43,7 @@ export const groupSession = fromCallback<GroupCommand, GroupSessionInput, GroupE
     localWorldSize: config.localWorldSize,
     fingerprint: prepared.plan.fingerprint,
     fingerprintFields: prepared.plan.fingerprintFields,
+    tensorNames: prepared.plan.ranks[0]?.contentTensors.names,
     token: config.token,
   };
   const fail = (err: WeightdError) => sendBack({ type: 'GROUP_FAILED', error: serializeError(err) });
@@ -115,7 +116,7 @@ export const groupSession = fromCallback<GroupCommand, GroupSessionInput, GroupE
   receive((cmd) => {
     switch (cmd.type) {
       case 'NODE_READY':
-        return client?.nodeReady();
+        return client?.nodeReady(cmd.content);
       case 'NODE_FAILED':
         // Node 0 tells its coordinator directly: the process ends before a frame to itself would
         // make the round trip, and the other nodes must hear why now, not at their timeout.

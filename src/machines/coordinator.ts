@@ -8,11 +8,12 @@
 // It holds the group (members, rank table, verdict) and no connection: src/rendezvous/
 // coordinator.ts owns the sockets, turns what they say into events, and provides the actions
 // below that write to them. Links are named by the number that class gives each connection.
-import { assertEvent, assign, raise, setup } from 'xstate';
+import { and, assertEvent, assign, raise, setup } from 'xstate';
 import { WeightdError } from '../errors.js';
 import type { Logger } from '../log.js';
 import type { LogLimiter } from '../serve/logLimiter.js';
 import { checkJoin, describeNode, rejectVersion, timeoutRejection, tokenAccepted, type GroupExpectation, type NodeIdentity, type Rejection } from '../rendezvous/checkJoin.js';
+import { contentDifference, type NodeContent } from '../rendezvous/nodeContent.js';
 import { groupRankTable, type RankTableEntry } from '../rendezvous/rankTable.js';
 import type { JoinMessage, ServerMessage } from '../rendezvous/wire.js';
 
@@ -30,6 +31,8 @@ export interface GroupMember extends NodeIdentity {
   linkId: number;
   /** joined: accepted; ready: reported ready; lost: its connection is gone (or it failed while serving). */
   state: 'joined' | 'ready' | 'lost';
+  /** What it reported holding at the ready barrier (absent: a node without digests). */
+  content?: NodeContent;
 }
 
 /** A connection that claimed a node rank with a valid token: it hears a failed group's verdict. */
@@ -58,7 +61,7 @@ export type CoordinatorEvent =
   | { type: 'FOREIGN_JOIN'; linkId: number; address: string; version: number; nodeRank?: number; hostName?: string }
   /** A node that failed before it could join. */
   | { type: 'ABORT'; linkId: number; address: string; nonce: string; tokenProof: string | null; nodeRank: number; hostName: string; code: string; message: string }
-  | { type: 'READY'; linkId: number }
+  | { type: 'READY'; linkId: number; content?: NodeContent }
   /** A connection's "failed" message; it counts only from a member. */
   | { type: 'LINK_FAILED'; linkId: number; code: string; message: string }
   /** A member failed (node 0 reports its own failure directly). */
@@ -161,7 +164,37 @@ const to = {
 };
 
 /** The verdicts a starting group fails with, as `recordVerdict`'s params. */
+/**
+ * The nodes (with the READY being handled counted in) whose reported content differs from node
+ * 0's, as a verdict naming each and its tensors; undefined when all agree. Node 0 is the
+ * reference: with two nodes nothing says which copy is the damaged one, and node 0's is the one
+ * the operator started the group from.
+ */
+function contentVerdict(context: CoordinatorContext, event: Extract<CoordinatorEvent, { type: 'READY' }>): Rejection | undefined {
+  const members = context.members.map((m) => (m.linkId === event.linkId ? { ...m, content: event.content } : m));
+  const reference = members.find((m) => m.nodeRank === 0)?.content;
+  if (!reference) return undefined;
+  const names = context.expect.tensorNames ?? [];
+  const differing = members.flatMap((m) => {
+    const tensors = m.content && m.nodeRank !== 0 ? contentDifference(names, reference, m.content) : undefined;
+    return tensors ? [{ node: m, tensors }] : [];
+  });
+  if (differing.length === 0) return undefined;
+  const listed = 5;
+  const what = differing.map(({ node, tensors }) =>
+    `${describeNode(node)} holds other bytes than node 0 in ${tensors.length === 0 ? 'a tensor (not identified: only the fingerprints differ)' : `${tensors.length} tensor(s): ${tensors.slice(0, listed).join(', ')}${tensors.length > listed ? ', ...' : ''}`}`);
+  return {
+    code: 'E_RDZV_CONTENT_DIFFERS',
+    message: `${what.join('; ')}. Every node must hold the same checkpoint byte for byte: copy it again to the node(s) named (weightd verify --model DIR on a node checks its files against what it loaded)`,
+    details: { nodeRanks: differing.map((d) => d.node.nodeRank), tensors: differing.flatMap((d) => d.tensors.slice(0, listed)), field: 'content' },
+  };
+}
+
 const verdict = {
+  ofContent: ({ context, event }: Args): { verdict: Rejection } => {
+    assertEvent(event, 'READY');
+    return { verdict: contentVerdict(context, event)! };
+  },
   ofJoin: ({ context, event }: Args) => {
     assertEvent(event, ['JOIN', 'FOREIGN_JOIN']);
     return { verdict: joinRejection(context, event, false)! };
@@ -289,6 +322,12 @@ const coordinatorSetup = setup({
       assertEvent(event, 'READY');
       return context.members.every((m) => m.linkId === event.linkId || m.state === 'ready');
     },
+    // The barrier's last report completes what the nodes hold: any node whose bytes differ from
+    // node 0's fails the group (nodeContent.ts).
+    contentDiffers: ({ context, event }) => {
+      assertEvent(event, 'READY');
+      return contentVerdict(context, event) !== undefined;
+    },
     // A failure report of a node already gone changes nothing.
     reportOfLostNode: ({ context, event }) => {
       assertEvent(event, 'NODE_FAILED');
@@ -363,7 +402,7 @@ const coordinatorSetup = setup({
     markReady: assign({
       members: ({ context, event }) => {
         assertEvent(event, 'READY');
-        return context.members.map((m) => (m.linkId === event.linkId && m.state !== 'lost' ? { ...m, state: 'ready' as const } : m));
+        return context.members.map((m) => (m.linkId === event.linkId && m.state !== 'lost' ? { ...m, state: 'ready' as const, content: event.content } : m));
       },
     }),
     logGroupReady: ({ context }) => context.log.info({ nnodes: context.expect.nnodes }, 'every node reported ready: group-ready sent to all'),
@@ -481,6 +520,7 @@ export const coordinatorMachine = coordinatorSetup.createMachine({
         READY: [
           { guard: 'fromStranger', actions: { type: 'dropLink', params: to.stranger } },
           { guard: 'alreadyReady' },
+          { guard: and(['lastToBeReady', 'contentDiffers']), target: 'failed', actions: ['markReady', { type: 'recordVerdict', params: verdict.ofContent }] },
           { guard: 'lastToBeReady', target: 'serving', actions: ['markReady', 'logGroupReady', { type: 'send', params: to.groupReady }] },
           { actions: 'markReady' },
         ],

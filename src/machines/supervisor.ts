@@ -10,6 +10,7 @@ import type { PublishCommand, PublishNodeManifestInput } from '../actors/publish
 import type { RankActorInput, RankCommand } from '../actors/rankActor.js';
 import type { ReportStartupFailureInput } from '../actors/reportStartupFailure.js';
 import type { ServeRankInput } from '../actors/serveRank.js';
+import { nodeContent } from '../rendezvous/nodeContent.js';
 import { OWN_VERSION, toServedRank } from '../serve/servedRank.js';
 import type { ServerRegistry } from '../actors/serverRegistry.js';
 import type { WorkerRegistry } from '../actors/workerRegistry.js';
@@ -166,7 +167,9 @@ const supervisorSetup = setup({
       });
       enqueue.assign({ groupJoined: true });
     }),
-    announceReady: enqueueActions(({ enqueue }) => enqueue.sendTo(GROUP_ACTOR_ID, { type: 'NODE_READY' })),
+    // Every local rank digests the whole checkpoint: any one's digests are the node's.
+    announceReady: enqueueActions(({ context, enqueue }) =>
+      enqueue.sendTo(GROUP_ACTOR_ID, { type: 'NODE_READY', content: nodeContent(context.prepared!.plan, context.ranks[0]?.digests) })),
     recordGroupReady: assign({ groupReady: true }),
     recordFormation: assign({
       formation: ({ event }) => {

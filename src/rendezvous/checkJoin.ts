@@ -16,6 +16,8 @@ export interface GroupExpectation {
   fingerprint: string;
   /** The fingerprint's per-field hashes, to name the fields a mismatching node differs in. */
   fingerprintFields?: Record<string, string>;
+  /** The checkpoint's tensors, in the order nodes report their digests at the ready barrier (nodeContent.ts). */
+  tensorNames?: readonly string[];
   token?: string;
 }
 

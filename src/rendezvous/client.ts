@@ -15,7 +15,8 @@ import type { GroupEvent, ModelGroupJoin } from './groupEvents.js';
 import { PeerSocket } from './peerSocket.js';
 import type { RankTableEntry } from './rankTable.js';
 import type { GroupTiming } from './timing.js';
-import { parseServerMessage, RDZV_PROTOCOL_VERSION, type JoinMessage, type ServerMessage } from './wire.js';
+import type { NodeContent } from './nodeContent.js';
+import { parseServerMessage, RDZV_PROTOCOL_VERSION, type ClientMessage, type JoinMessage, type ServerMessage } from './wire.js';
 
 /** What this node states about itself when it joins. */
 export type JoinRequest = Omit<JoinMessage, 'type' | 'protocolVersion' | 'tokenProof'>;
@@ -49,6 +50,7 @@ export class GroupClient {
   #joinedEmitted = false;
   #groupReady = false;
   #localReady = false;
+  #content: NodeContent | undefined;
   #done = false;
   #waitingFor: { joined: number[]; missing: number[] } = { joined: [], missing: [] };
   /** Nodes reported lost (PEER_LOST sent, no PEER_BACK yet), with why. */
@@ -70,10 +72,15 @@ export class GroupClient {
     this.#connect();
   }
 
-  /** Every local rank is serving. */
-  nodeReady(): void {
+  /** Every local rank is serving, holding `content` (compared across nodes at the barrier). */
+  nodeReady(content?: NodeContent): void {
     this.#localReady = true;
-    if (this.#tableSeen) void this.#conn?.send({ type: 'ready' });
+    this.#content = content;
+    if (this.#tableSeen) void this.#conn?.send(this.#readyMessage());
+  }
+
+  #readyMessage(): ClientMessage {
+    return { type: 'ready', ...(this.#content ? { content: this.#content } : {}) };
   }
 
   /** This node failed locally: tell node 0 (best effort), so a starting group fails everywhere now. */
@@ -208,7 +215,7 @@ export class GroupClient {
       this.#log.info({ rankTable }, `every node joined: global rank table (global = node_rank * ${this.#o.join.localWorldSize} + local_rank)`);
       this.#o.emit({ type: 'GROUP_JOINED', rankTable });
     }
-    if (this.#localReady) void this.#conn?.send({ type: 'ready' });
+    if (this.#localReady) void this.#conn?.send(this.#readyMessage());
   }
 
   #onGroupReady(lost: number[]): void {

@@ -286,7 +286,7 @@ export class Coordinator {
         this.#dispatch({ type: 'ABORT', linkId: link.id, address: remote, nonce: link.nonce, tokenProof: m.tokenProof, nodeRank: m.nodeRank, hostName: m.hostName, code: m.code, message: m.message });
         return;
       case 'ready':
-        this.#dispatch({ type: 'READY', linkId: link.id });
+        this.#dispatch({ type: 'READY', linkId: link.id, content: m.content });
         return;
       case 'failed':
         this.#dispatch({ type: 'LINK_FAILED', linkId: link.id, code: m.code, message: m.message });

@@ -1,4 +1,5 @@
 // Events between the supervisor machine and its group session (src/actors/groupSession.ts).
+import type { NodeContent } from './nodeContent.js';
 import type { SerializedError } from '../errors.js';
 import type { RankTableEntry } from './rankTable.js';
 
@@ -28,7 +29,8 @@ export interface ModelGroupJoin {
 
 /** Sent by the supervisor to the group session. */
 export type GroupCommand =
-  | { type: 'NODE_READY' }
+  /** content: what the node holds (nodeContent.ts), compared across nodes at the ready barrier. */
+  | { type: 'NODE_READY'; content?: NodeContent }
   | { type: 'NODE_FAILED'; error: SerializedError }
   | ({ type: 'MODEL_GROUP_JOIN' } & ModelGroupJoin)
   | { type: 'MODEL_GROUP_RESIDENT'; name: string; fingerprint: string }

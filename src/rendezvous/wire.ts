@@ -77,8 +77,14 @@ const AnyVersionJoin = z.object({
 
 export const ClientMessage = z.discriminatedUnion('type', [
   JoinMessage,
-  /** Every local rank is serving. */
-  z.object({ type: z.literal('ready') }),
+  /**
+   * Every local rank is serving. `content`: the bytes it holds, compared across nodes at the
+   * barrier (nodeContent.ts); absent from a node without digests (an older weightd).
+   */
+  z.object({
+    type: z.literal('ready'),
+    content: z.object({ fingerprint: z.string().regex(/^[0-9a-f]{64}$/), digests: z.string().regex(/^[0-9a-f]*$/).max(8 * 100_000) }).optional(),
+  }),
   /** This node failed locally; during start-up the coordinator fails the whole group. */
   z.object({ type: z.literal('failed'), code: shortText, message: reason }),
   z.object({ type: z.literal('heartbeat') }),
