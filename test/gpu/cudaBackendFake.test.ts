@@ -119,6 +119,13 @@ test('errors carry stable codes and say what to do; a cancelled fill leaves the 
   assert.equal(leaks, noLeaks);
 });
 
+test('every cuda fill, in a group or alone and in every read mode, reports each tensor\'s full digest as the files hold it', () => {
+  const { result, leaks } = scenario('digests', {}, 120_000);
+  assert.is(result.runs, 4);
+  assert.ok((result.tensors as number) > 10);
+  assert.equal(leaks, noLeaks);
+});
+
 test('two GPUs filled as one group get byte-exact shards in every mode, from file lists in any order', () => {
   const { result, leaks } = scenario('group');
   assert.is(result.runs, 5);

@@ -9,6 +9,7 @@ import pino from 'pino';
 import { fileURLToPath } from 'node:url';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
+import { diskDigests } from '../../src/checkpoint/diskDigests.js';
 import { planCheckpoint } from '../../src/checkpoint/planCheckpoint.js';
 import type { CopyOp, ZeroRange } from '../../src/checkpoint/types.js';
 import { addon } from '../../src/native/addon.js';
@@ -294,6 +295,42 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
    * row-split (interleaved strided) ops, a row longer than a window, the members' file lists in
    * different orders; every mode, small windows (rows cut at window edges) and the defaults.
    */
+  /**
+   * Full-content digests through the copy engine: a tp=2 checkpoint filled by two GPUs as one
+   * group (every byte passes some window) and by one GPU alone (half of each sharded tensor is
+   * read again at the end), in every read mode: each fill reports every tensor's digest, equal to
+   * what digestFiles reads from disk (itself held to Python's xxhash by the vectors).
+   */
+  async digests() {
+    const dir = mkdtempSync(join(process.cwd(), 'test', 'artifacts', 'digests-'));
+    try {
+      await writeArchCheckpoint(dir, 'LlamaForCausalLM', { hidden: 512, heads: 8, kvHeads: 4, intermediate: 1536, vocab: 4096, layers: 2 });
+      const plan = await planCheckpoint(dir, { tpSize: 2 });
+      const want = await diskDigests(plan);
+      const [d0, d1] = [0, 1].map((i) => new DeviceHandle('cuda', i));
+      await d0!.allocate(plan.ranks[0]!.segments);
+      await d1!.allocate(plan.ranks[1]!.segments);
+      const fill = (d: DeviceHandle, r: number, options: object) =>
+        d.fill(plan.ranks[r]!.files, plan.ranks[r]!.ops, plan.ranks[r]!.totalBytes, { ...options, zeroRanges: plan.ranks[r]!.zeroRanges, tensorRanges: plan.ranks[r]!.contentTensors.ranges });
+      const small = { threads: 3, chunkBytes: MiB, stagingBytes: 4 * MiB };
+      const runs: string[] = [];
+      for (const options of [{ ...small, mode: 'pread' as const }, { ...small, mode: 'pread' as const, direct: true }, { ...small, mode: 'register' as const }, {}]) {
+        const group = { id: `digests-${runs.length}`, size: 2 };
+        const both = await Promise.all([d0!, d1!].map((d, r) => fill(d, r, { ...options, group })));
+        const alone = await fill(d0!, 0, options);
+        for (const [what, got] of [['group GPU 0', both[0]!.digests], ['group GPU 1', both[1]!.digests], ['alone', alone.digests]] as const) {
+          if (JSON.stringify(got) !== JSON.stringify(want)) throw new Error(`${what} with ${JSON.stringify(options)}: digests differ from the files'`);
+        }
+        runs.push(JSON.stringify(options));
+      }
+      await d0!.free();
+      await d1!.free();
+      return { runs: runs.length, tensors: want.length };
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  },
+
   async group() {
     const fx = makeFixture();
     try {
