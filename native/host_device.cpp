@@ -167,8 +167,13 @@ void HostDevice::fill(const std::vector<std::string>& files, const std::vector<C
     if (dense.size() < c.byteCount) dense.resize(c.byteCount);
     uint64_t dst = op.dstOffset + (op.rows <= 1 ? c.byteStart : c.firstRow * op.rowBytes);
     if (op.rows <= 1) {
-      fileSet.readFull(op.file, dense.data(), c.byteCount, op.srcOffset + c.byteStart);
-      digests.hashCovered(op.file, op.srcOffset + c.byteStart, op.srcOffset + c.byteStart + c.byteCount, dense.data());
+      // Read a digest piece at a time and hash it at once, while it is still in the CPU's cache.
+      for (uint64_t at = 0, end; at < c.byteCount; at = end) {
+        uint64_t from = op.srcOffset + c.byteStart;
+        end = digests.cut(op.file, from + at, from + std::min(c.byteCount, at + ContentDigests::kPieceBytes)) - from;
+        fileSet.readFull(op.file, dense.data() + at, end - at, from + at);
+        digests.hashCovered(op.file, from + at, from + end, dense.data() + at);
+      }
     } else if (readsRowsApart(op)) {
       // The gaps are worth skipping (read_ranges.h): one read per row. A row holds no whole digest
       // piece unless it is at least a piece long; hashRest reads the others.
