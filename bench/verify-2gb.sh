@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `weightd verify` on a 2 GB checkpoint (issue 29's size; CI runs 72 MiB, test/cli/verify.test.ts):
-# a host daemon at tp=2 serves it, verify finds it equal, one byte is flipped outside the
-# fingerprint's sample, and verify names the tensor (exit 1). Prints each step's seconds.
+# a host daemon at tp=2 serves it, verify finds it equal; in a copy of it one byte is flipped
+# outside the fingerprint's sample (in the daemon's own files a write would mark it stale), and
+# verify of the copy names the tensor (exit 1). Prints each step's seconds.
 # Run from the repository root after `npm run build`; needs ~5 GB of memory and 2 GB of disk.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -27,6 +28,7 @@ grep -o '"msg":"READY[^"]*"' "$work/daemon.log"
 t=$(now); rc=0; node dist/main.js verify --model "$work/model" -tp 2 --weight-cache-socket-dir "$work/s" || rc=$?
 echo "equal: exit $rc in $(node -p "($(now) - $t).toFixed(2)") s"
 victim=model.layers.9.mlp.down_proj.weight
+cp -r "$work/model" "$work/copy"
 node --input-type=module -e '
   const { parseSafetensors } = await import("./dist/src/checkpoint/parseSafetensors.js");
   const fs = await import("node:fs");
@@ -37,6 +39,6 @@ node --input-type=module -e '
   const fd = fs.openSync(file, "r+"), b = Buffer.alloc(1), at = t.begin + 128 + 4096 + 100;
   fs.readSync(fd, b, 0, 1, at); b[0] ^= 0xff; fs.writeSync(fd, b, 0, 1, at); fs.closeSync(fd);
   console.log(`flipped byte ${at} of ${file} (${name})`);
-' "$work/model" "$victim"
-t=$(now); rc=0; node dist/main.js verify --model "$work/model" -tp 2 --weight-cache-socket-dir "$work/s" || rc=$?
+' "$work/copy" "$victim"
+t=$(now); rc=0; node dist/main.js verify --model "$work/copy" -tp 2 --weight-cache-socket-dir "$work/s" || rc=$?
 echo "one byte flipped: exit $rc in $(node -p "($(now) - $t).toFixed(2)") s"

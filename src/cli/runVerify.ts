@@ -6,6 +6,7 @@ import { diskDigests } from '../checkpoint/diskDigests.js';
 import { planCheckpoint } from '../checkpoint/planCheckpoint.js';
 import { findSocket } from '../client/findSocket.js';
 import { WeightdClient } from '../client/weightdClient.js';
+import { errorCode } from '../errors.js';
 import { resolveNodeOptions } from '../nodeOptions.js';
 import { readNodeManifest } from '../serve/nodeManifest.js';
 import { defaultSocketDir } from '../serve/socketDir.js';
@@ -40,6 +41,12 @@ export async function runVerify(req: VerifyRequest, write: (line: string) => voi
     }
   } catch (err) {
     await onDisk.catch(() => {});
+    // The daemon itself found its files changed since it loaded them (docs/operations.md, stale
+    // versions): what it holds is not the files' bytes now.
+    if (errorCode(err) === 'E_STALE') {
+      write(`verify: the daemon's copy is stale: ${(err as Error).message}`);
+      return VERIFY_EXIT.differ;
+    }
     write(`verify: cannot ask a daemon for rank ${globalRank} in ${socketDir}: ${(err as Error).message}`);
     return VERIFY_EXIT.cannotCompare;
   }

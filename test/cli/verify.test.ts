@@ -1,8 +1,9 @@
-// `weightd verify` proves what a daemon holds against the files on disk, tensor by tensor: one
-// byte flipped outside the fingerprint's sample (the sampled fingerprint cannot see it) is found
-// and the tensor named. The checkpoint is 72 MiB, so that CI stays quick; bench/verify-2gb.sh
-// runs the same on 2 GB (bench/RESULTS.md).
-import { closeSync, mkdirSync, openSync, readFileSync, readSync, writeSync } from 'node:fs';
+// `weightd verify` proves what a daemon holds against a checkpoint on disk, tensor by tensor: a
+// copy of the daemon's checkpoint with one byte flipped outside the fingerprint's sample (the
+// sampled fingerprint cannot see it, and the daemon's own files did not change, so nothing marks
+// it stale) is found and the tensor named. The checkpoint is 72 MiB, so that CI stays quick;
+// bench/verify-2gb.sh runs the same on 2 GB (bench/RESULTS.md).
+import { closeSync, cpSync, mkdirSync, openSync, readFileSync, readSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
@@ -42,16 +43,24 @@ test('verify finds one byte flipped outside the sample, names the tensor, and ex
     assert.match(equal.stdout, /verify: all \d+ tensors of .* equal what the daemon on .* holds/);
 
     const sampled = await expectedFingerprint(model, 2, 0);
+    const copy = join(root, 'copy');
+    cpSync(model, copy, { recursive: true });
     const victim = 'model.layers.2.mlp.down_proj.weight';
-    const index = JSON.parse(readFileSync(join(model, 'model.safetensors.index.json'), 'utf8')) as { weight_map: Record<string, string> };
-    const file = join(model, index.weight_map[victim]!);
-    await flipByte(file, victim, 100);
-    assert.is((await expectedFingerprint(model, 2, 0)).fingerprint, sampled.fingerprint, 'the flipped byte is outside the sample');
+    const index = JSON.parse(readFileSync(join(copy, 'model.safetensors.index.json'), 'utf8')) as { weight_map: Record<string, string> };
+    await flipByte(join(copy, index.weight_map[victim]!), victim, 100);
+    assert.is((await expectedFingerprint(copy, 2, 0)).fingerprint, sampled.fingerprint, 'the flipped byte is outside the sample');
 
-    const differ = await runCli(['verify', '--model', model, '-tp', '2', '--weight-cache-socket-dir', socketDir], { timeoutMs: 120_000 });
+    const differ = await runCli(['verify', '--model', copy, '-tp', '2', '--weight-cache-socket-dir', socketDir], { timeoutMs: 120_000 });
     assert.is(differ.code, 1, differ.stdout + differ.stderr);
     assert.match(differ.stdout, new RegExp(`verify: tensor ${victim.replaceAll('.', '\\.')} differs: on disk [0-9a-f]{32}, in the daemon [0-9a-f]{32}`));
     assert.match(differ.stdout, /verify: 1 of \d+ tensors differ/);
+
+    // The daemon's own files changed in place: whether its stat check has seen it yet (stale) or
+    // not (the digests differ), verify says they differ.
+    await flipByte(join(model, index.weight_map[victim]!), victim, 100);
+    const edited = await runCli(['verify', '--model', model, '-tp', '2', '--weight-cache-socket-dir', socketDir], { timeoutMs: 120_000 });
+    assert.is(edited.code, 1, edited.stdout + edited.stderr);
+    assert.match(edited.stdout, new RegExp(`verify: the daemon's copy is stale: .*\\.safetensors|verify: tensor ${victim.replaceAll('.', '\\.')} differs`));
   } finally {
     await daemon.stop();
     removeDir(root);
