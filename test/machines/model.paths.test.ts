@@ -27,7 +27,7 @@ const planned = {
   spec: { name: 'draft', modelDir: '/fake/draft', tpSize: RANKS, layouts: ['checkpoint'] },
   plan: {
     modelDir: '/fake/draft', architecture: 'LlamaForCausalLM', tpSize: RANKS, fingerprint: 'd'.repeat(64), fingerprintFields: {}, layouts: ['checkpoint'],
-    ranks: Array.from({ length: RANKS }, (_, r) => ({ tpRank: r, tpSize: RANKS, files: [], segments: [256], tensors: [], aliases: {}, ops: [], layouts: {}, zeroRanges: [], totalBytes: 256, fingerprint: `draft${r}` })),
+    ranks: Array.from({ length: RANKS }, (_, r) => ({ tpRank: r, tpSize: RANKS, files: [], segments: [256], tensors: [], aliases: {}, ops: [], layouts: {}, zeroRanges: [], totalBytes: 256, fingerprint: `draft${r}`, contentTensors: { names: [], ranges: [] } })),
     files: [],
   },
   placement: { nodeRank: 0, nnodes: 1, localWorldSize: RANKS },
