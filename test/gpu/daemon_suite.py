@@ -1426,7 +1426,7 @@ class Suite:
             workers.append(h)
             held = self.talk(h, None, 120)
             step("a client holds draft (bit-equal)", held.get("ok"), ranks=held.get("ranks"))
-            u = self.ctl(sock, ["unload", "--force", "draft"])
+            u = self.ctl(sock, ["unload", "--force", "--json", "draft"])
             unloaded = (u["reply"] or {}).get("unloaded") or []
             step("ctl unload --force draft answers, naming its live lease", u["rc"] == 0 and [x.get("leases") for x in unloaded] == [1],
                  seconds=u["seconds"], unloaded=unloaded, err=u["err"] or None)

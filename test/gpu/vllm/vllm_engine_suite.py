@@ -75,7 +75,7 @@ def digest(model: Path, socket_dir: str) -> str:
     h = hashlib.sha256()
     for name in sorted(tensors):
         h.update(name.encode())
-        h.update(tensors[name].detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+        h.update(tensors[name].detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
     return h.hexdigest()
 
 
