@@ -157,42 +157,21 @@ class FullVersionFallbackTest(unittest.TestCase):
     ``protocol`` as the differing fields and falls back to disk."""
 
     def test_new_client_old_daemon(self):
-        import socket
-        import threading
-        import time
-
+        from scripted_server import scripted_server
         from weightd_client import Mismatch, WeightdClient
-        from weightd_client.protocol import encode_frame, read_frame
 
         model = os.path.join(REPO, "examples", "tiny-llama")
         sampled = expected_fingerprint(model, 1, 0)
         full = expected_fingerprint(model, 1, 0, full=True)
         self.assertNotEqual(full.fingerprint, sampled.fingerprint)
-        d = tempfile.mkdtemp()
-        self.addCleanup(shutil.rmtree, d, True)
-        path = os.path.join(d, "s.sock")
-        srv = socket.socket(socket.AF_UNIX)
-        srv.bind(path)
-        srv.listen()
-        asked = []
 
-        def old_daemon():
-            conn, _ = srv.accept()
-            while True:
-                req = read_frame(conn, time.monotonic() + 5)
-                if req["cmd"] == "ping":
-                    conn.sendall(encode_frame({"id": req["id"], "ok": True, "status": "serving", "protocolVersion": 1}))
-                    continue
-                asked.append(req["fingerprint"])
-                ours = sampled.fields
-                differ = sorted(k for k in set(ours) | set(req["fingerprintFields"]) if ours.get(k) != req["fingerprintFields"].get(k))
-                conn.sendall(encode_frame({"id": req["id"], "ok": True, "status": "mismatch", "fields": differ or ["fingerprint"], "fingerprint": sampled.fingerprint, "fingerprintFields": ours}))
-                break
-            conn.close()
-            srv.close()
+        def old_daemon_get_state(req):
+            ours = sampled.fields
+            differ = sorted(k for k in set(ours) | set(req["fingerprintFields"]) if ours.get(k) != req["fingerprintFields"].get(k))
+            return {"status": "mismatch", "fields": differ or ["fingerprint"], "fingerprint": sampled.fingerprint, "fingerprintFields": ours}
 
-        t = threading.Thread(target=old_daemon, daemon=True)
-        t.start()
+        ping = lambda req: {"status": "serving", "protocolVersion": 1}
+        path, seen, t = scripted_server(self, [ping, old_daemon_get_state])
         client = WeightdClient(path)
         try:
             got = client.attach(full.fingerprint, full.fields)
@@ -202,4 +181,5 @@ class FullVersionFallbackTest(unittest.TestCase):
         finally:
             client.close()
         t.join(5)
+        asked = [req["fingerprint"] for req in seen if req["cmd"] != "ping"]
         self.assertEqual(asked, [full.fingerprint])

@@ -2,41 +2,18 @@
 goes out in get_state, and a reply in another layout (a daemon older than layouts ignores the
 field) is refused after dropping the lease it granted."""
 
-import os
-import shutil
-import socket
-import tempfile
-import threading
-import time
 import unittest
 
+from scripted_server import scripted_server
 from weightd_client import WeightdClient
-from weightd_client.protocol import ProtocolError, encode_frame, read_frame
+from weightd_client.protocol import ProtocolError
 
 STATE = {"status": "ok", "mode": "map", "leaseId": "L1", "fingerprint": "f", "backend": "host", "tensors": [], "aliases": {}, "segments": []}
 
 
 class LayoutRequestTest(unittest.TestCase):
     def serve(self, replies):
-        """One connection; answers each request with replies[i](request), recording the requests."""
-        d = tempfile.mkdtemp()
-        self.addCleanup(shutil.rmtree, d, True)
-        path = os.path.join(d, "s.sock")
-        srv = socket.socket(socket.AF_UNIX)
-        srv.bind(path)
-        srv.listen()
-        seen = []
-
-        def run():
-            conn, _ = srv.accept()
-            for reply in replies:
-                req = read_frame(conn, time.monotonic() + 5)
-                seen.append(req)
-                conn.sendall(encode_frame({"id": req["id"], "ok": True, **reply(req)}))
-            conn.close()
-            srv.close()
-
-        threading.Thread(target=run, daemon=True).start()
+        path, seen, _ = scripted_server(self, replies)
         return path, seen
 
     def test_layout_is_sent_and_checked(self):
