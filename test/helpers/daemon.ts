@@ -24,6 +24,8 @@ export interface DaemonOptions {
   script?: string;
   /** A program the daemon runs under, which must exec it (so the pid is the daemon's): ['prlimit', '--nofile=256:256']. */
   prefix?: string[];
+  /** The Node.js binary that runs it; default the one running the tests (test/deploy/lowestNode runs another). */
+  node?: string;
 }
 
 export interface Daemon {
@@ -67,7 +69,7 @@ function spawnDaemon(opts: DaemonOptions): { child: ChildProcess; devices: strin
   const devices = opts.devices ?? Array.from({ length: tp }, (_, i) => `t${process.pid}-${counter}-${i}`);
   counter++;
   const args = [opts.script ?? mainJs, '--model', opts.model, '-tp', String(tp), '--device', opts.device ?? 'host', ...(opts.socketDir ? ['--weight-cache-socket-dir', opts.socketDir] : []), ...(opts.extraArgs ?? [])];
-  const [command, ...prefixArgs] = [...(opts.prefix ?? []), process.execPath];
+  const [command, ...prefixArgs] = [...(opts.prefix ?? []), opts.node ?? process.execPath];
   const child = spawn(command!, [...prefixArgs, ...args], {
     cwd: repoRoot,
     env: { ...process.env, WEIGHTD_HOST_DEVICES: devices.join(','), ...opts.env },
