@@ -30,14 +30,6 @@ while [ $# -gt 0 ]; do
     *) echo "usage: test/gpu/vllm/run.sh [--out-dir DIR] [--models NAME,...]" >&2; exit 2 ;;
   esac
 done
-test -d /tmp/vsite/vllm || { echo "no vLLM in /tmp/vsite: run device calls 1 and 2 first (see the top of this script)" >&2; exit 3; }
 mkdir -p "$out_dir"
-# The checkout's daemon: node from .device/node.xz, the runtime node_modules from .device/nm
-# (scripts/prune-node-modules.mjs), dist and build as carried.
-source test/gpu/ensure-node.sh
-if [ ! -e node_modules ] && [ -d .device/nm ]; then ln -sfn .device/nm node_modules; fi
-export NCCL_NVLS_ENABLE=0
-python3 -m pip install -q --no-deps --no-build-isolation --no-index --target /tmp/site2 clients/python
-export PYTHONPATH=/tmp/site2:/tmp/vsite:${PYTHONPATH:-} VLLM_ENABLE_V1_MULTIPROCESSING=0 VLLM_USE_FLASHINFER_SAMPLER=0 HF_HUB_OFFLINE=1 VLLM_NO_USAGE_STATS=1
-export WEIGHTD_TEST_DEVICE=cuda
+source test/gpu/vllm/stage.sh
 timeout 540 python3 test/gpu/vllm/vllm_engine_suite.py --out "$out_dir/vllm-suite.json" --models "$models" 2>&1 | tee "$out_dir/vllm-suite.log"
