@@ -29,7 +29,8 @@ PROMPT = [1, 2, 3, 4, 5, 77, 301, 499]
 # vLLM 0.26's log lines that split an engine start (each is printed once per start).
 SPLITS = {
     "weights_s": r"Model loading took [\d.]+ GiB (?:memory )?and ([\d.]+) seconds",
-    "compile_s": r"torch\.compile takes ([\d.]+) s in total",
+    "compile_s": r"torch\.compile took ([\d.]+) s in total",
+    "warmup_s": r"Initial profiling/warmup run took ([\d.]+) s",
     "graphs_s": r"Graph capturing finished in ([\d.]+) secs",
     "engine_init_s": r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+) s",
 }
@@ -69,11 +70,12 @@ def start(out: Path, run: str, model: Path, mode: str, socket_dir: str | None) -
     log = out / f"engine-{run}.log"
     t0 = time.time()
     cmd = [sys.executable, __file__, "one", "--model", str(model), "--mode", mode] + (["--socket-dir", socket_dir] if socket_dir else [])
-    with open(log, "w") as f:
-        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=f, text=True, timeout=300)
-    text = log.read_text(errors="replace")
+    # vLLM logs to stdout, beside the child's one JSON line: both go to the log.
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
+    log.write_text(p.stdout)
+    text = p.stdout
     res = {"run": run, "mode": mode, "rc": p.returncode}
-    lines = [l for l in p.stdout.splitlines() if l.startswith("{")]
+    lines = [l for l in p.stdout.splitlines() if l.startswith('{"token"')]
     if p.returncode == 0 and lines:
         child = json.loads(lines[-1])
         res.update({k: round(v, 2) if isinstance(v, float) else v for k, v in child.items() if k != "end"})
