@@ -234,6 +234,7 @@ class DeviceWrap : public Napi::ObjectWrap<DeviceWrap> {
       Napi::Array digests = Napi::Array::New(env, s.digests.size());
       for (uint32_t i = 0; i < s.digests.size(); ++i) digests.Set(i, s.digests[i]);
       o.Set("digests", digests);
+      o.Set("digestRereadBytes", static_cast<double>(s.digestRereadBytes));
     }
     return o;
   }

@@ -75,12 +75,15 @@ uint64_t ContentDigests::cut(uint32_t file, uint64_t from, uint64_t limit) const
   return p.end > limit && p.start > from ? p.start : limit;
 }
 
-void ContentDigests::hashRest(const FileSet& files, unsigned threads, std::atomic<bool>& cancel) {
+uint64_t ContentDigests::hashRest(const FileSet& files, unsigned threads, std::atomic<bool>& cancel) {
   std::vector<size_t> rest;
+  uint64_t bytes = 0;
   for (size_t p = 0; p < pieces_.size(); ++p) {
-    if (!claimed_[p].load(std::memory_order_relaxed)) rest.push_back(p);
+    if (claimed_[p].load(std::memory_order_relaxed)) continue;
+    rest.push_back(p);
+    bytes += pieces_[p].end - pieces_[p].start;
   }
-  if (rest.empty()) return;
+  if (rest.empty()) return 0;
   runOnReaderThreads(rest.size(), threads, cancel, [&](size_t i) {
     const Piece& p = pieces_[rest[i]];
     thread_local std::vector<char> buf;
@@ -89,6 +92,7 @@ void ContentDigests::hashRest(const FileSet& files, unsigned threads, std::atomi
     claimed_[rest[i]] = true;
     hashPiece(rest[i], buf.data());
   });
+  return bytes;
 }
 
 std::vector<std::string> ContentDigests::tensorDigests() const {

@@ -38,8 +38,9 @@ class ContentDigests {
   // Where work that starts at `from` and may run to `limit` should end: at the start of the piece
   // that `limit` cuts in two, when that start is past `from`; else `limit`.
   uint64_t cut(uint32_t file, uint64_t from, uint64_t limit) const;
-  // Reads and hashes every piece no read covered, on up to `threads` threads.
-  void hashRest(const FileSet& files, unsigned threads, std::atomic<bool>& cancel);
+  // Reads and hashes every piece no read covered, on up to `threads` threads; returns the bytes
+  // it read (FillControl::digestRereadBytes).
+  uint64_t hashRest(const FileSet& files, unsigned threads, std::atomic<bool>& cancel);
   // Each tensor's digest, 32 lowercase hex digits, in the order the tensors were given. Only
   // after hashRest.
   std::vector<std::string> tensorDigests() const;

@@ -368,8 +368,9 @@ class CopyEngine {
     LanePool pool(makeLanes());
     std::atomic<bool> stop{false};  // this fill's own: set when any member is cancelled or fails
     try {
-      // A digest thread per two lanes: xxh3 hashes a buffer some 4x faster than pread fills it.
-      if (!digests_.empty()) hasher_ = std::make_unique<SlotHasher>(digests_, std::max(1u, lanes_ / 2));
+      // A digest thread per lane: xxh3 hashes a buffer some 4x faster than pread fills it, but
+      // from another core's cache, and a digest thread with nothing queued costs nothing.
+      if (!digests_.empty()) hasher_ = std::make_unique<SlotHasher>(digests_, lanes_);
       runOnReaderThreads(windows.size(), lanes_, stop, [&](size_t i) {
         for (const FillMember& m : members_) {
           if (m.control->cancel.load(std::memory_order_relaxed)) throw DeviceError("E_FILL_CANCELLED", "fill cancelled before it finished");
@@ -388,9 +389,10 @@ class CopyEngine {
     }
     hasher_.reset();
     destroyLanes(pool);
-    digests_.hashRest(files_, lanes_, stop);
+    uint64_t reread = digests_.hashRest(files_, lanes_, stop);
     std::vector<std::string> all = digests_.tensorDigests();
     for (size_t m = 0; m < members_.size(); ++m) {
+      members_[m].control->digestRereadBytes = reread;
       std::vector<std::string>& own = members_[m].control->digests;
       own.clear();
       for (size_t i : tensorIndex_[m]) own.push_back(all[i]);

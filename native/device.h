@@ -68,6 +68,10 @@ struct FillControl {
   // Written by the fill before it returns: the digest of each tensor range it was given
   // (content_digests.h), in order, read only once the fill is done.
   std::vector<std::string> digests;
+  // Written with `digests`: the bytes of digest pieces that no read of the fill held whole, read
+  // again at its end (ContentDigests::hashRest). 0 where the fill's reads cover every tensor, as
+  // a tp=1 rank's or a whole node group's do; a regression in how reads are cut shows here.
+  uint64_t digestRereadBytes = 0;
 };
 
 struct SegmentExport {

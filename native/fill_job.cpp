@@ -13,6 +13,7 @@ FillJob::FillJob(std::shared_ptr<Device> device, std::vector<std::string> files,
     try {
       device_->fill(files, ops, zeros, tensors, options, control_);
       r.digests = std::move(control_.digests);
+      r.digestRereadBytes = control_.digestRereadBytes;
     } catch (const DeviceError& e) {
       r.failed = true;
       r.errorCode = e.code();

@@ -21,6 +21,7 @@ struct FillStatus {
   uint64_t bytes = 0;
   double seconds = 0;
   std::vector<std::string> digests;  // once done: FillControl.digests
+  uint64_t digestRereadBytes = 0;    // once done: FillControl.digestRereadBytes
 };
 
 class FillJob {

@@ -195,7 +195,7 @@ void HostDevice::fill(const std::vector<std::string>& files, const std::vector<C
     writeSegment(fds[op.segment], op.segment, dense.data(), c.byteCount, dst);
     control.bytes += c.byteCount;
   });
-  digests.hashRest(fileSet, options.threads, control.cancel);
+  control.digestRereadBytes = digests.hashRest(fileSet, options.threads, control.cancel);
   control.digests = digests.tensorDigests();
 }
 

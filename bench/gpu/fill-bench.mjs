@@ -8,7 +8,8 @@
 // no two GPUs read the same bytes). --cold drops the page cache before each rep
 // (root only). Prints (and with --out appends) one JSON line per config as it finishes: per rep
 // each device's fill seconds by the native clock (start to last copy landed) and the wall time
-// seen from JS (which adds up to one 20 ms status poll), GB/s (1e9 bytes) of payload over all
+// seen from JS (which adds up to one 20 ms status poll), the bytes its digests read again at
+// the end (digestRereadBytes: 0 when every tensor passed whole through a window), GB/s (1e9 bytes) of payload over all
 // devices from the slowest device's native seconds, and the process's peak RSS so far.
 import { writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
@@ -57,7 +58,7 @@ for (const options of configs) {
   for (let r = 0; r < reps; r++) {
     if (args.cold) dropCaches();
     const run = await fleet.fill(options);
-    runs.push({ wall: run.wall, deviceSeconds: run.devices.map((d) => d.seconds) });
+    runs.push({ wall: run.wall, deviceSeconds: run.devices.map((d) => d.seconds), digestRereadBytes: run.devices.map((d) => d.digestRereadBytes) });
   }
   const { best, median } = fillSeconds(runs);
   const entry = {

@@ -20,7 +20,7 @@ export const rankKeeping = () => import('../keeper/rankKeeping.js');
 type Awaitable<T> = T | Promise<T>;
 
 /** How the rank's bytes came to be resident: filled from the checkpoint, or adopted from a keeper. */
-export type Resident = FillResult & { source: RankSource };
+export type Resident = Pick<FillResult, 'bytes' | 'seconds' | 'digests'> & { source: RankSource };
 
 /** A rank's load, in the order the worker runs it. */
 export interface RankPhases {

@@ -94,6 +94,8 @@ export interface NativeFillStatus {
   error?: DeviceError;
   /** Once done: each tensor range's digest (docs/spec/fingerprint.md, version 3), in order. */
   digests?: string[];
+  /** Once done: bytes of digest pieces no read of the fill held whole, read again at its end. */
+  digestRereadBytes?: number;
 }
 
 /**

@@ -18,6 +18,11 @@ export interface FillResult {
   seconds: number;
   /** Each of FillExtras.tensorRanges' digests, in order (none asked: empty). */
   digests: string[];
+  /**
+   * Bytes the digests read again at the end of the fill: the pieces no read of it held whole
+   * (docs/spec/fingerprint.md §8). 0 when the fill reads every tensor whole, as at tp=1.
+   */
+  digestRereadBytes: number;
 }
 
 /** How often a running fill is polled (see native/fill_job.h for why it is polled). */
@@ -78,7 +83,7 @@ export class DeviceHandle {
       const s = this.#native.fillStatus();
       onProgress?.({ bytes: s.bytes, totalBytes, seconds: s.seconds, waitingForGroup: s.waitingForGroup });
       if (s.error) throw s.error;
-      if (s.done) return { bytes: s.bytes, seconds: s.seconds, digests: s.digests ?? [] };
+      if (s.done) return { bytes: s.bytes, seconds: s.seconds, digests: s.digests ?? [], digestRereadBytes: s.digestRereadBytes ?? 0 };
       await sleep(POLL_MS);
     }
   }

@@ -314,6 +314,7 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
         d.fill(plan.ranks[r]!.files, plan.ranks[r]!.ops, plan.ranks[r]!.totalBytes, { ...options, zeroRanges: plan.ranks[r]!.zeroRanges, tensorRanges: plan.ranks[r]!.contentTensors.ranges });
       const small = { threads: 3, chunkBytes: MiB, stagingBytes: 4 * MiB };
       const runs: string[] = [];
+      const rereads: { options: string; group: number[]; alone: number }[] = [];
       for (const options of [{ ...small, mode: 'pread' as const }, { ...small, mode: 'pread' as const, direct: true }, { ...small, mode: 'register' as const }, {}]) {
         const group = { id: `digests-${runs.length}`, size: 2 };
         const both = await Promise.all([d0!, d1!].map((d, r) => fill(d, r, { ...options, group })));
@@ -321,11 +322,12 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
         for (const [what, got] of [['group GPU 0', both[0]!.digests], ['group GPU 1', both[1]!.digests], ['alone', alone.digests]] as const) {
           if (JSON.stringify(got) !== JSON.stringify(want)) throw new Error(`${what} with ${JSON.stringify(options)}: digests differ from the files'`);
         }
+        rereads.push({ options: JSON.stringify(options), group: both.map((f) => f.digestRereadBytes), alone: alone.digestRereadBytes });
         runs.push(JSON.stringify(options));
       }
       await d0!.free();
       await d1!.free();
-      return { runs: runs.length, tensors: want.length };
+      return { runs: runs.length, tensors: want.length, rereads };
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
