@@ -26,17 +26,19 @@ exec > >(tee -a "$OUT/bench.log") 2>&1
 source test/gpu/ensure-node.sh
 nvidia-smi -L; nproc
 echo "== $(date +%T) checkpoint"
-timeout 240 python3 bench/gpu/make-checkpoint.py --out "$CKPT" --gib "$GIB" --shards 4
+timeout 180 python3 bench/gpu/make-checkpoint.py --out "$CKPT" --gib "$GIB" --shards 4
 cat "$CKPT"/*.safetensors > /dev/null
 pairs=$(node -p 'JSON.stringify(Array.from({ length: 20 }, (_, i) => (i % 2 ? { digest: true } : {})))')
 lanes='[{"threads":12,"stagingBytes":50331648},{"threads":12,"stagingBytes":50331648,"digest":true}]'
 hot() { # label
   echo "== $(date +%T) $1: 10 alternating blocks of 3 fills, without / with digests; then 12 lanes"
-  timeout 120 node bench/gpu/fill-bench.mjs --ckpt "$CKPT" --devices 0 --reps 3 --configs "$pairs" --label "$1-hot" --out "$OUT/fill-digest.jsonl"
-  timeout 60 node bench/gpu/fill-bench.mjs --ckpt "$CKPT" --devices 0 --reps 5 --configs "$lanes" --label "$1-lanes12" --out "$OUT/fill-digest.jsonl"
+  timeout 100 node bench/gpu/fill-bench.mjs --ckpt "$CKPT" --devices 0 --reps 3 --configs "$pairs" --label "$1-hot" --out "$OUT/fill-digest.jsonl"
+  timeout 45 node bench/gpu/fill-bench.mjs --ckpt "$CKPT" --devices 0 --reps 5 --configs "$lanes" --label "$1-lanes12" --out "$OUT/fill-digest.jsonl"
 }
 hot this
-if [ -n "$REF" ]; then
+if [ -n "$REF" ] && [ ! -f "$REF" ]; then
+  echo "WEIGHTD_REF_ADDON: no file at $REF; the ref pairs are skipped"
+elif [ -n "$REF" ]; then
   cp "$ADDON" "$OUT/.this.node"
   cp "$REF" "$ADDON" && hot ref
   cp "$OUT/.this.node" "$ADDON" && rm "$OUT/.this.node"
@@ -44,7 +46,7 @@ fi
 echo "== $(date +%T) cold: 3 alternating fills each way (O_DIRECT, 8 MiB chunks, as a cold daemon load)"
 cold='[{"direct":true,"chunkBytes":8388608,"stagingBytes":134217728},{"direct":true,"chunkBytes":8388608,"stagingBytes":134217728,"digest":true}]'
 for _ in 1 2 3; do
-  timeout 60 node bench/gpu/fill-bench.mjs --ckpt "$CKPT" --devices 0 --reps 1 --cold --configs "$cold" --label this-cold --out "$OUT/fill-digest.jsonl"
+  timeout 45 node bench/gpu/fill-bench.mjs --ckpt "$CKPT" --devices 0 --reps 1 --cold --configs "$cold" --label this-cold --out "$OUT/fill-digest.jsonl"
 done
 node --input-type=module -e '
   const fs = await import("node:fs");
