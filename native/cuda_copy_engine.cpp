@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <condition_variable>
-#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -18,7 +17,6 @@
 #include "file_reader.h"
 #include "fill_windows.h"
 #include "reader_threads.h"
-#include "start_thread.h"
 
 namespace weightd {
 
@@ -84,88 +82,6 @@ struct Slot {
   std::unique_ptr<PinnedFileWindow> window;  // register mode: what the queued copies read
   std::vector<Event> copied;                 // per member: recorded after its copies from this slot
   std::vector<uint64_t> pendingBytes;        // per member: queued, not yet counted in control.bytes
-  bool hashing = false;                      // SlotHasher's: its bytes are queued or being hashed
-};
-
-// Hashes the digest pieces of what lanes have sent, on threads of its own, so that a lane's
-// thread goes on to its next read while the DMA and the hash of its last one run. Hashed on the
-// lane's own thread, read and hash ran in series: each lane took the hash's time on top of its
-// read (8.6 GB at ~20 GB/s of xxh3 per core over 8 lanes, +50 ms on a 210 ms fill: 0.79x on the
-// H200), and more threads did not help, since the staging budget bounds the lanes, not threads.
-class SlotHasher {
- public:
-  SlotHasher(ContentDigests& digests, unsigned threads) : digests_(digests) {
-    try {
-      for (unsigned t = 0; t < threads; ++t) {
-        pool_.push_back(startThread("digest thread " + std::to_string(t + 1) + " of " + std::to_string(threads), [this] { loop(); }));
-      }
-    } catch (...) {
-      stop();
-      throw;
-    }
-  }
-  // Stops the threads once their current work is done; work still queued is dropped (the fill
-  // failed, or every slot was waited for).
-  ~SlotHasher() { stop(); }
-  SlotHasher(const SlotHasher&) = delete;
-  SlotHasher& operator=(const SlotHasher&) = delete;
-
-  // Queues the pieces inside `reads` of `file`, whose byte `origin` is at `at`; the slot's bytes
-  // must stay as they are until wait(slot) returns.
-  void submit(Slot& slot, uint32_t file, std::vector<ByteRange> reads, const char* at, uint64_t origin) {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      slot.hashing = true;
-      queue_.push_back({&slot, file, std::move(reads), at, origin});
-    }
-    queued_.notify_one();
-  }
-  void wait(Slot& slot) {
-    std::unique_lock<std::mutex> lock(mutex_);
-    hashed_.wait(lock, [&] { return !slot.hashing; });
-  }
-
- private:
-  struct Task {
-    Slot* slot;
-    uint32_t file;
-    std::vector<ByteRange> reads;
-    const char* at;
-    uint64_t origin;
-  };
-
-  void loop() {
-    std::unique_lock<std::mutex> lock(mutex_);
-    for (;;) {
-      queued_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-      if (stopping_) return;
-      Task task = std::move(queue_.front());
-      queue_.pop_front();
-      lock.unlock();
-      for (const ByteRange& r : task.reads) digests_.hashCovered(task.file, r.start, r.end, task.at + static_cast<int64_t>(r.start - task.origin));
-      lock.lock();
-      task.slot->hashing = false;
-      hashed_.notify_all();
-    }
-  }
-
-  void stop() {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      stopping_ = true;
-    }
-    queued_.notify_all();
-    for (auto& t : pool_) t.join();
-    pool_.clear();
-  }
-
-  ContentDigests& digests_;
-  std::mutex mutex_;
-  std::condition_variable queued_;
-  std::condition_variable hashed_;
-  std::deque<Task> queue_;
-  bool stopping_ = false;
-  std::vector<std::thread> pool_;
 };
 
 struct Lane {
@@ -368,9 +284,6 @@ class CopyEngine {
     LanePool pool(makeLanes());
     std::atomic<bool> stop{false};  // this fill's own: set when any member is cancelled or fails
     try {
-      // A digest thread per lane: xxh3 hashes a buffer some 4x faster than pread fills it, but
-      // from another core's cache, and a digest thread with nothing queued costs nothing.
-      if (!digests_.empty()) hasher_ = std::make_unique<SlotHasher>(digests_, lanes_);
       runOnReaderThreads(windows.size(), lanes_, stop, [&](size_t i) {
         for (const FillMember& m : members_) {
           if (m.control->cancel.load(std::memory_order_relaxed)) throw DeviceError("E_FILL_CANCELLED", "fill cancelled before it finished");
@@ -383,11 +296,9 @@ class CopyEngine {
         for (auto& slot : lane->slots) retire(slot);
       }
     } catch (...) {
-      hasher_.reset();
       destroyLanes(pool);
       throw;
     }
-    hasher_.reset();
     destroyLanes(pool);
     uint64_t reread = digests_.hashRest(files_, lanes_, stop);
     std::vector<std::string> all = digests_.tensorDigests();
@@ -450,7 +361,6 @@ class CopyEngine {
   // Waits for the copies that read this slot, counts their bytes as landed, and frees the slot.
   // An asynchronous fault of a copy surfaces here, and is the fault of the GPU it ran on.
   void retire(Slot& slot) {
-    if (hasher_) hasher_->wait(slot);
     for (size_t m = 0; m < members_.size(); ++m) {
       if (!slot.pendingBytes[m]) continue;
       try {
@@ -502,8 +412,8 @@ class CopyEngine {
       }
     }
     // While the DMA reads the same buffer: the hash only reads it too, and the slot is not reused
-    // before retire waits for both.
-    if (hasher_) hasher_->submit(slot, w.file, std::move(reads), base, w.start);
+    // before this thread comes back to it.
+    for (const ByteRange& r : reads) digests_.hashCovered(w.file, r.start, r.end, base + static_cast<int64_t>(r.start - w.start));
   }
 
   // Reads what the window's copies need (windowReads) into the slot's staging buffer, each read
@@ -550,7 +460,6 @@ class CopyEngine {
   uint64_t slotsPerLane_ = 1;
   uint64_t capacity_ = 0;
   uint64_t pageSize_ = 4096;
-  std::unique_ptr<SlotHasher> hasher_;  // while run() runs, when there are digests
 };
 
 }  // namespace
