@@ -95,6 +95,10 @@ export class DeviceServer implements ConnectionHandler, DeviceServices {
     return this.#connections.size;
   }
 
+  isConnected(connectionId: number): boolean {
+    return this.#connections.has(connectionId);
+  }
+
   /** The socket's path once bound. */
   get path(): string | undefined {
     return this.#listener.path;

@@ -19,6 +19,8 @@ export interface DeviceServices {
   newestServing(name: string): RankService | undefined;
   readonly counters: { requests: number; protocolErrors: number; refusedPeers: number };
   readonly connectionCount: number;
+  /** Whether the connection is still open (a request that awaited may outlive its connection). */
+  isConnected(connectionId: number): boolean;
   readonly startedAt: number;
   readonly watches: WatchTable;
 }

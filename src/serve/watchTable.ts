@@ -18,14 +18,15 @@ export class WatchTable {
    */
   add(connectionId: number, name: string, stale = false): boolean {
     const names = this.#byConnection.get(connectionId) ?? new Set<string>();
-    if (stale) this.#stale.set(connectionId, (this.#stale.get(connectionId) ?? new Set<string>()).add(name));
-    if (names.has(name)) return false;
-    if (names.size >= MAX_WATCHES_PER_CONNECTION) {
+    const added = !names.has(name);
+    if (added && names.size >= MAX_WATCHES_PER_CONNECTION) {
       throw new ServeError('E_TOO_MANY_WATCHES', `this connection already watches ${names.size} models (${[...names].join(', ')}), the most one may; unwatch one or open another connection`, { watched: [...names] });
     }
+    // Only a name within the bound: a refused one must neither grow the table nor hear events.
+    if (stale) this.#stale.set(connectionId, (this.#stale.get(connectionId) ?? new Set<string>()).add(name));
     names.add(name);
     this.#byConnection.set(connectionId, names);
-    return true;
+    return added;
   }
 
   /** Whether the connection watches anything (it is then kept open while idle). */

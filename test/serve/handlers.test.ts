@@ -10,6 +10,7 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { encodeMessage, FrameDecoder, MAX_RESPONSE_BYTES } from '../../src/serve/frameCodec.js';
 import { PROTOCOL_VERSION } from '../../src/serve/protocol.js';
+import { MAX_WATCHES_PER_CONNECTION } from '../../src/serve/watchTable.js';
 import { fileIdentities } from '../../src/files/fileIdentity.js';
 import { FilesCheck } from '../../src/serve/filesCheck.js';
 import { makeTempDir, removeDir } from '../helpers/checkpoints.js';
@@ -84,6 +85,11 @@ function connect(server: OneRankServer, pid = process.pid, fdGate?: Promise<void
     /** Hangs up; resolves once the server has seen the connection close. */
     hangUp(): Promise<void> {
       client.destroy();
+      return serverSideClosed;
+    },
+    /** The connection reset under the server (it sees 'close' even while a request holds reading paused). */
+    reset(): Promise<void> {
+      end.destroy();
       return serverSideClosed;
     },
   };
@@ -204,6 +210,45 @@ test('a checkpoint file replaced since the version was planned: get_state is E_S
   } finally {
     server.close();
     removeDir(dir);
+  }
+});
+
+test('a get_state whose connection closes while its files are checked grants no lease', async () => {
+  const server = oneRankServer({ rank, log, freeMemory: async () => {} });
+  try {
+    const service = server.all[0]!;
+    let checking!: () => void;
+    const started = new Promise<void>((resolve) => (checking = resolve));
+    let finish!: () => void;
+    const gate = new Promise<void>((resolve) => (finish = resolve));
+    service.checkFiles = () => (checking(), gate);
+    for (const mode of ['map', 'copy'] as const) {
+      const c = connect(server);
+      void c.request(getState(mode));
+      await started;
+      await c.reset();
+      finish();
+      await gate;
+      // The handler's continuation runs after the gate's: let it finish before looking.
+      await new Promise((resolve) => setImmediate(resolve));
+      assert.is(service.leases.size, 0, `${mode}: a lease granted to a closed connection`);
+    }
+  } finally {
+    server.close();
+  }
+});
+
+test('watch: a name refused over the bound neither hears model_stale nor stays in the table', async () => {
+  const server = oneRankServer({ rank, log, freeMemory: async () => {} });
+  try {
+    const c = connect(server);
+    for (let i = 0; i < MAX_WATCHES_PER_CONNECTION; i++) assert.is((await c.request({ cmd: 'watch', model: `m${i}` })).ok, true);
+    const refused = await c.request({ cmd: 'watch', model: 'one-too-many', stale: true });
+    assert.is(refused.error.code, 'E_TOO_MANY_WATCHES');
+    assert.equal(server.watches.watchersOf('one-too-many', 'model_stale'), []);
+    assert.equal(server.watches.watchersOf('one-too-many'), []);
+  } finally {
+    server.close();
   }
 });
 

@@ -34,6 +34,11 @@ export async function getState(req: RequestOf<'get_state'>, services: DeviceServ
   const { log } = service;
   // Before the lease, and with nothing awaited after it: a version whose files changed is stale from the check on.
   await service.checkFiles();
+  // A connection that closed during the check already had its leases dropped: a lease granted
+  // now would reach no one and hold the version until the client process exits.
+  if (!services.isConnected(caller.connectionId)) {
+    throw new ServeError('E_DISCONNECTED', 'the client closed the connection while its files were checked; no lease was granted');
+  }
   service.refuseUnlessServing(services.newestServing(service.name)?.rank.fingerprint);
   const layout = req.layout ?? 'checkpoint';
   const manifest = service.manifest(layout);
