@@ -163,7 +163,6 @@ const to = {
   },
 };
 
-/** The verdicts a starting group fails with, as `recordVerdict`'s params. */
 /**
  * The nodes (with the READY being handled counted in) whose reported content differs from node
  * 0's, as a verdict naming each and its tensors; undefined when all agree. Node 0 is the
@@ -190,6 +189,7 @@ function contentVerdict(context: CoordinatorContext, event: Extract<CoordinatorE
   };
 }
 
+/** The verdicts a starting group fails with, as `recordVerdict`'s params. */
 const verdict = {
   ofContent: ({ context, event }: Args): { verdict: Rejection } => {
     assertEvent(event, 'READY');

@@ -51,13 +51,12 @@ export interface TestKeeper {
   kill(): Promise<void>;
 }
 
-/** Polls `check` every 10 ms until it returns true; fails after `boundMs` naming `what` (a function: what was last seen). */
-/** Whether a process of this pid exists (kill 0). */
-/** The daemon's own rule (docs/spec/liveness.md): an exited keeper that its adoptive parent has not reaped yet is gone. */
+/** Whether a process of this pid runs, by the daemon's own rule (docs/spec/liveness.md): an exited keeper that its adoptive parent has not reaped yet is gone. */
 export function processAlive(pid: number): boolean {
   return isProcessAlive({ pid });
 }
 
+/** Polls `check` every 10 ms until it returns true; fails after `boundMs` naming `what` (a function: what was last seen). */
 export async function waitUntil(what: string | (() => string), check: () => boolean | Promise<boolean>, boundMs = 20_000): Promise<void> {
   const deadline = Date.now() + boundMs;
   while (!(await check())) {

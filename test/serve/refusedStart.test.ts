@@ -5,13 +5,13 @@ import { chownSync, cpSync, mkdirSync, readdirSync, rmSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { test } from 'uvu';
+import { asRoot } from '../helpers/asRoot.js';
 import * as assert from 'uvu/assert';
 import { isProcessAlive } from '../../src/serve/processLiveness.js';
 import { startDaemon } from '../helpers/daemon.js';
 import { exampleModel, freshTempDir } from '../helpers/paths.js';
 import { runCli } from '../helpers/runCli.js';
 
-const isRoot = process.getuid!() === 0;
 
 /** Every path under `dir`, relative to it. */
 function tree(dir: string): string[] {
@@ -23,8 +23,7 @@ function daemon(socketDir: string, ...extra: string[]) {
   return runCli([...model, '--device', 'host', '--weight-cache-socket-dir', socketDir, ...extra], { env: { WEIGHTD_HOST_DEVICES: `refused-${process.pid}` } });
 }
 
-test('E_SOCKET_DIR_ANCESTOR: nothing is made inside the other user\'s directory', async () => {
-  if (!isRoot) return; // only root can make a directory someone else owns
+asRoot(test, 'E_SOCKET_DIR_ANCESTOR: nothing is made inside the other user\'s directory', 'only root can make a directory someone else owns', async () => {
   const parent = freshTempDir();
   mkdirSync(join(parent, 'theirs'));
   chownSync(join(parent, 'theirs'), 12345, 12345);

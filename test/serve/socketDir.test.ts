@@ -6,6 +6,7 @@ import { spawn } from 'node:child_process';
 import { chmodSync, chownSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { test } from 'uvu';
+import { asRoot } from '../helpers/asRoot.js';
 import * as assert from 'uvu/assert';
 import { expectedFingerprint, findSocket, WeightdClient } from '../../src/client/index.js';
 import { removeSocketDirIfCreated, resolveSocketDir, socketPathFor } from '../../src/serve/socketDir.js';
@@ -16,7 +17,6 @@ import { exampleModel, mainJs } from '../helpers/paths.js';
 import { spawnUnreaped } from '../helpers/unreaped.js';
 import { runClient } from '../client/runClient.js';
 
-const isRoot = process.getuid!() === 0;
 /** A failure must come before any loading would: well under this. */
 const FAST_MS = 10_000;
 
@@ -93,8 +93,7 @@ test('a symlinked socket directory is refused, naming link and target', async ()
   }
 });
 
-test('a directory owned by another user is refused', async () => {
-  if (!isRoot) return; // only root can make a directory someone else owns
+asRoot(test, 'a directory owned by another user is refused', 'only root can make a directory someone else owns', async () => {
   const tmp = makeTempDir('owner');
   try {
     chownSync(tmp, 65534, 65534);
@@ -117,8 +116,7 @@ function refusal(dir: string): ServeError {
   return assert.unreachable(`${dir} was accepted`) as never;
 }
 
-test('every ancestor must be owned by root or this user, and not writable by others without the sticky bit', () => {
-  if (!isRoot) return; // only root can make a directory someone else owns
+asRoot(test, 'every ancestor must be owned by root or this user, and not writable by others without the sticky bit', 'only root can make a directory someone else owns', () => {
   const tmp = makeTempDir('ancestor');
   try {
     mkdirSync(`${tmp}/theirs/mine`, { recursive: true, mode: 0o700 });
@@ -264,8 +262,7 @@ test('a file that is not a socket at the socket path is refused, not replaced', 
   }
 });
 
-test('a client of another uid is refused and logged (SO_PEERCRED)', async () => {
-  if (!isRoot) return; // needs a second uid to connect from
+asRoot(test, 'a client of another uid is refused and logged (SO_PEERCRED)', 'needs a second uid to connect from', async () => {
   const tmp = makeTempDir('peer');
   const daemon = await startDaemon({ model: exampleModel, socketDir: tmp });
   try {
