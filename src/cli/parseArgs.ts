@@ -185,7 +185,7 @@ export function buildProgram(): Command {
     .option('--model <dir>', 'checkpoint directory')
     .option('--tensor-parallel-size <n>', 'tensor-parallel size (also -tp <n>)', '1')
     .option('--plan-file <file>', 'JSON sharding plan, as given to the daemon');
-  const verify = subcommand(program, 'verify', "hash every tensor of a checkpoint on disk and compare it, tensor by tensor, with what a running daemon holds (its full digests); exit 0 equal, 1 a tensor differs, 3 no daemon or digests to compare with (docs/operations.md, Verifying)", ['weightd verify --model /models/llama-3-8b -tp 2 --weight-cache-socket-dir /run/weightd'])
+  const verify = subcommand(program, 'verify', "hash every tensor of a checkpoint on disk and compare it, tensor by tensor, with what a running daemon holds (its full digests); exit 0 equal, 1 a tensor differs, 2 bad flags, 3 nothing to compare with (checkpoint unplannable, no daemon, version or digests) (docs/operations.md, Verifying)", ['weightd verify --model /models/llama-3-8b -tp 2 --weight-cache-socket-dir /run/weightd'])
     .option('--model <dir>', 'checkpoint directory')
     .option('--tensor-parallel-size <n>', 'tensor-parallel size (also -tp <n>)', '1')
     .option('--plan-file <file>', 'JSON sharding plan, as given to the daemon')

@@ -6,6 +6,7 @@ import { diskDigests } from '../checkpoint/diskDigests.js';
 import { planCheckpoint } from '../checkpoint/planCheckpoint.js';
 import { findSocket } from '../client/findSocket.js';
 import { WeightdClient } from '../client/weightdClient.js';
+import { settledThreadWork } from '../endProcess.js';
 import { errorCode } from '../errors.js';
 import { resolveNodeOptions } from '../nodeOptions.js';
 import { readNodeManifest } from '../serve/nodeManifest.js';
@@ -26,16 +27,28 @@ export const VERIFY_EXIT = { equal: 0, differ: 1, cannotCompare: 3 } as const;
 export async function runVerify(req: VerifyRequest, write: (line: string) => void = (l) => process.stdout.write(`${l}\n`)): Promise<number> {
   const config = await resolveNodeOptions({ model: req.model, tensorParallelSize: req.tensorParallelSize, planFile: req.planFile });
   const socketDir = req.socketDir ?? defaultSocketDir();
-  const plan = await planCheckpoint(config.modelDir, { tpSize: config.tpSize, planFile: config.planFile });
+  let plan: Awaited<ReturnType<typeof planCheckpoint>>;
+  try {
+    plan = await planCheckpoint(config.modelDir, { tpSize: config.tpSize, planFile: config.planFile });
+  } catch (err) {
+    // Exit 1 says a tensor differs; a checkpoint that cannot be read gives nothing to compare.
+    // The refusal can leave sibling reads in flight, which must end before the process does.
+    await settledThreadWork();
+    write(`verify: cannot plan ${config.modelDir} at tp ${config.tpSize} (${errorCode(err) ?? 'error'}): ${(err as Error).message}`);
+    return VERIFY_EXIT.cannotCompare;
+  }
   const onDisk = diskDigests(plan);
   const globalRank = req.globalRank ?? readNodeManifest(socketDir)?.ranks[0]?.globalRank ?? 0;
-  let held: { fingerprint: string; digests: Record<string, string> } | undefined;
+  // The socket may serve several models: ask for this checkpoint's version of the rank, not the
+  // one ping names. A tp group spans the nodes, so the global rank is the tp rank.
+  const rank = plan.ranks[globalRank % plan.ranks.length]!;
+  let held: Awaited<ReturnType<WeightdClient['contentDigests']>>;
   let socket: string;
   try {
     socket = await findSocket({ socketDir, globalRank });
     const client = await WeightdClient.connect(socket);
     try {
-      held = await client.contentDigests();
+      held = await client.contentDigests(rank.fingerprint);
     } finally {
       client.close();
     }
@@ -51,11 +64,15 @@ export async function runVerify(req: VerifyRequest, write: (line: string) => voi
     return VERIFY_EXIT.cannotCompare;
   }
   const digests = await onDisk;
+  if (held && 'status' in held) {
+    write(`verify: the daemon on ${socket} serves no version of ${plan.modelDir} with rank ${globalRank % plan.ranks.length}'s fingerprint ${rank.fingerprint} (it does not serve this checkpoint at -tp ${plan.tpSize}, or the files changed where the fingerprint samples them): nothing to compare with; check --model and -tp against weightd status`);
+    return VERIFY_EXIT.cannotCompare;
+  }
   if (!held) {
     write(`verify: the daemon on ${socket} has no full-content digests (a weightd older than them, or a shard adopted from a keeper record without them): nothing to compare with`);
     return VERIFY_EXIT.cannotCompare;
   }
-  const names = plan.ranks[0]!.contentTensors.names;
+  const names = rank.contentTensors.names;
   let differ = 0;
   for (const [i, name] of names.entries()) {
     const theirs = held.digests[name];

@@ -133,12 +133,13 @@ export class WeightdClient {
    * What the daemon proved of this rank's content while it filled it: its full-content
    * fingerprint and every checkpoint tensor's digest (docs/spec/fingerprint.md §8). Undefined
    * from a daemon that has none (older than digests, or serving a keeper's record without them).
-   * Asks for the version ping names, under a copy lease that it drops at once.
+   * Asks for the version of rank fingerprint `fingerprint` (not the one ping names: a socket
+   * serves several models), under a copy lease that it drops at once; the mismatch reply when
+   * the daemon serves no such version.
    */
-  async contentDigests(): Promise<{ fingerprint: string; digests: Record<string, string> } | undefined> {
-    const { fingerprint } = await this.ping();
+  async contentDigests(fingerprint: string): Promise<{ fingerprint: string; digests: Record<string, string> } | MismatchReply | undefined> {
     const reply = await this.#request('get_state', { fingerprint, mode: 'copy', pid: process.pid, client: this.#clientName, columns: true, digests: true });
-    if (reply.status === 'mismatch') return undefined;
+    if (reply.status === 'mismatch') return reply;
     await this.detach(reply.leaseId);
     return reply.content;
   }

@@ -3,7 +3,7 @@
 // sampled fingerprint cannot see it, and the daemon's own files did not change, so nothing marks
 // it stale) is found and the tensor named. The checkpoint is 72 MiB, so that CI stays quick;
 // bench/verify-2gb.sh runs the same on 2 GB (bench/RESULTS.md).
-import { closeSync, cpSync, mkdirSync, openSync, readFileSync, readSync, writeSync } from 'node:fs';
+import { closeSync, cpSync, mkdirSync, openSync, readFileSync, readSync, rmSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
@@ -12,6 +12,10 @@ import { expectedFingerprint } from '../../src/client/expectedFingerprint.js';
 import { makeTempDir, removeDir, writeArchCheckpoint } from '../helpers/checkpoints.js';
 import { startDaemon } from '../helpers/daemon.js';
 import { runCli } from '../helpers/runCli.js';
+import { startNode } from '../../src/index.js';
+import pino from 'pino';
+import { exampleModel, freshSocketDir, freshTempDir } from '../helpers/paths.js';
+import { writeVariant } from '../helpers/variantCheckpoint.js';
 
 /** Flips one byte of `tensor`, `at` bytes past its first interior sample block (docs/spec/fingerprint.md §3). */
 async function flipByte(file: string, tensor: string, at: number): Promise<void> {
@@ -73,6 +77,41 @@ test('verify with no daemon to ask exits 3, saying so', async () => {
     const r = await runCli(['verify', '--model', join(process.cwd(), 'examples/tiny-llama'), '--weight-cache-socket-dir', join(root, 'none')]);
     assert.is(r.code, 3, r.stdout + r.stderr);
     assert.match(r.stdout, /verify: cannot ask a daemon for rank 0/);
+  } finally {
+    removeDir(root);
+  }
+});
+
+test('verify --model names which of several models on one socket to compare: each equals its own files', async () => {
+  // A variant has every byte inverted: compared with the socket's first model, all would differ.
+  const variant = writeVariant(exampleModel, join(freshTempDir(), 'variant'));
+  const socketDir = freshSocketDir();
+  const node = await startNode({ model: exampleModel, tensorParallelSize: 2, models: [{ model: variant, tensorParallelSize: 1 }], device: 'host', socketDir, logger: pino({ level: 'silent' }) });
+  try {
+    await node.ready;
+    for (const [model, tp] of [[variant, '1'], [exampleModel, '2']] as const) {
+      const r = await runCli(['verify', '--model', model, '-tp', tp, '--weight-cache-socket-dir', socketDir], { timeoutMs: 120_000 });
+      assert.is(r.code, 0, r.stdout + r.stderr);
+      assert.match(r.stdout, /verify: all \d+ tensors of .* equal what the daemon/);
+    }
+    const notServed = await runCli(['verify', '--model', variant, '-tp', '2', '--weight-cache-socket-dir', socketDir], { timeoutMs: 120_000 });
+    assert.is(notServed.code, 3, notServed.stdout + notServed.stderr);
+    assert.match(notServed.stdout, /serves no version of .* with rank 0's fingerprint [0-9a-f]+ .*: nothing to compare with/);
+  } finally {
+    await node.stop();
+    removeDir(variant);
+  }
+});
+
+test('verify of a directory it cannot plan exits 3 (cannot compare), not 1 (differ), naming the directory', async () => {
+  const root = makeTempDir('verify');
+  const model = join(root, 'model');
+  try {
+    cpSync(exampleModel, model, { recursive: true });
+    rmSync(join(model, 'config.json'));
+    const r = await runCli(['verify', '--model', model, '--weight-cache-socket-dir', join(root, 'none')]);
+    assert.is(r.code, 3, r.stdout + r.stderr);
+    assert.match(r.stdout, /verify: cannot plan .*\/model at tp 1 \(E_[A-Z_]+\): .*config\.json/);
   } finally {
     removeDir(root);
   }

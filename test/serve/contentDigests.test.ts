@@ -26,7 +26,9 @@ function independentDigests(model: string): Record<string, string> {
 async function servedDigests(socketDir: string, globalRank: number): Promise<{ fingerprint: string; digests: Record<string, string> } | undefined> {
   const client = await WeightdClient.connect(await findSocket({ socketDir, globalRank }));
   try {
-    return await client.contentDigests();
+    const reply = await client.contentDigests((await expectedFingerprint(exampleModel, 2, globalRank)).fingerprint);
+    if (reply && 'status' in reply) throw new Error(`rank ${globalRank} serves no version of the example model`);
+    return reply;
   } finally {
     client.close();
   }
