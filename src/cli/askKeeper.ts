@@ -1,10 +1,13 @@
 // `weightd keeper status|stop`: the keeper at a socket, found by the socket alone (PING for its
 // pid, LIST for what it holds), since a keeper a daemon spawned outlives it with no unit or
-// terminal to find it by. Exit codes: 0 done, 1 the keeper did not stop, 2 no keeper answers.
-import { UsageError } from '../errors.js';
+// terminal to find it by. Exit codes: 0 done, 1 the keeper did not stop (or is not one this
+// user may stop), 2 no keeper answers.
+import { connect } from 'node:net';
+import { errorCode, KeeperError, UsageError } from '../errors.js';
 import { formatBytes } from '../inspect/loadProgress.js';
 import { KeeperClient } from '../keeper/keeperClient.js';
 import { parseKeptRecord } from '../keeper/keptRecord.js';
+import { addon, type PeerCredentials } from '../native/addon.js';
 import { isProcessAlive, processIdentity } from '../serve/processLiveness.js';
 
 /** One kept shard as `keeper status` shows it. */
@@ -77,9 +80,20 @@ export async function askKeeper(c: { action: 'status' | 'stop'; socket: string; 
     out.write(c.json ? `${JSON.stringify(holding, null, 2)}\n` : formatHolding(holding));
     return 0;
   }
-  // The keeper answers only its own uid (SO_PEERCRED), so the pid it gave is one this user may signal.
+  // Any process can serve the socket and report any pid: signal only the pid the kernel names
+  // as the socket's peer (SO_PEERCRED), when it is this user's and the one reported.
+  const peer = await peerOf(c.socket);
+  const uid = process.getuid!();
+  if (peer.uid !== uid || peer.pid !== holding.pid) {
+    throw new KeeperError('E_PEER', `the process serving ${c.socket} is pid ${peer.pid} of uid ${peer.uid} but reports pid ${holding.pid}; not a keeper of this user (uid ${uid}), so nothing is signalled: stop it by its own means, or pass --socket for another keeper`, { socket: c.socket, peerPid: peer.pid, peerUid: peer.uid, reportedPid: holding.pid });
+  }
   const keeper = processIdentity(holding.pid);
-  process.kill(holding.pid, 'SIGTERM');
+  try {
+    process.kill(holding.pid, 'SIGTERM');
+  } catch (err) {
+    // ESRCH: the keeper exited since it answered, which is what stop asks for.
+    if (errorCode(err) !== 'ESRCH') throw err;
+  }
   const deadline = Date.now() + STOP_WAIT_MS;
   while (isProcessAlive(keeper) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
   const stopped = !isProcessAlive(keeper);
@@ -88,4 +102,23 @@ export async function askKeeper(c: { action: 'status' | 'stop'; socket: string; 
   else if (stopped) out.write(`stopped keeper pid ${holding.pid} at ${c.socket}: freed ${holding.shards.length} shard${holding.shards.length === 1 ? '' : 's'} (${formatBytes(holding.bytes)})\n`);
   if (!stopped) process.stderr.write(`weightd keeper stop: E_KEEPER_STOP: keeper pid ${holding.pid} still runs ${STOP_WAIT_MS / 1000} s after SIGTERM; kill -9 ${holding.pid} ends it\n`);
   return stopped ? 0 : 1;
+}
+
+/** The credentials the kernel holds for the process serving `socketPath`. */
+function peerOf(socketPath: string): Promise<PeerCredentials> {
+  return new Promise((resolve, reject) => {
+    const socket = connect(socketPath);
+    socket.once('error', reject);
+    socket.once('connect', () => {
+      try {
+        const fd = (socket as unknown as { _handle?: { fd?: number } })._handle?.fd;
+        if (fd === undefined || fd < 0) throw new KeeperError('E_PEER', `cannot check who serves ${socketPath}: the socket has no descriptor`);
+        resolve(addon().peerCredentials(fd));
+      } catch (err) {
+        reject(err);
+      } finally {
+        socket.destroy();
+      }
+    });
+  });
 }

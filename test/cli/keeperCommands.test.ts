@@ -1,10 +1,14 @@
 // A keeper a daemon spawned outlives it (docs/operations.md, "Restarts and upgrades"): the
 // daemon's stop says what it still holds and until when, and `weightd keeper status|stop` find it
 // by its socket alone, with the socket directory's flag before or after the subcommand.
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { KeeperClient } from '../../src/keeper/keeperClient.js';
+import { KEEPER_MAGIC, KEEPER_PROTOCOL_VERSION, KeeperOp } from '../../src/keeper/keeperProtocol.js';
 import { KEEPER_SOCKET_NAME } from '../../src/keeper/keeperSocketPath.js';
 import { startDaemon } from '../helpers/daemon.js';
 import { keeperPid, killKeeper, processAlive, waitUntil } from '../helpers/keeper.js';
@@ -53,6 +57,45 @@ test('the stop log names what the keeper holds and until when; keeper status sho
   } finally {
     await daemon.stop();
     await killKeeper(keeper);
+  }
+});
+
+/** A keeper's reply frame (docs/keeper.md): status 0, then `body`. */
+function okReply(body: Buffer): Buffer {
+  const header = Buffer.alloc(10);
+  KEEPER_MAGIC.copy(header);
+  header.writeUInt16BE(KEEPER_PROTOCOL_VERSION, 4);
+  header.writeUInt32BE(body.length + 1, 6);
+  return Buffer.concat([header, Buffer.of(0), body]);
+}
+
+test('keeper stop signals no pid but the socket peer\'s: a server reporting another process\'s pid is refused, that process left alone', async () => {
+  const socketDir = freshSocketDir();
+  const socket = join(socketDir, 'liar.sock');
+  // A process of this user that a trusted report would have it SIGTERM.
+  const bystander = spawn('sleep', ['600'], { stdio: 'ignore' });
+  const server = createServer((conn) => {
+    conn.once('data', (frame: Buffer) => {
+      const op = frame[10];
+      if (op === KeeperOp.ping) {
+        const body = Buffer.alloc(24);
+        body.writeUInt32BE(bystander.pid!, 0);
+        body.writeUInt32BE(KEEPER_PROTOCOL_VERSION, 4);
+        conn.end(okReply(body));
+      } else conn.end(okReply(Buffer.alloc(4)));
+    });
+    conn.on('error', () => {});
+  });
+  server.listen(socket);
+  await once(server, 'listening');
+  try {
+    const stop = await runCli(['keeper', 'stop', '--socket', socket]);
+    assert.is(stop.code, 1, stop.stdout + stop.stderr);
+    assert.match(stop.messages, new RegExp(`E_PEER: the process serving \\S+liar\\.sock is pid ${process.pid} of uid \\d+ but reports pid ${bystander.pid}; .*nothing is signalled`));
+    assert.ok(processAlive(bystander.pid!), 'the reported process was not signalled');
+  } finally {
+    bystander.kill('SIGKILL');
+    server.close();
   }
 });
 
