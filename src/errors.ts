@@ -46,6 +46,7 @@ export type ErrorCode =
   | 'E_DOES_NOT_FIT'
   | 'E_DRAINING'
   | 'E_FAILED'
+  | 'E_FD_LIMIT'
   | 'E_FILE_TOO_LARGE'
   | 'E_FRAME_JSON'
   | 'E_FRAME_MAGIC'

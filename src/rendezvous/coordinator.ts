@@ -82,7 +82,12 @@ export class Coordinator {
       server.once('error', (err) => reject(listenError(opts, err)));
       server.listen({ host: opts.host, port: opts.port }, () => {
         server.removeAllListeners('error');
-        resolve(new Coordinator(server, opts));
+        try {
+          resolve(new Coordinator(server, opts));
+        } catch (err) {
+          server.close();
+          reject(err);
+        }
       });
     });
   }
@@ -93,7 +98,8 @@ export class Coordinator {
     this.#log = opts.log.child({ component: 'coordinator' });
     // Every node's link (a rejoining node's new one beside its old), and the pending.
     const cap = PENDING_BUDGET + 2 * opts.expect.nnodes;
-    this.#share = descriptorBudget().share({ name: 'rendezvous coordinator', cap, guaranteed: cap, trusted: false });
+    // Fewer slots than nodes would turn nodes away until the rendezvous times out: fail now.
+    this.#share = descriptorBudget().share({ name: 'rendezvous coordinator', cap, guaranteed: cap, trusted: false, atLeast: { count: opts.expect.nnodes, of: 'nodes (--nnodes)' } });
     this.#strangerLog = new LogLimiter(20, 10_000, (dropped) => this.#log.warn({ dropped }, `${dropped} more dropped, evicted or turned-away rendezvous connections were not logged`));
     const address = server.address() as { address: string; port: number };
     this.host = address.address;

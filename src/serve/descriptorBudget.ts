@@ -15,6 +15,7 @@
 // No listener can then take what another is guaranteed, and no stranger what the reserve holds.
 import { readFileSync } from 'node:fs';
 import type { Duplex } from 'node:stream';
+import { UsageError } from '../errors.js';
 
 export interface ListenerBudget {
   /** Named in refusals and logs: "control socket", "inspect server", a device's socket. */
@@ -25,6 +26,8 @@ export interface ListenerBudget {
   guaranteed: number;
   /** Its peers are the daemon's user (SO_PEERCRED): it may also draw on the shared reserve. */
   trusted: boolean;
+  /** A guarantee below `count` fails the start (E_FD_LIMIT) instead of refusing every peer later. */
+  atLeast?: { count: number; of: string };
 }
 
 /** Why a connection was not admitted, with the limit it met. */
@@ -59,6 +62,13 @@ export class DescriptorBudget {
     let free = Math.max(0, this.pool - this.#guaranteedTotal());
     if (!asked.trusted) free = Math.min(free, Math.max(0, Math.floor(this.pool / 4) - this.#guaranteedTotal((s) => !s.trusted)));
     const guaranteed = Math.min(asked.trusted ? asked.guaranteed : asked.cap, asked.cap, free);
+    if (asked.atLeast && guaranteed < asked.atLeast.count) {
+      throw new UsageError(
+        'E_FD_LIMIT',
+        `the ${asked.name} is granted ${guaranteed} connections of RLIMIT_NOFILE ${this.limit}, fewer than its ${asked.atLeast.count} ${asked.atLeast.of} (docs/operations.md, "File descriptors"): raise \`ulimit -n\` (LimitNOFILE= under systemd; 65536, say) and start again`,
+        { listener: asked.name, limit: this.limit, granted: guaranteed, needed: asked.atLeast.count },
+      );
+    }
     const share = new ListenerShare(this, { ...asked, guaranteed, cap: asked.trusted ? asked.cap : guaranteed });
     this.#shares.add(share);
     return share;

@@ -6,6 +6,7 @@ import { join } from 'node:path';
 import { PassThrough } from 'node:stream';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
+import { UsageError } from '../../src/errors.js';
 import { DescriptorBudget, openFileLimit, type ListenerShare } from '../../src/serve/descriptorBudget.js';
 import { freshTempDir } from '../helpers/paths.js';
 
@@ -56,12 +57,22 @@ test('a low RLIMIT_NOFILE: guarantees are granted in order while the pool lasts;
   assert.is(fill(inspect, 1).refused, 'inspect server: 0 connections are open, its most');
 });
 
-test('the untrusted listeners together are guaranteed at most a quarter of the pool, even when they start first', () => {
+test('the untrusted listeners together are guaranteed at most a quarter of the pool, even when they start first; a coordinator left fewer than its nodes fails the start', () => {
   const budget = new DescriptorBudget(256);
   assert.is(budget.pool, 192);
   assert.is(budget.share({ name: 'inspect server', cap: 64, guaranteed: 64, trusted: false }).cap, 48);
-  assert.is(budget.share({ name: 'rendezvous coordinator', cap: 258, guaranteed: 258, trusted: false }).cap, 0);
-  assert.is(budget.share({ name: 'device', cap: 1024, guaranteed: 32, trusted: true }).guaranteed, 32);
+  const nodes = { count: 2, of: 'nodes (--nnodes)' };
+  try {
+    budget.share({ name: 'rendezvous coordinator', cap: 260, guaranteed: 260, trusted: false, atLeast: nodes });
+    assert.unreachable('a coordinator granted 0 connections for 2 nodes is refused');
+  } catch (err) {
+    assert.instance(err, UsageError);
+    assert.is((err as UsageError).code, 'E_FD_LIMIT');
+    assert.match((err as Error).message, /^the rendezvous coordinator is granted 0 connections of RLIMIT_NOFILE 256, fewer than its 2 nodes \(--nnodes\) .*: raise `ulimit -n`/);
+  }
+  assert.is(budget.share({ name: 'device', cap: 1024, guaranteed: 32, trusted: true }).guaranteed, 32, 'the refused share holds nothing back');
+  assert.is(budget.reserveFree(), 192 - 48 - 32);
+  assert.is(new DescriptorBudget(4096).share({ name: 'rendezvous coordinator', cap: 260, guaranteed: 260, trusted: false, atLeast: nodes }).guaranteed, 260);
 });
 
 test('openFileLimit reads the soft limit of /proc/self/limits', () => {
