@@ -51,6 +51,9 @@ test('a flood on the inspect port leaves the device socket and the control socke
     assert.is((await httpGet(`${url}/healthz`)).status, 200);
 
     await Promise.all(Array.from({ length: FLOOD }, () => floodOne(port, flood)));
+    // A connect resolves once the kernel queued the connection, before the daemon accepted it:
+    // wait until the daemon itself has taken the flood, filled its inspect share and refused the rest.
+    await daemon.waitForStderr('the daemon took its inspect share of the flood and refused the rest', (text) => /refused an inspect connection/.test(text));
     // The engine attaches, and ctl is answered, while the flood holds what the daemon let it keep.
     // (Failures are compared as text: uvu cannot print an error whose details are an object.)
     assert.is(await attachOnce(socketDir).catch((e: Error) => `${errorCode(e)}: ${e.message}`), 'attached');
