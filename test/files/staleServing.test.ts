@@ -5,36 +5,18 @@
 // how it changed; the model is loaded again by the hot swap's path; a client that held a lease
 // keeps reading its bytes until it lets go; then nothing is left of the stale version.
 import { mkdirSync } from 'node:fs';
-import pino from 'pino';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { expectedFingerprint, findSocket, WeightdClient, type ModelEvent } from '../../src/client/index.js';
 import { errorCode } from '../../src/errors.js';
 import { toStatusView } from '../../src/inspect/statusView.js';
 import { startNode, type WeightdNode } from '../../src/index.js';
+import { capturedLog } from '../helpers/capturedLog.js';
 import { makeTempDir, removeDir } from '../helpers/checkpoints.js';
 import { afterCtimeOf } from '../helpers/fileClock.js';
 import { waitUntil } from '../helpers/keeper.js';
 import { fdTargets, weightdMemfds } from '../helpers/memfds.js';
 import { flipUnsampledByte, tensorBytes, TENSOR, writeSingleTensorModel } from '../helpers/singleTensorModel.js';
-
-/** A logger whose lines a test can wait for. */
-function capturedLog() {
-  const lines: string[] = [];
-  const waiting: Array<{ pattern: RegExp; resolve: (line: string) => void }> = [];
-  const logger = pino({ level: 'info' }, {
-    write(line: string) {
-      lines.push(line);
-      for (const w of [...waiting]) if (w.pattern.test(line)) (waiting.splice(waiting.indexOf(w), 1), w.resolve(line));
-    },
-  });
-  const until = (pattern: RegExp) => new Promise<string>((resolve) => {
-    const seen = lines.find((l) => pattern.test(l));
-    if (seen) resolve(seen);
-    else waiting.push({ pattern, resolve });
-  });
-  return { logger, lines, until };
-}
 
 /** The tensor's bytes as a host attach maps them. */
 const mapped = (data: ArrayBufferView) => Buffer.from(data.buffer, data.byteOffset, data.byteLength);
