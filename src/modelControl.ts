@@ -16,6 +16,9 @@ import type { LoadResult, ModelStatus, NodeStatus, UnloadResult } from './nodeSt
 
 /** States in which a model holds memory it is still filling: one such load at a time. */
 const LOADING_STATES = new Set(['admitting', 'loading', 'verifying', 'resident', 'starting']);
+/** A stale model's reload, refused because its files were still being written, is tried again after 1 s, 2 s, 4 s... up to 30 s. */
+const RELOAD_RETRY_FIRST_MS = 1000;
+const RELOAD_RETRY_MAX_MS = 30_000;
 
 type ModelSnapshot = SnapshotFrom<typeof modelMachine>;
 
@@ -26,6 +29,11 @@ export class ModelControl {
   readonly #status: () => NodeStatus;
   /** The model being planned or loaded now, if any. */
   #loading: string | undefined;
+  /** Called when a load ends, and on close: a reload waiting for its turn looks again. */
+  readonly #wakers = new Set<() => void>();
+  /** Operator unloads per model name: a reload retried after one of its name gives up. */
+  readonly #unloads = new Map<string, number>();
+  #closed = false;
 
   constructor(options: { actor: Actor<typeof supervisorMachine>; config: NodeConfig; log: Logger; status: () => NodeStatus }) {
     this.#actor = options.actor;
@@ -68,13 +76,24 @@ export class ModelControl {
       return { name: spec.name, fingerprint: planned.plan.fingerprint, alreadyLoaded: false, model, evicted };
     } finally {
       this.#loading = undefined;
+      for (const wake of [...this.#wakers]) wake();
     }
+  }
+
+  /** The node ends: reloads waiting to be retried give up. */
+  close(): void {
+    this.#closed = true;
+    for (const wake of [...this.#wakers]) wake();
   }
 
   /**
    * Loads a model again once its checkpoint files changed (the supervisor drained the stale
    * version and emitted MODEL_STALE): node.load's path, so the new version is planned from the
    * files as they are now. Never rejects: the outcome is logged.
+   *
+   * Retried until it serves, while another load runs (E_LOAD_BUSY: once that load ends) or the
+   * files are still being written (E_FILE_CHANGED: after a backoff); not once an operator unloaded
+   * or loaded that name, nor once the node stops.
    */
   async reload(spec: ModelSpec): Promise<void> {
     if (spansGroup(spec.tpSize, this.#config)) {
@@ -82,15 +101,79 @@ export class ModelControl {
       this.#log.error({ name: spec.name, model: spec.modelDir }, `model "${spec.name}" spans the group and is not loaded again by this node alone: load it with weightd ctl load on every node; clients load it from disk meanwhile`);
       return;
     }
-    try {
-      const result = await this.load({ model: spec.modelDir, name: spec.name, tensorParallelSize: spec.tpSize, planFile: spec.planFile, layouts: spec.layouts });
-      this.#log.info({ name: spec.name, fingerprint: result.fingerprint }, `model "${spec.name}" was loaded again from its changed checkpoint files, and serves`);
-    } catch (err) {
-      this.#log.error(
-        { name: spec.name, model: spec.modelDir, code: errorCode(err) },
-        `model "${spec.name}" was not loaded again after its checkpoint files changed (${(err as Error).message}); clients load it from disk until weightd ctl load loads it`,
-      );
+    const unloads = this.#unloads.get(spec.name) ?? 0;
+    for (let backoffMs = RELOAD_RETRY_FIRST_MS; ; ) {
+      try {
+        const result = await this.load({ model: spec.modelDir, name: spec.name, tensorParallelSize: spec.tpSize, planFile: spec.planFile, layouts: spec.layouts });
+        this.#log.info({ name: spec.name, fingerprint: result.fingerprint }, `model "${spec.name}" was loaded again from its changed checkpoint files, and serves`);
+        return;
+      } catch (err) {
+        const code = errorCode(err);
+        const fields = { name: spec.name, model: spec.modelDir, code };
+        if (this.#closed || (code !== 'E_LOAD_BUSY' && code !== 'E_FILE_CHANGED')) {
+          this.#log.error(fields, `model "${spec.name}" was not loaded again after its checkpoint files changed (${(err as Error).message}); clients load it from disk until weightd ctl load loads it`);
+          return;
+        }
+        const busy = code === 'E_LOAD_BUSY';
+        this.#log.warn(
+          { ...fields, retryMs: busy ? undefined : backoffMs },
+          `model "${spec.name}" is not loaded again yet (${(err as Error).message}); trying again ${busy ? 'once the running load ends' : `in ${backoffMs} ms`}`,
+        );
+        const go = busy ? await this.#untilIdle() : await this.#after(backoffMs);
+        if (!busy) backoffMs = Math.min(backoffMs * 2, RELOAD_RETRY_MAX_MS);
+        const why = !go ? 'the node stops' : (this.#unloads.get(spec.name) ?? 0) !== unloads ? 'an operator unloaded it' : this.#replaced(spec.name) ? 'an operator loaded that name meanwhile' : undefined;
+        if (why !== undefined) {
+          this.#log.info(fields, `model "${spec.name}" is not loaded again after its checkpoint files changed: ${why}`);
+          return;
+        }
+      }
     }
+  }
+
+  /** A version of that name serves or is being loaded, and is not a stale one. */
+  #replaced(name: string): boolean {
+    return this.#status().models.some((m) => m.name === name && m.stale === undefined && m.state !== 'draining' && m.state !== 'released' && m.state !== 'failed');
+  }
+
+  /** True once the node is ready with no load running; false once it stops. */
+  #untilIdle(): Promise<boolean> {
+    return new Promise((resolve) => {
+      let ended = false;
+      let sub: { unsubscribe(): void } | undefined;
+      const check = () => {
+        const snap = this.#actor.getSnapshot();
+        const idle = snap.value === 'ready' && this.#loading === undefined && !this.#status().models.some((m) => LOADING_STATES.has(m.state));
+        if (ended || (!this.#closed && snap.status === 'active' && !idle)) return;
+        ended = true;
+        sub?.unsubscribe();
+        this.#wakers.delete(check);
+        resolve(!this.#closed && snap.status === 'active');
+      };
+      check();
+      if (ended) return;
+      this.#wakers.add(check);
+      // A stopped actor completes the subscription at once.
+      sub = this.#actor.subscribe({ next: check, error: check, complete: check });
+      if (ended) sub.unsubscribe();
+    });
+  }
+
+  /** True after `ms`; false at once if the node stops first. */
+  #after(ms: number): Promise<boolean> {
+    return new Promise((resolve) => {
+      // Woken with every load's end too: only the node's stop cuts the wait short.
+      const wake = () => {
+        if (!this.#closed) return;
+        clearTimeout(timer);
+        this.#wakers.delete(wake);
+        resolve(false);
+      };
+      const timer = setTimeout(() => {
+        this.#wakers.delete(wake);
+        resolve(!this.#closed);
+      }, ms);
+      this.#wakers.add(wake);
+    });
   }
 
   /** Hands a planned model to the supervisor; resolves with its status once it serves. */
@@ -129,6 +212,8 @@ export class ModelControl {
     const matches = (m: ModelStatus) => m.name === target || m.fingerprint === target;
     // A forced unload may also cut short a drain that waits on leases.
     const chosen = (force ? models.filter((m) => m.state === 'draining' || live.includes(m)) : live).filter(matches);
+    // Also when only a stale version, already draining, has that name: its reload stops being retried.
+    for (const name of new Set([target, ...chosen.map((m) => m.name)])) this.#unloads.set(name, (this.#unloads.get(name) ?? 0) + 1);
     if (chosen.length === 0) {
       const loaded = live.map((m) => `${m.name} (${m.fingerprint?.slice(0, 12) ?? '?'}…, tp ${m.tpSize})`);
       throw new WeightdError('E_UNKNOWN_MODEL', `no loaded model is named or fingerprinted "${target}"; loaded: ${loaded.join(', ') || 'none'}`, { target, loaded: live.map((m) => m.name) });

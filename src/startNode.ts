@@ -216,6 +216,7 @@ export async function startNode(options: NodeOptions, { rankWorker = rankWorkerM
 
   let lastState: string | undefined;
   const finish = async (result: NodeResult) => {
+    control.close();
     controlServer?.close();
     await workers.drain();
     await keeper?.logHolding();
