@@ -9,7 +9,7 @@ import { LAYOUT_NAMES, type LayoutName } from './checkpoint/types.js';
 import { CheckpointError, UsageError } from './errors.js';
 import { readSmallFileSync } from './files/openRegularFile.js';
 import { parseBoundedJson } from './files/parseBoundedJson.js';
-import { ModelName } from './serve/protocol.js';
+import { ModelName } from './wire/protocol.js';
 
 /** One model as configured, validated. */
 export interface ModelSpec {

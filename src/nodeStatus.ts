@@ -4,8 +4,8 @@
 import type { SerializedError } from './errors.js';
 import type { IdentityChange } from './files/fileIdentity.js';
 import type { DeviceInfo, SegmentExport } from './native/addon.js';
-import type { RankTableEntry } from './rendezvous/rankTable.js';
-import type { ServeStatus } from './serve/protocol.js';
+import type { RankTableEntry } from './wire/rankTable.js';
+import type { ServeStatus } from './wire/protocol.js';
 
 export type NodeState = 'init' | 'reportingFailure' | 'rendezvous' | 'loading' | 'serving' | 'ready' | 'stopping' | 'stopped' | 'failed';
 

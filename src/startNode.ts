@@ -22,7 +22,7 @@ import { ControlServer } from './control/controlServer.js';
 import { resolveNodeOptions, type NodeConfig, type NodeOptions } from './nodeOptions.js';
 import { KeeperLink } from './keeper/keeperLink.js';
 import { keeperSocketPath } from './keeper/keeperSocketPath.js';
-import { removeSocketDirIfCreated, resolveSocketDir } from './serve/socketDir.js';
+import { removeSocketDirIfCreated, resolveSocketDir } from './wire/socketDir.js';
 
 export interface WeightdNode {
   readonly config: NodeConfig;

@@ -11,7 +11,7 @@ import { checkJoin, type GroupExpectation } from '../rendezvous/checkJoin.js';
 import { GroupClient, type JoinRequest } from '../rendezvous/client.js';
 import { Coordinator } from '../rendezvous/coordinator.js';
 import type { GroupCommand, GroupEvent } from '../rendezvous/groupEvents.js';
-import { groupRankTable } from '../rendezvous/rankTable.js';
+import { groupRankTable } from '../wire/rankTable.js';
 import { groupTiming, type GroupTiming } from '../rendezvous/timing.js';
 import { RDZV_PROTOCOL_VERSION } from '../rendezvous/wire.js';
 import type { Prepared } from './prepareNode.js';

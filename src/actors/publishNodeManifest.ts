@@ -3,7 +3,7 @@
 // removed as soon as the node stops being ready.
 import { fromCallback } from 'xstate';
 import type { Logger } from '../log.js';
-import { removeNodeManifest, writeNodeManifest, type NodeGroupInfo, type NodeManifestEntry, type NodeManifestModel } from '../serve/nodeManifest.js';
+import { removeNodeManifest, writeNodeManifest, type NodeGroupInfo, type NodeManifestEntry, type NodeManifestModel } from '../wire/nodeManifest.js';
 
 export interface NodeManifestContent {
   /** The node's own model's ranks that serve. */

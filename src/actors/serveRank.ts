@@ -13,7 +13,7 @@ import type { ServeCommand, ServeEvent } from '../serve/serveEvents.js';
 import type { ServedRank } from '../serve/servedRank.js';
 import type { ServerRegistry } from './serverRegistry.js';
 
-export { writeNodeManifest, removeNodeManifest, type NodeManifestEntry } from '../serve/nodeManifest.js';
+export { writeNodeManifest, removeNodeManifest, type NodeManifestEntry } from '../wire/nodeManifest.js';
 
 export interface ServeRankInput {
   rank: ServedRank;

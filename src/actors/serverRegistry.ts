@@ -1,5 +1,5 @@
 import type { Logger } from '../log.js';
-import type { DeviceLock } from '../serve/deviceLock.js';
+import type { DeviceLock } from '../wire/deviceLock.js';
 import { DeviceServer, type RankServiceStats } from '../serve/deviceServer.js';
 import type { RankService } from '../serve/rankService.js';
 import { FilesCheck } from '../serve/filesCheck.js';

@@ -8,7 +8,7 @@ import { formatBytes } from '../inspect/loadProgress.js';
 import { KeeperClient } from '../keeper/keeperClient.js';
 import { parseKeptRecord } from '../keeper/keptRecord.js';
 import { addon, type PeerCredentials } from '../native/addon.js';
-import { isProcessAlive, processIdentity } from '../serve/processLiveness.js';
+import { isProcessAlive, processIdentity } from '../wire/processLiveness.js';
 
 /** One kept shard as `keeper status` shows it. */
 export interface HeldShard {

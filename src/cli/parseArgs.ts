@@ -13,7 +13,7 @@ import { DEFAULT_ADOPT_WITHIN_S, DEFAULT_INSPECT_HOST, type NodeOptions } from '
 import type { FingerprintRequest } from './printFingerprints.js';
 import type { VerifyRequest } from './runVerify.js';
 import { keeperSocketPath } from '../keeper/keeperSocketPath.js';
-import { defaultSocketDir } from '../serve/socketDir.js';
+import { defaultSocketDir } from '../wire/socketDir.js';
 import { DRAWN_MACHINE_NAMES, type DrawnMachine } from '../inspect/drawnMachines.js';
 
 export { VERSION };

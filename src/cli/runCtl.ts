@@ -7,9 +7,9 @@ import type { ControlReply, ControlRequest } from '../control/controlProtocol.js
 import { CONTROL_FILE, MAX_CONTROL_REPLY_BYTES } from '../control/controlProtocol.js';
 import { UsageError } from '../errors.js';
 import type { LoadResult, ModelStatus, UnloadResult } from '../nodeStatus.js';
-import { encodeFrame, FrameDecoder, parsePayload } from '../serve/frameCodec.js';
-import { isProcessAlive, processIdentity } from '../serve/processLiveness.js';
-import { defaultSocketDir } from '../serve/socketDir.js';
+import { encodeFrame, FrameDecoder, parsePayload } from '../wire/frameCodec.js';
+import { isProcessAlive, processIdentity } from '../wire/processLiveness.js';
+import { defaultSocketDir } from '../wire/socketDir.js';
 
 /** The control socket of the daemon that serves `socketDir`: the one whose process is alive. */
 export function findControlSocket(socketDir = defaultSocketDir()): string {

@@ -9,8 +9,8 @@ import { WeightdClient } from '../client/weightdClient.js';
 import { settledThreadWork } from '../endProcess.js';
 import { errorCode } from '../errors.js';
 import { resolveNodeOptions } from '../nodeOptions.js';
-import { readNodeManifest } from '../serve/nodeManifest.js';
-import { defaultSocketDir } from '../serve/socketDir.js';
+import { readNodeManifest } from '../wire/nodeManifest.js';
+import { defaultSocketDir } from '../wire/socketDir.js';
 
 export interface VerifyRequest {
   model: string;

@@ -6,7 +6,7 @@ import { diskDigests } from '../checkpoint/diskDigests.js';
 import { fullContentFingerprint, rankFingerprint } from '../checkpoint/fingerprint.js';
 import { planCheckpoint } from '../checkpoint/planCheckpoint.js';
 import type { CheckpointPlan } from '../checkpoint/types.js';
-import { rankFingerprintFields } from '../serve/rankFingerprintFields.js';
+import { rankFingerprintFields } from '../checkpoint/rankFingerprintFields.js';
 import type { Expected } from './weightdClient.js';
 
 /** The layouts a fingerprint can be computed for (the Python client's LAYOUTS). */

@@ -4,9 +4,9 @@
 import { existsSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { ServeError } from '../errors.js';
-import { readNodeManifest } from '../serve/nodeManifest.js';
-import { isProcessAlive } from '../serve/processLiveness.js';
-import { defaultSocketDir, SOCKET_SUFFIX, socketPathFor } from '../serve/socketDir.js';
+import { readNodeManifest } from '../wire/nodeManifest.js';
+import { isProcessAlive } from '../wire/processLiveness.js';
+import { defaultSocketDir, SOCKET_SUFFIX, socketPathFor } from '../wire/socketDir.js';
 import { WeightdClient } from './weightdClient.js';
 
 export interface FindSocketOptions {

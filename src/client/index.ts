@@ -17,6 +17,6 @@ export type {
   ModelEvent,
   ModelRef,
   WatchReply,
-} from '../serve/protocol.js';
-export { readNodeManifest, type NodeManifest, type NodeManifestEntry } from '../serve/nodeManifest.js';
-export { defaultSocketDir } from '../serve/socketDir.js';
+} from '../wire/protocol.js';
+export { readNodeManifest, type NodeManifest, type NodeManifestEntry } from '../wire/nodeManifest.js';
+export { defaultSocketDir } from '../wire/socketDir.js';

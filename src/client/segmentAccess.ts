@@ -9,7 +9,7 @@ import { constants } from 'node:buffer';
 import { DeviceError, ProtocolError } from '../errors.js';
 import { addon } from '../native/addon.js';
 import { CudaIpcSegment, cudaProbe } from '../native/cuda.js';
-import type { SegmentRef, StateReply, TensorMeta } from '../serve/protocol.js';
+import type { SegmentRef, StateReply, TensorMeta } from '../wire/protocol.js';
 import { tensorArray, type TensorArray } from './tensorViews.js';
 
 const MAX_LENGTH = constants.MAX_LENGTH;

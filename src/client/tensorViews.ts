@@ -2,7 +2,7 @@
 // arrays, so F16/BF16 come as Uint16Array and the F8 family as Uint8Array: the bits are exact,
 // and the caller reinterprets them. Sub-byte dtypes (F4, F6_*) are packed bytes.
 import { ProtocolError } from '../errors.js';
-import type { TensorMeta } from '../serve/protocol.js';
+import type { TensorMeta } from '../wire/protocol.js';
 
 export type TensorArray =
   | Float64Array

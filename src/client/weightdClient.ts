@@ -8,7 +8,7 @@ import { connect, type Socket } from 'node:net';
 import type { z } from 'zod';
 import { ProtocolError, receivedCode, ServeError } from '../errors.js';
 import { addon } from '../native/addon.js';
-import { encodeMessage, FRAME_HEADER_BYTES, FrameDecoder, MAX_REQUEST_BYTES, MAX_RESPONSE_BYTES, parsePayload } from '../serve/frameCodec.js';
+import { encodeMessage, FRAME_HEADER_BYTES, FrameDecoder, MAX_REQUEST_BYTES, MAX_RESPONSE_BYTES, parsePayload } from '../wire/frameCodec.js';
 import {
   ErrorReply,
   ModelEvent,
@@ -23,8 +23,8 @@ import {
   type StateReply,
   type StatsReply,
   type WatchReply,
-} from '../serve/protocol.js';
-import { fromColumns } from '../serve/tensorColumns.js';
+} from '../wire/protocol.js';
+import { fromColumns } from '../wire/tensorColumns.js';
 import { CUDA_FD_HANDLE, openCuda, openHost, type DeviceTensor, type HostTensor } from './segmentAccess.js';
 
 export interface ClientOptions {

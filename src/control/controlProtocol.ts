@@ -5,7 +5,7 @@ import { isAbsolute } from 'node:path';
 import { z } from 'zod';
 import { LAYOUT_NAMES } from '../checkpoint/types.js';
 import { EVICTION_POLICIES } from '../evictionPolicy.js';
-import { ModelName } from '../serve/protocol.js';
+import { ModelName } from '../wire/protocol.js';
 
 /** A control request is a path and a few numbers: far below the serving protocol's bound. */
 export const MAX_CONTROL_REQUEST_BYTES = 64 << 10;

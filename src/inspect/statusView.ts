@@ -4,8 +4,8 @@
 // 0600 sockets keep out.
 import type { IdentityChange } from '../files/fileIdentity.js';
 import type { ModelState, ModelStatus, NodeStatus, RankState, ServedRankStatus } from '../nodeStatus.js';
-import type { RankTableEntry } from '../rendezvous/rankTable.js';
-import type { ServeStatus } from '../serve/protocol.js';
+import type { RankTableEntry } from '../wire/rankTable.js';
+import type { ServeStatus } from '../wire/protocol.js';
 import { nodeProgress, rankProgress, type LoadProgress } from './loadProgress.js';
 
 export interface RankView extends LoadProgress {

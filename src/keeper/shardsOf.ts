@@ -2,7 +2,7 @@
 // ranks have there, for the drops that name a model's shards (dropUnplanned.ts at a start,
 // dropModelShards.ts when a model fails).
 import type { ModelPlacement, PlannedModel } from '../actors/planModel.js';
-import { globalRank } from '../rendezvous/rankTable.js';
+import { globalRank } from '../wire/rankTable.js';
 
 /** One rank's shard as the keeper files it. */
 export interface ShardKey {

@@ -11,10 +11,10 @@
 import { and, assertEvent, assign, raise, setup } from 'xstate';
 import { WeightdError } from '../errors.js';
 import type { Logger } from '../log.js';
-import type { LogLimiter } from '../serve/logLimiter.js';
+import type { LogLimiter } from '../wire/logLimiter.js';
 import { checkJoin, describeNode, rejectVersion, timeoutRejection, tokenAccepted, type GroupExpectation, type NodeIdentity, type Rejection } from '../rendezvous/checkJoin.js';
 import { contentDifference, type NodeContent } from '../rendezvous/nodeContent.js';
-import { groupRankTable, type RankTableEntry } from '../rendezvous/rankTable.js';
+import { groupRankTable, type RankTableEntry } from '../wire/rankTable.js';
 import type { JoinMessage, ServerMessage } from '../rendezvous/wire.js';
 
 export interface CoordinatorInput {

@@ -7,7 +7,7 @@ import type { PlannedModel } from '../actors/planModel.js';
 import type { IdentityChange } from '../files/fileIdentity.js';
 import type { ModelSpec } from '../modelSpecs.js';
 import type { NodeFailure, RankSource } from '../nodeStatus.js';
-import type { NodeManifestEntry } from '../serve/nodeManifest.js';
+import type { NodeManifestEntry } from '../wire/nodeManifest.js';
 
 export type RankEvent =
   /** adoptable: the rank will adopt a kept shard, needing no new memory (RankToMain DEVICE). */

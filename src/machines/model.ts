@@ -35,7 +35,7 @@ import type { Logger } from '../log.js';
 import type { DropModelShardsInput } from '../actors/dropModelShards.js';
 import type { CudaHandles } from '../native/addon.js';
 import type { NodeFailure, RankStatus } from '../nodeStatus.js';
-import type { NodeManifestEntry } from '../serve/nodeManifest.js';
+import type { NodeManifestEntry } from '../wire/nodeManifest.js';
 import type { ServeCommand, ServeEvent } from '../serve/serveEvents.js';
 import { toServedRank } from '../serve/servedRank.js';
 import type { RankEvent } from './events.js';

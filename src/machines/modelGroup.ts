@@ -19,7 +19,7 @@ import { WeightdError } from '../errors.js';
 import type { Logger } from '../log.js';
 import { describeNode, type Rejection } from '../rendezvous/checkJoin.js';
 import type { ServerMessage } from '../rendezvous/wire.js';
-import { differingFingerprintFields } from '../serve/differingFingerprintFields.js';
+import { differingFingerprintFields } from '../checkpoint/differingFingerprintFields.js';
 
 export interface ModelGroupInput {
   name: string;

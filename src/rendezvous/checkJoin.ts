@@ -4,7 +4,7 @@
 // same text is sent to every node, so it is written to read well on any of them.
 import { createHash, createHmac, timingSafeEqual } from 'node:crypto';
 import type { ErrorCode } from '../errors.js';
-import { differingFingerprintFields } from '../serve/differingFingerprintFields.js';
+import { differingFingerprintFields } from '../checkpoint/differingFingerprintFields.js';
 import type { JoinMessage } from './wire.js';
 import { RDZV_PROTOCOL_VERSION } from './wire.js';
 

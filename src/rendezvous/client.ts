@@ -13,7 +13,7 @@ import type { Logger } from '../log.js';
 import { timeoutRejection, tokenProof } from './checkJoin.js';
 import type { GroupEvent, ModelGroupJoin } from './groupEvents.js';
 import { PeerSocket } from './peerSocket.js';
-import type { RankTableEntry } from './rankTable.js';
+import type { RankTableEntry } from '../wire/rankTable.js';
 import type { GroupTiming } from './timing.js';
 import type { NodeContent } from './nodeContent.js';
 import { parseServerMessage, RDZV_PROTOCOL_VERSION, type ClientMessage, type JoinMessage, type ServerMessage } from './wire.js';

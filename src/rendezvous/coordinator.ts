@@ -12,11 +12,11 @@ import type { Logger } from '../log.js';
 import { stateName } from '../machines/stateName.js';
 import { coordinatorMachine, type Claim, type CoordinatorEvent, type CoordinatorPhase } from '../machines/coordinator.js';
 import { ModelGroups } from './modelGroups.js';
-import { descriptorBudget, type ListenerShare } from '../serve/descriptorBudget.js';
-import { LogLimiter } from '../serve/logLimiter.js';
+import { descriptorBudget, type ListenerShare } from '../wire/descriptorBudget.js';
+import { LogLimiter } from '../wire/logLimiter.js';
 import type { GroupExpectation, Rejection } from './checkJoin.js';
 import { PeerSocket } from './peerSocket.js';
-import type { RankTableEntry } from './rankTable.js';
+import type { RankTableEntry } from '../wire/rankTable.js';
 import type { GroupTiming } from './timing.js';
 import { parseClientMessage, RDZV_PROTOCOL_VERSION, type ClientMessage, type ServerMessage } from './wire.js';
 

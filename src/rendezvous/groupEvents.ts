@@ -1,7 +1,7 @@
 // Events between the supervisor machine and its group session (src/actors/groupSession.ts).
 import type { NodeContent } from './nodeContent.js';
 import type { SerializedError } from '../errors.js';
-import type { RankTableEntry } from './rankTable.js';
+import type { RankTableEntry } from '../wire/rankTable.js';
 
 /** Sent by the group session to the supervisor. */
 export type GroupEvent =

@@ -1,6 +1,6 @@
 // The rendezvous protocol's messages, between every node's GroupClient and node 0's
 // Coordinator, over TCP. Framing (magic "WGTD", frame version, length, JSON payload) is the
-// serving protocol's codec (src/serve/frameCodec.ts); this file is the message set on top.
+// serving protocol's codec (src/wire/frameCodec.ts); this file is the message set on top.
 //
 // Compatibility rule: `hello` and `join` carry the protocol version, and the shapes of `hello`,
 // `rejected` and the version/nodeRank/hostName fields of `join` never change. So two weightd
@@ -9,7 +9,7 @@
 // optional fields); strings and arrays are bounded so one frame stays small.
 import { z } from 'zod';
 import { ProtocolError } from '../errors.js';
-import { encodeMessage, FrameDecoder, parsePayload } from '../serve/frameCodec.js';
+import { encodeMessage, FrameDecoder, parsePayload } from '../wire/frameCodec.js';
 
 /** Version of the rendezvous message set; nodes must agree on it exactly. 2: model groups (model_*). */
 export const RDZV_PROTOCOL_VERSION = 2;

@@ -3,11 +3,11 @@
 // malformed ends this connection only, after a best-effort error frame saying why.
 import type { Duplex } from 'node:stream';
 import { ProtocolError, WeightdError } from '../errors.js';
-import { encodeFrame, FrameDecoder, framePieces, parsePayload } from './frameCodec.js';
-import { COMMANDS, Request, type ErrorReply } from './protocol.js';
+import { encodeFrame, FrameDecoder, framePieces, parsePayload } from '../wire/frameCodec.js';
+import { COMMANDS, Request, type ErrorReply } from '../wire/protocol.js';
 import type { FdReply, Reply } from './handlers/fdReply.js';
 import type { Caller } from './leaseTable.js';
-import { socketFdWriter, type FdWriter } from './socketFdWriter.js';
+import { socketFdWriter, type FdWriter } from '../wire/socketFdWriter.js';
 
 export interface ConnectionLimits {
   maxRequestBytes: number;

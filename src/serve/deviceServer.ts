@@ -12,20 +12,20 @@ import type { Duplex } from 'node:stream';
 import type { WeightdError } from '../errors.js';
 import type { Logger } from '../log.js';
 import { ClientConnection, type ConnectionHandler } from './clientConnection.js';
-import type { DeviceLock } from './deviceLock.js';
+import type { DeviceLock } from '../wire/deviceLock.js';
 import type { Reply } from './handlers/fdReply.js';
-import type { FdWriter } from './socketFdWriter.js';
+import type { FdWriter } from '../wire/socketFdWriter.js';
 import { dispatch } from './handlers/index.js';
 import type { Caller } from './leaseTable.js';
-import { LogLimiter } from './logLimiter.js';
-import { admitPeer } from './peerAdmission.js';
-import type { Request, ServeStatus } from './protocol.js';
+import { LogLimiter } from '../wire/logLimiter.js';
+import { admitPeer } from '../wire/peerAdmission.js';
+import type { Request, ServeStatus } from '../wire/protocol.js';
 import type { RankService } from './rankService.js';
 import { DEFAULT_SERVE_LIMITS, serveLimits, type ServeLimits } from './serveLimits.js';
-import { SocketListener } from './socketListener.js';
+import { SocketListener } from '../wire/socketListener.js';
 import { WatchTable } from './watchTable.js';
 import type { DeviceServices } from './deviceServices.js';
-import { descriptorBudget, type ListenerShare } from './descriptorBudget.js';
+import { descriptorBudget, type ListenerShare } from '../wire/descriptorBudget.js';
 
 /**
  * Connections of one device's socket that no other listener can take (descriptorBudget.ts): enough

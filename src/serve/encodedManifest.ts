@@ -4,8 +4,8 @@
 // encoded when the rank starts serving; the objects, for clients that do not ask for columns, on
 // the first request that wants them.
 import type { RankLayout } from '../checkpoint/types.js';
-import type { DeviceRef, RankRef, SegmentRef } from './protocol.js';
-import { toColumns } from './tensorColumns.js';
+import type { DeviceRef, RankRef, SegmentRef } from '../wire/protocol.js';
+import { toColumns } from '../wire/tensorColumns.js';
 
 /** What every form of a layout's manifest says besides its tensors. */
 export interface ManifestHead {

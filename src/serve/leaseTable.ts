@@ -12,8 +12,8 @@
 // A peer in a pid namespace the daemon cannot see has pid 0 (SO_PEERCRED): its liveness cannot
 // be checked, so its leases are bound to the connection whatever the mode.
 import { createHash, randomBytes } from 'node:crypto';
-import type { LeaseInfo, ServeMode } from './protocol.js';
-import { isProcessAlive, processIdentity, type ProcessIdentity } from './processLiveness.js';
+import type { LeaseInfo, ServeMode } from '../wire/protocol.js';
+import { isProcessAlive, processIdentity, type ProcessIdentity } from '../wire/processLiveness.js';
 
 export interface Lease {
   id: string;

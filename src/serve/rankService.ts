@@ -10,7 +10,7 @@ import type { Logger } from '../log.js';
 import type { SegmentExport } from '../native/addon.js';
 import { EncodedManifest } from './encodedManifest.js';
 import { leaseHash, LeaseTable, type Caller, type Lease } from './leaseTable.js';
-import type { DeviceRef, RankRef, ServeStatus } from './protocol.js';
+import type { DeviceRef, RankRef, ServeStatus } from '../wire/protocol.js';
 import { rankServiceStart, rankServiceStep, type RankServiceEvent } from './rankServiceMachine.js';
 import type { ServedRank } from './servedRank.js';
 

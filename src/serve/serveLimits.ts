@@ -1,7 +1,7 @@
 // The deadlines and bounds a rank's socket server works within, and where they come from.
 import { envOverrides } from '../envOverrides.js';
 import type { ConnectionLimits } from './clientConnection.js';
-import { MAX_REQUEST_BYTES } from './frameCodec.js';
+import { MAX_REQUEST_BYTES } from '../wire/frameCodec.js';
 
 export interface ServeLimits extends ConnectionLimits {
   /** How often leases of exited clients are looked for (they are also checked on release). */

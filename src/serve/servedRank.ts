@@ -1,6 +1,6 @@
 import type { CheckpointPlan, LayoutName, RankLayout, TensorEntry } from '../checkpoint/types.js';
 import { fullContentFingerprint, rankFingerprint } from '../checkpoint/fingerprint.js';
-import { rankFingerprintFields } from './rankFingerprintFields.js';
+import { rankFingerprintFields } from '../checkpoint/rankFingerprintFields.js';
 import type { Backend, DeviceInfo, SegmentExport } from '../native/addon.js';
 import type { FileIdentity } from '../files/fileIdentity.js';
 

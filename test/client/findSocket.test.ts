@@ -7,8 +7,8 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { findSocket } from '../../src/client/index.js';
 import { ServeError } from '../../src/errors.js';
-import { nodeManifestPath, readNodeManifest, writeNodeManifest } from '../../src/serve/nodeManifest.js';
-import { processIdentity } from '../../src/serve/processLiveness.js';
+import { nodeManifestPath, readNodeManifest, writeNodeManifest } from '../../src/wire/nodeManifest.js';
+import { processIdentity } from '../../src/wire/processLiveness.js';
 import { makeTempDir, removeDir } from '../helpers/checkpoints.js';
 
 const self = processIdentity(process.pid);

@@ -6,7 +6,7 @@ import { closeSync, openSync, readdirSync } from 'node:fs';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { openHost } from '../../src/client/segmentAccess.js';
-import type { StateReply } from '../../src/serve/protocol.js';
+import type { StateReply } from '../../src/wire/protocol.js';
 import { exampleModel } from '../helpers/paths.js';
 
 test('a segment over buffer.constants.MAX_LENGTH: E_SEGMENT_TOO_LARGE naming it, and the descriptor closed', () => {

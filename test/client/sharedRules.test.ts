@@ -5,10 +5,10 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { isProcessAlive, processIdentity, startTimeFromStat, stateFromStat } from '../../src/serve/processLiveness.js';
-import { deviceFileStem } from '../../src/serve/socketDir.js';
-import { fromColumns, toColumns } from '../../src/serve/tensorColumns.js';
-import { TensorColumns, type TensorMeta } from '../../src/serve/protocol.js';
+import { isProcessAlive, processIdentity, startTimeFromStat, stateFromStat } from '../../src/wire/processLiveness.js';
+import { deviceFileStem } from '../../src/wire/socketDir.js';
+import { fromColumns, toColumns } from '../../src/wire/tensorColumns.js';
+import { TensorColumns, type TensorMeta } from '../../src/wire/protocol.js';
 import { repoRoot } from '../helpers/paths.js';
 import { spawnUnreaped } from '../helpers/unreaped.js';
 

@@ -12,7 +12,7 @@ import * as assert from 'uvu/assert';
 import { controlRequest } from '../../src/cli/runCtl.js';
 import { ControlServer, type ControlTarget } from '../../src/control/controlServer.js';
 import { DEFAULT_CONTROL_LIMITS, MAX_CONTROL_REQUEST_BYTES, type ControlLimits } from '../../src/control/controlProtocol.js';
-import { encodeFrame, FrameDecoder, parsePayload } from '../../src/serve/frameCodec.js';
+import { encodeFrame, FrameDecoder, parsePayload } from '../../src/wire/frameCodec.js';
 import { startDaemon } from '../helpers/daemon.js';
 import { waitUntil } from '../helpers/keeper.js';
 import { exampleModel, freshSocketDir, freshTempDir, mainJs } from '../helpers/paths.js';

@@ -7,7 +7,7 @@ import { mkdtempSync, openSync, readdirSync, readlinkSync, rmSync } from 'node:f
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { KeeperClient, keeperBinaryPath } from '../../src/keeper/keeperClient.js';
-import { isProcessAlive } from '../../src/serve/processLiveness.js';
+import { isProcessAlive } from '../../src/wire/processLiveness.js';
 
 const live = new Set<ChildProcess>();
 /** Keepers a daemon spawned (--keeper spawn): detached from the test, which must never leave one behind. */

@@ -6,7 +6,7 @@
 //  - loopbackFabric: every node on this machine's 127.0.0.1, for machines without namespaces.
 // Namespaces are named after the creating pid, so a crashed run's leftovers are recognised and
 // removed by the next run.
-import { isProcessAlive } from '../../src/serve/processLiveness.js';
+import { isProcessAlive } from '../../src/wire/processLiveness.js';
 import { execFileSync, spawnSync } from 'node:child_process';
 
 export interface Fabric {

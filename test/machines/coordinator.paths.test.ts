@@ -7,7 +7,7 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { createActor, type SnapshotFrom } from 'xstate';
 import { getShortestPaths, getSimplePaths } from 'xstate/graph';
-import { LogLimiter } from '../../src/serve/logLimiter.js';
+import { LogLimiter } from '../../src/wire/logLimiter.js';
 import { coordinatorMachine, type CoordinatorEvent } from '../../src/machines/coordinator.js';
 import { RDZV_PROTOCOL_VERSION, type JoinMessage, type ServerMessage } from '../../src/rendezvous/wire.js';
 

@@ -9,7 +9,7 @@ import { parseSafetensors } from '../../src/checkpoint/parseSafetensors.js';
 import { planCheckpoint } from '../../src/checkpoint/planCheckpoint.js';
 import { checkJoin, type GroupExpectation } from '../../src/rendezvous/checkJoin.js';
 import { encodeRdzvMessage, parseClientMessage, RDZV_PROTOCOL_VERSION, type JoinMessage } from '../../src/rendezvous/wire.js';
-import { FRAME_HEADER_BYTES } from '../../src/serve/frameCodec.js';
+import { FRAME_HEADER_BYTES } from '../../src/wire/frameCodec.js';
 import { makeTempDir, removeDir } from '../helpers/checkpoints.js';
 import { exampleModel } from '../helpers/paths.js';
 

@@ -4,7 +4,7 @@
 import { createServer, connect, type Socket } from 'node:net';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { parsePayload } from '../../src/serve/frameCodec.js';
+import { parsePayload } from '../../src/wire/frameCodec.js';
 import { PeerSocket } from '../../src/rendezvous/peerSocket.js';
 
 const timing = { heartbeatMs: 50, peerTimeoutMs: 200 };

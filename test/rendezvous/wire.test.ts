@@ -3,7 +3,7 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { ProtocolError } from '../../src/errors.js';
-import { encodeFrame, encodeMessage } from '../../src/serve/frameCodec.js';
+import { encodeFrame, encodeMessage } from '../../src/wire/frameCodec.js';
 import {
   createRdzvDecoder, encodeRdzvMessage, MAX_RDZV_FRAME_BYTES, parseClientMessage, parseServerMessage, RDZV_PROTOCOL_VERSION, type JoinMessage,
 } from '../../src/rendezvous/wire.js';

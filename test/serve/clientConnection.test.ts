@@ -7,8 +7,8 @@ import { join } from 'node:path';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { ClientConnection, type ConnectionHandler } from '../../src/serve/clientConnection.js';
-import { encodeFrame, encodeMessage, FrameDecoder } from '../../src/serve/frameCodec.js';
-import type { Request } from '../../src/serve/protocol.js';
+import { encodeFrame, encodeMessage, FrameDecoder } from '../../src/wire/frameCodec.js';
+import type { Request } from '../../src/wire/protocol.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 

@@ -6,7 +6,7 @@ import { connect, type Socket } from 'node:net';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { expectedFingerprint, findSocket, WeightdClient } from '../../src/client/index.js';
-import { encodeFrame, encodeMessage, FRAME_HEADER_BYTES, MAX_REQUEST_BYTES } from '../../src/serve/frameCodec.js';
+import { encodeFrame, encodeMessage, FRAME_HEADER_BYTES, MAX_REQUEST_BYTES } from '../../src/wire/frameCodec.js';
 import { makeTempDir, removeDir } from '../helpers/checkpoints.js';
 import { startDaemon } from '../helpers/daemon.js';
 import { exampleModel } from '../helpers/paths.js';

@@ -5,8 +5,8 @@ import { execFileSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { nodeManifestPath } from '../../src/serve/nodeManifest.js';
-import { lockPathFor } from '../../src/serve/socketDir.js';
+import { nodeManifestPath } from '../../src/wire/nodeManifest.js';
+import { lockPathFor } from '../../src/wire/socketDir.js';
 import { makeTempDir, removeDir } from '../helpers/checkpoints.js';
 import { runFixture } from '../helpers/runFixture.js';
 

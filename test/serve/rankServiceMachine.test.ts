@@ -4,7 +4,7 @@ import pino from 'pino';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { ServeError } from '../../src/errors.js';
-import { ServeStatus } from '../../src/serve/protocol.js';
+import { ServeStatus } from '../../src/wire/protocol.js';
 import { RankService } from '../../src/serve/rankService.js';
 import { rankServiceMachine, rankServiceStart, rankServiceStep, type RankServiceEvent, type RankServiceSnapshot } from '../../src/serve/rankServiceMachine.js';
 import type { ServedRank } from '../../src/serve/servedRank.js';

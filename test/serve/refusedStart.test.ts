@@ -7,7 +7,7 @@ import { join } from 'node:path';
 import { test } from 'uvu';
 import { asRoot } from '../helpers/asRoot.js';
 import * as assert from 'uvu/assert';
-import { isProcessAlive } from '../../src/serve/processLiveness.js';
+import { isProcessAlive } from '../../src/wire/processLiveness.js';
 import { startDaemon } from '../helpers/daemon.js';
 import { exampleModel, freshTempDir } from '../helpers/paths.js';
 import { runCli } from '../helpers/runCli.js';

@@ -8,7 +8,7 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { expectedFingerprint, WeightdClient } from '../../src/client/index.js';
 import { addon } from '../../src/native/addon.js';
-import { encodeMessage, FrameDecoder, MAX_REQUEST_BYTES } from '../../src/serve/frameCodec.js';
+import { encodeMessage, FrameDecoder, MAX_REQUEST_BYTES } from '../../src/wire/frameCodec.js';
 import { oneRankServer, type OneRankServer } from './oneRankServer.js';
 import { makeTempDir, removeDir } from '../helpers/checkpoints.js';
 import { waitUntil } from '../helpers/keeper.js';

@@ -4,7 +4,7 @@ At 50k tensors a dict per tensor is 7 MB of JSON whose decoding was most of a fi
 columns are lists of numbers, several times cheaper to decode, and the torch views are built
 straight from them (tensors.torch_by_name). ``TensorColumns`` is also a sequence of the per-tensor
 dicts older daemons send (``state["tensors"]`` keeps meaning what it meant), made on demand.
-The TypeScript twin is src/serve/tensorColumns.ts; both read test/vectors/manifest-columns.json.
+The TypeScript twin is src/wire/tensorColumns.ts; both read test/vectors/manifest-columns.json.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 // this was is freed now.
 import type { DeviceServices } from '../deviceServices.js';
 import type { Caller } from '../leaseTable.js';
-import type { DetachReply, RequestOf } from '../protocol.js';
+import type { DetachReply, RequestOf } from '../../wire/protocol.js';
 
 export function detach(req: RequestOf<'detach'>, services: DeviceServices, caller: Caller): string {
   let dropped = 0;

@@ -5,7 +5,7 @@
 import { ServeError } from '../../errors.js';
 import type { Caller } from '../leaseTable.js';
 import { leaseHash } from '../leaseTable.js';
-import type { GetSegmentFdsReply, RequestOf } from '../protocol.js';
+import type { GetSegmentFdsReply, RequestOf } from '../../wire/protocol.js';
 import type { DeviceServices } from '../deviceServices.js';
 import type { FdReply } from './fdReply.js';
 import { versionFor } from './modelVersions.js';

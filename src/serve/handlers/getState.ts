@@ -5,11 +5,11 @@
 import { LAYOUT_NAMES } from '../../checkpoint/types.js';
 import { ServeError } from '../../errors.js';
 import type { DeviceServices } from '../deviceServices.js';
-import { differingFingerprintFields } from '../differingFingerprintFields.js';
+import { differingFingerprintFields } from '../../checkpoint/differingFingerprintFields.js';
 import type { Caller } from '../leaseTable.js';
 import type { ServedRank } from '../servedRank.js';
 import type { Reply } from './fdReply.js';
-import type { MismatchReply, RequestOf } from '../protocol.js';
+import type { MismatchReply, RequestOf } from '../../wire/protocol.js';
 import { modelRefs, versionFor } from './modelVersions.js';
 
 export async function getState(req: RequestOf<'get_state'>, services: DeviceServices, caller: Caller): Promise<Reply> {

@@ -3,7 +3,7 @@
 // command without a handler, or a handler of the wrong request, a compile error.
 import type { DeviceServices } from '../deviceServices.js';
 import type { Caller } from '../leaseTable.js';
-import type { Command, Request, RequestOf } from '../protocol.js';
+import type { Command, Request, RequestOf } from '../../wire/protocol.js';
 import { detach } from './detach.js';
 import type { Reply } from './fdReply.js';
 import { getSegmentFds } from './getSegmentFds.js';

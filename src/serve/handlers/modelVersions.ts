@@ -1,7 +1,7 @@
 // How a request finds the model version it is about, and how replies list the versions on a socket.
 import { ServeError } from '../../errors.js';
 import type { DeviceServices } from '../deviceServices.js';
-import type { ModelRef } from '../protocol.js';
+import type { ModelRef } from '../../wire/protocol.js';
 import type { RankService } from '../rankService.js';
 
 /** Every version on the socket, as replies list them. */

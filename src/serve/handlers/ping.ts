@@ -1,6 +1,6 @@
 // ping: who serves on this socket, and whether get_state can succeed now. Takes no lease.
 import type { DeviceServices } from '../deviceServices.js';
-import { PROTOCOL_VERSION, type PingReply, type RequestOf } from '../protocol.js';
+import { PROTOCOL_VERSION, type PingReply, type RequestOf } from '../../wire/protocol.js';
 import { modelRefs, versionFor } from './modelVersions.js';
 
 export function ping(req: RequestOf<'ping'>, services: DeviceServices): string {

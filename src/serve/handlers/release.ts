@@ -3,7 +3,7 @@
 // another is under way answers when that one ends.
 import { ServeError } from '../../errors.js';
 import { leaseInfo, type Caller } from '../leaseTable.js';
-import type { ReleaseReply, RequestOf } from '../protocol.js';
+import type { ReleaseReply, RequestOf } from '../../wire/protocol.js';
 import type { DeviceServices } from '../deviceServices.js';
 import { versionFor } from './modelVersions.js';
 

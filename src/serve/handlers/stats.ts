@@ -1,7 +1,7 @@
 // stats: a model version's counters and live leases (by hash: an id would let the reader detach
 // it), with the socket's own counters.
 import type { DeviceServices } from '../deviceServices.js';
-import type { RequestOf, StatsReply } from '../protocol.js';
+import type { RequestOf, StatsReply } from '../../wire/protocol.js';
 import { versionFor } from './modelVersions.js';
 
 export function stats(req: RequestOf<'stats'>, services: DeviceServices): string {

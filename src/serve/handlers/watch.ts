@@ -4,7 +4,7 @@
 // connection is then kept open while idle, like one that holds a copy lease.
 import type { DeviceServices } from '../deviceServices.js';
 import type { Caller } from '../leaseTable.js';
-import type { RequestOf, WatchReply } from '../protocol.js';
+import type { RequestOf, WatchReply } from '../../wire/protocol.js';
 import { modelRef } from './modelVersions.js';
 
 export function watch(req: RequestOf<'watch'>, services: DeviceServices, caller: Caller): string {

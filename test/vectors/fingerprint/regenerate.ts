@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { diskDigests } from '../../../src/checkpoint/diskDigests.js';
 import { fullContentFingerprint, rankFingerprint } from '../../../src/checkpoint/fingerprint.js';
 import { planCheckpoint } from '../../../src/checkpoint/planCheckpoint.js';
-import { rankFingerprintFields } from '../../../src/serve/rankFingerprintFields.js';
+import { rankFingerprintFields } from '../../../src/checkpoint/rankFingerprintFields.js';
 import { makeTempDir, removeDir } from '../../helpers/checkpoints.js';
 import { materialize, readVectors, VECTORS_DIR } from './vectorCases.js';
 

@@ -9,7 +9,7 @@ import { test } from 'uvu';
 import { asRoot } from '../helpers/asRoot.js';
 import * as assert from 'uvu/assert';
 import { expectedFingerprint, findSocket, WeightdClient } from '../../src/client/index.js';
-import { removeSocketDirIfCreated, resolveSocketDir, socketPathFor } from '../../src/serve/socketDir.js';
+import { removeSocketDirIfCreated, resolveSocketDir, socketPathFor } from '../../src/wire/socketDir.js';
 import { ServeError } from '../../src/errors.js';
 import { makeTempDir, removeDir } from '../helpers/checkpoints.js';
 import { expectDaemonFailure, READY_LINE, startDaemon, type Daemon } from '../helpers/daemon.js';

@@ -1,4 +1,4 @@
-// The process's descriptors shared out among listeners (src/serve/descriptorBudget.ts): each
+// The process's descriptors shared out among listeners (src/wire/descriptorBudget.ts): each
 // listener's guarantee is its own, only trusted listeners draw on the reserve, a destroyed
 // connection gives its descriptor back at once, and a low RLIMIT_NOFILE shrinks the untrusted first.
 import { writeFileSync } from 'node:fs';
@@ -7,7 +7,7 @@ import { PassThrough } from 'node:stream';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { UsageError } from '../../src/errors.js';
-import { DescriptorBudget, openFileLimit, type ListenerShare } from '../../src/serve/descriptorBudget.js';
+import { DescriptorBudget, openFileLimit, type ListenerShare } from '../../src/wire/descriptorBudget.js';
 import { freshTempDir } from '../helpers/paths.js';
 
 /** Takes `n` connections on `share`; returns those admitted and the last refusal's message. */

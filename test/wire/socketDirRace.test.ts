@@ -5,8 +5,8 @@
 import { rmdirSync, statSync } from 'node:fs';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { acquireDeviceLock } from '../../src/serve/deviceLock.js';
-import { defaultSocketDir, lockPathFor, resolveSocketDir } from '../../src/serve/socketDir.js';
+import { acquireDeviceLock } from '../../src/wire/deviceLock.js';
+import { defaultSocketDir, lockPathFor, resolveSocketDir } from '../../src/wire/socketDir.js';
 import { makeTempDir, removeDir } from '../helpers/checkpoints.js';
 
 test('the directory removed between resolveSocketDir and acquireDeviceLock is made again', () => {

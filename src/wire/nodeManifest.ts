@@ -8,7 +8,7 @@ import { randomBytes } from 'node:crypto';
 import { ServeError } from '../errors.js';
 import { readSmallFileSync } from '../files/openRegularFile.js';
 import { parseBoundedJson } from '../files/parseBoundedJson.js';
-import type { RankTableEntry } from '../rendezvous/rankTable.js';
+import type { RankTableEntry } from './rankTable.js';
 import { processIdentity } from './processLiveness.js';
 import { NODE_MANIFEST, removeSocketDirIfCreated } from './socketDir.js';
 

@@ -2,7 +2,7 @@
 // logged when the window ends, even when nothing comes after the burst.
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { LogLimiter } from '../../src/serve/logLimiter.js';
+import { LogLimiter } from '../../src/wire/logLimiter.js';
 
 test('the count of the last burst is logged when its window ends, with no later line', async () => {
   const lines: string[] = [];

@@ -3,7 +3,7 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { ProtocolError } from '../../src/errors.js';
-import { encodeFrame, encodeMessage, FrameDecoder, FRAME_HEADER_BYTES, parsePayload } from '../../src/serve/frameCodec.js';
+import { encodeFrame, encodeMessage, FrameDecoder, FRAME_HEADER_BYTES, parsePayload } from '../../src/wire/frameCodec.js';
 
 function decodeAll(decoder: FrameDecoder, bytes: Buffer, step: number): unknown[] {
   const out: unknown[] = [];
