@@ -1,6 +1,6 @@
 export { startNode, type NodeModules, type WeightdNode } from './startNode.js';
 export type { NodeStatus, NodeResult, NodeState, RankStatus, RankState, PeerStatus, NodeFailure, ModelStatus, ModelState, LoadResult, UnloadResult } from './nodeStatus.js';
-export type { ModelRequest, ModelSpec } from './modelSpecs.js';
+export type { ModelRequest, ModelSpec } from './models/modelSpecs.js';
 export { toStatusView, type StatusView, type RankView, type PeerView } from './inspect/statusView.js';
 export type { NodeEvent, NodeEventListener } from './inspect/eventFeed.js';
 export { machineToChart, chartToMermaid, type MachineChart, type ChartState, type ChartTransition } from './inspect/machineToMermaid.js';

@@ -55,7 +55,7 @@ export interface NodeFailure extends SerializedError {
 }
 
 /**
- * A model version's lifecycle (src/machines/model.ts); the node's own model goes through the
+ * A model version's lifecycle (src/models/modelMachine.ts); the node's own model goes through the
  * node's states until it serves.
  */
 export type ModelState = 'admitting' | 'loading' | 'verifying' | 'resident' | 'starting' | 'serving' | 'draining' | 'released' | 'stopping' | 'stopped' | 'failed' | NodeState;

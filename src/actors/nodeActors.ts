@@ -1,9 +1,9 @@
 // The supervisor's real actors, by the names its setup() declares, and the real rank worker
 // module. Only the composition root (startNode) imports this file: it is what loads the addon,
 // the rendezvous and the servers.
-import { modelMachine } from '../machines/model.js';
-import { checkFiles } from './checkFiles.js';
-import { dropModelShardsActor } from './dropModelShards.js';
+import { modelMachine } from '../models/modelMachine.js';
+import { checkFiles } from '../models/checkFiles.js';
+import { dropModelShardsActor } from '../models/dropModelShards.js';
 import { groupSession } from './groupSession.js';
 import { prepareNode } from './prepareNode.js';
 import { publishNodeManifest } from './publishNodeManifest.js';

@@ -6,7 +6,7 @@ import type { CheckpointPlan } from '../checkpoint/types.js';
 import type { Logger } from '../log.js';
 import type { NodeConfig } from '../nodeOptions.js';
 import { WeightdError } from '../errors.js';
-import { refuseSameCheckpoint } from '../alreadyLoadedError.js';
+import { refuseSameCheckpoint } from '../models/alreadyLoadedError.js';
 import type { DeviceSlot, FillOptions } from '../native/addon.js';
 import { localDevices } from '../native/devices.js';
 import { dropUnplanned } from '../keeper/dropUnplanned.js';
@@ -15,7 +15,7 @@ import { shardsOf, type ShardKey } from '../keeper/shardsOf.js';
 import { acquireDeviceLock, type DeviceLock } from '../wire/deviceLock.js';
 import { checkSocketPathLength, removeSocketDirIfCreated, resolveSocketDir, socketPathFor } from '../wire/socketDir.js';
 import { VERSION } from '../version.js';
-import { fillFor, planModel, planSpec, type PlannedModel } from './planModel.js';
+import { fillFor, planModel, planSpec, type PlannedModel } from '../models/planModel.js';
 import type { RankKeeping } from './rankMessages.js';
 import type { ServerRegistry } from './serverRegistry.js';
 

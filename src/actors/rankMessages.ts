@@ -28,7 +28,7 @@ export interface RankWorkerData {
   /**
    * Wait, once the device is open and reported (DEVICE, with its free memory), for ADMIT before
    * allocating: a model loaded beside others is refused before anything is allocated when its
-   * ranks do not fit (src/machines/modelFit.ts).
+   * ranks do not fit (src/models/modelFit.ts).
    */
   awaitAdmission?: boolean;
 }

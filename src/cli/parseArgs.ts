@@ -6,7 +6,7 @@ import { Command, CommanderError, Option } from 'commander';
 import { resolve } from 'node:path';
 import type { ControlRequest } from '../control/controlProtocol.js';
 import { UsageError } from '../errors.js';
-import { EVICTION_POLICIES, type EvictionPolicy } from '../evictionPolicy.js';
+import { EVICTION_POLICIES, type EvictionPolicy } from '../models/evictionPolicy.js';
 import { VERSION } from '../version.js';
 import { FILL_SIZING } from '../native/fillPolicy.js';
 import { DEFAULT_ADOPT_WITHIN_S, DEFAULT_INSPECT_HOST, type NodeOptions } from '../nodeOptions.js';

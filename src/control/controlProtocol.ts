@@ -4,7 +4,7 @@
 import { isAbsolute } from 'node:path';
 import { z } from 'zod';
 import { LAYOUT_NAMES } from '../checkpoint/types.js';
-import { EVICTION_POLICIES } from '../evictionPolicy.js';
+import { EVICTION_POLICIES } from '../models/evictionPolicy.js';
 import { ModelName } from '../wire/protocol.js';
 
 /** A control request is a path and a few numbers: far below the serving protocol's bound. */

@@ -10,7 +10,7 @@ import type { Socket } from 'node:net';
 import { join } from 'node:path';
 import { ProtocolError, WeightdError } from '../errors.js';
 import type { Logger } from '../log.js';
-import type { EvictionPolicy } from '../evictionPolicy.js';
+import type { EvictionPolicy } from '../models/evictionPolicy.js';
 import type { LoadResult, ModelStatus, UnloadResult } from '../nodeStatus.js';
 import { encodeFrame, FrameDecoder, parsePayload } from '../wire/frameCodec.js';
 import { LogLimiter } from '../wire/logLimiter.js';
@@ -19,7 +19,7 @@ import { admitPeer } from '../wire/peerAdmission.js';
 import { isProcessAlive, processIdentity } from '../wire/processLiveness.js';
 import { resolveSocketDir } from '../wire/socketDir.js';
 import { SocketListener } from '../wire/socketListener.js';
-import type { ModelRequest } from '../modelSpecs.js';
+import type { ModelRequest } from '../models/modelSpecs.js';
 import { CONTROL_FILE, ControlRequest, controlSocketName, DEFAULT_CONTROL_LIMITS, MAX_CONTROL_REQUEST_BYTES, type ControlLimits, type ControlReply } from './controlProtocol.js';
 import { TokenBucket } from './tokenBucket.js';
 

@@ -1,8 +1,8 @@
 // The machines weightd draws from their own definitions (`weightd statechart --machine`, the
 // inspect page), by the id each chart carries. Machines only: loading this loads no I/O.
 import { coordinatorMachine } from '../machines/coordinator.js';
-import { modelMachine } from '../machines/model.js';
-import { modelGroupMachine } from '../machines/modelGroup.js';
+import { modelMachine } from '../models/modelMachine.js';
+import { modelGroupMachine } from '../models/modelGroupMachine.js';
 import { supervisorMachine } from '../machines/supervisor.js';
 import { rankServiceMachine } from '../serve/rankServiceMachine.js';
 import { machineToChart, type MachineChart } from './machineToMermaid.js';

@@ -4,9 +4,9 @@
 // still the same is planned again, to be adopted like a model of the command line; any other is
 // left out, with a log line naming the model, its directory and why, and dropUnplanned drops it.
 import { statSync } from 'node:fs';
-import { planModel, spansGroup, type PlannedModel } from '../actors/planModel.js';
+import { planModel, spansGroup, type PlannedModel } from '../models/planModel.js';
 import type { Logger } from '../log.js';
-import { resolveModelSpec } from '../modelSpecs.js';
+import { resolveModelSpec } from '../models/modelSpecs.js';
 import type { NodeConfig } from '../nodeOptions.js';
 import type { KeptRecord as ListedRecord } from './keeperProtocol.js';
 import { parseKeptRecord, type KeptLoad } from './keptRecord.js';

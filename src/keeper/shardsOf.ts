@@ -1,7 +1,7 @@
 // The keeper files each rank's shard by its device and its rank fingerprint: what a model's local
 // ranks have there, for the drops that name a model's shards (dropUnplanned.ts at a start,
 // dropModelShards.ts when a model fails).
-import type { ModelPlacement, PlannedModel } from '../actors/planModel.js';
+import type { ModelPlacement, PlannedModel } from '../models/planModel.js';
 import { globalRank } from '../wire/rankTable.js';
 
 /** One rank's shard as the keeper files it. */

@@ -3,9 +3,9 @@ import type { SerializedError } from '../errors.js';
 import type { DeviceInfo, SegmentExport } from '../native/addon.js';
 import type { GroupEvent } from '../rendezvous/groupEvents.js';
 import type { ServeEvent } from '../serve/serveEvents.js';
-import type { PlannedModel } from '../actors/planModel.js';
+import type { PlannedModel } from '../models/planModel.js';
 import type { IdentityChange } from '../files/fileIdentity.js';
-import type { ModelSpec } from '../modelSpecs.js';
+import type { ModelSpec } from '../models/modelSpecs.js';
 import type { NodeFailure, RankSource } from '../nodeStatus.js';
 import type { NodeManifestEntry } from '../wire/nodeManifest.js';
 
@@ -24,7 +24,7 @@ export type RankEvent =
 export type ModelEvent =
   /** Every rank serves: the version is attachable. `entries`: its ranks, for the node manifest. */
   | { type: 'MODEL_SERVING'; id: string; entries: NodeManifestEntry[] }
-  /** A model that spans the group is resident here, not attachable yet (src/machines/modelGroup.ts). */
+  /** A model that spans the group is resident here, not attachable yet (src/models/modelGroupMachine.ts). */
   | { type: 'MODEL_RESIDENT'; id: string }
   | { type: 'MODEL_FAILED'; id: string; error: NodeFailure }
   /** Released or stopped: the actor has ended and its memory is freed. */

@@ -4,7 +4,7 @@
 // no addon, so the CLI can draw the chart on a machine where the addon is not built.
 import { and, assertEvent, assign, enqueueActions, fromCallback, fromPromise, setup, type AnyActorRef } from 'xstate';
 import type { GroupSessionInput } from '../actors/groupSession.js';
-import type { PlannedModel } from '../actors/planModel.js';
+import type { PlannedModel } from '../models/planModel.js';
 import type { PrepareInput, Prepared } from '../actors/prepareNode.js';
 import type { PublishCommand, PublishNodeManifestInput } from '../actors/publishNodeManifest.js';
 import type { RankActorInput, RankCommand } from '../actors/rankActor.js';
@@ -23,12 +23,12 @@ import type { GroupCommand, GroupEvent } from '../rendezvous/groupEvents.js';
 import type { RankTableEntry } from '../wire/rankTable.js';
 import type { ServeCommand, ServeEvent } from '../serve/serveEvents.js';
 import type { RankEvent, SupervisorEvent } from './events.js';
-import { modelMachine, type ModelInput } from './model.js';
+import { modelMachine, type ModelInput } from '../models/modelMachine.js';
 import type { NodeManifestEntry, NodeManifestModel } from '../wire/nodeManifest.js';
 import { recordReport, updateRank } from './rankUpdates.js';
 import { keptLoadOf } from '../keeper/keptLoad.js';
 import type { IdentityChange } from '../files/fileIdentity.js';
-import type { ModelSpec } from '../modelSpecs.js';
+import type { ModelSpec } from '../models/modelSpecs.js';
 
 export interface SupervisorInput {
   config: NodeConfig;
@@ -63,14 +63,14 @@ export interface ModelEntry {
   unloaded: boolean;
   /**
    * A model that spans the group: "pending" until node 0 commits or aborts it everywhere
-   * (src/machines/modelGroup.ts), then "committed". Absent for a model of this node alone.
+   * (src/models/modelGroupMachine.ts), then "committed". Absent for a model of this node alone.
    */
   group?: 'pending' | 'committed';
 }
 
 export interface SupervisorContext extends SupervisorInput {
   prepared?: Prepared;
-  /** The models served besides the node's own, oldest first (src/machines/model.ts). */
+  /** The models served besides the node's own, oldest first (src/models/modelMachine.ts). */
   models: ModelEntry[];
   /** The node's own model was unloaded or superseded: its ranks drain, then are released. */
   ownDrained: boolean;
@@ -120,7 +120,7 @@ export const supervisorActors = {
   serveRank: fromCallback<ServeCommand, ServeRankInput, ServeEvent>(() => notProvided('serveRank')),
   publishNodeManifest: fromCallback<PublishCommand, PublishNodeManifestInput>(() => notProvided('publishNodeManifest')),
   reportStartupFailure: fromPromise<boolean, ReportStartupFailureInput>(() => notProvided('reportStartupFailure')),
-  /** Its own rank and serve actors are placeholders too (src/machines/model.ts). */
+  /** Its own rank and serve actors are placeholders too (src/models/modelMachine.ts). */
   model: modelMachine,
 };
 
@@ -291,7 +291,7 @@ const supervisorSetup = setup({
       enqueue.assign({ ownStale: { changes: event.changes, described: event.described, since: Date.now() }, ownDrained: true });
       enqueue.emit({ type: 'MODEL_STALE', spec: context.config.models[0]! });
     }),
-    // Another model's files changed: it drains itself (src/machines/model.ts) and is loaded again.
+    // Another model's files changed: it drains itself (src/models/modelMachine.ts) and is loaded again.
     recordModelStale: enqueueActions(({ context, event, enqueue }) => {
       assertEvent(event, 'MODEL_STALE');
       context.log.warn({ model: event.spec.name, files: event.changes }, staleMessage(event.spec.name, event.described));

@@ -11,7 +11,7 @@ import { errorCode, RendezvousError, type ProtocolError } from '../errors.js';
 import type { Logger } from '../log.js';
 import { stateName } from '../machines/stateName.js';
 import { coordinatorMachine, type Claim, type CoordinatorEvent, type CoordinatorPhase } from '../machines/coordinator.js';
-import { ModelGroups } from './modelGroups.js';
+import { ModelGroups } from './modelGroupRegistry.js';
 import { descriptorBudget, type ListenerShare } from '../wire/descriptorBudget.js';
 import { LogLimiter } from '../wire/logLimiter.js';
 import type { GroupExpectation, Rejection } from './checkJoin.js';
@@ -67,7 +67,7 @@ export class Coordinator {
   /** Its part of the process's descriptors (TCP, open to strangers: none of the reserve). */
   readonly #share: ListenerShare;
   readonly #group: Actor<typeof coordinatorMachine>;
-  /** Models loaded across the group while it serves, one swap per name (src/machines/modelGroup.ts). */
+  /** Models loaded across the group while it serves, one swap per name (src/models/modelGroupMachine.ts). */
   readonly #models: ModelGroups;
   #delivered!: () => void;
   #socketsClosed = false;

@@ -12,7 +12,7 @@ import { planCheckpoint } from '../../src/checkpoint/planCheckpoint.js';
 import { parseSafetensors } from '../../src/checkpoint/parseSafetensors.js';
 import { readPlanFile } from '../../src/checkpoint/readPlanFile.js';
 import { LoadControl } from '../../src/control/controlProtocol.js';
-import { readModelsFile } from '../../src/modelSpecs.js';
+import { readModelsFile } from '../../src/models/modelSpecs.js';
 import { acquireDeviceLock } from '../../src/wire/deviceLock.js';
 import { parsePayload } from '../../src/wire/frameCodec.js';
 import { writeRawSafetensors } from '../helpers/checkpoints.js';

@@ -9,7 +9,7 @@ import { EventFeed } from '../../src/inspect/eventFeed.js';
 import { InspectServer } from '../../src/inspect/inspectServer.js';
 import { machineToMermaid } from '../../src/inspect/machineToMermaid.js';
 import { NodeMetrics } from '../../src/inspect/nodeMetrics.js';
-import { modelGroupMachine } from '../../src/machines/modelGroup.js';
+import { modelGroupMachine } from '../../src/models/modelGroupMachine.js';
 import type { NodeStatus } from '../../src/nodeStatus.js';
 import { runCli } from '../helpers/runCli.js';
 import { httpGet } from './httpGet.js';

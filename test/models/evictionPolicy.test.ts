@@ -1,8 +1,8 @@
-// The no-lease-lru choice (src/evictionPolicy.ts) on its own: candidates, order, per-pool
+// The no-lease-lru choice (src/models/evictionPolicy.ts) on its own: candidates, order, per-pool
 // shortfalls on several GPUs, the fewest victims, and the refusal when no choice makes room.
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { checkEvictionPolicy, planEviction, type EvictionPlan } from '../../src/evictionPolicy.js';
+import { checkEvictionPolicy, planEviction, type EvictionPlan } from '../../src/models/evictionPolicy.js';
 import type { ModelStatus, ServedRankStatus } from '../../src/nodeStatus.js';
 import { UsageError } from '../../src/errors.js';
 

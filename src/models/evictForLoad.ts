@@ -2,15 +2,15 @@
 // (evictionPolicy.ts) which models to evict, unloads them and resolves once their memory is
 // freed, so that the caller (modelControl.ts) can try the load once more. When no choice makes
 // room, nothing is evicted and the load is refused with what evicting could have freed.
-import { DeviceError, WeightdError } from './errors.js';
+import { DeviceError, WeightdError } from '../errors.js';
 import { planEviction, type EvictionPolicy } from './evictionPolicy.js';
-import type { Logger } from './log.js';
-import { formatGiB, type PoolNeed } from './machines/modelFit.js';
-import type { EvictedModel, ModelStatus, NodeStatus } from './nodeStatus.js';
+import type { Logger } from '../log.js';
+import { formatGiB, type PoolNeed } from './modelFit.js';
+import type { EvictedModel, ModelStatus, NodeStatus } from '../nodeStatus.js';
 
 export interface EvictForLoadInput {
   policy: Exclude<EvictionPolicy, 'off'>;
-  /** The load's E_DOES_NOT_FIT, whose details name every pool it needs (machines/model.ts). */
+  /** The load's E_DOES_NOT_FIT, whose details name every pool it needs (models/modelMachine.ts). */
   refused: WeightdError;
   /** The name being loaded, for the messages. */
   name: string;

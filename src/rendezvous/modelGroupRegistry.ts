@@ -1,11 +1,11 @@
-// Node 0's model groups: one src/machines/modelGroup.ts actor per model name being loaded across
+// Node 0's model groups: one src/models/modelGroupMachine.ts actor per model name being loaded across
 // the group, fed by the coordinator with its members' model_* messages and losses. An aborted
 // group's verdict outlives it until every node has heard it (or the rendezvous deadline passes),
 // so a node that plans late, or fails before joining, gets the same verdict at once instead of
 // starting a group alone and waiting for its deadline.
 import { createActor, type Actor } from 'xstate';
 import type { Logger } from '../log.js';
-import { modelGroupMachine, peerFailedVerdict } from '../machines/modelGroup.js';
+import { modelGroupMachine, peerFailedVerdict } from '../models/modelGroupMachine.js';
 import type { Rejection } from './checkJoin.js';
 import type { ClientMessage, ServerMessage } from './wire.js';
 

@@ -4,7 +4,7 @@
 // showed one. So a daemon serves each fingerprint once: a load of one it serves is refused
 // (ModelControl.load), and so is a start that lists one twice (prepareNode). One rule, one
 // message, for both.
-import { UsageError } from './errors.js';
+import { UsageError } from '../errors.js';
 
 /** A model as the rule names it. */
 export interface CheckpointEntry {

@@ -2,17 +2,17 @@
 // the node serves, plans a model to load, hands it to the supervisor and follows its model actor
 // until it serves or fails. The machines decide the lifecycle; this only asks and reports.
 import type { Actor, SnapshotFrom } from 'xstate';
-import { planModel, spansGroup, type PlannedModel } from './actors/planModel.js';
+import { planModel, spansGroup, type PlannedModel } from './planModel.js';
 import { alreadyLoadedError } from './alreadyLoadedError.js';
-import { WeightdError, errorCode, receivedCode, RankFailedError, serializeError } from './errors.js';
+import { WeightdError, errorCode, receivedCode, RankFailedError, serializeError } from '../errors.js';
 import { evictForLoad } from './evictForLoad.js';
 import { checkEvictionPolicy, type EvictionPolicy } from './evictionPolicy.js';
-import type { Logger } from './log.js';
-import type { modelMachine } from './machines/model.js';
-import type { supervisorMachine } from './machines/supervisor.js';
+import type { Logger } from '../log.js';
+import type { modelMachine } from './modelMachine.js';
+import type { supervisorMachine } from '../machines/supervisor.js';
 import { resolveModelSpec, type ModelRequest, type ModelSpec } from './modelSpecs.js';
-import type { NodeConfig } from './nodeOptions.js';
-import type { LoadResult, ModelStatus, NodeStatus, UnloadResult } from './nodeStatus.js';
+import type { NodeConfig } from '../nodeOptions.js';
+import type { LoadResult, ModelStatus, NodeStatus, UnloadResult } from '../nodeStatus.js';
 
 /** States in which a model holds memory it is still filling: one such load at a time. */
 const LOADING_STATES = new Set(['admitting', 'loading', 'verifying', 'resident', 'starting']);

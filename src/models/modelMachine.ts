@@ -23,7 +23,7 @@
 //              without a keeper, fails at once.
 import { and, assertEvent, assign, enqueueActions, fromCallback, fromPromise, sendTo, setup, type AnyActorRef } from 'xstate';
 import type { FileIdentity, IdentityChange } from '../files/fileIdentity.js';
-import type { PlannedModel } from '../actors/planModel.js';
+import type { PlannedModel } from './planModel.js';
 import type { RankActorInput, RankCommand } from '../actors/rankActor.js';
 import type { RankKeeping } from '../actors/rankMessages.js';
 import type { ServeRankInput } from '../actors/serveRank.js';
@@ -32,22 +32,22 @@ import type { WorkerRegistry } from '../actors/workerRegistry.js';
 import { fillPlanOf } from '../checkpoint/types.js';
 import { WeightdError } from '../errors.js';
 import type { Logger } from '../log.js';
-import type { DropModelShardsInput } from '../actors/dropModelShards.js';
+import type { DropModelShardsInput } from './dropModelShards.js';
 import type { CudaHandles } from '../native/addon.js';
 import type { NodeFailure, RankStatus } from '../nodeStatus.js';
 import type { NodeManifestEntry } from '../wire/nodeManifest.js';
 import type { ServeCommand, ServeEvent } from '../serve/serveEvents.js';
 import { toServedRank } from '../serve/servedRank.js';
-import type { RankEvent } from './events.js';
+import type { RankEvent } from '../machines/events.js';
 import { formatGiB, modelPools, modelShortfall } from './modelFit.js';
-import { recordReport, updateRank } from './rankUpdates.js';
+import { recordReport, updateRank } from '../machines/rankUpdates.js';
 
 export interface ModelInput {
   /** The child's id in the supervisor, which its events to the parent carry. */
   id: string;
   /**
    * Who hears MODEL_SERVING, MODEL_FAILED and MODEL_GONE: the supervisor. An input rather than
-   * sendParent, so that xstate/graph can walk the machine alone (test/machines/model.paths).
+   * sendParent, so that xstate/graph can walk the machine alone (test/models/modelMachine.paths).
    */
   parent: AnyActorRef;
   planned: PlannedModel;
@@ -168,7 +168,7 @@ export const modelMachine = setup({
           message:
             `model "${name}" does not fit beside what is resident: its ranks need ${s.neededBytes} bytes (${formatGiB(s.neededBytes)}) of ${s.pool}, ` +
             `which has ${s.freeBytes} bytes (${formatGiB(s.freeBytes)}) free; nothing was allocated. Unload a model (weightd ctl unload) or load it at a smaller share per device`,
-          // Every pool, short or not: what an eviction policy (src/evictionPolicy.ts) makes room in.
+          // Every pool, short or not: what an eviction policy (src/models/evictionPolicy.ts) makes room in.
           details: { model: name, pool: s.pool, neededBytes: s.neededBytes, freeBytes: s.freeBytes, pools: modelPools(needs(context)) },
         },
       };

@@ -5,11 +5,11 @@
 import { readdirSync, statSync } from 'node:fs';
 import { basename, dirname, resolve } from 'node:path';
 import { z } from 'zod';
-import { LAYOUT_NAMES, type LayoutName } from './checkpoint/types.js';
-import { CheckpointError, UsageError } from './errors.js';
-import { readSmallFileSync } from './files/openRegularFile.js';
-import { parseBoundedJson } from './files/parseBoundedJson.js';
-import { ModelName } from './wire/protocol.js';
+import { LAYOUT_NAMES, type LayoutName } from '../checkpoint/types.js';
+import { CheckpointError, UsageError } from '../errors.js';
+import { readSmallFileSync } from '../files/openRegularFile.js';
+import { parseBoundedJson } from '../files/parseBoundedJson.js';
+import { ModelName } from '../wire/protocol.js';
 
 /** One model as configured, validated. */
 export interface ModelSpec {

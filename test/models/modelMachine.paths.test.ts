@@ -1,4 +1,4 @@
-// Model-based test of a model's lifecycle (src/machines/model.ts): xstate/graph enumerates the
+// Model-based test of a model's lifecycle (src/models/modelMachine.ts): xstate/graph enumerates the
 // paths through the machine with every event it can receive, and each path is replayed against a
 // live actor with fake rank, serve and checkFiles actors, checking at every step what must hold
 // in that state: nothing allocated before the fit check, no socket before the files are checked,
@@ -10,13 +10,13 @@ import * as assert from 'uvu/assert';
 import { createActor, fromCallback, fromPromise } from 'xstate';
 import { getShortestPaths, getSimplePaths } from 'xstate/graph';
 import type { FileIdentity } from '../../src/files/fileIdentity.js';
-import type { PlannedModel } from '../../src/actors/planModel.js';
+import type { PlannedModel } from '../../src/models/planModel.js';
 import type { RankActorInput, RankCommand } from '../../src/actors/rankActor.js';
 import { ServerRegistry } from '../../src/actors/serverRegistry.js';
 import type { ServeRankInput } from '../../src/actors/serveRank.js';
 import { WorkerRegistry } from '../../src/actors/workerRegistry.js';
 import type { RankEvent } from '../../src/machines/events.js';
-import { modelMachine, type ModelInput } from '../../src/machines/model.js';
+import { modelMachine, type ModelInput } from '../../src/models/modelMachine.js';
 import type { ServeCommand, ServeEvent } from '../../src/serve/serveEvents.js';
 
 const RANKS = 2;

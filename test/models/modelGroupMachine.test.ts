@@ -1,11 +1,11 @@
-// A model group on node 0 (src/machines/modelGroup.ts), driven with its members' messages: it
+// A model group on node 0 (src/models/modelGroupMachine.ts), driven with its members' messages: it
 // commits only once every node has joined and is resident, and any failure, loss, disagreement
 // or the deadline aborts it with one verdict sent to every node.
 import pino from 'pino';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { createActor } from 'xstate';
-import { modelGroupMachine, type ModelGroupEvent } from '../../src/machines/modelGroup.js';
+import { modelGroupMachine, type ModelGroupEvent } from '../../src/models/modelGroupMachine.js';
 import type { ServerMessage } from '../../src/rendezvous/wire.js';
 
 const A = 'a'.repeat(64);

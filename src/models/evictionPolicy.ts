@@ -1,5 +1,5 @@
 // Which resident models a load that does not fit may evict (docs/operations.md, Eviction). Pure:
-// it reads the pools the refused load needs (src/machines/modelFit.ts) and the node's models as
+// it reads the pools the refused load needs (src/models/modelFit.ts) and the node's models as
 // status reports them, and answers with the models to unload or with why none can make room.
 //
 // no-lease-lru: only a model that serves with no lease on any rank is a candidate (a lease is
@@ -8,8 +8,8 @@
 // its kept segments (--keeper) are dropped with its release, so evicting it frees the memory,
 // and a restart loads it again as the command line says. An older version of the name being
 // loaded is a candidate too: it would drain once the new one serves anyway.
-import type { ModelStatus } from './nodeStatus.js';
-import { poolOf, type PoolNeed } from './machines/modelFit.js';
+import type { ModelStatus } from '../nodeStatus.js';
+import { poolOf, type PoolNeed } from './modelFit.js';
 import { usage } from './modelSpecs.js';
 
 export const EVICTION_POLICIES = ['off', 'no-lease-lru'] as const;

@@ -6,7 +6,7 @@ import { planCheckpoint } from '../checkpoint/planCheckpoint.js';
 import { WeightdError } from '../errors.js';
 import type { CheckpointPlan } from '../checkpoint/types.js';
 import type { Logger } from '../log.js';
-import type { ModelSpec } from '../modelSpecs.js';
+import type { ModelSpec } from './modelSpecs.js';
 import type { DeviceSlot, FillOptions } from '../native/addon.js';
 import { cachedShare, localDevices } from '../native/devices.js';
 import { nodeFillOptions } from '../native/fillPolicy.js';
@@ -16,7 +16,7 @@ import type { NodeConfig } from '../nodeOptions.js';
  * Where a model's ranks live. nnodes 1: every rank on this node (global rank = local rank), as on
  * a daemon of one node. Otherwise the model spans the group as the node's own does: this node
  * holds ranks nodeRank * localWorldSize .. + localWorldSize - 1, and the swap is all-or-nothing
- * across nodes (src/machines/modelGroup.ts).
+ * across nodes (src/models/modelGroupMachine.ts).
  */
 export interface ModelPlacement {
   nodeRank: number;
@@ -45,7 +45,7 @@ export function spansGroup(tpSize: number, config: Pick<NodeConfig, 'nnodes' | '
   return config.nnodes > 1 && tpSize === config.tpSize;
 }
 
-/** A model ready to load: what a model actor (src/machines/model.ts) takes as input. */
+/** A model ready to load: what a model actor (src/models/modelMachine.ts) takes as input. */
 export interface PlannedModel {
   spec: ModelSpec;
   placement: ModelPlacement;

@@ -1,10 +1,10 @@
-// Node 0's model groups across attempts (src/rendezvous/modelGroups.ts): an aborted attempt's
+// Node 0's model groups across attempts (src/rendezvous/modelGroupRegistry.ts): an aborted attempt's
 // verdict reaches a node that joins it late, but never a node that already knows the outcome and
 // tries again (a node that failed, then had its files fixed, or a member retrying).
 import pino from 'pino';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { ModelGroups } from '../../src/rendezvous/modelGroups.js';
+import { ModelGroups } from '../../src/rendezvous/modelGroupRegistry.js';
 import type { ServerMessage } from '../../src/rendezvous/wire.js';
 
 const F = 'f'.repeat(64);
