@@ -8,7 +8,8 @@ import type { Logger } from './log.js';
 import { CUDA_HANDLES, type CudaHandles, type FillOptions } from './native/addon.js';
 import { FILL_SIZING } from './native/fillPolicy.js';
 import { checkEvictionPolicy, type EvictionPolicy } from './models/evictionPolicy.js';
-import { integer, readModelsFile, resolveModelSpecs, usage, type ModelRequest, type ModelSpec } from './models/modelSpecs.js';
+import { integer, usage } from './flagValues.js';
+import { readModelsFile, resolveModelSpecs, type ModelRequest, type ModelSpec } from './models/modelSpecs.js';
 
 export type DeviceChoice = 'auto' | 'cuda' | 'host';
 /**

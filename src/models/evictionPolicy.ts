@@ -10,7 +10,7 @@
 // loaded is a candidate too: it would drain once the new one serves anyway.
 import type { ModelStatus } from '../nodeStatus.js';
 import { poolOf, type PoolNeed } from './modelFit.js';
-import { usage } from './modelSpecs.js';
+import { usage } from '../flagValues.js';
 
 export const EVICTION_POLICIES = ['off', 'no-lease-lru'] as const;
 export type EvictionPolicy = (typeof EVICTION_POLICIES)[number];

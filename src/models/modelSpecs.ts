@@ -7,6 +7,7 @@ import { basename, dirname, resolve } from 'node:path';
 import { z } from 'zod';
 import { LAYOUT_NAMES, type LayoutName } from '../checkpoint/types.js';
 import { CheckpointError, UsageError } from '../errors.js';
+import { integer, usage } from '../flagValues.js';
 import { readSmallFileSync } from '../files/openRegularFile.js';
 import { parseBoundedJson } from '../files/parseBoundedJson.js';
 import { ModelName } from '../wire/protocol.js';
@@ -52,20 +53,6 @@ export const ModelsFile = z.strictObject({
     .min(1)
     .max(MAX_MODELS),
 });
-
-export function usage(flag: string, value: unknown, problem: string, fix: string): UsageError {
-  // A flag that was not given has no value to quote.
-  const what = value === undefined ? flag : `${flag} ${JSON.stringify(value)}:`;
-  return new UsageError('E_USAGE', `${what} ${problem}; ${fix}`, { flag, value });
-}
-
-export function integer(flag: string, value: unknown, min: number, max: number, fix: string): number {
-  const n = typeof value === 'string' && value.trim() !== '' ? Number(value) : value;
-  if (typeof n !== 'number' || !Number.isInteger(n) || n < min || n > max) {
-    throw usage(flag, value, `must be an integer from ${min} to ${max}`, fix);
-  }
-  return n;
-}
 
 export function checkLayouts(layouts: unknown): LayoutName[] {
   const names = layouts ?? [];
