@@ -2,7 +2,7 @@
 // checkpoint on disk now. The daemon digested every tensor while it filled (or carried the
 // digests from the keeper's record); this hashes the files again, the same way
 // (docs/spec/fingerprint.md §8), and names every tensor whose digest differs.
-import { diskDigests } from '../checkpoint/diskDigests.js';
+import { diskDigests } from '../native/diskDigests.js';
 import { planCheckpoint } from '../checkpoint/planCheckpoint.js';
 import { findSocket } from '../client/findSocket.js';
 import { WeightdClient } from '../client/weightdClient.js';

@@ -2,7 +2,7 @@
 // the daemon computes it, so that only a cache of exactly these weights, sharded this way, for
 // this rank, is used. docs/spec/fingerprint.md defines it; the Python client's
 // expected_fingerprint computes the same without Node.
-import { diskDigests } from '../checkpoint/diskDigests.js';
+import { diskDigests } from '../native/diskDigests.js';
 import { fullContentFingerprint, rankFingerprint } from '../checkpoint/fingerprint.js';
 import { planCheckpoint } from '../checkpoint/planCheckpoint.js';
 import type { CheckpointPlan } from '../checkpoint/types.js';

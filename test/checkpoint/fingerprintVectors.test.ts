@@ -3,7 +3,7 @@
 // (clients/python/tests/test_fingerprint.py) holds its implementation to the same file.
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { diskDigests } from '../../src/checkpoint/diskDigests.js';
+import { diskDigests } from '../../src/native/diskDigests.js';
 import { sha256Hex } from '../../src/checkpoint/fingerprint.js';
 import { planCheckpoint } from '../../src/checkpoint/planCheckpoint.js';
 import { expectedFingerprint } from '../../src/client/expectedFingerprint.js';

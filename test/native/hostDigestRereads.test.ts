@@ -5,7 +5,7 @@
 import { rmSync } from 'node:fs';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { diskDigests } from '../../src/checkpoint/diskDigests.js';
+import { diskDigests } from '../../src/native/diskDigests.js';
 import { planCheckpoint } from '../../src/checkpoint/planCheckpoint.js';
 import { DeviceHandle } from '../../src/native/deviceHandle.js';
 import { writeArchCheckpoint } from '../helpers/checkpoints.js';

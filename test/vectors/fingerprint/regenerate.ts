@@ -3,7 +3,7 @@
 // the diff: the Python test then holds the other implementation to the new values.
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { diskDigests } from '../../../src/checkpoint/diskDigests.js';
+import { diskDigests } from '../../../src/native/diskDigests.js';
 import { fullContentFingerprint, rankFingerprint } from '../../../src/checkpoint/fingerprint.js';
 import { planCheckpoint } from '../../../src/checkpoint/planCheckpoint.js';
 import { rankFingerprintFields } from '../../../src/checkpoint/rankFingerprintFields.js';
