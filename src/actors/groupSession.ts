@@ -9,7 +9,7 @@ import type { Logger } from '../log.js';
 import type { NodeConfig } from '../nodeOptions.js';
 import { checkJoin, type GroupExpectation } from '../rendezvous/checkJoin.js';
 import { GroupClient, type JoinRequest } from '../rendezvous/client.js';
-import { Coordinator } from '../rendezvous/coordinator.js';
+import { Coordinator } from '../rendezvous/coordinatorServer.js';
 import type { GroupCommand, GroupEvent } from '../rendezvous/groupEvents.js';
 import { groupRankTable } from '../wire/rankTable.js';
 import { groupTiming, type GroupTiming } from '../rendezvous/timing.js';

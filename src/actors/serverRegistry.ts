@@ -85,11 +85,6 @@ export class ServerRegistry {
     entry.server.close();
   }
 
-  /** The device server of a device, while one is bound (tests and notifications). */
-  server(deviceUuid: string): DeviceServer | undefined {
-    return this.#servers.get(deviceUuid)?.server;
-  }
-
   /** A version's rank's counters, or undefined while it has no server. */
   stats(version: string, fingerprint: string): RankServiceStats | undefined {
     const entry = this.#byVersion.get(versionKey(version, fingerprint));

@@ -1,4 +1,5 @@
-// The checkpoint layer's public surface: what the daemon, the planner actor and tools import.
+// The checkpoint layer's surface for tools outside src/ (bench/); src/ itself imports the files
+// it needs directly, not this index.
 
 export { planCheckpoint, ARENA_ALIGNMENT, type PlanOptions } from './planCheckpoint.js';
 export { parseSafetensors, MAX_HEADER_BYTES, type SafetensorsHeader, type SafetensorsTensor } from './parseSafetensors.js';

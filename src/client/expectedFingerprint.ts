@@ -9,9 +9,11 @@ import type { CheckpointPlan } from '../checkpoint/types.js';
 import { rankFingerprintFields } from '../checkpoint/rankFingerprintFields.js';
 import type { Expected } from './weightdClient.js';
 
-/** The layouts a fingerprint can be computed for (the Python client's LAYOUTS). */
-export const FINGERPRINT_LAYOUTS = ['checkpoint'] as const;
-export type FingerprintLayout = (typeof FINGERPRINT_LAYOUTS)[number];
+/**
+ * The one layout a fingerprint is computed for: an engine layout is a view of the same shard, so
+ * it has the checkpoint's fingerprint (the Python client refuses the same way).
+ */
+export type FingerprintLayout = 'checkpoint';
 
 /**
  * `full`: the full-content version (docs/spec/fingerprint.md §8), which reads every byte of the
@@ -19,8 +21,8 @@ export type FingerprintLayout = (typeof FINGERPRINT_LAYOUTS)[number];
  * answers with a mismatch naming `content` and `protocol` (then load from disk).
  */
 export async function expectedFingerprint(modelDir: string, tpSize: number, globalRank: number, planFile?: string, layout: FingerprintLayout = 'checkpoint', full = false): Promise<Expected> {
-  if (!FINGERPRINT_LAYOUTS.includes(layout)) {
-    throw new RangeError(`layout ${JSON.stringify(layout)} is not one a fingerprint can be computed for; the layouts are: ${FINGERPRINT_LAYOUTS.join(', ')}`);
+  if (layout !== 'checkpoint') {
+    throw new RangeError(`layout ${JSON.stringify(layout)} is not one a fingerprint can be computed for; the layouts are: checkpoint`);
   }
   const plan = await planCheckpoint(modelDir, { tpSize, planFile });
   if (!plan.ranks[globalRank]) throw new RangeError(`rank ${globalRank} does not exist with tensor-parallel size ${tpSize}`);

@@ -264,7 +264,7 @@ function admissionRefusal(c: CoordinatorContext, e: JoinEvent): Rejection {
 
 /** An action's body: running the machine without the connection side provided is a wiring bug. */
 function notProvided(name: string): never {
-  throw new WeightdError('E_INTERNAL', `the coordinator's "${name}" action was not provided; create the machine with .provide({ actions }) (src/rendezvous/coordinator.ts does)`);
+  throw new WeightdError('E_INTERNAL', `the coordinator's "${name}" action was not provided; create the machine with .provide({ actions }) (src/rendezvous/coordinatorServer.ts does)`);
 }
 
 const coordinatorSetup = setup({
@@ -357,7 +357,7 @@ const coordinatorSetup = setup({
     noVerdictInFlight: ({ context }) => context.telling.length === 0,
   },
   actions: {
-    // What the connection side does (src/rendezvous/coordinator.ts provides them).
+    // What the connection side does (src/rendezvous/coordinatorServer.ts provides them).
     send: (_, _p: { linkIds: number[]; message: ServerMessage }) => notProvided('send'),
     /** `rejected` to that connection alone, then it is closed. */
     refuse: (_, _p: { linkId: number; rejection: Rejection }) => notProvided('refuse'),

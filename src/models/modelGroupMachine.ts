@@ -11,7 +11,7 @@
 //   aborted:   a node failed, vanished or disagreed, or the deadline passed: every node is told
 //              to free it, with one verdict, and the older version serves on everywhere.
 //
-// It holds no connection: src/rendezvous/coordinator.ts feeds it its members' messages and
+// It holds no connection: src/rendezvous/coordinatorServer.ts feeds it its members' messages and
 // provides `send`, which writes to the nodes it names.
 import { assertEvent, assign, setup } from 'xstate';
 import type { ErrorCode } from '../errors.js';
@@ -89,7 +89,7 @@ export function peerFailedVerdict(name: string, nodeRank: number, code: string, 
 }
 
 function notProvided(name: string): never {
-  throw new WeightdError('E_INTERNAL', `the model group's "${name}" action was not provided; create the machine with .provide({ actions }) (src/rendezvous/coordinator.ts does)`);
+  throw new WeightdError('E_INTERNAL', `the model group's "${name}" action was not provided; create the machine with .provide({ actions }) (src/rendezvous/coordinatorServer.ts does)`);
 }
 
 const modelGroupSetup = setup({

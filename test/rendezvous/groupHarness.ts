@@ -4,7 +4,7 @@
 import { connect, type Socket } from 'node:net';
 import pino from 'pino';
 import { GroupClient, type JoinRequest } from '../../src/rendezvous/client.js';
-import { Coordinator } from '../../src/rendezvous/coordinator.js';
+import { Coordinator } from '../../src/rendezvous/coordinatorServer.js';
 import type { GroupEvent } from '../../src/rendezvous/groupEvents.js';
 import type { GroupTiming } from '../../src/rendezvous/timing.js';
 import { encodeRdzvMessage, parseServerMessage, type AnyMessage, type ServerMessage } from '../../src/rendezvous/wire.js';

@@ -4,7 +4,7 @@ import { createServer } from 'node:net';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { encodeRdzvMessage, RDZV_PROTOCOL_VERSION } from '../../src/rendezvous/wire.js';
-import { Coordinator } from '../../src/rendezvous/coordinator.js';
+import { Coordinator } from '../../src/rendezvous/coordinatorServer.js';
 import {
   closeAll, closeLeftovers, FAST, joinRequest, RawPeer, readyGroup, silent, sleep, startCoordinator, startNodes, TestNode, track,
 } from './groupHarness.js';

@@ -5,7 +5,7 @@
 import { connect, type Socket } from 'node:net';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { PENDING_BUDGET } from '../../src/rendezvous/coordinator.js';
+import { PENDING_BUDGET } from '../../src/rendezvous/coordinatorServer.js';
 import { encodeRdzvMessage } from '../../src/rendezvous/wire.js';
 import { closeAll, closeLeftovers, joinRequest, startCoordinator, TestNode, track, type GroupShape } from './groupHarness.js';
 
