@@ -39,7 +39,7 @@ async function main(argv: string[]): Promise<number> {
       return 0;
     }
     if (cli.command === 'statechart') {
-      const [{ drawnChart }, { chartToMermaid }] = await Promise.all([import('./inspect/drawnMachines.js'), import('./inspect/machineToMermaid.js')]);
+      const [{ drawnChart }, { chartToMermaid }] = await Promise.all([import('./machines/drawnMachines.js'), import('./inspect/machineToMermaid.js')]);
       const chart = drawnChart(cli.machine);
       process.stdout.write(cli.format === 'json' ? `${JSON.stringify(chart, null, 2)}\n` : chartToMermaid(chart));
       return 0;

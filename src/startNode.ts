@@ -8,7 +8,7 @@ import { OWN_VERSION } from './serve/servedRank.js';
 import { WorkerRegistry } from './actors/workerRegistry.js';
 import { RankFailedError, receivedCode, WeightdError } from './errors.js';
 import { EventFeed, type NodeEvent, type NodeEventListener } from './inspect/eventFeed.js';
-import { drawnChart, pageMachinesFor } from './inspect/drawnMachines.js';
+import { drawnChart, pageMachinesFor } from './machines/drawnMachines.js';
 import { NodeMetrics } from './inspect/nodeMetrics.js';
 import { ProgressReporter } from './inspect/progressReporter.js';
 import { createLogger, flushLogger, type Logger } from './log.js';

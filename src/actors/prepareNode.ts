@@ -11,7 +11,8 @@ import type { DeviceSlot, FillOptions } from '../native/addon.js';
 import { localDevices } from '../native/devices.js';
 import { dropUnplanned } from '../keeper/dropUnplanned.js';
 import { KeeperClient } from '../keeper/keeperClient.js';
-import { shardsOf, type ShardKey } from '../keeper/shardsOf.js';
+import type { ShardKey } from '../keeper/shardKey.js';
+import { shardsOf } from '../models/shardsOf.js';
 import { acquireDeviceLock, type DeviceLock } from '../wire/deviceLock.js';
 import { checkSocketPathLength, removeSocketDirIfCreated, resolveSocketDir, socketPathFor } from '../wire/socketDir.js';
 import { VERSION } from '../version.js';
@@ -80,7 +81,7 @@ export const prepareNode = fromPromise<Prepared, PrepareInput>(async ({ input, s
     if (keeper && records) {
       const started = [{ name: config.name, fingerprint: plan.fingerprint }, ...models.map((m) => ({ name: m.spec.name, fingerprint: m.plan.fingerprint }))];
       // Only with a keeper: it parses kept records, which a plain start has none of to read.
-      const { restoreLoaded } = await import('../keeper/restoreLoaded.js');
+      const { restoreLoaded } = await import('./restoreLoaded.js');
       models.push(...(await restoreLoaded({ records, config, devices: devices.map((d) => d.uuid), started, log })));
       await dropUnplanned(keeper.socket, records, plannedShards(devices, plan, config, models), log);
     }

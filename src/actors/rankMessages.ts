@@ -40,7 +40,7 @@ export interface RankKeeping {
   /** The checkpoint directory and this weightd's name and version, for the record. */
   model: string;
   writer: string;
-  /** A model loaded at run time: its load request, which the record carries so a restart restores it (src/keeper/restoreLoaded.ts). */
+  /** A model loaded at run time: its load request, which the record carries so a restart restores it (src/actors/restoreLoaded.ts). */
   load?: KeptLoad;
 }
 

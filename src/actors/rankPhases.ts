@@ -3,7 +3,7 @@
 // src/actors/rankWorker.ts (a test's fixture that fails at one phase on purpose) runs this same
 // code around the phase it replaces.
 import { checkFileIdentities } from '../files/fileIdentity.js';
-import type { Adopted, NotAdopted } from '../keeper/rankKeeping.js';
+import type { Adopted, NotAdopted } from './rankKeeping.js';
 import type { SegmentExport } from '../native/addon.js';
 import { DeviceHandle, type FillResult } from '../native/deviceHandle.js';
 import type { RankSource } from '../nodeStatus.js';
@@ -15,7 +15,7 @@ export type { Post };
  * The keeper's side of a rank, loaded only with a keeper (data.keeper): a rank without one never
  * loads it, nor the zod schema of its kept record, on its worker's start.
  */
-export const rankKeeping = () => import('../keeper/rankKeeping.js');
+export const rankKeeping = () => import('./rankKeeping.js');
 
 type Awaitable<T> = T | Promise<T>;
 

@@ -14,7 +14,7 @@ import type { FingerprintRequest } from './printFingerprints.js';
 import type { VerifyRequest } from './runVerify.js';
 import { keeperSocketPath } from '../keeper/keeperSocketPath.js';
 import { defaultSocketDir } from '../wire/socketDir.js';
-import { DRAWN_MACHINE_NAMES, type DrawnMachine } from '../inspect/drawnMachines.js';
+import { DRAWN_MACHINE_NAMES, type DrawnMachine } from '../machines/drawnMachines.js';
 
 export { VERSION };
 

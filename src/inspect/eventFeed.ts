@@ -4,7 +4,7 @@
 // counters and the progress reporter's summaries.
 import type { AnyActorRef, InspectionEvent, StateValue } from 'xstate';
 import { errorCode } from '../errors.js';
-import { stateName } from '../machines/stateName.js';
+import { stateName } from './stateName.js';
 
 export interface NodeEvent {
   /** 1, 2, 3 ... in the order the events happened. */

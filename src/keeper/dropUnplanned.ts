@@ -8,7 +8,7 @@
 import type { Logger } from '../log.js';
 import { KeeperClient } from './keeperClient.js';
 import type { KeptRecord as ListedRecord } from './keeperProtocol.js';
-import type { ShardKey } from './shardsOf.js';
+import type { ShardKey } from './shardKey.js';
 
 /**
  * Drops, of what the keeper holds (`records`, its LIST at this start), the records of the devices

@@ -26,7 +26,7 @@ import type { RankEvent, SupervisorEvent } from './events.js';
 import { modelMachine, type ModelInput } from '../models/modelMachine.js';
 import type { NodeManifestEntry, NodeManifestModel } from '../wire/nodeManifest.js';
 import { recordReport, updateRank } from './rankUpdates.js';
-import { keptLoadOf } from '../keeper/keptLoad.js';
+import { keptLoadOf } from '../models/keptLoad.js';
 import type { IdentityChange } from '../files/fileIdentity.js';
 import type { ModelSpec } from '../models/modelSpecs.js';
 

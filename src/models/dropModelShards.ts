@@ -4,7 +4,7 @@
 // daemon that owns it, until the daemon ends; dropped here, it is free for the next load.
 import { fromPromise } from 'xstate';
 import { KeeperClient } from '../keeper/keeperClient.js';
-import { shardsOf } from '../keeper/shardsOf.js';
+import { shardsOf } from './shardsOf.js';
 import type { Logger } from '../log.js';
 import type { PlannedModel } from './planModel.js';
 

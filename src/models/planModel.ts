@@ -56,7 +56,7 @@ export interface PlannedModel {
   /**
    * Where it comes from (default 'start': the command line, a --models file, NodeOptions.models).
    * 'load': weightd ctl load or node.load; 'restore': such a load by an earlier daemon, restored
-   * from the keeper (src/keeper/restoreLoaded.ts). The keeper stores the load request of the
+   * from the keeper (src/actors/restoreLoaded.ts). The keeper stores the load request of the
    * latter two with their shards, so the next start restores them too.
    */
   origin?: 'start' | 'load' | 'restore';

@@ -9,7 +9,7 @@ import { createServer, type Server, type Socket } from 'node:net';
 import { createActor, type Actor } from 'xstate';
 import { errorCode, RendezvousError, type ProtocolError } from '../errors.js';
 import type { Logger } from '../log.js';
-import { stateName } from '../machines/stateName.js';
+import { stateName } from '../inspect/stateName.js';
 import { coordinatorMachine, type Claim, type CoordinatorEvent, type CoordinatorPhase } from '../machines/coordinator.js';
 import { ModelGroups } from './modelGroupRegistry.js';
 import { descriptorBudget, type ListenerShare } from '../wire/descriptorBudget.js';

@@ -20,7 +20,7 @@ const ON_DEMAND = {
   'the inspect server': '/dist/src/inspect/inspectServer.js',
   'the statechart page': '/dist/src/inspect/statechartPage.js',
   'the fingerprint command': '/dist/src/cli/printFingerprints.js',
-  "a rank's keeper side": '/dist/src/keeper/rankKeeping.js',
+  "a rank's keeper side": '/dist/src/actors/rankKeeping.js',
   "the keeper's record schema": '/dist/src/keeper/keptRecord.js',
 };
 

@@ -5,7 +5,7 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { createActor } from 'xstate';
 import { EventFeed, PROGRESS_SAMPLE_MS, summarizeEvent, type NodeEvent } from '../../src/inspect/eventFeed.js';
-import { stateName } from '../../src/machines/stateName.js';
+import { stateName } from '../../src/inspect/stateName.js';
 import { supervisorMachine } from '../../src/machines/supervisor.js';
 import { FakeWorld, fakeInput, fakePrepared, fakeRankTable } from '../helpers/fakeNode.js';
 

@@ -4,7 +4,7 @@
 import pino from 'pino';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { DRAWN_MACHINE_NAMES, drawnChart, pageMachinesFor } from '../../src/inspect/drawnMachines.js';
+import { DRAWN_MACHINE_NAMES, drawnChart, pageMachinesFor } from '../../src/machines/drawnMachines.js';
 import { EventFeed } from '../../src/inspect/eventFeed.js';
 import { InspectServer } from '../../src/inspect/inspectServer.js';
 import { machineToMermaid } from '../../src/inspect/machineToMermaid.js';
@@ -12,7 +12,7 @@ import { NodeMetrics } from '../../src/inspect/nodeMetrics.js';
 import { modelGroupMachine } from '../../src/models/modelGroupMachine.js';
 import type { NodeStatus } from '../../src/nodeStatus.js';
 import { runCli } from '../helpers/runCli.js';
-import { httpGet } from './httpGet.js';
+import { httpGet } from '../inspect/httpGet.js';
 
 test('a node of one draws no group machine; a group node draws the coordinator and the model group too, every one a drawn machine', () => {
   assert.equal(pageMachinesFor(1), ['supervisor', 'rankService', 'model']);

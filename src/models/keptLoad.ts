@@ -1,8 +1,8 @@
 // The load request that the kept record of a model loaded at run time carries (keptRecord.ts's
 // `load`), apart from the record's schema: the supervisor makes one for every such model, and a
 // plain start loads no schema it does not use (test/cli/startupModules.test.ts).
-import type { ModelSpec } from '../models/modelSpecs.js';
-import type { KeptLoad } from './keptRecord.js';
+import type { ModelSpec } from './modelSpecs.js';
+import type { KeptLoad } from '../keeper/keptRecord.js';
 
 /** The load request of a model loaded at run time, as its records carry it. */
 export function keptLoadOf(spec: ModelSpec, fingerprint: string): KeptLoad {

@@ -8,8 +8,8 @@ import { planModel, spansGroup, type PlannedModel } from '../models/planModel.js
 import type { Logger } from '../log.js';
 import { resolveModelSpec } from '../models/modelSpecs.js';
 import type { NodeConfig } from '../nodeOptions.js';
-import type { KeptRecord as ListedRecord } from './keeperProtocol.js';
-import { parseKeptRecord, type KeptLoad } from './keptRecord.js';
+import type { KeptRecord as ListedRecord } from '../keeper/keeperProtocol.js';
+import { parseKeptRecord, type KeptLoad } from '../keeper/keptRecord.js';
 
 export interface RestoreInput {
   /** What the keeper holds (its LIST), read once at the start for this and dropUnplanned.ts. */

@@ -1,11 +1,11 @@
 // The machines weightd draws from their own definitions (`weightd statechart --machine`, the
 // inspect page), by the id each chart carries. Machines only: loading this loads no I/O.
-import { coordinatorMachine } from '../machines/coordinator.js';
+import { coordinatorMachine } from './coordinator.js';
 import { modelMachine } from '../models/modelMachine.js';
 import { modelGroupMachine } from '../models/modelGroupMachine.js';
-import { supervisorMachine } from '../machines/supervisor.js';
+import { supervisorMachine } from './supervisor.js';
 import { rankServiceMachine } from '../serve/rankServiceMachine.js';
-import { machineToChart, type MachineChart } from './machineToMermaid.js';
+import { machineToChart, type MachineChart } from '../inspect/machineToMermaid.js';
 
 const DRAWN_MACHINES = { supervisor: supervisorMachine, coordinator: coordinatorMachine, rankService: rankServiceMachine, model: modelMachine, modelGroup: modelGroupMachine };
 export type DrawnMachine = keyof typeof DRAWN_MACHINES;

@@ -1,14 +1,9 @@
 // The keeper files each rank's shard by its device and its rank fingerprint: what a model's local
 // ranks have there, for the drops that name a model's shards (dropUnplanned.ts at a start,
 // dropModelShards.ts when a model fails).
-import type { ModelPlacement, PlannedModel } from '../models/planModel.js';
+import type { ModelPlacement, PlannedModel } from './planModel.js';
+import type { ShardKey } from '../keeper/shardKey.js';
 import { globalRank } from '../wire/rankTable.js';
-
-/** One rank's shard as the keeper files it. */
-export interface ShardKey {
-  device: string;
-  fingerprint: string;
-}
 
 /** The shard of each of the model's local ranks, on its device. */
 export function shardsOf({ devices, plan, placement }: Pick<PlannedModel, 'devices' | 'plan'> & { placement: Pick<ModelPlacement, 'nodeRank' | 'localWorldSize'> }): ShardKey[] {

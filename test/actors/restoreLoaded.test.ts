@@ -1,4 +1,4 @@
-// Which stored load requests a start restores (src/keeper/restoreLoaded.ts), against a real keeper
+// Which stored load requests a start restores (src/actors/restoreLoaded.ts), against a real keeper
 // holding records whose owner has gone: in a group, a model of this node alone is restored and
 // one that spans the group is refused by name; a record of another device, or of a live owner,
 // is not this start's; a command-line model of the same checkpoint wins under another name.
@@ -11,7 +11,7 @@ import type { RankPlan } from '../../src/checkpoint/types.js';
 import { planCheckpoint } from '../../src/checkpoint/planCheckpoint.js';
 import { KeeperClient } from '../../src/keeper/keeperClient.js';
 import { encodeKeptRecord, keptRecordFor, type KeptLoad } from '../../src/keeper/keptRecord.js';
-import { restoreLoaded } from '../../src/keeper/restoreLoaded.js';
+import { restoreLoaded } from '../../src/actors/restoreLoaded.js';
 import { hostDevices } from '../../src/native/devices.js';
 import { resolveNodeOptions, type NodeConfig } from '../../src/nodeOptions.js';
 import { memfdWith, startTestKeeper, type TestKeeper } from '../helpers/keeper.js';

@@ -4,13 +4,13 @@
 // keeper failure here degrades to a load from disk or to a rank that is not kept, and says so:
 // the keeper makes restarts fast, it never stops a node from serving.
 import { canonicalJson } from '../checkpoint/canonicalJson.js';
-import type { Post, RankKeeping, RankWorkerData } from '../actors/rankMessages.js';
+import type { Post, RankKeeping, RankWorkerData } from './rankMessages.js';
 import type { RankSource } from '../nodeStatus.js';
 import { errorCode } from '../errors.js';
 import { addon, type SegmentExport } from '../native/addon.js';
 import type { DeviceHandle } from '../native/deviceHandle.js';
-import { KeeperClient } from './keeperClient.js';
-import { checkKeptRecord, encodeKeptRecord, keptRecordFor, type KeptExpectation, type KeptHandleType } from './keptRecord.js';
+import { KeeperClient } from '../keeper/keeperClient.js';
+import { checkKeptRecord, encodeKeptRecord, keptRecordFor, type KeptExpectation, type KeptHandleType } from '../keeper/keptRecord.js';
 
 const why = (err: unknown) => (err instanceof Error ? err.message : String(err));
 
