@@ -3,9 +3,9 @@
 import type { Registry } from 'prom-client';
 import { createActor, type SnapshotFrom } from 'xstate';
 import { nodeActors, rankWorkerModule } from './actors/nodeActors.js';
-import { ServerRegistry } from './actors/serverRegistry.js';
+import { ServerRegistry } from './serve/serverRegistry.js';
 import { OWN_VERSION } from './serve/servedRank.js';
-import { WorkerRegistry } from './actors/workerRegistry.js';
+import { WorkerRegistry } from './models/workerRegistry.js';
 import { RankFailedError, receivedCode, WeightdError } from './errors.js';
 import { EventFeed, type NodeEvent, type NodeEventListener } from './inspect/eventFeed.js';
 import { drawnChart, pageMachinesFor } from './machines/drawnMachines.js';
@@ -146,7 +146,7 @@ function totals(ranks: ServedRankStatus[]): { bytes: number; leases: number; las
 export interface NodeModules {
   /**
    * The module each rank's worker thread runs: default src/actors/rankWorker.ts. Another must
-   * speak src/actors/rankMessages.ts, as one that wraps src/actors/rankPhases.ts does (the
+   * speak src/models/rankMessages.ts, as one that wraps src/actors/rankPhases.ts does (the
    * tests' fixture workers, test/actors/fixtures).
    */
   rankWorker?: URL;

@@ -5,8 +5,6 @@
 import { hostname } from 'node:os';
 import { fromCallback } from 'xstate';
 import { RendezvousError, serializeError, type WeightdError } from '../errors.js';
-import type { Logger } from '../log.js';
-import type { NodeConfig } from '../nodeOptions.js';
 import { checkJoin, type GroupExpectation } from '../rendezvous/checkJoin.js';
 import { GroupClient, type JoinRequest } from '../rendezvous/client.js';
 import { Coordinator } from '../rendezvous/coordinatorServer.js';
@@ -14,15 +12,7 @@ import type { GroupCommand, GroupEvent } from '../rendezvous/groupEvents.js';
 import { groupRankTable } from '../wire/rankTable.js';
 import { groupTiming, type GroupTiming } from '../rendezvous/timing.js';
 import { RDZV_PROTOCOL_VERSION } from '../rendezvous/wire.js';
-import type { Prepared } from './prepareNode.js';
-
-export interface GroupSessionInput {
-  config: NodeConfig;
-  prepared: Prepared;
-  log: Logger;
-  /** Overrides of the rendezvous clocks (else defaults, then WEIGHTD_RDZV_* variables). */
-  timing?: Partial<GroupTiming>;
-}
+import type { GroupSessionInput } from '../machines/supervisorActors.js';
 
 export const groupSession = fromCallback<GroupCommand, GroupSessionInput, GroupEvent>(({ input, sendBack, receive }) => {
   const { config, prepared, log } = input;

@@ -7,7 +7,7 @@ import type { Logger } from '../log.js';
 import type { NodeConfig } from '../nodeOptions.js';
 import { WeightdError } from '../errors.js';
 import { refuseSameCheckpoint } from '../models/alreadyLoadedError.js';
-import type { DeviceSlot, FillOptions } from '../native/addon.js';
+import type { DeviceSlot } from '../native/addon.js';
 import { localDevices } from '../native/devices.js';
 import { dropUnplanned } from '../keeper/dropUnplanned.js';
 import { KeeperClient } from '../keeper/keeperClient.js';
@@ -17,39 +17,7 @@ import { acquireDeviceLock, type DeviceLock } from '../wire/deviceLock.js';
 import { checkSocketPathLength, removeSocketDirIfCreated, resolveSocketDir, socketPathFor } from '../wire/socketDir.js';
 import { VERSION } from '../version.js';
 import { fillFor, planModel, planSpec, type PlannedModel } from '../models/planModel.js';
-import type { RankKeeping } from './rankMessages.js';
-import type { ServerRegistry } from './serverRegistry.js';
-
-export interface PrepareInput {
-  config: NodeConfig;
-  log: Logger;
-  /** The keeper, found or started meanwhile (SupervisorInput.keeper). */
-  keeper?: { socket: string; ready: Promise<void> };
-  /** Where the device locks go once taken: each device's socket server takes over its lock. */
-  servers: ServerRegistry;
-}
-
-export interface Prepared {
-  plan: CheckpointPlan;
-  /** The device of each local rank, in local-rank order. */
-  devices: DeviceSlot[];
-  /** How many devices of the backend this node sees (compared across nodes at rendezvous). */
-  visibleDevices: number;
-  /** The private directory of this node's sockets. */
-  socketDir: string;
-  /**
-   * One lock per local device, taken before loading so a second daemon for the same device
-   * fails in milliseconds. Each serve actor owns its lock from then on; startNode unlocks any
-   * left when the node ends earlier.
-   */
-  locks: DeviceLock[];
-  /** The fill options every local rank gets (nodeFillOptions): one group, cold or warm reads. */
-  fill: FillOptions;
-  /** Where the ranks adopt and keep their segments (absent: --keeper off). */
-  keeper?: RankKeeping;
-  /** The other models the node starts with (config.models after the first, then those restored from the keeper), planned. */
-  models: PlannedModel[];
-}
+import type { PrepareInput, Prepared } from '../machines/supervisorActors.js';
 
 export const prepareNode = fromPromise<Prepared, PrepareInput>(async ({ input, signal }) => {
   const { config, log } = input;

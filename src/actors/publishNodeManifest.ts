@@ -2,23 +2,8 @@
 // which rank of which model; it is written again whenever a model comes or goes (REPUBLISH), and
 // removed as soon as the node stops being ready.
 import { fromCallback } from 'xstate';
-import type { Logger } from '../log.js';
-import { removeNodeManifest, writeNodeManifest, type NodeGroupInfo, type NodeManifestEntry, type NodeManifestModel } from '../wire/nodeManifest.js';
-
-export interface NodeManifestContent {
-  /** The node's own model's ranks that serve. */
-  entries: NodeManifestEntry[];
-  models: NodeManifestModel[];
-  group: NodeGroupInfo;
-}
-
-export interface PublishNodeManifestInput {
-  socketDir: string;
-  manifest: NodeManifestContent;
-  log: Logger;
-}
-
-export type PublishCommand = { type: 'REPUBLISH'; manifest: NodeManifestContent };
+import type { NodeManifestContent, PublishCommand, PublishNodeManifestInput } from '../machines/supervisorActors.js';
+import { removeNodeManifest, writeNodeManifest } from '../wire/nodeManifest.js';
 
 export const publishNodeManifest = fromCallback<PublishCommand, PublishNodeManifestInput>(({ input, receive }) => {
   const publish = (m: NodeManifestContent) => {

@@ -5,20 +5,9 @@
 import { Worker } from 'node:worker_threads';
 import { fromCallback } from 'xstate';
 import { serializeError } from '../errors.js';
-import type { Logger } from '../log.js';
-import type { RankToMain, RankWorkerData, MainToRank } from './rankMessages.js';
-import type { WorkerRegistry } from './workerRegistry.js';
+import type { RankActorInput, RankCommand } from '../models/rankActorInput.js';
+import type { MainToRank, RankToMain } from '../models/rankMessages.js';
 import type { RankEvent } from '../machines/events.js';
-
-export interface RankActorInput {
-  /** The worker thread's module; it speaks rankMessages.ts (src/actors/rankPhases.ts runs a rank). */
-  worker: URL;
-  workerData: RankWorkerData;
-  log: Logger;
-  workers: WorkerRegistry;
-}
-
-export type RankCommand = { type: 'RANK_RELEASE' } | { type: 'RANK_STOP' } | { type: 'RANK_ADMIT' } | { type: 'RANK_KEEP' } | { type: 'RANK_UNKEEP' };
 
 const toWorker: Record<RankCommand['type'], MainToRank> = {
   RANK_RELEASE: { type: 'RELEASE' },

@@ -4,7 +4,7 @@
 // keeper failure here degrades to a load from disk or to a rank that is not kept, and says so:
 // the keeper makes restarts fast, it never stops a node from serving.
 import { canonicalJson } from '../checkpoint/canonicalJson.js';
-import type { Post, RankKeeping, RankWorkerData } from './rankMessages.js';
+import type { Post, RankKeeping, RankWorkerData } from '../models/rankMessages.js';
 import type { RankSource } from '../nodeStatus.js';
 import { errorCode } from '../errors.js';
 import { addon, type SegmentExport } from '../native/addon.js';

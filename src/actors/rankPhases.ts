@@ -7,7 +7,7 @@ import type { Adopted, NotAdopted } from './rankKeeping.js';
 import type { SegmentExport } from '../native/addon.js';
 import { DeviceHandle, type FillResult } from '../native/deviceHandle.js';
 import type { RankSource } from '../nodeStatus.js';
-import type { Post, RankWorkerData } from './rankMessages.js';
+import type { Post, RankWorkerData } from '../models/rankMessages.js';
 
 export type { Post };
 

@@ -3,17 +3,9 @@
 // waiting out the rendezvous timeout. Best effort, and bounded: the node is ending anyway.
 import { hostname } from 'node:os';
 import { fromPromise } from 'xstate';
-import type { SerializedError } from '../errors.js';
-import type { Logger } from '../log.js';
-import type { NodeConfig } from '../nodeOptions.js';
+import type { ReportStartupFailureInput } from '../machines/supervisorActors.js';
 import { reportStartupFailure } from '../rendezvous/client.js';
 import { groupTiming } from '../rendezvous/timing.js';
-
-export interface ReportStartupFailureInput {
-  config: NodeConfig;
-  failure: SerializedError;
-  log: Logger;
-}
 
 /** How long node 0 gets to answer; it may not be up yet, and then it names this node missing. */
 export const REPORT_TIMEOUT_MS = 10_000;

@@ -8,7 +8,7 @@ import { serializeError } from '../errors.js';
 import { formatBytes } from '../inspect/loadProgress.js';
 import type { SegmentExport } from '../native/addon.js';
 import type { DeviceHandle } from '../native/deviceHandle.js';
-import type { MainToRank, RankWorkerData } from './rankMessages.js';
+import type { MainToRank, RankWorkerData } from '../models/rankMessages.js';
 import { rankKeeping, type Post, type RankPhases, type Resident } from './rankPhases.js';
 
 /** Runs this worker thread as a rank with these phases; answers RELEASE, STOP and KEEP_AGAIN throughout. */

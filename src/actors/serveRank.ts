@@ -1,33 +1,15 @@
 // The serve actor: serves one resident rank of one model version on its device's Unix socket
-// (shared with the device's other models: src/actors/serverRegistry.ts) for as long as its parent
+// (shared with the device's other models: src/serve/serverRegistry.ts) for as long as its parent
 // keeps it. A client's allowed release, or the end of a drain, is handed to the parent
 // (RANK_RELEASE_REQUESTED), which frees the memory and answers SERVE_RELEASED; only then do the
 // waiting clients hear that it is done. Stopping the actor withdraws the rank synchronously (the
 // socket and lock go with the device's last one).
 import { fromCallback } from 'xstate';
 import { serializeError } from '../errors.js';
-import type { Logger } from '../log.js';
 import { RankService } from '../serve/rankService.js';
-import type { ServeLimits } from '../serve/serveLimits.js';
-import type { ServeCommand, ServeEvent } from '../serve/serveEvents.js';
-import type { ServedRank } from '../serve/servedRank.js';
-import type { ServerRegistry } from './serverRegistry.js';
+import type { ServeCommand, ServeEvent, ServeRankInput } from '../serve/serveEvents.js';
 
 export { writeNodeManifest, removeNodeManifest, type NodeManifestEntry } from '../wire/nodeManifest.js';
-
-export interface ServeRankInput {
-  rank: ServedRank;
-  /** Which version of its model this rank serves (ServeOptions.version): status counts its leases by it. */
-  version: string;
-  socketDir?: string;
-  log: Logger;
-  limits?: Partial<ServeLimits>;
-  /**
-   * The node's device sockets, which also hold the device locks taken before loading
-   * (prepareNode), so that a second daemon fails in milliseconds, not after loading.
-   */
-  servers: ServerRegistry;
-}
 
 export const serveRank = fromCallback<ServeCommand, ServeRankInput, ServeEvent>(({ input, sendBack, receive }) => {
   const { localRank } = input.rank;

@@ -3,17 +3,13 @@
 // test supplies the implementations through .provide(). Importing the machine therefore loads
 // no addon, so the CLI can draw the chart on a machine where the addon is not built.
 import { and, assertEvent, assign, enqueueActions, fromCallback, fromPromise, setup, type AnyActorRef } from 'xstate';
-import type { GroupSessionInput } from '../actors/groupSession.js';
 import type { PlannedModel } from '../models/planModel.js';
-import type { PrepareInput, Prepared } from '../actors/prepareNode.js';
-import type { PublishCommand, PublishNodeManifestInput } from '../actors/publishNodeManifest.js';
-import type { RankActorInput, RankCommand } from '../actors/rankActor.js';
-import type { ReportStartupFailureInput } from '../actors/reportStartupFailure.js';
-import type { ServeRankInput } from '../actors/serveRank.js';
+import type { GroupSessionInput, PrepareInput, Prepared, PublishCommand, PublishNodeManifestInput, ReportStartupFailureInput } from './supervisorActors.js';
+import type { RankActorInput, RankCommand } from '../models/rankActorInput.js';
 import { nodeContent } from '../rendezvous/nodeContent.js';
 import { OWN_VERSION, toServedRank } from '../serve/servedRank.js';
-import type { ServerRegistry } from '../actors/serverRegistry.js';
-import type { WorkerRegistry } from '../actors/workerRegistry.js';
+import type { ServerRegistry } from '../serve/serverRegistry.js';
+import type { WorkerRegistry } from '../models/workerRegistry.js';
 import { fillPlanOf } from '../checkpoint/types.js';
 import { WeightdError, type SerializedError } from '../errors.js';
 import type { Logger } from '../log.js';
@@ -21,7 +17,7 @@ import type { NodeConfig } from '../nodeOptions.js';
 import type { GroupFormation, NodeFailure, PeerStatus, RankStatus } from '../nodeStatus.js';
 import type { GroupCommand, GroupEvent } from '../rendezvous/groupEvents.js';
 import type { RankTableEntry } from '../wire/rankTable.js';
-import type { ServeCommand, ServeEvent } from '../serve/serveEvents.js';
+import type { ServeCommand, ServeEvent, ServeRankInput } from '../serve/serveEvents.js';
 import type { RankEvent, SupervisorEvent } from './events.js';
 import { modelMachine, type ModelInput } from '../models/modelMachine.js';
 import type { NodeManifestEntry, NodeManifestModel } from '../wire/nodeManifest.js';

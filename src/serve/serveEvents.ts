@@ -1,6 +1,11 @@
-// Events between the serve actor (src/actors/serveRank.ts) and the supervisor machine.
+// The contract of the serve actor (src/actors/serveRank.ts): its input, and the events between it
+// and the machines that spawn it (the model machine, the supervisor).
 import type { SerializedError } from '../errors.js';
 import type { IdentityChange } from '../files/fileIdentity.js';
+import type { Logger } from '../log.js';
+import type { ServedRank } from './servedRank.js';
+import type { ServeLimits } from './serveLimits.js';
+import type { ServerRegistry } from './serverRegistry.js';
 
 /** From a serve actor to the supervisor. */
 export type ServeEvent =
@@ -24,3 +29,17 @@ export type ServeCommand =
   | { type: 'SERVE_ANNOUNCE' }
   /** Unload: no new lease; free once the last lease ends, or at once with force (revoking them). */
   | { type: 'SERVE_DRAIN'; force: boolean };
+
+export interface ServeRankInput {
+  rank: ServedRank;
+  /** Which version of its model this rank serves (ServeOptions.version): status counts its leases by it. */
+  version: string;
+  socketDir?: string;
+  log: Logger;
+  limits?: Partial<ServeLimits>;
+  /**
+   * The node's device sockets, which also hold the device locks taken before loading
+   * (prepareNode), so that a second daemon fails in milliseconds, not after loading.
+   */
+  servers: ServerRegistry;
+}

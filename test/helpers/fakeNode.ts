@@ -1,16 +1,12 @@
 // Fake actors and input for driving the supervisor machine without threads or devices.
 import pino from 'pino';
 import { fromCallback, fromPromise } from 'xstate';
-import type { PrepareInput, Prepared } from '../../src/actors/prepareNode.js';
-import { ServerRegistry } from '../../src/actors/serverRegistry.js';
-import { WorkerRegistry } from '../../src/actors/workerRegistry.js';
-import type { RankActorInput, RankCommand } from '../../src/actors/rankActor.js';
-import type { GroupSessionInput } from '../../src/actors/groupSession.js';
+import { ServerRegistry } from '../../src/serve/serverRegistry.js';
+import { WorkerRegistry } from '../../src/models/workerRegistry.js';
+import type { RankActorInput, RankCommand } from '../../src/models/rankActorInput.js';
 import type { RankEvent } from '../../src/machines/events.js';
-import type { ServeRankInput } from '../../src/actors/serveRank.js';
-import type { PublishCommand, PublishNodeManifestInput } from '../../src/actors/publishNodeManifest.js';
-import type { ReportStartupFailureInput } from '../../src/actors/reportStartupFailure.js';
-import type { ServeCommand, ServeEvent } from '../../src/serve/serveEvents.js';
+import type { GroupSessionInput, PrepareInput, Prepared, PublishCommand, PublishNodeManifestInput, ReportStartupFailureInput } from '../../src/machines/supervisorActors.js';
+import type { ServeCommand, ServeEvent, ServeRankInput } from '../../src/serve/serveEvents.js';
 import type { NodeConfig } from '../../src/nodeOptions.js';
 import type { GroupCommand, GroupEvent } from '../../src/rendezvous/groupEvents.js';
 import type { SupervisorInput } from '../../src/machines/supervisor.js';

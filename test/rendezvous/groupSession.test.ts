@@ -6,7 +6,7 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { createActor } from 'xstate';
 import { groupSession } from '../../src/actors/groupSession.js';
-import type { Prepared } from '../../src/actors/prepareNode.js';
+import type { Prepared } from '../../src/machines/supervisorActors.js';
 import type { GroupEvent } from '../../src/rendezvous/groupEvents.js';
 import { groupTiming } from '../../src/rendezvous/timing.js';
 import { fakeConfig, fakePrepared } from '../helpers/fakeNode.js';

@@ -1,5 +1,5 @@
 // A device server serving one rank, as the node serves a model of one version: what the serving
-// tests drive (the node itself goes through src/actors/serverRegistry.ts).
+// tests drive (the node itself goes through src/serve/serverRegistry.ts).
 import type { Logger } from '../../src/log.js';
 import { DeviceServer } from '../../src/serve/deviceServer.js';
 import { RankService, type RankServiceOptions } from '../../src/serve/rankService.js';

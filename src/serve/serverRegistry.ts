@@ -1,9 +1,9 @@
 import type { Logger } from '../log.js';
 import type { DeviceLock } from '../wire/deviceLock.js';
-import { DeviceServer, type RankServiceStats } from '../serve/deviceServer.js';
-import type { RankService } from '../serve/rankService.js';
-import { FilesCheck } from '../serve/filesCheck.js';
-import { serveLimits, type ServeLimits } from '../serve/serveLimits.js';
+import { DeviceServer, type RankServiceStats } from './deviceServer.js';
+import type { RankService } from './rankService.js';
+import { FilesCheck } from './filesCheck.js';
+import { serveLimits, type ServeLimits } from './serveLimits.js';
 
 export interface ServeOptions {
   /**
