@@ -18,7 +18,7 @@ import { memfdWith, startTestKeeper, type TestKeeper } from '../helpers/keeper.j
 import { exampleModel } from '../helpers/paths.js';
 import { runFixture } from '../helpers/runFixture.js';
 
-const keepAndExit = fileURLToPath(new URL('./fixtures/keepAndExit.js', import.meta.url));
+const keepAndExit = fileURLToPath(new URL('../keeper/fixtures/keepAndExit.js', import.meta.url));
 const device = hostDevices(1)[0]!.uuid;
 
 /** Keeps, from a process that then exits, a record of `device` carrying `load`. */
