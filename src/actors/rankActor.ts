@@ -5,9 +5,8 @@
 import { Worker } from 'node:worker_threads';
 import { fromCallback } from 'xstate';
 import { serializeError } from '../errors.js';
-import type { RankActorInput, RankCommand } from '../models/rankActorInput.js';
+import type { RankActorInput, RankCommand, RankEvent } from '../models/rankContract.js';
 import type { MainToRank, RankToMain } from '../models/rankMessages.js';
-import type { RankEvent } from '../machines/events.js';
 
 const toWorker: Record<RankCommand['type'], MainToRank> = {
   RANK_RELEASE: { type: 'RELEASE' },

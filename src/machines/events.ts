@@ -1,24 +1,13 @@
 // Events the supervisor machine receives. UPPER_SNAKE, each with the local rank it concerns.
 import type { SerializedError } from '../errors.js';
-import type { DeviceInfo, SegmentExport } from '../native/addon.js';
+import type { RankEvent } from '../models/rankContract.js';
 import type { GroupEvent } from '../rendezvous/groupEvents.js';
 import type { ServeEvent } from '../serve/serveEvents.js';
 import type { PlannedModel } from '../models/planModel.js';
 import type { IdentityChange } from '../files/fileIdentity.js';
 import type { ModelSpec } from '../models/modelSpecs.js';
-import type { NodeFailure, RankSource } from '../nodeStatus.js';
+import type { NodeFailure } from '../nodeStatus.js';
 import type { NodeManifestEntry } from '../wire/nodeManifest.js';
-
-export type RankEvent =
-  /** adoptable: the rank will adopt a kept shard, needing no new memory (RankToMain DEVICE). */
-  | { type: 'RANK_DEVICE'; localRank: number; info: DeviceInfo; adoptable?: boolean }
-  | { type: 'RANK_PROGRESS'; localRank: number; bytes: number; totalBytes: number; seconds: number }
-  | { type: 'RANK_LOADED'; localRank: number; device: DeviceInfo; segments: SegmentExport[]; bytes: number; seconds: number; source: RankSource; digests?: string[] }
-  | { type: 'RANK_KEPT'; localRank: number; kept: boolean; reason?: string }
-  | { type: 'RANK_RELEASED'; localRank: number }
-  | { type: 'RANK_STOPPED'; localRank: number }
-  | { type: 'RANK_FAILED'; localRank: number; error: SerializedError };
-
 
 /** What a model actor tells the supervisor. */
 export type ModelEvent =

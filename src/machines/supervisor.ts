@@ -5,7 +5,7 @@
 import { and, assertEvent, assign, enqueueActions, fromCallback, fromPromise, setup, type AnyActorRef } from 'xstate';
 import type { PlannedModel } from '../models/planModel.js';
 import type { GroupSessionInput, PrepareInput, Prepared, PublishCommand, PublishNodeManifestInput, ReportStartupFailureInput } from './supervisorActors.js';
-import type { RankActorInput, RankCommand } from '../models/rankActorInput.js';
+import type { RankActorInput, RankCommand } from '../models/rankContract.js';
 import { nodeContent } from '../rendezvous/nodeContent.js';
 import { OWN_VERSION, toServedRank } from '../serve/servedRank.js';
 import type { ServerRegistry } from '../serve/serverRegistry.js';
@@ -18,10 +18,11 @@ import type { GroupFormation, NodeFailure, PeerStatus, RankStatus } from '../nod
 import type { GroupCommand, GroupEvent } from '../rendezvous/groupEvents.js';
 import type { RankTableEntry } from '../wire/rankTable.js';
 import type { ServeCommand, ServeEvent, ServeRankInput } from '../serve/serveEvents.js';
-import type { RankEvent, SupervisorEvent } from './events.js';
+import type { SupervisorEvent } from './events.js';
+import type { RankEvent } from '../models/rankContract.js';
 import { modelMachine, type ModelInput } from '../models/modelMachine.js';
 import type { NodeManifestEntry, NodeManifestModel } from '../wire/nodeManifest.js';
-import { recordReport, updateRank } from './rankUpdates.js';
+import { recordReport, updateRank } from '../models/rankUpdates.js';
 import { keptLoadOf } from '../models/keptLoad.js';
 import type { IdentityChange } from '../files/fileIdentity.js';
 import type { ModelSpec } from '../models/modelSpecs.js';
@@ -407,7 +408,7 @@ const supervisorSetup = setup({
       enqueue.assign({ ranks: updateRank(context.ranks, event.localRank, { state: 'released', bytes: 0 }) });
       enqueue.sendTo(serveActorId(event.localRank), { type: 'SERVE_RELEASED' });
     }),
-    // What a rank's reports change in its row (machines/rankUpdates.ts, shared with the other machine that owns ranks).
+    // What a rank's reports change in its row (models/rankUpdates.ts, shared with the other machine that owns ranks).
     recordDevice: assign(({ context, event }) => (assertEvent(event, 'RANK_DEVICE'), { ranks: recordReport(context.ranks, event) })),
     recordProgress: assign(({ context, event }) => (assertEvent(event, 'RANK_PROGRESS'), { ranks: recordReport(context.ranks, event) })),
     recordLoaded: assign(({ context, event }) => (assertEvent(event, 'RANK_LOADED'), { ranks: recordReport(context.ranks, event) })),

@@ -24,7 +24,7 @@
 import { and, assertEvent, assign, enqueueActions, fromCallback, fromPromise, sendTo, setup, type AnyActorRef } from 'xstate';
 import type { FileIdentity, IdentityChange } from '../files/fileIdentity.js';
 import type { PlannedModel } from './planModel.js';
-import type { RankActorInput, RankCommand } from './rankActorInput.js';
+import type { RankActorInput, RankCommand } from './rankContract.js';
 import type { RankKeeping } from './rankMessages.js';
 import type { ServerRegistry } from '../serve/serverRegistry.js';
 import type { WorkerRegistry } from './workerRegistry.js';
@@ -37,9 +37,9 @@ import type { NodeFailure, RankStatus } from '../nodeStatus.js';
 import type { NodeManifestEntry } from '../wire/nodeManifest.js';
 import type { ServeCommand, ServeEvent, ServeRankInput } from '../serve/serveEvents.js';
 import { toServedRank } from '../serve/servedRank.js';
-import type { RankEvent } from '../machines/events.js';
+import type { RankEvent } from './rankContract.js';
 import { formatGiB, modelPools, modelShortfall } from './modelFit.js';
-import { recordReport, updateRank } from '../machines/rankUpdates.js';
+import { recordReport, updateRank } from './rankUpdates.js';
 
 export interface ModelInput {
   /** The child's id in the supervisor, which its events to the parent carry. */
@@ -176,7 +176,7 @@ export const modelMachine = setup({
       const e = (event as unknown as { error: WeightdError }).error;
       return { failure: { name: e.name, code: e.code ?? 'E_FILE_CHANGED', message: `model "${context.planned.spec.name}": ${e.message}`, details: e.details } };
     }),
-    // What a rank's reports change in its row (machines/rankUpdates.ts, shared with the other machine that owns ranks).
+    // What a rank's reports change in its row (models/rankUpdates.ts, shared with the other machine that owns ranks).
     recordDevice: assign(({ context, event }) => {
       assertEvent(event, 'RANK_DEVICE');
       return { ranks: recordReport(context.ranks, event), adoptable: event.adoptable ? [...context.adoptable, event.localRank] : context.adoptable };

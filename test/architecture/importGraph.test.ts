@@ -126,7 +126,7 @@ const ALLOWED: Record<string, string[]> = {
 // The edges above that still point up, each with why; the layering test ignores them and fails
 // when one is no longer needed (then delete it here and from ALLOWED).
 const UPWARD: Record<string, string> = {
-  'models -> machines': "the model machine shares the supervisor's rank events and updates, and modelControl drives the supervisor, until one model path (issue 32 §1)",
+  'models -> machines': "modelControl drives the supervisor actor (loads and unloads are supervisor events) until one model path (issue 32 §1)",
   'models -> nodeOptions.ts': "planModel and modelControl read NodeConfig, whose own-model fields go with one model path (issue 32 §1)",
   'rendezvous -> machines': "node 0's coordinator server runs the coordinator machine, whose rules import rendezvous/'s messages and checks",
   'rendezvous -> models': "node 0's model-group registry runs the model-group machines, which import rendezvous/'s messages and checks",

@@ -11,11 +11,11 @@ import { createActor, fromCallback, fromPromise } from 'xstate';
 import { getShortestPaths, getSimplePaths } from 'xstate/graph';
 import type { FileIdentity } from '../../src/files/fileIdentity.js';
 import type { PlannedModel } from '../../src/models/planModel.js';
-import type { RankActorInput, RankCommand } from '../../src/models/rankActorInput.js';
+import type { RankActorInput, RankCommand } from '../../src/models/rankContract.js';
 import { ServerRegistry } from '../../src/serve/serverRegistry.js';
 import type { ServeRankInput } from '../../src/serve/serveEvents.js';
 import { WorkerRegistry } from '../../src/models/workerRegistry.js';
-import type { RankEvent } from '../../src/machines/events.js';
+import type { RankEvent } from '../../src/models/rankContract.js';
 import { modelMachine, type ModelInput } from '../../src/models/modelMachine.js';
 import type { ServeCommand, ServeEvent } from '../../src/serve/serveEvents.js';
 
