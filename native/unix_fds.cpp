@@ -14,6 +14,7 @@
 #include "device.h"
 #include "file_reader.h"
 #include "peer_credentials.h"
+#include "scm_rights.h"
 
 namespace weightd {
 namespace {
@@ -47,7 +48,8 @@ class OwnedFds {
   ~OwnedFds() {
     for (int fd : fds_) ::close(fd);
   }
-  void add(int fd) { fds_.push_back(fd); }
+  // Where a receive appends what it takes.
+  std::vector<int>& list() { return fds_; }
   std::vector<int> release() { return std::move(fds_); }
 
  private:
@@ -87,47 +89,13 @@ void waitFor(int fd, short events, const Deadline& deadline, const std::string& 
   }
 }
 
-// One sendmsg piece: bytes [begin, end) of the frame, with fds [fdBegin, fdEnd) on its first byte.
-struct Piece {
-  size_t begin, end, fdBegin, fdEnd;
-};
-
-std::vector<Piece> piecesOf(size_t frameBytes, size_t fdCount) {
-  size_t batches = (fdCount + kFdsPerBatch - 1) / kFdsPerBatch;
-  if (batches == 0) return {{0, frameBytes, 0, 0}};
-  if (frameBytes < batches) {
-    throw DeviceError("E_FD_SEND", "a frame of " + std::to_string(frameBytes) + " bytes cannot carry " + std::to_string(fdCount) +
-                                       " fds: each batch of " + std::to_string(kFdsPerBatch) + " needs a byte of its own");
-  }
-  std::vector<Piece> pieces;
-  for (size_t i = 0; i < batches; ++i) {
-    size_t end = i + 1 == batches ? frameBytes : i + 1;
-    pieces.push_back({i, end, i * kFdsPerBatch, std::min(fdCount, (i + 1) * kFdsPerBatch)});
-  }
-  return pieces;
-}
-
-void sendPiece(int sock, const std::vector<uint8_t>& frame, const std::vector<int>& fds, const Piece& piece, const Deadline& deadline) {
+void sendPiece(int sock, const std::vector<uint8_t>& frame, const std::vector<int>& fds, const FdPiece& piece, const Deadline& deadline) {
   size_t sent = piece.begin;
   bool fdsSent = piece.fdBegin == piece.fdEnd;
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kFdsPerBatch)];
   while (sent < piece.end) {
-    iovec iov{const_cast<uint8_t*>(frame.data()) + sent, piece.end - sent};
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    if (!fdsSent) {
-      size_t n = piece.fdEnd - piece.fdBegin;
-      msg.msg_control = control;
-      msg.msg_controllen = CMSG_SPACE(sizeof(int) * n);
-      cmsghdr* c = CMSG_FIRSTHDR(&msg);
-      c->cmsg_level = SOL_SOCKET;
-      c->cmsg_type = SCM_RIGHTS;
-      c->cmsg_len = CMSG_LEN(sizeof(int) * n);
-      std::memcpy(CMSG_DATA(c), fds.data() + piece.fdBegin, sizeof(int) * n);
-    }
+    size_t fdCount = fdsSent ? 0 : piece.fdEnd - piece.fdBegin;
     // MSG_DONTWAIT whatever the socket's mode, so the deadline bounds a blocking socket too.
-    ssize_t n = ::sendmsg(sock, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    ssize_t n = sendSomeWithFds(sock, frame.data() + sent, piece.end - sent, fds.data() + piece.fdBegin, fdCount);
     if (n > 0) {
       sent += static_cast<size_t>(n);
       fdsSent = true;  // the kernel attaches a message's fds to its first byte, even in a partial write
@@ -146,7 +114,12 @@ void sendPiece(int sock, const std::vector<uint8_t>& frame, const std::vector<in
 }
 
 void sendAll(int sock, const std::vector<uint8_t>& frame, const std::vector<int>& fds, const Deadline& deadline) {
-  for (const Piece& piece : piecesOf(frame.size(), fds.size())) sendPiece(sock, frame, fds, piece, deadline);
+  std::vector<FdPiece> pieces = fdPieces(frame.size(), fds.size());
+  if (pieces.empty()) {
+    throw DeviceError("E_FD_SEND", "a frame of " + std::to_string(frame.size()) + " bytes cannot carry " + std::to_string(fds.size()) +
+                                       " fds: each batch of " + std::to_string(kFdsPerBatch) + " needs a byte of its own");
+  }
+  for (const FdPiece& piece : pieces) sendPiece(sock, frame, fds, piece, deadline);
 }
 
 // Connects `fd`, a fresh AF_UNIX stream socket, to `path`, then makes it non-blocking.
@@ -185,44 +158,26 @@ void connectTo(int fd, const std::string& path, const Deadline& deadline) {
 
 // Reads into frame[got, want) and takes every fd that comes with the bytes.
 size_t receiveSome(int sock, std::vector<uint8_t>& frame, size_t got, size_t want, OwnedFds& fds, const std::string& path, const Deadline& deadline) {
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 253)];
   for (;;) {
-    iovec iov{frame.data() + got, want - got};
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof control;
-    ssize_t n = ::recvmsg(sock, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
-    if (n < 0) {
-      int err = errno;
-      if (err == EINTR) continue;
-      if (err == EAGAIN || err == EWOULDBLOCK) {
+    Received r = receiveSomeWithFds(sock, frame.data() + got, want - got, fds.list());
+    if (r.bytes < 0) {
+      if (r.error == EINTR) continue;
+      if (r.error == EAGAIN || r.error == EWOULDBLOCK) {
         waitFor(sock, POLLIN, deadline, "the reply from " + path);
         continue;
       }
-      throw DeviceError("E_FD_RECV", "recvmsg from " + path + " failed after " + std::to_string(got) + " reply bytes: " + errnoMessage(err));
+      throw DeviceError("E_FD_RECV", "recvmsg from " + path + " failed after " + std::to_string(got) + " reply bytes: " + errnoMessage(r.error));
     }
-    // Taken before any check below, so that a failure closes them too.
-    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
-      if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
-      size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-      for (size_t i = 0; i < count; ++i) {
-        int fd;
-        std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
-        fds.add(fd);
-      }
-    }
-    if (msg.msg_flags & MSG_CTRUNC) {
-      throw DeviceError("E_FD_RECV", path + " sent more than 253 fds on one piece of its reply, so the kernel dropped some; the server must send them in batches of at most " +
+    if (r.fdsTruncated) {
+      throw DeviceError("E_FD_RECV", path + " sent more than " + std::to_string(kMaxFdsPerMessage) + " fds on one piece of its reply, so the kernel dropped some; the server must send them in batches of at most " +
                                          std::to_string(kFdsPerBatch));
     }
-    if (n == 0) {
+    if (r.bytes == 0) {
       throw DeviceError("E_PEER_CLOSED", path + " closed the connection after " + std::to_string(got) + " of " +
                                              (want == kFrameHeaderBytes ? std::string("at least ") + std::to_string(want) : std::to_string(want)) +
                                              " reply bytes; see the server's log for why");
     }
-    return got + static_cast<size_t>(n);
+    return got + static_cast<size_t>(r.bytes);
   }
 }
 

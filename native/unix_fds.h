@@ -9,16 +9,13 @@
 
 namespace weightd {
 
-// At most this many fds ride on one sendmsg piece (the kernel's SCM_MAX_FD is 253).
-constexpr size_t kFdsPerBatch = 250;
 // Every frame of weightd's Unix protocols starts with 4 magic bytes, a u16 BE version and a u32
 // BE payload length.
 constexpr size_t kFrameHeaderBytes = 10;
 
 // Sends every byte of `frame` on a connected stream socket (blocking or not) within `timeoutMs`.
 // The fds go as SCM_RIGHTS in batches of kFdsPerBatch, each batch on the first byte of its own
-// piece: Linux ends a recvmsg after a piece that carried fds, so a reader gets the batches in
-// order and never two in one call. The caller keeps its fds. Throws E_FD_SEND, E_FD_TIMEOUT.
+// piece (scm_rights.h). The caller keeps its fds. Throws E_FD_SEND, E_FD_TIMEOUT.
 void sendWithFds(int socketFd, const std::vector<uint8_t>& frame, const std::vector<int>& fds, int64_t timeoutMs);
 
 struct UnixReply {

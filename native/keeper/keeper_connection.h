@@ -1,6 +1,6 @@
 // One client connection of the keeper: reads one request frame at a time together with the fds
-// that came with it, and writes replies (fds in batches of kFdsPerBatch, each on its own piece,
-// as native/unix_fds.h sends them) without ever blocking the keeper's loop.
+// that came with it, and writes replies (fds in batches of kFdsPerBatch, each on its own piece:
+// native/scm_rights.h, which the addon's transport uses too) without ever blocking the keeper's loop.
 #pragma once
 #include <sys/types.h>
 

@@ -14,8 +14,6 @@ constexpr uint16_t kProtocolVersion = 1;
 constexpr size_t kHeaderBytes = 10;
 constexpr uint32_t kMaxRequestBytes = 1 << 20;
 constexpr size_t kMaxRecordFds = 4096;
-// SCM_MAX_FD is 253: fds leave in batches of this many, each on its own sendmsg piece.
-constexpr size_t kFdsPerBatch = 250;
 
 enum class Op : uint8_t { Keep = 1, Take = 2, Drop = 3, List = 4, Ping = 5, Watch = 6 };
 
