@@ -5,10 +5,10 @@
 namespace weightd::keeper {
 
 uint32_t payloadLength(const uint8_t* h) {
-  if (std::memcmp(h, "WGTK", 4) != 0) {
+  if (std::memcmp(h, kMagic, 4) != 0) {
     char shown[5] = {};
     for (int i = 0; i < 4; ++i) shown[i] = h[i] >= 0x20 && h[i] < 0x7f ? static_cast<char>(h[i]) : '?';
-    throw KeeperError("E_BAD_MAGIC", std::string("frame starts with \"") + shown + "\", not \"WGTK\": this socket is a weightd keeper's; connect with its protocol");
+    throw KeeperError("E_BAD_MAGIC", std::string("frame starts with \"") + shown + "\", not \"" + kMagic + "\": this socket is a weightd keeper's; connect with its protocol");
   }
   uint16_t version = static_cast<uint16_t>(h[4] << 8 | h[5]);
   if (version != kProtocolVersion) {
@@ -91,7 +91,8 @@ Writer& Writer::blob(const std::string& b) {
 
 std::vector<uint8_t> Writer::frame() const {
   Writer header;
-  header.u8('W').u8('G').u8('T').u8('K').u16(kProtocolVersion).u32(static_cast<uint32_t>(payload_.size()));
+  for (int i = 0; i < 4; ++i) header.u8(static_cast<uint8_t>(kMagic[i]));
+  header.u16(kProtocolVersion).u32(static_cast<uint32_t>(payload_.size()));
   std::vector<uint8_t> out(kHeaderBytes + payload_.size());
   std::memcpy(out.data(), header.payload_.data(), kHeaderBytes);
   if (!payload_.empty()) std::memcpy(out.data() + kHeaderBytes, payload_.data(), payload_.size());

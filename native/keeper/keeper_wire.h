@@ -1,6 +1,8 @@
-// The keeper's wire format (docs/keeper.md): frames "WGTK" + u16 BE version + u32 BE payload
-// length + payload; integers big-endian, strings u16 length + UTF-8, blobs u32 length + bytes.
-// Every decoding failure is a KeeperError whose code goes back to the client.
+// The keeper's wire format (docs/spec/keeper-wire.md): frames "WGTK" + u16 BE version + u32 BE
+// payload length + payload; integers big-endian, strings u16 length + UTF-8, blobs u32 length +
+// bytes. Every decoding failure is a KeeperError whose code goes back to the client. The
+// constants below are the spec's; test/keeper/keeperWire.test.ts holds them to
+// test/vectors/keeper-wire.json, which the TypeScript side's tests read too.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -10,6 +12,7 @@
 
 namespace weightd::keeper {
 
+constexpr char kMagic[] = "WGTK";
 constexpr uint16_t kProtocolVersion = 1;
 constexpr size_t kHeaderBytes = 10;
 constexpr uint32_t kMaxRequestBytes = 1 << 20;

@@ -1,7 +1,8 @@
-// The keeper's wire format (docs/keeper.md; native/keeper/keeper_wire.h is the other side):
-// frames "WGTK" + u16 BE version + u32 BE payload length + payload. A request's payload is an
-// op byte and its body; a reply's is a status byte (0 ok, else a code and a message) and its
-// body. Integers are big-endian, strings u16 length + UTF-8, blobs u32 length + bytes.
+// The keeper's wire format (docs/spec/keeper-wire.md; native/keeper/keeper_wire.h is the other
+// side, and test/vectors/keeper-wire.json holds both to it): frames "WGTK" + u16 BE version + u32
+// BE payload length + payload. A request's payload is an op byte and its body; a reply's is a
+// status byte (0 ok, else a code and a message) and its body. Integers are big-endian, strings
+// u16 length + UTF-8, blobs u32 length + bytes.
 import { KeeperError, ProtocolError, receivedCode, type ErrorCode } from '../errors.js';
 
 export const KEEPER_MAGIC = Buffer.from('WGTK', 'latin1');

@@ -10,6 +10,7 @@ import { errorCode, KeeperError } from '../../src/errors.js';
 import { encodeKeep, encodePing } from '../../src/keeper/keeperProtocol.js';
 import { addon } from '../../src/native/addon.js';
 import { fdKinds, memfdWith, startTestKeeper, waitUntil, type TestKeeper } from '../helpers/keeper.js';
+import { fromHex, keeperWire } from '../helpers/keeperWireVectors.js';
 import { runFixture } from '../helpers/runFixture.js';
 
 const sendHalfAndDie = fileURLToPath(new URL('./fixtures/sendHalfAndDie.js', import.meta.url));
@@ -57,29 +58,12 @@ function rawRequest(bytes: Buffer): Promise<{ code: string; message: string }> {
   });
 }
 
-function frame(magic: string, version: number, declaredLength: number, payload: Buffer): Buffer {
-  const h = Buffer.alloc(10);
-  h.write(magic, 0, 'latin1');
-  h.writeUInt16BE(version, 4);
-  h.writeUInt32BE(declaredLength, 6);
-  return Buffer.concat([h, payload]);
-}
-
-const cases: Array<[string, Buffer, string, RegExp]> = [
-  ['bad magic', frame('XXXX', 1, 1, Buffer.of(5)), 'E_BAD_MAGIC', /starts with "XXXX", not "WGTK"/],
-  ['another protocol version', frame('WGTK', 2, 1, Buffer.of(5)), 'E_BAD_VERSION', /version 2; this keeper speaks version 1/],
-  ['a huge length (refused on the header, before any body)', frame('WGTK', 1, 0xffffffff, Buffer.alloc(0)), 'E_FRAME_TOO_LARGE', /4294967295 bytes exceeds the keeper's limit of 1048576/],
-  ['an empty payload', frame('WGTK', 1, 0, Buffer.alloc(0)), 'E_BAD_REQUEST', /payload is empty/],
-  ['a truncated body (a string longer than the payload)', frame('WGTK', 1, 3, Buffer.of(2, 0, 100)), 'E_BAD_REQUEST', /truncated: device needs 100 bytes at offset 3 of a 3-byte payload/],
-  ['bytes past the last field', frame('WGTK', 1, 2, Buffer.of(5, 0)), 'E_BAD_REQUEST', /1 bytes past its last field/],
-  ['an unknown op', frame('WGTK', 1, 1, Buffer.of(99)), 'E_UNKNOWN_OP', /unknown op 99/],
-];
-
-for (const [what, bytes, code, message] of cases) {
-  test(`${what}: ${code}, the connection closed, the keeper serves on`, async () => {
-    const reply = await rawRequest(bytes);
+// The frames the wire spec says the keeper refuses (docs/spec/keeper-wire.md, test/vectors/keeper-wire.json).
+for (const { why, frame, code, says } of keeperWire.refused) {
+  test(`${why}: ${code}, the connection closed, the keeper serves on`, async () => {
+    const reply = await rawRequest(fromHex(frame));
     assert.is(reply.code, code);
-    assert.match(reply.message, message);
+    assert.ok(reply.message.includes(says), `"${reply.message}" says "${says}"`);
     await servesOnWithNoLeak();
   });
 }
