@@ -1,7 +1,8 @@
 // The closed dtype list of the safetensors format, as the reference crate (0.6+) defines it.
 // Widths are in bits, not bytes, because F4 and the two F6 formats pack several elements into
 // a byte: a tensor (or a slice of one) is only addressable when its total bit count is a whole
-// number of bytes, which is the crate's MisalignedSlice rule.
+// number of bytes, which is the crate's MisalignedSlice rule. docs/spec/dtypes.md; the Python
+// client's table (clients/python/weightd_client/tensors.py) is held to the same vectors.
 
 export const DTYPE_BITS = {
   BOOL: 8,

@@ -1,6 +1,7 @@
-// Typed-array views of tensors in a segment's bytes. JavaScript has no 16-bit or 8-bit float
-// arrays, so F16/BF16 come as Uint16Array and the F8 family as Uint8Array: the bits are exact,
-// and the caller reinterprets them. Sub-byte dtypes (F4, F6_*) are packed bytes.
+// Typed-array views of tensors in a segment's bytes (docs/spec/dtypes.md). JavaScript has no
+// 16-bit or 8-bit float arrays, so F16/BF16 come as Uint16Array and the F8 family as Uint8Array:
+// the bits are exact, and the caller reinterprets them. Sub-byte dtypes (F4, F6_*) are packed bytes.
+import { isDtype, type SafetensorsDtype } from '../checkpoint/dtypes.js';
 import { ProtocolError } from '../errors.js';
 import type { TensorMeta } from '../wire/protocol.js';
 
@@ -18,7 +19,8 @@ export type TensorArray =
 
 type ArrayCtor = { new (buffer: ArrayBuffer, byteOffset: number, length: number): TensorArray; BYTES_PER_ELEMENT: number };
 
-const VIEW: Record<string, ArrayCtor> = {
+/** The dtypes that have a typed array of their own; every other safetensors dtype is a byte view. */
+const VIEW: Partial<Record<SafetensorsDtype, ArrayCtor>> = {
   F64: Float64Array,
   F32: Float32Array,
   /** Complex64: interleaved (real, imaginary) float32 pairs. */
@@ -37,10 +39,11 @@ const VIEW: Record<string, ArrayCtor> = {
 };
 
 function ctorFor(dtype: string): ArrayCtor {
-  if (Object.hasOwn(VIEW, dtype)) return VIEW[dtype]!;
+  if (!isDtype(dtype)) {
+    throw new ProtocolError('E_UNKNOWN_DTYPE', `tensor dtype ${JSON.stringify(dtype)} is not one this client knows; upgrade the client`, { dtype });
+  }
   // F8_E4M3, F8_E5M2, F8_E8M0, the FNUZ variants, F4 and F6_*: byte views of the raw bits.
-  if (/^F[468](_|$)/.test(dtype)) return Uint8Array;
-  throw new ProtocolError('E_UNKNOWN_DTYPE', `tensor dtype ${JSON.stringify(dtype)} is not one this client knows; upgrade the client`, { dtype });
+  return VIEW[dtype] ?? Uint8Array;
 }
 
 /** A typed array over `t`'s bytes at `base + t.offset` in `buffer`; no copy. */

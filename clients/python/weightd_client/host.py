@@ -17,7 +17,7 @@ import warnings
 from typing import Any, Callable, Dict, List, Optional
 
 from .protocol import ProtocolError, ServeError
-from .tensors import by_name, element_shape, numpy_dtype, resolve_format, torch_by_name, MEMORYVIEW_FORMAT, SegmentViews
+from .tensors import by_name, element_shape, memoryview_format, numpy_dtype, resolve_format, torch_by_name, SegmentViews
 
 # fcntl's names for memfd seals (Python 3.8+ on Linux has them; the values are the kernel's).
 F_GET_SEALS = getattr(fcntl, "F_GET_SEALS", 1034)
@@ -73,7 +73,7 @@ def view_maker(fmt: str) -> Callable[[Any, Dict[str, Any]], Any]:
 
     def make(mm: Any, t: Dict[str, Any]) -> Any:
         view = memoryview(mm)[t["offset"]: t["offset"] + t["bytes"]]
-        code = MEMORYVIEW_FORMAT.get(t["dtype"], "B")
+        code = memoryview_format(t["dtype"])
         shape = element_shape(t, struct.calcsize(code))
         # memoryview.cast takes no empty or zero-sized shapes: those stay flat.
         if shape and all(shape):

@@ -1,17 +1,25 @@
 """Dtype tables and the name -> tensor map shared by both backends.
 
-safetensors dtypes without a native counterpart (BF16 in numpy, the F8 family before torch has
-them, F16 in a memoryview before Python 3.12) come as same-sized integer views of the exact
-bits; packed F4/F6 come as bytes.
+The dtype tables follow docs/spec/dtypes.md, held to test/vectors/dtypes.json as the TypeScript
+client's are. safetensors dtypes without a native counterpart (BF16 in numpy, the F8 family
+before torch has them, F16 in a memoryview before Python 3.12) come as same-sized integer views
+of the exact bits; packed F4/F6 come as bytes. Any other name is refused: a daemon newer than
+this client serves a dtype it cannot know the size of.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
 from typing import Any, Callable, Dict, List, Optional
 
 from .columns import TensorColumns
 from .protocol import ProtocolError
+
+DTYPES = frozenset((
+    "BOOL", "U8", "I8", "U16", "I16", "U32", "I32", "U64", "I64", "F16", "BF16", "F32", "F64", "C64",
+    "F8_E4M3", "F8_E5M2", "F8_E4M3FNUZ", "F8_E5M2FNUZ", "F8_E8M0", "F4", "F6_E2M3", "F6_E3M2",
+))
 
 _NUMPY = {
     "F64": "float64", "F32": "float32", "F16": "float16", "BF16": "uint16", "C64": "complex64",
@@ -44,15 +52,26 @@ MEMORYVIEW_FORMAT = {
 }
 
 
+def _known(dtype: str) -> str:
+    if dtype not in DTYPES:
+        raise ProtocolError("E_UNKNOWN_DTYPE", f"tensor dtype {json.dumps(dtype)} is not one this client knows; upgrade the client")
+    return dtype
+
+
 def numpy_dtype(dtype: str) -> str:
     # Everything else (F8_*, F4, F6_*) is 8 bits wide or packed into bytes.
-    return _NUMPY.get(dtype, "uint8")
+    return _NUMPY.get(_known(dtype), "uint8")
+
+
+def memoryview_format(dtype: str) -> str:
+    # C64 (struct has no complex format), F8_*, F4 and F6_*: the raw bytes.
+    return MEMORYVIEW_FORMAT.get(_known(dtype), "B")
 
 
 def torch_dtype(dtype: str) -> Any:
     import torch
 
-    name = _TORCH.get(dtype)
+    name = _TORCH.get(_known(dtype))
     found = getattr(torch, name, None) if name else None
     # A dtype this torch lacks (an older torch and F8_E8M0, say): the raw bits as uint8.
     return found if found is not None else torch.uint8
