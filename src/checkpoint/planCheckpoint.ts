@@ -13,10 +13,11 @@ import { parseShards, sampleShards } from './parseShards.js';
 import { checkTensorsAgainstIndex, INDEX_FILE, readCheckpointIndex } from './readCheckpointIndex.js';
 import { readModelConfig, type ModelConfig } from './readModelConfig.js';
 import { readPlanFile } from './readPlanFile.js';
-import { vllmParams } from './layouts/vllmParams.js';
+import type { EngineLayout } from './layouts/engineLayout.js';
+import { CHECKPOINT_LAYOUT, engineLayout, isLayoutName, layoutNames, unknownLayoutMessage } from './layouts/layoutRegistry.js';
 import { layoutShard, shardPiece, type ShardLayout, type ShardPiece } from './shardTensor.js';
 import { checkHeadCounts, familyOf, ruleForRole, scaledWeightName, type ArchitectureFamily, type TensorRule } from './tpRules.js';
-import { LAYOUT_NAMES, type CheckpointPlan, type ContentTensors, type CopyOp, type LayoutName, type RankPlan, type ShardRule, type TensorEntry, type TensorView, type ZeroRange } from './types.js';
+import type { CheckpointPlan, ContentTensors, CopyOp, LayoutName, RankPlan, ShardRule, TensorEntry, TensorView, ZeroRange } from './types.js';
 
 /** Tensor offsets in an arena are multiples of this (what cudaMalloc guarantees and kernels assume). */
 export const ARENA_ALIGNMENT = 256;
@@ -181,9 +182,10 @@ const isScalar = (shape: readonly number[]): boolean => shape.length === 0 || (s
  * ranks, that the members of a fused parameter can form one dense block: one dtype, equal
  * trailing dims (a rank's pieces only differ in rows), or scalars all.
  */
-function planEngineLayout(name: LayoutName, architecture: string, planned: PlannedTensor[], tpSize: number): EngineLayoutPlan {
+function planEngineLayout(layout: EngineLayout, architecture: string, planned: PlannedTensor[], tpSize: number): EngineLayoutPlan {
+  const { name, engine } = layout;
   const index = new Map(planned.map((p, i) => [p.source.name, i]));
-  const params = vllmParams(architecture, planned.map((p) => p.source.name)).map((param): PlannedParam => {
+  const params = layout.params(architecture, planned.map((p) => p.source.name)).map((param): PlannedParam => {
     const members = param.members.map((m) => index.get(m)!);
     const first = planned[members[0]!]!;
     const scalars = /(weight_scale|input_scale)$/.test(param.name) && members.every((i) => isScalar(planned[i]!.source.shape));
@@ -192,11 +194,11 @@ function planEngineLayout(name: LayoutName, architecture: string, planned: Plann
       const weight = source.name.endsWith('.weight_scale_inv') ? planned[index.get(source.name.replace(/_scale_inv$/, ''))!] : undefined;
       // Only a weight that this tp size cuts (layout.parts) needs its block scale cut alike.
       if (weight && rule.kind === 'replicated' && weight.layout.parts !== null) {
-        throw new ShardingError('E_LAYOUT_SCALE_BLOCKS', `the ${name} parameter "${param.name}": block scale "${source.name}" [${source.shape}] cannot be cut like its weight [${weight.source.shape}] at tp size ${tpSize}, since its blocks would straddle ranks (vLLM's block-FP8 linear methods refuse such a partition too); use a tp size whose partitions are whole blocks`, { param: param.name, tensor: source.name, tpSize, layout: name });
+        throw new ShardingError('E_LAYOUT_SCALE_BLOCKS', `the ${name} parameter "${param.name}": block scale "${source.name}" [${source.shape}] cannot be cut like its weight [${weight.source.shape}] at tp size ${tpSize}, since its blocks would straddle ranks (${engine}'s block-FP8 linear methods refuse such a partition too); use a tp size whose partitions are whole blocks`, { param: param.name, tensor: source.name, tpSize, layout: name });
       }
       const stacks = scalars || members.length === 1 || (layout.shape.length > 0 && layout.shape.slice(1).join() === first.layout.shape.slice(1).join());
       if (source.dtype !== first.source.dtype || !stacks) {
-        throw new ShardingError('E_LAYOUT_MEMBER_SHAPE', `the ${name} parameter "${param.name}" stacks ${param.members.join(', ')}, but "${source.name}" (${source.dtype} [${source.shape}]) does not stack with "${first.source.name}" (${first.source.dtype} [${first.source.shape}]): the pieces of a fused parameter need one dtype and equal trailing dims; the checkpoint is not a ${architecture} checkpoint vLLM can load`, { param: param.name, tensor: source.name, layout: name });
+        throw new ShardingError('E_LAYOUT_MEMBER_SHAPE', `the ${name} parameter "${param.name}" stacks ${param.members.join(', ')}, but "${source.name}" (${source.dtype} [${source.shape}]) does not stack with "${first.source.name}" (${first.source.dtype} [${first.source.shape}]): the pieces of a fused parameter need one dtype and equal trailing dims; the checkpoint is not a ${architecture} checkpoint ${engine} can load`, { param: param.name, tensor: source.name, layout: name });
       }
     }
     return { name: param.name, members, experts: param.experts, scalars };
@@ -225,7 +227,7 @@ function planRank(tensors: PlannedTensor[], files: string[], tpSize: number, ran
     return { piece, end: dst + piece.padBytes };
   };
 
-  // Only one engine layout exists today; several would need members shared across them to agree.
+  // At most one: planCheckpoint refuses a second engine layout.
   const engine = engines[0];
   const paramOf = new Map<number, PlannedParam>();
   for (const p of engine?.params ?? []) for (const m of p.members) paramOf.set(m, p);
@@ -264,14 +266,14 @@ function planRank(tensors: PlannedTensor[], files: string[], tpSize: number, ran
   return { tpRank: rank, tpSize, files, segments: [alignUp(cursor)], tensors: entries, aliases, ops, layouts, zeroRanges, totalBytes };
 }
 
-/** `checkpoint` first, then the others asked for, each once; an unknown name is an error. */
-function checkLayouts(asked: readonly string[]): LayoutName[] {
-  for (const name of asked) {
-    if (!(LAYOUT_NAMES as readonly string[]).includes(name)) {
-      throw new ShardingError('E_LAYOUT_UNKNOWN', `layout "${name}" does not exist; weightd plans ${LAYOUT_NAMES.join(', ')}`, { layout: name });
-    }
-  }
-  return LAYOUT_NAMES.filter((l) => l === 'checkpoint' || asked.includes(l));
+/** The engine layouts asked for, in the registry's order, each once; an unknown name is an error. */
+function checkLayouts(asked: readonly string[]): EngineLayout[] {
+  const unknown = asked.find((name) => !isLayoutName(name));
+  if (unknown !== undefined) throw new ShardingError('E_LAYOUT_UNKNOWN', unknownLayoutMessage(unknown), { layout: unknown });
+  return layoutNames().flatMap((name) => {
+    const layout = engineLayout(name);
+    return layout && asked.includes(name) ? [layout] : [];
+  });
 }
 
 export async function planCheckpoint(modelDir: string, opts: PlanOptions): Promise<CheckpointPlan> {
@@ -334,18 +336,23 @@ export async function planCheckpoint(modelDir: string, opts: PlanOptions): Promi
     config,
     planFile: planFile?.json ?? null,
   });
-  const layouts = checkLayouts(opts.layouts ?? []);
+  const asked = checkLayouts(opts.layouts ?? []);
   // An engine layout this checkpoint cannot have is refused alone: the checkpoint layout and the
   // engines that use it still get the cache, and an engine asking for the refused one is told
   // why and loads from disk, as on any other doubt.
   const engines: EngineLayoutPlan[] = [];
   const refusedLayouts: CheckpointPlan['refusedLayouts'] = {};
-  for (const name of layouts.filter((l) => l !== 'checkpoint')) {
+  for (const layout of asked) {
     try {
-      engines.push(planEngineLayout(name, config.architecture, planned, tpSize));
+      // A rank's arena places each fused parameter's members once, back to back: two engine
+      // layouts would each want them in their own order.
+      if (engines.length > 0) {
+        throw new ShardingError('E_LAYOUT_COMBINATION', `layout "${layout.name}" cannot be planned beside "${engines[0]!.name}": a model's arena holds one engine layout; load the checkpoint again under another model name for the other engine`, { layout: layout.name });
+      }
+      engines.push(planEngineLayout(layout, config.architecture, planned, tpSize));
     } catch (err) {
       if (!(err instanceof ShardingError)) throw err;
-      refusedLayouts[name] = { code: err.code, message: err.message };
+      refusedLayouts[layout.name] = { code: err.code, message: err.message };
     }
   }
   const contentTensors: ContentTensors = { names: all.map((t) => t.name), ranges: all.map((t) => ({ file: t.file, start: t.begin, end: t.end })) };
@@ -354,5 +361,5 @@ export async function planCheckpoint(modelDir: string, opts: PlanOptions): Promi
     await yieldToEventLoop();
     ranks.push({ ...planRank(planned, files, tpSize, rank, aliases, engines), fingerprint: rankFingerprint(fingerprint, rank), contentTensors });
   }
-  return { modelDir: dir, architecture: config.architecture, tpSize, fingerprint, fingerprintFields: fields, layouts: layouts.filter((l) => !Object.hasOwn(refusedLayouts, l)), refusedLayouts, ranks, files: identities };
+  return { modelDir: dir, architecture: config.architecture, tpSize, fingerprint, fingerprintFields: fields, layouts: [CHECKPOINT_LAYOUT, ...engines.map((e) => e.name)], refusedLayouts, ranks, files: identities };
 }

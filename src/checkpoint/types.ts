@@ -79,9 +79,11 @@ export interface CopyOp {
   srcPitch: number;
 }
 
-/** Layouts a rank can be served under; `checkpoint` is the checkpoint's own names and shapes. */
-export const LAYOUT_NAMES = ['checkpoint', 'vllm'] as const;
-export type LayoutName = (typeof LAYOUT_NAMES)[number];
+/**
+ * A layout a rank can be served under: `checkpoint` (the checkpoint's own names and shapes) or an
+ * engine layout registered in layouts/layoutRegistry.ts, which every name is checked against.
+ */
+export type LayoutName = string;
 
 /** A set of views over the same arena, by the names some engine uses. */
 export interface RankLayout {
@@ -126,7 +128,7 @@ export interface RankPlan {
   aliases: Record<string, string>;
   ops: CopyOp[];
   /** Layouts besides `checkpoint` (whose views are `tensors` and `aliases`), by name. */
-  layouts: Partial<Record<LayoutName, RankLayout>>;
+  layouts: Record<LayoutName, RankLayout>;
   /** Padding no op writes: the arena must hold zeros there before the fill. */
   zeroRanges: ZeroRange[];
   /** Payload bytes copied for this rank (sum of rows * rowBytes). */
@@ -169,7 +171,7 @@ export interface CheckpointPlan {
    * Engine layouts asked for that this checkpoint cannot be served under, and why (the planning
    * error's code and message): each is refused alone, the others still served.
    */
-  refusedLayouts: Partial<Record<LayoutName, RefusedLayout>>;
+  refusedLayouts: Record<LayoutName, RefusedLayout>;
   ranks: RankPlan[];
   /** Each checkpoint file's identity, recorded before any of its bytes were read (src/files/fileIdentity.ts), in RankPlan.files order. */
   files: FileIdentity[];

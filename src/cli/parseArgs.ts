@@ -301,7 +301,7 @@ export function parseCommand(argv: string[], env: NodeJS.ProcessEnv = process.en
     name: o.name as string | undefined,
     tensorParallelSize: num(o.tensorParallelSize as string) as number,
     planFile: o.planFile === undefined ? undefined : resolve(o.planFile as string),
-    layouts: String(o.layouts).split(',').map((l) => l.trim()).filter((l) => l !== '' && l !== 'checkpoint') as Array<'checkpoint' | 'vllm'>,
+    layouts: String(o.layouts).split(',').map((l) => l.trim()).filter((l) => l !== '' && l !== 'checkpoint'),
     evict: o.evict as EvictionPolicy | undefined,
   }));
   ctlAction('unload', (o, target) => ({ cmd: 'unload', target: target!, force: o.force === true }));

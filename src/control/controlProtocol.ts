@@ -3,7 +3,7 @@
 // a request is at most MAX_CONTROL_REQUEST_BYTES, and unknown keys are refused.
 import { isAbsolute } from 'node:path';
 import { z } from 'zod';
-import { LAYOUT_NAMES } from '../checkpoint/types.js';
+import { KnownLayoutName, layoutNames } from '../checkpoint/layouts/layoutRegistry.js';
 import { EVICTION_POLICIES } from '../models/evictionPolicy.js';
 import { ModelName } from '../wire/protocol.js';
 
@@ -35,7 +35,7 @@ export const LoadControl = z.strictObject({
   name: ModelName.optional(),
   tensorParallelSize: z.number().int().min(1).max(4096).optional(),
   planFile: AbsolutePath.optional(),
-  layouts: z.array(z.enum(LAYOUT_NAMES)).max(LAYOUT_NAMES.length).optional(),
+  layouts: z.array(KnownLayoutName).refine((names) => names.length <= layoutNames().length, { error: () => `at most ${layoutNames().length} layouts, each once` }).optional(),
   /** This load's eviction policy instead of the daemon's --evict. */
   evict: z.enum(EVICTION_POLICIES).optional(),
 });

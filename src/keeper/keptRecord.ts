@@ -5,7 +5,8 @@
 import { createHash } from 'node:crypto';
 import { basename } from 'node:path';
 import { z } from 'zod';
-import { LAYOUT_NAMES, type RankFillPlan } from '../checkpoint/types.js';
+import { KnownLayoutName } from '../checkpoint/layouts/layoutRegistry.js';
+import type { RankFillPlan } from '../checkpoint/types.js';
 import { changesBetween, describeChange, type FileIdentity, type IdentityChange } from '../files/fileIdentity.js';
 
 /** The formats this weightd reads; it writes the last. A newer format is added here with its reader. */
@@ -39,7 +40,7 @@ const recordSchema = z.object({
   /** The plan's contentTensors' full digests, in order, as the fill computed them (docs/spec/fingerprint.md §8); absent from an older daemon's record. */
   digests: z.array(z.string().regex(/^[0-9a-f]{32}$/)).optional(),
   /** A model loaded at run time (weightd ctl load): how to plan it again, so a restart restores it (restoreLoaded.ts). */
-  load: z.object({ name: z.string().min(1), modelDir: z.string().min(1), tpSize: z.number().int().positive(), planFile: z.string().optional(), layouts: z.array(z.enum(LAYOUT_NAMES)), fingerprint: z.string().min(1) }).optional(),
+  load: z.object({ name: z.string().min(1), modelDir: z.string().min(1), tpSize: z.number().int().positive(), planFile: z.string().optional(), layouts: z.array(KnownLayoutName), fingerprint: z.string().min(1) }).optional(),
 });
 
 export type KeptRecord = z.infer<typeof recordSchema>;

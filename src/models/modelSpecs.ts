@@ -5,7 +5,8 @@
 import { readdirSync, statSync } from 'node:fs';
 import { basename, dirname, resolve } from 'node:path';
 import { z } from 'zod';
-import { LAYOUT_NAMES, type LayoutName } from '../checkpoint/types.js';
+import { isLayoutName, KnownLayoutName, layoutNames } from '../checkpoint/layouts/layoutRegistry.js';
+import type { LayoutName } from '../checkpoint/types.js';
 import { CheckpointError, UsageError } from '../errors.js';
 import { integer, usage } from '../flagValues.js';
 import { readSmallFileSync } from '../files/openRegularFile.js';
@@ -47,7 +48,7 @@ export const ModelsFile = z.strictObject({
         dir: z.string().min(1).max(4096),
         tensorParallelSize: z.number().int().min(1).max(4096).optional(),
         planFile: z.string().min(1).max(4096).optional(),
-        layouts: z.array(z.enum(LAYOUT_NAMES)).optional(),
+        layouts: z.array(KnownLayoutName).optional(),
       }),
     )
     .min(1)
@@ -56,10 +57,10 @@ export const ModelsFile = z.strictObject({
 
 export function checkLayouts(layouts: unknown): LayoutName[] {
   const names = layouts ?? [];
-  if (!Array.isArray(names) || names.some((n) => !(LAYOUT_NAMES as readonly unknown[]).includes(n))) {
-    throw usage('--layouts', names, 'names a layout weightd does not plan', `use a comma-separated list of ${LAYOUT_NAMES.join(', ')}`);
+  if (!Array.isArray(names) || !names.every(isLayoutName)) {
+    throw usage('--layouts', names, 'names a layout weightd does not plan', `use a comma-separated list of ${layoutNames().join(', ')}`);
   }
-  return [...new Set(names as LayoutName[])];
+  return [...new Set(names)];
 }
 
 export function checkModelDir(model: unknown): string {

@@ -40,7 +40,7 @@ export interface ServedRank {
   tensors: TensorEntry[];
   aliases: Record<string, string>;
   /** Every layout served, `checkpoint` (the two fields above) included, in the plan's order. */
-  layouts: Partial<Record<LayoutName, RankLayout>>;
+  layouts: Record<LayoutName, RankLayout>;
   /** Layouts asked for that could not be planned for this checkpoint, and why (CheckpointPlan). */
   refusedLayouts?: CheckpointPlan['refusedLayouts'];
   segments: SegmentExport[];

@@ -10,14 +10,7 @@
 // fused parameter missing a member is an error at planning time, never a guess.
 
 import { ShardingError } from '../../errors.js';
-
-/** One engine parameter: its members are checkpoint tensor names, in the order they stack. */
-export interface EngineParam {
-  name: string;
-  members: string[];
-  /** > 0: the parameter is [experts, rows / experts, ...] (FusedMoE). */
-  experts: number;
-}
+import type { EngineLayout, EngineParam } from './engineLayout.js';
 
 interface Mapping {
   /** Named groups: `slot` picks the member's place in a fused parameter, `expert` its expert. */
@@ -152,3 +145,5 @@ function orderMembers(architecture: string, members: Slotted[]): EngineParam {
   }
   return { name: param, members: bySlot as string[], experts: moe ? experts : 0 };
 }
+
+export const vllmLayout: EngineLayout = { name: 'vllm', engine: 'vLLM', params: vllmParams };

@@ -2,7 +2,7 @@
 // fingerprint the client sends, under a new lease, once its checkpoint files are checked to be
 // unchanged (E_STALE otherwise); a mismatch reply naming the fields that differ (from the named
 // model's newest version, else the socket's first) when no version has it.
-import { LAYOUT_NAMES } from '../../checkpoint/types.js';
+import { isLayoutName, layoutNames } from '../../checkpoint/layouts/layoutRegistry.js';
 import { ServeError } from '../../errors.js';
 import type { DeviceServices } from '../deviceServices.js';
 import { differingFingerprintFields } from '../../checkpoint/differingFingerprintFields.js';
@@ -48,7 +48,7 @@ export async function getState(req: RequestOf<'get_state'>, services: DeviceServ
     if (refused) {
       throw new ServeError('E_UNKNOWN_LAYOUT', `layout "${layout}" was asked for (--layouts) but this checkpoint cannot be served under it: ${refused.message}. Load from disk; the daemon serves ${served.join(', ')}`, { layout, layouts: served });
     }
-    const fix = (LAYOUT_NAMES as readonly string[]).includes(layout) ? `, or restart weightd with --layouts ${[...served, layout].join(',')}` : ` (weightd has the layouts ${LAYOUT_NAMES.join(', ')})`;
+    const fix = isLayoutName(layout) ? `, or restart weightd with --layouts ${[...served, layout].join(',')}` : ` (weightd has the layouts ${layoutNames().join(', ')})`;
     throw new ServeError('E_UNKNOWN_LAYOUT', `layout "${layout}" is not served by this daemon, which planned ${served.join(', ')}; ask for one of those${fix}`, { layout, layouts: served });
   }
   const lease = service.leases.grant(caller, req.mode);
