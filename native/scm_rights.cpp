@@ -22,6 +22,11 @@ std::vector<FdPiece> fdPieces(size_t frameBytes, size_t fdCount) {
 
 ssize_t sendSomeWithFds(int sock, const uint8_t* data, size_t size, const int* fds, size_t fdCount) {
   alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kFdsPerBatch)];
+  // More would overrun `control`: the callers cut batches with fdPieces, so this is a bug of theirs.
+  if (fdCount > kFdsPerBatch) {
+    errno = EINVAL;
+    return -1;
+  }
   iovec iov{const_cast<uint8_t*>(data), size};
   msghdr msg{};
   msg.msg_iov = &iov;

@@ -30,8 +30,9 @@ struct FdPiece {
 std::vector<FdPiece> fdPieces(size_t frameBytes, size_t fdCount);
 
 // One non-blocking sendmsg (MSG_NOSIGNAL) of [data, data + size) with `fdCount` fds (at most
-// kFdsPerBatch) attached to its first byte. Returns what sendmsg returns, errno set on -1. The
-// kernel attaches the fds to the first byte sent, even in a partial write; the caller keeps its fds.
+// kFdsPerBatch, else -1 with EINVAL) attached to its first byte. Returns what sendmsg returns,
+// errno set on -1. The kernel attaches the fds to the first byte sent, even in a partial write;
+// the caller keeps its fds.
 ssize_t sendSomeWithFds(int sock, const uint8_t* data, size_t size, const int* fds, size_t fdCount);
 
 struct Received {
