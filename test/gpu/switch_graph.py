@@ -14,8 +14,12 @@ shapes and so the same placement; other weights), runs one daemon serving both w
      model of version 1, with no recapture;
   4. switch_to(version 0) again: equal to version 0's;
   5. times switch_to (median of 9, each way) and says how much memory it remapped;
-  6. a stranger fingerprint is a Mismatch and changes nothing; detach; the daemon exits 0 on
-     SIGTERM.
+  6. a stranger fingerprint is a Mismatch and changes nothing;
+  7. a weight update from a new checkpoint directory, as an engine follows it: `weightd ctl load
+     --model v2 --name v0` (hot swap), the engine hears model_ready on its watch and switches to
+     it: the same graph gives version 2's logits; the replaced version is freed once the lease
+     moved (ctl list); the seconds from `ctl load` to the switch;
+  8. detach; the daemon exits 0 on SIGTERM.
 DIR/switch.json holds every step (ok, figures); the exit status is 0 when all passed.
 Needs torch, transformers, safetensors, and dist/ with node on PATH (test/gpu/ensure-node.sh).
 """
@@ -72,8 +76,8 @@ def main() -> int:
 
     torch.cuda.set_device(0)
     work = Path(tempfile.mkdtemp(prefix="weightd-switch-", dir="/var/tmp"))
-    v0, v1 = work / "v0", work / "v1"
-    for path, seed in ((v0, 0), (v1, 1)):
+    v0, v1, v2 = work / "v0", work / "v1", work / "v2"
+    for path, seed in ((v0, 0), (v1, 1), (v2, 2)):
         write_checkpoint(torch, transformers, path, seed, a.layers, a.hidden)
     sock = work / "s"
     sock.mkdir(mode=0o700)
@@ -158,6 +162,38 @@ def main() -> int:
 
         miss = attached.switch_to("0" * 64)
         step("an unserved fingerprint is a Mismatch and changes nothing", type(miss).__name__ == "Mismatch" and torch.equal(replay(), want0))
+
+        # A weight update from a checkpoint directory: the hot swap the daemon already does, followed in place.
+        def ctl(*args):
+            r = subprocess.run(["node", str(ROOT / "dist/main.js"), "ctl", "--weight-cache-socket-dir", str(sock), *args], capture_output=True, text=True, timeout=300, cwd=ROOT)
+            return r.returncode, r.stdout, r.stderr
+
+        want2 = disk_logits(v2)
+        client.watch("v0")
+        t0 = time.perf_counter()
+        rc, out, err = ctl("load", "--model", str(v2), "--name", "v0", "-tp", "1")
+        loaded_s = time.perf_counter() - t0
+        ready = None
+        deadline = time.monotonic() + 60
+        while ready is None and time.monotonic() < deadline:
+            ready = next((e for e in client.events(timeout=1.0) if e.get("event") == "model_ready"), None)
+        step("ctl load of v2 under the name v0: the watching engine hears model_ready", rc == 0 and ready is not None, rc=rc, err=err[-500:], loadSeconds=round(loaded_s, 2))
+        t1 = time.perf_counter()
+        attached.switch_to(ready["fingerprint"])
+        switch_ms = (time.perf_counter() - t1) * 1e3
+        got2 = replay()
+        step("switch_to(the event's fingerprint): the same graph gives version 2's logits", torch.equal(got2, want2),
+             switchMs=round(switch_ms, 3), fromCtlLoadSeconds=round(time.perf_counter() - t0, 2))
+        listed = []
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            rc, out, err = ctl("list", "--json")
+            listed = [(m["model"], m["state"]) for m in json.loads(out)["models"]] if rc == 0 else []
+            freed = not any(os.path.realpath(m) == os.path.realpath(v0) and state != "released" for m, state in listed)
+            if freed:
+                break
+            time.sleep(0.5)
+        step("the replaced version is freed once the lease moved off it", freed, listed=listed)
 
         del graph, static_out, model
         attached.tensors = {}

@@ -100,9 +100,9 @@ def daemon_fd() -> None:
     print(json.dumps(out))
 
 
-def other_version(src: str, dst: str) -> None:
-    """A copy of checkpoint ``src`` with every tensor byte inverted: the same names, dtypes,
-    shapes and offsets (so the daemon places it the same), other weights."""
+def other_version(src: str, dst: str, mask: int = 0xFF) -> None:
+    """A copy of checkpoint ``src`` with every tensor byte XORed with ``mask``: the same names,
+    dtypes, shapes and offsets (so the daemon places it the same), other weights."""
     import shutil
     import struct
 
@@ -115,13 +115,15 @@ def other_version(src: str, dst: str) -> None:
             f.seek(8 + header)
             data = f.read()
             f.seek(8 + header)
-            f.write(bytes(b ^ 0xFF for b in data))
+            f.write(bytes(b ^ mask for b in data))
 
 
 def daemon_switch() -> None:
     import tempfile
 
-    from daemon_fixture import Daemon
+    import subprocess
+
+    from daemon_fixture import MAIN_JS, Daemon
     from test_host_fds import MODEL, checkpoint_tensors
     from weightd_client import expected_fingerprint
     from weightd_client.cuda import CudaError
@@ -161,9 +163,30 @@ def daemon_switch() -> None:
             except CudaError as err:
                 out["badFdRefused"] = err.code == "E_CUDA" and reads(want0)
             client.detach(state["leaseId"])
+            # An update from a new checkpoint directory (hot swap), followed in place: the engine
+            # hears model_ready for the name it watches and switches to that fingerprint.
+            v2 = os.path.join(work, "v2")
+            other_version(MODEL, v2, 0x0F)
+            want2 = checkpoint_tensors(v2)
+            name = os.path.basename(MODEL)
+            client.watch(name)
+            ctl = subprocess.run(["node", str(MAIN_JS), "ctl", "--weight-cache-socket-dir", daemon.socket_dir, "load", "--model", v2, "--name", name, "-tp", "1"],
+                                 env={**os.environ, "WEIGHTD_HOST_DEVICES": daemon.device}, capture_output=True, text=True, timeout=120)
+            out["ctlLoad"] = ctl.returncode
+            events = []
+            while not any(e.get("event") == "model_ready" for e in events):
+                got = client.events(timeout=60.0)
+                if not got:
+                    break
+                events += got
+            ready = next((e for e in events if e.get("event") == "model_ready"), None)
+            out["heardReady"] = ready is not None and ready["fingerprint"] != e0.fingerprint
+            if ready is not None:
+                attached.switch_to(ready["fingerprint"])
+                out["followedUpdate"] = reads(want2) and {n: t.pointer for n, t in attached.tensors.items()} == pointers
             attached.tensors = {}
             attached.detach()
-            out["leasesAfter"] = [client.stats(e0.fingerprint)["leases"], client.stats(e1.fingerprint)["leases"]]
+            out["leasesAfter"] = [client.stats(e1.fingerprint)["leases"]]
         daemon.stop()
         out["daemonLeaks"] = next((json.loads(l[len("FAKE_CUDA_LEAKS ") :]) for l in daemon.stderr.splitlines() if l.startswith("FAKE_CUDA_LEAKS ")), None)
     print(json.dumps(out))

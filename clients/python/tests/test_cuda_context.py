@@ -151,5 +151,7 @@ def test_switch_to_puts_another_version_behind_the_same_pointers_and_back_leavin
     assert got["afterSwitchBack"]
     assert got["unservedIsMismatch"]
     assert got["badFdRefused"], "a descriptor that does not import changes nothing"
-    assert got["leasesAfter"] == [[], []]
+    assert got["ctlLoad"] == 0 and got["heardReady"], "a hot swap under the watched name announces the new version"
+    assert got["followedUpdate"], "switch_to the announced fingerprint: the same pointers read the update"
+    assert got["leasesAfter"] == [[]]
     assert got["daemonLeaks"] == NO_LEAKS
