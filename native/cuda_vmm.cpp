@@ -96,7 +96,9 @@ VmmSegment VmmSegment::import(CUdevice dev, int fd, uint64_t size) {
   VmmSegment s;
   s.size_ = size;
   s.importFrom(fd);
-  s.mapOn(dev);
+  // A client only reads the daemon's memory, and every other client maps it too: read-only, so
+  // no kernel of this process can write into it (a write faults here instead of corrupting them).
+  s.mapOn(dev, CU_MEM_ACCESS_FLAGS_PROT_READ);
   return s;
 }
 
@@ -107,7 +109,7 @@ void VmmSegment::importFrom(int fd) {
   haveHandle_ = true;
 }
 
-void VmmSegment::mapOn(CUdevice dev) {
+void VmmSegment::mapOn(CUdevice dev, CUmemAccess_flags flags) {
   const CudaDriver& drv = cudaDriver();
   drv.cuMemAddressReserve(&pointer_, size_, granularity(dev), 0, 0);
   // An allocation smaller than size_ (a descriptor of another segment) fails here.
@@ -116,6 +118,10 @@ void VmmSegment::mapOn(CUdevice dev) {
   CUmemAccessDesc access{};
   access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   access.location.id = dev;
+  access.flags = flags;
+  // A driver that refuses read-only device mappings gets read-write, as the Python client does:
+  // the client still writes nothing, but nothing stops a kernel of its process from doing so.
+  if (flags == CU_MEM_ACCESS_FLAGS_PROT_READ && drv.cuMemSetAccess.raw(pointer_, size_, &access, 1) == CUDA_SUCCESS) return;
   access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
   drv.cuMemSetAccess(pointer_, size_, &access, 1);
 }

@@ -48,8 +48,8 @@ class VmmSegment {
   // mapped for `size` bytes on device `dev`. Owns `fd` from the call on: closed with the segment,
   // or at once if the import fails.
   static VmmSegment adopt(CUdevice dev, int fd, uint64_t size);
-  // The same mapping for a client: `fd` stays the caller's (it may close it at once: the import
-  // holds the memory), so this segment has no descriptor to export.
+  // The same mapping for a client, read-only where the driver allows: `fd` stays the caller's (it
+  // may close it at once: the import holds the memory), so this segment has no descriptor to export.
   static VmmSegment import(CUdevice dev, int fd, uint64_t size);
 
   CUdeviceptr pointer() const { return pointer_; }
@@ -61,8 +61,9 @@ class VmmSegment {
 
  private:
   void importFrom(int fd);
-  // Reserve, map and grant access, each recorded as it succeeds so reset() undoes just those.
-  void mapOn(CUdevice dev);
+  // Reserve, map and grant `flags` access for `dev`, each recorded as it succeeds so reset()
+  // undoes just those.
+  void mapOn(CUdevice dev, CUmemAccess_flags flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
 
   CUmemGenericAllocationHandle handle_ = 0;
   bool haveHandle_ = false;

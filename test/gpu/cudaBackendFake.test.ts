@@ -253,9 +253,10 @@ test('fd handles: VMM segments fill byte-exact and export descriptors; a second 
   assert.equal(result.adoptedHandles, ['cuda-fd', 'cuda-fd']);
   assert.match(result.fillAdopted as string, /^DeviceError E_ADOPTED: GPU 1 \(GPU-[0-9a-f-]+\) holds an adopted arena/);
   assert.equal(result.fdsClosedByFree, ['EBADF', 'EBADF']);
-  const client = result.client as { equal: boolean; withoutFds: string; closedByOpen: string[] };
+  const client = result.client as { equal: boolean; withoutFds: string; closedByOpen: string[]; access: string };
   assert.equal(client.closedByOpen, ['EBADF', 'EBADF'], 'openCuda closes the descriptors it was given, as openHost does');
   assert.is(client.equal, true, 'the TypeScript client reads the same bytes through the descriptors');
+  assert.is(client.access, 'r--s', 'the TypeScript client maps the daemon\'s memory read-only');
   assert.match(client.withoutFds, /^ProtocolError E_NO_SEGMENT_FDS: rank 0 serves 2 cuda-fd segment\(s\), whose descriptors come from get_segment_fds/);
   assert.is(result.freeAfter, true);
   assert.equal(result.child, { equal: true, leaks: noLeaks });

@@ -339,6 +339,17 @@ CUresult cuStreamSynchronize(struct stream* s) {
   pthread_mutex_unlock(&lock);
   return OK;
 }
+// Every queued operation of the current context's device is done (the engine's "between steps").
+CUresult cuCtxSynchronize(void) {
+  NEED_CTX();
+  pthread_mutex_lock(&lock);
+  for (int i = 0; i < nstreams; ++i) {
+    struct stream* st = streams[i];
+    if (st->live && st->device == current()->device) runUpTo(st, st->seq);
+  }
+  pthread_mutex_unlock(&lock);
+  return OK;
+}
 CUresult cuStreamDestroy_v2(struct stream* s) {
   NEED_CTX();
   pthread_mutex_lock(&lock);

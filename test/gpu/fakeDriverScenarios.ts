@@ -892,7 +892,13 @@ async function openAsClient(exported: SegmentExport[], fds: number[], fx: Fixtur
   try {
     const read = await opened.read();
     const equal = fx.ops.every((op, i) => op.segment !== 0 || Buffer.from((read[`op${i}`]!.data as Uint8Array).buffer).equals(expectedBytes(fx.data[op.file]!, op)));
-    return { equal, withoutFds, closedByOpen };
+    // The fake maps device memory as host memory, with the access the client asked the driver for.
+    const first = Object.values(opened.tensors)[0]!.pointer;
+    const access = readFileSync('/proc/self/maps', 'utf8').split('\n').map((l) => l.split(' ')).find(([range]) => {
+      const [lo, hi] = range!.split('-').map((h) => BigInt(`0x${h}`));
+      return lo! <= first && first < hi!;
+    })?.[1];
+    return { equal, withoutFds, closedByOpen, access };
   } finally {
     opened.close();
   }

@@ -6,10 +6,12 @@
 #           VMM descriptors mapped from both and adopted by another process, timed against IPC);
 #   daemon  the daemon end to end (daemon-suite.sh: a transformers Llama checkpoint served at
 #           tp=1, tp=2 and over two nodes, every tensor checked from Python, logits compared;
-#           restarts with a keeper; two models on one daemon and a swap under live clients).
+#           restarts with a keeper; two models on one daemon and a swap under live clients);
+#   switch  Attached.switch_to under a captured CUDA graph (switch_graph.py: two versions of a
+#           Llama, the same graph replayed gives each one's logits, switch time).
 # Needs an NVIDIA GPU, python3 with numpy (check) and torch, safetensors, transformers (daemon),
 # build/Release/weightd.node and dist/.
-#   bash test/gpu/run.sh [--only check|daemon] [--ckpt DIR] [--out FILE] [--out-dir DIR]
+#   bash test/gpu/run.sh [--only check|daemon|switch] [--ckpt DIR] [--out FILE] [--out-dir DIR]
 # --ckpt: the check's checkpoint (without it, a 1 GiB random one under /var/tmp); the daemon
 # suite writes its own Llama checkpoint. --out: the check's JSON; --out-dir: the daemon suite's
 # results (default $OUT, else test/artifacts/gpu-daemon). The CI-safe part (a fake driver, no
@@ -25,10 +27,10 @@ while [ $# -gt 0 ]; do
     --out) out=$2; shift 2 ;;
     --out-dir) out_dir=$2; shift 2 ;;
     --only) only=$2; shift 2 ;;
-    *) echo "usage: test/gpu/run.sh [--only check|daemon] [--ckpt DIR] [--out FILE] [--out-dir DIR]" >&2; exit 2 ;;
+    *) echo "usage: test/gpu/run.sh [--only check|daemon|switch] [--ckpt DIR] [--out FILE] [--out-dir DIR]" >&2; exit 2 ;;
   esac
 done
-case "$only" in ""|check|daemon) ;; *) echo "--only check|daemon" >&2; exit 2 ;; esac
+case "$only" in ""|check|daemon|switch) ;; *) echo "--only check|daemon|switch" >&2; exit 2 ;; esac
 
 run_check() {
   if [ -z "$ckpt" ]; then
@@ -44,12 +46,16 @@ run_check() {
 }
 
 status=0
-if [ "$only" != daemon ]; then
+if [ -z "$only" ] || [ "$only" = check ]; then
   echo "== gpu-check (cuda backend)"
   run_check || status=1
 fi
-if [ "$only" != check ]; then
+if [ -z "$only" ] || [ "$only" = daemon ]; then
   echo "== daemon suite (end to end)"
   bash test/gpu/daemon-suite.sh ${out_dir:+--out-dir "$out_dir"} || status=1
+fi
+if [ -z "$only" ] || [ "$only" = switch ]; then
+  echo "== switch_to under a CUDA graph"
+  PYTHONPATH="$root/clients/python${PYTHONPATH:+:$PYTHONPATH}" python3 test/gpu/switch_graph.py --out-dir "${out_dir:-${OUT:-test/artifacts/gpu-daemon}}/switch" || status=1
 fi
 exit $status

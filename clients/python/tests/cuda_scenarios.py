@@ -8,6 +8,8 @@ fake is found through LD_LIBRARY_PATH; its leak report is on stderr at exit):
                                          another process as a descriptor received over a socket would
   cuda_scenarios.py daemon_fd            a daemon on the fake GPU with --cuda-handles fd: copy and
                                          attach through get_segment_fds, compare with the checkpoint
+  cuda_scenarios.py daemon_switch        a daemon on the fake GPU with --cuda-handles fd serving two
+                                         versions of one checkpoint: switch_to() one and back in place
   cuda_scenarios.py CASE HANDLE          attach to the exported segment, print one JSON line
 """
 
@@ -98,6 +100,98 @@ def daemon_fd() -> None:
     print(json.dumps(out))
 
 
+def other_version(src: str, dst: str, mask: int = 0xFF) -> None:
+    """A copy of checkpoint ``src`` with every tensor byte XORed with ``mask``: the same names,
+    dtypes, shapes and offsets (so the daemon places it the same), other weights."""
+    import shutil
+    import struct
+
+    shutil.copytree(src, dst)
+    for name in os.listdir(dst):
+        if not name.endswith(".safetensors"):
+            continue
+        with open(os.path.join(dst, name), "r+b") as f:
+            (header,) = struct.unpack("<Q", f.read(8))
+            f.seek(8 + header)
+            data = f.read()
+            f.seek(8 + header)
+            f.write(bytes(b ^ mask for b in data))
+
+
+def daemon_switch() -> None:
+    import tempfile
+
+    import subprocess
+
+    from daemon_fixture import MAIN_JS, Daemon
+    from test_host_fds import MODEL, checkpoint_tensors
+    from weightd_client import expected_fingerprint
+    from weightd_client.cuda import CudaError
+
+    work = tempfile.mkdtemp(prefix="weightd-switch-")
+    v1 = os.path.join(work, "v1")
+    other_version(MODEL, v1)
+    want0, want1 = checkpoint_tensors(), checkpoint_tensors(v1)
+    e0, e1 = expected_fingerprint(MODEL, 1, 0), expected_fingerprint(v1, 1, 0)
+    out = {"versionsDiffer": all(want0[n] != want1[n] for n in want0 if want0[n])}
+    with Daemon(MODEL, device="cuda", extra_args=["--cuda-handles", "fd", "--model", v1, "-tp", "1"]) as daemon:
+        with daemon.client() as client:
+            attached = client.attach(e0.fingerprint, e0.fields, device=0, tensor_format="memoryview")
+            pointers = {n: t.pointer for n, t in attached.tensors.items()}
+
+            def reads(want):
+                # The fake's device memory is host memory: the views read it directly.
+                return all(ctypes.string_at(attached.tensors[n].pointer, len(want[n])) == want[n] for n in want)
+
+            out["before"] = reads(want0)
+            lease0 = attached.lease_id
+            out["switched"] = attached.switch_to(e1.fingerprint, e1.fields) is attached
+            out["afterSwitch"] = reads(want1)
+            out["samePointers"] = {n: t.pointer for n, t in attached.tensors.items()} == pointers
+            out["leases"] = [len(client.stats(e0.fingerprint)["leases"]), len(client.stats(e1.fingerprint)["leases"])]
+            out["leaseChanged"] = attached.lease_id != lease0
+            attached.switch_to(e0.fingerprint, e0.fields)
+            out["afterSwitchBack"] = reads(want0) and {n: t.pointer for n, t in attached.tensors.items()} == pointers
+            # A fingerprint the daemon does not serve: a mismatch, and the tensors still read version 0.
+            miss = attached.switch_to("0" * 64)
+            out["unservedIsMismatch"] = type(miss).__name__ == "Mismatch" and reads(want0)
+            # Descriptors that do not map: refused, all or nothing.
+            state = client.get_state(e1.fingerprint, fingerprint_fields=e1.fields)
+            try:
+                attached._mapping.remap(state, {0: os.open("/dev/null", os.O_RDONLY)})
+                out["badFdRefused"] = False
+            except CudaError as err:
+                out["badFdRefused"] = err.code == "E_CUDA" and reads(want0)
+            client.detach(state["leaseId"])
+            # An update from a new checkpoint directory (hot swap), followed in place: the engine
+            # hears model_ready for the name it watches and switches to that fingerprint.
+            v2 = os.path.join(work, "v2")
+            other_version(MODEL, v2, 0x0F)
+            want2 = checkpoint_tensors(v2)
+            name = os.path.basename(MODEL)
+            client.watch(name)
+            ctl = subprocess.run(["node", str(MAIN_JS), "ctl", "--weight-cache-socket-dir", daemon.socket_dir, "load", "--model", v2, "--name", name, "-tp", "1"],
+                                 env={**os.environ, "WEIGHTD_HOST_DEVICES": daemon.device}, capture_output=True, text=True, timeout=120)
+            out["ctlLoad"] = ctl.returncode
+            events = []
+            while not any(e.get("event") == "model_ready" for e in events):
+                got = client.events(timeout=60.0)
+                if not got:
+                    break
+                events += got
+            ready = next((e for e in events if e.get("event") == "model_ready"), None)
+            out["heardReady"] = ready is not None and ready["fingerprint"] != e0.fingerprint
+            if ready is not None:
+                attached.switch_to(ready["fingerprint"])
+                out["followedUpdate"] = reads(want2) and {n: t.pointer for n, t in attached.tensors.items()} == pointers
+            attached.tensors = {}
+            attached.detach()
+            out["leasesAfter"] = [client.stats(e1.fingerprint)["leases"]]
+        daemon.stop()
+        out["daemonLeaks"] = next((json.loads(l[len("FAKE_CUDA_LEAKS ") :]) for l in daemon.stderr.splitlines() if l.startswith("FAKE_CUDA_LEAKS ")), None)
+    print(json.dumps(out))
+
+
 def state(handle: str, segments=None, tensors=None) -> dict:
     return {
         "device": {"uuid": DEVICE0},
@@ -115,6 +209,8 @@ def main() -> None:
         return export_fd()
     if sys.argv[1] == "daemon_fd":
         return daemon_fd()
+    if sys.argv[1] == "daemon_switch":
+        return daemon_switch()
     from weightd_client.cuda import CudaError, CudaMapping, _Driver
 
     case, handle = sys.argv[1:3]

@@ -137,3 +137,21 @@ def test_a_daemon_with_cuda_handles_fd_is_copied_and_attached_through_get_segmen
     assert got["fdsWhileAttached"] == ["/memfd:fakecuda-vmm-d0"], "the descriptors are closed once mapped: the mappings hold the memory"
     assert got["fdsAfter"]
     assert got["daemonLeaks"] == NO_LEAKS
+
+
+def test_switch_to_puts_another_version_behind_the_same_pointers_and_back_leaving_nothing(fake_env):
+    r = subprocess.run([sys.executable, str(SCENARIOS), "daemon_switch"], env=fake_env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert leaks(r.stderr) == NO_LEAKS, "the switches left a mapping, an import or a descriptor behind"
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert got["versionsDiffer"] and got["before"]
+    assert got["switched"] and got["afterSwitch"], "after switch_to every view reads the new version's bytes"
+    assert got["samePointers"], "at the same addresses"
+    assert got["leases"] == [0, 1] and got["leaseChanged"], "the new version's lease replaces the old one"
+    assert got["afterSwitchBack"]
+    assert got["unservedIsMismatch"]
+    assert got["badFdRefused"], "a descriptor that does not import changes nothing"
+    assert got["ctlLoad"] == 0 and got["heardReady"], "a hot swap under the watched name announces the new version"
+    assert got["followedUpdate"], "switch_to the announced fingerprint: the same pointers read the update"
+    assert got["leasesAfter"] == [[]]
+    assert got["daemonLeaks"] == NO_LEAKS

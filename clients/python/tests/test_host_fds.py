@@ -72,13 +72,13 @@ def test_segments_are_sealed_memfds_and_dev_shm_holds_nothing_of_the_daemon(daem
         client.detach(state["leaseId"])
 
 
-def checkpoint_tensors():
+def checkpoint_tensors(model=MODEL):
     """Every tensor's bytes as the safetensors files hold them (tp=1: the rank holds them whole)."""
     out = {}
-    for name in sorted(os.listdir(MODEL)):
+    for name in sorted(os.listdir(model)):
         if not name.endswith(".safetensors"):
             continue
-        with open(os.path.join(MODEL, name), "rb") as f:
+        with open(os.path.join(model, name), "rb") as f:
             data = f.read()
         n = struct.unpack("<Q", data[:8])[0]
         for tensor, meta in json.loads(data[8 : 8 + n]).items():

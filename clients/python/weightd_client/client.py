@@ -114,6 +114,35 @@ class Attached:
         self.tensors = {}
         self._mapping.close(then=lambda: self._client.detach(self.lease_id))
 
+    def switch_to(self, fingerprint: str, fingerprint_fields: Optional[Dict[str, str]] = None) -> "Attached | Mismatch":
+        """Makes these tensors read another model the daemon serves with the same placement (the
+        same names, dtypes, shapes and offsets; another version of the weights), in place: the
+        views keep their addresses, so code that captured them (a CUDA graph) reads the new
+        bytes with nothing rebuilt. Takes the new version's lease, then drops the old one; on a
+        failure the tensors still read the old version and its lease is kept. Call it between
+        steps: the device is synchronized, and nothing may read the tensors meanwhile.
+        Needs the cuda backend with ``--cuda-handles fd`` (E_REMAP_UNSUPPORTED otherwise)."""
+        if self._detached:
+            raise ProtocolError("E_CLOSED", "this attach was detached; attach again")
+        if self.backend != "cuda":
+            raise ProtocolError("E_REMAP_UNSUPPORTED", f"switching in place needs the cuda backend, not {self.backend!r}; attach the new version instead")
+        client = self._client
+        state = client._state(fingerprint, "map", fingerprint_fields, self.state.get("layout", "checkpoint"))
+        if isinstance(state, Mismatch):
+            return state
+        try:
+            fds = client.segment_fds(state["leaseId"])
+            try:
+                self._mapping.remap(state, fds)
+            finally:
+                close_fds(list(fds.values()))
+        except BaseException:
+            client.detach(state["leaseId"])
+            raise
+        old, self.lease_id, self.state = self.lease_id, state["leaseId"], state
+        client.detach(old)
+        return self
+
     def __enter__(self) -> "Attached":
         return self
 
@@ -291,8 +320,9 @@ class WeightdClient:
         """Asks the daemon to free the rank (refused with E_LEASE_HELD while others map it)."""
         return self.conn.request("release", force=force or None)
 
-    def stats(self) -> Dict[str, Any]:
-        return self.conn.request("stats")
+    def stats(self, fingerprint: Optional[str] = None) -> Dict[str, Any]:
+        """The counters and live leases of the version ``fingerprint`` (default: the node's own model)."""
+        return self.conn.request("stats", fingerprint=fingerprint)
 
     def watch(self, model: str, stale: bool = False) -> Dict[str, Any]:
         """Asks to be told, on this connection, when a newer version of ``model`` is ready on this

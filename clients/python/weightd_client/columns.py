@@ -94,6 +94,11 @@ class TensorColumns(Sequence):
         columns["shapes"] = [list(shape) for shape in shapes]
         return cls(columns)
 
+    def placement(self) -> Tuple[List[Any], ...]:
+        """Where every tensor lies, as lists that compare in C: two manifests with equal
+        placements can be swapped behind the same views (CudaMapping.remap)."""
+        return (self.name, [self.dtypes[k] for k in self.dtype], [self.shapes[k] for k in self.shape], self.segment, self.offset, self.bytes)
+
     def __len__(self) -> int:
         return len(self.name)
 

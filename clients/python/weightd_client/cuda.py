@@ -21,6 +21,7 @@ import weakref
 from typing import Any, Callable, Dict, Iterator, List, Optional
 
 from .protocol import WeightdError
+from .columns import TensorColumns
 from .tensors import SegmentViews, by_name, torch_by_name
 
 CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS = 0x1
@@ -129,6 +130,7 @@ class _Driver:
         self._fn("cuMemUnmap", [u64, size])
         self._fn("cuMemAddressFree", [u64, size])
         self._fn("cuMemRelease", [u64])
+        self._fn("cuCtxSynchronize", [])
         self._fn("cuGetErrorName", [i, p(ctypes.c_char_p)])
         self._fn("cuGetErrorString", [i, p(ctypes.c_char_p)])
         self.check(lib.cuInit(0), "cuInit")
@@ -170,7 +172,7 @@ class FdSegment:
     in reverse order (also after a failure midway through the opening)."""
 
     def __init__(self, driver: "_Driver", dev: int, fd: int, nbytes: int, segment: int):
-        self.driver, self.segment = driver, segment
+        self.driver, self.segment, self.dev = driver, segment, dev
         self.handle: Optional[int] = None
         self.pointer = 0
         self.mapped = False
@@ -193,21 +195,56 @@ class FdSegment:
             # A descriptor of less memory than the manifest says fails here.
             d.check(d.cuMemMap(self.pointer, self.size, 0, self.handle, 0), f"cuMemMap(segment {segment}, {self.size} bytes)")
             self.mapped = True
-            # Read-only, so that no kernel of this process can write into memory every other
-            # client maps: a write faults here instead of corrupting them. A driver that refuses
-            # read-only device mappings gets read-write, said once in the log (``read_only``).
-            location = _MemLocation(CU_MEM_LOCATION_TYPE_DEVICE, dev)
-            access = _AccessDesc(location=location, flags=CU_MEM_ACCESS_FLAGS_PROT_READ)
-            rc = d.cuMemSetAccess(self.pointer, self.size, ctypes.byref(access), 1)
-            self.read_only = rc == 0
-            if not self.read_only:
-                _warn_read_write(d, rc)
-                access = _AccessDesc(location=location, flags=CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
-                d.check(d.cuMemSetAccess(self.pointer, self.size, ctypes.byref(access), 1), f"cuMemSetAccess(segment {segment})")
+            self._set_access()
         except BaseException:
             with contextlib.suppress(CudaError):  # the failure that stopped the open is the one to report
                 self.close()
             raise
+
+    def _set_access(self) -> None:
+        # Read-only, so that no kernel of this process can write into memory every other
+        # client maps: a write faults here instead of corrupting them. A driver that refuses
+        # read-only device mappings gets read-write, said once in the log (``read_only``).
+        d = self.driver
+        location = _MemLocation(CU_MEM_LOCATION_TYPE_DEVICE, self.dev)
+        access = _AccessDesc(location=location, flags=CU_MEM_ACCESS_FLAGS_PROT_READ)
+        rc = d.cuMemSetAccess(self.pointer, self.size, ctypes.byref(access), 1)
+        self.read_only = rc == 0
+        if not self.read_only:
+            _warn_read_write(d, rc)
+            access = _AccessDesc(location=location, flags=CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+            d.check(d.cuMemSetAccess(self.pointer, self.size, ctypes.byref(access), 1), f"cuMemSetAccess(segment {self.segment})")
+
+    def import_handle(self, fd: int) -> int:
+        """Imports another allocation for this segment (step one of ``swap``): its handle, to
+        ``swap`` in or ``release``. A descriptor of less memory than this range maps fails at swap."""
+        d, handle = self.driver, ctypes.c_uint64()
+        d.check(d.cuMemImportFromShareableHandle(ctypes.byref(handle), ctypes.c_void_p(fd), CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR), f"cuMemImportFromShareableHandle(segment {self.segment}, fd {fd})")
+        return handle.value
+
+    def release(self, handle: int) -> None:
+        self.driver.check(self.driver.cuMemRelease(handle), f"cuMemRelease(segment {self.segment})")
+
+    def swap(self, handle: int) -> int:
+        """Maps ``handle`` at this segment's address range in place of the current allocation and
+        returns the one it replaced (still imported: ``release`` it, or ``swap`` it back). Every
+        pointer into the range stays valid, so views and captured CUDA graphs read the new bytes.
+        The caller has synchronized: nothing may run on the range meanwhile. On failure the old
+        allocation is mapped again and the new one is still the caller's."""
+        d, old = self.driver, self.handle
+        assert old is not None and self.mapped
+        d.check(d.cuMemUnmap(self.pointer, self.size), f"cuMemUnmap(segment {self.segment})")
+        self.mapped = False
+        try:
+            d.check(d.cuMemMap(self.pointer, self.size, 0, handle, 0), f"cuMemMap(segment {self.segment}, {self.size} bytes)")
+        except CudaError:
+            d.check(d.cuMemMap(self.pointer, self.size, 0, old, 0), f"cuMemMap(segment {self.segment}, back to its allocation)")
+            self.mapped = True
+            self._set_access()
+            raise
+        self.mapped, self.handle = True, handle
+        self._set_access()
+        return old
 
     def close(self) -> None:
         """Unmaps, frees the address range and releases the import; raises the first failure after trying every step."""
@@ -248,6 +285,34 @@ def open_fd_segments(fds: List[int], segments: List[Dict[str, Any]], device: int
                 s.close()
         raise
     return opened
+
+
+def _check_same_placement(current: Dict[str, Any], new: Dict[str, Any]) -> None:
+    """Raises E_LAYOUT_CHANGED, naming the first difference, unless ``new`` has the same device,
+    segments (numbers, sizes, handle kinds) and tensors (names, dtypes, shapes, places)."""
+
+    def segments(state: Dict[str, Any]) -> List[Any]:
+        return [(s["segment"], int(s["bytes"]), s["handle"]) for s in state["segments"]]
+
+    def placement(state: Dict[str, Any]) -> Any:
+        tensors = state["tensors"]
+        return (tensors if isinstance(tensors, TensorColumns) else TensorColumns.from_objects(list(tensors))).placement()
+
+    def refuse(what: str) -> CudaError:
+        return CudaError("E_LAYOUT_CHANGED", f"the new version {what}, so its memory cannot sit behind the same views; attach it afresh instead")
+
+    if not _same_uuid(current["device"]["uuid"], new["device"]["uuid"]):
+        raise refuse(f"is served from device {new['device']['uuid']}, not {current['device']['uuid']}")
+    if segments(current) != segments(new):
+        raise refuse(f"has segments {segments(new)}, not {segments(current)}")
+    ours, theirs = placement(current), placement(new)
+    if ours != theirs:
+        fields = ("name", "dtype", "shape", "segment", "offset", "bytes")
+        k, column = next((k, c) for k, c in enumerate(fields) if ours[k] != theirs[k])
+        if len(ours[k]) != len(theirs[k]):
+            raise refuse(f"has {len(theirs[k])} tensors, not {len(ours[k])}")
+        i = next(i for i, (a, b) in enumerate(zip(ours[k], theirs[k])) if a != b)
+        raise refuse(f"places tensor {ours[0][i]!r} differently ({column} {theirs[k][i]!r}, not {ours[k][i]!r})")
 
 
 def _same_uuid(a: str, b: str) -> bool:
@@ -306,6 +371,7 @@ class CudaMapping:
         self.pointers: Dict[int, int] = {}
         self._fd_segments: Dict[int, FdSegment] = {}
         self.tensors: Dict[str, Any] = {}
+        self.state = state
         self._segment_bytes = {s["segment"]: int(s["bytes"]) for s in state["segments"]}
         # Views alive (CudaBuffers not yet freed), and what close() asked for while they were.
         self._lock = threading.RLock()
@@ -338,6 +404,52 @@ class CudaMapping:
             with contextlib.suppress(CudaError):  # the failure that stopped the attach is the one to report
                 self.close()
             raise
+
+    def remap(self, state: Dict[str, Any], segment_fds: Dict[int, int]) -> None:
+        """Puts the memory of another served version behind this mapping, in place: every
+        segment's address range is unmapped and mapped again to the new allocation, so every
+        ``data_ptr`` (and a CUDA graph captured over them) stays valid and reads the new bytes.
+        ``state`` is that version's get_state reply, ``segment_fds`` its descriptors (the caller
+        closes them). It must place every tensor exactly where this one does; the device is
+        synchronized first, so call it between steps. All or nothing: on any failure every
+        segment maps what it mapped before."""
+        with self._lock:
+            if self._close_requested or self._closed:
+                raise CudaError("E_CLOSED", "this mapping is closed; attach again instead of remapping it")
+        legacy = [s["segment"] for s in self.state["segments"] if s["handle"] != CUDA_FD_HANDLE]
+        if legacy:
+            raise CudaError(
+                "E_REMAP_UNSUPPORTED",
+                f"segment(s) {legacy} are legacy CUDA IPC handles, which the driver maps at an address of its choosing; "
+                "remapping in place needs a daemon run with --cuda-handles fd",
+            )
+        _check_same_placement(self.state, state)
+        missing = sorted(set(self._fd_segments) - set(segment_fds))
+        if missing:
+            raise CudaError("E_NO_SEGMENT_FDS", f"segment(s) {missing} have no descriptor in segment_fds; pass get_segment_fds' reply for the new lease")
+        d = self.driver
+        with self._current():
+            imported: Dict[int, int] = {}
+            replaced: Dict[int, int] = {}
+            try:
+                for n, seg in self._fd_segments.items():
+                    imported[n] = seg.import_handle(segment_fds[n])
+                # Nothing this process queued may still read the old bytes or run over the
+                # unmapped range (cuMemUnmap under running work is undefined).
+                d.check(d.cuCtxSynchronize(), "cuCtxSynchronize")
+                for n, seg in self._fd_segments.items():
+                    replaced[n] = seg.swap(imported[n])
+                    del imported[n]
+            except BaseException:
+                with contextlib.suppress(CudaError):  # the failure that stopped the remap is the one to report
+                    for n, old in replaced.items():
+                        imported[n] = self._fd_segments[n].swap(old)
+                    for n, handle in imported.items():
+                        self._fd_segments[n].release(handle)
+                raise
+            for n, old in replaced.items():
+                self._fd_segments[n].release(old)
+        self.state = state
 
     @property
     def read_only(self) -> bool:
