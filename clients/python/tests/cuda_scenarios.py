@@ -100,24 +100,6 @@ def daemon_fd() -> None:
     print(json.dumps(out))
 
 
-def other_version(src: str, dst: str, mask: int = 0xFF) -> None:
-    """A copy of checkpoint ``src`` with every tensor byte XORed with ``mask``: the same names,
-    dtypes, shapes and offsets (so the daemon places it the same), other weights."""
-    import shutil
-    import struct
-
-    shutil.copytree(src, dst)
-    for name in os.listdir(dst):
-        if not name.endswith(".safetensors"):
-            continue
-        with open(os.path.join(dst, name), "r+b") as f:
-            (header,) = struct.unpack("<Q", f.read(8))
-            f.seek(8 + header)
-            data = f.read()
-            f.seek(8 + header)
-            f.write(bytes(b ^ mask for b in data))
-
-
 def daemon_switch() -> None:
     import tempfile
 
@@ -125,6 +107,7 @@ def daemon_switch() -> None:
 
     from daemon_fixture import MAIN_JS, Daemon
     from test_host_fds import MODEL, checkpoint_tensors
+    from versions import other_version
     from weightd_client import expected_fingerprint
     from weightd_client.cuda import CudaError
 

@@ -121,11 +121,9 @@ class Attached:
         bytes with nothing rebuilt. Takes the new version's lease, then drops the old one; on a
         failure the tensors still read the old version and its lease is kept. Call it between
         steps: the device is synchronized, and nothing may read the tensors meanwhile.
-        Needs the cuda backend with ``--cuda-handles fd`` (E_REMAP_UNSUPPORTED otherwise)."""
+        On cuda it needs ``--cuda-handles fd`` (legacy IPC handles: E_REMAP_UNSUPPORTED)."""
         if self._detached:
             raise ProtocolError("E_CLOSED", "this attach was detached; attach again")
-        if self.backend != "cuda":
-            raise ProtocolError("E_REMAP_UNSUPPORTED", f"switching in place needs the cuda backend, not {self.backend!r}; attach the new version instead")
         client = self._client
         state = client._state(fingerprint, "map", fingerprint_fields, self.state.get("layout", "checkpoint"))
         if isinstance(state, Mismatch):

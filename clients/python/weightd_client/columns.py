@@ -115,3 +115,38 @@ class TensorColumns(Sequence):
 
     def __repr__(self) -> str:
         return f"TensorColumns({len(self)} tensors)"
+
+
+def check_same_placement(current: Dict[str, Any], new: Dict[str, Any], error: Any) -> None:
+    """Raises ``error("E_LAYOUT_CHANGED", ...)``, naming the first difference, unless ``new`` has
+    the same device, segments (numbers, sizes, handle kinds) and tensors (names, dtypes, shapes,
+    places) as ``current``: then one version's memory can sit behind the other's views."""
+
+    def segments(state: Dict[str, Any]) -> List[Any]:
+        return [(s["segment"], int(s["bytes"]), s["handle"]) for s in state["segments"]]
+
+    def placement(state: Dict[str, Any]) -> Any:
+        tensors = state["tensors"]
+        return (tensors if isinstance(tensors, TensorColumns) else TensorColumns.from_objects(list(tensors))).placement()
+
+    def refuse(what: str) -> Any:
+        return error("E_LAYOUT_CHANGED", f"the new version {what}, so its memory cannot sit behind the same views; attach it afresh instead")
+
+    if not same_uuid(current["device"]["uuid"], new["device"]["uuid"]):
+        raise refuse(f"is served from device {new['device']['uuid']}, not {current['device']['uuid']}")
+    if segments(current) != segments(new):
+        raise refuse(f"has segments {segments(new)}, not {segments(current)}")
+    ours, theirs = placement(current), placement(new)
+    if ours != theirs:
+        fields = ("name", "dtype", "shape", "segment", "offset", "bytes")
+        k, column = next((k, c) for k, c in enumerate(fields) if ours[k] != theirs[k])
+        if len(ours[k]) != len(theirs[k]):
+            raise refuse(f"has {len(theirs[k])} tensors, not {len(ours[k])}")
+        i = next(i for i, (a, b) in enumerate(zip(ours[k], theirs[k])) if a != b)
+        raise refuse(f"places tensor {ours[0][i]!r} differently ({column} {theirs[k][i]!r}, not {ours[k][i]!r})")
+
+
+def same_uuid(a: str, b: str) -> bool:
+    """Whether two device UUIDs name one device (the driver's and nvidia-smi's spellings differ)."""
+    norm = lambda s: s.lower().removeprefix("gpu-")  # noqa: E731
+    return norm(a) == norm(b)

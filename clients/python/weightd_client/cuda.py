@@ -21,7 +21,7 @@ import weakref
 from typing import Any, Callable, Dict, Iterator, List, Optional
 
 from .protocol import WeightdError
-from .columns import TensorColumns
+from .columns import check_same_placement, same_uuid
 from .tensors import SegmentViews, by_name, torch_by_name
 
 CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS = 0x1
@@ -287,39 +287,6 @@ def open_fd_segments(fds: List[int], segments: List[Dict[str, Any]], device: int
     return opened
 
 
-def _check_same_placement(current: Dict[str, Any], new: Dict[str, Any]) -> None:
-    """Raises E_LAYOUT_CHANGED, naming the first difference, unless ``new`` has the same device,
-    segments (numbers, sizes, handle kinds) and tensors (names, dtypes, shapes, places)."""
-
-    def segments(state: Dict[str, Any]) -> List[Any]:
-        return [(s["segment"], int(s["bytes"]), s["handle"]) for s in state["segments"]]
-
-    def placement(state: Dict[str, Any]) -> Any:
-        tensors = state["tensors"]
-        return (tensors if isinstance(tensors, TensorColumns) else TensorColumns.from_objects(list(tensors))).placement()
-
-    def refuse(what: str) -> CudaError:
-        return CudaError("E_LAYOUT_CHANGED", f"the new version {what}, so its memory cannot sit behind the same views; attach it afresh instead")
-
-    if not _same_uuid(current["device"]["uuid"], new["device"]["uuid"]):
-        raise refuse(f"is served from device {new['device']['uuid']}, not {current['device']['uuid']}")
-    if segments(current) != segments(new):
-        raise refuse(f"has segments {segments(new)}, not {segments(current)}")
-    ours, theirs = placement(current), placement(new)
-    if ours != theirs:
-        fields = ("name", "dtype", "shape", "segment", "offset", "bytes")
-        k, column = next((k, c) for k, c in enumerate(fields) if ours[k] != theirs[k])
-        if len(ours[k]) != len(theirs[k]):
-            raise refuse(f"has {len(theirs[k])} tensors, not {len(ours[k])}")
-        i = next(i for i, (a, b) in enumerate(zip(ours[k], theirs[k])) if a != b)
-        raise refuse(f"places tensor {ours[0][i]!r} differently ({column} {theirs[k][i]!r}, not {ours[k][i]!r})")
-
-
-def _same_uuid(a: str, b: str) -> bool:
-    norm = lambda s: s.lower().removeprefix("gpu-")  # noqa: E731
-    return norm(a) == norm(b)
-
-
 class CudaBuffer:
     """Device memory described by ``__cuda_array_interface__`` (consumable by torch, CuPy, Numba)."""
 
@@ -359,7 +326,7 @@ class CudaMapping:
         self.dev = d.device(self.ordinal)
         mine = d.device_uuid(self.dev)
         theirs = state["device"]["uuid"]
-        if not _same_uuid(mine, theirs):
+        if not same_uuid(mine, theirs):
             raise CudaError(
                 "E_DEVICE_MISMATCH",
                 f"this process's CUDA device {self.ordinal} is {mine}, but the daemon serves rank "
@@ -423,7 +390,7 @@ class CudaMapping:
                 f"segment(s) {legacy} are legacy CUDA IPC handles, which the driver maps at an address of its choosing; "
                 "remapping in place needs a daemon run with --cuda-handles fd",
             )
-        _check_same_placement(self.state, state)
+        check_same_placement(self.state, state, CudaError)
         missing = sorted(set(self._fd_segments) - set(segment_fds))
         if missing:
             raise CudaError("E_NO_SEGMENT_FDS", f"segment(s) {missing} have no descriptor in segment_fds; pass get_segment_fds' reply for the new lease")

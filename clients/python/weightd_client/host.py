@@ -8,15 +8,17 @@ warns that the buffer is not writable — writing to it would crash the process)
 
 from __future__ import annotations
 
+import ctypes
 import fcntl
 import mmap
 import os
 import struct
 import sys
 import warnings
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .protocol import ProtocolError, ServeError
+from .columns import check_same_placement
 from .tensors import by_name, element_shape, memoryview_format, numpy_dtype, resolve_format, torch_by_name, SegmentViews
 
 # fcntl's names for memfd seals (Python 3.8+ on Linux has them; the values are the kernel's).
@@ -27,8 +29,8 @@ F_SEAL_WRITE = getattr(fcntl, "F_SEAL_WRITE", 8)
 SERVED_SEALS = F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW
 
 
-def _map_segment(segment: int, fd: int, nbytes: int) -> mmap.mmap:
-    """Maps a received segment read-only; the caller closes ``fd`` (the mapping keeps the pages)."""
+def _check_segment_fd(segment: int, fd: int, nbytes: int) -> None:
+    """Refuses a descriptor that is not a daemon's served segment of at least ``nbytes``."""
     # Unsealed, the bytes could change under the views, or the file shrink under the mapping
     # (SIGBUS on the next read): whoever sent it is not a daemon serving sealed memory.
     try:
@@ -40,6 +42,11 @@ def _map_segment(segment: int, fd: int, nbytes: int) -> mmap.mmap:
     size = os.fstat(fd).st_size
     if size < nbytes:
         raise ServeError("E_SHM_OPEN", f"segment {segment}'s descriptor holds {size} bytes, fewer than its {nbytes}; refusing to map it")
+
+
+def _map_segment(segment: int, fd: int, nbytes: int) -> mmap.mmap:
+    """Maps a received segment read-only; the caller closes ``fd`` (the mapping keeps the pages)."""
+    _check_segment_fd(segment, fd, nbytes)
     # CPython's mmap keeps a dup of the descriptor for as long as it maps, unless told not to (3.13+).
     untracked: Dict[str, Any] = {"trackfd": False} if sys.version_info >= (3, 13) else {}
     try:
@@ -48,6 +55,89 @@ def _map_segment(segment: int, fd: int, nbytes: int) -> mmap.mmap:
         # Kernels before 6.7 refuse a shared mapping of a write-sealed memfd opened read-write; a
         # private read-only one maps the same pages, with no copy, since nothing can write them.
         return mmap.mmap(fd, nbytes, mmap.MAP_PRIVATE, mmap.PROT_READ, **untracked)
+
+
+class _Mapping:
+    """A range of this process's address space, moved whole with mremap (libc through ctypes:
+    Python's mmap cannot map at a given address)."""
+
+    _libc: Any = None
+
+    def __init__(self, address: int, length: int):
+        self.address, self.length = address, length
+
+    @classmethod
+    def libc(cls) -> Any:
+        if cls._libc is None:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+            libc.mmap.restype = ctypes.c_void_p
+            libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+            libc.mremap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p]
+            libc.mremap.restype = ctypes.c_void_p
+            cls._libc = libc
+        return cls._libc
+
+    @classmethod
+    def _mmap(cls, length: int, prot: int, flags: int, fd: int) -> "_Mapping":
+        address = cls.libc().mmap(None, length, prot, flags, fd, 0)
+        if address in (None, _MAP_FAILED):
+            err = ctypes.get_errno()
+            raise (PermissionError if err in (1, 13) else OSError)(err, f"mmap: {os.strerror(err)}")
+        return cls(address, length)
+
+    @classmethod
+    def of_fd(cls, fd: int, nbytes: int) -> "_Mapping":
+        """``fd`` mapped read-only somewhere, whole pages, as _map_segment maps it."""
+        length = -(-nbytes // mmap.PAGESIZE) * mmap.PAGESIZE
+        try:
+            return cls._mmap(length, mmap.PROT_READ, mmap.MAP_SHARED, fd)
+        except PermissionError:
+            return cls._mmap(length, mmap.PROT_READ, mmap.MAP_PRIVATE, fd)  # see _map_segment
+
+    @classmethod
+    def reserve(cls, length: int) -> "_Mapping":
+        """Inaccessible address space to move a mapping into."""
+        return cls._mmap(length, _PROT_NONE, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _MAP_NORESERVE, -1)
+
+    def move_to(self, there: "_Mapping") -> "_Mapping":
+        """Moves these pages to ``there``'s address, replacing what was mapped there (one
+        mremap: no moment with neither); this range is then unmapped. Returns ``there``."""
+        if self.libc().mremap(self.address, self.length, there.length, _MREMAP_MAYMOVE | _MREMAP_FIXED, there.address) in (None, _MAP_FAILED):
+            err = ctypes.get_errno()
+            raise OSError(err, f"mremap: {os.strerror(err)}")
+        return there
+
+    def unmap(self) -> None:
+        self.libc().munmap(self.address, self.length)
+
+
+_MAP_FAILED = ctypes.c_void_p(-1).value
+_MAP_NORESERVE = 0x4000
+_PROT_NONE = 0
+_MREMAP_MAYMOVE, _MREMAP_FIXED = 1, 2
+
+
+class _PyBuffer(ctypes.Structure):
+    # CPython's Py_buffer (the buffer protocol's view), to read a read-only mapping's address.
+    _fields_ = [
+        ("buf", ctypes.c_void_p), ("obj", ctypes.c_void_p), ("len", ctypes.c_ssize_t), ("itemsize", ctypes.c_ssize_t),
+        ("readonly", ctypes.c_int), ("ndim", ctypes.c_int), ("format", ctypes.c_char_p), ("shape", ctypes.c_void_p),
+        ("strides", ctypes.c_void_p), ("suboffsets", ctypes.c_void_p), ("internal", ctypes.c_void_p),
+    ]
+
+
+def _address(obj: Any) -> int:
+    """Where a buffer (an mmap) starts in this process."""
+    view = _PyBuffer()
+    get, release = ctypes.pythonapi.PyObject_GetBuffer, ctypes.pythonapi.PyBuffer_Release
+    get.argtypes, release.argtypes = [ctypes.py_object, ctypes.POINTER(_PyBuffer), ctypes.c_int], [ctypes.POINTER(_PyBuffer)]
+    if get(obj, ctypes.byref(view), 0) != 0:
+        raise ServeError("E_SHM_OPEN", "cannot read a segment mapping's address")
+    try:
+        return view.buf
+    finally:
+        release(ctypes.byref(view))
 
 
 def view_maker(fmt: str) -> Callable[[Any, Dict[str, Any]], Any]:
@@ -113,6 +203,8 @@ class HostMapping:
     read_only = True
 
     def __init__(self, state: Dict[str, Any], fds: Dict[int, int], tensor_format: str = "auto"):
+        self.state = state
+        self._closed = False
         self.maps: Dict[int, mmap.mmap] = {}
         self.tensors: Dict[str, Any] = {}
         try:
@@ -152,9 +244,62 @@ class HostMapping:
             self.close()
             raise
 
+    def remap(self, state: Dict[str, Any], fds: Dict[int, int]) -> None:
+        """Puts another served version's segments behind this mapping's addresses, in place: each
+        new segment is mapped aside, then moved over the old one (mremap), so every view reads the
+        new bytes at the same address. ``state`` is that version's get_state reply and ``fds`` its
+        descriptors (the caller closes them). It must place every tensor exactly where this one
+        does. All or nothing: a failure leaves every segment mapping what it mapped before."""
+        if self._closed:
+            raise ServeError("E_CLOSED", "this mapping is closed; attach again instead of remapping it")
+        check_same_placement(self.state, state, ServeError)
+        missing = sorted(set(self.maps) - set(fds))
+        if missing:
+            raise ServeError("E_NO_SEGMENT_FDS", f"segment(s) {missing} have no descriptor; pass get_segment_fds' reply for the new lease")
+        sizes = {seg["segment"]: int(seg["bytes"]) for seg in state["segments"]}
+        staged: Dict[int, _Mapping] = {}
+        moved: List[Tuple[_Mapping, _Mapping]] = []  # (the new at the view's address, the old set aside)
+        try:
+            for n in self.maps:
+                _check_segment_fd(n, fds[n], sizes[n])
+                staged[n] = _Mapping.of_fd(fds[n], len(self.maps[n]))
+            for n, mm in self.maps.items():
+                here = _Mapping(_address(mm), staged[n].length)
+                spare = _Mapping.reserve(here.length)
+                try:
+                    old = here.move_to(spare)
+                except BaseException:
+                    spare.unmap()
+                    raise
+                try:
+                    staged[n].move_to(here)
+                except BaseException:
+                    old.move_to(here)
+                    raise
+                del staged[n]
+                moved.append((here, old))
+        except OSError as err:
+            self._undo(moved, staged)
+            raise ServeError("E_SHM_OPEN", f"cannot map the new version's segments in place ({err}); the views still read the old version") from err
+        except BaseException:
+            self._undo(moved, staged)
+            raise
+        for _, old in moved:
+            old.unmap()
+        self.state = state
+
+    @staticmethod
+    def _undo(moved: List[Tuple["_Mapping", "_Mapping"]], staged: Dict[int, "_Mapping"]) -> None:
+        for here, old in reversed(moved):
+            here.move_to(_Mapping.reserve(here.length)).unmap()
+            old.move_to(here)
+        for m in staged.values():
+            m.unmap()
+
     def close(self, then: Optional[Callable[[], None]] = None) -> None:
         """Unmaps every segment no view references, then runs ``then`` (the lease's end) at once:
         a mapped page outlives the segment's release, so no view can fault."""
+        self._closed = True
         try:
             self._unmap()
         finally:

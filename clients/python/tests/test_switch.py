@@ -1,0 +1,143 @@
+"""Attached.switch_to on the host backend, against a real daemon serving two versions of one
+checkpoint: the views keep their addresses and read the other version's bytes, back and forth;
+a hot swap under a watched name is followed in place; a refused switch changes nothing; nothing
+is left mapped or open. (The CUDA backend's twin runs against the fake driver:
+test_cuda_context.py, and on a GPU: test/gpu/switch_graph.py.)"""
+
+import os
+import subprocess
+
+import pytest
+
+from daemon_fixture import DEVICE, MAIN_JS, Daemon
+from test_host_fds import MODEL, checkpoint_tensors, open_fds
+from versions import other_version
+from weightd_client import expected_fingerprint
+from weightd_client.protocol import ServeError
+
+pytestmark = pytest.mark.skipif(DEVICE != "host", reason="the host backend's memfd segments")
+np = pytest.importorskip("numpy")
+torch = pytest.importorskip("torch")
+
+
+@pytest.fixture(scope="module")
+def versions(tmp_path_factory):
+    work = tmp_path_factory.mktemp("versions")
+    v1, v2 = str(work / "v1"), str(work / "v2")
+    other_version(MODEL, v1)
+    other_version(MODEL, v2, 0x0F)
+    return {"v0": MODEL, "v1": v1, "v2": v2}
+
+
+@pytest.fixture(scope="module")
+def daemon(versions):
+    with Daemon(MODEL, ["--model", versions["v1"], "-tp", "1"]) as d:
+        yield d
+
+
+def segment_maps():
+    """This process's mappings of daemon segments (memfds), as /proc/self/maps lists them."""
+    with open("/proc/self/maps", encoding="utf-8") as f:
+        return sorted(line.split()[0] for line in f if "/memfd:" in line)
+
+
+def address(view):
+    return view.data_ptr() if isinstance(view, torch.Tensor) else view.ctypes.data
+
+
+def raw(view):
+    data = view.contiguous().view(torch.uint8) if isinstance(view, torch.Tensor) else view.view(np.uint8)
+    return bytes(np.asarray(data).reshape(-1))
+
+
+@pytest.mark.parametrize("fmt", ["torch", "numpy"])
+def test_switch_to_and_back_keeps_every_address_and_reads_each_versions_bytes(daemon, versions, fmt):
+    e0, e1 = expected_fingerprint(versions["v0"], 1, 0), expected_fingerprint(versions["v1"], 1, 0)
+    want0, want1 = checkpoint_tensors(versions["v0"]), checkpoint_tensors(versions["v1"])
+    assert all(want0[n] != want1[n] for n in want0 if want0[n])
+    with daemon.client() as client:
+        client.ping()
+        fds_before, maps_before = open_fds(), segment_maps()
+        attached = client.attach(e0.fingerprint, e0.fields, tensor_format=fmt)
+        views = attached.tensors
+        addresses = {n: address(v) for n, v in views.items()}
+        assert all(raw(views[n]) == want0[n] for n in want0)
+        maps_attached = segment_maps()
+        lease0 = attached.lease_id
+
+        assert attached.switch_to(e1.fingerprint, e1.fields) is attached
+        assert {n: address(v) for n, v in views.items()} == addresses, "the same views, at the same addresses"
+        assert all(raw(views[n]) == want1[n] for n in want1), "every view reads version 1's bytes"
+        assert attached.lease_id != lease0
+        assert [len(client.stats(e.fingerprint)["leases"]) for e in (e0, e1)] == [0, 1], "the lease moved to version 1"
+        assert segment_maps() == maps_attached, "the new segments replaced the old at the same ranges, nothing set aside is left"
+
+        attached.switch_to(e0.fingerprint, e0.fields)
+        assert all(raw(views[n]) == want0[n] for n in want0)
+        assert {n: address(v) for n, v in views.items()} == addresses
+
+        del views
+        attached.detach()
+        assert [client.stats(e.fingerprint)["leases"] for e in (e0, e1)] == [[], []]
+        assert open_fds() == fds_before, "every descriptor received for the switches is closed"
+        assert segment_maps() == maps_before, "every mapping is gone after detach"
+
+
+def test_a_refused_switch_changes_nothing_and_keeps_the_lease(daemon, versions, tmp_path):
+    e0, e1 = expected_fingerprint(versions["v0"], 1, 0), expected_fingerprint(versions["v1"], 1, 0)
+    want0 = checkpoint_tensors(versions["v0"])
+    with daemon.client() as client:
+        attached = client.attach(e0.fingerprint, e0.fields, tensor_format="numpy")
+        views, lease0, maps = attached.tensors, attached.lease_id, segment_maps()
+        miss = attached.switch_to("0" * 64)
+        assert type(miss).__name__ == "Mismatch"
+        # A descriptor that is not a sealed segment (a plain file): refused before anything moves.
+        state = client.get_state(e1.fingerprint, fingerprint_fields=e1.fields)
+        plain = tmp_path / "plain"
+        plain.write_bytes(b"\0" * (1 << 20))
+        fd = os.open(plain, os.O_RDONLY)
+        try:
+            with pytest.raises(ServeError) as refused:
+                attached._mapping.remap(state, {0: fd})
+        finally:
+            os.close(fd)
+            client.detach(state["leaseId"])
+        assert refused.value.code == "E_SHM_OPEN" and "sealable memfd" in str(refused.value)
+        # Another placement: the version 1 manifest with one tensor moved.
+        moved = dict(state, tensors=[dict(t, offset=t["offset"] + 64) if i == 0 else t for i, t in enumerate(state["tensors"])])
+        with pytest.raises(ServeError) as changed:
+            attached._mapping.remap(moved, {})
+        assert changed.value.code == "E_LAYOUT_CHANGED" and state["tensors"][0]["name"] in str(changed.value)
+        assert attached.lease_id == lease0 and segment_maps() == maps
+        assert all(bytes(views[n].view(np.uint8).reshape(-1)) == want0[n] for n in want0)
+        del views
+        attached.detach()
+
+
+def test_an_engine_follows_a_hot_swap_in_place(daemon, versions):
+    """ctl load of new weights under the watched name: model_ready names the new version, and
+    switch_to it moves the engine's views with no new attach; the replaced version is freed."""
+    e0 = expected_fingerprint(versions["v0"], 1, 0)
+    want2 = checkpoint_tensors(versions["v2"])
+    name = os.path.basename(MODEL)
+    with daemon.client() as client:
+        attached = client.attach(e0.fingerprint, e0.fields, tensor_format="torch")
+        views = attached.tensors
+        addresses = {n: address(v) for n, v in views.items()}
+        client.watch(name)
+        ctl = subprocess.run(["node", str(MAIN_JS), "ctl", "--weight-cache-socket-dir", daemon.socket_dir, "load", "--model", versions["v2"], "--name", name, "-tp", "1"],
+                             env={**os.environ, "WEIGHTD_HOST_DEVICES": daemon.device}, capture_output=True, text=True, timeout=120)
+        assert ctl.returncode == 0, ctl.stderr
+        events = []
+        while not {"model_ready", "model_dropping"} <= {e["event"] for e in events}:
+            got = client.events(timeout=60.0)
+            assert got, f"no model_ready and model_dropping within a minute of ctl load (heard {events})"
+            events += got
+        ready = next(e for e in events if e["event"] == "model_ready")
+        dropping = next(e for e in events if e["event"] == "model_dropping")
+        assert dropping["fingerprint"] == e0.fingerprint and dropping["newer"] == ready["fingerprint"], "the held version is announced as dropping, naming the new one"
+        attached.switch_to(dropping["newer"])
+        assert {n: address(v) for n, v in views.items()} == addresses
+        assert all(raw(views[n]) == want2[n] for n in want2)
+        del views
+        attached.detach()
