@@ -28,7 +28,8 @@ export interface ConnectionHandler {
   violation(caller: Caller, err: WeightdError): void;
 }
 
-function errorReply(id: number | null, err: WeightdError): string {
+/** An error frame's payload: `id` null when the daemon has no request to answer (a refusal). */
+export function errorReply(id: number | null, err: WeightdError): string {
   const reply: ErrorReply = { id, ok: false, error: { code: err.code, message: err.message } };
   if (Object.keys(err.details).length > 0) reply.error.details = err.details;
   return JSON.stringify(reply);

@@ -9,14 +9,15 @@
 // point, even while `listen()` is still in progress.
 import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
-import type { WeightdError } from '../errors.js';
+import { WeightdError } from '../errors.js';
 import type { Logger } from '../log.js';
-import { ClientConnection, type ConnectionHandler } from './clientConnection.js';
+import { ClientConnection, errorReply, type ConnectionHandler } from './clientConnection.js';
 import type { DeviceLock } from '../wire/deviceLock.js';
 import type { Reply } from './handlers/fdReply.js';
 import type { FdWriter } from '../wire/socketFdWriter.js';
 import { dispatch } from './handlers/index.js';
 import type { Caller } from './leaseTable.js';
+import { encodeFrame } from '../wire/frameCodec.js';
 import { LogLimiter } from '../wire/logLimiter.js';
 import { admitPeer } from '../wire/peerAdmission.js';
 import type { Request, ServeStatus } from '../wire/protocol.js';
@@ -229,6 +230,13 @@ export class DeviceServer implements ConnectionHandler, DeviceServices {
     if (!admission.admitted) {
       if (admission.otherUser) this.counters.refusedPeers++;
       this.#peerLog.allow(() => this.#log.warn({ ...admission.fields, socket: this.#listener.path }, admission.message));
+      // Our own user's client is told why, as the reply to its first request (id null), so an
+      // engine can say "try again" rather than "the daemon hung up"; a stranger learns nothing.
+      // A fresh connection's buffer is empty: the frame is written before the destroy.
+      if (admission.full) {
+        const why = new WeightdError('E_TOO_MANY_CONNECTIONS', `weightd refused this connection (${admission.fields.why}); try again once others close (docs/operations.md, "File descriptors")`, { limit: admission.fields.limit as number });
+        socket.write(encodeFrame(errorReply(null, why)));
+      }
       socket.destroy();
       return;
     }

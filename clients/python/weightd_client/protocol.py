@@ -184,11 +184,13 @@ class Connection:
         reused = self._sock is not None
         try:
             reply = self._exchange(message, fds)
-        except (_ClosedBeforeReply, ConnectionResetError, BrokenPipeError):
+        except (_ClosedBeforeReply, ConnectionResetError, BrokenPipeError) as err:
             # The daemon closed an idle connection just as we sent: it closes only between
             # requests, so it never read this one, and sending it again on a new one is safe.
             if not reused:
-                raise
+                if isinstance(err, WeightdError):
+                    raise
+                raise ServeError("E_DISCONNECTED", f"weightd closed the connection on {self.socket_path} before replying to {cmd} ({err})") from err
             reply = self._exchange(message, fds)
         if reply.get("ok") is not True:
             err = reply.get("error") or {}
@@ -205,7 +207,18 @@ class Connection:
         message["id"] = rid = next(self._ids)
         deadline = time.monotonic() + self.timeout
         try:
-            self._sock.sendall(encode_frame(message))
+            try:
+                self._sock.sendall(encode_frame(message))
+            except (BrokenPipeError, ConnectionResetError) as err:
+                # The daemon closed at once, perhaps saying why first (a refusal at its
+                # connection cap, id null): that is the answer; without one, the send's failure is.
+                try:
+                    refusal = read_frame(self._sock, time.monotonic() + 1.0)
+                except (OSError, WeightdError):
+                    raise err from None
+                if is_event(refusal) or not isinstance(refusal, dict) or refusal.get("id") is not None:
+                    raise err from None
+                return refusal
             reply = read_frame(self._sock, deadline, fds=fds)
             # Events of a watch may come before the reply: kept for poll_events.
             while is_event(reply):
