@@ -47,7 +47,7 @@ typedef unsigned long long CUdeviceptr;
 enum {
   OK = 0, E_INVALID_VALUE = 1, E_OOM = 2, E_NOT_INIT = 3, E_NO_DEVICE = 100, E_INVALID_DEVICE = 101,
   E_INVALID_CONTEXT = 201, E_ALREADY_REGISTERED = 712, E_NOT_REGISTERED = 713, E_NOT_READY = 600,
-  E_ILLEGAL_ADDRESS = 700,
+  E_ILLEGAL_ADDRESS = 700, E_NO_BINARY_FOR_GPU = 209,
 };
 #define MAX_DEV 8
 #define MAX_OPS 4096
@@ -377,6 +377,17 @@ CUresult cuEventRecord(struct event* e, struct stream* s) {
   pthread_mutex_unlock(&lock);
   return OK;
 }
+// Kernels: the fake runs none. A build that carries the GPU digest kernel finds it cannot load
+// here and hashes its digests on the CPU (native/cuda_digests.h); the other calls are never reached.
+CUresult cuModuleLoadData(void** module, const void* image) { (void)module; (void)image; NEED_CTX(); return E_NO_BINARY_FOR_GPU; }
+CUresult cuModuleUnload(void* module) { (void)module; return E_INVALID_VALUE; }
+CUresult cuModuleGetFunction(void** fn, void* module, const char* name) { (void)fn; (void)module; (void)name; return E_INVALID_VALUE; }
+CUresult cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned shared,
+                        struct stream* s, void** params, void** extra) {
+  (void)f, (void)gx, (void)gy, (void)gz, (void)bx, (void)by, (void)bz, (void)shared, (void)s, (void)params, (void)extra;
+  return E_INVALID_VALUE;
+}
+CUresult cuStreamWaitEvent(struct stream* s, struct event* e, unsigned flags) { (void)s, (void)e, (void)flags; return E_INVALID_VALUE; }
 static int faultDevice(void) { const char* e = getenv("FAKE_CUDA_FAULT_DEVICE"); return e ? atoi(e) : -1; }
 CUresult cuEventSynchronize(struct event* e) {
   NEED_CTX();

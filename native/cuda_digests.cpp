@@ -1,0 +1,114 @@
+#include "cuda_digests.h"
+
+#include <algorithm>
+
+namespace weightd {
+
+#ifdef WEIGHTD_GPU_DIGEST_KERNEL
+// The kernel's fatbin, embedded by CMakeLists.txt (native/gpu/embed.cmake).
+extern const unsigned char kGpuDigestImage[];
+extern const size_t kGpuDigestImageBytes;
+bool GpuDigests::built() { return true; }
+#else
+bool GpuDigests::built() { return false; }
+#endif
+
+GpuDigests::GpuDigests(const std::vector<FillMember>& members, const std::vector<FillWindow>& windows, ContentDigests& digests)
+    : fill_(members), members_(members.size()), ranges_(windows.size() * members.size()) {
+  if (!built()) {
+    unavailable_ = "this build of the addon has no GPU digest kernel (nvcc was not found when it was built)";
+    return;
+  }
+  if (digests.empty()) return;
+  std::vector<std::vector<GpuDigestJob>> jobs(members.size());
+  for (size_t w = 0; w < windows.size(); ++w) {
+    const FillWindow& window = windows[w];
+    for (const WindowPiece& piece : window.pieces) {
+      const CopyOp& c = piece.copy;
+      // A strided copy's rows are too short to hold a piece: those stay the CPU's.
+      if (c.rows != 1) continue;
+      std::vector<GpuDigestJob>& own = jobs[piece.member];
+      Range& range = ranges_[w * members.size() + piece.member];
+      if (range.count == 0) range.first = static_cast<uint32_t>(own.size());
+      const CUdeviceptr base = members[piece.member].target.segmentBases[c.segment] + c.dstOffset;
+      digests.claimCovered(window.file, c.srcOffset, c.srcOffset + c.rowBytes, [&](size_t p) {
+        own.push_back({base + (digests.pieceStart(p) - c.srcOffset), digests.pieceBytes(p), own.size()});
+        members_[piece.member].pieces.push_back(p);
+        ++range.count;
+      });
+    }
+  }
+  for (size_t m = 0; m < members.size(); ++m) {
+    if (jobs[m].empty()) continue;
+    try {
+      setUp(m, members[m], jobs[m]);
+    } catch (const DeviceError& e) {
+      // This member's pieces go back to the CPU, which hashes them as the windows pass.
+      unavailable_ += (unavailable_.empty() ? "" : "; ") + members[m].target.label + ": " + e.what();
+      for (size_t p : members_[m].pieces) digests.release(p);
+      members_[m].pieces.clear();
+      for (size_t w = 0; w < windows.size(); ++w) ranges_[w * members.size() + m] = {};
+      continue;
+    }
+    for (const GpuDigestJob& j : jobs[m]) bytes_ += j.bytes;
+  }
+}
+
+void GpuDigests::setUp(size_t m, const FillMember& member, const std::vector<GpuDigestJob>& jobs) {
+#ifdef WEIGHTD_GPU_DIGEST_KERNEL
+  const CudaDriver& drv = cudaDriver();
+  Member& own = members_[m];
+  ScopedContext current(member.target.context);
+  own.context = member.target.context;
+  drv.cuModuleLoadData(&own.module, kGpuDigestImage);
+  drv.cuModuleGetFunction(&own.kernel, own.module, "weightd_xxh3_pieces");
+  own.jobs = allocateDeviceMemory(jobs.size() * sizeof(GpuDigestJob));
+  own.out = allocateDeviceMemory(jobs.size() * 16);
+  Stream upload = createStream();
+  drv.cuMemcpyHtoDAsync_v2(own.jobs.get(), jobs.data(), jobs.size() * sizeof(GpuDigestJob), upload.get());
+  drv.cuStreamSynchronize(upload.get());
+#else
+  (void)m, (void)member, (void)jobs;
+#endif
+}
+
+GpuDigests::~GpuDigests() {
+  for (Member& m : members_) {
+    if (!m.context) continue;
+    ScopedContext current(m.context);
+    m.jobs.reset();
+    m.out.reset();
+    if (m.module) cudaDriver().cuModuleUnload.raw(m.module);
+  }
+}
+
+void GpuDigests::launch(size_t window, size_t member, CUstream stream, CUevent copied) const {
+  const Range r = jobsOf(window, member);
+  if (r.count == 0) return;
+  const Member& m = members_[member];
+  const CudaDriver& drv = cudaDriver();
+  drv.cuStreamWaitEvent(stream, copied, 0);
+  CUdeviceptr jobs = m.jobs.get() + r.first * sizeof(GpuDigestJob);
+  unsigned count = r.count;
+  CUdeviceptr out = m.out.get();
+  void* args[] = {&jobs, &count, &out};
+  const unsigned warpsPerBlock = kGpuDigestBlockThreads / 32;
+  drv.cuLaunchKernel(m.kernel, (count + warpsPerBlock - 1) / warpsPerBlock, 1, 1, kGpuDigestBlockThreads, 1, 1, 0, stream, args, nullptr);
+}
+
+void GpuDigests::collect(ContentDigests& digests) const {
+  for (size_t i = 0; i < members_.size(); ++i) {
+    const Member& m = members_[i];
+    if (m.pieces.empty()) continue;
+    std::vector<unsigned char> out(16 * m.pieces.size());
+    try {
+      ScopedContext current(m.context);
+      cudaDriver().cuMemcpyDtoH_v2(out.data(), m.out.get(), out.size());
+    } catch (const DeviceError& e) {
+      throw MemberFailure(i, fill_[i].target, e);
+    }
+    for (size_t j = 0; j < m.pieces.size(); ++j) digests.setPieceDigest(m.pieces[j], &out[16 * j]);
+  }
+}
+
+}  // namespace weightd
