@@ -1,25 +1,54 @@
 #include "cuda_digests.h"
 
-#include <algorithm>
+#include <dlfcn.h>
+
+#include <fstream>
+#include <iterator>
+#include <mutex>
 
 namespace weightd {
 
-#ifdef WEIGHTD_GPU_DIGEST_KERNEL
-// The kernel's fatbin, embedded by CMakeLists.txt (native/gpu/embed.cmake).
-extern const unsigned char kGpuDigestImage[];
-extern const size_t kGpuDigestImageBytes;
-bool GpuDigests::built() { return true; }
-#else
-bool GpuDigests::built() { return false; }
-#endif
+namespace {
+
+constexpr const char* kKernelFile = "weightd-digests.fatbin";
+
+// The kernel's image, read once per process from beside the addon (CMakeLists.txt and
+// native/gpu/build-kernel.sh put it there); `missing` says why there is none.
+struct KernelImage {
+  std::vector<char> bytes;
+  std::string missing;
+};
+
+const KernelImage& kernelImage() {
+  static KernelImage image;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    Dl_info self{};
+    if (!dladdr(reinterpret_cast<void*>(&kernelImage), &self) || !self.dli_fname) {
+      image.missing = "cannot tell where the addon was loaded from, so not where its GPU digest kernel is";
+      return;
+    }
+    std::string path = self.dli_fname;
+    path = path.substr(0, path.find_last_of('/') + 1) + kKernelFile;
+    std::ifstream in(path, std::ios::binary);
+    if (in) image.bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    if (image.bytes.empty()) {
+      image.missing = "no GPU digest kernel at " + path +
+                      ": the addon was built where nvcc was not; build the kernel with native/gpu/build-kernel.sh";
+    }
+  });
+  return image;
+}
+
+}  // namespace
 
 GpuDigests::GpuDigests(const std::vector<FillMember>& members, const std::vector<FillWindow>& windows, ContentDigests& digests)
     : fill_(members), members_(members.size()), ranges_(windows.size() * members.size()) {
-  if (!built()) {
-    unavailable_ = "this build of the addon has no GPU digest kernel (nvcc was not found when it was built)";
+  if (digests.empty()) return;
+  if (!kernelImage().missing.empty()) {
+    unavailable_ = kernelImage().missing;
     return;
   }
-  if (digests.empty()) return;
   std::vector<std::vector<GpuDigestJob>> jobs(members.size());
   for (size_t w = 0; w < windows.size(); ++w) {
     const FillWindow& window = windows[w];
@@ -55,21 +84,17 @@ GpuDigests::GpuDigests(const std::vector<FillMember>& members, const std::vector
 }
 
 void GpuDigests::setUp(size_t m, const FillMember& member, const std::vector<GpuDigestJob>& jobs) {
-#ifdef WEIGHTD_GPU_DIGEST_KERNEL
   const CudaDriver& drv = cudaDriver();
   Member& own = members_[m];
   ScopedContext current(member.target.context);
   own.context = member.target.context;
-  drv.cuModuleLoadData(&own.module, kGpuDigestImage);
+  drv.cuModuleLoadData(&own.module, kernelImage().bytes.data());
   drv.cuModuleGetFunction(&own.kernel, own.module, "weightd_xxh3_pieces");
   own.jobs = allocateDeviceMemory(jobs.size() * sizeof(GpuDigestJob));
   own.out = allocateDeviceMemory(jobs.size() * 16);
   Stream upload = createStream();
   drv.cuMemcpyHtoDAsync_v2(own.jobs.get(), jobs.data(), jobs.size() * sizeof(GpuDigestJob), upload.get());
   drv.cuStreamSynchronize(upload.get());
-#else
-  (void)m, (void)member, (void)jobs;
-#endif
 }
 
 GpuDigests::~GpuDigests() {

@@ -5,9 +5,9 @@
 // queue copies; they hash what the GPU cannot (pieces cut by strided copies, bytes no copy
 // moves), as before (content_digests.h).
 //
-// The kernel is in the addon only where the build found nvcc (CMakeLists.txt); without it, on a
-// driver that cannot load it, or where its few buffers do not fit, the fill hashes on the CPU
-// and says why (unavailable()).
+// The kernel lies beside the addon (weightd-digests.fatbin) where the build found nvcc
+// (CMakeLists.txt); without it, on a driver that cannot load it, or where its few buffers do not
+// fit, the fill hashes on the CPU and says why (unavailable()).
 #pragma once
 #include <cuda.h>
 
@@ -24,9 +24,6 @@ namespace weightd {
 
 class GpuDigests {
  public:
-  // Whether this addon carries the kernel.
-  static bool built();
-
   // Claims in `digests` the pieces each member's GPU will hash, each piece on the first member
   // whose contiguous copy in some window holds it whole, and puts each member's jobs on its GPU.
   // Pieces of a member whose setup fails are released to the CPU.

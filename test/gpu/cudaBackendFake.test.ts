@@ -130,6 +130,14 @@ test('every cuda fill, in a group or alone and in every read mode, reports each 
     if (!r.options.includes('direct')) assert.equal(r.group, [0, 0], `group with ${r.options}`);
     assert.ok(r.alone > 0, `alone with ${r.options}`);
   }
+  // Hashed on the CPU, each fill saying why, except the one that asked for it.
+  const onCpu = result.onCpu as { options: string; gpuBytes: number; unavailable?: string }[];
+  for (const f of onCpu.slice(0, -1)) {
+    assert.is(f.gpuBytes, 0, f.options);
+    assert.match(f.unavailable ?? '', /GPU digest kernel|cuModuleLoadData/, f.options);
+  }
+  assert.equal(onCpu.at(-1), { options: "{digestOn:'cpu'}", gpuBytes: 0 });
+  assert.match(result.refused as string, /^digestOn must be 'gpu' or 'cpu', got 'tpu'$/);
   assert.equal(leaks, noLeaks);
 });
 
