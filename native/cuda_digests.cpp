@@ -2,6 +2,8 @@
 
 #include <dlfcn.h>
 
+#include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <iterator>
 #include <mutex>
@@ -12,7 +14,8 @@ namespace {
 
 constexpr const char* kKernelFile = "weightd-digests.fatbin";
 
-// The kernel's image, read once per process from beside the addon (CMakeLists.txt and
+// The kernel's image, read once per process from WEIGHTD_DIGEST_KERNEL when set (a kernel built
+// elsewhere; the fake driver's tests), else from beside the addon (CMakeLists.txt and
 // native/gpu/build-kernel.sh put it there); `missing` says why there is none.
 struct KernelImage {
   std::vector<char> bytes;
@@ -23,13 +26,17 @@ const KernelImage& kernelImage() {
   static KernelImage image;
   static std::once_flag once;
   std::call_once(once, [] {
+    std::string path;
     Dl_info self{};
-    if (!dladdr(reinterpret_cast<void*>(&kernelImage), &self) || !self.dli_fname) {
+    if (const char* chosen = getenv("WEIGHTD_DIGEST_KERNEL"); chosen && *chosen) {
+      path = chosen;
+    } else if (dladdr(reinterpret_cast<void*>(&kernelImage), &self) && self.dli_fname) {
+      path = self.dli_fname;
+      path = path.substr(0, path.find_last_of('/') + 1) + kKernelFile;
+    } else {
       image.missing = "cannot tell where the addon was loaded from, so not where its GPU digest kernel is";
       return;
     }
-    std::string path = self.dli_fname;
-    path = path.substr(0, path.find_last_of('/') + 1) + kKernelFile;
     std::ifstream in(path, std::ios::binary);
     if (in) image.bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
     if (image.bytes.empty()) {
@@ -92,8 +99,13 @@ void GpuDigests::setUp(size_t m, const FillMember& member, const std::vector<Gpu
   drv.cuModuleGetFunction(&own.kernel, own.module, "weightd_xxh3_pieces");
   own.jobs = allocateDeviceMemory(jobs.size() * sizeof(GpuDigestJob));
   own.out = allocateDeviceMemory(jobs.size() * 16);
+  // Through pinned memory on a stream of its own: no copy from pageable memory, and no wait for
+  // (or on) the legacy default stream that other code in the process may use.
+  const uint64_t tableBytes = jobs.size() * sizeof(GpuDigestJob);
+  PinnedHostMemory staging = allocatePinnedHost(tableBytes);
+  std::memcpy(staging.get(), jobs.data(), tableBytes);
   Stream upload = createStream();
-  drv.cuMemcpyHtoDAsync_v2(own.jobs.get(), jobs.data(), jobs.size() * sizeof(GpuDigestJob), upload.get());
+  drv.cuMemcpyHtoDAsync_v2(own.jobs.get(), staging.get(), tableBytes, upload.get());
   drv.cuStreamSynchronize(upload.get());
 }
 

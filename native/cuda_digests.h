@@ -6,7 +6,7 @@
 // moves), as before (content_digests.h).
 //
 // The kernel lies beside the addon (weightd-digests.fatbin) where the build found nvcc
-// (CMakeLists.txt); without it, on a driver that cannot load it, or where its few buffers do not
+// (CMakeLists.txt), or where WEIGHTD_DIGEST_KERNEL names; without it, on a driver that cannot load it, or where its few buffers do not
 // fit, the fill hashes on the CPU and says why (unavailable()).
 #pragma once
 #include <cuda.h>
