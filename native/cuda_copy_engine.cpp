@@ -93,6 +93,7 @@ struct Lane {
   // Per member whose GPU hashes digest pieces (cuda_digests.h): the digest kernels' stream, so
   // that this lane's next copies never wait behind a kernel.
   std::vector<Stream> hashStreams;
+  std::vector<GpuDigests::Batch> batches;  // per member: its jobs not yet launched
   size_t next = 0;
 };
 
@@ -297,11 +298,14 @@ class CopyEngine {
         LaneLease lane(pool);
         send(*lane, i);
       });
+      // The lanes' last batches, launched before the last copies are waited for, so that they
+      // overlap them; then every kernel is waited for.
+      if (gpu_) forEachHashStream(pool, [&](Lane& lane, size_t m) { gpu_->launch(lane.batches[m], m, lane.hashStreams[m].get()); });
       for (auto& lane : pool.all()) {
         for (auto& slot : lane->slots) retire(slot);
       }
       if (gpu_) {
-        finishHashing(pool);
+        forEachHashStream(pool, [](Lane& lane, size_t m) { cudaDriver().cuStreamSynchronize(lane.hashStreams[m].get()); });
         gpu_->collect(digests_);
       }
     } catch (...) {
@@ -335,6 +339,7 @@ class CopyEngine {
         ScopedContext current(members_[m].target.context);
         lane->streams.push_back(createStream());
         lane->hashStreams.push_back(gpu_ && gpu_->anyJobs(m) ? createStream() : Stream());
+        lane->batches.emplace_back();
         for (auto& slot : lane->slots) slot.copied.push_back(createEvent());
       }
       lanes.push_back(std::move(lane));
@@ -371,14 +376,16 @@ class CopyEngine {
     }
   }
 
-  // Waits for every digest kernel; a fault in one is the fault of the GPU it ran on.
-  void finishHashing(LanePool& pool) {
+  // Calls work(lane, member) in the member's context for each lane's hash stream; a failure is
+  // the fault of the member's GPU.
+  template <typename Work>
+  void forEachHashStream(LanePool& pool, Work work) {
     for (auto& lane : pool.all()) {
       for (size_t m = 0; m < members_.size(); ++m) {
         if (!lane->hashStreams[m].get()) continue;
         try {
           ScopedContext current(members_[m].target.context);
-          cudaDriver().cuStreamSynchronize(lane->hashStreams[m].get());
+          work(*lane, m);
         } catch (const DeviceError& e) {
           throw MemberFailure(m, members_[m].target, e);
         }
@@ -436,7 +443,7 @@ class CopyEngine {
           slot.pendingBytes[m] += w.pieces[i].payload();
         }
         drv.cuEventRecord(slot.copied[m].get(), lane.streams[m].get());
-        if (gpu_) gpu_->launch(windowIndex, m, lane.hashStreams[m].get(), slot.copied[m].get());
+        if (gpu_) gpu_->add(lane.batches[m], windowIndex, m, lane.hashStreams[m].get(), slot.copied[m].get());
       } catch (const DeviceError& e) {
         throw MemberFailure(m, member.target, e);
       }

@@ -71,6 +71,7 @@ GpuDigests::GpuDigests(const std::vector<FillMember>& members, const std::vector
         own.push_back({base + (digests.pieceStart(p) - c.srcOffset), digests.pieceBytes(p), own.size()});
         members_[piece.member].pieces.push_back(p);
         ++range.count;
+        range.bytes += digests.pieceBytes(p);
       });
     }
   }
@@ -119,18 +120,31 @@ GpuDigests::~GpuDigests() {
   }
 }
 
-void GpuDigests::launch(size_t window, size_t member, CUstream stream, CUevent copied) const {
+void GpuDigests::add(Batch& batch, size_t window, size_t member, CUstream stream, CUevent copied) const {
   const Range r = jobsOf(window, member);
   if (r.count == 0) return;
+  GpuDigestRanges& ranges = batch.ranges;
+  ranges.first[ranges.n] = r.first;
+  ranges.count[ranges.n] = r.count;
+  ++ranges.n;
+  batch.bytes += r.bytes;
+  batch.copied = copied;
+  if (batch.bytes >= kBatchBytes || ranges.n == kGpuDigestMaxRanges) launch(batch, member, stream);
+}
+
+void GpuDigests::launch(Batch& batch, size_t member, CUstream stream) const {
+  if (batch.ranges.n == 0) return;
   const Member& m = members_[member];
   const CudaDriver& drv = cudaDriver();
-  drv.cuStreamWaitEvent(stream, copied, 0);
-  CUdeviceptr jobs = m.jobs.get() + r.first * sizeof(GpuDigestJob);
-  unsigned count = r.count;
+  drv.cuStreamWaitEvent(stream, batch.copied, 0);
+  unsigned warps = 0;
+  for (unsigned i = 0; i < batch.ranges.n; ++i) warps += batch.ranges.count[i];
+  CUdeviceptr jobs = m.jobs.get();
   CUdeviceptr out = m.out.get();
-  void* args[] = {&jobs, &count, &out};
+  void* args[] = {&jobs, &batch.ranges, &out};
   const unsigned warpsPerBlock = kGpuDigestBlockThreads / 32;
-  drv.cuLaunchKernel(m.kernel, (count + warpsPerBlock - 1) / warpsPerBlock, 1, 1, kGpuDigestBlockThreads, 1, 1, 0, stream, args, nullptr);
+  drv.cuLaunchKernel(m.kernel, (warps + warpsPerBlock - 1) / warpsPerBlock, 1, 1, kGpuDigestBlockThreads, 1, 1, 0, stream, args, nullptr);
+  batch = Batch{};
 }
 
 void GpuDigests::collect(ContentDigests& digests) const {

@@ -14,5 +14,14 @@ struct GpuDigestJob {
 
 // Threads per block of the kernel: 4 warps, each hashing one piece.
 constexpr unsigned kGpuDigestBlockThreads = 128;
+constexpr unsigned kGpuDigestMaxRanges = 32;
+
+// What one launch hashes: `n` runs of consecutive jobs of the table (a lane's windows since its
+// last launch), passed by value as a kernel parameter. Warp w takes the w-th job of their concatenation.
+struct GpuDigestRanges {
+  uint32_t first[kGpuDigestMaxRanges];
+  uint32_t count[kGpuDigestMaxRanges];
+  uint32_t n;
+};
 
 }  // namespace weightd

@@ -72,11 +72,13 @@ __device__ Hash128 hashLong(const uint8_t* in, uint64_t len, unsigned thread) {
 }  // namespace
 
 extern "C" __global__ void __launch_bounds__(kGpuDigestBlockThreads)
-    weightd_xxh3_pieces(const GpuDigestJob* jobs, unsigned count, uint8_t* digests) {
-  const unsigned warp = blockIdx.x * (kGpuDigestBlockThreads / kWarp) + threadIdx.x / kWarp;
+    weightd_xxh3_pieces(const GpuDigestJob* jobs, GpuDigestRanges ranges, uint8_t* digests) {
+  unsigned warp = blockIdx.x * (kGpuDigestBlockThreads / kWarp) + threadIdx.x / kWarp;
   const unsigned thread = threadIdx.x % kWarp;
-  if (warp >= count) return;  // the whole warp: the shuffles below need all 32 threads
-  const GpuDigestJob job = jobs[warp];
+  unsigned r = 0;
+  while (r < ranges.n && warp >= ranges.count[r]) warp -= ranges.count[r++];
+  if (r == ranges.n) return;  // the whole warp: the shuffles below need all 32 threads
+  const GpuDigestJob job = jobs[ranges.first[r] + warp];
   const uint8_t* in = reinterpret_cast<const uint8_t*>(job.src);
   Hash128 h;
   if (job.bytes <= kMidsizeMax) {

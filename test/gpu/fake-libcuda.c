@@ -88,8 +88,9 @@ struct op {
 struct stream { struct op ops[MAX_OPS]; int nops; unsigned long seq; int live; int device; };
 struct event { struct stream* stream; unsigned long seq; int live; };
 static int liveStreams, liveEvents, liveModules;
-// native/gpu_digest_job.h's GpuDigestJob.
+// native/gpu_digest_job.h's GpuDigestJob and GpuDigestRanges.
 struct digestJob { unsigned long long src, bytes, slot; };
+struct digestRanges { unsigned first[32], count[32], n; };
 
 static int devices(void) { const char* e = getenv("FAKE_CUDA_DEVICES"); return e ? atoi(e) : 2; }
 static size_t memPerDevice(void) { const char* e = getenv("FAKE_CUDA_MEM_MB"); return (size_t)(e ? atoll(e) : 1024) << 20; }
@@ -435,21 +436,27 @@ CUresult cuModuleGetFunction(void** fn, void* module, const char* name) {
   *fn = (void*)kDigestKernel;
   return OK;
 }
-// The kernel's parameters (jobs, count, digests) as xxh3_pieces.cu declares them; a launch must
-// give each job a warp (blocks of 4 warps).
+// The kernel's parameters (jobs, ranges, digests) as xxh3_pieces.cu declares them; a launch must
+// give each job of its ranges a warp (blocks of 4 warps). Queued as one op per range.
 CUresult cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned shared,
                         struct stream* s, void** params, void** extra) {
   NEED_CTX();
   if (f != (void*)kDigestKernel || !params || extra || gy != 1 || gz != 1 || bx != 128 || by != 1 || bz != 1 || shared) return E_INVALID_VALUE;
   CUdeviceptr jobs = *(CUdeviceptr*)params[0], out = *(CUdeviceptr*)params[2];
-  unsigned count = *(unsigned*)params[1];
-  if ((unsigned long long)gx * 4 < count) return E_INVALID_VALUE;
+  const struct digestRanges* ranges = (const struct digestRanges*)params[1];
+  unsigned long long warps = 0;
+  if (ranges->n == 0 || ranges->n > 32) return E_INVALID_VALUE;
+  for (unsigned i = 0; i < ranges->n; ++i) warps += ranges->count[i];
+  if ((unsigned long long)gx * 4 < warps) return E_INVALID_VALUE;
   pthread_mutex_lock(&lock);
   CUresult r = OK;
-  struct alloc* j = findAlloc((void*)(uintptr_t)jobs, (size_t)count * sizeof(struct digestJob), K_DEVICE);
-  if (!j || j->device != current()->device || s->device != current()->device) r = E_INVALID_VALUE;
-  else if (s->nops == MAX_OPS) die("too many queued operations on one stream");
-  else s->ops[s->nops++] = (struct op){(char*)(uintptr_t)out, NULL, 0, 1, 0, 0, ++s->seq, 0, 0, 0, OP_KERNEL, NULL, 0, (const char*)(uintptr_t)jobs, count};
+  for (unsigned i = 0; i < ranges->n && r == OK; ++i) {
+    const char* first = (const char*)(uintptr_t)jobs + (size_t)ranges->first[i] * sizeof(struct digestJob);
+    struct alloc* j = findAlloc(first, (size_t)ranges->count[i] * sizeof(struct digestJob), K_DEVICE);
+    if (!j || j->device != current()->device || s->device != current()->device) r = E_INVALID_VALUE;
+    else if (s->nops == MAX_OPS) die("too many queued operations on one stream");
+    else s->ops[s->nops++] = (struct op){(char*)(uintptr_t)out, NULL, 0, 1, 0, 0, ++s->seq, 0, 0, 0, OP_KERNEL, NULL, 0, first, ranges->count[i]};
+  }
   // At once, as far as its stream lets it: after what the stream waits for, and not after copies
   // it was not told to wait for.
   if (r == OK) runUpTo(s, s->seq);
