@@ -235,6 +235,8 @@ class DeviceWrap : public Napi::ObjectWrap<DeviceWrap> {
       for (uint32_t i = 0; i < s.digests.size(); ++i) digests.Set(i, s.digests[i]);
       o.Set("digests", digests);
       o.Set("digestRereadBytes", static_cast<double>(s.digestRereadBytes));
+      o.Set("digestGpuBytes", static_cast<double>(s.digestGpuBytes));
+      if (!s.digestGpuUnavailable.empty()) o.Set("digestGpuUnavailable", s.digestGpuUnavailable);
     }
     return o;
   }

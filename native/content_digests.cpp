@@ -54,16 +54,10 @@ ContentDigests::ContentDigests(std::vector<TensorRange> tensors, const FileSet& 
 void ContentDigests::hashPiece(size_t p, const char* data) { xxh3_128(data, pieces_[p].end - pieces_[p].start, &digests_[16 * p]); }
 
 void ContentDigests::hashCovered(uint32_t file, uint64_t start, uint64_t end, const char* data) {
-  if (file + 1 >= fileFirst_.size()) return;
-  auto [first, last] = piecesOf(file);
-  auto it = std::lower_bound(pieces_.begin() + first, pieces_.begin() + last, start, [](const Piece& p, uint64_t v) { return p.start < v; });
-  for (size_t p = it - pieces_.begin(); p < last && pieces_[p].end <= end; ++p) {
-    // Each piece is hashed once, by whoever claims it first; replicated bytes read for several
-    // GPUs or ranks are not hashed again.
-    if (claimed_[p].exchange(true, std::memory_order_relaxed)) continue;
-    hashPiece(p, data + (pieces_[p].start - start));
-  }
+  claimCovered(file, start, end, [&](size_t p) { hashPiece(p, data + (pieces_[p].start - start)); });
 }
+
+void ContentDigests::setPieceDigest(size_t piece, const unsigned char* digest) { std::copy(digest, digest + 16, &digests_[16 * piece]); }
 
 uint64_t ContentDigests::cut(uint32_t file, uint64_t from, uint64_t limit) const {
   if (file + 1 >= fileFirst_.size()) return limit;

@@ -9,6 +9,7 @@
 // row-parallel slice, a tensor the fill does not copy at all) is read again and hashed at the
 // end (hashRest), so the digests always cover every byte of every tensor listed.
 #pragma once
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -35,6 +36,17 @@ class ContentDigests {
   // Hashes each piece that lies whole inside bytes [start, end) of `file`, found at `data`, and
   // that no thread has claimed yet. Safe from several threads at once.
   void hashCovered(uint32_t file, uint64_t start, uint64_t end, const char* data);
+  // Claims each piece that lies whole inside bytes [start, end) of `file` and that nobody has
+  // claimed yet, and calls `claimed(piece)` for it: whoever claims a piece hashes it (once), here
+  // or elsewhere (the GPU, cuda_digests.h), and gives its digest to setPieceDigest.
+  template <typename Claimed>
+  void claimCovered(uint32_t file, uint64_t start, uint64_t end, Claimed claimed);
+  uint64_t pieceStart(size_t piece) const { return pieces_[piece].start; }
+  uint64_t pieceBytes(size_t piece) const { return pieces_[piece].end - pieces_[piece].start; }
+  // Its 16 canonical bytes, for a piece hashed elsewhere. Before tensorDigests.
+  void setPieceDigest(size_t piece, const unsigned char* digest);
+  // Gives a claimed piece back, for whoever covers it next (hashCovered, at the latest hashRest).
+  void release(size_t piece) { claimed_[piece].store(false, std::memory_order_relaxed); }
   // Where work that starts at `from` and may run to `limit` should end: at the start of the piece
   // that `limit` cuts in two, when that start is past `from`; else `limit`.
   uint64_t cut(uint32_t file, uint64_t from, uint64_t limit) const;
@@ -62,6 +74,17 @@ class ContentDigests {
   std::unique_ptr<std::atomic<bool>[]> claimed_;
   std::unique_ptr<unsigned char[]> digests_;  // 16 canonical bytes per piece
 };
+
+template <typename Claimed>
+void ContentDigests::claimCovered(uint32_t file, uint64_t start, uint64_t end, Claimed claimed) {
+  if (file + 1 >= fileFirst_.size()) return;
+  auto [first, last] = piecesOf(file);
+  auto it = std::lower_bound(pieces_.begin() + first, pieces_.begin() + last, start, [](const Piece& p, uint64_t v) { return p.start < v; });
+  for (size_t p = it - pieces_.begin(); p < last && pieces_[p].end <= end; ++p) {
+    // Each piece is claimed once; replicated bytes read for several GPUs or ranks are not hashed again.
+    if (!claimed_[p].exchange(true, std::memory_order_relaxed)) claimed(p);
+  }
+}
 
 // The digests of `tensors` (indexing `files`) read from disk alone, through the page cache, on up
 // to `threads` threads: what a fill of them would report (weightd verify).

@@ -13,6 +13,7 @@
 #include <tuple>
 
 #include "content_digests.h"
+#include "cuda_digests.h"
 #include "cuda_resources.h"
 #include "file_reader.h"
 #include "fill_windows.h"
@@ -89,6 +90,10 @@ struct Lane {
   // destructor drains the copies that may still read the slots' buffers and windows.
   std::vector<Slot> slots;
   std::vector<Stream> streams;  // per member, created in that member's context
+  // Per member whose GPU hashes digest pieces (cuda_digests.h): the digest kernels' stream, so
+  // that this lane's next copies never wait behind a kernel.
+  std::vector<Stream> hashStreams;
+  std::vector<GpuDigests::Batch> batches;  // per member: its jobs not yet launched
   size_t next = 0;
 };
 
@@ -262,6 +267,7 @@ class CopyEngine {
     std::vector<const std::vector<CopyOp>*> ops;
     for (auto& o : ops_) ops.push_back(&o);
     windows_ = planWindows(ops, capacity_, [this](uint32_t file, uint64_t from, uint64_t limit) { return digests_.cut(file, from, limit); });
+    if (options.gpuDigests && !digests_.empty()) gpu_ = std::make_unique<GpuDigests>(members_, windows_, digests_);
     // threads and stagingBytes (src/native/fillPolicy.ts) are per GPU's worth of distinct bytes:
     // a group scales them by how many GPUs' worth it reads, which only the windows tell. Two
     // tensor-parallel ranks read two ranks' worth (16 threads by default): on 2 x H200, 8 threads
@@ -290,10 +296,17 @@ class CopyEngine {
         }
         ScopedContext onThisThread(members_[0].target.context);
         LaneLease lane(pool);
-        send(*lane, windows[i]);
+        send(*lane, i);
       });
+      // The lanes' last batches, launched before the last copies are waited for, so that they
+      // overlap them; then every kernel is waited for.
+      if (gpu_) forEachHashStream(pool, [&](Lane& lane, size_t m) { gpu_->launch(lane.batches[m], m, lane.hashStreams[m].get()); });
       for (auto& lane : pool.all()) {
         for (auto& slot : lane->slots) retire(slot);
+      }
+      if (gpu_) {
+        forEachHashStream(pool, [](Lane& lane, size_t m) { cudaDriver().cuStreamSynchronize(lane.hashStreams[m].get()); });
+        gpu_->collect(digests_);
       }
     } catch (...) {
       destroyLanes(pool);
@@ -304,6 +317,8 @@ class CopyEngine {
     std::vector<std::string> all = digests_.tensorDigests();
     for (size_t m = 0; m < members_.size(); ++m) {
       members_[m].control->digestRereadBytes = reread;
+      members_[m].control->digestGpuBytes = gpu_ ? gpu_->bytes() : 0;
+      members_[m].control->digestGpuUnavailable = gpu_ ? gpu_->unavailable() : "";
       std::vector<std::string>& own = members_[m].control->digests;
       own.clear();
       for (size_t i : tensorIndex_[m]) own.push_back(all[i]);
@@ -320,9 +335,11 @@ class CopyEngine {
         slot.pendingBytes.assign(members_.size(), 0);
         if (options_.mode == FillMode::Pread) slot.staging = allocatePinnedHost(slotBytes_);
       }
-      for (const FillMember& m : members_) {
-        ScopedContext current(m.target.context);
+      for (size_t m = 0; m < members_.size(); ++m) {
+        ScopedContext current(members_[m].target.context);
         lane->streams.push_back(createStream());
+        lane->hashStreams.push_back(gpu_ && gpu_->anyJobs(m) ? createStream() : Stream());
+        lane->batches.emplace_back();
         for (auto& slot : lane->slots) slot.copied.push_back(createEvent());
       }
       lanes.push_back(std::move(lane));
@@ -350,11 +367,29 @@ class CopyEngine {
       for (size_t m = 0; m < members_.size() && m < lane->streams.size(); ++m) {
         ScopedContext current(members_[m].target.context);
         lane->streams[m].reset();
+        if (m < lane->hashStreams.size()) lane->hashStreams[m].reset();
         for (auto& slot : lane->slots) {
           if (m < slot.copied.size()) slot.copied[m].reset();
         }
       }
       lane->slots.clear();
+    }
+  }
+
+  // Calls work(lane, member) in the member's context for each lane's hash stream; a failure is
+  // the fault of the member's GPU.
+  template <typename Work>
+  void forEachHashStream(LanePool& pool, Work work) {
+    for (auto& lane : pool.all()) {
+      for (size_t m = 0; m < members_.size(); ++m) {
+        if (!lane->hashStreams[m].get()) continue;
+        try {
+          ScopedContext current(members_[m].target.context);
+          work(*lane, m);
+        } catch (const DeviceError& e) {
+          throw MemberFailure(m, members_[m].target, e);
+        }
+      }
     }
   }
 
@@ -374,7 +409,8 @@ class CopyEngine {
     slot.window.reset();
   }
 
-  void send(Lane& lane, const FillWindow& w) {
+  void send(Lane& lane, size_t windowIndex) {
+    const FillWindow& w = windows_[windowIndex];
     Slot& slot = lane.slots[lane.next++ % lane.slots.size()];
     retire(slot);
     std::vector<ByteRange> reads;
@@ -407,12 +443,13 @@ class CopyEngine {
           slot.pendingBytes[m] += w.pieces[i].payload();
         }
         drv.cuEventRecord(slot.copied[m].get(), lane.streams[m].get());
+        if (gpu_) gpu_->add(lane.batches[m], windowIndex, m, lane.hashStreams[m].get(), slot.copied[m].get());
       } catch (const DeviceError& e) {
         throw MemberFailure(m, member.target, e);
       }
     }
-    // While the DMA reads the same buffer: the hash only reads it too, and the slot is not reused
-    // before this thread comes back to it.
+    // What the GPU does not hash, while the DMA reads the same buffer: the hash only reads it too,
+    // and the slot is not reused before this thread comes back to it.
     for (const ByteRange& r : reads) digests_.hashCovered(w.file, r.start, r.end, base + static_cast<int64_t>(r.start - w.start));
   }
 
@@ -454,6 +491,7 @@ class CopyEngine {
   ContentDigests digests_;
   std::vector<std::vector<CopyOp>> ops_;  // per member, numbered into files_
   std::vector<FillWindow> windows_;
+  std::unique_ptr<GpuDigests> gpu_;  // the pieces the GPUs hash; null when the CPU hashes all
   FillOptions options_;
   uint64_t slotBytes_ = 0;
   unsigned lanes_ = 1;

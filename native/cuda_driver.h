@@ -54,7 +54,8 @@ class DriverFn<CUresult (*)(Args...)> {
   X(cuEventSynchronize) X(cuEventDestroy_v2) X(cuIpcGetMemHandle) X(cuIpcOpenMemHandle_v2)            \
   X(cuIpcCloseMemHandle) X(cuDeviceGetAttribute) X(cuMemGetAllocationGranularity) X(cuMemCreate)      \
   X(cuMemRelease) X(cuMemAddressReserve) X(cuMemAddressFree) X(cuMemMap) X(cuMemUnmap) X(cuMemSetAccess) \
-  X(cuMemExportToShareableHandle) X(cuMemImportFromShareableHandle)
+  X(cuMemExportToShareableHandle) X(cuMemImportFromShareableHandle) X(cuModuleLoadData) X(cuModuleUnload) \
+  X(cuModuleGetFunction) X(cuLaunchKernel) X(cuStreamWaitEvent)
 
 struct CudaDriver {
 #define WEIGHTD_DECLARE_ENTRY(name) DriverFn<decltype(&::name)> name;

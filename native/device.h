@@ -54,6 +54,9 @@ struct FillOptions {
   // pass over the files (cuda_fill_group.h). 0 or 1: this device fills alone.
   std::string groupId;
   unsigned groupSize = 0;
+  // cuda only: hash digest pieces on the GPU where the addon has the kernel (cuda_digests.h);
+  // false hashes every piece on the CPU (digestOn: 'cpu', to compare the two).
+  bool gpuDigests = true;
 };
 
 // The control block of a running fill, shared with whoever watches it (fill_job.h): readers add
@@ -72,6 +75,10 @@ struct FillControl {
   // again at its end (ContentDigests::hashRest). 0 where the fill's reads cover every tensor, as
   // a tp=1 rank's or a whole node group's do; a regression in how reads are cut shows here.
   uint64_t digestRereadBytes = 0;
+  // Written with `digests` (cuda): the bytes of digest pieces hashed on the GPU (a group's: on
+  // all its GPUs), and why pieces the GPU could have hashed were hashed on the CPU ("" when none were).
+  uint64_t digestGpuBytes = 0;
+  std::string digestGpuUnavailable;
 };
 
 struct SegmentExport {

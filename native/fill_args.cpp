@@ -71,6 +71,12 @@ FillOptions optionsFromJs(const Napi::Object& o) {
     else if (mode == "register") opts.mode = FillMode::Register;
     else throw Napi::RangeError::New(env, "mode must be 'pread' or 'register', got '" + mode + "'");
   }
+  if (o.Has("digestOn") && !o.Get("digestOn").IsUndefined()) {
+    std::string on = toStr(o.Get("digestOn"), "digestOn");
+    if (on == "gpu") opts.gpuDigests = true;
+    else if (on == "cpu") opts.gpuDigests = false;
+    else throw Napi::RangeError::New(env, "digestOn must be 'gpu' or 'cpu', got '" + on + "'");
+  }
   if (o.Has("group") && !o.Get("group").IsUndefined()) {
     if (!o.Get("group").IsObject()) throw Napi::TypeError::New(env, "group must be { id: string, size: number }");
     Napi::Object g = o.Get("group").As<Napi::Object>();

@@ -22,6 +22,8 @@ struct FillStatus {
   double seconds = 0;
   std::vector<std::string> digests;  // once done: FillControl.digests
   uint64_t digestRereadBytes = 0;    // once done: FillControl.digestRereadBytes
+  uint64_t digestGpuBytes = 0;       // once done: FillControl.digestGpuBytes
+  std::string digestGpuUnavailable;  // once done: FillControl.digestGpuUnavailable
 };
 
 class FillJob {

@@ -37,6 +37,8 @@ mkdir -p "$dir/bin" "$dir/build/Release" "$dir/dist"
 # The daemon and its client library; compiled tests and benchmarks stay out.
 cp -R dist/src dist/main.js "$dir/dist/"
 cp build/Release/weightd.node build/Release/weightd-keeper "$dir/build/Release/"
+# The GPU digest kernel, where this build had nvcc (CMakeLists.txt); without it fills hash on the CPU.
+if [ -f build/Release/weightd-digests.fatbin ]; then cp build/Release/weightd-digests.fatbin "$dir/build/Release/"; fi
 cp package.json package-lock.json "$dir/"
 for extra in examples clients docs deploy; do
   [ -d "$extra" ] && cp -R "$extra" "$dir/"

@@ -9,7 +9,8 @@
 // (root only). Prints (and with --out appends) one JSON line per config as it finishes: per rep
 // each device's fill seconds by the native clock (start to last copy landed) and the wall time
 // seen from JS (which adds up to one 20 ms status poll), the bytes its digests read again at
-// the end (digestRereadBytes: 0 when every tensor passed whole through a window), GB/s (1e9 bytes) of payload over all
+// the end (digestRereadBytes: 0 when every tensor passed whole through a window), the bytes its
+// digests hashed on the GPU (digestGpuBytes) and why not more (digestGpuUnavailable), GB/s (1e9 bytes) of payload over all
 // devices from the slowest device's native seconds, and the process's peak RSS so far.
 import { writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
@@ -58,7 +59,10 @@ for (const options of configs) {
   for (let r = 0; r < reps; r++) {
     if (args.cold) dropCaches();
     const run = await fleet.fill(options);
-    runs.push({ wall: run.wall, deviceSeconds: run.devices.map((d) => d.seconds), digestRereadBytes: run.devices.map((d) => d.digestRereadBytes) });
+    runs.push({
+      wall: run.wall, deviceSeconds: run.devices.map((d) => d.seconds), digestRereadBytes: run.devices.map((d) => d.digestRereadBytes),
+      digestGpuBytes: run.devices.map((d) => d.digestGpuBytes), digestGpuUnavailable: run.devices.map((d) => d.digestGpuUnavailable ?? null),
+    });
   }
   const { best, median } = fillSeconds(runs);
   const entry = {

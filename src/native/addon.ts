@@ -74,6 +74,11 @@ export interface FillOptions {
    * the files; each waits until all have started (see native/cuda_fill_group.h).
    */
   group?: { id: string; size: number };
+  /**
+   * cuda only: where digest pieces are hashed; default 'gpu', where the addon has the kernel
+   * (native/cuda_digests.h). 'cpu' hashes them on the reader threads (to compare the two).
+   */
+  digestOn?: 'gpu' | 'cpu';
 }
 
 /** What the addon gets: every sizing number decided (fillSizing), none left to native defaults. */
@@ -96,6 +101,10 @@ export interface NativeFillStatus {
   digests?: string[];
   /** Once done: bytes of digest pieces no read of the fill held whole, read again at its end. */
   digestRereadBytes?: number;
+  /** Once done (cuda): bytes of digest pieces hashed on the GPU. */
+  digestGpuBytes?: number;
+  /** Once done (cuda): why pieces the GPU could have hashed were hashed on the CPU. */
+  digestGpuUnavailable?: string;
 }
 
 /**

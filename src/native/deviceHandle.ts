@@ -23,6 +23,10 @@ export interface FillResult {
    * (docs/spec/fingerprint.md §8). 0 when the fill reads every tensor whole, as at tp=1.
    */
   digestRereadBytes: number;
+  /** Bytes of digest pieces hashed on the GPU (cuda, native/cuda_digests.h); 0 on the host. */
+  digestGpuBytes: number;
+  /** Why pieces the GPU could have hashed were hashed on the CPU; absent when none were. */
+  digestGpuUnavailable?: string;
 }
 
 /** How often a running fill is polled (see native/fill_job.h for why it is polled). */
@@ -83,7 +87,12 @@ export class DeviceHandle {
       const s = this.#native.fillStatus();
       onProgress?.({ bytes: s.bytes, totalBytes, seconds: s.seconds, waitingForGroup: s.waitingForGroup });
       if (s.error) throw s.error;
-      if (s.done) return { bytes: s.bytes, seconds: s.seconds, digests: s.digests ?? [], digestRereadBytes: s.digestRereadBytes ?? 0 };
+      if (s.done) {
+        return {
+          bytes: s.bytes, seconds: s.seconds, digests: s.digests ?? [], digestRereadBytes: s.digestRereadBytes ?? 0,
+          digestGpuBytes: s.digestGpuBytes ?? 0, ...(s.digestGpuUnavailable ? { digestGpuUnavailable: s.digestGpuUnavailable } : {}),
+        };
+      }
       await sleep(POLL_MS);
     }
   }

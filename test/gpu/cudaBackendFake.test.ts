@@ -4,7 +4,7 @@
 // and cleanup mistakes show up as wrong bytes, errors or aborts. At exit the fake reports what
 // is still allocated; every scenario must leave nothing behind.
 import { execFileSync, spawnSync } from 'node:child_process';
-import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { test } from 'uvu';
@@ -49,7 +49,14 @@ function fakeLeaks(stderr: string): Record<string, number> {
 }
 
 const MiB = 2 ** 20;
-const noLeaks = { device: 0, pinned: 0, registered: 0, imported: 0, streams: 0, events: 0, contextRefs: 0, vmm: 0, reservations: 0, mappings: 0, vmmFds: 0 };
+const noLeaks = { device: 0, pinned: 0, registered: 0, imported: 0, streams: 0, events: 0, contextRefs: 0, vmm: 0, reservations: 0, mappings: 0, vmmFds: 0, modules: 0 };
+/** Where one fill's digest pieces were hashed (the digests scenario): bytes on each GPU, and why not more. */
+interface Hashing {
+  options: string;
+  group: number[];
+  alone: number;
+  unavailable?: string;
+}
 
 test.before(buildFake);
 
@@ -130,6 +137,30 @@ test('every cuda fill, in a group or alone and in every read mode, reports each 
     if (!r.options.includes('direct')) assert.equal(r.group, [0, 0], `group with ${r.options}`);
     assert.ok(r.alone > 0, `alone with ${r.options}`);
   }
+  // The fake runs no kernel here: hashed on the CPU, each fill saying why, except the one that asked.
+  const hashing = result.hashing as Hashing[];
+  for (const f of hashing.slice(0, -1)) {
+    assert.equal([...f.group, f.alone], [0, 0, 0], f.options);
+    assert.match(f.unavailable ?? '', /GPU digest kernel|cuModuleLoadData/, f.options);
+  }
+  assert.equal(hashing.at(-1), { options: "{digestOn:'cpu'}", group: [], alone: 0 });
+  assert.match(result.refused as string, /^digestOn must be 'gpu' or 'cpu', got 'tpu'$/);
+  assert.equal(leaks, noLeaks);
+});
+
+test('with the digest kernel, each GPU hashes the pieces its contiguous copies land, behind them, and the digests are the files\'', () => {
+  // The fake runs the kernel on the CPU when something waits for its stream: a launch that did
+  // not wait for its window's copies would hash the fake's 0xEE bytes, and every digest would differ.
+  const kernel = join(fakeDir, 'digest-kernel.fake');
+  writeFileSync(kernel, 'any image: the fake driver loads it as the digest kernel\n');
+  const { result, leaks } = scenario('digests', { FAKE_CUDA_KERNELS: '1', WEIGHTD_DIGEST_KERNEL: kernel }, 120_000);
+  assert.is(result.runs, 4);
+  const hashing = result.hashing as Hashing[];
+  for (const f of hashing.slice(0, -1)) {
+    assert.ok(f.group.every((bytes) => bytes > 0) && f.alone > 0, `${f.options}: ${JSON.stringify(f)}`);
+    assert.is(f.unavailable, undefined, f.options);
+  }
+  assert.equal(hashing.at(-1), { options: "{digestOn:'cpu'}", group: [], alone: 0 });
   assert.equal(leaks, noLeaks);
 });
 

@@ -25,6 +25,12 @@
 // cuMemImportFromShareableHandle) returns CUDA_ERROR_OUT_OF_MEMORY, so tests fail one midway.
 // FAKE_CUDA_NO_VMM, FAKE_CUDA_NO_FD_HANDLES: the device attributes say VMM, or POSIX descriptor
 // export, is unsupported. FAKE_CUDA_NO_READ_ONLY: cuMemSetAccess refuses read-only access.
+// FAKE_CUDA_KERNELS: cuModuleLoadData loads any image as the GPU digest kernel
+// (native/gpu/xxh3_pieces.cu), which the fake then runs on the CPU with the xxHash library as soon
+// as it is launched, after the work its stream waits for (cuStreamWaitEvent) and nothing else: a
+// kernel that does not wait for its window's copies hashes 0xEE bytes. A job outside
+// device memory of the stream's device aborts. Without it, cuModuleLoadData fails
+// (CUDA_ERROR_NO_BINARY_FOR_GPU), as for a kernel built for another GPU.
 // FAKE_CUDA_INIT_GATE, FAKE_CUDA_DTOH_GATE: a FIFO that cuInit (or each cuMemcpyDtoH) waits on
 // until one byte is written to it, so a test holds a call in flight for as long as it likes.
 // Device memory starts as 0xEE bytes, never zeros, and memsets are queued like copies, so bytes
@@ -40,6 +46,8 @@
 #include <sys/stat.h>
 #include <dirent.h>
 #include <unistd.h>
+#define XXH_INLINE_ALL
+#include <xxhash.h>
 
 typedef int CUresult;
 typedef int CUdevice;
@@ -47,7 +55,7 @@ typedef unsigned long long CUdeviceptr;
 enum {
   OK = 0, E_INVALID_VALUE = 1, E_OOM = 2, E_NOT_INIT = 3, E_NO_DEVICE = 100, E_INVALID_DEVICE = 101,
   E_INVALID_CONTEXT = 201, E_ALREADY_REGISTERED = 712, E_NOT_REGISTERED = 713, E_NOT_READY = 600,
-  E_ILLEGAL_ADDRESS = 700,
+  E_ILLEGAL_ADDRESS = 700, E_NO_BINARY_FOR_GPU = 209,
 };
 #define MAX_DEV 8
 #define MAX_OPS 4096
@@ -69,11 +77,20 @@ static struct alloc allocs[4096];
 static int nallocs;
 static size_t usedBytes[MAX_DEV];
 
-// A copy, or a memset when src is NULL: `elt` bytes of `value`, repeated over width bytes.
-struct op { char* dst; const char* src; size_t width, height, spitch, dpitch; unsigned long seq; int done; unsigned value; int elt; };
+// A copy, or a memset when src is NULL: `elt` bytes of `value`, repeated over width bytes; or
+// (kind) a wait for another stream's work up to waitSeq, or the digest kernel over `count` jobs.
+enum { OP_COPY = 0, OP_WAIT = 1, OP_KERNEL = 2 };
+struct stream;
+struct op {
+  char* dst; const char* src; size_t width, height, spitch, dpitch; unsigned long seq; int done; unsigned value; int elt;
+  int kind; struct stream* waitStream; unsigned long waitSeq; const char* jobs; unsigned count;
+};
 struct stream { struct op ops[MAX_OPS]; int nops; unsigned long seq; int live; int device; };
 struct event { struct stream* stream; unsigned long seq; int live; };
-static int liveStreams, liveEvents;
+static int liveStreams, liveEvents, liveModules;
+// native/gpu_digest_job.h's GpuDigestJob and GpuDigestRanges.
+struct digestJob { unsigned long long src, bytes, slot; };
+struct digestRanges { unsigned first[32], count[32], n; };
 
 static int devices(void) { const char* e = getenv("FAKE_CUDA_DEVICES"); return e ? atoi(e) : 2; }
 static size_t memPerDevice(void) { const char* e = getenv("FAKE_CUDA_MEM_MB"); return (size_t)(e ? atoll(e) : 1024) << 20; }
@@ -105,11 +122,27 @@ static void checkNotQueued(const char* p, size_t n, const char* what) {
   }
 }
 
+static void runDigestKernel(struct stream* st, const struct op* o) {
+  for (unsigned j = 0; j < o->count; ++j) {
+    const struct digestJob* job = (const struct digestJob*)o->jobs + j;
+    struct alloc* a = findAlloc((const void*)(uintptr_t)job->src, job->bytes, K_DEVICE);
+    if (!a || a->device != st->device) die("digest kernel job outside the stream's device memory");
+    if (!findAlloc(o->dst + 16 * job->slot, 16, K_DEVICE)) die("digest kernel output outside device memory");
+    XXH128_canonical_t c;
+    XXH128_canonicalFromHash(&c, XXH3_128bits((const void*)(uintptr_t)job->src, job->bytes));
+    memcpy(o->dst + 16 * job->slot, c.digest, 16);
+  }
+}
+
 static void runUpTo(struct stream* st, unsigned long seq) {
   for (int i = 0; i < st->nops; ++i) {
     struct op* o = &st->ops[i];
     if (o->done || o->seq > seq) continue;
-    if (o->src) {
+    if (o->kind == OP_WAIT) {
+      runUpTo(o->waitStream, o->waitSeq);
+    } else if (o->kind == OP_KERNEL) {
+      runDigestKernel(st, o);
+    } else if (o->src) {
       for (size_t r = 0; r < o->height; ++r) memcpy(o->dst + r * o->dpitch, o->src + r * o->spitch, o->width);
     } else {
       for (size_t i = 0; i < o->width; i += (size_t)o->elt) memcpy(o->dst + i, &o->value, (size_t)o->elt);
@@ -376,6 +409,69 @@ CUresult cuEventRecord(struct event* e, struct stream* s) {
   e->seq = s->seq;
   pthread_mutex_unlock(&lock);
   return OK;
+}
+// Kernels: only the GPU digest kernel, with FAKE_CUDA_KERNELS (see the top of this file).
+static const char kDigestKernel[] = "weightd_xxh3_pieces";
+CUresult cuModuleLoadData(void** module, const void* image) {
+  NEED_CTX();
+  if (!image) return E_INVALID_VALUE;
+  if (!getenv("FAKE_CUDA_KERNELS")) return E_NO_BINARY_FOR_GPU;
+  pthread_mutex_lock(&lock);
+  *module = malloc(1);
+  liveModules++;
+  pthread_mutex_unlock(&lock);
+  return OK;
+}
+CUresult cuModuleUnload(void* module) {
+  NEED_CTX();
+  pthread_mutex_lock(&lock);
+  free(module);
+  liveModules--;
+  pthread_mutex_unlock(&lock);
+  return OK;
+}
+CUresult cuModuleGetFunction(void** fn, void* module, const char* name) {
+  NEED_CTX();
+  if (!module || strcmp(name, kDigestKernel) != 0) return E_INVALID_VALUE;
+  *fn = (void*)kDigestKernel;
+  return OK;
+}
+// The kernel's parameters (jobs, ranges, digests) as xxh3_pieces.cu declares them; a launch must
+// give each job of its ranges a warp (blocks of 4 warps). Queued as one op per range.
+CUresult cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned shared,
+                        struct stream* s, void** params, void** extra) {
+  NEED_CTX();
+  if (f != (void*)kDigestKernel || !params || extra || gy != 1 || gz != 1 || bx != 128 || by != 1 || bz != 1 || shared) return E_INVALID_VALUE;
+  CUdeviceptr jobs = *(CUdeviceptr*)params[0], out = *(CUdeviceptr*)params[2];
+  const struct digestRanges* ranges = (const struct digestRanges*)params[1];
+  unsigned long long warps = 0;
+  if (ranges->n == 0 || ranges->n > 32) return E_INVALID_VALUE;
+  for (unsigned i = 0; i < ranges->n; ++i) warps += ranges->count[i];
+  if ((unsigned long long)gx * 4 < warps) return E_INVALID_VALUE;
+  pthread_mutex_lock(&lock);
+  CUresult r = OK;
+  for (unsigned i = 0; i < ranges->n && r == OK; ++i) {
+    const char* first = (const char*)(uintptr_t)jobs + (size_t)ranges->first[i] * sizeof(struct digestJob);
+    struct alloc* j = findAlloc(first, (size_t)ranges->count[i] * sizeof(struct digestJob), K_DEVICE);
+    if (!j || j->device != current()->device || s->device != current()->device) r = E_INVALID_VALUE;
+    else if (s->nops == MAX_OPS) die("too many queued operations on one stream");
+    else s->ops[s->nops++] = (struct op){(char*)(uintptr_t)out, NULL, 0, 1, 0, 0, ++s->seq, 0, 0, 0, OP_KERNEL, NULL, 0, first, ranges->count[i]};
+  }
+  // At once, as far as its stream lets it: after what the stream waits for, and not after copies
+  // it was not told to wait for.
+  if (r == OK) runUpTo(s, s->seq);
+  pthread_mutex_unlock(&lock);
+  return r;
+}
+CUresult cuStreamWaitEvent(struct stream* s, struct event* e, unsigned flags) {
+  NEED_CTX();
+  if (flags || !e->live) return E_INVALID_VALUE;
+  pthread_mutex_lock(&lock);
+  CUresult r = OK;
+  if (s->nops == MAX_OPS) die("too many queued operations on one stream");
+  else if (e->stream) s->ops[s->nops++] = (struct op){NULL, NULL, 0, 1, 0, 0, ++s->seq, 0, 0, 0, OP_WAIT, e->stream, e->seq, NULL, 0};
+  pthread_mutex_unlock(&lock);
+  return r;
 }
 static int faultDevice(void) { const char* e = getenv("FAKE_CUDA_FAULT_DEVICE"); return e ? atoi(e) : -1; }
 CUresult cuEventSynchronize(struct event* e) {
@@ -805,6 +901,6 @@ __attribute__((destructor)) static void report(void) {
   for (int i = 0; i < nreservations; ++i) reserved += reservations[i].live;
   fprintf(stderr,
           "FAKE_CUDA_LEAKS {\"device\":%d,\"pinned\":%d,\"registered\":%d,\"imported\":%d,\"streams\":%d,\"events\":%d,\"contextRefs\":%d,"
-          "\"vmm\":%d,\"reservations\":%d,\"mappings\":%d,\"vmmFds\":%d}\n",
-          device, pinned, registered, imported, liveStreams, liveEvents, ctx, vmm, reserved, mappings, openVmmFds());
+          "\"vmm\":%d,\"reservations\":%d,\"mappings\":%d,\"vmmFds\":%d,\"modules\":%d}\n",
+          device, pinned, registered, imported, liveStreams, liveEvents, ctx, vmm, reserved, mappings, openVmmFds(), liveModules);
 }

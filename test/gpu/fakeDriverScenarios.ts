@@ -299,7 +299,10 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
    * Full-content digests through the copy engine: a tp=2 checkpoint filled by two GPUs as one
    * group (every byte passes some window) and by one GPU alone (half of each sharded tensor is
    * read again at the end), in every read mode: each fill reports every tensor's digest, equal to
-   * what digestFiles reads from disk (itself held to Python's xxhash by the vectors).
+   * what digestFiles reads from disk (itself held to Python's xxhash by the vectors). Where the
+   * pieces were hashed is reported per fill: on the GPU (with FAKE_CUDA_KERNELS and a kernel file,
+   * the fake runs the digest kernel), else on the CPU with the reason; digestOn 'cpu' asks for the
+   * CPU, and a digestOn of neither is refused.
    */
   async digests() {
     const dir = mkdtempSync(join(process.cwd(), 'test', 'artifacts', 'digests-'));
@@ -315,6 +318,7 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
       const small = { threads: 3, chunkBytes: MiB, stagingBytes: 4 * MiB };
       const runs: string[] = [];
       const rereads: { options: string; group: number[]; alone: number }[] = [];
+      const hashing: { options: string; group: number[]; alone: number; unavailable?: string }[] = [];
       for (const options of [{ ...small, mode: 'pread' as const }, { ...small, mode: 'pread' as const, direct: true }, { ...small, mode: 'register' as const }, {}]) {
         const group = { id: `digests-${runs.length}`, size: 2 };
         const both = await Promise.all([d0!, d1!].map((d, r) => fill(d, r, { ...options, group })));
@@ -323,11 +327,17 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
           if (JSON.stringify(got) !== JSON.stringify(want)) throw new Error(`${what} with ${JSON.stringify(options)}: digests differ from the files'`);
         }
         rereads.push({ options: JSON.stringify(options), group: both.map((f) => f.digestRereadBytes), alone: alone.digestRereadBytes });
+        hashing.push({ options: JSON.stringify(options), group: both.map((f) => f.digestGpuBytes), alone: alone.digestGpuBytes, unavailable: alone.digestGpuUnavailable });
         runs.push(JSON.stringify(options));
       }
+      const asked = await fill(d0!, 0, { digestOn: 'cpu' });
+      if (JSON.stringify(asked.digests) !== JSON.stringify(want)) throw new Error("digestOn: 'cpu': digests differ from the files'");
+      hashing.push({ options: "{digestOn:'cpu'}", group: [], alone: asked.digestGpuBytes, unavailable: asked.digestGpuUnavailable });
+      let refused = '';
+      await fill(d0!, 0, { digestOn: 'tpu' as 'cpu' }).catch((err: Error) => (refused = err.message));
       await d0!.free();
       await d1!.free();
-      return { runs: runs.length, tensors: want.length, rereads };
+      return { runs: runs.length, tensors: want.length, rereads, hashing, refused };
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }

@@ -10,8 +10,10 @@
 //      that other processes inherit: mapped from Python (ctypes, cuMemImportFromShareableHandle)
 //      and from the TypeScript client (CudaIpcSegment.openFd), and adopted by a second device
 //      (DeviceHandle.adopt), each reading the checkpoint's bytes; fill, export, open and adopt
-//      times next to legacy IPC's, to decide whether fd can become the default.
-//   node test/gpu/gpu-check.mjs --ckpt DIR [--work DIR] [--out FILE]
+//      times next to legacy IPC's, to decide whether fd can become the default;
+//   4. the fill's digests hashed on the GPU equal those hashed on the CPU, on --digest-ckpt
+//      (default --ckpt; test/gpu/run.sh gives an 8 GiB one).
+//   node test/gpu/gpu-check.mjs --ckpt DIR [--digest-ckpt DIR] [--work DIR] [--out FILE]
 // Prints one line per check and the closing "N passed, N failed" line; exits non-zero on failure.
 import { spawnSync } from 'node:child_process';
 import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
@@ -24,10 +26,10 @@ import { cudaProbe } from '../../dist/src/native/cuda.js';
 import { DeviceHandle } from '../../dist/src/native/deviceHandle.js';
 
 const { values: args } = parseArgs({
-  options: { ckpt: { type: 'string' }, work: { type: 'string', default: '/dev/shm/weightd-gpu-check' }, out: { type: 'string' } },
+  options: { ckpt: { type: 'string' }, 'digest-ckpt': { type: 'string' }, work: { type: 'string', default: '/dev/shm/weightd-gpu-check' }, out: { type: 'string' } },
 });
 if (!args.ckpt) {
-  console.error('usage: gpu-check.mjs --ckpt DIR [--work DIR] [--out FILE]');
+  console.error('usage: gpu-check.mjs --ckpt DIR [--digest-ckpt DIR] [--work DIR] [--out FILE]');
   process.exit(2);
 }
 const here = (f) => fileURLToPath(new URL(f, import.meta.url));
@@ -133,6 +135,39 @@ try {
   record('gpu-check ran to the end', false, { message: err.message, stack: err.stack });
 } finally {
   rmSync(args.work, { recursive: true, force: true });
+}
+
+// 4. The fill's GPU digests (native/cuda_digests.h) against its CPU digests, on --digest-ckpt:
+// a tp=1 rank in pread and register mode and a tp=2 rank (whose row-parallel slices stay the
+// CPU's), each filled twice on GPU 0, with digestOn 'gpu' (the default) and 'cpu'. Each passes
+// when both give every tensor the same digest, the GPU hashed (for tp=1: every tensor byte some
+// copy moves; a tensor no op copies, such as a tied alias, is read again at the end) and
+// the fill did not fall back to the CPU (digestGpuUnavailable). The CPU digests are held to
+// Python's xxhash by the shared vectors (docs/spec/fingerprint.md §6). The seconds are a first
+// look at the cost; bench/gpu/fill-digest.sh measures it.
+const tensorBytes = (plan) => plan.tensorRanges.reduce((n, t) => n + (t.end - t.start), 0);
+for (const { tp, mode } of [{ tp: 1, mode: 'pread' }, { tp: 1, mode: 'register' }, { tp: 2, mode: 'pread' }]) {
+  const name = `GPU digests equal CPU digests: tp=${tp} rank 0, ${mode}`;
+  let fleet;
+  try {
+    const plan = (await rankPlans(args['digest-ckpt'] ?? args.ckpt, tp))[0];
+    fleet = await GpuFleet.open([{ index: 0, plan }]);
+    const [gpu] = (await fleet.fill({ digest: true, mode })).devices;
+    const [cpu] = (await fleet.fill({ digest: true, mode, digestOn: 'cpu' })).devices;
+    const differ = plan.tensorRanges.map((_, i) => i).filter((i) => gpu.digests[i] !== cpu.digests[i]);
+    const all = tensorBytes(plan);
+    const ok = gpu.digests.length === plan.tensorRanges.length && differ.length === 0 && gpu.digestGpuBytes > 0 &&
+      (tp > 1 || gpu.digestGpuBytes + gpu.digestRereadBytes === all) && !gpu.digestGpuUnavailable && cpu.digestGpuBytes === 0;
+    record(name, ok, {
+      tensors: plan.tensorRanges.length, tensorBytes: all, digestGpuBytes: gpu.digestGpuBytes, digestGpuUnavailable: gpu.digestGpuUnavailable,
+      differ: differ.length, firstDiffering: differ.slice(0, 3).map((i) => ({ range: plan.tensorRanges[i], gpu: gpu.digests[i], cpu: cpu.digests[i] })),
+      seconds: { gpu: gpu.seconds, cpu: cpu.seconds }, rereadBytes: { gpu: gpu.digestRereadBytes, cpu: cpu.digestRereadBytes },
+    });
+  } catch (err) {
+    record(name, false, { error: `${err.code ?? ''} ${err.message}` });
+  } finally {
+    await fleet?.close();
+  }
 }
 
 const failed = checks.filter((c) => !c.ok).length;

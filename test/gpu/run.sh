@@ -3,7 +3,9 @@
 # does not skip the other); exits non-zero if either fails:
 #   check   the cuda backend's correctness (gpu-check.mjs: tensor-parallel fills byte-exact in
 #           every mode, IPC from Python and from the TypeScript client, and --cuda-handles fd:
-#           VMM descriptors mapped from both and adopted by another process, timed against IPC);
+#           VMM descriptors mapped from both and adopted by another process, timed against IPC;
+#           the fill's digests hashed on the GPU equal to those hashed on the CPU, on an 8 GiB
+#           checkpoint);
 #   daemon  the daemon end to end (daemon-suite.sh: a transformers Llama checkpoint served at
 #           tp=1, tp=2 and over two nodes, every tensor checked from Python, logits compared;
 #           restarts with a keeper; two models on one daemon and a swap under live clients);
@@ -12,7 +14,9 @@
 # Needs an NVIDIA GPU, python3 with numpy (check) and torch, safetensors, transformers (daemon),
 # build/Release/weightd.node and dist/.
 #   bash test/gpu/run.sh [--only check|daemon|switch] [--ckpt DIR] [--out FILE] [--out-dir DIR]
-# --ckpt: the check's checkpoint (without it, a 1 GiB random one under /var/tmp); the daemon
+# The GPU digest kernel is built here first (ensure-kernel.sh: this machine's nvcc, for its GPU).
+# --ckpt: the check's checkpoint (without it, a 1 GiB random one under /var/tmp; the digest
+# check's is WEIGHTD_DIGEST_CKPT, default the 8 GiB one bench/gpu/fill-digest.sh uses); the daemon
 # suite writes its own Llama checkpoint. --out: the check's JSON; --out-dir: the daemon suite's
 # results (default $OUT, else test/artifacts/gpu-daemon). The CI-safe part (a fake driver, no
 # GPU) is test/gpu/cudaBackendFake.test.ts, run by `npm test`.
@@ -20,6 +24,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
 source test/gpu/ensure-node.sh
+source test/gpu/ensure-kernel.sh
 ckpt="" out="" out_dir="" only=""
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -42,7 +47,9 @@ run_check() {
   # The expected slices (as large as the checkpoint) go to /dev/shm when it has room for them.
   work=/dev/shm/weightd-gpu-check
   [ "$(df --output=avail -B1 /dev/shm | tail -1)" -gt $((bytes * 3 / 2)) ] || work=$(dirname "$ckpt")/gpu-check
-  node test/gpu/gpu-check.mjs --ckpt "$ckpt" --work "$work" ${out:+--out "$out"}
+  local digest_ckpt=${WEIGHTD_DIGEST_CKPT:-/var/tmp/weightd-bench/ckpt}
+  [ -n "$(ls "$digest_ckpt"/*.safetensors 2>/dev/null)" ] || python3 bench/gpu/make-checkpoint.py --out "$digest_ckpt" --gib 8 --shards 4
+  node test/gpu/gpu-check.mjs --ckpt "$ckpt" --digest-ckpt "$digest_ckpt" --work "$work" ${out:+--out "$out"}
 }
 
 status=0

@@ -1,0 +1,165 @@
+#include "cuda_digests.h"
+
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <mutex>
+
+namespace weightd {
+
+namespace {
+
+constexpr const char* kKernelFile = "weightd-digests.fatbin";
+
+// The kernel's image, read once per process from WEIGHTD_DIGEST_KERNEL when set (a kernel built
+// elsewhere; the fake driver's tests), else from beside the addon (CMakeLists.txt and
+// native/gpu/build-kernel.sh put it there); `missing` says why there is none.
+struct KernelImage {
+  std::vector<char> bytes;
+  std::string missing;
+};
+
+const KernelImage& kernelImage() {
+  static KernelImage image;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    std::string path;
+    Dl_info self{};
+    if (const char* chosen = getenv("WEIGHTD_DIGEST_KERNEL"); chosen && *chosen) {
+      path = chosen;
+    } else if (dladdr(reinterpret_cast<void*>(&kernelImage), &self) && self.dli_fname) {
+      path = self.dli_fname;
+      path = path.substr(0, path.find_last_of('/') + 1) + kKernelFile;
+    } else {
+      image.missing = "cannot tell where the addon was loaded from, so not where its GPU digest kernel is";
+      return;
+    }
+    std::ifstream in(path, std::ios::binary);
+    if (in) image.bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    if (image.bytes.empty()) {
+      image.missing = "no GPU digest kernel at " + path +
+                      ": the addon was built where nvcc was not; build the kernel with native/gpu/build-kernel.sh";
+    }
+  });
+  return image;
+}
+
+}  // namespace
+
+GpuDigests::GpuDigests(const std::vector<FillMember>& members, const std::vector<FillWindow>& windows, ContentDigests& digests)
+    : fill_(members), members_(members.size()), ranges_(windows.size() * members.size()) {
+  if (digests.empty()) return;
+  if (!kernelImage().missing.empty()) {
+    unavailable_ = kernelImage().missing;
+    return;
+  }
+  std::vector<std::vector<GpuDigestJob>> jobs(members.size());
+  for (size_t w = 0; w < windows.size(); ++w) {
+    const FillWindow& window = windows[w];
+    for (const WindowPiece& piece : window.pieces) {
+      const CopyOp& c = piece.copy;
+      // A strided copy's rows are too short to hold a piece: those stay the CPU's.
+      if (c.rows != 1) continue;
+      std::vector<GpuDigestJob>& own = jobs[piece.member];
+      Range& range = ranges_[w * members.size() + piece.member];
+      if (range.count == 0) range.first = static_cast<uint32_t>(own.size());
+      const CUdeviceptr base = members[piece.member].target.segmentBases[c.segment] + c.dstOffset;
+      digests.claimCovered(window.file, c.srcOffset, c.srcOffset + c.rowBytes, [&](size_t p) {
+        own.push_back({base + (digests.pieceStart(p) - c.srcOffset), digests.pieceBytes(p), own.size()});
+        members_[piece.member].pieces.push_back(p);
+        ++range.count;
+        range.bytes += digests.pieceBytes(p);
+      });
+    }
+  }
+  for (size_t m = 0; m < members.size(); ++m) {
+    if (jobs[m].empty()) continue;
+    try {
+      setUp(m, members[m], jobs[m]);
+    } catch (const DeviceError& e) {
+      // This member's pieces go back to the CPU, which hashes them as the windows pass.
+      unavailable_ += (unavailable_.empty() ? "" : "; ") + members[m].target.label + ": " + e.what();
+      for (size_t p : members_[m].pieces) digests.release(p);
+      members_[m].pieces.clear();
+      for (size_t w = 0; w < windows.size(); ++w) ranges_[w * members.size() + m] = {};
+      continue;
+    }
+    for (const GpuDigestJob& j : jobs[m]) bytes_ += j.bytes;
+  }
+}
+
+void GpuDigests::setUp(size_t m, const FillMember& member, const std::vector<GpuDigestJob>& jobs) {
+  const CudaDriver& drv = cudaDriver();
+  Member& own = members_[m];
+  ScopedContext current(member.target.context);
+  own.context = member.target.context;
+  drv.cuModuleLoadData(&own.module, kernelImage().bytes.data());
+  drv.cuModuleGetFunction(&own.kernel, own.module, "weightd_xxh3_pieces");
+  own.jobs = allocateDeviceMemory(jobs.size() * sizeof(GpuDigestJob));
+  own.out = allocateDeviceMemory(jobs.size() * 16);
+  // Through pinned memory on a stream of its own: no copy from pageable memory, and no wait for
+  // (or on) the legacy default stream that other code in the process may use.
+  const uint64_t tableBytes = jobs.size() * sizeof(GpuDigestJob);
+  PinnedHostMemory staging = allocatePinnedHost(tableBytes);
+  std::memcpy(staging.get(), jobs.data(), tableBytes);
+  Stream upload = createStream();
+  drv.cuMemcpyHtoDAsync_v2(own.jobs.get(), staging.get(), tableBytes, upload.get());
+  drv.cuStreamSynchronize(upload.get());
+}
+
+GpuDigests::~GpuDigests() {
+  for (Member& m : members_) {
+    if (!m.context) continue;
+    ScopedContext current(m.context);
+    m.jobs.reset();
+    m.out.reset();
+    if (m.module) cudaDriver().cuModuleUnload.raw(m.module);
+  }
+}
+
+void GpuDigests::add(Batch& batch, size_t window, size_t member, CUstream stream, CUevent copied) const {
+  const Range r = jobsOf(window, member);
+  if (r.count == 0) return;
+  GpuDigestRanges& ranges = batch.ranges;
+  ranges.first[ranges.n] = r.first;
+  ranges.count[ranges.n] = r.count;
+  ++ranges.n;
+  batch.bytes += r.bytes;
+  batch.copied = copied;
+  if (batch.bytes >= kBatchBytes || ranges.n == kGpuDigestMaxRanges) launch(batch, member, stream);
+}
+
+void GpuDigests::launch(Batch& batch, size_t member, CUstream stream) const {
+  if (batch.ranges.n == 0) return;
+  const Member& m = members_[member];
+  const CudaDriver& drv = cudaDriver();
+  drv.cuStreamWaitEvent(stream, batch.copied, 0);
+  unsigned warps = 0;
+  for (unsigned i = 0; i < batch.ranges.n; ++i) warps += batch.ranges.count[i];
+  CUdeviceptr jobs = m.jobs.get();
+  CUdeviceptr out = m.out.get();
+  void* args[] = {&jobs, &batch.ranges, &out};
+  const unsigned warpsPerBlock = kGpuDigestBlockThreads / 32;
+  drv.cuLaunchKernel(m.kernel, (warps + warpsPerBlock - 1) / warpsPerBlock, 1, 1, kGpuDigestBlockThreads, 1, 1, 0, stream, args, nullptr);
+  batch = Batch{};
+}
+
+void GpuDigests::collect(ContentDigests& digests) const {
+  for (size_t i = 0; i < members_.size(); ++i) {
+    const Member& m = members_[i];
+    if (m.pieces.empty()) continue;
+    std::vector<unsigned char> out(16 * m.pieces.size());
+    try {
+      ScopedContext current(m.context);
+      cudaDriver().cuMemcpyDtoH_v2(out.data(), m.out.get(), out.size());
+    } catch (const DeviceError& e) {
+      throw MemberFailure(i, fill_[i].target, e);
+    }
+    for (size_t j = 0; j < m.pieces.size(); ++j) digests.setPieceDigest(m.pieces[j], &out[16 * j]);
+  }
+}
+
+}  // namespace weightd

@@ -1,0 +1,87 @@
+// The GPU's share of a cuda fill's digests (docs/spec/fingerprint.md §8, issue 29): each digest
+// piece that one contiguous copy of a window puts whole into a GPU's memory is hashed there, by
+// the digest kernel (native/gpu/xxh3_pieces.cu, one warp per piece), on a stream of the lane's
+// own behind the event of its windows' copies, so later windows' copies never wait for it. The
+// lanes' CPU threads then only read and queue copies (and a launch per 16 MiB of pieces); they
+// hash what the GPU cannot (pieces cut by strided copies, bytes no copy moves), as before
+// (content_digests.h).
+//
+// The kernel lies beside the addon (weightd-digests.fatbin) where the build found nvcc
+// (CMakeLists.txt), or where WEIGHTD_DIGEST_KERNEL names; without it, on a driver that cannot
+// load it, or where its few buffers do not fit, the fill hashes on the CPU and says why
+// (unavailable()).
+#pragma once
+#include <cuda.h>
+
+#include <string>
+#include <vector>
+
+#include "content_digests.h"
+#include "cuda_copy_engine.h"
+#include "cuda_resources.h"
+#include "fill_windows.h"
+#include "gpu_digest_job.h"
+
+namespace weightd {
+
+class GpuDigests {
+ public:
+  // Claims in `digests` the pieces each member's GPU will hash, each piece on the first member
+  // whose contiguous copy in some window holds it whole, and puts each member's jobs on its GPU.
+  // Pieces of a member whose setup fails are released to the CPU.
+  GpuDigests(const std::vector<FillMember>& members, const std::vector<FillWindow>& windows, ContentDigests& digests);
+  ~GpuDigests();
+  GpuDigests(const GpuDigests&) = delete;
+  GpuDigests& operator=(const GpuDigests&) = delete;
+
+  bool anyJobs(size_t member) const { return member < members_.size() && !members_[member].pieces.empty(); }
+
+  // One lane's jobs for one member not yet launched. A launch costs the lane's thread a few
+  // microseconds, 1-2% of the time it takes to read a 2 MiB window, so the lane's windows' jobs
+  // go to the GPU together, once they hold kBatchBytes.
+  struct Batch {
+    GpuDigestRanges ranges{};
+    uint64_t bytes = 0;
+    CUevent copied = nullptr;  // recorded after the copies of the batch's last window
+  };
+  static constexpr uint64_t kBatchBytes = 16ull << 20;
+  // Adds window `window`'s jobs for `member` to the lane's `batch`, `copied` being the event
+  // recorded after that window's copies to the member on the lane's copy stream (which ran the
+  // batch's earlier windows' copies before them), and launches the batch on `stream` once full.
+  // The member's context must be current.
+  void add(Batch& batch, size_t window, size_t member, CUstream stream, CUevent copied) const;
+  // Launches what `batch` holds on `stream`, behind its last window's copies.
+  void launch(Batch& batch, size_t member, CUstream stream) const;
+  // Once every stream the kernels ran on has been synchronised: each member's digests, into
+  // `digests`. Throws MemberFailure for a member whose read-back fails.
+  void collect(ContentDigests& digests) const;
+  // Bytes the GPUs hash (FillControl::digestGpuBytes).
+  uint64_t bytes() const { return bytes_; }
+  // Why some or all pieces are hashed on the CPU although they could be on the GPU; "" if none.
+  const std::string& unavailable() const { return unavailable_; }
+
+ private:
+  struct Range {
+    uint32_t first = 0;
+    uint32_t count = 0;
+    uint64_t bytes = 0;
+  };
+  struct Member {
+    CUcontext context = nullptr;
+    CUmodule module = nullptr;
+    CUfunction kernel = nullptr;
+    std::vector<size_t> pieces;  // per job: its piece in ContentDigests
+    DeviceMemory jobs;           // GpuDigestJob per job
+    DeviceMemory out;            // 16 canonical bytes per job
+  };
+  Range jobsOf(size_t window, size_t member) const { return ranges_[window * members_.size() + member]; }
+  void setUp(size_t m, const FillMember& member, const std::vector<GpuDigestJob>& jobs);
+
+  const std::vector<FillMember>& fill_;
+  std::vector<Member> members_;
+  std::vector<Range> ranges_;  // per window, per member
+  uint64_t bytes_ = 0;
+  std::string unavailable_;
+};
+
+}  // namespace weightd

@@ -1,0 +1,27 @@
+// One digest piece for the GPU digest kernel (native/gpu/xxh3_pieces.cu): where its bytes lie in
+// device memory and which digest it is. The host (cuda_digests.cpp) writes a table of these into
+// device memory before the fill; both sides compile this header, so the layout is one.
+#pragma once
+#include <stdint.h>
+
+namespace weightd {
+
+struct GpuDigestJob {
+  uint64_t src;    // device address of the piece's first byte
+  uint64_t bytes;  // at most ContentDigests::kPieceBytes
+  uint64_t slot;   // its digest's place in the output: 16 canonical bytes at 16 * slot
+};
+
+// Threads per block of the kernel: 4 warps, each hashing one piece.
+constexpr unsigned kGpuDigestBlockThreads = 128;
+constexpr unsigned kGpuDigestMaxRanges = 32;
+
+// What one launch hashes: `n` runs of consecutive jobs of the table (a lane's windows since its
+// last launch), passed by value as a kernel parameter. Warp w takes the w-th job of their concatenation.
+struct GpuDigestRanges {
+  uint32_t first[kGpuDigestMaxRanges];
+  uint32_t count[kGpuDigestMaxRanges];
+  uint32_t n;
+};
+
+}  // namespace weightd
