@@ -44,6 +44,9 @@ export async function nodeFillOptions(
 ): Promise<FillOptions> {
   if (devices.length === 0 || !devices.every((d) => d.backend === 'cuda')) return fill;
   let out = fill;
+  // The digest kernel has not yet run on a real GPU (only on the fake driver's CPU stand-in): the
+  // daemon hashes on the CPU, as before it, until WEIGHTD_GPU_DIGESTS=1 asks for the kernel.
+  if (out.digestOn === undefined) out = { ...out, digestOn: process.env.WEIGHTD_GPU_DIGESTS === '1' ? 'gpu' : 'cpu' };
   if (fill.direct === undefined && (await share()) < COLD_CACHE_SHARE) out = { ...COLD_FILL, ...out, direct: true };
   if (devices.length > 1) out = { ...out, group: { id: randomUUID(), size: devices.length } };
   return out;

@@ -31,20 +31,35 @@ test('two or more GPUs get one group with a fresh id and the device count as its
 
 test('one warm GPU, or host devices (warm or cold), fill alone with the options unchanged', async () => {
   const options = { chunkBytes: 4 << 20 };
-  assert.is(await nodeFillOptions(options, [gpu(0)], warm), options);
+  assert.equal(await nodeFillOptions(options, [gpu(0)], warm), { ...options, digestOn: 'cpu' });
   let asked = false;
   assert.is(await nodeFillOptions(options, [host(0), host(1)], async () => ((asked = true), 0)), options);
   assert.not.ok(asked, 'the page cache is not even looked at for host devices');
 });
 
 test('a cold cuda load reads with O_DIRECT in 8 MiB chunks, unless the options say otherwise', async () => {
-  assert.equal(await nodeFillOptions({}, [gpu(0)], cold), { direct: true, chunkBytes: 8 << 20, stagingBytes: 128 << 20 });
+  assert.equal(await nodeFillOptions({}, [gpu(0)], cold), { direct: true, chunkBytes: 8 << 20, stagingBytes: 128 << 20, digestOn: 'cpu' });
   const two = await nodeFillOptions({ threads: 4, chunkBytes: 4 << 20 }, [gpu(0), gpu(1)], cold);
-  assert.equal({ ...two, group: undefined }, { direct: true, chunkBytes: 4 << 20, stagingBytes: 128 << 20, threads: 4, group: undefined });
+  assert.equal({ ...two, group: undefined }, { direct: true, chunkBytes: 4 << 20, stagingBytes: 128 << 20, threads: 4, group: undefined, digestOn: 'cpu' });
   assert.is(two.group?.size, 2);
   let asked = false;
-  assert.equal(await nodeFillOptions({ direct: false }, [gpu(0)], async () => ((asked = true), 0)), { direct: false });
+  assert.equal(await nodeFillOptions({ direct: false }, [gpu(0)], async () => ((asked = true), 0)), { direct: false, digestOn: 'cpu' });
   assert.not.ok(asked, 'an explicit choice is not second-guessed');
+});
+
+test('cuda fills hash their digests on the CPU unless WEIGHTD_GPU_DIGESTS=1 asks for the kernel, and an explicit digestOn stands', async () => {
+  const before = process.env.WEIGHTD_GPU_DIGESTS;
+  try {
+    delete process.env.WEIGHTD_GPU_DIGESTS;
+    assert.is((await nodeFillOptions({}, [gpu(0)], warm)).digestOn, 'cpu');
+    process.env.WEIGHTD_GPU_DIGESTS = '1';
+    assert.is((await nodeFillOptions({}, [gpu(0)], warm)).digestOn, 'gpu');
+    assert.is((await nodeFillOptions({ digestOn: 'cpu' }, [gpu(0)], warm)).digestOn, 'cpu');
+    assert.is((await nodeFillOptions({}, [host(0)], warm)).digestOn, undefined, 'host fills have no GPU to ask');
+  } finally {
+    if (before === undefined) delete process.env.WEIGHTD_GPU_DIGESTS;
+    else process.env.WEIGHTD_GPU_DIGESTS = before;
+  }
 });
 
 test('cachedShare sees a freshly written file in the cache, and out of it once dropped', async () => {
