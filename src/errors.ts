@@ -195,6 +195,19 @@ export class WeightdError extends Error {
   }
 }
 
+/** What a request handler threw, as the error its reply carries: a bug's message, never a stack. */
+export function asWeightdError(err: unknown): WeightdError {
+  return err instanceof WeightdError ? err : new WeightdError('E_INTERNAL', `internal error: ${(err as Error).message}`);
+}
+
+/** A schema's first few complaints about a value, for an error message: `path: message; ...`. */
+export function schemaIssues(issues: ReadonlyArray<{ path: ReadonlyArray<PropertyKey>; message: string }>): string {
+  return issues
+    .slice(0, 5)
+    .map((i) => `${i.path.map(String).join('.') || '(root)'}: ${i.message}`)
+    .join('; ');
+}
+
 /** A bad command-line flag or start option. The CLI exits with code 2 for these. */
 export class UsageError extends WeightdError {}
 

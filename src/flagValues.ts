@@ -16,3 +16,13 @@ export function integer(flag: string, value: unknown, min: number, max: number, 
   }
   return n;
 }
+
+/**
+ * A flag's number, scaled; a value that is not a number is passed on as it is, for the checks
+ * that name the flag (resolveNodeOptions, the control schema) to refuse.
+ */
+export function num(value: string | undefined, scale = 1): number | undefined {
+  if (value === undefined) return undefined;
+  const n = Number(value);
+  return value.trim() !== '' && Number.isFinite(n) ? n * scale : (value as unknown as number);
+}

@@ -4,9 +4,12 @@
 // `weightd fingerprint` the fingerprints a client should expect; `weightd keeper` runs the keeper.
 import { Command, CommanderError, Option } from 'commander';
 import { resolve } from 'node:path';
-import type { ControlRequest } from '../control/controlProtocol.js';
+import type { ControlCommand, ControlRequest } from '../control/controlProtocol.js';
 import { UsageError } from '../errors.js';
 import { EVICTION_POLICIES, type EvictionPolicy } from '../models/evictionPolicy.js';
+import { CTL_COMMANDS } from './ctl/index.js';
+import type { CtlCommand } from './ctl/ctlCommand.js';
+import { num } from '../flagValues.js';
 import { VERSION } from '../version.js';
 import { FILL_SIZING } from '../native/fillPolicy.js';
 import { DEFAULT_ADOPT_WITHIN_S, DEFAULT_INSPECT_HOST, type NodeOptions } from '../nodeOptions.js';
@@ -191,17 +194,7 @@ export function buildProgram(): Command {
     .option('--plan-file <file>', 'JSON sharding plan, as given to the daemon')
     .option('--global-rank <r>', 'the rank whose socket to ask (default: the first this node serves)');
   const ctl = subcommand(program, 'ctl', "control a running daemon through its control socket (same user only): load, unload and list models (docs/operations.md, Control socket)", ['weightd ctl list --weight-cache-socket-dir /run/weightd']);
-  subcommand(ctl, 'load', 'load a model beside those resident; a new version of a loaded name replaces it once resident (the old one drains)', ['weightd ctl load --model /models/llama-1b-draft -tp 1 --weight-cache-socket-dir /run/weightd'])
-    .requiredOption('--model <dir>', 'checkpoint directory')
-    .option('--tensor-parallel-size <n>', 'tensor-parallel size (also -tp <n>)', '1')
-    .option('--name <name>', "the model's name (default: the directory's name); a loaded name makes this a new version of it")
-    .option('--plan-file <file>', 'JSON sharding plan')
-    .option('--layouts <names>', 'layouts to serve, comma-separated', 'checkpoint')
-    .addOption(new Option('--evict <policy>', "what this load may evict when it does not fit (default: the daemon's --evict)").choices(EVICTION_POLICIES));
-  subcommand(ctl, 'unload', 'unload a model by name or fingerprint: no new lease; freed when its last lease ends, or at once with --force', ['weightd ctl unload llama-1b-draft --weight-cache-socket-dir /run/weightd'])
-    .argument('<name-or-fingerprint>')
-    .option('--force', 'free it now: revoke the leases (their holders are told)');
-  subcommand(ctl, 'list', 'list the models the daemon serves, with their ranks, bytes and leases', ['weightd ctl list --json --weight-cache-socket-dir /run/weightd']);
+  for (const [name, entry] of Object.entries(CTL_COMMANDS)) entry.flags(subcommand(ctl, name, entry.description, entry.examples));
   const keeper = subcommand(program, 'keeper', "run weightd-keeper, the process that holds the memory's descriptors while daemons come and go (docs/keeper.md); or, with status or stop, ask the one at the socket", [
     'weightd keeper --socket /run/weightd-keeper/keeper.sock',
     'weightd keeper status --weight-cache-socket-dir /run/weightd',
@@ -219,12 +212,6 @@ export function buildProgram(): Command {
   for (const c of [ctl, ...ctl.commands]) c.option('--control <socket>', "the daemon's control socket (default: the one live in the socket directory)");
   for (const c of [...ctl.commands, ...keeper.commands]) c.option('--json', 'print JSON (for scripts) instead of text');
   return program;
-}
-
-function num(value: string | undefined, scale = 1): number | undefined {
-  if (value === undefined) return undefined;
-  const n = Number(value);
-  return value.trim() !== '' && Number.isFinite(n) ? n * scale : (value as unknown as number);
 }
 
 /**
@@ -287,27 +274,17 @@ export function parseCommand(argv: string[], env: NodeJS.ProcessEnv = process.en
     };
   });
   const ctl = sub(program, 'ctl');
-  const ctlAction = (name: string, request: (o: Record<string, unknown>, operand?: string) => ControlRequest) => {
+  for (const [name, entry] of Object.entries(CTL_COMMANDS) as Array<[string, CtlCommand<ControlCommand>]>) {
     const leaf = sub(ctl, name);
     leaf.action((...args: unknown[]) => {
       const o = optionsOf(leaf);
       const operand = typeof args[0] === 'string' ? args[0] : undefined;
-      result = { command: 'ctl', request: request(o, operand), control: o.control as string | undefined, socketDir: o.weightCacheSocketDir as string | undefined, json: o.json === true };
+      result = { command: 'ctl', request: entry.request(o, operand), control: o.control as string | undefined, socketDir: o.weightCacheSocketDir as string | undefined, json: o.json === true };
     });
-  };
-  ctlAction('load', (o) => ({
-    cmd: 'load',
-    model: resolve(o.model as string),
-    name: o.name as string | undefined,
-    tensorParallelSize: num(o.tensorParallelSize as string) as number,
-    planFile: o.planFile === undefined ? undefined : resolve(o.planFile as string),
-    layouts: String(o.layouts).split(',').map((l) => l.trim()).filter((l) => l !== '' && l !== 'checkpoint'),
-    evict: o.evict as EvictionPolicy | undefined,
-  }));
-  ctlAction('unload', (o, target) => ({ cmd: 'unload', target: target!, force: o.force === true }));
-  ctlAction('list', () => ({ cmd: 'list' }));
+  }
   ctl.action(() => {
-    throw new UsageError('E_USAGE', 'weightd ctl needs a command: load, unload or list; run weightd ctl --help');
+    const names = Object.keys(CTL_COMMANDS);
+    throw new UsageError('E_USAGE', `weightd ctl needs a command: ${names.slice(0, -1).join(', ')} or ${names.at(-1)}; run weightd ctl --help`);
   });
   const keeper = sub(program, 'keeper');
   const keeperSocket = (o: Record<string, unknown>) => (o.socket as string | undefined) ?? keeperSocketPath({ keeper: {} }, resolve((o.weightCacheSocketDir as string | undefined) ?? defaultSocketDir()));

@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import type { ControlReply, ControlRequest } from '../control/controlProtocol.js';
 import { CONTROL_FILE, MAX_CONTROL_REPLY_BYTES } from '../control/controlProtocol.js';
 import { UsageError } from '../errors.js';
-import type { LoadResult, ModelStatus, UnloadResult } from '../nodeStatus.js';
+import { CTL_COMMANDS } from './ctl/index.js';
 import { encodeFrame, FrameDecoder, parsePayload } from '../wire/frameCodec.js';
 import { isProcessAlive, processIdentity } from '../wire/processLiveness.js';
 import { defaultSocketDir } from '../wire/socketDir.js';
@@ -53,32 +53,6 @@ export function controlRequest(socketPath: string, request: ControlRequest): Pro
   });
 }
 
-/** What `ctl list` prints: one line per model version. */
-export function formatModels(models: ModelStatus[]): string {
-  const lines = models.map((m) => {
-    const ranks = m.ranks.map((r) => `${r.globalRank}:${r.device?.uuid ?? '?'}`).join(' ');
-    return `${m.name}${m.own ? ' (own)' : ''}  ${m.state}  tp=${m.tpSize}  ${(m.bytes / 2 ** 20).toFixed(1)} MiB  leases=${m.leases}  ${m.fingerprint?.slice(0, 16) ?? '?'}  ${m.model}  ranks ${ranks}`;
-  });
-  return `${lines.join('\n')}\n`;
-}
-
-/** What `ctl load` prints: what it evicted, then what it did. */
-function formatLoad(r: LoadResult): string {
-  const evicted = (r.evicted ?? []).map((e) => `evicted ${e.name}${e.own ? ' (own)' : ''} (fingerprint ${e.fingerprint.slice(0, 16)}, ${(e.bytes / 2 ** 20).toFixed(1)} MiB, last used ${e.lastUsedAt === undefined ? '?' : new Date(e.lastUsedAt).toISOString()})\n`);
-  return evicted.join('') + (r.alreadyLoaded ? `${r.name} is already loaded (fingerprint ${r.fingerprint}): nothing to do\n` : `${r.name} loaded and serving (fingerprint ${r.fingerprint})\n`);
-}
-
-/** What `ctl unload` prints: one line per version it unloaded. */
-function formatUnload(r: UnloadResult): string {
-  return r.unloaded
-    .map((u) => {
-      const leases = `${u.leases} lease${u.leases === 1 ? '' : 's'}`;
-      const when = r.force ? `freed now${u.leases > 0 ? `, ${leases} revoked` : ''}` : u.leases > 0 ? `draining: freed when its ${leases} end` : 'freed (no lease)';
-      return `${u.name} (fingerprint ${u.fingerprint.slice(0, 16)}) unloaded: ${when}\n`;
-    })
-    .join('');
-}
-
 /** Text for a person, the same for every command; --json prints the daemon's reply as it came. */
 export async function runCtl(c: { request: ControlRequest; control?: string; socketDir?: string; json: boolean }, out: NodeJS.WritableStream = process.stdout): Promise<number> {
   const socket = c.control ?? findControlSocket(c.socketDir);
@@ -89,8 +63,6 @@ export async function runCtl(c: { request: ControlRequest; control?: string; soc
     return 1;
   }
   if (c.json) out.write(`${JSON.stringify(reply, null, 2)}\n`);
-  else if (c.request.cmd === 'list') out.write(formatModels(reply.models as ModelStatus[]));
-  else if (c.request.cmd === 'load') out.write(formatLoad(reply as unknown as LoadResult));
-  else out.write(formatUnload(reply as unknown as UnloadResult));
+  else out.write(CTL_COMMANDS[c.request.cmd].print(reply));
   return 0;
 }

@@ -11,8 +11,6 @@ import { ModelName } from '../wire/protocol.js';
 export const MAX_CONTROL_REQUEST_BYTES = 64 << 10;
 export const MAX_CONTROL_REPLY_BYTES = 16 << 20;
 
-export const CONTROL_COMMANDS = ['load', 'unload', 'list'] as const;
-
 /** A daemon's control socket and its lock in the socket directory: control-<pid>.sock, control-<pid>.lock. */
 export const CONTROL_FILE = /^control-(\d+)\.(sock|lock)$/;
 export const controlSocketName = (pid = process.pid) => `control-${pid}`;
@@ -43,6 +41,13 @@ export const UnloadControl = z.strictObject({ cmd: z.literal('unload'), target: 
 export const ListControl = z.strictObject({ cmd: z.literal('list') });
 export const ControlRequest = z.discriminatedUnion('cmd', [LoadControl, UnloadControl, ListControl]);
 export type ControlRequest = z.infer<typeof ControlRequest>;
+export type ControlCommand = ControlRequest['cmd'];
+export type ControlRequestOf<C extends ControlCommand> = Extract<ControlRequest, { cmd: C }>;
+/**
+ * The commands, read from the schema: each has one handler (src/control/handlers/) and one
+ * `weightd ctl` entry (src/cli/ctl/); test/control/controlCommands.test.ts holds them to this.
+ */
+export const CONTROL_COMMANDS: readonly ControlCommand[] = ControlRequest.options.map((o) => o.shape.cmd.value);
 
 export type ControlReply = { ok: true; [key: string]: unknown } | { ok: false; error: { code: string; message: string; details?: Record<string, unknown> } };
 

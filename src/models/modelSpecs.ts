@@ -7,7 +7,7 @@ import { basename, dirname, resolve } from 'node:path';
 import { z } from 'zod';
 import { isLayoutName, KnownLayoutName, layoutNames } from '../checkpoint/layouts/layoutRegistry.js';
 import type { LayoutName } from '../checkpoint/types.js';
-import { CheckpointError, UsageError } from '../errors.js';
+import { CheckpointError, schemaIssues, UsageError } from '../errors.js';
 import { integer, usage } from '../flagValues.js';
 import { readSmallFileSync } from '../files/openRegularFile.js';
 import { parseBoundedJson } from '../files/parseBoundedJson.js';
@@ -137,8 +137,7 @@ export function readModelsFile(path: string): ModelRequest[] {
   }
   const parsed = ModelsFile.safeParse(json);
   if (!parsed.success) {
-    const issues = parsed.error.issues.slice(0, 5).map((i) => `${i.path.join('.') || '(root)'}: ${i.message}`).join('; ');
-    throw usage('--models', path, `does not match the models schema: ${issues}`, 'see docs/operations.md (Several models) for the schema');
+    throw usage('--models', path, `does not match the models schema: ${schemaIssues(parsed.error.issues)}`, 'see docs/operations.md (Several models) for the schema');
   }
   const base = dirname(file);
   return parsed.data.models.map((m) => ({

@@ -2,7 +2,7 @@
 // backpressure. Command semantics live in the handlers (handlers/index.ts). Anything hostile or
 // malformed ends this connection only, after a best-effort error frame saying why.
 import type { Duplex } from 'node:stream';
-import { ProtocolError, WeightdError } from '../errors.js';
+import { asWeightdError, ProtocolError, schemaIssues, WeightdError } from '../errors.js';
 import { encodeFrame, FrameDecoder, framePieces, parsePayload } from '../wire/frameCodec.js';
 import { COMMANDS, Request, type ErrorReply } from '../wire/protocol.js';
 import type { FdReply, Reply } from './handlers/fdReply.js';
@@ -156,16 +156,14 @@ export class ClientConnection {
           await this.#write(errorReply(idOf(value), new ProtocolError('E_UNKNOWN_COMMAND', `unknown command ${JSON.stringify(cmd.slice(0, 40))}; this daemon knows ${COMMANDS.join(', ')}`)));
           continue;
         }
-        const issues = parsed.error.issues.slice(0, 5).map((i) => `${i.path.join('.') || '(root)'}: ${i.message}`).join('; ');
-        this.#fail(idOf(value), new ProtocolError('E_BAD_REQUEST', `request does not match the protocol schema: ${issues}`));
+        this.#fail(idOf(value), new ProtocolError('E_BAD_REQUEST', `request does not match the protocol schema: ${schemaIssues(parsed.error.issues)}`));
         return;
       }
       let reply: Reply;
       try {
         reply = await this.#handler.handle(parsed.data, this.caller);
       } catch (err) {
-        const e = err instanceof WeightdError ? err : new WeightdError('E_INTERNAL', `internal error: ${(err as Error).message}`);
-        reply = errorReply(parsed.data.id, e);
+        reply = errorReply(parsed.data.id, asWeightdError(err));
       }
       if (this.#closing) return;
       await this.#write(reply);
