@@ -9,7 +9,7 @@ import { prepareNode } from './prepareNode.js';
 import { publishNodeManifest } from './publishNodeManifest.js';
 import { rankActor } from './rankActor.js';
 import { reportStartupFailureActor } from './reportStartupFailure.js';
-import { serveRank } from './serveRank.js';
+import { rankServiceActor } from './rankServiceActor.js';
 
 /** What each rank actor's worker thread runs unless startNode is given another module. */
 export const rankWorkerModule = new URL('./rankWorker.js', import.meta.url);
@@ -18,8 +18,8 @@ export const nodeActors = {
   prepareNode,
   groupSession,
   rank: rankActor,
-  serveRank,
+  rankService: rankServiceActor,
   publishNodeManifest,
   reportStartupFailure: reportStartupFailureActor,
-  model: modelMachine.provide({ actors: { rank: rankActor, serveRank, checkFiles, dropModelShards: dropModelShardsActor } }),
+  model: modelMachine.provide({ actors: { rank: rankActor, rankService: rankServiceActor, checkFiles, dropModelShards: dropModelShardsActor } }),
 };

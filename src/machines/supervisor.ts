@@ -17,7 +17,7 @@ import type { NodeConfig } from '../nodeOptions.js';
 import type { GroupFormation, NodeFailure, PeerStatus, RankStatus } from '../nodeStatus.js';
 import type { GroupCommand, GroupEvent } from '../rendezvous/groupEvents.js';
 import type { RankTableEntry } from '../wire/rankTable.js';
-import type { ServeCommand, ServeEvent, ServeRankInput } from '../serve/serveEvents.js';
+import type { ServeCommand, ServeEvent, RankServiceInput } from '../serve/serveEvents.js';
 import type { SupervisorEvent } from './events.js';
 import type { RankEvent } from '../models/rankContract.js';
 import { modelMachine, type ModelInput } from '../models/modelMachine.js';
@@ -114,7 +114,7 @@ export const supervisorActors = {
   prepareNode: fromPromise<Prepared, PrepareInput>(() => notProvided('prepareNode')),
   groupSession: fromCallback<GroupCommand, GroupSessionInput, GroupEvent>(() => notProvided('groupSession')),
   rank: fromCallback<RankCommand, RankActorInput, RankEvent>(() => notProvided('rank')),
-  serveRank: fromCallback<ServeCommand, ServeRankInput, ServeEvent>(() => notProvided('serveRank')),
+  rankService: fromCallback<ServeCommand, RankServiceInput, ServeEvent>(() => notProvided('rankService')),
   publishNodeManifest: fromCallback<PublishCommand, PublishNodeManifestInput>(() => notProvided('publishNodeManifest')),
   reportStartupFailure: fromPromise<boolean, ReportStartupFailureInput>(() => notProvided('reportStartupFailure')),
   /** Its own rank and serve actors are placeholders too (src/models/modelMachine.ts). */
@@ -364,7 +364,7 @@ const supervisorSetup = setup({
     spawnServers: enqueueActions(({ context, enqueue }) => {
       const prepared = context.prepared!;
       for (const r of context.ranks) {
-        enqueue.spawnChild('serveRank', {
+        enqueue.spawnChild('rankService', {
           id: serveActorId(r.localRank),
           input: {
             log: rankLog(context, r),

@@ -35,7 +35,7 @@ import type { DropModelShardsInput } from './dropModelShards.js';
 import type { CudaHandles } from '../native/addon.js';
 import type { NodeFailure, RankStatus } from '../nodeStatus.js';
 import type { NodeManifestEntry } from '../wire/nodeManifest.js';
-import type { ServeCommand, ServeEvent, ServeRankInput } from '../serve/serveEvents.js';
+import type { ServeCommand, ServeEvent, RankServiceInput } from '../serve/serveEvents.js';
 import { toServedRank } from '../serve/servedRank.js';
 import type { RankEvent } from './rankContract.js';
 import { formatGiB, modelPools, modelShortfall } from './modelFit.js';
@@ -92,7 +92,7 @@ export const modelActors = {
   rank: fromCallback<RankCommand, RankActorInput, RankEvent>(() => notProvided('rank')),
   checkFiles: fromPromise<void, { files: FileIdentity[] }>(() => notProvided('checkFiles')),
   dropModelShards: fromPromise<void, DropModelShardsInput>(() => notProvided('dropModelShards')),
-  serveRank: fromCallback<ServeCommand, ServeRankInput, ServeEvent>(() => notProvided('serveRank')),
+  rankService: fromCallback<ServeCommand, RankServiceInput, ServeEvent>(() => notProvided('rankService')),
 };
 
 const rankLog = (context: ModelContext, localRank: number) => context.log.child({ model: context.planned.spec.name, localRank });
@@ -194,7 +194,7 @@ export const modelMachine = setup({
     spawnServers: enqueueActions(({ context, enqueue }) => {
       const { planned } = context;
       for (const r of context.ranks) {
-        enqueue.spawnChild('serveRank', {
+        enqueue.spawnChild('rankService', {
           id: modelServeId(r.localRank),
           input: {
             log: rankLog(context, r.localRank),

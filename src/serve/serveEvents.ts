@@ -1,4 +1,4 @@
-// The contract of the serve actor (src/actors/serveRank.ts): its input, and the events between it
+// The contract of the serve actor (src/actors/rankServiceActor.ts): its input, and the events between it
 // and the machines that spawn it (the model machine, the supervisor).
 import type { SerializedError } from '../errors.js';
 import type { IdentityChange } from '../files/fileIdentity.js';
@@ -30,7 +30,7 @@ export type ServeCommand =
   /** Unload: no new lease; free once the last lease ends, or at once with force (revoking them). */
   | { type: 'SERVE_DRAIN'; force: boolean };
 
-export interface ServeRankInput {
+export interface RankServiceInput {
   rank: ServedRank;
   /** Which version of its model this rank serves (ServeOptions.version): status counts its leases by it. */
   version: string;

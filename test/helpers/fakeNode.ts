@@ -6,7 +6,7 @@ import { WorkerRegistry } from '../../src/models/workerRegistry.js';
 import type { RankActorInput, RankCommand } from '../../src/models/rankContract.js';
 import type { RankEvent } from '../../src/models/rankContract.js';
 import type { GroupSessionInput, PrepareInput, Prepared, PublishCommand, PublishNodeManifestInput, ReportStartupFailureInput } from '../../src/machines/supervisorActors.js';
-import type { ServeCommand, ServeEvent, ServeRankInput } from '../../src/serve/serveEvents.js';
+import type { ServeCommand, ServeEvent, RankServiceInput } from '../../src/serve/serveEvents.js';
 import type { NodeConfig } from '../../src/nodeOptions.js';
 import type { GroupCommand, GroupEvent } from '../../src/rendezvous/groupEvents.js';
 import type { SupervisorInput } from '../../src/machines/supervisor.js';
@@ -94,7 +94,7 @@ export class FakeWorld {
           receive((cmd) => this.groupCommands.push(cmd));
           return () => (this.groupLive = false);
         }),
-        serveRank: fromCallback<ServeCommand, ServeRankInput, ServeEvent>(({ input, receive }) => {
+        rankService: fromCallback<ServeCommand, RankServiceInput, ServeEvent>(({ input, receive }) => {
           const r = input.rank.localRank;
           this.liveServers.add(r);
           receive((cmd) => this.serveCommands.push({ localRank: r, cmd }));

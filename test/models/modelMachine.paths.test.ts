@@ -13,7 +13,7 @@ import type { FileIdentity } from '../../src/files/fileIdentity.js';
 import type { PlannedModel } from '../../src/models/planModel.js';
 import type { RankActorInput, RankCommand } from '../../src/models/rankContract.js';
 import { ServerRegistry } from '../../src/serve/serverRegistry.js';
-import type { ServeRankInput } from '../../src/serve/serveEvents.js';
+import type { RankServiceInput } from '../../src/serve/serveEvents.js';
 import { WorkerRegistry } from '../../src/models/workerRegistry.js';
 import type { RankEvent } from '../../src/models/rankContract.js';
 import { modelMachine, type ModelInput } from '../../src/models/modelMachine.js';
@@ -61,7 +61,7 @@ class World {
           receive((cmd) => this.rankCommands.push({ localRank: r, cmd }));
           return () => this.ranks.delete(r);
         }),
-        serveRank: fromCallback<ServeCommand, ServeRankInput, ServeEvent>(({ input, receive }) => {
+        rankService: fromCallback<ServeCommand, RankServiceInput, ServeEvent>(({ input, receive }) => {
           const r = input.rank.localRank;
           this.servers.add(r);
           receive((cmd) => this.serveCommands.push({ localRank: r, cmd }));

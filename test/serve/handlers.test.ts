@@ -1,7 +1,7 @@
 // Every command's handler, driven through the dispatch table and a real ClientConnection's
 // framing over an in-memory duplex pair (no socket, no addon memory), as aedes' test/helper.js
 // feeds its broker: the replies, the lease rules and the serving -> releasing -> released
-// lifecycle as a client sees them. serveRank.test.ts and fuzz.test.ts keep the real sockets
+// lifecycle as a client sees them. rankServiceActor.test.ts and fuzz.test.ts keep the real sockets
 // (segmentFds.test.ts the real descriptors): here a reply's descriptors are only recorded.
 import { renameSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';

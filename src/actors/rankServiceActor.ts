@@ -1,17 +1,18 @@
-// The serve actor: serves one resident rank of one model version on its device's Unix socket
-// (shared with the device's other models: src/serve/serverRegistry.ts) for as long as its parent
-// keeps it. A client's allowed release, or the end of a drain, is handed to the parent
-// (RANK_RELEASE_REQUESTED), which frees the memory and answers SERVE_RELEASED; only then do the
-// waiting clients hear that it is done. Stopping the actor withdraws the rank synchronously (the
-// socket and lock go with the device's last one).
+// The rank service actor (the serve actor): serves one resident rank of one model version, as a
+// RankService (src/serve/rankService.ts), on its device's Unix socket (shared with the device's
+// other models: src/serve/serverRegistry.ts) for as long as its parent keeps it. A client's
+// allowed release, or the end of a drain, is handed to the parent (RANK_RELEASE_REQUESTED), which
+// frees the memory and answers SERVE_RELEASED; only then do the waiting clients hear that it is
+// done. Stopping the actor withdraws the rank synchronously (the socket and lock go with the
+// device's last one).
 import { fromCallback } from 'xstate';
 import { serializeError } from '../errors.js';
 import { RankService } from '../serve/rankService.js';
-import type { ServeCommand, ServeEvent, ServeRankInput } from '../serve/serveEvents.js';
+import type { ServeCommand, ServeEvent, RankServiceInput } from '../serve/serveEvents.js';
 
 export { writeNodeManifest, removeNodeManifest, type NodeManifestEntry } from '../wire/nodeManifest.js';
 
-export const serveRank = fromCallback<ServeCommand, ServeRankInput, ServeEvent>(({ input, sendBack, receive }) => {
+export const rankServiceActor = fromCallback<ServeCommand, RankServiceInput, ServeEvent>(({ input, sendBack, receive }) => {
   const { localRank } = input.rank;
   let released: (() => void) | undefined;
   const service = new RankService({

@@ -6,8 +6,8 @@ import pino from 'pino';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { assign, createActor, sendTo, setup } from 'xstate';
-import { removeNodeManifest, serveRank, writeNodeManifest } from '../../src/actors/serveRank.js';
-import type { ServeRankInput } from '../../src/serve/serveEvents.js';
+import { rankServiceActor, removeNodeManifest, writeNodeManifest } from '../../src/actors/rankServiceActor.js';
+import type { RankServiceInput } from '../../src/serve/serveEvents.js';
 import { expectedFingerprint, WeightdClient } from '../../src/client/index.js';
 import { ServerRegistry } from '../../src/serve/serverRegistry.js';
 import type { ServeEvent } from '../../src/serve/serveEvents.js';
@@ -15,21 +15,21 @@ import { OWN_VERSION } from '../../src/serve/servedRank.js';
 import { makeTempDir, removeDir } from '../helpers/checkpoints.js';
 import { weightdMemfdBytes, weightdMemfds } from '../helpers/memfds.js';
 import { exampleModel } from '../helpers/paths.js';
-import { loadServedRank, type LoadedRank } from './servedRankFixture.js';
+import { loadServedRank, type LoadedRank } from '../serve/servedRankFixture.js';
 
 const log = pino({ level: 'silent' });
 
 /** A parent that records what the actor sends and frees the device when asked, like the supervisor. */
-function parent(input: ServeRankInput, loaded: LoadedRank) {
+function parent(input: RankServiceInput, loaded: LoadedRank) {
   const machine = setup({
     types: { context: {} as { events: ServeEvent[] }, events: {} as ServeEvent | { type: 'STOP_SERVING' } | { type: 'DEVICE_FREED' } },
-    actors: { serveRank },
+    actors: { rankService: rankServiceActor },
   }).createMachine({
     context: { events: [] },
     initial: 'serving',
     states: {
       serving: {
-        invoke: { id: 'serve', src: 'serveRank', input },
+        invoke: { id: 'serve', src: 'rankService', input },
         on: {
           STOP_SERVING: 'done',
           RANK_RELEASE_REQUESTED: {
