@@ -4,7 +4,7 @@ import type { Registry } from 'prom-client';
 import { createActor, type SnapshotFrom } from 'xstate';
 import { nodeActors, rankWorkerModule } from './actors/nodeActors.js';
 import { ServerRegistry } from './serve/serverRegistry.js';
-import { OWN_VERSION } from './serve/servedRank.js';
+import { OWN_VERSION } from './serve/servedRankData.js';
 import { WorkerRegistry } from './models/workerRegistry.js';
 import { RankFailedError, receivedCode, WeightdError } from './errors.js';
 import { EventFeed, type NodeEvent, type NodeEventListener } from './inspect/eventFeed.js';

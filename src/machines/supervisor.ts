@@ -7,7 +7,7 @@ import type { PlannedModel } from '../models/planModel.js';
 import type { GroupSessionInput, PrepareInput, Prepared, PublishCommand, PublishNodeManifestInput, ReportStartupFailureInput } from './supervisorActors.js';
 import type { RankActorInput, RankCommand } from '../models/rankContract.js';
 import { nodeContent } from '../rendezvous/nodeContent.js';
-import { OWN_VERSION, toServedRank } from '../serve/servedRank.js';
+import { OWN_VERSION, toServedRankData } from '../serve/servedRankData.js';
 import type { ServerRegistry } from '../serve/serverRegistry.js';
 import type { WorkerRegistry } from '../models/workerRegistry.js';
 import { fillPlanOf } from '../checkpoint/types.js';
@@ -371,7 +371,7 @@ const supervisorSetup = setup({
             socketDir: prepared.socketDir,
             servers: context.servers,
             version: OWN_VERSION,
-            rank: toServedRank({
+            rank: toServedRankData({
               name: context.config.name,
               own: true,
               plan: prepared.plan,

@@ -36,7 +36,7 @@ import type { CudaHandles } from '../native/addon.js';
 import type { NodeFailure, RankStatus } from '../nodeStatus.js';
 import type { NodeManifestEntry } from '../wire/nodeManifest.js';
 import type { ServeCommand, ServeEvent, RankServiceInput } from '../serve/serveEvents.js';
-import { toServedRank } from '../serve/servedRank.js';
+import { toServedRankData } from '../serve/servedRankData.js';
 import type { RankEvent } from './rankContract.js';
 import { formatGiB, modelPools, modelShortfall } from './modelFit.js';
 import { recordReport, updateRank } from './rankUpdates.js';
@@ -201,7 +201,7 @@ export const modelMachine = setup({
             socketDir: context.socketDir,
             servers: context.servers,
             version: context.id,
-            rank: toServedRank({
+            rank: toServedRankData({
               name: planned.spec.name,
               own: false,
               plan: planned.plan,

@@ -12,10 +12,10 @@ import { EncodedManifest } from './encodedManifest.js';
 import { leaseHash, LeaseTable, type Caller, type Lease } from './leaseTable.js';
 import type { DeviceRef, RankRef, ServeStatus } from '../wire/protocol.js';
 import { rankServiceStart, rankServiceStep, type RankServiceEvent } from './rankServiceMachine.js';
-import type { ServedRank } from './servedRank.js';
+import type { ServedRankData } from './servedRankData.js';
 
 export interface RankServiceOptions {
-  rank: ServedRank;
+  rank: ServedRankData;
   log: Logger;
   /** Frees the rank's memory; resolves once it is freed. Called at most once. */
   freeMemory: () => Promise<void>;
@@ -40,7 +40,7 @@ function servedHandle(s: SegmentExport): string {
 }
 
 export class RankService {
-  readonly rank: ServedRank;
+  readonly rank: ServedRankData;
   readonly log: Logger;
   readonly leases = new LeaseTable();
   readonly startedAt = Date.now();

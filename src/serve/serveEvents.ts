@@ -3,7 +3,7 @@
 import type { SerializedError } from '../errors.js';
 import type { IdentityChange } from '../files/fileIdentity.js';
 import type { Logger } from '../log.js';
-import type { ServedRank } from './servedRank.js';
+import type { ServedRankData } from './servedRankData.js';
 import type { ServeLimits } from './serveLimits.js';
 import type { ServerRegistry } from './serverRegistry.js';
 
@@ -31,7 +31,7 @@ export type ServeCommand =
   | { type: 'SERVE_DRAIN'; force: boolean };
 
 export interface RankServiceInput {
-  rank: ServedRank;
+  rank: ServedRankData;
   /** Which version of its model this rank serves (ServeOptions.version): status counts its leases by it. */
   version: string;
   socketDir?: string;

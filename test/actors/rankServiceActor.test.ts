@@ -11,7 +11,7 @@ import type { RankServiceInput } from '../../src/serve/serveEvents.js';
 import { expectedFingerprint, WeightdClient } from '../../src/client/index.js';
 import { ServerRegistry } from '../../src/serve/serverRegistry.js';
 import type { ServeEvent } from '../../src/serve/serveEvents.js';
-import { OWN_VERSION } from '../../src/serve/servedRank.js';
+import { OWN_VERSION } from '../../src/serve/servedRankData.js';
 import { makeTempDir, removeDir } from '../helpers/checkpoints.js';
 import { weightdMemfdBytes, weightdMemfds } from '../helpers/memfds.js';
 import { exampleModel } from '../helpers/paths.js';

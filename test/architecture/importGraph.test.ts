@@ -72,7 +72,7 @@ function loadedBy(entry: string): Set<string> {
 
 // The machines are drawn by `weightd statechart` and the page without a built addon, and tests
 // drive them with their own actors: none may load an actor, native code or an I/O module. Pure
-// mappings (src/serve/servedRank.ts) and pure rules (src/rendezvous/checkJoin.ts) are fine.
+// mappings (src/serve/servedRankData.ts) and pure rules (src/rendezvous/checkJoin.ts) are fine.
 const machines = [
   ...readdirSync(join(srcDir, 'machines')).filter((f) => f.endsWith('.ts')).map((f) => `machines/${f}`),
   'models/modelMachine.ts',

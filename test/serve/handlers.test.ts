@@ -16,14 +16,14 @@ import { FilesCheck } from '../../src/serve/filesCheck.js';
 import { makeTempDir, removeDir } from '../helpers/checkpoints.js';
 import { afterCtimeOf } from '../helpers/fileClock.js';
 import { oneRankServer, type OneRankServer } from './oneRankServer.js';
-import type { ServedRank } from '../../src/serve/servedRank.js';
+import type { ServedRankData } from '../../src/serve/servedRankData.js';
 import { duplexPair } from './duplexPair.js';
 
 const log = pino({ level: 'silent' });
 const tensors = [{ name: 'w', dtype: 'F32' as const, shape: [4], segment: 0, offset: 0, bytes: 16 }];
 
 /** Plain data: the handlers never touch the memory behind the handle, nor the fd (the pair records it). */
-const rank: ServedRank = {
+const rank: ServedRankData = {
   nodeRank: 0,
   nnodes: 1,
   localRank: 0,
@@ -377,7 +377,7 @@ test('get_segment_fds: the fds come with the reply, in order, for a live lease o
 });
 
 test('get_segment_fds: a cuda rank (legacy IPC) has none; a released rank gives none', async () => {
-  const cudaRank: ServedRank = { ...rank, backend: 'cuda', segments: [{ segment: 0, bytes: 256, handle: 'AAAA' }] };
+  const cudaRank: ServedRankData = { ...rank, backend: 'cuda', segments: [{ segment: 0, bytes: 256, handle: 'AAAA' }] };
   const cuda = oneRankServer({ rank: cudaRank, log, freeMemory: async () => {} });
   try {
     const c = connect(cuda);

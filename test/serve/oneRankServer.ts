@@ -3,7 +3,7 @@
 import type { Logger } from '../../src/log.js';
 import { DeviceServer } from '../../src/serve/deviceServer.js';
 import { RankService, type RankServiceOptions } from '../../src/serve/rankService.js';
-import type { ServedRank } from '../../src/serve/servedRank.js';
+import type { ServedRankData } from '../../src/serve/servedRankData.js';
 import type { ServeLimits } from '../../src/serve/serveLimits.js';
 
 export interface OneRankServer extends DeviceServer {
@@ -12,7 +12,7 @@ export interface OneRankServer extends DeviceServer {
   stats(): ReturnType<DeviceServer['stats']>;
 }
 
-export function oneRankServer(o: { rank: ServedRank; socketDir?: string; log: Logger; freeMemory: () => Promise<void>; limits?: Partial<ServeLimits>; onStale?: RankServiceOptions['onStale'] }): OneRankServer {
+export function oneRankServer(o: { rank: ServedRankData; socketDir?: string; log: Logger; freeMemory: () => Promise<void>; limits?: Partial<ServeLimits>; onStale?: RankServiceOptions['onStale'] }): OneRankServer {
   const server = new DeviceServer({ deviceUuid: o.rank.device.uuid, socketDir: o.socketDir, log: o.log, limits: o.limits });
   const service = new RankService({ rank: o.rank, log: o.log, freeMemory: o.freeMemory, onStale: o.onStale });
   server.add(service);

@@ -7,7 +7,7 @@ import { ServeError } from '../../src/errors.js';
 import { ServeStatus } from '../../src/wire/protocol.js';
 import { RankService } from '../../src/serve/rankService.js';
 import { rankServiceMachine, rankServiceStart, rankServiceStep, type RankServiceEvent, type RankServiceSnapshot } from '../../src/serve/rankServiceMachine.js';
-import type { ServedRank } from '../../src/serve/servedRank.js';
+import type { ServedRankData } from '../../src/serve/servedRankData.js';
 
 const EVENTS: RankServiceEvent['type'][] = ['RELEASE_ALLOWED', 'MEMORY_FREED', 'FREEING_FAILED'];
 const LEGAL: Record<string, Record<string, string>> = {
@@ -47,7 +47,7 @@ test('every declared transition is taken; every other event throws E_ILLEGAL_TRA
 });
 
 test('a second RankService.release() throws instead of freeing the memory twice', async () => {
-  const rank = { globalRank: 3, device: { uuid: 'u', backend: 'host', index: 0, name: 'n' }, layouts: {}, segments: [] } as unknown as ServedRank;
+  const rank = { globalRank: 3, device: { uuid: 'u', backend: 'host', index: 0, name: 'n' }, layouts: {}, segments: [] } as unknown as ServedRankData;
   let frees = 0;
   let finish!: () => void;
   const service = new RankService({ rank, log: pino({ level: 'silent' }), freeMemory: () => (frees++, new Promise<void>((resolve) => (finish = resolve))) });

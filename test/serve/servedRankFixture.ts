@@ -1,13 +1,13 @@
 // One resident rank built by hand on the host backend, as the supervisor builds it (plan,
-// allocate, fill, export, toServedRank), for in-process tests of the serving layer without a
+// allocate, fill, export, toServedRankData), for in-process tests of the serving layer without a
 // whole node.
 import { planCheckpoint } from '../../src/checkpoint/planCheckpoint.js';
 import type { LayoutName } from '../../src/checkpoint/types.js';
 import { DeviceHandle } from '../../src/native/deviceHandle.js';
-import { toServedRank, type ServedRank } from '../../src/serve/servedRank.js';
+import { toServedRankData, type ServedRankData } from '../../src/serve/servedRankData.js';
 
 export interface LoadedRank {
-  served: ServedRank;
+  served: ServedRankData;
   device: DeviceHandle;
 }
 
@@ -18,7 +18,7 @@ export async function loadServedRank(modelDir: string, device: { uuid: string },
   try {
     await handle.allocate(rank.segments);
     await handle.fill(rank.files, rank.ops, rank.totalBytes, {});
-    const served = toServedRank({
+    const served = toServedRankData({
     name: 'tiny-llama',
     own: true, plan, globalRank: 0, localRank: 0, nodeRank: 0, nnodes: 1, backend: 'host', device: handle.info(), segments: handle.exportSegments() });
     return { served, device: handle };

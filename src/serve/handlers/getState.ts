@@ -7,7 +7,7 @@ import { ServeError } from '../../errors.js';
 import type { DeviceServices } from '../deviceServices.js';
 import { differingFingerprintFields } from '../../checkpoint/differingFingerprintFields.js';
 import type { Caller } from '../leaseTable.js';
-import type { ServedRank } from '../servedRank.js';
+import type { ServedRankData } from '../servedRankData.js';
 import type { Reply } from './fdReply.js';
 import type { MismatchReply, RequestOf } from '../../wire/protocol.js';
 import { modelRefs, versionFor } from './modelVersions.js';
@@ -62,6 +62,6 @@ export async function getState(req: RequestOf<'get_state'>, services: DeviceServ
   return { pieces: [Buffer.from(`${JSON.stringify(head).slice(0, -1)},`, 'utf8'), ...(content ? [content] : []), manifest.fields(req.columns === true)] };
 }
 
-function theirVersion(rank: ServedRank, theirs: Record<string, string> | undefined): Record<string, string> {
+function theirVersion(rank: ServedRankData, theirs: Record<string, string> | undefined): Record<string, string> {
   return rank.full && theirs?.protocol === rank.full.fingerprintFields.protocol ? rank.full.fingerprintFields : rank.fingerprintFields;
 }

@@ -11,7 +11,7 @@ import type { FileIdentity } from '../files/fileIdentity.js';
 export const OWN_VERSION = 'own';
 
 /** Everything the serving layer needs to know about one resident rank. Plain data. */
-export interface ServedRank {
+export interface ServedRankData {
   nodeRank: number;
   nnodes: number;
   localRank: number;
@@ -49,7 +49,7 @@ export interface ServedRank {
 }
 
 /** Builds what a rank's server serves from the node's plan and the rank's loaded device. */
-export function toServedRank(args: {
+export function toServedRankData(args: {
   name: string;
   own: boolean;
   plan: CheckpointPlan;
@@ -62,10 +62,10 @@ export function toServedRank(args: {
   segments: SegmentExport[];
   /** The rank's plan's contentTensors' digests, in order; empty when unknown. */
   digests?: readonly string[];
-}): ServedRank {
+}): ServedRankData {
   const rank = args.plan.ranks[args.globalRank]!;
   const names = rank.contentTensors.names;
-  let full: ServedRank['full'];
+  let full: ServedRankData['full'];
   if (args.digests && args.digests.length > 0 && args.digests.length === names.length) {
     const { fingerprint, fields } = fullContentFingerprint(args.plan.fingerprintFields, args.digests);
     full = {
