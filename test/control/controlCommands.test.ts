@@ -24,26 +24,26 @@ const commandFiles = (dir: string) =>
     .sort();
 const sorted = (names: readonly string[]) => [...names].sort();
 
+/** Each command of the schema has one file in `dir`, whose export of its name is what `table` registers; no other file is there. */
+async function oneFileEach(dir: string, table: Record<string, unknown>): Promise<void> {
+  assert.equal(commandFiles(dir), sorted(CONTROL_COMMANDS), `one file per command in ${dir}`);
+  assert.equal(sorted(Object.keys(table)), sorted(CONTROL_COMMANDS), `${dir}/index.ts registers every command`);
+  for (const cmd of CONTROL_COMMANDS) {
+    const file = (await import(`../../${dir}/${cmd}.js`)) as Record<string, unknown>;
+    assert.is(table[cmd], file[cmd], `${cmd}: what ${dir}/index.ts registers is the one in ${dir}/${cmd}.ts`);
+  }
+}
+
 test('the control schema names the commands it had', () => {
   assert.equal(sorted(CONTROL_COMMANDS), ['list', 'load', 'unload']);
 });
 
 test('every control command has exactly one handler file, registered in the handler index, and no handler file lacks a command', async () => {
-  assert.equal(commandFiles(HANDLERS_DIR), sorted(CONTROL_COMMANDS), `one file per command in ${HANDLERS_DIR}`);
-  assert.equal(sorted(Object.keys(CONTROL_HANDLERS)), sorted(CONTROL_COMMANDS), `${HANDLERS_DIR}/index.ts registers every command`);
-  for (const cmd of CONTROL_COMMANDS) {
-    const file = (await import(`../../${HANDLERS_DIR}/${cmd}.js`)) as Record<string, unknown>;
-    assert.is(CONTROL_HANDLERS[cmd], file[cmd], `${cmd}: the registered handler is the one in ${HANDLERS_DIR}/${cmd}.ts`);
-  }
+  await oneFileEach(HANDLERS_DIR, CONTROL_HANDLERS);
 });
 
 test('every control command has exactly one `weightd ctl` entry, registered in the ctl index and on the command line', async () => {
-  assert.equal(commandFiles(CTL_DIR), sorted(CONTROL_COMMANDS), `one file per command in ${CTL_DIR}`);
-  assert.equal(sorted(Object.keys(CTL_COMMANDS)), sorted(CONTROL_COMMANDS), `${CTL_DIR}/index.ts registers every command`);
-  for (const cmd of CONTROL_COMMANDS) {
-    const file = (await import(`../../${CTL_DIR}/${cmd}.js`)) as Record<string, unknown>;
-    assert.is(CTL_COMMANDS[cmd], file[cmd], `${cmd}: the registered entry is the one in ${CTL_DIR}/${cmd}.ts`);
-  }
+  await oneFileEach(CTL_DIR, CTL_COMMANDS);
   const ctl = buildProgram().commands.find((c) => c.name() === 'ctl')!;
   assert.equal(sorted(ctl.commands.map((c) => c.name())), sorted(CONTROL_COMMANDS), 'weightd ctl offers every command, and only those');
 });
