@@ -11,7 +11,7 @@ import { Coordinator } from '../rendezvous/coordinatorServer.js';
 import type { GroupCommand, GroupEvent } from '../rendezvous/groupEvents.js';
 import { groupRankTable } from '../wire/rankTable.js';
 import { groupTiming, type GroupTiming } from '../rendezvous/timing.js';
-import { RDZV_PROTOCOL_VERSION } from '../rendezvous/wire.js';
+import { RDZV_PROTOCOL_VERSION } from '../rendezvous/groupMessages.js';
 import type { GroupSessionInput } from '../machines/supervisorActors.js';
 
 export const groupSession = fromCallback<GroupCommand, GroupSessionInput, GroupEvent>(({ input, sendBack, receive }) => {

@@ -15,7 +15,7 @@ import type { LogLimiter } from '../wire/logLimiter.js';
 import { checkJoin, describeNode, rejectVersion, timeoutRejection, tokenAccepted, type GroupExpectation, type NodeIdentity, type Rejection } from '../rendezvous/checkJoin.js';
 import { contentDifference, type NodeContent } from '../rendezvous/nodeContent.js';
 import { groupRankTable, type RankTableEntry } from '../wire/rankTable.js';
-import type { JoinMessage, ServerMessage } from '../rendezvous/wire.js';
+import type { JoinMessage, ServerMessage } from '../rendezvous/groupMessages.js';
 
 export interface CoordinatorInput {
   expect: GroupExpectation;

@@ -18,7 +18,7 @@ import type { ErrorCode } from '../errors.js';
 import { WeightdError } from '../errors.js';
 import type { Logger } from '../log.js';
 import { describeNode, type Rejection } from '../rendezvous/checkJoin.js';
-import type { ServerMessage } from '../rendezvous/wire.js';
+import type { ServerMessage } from '../rendezvous/groupMessages.js';
 import { differingFingerprintFields } from '../checkpoint/differingFingerprintFields.js';
 
 export interface ModelGroupInput {

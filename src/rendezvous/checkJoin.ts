@@ -5,8 +5,8 @@
 import { createHash, createHmac, timingSafeEqual } from 'node:crypto';
 import type { ErrorCode } from '../errors.js';
 import { differingFingerprintFields } from '../checkpoint/differingFingerprintFields.js';
-import type { JoinMessage } from './wire.js';
-import { RDZV_PROTOCOL_VERSION } from './wire.js';
+import type { JoinMessage } from './groupMessages.js';
+import { RDZV_PROTOCOL_VERSION } from './groupMessages.js';
 
 /** What node 0 requires of every node: its own configuration. */
 export interface GroupExpectation {

@@ -16,7 +16,7 @@ import { PeerSocket } from './peerSocket.js';
 import type { RankTableEntry } from '../wire/rankTable.js';
 import type { GroupTiming } from './timing.js';
 import type { NodeContent } from './nodeContent.js';
-import { parseServerMessage, RDZV_PROTOCOL_VERSION, type ClientMessage, type JoinMessage, type ServerMessage } from './wire.js';
+import { parseServerMessage, RDZV_PROTOCOL_VERSION, type ClientMessage, type JoinMessage, type ServerMessage } from './groupMessages.js';
 
 /** What this node states about itself when it joins. */
 export type JoinRequest = Omit<JoinMessage, 'type' | 'protocolVersion' | 'tokenProof'>;

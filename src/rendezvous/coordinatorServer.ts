@@ -18,7 +18,7 @@ import type { GroupExpectation, Rejection } from './checkJoin.js';
 import { PeerSocket } from './peerSocket.js';
 import type { RankTableEntry } from '../wire/rankTable.js';
 import type { GroupTiming } from './timing.js';
-import { parseClientMessage, RDZV_PROTOCOL_VERSION, type ClientMessage, type ServerMessage } from './wire.js';
+import { parseClientMessage, RDZV_PROTOCOL_VERSION, type ClientMessage, type ServerMessage } from './groupMessages.js';
 
 export interface CoordinatorOptions {
   /** --master-addr: the coordinator binds to this address only. */

@@ -7,7 +7,7 @@ import { createActor, type Actor } from 'xstate';
 import type { Logger } from '../log.js';
 import { modelGroupMachine, peerFailedVerdict } from '../models/modelGroupMachine.js';
 import type { Rejection } from './checkJoin.js';
-import type { ClientMessage, ServerMessage } from './wire.js';
+import type { ClientMessage, ServerMessage } from './groupMessages.js';
 
 type ModelMessage = Extract<ClientMessage, { type: 'model_join' | 'model_resident' | 'model_failed' }>;
 

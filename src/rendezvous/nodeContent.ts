@@ -10,7 +10,7 @@ import { fullContentFingerprint } from '../checkpoint/fingerprint.js';
 import type { CheckpointPlan } from '../checkpoint/types.js';
 
 export const DIGEST_PREFIX_HEX = 8;
-/** More tensors than this: only the fingerprint is sent (the frame bound, wire.ts). */
+/** More tensors than this: only the fingerprint is sent (the frame bound, groupMessages.ts). */
 export const MAX_COMPARED_TENSORS = 100_000;
 
 export interface NodeContent {

@@ -5,7 +5,7 @@
 import type { Socket } from 'node:net';
 import { errorCode, ProtocolError } from '../errors.js';
 import type { GroupTiming } from './timing.js';
-import { createRdzvDecoder, encodeRdzvMessage, type AnyMessage } from './wire.js';
+import { createRdzvDecoder, encodeRdzvMessage, type AnyMessage } from './groupMessages.js';
 
 export interface PeerSocketOptions<In> {
   /** Turns one frame's payload into a message; throws ProtocolError for a bad one. */

@@ -9,7 +9,7 @@ import { createActor, type SnapshotFrom } from 'xstate';
 import { getShortestPaths, getSimplePaths } from 'xstate/graph';
 import { LogLimiter } from '../../src/wire/logLimiter.js';
 import { coordinatorMachine, type CoordinatorEvent } from '../../src/machines/coordinator.js';
-import { RDZV_PROTOCOL_VERSION, type JoinMessage, type ServerMessage } from '../../src/rendezvous/wire.js';
+import { RDZV_PROTOCOL_VERSION, type JoinMessage, type ServerMessage } from '../../src/rendezvous/groupMessages.js';
 
 type Snap = SnapshotFrom<typeof coordinatorMachine>;
 const FINGERPRINT = 'f'.repeat(64);

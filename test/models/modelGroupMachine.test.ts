@@ -6,7 +6,7 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { createActor } from 'xstate';
 import { modelGroupMachine, type ModelGroupEvent } from '../../src/models/modelGroupMachine.js';
-import type { ServerMessage } from '../../src/rendezvous/wire.js';
+import type { ServerMessage } from '../../src/rendezvous/groupMessages.js';
 
 const A = 'a'.repeat(64);
 const B = 'b'.repeat(64);

@@ -3,7 +3,7 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { checkJoin, timeoutRejection, tokenProof, type GroupExpectation, type NodeIdentity } from '../../src/rendezvous/checkJoin.js';
-import { RDZV_PROTOCOL_VERSION, type JoinMessage } from '../../src/rendezvous/wire.js';
+import { RDZV_PROTOCOL_VERSION, type JoinMessage } from '../../src/rendezvous/groupMessages.js';
 import { FINGERPRINT } from './groupHarness.js';
 
 const expect: GroupExpectation = { nnodes: 2, tpSize: 4, localWorldSize: 2, fingerprint: FINGERPRINT };

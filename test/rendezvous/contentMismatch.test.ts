@@ -8,7 +8,7 @@ import * as assert from 'uvu/assert';
 import { parseSafetensors } from '../../src/checkpoint/parseSafetensors.js';
 import { planCheckpoint } from '../../src/checkpoint/planCheckpoint.js';
 import { checkJoin, type GroupExpectation } from '../../src/rendezvous/checkJoin.js';
-import { encodeRdzvMessage, parseClientMessage, RDZV_PROTOCOL_VERSION, type JoinMessage } from '../../src/rendezvous/wire.js';
+import { encodeRdzvMessage, parseClientMessage, RDZV_PROTOCOL_VERSION, type JoinMessage } from '../../src/rendezvous/groupMessages.js';
 import { FRAME_HEADER_BYTES } from '../../src/wire/frameCodec.js';
 import { makeTempDir, removeDir } from '../helpers/checkpoints.js';
 import { exampleModel } from '../helpers/paths.js';

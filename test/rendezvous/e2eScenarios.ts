@@ -4,7 +4,7 @@ import { closeSync, cpSync, mkdtempSync, openSync, readdirSync, rmSync, writeSyn
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { freePort } from '../../src/nodeOptions.js';
-import { RDZV_PROTOCOL_VERSION } from '../../src/rendezvous/wire.js';
+import { RDZV_PROTOCOL_VERSION } from '../../src/rendezvous/groupMessages.js';
 import type { Test } from 'uvu';
 import * as assert from 'uvu/assert';
 import type { Fabric } from '../helpers/netns.js';

@@ -3,7 +3,7 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { createServer } from 'node:net';
-import { RDZV_PROTOCOL_VERSION } from '../../src/rendezvous/wire.js';
+import { RDZV_PROTOCOL_VERSION } from '../../src/rendezvous/groupMessages.js';
 import { Coordinator } from '../../src/rendezvous/coordinatorServer.js';
 import { reportStartupFailure } from '../../src/rendezvous/client.js';
 import { freePort } from '../../src/nodeOptions.js';

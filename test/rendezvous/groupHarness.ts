@@ -7,8 +7,8 @@ import { GroupClient, type JoinRequest } from '../../src/rendezvous/client.js';
 import { Coordinator } from '../../src/rendezvous/coordinatorServer.js';
 import type { GroupEvent } from '../../src/rendezvous/groupEvents.js';
 import type { GroupTiming } from '../../src/rendezvous/timing.js';
-import { encodeRdzvMessage, parseServerMessage, type AnyMessage, type ServerMessage } from '../../src/rendezvous/wire.js';
-import { createRdzvDecoder } from '../../src/rendezvous/wire.js';
+import { encodeRdzvMessage, parseServerMessage, type AnyMessage, type ServerMessage } from '../../src/rendezvous/groupMessages.js';
+import { createRdzvDecoder } from '../../src/rendezvous/groupMessages.js';
 
 // Short, but with a peer timeout that a busy CI machine's event-loop stalls do not reach.
 export const FAST: GroupTiming = { heartbeatMs: 50, peerTimeoutMs: 1000, retryMinMs: 10, retryMaxMs: 100, handshakeMs: 1000, joinMs: 1000 };

@@ -3,7 +3,7 @@
 import { createServer } from 'node:net';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { encodeRdzvMessage, RDZV_PROTOCOL_VERSION } from '../../src/rendezvous/wire.js';
+import { encodeRdzvMessage, RDZV_PROTOCOL_VERSION } from '../../src/rendezvous/groupMessages.js';
 import { Coordinator } from '../../src/rendezvous/coordinatorServer.js';
 import {
   closeAll, closeLeftovers, FAST, joinRequest, RawPeer, readyGroup, silent, sleep, startCoordinator, startNodes, TestNode, track,

@@ -5,7 +5,7 @@ import pino from 'pino';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { ModelGroups } from '../../src/rendezvous/modelGroupRegistry.js';
-import type { ServerMessage } from '../../src/rendezvous/wire.js';
+import type { ServerMessage } from '../../src/rendezvous/groupMessages.js';
 
 const F = 'f'.repeat(64);
 

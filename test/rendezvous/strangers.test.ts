@@ -6,7 +6,7 @@ import { connect, type Socket } from 'node:net';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { PENDING_BUDGET } from '../../src/rendezvous/coordinatorServer.js';
-import { encodeRdzvMessage } from '../../src/rendezvous/wire.js';
+import { encodeRdzvMessage } from '../../src/rendezvous/groupMessages.js';
 import { closeAll, closeLeftovers, joinRequest, startCoordinator, TestNode, track, type GroupShape } from './groupHarness.js';
 
 // The strangers' connections are held as long as a real coordinator's old 10 s handshake

@@ -6,7 +6,7 @@ import { ProtocolError } from '../../src/errors.js';
 import { encodeFrame, encodeMessage } from '../../src/wire/frameCodec.js';
 import {
   createRdzvDecoder, encodeRdzvMessage, MAX_RDZV_FRAME_BYTES, parseClientMessage, parseServerMessage, RDZV_PROTOCOL_VERSION, type JoinMessage,
-} from '../../src/rendezvous/wire.js';
+} from '../../src/rendezvous/groupMessages.js';
 import { FINGERPRINT } from './groupHarness.js';
 
 const join: JoinMessage = {
