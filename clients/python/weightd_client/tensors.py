@@ -13,6 +13,7 @@ import importlib.util
 import json
 from typing import Any, Callable, Dict, List, Optional
 
+from .bulk_views import column_views
 from .columns import TensorColumns
 from .protocol import ProtocolError
 
@@ -95,29 +96,15 @@ def by_name(state: Dict[str, Any], make: Callable[[Dict[str, Any]], Any]) -> Dic
 
 def torch_by_name(state: Dict[str, Any], views_of: Callable[[int], "SegmentViews"]) -> Dict[str, Any]:
     """``by_name`` for torch, straight from the manifest's columns (``state["tensors"]``, a
-    TensorColumns as WeightdClient.get_state makes it, or a list of dicts): a strided view per tensor, with what each needs looked up once per segment
-    and dtype, and worked out once per distinct shape, instead of once per tensor. Anything unusual (out of bounds, empty,
+    TensorColumns as WeightdClient.get_state makes it, or a list of dicts): a strided view per
+    tensor, made in few torch calls where the layout repeats (bulk_views.column_views), with
+    strides worked out once per distinct shape. Anything unusual (out of bounds, empty,
     misaligned, packed) goes through ``SegmentViews.view``, which knows what to do with it."""
     cols = state["tensors"]
     if not isinstance(cols, TensorColumns):
         cols = TensorColumns.from_objects(cols)  # a manifest made by hand, as the tests make them
-    out: Dict[str, Any] = {}
-    per_dtype = len(cols.dtypes)
-    bases: Dict[int, Any] = {}
     layouts = [(shape, *contiguous(shape)) for shape in cols.shapes]
-    for i, (name, dtype, shape, segment, offset, nbytes) in enumerate(zip(cols.name, cols.dtype, cols.shape, cols.segment, cols.offset, cols.bytes)):
-        b = bases.get(segment * per_dtype + dtype)
-        if b is None:
-            views = views_of(segment)
-            base = views.base(cols.dtypes[dtype])
-            b = bases[segment * per_dtype + dtype] = (views, base.as_strided, base.element_size(), views.raw.numel())
-        views, strided, itemsize, limit = b
-        dims, strides, numel = layouts[shape]
-        if nbytes and numel * itemsize == nbytes and not offset % itemsize and offset + nbytes <= limit:
-            out[name] = strided(dims, strides, offset // itemsize)
-        else:
-            out[name] = views.view(cols[i])
-    return _with_aliases(state, out)
+    return _with_aliases(state, dict(zip(cols.name, column_views(cols, layouts, views_of))))
 
 
 def contiguous(shape: Any) -> Any:

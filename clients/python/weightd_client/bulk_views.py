@@ -1,0 +1,121 @@
+"""A manifest's torch views in few torch calls, where its layout repeats.
+
+A torch tensor made from Python costs about a microsecond of argument parsing and dispatch (more
+on CUDA), which at 50k tensors was most of an attach. Checkpoints repeat themselves: layer after
+layer, expert after expert, the tensor p places on has the same dtype, shape and size, and lies a
+constant number of bytes further on. Each such run of k tensors is one ``as_strided`` of shape
+(k, *shape), whose ``unbind(0)`` makes the k views in C++, with exactly the shape, strides and
+storage offset the view made alone would have.
+
+Runs are found in manifest order with list comparisons (C loops over the columns, no per-tensor
+Python and no torch kernels: a fresh process's first torch sort or nonzero cost more than the
+views themselves on a busy machine, through its thread pool). A layout that does not repeat is
+made a view at a time, with searches spaced ever further apart, so it pays little for them.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any, Callable, Dict, List, Sequence, Tuple
+
+# Same-shaped tensors looked at after a run's first tensor when guessing the period, and how far.
+_CANDIDATES = 4
+_WINDOW = 2048
+# Tensors made one at a time after a failed search before the next: doubles per failure.
+_MAX_SKIP = 1024
+
+Layout = Tuple[Tuple[int, ...], Tuple[int, ...], int]
+
+
+def column_views(cols: Any, layouts: Sequence[Layout], views_of: Callable[[int], Any]) -> List[Any]:
+    """A view per tensor of a manifest's columns (a ``TensorColumns``), in their order.
+
+    ``layouts[k]``: shape k's dims, row-major strides (elements) and element count.
+    ``views_of(segment)``: that segment's ``SegmentViews``. A tensor that is not a plain whole
+    view of its dtype (empty, packed, misaligned, out of bounds) goes through
+    ``SegmentViews.view``, which knows what to do with it."""
+    n = len(cols)
+    out: List[Any] = [None] * n
+    segments: Dict[int, Any] = {}
+
+    def emit(first: int, end: int, p: int, step: int) -> None:
+        """Tensors first, first + p, ... (before end), each ``step`` bytes after the one before."""
+        segment = cols.segment[first]
+        views = segments.get(segment)
+        if views is None:
+            views = segments[segment] = views_of(segment)
+        base = views.base(cols.dtypes[cols.dtype[first]])
+        itemsize = base.element_size()
+        dims, strides, numel = layouts[cols.shape[first]]
+        offset, nbytes = cols.offset[first], cols.bytes[first]
+        k = len(range(first, end, p))
+        plain = nbytes and numel * itemsize == nbytes and not offset % itemsize and not step % itemsize
+        if plain and offset + (k - 1) * step + nbytes <= views.raw.numel():
+            if k == 1:
+                out[first] = base.as_strided(dims, strides, offset // itemsize)
+            else:
+                out[first:end:p] = base.as_strided((k, *dims), (step // itemsize, *strides), offset // itemsize).unbind(0)
+        else:
+            out[first:end:p] = [views.view(cols[j]) for j in range(first, end, p)]
+
+    s, skip, failures = 0, 0, 0
+    while s < n:
+        run = None if skip else _run_at(cols, s)
+        if run is None:
+            emit(s, s + 1, 1, 0)
+            s += 1
+            if skip:
+                skip -= 1
+            else:
+                failures += 1
+                skip = min(1 << failures, _MAX_SKIP)
+            continue
+        p, step, end = run
+        for r in range(p):
+            emit(s + r, end, p, step)
+        s, failures = end, 0
+    return out
+
+
+def _run_at(cols: Any, s: int) -> Any:
+    """(p, step, end): tensors s..end-1 repeat with period p (at least three times), each ``step``
+    bytes after the one p before it; None when no period among the first candidates does."""
+    shape, n = cols.shape, len(cols)
+    j = s
+    for _ in range(_CANDIDATES):
+        try:
+            j = shape.index(shape[s], j + 1, min(n, s + _WINDOW))
+        except ValueError:
+            return None
+        p = j - s
+        if n - s < 3 * p:
+            return None
+        step = cols.offset[j] - cols.offset[s]
+        if step < 0 or not _repeats(cols, s, p, step, 2 * p):
+            continue
+        good, bad = 2 * p, None
+        # Double until the pattern breaks (or the columns end), then halve the gap to where.
+        while bad is None and good < n - s - p:
+            trial = min(2 * good, n - s - p)
+            if _repeats(cols, s, p, step, trial):
+                good = trial
+            else:
+                bad = trial
+        while bad is not None and bad - good > 1:
+            mid = (good + bad) // 2
+            if _repeats(cols, s, p, step, mid):
+                good = mid
+            else:
+                bad = mid
+        return p, step, s + good + p
+    return None
+
+
+def _repeats(cols: Any, s: int, p: int, step: int, length: int) -> bool:
+    """Whether each of the ``length`` tensors from s has the dtype, shape, segment and size of the
+    one p after it, which lies ``step`` bytes further on."""
+    a, b = slice(s, s + length), slice(s + p, s + p + length)
+    if any(c[a] != c[b] for c in (cols.shape, cols.dtype, cols.segment, cols.bytes)):
+        return False
+    offsets = cols.offset
+    return list(map(operator.sub, offsets[b], offsets[a])).count(step) == length
