@@ -52,7 +52,7 @@ def main():
                 rows.append(row)
                 f.write(json.dumps(row) + "\n")
     summary = {"device": a.device, "runs": a.runs, "tensors": rows[0]["tensors"]}
-    for key in ("firstMs", "secondMs"):
+    for key in ("firstMs", "firstUsableMs", "firstCpuMs", "secondMs"):
         by = {b: [r[key] for r in rows if r["build"] == b] for b in builds}
         summary[key] = {b: round(statistics.median(v), 2) for b, v in by.items()}
         summary[key]["pairedDiffMedian"] = round(statistics.median(x - y for x, y in zip(by["after"], by["before"])), 2)
