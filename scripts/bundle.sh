@@ -66,7 +66,7 @@ cat > "$dir/bin/weightd" <<'EOF'
 # Runs weightd with the Node.js bundled beside this script (symlinks to it are followed).
 here=$(dirname "$(readlink -f "$0")")
 # The young generation's limit: see the checkout's own weightd launcher.
-exec "$here/node" --max-semi-space-size=4 "$here/../dist/main.js" "$@"
+exec "$here/node" --max-semi-space-size=1 "$here/../dist/main.js" "$@"
 EOF
 chmod 755 "$dir/bin/weightd"
 
