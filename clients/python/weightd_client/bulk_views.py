@@ -91,19 +91,20 @@ def _run_at(cols: Any, s: int) -> Any:
         if n - s < 3 * p:
             return None
         step = cols.offset[j] - cols.offset[s]
-        if step < 0 or not _repeats(cols, s, p, step, 2 * p):
+        if step < 0 or not _repeats(cols, s, p, step, 0, 2 * p):
             continue
-        good, bad = 2 * p, None
-        # Double until the pattern breaks (or the columns end), then halve the gap to where.
-        while bad is None and good < n - s - p:
-            trial = min(2 * good, n - s - p)
-            if _repeats(cols, s, p, step, trial):
+        # Double until the pattern breaks (or the columns end), then halve the gap to where; each
+        # check covers only what is not known yet, so finding a run of L costs O(L) compares.
+        good, bad, most = 2 * p, None, n - s - p
+        while bad is None and good < most:
+            trial = min(2 * good, most)
+            if _repeats(cols, s, p, step, good, trial):
                 good = trial
             else:
                 bad = trial
         while bad is not None and bad - good > 1:
             mid = (good + bad) // 2
-            if _repeats(cols, s, p, step, mid):
+            if _repeats(cols, s, p, step, good, mid):
                 good = mid
             else:
                 bad = mid
@@ -111,11 +112,11 @@ def _run_at(cols: Any, s: int) -> Any:
     return None
 
 
-def _repeats(cols: Any, s: int, p: int, step: int, length: int) -> bool:
-    """Whether each of the ``length`` tensors from s has the dtype, shape, segment and size of the
-    one p after it, which lies ``step`` bytes further on."""
-    a, b = slice(s, s + length), slice(s + p, s + p + length)
+def _repeats(cols: Any, s: int, p: int, step: int, lo: int, hi: int) -> bool:
+    """Whether each tensor s + lo .. s + hi - 1 has the dtype, shape, segment and size of the one
+    p after it, which lies ``step`` bytes further on."""
+    a, b = slice(s + lo, s + hi), slice(s + lo + p, s + hi + p)
     if any(c[a] != c[b] for c in (cols.shape, cols.dtype, cols.segment, cols.bytes)):
         return False
     offsets = cols.offset
-    return list(map(operator.sub, offsets[b], offsets[a])).count(step) == length
+    return list(map(operator.sub, offsets[b], offsets[a])).count(step) == hi - lo
