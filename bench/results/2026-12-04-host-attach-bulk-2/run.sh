@@ -1,7 +1,7 @@
 #!/bin/bash
 # 2026-12-04, the development VM (2 cores, shared with other sessions), host backend, hot page
 # cache, 50,438 tensors (+1 alias). The first attach of a fresh process with the Python client of
-# main at 3959d98 (before) and of branch h33attach (after: views of repeating runs in bulk, at 9e88891: runs found in O(L)), paired
+# main at 3959d98 (before) and of branch h33attach (after: views of repeating runs in bulk, with the commit "bulk_views: check only the part of a run not yet known"), paired
 # and alternating, against one daemon of main's TypeScript (the branch changes none), then 8
 # engines attaching at once against one alone.
 #   before: git worktree add --detach /tmp/h33-before 3959d98 (its clients/python)
