@@ -1,10 +1,9 @@
 #include "keeper_store.h"
 
-#include <signal.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include <cerrno>
+#include "process_liveness.h"
 
 #ifndef SYS_pidfd_open
 #define SYS_pidfd_open 434  // the same number on every architecture (Linux 5.3)
@@ -19,8 +18,8 @@ void closeAll(std::vector<int>& fds) {
 
 Store::~Store() {
   for (auto& [key, record] : records_) closeAll(record.fds);
-  for (auto& [pid, fd] : owners_) {
-    if (fd >= 0) ::close(fd);
+  for (auto& [pid, owner] : owners_) {
+    if (owner.pidfd >= 0) ::close(owner.pidfd);
   }
 }
 
@@ -76,19 +75,15 @@ size_t Store::fdCount() const {
 void Store::watch(pid_t pid) {
   if (pid <= 0 || owners_.count(pid)) return;
   int fd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
-  if (fd >= 0) {
-    owners_[pid] = fd;
-    return;
-  }
-  // ESRCH: gone already; tick() sees that through kill(). ENOSYS (before Linux 5.3) or EPERM
-  // under a seccomp filter: kill(pid, 0) once a second instead.
-  owners_[pid] = -1;
+  // ESRCH: gone already; tick() sees that. ENOSYS (before Linux 5.3) or EPERM under a seccomp
+  // filter: the liveness rule once a second instead.
+  owners_[pid] = Owner{fd, fd >= 0 ? std::nullopt : startTimeOf(pid)};
 }
 
 std::vector<std::pair<pid_t, int>> Store::ownerPidfds() const {
   std::vector<std::pair<pid_t, int>> out;
-  for (const auto& [pid, fd] : owners_) {
-    if (fd >= 0) out.emplace_back(pid, fd);
+  for (const auto& [pid, owner] : owners_) {
+    if (owner.pidfd >= 0) out.emplace_back(pid, owner.pidfd);
   }
   return out;
 }
@@ -103,8 +98,8 @@ int Store::pollTimeoutMs() const {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(*next - Clock::now()).count() + 1;
     ms = left < 0 ? 0 : left;
   }
-  for (const auto& [pid, fd] : owners_) {
-    if (fd < 0 && (ms < 0 || ms > 1000)) ms = 1000;
+  for (const auto& [pid, owner] : owners_) {
+    if (owner.pidfd < 0 && (ms < 0 || ms > 1000)) ms = 1000;
   }
   return ms > 1 << 30 ? 1 << 30 : static_cast<int>(ms);
 }
@@ -112,7 +107,7 @@ int Store::pollTimeoutMs() const {
 void Store::startExpiry(pid_t pid, std::vector<StoreEvent>& events) {
   auto it = owners_.find(pid);
   if (it != owners_.end()) {
-    if (it->second >= 0) ::close(it->second);
+    if (it->second.pidfd >= 0) ::close(it->second.pidfd);
     owners_.erase(it);
   }
   Clock::time_point expires = Clock::now() + adoptWithin_;
@@ -133,8 +128,8 @@ std::vector<StoreEvent> Store::ownerExited(pid_t pid) {
 std::vector<StoreEvent> Store::tick() {
   std::vector<StoreEvent> events;
   std::vector<pid_t> gone;
-  for (const auto& [pid, fd] : owners_) {
-    if (fd < 0 && ::kill(pid, 0) != 0 && errno == ESRCH) gone.push_back(pid);
+  for (const auto& [pid, owner] : owners_) {
+    if (owner.pidfd < 0 && !isProcessAlive(pid, owner.startTime)) gone.push_back(pid);
   }
   for (pid_t pid : gone) startExpiry(pid, events);
   // Records whose owner pid was 0 (a peer in another pid namespace) have no one to wait for.
@@ -166,7 +161,7 @@ void Store::pruneOwners() {
       ++it;
       continue;
     }
-    if (it->second >= 0) ::close(it->second);
+    if (it->second.pidfd >= 0) ::close(it->second.pidfd);
     it = owners_.erase(it);
   }
 }

@@ -73,8 +73,14 @@ class Store {
 
   std::chrono::milliseconds adoptWithin_;
   std::map<Key, Record> records_;
-  // pid -> its pidfd, or -1 where pidfd_open is unavailable (polled by kill(pid, 0) instead).
-  std::map<pid_t, int> owners_;
+  // An owner's pidfd, or -1 where pidfd_open is unavailable (before Linux 5.3, or refused by a
+  // seccomp filter): then polled once a second by the liveness rule, with the start time read
+  // when it was first watched, so a zombie or a reused pid is not taken for the owner.
+  struct Owner {
+    int pidfd = -1;
+    std::optional<std::string> startTime;
+  };
+  std::map<pid_t, Owner> owners_;
 };
 
 void closeAll(std::vector<int>& fds);
