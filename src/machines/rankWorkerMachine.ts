@@ -161,6 +161,7 @@ export const rankWorkerMachine = rankWorkerSetup.createMachine({
           initial: 'notAdmitted',
           states: { notAdmitted: { on: { ADMIT: 'admitted' } }, admitted: {} },
           invoke: {
+            id: 'open',
             src: 'open',
             input: data,
             onDone: [
@@ -175,6 +176,7 @@ export const rankWorkerMachine = rankWorkerSetup.createMachine({
         admitting: { on: { ADMIT: 'adopting', ...interrupts } },
         adopting: {
           invoke: {
+            id: 'adopt',
             src: 'adopt',
             input: ({ context }) => ({ device: context.device!, data: context.data }),
             onDone: [
@@ -186,11 +188,12 @@ export const rankWorkerMachine = rankWorkerSetup.createMachine({
           on: interrupts,
         },
         allocating: {
-          invoke: { src: 'allocate', input: ({ context }) => ({ device: context.device!, data: context.data }), onDone: 'filling', onError: onPhaseError },
+          invoke: { id: 'allocate', src: 'allocate', input: ({ context }) => ({ device: context.device!, data: context.data }), onDone: 'filling', onError: onPhaseError },
           on: interrupts,
         },
         filling: {
           invoke: {
+            id: 'fill',
             src: 'fill',
             input: ({ context }) => ({ device: context.device!, data: context.data }),
             onDone: { target: 'verifying', actions: { type: 'storeFilled', params: ({ event }) => event.output } },
@@ -200,11 +203,12 @@ export const rankWorkerMachine = rankWorkerSetup.createMachine({
         },
         // The checkpoint files are still the ones planned: bytes of files that changed meanwhile are never served.
         verifying: {
-          invoke: { src: 'verify', input: data, onDone: 'exporting', onError: onPhaseError },
+          invoke: { id: 'verify', src: 'verify', input: data, onDone: 'exporting', onError: onPhaseError },
           on: interrupts,
         },
         exporting: {
           invoke: {
+            id: 'export',
             src: 'export',
             input: ({ context }) => ({ ...device({ context }), resident: context.resident! }),
             onDone: { target: 'serving', actions: [{ type: 'storeSegments', params: ({ event }) => event.output }, raise({ type: 'EXPORTED' })] },
@@ -215,6 +219,7 @@ export const rankWorkerMachine = rankWorkerSetup.createMachine({
         serving: { on: interrupts },
         failing: {
           invoke: {
+            id: 'freeAfterFailure',
             src: 'free',
             input: ({ context }) => ({ device: context.device }),
             onDone: { target: 'failed', actions: { type: 'post', params: says.loadFailed } },
@@ -236,6 +241,7 @@ export const rankWorkerMachine = rankWorkerSetup.createMachine({
             },
             dropping: {
               invoke: {
+                id: 'dropReleased',
                 src: 'dropKept',
                 input: ({ context }) => ({ data: context.data, reason: 'released' as const }),
                 onDone: { target: 'freeing', actions: { type: 'post', params: says.dropped('released') } },
@@ -244,6 +250,7 @@ export const rankWorkerMachine = rankWorkerSetup.createMachine({
             },
             freeing: {
               invoke: {
+                id: 'freeToRelease',
                 src: 'free',
                 input: ({ context }) => ({ device: context.device }),
                 onDone: { target: '#rankWorker.rank.released', actions: { type: 'post', params: { type: 'RELEASED' } } },
@@ -261,6 +268,7 @@ export const rankWorkerMachine = rankWorkerSetup.createMachine({
             settling: { always: { guard: 'keeperIdle', target: 'freeing' } },
             freeing: {
               invoke: {
+                id: 'freeToStop',
                 src: 'free',
                 input: ({ context }) => ({ device: context.device }),
                 onDone: { target: '#rankWorker.rank.stopped', actions: 'closePort' },
@@ -298,6 +306,7 @@ export const rankWorkerMachine = rankWorkerSetup.createMachine({
           initial: 'once',
           states: { once: { on: { KEEP_AGAIN: 'again', KEEP: 'again' } }, again: {} },
           invoke: {
+            id: 'keep',
             src: 'keep',
             input: ({ context }) => ({ data: context.data, segments: context.segments!, digests: context.resident!.digests }),
             onDone: [
@@ -314,6 +323,7 @@ export const rankWorkerMachine = rankWorkerSetup.createMachine({
         },
         dropping: {
           invoke: {
+            id: 'dropUnloaded',
             src: 'dropKept',
             input: ({ context }) => ({ data: context.data, reason: 'unloaded' as const }),
             onDone: { target: 'idle', actions: { type: 'post', params: says.dropped('unloaded') } },
