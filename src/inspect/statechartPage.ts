@@ -80,6 +80,7 @@ const TITLES = {
   supervisor: 'This node',
   coordinator: 'Rendezvous coordinator',
   rankService: "Each local rank's serving lifecycle",
+  rankWorker: "Each rank's worker thread: its load, its keeper calls, its release and stop",
   model: 'Each model served beside the own one',
   modelGroup: "Each model across the group: node 0's all-or-nothing commit",
 };
