@@ -149,6 +149,17 @@ const onPhaseError = { target: '#rankWorker.rank.failing', actions: { type: 'sto
 /** A release or a stop ends whatever the rank is doing. */
 const interrupts = { RELEASE: '#rankWorker.rank.releasing', STOP: '#rankWorker.rank.stopping' } as const;
 
+/** Drops the keeper's copies, then goes on whether or not the keeper did (it frees them when its adoption window ends). */
+const dropping = (id: string, reason: DropReason, then: string) => ({
+  invoke: {
+    id,
+    src: 'dropKept',
+    input: ({ context }: Ctx) => ({ data: context.data, reason }),
+    onDone: { target: then, actions: { type: 'post', params: says.dropped(reason) } },
+    onError: { target: then, actions: { type: 'post', params: says.notDropped(reason) } },
+  },
+}) as const;
+
 export const rankWorkerMachine = rankWorkerSetup.createMachine({
   id: 'rankWorker',
   type: 'parallel',
@@ -239,15 +250,7 @@ export const rankWorkerMachine = rankWorkerSetup.createMachine({
                 { guard: 'keeperIdle', target: 'freeing' },
               ],
             },
-            dropping: {
-              invoke: {
-                id: 'dropReleased',
-                src: 'dropKept',
-                input: ({ context }) => ({ data: context.data, reason: 'released' as const }),
-                onDone: { target: 'freeing', actions: { type: 'post', params: says.dropped('released') } },
-                onError: { target: 'freeing', actions: { type: 'post', params: says.notDropped('released') } },
-              },
-            },
+            dropping: dropping('dropReleased', 'released', 'freeing'),
             freeing: {
               invoke: {
                 id: 'freeToRelease',
@@ -321,15 +324,7 @@ export const rankWorkerMachine = rankWorkerSetup.createMachine({
             ],
           },
         },
-        dropping: {
-          invoke: {
-            id: 'dropUnloaded',
-            src: 'dropKept',
-            input: ({ context }) => ({ data: context.data, reason: 'unloaded' as const }),
-            onDone: { target: 'idle', actions: { type: 'post', params: says.dropped('unloaded') } },
-            onError: { target: 'idle', actions: { type: 'post', params: says.notDropped('unloaded') } },
-          },
-        },
+        dropping: dropping('dropUnloaded', 'unloaded', 'idle'),
       },
     },
   },
