@@ -18,10 +18,8 @@
 // are typed placeholders that src/actors/runRankPhases.ts provides, so the chart can be drawn
 // and the machine walked (test/machines/rankWorker.paths.test.ts) with no addon loaded.
 import { and, assign, fromPromise, not, raise, setup, stateIn } from 'xstate';
-import type { RankToMain, RankWorkerData, MainToRank } from '../actors/rankMessages.js';
-import type { Resident } from '../actors/rankPhases.js';
+import type { Adopted, MainToRank, NotAdopted, RankToMain, RankWorkerData, Resident } from '../models/rankMessages.js';
 import { WeightdError, serializeError } from '../errors.js';
-import type { Adopted, NotAdopted } from '../keeper/rankKeeping.js';
 import type { SegmentExport } from '../native/addon.js';
 import type { DeviceHandle, FillResult } from '../native/deviceHandle.js';
 

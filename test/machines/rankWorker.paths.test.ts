@@ -11,7 +11,7 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { createActor, fromPromise, type AnyActorRef } from 'xstate';
 import { getShortestPaths } from 'xstate/graph';
-import type { RankToMain, RankWorkerData } from '../../src/actors/rankMessages.js';
+import type { RankToMain, RankWorkerData } from '../../src/models/rankMessages.js';
 import { rankWorkerActors, rankWorkerMachine } from '../../src/machines/rankWorkerMachine.js';
 
 const keeper = { socket: '/fake/keeper.sock', model: '/fake/model', writer: 'weightd test' };
