@@ -61,7 +61,7 @@ type Verdict = Extract<ServerMessage, { type: 'model_commit' | 'model_abort' }>;
 type Rejection = { code: string; message: string; details?: Record<string, unknown> };
 
 export type GroupMemberEvent =
-  // What node 0 says on the current connection (wire.ts' server messages).
+  // What node 0 says on the current connection (groupMessages.ts' server messages).
   | { type: 'HELLO' }
   | { type: 'WAITING'; joined: number[]; missing: number[] }
   | { type: 'JOINED'; rankTable: RankTableEntry[] }

@@ -1,6 +1,6 @@
 // A node's side of the rendezvous: join node 0's coordinator, follow the group through loading
 // and readiness, and keep the membership alive while serving. It speaks to the supervisor only
-// through GroupEvents, and to the coordinator only through the messages in wire.ts.
+// through GroupEvents, and to the coordinator only through the messages in groupMessages.ts.
 //
 // The membership's phases and rules are src/machines/groupMemberMachine.ts (start-up is
 // all-or-nothing; once the group was ready, nothing the network does fails this node); this

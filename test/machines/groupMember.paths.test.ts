@@ -14,7 +14,7 @@ import { createActor } from 'xstate';
 import { getShortestPaths } from 'xstate/graph';
 import { groupMemberMachine, type GroupMemberEvent, type GroupMemberInput } from '../../src/machines/groupMemberMachine.js';
 import type { GroupEvent } from '../../src/rendezvous/groupEvents.js';
-import type { ClientMessage } from '../../src/rendezvous/wire.js';
+import type { ClientMessage } from '../../src/rendezvous/groupMessages.js';
 
 const FAR = 1e8;
 const timing = { heartbeatMs: FAR, peerTimeoutMs: FAR, retryMinMs: 1000, retryMaxMs: 8000, handshakeMs: FAR, joinMs: FAR };
