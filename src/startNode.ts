@@ -12,11 +12,10 @@ import { drawnChart, pageMachinesFor } from './machines/drawnMachines.js';
 import { NodeMetrics } from './inspect/nodeMetrics.js';
 import { ProgressReporter } from './inspect/progressReporter.js';
 import { createLogger, flushLogger, type Logger } from './log.js';
-import { supervisorMachine } from './machines/supervisor.js';
+import { modelActor, supervisorMachine } from './machines/supervisor.js';
 import type { LoadResult, ModelState, ModelStatus, NodeFailure, NodeResult, NodeState, NodeStatus, RankStatus, ServedRankStatus, UnloadResult } from './nodeStatus.js';
 import type { ModelRequest } from './models/modelSpecs.js';
 import type { EvictionPolicy } from './models/evictionPolicy.js';
-import type { modelMachine } from './models/modelMachine.js';
 import { ModelControl } from './models/modelControl.js';
 import { ControlServer } from './control/controlServer.js';
 import { resolveNodeOptions, type NodeConfig, type NodeOptions } from './nodeOptions.js';
@@ -89,7 +88,7 @@ export function statusOf(snap: Snapshot, config: NodeConfig, servers?: ServerReg
     ...(ctx.ownStale ? { stale: ctx.ownStale } : {}),
   };
   const others = ctx.models.map((m): ModelStatus => {
-    const child = (snap.children as Record<string, { getSnapshot(): SnapshotFrom<typeof modelMachine> } | undefined>)[m.id]?.getSnapshot();
+    const child = modelActor(snap, m.id)?.getSnapshot();
     const plan = child?.context.planned.plan;
     const modelRanks = (child?.context.ranks ?? []).map((r) => served(r, m.id, plan?.ranks[r.globalRank]?.fingerprint));
     return {
@@ -170,7 +169,7 @@ export async function startNode(options: NodeOptions, { rankWorker = rankWorkerM
   const keeper =
     mode === 'off'
       ? undefined
-      : new KeeperLink({ ...config.keeper, mode, socket: keeperSocketPath(config, socketDir!), log, onBack: () => workers.broadcast({ type: 'KEEP_AGAIN' }) });
+      : new KeeperLink({ ...config.keeper, mode, socket: keeperSocketPath(config, socketDir!), log, onBack: () => actor.send({ type: 'KEEPER_BACK' }) });
   const input = { config, log, rankWorker, workers, servers, keeper: keeper && { socket: keeper.socket, ready: keeper.start() } };
   const actor = createActor(supervisorMachine.provide({ actors: nodeActors }), { input, inspect: feed.inspect });
   const status = () => statusOf(actor.getSnapshot(), config, servers, keeper);

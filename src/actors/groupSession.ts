@@ -6,7 +6,7 @@ import { hostname } from 'node:os';
 import { fromCallback } from 'xstate';
 import { RendezvousError, serializeError, type WeightdError } from '../errors.js';
 import { checkJoin, type GroupExpectation } from '../rendezvous/checkJoin.js';
-import { GroupClient, type JoinRequest } from '../rendezvous/client.js';
+import { GroupMember, type JoinRequest } from '../rendezvous/groupMember.js';
 import { Coordinator } from '../rendezvous/coordinatorServer.js';
 import type { GroupCommand, GroupEvent } from '../rendezvous/groupEvents.js';
 import { groupRankTable } from '../wire/rankTable.js';
@@ -62,7 +62,7 @@ export const groupSession = fromCallback<GroupCommand, GroupSessionInput, GroupE
   }
   let stopped = false;
   let coordinator: Coordinator | undefined;
-  let client: GroupClient | undefined;
+  let member: GroupMember | undefined;
 
   const emit = (event: GroupEvent): void => {
     if (stopped) return;
@@ -75,8 +75,8 @@ export const groupSession = fromCallback<GroupCommand, GroupSessionInput, GroupE
     sendBack(event);
   };
 
-  const startClient = (): void => {
-    client = new GroupClient({
+  const startMember = (): void => {
+    member = new GroupMember({
       host: config.masterAddr,
       port: config.weightCachePort,
       token: config.token,
@@ -86,7 +86,7 @@ export const groupSession = fromCallback<GroupCommand, GroupSessionInput, GroupE
       log,
       emit,
     });
-    client.start();
+    member.start();
   };
 
   if (config.nodeRank === 0) {
@@ -95,38 +95,38 @@ export const groupSession = fromCallback<GroupCommand, GroupSessionInput, GroupE
         if (stopped) return c.close();
         coordinator = c;
         c.onStateChange((state) => !stopped && sendBack({ type: 'COORDINATOR_STATE', state }));
-        startClient();
+        startMember();
       },
       (err: WeightdError) => !stopped && fail(err),
     );
   } else {
-    startClient();
+    startMember();
   }
 
   receive((cmd) => {
     switch (cmd.type) {
       case 'NODE_READY':
-        return client?.nodeReady(cmd.content);
+        return member?.nodeReady(cmd.content);
       case 'NODE_FAILED':
         // Node 0 tells its coordinator directly: the process ends before a frame to itself would
         // make the round trip, and the other nodes must hear why now, not at their timeout.
         coordinator?.reportFailure(config.nodeRank, cmd.error.code, cmd.error.message);
-        return client?.nodeFailed(cmd.error);
+        return member?.nodeFailed(cmd.error);
       case 'MODEL_GROUP_JOIN': {
         const { type: _, ...join } = cmd;
-        if (client) return client.modelJoin(join);
+        if (member) return member.modelJoin(join);
         return sendBack({ type: 'MODEL_GROUP_ABORT', name: cmd.name, fingerprint: cmd.fingerprint, error: serializeError(new RendezvousError('E_MODEL_GROUP_COORDINATOR_LOST', `model "${cmd.name}": this node has no connection to node 0 yet`)) });
       }
       case 'MODEL_GROUP_RESIDENT':
-        return client?.modelResident(cmd.name, cmd.fingerprint);
+        return member?.modelResident(cmd.name, cmd.fingerprint);
       case 'MODEL_GROUP_FAILED':
-        return client?.modelFailed(cmd.name, cmd.fingerprint, cmd.error);
+        return member?.modelFailed(cmd.name, cmd.fingerprint, cmd.error);
     }
   });
 
   return () => {
     stopped = true;
-    client?.close();
+    member?.close();
     coordinator?.close();
   };
 });

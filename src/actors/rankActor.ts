@@ -14,6 +14,7 @@ const toWorker: Record<RankCommand['type'], MainToRank> = {
   RANK_ADMIT: { type: 'ADMIT' },
   RANK_KEEP: { type: 'KEEP' },
   RANK_UNKEEP: { type: 'UNKEEP' },
+  RANK_KEEP_AGAIN: { type: 'KEEP_AGAIN' },
 };
 
 export const rankActor = fromCallback<RankCommand, RankActorInput, RankEvent>(({ input, sendBack, receive }) => {

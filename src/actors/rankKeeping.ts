@@ -4,8 +4,7 @@
 // keeper failure here degrades to a load from disk or to a rank that is not kept, and says so:
 // the keeper makes restarts fast, it never stops a node from serving.
 import { canonicalJson } from '../checkpoint/canonicalJson.js';
-import type { Post, RankKeeping, RankWorkerData } from '../models/rankMessages.js';
-import type { RankSource } from '../nodeStatus.js';
+import type { Adopted, NotAdopted, Post, RankKeeping, RankWorkerData } from '../models/rankMessages.js';
 import { errorCode } from '../errors.js';
 import { addon, type SegmentExport } from '../native/addon.js';
 import type { DeviceHandle } from '../native/deviceHandle.js';
@@ -22,25 +21,6 @@ export function handleTypeFor(data: RankWorkerData): KeptHandleType | undefined 
 
 function expectation(data: RankWorkerData, handleType: KeptHandleType): KeptExpectation {
   return { backend: data.device.backend, handleType, device: data.device.uuid, plan: data.plan, files: data.files };
-}
-
-export interface Adopted {
-  bytes: number;
-  seconds: number;
-  source: RankSource;
-  /**
-   * The record's load request is not the one this rank keeps (a model on this command line that
-   * an earlier daemon loaded at run time, or the reverse): keep the segments again, with this
-   * rank's record, so the next start does not restore (or drop) it by what an earlier daemon knew.
-   */
-  rekeep: boolean;
-  /** The record's full digests (Resident.digests); empty from a record that had none. */
-  digests: string[];
-}
-
-/** The keeper held this rank's shard, and its record was refused (and the shard dropped): why, for the status. */
-export interface NotAdopted {
-  refused: string;
 }
 
 /**

@@ -3,11 +3,9 @@
 // src/actors/rankWorker.ts (a test's fixture that fails at one phase on purpose) runs this same
 // code around the phase it replaces.
 import { checkFileIdentities } from '../files/fileIdentity.js';
-import type { Adopted, NotAdopted } from './rankKeeping.js';
 import type { SegmentExport } from '../native/addon.js';
 import { DeviceHandle, type FillResult } from '../native/deviceHandle.js';
-import type { RankSource } from '../nodeStatus.js';
-import type { Post, RankWorkerData } from '../models/rankMessages.js';
+import type { Adopted, NotAdopted, Post, RankWorkerData, Resident } from '../models/rankMessages.js';
 
 export type { Post };
 
@@ -18,9 +16,6 @@ export type { Post };
 export const rankKeeping = () => import('./rankKeeping.js');
 
 type Awaitable<T> = T | Promise<T>;
-
-/** How the rank's bytes came to be resident: filled from the checkpoint, or adopted from a keeper. */
-export type Resident = Pick<FillResult, 'bytes' | 'seconds' | 'digests'> & { source: RankSource };
 
 /** A rank's load, in the order the worker runs it. */
 export interface RankPhases {

@@ -4,7 +4,7 @@
 import { hostname } from 'node:os';
 import { fromPromise } from 'xstate';
 import type { ReportStartupFailureInput } from '../machines/supervisorActors.js';
-import { reportStartupFailure } from '../rendezvous/client.js';
+import { reportStartupFailure } from '../rendezvous/startupFailureReport.js';
 import { groupTiming } from '../rendezvous/timing.js';
 
 /** How long node 0 gets to answer; it may not be up yet, and then it names this node missing. */

@@ -79,7 +79,9 @@ const MAX_EVENTS = 200;
 const TITLES = {
   supervisor: 'This node',
   coordinator: 'Rendezvous coordinator',
+  groupMember: "This node's membership of the group: its join, the ready barrier, and rejoining node 0",
   rankService: "Each local rank's serving lifecycle",
+  rankWorker: "Each rank's worker thread: its load, its keeper calls, its release and stop",
   model: 'Each model served beside the own one',
   modelGroup: "Each model across the group: node 0's all-or-nothing commit",
 };

@@ -1,13 +1,15 @@
 // The machines weightd draws from their own definitions (`weightd statechart --machine`, the
 // inspect page), by the id each chart carries. Machines only: loading this loads no I/O.
 import { coordinatorMachine } from './coordinator.js';
+import { groupMemberMachine } from './groupMemberMachine.js';
 import { modelMachine } from '../models/modelMachine.js';
 import { modelGroupMachine } from '../models/modelGroupMachine.js';
+import { rankWorkerMachine } from './rankWorkerMachine.js';
 import { supervisorMachine } from './supervisor.js';
 import { rankServiceMachine } from '../serve/rankServiceMachine.js';
 import { machineToChart, type MachineChart } from '../inspect/machineToMermaid.js';
 
-const DRAWN_MACHINES = { supervisor: supervisorMachine, coordinator: coordinatorMachine, rankService: rankServiceMachine, model: modelMachine, modelGroup: modelGroupMachine };
+const DRAWN_MACHINES = { supervisor: supervisorMachine, coordinator: coordinatorMachine, groupMember: groupMemberMachine, rankService: rankServiceMachine, rankWorker: rankWorkerMachine, model: modelMachine, modelGroup: modelGroupMachine };
 export type DrawnMachine = keyof typeof DRAWN_MACHINES;
 export const DRAWN_MACHINE_NAMES = Object.keys(DRAWN_MACHINES) as DrawnMachine[];
 
@@ -28,5 +30,5 @@ export function drawnChart(machine: DrawnMachine): MachineChart {
  */
 export function pageMachinesFor(nnodes: number): DrawnMachine[] {
   const group = nnodes > 1;
-  return ['supervisor', ...(group ? (['coordinator'] as const) : []), 'rankService', 'model', ...(group ? (['modelGroup'] as const) : [])];
+  return ['supervisor', ...(group ? (['coordinator', 'groupMember'] as const) : []), 'rankService', 'rankWorker', 'model', ...(group ? (['modelGroup'] as const) : [])];
 }

@@ -23,10 +23,14 @@ export type ModelEvent =
 
 /** From the programmatic API (node.load, node.unload; the control socket goes through them). */
 export type ModelRequestEvent =
-  | { type: 'MODEL_LOAD'; planned: PlannedModel }
+  /** `id`: the model actor's id, which the caller names so that it can follow that actor (modelLoadId). */
+  | { type: 'MODEL_LOAD'; id: string; planned: PlannedModel }
   /** A model that would span the group could not be planned here: the other nodes must not wait for it. */
   | { type: 'MODEL_PLAN_FAILED'; name: string; error: SerializedError }
   /** `ids`: model actors to unload; `own`: the node's own model too. */
   | { type: 'MODEL_UNLOAD'; ids: string[]; own: boolean; force: boolean };
 
-export type SupervisorEvent = RankEvent | ServeEvent | GroupEvent | ModelEvent | ModelRequestEvent | { type: 'STOP'; reason?: string };
+/** The node's keeper answers again after it was lost or absent: every rank hands it its segments again (src/keeper/keeperLink.ts). */
+export type KeeperEvent = { type: 'KEEPER_BACK' };
+
+export type SupervisorEvent = RankEvent | ServeEvent | GroupEvent | ModelEvent | ModelRequestEvent | KeeperEvent | { type: 'STOP'; reason?: string };

@@ -2,7 +2,7 @@
 // typed placeholder, and the composition root (startNode, with src/actors/nodeActors.ts) or a
 // test supplies the implementations through .provide(). Importing the machine therefore loads
 // no addon, so the CLI can draw the chart on a machine where the addon is not built.
-import { and, assertEvent, assign, enqueueActions, fromCallback, fromPromise, setup, type AnyActorRef } from 'xstate';
+import { and, assertEvent, assign, enqueueActions, fromCallback, fromPromise, setup, type ActorRefFrom, type AnyActorRef, type SnapshotFrom } from 'xstate';
 import type { PlannedModel } from '../models/planModel.js';
 import type { GroupSessionInput, PrepareInput, Prepared, PublishCommand, PublishNodeManifestInput, ReportStartupFailureInput } from './supervisorActors.js';
 import type { RankActorInput, RankCommand } from '../models/rankContract.js';
@@ -73,7 +73,7 @@ export interface SupervisorContext extends SupervisorInput {
   ownDrained: boolean;
   /** The node's own model's checkpoint files changed since it was planned (it drains, and is loaded again). */
   ownStale?: { changes: IdentityChange[]; described: string; since: number };
-  /** Counts every model actor ever spawned, for their ids. */
+  /** Counts the model actors spawned with the node, for their ids (one loaded later is named by its MODEL_LOAD). */
   modelsSpawned: number;
   rankTable: RankTableEntry[];
   ranks: RankStatus[];
@@ -95,6 +95,13 @@ export const GROUP_ACTOR_ID = 'group';
 export const rankActorId = (localRank: number) => `rank-${localRank}`;
 export const serveActorId = (localRank: number) => `serve-${localRank}`;
 export const modelActorId = (n: number) => `model-${n}`;
+/** The id of the `n`th model loaded at run time (MODEL_LOAD.id): apart from those started with the node. */
+export const modelLoadId = (n: number) => `load-${n}`;
+
+/** A model actor among the supervisor's children, by its id (ModelEntry.id). */
+export function modelActor(snapshot: SnapshotFrom<typeof supervisorMachine>, id: string): ActorRefFrom<typeof modelMachine> | undefined {
+  return (snapshot.children as Record<string, ActorRefFrom<typeof modelMachine> | undefined>)[id];
+}
 
 /** How long ranks get to free their devices after STOP before the node gives up on them. */
 export const STOP_TIMEOUT_MS = 30_000;
@@ -217,10 +224,9 @@ const supervisorSetup = setup({
     }),
     spawnModel: enqueueActions(({ context, event, enqueue, self }) => {
       assertEvent(event, 'MODEL_LOAD');
-      const { planned } = event;
-      const id = modelActorId(context.modelsSpawned);
+      const { planned, id } = event;
       enqueue.spawnChild('model', { id, input: modelInput(context, self, id, planned, false) });
-      enqueue.assign({ models: [...context.models, modelEntry(id, planned, false)], modelsSpawned: context.modelsSpawned + 1 });
+      enqueue.assign({ models: [...context.models, modelEntry(id, planned, false)] });
       // Every node loads it as soon as it has joined; none serves it before node 0 commits.
       if (planned.placement.nnodes > 1) {
         const { name } = planned.spec;
@@ -316,6 +322,11 @@ const supervisorSetup = setup({
       return { failure: context.failure ?? event.error };
     }),
     republishManifest: enqueueActions(({ context, enqueue }) => enqueue.sendTo('publishManifest', { type: 'REPUBLISH', manifest: manifestOf(context) })),
+    // Ranks exist from loading on (context.ranks is filled as they are spawned); a rank not loaded yet keeps its segments once it is.
+    keepAgain: enqueueActions(({ context, enqueue }) => {
+      for (const r of context.ranks) enqueue.sendTo(rankActorId(r.localRank), { type: 'RANK_KEEP_AGAIN' });
+      for (const m of context.models) enqueue.sendTo(m.id, { type: 'KEEPER_BACK' });
+    }),
     stopModels: enqueueActions(({ context, enqueue }) => {
       for (const m of context.models) enqueue.sendTo(m.id, { type: 'MODEL_STOP' });
     }),
@@ -551,6 +562,7 @@ export const supervisorMachine = supervisorSetup.createMachine({
     COORDINATOR_STATE: { actions: 'recordCoordinatorState' },
     // A keeper takes, loses or drops a rank's segments in any state a rank lives in.
     RANK_KEPT: { actions: 'recordKept' },
+    KEEPER_BACK: { actions: 'keepAgain' },
   },
 });
 

@@ -1,7 +1,7 @@
 // node.load and node.unload (what the control socket calls too): checks a request against what
 // the node serves, plans a model to load, hands it to the supervisor and follows its model actor
 // until it serves or fails. The machines decide the lifecycle; this only asks and reports.
-import type { Actor, SnapshotFrom } from 'xstate';
+import type { Actor, ActorRefFrom, SnapshotFrom } from 'xstate';
 import { planModel, spansGroup, type PlannedModel } from './planModel.js';
 import { alreadyLoadedError } from './alreadyLoadedError.js';
 import { WeightdError, errorCode, receivedCode, RankFailedError, serializeError } from '../errors.js';
@@ -9,7 +9,7 @@ import { evictForLoad } from './evictForLoad.js';
 import { checkEvictionPolicy, type EvictionPolicy } from './evictionPolicy.js';
 import type { Logger } from '../log.js';
 import type { modelMachine } from './modelMachine.js';
-import type { supervisorMachine } from '../machines/supervisor.js';
+import { modelActor, modelLoadId, type supervisorMachine } from '../machines/supervisor.js';
 import { resolveModelSpec, type ModelRequest, type ModelSpec } from './modelSpecs.js';
 import type { NodeConfig } from '../nodeOptions.js';
 import type { LoadResult, ModelStatus, NodeStatus, UnloadResult } from '../nodeStatus.js';
@@ -27,6 +27,8 @@ export class ModelControl {
   readonly #config: NodeConfig;
   readonly #log: Logger;
   readonly #status: () => NodeStatus;
+  /** Loads handed to the supervisor, which name their model actors (modelLoadId). */
+  #loads = 0;
   /** The model being planned or loaded now, if any. */
   #loading: string | undefined;
   /** Called when a load ends, and on close: a reload waiting for its turn looks again. */
@@ -179,11 +181,9 @@ export class ModelControl {
   /** Hands a planned model to the supervisor; resolves with its status once it serves. */
   async #serve(planned: PlannedModel, name: string): Promise<ModelStatus> {
     this.#refuseUnlessReady('load');
-    const spawned = this.#actor.getSnapshot().context.modelsSpawned;
-    this.#actor.send({ type: 'MODEL_LOAD', planned });
-    const after = this.#actor.getSnapshot();
-    const id = after.context.modelsSpawned > spawned ? after.context.models.at(-1)?.id : undefined;
-    const child = id === undefined ? undefined : (after.children as Record<string, Actor<typeof modelMachine> | undefined>)[id];
+    const id = modelLoadId(++this.#loads);
+    this.#actor.send({ type: 'MODEL_LOAD', id, planned });
+    const child = modelActor(this.#actor.getSnapshot(), id);
     if (!child) throw new WeightdError('E_LOAD_BUSY', `the node is ${this.#actor.getSnapshot().value} and did not take the load of "${name}"; try again once it is ready`);
     await this.#untilServing(child, name);
     // The newest version of the fingerprint: one released or draining before may still be listed.
@@ -242,7 +242,7 @@ export class ModelControl {
   }
 
   /** Resolves when the model actor serves; rejects with its failure when it ends first. */
-  #untilServing(child: Actor<typeof modelMachine>, name: string): Promise<void> {
+  #untilServing(child: ActorRefFrom<typeof modelMachine>, name: string): Promise<void> {
     return new Promise((resolve, reject) => {
       const check = (snap: ModelSnapshot) => {
         if (snap.value === 'serving' || snap.value === 'draining') {

@@ -79,7 +79,9 @@ export type ModelCommand =
   /** A model that spans the group: node 0 found it resident on every node. */
   | { type: 'MODEL_COMMIT' }
   /** A model that spans the group failed on another node (or node 0 is gone): free it. */
-  | { type: 'MODEL_ABORT'; error: NodeFailure };
+  | { type: 'MODEL_ABORT'; error: NodeFailure }
+  /** The node's keeper answers again: each rank hands it its segments again (if it may keep them). */
+  | { type: 'KEEPER_BACK' };
 
 export const modelRankId = (localRank: number) => `rank-${localRank}`;
 export const modelServeId = (localRank: number) => `serve-${localRank}`;
@@ -186,6 +188,9 @@ export const modelMachine = setup({
     recordKept: assign(({ context, event }) => (assertEvent(event, 'RANK_KEPT'), { ranks: recordReport(context.ranks, event) })),
     keepRanks: enqueueActions(({ context, enqueue }) => {
       for (const r of context.ranks) if (r.state !== 'released') enqueue.sendTo(modelRankId(r.localRank), { type: 'RANK_KEEP' });
+    }),
+    keepRanksAgain: enqueueActions(({ context, enqueue }) => {
+      for (const r of context.ranks) enqueue.sendTo(modelRankId(r.localRank), { type: 'RANK_KEEP_AGAIN' });
     }),
     // A draining model is not to come back at a restart: the keeper lets go of it now, while its ranks serve the last leases.
     unkeepRanks: enqueueActions(({ context, enqueue }) => {
@@ -371,6 +376,8 @@ export const modelMachine = setup({
     // A keeper takes, loses or drops a rank's segments in any state a rank lives in.
     RANK_KEPT: { actions: 'recordKept' },
     RANK_STALE: { actions: 'recordStale' },
+    // Its ranks live from admitting to the end: each decides whether the keeper may have its segments.
+    KEEPER_BACK: { actions: 'keepRanksAgain' },
   },
 });
 

@@ -1,10 +1,12 @@
-// Typed messages between a rank actor (main thread) and its worker thread.
+// Typed messages between a rank actor (main thread) and its worker thread, and what its phases
+// hand each other (src/actors/rankPhases.ts, src/machines/rankWorkerMachine.ts).
 import type { RankFillPlan } from '../checkpoint/types.js';
 import type { FileIdentity } from '../files/fileIdentity.js';
 import type { SerializedError } from '../errors.js';
 import type { RankSource } from '../nodeStatus.js';
 import type { KeptLoad } from '../keeper/keptRecord.js';
 import type { CudaHandles, DeviceInfo, DeviceSlot, FillOptions, SegmentExport } from '../native/addon.js';
+import type { FillResult } from '../native/deviceHandle.js';
 
 export interface RankWorkerData {
   nodeRank: number;
@@ -71,3 +73,26 @@ export type RankToMain =
  * until its last lease ends.
  */
 export type MainToRank = { type: 'RELEASE' } | { type: 'STOP' } | { type: 'KEEP_AGAIN' } | { type: 'ADMIT' } | { type: 'KEEP' } | { type: 'UNKEEP' };
+
+/** How the rank's bytes came to be resident: filled from the checkpoint, or adopted from a keeper. */
+export type Resident = Pick<FillResult, 'bytes' | 'seconds' | 'digests'> & { source: RankSource };
+
+/** What a rank adopted from the keeper (src/actors/rankKeeping.ts). */
+export interface Adopted {
+  bytes: number;
+  seconds: number;
+  source: RankSource;
+  /**
+   * The record's load request is not the one this rank keeps (a model on this command line that
+   * an earlier daemon loaded at run time, or the reverse): keep the segments again, with this
+   * rank's record, so the next start does not restore (or drop) it by what an earlier daemon knew.
+   */
+  rekeep: boolean;
+  /** The record's full digests (Resident.digests); empty from a record that had none. */
+  digests: string[];
+}
+
+/** The keeper held this rank's shard, and its record was refused (and the shard dropped): why, for the status. */
+export interface NotAdopted {
+  refused: string;
+}

@@ -1,4 +1,4 @@
-// The rendezvous protocol's messages, between every node's GroupClient and node 0's
+// The rendezvous protocol's messages, between every node's GroupMember and node 0's
 // Coordinator, over TCP. Framing (magic "WGTD", frame version, length, JSON payload) is the
 // serving protocol's codec (src/wire/frameCodec.ts); this file is the message set on top.
 //

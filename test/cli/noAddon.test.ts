@@ -42,9 +42,15 @@ test('statechart draws the coordinator and the rank service too, and names the m
   assert.match(coordinator.stdout, /gathering/);
   const service = JSON.parse(run('statechart', '--machine', 'rankService', '--format', 'json').stdout) as { states: Array<{ key: string }> };
   assert.equal(service.states.map((s) => s.key), ['serving', 'draining', 'releasing', 'released']);
+  // The rank's worker thread and the group member declare their I/O as placeholders: drawn with no addon too.
+  for (const [machine, state] of [['rankWorker', 'exporting'], ['groupMember', 'rejoining']]) {
+    const drawn = run('statechart', '--machine', machine!);
+    assert.is(drawn.status, 0, drawn.stderr);
+    assert.match(drawn.stdout, new RegExp(state!));
+  }
   const wrong = run('statechart', '--machine', 'rankserver');
   assert.is.not(wrong.status, 0);
-  assert.match(wrong.stderr, /rankserver.*supervisor, coordinator, rankService|supervisor, coordinator, rankService.*rankserver/s);
+  assert.match(wrong.stderr, /rankserver.*supervisor, coordinator, groupMember, rankService, rankWorker|supervisor, coordinator, groupMember, rankService, rankWorker.*rankserver/s);
 });
 
 test.after(() => rmSync(pkg, { recursive: true, force: true }));

@@ -5,7 +5,7 @@ import * as assert from 'uvu/assert';
 import { createServer } from 'node:net';
 import { RDZV_PROTOCOL_VERSION } from '../../src/rendezvous/groupMessages.js';
 import { Coordinator } from '../../src/rendezvous/coordinatorServer.js';
-import { reportStartupFailure } from '../../src/rendezvous/client.js';
+import { reportStartupFailure } from '../../src/rendezvous/startupFailureReport.js';
 import { freePort } from '../../src/nodeOptions.js';
 import {
   closeAll, closeLeftovers, FAST, FINGERPRINT, joinRequest, RawPeer, readyGroup, silent, sleep, startCoordinator, startNodes, TestNode, type GroupShape,

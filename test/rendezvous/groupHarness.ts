@@ -1,9 +1,9 @@
-// In-process rendezvous groups on loopback: node 0's Coordinator and one GroupClient per node,
+// In-process rendezvous groups on loopback: node 0's Coordinator and one GroupMember per node,
 // each recording the GroupEvents it emits, with short clocks so failure paths take
 // milliseconds. Ports are picked by the kernel (port 0) so test files can run in parallel.
 import { connect, type Socket } from 'node:net';
 import pino from 'pino';
-import { GroupClient, type JoinRequest } from '../../src/rendezvous/client.js';
+import { GroupMember, type JoinRequest } from '../../src/rendezvous/groupMember.js';
 import { Coordinator } from '../../src/rendezvous/coordinatorServer.js';
 import type { GroupEvent } from '../../src/rendezvous/groupEvents.js';
 import type { GroupTiming } from '../../src/rendezvous/timing.js';
@@ -69,11 +69,11 @@ export class TestNode {
   readonly events: GroupEvent[] = [];
   readonly waiting: Array<Extract<GroupEvent, { type: 'GROUP_WAITING' }>> = [];
   readonly logs: string[] = [];
-  readonly client: GroupClient;
+  readonly client: GroupMember;
   #waiters: Array<() => void> = [];
 
   constructor(port: number, join: JoinRequest, opts: { token?: string; rendezvousTimeoutMs?: number; timing?: Partial<GroupTiming> } = {}) {
-    this.client = new GroupClient({
+    this.client = new GroupMember({
       host: '127.0.0.1',
       port,
       token: opts.token,
