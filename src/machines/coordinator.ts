@@ -27,7 +27,8 @@ export interface CoordinatorInput {
   strangerLog: LogLimiter;
 }
 
-export interface GroupMember extends NodeIdentity {
+/** What node 0 knows of one member of its group (the member itself runs a GroupMember). */
+export interface MemberRecord extends NodeIdentity {
   linkId: number;
   /** joined: accepted; ready: reported ready; lost: its connection is gone (or it failed while serving). */
   state: 'joined' | 'ready' | 'lost';
@@ -44,7 +45,7 @@ export interface Claim {
 
 export interface CoordinatorContext extends CoordinatorInput {
   claims: Claim[];
-  members: GroupMember[];
+  members: MemberRecord[];
   rankTable: RankTableEntry[];
   verdict?: Rejection;
   /** Joins refused for want of a valid token, named in a timeout verdict. */
@@ -80,7 +81,7 @@ const allRanks = (c: CoordinatorContext) => Array.from({ length: c.expect.nnodes
 const connected = (c: CoordinatorContext, except?: number) => c.members.filter((m) => m.state !== 'lost' && m.linkId !== except).map((m) => m.linkId);
 
 /** While serving, the same node rank may come back once its old connection is known lost. */
-function lostPredecessor(c: CoordinatorContext, e: JoinEvent): GroupMember | undefined {
+function lostPredecessor(c: CoordinatorContext, e: JoinEvent): MemberRecord | undefined {
   const previous = memberByRank(c, claimedRank(e));
   return previous?.state === 'lost' ? previous : undefined;
 }
@@ -92,7 +93,7 @@ function joinRejection(c: CoordinatorContext, e: JoinEvent, serving: boolean): R
   return checkJoin(e.join, e.address, c.expect, e.nonce, c.members.filter((m) => m !== previous));
 }
 
-function memberOf(e: Extract<CoordinatorEvent, { type: 'JOIN' }>): GroupMember {
+function memberOf(e: Extract<CoordinatorEvent, { type: 'JOIN' }>): MemberRecord {
   const j = e.join;
   return { nodeRank: j.nodeRank, hostName: j.hostName, address: e.address, deviceUuids: j.deviceUuids, linkId: e.linkId, state: 'joined' };
 }
@@ -238,7 +239,7 @@ const verdict = {
 };
 
 /** The member an event takes down while serving, and why (also once it is marked lost). */
-function lostMember(c: CoordinatorContext, e: CoordinatorEvent): { member: GroupMember; reason: string } {
+function lostMember(c: CoordinatorContext, e: CoordinatorEvent): { member: MemberRecord; reason: string } {
   assertEvent(e, ['LINK_CLOSED', 'NODE_FAILED']);
   return e.type === 'LINK_CLOSED'
     ? { member: c.members.find((m) => m.linkId === e.linkId)!, reason: e.reason }
