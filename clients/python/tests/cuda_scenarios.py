@@ -140,11 +140,14 @@ def daemon_switch() -> None:
             out["unservedIsMismatch"] = type(miss).__name__ == "Mismatch" and reads(want0)
             # Descriptors that do not map: refused, all or nothing.
             state = client.get_state(e1.fingerprint, fingerprint_fields=e1.fields)
+            null = os.open("/dev/null", os.O_RDONLY)
             try:
-                attached._mapping.remap(state, {0: os.open("/dev/null", os.O_RDONLY)})
+                attached._mapping.remap(state, {0: null})
                 out["badFdRefused"] = False
             except CudaError as err:
                 out["badFdRefused"] = err.code == "E_CUDA" and reads(want0)
+            finally:
+                os.close(null)
             client.detach(state["leaseId"])
             # An update from a new checkpoint directory (hot swap), followed in place: the engine
             # hears model_ready for the name it watches and switches to that fingerprint.
@@ -167,9 +170,12 @@ def daemon_switch() -> None:
             if ready is not None:
                 attached.switch_to(ready["fingerprint"])
                 out["followedUpdate"] = reads(want2) and {n: t.pointer for n, t in attached.tensors.items()} == pointers
+            # Held now: the version switched to last (the announced one), with this one lease.
+            last = ready["fingerprint"] if ready is not None else e0.fingerprint
+            out["leasesHeld"] = len(client.stats(last)["leases"])
             attached.tensors = {}
             attached.detach()
-            out["leasesAfter"] = [client.stats(e1.fingerprint)["leases"]]
+            out["leasesAfter"] = client.stats(last)["leases"]
         daemon.stop()
         out["daemonLeaks"] = next((json.loads(l[len("FAKE_CUDA_LEAKS ") :]) for l in daemon.stderr.splitlines() if l.startswith("FAKE_CUDA_LEAKS ")), None)
     print(json.dumps(out))

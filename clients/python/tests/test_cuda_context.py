@@ -16,7 +16,7 @@ from cuda_scenarios import FD_PATTERN
 
 ROOT = Path(__file__).resolve().parents[3]
 SCENARIOS = Path(__file__).with_name("cuda_scenarios.py")
-NO_LEAKS = {"device": 0, "pinned": 0, "registered": 0, "imported": 0, "streams": 0, "events": 0, "contextRefs": 0, "vmm": 0, "reservations": 0, "mappings": 0, "vmmFds": 0}
+NO_LEAKS = {"device": 0, "pinned": 0, "registered": 0, "imported": 0, "streams": 0, "events": 0, "contextRefs": 0, "vmm": 0, "reservations": 0, "mappings": 0, "vmmFds": 0, "modules": 0}
 
 
 @pytest.fixture(scope="module")
@@ -153,5 +153,5 @@ def test_switch_to_puts_another_version_behind_the_same_pointers_and_back_leavin
     assert got["badFdRefused"], "a descriptor that does not import changes nothing"
     assert got["ctlLoad"] == 0 and got["heardReady"], "a hot swap under the watched name announces the new version"
     assert got["followedUpdate"], "switch_to the announced fingerprint: the same pointers read the update"
-    assert got["leasesAfter"] == [[]]
+    assert got["leasesHeld"] == 1 and got["leasesAfter"] == [], "detach ends the lease on the version switched to last"
     assert got["daemonLeaks"] == NO_LEAKS

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import json
+import logging
 import os
 import re
 from dataclasses import dataclass, field
@@ -17,7 +18,9 @@ from .columns import TensorColumns
 from .cuda import CUDA_FD_HANDLE, CudaMapping
 from .host import HostMapping
 from .liveness import is_process_alive
-from .protocol import Connection, ProtocolError, ServeError, close_fds
+from .protocol import Connection, ProtocolError, ServeError, WeightdError, close_fds
+
+log = logging.getLogger("weightd_client")
 
 SOCKET_SUFFIX = ".sock"
 NODE_MANIFEST = "node.json"
@@ -138,7 +141,11 @@ class Attached:
             client.detach(state["leaseId"])
             raise
         old, self.lease_id, self.state = self.lease_id, state["leaseId"], state
-        client.detach(old)
+        try:
+            client.detach(old)
+        except WeightdError as err:
+            # The switch is done; the old lease ends with this connection or the daemon's sweep.
+            log.warning("weightd: switched to %s, but dropping the old lease failed: %s", fingerprint[:12], err)
         return self
 
     def __enter__(self) -> "Attached":

@@ -9,11 +9,11 @@ warns that the buffer is not writable — writing to it would crash the process)
 from __future__ import annotations
 
 import ctypes
+import errno
 import fcntl
 import mmap
 import os
 import struct
-import sys
 import warnings
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -45,16 +45,26 @@ def _check_segment_fd(segment: int, fd: int, nbytes: int) -> None:
 
 
 def _map_segment(segment: int, fd: int, nbytes: int) -> mmap.mmap:
-    """Maps a received segment read-only; the caller closes ``fd`` (the mapping keeps the pages)."""
+    """Maps a received segment read-only; the caller closes ``fd`` (the mapping keeps the pages).
+
+    The mapping is an ``mmap`` object (so views can say when they are gone: see close) whose
+    pages are the segment's, moved in by mremap: an ``mmap`` of the descriptor itself would keep a
+    duplicate of it open before Python 3.13, and with it the segment's memory after a switch_to
+    left it behind."""
     _check_segment_fd(segment, fd, nbytes)
-    # CPython's mmap keeps a dup of the descriptor for as long as it maps, unless told not to (3.13+).
-    untracked: Dict[str, Any] = {"trackfd": False} if sys.version_info >= (3, 13) else {}
+    real = _Mapping.of_fd(fd, nbytes)
     try:
-        return mmap.mmap(fd, nbytes, mmap.MAP_SHARED, mmap.PROT_READ, **untracked)
-    except PermissionError:
-        # Kernels before 6.7 refuse a shared mapping of a write-sealed memfd opened read-write; a
-        # private read-only one maps the same pages, with no copy, since nothing can write them.
-        return mmap.mmap(fd, nbytes, mmap.MAP_PRIVATE, mmap.PROT_READ, **untracked)
+        placeholder = mmap.mmap(-1, nbytes, mmap.MAP_PRIVATE, mmap.PROT_READ)
+    except BaseException:
+        real.unmap()
+        raise
+    try:
+        real.move_to(_Mapping(_address(placeholder), real.length))
+    except BaseException:
+        real.unmap()
+        placeholder.close()
+        raise
+    return placeholder
 
 
 class _Mapping:
@@ -78,34 +88,46 @@ class _Mapping:
             cls._libc = libc
         return cls._libc
 
-    @classmethod
-    def _mmap(cls, length: int, prot: int, flags: int, fd: int) -> "_Mapping":
-        address = cls.libc().mmap(None, length, prot, flags, fd, 0)
-        if address in (None, _MAP_FAILED):
-            err = ctypes.get_errno()
-            raise (PermissionError if err in (1, 13) else OSError)(err, f"mmap: {os.strerror(err)}")
-        return cls(address, length)
+    @staticmethod
+    def _failed(call: str) -> OSError:
+        err = ctypes.get_errno()
+        return (PermissionError if err in (errno.EPERM, errno.EACCES) else OSError)(err, f"{call}: {os.strerror(err)}")
 
     @classmethod
     def of_fd(cls, fd: int, nbytes: int) -> "_Mapping":
-        """``fd`` mapped read-only somewhere, whole pages, as _map_segment maps it."""
+        """``fd`` mapped shared and read-only somewhere, in whole pages."""
         length = -(-nbytes // mmap.PAGESIZE) * mmap.PAGESIZE
+        address = cls.libc().mmap(None, length, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+        if address not in (None, _MAP_FAILED):
+            return cls(address, length)
+        failure = cls._failed("mmap")
+        if not isinstance(failure, PermissionError):
+            raise failure
+        # Kernels before 6.7 refuse a shared mapping of a write-sealed memfd through a descriptor
+        # open for writing; one opened read-only maps the same pages.
+        readonly = os.open(f"/proc/self/fd/{fd}", os.O_RDONLY | os.O_CLOEXEC)
         try:
-            return cls._mmap(length, mmap.PROT_READ, mmap.MAP_SHARED, fd)
-        except PermissionError:
-            return cls._mmap(length, mmap.PROT_READ, mmap.MAP_PRIVATE, fd)  # see _map_segment
+            address = cls.libc().mmap(None, length, mmap.PROT_READ, mmap.MAP_SHARED, readonly, 0)
+            if address in (None, _MAP_FAILED):
+                raise cls._failed("mmap")
+            return cls(address, length)
+        finally:
+            os.close(readonly)
 
-    @classmethod
-    def reserve(cls, length: int) -> "_Mapping":
-        """Inaccessible address space to move a mapping into."""
-        return cls._mmap(length, _PROT_NONE, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _MAP_NORESERVE, -1)
+    def alias(self) -> "_Mapping":
+        """A second mapping of these (shared) pages elsewhere: what a switch puts back on failure."""
+        address = self.libc().mremap(self.address, 0, self.length, _MREMAP_MAYMOVE, None)
+        if address in (None, _MAP_FAILED):
+            raise self._failed("mremap (alias)")
+        return _Mapping(address, self.length)
 
     def move_to(self, there: "_Mapping") -> "_Mapping":
-        """Moves these pages to ``there``'s address, replacing what was mapped there (one
-        mremap: no moment with neither); this range is then unmapped. Returns ``there``."""
+        """Moves these pages to ``there``'s address in one mremap, replacing what was mapped there
+        with no moment in which the range is unmapped, so no other thread's mmap can land in it;
+        this range is unmapped after. On failure the kernel may have unmapped ``there`` already
+        (it does so before moving): the caller puts something back. Returns ``there``."""
         if self.libc().mremap(self.address, self.length, there.length, _MREMAP_MAYMOVE | _MREMAP_FIXED, there.address) in (None, _MAP_FAILED):
-            err = ctypes.get_errno()
-            raise OSError(err, f"mremap: {os.strerror(err)}")
+            raise self._failed("mremap")
         return there
 
     def unmap(self) -> None:
@@ -113,8 +135,6 @@ class _Mapping:
 
 
 _MAP_FAILED = ctypes.c_void_p(-1).value
-_MAP_NORESERVE = 0x4000
-_PROT_NONE = 0
 _MREMAP_MAYMOVE, _MREMAP_FIXED = 1, 2
 
 
@@ -246,10 +266,11 @@ class HostMapping:
 
     def remap(self, state: Dict[str, Any], fds: Dict[int, int]) -> None:
         """Puts another served version's segments behind this mapping's addresses, in place: each
-        new segment is mapped aside, then moved over the old one (mremap), so every view reads the
-        new bytes at the same address. ``state`` is that version's get_state reply and ``fds`` its
-        descriptors (the caller closes them). It must place every tensor exactly where this one
-        does. All or nothing: a failure leaves every segment mapping what it mapped before."""
+        new segment is mapped aside, then moved over the old one in one mremap, so every view
+        reads the new bytes at the same address and is never left over a hole. ``state`` is that
+        version's get_state reply and ``fds`` its descriptors (the caller closes them). It must
+        place every tensor exactly where this one does. All or nothing: the old pages are kept
+        (a second mapping of them) until every segment moved, and put back on a failure."""
         if self._closed:
             raise ServeError("E_CLOSED", "this mapping is closed; attach again instead of remapping it")
         check_same_placement(self.state, state, ServeError)
@@ -258,43 +279,39 @@ class HostMapping:
             raise ServeError("E_NO_SEGMENT_FDS", f"segment(s) {missing} have no descriptor; pass get_segment_fds' reply for the new lease")
         sizes = {seg["segment"]: int(seg["bytes"]) for seg in state["segments"]}
         staged: Dict[int, _Mapping] = {}
-        moved: List[Tuple[_Mapping, _Mapping]] = []  # (the new at the view's address, the old set aside)
+        kept: Dict[int, Tuple[_Mapping, _Mapping]] = {}  # segment -> (its address range, the old pages' alias)
         try:
             for n in self.maps:
                 _check_segment_fd(n, fds[n], sizes[n])
-                staged[n] = _Mapping.of_fd(fds[n], len(self.maps[n]))
+                staged[n] = _Mapping.of_fd(fds[n], sizes[n])
             for n, mm in self.maps.items():
                 here = _Mapping(_address(mm), staged[n].length)
-                spare = _Mapping.reserve(here.length)
-                try:
-                    old = here.move_to(spare)
-                except BaseException:
-                    spare.unmap()
-                    raise
-                try:
-                    staged[n].move_to(here)
-                except BaseException:
-                    old.move_to(here)
-                    raise
+                kept[n] = (here, here.alias())
+                staged[n].move_to(here)
                 del staged[n]
-                moved.append((here, old))
-        except OSError as err:
-            self._undo(moved, staged)
-            raise ServeError("E_SHM_OPEN", f"cannot map the new version's segments in place ({err}); the views still read the old version") from err
-        except BaseException:
-            self._undo(moved, staged)
+        except BaseException as err:
+            undone = self._undo(kept, staged)
+            if isinstance(err, OSError):
+                state_now = "the views still read the old version" if undone else "the views are not usable: detach"
+                raise ServeError("E_SHM_OPEN", f"cannot map the new version's segments in place ({err}); {state_now}") from err
             raise
-        for _, old in moved:
+        for _, old in kept.values():
             old.unmap()
         self.state = state
 
     @staticmethod
-    def _undo(moved: List[Tuple["_Mapping", "_Mapping"]], staged: Dict[int, "_Mapping"]) -> None:
-        for here, old in reversed(moved):
-            here.move_to(_Mapping.reserve(here.length)).unmap()
-            old.move_to(here)
+    def _undo(kept: Dict[int, Tuple["_Mapping", "_Mapping"]], staged: Dict[int, "_Mapping"]) -> bool:
+        """Puts every segment's old pages back at its address (also the one whose move failed:
+        the kernel may have unmapped it) and unmaps what was staged; whether all of it worked."""
+        ok = True
+        for here, old in kept.values():
+            try:
+                old.move_to(here)
+            except OSError:
+                ok = False
         for m in staged.values():
             m.unmap()
+        return ok
 
     def close(self, then: Optional[Callable[[], None]] = None) -> None:
         """Unmaps every segment no view references, then runs ``then`` (the lease's end) at once:
