@@ -506,9 +506,10 @@ export const supervisorMachine = supervisorSetup.createMachine({
         RANK_FAILED: rankFailed,
         STOP: 'stopping',
       },
-      always: { guard: 'allRanksLoaded', target: 'serving' },
+      always: { guard: 'allRanksLoaded', target: 'starting' },
     },
-    serving: {
+    // Each rank's socket is bound (the model machine's "starting"); the node serves once ready.
+    starting: {
       entry: 'spawnServers',
       on: {
         RANK_SERVING: { actions: 'recordServing' },
