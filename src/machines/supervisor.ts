@@ -2,7 +2,7 @@
 // typed placeholder, and the composition root (startNode, with src/actors/nodeActors.ts) or a
 // test supplies the implementations through .provide(). Importing the machine therefore loads
 // no addon, so the CLI can draw the chart on a machine where the addon is not built.
-import { and, assertEvent, assign, enqueueActions, fromCallback, fromPromise, setup, type ActorRefFrom, type AnyActorRef, type SnapshotFrom } from 'xstate';
+import { and, assertEvent, assign, enqueueActions, fromCallback, fromPromise, setup, type ActorRefFrom, type AnyActorRef, type SnapshotFrom, type StateValueFrom } from 'xstate';
 import type { PlannedModel } from '../models/planModel.js';
 import type { GroupSessionInput, PrepareInput, Prepared, PublishCommand, PublishNodeManifestInput, ReportStartupFailureInput } from './supervisorActors.js';
 import type { RankActorInput, RankCommand } from '../models/rankContract.js';
@@ -14,7 +14,7 @@ import { fillPlanOf } from '../checkpoint/types.js';
 import { WeightdError, type SerializedError } from '../errors.js';
 import type { Logger } from '../log.js';
 import type { NodeConfig } from '../nodeOptions.js';
-import type { GroupFormation, NodeFailure, PeerStatus, RankStatus } from '../nodeStatus.js';
+import type { GroupFormation, NodeFailure, NodeState, PeerStatus, RankStatus, SameStateNames } from '../nodeStatus.js';
 import type { GroupCommand, GroupEvent } from '../rendezvous/groupEvents.js';
 import type { RankTableEntry } from '../wire/rankTable.js';
 import type { ServeCommand, ServeEvent, RankServiceInput } from '../serve/serveEvents.js';
@@ -566,6 +566,9 @@ export const supervisorMachine = supervisorSetup.createMachine({
     KEEPER_BACK: { actions: 'keepAgain' },
   },
 });
+
+// The status's NodeState names exactly these states.
+true satisfies SameStateNames<StateValueFrom<typeof supervisorMachine>, NodeState>;
 
 function modelInput(context: SupervisorContext, parent: AnyActorRef, id: string, planned: PlannedModel, startup: boolean): ModelInput {
   return {

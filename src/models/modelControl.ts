@@ -8,14 +8,14 @@ import { WeightdError, errorCode, receivedCode, RankFailedError, serializeError 
 import { evictForLoad } from './evictForLoad.js';
 import { checkEvictionPolicy, type EvictionPolicy } from './evictionPolicy.js';
 import type { Logger } from '../log.js';
-import type { modelMachine } from './modelMachine.js';
+import { LOAD_RUNNING, modelMachine } from './modelMachine.js';
 import { modelActor, modelLoadId, type supervisorMachine } from '../machines/supervisor.js';
 import { resolveModelSpec, type ModelRequest, type ModelSpec } from './modelSpecs.js';
 import type { NodeConfig } from '../nodeOptions.js';
 import type { LoadResult, ModelStatus, NodeStatus, UnloadResult } from '../nodeStatus.js';
 
-/** States in which a model holds memory it is still filling: one such load at a time. */
-const LOADING_STATES = new Set(['admitting', 'loading', 'verifying', 'resident', 'starting']);
+/** States in which a model holds memory it is still filling, as the model machine tags them: one such load at a time. */
+const LOADING_STATES = new Set<string>(Object.values(modelMachine.states).filter((s) => s.tags.includes(LOAD_RUNNING)).map((s) => s.key));
 /** A stale model's reload, refused because its files were still being written, is tried again after 1 s, 2 s, 4 s... up to 30 s. */
 const RELOAD_RETRY_FIRST_MS = 1000;
 const RELOAD_RETRY_MAX_MS = 30_000;

@@ -21,7 +21,7 @@
 //   failing:   with a keeper, what it holds of a model that failed is dropped (its ranks may have
 //              adopted or kept it), then failed; a model refused before any rank allocated, or one
 //              without a keeper, fails at once.
-import { and, assertEvent, assign, enqueueActions, fromCallback, fromPromise, sendTo, setup, type AnyActorRef } from 'xstate';
+import { and, assertEvent, assign, enqueueActions, fromCallback, fromPromise, sendTo, setup, type AnyActorRef, type StateValueFrom } from 'xstate';
 import type { FileIdentity, IdentityChange } from '../files/fileIdentity.js';
 import type { PlannedModel } from './planModel.js';
 import type { RankActorInput, RankCommand } from './rankContract.js';
@@ -33,7 +33,7 @@ import { WeightdError } from '../errors.js';
 import type { Logger } from '../log.js';
 import type { DropModelShardsInput } from './dropModelShards.js';
 import type { CudaHandles } from '../native/addon.js';
-import type { NodeFailure, RankStatus } from '../nodeStatus.js';
+import type { ModelMachineState, NodeFailure, RankStatus, SameStateNames } from '../nodeStatus.js';
 import type { NodeManifestEntry } from '../wire/nodeManifest.js';
 import type { ServeCommand, ServeEvent, RankServiceInput } from '../serve/serveEvents.js';
 import { toServedRankData } from '../serve/servedRankData.js';
@@ -83,6 +83,9 @@ export type ModelCommand =
   /** The node's keeper answers again: each rank hands it its segments again (if it may keep them). */
   | { type: 'KEEPER_BACK' };
 
+/** The tag of the states in which a model holds memory it is still filling (modelControl allows one such load at a time). */
+export const LOAD_RUNNING = 'loadRunning';
+
 export const modelRankId = (localRank: number) => `rank-${localRank}`;
 export const modelServeId = (localRank: number) => `serve-${localRank}`;
 
@@ -116,6 +119,7 @@ export const modelMachine = setup({
     context: {} as ModelContext,
     events: {} as RankEvent | ServeEvent | ModelCommand,
     input: {} as ModelInput,
+    tags: {} as typeof LOAD_RUNNING,
   },
   actors: modelActors,
   guards: {
@@ -298,6 +302,7 @@ export const modelMachine = setup({
   }),
   states: {
     admitting: {
+      tags: LOAD_RUNNING,
       entry: 'spawnRanks',
       on: { RANK_DEVICE: { actions: 'recordDevice' }, MODEL_STOP: '#model.stopping', MODEL_ABORT: aborted },
       always: [
@@ -306,11 +311,13 @@ export const modelMachine = setup({
       ],
     },
     loading: {
+      tags: LOAD_RUNNING,
       entry: 'admitRanks',
       on: { RANK_PROGRESS: { actions: 'recordProgress' }, RANK_LOADED: { actions: 'recordLoaded' }, MODEL_STOP: '#model.stopping', MODEL_ABORT: aborted },
       always: { guard: 'allRanksLoaded', target: 'verifying' },
     },
     verifying: {
+      tags: LOAD_RUNNING,
       invoke: {
         id: 'checkFiles',
         src: 'checkFiles',
@@ -321,10 +328,12 @@ export const modelMachine = setup({
       on: { MODEL_STOP: '#model.stopping', MODEL_ABORT: aborted },
     },
     resident: {
+      tags: LOAD_RUNNING,
       entry: 'tellParentResident',
       on: { MODEL_COMMIT: 'starting', MODEL_ABORT: aborted, MODEL_STOP: '#model.stopping' },
     },
     starting: {
+      tags: LOAD_RUNNING,
       entry: 'spawnServers',
       // A rank's socket is live before its siblings' are, so a client may already release.
       on: { RANK_SERVING: { actions: 'recordServing' }, ...clientRelease, MODEL_STOP: '#model.stopping' },
@@ -380,6 +389,9 @@ export const modelMachine = setup({
     KEEPER_BACK: { actions: 'keepRanksAgain' },
   },
 });
+
+// The status's ModelMachineState names exactly these states.
+true satisfies SameStateNames<StateValueFrom<typeof modelMachine>, ModelMachineState>;
 
 /** What each rank will allocate on its device, as opened: nothing for one that adopts a kept shard. */
 function needs(context: ModelContext) {
