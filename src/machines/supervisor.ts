@@ -7,10 +7,9 @@ import type { PlannedModel } from '../models/planModel.js';
 import type { GroupSessionInput, PrepareInput, Prepared, PublishCommand, PublishNodeManifestInput, ReportStartupFailureInput } from './supervisorActors.js';
 import type { RankActorInput, RankCommand } from '../models/rankContract.js';
 import { nodeContent } from '../rendezvous/nodeContent.js';
-import { OWN_VERSION, toServedRankData } from '../serve/servedRankData.js';
+import { OWN_VERSION } from '../serve/servedRankData.js';
 import type { ServerRegistry } from '../serve/serverRegistry.js';
 import type { WorkerRegistry } from '../models/workerRegistry.js';
-import { fillPlanOf } from '../checkpoint/types.js';
 import { WeightdError, type SerializedError } from '../errors.js';
 import type { Logger } from '../log.js';
 import type { NodeConfig } from '../nodeOptions.js';
@@ -23,6 +22,7 @@ import type { RankEvent } from '../models/rankContract.js';
 import { modelMachine, type ModelInput } from '../models/modelMachine.js';
 import type { NodeManifestEntry, NodeManifestModel } from '../wire/nodeManifest.js';
 import { recordReport, updateRank } from '../models/rankUpdates.js';
+import { rankActorId, rankActorInput, serveActorId, rankServiceInput, type ModelRanks } from '../models/modelRanks.js';
 import { keptLoadOf } from '../models/keptLoad.js';
 import type { IdentityChange } from '../files/fileIdentity.js';
 import type { ModelSpec } from '../models/modelSpecs.js';
@@ -92,8 +92,6 @@ export interface SupervisorContext extends SupervisorInput {
 
 export const GROUP_ACTOR_ID = 'group';
 
-export const rankActorId = (localRank: number) => `rank-${localRank}`;
-export const serveActorId = (localRank: number) => `serve-${localRank}`;
 export const modelActorId = (n: number) => `model-${n}`;
 /** The id of the `n`th model loaded at run time (MODEL_LOAD.id): apart from those started with the node. */
 export const modelLoadId = (n: number) => `load-${n}`;
@@ -347,57 +345,18 @@ const supervisorSetup = setup({
       };
     }),
     spawnRanks: enqueueActions(({ context, enqueue }) => {
-      const prepared = context.prepared!;
+      const own = ownRanks(context);
+      const host = { rankWorker: context.rankWorker, workers: context.workers, cudaHandles: context.config.cudaHandles };
       for (const r of context.ranks) {
-        enqueue.spawnChild('rank', {
-          id: rankActorId(r.localRank),
-          input: {
-            log: rankLog(context, r),
-            worker: context.rankWorker,
-            workers: context.workers,
-            workerData: {
-              nodeRank: context.config.nodeRank,
-              localRank: r.localRank,
-              globalRank: r.globalRank,
-              device: prepared.devices[r.localRank]!,
-              cudaHandles: context.config.cudaHandles,
-              plan: fillPlanOf(prepared.plan.ranks[r.globalRank]!),
-              files: prepared.plan.files,
-              fill: prepared.fill,
-              keeper: prepared.keeper,
-            },
-          },
-        });
+        enqueue.spawnChild('rank', { id: rankActorId(r.localRank), input: rankActorInput(own, r, host, rankLog(context, r), { keeper: context.prepared!.keeper }) });
       }
     }),
     // A rank's socket is bound only once its weights are resident, so a client never maps a
     // half-filled arena; until then clients fall back to disk.
     spawnServers: enqueueActions(({ context, enqueue }) => {
-      const prepared = context.prepared!;
-      for (const r of context.ranks) {
-        enqueue.spawnChild('rankService', {
-          id: serveActorId(r.localRank),
-          input: {
-            log: rankLog(context, r),
-            socketDir: prepared.socketDir,
-            servers: context.servers,
-            version: OWN_VERSION,
-            rank: toServedRankData({
-              name: context.config.name,
-              own: true,
-              plan: prepared.plan,
-              globalRank: r.globalRank,
-              localRank: r.localRank,
-              nodeRank: context.config.nodeRank,
-              nnodes: context.config.nnodes,
-              backend: prepared.devices[r.localRank]!.backend,
-              device: r.device!,
-              segments: r.segments ?? [],
-              digests: r.digests ?? [],
-            }),
-          },
-        });
-      }
+      const own = ownRanks(context);
+      const serve = { socketDir: context.prepared!.socketDir, servers: context.servers, version: OWN_VERSION, own: true };
+      for (const r of context.ranks) enqueue.spawnChild('rankService', { id: serveActorId(r.localRank), input: rankServiceInput(own, r, serve, rankLog(context, r)) });
     }),
     // Servers go first so no client attaches to memory that is about to be freed.
     stopRanks: enqueueActions(({ context, enqueue }) => {
@@ -569,6 +528,12 @@ export const supervisorMachine = supervisorSetup.createMachine({
 
 // The status's NodeState names exactly these states.
 true satisfies SameStateNames<StateValueFrom<typeof supervisorMachine>, NodeState>;
+
+/** The node's own model's ranks, as prepared and placed on the whole group. */
+function ownRanks(context: SupervisorContext): ModelRanks {
+  const { plan, devices, fill } = context.prepared!;
+  return { name: context.config.name, plan, devices, fill, nodeRank: context.config.nodeRank, nnodes: context.config.nnodes };
+}
 
 function modelInput(context: SupervisorContext, parent: AnyActorRef, id: string, planned: PlannedModel, startup: boolean): ModelInput {
   return {

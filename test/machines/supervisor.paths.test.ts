@@ -5,7 +5,8 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { createActor } from 'xstate';
 import { getShortestPaths, getSimplePaths } from 'xstate/graph';
-import { supervisorMachine, rankActorId } from '../../src/machines/supervisor.js';
+import { supervisorMachine } from '../../src/machines/supervisor.js';
+import { rankActorId } from '../../src/models/modelRanks.js';
 import { FakeWorld, LOCAL_RANKS, fakeInput, fakePrepared, fakeRankTable } from '../helpers/fakeNode.js';
 
 type Ev = Parameters<ReturnType<typeof createActor<typeof supervisorMachine>>['send']>[0];
