@@ -2,7 +2,7 @@
 // typed placeholder, and the composition root (startNode, with src/actors/nodeActors.ts) or a
 // test supplies the implementations through .provide(). Importing the machine therefore loads
 // no addon, so the CLI can draw the chart on a machine where the addon is not built.
-import { and, assertEvent, assign, enqueueActions, fromCallback, fromPromise, setup, type ActorRefFrom, type AnyActorRef, type SnapshotFrom, type StateValueFrom } from 'xstate';
+import { and, assertEvent, assign, enqueueActions, fromCallback, fromPromise, setup, type AnyActorRef, type StateValueFrom } from 'xstate';
 import type { PlannedModel } from '../models/planModel.js';
 import type { GroupSessionInput, PrepareInput, Prepared, PublishCommand, PublishNodeManifestInput, ReportStartupFailureInput } from './supervisorActors.js';
 import type { RankActorInput, RankCommand } from '../models/rankContract.js';
@@ -18,6 +18,7 @@ import type { GroupCommand, GroupEvent } from '../rendezvous/groupEvents.js';
 import type { RankTableEntry } from '../wire/rankTable.js';
 import type { ServeCommand, ServeEvent, RankServiceInput } from '../serve/serveEvents.js';
 import type { SupervisorEvent } from './events.js';
+import type { ModelEntry } from '../models/modelHost.js';
 import type { RankEvent } from '../models/rankContract.js';
 import { modelMachine, type ModelInput } from '../models/modelMachine.js';
 import type { NodeManifestEntry, NodeManifestModel } from '../wire/nodeManifest.js';
@@ -40,29 +41,6 @@ export interface SupervisorInput {
    * the ranks can adopt what it holds.
    */
   keeper?: { socket: string; ready: Promise<void> };
-}
-
-/** A model the node serves besides its own, as the supervisor tracks it (its actor has the rest). */
-export interface ModelEntry {
-  /** The model actor's id among the supervisor's children. */
-  id: string;
-  name: string;
-  /** The checkpoint fingerprint (every rank's differs: see the entries). */
-  fingerprint: string;
-  tpSize: number;
-  /** Started with the node: it must serve before the node is ready, and its failure fails the node (unless restored). */
-  startup: boolean;
-  /** Restored from an earlier daemon's run-time load (PlannedModel.origin): its failure fails it alone. */
-  restored: boolean;
-  /** Once it serves: its ranks, for the node manifest. */
-  entries?: NodeManifestEntry[];
-  /** Unloaded (or superseded by a newer version of its name): it drains. */
-  unloaded: boolean;
-  /**
-   * A model that spans the group: "pending" until node 0 commits or aborts it everywhere
-   * (src/models/modelGroupMachine.ts), then "committed". Absent for a model of this node alone.
-   */
-  group?: 'pending' | 'committed';
 }
 
 export interface SupervisorContext extends SupervisorInput {
@@ -93,14 +71,6 @@ export interface SupervisorContext extends SupervisorInput {
 export const GROUP_ACTOR_ID = 'group';
 
 export const modelActorId = (n: number) => `model-${n}`;
-/** The id of the `n`th model loaded at run time (MODEL_LOAD.id): apart from those started with the node. */
-export const modelLoadId = (n: number) => `load-${n}`;
-
-/** A model actor among the supervisor's children, by its id (ModelEntry.id). */
-export function modelActor(snapshot: SnapshotFrom<typeof supervisorMachine>, id: string): ActorRefFrom<typeof modelMachine> | undefined {
-  return (snapshot.children as Record<string, ActorRefFrom<typeof modelMachine> | undefined>)[id];
-}
-
 /** How long ranks get to free their devices after STOP before the node gives up on them. */
 export const STOP_TIMEOUT_MS = 30_000;
 

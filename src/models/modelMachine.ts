@@ -171,7 +171,7 @@ export const modelMachine = setup({
       for (const r of context.ranks) if (r.state !== 'released') enqueue.sendTo(rankActorId(r.localRank), { type: 'RANK_KEEP' });
     }),
     keepRanksAgain: enqueueActions(({ context, enqueue }) => {
-      for (const r of context.ranks) enqueue.sendTo(modelRankId(r.localRank), { type: 'RANK_KEEP_AGAIN' });
+      for (const r of context.ranks) enqueue.sendTo(rankActorId(r.localRank), { type: 'RANK_KEEP_AGAIN' });
     }),
     // A draining model is not to come back at a restart: the keeper lets go of it now, while its ranks serve the last leases.
     unkeepRanks: enqueueActions(({ context, enqueue }) => {
