@@ -240,7 +240,7 @@ const supervisorSetup = setup({
       if (!serving) return;
       const older = context.models.filter((m) => m.name === serving.name && m.id !== serving.id && !m.unloaded);
       for (const m of older) enqueue.sendTo(m.id, { type: 'MODEL_UNLOAD', force: false });
-      const drainOwn = serving.name === context.config.name && !context.ownDrained;
+      const drainOwn = serving.name === context.config.models[0].name && !context.ownDrained;
       if (drainOwn) for (const r of context.ranks) enqueue.sendTo(serveActorId(r.localRank), { type: 'SERVE_DRAIN', force: false });
       enqueue.assign({
         ownDrained: context.ownDrained || drainOwn,
@@ -253,7 +253,7 @@ const supervisorSetup = setup({
       assertEvent(event, 'RANK_STALE');
       // Drained already (unloaded, or a newer version serves): not to be loaded again.
       if (context.ownStale || context.ownDrained) return;
-      const { name } = context.config;
+      const { name } = context.config.models[0];
       context.log.warn({ model: name, files: event.changes }, staleMessage(name, event.described));
       for (const r of context.ranks) {
         enqueue.sendTo(serveActorId(r.localRank), { type: 'SERVE_DRAIN', force: false });
@@ -502,7 +502,7 @@ true satisfies SameStateNames<StateValueFrom<typeof supervisorMachine>, NodeStat
 /** The node's own model's ranks, as prepared and placed on the whole group. */
 function ownRanks(context: SupervisorContext): ModelRanks {
   const { plan, devices, fill } = context.prepared!;
-  return { name: context.config.name, plan, devices, fill, nodeRank: context.config.nodeRank, nnodes: context.config.nnodes };
+  return { name: context.config.models[0].name, plan, devices, fill, nodeRank: context.config.nodeRank, nnodes: context.config.nnodes };
 }
 
 function modelInput(context: SupervisorContext, parent: AnyActorRef, id: string, planned: PlannedModel, startup: boolean): ModelInput {
@@ -541,7 +541,7 @@ function manifestOf(context: SupervisorContext): PublishNodeManifestInput['manif
     .filter((r) => r.state === 'serving')
     .map((r) => ({ globalRank: r.globalRank, localRank: r.localRank, socketPath: r.socketPath!, deviceUuid: r.device!.uuid, fingerprint: plan.ranks[r.globalRank]!.fingerprint }));
   const models: NodeManifestModel[] = [
-    ...(own.length > 0 ? [{ name: context.config.name, fingerprint: plan.fingerprint, tpSize: context.config.tpSize, draining: context.ownDrained, ranks: own }] : []),
+    ...(own.length > 0 ? [{ name: context.config.models[0].name, fingerprint: plan.fingerprint, tpSize: context.config.tpSize, draining: context.ownDrained, ranks: own }] : []),
     ...context.models.filter((m) => m.entries).map((m) => ({ name: m.name, fingerprint: m.fingerprint, tpSize: m.tpSize, draining: m.unloaded, ranks: m.entries! })),
   ];
   return {
