@@ -107,7 +107,7 @@ const ALLOWED: Record<string, string[]> = {
   'startNode.ts': ['nodeOptions.ts', 'nodeStatus.ts', 'actors', 'control', 'inspect', 'keeper', 'machines', 'models', 'serve', 'wire'],
   actors: ['nodeOptions.ts', 'checkpoint', 'files', 'inspect', 'keeper', 'machines', 'models', 'native', 'rendezvous', 'serve', 'wire'],
   machines: ['nodeOptions.ts', 'nodeStatus.ts', 'checkpoint', 'files', 'inspect', 'models', 'native', 'rendezvous', 'serve', 'wire'],
-  'nodeOptions.ts': ['checkpoint', 'control', 'models', 'native'],
+  'nodeOptions.ts': ['control', 'models', 'native'],
   control: ['nodeStatus.ts', 'checkpoint', 'models', 'wire'],
   // A model.
   models: ['nodeStatus.ts', 'checkpoint', 'files', 'keeper', 'native', 'rendezvous', 'serve', 'wire'],
