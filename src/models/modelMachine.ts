@@ -85,7 +85,6 @@ export type ModelCommand =
 /** The tag of the states in which a model holds memory it is still filling (modelControl allows one such load at a time). */
 export const LOAD_RUNNING = 'loadRunning';
 
-
 function notProvided(name: string): never {
   throw new WeightdError('E_INTERNAL', `the model machine's "${name}" actor was not provided; create it with .provide({ actors }) (startNode uses src/actors/nodeActors.ts)`);
 }
