@@ -2,7 +2,6 @@
 // bad value fails in milliseconds, before minutes of loading. Messages name the CLI flag.
 import { createServer } from 'node:net';
 import { resolve } from 'node:path';
-import type { LayoutName } from './checkpoint/types.js';
 import type { ControlLimits } from './control/controlProtocol.js';
 import type { Logger } from './log.js';
 import { CUDA_HANDLES, type CudaHandles, type FillOptions } from './native/addon.js';
@@ -93,12 +92,10 @@ export interface NodeOptions {
 
 /** Validated, complete configuration. */
 export interface NodeConfig {
-  /** The node's own model: models[0]'s name, directory and tp size. */
-  name: string;
-  modelDir: string;
-  tpSize: number;
   /** Every model it serves from the start, its own first (the only one a group forms around). */
-  models: ModelSpec[];
+  models: [ModelSpec, ...ModelSpec[]];
+  /** The group's tp size: its own model's, which the local ranks of every node add up to. */
+  tpSize: number;
   nnodes: number;
   nodeRank: number;
   localWorldSize: number;
@@ -108,8 +105,6 @@ export interface NodeConfig {
   socketDir?: string;
   device: DeviceChoice;
   cudaHandles: CudaHandles;
-  planFile?: string;
-  layouts: LayoutName[];
   fill: FillOptions;
   keeper: { mode: KeeperMode; socket?: string; adoptWithinS: number };
   rendezvousTimeoutMs: number;
@@ -197,10 +192,8 @@ export async function resolveNodeOptions(o: NodeOptions): Promise<NodeConfig> {
   const rendezvousTimeoutMs = checkRendezvousTimeout(o.rendezvousTimeoutMs ?? DEFAULT_RENDEZVOUS_TIMEOUT_MS);
   const inspect = o.inspect === undefined ? undefined : checkInspect(o.inspect, [o.weightCacheMasterPort === undefined ? undefined : weightCachePort, masterPort]);
   return {
-    name: own.name,
-    modelDir: own.modelDir,
+    models: [own, ...models.slice(1)],
     tpSize,
-    models,
     nnodes,
     nodeRank,
     localWorldSize: tpSize / nnodes,
@@ -210,8 +203,6 @@ export async function resolveNodeOptions(o: NodeOptions): Promise<NodeConfig> {
     socketDir: o.socketDir === undefined ? undefined : resolve(o.socketDir),
     device,
     cudaHandles,
-    planFile: own.planFile,
-    layouts: own.layouts,
     fill: checkFill(o.fill ?? {}),
     keeper,
     rendezvousTimeoutMs,

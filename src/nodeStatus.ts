@@ -7,7 +7,15 @@ import type { DeviceInfo, SegmentExport } from './native/addon.js';
 import type { RankTableEntry } from './wire/rankTable.js';
 import type { ServeStatus } from './wire/protocol.js';
 
-export type NodeState = 'init' | 'reportingFailure' | 'rendezvous' | 'loading' | 'serving' | 'ready' | 'stopping' | 'stopped' | 'failed';
+/**
+ * `true` when a machine's state names (xstate's StateValueFrom) are exactly `Declared`, else
+ * `false`. Each machine asserts it of the union below that names its states (`true satisfies`),
+ * so a state added, renamed or dropped in a machine fails tsc until the status says it too.
+ */
+export type SameStateNames<Derived, Declared> = [Derived] extends [Declared] ? ([Declared] extends [Derived] ? true : false) : false;
+
+/** The supervisor's states (src/machines/supervisor.ts): "starting" binds the sockets, "ready" serves. */
+export type NodeState = 'init' | 'reportingFailure' | 'rendezvous' | 'loading' | 'starting' | 'ready' | 'stopping' | 'stopped' | 'failed';
 
 export type RankState = 'starting' | 'loading' | 'loaded' | 'serving' | 'released' | 'stopped' | 'failed';
 
@@ -54,11 +62,11 @@ export interface NodeFailure extends SerializedError {
   globalRank?: number;
 }
 
-/**
- * A model version's lifecycle (src/models/modelMachine.ts); the node's own model goes through the
- * node's states until it serves.
- */
-export type ModelState = 'admitting' | 'loading' | 'verifying' | 'resident' | 'starting' | 'serving' | 'draining' | 'released' | 'stopping' | 'stopped' | 'failed' | NodeState;
+/** The model machine's states (src/models/modelMachine.ts): "starting" binds the sockets, "serving" is attachable. */
+export type ModelMachineState = 'admitting' | 'loading' | 'verifying' | 'resident' | 'starting' | 'serving' | 'draining' | 'released' | 'stopping' | 'stopped' | 'failing' | 'failed';
+
+/** A model version's state: the model machine's, or for the node's own model the node's until it is ready. */
+export type ModelState = ModelMachineState | Exclude<NodeState, 'ready'>;
 
 /** Each rank as status reports it: clients and leases are its version's counters on its device's socket. */
 export type ServedRankStatus = RankStatus & { clients?: number; leases?: number; serve?: ServeStatus; lastAttachedAt?: number; servingSince?: number };

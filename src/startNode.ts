@@ -12,7 +12,8 @@ import { drawnChart, pageMachinesFor } from './machines/drawnMachines.js';
 import { NodeMetrics } from './inspect/nodeMetrics.js';
 import { ProgressReporter } from './inspect/progressReporter.js';
 import { createLogger, flushLogger, type Logger } from './log.js';
-import { modelActor, supervisorMachine } from './machines/supervisor.js';
+import { supervisorMachine } from './machines/supervisor.js';
+import { modelActor } from './models/modelHost.js';
 import type { LoadResult, ModelState, ModelStatus, NodeFailure, NodeResult, NodeState, NodeStatus, RankStatus, ServedRankStatus, UnloadResult } from './nodeStatus.js';
 import type { ModelRequest } from './models/modelSpecs.js';
 import type { EvictionPolicy } from './models/evictionPolicy.js';
@@ -77,10 +78,10 @@ export function statusOf(snap: Snapshot, config: NodeConfig, servers?: ServerReg
   };
   const ranks = ctx.ranks.map((r) => served(r, OWN_VERSION, ctx.prepared?.plan.ranks[r.globalRank]?.fingerprint));
   const own: ModelStatus = {
-    name: config.name,
+    name: config.models[0].name,
     own: true,
     state: ownModelState(snap.value as NodeState, ctx.ownDrained, ranks),
-    model: config.modelDir,
+    model: config.models[0].modelDir,
     fingerprint: ctx.prepared?.plan.fingerprint,
     tpSize: config.tpSize,
     ...totals(ranks),
@@ -110,7 +111,7 @@ export function statusOf(snap: Snapshot, config: NodeConfig, servers?: ServerReg
     nnodes: config.nnodes,
     tpSize: config.tpSize,
     localWorldSize: config.localWorldSize,
-    model: config.modelDir,
+    model: config.models[0].modelDir,
     architecture: ctx.prepared?.plan.architecture,
     fingerprint: ctx.prepared?.plan.fingerprint,
     rankTable: ctx.rankTable,

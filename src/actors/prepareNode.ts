@@ -44,10 +44,10 @@ export const prepareNode = fromPromise<Prepared, PrepareInput>(async ({ input, s
     const fill = await fillFor(config, devices, plan, log);
     // Found or started while the checkpoint was planned; the ranks take from it next.
     await input.keeper?.ready;
-    const keeper = input.keeper && { socket: input.keeper.socket, model: config.modelDir, writer: `weightd ${VERSION}` };
+    const keeper = input.keeper && { socket: input.keeper.socket, model: config.models[0].modelDir, writer: `weightd ${VERSION}` };
     const records = keeper ? await listKept(keeper.socket, log) : undefined;
     if (keeper && records) {
-      const started = [{ name: config.name, fingerprint: plan.fingerprint }, ...models.map((m) => ({ name: m.spec.name, fingerprint: m.plan.fingerprint }))];
+      const started = [{ name: config.models[0].name, fingerprint: plan.fingerprint }, ...models.map((m) => ({ name: m.spec.name, fingerprint: m.plan.fingerprint }))];
       // Only with a keeper: it parses kept records, which a plain start has none of to read.
       const { restoreLoaded } = await import('./restoreLoaded.js');
       models.push(...(await restoreLoaded({ records, config, devices: devices.map((d) => d.uuid), started, log })));

@@ -15,7 +15,8 @@ export interface FingerprintRequest {
 export async function printFingerprints(req: FingerprintRequest): Promise<string> {
   // The daemon's own validation, so a bad value is reported the same way (exit 2).
   const config = await resolveNodeOptions({ model: req.model, tensorParallelSize: req.tensorParallelSize, planFile: req.planFile });
-  const plan = await planCheckpoint(config.modelDir, { tpSize: config.tpSize, planFile: config.planFile });
+  const { modelDir, tpSize, planFile } = config.models[0];
+  const plan = await planCheckpoint(modelDir, { tpSize, planFile });
   return `${JSON.stringify(
     {
       model: plan.modelDir,

@@ -27,14 +27,15 @@ export const VERIFY_EXIT = { equal: 0, differ: 1, cannotCompare: 3 } as const;
 export async function runVerify(req: VerifyRequest, write: (line: string) => void = (l) => process.stdout.write(`${l}\n`)): Promise<number> {
   const config = await resolveNodeOptions({ model: req.model, tensorParallelSize: req.tensorParallelSize, planFile: req.planFile });
   const socketDir = req.socketDir ?? defaultSocketDir();
+  const { modelDir, tpSize, planFile } = config.models[0];
   let plan: Awaited<ReturnType<typeof planCheckpoint>>;
   try {
-    plan = await planCheckpoint(config.modelDir, { tpSize: config.tpSize, planFile: config.planFile });
+    plan = await planCheckpoint(modelDir, { tpSize, planFile });
   } catch (err) {
     // Exit 1 says a tensor differs; a checkpoint that cannot be read gives nothing to compare.
     // The refusal can leave sibling reads in flight, which must end before the process does.
     await settledThreadWork();
-    write(`verify: cannot plan ${config.modelDir} at tp ${config.tpSize} (${errorCode(err) ?? 'error'}): ${(err as Error).message}`);
+    write(`verify: cannot plan ${modelDir} at tp ${tpSize} (${errorCode(err) ?? 'error'}): ${(err as Error).message}`);
     return VERIFY_EXIT.cannotCompare;
   }
   const onDisk = diskDigests(plan);

@@ -97,7 +97,7 @@ export class ProgressReporter {
     }
     if (e.from === 'loading') {
       const status = this.#o.status();
-      if (e.state === 'serving') {
+      if (e.state === 'starting') {
         const p = nodeProgress(status.ranks);
         const adopted = status.ranks.filter((r) => r.source?.from === 'keeper').length;
         this.#logInfo(

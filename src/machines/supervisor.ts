@@ -2,27 +2,28 @@
 // typed placeholder, and the composition root (startNode, with src/actors/nodeActors.ts) or a
 // test supplies the implementations through .provide(). Importing the machine therefore loads
 // no addon, so the CLI can draw the chart on a machine where the addon is not built.
-import { and, assertEvent, assign, enqueueActions, fromCallback, fromPromise, setup, type ActorRefFrom, type AnyActorRef, type SnapshotFrom } from 'xstate';
+import { and, assertEvent, assign, enqueueActions, fromCallback, fromPromise, setup, type AnyActorRef, type StateValueFrom } from 'xstate';
 import type { PlannedModel } from '../models/planModel.js';
 import type { GroupSessionInput, PrepareInput, Prepared, PublishCommand, PublishNodeManifestInput, ReportStartupFailureInput } from './supervisorActors.js';
 import type { RankActorInput, RankCommand } from '../models/rankContract.js';
 import { nodeContent } from '../rendezvous/nodeContent.js';
-import { OWN_VERSION, toServedRankData } from '../serve/servedRankData.js';
+import { OWN_VERSION } from '../serve/servedRankData.js';
 import type { ServerRegistry } from '../serve/serverRegistry.js';
 import type { WorkerRegistry } from '../models/workerRegistry.js';
-import { fillPlanOf } from '../checkpoint/types.js';
 import { WeightdError, type SerializedError } from '../errors.js';
 import type { Logger } from '../log.js';
 import type { NodeConfig } from '../nodeOptions.js';
-import type { GroupFormation, NodeFailure, PeerStatus, RankStatus } from '../nodeStatus.js';
+import type { GroupFormation, NodeFailure, NodeState, PeerStatus, RankStatus, SameStateNames } from '../nodeStatus.js';
 import type { GroupCommand, GroupEvent } from '../rendezvous/groupEvents.js';
 import type { RankTableEntry } from '../wire/rankTable.js';
 import type { ServeCommand, ServeEvent, RankServiceInput } from '../serve/serveEvents.js';
 import type { SupervisorEvent } from './events.js';
+import type { ModelEntry } from '../models/modelHost.js';
 import type { RankEvent } from '../models/rankContract.js';
 import { modelMachine, type ModelInput } from '../models/modelMachine.js';
 import type { NodeManifestEntry, NodeManifestModel } from '../wire/nodeManifest.js';
 import { recordReport, updateRank } from '../models/rankUpdates.js';
+import { rankActorId, rankActorInput, serveActorId, rankServiceInput, type ModelRanks } from '../models/modelRanks.js';
 import { keptLoadOf } from '../models/keptLoad.js';
 import type { IdentityChange } from '../files/fileIdentity.js';
 import type { ModelSpec } from '../models/modelSpecs.js';
@@ -40,29 +41,6 @@ export interface SupervisorInput {
    * the ranks can adopt what it holds.
    */
   keeper?: { socket: string; ready: Promise<void> };
-}
-
-/** A model the node serves besides its own, as the supervisor tracks it (its actor has the rest). */
-export interface ModelEntry {
-  /** The model actor's id among the supervisor's children. */
-  id: string;
-  name: string;
-  /** The checkpoint fingerprint (every rank's differs: see the entries). */
-  fingerprint: string;
-  tpSize: number;
-  /** Started with the node: it must serve before the node is ready, and its failure fails the node (unless restored). */
-  startup: boolean;
-  /** Restored from an earlier daemon's run-time load (PlannedModel.origin): its failure fails it alone. */
-  restored: boolean;
-  /** Once it serves: its ranks, for the node manifest. */
-  entries?: NodeManifestEntry[];
-  /** Unloaded (or superseded by a newer version of its name): it drains. */
-  unloaded: boolean;
-  /**
-   * A model that spans the group: "pending" until node 0 commits or aborts it everywhere
-   * (src/models/modelGroupMachine.ts), then "committed". Absent for a model of this node alone.
-   */
-  group?: 'pending' | 'committed';
 }
 
 export interface SupervisorContext extends SupervisorInput {
@@ -92,17 +70,7 @@ export interface SupervisorContext extends SupervisorInput {
 
 export const GROUP_ACTOR_ID = 'group';
 
-export const rankActorId = (localRank: number) => `rank-${localRank}`;
-export const serveActorId = (localRank: number) => `serve-${localRank}`;
 export const modelActorId = (n: number) => `model-${n}`;
-/** The id of the `n`th model loaded at run time (MODEL_LOAD.id): apart from those started with the node. */
-export const modelLoadId = (n: number) => `load-${n}`;
-
-/** A model actor among the supervisor's children, by its id (ModelEntry.id). */
-export function modelActor(snapshot: SnapshotFrom<typeof supervisorMachine>, id: string): ActorRefFrom<typeof modelMachine> | undefined {
-  return (snapshot.children as Record<string, ActorRefFrom<typeof modelMachine> | undefined>)[id];
-}
-
 /** How long ranks get to free their devices after STOP before the node gives up on them. */
 export const STOP_TIMEOUT_MS = 30_000;
 
@@ -272,7 +240,7 @@ const supervisorSetup = setup({
       if (!serving) return;
       const older = context.models.filter((m) => m.name === serving.name && m.id !== serving.id && !m.unloaded);
       for (const m of older) enqueue.sendTo(m.id, { type: 'MODEL_UNLOAD', force: false });
-      const drainOwn = serving.name === context.config.name && !context.ownDrained;
+      const drainOwn = serving.name === context.config.models[0].name && !context.ownDrained;
       if (drainOwn) for (const r of context.ranks) enqueue.sendTo(serveActorId(r.localRank), { type: 'SERVE_DRAIN', force: false });
       enqueue.assign({
         ownDrained: context.ownDrained || drainOwn,
@@ -285,7 +253,7 @@ const supervisorSetup = setup({
       assertEvent(event, 'RANK_STALE');
       // Drained already (unloaded, or a newer version serves): not to be loaded again.
       if (context.ownStale || context.ownDrained) return;
-      const { name } = context.config;
+      const { name } = context.config.models[0];
       context.log.warn({ model: name, files: event.changes }, staleMessage(name, event.described));
       for (const r of context.ranks) {
         enqueue.sendTo(serveActorId(r.localRank), { type: 'SERVE_DRAIN', force: false });
@@ -347,57 +315,18 @@ const supervisorSetup = setup({
       };
     }),
     spawnRanks: enqueueActions(({ context, enqueue }) => {
-      const prepared = context.prepared!;
+      const own = ownRanks(context);
+      const host = { rankWorker: context.rankWorker, workers: context.workers, cudaHandles: context.config.cudaHandles };
       for (const r of context.ranks) {
-        enqueue.spawnChild('rank', {
-          id: rankActorId(r.localRank),
-          input: {
-            log: rankLog(context, r),
-            worker: context.rankWorker,
-            workers: context.workers,
-            workerData: {
-              nodeRank: context.config.nodeRank,
-              localRank: r.localRank,
-              globalRank: r.globalRank,
-              device: prepared.devices[r.localRank]!,
-              cudaHandles: context.config.cudaHandles,
-              plan: fillPlanOf(prepared.plan.ranks[r.globalRank]!),
-              files: prepared.plan.files,
-              fill: prepared.fill,
-              keeper: prepared.keeper,
-            },
-          },
-        });
+        enqueue.spawnChild('rank', { id: rankActorId(r.localRank), input: rankActorInput(own, r, host, rankLog(context, r), { keeper: context.prepared!.keeper }) });
       }
     }),
     // A rank's socket is bound only once its weights are resident, so a client never maps a
     // half-filled arena; until then clients fall back to disk.
     spawnServers: enqueueActions(({ context, enqueue }) => {
-      const prepared = context.prepared!;
-      for (const r of context.ranks) {
-        enqueue.spawnChild('rankService', {
-          id: serveActorId(r.localRank),
-          input: {
-            log: rankLog(context, r),
-            socketDir: prepared.socketDir,
-            servers: context.servers,
-            version: OWN_VERSION,
-            rank: toServedRankData({
-              name: context.config.name,
-              own: true,
-              plan: prepared.plan,
-              globalRank: r.globalRank,
-              localRank: r.localRank,
-              nodeRank: context.config.nodeRank,
-              nnodes: context.config.nnodes,
-              backend: prepared.devices[r.localRank]!.backend,
-              device: r.device!,
-              segments: r.segments ?? [],
-              digests: r.digests ?? [],
-            }),
-          },
-        });
-      }
+      const own = ownRanks(context);
+      const serve = { socketDir: context.prepared!.socketDir, servers: context.servers, version: OWN_VERSION, own: true };
+      for (const r of context.ranks) enqueue.spawnChild('rankService', { id: serveActorId(r.localRank), input: rankServiceInput(own, r, serve, rankLog(context, r)) });
     }),
     // Servers go first so no client attaches to memory that is about to be freed.
     stopRanks: enqueueActions(({ context, enqueue }) => {
@@ -506,9 +435,10 @@ export const supervisorMachine = supervisorSetup.createMachine({
         RANK_FAILED: rankFailed,
         STOP: 'stopping',
       },
-      always: { guard: 'allRanksLoaded', target: 'serving' },
+      always: { guard: 'allRanksLoaded', target: 'starting' },
     },
-    serving: {
+    // Each rank's socket is bound (the model machine's "starting"); the node serves once ready.
+    starting: {
       entry: 'spawnServers',
       on: {
         RANK_SERVING: { actions: 'recordServing' },
@@ -566,6 +496,15 @@ export const supervisorMachine = supervisorSetup.createMachine({
   },
 });
 
+// The status's NodeState names exactly these states.
+true satisfies SameStateNames<StateValueFrom<typeof supervisorMachine>, NodeState>;
+
+/** The node's own model's ranks, as prepared and placed on the whole group. */
+function ownRanks(context: SupervisorContext): ModelRanks {
+  const { plan, devices, fill } = context.prepared!;
+  return { name: context.config.models[0].name, plan, devices, fill, nodeRank: context.config.nodeRank, nnodes: context.config.nnodes };
+}
+
 function modelInput(context: SupervisorContext, parent: AnyActorRef, id: string, planned: PlannedModel, startup: boolean): ModelInput {
   return {
     id,
@@ -602,7 +541,7 @@ function manifestOf(context: SupervisorContext): PublishNodeManifestInput['manif
     .filter((r) => r.state === 'serving')
     .map((r) => ({ globalRank: r.globalRank, localRank: r.localRank, socketPath: r.socketPath!, deviceUuid: r.device!.uuid, fingerprint: plan.ranks[r.globalRank]!.fingerprint }));
   const models: NodeManifestModel[] = [
-    ...(own.length > 0 ? [{ name: context.config.name, fingerprint: plan.fingerprint, tpSize: context.config.tpSize, draining: context.ownDrained, ranks: own }] : []),
+    ...(own.length > 0 ? [{ name: context.config.models[0].name, fingerprint: plan.fingerprint, tpSize: context.config.tpSize, draining: context.ownDrained, ranks: own }] : []),
     ...context.models.filter((m) => m.entries).map((m) => ({ name: m.name, fingerprint: m.fingerprint, tpSize: m.tpSize, draining: m.unloaded, ranks: m.entries! })),
   ];
   return {

@@ -1,21 +1,20 @@
 // node.load and node.unload (what the control socket calls too): checks a request against what
 // the node serves, plans a model to load, hands it to the supervisor and follows its model actor
 // until it serves or fails. The machines decide the lifecycle; this only asks and reports.
-import type { Actor, ActorRefFrom, SnapshotFrom } from 'xstate';
-import { planModel, spansGroup, type PlannedModel } from './planModel.js';
+import type { ActorRefFrom, SnapshotFrom } from 'xstate';
+import { planModel, spansGroup, type ModelNode, type PlannedModel } from './planModel.js';
 import { alreadyLoadedError } from './alreadyLoadedError.js';
 import { WeightdError, errorCode, receivedCode, RankFailedError, serializeError } from '../errors.js';
 import { evictForLoad } from './evictForLoad.js';
 import { checkEvictionPolicy, type EvictionPolicy } from './evictionPolicy.js';
 import type { Logger } from '../log.js';
-import type { modelMachine } from './modelMachine.js';
-import { modelActor, modelLoadId, type supervisorMachine } from '../machines/supervisor.js';
+import { LOAD_RUNNING, modelMachine } from './modelMachine.js';
+import { modelActor, modelLoadId, type ModelHost } from './modelHost.js';
 import { resolveModelSpec, type ModelRequest, type ModelSpec } from './modelSpecs.js';
-import type { NodeConfig } from '../nodeOptions.js';
 import type { LoadResult, ModelStatus, NodeStatus, UnloadResult } from '../nodeStatus.js';
 
-/** States in which a model holds memory it is still filling: one such load at a time. */
-const LOADING_STATES = new Set(['admitting', 'loading', 'verifying', 'resident', 'starting']);
+/** States in which a model holds memory it is still filling, as the model machine tags them: one such load at a time. */
+const LOADING_STATES = new Set<string>(Object.values(modelMachine.states).filter((s) => s.tags.includes(LOAD_RUNNING)).map((s) => s.key));
 /** A stale model's reload, refused because its files were still being written, is tried again after 1 s, 2 s, 4 s... up to 30 s. */
 const RELOAD_RETRY_FIRST_MS = 1000;
 const RELOAD_RETRY_MAX_MS = 30_000;
@@ -23,8 +22,8 @@ const RELOAD_RETRY_MAX_MS = 30_000;
 type ModelSnapshot = SnapshotFrom<typeof modelMachine>;
 
 export class ModelControl {
-  readonly #actor: Actor<typeof supervisorMachine>;
-  readonly #config: NodeConfig;
+  readonly #actor: ModelHost;
+  readonly #config: ModelNode & { evict: EvictionPolicy };
   readonly #log: Logger;
   readonly #status: () => NodeStatus;
   /** Loads handed to the supervisor, which name their model actors (modelLoadId). */
@@ -37,7 +36,7 @@ export class ModelControl {
   readonly #unloads = new Map<string, number>();
   #closed = false;
 
-  constructor(options: { actor: Actor<typeof supervisorMachine>; config: NodeConfig; log: Logger; status: () => NodeStatus }) {
+  constructor(options: { actor: ModelHost; config: ModelNode & { evict: EvictionPolicy }; log: Logger; status: () => NodeStatus }) {
     this.#actor = options.actor;
     this.#config = options.config;
     this.#log = options.log;

@@ -21,25 +21,24 @@
 //   failing:   with a keeper, what it holds of a model that failed is dropped (its ranks may have
 //              adopted or kept it), then failed; a model refused before any rank allocated, or one
 //              without a keeper, fails at once.
-import { and, assertEvent, assign, enqueueActions, fromCallback, fromPromise, sendTo, setup, type AnyActorRef } from 'xstate';
+import { and, assertEvent, assign, enqueueActions, fromCallback, fromPromise, sendTo, setup, type AnyActorRef, type StateValueFrom } from 'xstate';
 import type { FileIdentity, IdentityChange } from '../files/fileIdentity.js';
 import type { PlannedModel } from './planModel.js';
 import type { RankActorInput, RankCommand } from './rankContract.js';
 import type { RankKeeping } from './rankMessages.js';
 import type { ServerRegistry } from '../serve/serverRegistry.js';
 import type { WorkerRegistry } from './workerRegistry.js';
-import { fillPlanOf } from '../checkpoint/types.js';
 import { WeightdError } from '../errors.js';
 import type { Logger } from '../log.js';
 import type { DropModelShardsInput } from './dropModelShards.js';
 import type { CudaHandles } from '../native/addon.js';
-import type { NodeFailure, RankStatus } from '../nodeStatus.js';
+import type { ModelMachineState, NodeFailure, RankStatus, SameStateNames } from '../nodeStatus.js';
 import type { NodeManifestEntry } from '../wire/nodeManifest.js';
 import type { ServeCommand, ServeEvent, RankServiceInput } from '../serve/serveEvents.js';
-import { toServedRankData } from '../serve/servedRankData.js';
 import type { RankEvent } from './rankContract.js';
 import { formatGiB, modelPools, modelShortfall } from './modelFit.js';
 import { recordReport, updateRank } from './rankUpdates.js';
+import { rankActorId, rankActorInput, serveActorId, rankServiceInput, type ModelRanks } from './modelRanks.js';
 
 export interface ModelInput {
   /** The child's id in the supervisor, which its events to the parent carry. */
@@ -83,8 +82,8 @@ export type ModelCommand =
   /** The node's keeper answers again: each rank hands it its segments again (if it may keep them). */
   | { type: 'KEEPER_BACK' };
 
-export const modelRankId = (localRank: number) => `rank-${localRank}`;
-export const modelServeId = (localRank: number) => `serve-${localRank}`;
+/** The tag of the states in which a model holds memory it is still filling (modelControl allows one such load at a time). */
+export const LOAD_RUNNING = 'loadRunning';
 
 function notProvided(name: string): never {
   throw new WeightdError('E_INTERNAL', `the model machine's "${name}" actor was not provided; create it with .provide({ actors }) (startNode uses src/actors/nodeActors.ts)`);
@@ -116,6 +115,7 @@ export const modelMachine = setup({
     context: {} as ModelContext,
     events: {} as RankEvent | ServeEvent | ModelCommand,
     input: {} as ModelInput,
+    tags: {} as typeof LOAD_RUNNING,
   },
   actors: modelActors,
   guards: {
@@ -131,33 +131,13 @@ export const modelMachine = setup({
   },
   actions: {
     spawnRanks: enqueueActions(({ context, enqueue }) => {
-      const { planned } = context;
+      const phases = { keeper: context.keeper, awaitAdmission: true, keepOnceServing: true };
       for (const r of context.ranks) {
-        enqueue.spawnChild('rank', {
-          id: modelRankId(r.localRank),
-          input: {
-            log: rankLog(context, r.localRank),
-            worker: context.rankWorker,
-            workers: context.workers,
-            workerData: {
-              nodeRank: planned.placement.nodeRank,
-              localRank: r.localRank,
-              globalRank: r.globalRank,
-              device: planned.devices[r.localRank]!,
-              cudaHandles: context.cudaHandles,
-              plan: fillPlanOf(planned.plan.ranks[r.globalRank]!),
-              files: planned.plan.files,
-              fill: planned.fill,
-              awaitAdmission: true,
-              keeper: context.keeper,
-              keepOnceServing: true,
-            },
-          },
-        });
+        enqueue.spawnChild('rank', { id: rankActorId(r.localRank), input: rankActorInput(ranksOf(context), r, context, rankLog(context, r.localRank), phases) });
       }
     }),
     admitRanks: enqueueActions(({ context, enqueue }) => {
-      for (const r of context.ranks) enqueue.sendTo(modelRankId(r.localRank), { type: 'RANK_ADMIT' });
+      for (const r of context.ranks) enqueue.sendTo(rankActorId(r.localRank), { type: 'RANK_ADMIT' });
     }),
     recordShortfall: assign(({ context }) => {
       const s = modelShortfall(needs(context))!;
@@ -187,41 +167,18 @@ export const modelMachine = setup({
     recordLoaded: assign(({ context, event }) => (assertEvent(event, 'RANK_LOADED'), { ranks: recordReport(context.ranks, event) })),
     recordKept: assign(({ context, event }) => (assertEvent(event, 'RANK_KEPT'), { ranks: recordReport(context.ranks, event) })),
     keepRanks: enqueueActions(({ context, enqueue }) => {
-      for (const r of context.ranks) if (r.state !== 'released') enqueue.sendTo(modelRankId(r.localRank), { type: 'RANK_KEEP' });
+      for (const r of context.ranks) if (r.state !== 'released') enqueue.sendTo(rankActorId(r.localRank), { type: 'RANK_KEEP' });
     }),
     keepRanksAgain: enqueueActions(({ context, enqueue }) => {
-      for (const r of context.ranks) enqueue.sendTo(modelRankId(r.localRank), { type: 'RANK_KEEP_AGAIN' });
+      for (const r of context.ranks) enqueue.sendTo(rankActorId(r.localRank), { type: 'RANK_KEEP_AGAIN' });
     }),
     // A draining model is not to come back at a restart: the keeper lets go of it now, while its ranks serve the last leases.
     unkeepRanks: enqueueActions(({ context, enqueue }) => {
-      for (const r of context.ranks) if (r.state !== 'released') enqueue.sendTo(modelRankId(r.localRank), { type: 'RANK_UNKEEP' });
+      for (const r of context.ranks) if (r.state !== 'released') enqueue.sendTo(rankActorId(r.localRank), { type: 'RANK_UNKEEP' });
     }),
     spawnServers: enqueueActions(({ context, enqueue }) => {
-      const { planned } = context;
-      for (const r of context.ranks) {
-        enqueue.spawnChild('rankService', {
-          id: modelServeId(r.localRank),
-          input: {
-            log: rankLog(context, r.localRank),
-            socketDir: context.socketDir,
-            servers: context.servers,
-            version: context.id,
-            rank: toServedRankData({
-              name: planned.spec.name,
-              own: false,
-              plan: planned.plan,
-              globalRank: r.globalRank,
-              localRank: r.localRank,
-              nodeRank: planned.placement.nodeRank,
-              nnodes: planned.placement.nnodes,
-              backend: planned.devices[r.localRank]!.backend,
-              device: r.device!,
-              segments: r.segments ?? [],
-              digests: r.digests ?? [],
-            }),
-          },
-        });
-      }
+      const serve = { socketDir: context.socketDir, servers: context.servers, version: context.id, own: false };
+      for (const r of context.ranks) enqueue.spawnChild('rankService', { id: serveActorId(r.localRank), input: rankServiceInput(ranksOf(context), r, serve, rankLog(context, r.localRank)) });
     }),
     recordStale: assign(({ context, event }) => {
       assertEvent(event, 'RANK_STALE');
@@ -233,7 +190,7 @@ export const modelMachine = setup({
       return { ranks: updateRank(context.ranks, event.localRank, { state: 'serving', socketPath: event.socketPath }) };
     }),
     announce: enqueueActions(({ context, enqueue }) => {
-      for (const r of context.ranks) enqueue.sendTo(modelServeId(r.localRank), { type: 'SERVE_ANNOUNCE' });
+      for (const r of context.ranks) enqueue.sendTo(serveActorId(r.localRank), { type: 'SERVE_ANNOUNCE' });
       enqueue.sendTo(context.parent, { type: 'MODEL_SERVING', id: context.id, entries: manifestEntries(context) });
     }),
     storeForce: assign(({ event }) => {
@@ -241,22 +198,22 @@ export const modelMachine = setup({
       return { force: event.force };
     }),
     drain: enqueueActions(({ context, enqueue }) => {
-      for (const r of context.ranks) enqueue.sendTo(modelServeId(r.localRank), { type: 'SERVE_DRAIN', force: context.force });
+      for (const r of context.ranks) enqueue.sendTo(serveActorId(r.localRank), { type: 'SERVE_DRAIN', force: context.force });
     }),
     releaseRank: enqueueActions(({ event, enqueue }) => {
       assertEvent(event, 'RANK_RELEASE_REQUESTED');
-      enqueue.sendTo(modelRankId(event.localRank), { type: 'RANK_RELEASE' });
+      enqueue.sendTo(rankActorId(event.localRank), { type: 'RANK_RELEASE' });
     }),
     recordReleased: enqueueActions(({ context, event, enqueue }) => {
       assertEvent(event, 'RANK_RELEASED');
       enqueue.assign({ ranks: updateRank(context.ranks, event.localRank, { state: 'released', bytes: 0 }) });
-      enqueue.sendTo(modelServeId(event.localRank), { type: 'SERVE_RELEASED' });
+      enqueue.sendTo(serveActorId(event.localRank), { type: 'SERVE_RELEASED' });
     }),
     // Servers go first so no client attaches to memory that is about to be freed.
     stopRanks: enqueueActions(({ context, enqueue }) => {
       for (const r of context.ranks) {
-        enqueue.stopChild(modelServeId(r.localRank));
-        if (r.state !== 'released') enqueue.sendTo(modelRankId(r.localRank), { type: 'RANK_STOP' });
+        enqueue.stopChild(serveActorId(r.localRank));
+        if (r.state !== 'released') enqueue.sendTo(rankActorId(r.localRank), { type: 'RANK_STOP' });
       }
       enqueue.assign({ ranks: context.ranks.map((r) => (r.state === 'released' ? { ...r, state: 'stopped' as const } : r)) });
     }),
@@ -298,6 +255,7 @@ export const modelMachine = setup({
   }),
   states: {
     admitting: {
+      tags: LOAD_RUNNING,
       entry: 'spawnRanks',
       on: { RANK_DEVICE: { actions: 'recordDevice' }, MODEL_STOP: '#model.stopping', MODEL_ABORT: aborted },
       always: [
@@ -306,11 +264,13 @@ export const modelMachine = setup({
       ],
     },
     loading: {
+      tags: LOAD_RUNNING,
       entry: 'admitRanks',
       on: { RANK_PROGRESS: { actions: 'recordProgress' }, RANK_LOADED: { actions: 'recordLoaded' }, MODEL_STOP: '#model.stopping', MODEL_ABORT: aborted },
       always: { guard: 'allRanksLoaded', target: 'verifying' },
     },
     verifying: {
+      tags: LOAD_RUNNING,
       invoke: {
         id: 'checkFiles',
         src: 'checkFiles',
@@ -321,10 +281,12 @@ export const modelMachine = setup({
       on: { MODEL_STOP: '#model.stopping', MODEL_ABORT: aborted },
     },
     resident: {
+      tags: LOAD_RUNNING,
       entry: 'tellParentResident',
       on: { MODEL_COMMIT: 'starting', MODEL_ABORT: aborted, MODEL_STOP: '#model.stopping' },
     },
     starting: {
+      tags: LOAD_RUNNING,
       entry: 'spawnServers',
       // A rank's socket is live before its siblings' are, so a client may already release.
       on: { RANK_SERVING: { actions: 'recordServing' }, ...clientRelease, MODEL_STOP: '#model.stopping' },
@@ -380,6 +342,15 @@ export const modelMachine = setup({
     KEEPER_BACK: { actions: 'keepRanksAgain' },
   },
 });
+
+// The status's ModelMachineState names exactly these states.
+true satisfies SameStateNames<StateValueFrom<typeof modelMachine>, ModelMachineState>;
+
+/** Its ranks, as planned and placed. */
+function ranksOf(context: ModelContext): ModelRanks {
+  const { spec, plan, devices, fill, placement } = context.planned;
+  return { name: spec.name, plan, devices, fill, nodeRank: placement.nodeRank, nnodes: placement.nnodes };
+}
 
 /** What each rank will allocate on its device, as opened: nothing for one that adopts a kept shard. */
 function needs(context: ModelContext) {

@@ -7,10 +7,21 @@ import { WeightdError } from '../errors.js';
 import type { CheckpointPlan } from '../checkpoint/types.js';
 import type { Logger } from '../log.js';
 import type { ModelSpec } from './modelSpecs.js';
-import type { DeviceSlot, FillOptions } from '../native/addon.js';
+import type { CudaHandles, DeviceSlot, FillOptions } from '../native/addon.js';
 import { cachedShare, localDevices } from '../native/devices.js';
 import { nodeFillOptions } from '../native/fillPolicy.js';
-import type { NodeConfig } from '../nodeOptions.js';
+
+/** The node as planning a model sees it: its group's shape, and how it picks and fills devices (NodeConfig has all of it). */
+export interface ModelNode {
+  nnodes: number;
+  nodeRank: number;
+  localWorldSize: number;
+  /** The group's tp size: a model loaded at it spans the group. */
+  tpSize: number;
+  device: Parameters<typeof localDevices>[0]['device'];
+  cudaHandles: CudaHandles;
+  fill: FillOptions;
+}
 
 /**
  * Where a model's ranks live. nnodes 1: every rank on this node (global rank = local rank), as on
@@ -29,7 +40,7 @@ export interface ModelPlacement {
  * size spans it; one at most a node's local world size is served by each node alone; any
  * other size has no placement that matches an engine's global ranks.
  */
-export function modelPlacement(tpSize: number, config: Pick<NodeConfig, 'nnodes' | 'nodeRank' | 'localWorldSize' | 'tpSize'>): ModelPlacement {
+export function modelPlacement(tpSize: number, config: Pick<ModelNode, 'nnodes' | 'nodeRank' | 'localWorldSize' | 'tpSize'>): ModelPlacement {
   if (spansGroup(tpSize, config)) return { nodeRank: config.nodeRank, nnodes: config.nnodes, localWorldSize: config.localWorldSize };
   if (tpSize <= config.localWorldSize || config.nnodes === 1) return { nodeRank: 0, nnodes: 1, localWorldSize: tpSize };
   throw new WeightdError(
@@ -41,7 +52,7 @@ export function modelPlacement(tpSize: number, config: Pick<NodeConfig, 'nnodes'
 }
 
 /** Whether a model at `tpSize` spans the group (modelPlacement's first case). */
-export function spansGroup(tpSize: number, config: Pick<NodeConfig, 'nnodes' | 'tpSize'>): boolean {
+export function spansGroup(tpSize: number, config: Pick<ModelNode, 'nnodes' | 'tpSize'>): boolean {
   return config.nnodes > 1 && tpSize === config.tpSize;
 }
 
@@ -63,7 +74,7 @@ export interface PlannedModel {
 }
 
 /** How a model's fill reads and how the log says it; shared with the node's own model. */
-export async function fillFor(config: Pick<NodeConfig, 'fill'>, devices: DeviceSlot[], plan: CheckpointPlan, log: Logger): Promise<FillOptions> {
+export async function fillFor(config: Pick<ModelNode, 'fill'>, devices: DeviceSlot[], plan: CheckpointPlan, log: Logger): Promise<FillOptions> {
   let share: number | undefined;
   const fill = await nodeFillOptions(config.fill, devices, async () => (share = await cachedShare([...new Set(plan.ranks.flatMap((r) => r?.files ?? []))])));
   if (share !== undefined) {
@@ -100,7 +111,7 @@ export async function planSpec(spec: ModelSpec, localRanks: { nodeRank: number; 
 /** Plans a model served beside the node's own, on this node's share of its ranks (modelPlacement). */
 export async function planModel(
   spec: ModelSpec,
-  config: Pick<NodeConfig, 'device' | 'cudaHandles' | 'fill' | 'nnodes' | 'nodeRank' | 'localWorldSize' | 'tpSize'>,
+  config: ModelNode,
   log: Logger,
 ): Promise<PlannedModel> {
   const placement = modelPlacement(spec.tpSize, config);

@@ -15,10 +15,8 @@ export const LOCAL_RANKS = 2;
 
 export function fakeConfig(over: Partial<NodeConfig> = {}): NodeConfig {
   return {
-    name: 'model',
-    modelDir: '/fake/model',
-    tpSize: LOCAL_RANKS,
     models: [{ name: 'model', modelDir: '/fake/model', tpSize: LOCAL_RANKS, layouts: ['checkpoint'] }],
+    tpSize: LOCAL_RANKS,
     nnodes: 1,
     nodeRank: 0,
     localWorldSize: LOCAL_RANKS,
@@ -26,7 +24,6 @@ export function fakeConfig(over: Partial<NodeConfig> = {}): NodeConfig {
     weightCachePort: 29999,
     device: 'host',
     cudaHandles: 'ipc',
-    layouts: ['checkpoint'],
     fill: {},
     keeper: { mode: 'off', adoptWithinS: 600 },
     rendezvousTimeoutMs: 1000,

@@ -238,7 +238,7 @@ test('events stream: history on connect, each event live with the status, ended 
   h.toReady();
   const ready = await stream.next((f) => f.event === 'node-event' && f.data.event.state === 'ready');
   assert.is(ready.data.event.type, 'RANK_SERVING');
-  assert.is(ready.data.event.from, 'serving');
+  assert.is(ready.data.event.from, 'starting');
   assert.is(ready.data.status.state, 'ready', 'the status as of that event');
   const loaded = await stream.next((f) => f.event === 'node-event' && f.data.event.type === 'RANK_LOADED');
   assert.is(loaded.data.event.data.segments, 1);

@@ -26,7 +26,7 @@ test('every supervisor state, with its type, initial state and final states', ()
 test('transitions carry their events, guards, delays, actions and targets', () => {
   const find = (source: string, label: string) => chart.transitions.find((t) => t.source === `supervisor.${source}` && t.label === label);
   assert.equal(find('loading', 'always'), {
-    source: 'supervisor.loading', event: '', kind: 'always', label: 'always', targets: ['supervisor.serving'], guard: 'allRanksLoaded', actions: [],
+    source: 'supervisor.loading', event: '', kind: 'always', label: 'always', targets: ['supervisor.starting'], guard: 'allRanksLoaded', actions: [],
   });
   assert.equal(find('init', 'prepareNode done')?.targets, ['supervisor.rendezvous']);
   assert.is(find('init', 'prepareNode done')?.kind, 'done');
@@ -54,7 +54,7 @@ test('mermaid text: states, descriptions, merged edges, the root transition in e
     '  ready : invoke publishNodeManifest',
     '  stopped --> [*]',
     '  failed --> [*]',
-    '  loading --> serving : always [allRanksLoaded]',
+    '  loading --> starting : always [allRanksLoaded]',
     '  init --> rendezvous : prepareNode done',
     '  stopping --> failed : RANK_FAILED<br/>after stopTimeout<br/>GROUP_FAILED',
     '  rendezvous --> failed : GROUP_FAILED',

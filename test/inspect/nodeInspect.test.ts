@@ -77,11 +77,11 @@ test("health means serving: once the node's own model is unloaded, /healthz, /st
   try {
     await node.ready;
     assert.equal(await health(), { healthz: 200, body: { ready: true, state: 'ready', model: 'serving' }, status: ['ready', true], metric: '1' });
-    await node.unload(node.config.name);
+    await node.unload(node.config.models[0].name);
     await waitUntil('the own model is released', () => node.status().models[0]!.state === 'released');
     // The supervisor is still ready (other models could serve), but what the node was started for is not served.
     assert.equal(await health(), { healthz: 503, body: { ready: false, state: 'ready', model: 'released' }, status: ['ready', false], metric: '0' });
-    const again = await node.load({ model: exampleModel, name: node.config.name });
+    const again = await node.load({ model: exampleModel, name: node.config.models[0].name });
     assert.is(again.model.state, 'serving');
     assert.equal(await health(), { healthz: 200, body: { ready: true, state: 'ready', model: 'serving' }, status: ['ready', true], metric: '1' });
   } finally {

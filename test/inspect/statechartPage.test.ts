@@ -109,7 +109,7 @@ if (!existsSync(CHROMIUM)) {
       const drawn = (machine: string): Promise<string[]> =>
         page.evaluate(`[...document.querySelectorAll('#chart-${machine} g.node')].map((g) => g.id).filter((id) => id.startsWith('wd-${machine}-state-'))`);
       const states = await drawn('supervisor');
-      for (const s of ['init', 'rendezvous', 'loading', 'serving', 'ready', 'stopping', 'stopped', 'failed']) {
+      for (const s of ['init', 'rendezvous', 'loading', 'starting', 'ready', 'stopping', 'stopped', 'failed']) {
         assert.ok(states.some((id) => id.startsWith(`wd-supervisor-state-${s}-`)), `state ${s} drawn (${states})`);
       }
       const coordinatorStates = await drawn('coordinator');
@@ -132,7 +132,7 @@ if (!existsSync(CHROMIUM)) {
       await node.ready;
       await highlightIs(page, 'ready');
       await highlightIs(page, 'serving', 'coordinator');
-      assert.equal(await highlightsSeen(page, 'supervisor'), ['rendezvous', 'loading', 'serving', 'ready'], 'the highlight went through every state the node did');
+      assert.equal(await highlightsSeen(page, 'supervisor'), ['rendezvous', 'loading', 'starting', 'ready'], 'the highlight went through every state the node did');
       assert.equal(await highlightsSeen(page, 'coordinator'), ['gathering', 'loading', 'serving'], 'and the coordinator through formation and the ready barrier');
       const now = await highlighted(page);
       assert.is(now.attr, 'ready');

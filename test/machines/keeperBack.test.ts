@@ -12,7 +12,8 @@ import { ServerRegistry } from '../../src/serve/serverRegistry.js';
 import { WorkerRegistry } from '../../src/models/workerRegistry.js';
 import type { SupervisorEvent } from '../../src/machines/events.js';
 import { modelMachine, type ModelCommand } from '../../src/models/modelMachine.js';
-import { modelActor, supervisorMachine } from '../../src/machines/supervisor.js';
+import { supervisorMachine } from '../../src/machines/supervisor.js';
+import { modelActor } from '../../src/models/modelHost.js';
 import { FakeWorld, fakeInput, fakePrepared, fakeRankTable, LOCAL_RANKS } from '../helpers/fakeNode.js';
 
 const ranks = [...Array(LOCAL_RANKS).keys()];

@@ -5,7 +5,8 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { createActor } from 'xstate';
 import { getShortestPaths, getSimplePaths } from 'xstate/graph';
-import { supervisorMachine, rankActorId } from '../../src/machines/supervisor.js';
+import { supervisorMachine } from '../../src/machines/supervisor.js';
+import { rankActorId } from '../../src/models/modelRanks.js';
 import { FakeWorld, LOCAL_RANKS, fakeInput, fakePrepared, fakeRankTable } from '../helpers/fakeNode.js';
 
 type Ev = Parameters<ReturnType<typeof createActor<typeof supervisorMachine>>['send']>[0];
@@ -61,12 +62,12 @@ function replay(steps: Array<{ event: { type: string } }>) {
 function check(snap: any, world: FakeWorld, event: Ev, hadFailure: boolean) {
   const state = String(snap.value);
   const where = `${state} after ${event.type}`;
-  if (state === 'serving' || state === 'ready') {
+  if (state === 'starting' || state === 'ready') {
     assert.equal([...world.liveServers].sort(), ranks, `${where}: one server per rank, spawned only once all loaded`);
   }
   if (state === 'loading') assert.is(world.liveServers.size, 0, `${where}: no socket before the weights are resident`);
   assert.is(world.manifestLive, state === 'ready', `${where}: the node manifest exists exactly while ready`);
-  if (state === 'loading' || state === 'serving' || state === 'ready') {
+  if (state === 'loading' || state === 'starting' || state === 'ready') {
     assert.equal(world.liveRanks.size, LOCAL_RANKS, `${where}: one live rank actor per local rank`);
     for (const r of ranks) assert.ok(snap.children[rankActorId(r)], `${where}: rank ${r} is a child`);
   }
@@ -101,7 +102,7 @@ function check(snap: any, world: FakeWorld, event: Ev, hadFailure: boolean) {
 test('shortest paths reach every state, and each state holds its invariants', () => {
   const paths = getShortestPaths(supervisorMachine, options);
   const reached = new Set(paths.map((p) => String(p.state.value)));
-  for (const s of ['init', 'rendezvous', 'loading', 'serving', 'ready', 'stopping', 'stopped', 'failed']) {
+  for (const s of ['init', 'rendezvous', 'loading', 'starting', 'ready', 'stopping', 'stopped', 'failed']) {
     assert.ok(reached.has(s), `state ${s} is reachable`);
   }
   for (const p of paths) replay(p.steps as any);
@@ -117,7 +118,7 @@ test('every simple path to a final state tears everything down', () => {
     assert.ok(['stopped', 'failed'].includes(last.state));
     if (last.state === 'failed') failedFromEveryState.add(last.from);
   }
-  for (const s of ['init', 'rendezvous', 'loading', 'serving', 'ready', 'stopping']) {
+  for (const s of ['init', 'rendezvous', 'loading', 'starting', 'ready', 'stopping']) {
     assert.ok(failedFromEveryState.has(s), `a failure in ${s} is covered`);
   }
 });

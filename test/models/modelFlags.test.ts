@@ -36,7 +36,7 @@ test('repeated --model: one -tp for every model, or one per model in order; othe
   assert.equal([each.tensorParallelSize, each.models], [2, [{ model: draft, tensorParallelSize: 1 }]]);
   const config = await resolveNodeOptions(each);
   assert.equal(config.models.map((m) => [m.name, m.tpSize]), [['tiny-llama', 2], ['draft', 1]]);
-  assert.equal([config.name, config.tpSize, config.modelDir], ['tiny-llama', 2, exampleModel.replace(/\/$/, '')]);
+  assert.equal([config.models[0].name, config.tpSize, config.models[0].modelDir], ['tiny-llama', 2, exampleModel.replace(/\/$/, '')]);
   const counts = refusal(() => parseArgs(['--model', exampleModel, '--model', draft, '--model', draft, '-tp', '1', '-tp', '2']));
   assert.match(counts.message, /--tensor-parallel-size is given 2 times for 3 --model\(s\); give it once for all of them, or once per --model in the same order/);
 });

@@ -1,0 +1,79 @@
+// The node as its models see it: what the supervisor tells and keeps of each model actor, what a
+// model actor and node.load/node.unload tell the supervisor, and the supervisor actor as
+// ModelControl drives it. Declared here, beside the models, so that src/models/ imports nothing
+// from the machine that runs the node (src/machines/supervisor.ts satisfies ModelHost).
+import type { ActorRefFrom, AnyActorRef, Subscription } from 'xstate';
+import type { SerializedError } from '../errors.js';
+import type { IdentityChange } from '../files/fileIdentity.js';
+import type { NodeFailure } from '../nodeStatus.js';
+import type { NodeManifestEntry } from '../wire/nodeManifest.js';
+import type { modelMachine } from './modelMachine.js';
+import type { ModelSpec } from './modelSpecs.js';
+import type { PlannedModel } from './planModel.js';
+
+/** A model the node serves besides its own, as the supervisor tracks it (its actor has the rest). */
+export interface ModelEntry {
+  /** The model actor's id among the supervisor's children. */
+  id: string;
+  name: string;
+  /** The checkpoint fingerprint (every rank's differs: see the entries). */
+  fingerprint: string;
+  tpSize: number;
+  /** Started with the node: it must serve before the node is ready, and its failure fails the node (unless restored). */
+  startup: boolean;
+  /** Restored from an earlier daemon's run-time load (PlannedModel.origin): its failure fails it alone. */
+  restored: boolean;
+  /** Once it serves: its ranks, for the node manifest. */
+  entries?: NodeManifestEntry[];
+  /** Unloaded (or superseded by a newer version of its name): it drains. */
+  unloaded: boolean;
+  /**
+   * A model that spans the group: "pending" until node 0 commits or aborts it everywhere
+   * (src/models/modelGroupMachine.ts), then "committed". Absent for a model of this node alone.
+   */
+  group?: 'pending' | 'committed';
+}
+
+/** What a model actor tells the supervisor. */
+export type ModelEvent =
+  /** Every rank serves: the version is attachable. `entries`: its ranks, for the node manifest. */
+  | { type: 'MODEL_SERVING'; id: string; entries: NodeManifestEntry[] }
+  /** A model that spans the group is resident here, not attachable yet (src/models/modelGroupMachine.ts). */
+  | { type: 'MODEL_RESIDENT'; id: string }
+  | { type: 'MODEL_FAILED'; id: string; error: NodeFailure }
+  /** Released or stopped: the actor has ended and its memory is freed. */
+  | { type: 'MODEL_GONE'; id: string }
+  /** Its checkpoint files changed since it was planned: it drains, and `spec` is loaded again. */
+  | { type: 'MODEL_STALE'; id: string; spec: ModelSpec; changes: IdentityChange[]; described: string };
+
+/** From the programmatic API (node.load, node.unload; the control socket goes through them). */
+export type ModelRequestEvent =
+  /** `id`: the model actor's id, which the caller names so that it can follow that actor (modelLoadId). */
+  | { type: 'MODEL_LOAD'; id: string; planned: PlannedModel }
+  /** A model that would span the group could not be planned here: the other nodes must not wait for it. */
+  | { type: 'MODEL_PLAN_FAILED'; name: string; error: SerializedError }
+  /** `ids`: model actors to unload; `own`: the node's own model too. */
+  | { type: 'MODEL_UNLOAD'; ids: string[]; own: boolean; force: boolean };
+
+/** The supervisor actor, as node.load and node.unload (ModelControl) drive it. */
+export interface ModelHost {
+  send(event: ModelRequestEvent): void;
+  getSnapshot(): ModelHostSnapshot;
+  subscribe(observer: { next?: () => void; error?: (err: unknown) => void; complete?: () => void }): Subscription;
+}
+
+export interface ModelHostSnapshot {
+  /** The node's state (nodeStatus.ts NodeState). */
+  value: unknown;
+  status: 'active' | 'done' | 'error' | 'stopped';
+  context: { models: ModelEntry[] };
+  children: Record<string, AnyActorRef | undefined>;
+}
+
+/** The id of the `n`th model loaded at run time (MODEL_LOAD.id): apart from those started with the node. */
+export const modelLoadId = (n: number) => `load-${n}`;
+
+/** A model actor among the supervisor's children, by its id (ModelEntry.id). */
+export function modelActor(snapshot: Pick<ModelHostSnapshot, 'children'>, id: string): ActorRefFrom<typeof modelMachine> | undefined {
+  return snapshot.children[id] as ActorRefFrom<typeof modelMachine> | undefined;
+}
