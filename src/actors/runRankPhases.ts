@@ -14,31 +14,49 @@ import { rankKeeping, type Post, type RankPhases } from './rankPhases.js';
 
 type InputOf<K extends keyof typeof rankWorkerActors> = InputFrom<(typeof rankWorkerActors)[K]>;
 
+/**
+ * The machine's phases and keeper calls as this thread runs them. A phase whose state was left
+ * (a RELEASE or STOP) while it ran is aborted (fromPromise's signal): it posts nothing more, and a
+ * device it opened, which the machine never stored and so never frees, is freed here.
+ */
+export function rankWorkerImplementations(phases: RankPhases, post: Post) {
+  const unlessAborted =
+    (signal: AbortSignal): Post =>
+    (m) => {
+      if (!signal.aborted) post(m);
+    };
+  return {
+    open: fromPromise(async ({ input, signal }: { input: InputOf<'open'>; signal: AbortSignal }) => {
+      const device = await phases.open(input.data, unlessAborted(signal));
+      if (signal.aborted) await device.free();
+      return device;
+    }),
+    adopt: fromPromise(async ({ input, signal }: { input: InputOf<'adopt'>; signal: AbortSignal }) => phases.adopt(input.device, input.data, unlessAborted(signal))),
+    allocate: fromPromise(async ({ input: { device, data } }: { input: InputOf<'allocate'> }) => {
+      // Its own line: the fill's seconds (the loaded line) do not count making the segments.
+      const allocating = performance.now();
+      await phases.allocate(device, data);
+      const allocateMs = Math.round(performance.now() - allocating);
+      const bytes = data.plan.segments.reduce((a, b) => a + b, 0);
+      const n = data.plan.segments.length;
+      post({ type: 'LOG', level: 'info', msg: `rank ${data.globalRank} allocated ${formatBytes(bytes)} in ${allocateMs} ms (${n} segment${n === 1 ? '' : 's'})`, fields: { allocateMs, bytes } });
+    }),
+    fill: fromPromise(async ({ input }: { input: InputOf<'fill'> }) => phases.fill(input.device, input.data, post)),
+    verify: fromPromise(async ({ input }: { input: InputOf<'verify'> }) => phases.verify(input.data)),
+    export: fromPromise(async ({ input }: { input: InputOf<'export'> }) => phases.export(input.device, input.resident, post)),
+    keep: fromPromise(async ({ input }: { input: InputOf<'keep'> }) => phases.keep(input.data, input.segments, input.digests)),
+    dropKept: fromPromise(async ({ input }: { input: InputOf<'dropKept'> }) => (await rankKeeping()).dropKept(input.data, input.data.keeper!)),
+    free: fromPromise(async ({ input }: { input: InputOf<'free'> }) => input.device?.free()),
+  };
+}
+
 /** Runs this worker thread as a rank with these phases; answers RELEASE, STOP, KEEP, UNKEEP and KEEP_AGAIN throughout. */
 export function runRankPhases(phases: RankPhases): void {
   const port = parentPort!;
   const post: Post = (m) => port.postMessage(m);
   const actor = createActor(
     rankWorkerMachine.provide({
-      actors: {
-        open: fromPromise(async ({ input }: { input: InputOf<'open'> }) => phases.open(input.data, post)),
-        adopt: fromPromise(async ({ input }: { input: InputOf<'adopt'> }) => phases.adopt(input.device, input.data, post)),
-        allocate: fromPromise(async ({ input: { device, data } }: { input: InputOf<'allocate'> }) => {
-          // Its own line: the fill's seconds (the loaded line) do not count making the segments.
-          const allocating = performance.now();
-          await phases.allocate(device, data);
-          const allocateMs = Math.round(performance.now() - allocating);
-          const bytes = data.plan.segments.reduce((a, b) => a + b, 0);
-          const n = data.plan.segments.length;
-          post({ type: 'LOG', level: 'info', msg: `rank ${data.globalRank} allocated ${formatBytes(bytes)} in ${allocateMs} ms (${n} segment${n === 1 ? '' : 's'})`, fields: { allocateMs, bytes } });
-        }),
-        fill: fromPromise(async ({ input }: { input: InputOf<'fill'> }) => phases.fill(input.device, input.data, post)),
-        verify: fromPromise(async ({ input }: { input: InputOf<'verify'> }) => phases.verify(input.data)),
-        export: fromPromise(async ({ input }: { input: InputOf<'export'> }) => phases.export(input.device, input.resident, post)),
-        keep: fromPromise(async ({ input }: { input: InputOf<'keep'> }) => phases.keep(input.data, input.segments, input.digests)),
-        dropKept: fromPromise(async ({ input }: { input: InputOf<'dropKept'> }) => (await rankKeeping()).dropKept(input.data, input.data.keeper!)),
-        free: fromPromise(async ({ input }: { input: InputOf<'free'> }) => input.device?.free()),
-      },
+      actors: rankWorkerImplementations(phases, post),
       actions: {
         post: (_, messages: RankToMain | RankToMain[]) => {
           for (const m of [messages].flat()) post(m);

@@ -14,6 +14,13 @@
 // after it (keeping.again), an UNKEEP during a keep drops once the keep is done, and anything
 // that needs the segments is ignored before they are exported and once they are being freed.
 //
+// What this machine changed on purpose from the hand-written worker it replaced (issue 32):
+// - a RELEASE or STOP during a load drops the phase in progress (its result is ignored, a device
+//   it opens late is freed by the open itself); before, the load carried on and the rank posted
+//   both FAILED and RELEASED;
+// - a KEEP after an UNKEEP no longer keeps: the model is draining;
+// - a keep queued (KEEP_AGAIN during a keep) does not run once a RELEASE or STOP came.
+//
 // It holds no I/O: the phases (src/actors/rankPhases.ts), the keeper's calls and the thread's port
 // are typed placeholders that src/actors/runRankPhases.ts provides, so the chart can be drawn
 // and the machine walked (test/machines/rankWorker.paths.test.ts) with no addon loaded.

@@ -1,0 +1,55 @@
+// The rank worker's phases as its thread runs them (src/actors/runRankPhases.ts): a device whose
+// open settles after a RELEASE or STOP was never stored by the machine, so the open itself frees
+// it, and nothing it says reaches the main thread after the rank was released or stopped.
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import { createActor } from 'xstate';
+import { rankWorkerImplementations } from '../../src/actors/runRankPhases.js';
+import type { RankPhases } from '../../src/actors/rankPhases.js';
+import { rankWorkerMachine } from '../../src/machines/rankWorkerMachine.js';
+import type { RankToMain, RankWorkerData } from '../../src/models/rankMessages.js';
+import type { DeviceHandle } from '../../src/native/deviceHandle.js';
+
+const data = { nodeRank: 0, localRank: 0, globalRank: 0, plan: { segments: [256], totalBytes: 256 } } as unknown as RankWorkerData;
+/** Every microtask the settled open queued has run once the next macrotask starts. */
+const settled = () => new Promise<void>((resolve) => setImmediate(resolve));
+
+for (const type of ['RELEASE', 'STOP'] as const) {
+  test(`a device opened after a ${type} is freed, and its DEVICE message is not posted`, async () => {
+    let frees = 0;
+    const device = { info: () => ({}), free: async () => void frees++, cancelFill: () => {} } as unknown as DeviceHandle;
+    let open!: () => void;
+    const phases = {
+      open: (_: RankWorkerData, post: (m: RankToMain) => void) =>
+        new Promise<DeviceHandle>((resolve) => {
+          open = () => {
+            post({ type: 'DEVICE', info: device.info() } as RankToMain);
+            resolve(device);
+          };
+        }),
+    } as unknown as RankPhases;
+    const posts: RankToMain[] = [];
+    const post = (m: RankToMain) => void posts.push(m);
+    const actor = createActor(
+      rankWorkerMachine.provide({
+        actors: rankWorkerImplementations(phases, post),
+        actions: { post: (_, m: RankToMain | RankToMain[]) => void posts.push(...[m].flat()), cancelFill: () => {}, closePort: () => {} },
+      }),
+      { input: { data } },
+    );
+    actor.start();
+    actor.send({ type });
+    await settled();
+    open();
+    await settled();
+    assert.is(frees, 1, 'the device the late open made is freed');
+    assert.equal(
+      posts.map((m) => m.type),
+      type === 'RELEASE' ? ['RELEASED'] : [],
+      'nothing is posted after the rank was released or stopped',
+    );
+    actor.stop();
+  });
+}
+
+test.run();
