@@ -267,7 +267,7 @@ function planRank(tensors: PlannedTensor[], files: string[], tpSize: number, ran
 }
 
 /** The engine layouts asked for, in the registry's order, each once; an unknown name is an error. */
-function checkLayouts(asked: readonly string[]): EngineLayout[] {
+function engineLayoutsAsked(asked: readonly string[]): EngineLayout[] {
   const unknown = asked.find((name) => !isLayoutName(name));
   if (unknown !== undefined) throw new ShardingError('E_LAYOUT_UNKNOWN', unknownLayoutMessage(unknown), { layout: unknown });
   return layoutNames().flatMap((name) => {
@@ -336,7 +336,7 @@ export async function planCheckpoint(modelDir: string, opts: PlanOptions): Promi
     config,
     planFile: planFile?.json ?? null,
   });
-  const asked = checkLayouts(opts.layouts ?? []);
+  const asked = engineLayoutsAsked(opts.layouts ?? []);
   // An engine layout this checkpoint cannot have is refused alone: the checkpoint layout and the
   // engines that use it still get the cache, and an engine asking for the refused one is told
   // why and loads from disk, as on any other doubt.
