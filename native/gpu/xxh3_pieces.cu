@@ -1,7 +1,8 @@
 // The fill's digest kernel: each warp hashes one digest piece (docs/spec/fingerprint.md §8) with
 // xxh3-128 where the fill's copies have just put it in GPU memory, and writes its 16 canonical
-// bytes. Built to PTX and SASS by CMakeLists.txt when nvcc exists, embedded in the addon, loaded
-// with cuModuleLoadData (native/cuda_digests.cpp). The hash is native/xxh3_core.h, which the CPU
+// bytes. Built to PTX and SASS by CMakeLists.txt (native/gpu/build-kernel.sh) when nvcc exists,
+// into a fatbin beside the addon (weightd-digests.fatbin), which native/cuda_digests.cpp reads
+// and loads with cuModuleLoadData. The hash is native/xxh3_core.h, which the CPU
 // check (test/native/xxh3Core.test.ts) compiles too; what only runs here is the shuffles.
 #include "../gpu_digest_job.h"
 #include "../xxh3_core.h"
