@@ -231,7 +231,8 @@ export class DeviceServer implements ConnectionHandler, DeviceServices {
       if (admission.otherUser) this.counters.refusedPeers++;
       this.#peerLog.allow(() => this.#log.warn({ ...admission.fields, socket: this.#listener.path }, admission.message));
       // Our own user's client is told why, as the reply to its first request (id null), so an
-      // engine can say "try again" rather than "the daemon hung up"; a stranger learns nothing.
+      // engine can say "try again" rather than "the daemon hung up"; a stranger learns nothing
+      // (admitPeer refuses another uid before it looks for room, so never as full).
       // A fresh connection's buffer is empty: the frame is written before the destroy.
       if (admission.full) {
         const why = new WeightdError('E_TOO_MANY_CONNECTIONS', `weightd refused this connection (${admission.fields.why}); try again once others close (docs/operations.md, "File descriptors")`, { limit: admission.fields.limit as number });

@@ -1,6 +1,6 @@
-// Whether a new connection on a Unix socket (a device's, the control socket) is served: its
-// listener's share of the descriptor budget has room for it, and the kernel says (SO_PEERCRED)
-// that its peer runs as this user. An admitted connection holds its descriptor in the share until
+// Whether a new connection on a Unix socket (a device's, the control socket) is served: the
+// kernel says (SO_PEERCRED) that its peer runs as this user, and then its listener's share of the
+// descriptor budget has room for it. An admitted connection holds its descriptor in the share until
 // it is destroyed. The listener logs, counts and closes what is refused, on its one rate-limited
 // budget of peer-caused lines.
 import type { Socket } from 'node:net';
@@ -23,8 +23,6 @@ export type Admission =
   | { admitted: false; otherUser: boolean; full: boolean; fields: Record<string, unknown>; message: string };
 
 export function admitPeer(socket: Socket, rules: AdmissionRules): Admission {
-  const refused = rules.share.take(socket);
-  if (refused) return { admitted: false, otherUser: false, full: true, fields: { limit: refused.limit, why: refused.message }, message: 'too many client connections: refused one' };
   const fd = streamFd(socket);
   let peer;
   try {
@@ -38,5 +36,8 @@ export function admitPeer(socket: Socket, rules: AdmissionRules): Admission {
     // the peer is root; refusing root as well keeps "only this user" exact.
     return { admitted: false, otherUser: true, full: false, fields: { peerUid: peer.uid, peerPid: peer.pid, uid: rules.uid }, message: 'refused a client of another user' };
   }
+  // Who it is before whether there is room: a peer of another user is told nothing, not even the limit.
+  const refused = rules.share.take(socket);
+  if (refused) return { admitted: false, otherUser: false, full: true, fields: { limit: refused.limit, why: refused.message }, message: 'too many client connections: refused one' };
   return { admitted: true, pid: peer.pid };
 }
