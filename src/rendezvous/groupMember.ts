@@ -65,8 +65,16 @@ export class GroupMember {
       }),
       { input: { host, port, nnodes: join.nnodes, localWorldSize: join.localWorldSize, rendezvousTimeoutMs, timing, startedAt: performance.now(), log, emit } },
     );
-    // A throwing action is a bug in weightd: the node fails with it rather than wait forever.
-    this.#member.subscribe({ error: (err) => emit({ type: 'GROUP_FAILED', error: serializeError(err) }) });
+    // A throwing action is a bug in weightd: the node fails with it rather than wait forever. The
+    // stopped machine ignores CLOSE, so its link to node 0 is dropped here, or its socket and
+    // timers would outlive it.
+    this.#member.subscribe({
+      error: (err) => {
+        this.#conn?.destroy(`this node failed: ${(err as Error).message}`);
+        this.#conn = undefined;
+        emit({ type: 'GROUP_FAILED', error: serializeError(err) });
+      },
+    });
     this.#member.start();
   }
 
