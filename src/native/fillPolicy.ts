@@ -4,6 +4,7 @@
 // mechanics need. Imports no addon: the CLI's help and option checks quote these numbers.
 import { randomUUID } from 'node:crypto';
 import type { DeviceSlot, FillOptions, NativeFillOptions } from './addon.js';
+import { UsageError } from '../errors.js';
 
 const MiB = 2 ** 20;
 
@@ -41,15 +42,29 @@ export async function nodeFillOptions(
   fill: FillOptions,
   devices: readonly DeviceSlot[],
   share: () => Promise<number> = async () => 1,
+  env: NodeJS.ProcessEnv = process.env,
 ): Promise<FillOptions> {
   if (devices.length === 0 || !devices.every((d) => d.backend === 'cuda')) return fill;
   let out = fill;
-  // The digest kernel has not yet run on a real GPU (only on the fake driver's CPU stand-in): the
-  // daemon hashes on the CPU, as before it, until WEIGHTD_GPU_DIGESTS=1 asks for the kernel.
-  if (out.digestOn === undefined) out = { ...out, digestOn: process.env.WEIGHTD_GPU_DIGESTS === '1' ? 'gpu' : 'cpu' };
+  if (out.digestOn === undefined) out = { ...out, digestOn: digestsOn(env) };
   if (fill.direct === undefined && (await share()) < COLD_CACHE_SHARE) out = { ...COLD_FILL, ...out, direct: true };
   if (devices.length > 1) out = { ...out, group: { id: randomUUID(), size: devices.length } };
   return out;
+}
+
+/** The runtime switch for where a cuda fill hashes its digests (docs/operations.md); not the build's WEIGHTD_GPU_DIGESTS. */
+export const DIGESTS_ON_VARIABLE = 'WEIGHTD_FILL_DIGESTS_ON';
+
+/**
+ * Where a cuda fill that did not choose hashes its digests. The digest kernel has not yet run on
+ * a real GPU (only on the fake driver's CPU stand-in): the daemon hashes on the CPU, as before
+ * it, until WEIGHTD_FILL_DIGESTS_ON=gpu asks for the kernel.
+ */
+function digestsOn(env: NodeJS.ProcessEnv): 'gpu' | 'cpu' {
+  const raw = env[DIGESTS_ON_VARIABLE];
+  if (raw === undefined || raw === '') return 'cpu';
+  if (raw === 'gpu' || raw === 'cpu') return raw;
+  throw new UsageError('E_USAGE', `${DIGESTS_ON_VARIABLE}=${JSON.stringify(raw)}: must be gpu or cpu; unset it to hash on the CPU`, { variable: DIGESTS_ON_VARIABLE, value: raw, allowed: ['gpu', 'cpu'] });
 }
 
 /** The options the addon gets: the caller's choices, and FILL_SIZING for every number left open. */

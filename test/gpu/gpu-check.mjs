@@ -139,12 +139,13 @@ try {
 
 // 4. The fill's GPU digests (native/cuda_digests.h) against its CPU digests, on --digest-ckpt:
 // a tp=1 rank in pread and register mode and a tp=2 rank (whose row-parallel slices stay the
-// CPU's), each filled twice on GPU 0, with digestOn 'gpu' (the default) and 'cpu'. Each passes
-// when both give every tensor the same digest, the GPU hashed (for tp=1: every tensor byte some
-// copy moves; a tensor no op copies, such as a tied alias, is read again at the end) and
-// the fill did not fall back to the CPU (digestGpuUnavailable). The CPU digests are held to
-// Python's xxhash by the shared vectors (docs/spec/fingerprint.md §6). The seconds are a first
-// look at the cost; bench/gpu/fill-digest.sh measures it.
+// CPU's), each filled twice on GPU 0, with digestOn 'gpu' (the addon's choice when a fill names
+// none; the daemon's only with WEIGHTD_FILL_DIGESTS_ON=gpu) and 'cpu'. Each passes when both
+// give every tensor the same digest, the GPU hashed (for tp=1: every tensor byte some copy moves;
+// a tensor no op copies, such as a tied alias, is read again at the end) and the fill did not
+// fall back to the CPU (digestGpuUnavailable). The CPU digests are held to Python's xxhash by the
+// shared vectors (docs/spec/fingerprint.md §6). The seconds are a first look at the cost;
+// bench/gpu/fill-digest.sh measures it.
 const tensorBytes = (plan) => plan.tensorRanges.reduce((n, t) => n + (t.end - t.start), 0);
 for (const { tp, mode } of [{ tp: 1, mode: 'pread' }, { tp: 1, mode: 'register' }, { tp: 2, mode: 'pread' }]) {
   const name = `GPU digests equal CPU digests: tp=${tp} rank 0, ${mode}`;

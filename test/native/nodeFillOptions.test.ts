@@ -8,7 +8,7 @@ import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { DeviceError } from '../../src/errors.js';
+import { DeviceError, UsageError } from '../../src/errors.js';
 import { addon } from '../../src/native/addon.js';
 import { cachedShare, type DeviceSlot } from '../../src/native/devices.js';
 import { nodeFillOptions } from '../../src/native/fillPolicy.js';
@@ -20,8 +20,8 @@ const warm = async () => 1;
 const cold = async () => 0.1;
 
 test('two or more GPUs get one group with a fresh id and the device count as its size', async () => {
-  const a = await nodeFillOptions({ threads: 12 }, [gpu(0), gpu(1)], warm);
-  const b = await nodeFillOptions({ threads: 12 }, [gpu(0), gpu(1)], warm);
+  const a = await nodeFillOptions({ threads: 12 }, [gpu(0), gpu(1)], warm, {});
+  const b = await nodeFillOptions({ threads: 12 }, [gpu(0), gpu(1)], warm, {});
   assert.is(a.threads, 12);
   assert.is(a.group?.size, 2);
   assert.match(a.group!.id, /^[0-9a-f-]{36}$/);
@@ -29,36 +29,42 @@ test('two or more GPUs get one group with a fresh id and the device count as its
   assert.is(a.direct, undefined, 'a warm cache is read through the cache');
 });
 
-test('one warm GPU, or host devices (warm or cold), fill alone with the options unchanged', async () => {
+test('one warm GPU fills alone, hashing on the CPU; host devices (warm or cold) fill alone with the options unchanged', async () => {
   const options = { chunkBytes: 4 << 20 };
-  assert.equal(await nodeFillOptions(options, [gpu(0)], warm), { ...options, digestOn: 'cpu' });
+  assert.equal(await nodeFillOptions(options, [gpu(0)], warm, {}), { ...options, digestOn: 'cpu' });
   let asked = false;
-  assert.is(await nodeFillOptions(options, [host(0), host(1)], async () => ((asked = true), 0)), options);
+  assert.is(await nodeFillOptions(options, [host(0), host(1)], async () => ((asked = true), 0), {}), options);
   assert.not.ok(asked, 'the page cache is not even looked at for host devices');
 });
 
 test('a cold cuda load reads with O_DIRECT in 8 MiB chunks, unless the options say otherwise', async () => {
-  assert.equal(await nodeFillOptions({}, [gpu(0)], cold), { direct: true, chunkBytes: 8 << 20, stagingBytes: 128 << 20, digestOn: 'cpu' });
-  const two = await nodeFillOptions({ threads: 4, chunkBytes: 4 << 20 }, [gpu(0), gpu(1)], cold);
+  assert.equal(await nodeFillOptions({}, [gpu(0)], cold, {}), { direct: true, chunkBytes: 8 << 20, stagingBytes: 128 << 20, digestOn: 'cpu' });
+  const two = await nodeFillOptions({ threads: 4, chunkBytes: 4 << 20 }, [gpu(0), gpu(1)], cold, {});
   assert.equal({ ...two, group: undefined }, { direct: true, chunkBytes: 4 << 20, stagingBytes: 128 << 20, threads: 4, group: undefined, digestOn: 'cpu' });
   assert.is(two.group?.size, 2);
   let asked = false;
-  assert.equal(await nodeFillOptions({ direct: false }, [gpu(0)], async () => ((asked = true), 0)), { direct: false, digestOn: 'cpu' });
+  assert.equal(await nodeFillOptions({ direct: false }, [gpu(0)], async () => ((asked = true), 0), {}), { direct: false, digestOn: 'cpu' });
   assert.not.ok(asked, 'an explicit choice is not second-guessed');
 });
 
-test('cuda fills hash their digests on the CPU unless WEIGHTD_GPU_DIGESTS=1 asks for the kernel, and an explicit digestOn stands', async () => {
-  const before = process.env.WEIGHTD_GPU_DIGESTS;
-  try {
-    delete process.env.WEIGHTD_GPU_DIGESTS;
-    assert.is((await nodeFillOptions({}, [gpu(0)], warm)).digestOn, 'cpu');
-    process.env.WEIGHTD_GPU_DIGESTS = '1';
-    assert.is((await nodeFillOptions({}, [gpu(0)], warm)).digestOn, 'gpu');
-    assert.is((await nodeFillOptions({ digestOn: 'cpu' }, [gpu(0)], warm)).digestOn, 'cpu');
-    assert.is((await nodeFillOptions({}, [host(0)], warm)).digestOn, undefined, 'host fills have no GPU to ask');
-  } finally {
-    if (before === undefined) delete process.env.WEIGHTD_GPU_DIGESTS;
-    else process.env.WEIGHTD_GPU_DIGESTS = before;
+test('cuda fills hash their digests on the CPU unless WEIGHTD_FILL_DIGESTS_ON=gpu asks for the kernel, and an explicit digestOn stands', async () => {
+  const on = (value?: string) => (value === undefined ? {} : { WEIGHTD_FILL_DIGESTS_ON: value });
+  assert.is((await nodeFillOptions({}, [gpu(0)], warm, on())).digestOn, 'cpu');
+  assert.is((await nodeFillOptions({}, [gpu(0)], warm, on(''))).digestOn, 'cpu');
+  assert.is((await nodeFillOptions({}, [gpu(0)], warm, on('cpu'))).digestOn, 'cpu');
+  assert.is((await nodeFillOptions({}, [gpu(0)], warm, on('gpu'))).digestOn, 'gpu');
+  assert.is((await nodeFillOptions({ digestOn: 'cpu' }, [gpu(0)], warm, on('gpu'))).digestOn, 'cpu');
+  assert.is((await nodeFillOptions({}, [host(0)], warm, on('gpu'))).digestOn, undefined, 'host fills have no GPU to ask');
+  // The build's WEIGHTD_GPU_DIGESTS (a CMake option) is not the runtime switch.
+  assert.is((await nodeFillOptions({}, [gpu(0)], warm, { WEIGHTD_GPU_DIGESTS: '1' })).digestOn, 'cpu');
+});
+
+test('WEIGHTD_FILL_DIGESTS_ON other than gpu or cpu is refused, naming the value and the allowed ones', async () => {
+  for (const value of ['1', 'true', 'yes', 'GPU', '0']) {
+    const refused = await nodeFillOptions({}, [gpu(0)], warm, { WEIGHTD_FILL_DIGESTS_ON: value }).then(() => undefined, (e: unknown) => e);
+    assert.instance(refused, UsageError, value);
+    assert.is((refused as UsageError).code, 'E_USAGE');
+    assert.is((refused as Error).message, `WEIGHTD_FILL_DIGESTS_ON=${JSON.stringify(value)}: must be gpu or cpu; unset it to hash on the CPU`);
   }
 });
 
