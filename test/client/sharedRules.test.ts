@@ -1,24 +1,21 @@
 // The rules both clients implement, checked against the vectors the Python tests read too
 // (test/vectors, specified in docs/spec): socket file names, process liveness and manifest columns.
-import { spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { isProcessAlive, processIdentity, startTimeFromStat, stateFromStat } from '../../src/wire/processLiveness.js';
+import { isProcessAlive, startTimeFromStat, stateFromStat } from '../../src/wire/processLiveness.js';
 import { deviceFileStem } from '../../src/wire/socketDir.js';
 import { fromColumns, toColumns } from '../../src/wire/tensorColumns.js';
 import { TensorColumns, type TensorMeta } from '../../src/wire/protocol.js';
 import { repoRoot } from '../helpers/paths.js';
-import { spawnUnreaped } from '../helpers/unreaped.js';
+import { livenessVectors, withAliveCases } from '../helpers/livenessCases.js';
 
 function vectors<T>(name: string): T {
   return JSON.parse(readFileSync(join(repoRoot, 'test/vectors', name), 'utf8')) as T;
 }
 
 interface NameVector { id: string; stem: string; why: string }
-interface StatVector { line: string; state: string | null; startTime: string | null; why: string }
-interface AliveVector { pid: number | 'self' | 'reaped' | 'zombie' | 'init'; startTime: 'self' | 'zombie' | 'wrong' | null; alive: boolean; why: string }
 
 test('socket names: every vector', () => {
   const { vectors: cases } = vectors<{ vectors: NameVector[] }>('socket-names.json');
@@ -26,7 +23,7 @@ test('socket names: every vector', () => {
 });
 
 test('liveness: states and start times read from /proc/<pid>/stat lines', () => {
-  const { stat } = vectors<{ stat: StatVector[] }>('liveness.json');
+  const { stat } = livenessVectors();
   for (const v of stat) {
     assert.is(stateFromStat(v.line) ?? null, v.state, v.why);
     assert.is(startTimeFromStat(v.line) ?? null, v.startTime, v.why);
@@ -34,27 +31,11 @@ test('liveness: states and start times read from /proc/<pid>/stat lines', () => 
 });
 
 test('liveness: alive or not, for each kind of process', async () => {
-  const { alive } = vectors<{ alive: AliveVector[] }>('liveness.json');
-  const self = processIdentity(process.pid);
-  assert.ok(self.startTime, 'this test needs /proc');
-  // A child that has exited and been waited for: its pid names no process now.
-  const reaped = spawnSync(process.execPath, ['-e', 'console.log(process.pid)'], { encoding: 'utf8' });
-  // One that has exited and that nobody has waited for: a zombie until released.
-  const zombie = await spawnUnreaped([process.execPath, '-e', '']);
-  try {
-    await zombie.zombie;
-    const zombieStart = processIdentity(zombie.pid).startTime;
-    assert.ok(zombieStart, 'a zombie still has its /proc/<pid>/stat');
-    const pids = { self: process.pid, reaped: Number(reaped.stdout.trim()), zombie: zombie.pid, init: 1 };
-    const starts = { self: self.startTime, zombie: zombieStart, wrong: `${self.startTime}1` };
-    for (const v of alive) {
-      const pid = typeof v.pid === 'number' ? v.pid : pids[v.pid];
-      const id = v.startTime === null ? { pid } : { pid, startTime: starts[v.startTime] };
-      assert.is(isProcessAlive(id), v.alive, `${JSON.stringify(v)}: ${v.why}`);
+  await withAliveCases((cases) => {
+    for (const { vector: v, pid, startTime } of cases) {
+      assert.is(isProcessAlive(startTime === undefined ? { pid } : { pid, startTime }), v.alive, `${JSON.stringify(v)}: ${v.why}`);
     }
-  } finally {
-    await zombie.release();
-  }
+  });
 });
 
 interface ColumnsVector { why: string; tensors: TensorMeta[]; columns: TensorColumns }
