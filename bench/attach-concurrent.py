@@ -12,19 +12,16 @@ reports firstUsableMs (every view touched). Writes one JSON line per process to 
 not exist) and prints, per build, the median solo time, the median and slowest concurrent time
 and the slowest's ratio to solo (issue 33's target: at most 2).
 """
-import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
 
-ATTACH_ONCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "attach-once.py")
+from attach_builds import ATTACH_ONCE, client_env, parse_args
 
 
 def attach_together(client_path, socket_dir, device, n):
-    env = {**os.environ, "PYTHONPATH": os.path.abspath(client_path)}
-    procs = [subprocess.Popen([sys.executable, ATTACH_ONCE, socket_dir, device, "--wait"], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(n)]
+    procs = [subprocess.Popen([sys.executable, ATTACH_ONCE, socket_dir, device, "--wait"], env=client_env(client_path), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(n)]
     for p in procs:
         line = p.stdout.readline().strip()
         if line != "ready":
@@ -43,18 +40,7 @@ def attach_together(client_path, socket_dir, device, n):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--socket-dir", required=True)
-    ap.add_argument("--before", required=True, help="the old client's package directory (its clients/python)")
-    ap.add_argument("--after", default="clients/python")
-    ap.add_argument("--device", choices=["cuda", "host"], default="cuda")
-    ap.add_argument("--engines", type=int, default=8)
-    ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--out", required=True)
-    a = ap.parse_args()
-    if os.path.exists(a.out):
-        sys.exit(f"{a.out} exists: every run gets a new file, never an old one")
-    builds = {"before": a.before, "after": a.after}
+    a, builds = parse_args(__doc__, runs=3, more=lambda ap: ap.add_argument("--engines", type=int, default=8))
     for build in builds:  # untimed: the daemon's first request for each manifest form
         attach_together(builds[build], a.socket_dir, a.device, 1)
     rows = []

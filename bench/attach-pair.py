@@ -9,36 +9,23 @@ PYTHONPATH), back to back in alternating order (the machine's load drifts over b
 one untimed attach per build. Writes one JSON line per process to --out (which must not exist),
 and prints the medians and the median of the paired differences (after - before).
 """
-import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
 
-ATTACH_ONCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "attach-once.py")
+from attach_builds import ATTACH_ONCE, client_env, parse_args
 
 
 def attach_once(client_path, socket_dir, device):
-    env = {**os.environ, "PYTHONPATH": os.path.abspath(client_path)}
-    r = subprocess.run([sys.executable, ATTACH_ONCE, socket_dir, device], env=env, capture_output=True, text=True, timeout=300)
+    r = subprocess.run([sys.executable, ATTACH_ONCE, socket_dir, device], env=client_env(client_path), capture_output=True, text=True, timeout=300)
     if r.returncode != 0:
         raise RuntimeError(f"attach with the client in {client_path} exited {r.returncode}: {r.stderr[-2000:]}")
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--socket-dir", required=True)
-    ap.add_argument("--before", required=True, help="the old client's package directory (its clients/python)")
-    ap.add_argument("--after", default="clients/python")
-    ap.add_argument("--device", choices=["cuda", "host"], default="cuda")
-    ap.add_argument("--runs", type=int, default=5)
-    ap.add_argument("--out", required=True)
-    a = ap.parse_args()
-    if os.path.exists(a.out):
-        sys.exit(f"{a.out} exists: every run gets a new file, never an old one")
-    builds = {"before": a.before, "after": a.after}
+    a, builds = parse_args(__doc__, runs=5)
     rows = []
     # One untimed attach per build first: the daemon encodes a manifest form on its first request
     # for it (the objects an older client asks for), which no later attach pays.
