@@ -65,10 +65,13 @@ cat > "$dir/bin/weightd" <<'EOF'
 #!/bin/sh
 # Runs weightd with the Node.js bundled beside this script (symlinks to it are followed).
 here=$(dirname "$(readlink -f "$0")")
-# The young generation's limit: see the checkout's own weightd launcher.
-exec "$here/node" --max-semi-space-size=1 "$here/../dist/main.js" "$@"
+# Node's flags: node-flags beside this script (the checkout's scripts/node-flags says why).
+flags=$(sed '/^#/d' "$here/node-flags") || exit 2
+# shellcheck disable=SC2086 # one flag a word
+exec "$here/node" $flags "$here/../dist/main.js" "$@"
 EOF
 chmod 755 "$dir/bin/weightd"
+cp scripts/node-flags "$dir/bin/node-flags"
 
 if [ -z "$out" ]; then
   echo "$dir: run $dir/bin/weightd"

@@ -31,9 +31,9 @@ cat "$CKPT"/*.safetensors > /dev/null
 step "daemon peak RSS per young-generation limit"
 timeout 150 bash bench/daemon-peak-rss.sh "$CKPT" cuda "$OUT/rss" 16 4 1
 
-step "daemon (--max-semi-space-size=1, as the launchers run it)"
+step "daemon (run by ./weightd, with its flags: scripts/node-flags)"
 D=$(mktemp -d /tmp/wd50k-XXXX)
-node --max-semi-space-size=1 dist/main.js --model "$CKPT" --device cuda --weight-cache-socket-dir "$D" > "$OUT/daemon.log" 2>&1 & DP=$!
+./weightd --model "$CKPT" --device cuda --weight-cache-socket-dir "$D" > "$OUT/daemon.log" 2>&1 & DP=$!
 for _ in $(seq 600); do grep -q '"ready":true' "$OUT/daemon.log" && break; sleep 0.05; done
 step "attach pairs (8), before/after clients"
 timeout 200 python3 bench/attach-pair.py --socket-dir "$D" --before "$BEFORE" --device cuda --runs 8 --out "$OUT/attach-pair.jsonl" > "$OUT/attach-pair.txt"; cat "$OUT/attach-pair.txt"

@@ -44,6 +44,7 @@ test('the install layout runs: bin/weightd and the keeper binary, from the bundl
   const version = spawnSync(join(installed, 'bin/weightd'), ['--version'], { encoding: 'utf8' });
   assert.is(version.status, 0, version.stderr);
   assert.is(version.stdout.trim(), (JSON.parse(readFileSync(join(repoRoot, 'package.json'), 'utf8')) as { version: string }).version);
+  assert.is(readFileSync(join(installed, 'bin/node-flags'), 'utf8'), readFileSync(join(repoRoot, 'scripts/node-flags'), 'utf8'), "bin/weightd gives node the checkout's flags");
   for (const u of units) {
     const program = execStart(unitText(u))[0]!;
     assert.ok(program.startsWith('/opt/weightd/'), `${u} runs ${program} from the install layout`);
