@@ -9,13 +9,13 @@
 import type { Socket } from 'node:net';
 import { ProtocolError, schemaIssues, WeightdError } from '../errors.js';
 import type { Logger } from '../log.js';
-import { parsePayload } from '../wire/frameCodec.js';
+import { encodeFrame, parsePayload } from '../wire/frameCodec.js';
 import { LogLimiter } from '../wire/logLimiter.js';
 import { descriptorBudget, type ListenerShare } from '../wire/descriptorBudget.js';
-import { admitPeer } from '../wire/peerAdmission.js';
+import { admitPeer, turnAwayFull } from '../wire/peerAdmission.js';
 import { resolveSocketDir } from '../wire/socketDir.js';
 import { SocketListener } from '../wire/socketListener.js';
-import { ControlConnection, refusal, turnAway } from './controlConnection.js';
+import { ControlConnection, refusal } from './controlConnection.js';
 import { ControlRequest, controlSocketName, DEFAULT_CONTROL_LIMITS, type ControlLimits, type ControlReply } from './controlProtocol.js';
 import type { ControlTarget } from './controlTarget.js';
 import { dispatchControl } from './handlers/index.js';
@@ -83,7 +83,8 @@ export class ControlServer {
       this.#peerLog.allow(() => this.#log.warn({ ...admission.fields, socket: this.#path }, `control socket: ${admission.message}`));
       // Another user learns nothing; our own is told why, and may try again.
       if (admission.full) {
-        turnAway(socket, new WeightdError('E_TOO_MANY_CONNECTIONS', `the control socket holds ${this.#limits.maxConnections} connections, its most, and refused this one; try again once they are answered (an idle one is closed after ${this.#limits.readTimeoutMs} ms)`, { limit: this.#limits.maxConnections }));
+        const why = new WeightdError('E_TOO_MANY_CONNECTIONS', `the control socket holds ${this.#limits.maxConnections} connections, its most, and refused this one; try again once they are answered (an idle one is closed after ${this.#limits.readTimeoutMs} ms)`, { limit: this.#limits.maxConnections });
+        turnAwayFull(socket, encodeFrame(JSON.stringify(refusal(why))));
       } else {
         socket.destroy();
       }

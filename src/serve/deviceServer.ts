@@ -19,7 +19,7 @@ import { dispatch } from './handlers/index.js';
 import type { Caller } from './leaseTable.js';
 import { encodeFrame } from '../wire/frameCodec.js';
 import { LogLimiter } from '../wire/logLimiter.js';
-import { admitPeer } from '../wire/peerAdmission.js';
+import { admitPeer, turnAwayFull } from '../wire/peerAdmission.js';
 import type { Request, ServeStatus } from '../wire/protocol.js';
 import type { RankService } from './rankService.js';
 import { DEFAULT_SERVE_LIMITS, serveLimits, type ServeLimits } from './serveLimits.js';
@@ -233,12 +233,12 @@ export class DeviceServer implements ConnectionHandler, DeviceServices {
       // Our own user's client is told why, as the reply to its first request (id null), so an
       // engine can say "try again" rather than "the daemon hung up"; a stranger learns nothing
       // (admitPeer refuses another uid before it looks for room, so never as full).
-      // A fresh connection's buffer is empty: the frame is written before the destroy.
       if (admission.full) {
         const why = new WeightdError('E_TOO_MANY_CONNECTIONS', `weightd refused this connection (${admission.fields.why}); try again once others close (docs/operations.md, "File descriptors")`, { limit: admission.fields.limit as number });
-        socket.write(encodeFrame(errorReply(null, why)));
+        turnAwayFull(socket, encodeFrame(errorReply(null, why)));
+      } else {
+        socket.destroy();
       }
-      socket.destroy();
       return;
     }
     this.accept(socket, admission.pid);
