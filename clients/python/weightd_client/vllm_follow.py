@@ -61,8 +61,9 @@ def mapped_model(model: nn.Module) -> Mapped:
 
 def _version(client: WeightdClient, name: str) -> str:
     """The fingerprint of the version of ``name`` that serves on this socket now."""
-    ping = client.ping()
-    versions = ping.get("models") or [{"name": ping.get("name"), "fingerprint": ping["fingerprint"], "status": ping["status"]}]
+    versions = client.ping().get("models")
+    if versions is None:
+        raise CannotFollow(f"the daemon at {client.socket_path} does not name its models (a weightd before several models); pass this rank's 'fingerprint' instead of 'model'")
     serving = [v for v in versions if v.get("name") == name and v["status"] == "serving"]
     if len(serving) != 1:
         listed = ", ".join(f"{v.get('name')} {v['fingerprint'][:12]} ({v['status']})" for v in versions)
@@ -132,7 +133,12 @@ def switch(model: nn.Module, info: Target) -> str:
         client.detach(old)
     finally:
         client.close()
-    moved = _reprocess(mapped)
+    try:
+        moved = _reprocess(mapped)
+    except BaseException as err:
+        # The same processing ran on the same shapes when loading: this is not expected, and the
+        # layers before the failing one already run the new version.
+        raise RuntimeError(f"vLLM's post-processing failed on version {fingerprint[:12]} after the switch ({err}); the engine's layers mix two versions: reload the engine") from err
     if moved:
         logger.warning("weightd: processing the new version put %s at new addresses; a captured CUDA graph would read the old ones", ", ".join(moved))
     return f"switched {len(mapped.params)} parameters to version {fingerprint[:12]} in place, lease {state['leaseId']}"

@@ -20,6 +20,10 @@ the daemon's memory, mapped read-only (host backend; cuda with ``--cuda-handles 
 driver allows it). Parameters vLLM creates that no checkpoint holds (attention ``k_scale``,
 ``v_scale``, ``q_scale``, ``prob_scale``) keep vLLM's defaults. A vLLM version the plugin's
 table does not know loads from disk.
+
+A model loaded in map mode keeps what a switch to another version needs (``Mapped``): vLLM's
+weight-transfer backend ``weightd`` (vllm_transfer.py, registered here) follows a new version in
+place through it (vllm_follow.py).
 """
 
 from __future__ import annotations
