@@ -126,11 +126,10 @@ def switch(model: nn.Module, info: Target) -> str:
     client = WeightdClient(mapped.socket_path)
     try:
         fingerprint = info.fingerprint or _version(client, info.model)
-        state = client.switch(mapped.mapping, fingerprint, info.fingerprint_fields, "vllm")
+        state = client.switch(mapped.mapping, fingerprint, info.fingerprint_fields, "vllm", mapped.lease[0])
         if isinstance(state, Mismatch):
             raise CannotFollow(f"the daemon at {mapped.socket_path} serves no version {fingerprint[:12]} for this rank (fields that differ: {', '.join(state.fields)}); load it there first (weightd ctl load)")
-        old, mapped.lease[0] = mapped.lease[0], state["leaseId"]
-        client.detach(old)
+        mapped.lease[0] = state["leaseId"]
     finally:
         client.close()
     try:
