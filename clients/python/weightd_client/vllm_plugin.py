@@ -20,6 +20,10 @@ the daemon's memory, mapped read-only (host backend; cuda with ``--cuda-handles 
 driver allows it). Parameters vLLM creates that no checkpoint holds (attention ``k_scale``,
 ``v_scale``, ``q_scale``, ``prob_scale``) keep vLLM's defaults. A vLLM version the plugin's
 table does not know loads from disk.
+
+A model loaded in map mode keeps what a switch to another version needs (``Mapped``): vLLM's
+weight-transfer backend ``weightd`` (vllm_transfer.py, registered here) follows a new version in
+place through it (vllm_follow.py).
 """
 
 from __future__ import annotations
@@ -52,8 +56,17 @@ logger = init_logger("vllm.weightd")
 
 
 def register() -> None:
-    """The ``vllm.general_plugins`` entry point: makes ``load_format="weightd"`` known."""
+    """The ``vllm.general_plugins`` entry point: makes ``load_format="weightd"`` known, and the
+    weight-transfer backend ``weightd`` (vllm_transfer.py), where this vLLM has that interface."""
     register_model_loader(LOAD_FORMAT)(WeightdModelLoader)
+    try:
+        from vllm.distributed.weight_transfer.factory import WeightTransferEngineFactory
+    except ImportError:  # a vLLM before weight transfer: collective_rpc(vllm_follow.switch_worker) still works
+        return
+    try:
+        WeightTransferEngineFactory.register_engine(LOAD_FORMAT, "weightd_client.vllm_transfer", "WeightdWeightTransferEngine")
+    except ValueError:  # vLLM may run the entry points more than once in a process
+        pass
 
 
 class Fallback(Exception):
@@ -115,16 +128,30 @@ def _fnuz() -> bool:
     return bool(current_platform.is_fp8_fnuz())
 
 
-def _end_lease(socket_path: str, lease_id: str) -> None:
-    """Drops a lease once its model is gone, so a release of the rank is not refused for it."""
+def _end_lease(socket_path: str, lease: List[str]) -> None:
+    """Drops a lease once its model is gone, so a release of the rank is not refused for it.
+    ``lease`` holds the id of the version mapped now (a switch changes it)."""
     try:
         client = WeightdClient(socket_path, timeout=5.0)
         try:
-            client.detach(lease_id)
+            client.detach(lease[0])
         finally:
             client.close()
     except Exception as err:  # a stopped daemon has no lease left to drop
-        logger.debug("weightd: could not drop lease %s at %s: %s", lease_id, socket_path, err)
+        logger.debug("weightd: could not drop lease %s at %s: %s", lease[0], socket_path, err)
+
+
+@dataclasses.dataclass
+class Mapped:
+    """What a model loaded in map mode keeps (``model._weightd``): the mapping, the rank's socket,
+    the lease of the version mapped now, each served parameter with its view and whether it got
+    a private copy, and every (module, attribute) that held a served parameter when loaded."""
+
+    mapping: Any
+    socket_path: str
+    lease: List[str]
+    params: List[Tuple[nn.Parameter, torch.Tensor, bool]]
+    holders: List[Tuple[nn.Module, str, nn.Parameter]]
 
 
 class WeightdModelLoader(BaseModelLoader):
@@ -229,8 +256,13 @@ class WeightdModelLoader(BaseModelLoader):
         if self.mode == "map":
             # The parameters are the daemon's memory: the mapping lives with the model, and so
             # does the lease (it follows this process, so no connection needs to stay open).
-            model._weightd_mapping = mapping
-            ending = weakref.finalize(model, _end_lease, client.socket_path, state["leaseId"])
+            lease = [state["leaseId"]]  # the version mapped now: vllm_follow.py moves it
+            served_params = {id(p): (p, views[layout_name(n, rules)], n in private) for n, p in served.items()}
+            # Who holds each served parameter (a tied one: every module), before post-processing
+            # replaces any: what a switch to another version restores and processes again.
+            holders = [(m, attr, p) for m in model.modules() for attr, p in m._parameters.items() if p is not None and id(p) in served_params]
+            model._weightd = Mapped(mapping, client.socket_path, lease, list(served_params.values()), holders)
+            ending = weakref.finalize(model, _end_lease, client.socket_path, lease)
             ending.atexit = False  # the daemon ends a gone process's leases itself
         if state["backend"] == "cuda" and (self.mode == "copy" or copied):
             torch.accelerator.synchronize()  # the copies must finish before anything is unmapped

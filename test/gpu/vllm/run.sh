@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `npm run test:gpu:vllm`: the vLLM plugin in a real CUDA vLLM 0.26 (opt-in; needs the payload of
-# ../shared/vllm-gpu, staged in /tmp/vsite). Four device calls on `nvidia-h200`, each within 30 s
+# ../shared/vllm-gpu, staged in /tmp/vsite). Four (six with the follow cases) device calls on `nvidia-h200`, each within 30 s
 # of the last (the machine's warm window), each under 10 minutes:
 #
 #   here:   bash ../shared/vllm-gpu/make-vllm-payload.sh .vllm        # once; .vllm/ is git-excluded
@@ -13,6 +13,9 @@
 #           test -d /tmp/vsite/vllm || exit 3; bash test/gpu/vllm/run.sh --out-dir $OUT --models llama,moe,fallbacks
 #   call 4  carry [".device", "dist", "build"]:
 #           test -d /tmp/vsite/vllm || exit 3; bash test/gpu/vllm/run.sh --out-dir $OUT --models fp8-block,fp8-block-hd64,fp8-tensor
+#   call 5  carry [".device", "dist", "build"] (issue 31, engines following a new version):
+#           test -d /tmp/vsite/vllm || exit 3; bash test/gpu/vllm/run.sh --out-dir $OUT --models follow,follow-fp8-tensor
+#   call 6  as call 5, --models follow-graphs (CUDA graph capture is slow: a call of its own)
 #
 # Calls 3 and 4 each run the carried daemon (node from .device/node.xz, .device/nm as
 # node_modules), install the client so that its vLLM entry point is registered, and runs vllm_engine_suite.py: dense and MoE models and

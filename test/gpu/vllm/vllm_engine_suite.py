@@ -9,7 +9,10 @@ block FP8 at head_dim 128 and 64, per-tensor FP8), with a daemon on the GPU serv
   equal before and after the engines ran;
 then the fallbacks (no daemon; a daemon serving other bytes of the same shapes) load from disk
 with the same tokens, and a write into a mapped weight fails in its own process while the
-daemon's bytes stay unchanged.
+daemon's bytes stay unchanged. The follow cases (issue 31): an engine mapped from the daemon
+switches to another version loaded under its name and back, in place (``follow``: the dense
+Llama; ``follow-graphs``: the same with captured CUDA graphs; ``follow-fp8-tensor``: per-tensor
+FP8, whose private copies are requantized from the new bytes).
 """
 
 from __future__ import annotations
@@ -38,7 +41,9 @@ from weightd_client import WeightdClient, expected_fingerprint, find_socket  # n
 
 PROMPT = [1, 2, 3, 4, 5, 77, 301, 499]
 DAEMON_ARGS = ["--layouts", "checkpoint,vllm", "--cuda-handles", "fd"]
-SUITE = ("llama", "moe", "fallbacks", "fp8-block", "fp8-block-hd64", "fp8-tensor")
+SUITE = ("llama", "moe", "fallbacks", "fp8-block", "fp8-block-hd64", "fp8-tensor", "follow", "follow-graphs", "follow-fp8-tensor")
+#: The follow cases (issue 31): the engine's model and the other version it switches to and back.
+FOLLOW = {"follow": ("llama", "llama-other"), "follow-graphs": ("llama", "llama-other"), "follow-fp8-tensor": ("fp8-tensor", "fp8-tensor-other")}
 BASE = dict(hidden_size=1024, intermediate_size=2048, num_hidden_layers=2, max_position_embeddings=512, initializer_range=0.2)
 
 
@@ -61,6 +66,7 @@ def make_models(work: Path) -> Dict[str, Path]:
     out["fp8-block"] = quantize_fp8(out["llama"], work / "fp8-block", block=True)
     out["fp8-block-hd64"] = quantize_fp8(out["llama-hd64"], work / "fp8-block-hd64", block=True)
     out["fp8-tensor"] = quantize_fp8(out["llama"], work / "fp8-tensor", block=False)
+    out["fp8-tensor-other"] = quantize_fp8(out["llama-other"], work / "fp8-tensor-other", block=False)
     return out
 
 
@@ -109,6 +115,77 @@ def generate(model: Path, load_format: str, extra: Dict[str, Any], utilization: 
     return {"tokens": list(o.token_ids), "logprobs": [{str(t): lp.logprob for t, lp in step.items()} for step in o.logprobs], "seconds": round(seconds, 1), "loads": loads}
 
 
+def follow(models: Dict[str, Path], base: str, other: str, graphs: bool, work: Path) -> Dict[str, Any]:
+    """An engine mapped from the daemon follows ``other`` loaded under its name, in place, and
+    back (vLLM's weight-transfer calls when this vLLM has them, else collective_rpc): each time
+    the same greedy tokens and logprobs as a disk load of that version, the parameters at the
+    same addresses; with ``graphs``, through captured CUDA graphs (no enforce_eager)."""
+    from vllm import LLM, SamplingParams
+    from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
+    from vllm.inputs import TokensPrompt
+
+    from weightd_client.vllm_follow import switch_worker
+
+    want = {v: generate(models[v], "auto", {}) for v in (base, other)}
+    fp = {v: expected_fingerprint(str(models[v]), 1, 0).fingerprint for v in (base, other)}
+    r: Dict[str, Any] = {"disk": {v: want[v]["tokens"] for v in want}, "steps": [], "problems": []}
+    daemon = Daemon(str(models[base]), DAEMON_ARGS, 300, device="cuda", socket_dir=str(work / f"s-follow-{base}-{int(graphs)}"))
+    try:
+        watcher = WeightdClient(find_socket(global_rank=0, socket_dir=daemon.socket_dir))
+        watcher.watch(models[base].name)
+        interface = True
+        try:
+            from vllm.config import WeightTransferConfig  # noqa: F401
+        except ImportError:
+            interface = False
+        r["interface"] = "weight_transfer" if interface else "collective_rpc"
+        llm = LLM(model=str(models[base]), load_format="weightd", model_loader_extra_config={"socket_dir": daemon.socket_dir}, skip_tokenizer_init=True, enforce_eager=not graphs,
+                  dtype="bfloat16", gpu_memory_utilization=0.25, max_model_len=512, attention_config={"backend": "TRITON_ATTN"}, seed=0,
+                  **({"weight_transfer_config": {"backend": "weightd"}} if interface else {}))
+        params = lambda: llm.apply_model(lambda m: {n: p.data_ptr() for n, p in m.named_parameters()})[0]
+        sample = SamplingParams(max_tokens=12, temperature=0, detokenize=False, logprobs=5)
+
+        def check(version: str, step: str) -> None:
+            o = llm.generate([TokensPrompt(prompt_token_ids=PROMPT)], sample)[0].outputs[0]
+            got = {"tokens": list(o.token_ids), "logprobs": [{str(t): lp.logprob for t, lp in s.items()} for s in o.logprobs]}
+            r["steps"].append({"step": step, "tokens": got["tokens"]})
+            if got["tokens"] != want[version]["tokens"] or got["logprobs"] != want[version]["logprobs"]:
+                r["problems"].append(f"{step}: tokens or logprobs differ from the disk load of {version}")
+
+        check(base, "loaded")
+        addresses = params()
+        for version in (other, base):
+            ctl = subprocess.run(["node", "dist/main.js", "ctl", "--weight-cache-socket-dir", daemon.socket_dir, "load", "--model", str(models[version]), "--name", models[base].name,
+                                  "--layouts", "checkpoint,vllm", "-tp", "1"], capture_output=True, text=True, timeout=300)
+            if ctl.returncode != 0:
+                raise RuntimeError(f"ctl load {version}: {ctl.stderr[-800:]}")
+            heard: List[Dict[str, Any]] = []
+            while not any(e["event"] == "model_ready" and e["fingerprint"] == fp[version] for e in heard):
+                got = watcher.events(timeout=120.0)
+                if not got:
+                    raise RuntimeError(f"no model_ready for {version} (heard {heard})")
+                heard += got
+            started = time.monotonic()
+            if interface:
+                llm.start_weight_update()
+                llm.update_weights({"update_info": {"model": models[base].name}})
+                llm.finish_weight_update()
+            else:
+                llm.collective_rpc(switch_worker, args=({"model": models[base].name},))
+            llm.reset_prefix_cache()
+            r["steps"].append({"step": f"switch to {version}", "seconds": round(time.monotonic() - started, 4)})
+            check(version, f"after switch to {version}")
+            if params() != addresses:
+                r["problems"].append(f"switch to {version}: a parameter's address changed")
+        del llm
+        gc.collect()
+        cleanup_dist_env_and_memory()
+        watcher.close()
+    finally:
+        daemon.stop()
+    return r
+
+
 def write_probe(model: Path, socket_dir: str) -> Dict[str, Any]:
     """A child process maps the daemon's memory and writes into a weight; it must fail there."""
     code = (
@@ -141,7 +218,15 @@ def main() -> int:
     fail = results["failures"].append
     try:
         models = make_models(work)
-        for name in [m for m in wanted if m != "fallbacks"]:
+        for name in [m for m in wanted if m in FOLLOW]:
+            try:
+                got = results["models"][name] = follow(models, *FOLLOW[name], name == "follow-graphs", work)
+                for problem in got["problems"]:
+                    fail(f"{name}: {problem}")
+            except Exception:
+                results["models"][name] = {"error": traceback.format_exc()[-3000:]}
+                fail(f"{name}: {results['models'][name]['error'].splitlines()[-1]}")
+        for name in [m for m in wanted if m != "fallbacks" and m not in FOLLOW]:
             r: Dict[str, Any] = results["models"].setdefault(name, {})
             try:
                 disk = generate(models[name], "auto", {})

@@ -1,0 +1,153 @@
+"""Switches a model the plugin mapped from a daemon (map mode) to another version the daemon
+serves, in place, on one rank: the engine side of issue 31's "engines follow without copying".
+vLLM drives it through the weight-transfer backend (vllm_transfer.py) or ``collective_rpc``.
+
+The daemon already holds the new version (today: ``weightd ctl load --model DIR --name NAME``, a
+hot swap). The rank's mapping moves onto it (``WeightdClient.switch``: the same addresses, the
+new bytes, no copy). What vLLM's post-processing derived from the old bytes (the CPU backend's
+repacked GEMM weights, FP8 requantization's private copies) is derived again from the new ones,
+layer by layer, as a disk load does it (``quant_method.process_weights_after_loading``); what it
+produces is copied back into the tensors the engine runs with where shapes agree, so their
+addresses hold (as vLLM's own layerwise reload does: captured CUDA graphs stay valid). Refused
+before anything moves, saying what to do instead: a model not mapped from weightd, online
+quantization (processed while loading, from bytes no switch brings back), a model-level post-load
+hook the plugin does not repeat.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional
+
+from torch import nn
+
+from vllm.model_executor.layers.quantization.base_config import QuantizeMethodBase
+
+from .client import Mismatch, WeightdClient
+from .vllm_plugin import LOAD_FORMAT, Mapped, logger
+
+
+class CannotFollow(RuntimeError):
+    """The engine cannot switch its weights in place; the message says why and what to do."""
+
+
+@dataclass
+class Target:
+    """The version to switch to: ``model`` (the name it serves under; this rank's socket says
+    which version serves now) or ``fingerprint`` (this rank's, with its fields if known)."""
+
+    model: Optional[str] = None
+    fingerprint: Optional[str] = None
+    fingerprint_fields: Optional[Dict[str, str]] = None
+
+    def __post_init__(self) -> None:
+        if (self.model is None) == (self.fingerprint is None):
+            raise ValueError(f"weightd update_info needs exactly one of 'model' (a served name) or 'fingerprint' (this rank's), got model={self.model!r} fingerprint={self.fingerprint!r}")
+
+
+def mapped_model(model: nn.Module) -> Mapped:
+    mapped = getattr(model, "_weightd", None)
+    if not isinstance(mapped, Mapped):
+        raise CannotFollow(
+            f"this {type(model).__name__}'s weights are not mapped from weightd (loaded from disk, in copy mode, or by another load format), "
+            f"so no version can be followed in place; load with load_format={LOAD_FORMAT!r} in map mode, or reload the engine"
+        )
+    if any(getattr(getattr(m, "quant_method", None), "uses_meta_device", False) for m in model.modules()):
+        raise CannotFollow("this model is quantized online (while loading, from bytes no switch brings back); reload the engine to change its weights")
+    if hasattr(model, "process_weights_after_loading"):
+        raise CannotFollow(f"{type(model).__name__} has a model-level process_weights_after_loading the plugin does not run again; reload the engine to change its weights")
+    return mapped
+
+
+def _version(client: WeightdClient, name: str) -> str:
+    """The fingerprint of the version of ``name`` that serves on this socket now."""
+    versions = client.ping().get("models")
+    if versions is None:
+        raise CannotFollow(f"the daemon at {client.socket_path} does not name its models (a weightd before several models); pass this rank's 'fingerprint' instead of 'model'")
+    serving = [v for v in versions if v.get("name") == name and v["status"] == "serving"]
+    if len(serving) != 1:
+        listed = ", ".join(f"{v.get('name')} {v['fingerprint'][:12]} ({v['status']})" for v in versions)
+        what = "no version" if not serving else f"{len(serving)} versions"
+        raise CannotFollow(f"{what} of model {name!r} serving at {client.socket_path} (it serves: {listed}); pass this rank's 'fingerprint' instead")
+    return serving[0]["fingerprint"]
+
+
+def _restore(mapped: Mapped) -> None:
+    """Each served parameter reads the mapped bytes again, as the loader left it: the view itself,
+    or a private copy of it (into the copy the engine has, where it still fits, keeping its address)."""
+    for p, view, private in mapped.params:
+        if not private:
+            if p.data_ptr() != view.data_ptr() or p.shape != view.shape:
+                p.data = view
+        elif p.shape == view.shape and p.dtype == view.dtype:
+            p.data.copy_(view)
+        else:
+            p.data = view.clone()
+
+
+def _reprocess(mapped: Mapped) -> List[str]:
+    """Runs vLLM's post-processing again on every layer that holds a served parameter, from the
+    new bytes; returns the parameters whose address changed (no same-shaped tensor to copy into)."""
+    layers: Dict[int, nn.Module] = {}
+    for module, _, _ in mapped.holders:
+        if isinstance(getattr(module, "quant_method", None), QuantizeMethodBase):
+            layers[id(module)] = module
+    served = {id(p) for p, _, _ in mapped.params}
+    moved: List[str] = []
+    # The tensors each layer runs with now, before anything is put back.
+    running = {key: dict(layer._parameters) for key, layer in layers.items()}
+    _restore(mapped)
+    for module, attr, p in mapped.holders:
+        if module._parameters.get(attr) is not p:
+            module.register_parameter(attr, p)
+    for key, layer in layers.items():
+        if hasattr(layer, "_already_called_process_weights_after_loading"):
+            delattr(layer, "_already_called_process_weights_after_loading")
+        layer.quant_method.process_weights_after_loading(layer)
+        if hasattr(layer, "update_param_tp_status"):  # as vLLM's loader does after processing
+            layer.update_param_tp_status()
+        for attr, old in running[key].items():
+            new = layer._parameters.get(attr)
+            if old is None or new is None or new is old or new.data_ptr() == old.data_ptr():
+                continue
+            # Never write into a served parameter: its storage may be the daemon's read-only memory.
+            if id(old) not in served and old.shape == new.shape and old.dtype == new.dtype and old.device == new.device:
+                old.data.copy_(new.data)
+                layer.register_parameter(attr, old)
+            elif old.numel():
+                moved.append(f"{type(layer).__name__}.{attr}")
+    return moved
+
+
+def switch(model: nn.Module, info: Target) -> str:
+    """Switches ``model``'s mapped weights to the version ``info`` names, in place; returns a
+    line saying what it did. Call it between steps, with nothing running on the model."""
+    mapped = mapped_model(model)
+    client = WeightdClient(mapped.socket_path)
+    try:
+        fingerprint = info.fingerprint or _version(client, info.model)
+        state = client.switch(mapped.mapping, fingerprint, info.fingerprint_fields, "vllm", mapped.lease[0])
+        if isinstance(state, Mismatch):
+            raise CannotFollow(f"the daemon at {mapped.socket_path} serves no version {fingerprint[:12]} for this rank (fields that differ: {', '.join(state.fields)}); load it there first (weightd ctl load)")
+        mapped.lease[0] = state["leaseId"]
+    finally:
+        client.close()
+    try:
+        moved = _reprocess(mapped)
+    except BaseException as err:
+        # The same processing ran on the same shapes when loading: this is not expected, and the
+        # layers before the failing one already run the new version.
+        raise RuntimeError(f"vLLM's post-processing failed on version {fingerprint[:12]} after the switch ({err}); the engine's layers mix two versions: reload the engine") from err
+    if moved:
+        logger.warning("weightd: processing the new version put %s at new addresses; a captured CUDA graph would read the old ones", ", ".join(moved))
+    return f"switched {len(mapped.params)} parameters to version {fingerprint[:12]} in place, lease {state['leaseId']}"
+
+
+def switch_worker(worker: Any, update_info: Dict[str, Any]) -> str:
+    """``switch`` through ``LLM.collective_rpc(switch_worker, args=(update_info,))`` (one
+    ``Target``'s fields), for a vLLM without the weight-transfer interface or without
+    ``weight_transfer_config``; caches as for the backend (vllm_transfer.py)."""
+    from vllm.config import set_current_vllm_config
+
+    with set_current_vllm_config(worker.vllm_config):
+        return switch(worker.model_runner.get_model(), Target(**update_info))

@@ -1,0 +1,55 @@
+"""vLLM's weight-transfer backend ``weightd`` (``weight_transfer_config={"backend": "weightd"}``,
+registered by the plugin's entry point): the weight-update calls RL frameworks already make
+(``init_weight_transfer_engine``, ``start_weight_update``, ``update_weights``,
+``finish_weight_update``) switch each rank's mapped weights to another version the daemon serves,
+in place (vllm_follow.py). ``update_info``: ``{"model": NAME}`` (each rank asks its socket which
+version of NAME serves now) or ``{"fingerprint": HEX}``, or a list of those by global rank.
+
+KV and prefix caches computed with the old weights are the caller's to drop, as with every vLLM
+weight-transfer backend (workers cannot reach the scheduler's caches):
+``pause_generation(clear_cache=True)`` before and ``resume_generation()`` after (AsyncLLM, the
+HTTP RL routes), or ``LLM.reset_prefix_cache()`` after ``finish_weight_update`` offline.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Dict
+
+from vllm.distributed.weight_transfer.base import WeightTransferEngine, WeightTransferInitInfo
+
+from .vllm_follow import Target, mapped_model, switch
+from .vllm_plugin import logger
+
+
+@dataclass
+class WeightdInitInfo(WeightTransferInitInfo):
+    """Nothing to set up: the daemon is the transport, and the plugin found it when loading."""
+
+
+class WeightdWeightTransferEngine(WeightTransferEngine[WeightdInitInfo, Target]):
+    """``weight_transfer_config={"backend": "weightd"}``: start and finish have nothing to do;
+    ``update_weights`` switches this rank to the named version (``switch``)."""
+
+    init_info_cls = WeightdInitInfo
+    update_info_cls = Target
+
+    def init_transfer_engine(self, init_info: WeightdInitInfo) -> None:
+        mapped_model(self.model)  # refuse now, not at the first update
+
+    def start_weight_update(self) -> None:
+        mapped_model(self.model)
+
+    def update_weights(self, update_info: Dict[str, Any]) -> None:
+        # Not the base class's: it synchronizes torch.accelerator, which a CPU-only torch with CUDA
+        # support refuses; the remap synchronizes the device it maps on itself.
+        self.receive_weights(self.parse_update_info(update_info))
+
+    def receive_weights(self, update_info: Target) -> None:
+        logger.info("weightd: %s", switch(self.model, update_info))
+
+    def finish_weight_update(self) -> None:
+        pass
+
+    def shutdown(self) -> None:
+        pass
