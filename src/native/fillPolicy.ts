@@ -52,7 +52,7 @@ export async function nodeFillOptions(
   return out;
 }
 
-/** The runtime switch for where a cuda fill hashes its digests (docs/operations.md); not the build's WEIGHTD_GPU_DIGESTS. */
+/** The runtime switch for where a cuda fill hashes its digests (docs/operations.md); not the CMake option that builds the kernel. */
 export const DIGESTS_ON_VARIABLE = 'WEIGHTD_FILL_DIGESTS_ON';
 
 /**
