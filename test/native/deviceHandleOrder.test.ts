@@ -17,7 +17,7 @@ test('a fill asked for while its allocate still runs starts after it, and a free
     const allocated = device.allocate([8192]);
     const filled = device.fill([file], [{ file: 0, segment: 0, srcOffset: 0, dstOffset: 0, rows: 1, rowBytes: 8192, srcPitch: 0 }], 8192, {});
     await allocated;
-    assert.equal(await filled, { bytes: 8192, seconds: (await filled).seconds, digests: [], digestRereadBytes: 0 });
+    assert.equal(await filled, { bytes: 8192, seconds: (await filled).seconds, digests: [], digestRereadBytes: 0, digestGpuBytes: 0 });
     const read = device.read(0, 0, 8192);
     const freed = device.free();
     assert.ok((await read).every((b) => b === 0xcd), 'the read ran before the free');
