@@ -45,11 +45,15 @@ export interface GroupReloadOptions {
   log: Logger;
 }
 
-/** Node 0's word that a version of a model across the group went stale on some node: reloads it on this one. */
+/**
+ * Node 0's word that a version of a model across the group went stale on some node: reloads it on
+ * this one. Each word is acted on, also a second node's report of the same change: its reload
+ * waits for the first to end (E_LOAD_BUSY), then finds the version that serves and joins a swap
+ * of it that every node joins the same way. A report ignored here could leave a swap that another
+ * node's later report started without this node.
+ */
 export class GroupReload {
   readonly #o: GroupReloadOptions;
-  /** Names reloaded now: a second node's report of the same change is one reload here. */
-  readonly #running = new Set<string>();
 
   constructor(options: GroupReloadOptions) {
     this.#o = options;
@@ -58,7 +62,6 @@ export class GroupReload {
   /** Never rejects: the outcome is logged (and, for the group, decided by node 0). */
   async reload(name: string, fingerprint: string, foundBy: number): Promise<void> {
     const { host, log } = this.#o;
-    if (this.#running.has(name)) return;
     const mine = this.#o.versions().filter((v) => v.spec.name === name);
     // The version that went stale if this node planned it, else the newest of that name.
     const version = mine.findLast((v) => v.fingerprint === fingerprint) ?? mine.at(-1);
@@ -70,14 +73,9 @@ export class GroupReload {
       return;
     }
     log.warn({ name, fingerprint, peer: foundBy }, `model "${name}" went stale on node ${foundBy}: loading it again from this node's files (${version.spec.modelDir})`);
-    this.#running.add(name);
-    try {
-      const result = await this.#o.reload(version.spec);
-      if (!result?.alreadyLoaded) return;
-      const serving = this.#o.versions().findLast((v) => v.spec.name === name && v.fingerprint === result.fingerprint);
-      host.send({ type: 'MODEL_GROUP_VOUCH', join: { name, fingerprint: result.fingerprint, fingerprintFields: serving?.fingerprintFields, tpSize: version.spec.tpSize } });
-    } finally {
-      this.#running.delete(name);
-    }
+    const result = await this.#o.reload(version.spec);
+    if (!result?.alreadyLoaded) return;
+    const serving = this.#o.versions().findLast((v) => v.spec.name === name && v.fingerprint === result.fingerprint);
+    host.send({ type: 'MODEL_GROUP_VOUCH', join: { name, fingerprint: result.fingerprint, fingerprintFields: serving?.fingerprintFields, tpSize: version.spec.tpSize } });
   }
 }
