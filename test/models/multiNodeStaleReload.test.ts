@@ -47,6 +47,25 @@ async function assertNotServed(d: Daemon, dir: string, what: string): Promise<vo
   }
 }
 
+/** Until node `d` serves the version in `dir`: each time a model loads there (or fails to), it looks again. */
+async function untilServes(d: Daemon, dir: string): Promise<void> {
+  const fingerprint = await expectedFingerprint(dir, 2, d.spec.nodeRank);
+  for (;;) {
+    const seen = d.mark();
+    const client = await WeightdClient.connect(d.socketPaths()[0]!, { timeoutMs: 10_000 });
+    try {
+      const a = await client.attach(fingerprint).catch(() => undefined);
+      if (a?.status === 'attached') {
+        await (a as Attached).detach();
+        return;
+      }
+    } finally {
+      client.close();
+    }
+    await d.waitForMsg(/^model "model"( was loaded again|: its checkpoint files still hold| was not loaded again)/, seen, 30_000);
+  }
+}
+
 /** Puts `from`'s shard in place of `dir`'s by a rename: a new inode, whole at once. */
 function replaceShard(from: string, dir: string): void {
   const shard = readdirSync(dir).find((n) => n.endsWith('.safetensors'))!;
@@ -56,12 +75,13 @@ function replaceShard(from: string, dir: string): void {
 
 const MISMATCH = /model "model": node \d's checkpoint has fingerprint [0-9a-f]{12}…, node \d's [0-9a-f]{12}… \(fields that differ: [^)]*content/;
 
-test('a model across two nodes whose files change: refused on both while only one node\'s copy changed, naming the nodes; loaded again on both once both copies hold the same new content; a touched copy is loaded again beside the unchanged one', async () => {
+test('a model across two nodes whose files change: refused on both while only one node\'s copy changed, naming the nodes; loaded again on both once both copies hold the same new content; a touched copy is loaded again beside the unchanged one; copies changed at once end served on both', async () => {
   const root = mkdtempSync(join(tmpdir(), 'weightd-mn-stale-'));
   const v1 = join(root, 'v1');
   mkdirSync(v1);
   await writeArchCheckpoint(v1, 'LlamaForCausalLM', { hidden: 96, heads: 24, kvHeads: 24, headDim: 4, intermediate: 192, vocab: 384, layers: 2, shards: 1 });
   const v2 = writeVariant(v1, join(root, 'v2'));
+  const v3 = writeVariant(v1, join(root, 'v3'), 0x0f);
   // Each node's own copy, under the same name ("model").
   const [dir0, dir1] = [0, 1].map((n) => {
     const dir = join(root, `n${n}`, 'model');
@@ -107,6 +127,14 @@ test('a model across two nodes whose files change: refused on both while only on
     await n1.waitForMsg(/^model "model" was loaded again from its changed checkpoint files, and serves$/, c1, 30_000);
     await n0.waitForMsg(/^model "model": its checkpoint files still hold the version that serves$/, c0, 30_000);
     for (const [d, dir] of [[n0, dir0!], [n1, dir1!]] as const) await assertServes(d, dir, 'v2 after node 1 touched its copy');
+
+    // Both copies change to v3 at once, as an operator's copy to every node does: each node finds
+    // its copy stale and tells node 0, so every node hears two reports, in any order with its own
+    // check. Whatever each report's swap meets, the group ends serving v3 on both nodes.
+    replaceShard(v3, dir1!);
+    replaceShard(v3, dir0!);
+    for (const d of [n0, n1]) await untilServes(d, d === n0 ? dir0! : dir1!);
+    for (const [d, dir] of [[n0, dir0!], [n1, dir1!]] as const) await assertServes(d, dir, 'v3 after both copies changed');
   } finally {
     await cluster.close();
     rmSync(root, { recursive: true, force: true });
