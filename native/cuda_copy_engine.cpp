@@ -261,19 +261,32 @@ class CopyEngine {
     for (size_t m = 0; m < members_.size(); ++m) ops_.push_back(nodeOps(m, members_[m], node.renumber[m], files_));
     uint64_t staging = std::max(options.stagingBytes, kMinSlotBytes);
     slotBytes_ = std::clamp(options.chunkBytes, kMinSlotBytes, std::max(kMinSlotBytes, staging / 2));
-    // An O_DIRECT read covers whole blocks around its span: leave room for one at each end.
-    capacity_ = slotBytes_ - (options.mode == FillMode::Pread && options.direct ? 2 * kDirectAlign : 0);
+    // A window holds slotBytes_ of the file in any mode. An O_DIRECT read starts at the block
+    // boundary below its first byte and ends at the one above its last, and a window's first byte
+    // is rarely on a boundary (a checkpoint's tensors start 8 + the header's length into their
+    // file, and digest pieces at their tensor's start): a window of slotBytes_ spans at most one
+    // block more, once slotBytes_ is whole blocks, and its buffer has that block to spare (4 KiB
+    // of pinned memory per slot, outside the staging budget below). A window made a block short
+    // instead ends inside a digest piece, so cut ends it at that piece's start: 8 MiB buffers
+    // held 7 MiB windows, and 1 MiB ones held no whole piece, so every piece was read twice.
+    if (options.mode == FillMode::Pread && options.direct) {
+      slotBytes_ = alignUp(slotBytes_, kDirectAlign);
+      bufferBytes_ = slotBytes_ + kDirectAlign;
+    } else {
+      bufferBytes_ = slotBytes_;
+    }
     pageSize_ = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
     std::vector<const std::vector<CopyOp>*> ops;
     for (auto& o : ops_) ops.push_back(&o);
-    windows_ = planWindows(ops, capacity_, [this](uint32_t file, uint64_t from, uint64_t limit) { return digests_.cut(file, from, limit); });
+    windows_ = planWindows(ops, slotBytes_, [this](uint32_t file, uint64_t from, uint64_t limit) { return digests_.cut(file, from, limit); });
     if (options.gpuDigests && !digests_.empty()) gpu_ = std::make_unique<GpuDigests>(members_, windows_, digests_);
     // threads and stagingBytes (src/native/fillPolicy.ts) are per GPU's worth of distinct bytes:
     // a group scales them by how many GPUs' worth it reads, which only the windows tell. Two
     // tensor-parallel ranks read two ranks' worth (16 threads by default): on 2 x H200, 8 threads
     // filled them at 38.7 GB/s, 16 at 53.3. Two replicas read one GPU's worth, and more threads
     // only take memory bandwidth from the copies to the second GPU (8 threads: 72.5 GB/s, 16:
-    // 68.0). docs/gpu-results.md. The group's staging stays under maxGroupStagingBytes.
+    // 68.0). docs/gpu-results.md. The group's staging stays under maxGroupStagingBytes (and O_DIRECT's
+    // spare block per slot).
     double scale = readShare();
     unsigned cpus = std::max(1u, std::thread::hardware_concurrency());
     uint64_t threads = std::clamp<uint64_t>(static_cast<uint64_t>(options.threads * scale + 0.5), 1, std::max(options.threads, cpus));
@@ -333,7 +346,7 @@ class CopyEngine {
       lane->slots.resize(slotsPerLane_);
       for (auto& slot : lane->slots) {
         slot.pendingBytes.assign(members_.size(), 0);
-        if (options_.mode == FillMode::Pread) slot.staging = allocatePinnedHost(slotBytes_);
+        if (options_.mode == FillMode::Pread) slot.staging = allocatePinnedHost(bufferBytes_);
       }
       for (size_t m = 0; m < members_.size(); ++m) {
         ScopedContext current(members_[m].target.context);
@@ -493,10 +506,10 @@ class CopyEngine {
   std::vector<FillWindow> windows_;
   std::unique_ptr<GpuDigests> gpu_;  // the pieces the GPUs hash; null when the CPU hashes all
   FillOptions options_;
-  uint64_t slotBytes_ = 0;
+  uint64_t slotBytes_ = 0;    // the most file bytes a window spans
+  uint64_t bufferBytes_ = 0;  // a pread slot's staging: slotBytes_, and with O_DIRECT one block more
   unsigned lanes_ = 1;
   uint64_t slotsPerLane_ = 1;
-  uint64_t capacity_ = 0;
   uint64_t pageSize_ = 4096;
 };
 

@@ -18,6 +18,7 @@ import type { LoadResult, ModelState, ModelStatus, NodeFailure, NodeResult, Node
 import type { ModelRequest } from './models/modelSpecs.js';
 import type { EvictionPolicy } from './models/evictionPolicy.js';
 import { ModelControl } from './models/modelControl.js';
+import { GroupReload, type PlannedVersion } from './models/groupReload.js';
 import { ControlServer } from './control/controlServer.js';
 import { resolveNodeOptions, type NodeConfig, type NodeOptions } from './nodeOptions.js';
 import { KeeperLink } from './keeper/keeperLink.js';
@@ -126,6 +127,19 @@ export function statusOf(snap: Snapshot, config: NodeConfig, servers?: ServerReg
   };
 }
 
+/** Every version the node planned, its own model first, then those loaded since, oldest first. */
+function plannedVersions(snap: Snapshot, config: NodeConfig): PlannedVersion[] {
+  const plan = snap.context.prepared?.plan;
+  const own: PlannedVersion[] = plan ? [{ spec: config.models[0], fingerprint: plan.fingerprint, fingerprintFields: plan.fingerprintFields }] : [];
+  return [
+    ...own,
+    ...snap.context.models.flatMap((m): PlannedVersion[] => {
+      const planned = modelActor(snap, m.id)?.getSnapshot().context.planned;
+      return planned ? [{ spec: planned.spec, fingerprint: m.fingerprint, fingerprintFields: planned.plan.fingerprintFields }] : [];
+    }),
+  ];
+}
+
 /** The node's own model's state: the node's until it is ready, then whether its ranks serve, drain or were released. */
 function ownModelState(node: NodeState, drained: boolean, ranks: ServedRankStatus[]): ModelState {
   if (node !== 'ready') return node;
@@ -192,6 +206,9 @@ export async function startNode(options: NodeOptions, { rankWorker = rankWorkerM
   const control = new ModelControl({ actor, config, log, status });
   // A model whose checkpoint files changed is drained by the supervisor and loaded again here, once the node is ready.
   actor.on('MODEL_STALE', ({ spec }) => void ready.then(() => control.reload(spec), () => {}));
+  // One that spans the group: node 0 has every node load it again (src/models/groupReload.ts).
+  const groupReload = new GroupReload({ host: actor, versions: () => plannedVersions(actor.getSnapshot(), config), reload: (spec) => control.reload(spec, { group: true }), log });
+  actor.on('MODEL_GROUP_RELOAD', ({ name, fingerprint, nodeRank }) => void ready.then(() => groupReload.reload(name, fingerprint, nodeRank), () => {}));
   const controlServer = config.control
     ? new ControlServer({ socketDir: socketDir!, log, limits: config.control.limits, target: { load: (r, o) => control.load(r, o), unload: (t, o) => control.unload(t, o), models: () => status().models } })
     : undefined;

@@ -121,6 +121,8 @@ export const groupSession = fromCallback<GroupCommand, GroupSessionInput, GroupE
         return member?.modelResident(cmd.name, cmd.fingerprint);
       case 'MODEL_GROUP_FAILED':
         return member?.modelFailed(cmd.name, cmd.fingerprint, cmd.error);
+      case 'MODEL_GROUP_STALE':
+        return member?.modelStale(cmd.name, cmd.fingerprint);
     }
   });
 

@@ -72,6 +72,7 @@ export type GroupMemberEvent =
   | { type: 'LEAVING'; reason: string }
   | { type: 'MODEL_WAITING'; name: string; fingerprint: string; joined: number[]; missing: number[] }
   | { type: 'MODEL_VERDICT'; verdict: Verdict }
+  | { type: 'MODEL_RELOAD'; name: string; fingerprint: string; nodeRank: number }
   /** The current connection closed; protocolError: what the peer sent was not the rendezvous protocol. */
   | { type: 'LINK_CLOSED'; reason: string; protocolError?: string }
   // What this node says (src/actors/groupSession.ts).
@@ -80,6 +81,7 @@ export type GroupMemberEvent =
   | { type: 'MODEL_JOIN'; join: ModelGroupJoin }
   | { type: 'MODEL_RESIDENT'; name: string; fingerprint: string }
   | { type: 'MODEL_FAILED'; name: string; fingerprint?: string; error: SerializedError }
+  | { type: 'MODEL_STALE'; name: string; fingerprint: string }
   | { type: 'CLOSE' };
 
 type Args = { context: GroupMemberContext; event: GroupMemberEvent };
@@ -146,6 +148,10 @@ const says = {
   modelResident: ({ event }: Args): ClientMessage => {
     assertEvent(event, 'MODEL_RESIDENT');
     return { type: 'model_resident', name: event.name, fingerprint: event.fingerprint };
+  },
+  modelStale: ({ event }: Args): ClientMessage => {
+    assertEvent(event, 'MODEL_STALE');
+    return { type: 'model_stale', name: event.name, fingerprint: event.fingerprint };
   },
   modelFailed: ({ event }: Args): ClientMessage => {
     assertEvent(event, 'MODEL_FAILED');
@@ -324,6 +330,17 @@ const groupMemberSetup = setup({
       if (context.models[event.name] !== event.fingerprint) return;
       context.log.info({ model: event.name, joined: event.joined, missing: event.missing }, `model "${event.name}": waiting for ${plural(event.missing)} to load it too`);
     },
+    logStaleUntold: ({ context, event }) => {
+      assertEvent(event, 'MODEL_STALE');
+      context.log.error(
+        { model: event.name, fingerprint: event.fingerprint },
+        `model "${event.name}" went stale here, but node 0 at ${where(context)} is not reachable now: the group does not load it again; load it with weightd ctl load on every node once node 0 serves`,
+      );
+    },
+    announceReload: ({ context, event }) => {
+      assertEvent(event, 'MODEL_RELOAD');
+      context.emit({ type: 'MODEL_GROUP_RELOAD', name: event.name, fingerprint: event.fingerprint, nodeRank: event.nodeRank });
+    },
     announceVerdict: ({ context, event }) => {
       assertEvent(event, 'MODEL_VERDICT');
       const v = event.verdict;
@@ -467,6 +484,7 @@ export const groupMemberMachine = groupMemberSetup.createMachine({
               { guard: 'inGroup', actions: ['recordModel', { type: 'send', params: says.modelJoin }] },
               { actions: ['forgetModelJoin', { type: 'abortModelJoin', params: { pending: false, serving: true } }] },
             ],
+            MODEL_STALE: [{ guard: 'inGroup', actions: { type: 'send', params: says.modelStale } }, { actions: 'logStaleUntold' }],
             LINK_CLOSED: node0Lost,
             NODE_FAILED: nodeFailedLinked,
           },
@@ -528,6 +546,8 @@ export const groupMemberMachine = groupMemberSetup.createMachine({
     MODEL_FAILED: { actions: 'forgetModel' },
     MODEL_WAITING: { actions: 'logModelWaiting' },
     MODEL_VERDICT: { guard: 'ownsModel', actions: ['forgetModel', 'announceVerdict'] },
+    MODEL_STALE: { actions: 'logStaleUntold' },
+    MODEL_RELOAD: { actions: 'announceReload' },
   },
 });
 

@@ -102,7 +102,7 @@ const supervisorSetup = setup({
     events: {} as SupervisorEvent,
     input: {} as SupervisorInput,
     /** What startNode hears: a model to load again (its checkpoint files changed), through node.load's path. */
-    emitted: {} as { type: 'MODEL_STALE'; spec: ModelSpec },
+    emitted: {} as { type: 'MODEL_STALE'; spec: ModelSpec } | Extract<GroupEvent, { type: 'MODEL_GROUP_RELOAD' }>,
   },
   actors: supervisorActors,
   delays: { stopTimeout: STOP_TIMEOUT_MS },
@@ -213,6 +213,21 @@ const supervisorSetup = setup({
       context.log.info({ model: m.name, fingerprint: m.fingerprint }, `model "${m.name}" is resident here; waiting for node 0's commit`);
       enqueue.sendTo(GROUP_ACTOR_ID, { type: 'MODEL_GROUP_RESIDENT', name: m.name, fingerprint: m.fingerprint });
     }),
+    // A reload across the group (src/models/groupReload.ts): this node's word to node 0, and node 0's to this node's reload.
+    tellGroupStale: enqueueActions(({ event, enqueue }) => {
+      assertEvent(event, 'MODEL_GROUP_STALE');
+      enqueue.sendTo(GROUP_ACTOR_ID, { type: 'MODEL_GROUP_STALE', name: event.name, fingerprint: event.fingerprint });
+    }),
+    vouchToGroup: enqueueActions(({ event, enqueue }) => {
+      assertEvent(event, 'MODEL_GROUP_VOUCH');
+      const { name, fingerprint } = event.join;
+      enqueue.sendTo(GROUP_ACTOR_ID, { type: 'MODEL_GROUP_JOIN', ...event.join });
+      enqueue.sendTo(GROUP_ACTOR_ID, { type: 'MODEL_GROUP_RESIDENT', name, fingerprint });
+    }),
+    emitGroupReload: enqueueActions(({ event, enqueue }) => {
+      assertEvent(event, 'MODEL_GROUP_RELOAD');
+      enqueue.emit(event);
+    }),
     // A node that fails a swap across nodes fails it everywhere.
     tellGroupFailed: enqueueActions(({ context, event, enqueue }) => {
       assertEvent(event, 'MODEL_FAILED');
@@ -223,7 +238,11 @@ const supervisorSetup = setup({
     applyGroupVerdict: enqueueActions(({ context, event, enqueue }) => {
       assertEvent(event, ['MODEL_GROUP_COMMIT', 'MODEL_GROUP_ABORT']);
       const m = context.models.find((x) => x.group === 'pending' && x.name === event.name && x.fingerprint === event.fingerprint);
-      if (!m) return;
+      if (!m) {
+        // A version this node only vouched for in a reload across the group (src/models/groupReload.ts): it loaded nothing.
+        if (event.type === 'MODEL_GROUP_ABORT') context.log.error({ model: event.name, code: event.error.code }, `model "${event.name}" was not loaded again across the group: ${event.error.message}`);
+        return;
+      }
       if (event.type === 'MODEL_GROUP_COMMIT') {
         enqueue.sendTo(m.id, { type: 'MODEL_COMMIT' });
         enqueue.assign({ models: context.models.map((x) => (x === m ? { ...x, group: 'committed' as const } : x)) });
@@ -471,6 +490,9 @@ export const supervisorMachine = supervisorSetup.createMachine({
         MODEL_PLAN_FAILED: { actions: 'tellGroupPlanFailed' },
         MODEL_GROUP_COMMIT: { actions: 'applyGroupVerdict' },
         MODEL_GROUP_ABORT: { actions: 'applyGroupVerdict' },
+        MODEL_GROUP_STALE: { actions: 'tellGroupStale' },
+        MODEL_GROUP_VOUCH: { actions: 'vouchToGroup' },
+        MODEL_GROUP_RELOAD: { actions: 'emitGroupReload' },
         GROUP_READY: { actions: 'recordGroupReady' },
         PEER_LOST: { actions: 'recordPeer' },
         PEER_BACK: { actions: 'recordPeer' },

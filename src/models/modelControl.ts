@@ -4,6 +4,7 @@
 import type { ActorRefFrom, SnapshotFrom } from 'xstate';
 import { planModel, spansGroup, type ModelNode, type PlannedModel } from './planModel.js';
 import { alreadyLoadedError } from './alreadyLoadedError.js';
+import { tellGroupStale } from './groupReload.js';
 import { WeightdError, errorCode, receivedCode, RankFailedError, serializeError } from '../errors.js';
 import { evictForLoad } from './evictForLoad.js';
 import { checkEvictionPolicy, type EvictionPolicy } from './evictionPolicy.js';
@@ -95,25 +96,29 @@ export class ModelControl {
    * Retried until it serves, while another load runs (E_LOAD_BUSY: once that load ends) or the
    * files are still being written (E_FILE_CHANGED: after a backoff); not once an operator unloaded
    * or loaded that name, nor once the node stops.
+   *
+   * A model that spans the group is not loaded again by this node alone: node 0 hears of it, and
+   * has every node reload it with `group` (src/models/groupReload.ts). Resolves with the load's
+   * result once it serves (alreadyLoaded: this node's files hold the version it serves), else undefined.
    */
-  async reload(spec: ModelSpec): Promise<void> {
-    if (spansGroup(spec.tpSize, this.#config)) {
-      // Its other nodes would each have to load it too: one node cannot start that swap alone.
-      this.#log.error({ name: spec.name, model: spec.modelDir }, `model "${spec.name}" spans the group and is not loaded again by this node alone: load it with weightd ctl load on every node; clients load it from disk meanwhile`);
-      return;
+  async reload(spec: ModelSpec, { group = false }: { group?: boolean } = {}): Promise<LoadResult | undefined> {
+    if (!group && spansGroup(spec.tpSize, this.#config)) {
+      tellGroupStale(this.#actor, this.#status(), spec, this.#log);
+      return undefined;
     }
     const unloads = this.#unloads.get(spec.name) ?? 0;
     for (let backoffMs = RELOAD_RETRY_FIRST_MS; ; ) {
       try {
         const result = await this.load({ model: spec.modelDir, name: spec.name, tensorParallelSize: spec.tpSize, planFile: spec.planFile, layouts: spec.layouts });
-        this.#log.info({ name: spec.name, fingerprint: result.fingerprint }, `model "${spec.name}" was loaded again from its changed checkpoint files, and serves`);
-        return;
+        const done = result.alreadyLoaded ? ': its checkpoint files still hold the version that serves' : ' was loaded again from its changed checkpoint files, and serves';
+        this.#log.info({ name: spec.name, fingerprint: result.fingerprint }, `model "${spec.name}"${done}`);
+        return result;
       } catch (err) {
         const code = errorCode(err);
         const fields = { name: spec.name, model: spec.modelDir, code };
         if (this.#closed || (code !== 'E_LOAD_BUSY' && code !== 'E_FILE_CHANGED')) {
           this.#log.error(fields, `model "${spec.name}" was not loaded again after its checkpoint files changed (${(err as Error).message}); clients load it from disk until weightd ctl load loads it`);
-          return;
+          return undefined;
         }
         const busy = code === 'E_LOAD_BUSY';
         this.#log.warn(
@@ -122,10 +127,12 @@ export class ModelControl {
         );
         const go = busy ? await this.#untilIdle() : await this.#after(backoffMs);
         if (!busy) backoffMs = Math.min(backoffMs * 2, RELOAD_RETRY_MAX_MS);
-        const why = !go ? 'the node stops' : (this.#unloads.get(spec.name) ?? 0) !== unloads ? 'an operator unloaded it' : this.#replaced(spec.name) ? 'an operator loaded that name meanwhile' : undefined;
+        // In a reload across the group, the version that serves on may be this node's unchanged one.
+        const replaced = !group && this.#replaced(spec.name);
+        const why = !go ? 'the node stops' : (this.#unloads.get(spec.name) ?? 0) !== unloads ? 'an operator unloaded it' : replaced ? 'an operator loaded that name meanwhile' : undefined;
         if (why !== undefined) {
           this.#log.info(fields, `model "${spec.name}" is not loaded again after its checkpoint files changed: ${why}`);
-          return;
+          return undefined;
         }
       }
     }

@@ -10,6 +10,7 @@ import type { NodeManifestEntry } from '../wire/nodeManifest.js';
 import type { modelMachine } from './modelMachine.js';
 import type { ModelSpec } from './modelSpecs.js';
 import type { PlannedModel } from './planModel.js';
+import type { ModelGroupJoin } from '../rendezvous/groupEvents.js';
 
 /** A model the node serves besides its own, as the supervisor tracks it (its actor has the rest). */
 export interface ModelEntry {
@@ -53,7 +54,14 @@ export type ModelRequestEvent =
   /** A model that would span the group could not be planned here: the other nodes must not wait for it. */
   | { type: 'MODEL_PLAN_FAILED'; name: string; error: SerializedError }
   /** `ids`: model actors to unload; `own`: the node's own model too. */
-  | { type: 'MODEL_UNLOAD'; ids: string[]; own: boolean; force: boolean };
+  | { type: 'MODEL_UNLOAD'; ids: string[]; own: boolean; force: boolean }
+  /** This node's files of a version that spans the group changed: node 0 is told (src/models/groupReload.ts). */
+  | { type: 'MODEL_GROUP_STALE'; name: string; fingerprint: string }
+  /**
+   * A reload across the group found this node's files still hold the version it serves: it joins
+   * that version's model group as resident at once, without loading it again.
+   */
+  | { type: 'MODEL_GROUP_VOUCH'; join: ModelGroupJoin };
 
 /** The supervisor actor, as node.load and node.unload (ModelControl) drive it. */
 export interface ModelHost {

@@ -301,11 +301,32 @@ export class Coordinator {
       case 'model_resident':
       case 'model_failed':
         return this.#onModelMessage(link, m);
+      case 'model_stale':
+        return this.#onModelStale(link, m);
     }
   }
 
+  /**
+   * A node's files of a version that spans the group changed: every node loads the model again
+   * (src/models/groupReload.ts), which gathers as a model group of that name. Each node reads
+   * its own files, so a node whose copy did not change the same way fails that group by name.
+   */
+  #onModelStale(link: Link, m: Extract<ClientMessage, { type: 'model_stale' }>): void {
+    const snap = this.#group.getSnapshot();
+    const member = snap.context.members.find((x) => x.linkId === link.id && x.state !== 'lost');
+    if (!member) return this.#protocolViolation(link.id, `"${m.type}" before an accepted join`);
+    const fields = { model: m.name, fingerprint: m.fingerprint, peer: member.nodeRank };
+    if (!snap.matches('serving')) {
+      this.#log.error(fields, `model "${m.name}" went stale on node ${member.nodeRank}, but the group is ${this.state}, not serving: it is not loaded again; load it with weightd ctl load on every node once the group serves`);
+      return;
+    }
+    this.#log.warn(fields, `model "${m.name}" went stale on node ${member.nodeRank}: every node loads it again from its files`);
+    const everyNode = Array.from({ length: this.#opts.expect.nnodes }, (_, r) => r);
+    this.#send(this.#memberLinks(everyNode), { type: 'model_reload', name: m.name, fingerprint: m.fingerprint, nodeRank: member.nodeRank });
+  }
+
   /** A model group's message counts from a member of a serving group only. */
-  #onModelMessage(link: Link, m: Extract<ClientMessage, { type: `model_${string}` }>): void {
+  #onModelMessage(link: Link, m: Extract<ClientMessage, { type: 'model_join' | 'model_resident' | 'model_failed' }>): void {
     const snap = this.#group.getSnapshot();
     const member = snap.context.members.find((x) => x.linkId === link.id && x.state !== 'lost');
     if (!member) return this.#protocolViolation(link.id, `"${m.type}" before an accepted join`);

@@ -17,7 +17,9 @@ export type GroupEvent =
   /** A model that spans the group is resident on every node: serve it. */
   | { type: 'MODEL_GROUP_COMMIT'; name: string; fingerprint: string }
   /** A model that spans the group failed somewhere (or node 0 is gone): free it. */
-  | { type: 'MODEL_GROUP_ABORT'; name: string; fingerprint: string; error: SerializedError };
+  | { type: 'MODEL_GROUP_ABORT'; name: string; fingerprint: string; error: SerializedError }
+  /** Node `nodeRank` found this version of a model that spans the group stale: load the model again (src/models/groupReload.ts). */
+  | { type: 'MODEL_GROUP_RELOAD'; name: string; fingerprint: string; nodeRank: number };
 
 /** A model version across the group: what a node states when it joins its model group. */
 export interface ModelGroupJoin {
@@ -35,4 +37,6 @@ export type GroupCommand =
   | ({ type: 'MODEL_GROUP_JOIN' } & ModelGroupJoin)
   | { type: 'MODEL_GROUP_RESIDENT'; name: string; fingerprint: string }
   /** No fingerprint: the model could not be planned here. */
-  | { type: 'MODEL_GROUP_FAILED'; name: string; fingerprint?: string; error: SerializedError };
+  | { type: 'MODEL_GROUP_FAILED'; name: string; fingerprint?: string; error: SerializedError }
+  /** This node's files of this version, which spans the group, changed: node 0 has every node load it again. */
+  | { type: 'MODEL_GROUP_STALE'; name: string; fingerprint: string };

@@ -111,6 +111,11 @@ export class GroupMember {
     this.#send({ type: 'MODEL_FAILED', name, fingerprint, error });
   }
 
+  /** This node's files of a version that spans the group changed: node 0 has every node load it again (MODEL_GROUP_RELOAD). */
+  modelStale(name: string, fingerprint: string): void {
+    this.#send({ type: 'MODEL_STALE', name, fingerprint });
+  }
+
   #send(event: GroupMemberEvent): void {
     this.#member?.send(event);
   }
@@ -157,6 +162,8 @@ export class GroupMember {
       case 'model_commit':
       case 'model_abort':
         return this.#send({ type: 'MODEL_VERDICT', verdict: m });
+      case 'model_reload':
+        return this.#send({ type: 'MODEL_RELOAD', name: m.name, fingerprint: m.fingerprint, nodeRank: m.nodeRank });
       case 'heartbeat':
         return;
     }

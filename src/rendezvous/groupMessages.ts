@@ -11,8 +11,11 @@ import { z } from 'zod';
 import { ProtocolError } from '../errors.js';
 import { encodeMessage, FrameDecoder, parsePayload } from '../wire/frameCodec.js';
 
-/** Version of the rendezvous message set; nodes must agree on it exactly. 2: model groups (model_*). */
-export const RDZV_PROTOCOL_VERSION = 2;
+/**
+ * Version of the rendezvous message set; nodes must agree on it exactly. 2: model groups
+ * (model_*). 3: reloads of a stale model across nodes (model_stale, model_reload).
+ */
+export const RDZV_PROTOCOL_VERSION = 3;
 
 /** Largest frame either side accepts. The biggest message, the rank table of 4096 ranks, is ~600 KiB. */
 export const MAX_RDZV_FRAME_BYTES = 1 << 20;
@@ -102,6 +105,8 @@ export const ClientMessage = z.discriminatedUnion('type', [
   z.object({ type: z.literal('model_resident'), ...modelVersion }),
   /** This node could not load it; without a fingerprint: it could not even plan it (and did not join). */
   z.object({ type: z.literal('model_failed'), name: shortText, fingerprint: shortText.optional(), code: shortText, message: reason }),
+  /** This node's files of a version that spans the group changed (it drains here): node 0 has every node load the model again. */
+  z.object({ type: z.literal('model_stale'), ...modelVersion }),
 ]);
 export type ClientMessage = z.infer<typeof ClientMessage>;
 
@@ -139,6 +144,11 @@ export const ServerMessage = z.discriminatedUnion('type', [
     message: reason,
     details: z.record(z.string().max(64), z.unknown()).optional(),
   }),
+  /**
+   * Node `nodeRank` found this version stale: every node loads the model again from its own
+   * files, as `weightd ctl load` on every node would (src/models/groupReload.ts).
+   */
+  z.object({ type: z.literal('model_reload'), ...modelVersion, nodeRank }),
 ]);
 export type ServerMessage = z.infer<typeof ServerMessage>;
 

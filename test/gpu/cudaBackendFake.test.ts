@@ -109,6 +109,22 @@ test('strided ops read only their rows where the gaps are worth skipping, alone 
   assert.equal(leaks, noLeaks);
 });
 
+test('O_DIRECT windows hold as many bytes as buffered ones, from tensors that start inside a block, byte- and digest-exact, reading no digest piece twice', () => {
+  const copyLog = join(fakeDir, 'direct-windows-copies.log');
+  const { result, leaks } = scenario('directWindows', { FAKE_CUDA_COPY_LOG: copyLog });
+  const runs = result.runs as Array<{ chunkBytes: number; direct: boolean; copies: number[]; reread: number }>;
+  assert.is(runs.length, 4);
+  for (const r of runs) {
+    const what = `${r.chunkBytes} byte chunks, ${r.direct ? 'O_DIRECT' : 'buffered'}: copies ${JSON.stringify(r.copies)}`;
+    // A window holds a whole chunk of a tensor: the largest copy is exactly one chunk.
+    assert.is(r.copies[0], r.chunkBytes, what);
+    assert.is(r.reread, 0, what);
+  }
+  // O_DIRECT cuts the tensors into the same windows as buffered reads.
+  for (const k of [0, 2]) assert.equal(runs[k + 1]!.copies, runs[k]!.copies, `${runs[k]!.chunkBytes} byte chunks`);
+  assert.equal(leaks, noLeaks);
+});
+
 test('errors carry stable codes and say what to do; a cancelled fill leaves the device usable', () => {
   const { result, leaks } = scenario('errors');
   const codes = result as Record<string, string>;
@@ -131,10 +147,9 @@ test('every cuda fill, in a group or alone and in every read mode, reports each 
   assert.is(result.runs, 4);
   assert.ok((result.tensors as number) > 10);
   // A group's windows pass every byte of the checkpoint, cut at digest piece starts: no piece is
-  // read twice. (Not with O_DIRECT and 1 MiB slots: a block is kept free at each end, so a window
-  // holds less than a piece.) A rank alone reads only its half of each sharded tensor.
+  // read twice, with O_DIRECT too. A rank alone reads only its half of each sharded tensor.
   for (const r of result.rereads as { options: string; group: number[]; alone: number }[]) {
-    if (!r.options.includes('direct')) assert.equal(r.group, [0, 0], `group with ${r.options}`);
+    assert.equal(r.group, [0, 0], `group with ${r.options}`);
     assert.ok(r.alone > 0, `alone with ${r.options}`);
   }
   // The fake runs no kernel here: hashed on the CPU, each fill saying why, except the one that asked.

@@ -31,6 +31,8 @@
 // kernel that does not wait for its window's copies hashes 0xEE bytes. A job outside
 // device memory of the stream's device aborts. Without it, cuModuleLoadData fails
 // (CUDA_ERROR_NO_BINARY_FOR_GPU), as for a kernel built for another GPU.
+// FAKE_CUDA_COPY_LOG=PATH: each queued host-to-device copy appends its bytes (rows times row
+// bytes) to PATH as a decimal line, so a test sees how a fill cut its work into copies.
 // FAKE_CUDA_INIT_GATE, FAKE_CUDA_DTOH_GATE: a FIFO that cuInit (or each cuMemcpyDtoH) waits on
 // until one byte is written to it, so a test holds a call in flight for as long as it likes.
 // Device memory starts as 0xEE bytes, never zeros, and memsets are queued like copies, so bytes
@@ -492,6 +494,17 @@ CUresult cuEventDestroy_v2(struct event* e) {
 
 // Queues a copy after checking that the source is pinned and the destination is device memory
 // of the current context's device.
+// FAKE_CUDA_COPY_LOG: called with the lock held, so lines never interleave.
+static void logCopy(size_t bytes) {
+  const char* path = getenv("FAKE_CUDA_COPY_LOG");
+  if (!path) return;
+  int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) die("cannot open FAKE_CUDA_COPY_LOG");
+  char line[32];
+  int n = snprintf(line, sizeof line, "%zu\n", bytes);
+  if (write(fd, line, (size_t)n) != n) die("cannot write FAKE_CUDA_COPY_LOG");
+  close(fd);
+}
 static CUresult queue(struct stream* s, char* dst, const char* src, size_t width, size_t height, size_t spitch, size_t dpitch) {
   NEED_CTX();
   pthread_mutex_lock(&lock);
@@ -506,6 +519,7 @@ static CUresult queue(struct stream* s, char* dst, const char* src, size_t width
   else if (!h->portable && h->device != current()->device) die("async copy from host memory pinned for another context, not PORTABLE");
   else if (s->nops == MAX_OPS) die("too many queued copies on one stream");
   else s->ops[s->nops++] = (struct op){dst, src, width, height, spitch, dpitch, ++s->seq, 0, 0, 0};
+  if (r == OK) logCopy(width * height);
   pthread_mutex_unlock(&lock);
   return r;
 }

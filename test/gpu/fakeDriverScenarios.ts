@@ -13,6 +13,7 @@ import { diskDigests } from '../../src/native/diskDigests.js';
 import { planCheckpoint } from '../../src/checkpoint/planCheckpoint.js';
 import type { CopyOp, ZeroRange } from '../../src/checkpoint/types.js';
 import { addon } from '../../src/native/addon.js';
+import { packTensorRanges } from '../../src/native/fillRecords.js';
 import { cudaDevices, cudaProbe, CudaIpcSegment } from '../../src/native/cuda.js';
 import { DeviceHandle, type FillProgress } from '../../src/native/deviceHandle.js';
 import type { SegmentExport } from '../../src/native/addon.js';
@@ -252,6 +253,48 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
       }
       await d0!.free();
       await d1!.free();
+      return { runs };
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  },
+
+  /**
+   * O_DIRECT windows hold as many bytes as buffered ones (native/cuda_copy_engine.cpp): two
+   * tensors back to back at an offset 13 bytes past a block boundary, as a checkpoint's tensors
+   * lie (its data starts at 8 + the header's length), filled alone with and without O_DIRECT, in
+   * 1 MiB and 8 MiB windows (the cold load's). Reports each fill's copies (one per tensor a window
+   * holds, from the fake's FAKE_CUDA_COPY_LOG, largest first) and the bytes it read again for the
+   * digests; the bytes and digests are checked against the file.
+   */
+  async directWindows() {
+    const log = process.env.FAKE_CUDA_COPY_LOG!;
+    const parent = join(process.cwd(), 'test', 'artifacts');
+    mkdirSync(parent, { recursive: true });
+    const dir = mkdtempSync(join(parent, 'cuda-direct-'));
+    try {
+      const a = { start: 3 * 4096 + 13, bytes: 20 * MiB + 77 };
+      const b = { start: a.start + a.bytes, bytes: 5 * MiB + 3 };
+      const data = [randomBytes(b.start + b.bytes + 100)];
+      const paths = [join(dir, 'f0.bin')];
+      writeFileSync(paths[0]!, data[0]!);
+      const ops: CopyOp[] = [a, b].map((t, i) => ({ file: 0, segment: 0, srcOffset: t.start, dstOffset: i * a.bytes, rows: 1, rowBytes: t.bytes, srcPitch: 0 }));
+      const tensorRanges = [a, b].map((t) => ({ file: 0, start: t.start, end: t.start + t.bytes }));
+      const want = await addon().digestFiles(paths, packTensorRanges(tensorRanges), 2);
+      const device = new DeviceHandle('cuda', 0);
+      await device.allocate([a.bytes + b.bytes]);
+      const runs: Array<{ chunkBytes: number; direct: boolean; copies: number[]; reread: number }> = [];
+      for (const chunkBytes of [MiB, 8 * MiB]) {
+        for (const direct of [false, true]) {
+          writeFileSync(log, '');
+          const r = await device.fill(paths, ops, payload(ops), { threads: 2, chunkBytes, stagingBytes: 4 * chunkBytes, mode: 'pread', direct, tensorRanges });
+          await check(device, { data, ops });
+          if (JSON.stringify(r.digests) !== JSON.stringify(want)) throw new Error(`digests differ from the file's with ${JSON.stringify({ chunkBytes, direct })}`);
+          const copies = readFileSync(log, 'utf8').trim().split('\n').map(Number).sort((x, y) => y - x);
+          runs.push({ chunkBytes, direct, copies, reread: r.digestRereadBytes });
+        }
+      }
+      await device.free();
       return { runs };
     } finally {
       rmSync(dir, { recursive: true, force: true });
