@@ -9,6 +9,8 @@
 //            (sinceStartMs), and the daemon's own memory from its /proc: RssAnon at READY and
 //            its sampled peak, VmHWM;
 //   ctl:     wall clock of `weightd ctl list` against that daemon, spawn to exit.
+// Each also with its CPU time (user + system, every thread; the daemon's at READY), which a
+// loaded machine moves less than the wall clock.
 // Every process gets Node's flags from scripts/node-flags, as the launchers give them. Once per
 // build, unrecorded in the timings, modules.json counts the modules each command loads (every
 // thread; test/cli/fixtures/recordModules.ts).
@@ -48,13 +50,23 @@ const names = [...builds.keys()];
 const nodeFlags = readFileSync(join(repoRoot, 'scripts/node-flags'), 'utf8').split('\n').filter((l) => l.trim() !== '' && !l.startsWith('#'));
 const recorder = join(repoRoot, 'dist/test/cli/fixtures/recordModules.js');
 
-/** Spawn to exit of `node <flags> ...args`, in ms; throws unless it exits 0. */
-function wallMs(what: string, args: string[], env: NodeJS.ProcessEnv = process.env): number {
+/**
+ * Spawn to exit of `node <flags> ...args`, and the CPU time it used (user + system, all its
+ * threads): on a loaded machine the steadier of the two. bash's `times` reports its children's.
+ */
+function timed(what: string, args: string[], env: NodeJS.ProcessEnv = process.env): { wallMs: number; cpuMs: number } {
   const t0 = performance.now();
-  const r = spawnSync(process.execPath, [...nodeFlags, ...args], { encoding: 'utf8', env });
-  const ms = performance.now() - t0;
+  const r = spawnSync('bash', ['-c', '"$@" >/dev/null || exit; times', 'timed', process.execPath, ...nodeFlags, ...args], { encoding: 'utf8', env });
+  const wallMs = performance.now() - t0;
   if (r.status !== 0) throw new Error(`${what} failed: ${r.stderr}`);
-  return ms;
+  const [user, sys] = [...r.stdout.trim().split('\n').at(-1)!.matchAll(/(\d+)m([\d.]+)s/g)].map((m) => (Number(m[1]) * 60 + Number(m[2])) * 1000);
+  return { wallMs, cpuMs: user! + sys! };
+}
+
+/** CPU time of a live process so far, all threads (those that have ended too), in ms (ticks of 10 ms). */
+function processCpuMs(pid: number): number {
+  const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
+  return ((Number(fields[11]) + Number(fields[12])) * 1000) / 100;
 }
 
 interface Ready {
@@ -63,7 +75,10 @@ interface Ready {
   rssAnonAtReadyBytes: number;
   peakRssAnonBytes: number;
   vmHwmBytes: number;
+  /** The daemon's CPU time at READY. */
+  cpuAtReadyMs: number;
   ctlListMs: number;
+  ctlListCpuMs: number;
 }
 
 /** A daemon of `build` to READY, `ctl list` against it, and its stop; `env` adds to each one's environment. */
@@ -73,15 +88,16 @@ async function ready(build: string, run: number, env: { daemon?: NodeJS.ProcessE
   try {
     const daemonEnv = { ...process.env, WEIGHTD_HOST_DEVICES: `bench-${process.pid}-${build}-${run}`, ...env.daemon };
     const d = await spawnUntilReady([process.execPath, ...nodeFlags, main, '--model', model, '--device', device, '--weight-cache-socket-dir', socketDir], daemonEnv);
+    const cpuAtReadyMs = processCpuMs(d.pid);
     const memory = d.memory();
     const phases: Record<string, number> = {};
     for (const l of d.lines()) {
       const phase = /^(control socket|checkpoint planned|single node: rank table|all \d+ local ranks loaded|READY)/.exec(l.msg)?.[1];
       if (phase) phases[phase.replace(/\d+ /, '')] = l.sinceStartMs;
     }
-    const ctlListMs = wallMs(`${build} ctl list`, [main, 'ctl', 'list', '--weight-cache-socket-dir', socketDir], { ...process.env, ...env.ctl });
+    const ctl = timed(`${build} ctl list`, [main, 'ctl', 'list', '--weight-cache-socket-dir', socketDir], { ...process.env, ...env.ctl });
     await d.stop(log, { build, run });
-    return { wallMs: d.wallMs, phases, rssAnonAtReadyBytes: memory.rssAnon, peakRssAnonBytes: memory.peakRssAnon, vmHwmBytes: memory.vmHwm, ctlListMs };
+    return { wallMs: d.wallMs, phases, rssAnonAtReadyBytes: memory.rssAnon, peakRssAnonBytes: memory.peakRssAnon, vmHwmBytes: memory.vmHwm, cpuAtReadyMs, ctlListMs: ctl.wallMs, ctlListCpuMs: ctl.cpuMs };
   } finally {
     rmSync(socketDir, { recursive: true, force: true });
   }
@@ -105,7 +121,7 @@ async function census(build: string) {
     return { record, env: { NODE_OPTIONS: `${process.env.NODE_OPTIONS ?? ''} --import ${recorder}`, WEIGHTD_TEST_MODULES: record } };
   };
   const [version, daemon, ctl] = [recorded('version'), recorded('daemon'), recorded('ctl-list')];
-  wallMs(`${build} --version`, [builds.get(build)!, '--version'], { ...process.env, ...version.env });
+  timed(`${build} --version`, [builds.get(build)!, '--version'], { ...process.env, ...version.env });
   await ready(build, 0, { daemon: daemon.env, ctl: ctl.env }, join(out, 'census-daemon.jsonl'));
   return { '--version': countOf(version.record), 'daemon to READY and its stop': countOf(daemon.record), 'ctl list': countOf(ctl.record) };
 }
@@ -113,14 +129,16 @@ async function census(build: string) {
 const files = readdirSync(model).filter((f) => f.endsWith('.safetensors')).map((f) => join(model, f));
 spawnSync('cat', files, { stdio: ['ignore', 'ignore', 'inherit'] }); // hot page cache for every build
 // One of each first, unrecorded: the builds' files and Node itself come into the page cache.
-for (const build of names) wallMs(`${build} --version`, [builds.get(build)!, '--version']), await ready(build, 0);
+for (const build of names) timed(`${build} --version`, [builds.get(build)!, '--version']), await ready(build, 0);
 
-type Row = { build: string; run: number; nodeMs: number; versionMs: number; loadavg1: number } & Ready;
+type Row = { build: string; run: number; nodeMs: number; nodeCpuMs: number; versionMs: number; versionCpuMs: number; loadavg1: number } & Ready;
 const rows: Row[] = [];
 for (let run = 1; run <= runs; run++) {
   const order = run % 2 === 1 ? names : [...names].reverse();
   for (const build of order) {
-    const row = { build, run, nodeMs: wallMs('node -e 0', ['-e', '0']), versionMs: wallMs(`${build} --version`, [builds.get(build)!, '--version']), ...(await ready(build, run)), loadavg1: loadavg()[0]! };
+    const node = timed('node -e 0', ['-e', '0']);
+    const version = timed(`${build} --version`, [builds.get(build)!, '--version']);
+    const row = { build, run, nodeMs: node.wallMs, nodeCpuMs: node.cpuMs, versionMs: version.wallMs, versionCpuMs: version.cpuMs, ...(await ready(build, run)), loadavg1: loadavg()[0]! };
     appendFileSync(join(out, 'raw.jsonl'), `${JSON.stringify(row)}\n`);
     rows.push(row);
   }
@@ -138,10 +156,14 @@ const paired = (build: string, value: (r: Row) => number) => {
 const side = (build: string) => ({
   main: builds.get(build),
   nodeMsMedian: median(of(build).map((r) => r.nodeMs)),
+  nodeCpuMsMedian: median(of(build).map((r) => r.nodeCpuMs)),
   versionMsMedian: median(of(build).map((r) => r.versionMs)),
   versionMsBest: Math.min(...of(build).map((r) => r.versionMs)),
+  versionCpuMsMedian: median(of(build).map((r) => r.versionCpuMs)),
   ctlListMsMedian: median(of(build).map((r) => r.ctlListMs)),
   ctlListMsBest: Math.min(...of(build).map((r) => r.ctlListMs)),
+  ctlListCpuMsMedian: median(of(build).map((r) => r.ctlListCpuMs)),
+  cpuAtReadyMsMedian: median(of(build).map((r) => r.cpuAtReadyMs)),
   readyWallMsMedian: median(of(build).map((r) => r.wallMs)),
   readyWallMsBest: Math.min(...of(build).map((r) => r.wallMs)),
   phasesMedian: Object.fromEntries(Object.keys(of(build)[0]!.phases).map((k) => [k, median(of(build).map((r) => r.phases[k] ?? NaN))])),
@@ -164,7 +186,10 @@ const summary = {
       b,
       {
         versionMs: paired(b, (r) => r.versionMs),
+        versionCpuMs: paired(b, (r) => r.versionCpuMs),
         ctlListMs: paired(b, (r) => r.ctlListMs),
+        ctlListCpuMs: paired(b, (r) => r.ctlListCpuMs),
+        cpuAtReadyMs: paired(b, (r) => r.cpuAtReadyMs),
         readyWallMs: paired(b, (r) => r.wallMs),
         firstLogLineMs: paired(b, (r) => r.phases['control socket'] ?? NaN),
         rssAnonAtReadyBytes: paired(b, (r) => r.rssAnonAtReadyBytes),
