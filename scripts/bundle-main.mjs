@@ -9,12 +9,15 @@
 // Packages that find files beside their own (piscina's and pino's workers, the addon loaders) and
 // those loaded on demand through createRequire stay in node_modules; the rest are pure code.
 import { build } from 'esbuild';
+import { readFileSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
 import { relative } from 'node:path';
 
 const dist = fileURLToPath(new URL('../dist/', import.meta.url));
 const BUNDLED_PACKAGES = ['zod', 'xstate', 'commander'];
+/** The oldest Node.js package.json's engines admit ("^20.17.0 || ..."): what the bundle's syntax must run on. */
+const oldestNode = /\d+\.\d+/.exec(JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')).engines.node)[0];
 
 /**
  * `import.meta` of the module at `rel` (from dist/), as Node gives it to that file unbundled. A
@@ -34,7 +37,7 @@ await build({
   format: 'cjs',
   // Function names are data here: xstate's and()/or()/not() guards are drawn by name (machineToMermaid).
   keepNames: true,
-  target: `node${process.versions.node.split('.')[0]}`,
+  target: `node${oldestNode}`,
   footer: { js: IMPORT_META },
   logLevel: 'warning',
   plugins: [
