@@ -25,7 +25,7 @@ import { loadavg, tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { exampleModel, mainJs, repoRoot } from '../test/helpers/paths.js';
-import { median, spawnUntilReady } from './measure.js';
+import { median, processCpuMs, spawnUntilReady } from './measure.js';
 
 const { values } = parseArgs({
   options: {
@@ -61,12 +61,6 @@ function timed(what: string, args: string[], env: NodeJS.ProcessEnv = process.en
   if (r.status !== 0) throw new Error(`${what} failed: ${r.stderr}`);
   const [user, sys] = [...r.stdout.trim().split('\n').at(-1)!.matchAll(/(\d+)m([\d.]+)s/g)].map((m) => (Number(m[1]) * 60 + Number(m[2])) * 1000);
   return { wallMs, cpuMs: user! + sys! };
-}
-
-/** CPU time of a live process so far, all threads (those that have ended too), in ms (ticks of 10 ms). */
-function processCpuMs(pid: number): number {
-  const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
-  return ((Number(fields[11]) + Number(fields[12])) * 1000) / 100;
 }
 
 interface Ready {
