@@ -25,8 +25,10 @@ const oldestNode = /\d+\.\d+/.exec(JSON.parse(readFileSync(new URL('../package.j
  */
 const IMPORT_META = `
 function __weightdImportMeta(rel) {
-  const url = require('node:url').pathToFileURL(require('node:path').join(__dirname, rel)).href;
-  return { url, resolve: (specifier) => require('node:url').pathToFileURL(require('node:module').createRequire(url).resolve(specifier)).href };
+  const filename = require('node:path').join(__dirname, rel);
+  const url = require('node:url').pathToFileURL(filename).href;
+  const resolve = (specifier) => require('node:url').pathToFileURL(require('node:module').createRequire(url).resolve(specifier)).href;
+  return { url, filename, dirname: require('node:path').dirname(filename), resolve };
 }`;
 
 await build({
