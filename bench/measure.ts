@@ -55,6 +55,12 @@ export function processMemory(pid: number): { vmHwm: number; rssAnon: number } {
   return { vmHwm: kB('VmHWM'), rssAnon: kB('RssAnon') };
 }
 
+/** CPU time of a live process so far, all threads (those that have ended too), in ms (ticks of 10 ms). */
+export function processCpuMs(pid: number): number {
+  const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
+  return ((Number(fields[11]) + Number(fields[12])) * 1000) / 100;
+}
+
 /** How often a daemon's RssAnon is sampled: /proc keeps no peak of it. */
 const RSS_SAMPLE_MS = 25;
 

@@ -1,5 +1,6 @@
 // A daemon restart as an operator sees it, with and without the keeper, timed the same way in
 // the same run (docs/operations.md, "Restarts and upgrades"):
+// The daemon is WEIGHTD_BIN when set (a launcher: ./weightd, a bundle's bin/weightd), else dist/main.js.
 //   loaded:  spawn a daemon with --keeper spawn on a checkpoint nobody keeps yet; wall clock from
 //            spawn to its READY line (the page cache is hot: this is a plain daemon start);
 //   adopted: stop it (SIGTERM, as `systemctl restart` does) and spawn the next one with the same
@@ -17,8 +18,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { KeeperClient } from '../src/keeper/keeperClient.js';
-import { exampleModel, mainJs } from '../test/helpers/paths.js';
-import { attachInFreshProcess, benchRun, median, processMemory, spawnUntilReady } from './measure.js';
+import { exampleModel } from '../test/helpers/paths.js';
+import { attachInFreshProcess, benchRun, median, processCpuMs, processMemory, spawnUntilReady } from './measure.js';
 
 const { values } = parseArgs({
   options: {
@@ -30,7 +31,7 @@ const { values } = parseArgs({
     'cuda-handles': { type: 'string', default: 'fd' },
   },
 });
-const { out, model, device, runs, files, bytes } = benchRun(values, 'restart');
+const { out, model, device, runs, files, bytes, daemon } = benchRun(values, 'restart');
 const tp = Number(values.tp);
 
 function readChars(pid: number): number {
@@ -43,12 +44,14 @@ interface Ready {
   /** The daemon's own heap at its peak (RssAnon, sampled): on the host backend VmHWM counts the arena. */
   peakRssAnonBytes: number;
   readChars: number;
+  /** Its CPU time at READY, every thread: on a loaded machine steadier than the wall clock. */
+  cpuAtReadyMs: number;
   adoptedRanks: number;
   stop: () => Promise<void>;
 }
 
 async function startDaemon(run: number, which: string, socketDir: string, devices: string): Promise<Ready> {
-  const args = [process.execPath, mainJs, '--model', model, '-tp', String(tp), '--device', device, '--weight-cache-socket-dir', socketDir, '--keeper', 'spawn'];
+  const args = [...daemon, '--model', model, '-tp', String(tp), '--device', device, '--weight-cache-socket-dir', socketDir, '--keeper', 'spawn'];
   if (device === 'cuda') args.push('--cuda-handles', values['cuda-handles']!);
   const d = await spawnUntilReady(args, { ...process.env, WEIGHTD_HOST_DEVICES: devices });
   const ready = d.lines().find((l) => l.ready === true) as unknown as { adoptedRanks: number };
@@ -57,6 +60,7 @@ async function startDaemon(run: number, which: string, socketDir: string, device
     peakRssBytes: d.memory().vmHwm,
     peakRssAnonBytes: d.memory().peakRssAnon,
     readChars: readChars(d.pid),
+    cpuAtReadyMs: processCpuMs(d.pid),
     adoptedRanks: ready.adoptedRanks,
     stop: () => d.stop(join(out, 'daemon.jsonl'), { run, which }),
   };
@@ -102,6 +106,8 @@ const summary = {
   runs,
   loadedReadyWallMsMedian: median(rows.map((r) => r.loaded.wallMs)),
   adoptedReadyWallMsMedian: median(rows.map((r) => r.adopted.wallMs)),
+  loadedCpuAtReadyMsMedian: median(rows.map((r) => r.loaded.cpuAtReadyMs)),
+  adoptedCpuAtReadyMsMedian: median(rows.map((r) => r.adopted.cpuAtReadyMs)),
   loadedReadCharsMedian: median(rows.map((r) => r.loaded.readChars)),
   adoptedReadCharsMedian: median(rows.map((r) => r.adopted.readChars)),
   firstAttachMsMedian: median(rows.map((r) => r.attach.firstMs)),

@@ -3,10 +3,13 @@
 // a flush (the READY line) really comes after every earlier log line.
 import { writeSync } from 'node:fs';
 import { createRequire } from 'node:module';
-import pino, { type Logger, type LevelWithSilent } from 'pino';
+import type { Logger, LevelWithSilent } from 'pino';
 import type pretty from 'pino-pretty';
 
 export type { Logger };
+
+/** pino and pino-pretty are CommonJS: required when the first logger is made, not at import. */
+const require = createRequire(import.meta.url);
 
 export const LOG_LEVELS = ['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent'] as const;
 
@@ -20,6 +23,9 @@ export interface LoggerOptions {
 }
 
 export function createLogger(opts: LoggerOptions): Logger {
+  // Loaded with the first logger: the commands that only print (--version, --help, ctl) or
+  // write a CLI error need none.
+  const pino = require('pino') as typeof import('pino');
   const base = {
     level: opts.level ?? 'info',
     base: { nodeRank: opts.nodeRank },
@@ -31,8 +37,7 @@ export function createLogger(opts: LoggerOptions): Logger {
   if (opts.destination) return pino(base, opts.destination);
   if (usePretty) {
     // Loaded only for a terminal: a daemon logging JSON (a service, a launcher) never needs it.
-    // It is CommonJS, so createLogger stays synchronous.
-    const prettyStream = createRequire(import.meta.url)('pino-pretty') as typeof pretty;
+    const prettyStream = require('pino-pretty') as typeof pretty;
     return pino(base, prettyStream({ destination: 2, sync: true, colorize: true, ignore: 'pid,hostname', translateTime: 'HH:MM:ss.l' }));
   }
   return pino(base, pino.destination({ dest: 2, sync: true }));

@@ -6,16 +6,16 @@
 import { parseCommand } from './cli/parseArgs.js';
 import { ShardingError, UsageError, WeightdError, type SerializedError } from './errors.js';
 import { flushLogger, writeCliError } from './log.js';
-import { STOP_TIMEOUT_MS } from './machines/supervisor.js';
 import { endProcess, settledThreadWork, STOP_SIGNALS, THREAD_WORK_GRACE_MS, type StopSignal } from './endProcess.js';
 
 export { STOP_SIGNALS } from './endProcess.js';
 
 /**
- * How long a stop may take in all before the process ends without finishing it: the ranks'
- * own bound, plus time to remove the sockets, locks, node.json and segments.
+ * How long a stop may take in all before the process ends without finishing it, beyond the
+ * ranks' own bound (supervisor.ts's STOP_TIMEOUT_MS): time to remove the sockets, locks,
+ * node.json and segments.
  */
-const STOP_GRACE_MS = STOP_TIMEOUT_MS + 15_000;
+const STOP_CLEANUP_MS = 15_000;
 
 /** The first stop signal, which is also how the process ends when it cannot exit cleanly. */
 let stopSignal: StopSignal | undefined;
@@ -94,6 +94,9 @@ async function main(argv: string[]): Promise<number> {
     throw err;
   }
   const started = node;
+  // Loaded with the node already; imported here so that the other commands load no machine.
+  const { STOP_TIMEOUT_MS } = await import('./machines/supervisor.js');
+  const stopGraceMs = STOP_TIMEOUT_MS + STOP_CLEANUP_MS;
   // Once every rank holds its own GPU context (ready), or the start has failed.
   started.ready.then(endWarmup, endWarmup);
   // Handlers stay installed until the process ends: a second signal while stopping (an impatient
@@ -104,9 +107,9 @@ async function main(argv: string[]): Promise<number> {
         stopSignal = signal;
         // A stop stuck on a thread that never returns must still end the process.
         setTimeout(() => {
-          started.log.error({ code: 'E_STOP_GRACE', signal }, `the stop did not finish within ${STOP_GRACE_MS / 1000} s; ending the process by ${signal} without it`);
+          started.log.error({ code: 'E_STOP_GRACE', signal }, `the stop did not finish within ${stopGraceMs / 1000} s; ending the process by ${signal} without it`);
           void flushLogger(started.log).finally(() => endProcess(1, signal, false));
-        }, STOP_GRACE_MS).unref();
+        }, stopGraceMs).unref();
       }
       if (started.status().state === 'stopping') started.log.warn({ signal }, `${signal} while stopping: the stop goes on (SIGKILL ends the process without cleanup)`);
       void started.stop(signal);

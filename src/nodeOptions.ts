@@ -9,6 +9,7 @@ import { FILL_SIZING } from './native/fillPolicy.js';
 import { checkEvictionPolicy, type EvictionPolicy } from './models/evictionPolicy.js';
 import { integer, usage } from './flagValues.js';
 import { readModelsFile, resolveModelSpecs, type ModelRequest, type ModelSpec } from './models/modelSpecs.js';
+import { DEFAULT_ADOPT_WITHIN_S, DEFAULT_INSPECT_HOST } from './nodeDefaults.js';
 
 export type DeviceChoice = 'auto' | 'cuda' | 'host';
 /**
@@ -18,8 +19,6 @@ export type DeviceChoice = 'auto' | 'cuda' | 'host';
  */
 export type KeeperMode = 'off' | 'spawn' | 'external';
 export const KEEPER_MODES: readonly KeeperMode[] = ['off', 'spawn', 'external'];
-/** How long a spawned keeper holds segments no daemon has adopted. */
-export const DEFAULT_ADOPT_WITHIN_S = 600;
 export type LogLevel = 'trace' | 'debug' | 'info' | 'warn' | 'error' | 'fatal' | 'silent';
 
 /** What a caller may pass to startNode (and what the CLI builds from flags). */
@@ -117,7 +116,6 @@ export interface NodeConfig {
 }
 
 export const DEFAULT_RENDEZVOUS_TIMEOUT_MS = 300_000;
-export const DEFAULT_INSPECT_HOST = '127.0.0.1';
 export const DEFAULT_PROGRESS_INTERVAL_MS = 2000;
 
 function port(flag: string, value: unknown): number {

@@ -12,12 +12,13 @@ import type { CtlCommand } from './ctl/ctlCommand.js';
 import { num } from '../flagValues.js';
 import { VERSION } from '../version.js';
 import { FILL_SIZING } from '../native/fillPolicy.js';
-import { DEFAULT_ADOPT_WITHIN_S, DEFAULT_INSPECT_HOST, type NodeOptions } from '../nodeOptions.js';
+import type { NodeOptions } from '../nodeOptions.js';
+import { DEFAULT_ADOPT_WITHIN_S, DEFAULT_INSPECT_HOST } from '../nodeDefaults.js';
 import type { FingerprintRequest } from './printFingerprints.js';
 import type { VerifyRequest } from './runVerify.js';
 import { keeperSocketPath } from '../keeper/keeperSocketPath.js';
 import { defaultSocketDir } from '../wire/socketDir.js';
-import { DRAWN_MACHINE_NAMES, type DrawnMachine } from '../machines/drawnMachines.js';
+import { DRAWN_MACHINE_NAMES, type DrawnMachine } from '../machines/drawnMachineNames.js';
 
 export { VERSION };
 

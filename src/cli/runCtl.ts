@@ -4,7 +4,7 @@ import { readdirSync } from 'node:fs';
 import { connect } from 'node:net';
 import { join } from 'node:path';
 import type { ControlReply, ControlRequest } from '../control/controlProtocol.js';
-import { CONTROL_FILE, MAX_CONTROL_REPLY_BYTES } from '../control/controlProtocol.js';
+import { CONTROL_FILE, MAX_CONTROL_REPLY_BYTES } from '../control/controlSocket.js';
 import { UsageError } from '../errors.js';
 import { CTL_COMMANDS } from './ctl/index.js';
 import { encodeFrame, FrameDecoder, parsePayload } from '../wire/frameCodec.js';

@@ -6,7 +6,8 @@
 import type { Socket } from 'node:net';
 import { asWeightdError, ProtocolError, type WeightdError } from '../errors.js';
 import { encodeFrame, FrameDecoder } from '../wire/frameCodec.js';
-import { MAX_CONTROL_REQUEST_BYTES, type ControlReply } from './controlProtocol.js';
+import type { ControlReply } from './controlProtocol.js';
+import { MAX_CONTROL_REQUEST_BYTES } from './controlSocket.js';
 
 export class ControlConnection {
   readonly #socket: Socket;

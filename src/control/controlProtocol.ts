@@ -1,19 +1,11 @@
 // The control socket's messages (docs/operations.md, Control socket): one request per
 // connection, in the serving protocol's frames (frameCodec.ts), each reply one frame. Bounded:
-// a request is at most MAX_CONTROL_REQUEST_BYTES, and unknown keys are refused.
+// a request is at most MAX_CONTROL_REQUEST_BYTES (controlSocket.ts), and unknown keys are refused.
 import { isAbsolute } from 'node:path';
 import { z } from 'zod';
 import { KnownLayoutName, layoutNames } from '../checkpoint/layouts/layoutRegistry.js';
 import { EVICTION_POLICIES } from '../models/evictionPolicy.js';
 import { ModelName } from '../wire/protocol.js';
-
-/** A control request is a path and a few numbers: far below the serving protocol's bound. */
-export const MAX_CONTROL_REQUEST_BYTES = 64 << 10;
-export const MAX_CONTROL_REPLY_BYTES = 16 << 20;
-
-/** A daemon's control socket and its lock in the socket directory: control-<pid>.sock, control-<pid>.lock. */
-export const CONTROL_FILE = /^control-(\d+)\.(sock|lock)$/;
-export const controlSocketName = (pid = process.pid) => `control-${pid}`;
 
 /**
  * A path in a load request: absolute, since a relative one would name a file relative to the

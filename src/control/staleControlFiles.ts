@@ -5,7 +5,7 @@ import { lstatSync, readdirSync, unlinkSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Logger } from '../log.js';
 import { isProcessAlive, processIdentity } from '../wire/processLiveness.js';
-import { CONTROL_FILE } from './controlProtocol.js';
+import { CONTROL_FILE } from './controlSocket.js';
 
 export function removeStaleControlFiles(dir: string, log: Logger): void {
   const uid = process.getuid!();

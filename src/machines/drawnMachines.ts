@@ -1,5 +1,6 @@
 // The machines weightd draws from their own definitions (`weightd statechart --machine`, the
 // inspect page), by the id each chart carries. Machines only: loading this loads no I/O.
+import type { AnyStateMachine } from 'xstate';
 import { coordinatorMachine } from './coordinator.js';
 import { groupMemberMachine } from './groupMemberMachine.js';
 import { modelMachine } from '../models/modelMachine.js';
@@ -8,10 +9,10 @@ import { rankWorkerMachine } from './rankWorkerMachine.js';
 import { supervisorMachine } from './supervisor.js';
 import { rankServiceMachine } from '../serve/rankServiceMachine.js';
 import { machineToChart, type MachineChart } from '../inspect/machineToMermaid.js';
+import type { DrawnMachine } from './drawnMachineNames.js';
 
-const DRAWN_MACHINES = { supervisor: supervisorMachine, coordinator: coordinatorMachine, groupMember: groupMemberMachine, rankService: rankServiceMachine, rankWorker: rankWorkerMachine, model: modelMachine, modelGroup: modelGroupMachine };
-export type DrawnMachine = keyof typeof DRAWN_MACHINES;
-export const DRAWN_MACHINE_NAMES = Object.keys(DRAWN_MACHINES) as DrawnMachine[];
+// A Record over the names: a machine added here without its name, or a name without its machine, does not compile.
+const DRAWN_MACHINES: Record<DrawnMachine, AnyStateMachine> = { supervisor: supervisorMachine, coordinator: coordinatorMachine, groupMember: groupMemberMachine, rankService: rankServiceMachine, rankWorker: rankWorkerMachine, model: modelMachine, modelGroup: modelGroupMachine };
 
 const charts = new Map<DrawnMachine, MachineChart>();
 

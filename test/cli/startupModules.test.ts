@@ -1,4 +1,5 @@
-// What a daemon loads to serve: nothing that serving does not use. Each daemon runs with a
+// What a daemon loads to serve: nothing that serving does not use; and what the commands that
+// only print or ask a daemon load: none of the daemon's libraries. Each process runs with a
 // preload (fixtures/recordModules.ts) that records every module its threads load; the same
 // record, with --inspect-port and a scrape, must then hold what was left out, so an empty or
 // broken record cannot pass for a lean start.
@@ -10,6 +11,7 @@ import * as assert from 'uvu/assert';
 import { startDaemon } from '../helpers/daemon.js';
 import { exampleModel, freshSocketDir, freshTempDir } from '../helpers/paths.js';
 import { httpGet } from '../inspect/httpGet.js';
+import { runCli } from '../helpers/runCli.js';
 
 const recorder = new URL('./fixtures/recordModules.js', import.meta.url).href;
 
@@ -41,6 +43,22 @@ async function modulesOfARun(extraArgs: string[], whileReady: (stderr: string) =
 
 const has = (modules: string[], part: string) => modules.some((m) => m.includes(part));
 
+/** What the daemon needs and a command that only prints or asks one (--version, --help, ctl) does not. */
+const DAEMON_ONLY = {
+  'zod (schemas)': '/node_modules/zod/',
+  'xstate (machines)': '/node_modules/xstate/',
+  'pino (the logger)': '/node_modules/pino/',
+  'the node': '/dist/src/startNode.js',
+};
+
+/** Runs `weightd ...args` to its end and returns its exit, output and every module it loaded. */
+async function modulesOfACommand(args: string[]) {
+  const record = join(freshTempDir(), 'modules.txt');
+  const r = await runCli(args, { env: { NODE_OPTIONS: `${process.env.NODE_OPTIONS ?? ''} --import ${recorder}`, WEIGHTD_TEST_MODULES: record } });
+  const modules = readFileSync(record, 'utf8').trim().split('\n').map((l) => l.slice(l.lastIndexOf(' ') + 1).replace(/^file:\/\//, ''));
+  return { ...r, modules };
+}
+
 test('a plain start loads none of the modules kept for when they are asked for', async () => {
   const modules = await modulesOfARun([]);
   // The record saw both threads and both kinds of module: the node (ES), the rank's worker, and
@@ -60,6 +78,34 @@ test('--inspect-port loads the inspect server and its page; the first scrape loa
   });
   for (const what of ['prom-client (metrics)', 'the inspect server', 'the statechart page'] as const) assert.ok(has(modules, ON_DEMAND[what]), `${what} loaded`);
   assert.not.ok(has(modules, ON_DEMAND['pino-pretty (readable log)']), 'still no pino-pretty: the log is JSON');
+});
+
+test('--version, --help and ctl list load neither zod, xstate, pino nor the node', async () => {
+  const version = await modulesOfACommand(['--version']);
+  assert.is(version.code, 0, version.stderr);
+  assert.match(version.stdout, /^\d+\.\d+\.\d+/);
+  const help = await modulesOfACommand(['--help']);
+  assert.is(help.code, 0, help.stderr);
+  assert.match(help.stdout, /--model <dir>/);
+
+  const socketDir = freshSocketDir();
+  const daemon = await startDaemon({ model: exampleModel, socketDir });
+  let list;
+  try {
+    list = await modulesOfACommand(['ctl', 'list', '--weight-cache-socket-dir', socketDir]);
+  } finally {
+    await daemon.stop();
+  }
+  assert.is(list.code, 0, list.stderr);
+  assert.match(list.stdout, /^tiny-llama \(own\) {2}serving /m);
+
+  for (const [what, run] of Object.entries({ '--version': version, '--help': help, 'ctl list': list })) {
+    // The record saw the command line itself, so an empty record cannot pass for a light one.
+    assert.ok(has(run.modules, '/dist/src/cli/parseArgs.js') && has(run.modules, '/node_modules/commander/'), `${what}: the command line recorded`);
+    const loaded = Object.entries(DAEMON_ONLY).filter(([, part]) => has(run.modules, part)).map(([name]) => name);
+    assert.equal(loaded, [], `${what} loaded what only the daemon needs`);
+  }
+  assert.ok(has(list.modules, '/dist/src/cli/runCtl.js'), 'ctl list recorded its own module');
 });
 
 test('pino-pretty loads with the first logger that writes the readable form', async () => {

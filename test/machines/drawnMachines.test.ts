@@ -4,7 +4,8 @@
 import pino from 'pino';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { DRAWN_MACHINE_NAMES, drawnChart, pageMachinesFor } from '../../src/machines/drawnMachines.js';
+import { drawnChart, pageMachinesFor } from '../../src/machines/drawnMachines.js';
+import { DRAWN_MACHINE_NAMES } from '../../src/machines/drawnMachineNames.js';
 import { EventFeed } from '../../src/inspect/eventFeed.js';
 import { InspectServer } from '../../src/inspect/inspectServer.js';
 import { chartStates, machineToMermaid } from '../../src/inspect/machineToMermaid.js';

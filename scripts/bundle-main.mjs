@@ -1,0 +1,60 @@
+// dist/main.cjs: the command line and the daemon's main thread as one file, which the launchers
+// run (./weightd, the bundle's bin/weightd). Node 20 loads the ~300 ES modules of dist/main.js one
+// file at a time, with no compile cache: one CommonJS file starts in half the time
+// (bench/RESULTS.md, issue 33). dist/main.js stays the unbundled entry that the tests run.
+//
+// Each module keeps its own import.meta: the URL its file has under dist/src/, so the paths it
+// makes relative to itself (the addon, the keeper binary, the worker threads' files, package.json)
+// name the same files as unbundled; worker threads still load dist/src/ as ES modules.
+// Packages that find files beside their own (piscina's and pino's workers, the addon loaders) and
+// those loaded on demand through createRequire stay in node_modules; the rest are pure code.
+import { build } from 'esbuild';
+import { readFileSync } from 'node:fs';
+import { readFile } from 'node:fs/promises';
+import { fileURLToPath } from 'node:url';
+import { relative } from 'node:path';
+
+const dist = fileURLToPath(new URL('../dist/', import.meta.url));
+const BUNDLED_PACKAGES = ['zod', 'xstate', 'commander'];
+/** The oldest Node.js package.json's engines admit ("^20.17.0 || ..."): what the bundle's syntax must run on. */
+const oldestNode = /\d+\.\d+/.exec(JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')).engines.node)[0];
+
+/**
+ * `import.meta` of the module at `rel` (from dist/), as Node gives it to that file unbundled. A
+ * function declaration at the end (hoisted), so that the file's "use strict" stays its first line.
+ */
+const IMPORT_META = `
+function __weightdImportMeta(rel) {
+  const filename = require('node:path').join(__dirname, rel);
+  const url = require('node:url').pathToFileURL(filename).href;
+  const resolve = (specifier) => require('node:url').pathToFileURL(require('node:module').createRequire(url).resolve(specifier)).href;
+  return { url, filename, dirname: require('node:path').dirname(filename), resolve };
+}`;
+
+await build({
+  entryPoints: [`${dist}src/main.js`],
+  outfile: `${dist}main.cjs`,
+  bundle: true,
+  platform: 'node',
+  format: 'cjs',
+  // Function names are data here: xstate's and()/or()/not() guards are drawn by name (machineToMermaid).
+  keepNames: true,
+  target: `node${oldestNode}`,
+  footer: { js: IMPORT_META },
+  logLevel: 'warning',
+  plugins: [
+    {
+      name: 'weightd-externals-and-import-meta',
+      setup(b) {
+        b.onResolve({ filter: /^[^./]/ }, (args) => {
+          const pkg = args.path.startsWith('@') ? args.path.split('/').slice(0, 2).join('/') : args.path.split('/')[0];
+          return args.path.startsWith('node:') || !BUNDLED_PACKAGES.includes(pkg) ? { path: args.path, external: true } : undefined;
+        });
+        b.onLoad({ filter: /\/dist\/src\/.*\.js$/ }, async (args) => {
+          const source = await readFile(args.path, 'utf8');
+          return { contents: source.replaceAll('import.meta', `__weightdImportMeta(${JSON.stringify(relative(dist, args.path))})`), loader: 'js' };
+        });
+      },
+    },
+  ],
+});

@@ -1,0 +1,6 @@
+// Defaults that --help prints as well as nodeOptions.ts applies: apart from the options' checks,
+// so that the command line shows them without loading the checkpoint's schemas (zod).
+
+/** How long a spawned keeper holds segments no daemon has adopted. */
+export const DEFAULT_ADOPT_WITHIN_S = 600;
+export const DEFAULT_INSPECT_HOST = '127.0.0.1';

@@ -1,0 +1,41 @@
+// The command npm installs (package.json's bin): npm links <prefix>/bin/weightd to the bin file
+// and packs it, and running that link must give Node the flags every launcher gives it
+// (scripts/node-flags), as ./weightd and the bundle's bin/weightd do. A `node` first on PATH
+// records the arguments it is started with, then runs the real one.
+import { spawnSync } from 'node:child_process';
+import { chmodSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import { freshTempDir, repoRoot } from '../helpers/paths.js';
+
+const pkg = JSON.parse(readFileSync(join(repoRoot, 'package.json'), 'utf8')) as { version: string; bin: Record<string, string> };
+const nodeFlags = readFileSync(join(repoRoot, 'scripts/node-flags'), 'utf8')
+  .split('\n')
+  .filter((l) => l.trim() !== '' && !l.startsWith('#'));
+
+test('the installed weightd command runs the daemon with scripts/node-flags', () => {
+  assert.ok(nodeFlags.length > 0, 'scripts/node-flags names at least one flag');
+  const dir = freshTempDir();
+  const record = join(dir, 'node-args.txt');
+  writeFileSync(join(dir, 'node'), `#!/bin/sh\nprintf '%s\\n' "$@" >> '${record}'\nexec '${process.execPath}' "$@"\n`);
+  chmodSync(join(dir, 'node'), 0o755);
+  // As npm links it into <prefix>/bin.
+  const link = join(dir, 'weightd');
+  symlinkSync(join(repoRoot, pkg.bin.weightd!), link);
+  const r = spawnSync(link, ['--version'], { encoding: 'utf8', env: { ...process.env, PATH: `${dir}:${process.env.PATH}` } });
+  assert.is(r.status, 0, r.stderr);
+  assert.is(r.stdout.trim(), pkg.version);
+  const args = readFileSync(record, 'utf8').trim().split('\n');
+  for (const flag of nodeFlags) assert.ok(args.includes(flag), `node got ${flag}: ${args.join(' ')}`);
+  assert.is(args.at(-1), '--version', 'and the command line after them');
+});
+
+test('npm packs the bin file and what it runs', () => {
+  const r = spawnSync('npm', ['pack', '--dry-run', '--json', '--ignore-scripts'], { cwd: repoRoot, encoding: 'utf8' });
+  assert.is(r.status, 0, r.stderr);
+  const files = new Set((JSON.parse(r.stdout) as Array<{ files: Array<{ path: string }> }>)[0]!.files.map((f) => f.path));
+  for (const f of [pkg.bin.weightd!.replace(/^\.\//, ''), 'scripts/node-flags', 'dist/main.js']) assert.ok(files.has(f), `${f} is packed`);
+});
+
+test.run();
