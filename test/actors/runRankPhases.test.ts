@@ -15,6 +15,21 @@ const data = { nodeRank: 0, localRank: 0, globalRank: 0, plan: { segments: [256]
 /** Every microtask the settled open queued has run once the next macrotask starts. */
 const settled = () => new Promise<void>((resolve) => setImmediate(resolve));
 
+/** A started rank worker running `phases` as its thread would, and what it posts. */
+function startWorker(phases: RankPhases) {
+  const posts: RankToMain[] = [];
+  const post = (m: RankToMain) => void posts.push(m);
+  const actor = createActor(
+    rankWorkerMachine.provide({
+      actors: rankWorkerImplementations(phases, post),
+      actions: { post: (_, m: RankToMain | RankToMain[]) => void posts.push(...[m].flat()), cancelFill: () => {}, closePort: () => {} },
+    }),
+    { input: { data } },
+  );
+  actor.start();
+  return { actor, posts };
+}
+
 for (const type of ['RELEASE', 'STOP'] as const) {
   test(`a device opened after a ${type} is freed, and its DEVICE message is not posted`, async () => {
     let frees = 0;
@@ -29,16 +44,7 @@ for (const type of ['RELEASE', 'STOP'] as const) {
           };
         }),
     } as unknown as RankPhases;
-    const posts: RankToMain[] = [];
-    const post = (m: RankToMain) => void posts.push(m);
-    const actor = createActor(
-      rankWorkerMachine.provide({
-        actors: rankWorkerImplementations(phases, post),
-        actions: { post: (_, m: RankToMain | RankToMain[]) => void posts.push(...[m].flat()), cancelFill: () => {}, closePort: () => {} },
-      }),
-      { input: { data } },
-    );
-    actor.start();
+    const { actor, posts } = startWorker(phases);
     actor.send({ type });
     await settled();
     open();
@@ -67,16 +73,7 @@ test('a RELEASE during an adopt frees the device only once the adopt is done', a
         };
       }),
   } as unknown as RankPhases;
-  const posts: RankToMain[] = [];
-  const post = (m: RankToMain) => void posts.push(m);
-  const actor = createActor(
-    rankWorkerMachine.provide({
-      actors: rankWorkerImplementations(phases, post),
-      actions: { post: (_, m: RankToMain | RankToMain[]) => void posts.push(...[m].flat()), cancelFill: () => {}, closePort: () => {} },
-    }),
-    { input: { data } },
-  );
-  actor.start();
+  const { actor, posts } = startWorker(phases);
   await settled();
   assert.ok(actor.getSnapshot().matches({ rank: 'adopting' }), 'the adopt is in progress');
   actor.send({ type: 'RELEASE' });
