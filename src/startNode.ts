@@ -198,7 +198,7 @@ export async function startNode(options: NodeOptions, { rankWorker = rankWorkerM
         .then(({ InspectServer }) => InspectServer.listen({ ...inspect, log, status, feed, metrics, charts: pageMachines.map(drawnChart) }))
         .catch(async (err: unknown) => {
           metrics.close();
-          await keeper?.close();
+          await keeper?.closeRefusedStart();
           if (socketDir) removeSocketDirIfCreated(socketDir);
           throw err;
         })
@@ -215,7 +215,7 @@ export async function startNode(options: NodeOptions, { rankWorker = rankWorkerM
   await controlServer?.listen().catch(async (err: unknown) => {
     await inspectServer?.close();
     metrics.close();
-    await keeper?.close();
+    await keeper?.closeRefusedStart();
     if (socketDir) removeSocketDirIfCreated(socketDir);
     throw err;
   });

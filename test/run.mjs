@@ -13,6 +13,7 @@ import { join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { cpus, tmpdir } from 'node:os';
 import { ensurePythonVenv } from '../scripts/python-venv.mjs';
+import { uvuNodeArgs } from './uvuNodeArgs.mjs';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const testDir = join(root, 'dist', 'test');
@@ -52,9 +53,8 @@ function pytestCounts(out) {
 const pytestName = 'clients/python/tests (pytest)';
 let jobs;
 try {
-  // --expose-gc lets tests of finalizers (native mappings) force a collection.
   jobs = walk(testDir)
-    .map((f) => ({ name: relative(testDir, f), cmd: process.execPath, args: ['--expose-gc', f], counts: uvuCounts }))
+    .map((f) => ({ name: relative(testDir, f), cmd: process.execPath, args: [...uvuNodeArgs, f], counts: uvuCounts }))
     .filter((job) => !filter || filter.test(job.name));
 } catch (err) {
   console.error(`cannot list ${testDir}: ${err.message}; run "npm run build" first`);

@@ -89,6 +89,13 @@ export class WeightdClient {
   #nextId = 1;
   /** Whether any byte of the current reply arrived. */
   #replyStarted = false;
+  /**
+   * An error reply (id null) that came while nothing was asked: a refusal the daemon sends as it
+   * closes a connection it will not serve (its connection cap). It is the reply to the next
+   * request, as the Python client reads it; dropped, that request would go out on a new
+   * connection and the reason would be lost.
+   */
+  #refusal: unknown;
   /** Serializes requests: the protocol answers in order, one at a time. */
   #chain: Promise<unknown> = Promise.resolve();
   readonly #eventListeners = new Set<(event: ModelEvent) => void>();
@@ -263,6 +270,7 @@ export class WeightdClient {
   close(): void {
     this.#socket?.destroy();
     this.#socket = undefined;
+    this.#refusal = undefined;
   }
 
   #open(): Promise<void> {
@@ -333,6 +341,10 @@ export class WeightdClient {
         continue;
       }
       const id = (value as { id?: unknown } | null)?.id;
+      if (!w && id === null && ErrorReply.safeParse(value).success) {
+        this.#refusal = value;
+        continue;
+      }
       this.#waiting = undefined;
       // One request at a time on a connection that is dropped after any failure: a reply is to
       // the waiting request (id null: the daemon could not read one, as for a protocol error).
@@ -392,6 +404,12 @@ export class WeightdClient {
 
   /** Sends one request and resolves with the raw reply. Any failure drops the connection. */
   async #exchange(cmd: Command, body: Record<string, unknown>): Promise<unknown> {
+    const refusal = this.#refusal;
+    if (refusal !== undefined) {
+      this.#refusal = undefined;
+      this.close();
+      return refusal;
+    }
     if (!this.#socket) await this.#open();
     const socket = this.#socket!;
     const id = this.#nextId++;

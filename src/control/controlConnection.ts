@@ -2,10 +2,13 @@
 // read deadline from the moment of connecting, answered in one frame, then closed. Unlike a
 // device socket's ClientConnection (src/serve/clientConnection.ts) nothing stays open after the
 // reply: no ids, no pipelining, no idle time. A connection never outstays its business: one that
-// sends no complete request in time, or does not take its reply, is closed (its descriptor too).
+// sends no complete request in time is told so and closed (src/wire/turnAway.ts: at most
+// REFUSAL_GRACE_MS later, so that a peer whose request crosses the refusal still reads it), and
+// one that does not take its reply is closed (its descriptor too).
 import type { Socket } from 'node:net';
-import { asWeightdError, ProtocolError, type WeightdError } from '../errors.js';
+import { asWeightdError, ProtocolError } from '../errors.js';
 import { encodeFrame, FrameDecoder } from '../wire/frameCodec.js';
+import { turnAway } from '../wire/turnAway.js';
 import type { ControlReply } from './controlProtocol.js';
 import { MAX_CONTROL_REQUEST_BYTES } from './controlSocket.js';
 
@@ -21,7 +24,11 @@ export class ControlConnection {
       clearTimeout(timer);
       closed();
     });
-    const timer = setTimeout(() => turnAway(socket, new ProtocolError('E_READ_TIMEOUT', `no complete control request within ${readTimeoutMs} ms`)), readTimeoutMs);
+    const timer = setTimeout(() => {
+      // What the peer sends from now on is drained unread: too late to be served.
+      socket.off('data', onData);
+      turnAway(socket, encodeFrame(JSON.stringify(refusal(new ProtocolError('E_READ_TIMEOUT', `no complete control request within ${readTimeoutMs} ms`)))));
+    }, readTimeoutMs);
     const decoder = new FrameDecoder(MAX_CONTROL_REQUEST_BYTES);
     const onData = (chunk: Buffer) => {
       let frames: Buffer[];
@@ -56,17 +63,6 @@ export class ControlConnection {
     socket.setTimeout(this.#readTimeoutMs, () => socket.destroy());
     socket.end(encodeFrame(JSON.stringify(reply)), () => socket.destroy());
   }
-}
-
-/**
- * A connection the server is done waiting for: the refusal is written (a small frame on an
- * unwritten socket goes to the kernel at once) and the descriptor closed now, not once the
- * peer closes its side, which an idle peer never does.
- */
-export function turnAway(socket: Socket, err: WeightdError): void {
-  if (socket.destroyed) return;
-  socket.write(encodeFrame(JSON.stringify(refusal(err))));
-  socket.destroy();
 }
 
 /** A refused request's reply frame. */

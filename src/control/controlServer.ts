@@ -12,7 +12,8 @@ import type { Logger } from '../log.js';
 import { encodeFrame, parsePayload } from '../wire/frameCodec.js';
 import { LogLimiter } from '../wire/logLimiter.js';
 import { descriptorBudget, type ListenerShare } from '../wire/descriptorBudget.js';
-import { admitPeer, turnAwayFull } from '../wire/peerAdmission.js';
+import { admitPeer } from '../wire/peerAdmission.js';
+import { turnAway } from '../wire/turnAway.js';
 import { resolveSocketDir } from '../wire/socketDir.js';
 import { SocketListener } from '../wire/socketListener.js';
 import { ControlConnection, refusal } from './controlConnection.js';
@@ -85,7 +86,7 @@ export class ControlServer {
       // Another user learns nothing; our own is told why, and may try again.
       if (admission.full) {
         const why = new WeightdError('E_TOO_MANY_CONNECTIONS', `the control socket holds ${this.#limits.maxConnections} connections, its most, and refused this one; try again once they are answered (an idle one is closed after ${this.#limits.readTimeoutMs} ms)`, { limit: this.#limits.maxConnections });
-        turnAwayFull(socket, encodeFrame(JSON.stringify(refusal(why))));
+        turnAway(socket, encodeFrame(JSON.stringify(refusal(why))));
       } else {
         socket.destroy();
       }

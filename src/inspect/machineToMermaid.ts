@@ -1,6 +1,7 @@
 // Draws an XState machine from its own definition (machine.root), so the chart can never
 // drift from the code: states, initial states, transitions with their events and guards,
-// handlers that act in place, entry/exit actions, invoked actors and final states. Two forms:
+// handlers that act in place, entry/exit actions, invoked actors, final states and parallel
+// regions (drawn as mermaid's concurrent regions). Two forms:
 // a JSON chart (for programs and the live page) and Mermaid stateDiagram-v2 text made from it.
 // No package does this for xstate v5 (@statelyai/inspect only feeds the hosted inspector).
 import type { AnyStateMachine, AnyStateNode } from 'xstate';
@@ -44,6 +45,8 @@ export interface ChartTransition {
 
 export interface MachineChart {
   id: string;
+  /** parallel: the root's states are regions that are all active at once. */
+  type: 'compound' | 'parallel';
   /** Id of the root's initial state. */
   initial?: string;
   states: ChartState[];
@@ -152,7 +155,8 @@ function describeState(node: AnyStateNode, transitions: ChartTransition[]): Char
 export function machineToChart(machine: AnyStateMachine): MachineChart {
   const transitions: ChartTransition[] = [];
   const root = describeState(machine.root, transitions);
-  return { id: root.id, ...(root.initial === undefined ? {} : { initial: root.initial }), states: root.states, transitions };
+  const type = root.type === 'parallel' ? 'parallel' : 'compound';
+  return { id: root.id, type, ...(root.initial === undefined ? {} : { initial: root.initial }), states: root.states, transitions };
 }
 
 /** Every state of the chart, parents before children. */
@@ -169,28 +173,51 @@ function transitionText(t: ChartTransition): string {
   return t.guard === undefined ? t.label : `${t.label} [${t.guard}]`;
 }
 
-/** Mermaid stateDiagram-v2 text of a chart. */
+/** The notes drawn under a state: its actions, actors and the transitions it takes in place. */
+function stateNotes(chart: MachineChart, s: ChartState): string[] {
+  const inPlace = chart.transitions.filter((t) => t.source === s.id && t.targets.length === 0);
+  return [
+    ...(s.entry.length > 0 ? [`entry / ${s.entry.join(', ')}`] : []),
+    ...s.invoke.map((i) => `invoke ${i.src}`),
+    ...inPlace.map((t) => `${transitionText(t)}${t.actions.length > 0 ? ` / ${t.actions.join(', ')}` : ''}`),
+    ...(s.exit.length > 0 ? [`exit / ${s.exit.join(', ')}`] : []),
+  ];
+}
+
+/**
+ * Mermaid stateDiagram-v2 text of a chart. The regions of a parallel state are mermaid's
+ * concurrent regions (`--` between them) inside the state's box; a parallel root gets a box named
+ * after the machine, since mermaid separates regions only inside a composite state. A compound
+ * region is drawn as its states alone, its name (and notes) on its initial arrow: mermaid 11
+ * fails to lay out an edge to or from a composite state nested in a region's own box. Its
+ * transitions are drawn from each of its states that is not final, and those into it end at its
+ * initial state.
+ */
 export function chartToMermaid(chart: MachineChart): string {
   const byId = new Map(chartStates(chart).map((s) => [s.id, s]));
   const lines = ['stateDiagram-v2'];
+  const rootBox = chart.type === 'parallel' ? mermaidStateId([chart.id]) : undefined;
+  /** Regions drawn as their states alone. */
+  const unboxed = new Set<string>();
 
-  const declare = (states: ChartState[], initial: string | undefined, indent: string, regions: boolean): void => {
-    if (initial !== undefined) lines.push(`${indent}[*] --> ${byId.get(initial)!.mermaidId}`);
+  const declare = (states: ChartState[], indent: string, regions: boolean): void => {
     states.forEach((s, i) => {
       if (regions && i > 0) lines.push(`${indent}--`);
+      if (regions && s.type === 'compound') {
+        unboxed.add(s.id);
+        const label = [s.key, ...stateNotes(chart, s)].map(mermaidText).join('<br/>');
+        lines.push(`${indent}[*] --> ${byId.get(s.initial!)!.mermaidId} : ${label}`);
+        declare(s.states, indent, false);
+        return;
+      }
       if (s.states.length > 0) {
         lines.push(`${indent}state "${mermaidText(s.key)}" as ${s.mermaidId} {`);
-        declare(s.states, s.initial, `${indent}  `, s.type === 'parallel');
+        if (s.initial !== undefined) lines.push(`${indent}  [*] --> ${byId.get(s.initial)!.mermaidId}`);
+        declare(s.states, `${indent}  `, s.type === 'parallel');
         lines.push(`${indent}}`);
         return;
       }
-      const inPlace = chart.transitions.filter((t) => t.source === s.id && t.targets.length === 0);
-      const notes = [
-        ...(s.entry.length > 0 ? [`entry / ${s.entry.join(', ')}`] : []),
-        ...s.invoke.map((i) => `invoke ${i.src}`),
-        ...inPlace.map((t) => `${transitionText(t)}${t.actions.length > 0 ? ` / ${t.actions.join(', ')}` : ''}`),
-        ...(s.exit.length > 0 ? [`exit / ${s.exit.join(', ')}`] : []),
-      ];
+      const notes = stateNotes(chart, s);
       // With descriptions, mermaid shows the first one as the title unless the state is named.
       if (notes.length > 0 || s.mermaidId !== s.key) lines.push(`${indent}state "${mermaidText(s.key)}" as ${s.mermaidId}`);
       else lines.push(`${indent}${s.mermaidId}`);
@@ -198,20 +225,34 @@ export function chartToMermaid(chart: MachineChart): string {
       if (s.type === 'final') lines.push(`${indent}${s.mermaidId} --> [*]`);
     });
   };
-  declare(chart.states, chart.initial, '  ', false);
+  if (rootBox === undefined) {
+    if (chart.initial !== undefined) lines.push(`  [*] --> ${byId.get(chart.initial)!.mermaidId}`);
+    declare(chart.states, '  ', false);
+  } else {
+    lines.push(`  state "${mermaidText(chart.id)}" as ${rootBox} {`);
+    declare(chart.states, '    ', true);
+    lines.push('  }');
+  }
 
+  /** Where a transition of `id` is drawn from: a compound root has no box, nor has an unboxed region, so each of their states that is not final. */
+  const drawnFrom = (id: string): string[] => {
+    if (id === chart.id && rootBox !== undefined) return [rootBox];
+    const children = id === chart.id ? chart.states : unboxed.has(id) ? byId.get(id)!.states : undefined;
+    return children ? children.filter((s) => s.type !== 'final').map((s) => s.mermaidId) : [byId.get(id)!.mermaidId];
+  };
+  const drawnTo = (id: string): string => {
+    const s = byId.get(id)!;
+    return unboxed.has(id) ? byId.get(s.initial!)!.mermaidId : s.mermaidId;
+  };
   // One edge per pair of states, its label listing every transition between them: several
   // failure events into `failed` would otherwise draw as a fan of overlapping arrows.
   const edges = new Map<string, { from: string; to: string; labels: string[] }>();
   for (const t of chart.transitions) {
-    if (t.targets.length === 0) continue;
-    // The root has no box: its transitions apply in every top-level state that is not final.
-    const sources = t.source === chart.id ? chart.states.filter((s) => s.type !== 'final') : [byId.get(t.source)!];
-    for (const source of sources) {
+    for (const from of t.targets.length > 0 ? drawnFrom(t.source) : []) {
       for (const target of t.targets) {
-        const to = byId.get(target)!.mermaidId;
-        const key = `${source.mermaidId}\u0000${to}`;
-        const edge = edges.get(key) ?? { from: source.mermaidId, to, labels: [] };
+        const to = drawnTo(target);
+        const key = `${from}\u0000${to}`;
+        const edge = edges.get(key) ?? { from, to, labels: [] };
         edge.labels.push(mermaidText(transitionText(t)));
         edges.set(key, edge);
       }

@@ -103,11 +103,10 @@ export interface StartKeeperOptions {
   binary?: string;
 }
 
-export interface StartedKeeper {
-  ping: KeeperPing;
-  /** false when a keeper already served the socket (the new one exited 3): this is that one. */
-  spawned: boolean;
-}
+export type StartedKeeper =
+  | { ping: KeeperPing; spawned: true; /** Settles when the keeper this call spawned exits. */ exited: Promise<void> }
+  /** A keeper already served the socket (the new one exited 3): this is that one. */
+  | { ping: KeeperPing; spawned: false };
 
 /**
  * Spawns weightd-keeper detached, in a session of its own (so a signal to the daemon's process
@@ -129,7 +128,7 @@ export async function startKeeper(options: StartKeeperOptions): Promise<StartedK
   const child = spawn(binary, args, { detached: true, stdio });
   let exited: { code: number | null; signal: NodeJS.Signals | null } | undefined;
   let spawnError: Error | undefined;
-  child.on('exit', (code, signal) => (exited = { code, signal }));
+  const exit = new Promise<void>((resolve) => child.on('exit', (code, signal) => ((exited = { code, signal }), resolve())));
   child.on('error', (err) => (spawnError = err));
   child.unref();
 
@@ -143,7 +142,7 @@ export async function startKeeper(options: StartKeeperOptions): Promise<StartedK
     }
     try {
       const ping = await client.ping();
-      if (ping.pid === child.pid) return { ping, spawned: true };
+      if (ping.pid === child.pid) return { ping, spawned: true, exited: exit };
       // Another keeper answers: ours is still deciding, and would serve if that one went away
       // before it looked. Only its exit 3 makes the other one the answer.
       if (exited) return { ping, spawned: false };

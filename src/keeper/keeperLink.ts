@@ -3,7 +3,7 @@
 // and have every loaded rank keep its segments there again. The daemon holds every segment's
 // descriptor itself while it runs, so a keeper's death loses nothing until the daemon dies too;
 // what is lost meanwhile is only the survival of a daemon crash, and status says so.
-import { closeSync, openSync } from 'node:fs';
+import { closeSync, openSync, rmSync } from 'node:fs';
 import type { Socket } from 'node:net';
 import { dirname, join } from 'node:path';
 import type { Logger } from '../log.js';
@@ -28,6 +28,9 @@ const HOLDING_TIMEOUT_MS = 1000;
 /** How often an absent external keeper is looked for again (a spawned one is started at once). */
 const RETRY_MS = 1000;
 
+/** How long a refused start waits for the keeper it spawned to exit before it leaves that keeper's log. */
+const REFUSED_EXIT_WAIT_MS = 5000;
+
 export class KeeperLink {
   readonly #o: KeeperLinkOptions;
   readonly #client: KeeperClient;
@@ -37,6 +40,8 @@ export class KeeperLink {
   #closed = false;
   /** The first find (or spawn) while it runs: close() waits for it. */
   #starting?: Promise<void>;
+  /** The keeper this link spawned, and its log file when this link created it (none was there). */
+  #spawned?: { exited: Promise<void>; createdLog?: string };
 
   constructor(o: KeeperLinkOptions) {
     this.#o = o;
@@ -100,6 +105,22 @@ export class KeeperLink {
     await this.#starting;
   }
 
+  /**
+   * Closes the link of a node whose start was refused, leaving the socket directory as the start
+   * found it: the keeper it spawned holds nothing and exits once our WATCH closes (removing its
+   * socket), and the log file this start created for it is removed then. A keeper still running
+   * after REFUSED_EXIT_WAIT_MS (another daemon of this socket took it up) keeps its log.
+   */
+  async closeRefusedStart(): Promise<void> {
+    await this.close();
+    const spawned = this.#spawned;
+    if (spawned?.createdLog === undefined) return;
+    let timer: NodeJS.Timeout | undefined;
+    const exited = await Promise.race([spawned.exited.then(() => true), new Promise<boolean>((resolve) => (timer = setTimeout(resolve, REFUSED_EXIT_WAIT_MS, false)))]);
+    clearTimeout(timer);
+    if (exited) rmSync(spawned.createdLog, { force: true });
+  }
+
   #set(state: KeeperStatus['state'], extra: Partial<KeeperStatus> = {}): void {
     this.#status = { ...this.#status, state, since: Date.now(), pid: undefined, reason: undefined, ...extra };
   }
@@ -147,10 +168,13 @@ export class KeeperLink {
     // Its log goes to a file beside its socket: inheriting the daemon's stderr would hold the
     // daemon's pipe open (a supervisor's, a test's) long after the daemon is gone.
     const logFile = join(dirname(this.#o.socket), KEEPER_LOG_NAME);
-    const stderr = openSync(logFile, 'a', 0o600);
+    const { fd: stderr, created } = openLog(logFile);
     try {
       const started = await startKeeper({ socket: this.#o.socket, adoptWithinS: this.#o.adoptWithinS, stderr });
-      if (started.spawned) this.#o.log.info({ keeper: this.#o.socket, pid: started.ping.pid, adoptWithinS: this.#o.adoptWithinS, log: logFile }, 'started a keeper');
+      if (started.spawned) {
+        this.#spawned = { exited: started.exited, ...(created ? { createdLog: logFile } : {}) };
+        this.#o.log.info({ keeper: this.#o.socket, pid: started.ping.pid, adoptWithinS: this.#o.adoptWithinS, log: logFile }, 'started a keeper');
+      }
       return started.ping.pid;
     } finally {
       closeSync(stderr);
@@ -171,5 +195,15 @@ export class KeeperLink {
     this.#retry = setTimeout(() => void this.#connect(true), RETRY_MS);
     // Looking for a keeper never keeps the process alive.
     this.#retry.unref();
+  }
+}
+
+/** Opens the keeper's log for appending; `created` when this call made the file. */
+function openLog(path: string): { fd: number; created: boolean } {
+  try {
+    return { fd: openSync(path, 'ax', 0o600), created: true };
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+    return { fd: openSync(path, 'a', 0o600), created: false };
   }
 }

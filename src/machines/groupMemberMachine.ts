@@ -163,11 +163,18 @@ function notProvided(name: string): never {
   throw new WeightdError('E_INTERNAL', `the group member's "${name}" action was not provided; create the machine with .provide({ actions }) (src/rendezvous/groupMember.ts does)`);
 }
 
-const modelAbort = (context: GroupMemberContext, name: string, fingerprint: string, code: 'E_MODEL_GROUP_COORDINATOR_LOST' | 'E_MODEL_GROUP_NOT_READY', message: string): GroupEvent => ({
+const modelAbort = (
+  context: GroupMemberContext,
+  name: string,
+  fingerprint: string,
+  code: 'E_MODEL_GROUP_COORDINATOR_LOST' | 'E_MODEL_GROUP_MISMATCH',
+  message: string,
+  details: Record<string, unknown> = { host: context.host, port: context.port },
+): GroupEvent => ({
   type: 'MODEL_GROUP_ABORT',
   name,
   fingerprint,
-  error: serializeError(new RendezvousError(code, message, { host: context.host, port: context.port })),
+  error: serializeError(new RendezvousError(code, message, details)),
 });
 
 const groupMemberSetup = setup({
@@ -189,6 +196,10 @@ const groupMemberSetup = setup({
     modelPending: ({ context, event }) => {
       assertEvent(event, 'MODEL_JOIN');
       return context.models[event.join.name] !== undefined;
+    },
+    sameModelPending: ({ context, event }) => {
+      assertEvent(event, 'MODEL_JOIN');
+      return context.models[event.join.name] === event.join.fingerprint;
     },
     // A model group is joined only on a connection that has the rank table, with node 0 not lost.
     inGroup: ({ context }) => !context.lost.some((l) => l.nodeRank === 0),
@@ -297,26 +308,28 @@ const groupMemberSetup = setup({
         return { ...context.models, [event.join.name]: event.join.fingerprint };
       },
     }),
-    forgetModelJoin: assign({
-      models: ({ context, event }) => {
-        assertEvent(event, 'MODEL_JOIN');
-        return withoutModel(context.models, event.join.name);
-      },
-    }),
-    abortModelJoin: ({ context, event }, { pending, serving }: { pending: boolean; serving: boolean }) => {
+    logDuplicateJoin: ({ context, event }) => {
+      assertEvent(event, 'MODEL_JOIN');
+      context.log.debug({ model: event.join.name, fingerprint: event.join.fingerprint }, `model "${event.join.name}": this version has joined its group already`);
+    },
+    // The version pending keeps its place in the group (its verdict is still to come); only the
+    // other version is refused.
+    refuseOtherVersion: ({ context, event }) => {
       assertEvent(event, 'MODEL_JOIN');
       const { name, fingerprint } = event.join;
-      const abort = pending
-        ? modelAbort(context, name, fingerprint, 'E_MODEL_GROUP_NOT_READY', `model "${name}" is already being loaded across the group`)
-        : modelAbort(
-            context,
-            name,
-            fingerprint,
-            'E_MODEL_GROUP_COORDINATOR_LOST',
-            `model "${name}" spans the group, but node 0 at ${where(context)} is not reachable now (${serving ? 'reconnecting' : 'the group is not ready'}); ` +
-              'a swap across nodes needs every node and node 0: try again once node 0 serves',
-          );
-      context.emit(abort);
+      const pending = context.models[name]!;
+      const message =
+        `model "${name}": this node is loading version ${pending.slice(0, 12)}… of it across the group, so version ${fingerprint.slice(0, 12)}… was refused; ` +
+        'load it once that one serves or fails (weightd ctl list shows it)';
+      context.emit(modelAbort(context, name, fingerprint, 'E_MODEL_GROUP_MISMATCH', message, { field: 'fingerprint', value: fingerprint, expected: pending }));
+    },
+    abortModelJoin: ({ context, event }, { serving }: { serving: boolean }) => {
+      assertEvent(event, 'MODEL_JOIN');
+      const { name, fingerprint } = event.join;
+      const message =
+        `model "${name}" spans the group, but node 0 at ${where(context)} is not reachable now (${serving ? 'reconnecting' : 'the group is not ready'}); ` +
+        'a swap across nodes needs every node and node 0: try again once node 0 serves';
+      context.emit(modelAbort(context, name, fingerprint, 'E_MODEL_GROUP_COORDINATOR_LOST', message));
     },
     forgetModel: assign({
       models: ({ context, event }) => {
@@ -407,6 +420,14 @@ const joinedGroup = [
 const peerActions = [{ type: 'reportPeers', params: { first: false } }, { type: 'recordPeers', params: { first: false } }] as const;
 /** Serving, the connection to node 0 went: node 0 is lost until a coordinator there takes this node back. */
 const node0Lost = { target: 'retrying', actions: ['abortModels', 'forgetModels', { type: 'reportPeers', params: { first: false } }, 'logReconnecting', { type: 'recordPeers', params: { first: false } }] } as const;
+/**
+ * A join of a name whose version is pending here: the same version again changes nothing (node 0
+ * counts this node once), another one is refused; neither forgets the pending one.
+ */
+const pendingJoin = [
+  { guard: 'sameModelPending', actions: 'logDuplicateJoin' },
+  { guard: 'modelPending', actions: 'refuseOtherVersion' },
+] as const;
 const noHello = ({ context }: Args) => ({ reason: `no hello within ${context.timing.handshakeMs} ms` });
 /** node.failed: node 0 hears it (best effort) once it said hello on this connection, so a starting group fails everywhere now. */
 const nodeFailedLinked = { target: '#groupMember.closed', actions: [{ type: 'send', params: says.failed }, { type: 'leave', params: { reason: 'node failed' } }] } as const;
@@ -480,9 +501,9 @@ export const groupMemberMachine = groupMemberSetup.createMachine({
           on: {
             NODE_READY: { actions: ['recordReady', { type: 'send', params: says.ready }] },
             MODEL_JOIN: [
-              { guard: 'modelPending', actions: ['forgetModelJoin', { type: 'abortModelJoin', params: { pending: true, serving: true } }] },
+              ...pendingJoin,
               { guard: 'inGroup', actions: ['recordModel', { type: 'send', params: says.modelJoin }] },
-              { actions: ['forgetModelJoin', { type: 'abortModelJoin', params: { pending: false, serving: true } }] },
+              { actions: { type: 'abortModelJoin', params: { serving: true } } },
             ],
             MODEL_STALE: [{ guard: 'inGroup', actions: { type: 'send', params: says.modelStale } }, { actions: 'logStaleUntold' }],
             LINK_CLOSED: node0Lost,
@@ -538,9 +559,9 @@ export const groupMemberMachine = groupMemberSetup.createMachine({
     NODE_FAILED: { target: '.closed', actions: { type: 'leave', params: { reason: 'node failed' } } },
     CLOSE: { target: '.closed', actions: { type: 'leave', params: { reason: 'node stopped' } } },
     MODEL_JOIN: [
-      { guard: 'modelPending', actions: ['forgetModelJoin', { type: 'abortModelJoin', params: { pending: true, serving: false } }] },
-      { guard: stateIn('serving'), actions: ['forgetModelJoin', { type: 'abortModelJoin', params: { pending: false, serving: true } }] },
-      { actions: ['forgetModelJoin', { type: 'abortModelJoin', params: { pending: false, serving: false } }] },
+      ...pendingJoin,
+      { guard: stateIn('serving'), actions: { type: 'abortModelJoin', params: { serving: true } } },
+      { actions: { type: 'abortModelJoin', params: { serving: false } } },
     ],
     MODEL_RESIDENT: { guard: 'ownsModel', actions: { type: 'send', params: says.modelResident } },
     MODEL_FAILED: { actions: 'forgetModel' },

@@ -19,7 +19,8 @@
 //   it opens late is freed by the open itself); before, the load carried on and the rank posted
 //   both FAILED and RELEASED;
 // - a KEEP after an UNKEEP no longer keeps: the model is draining;
-// - a keep queued (KEEP_AGAIN during a keep) does not run once a RELEASE or STOP came.
+// - a keep queued (KEEP_AGAIN during a keep) does not run once a RELEASE or STOP came;
+// - a RELEASE or STOP during an adopt waits for it (see adopting).
 //
 // It holds no I/O: the phases (src/actors/rankPhases.ts), the keeper's calls and the thread's port
 // are typed placeholders that src/actors/runRankPhases.ts provides, so the chart can be drawn
@@ -70,6 +71,8 @@ export const rankWorkerActors = {
   free: fromPromise<void, { device?: DeviceHandle }>(() => notProvided('free')),
 };
 
+const tookKeptShard = (taken: Adopted | NotAdopted | undefined): taken is Adopted => taken !== undefined && 'bytes' in taken;
+
 type Ctx = { context: RankWorkerContext };
 const errorMessage = (error: unknown) => (error as Error).message;
 
@@ -110,7 +113,7 @@ const rankWorkerSetup = setup({
     keepsOnceServing: ({ context }) => context.data.keepOnceServing === true,
     hasKeeper: ({ context }) => context.data.keeper !== undefined,
     adopted: ({ context }) => context.adopted,
-    tookKeptShard: (_, output: Adopted | NotAdopted | undefined) => output !== undefined && 'bytes' in output,
+    tookKeptShard: (_, output: Adopted | NotAdopted | undefined) => tookKeptShard(output),
     // The segments are out and not being freed.
     serving: stateIn({ rank: 'serving' }),
     admittedEarly: stateIn({ rank: { opening: 'admitted' } }),
@@ -120,8 +123,9 @@ const rankWorkerSetup = setup({
     keeperIdle: stateIn({ keeper: 'idle' }),
     // A released rank's memory is to be freed: the keeper's copies must go too, unless an UNKEEP
     // dropped them already (by then a version of the same fingerprint, a model loaded again after
-    // its files changed, may be kept: keepWithdrawn).
-    dropsOnRelease: ({ context }) => context.data.keeper !== undefined && context.segments !== undefined,
+    // its files changed, may be kept: keepWithdrawn). They are the exported segments a keep may
+    // have handed over, or the shard an adopt took from the keeper.
+    dropsOnRelease: ({ context }) => context.data.keeper !== undefined && (context.segments !== undefined || context.resident?.source.from === 'keeper'),
   },
   actions: {
     // What the thread does (src/actors/runRankPhases.ts provides them).
@@ -132,7 +136,7 @@ const rankWorkerSetup = setup({
     closePort: () => notProvided('closePort'),
 
     storeDevice: assign({ device: (_, device: DeviceHandle) => device }),
-    storeAdopted: assign((_, adopted: Adopted) => ({ resident: adopted, adopted: !adopted.rekeep })),
+    storeAdopted: assign((_, taken: Adopted | NotAdopted | undefined) => (tookKeptShard(taken) ? { resident: taken, adopted: !taken.rekeep } : {})),
     storeRefused: assign({ refused: (_, taken: NotAdopted | undefined) => (taken && 'refused' in taken ? taken.refused : undefined) }),
     storeFilled: assign({
       resident: ({ context }, filled: FillResult) => ({
@@ -190,18 +194,32 @@ export const rankWorkerMachine = rankWorkerSetup.createMachine({
         },
         // A model loaded beside others: nothing is allocated until its ranks are known to fit.
         admitting: { on: { ADMIT: 'adopting', ...interrupts } },
+        // An adopt is not cut short: between the keeper's take and the device's adopt, a free would
+        // run first and the segments it then imports would outlive it. A RELEASE or STOP waits for it
+        // (releaseAsked, stopAsked), so that a release also drops the shard it took from the keeper.
         adopting: {
+          initial: 'running',
+          states: {
+            running: { on: { RELEASE: 'releaseAsked', STOP: 'stopAsked' } },
+            releaseAsked: { on: { STOP: 'stopAsked' } },
+            stopAsked: {},
+          },
           invoke: {
             id: 'adopt',
             src: 'adopt',
             input: ({ context }) => ({ device: context.device!, data: context.data }),
             onDone: [
-              { guard: { type: 'tookKeptShard', params: ({ event }) => event.output }, target: 'verifying', actions: { type: 'storeAdopted', params: ({ event }) => event.output as Adopted } },
+              { guard: stateIn({ rank: { adopting: 'stopAsked' } }), target: '#rankWorker.rank.stopping', actions: { type: 'storeAdopted', params: ({ event }) => event.output } },
+              { guard: stateIn({ rank: { adopting: 'releaseAsked' } }), target: '#rankWorker.rank.releasing', actions: { type: 'storeAdopted', params: ({ event }) => event.output } },
+              { guard: { type: 'tookKeptShard', params: ({ event }) => event.output }, target: 'verifying', actions: { type: 'storeAdopted', params: ({ event }) => event.output } },
               { target: 'allocating', actions: { type: 'storeRefused', params: ({ event }) => event.output as NotAdopted | undefined } },
             ],
-            onError: onPhaseError,
+            onError: [
+              { guard: stateIn({ rank: { adopting: 'stopAsked' } }), target: '#rankWorker.rank.stopping' },
+              { guard: stateIn({ rank: { adopting: 'releaseAsked' } }), target: '#rankWorker.rank.releasing' },
+              onPhaseError,
+            ],
           },
-          on: interrupts,
         },
         allocating: {
           invoke: { id: 'allocate', src: 'allocate', input: ({ context }) => ({ device: context.device!, data: context.data }), onDone: 'filling', onError: onPhaseError },

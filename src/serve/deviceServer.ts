@@ -19,7 +19,8 @@ import { dispatch } from './handlers/index.js';
 import type { Caller } from './leaseTable.js';
 import { encodeFrame } from '../wire/frameCodec.js';
 import { LogLimiter } from '../wire/logLimiter.js';
-import { admitPeer, turnAwayFull } from '../wire/peerAdmission.js';
+import { admitPeer } from '../wire/peerAdmission.js';
+import { turnAway } from '../wire/turnAway.js';
 import type { Request, ServeStatus } from '../wire/protocol.js';
 import type { RankService } from './rankService.js';
 import { DEFAULT_SERVE_LIMITS, serveLimits, type ServeLimits } from './serveLimits.js';
@@ -235,7 +236,7 @@ export class DeviceServer implements ConnectionHandler, DeviceServices {
       // (admitPeer refuses another uid before it looks for room, so never as full).
       if (admission.full) {
         const why = new WeightdError('E_TOO_MANY_CONNECTIONS', `weightd refused this connection (${admission.fields.why}); try again once others close (docs/operations.md, "File descriptors")`, { limit: admission.fields.limit as number });
-        turnAwayFull(socket, encodeFrame(errorReply(null, why)));
+        turnAway(socket, encodeFrame(errorReply(null, why)));
       } else {
         socket.destroy();
       }

@@ -41,21 +41,3 @@ export function admitPeer(socket: Socket, rules: AdmissionRules): Admission {
   if (refused) return { admitted: false, otherUser: false, full: true, fields: { limit: refused.limit, why: refused.message }, message: 'too many client connections: refused one' };
   return { admitted: true, pid: peer.pid };
 }
-
-/** How long a connection refused for want of room stays half-open, so that its peer reads why. */
-export const REFUSAL_GRACE_MS = 1000;
-
-/**
- * Tells our own user's peer, refused for want of room, why (`frame`, the reply to its first
- * request), and ends the connection. Not destroyed at once: a peer whose request is written
- * after a full close gets EPIPE, and its socket is torn down with the reply unread (the client
- * then sees only a hang-up). What it sends is discarded; the socket is destroyed once the peer
- * closes, or after REFUSAL_GRACE_MS.
- */
-export function turnAwayFull(socket: Socket, frame: Uint8Array): void {
-  const grace = setTimeout(() => socket.destroy(), REFUSAL_GRACE_MS).unref();
-  socket.once('close', () => clearTimeout(grace));
-  socket.on('error', () => {});
-  socket.resume();
-  socket.end(frame);
-}

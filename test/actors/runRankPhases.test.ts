@@ -1,6 +1,7 @@
 // The rank worker's phases as its thread runs them (src/actors/runRankPhases.ts): a device whose
 // open settles after a RELEASE or STOP was never stored by the machine, so the open itself frees
-// it, and nothing it says reaches the main thread after the rank was released or stopped.
+// it, and nothing it says reaches the main thread after the rank was released or stopped. An adopt
+// in progress is waited for before the device is freed.
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { createActor } from 'xstate';
@@ -13,6 +14,21 @@ import type { DeviceHandle } from '../../src/native/deviceHandle.js';
 const data = { nodeRank: 0, localRank: 0, globalRank: 0, plan: { segments: [256], totalBytes: 256 } } as unknown as RankWorkerData;
 /** Every microtask the settled open queued has run once the next macrotask starts. */
 const settled = () => new Promise<void>((resolve) => setImmediate(resolve));
+
+/** A started rank worker running `phases` as its thread would, and what it posts. */
+function startWorker(phases: RankPhases) {
+  const posts: RankToMain[] = [];
+  const post = (m: RankToMain) => void posts.push(m);
+  const actor = createActor(
+    rankWorkerMachine.provide({
+      actors: rankWorkerImplementations(phases, post),
+      actions: { post: (_, m: RankToMain | RankToMain[]) => void posts.push(...[m].flat()), cancelFill: () => {}, closePort: () => {} },
+    }),
+    { input: { data } },
+  );
+  actor.start();
+  return { actor, posts };
+}
 
 for (const type of ['RELEASE', 'STOP'] as const) {
   test(`a device opened after a ${type} is freed, and its DEVICE message is not posted`, async () => {
@@ -28,16 +44,7 @@ for (const type of ['RELEASE', 'STOP'] as const) {
           };
         }),
     } as unknown as RankPhases;
-    const posts: RankToMain[] = [];
-    const post = (m: RankToMain) => void posts.push(m);
-    const actor = createActor(
-      rankWorkerMachine.provide({
-        actors: rankWorkerImplementations(phases, post),
-        actions: { post: (_, m: RankToMain | RankToMain[]) => void posts.push(...[m].flat()), cancelFill: () => {}, closePort: () => {} },
-      }),
-      { input: { data } },
-    );
-    actor.start();
+    const { actor, posts } = startWorker(phases);
     actor.send({ type });
     await settled();
     open();
@@ -51,5 +58,32 @@ for (const type of ['RELEASE', 'STOP'] as const) {
     actor.stop();
   });
 }
+
+test('a RELEASE during an adopt frees the device only once the adopt is done', async () => {
+  const order: string[] = [];
+  const device = { info: () => ({}), free: async () => void order.push('free'), cancelFill: () => {} } as unknown as DeviceHandle;
+  let adopt!: () => void;
+  const phases = {
+    open: async () => device,
+    adopt: () =>
+      new Promise<undefined>((resolve) => {
+        adopt = () => {
+          order.push('adopted');
+          resolve(undefined);
+        };
+      }),
+  } as unknown as RankPhases;
+  const { actor, posts } = startWorker(phases);
+  await settled();
+  assert.ok(actor.getSnapshot().matches({ rank: 'adopting' }), 'the adopt is in progress');
+  actor.send({ type: 'RELEASE' });
+  await settled();
+  assert.equal(order, [], 'nothing is freed under the adopt');
+  adopt();
+  await settled();
+  assert.equal(order, ['adopted', 'free']);
+  assert.equal(posts.map((m) => m.type), ['RELEASED']);
+  actor.stop();
+});
 
 test.run();

@@ -1,6 +1,6 @@
 // The chart is drawn from the machine's own definition: every state, initial state, event,
 // guard, delay and invoked actor of the supervisor appears, and a machine with nested and
-// parallel states and combined guards is drawn as well. `weightd statechart` prints the same.
+// parallel states (a parallel root too) and combined guards is drawn as well. `weightd statechart` prints the same.
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { and, createMachine, not, setup } from 'xstate';
@@ -95,9 +95,52 @@ test('nested and parallel states, combined guards, numeric delays, keyword-named
   assert.is(c.transitions.find((t) => t.kind === 'after')?.label, 'after 500 ms');
   const text = chartToMermaid(c);
   assert.match(text, /state "outer" as outer \{\n {4}\[\*\] --> outer__note\n/);
-  assert.match(text, /state "both" as both \{\n {4}state "a" as both__a \{\n {6}\[\*\] --> both__a__a1\n[\s\S]*\n {4}--\n {4}state "b" as both__b \{/);
+  // Each region is drawn as its states alone, named on its initial arrow, between separators.
+  assert.match(text, /state "both" as both \{\n {4}\[\*\] --> both__a__a1 : a\n {4}state "a1" as both__a__a1\n {4}state "a2" as both__a__a2\n {4}--\n {4}\[\*\] --> both__b__b1 : b\n/);
   assert.match(text, /outer__note --> outer__end : GO \[\(ok && !fresh\)\]/);
   assert.match(text, /both__a__a1 --> both__a__a2 : after 500 ms/);
+});
+
+test('a parallel root draws its regions as concurrent regions of one box, which carries the root\'s transitions', () => {
+  const m = createMachine({
+    id: 'worker',
+    type: 'parallel',
+    on: { RESET: '.a.a1' },
+    states: {
+      a: { initial: 'a1', states: { a1: { on: { GO: 'a2' } }, a2: { type: 'final' } } },
+      // A region with transitions and an actor of its own: drawn from each of its states that is not final.
+      b: { initial: 'b1', invoke: { src: 'poll' }, on: { POKE: '.b2', AGAIN: 'b' }, states: { b1: {}, b2: {} } },
+      c: {},
+    },
+  });
+  const c = machineToChart(m);
+  assert.is(c.type, 'parallel');
+  assert.is(
+    chartToMermaid(c),
+    [
+      'stateDiagram-v2',
+      '  state "worker" as worker {',
+      '    [*] --> a__a1 : a',
+      '    state "a1" as a__a1',
+      '    state "a2" as a__a2',
+      '    a__a2 --> [*]',
+      '    --',
+      '    [*] --> b__b1 : b<br/>invoke poll',
+      '    state "b1" as b__b1',
+      '    state "b2" as b__b2',
+      '    --',
+      '    c',
+      '  }',
+      '  a__a1 --> a__a2 : GO',
+      '  b__b1 --> b__b2 : POKE',
+      '  b__b2 --> b__b2 : POKE',
+      '  b__b1 --> b__b1 : AGAIN',
+      '  b__b2 --> b__b1 : AGAIN',
+      '  worker --> a__a1 : RESET',
+      '',
+    ].join('\n'),
+  );
+  assert.is(machineToChart(supervisorMachine).type, 'compound');
 });
 
 test('a machine with no transitions at all still draws', () => {

@@ -13,6 +13,7 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { createMachine } from 'xstate';
 import { machineToMermaid } from '../../src/inspect/machineToMermaid.js';
+import { rankWorkerMachine } from '../../src/machines/rankWorkerMachine.js';
 import { startNode } from '../../src/index.js';
 import { WeightdClient } from '../../src/client/index.js';
 import { startDaemon } from '../helpers/daemon.js';
@@ -204,6 +205,10 @@ if (!existsSync(CHROMIUM)) {
         return (await mermaid.render('demo', ${JSON.stringify(text)})).svg;
       })()`);
       for (const s of ['a__a1', 'a__a2', 'b__x__x1', 'b__y__y2']) assert.match(svg, new RegExp(`demo-state-${s}-\\d+`), `${s} drawn`);
+      // The rank worker's root is parallel: mermaid draws its three regions (as clusters of their own), and their states.
+      const worker: string = await page.evaluate(`(async () => (await mermaid.render('worker', ${JSON.stringify(machineToMermaid(rankWorkerMachine))})).svg)()`);
+      for (const s of ['rank__opening__admitted', 'rank__adopting', 'permission__allowed', 'keeper__keeping__again']) assert.match(worker, new RegExp(`worker-state-${s}-\\d+`), `${s} drawn`);
+      assert.is((worker.match(/<g class="[^"]*statediagram-cluster-alt[^"]*"/g) ?? []).length, 3, 'three concurrent regions');
     } finally {
       await page.close();
     }

@@ -1,16 +1,22 @@
 // Owners and expiry: when the process that kept a record exits, the keeper (watching it by
 // pidfd) starts the record's expiry, and frees it after --adopt-within unless a new owner takes
-// it. Each wait polls LIST for the event under a generous bound; nothing asserts a duration.
-import { closeSync } from 'node:fs';
+// it. Where pidfd_open is refused (a seccomp filter, a kernel before 5.3) the keeper checks each
+// owner by the liveness rule instead: one case runs it under such a filter
+// (fixtures/without_pidfd_open.py). Each wait polls LIST for the event under a generous bound;
+// nothing asserts a duration.
+import { closeSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import type { KeptRecord } from '../../src/keeper/keeperProtocol.js';
 import { addon } from '../../src/native/addon.js';
 import { fdKinds, memfdWith, startTestKeeper, waitUntil } from '../helpers/keeper.js';
+import { repoRoot } from '../helpers/paths.js';
 import { runFixture } from '../helpers/runFixture.js';
 
 const keepAndExit = fileURLToPath(new URL('./fixtures/keepAndExit.js', import.meta.url));
+const withoutPidfdOpen = join(repoRoot, 'test/keeper/fixtures/without_pidfd_open.py');
 // Long enough that the test sees a record between its owner's exit and its expiry.
 const ADOPT_WITHIN_S = 3;
 
@@ -58,6 +64,26 @@ test("a new owner's TAKE cancels the expiry: the record outlives one kept by the
     // fp-b's expiry started when fp-a's did: once fp-b is gone, fp-a would have gone too.
     const left = await listWhen(() => keeper.client.list(), 'fp-b is freed', (rs) => !rs.some((r) => r.fingerprint === 'fp-b'));
     assert.equal(left.map((r) => [r.fingerprint, r.ownerAlive]), [['fp-a', true]]);
+  } finally {
+    closeSync(memfd);
+    await keeper.kill();
+  }
+});
+
+test("without pidfd_open (refused by a seccomp filter) an owner's exit is still seen, by the liveness rule, and a live owner's record stays its own", async () => {
+  const keeper = await startTestKeeper(['--adopt-within', '600'], { prefix: [process.env.WEIGHTD_PYTHON ?? 'python3', withoutPidfdOpen] });
+  const memfd = await memfdWith(Buffer.from('x'));
+  try {
+    assert.match(readFileSync(`/proc/${keeper.pid}/status`, 'utf8'), /^Seccomp:\t2$/m, 'the keeper runs under the filter');
+    await keeper.client.keep('host-0', 'fp-live', Buffer.from('{}'), [memfd]);
+    assert.is(fdKinds(keeper.pid).pidfd, 0, 'it watches this live owner with no pidfd');
+    const owner = await keepThenExit(keeper.socket, memfd, ['fp-dead']);
+    const records = await listWhen(() => keeper.client.list(), 'the keeper sees the exited owner gone', (rs) => rs.some((r) => r.fingerprint === 'fp-dead' && !r.ownerAlive));
+    assert.equal(
+      records.map((r) => [r.fingerprint, r.ownerPid, r.ownerAlive]),
+      [['fp-dead', owner, false], ['fp-live', process.pid, true]],
+    );
+    assert.match(keeper.stderr(), /"msg":"owner exited: the record expires unless taken within adopt-within","device":"host-0","fingerprint":"fp-dead"/);
   } finally {
     closeSync(memfd);
     await keeper.kill();

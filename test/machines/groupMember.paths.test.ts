@@ -20,6 +20,8 @@ const FAR = 1e8;
 const timing = { heartbeatMs: FAR, peerTimeoutMs: FAR, retryMinMs: 1000, retryMaxMs: 8000, handshakeMs: FAR, joinMs: FAR };
 const after = (delay: string, state: string) => ({ type: `xstate.after.${delay}.groupMember.${state}` });
 const model = { name: 'draft', fingerprint: 'd'.repeat(64), tpSize: 4 };
+/** Another version of the same name. */
+const other = { ...model, fingerprint: 'e'.repeat(64) };
 
 const events = [
   { type: 'HELLO' },
@@ -39,6 +41,7 @@ const events = [
   { type: 'NODE_READY' },
   { type: 'NODE_FAILED', error: { name: 'RankFailedError', code: 'E_RANK_EXIT', message: 'rank 1 exited' } },
   { type: 'MODEL_JOIN', join: model },
+  { type: 'MODEL_JOIN', join: other },
   { type: 'MODEL_RESIDENT', name: model.name, fingerprint: model.fingerprint },
   { type: 'MODEL_FAILED', name: model.name, fingerprint: model.fingerprint, error: { name: 'DeviceError', code: 'E_OUT_OF_MEMORY', message: 'full' } },
   { type: 'CLOSE' },
@@ -139,6 +142,14 @@ function check(link: Link, history: Array<{ event: string; before: Snap; after: 
   for (const e of newlyEmitted) {
     if (e.type === 'MODEL_GROUP_COMMIT') assert.ok(link.sent.some((m) => m.type === 'model_join'), `${where}: a commit answers a join this node made`);
   }
+  // A version pending in the group stays so until its verdict, its failure or the loss of node 0:
+  // another join of its name neither forgets it nor aborts it.
+  const joined = history.at(-1)!.event === 'MODEL_JOIN' ? before.context.models[model.name] : undefined;
+  if (joined !== undefined) {
+    assert.is(snap.context.models[model.name], joined, `${where}: a second join keeps the pending version`);
+    assert.not.ok(newlyEmitted.some((e) => e.type === 'MODEL_GROUP_ABORT' && e.fingerprint === joined), `${where}: a second join does not abort the pending version`);
+    assert.not.ok(newlySent.some((m) => m.type === 'model_join'), `${where}: node 0 hears one join of a name at a time`);
+  }
   if (snap.status === 'done') {
     assert.is(link.leaves.length, 1, `${where}: a member that ends says leaving once`);
     assert.is(link.leaves.length - counts.leaves, 1, `${where}: and it says it as it ends`);
@@ -207,10 +218,17 @@ const table: Array<{ what: string; steps: Array<{ type: string; [field: string]:
     state: { serving: 'retrying' },
   },
   {
-    what: "node 0's commit serves a model this node joined; a second join of its name meanwhile is refused (and forgets the first, which is joined again)",
-    steps: [...toServing, { type: 'MODEL_JOIN', join: model }, { type: 'MODEL_RESIDENT', name: model.name, fingerprint: model.fingerprint }, { type: 'MODEL_JOIN', join: model }, { type: 'MODEL_JOIN', join: model }, { type: 'MODEL_VERDICT', verdict: { type: 'model_commit', ...model } }],
+    what: "node 0's commit serves a model this node joined; the same version joining again meanwhile changes nothing",
+    steps: [...toServing, { type: 'MODEL_JOIN', join: model }, { type: 'MODEL_JOIN', join: model }, { type: 'MODEL_RESIDENT', name: model.name, fingerprint: model.fingerprint }, { type: 'MODEL_JOIN', join: model }, { type: 'MODEL_VERDICT', verdict: { type: 'model_commit', ...model } }],
+    emitted: ['GROUP_WAITING', 'GROUP_JOINED', 'GROUP_READY', 'MODEL_GROUP_COMMIT'],
+    sent: ['join', 'ready', 'model_join', 'model_resident'],
+    state: { serving: 'inGroup' },
+  },
+  {
+    what: 'another version of a pending name is refused (E_MODEL_GROUP_MISMATCH naming both); the pending one keeps its place and is served on its commit',
+    steps: [...toServing, { type: 'MODEL_JOIN', join: model }, { type: 'MODEL_JOIN', join: other }, { type: 'MODEL_RESIDENT', name: model.name, fingerprint: model.fingerprint }, { type: 'MODEL_VERDICT', verdict: { type: 'model_commit', ...model } }],
     emitted: ['GROUP_WAITING', 'GROUP_JOINED', 'GROUP_READY', 'MODEL_GROUP_ABORT', 'MODEL_GROUP_COMMIT'],
-    sent: ['join', 'ready', 'model_join', 'model_resident', 'model_join'],
+    sent: ['join', 'ready', 'model_join', 'model_resident'],
     state: { serving: 'inGroup' },
   },
   {
@@ -221,6 +239,19 @@ const table: Array<{ what: string; steps: Array<{ type: string; [field: string]:
     state: 'closed',
   },
 ];
+
+test('the refusal of another version names the version pending and the one refused', () => {
+  const { link } = replay([...toServing, { type: 'MODEL_JOIN', join: model }, { type: 'MODEL_JOIN', join: other }] as Array<{ type: string }>);
+  const abort = link.emitted.find((e) => e.type === 'MODEL_GROUP_ABORT');
+  assert.ok(abort?.type === 'MODEL_GROUP_ABORT');
+  assert.is(abort.fingerprint, other.fingerprint, 'the refused version is aborted, not the pending one');
+  assert.is(abort.error.code, 'E_MODEL_GROUP_MISMATCH');
+  assert.is(
+    abort.error.message,
+    `model "draft": this node is loading version ${'d'.repeat(12)}… of it across the group, so version ${'e'.repeat(12)}… was refused; load it once that one serves or fails (weightd ctl list shows it)`,
+  );
+  assert.equal(abort.error.details, { field: 'fingerprint', value: other.fingerprint, expected: model.fingerprint });
+});
 
 for (const row of table) {
   test(`table: ${row.what}`, () => {

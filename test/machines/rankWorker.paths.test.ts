@@ -114,11 +114,14 @@ function check({ data, world, before, after, event, sent, postsBefore }: { data:
     assert.not.ok(unkeepAsked, `${where}: never after an UNKEEP`);
     assert.not.ok(after.context.adopted && event !== 'KEEP_AGAIN' && event !== 'xstate.done.actor.keep' && event !== 'xstate.error.actor.keep', `${where}: an adopted shard is the keeper's already; only a returning keeper takes it again`);
   }
+  // Between the keeper's take and the device's adopt, a free would run first: the adopt always settles.
+  if (inFlight(before).has('adopt') && !now.has('adopt')) assert.ok(event.endsWith('.actor.adopt'), `${where}: an adopt in flight is never cut short`);
+  const keeperHasIt = after.context.segments !== undefined || after.context.resident?.source.from === 'keeper';
   if (started('dropReleased')) {
-    assert.ok(data.keeper && after.context.segments, `${where}: a release drops what was kept`);
+    assert.ok(data.keeper && keeperHasIt, `${where}: a release drops what was kept or adopted`);
     assert.not.ok(unkeepAsked, `${where}: an UNKEEP dropped it already`);
   }
-  if (started('freeToRelease') && data.keeper && after.context.segments && !unkeepAsked) {
+  if (started('freeToRelease') && data.keeper && keeperHasIt && !unkeepAsked) {
     assert.ok(sent.some((e) => e.endsWith('.actor.dropReleased')), `${where}: a released rank's kept copies are dropped before its memory is freed`);
   }
   // What it posted in this step.
@@ -146,7 +149,7 @@ for (const [name, data] of Object.entries(configs)) {
       serializeState: (s: any) => JSON.stringify([s.value, s.context.adopted, s.context.segments !== undefined, s.context.resident !== undefined]),
     });
     const reached = new Set(paths.map((p) => JSON.stringify(p.state.value.rank)));
-    const states = ['"admitting"', '"adopting"', '"allocating"', '"filling"', '"verifying"', '"exporting"', '"serving"', '"failed"', '"released"', '"stopped"'];
+    const states = ['"admitting"', '{"adopting":"running"}', '{"adopting":"releaseAsked"}', '{"adopting":"stopAsked"}', '"allocating"', '"filling"', '"verifying"', '"exporting"', '"serving"', '"failed"', '"released"', '"stopped"'];
     for (const s of data.awaitAdmission ? states : states.filter((s) => s !== '"admitting"')) assert.ok(reached.has(s), `rank state ${s} is reachable`);
     if (data.keeper) {
       const keeperStates = new Set(paths.map((p) => JSON.stringify(p.state.value.keeper)));
@@ -203,6 +206,27 @@ const table: Array<{ what: string; data: RankWorkerData; steps: Array<{ type: st
     data: configs.own!,
     steps: [...toServing(configs.own!), { type: 'RELEASE' }, done('keep'), done('dropReleased'), done('freeToRelease'), { type: 'STOP' }, done('freeToStop')],
     posts: ['KEPT true', 'KEPT false released', 'RELEASED'],
+    rank: 'stopped',
+  },
+  {
+    what: 'a RELEASE during an adopt waits for it, drops the shard it took from the keeper, then frees',
+    data: configs.own!,
+    steps: [done('open', fakeDevice), { type: 'RELEASE' }, done('adopt', adopted(false)), done('dropReleased'), done('freeToRelease')],
+    posts: ['KEPT false released', 'RELEASED'],
+    rank: 'released',
+  },
+  {
+    what: 'a RELEASE during an adopt that took nothing frees once it is done, and a STOP during one frees without a drop',
+    data: configs.own!,
+    steps: [done('open', fakeDevice), { type: 'RELEASE' }, done('adopt', undefined), done('freeToRelease'), { type: 'STOP' }, done('freeToStop')],
+    posts: ['RELEASED'],
+    rank: 'stopped',
+  },
+  {
+    what: 'a STOP during an adopt waits for it and frees without dropping what it took',
+    data: configs.own!,
+    steps: [done('open', fakeDevice), { type: 'RELEASE' }, { type: 'STOP' }, done('adopt', adopted(false)), done('freeToStop')],
+    posts: [],
     rank: 'stopped',
   },
   {

@@ -1,7 +1,7 @@
 // A refused start leaves nothing behind: no socket directory (nor the parents made for it), no
 // lock, socket or node.json, and no keeper it spawned waiting for a daemon that is gone. Each
 // case starts the CLI under a fresh parent directory and compares what is there afterwards.
-import { chownSync, cpSync, mkdirSync, readdirSync, rmSync } from 'node:fs';
+import { chownSync, cpSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { test } from 'uvu';
@@ -82,13 +82,32 @@ test('E_INSPECT_BIND with --keeper spawn: the keeper spawned for the start does 
     assert.ok(started, r.stderr);
     {
       // It got the daemon's WATCH and saw it close, so it exits at once, empty; unwatched it
-      // would wait the whole --adopt-within (600 s). Its exit comes after the daemon's.
+      // would wait the whole --adopt-within (600 s). The daemon waits for its exit.
       const pid = Number(started![1]);
       const until = Date.now() + 15_000;
       while (isProcessAlive({ pid }) && Date.now() < until) await new Promise((resolve) => setTimeout(resolve, 20));
       assert.not.ok(isProcessAlive({ pid }), `keeper ${pid} still runs`);
     }
-    assert.equal(tree(parent).filter((p) => p !== join('s', 'keeper.log') && p !== 's'), [], 'only the keeper\'s log is left');
+    // The keeper's log this start created went once the keeper exited, and with it the socket directory.
+    assert.equal(tree(parent), []);
+  } finally {
+    holder.close();
+  }
+});
+
+test('a refused --keeper spawn start leaves a keeper log it did not create', async () => {
+  const parent = freshTempDir();
+  const dir = join(parent, 's');
+  mkdirSync(dir, { mode: 0o700 });
+  writeFileSync(join(dir, 'keeper.log'), 'an earlier keeper\n', { mode: 0o600 });
+  const holder = createServer();
+  await new Promise<void>((resolve) => holder.listen(0, '127.0.0.1', resolve));
+  try {
+    const r = await daemon(dir, '--inspect-port', String((holder.address() as { port: number }).port), '--keeper', 'spawn');
+    assert.is(r.code, 2, r.stderr);
+    assert.match(r.stderr, 'started a keeper');
+    assert.equal(tree(parent), ['s', join('s', 'keeper.log')]);
+    assert.ok(readFileSync(join(dir, 'keeper.log'), 'utf8').startsWith('an earlier keeper\n'));
   } finally {
     holder.close();
   }
