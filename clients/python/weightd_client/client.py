@@ -18,6 +18,7 @@ from .columns import TensorColumns
 from .cuda import CUDA_FD_HANDLE, CudaMapping
 from .host import HostMapping
 from .liveness import is_process_alive
+from .packed_manifest import unpack_manifest
 from .protocol import Connection, ProtocolError, ServeError, WeightdError, close_fds
 
 log = logging.getLogger("weightd_client")
@@ -186,6 +187,7 @@ class WeightdClient:
             fingerprintFields=fingerprint_fields,
             client=self.client_name,
             layout=None if layout == "checkpoint" else layout,
+            packed=True,
             columns=True,
         )
         # A daemon older than layouts ignores the field and answers with checkpoint names.
@@ -197,9 +199,14 @@ class WeightdClient:
                 "(a weightd older than layouts); upgrade the daemon, or load from disk",
             )
         if reply.get("status") == "ok":
-            # A daemon older than columns ignores the field and sends an object per tensor.
+            # A daemon older than packing sends columns, and one older than columns an object per tensor.
             try:
-                reply["tensors"] = TensorColumns(reply.pop("columns")) if "columns" in reply else TensorColumns.from_objects(reply.get("tensors"))
+                if "packed" in reply:
+                    reply["tensors"] = unpack_manifest(reply.pop("packed"))
+                elif "columns" in reply:
+                    reply["tensors"] = TensorColumns(reply.pop("columns"))
+                else:
+                    reply["tensors"] = TensorColumns.from_objects(reply.get("tensors"))
             except BaseException:
                 self.detach(reply["leaseId"])
                 raise
