@@ -35,25 +35,31 @@ function layout(n: number, s: number, r: number, t: number, m: number) {
  */
 export function toPacked(tensors: readonly TensorMeta[]): Buffer | undefined {
   const c = toColumns(tensors);
-  const strings = [...c.name, ...c.dtypes];
-  if (strings.some((s) => s.includes(TERMINATOR))) return undefined;
   const dims = c.shapes.flat();
-  if ([...c.offset, ...c.bytes, ...c.segment, ...dims].some((v) => v > MAX_U64)) return undefined;
+  for (const column of [c.offset, c.bytes, dims]) if (column.some((v) => v > MAX_U64)) return undefined;
   if (c.segment.some((v) => v > 0xffffffff)) return undefined;
-  const dtypeBytes = Buffer.from(c.dtypes.map((d) => d + TERMINATOR).join(''), 'utf8');
-  const nameBytes = Buffer.from(c.name.map((d) => d + TERMINATOR).join(''), 'utf8');
+  // A name holding the terminator would read back as two.
+  if (c.name.some((s) => s.includes(TERMINATOR)) || c.dtypes.some((s) => s.includes(TERMINATOR))) return undefined;
+  const dtypeText = c.dtypes.length ? c.dtypes.join(TERMINATOR) + TERMINATOR : '';
+  const nameText = c.name.length ? c.name.join(TERMINATOR) + TERMINATOR : '';
+  const dtypeBytes = Buffer.byteLength(dtypeText, 'utf8');
+  const nameBytes = Buffer.byteLength(nameText, 'utf8');
   const n = c.name.length;
-  const at = layout(n, c.shapes.length, dims.length, dtypeBytes.length, nameBytes.length);
+  const at = layout(n, c.shapes.length, dims.length, dtypeBytes, nameBytes);
   const out = Buffer.alloc(at.total);
+  const view = new DataView(out.buffer, out.byteOffset, out.length);
   MAGIC.copy(out, 0);
-  [PACKED_VERSION, n, c.dtypes.length, c.shapes.length, dims.length, dtypeBytes.length, nameBytes.length, 0].forEach((v, i) => out.writeUInt32LE(v, 8 + 4 * i));
+  [PACKED_VERSION, n, c.dtypes.length, c.shapes.length, dims.length, dtypeBytes, nameBytes, 0].forEach((v, i) => view.setUint32(8 + 4 * i, v, true));
   // Two u32 halves: exact for numbers up to 2^53 - 1, without a BigInt per number.
-  const u64s = (start: number, values: readonly number[]) =>
-    values.forEach((v, i) => {
-      out.writeUInt32LE(v % 0x100000000, start + 8 * i);
-      out.writeUInt32LE(Math.floor(v / 0x100000000), start + 8 * i + 4);
-    });
-  const u32s = (start: number, values: readonly number[]) => values.forEach((v, i) => out.writeUInt32LE(v, start + 4 * i));
+  const u64s = (start: number, values: readonly number[]) => {
+    for (let i = 0; i < values.length; i++) {
+      view.setUint32(start + 8 * i, values[i]! % 0x100000000, true);
+      view.setUint32(start + 8 * i + 4, Math.floor(values[i]! / 0x100000000), true);
+    }
+  };
+  const u32s = (start: number, values: readonly number[]) => {
+    for (let i = 0; i < values.length; i++) view.setUint32(start + 4 * i, values[i]!, true);
+  };
   u64s(at.offset, c.offset);
   u64s(at.bytes, c.bytes);
   u64s(at.dims, dims);
@@ -61,8 +67,8 @@ export function toPacked(tensors: readonly TensorMeta[]): Buffer | undefined {
   u32s(at.shape, c.shape);
   u32s(at.dtype, c.dtype);
   u32s(at.rank, c.shapes.map((shape) => shape.length));
-  dtypeBytes.copy(out, at.dtypes);
-  nameBytes.copy(out, at.names);
+  out.write(dtypeText, at.dtypes, 'utf8');
+  out.write(nameText, at.names, 'utf8');
   return out;
 }
 
