@@ -35,10 +35,12 @@ def _bad(at: int, problem: str) -> ProtocolError:
 
 def _column(view: memoryview, start: int, count: int, code: str) -> List[int]:
     """``count`` little-endian integers of ``code``'s width at ``start``, as a list."""
+    size = array.array(code).itemsize
+    if sys.byteorder == "little":
+        return view[start : start + count * size].cast(code).tolist()  # read in place, no copy
     values = array.array(code)
-    values.frombytes(view[start : start + count * values.itemsize])
-    if sys.byteorder != "little":
-        values.byteswap()
+    values.frombytes(view[start : start + count * size])
+    values.byteswap()
     return values.tolist()
 
 
