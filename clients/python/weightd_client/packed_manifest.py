@@ -13,7 +13,7 @@ from __future__ import annotations
 import array
 import struct
 import sys
-from typing import List
+from typing import List, Union
 
 from .columns import TensorColumns
 from .protocol import ProtocolError
@@ -49,7 +49,7 @@ def _first(column: List[int], limit: int) -> int:
     return next(i for i, v in enumerate(column) if v >= limit)
 
 
-def _strings(payload: bytes, start: int, size: int, count: int, what: str) -> List[str]:
+def _strings(payload: Union[bytes, bytearray], start: int, size: int, count: int, what: str) -> List[str]:
     """The ``count`` strings of a section, each ending in a 0 byte (spec §3, check 7)."""
     try:
         text = payload[start : start + size].decode("utf-8")
@@ -66,7 +66,7 @@ def _strings(payload: bytes, start: int, size: int, count: int, what: str) -> Li
     return out
 
 
-def unpack_manifest(payload: bytes) -> TensorColumns:
+def unpack_manifest(payload: Union[bytes, bytearray]) -> TensorColumns:
     """The tensors of a packed manifest, checked as docs/spec/manifest-packed.md §3 says."""
     if len(payload) < _HEADER.size:
         raise _bad(0, f"{len(payload)} bytes is shorter than the {_HEADER.size}-byte header")

@@ -82,7 +82,7 @@ def _recv_into_with_fds(sock: socket.socket, view: memoryview, fds: List[int]) -
     return k
 
 
-def _recv_exact(sock: socket.socket, n: int, deadline: float, what: str, fds: Optional[List[int]] = None) -> bytes:
+def _recv_exact(sock: socket.socket, n: int, deadline: float, what: str, fds: Optional[List[int]] = None) -> bytearray:
     """``n`` bytes; with ``fds``, read by recvmsg, collecting every descriptor that comes with them."""
     buf = bytearray(n)
     view = memoryview(buf)
@@ -100,11 +100,11 @@ def _recv_exact(sock: socket.socket, n: int, deadline: float, what: str, fds: Op
             cls = _ClosedBeforeReply if what == "reply header" and got == 0 else ServeError
             raise cls("E_DISCONNECTED", f"weightd closed the connection before sending the {what}")
         got += k
-    return bytes(buf)
+    return buf  # not copied into bytes: a manifest is megabytes
 
 
-def read_payload(sock: socket.socket, deadline: float, max_bytes: int = MAX_RESPONSE_BYTES, fds: Optional[List[int]] = None) -> bytes:
-    """One frame's payload, as bytes; with ``fds``, the descriptors it carries are appended there."""
+def read_payload(sock: socket.socket, deadline: float, max_bytes: int = MAX_RESPONSE_BYTES, fds: Optional[List[int]] = None) -> bytearray:
+    """One frame's payload; with ``fds``, the descriptors it carries are appended there."""
     magic, version, length = HEADER.unpack(_recv_exact(sock, HEADER.size, deadline, "reply header", fds))
     if magic != MAGIC:
         raise ProtocolError("E_FRAME_MAGIC", f"reply does not start with b'WGTD' (got {magic!r}); not a weightd socket")
