@@ -155,9 +155,9 @@ def _collector_paused() -> Iterator[None]:
             if gc.get_freeze_count() == 0:
                 # What the attach made lives as long as the attach: moved to the oldest generation
                 # at once (freeze, then unfreeze, which puts every object back there), instead of
-                # a young-generation pass over every new tensor when the collector comes back on,
-                # which at 50k tensors was 18-29 ms of a first attach, and a middle-generation pass
-                # after it. Nothing is left frozen; where the process froze objects of its own, they
+                # a young-generation pass over every new tensor when the collector comes back on
+                # (and a middle-generation pass after it): at 50k tensors, about 10 ms of a first
+                # attach's CPU on the development VM (bench/RESULTS.md). Nothing is left frozen; where the process froze objects of its own, they
                 # stay as they are and the attach's take the ordinary way.
                 gc.freeze()
                 gc.unfreeze()

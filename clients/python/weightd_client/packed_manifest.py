@@ -2,8 +2,8 @@
 client asks for: the frame that follows a get_state reply with ``packed``.
 
 At 50k tensors, decoding the JSON columns and checking their types was a third of a first attach
-(about 26 ms of 85 here); packed, each numeric column is one copy of a C array into a list and the
-names one decode and split. Checked in the spec's order, so a bad payload is refused for the same
+(about 26 ms of 85 here); packed, each numeric column is read in place into a list and the names
+are one decode and split. Checked in the spec's order, so a bad payload is refused for the same
 fault as the TypeScript twin (src/wire/packedManifest.ts) refuses it; both read
 test/vectors/manifest-packed.json.
 """
