@@ -351,7 +351,7 @@ export class WeightdClient {
         continue;
       }
       const id = (value as { id?: unknown } | null)?.id;
-      if (w && id === w.id && typeof (value as { packed?: unknown }).packed === 'number') {
+      if (w && id === w.id && (value as { ok?: unknown }).ok === true && typeof (value as { packed?: unknown }).packed === 'number') {
         this.#awaitingPacked = { value: value as { packed: number } };
         continue;
       }
