@@ -1,11 +1,11 @@
 #!/bin/bash
 # 2026-12-05, the development VM (2 cores, shared with other sessions), host backend, hot page
 # cache, 50,438 tensors (+1 alias). The collector change alone: the first attach of a fresh
-# process with the Python client of branch h33attach at 3b2943d (before: the packed manifest,
+# process with the Python client of branch h33attach at ec47a5c (before: the packed manifest,
 # the collector re-enabled as it was) and at the branch's head (after: the attach's objects moved
 # to the oldest generation when the pause ends, the payload not copied), paired and alternating,
 # against one daemon of the branch.
-#   before: mkdir /tmp/h33-f20 && git archive 3b2943d clients/python | tar -x -C /tmp/h33-f20
+#   before: mkdir /tmp/h33-f20 && git archive ec47a5c clients/python | tar -x -C /tmp/h33-f20
 set -e
 cd "$(dirname "$0")/../../.."
 out=bench/results/2026-12-05-host-attach-collector
