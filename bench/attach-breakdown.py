@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """python3 bench/attach-breakdown.py SOCKET_DIR [cuda|host]: where one fresh process's first
 attach to rank 0 spends its time, by wrapping the client's own steps: waiting for and reading
-the reply (recv), decoding its JSON (json), checking the columns (columns), making the views
-(views), and the whole attach (total). Then the floor of the views step: one bare ``as_strided``
+the reply (recv), decoding its JSON (json), checking the columns (columns) or decoding the packed
+manifest (packed, a client that asks for it), making the views (views), and the whole attach
+(total). Then the floor of the views step: one bare ``as_strided``
 per tensor of a byte tensor's typed view, as many as the attach made, the collector paused as
 the attach pauses it. torch is imported, and on cuda its context made, before the clock starts.
 Prints one JSON line (ms). The client is whichever weightd_client PYTHONPATH finds."""
@@ -41,6 +42,10 @@ def timed(owner, name, key):
 timed(protocol, "_recv_exact", "recv")
 timed(protocol.json, "loads", "json")
 timed(columns.TensorColumns, "__init__", "columns")
+import weightd_client.client as client_module  # noqa: E402
+
+if hasattr(client_module, "unpack_manifest"):  # a client that asks for the packed manifest
+    timed(client_module, "unpack_manifest", "packed")
 timed(host if device == "host" else cuda, "torch_by_name", "views")
 
 c = WeightdClient(find_socket(global_rank=0, socket_dir=sys.argv[1]))

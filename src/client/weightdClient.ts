@@ -24,6 +24,7 @@ import {
   type StatsReply,
   type WatchReply,
 } from '../wire/protocol.js';
+import { fromPacked } from '../wire/packedManifest.js';
 import { fromColumns } from '../wire/tensorColumns.js';
 import { CUDA_FD_HANDLE, openCuda, openHost, type DeviceTensor, type HostTensor } from './segmentAccess.js';
 
@@ -96,6 +97,8 @@ export class WeightdClient {
    * connection and the reason would be lost.
    */
   #refusal: unknown;
+  /** A get_state reply whose packed manifest, the next frame, is still to come. */
+  #awaitingPacked: { value: { packed: number | Uint8Array } } | undefined;
   /** Serializes requests: the protocol answers in order, one at a time. */
   #chain: Promise<unknown> = Promise.resolve();
   readonly #eventListeners = new Set<(event: ModelEvent) => void>();
@@ -119,17 +122,17 @@ export class WeightdClient {
 
   /** get_state as sent on the wire: a mismatch reply, or the manifest with a lease. */
   async getState(expected: Expected, mode: ServeMode, layout = 'checkpoint'): Promise<GetStateReply> {
-    const reply = await this.#request('get_state', { ...expected, mode, pid: process.pid, client: this.#clientName, columns: true, ...(layout === 'checkpoint' ? {} : { layout }) });
+    const reply = await this.#request('get_state', { ...expected, mode, pid: process.pid, client: this.#clientName, packed: true, columns: true, ...(layout === 'checkpoint' ? {} : { layout }) });
     if (reply.status === 'mismatch') return reply;
     // A daemon older than layouts ignores the field and answers with checkpoint names.
     if ((reply.layout ?? 'checkpoint') !== layout) {
       await this.detach(reply.leaseId).catch(() => {});
       throw new ProtocolError('E_LAYOUT_NOT_SERVED', `asked for layout "${layout}" but the daemon answered with "${reply.layout ?? 'checkpoint'}" (a weightd older than layouts); upgrade the daemon, or load from disk`, { layout });
     }
-    // A daemon older than columns ignores the field and sends objects.
-    const { columns, tensors, ...rest } = reply;
+    // A daemon older than packing sends columns, and one older than columns objects.
+    const { packed, columns, tensors, ...rest } = reply;
     try {
-      return { ...rest, tensors: tensors ?? fromColumns(columns!) };
+      return { ...rest, tensors: tensors ?? (packed instanceof Uint8Array ? fromPacked(Buffer.from(packed.buffer, packed.byteOffset, packed.length)) : fromColumns(columns!)) };
     } catch (err) {
       await this.detach(reply.leaseId).catch(() => {});
       throw err;
@@ -294,6 +297,7 @@ export class WeightdClient {
         socket.on('close', () => this.#onClose(socket));
         this.#socket = socket;
         this.#decoder = new FrameDecoder(MAX_RESPONSE_BYTES);
+        this.#awaitingPacked = undefined;
         resolve();
       });
     });
@@ -325,6 +329,20 @@ export class WeightdClient {
     }
     for (const frame of frames) {
       const w = this.#waiting;
+      const trailed = this.#awaitingPacked;
+      if (trailed) {
+        // The frame after a packed reply is its manifest, not JSON (docs/spec/manifest-packed.md §1).
+        this.#awaitingPacked = undefined;
+        if (frame.length !== trailed.value.packed) {
+          this.#failWaiting(new ProtocolError('E_BAD_REPLY', `the packed manifest from ${this.socketPath} is ${frame.length} bytes, but its reply announced ${String(trailed.value.packed)}`));
+          socket.destroy();
+          return;
+        }
+        trailed.value.packed = frame;
+        this.#waiting = undefined;
+        w?.resolve(trailed.value);
+        continue;
+      }
       let value: unknown;
       try {
         // Replies come from the user's own daemon, and a manifest of 100k tensors is 13 MiB:
@@ -343,6 +361,10 @@ export class WeightdClient {
       const id = (value as { id?: unknown } | null)?.id;
       if (!w && id === null && ErrorReply.safeParse(value).success) {
         this.#refusal = value;
+        continue;
+      }
+      if (w && id === w.id && (value as { ok?: unknown }).ok === true && typeof (value as { packed?: unknown }).packed === 'number') {
+        this.#awaitingPacked = { value: value as { packed: number } };
         continue;
       }
       this.#waiting = undefined;

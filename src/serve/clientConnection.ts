@@ -177,7 +177,9 @@ export class ClientConnection {
 
   #write(reply: Reply): Promise<void> {
     if (typeof reply === 'string') return this.#writeFrame([encodeFrame(reply)]);
-    return 'pieces' in reply ? this.#writeFrame(framePieces(reply.pieces)) : this.#writeWithFds(reply);
+    if (!('pieces' in reply)) return this.#writeWithFds(reply);
+    // One corked write: no event frame can come between a reply and its trailer.
+    return this.#writeFrame([...framePieces(reply.pieces), ...(reply.trailer ? framePieces([reply.trailer]) : [])]);
   }
 
   /**

@@ -1,10 +1,11 @@
 // One layout's manifest as the bytes every get_state reply for it carries, encoded once per form:
 // at 50k tensors, serializing and encoding 7 MB of JSON per request kept a first attach waiting
-// 50-125 ms for the reply's first byte. The columns (the form both reference clients ask for) are
-// encoded when the rank starts serving; the objects, for clients that do not ask for columns, on
-// the first request that wants them.
+// 50-125 ms for the reply's first byte. The packed form (the one both reference clients ask for)
+// is encoded when the rank starts serving; the columns and the objects, for clients that ask for
+// those, on the first request that wants each.
 import type { RankLayout } from '../checkpoint/types.js';
 import type { DeviceRef, RankRef, SegmentRef } from '../wire/protocol.js';
+import { toPacked } from '../wire/packedManifest.js';
 import { toColumns } from '../wire/tensorColumns.js';
 
 /** What every form of a layout's manifest says besides its tensors. */
@@ -32,10 +33,21 @@ function fieldBytes(fields: Record<string, unknown>): Buffer {
   return Buffer.from(JSON.stringify(fields).slice(1), 'utf8');
 }
 
+/** How a client asked for the tensors (docs/protocol.md, get_state): the newest form it knows. */
+export type ManifestForm = 'objects' | 'columns' | 'packed';
+
+/** A manifest's fields for a reply, and the frame that must follow it (the packed tensors), if any. */
+export interface ManifestBytes {
+  fields: Buffer;
+  trailer?: Buffer;
+}
+
 export class EncodedManifest {
   readonly #head: ManifestHead;
   readonly #views: RankLayout;
-  readonly #columns: Buffer;
+  /** Undefined when the tensors cannot be packed (docs/spec/manifest-packed.md §1): columns go instead. */
+  readonly #packed: ManifestBytes | undefined;
+  #columns: Buffer | undefined;
   #objects: Buffer | undefined;
   readonly #content: ManifestContent | undefined;
   #contentBytes: Buffer | undefined;
@@ -44,7 +56,8 @@ export class EncodedManifest {
     this.#head = head;
     this.#views = views;
     this.#content = content;
-    this.#columns = fieldBytes({ ...head, columns: toColumns(views.tensors), aliases: views.aliases });
+    const packed = toPacked(views.tensors);
+    this.#packed = packed && { fields: fieldBytes({ ...head, packed: packed.length, aliases: views.aliases }), trailer: packed };
   }
 
   /** `"content":{...},` to go before fields(), encoded on first use; undefined when the rank has no digests. */
@@ -54,14 +67,18 @@ export class EncodedManifest {
     return this.#contentBytes;
   }
 
-  /** The manifest's fields, after a reply head's own and a comma, up to the closing brace. */
-  fields(columns: boolean): Buffer {
-    if (columns) return this.#columns;
+  /** The manifest's fields, after a reply head's own and a comma, up to the closing brace; packed, the frame to follow too. */
+  encoded(form: ManifestForm): ManifestBytes {
+    if (form === 'packed' && this.#packed) return this.#packed;
+    if (form !== 'objects') {
+      this.#columns ??= fieldBytes({ ...this.#head, columns: toColumns(this.#views.tensors), aliases: this.#views.aliases });
+      return { fields: this.#columns };
+    }
     this.#objects ??= fieldBytes({
       ...this.#head,
       tensors: this.#views.tensors.map((t) => ({ name: t.name, dtype: t.dtype, shape: t.shape, segment: t.segment, offset: t.offset, bytes: t.bytes })),
       aliases: this.#views.aliases,
     });
-    return this.#objects;
+    return { fields: this.#objects };
   }
 }

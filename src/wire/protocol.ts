@@ -42,6 +42,8 @@ export const GetStateRequest = z.object({
   model: ModelName.optional(),
   /** true: the reply's tensors come as `columns` (docs/spec/manifest-columns.md), not as `tensors`. */
   columns: z.boolean().optional(),
+  /** true: the reply's tensors come packed, in the frame after it (docs/spec/manifest-packed.md). Ask for `columns` too: a daemon older than packing sends those. */
+  packed: z.boolean().optional(),
   /** true: the reply carries `content`, the rank's full-content fingerprint and every tensor's digest (docs/spec/fingerprint.md §8). */
   digests: z.boolean().optional(),
 });
@@ -162,14 +164,16 @@ export const StateReplyWire = z.object({
   /** Exactly one of `tensors` and `columns`: columns when the request asked for them and the daemon knows them. */
   tensors: z.array(TensorMeta).optional(),
   columns: TensorColumns.optional(),
+  /** Packed tensors (docs/spec/manifest-packed.md): on the wire the length of the frame that follows; the client puts that frame's payload here. */
+  packed: z.union([count, z.instanceof(Uint8Array)]).optional(),
   /** alias name -> the tensor whose bytes it shares (tied weights). */
   aliases: z.record(z.string(), z.string()),
   segments: z.array(SegmentRef),
   /** Asked for (`digests: true`) and known: the rank's full-content fingerprint and every checkpoint tensor's digest (docs/spec/fingerprint.md §8). */
   content: z.object({ fingerprint: z.string(), digests: z.record(z.string(), z.string()) }).optional(),
-}).refine((r) => (r.tensors === undefined) !== (r.columns === undefined), { message: 'a manifest has exactly one of "tensors" and "columns"' });
+}).refine((r) => [r.tensors, r.columns, r.packed].filter((f) => f !== undefined).length === 1, { message: 'a manifest has exactly one of "tensors", "columns" and "packed"' });
 /** get_state's reply as the client hands it on: the tensors as objects, whichever form came. */
-export type StateReply = Omit<z.infer<typeof StateReplyWire>, 'tensors' | 'columns'> & { tensors: TensorMeta[] };
+export type StateReply = Omit<z.infer<typeof StateReplyWire>, 'tensors' | 'columns' | 'packed'> & { tensors: TensorMeta[] };
 
 export const MismatchReply = z.object({
   ...ok,

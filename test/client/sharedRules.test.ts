@@ -1,5 +1,5 @@
 // The rules both clients implement, checked against the vectors the Python tests read too
-// (test/vectors, specified in docs/spec): socket file names, process liveness and manifest columns.
+// (test/vectors, specified in docs/spec): socket file names, process liveness, manifest columns and the packed manifest.
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'uvu';
@@ -7,6 +7,7 @@ import * as assert from 'uvu/assert';
 import { isProcessAlive, startTimeFromStat, stateFromStat } from '../../src/wire/processLiveness.js';
 import { deviceFileStem } from '../../src/wire/socketDir.js';
 import { fromColumns, toColumns } from '../../src/wire/tensorColumns.js';
+import { fromPacked, toPacked } from '../../src/wire/packedManifest.js';
 import { TensorColumns, type TensorMeta } from '../../src/wire/protocol.js';
 import { repoRoot } from '../helpers/paths.js';
 import { livenessVectors, withAliveCases } from '../helpers/livenessCases.js';
@@ -66,6 +67,35 @@ test('manifest columns: the client refuses each bad vector, naming what is wrong
       if (v.mentions !== null) assert.ok((err as Error).message.includes(v.mentions), `${v.why}: ${(err as Error).message}`);
     }
   }
+});
+
+interface PackedVector { why: string; tensors: TensorMeta[]; packed: string }
+interface BadPackedVector { why: string; packed: string; at: number; mentions: string }
+
+test('packed manifest: the daemon writes each vector\'s bytes, and the client reads its tensors back', () => {
+  const { valid } = vectors<{ valid: PackedVector[] }>('manifest-packed.json');
+  for (const v of valid) {
+    assert.is(toPacked(v.tensors)?.toString('hex'), v.packed, v.why);
+    assert.equal(fromPacked(Buffer.from(v.packed, 'hex')), v.tensors, v.why);
+  }
+});
+
+test('packed manifest: the client refuses each bad vector, naming the byte and the problem', () => {
+  const { invalid } = vectors<{ invalid: BadPackedVector[] }>('manifest-packed.json');
+  for (const v of invalid) {
+    try {
+      fromPacked(Buffer.from(v.packed, 'hex'));
+      assert.unreachable(v.why);
+    } catch (err) {
+      assert.is((err as { code?: string }).code, 'E_BAD_MANIFEST', v.why);
+      const message = (err as Error).message;
+      assert.ok(message.includes(`at byte ${v.at}: `) && message.includes(v.mentions), `${v.why}: ${message}`);
+    }
+  }
+});
+
+test('packed manifest: a name holding U+0000 cannot be packed, so the daemon sends columns', () => {
+  assert.is(toPacked([{ name: 'a\u0000b', dtype: 'F32', shape: [1], segment: 0, offset: 0, bytes: 4 }]), undefined);
 });
 
 test.run();

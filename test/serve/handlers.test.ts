@@ -9,6 +9,7 @@ import pino from 'pino';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { encodeMessage, FrameDecoder, MAX_RESPONSE_BYTES } from '../../src/wire/frameCodec.js';
+import { fromPacked } from '../../src/wire/packedManifest.js';
 import { PROTOCOL_VERSION } from '../../src/wire/protocol.js';
 import { MAX_WATCHES_PER_CONNECTION } from '../../src/serve/watchTable.js';
 import { fileIdentities } from '../../src/files/fileIdentity.js';
@@ -64,9 +65,21 @@ function connect(server: OneRankServer, pid = process.pid, fdGate?: Promise<void
   const waiting: Array<(reply: Reply) => void> = [];
   /** Frames no request asked for (docs/protocol.md, Events). */
   const events: Reply[] = [];
+  /** A reply asked for `packed`: the frame after it is its packed manifest (docs/spec/manifest-packed.md). */
+  let packedFor: Reply | undefined;
   client.on('data', (chunk: Buffer) => {
     for (const frame of decoder.push(chunk)) {
+      if (packedFor) {
+        const reply = packedFor;
+        packedFor = undefined;
+        waiting.shift()!({ ...reply, packed: frame });
+        continue;
+      }
       const message = JSON.parse(frame.toString('utf8'));
+      if (typeof message.packed === 'number') {
+        packedFor = message;
+        continue;
+      }
       if (message.id === null && message.event) events.push(message);
       else waiting.shift()!(message);
     }
@@ -162,6 +175,16 @@ test('get_state: a lease per request over the manifest; a wrong fingerprint gets
     const { tensors: _t2, leaseId: _l2, id: _i2, ...restFirst } = first;
     assert.equal(rest, restFirst, 'every other field as in the objects reply');
 
+    // Asked for packed (and columns, for a daemon older than packing): the reply says how long
+    // the packed manifest is, and the next frame is it (docs/spec/manifest-packed.md).
+    const packed = await c.request(getState('map', { packed: true, columns: true }));
+    assert.ok(Buffer.isBuffer(packed.packed), 'the frame after the reply is the packed manifest');
+    assert.equal(fromPacked(packed.packed), tensors);
+    assert.is(packed.columns, undefined);
+    const { packed: _p, leaseId: _l3, id: _i3, ...restPacked } = packed;
+    assert.equal(restPacked, restFirst, 'every other field as in the objects reply');
+    assert.is((await c.request({ cmd: 'ping' })).ok, true, 'the connection reads on after the packed frame');
+
     const mismatch = await c.request(getState('map', { fingerprint: 'fp-other', fingerprintFields: { content: 'c2', tpRank: 't0' } }));
     assert.equal({ status: mismatch.status, fields: mismatch.fields }, { status: 'mismatch', fields: ['content'] });
 
@@ -169,7 +192,7 @@ test('get_state: a lease per request over the manifest; a wrong fingerprint gets
     assert.is(unplanned.error.code, 'E_UNKNOWN_LAYOUT');
     assert.equal(unplanned.error.details, { layout: 'vllm', layouts: ['checkpoint'] });
     // A refusal is an answer, not a protocol error: the connection still serves.
-    assert.is((await c.request({ cmd: 'stats' })).leases.length, 3);
+    assert.is((await c.request({ cmd: 'stats' })).leases.length, 4);
   } finally {
     server.close();
   }

@@ -53,7 +53,9 @@ class ConnectionTest(unittest.TestCase):
                 conn, _ = srv.accept()
                 req = read_frame(conn, time.monotonic() + 5)
                 if reply is not None:
-                    conn.sendall(encode_frame(reply(req)))
+                    out = reply(req)
+                    # bytes: frames as they are (a reply and its packed manifest).
+                    conn.sendall(out if isinstance(out, bytes) else encode_frame(out))
                 conn.close()
             srv.close()
 
@@ -116,6 +118,57 @@ class ConnectionTest(unittest.TestCase):
         self.assertEqual(cm.exception.code, "E_BAD_MANIFEST")
         self.assertIn("dtype index 1", str(cm.exception))
         self.assertEqual((seen[3]["cmd"], seen[3]["leaseId"]), ("detach", "L1"), "the lease of a refused manifest is given back")
+        client.conn.close()
+        t.join(5)
+
+    def test_get_state_reads_the_packed_manifest_after_its_reply_and_refuses_a_bad_one(self):
+        import os, shutil, tempfile
+        from pathlib import Path
+
+        from weightd_client import WeightdClient
+
+        vectors = json.loads((Path(__file__).resolve().parents[3] / "test" / "vectors" / "manifest-packed.json").read_text(encoding="utf-8"))
+        good = vectors["valid"][1]
+        bad = next(v for v in vectors["invalid"] if "dtype index" in v["mentions"])
+        d = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, d, True)
+        path = os.path.join(d, "s.sock")
+        state = {"ok": True, "status": "ok", "mode": "map", "leaseId": "L1", "layout": "checkpoint", "aliases": {}, "segments": []}
+        seen = []
+
+        def packed(payload, announced=None):
+            def reply(req):
+                seen.append(req)
+                head = encode_frame({"id": req["id"], **state, "packed": len(payload) if announced is None else announced})
+                return head + HEADER.pack(MAGIC, 1, len(payload)) + payload
+            return reply
+
+        def answer(**fields):
+            def reply(req):
+                seen.append(req)
+                return {"id": req["id"], **fields}
+            return reply
+
+        t = self.serve(path, [
+            answer(ok=True, status="serving", fingerprint="f"),
+            packed(bytes.fromhex(good["packed"])),
+            packed(bytes.fromhex(bad["packed"])),
+            answer(ok=True, dropped=1),
+            packed(bytes.fromhex(good["packed"]), announced=7),
+        ])
+        client = WeightdClient(path, timeout=5)
+        got = client.get_state("f")
+        self.assertEqual((seen[1]["packed"], seen[1]["columns"]), (True, True), "the client asks for packed, and for columns from a daemon older than packing")
+        self.assertEqual(list(got["tensors"]), good["tensors"])
+        with self.assertRaises(ProtocolError) as cm:
+            client.get_state("f")
+        self.assertEqual(cm.exception.code, "E_BAD_MANIFEST")
+        self.assertIn(f"at byte {bad['at']}: ", str(cm.exception))
+        self.assertEqual((seen[3]["cmd"], seen[3]["leaseId"]), ("detach", "L1"), "the lease of a refused manifest is given back")
+        with self.assertRaises(ProtocolError) as cm:
+            client.get_state("f")
+        self.assertEqual(cm.exception.code, "E_BAD_REPLY")
+        self.assertIn("announced 7", str(cm.exception))
         client.conn.close()
         t.join(5)
 

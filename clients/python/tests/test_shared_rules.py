@@ -1,5 +1,6 @@
 """The rules both clients implement, checked against the vectors the TypeScript tests read too
-(test/vectors, specified in docs/spec): socket file names, process liveness and manifest columns."""
+(test/vectors, specified in docs/spec): socket file names, process liveness, manifest columns and the
+packed manifest."""
 
 import json
 import os
@@ -11,6 +12,7 @@ import pytest
 
 from weightd_client.client import device_file_stem
 from weightd_client.columns import TensorColumns
+from weightd_client.packed_manifest import unpack_manifest
 from weightd_client.protocol import ProtocolError
 from weightd_client.liveness import is_process_alive, start_time_from_stat, start_time_of, state_from_stat
 
@@ -69,6 +71,19 @@ def test_manifest_columns_refused(v):
     assert err.value.code == "E_BAD_MANIFEST"
     if v["mentions"] is not None:
         assert v["mentions"] in str(err.value)
+
+
+@pytest.mark.parametrize("v", load("manifest-packed.json")["valid"], ids=lambda v: v["why"])
+def test_packed_manifest_read(v):
+    assert list(unpack_manifest(bytes.fromhex(v["packed"]))) == v["tensors"]
+
+
+@pytest.mark.parametrize("v", load("manifest-packed.json")["invalid"], ids=lambda v: v["why"])
+def test_packed_manifest_refused(v):
+    with pytest.raises(ProtocolError) as err:
+        unpack_manifest(bytes.fromhex(v["packed"]))
+    assert err.value.code == "E_BAD_MANIFEST"
+    assert f"at byte {v['at']}: " in str(err.value) and v["mentions"] in str(err.value)
 
 
 @pytest.mark.parametrize("v", load("jcs.json")["cases"], ids=lambda v: v["why"])

@@ -73,6 +73,16 @@ class TensorColumns(Sequence):
         self.bytes: List[int] = per["bytes"]
 
     @classmethod
+    def checked(
+        cls, name: List[str], dtypes: List[str], dtype: List[int], shapes: List[Tuple[int, ...]], shape: List[int], segment: List[int], offset: List[int], nbytes: List[int]
+    ) -> "TensorColumns":
+        """Columns a decoder has already checked (packed_manifest: its types hold by construction, its indices it checks)."""
+        self = cls.__new__(cls)
+        self.name, self.dtypes, self.dtype, self.shapes, self.shape = name, dtypes, dtype, shapes, shape
+        self.segment, self.offset, self.bytes = segment, offset, nbytes
+        return self
+
+    @classmethod
     def from_objects(cls, tensors: Any) -> "TensorColumns":
         """The columns of a manifest that came as one object per tensor (a daemon older than columns)."""
         if not isinstance(tensors, list) or not all(isinstance(t, dict) for t in tensors):

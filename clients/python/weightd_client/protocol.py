@@ -82,7 +82,7 @@ def _recv_into_with_fds(sock: socket.socket, view: memoryview, fds: List[int]) -
     return k
 
 
-def _recv_exact(sock: socket.socket, n: int, deadline: float, what: str, fds: Optional[List[int]] = None) -> bytes:
+def _recv_exact(sock: socket.socket, n: int, deadline: float, what: str, fds: Optional[List[int]] = None) -> bytearray:
     """``n`` bytes; with ``fds``, read by recvmsg, collecting every descriptor that comes with them."""
     buf = bytearray(n)
     view = memoryview(buf)
@@ -100,11 +100,11 @@ def _recv_exact(sock: socket.socket, n: int, deadline: float, what: str, fds: Op
             cls = _ClosedBeforeReply if what == "reply header" and got == 0 else ServeError
             raise cls("E_DISCONNECTED", f"weightd closed the connection before sending the {what}")
         got += k
-    return bytes(buf)
+    return buf  # not copied into bytes: a manifest is megabytes
 
 
-def read_frame(sock: socket.socket, deadline: float, max_bytes: int = MAX_RESPONSE_BYTES, fds: Optional[List[int]] = None) -> Any:
-    """One reply; with ``fds``, the descriptors it carries are appended there (the caller closes them)."""
+def read_payload(sock: socket.socket, deadline: float, max_bytes: int = MAX_RESPONSE_BYTES, fds: Optional[List[int]] = None) -> bytearray:
+    """One frame's payload; with ``fds``, the descriptors it carries are appended there."""
     magic, version, length = HEADER.unpack(_recv_exact(sock, HEADER.size, deadline, "reply header", fds))
     if magic != MAGIC:
         raise ProtocolError("E_FRAME_MAGIC", f"reply does not start with b'WGTD' (got {magic!r}); not a weightd socket")
@@ -112,7 +112,12 @@ def read_frame(sock: socket.socket, deadline: float, max_bytes: int = MAX_RESPON
         raise ProtocolError("E_FRAME_VERSION", f"frame version {version} is not supported (this client speaks {FRAME_VERSION})")
     if length > max_bytes:
         raise ProtocolError("E_FRAME_TOO_LARGE", f"reply of {length} bytes exceeds the limit of {max_bytes}")
-    payload = _recv_exact(sock, length, deadline, "reply", fds)
+    return _recv_exact(sock, length, deadline, "reply", fds)
+
+
+def read_frame(sock: socket.socket, deadline: float, max_bytes: int = MAX_RESPONSE_BYTES, fds: Optional[List[int]] = None) -> Any:
+    """One reply; with ``fds``, the descriptors it carries are appended there (the caller closes them)."""
+    payload = read_payload(sock, deadline, max_bytes, fds)
     try:
         return json.loads(payload.decode("utf-8"))
     except ValueError as err:
@@ -228,6 +233,12 @@ class Connection:
             # to this request (id null: the daemon could not read one, as for a protocol error).
             if not isinstance(reply, dict) or reply.get("id") not in (rid, None):
                 raise ProtocolError("E_BAD_REPLY", f"reply to {message['cmd']} is not a reply to request {rid}: {str(reply)[:200]}")
+            if reply.get("ok") is True and type(reply.get("packed")) is int:
+                # Its packed manifest is the next frame, not JSON (docs/spec/manifest-packed.md §1).
+                packed = read_payload(self._sock, deadline)
+                if len(packed) != reply["packed"]:
+                    raise ProtocolError("E_BAD_REPLY", f"the packed manifest is {len(packed)} bytes, but its reply announced {reply['packed']}")
+                reply["packed"] = packed
             return reply
         except (OSError, WeightdError):
             self.close()

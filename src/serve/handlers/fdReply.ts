@@ -8,9 +8,14 @@ export interface FdReply {
   sent: () => void;
 }
 
-/** A reply already encoded: its UTF-8 JSON is these bytes, one after another (get_state's cached manifest). */
+/**
+ * A reply already encoded: its UTF-8 JSON is these bytes, one after another (get_state's cached
+ * manifest); `trailer`, the payload of a frame written right after it, with nothing between
+ * (get_state's packed manifest, docs/spec/manifest-packed.md).
+ */
 export interface EncodedReply {
   pieces: readonly Buffer[];
+  trailer?: Buffer;
 }
 
 /** What a handler answers: serialized JSON, encoded JSON, or JSON with descriptors. */

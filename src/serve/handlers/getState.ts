@@ -59,7 +59,8 @@ export async function getState(req: RequestOf<'get_state'>, services: DeviceServ
   // The manifest goes out as the bytes encoded once, after this reply's own fields.
   const head = { id: req.id, ok: true, status: 'ok', mode: req.mode, leaseId: lease.id };
   const content = req.digests === true ? manifest.content() : undefined;
-  return { pieces: [Buffer.from(`${JSON.stringify(head).slice(0, -1)},`, 'utf8'), ...(content ? [content] : []), manifest.fields(req.columns === true)] };
+  const { fields, trailer } = manifest.encoded(req.packed === true ? 'packed' : req.columns === true ? 'columns' : 'objects');
+  return { pieces: [Buffer.from(`${JSON.stringify(head).slice(0, -1)},`, 'utf8'), ...(content ? [content] : []), fields], ...(trailer ? { trailer } : {}) };
 }
 
 function theirVersion(rank: ServedRankData, theirs: Record<string, string> | undefined): Record<string, string> {
