@@ -4,6 +4,7 @@
 import type { Logger } from '../log.js';
 import type { NodeStatus } from '../nodeStatus.js';
 import type { EventFeed, NodeEvent } from './eventFeed.js';
+import { FIRST_MODEL_ID } from '../models/modelHost.js';
 import { formatBytes, formatRate, formatSeconds, nodeProgress, percent, rankProgress, type LoadProgress } from './loadProgress.js';
 
 const BAR_REDRAW_MS = 200;
@@ -82,7 +83,8 @@ export class ProgressReporter {
   }
 
   #onEvent(e: NodeEvent): void {
-    if (e.type === 'RANK_LOADED' && e.to === undefined) {
+    // The node's ranks are its first model's: what its model actor heard.
+    if (e.type === 'RANK_LOADED' && e.to === undefined && e.model === FIRST_MODEL_ID) {
       const r = this.#o.status().ranks.find((x) => x.localRank === e.data.localRank);
       if (!r) return;
       const p = rankProgress(r);
@@ -95,7 +97,7 @@ export class ProgressReporter {
           : `rank ${r.globalRank} loaded ${formatBytes(p.bytes)} in ${formatSeconds(p.seconds)} (${formatRate(p.bytesPerSecond)})`,
       );
     }
-    if (e.from === 'loading') {
+    if (e.model === undefined && e.from === 'loading') {
       const status = this.#o.status();
       if (e.state === 'starting') {
         const p = nodeProgress(status.ranks);

@@ -43,6 +43,8 @@ export interface DeviceServerOptions {
   /** A lock taken earlier (before loading, to fail fast); taken here when absent. */
   lock?: DeviceLock;
   limits?: Partial<ServeLimits>;
+  /** The node's first model's name: its newest version serving is what a request that names no version gets (fallback). */
+  defaultModel?: string;
 }
 
 /** One model version's counters on its device, for status and metrics. */
@@ -106,11 +108,10 @@ export class DeviceServer implements ConnectionHandler, DeviceServices {
     return this.#listener.path;
   }
 
-  /** Serves `service` on this socket from now on (a new model version resident on the device); the node's own model's rank goes first. */
+  /** Serves `service` on this socket from now on (a new model version resident on the device), after those added before. */
   add(service: RankService): void {
     service.notifier = this;
-    if (service.rank.own) this.#services.unshift(service);
-    else this.#services.push(service);
+    this.#services.push(service);
   }
 
   /** Stops serving `service` (its model is gone); its leases went with its memory. Returns how many are left. */
@@ -133,7 +134,9 @@ export class DeviceServer implements ConnectionHandler, DeviceServices {
   }
 
   fallback(): RankService | undefined {
-    return this.#services.find((s) => s.status === 'serving' || s.status === 'draining') ?? this.#services[0];
+    const live = (s: RankService) => s.status === 'serving' || s.status === 'draining';
+    const named = this.#options.defaultModel;
+    return (named === undefined ? undefined : this.newestServing(named) ?? this.#services.find((s) => s.name === named && live(s))) ?? this.#services.find(live) ?? this.#services[0];
   }
 
   newestServing(name: string): RankService | undefined {
