@@ -256,7 +256,9 @@ export class ModelControl {
         } else if (snap.status !== 'active') {
           sub.unsubscribe();
           const f = snap.context.failure;
-          reject(f ? new RankFailedError(receivedCode(f.code), f.message, { ...f.details, model: name }) : new WeightdError('E_STOPPED', `model "${name}" was stopped before it served`));
+          // A rank's failure names the rank (as the node's own failure does); the load's names the model too.
+          const message = f && (f.localRank === undefined ? f.message : `model "${name}": ${f.message}`);
+          reject(f ? new RankFailedError(receivedCode(f.code), message!, { ...f.details, model: name }) : new WeightdError('E_STOPPED', `model "${name}" was stopped before it served`));
         }
       };
       const sub = child.subscribe({ next: check, error: (err) => reject(err as Error) });

@@ -54,7 +54,7 @@ export type ModelEvent =
   /** A model that spans the group is resident here, not attachable yet (src/models/modelGroupMachine.ts). */
   | { type: 'MODEL_RESIDENT'; id: string }
   | { type: 'MODEL_FAILED'; id: string; error: NodeFailure }
-  /** Released or stopped: the actor has ended and its memory is freed. */
+  /** Released (every rank's memory freed: the supervisor ends the actor, or keeps the first model's servers answering) or stopped (the actor has ended). */
   | { type: 'MODEL_GONE'; id: string }
   /** Its checkpoint files changed since it was planned: it drains, and `spec` is loaded again. */
   | { type: 'MODEL_STALE'; id: string; spec: ModelSpec; changes: IdentityChange[]; described: string };

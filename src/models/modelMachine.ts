@@ -19,7 +19,9 @@
 //              the supervisor loads it again.
 //   draining:  unloaded, or a newer version serves: no new lease, and no longer kept; freed
 //              when the last lease ends, or at once when forced (the holders hear lease_revoked).
-//   released:  every rank's memory is freed; the actor ends.
+//   released:  every rank's memory is freed. The supervisor then ends the actor (its servers go,
+//              and the version leaves its sockets), except the node's first model's: its
+//              servers answer "released" until the node stops, as a one-model daemon's did.
 //   stopping:  the node stops: servers go first, then each rank frees its device.
 //   failing:   with a keeper, what it holds of a model that failed is dropped (its ranks may have
 //              adopted or kept it), then failed; a model refused before any rank allocated, one
@@ -122,7 +124,8 @@ export const modelActors = {
   rankService: fromCallback<ServeCommand, RankServiceInput, ServeEvent>(() => notProvided('rankService')),
 };
 
-const rankLog = (context: ModelContext, localRank: number) => context.log.child({ model: context.planned.spec.name, localRank });
+/** Every line a rank's actors log carries its global and local rank (the model's log names the model). */
+const rankLog = (context: ModelContext, r: RankStatus) => context.log.child({ globalRank: r.globalRank, localRank: r.localRank });
 
 /** A failure once its ranks may hold memory the keeper has too: through failing, where the keeper's copies are to go. */
 const failWith = <A extends string>(actions: A) => [{ guard: 'dropsKept', target: '#model.failing', actions }, { target: '#model.failed', actions }] as const;
@@ -161,7 +164,7 @@ export const modelMachine = setup({
     spawnRanks: enqueueActions(({ context, enqueue }) => {
       const phases = { keeper: context.keeper, awaitAdmission: context.join.awaitAdmission, keepOnceServing: context.join.keepOnceServing };
       for (const r of context.ranks) {
-        enqueue.spawnChild('rank', { id: rankActorId(r.localRank), input: rankActorInput(ranksOf(context), r, context, rankLog(context, r.localRank), phases) });
+        enqueue.spawnChild('rank', { id: rankActorId(r.localRank), input: rankActorInput(ranksOf(context), r, context, rankLog(context, r), phases) });
       }
     }),
     admitRanks: enqueueActions(({ context, enqueue }) => {
@@ -208,7 +211,7 @@ export const modelMachine = setup({
     }),
     spawnServers: enqueueActions(({ context, enqueue }) => {
       const serve = { socketDir: context.socketDir, servers: context.servers, version: context.id };
-      for (const r of context.ranks) enqueue.spawnChild('rankService', { id: serveActorId(r.localRank), input: rankServiceInput(ranksOf(context), r, serve, rankLog(context, r.localRank)) });
+      for (const r of context.ranks) enqueue.spawnChild('rankService', { id: serveActorId(r.localRank), input: rankServiceInput(ranksOf(context), r, serve, rankLog(context, r)) });
     }),
     recordStale: assign(({ context, event }) => {
       assertEvent(event, 'RANK_STALE');
@@ -342,7 +345,8 @@ export const modelMachine = setup({
       on: { MODEL_UNLOAD: { actions: ['storeForce', 'drain'] }, ...clientRelease, MODEL_STOP: '#model.stopping' },
       always: { guard: 'allRanksReleased', target: 'released' },
     },
-    released: { type: 'final', entry: 'tellParentGone' },
+    // Not final: its servers stay until the supervisor ends it (above).
+    released: { entry: 'tellParentGone' },
     stopping: {
       entry: 'stopRanks',
       // The node stops: a rank failing now leaves the keeper's copies for its next start.
@@ -388,7 +392,7 @@ function needs(context: ModelContext) {
   return context.ranks.map((r) => ({ localRank: r.localRank, bytes: bytes(r), device: r.device! }));
 }
 
-/** A rank's failure, naming it as the node's status and its peers always have. */
+/** A rank's failure, naming the rank as the node's failure and its peers always have (a load's failure names its model too: ModelControl). */
 function rankFailure(ranks: RankStatus[], localRank: number, error: NodeFailure): NodeFailure {
   const globalRank = ranks.find((r) => r.localRank === localRank)?.globalRank;
   return { ...error, localRank, globalRank, message: `rank ${globalRank ?? '?'} (local ${localRank}) failed: ${error.message}` };

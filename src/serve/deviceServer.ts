@@ -43,7 +43,7 @@ export interface DeviceServerOptions {
   /** A lock taken earlier (before loading, to fail fast); taken here when absent. */
   lock?: DeviceLock;
   limits?: Partial<ServeLimits>;
-  /** The node's first model's name: its newest version serving is what a request that names no version gets (fallback). */
+  /** The node's first model's name (config.models[0].name): its first version is listed first (add). */
   defaultModel?: string;
 }
 
@@ -108,10 +108,17 @@ export class DeviceServer implements ConnectionHandler, DeviceServices {
     return this.#listener.path;
   }
 
-  /** Serves `service` on this socket from now on (a new model version resident on the device), after those added before. */
+  /**
+   * Serves `service` on this socket from now on (a new model version resident on the device),
+   * after those added before; the first version of the node's first model goes first, so a
+   * request that names no version is about it while it serves or drains (fallback), as on a
+   * daemon of one model.
+   */
   add(service: RankService): void {
     service.notifier = this;
-    this.#services.push(service);
+    const first = service.name === this.#options.defaultModel && !this.#services.some((s) => s.name === service.name);
+    if (first) this.#services.unshift(service);
+    else this.#services.push(service);
   }
 
   /** Stops serving `service` (its model is gone); its leases went with its memory. Returns how many are left. */
@@ -134,9 +141,7 @@ export class DeviceServer implements ConnectionHandler, DeviceServices {
   }
 
   fallback(): RankService | undefined {
-    const live = (s: RankService) => s.status === 'serving' || s.status === 'draining';
-    const named = this.#options.defaultModel;
-    return (named === undefined ? undefined : this.newestServing(named) ?? this.#services.find((s) => s.name === named && live(s))) ?? this.#services.find(live) ?? this.#services[0];
+    return this.#services.find((s) => s.status === 'serving' || s.status === 'draining') ?? this.#services[0];
   }
 
   newestServing(name: string): RankService | undefined {

@@ -24,7 +24,7 @@ export interface ServeOptions {
  * fingerprint) without the machines holding server objects in their context.
  */
 export class ServerRegistry {
-  /** The node's first model's name (config.models[0]): what a request that names no model is about (DeviceServer.fallback). */
+  /** The node's first model's name (config.models[0].name): its first version is listed first on each socket (DeviceServer.add). */
   readonly #defaultModel: string | undefined;
   readonly #servers = new Map<string, { server: DeviceServer; listening: Promise<string> }>();
   /** Device locks the node took before loading (prepareNode): a device's server takes over its lock. */

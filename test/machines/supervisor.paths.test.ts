@@ -146,7 +146,7 @@ test("the node's first model failing once the node is ready fails the node; rele
   const released = replay(steps('xstate.done.actor.prepare', 'GROUP_JOINED', 'MODEL_STARTING', 'MODEL_SERVING', 'MODEL_GONE')).at(-1)!;
   assert.is(released.state, 'ready', 'the node lives on (a client released every rank, or a newer version took its place)');
   assert.equal(released.snap.context.models.map((m) => [m.id, m.gone]), [[first, true]]);
-  assert.ok(released.snap.children[first], 'its actor is kept, done, for the status');
+  assert.ok(released.snap.children[first], 'its actor is kept, its servers answering "released"');
 });
 
 test('a node of a group that fails before joining reports it to node 0, then fails; node 0 does not', () => {
