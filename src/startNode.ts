@@ -12,7 +12,7 @@ import { NodeMetrics } from './inspect/nodeMetrics.js';
 import { ProgressReporter } from './inspect/progressReporter.js';
 import { createLogger, flushLogger, type Logger } from './log.js';
 import { supervisorMachine } from './machines/supervisor.js';
-import { modelActor } from './models/modelHost.js';
+import { FIRST_MODEL_ID, modelActor } from './models/modelHost.js';
 import type { LoadResult, ModelState, ModelStatus, NodeFailure, NodeResult, NodeState, NodeStatus, RankStatus, ServedRankStatus, UnloadResult } from './nodeStatus.js';
 import type { ModelRequest } from './models/modelSpecs.js';
 import type { EvictionPolicy } from './models/evictionPolicy.js';
@@ -207,7 +207,7 @@ export async function startNode(options: NodeOptions, { rankWorker = rankWorkerM
     if (socketDir) removeSocketDirIfCreated(socketDir);
     throw err;
   });
-  const progress = config.progress ? new ProgressReporter({ log, status, feed, intervalMs: config.progress.intervalMs, bar: config.progress.bar ? process.stderr : undefined }) : undefined;
+  const progress = config.progress ? new ProgressReporter({ log, status, feed, model: FIRST_MODEL_ID, intervalMs: config.progress.intervalMs, bar: config.progress.bar ? process.stderr : undefined }) : undefined;
   const listeners = new Set<(s: NodeStatus) => void>();
 
   let resolveReady!: (s: NodeStatus) => void;

@@ -4,7 +4,6 @@
 import type { Logger } from '../log.js';
 import type { NodeStatus } from '../nodeStatus.js';
 import type { EventFeed, NodeEvent } from './eventFeed.js';
-import { FIRST_MODEL_ID } from '../models/modelHost.js';
 import { formatBytes, formatRate, formatSeconds, nodeProgress, percent, rankProgress, type LoadProgress } from './loadProgress.js';
 
 const BAR_REDRAW_MS = 200;
@@ -21,6 +20,8 @@ export interface ProgressReporterOptions {
   log: Logger;
   status: () => NodeStatus;
   feed: EventFeed;
+  /** The model actor whose ranks are the node's (its own model's: FIRST_MODEL_ID), whose ranks' loads it reports. */
+  model: string;
   intervalMs: number;
   bar?: BarStream;
 }
@@ -84,7 +85,7 @@ export class ProgressReporter {
 
   #onEvent(e: NodeEvent): void {
     // The node's ranks are its first model's: what its model actor heard.
-    if (e.type === 'RANK_LOADED' && e.to === undefined && e.model === FIRST_MODEL_ID) {
+    if (e.type === 'RANK_LOADED' && e.to === undefined && e.model === this.#o.model) {
       const r = this.#o.status().ranks.find((x) => x.localRank === e.data.localRank);
       if (!r) return;
       const p = rankProgress(r);

@@ -15,7 +15,7 @@ import type { GroupFormation, NodeFailure, NodeState, PeerStatus, SameStateNames
 import type { GroupCommand, GroupEvent } from '../rendezvous/groupEvents.js';
 import type { RankTableEntry } from '../wire/rankTable.js';
 import type { SupervisorEvent } from './events.js';
-import { modelActorId, type ModelEntry } from '../models/modelHost.js';
+import { modelActorId, modelFailureMessage, type ModelEntry } from '../models/modelHost.js';
 import { FORMS_GROUP, LOADED_BESIDE, modelMachine, type ModelInput } from '../models/modelMachine.js';
 import type { NodeManifestModel } from '../wire/nodeManifest.js';
 import { keptLoadOf } from '../models/keptLoad.js';
@@ -247,7 +247,7 @@ const supervisorSetup = setup({
     dropModel: enqueueActions(({ context, event, enqueue }) => {
       assertEvent(event, ['MODEL_GONE', 'MODEL_FAILED']);
       const m = context.models.find((x) => x.id === event.id);
-      if (event.type === 'MODEL_FAILED') context.log.error({ code: event.error.code, model: m?.name }, event.error.message);
+      if (event.type === 'MODEL_FAILED') context.log.error({ code: event.error.code, model: m?.name }, m ? modelFailureMessage(m.name, event.error) : event.error.message);
       if (event.type === 'MODEL_GONE' && m?.formsGroup) {
         enqueue.assign({ models: context.models.map((x) => (x === m ? { ...x, gone: true, unloaded: true } : x)) });
         return;

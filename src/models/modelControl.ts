@@ -10,7 +10,7 @@ import { evictForLoad } from './evictForLoad.js';
 import { checkEvictionPolicy, type EvictionPolicy } from './evictionPolicy.js';
 import type { Logger } from '../log.js';
 import { LOAD_RUNNING, modelMachine } from './modelMachine.js';
-import { modelActor, modelLoadId, type ModelHost } from './modelHost.js';
+import { modelActor, modelFailureMessage, modelLoadId, type ModelHost } from './modelHost.js';
 import { resolveModelSpec, type ModelRequest, type ModelSpec } from './modelSpecs.js';
 import type { LoadResult, ModelStatus, NodeStatus, UnloadResult } from '../nodeStatus.js';
 
@@ -256,9 +256,7 @@ export class ModelControl {
         } else if (snap.status !== 'active') {
           sub.unsubscribe();
           const f = snap.context.failure;
-          // A rank's failure names the rank (as the node's own failure does); the load's names the model too.
-          const message = f && (f.localRank === undefined ? f.message : `model "${name}": ${f.message}`);
-          reject(f ? new RankFailedError(receivedCode(f.code), message!, { ...f.details, model: name }) : new WeightdError('E_STOPPED', `model "${name}" was stopped before it served`));
+          reject(f ? new RankFailedError(receivedCode(f.code), modelFailureMessage(name, f), { ...f.details, model: name }) : new WeightdError('E_STOPPED', `model "${name}" was stopped before it served`));
         }
       };
       const sub = child.subscribe({ next: check, error: (err) => reject(err as Error) });

@@ -90,6 +90,15 @@ export interface ModelHostSnapshot {
   children: Record<string, AnyActorRef | undefined>;
 }
 
+/**
+ * A model's failure as said of that model (a load's error, the log line of a model dropped
+ * alone): a rank's failure names the rank only (as the node's failure always has), so the model
+ * is named before it.
+ */
+export function modelFailureMessage(name: string, failure: NodeFailure): string {
+  return failure.localRank === undefined ? failure.message : `model "${name}": ${failure.message}`;
+}
+
 /** The id of the `n`th model the node starts with (config.models order, then those restored from the keeper). */
 export const modelActorId = (n: number) => `model-${n}`;
 

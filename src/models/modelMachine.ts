@@ -190,7 +190,7 @@ export const modelMachine = setup({
       const e = (event as unknown as { error: WeightdError }).error;
       return { failure: { name: e.name, code: e.code ?? 'E_FILE_CHANGED', message: `model "${context.planned.spec.name}": ${e.message}`, details: e.details } };
     }),
-    // What a rank's reports change in its row (models/rankUpdates.ts, shared with the other machine that owns ranks).
+    // What a rank's reports change in its row (models/rankUpdates.ts).
     recordDevice: assign(({ context, event }) => {
       assertEvent(event, 'RANK_DEVICE');
       return { ranks: recordReport(context.ranks, event), adoptable: event.adoptable ? [...context.adoptable, event.localRank] : context.adoptable };
@@ -392,7 +392,7 @@ function needs(context: ModelContext) {
   return context.ranks.map((r) => ({ localRank: r.localRank, bytes: bytes(r), device: r.device! }));
 }
 
-/** A rank's failure, naming the rank as the node's failure and its peers always have (a load's failure names its model too: ModelControl). */
+/** A rank's failure, naming the rank as the node's failure and its peers always have (said of the model, it names the model too: modelFailureMessage). */
 function rankFailure(ranks: RankStatus[], localRank: number, error: NodeFailure): NodeFailure {
   const globalRank = ranks.find((r) => r.localRank === localRank)?.globalRank;
   return { ...error, localRank, globalRank, message: `rank ${globalRank ?? '?'} (local ${localRank}) failed: ${error.message}` };

@@ -11,6 +11,7 @@ import { ProgressReporter, renderProgressBar } from '../../src/inspect/progressR
 import type { RankStatus } from '../../src/nodeStatus.js';
 import { supervisorMachine } from '../../src/machines/supervisor.js';
 import { statusOf } from '../../src/startNode.js';
+import { FIRST_MODEL_ID } from '../../src/models/modelHost.js';
 import { FakeWorld, sendToNode, fakeConfig, fakeInput, fakePrepared, fakeRankTable } from '../helpers/fakeNode.js';
 
 type Ev = Parameters<ReturnType<typeof createActor<typeof supervisorMachine>>['send']>[0];
@@ -64,7 +65,7 @@ function harness() {
   const send = (e: unknown) => sendToNode(actor, e as Ev);
   const writes: string[] = [];
   const bar = { columns: 80, write: (s: string) => writes.push(s) };
-  const reporter = new ProgressReporter({ log, status: () => statusOf(actor.getSnapshot(), fakeConfig()), feed, intervalMs: 100, bar });
+  const reporter = new ProgressReporter({ log, status: () => statusOf(actor.getSnapshot(), fakeConfig()), feed, model: FIRST_MODEL_ID, intervalMs: 100, bar });
   return { lines, send, writes, reporter, actor };
 }
 
@@ -117,7 +118,7 @@ async function writesByThirdTick(columns: number | undefined): Promise<string[]>
   actor.start();
   const send = (e: unknown) => sendToNode(actor, e as Ev);
   const writes: string[] = [];
-  const reporter = new ProgressReporter({ log, status: () => statusOf(actor.getSnapshot(), fakeConfig()), feed, intervalMs: 100, bar: { columns, write: (s: string) => writes.push(s) } });
+  const reporter = new ProgressReporter({ log, status: () => statusOf(actor.getSnapshot(), fakeConfig()), feed, model: FIRST_MODEL_ID, intervalMs: 100, bar: { columns, write: (s: string) => writes.push(s) } });
   try {
     send({ type: 'xstate.done.actor.prepare', output: fakePrepared });
     send({ type: 'GROUP_JOINED', rankTable: fakeRankTable });
