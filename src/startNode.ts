@@ -83,7 +83,8 @@ export function statusOf(snap: Snapshot, config: NodeConfig, servers?: ServerReg
     return {
       name: m.name,
       own: m.formsGroup,
-      state: (child?.value as ModelState | undefined) ?? 'admitting',
+      // A model actor torn down with the node (not ended by its own machine) is in the node's end state.
+      state: child?.status === 'stopped' ? (snap.value as Exclude<NodeState, 'ready'>) : ((child?.value as ModelState | undefined) ?? 'admitting'),
       model: child?.context.planned.spec.modelDir ?? '',
       fingerprint: m.fingerprint,
       tpSize: m.tpSize,

@@ -1,6 +1,7 @@
 // One model version the node serves: a child of the supervisor with its own lifecycle. The
-// node's first model (the one its group forms around) is one too, joined as FORMS_GROUP says. It holds no I/O: its rank and serve actors are typed placeholders that the
-// composition root (src/actors/nodeActors.ts) or a test supplies through .provide().
+// node's first model (the one its group forms around) is one too, joined as FORMS_GROUP says.
+// It holds no I/O: its rank and serve actors are typed placeholders that the composition root
+// (src/actors/nodeActors.ts) or a test supplies through .provide().
 //
 //   admitting: each rank opens its device and reports its free memory; nothing is allocated
 //              until every rank has, and the model is refused (failed) when it does not fit.
