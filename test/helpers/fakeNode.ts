@@ -91,8 +91,9 @@ export class FakeWorld {
   failureReports = 0;
   /** Model actors whose files check runs (a test settles it by sending the child xstate.done.actor.checkFiles). */
   checkingFiles = 0;
-  /** What each rank actor was spawned with. */
+  /** What each rank actor and rank service actor was spawned with. */
   rankInputs: RankActorInput[] = [];
+  serveInputs: RankServiceInput[] = [];
   /** Models whose kept shards were to be dropped (the model machine's failing). */
   keptDrops = 0;
 
@@ -106,6 +107,7 @@ export class FakeWorld {
     });
     const rankService = fromCallback<ServeCommand, RankServiceInput, ServeEvent>(({ input, receive }) => {
       const r = input.rank.localRank;
+      this.serveInputs.push(input);
       this.liveServers.add(r);
       receive((cmd) => this.serveCommands.push({ localRank: r, cmd }));
       return () => this.liveServers.delete(r);

@@ -52,6 +52,7 @@ test("the node's first model is a model actor: loaded without admission, the nod
   model.send({ type: 'xstate.done.actor.checkFiles' } as never);
   assert.is(actor.getSnapshot().value, 'starting', "the node is starting while the first model binds its sockets");
   assert.equal([...world.liveServers].sort(), ranks);
+  assert.equal(world.serveInputs.map((i) => [i.version, 'own' in i.rank]), [['model-0', false], ['model-0', false]], "served under its model actor's id, as any model; no rank says it is the node's own");
   for (const r of ranks) model.send({ type: 'RANK_SERVING', localRank: r, socketPath: `/fake/sockets/fake-${r}.sock` });
   assert.is(actor.getSnapshot().value, 'ready');
   assert.ok(world.groupCommands.some((c) => c.type === 'NODE_READY'));
