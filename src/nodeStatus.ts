@@ -14,7 +14,11 @@ import type { ServeStatus } from './wire/protocol.js';
  */
 export type SameStateNames<Derived, Declared> = [Derived] extends [Declared] ? ([Declared] extends [Derived] ? true : false) : false;
 
-/** The supervisor's states (src/machines/supervisor.ts): "starting" binds the sockets, "ready" serves. */
+/**
+ * The supervisor's states (src/machines/supervisor.ts): "loading" while its first model's actor
+ * loads, "starting" once that model binds its sockets (its model machine's "starting") until
+ * every model the node starts with serves, then "ready".
+ */
 export type NodeState = 'init' | 'reportingFailure' | 'rendezvous' | 'loading' | 'starting' | 'ready' | 'stopping' | 'stopped' | 'failed';
 
 export type RankState = 'starting' | 'loading' | 'loaded' | 'serving' | 'released' | 'stopped' | 'failed';
@@ -65,7 +69,7 @@ export interface NodeFailure extends SerializedError {
 /** The model machine's states (src/models/modelMachine.ts): "starting" binds the sockets, "serving" is attachable. */
 export type ModelMachineState = 'admitting' | 'loading' | 'verifying' | 'resident' | 'starting' | 'serving' | 'draining' | 'released' | 'stopping' | 'stopped' | 'failing' | 'failed';
 
-/** A model version's state: the model machine's, or for the node's own model the node's until it is ready. */
+/** A model version's state: the model machine's, or for the node's first model the node's until its model actor exists. */
 export type ModelState = ModelMachineState | Exclude<NodeState, 'ready'>;
 
 /** Each rank as status reports it: clients and leases are its version's counters on its device's socket. */
@@ -73,7 +77,7 @@ export type ServedRankStatus = RankStatus & { clients?: number; leases?: number;
 
 export interface ModelStatus {
   name: string;
-  /** The node's own model (the one --model named first), which its group forms around. */
+  /** The node's own model (the one --model named first, model-0), which its group forms around; a newer version of its name is not. */
   own: boolean;
   state: ModelState;
   model: string;

@@ -4,7 +4,6 @@ import type { Registry } from 'prom-client';
 import { createActor, type SnapshotFrom } from 'xstate';
 import { nodeActors, rankWorkerModule } from './actors/nodeActors.js';
 import { ServerRegistry } from './serve/serverRegistry.js';
-import { OWN_VERSION } from './serve/servedRankData.js';
 import { WorkerRegistry } from './models/workerRegistry.js';
 import { RankFailedError, receivedCode, WeightdError } from './errors.js';
 import { EventFeed, type NodeEvent, type NodeEventListener } from './inspect/eventFeed.js';
@@ -13,7 +12,7 @@ import { NodeMetrics } from './inspect/nodeMetrics.js';
 import { ProgressReporter } from './inspect/progressReporter.js';
 import { createLogger, flushLogger, type Logger } from './log.js';
 import { supervisorMachine } from './machines/supervisor.js';
-import { modelActor } from './models/modelHost.js';
+import { FIRST_MODEL_ID, modelActor } from './models/modelHost.js';
 import type { LoadResult, ModelState, ModelStatus, NodeFailure, NodeResult, NodeState, NodeStatus, RankStatus, ServedRankStatus, UnloadResult } from './nodeStatus.js';
 import type { ModelRequest } from './models/modelSpecs.js';
 import type { EvictionPolicy } from './models/evictionPolicy.js';
@@ -77,26 +76,15 @@ export function statusOf(snap: Snapshot, config: NodeConfig, servers?: ServerReg
     const s = fingerprint === undefined ? undefined : servers?.stats(version, fingerprint);
     return s ? { ...r, clients: s.connections, leases: s.leases, serve: s.status, lastAttachedAt: s.lastAttachedAt, servingSince: s.servingSince } : r;
   };
-  const ranks = ctx.ranks.map((r) => served(r, OWN_VERSION, ctx.prepared?.plan.ranks[r.globalRank]?.fingerprint));
-  const own: ModelStatus = {
-    name: config.models[0].name,
-    own: true,
-    state: ownModelState(snap.value as NodeState, ctx.ownDrained, ranks),
-    model: config.models[0].modelDir,
-    fingerprint: ctx.prepared?.plan.fingerprint,
-    tpSize: config.tpSize,
-    ...totals(ranks),
-    ranks,
-    ...(ctx.ownStale ? { stale: ctx.ownStale } : {}),
-  };
-  const others = ctx.models.map((m): ModelStatus => {
+  const models = ctx.models.map((m): ModelStatus => {
     const child = modelActor(snap, m.id)?.getSnapshot();
     const plan = child?.context.planned.plan;
     const modelRanks = (child?.context.ranks ?? []).map((r) => served(r, m.id, plan?.ranks[r.globalRank]?.fingerprint));
     return {
       name: m.name,
-      own: false,
-      state: (child?.value as ModelState | undefined) ?? 'admitting',
+      own: m.formsGroup,
+      // A model actor torn down with the node (not ended by its own machine) is in the node's end state.
+      state: child?.status === 'stopped' ? (snap.value as Exclude<NodeState, 'ready'>) : ((child?.value as ModelState | undefined) ?? 'admitting'),
       model: child?.context.planned.spec.modelDir ?? '',
       fingerprint: m.fingerprint,
       tpSize: m.tpSize,
@@ -106,6 +94,19 @@ export function statusOf(snap: Snapshot, config: NodeConfig, servers?: ServerReg
       ...(child?.context.stale ? { stale: child.context.stale } : {}),
     };
   });
+  const first = ctx.prepared?.models[0];
+  // Before its model actor exists (or once the node ended without one), the first model is in the node's state.
+  const group = models.find((m) => m.own) ?? {
+    name: config.models[0].name,
+    own: true,
+    state: snap.value as Exclude<NodeState, 'ready'>,
+    model: config.models[0].modelDir,
+    fingerprint: first?.plan.fingerprint,
+    tpSize: config.tpSize,
+    bytes: 0,
+    leases: 0,
+    ranks: [],
+  };
   return {
     state: snap.value as NodeState,
     nodeRank: config.nodeRank,
@@ -113,11 +114,11 @@ export function statusOf(snap: Snapshot, config: NodeConfig, servers?: ServerReg
     tpSize: config.tpSize,
     localWorldSize: config.localWorldSize,
     model: config.models[0].modelDir,
-    architecture: ctx.prepared?.plan.architecture,
-    fingerprint: ctx.prepared?.plan.fingerprint,
+    architecture: first?.plan.architecture,
+    fingerprint: first?.plan.fingerprint,
     rankTable: ctx.rankTable,
-    ranks,
-    models: [own, ...others],
+    ranks: group.ranks,
+    models: models.includes(group) ? models : [group, ...models],
     peers: ctx.peers,
     groupReady: ctx.groupReady,
     formation: ctx.formation,
@@ -128,23 +129,11 @@ export function statusOf(snap: Snapshot, config: NodeConfig, servers?: ServerReg
 }
 
 /** Every version the node planned, its own model first, then those loaded since, oldest first. */
-function plannedVersions(snap: Snapshot, config: NodeConfig): PlannedVersion[] {
-  const plan = snap.context.prepared?.plan;
-  const own: PlannedVersion[] = plan ? [{ spec: config.models[0], fingerprint: plan.fingerprint, fingerprintFields: plan.fingerprintFields }] : [];
-  return [
-    ...own,
-    ...snap.context.models.flatMap((m): PlannedVersion[] => {
-      const planned = modelActor(snap, m.id)?.getSnapshot().context.planned;
-      return planned ? [{ spec: planned.spec, fingerprint: m.fingerprint, fingerprintFields: planned.plan.fingerprintFields }] : [];
-    }),
-  ];
-}
-
-/** The node's own model's state: the node's until it is ready, then whether its ranks serve, drain or were released. */
-function ownModelState(node: NodeState, drained: boolean, ranks: ServedRankStatus[]): ModelState {
-  if (node !== 'ready') return node;
-  if (ranks.every((r) => r.state === 'released')) return 'released';
-  return drained || ranks.some((r) => r.serve === 'draining') ? 'draining' : 'serving';
+function plannedVersions(snap: Snapshot): PlannedVersion[] {
+  return snap.context.models.flatMap((m): PlannedVersion[] => {
+    const planned = modelActor(snap, m.id)?.getSnapshot().context.planned;
+    return planned ? [{ spec: planned.spec, fingerprint: m.fingerprint, fingerprintFields: planned.plan.fingerprintFields }] : [];
+  });
 }
 
 function totals(ranks: ServedRankStatus[]): { bytes: number; leases: number; lastUsedAt?: number } {
@@ -174,7 +163,7 @@ export async function startNode(options: NodeOptions, { rankWorker = rankWorkerM
   const config = await resolveNodeOptions(options);
   const log = options.logger ?? createLogger({ nodeRank: config.nodeRank, level: options.logLevel });
   const workers = new WorkerRegistry();
-  const servers = new ServerRegistry();
+  const servers = new ServerRegistry({ defaultModel: config.models[0].name });
   const feed = new EventFeed();
   // Found or started while the node plans (prepareNode waits for it), so that the ranks can
   // adopt what it holds. start() never rejects: a node without its keeper still serves.
@@ -207,7 +196,7 @@ export async function startNode(options: NodeOptions, { rankWorker = rankWorkerM
   // A model whose checkpoint files changed is drained by the supervisor and loaded again here, once the node is ready.
   actor.on('MODEL_STALE', ({ spec }) => void ready.then(() => control.reload(spec), () => {}));
   // One that spans the group: node 0 has every node load it again (src/models/groupReload.ts).
-  const groupReload = new GroupReload({ host: actor, versions: () => plannedVersions(actor.getSnapshot(), config), reload: (spec) => control.reload(spec, { group: true }), log });
+  const groupReload = new GroupReload({ host: actor, versions: () => plannedVersions(actor.getSnapshot()), reload: (spec) => control.reload(spec, { group: true }), log });
   actor.on('MODEL_GROUP_RELOAD', ({ name, fingerprint, nodeRank }) => void ready.then(() => groupReload.reload(name, fingerprint, nodeRank), () => {}));
   const controlServer = config.control
     ? new ControlServer({ socketDir: socketDir!, log, limits: config.control.limits, target: { load: (r, o) => control.load(r, o), unload: (t, o) => control.unload(t, o), models: () => status().models } })
@@ -219,7 +208,7 @@ export async function startNode(options: NodeOptions, { rankWorker = rankWorkerM
     if (socketDir) removeSocketDirIfCreated(socketDir);
     throw err;
   });
-  const progress = config.progress ? new ProgressReporter({ log, status, feed, intervalMs: config.progress.intervalMs, bar: config.progress.bar ? process.stderr : undefined }) : undefined;
+  const progress = config.progress ? new ProgressReporter({ log, status, feed, model: FIRST_MODEL_ID, intervalMs: config.progress.intervalMs, bar: config.progress.bar ? process.stderr : undefined }) : undefined;
   const listeners = new Set<(s: NodeStatus) => void>();
 
   let resolveReady!: (s: NodeStatus) => void;

@@ -16,6 +16,8 @@ import type { GroupSessionInput } from '../machines/supervisorActors.js';
 
 export const groupSession = fromCallback<GroupCommand, GroupSessionInput, GroupEvent>(({ input, sendBack, receive }) => {
   const { config, prepared, log } = input;
+  // The group forms around the node's first model.
+  const { plan } = prepared.models[0]!;
   const join: JoinRequest = {
     nnodes: config.nnodes,
     tpSize: config.tpSize,
@@ -24,16 +26,16 @@ export const groupSession = fromCallback<GroupCommand, GroupSessionInput, GroupE
     hostName: hostname(),
     deviceUuids: prepared.devices.map((d) => d.uuid),
     visibleDevices: prepared.visibleDevices,
-    fingerprint: prepared.plan.fingerprint,
-    fingerprintFields: prepared.plan.fingerprintFields,
+    fingerprint: plan.fingerprint,
+    fingerprintFields: plan.fingerprintFields,
   };
   const expect: GroupExpectation = {
     nnodes: config.nnodes,
     tpSize: config.tpSize,
     localWorldSize: config.localWorldSize,
-    fingerprint: prepared.plan.fingerprint,
-    fingerprintFields: prepared.plan.fingerprintFields,
-    tensorNames: prepared.plan.ranks[0]?.contentTensors.names,
+    fingerprint: plan.fingerprint,
+    fingerprintFields: plan.fingerprintFields,
+    tensorNames: plan.ranks[0]?.contentTensors.names,
     token: config.token,
   };
   const fail = (err: WeightdError) => sendBack({ type: 'GROUP_FAILED', error: serializeError(err) });

@@ -1,5 +1,5 @@
-// The supervisor's real actors, by the names its setup() declares, and the real rank worker
-// module. Only the composition root (startNode) imports this file: it is what loads the addon,
+// The supervisor's real actors, by the names its setup() declares (its models' included), and
+// the real rank worker module. Only the composition root (startNode) imports this file: it is what loads the addon,
 // the rendezvous and the servers.
 import { modelMachine } from '../models/modelMachine.js';
 import { checkFiles } from '../models/checkFiles.js';
@@ -17,8 +17,6 @@ export const rankWorkerModule = new URL('./rankWorker.js', import.meta.url);
 export const nodeActors = {
   prepareNode,
   groupSession,
-  rank: rankActor,
-  rankService: rankServiceActor,
   publishNodeManifest,
   reportStartupFailure: reportStartupFailureActor,
   model: modelMachine.provide({ actors: { rank: rankActor, rankService: rankServiceActor, checkFiles, dropModelShards: dropModelShardsActor } }),

@@ -184,7 +184,7 @@ export function buildProgram(): Command {
     .command('statechart')
     .description("print a machine's state chart (default: the supervisor's), drawn from the machine itself, without starting a node")
     .addOption(new Option('--format <format>', 'mermaid (stateDiagram-v2) or json').choices(['mermaid', 'json']).default('mermaid'))
-    .addOption(new Option('--machine <machine>', "supervisor (the node), coordinator (node 0's rendezvous), groupMember (a node's membership of its group), rankService (a rank's serving lifecycle), rankWorker (a rank's worker thread), model (a model served beside the own one) or modelGroup (node 0's commit of a model across the group)").choices(DRAWN_MACHINE_NAMES).default('supervisor'));
+    .addOption(new Option('--machine <machine>', "supervisor (the node), coordinator (node 0's rendezvous), groupMember (a node's membership of its group), rankService (a rank's serving lifecycle), rankWorker (a rank's worker thread), model (each model the node serves) or modelGroup (node 0's commit of a model across the group)").choices(DRAWN_MACHINE_NAMES).default('supervisor'));
   program
     .command('fingerprint')
     .description('print, as JSON, the fingerprint of every rank of a checkpoint as the daemon computes it (for clients to send with get_state)')

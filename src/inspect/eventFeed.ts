@@ -1,6 +1,6 @@
-// The node's recent events: every event the supervisor handled (with the state it left and the
-// state it reached) and every command it sent to a child actor, in the order they happened,
-// fed by xstate's inspection API. It backs node.onEvent(), the /events stream, the error
+// The node's recent events: every event the supervisor and each of its model actors handled (with
+// the state it left and the state it reached) and every command each sent to a child actor, in
+// the order they happened, fed by xstate's inspection API. It backs node.onEvent(), the /events stream, the error
 // counters and the progress reporter's summaries.
 import type { AnyActorRef, InspectionEvent, StateValue } from 'xstate';
 import { errorCode } from '../errors.js';
@@ -15,9 +15,11 @@ export interface NodeEvent {
   type: string;
   /** What an operator reads: "prepare done", "start rank-0", "stopTimeout passed", or the type. */
   label: string;
-  /** The child actor (rank-0, serve-1, group ...) the supervisor sent this to; absent for events it received. */
+  /** The child actor (rank-0, serve-1, group ...) the supervisor or model sent this to; absent for events it received. */
   to?: string;
-  /** The supervisor's state after it handled the event (events it received). */
+  /** The model actor (model-0, load-1 ...) that handled or sent it; absent: the supervisor. */
+  model?: string;
+  /** The state of the actor that handled the event, after it (events it received). */
   state?: string;
   /** The state it left, when the event changed it. */
   from?: string;
@@ -72,14 +74,27 @@ export function summarizeEvent(event: { type: string } & Record<string, unknown>
   return out;
 }
 
+/** The supervisor (the root), and each model actor: the root's children that are machines (the others are callbacks and promises). */
+function followed(actor: AnyActorRef, snapshot: unknown, rootId: string): boolean {
+  return actor.sessionId === rootId || (actor._parent?.sessionId === rootId && (snapshot as { value?: unknown } | undefined)?.value !== undefined);
+}
+
+const modelOf = (actor: AnyActorRef, rootId: string): { model?: string } => (actor.sessionId === rootId ? {} : { model: actor.id });
+
 export class EventFeed {
   readonly #capacity: number;
   readonly #events: NodeEvent[] = [];
   readonly #listeners = new Set<NodeEventListener>();
-  /** Commands sent to children while the supervisor handles an event; published after it. */
-  #outbox: Array<Omit<NodeEvent, 'seq' | 'time' | 'label'>> = [];
-  readonly #lastProgress = new Map<number, number>();
-  #state: string | undefined;
+  /**
+   * What happened while an actor (by its session id) handles an event: the commands it sent its
+   * children and what other followed actors did with the events it sent them; published after it.
+   */
+  readonly #outboxes = new Map<string, Array<Omit<NodeEvent, 'seq' | 'time' | 'label'>>>();
+  /** The actor (session id) that sent each event, while it handled one of its own. */
+  readonly #causes = new WeakMap<object, string>();
+  readonly #lastProgress = new Map<string, number>();
+  /** Each followed actor's state, by its session id. */
+  readonly #states = new Map<string, string>();
   #seq = 0;
   #lastTime = 0;
 
@@ -89,37 +104,54 @@ export class EventFeed {
 
   /**
    * Pass to createActor's `inspect` option. A command sent from an action is seen before the
-   * snapshot of the event that caused it, so it waits in an outbox until that event is
-   * published: the feed reads cause, then effects.
+   * snapshot of the event that caused it, and so is what another followed actor did with an event
+   * it was sent meanwhile (a model's MODEL_SERVING handled by the supervisor, the supervisor's
+   * MODEL_STOP by a model): each waits in the outbox of the actor whose event caused it until that
+   * event is published, so the feed reads cause, then effects.
    */
   readonly inspect = (ev: InspectionEvent): void => {
     if (ev.type === '@xstate.event') {
-      const fromRoot = ev.sourceRef?.sessionId === ev.rootId;
-      if (fromRoot && ev.actorRef.sessionId !== ev.rootId) {
-        const to = (ev.actorRef as AnyActorRef).id;
-        this.#outbox.push({ type: ev.event.type, to, data: summarizeEvent(ev.event) });
+      const source = ev.sourceRef as AnyActorRef | undefined;
+      if (!source || !followed(source, source.getSnapshot(), ev.rootId)) return;
+      // The source is handling an event of its own: what it sends is an effect of that.
+      this.#causes.set(ev.event, source.sessionId);
+      const outbox = this.#outbox(source.sessionId);
+      // Commands only: what a followed actor sends its own children (not what a model tells the supervisor).
+      if ((ev.actorRef as AnyActorRef)._parent?.sessionId === source.sessionId) {
+        outbox.push({ type: ev.event.type, to: (ev.actorRef as AnyActorRef).id, ...modelOf(source, ev.rootId), data: summarizeEvent(ev.event) });
       }
       return;
     }
-    if (ev.type !== '@xstate.snapshot' || ev.actorRef.sessionId !== ev.rootId) return;
+    const actor = ev.actorRef as AnyActorRef;
+    if (ev.type !== '@xstate.snapshot' || !followed(actor, ev.snapshot, ev.rootId)) return;
     const value = (ev.snapshot as { value?: StateValue }).value;
-    if (value === undefined) return;
+    // A model stopped with the supervisor: the supervisor's own end is in the feed already.
+    if (value === undefined || ev.event.type === 'xstate.stop') return;
     const state = stateName(value);
-    const from = this.#state;
-    this.#state = state;
+    const from = this.#states.get(actor.sessionId);
+    this.#states.set(actor.sessionId, state);
     const event = ev.event as { type: string } & Record<string, unknown>;
-    if (this.#keep(event, from !== state)) {
-      this.#publish({ type: event.type, state, ...(from !== undefined && from !== state ? { from } : {}), data: summarizeEvent(event) });
-    }
-    const sent = this.#outbox;
-    this.#outbox = [];
-    for (const e of sent) this.#publish(e);
+    const model = modelOf(actor, ev.rootId);
+    const batch: Array<Omit<NodeEvent, 'seq' | 'time' | 'label'>> = this.#keep(event, from !== state, model.model) ? [{ type: event.type, ...model, state, ...(from !== undefined && from !== state ? { from } : {}), data: summarizeEvent(event) }] : [];
+    batch.push(...(this.#outboxes.get(actor.sessionId) ?? []));
+    this.#outboxes.delete(actor.sessionId);
+    const cause = this.#causes.get(event);
+    const pending = cause === undefined ? undefined : this.#outboxes.get(cause);
+    if (pending) pending.push(...batch);
+    else for (const e of batch) this.#publish(e);
   };
 
+  /** The outbox of the actor with this session id, which is handling an event now. */
+  #outbox(sessionId: string): Array<Omit<NodeEvent, 'seq' | 'time' | 'label'>> {
+    let outbox = this.#outboxes.get(sessionId);
+    if (!outbox) this.#outboxes.set(sessionId, (outbox = []));
+    return outbox;
+  }
+
   /** Progress is sampled; every other event is kept. */
-  #keep(event: { type: string } & Record<string, unknown>, changedState: boolean): boolean {
+  #keep(event: { type: string } & Record<string, unknown>, changedState: boolean, model: string | undefined): boolean {
     if (event.type !== 'RANK_PROGRESS' || changedState) return true;
-    const rank = Number(event.localRank);
+    const rank = `${model ?? ''}/${Number(event.localRank)}`;
     const now = Date.now();
     if (now - (this.#lastProgress.get(rank) ?? 0) < PROGRESS_SAMPLE_MS) return false;
     this.#lastProgress.set(rank, now);

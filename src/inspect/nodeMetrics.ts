@@ -33,8 +33,9 @@ export class NodeMetrics {
   constructor(o: NodeMetricsOptions) {
     this.#o = o;
     this.#unsubscribe = o.feed.subscribe((e) => {
-      // Only what the supervisor received: the NODE_FAILED it passes on to the group repeats it.
-      if (e.to !== undefined) return;
+      // Only what the supervisor received: the NODE_FAILED it passes on to the group repeats it,
+      // and a model's MODEL_FAILED repeats its rank's RANK_FAILED.
+      if (e.to !== undefined || e.model !== undefined) return;
       const error = e.data.error as { code?: string } | undefined;
       if (error?.code !== undefined) this.#errors.set(error.code, (this.#errors.get(error.code) ?? 0) + 1);
     });

@@ -20,6 +20,8 @@ export interface ProgressReporterOptions {
   log: Logger;
   status: () => NodeStatus;
   feed: EventFeed;
+  /** The model actor whose ranks are the node's (its own model's: FIRST_MODEL_ID), whose ranks' loads it reports. */
+  model: string;
   intervalMs: number;
   bar?: BarStream;
 }
@@ -82,7 +84,8 @@ export class ProgressReporter {
   }
 
   #onEvent(e: NodeEvent): void {
-    if (e.type === 'RANK_LOADED' && e.to === undefined) {
+    // The node's ranks are its first model's: what its model actor heard.
+    if (e.type === 'RANK_LOADED' && e.to === undefined && e.model === this.#o.model) {
       const r = this.#o.status().ranks.find((x) => x.localRank === e.data.localRank);
       if (!r) return;
       const p = rankProgress(r);
@@ -95,7 +98,7 @@ export class ProgressReporter {
           : `rank ${r.globalRank} loaded ${formatBytes(p.bytes)} in ${formatSeconds(p.seconds)} (${formatRate(p.bytesPerSecond)})`,
       );
     }
-    if (e.from === 'loading') {
+    if (e.model === undefined && e.from === 'loading') {
       const status = this.#o.status();
       if (e.state === 'starting') {
         const p = nodeProgress(status.ranks);

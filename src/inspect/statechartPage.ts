@@ -82,7 +82,7 @@ const TITLES = {
   groupMember: "This node's membership of the group: its join, the ready barrier, and rejoining node 0",
   rankService: "Each local rank's serving lifecycle",
   rankWorker: "Each rank's worker thread: its load, its keeper calls, its release and stop",
-  model: 'Each model served beside the own one',
+  model: 'Each model the node serves, its first included',
   modelGroup: "Each model across the group: node 0's all-or-nothing commit",
 };
 /** Per machine id: its section, the mermaid id of each state, the drawn state groups. */
@@ -159,12 +159,12 @@ function renderStatus(s) {
   const ranksNote = document.querySelector('#chart-rankService .note');
   if (ranksNote) ranksNote.textContent = s.ranks.map((r) => 'rank ' + r.globalRank + ': ' + (r.serve ?? 'no socket yet')).join(' · ');
   const groupNote = document.querySelector('#chart-modelGroup .note');
-  const waiting = s.models.filter((m) => !m.own && m.state === 'resident').map((m) => m.name);
+  const waiting = s.models.filter((m) => m.state === 'resident').map((m) => m.name);
   if (groupNote) groupNote.textContent = "node 0's coordinator runs one per model that spans the group, while it loads; resident here and waiting for its commit: " + (waiting.join(', ') || 'none');
-  const others = s.models.filter((m) => !m.own);
-  highlight('model', others.map((m) => m.state));
+  // Every model is one of these, the node's first included (in the node's state until its actor exists).
+  highlight('model', s.models.map((m) => m.state));
   const modelsNote = document.querySelector('#chart-model .note');
-  if (modelsNote) modelsNote.textContent = others.length === 0 ? 'no other model is loaded' : others.map((m) => m.name + ' (tp ' + m.tpSize + '): ' + m.state + ', ' + m.leases + ' leases').join(' · ');
+  if (modelsNote) modelsNote.textContent = s.models.map((m) => m.name + (m.own ? ' (own)' : '') + ' (tp ' + m.tpSize + '): ' + m.state + ', ' + m.leases + ' leases').join(' · ');
   $('ranks').tBodies[0].innerHTML = s.ranks.map((r) =>
     '<tr data-rank="' + r.globalRank + '" data-state="' + esc(r.state) + '">' +
     '<td>' + r.globalRank + ' <small>(local ' + r.localRank + ')</small></td>' +
@@ -189,6 +189,8 @@ function addEvent(e) {
   const details = Object.entries(e.data).map(([k, v]) => k + '=' + (typeof v === 'object' ? JSON.stringify(v) : v)).join(' ');
   li.innerHTML = '<time datetime="' + t.toISOString() + '">' + t.toLocaleTimeString([], { hour12: false }) + '.' + String(t.getMilliseconds()).padStart(3, '0') + '</time>' +
     // A child's label already names it ("start rank-0"); a command says where it went.
+    // A model actor's events name it; the supervisor's do not.
+    (e.model ? '<span class="to">' + esc(e.model) + ':</span> ' : '') +
     '<code>' + esc(e.label) + '</code>' + (e.to && e.type !== 'xstate.init' ? ' <span class="to">→ ' + esc(e.to) + '</span>' : '') +
     (e.from ? ' <span class="move">' + esc(e.from) + ' → ' + esc(e.state) + '</span>' : '') +
     (details ? ' <small>' + esc(details) + '</small>' : '');

@@ -25,8 +25,8 @@ export function drawnChart(machine: DrawnMachine): MachineChart {
 
 /**
  * The machines a node's page draws: the supervisor; on a group the rendezvous coordinator (live
- * on node 0, which runs it); the ranks' serving lifecycle; the lifecycle of the models served
- * beside the node's own; and on a group the model group, node 0's all-or-nothing commit of each
+ * on node 0, which runs it); the ranks' serving lifecycle; the lifecycle of each model the node
+ * serves, its first included; and on a group the model group, node 0's all-or-nothing commit of each
  * model that spans the nodes.
  */
 export function pageMachinesFor(nnodes: number): DrawnMachine[] {

@@ -2,30 +2,23 @@
 // typed placeholder, and the composition root (startNode, with src/actors/nodeActors.ts) or a
 // test supplies the implementations through .provide(). Importing the machine therefore loads
 // no addon, so the CLI can draw the chart on a machine where the addon is not built.
-import { and, assertEvent, assign, enqueueActions, fromCallback, fromPromise, setup, type AnyActorRef, type StateValueFrom } from 'xstate';
+import { assertEvent, assign, enqueueActions, fromCallback, fromPromise, setup, type AnyActorRef, type StateValueFrom } from 'xstate';
 import type { PlannedModel } from '../models/planModel.js';
 import type { GroupSessionInput, PrepareInput, Prepared, PublishCommand, PublishNodeManifestInput, ReportStartupFailureInput } from './supervisorActors.js';
-import type { RankActorInput, RankCommand } from '../models/rankContract.js';
 import { nodeContent } from '../rendezvous/nodeContent.js';
-import { OWN_VERSION } from '../serve/servedRankData.js';
 import type { ServerRegistry } from '../serve/serverRegistry.js';
 import type { WorkerRegistry } from '../models/workerRegistry.js';
 import { WeightdError, type SerializedError } from '../errors.js';
 import type { Logger } from '../log.js';
 import type { NodeConfig } from '../nodeOptions.js';
-import type { GroupFormation, NodeFailure, NodeState, PeerStatus, RankStatus, SameStateNames } from '../nodeStatus.js';
+import type { GroupFormation, NodeFailure, NodeState, PeerStatus, SameStateNames } from '../nodeStatus.js';
 import type { GroupCommand, GroupEvent } from '../rendezvous/groupEvents.js';
 import type { RankTableEntry } from '../wire/rankTable.js';
-import type { ServeCommand, ServeEvent, RankServiceInput } from '../serve/serveEvents.js';
 import type { SupervisorEvent } from './events.js';
-import type { ModelEntry } from '../models/modelHost.js';
-import type { RankEvent } from '../models/rankContract.js';
-import { modelMachine, type ModelInput } from '../models/modelMachine.js';
-import type { NodeManifestEntry, NodeManifestModel } from '../wire/nodeManifest.js';
-import { recordReport, updateRank } from '../models/rankUpdates.js';
-import { rankActorId, rankActorInput, serveActorId, rankServiceInput, type ModelRanks } from '../models/modelRanks.js';
+import { modelActorId, modelFailureMessage, type ModelEntry } from '../models/modelHost.js';
+import { FORMS_GROUP, LOADED_BESIDE, modelMachine, type ModelInput } from '../models/modelMachine.js';
+import type { NodeManifestModel } from '../wire/nodeManifest.js';
 import { keptLoadOf } from '../models/keptLoad.js';
-import type { IdentityChange } from '../files/fileIdentity.js';
 import type { ModelSpec } from '../models/modelSpecs.js';
 
 export interface SupervisorInput {
@@ -45,16 +38,9 @@ export interface SupervisorInput {
 
 export interface SupervisorContext extends SupervisorInput {
   prepared?: Prepared;
-  /** The models served besides the node's own, oldest first (src/models/modelMachine.ts). */
+  /** The model versions the node serves, oldest first, the node's first model first (src/models/modelMachine.ts). */
   models: ModelEntry[];
-  /** The node's own model was unloaded or superseded: its ranks drain, then are released. */
-  ownDrained: boolean;
-  /** The node's own model's checkpoint files changed since it was planned (it drains, and is loaded again). */
-  ownStale?: { changes: IdentityChange[]; described: string; since: number };
-  /** Counts the model actors spawned with the node, for their ids (one loaded later is named by its MODEL_LOAD). */
-  modelsSpawned: number;
   rankTable: RankTableEntry[];
-  ranks: RankStatus[];
   failure?: NodeFailure;
   /** Every node of the group has reported ready (always true soon after ready on one node). */
   groupReady: boolean;
@@ -70,14 +56,8 @@ export interface SupervisorContext extends SupervisorInput {
 
 export const GROUP_ACTOR_ID = 'group';
 
-export const modelActorId = (n: number) => `model-${n}`;
 /** How long ranks get to free their devices after STOP before the node gives up on them. */
 export const STOP_TIMEOUT_MS = 30_000;
-
-/** Every line a rank's actors log carries its global and local rank. */
-function rankLog(context: SupervisorContext, r: RankStatus): Logger {
-  return context.log.child({ globalRank: r.globalRank, localRank: r.localRank });
-}
 
 /** A placeholder's body: running the machine without providing that actor is a wiring bug. */
 function notProvided(name: string): never {
@@ -88,11 +68,9 @@ function notProvided(name: string): never {
 export const supervisorActors = {
   prepareNode: fromPromise<Prepared, PrepareInput>(() => notProvided('prepareNode')),
   groupSession: fromCallback<GroupCommand, GroupSessionInput, GroupEvent>(() => notProvided('groupSession')),
-  rank: fromCallback<RankCommand, RankActorInput, RankEvent>(() => notProvided('rank')),
-  rankService: fromCallback<ServeCommand, RankServiceInput, ServeEvent>(() => notProvided('rankService')),
   publishNodeManifest: fromCallback<PublishCommand, PublishNodeManifestInput>(() => notProvided('publishNodeManifest')),
   reportStartupFailure: fromPromise<boolean, ReportStartupFailureInput>(() => notProvided('reportStartupFailure')),
-  /** Its own rank and serve actors are placeholders too (src/models/modelMachine.ts). */
+  /** Every model the node serves, its first included; its rank and serve actors are placeholders too (src/models/modelMachine.ts). */
   model: modelMachine,
 };
 
@@ -109,10 +87,12 @@ const supervisorSetup = setup({
   guards: {
     // Node 0 hosts the coordinator, which does not exist yet when it fails this early.
     hasGroupToTell: ({ context }) => context.config.nnodes > 1 && context.config.nodeRank !== 0,
-    allRanksLoaded: ({ context }) => context.ranks.length > 0 && context.ranks.every((r) => r.state === 'loaded'),
-    allRanksServing: ({ context }) => context.ranks.every((r) => r.state === 'serving' || r.state === 'released'),
-    allRanksStopped: ({ context }) => context.ranks.every((r) => r.state === 'stopped') && context.models.length === 0,
+    allModelsGone: ({ context }) => context.models.every((m) => m.gone),
     startupModelsServing: ({ context }) => context.models.every((m) => !m.startup || m.entries !== undefined),
+    formsGroup: ({ context, event }) => {
+      assertEvent(event, ['MODEL_STARTING', 'MODEL_FAILED']);
+      return context.models.some((m) => m.id === event.id && m.formsGroup);
+    },
     failsTheNode: ({ context, event }) => {
       assertEvent(event, 'MODEL_FAILED');
       return context.models.some((m) => m.id === event.id && m.startup && !m.restored);
@@ -128,7 +108,7 @@ const supervisorSetup = setup({
     }),
     // Best effort: peers learn of a local failure at once instead of at their timeout.
     notifyGroupOfFailure: enqueueActions(({ context, event, enqueue }) => {
-      assertEvent(event, 'RANK_FAILED');
+      assertEvent(event, 'MODEL_FAILED');
       if (!context.groupJoined) return;
       enqueue.sendTo(GROUP_ACTOR_ID, { type: 'NODE_FAILED', error: context.failure ?? event.error });
     }),
@@ -139,9 +119,9 @@ const supervisorSetup = setup({
       });
       enqueue.assign({ groupJoined: true });
     }),
-    // Every local rank digests the whole checkpoint: any one's digests are the node's.
+    // The group compares the content of the model it formed around, as its model actor digested it.
     announceReady: enqueueActions(({ context, enqueue }) =>
-      enqueue.sendTo(GROUP_ACTOR_ID, { type: 'NODE_READY', content: nodeContent(context.prepared!.plan, context.ranks[0]?.digests) })),
+      enqueue.sendTo(GROUP_ACTOR_ID, { type: 'NODE_READY', content: nodeContent(context.prepared!.models[0]!.plan, context.models.find((m) => m.formsGroup)?.digests) })),
     recordGroupReady: assign({ groupReady: true }),
     recordFormation: assign({
       formation: ({ event }) => {
@@ -163,38 +143,23 @@ const supervisorSetup = setup({
           : { nodeRank: event.nodeRank, state: 'up', since: Date.now() };
       return { peers: [...context.peers.filter((p) => p.nodeRank !== event.nodeRank), peer] };
     }),
-    recordRankFailure: assign(({ context, event }) => {
-      assertEvent(event, 'RANK_FAILED');
-      const rank = context.ranks.find((r) => r.localRank === event.localRank);
-      return {
-        ranks: updateRank(context.ranks, event.localRank, { state: 'failed' }),
-        // The first failure is the cause; later ones are usually its consequences.
-        failure: context.failure ?? {
-          ...event.error,
-          localRank: event.localRank,
-          globalRank: rank?.globalRank,
-          message: `rank ${rank?.globalRank ?? '?'} (local ${event.localRank}) failed: ${event.error.message}`,
-        },
-      };
-    }),
     storePrepared: assign({
       prepared: (_, params: { prepared: Prepared }) => params.prepared,
     }),
+    // The node's first model, placed by the rendezvous, joins as FORMS_GROUP; the others load beside it.
     spawnStartupModels: enqueueActions(({ context, enqueue, self }) => {
-      let n = context.modelsSpawned;
-      const models = [...context.models];
-      for (const planned of context.prepared!.models) {
-        const id = modelActorId(n++);
-        enqueue.spawnChild('model', { id, input: modelInput(context, self, id, planned, true) });
-        models.push(modelEntry(id, planned, true));
-      }
-      enqueue.assign({ models, modelsSpawned: n });
+      const models = context.prepared!.models.map((planned, n) => {
+        const id = modelActorId(n);
+        enqueue.spawnChild('model', { id, input: modelInput(context, self, id, planned, true, n === 0) });
+        return modelEntry(id, planned, true, n === 0);
+      });
+      enqueue.assign({ models: [...context.models, ...models] });
     }),
     spawnModel: enqueueActions(({ context, event, enqueue, self }) => {
       assertEvent(event, 'MODEL_LOAD');
       const { planned, id } = event;
-      enqueue.spawnChild('model', { id, input: modelInput(context, self, id, planned, false) });
-      enqueue.assign({ models: [...context.models, modelEntry(id, planned, false)] });
+      enqueue.spawnChild('model', { id, input: modelInput(context, self, id, planned, false, false) });
+      enqueue.assign({ models: [...context.models, modelEntry(id, planned, false, false)] });
       // Every node loads it as soon as it has joined; none serves it before node 0 commits.
       if (planned.placement.nnodes > 1) {
         const { name } = planned.spec;
@@ -252,36 +217,18 @@ const supervisorSetup = setup({
         enqueue.assign({ models: context.models.map((x) => (x === m ? { ...x, group: undefined } : x)) });
       }
     }),
-    // A version serves: older versions of its name (the node's own model too) drain from now on.
+    // A version serves: older versions of its name (the node's first model's too) drain from now on.
     recordModelServing: enqueueActions(({ context, event, enqueue }) => {
       assertEvent(event, 'MODEL_SERVING');
       const serving = context.models.find((m) => m.id === event.id);
       if (!serving) return;
       const older = context.models.filter((m) => m.name === serving.name && m.id !== serving.id && !m.unloaded);
       for (const m of older) enqueue.sendTo(m.id, { type: 'MODEL_UNLOAD', force: false });
-      const drainOwn = serving.name === context.config.models[0].name && !context.ownDrained;
-      if (drainOwn) for (const r of context.ranks) enqueue.sendTo(serveActorId(r.localRank), { type: 'SERVE_DRAIN', force: false });
       enqueue.assign({
-        ownDrained: context.ownDrained || drainOwn,
-        models: context.models.map((m) => (m.id === serving.id ? { ...m, entries: event.entries } : older.includes(m) ? { ...m, unloaded: true } : m)),
+        models: context.models.map((m) => (m.id === serving.id ? { ...m, entries: event.entries, digests: event.digests } : older.includes(m) ? { ...m, unloaded: true } : m)),
       });
     }),
-    // The own model's files changed: no new lease (its servers refuse E_STALE already), drained,
-    // no longer kept, and loaded again as a new version of its name (the hot swap's path).
-    recordOwnStale: enqueueActions(({ context, event, enqueue }) => {
-      assertEvent(event, 'RANK_STALE');
-      // Drained already (unloaded, or a newer version serves): not to be loaded again.
-      if (context.ownStale || context.ownDrained) return;
-      const { name } = context.config.models[0];
-      context.log.warn({ model: name, files: event.changes }, staleMessage(name, event.described));
-      for (const r of context.ranks) {
-        enqueue.sendTo(serveActorId(r.localRank), { type: 'SERVE_DRAIN', force: false });
-        if (r.state !== 'released') enqueue.sendTo(rankActorId(r.localRank), { type: 'RANK_UNKEEP' });
-      }
-      enqueue.assign({ ownStale: { changes: event.changes, described: event.described, since: Date.now() }, ownDrained: true });
-      enqueue.emit({ type: 'MODEL_STALE', spec: context.config.models[0]! });
-    }),
-    // Another model's files changed: it drains itself (src/models/modelMachine.ts) and is loaded again.
+    // A model's files changed: it drains itself (src/models/modelMachine.ts) and is loaded again.
     recordModelStale: enqueueActions(({ context, event, enqueue }) => {
       assertEvent(event, 'MODEL_STALE');
       context.log.warn({ model: event.spec.name, files: event.changes }, staleMessage(event.spec.name, event.described));
@@ -291,117 +238,59 @@ const supervisorSetup = setup({
     unloadModels: enqueueActions(({ context, event, enqueue }) => {
       assertEvent(event, 'MODEL_UNLOAD');
       for (const id of event.ids) enqueue.sendTo(id, { type: 'MODEL_UNLOAD', force: event.force });
-      if (event.own) for (const r of context.ranks) enqueue.sendTo(serveActorId(r.localRank), { type: 'SERVE_DRAIN', force: event.force });
       enqueue.assign({
-        ownDrained: context.ownDrained || event.own,
         models: context.models.map((m) => (event.ids.includes(m.id) ? { ...m, unloaded: true } : m)),
       });
     }),
-    // A model that failed after the node was ready is gone alone; the others keep serving.
+    // A model that failed after the node was ready is gone alone; the others keep serving. The
+    // node's first model stays listed once released, as it always was: its actor is kept, done.
     dropModel: enqueueActions(({ context, event, enqueue }) => {
       assertEvent(event, ['MODEL_GONE', 'MODEL_FAILED']);
-      if (event.type === 'MODEL_FAILED') context.log.error({ code: event.error.code, model: context.models.find((m) => m.id === event.id)?.name }, event.error.message);
+      const m = context.models.find((x) => x.id === event.id);
+      if (event.type === 'MODEL_FAILED') context.log.error({ code: event.error.code, model: m?.name }, m ? modelFailureMessage(m.name, event.error) : event.error.message);
+      if (event.type === 'MODEL_GONE' && m?.formsGroup) {
+        enqueue.assign({ models: context.models.map((x) => (x === m ? { ...x, gone: true, unloaded: true } : x)) });
+        return;
+      }
       enqueue.stopChild(event.id);
-      enqueue.assign({ models: context.models.filter((m) => m.id !== event.id) });
+      enqueue.assign({ models: context.models.filter((x) => x.id !== event.id) });
     }),
     recordModelFailure: assign(({ context, event }) => {
       assertEvent(event, 'MODEL_FAILED');
       return { failure: context.failure ?? event.error };
     }),
     republishManifest: enqueueActions(({ context, enqueue }) => enqueue.sendTo('publishManifest', { type: 'REPUBLISH', manifest: manifestOf(context) })),
-    // Ranks exist from loading on (context.ranks is filled as they are spawned); a rank not loaded yet keeps its segments once it is.
+    // Each model passes it to its ranks; a rank not loaded yet keeps its segments once it is.
     keepAgain: enqueueActions(({ context, enqueue }) => {
-      for (const r of context.ranks) enqueue.sendTo(rankActorId(r.localRank), { type: 'RANK_KEEP_AGAIN' });
-      for (const m of context.models) enqueue.sendTo(m.id, { type: 'KEEPER_BACK' });
+      for (const m of context.models) if (!m.gone) enqueue.sendTo(m.id, { type: 'KEEPER_BACK' });
     }),
     stopModels: enqueueActions(({ context, enqueue }) => {
-      for (const m of context.models) enqueue.sendTo(m.id, { type: 'MODEL_STOP' });
+      for (const m of context.models) if (!m.gone) enqueue.sendTo(m.id, { type: 'MODEL_STOP' });
     }),
-    storeRankTable: assign(({ context, event }) => {
+    storeRankTable: assign(({ event }) => {
       assertEvent(event, 'GROUP_JOINED');
-      return {
-        rankTable: event.rankTable,
-        ranks: event.rankTable
-          .filter((e) => e.nodeRank === context.config.nodeRank)
-          .map((e) => ({
-            localRank: e.localRank,
-            globalRank: e.globalRank,
-            state: 'starting' as const,
-            bytes: 0,
-            totalBytes: context.prepared?.plan.ranks[e.globalRank]?.totalBytes ?? 0,
-            seconds: 0,
-          })),
-      };
-    }),
-    spawnRanks: enqueueActions(({ context, enqueue }) => {
-      const own = ownRanks(context);
-      const host = { rankWorker: context.rankWorker, workers: context.workers, cudaHandles: context.config.cudaHandles };
-      for (const r of context.ranks) {
-        enqueue.spawnChild('rank', { id: rankActorId(r.localRank), input: rankActorInput(own, r, host, rankLog(context, r), { keeper: context.prepared!.keeper }) });
-      }
-    }),
-    // A rank's socket is bound only once its weights are resident, so a client never maps a
-    // half-filled arena; until then clients fall back to disk.
-    spawnServers: enqueueActions(({ context, enqueue }) => {
-      const own = ownRanks(context);
-      const serve = { socketDir: context.prepared!.socketDir, servers: context.servers, version: OWN_VERSION, own: true };
-      for (const r of context.ranks) enqueue.spawnChild('rankService', { id: serveActorId(r.localRank), input: rankServiceInput(own, r, serve, rankLog(context, r)) });
-    }),
-    // Servers go first so no client attaches to memory that is about to be freed.
-    stopRanks: enqueueActions(({ context, enqueue }) => {
-      for (const r of context.ranks) {
-        enqueue.stopChild(serveActorId(r.localRank));
-        enqueue.sendTo(rankActorId(r.localRank), { type: 'RANK_STOP' });
-      }
-    }),
-    recordServing: assign(({ context, event }) => {
-      assertEvent(event, 'RANK_SERVING');
-      return { ranks: updateRank(context.ranks, event.localRank, { state: 'serving', socketPath: event.socketPath }) };
-    }),
-    releaseRank: enqueueActions(({ event, enqueue }) => {
-      assertEvent(event, 'RANK_RELEASE_REQUESTED');
-      enqueue.sendTo(rankActorId(event.localRank), { type: 'RANK_RELEASE' });
-    }),
-    recordReleased: enqueueActions(({ context, event, enqueue }) => {
-      assertEvent(event, 'RANK_RELEASED');
-      enqueue.assign({ ranks: updateRank(context.ranks, event.localRank, { state: 'released', bytes: 0 }) });
-      enqueue.sendTo(serveActorId(event.localRank), { type: 'SERVE_RELEASED' });
-    }),
-    // What a rank's reports change in its row (models/rankUpdates.ts, shared with the other machine that owns ranks).
-    recordDevice: assign(({ context, event }) => (assertEvent(event, 'RANK_DEVICE'), { ranks: recordReport(context.ranks, event) })),
-    recordProgress: assign(({ context, event }) => (assertEvent(event, 'RANK_PROGRESS'), { ranks: recordReport(context.ranks, event) })),
-    recordLoaded: assign(({ context, event }) => (assertEvent(event, 'RANK_LOADED'), { ranks: recordReport(context.ranks, event) })),
-    recordKept: assign(({ context, event }) => (assertEvent(event, 'RANK_KEPT'), { ranks: recordReport(context.ranks, event) })),
-    recordStopped: assign(({ context, event }) => {
-      assertEvent(event, 'RANK_STOPPED');
-      return { ranks: updateRank(context.ranks, event.localRank, { state: 'stopped' }) };
+      return { rankTable: event.rankTable };
     }),
     recordStopTimeout: assign(({ context }) => ({
       failure: {
         name: 'RankFailedError',
         code: 'E_STOP_TIMEOUT',
-        message: `ranks ${context.ranks.filter((r) => r.state !== 'stopped').map((r) => r.globalRank).join(', ')} did not stop within ${STOP_TIMEOUT_MS / 1000} s; their threads were terminated`,
+        message: `the ranks of models ${context.models.filter((m) => !m.gone).map((m) => `"${m.name}"`).join(', ')} did not stop within ${STOP_TIMEOUT_MS / 1000} s; their threads were terminated`,
       },
     })),
   },
 })
 
-/** Any rank's failure, in any state where ranks exist, tears the whole node down. */
-const rankFailed = { target: '#supervisor.failed', actions: ['recordRankFailure', 'notifyGroupOfFailure'] } as const;
-
-/** A client's allowed release frees its rank through the worker, then answers the server. */
-const clientRelease = {
-  RANK_RELEASE_REQUESTED: { actions: 'releaseRank' },
-  RANK_RELEASED: { actions: 'recordReleased' },
-} as const;
+/** A model's failure that fails the node: peers hear it at once. */
+const nodeFailed = { target: '#supervisor.failed', actions: ['recordModelFailure', 'notifyGroupOfFailure'] } as const;
 
 /**
- * Before the node is ready, the models it starts with load beside its own; the failure of one on
- * its command line fails the node, that of one restored from the keeper fails that model alone.
+ * Before the node is ready, the models it starts with load; the failure of one on its command
+ * line fails the node, that of one restored from the keeper fails that model alone.
  */
 const startupModels = {
   MODEL_SERVING: { actions: 'recordModelServing' },
-  MODEL_FAILED: [{ guard: 'failsTheNode', target: '#supervisor.failed', actions: 'recordModelFailure' }, { actions: 'dropModel' }],
+  MODEL_FAILED: [{ guard: 'failsTheNode', ...nodeFailed }, { actions: 'dropModel' }],
   MODEL_GONE: { actions: 'dropModel' },
   MODEL_STALE: { actions: 'recordModelStale' },
 } as const;
@@ -409,7 +298,7 @@ const startupModels = {
 export const supervisorMachine = supervisorSetup.createMachine({
   id: 'supervisor',
   initial: 'init',
-  context: ({ input }) => ({ ...input, rankTable: [], ranks: [], groupJoined: false, groupReady: false, peers: [], models: [], ownDrained: false, modelsSpawned: 0 }),
+  context: ({ input }) => ({ ...input, rankTable: [], groupJoined: false, groupReady: false, peers: [], models: [] }),
   states: {
     init: {
       invoke: {
@@ -444,31 +333,19 @@ export const supervisorMachine = supervisorSetup.createMachine({
         STOP: 'stopped',
       },
     },
+    // The models the node starts with load, each a model actor; the first is the group's.
     loading: {
-      entry: ['spawnRanks', 'spawnStartupModels'],
+      entry: 'spawnStartupModels',
       on: {
         ...startupModels,
-        RANK_DEVICE: { actions: 'recordDevice' },
-        RANK_PROGRESS: { actions: 'recordProgress' },
-        RANK_LOADED: { actions: 'recordLoaded' },
-        RANK_FAILED: rankFailed,
+        MODEL_STARTING: { guard: 'formsGroup', target: 'starting' },
         STOP: 'stopping',
       },
-      always: { guard: 'allRanksLoaded', target: 'starting' },
     },
-    // Each rank's socket is bound (the model machine's "starting"); the node serves once ready.
+    // The group's model binds its sockets (its model machine's "starting"); the node is ready once every startup model serves.
     starting: {
-      entry: 'spawnServers',
-      on: {
-        RANK_SERVING: { actions: 'recordServing' },
-        RANK_STALE: { actions: 'recordOwnStale' },
-        // A rank's socket is live before its siblings' are, so a client may already release.
-        ...clientRelease,
-        ...startupModels,
-        RANK_FAILED: rankFailed,
-        STOP: 'stopping',
-      },
-      always: { guard: and(['allRanksServing', 'startupModelsServing']), target: 'ready' },
+      on: { ...startupModels, STOP: 'stopping' },
+      always: { guard: 'startupModelsServing', target: 'ready' },
     },
     ready: {
       entry: 'announceReady',
@@ -478,14 +355,13 @@ export const supervisorMachine = supervisorSetup.createMachine({
         input: ({ context }) => ({ socketDir: context.prepared!.socketDir, log: context.log, manifest: manifestOf(context) }),
       },
       on: {
-        ...clientRelease,
         MODEL_LOAD: { actions: 'spawnModel' },
         MODEL_SERVING: { actions: ['recordModelServing', 'republishManifest'] },
-        RANK_STALE: { actions: ['recordOwnStale', 'republishManifest'] },
         MODEL_STALE: { actions: ['recordModelStale', 'republishManifest'] },
         MODEL_UNLOAD: { actions: ['unloadModels', 'republishManifest'] },
         MODEL_GONE: { actions: ['dropModel', 'republishManifest'] },
-        MODEL_FAILED: { actions: ['tellGroupFailed', 'dropModel', 'republishManifest'] },
+        // The group's model fails the node in any state; any other is gone alone.
+        MODEL_FAILED: [{ guard: 'formsGroup', ...nodeFailed }, { actions: ['tellGroupFailed', 'dropModel', 'republishManifest'] }],
         MODEL_RESIDENT: { actions: 'tellGroupResident' },
         MODEL_PLAN_FAILED: { actions: 'tellGroupPlanFailed' },
         MODEL_GROUP_COMMIT: { actions: 'applyGroupVerdict' },
@@ -496,14 +372,13 @@ export const supervisorMachine = supervisorSetup.createMachine({
         GROUP_READY: { actions: 'recordGroupReady' },
         PEER_LOST: { actions: 'recordPeer' },
         PEER_BACK: { actions: 'recordPeer' },
-        RANK_FAILED: rankFailed,
         STOP: 'stopping',
       },
     },
     stopping: {
-      entry: ['stopRanks', 'stopModels'],
-      on: { RANK_STOPPED: { actions: 'recordStopped' }, RANK_FAILED: rankFailed, MODEL_GONE: { actions: 'dropModel' }, MODEL_FAILED: { actions: 'dropModel' } },
-      always: { guard: 'allRanksStopped', target: 'stopped' },
+      entry: 'stopModels',
+      on: { MODEL_GONE: { actions: 'dropModel' }, MODEL_FAILED: { actions: 'dropModel' } },
+      always: { guard: 'allModelsGone', target: 'stopped' },
       after: { stopTimeout: { target: 'failed', actions: 'recordStopTimeout' } },
     },
     stopped: { type: 'final' },
@@ -512,8 +387,6 @@ export const supervisorMachine = supervisorSetup.createMachine({
   on: {
     GROUP_FAILED: { target: '.failed', actions: 'recordGroupFailure' },
     COORDINATOR_STATE: { actions: 'recordCoordinatorState' },
-    // A keeper takes, loses or drops a rank's segments in any state a rank lives in.
-    RANK_KEPT: { actions: 'recordKept' },
     KEEPER_BACK: { actions: 'keepAgain' },
   },
 });
@@ -521,18 +394,13 @@ export const supervisorMachine = supervisorSetup.createMachine({
 // The status's NodeState names exactly these states.
 true satisfies SameStateNames<StateValueFrom<typeof supervisorMachine>, NodeState>;
 
-/** The node's own model's ranks, as prepared and placed on the whole group. */
-function ownRanks(context: SupervisorContext): ModelRanks {
-  const { plan, devices, fill } = context.prepared!;
-  return { name: context.config.models[0].name, plan, devices, fill, nodeRank: context.config.nodeRank, nnodes: context.config.nnodes };
-}
-
-function modelInput(context: SupervisorContext, parent: AnyActorRef, id: string, planned: PlannedModel, startup: boolean): ModelInput {
+function modelInput(context: SupervisorContext, parent: AnyActorRef, id: string, planned: PlannedModel, startup: boolean, formsGroup: boolean): ModelInput {
   return {
     id,
     parent,
     planned,
     startup,
+    join: formsGroup ? FORMS_GROUP : LOADED_BESIDE,
     socketDir: context.prepared!.socketDir,
     cudaHandles: context.config.cudaHandles,
     keeper: context.prepared!.keeper && { ...context.prepared!.keeper, model: planned.spec.modelDir, load: (planned.origin ?? 'start') === 'start' ? undefined : keptLoadOf(planned.spec, planned.plan.fingerprint) },
@@ -543,7 +411,7 @@ function modelInput(context: SupervisorContext, parent: AnyActorRef, id: string,
   };
 }
 
-function modelEntry(id: string, planned: PlannedModel, startup: boolean): ModelEntry {
+function modelEntry(id: string, planned: PlannedModel, startup: boolean, formsGroup: boolean): ModelEntry {
   return {
     id,
     name: planned.spec.name,
@@ -551,23 +419,24 @@ function modelEntry(id: string, planned: PlannedModel, startup: boolean): ModelE
     tpSize: planned.spec.tpSize,
     startup,
     restored: planned.origin === 'restore',
+    formsGroup,
     unloaded: false,
-    ...(planned.placement.nnodes > 1 ? { group: 'pending' as const } : {}),
+    // The group formed around the first model at rendezvous: no commit round for it.
+    ...(planned.placement.nnodes > 1 && !formsGroup ? { group: 'pending' as const } : {}),
   };
 }
 
-/** node.json: the node's own model's ranks (as before several models) and every model that serves. */
+/**
+ * node.json: every model that serves or drains, and as `entries` (what a client that names no
+ * model reads, as before several models) the ranks of the newest version of the node's first
+ * model's name that serves, else of one that drains.
+ */
 function manifestOf(context: SupervisorContext): PublishNodeManifestInput['manifest'] {
-  const plan = context.prepared!.plan;
-  const own: NodeManifestEntry[] = context.ranks
-    .filter((r) => r.state === 'serving')
-    .map((r) => ({ globalRank: r.globalRank, localRank: r.localRank, socketPath: r.socketPath!, deviceUuid: r.device!.uuid, fingerprint: plan.ranks[r.globalRank]!.fingerprint }));
-  const models: NodeManifestModel[] = [
-    ...(own.length > 0 ? [{ name: context.config.models[0].name, fingerprint: plan.fingerprint, tpSize: context.config.tpSize, draining: context.ownDrained, ranks: own }] : []),
-    ...context.models.filter((m) => m.entries).map((m) => ({ name: m.name, fingerprint: m.fingerprint, tpSize: m.tpSize, draining: m.unloaded, ranks: m.entries! })),
-  ];
+  const listed = context.models.filter((m) => m.entries && !m.gone);
+  const models: NodeManifestModel[] = listed.map((m) => ({ name: m.name, fingerprint: m.fingerprint, tpSize: m.tpSize, draining: m.unloaded, ranks: m.entries! }));
+  const first = listed.filter((m) => m.name === context.config.models[0].name);
   return {
-    entries: own,
+    entries: (first.findLast((m) => !m.unloaded) ?? first.at(-1))?.entries ?? [],
     models,
     group: { nodeRank: context.config.nodeRank, nnodes: context.config.nnodes, tpSize: context.config.tpSize, rankTable: context.rankTable },
   };

@@ -1,11 +1,10 @@
 // What the supervisor's actors take and give back (src/actors/ implements them): declared here,
 // beside the machine that invokes them, so the machine imports no actor's implementation file.
 import type { SerializedError } from '../errors.js';
-import type { CheckpointPlan } from '../checkpoint/types.js';
 import type { Logger } from '../log.js';
 import type { PlannedModel } from '../models/planModel.js';
 import type { RankKeeping } from '../models/rankMessages.js';
-import type { DeviceSlot, FillOptions } from '../native/addon.js';
+import type { DeviceSlot } from '../native/addon.js';
 import type { NodeConfig } from '../nodeOptions.js';
 import type { GroupTiming } from '../rendezvous/timing.js';
 import type { ServerRegistry } from '../serve/serverRegistry.js';
@@ -22,8 +21,7 @@ export interface PrepareInput {
 }
 
 export interface Prepared {
-  plan: CheckpointPlan;
-  /** The device of each local rank, in local-rank order. */
+  /** The device of each local rank of the group, in local-rank order. */
   devices: DeviceSlot[];
   /** How many devices of the backend this node sees (compared across nodes at rendezvous). */
   visibleDevices: number;
@@ -35,11 +33,13 @@ export interface Prepared {
    * left when the node ends earlier.
    */
   locks: DeviceLock[];
-  /** The fill options every local rank gets (nodeFillOptions): one group, cold or warm reads. */
-  fill: FillOptions;
   /** Where the ranks adopt and keep their segments (absent: --keeper off). */
   keeper?: RankKeeping;
-  /** The other models the node starts with (config.models after the first, then those restored from the keeper), planned. */
+  /**
+   * Every model the node starts with, planned: config.models in order, then those restored from
+   * the keeper. The first is the one its group forms around: the rendezvous compares its plan,
+   * on `devices`.
+   */
   models: PlannedModel[];
 }
 
@@ -52,7 +52,7 @@ export interface GroupSessionInput {
 }
 
 export interface NodeManifestContent {
-  /** The node's own model's ranks that serve. */
+  /** The ranks of the newest version of the node's first model's name that serves (else drains): what a client that names no model reads. */
   entries: NodeManifestEntry[];
   models: NodeManifestModel[];
   group: NodeGroupInfo;

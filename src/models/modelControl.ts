@@ -10,7 +10,7 @@ import { evictForLoad } from './evictForLoad.js';
 import { checkEvictionPolicy, type EvictionPolicy } from './evictionPolicy.js';
 import type { Logger } from '../log.js';
 import { LOAD_RUNNING, modelMachine } from './modelMachine.js';
-import { modelActor, modelLoadId, type ModelHost } from './modelHost.js';
+import { modelActor, modelFailureMessage, modelLoadId, type ModelHost } from './modelHost.js';
 import { resolveModelSpec, type ModelRequest, type ModelSpec } from './modelSpecs.js';
 import type { LoadResult, ModelStatus, NodeStatus, UnloadResult } from '../nodeStatus.js';
 
@@ -193,7 +193,7 @@ export class ModelControl {
     if (!child) throw new WeightdError('E_LOAD_BUSY', `the node is ${this.#actor.getSnapshot().value} and did not take the load of "${name}"; try again once it is ready`);
     await this.#untilServing(child, name);
     // The newest version of the fingerprint: one released or draining before may still be listed.
-    return this.#status().models.findLast((m) => !m.own && m.fingerprint === planned.plan.fingerprint)!;
+    return this.#status().models.findLast((m) => m.fingerprint === planned.plan.fingerprint)!;
   }
 
   #evict(policy: Exclude<EvictionPolicy, 'off'>, refused: WeightdError, name: string): Promise<LoadResult['evicted']> {
@@ -224,11 +224,10 @@ export class ModelControl {
       const loaded = live.map((m) => `${m.name} (${m.fingerprint?.slice(0, 12) ?? '?'}…, tp ${m.tpSize})`);
       throw new WeightdError('E_UNKNOWN_MODEL', `no loaded model is named or fingerprinted "${target}"; loaded: ${loaded.join(', ') || 'none'}`, { target, loaded: live.map((m) => m.name) });
     }
-    const entries = this.#actor.getSnapshot().context.models;
-    const ids = entries.filter((e) => chosen.some((m) => !m.own && m.fingerprint === e.fingerprint)).map((e) => e.id);
-    const own = chosen.some((m) => m.own);
+    const entries = this.#actor.getSnapshot().context.models.filter((e) => !e.gone);
+    const ids = entries.filter((e) => chosen.some((m) => m.fingerprint === e.fingerprint)).map((e) => e.id);
     this.#log.info({ target, force, models: chosen.map((m) => m.name) }, force ? 'unload (forced): revoking leases and freeing' : 'unload: draining until the last lease ends');
-    this.#actor.send({ type: 'MODEL_UNLOAD', ids, own, force });
+    this.#actor.send({ type: 'MODEL_UNLOAD', ids, force });
     return { unloaded: chosen.map((m) => ({ name: m.name, fingerprint: m.fingerprint ?? '', leases: m.leases })), force };
   }
 
@@ -257,7 +256,7 @@ export class ModelControl {
         } else if (snap.status !== 'active') {
           sub.unsubscribe();
           const f = snap.context.failure;
-          reject(f ? new RankFailedError(receivedCode(f.code), f.message, { ...f.details, model: name }) : new WeightdError('E_STOPPED', `model "${name}" was stopped before it served`));
+          reject(f ? new RankFailedError(receivedCode(f.code), modelFailureMessage(name, f), { ...f.details, model: name }) : new WeightdError('E_STOPPED', `model "${name}" was stopped before it served`));
         }
       };
       const sub = child.subscribe({ next: check, error: (err) => reject(err as Error) });

@@ -12,7 +12,7 @@ import type { ModelSpec } from './modelSpecs.js';
 import type { PlannedModel } from './planModel.js';
 import type { ModelGroupJoin } from '../rendezvous/groupEvents.js';
 
-/** A model the node serves besides its own, as the supervisor tracks it (its actor has the rest). */
+/** A model version the node serves, as the supervisor tracks it (its actor has the rest). */
 export interface ModelEntry {
   /** The model actor's id among the supervisor's children. */
   id: string;
@@ -24,6 +24,16 @@ export interface ModelEntry {
   startup: boolean;
   /** Restored from an earlier daemon's run-time load (PlannedModel.origin): its failure fails it alone. */
   restored: boolean;
+  /**
+   * The node's first model (config.models[0]), which the rendezvous formed the group around
+   * (FORMS_GROUP): its failure fails the node in any state, its ranks are the status's `ranks`,
+   * and it stays listed once released (as "released").
+   */
+  formsGroup: boolean;
+  /** Released or stopped (a model that forms the group stays listed then: its actor is kept, done). */
+  gone?: boolean;
+  /** Once it serves: the checkpoint tensors' digests (as any one rank has them; the group's ready barrier compares them). */
+  digests?: string[];
   /** Once it serves: its ranks, for the node manifest. */
   entries?: NodeManifestEntry[];
   /** Unloaded (or superseded by a newer version of its name): it drains. */
@@ -38,11 +48,13 @@ export interface ModelEntry {
 /** What a model actor tells the supervisor. */
 export type ModelEvent =
   /** Every rank serves: the version is attachable. `entries`: its ranks, for the node manifest. */
-  | { type: 'MODEL_SERVING'; id: string; entries: NodeManifestEntry[] }
+  | { type: 'MODEL_SERVING'; id: string; entries: NodeManifestEntry[]; digests?: string[] }
+  /** Every rank is loaded and its files checked: its sockets are being bound. */
+  | { type: 'MODEL_STARTING'; id: string }
   /** A model that spans the group is resident here, not attachable yet (src/models/modelGroupMachine.ts). */
   | { type: 'MODEL_RESIDENT'; id: string }
   | { type: 'MODEL_FAILED'; id: string; error: NodeFailure }
-  /** Released or stopped: the actor has ended and its memory is freed. */
+  /** Released (every rank's memory freed: the supervisor ends the actor, or keeps the first model's servers answering) or stopped (the actor has ended). */
   | { type: 'MODEL_GONE'; id: string }
   /** Its checkpoint files changed since it was planned: it drains, and `spec` is loaded again. */
   | { type: 'MODEL_STALE'; id: string; spec: ModelSpec; changes: IdentityChange[]; described: string };
@@ -53,8 +65,8 @@ export type ModelRequestEvent =
   | { type: 'MODEL_LOAD'; id: string; planned: PlannedModel }
   /** A model that would span the group could not be planned here: the other nodes must not wait for it. */
   | { type: 'MODEL_PLAN_FAILED'; name: string; error: SerializedError }
-  /** `ids`: model actors to unload; `own`: the node's own model too. */
-  | { type: 'MODEL_UNLOAD'; ids: string[]; own: boolean; force: boolean }
+  /** `ids`: the model actors to unload. */
+  | { type: 'MODEL_UNLOAD'; ids: string[]; force: boolean }
   /** This node's files of a version that spans the group changed: node 0 is told (src/models/groupReload.ts). */
   | { type: 'MODEL_GROUP_STALE'; name: string; fingerprint: string }
   /**
@@ -77,6 +89,21 @@ export interface ModelHostSnapshot {
   context: { models: ModelEntry[] };
   children: Record<string, AnyActorRef | undefined>;
 }
+
+/**
+ * A model's failure as said of that model (a load's error, the log line of a model dropped
+ * alone): a rank's failure names the rank only (as the node's failure always has), so the model
+ * is named before it.
+ */
+export function modelFailureMessage(name: string, failure: NodeFailure): string {
+  return failure.localRank === undefined ? failure.message : `model "${name}": ${failure.message}`;
+}
+
+/** The id of the `n`th model the node starts with (config.models order, then those restored from the keeper). */
+export const modelActorId = (n: number) => `model-${n}`;
+
+/** The node's first model's actor: the one its group forms around. */
+export const FIRST_MODEL_ID = modelActorId(0);
 
 /** The id of the `n`th model loaded at run time (MODEL_LOAD.id): apart from those started with the node. */
 export const modelLoadId = (n: number) => `load-${n}`;

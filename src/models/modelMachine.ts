@@ -1,27 +1,33 @@
-// One model version served beside the node's own model: a child of the supervisor with its own
-// lifecycle. It holds no I/O: its rank and serve actors are typed placeholders that the
-// composition root (src/actors/nodeActors.ts) or a test supplies through .provide().
+// One model version the node serves: a child of the supervisor with its own lifecycle. The
+// node's first model (the one its group forms around) is one too, joined as FORMS_GROUP says.
+// It holds no I/O: its rank and serve actors are typed placeholders that the composition root
+// (src/actors/nodeActors.ts) or a test supplies through .provide().
 //
 //   admitting: each rank opens its device and reports its free memory; nothing is allocated
 //              until every rank has, and the model is refused (failed) when it does not fit.
+//              The node's first model is admitted at once (ModelJoin.awaitAdmission).
 //   loading:   the ranks allocate and fill.
 //   verifying: the checkpoint files are checked to be the ones planned (a directory rewritten
 //              meanwhile fails this load alone).
-//   resident:  only for a model that spans the group: resident here but not attachable until
+//   resident:  only for a model that spans the group (and not the one the group formed around,
+//              ModelJoin.awaitCommit): resident here but not attachable until
 //              node 0 commits it (resident on every node) or aborts it (it failed somewhere;
 //              then it is freed). An abort can come in any state before this one too.
-//   starting:  each rank is served on its device's socket (shared with the other models).
+//   starting:  each rank is served on its device's socket (shared with the other models); the
+//              supervisor hears it (MODEL_STARTING: the node's own "starting").
 //   serving:   attachable; watchers hear model_ready. Its checkpoint files changed (a rank's
 //              server found it, src/serve/filesCheck.ts): it is stale, and drains at once while
 //              the supervisor loads it again.
 //   draining:  unloaded, or a newer version serves: no new lease, and no longer kept; freed
 //              when the last lease ends, or at once when forced (the holders hear lease_revoked).
-//   released:  every rank's memory is freed; the actor ends.
+//   released:  every rank's memory is freed. The supervisor then ends the actor (its servers go,
+//              and the version leaves its sockets), except the node's first model's: its
+//              servers answer "released" until the node stops, as a one-model daemon's did.
 //   stopping:  the node stops: servers go first, then each rank frees its device.
 //   failing:   with a keeper, what it holds of a model that failed is dropped (its ranks may have
-//              adopted or kept it), then failed; a model refused before any rank allocated, or one
-//              without a keeper, fails at once.
-import { and, assertEvent, assign, enqueueActions, fromCallback, fromPromise, sendTo, setup, type AnyActorRef, type StateValueFrom } from 'xstate';
+//              adopted or kept it), then failed; a model refused before any rank allocated, one
+//              without a keeper, or the node's first model (ModelJoin.dropKeptOnFailure), fails at once.
+import { and, not, assertEvent, assign, enqueueActions, fromCallback, fromPromise, sendTo, setup, type AnyActorRef, type StateValueFrom } from 'xstate';
 import type { FileIdentity, IdentityChange } from '../files/fileIdentity.js';
 import type { PlannedModel } from './planModel.js';
 import type { RankActorInput, RankCommand } from './rankContract.js';
@@ -40,6 +46,26 @@ import { formatGiB, modelPools, modelShortfall } from './modelFit.js';
 import { recordReport, updateRank } from './rankUpdates.js';
 import { rankActorId, rankActorInput, serveActorId, rankServiceInput, type ModelRanks } from './modelRanks.js';
 
+/**
+ * How a model joins the node. A model loaded beside others (LOADED_BESIDE) is admitted against
+ * what is resident and, spanning the group, committed by node 0; the node's first model
+ * (FORMS_GROUP) is the one the rendezvous formed the group around, and loads as it did before
+ * several models existed.
+ */
+export interface ModelJoin {
+  /** Its ranks wait for admission (every rank opened, and the model fits) before they allocate; false: they allocate once their device is open. */
+  awaitAdmission: boolean;
+  /** Its ranks hand the keeper their segments once it serves; false: once exported (RankWorkerData.keepOnceServing). */
+  keepOnceServing: boolean;
+  /** Spanning the group, it waits in resident for node 0's commit; false: the rendezvous formed the group around it, and the node's ready barrier stands for the commit. */
+  awaitCommit: boolean;
+  /** A failure drops what the keeper holds of it (failing); false: the keeper keeps it for the node's next start. */
+  dropKeptOnFailure: boolean;
+}
+
+export const LOADED_BESIDE: ModelJoin = { awaitAdmission: true, keepOnceServing: true, awaitCommit: true, dropKeptOnFailure: true };
+export const FORMS_GROUP: ModelJoin = { awaitAdmission: false, keepOnceServing: false, awaitCommit: false, dropKeptOnFailure: false };
+
 export interface ModelInput {
   /** The child's id in the supervisor, which its events to the parent carry. */
   id: string;
@@ -51,6 +77,8 @@ export interface ModelInput {
   planned: PlannedModel;
   /** Started with the node (its failure fails the node) rather than loaded later. */
   startup: boolean;
+  /** How it joins the node (default LOADED_BESIDE). */
+  join?: ModelJoin;
   socketDir: string;
   cudaHandles: CudaHandles;
   /** Where its ranks keep their segments beyond the daemon (absent: --keeper off), once it serves. */
@@ -62,6 +90,7 @@ export interface ModelInput {
 }
 
 export interface ModelContext extends ModelInput {
+  join: ModelJoin;
   ranks: RankStatus[];
   failure?: NodeFailure;
   /** The unload was forced: leases are revoked instead of waited for. */
@@ -96,10 +125,11 @@ export const modelActors = {
   rankService: fromCallback<ServeCommand, RankServiceInput, ServeEvent>(() => notProvided('rankService')),
 };
 
-const rankLog = (context: ModelContext, localRank: number) => context.log.child({ model: context.planned.spec.name, localRank });
+/** Every line a rank's actors log carries its global and local rank (the model's log names the model). */
+const rankLog = (context: ModelContext, r: RankStatus) => context.log.child({ globalRank: r.globalRank, localRank: r.localRank });
 
-/** A failure once its ranks may hold memory the keeper has too: through failing, where there is a keeper. */
-const failWith = <A extends string>(actions: A) => [{ guard: 'hasKeeper', target: '#model.failing', actions }, { target: '#model.failed', actions }] as const;
+/** A failure once its ranks may hold memory the keeper has too: through failing, where the keeper's copies are to go. */
+const failWith = <A extends string>(actions: A) => [{ guard: 'dropsKept', target: '#model.failing', actions }, { target: '#model.failed', actions }] as const;
 
 /** Another node failed it, or node 0 is gone: it fails here too, and is freed. */
 const aborted = failWith('recordAbort');
@@ -122,21 +152,24 @@ export const modelMachine = setup({
     allRanksOpened: ({ context }) => context.ranks.every((r) => r.device !== undefined),
     fits: ({ context }) => modelShortfall(needs(context)) === undefined,
     allRanksLoaded: ({ context }) => context.ranks.every((r) => r.state === 'loaded'),
-    allRanksServing: ({ context }) => context.ranks.every((r) => r.state === 'serving'),
+    // A rank's socket is live before its siblings' are, so a client may already have released it.
+    allRanksServing: ({ context }) => context.ranks.every((r) => r.state === 'serving' || r.state === 'released'),
     allRanksReleased: ({ context }) => context.ranks.every((r) => r.state === 'released'),
     allRanksStopped: ({ context }) => context.ranks.every((r) => r.state === 'stopped'),
-    spansGroup: ({ context }) => context.planned.placement.nnodes > 1,
+    awaitsAdmission: ({ context }) => context.join.awaitAdmission,
+    awaitsCommit: ({ context }) => context.planned.placement.nnodes > 1 && context.join.awaitCommit,
     isStale: ({ context }) => context.stale !== undefined,
-    hasKeeper: ({ context }) => context.keeper !== undefined,
+    dropsKept: ({ context }) => context.keeper !== undefined && context.join.dropKeptOnFailure,
   },
   actions: {
     spawnRanks: enqueueActions(({ context, enqueue }) => {
-      const phases = { keeper: context.keeper, awaitAdmission: true, keepOnceServing: true };
+      const phases = { keeper: context.keeper, awaitAdmission: context.join.awaitAdmission, keepOnceServing: context.join.keepOnceServing };
       for (const r of context.ranks) {
-        enqueue.spawnChild('rank', { id: rankActorId(r.localRank), input: rankActorInput(ranksOf(context), r, context, rankLog(context, r.localRank), phases) });
+        enqueue.spawnChild('rank', { id: rankActorId(r.localRank), input: rankActorInput(ranksOf(context), r, context, rankLog(context, r), phases) });
       }
     }),
     admitRanks: enqueueActions(({ context, enqueue }) => {
+      if (!context.join.awaitAdmission) return;
       for (const r of context.ranks) enqueue.sendTo(rankActorId(r.localRank), { type: 'RANK_ADMIT' });
     }),
     recordShortfall: assign(({ context }) => {
@@ -158,7 +191,7 @@ export const modelMachine = setup({
       const e = (event as unknown as { error: WeightdError }).error;
       return { failure: { name: e.name, code: e.code ?? 'E_FILE_CHANGED', message: `model "${context.planned.spec.name}": ${e.message}`, details: e.details } };
     }),
-    // What a rank's reports change in its row (models/rankUpdates.ts, shared with the other machine that owns ranks).
+    // What a rank's reports change in its row (models/rankUpdates.ts).
     recordDevice: assign(({ context, event }) => {
       assertEvent(event, 'RANK_DEVICE');
       return { ranks: recordReport(context.ranks, event), adoptable: event.adoptable ? [...context.adoptable, event.localRank] : context.adoptable };
@@ -167,6 +200,7 @@ export const modelMachine = setup({
     recordLoaded: assign(({ context, event }) => (assertEvent(event, 'RANK_LOADED'), { ranks: recordReport(context.ranks, event) })),
     recordKept: assign(({ context, event }) => (assertEvent(event, 'RANK_KEPT'), { ranks: recordReport(context.ranks, event) })),
     keepRanks: enqueueActions(({ context, enqueue }) => {
+      if (!context.join.keepOnceServing) return;
       for (const r of context.ranks) if (r.state !== 'released') enqueue.sendTo(rankActorId(r.localRank), { type: 'RANK_KEEP' });
     }),
     keepRanksAgain: enqueueActions(({ context, enqueue }) => {
@@ -177,8 +211,8 @@ export const modelMachine = setup({
       for (const r of context.ranks) if (r.state !== 'released') enqueue.sendTo(rankActorId(r.localRank), { type: 'RANK_UNKEEP' });
     }),
     spawnServers: enqueueActions(({ context, enqueue }) => {
-      const serve = { socketDir: context.socketDir, servers: context.servers, version: context.id, own: false };
-      for (const r of context.ranks) enqueue.spawnChild('rankService', { id: serveActorId(r.localRank), input: rankServiceInput(ranksOf(context), r, serve, rankLog(context, r.localRank)) });
+      const serve = { socketDir: context.socketDir, servers: context.servers, version: context.id };
+      for (const r of context.ranks) enqueue.spawnChild('rankService', { id: serveActorId(r.localRank), input: rankServiceInput(ranksOf(context), r, serve, rankLog(context, r)) });
     }),
     recordStale: assign(({ context, event }) => {
       assertEvent(event, 'RANK_STALE');
@@ -191,7 +225,8 @@ export const modelMachine = setup({
     }),
     announce: enqueueActions(({ context, enqueue }) => {
       for (const r of context.ranks) enqueue.sendTo(serveActorId(r.localRank), { type: 'SERVE_ANNOUNCE' });
-      enqueue.sendTo(context.parent, { type: 'MODEL_SERVING', id: context.id, entries: manifestEntries(context) });
+      // Every local rank digests the whole checkpoint: any one's digests are the model's.
+      enqueue.sendTo(context.parent, { type: 'MODEL_SERVING', id: context.id, entries: manifestEntries(context), digests: context.ranks[0]?.digests });
     }),
     storeForce: assign(({ event }) => {
       assertEvent(event, 'MODEL_UNLOAD');
@@ -225,18 +260,14 @@ export const modelMachine = setup({
       assertEvent(event, 'RANK_FAILED');
       return {
         ranks: updateRank(context.ranks, event.localRank, { state: 'failed' }),
-        failure: context.failure ?? {
-          ...event.error,
-          localRank: event.localRank,
-          globalRank: context.ranks.find((r) => r.localRank === event.localRank)?.globalRank,
-          message: `model "${context.planned.spec.name}" rank ${event.localRank} failed: ${event.error.message}`,
-        },
+        failure: context.failure ?? rankFailure(context.ranks, event.localRank, event.error),
       };
     }),
     recordAbort: assign(({ context, event }) => {
       assertEvent(event, 'MODEL_ABORT');
       return { failure: context.failure ?? event.error };
     }),
+    tellParentStarting: sendTo(({ context }) => context.parent, ({ context }) => ({ type: 'MODEL_STARTING', id: context.id })),
     tellParentResident: sendTo(({ context }) => context.parent, ({ context }) => ({ type: 'MODEL_RESIDENT', id: context.id })),
     tellParentFailed: sendTo(({ context }) => context.parent, ({ context }) => ({ type: 'MODEL_FAILED', id: context.id, error: context.failure! })),
     tellParentGone: sendTo(({ context }) => context.parent, ({ context }) => ({ type: 'MODEL_GONE', id: context.id })),
@@ -246,6 +277,7 @@ export const modelMachine = setup({
   initial: 'admitting',
   context: ({ input }) => ({
     ...input,
+    join: input.join ?? LOADED_BESIDE,
     force: false,
     adoptable: [],
     ranks: input.planned.devices.map((_, localRank) => {
@@ -259,6 +291,7 @@ export const modelMachine = setup({
       entry: 'spawnRanks',
       on: { RANK_DEVICE: { actions: 'recordDevice' }, MODEL_STOP: '#model.stopping', MODEL_ABORT: aborted },
       always: [
+        { guard: not('awaitsAdmission'), target: 'loading' },
         { guard: and(['allRanksOpened', 'fits']), target: 'loading' },
         { guard: 'allRanksOpened', target: 'failed', actions: 'recordShortfall' },
       ],
@@ -266,7 +299,8 @@ export const modelMachine = setup({
     loading: {
       tags: LOAD_RUNNING,
       entry: 'admitRanks',
-      on: { RANK_PROGRESS: { actions: 'recordProgress' }, RANK_LOADED: { actions: 'recordLoaded' }, MODEL_STOP: '#model.stopping', MODEL_ABORT: aborted },
+      // A model admitted at once hears its ranks open their devices here.
+      on: { RANK_DEVICE: { actions: 'recordDevice' }, RANK_PROGRESS: { actions: 'recordProgress' }, RANK_LOADED: { actions: 'recordLoaded' }, MODEL_STOP: '#model.stopping', MODEL_ABORT: aborted },
       always: { guard: 'allRanksLoaded', target: 'verifying' },
     },
     verifying: {
@@ -275,7 +309,7 @@ export const modelMachine = setup({
         id: 'checkFiles',
         src: 'checkFiles',
         input: ({ context }) => ({ files: context.planned.plan.files }),
-        onDone: [{ guard: 'spansGroup', target: 'resident' }, { target: 'starting' }],
+        onDone: [{ guard: 'awaitsCommit', target: 'resident' }, { target: 'starting' }],
         onError: failWith('recordFilesChanged'),
       },
       on: { MODEL_STOP: '#model.stopping', MODEL_ABORT: aborted },
@@ -287,7 +321,7 @@ export const modelMachine = setup({
     },
     starting: {
       tags: LOAD_RUNNING,
-      entry: 'spawnServers',
+      entry: ['spawnServers', 'tellParentStarting'],
       // A rank's socket is live before its siblings' are, so a client may already release.
       on: { RANK_SERVING: { actions: 'recordServing' }, ...clientRelease, MODEL_STOP: '#model.stopping' },
       always: { guard: 'allRanksServing', target: 'serving' },
@@ -312,7 +346,8 @@ export const modelMachine = setup({
       on: { MODEL_UNLOAD: { actions: ['storeForce', 'drain'] }, ...clientRelease, MODEL_STOP: '#model.stopping' },
       always: { guard: 'allRanksReleased', target: 'released' },
     },
-    released: { type: 'final', entry: 'tellParentGone' },
+    // Not final: its servers stay until the supervisor ends it (above).
+    released: { entry: 'tellParentGone' },
     stopping: {
       entry: 'stopRanks',
       // The node stops: a rank failing now leaves the keeper's copies for its next start.
@@ -356,6 +391,12 @@ function ranksOf(context: ModelContext): ModelRanks {
 function needs(context: ModelContext) {
   const bytes = (r: RankStatus) => (context.adoptable.includes(r.localRank) ? 0 : context.planned.plan.ranks[r.globalRank]!.segments.reduce((a, b) => a + b, 0));
   return context.ranks.map((r) => ({ localRank: r.localRank, bytes: bytes(r), device: r.device! }));
+}
+
+/** A rank's failure, naming the rank as the node's failure and its peers always have (said of the model, it names the model too: modelFailureMessage). */
+function rankFailure(ranks: RankStatus[], localRank: number, error: NodeFailure): NodeFailure {
+  const globalRank = ranks.find((r) => r.localRank === localRank)?.globalRank;
+  return { ...error, localRank, globalRank, message: `rank ${globalRank ?? '?'} (local ${localRank}) failed: ${error.message}` };
 }
 
 function manifestEntries(context: ModelContext): NodeManifestEntry[] {

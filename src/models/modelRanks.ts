@@ -1,6 +1,5 @@
-// A model's local ranks as child actors: one definition for both machines that own ranks (the
-// supervisor for the node's own model, the model machine for every other one). Their actor ids,
-// and what each rank actor and rank service actor is spawned with.
+// A model's local ranks as child actors (the model machine's): their actor ids, and what each
+// rank actor and rank service actor is spawned with.
 import type { CheckpointPlan } from '../checkpoint/types.js';
 import { fillPlanOf } from '../checkpoint/types.js';
 import type { Logger } from '../log.js';
@@ -16,7 +15,7 @@ import type { WorkerRegistry } from './workerRegistry.js';
 export const rankActorId = (localRank: number) => `rank-${localRank}`;
 export const serveActorId = (localRank: number) => `serve-${localRank}`;
 
-/** What a model's local ranks are made of: the node's own model (Prepared) or another (PlannedModel). */
+/** What a model's local ranks are made of (from its PlannedModel). */
 export interface ModelRanks {
   name: string;
   plan: CheckpointPlan;
@@ -55,7 +54,7 @@ export function rankActorInput(model: ModelRanks, r: RankStatus, host: RankHost,
 }
 
 /** The rank service actor of local rank `r`, once it is resident: `version` is the version its leases count under. */
-export function rankServiceInput(model: ModelRanks, r: RankStatus, serve: { socketDir: string; servers: ServerRegistry; version: string; own: boolean }, log: Logger): RankServiceInput {
+export function rankServiceInput(model: ModelRanks, r: RankStatus, serve: { socketDir: string; servers: ServerRegistry; version: string }, log: Logger): RankServiceInput {
   return {
     log,
     socketDir: serve.socketDir,
@@ -63,7 +62,6 @@ export function rankServiceInput(model: ModelRanks, r: RankStatus, serve: { sock
     version: serve.version,
     rank: toServedRankData({
       name: model.name,
-      own: serve.own,
       plan: model.plan,
       globalRank: r.globalRank,
       localRank: r.localRank,

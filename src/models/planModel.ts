@@ -1,7 +1,8 @@
 // Plans one model for this node: parse, validate, shard and fingerprint its checkpoint (in a
 // piscina pool), pick the devices of its local ranks (the first tp visible ones) and its fill
-// options. Nothing is allocated, so every error here costs seconds, not minutes. The node's own
-// model is planned by prepareNode; every other model, at start or loaded later, by this.
+// options. Nothing is allocated, so every error here costs seconds, not minutes. Every model,
+// the node's first (prepareNode, on the devices it locked), those it starts with and those loaded
+// later, is planned by this.
 import { planCheckpoint } from '../checkpoint/planCheckpoint.js';
 import { WeightdError } from '../errors.js';
 import type { CheckpointPlan } from '../checkpoint/types.js';
@@ -73,8 +74,8 @@ export interface PlannedModel {
   origin?: 'start' | 'load' | 'restore';
 }
 
-/** How a model's fill reads and how the log says it; shared with the node's own model. */
-export async function fillFor(config: Pick<ModelNode, 'fill'>, devices: DeviceSlot[], plan: CheckpointPlan, log: Logger): Promise<FillOptions> {
+/** How a model's fill reads and how the log says it. */
+async function fillFor(config: Pick<ModelNode, 'fill'>, devices: DeviceSlot[], plan: CheckpointPlan, log: Logger): Promise<FillOptions> {
   let share: number | undefined;
   const fill = await nodeFillOptions(config.fill, devices, async () => (share = await cachedShare([...new Set(plan.ranks.flatMap((r) => r?.files ?? []))])));
   if (share !== undefined) {
@@ -85,8 +86,8 @@ export async function fillFor(config: Pick<ModelNode, 'fill'>, devices: DeviceSl
   return fill;
 }
 
-/** Plans the checkpoint of `spec` at its tp size, for ranks 0..tp-1 of `nodeRank` 0 of its own. */
-export async function planSpec(spec: ModelSpec, localRanks: { nodeRank: number; localWorldSize: number }, log: Logger): Promise<CheckpointPlan> {
+/** Plans the checkpoint of `spec` at its tp size, logging this node's share of its ranks. */
+async function planSpec(spec: ModelSpec, localRanks: { nodeRank: number; localWorldSize: number }, log: Logger): Promise<CheckpointPlan> {
   const started = performance.now();
   const plan = await planCheckpoint(spec.modelDir, { tpSize: spec.tpSize, planFile: spec.planFile, layouts: spec.layouts });
   const local = plan.ranks.slice(localRanks.nodeRank * localRanks.localWorldSize, (localRanks.nodeRank + 1) * localRanks.localWorldSize);
@@ -108,14 +109,14 @@ export async function planSpec(spec: ModelSpec, localRanks: { nodeRank: number; 
   return plan;
 }
 
-/** Plans a model served beside the node's own, on this node's share of its ranks (modelPlacement). */
-export async function planModel(
-  spec: ModelSpec,
-  config: ModelNode,
-  log: Logger,
-): Promise<PlannedModel> {
+/**
+ * Plans a model on this node's share of its ranks (modelPlacement). `devices`: its local ranks'
+ * devices when the caller picked them already (prepareNode, which locks them first); else the
+ * first visible ones.
+ */
+export async function planModel(spec: ModelSpec, config: ModelNode, log: Logger, devices?: DeviceSlot[]): Promise<PlannedModel> {
   const placement = modelPlacement(spec.tpSize, config);
-  const { devices } = await localDevices({ device: config.device, localWorldSize: placement.localWorldSize, cudaHandles: config.cudaHandles }, log);
+  devices ??= (await localDevices({ device: config.device, localWorldSize: placement.localWorldSize, cudaHandles: config.cudaHandles }, log)).devices;
   const plan = await planSpec(spec, placement, log);
   const local = plan.ranks.slice(placement.nodeRank * placement.localWorldSize, (placement.nodeRank + 1) * placement.localWorldSize);
   return { spec, placement, plan, devices, fill: await fillFor(config, devices, { ...plan, ranks: local }, log) };

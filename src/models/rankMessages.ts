@@ -22,8 +22,8 @@ export interface RankWorkerData {
   /** Where this rank's segments are kept beyond the daemon (absent: --keeper off). */
   keeper?: RankKeeping;
   /**
-   * Hand the keeper the segments once told (KEEP), not once loaded: a model served beside the
-   * node's own is kept once it serves, so one that fails before (its files changed, a sibling
+   * Hand the keeper the segments once told (KEEP), not once loaded: a model loaded beside
+   * others (LOADED_BESIDE) is kept once it serves, so one that fails before (its files changed, a sibling
    * rank failed, its group aborted it) leaves nothing in the keeper for this daemon's life.
    */
   keepOnceServing?: boolean;

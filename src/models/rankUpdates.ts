@@ -1,4 +1,4 @@
-// How the machines that own ranks (the supervisor, each model) record what a rank reported.
+// How a model actor (src/models/modelMachine.ts) records what each of its ranks reported.
 import type { RankStatus } from '../nodeStatus.js';
 import type { RankEvent } from './rankContract.js';
 
@@ -8,7 +8,7 @@ export function updateRank(ranks: RankStatus[], localRank: number, patch: Partia
 
 type Report = Extract<RankEvent, { type: 'RANK_DEVICE' | 'RANK_PROGRESS' | 'RANK_LOADED' | 'RANK_KEPT' }>;
 
-/** What a rank's device, progress, loaded and kept reports change in its row: one rule for both machines. */
+/** What a rank's device, progress, loaded and kept reports change in its row. */
 export function recordReport(ranks: RankStatus[], e: Report): RankStatus[] {
   switch (e.type) {
     case 'RANK_DEVICE':

@@ -43,6 +43,8 @@ export interface DeviceServerOptions {
   /** A lock taken earlier (before loading, to fail fast); taken here when absent. */
   lock?: DeviceLock;
   limits?: Partial<ServeLimits>;
+  /** The node's first model's name (config.models[0].name): its first version is listed first (add). */
+  defaultModel?: string;
 }
 
 /** One model version's counters on its device, for status and metrics. */
@@ -106,10 +108,16 @@ export class DeviceServer implements ConnectionHandler, DeviceServices {
     return this.#listener.path;
   }
 
-  /** Serves `service` on this socket from now on (a new model version resident on the device); the node's own model's rank goes first. */
+  /**
+   * Serves `service` on this socket from now on (a new model version resident on the device),
+   * after those added before; the first version of the node's first model goes first, so a
+   * request that names no version is about it while it serves or drains (fallback), as on a
+   * daemon of one model.
+   */
   add(service: RankService): void {
     service.notifier = this;
-    if (service.rank.own) this.#services.unshift(service);
+    const first = service.name === this.#options.defaultModel && !this.#services.some((s) => s.name === service.name);
+    if (first) this.#services.unshift(service);
     else this.#services.push(service);
   }
 

@@ -7,13 +7,13 @@ import type { WatchTable } from './watchTable.js';
 
 /** The model versions a device serves, as the handlers look them up. */
 export interface DeviceServices {
-  /** The node's own model's rank first, then the others in the order they were added.  */
+  /** Every version served on the device: the node's first model's first version, then the others in the order they were added. */
   readonly all: readonly RankService[];
   /** The version with this rank fingerprint, in any state. */
   byFingerprint(fingerprint: string): RankService | undefined;
   /** The version whose lease this is, when the caller may name it. */
   byLease(caller: Caller, leaseId: string): RankService | undefined;
-  /** What a request that names no version gets: the first that still serves or drains (the node's own while it does), else the first. */
+  /** What a request that names no version gets: the first that still serves or drains (the node's first model's while it does), else the first. */
   fallback(): RankService | undefined;
   /** The newest version of `name` that serves (what a draining version's clients should move to). */
   newestServing(name: string): RankService | undefined;

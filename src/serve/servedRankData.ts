@@ -4,12 +4,6 @@ import { rankFingerprintFields } from '../checkpoint/rankFingerprintFields.js';
 import type { Backend, DeviceInfo, SegmentExport } from '../native/addon.js';
 import type { FileIdentity } from '../files/fileIdentity.js';
 
-/**
- * The version id of the node's own model's ranks (ServeOptions.version; a model loaded beside it
- * goes by its model actor's id).
- */
-export const OWN_VERSION = 'own';
-
 /** Everything the serving layer needs to know about one resident rank. Plain data. */
 export interface ServedRankData {
   nodeRank: number;
@@ -21,8 +15,6 @@ export interface ServedRankData {
   device: DeviceInfo;
   /** The model's name (--model's directory name unless named): what swaps and watches go by. */
   name: string;
-  /** A rank of the node's own model: what a request that names no version is about. */
-  own: boolean;
   /** The checkpoint directory. */
   model: string;
   architecture: string;
@@ -51,7 +43,6 @@ export interface ServedRankData {
 /** Builds what a rank's server serves from the node's plan and the rank's loaded device. */
 export function toServedRankData(args: {
   name: string;
-  own: boolean;
   plan: CheckpointPlan;
   globalRank: number;
   localRank: number;
@@ -83,7 +74,6 @@ export function toServedRankData(args: {
     backend: args.backend,
     device: args.device,
     name: args.name,
-    own: args.own,
     model: args.plan.modelDir,
     architecture: args.plan.architecture,
     fingerprint: rank.fingerprint,

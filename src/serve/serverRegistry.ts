@@ -7,7 +7,7 @@ import { serveLimits, type ServeLimits } from './serveLimits.js';
 
 export interface ServeOptions {
   /**
-   * The model version the service is a rank of (supervisor: OWN_VERSION; a model actor: its id).
+   * The model version the service is a rank of (its model actor's id).
    * Counters go by it and the rank fingerprint together: a checkpoint released and loaded again
    * is two versions of one fingerprint, each with its own leases.
    */
@@ -24,6 +24,8 @@ export interface ServeOptions {
  * fingerprint) without the machines holding server objects in their context.
  */
 export class ServerRegistry {
+  /** The node's first model's name (config.models[0].name): its first version is listed first on each socket (DeviceServer.add). */
+  readonly #defaultModel: string | undefined;
   readonly #servers = new Map<string, { server: DeviceServer; listening: Promise<string> }>();
   /** Device locks the node took before loading (prepareNode): a device's server takes over its lock. */
   readonly #locks = new Map<string, DeviceLock>();
@@ -32,6 +34,10 @@ export class ServerRegistry {
   readonly #versionOf = new Map<RankService, string>();
   /** Each served version's file check, shared by its ranks on every device (FilesCheck). */
   readonly #filesChecks = new Map<string, FilesCheck>();
+
+  constructor(options: { defaultModel?: string } = {}) {
+    this.#defaultModel = options.defaultModel;
+  }
 
   /** Keeps a lock taken before loading, for the device's server when it binds. */
   holdLock(lock: DeviceLock): void {
@@ -52,7 +58,7 @@ export class ServerRegistry {
     service.watchFiles(check);
     let entry = this.#servers.get(uuid);
     if (!entry) {
-      const server = new DeviceServer({ deviceUuid: uuid, socketDir: options.socketDir, log: options.log, lock: this.#locks.get(uuid), limits: options.limits });
+      const server = new DeviceServer({ deviceUuid: uuid, socketDir: options.socketDir, log: options.log, lock: this.#locks.get(uuid), limits: options.limits, defaultModel: this.#defaultModel });
       this.#locks.delete(uuid);
       entry = { server, listening: server.listen() };
       this.#servers.set(uuid, entry);

@@ -11,7 +11,6 @@ import type { RankServiceInput } from '../../src/serve/serveEvents.js';
 import { expectedFingerprint, WeightdClient } from '../../src/client/index.js';
 import { ServerRegistry } from '../../src/serve/serverRegistry.js';
 import type { ServeEvent } from '../../src/serve/serveEvents.js';
-import { OWN_VERSION } from '../../src/serve/servedRankData.js';
 import { makeTempDir, removeDir } from '../helpers/checkpoints.js';
 import { weightdMemfdBytes, weightdMemfds } from '../helpers/memfds.js';
 import { exampleModel } from '../helpers/paths.js';
@@ -62,7 +61,7 @@ test('serving, release through the supervisor, synchronous cleanup', async () =>
   const dir = makeTempDir('actor');
   const loaded = await loadServedRank(exampleModel, { uuid: `actor-${process.pid}` });
   try {
-    const actor = parent({ rank: loaded.served, version: OWN_VERSION, socketDir: dir, log, servers: new ServerRegistry() }, loaded);
+    const actor = parent({ rank: loaded.served, version: 'model-0', socketDir: dir, log, servers: new ServerRegistry() }, loaded);
     actor.start();
     const serving = await until(() => actor.getSnapshot().context.events.find((e) => e.type === 'RANK_SERVING'));
     assert.equal(serving, { type: 'RANK_SERVING', localRank: 0, socketPath: `${dir}/actor-${process.pid}.sock` });
@@ -107,14 +106,14 @@ test('a bind failure is RANK_FAILED; stopping mid-start leaves nothing', async (
   try {
     mkdirSync(`${dir}/real`, { mode: 0o700 });
     symlinkSync(`${dir}/real`, `${dir}/link`);
-    const failing = parent({ rank: loaded.served, version: OWN_VERSION, socketDir: `${dir}/link`, log, servers: new ServerRegistry() }, loaded);
+    const failing = parent({ rank: loaded.served, version: 'model-0', socketDir: `${dir}/link`, log, servers: new ServerRegistry() }, loaded);
     failing.start();
     const failed = await until(() => failing.getSnapshot().context.events.find((e) => e.type === 'RANK_FAILED'));
     assert.is(failed.type === 'RANK_FAILED' && failed.error.code, 'E_SOCKET_DIR_SYMLINK');
     failing.stop();
 
     // Stop before the (asynchronous) start finishes: whatever it took must be let go.
-    const early = parent({ rank: loaded.served, version: OWN_VERSION, socketDir: `${dir}/real`, log, servers: new ServerRegistry() }, loaded);
+    const early = parent({ rank: loaded.served, version: 'model-0', socketDir: `${dir}/real`, log, servers: new ServerRegistry() }, loaded);
     early.start();
     early.stop();
     await new Promise((r) => setTimeout(r, 100));

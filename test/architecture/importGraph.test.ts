@@ -106,7 +106,7 @@ const ALLOWED: Record<string, string[]> = {
   // A node: its start, the actors that do its I/O, the machines that decide.
   'startNode.ts': ['nodeOptions.ts', 'nodeStatus.ts', 'actors', 'control', 'inspect', 'keeper', 'machines', 'models', 'serve', 'wire'],
   actors: ['nodeOptions.ts', 'checkpoint', 'files', 'inspect', 'keeper', 'machines', 'models', 'native', 'rendezvous', 'serve', 'wire'],
-  machines: ['nodeOptions.ts', 'nodeStatus.ts', 'checkpoint', 'files', 'inspect', 'models', 'native', 'rendezvous', 'serve', 'wire'],
+  machines: ['nodeOptions.ts', 'nodeStatus.ts', 'inspect', 'models', 'native', 'rendezvous', 'serve', 'wire'],
   'nodeOptions.ts': ['control', 'models', 'native'],
   control: ['nodeStatus.ts', 'checkpoint', 'models', 'wire'],
   // A model.

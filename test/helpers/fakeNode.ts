@@ -1,4 +1,6 @@
-// Fake actors and input for driving the supervisor machine without threads or devices.
+// Fake actors and input for driving the supervisor machine without threads or devices: its model
+// actors are real model machines (src/models/modelMachine.ts) whose rank, serve and files-check
+// children are these fakes.
 import pino from 'pino';
 import { fromCallback, fromPromise } from 'xstate';
 import { ServerRegistry } from '../../src/serve/serverRegistry.js';
@@ -10,6 +12,12 @@ import type { ServeCommand, ServeEvent, RankServiceInput } from '../../src/serve
 import type { NodeConfig } from '../../src/nodeOptions.js';
 import type { GroupCommand, GroupEvent } from '../../src/rendezvous/groupEvents.js';
 import type { SupervisorInput } from '../../src/machines/supervisor.js';
+import type { PlannedModel } from '../../src/models/planModel.js';
+import { modelMachine } from '../../src/models/modelMachine.js';
+import { FIRST_MODEL_ID, modelActor } from '../../src/models/modelHost.js';
+import type { AnyActorRef } from 'xstate';
+import type { FileIdentity } from '../../src/files/fileIdentity.js';
+import type { DropModelShardsInput } from '../../src/models/dropModelShards.js';
 
 export const LOCAL_RANKS = 2;
 
@@ -38,7 +46,10 @@ export function fakeInput(config: Partial<NodeConfig> = {}): SupervisorInput {
   return { config: fakeConfig(config), log: pino({ level: 'silent' }), rankWorker: new URL('file:///fake/rankWorker.js'), workers: new WorkerRegistry(), servers: new ServerRegistry() };
 }
 
-export const fakePrepared: Prepared = {
+/** The node's first model, as prepareNode plans it: the group's tp size, on this node's ranks. */
+export const fakePlanned: PlannedModel = {
+  spec: { name: 'model', modelDir: '/fake/model', tpSize: LOCAL_RANKS, layouts: ['checkpoint'] },
+  placement: { nodeRank: 0, nnodes: 1, localWorldSize: LOCAL_RANKS },
   plan: {
     modelDir: '/fake/model',
     architecture: 'LlamaForCausalLM',
@@ -53,11 +64,15 @@ export const fakePrepared: Prepared = {
     files: [],
   },
   devices: Array.from({ length: LOCAL_RANKS }, (_, i) => ({ backend: 'host' as const, index: i, uuid: `fake-${i}` })),
+  fill: {},
+};
+
+export const fakePrepared: Prepared = {
+  devices: fakePlanned.devices,
   visibleDevices: LOCAL_RANKS,
   socketDir: '/fake/sockets',
   locks: [],
-  fill: {},
-  models: [],
+  models: [fakePlanned],
 };
 
 export const fakeRankTable = fakePrepared.devices.map((d, i) => ({
@@ -74,28 +89,46 @@ export class FakeWorld {
   serveCommands: Array<{ localRank: number; cmd: ServeCommand }> = [];
   manifestLive = false;
   failureReports = 0;
+  /** Model actors whose files check runs (a test settles it by sending the child xstate.done.actor.checkFiles). */
+  checkingFiles = 0;
+  /** What each rank actor and rank service actor was spawned with. */
+  rankInputs: RankActorInput[] = [];
+  serveInputs: RankServiceInput[] = [];
+  /** Models whose kept shards were to be dropped (the model machine's failing). */
+  keptDrops = 0;
 
   implementations() {
+    const rank = fromCallback<RankCommand, RankActorInput, RankEvent>(({ input, receive }) => {
+      const r = input.workerData.localRank;
+      this.rankInputs.push(input);
+      this.liveRanks.add(r);
+      receive((cmd) => this.rankCommands.push({ localRank: r, cmd }));
+      return () => this.liveRanks.delete(r);
+    });
+    const rankService = fromCallback<ServeCommand, RankServiceInput, ServeEvent>(({ input, receive }) => {
+      const r = input.rank.localRank;
+      this.serveInputs.push(input);
+      this.liveServers.add(r);
+      receive((cmd) => this.serveCommands.push({ localRank: r, cmd }));
+      return () => this.liveServers.delete(r);
+    });
+    const checkFiles = fromPromise<void, { files: FileIdentity[] }>(() => {
+      this.checkingFiles++;
+      return new Promise<void>(() => {});
+    });
+    const dropModelShards = fromPromise<void, DropModelShardsInput>(() => {
+      this.keptDrops++;
+      return new Promise<void>(() => {});
+    });
     return {
       actors: {
+        model: modelMachine.provide({ actors: { rank, rankService, checkFiles, dropModelShards } }),
         // Never settles by itself: the test sends the done/error events.
         prepareNode: fromPromise<Prepared, PrepareInput>(() => new Promise<Prepared>(() => {})),
-        rank: fromCallback<RankCommand, RankActorInput, RankEvent>(({ input, receive }) => {
-          const r = input.workerData.localRank;
-          this.liveRanks.add(r);
-          receive((cmd) => this.rankCommands.push({ localRank: r, cmd }));
-          return () => this.liveRanks.delete(r);
-        }),
         groupSession: fromCallback<GroupCommand, GroupSessionInput, GroupEvent>(({ receive }) => {
           this.groupLive = true;
           receive((cmd) => this.groupCommands.push(cmd));
           return () => (this.groupLive = false);
-        }),
-        rankService: fromCallback<ServeCommand, RankServiceInput, ServeEvent>(({ input, receive }) => {
-          const r = input.rank.localRank;
-          this.liveServers.add(r);
-          receive((cmd) => this.serveCommands.push({ localRank: r, cmd }));
-          return () => this.liveServers.delete(r);
         }),
         reportStartupFailure: fromPromise<boolean, ReportStartupFailureInput>(() => {
           this.failureReports++;
@@ -108,4 +141,18 @@ export class FakeWorld {
       },
     };
   }
+}
+
+/**
+ * Sends a node driven by hand an event where it goes: a rank's to the node's first model's actor
+ * (its files check settled once every rank loaded), any other to the supervisor.
+ */
+export function sendToNode(actor: AnyActorRef, event: { type: string }): void {
+  if (!event.type.startsWith('RANK_')) {
+    actor.send(event);
+    return;
+  }
+  const model = modelActor(actor.getSnapshot(), FIRST_MODEL_ID)!;
+  model.send(event as never);
+  if (model.getSnapshot().value === 'verifying') model.send({ type: 'xstate.done.actor.checkFiles' } as never);
 }

@@ -7,7 +7,7 @@ import { createActor } from 'xstate';
 import { EventFeed, PROGRESS_SAMPLE_MS, summarizeEvent, type NodeEvent } from '../../src/inspect/eventFeed.js';
 import { stateName } from '../../src/inspect/stateName.js';
 import { supervisorMachine } from '../../src/machines/supervisor.js';
-import { FakeWorld, fakeInput, fakePrepared, fakeRankTable } from '../helpers/fakeNode.js';
+import { FakeWorld, sendToNode, fakeInput, fakePrepared, fakeRankTable } from '../helpers/fakeNode.js';
 
 type Ev = Parameters<ReturnType<typeof createActor<typeof supervisorMachine>>['send']>[0];
 const device = (r: number) => ({ backend: 'host' as const, index: r, uuid: `fake-${r}`, name: 'fake', totalBytes: 1 << 30, freeBytes: 1 << 30 });
@@ -18,7 +18,7 @@ function start(feed: EventFeed) {
   const actor = createActor(supervisorMachine.provide(world.implementations()), { input: fakeInput(), inspect: feed.inspect });
   actor.subscribe({ error: (e) => assert.unreachable(`machine error: ${String(e)}`) });
   actor.start();
-  const send = (e: unknown) => actor.send(e as Ev);
+  const send = (e: unknown) => sendToNode(actor, e as Ev);
   return { actor, send };
 }
 
@@ -32,7 +32,7 @@ function toReady(send: (e: unknown) => void) {
   for (const r of [0, 1]) send({ type: 'RANK_SERVING', localRank: r, socketPath: `/fake/sockets/fake-${r}.sock` });
 }
 
-const brief = (e: NodeEvent) => (e.to ? `${e.type}->${e.to}` : `${e.type}${e.from ? ` ${e.from}->${e.state}` : ''}`);
+const brief = (e: NodeEvent) => (e.model ? `${e.model}: ` : '') + (e.to ? `${e.type}->${e.to}` : `${e.type}${e.from ? ` ${e.from}->${e.state}` : ''}`);
 
 test('cause before effects, with the states moved between, through a whole life', () => {
   const feed = new EventFeed();
@@ -50,22 +50,34 @@ test('cause before effects, with the states moved between, through a whole life'
     'xstate.done.actor.prepare init->rendezvous',
     'xstate.init->group',
     'GROUP_JOINED rendezvous->loading',
-    'xstate.init->rank-0',
-    'xstate.init->rank-1',
-    'RANK_DEVICE',
-    'RANK_DEVICE',
-    'RANK_LOADED',
-    'RANK_LOADED loading->starting',
-    'xstate.init->serve-0',
-    'xstate.init->serve-1',
-    'RANK_SERVING',
-    'RANK_SERVING starting->ready',
+    // The node's first model is a model actor: its events name it, each after its cause.
+    'xstate.init->model-0',
+    'model-0: xstate.init',
+    'model-0: xstate.init->rank-0',
+    'model-0: xstate.init->rank-1',
+    'model-0: RANK_DEVICE',
+    'model-0: RANK_DEVICE',
+    'model-0: RANK_LOADED',
+    'model-0: RANK_LOADED loading->verifying',
+    'model-0: xstate.init->checkFiles',
+    'model-0: xstate.done.actor.checkFiles verifying->starting',
+    'model-0: xstate.init->serve-0',
+    'model-0: xstate.init->serve-1',
+    'MODEL_STARTING loading->starting',
+    'model-0: RANK_SERVING',
+    'model-0: RANK_SERVING starting->serving',
+    'model-0: SERVE_ANNOUNCE->serve-0',
+    'model-0: SERVE_ANNOUNCE->serve-1',
+    'MODEL_SERVING starting->ready',
     'NODE_READY->group',
     'STOP ready->stopping',
-    'RANK_STOP->rank-0',
-    'RANK_STOP->rank-1',
-    'RANK_STOPPED',
-    'RANK_STOPPED stopping->stopped',
+    'MODEL_STOP->model-0',
+    'model-0: MODEL_STOP serving->stopping',
+    'model-0: RANK_STOP->rank-0',
+    'model-0: RANK_STOP->rank-1',
+    'model-0: RANK_STOPPED',
+    'model-0: RANK_STOPPED stopping->stopped',
+    'MODEL_GONE stopping->stopped',
   ];
   assert.equal(log.filter((l) => l !== 'xstate.init->publishManifest'), expected);
   assert.equal(seen, feed.recent(), 'listeners see exactly what the feed keeps');

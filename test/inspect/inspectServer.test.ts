@@ -13,7 +13,7 @@ import { machineToChart, machineToMermaid } from '../../src/inspect/machineToMer
 import { NodeMetrics } from '../../src/inspect/nodeMetrics.js';
 import { supervisorMachine } from '../../src/machines/supervisor.js';
 import { statusOf } from '../../src/startNode.js';
-import { FakeWorld, fakeConfig, fakeInput, fakePrepared, fakeRankTable } from '../helpers/fakeNode.js';
+import { FakeWorld, sendToNode, fakeConfig, fakeInput, fakePrepared, fakeRankTable } from '../helpers/fakeNode.js';
 import { waitUntil } from '../helpers/keeper.js';
 import { httpGet, SseStream } from './httpGet.js';
 
@@ -31,7 +31,7 @@ async function harness(host = '127.0.0.1', limits?: Partial<InspectLimits>) {
   const status = () => statusOf(actor.getSnapshot(), fakeConfig());
   const metrics = new NodeMetrics({ status, feed, states: () => chart.states.map((s) => s.key) });
   const server = await InspectServer.listen({ host, port: 0, log, status, feed, metrics, charts: [chart], limits });
-  const send = (e: unknown) => actor.send(e as Ev);
+  const send = (e: unknown) => sendToNode(actor, e as Ev);
   const toLoading = () => {
     send({ type: 'xstate.done.actor.prepare', output: fakePrepared });
     send({ type: 'GROUP_JOINED', rankTable: fakeRankTable });
@@ -237,7 +237,7 @@ test('events stream: history on connect, each event live with the status, ended 
   assert.ok(hello.data.events.some((e: { type: string }) => e.type === 'GROUP_JOINED'), 'recent events replayed');
   h.toReady();
   const ready = await stream.next((f) => f.event === 'node-event' && f.data.event.state === 'ready');
-  assert.is(ready.data.event.type, 'RANK_SERVING');
+  assert.is(ready.data.event.type, 'MODEL_SERVING');
   assert.is(ready.data.event.from, 'starting');
   assert.is(ready.data.status.state, 'ready', 'the status as of that event');
   const loaded = await stream.next((f) => f.event === 'node-event' && f.data.event.type === 'RANK_LOADED');

@@ -17,16 +17,16 @@ test('every supervisor state, with its type, initial state and final states', ()
   assert.is(byKey.stopped!.type, 'final');
   assert.is(byKey.failed!.type, 'final');
   assert.is(byKey.loading!.type, 'atomic');
-  assert.equal(byKey.loading!.entry, ['spawnRanks', 'spawnStartupModels']);
+  assert.equal(byKey.loading!.entry, ['spawnStartupModels']);
   assert.equal(byKey.init!.invoke, [{ id: 'prepare', src: 'prepareNode' }]);
   // xstate's own timer action behind `after` is not a user action.
-  assert.equal(byKey.stopping!.entry, ['stopRanks', 'stopModels']);
+  assert.equal(byKey.stopping!.entry, ['stopModels']);
 });
 
 test('transitions carry their events, guards, delays, actions and targets', () => {
   const find = (source: string, label: string) => chart.transitions.find((t) => t.source === `supervisor.${source}` && t.label === label);
-  assert.equal(find('loading', 'always'), {
-    source: 'supervisor.loading', event: '', kind: 'always', label: 'always', targets: ['supervisor.starting'], guard: 'allRanksLoaded', actions: [],
+  assert.equal(find('starting', 'always'), {
+    source: 'supervisor.starting', event: '', kind: 'always', label: 'always', targets: ['supervisor.ready'], guard: 'startupModelsServing', actions: [],
   });
   assert.equal(find('init', 'prepareNode done')?.targets, ['supervisor.rendezvous']);
   assert.is(find('init', 'prepareNode done')?.kind, 'done');
@@ -35,8 +35,8 @@ test('transitions carry their events, guards, delays, actions and targets', () =
   assert.is(timeout?.kind, 'after');
   assert.is(timeout?.delay, 'stopTimeout');
   assert.equal(timeout?.actions, ['recordStopTimeout']);
-  assert.equal(find('loading', 'RANK_FAILED')?.actions, ['recordRankFailure', 'notifyGroupOfFailure']);
-  assert.equal(find('loading', 'RANK_PROGRESS')?.targets, [], 'handled in place');
+  assert.equal(find('loading', 'MODEL_FAILED')?.actions, ['recordModelFailure', 'notifyGroupOfFailure']);
+  assert.equal(find('loading', 'MODEL_STALE')?.targets, [], 'handled in place');
   const root = chart.transitions.find((t) => t.source === 'supervisor');
   assert.equal(root?.event, 'GROUP_FAILED');
   assert.equal(root?.targets, ['supervisor.failed']);
@@ -49,14 +49,15 @@ test('mermaid text: states, descriptions, merged edges, the root transition in e
   for (const l of [
     '  [*] --> init',
     '  state "loading" as loading',
-    '  loading : entry / spawnRanks, spawnStartupModels',
-    '  loading : RANK_PROGRESS / recordProgress',
+    '  loading : entry / spawnStartupModels',
+    '  loading : MODEL_STALE / recordModelStale',
     '  ready : invoke publishNodeManifest',
     '  stopped --> [*]',
     '  failed --> [*]',
-    '  loading --> starting : always [allRanksLoaded]',
+    '  loading --> starting : MODEL_STARTING [formsGroup]',
+    '  starting --> ready : always [startupModelsServing]',
     '  init --> rendezvous : prepareNode done',
-    '  stopping --> failed : RANK_FAILED<br/>after stopTimeout<br/>GROUP_FAILED',
+    '  stopping --> failed : after stopTimeout<br/>GROUP_FAILED',
     '  rendezvous --> failed : GROUP_FAILED',
   ]) {
     assert.ok(lines.includes(l), `missing line ${JSON.stringify(l)} in\n${text}`);

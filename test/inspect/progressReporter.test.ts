@@ -11,7 +11,8 @@ import { ProgressReporter, renderProgressBar } from '../../src/inspect/progressR
 import type { RankStatus } from '../../src/nodeStatus.js';
 import { supervisorMachine } from '../../src/machines/supervisor.js';
 import { statusOf } from '../../src/startNode.js';
-import { FakeWorld, fakeConfig, fakeInput, fakePrepared, fakeRankTable } from '../helpers/fakeNode.js';
+import { FIRST_MODEL_ID } from '../../src/models/modelHost.js';
+import { FakeWorld, sendToNode, fakeConfig, fakeInput, fakePrepared, fakeRankTable } from '../helpers/fakeNode.js';
 
 type Ev = Parameters<ReturnType<typeof createActor<typeof supervisorMachine>>['send']>[0];
 const device = (r: number) => ({ backend: 'host' as const, index: r, uuid: `fake-${r}`, name: 'fake', totalBytes: 1 << 30, freeBytes: 1 << 30 });
@@ -61,10 +62,10 @@ function harness() {
   const world = new FakeWorld();
   const actor = createActor(supervisorMachine.provide(world.implementations()), { input: fakeInput(), inspect: feed.inspect });
   actor.start();
-  const send = (e: unknown) => actor.send(e as Ev);
+  const send = (e: unknown) => sendToNode(actor, e as Ev);
   const writes: string[] = [];
   const bar = { columns: 80, write: (s: string) => writes.push(s) };
-  const reporter = new ProgressReporter({ log, status: () => statusOf(actor.getSnapshot(), fakeConfig()), feed, intervalMs: 100, bar });
+  const reporter = new ProgressReporter({ log, status: () => statusOf(actor.getSnapshot(), fakeConfig()), feed, model: FIRST_MODEL_ID, intervalMs: 100, bar });
   return { lines, send, writes, reporter, actor };
 }
 
@@ -115,9 +116,9 @@ async function writesByThirdTick(columns: number | undefined): Promise<string[]>
   const feed = new EventFeed();
   const actor = createActor(supervisorMachine.provide(new FakeWorld().implementations()), { input: fakeInput(), inspect: feed.inspect });
   actor.start();
-  const send = (e: unknown) => actor.send(e as Ev);
+  const send = (e: unknown) => sendToNode(actor, e as Ev);
   const writes: string[] = [];
-  const reporter = new ProgressReporter({ log, status: () => statusOf(actor.getSnapshot(), fakeConfig()), feed, intervalMs: 100, bar: { columns, write: (s: string) => writes.push(s) } });
+  const reporter = new ProgressReporter({ log, status: () => statusOf(actor.getSnapshot(), fakeConfig()), feed, model: FIRST_MODEL_ID, intervalMs: 100, bar: { columns, write: (s: string) => writes.push(s) } });
   try {
     send({ type: 'xstate.done.actor.prepare', output: fakePrepared });
     send({ type: 'GROUP_JOINED', rankTable: fakeRankTable });

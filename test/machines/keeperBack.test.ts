@@ -1,5 +1,5 @@
 // A returning keeper goes through the machines, as every other event does: the supervisor hears
-// KEEPER_BACK and tells its own ranks and each model it serves, and a model tells its ranks; each
+// KEEPER_BACK and tells each model it serves (its first included), and a model tells its ranks; each
 // rank then decides whether the keeper may have its segments (src/machines/rankWorkerMachine.ts).
 // A model loaded at run time is the child its MODEL_LOAD names, so node.load follows that one.
 import { test } from 'uvu';
@@ -14,13 +14,14 @@ import type { SupervisorEvent } from '../../src/machines/events.js';
 import { modelMachine, type ModelCommand } from '../../src/models/modelMachine.js';
 import { supervisorMachine } from '../../src/machines/supervisor.js';
 import { modelActor } from '../../src/models/modelHost.js';
-import { FakeWorld, fakeInput, fakePrepared, fakeRankTable, LOCAL_RANKS } from '../helpers/fakeNode.js';
+import { FakeWorld, fakeInput, fakePlanned, fakePrepared, fakeRankTable, LOCAL_RANKS } from '../helpers/fakeNode.js';
+import { modelActorId } from '../../src/models/modelHost.js';
 
 const ranks = [...Array(LOCAL_RANKS).keys()];
 const fakeDevice = (r: number) => ({ backend: 'host', index: r, uuid: `fake-${r}`, name: 'fake', totalBytes: 1 << 30, freeBytes: 1 << 30 });
 const planned = {
   spec: { name: 'draft', modelDir: '/fake/draft', tpSize: LOCAL_RANKS, layouts: ['checkpoint'] },
-  plan: { fingerprint: 'd'.repeat(64), ranks: fakePrepared.plan.ranks, files: [] },
+  plan: { fingerprint: 'd'.repeat(64), ranks: fakePlanned.plan.ranks, files: [] },
   placement: { nodeRank: 0, nnodes: 1, localWorldSize: LOCAL_RANKS },
   devices: fakePrepared.devices,
   fill: {},
@@ -36,12 +37,13 @@ function readyNode() {
   actor.start();
   const send = (e: unknown) => actor.send(e as SupervisorEvent);
   send({ type: 'xstate.done.actor.prepare', output: fakePrepared });
-  // Before the ranks exist, a returning keeper has nobody to tell.
+  // Before the models exist, a returning keeper has nobody to tell.
   send({ type: 'KEEPER_BACK' });
-  assert.equal(world.rankCommands, []);
+  assert.equal(told, []);
   send({ type: 'GROUP_JOINED', rankTable: fakeRankTable });
-  for (const r of ranks) send({ type: 'RANK_LOADED', localRank: r, device: fakeDevice(r), segments: [], bytes: 1, seconds: 0, source: { from: 'checkpoint' } });
-  for (const r of ranks) send({ type: 'RANK_SERVING', localRank: r, socketPath: `/s/${r}` });
+  const first = modelActorId(0);
+  send({ type: 'MODEL_STARTING', id: first });
+  send({ type: 'MODEL_SERVING', id: first, entries: ranks.map((r) => ({ globalRank: r, localRank: r, socketPath: `/s/${r}`, deviceUuid: fakeDevice(r).uuid, fingerprint: `rank${r}` })) });
   assert.is(actor.getSnapshot().value, 'ready');
   return { world, told, actor, send };
 }
@@ -52,16 +54,15 @@ test('a model loaded at run time is the child named by its MODEL_LOAD', () => {
   const child = modelActor(actor.getSnapshot(), 'load-7');
   assert.ok(child, 'found by the id the load gave it');
   assert.is(child!.id, 'load-7');
-  assert.equal(actor.getSnapshot().context.models.map((m) => m.id), ['load-7']);
+  assert.equal(actor.getSnapshot().context.models.map((m) => m.id), [modelActorId(0), 'load-7']);
   actor.stop();
 });
 
-test("KEEPER_BACK reaches the node's own ranks and every model it serves", () => {
-  const { world, told, actor, send } = readyNode();
+test("KEEPER_BACK reaches every model the node serves, its first included", () => {
+  const { told, actor, send } = readyNode();
   send({ type: 'MODEL_LOAD', id: 'load-1', planned });
   send({ type: 'KEEPER_BACK' });
-  assert.equal(world.rankCommands.filter((c) => c.cmd.type === 'RANK_KEEP_AGAIN').map((c) => c.localRank), ranks);
-  assert.equal(told, [{ id: 'load-1', cmd: { type: 'KEEPER_BACK' } }]);
+  assert.equal(told, [{ id: modelActorId(0), cmd: { type: 'KEEPER_BACK' } }, { id: 'load-1', cmd: { type: 'KEEPER_BACK' } }]);
   actor.stop();
 });
 

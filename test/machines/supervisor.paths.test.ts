@@ -1,18 +1,22 @@
 // Model-based test of the supervisor: xstate/graph enumerates the paths through the machine
 // (with every event it can receive), and each path is replayed against a live actor built with
-// fake children, checking at every step what the machine must have done in that state.
+// fake children, checking at every step what the machine must have done in that state. Its models
+// (the node's first included) are model actors, walked alone in test/models/modelMachine.paths;
+// here a fake stands in for each and the test sends what a model tells the supervisor.
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { createActor } from 'xstate';
+import { createActor, fromCallback } from 'xstate';
 import { getShortestPaths, getSimplePaths } from 'xstate/graph';
 import { supervisorMachine } from '../../src/machines/supervisor.js';
-import { rankActorId } from '../../src/models/modelRanks.js';
+import { modelActorId } from '../../src/models/modelHost.js';
+import type { ModelCommand, ModelInput } from '../../src/models/modelMachine.js';
+import { FORMS_GROUP } from '../../src/models/modelMachine.js';
 import { FakeWorld, LOCAL_RANKS, fakeInput, fakePrepared, fakeRankTable } from '../helpers/fakeNode.js';
 
 type Ev = Parameters<ReturnType<typeof createActor<typeof supervisorMachine>>['send']>[0];
-const fakeDevice = (r: number) => ({ backend: 'host', index: r, uuid: `fake-${r}`, name: 'fake', totalBytes: 1 << 30, freeBytes: 1 << 30 });
-const err = { name: 'DeviceError', code: 'E_TEST', message: 'boom' };
-const ranks = [...Array(LOCAL_RANKS).keys()];
+const err = { name: 'DeviceError', code: 'E_TEST', message: 'rank 1 (local 1) failed: boom' };
+const first = modelActorId(0);
+const entries = [...Array(LOCAL_RANKS).keys()].map((r) => ({ globalRank: r, localRank: r, socketPath: `/fake/sockets/fake-${r}.sock`, deviceUuid: `fake-${r}`, fingerprint: `rank${r}` }));
 const events = [
   { type: 'xstate.done.actor.prepare', output: fakePrepared },
   { type: 'xstate.error.actor.prepare', error: new Error('bad checkpoint') },
@@ -22,28 +26,44 @@ const events = [
   { type: 'PEER_LOST', nodeRank: 1, reason: 'heartbeat' },
   { type: 'STOP' },
   { type: 'xstate.after.stopTimeout.supervisor.stopping' },
-  ...ranks.flatMap((r) => [
-    { type: 'RANK_LOADED', localRank: r, device: fakeDevice(r), segments: [], bytes: 256, seconds: 0.1, source: { from: 'checkpoint' } },
-    { type: 'RANK_SERVING', localRank: r, socketPath: `/fake/sockets/fake-${r}.sock` },
-    { type: 'RANK_STOPPED', localRank: r },
-    { type: 'RANK_FAILED', localRank: r, error: err },
-  ]),
+  // What the node's first model's actor tells the supervisor.
+  { type: 'MODEL_STARTING', id: first },
+  { type: 'MODEL_SERVING', id: first, entries, digests: [] },
+  { type: 'MODEL_GONE', id: first },
+  { type: 'MODEL_FAILED', id: first, error: err },
 ] as unknown as Ev[];
 
 const options = {
   input: fakeInput(),
   events,
-  // Context holds a logger; a path's identity is its state and the ranks' states.
-  serializeState: (s: any) => JSON.stringify([s.value, s.context.ranks.map((r: any) => r.state), s.context.groupReady, s.context.failure?.code ?? null]),
+  // Context holds a logger; a path's identity is its state and its models'.
+  serializeState: (s: any) => JSON.stringify([s.value, s.context.models.map((m: any) => [m.id, m.entries !== undefined, m.gone ?? false]), s.context.groupReady, s.context.failure?.code ?? null]),
 };
 
+/** The supervisor's world, with a fake for every model actor that records what it is told. */
+class World extends FakeWorld {
+  liveModels = new Set<string>();
+  modelInputs = new Map<string, ModelInput>();
+  modelCommands: Array<{ id: string; cmd: ModelCommand }> = [];
+  override implementations() {
+    const base = super.implementations();
+    const model = fromCallback<ModelCommand, ModelInput>(({ input, receive }) => {
+      this.liveModels.add(input.id);
+      this.modelInputs.set(input.id, input);
+      receive((cmd) => this.modelCommands.push({ id: input.id, cmd }));
+      return () => this.liveModels.delete(input.id);
+    });
+    return { actors: { ...base.actors, model: model as never } };
+  }
+}
+
 function replay(steps: Array<{ event: { type: string } }>) {
-  const world = new FakeWorld();
+  const world = new World();
   const actor = createActor(supervisorMachine.provide(world.implementations()), { input: fakeInput() });
   const errors: unknown[] = [];
   actor.subscribe({ error: (e) => errors.push(e) });
   actor.start();
-  const visited: Array<{ from: string; state: string; world: FakeWorld; snap: ReturnType<typeof actor.getSnapshot> }> = [];
+  const visited: Array<{ from: string; state: string; world: World; snap: ReturnType<typeof actor.getSnapshot> }> = [];
   for (const step of steps) {
     if (step.event.type === 'xstate.init') continue;
     const hadFailure = Boolean(actor.getSnapshot().context.failure);
@@ -59,40 +79,35 @@ function replay(steps: Array<{ event: { type: string } }>) {
 }
 
 /** What must hold in each state, whatever the path that led there. */
-function check(snap: any, world: FakeWorld, event: Ev, hadFailure: boolean) {
+function check(snap: any, world: World, event: Ev, hadFailure: boolean) {
   const state = String(snap.value);
   const where = `${state} after ${event.type}`;
-  if (state === 'starting' || state === 'ready') {
-    assert.equal([...world.liveServers].sort(), ranks, `${where}: one server per rank, spawned only once all loaded`);
+  if (['init', 'rendezvous', 'reportingFailure'].includes(state)) assert.is(world.liveModels.size, 0, `${where}: no model before the group formed`);
+  if (['loading', 'starting', 'ready'].includes(state)) {
+    const entry = snap.context.models.find((m: any) => m.id === first);
+    assert.ok(entry?.gone || world.liveModels.has(first), `${where}: the node's first model is a live model actor`);
+    assert.equal(world.modelInputs.get(first)!.join, FORMS_GROUP, `${where}: it joins as the model the group formed around`);
+    assert.is(world.liveRanks.size + world.liveServers.size, 0, `${where}: the supervisor spawns no rank or server itself`);
   }
-  if (state === 'loading') assert.is(world.liveServers.size, 0, `${where}: no socket before the weights are resident`);
   assert.is(world.manifestLive, state === 'ready', `${where}: the node manifest exists exactly while ready`);
-  if (state === 'loading' || state === 'starting' || state === 'ready') {
-    assert.equal(world.liveRanks.size, LOCAL_RANKS, `${where}: one live rank actor per local rank`);
-    for (const r of ranks) assert.ok(snap.children[rankActorId(r)], `${where}: rank ${r} is a child`);
-  }
   if (state === 'ready') {
     assert.ok(world.groupCommands.some((c) => c.type === 'NODE_READY'), `${where}: the group was told this node is ready`);
-    assert.ok(snap.context.ranks.every((r: any) => r.state === 'serving' || r.state === 'released'), `${where}: every rank serving`);
+    assert.ok(snap.context.models.every((m: any) => !m.startup || m.entries), `${where}: every model it started with serves`);
   }
   if (state === 'stopping') {
-    assert.is(world.liveServers.size, 0, `${where}: servers stop before memory is freed`);
-    for (const r of ranks) {
-      if (snap.context.ranks[r].state !== 'stopped') {
-        assert.ok(world.rankCommands.some((c) => c.localRank === r && c.cmd.type === 'RANK_STOP'), `${where}: rank ${r} was told to stop`);
-      }
+    for (const m of snap.context.models) {
+      if (!m.gone) assert.ok(world.modelCommands.some((c) => c.id === m.id && c.cmd.type === 'MODEL_STOP'), `${where}: model ${m.id} was told to stop`);
     }
   }
   if (state === 'failed' || state === 'stopped') {
     assert.is(snap.status, 'done', `${where}: final`);
-    assert.is(world.liveRanks.size, 0, `${where}: every rank actor was stopped (teardown)`);
+    assert.is(world.liveModels.size, 0, `${where}: every model actor was stopped (teardown)`);
     assert.is(world.groupLive, false, `${where}: the group session was closed`);
-    assert.is(world.liveServers.size, 0, `${where}: every socket server was closed`);
   }
   if (state === 'failed') {
     assert.ok(snap.context.failure?.message, `${where}: the failure is recorded`);
-    if (event.type === 'RANK_FAILED' && !hadFailure) {
-      assert.match(snap.context.failure.message, /rank \d+ \(local \d+\) failed/, `${where}: the failure names the rank`);
+    if (event.type === 'MODEL_FAILED' && !hadFailure) {
+      assert.is(snap.context.failure.message, err.message, `${where}: the model's failure (naming its rank) is the node's`);
       assert.ok(world.groupCommands.some((c) => c.type === 'NODE_FAILED'), `${where}: peers are told`);
     }
   }
@@ -123,22 +138,20 @@ test('every simple path to a final state tears everything down', () => {
   }
 });
 
-test('a rank that fails while others load is named, and the first failure wins', () => {
-  const visited = replay([
-    { event: events[0]! },
-    { event: events[2]! },
-    { event: { type: 'RANK_LOADED', localRank: 0, device: fakeDevice(0), segments: [], bytes: 1, seconds: 0, source: { from: 'checkpoint' } } as Ev },
-    { event: { type: 'RANK_FAILED', localRank: 1, error: { ...err, message: 'cuMemAlloc failed' } } as Ev },
-  ]);
-  const last = visited.at(-1)!;
-  assert.is(last.state, 'failed');
-  assert.is(last.snap.context.failure?.globalRank, 1);
-  assert.match(last.snap.context.failure!.message, /rank 1 \(local 1\) failed: cuMemAlloc failed/);
+test("the node's first model failing once the node is ready fails the node; released, it stays listed", () => {
+  const steps = (...types: string[]) => types.map((type) => ({ event: events.find((e) => e.type === type)! }));
+  const failed = replay(steps('xstate.done.actor.prepare', 'GROUP_JOINED', 'MODEL_STARTING', 'MODEL_SERVING', 'MODEL_FAILED')).at(-1)!;
+  assert.is(failed.from, 'ready');
+  assert.is(failed.state, 'failed');
+  const released = replay(steps('xstate.done.actor.prepare', 'GROUP_JOINED', 'MODEL_STARTING', 'MODEL_SERVING', 'MODEL_GONE')).at(-1)!;
+  assert.is(released.state, 'ready', 'the node lives on (a client released every rank, or a newer version took its place)');
+  assert.equal(released.snap.context.models.map((m) => [m.id, m.gone]), [[first, true]]);
+  assert.ok(released.snap.children[first], 'its actor is kept, its servers answering "released"');
 });
 
 test('a node of a group that fails before joining reports it to node 0, then fails; node 0 does not', () => {
   for (const nodeRank of [1, 0]) {
-    const world = new FakeWorld();
+    const world = new World();
     const input = fakeInput({ nnodes: 2, nodeRank, tpSize: 4 });
     const actor = createActor(supervisorMachine.provide(world.implementations()), { input });
     actor.start();
@@ -155,27 +168,6 @@ test('a node of a group that fails before joining reports it to node 0, then fai
     assert.is(actor.getSnapshot().value, 'failed');
     assert.is(actor.getSnapshot().status, 'done');
   }
-});
-
-test('a client release frees that rank through its worker, then answers the server', () => {
-  const world = new FakeWorld();
-  const actor = createActor(supervisorMachine.provide(world.implementations()), { input: fakeInput() });
-  actor.start();
-  for (const e of [
-    events[0],
-    events[2],
-    ...ranks.map((r) => ({ type: 'RANK_LOADED', localRank: r, device: fakeDevice(r), segments: [], bytes: 1, seconds: 0, source: { from: 'checkpoint' } })),
-    ...ranks.map((r) => ({ type: 'RANK_SERVING', localRank: r, socketPath: `/s/${r}` })),
-  ]) actor.send(e as Ev);
-  assert.is(actor.getSnapshot().value, 'ready');
-  actor.send({ type: 'RANK_RELEASE_REQUESTED', localRank: 1 });
-  assert.equal(world.rankCommands.filter((c) => c.cmd.type === 'RANK_RELEASE').map((c) => c.localRank), [1]);
-  assert.equal(world.serveCommands, [], 'the client hears nothing before the memory is freed');
-  actor.send({ type: 'RANK_RELEASED', localRank: 1 });
-  assert.equal(world.serveCommands, [{ localRank: 1, cmd: { type: 'SERVE_RELEASED' } }]);
-  assert.is(actor.getSnapshot().context.ranks[1]!.state, 'released');
-  assert.is(actor.getSnapshot().value, 'ready', 'the other rank keeps serving');
-  actor.stop();
 });
 
 test.run();

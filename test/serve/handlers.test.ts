@@ -33,7 +33,6 @@ const rank: ServedRankData = {
   backend: 'host',
   device: { backend: 'host', index: 0, uuid: 'in-memory-0', name: 'in-memory', totalBytes: 1 << 20, freeBytes: 0 },
   name: 'tiny',
-  own: true,
   model: '/models/tiny',
   architecture: 'LlamaForCausalLM',
   fingerprint: 'fp-tiny',

@@ -20,7 +20,7 @@ export async function loadServedRank(modelDir: string, device: { uuid: string },
     await handle.fill(rank.files, rank.ops, rank.totalBytes, {});
     const served = toServedRankData({
     name: 'tiny-llama',
-    own: true, plan, globalRank: 0, localRank: 0, nodeRank: 0, nnodes: 1, backend: 'host', device: handle.info(), segments: handle.exportSegments() });
+    plan, globalRank: 0, localRank: 0, nodeRank: 0, nnodes: 1, backend: 'host', device: handle.info(), segments: handle.exportSegments() });
     return { served, device: handle };
   } catch (err) {
     await handle.free();
