@@ -20,7 +20,7 @@ export interface RankView extends LoadProgress {
   /** The serving lifecycle's state (src/serve/rankServiceMachine.ts); null while it has no socket. */
   serve: ServeStatus | null;
   /** Once resident: `checkpoint` (read from disk) or `keeper` (adopted); null before. */
-  source: 'checkpoint' | 'keeper' | null;
+  source: 'checkpoint' | 'keeper' | 'writer' | null;
   /** Adopted: when its segments were first kept (ISO time) and their age when adopted. */
   keptAt: string | null;
   keptAgeMs: number | null;

@@ -13,6 +13,8 @@ import { LOAD_RUNNING, modelMachine } from './modelMachine.js';
 import { modelActor, modelFailureMessage, modelLoadId, type ModelHost } from './modelHost.js';
 import { resolveModelSpec, type ModelRequest, type ModelSpec } from './modelSpecs.js';
 import type { LoadResult, ModelStatus, NodeStatus, UnloadResult } from '../nodeStatus.js';
+import { rankFingerprint } from '../checkpoint/fingerprint.js';
+import type { WrittenVersion } from '../serve/updateDesk.js';
 
 /** States in which a model holds memory it is still filling, as the model machine tags them: one such load at a time. */
 const LOADING_STATES = new Set<string>(Object.values(modelMachine.states).filter((s) => s.tags.includes(LOAD_RUNNING)).map((s) => s.key));
@@ -36,6 +38,8 @@ export class ModelControl {
   /** Operator unloads per model name: a reload retried after one of its name gives up. */
   readonly #unloads = new Map<string, number>();
   #closed = false;
+  /** The highest version number given to each name (PlannedModel.version). */
+  readonly #versions = new Map<string, number>();
 
   constructor(options: { actor: ModelHost; config: ModelNode & { evict: EvictionPolicy }; log: Logger; status: () => NodeStatus }) {
     this.#actor = options.actor;
@@ -80,6 +84,33 @@ export class ModelControl {
       this.#loading = undefined;
       for (const wake of [...this.#wakers]) wake();
     }
+  }
+
+  /**
+   * Serves a version a writer committed (src/serve/updateDesk.ts) as the newest of its name: a
+   * model actor like a load's, planned as its base with the written content's fingerprint, whose
+   * ranks adopt the sealed segments. Older versions drain as in a hot swap. Resolves with its
+   * number once it serves.
+   */
+  async publishUpdate(written: WrittenVersion): Promise<{ version: number }> {
+    this.#refuseUnlessReady('serve an update of');
+    const base = modelActor(this.#actor.getSnapshot(), written.baseVersion)?.getSnapshot().context.planned;
+    if (!base) {
+      throw new WeightdError('E_UPDATE_BASE', `the version of model "${written.name}" the update was written over is no longer loaded; begin the update again from the version that serves now`, { model: written.name });
+    }
+    const version = Math.max(this.#versions.get(written.name) ?? 0, base.version ?? 0) + 1;
+    const fingerprint = written.fingerprint.fingerprint;
+    const planned: PlannedModel = {
+      ...base,
+      // No files: its content was written, not read, so no change to the checkpoint makes it stale.
+      plan: { ...base.plan, fingerprint, fingerprintFields: written.fingerprint.fields, files: [], ranks: base.plan.ranks.map((r, g) => r && { ...r, fingerprint: rankFingerprint(fingerprint, g) }) },
+      origin: 'update',
+      version,
+      written: [...written.ranks].sort((a, b) => a.localRank - b.localRank).map((r) => ({ segmentPaths: r.segmentPaths })),
+    };
+    this.#versions.set(written.name, version);
+    await this.#serve(planned, written.name);
+    return { version };
   }
 
   /** The node ends: reloads waiting to be retried give up. */

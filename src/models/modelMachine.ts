@@ -383,8 +383,8 @@ true satisfies SameStateNames<StateValueFrom<typeof modelMachine>, ModelMachineS
 
 /** Its ranks, as planned and placed. */
 function ranksOf(context: ModelContext): ModelRanks {
-  const { spec, plan, devices, fill, placement } = context.planned;
-  return { name: spec.name, plan, devices, fill, nodeRank: placement.nodeRank, nnodes: placement.nnodes };
+  const { spec, plan, devices, fill, placement, written } = context.planned;
+  return { name: spec.name, plan, devices, fill, nodeRank: placement.nodeRank, nnodes: placement.nnodes, written };
 }
 
 /** What each rank will allocate on its device, as opened: nothing for one that adopts a kept shard. */

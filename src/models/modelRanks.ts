@@ -18,6 +18,8 @@ export const serveActorId = (localRank: number) => `serve-${localRank}`;
 /** What a model's local ranks are made of (from its PlannedModel). */
 export interface ModelRanks {
   name: string;
+  /** A version a writer committed: each local rank's sealed segments (PlannedModel.written). */
+  written?: { segmentPaths: string[] }[];
   plan: CheckpointPlan;
   nodeRank: number;
   nnodes: number;
@@ -48,6 +50,7 @@ export function rankActorInput(model: ModelRanks, r: RankStatus, host: RankHost,
       plan: fillPlanOf(model.plan.ranks[r.globalRank]!),
       files: model.plan.files,
       fill: model.fill,
+      ...(model.written ? { written: model.written[r.localRank] } : {}),
       ...phases,
     },
   };

@@ -26,7 +26,7 @@ import type { RankService } from './rankService.js';
 import { DEFAULT_SERVE_LIMITS, serveLimits, type ServeLimits } from './serveLimits.js';
 import { SocketListener } from '../wire/socketListener.js';
 import { WatchTable } from './watchTable.js';
-import type { DeviceServices } from './deviceServices.js';
+import type { DeviceServices, UpdateHost } from './deviceServices.js';
 import { descriptorBudget, type ListenerShare } from '../wire/descriptorBudget.js';
 
 /**
@@ -45,6 +45,8 @@ export interface DeviceServerOptions {
   limits?: Partial<ServeLimits>;
   /** The node's first model's name (config.models[0].name): its first version is listed first (add). */
   defaultModel?: string;
+  /** The node's writers' updates (absent: the socket takes none, E_UPDATE_UNSUPPORTED). */
+  updates?: UpdateHost;
 }
 
 /** One model version's counters on its device, for status and metrics. */
@@ -73,6 +75,7 @@ export class DeviceServer implements ConnectionHandler, DeviceServices {
   readonly counters = { requests: 0, protocolErrors: 0, refusedPeers: 0 };
   readonly startedAt = Date.now();
   readonly watches = new WatchTable();
+  readonly updates: UpdateHost | undefined;
   #limits: ServeLimits = DEFAULT_SERVE_LIMITS;
   readonly #uid = process.getuid!();
   readonly #logDropped = (dropped: number) =>
@@ -88,6 +91,7 @@ export class DeviceServer implements ConnectionHandler, DeviceServices {
     this.#options = options;
     this.deviceUuid = options.deviceUuid;
     this.#log = options.log;
+    this.updates = options.updates;
     this.#listener = new SocketListener({ name: options.deviceUuid, socketDir: options.socketDir, lock: options.lock, log: options.log });
   }
 
@@ -256,12 +260,13 @@ export class DeviceServer implements ConnectionHandler, DeviceServices {
   // ConnectionHandler
 
   keepOpen(caller: Caller): boolean {
-    return this.watches.watches(caller.connectionId) || this.#services.some((s) => s.leases.holdsBound(caller.connectionId));
+    return this.watches.watches(caller.connectionId) || this.#services.some((s) => s.leases.holdsBound(caller.connectionId)) || this.updates?.desk.holds(caller.connectionId) === true;
   }
 
   closed(caller: Caller): void {
     this.#connections.delete(caller.connectionId);
     this.watches.connectionClosed(caller.connectionId);
+    this.updates?.desk.connectionClosed(caller.connectionId);
     for (const s of [...this.#services]) s.connectionClosed(caller);
     this.#log.debug({ peerPid: caller.pid, connection: caller.connectionId }, 'client disconnected');
   }
