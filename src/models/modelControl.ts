@@ -98,8 +98,10 @@ export class ModelControl {
     if (!base) {
       throw new WeightdError('E_UPDATE_BASE', `the version of model "${written.name}" the update was written over is no longer loaded; begin the update again from the version that serves now`, { model: written.name });
     }
-    const version = Math.max(this.#versions.get(written.name) ?? 0, base.version ?? 0) + 1;
     const fingerprint = written.fingerprint.fingerprint;
+    // The base's bytes written again: the content is the base's, which serves already.
+    if (fingerprint === base.plan.fingerprint) return { version: base.version ?? 0 };
+    const version = Math.max(this.#versions.get(written.name) ?? 0, base.version ?? 0) + 1;
     const planned: PlannedModel = {
       ...base,
       // No files: its content was written, not read, so no change to the checkpoint makes it stale.

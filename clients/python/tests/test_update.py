@@ -1,0 +1,200 @@
+"""Writers on the host backend, against a real daemon (docs/weight-updates.md): a version written
+over a served one is invisible until committed, then serves as the model's newest version, which
+a reader reaches with switch_to; the daemon refuses to seal memory still mapped writable; a writer
+killed mid-update leaves nothing, in the daemon's descriptors or in its list."""
+
+import mmap
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from daemon_fixture import DEVICE, Daemon
+from test_host_fds import MODEL
+from test_switch import ctl, raw, wait_for
+from versions import other_version
+from weightd_client import expected_fingerprint
+from weightd_client.protocol import ServeError
+
+pytestmark = pytest.mark.skipif(DEVICE != "host", reason="writers are built on the host backend")
+np = pytest.importorskip("numpy")
+torch = pytest.importorskip("torch")
+
+NAME = "upd"
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """The own model, and a second one named ``upd`` (a model actor): the one the writers update."""
+    model = str(tmp_path_factory.mktemp("update") / NAME)
+    other_version(MODEL, model)
+    with Daemon(MODEL, ["--model", model, "-tp", "1"]) as d:
+        yield d, model
+
+
+def current(daemon):
+    """The fingerprint of the version of ``upd`` that serves now (rank 0's)."""
+    versions = [v for v in daemon.client(0).ping()["models"] if v["name"] == NAME and v["status"] == "serving"]
+    assert len(versions) == 1, versions
+    return versions[0]["fingerprint"]
+
+
+def update_memfds(pid, writable=False):
+    """The daemon's descriptors of written segments (native/update_segments.cpp names them): its
+    writable copies (``writable``: opened read-write) or, besides them, the read-only ones a
+    committed version serves from."""
+    out = []
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            with open(f"/proc/{pid}/fdinfo/{fd}", encoding="utf-8") as f:
+                flags = int(next(line.split()[1] for line in f if line.startswith("flags:")), 8)
+        except (OSError, StopIteration):
+            continue
+        if target.startswith("/memfd:weightd:update:") and (not writable or flags & os.O_ACCMODE == os.O_RDWR):
+            out.append(f"{fd} {target}")
+    return sorted(out)
+
+
+def listed(daemon):
+    """ctl list's lines for ``upd``, without the leases column (a reader's lease may come and go)."""
+    return sorted(" ".join(w for w in line.split() if not w.startswith("leases=")) for line in ctl(daemon, "list").splitlines() if line.startswith(NAME + " "))
+
+
+def test_a_reader_sees_only_its_version_until_it_switches(served):
+    daemon, _ = served
+    client = daemon.client(0)
+    base = current(daemon)
+    reader = client.attach(base, tensor_format="numpy")
+    names = sorted(reader.tensors)
+    changed, kept = names[0], names[1]
+    old_changed, old_kept = raw(reader.tensors[changed]), raw(reader.tensors[kept])
+    new_bytes = bytes((b + 1) % 256 for b in old_changed)
+    with client.begin_update(NAME, base) as upd:
+        view = upd.tensor(changed, tensor_format="torch")
+        view.view(-1).view(torch.uint8).copy_(torch.frombuffer(bytearray(new_bytes), dtype=torch.uint8))
+        del view
+        # Written but not committed: the reader's version is untouched, and no new version serves.
+        assert raw(reader.tensors[changed]) == old_changed
+        assert current(daemon) == base
+        done = upd.commit()
+    assert done["waiting"] == [] and done["version"] == 1
+    assert done["fingerprint"] != base
+    # Committed: the reader still reads the version it attached to, byte for byte...
+    assert raw(reader.tensors[changed]) == old_changed
+    assert current(daemon) == done["fingerprint"]
+    # ...until it switches, at the same addresses.
+    address = reader.tensors[changed].ctypes.data
+    reader.switch_to(done["fingerprint"])
+    assert reader.tensors[changed].ctypes.data == address
+    assert raw(reader.tensors[changed]) == new_bytes
+    assert raw(reader.tensors[kept]) == old_kept, "a tensor the writer did not write keeps the base's bytes"
+    reader.detach()
+    assert not update_memfds(daemon.proc.pid, writable=True), "the writable copies are closed once the version serves"
+    assert update_memfds(daemon.proc.pid), "the version serves from read-only descriptors of its own"
+
+
+def test_commit_is_refused_while_the_writer_maps_a_segment_writable(served):
+    daemon, _ = served
+    client = daemon.client(0)
+    base = current(daemon)
+    with client.begin_update(NAME, base) as upd:
+        # A mapping the writer keeps: a view left alive when it commits.
+        kept = upd.tensor(sorted(upd.tensors)[0])
+        with pytest.raises(ServeError) as refused:
+            upd.commit()
+        assert refused.value.code == "E_UPDATE_MAPPED"
+        del kept
+        assert upd.commit()["version"] >= 1
+
+
+def test_the_daemon_refuses_to_seal_a_segment_another_mapping_can_write(served):
+    daemon, _ = served
+    base = current(daemon)
+    from weightd_client.protocol import Connection, close_fds
+
+    conn = Connection(daemon.client(0).socket_path)
+    try:
+        reply, fds = conn.request_fds("begin_update", model=NAME, base=base)
+        mapped = mmap.mmap(fds[0], reply["segments"][0]["bytes"], flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+        close_fds(fds)
+        first = next(t for t in reply["tensors"] if t["segment"] == 0 and t["bytes"] > 0)
+        mapped[first["offset"]] = (mapped[first["offset"]] + 1) % 256
+        with pytest.raises(ServeError) as refused:
+            conn.request("commit_update", update=reply["update"])
+        assert refused.value.code == "E_UPDATE_MAPPED"
+        assert "unmap" in str(refused.value)
+        assert current(daemon) == base, "a refused commit serves nothing"
+        mapped.close()
+        assert conn.request("commit_update", update=reply["update"])["waiting"] == []
+        assert current(daemon) != base
+    finally:
+        conn.close()
+
+
+def test_one_update_of_a_model_at_a_time(served):
+    daemon, _ = served
+    base = current(daemon)
+    with daemon.client(0).begin_update(NAME, base):
+        with pytest.raises(ServeError) as busy:
+            daemon.client(0).begin_update(NAME, base)
+        assert busy.value.code == "E_UPDATE_BUSY"
+        assert busy.value.details["model"] == NAME
+    # Abandoned (its connection closed): the next one may begin.
+    with daemon.client(0).begin_update(NAME, base):
+        pass
+
+
+def test_a_commit_of_the_base_bytes_is_the_base(served):
+    daemon, _ = served
+    base = current(daemon)
+    with daemon.client(0).begin_update(NAME, base) as upd:
+        done = upd.commit()
+    assert done["fingerprint"] == base, "the same content has the same fingerprint"
+    assert current(daemon) == base
+    assert len([line for line in ctl(daemon, "list").splitlines() if line.startswith(NAME + " ") and " serving " in line]) == 1, "nothing new serves"
+
+
+def test_a_base_that_is_not_served_is_refused_naming_what_is(served):
+    daemon, _ = served
+    with pytest.raises(ServeError) as refused:
+        daemon.client(0).begin_update(NAME, "0" * 64)
+    assert refused.value.code == "E_UPDATE_BASE"
+    assert current(daemon) in str(refused.value)
+
+
+def test_a_writer_killed_mid_update_leaves_nothing(served):
+    daemon, _ = served
+    base = current(daemon)
+    before, held = listed(daemon), update_memfds(daemon.proc.pid)
+    writer = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(f"""
+            import sys
+            from weightd_client import WeightdClient
+            upd = WeightdClient({daemon.client(0).socket_path!r}).begin_update({NAME!r}, {base!r})
+            name = sorted(upd.tensors)[0]
+            upd.tensor(name)[...] = 0
+            print("writing", flush=True)
+            sys.stdin.read()
+        """)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    try:
+        assert writer.stdout.readline().strip() == "writing"
+        assert update_memfds(daemon.proc.pid, writable=True), "the daemon holds the update's copies while it is written"
+        writer.send_signal(signal.SIGKILL)
+        writer.wait()
+    finally:
+        if writer.poll() is None:
+            writer.kill()
+            writer.wait()
+    assert wait_for(lambda: update_memfds(daemon.proc.pid) == held), update_memfds(daemon.proc.pid)
+    assert listed(daemon) == before
+    assert current(daemon) == base
+    # Nothing of it holds the model: another update begins at once.
+    with daemon.client(0).begin_update(NAME, base):
+        pass
