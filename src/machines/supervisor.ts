@@ -222,7 +222,8 @@ const supervisorSetup = setup({
       assertEvent(event, 'MODEL_SERVING');
       const serving = context.models.find((m) => m.id === event.id);
       if (!serving) return;
-      const older = context.models.filter((m) => m.name === serving.name && m.id !== serving.id && !m.unloaded);
+      // After a writer's commit the model control keeps the retained ones (--keep-versions) and unloads the rest.
+      const older = serving.retainsOlder ? [] : context.models.filter((m) => m.name === serving.name && m.id !== serving.id && !m.unloaded);
       for (const m of older) enqueue.sendTo(m.id, { type: 'MODEL_UNLOAD', force: false });
       enqueue.assign({
         models: context.models.map((m) => (m.id === serving.id ? { ...m, entries: event.entries, digests: event.digests } : older.includes(m) ? { ...m, unloaded: true } : m)),
@@ -422,6 +423,7 @@ function modelEntry(id: string, planned: PlannedModel, startup: boolean, formsGr
     restored: planned.origin === 'restore',
     formsGroup,
     unloaded: false,
+    ...(planned.origin === 'update' ? { retainsOlder: true } : {}),
     // The group formed around the first model at rendezvous: no commit round for it.
     ...(planned.placement.nnodes > 1 && !formsGroup ? { group: 'pending' as const } : {}),
   };

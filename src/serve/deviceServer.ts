@@ -62,6 +62,8 @@ export interface RankServiceStats {
   requests: number;
   protocolErrors: number;
   refusedPeers: number;
+  /** The newest version of its name that serves on this device: the one clients are pointed to. */
+  current: boolean;
 }
 
 export class DeviceServer implements ConnectionHandler, DeviceServices {
@@ -125,6 +127,14 @@ export class DeviceServer implements ConnectionHandler, DeviceServices {
     else this.#services.push(service);
   }
 
+  /** Makes `service` the newest version of its name here (a rollback to a retained version), so clients are pointed to it. */
+  promote(service: RankService): void {
+    const i = this.#services.indexOf(service);
+    if (i < 0) return;
+    this.#services.splice(i, 1);
+    this.#services.push(service);
+  }
+
   /** Stops serving `service` (its model is gone); its leases went with its memory. Returns how many are left. */
   remove(service: RankService): number {
     const i = this.#services.indexOf(service);
@@ -158,7 +168,8 @@ export class DeviceServer implements ConnectionHandler, DeviceServices {
   }
 
   stats(service: RankService): RankServiceStats {
-    return { status: service.status, connections: this.#connections.size, leases: service.leases.size, lastAttachedAt: service.leases.lastGrantedMs, servingSince: service.startedAt, ...this.counters };
+    const current = this.newestServing(service.name) === service;
+    return { status: service.status, connections: this.#connections.size, leases: service.leases.size, lastAttachedAt: service.leases.lastGrantedMs, servingSince: service.startedAt, current, ...this.counters };
   }
 
   /**
@@ -230,7 +241,8 @@ export class DeviceServer implements ConnectionHandler, DeviceServices {
   announce(service: RankService, event: 'model_ready' | 'model_dropping' | 'model_stale', fields: Record<string, unknown> = {}): void {
     const newer = event === 'model_dropping' ? this.newestServing(service.name)?.rank.fingerprint : undefined;
     for (const connectionId of this.watches.watchersOf(service.name, event)) {
-      this.notify(connectionId, { event, model: service.name, fingerprint: service.rank.fingerprint, ...(newer ? { newer } : {}), ...fields });
+      const version = service.rank.version ?? 0;
+      this.notify(connectionId, { event, model: service.name, fingerprint: service.rank.fingerprint, version, ...(newer ? { newer } : {}), ...fields });
     }
   }
 

@@ -104,6 +104,11 @@ export class ServerRegistry {
     entry.server.close();
   }
 
+  /** Makes `service` the newest version of its name on its device's socket (DeviceServer.promote). */
+  promote(service: RankService): void {
+    this.#servers.get(service.rank.device.uuid)?.server.promote(service);
+  }
+
   /** A version's rank's counters, or undefined while it has no server. */
   stats(version: string, fingerprint: string): RankServiceStats | undefined {
     const entry = this.#byVersion.get(versionKey(version, fingerprint));

@@ -134,6 +134,8 @@ export const ModelRef = z.object({
   status: ServeStatus,
   globalRank: count,
   tpSize: z.number().int().min(1),
+  /** Its number among its name's versions (docs/weight-updates.md); absent from older daemons. */
+  version: count.optional(),
 });
 export type ModelRef = z.infer<typeof ModelRef>;
 
@@ -285,6 +287,8 @@ export const ModelEvent = z.object({
   model: z.string(),
   fingerprint: z.string(),
   newer: z.string().optional(),
+  /** The version's number among its name's (docs/weight-updates.md). */
+  version: count.optional(),
   leaseHash: z.string().optional(),
   files: z.array(z.string()).optional(),
 });

@@ -3,6 +3,7 @@ over a served one is invisible until committed, then serves as the model's newes
 a reader reaches with switch_to; the daemon refuses to seal memory still mapped writable; a writer
 killed mid-update leaves nothing, in the daemon's descriptors or in its list."""
 
+import json
 import mmap
 import os
 import signal
@@ -12,7 +13,7 @@ import textwrap
 
 import pytest
 
-from daemon_fixture import DEVICE, Daemon
+from daemon_fixture import DEVICE, MAIN_JS, Daemon
 from test_host_fds import MODEL
 from test_switch import ctl, raw, wait_for
 from versions import other_version
@@ -35,11 +36,21 @@ def served(tmp_path_factory):
         yield d, model
 
 
+def models(daemon):
+    """ctl list --json's versions of ``upd`` that serve (the current one and those retained)."""
+    return [m for m in json.loads(ctl(daemon, "list", "--json"))["models"] if m["name"] == NAME and m["state"] == "serving"]
+
+
 def current(daemon):
-    """The fingerprint of the version of ``upd`` that serves now (rank 0's)."""
-    versions = [v for v in daemon.client(0).ping()["models"] if v["name"] == NAME and v["status"] == "serving"]
-    assert len(versions) == 1, versions
-    return versions[0]["fingerprint"]
+    """The fingerprint of the version of ``upd`` that clients are pointed to now (rank 0's)."""
+    ours = [m for m in models(daemon) if m["current"]]
+    assert len(ours) == 1, ours
+    return rank_fingerprint(daemon, ours[0]["version"])
+
+
+def rank_fingerprint(daemon, version):
+    """Rank 0's fingerprint of version ``version`` of ``upd``, as the socket lists it."""
+    return next(v["fingerprint"] for v in daemon.client(0).ping()["models"] if v["name"] == NAME and v.get("version") == version and v["status"] == "serving")
 
 
 def update_memfds(pid, writable=False):
@@ -150,12 +161,69 @@ def test_one_update_of_a_model_at_a_time(served):
 
 def test_a_commit_of_the_base_bytes_is_the_base(served):
     daemon, _ = served
-    base = current(daemon)
+    base, before = current(daemon), listed(daemon)
     with daemon.client(0).begin_update(NAME, base) as upd:
         done = upd.commit()
     assert done["fingerprint"] == base, "the same content has the same fingerprint"
     assert current(daemon) == base
-    assert len([line for line in ctl(daemon, "list").splitlines() if line.startswith(NAME + " ") and " serving " in line]) == 1, "nothing new serves"
+    assert listed(daemon) == before, "nothing new serves"
+
+
+def test_rollback_makes_a_retained_version_current_with_no_copy_and_switch_to_reads_its_bytes(served):
+    daemon, _ = served
+    client = daemon.client(0)
+    base = current(daemon)
+    base_version = next(m["version"] for m in models(daemon) if m["current"])
+    reader = client.attach(base, tensor_format="numpy")
+    name = sorted(reader.tensors)[0]
+    old = raw(reader.tensors[name])
+    with client.begin_update(NAME, base) as upd:
+        upd.write(name, bytes((b + 7) % 256 for b in old))
+        done = upd.commit()
+    reader.switch_to(done["fingerprint"])
+    assert raw(reader.tensors[name]) != old
+    # The base is retained: resident, not current, and listed so.
+    retained = [m for m in models(daemon) if m["version"] == base_version]
+    assert len(retained) == 1 and retained[0]["current"] is False
+    assert f"v{base_version} (retained)" in ctl(daemon, "list")
+    watcher = daemon.client(0)
+    watcher.watch(NAME)
+    out = ctl(daemon, "rollback", NAME, str(base_version))
+    assert f"{NAME} version {base_version}" in out and "is current now" in out
+    assert current(daemon) == base
+    ready = [e for e in watcher.events(timeout=30) if e["event"] == "model_ready"]
+    assert ready and ready[0]["fingerprint"] == base and ready[0]["version"] == base_version
+    # The reader follows back, at the same addresses, to the base's bytes.
+    reader.switch_to(base)
+    assert raw(reader.tensors[name]) == old
+    reader.detach()
+    assert "was current already" in ctl(daemon, "rollback", NAME, str(base_version))
+
+
+def test_a_rollback_to_a_version_not_resident_names_those_that_are(served):
+    daemon, _ = served
+    r = subprocess.run(["node", str(MAIN_JS), "ctl", "--weight-cache-socket-dir", daemon.socket_dir, "rollback", NAME, "999"],
+                       env={**os.environ, "WEIGHTD_HOST_DEVICES": daemon.device}, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1
+    assert "E_UNKNOWN_VERSION" in r.stderr and "999" in r.stderr
+    held = sorted(m["version"] for m in models(daemon))
+    assert f"it holds versions {', '.join(map(str, held))}" in r.stderr
+
+
+def test_commits_beyond_keep_versions_drain_the_oldest(served):
+    daemon, _ = served
+    for step in range(3):
+        base = current(daemon)
+        with daemon.client(0).begin_update(NAME, base) as upd:
+            name = sorted(upd.tensors)[step]
+            upd.write(name, bytes(upd.tensors[name]["bytes"]))
+            upd.write(sorted(upd.tensors)[-1], bytes([step + 1]) * upd.tensors[sorted(upd.tensors)[-1]]["bytes"])
+            done = upd.commit()
+    # The daemon runs with the default --keep-versions 2: the current version and the 2 newest before it.
+    versions = sorted(m["version"] for m in models(daemon))
+    assert len(versions) == 3, versions
+    assert versions[-1] == done["version"]
+    assert next(m for m in models(daemon) if m["current"])["version"] == done["version"]
 
 
 def test_a_base_that_is_not_served_is_refused_naming_what_is(served):
