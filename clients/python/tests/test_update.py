@@ -266,3 +266,56 @@ def test_a_writer_killed_mid_update_leaves_nothing(served):
     # Nothing of it holds the model: another update begins at once.
     with daemon.client(0).begin_update(NAME, base):
         pass
+
+
+@pytest.fixture(scope="module")
+def served_tp2(tmp_path_factory):
+    """A model of two local ranks (two host devices), named ``upd``, beside the own model."""
+    model = str(tmp_path_factory.mktemp("update-tp2") / NAME)
+    other_version(MODEL, model)
+    with Daemon(MODEL, ["--model", model, "-tp", "2"], tp=2) as d:
+        yield d
+
+
+def rank_fingerprints(daemon):
+    """Each rank's fingerprint of the version of ``upd`` its socket points clients to (the newest that serves)."""
+    out = []
+    for rank in (0, 1):
+        serving = [v for v in daemon.client(rank).ping()["models"] if v["name"] == NAME and v["status"] == "serving"]
+        out.append(max(serving, key=lambda v: v["version"])["fingerprint"])
+    return out
+
+
+def test_a_version_of_several_ranks_serves_only_once_every_rank_committed(served_tp2):
+    daemon = served_tp2
+    bases = rank_fingerprints(daemon)
+    first = daemon.client(0).begin_update(NAME, bases[0])
+    second = daemon.client(1).begin_update(NAME, bases[1])
+    try:
+        for upd in (first, second):
+            name = sorted(upd.tensors)[0]
+            upd.write(name, bytes(upd.tensors[name]["bytes"]))
+        assert first.commit()["waiting"] == [1]
+        # Rank 0 committed, rank 1 not: nothing new is visible on either socket.
+        assert rank_fingerprints(daemon) == bases
+        done = second.commit()
+    finally:
+        first.abandon()
+        second.abandon()
+    assert done["waiting"] == [] and done["version"] == 1
+    now = rank_fingerprints(daemon)
+    assert now[1] == done["fingerprint"] and now[0] != bases[0]
+
+
+def test_a_rank_whose_writer_goes_ends_the_update_of_every_rank(served_tp2):
+    daemon = served_tp2
+    bases, before = rank_fingerprints(daemon), listed(daemon)
+    first = daemon.client(0).begin_update(NAME, bases[0])
+    second = daemon.client(1).begin_update(NAME, bases[1])
+    assert first.commit()["waiting"] == [1]
+    # Rank 1's connection ends uncommitted: rank 0's committed part goes with it.
+    second.abandon()
+    assert wait_for(lambda: not update_memfds(daemon.proc.pid, writable=True)), update_memfds(daemon.proc.pid, writable=True)
+    first.abandon()
+    assert rank_fingerprints(daemon) == bases
+    assert listed(daemon) == before
