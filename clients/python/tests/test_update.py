@@ -319,3 +319,26 @@ def test_a_rank_whose_writer_goes_ends_the_update_of_every_rank(served_tp2):
     first.abandon()
     assert rank_fingerprints(daemon) == bases
     assert listed(daemon) == before
+
+
+def test_write_takes_numpy_arrays_torch_tensors_and_bytes_of_the_tensors_size(served):
+    daemon, _ = served
+    with daemon.client(0).begin_update(NAME, current(daemon)) as upd:
+        a, b = sorted(upd.tensors)[:2]
+        size_a, size_b = upd.tensors[a]["bytes"], upd.tensors[b]["bytes"]
+        upd.write(a, np.full(size_a, 3, dtype=np.uint8))
+        upd.write(b, torch.full((size_b,), 5, dtype=torch.uint8))
+        assert raw(upd.tensor(a)) == bytes([3]) * size_a
+        assert raw(upd.tensor(b, tensor_format="torch")) == bytes([5]) * size_b
+        with pytest.raises(Exception) as wrong:
+            upd.write(a, bytes(size_a + 1))
+        assert wrong.value.code == "E_BAD_SIZE" and str(size_a) in str(wrong.value)
+
+
+def test_the_own_model_takes_no_writer_yet_and_says_what_to_do(served):
+    daemon, _ = served
+    own = daemon.client(0).ping()
+    with pytest.raises(ServeError) as refused:
+        daemon.client(0).begin_update(own["name"], own["fingerprint"])
+    assert refused.value.code == "E_UPDATE_UNSUPPORTED"
+    assert "ctl load" in str(refused.value)

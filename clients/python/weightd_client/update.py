@@ -77,7 +77,9 @@ class Update:
         ``name``; its byte size must be the tensor's."""
         t = self._meta(name)
         if hasattr(value, "detach"):
-            value = value.detach().contiguous().cpu().view(-1).view(__import__("torch").uint8).numpy()
+            import torch
+
+            value = value.detach().contiguous().cpu().view(-1).view(torch.uint8).numpy()
         data = memoryview(value).cast("B") if not isinstance(value, (bytes, bytearray)) else memoryview(value)
         if data.nbytes != t["bytes"]:
             raise ProtocolError("E_BAD_SIZE", f"tensor {name!r} holds {t['bytes']} bytes ({t['dtype']} {t['shape']}); the value given has {data.nbytes}")
