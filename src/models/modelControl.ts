@@ -114,8 +114,8 @@ export class ModelControl {
       version,
       written: [...written.ranks].sort((a, b) => a.localRank - b.localRank).map((r) => ({ segmentPaths: r.segmentPaths })),
     };
-    this.#versions.set(written.name, version);
     await this.#serve(planned, written.name);
+    this.#versions.set(written.name, version);
     this.#retain(written.name);
     return { version };
   }
