@@ -26,6 +26,23 @@ torch = pytest.importorskip("torch")
 
 NAME = "upd"
 
+#: Clients the running test opened: closed after it, so no descriptor of it outlives it (test_switch counts them).
+_opened = []
+
+
+def open_client(daemon, rank=0):
+    """A client of ``daemon``'s rank ``rank``, closed when the test ends."""
+    c = daemon.client(rank)
+    _opened.append(c)
+    return c
+
+
+@pytest.fixture(autouse=True)
+def _close_clients():
+    yield
+    while _opened:
+        _opened.pop().close()
+
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
@@ -50,7 +67,7 @@ def current(daemon):
 
 def rank_fingerprint(daemon, version):
     """Rank 0's fingerprint of version ``version`` of ``upd``, as the socket lists it."""
-    return next(v["fingerprint"] for v in daemon.client(0).ping()["models"] if v["name"] == NAME and v.get("version") == version and v["status"] == "serving")
+    return next(v["fingerprint"] for v in open_client(daemon, 0).ping()["models"] if v["name"] == NAME and v.get("version") == version and v["status"] == "serving")
 
 
 def update_memfds(pid, writable=False):
@@ -77,7 +94,7 @@ def listed(daemon):
 
 def test_a_reader_sees_only_its_version_until_it_switches(served):
     daemon, _ = served
-    client = daemon.client(0)
+    client = open_client(daemon, 0)
     base = current(daemon)
     reader = client.attach(base, tensor_format="numpy")
     names = sorted(reader.tensors)
@@ -110,7 +127,7 @@ def test_a_reader_sees_only_its_version_until_it_switches(served):
 
 def test_commit_is_refused_while_the_writer_maps_a_segment_writable(served):
     daemon, _ = served
-    client = daemon.client(0)
+    client = open_client(daemon, 0)
     base = current(daemon)
     with client.begin_update(NAME, base) as upd:
         # A mapping the writer keeps: a view left alive when it commits.
@@ -127,7 +144,7 @@ def test_the_daemon_refuses_to_seal_a_segment_another_mapping_can_write(served):
     base = current(daemon)
     from weightd_client.protocol import Connection, close_fds
 
-    conn = Connection(daemon.client(0).socket_path)
+    conn = Connection(open_client(daemon, 0).socket_path)
     try:
         reply, fds = conn.request_fds("begin_update", model=NAME, base=base)
         mapped = mmap.mmap(fds[0], reply["segments"][0]["bytes"], flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
@@ -149,20 +166,20 @@ def test_the_daemon_refuses_to_seal_a_segment_another_mapping_can_write(served):
 def test_one_update_of_a_model_at_a_time(served):
     daemon, _ = served
     base = current(daemon)
-    with daemon.client(0).begin_update(NAME, base):
+    with open_client(daemon, 0).begin_update(NAME, base):
         with pytest.raises(ServeError) as busy:
-            daemon.client(0).begin_update(NAME, base)
+            open_client(daemon, 0).begin_update(NAME, base)
         assert busy.value.code == "E_UPDATE_BUSY"
         assert busy.value.details["model"] == NAME
     # Abandoned (its connection closed): the next one may begin.
-    with daemon.client(0).begin_update(NAME, base):
+    with open_client(daemon, 0).begin_update(NAME, base):
         pass
 
 
 def test_a_commit_of_the_base_bytes_is_the_base(served):
     daemon, _ = served
     base, before = current(daemon), listed(daemon)
-    with daemon.client(0).begin_update(NAME, base) as upd:
+    with open_client(daemon, 0).begin_update(NAME, base) as upd:
         done = upd.commit()
     assert done["fingerprint"] == base, "the same content has the same fingerprint"
     assert current(daemon) == base
@@ -171,7 +188,7 @@ def test_a_commit_of_the_base_bytes_is_the_base(served):
 
 def test_rollback_makes_a_retained_version_current_with_no_copy_and_switch_to_reads_its_bytes(served):
     daemon, _ = served
-    client = daemon.client(0)
+    client = open_client(daemon, 0)
     base = current(daemon)
     base_version = next(m["version"] for m in models(daemon) if m["current"])
     reader = client.attach(base, tensor_format="numpy")
@@ -186,7 +203,7 @@ def test_rollback_makes_a_retained_version_current_with_no_copy_and_switch_to_re
     retained = [m for m in models(daemon) if m["version"] == base_version]
     assert len(retained) == 1 and retained[0]["current"] is False
     assert f"v{base_version} (retained)" in ctl(daemon, "list")
-    watcher = daemon.client(0)
+    watcher = open_client(daemon, 0)
     watcher.watch(NAME)
     out = ctl(daemon, "rollback", NAME, str(base_version))
     assert f"{NAME} version {base_version}" in out and "is current now" in out
@@ -214,7 +231,7 @@ def test_commits_beyond_keep_versions_drain_the_oldest(served):
     daemon, _ = served
     for step in range(3):
         base = current(daemon)
-        with daemon.client(0).begin_update(NAME, base) as upd:
+        with open_client(daemon, 0).begin_update(NAME, base) as upd:
             name = sorted(upd.tensors)[step]
             upd.write(name, bytes(upd.tensors[name]["bytes"]))
             upd.write(sorted(upd.tensors)[-1], bytes([step + 1]) * upd.tensors[sorted(upd.tensors)[-1]]["bytes"])
@@ -229,7 +246,7 @@ def test_commits_beyond_keep_versions_drain_the_oldest(served):
 def test_a_base_that_is_not_served_is_refused_naming_what_is(served):
     daemon, _ = served
     with pytest.raises(ServeError) as refused:
-        daemon.client(0).begin_update(NAME, "0" * 64)
+        open_client(daemon, 0).begin_update(NAME, "0" * 64)
     assert refused.value.code == "E_UPDATE_BASE"
     assert current(daemon) in str(refused.value)
 
@@ -238,11 +255,11 @@ def test_a_writer_killed_mid_update_leaves_nothing(served):
     daemon, _ = served
     base = current(daemon)
     before, held = listed(daemon), update_memfds(daemon.proc.pid)
-    writer = subprocess.Popen(
+    with subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent(f"""
             import sys
             from weightd_client import WeightdClient
-            upd = WeightdClient({daemon.client(0).socket_path!r}).begin_update({NAME!r}, {base!r})
+            upd = WeightdClient({open_client(daemon, 0).socket_path!r}).begin_update({NAME!r}, {base!r})
             name = sorted(upd.tensors)[0]
             upd.tensor(name)[...] = 0
             print("writing", flush=True)
@@ -250,21 +267,16 @@ def test_a_writer_killed_mid_update_leaves_nothing(served):
         """)],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
-    )
-    try:
+    ) as writer:
         assert writer.stdout.readline().strip() == "writing"
         assert update_memfds(daemon.proc.pid, writable=True), "the daemon holds the update's copies while it is written"
         writer.send_signal(signal.SIGKILL)
         writer.wait()
-    finally:
-        if writer.poll() is None:
-            writer.kill()
-            writer.wait()
     assert wait_for(lambda: update_memfds(daemon.proc.pid) == held), update_memfds(daemon.proc.pid)
     assert listed(daemon) == before
     assert current(daemon) == base
     # Nothing of it holds the model: another update begins at once.
-    with daemon.client(0).begin_update(NAME, base):
+    with open_client(daemon, 0).begin_update(NAME, base):
         pass
 
 
@@ -281,7 +293,7 @@ def rank_fingerprints(daemon):
     """Each rank's fingerprint of the version of ``upd`` its socket points clients to (the newest that serves)."""
     out = []
     for rank in (0, 1):
-        serving = [v for v in daemon.client(rank).ping()["models"] if v["name"] == NAME and v["status"] == "serving"]
+        serving = [v for v in open_client(daemon, rank).ping()["models"] if v["name"] == NAME and v["status"] == "serving"]
         out.append(max(serving, key=lambda v: v["version"])["fingerprint"])
     return out
 
@@ -289,8 +301,8 @@ def rank_fingerprints(daemon):
 def test_a_version_of_several_ranks_serves_only_once_every_rank_committed(served_tp2):
     daemon = served_tp2
     bases = rank_fingerprints(daemon)
-    first = daemon.client(0).begin_update(NAME, bases[0])
-    second = daemon.client(1).begin_update(NAME, bases[1])
+    first = open_client(daemon, 0).begin_update(NAME, bases[0])
+    second = open_client(daemon, 1).begin_update(NAME, bases[1])
     try:
         for upd in (first, second):
             name = sorted(upd.tensors)[0]
@@ -310,8 +322,8 @@ def test_a_version_of_several_ranks_serves_only_once_every_rank_committed(served
 def test_a_rank_whose_writer_goes_ends_the_update_of_every_rank(served_tp2):
     daemon = served_tp2
     bases, before = rank_fingerprints(daemon), listed(daemon)
-    first = daemon.client(0).begin_update(NAME, bases[0])
-    second = daemon.client(1).begin_update(NAME, bases[1])
+    first = open_client(daemon, 0).begin_update(NAME, bases[0])
+    second = open_client(daemon, 1).begin_update(NAME, bases[1])
     assert first.commit()["waiting"] == [1]
     # Rank 1's connection ends uncommitted: rank 0's committed part goes with it.
     second.abandon()
@@ -323,7 +335,7 @@ def test_a_rank_whose_writer_goes_ends_the_update_of_every_rank(served_tp2):
 
 def test_write_takes_numpy_arrays_torch_tensors_and_bytes_of_the_tensors_size(served):
     daemon, _ = served
-    with daemon.client(0).begin_update(NAME, current(daemon)) as upd:
+    with open_client(daemon, 0).begin_update(NAME, current(daemon)) as upd:
         a, b = sorted(upd.tensors)[:2]
         size_a, size_b = upd.tensors[a]["bytes"], upd.tensors[b]["bytes"]
         upd.write(a, np.full(size_a, 3, dtype=np.uint8))
@@ -337,8 +349,8 @@ def test_write_takes_numpy_arrays_torch_tensors_and_bytes_of_the_tensors_size(se
 
 def test_the_own_model_takes_no_writer_yet_and_says_what_to_do(served):
     daemon, _ = served
-    own = daemon.client(0).ping()
+    own = open_client(daemon, 0).ping()
     with pytest.raises(ServeError) as refused:
-        daemon.client(0).begin_update(own["name"], own["fingerprint"])
+        open_client(daemon, 0).begin_update(own["name"], own["fingerprint"])
     assert refused.value.code == "E_UPDATE_UNSUPPORTED"
     assert "ctl load" in str(refused.value)
