@@ -5,12 +5,16 @@
 // control, which serves them as the model's newest version through a model actor). Until then
 // nothing of an update is visible, and a connection of it that ends takes all of it away.
 import { randomBytes } from 'node:crypto';
+import { availableParallelism } from 'node:os';
 import { ServeError, WeightdError } from '../errors.js';
 import { writtenVersionFingerprint, type Fingerprint } from '../checkpoint/fingerprint.js';
 import { addon } from '../native/addon.js';
 import { packTensorRanges } from '../native/fillRecords.js';
 import type { Caller } from './leaseTable.js';
 import type { RankService } from './rankService.js';
+
+/** Threads that digest a committed rank (at most 8: a commit should not take every core from the engines). */
+const DIGEST_THREADS = Math.min(8, availableParallelism());
 
 /** One local rank of a written version, sealed: what its rank actor adopts. */
 export interface WrittenRank {
@@ -148,7 +152,7 @@ export class UpdateDesk {
     }
     part.fds.forEach((fd, segment) => addon().sealWritten(fd, segment));
     const ranges = packTensorRanges(rank.tensors.map((t) => ({ file: t.segment, start: t.offset, end: t.offset + t.bytes })));
-    const digests = await addon().digestFiles(part.fds.map(procPath), ranges, 1);
+    const digests = await addon().digestFiles(part.fds.map(procPath), ranges, DIGEST_THREADS);
     if (update.ended) throw new ServeError('E_UPDATE_ABORTED', `the update of model "${update.name}" ended while rank ${rank.globalRank} was digested (a connection of it closed); begin again`, { model: update.name });
     part.digests = digests;
     const waiting = this.#waiting(update);
