@@ -228,7 +228,7 @@ def test_a_rollback_to_a_version_not_resident_names_those_that_are(served):
     bad = subprocess.run(["node", str(MAIN_JS), "ctl", "--weight-cache-socket-dir", daemon.socket_dir, "rollback", NAME, "latest"],
                          env={**os.environ, "WEIGHTD_HOST_DEVICES": daemon.device}, capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2, "a version that is not a number is a usage error"
-    assert "E_USAGE" in bad.stderr and '"latest"' in bad.stderr
+    assert "E_USAGE" in bad.stderr and 'latest' in bad.stderr
 
 
 def test_commits_beyond_keep_versions_drain_the_oldest(served):
