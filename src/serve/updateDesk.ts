@@ -112,10 +112,11 @@ export class UpdateDesk {
     // The base's descriptors stay open (its release waits) while they are copied.
     const done = service.holdSegmentFds();
     try {
-      for (const s of rank.segments) {
-        part.fds.push(await addon().createWritableCopy(s.fd!, s.bytes, `weightd:update:${name}:r${rank.globalRank}:s${s.segment}`));
-        if (update.ended) break;
-      }
+      // Every segment at once, on the addon's threads.
+      const copies = await Promise.allSettled(rank.segments.map((s) => addon().createWritableCopy(s.fd!, s.bytes, `weightd:update:${name}:r${rank.globalRank}:s${s.segment}`)));
+      for (const c of copies) if (c.status === 'fulfilled') part.fds.push(c.value);
+      const failed = copies.find((c) => c.status === 'rejected');
+      if (failed) throw failed.reason;
     } catch (err) {
       this.#end(update, `copying rank ${rank.globalRank}'s base segments failed`);
       part.markSent();
