@@ -87,6 +87,19 @@ export class ModelControl {
   }
 
   /**
+   * A writer may update version `version` (a model actor's id) of `name`: one this node loaded as
+   * a model actor, alone (not the node's own model until it is one, nor one spanning nodes).
+   */
+  refuseUnlessUpdatable(version: string, name: string): void {
+    if (modelActor(this.#actor.getSnapshot(), version)) return;
+    throw new WeightdError(
+      'E_UPDATE_UNSUPPORTED',
+      `model "${name}" is the node's own model, which takes no writer yet; load the weights as a model of their own (weightd ctl load --model DIR --name NAME) and update that`,
+      { model: name },
+    );
+  }
+
+  /**
    * Serves a version a writer committed (src/serve/updateDesk.ts) as the newest of its name: a
    * model actor like a load's, planned as its base with the written content's fingerprint, whose
    * ranks adopt the sealed segments. Older versions drain as in a hot swap. Resolves with its

@@ -6,7 +6,7 @@
 // nothing of an update is visible, and a connection of it that ends takes all of it away.
 import { randomBytes } from 'node:crypto';
 import { availableParallelism } from 'node:os';
-import { ServeError, WeightdError } from '../errors.js';
+import { ServeError } from '../errors.js';
 import { writtenVersionFingerprint, type Fingerprint } from '../checkpoint/fingerprint.js';
 import { addon } from '../native/addon.js';
 import { packTensorRanges } from '../native/fillRecords.js';
@@ -36,8 +36,13 @@ export interface WrittenVersion {
   ranks: WrittenRank[];
 }
 
-/** Serves a written version; resolves with its number once it serves (rejects when it failed: nothing of it stays). */
-export type PublishUpdate = (version: WrittenVersion) => Promise<{ version: number }>;
+/** The node's side of an update (the model control). */
+export interface UpdatePublisher {
+  /** Throws (E_UPDATE_UNSUPPORTED, naming what to do) unless version `version` of `name` can take a writer. */
+  refuseUnlessUpdatable(version: string, name: string): void;
+  /** Serves a written version; resolves with its number once it serves (rejects when it failed: nothing of it stays). */
+  publish(version: WrittenVersion): Promise<{ version: number }>;
+}
 
 interface Part {
   id: string;
@@ -65,7 +70,7 @@ interface Update {
 
 export class UpdateDesk {
   /** Set by the node once its model control exists; an update committed before is refused. */
-  publisher: PublishUpdate | undefined;
+  publisher: UpdatePublisher | undefined;
   readonly #updates = new Map<string, Update>();
 
   /** Whether a connection began a part of an update still in progress (kept open while idle, as a lease's). */
@@ -80,9 +85,8 @@ export class UpdateDesk {
   async begin(service: RankService, version: string, siblings: number[], caller: Caller, isConnected: () => boolean): Promise<{ id: string; fds: number[]; sent: () => void }> {
     const { rank } = service;
     const name = rank.name;
-    if (rank.own) {
-      throw new ServeError('E_UPDATE_UNSUPPORTED', `model "${name}" is the node's own model, which takes no writer yet; load the weights as a model of their own (weightd ctl load --model DIR --name NAME) and update that`, { model: name });
-    }
+    if (!this.publisher) throw new ServeError('E_UPDATE_UNSUPPORTED', `the node is not ready to take an update of model "${name}" yet; begin again once it serves`, { model: name });
+    this.publisher.refuseUnlessUpdatable(version, name);
     if (rank.backend !== 'host') {
       throw new ServeError('E_UPDATE_UNSUPPORTED', `model "${name}" serves on the ${rank.backend} backend, where writers are not built yet (docs/weight-updates.md); updates run on the host backend`, { model: name, backend: rank.backend });
     }
@@ -174,9 +178,8 @@ export class UpdateDesk {
     const baseFields = Object.fromEntries(Object.entries(parts[0]!.service.rank.fingerprintFields).filter(([k]) => k !== 'tpRank'));
     const fingerprint = writtenVersionFingerprint(baseFields, parts.map((p) => p.digests!));
     try {
-      if (!this.publisher) throw new WeightdError('E_LOAD_BUSY', 'the node is not ready to serve a new version yet; begin the update again once it is');
       const ranks = parts.map((p) => ({ globalRank: p.service.rank.globalRank, localRank: p.service.rank.localRank, segmentPaths: p.fds.map(procPath), digests: p.digests! }));
-      const { version } = await this.publisher({ name: update.name, baseVersion: update.baseVersion, fingerprint, ranks });
+      const { version } = await this.publisher!.publish({ name: update.name, baseVersion: update.baseVersion, fingerprint, ranks });
       parts[0]!.service.log.info({ model: update.name, version, fingerprint: fingerprint.fingerprint }, 'update committed: the new version serves');
       return { version, fingerprint };
     } finally {
