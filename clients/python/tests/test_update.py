@@ -19,6 +19,7 @@ from test_switch import ctl, raw, wait_for
 from versions import other_version
 from weightd_client import expected_fingerprint
 from weightd_client.protocol import ServeError
+from weightd_client.update import commit_all
 
 pytestmark = pytest.mark.skipif(DEVICE != "host", reason="writers are built on the host backend")
 np = pytest.importorskip("numpy")
@@ -314,7 +315,7 @@ def test_a_version_of_several_ranks_serves_only_once_every_rank_committed(served
         assert first.commit()["waiting"] == [1]
         # Rank 0 committed, rank 1 not: nothing new is visible on either socket.
         assert rank_fingerprints(daemon) == bases
-        done = second.commit()
+        done = commit_all([first, second])
     finally:
         first.abandon()
         second.abandon()

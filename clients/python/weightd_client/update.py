@@ -122,3 +122,14 @@ class Update:
     def __exit__(self, *exc: Any) -> None:
         if self.result is None:
             self.abandon()
+
+
+def commit_all(updates: List[Update]) -> Dict[str, Any]:
+    """Commits every local rank's part of one update, in order, and closes their connections:
+    the last commit's reply, which names the version that now serves."""
+    try:
+        results = [u.commit() for u in updates]
+    finally:
+        for u in updates:
+            u.conn.close()
+    return results[-1]
