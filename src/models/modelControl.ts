@@ -87,19 +87,6 @@ export class ModelControl {
   }
 
   /**
-   * A writer may update version `version` (a model actor's id) of `name`: one this node loaded as
-   * a model actor, alone (not the node's own model until it is one, nor one spanning nodes).
-   */
-  refuseUnlessUpdatable(version: string, name: string): void {
-    if (modelActor(this.#actor.getSnapshot(), version)) return;
-    throw new WeightdError(
-      'E_UPDATE_UNSUPPORTED',
-      `model "${name}" is the node's own model, which takes no writer yet; load the weights as a model of their own (weightd ctl load --model DIR --name NAME) and update that`,
-      { model: name },
-    );
-  }
-
-  /**
    * Serves a version a writer committed (src/serve/updateDesk.ts) as the newest of its name: a
    * model actor like a load's, planned as its base with the written content's fingerprint, whose
    * ranks adopt the sealed segments. Older versions drain as in a hot swap. Resolves with its
@@ -116,9 +103,9 @@ export class ModelControl {
     // say): that version becomes current, with no second copy.
     const snap = this.#actor.getSnapshot();
     const same = snap.context.models.find((e) => e.name === written.name && !e.unloaded && e.fingerprint === fingerprint);
-    const sameVersion = same && modelActor(snap, same.id)?.getSnapshot().context.planned.version;
+    const sameVersion = same && versionOf(modelActor(snap, same.id)?.getSnapshot().context.planned);
     if (sameVersion !== undefined) return { version: this.rollback(written.name, sameVersion).version };
-    const version = Math.max(this.#versions.get(written.name) ?? 0, base.version ?? 0) + 1;
+    const version = Math.max(this.#versions.get(written.name) ?? 0, versionOf(base)!) + 1;
     const planned: PlannedModel = {
       ...base,
       // No files: its content was written, not read, so no change to the checkpoint makes it stale.
@@ -142,7 +129,7 @@ export class ModelControl {
     this.#refuseUnlessReady('roll back');
     const snap = this.#actor.getSnapshot();
     const live = snap.context.models.filter((e) => e.name === name && !e.unloaded);
-    const found = live.find((e) => modelActor(snap, e.id)?.getSnapshot().context.planned.version === version);
+    const found = live.find((e) => versionOf(modelActor(snap, e.id)?.getSnapshot().context.planned) === version);
     const child = found && modelActor(snap, found.id);
     if (!found || !child || child.getSnapshot().value !== 'serving') {
       const held = this.#status().models.filter((m) => m.name === name && m.state === 'serving').map((m) => m.version);
@@ -362,4 +349,9 @@ function evictedFirst(err: unknown, evicted: LoadResult['evicted']): unknown {
   if (!(err instanceof WeightdError)) return err;
   const names = evicted.map((e) => `"${e.name}"`).join(', ');
   return new WeightdError(err.code, `${err.message} (after evicting ${names}, which stay unloaded)`, { ...err.details, evicted });
+}
+
+/** A planned model's version number (PlannedModel.version: absent for a checkpoint, 0); undefined without one. */
+function versionOf(planned: PlannedModel | undefined): number | undefined {
+  return planned && (planned.version ?? 0);
 }

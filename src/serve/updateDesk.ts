@@ -36,13 +36,8 @@ export interface WrittenVersion {
   ranks: WrittenRank[];
 }
 
-/** The node's side of an update (the model control). */
-export interface UpdatePublisher {
-  /** Throws (E_UPDATE_UNSUPPORTED, naming what to do) unless version `version` of `name` can take a writer. */
-  refuseUnlessUpdatable(version: string, name: string): void;
-  /** Serves a written version; resolves with its number once it serves (rejects when it failed: nothing of it stays). */
-  publish(version: WrittenVersion): Promise<{ version: number }>;
-}
+/** Serves a written version (the model control); resolves with its number once it serves (rejects when it failed: nothing of it stays). */
+export type PublishUpdate = (version: WrittenVersion) => Promise<{ version: number }>;
 
 interface Part {
   id: string;
@@ -70,7 +65,7 @@ interface Update {
 
 export class UpdateDesk {
   /** Set by the node once its model control exists; an update committed before is refused. */
-  publisher: UpdatePublisher | undefined;
+  publisher: PublishUpdate | undefined;
   readonly #updates = new Map<string, Update>();
 
   /** Whether a connection began a part of an update still in progress (kept open while idle, as a lease's). */
@@ -86,7 +81,6 @@ export class UpdateDesk {
     const { rank } = service;
     const name = rank.name;
     if (!this.publisher) throw new ServeError('E_UPDATE_UNSUPPORTED', `the node is not ready to take an update of model "${name}" yet; begin again once it serves`, { model: name });
-    this.publisher.refuseUnlessUpdatable(version, name);
     if (rank.backend !== 'host') {
       throw new ServeError('E_UPDATE_UNSUPPORTED', `model "${name}" serves on the ${rank.backend} backend, where writers are not built yet (docs/weight-updates.md); updates run on the host backend`, { model: name, backend: rank.backend });
     }
@@ -179,7 +173,7 @@ export class UpdateDesk {
     const fingerprint = writtenVersionFingerprint(baseFields, parts.map((p) => p.digests!));
     try {
       const ranks = parts.map((p) => ({ globalRank: p.service.rank.globalRank, localRank: p.service.rank.localRank, segmentPaths: p.fds.map(procPath), digests: p.digests! }));
-      const { version } = await this.publisher!.publish({ name: update.name, baseVersion: update.baseVersion, fingerprint, ranks });
+      const { version } = await this.publisher!({ name: update.name, baseVersion: update.baseVersion, fingerprint, ranks });
       parts[0]!.service.log.info({ model: update.name, version, fingerprint: fingerprint.fingerprint }, 'update committed: the new version serves');
       return { version, fingerprint };
     } finally {

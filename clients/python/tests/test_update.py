@@ -352,10 +352,21 @@ def test_write_takes_numpy_arrays_torch_tensors_and_bytes_of_the_tensors_size(se
         assert wrong.value.code == "E_BAD_SIZE" and str(size_a) in str(wrong.value)
 
 
-def test_the_own_model_takes_no_writer_yet_and_says_what_to_do(served):
+def test_the_node_s_first_model_takes_a_writer_and_a_rollback_like_any_other(served):
     daemon, _ = served
-    own = open_client(daemon, 0).ping()
-    with pytest.raises(ServeError) as refused:
-        open_client(daemon, 0).begin_update(own["name"], own["fingerprint"])
-    assert refused.value.code == "E_UPDATE_UNSUPPORTED"
-    assert "ctl load" in str(refused.value)
+    c = open_client(daemon, 0)
+    first = c.ping()
+    name, base = first["name"], first["fingerprint"]
+    reader = c.attach(base, tensor_format="numpy")
+    tensor = sorted(reader.tensors)[0]
+    old = raw(reader.tensors[tensor])
+    with c.begin_update(name, base) as upd:
+        upd.write(tensor, bytes((b + 1) % 256 for b in old))
+        done = upd.commit()
+    assert done["version"] >= 1 and done["fingerprint"] != base
+    reader.switch_to(done["fingerprint"])
+    assert raw(reader.tensors[tensor]) != old
+    assert "is current now" in ctl(daemon, "rollback", name, "0")
+    reader.switch_to(base)
+    assert raw(reader.tensors[tensor]) == old
+    reader.detach()
