@@ -24,6 +24,7 @@
 #include "peer_credentials.h"
 #include "js_values.h"
 #include "unix_fds.h"
+#include "update_segments.h"
 
 namespace weightd {
 namespace {
@@ -386,6 +387,8 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::SendWithFds>>("sendWithFds"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::UnixRequest>>("unixRequest"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::CloseFd>>("closeFd"),
+                             InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::CreateWritableCopy>>("createWritableCopy"),
+                             InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::SealWritten>>("sealWritten"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::MapShared>>("mapShared"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::UnmapShared>>("unmapShared"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::CudaProbeJs>>("cudaProbe"),
@@ -495,6 +498,21 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
 
   Napi::Value CloseFd(const Napi::CallbackInfo& info) {
     closeFd(toBounded<int>(info[0], "fd"));
+    return info.Env().Undefined();
+  }
+
+  // createWritableCopy(sourceFd, bytes, name) -> Promise<number>: the copy runs on a libuv thread.
+  Napi::Value CreateWritableCopy(const Napi::CallbackInfo& info) {
+    int sourceFd = toBounded<int>(info[0], "sourceFd");
+    uint64_t bytes = toU64(info[1], "bytes");
+    std::string name = toStr(info[2], "name");
+    return PromiseJob<int>::start(info.Env(), [sourceFd, bytes, name] { return createWritableCopy(sourceFd, bytes, name); },
+                                  [](Napi::Env e, const int& fd) { return Napi::Number::New(e, fd); });
+  }
+
+  // sealWritten(fd, segment): one fcntl, on the JS thread.
+  Napi::Value SealWritten(const Napi::CallbackInfo& info) {
+    sealWritten(toBounded<int>(info[0], "fd"), toBounded<uint32_t>(info[1], "segment"));
     return info.Env().Undefined();
   }
 

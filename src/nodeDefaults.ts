@@ -4,3 +4,5 @@
 /** How long a spawned keeper holds segments no daemon has adopted. */
 export const DEFAULT_ADOPT_WITHIN_S = 600;
 export const DEFAULT_INSPECT_HOST = '127.0.0.1';
+/** How many earlier versions of a model a writer's commits leave resident for rollback (--keep-versions; docs/weight-updates.md). */
+export const DEFAULT_KEEP_VERSIONS = 2;

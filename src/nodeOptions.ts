@@ -9,7 +9,7 @@ import { FILL_SIZING } from './native/fillPolicy.js';
 import { checkEvictionPolicy, type EvictionPolicy } from './models/evictionPolicy.js';
 import { integer, usage } from './flagValues.js';
 import { readModelsFile, resolveModelSpecs, type ModelRequest, type ModelSpec } from './models/modelSpecs.js';
-import { DEFAULT_ADOPT_WITHIN_S, DEFAULT_INSPECT_HOST } from './nodeDefaults.js';
+import { DEFAULT_ADOPT_WITHIN_S, DEFAULT_INSPECT_HOST, DEFAULT_KEEP_VERSIONS } from './nodeDefaults.js';
 
 export type DeviceChoice = 'auto' | 'cuda' | 'host';
 /**
@@ -87,6 +87,11 @@ export interface NodeOptions {
    * recently used first, just enough to make room, then loads. A load may ask for another.
    */
   evict?: EvictionPolicy;
+  /**
+   * How many versions of a model a writer's commits leave resident besides the current one
+   * while no lease holds them (docs/weight-updates.md), for rollback without a reload. Default 2.
+   */
+  keepVersions?: number;
 }
 
 /** Validated, complete configuration. */
@@ -113,6 +118,7 @@ export interface NodeConfig {
   progress?: false | { intervalMs: number; bar: boolean };
   control: false | { limits?: Partial<ControlLimits> };
   evict: EvictionPolicy;
+  keepVersions: number;
 }
 
 export const DEFAULT_RENDEZVOUS_TIMEOUT_MS = 300_000;
@@ -209,6 +215,7 @@ export async function resolveNodeOptions(o: NodeOptions): Promise<NodeConfig> {
     progress: checkProgress(o.progress, o.logger !== undefined),
     control: o.control ?? {},
     evict: checkEvictionPolicy('--evict', o.evict ?? 'off'),
+    keepVersions: integer('--keep-versions', o.keepVersions ?? DEFAULT_KEEP_VERSIONS, 0, 64, `pass how many earlier versions of a model to keep for rollback, from 0 to 64 (default ${DEFAULT_KEEP_VERSIONS})`),
   };
 }
 

@@ -27,7 +27,7 @@ export type RankState = 'starting' | 'loading' | 'loaded' | 'serving' | 'release
  * Where a loaded rank's bytes came from: the checkpoint (with why the keeper's shard was refused,
  * when it held one), or a keeper (with the kept record's age).
  */
-export type RankSource = { from: 'checkpoint'; refused?: string } | { from: 'keeper'; keptAt: string; ageMs: number };
+export type RankSource = { from: 'checkpoint'; refused?: string } | { from: 'keeper'; keptAt: string; ageMs: number } | { from: 'writer' };
 
 export interface RankStatus {
   localRank: number;
@@ -73,7 +73,7 @@ export type ModelMachineState = 'admitting' | 'loading' | 'verifying' | 'residen
 export type ModelState = ModelMachineState | Exclude<NodeState, 'ready'>;
 
 /** Each rank as status reports it: clients and leases are its version's counters on its device's socket. */
-export type ServedRankStatus = RankStatus & { clients?: number; leases?: number; serve?: ServeStatus; lastAttachedAt?: number; servingSince?: number };
+export type ServedRankStatus = RankStatus & { clients?: number; leases?: number; serve?: ServeStatus; lastAttachedAt?: number; servingSince?: number; current?: boolean };
 
 export interface ModelStatus {
   name: string;
@@ -83,6 +83,13 @@ export interface ModelStatus {
   model: string;
   fingerprint?: string;
   tpSize: number;
+  /** Its number among its name's versions: 0 for a checkpoint, N+1 for each commit of a writer (docs/weight-updates.md). */
+  version: number;
+  /**
+   * The version of its name that clients are pointed to (the newest that serves, or the one a
+   * rollback chose): the others of its name that serve are retained (--keep-versions).
+   */
+  current: boolean;
   /** Resident bytes of all its ranks. */
   bytes: number;
   /** Live leases over all its ranks. */
@@ -170,6 +177,15 @@ export interface EvictedModel {
   bytes: number;
   /** Its last attach, or when it began serving (ModelStatus.lastUsedAt). */
   lastUsedAt?: number;
+}
+
+/** What a rollback did (docs/weight-updates.md): the version of `name` that is current now. */
+export interface RollbackResult {
+  name: string;
+  version: number;
+  fingerprint: string;
+  /** It was current already: nothing changed. */
+  alreadyCurrent: boolean;
 }
 
 export interface UnloadResult {

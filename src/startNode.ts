@@ -70,11 +70,14 @@ export interface WeightdNode {
 type Snapshot = SnapshotFrom<typeof supervisorMachine>;
 
 /** The status of a supervisor snapshot (exported for tests that drive the machine directly). */
+/** A version is current while each of its ranks is the newest of its name that serves on its device. */
+const isCurrent = (ranks: ServedRankStatus[]) => ranks.length > 0 && ranks.every((r) => r.current === true);
+
 export function statusOf(snap: Snapshot, config: NodeConfig, servers?: ServerRegistry, keeper?: KeeperLink): NodeStatus {
   const ctx = snap.context;
   const served = (r: RankStatus, version: string, fingerprint: string | undefined): ServedRankStatus => {
     const s = fingerprint === undefined ? undefined : servers?.stats(version, fingerprint);
-    return s ? { ...r, clients: s.connections, leases: s.leases, serve: s.status, lastAttachedAt: s.lastAttachedAt, servingSince: s.servingSince } : r;
+    return s ? { ...r, clients: s.connections, leases: s.leases, serve: s.status, lastAttachedAt: s.lastAttachedAt, servingSince: s.servingSince, current: s.current } : r;
   };
   const models = ctx.models.map((m): ModelStatus => {
     const child = modelActor(snap, m.id)?.getSnapshot();
@@ -88,6 +91,8 @@ export function statusOf(snap: Snapshot, config: NodeConfig, servers?: ServerReg
       model: child?.context.planned.spec.modelDir ?? '',
       fingerprint: m.fingerprint,
       tpSize: m.tpSize,
+      version: child?.context.planned.version ?? 0,
+      current: isCurrent(modelRanks),
       ...totals(modelRanks),
       ranks: modelRanks,
       failure: child?.context.failure,
@@ -103,6 +108,8 @@ export function statusOf(snap: Snapshot, config: NodeConfig, servers?: ServerReg
     model: config.models[0].modelDir,
     fingerprint: first?.plan.fingerprint,
     tpSize: config.tpSize,
+    version: 0,
+    current: false,
     bytes: 0,
     leases: 0,
     ranks: [],
@@ -193,13 +200,15 @@ export async function startNode(options: NodeOptions, { rankWorker = rankWorkerM
         })
     : undefined;
   const control = new ModelControl({ actor, config, log, status });
+  // A version a writer committed on a device socket is served through the model control, as a load is.
+  servers.updates.publisher = (written) => control.publishUpdate(written);
   // A model whose checkpoint files changed is drained by the supervisor and loaded again here, once the node is ready.
   actor.on('MODEL_STALE', ({ spec }) => void ready.then(() => control.reload(spec), () => {}));
   // One that spans the group: node 0 has every node load it again (src/models/groupReload.ts).
   const groupReload = new GroupReload({ host: actor, versions: () => plannedVersions(actor.getSnapshot()), reload: (spec) => control.reload(spec, { group: true }), log });
   actor.on('MODEL_GROUP_RELOAD', ({ name, fingerprint, nodeRank }) => void ready.then(() => groupReload.reload(name, fingerprint, nodeRank), () => {}));
   const controlServer = config.control
-    ? new ControlServer({ socketDir: socketDir!, log, limits: config.control.limits, target: { load: (r, o) => control.load(r, o), unload: (t, o) => control.unload(t, o), models: () => status().models } })
+    ? new ControlServer({ socketDir: socketDir!, log, limits: config.control.limits, target: { load: (r, o) => control.load(r, o), unload: (t, o) => control.unload(t, o), models: () => status().models, rollback: (n, v) => control.rollback(n, v) } })
     : undefined;
   await controlServer?.listen().catch(async (err: unknown) => {
     await inspectServer?.close();

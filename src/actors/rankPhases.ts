@@ -2,6 +2,7 @@
 // runRankPhases.ts runs in order on the rank's worker thread: a worker module other than
 // src/actors/rankWorker.ts (a test's fixture that fails at one phase on purpose) runs this same
 // code around the phase it replaces.
+import { closeSync, openSync } from 'node:fs';
 import { checkFileIdentities } from '../files/fileIdentity.js';
 import type { SegmentExport } from '../native/addon.js';
 import { DeviceHandle, type FillResult } from '../native/deviceHandle.js';
@@ -45,11 +46,13 @@ export const rankPhases: RankPhases = {
     const device = new DeviceHandle(data.device.backend, data.device.index, { uuid: data.device.uuid, cudaHandles: data.cudaHandles });
     // A rank judged against free memory before it allocates is not charged for what it will
     // adopt: on a GPU full of kept weights (a restart) its shard is most of what is in use.
-    const adoptable = data.awaitAdmission && data.keeper ? await (await rankKeeping()).keptShardAdoptable(data, data.keeper) : false;
+    // A written version's segments exist already: it takes no new memory either.
+    const adoptable = data.written !== undefined || (data.awaitAdmission && data.keeper ? await (await rankKeeping()).keptShardAdoptable(data, data.keeper) : false);
     post({ type: 'DEVICE', info: device.info(), ...(adoptable ? { adoptable } : {}) });
     return device;
   },
   async adopt(device, data, post) {
+    if (data.written) return adoptWritten(device, data, data.written.segmentPaths);
     if (!data.keeper) return undefined;
     const { adoptKept, handleTypeFor } = await rankKeeping();
     return adoptKept(device, data, data.keeper, handleTypeFor(data), post);
@@ -73,3 +76,21 @@ export const rankPhases: RankPhases = {
     if (data.keeper) await (await rankKeeping()).keepSegments(data, data.keeper, segments, digests);
   },
 };
+
+/**
+ * A version a writer committed (src/serve/updateDesk.ts): its sealed segments, opened anew here
+ * read-only (the device owns these descriptors from adopt on; the desk closes its own once the
+ * version serves or failed), so no descriptor the rank serves can write.
+ */
+async function adoptWritten(device: DeviceHandle, data: RankWorkerData, segmentPaths: string[]): Promise<Adopted> {
+  const started = performance.now();
+  const fds: number[] = [];
+  try {
+    for (const path of segmentPaths) fds.push(openSync(path, 'r'));
+  } catch (err) {
+    for (const fd of fds) closeSync(fd);
+    throw err;
+  }
+  await device.adopt(fds, data.plan.segments);
+  return { bytes: data.plan.totalBytes, seconds: (performance.now() - started) / 1000, source: { from: 'writer' }, rekeep: false, digests: [] };
+}

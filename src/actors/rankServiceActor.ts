@@ -36,6 +36,10 @@ export const rankServiceActor = fromCallback<ServeCommand, RankServiceInput, Ser
       case 'SERVE_ANNOUNCE':
         service.notifier?.announce(service, 'model_ready');
         break;
+      case 'SERVE_PROMOTE':
+        input.servers.promote(service);
+        service.notifier?.announce(service, 'model_ready');
+        break;
       case 'SERVE_DRAIN':
         service.drain(cmd.force);
         break;

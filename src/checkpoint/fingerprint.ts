@@ -94,3 +94,20 @@ export function fullContentFingerprint(sampledFields: Record<string, string>, te
   const fields = { ...sampledFields, content: sha256Hex(tensorDigests.join('\n')), protocol: sha256Hex(String(FULL_PROTOCOL_VERSION)) };
   return { fingerprint: sha256Hex(canonicalJson(fields)), fields };
 }
+
+/**
+ * The `protocol` of a version a writer filled (docs/spec/fingerprint.md §9): its content is what
+ * was written into the ranks' segments, not a checkpoint's files.
+ */
+export const WRITTEN_PROTOCOL = 'written-1';
+
+/**
+ * A written version's fields and fingerprint (docs/spec/fingerprint.md §9): the base version's
+ * version 2 fields, with `content` over every tp rank's tensor digests (each rank's in its
+ * manifest's order, ranks in tp order) and `protocol` naming the rule.
+ */
+export function writtenVersionFingerprint(baseFields: Record<string, string>, rankDigests: readonly (readonly string[])[]): Fingerprint {
+  const ranks = rankDigests.map((digests) => sha256Hex(digests.join('\n')));
+  const fields = { ...baseFields, content: sha256Hex(ranks.join('\n')), protocol: sha256Hex(WRITTEN_PROTOCOL) };
+  return { fingerprint: sha256Hex(canonicalJson(fields)), fields };
+}

@@ -13,7 +13,7 @@ import { num } from '../flagValues.js';
 import { VERSION } from '../version.js';
 import { FILL_SIZING } from '../native/fillPolicy.js';
 import type { NodeOptions } from '../nodeOptions.js';
-import { DEFAULT_ADOPT_WITHIN_S, DEFAULT_INSPECT_HOST } from '../nodeDefaults.js';
+import { DEFAULT_ADOPT_WITHIN_S, DEFAULT_INSPECT_HOST, DEFAULT_KEEP_VERSIONS } from '../nodeDefaults.js';
 import type { FingerprintRequest } from './printFingerprints.js';
 import type { VerifyRequest } from './runVerify.js';
 import { keeperSocketPath } from '../keeper/keeperSocketPath.js';
@@ -174,6 +174,7 @@ export function buildProgram(): Command {
     .option('--keeper-socket <path>', "the keeper's socket (default: keeper.sock in the socket dir)")
     .option('--adopt-within <seconds>', `how long a keeper this daemon spawns holds shards no daemon adopts (default ${DEFAULT_ADOPT_WITHIN_S})`)
     .addOption(new Option('--evict <policy>', 'what a load that does not fit beside the resident models may evict: off (refuse it), or no-lease-lru (unload models with no lease, least recently used first, just enough; docs/operations.md, Eviction)').choices(EVICTION_POLICIES).default('off'))
+    .option('--keep-versions <n>', 'how many earlier versions of a model a writer\'s commits leave resident for rollback while no lease holds them (docs/weight-updates.md)', String(DEFAULT_KEEP_VERSIONS))
     .addOption(new Option('--log-level <level>', 'log level').choices(['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent']).default('info'))
     .option('--inspect-port <port>', 'serve /healthz, /status, /metrics and the live /statechart page on this HTTP port (0: any free port)')
     .option('--inspect-host <addr>', `address for the inspect server (default: ${DEFAULT_INSPECT_HOST}); anything but loopback exposes it to the network`)
@@ -281,8 +282,9 @@ export function parseCommand(argv: string[], env: NodeJS.ProcessEnv = process.en
     const leaf = sub(ctl, name);
     leaf.action((...args: unknown[]) => {
       const o = optionsOf(leaf);
-      const operand = typeof args[0] === 'string' ? args[0] : undefined;
-      result = { command: 'ctl', request: entry.request(o, operand), control: o.control as string | undefined, socketDir: o.weightCacheSocketDir as string | undefined, json: o.json === true };
+      // Commander passes the declared operands first, then the options and the command.
+      const operands = args.filter((a): a is string => typeof a === 'string');
+      result = { command: 'ctl', request: entry.request(o, ...operands), control: o.control as string | undefined, socketDir: o.weightCacheSocketDir as string | undefined, json: o.json === true };
     });
   }
   ctl.action(() => {
@@ -364,6 +366,7 @@ function nodeOptions(o: Record<string, string | undefined>, env: NodeJS.ProcessE
     keeper: { mode: o.keeper as 'off' | 'spawn' | 'external', socket: o.keeperSocket, adoptWithinS: num(o.adoptWithin) },
     logLevel: o.logLevel as NodeOptions['logLevel'],
     evict: o.evict as EvictionPolicy,
+    keepVersions: num(o.keepVersions),
     // The host alone is passed on too, so that a forgotten port is an error, not a silent no-op.
     inspect: o.inspectPort !== undefined || o.inspectHost !== undefined ? { port: num(o.inspectPort), host: o.inspectHost } : undefined,
   };

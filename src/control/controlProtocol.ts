@@ -31,7 +31,9 @@ export const LoadControl = z.strictObject({
 });
 export const UnloadControl = z.strictObject({ cmd: z.literal('unload'), target: z.string().min(1).max(256), force: z.boolean().optional() });
 export const ListControl = z.strictObject({ cmd: z.literal('list') });
-export const ControlRequest = z.discriminatedUnion('cmd', [LoadControl, UnloadControl, ListControl]);
+/** Makes a retained version of a model current again (docs/weight-updates.md). */
+export const RollbackControl = z.strictObject({ cmd: z.literal('rollback'), name: ModelName, version: z.number().int().min(0).max(Number.MAX_SAFE_INTEGER) });
+export const ControlRequest = z.discriminatedUnion('cmd', [LoadControl, UnloadControl, ListControl, RollbackControl]);
 export type ControlRequest = z.infer<typeof ControlRequest>;
 export type ControlCommand = ControlRequest['cmd'];
 export type ControlRequestOf<C extends ControlCommand> = Extract<ControlRequest, { cmd: C }>;

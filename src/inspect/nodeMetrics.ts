@@ -99,6 +99,9 @@ export class NodeMetrics {
     perRank('weightd_rank_load_bytes_per_second', 'Average load rate of the rank.', (r) => r.bytesPerSecond);
     perRank('weightd_rank_clients', 'Client connections on the rank socket (absent while not known).', (r) => r.clients);
     perRank('weightd_rank_leases', 'Leases held on the rank memory (absent while not known).', (r) => r.leases);
+    gauge('weightd_model_version', 'Each model version resident: its number among its name\'s versions (0: a checkpoint; N+1 per writer\'s commit), current 1 for the one clients are pointed to.', ['model', 'fingerprint', 'current'], (g, v) => {
+      for (const m of v.models) if (m.state === 'serving' || m.state === 'draining') g.set({ model: m.name, fingerprint: m.fingerprint ?? '', current: m.current ? '1' : '0' }, m.version);
+    });
     gauge('weightd_peer_up', 'Other nodes of the group: 1 up, 0 reported lost.', ['node_rank'], (g, v) => {
       for (const p of v.peers) g.set({ node_rank: String(p.nodeRank) }, p.state === 'up' ? 1 : 0);
     });

@@ -164,7 +164,7 @@ function renderStatus(s) {
   // Every model is one of these, the node's first included (in the node's state until its actor exists).
   highlight('model', s.models.map((m) => m.state));
   const modelsNote = document.querySelector('#chart-model .note');
-  if (modelsNote) modelsNote.textContent = s.models.map((m) => m.name + (m.own ? ' (own)' : '') + ' (tp ' + m.tpSize + '): ' + m.state + ', ' + m.leases + ' leases').join(' · ');
+  if (modelsNote) modelsNote.textContent = s.models.map((m) => m.name + (m.own ? ' (own)' : '') + ' v' + m.version + (m.state === 'serving' && !m.current ? ' (retained)' : '') + ' (tp ' + m.tpSize + '): ' + m.state + ', ' + m.leases + ' leases').join(' · ');
   $('ranks').tBodies[0].innerHTML = s.ranks.map((r) =>
     '<tr data-rank="' + r.globalRank + '" data-state="' + esc(r.state) + '">' +
     '<td>' + r.globalRank + ' <small>(local ' + r.localRank + ')</small></td>' +

@@ -20,7 +20,7 @@ export interface RankView extends LoadProgress {
   /** The serving lifecycle's state (src/serve/rankServiceMachine.ts); null while it has no socket. */
   serve: ServeStatus | null;
   /** Once resident: `checkpoint` (read from disk) or `keeper` (adopted); null before. */
-  source: 'checkpoint' | 'keeper' | null;
+  source: 'checkpoint' | 'keeper' | 'writer' | null;
   /** Adopted: when its segments were first kept (ISO time) and their age when adopted. */
   keptAt: string | null;
   keptAgeMs: number | null;
@@ -39,6 +39,9 @@ export interface ModelView {
   model: string;
   fingerprint: string | null;
   tpSize: number;
+  /** Its number among its name's versions, and whether clients are pointed to it (docs/weight-updates.md). */
+  version: number;
+  current: boolean;
   bytes: number;
   leases: number;
   /** Its last attach, or when it began serving (ISO time; what --evict no-lease-lru orders by); null until it serves. */
@@ -157,6 +160,8 @@ export function toStatusView(s: NodeStatus): StatusView {
       model: m.model,
       fingerprint: m.fingerprint ?? null,
       tpSize: m.tpSize,
+      version: m.version,
+      current: m.current,
       bytes: m.bytes,
       leases: m.leases,
       lastUsedAt: m.lastUsedAt === undefined ? null : new Date(m.lastUsedAt).toISOString(),

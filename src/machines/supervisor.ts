@@ -222,7 +222,8 @@ const supervisorSetup = setup({
       assertEvent(event, 'MODEL_SERVING');
       const serving = context.models.find((m) => m.id === event.id);
       if (!serving) return;
-      const older = context.models.filter((m) => m.name === serving.name && m.id !== serving.id && !m.unloaded);
+      // After a writer's commit the model control keeps the retained ones (--keep-versions) and unloads the rest.
+      const older = serving.retainsOlder ? [] : context.models.filter((m) => m.name === serving.name && m.id !== serving.id && !m.unloaded);
       for (const m of older) enqueue.sendTo(m.id, { type: 'MODEL_UNLOAD', force: false });
       enqueue.assign({
         models: context.models.map((m) => (m.id === serving.id ? { ...m, entries: event.entries, digests: event.digests } : older.includes(m) ? { ...m, unloaded: true } : m)),
@@ -403,7 +404,8 @@ function modelInput(context: SupervisorContext, parent: AnyActorRef, id: string,
     join: formsGroup ? FORMS_GROUP : LOADED_BESIDE,
     socketDir: context.prepared!.socketDir,
     cudaHandles: context.config.cudaHandles,
-    keeper: context.prepared!.keeper && { ...context.prepared!.keeper, model: planned.spec.modelDir, load: (planned.origin ?? 'start') === 'start' ? undefined : keptLoadOf(planned.spec, planned.plan.fingerprint) },
+    // A written version is not kept: a restart would restore it from its checkpoint's files (docs/weight-updates.md).
+    keeper: planned.origin === 'update' ? undefined : context.prepared!.keeper && { ...context.prepared!.keeper, model: planned.spec.modelDir, load: (planned.origin ?? 'start') === 'start' ? undefined : keptLoadOf(planned.spec, planned.plan.fingerprint) },
     log: context.log.child({ model: planned.spec.name }),
     rankWorker: context.rankWorker,
     workers: context.workers,
@@ -421,6 +423,7 @@ function modelEntry(id: string, planned: PlannedModel, startup: boolean, formsGr
     restored: planned.origin === 'restore',
     formsGroup,
     unloaded: false,
+    ...(planned.origin === 'update' ? { retainsOlder: true } : {}),
     // The group formed around the first model at rendezvous: no commit round for it.
     ...(planned.placement.nnodes > 1 && !formsGroup ? { group: 'pending' as const } : {}),
   };

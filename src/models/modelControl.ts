@@ -12,7 +12,9 @@ import type { Logger } from '../log.js';
 import { LOAD_RUNNING, modelMachine } from './modelMachine.js';
 import { modelActor, modelFailureMessage, modelLoadId, type ModelHost } from './modelHost.js';
 import { resolveModelSpec, type ModelRequest, type ModelSpec } from './modelSpecs.js';
-import type { LoadResult, ModelStatus, NodeStatus, UnloadResult } from '../nodeStatus.js';
+import type { LoadResult, ModelStatus, NodeStatus, RollbackResult, UnloadResult } from '../nodeStatus.js';
+import { rankFingerprint } from '../checkpoint/fingerprint.js';
+import type { WrittenVersion } from '../serve/updateDesk.js';
 
 /** States in which a model holds memory it is still filling, as the model machine tags them: one such load at a time. */
 const LOADING_STATES = new Set<string>(Object.values(modelMachine.states).filter((s) => s.tags.includes(LOAD_RUNNING)).map((s) => s.key));
@@ -24,7 +26,7 @@ type ModelSnapshot = SnapshotFrom<typeof modelMachine>;
 
 export class ModelControl {
   readonly #actor: ModelHost;
-  readonly #config: ModelNode & { evict: EvictionPolicy };
+  readonly #config: ModelNode & { evict: EvictionPolicy; keepVersions: number };
   readonly #log: Logger;
   readonly #status: () => NodeStatus;
   /** Loads handed to the supervisor, which name their model actors (modelLoadId). */
@@ -36,8 +38,10 @@ export class ModelControl {
   /** Operator unloads per model name: a reload retried after one of its name gives up. */
   readonly #unloads = new Map<string, number>();
   #closed = false;
+  /** The highest version number given to each name (PlannedModel.version). */
+  readonly #versions = new Map<string, number>();
 
-  constructor(options: { actor: ModelHost; config: ModelNode & { evict: EvictionPolicy }; log: Logger; status: () => NodeStatus }) {
+  constructor(options: { actor: ModelHost; config: ModelNode & { evict: EvictionPolicy; keepVersions: number }; log: Logger; status: () => NodeStatus }) {
     this.#actor = options.actor;
     this.#config = options.config;
     this.#log = options.log;
@@ -80,6 +84,81 @@ export class ModelControl {
       this.#loading = undefined;
       for (const wake of [...this.#wakers]) wake();
     }
+  }
+
+  /**
+   * Serves a version a writer committed (src/serve/updateDesk.ts) as the newest of its name: a
+   * model actor like a load's, planned as its base with the written content's fingerprint, whose
+   * ranks adopt the sealed segments. Older versions drain as in a hot swap. Resolves with its
+   * number once it serves.
+   */
+  async publishUpdate(written: WrittenVersion): Promise<{ version: number }> {
+    this.#refuseUnlessReady('serve an update of');
+    const base = modelActor(this.#actor.getSnapshot(), written.baseVersion)?.getSnapshot().context.planned;
+    if (!base) {
+      throw new WeightdError('E_UPDATE_BASE', `the version of model "${written.name}" the update was written over is no longer loaded; begin the update again from the version that serves now`, { model: written.name });
+    }
+    const fingerprint = written.fingerprint.fingerprint;
+    // Content that a resident version of the name holds already (the base's bytes written again,
+    // say): that version becomes current, with no second copy.
+    const snap = this.#actor.getSnapshot();
+    const same = snap.context.models.find((e) => e.name === written.name && !e.unloaded && e.fingerprint === fingerprint);
+    const sameVersion = same && versionOf(modelActor(snap, same.id)?.getSnapshot().context.planned);
+    if (sameVersion !== undefined) return { version: this.rollback(written.name, sameVersion).version };
+    const version = Math.max(this.#versions.get(written.name) ?? 0, versionOf(base)!) + 1;
+    const planned: PlannedModel = {
+      ...base,
+      // No files: its content was written, not read, so no change to the checkpoint makes it stale.
+      plan: { ...base.plan, fingerprint, fingerprintFields: written.fingerprint.fields, files: [], ranks: base.plan.ranks.map((r, g) => r && { ...r, fingerprint: rankFingerprint(fingerprint, g) }) },
+      origin: 'update',
+      version,
+      written: [...written.ranks].sort((a, b) => a.localRank - b.localRank).map((r) => ({ segmentPaths: r.segmentPaths })),
+    };
+    await this.#serve(planned, written.name);
+    this.#versions.set(written.name, version);
+    this.#retain(written.name);
+    return { version };
+  }
+
+  /**
+   * Makes a retained version of `name` (one a writer's commit left resident, --keep-versions)
+   * current again, with no copy: its ranks become the newest of the name on their sockets and
+   * watchers hear model_ready, as for a new version; the version it replaces is retained in turn.
+   */
+  rollback(name: string, version: number): RollbackResult {
+    this.#refuseUnlessReady('roll back');
+    const snap = this.#actor.getSnapshot();
+    const live = snap.context.models.filter((e) => e.name === name && !e.unloaded);
+    const found = live.find((e) => versionOf(modelActor(snap, e.id)?.getSnapshot().context.planned) === version);
+    const child = found && modelActor(snap, found.id);
+    if (!found || !child || child.getSnapshot().value !== 'serving') {
+      const held = this.#status().models.filter((m) => m.name === name && m.state === 'serving').map((m) => m.version);
+      throw new WeightdError(
+        'E_UNKNOWN_VERSION',
+        `model "${name}" has no version ${version} resident to roll back to; ` +
+          (held.length > 0 ? `it holds versions ${held.join(', ')} (weightd ctl list): roll back to one of those, or load the checkpoint again` : `no version of "${name}" serves: load it (weightd ctl load)`),
+        { model: name, version, versions: held },
+      );
+    }
+    const fingerprint = found.fingerprint;
+    const current = this.#status().models.find((m) => m.name === name && m.fingerprint === fingerprint && m.version === version)?.current === true;
+    if (!current) {
+      child.send({ type: 'MODEL_PROMOTE' });
+      this.#log.info({ name, version, fingerprint }, `model "${name}" rolled back to version ${version}`);
+    }
+    return { name, version, fingerprint, alreadyCurrent: current };
+  }
+
+  /** Unloads the versions of `name` beyond the current one and the --keep-versions before it (they drain, freed once unleased). */
+  #retain(name: string): void {
+    const versions = this.#status().models.filter((m) => m.name === name && m.state === 'serving' && !m.current);
+    // Oldest first, by number: the most recent --keep-versions stay.
+    const excess = versions.sort((a, b) => a.version - b.version).slice(0, Math.max(0, versions.length - this.#config.keepVersions));
+    if (excess.length === 0) return;
+    const entries = this.#actor.getSnapshot().context.models;
+    const ids = entries.filter((e) => e.name === name && !e.unloaded && excess.some((m) => m.fingerprint === e.fingerprint)).map((e) => e.id);
+    this.#log.info({ name, versions: excess.map((m) => m.version), keepVersions: this.#config.keepVersions }, 'versions beyond --keep-versions drain');
+    this.#actor.send({ type: 'MODEL_UNLOAD', ids, force: false });
   }
 
   /** The node ends: reloads waiting to be retried give up. */
@@ -270,4 +349,9 @@ function evictedFirst(err: unknown, evicted: LoadResult['evicted']): unknown {
   if (!(err instanceof WeightdError)) return err;
   const names = evicted.map((e) => `"${e.name}"`).join(', ');
   return new WeightdError(err.code, `${err.message} (after evicting ${names}, which stay unloaded)`, { ...err.details, evicted });
+}
+
+/** A planned model's version number (PlannedModel.version: absent for a checkpoint, 0); undefined without one. */
+function versionOf(planned: PlannedModel | undefined): number | undefined {
+  return planned && (planned.version ?? 0);
 }

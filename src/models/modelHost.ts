@@ -38,6 +38,8 @@ export interface ModelEntry {
   entries?: NodeManifestEntry[];
   /** Unloaded (or superseded by a newer version of its name): it drains. */
   unloaded: boolean;
+  /** A version a writer committed (PlannedModel.origin 'update'): older versions of its name stay, as --keep-versions says, rather than drain. */
+  retainsOlder?: boolean;
   /**
    * A model that spans the group: "pending" until node 0 commits or aborts it everywhere
    * (src/models/modelGroupMachine.ts), then "committed". Absent for a model of this node alone.

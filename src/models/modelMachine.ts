@@ -109,7 +109,9 @@ export type ModelCommand =
   /** A model that spans the group failed on another node (or node 0 is gone): free it. */
   | { type: 'MODEL_ABORT'; error: NodeFailure }
   /** The node's keeper answers again: each rank hands it its segments again (if it may keep them). */
-  | { type: 'KEEPER_BACK' };
+  | { type: 'KEEPER_BACK' }
+  /** A rollback to this retained version: its ranks become the newest of its name, and watchers hear model_ready. */
+  | { type: 'MODEL_PROMOTE' };
 
 /** The tag of the states in which a model holds memory it is still filling (modelControl allows one such load at a time). */
 export const LOAD_RUNNING = 'loadRunning';
@@ -228,6 +230,9 @@ export const modelMachine = setup({
       // Every local rank digests the whole checkpoint: any one's digests are the model's.
       enqueue.sendTo(context.parent, { type: 'MODEL_SERVING', id: context.id, entries: manifestEntries(context), digests: context.ranks[0]?.digests });
     }),
+    promote: enqueueActions(({ context, enqueue }) => {
+      for (const r of context.ranks) enqueue.sendTo(serveActorId(r.localRank), { type: 'SERVE_PROMOTE' });
+    }),
     storeForce: assign(({ event }) => {
       assertEvent(event, 'MODEL_UNLOAD');
       return { force: event.force };
@@ -330,6 +335,7 @@ export const modelMachine = setup({
       entry: ['announce', 'keepRanks'],
       on: {
         MODEL_UNLOAD: { target: 'draining', actions: 'storeForce' },
+        MODEL_PROMOTE: { actions: 'promote' },
         RANK_STALE: { target: 'draining', actions: ['recordStale', 'tellParentStale'] },
         ...clientRelease,
         MODEL_STOP: '#model.stopping',
@@ -383,8 +389,8 @@ true satisfies SameStateNames<StateValueFrom<typeof modelMachine>, ModelMachineS
 
 /** Its ranks, as planned and placed. */
 function ranksOf(context: ModelContext): ModelRanks {
-  const { spec, plan, devices, fill, placement } = context.planned;
-  return { name: spec.name, plan, devices, fill, nodeRank: placement.nodeRank, nnodes: placement.nnodes };
+  const { spec, plan, devices, fill, placement, written, version } = context.planned;
+  return { name: spec.name, plan, devices, fill, nodeRank: placement.nodeRank, nnodes: placement.nnodes, written, version };
 }
 
 /** What each rank will allocate on its device, as opened: nothing for one that adopts a kept shard. */

@@ -18,6 +18,10 @@ export const serveActorId = (localRank: number) => `serve-${localRank}`;
 /** What a model's local ranks are made of (from its PlannedModel). */
 export interface ModelRanks {
   name: string;
+  /** Its number among its name's versions (PlannedModel.version). */
+  version?: number;
+  /** A version a writer committed: each local rank's sealed segments (PlannedModel.written). */
+  written?: { segmentPaths: string[] }[];
   plan: CheckpointPlan;
   nodeRank: number;
   nnodes: number;
@@ -48,6 +52,7 @@ export function rankActorInput(model: ModelRanks, r: RankStatus, host: RankHost,
       plan: fillPlanOf(model.plan.ranks[r.globalRank]!),
       files: model.plan.files,
       fill: model.fill,
+      ...(model.written ? { written: model.written[r.localRank] } : {}),
       ...phases,
     },
   };
@@ -62,6 +67,7 @@ export function rankServiceInput(model: ModelRanks, r: RankStatus, serve: { sock
     version: serve.version,
     rank: toServedRankData({
       name: model.name,
+      version: model.version,
       plan: model.plan,
       globalRank: r.globalRank,
       localRank: r.localRank,

@@ -71,7 +71,17 @@ export interface PlannedModel {
    * from the keeper (src/actors/restoreLoaded.ts). The keeper stores the load request of the
    * latter two with their shards, so the next start restores them too.
    */
-  origin?: 'start' | 'load' | 'restore';
+  origin?: 'start' | 'load' | 'restore' | 'update';
+  /**
+   * Its number among its name's versions (docs/weight-updates.md): 0 for a checkpoint (default),
+   * N+1 for what a writer committed over the versions before it.
+   */
+  version?: number;
+  /**
+   * origin 'update': each local rank's sealed segments, which its rank adopts instead of
+   * allocating and filling (src/serve/updateDesk.ts), by local rank.
+   */
+  written?: { segmentPaths: string[] }[];
 }
 
 /** How a model's fill reads and how the log says it. */

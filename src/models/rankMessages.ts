@@ -33,6 +33,8 @@ export interface RankWorkerData {
    * ranks do not fit (src/models/modelFit.ts).
    */
   awaitAdmission?: boolean;
+  /** A version a writer committed: its sealed segments, which the rank adopts instead of allocating and filling (PlannedModel.written). */
+  written?: { segmentPaths: string[] };
 }
 
 /** What a rank needs to adopt kept segments and to keep its own (src/keeper/). */

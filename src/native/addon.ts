@@ -199,6 +199,14 @@ export interface Addon {
    * E_FD_RECV, E_FRAME_TOO_LARGE, E_PEER_CLOSED.
    */
   unixRequest(path: string, frame: Buffer, fds: number[], timeoutMs: number, maxReplyBytes: number): Promise<UnixReply>;
+  /**
+   * native/update_segments.h, on a libuv thread: a fresh memfd of `bytes` (sealed against shrink
+   * and grow, not write) holding a copy of the first `bytes` of the sealed segment `sourceFd`.
+   * Resolves to its descriptor, the caller's to close (closeFd).
+   */
+  createWritableCopy(sourceFd: number, bytes: number, name: string): Promise<number>;
+  /** Seals a segment createWritableCopy made against write: E_UPDATE_MAPPED while a process still maps it writable. */
+  sealWritten(fd: number, segment: number): void;
   /** Closes a descriptor this process received; E_FD_CLOSE when it is not open. */
   closeFd(fd: number): void;
   /** What CUDA offers this process (runs cuInit); never rejects for a missing driver or GPU. */

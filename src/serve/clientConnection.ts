@@ -165,7 +165,11 @@ export class ClientConnection {
       } catch (err) {
         reply = errorReply(parsed.data.id, asWeightdError(err));
       }
-      if (this.#closing) return;
+      if (this.#closing) {
+        // Descriptors held for a send that will not happen are let go (FdReply.sent).
+        if (typeof reply !== 'string' && 'fds' in reply) reply.sent();
+        return;
+      }
       await this.#write(reply);
     }
     this.#busy = false;

@@ -26,7 +26,7 @@ import type { RankService } from './rankService.js';
 import { DEFAULT_SERVE_LIMITS, serveLimits, type ServeLimits } from './serveLimits.js';
 import { SocketListener } from '../wire/socketListener.js';
 import { WatchTable } from './watchTable.js';
-import type { DeviceServices } from './deviceServices.js';
+import type { DeviceServices, UpdateHost } from './deviceServices.js';
 import { descriptorBudget, type ListenerShare } from '../wire/descriptorBudget.js';
 
 /**
@@ -45,6 +45,8 @@ export interface DeviceServerOptions {
   limits?: Partial<ServeLimits>;
   /** The node's first model's name (config.models[0].name): its first version is listed first (add). */
   defaultModel?: string;
+  /** The node's writers' updates (absent: the socket takes none, E_UPDATE_UNSUPPORTED). */
+  updates?: UpdateHost;
 }
 
 /** One model version's counters on its device, for status and metrics. */
@@ -60,6 +62,8 @@ export interface RankServiceStats {
   requests: number;
   protocolErrors: number;
   refusedPeers: number;
+  /** The newest version of its name that serves on this device: the one clients are pointed to. */
+  current: boolean;
 }
 
 export class DeviceServer implements ConnectionHandler, DeviceServices {
@@ -73,6 +77,7 @@ export class DeviceServer implements ConnectionHandler, DeviceServices {
   readonly counters = { requests: 0, protocolErrors: 0, refusedPeers: 0 };
   readonly startedAt = Date.now();
   readonly watches = new WatchTable();
+  readonly updates: UpdateHost | undefined;
   #limits: ServeLimits = DEFAULT_SERVE_LIMITS;
   readonly #uid = process.getuid!();
   readonly #logDropped = (dropped: number) =>
@@ -88,6 +93,7 @@ export class DeviceServer implements ConnectionHandler, DeviceServices {
     this.#options = options;
     this.deviceUuid = options.deviceUuid;
     this.#log = options.log;
+    this.updates = options.updates;
     this.#listener = new SocketListener({ name: options.deviceUuid, socketDir: options.socketDir, lock: options.lock, log: options.log });
   }
 
@@ -119,6 +125,14 @@ export class DeviceServer implements ConnectionHandler, DeviceServices {
     const first = service.name === this.#options.defaultModel && !this.#services.some((s) => s.name === service.name);
     if (first) this.#services.unshift(service);
     else this.#services.push(service);
+  }
+
+  /** Makes `service` the newest version of its name here (a rollback to a retained version), so clients are pointed to it. */
+  promote(service: RankService): void {
+    const i = this.#services.indexOf(service);
+    if (i < 0) return;
+    this.#services.splice(i, 1);
+    this.#services.push(service);
   }
 
   /** Stops serving `service` (its model is gone); its leases went with its memory. Returns how many are left. */
@@ -154,7 +168,8 @@ export class DeviceServer implements ConnectionHandler, DeviceServices {
   }
 
   stats(service: RankService): RankServiceStats {
-    return { status: service.status, connections: this.#connections.size, leases: service.leases.size, lastAttachedAt: service.leases.lastGrantedMs, servingSince: service.startedAt, ...this.counters };
+    const current = this.newestServing(service.name) === service;
+    return { status: service.status, connections: this.#connections.size, leases: service.leases.size, lastAttachedAt: service.leases.lastGrantedMs, servingSince: service.startedAt, current, ...this.counters };
   }
 
   /**
@@ -226,7 +241,8 @@ export class DeviceServer implements ConnectionHandler, DeviceServices {
   announce(service: RankService, event: 'model_ready' | 'model_dropping' | 'model_stale', fields: Record<string, unknown> = {}): void {
     const newer = event === 'model_dropping' ? this.newestServing(service.name)?.rank.fingerprint : undefined;
     for (const connectionId of this.watches.watchersOf(service.name, event)) {
-      this.notify(connectionId, { event, model: service.name, fingerprint: service.rank.fingerprint, ...(newer ? { newer } : {}), ...fields });
+      const version = service.rank.version ?? 0;
+      this.notify(connectionId, { event, model: service.name, fingerprint: service.rank.fingerprint, version, ...(newer ? { newer } : {}), ...fields });
     }
   }
 
@@ -256,12 +272,13 @@ export class DeviceServer implements ConnectionHandler, DeviceServices {
   // ConnectionHandler
 
   keepOpen(caller: Caller): boolean {
-    return this.watches.watches(caller.connectionId) || this.#services.some((s) => s.leases.holdsBound(caller.connectionId));
+    return this.watches.watches(caller.connectionId) || this.#services.some((s) => s.leases.holdsBound(caller.connectionId)) || this.updates?.desk.holds(caller.connectionId) === true;
   }
 
   closed(caller: Caller): void {
     this.#connections.delete(caller.connectionId);
     this.watches.connectionClosed(caller.connectionId);
+    this.updates?.desk.connectionClosed(caller.connectionId);
     for (const s of [...this.#services]) s.connectionClosed(caller);
     this.#log.debug({ peerPid: caller.pid, connection: caller.connectionId }, 'client disconnected');
   }

@@ -4,6 +4,7 @@
 import type { Caller } from './leaseTable.js';
 import type { RankService } from './rankService.js';
 import type { WatchTable } from './watchTable.js';
+import type { UpdateDesk } from './updateDesk.js';
 
 /** The model versions a device serves, as the handlers look them up. */
 export interface DeviceServices {
@@ -23,4 +24,13 @@ export interface DeviceServices {
   isConnected(connectionId: number): boolean;
   readonly startedAt: number;
   readonly watches: WatchTable;
+  /** Writers' updates (updateDesk.ts), where the socket belongs to a node that can serve a new version. */
+  readonly updates?: UpdateHost;
+}
+
+/** What a device's socket needs of the node to take updates: the desk, and which version a service is a rank of. */
+export interface UpdateHost {
+  desk: UpdateDesk;
+  /** The version `service` is a rank of (ServeOptions.version) and its global ranks on this node; undefined once withdrawn. */
+  versionOf(service: RankService): { version: string; ranks: number[] } | undefined;
 }

@@ -27,6 +27,8 @@ export type ServeCommand =
   | { type: 'SERVE_RELEASED' }
   /** Every rank of the model serves: tell the connections that watch it (model_ready). */
   | { type: 'SERVE_ANNOUNCE' }
+  /** A rollback made its version current: the newest of its name on its socket, announced again (model_ready). */
+  | { type: 'SERVE_PROMOTE' }
   /** Unload: no new lease; free once the last lease ends, or at once with force (revoking them). */
   | { type: 'SERVE_DRAIN'; force: boolean };
 

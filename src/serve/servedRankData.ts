@@ -15,6 +15,8 @@ export interface ServedRankData {
   device: DeviceInfo;
   /** The model's name (--model's directory name unless named): what swaps and watches go by. */
   name: string;
+  /** Its model version's number (PlannedModel.version; absent: 0, a checkpoint). */
+  version?: number;
   /** The checkpoint directory. */
   model: string;
   architecture: string;
@@ -43,6 +45,7 @@ export interface ServedRankData {
 /** Builds what a rank's server serves from the node's plan and the rank's loaded device. */
 export function toServedRankData(args: {
   name: string;
+  version?: number;
   plan: CheckpointPlan;
   globalRank: number;
   localRank: number;
@@ -74,6 +77,7 @@ export function toServedRankData(args: {
     backend: args.backend,
     device: args.device,
     name: args.name,
+    ...(args.version ? { version: args.version } : {}),
     model: args.plan.modelDir,
     architecture: args.plan.architecture,
     fingerprint: rank.fingerprint,

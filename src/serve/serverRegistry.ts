@@ -4,6 +4,8 @@ import { DeviceServer, type RankServiceStats } from './deviceServer.js';
 import type { RankService } from './rankService.js';
 import { FilesCheck } from './filesCheck.js';
 import { serveLimits, type ServeLimits } from './serveLimits.js';
+import { UpdateDesk } from './updateDesk.js';
+import type { UpdateHost } from './deviceServices.js';
 
 export interface ServeOptions {
   /**
@@ -34,6 +36,17 @@ export class ServerRegistry {
   readonly #versionOf = new Map<RankService, string>();
   /** Each served version's file check, shared by its ranks on every device (FilesCheck). */
   readonly #filesChecks = new Map<string, FilesCheck>();
+  /** Writers' updates of every model on the node's sockets; the node sets its publisher. */
+  readonly updates = new UpdateDesk();
+  readonly #updateHost: UpdateHost = {
+    desk: this.updates,
+    versionOf: (service) => {
+      const version = this.#versionOf.get(service);
+      if (version === undefined) return undefined;
+      const ranks = [...this.#versionOf].filter(([, v]) => v === version).map(([s]) => s.rank.globalRank);
+      return { version, ranks: ranks.sort((a, b) => a - b) };
+    },
+  };
 
   constructor(options: { defaultModel?: string } = {}) {
     this.#defaultModel = options.defaultModel;
@@ -58,7 +71,7 @@ export class ServerRegistry {
     service.watchFiles(check);
     let entry = this.#servers.get(uuid);
     if (!entry) {
-      const server = new DeviceServer({ deviceUuid: uuid, socketDir: options.socketDir, log: options.log, lock: this.#locks.get(uuid), limits: options.limits, defaultModel: this.#defaultModel });
+      const server = new DeviceServer({ deviceUuid: uuid, socketDir: options.socketDir, log: options.log, lock: this.#locks.get(uuid), limits: options.limits, defaultModel: this.#defaultModel, updates: this.#updateHost });
       this.#locks.delete(uuid);
       entry = { server, listening: server.listen() };
       this.#servers.set(uuid, entry);
@@ -89,6 +102,11 @@ export class ServerRegistry {
     if (!entry || entry.server.remove(service) > 0) return;
     this.#servers.delete(uuid);
     entry.server.close();
+  }
+
+  /** Makes `service` the newest version of its name on its device's socket (DeviceServer.promote). */
+  promote(service: RankService): void {
+    this.#servers.get(service.rank.device.uuid)?.server.promote(service);
   }
 
   /** A version's rank's counters, or undefined while it has no server. */

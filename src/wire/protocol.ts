@@ -6,7 +6,7 @@ import { z } from 'zod';
 /** Version of the message set; independent of the frame version in frameCodec.ts. */
 export const PROTOCOL_VERSION = 1;
 
-export const COMMANDS = ['ping', 'get_state', 'get_segment_fds', 'release', 'detach', 'stats', 'watch'] as const;
+export const COMMANDS = ['ping', 'get_state', 'get_segment_fds', 'release', 'detach', 'stats', 'watch', 'begin_update', 'commit_update'] as const;
 export type Command = (typeof COMMANDS)[number];
 
 const requestId = z.number().int().min(0).max(Number.MAX_SAFE_INTEGER);
@@ -56,7 +56,17 @@ export const StatsRequest = z.object({ id: requestId, cmd: z.literal('stats'), f
 /** `stale`: also hear model_stale (a client older than it would not know the event, so only those that ask hear it). */
 export const WatchRequest = z.object({ id: requestId, cmd: z.literal('watch'), model: ModelName, stale: z.boolean().optional() });
 
-export const Request = z.discriminatedUnion('cmd', [PingRequest, GetStateRequest, GetSegmentFdsRequest, ReleaseRequest, DetachRequest, StatsRequest, WatchRequest]);
+/**
+ * Asks to write a new version of `model` whose base is the version with rank fingerprint `base`
+ * on this socket (docs/weight-updates.md): the reply carries writable copies of the base's
+ * segments as SCM_RIGHTS. One update of a model at a time; it ends with commit_update, or with
+ * this connection (then nothing of it is left).
+ */
+export const BeginUpdateRequest = z.object({ id: requestId, cmd: z.literal('begin_update'), model: ModelName, base: hash });
+/** Seals and digests what was written on this rank; the version serves once every local rank of the model committed. */
+export const CommitUpdateRequest = z.object({ id: requestId, cmd: z.literal('commit_update'), update: leaseId });
+
+export const Request = z.discriminatedUnion('cmd', [PingRequest, GetStateRequest, GetSegmentFdsRequest, ReleaseRequest, DetachRequest, StatsRequest, WatchRequest, BeginUpdateRequest, CommitUpdateRequest]);
 export type Request = z.infer<typeof Request>;
 export type RequestOf<C extends Command> = Extract<Request, { cmd: C }>;
 
@@ -124,6 +134,8 @@ export const ModelRef = z.object({
   status: ServeStatus,
   globalRank: count,
   tpSize: z.number().int().min(1),
+  /** Its number among its name's versions (docs/weight-updates.md); absent from older daemons. */
+  version: count.optional(),
 });
 export type ModelRef = z.infer<typeof ModelRef>;
 
@@ -233,6 +245,32 @@ export const WatchReply = z.object({
 });
 export type WatchReply = z.infer<typeof WatchReply>;
 
+export const BeginUpdateReply = z.object({
+  ...ok,
+  /** Names this update in commit_update; only on the connection that began it. */
+  update: z.string(),
+  model: z.string(),
+  /** The base version's rank fingerprint. */
+  base: z.string(),
+  /** The segments' sizes, in the order of the descriptors that come with the reply (writable memfds). */
+  segments: z.array(SegmentRef),
+  /** The checkpoint layout's tensors over those segments, as get_state's. */
+  tensors: z.array(TensorMeta),
+});
+export type BeginUpdateReply = z.infer<typeof BeginUpdateReply>;
+
+export const CommitUpdateReply = z.object({
+  ...ok,
+  model: z.string(),
+  /** The local ranks (global rank numbers) that have not committed yet; empty once the version serves. */
+  waiting: z.array(count),
+  /** Once the version serves: its number, the model's fingerprint and this rank's. */
+  version: count.optional(),
+  modelFingerprint: z.string().optional(),
+  fingerprint: z.string().optional(),
+});
+export type CommitUpdateReply = z.infer<typeof CommitUpdateReply>;
+
 /**
  * A frame no request asked for (id null, ok true): something happened to a model this connection
  * watches, or to a lease it holds. model_ready: `fingerprint` of a newer version of `model` is
@@ -249,6 +287,8 @@ export const ModelEvent = z.object({
   model: z.string(),
   fingerprint: z.string(),
   newer: z.string().optional(),
+  /** The version's number among its name's (docs/weight-updates.md). */
+  version: count.optional(),
   leaseHash: z.string().optional(),
   files: z.array(z.string()).optional(),
 });
@@ -270,4 +310,6 @@ export const REPLY_SCHEMAS = {
   detach: DetachReply,
   stats: StatsReply,
   watch: WatchReply,
+  begin_update: BeginUpdateReply,
+  commit_update: CommitUpdateReply,
 } as const satisfies Record<Command, z.ZodType>;

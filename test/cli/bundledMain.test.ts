@@ -39,7 +39,7 @@ test('a daemon of dist/main.cjs serves, with its inspect page, and ctl of it lis
     assert.match((await httpGet(`${url}/metrics`)).body, /^weightd_node_state\{state="ready"\} 1$/m);
     const list = await runCli(['ctl', 'list', '--weight-cache-socket-dir', socketDir]);
     assert.is(list.code, 0, list.stderr);
-    assert.match(list.stdout, /^tiny-llama \(own\) {2}serving /m);
+    assert.match(list.stdout, /^tiny-llama \(own\) {2}v0 {2}serving /m);
   } finally {
     assert.equal(await daemon.stop(), { code: 0, signal: null }, daemon.stderr().slice(-2000));
   }

@@ -97,7 +97,7 @@ test('--version, --help and ctl list load neither zod, xstate, pino nor the node
     await daemon.stop();
   }
   assert.is(list.code, 0, list.stderr);
-  assert.match(list.stdout, /^tiny-llama \(own\) {2}serving /m);
+  assert.match(list.stdout, /^tiny-llama \(own\) {2}v0 {2}serving /m);
 
   for (const [what, run] of Object.entries({ '--version': version, '--help': help, 'ctl list': list })) {
     // The record saw the command line itself, so an empty record cannot pass for a light one.

@@ -35,7 +35,7 @@ async function oneFileEach(dir: string, table: Record<string, unknown>): Promise
 }
 
 test('the control schema names the commands it had', () => {
-  assert.equal(sorted(CONTROL_COMMANDS), ['list', 'load', 'unload']);
+  assert.equal(sorted(CONTROL_COMMANDS), ['list', 'load', 'rollback', 'unload']);
 });
 
 test('every control command has exactly one handler file, registered in the handler index, and no handler file lacks a command', async () => {

@@ -35,7 +35,7 @@ test('weightd ctl lists, loads a new version beside the old, says a loaded model
     assert.is(statSync(control).mode & 0o777, 0o600, 'the control socket is 0600');
     const list = await ctl('list');
     assert.is(list.code, 0, list.stderr);
-    assert.match(list.stdout, /^tiny-llama \(own\) {2}serving {2}tp=1 {2}\d+\.\d MiB {2}leases=0 /m);
+    assert.match(list.stdout, /^tiny-llama \(own\) {2}v0 {2}serving {2}tp=1 {2}\d+\.\d MiB {2}leases=0 /m);
 
     const load = await ctl('load', '--model', v2, '--name', 'tiny-llama');
     assert.is(load.code, 0, load.stderr);
@@ -75,6 +75,7 @@ async function fakeControl(limits: Partial<ControlLimits>) {
     load: async (r) => (calls.push(`load ${r.model}`), { name: 'x', fingerprint: 'f', alreadyLoaded: false, model: {} as never, evicted: [] }),
     unload: (t) => (calls.push(`unload ${t}`), { unloaded: [], force: false }),
     models: () => (calls.push('list'), []),
+    rollback: (n, v) => (calls.push(`rollback ${n} ${v}`), { name: n, version: v, fingerprint: 'f', alreadyCurrent: false }),
   };
   const server = new ControlServer({ socketDir: freshSocketDir(), log, target, limits });
   const path = await server.listen();

@@ -37,6 +37,7 @@ export function fakeConfig(over: Partial<NodeConfig> = {}): NodeConfig {
     rendezvousTimeoutMs: 1000,
     control: false,
     evict: 'off',
+    keepVersions: 2,
     ...over,
   };
 }

@@ -21,7 +21,7 @@ function model(name: string, usedAt: number, placement: Record<string, number>, 
     segments: [{ segment: 0, bytes, handle: 'cuda-fd' } as never],
     leases: i === 0 ? (o.leases ?? 0) : 0,
   }));
-  return { name, own: o.own ?? false, state: o.state ?? 'serving', model: `/m/${name}`, fingerprint: `fp-${name}`, tpSize: ranks.length, bytes: 0, leases: o.leases ?? 0, lastUsedAt: usedAt, ranks };
+  return { name, own: o.own ?? false, state: o.state ?? 'serving', model: `/m/${name}`, fingerprint: `fp-${name}`, tpSize: ranks.length, version: 0, current: true, bytes: 0, leases: o.leases ?? 0, lastUsedAt: usedAt, ranks };
 }
 
 const names = (plan: EvictionPlan) => ('evict' in plan ? plan.evict.map((e) => e.model.name) : plan);

@@ -53,8 +53,8 @@ test('a watcher hears model_ready for the new version, then model_dropping for i
     const heard = nextEvents(watcher, 2);
     await node.load({ model: v2, name: 'tiny-llama' });
     assert.equal(await heard, [
-      { id: null, ok: true, event: 'model_ready', model: 'tiny-llama', fingerprint: v2fp },
-      { id: null, ok: true, event: 'model_dropping', model: 'tiny-llama', fingerprint: v1fp, newer: v2fp },
+      { id: null, ok: true, event: 'model_ready', model: 'tiny-llama', fingerprint: v2fp, version: 0 },
+      { id: null, ok: true, event: 'model_dropping', model: 'tiny-llama', fingerprint: v1fp, version: 0, newer: v2fp },
     ]);
     await released(node);
     // The connection still serves requests after the events.

@@ -77,6 +77,7 @@ def daemon_fd() -> None:
     from daemon_fixture import Daemon
     from test_host_fds import MODEL, checkpoint_tensors, open_fds
     from weightd_client import expected_fingerprint
+    from weightd_client.protocol import ServeError
 
     want, e, out = checkpoint_tensors(), expected_fingerprint(MODEL, 1, 0), {}
     with Daemon(MODEL, device="cuda", extra_args=["--cuda-handles", "fd"]) as daemon:
@@ -95,6 +96,12 @@ def daemon_fd() -> None:
             attached.tensors = {}
             attached.detach()
             out["fdsAfter"] = open_fds() == before
+            # Writers are built on the host backend only: a cuda model refuses one, naming the backend.
+            try:
+                client.begin_update(client.ping()["name"], e.fingerprint).abandon()
+                out["updateRefused"] = None
+            except ServeError as err:
+                out["updateRefused"] = err.code if "cuda backend" in str(err) else str(err)
         daemon.stop()
         out["daemonLeaks"] = next((json.loads(l[len("FAKE_CUDA_LEAKS ") :]) for l in daemon.stderr.splitlines() if l.startswith("FAKE_CUDA_LEAKS ")), None)
     print(json.dumps(out))

@@ -136,6 +136,7 @@ def test_a_daemon_with_cuda_handles_fd_is_copied_and_attached_through_get_segmen
     # One segment (tp=1): the fake driver's reference to the import, and none of the received descriptors.
     assert got["fdsWhileAttached"] == ["/memfd:fakecuda-vmm-d0"], "the descriptors are closed once mapped: the mappings hold the memory"
     assert got["fdsAfter"]
+    assert got["updateRefused"] == "E_UPDATE_UNSUPPORTED", "writers are built on the host backend only"
     assert got["daemonLeaks"] == NO_LEAKS
 
 

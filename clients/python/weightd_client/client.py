@@ -10,7 +10,7 @@ import logging
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterator, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional
 
 # Both mappings are imported with the client (stdlib only at module level), not on the first
 # attach: on the H200 a fresh process's first attach spent 10 of its 16 ms importing .cuda.
@@ -20,6 +20,9 @@ from .host import HostMapping
 from .liveness import is_process_alive
 from .packed_manifest import unpack_manifest
 from .protocol import Connection, ProtocolError, ServeError, WeightdError, close_fds
+
+if TYPE_CHECKING:
+    from .update import Update
 
 log = logging.getLogger("weightd_client")
 
@@ -360,6 +363,13 @@ class WeightdClient:
         when one is stale (its checkpoint files changed: ``model_stale``). A watch lives as long
         as the connection: watch again after the daemon restarted."""
         return self.conn.request("watch", model=model, stale=True) if stale else self.conn.request("watch", model=model)
+
+    def begin_update(self, model: str, base: str, timeout: float = 300.0) -> "Update":
+        """A write lease on a new version of ``model`` over version ``base`` (this rank's
+        fingerprint), on a connection of its own (weightd_client.update)."""
+        from .update import Update
+
+        return Update(self.socket_path, model, base, timeout)
 
     def events(self, timeout: float = 0.0) -> List[Dict[str, Any]]:
         """The events (``model_ready``, ``model_dropping``, ``lease_revoked``, ``model_stale``) received since the

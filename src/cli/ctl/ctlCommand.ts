@@ -8,8 +8,8 @@ export interface CtlCommand<C extends ControlCommand> {
   examples: string[];
   /** Adds the command's own flags and operands. */
   flags(c: Command): Command;
-  /** The request from the parsed flags (shared ones merged in) and the operand, if it takes one. */
-  request(o: Record<string, unknown>, operand?: string): ControlRequestOf<C>;
+  /** The request from the parsed flags (shared ones merged in) and its operands, if it takes any. */
+  request(o: Record<string, unknown>, ...operands: string[]): ControlRequestOf<C>;
   /** The daemon's successful reply, as text. */
   print(reply: Extract<ControlReply, { ok: true }>): string;
 }

@@ -6,6 +6,7 @@ import type { ControlCommand } from '../../control/controlProtocol.js';
 import type { CtlCommand } from './ctlCommand.js';
 import { list } from './list.js';
 import { load } from './load.js';
+import { rollback } from './rollback.js';
 import { unload } from './unload.js';
 
-export const CTL_COMMANDS: { readonly [C in ControlCommand]: CtlCommand<C> } = { load, unload, list };
+export const CTL_COMMANDS: { readonly [C in ControlCommand]: CtlCommand<C> } = { load, unload, list, rollback };

@@ -11,7 +11,8 @@ export const list: CtlCommand<'list'> = {
   print: (reply) => {
     const lines = (reply.models as ModelStatus[]).map((m) => {
       const ranks = m.ranks.map((r) => `${r.globalRank}:${r.device?.uuid ?? '?'}`).join(' ');
-      return `${m.name}${m.own ? ' (own)' : ''}  ${m.state}  tp=${m.tpSize}  ${(m.bytes / 2 ** 20).toFixed(1)} MiB  leases=${m.leases}  ${m.fingerprint?.slice(0, 16) ?? '?'}  ${m.model}  ranks ${ranks}`;
+      const version = `v${m.version ?? 0}${m.state === 'serving' && m.current === false ? ' (retained)' : ''}`;
+      return `${m.name}${m.own ? ' (own)' : ''}  ${version}  ${m.state}  tp=${m.tpSize}  ${(m.bytes / 2 ** 20).toFixed(1)} MiB  leases=${m.leases}  ${m.fingerprint?.slice(0, 16) ?? '?'}  ${m.model}  ranks ${ranks}`;
     });
     return `${lines.join('\n')}\n`;
   },

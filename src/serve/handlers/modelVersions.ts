@@ -10,7 +10,7 @@ export function modelRefs(services: DeviceServices): ModelRef[] {
 }
 
 export function modelRef(s: RankService): ModelRef {
-  return { name: s.name, fingerprint: s.rank.fingerprint, status: s.status, globalRank: s.rank.globalRank, tpSize: s.rank.tpSize };
+  return { name: s.name, fingerprint: s.rank.fingerprint, status: s.status, globalRank: s.rank.globalRank, tpSize: s.rank.tpSize, version: s.rank.version ?? 0 };
 }
 
 /**

@@ -1,0 +1,135 @@
+"""Writing a new version of a model the daemon serves (docs/weight-updates.md), host backend.
+
+``client.begin_update(model, base)`` asks one rank's socket for writable copies of version
+``base``'s segments (the daemon copied the base into them, so only the tensors that change need
+writing). Write through ``upd.tensor(name)`` (a numpy array, or a torch tensor with
+``tensor_format="torch"``, over the shared pages) or ``upd.write(name, value)``; then
+``upd.commit()``: the mappings go first (the daemon refuses to seal memory a process can still
+write, E_UPDATE_MAPPED), and the daemon digests what was written and serves it as the model's
+newest version once every local rank committed. The commit of the last rank returns the version's
+number and fingerprint; readers follow with ``Attached.switch_to(fingerprint)``.
+
+Used as a context manager, an update left without commit is abandoned: the connection closes,
+and the daemon frees everything of it (as it does when the writer's process dies).
+"""
+
+import mmap
+from typing import Any, Dict, List, Optional
+
+from .protocol import Connection, ProtocolError, ServeError, close_fds
+from .tensors import numpy_dtype, torch_dtype
+
+
+class Update:
+    """One rank's part of an update: its own connection, which must stay open until commit."""
+
+    def __init__(self, socket_path: str, model: str, base: str, timeout: float = 300.0):
+        self.conn = Connection(socket_path, timeout)
+        try:
+            reply, fds = self.conn.request_fds("begin_update", model=model, base=base)
+        except BaseException:
+            self.conn.close()
+            raise
+        self._maps: List[Optional[mmap.mmap]] = []
+        try:
+            if len(fds) != len(reply["segments"]):
+                raise ProtocolError("E_BAD_REPLY", f"begin_update lists {len(reply['segments'])} segment(s) but {len(fds)} descriptor(s) came with it")
+            for seg, fd in zip(reply["segments"], fds):
+                self._maps.append(mmap.mmap(fd, seg["bytes"], flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE))
+        except BaseException:
+            self._unmap()
+            self.conn.close()
+            raise
+        finally:
+            # The mappings hold the pages: no descriptor of the update stays in this process.
+            close_fds(fds)
+        self.id: str = reply["update"]
+        self.model: str = reply["model"]
+        self.base: str = reply["base"]
+        self.tensors: Dict[str, Dict[str, Any]] = {t["name"]: t for t in reply["tensors"]}
+        self.result: Optional[Dict[str, Any]] = None
+
+    def _meta(self, name: str) -> Dict[str, Any]:
+        if self.result is not None or not self._maps:
+            raise ProtocolError("E_CLOSED", f"the update of {self.model!r} is committed or abandoned; begin another to write")
+        t = self.tensors.get(name)
+        if t is None:
+            raise ProtocolError("E_UNKNOWN_TENSOR", f"the update of {self.model!r} has no tensor {name!r}; it has {len(self.tensors)} (update.tensors lists them)")
+        return t
+
+    def tensor(self, name: str, tensor_format: str = "numpy") -> Any:
+        """A writable view of tensor ``name`` over the update's shared pages (it reads the base's
+        bytes until written). Drop every view before commit: a live one keeps the pages mapped."""
+        import numpy as np
+
+        t = self._meta(name)
+        raw = np.frombuffer(self._maps[t["segment"]], dtype=np.uint8, count=t["bytes"], offset=t["offset"])
+        if tensor_format == "torch":
+            import torch
+
+            return torch.from_numpy(raw).view(torch_dtype(t["dtype"])).view(t["shape"])
+        if tensor_format != "numpy":
+            raise ProtocolError("E_BAD_OPTION", f"tensor_format {tensor_format!r}: use 'numpy' or 'torch'")
+        return raw.view(numpy_dtype(t["dtype"])).reshape(t["shape"])
+
+    def write(self, name: str, value: Any) -> None:
+        """Copies ``value`` (a numpy array, a torch tensor on any device, or bytes) into tensor
+        ``name``; its byte size must be the tensor's."""
+        t = self._meta(name)
+        if hasattr(value, "detach"):
+            import torch
+
+            value = value.detach().contiguous().cpu().view(-1).view(torch.uint8).numpy()
+        data = memoryview(value).cast("B") if not isinstance(value, (bytes, bytearray)) else memoryview(value)
+        if data.nbytes != t["bytes"]:
+            raise ProtocolError("E_BAD_SIZE", f"tensor {name!r} holds {t['bytes']} bytes ({t['dtype']} {t['shape']}); the value given has {data.nbytes}")
+        self._maps[t["segment"]][t["offset"] : t["offset"] + t["bytes"]] = data
+
+    def commit(self) -> Dict[str, Any]:
+        """Unmaps, then commits this rank: the reply's ``waiting`` lists the local ranks still to
+        commit; once empty, ``version``, ``modelFingerprint`` and this rank's ``fingerprint`` name
+        the version that now serves."""
+        if self.result is not None:
+            return self.result
+        self._unmap()
+        self.result = self.conn.request("commit_update", update=self.id)
+        if not self.result["waiting"]:
+            self.conn.close()
+        return self.result
+
+    def abandon(self) -> None:
+        """Ends the update uncommitted: the daemon frees its copies."""
+        self._unmap()
+        self.conn.close()
+
+    def _unmap(self) -> None:
+        for i, m in enumerate(self._maps):
+            if m is None:
+                continue
+            try:
+                m.close()
+            except BufferError as err:
+                raise ServeError(
+                    "E_UPDATE_MAPPED",
+                    f"a view of the update of {self.model!r} (segment {i}) is still alive; delete every tensor(...) view before commit",
+                ) from err
+            self._maps[i] = None
+        self._maps = []
+
+    def __enter__(self) -> "Update":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.result is None:
+            self.abandon()
+
+
+def commit_all(updates: List[Update]) -> Dict[str, Any]:
+    """Commits every local rank's part of one update, in order, and closes their connections:
+    the last commit's reply, which names the version that now serves."""
+    try:
+        results = [u.commit() for u in updates]
+    finally:
+        for u in updates:
+            u.conn.close()
+    return results[-1]

@@ -1,0 +1,86 @@
+#include "update_segments.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+
+#include "device.h"
+#include "file_reader.h"
+#include "sealed_memfd.h"
+
+namespace weightd {
+
+namespace {
+
+// The copy is written through the descriptor from a read-only mapping of the source, a window at
+// a time, so the kernel makes each page as it is written (as the fill does, host_device.cpp).
+constexpr uint64_t kWindowBytes = 64ull << 20;
+
+void copyInto(int dst, const char* src, uint64_t bytes) {
+  for (uint64_t at = 0; at < bytes;) {
+    ssize_t n = ::pwrite(dst, src + at, std::min(kWindowBytes, bytes - at), static_cast<off_t>(at));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      int err = n < 0 ? errno : ENOSPC;
+      throw DeviceError(err == ENOSPC || err == ENOMEM ? "E_OUT_OF_MEMORY" : "E_SHM_WRITE",
+                        "cannot copy the base version into a new segment at byte " + std::to_string(at) + ": " + errnoMessage(err) +
+                            "; free memory or raise the memory limit");
+    }
+    at += static_cast<uint64_t>(n);
+  }
+}
+
+}  // namespace
+
+int createWritableCopy(int sourceFd, uint64_t bytes, const std::string& name) {
+  if (bytes == 0) throw DeviceError("E_BAD_PLAN", "a segment of zero bytes cannot be copied");
+  int fd = memfd_create(name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0) {
+    int err = errno;
+    throw DeviceError("E_SHM_CREATE", "cannot create memfd " + name + ": " + errnoMessage(err) +
+                                          (err == EMFILE || err == ENFILE ? "; raise the open-file limit (ulimit -n)" : ""));
+  }
+  void* src = MAP_FAILED;
+  try {
+    if (fallocate(fd, 0, 0, static_cast<off_t>(bytes)) != 0) {
+      int err = errno;
+      throw DeviceError("E_OUT_OF_MEMORY", "cannot reserve " + std::to_string(bytes) + " bytes for " + name + ": " + errnoMessage(err) +
+                                               "; free memory or raise the memory limit");
+    }
+    // A writer's mapping must never lose pages under it (SIGBUS): the size is fixed from here on.
+    if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) != 0) {
+      int err = errno;
+      throw DeviceError("E_SHM_SEAL", "cannot seal " + name + " against shrink and grow: " + errnoMessage(err));
+    }
+    src = mapSealedReadOnly(sourceFd, bytes);
+    if (src == MAP_FAILED) {
+      int err = errno;
+      throw DeviceError("E_SHM_MAP", "cannot map the base segment (fd " + std::to_string(sourceFd) + ") to copy it: " + errnoMessage(err));
+    }
+    copyInto(fd, static_cast<const char*>(src), bytes);
+    munmap(src, bytes);
+  } catch (...) {
+    if (src != MAP_FAILED) munmap(src, bytes);
+    ::close(fd);
+    throw;
+  }
+  return fd;
+}
+
+void sealWritten(int fd, uint32_t segment) {
+  // A commit refused for a later segment is asked again: the segments sealed then stay sealed.
+  int seals = fcntl(fd, F_GET_SEALS);
+  if (seals >= 0 && (seals & F_SEAL_WRITE) != 0) return;
+  if (fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_SEAL) == 0) return;
+  int err = errno;
+  if (err == EBUSY) {
+    throw DeviceError("E_UPDATE_MAPPED", "segment " + std::to_string(segment) +
+                                             " of the update is still mapped writable by a process; unmap every segment (close the update's views) before commit_update");
+  }
+  throw DeviceError("E_SHM_SEAL", "cannot seal segment " + std::to_string(segment) + " of the update against write: " + errnoMessage(err));
+}
+
+}  // namespace weightd

@@ -1,0 +1,7 @@
+// rollback: a retained version of a model becomes current again, with no copy (docs/weight-updates.md).
+import type { ControlReply, ControlRequestOf } from '../controlProtocol.js';
+import type { ControlTarget } from '../controlTarget.js';
+
+export function rollback(req: ControlRequestOf<'rollback'>, target: ControlTarget): ControlReply {
+  return { ok: true, ...target.rollback(req.name, req.version) };
+}

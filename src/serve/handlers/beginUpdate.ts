@@ -1,0 +1,39 @@
+// begin_update: writable copies of a served version's segments on this rank, for a writer of the
+// daemon's user (docs/weight-updates.md); they come with the reply as SCM_RIGHTS, with the
+// tensors that lie in them. The update desk (updateDesk.ts) owns them from here on.
+import { ServeError } from '../../errors.js';
+import type { DeviceServices } from '../deviceServices.js';
+import type { Caller } from '../leaseTable.js';
+import type { BeginUpdateReply, RequestOf } from '../../wire/protocol.js';
+import type { FdReply } from './fdReply.js';
+import { modelRefs } from './modelVersions.js';
+
+export async function beginUpdate(req: RequestOf<'begin_update'>, services: DeviceServices, caller: Caller): Promise<FdReply> {
+  const service = services.byFingerprint(req.base);
+  if (!service || service.name !== req.model) {
+    const served = services.all.filter((s) => s.name === req.model && s.status === 'serving').map((s) => s.rank.fingerprint);
+    throw new ServeError(
+      'E_UPDATE_BASE',
+      `no version of model "${req.model}" with rank fingerprint ${req.base.slice(0, 64)} is served on this device; ` +
+        (served.length > 0 ? `it serves ${served.join(', ')}: begin from one of those` : `this device serves no version of "${req.model}": load it first (weightd ctl load)`),
+      { model: req.model, base: req.base, models: modelRefs(services) },
+    );
+  }
+  const host = services.updates;
+  const version = host?.versionOf(service);
+  if (!host || !version) {
+    throw new ServeError('E_UPDATE_UNSUPPORTED', `this socket serves model "${req.model}" without a node to publish a new version through; updates need a weightd node`, { model: req.model });
+  }
+  const { id, fds, sent } = await host.desk.begin(service, version.version, version.ranks, caller, () => services.isConnected(caller.connectionId));
+  const { rank } = service;
+  const reply: BeginUpdateReply = {
+    id: req.id,
+    ok: true,
+    update: id,
+    model: rank.name,
+    base: rank.fingerprint,
+    segments: rank.segments.map((s) => ({ segment: s.segment, bytes: s.bytes, handle: 'fd' })),
+    tensors: rank.tensors.map((t) => ({ name: t.name, dtype: t.dtype, shape: t.shape, segment: t.segment, offset: t.offset, bytes: t.bytes })),
+  };
+  return { json: JSON.stringify(reply), fds, sent };
+}

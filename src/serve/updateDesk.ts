@@ -1,0 +1,210 @@
+// Updates in progress on this node (docs/weight-updates.md): a writer of the daemon's user asks a
+// rank's socket for writable copies of a served version's segments (begin_update), writes them,
+// and commits (commit_update); the daemon seals and digests each rank's copies, and once every
+// local rank of the model committed, hands the sealed segments to the publisher (the model
+// control, which serves them as the model's newest version through a model actor). Until then
+// nothing of an update is visible, and a connection of it that ends takes all of it away.
+import { randomBytes } from 'node:crypto';
+import { availableParallelism } from 'node:os';
+import { ServeError } from '../errors.js';
+import { writtenVersionFingerprint, type Fingerprint } from '../checkpoint/fingerprint.js';
+import { addon } from '../native/addon.js';
+import { packTensorRanges } from '../native/fillRecords.js';
+import type { Caller } from './leaseTable.js';
+import type { RankService } from './rankService.js';
+
+/** Threads that digest a committed rank (at most 8: a commit should not take every core from the engines). */
+const DIGEST_THREADS = Math.min(8, availableParallelism());
+
+/** One local rank of a written version, sealed: what its rank actor adopts. */
+export interface WrittenRank {
+  globalRank: number;
+  localRank: number;
+  /** /proc/self/fd paths of the sealed segments, in order: the rank opens its own descriptors of them (read-only) to adopt. */
+  segmentPaths: string[];
+  /** Each tensor of the rank's checkpoint layout's digest, in the manifest's order (docs/spec/fingerprint.md §9). */
+  digests: string[];
+}
+
+/** A committed update, every local rank sealed: the new version to serve. */
+export interface WrittenVersion {
+  name: string;
+  /** The served version (its model actor's id, ServeOptions.version) whose copy was written. */
+  baseVersion: string;
+  /** The model's fingerprint and fields (§9); each rank's is rankFingerprint of it. */
+  fingerprint: Fingerprint;
+  ranks: WrittenRank[];
+}
+
+/** Serves a written version (the model control); resolves with its number once it serves (rejects when it failed: nothing of it stays). */
+export type PublishUpdate = (version: WrittenVersion) => Promise<{ version: number }>;
+
+interface Part {
+  id: string;
+  connectionId: number;
+  service: RankService;
+  /** The writable copies, once made; closed when the update ends, however it ends. */
+  fds: number[];
+  /** Settles once the begin reply that carries them has been sent: they are not closed before. */
+  sent: Promise<void>;
+  markSent: () => void;
+  digests?: string[];
+}
+
+interface Update {
+  name: string;
+  baseVersion: string;
+  /** Global ranks of the base version on this node: all must commit. */
+  ranks: number[];
+  parts: Map<number, Part>;
+  startedAt: number;
+  /** Every rank committed: the version is being served, and no connection's end takes it back. */
+  publishing: boolean;
+  ended: boolean;
+}
+
+export class UpdateDesk {
+  /** Set by the node once its model control exists; an update committed before is refused. */
+  publisher: PublishUpdate | undefined;
+  readonly #updates = new Map<string, Update>();
+
+  /** Whether a connection began a part of an update still in progress (kept open while idle, as a lease's). */
+  holds(connectionId: number): boolean {
+    return this.#parts().some(({ part }) => part.connectionId === connectionId);
+  }
+
+  /**
+   * begin_update on `service`'s rank: makes writable copies of its segments. `version`: the
+   * version the service is a rank of; `siblings`: the global ranks of that version on this node.
+   */
+  async begin(service: RankService, version: string, siblings: number[], caller: Caller, isConnected: () => boolean): Promise<{ id: string; fds: number[]; sent: () => void }> {
+    const { rank } = service;
+    const name = rank.name;
+    if (!this.publisher) throw new ServeError('E_UPDATE_UNSUPPORTED', `the node is not ready to take an update of model "${name}" yet; begin again once it serves`, { model: name });
+    if (rank.backend !== 'host') {
+      throw new ServeError('E_UPDATE_UNSUPPORTED', `model "${name}" serves on the ${rank.backend} backend, where writers are not built yet (docs/weight-updates.md); updates run on the host backend`, { model: name, backend: rank.backend });
+    }
+    if (rank.nnodes > 1) {
+      throw new ServeError('E_UPDATE_UNSUPPORTED', `model "${name}" spans ${rank.nnodes} nodes; a writer updates a model served by one node (docs/weight-updates.md)`, { model: name, nnodes: rank.nnodes });
+    }
+    service.refuseUnlessServing();
+    let update = this.#updates.get(name);
+    const busy = update && (update.baseVersion !== version || update.parts.has(rank.globalRank) || update.publishing);
+    if (update && busy) {
+      const begun = [...update.parts.keys()];
+      throw new ServeError(
+        'E_UPDATE_BUSY',
+        `model "${name}" has an update in progress (ranks ${begun.join(', ')} begun ${Math.round((Date.now() - update.startedAt) / 1000)} s ago): one update of a model at a time; ` +
+          'commit it or end its connections, then begin again',
+        { model: name, ranks: begun },
+      );
+    }
+    if (!update) {
+      update = { name, baseVersion: version, ranks: siblings, parts: new Map(), startedAt: Date.now(), publishing: false, ended: false };
+      this.#updates.set(name, update);
+    }
+    let markSent = () => {};
+    const sent = new Promise<void>((resolve) => (markSent = resolve));
+    const part: Part = { id: randomBytes(16).toString('hex'), connectionId: caller.connectionId, service, fds: [], sent, markSent };
+    update.parts.set(rank.globalRank, part);
+    // The base's descriptors stay open (its release waits) while they are copied.
+    const done = service.holdSegmentFds();
+    try {
+      // Every segment at once, on the addon's threads.
+      const copies = await Promise.allSettled(rank.segments.map((s) => addon().createWritableCopy(s.fd!, s.bytes, `weightd:update:${name}:r${rank.globalRank}:s${s.segment}`)));
+      for (const c of copies) if (c.status === 'fulfilled') part.fds.push(c.value);
+      const failed = copies.find((c) => c.status === 'rejected');
+      if (failed) throw failed.reason;
+    } catch (err) {
+      this.#end(update, `copying rank ${rank.globalRank}'s base segments failed`);
+      part.markSent();
+      closeAll(part.fds);
+      throw err;
+    } finally {
+      done();
+    }
+    if (update.ended || !isConnected()) {
+      this.#end(update, 'its connection ended while the base was copied');
+      // A copy made after the update ended is this call's to close.
+      part.markSent();
+      closeAll(part.fds);
+      throw new ServeError('E_UPDATE_ABORTED', `the update of model "${name}" ended while rank ${rank.globalRank}'s base was copied (a connection of it closed); begin again`, { model: name });
+    }
+    service.log.info({ model: name, globalRank: rank.globalRank, base: rank.fingerprint, peerPid: caller.pid }, 'update begun: writable copies of the base handed to the writer');
+    return { id: part.id, fds: [...part.fds], sent: part.markSent };
+  }
+
+  /**
+   * commit_update: seals this rank's copies (E_UPDATE_MAPPED while the writer still maps one
+   * writable: unmap and commit again) and digests them; the last rank to commit publishes the
+   * version and resolves once it serves. Earlier ranks resolve at once with the ranks still to commit.
+   */
+  async commit(id: string, caller: Caller): Promise<{ name: string; waiting: number[]; version?: number; fingerprint?: Fingerprint; service: RankService }> {
+    const found = this.#parts().find(({ part }) => part.id === id && part.connectionId === caller.connectionId);
+    if (!found) {
+      throw new ServeError('E_NO_UPDATE', `update ${id.slice(0, 8)}… is not in progress on this connection: it was committed, ended with a connection of it, or begun on another connection; begin_update again`);
+    }
+    const { update, part } = found;
+    const { rank } = part.service;
+    if (part.digests) {
+      throw new ServeError('E_NO_UPDATE', `rank ${rank.globalRank}'s part of the update of model "${update.name}" is committed already; the version serves once ranks ${this.#waiting(update).join(', ')} commit`, { model: update.name });
+    }
+    part.fds.forEach((fd, segment) => addon().sealWritten(fd, segment));
+    const ranges = packTensorRanges(rank.tensors.map((t) => ({ file: t.segment, start: t.offset, end: t.offset + t.bytes })));
+    const digests = await addon().digestFiles(part.fds.map(procPath), ranges, DIGEST_THREADS);
+    if (update.ended) throw new ServeError('E_UPDATE_ABORTED', `the update of model "${update.name}" ended while rank ${rank.globalRank} was digested (a connection of it closed); begin again`, { model: update.name });
+    part.digests = digests;
+    const waiting = this.#waiting(update);
+    if (waiting.length > 0) return { name: update.name, waiting, service: part.service };
+    return { ...(await this.#publish(update)), name: update.name, waiting, service: part.service };
+  }
+
+  /** A connection ended: an update it began and that is not committed everywhere ends, leaving nothing. */
+  connectionClosed(connectionId: number): void {
+    for (const update of [...this.#updates.values()]) {
+      if (!update.publishing && [...update.parts.values()].some((p) => p.connectionId === connectionId)) this.#end(update, 'a connection of it ended before every rank committed');
+    }
+  }
+
+  async #publish(update: Update): Promise<{ version: number; fingerprint: Fingerprint }> {
+    update.publishing = true;
+    const parts = [...update.parts.values()].sort((a, b) => a.service.rank.globalRank - b.service.rank.globalRank);
+    const baseFields = Object.fromEntries(Object.entries(parts[0]!.service.rank.fingerprintFields).filter(([k]) => k !== 'tpRank'));
+    const fingerprint = writtenVersionFingerprint(baseFields, parts.map((p) => p.digests!));
+    try {
+      const ranks = parts.map((p) => ({ globalRank: p.service.rank.globalRank, localRank: p.service.rank.localRank, segmentPaths: p.fds.map(procPath), digests: p.digests! }));
+      const { version } = await this.publisher!({ name: update.name, baseVersion: update.baseVersion, fingerprint, ranks });
+      parts[0]!.service.log.info({ model: update.name, version, fingerprint: fingerprint.fingerprint }, 'update committed: the new version serves');
+      return { version, fingerprint };
+    } finally {
+      // The version's ranks hold descriptors of their own now (or it failed): these copies go.
+      this.#end(update, 'published');
+    }
+  }
+
+  #waiting(update: Update): number[] {
+    return update.ranks.filter((g) => !update.parts.get(g)?.digests);
+  }
+
+  #end(update: Update, why: string): void {
+    if (update.ended) return;
+    update.ended = true;
+    if (this.#updates.get(update.name) === update) this.#updates.delete(update.name);
+    // A descriptor on its way to the writer is closed once the send settled, never under it.
+    for (const part of update.parts.values()) void part.sent.then(() => closeAll(part.fds));
+    const log = update.parts.values().next().value?.service.log;
+    if (why !== 'published') log?.info({ model: update.name }, `update ended, nothing of it kept: ${why}`);
+  }
+
+  #parts(): { update: Update; part: Part }[] {
+    return [...this.#updates.values()].flatMap((update) => [...update.parts.values()].map((part) => ({ update, part })));
+  }
+}
+
+/** Closes and forgets every descriptor in `fds`. */
+function closeAll(fds: number[]): void {
+  for (const fd of fds.splice(0)) addon().closeFd(fd);
+}
+
+/** A path that opens this process's descriptor `fd` anew (its own open file, read-only when opened so). */
+const procPath = (fd: number) => `/proc/self/fd/${fd}`;
