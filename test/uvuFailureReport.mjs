@@ -5,6 +5,7 @@
 // run. A load hook replaces uvu's `format` and `runner` with the versions below; the rest of uvu
 // (its queue, its summary lines, which run.mjs counts) is unchanged. Each failure prints its
 // error's name, message, code, details and cause, and its stack.
+import { createHash } from 'node:crypto';
 import { register } from 'node:module';
 import { isMainThread } from 'node:worker_threads';
 
@@ -85,21 +86,27 @@ const RUNNER = `async function runner(ctx, name) {
 
 `;
 
-/** Replaces the source from `start` up to `end` (exclusive), which must each occur once. */
-function replaceBetween(source, start, end, by) {
-	const from = source.indexOf(start);
-	const to = source.indexOf(end, from);
-	if (from < 0 || to < 0 || source.indexOf(start, from + 1) >= 0) {
-		throw new Error(`test/uvuFailureReport.mjs: uvu's dist/index.mjs no longer has "${start}" before "${end}"; it was written for uvu 0.5.6: update it for the installed version`);
+/**
+ * The SHA-256 of uvu 0.5.6's format and runner (from "function format(" up to "let timer;"): the
+ * code replaced here. Another version may keep those markers and change what lies between them
+ * (what the runner returns, the hooks' order), which the replacement would silently undo.
+ */
+const REPLACED_SHA256 = 'bd004e0300c4c35c66ba325281b807d34ea7e21108bbff78ffcc994a32be9c08';
+
+/** uvu's source with its format and runner replaced, or an error if it is not the code they were written for. */
+function patchUvu(source) {
+	const from = source.indexOf('function format(');
+	const runner = source.indexOf('async function runner(', from);
+	const to = source.indexOf('let timer;', runner);
+	const found = from >= 0 && runner >= 0 && to >= 0 && source.indexOf('function format(', from + 1) < 0 && source.indexOf('async function runner(', runner + 1) < 0;
+	if (!found || createHash('sha256').update(source.slice(from, to)).digest('hex') !== REPLACED_SHA256) {
+		throw new Error("test/uvuFailureReport.mjs: uvu's dist/index.mjs is not the one it was written for (uvu 0.5.6: its format() and runner() between \"function format(\" and \"let timer;\" differ); update it for the installed version");
 	}
-	return source.slice(0, from) + by + source.slice(to);
+	return source.slice(0, from) + FORMAT + RUNNER + source.slice(to);
 }
 
 export async function load(url, context, nextLoad) {
 	const loaded = await nextLoad(url, context);
 	if (!/\/node_modules\/uvu\/dist\/index\.mjs$/.test(url)) return loaded;
-	let source = String(loaded.source);
-	source = replaceBetween(source, 'function format(', 'async function runner(', FORMAT);
-	source = replaceBetween(source, 'async function runner(', 'let timer;', RUNNER);
-	return { ...loaded, source: `import { inspect as __inspect } from 'node:util';\n${source}` };
+	return { ...loaded, source: `import { inspect as __inspect } from 'node:util';\n${patchUvu(String(loaded.source))}` };
 }

@@ -122,7 +122,13 @@ export class WeightdClient {
 
   /** get_state as sent on the wire: a mismatch reply, or the manifest with a lease. */
   async getState(expected: Expected, mode: ServeMode, layout = 'checkpoint'): Promise<GetStateReply> {
-    const reply = await this.#request('get_state', { ...expected, mode, pid: process.pid, client: this.#clientName, packed: true, columns: true, ...(layout === 'checkpoint' ? {} : { layout }) });
+    const reply = await this.#request('get_state', { ...expected, mode, pid: process.pid, client: this.#clientName, packed: true, columns: true, ...(layout === 'checkpoint' ? {} : { layout }) }).catch(async (err: unknown) => {
+      // A reply whose packed manifest was refused came with a lease: a map lease follows this
+      // process, so it would hold the version's memory until the process exits.
+      const leaseId = err instanceof ProtocolError ? err.details.leaseId : undefined;
+      if (typeof leaseId === 'string') await this.detach(leaseId).catch(() => {});
+      throw err;
+    });
     if (reply.status === 'mismatch') return reply;
     // A daemon older than layouts ignores the field and answers with checkpoint names.
     if ((reply.layout ?? 'checkpoint') !== layout) {
@@ -334,7 +340,10 @@ export class WeightdClient {
         // The frame after a packed reply is its manifest, not JSON (docs/spec/manifest-packed.md §1).
         this.#awaitingPacked = undefined;
         if (frame.length !== trailed.value.packed) {
-          this.#failWaiting(new ProtocolError('E_BAD_REPLY', `the packed manifest from ${this.socketPath} is ${frame.length} bytes, but its reply announced ${String(trailed.value.packed)}`));
+          // Its lease was granted: getState gives it back.
+          const { leaseId } = trailed.value as { leaseId?: unknown };
+          const lease = typeof leaseId === 'string' ? { leaseId } : {};
+          this.#failWaiting(new ProtocolError('E_BAD_REPLY', `the packed manifest from ${this.socketPath} is ${frame.length} bytes, but its reply announced ${String(trailed.value.packed)}`, lease));
           socket.destroy();
           return;
         }

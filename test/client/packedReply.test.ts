@@ -69,6 +69,7 @@ test('get_state reads the packed manifest after its reply; a malformed one is re
     const cut = await client.getState({ fingerprint: 'f' }, 'map').then(() => undefined, (err: Error & { code?: string }) => err);
     assert.is(cut?.code, 'E_BAD_REPLY');
     assert.ok(cut!.message.includes('announced 7'), cut!.message);
+    assert.equal([seen[4]?.cmd, seen[4]?.leaseId], ['detach', 'L1'], 'the lease of a reply whose packed manifest was cut is given back');
     client.close();
   } finally {
     server.close();

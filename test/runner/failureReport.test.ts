@@ -2,11 +2,12 @@
 // details are an object (uvu's own report crashed on it and printed nothing, and ran no further
 // test of the file), and an error thrown by any hook (which uvu swallowed). The file still fails.
 import { spawnSync } from 'node:child_process';
+import { cpSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { repoRoot } from '../helpers/paths.js';
+import { freshTempDir, repoRoot } from '../helpers/paths.js';
 
 const { uvuNodeArgs } = (await import(pathToFileURL(join(repoRoot, 'test/uvuNodeArgs.mjs')).href)) as { uvuNodeArgs: string[] };
 const fixture = join(repoRoot, 'dist/test/runner/fixtures/failures.js');
@@ -34,5 +35,27 @@ for (const [hook, failed] of [['before', 2], ['before.each', 2], ['after.each', 
     assert.match(r.out, new RegExp(`Total: {5}2\\n {2}Passed: {4}${2 - failed}\\n`));
   });
 }
+
+// A uvu whose code between the markers changed: patched anyway, the runner would be replaced by
+// one written for another version's internals. The hook must refuse it, naming what to do.
+function importCopiedUvu(change: (source: string) => string) {
+  const modules = join(freshTempDir(), 'node_modules');
+  cpSync(join(repoRoot, 'node_modules/uvu'), join(modules, 'uvu'), { recursive: true });
+  // uvu's own imports, resolved beside the copy.
+  const { dependencies } = JSON.parse(readFileSync(join(modules, 'uvu/package.json'), 'utf8')) as { dependencies: Record<string, string> };
+  for (const dep of Object.keys(dependencies)) symlinkSync(join(repoRoot, 'node_modules', dep), join(modules, dep));
+  const index = join(modules, 'uvu/dist/index.mjs');
+  writeFileSync(index, change(readFileSync(index, 'utf8')));
+  const r = spawnSync(process.execPath, [...uvuNodeArgs, '--input-type=module', '-e', `await import(${JSON.stringify(pathToFileURL(index).href)})`], { encoding: 'utf8', timeout: 60_000 });
+  return { ...r, out: r.stdout + r.stderr };
+}
+
+test('the report hook loads the uvu it was written for, and refuses one whose format or runner changed', () => {
+  const same = importCopiedUvu((s) => s);
+  assert.is(same.status, 0, same.out);
+  const changed = importCopiedUvu((s) => s.replace('write(PASS);', 'write(PASS + "");'));
+  assert.is.not(changed.status, 0, changed.out);
+  assert.match(changed.out, /uvuFailureReport\.mjs: .*update it for the installed version/);
+});
 
 test.run();

@@ -155,6 +155,7 @@ class ConnectionTest(unittest.TestCase):
             packed(bytes.fromhex(bad["packed"])),
             answer(ok=True, dropped=1),
             packed(bytes.fromhex(good["packed"]), announced=7),
+            answer(ok=True, dropped=1),
         ])
         client = WeightdClient(path, timeout=5)
         got = client.get_state("f")
@@ -169,6 +170,7 @@ class ConnectionTest(unittest.TestCase):
             client.get_state("f")
         self.assertEqual(cm.exception.code, "E_BAD_REPLY")
         self.assertIn("announced 7", str(cm.exception))
+        self.assertEqual((seen[5]["cmd"], seen[5]["leaseId"]), ("detach", "L1"), "the lease of a reply whose packed manifest was cut is given back")
         client.conn.close()
         t.join(5)
 

@@ -191,17 +191,24 @@ class WeightdClient:
 
         ``layout`` names whose names and shapes the tensors come under (docs/protocol.md, Layouts).
         """
-        reply = self.conn.request(
-            "get_state",
-            fingerprint=fingerprint,
-            pid=os.getpid(),
-            mode=mode,
-            fingerprintFields=fingerprint_fields,
-            client=self.client_name,
-            layout=None if layout == "checkpoint" else layout,
-            packed=True,
-            columns=True,
-        )
+        try:
+            reply = self.conn.request(
+                "get_state",
+                fingerprint=fingerprint,
+                pid=os.getpid(),
+                mode=mode,
+                fingerprintFields=fingerprint_fields,
+                client=self.client_name,
+                layout=None if layout == "checkpoint" else layout,
+                packed=True,
+                columns=True,
+            )
+        except ProtocolError as err:
+            # A reply whose packed manifest was refused came with a lease: a map lease follows
+            # this process, so it would hold the version's memory until the process exits.
+            if "leaseId" in err.details:
+                self.detach(err.details["leaseId"])
+            raise
         # A daemon older than layouts ignores the field and answers with checkpoint names.
         if reply.get("status") == "ok" and reply.get("layout", "checkpoint") != layout:
             self.detach(reply["leaseId"])

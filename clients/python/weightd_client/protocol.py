@@ -237,7 +237,9 @@ class Connection:
                 # Its packed manifest is the next frame, not JSON (docs/spec/manifest-packed.md §1).
                 packed = read_payload(self._sock, deadline)
                 if len(packed) != reply["packed"]:
-                    raise ProtocolError("E_BAD_REPLY", f"the packed manifest is {len(packed)} bytes, but its reply announced {reply['packed']}")
+                    # Its lease was granted: the caller gives it back (WeightdClient.get_state).
+                    lease = {"leaseId": reply["leaseId"]} if isinstance(reply.get("leaseId"), str) else {}
+                    raise ProtocolError("E_BAD_REPLY", f"the packed manifest is {len(packed)} bytes, but its reply announced {reply['packed']}", lease)
                 reply["packed"] = packed
             return reply
         except (OSError, WeightdError):
