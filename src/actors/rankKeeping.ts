@@ -46,7 +46,8 @@ export async function adoptKept(device: DeviceHandle, data: RankWorkerData, keep
     // held for this device under other fingerprints was dropped before any rank loaded
     // (dropUnplanned.ts), so the load has the memory.
     if (errorCode(err) !== 'E_NOT_KEPT') log('warn', `the keeper did not answer (${why(err)}): loading from the checkpoint`);
-    return undefined;
+    // A record refused on the main thread (adoptHere.ts) was dropped there: its reason is the status's.
+    return data.keptRefused !== undefined ? { refused: data.keptRefused } : undefined;
   }
   const checked = checkKeptRecord(taken.record, expectation(data, handleType));
   if ('refusal' in checked) {
@@ -70,7 +71,7 @@ export async function adoptKept(device: DeviceHandle, data: RankWorkerData, keep
   // digests until its next fill from the checkpoint, and says so.
   const digests = checked.record.digests ?? [];
   if (digests.length === 0) log('info', 'the kept shard carries no full-content digests (an older weightd kept it): serving without them until the next load from the checkpoint');
-  return { bytes: data.plan.totalBytes, seconds, source: { from: 'keeper', keptAt: checked.record.keptAt, ageMs: taken.ageMs }, rekeep, digests };
+  return { bytes: data.plan.totalBytes, seconds, source: { from: 'keeper', keptAt: checked.record.keptAt, ageMs: taken.ageMs, thread: 'worker' }, rekeep, digests };
 }
 
 /**

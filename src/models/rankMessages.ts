@@ -35,6 +35,8 @@ export interface RankWorkerData {
   awaitAdmission?: boolean;
   /** A version a writer committed: its sealed segments, which the rank adopts instead of allocating and filling (PlannedModel.written). */
   written?: { segmentPaths: string[] };
+  /** The keeper's record of this shard was refused (and dropped) on the main thread before this worker started (src/actors/adoptHere.ts): why. */
+  keptRefused?: string;
 }
 
 /** What a rank needs to adopt kept segments and to keep its own (src/keeper/). */
