@@ -8,7 +8,7 @@ import { Worker } from 'node:worker_threads';
 import { fromCallback } from 'xstate';
 import { serializeError } from '../errors.js';
 import type { RankActorInput, RankCommand, RankEvent } from '../models/rankContract.js';
-import type { MainToRank, RankToMain } from '../models/rankMessages.js';
+import type { MainToRank, RankToMain, RankWorkerData } from '../models/rankMessages.js';
 import { adoptHere, adoptsHere } from './adoptHere.js';
 
 const toWorker: Record<RankCommand['type'], MainToRank> = {
@@ -62,8 +62,8 @@ export const rankActor = fromCallback<RankCommand, RankActorInput, RankEvent>(({
   const waiting: MainToRank[] = [];
   let end = () => {};
 
-  const startWorker = (keptRefused?: string) => {
-    const workerData = keptRefused === undefined ? input.workerData : { ...input.workerData, keptRefused };
+  const startWorker = (keeperAsked?: RankWorkerData['keeperAsked']) => {
+    const workerData = keeperAsked === undefined ? input.workerData : { ...input.workerData, keeperAsked };
     const worker = new Worker(input.worker, { workerData, name: `weightd-rank-${localRank}` });
     log.debug({ localRank }, `rank ${input.workerData.globalRank}: worker thread started`);
     input.workers.track(worker);
@@ -90,7 +90,7 @@ export const rankActor = fromCallback<RankCommand, RankActorInput, RankEvent>(({
         if (here === undefined || 'refused' in here) {
           // A rank stopped meanwhile has nothing to free: no worker starts for it.
           if (end === noMore) return;
-          run(startWorker(here?.refused));
+          run(startWorker(here ?? {}));
           return;
         }
         // Stopping the rank here frees its device (the machine's stopping), as a worker's exit would.

@@ -34,6 +34,8 @@ export async function adoptKept(device: DeviceHandle, data: RankWorkerData, keep
     log('warn', 'this device serves legacy CUDA IPC handles, which no keeper can hold: loading from the checkpoint (run with --cuda-handles fd to keep the shard)');
     return undefined;
   }
+  // Asked already on the main thread (adoptHere.ts), which logged what the keeper answered.
+  if (data.keeperAsked) return data.keeperAsked.refused !== undefined ? { refused: data.keeperAsked.refused } : undefined;
   const keeper = new KeeperClient(keeping.socket);
   const started = performance.now();
   const uuid = data.device.uuid;
@@ -46,8 +48,7 @@ export async function adoptKept(device: DeviceHandle, data: RankWorkerData, keep
     // held for this device under other fingerprints was dropped before any rank loaded
     // (dropUnplanned.ts), so the load has the memory.
     if (errorCode(err) !== 'E_NOT_KEPT') log('warn', `the keeper did not answer (${why(err)}): loading from the checkpoint`);
-    // A record refused on the main thread (adoptHere.ts) was dropped there: its reason is the status's.
-    return data.keptRefused !== undefined ? { refused: data.keptRefused } : undefined;
+    return undefined;
   }
   const checked = checkKeptRecord(taken.record, expectation(data, handleType));
   if ('refusal' in checked) {
