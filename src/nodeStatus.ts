@@ -27,7 +27,11 @@ export type RankState = 'starting' | 'loading' | 'loaded' | 'serving' | 'release
  * Where a loaded rank's bytes came from: the checkpoint (with why the keeper's shard was refused,
  * when it held one), or a keeper (with the kept record's age).
  */
-export type RankSource = { from: 'checkpoint'; refused?: string } | { from: 'keeper'; keptAt: string; ageMs: number } | { from: 'writer' };
+export type RankSource =
+  | { from: 'checkpoint'; refused?: string }
+  /** thread: main when adopted with no worker thread and no device context (src/actors/adoptHere.ts), worker on the rank's worker thread. */
+  | { from: 'keeper'; keptAt: string; ageMs: number; thread: 'main' | 'worker' }
+  | { from: 'writer' };
 
 export interface RankStatus {
   localRank: number;

@@ -2,11 +2,14 @@
 // and exit into supervisor events; stopping the actor terminates the thread, which frees the
 // device. Which module the thread runs is its input: src/actors/rankWorker.ts from the
 // composition root (src/actors/nodeActors.ts), a fixture that fails on purpose in tests.
+// A rank that can adopt its kept shard with no worker (a restart's fast path, adoptHere.ts) tries
+// that first, and starts its worker only when there is nothing to adopt.
 import { Worker } from 'node:worker_threads';
 import { fromCallback } from 'xstate';
 import { serializeError } from '../errors.js';
 import type { RankActorInput, RankCommand, RankEvent } from '../models/rankContract.js';
-import type { MainToRank, RankToMain } from '../models/rankMessages.js';
+import type { MainToRank, RankToMain, RankWorkerData } from '../models/rankMessages.js';
+import { adoptHere, adoptsHere } from './adoptHere.js';
 
 const toWorker: Record<RankCommand['type'], MainToRank> = {
   RANK_RELEASE: { type: 'RELEASE' },
@@ -20,8 +23,6 @@ const toWorker: Record<RankCommand['type'], MainToRank> = {
 export const rankActor = fromCallback<RankCommand, RankActorInput, RankEvent>(({ input, sendBack, receive }) => {
   const { localRank } = input.workerData;
   const log = input.log;
-  const worker = new Worker(input.worker, { workerData: input.workerData, name: `weightd-rank-${localRank}` });
-  input.workers.track(worker);
   let stopRequested = false;
   let failed = false;
   const fail = (error: ReturnType<typeof serializeError>) => {
@@ -30,7 +31,7 @@ export const rankActor = fromCallback<RankCommand, RankActorInput, RankEvent>(({
     sendBack({ type: 'RANK_FAILED', localRank, error });
   };
 
-  worker.on('message', (m: RankToMain) => {
+  const onMessage = (m: RankToMain) => {
     switch (m.type) {
       case 'DEVICE':
         sendBack({ type: 'RANK_DEVICE', localRank, info: m.info, ...(m.adoptable ? { adoptable: true } : {}) });
@@ -54,23 +55,71 @@ export const rankActor = fromCallback<RankCommand, RankActorInput, RankEvent>(({
         log[m.level](m.fields ?? {}, m.msg);
         break;
     }
-  });
-  worker.on('error', (err) => fail(serializeError(err)));
-  worker.on('exit', (code) => {
-    if (stopRequested && code === 0) sendBack({ type: 'RANK_STOPPED', localRank });
-    else fail({ name: 'RankFailedError', code: 'E_RANK_EXIT', message: `worker thread exited with code ${code}` });
-  });
+  };
+
+  /** Where commands go once the rank runs (a worker, or the machine here); until then they wait in order. */
+  let send: ((m: MainToRank) => void) | undefined;
+  const waiting: MainToRank[] = [];
+  let end = () => {};
+
+  const startWorker = (keeperAsked?: RankWorkerData['keeperAsked']) => {
+    const workerData = keeperAsked === undefined ? input.workerData : { ...input.workerData, keeperAsked };
+    const worker = new Worker(input.worker, { workerData, name: `weightd-rank-${localRank}` });
+    log.debug({ localRank }, `rank ${input.workerData.globalRank}: worker thread started`);
+    input.workers.track(worker);
+    worker.on('message', onMessage);
+    worker.on('error', (err) => fail(serializeError(err)));
+    worker.on('exit', (code) => {
+      if (stopRequested && code === 0) sendBack({ type: 'RANK_STOPPED', localRank });
+      else fail({ name: 'RankFailedError', code: 'E_RANK_EXIT', message: `worker thread exited with code ${code}` });
+    });
+    // Its addon frees the device at teardown when it is terminated; WorkerRegistry lets the node wait for that.
+    end = () => void worker.terminate();
+    return (m: MainToRank) => worker.postMessage(m);
+  };
+
+  const run = (to: (m: MainToRank) => void) => {
+    send = to;
+    for (const m of waiting.splice(0)) send(m);
+  };
+
+  if (adoptsHere(input.workerData)) {
+    const stoppedHere = () => sendBack({ type: 'RANK_STOPPED', localRank });
+    adoptHere(input.workerData, onMessage, stoppedHere).then(
+      (here) => {
+        if (here === undefined || 'refused' in here) {
+          // A rank stopped meanwhile has nothing to free: no worker starts for it.
+          if (end === noMore) return;
+          run(startWorker(here ?? {}));
+          return;
+        }
+        // Stopping the rank here frees its device (the machine's stopping), as a worker's exit would.
+        if (end === noMore) here.send({ type: 'STOP' });
+        else end = () => here.send({ type: 'STOP' });
+        run(here.send);
+      },
+      (err: unknown) => fail(serializeError(err)),
+    );
+  } else {
+    run(startWorker());
+  }
 
   receive((cmd) => {
     if (cmd.type === 'RANK_STOP') stopRequested = true;
-    worker.postMessage(toWorker[cmd.type]);
+    const m = toWorker[cmd.type];
+    if (send) send(m);
+    else waiting.push(m);
   });
 
   return () => {
-    // Runs when the supervisor stops this actor (stop, failure, or final state). A worker that
-    // already ended makes terminate() a no-op; one still running is ended, and its addon frees
-    // the device at teardown. WorkerRegistry lets the node wait for that.
+    // Runs when the supervisor stops this actor (stop, failure, or final state): a rank still
+    // running is ended, and its device freed.
     stopRequested = true;
-    void worker.terminate();
+    const ending = end;
+    end = noMore;
+    ending();
   };
 });
+
+/** The rank actor was stopped: whatever starts after that ends at once. */
+const noMore = () => {};

@@ -34,6 +34,8 @@ export async function adoptKept(device: DeviceHandle, data: RankWorkerData, keep
     log('warn', 'this device serves legacy CUDA IPC handles, which no keeper can hold: loading from the checkpoint (run with --cuda-handles fd to keep the shard)');
     return undefined;
   }
+  // Asked already on the main thread (adoptHere.ts), which logged what the keeper answered.
+  if (data.keeperAsked) return data.keeperAsked.refused !== undefined ? { refused: data.keeperAsked.refused } : undefined;
   const keeper = new KeeperClient(keeping.socket);
   const started = performance.now();
   const uuid = data.device.uuid;
@@ -70,7 +72,7 @@ export async function adoptKept(device: DeviceHandle, data: RankWorkerData, keep
   // digests until its next fill from the checkpoint, and says so.
   const digests = checked.record.digests ?? [];
   if (digests.length === 0) log('info', 'the kept shard carries no full-content digests (an older weightd kept it): serving without them until the next load from the checkpoint');
-  return { bytes: data.plan.totalBytes, seconds, source: { from: 'keeper', keptAt: checked.record.keptAt, ageMs: taken.ageMs }, rekeep, digests };
+  return { bytes: data.plan.totalBytes, seconds, source: { from: 'keeper', keptAt: checked.record.keptAt, ageMs: taken.ageMs, thread: 'worker' }, rekeep, digests };
 }
 
 /**

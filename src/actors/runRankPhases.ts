@@ -53,7 +53,16 @@ export function rankWorkerImplementations(phases: RankPhases, post: Post) {
 /** Runs this worker thread as a rank with these phases; answers RELEASE, STOP, KEEP, UNKEEP and KEEP_AGAIN throughout. */
 export function runRankPhases(phases: RankPhases): void {
   const port = parentPort!;
-  const post: Post = (m) => port.postMessage(m);
+  const rank = startRankMachine(phases, workerData as RankWorkerData, (m) => port.postMessage(m), () => port.close());
+  port.on('message', (m: MainToRank) => rank.send(m));
+}
+
+/**
+ * Steps the rank worker machine with these phases on the calling thread: a worker thread's
+ * (runRankPhases), or the main thread's for a rank that adopts its kept shard with no worker
+ * (src/actors/adoptHere.ts). `stopped` runs once the rank stopped and freed its device.
+ */
+export function startRankMachine(phases: RankPhases, data: RankWorkerData, post: Post, stopped: () => void): { send(m: MainToRank): void } {
   const actor = createActor(
     rankWorkerMachine.provide({
       actors: rankWorkerImplementations(phases, post),
@@ -62,13 +71,13 @@ export function runRankPhases(phases: RankPhases): void {
           for (const m of [messages].flat()) post(m);
         },
         cancelFill: (_, { device }) => device?.cancelFill(),
-        closePort: () => port.close(),
+        closePort: stopped,
       },
     }),
-    { input: { data: workerData as RankWorkerData } },
+    { input: { data } },
   );
   // A throwing action is a bug in weightd: the rank fails with it rather than hang.
   actor.subscribe({ error: (err) => post({ type: 'FAILED', error: serializeError(err) }) });
-  port.on('message', (m: MainToRank) => actor.send(m));
   actor.start();
+  return { send: (m) => actor.send(m) };
 }

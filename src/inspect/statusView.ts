@@ -24,6 +24,8 @@ export interface RankView extends LoadProgress {
   /** Adopted: when its segments were first kept (ISO time) and their age when adopted. */
   keptAt: string | null;
   keptAgeMs: number | null;
+  /** Adopted: on the main thread, with no worker thread and no device context (a restart's fast path, src/actors/adoptHere.ts), or on its worker thread. */
+  adoptedOn: 'main' | 'worker' | null;
   /** With a keeper: whether it holds this rank's segments now; null without one or before loading. */
   kept: boolean | null;
   keptReason: string | null;
@@ -198,6 +200,7 @@ function rankView(r: ServedRankStatus): RankView {
     source: r.source?.from ?? null,
     keptAt: r.source?.from === 'keeper' ? r.source.keptAt : null,
     keptAgeMs: r.source?.from === 'keeper' ? r.source.ageMs : null,
+    adoptedOn: r.source?.from === 'keeper' ? r.source.thread : null,
     kept: r.kept ?? null,
     keptReason: r.keptReason ?? null,
     notAdopted: r.source?.from === 'checkpoint' ? (r.source.refused ?? null) : null,

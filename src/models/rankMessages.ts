@@ -35,6 +35,12 @@ export interface RankWorkerData {
   awaitAdmission?: boolean;
   /** A version a writer committed: its sealed segments, which the rank adopts instead of allocating and filling (PlannedModel.written). */
   written?: { segmentPaths: string[] };
+  /**
+   * The main thread asked the keeper for this shard before this worker started
+   * (src/actors/adoptHere.ts) and adopted nothing: the worker loads without asking again.
+   * refused: why the keeper's record was refused (and dropped there), for the status.
+   */
+  keeperAsked?: { refused?: string };
 }
 
 /** What a rank needs to adopt kept segments and to keep its own (src/keeper/). */

@@ -27,7 +27,7 @@ type Snap = ReturnType<ReturnType<typeof createActor<typeof rankWorkerMachine>>[
 const inFlight = (snap: Snap) => new Set(Object.keys(snap.children as Record<string, AnyActorRef>));
 
 const fakeDevice = { fake: 'device' };
-const adopted = (rekeep: boolean) => ({ bytes: 256, seconds: 0.1, source: { from: 'keeper', keptAt: 1, ageMs: 1 }, rekeep, digests: ['a'] });
+const adopted = (rekeep: boolean) => ({ bytes: 256, seconds: 0.1, source: { from: 'keeper', keptAt: 1, ageMs: 1, thread: 'worker' }, rekeep, digests: ['a'] });
 const err = (code: string) => ({ name: 'DeviceError', code, message: `${code} happened` });
 const done = (id: string, output?: unknown) => ({ type: `xstate.done.actor.${id}`, output });
 const failed = (id: string) => ({ type: `xstate.error.actor.${id}`, error: err(`E_${id.toUpperCase()}`) });
