@@ -175,6 +175,7 @@ export type ErrorCode =
   | 'E_UNKNOWN_LAYOUT'
   | 'E_UNKNOWN_MODEL'
   | 'E_UNKNOWN_OP'
+  | 'E_UNKNOWN_TENSOR'
   | 'E_UNKNOWN_VERSION'
   | 'E_UPDATE_ABORTED'
   | 'E_UPDATE_BASE'
