@@ -5,7 +5,6 @@
 // control, which serves them as the model's newest version through a model actor). Until then
 // nothing of an update is visible, and a connection of it that ends takes all of it away.
 import { randomBytes } from 'node:crypto';
-import { openSync } from 'node:fs';
 import { availableParallelism } from 'node:os';
 import { ServeError } from '../errors.js';
 import { writtenVersionFingerprint, type Fingerprint } from '../checkpoint/fingerprint.js';
@@ -131,7 +130,7 @@ export class UpdateDesk {
       // Every copied segment at once, on the addon's threads; a shared one is opened (no copy).
       const made = await Promise.allSettled(
         rank.segments.map((s, i) =>
-          copied[i] ? addon().createWritableCopy(s.fd!, s.bytes, `weightd:update:${name}:r${rank.globalRank}:s${s.segment}`) : Promise.resolve().then(() => openSync(procPath(s.fd!), 'r')),
+          copied[i] ? addon().createWritableCopy(s.fd!, s.bytes, `weightd:update:${name}:r${rank.globalRank}:s${s.segment}`) : Promise.resolve().then(() => addon().openReadOnly(procPath(s.fd!))),
         ),
       );
       for (const c of made) if (c.status === 'fulfilled') part.fds.push(c.value);
