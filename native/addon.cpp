@@ -387,6 +387,7 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::SendWithFds>>("sendWithFds"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::UnixRequest>>("unixRequest"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::CloseFd>>("closeFd"),
+                             InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::OpenReadOnly>>("openReadOnly"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::CreateWritableCopy>>("createWritableCopy"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::SealWritten>>("sealWritten"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::MapShared>>("mapShared"),
@@ -494,6 +495,12 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
     return PromiseJob<UnixReply>::start(info.Env(), [path, frame, fds, timeoutMs, maxReplyBytes] {
       return unixRequest(path, frame, fds, timeoutMs, maxReplyBytes);
     }, replyToJs);
+  }
+
+  // openReadOnly(path) -> fd, the caller's to close (closeFd, or a device that adopts it).
+  Napi::Value OpenReadOnly(const Napi::CallbackInfo& info) {
+    if (!info[0].IsString()) throw Napi::TypeError::New(info.Env(), "openReadOnly(path: string)");
+    return Napi::Number::New(info.Env(), openReadOnly(info[0].As<Napi::String>().Utf8Value()));
   }
 
   Napi::Value CloseFd(const Napi::CallbackInfo& info) {

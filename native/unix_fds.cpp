@@ -218,6 +218,17 @@ UnixReply unixRequest(const std::string& path, const std::vector<uint8_t>& frame
   return {std::move(reply), received.release()};
 }
 
+int openReadOnly(const std::string& path) {
+  int fd;
+  do fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  while (fd < 0 && errno == EINTR);
+  if (fd < 0) {
+    int err = errno;
+    throw DeviceError("E_FD_OPEN", "cannot open " + path + " read-only: " + errnoMessage(err));
+  }
+  return fd;
+}
+
 void closeFd(int fd) {
   if (::close(fd) != 0 && errno == EBADF) {
     throw DeviceError("E_FD_CLOSE", "fd " + std::to_string(fd) + " is not open in this process; it was closed already (a double close would close another file's fd)");

@@ -33,4 +33,9 @@ UnixReply unixRequest(const std::string& path, const std::vector<uint8_t>& frame
 // Throws E_FD_CLOSE for a descriptor this process does not have open (a double close is a bug).
 void closeFd(int fd);
 
+// Opens `path` read-only (O_CLOEXEC) for the addon to own: a descriptor Node's fs opened would be
+// closed again by Node when its thread's environment ends, after the addon closed it already (and
+// the number may be another file's by then).
+int openReadOnly(const std::string& path);
+
 }  // namespace weightd

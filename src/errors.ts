@@ -9,7 +9,7 @@ export const NATIVE_ERROR_CODES = [
   'E_INTERNAL', 'E_NOT_ALLOCATED', 'E_NOT_OPEN', 'E_NO_DEVICE', 'E_NO_FILL', 'E_OUT_OF_MEMORY', 'E_OUT_OF_RANGE',
   'E_PEERCRED', 'E_SEALED', 'E_SHM_CREATE', 'E_SHM_MAP', 'E_SHM_OPEN', 'E_SHM_SEAL', 'E_SHM_WRITE', 'E_THREAD_CREATE', 'E_UPDATE_MAPPED',
   // native/unix_fds.cpp: descriptor passing
-  'E_CONNECT', 'E_FD_CLOSE', 'E_FD_RECV', 'E_FD_SEND', 'E_FD_TIMEOUT', 'E_FRAME_TOO_LARGE', 'E_PEER_CLOSED', 'E_PEER_UID',
+  'E_CONNECT', 'E_FD_CLOSE', 'E_FD_OPEN', 'E_FD_RECV', 'E_FD_SEND', 'E_FD_TIMEOUT', 'E_FRAME_TOO_LARGE', 'E_PEER_CLOSED', 'E_PEER_UID',
 ] as const;
 
 export type NativeErrorCode = (typeof NATIVE_ERROR_CODES)[number];
@@ -175,6 +175,7 @@ export type ErrorCode =
   | 'E_UNKNOWN_LAYOUT'
   | 'E_UNKNOWN_MODEL'
   | 'E_UNKNOWN_OP'
+  | 'E_UNKNOWN_TENSOR'
   | 'E_UNKNOWN_VERSION'
   | 'E_UPDATE_ABORTED'
   | 'E_UPDATE_BASE'

@@ -2,9 +2,8 @@
 // runRankPhases.ts runs in order on the rank's worker thread: a worker module other than
 // src/actors/rankWorker.ts (a test's fixture that fails at one phase on purpose) runs this same
 // code around the phase it replaces.
-import { closeSync, openSync } from 'node:fs';
 import { checkFileIdentities } from '../files/fileIdentity.js';
-import type { SegmentExport } from '../native/addon.js';
+import { addon, type SegmentExport } from '../native/addon.js';
 import { DeviceHandle, type FillResult } from '../native/deviceHandle.js';
 import type { Adopted, NotAdopted, Post, RankWorkerData, Resident } from '../models/rankMessages.js';
 
@@ -86,9 +85,9 @@ async function adoptWritten(device: DeviceHandle, data: RankWorkerData, segmentP
   const started = performance.now();
   const fds: number[] = [];
   try {
-    for (const path of segmentPaths) fds.push(openSync(path, 'r'));
+    for (const path of segmentPaths) fds.push(addon().openReadOnly(path));
   } catch (err) {
-    for (const fd of fds) closeSync(fd);
+    for (const fd of fds) addon().closeFd(fd);
     throw err;
   }
   await device.adopt(fds, data.plan.segments);

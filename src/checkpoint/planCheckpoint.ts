@@ -206,8 +206,18 @@ function planEngineLayout(layout: EngineLayout, architecture: string, planned: P
   return { name, params };
 }
 
-function planRank(tensors: PlannedTensor[], files: string[], tpSize: number, rank: number, aliases: Record<string, string>, engines: EngineLayoutPlan[]): Omit<RankPlan, 'fingerprint' | 'contentTensors'> {
+function planRank(
+  tensors: PlannedTensor[],
+  files: string[],
+  tpSize: number,
+  rank: number,
+  aliases: Record<string, string>,
+  engines: EngineLayoutPlan[],
+  segmentBytes: number,
+): Omit<RankPlan, 'fingerprint' | 'contentTensors'> {
   const entries = new Array<TensorEntry>(tensors.length);
+  const segments: number[] = [];
+  let segment = 0;
   const ops: CopyOp[] = [];
   const zeroRanges: ZeroRange[] = [];
   let totalBytes = 0;
@@ -215,15 +225,15 @@ function planRank(tensors: PlannedTensor[], files: string[], tpSize: number, ran
   const place = (i: number, at: number, padded: boolean): { piece: ShardPiece; end: number } => {
     const { source: t, rule, layout } = tensors[i]!;
     const piece = shardPiece(t, layout, rank);
-    entries[i] = { name: t.name, dtype: t.dtype, shape: piece.shape, segment: 0, offset: at, bytes: piece.bytes, fullShape: t.shape, rule };
+    entries[i] = { name: t.name, dtype: t.dtype, shape: piece.shape, segment, offset: at, bytes: piece.bytes, fullShape: t.shape, rule };
     let dst = at;
     for (const r of piece.regions) {
-      pushOp(ops, { file: t.file, segment: 0, srcOffset: r.srcOffset, dstOffset: dst, rows: r.rows, rowBytes: r.rowBytes, srcPitch: r.srcPitch });
+      pushOp(ops, { file: t.file, segment, srcOffset: r.srcOffset, dstOffset: dst, rows: r.rows, rowBytes: r.rowBytes, srcPitch: r.srcPitch });
       dst += r.rows * r.rowBytes;
       totalBytes += r.rows * r.rowBytes;
     }
     if (!padded || piece.padBytes === 0) return { piece, end: dst };
-    zeroRanges.push({ segment: 0, offset: dst, bytes: piece.padBytes });
+    zeroRanges.push({ segment, offset: dst, bytes: piece.padBytes });
     return { piece, end: dst + piece.padBytes };
   };
 
@@ -236,6 +246,12 @@ function planRank(tensors: PlannedTensor[], files: string[], tpSize: number, ran
   // Arena order is checkpoint order; a fused parameter is placed whole where its first member comes.
   for (let i = 0; i < tensors.length; i++) {
     if (entries[i]) continue;
+    // A tensor (or fused parameter) is never cut: a new segment begins before one once the current holds segmentBytes.
+    if (cursor >= segmentBytes) {
+      segments.push(alignUp(cursor));
+      segment++;
+      cursor = 0;
+    }
     const start = alignUp(cursor);
     const param = paramOf.get(i);
     if (!param) {
@@ -259,11 +275,12 @@ function planRank(tensors: PlannedTensor[], files: string[], tpSize: number, ran
       : param.members.length === 1 && param.experts === 0 && first.layout.vocab === undefined
         ? entries[param.members[0]!]!.shape
         : param.experts > 0 ? [param.experts, rows / param.experts, ...trailing] : [rows, ...trailing];
-    views.push({ name: param.name, dtype: first.source.dtype, shape, segment: 0, offset: start, bytes: at - start });
+    views.push({ name: param.name, dtype: first.source.dtype, shape, segment, offset: start, bytes: at - start });
     cursor = at;
   }
   const layouts: RankPlan['layouts'] = engine ? { [engine.name]: { tensors: views, aliases: {} } } : {};
-  return { tpRank: rank, tpSize, files, segments: [alignUp(cursor)], tensors: entries, aliases, ops, layouts, zeroRanges, totalBytes };
+  segments.push(alignUp(cursor));
+  return { tpRank: rank, tpSize, files, segments, tensors: entries, aliases, ops, layouts, zeroRanges, totalBytes };
 }
 
 /** The engine layouts asked for, in the registry's order, each once; an unknown name is an error. */
@@ -359,7 +376,7 @@ export async function planCheckpoint(modelDir: string, opts: PlanOptions): Promi
   const ranks: RankPlan[] = [];
   for (let rank = 0; rank < tpSize; rank++) {
     await yieldToEventLoop();
-    ranks.push({ ...planRank(planned, files, tpSize, rank, aliases, engines), fingerprint: rankFingerprint(fingerprint, rank), contentTensors });
+    ranks.push({ ...planRank(planned, files, tpSize, rank, aliases, engines, planFile?.segmentBytes ?? Infinity), fingerprint: rankFingerprint(fingerprint, rank), contentTensors });
   }
   return { modelDir: dir, architecture: config.architecture, tpSize, fingerprint, fingerprintFields: fields, layouts: [CHECKPOINT_LAYOUT, ...engines.map((e) => e.name)], refusedLayouts, ranks, files: identities };
 }

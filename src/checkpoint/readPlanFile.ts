@@ -24,11 +24,17 @@ const ruleSchema = z.union([
 
 const planSchema = z.strictObject({
   rules: z.array(z.strictObject({ pattern: z.string().min(1), rule: ruleSchema })),
+  /**
+   * Cut each rank's arena into segments of at least this many bytes, at tensor boundaries (absent:
+   * one segment): a writer's partial update copies only the segments it writes (docs/weight-updates.md).
+   */
+  segmentBytes: z.number().int().min(1).max(Number.MAX_SAFE_INTEGER).optional(),
 });
 
 /** The rules, and the JSON they came from (the fingerprint hashes its canonical form). */
 export interface PlanFile {
   rules: TensorRule[];
+  segmentBytes?: number;
   json: unknown;
 }
 
@@ -66,5 +72,5 @@ export async function readPlanFile(path: string): Promise<PlanFile> {
     }
     return { pattern: regex, spec: { kind: 'fused', dim: d, parts, ...(partKvHeads ? { partKvHeads } : {}) } };
   });
-  return { rules, json };
+  return { rules, json, ...(parsed.data.segmentBytes ? { segmentBytes: parsed.data.segmentBytes } : {}) };
 }

@@ -209,6 +209,12 @@ export interface Addon {
   sealWritten(fd: number, segment: number): void;
   /** Closes a descriptor this process received; E_FD_CLOSE when it is not open. */
   closeFd(fd: number): void;
+  /**
+   * Opens `path` read-only: the descriptor is the caller's (closeFd) or a device's that adopts it.
+   * Not fs.openSync: Node closes what its fs opened when the thread's environment ends, a second
+   * close after the device's (of a number another file may hold by then).
+   */
+  openReadOnly(path: string): number;
   /** What CUDA offers this process (runs cuInit); never rejects for a missing driver or GPU. */
   cudaProbe(): Promise<CudaProbe>;
   /** native/cuda_warmup.h on a libuv thread: cuInit, then GPUs 0..devices-1's primary contexts; never rejects. */

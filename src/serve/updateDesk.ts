@@ -43,8 +43,15 @@ interface Part {
   id: string;
   connectionId: number;
   service: RankService;
-  /** The writable copies, once made; closed when the update ends, however it ends. */
+  /**
+   * One descriptor per segment of the rank, once made: a writable copy for a segment that holds a
+   * tensor the writer names, else the base's own sealed memfd opened anew read-only (shared, not
+   * copied: its pages are freed once no version's descriptor or mapping holds them). Closed when
+   * the update ends, however it ends.
+   */
   fds: number[];
+  /** Which of `fds` are writable copies (the segments the writer got). */
+  copied: boolean[];
   /** Settles once the begin reply that carries them has been sent: they are not closed before. */
   sent: Promise<void>;
   markSent: () => void;
@@ -74,12 +81,22 @@ export class UpdateDesk {
   }
 
   /**
-   * begin_update on `service`'s rank: makes writable copies of its segments. `version`: the
-   * version the service is a rank of; `siblings`: the global ranks of that version on this node.
+   * begin_update on `service`'s rank: makes writable copies of the segments that hold `tensors`
+   * (all when absent) and shares the rest. `version`: the version the service is a rank of;
+   * `siblings`: the global ranks of that version on this node. Returns the copies' descriptors and
+   * their segments' numbers.
    */
-  async begin(service: RankService, version: string, siblings: number[], caller: Caller, isConnected: () => boolean): Promise<{ id: string; fds: number[]; sent: () => void }> {
+  async begin(
+    service: RankService,
+    version: string,
+    siblings: number[],
+    caller: Caller,
+    isConnected: () => boolean,
+    tensors?: readonly string[],
+  ): Promise<{ id: string; fds: number[]; segments: number[]; sent: () => void }> {
     const { rank } = service;
     const name = rank.name;
+    const copied = segmentsToCopy(service, tensors);
     if (!this.publisher) throw new ServeError('E_UPDATE_UNSUPPORTED', `the node is not ready to take an update of model "${name}" yet; begin again once it serves`, { model: name });
     if (rank.backend !== 'host') {
       throw new ServeError('E_UPDATE_UNSUPPORTED', `model "${name}" serves on the ${rank.backend} backend, where writers are not built yet (docs/weight-updates.md); updates run on the host backend`, { model: name, backend: rank.backend });
@@ -105,15 +122,19 @@ export class UpdateDesk {
     }
     let markSent = () => {};
     const sent = new Promise<void>((resolve) => (markSent = resolve));
-    const part: Part = { id: randomBytes(16).toString('hex'), connectionId: caller.connectionId, service, fds: [], sent, markSent };
+    const part: Part = { id: randomBytes(16).toString('hex'), connectionId: caller.connectionId, service, fds: [], copied, sent, markSent };
     update.parts.set(rank.globalRank, part);
     // The base's descriptors stay open (its release waits) while they are copied.
     const done = service.holdSegmentFds();
     try {
-      // Every segment at once, on the addon's threads.
-      const copies = await Promise.allSettled(rank.segments.map((s) => addon().createWritableCopy(s.fd!, s.bytes, `weightd:update:${name}:r${rank.globalRank}:s${s.segment}`)));
-      for (const c of copies) if (c.status === 'fulfilled') part.fds.push(c.value);
-      const failed = copies.find((c) => c.status === 'rejected');
+      // Every copied segment at once, on the addon's threads; a shared one is opened (no copy).
+      const made = await Promise.allSettled(
+        rank.segments.map((s, i) =>
+          copied[i] ? addon().createWritableCopy(s.fd!, s.bytes, `weightd:update:${name}:r${rank.globalRank}:s${s.segment}`) : Promise.resolve().then(() => addon().openReadOnly(procPath(s.fd!))),
+        ),
+      );
+      for (const c of made) if (c.status === 'fulfilled') part.fds.push(c.value);
+      const failed = made.find((c) => c.status === 'rejected');
       if (failed) throw failed.reason;
     } catch (err) {
       this.#end(update, `copying rank ${rank.globalRank}'s base segments failed`);
@@ -130,8 +151,12 @@ export class UpdateDesk {
       closeAll(part.fds);
       throw new ServeError('E_UPDATE_ABORTED', `the update of model "${name}" ended while rank ${rank.globalRank}'s base was copied (a connection of it closed); begin again`, { model: name });
     }
-    service.log.info({ model: name, globalRank: rank.globalRank, base: rank.fingerprint, peerPid: caller.pid }, 'update begun: writable copies of the base handed to the writer');
-    return { id: part.id, fds: [...part.fds], sent: part.markSent };
+    const segments = rank.segments.map((s) => s.segment).filter((_, i) => copied[i]);
+    service.log.info(
+      { model: name, globalRank: rank.globalRank, base: rank.fingerprint, peerPid: caller.pid, copied: segments.length, shared: rank.segments.length - segments.length },
+      'update begun: writable copies of the base handed to the writer',
+    );
+    return { id: part.id, fds: part.fds.filter((_, i) => copied[i]), segments, sent: part.markSent };
   }
 
   /**
@@ -149,7 +174,7 @@ export class UpdateDesk {
     if (part.digests) {
       throw new ServeError('E_NO_UPDATE', `rank ${rank.globalRank}'s part of the update of model "${update.name}" is committed already; the version serves once ranks ${this.#waiting(update).join(', ')} commit`, { model: update.name });
     }
-    part.fds.forEach((fd, segment) => addon().sealWritten(fd, segment));
+    part.fds.forEach((fd, segment) => part.copied[segment] && addon().sealWritten(fd, segment));
     const ranges = packTensorRanges(rank.tensors.map((t) => ({ file: t.segment, start: t.offset, end: t.offset + t.bytes })));
     const digests = await addon().digestFiles(part.fds.map(procPath), ranges, DIGEST_THREADS);
     if (update.ended) throw new ServeError('E_UPDATE_ABORTED', `the update of model "${update.name}" ended while rank ${rank.globalRank} was digested (a connection of it closed); begin again`, { model: update.name });
@@ -199,6 +224,29 @@ export class UpdateDesk {
   #parts(): { update: Update; part: Part }[] {
     return [...this.#updates.values()].flatMap((update) => [...update.parts.values()].map((part) => ({ update, part })));
   }
+}
+
+/**
+ * Which of the rank's segments (by position) the update copies: those holding a tensor of
+ * `tensors`, every one when absent. A name the rank does not hold is refused, naming it.
+ */
+function segmentsToCopy(service: RankService, tensors: readonly string[] | undefined): boolean[] {
+  const { rank } = service;
+  if (!tensors) return rank.segments.map(() => true);
+  const segmentOf = new Map(rank.tensors.map((t) => [t.name, t.segment]));
+  const copied = rank.segments.map(() => false);
+  for (const name of tensors) {
+    const segment = segmentOf.get(name);
+    if (segment === undefined) {
+      throw new ServeError(
+        'E_UNKNOWN_TENSOR',
+        `begin_update names tensor "${name}", which rank ${rank.globalRank} of model "${rank.name}" does not hold; name tensors of the base's manifest (get_state lists them), or none to write any`,
+        { model: rank.name, tensor: name },
+      );
+    }
+    copied[rank.segments.findIndex((s) => s.segment === segment)] = true;
+  }
+  return copied;
 }
 
 /** Closes and forgets every descriptor in `fds`. */

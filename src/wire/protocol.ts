@@ -62,7 +62,17 @@ export const WatchRequest = z.object({ id: requestId, cmd: z.literal('watch'), m
  * segments as SCM_RIGHTS. One update of a model at a time; it ends with commit_update, or with
  * this connection (then nothing of it is left).
  */
-export const BeginUpdateRequest = z.object({ id: requestId, cmd: z.literal('begin_update'), model: ModelName, base: hash });
+/**
+ * `tensors`: the tensors the writer will write (absent: all). Only the segments holding them are
+ * copied; every other segment of the new version is the base's own, shared (docs/weight-updates.md).
+ */
+export const BeginUpdateRequest = z.object({
+  id: requestId,
+  cmd: z.literal('begin_update'),
+  model: ModelName,
+  base: hash,
+  tensors: z.array(z.string().min(1).max(1024)).min(1).max(1_000_000).optional(),
+});
 /** Seals and digests what was written on this rank; the version serves once every local rank of the model committed. */
 export const CommitUpdateRequest = z.object({ id: requestId, cmd: z.literal('commit_update'), update: leaseId });
 
@@ -252,9 +262,9 @@ export const BeginUpdateReply = z.object({
   model: z.string(),
   /** The base version's rank fingerprint. */
   base: z.string(),
-  /** The segments' sizes, in the order of the descriptors that come with the reply (writable memfds). */
+  /** The copied segments (those holding a tensor to write), in the order of the descriptors that come with the reply (writable memfds). */
   segments: z.array(SegmentRef),
-  /** The checkpoint layout's tensors over those segments, as get_state's. */
+  /** The tensors the writer may write (those it named, or all), as get_state's; `segment` is a number of `segments`. */
   tensors: z.array(TensorMeta),
 });
 export type BeginUpdateReply = z.infer<typeof BeginUpdateReply>;

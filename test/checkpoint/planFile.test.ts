@@ -91,6 +91,29 @@ badPlan('split on a dim the tensor lacks', { rules: [{ pattern: 'norm\\.weight$'
 badPlan('a fused part of size 0', { rules: [{ pattern: 'q_proj\\.weight$', rule: { fused: { dim: 0, parts: [64, 0] } } }] }, ShardingError, 'E_SHARD_FUSED_PARTS', 'q_proj.weight', '[64,0]');
 badPlan('fused parts that do not add up', { rules: [{ pattern: 'q_proj\\.weight$', rule: { fused: { dim: 0, parts: [32, 16] } } }] }, ShardingError, 'E_SHARD_FUSED_PARTS', 'q_proj.weight', '[32,16]', '64');
 
+test('segmentBytes cuts each rank\'s arena into segments at tensor boundaries, each tensor whole and its bytes where the entry says', async () => {
+  const dir = makeTempDir('plan-segments');
+  try {
+    const tensors = await writeArchCheckpoint(dir, 'LlamaForCausalLM', { layers: 2 });
+    const segmentBytes = 4096;
+    const plan = await planCheckpoint(dir, { tpSize: 2, planFile: writePlan(dir, { rules: [], segmentBytes }) });
+    for (const rank of plan.ranks) {
+      assert.ok(rank.segments.length > 2, `rank ${rank.tpRank}: ${rank.segments.length} segment(s)`);
+      const arenas = await executePlan(rank);
+      for (const t of tensors) {
+        const e = rank.tensors.find((x) => x.name === t.name)!;
+        assert.ok(e.offset + e.bytes <= rank.segments[e.segment]!, `${t.name} lies inside segment ${e.segment}`);
+        assert.ok(arenas[e.segment]!.subarray(e.offset, e.offset + e.bytes).equals(expectedPiece(t, 2, rank.tpRank).data), `${t.name} rank ${rank.tpRank}`);
+      }
+      // A segment ends once it holds segmentBytes: each but the last reaches it; a new one starts at offset 0.
+      for (const bytes of rank.segments.slice(0, -1)) assert.ok(bytes >= segmentBytes, `${bytes} >= ${segmentBytes}`);
+      assert.ok(rank.segments.every((_, i) => rank.tensors.some((e) => e.segment === i && e.offset === 0)));
+    }
+  } finally {
+    removeDir(dir);
+  }
+});
+
 test('a plan file that does not exist: E_PLAN_READ', async () => {
   const dir = makeTempDir('plan-missing');
   try {

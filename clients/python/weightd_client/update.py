@@ -23,19 +23,21 @@ from .tensors import numpy_dtype, torch_dtype
 class Update:
     """One rank's part of an update: its own connection, which must stay open until commit."""
 
-    def __init__(self, socket_path: str, model: str, base: str, timeout: float = 300.0):
+    def __init__(self, socket_path: str, model: str, base: str, timeout: float = 300.0, tensors: Optional[List[str]] = None):
         self.conn = Connection(socket_path, timeout)
         try:
-            reply, fds = self.conn.request_fds("begin_update", model=model, base=base)
+            extra = {} if tensors is None else {"tensors": list(tensors)}
+            reply, fds = self.conn.request_fds("begin_update", model=model, base=base, **extra)
         except BaseException:
             self.conn.close()
             raise
-        self._maps: List[Optional[mmap.mmap]] = []
+        # By segment number: a partial update maps only the segments it was given.
+        self._maps: Dict[int, mmap.mmap] = {}
         try:
             if len(fds) != len(reply["segments"]):
                 raise ProtocolError("E_BAD_REPLY", f"begin_update lists {len(reply['segments'])} segment(s) but {len(fds)} descriptor(s) came with it")
             for seg, fd in zip(reply["segments"], fds):
-                self._maps.append(mmap.mmap(fd, seg["bytes"], flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE))
+                self._maps[seg["segment"]] = mmap.mmap(fd, seg["bytes"], flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
         except BaseException:
             self._unmap()
             self.conn.close()
@@ -47,12 +49,18 @@ class Update:
         self.model: str = reply["model"]
         self.base: str = reply["base"]
         self.tensors: Dict[str, Dict[str, Any]] = {t["name"]: t for t in reply["tensors"]}
+        self.partial = tensors is not None
         self.result: Optional[Dict[str, Any]] = None
 
     def _meta(self, name: str) -> Dict[str, Any]:
         if self.result is not None or not self._maps:
             raise ProtocolError("E_CLOSED", f"the update of {self.model!r} is committed or abandoned; begin another to write")
         t = self.tensors.get(name)
+        if t is None and self.partial:
+            raise ProtocolError(
+                "E_NOT_NAMED",
+                f"tensor {name!r} was not named in begin_update(tensors=...) of {self.model!r}, so its segment is shared with the base and not writable; name it to write it",
+            )
         if t is None:
             raise ProtocolError("E_UNKNOWN_TENSOR", f"the update of {self.model!r} has no tensor {name!r}; it has {len(self.tensors)} (update.tensors lists them)")
         return t
@@ -103,9 +111,7 @@ class Update:
         self.conn.close()
 
     def _unmap(self) -> None:
-        for i, m in enumerate(self._maps):
-            if m is None:
-                continue
+        for i, m in list(self._maps.items()):
             try:
                 m.close()
             except BufferError as err:
@@ -113,8 +119,7 @@ class Update:
                     "E_UPDATE_MAPPED",
                     f"a view of the update of {self.model!r} (segment {i}) is still alive; delete every tensor(...) view before commit",
                 ) from err
-            self._maps[i] = None
-        self._maps = []
+            del self._maps[i]
 
     def __enter__(self) -> "Update":
         return self

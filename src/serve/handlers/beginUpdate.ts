@@ -24,16 +24,17 @@ export async function beginUpdate(req: RequestOf<'begin_update'>, services: Devi
   if (!host || !version) {
     throw new ServeError('E_UPDATE_UNSUPPORTED', `this socket serves model "${req.model}" without a node to publish a new version through; updates need a weightd node`, { model: req.model });
   }
-  const { id, fds, sent } = await host.desk.begin(service, version.version, version.ranks, caller, () => services.isConnected(caller.connectionId));
+  const { id, fds, segments, sent } = await host.desk.begin(service, version.version, version.ranks, caller, () => services.isConnected(caller.connectionId), req.tensors);
   const { rank } = service;
+  const named = req.tensors ? new Set(req.tensors) : undefined;
   const reply: BeginUpdateReply = {
     id: req.id,
     ok: true,
     update: id,
     model: rank.name,
     base: rank.fingerprint,
-    segments: rank.segments.map((s) => ({ segment: s.segment, bytes: s.bytes, handle: 'fd' })),
-    tensors: rank.tensors.map((t) => ({ name: t.name, dtype: t.dtype, shape: t.shape, segment: t.segment, offset: t.offset, bytes: t.bytes })),
+    segments: rank.segments.filter((s) => segments.includes(s.segment)).map((s) => ({ segment: s.segment, bytes: s.bytes, handle: 'fd' })),
+    tensors: rank.tensors.filter((t) => !named || named.has(t.name)).map((t) => ({ name: t.name, dtype: t.dtype, shape: t.shape, segment: t.segment, offset: t.offset, bytes: t.bytes })),
   };
   return { json: JSON.stringify(reply), fds, sent };
 }
