@@ -78,6 +78,13 @@ export const rankActor = fromCallback<RankCommand, RankActorInput, RankEvent>(({
     return (m: MainToRank) => worker.postMessage(m);
   };
 
+  const nothingLoaded = (m: MainToRank) => {
+    if (m.type === 'RELEASE') onMessage({ type: 'RELEASED' });
+    if (m.type !== 'STOP') return;
+    send = () => {};
+    sendBack({ type: 'RANK_STOPPED', localRank });
+  };
+
   const run = (to: (m: MainToRank) => void) => {
     send = to;
     for (const m of waiting.splice(0)) send(m);
@@ -90,7 +97,10 @@ export const rankActor = fromCallback<RankCommand, RankActorInput, RankEvent>(({
         if (here === undefined || 'refused' in here) {
           // A rank stopped meanwhile has nothing to free: no worker starts for it.
           if (end === noMore) return;
-          run(startWorker(here ?? {}));
+          // Told to stop while it asked: a worker would start only to stop. It holds nothing
+          // (adoptHere freed its device), so it answers as a rank with nothing loaded.
+          if (stopRequested) run(nothingLoaded);
+          else run(startWorker(here ?? {}));
           return;
         }
         // Stopping the rank here frees its device (the machine's stopping), as a worker's exit would.

@@ -177,6 +177,24 @@ def test_one_update_of_a_model_at_a_time(served):
         pass
 
 
+def test_leaving_an_update_with_a_view_alive_still_abandons_it(served):
+    daemon, _ = served
+    base = current(daemon)
+
+    class Stop(Exception):
+        pass
+
+    # An exception inside the with keeps its frame's views alive (its traceback holds them): the
+    # update still ends, and the exception that left the block is the one raised.
+    with pytest.raises(Stop):
+        with open_client(daemon, 0).begin_update(NAME, base) as upd:
+            view = upd.tensor(sorted(upd.tensors)[0])
+            raise Stop()
+    del view
+    with open_client(daemon, 0).begin_update(NAME, base):
+        pass
+
+
 def test_a_commit_of_the_base_bytes_is_the_base(served):
     daemon, _ = served
     base, before = current(daemon), listed(daemon)

@@ -106,9 +106,17 @@ class Update:
         return self.result
 
     def abandon(self) -> None:
-        """Ends the update uncommitted: the daemon frees its copies."""
-        self._unmap()
+        """Ends the update uncommitted: the daemon frees its copies. Never raises: a mapping a live
+        view still holds goes with its last view (the daemon serves nothing of it)."""
+        # The connection first: its end is what ends the update in the daemon, whatever the views.
         self.conn.close()
+        for i, m in list(self._maps.items()):
+            try:
+                m.close()
+            except BufferError:
+                continue
+            del self._maps[i]
+        self._maps = {}
 
     def _unmap(self) -> None:
         for i, m in list(self._maps.items()):
