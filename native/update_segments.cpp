@@ -6,9 +6,11 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <mutex>
 
 #include "device.h"
 #include "file_reader.h"
+#include "host_memory.h"
 #include "sealed_memfd.h"
 
 namespace weightd {
@@ -33,6 +35,27 @@ void copyInto(int dst, const char* src, uint64_t bytes) {
   }
 }
 
+// Reserves a copy's pages, refusing first what memory cannot give: as for an arena
+// (host_device.cpp), fallocate past what the machine or its cgroup allows may not fail at all but
+// wake the OOM killer, which would pick the daemon. One reservation at a time, so copies made at
+// once (every segment of an update, several ranks' updates) are each judged against what the
+// ones before them took, not all against the same free figure.
+std::mutex reserving;
+
+void reserve(int fd, uint64_t bytes, const std::string& name) {
+  std::lock_guard<std::mutex> hold(reserving);
+  HostMemory memory = hostMemory();
+  if (!memory.limitedBy.empty() && bytes > memory.freeBytes) {
+    throw DeviceError("E_OUT_OF_MEMORY", "cannot copy " + std::to_string(bytes) + " bytes into " + name + ": only " + std::to_string(memory.freeBytes) +
+                                             " bytes are free (" + memory.limitedBy + "); free memory, raise the memory limit, or name fewer tensors in begin_update");
+  }
+  if (fallocate(fd, 0, 0, static_cast<off_t>(bytes)) != 0) {
+    int err = errno;
+    throw DeviceError("E_OUT_OF_MEMORY", "cannot reserve " + std::to_string(bytes) + " bytes for " + name + ": " + errnoMessage(err) +
+                                             "; free memory or raise the memory limit");
+  }
+}
+
 }  // namespace
 
 int createWritableCopy(int sourceFd, uint64_t bytes, const std::string& name) {
@@ -45,11 +68,7 @@ int createWritableCopy(int sourceFd, uint64_t bytes, const std::string& name) {
   }
   void* src = MAP_FAILED;
   try {
-    if (fallocate(fd, 0, 0, static_cast<off_t>(bytes)) != 0) {
-      int err = errno;
-      throw DeviceError("E_OUT_OF_MEMORY", "cannot reserve " + std::to_string(bytes) + " bytes for " + name + ": " + errnoMessage(err) +
-                                               "; free memory or raise the memory limit");
-    }
+    reserve(fd, bytes, name);
     // A writer's mapping must never lose pages under it (SIGBUS): the size is fixed from here on.
     if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) != 0) {
       int err = errno;
