@@ -99,8 +99,10 @@ export class ModelControl {
       throw new WeightdError('E_UPDATE_BASE', `the version of model "${written.name}" the update was written over is no longer loaded; begin the update again from the version that serves now`, { model: written.name });
     }
     const fingerprint = written.fingerprint.fingerprint;
-    // Content that a resident version of the name holds already (the base's bytes written again,
-    // say): that version becomes current, with no second copy.
+    // Content that a resident written version of the name holds already (its bytes written
+    // again): that version becomes current, with no second copy. A checkpoint version's
+    // fingerprint follows other rules (spec §4), and a draining version takes no new lease: for
+    // those the commit serves a copy (docs/weight-updates.md).
     const snap = this.#actor.getSnapshot();
     const same = snap.context.models.find((e) => e.name === written.name && !e.unloaded && e.fingerprint === fingerprint);
     const sameVersion = same && versionOf(modelActor(snap, same.id)?.getSnapshot().context.planned);
