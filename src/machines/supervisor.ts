@@ -41,6 +41,8 @@ export interface SupervisorContext extends SupervisorInput {
   groupReady: boolean;
   /** The group session actor exists (from rendezvous on). */
   groupJoined: boolean;
+  /** The model registry actor exists (from loading on). */
+  modelsSpawned: boolean;
   /** Other nodes seen lost or back while serving. */
   peers: PeerStatus[];
   /** During rendezvous, once node 0 answered: who has joined and who is still missing. */
@@ -143,11 +145,19 @@ const supervisorSetup = setup({
         id: MODEL_REGISTRY_ID,
         input: { node: self, startup: prepared!.models, socketDir: prepared!.socketDir, cudaHandles: config.cudaHandles, keeper: prepared!.keeper, log: context.log, rankWorker: context.rankWorker, workers: context.workers, servers: context.servers },
       });
+      enqueue.assign({ modelsSpawned: true });
     }),
-    // node.load, node.unload, the group's verdicts on a model that spans it, and the keeper's return.
+    // node.load, node.unload, and the group's verdicts on a model that spans it.
     forwardToModels: sendTo(MODEL_REGISTRY_ID, ({ event }) => event as never),
     stopModels: sendTo(MODEL_REGISTRY_ID, { type: 'MODELS_STOP' }),
-    haltModels: sendTo(MODEL_REGISTRY_ID, { type: 'MODELS_HALT' }),
+    // The group failed: the models end with the node, their last snapshots kept for its status.
+    haltModels: enqueueActions(({ context, enqueue }) => {
+      if (context.modelsSpawned) enqueue.sendTo(MODEL_REGISTRY_ID, { type: 'MODELS_HALT' });
+    }),
+    // The keeper is back: before the models exist there is nobody to tell.
+    keepAgain: enqueueActions(({ context, enqueue }) => {
+      if (context.modelsSpawned) enqueue.sendTo(MODEL_REGISTRY_ID, { type: 'KEEPER_BACK' });
+    }),
     tellGroup: enqueueActions(({ event, enqueue }) => {
       assertEvent(event, 'TELL_GROUP');
       enqueue.sendTo(GROUP_ACTOR_ID, event.command);
@@ -180,19 +190,17 @@ const supervisorSetup = setup({
 /**
  * What the model registry reports while the node loads or serves: a model whose failure fails the
  * node (one it started with, the group's in any state; src/models/modelRegistryMachine.ts) fails it,
- * and peers hear it at once. The keeper's return reaches every model.
+ * and peers hear it at once.
  */
 const withModels = {
-  MODEL_FAILS_NODE: { target: '#supervisor.failed', actions: ['recordModelFailure', 'notifyGroupOfFailure', 'haltModels'] },
-  GROUP_FAILED: { target: '#supervisor.failed', actions: ['recordGroupFailure', 'haltModels'] },
-  KEEPER_BACK: { actions: 'forwardToModels' },
+  MODEL_FAILS_NODE: { target: '#supervisor.failed', actions: ['recordModelFailure', 'notifyGroupOfFailure'] },
   STOP: 'stopping',
 } as const;
 
 export const supervisorMachine = supervisorSetup.createMachine({
   id: 'supervisor',
   initial: 'init',
-  context: ({ input }) => ({ ...input, rankTable: [], groupJoined: false, groupReady: false, peers: [] }),
+  context: ({ input }) => ({ ...input, rankTable: [], groupJoined: false, modelsSpawned: false, groupReady: false, peers: [] }),
   states: {
     init: {
       invoke: {
@@ -267,16 +275,15 @@ export const supervisorMachine = supervisorSetup.createMachine({
       on: {
         MODELS_STOPPED: 'stopped',
         MODELS_STOP_TIMED_OUT: { target: 'failed', actions: 'recordStopTimeout' },
-        GROUP_FAILED: { target: 'failed', actions: ['recordGroupFailure', 'haltModels'] },
-        KEEPER_BACK: { actions: 'forwardToModels' },
       },
     },
     stopped: { type: 'final' },
     failed: { type: 'final' },
   },
   on: {
-    GROUP_FAILED: { target: '.failed', actions: 'recordGroupFailure' },
+    GROUP_FAILED: { target: '.failed', actions: ['recordGroupFailure', 'haltModels'] },
     COORDINATOR_STATE: { actions: 'recordCoordinatorState' },
+    KEEPER_BACK: { actions: 'keepAgain' },
     TELL_GROUP: { actions: 'tellGroup' },
     MODEL_RELOAD: { actions: 'emitModelStale' },
   },

@@ -104,7 +104,7 @@ export class ModelControl {
     // fingerprint follows other rules (spec §4), and a draining version takes no new lease: for
     // those the commit serves a copy (docs/weight-updates.md).
     const snap = this.#actor.getSnapshot();
-    const same = snap.context.models.find((e) => e.name === written.name && !e.unloaded && e.fingerprint === fingerprint);
+    const same = modelEntries(snap).find((e) => e.name === written.name && !e.unloaded && e.fingerprint === fingerprint);
     const sameVersion = same && versionOf(modelActor(snap, same.id)?.getSnapshot().context.planned);
     if (sameVersion !== undefined) return { version: this.rollback(written.name, sameVersion).version };
     const version = Math.max(this.#versions.get(written.name) ?? 0, versionOf(base)!) + 1;
@@ -130,7 +130,7 @@ export class ModelControl {
   rollback(name: string, version: number): RollbackResult {
     this.#refuseUnlessReady('roll back');
     const snap = this.#actor.getSnapshot();
-    const live = snap.context.models.filter((e) => e.name === name && !e.unloaded);
+    const live = modelEntries(snap).filter((e) => e.name === name && !e.unloaded);
     const found = live.find((e) => versionOf(modelActor(snap, e.id)?.getSnapshot().context.planned) === version);
     const child = found && modelActor(snap, found.id);
     if (!found || !child || child.getSnapshot().value !== 'serving') {
@@ -157,7 +157,7 @@ export class ModelControl {
     // Oldest first, by number: the most recent --keep-versions stay.
     const excess = versions.sort((a, b) => a.version - b.version).slice(0, Math.max(0, versions.length - this.#config.keepVersions));
     if (excess.length === 0) return;
-    const entries = this.#actor.getSnapshot().context.models;
+    const entries = modelEntries(this.#actor.getSnapshot());
     const ids = entries.filter((e) => e.name === name && !e.unloaded && excess.some((m) => m.fingerprint === e.fingerprint)).map((e) => e.id);
     this.#log.info({ name, versions: excess.map((m) => m.version), keepVersions: this.#config.keepVersions }, 'versions beyond --keep-versions drain');
     this.#actor.send({ type: 'MODEL_UNLOAD', ids, force: false });

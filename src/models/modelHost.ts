@@ -12,7 +12,6 @@ import type { modelMachine } from './modelMachine.js';
 import type { ModelSpec } from './modelSpecs.js';
 import type { PlannedModel } from './planModel.js';
 import type { GroupCommand, ModelGroupJoin } from '../rendezvous/groupEvents.js';
-import type { modelRegistryMachine } from './modelRegistryMachine.js';
 
 /** A model version the node serves, as the model registry tracks it (its actor has the rest). */
 export interface ModelEntry {
@@ -122,9 +121,15 @@ export interface ModelHostSnapshot {
 /** The model registry's id among the supervisor's children (from the node's "loading" on). */
 export const MODEL_REGISTRY_ID = 'models';
 
+/** The model registry actor (src/models/modelRegistryMachine.ts) as its models' readers see it. */
+export interface ModelRegistryActor {
+  getSnapshot(): { context: { models: ModelEntry[] }; children: Record<string, AnyActorRef | undefined> };
+  subscribe(observer: { next?: () => void; error?: (err: unknown) => void }): Subscription;
+}
+
 /** The node's model registry, once the supervisor has spawned it. */
-export function modelRegistry(snapshot: Pick<ModelHostSnapshot, 'children'>): ActorRefFrom<typeof modelRegistryMachine> | undefined {
-  return snapshot.children[MODEL_REGISTRY_ID] as ActorRefFrom<typeof modelRegistryMachine> | undefined;
+export function modelRegistry(snapshot: Pick<ModelHostSnapshot, 'children'>): ModelRegistryActor | undefined {
+  return snapshot.children[MODEL_REGISTRY_ID] as ModelRegistryActor | undefined;
 }
 
 /** The models the node serves, as its registry lists them; none before the registry exists. */

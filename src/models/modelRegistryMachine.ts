@@ -174,7 +174,8 @@ const registrySetup = setup({
     }),
     unloadModels: enqueueActions(({ context, event, enqueue }) => {
       assertEvent(event, 'MODEL_UNLOAD');
-      for (const id of event.ids) enqueue.sendTo(id, { type: 'MODEL_UNLOAD', force: event.force });
+      // Only those still listed: one dropped meanwhile has no actor left to tell.
+      for (const id of event.ids) if (context.models.some((m) => m.id === id)) enqueue.sendTo(id, { type: 'MODEL_UNLOAD', force: event.force });
       enqueue.assign({
         models: context.models.map((m) => (event.ids.includes(m.id) ? { ...m, unloaded: true } : m)),
       });

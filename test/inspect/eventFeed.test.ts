@@ -3,12 +3,12 @@
 // is sampled, handles never leave the node, and the feed is bounded.
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { createActor } from 'xstate';
+import { createActor, type AnyActorRef } from 'xstate';
 import { EventFeed, PROGRESS_SAMPLE_MS, summarizeEvent, type NodeEvent } from '../../src/inspect/eventFeed.js';
 import { stateName } from '../../src/inspect/stateName.js';
 import { supervisorMachine } from '../../src/machines/supervisor.js';
 import { FakeWorld, sendToNode, fakeInput, fakePrepared, fakeRankTable } from '../helpers/fakeNode.js';
-import { modelRegistry } from '../../src/models/modelHost.js';
+import { MODEL_REGISTRY_ID } from '../../src/models/modelHost.js';
 
 type Ev = Parameters<ReturnType<typeof createActor<typeof supervisorMachine>>['send']>[0];
 const device = (r: number) => ({ backend: 'host' as const, index: r, uuid: `fake-${r}`, name: 'fake', totalBytes: 1 << 30, freeBytes: 1 << 30 });
@@ -100,7 +100,7 @@ test('each event is labelled as an operator reads it: no xstate names, no genera
   const { actor, send } = start(feed);
   toReady(send);
   send({ type: 'STOP' });
-  modelRegistry(actor.getSnapshot())!.send({ type: 'xstate.after.stopTimeout.modelRegistry.stopping' } as never);
+  (actor.getSnapshot().children[MODEL_REGISTRY_ID] as AnyActorRef).send({ type: 'xstate.after.stopTimeout.modelRegistry.stopping' });
   const labels = feed.recent().map((e) => (e.to ? `${e.label} -> ${e.to}` : e.label));
   for (const l of ['start', 'start prepare -> prepare', 'prepare done', 'start group -> group', 'start publishManifest -> publishManifest', 'NODE_READY -> group', 'stopTimeout passed']) {
     assert.ok(labels.includes(l), `"${l}" in ${JSON.stringify(labels)}`);

@@ -4,7 +4,7 @@
 // A model loaded at run time is the child its MODEL_LOAD names, so node.load follows that one.
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { createActor, fromCallback } from 'xstate';
+import { createActor, fromCallback, type AnyActorRef } from 'xstate';
 import pino from 'pino';
 import type { PlannedModel } from '../../src/models/planModel.js';
 import type { RankActorInput, RankCommand, RankEvent } from '../../src/models/rankContract.js';
@@ -13,7 +13,7 @@ import { WorkerRegistry } from '../../src/models/workerRegistry.js';
 import type { SupervisorEvent } from '../../src/machines/events.js';
 import { modelMachine, type ModelCommand } from '../../src/models/modelMachine.js';
 import { supervisorMachine } from '../../src/machines/supervisor.js';
-import { modelActor, modelEntries, modelRegistry, type ModelEvent } from '../../src/models/modelHost.js';
+import { MODEL_REGISTRY_ID, modelActor, modelEntries, type ModelEvent } from '../../src/models/modelHost.js';
 import { modelRegistryMachine } from '../../src/models/modelRegistryMachine.js';
 import { FakeWorld, fakeInput, fakePlanned, fakePrepared, fakeRankTable, LOCAL_RANKS } from '../helpers/fakeNode.js';
 import { modelActorId } from '../../src/models/modelHost.js';
@@ -44,7 +44,7 @@ function readyNode() {
   send({ type: 'GROUP_JOINED', rankTable: fakeRankTable });
   const first = modelActorId(0);
   // What the first model's actor tells the registry.
-  const tell = (e: ModelEvent) => modelRegistry(actor.getSnapshot())!.send(e);
+  const tell = (e: ModelEvent) => (actor.getSnapshot().children[MODEL_REGISTRY_ID] as AnyActorRef).send(e);
   tell({ type: 'MODEL_STARTING', id: first });
   tell({ type: 'MODEL_SERVING', id: first, entries: ranks.map((r) => ({ globalRank: r, localRank: r, socketPath: `/s/${r}`, deviceUuid: fakeDevice(r).uuid, fingerprint: `rank${r}` })) });
   assert.is(actor.getSnapshot().value, 'ready');
