@@ -12,7 +12,7 @@ import { NodeMetrics } from './inspect/nodeMetrics.js';
 import { ProgressReporter } from './inspect/progressReporter.js';
 import { createLogger, flushLogger, type Logger } from './log.js';
 import { supervisorMachine } from './machines/supervisor.js';
-import { FIRST_MODEL_ID, modelActor } from './models/modelHost.js';
+import { FIRST_MODEL_ID, modelActor, modelEntries } from './models/modelHost.js';
 import type { LoadResult, ModelState, ModelStatus, NodeFailure, NodeResult, NodeState, NodeStatus, RankStatus, ServedRankStatus, UnloadResult } from './nodeStatus.js';
 import type { ModelRequest } from './models/modelSpecs.js';
 import type { EvictionPolicy } from './models/evictionPolicy.js';
@@ -79,7 +79,7 @@ export function statusOf(snap: Snapshot, config: NodeConfig, servers?: ServerReg
     const s = fingerprint === undefined ? undefined : servers?.stats(version, fingerprint);
     return s ? { ...r, clients: s.connections, leases: s.leases, serve: s.status, lastAttachedAt: s.lastAttachedAt, servingSince: s.servingSince, current: s.current } : r;
   };
-  const models = ctx.models.map((m): ModelStatus => {
+  const models = modelEntries(snap).map((m): ModelStatus => {
     const child = modelActor(snap, m.id)?.getSnapshot();
     const plan = child?.context.planned.plan;
     const modelRanks = (child?.context.ranks ?? []).map((r) => served(r, m.id, plan?.ranks[r.globalRank]?.fingerprint));
@@ -137,7 +137,7 @@ export function statusOf(snap: Snapshot, config: NodeConfig, servers?: ServerReg
 
 /** Every version the node planned, its own model first, then those loaded since, oldest first. */
 function plannedVersions(snap: Snapshot): PlannedVersion[] {
-  return snap.context.models.flatMap((m): PlannedVersion[] => {
+  return modelEntries(snap).flatMap((m): PlannedVersion[] => {
     const planned = modelActor(snap, m.id)?.getSnapshot().context.planned;
     return planned ? [{ spec: planned.spec, fingerprint: m.fingerprint, fingerprintFields: planned.plan.fingerprintFields }] : [];
   });

@@ -1,7 +1,8 @@
-// The supervisor's real actors, by the names its setup() declares (its models' included), and
+// The supervisor's real actors, by the names its setup() declares (its model registry's and models' included), and
 // the real rank worker module. Only the composition root (startNode) imports this file: it is what loads the addon,
 // the rendezvous and the servers.
 import { modelMachine } from '../models/modelMachine.js';
+import { modelRegistryMachine } from '../models/modelRegistryMachine.js';
 import { checkFiles } from '../models/checkFiles.js';
 import { dropModelShardsActor } from '../models/dropModelShards.js';
 import { groupSession } from './groupSession.js';
@@ -19,5 +20,5 @@ export const nodeActors = {
   groupSession,
   publishNodeManifest,
   reportStartupFailure: reportStartupFailureActor,
-  model: modelMachine.provide({ actors: { rank: rankActor, rankService: rankServiceActor, checkFiles, dropModelShards: dropModelShardsActor } }),
+  modelRegistry: modelRegistryMachine.provide({ actors: { model: modelMachine.provide({ actors: { rank: rankActor, rankService: rankServiceActor, checkFiles, dropModelShards: dropModelShardsActor } }) } }),
 };

@@ -1,4 +1,4 @@
-// The node's recent events: every event the supervisor and each of its model actors handled (with
+// The node's recent events: every event the supervisor, its model registry and each model actor handled (with
 // the state it left and the state it reached) and every command each sent to a child actor, in
 // the order they happened, fed by xstate's inspection API. It backs node.onEvent(), the /events stream, the error
 // counters and the progress reporter's summaries.
@@ -15,10 +15,12 @@ export interface NodeEvent {
   type: string;
   /** What an operator reads: "prepare done", "start rank-0", "stopTimeout passed", or the type. */
   label: string;
-  /** The child actor (rank-0, serve-1, group ...) the supervisor or model sent this to; absent for events it received. */
+  /** The child actor (rank-0, serve-1, group, models ...) the supervisor, registry or model sent this to; absent for events it received. */
   to?: string;
-  /** The model actor (model-0, load-1 ...) that handled or sent it; absent: the supervisor. */
+  /** The model actor (model-0, load-1 ...) that handled or sent it; absent: the supervisor or its model registry. */
   model?: string;
+  /** The model registry (src/models/modelRegistryMachine.ts) handled or sent it; absent with `model`: the supervisor. */
+  registry?: true;
   /** The state of the actor that handled the event, after it (events it received). */
   state?: string;
   /** The state it left, when the event changed it. */
@@ -74,12 +76,27 @@ export function summarizeEvent(event: { type: string } & Record<string, unknown>
   return out;
 }
 
-/** The supervisor (the root), and each model actor: the root's children that are machines (the others are callbacks and promises). */
-function followed(actor: AnyActorRef, snapshot: unknown, rootId: string): boolean {
-  return actor.sessionId === rootId || (actor._parent?.sessionId === rootId && (snapshot as { value?: unknown } | undefined)?.value !== undefined);
+/** An actor's depth below the root: 0 the root, undefined outside its tree. */
+function depth(actor: AnyActorRef | undefined, rootId: string): number | undefined {
+  for (let n = 0; actor; n++, actor = actor._parent) if (actor.sessionId === rootId) return n;
+  return undefined;
 }
 
-const modelOf = (actor: AnyActorRef, rootId: string): { model?: string } => (actor.sessionId === rootId ? {} : { model: actor.id });
+/**
+ * The supervisor (the root, depth 0), its model registry (its one child that is a machine: the
+ * others are callbacks and promises) and each model actor (the registry's children that are
+ * machines); not the machines a model runs (its ranks' serving lifecycles).
+ */
+function followed(actor: AnyActorRef, snapshot: unknown, rootId: string): boolean {
+  const d = depth(actor, rootId);
+  return d === 0 || ((d === 1 || d === 2) && (snapshot as { value?: unknown } | undefined)?.value !== undefined);
+}
+
+/** Who handled or sent an event, below the supervisor: its model registry, or a model actor by name. */
+function actorOf(actor: AnyActorRef, rootId: string): { model?: string; registry?: true } {
+  const d = depth(actor, rootId);
+  return d === 2 ? { model: actor.id } : d === 1 ? { registry: true } : {};
+}
 
 export class EventFeed {
   readonly #capacity: number;
@@ -118,7 +135,7 @@ export class EventFeed {
       const outbox = this.#outbox(source.sessionId);
       // Commands only: what a followed actor sends its own children (not what a model tells the supervisor).
       if ((ev.actorRef as AnyActorRef)._parent?.sessionId === source.sessionId) {
-        outbox.push({ type: ev.event.type, to: (ev.actorRef as AnyActorRef).id, ...modelOf(source, ev.rootId), data: summarizeEvent(ev.event) });
+        outbox.push({ type: ev.event.type, to: (ev.actorRef as AnyActorRef).id, ...actorOf(source, ev.rootId), data: summarizeEvent(ev.event) });
       }
       return;
     }
@@ -131,8 +148,8 @@ export class EventFeed {
     const from = this.#states.get(actor.sessionId);
     this.#states.set(actor.sessionId, state);
     const event = ev.event as { type: string } & Record<string, unknown>;
-    const model = modelOf(actor, ev.rootId);
-    const batch: Array<Omit<NodeEvent, 'seq' | 'time' | 'label'>> = this.#keep(event, from !== state, model.model) ? [{ type: event.type, ...model, state, ...(from !== undefined && from !== state ? { from } : {}), data: summarizeEvent(event) }] : [];
+    const by = actorOf(actor, ev.rootId);
+    const batch: Array<Omit<NodeEvent, 'seq' | 'time' | 'label'>> = this.#keep(event, from !== state, by.model) ? [{ type: event.type, ...by, state, ...(from !== undefined && from !== state ? { from } : {}), data: summarizeEvent(event) }] : [];
     batch.push(...(this.#outboxes.get(actor.sessionId) ?? []));
     this.#outboxes.delete(actor.sessionId);
     const cause = this.#causes.get(event);

@@ -33,9 +33,10 @@ export class NodeMetrics {
   constructor(o: NodeMetricsOptions) {
     this.#o = o;
     this.#unsubscribe = o.feed.subscribe((e) => {
-      // Only what the supervisor received: the NODE_FAILED it passes on to the group repeats it,
-      // and a model's MODEL_FAILED repeats its rank's RANK_FAILED.
-      if (e.to !== undefined || e.model !== undefined) return;
+      // Only what the supervisor received, and a model's failure as its registry received it: the
+      // NODE_FAILED it passes on to the group repeats it, a model's MODEL_FAILED repeats its rank's
+      // RANK_FAILED, and the registry's other events are the supervisor's passed on.
+      if (e.to !== undefined || e.model !== undefined || (e.registry && e.type !== 'MODEL_FAILED')) return;
       const error = e.data.error as { code?: string } | undefined;
       if (error?.code !== undefined) this.#errors.set(error.code, (this.#errors.get(error.code) ?? 0) + 1);
     });

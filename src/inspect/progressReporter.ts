@@ -98,7 +98,7 @@ export class ProgressReporter {
           : `rank ${r.globalRank} loaded ${formatBytes(p.bytes)} in ${formatSeconds(p.seconds)} (${formatRate(p.bytesPerSecond)})`,
       );
     }
-    if (e.model === undefined && e.from === 'loading') {
+    if (e.model === undefined && !e.registry && e.from === 'loading') {
       const status = this.#o.status();
       if (e.state === 'starting') {
         const p = nodeProgress(status.ranks);

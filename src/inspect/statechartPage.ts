@@ -82,6 +82,7 @@ const TITLES = {
   groupMember: "This node's membership of the group: its join, the ready barrier, and rejoining node 0",
   rankService: "Each local rank's serving lifecycle",
   rankWorker: "Each rank's worker thread: its load, its keeper calls, its release and stop",
+  modelRegistry: "The node's models: their list, loads and unloads, swaps across the group",
   model: 'Each model the node serves, its first included',
   modelGroup: "Each model across the group: node 0's all-or-nothing commit",
 };
@@ -161,6 +162,8 @@ function renderStatus(s) {
   const groupNote = document.querySelector('#chart-modelGroup .note');
   const waiting = s.models.filter((m) => m.state === 'resident').map((m) => m.name);
   if (groupNote) groupNote.textContent = "node 0's coordinator runs one per model that spans the group, while it loads; resident here and waiting for its commit: " + (waiting.join(', ') || 'none');
+  // The registry exists from the node's loading on, and moves with it.
+  highlight('modelRegistry', { loading: 'startup', starting: 'startup', ready: 'running', stopping: 'stopping', stopped: 'stopped' }[s.state]);
   // Every model is one of these, the node's first included (in the node's state until its actor exists).
   highlight('model', s.models.map((m) => m.state));
   const modelsNote = document.querySelector('#chart-model .note');
@@ -189,8 +192,8 @@ function addEvent(e) {
   const details = Object.entries(e.data).map(([k, v]) => k + '=' + (typeof v === 'object' ? JSON.stringify(v) : v)).join(' ');
   li.innerHTML = '<time datetime="' + t.toISOString() + '">' + t.toLocaleTimeString([], { hour12: false }) + '.' + String(t.getMilliseconds()).padStart(3, '0') + '</time>' +
     // A child's label already names it ("start rank-0"); a command says where it went.
-    // A model actor's events name it; the supervisor's do not.
-    (e.model ? '<span class="to">' + esc(e.model) + ':</span> ' : '') +
+    // A model actor's events name it, the model registry's say so; the supervisor's do not.
+    (e.model || e.registry ? '<span class="to">' + esc(e.model || 'models') + ':</span> ' : '') +
     '<code>' + esc(e.label) + '</code>' + (e.to && e.type !== 'xstate.init' ? ' <span class="to">→ ' + esc(e.to) + '</span>' : '') +
     (e.from ? ' <span class="move">' + esc(e.from) + ' → ' + esc(e.state) + '</span>' : '') +
     (details ? ' <small>' + esc(details) + '</small>' : '');

@@ -10,7 +10,7 @@ import { evictForLoad } from './evictForLoad.js';
 import { checkEvictionPolicy, type EvictionPolicy } from './evictionPolicy.js';
 import type { Logger } from '../log.js';
 import { LOAD_RUNNING, modelMachine } from './modelMachine.js';
-import { modelActor, modelFailureMessage, modelLoadId, type ModelHost } from './modelHost.js';
+import { modelActor, modelEntries, modelFailureMessage, modelLoadId, modelRegistry, type ModelHost } from './modelHost.js';
 import { resolveModelSpec, type ModelRequest, type ModelSpec } from './modelSpecs.js';
 import type { LoadResult, ModelStatus, NodeStatus, RollbackResult, UnloadResult } from '../nodeStatus.js';
 import { rankFingerprint } from '../checkpoint/fingerprint.js';
@@ -104,7 +104,7 @@ export class ModelControl {
     // fingerprint follows other rules (spec §4), and a draining version takes no new lease: for
     // those the commit serves a copy (docs/weight-updates.md).
     const snap = this.#actor.getSnapshot();
-    const same = snap.context.models.find((e) => e.name === written.name && !e.unloaded && e.fingerprint === fingerprint);
+    const same = modelEntries(snap).find((e) => e.name === written.name && !e.unloaded && e.fingerprint === fingerprint);
     const sameVersion = same && versionOf(modelActor(snap, same.id)?.getSnapshot().context.planned);
     if (sameVersion !== undefined) return { version: this.rollback(written.name, sameVersion).version };
     const version = Math.max(this.#versions.get(written.name) ?? 0, versionOf(base)!) + 1;
@@ -130,7 +130,7 @@ export class ModelControl {
   rollback(name: string, version: number): RollbackResult {
     this.#refuseUnlessReady('roll back');
     const snap = this.#actor.getSnapshot();
-    const live = snap.context.models.filter((e) => e.name === name && !e.unloaded);
+    const live = modelEntries(snap).filter((e) => e.name === name && !e.unloaded);
     const found = live.find((e) => versionOf(modelActor(snap, e.id)?.getSnapshot().context.planned) === version);
     const child = found && modelActor(snap, found.id);
     if (!found || !child || child.getSnapshot().value !== 'serving') {
@@ -157,7 +157,7 @@ export class ModelControl {
     // Oldest first, by number: the most recent --keep-versions stay.
     const excess = versions.sort((a, b) => a.version - b.version).slice(0, Math.max(0, versions.length - this.#config.keepVersions));
     if (excess.length === 0) return;
-    const entries = this.#actor.getSnapshot().context.models;
+    const entries = modelEntries(this.#actor.getSnapshot());
     const ids = entries.filter((e) => e.name === name && !e.unloaded && excess.some((m) => m.fingerprint === e.fingerprint)).map((e) => e.id);
     this.#log.info({ name, versions: excess.map((m) => m.version), keepVersions: this.#config.keepVersions }, 'versions beyond --keep-versions drain');
     this.#actor.send({ type: 'MODEL_UNLOAD', ids, force: false });
@@ -284,9 +284,10 @@ export class ModelControl {
       name,
       status: this.#status,
       unload: (fingerprint) => this.unload(fingerprint),
+      // The node's state, and its models' list (a model released or gone), each change the status.
       onChange: (listener) => {
-        const sub = this.#actor.subscribe({ next: listener, error: listener });
-        return () => sub.unsubscribe();
+        const subs = [this.#actor, modelRegistry(this.#actor.getSnapshot())].map((a) => a?.subscribe({ next: listener, error: listener }));
+        return () => subs.forEach((s) => s?.unsubscribe());
       },
       log: this.#log,
     });
@@ -305,7 +306,7 @@ export class ModelControl {
       const loaded = live.map((m) => `${m.name} (${m.fingerprint?.slice(0, 12) ?? '?'}…, tp ${m.tpSize})`);
       throw new WeightdError('E_UNKNOWN_MODEL', `no loaded model is named or fingerprinted "${target}"; loaded: ${loaded.join(', ') || 'none'}`, { target, loaded: live.map((m) => m.name) });
     }
-    const entries = this.#actor.getSnapshot().context.models.filter((e) => !e.gone);
+    const entries = modelEntries(this.#actor.getSnapshot()).filter((e) => !e.gone);
     const ids = entries.filter((e) => chosen.some((m) => m.fingerprint === e.fingerprint)).map((e) => e.id);
     this.#log.info({ target, force, models: chosen.map((m) => m.name) }, force ? 'unload (forced): revoking leases and freeing' : 'unload: draining until the last lease ends');
     this.#actor.send({ type: 'MODEL_UNLOAD', ids, force });

@@ -1,20 +1,21 @@
-// The node as its models see it: what the supervisor tells and keeps of each model actor, what a
-// model actor and node.load/node.unload tell the supervisor, and the supervisor actor as
-// ModelControl drives it. Declared here, beside the models, so that src/models/ imports nothing
-// from the machine that runs the node (src/machines/supervisor.ts satisfies ModelHost).
+// The node as its models see it: what the model registry (src/models/modelRegistryMachine.ts)
+// keeps of each model actor, what a model actor and node.load/node.unload tell it, what it tells
+// the supervisor, and the supervisor actor as ModelControl drives it. Declared here, beside the
+// models, so that src/models/ imports nothing from the machine that runs the node
+// (src/machines/supervisor.ts satisfies ModelHost).
 import type { ActorRefFrom, AnyActorRef, Subscription } from 'xstate';
 import type { SerializedError } from '../errors.js';
 import type { IdentityChange } from '../files/fileIdentity.js';
 import type { NodeFailure } from '../nodeStatus.js';
-import type { NodeManifestEntry } from '../wire/nodeManifest.js';
+import type { NodeManifestEntry, NodeManifestModel } from '../wire/nodeManifest.js';
 import type { modelMachine } from './modelMachine.js';
 import type { ModelSpec } from './modelSpecs.js';
 import type { PlannedModel } from './planModel.js';
-import type { ModelGroupJoin } from '../rendezvous/groupEvents.js';
+import type { GroupCommand, ModelGroupJoin } from '../rendezvous/groupEvents.js';
 
-/** A model version the node serves, as the supervisor tracks it (its actor has the rest). */
+/** A model version the node serves, as the model registry tracks it (its actor has the rest). */
 export interface ModelEntry {
-  /** The model actor's id among the supervisor's children. */
+  /** The model actor's id among the registry's children. */
   id: string;
   name: string;
   /** The checkpoint fingerprint (every rank's differs: see the entries). */
@@ -47,7 +48,7 @@ export interface ModelEntry {
   group?: 'pending' | 'committed';
 }
 
-/** What a model actor tells the supervisor. */
+/** What a model actor tells the model registry. */
 export type ModelEvent =
   /** Every rank serves: the version is attachable. `entries`: its ranks, for the node manifest. */
   | { type: 'MODEL_SERVING'; id: string; entries: NodeManifestEntry[]; digests?: string[] }
@@ -56,10 +57,36 @@ export type ModelEvent =
   /** A model that spans the group is resident here, not attachable yet (src/models/modelGroupMachine.ts). */
   | { type: 'MODEL_RESIDENT'; id: string }
   | { type: 'MODEL_FAILED'; id: string; error: NodeFailure }
-  /** Released (every rank's memory freed: the supervisor ends the actor, or keeps the first model's servers answering) or stopped (the actor has ended). */
+  /** Released (every rank's memory freed: the registry ends the actor, or keeps the first model's servers answering) or stopped (the actor has ended). */
   | { type: 'MODEL_GONE'; id: string }
   /** Its checkpoint files changed since it was planned: it drains, and `spec` is loaded again. */
   | { type: 'MODEL_STALE'; id: string; spec: ModelSpec; changes: IdentityChange[]; described: string };
+
+/** The models' part of node.json (src/wire/nodeManifest.ts), as the registry lists them. */
+export interface ModelListing {
+  /** The ranks of the newest version of the node's first model's name that serves (else drains): what a client that names no model reads. */
+  entries: NodeManifestEntry[];
+  models: NodeManifestModel[];
+}
+
+/** What the model registry tells the supervisor, which keeps the node's life and its group session. */
+export type ModelRegistryReport =
+  /** The model the group formed around binds its sockets: the node is starting. */
+  | { type: 'GROUP_MODEL_STARTING' }
+  /** Every model the node started with serves: the node is ready. `digests`: the first model's, for the group's ready barrier. */
+  | { type: 'STARTUP_MODELS_SERVING'; digests?: string[]; listing: ModelListing }
+  /** A model whose failure fails the node (one it started with, or the group's at any time) failed. */
+  | { type: 'MODEL_FAILS_NODE'; failure: NodeFailure }
+  /** The models listed in node.json changed. */
+  | { type: 'MODELS_LISTED'; listing: ModelListing }
+  /** A command for the group session (a swap across the group, a reload across it). */
+  | { type: 'TELL_GROUP'; command: GroupCommand }
+  /** A model's files changed: it drains, and the node loads `spec` again. */
+  | { type: 'MODEL_RELOAD'; spec: ModelSpec }
+  /** After MODELS_STOP: every model has stopped. */
+  | { type: 'MODELS_STOPPED' }
+  /** After MODELS_STOP: some model's ranks did not stop in time (E_STOP_TIMEOUT). */
+  | { type: 'MODELS_STOP_TIMED_OUT'; failure: NodeFailure };
 
 /** From the programmatic API (node.load, node.unload; the control socket goes through them). */
 export type ModelRequestEvent =
@@ -88,8 +115,26 @@ export interface ModelHostSnapshot {
   /** The node's state (nodeStatus.ts NodeState). */
   value: unknown;
   status: 'active' | 'done' | 'error' | 'stopped';
-  context: { models: ModelEntry[] };
   children: Record<string, AnyActorRef | undefined>;
+}
+
+/** The model registry's id among the supervisor's children (from the node's "loading" on). */
+export const MODEL_REGISTRY_ID = 'models';
+
+/** The model registry actor (src/models/modelRegistryMachine.ts) as its models' readers see it. */
+export interface ModelRegistryActor {
+  getSnapshot(): { context: { models: ModelEntry[] }; children: Record<string, AnyActorRef | undefined> };
+  subscribe(observer: { next?: () => void; error?: (err: unknown) => void }): Subscription;
+}
+
+/** The node's model registry, once the supervisor has spawned it. */
+export function modelRegistry(snapshot: Pick<ModelHostSnapshot, 'children'>): ModelRegistryActor | undefined {
+  return snapshot.children[MODEL_REGISTRY_ID] as ModelRegistryActor | undefined;
+}
+
+/** The models the node serves, as its registry lists them; none before the registry exists. */
+export function modelEntries(snapshot: Pick<ModelHostSnapshot, 'children'>): ModelEntry[] {
+  return modelRegistry(snapshot)?.getSnapshot().context.models ?? [];
 }
 
 /**
@@ -110,7 +155,7 @@ export const FIRST_MODEL_ID = modelActorId(0);
 /** The id of the `n`th model loaded at run time (MODEL_LOAD.id): apart from those started with the node. */
 export const modelLoadId = (n: number) => `load-${n}`;
 
-/** A model actor among the supervisor's children, by its id (ModelEntry.id). */
+/** A model actor, by its id (ModelEntry.id), found from the supervisor's snapshot through its registry. */
 export function modelActor(snapshot: Pick<ModelHostSnapshot, 'children'>, id: string): ActorRefFrom<typeof modelMachine> | undefined {
-  return snapshot.children[id] as ActorRefFrom<typeof modelMachine> | undefined;
+  return modelRegistry(snapshot)?.getSnapshot().children[id] as ActorRefFrom<typeof modelMachine> | undefined;
 }

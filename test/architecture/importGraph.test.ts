@@ -76,6 +76,7 @@ function loadedBy(entry: string): Set<string> {
 const machines = [
   ...readdirSync(join(srcDir, 'machines')).filter((f) => f.endsWith('.ts')).map((f) => `machines/${f}`),
   'models/modelMachine.ts',
+  'models/modelRegistryMachine.ts',
   'models/modelGroupMachine.ts',
 ];
 const io = /^\s*import\s+(?!type\s)[^;]*from\s+'node:(fs|fs\/promises|net|http|worker_threads|child_process|module)'/m;

@@ -14,6 +14,7 @@ import type { GroupCommand, GroupEvent } from '../../src/rendezvous/groupEvents.
 import type { SupervisorInput } from '../../src/machines/supervisor.js';
 import type { PlannedModel } from '../../src/models/planModel.js';
 import { modelMachine } from '../../src/models/modelMachine.js';
+import { modelRegistryMachine } from '../../src/models/modelRegistryMachine.js';
 import { FIRST_MODEL_ID, modelActor } from '../../src/models/modelHost.js';
 import type { AnyActorRef } from 'xstate';
 import type { FileIdentity } from '../../src/files/fileIdentity.js';
@@ -123,7 +124,7 @@ export class FakeWorld {
     });
     return {
       actors: {
-        model: modelMachine.provide({ actors: { rank, rankService, checkFiles, dropModelShards } }),
+        modelRegistry: modelRegistryMachine.provide({ actors: { model: modelMachine.provide({ actors: { rank, rankService, checkFiles, dropModelShards } }) } }),
         // Never settles by itself: the test sends the done/error events.
         prepareNode: fromPromise<Prepared, PrepareInput>(() => new Promise<Prepared>(() => {})),
         groupSession: fromCallback<GroupCommand, GroupSessionInput, GroupEvent>(({ receive }) => {

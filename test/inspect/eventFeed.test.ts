@@ -3,11 +3,12 @@
 // is sampled, handles never leave the node, and the feed is bounded.
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { createActor } from 'xstate';
+import { createActor, type AnyActorRef } from 'xstate';
 import { EventFeed, PROGRESS_SAMPLE_MS, summarizeEvent, type NodeEvent } from '../../src/inspect/eventFeed.js';
 import { stateName } from '../../src/inspect/stateName.js';
 import { supervisorMachine } from '../../src/machines/supervisor.js';
 import { FakeWorld, sendToNode, fakeInput, fakePrepared, fakeRankTable } from '../helpers/fakeNode.js';
+import { MODEL_REGISTRY_ID } from '../../src/models/modelHost.js';
 
 type Ev = Parameters<ReturnType<typeof createActor<typeof supervisorMachine>>['send']>[0];
 const device = (r: number) => ({ backend: 'host' as const, index: r, uuid: `fake-${r}`, name: 'fake', totalBytes: 1 << 30, freeBytes: 1 << 30 });
@@ -32,7 +33,7 @@ function toReady(send: (e: unknown) => void) {
   for (const r of [0, 1]) send({ type: 'RANK_SERVING', localRank: r, socketPath: `/fake/sockets/fake-${r}.sock` });
 }
 
-const brief = (e: NodeEvent) => (e.model ? `${e.model}: ` : '') + (e.to ? `${e.type}->${e.to}` : `${e.type}${e.from ? ` ${e.from}->${e.state}` : ''}`);
+const brief = (e: NodeEvent) => (e.model ? `${e.model}: ` : e.registry ? 'models: ' : '') + (e.to ? `${e.type}->${e.to}` : `${e.type}${e.from ? ` ${e.from}->${e.state}` : ''}`);
 
 test('cause before effects, with the states moved between, through a whole life', () => {
   const feed = new EventFeed();
@@ -50,8 +51,10 @@ test('cause before effects, with the states moved between, through a whole life'
     'xstate.done.actor.prepare init->rendezvous',
     'xstate.init->group',
     'GROUP_JOINED rendezvous->loading',
-    // The node's first model is a model actor: its events name it, each after its cause.
-    'xstate.init->model-0',
+    // The model registry's events and a model actor's say whose they are, each after its cause.
+    'xstate.init->models',
+    'models: xstate.init',
+    'models: xstate.init->model-0',
     'model-0: xstate.init',
     'model-0: xstate.init->rank-0',
     'model-0: xstate.init->rank-1',
@@ -63,21 +66,26 @@ test('cause before effects, with the states moved between, through a whole life'
     'model-0: xstate.done.actor.checkFiles verifying->starting',
     'model-0: xstate.init->serve-0',
     'model-0: xstate.init->serve-1',
-    'MODEL_STARTING loading->starting',
+    'models: MODEL_STARTING',
+    'GROUP_MODEL_STARTING loading->starting',
     'model-0: RANK_SERVING',
     'model-0: RANK_SERVING starting->serving',
     'model-0: SERVE_ANNOUNCE->serve-0',
     'model-0: SERVE_ANNOUNCE->serve-1',
-    'MODEL_SERVING starting->ready',
+    'models: MODEL_SERVING startup->running',
+    'STARTUP_MODELS_SERVING starting->ready',
     'NODE_READY->group',
     'STOP ready->stopping',
-    'MODEL_STOP->model-0',
+    'MODELS_STOP->models',
+    'models: MODELS_STOP running->stopping',
+    'models: MODEL_STOP->model-0',
     'model-0: MODEL_STOP serving->stopping',
     'model-0: RANK_STOP->rank-0',
     'model-0: RANK_STOP->rank-1',
     'model-0: RANK_STOPPED',
     'model-0: RANK_STOPPED stopping->stopped',
-    'MODEL_GONE stopping->stopped',
+    'models: MODEL_GONE stopping->stopped',
+    'MODELS_STOPPED stopping->stopped',
   ];
   assert.equal(log.filter((l) => l !== 'xstate.init->publishManifest'), expected);
   assert.equal(seen, feed.recent(), 'listeners see exactly what the feed keeps');
@@ -89,10 +97,10 @@ test('cause before effects, with the states moved between, through a whole life'
 
 test('each event is labelled as an operator reads it: no xstate names, no generated actor ids', () => {
   const feed = new EventFeed();
-  const { send } = start(feed);
+  const { actor, send } = start(feed);
   toReady(send);
   send({ type: 'STOP' });
-  send({ type: 'xstate.after.stopTimeout.supervisor.stopping' });
+  (actor.getSnapshot().children[MODEL_REGISTRY_ID] as AnyActorRef).send({ type: 'xstate.after.stopTimeout.modelRegistry.stopping' });
   const labels = feed.recent().map((e) => (e.to ? `${e.label} -> ${e.to}` : e.label));
   for (const l of ['start', 'start prepare -> prepare', 'prepare done', 'start group -> group', 'start publishManifest -> publishManifest', 'NODE_READY -> group', 'stopTimeout passed']) {
     assert.ok(labels.includes(l), `"${l}" in ${JSON.stringify(labels)}`);

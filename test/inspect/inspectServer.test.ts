@@ -237,7 +237,7 @@ test('events stream: history on connect, each event live with the status, ended 
   assert.ok(hello.data.events.some((e: { type: string }) => e.type === 'GROUP_JOINED'), 'recent events replayed');
   h.toReady();
   const ready = await stream.next((f) => f.event === 'node-event' && f.data.event.state === 'ready');
-  assert.is(ready.data.event.type, 'MODEL_SERVING');
+  assert.is(ready.data.event.type, 'STARTUP_MODELS_SERVING');
   assert.is(ready.data.event.from, 'starting');
   assert.is(ready.data.status.state, 'ready', 'the status as of that event');
   const loaded = await stream.next((f) => f.event === 'node-event' && f.data.event.type === 'RANK_LOADED');

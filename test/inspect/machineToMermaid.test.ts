@@ -1,11 +1,12 @@
 // The chart is drawn from the machine's own definition: every state, initial state, event,
-// guard, delay and invoked actor of the supervisor appears, and a machine with nested and
+// guard, delay and invoked actor of the supervisor (and of its model registry) appears, and a machine with nested and
 // parallel states (a parallel root too) and combined guards is drawn as well. `weightd statechart` prints the same.
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { and, createMachine, not, setup } from 'xstate';
 import { chartStates, chartToMermaid, machineToChart, machineToMermaid, mermaidStateId } from '../../src/inspect/machineToMermaid.js';
 import { supervisorMachine } from '../../src/machines/supervisor.js';
+import { modelRegistryMachine } from '../../src/models/modelRegistryMachine.js';
 import { runCli } from '../helpers/runCli.js';
 
 const chart = machineToChart(supervisorMachine);
@@ -17,26 +18,30 @@ test('every supervisor state, with its type, initial state and final states', ()
   assert.is(byKey.stopped!.type, 'final');
   assert.is(byKey.failed!.type, 'final');
   assert.is(byKey.loading!.type, 'atomic');
-  assert.equal(byKey.loading!.entry, ['spawnStartupModels']);
+  assert.equal(byKey.loading!.entry, ['spawnModelRegistry']);
   assert.equal(byKey.init!.invoke, [{ id: 'prepare', src: 'prepareNode' }]);
-  // xstate's own timer action behind `after` is not a user action.
   assert.equal(byKey.stopping!.entry, ['stopModels']);
+  // xstate's own timer action behind `after` is not a user action.
+  assert.equal(machineToChart(modelRegistryMachine).states.find((s) => s.key === 'stopping')!.entry, ['stopModels']);
 });
 
 test('transitions carry their events, guards, delays, actions and targets', () => {
   const find = (source: string, label: string) => chart.transitions.find((t) => t.source === `supervisor.${source}` && t.label === label);
-  assert.equal(find('starting', 'always'), {
-    source: 'supervisor.starting', event: '', kind: 'always', label: 'always', targets: ['supervisor.ready'], guard: 'startupModelsServing', actions: [],
+  const registry = machineToChart(modelRegistryMachine);
+  const findInRegistry = (source: string, label: string) => registry.transitions.find((t) => t.source === `modelRegistry.${source}` && t.label === label);
+  assert.equal(findInRegistry('startup', 'always'), {
+    source: 'modelRegistry.startup', event: '', kind: 'always', label: 'always', targets: ['modelRegistry.running'], guard: 'startupModelsServing', actions: ['tellNodeServing'],
   });
   assert.equal(find('init', 'prepareNode done')?.targets, ['supervisor.rendezvous']);
   assert.is(find('init', 'prepareNode done')?.kind, 'done');
   assert.is(find('init', 'prepareNode error')?.event, 'xstate.error.actor.prepare');
-  const timeout = find('stopping', 'after stopTimeout');
+  const timeout = findInRegistry('stopping', 'after stopTimeout');
   assert.is(timeout?.kind, 'after');
   assert.is(timeout?.delay, 'stopTimeout');
-  assert.equal(timeout?.actions, ['recordStopTimeout']);
-  assert.equal(find('loading', 'MODEL_FAILED')?.actions, ['recordModelFailure', 'notifyGroupOfFailure']);
-  assert.equal(find('loading', 'MODEL_STALE')?.targets, [], 'handled in place');
+  assert.equal(timeout?.targets, ['modelRegistry.stopTimedOut']);
+  assert.equal(find('stopping', 'MODELS_STOP_TIMED_OUT')?.actions, ['recordStopTimeout']);
+  assert.equal(find('loading', 'MODEL_FAILS_NODE')?.actions, ['recordModelFailure', 'notifyGroupOfFailure']);
+  assert.equal(find('ready', 'MODELS_LISTED')?.targets, [], 'handled in place');
   const root = chart.transitions.find((t) => t.source === 'supervisor');
   assert.equal(root?.event, 'GROUP_FAILED');
   assert.equal(root?.targets, ['supervisor.failed']);
@@ -49,15 +54,15 @@ test('mermaid text: states, descriptions, merged edges, the root transition in e
   for (const l of [
     '  [*] --> init',
     '  state "loading" as loading',
-    '  loading : entry / spawnStartupModels',
-    '  loading : MODEL_STALE / recordModelStale',
+    '  loading : entry / spawnModelRegistry',
+    '  ready : MODELS_LISTED / republishManifest',
     '  ready : invoke publishNodeManifest',
     '  stopped --> [*]',
     '  failed --> [*]',
-    '  loading --> starting : MODEL_STARTING [formsGroup]',
-    '  starting --> ready : always [startupModelsServing]',
+    '  loading --> starting : GROUP_MODEL_STARTING',
+    '  starting --> ready : STARTUP_MODELS_SERVING',
     '  init --> rendezvous : prepareNode done',
-    '  stopping --> failed : after stopTimeout<br/>GROUP_FAILED',
+    '  stopping --> failed : MODELS_STOP_TIMED_OUT<br/>GROUP_FAILED',
     '  rendezvous --> failed : GROUP_FAILED',
   ]) {
     assert.ok(lines.includes(l), `missing line ${JSON.stringify(l)} in\n${text}`);

@@ -55,8 +55,8 @@ test('API: inspect server up with the node, status/metrics/events agree, closed 
   assert.is(node.recentEvents().at(-1)!.seq, Math.max(...node.recentEvents().map((e) => e.seq)));
 
   await node.stop('test');
-  // The supervisor's moves (a model actor's name their model).
-  const moves = live.filter((e) => e.from && !e.model).map((e) => `${e.from}->${e.state}`);
+  // The supervisor's moves (a model actor's name their model, the model registry's say so).
+  const moves = live.filter((e) => e.from && !e.model && !e.registry).map((e) => `${e.from}->${e.state}`);
   assert.equal(moves.slice(-2), ['ready->stopping', 'stopping->stopped']);
   assert.ok(live.some((e) => e.type === 'RANK_STOP' && e.to === 'rank-0'));
   await httpGet(`${url}/healthz`).then(

@@ -12,14 +12,15 @@ import { chartStates, machineToMermaid } from '../../src/inspect/machineToMermai
 import { NodeMetrics } from '../../src/inspect/nodeMetrics.js';
 import { groupMemberMachine } from '../../src/machines/groupMemberMachine.js';
 import { modelGroupMachine } from '../../src/models/modelGroupMachine.js';
+import { modelRegistryMachine } from '../../src/models/modelRegistryMachine.js';
 import { rankWorkerMachine } from '../../src/machines/rankWorkerMachine.js';
 import type { NodeStatus } from '../../src/nodeStatus.js';
 import { runCli } from '../helpers/runCli.js';
 import { httpGet } from '../inspect/httpGet.js';
 
 test('a node of one draws no group machine; a group node draws the coordinator and the model group too, every one a drawn machine', () => {
-  assert.equal(pageMachinesFor(1), ['supervisor', 'rankService', 'rankWorker', 'model']);
-  assert.equal(pageMachinesFor(2), ['supervisor', 'coordinator', 'groupMember', 'rankService', 'rankWorker', 'model', 'modelGroup']);
+  assert.equal(pageMachinesFor(1), ['supervisor', 'rankService', 'rankWorker', 'modelRegistry', 'model']);
+  assert.equal(pageMachinesFor(2), ['supervisor', 'coordinator', 'groupMember', 'rankService', 'rankWorker', 'modelRegistry', 'model', 'modelGroup']);
   for (const m of pageMachinesFor(2)) assert.ok(DRAWN_MACHINE_NAMES.includes(m), m);
 });
 
@@ -72,8 +73,20 @@ test("a node's membership of its group is drawn on a group node's page, mirrorin
   assert.is(printed.stdout, machineToMermaid(groupMemberMachine));
 });
 
-test('a returning keeper is drawn: the supervisor and the model take KEEPER_BACK', () => {
-  for (const m of ['supervisor', 'model'] as const) assert.ok(drawnChart(m).transitions.some((t) => t.event === 'KEEPER_BACK'), `${m} draws KEEPER_BACK`);
+test("the model registry is drawn, and weightd statechart prints it: the node's models, apart from its life", async () => {
+  const chart = drawnChart('modelRegistry');
+  assert.equal(chart.states.map((s) => s.key), ['startup', 'running', 'stopping', 'stopped', 'stopTimedOut', 'halted']);
+  const events = new Set(chart.transitions.map((t) => t.event));
+  for (const e of ['MODEL_LOAD', 'MODEL_UNLOAD', 'MODEL_SERVING', 'MODEL_FAILED', 'MODEL_GROUP_COMMIT', 'MODEL_GROUP_ABORT', 'MODELS_STOP']) assert.ok(events.has(e), `${e} drawn`);
+  const supervisor = new Set(drawnChart('supervisor').transitions.map((t) => t.event));
+  for (const e of ['MODEL_SERVING', 'MODEL_FAILED', 'MODEL_GONE']) assert.not.ok(supervisor.has(e), `the supervisor no longer takes ${e}`);
+  const printed = await runCli(['statechart', '--machine', 'modelRegistry']);
+  assert.is(printed.code, 0, printed.stderr);
+  assert.is(printed.stdout, machineToMermaid(modelRegistryMachine));
+});
+
+test('a returning keeper is drawn: the supervisor, the model registry and the model take KEEPER_BACK', () => {
+  for (const m of ['supervisor', 'modelRegistry', 'model'] as const) assert.ok(drawnChart(m).transitions.some((t) => t.event === 'KEEPER_BACK'), `${m} draws KEEPER_BACK`);
 });
 
 test("a group node's inspect server serves the model group's chart, and weightd statechart prints it", async () => {
@@ -84,7 +97,7 @@ test("a group node's inspect server serves the model group's chart, and weightd 
   const server = await InspectServer.listen({ host: '127.0.0.1', port: 0, log, status, feed, metrics, charts: pageMachinesFor(2).map(drawnChart) });
   try {
     const json = JSON.parse((await httpGet(`${server.url}/statechart.json`)).body) as { machines: Array<{ chart: { id: string }; mermaid: string; mermaidIds: Record<string, string> }> };
-    assert.equal(json.machines.map((m) => m.chart.id), ['supervisor', 'coordinator', 'groupMember', 'rankService', 'rankWorker', 'model', 'modelGroup']);
+    assert.equal(json.machines.map((m) => m.chart.id), ['supervisor', 'coordinator', 'groupMember', 'rankService', 'rankWorker', 'modelRegistry', 'model', 'modelGroup']);
     const group = json.machines.at(-1)!;
     assert.is(group.mermaid, machineToMermaid(modelGroupMachine));
     assert.equal(Object.keys(group.mermaidIds), ['gathering', 'loading', 'committed', 'aborted']);

@@ -4,7 +4,7 @@
 // A model loaded at run time is the child its MODEL_LOAD names, so node.load follows that one.
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { createActor, fromCallback } from 'xstate';
+import { createActor, fromCallback, type AnyActorRef } from 'xstate';
 import pino from 'pino';
 import type { PlannedModel } from '../../src/models/planModel.js';
 import type { RankActorInput, RankCommand, RankEvent } from '../../src/models/rankContract.js';
@@ -13,7 +13,8 @@ import { WorkerRegistry } from '../../src/models/workerRegistry.js';
 import type { SupervisorEvent } from '../../src/machines/events.js';
 import { modelMachine, type ModelCommand } from '../../src/models/modelMachine.js';
 import { supervisorMachine } from '../../src/machines/supervisor.js';
-import { modelActor } from '../../src/models/modelHost.js';
+import { MODEL_REGISTRY_ID, modelActor, modelEntries, type ModelEvent } from '../../src/models/modelHost.js';
+import { modelRegistryMachine } from '../../src/models/modelRegistryMachine.js';
 import { FakeWorld, fakeInput, fakePlanned, fakePrepared, fakeRankTable, LOCAL_RANKS } from '../helpers/fakeNode.js';
 import { modelActorId } from '../../src/models/modelHost.js';
 
@@ -33,7 +34,7 @@ function readyNode() {
   const told: Array<{ id: string; cmd: ModelCommand }> = [];
   const implementations = world.implementations();
   const model = fromCallback<ModelCommand, { id: string }>(({ input, receive }) => receive((cmd) => told.push({ id: input.id, cmd })));
-  const actor = createActor(supervisorMachine.provide({ actors: { ...implementations.actors, model: model as never } }), { input: fakeInput() });
+  const actor = createActor(supervisorMachine.provide({ actors: { ...implementations.actors, modelRegistry: modelRegistryMachine.provide({ actors: { model: model as never } }) } }), { input: fakeInput() });
   actor.start();
   const send = (e: unknown) => actor.send(e as SupervisorEvent);
   send({ type: 'xstate.done.actor.prepare', output: fakePrepared });
@@ -42,8 +43,10 @@ function readyNode() {
   assert.equal(told, []);
   send({ type: 'GROUP_JOINED', rankTable: fakeRankTable });
   const first = modelActorId(0);
-  send({ type: 'MODEL_STARTING', id: first });
-  send({ type: 'MODEL_SERVING', id: first, entries: ranks.map((r) => ({ globalRank: r, localRank: r, socketPath: `/s/${r}`, deviceUuid: fakeDevice(r).uuid, fingerprint: `rank${r}` })) });
+  // What the first model's actor tells the registry.
+  const tell = (e: ModelEvent) => (actor.getSnapshot().children[MODEL_REGISTRY_ID] as AnyActorRef).send(e);
+  tell({ type: 'MODEL_STARTING', id: first });
+  tell({ type: 'MODEL_SERVING', id: first, entries: ranks.map((r) => ({ globalRank: r, localRank: r, socketPath: `/s/${r}`, deviceUuid: fakeDevice(r).uuid, fingerprint: `rank${r}` })) });
   assert.is(actor.getSnapshot().value, 'ready');
   return { world, told, actor, send };
 }
@@ -54,7 +57,7 @@ test('a model loaded at run time is the child named by its MODEL_LOAD', () => {
   const child = modelActor(actor.getSnapshot(), 'load-7');
   assert.ok(child, 'found by the id the load gave it');
   assert.is(child!.id, 'load-7');
-  assert.equal(actor.getSnapshot().context.models.map((m) => m.id), [modelActorId(0), 'load-7']);
+  assert.equal(modelEntries(actor.getSnapshot()).map((m) => m.id), [modelActorId(0), 'load-7']);
   actor.stop();
 });
 

@@ -1,21 +1,20 @@
 // Model-based test of the supervisor: xstate/graph enumerates the paths through the machine
 // (with every event it can receive), and each path is replayed against a live actor built with
 // fake children, checking at every step what the machine must have done in that state. Its models
-// (the node's first included) are model actors, walked alone in test/models/modelMachine.paths;
-// here a fake stands in for each and the test sends what a model tells the supervisor.
+// live in the model registry, walked alone in test/models/modelRegistry.paths (and each model
+// actor in test/models/modelMachine.paths); here a fake stands in for the registry and the test
+// sends what the registry tells the supervisor.
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { createActor, fromCallback } from 'xstate';
 import { getShortestPaths, getSimplePaths } from 'xstate/graph';
 import { supervisorMachine } from '../../src/machines/supervisor.js';
-import { modelActorId } from '../../src/models/modelHost.js';
-import type { ModelCommand, ModelInput } from '../../src/models/modelMachine.js';
-import { FORMS_GROUP } from '../../src/models/modelMachine.js';
+import { MODEL_REGISTRY_ID } from '../../src/models/modelHost.js';
+import type { ModelRegistryCommand, ModelRegistryInput } from '../../src/models/modelRegistryMachine.js';
 import { FakeWorld, LOCAL_RANKS, fakeInput, fakePrepared, fakeRankTable } from '../helpers/fakeNode.js';
 
 type Ev = Parameters<ReturnType<typeof createActor<typeof supervisorMachine>>['send']>[0];
 const err = { name: 'DeviceError', code: 'E_TEST', message: 'rank 1 (local 1) failed: boom' };
-const first = modelActorId(0);
 const entries = [...Array(LOCAL_RANKS).keys()].map((r) => ({ globalRank: r, localRank: r, socketPath: `/fake/sockets/fake-${r}.sock`, deviceUuid: `fake-${r}`, fingerprint: `rank${r}` }));
 const events = [
   { type: 'xstate.done.actor.prepare', output: fakePrepared },
@@ -25,35 +24,35 @@ const events = [
   { type: 'GROUP_FAILED', error: err },
   { type: 'PEER_LOST', nodeRank: 1, reason: 'heartbeat' },
   { type: 'STOP' },
-  { type: 'xstate.after.stopTimeout.supervisor.stopping' },
-  // What the node's first model's actor tells the supervisor.
-  { type: 'MODEL_STARTING', id: first },
-  { type: 'MODEL_SERVING', id: first, entries, digests: [] },
-  { type: 'MODEL_GONE', id: first },
-  { type: 'MODEL_FAILED', id: first, error: err },
+  // What the model registry tells the supervisor.
+  { type: 'GROUP_MODEL_STARTING' },
+  { type: 'STARTUP_MODELS_SERVING', digests: [], listing: { entries, models: [] } },
+  { type: 'MODEL_FAILS_NODE', failure: err },
+  { type: 'MODELS_STOPPED' },
+  { type: 'MODELS_STOP_TIMED_OUT', failure: { name: 'RankFailedError', code: 'E_STOP_TIMEOUT', message: 'did not stop' } },
 ] as unknown as Ev[];
 
 const options = {
   input: fakeInput(),
   events,
-  // Context holds a logger; a path's identity is its state and its models'.
-  serializeState: (s: any) => JSON.stringify([s.value, s.context.models.map((m: any) => [m.id, m.entries !== undefined, m.gone ?? false]), s.context.groupReady, s.context.failure?.code ?? null]),
+  // Context holds a logger; a path's identity is its state.
+  serializeState: (s: any) => JSON.stringify([s.value, s.context.groupReady, s.context.failure?.code ?? null]),
 };
 
-/** The supervisor's world, with a fake for every model actor that records what it is told. */
+/** The supervisor's world, with a fake model registry that records what it is told. */
 class World extends FakeWorld {
-  liveModels = new Set<string>();
-  modelInputs = new Map<string, ModelInput>();
-  modelCommands: Array<{ id: string; cmd: ModelCommand }> = [];
+  registryLive = false;
+  registryInput?: ModelRegistryInput;
+  registryCommands: ModelRegistryCommand[] = [];
   override implementations() {
     const base = super.implementations();
-    const model = fromCallback<ModelCommand, ModelInput>(({ input, receive }) => {
-      this.liveModels.add(input.id);
-      this.modelInputs.set(input.id, input);
-      receive((cmd) => this.modelCommands.push({ id: input.id, cmd }));
-      return () => this.liveModels.delete(input.id);
+    const modelRegistry = fromCallback<ModelRegistryCommand, ModelRegistryInput>(({ input, receive }) => {
+      this.registryLive = true;
+      this.registryInput = input;
+      receive((cmd) => this.registryCommands.push(cmd));
+      return () => (this.registryLive = false);
     });
-    return { actors: { ...base.actors, model: model as never } };
+    return { actors: { ...base.actors, modelRegistry: modelRegistry as never } };
   }
 }
 
@@ -82,31 +81,24 @@ function replay(steps: Array<{ event: { type: string } }>) {
 function check(snap: any, world: World, event: Ev, hadFailure: boolean) {
   const state = String(snap.value);
   const where = `${state} after ${event.type}`;
-  if (['init', 'rendezvous', 'reportingFailure'].includes(state)) assert.is(world.liveModels.size, 0, `${where}: no model before the group formed`);
-  if (['loading', 'starting', 'ready'].includes(state)) {
-    const entry = snap.context.models.find((m: any) => m.id === first);
-    assert.ok(entry?.gone || world.liveModels.has(first), `${where}: the node's first model is a live model actor`);
-    assert.equal(world.modelInputs.get(first)!.join, FORMS_GROUP, `${where}: it joins as the model the group formed around`);
+  assert.not.ok('models' in snap.context, `${where}: the supervisor keeps no models: its registry does`);
+  if (['init', 'rendezvous', 'reportingFailure'].includes(state)) assert.is(world.registryLive, false, `${where}: no model registry before the group formed`);
+  if (['loading', 'starting', 'ready', 'stopping'].includes(state)) {
+    assert.ok(world.registryLive && snap.children[MODEL_REGISTRY_ID], `${where}: the model registry is a live child`);
+    assert.equal(world.registryInput!.startup, fakePrepared.models, `${where}: it starts the models the node prepared, the group's first`);
     assert.is(world.liveRanks.size + world.liveServers.size, 0, `${where}: the supervisor spawns no rank or server itself`);
   }
   assert.is(world.manifestLive, state === 'ready', `${where}: the node manifest exists exactly while ready`);
-  if (state === 'ready') {
-    assert.ok(world.groupCommands.some((c) => c.type === 'NODE_READY'), `${where}: the group was told this node is ready`);
-    assert.ok(snap.context.models.every((m: any) => !m.startup || m.entries), `${where}: every model it started with serves`);
-  }
-  if (state === 'stopping') {
-    for (const m of snap.context.models) {
-      if (!m.gone) assert.ok(world.modelCommands.some((c) => c.id === m.id && c.cmd.type === 'MODEL_STOP'), `${where}: model ${m.id} was told to stop`);
-    }
-  }
+  if (state === 'ready') assert.ok(world.groupCommands.some((c) => c.type === 'NODE_READY'), `${where}: the group was told this node is ready`);
+  if (state === 'stopping') assert.equal(world.registryCommands.filter((c) => c.type === 'MODELS_STOP'), [{ type: 'MODELS_STOP' }], `${where}: the models were told to stop, once`);
   if (state === 'failed' || state === 'stopped') {
     assert.is(snap.status, 'done', `${where}: final`);
-    assert.is(world.liveModels.size, 0, `${where}: every model actor was stopped (teardown)`);
+    assert.is(world.registryLive, false, `${where}: the model registry, and every model actor with it, was stopped (teardown)`);
     assert.is(world.groupLive, false, `${where}: the group session was closed`);
   }
   if (state === 'failed') {
     assert.ok(snap.context.failure?.message, `${where}: the failure is recorded`);
-    if (event.type === 'MODEL_FAILED' && !hadFailure) {
+    if (event.type === 'MODEL_FAILS_NODE' && !hadFailure) {
       assert.is(snap.context.failure.message, err.message, `${where}: the model's failure (naming its rank) is the node's`);
       assert.ok(world.groupCommands.some((c) => c.type === 'NODE_FAILED'), `${where}: peers are told`);
     }
@@ -138,15 +130,11 @@ test('every simple path to a final state tears everything down', () => {
   }
 });
 
-test("the node's first model failing once the node is ready fails the node; released, it stays listed", () => {
+test("a model failing the node once it is ready fails the node", () => {
   const steps = (...types: string[]) => types.map((type) => ({ event: events.find((e) => e.type === type)! }));
-  const failed = replay(steps('xstate.done.actor.prepare', 'GROUP_JOINED', 'MODEL_STARTING', 'MODEL_SERVING', 'MODEL_FAILED')).at(-1)!;
+  const failed = replay(steps('xstate.done.actor.prepare', 'GROUP_JOINED', 'GROUP_MODEL_STARTING', 'STARTUP_MODELS_SERVING', 'MODEL_FAILS_NODE')).at(-1)!;
   assert.is(failed.from, 'ready');
   assert.is(failed.state, 'failed');
-  const released = replay(steps('xstate.done.actor.prepare', 'GROUP_JOINED', 'MODEL_STARTING', 'MODEL_SERVING', 'MODEL_GONE')).at(-1)!;
-  assert.is(released.state, 'ready', 'the node lives on (a client released every rank, or a newer version took its place)');
-  assert.equal(released.snap.context.models.map((m) => [m.id, m.gone]), [[first, true]]);
-  assert.ok(released.snap.children[first], 'its actor is kept, its servers answering "released"');
 });
 
 test('a node of a group that fails before joining reports it to node 0, then fails; node 0 does not', () => {

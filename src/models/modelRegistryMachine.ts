@@ -1,0 +1,327 @@
+// The models a node serves, as one machine: it spawns a model actor for each (those the node starts
+// with, then each node.load), keeps their list (ModelEntry), drains the older versions of a name
+// once a newer one serves, drops a model that failed or was released, routes node 0's verdicts on
+// a model that spans the group to that model's actor, and says what the node must do or tell its
+// group. The supervisor (src/machines/supervisor.ts) spawns it once the group is joined and keeps
+// the node's life; like the model machine it holds no I/O, and its model actor is a placeholder
+// that the composition root provides (src/actors/nodeActors.ts).
+import { assertEvent, enqueueActions, setup, type AnyActorRef } from 'xstate';
+import type { Logger } from '../log.js';
+import type { CudaHandles } from '../native/addon.js';
+import type { ServerRegistry } from '../serve/serverRegistry.js';
+import type { NodeManifestModel } from '../wire/nodeManifest.js';
+import type { GroupCommand, GroupEvent } from '../rendezvous/groupEvents.js';
+import { keptLoadOf } from './keptLoad.js';
+import { modelActorId, modelFailureMessage, type ModelEntry, type ModelEvent, type ModelListing, type ModelRegistryReport, type ModelRequestEvent } from './modelHost.js';
+import { FORMS_GROUP, LOADED_BESIDE, modelMachine, type ModelInput } from './modelMachine.js';
+import type { PlannedModel } from './planModel.js';
+import type { RankKeeping } from './rankMessages.js';
+import type { WorkerRegistry } from './workerRegistry.js';
+
+export interface ModelRegistryInput {
+  /**
+   * Who hears what the registry reports (ModelRegistryReport): the supervisor. An input rather
+   * than sendParent, so that xstate/graph can walk the machine alone (test/models/modelRegistry.paths).
+   */
+  node: AnyActorRef;
+  /** The models the node starts with, planned (Prepared.models): the first is the one its group formed around. */
+  startup: PlannedModel[];
+  socketDir: string;
+  cudaHandles: CudaHandles;
+  /** Where the ranks keep their segments (absent: --keeper off). */
+  keeper?: RankKeeping;
+  log: Logger;
+  rankWorker: URL;
+  workers: WorkerRegistry;
+  servers: ServerRegistry;
+}
+
+export interface ModelRegistryContext extends ModelRegistryInput {
+  /** The model versions the node serves, oldest first, the node's first model first. */
+  models: ModelEntry[];
+}
+
+/** What the supervisor sends the registry: the node stops, the node failed (its models end with it), the keeper is back. */
+export type ModelRegistryCommand = { type: 'MODELS_STOP' } | { type: 'MODELS_HALT' } | { type: 'KEEPER_BACK' };
+
+/** What the group tells this node of a model that spans it (src/models/modelGroupMachine.ts), as the supervisor forwards it. */
+export type ModelGroupVerdict = Extract<GroupEvent, { type: 'MODEL_GROUP_COMMIT' | 'MODEL_GROUP_ABORT' }>;
+
+export type ModelRegistryEvent = ModelEvent | ModelRequestEvent | ModelRegistryCommand | ModelGroupVerdict;
+
+/** How long ranks get to free their devices after MODELS_STOP before the node gives up on them. */
+export const STOP_TIMEOUT_MS = 30_000;
+
+const registrySetup = setup({
+  types: {
+    context: {} as ModelRegistryContext,
+    events: {} as ModelRegistryEvent,
+    input: {} as ModelRegistryInput,
+  },
+  actors: {
+    /** Every model the node serves, its first included; its rank and serve actors are placeholders too (src/models/modelMachine.ts). */
+    model: modelMachine,
+  },
+  delays: { stopTimeout: STOP_TIMEOUT_MS },
+  guards: {
+    allModelsGone: ({ context }) => context.models.every((m) => m.gone),
+    startupModelsServing: ({ context }) => context.models.every((m) => !m.startup || m.entries !== undefined),
+    formsGroup: ({ context, event }) => {
+      assertEvent(event, ['MODEL_STARTING', 'MODEL_FAILED']);
+      return context.models.some((m) => m.id === event.id && m.formsGroup);
+    },
+    failsTheNode: ({ context, event }) => {
+      assertEvent(event, 'MODEL_FAILED');
+      return context.models.some((m) => m.id === event.id && m.startup && !m.restored);
+    },
+  },
+  actions: {
+    // The node's first model, placed by the rendezvous, joins as FORMS_GROUP; the others load beside it.
+    spawnStartupModels: enqueueActions(({ context, enqueue, self }) => {
+      const models = context.startup.map((planned, n) => {
+        const id = modelActorId(n);
+        enqueue.spawnChild('model', { id, input: modelInput(context, self, id, planned, true, n === 0) });
+        return modelEntry(id, planned, true, n === 0);
+      });
+      enqueue.assign({ models: [...context.models, ...models] });
+    }),
+    spawnModel: enqueueActions(({ context, event, enqueue, self }) => {
+      assertEvent(event, 'MODEL_LOAD');
+      const { planned, id } = event;
+      enqueue.spawnChild('model', { id, input: modelInput(context, self, id, planned, false, false) });
+      enqueue.assign({ models: [...context.models, modelEntry(id, planned, false, false)] });
+      // Every node loads it as soon as it has joined; none serves it before node 0 commits.
+      if (planned.placement.nnodes > 1) {
+        const { name } = planned.spec;
+        const { fingerprint, fingerprintFields } = planned.plan;
+        enqueue.sendTo(context.node, tellGroup({ type: 'MODEL_GROUP_JOIN', name, fingerprint, fingerprintFields, tpSize: planned.spec.tpSize }));
+      }
+    }),
+    // The group's model binds its sockets: the node is starting.
+    tellNodeStarting: enqueueActions(({ context, enqueue }) => enqueue.sendTo(context.node, { type: 'GROUP_MODEL_STARTING' } satisfies ModelRegistryReport)),
+    // Every model the node started with serves: the node is ready, its group compares the first model's digests.
+    tellNodeServing: enqueueActions(({ context, enqueue }) =>
+      enqueue.sendTo(context.node, { type: 'STARTUP_MODELS_SERVING', digests: context.models.find((m) => m.formsGroup)?.digests, listing: listingOf(context) } satisfies ModelRegistryReport)),
+    tellNodeFailed: enqueueActions(({ context, event, enqueue }) => {
+      assertEvent(event, 'MODEL_FAILED');
+      enqueue.sendTo(context.node, { type: 'MODEL_FAILS_NODE', failure: event.error } satisfies ModelRegistryReport);
+    }),
+    tellNodeListing: enqueueActions(({ context, enqueue }) => enqueue.sendTo(context.node, { type: 'MODELS_LISTED', listing: listingOf(context) } satisfies ModelRegistryReport)),
+    tellGroupPlanFailed: enqueueActions(({ context, event, enqueue }) => {
+      assertEvent(event, 'MODEL_PLAN_FAILED');
+      enqueue.sendTo(context.node, tellGroup({ type: 'MODEL_GROUP_FAILED', name: event.name, error: event.error }));
+    }),
+    tellGroupResident: enqueueActions(({ context, event, enqueue }) => {
+      assertEvent(event, 'MODEL_RESIDENT');
+      const m = context.models.find((x) => x.id === event.id);
+      if (m?.group !== 'pending') return;
+      context.log.info({ model: m.name, fingerprint: m.fingerprint }, `model "${m.name}" is resident here; waiting for node 0's commit`);
+      enqueue.sendTo(context.node, tellGroup({ type: 'MODEL_GROUP_RESIDENT', name: m.name, fingerprint: m.fingerprint }));
+    }),
+    // A reload across the group (src/models/groupReload.ts): this node's word to node 0.
+    tellGroupStale: enqueueActions(({ context, event, enqueue }) => {
+      assertEvent(event, 'MODEL_GROUP_STALE');
+      enqueue.sendTo(context.node, tellGroup({ type: 'MODEL_GROUP_STALE', name: event.name, fingerprint: event.fingerprint }));
+    }),
+    vouchToGroup: enqueueActions(({ context, event, enqueue }) => {
+      assertEvent(event, 'MODEL_GROUP_VOUCH');
+      const { name, fingerprint } = event.join;
+      enqueue.sendTo(context.node, tellGroup({ type: 'MODEL_GROUP_JOIN', ...event.join }));
+      enqueue.sendTo(context.node, tellGroup({ type: 'MODEL_GROUP_RESIDENT', name, fingerprint }));
+    }),
+    // A node that fails a swap across nodes fails it everywhere.
+    tellGroupFailed: enqueueActions(({ context, event, enqueue }) => {
+      assertEvent(event, 'MODEL_FAILED');
+      const m = context.models.find((x) => x.id === event.id);
+      if (m?.group === 'pending') enqueue.sendTo(context.node, tellGroup({ type: 'MODEL_GROUP_FAILED', name: m.name, fingerprint: m.fingerprint, error: event.error }));
+    }),
+    // Node 0's verdict on a model that spans the group, to the model actor of that version.
+    applyGroupVerdict: enqueueActions(({ context, event, enqueue }) => {
+      assertEvent(event, ['MODEL_GROUP_COMMIT', 'MODEL_GROUP_ABORT']);
+      const m = context.models.find((x) => x.group === 'pending' && x.name === event.name && x.fingerprint === event.fingerprint);
+      if (!m) {
+        // A version this node only vouched for in a reload across the group (src/models/groupReload.ts): it loaded nothing.
+        if (event.type === 'MODEL_GROUP_ABORT') context.log.error({ model: event.name, code: event.error.code }, `model "${event.name}" was not loaded again across the group: ${event.error.message}`);
+        return;
+      }
+      if (event.type === 'MODEL_GROUP_COMMIT') {
+        enqueue.sendTo(m.id, { type: 'MODEL_COMMIT' });
+        enqueue.assign({ models: context.models.map((x) => (x === m ? { ...x, group: 'committed' as const } : x)) });
+      } else {
+        enqueue.sendTo(m.id, { type: 'MODEL_ABORT', error: event.error });
+        // Its failure must not echo back to node 0 as this node's.
+        enqueue.assign({ models: context.models.map((x) => (x === m ? { ...x, group: undefined } : x)) });
+      }
+    }),
+    // A version serves: older versions of its name (the node's first model's too) drain from now on.
+    recordModelServing: enqueueActions(({ context, event, enqueue }) => {
+      assertEvent(event, 'MODEL_SERVING');
+      const serving = context.models.find((m) => m.id === event.id);
+      if (!serving) return;
+      // After a writer's commit the model control keeps the retained ones (--keep-versions) and unloads the rest.
+      const older = serving.retainsOlder ? [] : context.models.filter((m) => m.name === serving.name && m.id !== serving.id && !m.unloaded);
+      for (const m of older) enqueue.sendTo(m.id, { type: 'MODEL_UNLOAD', force: false });
+      enqueue.assign({
+        models: context.models.map((m) => (m.id === serving.id ? { ...m, entries: event.entries, digests: event.digests } : older.includes(m) ? { ...m, unloaded: true } : m)),
+      });
+    }),
+    // A model's files changed: it drains itself (src/models/modelMachine.ts) and the node loads it again.
+    recordModelStale: enqueueActions(({ context, event, enqueue }) => {
+      assertEvent(event, 'MODEL_STALE');
+      context.log.warn({ model: event.spec.name, files: event.changes }, staleMessage(event.spec.name, event.described));
+      enqueue.assign({ models: context.models.map((m) => (m.id === event.id ? { ...m, unloaded: true } : m)) });
+      enqueue.sendTo(context.node, { type: 'MODEL_RELOAD', spec: event.spec } satisfies ModelRegistryReport);
+    }),
+    unloadModels: enqueueActions(({ context, event, enqueue }) => {
+      assertEvent(event, 'MODEL_UNLOAD');
+      // Only those still listed: one dropped meanwhile has no actor left to tell.
+      for (const id of event.ids) if (context.models.some((m) => m.id === id)) enqueue.sendTo(id, { type: 'MODEL_UNLOAD', force: event.force });
+      enqueue.assign({
+        models: context.models.map((m) => (event.ids.includes(m.id) ? { ...m, unloaded: true } : m)),
+      });
+    }),
+    // A model that failed after the node was ready is gone alone; the others keep serving. The
+    // node's first model stays listed once released, as it always was: its actor is kept, done.
+    dropModel: enqueueActions(({ context, event, enqueue }) => {
+      assertEvent(event, ['MODEL_GONE', 'MODEL_FAILED']);
+      const m = context.models.find((x) => x.id === event.id);
+      if (event.type === 'MODEL_FAILED') context.log.error({ code: event.error.code, model: m?.name }, m ? modelFailureMessage(m.name, event.error) : event.error.message);
+      if (event.type === 'MODEL_GONE' && m?.formsGroup) {
+        enqueue.assign({ models: context.models.map((x) => (x === m ? { ...x, gone: true, unloaded: true } : x)) });
+        return;
+      }
+      enqueue.stopChild(event.id);
+      enqueue.assign({ models: context.models.filter((x) => x.id !== event.id) });
+    }),
+    // Each model passes it to its ranks; a rank not loaded yet keeps its segments once it is.
+    keepAgain: enqueueActions(({ context, enqueue }) => {
+      for (const m of context.models) if (!m.gone) enqueue.sendTo(m.id, { type: 'KEEPER_BACK' });
+    }),
+    stopModels: enqueueActions(({ context, enqueue }) => {
+      for (const m of context.models) if (!m.gone) enqueue.sendTo(m.id, { type: 'MODEL_STOP' });
+    }),
+    tellNodeStopped: enqueueActions(({ context, enqueue }) => enqueue.sendTo(context.node, { type: 'MODELS_STOPPED' } satisfies ModelRegistryReport)),
+    // The node fails; the models' actors are stopped with it, and their ranks' threads terminated.
+    tellNodeStopTimedOut: enqueueActions(({ context, enqueue }) => {
+      const running = context.models.filter((m) => !m.gone).map((m) => `"${m.name}"`);
+      const failure = { name: 'RankFailedError', code: 'E_STOP_TIMEOUT', message: `the ranks of models ${running.join(', ')} did not stop within ${STOP_TIMEOUT_MS / 1000} s; their threads were terminated` };
+      enqueue.sendTo(context.node, { type: 'MODELS_STOP_TIMED_OUT', failure } satisfies ModelRegistryReport);
+    }),
+  },
+});
+
+/**
+ * Before the node is ready, the models it starts with load; the failure of one on its command
+ * line fails the node, that of one restored from the keeper fails that model alone.
+ */
+export const modelRegistryMachine = registrySetup.createMachine({
+  id: 'modelRegistry',
+  initial: 'startup',
+  context: ({ input }) => ({ ...input, models: [] }),
+  states: {
+    // The models the node starts with load, each a model actor; the first is the group's.
+    startup: {
+      entry: 'spawnStartupModels',
+      on: {
+        MODEL_STARTING: { guard: 'formsGroup', actions: 'tellNodeStarting' },
+        MODEL_SERVING: { actions: 'recordModelServing' },
+        MODEL_FAILED: [{ guard: 'failsTheNode', target: 'halted', actions: 'tellNodeFailed' }, { actions: 'dropModel' }],
+        MODEL_GONE: { actions: 'dropModel' },
+        MODEL_STALE: { actions: 'recordModelStale' },
+      },
+      always: { guard: 'startupModelsServing', target: 'running', actions: 'tellNodeServing' },
+    },
+    // The node is ready: models load and unload beside the first, and swap across the group.
+    running: {
+      on: {
+        MODEL_LOAD: { actions: 'spawnModel' },
+        MODEL_SERVING: { actions: ['recordModelServing', 'tellNodeListing'] },
+        MODEL_STALE: { actions: ['recordModelStale', 'tellNodeListing'] },
+        MODEL_UNLOAD: { actions: ['unloadModels', 'tellNodeListing'] },
+        MODEL_GONE: { actions: ['dropModel', 'tellNodeListing'] },
+        // The group's model fails the node in any state; any other is gone alone.
+        MODEL_FAILED: [{ guard: 'formsGroup', target: 'halted', actions: 'tellNodeFailed' }, { actions: ['tellGroupFailed', 'dropModel', 'tellNodeListing'] }],
+        MODEL_RESIDENT: { actions: 'tellGroupResident' },
+        MODEL_PLAN_FAILED: { actions: 'tellGroupPlanFailed' },
+        MODEL_GROUP_COMMIT: { actions: 'applyGroupVerdict' },
+        MODEL_GROUP_ABORT: { actions: 'applyGroupVerdict' },
+        MODEL_GROUP_STALE: { actions: 'tellGroupStale' },
+        MODEL_GROUP_VOUCH: { actions: 'vouchToGroup' },
+      },
+    },
+    // The node stops: every model stops its ranks, within STOP_TIMEOUT_MS.
+    stopping: {
+      entry: 'stopModels',
+      on: { MODEL_GONE: { actions: 'dropModel' }, MODEL_FAILED: { actions: 'dropModel' } },
+      always: { guard: 'allModelsGone', target: 'stopped' },
+      after: { stopTimeout: 'stopTimedOut' },
+    },
+    stopped: { type: 'final', entry: 'tellNodeStopped' },
+    stopTimedOut: { type: 'final', entry: 'tellNodeStopTimedOut' },
+    // The node failed (through a model of its own, or told MODELS_HALT): ending here, not stopped
+    // from outside, keeps each model actor's last snapshot, so the node's status still shows its
+    // models' ranks and failures.
+    halted: { type: 'final' },
+  },
+  on: {
+    MODELS_STOP: '.stopping',
+    MODELS_HALT: '.halted',
+    KEEPER_BACK: { actions: 'keepAgain' },
+  },
+});
+
+/** A command for the group session, which the supervisor holds: it passes it on. */
+function tellGroup(command: GroupCommand): ModelRegistryReport {
+  return { type: 'TELL_GROUP', command };
+}
+
+function modelInput(context: ModelRegistryContext, parent: AnyActorRef, id: string, planned: PlannedModel, startup: boolean, formsGroup: boolean): ModelInput {
+  return {
+    id,
+    parent,
+    planned,
+    startup,
+    join: formsGroup ? FORMS_GROUP : LOADED_BESIDE,
+    socketDir: context.socketDir,
+    cudaHandles: context.cudaHandles,
+    // A written version is not kept: a restart would restore it from its checkpoint's files (docs/weight-updates.md).
+    keeper: planned.origin === 'update' ? undefined : context.keeper && { ...context.keeper, model: planned.spec.modelDir, load: (planned.origin ?? 'start') === 'start' ? undefined : keptLoadOf(planned.spec, planned.plan.fingerprint) },
+    log: context.log.child({ model: planned.spec.name }),
+    rankWorker: context.rankWorker,
+    workers: context.workers,
+    servers: context.servers,
+  };
+}
+
+function modelEntry(id: string, planned: PlannedModel, startup: boolean, formsGroup: boolean): ModelEntry {
+  return {
+    id,
+    name: planned.spec.name,
+    fingerprint: planned.plan.fingerprint,
+    tpSize: planned.spec.tpSize,
+    startup,
+    restored: planned.origin === 'restore',
+    formsGroup,
+    unloaded: false,
+    ...(planned.origin === 'update' ? { retainsOlder: true } : {}),
+    // The group formed around the first model at rendezvous: no commit round for it.
+    ...(planned.placement.nnodes > 1 && !formsGroup ? { group: 'pending' as const } : {}),
+  };
+}
+
+/**
+ * The models' part of node.json: every model that serves or drains, and as `entries` (what a
+ * client that names no model reads, as before several models) the ranks of the newest version of
+ * the node's first model's name that serves, else of one that drains.
+ */
+function listingOf(context: ModelRegistryContext): ModelListing {
+  const listed = context.models.filter((m) => m.entries && !m.gone);
+  const models: NodeManifestModel[] = listed.map((m) => ({ name: m.name, fingerprint: m.fingerprint, tpSize: m.tpSize, draining: m.unloaded, ranks: m.entries! }));
+  const first = listed.filter((m) => m.name === context.startup[0]!.spec.name);
+  return { entries: (first.findLast((m) => !m.unloaded) ?? first.at(-1))?.entries ?? [], models };
+}
+
+/** The log line of a model found stale, naming each file and how it changed. */
+function staleMessage(name: string, described: string): string {
+  return `model "${name}" is stale: its checkpoint files changed since it was loaded (${described}); it takes no new lease from now on (clients load from disk), its leases keep their memory until they end, and it is loaded again`;
+}
