@@ -143,7 +143,10 @@ export class EventFeed {
     if (ev.type !== '@xstate.snapshot' || !followed(actor, ev.snapshot, ev.rootId)) return;
     const value = (ev.snapshot as { value?: StateValue }).value;
     // A model stopped with the supervisor: the supervisor's own end is in the feed already.
-    if (value === undefined || ev.event.type === 'xstate.stop') return;
+    if (value === undefined || ev.event.type === 'xstate.stop') {
+      this.#forget(actor, ev.rootId);
+      return;
+    }
     const state = stateName(value);
     const from = this.#states.get(actor.sessionId);
     this.#states.set(actor.sessionId, state);
@@ -156,7 +159,23 @@ export class EventFeed {
     const pending = cause === undefined ? undefined : this.#outboxes.get(cause);
     if (pending) pending.push(...batch);
     else for (const e of batch) this.#publish(e);
+    if ((ev.snapshot as { status?: string }).status !== 'active') this.#forget(actor, ev.rootId);
   };
+
+  /** How many actors the feed remembers a state of: those alive (an ended one is forgotten). */
+  get followed(): number {
+    return this.#states.size;
+  }
+
+  /**
+   * An actor that ended is forgotten, with its model's progress samples: a daemon that loads and
+   * unloads for months keeps no entry per model it ever had.
+   */
+  #forget(actor: AnyActorRef, rootId: string): void {
+    this.#states.delete(actor.sessionId);
+    const { model } = actorOf(actor, rootId);
+    if (model !== undefined) for (const key of [...this.#lastProgress.keys()]) if (key.startsWith(`${model}/`)) this.#lastProgress.delete(key);
+  }
 
   /** The outbox of the actor with this session id, which is handling an event now. */
   #outbox(sessionId: string): Array<Omit<NodeEvent, 'seq' | 'time' | 'label'>> {

@@ -7,8 +7,8 @@ import { createActor, type AnyActorRef } from 'xstate';
 import { EventFeed, PROGRESS_SAMPLE_MS, summarizeEvent, type NodeEvent } from '../../src/inspect/eventFeed.js';
 import { stateName } from '../../src/inspect/stateName.js';
 import { supervisorMachine } from '../../src/machines/supervisor.js';
-import { FakeWorld, sendToNode, fakeInput, fakePrepared, fakeRankTable } from '../helpers/fakeNode.js';
-import { MODEL_REGISTRY_ID } from '../../src/models/modelHost.js';
+import { FakeWorld, sendToNode, fakeInput, fakePlanned, fakePrepared, fakeRankTable } from '../helpers/fakeNode.js';
+import { MODEL_REGISTRY_ID, modelActor } from '../../src/models/modelHost.js';
 
 type Ev = Parameters<ReturnType<typeof createActor<typeof supervisorMachine>>['send']>[0];
 const device = (r: number) => ({ backend: 'host' as const, index: r, uuid: `fake-${r}`, name: 'fake', totalBytes: 1 << 30, freeBytes: 1 << 30 });
@@ -93,6 +93,27 @@ test('cause before effects, with the states moved between, through a whole life'
   const stop = seen.find((e) => e.type === 'STOP')!;
   assert.is(stop.state, 'stopping');
   assert.ok(seen.every((e) => typeof e.time === 'number' && Math.abs(e.time - Date.now()) < 10_000));
+});
+
+test('an actor that ends is forgotten: a node that loads and drops models keeps no state per model it once had', () => {
+  const feed = new EventFeed();
+  const { actor, send } = start(feed);
+  toReady(send);
+  const alive = feed.followed;
+  for (const n of [1, 2, 3]) {
+    const id = `load-${n}`;
+    const planned = { ...fakePlanned, spec: { ...fakePlanned.spec, name: `draft-${n}` }, plan: { ...fakePlanned.plan, fingerprint: String(n).repeat(64) } };
+    send({ type: 'MODEL_LOAD', id, planned });
+    const model = modelActor(actor.getSnapshot(), id)!;
+    assert.ok(model, `${id} was spawned`);
+    model.send({ type: 'RANK_PROGRESS', localRank: 0, bytes: 1, totalBytes: 2, seconds: 0 } as never);
+    assert.is(feed.followed, alive + 1, `${id} is followed while it lives`);
+    model.send({ type: 'RANK_FAILED', localRank: 0, error: { name: 'DeviceError', code: 'E_DEVICE_LOST', message: 'device lost' } } as never);
+    assert.is(modelActor(actor.getSnapshot(), id), undefined, `${id} failed and was dropped`);
+    assert.is(feed.followed, alive, `${id} is forgotten once it ended`);
+  }
+  assert.is(actor.getSnapshot().value, 'ready');
+  actor.stop();
 });
 
 test('each event is labelled as an operator reads it: no xstate names, no generated actor ids', () => {
