@@ -8,30 +8,12 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { expectedFingerprint, WeightdClient, type Attached, type HostTensor } from '../../src/client/index.js';
+import { expectedFingerprint, WeightdClient, type Attached } from '../../src/client/index.js';
 import { freePort } from '../../src/nodeOptions.js';
 import { writeArchCheckpoint } from '../helpers/checkpoints.js';
 import { loopbackFabric } from '../helpers/netns.js';
 import { writeVariant } from '../helpers/variantCheckpoint.js';
-import { Cluster, type Daemon } from '../rendezvous/cluster.js';
-import { expectedRank } from '../serve/checkpointOracle.js';
-
-/** Attaches node `d`'s rank (global rank = its node rank) to the version in `dir`, and checks every byte. */
-async function assertServes(d: Daemon, dir: string, what: string): Promise<void> {
-  const rank = d.spec.nodeRank;
-  const client = await WeightdClient.connect(d.socketPaths()[0]!, { timeoutMs: 10_000 });
-  try {
-    const a = await client.attach(await expectedFingerprint(dir, 2, rank));
-    assert.is(a.status, 'attached', `${what}: node ${rank} serves it`);
-    for (const [name, e] of expectedRank(dir, 2, rank)) {
-      const t = (a as Attached).tensors[name] as HostTensor;
-      assert.ok(Buffer.from(t.data.buffer, t.data.byteOffset, t.data.byteLength).equals(e.bytes), `${what}: node ${rank}'s ${name} holds its bytes`);
-    }
-    await (a as Attached).detach();
-  } finally {
-    client.close();
-  }
-}
+import { assertServes, Cluster, type Daemon } from '../rendezvous/cluster.js';
 
 /**
  * Node `d` does not attach the version in `dir`: it never served it, or refuses it (a stale

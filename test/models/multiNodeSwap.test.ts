@@ -8,36 +8,16 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { expectedFingerprint, WeightdClient, type Attached, type HostTensor } from '../../src/client/index.js';
+import { expectedFingerprint, WeightdClient } from '../../src/client/index.js';
 import { freePort } from '../../src/nodeOptions.js';
 import { loopbackFabric } from '../helpers/netns.js';
 import { weightdMemfds } from '../helpers/memfds.js';
 import { runCli, type CliResult } from '../helpers/runCli.js';
 import { writeVariant } from '../helpers/variantCheckpoint.js';
-import { Cluster, e2eModels, type Daemon } from '../rendezvous/cluster.js';
-import { expectedRank } from '../serve/checkpointOracle.js';
+import { assertServes, Cluster, e2eModels, type Daemon } from '../rendezvous/cluster.js';
 
 const ctl = (d: Daemon, ...args: string[]): Promise<CliResult> => runCli(['ctl', '--weight-cache-socket-dir', d.socketDir, ...args], { timeoutMs: 60_000 });
 const load = (d: Daemon, dir: string) => ctl(d, 'load', '--model', dir, '--name', 'model', '--tensor-parallel-size', '2');
-
-/** Attaches node `d`'s rank (global rank = its node rank) to the version of `dir`, and checks every byte. */
-async function assertServes(d: Daemon, dir: string, what: string): Promise<void> {
-  const rank = d.spec.nodeRank;
-  const [socket] = d.socketPaths();
-  const client = await WeightdClient.connect(socket!, { timeoutMs: 10_000 });
-  try {
-    const a = await client.attach(await expectedFingerprint(dir, 2, rank));
-    assert.is(a.status, 'attached', `${what}: node ${rank} serves it`);
-    for (const [name, e] of expectedRank(dir, 2, rank)) {
-      const t = (a as Attached).tensors[name] as HostTensor;
-      assert.ok(Buffer.from(t.data.buffer, t.data.byteOffset, t.data.byteLength).equals(e.bytes), `${what}: node ${rank}'s ${name} holds its bytes`);
-    }
-    // Detach, not release: release frees the daemon's cache of that rank.
-    await (a as Attached).detach();
-  } finally {
-    client.close();
-  }
-}
 
 /** No node attaches `dir`'s version: it was never made attachable. */
 async function assertNotServed(d: Daemon, dir: string, what: string): Promise<void> {

@@ -5,7 +5,9 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { WeightdClient } from '../../src/client/index.js';
+import * as assert from 'uvu/assert';
+import { expectedFingerprint, WeightdClient, type Attached, type HostTensor } from '../../src/client/index.js';
+import { expectedRank } from '../serve/checkpointOracle.js';
 import { DEFAULT_GROUP_TIMING } from '../../src/rendezvous/timing.js';
 import type { Fabric } from '../helpers/netns.js';
 import { writeArchCheckpoint } from '../helpers/checkpoints.js';
@@ -219,4 +221,24 @@ export async function e2eModels(): Promise<{ model: string; other: string; remov
   await writeArchCheckpoint(model, 'LlamaForCausalLM', dims);
   await writeArchCheckpoint(other, 'LlamaForCausalLM', { ...dims, layers: 3 });
   return { model, other, remove: () => rmSync(root, { recursive: true, force: true }) };
+}
+
+/**
+ * Attaches node `d`'s rank (global rank = its node rank, tp 2 over 2 nodes) to the version of
+ * `dir`, and checks every byte; detaches, not releases (a release frees the daemon's cache of it).
+ */
+export async function assertServes(d: Daemon, dir: string, what: string): Promise<void> {
+  const rank = d.spec.nodeRank;
+  const client = await WeightdClient.connect(d.socketPaths()[0]!, { timeoutMs: 10_000 });
+  try {
+    const a = await client.attach(await expectedFingerprint(dir, 2, rank));
+    assert.is(a.status, 'attached', `${what}: node ${rank} serves it`);
+    for (const [name, e] of expectedRank(dir, 2, rank)) {
+      const t = (a as Attached).tensors[name] as HostTensor;
+      assert.ok(Buffer.from(t.data.buffer, t.data.byteOffset, t.data.byteLength).equals(e.bytes), `${what}: node ${rank}'s ${name} holds its bytes`);
+    }
+    await (a as Attached).detach();
+  } finally {
+    client.close();
+  }
 }
