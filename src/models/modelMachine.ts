@@ -66,7 +66,19 @@ export interface ModelJoin {
 export const LOADED_BESIDE: ModelJoin = { awaitAdmission: true, keepOnceServing: true, awaitCommit: true, dropKeptOnFailure: true };
 export const FORMS_GROUP: ModelJoin = { awaitAdmission: false, keepOnceServing: false, awaitCommit: false, dropKeptOnFailure: false };
 
-export interface ModelInput {
+/** What every model's ranks run with on this node: the registry holds it and hands it to each model it spawns. */
+export interface ModelHostInput {
+  socketDir: string;
+  cudaHandles: CudaHandles;
+  /** Where the ranks keep their segments beyond the daemon (absent: --keeper off). */
+  keeper?: RankKeeping;
+  log: Logger;
+  rankWorker: URL;
+  workers: WorkerRegistry;
+  servers: ServerRegistry;
+}
+
+export interface ModelInput extends ModelHostInput {
   /** The child's id in the supervisor, which its events to the parent carry. */
   id: string;
   /**
@@ -79,14 +91,6 @@ export interface ModelInput {
   startup: boolean;
   /** How it joins the node (default LOADED_BESIDE). */
   join?: ModelJoin;
-  socketDir: string;
-  cudaHandles: CudaHandles;
-  /** Where its ranks keep their segments beyond the daemon (absent: --keeper off), once it serves. */
-  keeper?: RankKeeping;
-  log: Logger;
-  rankWorker: URL;
-  workers: WorkerRegistry;
-  servers: ServerRegistry;
 }
 
 export interface ModelContext extends ModelInput {

@@ -6,19 +6,14 @@
 // the node's life; like the model machine it holds no I/O, and its model actor is a placeholder
 // that the composition root provides (src/actors/nodeActors.ts).
 import { assertEvent, enqueueActions, setup, type AnyActorRef } from 'xstate';
-import type { Logger } from '../log.js';
-import type { CudaHandles } from '../native/addon.js';
-import type { ServerRegistry } from '../serve/serverRegistry.js';
 import type { NodeManifestModel } from '../wire/nodeManifest.js';
 import type { GroupCommand, GroupEvent } from '../rendezvous/groupEvents.js';
 import { keptLoadOf } from './keptLoad.js';
 import { modelActorId, modelFailureMessage, type ModelEntry, type ModelEvent, type ModelListing, type ModelRegistryReport, type ModelRequestEvent } from './modelHost.js';
-import { FORMS_GROUP, LOADED_BESIDE, modelMachine, type ModelInput } from './modelMachine.js';
+import { FORMS_GROUP, LOADED_BESIDE, modelMachine, type ModelHostInput, type ModelInput } from './modelMachine.js';
 import type { PlannedModel } from './planModel.js';
-import type { RankKeeping } from './rankMessages.js';
-import type { WorkerRegistry } from './workerRegistry.js';
 
-export interface ModelRegistryInput {
+export interface ModelRegistryInput extends ModelHostInput {
   /**
    * Who hears what the registry reports (ModelRegistryReport): the supervisor. An input rather
    * than sendParent, so that xstate/graph can walk the machine alone (test/models/modelRegistry.paths).
@@ -26,14 +21,6 @@ export interface ModelRegistryInput {
   node: AnyActorRef;
   /** The models the node starts with, planned (Prepared.models): the first is the one its group formed around. */
   startup: PlannedModel[];
-  socketDir: string;
-  cudaHandles: CudaHandles;
-  /** Where the ranks keep their segments (absent: --keeper off). */
-  keeper?: RankKeeping;
-  log: Logger;
-  rankWorker: URL;
-  workers: WorkerRegistry;
-  servers: ServerRegistry;
 }
 
 export interface ModelRegistryContext extends ModelRegistryInput {
