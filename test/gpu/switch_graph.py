@@ -97,8 +97,11 @@ def main() -> int:
         e0, e1 = expected_fingerprint(str(v0), 1, 0), expected_fingerprint(str(v1), 1, 0)
         prompt = torch.tensor([[1, 17, 42, 99, 3, 64, 5, 11, 200, 31]], device="cuda:0")
 
+        # sdpa, not eager: transformers' eager mask makes a CUDA scalar from a Python float
+        # (torch.tensor(0.0, device=...)), a pageable host-to-device copy that graph capture
+        # refuses (the 2026-12-05 H200 run failed so). Disk and graph use the same one.
         def disk_logits(path):
-            m = transformers.LlamaForCausalLM.from_pretrained(str(path), torch_dtype=torch.bfloat16, attn_implementation="eager").to("cuda:0").eval()
+            m = transformers.LlamaForCausalLM.from_pretrained(str(path), torch_dtype=torch.bfloat16, attn_implementation="sdpa").to("cuda:0").eval()
             with torch.no_grad():
                 out = m(prompt, use_cache=False).logits.clone()
             del m
@@ -109,7 +112,7 @@ def main() -> int:
         step("the two versions' disk logits differ", not torch.equal(want0, want1))
 
         config = transformers.AutoConfig.from_pretrained(str(v0))
-        config._attn_implementation = "eager"
+        config._attn_implementation = "sdpa"
         with torch.device("meta"):
             model = transformers.LlamaForCausalLM(config).to(torch.bfloat16)
         loaded = load_into(model, str(v0), socket_dir=str(sock), device=0)
