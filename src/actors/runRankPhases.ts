@@ -41,7 +41,13 @@ export function rankWorkerImplementations(phases: RankPhases, post: Post) {
       const n = data.plan.segments.length;
       post({ type: 'LOG', level: 'info', msg: `rank ${data.globalRank} allocated ${formatBytes(bytes)} in ${allocateMs} ms (${n} segment${n === 1 ? '' : 's'})`, fields: { allocateMs, bytes } });
     }),
-    fill: fromPromise(async ({ input }: { input: InputOf<'fill'> }) => phases.fill(input.device, input.data, post)),
+    fill: fromPromise(async ({ input }: { input: InputOf<'fill'> }) => {
+      const filled = await phases.fill(input.device, input.data, post);
+      // GPU hashing is the default on cuda; where it could not run, the fill was slower: say why.
+      const why = filled.digestGpuUnavailable;
+      if (why) post({ type: 'LOG', level: 'info', msg: `rank ${input.data.globalRank} hashed its content digests on the CPU: ${why}`, fields: { digestGpuUnavailable: why } });
+      return filled;
+    }),
     verify: fromPromise(async ({ input }: { input: InputOf<'verify'> }) => phases.verify(input.data)),
     export: fromPromise(async ({ input }: { input: InputOf<'export'> }) => phases.export(input.device, input.resident, post)),
     keep: fromPromise(async ({ input }: { input: InputOf<'keep'> }) => phases.keep(input.data, input.segments, input.digests)),

@@ -21,7 +21,7 @@ test('the caller\'s choices stand, and an undefined one is left to the policy', 
 
 test('a cold cuda node load: O_DIRECT, 8 MiB chunks, 128 MiB of staging, the default threads', async () => {
   const { group, ...cold } = fillSizing(await nodeFillOptions({}, [{ backend: 'cuda', index: 0, uuid: 'a' }, { backend: 'cuda', index: 1, uuid: 'b' }], async () => 0, {}));
-  assert.equal(cold, { threads: 8, chunkBytes: 8 * MiB, stagingBytes: 128 * MiB, maxGroupStagingBytes: 512 * MiB, direct: true, digestOn: 'cpu' });
+  assert.equal(cold, { threads: 8, chunkBytes: 8 * MiB, stagingBytes: 128 * MiB, maxGroupStagingBytes: 512 * MiB, direct: true, digestOn: 'gpu' });
   assert.is(group?.size, 2);
 });
 

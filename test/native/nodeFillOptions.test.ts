@@ -29,34 +29,34 @@ test('two or more GPUs get one group with a fresh id and the device count as its
   assert.is(a.direct, undefined, 'a warm cache is read through the cache');
 });
 
-test('one warm GPU fills alone, hashing on the CPU; host devices (warm or cold) fill alone with the options unchanged', async () => {
+test('one warm GPU fills alone, hashing on the GPU; host devices (warm or cold) fill alone with the options unchanged', async () => {
   const options = { chunkBytes: 4 << 20 };
-  assert.equal(await nodeFillOptions(options, [gpu(0)], warm, {}), { ...options, digestOn: 'cpu' });
+  assert.equal(await nodeFillOptions(options, [gpu(0)], warm, {}), { ...options, digestOn: 'gpu' });
   let asked = false;
   assert.is(await nodeFillOptions(options, [host(0), host(1)], async () => ((asked = true), 0), {}), options);
   assert.not.ok(asked, 'the page cache is not even looked at for host devices');
 });
 
 test('a cold cuda load reads with O_DIRECT in 8 MiB chunks, unless the options say otherwise', async () => {
-  assert.equal(await nodeFillOptions({}, [gpu(0)], cold, {}), { direct: true, chunkBytes: 8 << 20, stagingBytes: 128 << 20, digestOn: 'cpu' });
+  assert.equal(await nodeFillOptions({}, [gpu(0)], cold, {}), { direct: true, chunkBytes: 8 << 20, stagingBytes: 128 << 20, digestOn: 'gpu' });
   const two = await nodeFillOptions({ threads: 4, chunkBytes: 4 << 20 }, [gpu(0), gpu(1)], cold, {});
-  assert.equal({ ...two, group: undefined }, { direct: true, chunkBytes: 4 << 20, stagingBytes: 128 << 20, threads: 4, group: undefined, digestOn: 'cpu' });
+  assert.equal({ ...two, group: undefined }, { direct: true, chunkBytes: 4 << 20, stagingBytes: 128 << 20, threads: 4, group: undefined, digestOn: 'gpu' });
   assert.is(two.group?.size, 2);
   let asked = false;
-  assert.equal(await nodeFillOptions({ direct: false }, [gpu(0)], async () => ((asked = true), 0), {}), { direct: false, digestOn: 'cpu' });
+  assert.equal(await nodeFillOptions({ direct: false }, [gpu(0)], async () => ((asked = true), 0), {}), { direct: false, digestOn: 'gpu' });
   assert.not.ok(asked, 'an explicit choice is not second-guessed');
 });
 
-test('cuda fills hash their digests on the CPU unless WEIGHTD_FILL_DIGESTS_ON=gpu asks for the kernel, and an explicit digestOn stands', async () => {
+test('cuda fills hash their digests on the GPU unless WEIGHTD_FILL_DIGESTS_ON=cpu asks for the CPU, and an explicit digestOn stands', async () => {
   const on = (value?: string) => (value === undefined ? {} : { WEIGHTD_FILL_DIGESTS_ON: value });
-  assert.is((await nodeFillOptions({}, [gpu(0)], warm, on())).digestOn, 'cpu');
-  assert.is((await nodeFillOptions({}, [gpu(0)], warm, on(''))).digestOn, 'cpu');
+  assert.is((await nodeFillOptions({}, [gpu(0)], warm, on())).digestOn, 'gpu');
+  assert.is((await nodeFillOptions({}, [gpu(0)], warm, on(''))).digestOn, 'gpu');
   assert.is((await nodeFillOptions({}, [gpu(0)], warm, on('cpu'))).digestOn, 'cpu');
   assert.is((await nodeFillOptions({}, [gpu(0)], warm, on('gpu'))).digestOn, 'gpu');
   assert.is((await nodeFillOptions({ digestOn: 'cpu' }, [gpu(0)], warm, on('gpu'))).digestOn, 'cpu');
   assert.is((await nodeFillOptions({}, [host(0)], warm, on('gpu'))).digestOn, undefined, 'host fills have no GPU to ask');
   // The build's WEIGHTD_GPU_DIGESTS (a CMake option) is not the runtime switch.
-  assert.is((await nodeFillOptions({}, [gpu(0)], warm, { WEIGHTD_GPU_DIGESTS: '1' })).digestOn, 'cpu');
+  assert.is((await nodeFillOptions({}, [gpu(0)], warm, { WEIGHTD_GPU_DIGESTS: '1' })).digestOn, 'gpu');
 });
 
 test('WEIGHTD_FILL_DIGESTS_ON other than gpu or cpu is refused, naming the value and the allowed ones', async () => {
@@ -64,7 +64,7 @@ test('WEIGHTD_FILL_DIGESTS_ON other than gpu or cpu is refused, naming the value
     const refused = await nodeFillOptions({}, [gpu(0)], warm, { WEIGHTD_FILL_DIGESTS_ON: value }).then(() => undefined, (e: unknown) => e);
     assert.instance(refused, UsageError, value);
     assert.is((refused as UsageError).code, 'E_USAGE');
-    assert.is((refused as Error).message, `WEIGHTD_FILL_DIGESTS_ON=${JSON.stringify(value)}: must be gpu or cpu; unset it to hash on the CPU`);
+    assert.is((refused as Error).message, `WEIGHTD_FILL_DIGESTS_ON=${JSON.stringify(value)}: must be gpu or cpu; unset it to hash on the GPU where the digest kernel is built`);
   }
 });
 
