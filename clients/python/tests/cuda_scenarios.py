@@ -16,6 +16,8 @@ fake is found through LD_LIBRARY_PATH; its leak report is on stderr at exit):
   cuda_scenarios.py update_writer SOCKET MODEL BASE
                                          begin an update, map its staging, print "begun" and wait to be killed
   cuda_scenarios.py daemon_ipc_update    a daemon with --cuda-handles ipc refuses a writer, naming the flag
+  cuda_scenarios.py daemon_update_oom    a fake GPU of 16 MiB holding a 10 MiB arena: begin_update is
+                                         refused before allocating, naming the bytes needed and free
   cuda_scenarios.py CASE HANDLE          attach to the exported segment, print one JSON line
 """
 
@@ -236,6 +238,7 @@ def daemon_update() -> None:
                 out["readerKeepsBaseWhileWriting"] = reads(want)
                 done = upd.commit()
             out["fullVersion"] = done["version"]
+            out["fullFingerprint"] = done["modelFingerprint"]
             out["readerKeepsBaseAfterCommit"] = reads(want)
             reader.switch_to(done["fingerprint"])
             out["fullAfterSwitch"] = reads(full) and {n: t.pointer for n, t in reader.tensors.items()} == pointers
@@ -281,6 +284,15 @@ def daemon_update() -> None:
         daemon.stop()
         out["daemonPid"] = daemon.proc.pid
         out["daemonLeaks"] = next((json.loads(l[len("FAKE_CUDA_LEAKS ") :]) for l in daemon.stderr.splitlines() if l.startswith("FAKE_CUDA_LEAKS ")), None)
+    # The same bytes written on the host backend: the same version (docs/spec/fingerprint.md §9),
+    # so the digests hashed from device memory are the fill's digests of those bytes.
+    with Daemon(MODEL, device="host", extra_args=["--plan-file", plan]) as host:
+        with host.client() as client:
+            name = client.ping()["name"]
+            with client.begin_update(name, served_fingerprint(client, name, 0)) as upd:
+                for n, v in full.items():
+                    upd.write(n, v)
+                out["hostFingerprint"] = upd.commit()["modelFingerprint"]
     out["clientPid"] = os.getpid()
     out["writerPid"] = writer.pid
     print(json.dumps(out))
@@ -314,6 +326,28 @@ def daemon_ipc_update() -> None:
     print(json.dumps(out))
 
 
+def daemon_update_oom() -> None:
+    from daemon_fixture import Daemon
+    from test_host_fds import MODEL
+    from weightd_client.protocol import ServeError
+
+    os.environ["FAKE_CUDA_MEM_MB"] = "16"  # the daemon's: its arena fits, a second copy does not
+    out = {}
+    with Daemon(MODEL, device="cuda", extra_args=["--cuda-handles", "fd"]) as daemon:
+        with daemon.client() as client:
+            name = client.ping()["name"]
+            held = vmm_fds(daemon.proc.pid)
+            try:
+                client.begin_update(name, served_fingerprint(client, name, 0), device=0).abandon()
+                out["refused"] = None
+            except ServeError as err:
+                out["refused"], out["message"] = err.code, str(err)
+            out["heldAfter"] = vmm_fds(daemon.proc.pid) - held
+        daemon.stop()
+        out["daemonLeaks"] = next((json.loads(l[len("FAKE_CUDA_LEAKS ") :]) for l in daemon.stderr.splitlines() if l.startswith("FAKE_CUDA_LEAKS ")), None)
+    print(json.dumps(out))
+
+
 def state(handle: str, segments=None, tensors=None) -> dict:
     return {
         "device": {"uuid": DEVICE0},
@@ -339,6 +373,8 @@ def main() -> None:
         return update_writer(*sys.argv[2:5])
     if sys.argv[1] == "daemon_ipc_update":
         return daemon_ipc_update()
+    if sys.argv[1] == "daemon_update_oom":
+        return daemon_update_oom()
     from weightd_client.cuda import CudaError, CudaMapping, _Driver
 
     case, handle = sys.argv[1:3]

@@ -4,6 +4,7 @@ path, success or failure. The fake reports what is left at exit (FAKE_CUDA_LEAKS
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -149,6 +150,7 @@ def test_a_cuda_writer_writes_staging_that_is_copied_into_memory_no_writer_maps_
     # The reader's bytes change only at switch_to, at the same addresses.
     assert got["readerKeepsBaseWhileWriting"] and got["readerKeepsBaseAfterCommit"]
     assert got["fullVersion"] == 1 and got["fullAfterSwitch"]
+    assert got["fullFingerprint"] == got["hostFingerprint"], "the digests of what was written, hashed from the GPU, are the host backend's of the same bytes"
     # A partial update writes one tensor's segment; every other tensor keeps the earlier bytes.
     assert got["partialCopied"] == 1 and got["notNamedRefused"] == "E_NOT_NAMED"
     assert got["partialKeepsFullBeforeSwitch"] and got["partialAfterSwitch"]
@@ -193,3 +195,12 @@ def test_switch_to_puts_another_version_behind_the_same_pointers_and_back_leavin
     assert got["followedUpdate"], "switch_to the announced fingerprint: the same pointers read the update"
     assert got["leasesHeld"] == 1 and got["leasesAfter"] == [], "detach ends the lease on the version switched to last"
     assert got["daemonLeaks"] == NO_LEAKS
+
+
+def test_an_update_that_does_not_fit_the_gpu_is_refused_before_allocating_naming_the_bytes(fake_env):
+    r = subprocess.run([sys.executable, str(SCENARIOS), "daemon_update_oom"], env=fake_env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert got["refused"] == "E_OUT_OF_MEMORY", got
+    assert re.search(r"needs \d+ bytes on GPU 0 but only \d+ bytes are free", got["message"]), got["message"]
+    assert got["heldAfter"] == 0 and got["daemonLeaks"] == NO_LEAKS
