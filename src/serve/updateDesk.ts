@@ -1,6 +1,7 @@
 // Updates in progress on this node (docs/weight-updates.md): a writer of the daemon's user asks a
 // rank's socket for writable copies of a served version's segments (begin_update), writes them,
-// and commits (commit_update); the daemon seals and digests each rank's copies, and once every
+// and commits (commit_update); the daemon seals and digests each rank's copies (on cuda, copies
+// them into allocations no writer maps first: cudaUpdateSegments.ts), and once every
 // local rank of the model committed, hands the sealed segments to the publisher (the model
 // control, which serves them as the model's newest version through a model actor). Until then
 // nothing of an update is visible, and a connection of it that ends takes all of it away.

@@ -16,8 +16,10 @@ fake is found through LD_LIBRARY_PATH; its leak report is on stderr at exit):
   cuda_scenarios.py update_writer SOCKET MODEL BASE
                                          begin an update, map its staging, print "begun" and wait to be killed
   cuda_scenarios.py daemon_ipc_update    a daemon with --cuda-handles ipc refuses a writer, naming the flag
-  cuda_scenarios.py daemon_update_oom    a fake GPU of 16 MiB holding a 10 MiB arena: begin_update is
-                                         refused before allocating, naming the bytes needed and free
+  cuda_scenarios.py daemon_update_refused [SEGMENT_BYTES]
+                                         begin_update where the fake refuses (the test sets
+                                         FAKE_CUDA_MEM_MB or FAKE_CUDA_VMM_FAIL): its error, and
+                                         what the daemon holds after it
   cuda_scenarios.py CASE HANDLE          attach to the exported segment, print one JSON line
 """
 
@@ -326,14 +328,21 @@ def daemon_ipc_update() -> None:
     print(json.dumps(out))
 
 
-def daemon_update_oom() -> None:
+def daemon_update_refused(segment_bytes: str = "") -> None:
+    import tempfile
+
     from daemon_fixture import Daemon
     from test_host_fds import MODEL
     from weightd_client.protocol import ServeError
 
-    os.environ["FAKE_CUDA_MEM_MB"] = "16"  # the daemon's: its arena fits, a second copy does not
+    args = ["--cuda-handles", "fd"]
+    if segment_bytes:
+        plan = os.path.join(tempfile.mkdtemp(prefix="weightd-cuda-refused-"), "plan.json")
+        with open(plan, "w") as f:
+            json.dump({"rules": [], "segmentBytes": int(segment_bytes)}, f)
+        args += ["--plan-file", plan]
     out = {}
-    with Daemon(MODEL, device="cuda", extra_args=["--cuda-handles", "fd"]) as daemon:
+    with Daemon(MODEL, device="cuda", extra_args=args) as daemon:
         with daemon.client() as client:
             name = client.ping()["name"]
             held = vmm_fds(daemon.proc.pid)
@@ -373,8 +382,8 @@ def main() -> None:
         return update_writer(*sys.argv[2:5])
     if sys.argv[1] == "daemon_ipc_update":
         return daemon_ipc_update()
-    if sys.argv[1] == "daemon_update_oom":
-        return daemon_update_oom()
+    if sys.argv[1] == "daemon_update_refused":
+        return daemon_update_refused(*sys.argv[2:3])
     from weightd_client.cuda import CudaError, CudaMapping, _Driver
 
     case, handle = sys.argv[1:3]

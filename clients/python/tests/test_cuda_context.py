@@ -198,9 +198,20 @@ def test_switch_to_puts_another_version_behind_the_same_pointers_and_back_leavin
 
 
 def test_an_update_that_does_not_fit_the_gpu_is_refused_before_allocating_naming_the_bytes(fake_env):
-    r = subprocess.run([sys.executable, str(SCENARIOS), "daemon_update_oom"], env=fake_env, capture_output=True, text=True, timeout=120)
+    # A fake GPU of 16 MiB holding a 10 MiB arena: a second copy does not fit.
+    r = subprocess.run([sys.executable, str(SCENARIOS), "daemon_update_refused"], env={**fake_env, "FAKE_CUDA_MEM_MB": "16"}, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     got = json.loads(r.stdout.strip().splitlines()[-1])
     assert got["refused"] == "E_OUT_OF_MEMORY", got
     assert re.search(r"needs \d+ bytes on GPU 0 but only \d+ bytes are free", got["message"]), got["message"]
+    assert got["heldAfter"] == 0 and got["daemonLeaks"] == NO_LEAKS
+
+
+def test_an_allocation_failing_midway_through_begin_gives_back_every_staging_copy_made(fake_env):
+    # Seven segments of ~1 MiB (2 MiB allocations): the base takes cuMemCreate 1-7, the 10th is the third staging copy.
+    env = {**fake_env, "FAKE_CUDA_VMM_FAIL": "cuMemCreate:10"}
+    r = subprocess.run([sys.executable, str(SCENARIOS), "daemon_update_refused", str(1 << 20)], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert got["refused"] == "E_OUT_OF_MEMORY" and "cuMemCreate failed" in got["message"], got
     assert got["heldAfter"] == 0 and got["daemonLeaks"] == NO_LEAKS
