@@ -564,6 +564,7 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
           for (uint32_t i = 0; i < c.digests.size(); ++i) digests.Set(i, c.digests[i]);
           o.Set("fds", outFds);
           o.Set("digests", digests);
+          o.Set("gpuDigestUnavailable", c.gpuDigestUnavailable);
           return o;
         });
   }

@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "content_digests.h"
+#include "cuda_digests.h"
 #include "cuda_resources.h"
 #include "cuda_vmm.h"
 #include "reader_threads.h"
@@ -35,16 +36,25 @@ void checkFree(int deviceIndex, uint64_t needed, const std::string& what) {
 // caller's copy is then the daemon's only reference to the memory.
 int dupExported(VmmSegment& segment) { return dupFd(segment.exportFd()); }
 
-// Digests are hashed from host memory: the device's bytes come back a window at a time, each cut
-// at a piece boundary (content_digests.h) so that every piece lies whole in one window.
+// Digests are hashed on the GPU by the fill's digest kernel where the addon has it (cuda_digests.h);
+// else from host memory: the device's bytes come back a window at a time, each cut at a piece
+// boundary (content_digests.h) so that every piece lies whole in one window.
 constexpr uint64_t kDigestWindow = 64ull << 20;
 // A window is hashed on several threads, each taking whole pieces of at least this much.
 constexpr uint64_t kDigestPart = 4ull << 20;
 
-std::vector<std::string> digestSegments(const std::vector<VmmSegment>& segments, const std::vector<uint64_t>& bytes,
-                                        std::vector<TensorRange> tensors, unsigned threads) {
+// Sets `out`'s digests and why the GPU did not hash them ("" when it did).
+void digestSegments(const std::vector<VmmSegment>& segments, const std::vector<uint64_t>& bytes, std::vector<TensorRange> tensors,
+                    unsigned threads, CudaCommitted& out) {
   ContentDigests digests(std::move(tensors), bytes);
-  if (digests.empty()) return digests.tensorDigests();
+  if (digests.empty()) return;
+  std::vector<CUdeviceptr> pointers;
+  for (const VmmSegment& s : segments) pointers.push_back(s.pointer());
+  out.gpuDigestUnavailable = hashDeviceSegments(pointers, bytes, digests);
+  if (out.gpuDigestUnavailable.empty()) {
+    out.digests = digests.tensorDigests();
+    return;
+  }
   PinnedHostMemory window = allocatePinnedHost(kDigestWindow);
   const char* host = static_cast<const char*>(window.get());
   std::atomic<bool> cancel{false};
@@ -64,7 +74,7 @@ std::vector<std::string> digestSegments(const std::vector<VmmSegment>& segments,
     }
   }
   // Every piece lay whole in a window, so none is left for ContentDigests::hashRest to read.
-  return digests.tensorDigests();
+  out.digests = digests.tensorDigests();
 }
 
 }  // namespace
@@ -125,7 +135,7 @@ CudaCommitted cudaCommitCopies(int deviceIndex, const std::vector<int>& fds, con
     cudaDriver().cuStreamSynchronize(stream.get());
   }
   CudaCommitted out;
-  out.digests = digestSegments(served, bytes, std::move(tensors), threads);
+  digestSegments(served, bytes, std::move(tensors), threads, out);
   try {
     for (size_t i = 0; i < fds.size(); ++i) out.fds.push_back(copied[i] ? dupExported(served[i]) : -1);
   } catch (...) {

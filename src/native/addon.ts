@@ -217,9 +217,17 @@ export interface Addon {
   /**
    * At commit (native/cuda_update_segments.h): copies each staging descriptor `fds[i]` with
    * `copied[i]` into a fresh final allocation (its descriptor in `fds[i]` of the result, -1 for a
-   * shared segment), then digests `tensorRanges` over the final and shared segments.
+   * shared segment), then digests `tensorRanges` over the final and shared segments: on the GPU
+   * with the fill's digest kernel, else on `threads` CPU threads (`gpuDigestUnavailable` says why).
    */
-  cudaCommitCopies(deviceIndex: number, fds: number[], copied: boolean[], bytes: number[], tensorRanges: PackedTensorRanges, threads: number): Promise<{ fds: number[]; digests: string[] }>;
+  cudaCommitCopies(
+    deviceIndex: number,
+    fds: number[],
+    copied: boolean[],
+    bytes: number[],
+    tensorRanges: PackedTensorRanges,
+    threads: number,
+  ): Promise<{ fds: number[]; digests: string[]; gpuDigestUnavailable: string }>;
   /** Closes a descriptor this process received; E_FD_CLOSE when it is not open. */
   closeFd(fd: number): void;
   /**

@@ -39,12 +39,13 @@ export function shareSegment(service: RankService, index: number): number {
 
 /**
  * Commits a rank's part: copies each staging allocation (`copied`) into a final one and digests
- * every tensor over what the version will serve. Resolves with the finals' descriptors (the
- * caller's; -1 where shared) and the digests.
+ * every tensor over what the version will serve (on the GPU where the addon has the digest
+ * kernel; the log says why not). Resolves with the finals' descriptors (the caller's; -1 where
+ * shared) and the digests.
  */
-export function commitCudaPart(service: RankService, fds: number[], copied: boolean[], ranges: PackedTensorRanges, threads: number): Promise<{ fds: number[]; digests: string[] }> {
+export async function commitCudaPart(service: RankService, fds: number[], copied: boolean[], ranges: PackedTensorRanges, threads: number): Promise<{ fds: number[]; digests: string[] }> {
   const { rank } = service;
-  return addon().cudaCommitCopies(
+  const committed = await addon().cudaCommitCopies(
     rank.device.index,
     fds,
     copied,
@@ -52,4 +53,8 @@ export function commitCudaPart(service: RankService, fds: number[], copied: bool
     ranges,
     threads,
   );
+  if (committed.gpuDigestUnavailable) {
+    service.log.info({ model: rank.name, globalRank: rank.globalRank, why: committed.gpuDigestUnavailable }, 'update digests hashed on the CPU, not the GPU');
+  }
+  return committed;
 }

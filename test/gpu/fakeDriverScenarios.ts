@@ -724,8 +724,9 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
 
   /**
    * A writer's segments (native/cuda_update_segments.h): a staging copy of a served segment, then
-   * the commit's final copy of it beside a shared segment, digested from device memory in windows
-   * (a tensor of 70 MiB crosses several) against the same bytes digested from files.
+   * the commit's final copy of it beside a shared segment, digested by the kernel (the test sets
+   * FAKE_CUDA_KERNELS) or from device memory read back in windows (a tensor of 70 MiB crosses
+   * several), against the same bytes digested from files.
    */
   async updateSegments() {
     const parent = join(process.cwd(), 'test', 'artifacts');
@@ -761,7 +762,13 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
       await adopter.free();
       for (const fd of [staging, shared]) addon().closeFd(fd);
       await device.free();
-      return { sharedFd: committed.fds[1], digestsEqual: JSON.stringify(committed.digests) === JSON.stringify(fromFiles), digests: committed.digests.length, finalBytes };
+      return {
+        sharedFd: committed.fds[1],
+        digestsEqual: JSON.stringify(committed.digests) === JSON.stringify(fromFiles),
+        digests: committed.digests.length,
+        onGpu: committed.gpuDigestUnavailable === '',
+        finalBytes,
+      };
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
