@@ -57,7 +57,7 @@ def stop_daemon(daemon: subprocess.Popen) -> int:
 
 
 def disk_logits(torch: Any, transformers: Any, path: Path, prompt: Any, edit: Callable[[Any], None] = lambda m: None) -> Any:
-    """The eager logits of the checkpoint at `path` loaded from disk (after `edit(model)`)."""
+    """The logits of the checkpoint at `path` loaded from disk (after `edit(model)`)."""
     m = transformers.LlamaForCausalLM.from_pretrained(str(path), torch_dtype=torch.bfloat16, attn_implementation=ATTENTION).to("cuda:0").eval()
     edit(m)
     with torch.no_grad():

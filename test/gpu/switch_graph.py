@@ -9,7 +9,7 @@ shapes and so the same placement; other weights), runs one daemon serving both w
 --cuda-handles fd, and in this process:
   1. attaches version 0 (torch views), builds the model on the meta device with
      load_state_dict(assign=True) and captures one forward in a CUDA graph;
-  2. replays it: logits equal to the disk model of version 0 (same kernels, eager);
+  2. replays it: logits equal to the disk model of version 0 (same kernels);
   3. switch_to(version 1): every data_ptr the same, the replayed graph's logits equal to the disk
      model of version 1, with no recapture;
   4. switch_to(version 0) again: equal to version 0's;

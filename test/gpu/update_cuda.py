@@ -17,7 +17,7 @@ about M MiB, and in this process:
      seed 1's with every data_ptr the same;
   4. a one-layer update over it: layer 0 from seed 0 (begin_update(tensors=...), only its
      segments copied); after switch_to the graph gives the logits of seed 1 with seed 0's
-     layer 0 (eager, from disk);
+     layer 0 (from disk);
   5. the times of begin, write, commit and switch_to for both, beside the device-to-device copy
      of the same bytes (torch, the ceiling) and the segments copied and shared;
   6. detach; the daemon exits 0 on SIGTERM.
@@ -34,7 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from llama_graph import PROMPT, ROOT, capture, disk_logits, start_daemon, stop_daemon, write_checkpoint
+from llama_graph import ATTENTION, PROMPT, ROOT, capture, disk_logits, start_daemon, stop_daemon, write_checkpoint
 
 sys.path.insert(0, str(ROOT / "clients/python"))
 
@@ -83,7 +83,7 @@ def main() -> int:
         step("the two seeds' disk logits differ", not torch.equal(want0, want1))
 
         config = transformers.AutoConfig.from_pretrained(str(v0))
-        config._attn_implementation = "eager"
+        config._attn_implementation = ATTENTION
         with torch.device("meta"):
             model = transformers.LlamaForCausalLM(config).to(torch.bfloat16)
         loaded = load_into(model, str(v0), socket_dir=str(sock), device=0, plan_file=str(plan))
