@@ -251,12 +251,20 @@ def daemon_update() -> None:
             with client.begin_update(name, done["fingerprint"], device=0, tensors=[one]) as upd:
                 out["partialNamed"] = sorted(upd.tensors)
                 out["partialCopied"] = len(upd._cuda.pointers)
-                upd.write(one, partial[one])
+                # Through a writable view (the fake's device memory is this process's mapping).
+                view = upd.tensor(one, "cuda_array")
+                ctypes.memmove(view.pointer, partial[one], len(partial[one]))
                 try:
                     upd.write(sorted(set(want) - {one})[0], b"")
                     out["notNamedRefused"] = None
                 except Exception as err:  # noqa: BLE001 - the code is what is checked
                     out["notNamedRefused"] = getattr(err, "code", str(err))
+                try:
+                    upd.commit()
+                    out["viewAliveRefused"] = None
+                except Exception as err:  # noqa: BLE001
+                    out["viewAliveRefused"] = getattr(err, "code", str(err))
+                del view
                 second = upd.commit()
             out["partialKeepsFullBeforeSwitch"] = reads(full)
             reader.switch_to(second["fingerprint"])

@@ -153,6 +153,7 @@ def test_a_cuda_writer_writes_staging_that_is_copied_into_memory_no_writer_maps_
     assert got["fullFingerprint"] == got["hostFingerprint"], "the digests of what was written, hashed from the GPU, are the host backend's of the same bytes"
     # A partial update writes one tensor's segment; every other tensor keeps the earlier bytes.
     assert got["partialCopied"] == 1 and got["notNamedRefused"] == "E_NOT_NAMED"
+    assert got["viewAliveRefused"] == "E_UPDATE_MAPPED", "commit unmaps first, so a live view of the staging refuses it"
     assert got["partialKeepsFullBeforeSwitch"] and got["partialAfterSwitch"]
     assert got["versions"] == [0, 1, 2]
     # The daemon's side of an update is its staging descriptors; a killed writer's are all closed
