@@ -122,8 +122,10 @@ CudaCommitted cudaCommitCopies(int deviceIndex, const std::vector<int>& fds, con
       if (copied[i]) served[i] = VmmSegment::create(dev, sizes[i]);
   }
   {
-    Stream stream = createStream();
+    // Declared before the stream, so that on a failure the stream is drained (its destructor)
+    // before any staging mapping a queued copy reads is unmapped.
     std::vector<VmmSegment> staging;
+    Stream stream = createStream();
     for (size_t i = 0; i < fds.size(); ++i) {
       if (!copied[i]) {
         served[i] = VmmSegment::import(dev, fds[i], sizes[i]);

@@ -319,6 +319,13 @@ for (const onGpu of [false, true]) {
   });
 }
 
+test('a writer\'s commit failing midway (the shared segment\'s import, after the final copy was queued) drains the copy before unmapping, and leaves nothing', () => {
+  // Imports: the staging copy's source (1), then at commit the staging (2) and the shared segment (3).
+  const { result, leaks } = scenario('updateSegments', { FAKE_CUDA_VMM_FAIL: 'cuMemImportFromShareableHandle:3' }, 120_000);
+  assert.match(result.commitFailed as string, /^DeviceError E_OUT_OF_MEMORY: cuMemImportFromShareableHandle failed/);
+  assert.equal(leaks, noLeaks);
+});
+
 for (const failing of ['cuMemCreate:2', 'cuMemAddressReserve:3', 'cuMemMap:2', 'cuMemSetAccess:3']) {
   test(`fd handles: ${failing} failing midway through an allocation gives back every segment and step made so far`, () => {
     const { result, leaks } = scenario('vmmFailure', { FAKE_CUDA_VMM_FAIL: failing });

@@ -726,7 +726,8 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
    * A writer's segments (native/cuda_update_segments.h): a staging copy of a served segment, then
    * the commit's final copy of it beside a shared segment, digested by the kernel (the test sets
    * FAKE_CUDA_KERNELS) or from device memory read back in windows (a tensor of 70 MiB crosses
-   * several), against the same bytes digested from files.
+   * several), against the same bytes digested from files; or the commit's failure, when the test
+   * makes one of its driver calls fail.
    */
   async updateSegments() {
     const parent = join(process.cwd(), 'test', 'artifacts');
@@ -753,7 +754,15 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
         { file: 1, start: 0, end: MiB + 7 },
         { file: 1, start: MiB + 7, end: 3 * MiB },
       ];
-      const committed = await addon().cudaCommitCopies(0, [staging, shared], [true, false], segments, packTensorRanges(tensors), 3);
+      const commit = addon().cudaCommitCopies(0, [staging, shared], [true, false], segments, packTensorRanges(tensors), 3);
+      // A commit that fails midway (FAKE_CUDA_VMM_FAIL) gives back what it made, queued copies drained first.
+      const failed = await outcome(() => commit);
+      if (failed !== 'no error') {
+        for (const fd of [staging, shared]) addon().closeFd(fd);
+        await device.free();
+        return { commitFailed: failed };
+      }
+      const committed = await commit;
       const fromFiles = await addon().digestFiles(paths, packTensorRanges(tensors), 2);
       // The final copy holds the base's bytes, and a device adopts it as it adopts any export.
       const adopter = new DeviceHandle('cuda', 0, { cudaHandles: 'fd' });
