@@ -209,14 +209,16 @@ class FdSegment:
         # read-only device mappings gets read-write, said once in the log (``read_only``).
         d = self.driver
         location = _MemLocation(CU_MEM_LOCATION_TYPE_DEVICE, self.dev)
-        access = _AccessDesc(location=location, flags=CU_MEM_ACCESS_FLAGS_PROT_READ)
-        rc = 1 if self.writable else d.cuMemSetAccess(self.pointer, self.size, ctypes.byref(access), 1)
-        self.read_only = rc == 0
-        if not self.read_only:
-            if not self.writable:
-                _warn_read_write(d, rc)
-            access = _AccessDesc(location=location, flags=CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
-            d.check(d.cuMemSetAccess(self.pointer, self.size, ctypes.byref(access), 1), f"cuMemSetAccess(segment {self.segment})")
+        read_write = _AccessDesc(location=location, flags=CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+        self.read_only = False
+        if not self.writable:
+            access = _AccessDesc(location=location, flags=CU_MEM_ACCESS_FLAGS_PROT_READ)
+            rc = d.cuMemSetAccess(self.pointer, self.size, ctypes.byref(access), 1)
+            self.read_only = rc == 0
+            if self.read_only:
+                return
+            _warn_read_write(d, rc)
+        d.check(d.cuMemSetAccess(self.pointer, self.size, ctypes.byref(read_write), 1), f"cuMemSetAccess(segment {self.segment})")
 
     def import_handle(self, fd: int) -> int:
         """Imports another allocation for this segment (step one of ``swap``): its handle, to
