@@ -25,6 +25,7 @@
 #include "js_values.h"
 #include "unix_fds.h"
 #include "update_segments.h"
+#include "cuda_update_segments.h"
 
 namespace weightd {
 namespace {
@@ -388,8 +389,11 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::UnixRequest>>("unixRequest"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::CloseFd>>("closeFd"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::OpenReadOnly>>("openReadOnly"),
+                             InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::DupFd>>("dupFd"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::CreateWritableCopy>>("createWritableCopy"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::SealWritten>>("sealWritten"),
+                             InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::CudaStagingCopy>>("cudaStagingCopy"),
+                             InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::CudaCommitCopies>>("cudaCommitCopies"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::MapShared>>("mapShared"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::UnmapShared>>("unmapShared"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::CudaProbeJs>>("cudaProbe"),
@@ -503,6 +507,9 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
     return Napi::Number::New(info.Env(), openReadOnly(info[0].As<Napi::String>().Utf8Value()));
   }
 
+  // dupFd(fd) -> fd, the caller's to close.
+  Napi::Value DupFd(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), dupFd(toBounded<int>(info[0], "fd"))); }
+
   Napi::Value CloseFd(const Napi::CallbackInfo& info) {
     closeFd(toBounded<int>(info[0], "fd"));
     return info.Env().Undefined();
@@ -521,6 +528,45 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
   Napi::Value SealWritten(const Napi::CallbackInfo& info) {
     sealWritten(toBounded<int>(info[0], "fd"), toBounded<uint32_t>(info[1], "segment"));
     return info.Env().Undefined();
+  }
+
+  // cudaStagingCopy(deviceIndex, sourceFd, bytes) -> Promise<number>: allocation and copy on a libuv thread.
+  Napi::Value CudaStagingCopy(const Napi::CallbackInfo& info) {
+    int deviceIndex = toBounded<int>(info[0], "deviceIndex");
+    int sourceFd = toBounded<int>(info[1], "sourceFd");
+    uint64_t bytes = toU64(info[2], "bytes");
+    return PromiseJob<int>::start(info.Env(), [deviceIndex, sourceFd, bytes] { return cudaStagingCopy(deviceIndex, sourceFd, bytes); },
+                                  [](Napi::Env e, const int& fd) { return Napi::Number::New(e, fd); });
+  }
+
+  // cudaCommitCopies(deviceIndex, fds, copied: boolean[], bytes: number[], tensorRanges, threads)
+  //   -> Promise<{ fds: number[], digests: string[] }>, on a libuv thread.
+  Napi::Value CudaCommitCopies(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    int deviceIndex = toBounded<int>(info[0], "deviceIndex");
+    std::vector<int> fds = toFds(info[1]);
+    if (!info[2].IsArray() || !info[3].IsArray()) throw Napi::TypeError::New(env, "cudaCommitCopies(deviceIndex, fds, copied: boolean[], bytes: number[], tensorRanges, threads)");
+    Napi::Array copiedJs = info[2].As<Napi::Array>(), bytesJs = info[3].As<Napi::Array>();
+    std::vector<bool> copied;
+    std::vector<uint64_t> bytes;
+    for (uint32_t i = 0; i < copiedJs.Length(); ++i) copied.push_back(copiedJs.Get(i).ToBoolean().Value());
+    for (uint32_t i = 0; i < bytesJs.Length(); ++i) bytes.push_back(toU64(bytesJs.Get(i), "segment bytes"));
+    std::vector<TensorRange> tensors = tensorRangesFromJs(info[4]);
+    unsigned threads = toBounded<unsigned>(info[5], "threads");
+    if (threads < 1 || threads > 256) throw Napi::RangeError::New(env, "threads must be from 1 to 256, got " + std::to_string(threads));
+    return PromiseJob<CudaCommitted>::start(
+        env, [deviceIndex, fds, copied, bytes, tensors, threads] { return cudaCommitCopies(deviceIndex, fds, copied, bytes, tensors, threads); },
+        [](Napi::Env e, const CudaCommitted& c) {
+          Napi::Object o = Napi::Object::New(e);
+          Napi::Array outFds = Napi::Array::New(e, c.fds.size());
+          for (uint32_t i = 0; i < c.fds.size(); ++i) outFds.Set(i, c.fds[i]);
+          Napi::Array digests = Napi::Array::New(e, c.digests.size());
+          for (uint32_t i = 0; i < c.digests.size(); ++i) digests.Set(i, c.digests[i]);
+          o.Set("fds", outFds);
+          o.Set("digests", digests);
+          o.Set("gpuDigestUnavailable", c.gpuDigestUnavailable);
+          return o;
+        });
   }
 
   // mapShared(fd, bytes) and unmapShared run on the JS thread: mmap of a memfd maps, it reads nothing.

@@ -24,8 +24,18 @@ std::string hex(const unsigned char* bytes, size_t n) {
 
 }  // namespace
 
-ContentDigests::ContentDigests(std::vector<TensorRange> tensors, const FileSet& files)
-    : tensors_(std::move(tensors)), tensorFirst_(tensors_.size()), fileFirst_(files.size() + 1, 0) {
+ContentDigests::ContentDigests(std::vector<TensorRange> tensors, const FileSet& files) : tensors_(std::move(tensors)) {
+  index(files.size(), [&](uint32_t f) { return files.fileSize(f); }, [&](uint32_t f) { return files.path(f); });
+}
+
+ContentDigests::ContentDigests(std::vector<TensorRange> tensors, const std::vector<uint64_t>& segmentBytes) : tensors_(std::move(tensors)) {
+  index(segmentBytes.size(), [&](uint32_t s) { return segmentBytes[s]; }, [](uint32_t s) { return "segment " + std::to_string(s); });
+}
+
+template <typename SizeOf, typename NameOf>
+void ContentDigests::index(size_t count, SizeOf sizeOf, NameOf nameOf) {
+  tensorFirst_.assign(tensors_.size(), 0);
+  fileFirst_.assign(count + 1, 0);
   std::vector<size_t> order(tensors_.size());
   std::iota(order.begin(), order.end(), 0);
   std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
@@ -34,13 +44,13 @@ ContentDigests::ContentDigests(std::vector<TensorRange> tensors, const FileSet& 
   for (size_t k = 0; k < order.size(); ++k) {
     const TensorRange& t = tensors_[order[k]];
     std::string where = "tensor range " + std::to_string(order[k]);
-    if (t.file >= files.size()) throw DeviceError("E_BAD_PLAN", where + " names file " + std::to_string(t.file) + " of " + std::to_string(files.size()));
-    if (t.end < t.start || t.end > files.fileSize(t.file)) {
-      throw DeviceError("E_BAD_PLAN", where + " [" + std::to_string(t.start) + ", " + std::to_string(t.end) + ") is not inside " + files.path(t.file) +
-                                          " (" + std::to_string(files.fileSize(t.file)) + " bytes)");
+    if (t.file >= count) throw DeviceError("E_BAD_PLAN", where + " names file " + std::to_string(t.file) + " of " + std::to_string(count));
+    if (t.end < t.start || t.end > sizeOf(t.file)) {
+      throw DeviceError("E_BAD_PLAN", where + " [" + std::to_string(t.start) + ", " + std::to_string(t.end) + ") is not inside " + nameOf(t.file) +
+                                          " (" + std::to_string(sizeOf(t.file)) + " bytes)");
     }
     if (k > 0 && tensors_[order[k - 1]].file == t.file && tensors_[order[k - 1]].end > t.start) {
-      throw DeviceError("E_BAD_PLAN", where + " overlaps tensor range " + std::to_string(order[k - 1]) + " in " + files.path(t.file));
+      throw DeviceError("E_BAD_PLAN", where + " overlaps tensor range " + std::to_string(order[k - 1]) + " in " + nameOf(t.file));
     }
     tensorFirst_[order[k]] = pieces_.size();
     for (uint64_t s = t.start; s < t.end; s += kPieceBytes) pieces_.push_back({t.file, s, std::min(t.end, s + kPieceBytes)});

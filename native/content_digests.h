@@ -29,6 +29,9 @@ class ContentDigests {
   // `tensors` index `files`' list; checked here: E_BAD_PLAN for a tensor outside its file or
   // overlapping another.
   ContentDigests(std::vector<TensorRange> tensors, const FileSet& files);
+  // The same over a device's segments of `segmentBytes` (a written cuda version's, hashed from
+  // device memory: cuda_update_segments.h), which are not files.
+  ContentDigests(std::vector<TensorRange> tensors, const std::vector<uint64_t>& segmentBytes);
   ContentDigests(const ContentDigests&) = delete;
   ContentDigests& operator=(const ContentDigests&) = delete;
 
@@ -66,6 +69,10 @@ class ContentDigests {
   // The pieces of `file`: [first, last) of pieces_.
   std::pair<size_t, size_t> piecesOf(uint32_t file) const { return {fileFirst_[file], fileFirst_[file + 1]}; }
   void hashPiece(size_t p, const char* data);
+  // Checks the tensors against `count` files (or segments) of sizeOf(i) bytes, named by nameOf(i)
+  // in errors, and cuts them into pieces.
+  template <typename SizeOf, typename NameOf>
+  void index(size_t count, SizeOf sizeOf, NameOf nameOf);
 
   std::vector<TensorRange> tensors_;
   std::vector<size_t> tensorFirst_;  // per tensor, its first piece: a tensor's pieces are consecutive

@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -47,7 +48,74 @@ const KernelImage& kernelImage() {
   return image;
 }
 
+// Loads the kernel in the current context and uploads `jobs` (through pinned memory on a stream
+// of its own: no copy from pageable memory, and no wait for or on the legacy default stream that
+// other code in the process may use), with room for their digests in `out`. What it made is
+// left in the arguments for the caller to free, also when a step fails.
+void loadKernel(const std::vector<GpuDigestJob>& jobs, CUmodule& module, CUfunction& kernel, DeviceMemory& table, DeviceMemory& out) {
+  const CudaDriver& drv = cudaDriver();
+  drv.cuModuleLoadData(&module, kernelImage().bytes.data());
+  drv.cuModuleGetFunction(&kernel, module, "weightd_xxh3_pieces");
+  table = allocateDeviceMemory(jobs.size() * sizeof(GpuDigestJob));
+  out = allocateDeviceMemory(jobs.size() * 16);
+  const uint64_t tableBytes = jobs.size() * sizeof(GpuDigestJob);
+  PinnedHostMemory staging = allocatePinnedHost(tableBytes);
+  std::memcpy(staging.get(), jobs.data(), tableBytes);
+  Stream upload = createStream();
+  drv.cuMemcpyHtoDAsync_v2(table.get(), staging.get(), tableBytes, upload.get());
+  drv.cuStreamSynchronize(upload.get());
+}
+
+// Launches the kernel over `ranges` of the job table on `stream`: one warp per job.
+void launchKernel(CUfunction kernel, CUdeviceptr table, CUdeviceptr out, GpuDigestRanges& ranges, CUstream stream) {
+  unsigned warps = 0;
+  for (unsigned i = 0; i < ranges.n; ++i) warps += ranges.count[i];
+  void* args[] = {&table, &ranges, &out};
+  const unsigned warpsPerBlock = kGpuDigestBlockThreads / 32;
+  cudaDriver().cuLaunchKernel(kernel, (warps + warpsPerBlock - 1) / warpsPerBlock, 1, 1, kGpuDigestBlockThreads, 1, 1, 0, stream, args, nullptr);
+}
+
 }  // namespace
+
+std::string hashDeviceSegments(const std::vector<CUdeviceptr>& segments, const std::vector<uint64_t>& bytes, ContentDigests& digests) {
+  if (!kernelImage().missing.empty()) return kernelImage().missing;
+  std::vector<GpuDigestJob> jobs;
+  std::vector<size_t> pieces;
+  for (uint32_t s = 0; s < segments.size(); ++s) {
+    digests.claimCovered(s, 0, bytes[s], [&](size_t p) {
+      jobs.push_back({segments[s] + digests.pieceStart(p), digests.pieceBytes(p), jobs.size()});
+      pieces.push_back(p);
+    });
+  }
+  if (jobs.empty()) return "";
+  CUmodule module = nullptr;
+  try {
+    CUfunction kernel = nullptr;
+    DeviceMemory table, out;
+    loadKernel(jobs, module, kernel, table, out);
+    Stream stream = createStream();
+    // As many jobs per launch as its ranges count (a range's count is 32 bits).
+    for (size_t first = 0; first < jobs.size();) {
+      GpuDigestRanges ranges{};
+      for (; ranges.n < kGpuDigestMaxRanges && first < jobs.size(); ++ranges.n) {
+        ranges.first[ranges.n] = static_cast<uint32_t>(first);
+        ranges.count[ranges.n] = static_cast<uint32_t>(std::min<size_t>(jobs.size() - first, 1u << 20));
+        first += ranges.count[ranges.n];
+      }
+      launchKernel(kernel, table.get(), out.get(), ranges, stream.get());
+    }
+    cudaDriver().cuStreamSynchronize(stream.get());
+    std::vector<unsigned char> digestBytes(16 * jobs.size());
+    cudaDriver().cuMemcpyDtoH_v2(digestBytes.data(), out.get(), digestBytes.size());
+    for (size_t j = 0; j < pieces.size(); ++j) digests.setPieceDigest(pieces[j], &digestBytes[16 * j]);
+  } catch (const DeviceError& e) {
+    if (module) cudaDriver().cuModuleUnload.raw(module);
+    for (size_t p : pieces) digests.release(p);
+    return e.what();
+  }
+  cudaDriver().cuModuleUnload.raw(module);
+  return "";
+}
 
 GpuDigests::GpuDigests(const std::vector<FillMember>& members, const std::vector<FillWindow>& windows, ContentDigests& digests)
     : fill_(members), members_(members.size()), ranges_(windows.size() * members.size()) {
@@ -92,22 +160,10 @@ GpuDigests::GpuDigests(const std::vector<FillMember>& members, const std::vector
 }
 
 void GpuDigests::setUp(size_t m, const FillMember& member, const std::vector<GpuDigestJob>& jobs) {
-  const CudaDriver& drv = cudaDriver();
   Member& own = members_[m];
   ScopedContext current(member.target.context);
   own.context = member.target.context;
-  drv.cuModuleLoadData(&own.module, kernelImage().bytes.data());
-  drv.cuModuleGetFunction(&own.kernel, own.module, "weightd_xxh3_pieces");
-  own.jobs = allocateDeviceMemory(jobs.size() * sizeof(GpuDigestJob));
-  own.out = allocateDeviceMemory(jobs.size() * 16);
-  // Through pinned memory on a stream of its own: no copy from pageable memory, and no wait for
-  // (or on) the legacy default stream that other code in the process may use.
-  const uint64_t tableBytes = jobs.size() * sizeof(GpuDigestJob);
-  PinnedHostMemory staging = allocatePinnedHost(tableBytes);
-  std::memcpy(staging.get(), jobs.data(), tableBytes);
-  Stream upload = createStream();
-  drv.cuMemcpyHtoDAsync_v2(own.jobs.get(), staging.get(), tableBytes, upload.get());
-  drv.cuStreamSynchronize(upload.get());
+  loadKernel(jobs, own.module, own.kernel, own.jobs, own.out);
 }
 
 GpuDigests::~GpuDigests() {
@@ -135,15 +191,8 @@ void GpuDigests::add(Batch& batch, size_t window, size_t member, CUstream stream
 void GpuDigests::launch(Batch& batch, size_t member, CUstream stream) const {
   if (batch.ranges.n == 0) return;
   const Member& m = members_[member];
-  const CudaDriver& drv = cudaDriver();
-  drv.cuStreamWaitEvent(stream, batch.copied, 0);
-  unsigned warps = 0;
-  for (unsigned i = 0; i < batch.ranges.n; ++i) warps += batch.ranges.count[i];
-  CUdeviceptr jobs = m.jobs.get();
-  CUdeviceptr out = m.out.get();
-  void* args[] = {&jobs, &batch.ranges, &out};
-  const unsigned warpsPerBlock = kGpuDigestBlockThreads / 32;
-  drv.cuLaunchKernel(m.kernel, (warps + warpsPerBlock - 1) / warpsPerBlock, 1, 1, kGpuDigestBlockThreads, 1, 1, 0, stream, args, nullptr);
+  cudaDriver().cuStreamWaitEvent(stream, batch.copied, 0);
+  launchKernel(m.kernel, m.jobs.get(), m.out.get(), batch.ranges, stream);
   batch = Batch{};
 }
 

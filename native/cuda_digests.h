@@ -24,6 +24,12 @@
 
 namespace weightd {
 
+// Hashes on the GPU of the current context every piece of `digests` lying in its files 0..n-1,
+// which are device memory at `segments` (`bytes` each; a written version's segments at commit,
+// cuda_update_segments.h). Returns "" once every such piece is set, else why the GPU could not,
+// with those pieces left unclaimed for the CPU.
+std::string hashDeviceSegments(const std::vector<CUdeviceptr>& segments, const std::vector<uint64_t>& bytes, ContentDigests& digests);
+
 class GpuDigests {
  public:
   // Claims in `digests` the pieces each member's GPU will hash, each piece on the first member

@@ -229,6 +229,15 @@ int openReadOnly(const std::string& path) {
   return fd;
 }
 
+int dupFd(int fd) {
+  int copy = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+  if (copy < 0) {
+    int err = errno;
+    throw DeviceError("E_FD_OPEN", "cannot duplicate fd " + std::to_string(fd) + ": " + errnoMessage(err) + (err == EMFILE ? "; raise the open-file limit (ulimit -n)" : ""));
+  }
+  return copy;
+}
+
 void closeFd(int fd) {
   if (::close(fd) != 0 && errno == EBADF) {
     throw DeviceError("E_FD_CLOSE", "fd " + std::to_string(fd) + " is not open in this process; it was closed already (a double close would close another file's fd)");

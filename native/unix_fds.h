@@ -38,4 +38,9 @@ void closeFd(int fd);
 // the number may be another file's by then).
 int openReadOnly(const std::string& path);
 
+// A new descriptor of the same open file as `fd` (close-on-exec), the caller's to close: a
+// reference of its own to what `fd` holds, for a file that cannot be opened anew by path (a CUDA
+// VMM export). E_FD_OPEN.
+int dupFd(int fd);
+
 }  // namespace weightd

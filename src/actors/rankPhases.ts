@@ -51,7 +51,7 @@ export const rankPhases: RankPhases = {
     return device;
   },
   async adopt(device, data, post) {
-    if (data.written) return adoptWritten(device, data, data.written.segmentPaths);
+    if (data.written) return adoptWritten(device, data, data.written);
     if (!data.keeper) return undefined;
     const { adoptKept, handleTypeFor } = await rankKeeping();
     return adoptKept(device, data, data.keeper, handleTypeFor(data), post);
@@ -79,13 +79,15 @@ export const rankPhases: RankPhases = {
 /**
  * A version a writer committed (src/serve/updateDesk.ts): its sealed segments, opened anew here
  * read-only (the device owns these descriptors from adopt on; the desk closes its own once the
- * version serves or failed), so no descriptor the rank serves can write.
+ * version serves or failed), so no descriptor the rank serves can write. cuda: the final
+ * allocations' descriptors, duplicated (no path opens a VMM export anew; src/serve/cudaUpdateSegments.ts).
  */
-async function adoptWritten(device: DeviceHandle, data: RankWorkerData, segmentPaths: string[]): Promise<Adopted> {
+async function adoptWritten(device: DeviceHandle, data: RankWorkerData, written: { segmentPaths: string[]; segmentFds?: number[] }): Promise<Adopted> {
   const started = performance.now();
   const fds: number[] = [];
   try {
-    for (const path of segmentPaths) fds.push(addon().openReadOnly(path));
+    if (written.segmentFds) for (const fd of written.segmentFds) fds.push(addon().dupFd(fd));
+    else for (const path of written.segmentPaths) fds.push(addon().openReadOnly(path));
   } catch (err) {
     for (const fd of fds) addon().closeFd(fd);
     throw err;

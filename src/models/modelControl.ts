@@ -114,7 +114,7 @@ export class ModelControl {
       plan: { ...base.plan, fingerprint, fingerprintFields: written.fingerprint.fields, files: [], ranks: base.plan.ranks.map((r, g) => r && { ...r, fingerprint: rankFingerprint(fingerprint, g) }) },
       origin: 'update',
       version,
-      written: [...written.ranks].sort((a, b) => a.localRank - b.localRank).map((r) => ({ segmentPaths: r.segmentPaths })),
+      written: [...written.ranks].sort((a, b) => a.localRank - b.localRank).map((r) => ({ segmentPaths: r.segmentPaths, ...(r.segmentFds ? { segmentFds: r.segmentFds } : {}) })),
     };
     await this.#serve(planned, written.name);
     this.#versions.set(written.name, version);

@@ -21,7 +21,7 @@ export interface ModelRanks {
   /** Its number among its name's versions (PlannedModel.version). */
   version?: number;
   /** A version a writer committed: each local rank's sealed segments (PlannedModel.written). */
-  written?: { segmentPaths: string[] }[];
+  written?: { segmentPaths: string[]; segmentFds?: number[] }[];
   plan: CheckpointPlan;
   nodeRank: number;
   nnodes: number;

@@ -81,7 +81,7 @@ export interface PlannedModel {
    * origin 'update': each local rank's sealed segments, which its rank adopts instead of
    * allocating and filling (src/serve/updateDesk.ts), by local rank.
    */
-  written?: { segmentPaths: string[] }[];
+  written?: { segmentPaths: string[]; segmentFds?: number[] }[];
 }
 
 /** How a model's fill reads and how the log says it. */

@@ -34,7 +34,7 @@ export interface RankWorkerData {
    */
   awaitAdmission?: boolean;
   /** A version a writer committed: its sealed segments, which the rank adopts instead of allocating and filling (PlannedModel.written). */
-  written?: { segmentPaths: string[] };
+  written?: { segmentPaths: string[]; segmentFds?: number[] };
   /**
    * The main thread asked the keeper for this shard before this worker started
    * (src/actors/adoptHere.ts) and adopted nothing: the worker loads without asking again.

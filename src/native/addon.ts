@@ -207,6 +207,27 @@ export interface Addon {
   createWritableCopy(sourceFd: number, bytes: number, name: string): Promise<number>;
   /** Seals a segment createWritableCopy made against write: E_UPDATE_MAPPED while a process still maps it writable. */
   sealWritten(fd: number, segment: number): void;
+  /**
+   * native/cuda_update_segments.h, on a libuv thread: a fresh VMM allocation on visible device
+   * `deviceIndex` holding a device-to-device copy of the served "cuda-fd" segment `sourceFd`
+   * (`bytes`). Resolves to its exported descriptor, the caller's to close (the daemon's only
+   * reference to it). E_OUT_OF_MEMORY names the bytes needed and free.
+   */
+  cudaStagingCopy(deviceIndex: number, sourceFd: number, bytes: number): Promise<number>;
+  /**
+   * At commit (native/cuda_update_segments.h): copies each staging descriptor `fds[i]` with
+   * `copied[i]` into a fresh final allocation (its descriptor in `fds[i]` of the result, -1 for a
+   * shared segment), then digests `tensorRanges` over the final and shared segments: on the GPU
+   * with the fill's digest kernel, else on `threads` CPU threads (`gpuDigestUnavailable` says why).
+   */
+  cudaCommitCopies(
+    deviceIndex: number,
+    fds: number[],
+    copied: boolean[],
+    bytes: number[],
+    tensorRanges: PackedTensorRanges,
+    threads: number,
+  ): Promise<{ fds: number[]; digests: string[]; gpuDigestUnavailable: string }>;
   /** Closes a descriptor this process received; E_FD_CLOSE when it is not open. */
   closeFd(fd: number): void;
   /**
@@ -215,6 +236,8 @@ export interface Addon {
    * close after the device's (of a number another file may hold by then).
    */
   openReadOnly(path: string): number;
+  /** A new descriptor of what `fd` holds (close-on-exec), the caller's to close: for a file no path reopens (a CUDA VMM export). */
+  dupFd(fd: number): number;
   /** What CUDA offers this process (runs cuInit); never rejects for a missing driver or GPU. */
   cudaProbe(): Promise<CudaProbe>;
   /** native/cuda_warmup.h on a libuv thread: cuInit, then GPUs 0..devices-1's primary contexts; never rejects. */

@@ -1,6 +1,7 @@
 // Updates in progress on this node (docs/weight-updates.md): a writer of the daemon's user asks a
 // rank's socket for writable copies of a served version's segments (begin_update), writes them,
-// and commits (commit_update); the daemon seals and digests each rank's copies, and once every
+// and commits (commit_update); the daemon seals and digests each rank's copies (on cuda, copies
+// them into allocations no writer maps first: cudaUpdateSegments.ts), and once every
 // local rank of the model committed, hands the sealed segments to the publisher (the model
 // control, which serves them as the model's newest version through a model actor). Until then
 // nothing of an update is visible, and a connection of it that ends takes all of it away.
@@ -10,6 +11,7 @@ import { ServeError } from '../errors.js';
 import { writtenVersionFingerprint, type Fingerprint } from '../checkpoint/fingerprint.js';
 import { addon } from '../native/addon.js';
 import { packTensorRanges } from '../native/fillRecords.js';
+import { commitCudaPart, refuseUnlessCudaFd, shareSegment, stageSegment } from './cudaUpdateSegments.js';
 import type { Caller } from './leaseTable.js';
 import type { RankService } from './rankService.js';
 
@@ -22,6 +24,8 @@ export interface WrittenRank {
   localRank: number;
   /** /proc/self/fd paths of the sealed segments, in order: the rank opens its own descriptors of them (read-only) to adopt. */
   segmentPaths: string[];
+  /** cuda: the final allocations' descriptors, in order, which the rank duplicates to adopt (no path reopens a VMM export). */
+  segmentFds?: number[];
   /** Each tensor of the rank's checkpoint layout's digest, in the manifest's order (docs/spec/fingerprint.md §9). */
   digests: string[];
 }
@@ -98,9 +102,7 @@ export class UpdateDesk {
     const name = rank.name;
     const copied = segmentsToCopy(service, tensors);
     if (!this.publisher) throw new ServeError('E_UPDATE_UNSUPPORTED', `the node is not ready to take an update of model "${name}" yet; begin again once it serves`, { model: name });
-    if (rank.backend !== 'host') {
-      throw new ServeError('E_UPDATE_UNSUPPORTED', `model "${name}" serves on the ${rank.backend} backend, where writers are not built yet (docs/weight-updates.md); updates run on the host backend`, { model: name, backend: rank.backend });
-    }
+    if (rank.backend === 'cuda') refuseUnlessCudaFd(service);
     if (rank.nnodes > 1) {
       throw new ServeError('E_UPDATE_UNSUPPORTED', `model "${name}" spans ${rank.nnodes} nodes; a writer updates a model served by one node (docs/weight-updates.md)`, { model: name, nnodes: rank.nnodes });
     }
@@ -128,9 +130,14 @@ export class UpdateDesk {
     const done = service.holdSegmentFds();
     try {
       // Every copied segment at once, on the addon's threads; a shared one is opened (no copy).
+      const cuda = rank.backend === 'cuda';
       const made = await Promise.allSettled(
         rank.segments.map((s, i) =>
-          copied[i] ? addon().createWritableCopy(s.fd!, s.bytes, `weightd:update:${name}:r${rank.globalRank}:s${s.segment}`) : Promise.resolve().then(() => addon().openReadOnly(procPath(s.fd!))),
+          copied[i]
+            ? cuda
+              ? stageSegment(service, i)
+              : addon().createWritableCopy(s.fd!, s.bytes, `weightd:update:${name}:r${rank.globalRank}:s${s.segment}`)
+            : Promise.resolve().then(() => (cuda ? shareSegment(service, i) : addon().openReadOnly(procPath(s.fd!)))),
         ),
       );
       for (const c of made) if (c.status === 'fulfilled') part.fds.push(c.value);
@@ -174,9 +181,14 @@ export class UpdateDesk {
     if (part.digests) {
       throw new ServeError('E_NO_UPDATE', `rank ${rank.globalRank}'s part of the update of model "${update.name}" is committed already; the version serves once ranks ${this.#waiting(update).join(', ')} commit`, { model: update.name });
     }
-    part.fds.forEach((fd, segment) => part.copied[segment] && addon().sealWritten(fd, segment));
     const ranges = packTensorRanges(rank.tensors.map((t) => ({ file: t.segment, start: t.offset, end: t.offset + t.bytes })));
-    const digests = await addon().digestFiles(part.fds.map(procPath), ranges, DIGEST_THREADS);
+    let digests: string[];
+    if (rank.backend === 'cuda') {
+      digests = await this.#commitCuda(update, part, ranges);
+    } else {
+      part.fds.forEach((fd, segment) => part.copied[segment] && addon().sealWritten(fd, segment));
+      digests = await addon().digestFiles(part.fds.map(procPath), ranges, DIGEST_THREADS);
+    }
     if (update.ended) throw new ServeError('E_UPDATE_ABORTED', `the update of model "${update.name}" ended while rank ${rank.globalRank} was digested (a connection of it closed); begin again`, { model: update.name });
     part.digests = digests;
     const waiting = this.#waiting(update);
@@ -197,7 +209,13 @@ export class UpdateDesk {
     const baseFields = Object.fromEntries(Object.entries(parts[0]!.service.rank.fingerprintFields).filter(([k]) => k !== 'tpRank'));
     const fingerprint = writtenVersionFingerprint(baseFields, parts.map((p) => p.digests!));
     try {
-      const ranks = parts.map((p) => ({ globalRank: p.service.rank.globalRank, localRank: p.service.rank.localRank, segmentPaths: p.fds.map(procPath), digests: p.digests! }));
+      const ranks = parts.map((p) => ({
+        globalRank: p.service.rank.globalRank,
+        localRank: p.service.rank.localRank,
+        segmentPaths: p.fds.map(procPath),
+        ...(p.service.rank.backend === 'cuda' ? { segmentFds: [...p.fds] } : {}),
+        digests: p.digests!,
+      }));
       const { version } = await this.publisher!({ name: update.name, baseVersion: update.baseVersion, fingerprint, ranks });
       parts[0]!.service.log.info({ model: update.name, version, fingerprint: fingerprint.fingerprint }, 'update committed: the new version serves');
       return { version, fingerprint };
@@ -205,6 +223,24 @@ export class UpdateDesk {
       // The version's ranks hold descriptors of their own now (or it failed): these copies go.
       this.#end(update, 'published');
     }
+  }
+
+  /**
+   * cuda: the staging allocations are copied into final ones, which replace them in the part (the
+   * daemon's handle of staging goes now; a writer's mapping may keep its pages, never served).
+   */
+  async #commitCuda(update: Update, part: Part, ranges: Parameters<typeof commitCudaPart>[3]): Promise<string[]> {
+    const { fds, digests } = await commitCudaPart(part.service, part.fds, part.copied, ranges, DIGEST_THREADS);
+    if (update.ended) {
+      closeAll(fds.filter((fd) => fd >= 0));
+      return digests;
+    }
+    fds.forEach((fd, i) => {
+      if (fd < 0) return;
+      addon().closeFd(part.fds[i]!);
+      part.fds[i] = fd;
+    });
+    return digests;
   }
 
   #waiting(update: Update): number[] {

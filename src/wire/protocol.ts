@@ -262,7 +262,13 @@ export const BeginUpdateReply = z.object({
   model: z.string(),
   /** The base version's rank fingerprint. */
   base: z.string(),
-  /** The copied segments (those holding a tensor to write), in the order of the descriptors that come with the reply (writable memfds). */
+  /** The device the rank serves from: a cuda writer maps its segments there (docs/weight-updates.md, "cuda"). */
+  device: DeviceRef,
+  /**
+   * The copied segments (those holding a tensor to write), in the order of the descriptors that
+   * come with the reply: handle "fd" (host: writable memfds) or "cuda-fd" (cuda: staging VMM
+   * allocations, which the writer imports and maps read-write).
+   */
   segments: z.array(SegmentRef),
   /** The tensors the writer may write (those it named, or all), as get_state's; `segment` is a number of `segments`. */
   tensors: z.array(TensorMeta),

@@ -309,6 +309,23 @@ test('fd handles: VMM segments fill byte-exact and export descriptors; a second 
   assert.equal(leaks, noLeaks);
 });
 
+for (const onGpu of [false, true]) {
+  test(`a writer's segments: a staging copy of a served segment, then a final copy of it whose digests (${onGpu ? 'the digest kernel\'s' : 'read back a window at a time'}) are the files' and which a device adopts, leaving nothing`, () => {
+    const kernel = join(fakeDir, 'digest-kernel.fake');
+    writeFileSync(kernel, 'any image: the fake driver loads it as the digest kernel\n');
+    const { result, leaks } = scenario('updateSegments', onGpu ? { FAKE_CUDA_KERNELS: '1', WEIGHTD_DIGEST_KERNEL: kernel } : {}, 120_000);
+    assert.equal(result, { sharedFd: -1, digestsEqual: true, digests: 3, onGpu, finalBytes: true });
+    assert.equal(leaks, noLeaks);
+  });
+}
+
+test('a writer\'s commit failing midway (the shared segment\'s import, after the final copy was queued) drains the copy before unmapping, and leaves nothing', () => {
+  // Imports: the staging copy's source (1), then at commit the staging (2) and the shared segment (3).
+  const { result, leaks } = scenario('updateSegments', { FAKE_CUDA_VMM_FAIL: 'cuMemImportFromShareableHandle:3' }, 120_000);
+  assert.match(result.commitFailed as string, /^DeviceError E_OUT_OF_MEMORY: cuMemImportFromShareableHandle failed/);
+  assert.equal(leaks, noLeaks);
+});
+
 for (const failing of ['cuMemCreate:2', 'cuMemAddressReserve:3', 'cuMemMap:2', 'cuMemSetAccess:3']) {
   test(`fd handles: ${failing} failing midway through an allocation gives back every segment and step made so far`, () => {
     const { result, leaks } = scenario('vmmFailure', { FAKE_CUDA_VMM_FAIL: failing });

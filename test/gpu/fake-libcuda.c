@@ -31,6 +31,7 @@
 // kernel that does not wait for its window's copies hashes 0xEE bytes. A job outside
 // device memory of the stream's device aborts. Without it, cuModuleLoadData fails
 // (CUDA_ERROR_NO_BINARY_FOR_GPU), as for a kernel built for another GPU.
+// FAKE_CUDA_ACCESS_LOG=PATH: each cuMemSetAccess that succeeds appends "PID INODE FLAGS".
 // FAKE_CUDA_COPY_LOG=PATH: each queued host-to-device copy appends its bytes (rows times row
 // bytes) to PATH as a decimal line, so a test sees how a fill cut its work into copies.
 // FAKE_CUDA_INIT_GATE, FAKE_CUDA_DTOH_GATE: a FIFO that cuInit (or each cuMemcpyDtoH) waits on
@@ -556,6 +557,27 @@ CUresult cuMemcpy2DAsync_v2(const Memcpy2D* c, struct stream* s) {
     return E_INVALID_VALUE;
   return queue(s, (char*)(uintptr_t)c->dstDevice, c->srcHost, c->WidthInBytes, c->Height, c->srcPitch, c->dstPitch);
 }
+// Device to device (a writer's staging copies, docs/weight-updates.md): both ends device memory
+// of the stream's device, queued like every other copy. A read-only destination faults when it runs.
+CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, struct stream* s) {
+  NEED_CTX();
+  pthread_mutex_lock(&lock);
+  struct alloc* d = findAlloc((void*)(uintptr_t)dst, n, K_DEVICE);
+  struct alloc* from = findAlloc((void*)(uintptr_t)src, n, K_DEVICE);
+  CUresult r = OK;
+  if (n == 0 || !d || !from || d->device != current()->device || from->device != current()->device || s->device != current()->device) r = E_INVALID_VALUE;
+  else if (s->nops == MAX_OPS) die("too many queued copies on one stream");
+  else s->ops[s->nops++] = (struct op){(char*)(uintptr_t)dst, (const char*)(uintptr_t)src, n, 1, n, n, ++s->seq, 0, 0, 0};
+  pthread_mutex_unlock(&lock);
+  return r;
+}
+CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void* src, size_t n) {
+  NEED_CTX();
+  struct alloc* a = findAlloc((void*)(uintptr_t)dst, n, K_DEVICE);
+  if (!a || a->device != current()->device) return E_INVALID_VALUE;
+  memcpy((void*)(uintptr_t)dst, src, n);  // a read-only mapping faults here, as a write through it does on a GPU
+  return OK;
+}
 CUresult cuMemcpyDtoH_v2(void* dst, CUdeviceptr src, size_t n) {
   waitAtGate("FAKE_CUDA_DTOH_GATE");
   NEED_CTX();
@@ -803,6 +825,22 @@ CUresult cuMemMap(CUdeviceptr ptr, size_t bytes, size_t offset, unsigned long lo
   return OK;
 }
 
+// FAKE_CUDA_ACCESS_LOG=PATH: each access granted to a mapping appends "PID INODE FLAGS" (the
+// allocation's memfd inode, the same in every process that maps it; flags 1 read, 3 read-write),
+// so a test sees which process could write which allocation. Called with the lock held.
+static void logAccess(const struct vmm* v, int flags) {
+  const char* path = getenv("FAKE_CUDA_ACCESS_LOG");
+  if (!path) return;
+  struct stat st;
+  if (fstat(v->memfd, &st) != 0) die("fstat of a VMM memfd");
+  int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) die("cannot open FAKE_CUDA_ACCESS_LOG");
+  char line[64];
+  int n = snprintf(line, sizeof line, "%d %lu %d\n", (int)getpid(), (unsigned long)st.st_ino, flags);
+  if (write(fd, line, (size_t)n) != n) die("cannot write FAKE_CUDA_ACCESS_LOG");
+  close(fd);
+}
+
 CUresult cuMemSetAccess(CUdeviceptr ptr, size_t bytes, const AccessDesc* desc, size_t count) {
   NEED_CTX();
   pthread_mutex_lock(&lock);
@@ -816,6 +854,7 @@ CUresult cuMemSetAccess(CUdeviceptr ptr, size_t bytes, const AccessDesc* desc, s
   if (rc == OK) {
     if (mprotect(a->base, a->bytes, desc[0].flags == 1 ? PROT_READ : PROT_READ | PROT_WRITE) != 0) die("mprotect");
     a->kind = K_DEVICE;
+    logAccess(&vmms[a->vmm - 1], desc[0].flags);
   }
   pthread_mutex_unlock(&lock);
   return rc;

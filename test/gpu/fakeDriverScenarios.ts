@@ -722,6 +722,67 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
     }
   },
 
+  /**
+   * A writer's segments (native/cuda_update_segments.h): a staging copy of a served segment, then
+   * the commit's final copy of it beside a shared segment, digested by the kernel (the test sets
+   * FAKE_CUDA_KERNELS) or from device memory read back in windows (a tensor of 70 MiB crosses
+   * several), against the same bytes digested from files; or the commit's failure, when the test
+   * makes one of its driver calls fail.
+   */
+  async updateSegments() {
+    const parent = join(process.cwd(), 'test', 'artifacts');
+    mkdirSync(parent, { recursive: true });
+    const dir = mkdtempSync(join(parent, 'cuda-update-'));
+    try {
+      const data = [randomBytes(70 * MiB + 123), randomBytes(3 * MiB)];
+      const paths = data.map((d, i) => {
+        const p = join(dir, `f${i}.bin`);
+        writeFileSync(p, d);
+        return p;
+      });
+      const segments = [72 * MiB, 4 * MiB];
+      const ops: CopyOp[] = data.map((d, i) => ({ file: i, segment: i, srcOffset: 0, dstOffset: 0, rows: 1, rowBytes: d.length, srcPitch: 0 }));
+      const device = new DeviceHandle('cuda', 0, { uuid: cudaDevices(await cudaProbe())[0]!.uuid, cudaHandles: 'fd' });
+      await device.allocate(segments);
+      await device.fill(paths, ops, payload(ops), { threads: 2, chunkBytes: 4 * MiB, stagingBytes: 8 * MiB });
+      const served = device.exportSegments().map((e) => e.fd!);
+      const staging = await addon().cudaStagingCopy(0, served[0]!, segments[0]!);
+      const shared = addon().dupFd(served[1]!);
+      // Tensors that start off a piece boundary and end short of the segment's end.
+      const tensors = [
+        { file: 0, start: 5, end: data[0]!.length },
+        { file: 1, start: 0, end: MiB + 7 },
+        { file: 1, start: MiB + 7, end: 3 * MiB },
+      ];
+      const commit = addon().cudaCommitCopies(0, [staging, shared], [true, false], segments, packTensorRanges(tensors), 3);
+      // A commit that fails midway (FAKE_CUDA_VMM_FAIL) gives back what it made, queued copies drained first.
+      const failed = await outcome(() => commit);
+      if (failed !== 'no error') {
+        for (const fd of [staging, shared]) addon().closeFd(fd);
+        await device.free();
+        return { commitFailed: failed };
+      }
+      const committed = await commit;
+      const fromFiles = await addon().digestFiles(paths, packTensorRanges(tensors), 2);
+      // The final copy holds the base's bytes, and a device adopts it as it adopts any export.
+      const adopter = new DeviceHandle('cuda', 0, { cudaHandles: 'fd' });
+      await adopter.adopt([committed.fds[0]!], [segments[0]!]);
+      const finalBytes = (await adopter.read(0, 0, data[0]!.length)).equals(data[0]!);
+      await adopter.free();
+      for (const fd of [staging, shared]) addon().closeFd(fd);
+      await device.free();
+      return {
+        sharedFd: committed.fds[1],
+        digestsEqual: JSON.stringify(committed.digests) === JSON.stringify(fromFiles),
+        digests: committed.digests.length,
+        onGpu: committed.gpuDigestUnavailable === '',
+        finalBytes,
+      };
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  },
+
   /** Child of vmm(): adopts descriptors 3, 4, ... (inherited), checks the bytes, frees. */
   async vmmChild([fixture, opsJson, segmentsJson]) {
     const paths = JSON.parse(fixture!) as string[];

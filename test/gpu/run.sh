@@ -10,10 +10,12 @@
 #           tp=1, tp=2 and over two nodes, every tensor checked from Python, logits compared;
 #           restarts with a keeper; two models on one daemon and a swap under live clients);
 #   switch  Attached.switch_to under a captured CUDA graph (switch_graph.py: two versions of a
-#           Llama, the same graph replayed gives each one's logits, switch time).
+#           Llama, the same graph replayed gives each one's logits, switch time);
+#   update  a writer on the GPU (update_cuda.py: a full and a one-layer update of a ~1 GB Llama
+#           written device to device, followed under a captured graph; begin, write, commit times).
 # Needs an NVIDIA GPU, python3 with numpy (check) and torch, safetensors, transformers (daemon),
 # build/Release/weightd.node and dist/.
-#   bash test/gpu/run.sh [--only check|daemon|switch] [--ckpt DIR] [--out FILE] [--out-dir DIR]
+#   bash test/gpu/run.sh [--only check|daemon|switch|update] [--ckpt DIR] [--out FILE] [--out-dir DIR]
 # The GPU digest kernel is built here first (ensure-kernel.sh: this machine's nvcc, for its GPU).
 # --ckpt: the check's checkpoint (without it, a 1 GiB random one under /var/tmp; the digest
 # check's is WEIGHTD_DIGEST_CKPT, default the 8 GiB one bench/gpu/fill-digest.sh uses); the daemon
@@ -32,10 +34,10 @@ while [ $# -gt 0 ]; do
     --out) out=$2; shift 2 ;;
     --out-dir) out_dir=$2; shift 2 ;;
     --only) only=$2; shift 2 ;;
-    *) echo "usage: test/gpu/run.sh [--only check|daemon|switch] [--ckpt DIR] [--out FILE] [--out-dir DIR]" >&2; exit 2 ;;
+    *) echo "usage: test/gpu/run.sh [--only check|daemon|switch|update] [--ckpt DIR] [--out FILE] [--out-dir DIR]" >&2; exit 2 ;;
   esac
 done
-case "$only" in ""|check|daemon|switch) ;; *) echo "--only check|daemon|switch" >&2; exit 2 ;; esac
+case "$only" in ""|check|daemon|switch|update) ;; *) echo "--only check|daemon|switch|update" >&2; exit 2 ;; esac
 
 run_check() {
   if [ -z "$ckpt" ]; then
@@ -64,5 +66,9 @@ fi
 if [ -z "$only" ] || [ "$only" = switch ]; then
   echo "== switch_to under a CUDA graph"
   PYTHONPATH="$root/clients/python${PYTHONPATH:+:$PYTHONPATH}" python3 test/gpu/switch_graph.py --out-dir "${out_dir:-${OUT:-test/artifacts/gpu-daemon}}/switch" || status=1
+fi
+if [ -z "$only" ] || [ "$only" = update ]; then
+  echo "== a writer on the GPU, followed under a CUDA graph"
+  PYTHONPATH="$root/clients/python${PYTHONPATH:+:$PYTHONPATH}" python3 test/gpu/update_cuda.py --out-dir "${out_dir:-${OUT:-test/artifacts/gpu-daemon}}/update" || status=1
 fi
 exit $status

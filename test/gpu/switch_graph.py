@@ -9,7 +9,7 @@ shapes and so the same placement; other weights), runs one daemon serving both w
 --cuda-handles fd, and in this process:
   1. attaches version 0 (torch views), builds the model on the meta device with
      load_state_dict(assign=True) and captures one forward in a CUDA graph;
-  2. replays it: logits equal to the disk model of version 0 (same kernels, eager);
+  2. replays it: logits equal to the disk model of version 0 (same kernels);
   3. switch_to(version 1): every data_ptr the same, the replayed graph's logits equal to the disk
      model of version 1, with no recapture;
   4. switch_to(version 0) again: equal to version 0's;
@@ -29,8 +29,6 @@ import argparse
 import gc
 import json
 import os
-import re
-import signal
 import statistics
 import subprocess
 import sys
@@ -38,21 +36,9 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from llama_graph import ATTENTION, PROMPT, ROOT, capture, disk_logits, start_daemon, stop_daemon, write_checkpoint
+
 sys.path.insert(0, str(ROOT / "clients/python"))
-
-READY_RE = re.compile(r"READY")
-
-
-def write_checkpoint(torch, transformers, path: Path, seed: int, layers: int, hidden: int) -> None:
-    config = transformers.LlamaConfig(
-        vocab_size=32000, hidden_size=hidden, intermediate_size=hidden * 3, num_hidden_layers=layers,
-        num_attention_heads=hidden // 128, num_key_value_heads=hidden // 128 // 4 or 1, max_position_embeddings=512, tie_word_embeddings=False,
-    )
-    torch.manual_seed(seed)
-    with torch.device("cuda:0"):
-        model = transformers.LlamaForCausalLM(config)
-    model.to(torch.bfloat16).to("cpu").save_pretrained(str(path), max_shard_size="1GB")
 
 
 def main() -> int:
@@ -82,37 +68,27 @@ def main() -> int:
     sock = work / "s"
     sock.mkdir(mode=0o700)
     log_path = Path(a.out_dir) / "switch-daemon.log"
-    cmd = ["node", str(ROOT / "dist/main.js"), "--model", str(v0), "-tp", "1", "--model", str(v1), "-tp", "1",
-           "--device", "cuda", "--cuda-handles", "fd", "--weight-cache-socket-dir", str(sock)]
-    with open(log_path, "w") as log:
-        daemon = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+    args = ["--model", str(v0), "-tp", "1", "--model", str(v1), "-tp", "1", "--device", "cuda", "--cuda-handles", "fd", "--weight-cache-socket-dir", str(sock)]
     try:
-        deadline = time.monotonic() + 300
-        while not READY_RE.search(log_path.read_text()):
-            if daemon.poll() is not None or time.monotonic() > deadline:
-                step("the daemon serves both versions", False, exit=daemon.poll(), log=log_path.read_text()[-2000:])
-                return 1
-            time.sleep(0.2)
+        daemon = start_daemon(args, log_path)
+    except RuntimeError as err:
+        step("the daemon serves both versions", False, error=str(err))
+        with open(Path(a.out_dir) / "switch.json", "w") as f:
+            json.dump(result, f, indent=1)
+        return 1
+    try:
         step("the daemon serves both versions (--cuda-handles fd)", True)
         e0, e1 = expected_fingerprint(str(v0), 1, 0), expected_fingerprint(str(v1), 1, 0)
-        prompt = torch.tensor([[1, 17, 42, 99, 3, 64, 5, 11, 200, 31]], device="cuda:0")
+        prompt = torch.tensor(PROMPT, device="cuda:0")
 
-        # sdpa, not eager: transformers' eager mask makes a CUDA scalar from a Python float
-        # (torch.tensor(0.0, device=...)), a pageable host-to-device copy that graph capture
-        # refuses (the 2026-12-05 H200 run failed so). Disk and graph use the same one.
-        def disk_logits(path):
-            m = transformers.LlamaForCausalLM.from_pretrained(str(path), torch_dtype=torch.bfloat16, attn_implementation="sdpa").to("cuda:0").eval()
-            with torch.no_grad():
-                out = m(prompt, use_cache=False).logits.clone()
-            del m
-            torch.cuda.empty_cache()
-            return out
+        def disk(path):
+            return disk_logits(torch, transformers, path, prompt)
 
-        want0, want1 = disk_logits(v0), disk_logits(v1)
+        want0, want1 = disk(v0), disk(v1)
         step("the two versions' disk logits differ", not torch.equal(want0, want1))
 
         config = transformers.AutoConfig.from_pretrained(str(v0))
-        config._attn_implementation = "sdpa"
+        config._attn_implementation = ATTENTION
         with torch.device("meta"):
             model = transformers.LlamaForCausalLM(config).to(torch.bfloat16)
         loaded = load_into(model, str(v0), socket_dir=str(sock), device=0)
@@ -122,22 +98,7 @@ def main() -> int:
         client = attached._client
         pointers = {n: p.data_ptr() for n, p in model.named_parameters()}
 
-        with torch.no_grad():
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                for _ in range(3):
-                    model(prompt, use_cache=False)
-            torch.cuda.current_stream().wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                static_out = model(prompt, use_cache=False).logits
-
-        def replay():
-            graph.replay()
-            torch.cuda.synchronize()
-            return static_out.clone()
-
+        replay = capture(torch, model, prompt)
         step("replay on version 0 gives version 0's logits", torch.equal(replay(), want0))
         t0 = time.perf_counter()
         attached.switch_to(e1.fingerprint, e1.fields)
@@ -171,7 +132,7 @@ def main() -> int:
             r = subprocess.run(["node", str(ROOT / "dist/main.js"), "ctl", "--weight-cache-socket-dir", str(sock), *args], capture_output=True, text=True, timeout=300, cwd=ROOT)
             return r.returncode, r.stdout, r.stderr
 
-        want2 = disk_logits(v2)
+        want2 = disk(v2)
         client.watch("v0")
         t0 = time.perf_counter()
         rc, out, err = ctl("load", "--model", str(v2), "--name", "v0", "-tp", "1")
@@ -198,7 +159,7 @@ def main() -> int:
             time.sleep(0.5)
         step("the replaced version is freed once the lease moved off it", freed, listed=listed)
 
-        del graph, static_out, model
+        del replay, model
         attached.tensors = {}
         gc.collect()
         torch.cuda.synchronize()
@@ -208,12 +169,7 @@ def main() -> int:
         step("no exception", False, error=repr(err)[:2000])
     finally:
         if daemon.poll() is None:
-            daemon.send_signal(signal.SIGTERM)
-            try:
-                code = daemon.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                daemon.kill()
-                code = daemon.wait()
+            code = stop_daemon(daemon)
             step("the daemon exits 0 on SIGTERM", code == 0, exit=code)
         with open(Path(a.out_dir) / "switch.json", "w") as f:
             json.dump(result, f, indent=1)

@@ -10,6 +10,16 @@ fake is found through LD_LIBRARY_PATH; its leak report is on stderr at exit):
                                          attach through get_segment_fds, compare with the checkpoint
   cuda_scenarios.py daemon_switch        a daemon on the fake GPU with --cuda-handles fd serving two
                                          versions of one checkpoint: switch_to() one and back in place
+  cuda_scenarios.py daemon_update        a writer on the fake GPU (--cuda-handles fd, segments of
+                                         about 1 MiB): a full update, a partial one, a writer killed
+                                         mid-update; FAKE_CUDA_ACCESS_LOG records who mapped what writable
+  cuda_scenarios.py update_writer SOCKET MODEL BASE
+                                         begin an update, map its staging, print "begun" and wait to be killed
+  cuda_scenarios.py daemon_ipc_update    a daemon with --cuda-handles ipc refuses a writer, naming the flag
+  cuda_scenarios.py daemon_update_refused [SEGMENT_BYTES]
+                                         begin_update where the fake refuses (the test sets
+                                         FAKE_CUDA_MEM_MB or FAKE_CUDA_VMM_FAIL): its error, and
+                                         what the daemon holds after it
   cuda_scenarios.py CASE HANDLE          attach to the exported segment, print one JSON line
 """
 
@@ -77,7 +87,6 @@ def daemon_fd() -> None:
     from daemon_fixture import Daemon
     from test_host_fds import MODEL, checkpoint_tensors, open_fds
     from weightd_client import expected_fingerprint
-    from weightd_client.protocol import ServeError
 
     want, e, out = checkpoint_tensors(), expected_fingerprint(MODEL, 1, 0), {}
     with Daemon(MODEL, device="cuda", extra_args=["--cuda-handles", "fd"]) as daemon:
@@ -96,12 +105,6 @@ def daemon_fd() -> None:
             attached.tensors = {}
             attached.detach()
             out["fdsAfter"] = open_fds() == before
-            # Writers are built on the host backend only: a cuda model refuses one, naming the backend.
-            try:
-                client.begin_update(client.ping()["name"], e.fingerprint).abandon()
-                out["updateRefused"] = None
-            except ServeError as err:
-                out["updateRefused"] = err.code if "cuda backend" in str(err) else str(err)
         daemon.stop()
         out["daemonLeaks"] = next((json.loads(l[len("FAKE_CUDA_LEAKS ") :]) for l in daemon.stderr.splitlines() if l.startswith("FAKE_CUDA_LEAKS ")), None)
     print(json.dumps(out))
@@ -188,6 +191,180 @@ def daemon_switch() -> None:
     print(json.dumps(out))
 
 
+def vmm_fds(pid: int) -> int:
+    """Descriptors of fake VMM memory process ``pid`` holds: on the daemon's side of an update, a
+    staging or final allocation is held by its descriptor alone."""
+    n = 0
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            n += os.readlink(f"/proc/{pid}/fd/{fd}").startswith("/memfd:fakecuda-vmm-")
+        except OSError:
+            continue
+    return n
+
+
+def served_fingerprint(client, name: str, version: int) -> str:
+    return next(v["fingerprint"] for v in client.ping()["models"] if v["name"] == name and v.get("version") == version and v["status"] == "serving")
+
+
+def daemon_update() -> None:
+    import subprocess
+    import tempfile
+
+    from daemon_fixture import Daemon
+    from test_host_fds import MODEL, checkpoint_tensors
+
+    want = checkpoint_tensors()
+    work = tempfile.mkdtemp(prefix="weightd-cuda-update-")
+    plan = os.path.join(work, "plan.json")
+    with open(plan, "w") as f:
+        json.dump({"rules": [], "segmentBytes": 1 << 20}, f)
+    out = {}
+    with Daemon(MODEL, device="cuda", extra_args=["--cuda-handles", "fd", "--plan-file", plan]) as daemon:
+        with daemon.client() as client:
+            name = client.ping()["name"]
+            base = served_fingerprint(client, name, 0)
+            reader = client.attach(base, device=0, tensor_format="memoryview")
+            pointers = {n: t.pointer for n, t in reader.tensors.items()}
+
+            def reads(expected):
+                # The fake's device memory is host memory: the reader's views read it directly.
+                return all(ctypes.string_at(reader.tensors[n].pointer, len(expected[n])) == expected[n] for n in expected)
+
+            # A full update: every tensor written from host bytes through the staging mapping.
+            full = {n: bytes((b + 1) % 256 for b in v) for n, v in want.items()}
+            with client.begin_update(name, base, device=0) as upd:
+                out["fullSegments"] = len({t["segment"] for t in upd.tensors.values()})
+                for n, v in full.items():
+                    upd.write(n, v)
+                out["readerKeepsBaseWhileWriting"] = reads(want)
+                done = upd.commit()
+            out["fullVersion"] = done["version"]
+            out["fullFingerprint"] = done["modelFingerprint"]
+            out["readerKeepsBaseAfterCommit"] = reads(want)
+            reader.switch_to(done["fingerprint"])
+            out["fullAfterSwitch"] = reads(full) and {n: t.pointer for n, t in reader.tensors.items()} == pointers
+
+            # A partial update: one tensor of one segment; the rest is shared with version 1.
+            one = next(n for n in sorted(want) if want[n])
+            partial = {**full, one: bytes((b + 7) % 256 for b in full[one])}
+            with client.begin_update(name, done["fingerprint"], device=0, tensors=[one]) as upd:
+                out["partialNamed"] = sorted(upd.tensors)
+                out["partialCopied"] = len(upd._cuda.pointers)
+                # Through a writable view (the fake's device memory is this process's mapping).
+                view = upd.tensor(one, "cuda_array")
+                ctypes.memmove(view.pointer, partial[one], len(partial[one]))
+                try:
+                    upd.write(sorted(set(want) - {one})[0], b"")
+                    out["notNamedRefused"] = None
+                except Exception as err:  # noqa: BLE001 - the code is what is checked
+                    out["notNamedRefused"] = getattr(err, "code", str(err))
+                try:
+                    upd.commit()
+                    out["viewAliveRefused"] = None
+                except Exception as err:  # noqa: BLE001
+                    out["viewAliveRefused"] = getattr(err, "code", str(err))
+                del view
+                second = upd.commit()
+            out["partialKeepsFullBeforeSwitch"] = reads(full)
+            reader.switch_to(second["fingerprint"])
+            out["partialAfterSwitch"] = reads(partial) and {n: t.pointer for n, t in reader.tensors.items()} == pointers
+
+            # A writer killed mid-update leaves no allocation in the daemon.
+            idle = vmm_fds(daemon.proc.pid)
+            writer = subprocess.Popen([sys.executable, __file__, "update_writer", client.socket_path, name, second["fingerprint"]], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            out["writerBegun"] = writer.stdout.readline().strip()
+            out["daemonHeldWhileWriting"] = vmm_fds(daemon.proc.pid) - idle
+            writer.kill()
+            writer.wait()
+            # The daemon ends the killed writer's update when its connection closes: begin again until it has.
+            for _ in range(600):
+                try:
+                    again = client.begin_update(name, second["fingerprint"], device=0)
+                    break
+                except Exception as err:  # noqa: BLE001
+                    if getattr(err, "code", None) != "E_UPDATE_BUSY":
+                        raise
+                    client.ping()
+            out["daemonHeldByNextUpdate"] = vmm_fds(daemon.proc.pid) - idle
+            again.abandon()
+            out["versions"] = sorted(v.get("version") for v in client.ping()["models"] if v["name"] == name and v["status"] == "serving")
+            reader.tensors = {}
+            reader.detach()
+        daemon.stop()
+        out["daemonPid"] = daemon.proc.pid
+        out["daemonLeaks"] = next((json.loads(l[len("FAKE_CUDA_LEAKS ") :]) for l in daemon.stderr.splitlines() if l.startswith("FAKE_CUDA_LEAKS ")), None)
+    # The same bytes written on the host backend: the same version (docs/spec/fingerprint.md §9),
+    # so the digests hashed from device memory are the fill's digests of those bytes.
+    with Daemon(MODEL, device="host", extra_args=["--plan-file", plan]) as host:
+        with host.client() as client:
+            name = client.ping()["name"]
+            with client.begin_update(name, served_fingerprint(client, name, 0)) as upd:
+                for n, v in full.items():
+                    upd.write(n, v)
+                out["hostFingerprint"] = upd.commit()["modelFingerprint"]
+    out["clientPid"] = os.getpid()
+    out["writerPid"] = writer.pid
+    print(json.dumps(out))
+
+
+def update_writer(socket_path: str, name: str, base: str) -> None:
+    from weightd_client import WeightdClient
+
+    with WeightdClient(socket_path) as client:
+        upd = client.begin_update(name, base, device=0)
+        assert upd._cuda is not None and upd._cuda.pointers
+        print("begun", flush=True)
+        sys.stdin.read()  # killed here
+
+
+def daemon_ipc_update() -> None:
+    from daemon_fixture import Daemon
+    from test_host_fds import MODEL
+    from weightd_client.protocol import ServeError
+
+    out = {}
+    with Daemon(MODEL, device="cuda", extra_args=["--cuda-handles", "ipc"]) as daemon:
+        with daemon.client() as client:
+            name = client.ping()["name"]
+            try:
+                client.begin_update(name, served_fingerprint(client, name, 0), device=0).abandon()
+                out["refused"] = None
+            except ServeError as err:
+                out["refused"], out["message"] = err.code, str(err)
+        daemon.stop()
+    print(json.dumps(out))
+
+
+def daemon_update_refused(segment_bytes: str = "") -> None:
+    import tempfile
+
+    from daemon_fixture import Daemon
+    from test_host_fds import MODEL
+    from weightd_client.protocol import ServeError
+
+    args = ["--cuda-handles", "fd"]
+    if segment_bytes:
+        plan = os.path.join(tempfile.mkdtemp(prefix="weightd-cuda-refused-"), "plan.json")
+        with open(plan, "w") as f:
+            json.dump({"rules": [], "segmentBytes": int(segment_bytes)}, f)
+        args += ["--plan-file", plan]
+    out = {}
+    with Daemon(MODEL, device="cuda", extra_args=args) as daemon:
+        with daemon.client() as client:
+            name = client.ping()["name"]
+            held = vmm_fds(daemon.proc.pid)
+            try:
+                client.begin_update(name, served_fingerprint(client, name, 0), device=0).abandon()
+                out["refused"] = None
+            except ServeError as err:
+                out["refused"], out["message"] = err.code, str(err)
+            out["heldAfter"] = vmm_fds(daemon.proc.pid) - held
+        daemon.stop()
+        out["daemonLeaks"] = next((json.loads(l[len("FAKE_CUDA_LEAKS ") :]) for l in daemon.stderr.splitlines() if l.startswith("FAKE_CUDA_LEAKS ")), None)
+    print(json.dumps(out))
+
+
 def state(handle: str, segments=None, tensors=None) -> dict:
     return {
         "device": {"uuid": DEVICE0},
@@ -207,6 +384,14 @@ def main() -> None:
         return daemon_fd()
     if sys.argv[1] == "daemon_switch":
         return daemon_switch()
+    if sys.argv[1] == "daemon_update":
+        return daemon_update()
+    if sys.argv[1] == "update_writer":
+        return update_writer(*sys.argv[2:5])
+    if sys.argv[1] == "daemon_ipc_update":
+        return daemon_ipc_update()
+    if sys.argv[1] == "daemon_update_refused":
+        return daemon_update_refused(*sys.argv[2:3])
     from weightd_client.cuda import CudaError, CudaMapping, _Driver
 
     case, handle = sys.argv[1:3]

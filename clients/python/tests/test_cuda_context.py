@@ -4,6 +4,7 @@ path, success or failure. The fake reports what is left at exit (FAKE_CUDA_LEAKS
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -136,8 +137,47 @@ def test_a_daemon_with_cuda_handles_fd_is_copied_and_attached_through_get_segmen
     # One segment (tp=1): the fake driver's reference to the import, and none of the received descriptors.
     assert got["fdsWhileAttached"] == ["/memfd:fakecuda-vmm-d0"], "the descriptors are closed once mapped: the mappings hold the memory"
     assert got["fdsAfter"]
-    assert got["updateRefused"] == "E_UPDATE_UNSUPPORTED", "writers are built on the host backend only"
     assert got["daemonLeaks"] == NO_LEAKS
+
+
+def test_a_cuda_writer_writes_staging_that_is_copied_into_memory_no_writer_maps_and_a_killed_one_leaves_nothing(fake_env, tmp_path):
+    log = tmp_path / "access.log"
+    r = subprocess.run([sys.executable, str(SCENARIOS), "daemon_update"], env={**fake_env, "FAKE_CUDA_ACCESS_LOG": str(log)}, capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, r.stderr
+    assert leaks(r.stderr) == NO_LEAKS, "the writer or the reader left a mapping, an import or a descriptor behind"
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert got["fullSegments"] > 2, "the plan file cuts the arena into several segments"
+    # The reader's bytes change only at switch_to, at the same addresses.
+    assert got["readerKeepsBaseWhileWriting"] and got["readerKeepsBaseAfterCommit"]
+    assert got["fullVersion"] == 1 and got["fullAfterSwitch"]
+    assert got["fullFingerprint"] == got["hostFingerprint"], "the digests of what was written, hashed from the GPU, are the host backend's of the same bytes"
+    # A partial update writes one tensor's segment; every other tensor keeps the earlier bytes.
+    assert got["partialCopied"] == 1 and got["notNamedRefused"] == "E_NOT_NAMED"
+    assert got["viewAliveRefused"] == "E_UPDATE_MAPPED", "commit unmaps first, so a live view of the staging refuses it"
+    assert got["partialKeepsFullBeforeSwitch"] and got["partialAfterSwitch"]
+    assert got["versions"] == [0, 1, 2]
+    # The daemon's side of an update is its staging descriptors; a killed writer's are all closed
+    # (a leak would show as the next update's count plus the killed one's).
+    assert got["writerBegun"] == "begun"
+    assert got["daemonHeldWhileWriting"] == got["fullSegments"] == got["daemonHeldByNextUpdate"]
+    assert got["daemonLeaks"] == NO_LEAKS, "no allocation, mapping or descriptor of an update outlives it"
+    # Who could write what (the fake's record of cuMemSetAccess, by allocation): nothing a reader
+    # maps was ever mapped writable outside the daemon, and no writer's staging is ever served.
+    rows = [line.split() for line in log.read_text().splitlines()]
+    client, writer, daemon = str(got["clientPid"]), str(got["writerPid"]), str(got["daemonPid"])
+    served = {ino for pid, ino, flags in rows if pid == client and flags == "1"}
+    staging = {ino for pid, ino, flags in rows if pid in (client, writer) and flags == "3"}
+    assert staging and not staging & served, "a reader mapped memory a writer mapped writable"
+    assert {pid for pid, ino, flags in rows if ino in served and flags == "3"} == {daemon}
+    n = got["fullSegments"]
+    assert len(served) == n + n + 1, "the base, the full update's finals, and the partial update's one new segment: the rest is shared"
+
+
+def test_a_writer_on_legacy_cuda_ipc_handles_is_refused_naming_the_flag(fake_env):
+    r = subprocess.run([sys.executable, str(SCENARIOS), "daemon_ipc_update"], env=fake_env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert got["refused"] == "E_UPDATE_UNSUPPORTED" and "--cuda-handles fd" in got["message"], got
 
 
 def test_switch_to_puts_another_version_behind_the_same_pointers_and_back_leaving_nothing(fake_env):
@@ -156,3 +196,23 @@ def test_switch_to_puts_another_version_behind_the_same_pointers_and_back_leavin
     assert got["followedUpdate"], "switch_to the announced fingerprint: the same pointers read the update"
     assert got["leasesHeld"] == 1 and got["leasesAfter"] == [], "detach ends the lease on the version switched to last"
     assert got["daemonLeaks"] == NO_LEAKS
+
+
+def test_an_update_that_does_not_fit_the_gpu_is_refused_before_allocating_naming_the_bytes(fake_env):
+    # A fake GPU of 16 MiB holding a 10 MiB arena: a second copy does not fit.
+    r = subprocess.run([sys.executable, str(SCENARIOS), "daemon_update_refused"], env={**fake_env, "FAKE_CUDA_MEM_MB": "16"}, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert got["refused"] == "E_OUT_OF_MEMORY", got
+    assert re.search(r"needs \d+ bytes on GPU 0 but only \d+ bytes are free", got["message"]), got["message"]
+    assert got["heldAfter"] == 0 and got["daemonLeaks"] == NO_LEAKS
+
+
+def test_an_allocation_failing_midway_through_begin_gives_back_every_staging_copy_made(fake_env):
+    # Seven segments of ~1 MiB (2 MiB allocations): the base takes cuMemCreate 1-7, the 10th is the third staging copy.
+    env = {**fake_env, "FAKE_CUDA_VMM_FAIL": "cuMemCreate:10"}
+    r = subprocess.run([sys.executable, str(SCENARIOS), "daemon_update_refused", str(1 << 20)], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert got["refused"] == "E_OUT_OF_MEMORY" and "cuMemCreate failed" in got["message"], got
+    assert got["heldAfter"] == 0 and got["daemonLeaks"] == NO_LEAKS

@@ -371,13 +371,14 @@ class WeightdClient:
         as the connection: watch again after the daemon restarted."""
         return self.conn.request("watch", model=model, stale=True) if stale else self.conn.request("watch", model=model)
 
-    def begin_update(self, model: str, base: str, timeout: float = 300.0, tensors: Optional[List[str]] = None) -> "Update":
+    def begin_update(self, model: str, base: str, timeout: float = 300.0, tensors: Optional[List[str]] = None, device: Optional[int] = None) -> "Update":
         """A write lease on a new version of ``model`` over version ``base`` (this rank's
         fingerprint), on a connection of its own (weightd_client.update). ``tensors``: the
-        tensors to write (default all); only their segments are copied, the rest is shared with the base."""
+        tensors to write (default all); only their segments are copied, the rest is shared with the base.
+        ``device``: on a cuda rank, the CUDA ordinal of its GPU in this process (default: torch's current one)."""
         from .update import Update
 
-        return Update(self.socket_path, model, base, timeout, tensors)
+        return Update(self.socket_path, model, base, timeout, tensors, device)
 
     def events(self, timeout: float = 0.0) -> List[Dict[str, Any]]:
         """The events (``model_ready``, ``model_dropping``, ``lease_revoked``, ``model_stale``) received since the

@@ -120,6 +120,7 @@ class _Driver:
         self._fn("cuIpcOpenMemHandle", [p(ctypes.c_uint64), _IpcHandle, u], name="cuIpcOpenMemHandle_v2", fallback="cuIpcOpenMemHandle")
         self._fn("cuIpcCloseMemHandle", [ctypes.c_uint64])
         self._fn("cuMemcpyDtoH", [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_size_t], name="cuMemcpyDtoH_v2", fallback="cuMemcpyDtoH")
+        self._fn("cuMemcpyHtoD", [ctypes.c_uint64, ctypes.c_void_p, ctypes.c_size_t], name="cuMemcpyHtoD_v2", fallback="cuMemcpyHtoD")
         # Virtual memory, for "cuda-fd" segments (every driver since CUDA 10.2 has these).
         u64, size = ctypes.c_uint64, ctypes.c_size_t
         self._fn("cuMemGetAllocationGranularity", [p(size), p(_AllocProp), i])
@@ -168,11 +169,12 @@ class _Driver:
 
 class FdSegment:
     """One "cuda-fd" segment mapped in this process: the imported allocation, its reserved
-    address range and the mapping, read-only for one device where the driver allows it. ``close()`` undoes whatever was done,
-    in reverse order (also after a failure midway through the opening)."""
+    address range and the mapping, read-only for one device where the driver allows it
+    (``writable``: read-write, for a writer's staging allocation, which no reader maps). ``close()``
+    undoes whatever was done, in reverse order (also after a failure midway through the opening)."""
 
-    def __init__(self, driver: "_Driver", dev: int, fd: int, nbytes: int, segment: int):
-        self.driver, self.segment, self.dev = driver, segment, dev
+    def __init__(self, driver: "_Driver", dev: int, fd: int, nbytes: int, segment: int, writable: bool = False):
+        self.driver, self.segment, self.dev, self.writable = driver, segment, dev, writable
         self.handle: Optional[int] = None
         self.pointer = 0
         self.mapped = False
@@ -207,13 +209,16 @@ class FdSegment:
         # read-only device mappings gets read-write, said once in the log (``read_only``).
         d = self.driver
         location = _MemLocation(CU_MEM_LOCATION_TYPE_DEVICE, self.dev)
-        access = _AccessDesc(location=location, flags=CU_MEM_ACCESS_FLAGS_PROT_READ)
-        rc = d.cuMemSetAccess(self.pointer, self.size, ctypes.byref(access), 1)
-        self.read_only = rc == 0
-        if not self.read_only:
+        read_write = _AccessDesc(location=location, flags=CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+        self.read_only = False
+        if not self.writable:
+            access = _AccessDesc(location=location, flags=CU_MEM_ACCESS_FLAGS_PROT_READ)
+            rc = d.cuMemSetAccess(self.pointer, self.size, ctypes.byref(access), 1)
+            self.read_only = rc == 0
+            if self.read_only:
+                return
             _warn_read_write(d, rc)
-            access = _AccessDesc(location=location, flags=CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
-            d.check(d.cuMemSetAccess(self.pointer, self.size, ctypes.byref(access), 1), f"cuMemSetAccess(segment {self.segment})")
+        d.check(d.cuMemSetAccess(self.pointer, self.size, ctypes.byref(read_write), 1), f"cuMemSetAccess(segment {self.segment})")
 
     def import_handle(self, fd: int) -> int:
         """Imports another allocation for this segment (step one of ``swap``): its handle, to
@@ -268,7 +273,7 @@ class FdSegment:
             raise failures[0]
 
 
-def open_fd_segments(fds: List[int], segments: List[Dict[str, Any]], device: int) -> Dict[int, FdSegment]:
+def open_fd_segments(fds: List[int], segments: List[Dict[str, Any]], device: int, writable: bool = False) -> Dict[int, FdSegment]:
     """Maps "cuda-fd" segments on CUdevice ``device``: ``fds[i]`` is ``segments[i]``'s descriptor
     (get_segment_fds' order). Needs the device's context current. The fds stay the caller's: close
     them after (the mappings hold the memory). A failure unmaps what was mapped."""
@@ -278,7 +283,7 @@ def open_fd_segments(fds: List[int], segments: List[Dict[str, Any]], device: int
     opened: Dict[int, FdSegment] = {}
     try:
         for fd, seg in zip(fds, segments):
-            opened[seg["segment"]] = FdSegment(d, device, fd, int(seg["bytes"]), seg["segment"])
+            opened[seg["segment"]] = FdSegment(d, device, fd, int(seg["bytes"]), seg["segment"], writable)
     except BaseException:
         for s in opened.values():
             with contextlib.suppress(CudaError):
@@ -317,9 +322,10 @@ class CudaMapping:
     caller's current context (torch's, another library's, or none) is the same afterwards.
     """
 
-    def __init__(self, state: Dict[str, Any], device: Optional[int] = None, tensor_format: str = "auto", segment_fds: Optional[Dict[int, int]] = None):
+    def __init__(self, state: Dict[str, Any], device: Optional[int] = None, tensor_format: str = "auto", segment_fds: Optional[Dict[int, int]] = None, writable: bool = False):
         """``segment_fds``: for a rank served with ``--cuda-handles fd``, each "cuda-fd" segment's
-        descriptor by segment number (get_segment_fds' reply); the caller closes them after."""
+        descriptor by segment number (get_segment_fds' reply); the caller closes them after.
+        ``writable``: map them read-write (a writer's staging allocations, weightd_client.update)."""
         self.driver = _Driver.get()
         self.ordinal = device if device is not None else _current_torch_device()
         d = self.driver
@@ -353,7 +359,7 @@ class CudaMapping:
                     missing = [seg["segment"] for seg in fd_segs if seg["segment"] not in (segment_fds or {})]
                     if missing:
                         raise CudaError("E_NO_SEGMENT_FDS", f"segment(s) {missing} of rank {state['rank']['globalRank']} are cuda-fd: their descriptors come from get_segment_fds; pass them as segment_fds")
-                    self._fd_segments = open_fd_segments([segment_fds[seg["segment"]] for seg in fd_segs], fd_segs, self.dev)
+                    self._fd_segments = open_fd_segments([segment_fds[seg["segment"]] for seg in fd_segs], fd_segs, self.dev, writable)
                     self.pointers.update({n: s.pointer for n, s in self._fd_segments.items()})
                 for seg in state["segments"]:
                     if seg["handle"] == CUDA_FD_HANDLE:
@@ -444,6 +450,25 @@ class CudaMapping:
             with self._current():
                 self.driver.check(self.driver.cuMemcpyDtoH(buf, self.pointers[t["segment"]] + t["offset"], t["bytes"]), f"cuMemcpyDtoH({t['name']})")
         return out
+
+    def write(self, t: Dict[str, Any], data: memoryview) -> None:
+        """Copies host bytes ``data`` (``t["bytes"]`` of them) into tensor ``t`` (synchronous
+        cuMemcpyHtoD; a writable mapping's only)."""
+        if t["bytes"]:
+            buf = (ctypes.c_char * t["bytes"]).from_buffer_copy(data) if data.readonly else (ctypes.c_char * t["bytes"]).from_buffer(data)
+            with self._current():
+                self.driver.check(self.driver.cuMemcpyHtoD(self.pointers[t["segment"]] + t["offset"], buf, t["bytes"]), f"cuMemcpyHtoD({t['name']})")
+
+    def synchronize(self) -> None:
+        """Waits for every piece of work this process queued on the device (torch's streams
+        included: they run in the same primary context), so what was written has landed."""
+        with self._current():
+            self.driver.check(self.driver.cuCtxSynchronize(), "cuCtxSynchronize")
+
+    def views_alive(self) -> int:
+        """How many views (CudaBuffers torch or CuPy hold) of this mapping are still referenced."""
+        with self._lock:
+            return self._views
 
     def _make_tensors(self, state: Dict[str, Any], tensor_format: str) -> Dict[str, Any]:
         self.uses_torch = use_torch = tensor_format in ("auto", "torch") and _has_torch()

@@ -1,4 +1,4 @@
-"""Writing a new version of a model the daemon serves (docs/weight-updates.md), host backend.
+"""Writing a new version of a model the daemon serves (docs/weight-updates.md).
 
 ``client.begin_update(model, base)`` asks one rank's socket for writable copies of version
 ``base``'s segments (the daemon copied the base into them, so only the tensors that change need
@@ -9,6 +9,13 @@ write, E_UPDATE_MAPPED), and the daemon digests what was written and serves it a
 newest version once every local rank committed. The commit of the last rank returns the version's
 number and fingerprint; readers follow with ``Attached.switch_to(fingerprint)``.
 
+On a cuda rank (a daemon run with ``--cuda-handles fd``) the descriptors are staging VMM
+allocations: they are imported and mapped read-write on this process's device, and
+``upd.tensor(name)`` is a torch CUDA tensor over them (a ``CudaBuffer`` without torch), which a
+trainer fills device to device (``copy_``); ``upd.write`` copies a torch tensor (any device) or
+host bytes. ``commit()`` waits for the device, unmaps, and the daemon copies the staging into
+memory no writer maps, which is what it serves.
+
 Used as a context manager, an update left without commit is abandoned: the connection closes,
 and the daemon frees everything of it (as it does when the writer's process dies).
 """
@@ -17,13 +24,16 @@ import mmap
 from typing import Any, Dict, List, Optional
 
 from .protocol import Connection, ProtocolError, ServeError, close_fds
+from .cuda import CUDA_FD_HANDLE
 from .tensors import numpy_dtype, torch_dtype
 
 
 class Update:
     """One rank's part of an update: its own connection, which must stay open until commit."""
 
-    def __init__(self, socket_path: str, model: str, base: str, timeout: float = 300.0, tensors: Optional[List[str]] = None):
+    def __init__(self, socket_path: str, model: str, base: str, timeout: float = 300.0, tensors: Optional[List[str]] = None, device: Optional[int] = None):
+        """``device``: cuda only, the CUDA ordinal to map on (default: torch's current device);
+        it must be the rank's GPU."""
         self.conn = Connection(socket_path, timeout)
         try:
             extra = {} if tensors is None else {"tensors": list(tensors)}
@@ -33,11 +43,21 @@ class Update:
             raise
         # By segment number: a partial update maps only the segments it was given.
         self._maps: Dict[int, mmap.mmap] = {}
+        # cuda: the staging allocations, mapped read-write (weightd_client.cuda.CudaMapping).
+        self._cuda: Any = None
         try:
             if len(fds) != len(reply["segments"]):
                 raise ProtocolError("E_BAD_REPLY", f"begin_update lists {len(reply['segments'])} segment(s) but {len(fds)} descriptor(s) came with it")
+            if any(seg["handle"] == CUDA_FD_HANDLE for seg in reply["segments"]):
+                from .cuda import CudaMapping
+
+                state = {"device": reply["device"], "rank": {"globalRank": f"over base {reply['base'][:12]}"}, "segments": reply["segments"], "tensors": reply["tensors"], "aliases": {}}
+                fd_of = {seg["segment"]: fd for seg, fd in zip(reply["segments"], fds)}
+                # Views as CudaBuffers (no torch needed to map); tensor() makes torch ones of them.
+                self._cuda = CudaMapping(state, device=device, tensor_format="memoryview", segment_fds=fd_of, writable=True)
             for seg, fd in zip(reply["segments"], fds):
-                self._maps[seg["segment"]] = mmap.mmap(fd, seg["bytes"], flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+                if seg["handle"] != CUDA_FD_HANDLE:
+                    self._maps[seg["segment"]] = mmap.mmap(fd, seg["bytes"], flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
         except BaseException:
             self._unmap()
             self.conn.close()
@@ -53,7 +73,7 @@ class Update:
         self.result: Optional[Dict[str, Any]] = None
 
     def _meta(self, name: str) -> Dict[str, Any]:
-        if self.result is not None or not self._maps:
+        if self.result is not None or not (self._maps or self._cuda):
             raise ProtocolError("E_CLOSED", f"the update of {self.model!r} is committed or abandoned; begin another to write")
         t = self.tensors.get(name)
         if t is None and self.partial:
@@ -65,12 +85,17 @@ class Update:
             raise ProtocolError("E_UNKNOWN_TENSOR", f"the update of {self.model!r} has no tensor {name!r}; it has {len(self.tensors)} (update.tensors lists them)")
         return t
 
-    def tensor(self, name: str, tensor_format: str = "numpy") -> Any:
+    def tensor(self, name: str, tensor_format: Optional[str] = None) -> Any:
         """A writable view of tensor ``name`` over the update's shared pages (it reads the base's
-        bytes until written). Drop every view before commit: a live one keeps the pages mapped."""
+        bytes until written). Drop every view before commit: a live one keeps the pages mapped.
+        ``tensor_format``: host, "numpy" (the default) or "torch"; cuda, "torch" (the default: a
+        CUDA tensor) or "cuda_array" (a ``CudaBuffer``, ``__cuda_array_interface__``, no torch)."""
         import numpy as np
 
         t = self._meta(name)
+        if self._cuda is not None:
+            return self._cuda_tensor(t, tensor_format or "torch")
+        tensor_format = tensor_format or "numpy"
         raw = np.frombuffer(self._maps[t["segment"]], dtype=np.uint8, count=t["bytes"], offset=t["offset"])
         if tensor_format == "torch":
             import torch
@@ -80,10 +105,36 @@ class Update:
             raise ProtocolError("E_BAD_OPTION", f"tensor_format {tensor_format!r}: use 'numpy' or 'torch'")
         return raw.view(numpy_dtype(t["dtype"])).reshape(t["shape"])
 
+    def _cuda_tensor(self, t: Dict[str, Any], tensor_format: str) -> Any:
+        buf = self._cuda.tensors[t["name"]]
+        if tensor_format == "cuda_array":
+            return buf
+        if tensor_format != "torch":
+            raise ProtocolError("E_BAD_OPTION", f"tensor_format {tensor_format!r} on a cuda rank: use 'torch' or 'cuda_array'")
+        import torch
+
+        from .cuda import CudaBuffer
+
+        # Raw bytes first (torch has no __cuda_array_interface__ typestr for bf16 or fp8), then the dtype.
+        raw = self._cuda.track(CudaBuffer(buf.pointer, t["bytes"], "U8", [t["bytes"]], raw=True))
+        return torch.as_tensor(raw, device=f"cuda:{self._cuda.ordinal}").view(torch_dtype(t["dtype"])).view(t["shape"])
+
     def write(self, name: str, value: Any) -> None:
         """Copies ``value`` (a numpy array, a torch tensor on any device, or bytes) into tensor
         ``name``; its byte size must be the tensor's."""
         t = self._meta(name)
+        if self._cuda is not None and hasattr(value, "detach"):
+            import torch
+
+            # Device to device from the trainer's own tensor (or host to device from a CPU one),
+            # as bytes: torch's copy_ queues it on the current stream (commit waits for it).
+            src = value.detach().contiguous().view(-1)
+            nbytes = src.numel() * src.element_size()
+            if nbytes != t["bytes"]:
+                raise ProtocolError("E_BAD_SIZE", f"tensor {name!r} holds {t['bytes']} bytes ({t['dtype']} {t['shape']}); the value given has {nbytes}")
+            if nbytes:
+                self._cuda_tensor(t, "torch").view(-1).view(torch.uint8).copy_(src.view(torch.uint8))
+            return
         if hasattr(value, "detach"):
             import torch
 
@@ -91,6 +142,9 @@ class Update:
         data = memoryview(value).cast("B") if not isinstance(value, (bytes, bytearray)) else memoryview(value)
         if data.nbytes != t["bytes"]:
             raise ProtocolError("E_BAD_SIZE", f"tensor {name!r} holds {t['bytes']} bytes ({t['dtype']} {t['shape']}); the value given has {data.nbytes}")
+        if self._cuda is not None:
+            self._cuda.write(t, data)
+            return
         self._maps[t["segment"]][t["offset"] : t["offset"] + t["bytes"]] = data
 
     def commit(self) -> Dict[str, Any]:
@@ -110,6 +164,12 @@ class Update:
         view still holds goes with its last view (the daemon serves nothing of it)."""
         # The connection first: its end is what ends the update in the daemon, whatever the views.
         self.conn.close()
+        if self._cuda is not None:
+            cuda, self._cuda = self._cuda, None
+            try:
+                cuda.close()  # deferred to the last view's end while views are alive
+            except Exception:  # noqa: BLE001 - abandoning never raises; the daemon frees its side regardless
+                pass
         for i, m in list(self._maps.items()):
             try:
                 m.close()
@@ -119,6 +179,17 @@ class Update:
         self._maps = {}
 
     def _unmap(self) -> None:
+        if self._cuda is not None:
+            # What torch queued into the staging must land before the daemon copies it.
+            cuda = self._cuda
+            cuda.synchronize()
+            cuda.tensors = {}
+            alive = cuda.views_alive()
+            if alive:
+                cuda.tensors = cuda._make_tensors(cuda.state, "memoryview")  # the update stays writable
+                raise ServeError("E_UPDATE_MAPPED", f"{alive} view(s) of the update of {self.model!r} are still alive; delete every tensor(...) view before commit")
+            self._cuda = None
+            cuda.close()
         for i, m in list(self._maps.items()):
             try:
                 m.close()

@@ -1,6 +1,6 @@
-// begin_update: writable copies of a served version's segments on this rank, for a writer of the
-// daemon's user (docs/weight-updates.md); they come with the reply as SCM_RIGHTS, with the
-// tensors that lie in them. The update desk (updateDesk.ts) owns them from here on.
+// begin_update: writable copies of a served version's segments on this rank (memfds, or staging
+// VMM allocations on cuda), for a writer of the daemon's user (docs/weight-updates.md); they come
+// with the reply as SCM_RIGHTS, with the tensors that lie in them. The update desk (updateDesk.ts) owns them from here on.
 import { ServeError } from '../../errors.js';
 import type { DeviceServices } from '../deviceServices.js';
 import type { Caller } from '../leaseTable.js';
@@ -33,7 +33,8 @@ export async function beginUpdate(req: RequestOf<'begin_update'>, services: Devi
     update: id,
     model: rank.name,
     base: rank.fingerprint,
-    segments: rank.segments.filter((s) => segments.includes(s.segment)).map((s) => ({ segment: s.segment, bytes: s.bytes, handle: 'fd' })),
+    device: service.deviceRef,
+    segments: rank.segments.filter((s) => segments.includes(s.segment)).map((s) => ({ segment: s.segment, bytes: s.bytes, handle: rank.backend === 'cuda' ? 'cuda-fd' : 'fd' })),
     tensors: rank.tensors.filter((t) => !named || named.has(t.name)).map((t) => ({ name: t.name, dtype: t.dtype, shape: t.shape, segment: t.segment, offset: t.offset, bytes: t.bytes })),
   };
   return { json: JSON.stringify(reply), fds, sent };

@@ -1,5 +1,6 @@
-// commit_update: seals and digests what the writer wrote on this rank; the last local rank of the
-// model to commit gets the new version's number and fingerprints once it serves (updateDesk.ts).
+// commit_update: seals (host) or copies into memory no writer maps (cuda), and digests, what the
+// writer wrote on this rank; the last local rank of the model to commit gets the new version's
+// number and fingerprints once it serves (updateDesk.ts).
 import { rankFingerprint } from '../../checkpoint/fingerprint.js';
 import { ServeError } from '../../errors.js';
 import type { DeviceServices } from '../deviceServices.js';

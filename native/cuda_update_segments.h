@@ -1,0 +1,39 @@
+// The segments of a model version a writer fills on a cuda device served with --cuda-handles fd
+// (docs/weight-updates.md, "cuda"). CUDA has no seal: memory a writer maps writable stays
+// writable for as long as it maps it, whatever it promises. So the writer gets *staging*
+// allocations, and at commit the daemon copies them (device to device) into *final* allocations
+// that no process but the daemon ever maps writable; only those are served.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "fill_records.h"
+
+namespace weightd {
+
+// A fresh VMM allocation on visible device `deviceIndex` big enough for a segment of `bytes`,
+// holding a device-to-device copy of the allocation behind `sourceFd` (a served "cuda-fd"
+// segment of that size). Returns its exported descriptor, the caller's to close: the descriptor
+// is the daemon's only reference to the memory, which goes once it is closed and no process
+// (the writer) maps it any more. E_OUT_OF_MEMORY names the bytes needed and free.
+int cudaStagingCopy(int deviceIndex, int sourceFd, uint64_t bytes);
+
+struct CudaCommitted {
+  // Per segment: the final allocation's descriptor (the caller's to close) where `copied`, else -1.
+  std::vector<int> fds;
+  // Each of `tensors`' digest (content_digests.h), over the final segments and the shared ones.
+  std::vector<std::string> digests;
+  // Why the digest kernel did not hash them ("" when it did; the CPU did then).
+  std::string gpuDigestUnavailable;
+};
+
+// At commit: for each segment i with copied[i], a fresh final allocation holding a device-to-device
+// copy of staging descriptor fds[i]; every other fds[i] is a served segment shared with the base.
+// Then the digest of every tensor of `tensors` (indexing segments), over what the new version
+// will serve: on the GPU (cuda_digests.h), else read back and hashed on up to `threads` threads.
+// Nothing of it stays on failure.
+CudaCommitted cudaCommitCopies(int deviceIndex, const std::vector<int>& fds, const std::vector<bool>& copied,
+                               const std::vector<uint64_t>& bytes, std::vector<TensorRange> tensors, unsigned threads);
+
+}  // namespace weightd

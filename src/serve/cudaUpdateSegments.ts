@@ -1,0 +1,60 @@
+// The cuda side of an update (docs/weight-updates.md, "cuda"): what updateDesk.ts does with
+// memfds on the host backend, done with VMM allocations exported as descriptors
+// (--cuda-handles fd). CUDA has no seal, so the daemon does not trust a writer to unmap: the
+// writer writes *staging* allocations (device-to-device copies of the base's segments), and the
+// commit copies them into *final* allocations that no process but the daemon maps writable.
+// Only the finals are served; a writer that still maps its staging writes memory nobody reads.
+import { ServeError } from '../errors.js';
+import { addon } from '../native/addon.js';
+import type { PackedTensorRanges } from '../native/fillRecords.js';
+import type { RankService } from './rankService.js';
+
+/**
+ * Refuses an update of a cuda rank served with legacy IPC handles: those cannot be handed to
+ * another process writable, nor adopted by a version's ranks, so a writer needs descriptors.
+ */
+export function refuseUnlessCudaFd(service: RankService): void {
+  const { rank } = service;
+  const legacy = rank.segments.filter((s) => s.handle !== 'cuda-fd' || s.fd === undefined);
+  if (legacy.length === 0) return;
+  throw new ServeError(
+    'E_UPDATE_UNSUPPORTED',
+    `model "${rank.name}" serves on GPU ${rank.device.index} with legacy CUDA IPC handles (--cuda-handles ipc), which a writer cannot be given; ` +
+      'restart the daemon with --cuda-handles fd to update it (docs/weight-updates.md)',
+    { model: rank.name, backend: 'cuda', cudaHandles: 'ipc' },
+  );
+}
+
+/** A writable staging copy of the rank's segment at `index` (a fresh allocation, its descriptor the caller's). */
+export function stageSegment(service: RankService, index: number): Promise<number> {
+  const { rank } = service;
+  const s = rank.segments[index]!;
+  return addon().cudaStagingCopy(rank.device.index, s.fd!, s.bytes);
+}
+
+/** The desk's own reference to a segment shared with the base (the base's descriptor, duplicated: no path reopens a VMM export). */
+export function shareSegment(service: RankService, index: number): number {
+  return addon().dupFd(service.rank.segments[index]!.fd!);
+}
+
+/**
+ * Commits a rank's part: copies each staging allocation (`copied`) into a final one and digests
+ * every tensor over what the version will serve (on the GPU where the addon has the digest
+ * kernel; the log says why not). Resolves with the finals' descriptors (the caller's; -1 where
+ * shared) and the digests.
+ */
+export async function commitCudaPart(service: RankService, fds: number[], copied: boolean[], ranges: PackedTensorRanges, threads: number): Promise<{ fds: number[]; digests: string[] }> {
+  const { rank } = service;
+  const committed = await addon().cudaCommitCopies(
+    rank.device.index,
+    fds,
+    copied,
+    rank.segments.map((s) => s.bytes),
+    ranges,
+    threads,
+  );
+  if (committed.gpuDigestUnavailable) {
+    service.log.info({ model: rank.name, globalRank: rank.globalRank, why: committed.gpuDigestUnavailable }, 'update digests hashed on the CPU, not the GPU');
+  }
+  return committed;
+}
