@@ -112,7 +112,7 @@ export async function findKeptPlan(
   records: readonly ListedRecord[],
   fields: PlanKeyFields,
   local: LocalRanks,
-  parsePlanField: (record: Buffer) => { plan?: KeptPlan; fingerprint: string } | { refusal: string },
+  parsePlanField: (record: Buffer) => { plan?: KeptPlan } | { refusal: string },
 ): Promise<KeptPlanFound> {
   const key = planKey(fields);
   const first = local.devices[0]!;
@@ -127,7 +127,7 @@ export async function findKeptPlan(
     }
     if (parsed.plan === undefined) continue;
     if (parsed.plan.key === key) {
-      found = { plan: parsed.plan, fingerprint: parsed.fingerprint };
+      found = { plan: parsed.plan, fingerprint: r.fingerprint };
       break;
     }
     const differ = differingFields(parsed.plan.fields, fields);
@@ -137,7 +137,7 @@ export async function findKeptPlan(
   const kept = found.plan;
   if (kept.format !== KEPT_PLAN_FORMAT) return { why: `the kept plan is in format ${kept.format}, and this weightd reads ${KEPT_PLAN_FORMAT}` };
   if (kept.ranks.length !== fields.tpSize) return { why: `the kept plan names ${kept.ranks.length} ranks, and tp size is ${fields.tpSize}` };
-  if (kept.ranks[local.firstGlobalRank] !== found.fingerprint) return { why: `the kept plan's rank ${local.firstGlobalRank} is ${kept.ranks[local.firstGlobalRank]}, and the record that carries it is rank fingerprint ${found.fingerprint}: not that record's plan` };
+  if (kept.ranks[local.firstGlobalRank] !== found.fingerprint) return { why: `the kept plan's rank ${local.firstGlobalRank} is ${kept.ranks[local.firstGlobalRank]}, and the shard whose record carries it is ${found.fingerprint}: not that shard's plan` };
   for (const [i, device] of local.devices.entries()) {
     const fingerprint = kept.ranks[local.firstGlobalRank + i];
     if (!records.some((r) => r.device === device && r.fingerprint === fingerprint && !r.ownerAlive)) {
@@ -146,14 +146,8 @@ export async function findKeptPlan(
   }
   const changes = await changedFiles(kept.inputs);
   if (changes.length > 0) return { why: `files the plan was made from changed since it was kept (${changes.map(describeChange).join('; ')})` };
-  let json: Buffer;
-  try {
-    json = await promisify(brotliDecompress)(Buffer.from(kept.brotli, 'base64'), { maxOutputLength: kept.bytes });
-  } catch (err) {
-    return { why: `the kept plan does not unpack (${(err as Error).message}): it is corrupt` };
-  }
-  const sha256 = createHash('sha256').update(json).digest('hex');
-  if (json.length !== kept.bytes || sha256 !== kept.sha256) return { why: `the kept plan unpacks to ${json.length} bytes of SHA-256 ${sha256.slice(0, 16)}, and its record says ${kept.bytes} of ${kept.sha256.slice(0, 16)}: it is corrupt` };
+  const json = await unpackPlan(kept);
+  if (!Buffer.isBuffer(json)) return json;
   let plan: CheckpointPlan;
   try {
     plan = JSON.parse(json.toString('utf8')) as CheckpointPlan;
@@ -163,6 +157,19 @@ export async function findKeptPlan(
   const fingerprints = Array.isArray(plan.ranks) ? plan.ranks.map((r) => r?.fingerprint) : [];
   if (plan.tpSize !== fields.tpSize || canonicalJson(fingerprints) !== canonicalJson(kept.ranks)) return { why: "the kept plan's ranks are not the ones its record names: it is corrupt" };
   return { plan, kept };
+}
+
+/** The plan's JSON bytes from its field (§3: base64, brotli, then its length and SHA-256 checked), or why they are not the ones kept. */
+export async function unpackPlan(kept: Pick<KeptPlan, 'brotli' | 'bytes' | 'sha256'>): Promise<Buffer | { why: string }> {
+  let json: Buffer;
+  try {
+    json = await promisify(brotliDecompress)(Buffer.from(kept.brotli, 'base64'), { maxOutputLength: Math.max(kept.bytes, 1) });
+  } catch (err) {
+    return { why: `the kept plan does not unpack (${(err as Error).message}): it is corrupt` };
+  }
+  const sha256 = createHash('sha256').update(json).digest('hex');
+  if (json.length !== kept.bytes || sha256 !== kept.sha256) return { why: `the kept plan unpacks to ${json.length} bytes of SHA-256 ${sha256.slice(0, 16)}, and its record says ${kept.bytes} of ${kept.sha256.slice(0, 16)}: it is corrupt` };
+  return json;
 }
 
 function differingFields(a: PlanKeyFields, b: PlanKeyFields): string[] {

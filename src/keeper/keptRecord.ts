@@ -115,17 +115,17 @@ export function keptRecordFor(e: KeptExpectation, model: string, writer: string,
 }
 
 /** A kept record's plan (absent when it carries none), or why the record or its plan field cannot be read. */
-export function keptPlanIn(bytes: Buffer): { plan?: KeptPlan; fingerprint: string } | { refusal: string } {
+export function keptPlanIn(bytes: Buffer): { plan?: KeptPlan } | { refusal: string } {
   const parsed = parseKeptRecord(bytes);
   if ('refusal' in parsed) return { refusal: parsed.refusal.message };
-  const { plan, fingerprint } = parsed.record;
-  if (plan === undefined) return { fingerprint };
+  const { plan } = parsed.record;
+  if (plan === undefined) return {};
   const checked = planSchema.safeParse(plan);
   if (!checked.success) {
     const issue = checked.error.issues[0]!;
     return { refusal: `the kept record's plan is malformed at ${issue.path.join('.') || '(root)'}: ${issue.message}` };
   }
-  return { plan: checked.data, fingerprint };
+  return { plan: checked.data };
 }
 
 export function encodeKeptRecord(r: KeptRecord): Buffer {
