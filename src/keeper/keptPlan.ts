@@ -1,8 +1,8 @@
 // A model's plan kept beside its shards (docs/spec/kept-plan.md), so that a restart whose shards
 // the keeper holds takes the plan from there instead of reading and checking every safetensors
-// header again (issue 33): 2.1 s of a 50k-tensor start on the development VM, against well under
-// a second to unpack the kept one. The plan rides in the kept record of the model's local rank 0
-// (its `plan` field, brotli, base64): the keeper stores it as opaque bytes, so its wire is
+// header and sampling content again (issue 33): at 5,286 tensors on the development VM, 290-980
+// ms of a restart against 36-183 ms (bench/RESULTS.md). The plan rides in the kept record of the
+// model's local rank 0 (its `plan` field, brotli, base64): the keeper stores it as opaque bytes, so its wire is
 // unchanged and a keeper of any build carries it; a daemon that does not know the field ignores
 // it (the record's schema strips what it does not name). It is used only when it is right:
 // its key (the options that shape a plan, the plan format, weightd's version) equals this
@@ -10,14 +10,14 @@
 // every local rank's shard is kept, and its bytes are the ones kept (SHA-256). Anything else plans
 // from the headers, with a debug line saying why.
 import { createHash } from 'node:crypto';
-import { existsSync, statSync } from 'node:fs';
+import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { brotliCompress, brotliDecompress, constants } from 'node:zlib';
 import { canonicalJson } from '../checkpoint/canonicalJson.js';
 import { INDEX_FILE } from '../checkpoint/readCheckpointIndex.js';
 import type { CheckpointPlan } from '../checkpoint/types.js';
-import { changedFiles, describeChange, type FileIdentity } from '../files/fileIdentity.js';
+import { changedFiles, describeChange, fileIdentities, type FileIdentity } from '../files/fileIdentity.js';
 import type { ModelSpec } from '../models/modelSpecs.js';
 import type { KeptRecord as ListedRecord } from './keeperProtocol.js';
 
@@ -68,19 +68,15 @@ export function planKey(fields: PlanKeyFields): string {
  * index when there is one, the plan file. Taken before planning reads any of them.
  */
 export function planInputIdentities(spec: Pick<ModelSpec, 'modelDir' | 'planFile'>): FileIdentity[] {
-  const paths = [spec.modelDir, join(spec.modelDir, 'config.json'), join(spec.modelDir, INDEX_FILE), ...(spec.planFile ? [spec.planFile] : [])];
-  return paths.flatMap((path) => {
-    // A missing index (a single-file checkpoint) is no input; one added later changes the directory's times.
-    if (path.endsWith(INDEX_FILE) && !existsSync(path)) return [];
-    const st = statSync(path, { bigint: true });
-    return [{ path, dev: String(st.dev), ino: String(st.ino), size: Number(st.size), mtimeNs: String(st.mtimeNs), ctimeNs: String(st.ctimeNs) }];
-  });
+  const index = join(spec.modelDir, INDEX_FILE);
+  // A missing index (a single-file checkpoint) is no input; one added later changes the directory's times.
+  return fileIdentities([spec.modelDir, join(spec.modelDir, 'config.json'), ...(existsSync(index) ? [index] : []), ...(spec.planFile ? [spec.planFile] : [])]);
 }
 
 /** The plan's field for its records: its key, its inputs' identities, the plan packed. */
 export async function packPlan(plan: CheckpointPlan, fields: PlanKeyFields, inputs: readonly FileIdentity[]): Promise<KeptPlan> {
   const json = Buffer.from(JSON.stringify(plan), 'utf8');
-  // Quality 5: 13.7 MB of a 50k-tensor plan packs to 0.6 MB in ~0.1 s, on the thread pool.
+  // Quality 5, on the thread pool: 13.7 MB of a 50k-tensor plan packs to 0.6 MB in ~0.12 s.
   const packed = await promisify(brotliCompress)(json, { params: { [constants.BROTLI_PARAM_QUALITY]: 5, [constants.BROTLI_PARAM_SIZE_HINT]: json.length } });
   return {
     format: KEPT_PLAN_FORMAT,
