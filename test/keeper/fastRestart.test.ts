@@ -171,6 +171,8 @@ for (const [edit, what, why] of edits) {
       const [kept] = await s.keeper.list();
       const rewritten = await runFixture(rewriteKeptRecord, [s.keeper.socketPath, kept!.device, kept!.fingerprint, edit]);
       assert.is(rewritten.code, 0);
+      const keptAt = async () => (JSON.parse((await s.keeper.list())[0]!.record.toString('utf8')) as { keptAt: string }).keptAt;
+      const rewrittenAt = await keptAt();
       const second = await startDaemon(s.opts);
       try {
         assert.match(second.stderr(), PLANNED_FROM_HEADERS);
@@ -178,6 +180,7 @@ for (const [edit, what, why] of edits) {
         assert.match(second.stderr(), /"adoptedRanks":1[,}]/, 'the shard is adopted: its own checks pass');
         const got = await served(second, s.model, s.socketDir);
         assert.equal(got.hashes, full.hashes);
+        await waitUntil('the adopting rank kept its record again, with its plan', async () => (await keptAt()) !== rewrittenAt);
       } finally {
         await second.stop();
       }
