@@ -95,12 +95,6 @@ export interface KeptAtStart {
   writer: string;
 }
 
-/**
- * A plan packed to more than this is not kept (docs/spec/kept-plan.md §3): a KEEP frame holds
- * 1 MiB, and the rest of the rank's record (its digests: 35 bytes a tensor) needs room beside it.
- */
-export const KEPT_PLAN_MAX_BYTES = 768 << 10;
-
 /** How a model's fill reads and how the log says it. */
 async function fillFor(config: Pick<ModelNode, 'fill'>, devices: DeviceSlot[], plan: CheckpointPlan, log: Logger): Promise<FillOptions> {
   let share: number | undefined;
@@ -151,7 +145,7 @@ async function planSpec(spec: ModelSpec, localRanks: { nodeRank: number; localWo
  */
 async function planKept(spec: ModelSpec, placement: ModelPlacement, devices: DeviceSlot[], kept: KeptAtStart, log: Logger): Promise<{ plan: CheckpointPlan; keptPlan?: KeptPlan }> {
   // Only with a keeper: a plain start loads neither these nor the record's schema.
-  const [{ findKeptPlan, packPlan, planInputIdentities, planKeyFields }, { keptPlanIn }] = await Promise.all([import('../keeper/keptPlan.js'), import('../keeper/keptRecord.js')]);
+  const [{ findKeptPlan, KEPT_PLAN_MAX_BYTES, packPlan, planInputIdentities, planKeyFields }, { keptPlanIn }] = await Promise.all([import('../keeper/keptPlan.js'), import('../keeper/keptRecord.js')]);
   const started = performance.now();
   const fields = planKeyFields(spec, kept.writer);
   const local = { devices: devices.map((d) => d.uuid), firstGlobalRank: placement.nodeRank * placement.localWorldSize };
