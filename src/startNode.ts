@@ -7,7 +7,6 @@ import { ServerRegistry } from './serve/serverRegistry.js';
 import { WorkerRegistry } from './models/workerRegistry.js';
 import { RankFailedError, receivedCode, WeightdError } from './errors.js';
 import { EventFeed, type NodeEvent, type NodeEventListener } from './inspect/eventFeed.js';
-import { drawnChart, pageMachinesFor } from './machines/drawnMachines.js';
 import { NodeMetrics } from './inspect/nodeMetrics.js';
 import { ProgressReporter } from './inspect/progressReporter.js';
 import { createLogger, flushLogger, type Logger } from './log.js';
@@ -184,14 +183,16 @@ export async function startNode(options: NodeOptions, { rankWorker = rankWorkerM
   const input = { config, log, rankWorker, workers, servers, keeper: keeper && { socket: keeper.socket, ready: keeper.start() } };
   const actor = createActor(supervisorMachine.provide({ actors: nodeActors }), { input, inspect: feed.inspect });
   const status = () => statusOf(actor.getSnapshot(), config, servers, keeper);
-  const metrics = new NodeMetrics({ status, feed, states: () => drawnChart('supervisor').states.map((s) => s.key) });
-  // Bound before the machine starts: a port in use fails the start in milliseconds.
-  const pageMachines = pageMachinesFor(config.nnodes);
-  // Loaded only when asked for: the server, its page and the chart drawing are no part of serving.
+  // The supervisor's top-level states, from the machine itself (the chart draws the same ones).
+  const supervisorStates = Object.keys(supervisorMachine.root.states);
+  const metrics = new NodeMetrics({ status, feed, states: () => supervisorStates });
+  // Bound before the machine starts: a port in use fails the start in milliseconds. Loaded only
+  // when asked for: the server, its page, every machine it draws and the chart drawing are no
+  // part of serving.
   const { inspect } = config;
   const inspectServer = inspect
-    ? await import('./inspect/inspectServer.js')
-        .then(({ InspectServer }) => InspectServer.listen({ ...inspect, log, status, feed, metrics, charts: pageMachines.map(drawnChart) }))
+    ? await Promise.all([import('./inspect/inspectServer.js'), import('./machines/drawnMachines.js')])
+        .then(([{ InspectServer }, { drawnChart, pageMachinesFor }]) => InspectServer.listen({ ...inspect, log, status, feed, metrics, charts: pageMachinesFor(config.nnodes).map(drawnChart) }))
         .catch(async (err: unknown) => {
           metrics.close();
           await keeper?.closeRefusedStart();

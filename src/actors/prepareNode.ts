@@ -32,23 +32,25 @@ export const prepareNode = fromPromise<Prepared, PrepareInput>(async ({ input, s
     for (const d of devices) {
       locks.push(acquireDeviceLock(socketDir, d.uuid, (holder) => log.warn({ device: d.uuid, pid: holder.pid }, 'took over the lock of a daemon that no longer runs')));
     }
+    // Asked before planning: a model whose shards it holds takes its plan from there, reading no
+    // safetensors header (src/keeper/keptPlan.ts); the ranks take their shards next.
+    await input.keeper?.ready;
+    const keeper = input.keeper && { socket: input.keeper.socket, model: config.models[0].modelDir, writer: `weightd ${VERSION}` };
+    const records = keeper ? await listKept(keeper.socket, log) : undefined;
+    const kept = keeper && records ? { records, writer: keeper.writer } : undefined;
     // The first model is placed on the whole group, over the devices just locked.
-    const first = await planModel(config.models[0]!, config, log, devices);
-    const models = [first, ...(await Promise.all(config.models.slice(1).map((spec) => planModel(spec, config, log))))];
+    const first = await planModel(config.models[0]!, config, log, devices, kept);
+    const models = [first, ...(await Promise.all(config.models.slice(1).map((spec) => planModel(spec, config, log, undefined, kept))))];
     refuseSameCheckpoint(models.map((m) => ({ ...m.spec, fingerprint: m.plan.fingerprint })));
     if (signal.aborted) throw new WeightdError('E_STOPPED', 'stopped while planning');
     signal.removeEventListener('abort', unlockDevices);
     for (const lock of locks) input.servers.holdLock(lock);
-    // Found or started while the checkpoint was planned; the ranks take from it next.
-    await input.keeper?.ready;
-    const keeper = input.keeper && { socket: input.keeper.socket, model: config.models[0].modelDir, writer: `weightd ${VERSION}` };
-    const records = keeper ? await listKept(keeper.socket, log) : undefined;
-    if (keeper && records) {
+    if (keeper && kept) {
       const started = models.map((m) => ({ name: m.spec.name, fingerprint: m.plan.fingerprint }));
       // Only with a keeper: it parses kept records, which a plain start has none of to read.
       const { restoreLoaded } = await import('./restoreLoaded.js');
-      models.push(...(await restoreLoaded({ records, config, devices: devices.map((d) => d.uuid), started, log })));
-      await dropUnplanned(keeper.socket, records, models.flatMap((m) => shardsOf(m)), log);
+      models.push(...(await restoreLoaded({ kept, config, devices: devices.map((d) => d.uuid), started, log })));
+      await dropUnplanned(keeper.socket, kept.records, models.flatMap((m) => shardsOf(m)), log);
     }
     return { devices, visibleDevices: visible, socketDir, locks, keeper, models };
   } catch (err) {

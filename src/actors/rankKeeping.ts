@@ -10,6 +10,7 @@ import { addon, type SegmentExport } from '../native/addon.js';
 import type { DeviceHandle } from '../native/deviceHandle.js';
 import { KeeperClient } from '../keeper/keeperClient.js';
 import { checkKeptRecord, encodeKeptRecord, keptRecordFor, type KeptExpectation, type KeptHandleType } from '../keeper/keptRecord.js';
+import { KEEPER_MAX_REQUEST_BYTES } from '../keeper/keeperProtocol.js';
 
 const why = (err: unknown) => (err instanceof Error ? err.message : String(err));
 
@@ -66,8 +67,10 @@ export async function adoptKept(device: DeviceHandle, data: RankWorkerData, keep
     return undefined;
   }
   const seconds = (performance.now() - started) / 1000;
-  // Key order differs between a parsed record and one built here.
-  const rekeep = canonicalJson(checked.record.load ?? null) !== canonicalJson(keeping.load ?? null);
+  // Key order differs between a parsed record and one built here. A record without this start's
+  // plan (kept by a weightd before plans were kept, or one this start refused) is kept again with
+  // it, so that the next restart plans from it.
+  const rekeep = canonicalJson(checked.record.load ?? null) !== canonicalJson(keeping.load ?? null) || (keeping.plan !== undefined && canonicalJson(checked.record.plan ?? null) !== canonicalJson(keeping.plan));
   // A record without digests (an older daemon's) is adopted: the rank serves without full
   // digests until its next fill from the checkpoint, and says so.
   const digests = checked.record.digests ?? [];
@@ -93,15 +96,22 @@ export async function keptShardAdoptable(data: RankWorkerData, keeping: RankKeep
   return kept !== undefined && 'record' in checkKeptRecord(kept.record, expectation(data, handleType));
 }
 
+/** Whether a KEEP of `record` fits a request's payload (op, device and fingerprint strings, the blob; docs/spec/keeper-wire.md §1, §3). */
+const keepFits = (device: string, fingerprint: string, record: Buffer) =>
+  1 + 2 + Buffer.byteLength(device) + 2 + Buffer.byteLength(fingerprint) + 4 + record.length <= KEEPER_MAX_REQUEST_BYTES;
+
 /** Hands the keeper this rank's segments (it keeps its own copies of the descriptors). */
 export async function keepSegments(data: RankWorkerData, keeping: RankKeeping, segments: SegmentExport[], digests: readonly string[]): Promise<void> {
   const handleType = handleTypeFor(data);
   if (handleType === undefined || segments.some((s) => s.fd === undefined || s.fd < 0)) {
     throw new Error('this device serves legacy CUDA IPC handles, which no keeper can hold (run with --cuda-handles fd)');
   }
-  const record = keptRecordFor(expectation(data, handleType), keeping.model, keeping.writer, keeping.load, digests);
+  let record = encodeKeptRecord(keptRecordFor(expectation(data, handleType), keeping.model, keeping.writer, keeping.load, digests, keeping.plan));
+  // The shard matters more than its plan: a record the plan would push past a KEEP frame's limit
+  // is kept without it (the next restart plans from the headers; docs/spec/kept-plan.md §3).
+  if (keeping.plan !== undefined && !keepFits(data.device.uuid, data.plan.fingerprint, record)) record = encodeKeptRecord(keptRecordFor(expectation(data, handleType), keeping.model, keeping.writer, keeping.load, digests));
   const fds = [...segments].sort((a, b) => a.segment - b.segment).map((s) => s.fd!);
-  await new KeeperClient(keeping.socket).keep(data.device.uuid, data.plan.fingerprint, encodeKeptRecord(record), fds);
+  await new KeeperClient(keeping.socket).keep(data.device.uuid, data.plan.fingerprint, record, fds);
 }
 
 /** Drops this rank's kept segments (a client released the rank: its memory is to be freed). */

@@ -4,16 +4,15 @@
 // still the same is planned again, to be adopted like a model of the command line; any other is
 // left out, with a log line naming the model, its directory and why, and dropUnplanned drops it.
 import { statSync } from 'node:fs';
-import { planModel, spansGroup, type PlannedModel } from '../models/planModel.js';
+import { planModel, spansGroup, type KeptAtStart, type PlannedModel } from '../models/planModel.js';
 import type { Logger } from '../log.js';
 import { resolveModelSpec } from '../models/modelSpecs.js';
 import type { NodeConfig } from '../nodeOptions.js';
-import type { KeptRecord as ListedRecord } from '../keeper/keeperProtocol.js';
 import { parseKeptRecord, type KeptLoad } from '../keeper/keptRecord.js';
 
 export interface RestoreInput {
-  /** What the keeper holds (its LIST), read once at the start for this and dropUnplanned.ts. */
-  records: readonly ListedRecord[];
+  /** What the keeper holds (its LIST), read once at the start for this, the models' plans and dropUnplanned.ts. */
+  kept: KeptAtStart;
   config: NodeConfig;
   /** The devices this node's own model runs on: a record of another device is another daemon's. */
   devices: readonly string[];
@@ -29,12 +28,12 @@ interface Candidate {
 }
 
 /** Plans every model to restore. Never throws: a model that cannot be planned is left out, saying why. */
-export async function restoreLoaded({ records, config, devices, started, log }: RestoreInput): Promise<PlannedModel[]> {
+export async function restoreLoaded({ kept, config, devices, started, log }: RestoreInput): Promise<PlannedModel[]> {
   const mine = new Set(devices);
   // The newest request per name: an older version of it (a swap the last daemon did not finish
   // draining) is dropped as unplanned.
   const newest = new Map<string, Candidate>();
-  for (const r of records) {
+  for (const r of kept.records) {
     if (!mine.has(r.device) || r.ownerAlive) continue;
     const parsed = parseKeptRecord(r.record);
     if (!('record' in parsed) || parsed.record.load === undefined) continue;
@@ -44,13 +43,13 @@ export async function restoreLoaded({ records, config, devices, started, log }: 
   }
   const restored: PlannedModel[] = [];
   for (const { load } of newest.values()) {
-    const planned = await planCandidate(load, { config, started, log });
+    const planned = await planCandidate(load, { kept, config, started, log });
     if (planned) restored.push(planned);
   }
   return restored;
 }
 
-async function planCandidate(load: KeptLoad, { config, started, log }: Pick<RestoreInput, 'config' | 'started' | 'log'>): Promise<PlannedModel | undefined> {
+async function planCandidate(load: KeptLoad, { kept, config, started, log }: Pick<RestoreInput, 'kept' | 'config' | 'started' | 'log'>): Promise<PlannedModel | undefined> {
   const fields = { name: load.name, model: load.modelDir, fingerprint: load.fingerprint };
   const leaveOut = (why: string, extra: Record<string, unknown> = {}): undefined =>
     void log.warn({ ...fields, ...extra }, `not restoring model "${load.name}" (loaded at run time from ${load.modelDir}): ${why}; its kept shards are dropped. Load it again with weightd ctl load if it is still wanted`);
@@ -72,7 +71,7 @@ async function planCandidate(load: KeptLoad, { config, started, log }: Pick<Rest
   let planned: PlannedModel;
   try {
     const spec = resolveModelSpec({ model: load.modelDir, name: load.name, tensorParallelSize: load.tpSize, planFile: load.planFile, layouts: load.layouts });
-    planned = await planModel(spec, config, log);
+    planned = await planModel(spec, config, log, undefined, kept);
   } catch (err) {
     return leaveOut(`it cannot be planned again (${(err as Error).message})`);
   }

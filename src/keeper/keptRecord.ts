@@ -8,6 +8,7 @@ import { z } from 'zod';
 import { KnownLayoutName } from '../checkpoint/layouts/layoutRegistry.js';
 import type { RankFillPlan } from '../checkpoint/types.js';
 import { changesBetween, describeChange, type FileIdentity, type IdentityChange } from '../files/fileIdentity.js';
+import type { KeptPlan } from './keptPlan.js';
 
 /** The formats this weightd reads; it writes the last. A newer format is added here with its reader. */
 export const KEPT_FORMATS = [1] as const;
@@ -15,6 +16,20 @@ export const KEPT_FORMAT = KEPT_FORMATS[KEPT_FORMATS.length - 1]!;
 
 /** How a kept segment's descriptor is to be opened: a sealed memfd, or a CUDA VMM allocation. */
 export type KeptHandleType = 'memfd' | 'cuda-fd';
+
+const identitySchema = z.object({ path: z.string(), dev: z.string(), ino: z.string(), size: z.number().int().nonnegative(), mtimeNs: z.string(), ctimeNs: z.string() });
+
+/** keptPlan.ts's KeptPlan (docs/spec/kept-plan.md §3). */
+const planSchema = z.object({
+  format: z.number().int(),
+  key: z.string().regex(/^[0-9a-f]{64}$/),
+  fields: z.object({ planFormat: z.number().int(), writer: z.string(), modelDir: z.string(), tpSize: z.number().int().positive(), planFile: z.string().nullable(), layouts: z.array(z.string()) }),
+  inputs: z.array(identitySchema),
+  ranks: z.array(z.string()),
+  bytes: z.number().int().nonnegative(),
+  sha256: z.string().regex(/^[0-9a-f]{64}$/),
+  brotli: z.string(),
+}) satisfies z.ZodType<KeptPlan>;
 
 const recordSchema = z.object({
   format: z.number().int(),
@@ -36,11 +51,17 @@ const recordSchema = z.object({
    * Optional to parse, so a record of an older daemon is still read (for its `load`); never
    * adopted without it (checkKeptRecord).
    */
-  files: z.array(z.object({ path: z.string(), dev: z.string(), ino: z.string(), size: z.number().int().nonnegative(), mtimeNs: z.string(), ctimeNs: z.string() })).optional(),
+  files: z.array(identitySchema).optional(),
   /** The plan's contentTensors' full digests, in order, as the fill computed them (docs/spec/fingerprint.md §8); absent from an older daemon's record. */
   digests: z.array(z.string().regex(/^[0-9a-f]{32}$/)).optional(),
   /** A model loaded at run time (weightd ctl load): how to plan it again, so a restart restores it (restoreLoaded.ts). */
   load: z.object({ name: z.string().min(1), modelDir: z.string().min(1), tpSize: z.number().int().positive(), planFile: z.string().optional(), layouts: z.array(KnownLayoutName), fingerprint: z.string().min(1) }).optional(),
+  /**
+   * The whole model's plan, on the record of its local rank 0 (src/keeper/keptPlan.ts): what a
+   * restart plans from instead of the headers. Parsed on its own (keptPlanIn), so that a record
+   * whose plan field is malformed is still adopted; a weightd that predates it strips it.
+   */
+  plan: z.unknown().optional(),
 });
 
 export type KeptRecord = z.infer<typeof recordSchema>;
@@ -71,7 +92,7 @@ export function arenaDigest(plan: RankFillPlan): string {
   return createHash('sha256').update(JSON.stringify({ segments: plan.segments, ops, zeros })).digest('hex');
 }
 
-export function keptRecordFor(e: KeptExpectation, model: string, writer: string, load?: KeptLoad, digests: readonly string[] = [], now = new Date()): KeptRecord {
+export function keptRecordFor(e: KeptExpectation, model: string, writer: string, load?: KeptLoad, digests: readonly string[] = [], plan?: KeptPlan, now = new Date()): KeptRecord {
   return {
     format: KEPT_FORMAT,
     writer,
@@ -89,7 +110,22 @@ export function keptRecordFor(e: KeptExpectation, model: string, writer: string,
     files: e.files,
     ...(digests.length > 0 ? { digests: [...digests] } : {}),
     ...(load ? { load } : {}),
+    ...(plan ? { plan } : {}),
   };
+}
+
+/** A kept record's plan (absent when it carries none), or why the record or its plan field cannot be read. */
+export function keptPlanIn(bytes: Buffer): { plan?: KeptPlan } | { refusal: string } {
+  const parsed = parseKeptRecord(bytes);
+  if ('refusal' in parsed) return { refusal: parsed.refusal.message };
+  const { plan } = parsed.record;
+  if (plan === undefined) return {};
+  const checked = planSchema.safeParse(plan);
+  if (!checked.success) {
+    const issue = checked.error.issues[0]!;
+    return { refusal: `the kept record's plan is malformed at ${issue.path.join('.') || '(root)'}: ${issue.message}` };
+  }
+  return { plan: checked.data };
 }
 
 export function encodeKeptRecord(r: KeptRecord): Buffer {

@@ -54,6 +54,8 @@ export function rankActorInput(model: ModelRanks, r: RankStatus, host: RankHost,
       fill: model.fill,
       ...(model.written ? { written: model.written[r.localRank] } : {}),
       ...phases,
+      // The model's plan is kept once, with its local rank 0's shard.
+      ...(phases.keeper?.plan !== undefined && r.localRank !== 0 ? { keeper: { ...phases.keeper, plan: undefined } } : {}),
     },
   };
 }

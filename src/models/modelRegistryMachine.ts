@@ -272,7 +272,7 @@ function modelInput(context: ModelRegistryContext, parent: AnyActorRef, id: stri
     socketDir: context.socketDir,
     cudaHandles: context.cudaHandles,
     // A written version is not kept: a restart would restore it from its checkpoint's files (docs/weight-updates.md).
-    keeper: planned.origin === 'update' ? undefined : context.keeper && { ...context.keeper, model: planned.spec.modelDir, load: (planned.origin ?? 'start') === 'start' ? undefined : keptLoadOf(planned.spec, planned.plan.fingerprint) },
+    keeper: planned.origin === 'update' ? undefined : context.keeper && { ...context.keeper, model: planned.spec.modelDir, load: (planned.origin ?? 'start') === 'start' ? undefined : keptLoadOf(planned.spec, planned.plan.fingerprint), plan: planned.keptPlan },
     log: context.log.child({ model: planned.spec.name }),
     rankWorker: context.rankWorker,
     workers: context.workers,

@@ -9,6 +9,8 @@ import type { CheckpointPlan } from '../checkpoint/types.js';
 import type { Logger } from '../log.js';
 import type { ModelSpec } from './modelSpecs.js';
 import type { CudaHandles, DeviceSlot, FillOptions } from '../native/addon.js';
+import type { KeptRecord as ListedRecord } from '../keeper/keeperProtocol.js';
+import type { KeptPlan } from '../keeper/keptPlan.js';
 import { cachedShare, localDevices } from '../native/devices.js';
 import { nodeFillOptions } from '../native/fillPolicy.js';
 
@@ -82,6 +84,15 @@ export interface PlannedModel {
    * allocating and filling (src/serve/updateDesk.ts), by local rank.
    */
   written?: { segmentPaths: string[]; segmentFds?: number[] }[];
+  /** With a keeper: its plan as its local rank 0's record carries it, so a restart plans from it (src/keeper/keptPlan.ts). */
+  keptPlan?: KeptPlan;
+}
+
+/** What the keeper holds at this start (its LIST), so that a model whose shards it holds takes its plan from there. */
+export interface KeptAtStart {
+  records: readonly ListedRecord[];
+  /** This weightd's name and version, as its records name their writer. */
+  writer: string;
 }
 
 /** How a model's fill reads and how the log says it. */
@@ -96,10 +107,8 @@ async function fillFor(config: Pick<ModelNode, 'fill'>, devices: DeviceSlot[], p
   return fill;
 }
 
-/** Plans the checkpoint of `spec` at its tp size, logging this node's share of its ranks. */
-async function planSpec(spec: ModelSpec, localRanks: { nodeRank: number; localWorldSize: number }, log: Logger): Promise<CheckpointPlan> {
-  const started = performance.now();
-  const plan = await planCheckpoint(spec.modelDir, { tpSize: spec.tpSize, planFile: spec.planFile, layouts: spec.layouts });
+/** The one line that says a model is planned, and where from: its headers, or the plan its shards were kept with. */
+function logPlanned(spec: ModelSpec, localRanks: { nodeRank: number; localWorldSize: number }, plan: CheckpointPlan, started: number, from: 'headers' | 'keeper', log: Logger): void {
   const local = plan.ranks.slice(localRanks.nodeRank * localRanks.localWorldSize, (localRanks.nodeRank + 1) * localRanks.localWorldSize);
   log.info(
     {
@@ -109,6 +118,9 @@ async function planSpec(spec: ModelSpec, localRanks: { nodeRank: number; localWo
       fingerprint: plan.fingerprint,
       tensors: local[0]?.tensors.length,
       bytesPerRank: local.map((r) => r.totalBytes),
+      from,
+      // The safetensors headers read and checked to make it: every file's, or none.
+      headersRead: from === 'headers' ? plan.files.length : 0,
       ms: Math.round(performance.now() - started),
     },
     'checkpoint planned',
@@ -116,18 +128,58 @@ async function planSpec(spec: ModelSpec, localRanks: { nodeRank: number; localWo
   for (const [layout, why] of Object.entries(plan.refusedLayouts)) {
     log.warn({ model: spec.modelDir, layout, code: why.code }, `layout ${layout} is not served: ${why.message}; engines that ask for it load from disk, the other layouts are served`);
   }
+}
+
+/** Plans the checkpoint of `spec` at its tp size from its files, logging this node's share of its ranks. */
+async function planSpec(spec: ModelSpec, localRanks: { nodeRank: number; localWorldSize: number }, log: Logger): Promise<CheckpointPlan> {
+  const started = performance.now();
+  const plan = await planCheckpoint(spec.modelDir, { tpSize: spec.tpSize, planFile: spec.planFile, layouts: spec.layouts });
+  logPlanned(spec, localRanks, plan, started, 'headers', log);
   return plan;
+}
+
+/**
+ * With a keeper: the plan kept with this model's shards when every check passes
+ * (src/keeper/keptPlan.ts), else the plan from the headers (a debug line says why), with the
+ * field its records are to carry.
+ */
+async function planKept(spec: ModelSpec, placement: ModelPlacement, devices: DeviceSlot[], kept: KeptAtStart, log: Logger): Promise<{ plan: CheckpointPlan; keptPlan?: KeptPlan }> {
+  // Only with a keeper: a plain start loads neither these nor the record's schema.
+  const [{ findKeptPlan, KEPT_PLAN_MAX_BYTES, packPlan, planInputIdentities, planKeyFields }, { keptPlanIn }] = await Promise.all([import('../keeper/keptPlan.js'), import('../keeper/keptRecord.js')]);
+  const started = performance.now();
+  const fields = planKeyFields(spec, kept.writer);
+  const local = { devices: devices.map((d) => d.uuid), firstGlobalRank: placement.nodeRank * placement.localWorldSize };
+  const found = await findKeptPlan(kept.records, fields, local, keptPlanIn);
+  if ('plan' in found) {
+    logPlanned(spec, placement, found.plan, started, 'keeper', log);
+    return { plan: found.plan, keptPlan: found.kept };
+  }
+  log.debug({ model: spec.modelDir, name: spec.name, reason: found.why }, `planning model "${spec.name}" from its safetensors headers, not from the keeper: ${found.why}`);
+  let inputs;
+  try {
+    inputs = planInputIdentities(spec);
+  } catch {
+    // A file planning needs is missing: planning says so, by name.
+  }
+  const plan = await planSpec(spec, placement, log);
+  if (inputs === undefined) return { plan };
+  const keptPlan = await packPlan(plan, fields, inputs);
+  if (keptPlan.brotli.length > KEPT_PLAN_MAX_BYTES) {
+    log.debug({ model: spec.modelDir, name: spec.name, bytes: keptPlan.brotli.length, limit: KEPT_PLAN_MAX_BYTES }, `the plan of model "${spec.name}" packs to ${keptPlan.brotli.length} bytes, more than a kept record holds (${KEPT_PLAN_MAX_BYTES}): not kept, a restart plans from the headers`);
+    return { plan };
+  }
+  return { plan, keptPlan };
 }
 
 /**
  * Plans a model on this node's share of its ranks (modelPlacement). `devices`: its local ranks'
  * devices when the caller picked them already (prepareNode, which locks them first); else the
- * first visible ones.
+ * first visible ones. `kept`: what the keeper holds at a start, to plan from a kept plan.
  */
-export async function planModel(spec: ModelSpec, config: ModelNode, log: Logger, devices?: DeviceSlot[]): Promise<PlannedModel> {
+export async function planModel(spec: ModelSpec, config: ModelNode, log: Logger, devices?: DeviceSlot[], kept?: KeptAtStart): Promise<PlannedModel> {
   const placement = modelPlacement(spec.tpSize, config);
   devices ??= (await localDevices({ device: config.device, localWorldSize: placement.localWorldSize, cudaHandles: config.cudaHandles }, log)).devices;
-  const plan = await planSpec(spec, placement, log);
+  const { plan, keptPlan } = kept ? await planKept(spec, placement, devices, kept, log) : { plan: await planSpec(spec, placement, log) };
   const local = plan.ranks.slice(placement.nodeRank * placement.localWorldSize, (placement.nodeRank + 1) * placement.localWorldSize);
-  return { spec, placement, plan, devices, fill: await fillFor(config, devices, { ...plan, ranks: local }, log) };
+  return { spec, placement, plan, devices, fill: await fillFor(config, devices, { ...plan, ranks: local }, log), ...(keptPlan ? { keptPlan } : {}) };
 }

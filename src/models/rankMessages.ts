@@ -5,6 +5,7 @@ import type { FileIdentity } from '../files/fileIdentity.js';
 import type { SerializedError } from '../errors.js';
 import type { RankSource } from '../nodeStatus.js';
 import type { KeptLoad } from '../keeper/keptRecord.js';
+import type { KeptPlan } from '../keeper/keptPlan.js';
 import type { CudaHandles, DeviceInfo, DeviceSlot, FillOptions, SegmentExport } from '../native/addon.js';
 import type { FillResult } from '../native/deviceHandle.js';
 
@@ -52,6 +53,8 @@ export interface RankKeeping {
   writer: string;
   /** A model loaded at run time: its load request, which the record carries so a restart restores it (src/actors/restoreLoaded.ts). */
   load?: KeptLoad;
+  /** The model's plan, on its local rank 0 only: its record carries it, so a restart plans from it (src/keeper/keptPlan.ts). */
+  plan?: KeptPlan;
 }
 
 /** How a rank's phases post to the main thread. */

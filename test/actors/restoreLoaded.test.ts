@@ -54,7 +54,7 @@ test('in a group, a restored model of this node alone is planned again; one that
     await keepLoaded(keeper, { name: 'local', modelDir: exampleModel, tpSize: 1, layouts: [], fingerprint }, 'rank-local');
     await keepLoaded(keeper, { name: 'wide', modelDir: exampleModel, tpSize: 2, layouts: [], fingerprint: spanning }, 'rank-wide');
     const { log, lines } = capture();
-    const restored = await restoreLoaded({ records: await new KeeperClient(keeper.socket).list(), config, devices: [device], started: [{ name: 'own', fingerprint: 'not-these' }], log });
+    const restored = await restoreLoaded({ kept: { records: await new KeeperClient(keeper.socket).list(), writer: 'weightd test' }, config, devices: [device], started: [{ name: 'own', fingerprint: 'not-these' }], log });
     assert.equal(restored.map((m) => [m.spec.name, m.origin, m.placement.nnodes, m.plan.fingerprint]), [['local', 'restore', 1, fingerprint]]);
     const refusal = lines().find((l) => l.msg.startsWith('not restoring model "wide"'));
     assert.ok(refusal, JSON.stringify(lines()));
@@ -73,7 +73,7 @@ test("records of another device, and a stored request a command-line model of th
     await keepLoaded(keeper, { name: 'elsewhere', modelDir: exampleModel, tpSize: 1, layouts: [], fingerprint }, 'rank-a', 'host-another-daemon-0');
     await keepLoaded(keeper, { name: 'twin', modelDir: exampleModel, tpSize: 1, layouts: [], fingerprint }, 'rank-b');
     const { log, lines } = capture();
-    const restored = await restoreLoaded({ records: await new KeeperClient(keeper.socket).list(), config, devices: [device], started: [{ name: 'tiny-llama', fingerprint }], log });
+    const restored = await restoreLoaded({ kept: { records: await new KeeperClient(keeper.socket).list(), writer: 'weightd test' }, config, devices: [device], started: [{ name: 'tiny-llama', fingerprint }], log });
     assert.equal(restored, []);
     assert.ok(!lines().some((l) => l.msg.includes('"elsewhere"')), "another daemon's record is not this start's to judge");
     assert.ok(lines().some((l) => l.msg.includes('model "twin", loaded at run time') && l.msg.includes('serves that checkpoint as "tiny-llama", which wins')), JSON.stringify(lines()));

@@ -21,6 +21,8 @@ const ON_DEMAND = {
   'pino-pretty (readable log)': '/node_modules/pino-pretty/',
   'the inspect server': '/dist/src/inspect/inspectServer.js',
   'the statechart page': '/dist/src/inspect/statechartPage.js',
+  'the chart drawing': '/dist/src/inspect/machineToMermaid.js',
+  'the drawn machines (every machine, for the page)': '/dist/src/machines/drawnMachines.js',
   'the fingerprint command': '/dist/src/cli/printFingerprints.js',
   "a rank's keeper side": '/dist/src/actors/rankKeeping.js',
   "the keeper's record schema": '/dist/src/keeper/keptRecord.js',
@@ -76,7 +78,7 @@ test('--inspect-port loads the inspect server and its page; the first scrape loa
     assert.is(metrics.status, 200);
     assert.match(metrics.body, /^weightd_node_state\{state="ready"\} 1$/m);
   });
-  for (const what of ['prom-client (metrics)', 'the inspect server', 'the statechart page'] as const) assert.ok(has(modules, ON_DEMAND[what]), `${what} loaded`);
+  for (const what of ['prom-client (metrics)', 'the inspect server', 'the statechart page', 'the chart drawing', 'the drawn machines (every machine, for the page)'] as const) assert.ok(has(modules, ON_DEMAND[what]), `${what} loaded`);
   assert.not.ok(has(modules, ON_DEMAND['pino-pretty (readable log)']), 'still no pino-pretty: the log is JSON');
 });
 
@@ -100,12 +102,19 @@ test('--version, --help and ctl list load neither zod, xstate, pino nor the node
   assert.match(list.stdout, /^tiny-llama \(own\) {2}v0 {2}serving /m);
 
   for (const [what, run] of Object.entries({ '--version': version, '--help': help, 'ctl list': list })) {
-    // The record saw the command line itself, so an empty record cannot pass for a light one.
-    assert.ok(has(run.modules, '/dist/src/cli/parseArgs.js') && has(run.modules, '/node_modules/commander/'), `${what}: the command line recorded`);
+    // The record saw the entry itself, so an empty record cannot pass for a light one.
+    assert.ok(has(run.modules, '/dist/src/main.js'), `${what}: the entry recorded`);
     const loaded = Object.entries(DAEMON_ONLY).filter(([, part]) => has(run.modules, part)).map(([name]) => name);
     assert.equal(loaded, [], `${what} loaded what only the daemon needs`);
   }
   assert.ok(has(list.modules, '/dist/src/cli/runCtl.js'), 'ctl list recorded its own module');
+  for (const [what, run] of Object.entries({ '--help': help, 'ctl list': list })) {
+    assert.ok(has(run.modules, '/dist/src/cli/parseArgs.js') && has(run.modules, '/node_modules/commander/'), `${what}: the command line parsed`);
+  }
+  // The version is one line: printed before the command line's parser (commander) loads.
+  const parser = ['/dist/src/cli/parseArgs.js', '/node_modules/commander/'].filter((part) => has(version.modules, part));
+  assert.equal(parser, [], '--version loaded the command line parser');
+  assert.ok(has(version.modules, '/dist/src/version.js'), '--version recorded the module it prints from');
 });
 
 test('pino-pretty loads with the first logger that writes the readable form', async () => {

@@ -4,8 +4,12 @@
 // `adoptedOn: "main"`, and what it serves (ctl list, fingerprints, every byte) is the full load's.
 // A checkpoint file touched or replaced while the daemon was down takes the full path: its worker
 // starts and loads from the checkpoint.
+// The plan comes from the keeper too (src/keeper/keptPlan.ts): a restart whose shards are kept
+// reads no safetensors header; a changed file, or a plan record that is corrupt, foreign or
+// missing (a weightd before kept plans), plans from the headers, with a debug line saying why.
 import { cpSync, renameSync, utimesSync } from 'node:fs';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { expectedFingerprint, findSocket } from '../../src/client/index.js';
@@ -19,8 +23,18 @@ import { runCli } from '../helpers/runCli.js';
 import { expectedRank } from '../serve/checkpointOracle.js';
 import { httpGet } from '../inspect/httpGet.js';
 import { runClient } from '../client/runClient.js';
+import { runFixture } from '../helpers/runFixture.js';
 
 const WORKER_STARTED = /"msg":"rank \d+: worker thread started"/;
+/** The plan line of a start that read and checked every safetensors header (the example has 2 files), and of one that read none. */
+const PLANNED_FROM_HEADERS = /"from":"headers","headersRead":2,[^\n]*"msg":"checkpoint planned"/;
+const PLANNED_FROM_KEEPER = /"from":"keeper","headersRead":0,[^\n]*"msg":"checkpoint planned"/;
+const rewriteKeptRecord = fileURLToPath(new URL('./fixtures/rewriteKeptRecord.js', import.meta.url));
+
+/** The debug line of a start that could not take its plan from the keeper, and why. */
+function notFromKeeper(stderr: string): string {
+  return /"reason":"([^"]*)"[^\n]*"msg":"planning model /.exec(stderr.replace(/\\"/g, "'"))?.[1] ?? `(no such line in:\n${stderr.slice(-3000)})`;
+}
 
 /** A copy of the example checkpoint (its files are touched here), a node that can restart on it, and its keeper. */
 function setup(): { model: string; opts: DaemonOptions; keeper: KeeperClient; socketDir: string } {
@@ -68,6 +82,8 @@ function assertCheckpointBytes(model: string, hashes: Served['hashes']): void {
 async function loadOnce(s: ReturnType<typeof setup>, end: 'stop' | 'kill9'): Promise<Served> {
   const first = await startDaemon(s.opts);
   assert.match(first.stderr(), WORKER_STARTED, 'a load from the checkpoint runs on a worker thread');
+  assert.match(first.stderr(), PLANNED_FROM_HEADERS, 'a first start plans from the headers');
+  assert.match(notFromKeeper(first.stderr()), /^no record of device \S+ carries a plan for these options$/);
   await waitUntil('the keeper holds the shard', async () => (await s.keeper.list().catch(() => [])).length === 1);
   const full = await served(first, s.model, s.socketDir);
   assert.is(full.rank.source, 'checkpoint');
@@ -87,6 +103,8 @@ for (const end of ['stop', 'kill9'] as const) {
         assert.match(second.stderr(), /"adoptedRanks":1[,}]/);
         assert.not.match(second.stderr(), WORKER_STARTED, 'no worker thread starts on the fast path');
         assert.match(second.stderr(), /"source":"keeper","adoptedOn":"main"/);
+        assert.match(second.stderr(), PLANNED_FROM_KEEPER, 'planned from the kept record');
+        assert.not.match(second.stderr(), /"from":"headers"/, 'no safetensors header read');
         const fast = await served(second, s.model, s.socketDir);
         assert.is(fast.rank.source, 'keeper');
         assert.is(fast.rank.adoptedOn, 'main');
@@ -123,6 +141,8 @@ for (const [what, change] of changes) {
       try {
         assert.match(second.stderr(), /"adoptedRanks":0[,}]/);
         assert.match(second.stderr(), WORKER_STARTED);
+        assert.match(second.stderr(), PLANNED_FROM_HEADERS);
+        assert.match(notFromKeeper(second.stderr()), /^files the plan was made from changed since it was kept \(.*model-00002-of-00002\.safetensors: (mtime|inode) /);
         const got = await served(second, s.model, s.socketDir);
         assert.is(got.rank.source, 'checkpoint');
         assert.is(got.rank.adoptedOn, null);
@@ -130,6 +150,46 @@ for (const [what, change] of changes) {
         assertCheckpointBytes(s.model, got.hashes);
       } finally {
         await second.stop();
+      }
+    } finally {
+      await killKeeper(s.keeper);
+    }
+  });
+}
+
+const edits: Array<[edit: string, what: string, why: RegExp]> = [
+  ['corrupt', 'whose packed bytes are corrupt', /it is corrupt$/],
+  ['foreign', 'made for other options', /^no record of device \S+ carries a plan for these options: a plan kept for other options \(tpSize differ\)$/],
+  ['format', 'of a format this weightd does not read', /^the kept plan is in format 99, and this weightd reads 1$/],
+  ['none', 'absent (a weightd before kept plans wrote the record)', /^no record of device \S+ carries a plan for these options$/],
+];
+for (const [edit, what, why] of edits) {
+  test(`a kept plan ${what}: the restart plans from the headers, saying why, still adopts the shard, and keeps this start's plan for the next`, async () => {
+    const s = setup();
+    try {
+      const full = await loadOnce(s, 'stop');
+      const [kept] = await s.keeper.list();
+      const rewritten = await runFixture(rewriteKeptRecord, [s.keeper.socketPath, kept!.device, kept!.fingerprint, edit]);
+      assert.is(rewritten.code, 0);
+      const keptAt = async () => (JSON.parse((await s.keeper.list())[0]!.record.toString('utf8')) as { keptAt: string }).keptAt;
+      const rewrittenAt = await keptAt();
+      const second = await startDaemon(s.opts);
+      try {
+        assert.match(second.stderr(), PLANNED_FROM_HEADERS);
+        assert.match(notFromKeeper(second.stderr()), why);
+        assert.match(second.stderr(), /"adoptedRanks":1[,}]/, 'the shard is adopted: its own checks pass');
+        const got = await served(second, s.model, s.socketDir);
+        assert.equal(got.hashes, full.hashes);
+        await waitUntil('the adopting rank kept its record again, with its plan', async () => (await keptAt()) !== rewrittenAt);
+      } finally {
+        await second.stop();
+      }
+      const third = await startDaemon(s.opts);
+      try {
+        assert.match(third.stderr(), PLANNED_FROM_KEEPER, 'the restart kept its plan with the shard again');
+        assert.match(third.stderr(), /"adoptedRanks":1[,}]/);
+      } finally {
+        await third.stop();
       }
     } finally {
       await killKeeper(s.keeper);

@@ -1,0 +1,180 @@
+// A model's plan kept beside its shards (docs/spec/kept-plan.md), so that a restart whose shards
+// the keeper holds takes the plan from there instead of reading and checking every safetensors
+// header and sampling content again (issue 33): at 5,286 tensors on the development VM, 290-980
+// ms of a restart against 36-183 ms (bench/RESULTS.md). The plan rides in the kept record of the
+// model's local rank 0 (its `plan` field, brotli, base64): the keeper stores it as opaque bytes, so its wire is
+// unchanged and a keeper of any build carries it; a daemon that does not know the field ignores
+// it (the record's schema strips what it does not name). It is used only when it is right:
+// its key (the options that shape a plan, the plan format, weightd's version) equals this
+// start's, every file planning reads has the stat identity it had (docs/spec/file-identity.md),
+// every local rank's shard is kept, and its bytes are the ones kept (SHA-256). Anything else plans
+// from the headers, with a debug line saying why.
+import { createHash } from 'node:crypto';
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { brotliCompress, brotliDecompress, constants } from 'node:zlib';
+import { canonicalJson } from '../checkpoint/canonicalJson.js';
+import { INDEX_FILE } from '../checkpoint/readCheckpointIndex.js';
+import type { CheckpointPlan } from '../checkpoint/types.js';
+import { changedFiles, describeChange, fileIdentities, type FileIdentity } from '../files/fileIdentity.js';
+import type { ModelSpec } from '../models/modelSpecs.js';
+import type { KeptRecord as ListedRecord } from './keeperProtocol.js';
+
+/**
+ * The plan format: bumped when CheckpointPlan's shape or what a planning rule produces changes
+ * within one weightd version (a release changes the key anyway: its version is in it).
+ */
+export const KEPT_PLAN_FORMAT = 1;
+
+/**
+ * A plan packed to more than this (its base64) is not kept (docs/spec/kept-plan.md §3): a KEEP
+ * request holds 1 MiB, and the rest of the rank's record (its digests: 35 bytes a tensor) needs
+ * room beside it.
+ */
+export const KEPT_PLAN_MAX_BYTES = 768 << 10;
+
+/** What a plan is made from besides the files' bytes: one field differing is another plan. */
+export interface PlanKeyFields {
+  planFormat: number;
+  /** weightd and its version ("weightd 0.1.0"): another build may plan differently. */
+  writer: string;
+  modelDir: string;
+  tpSize: number;
+  planFile: string | null;
+  layouts: string[];
+}
+
+/** The `plan` field of a kept record (keptRecord.ts), as docs/spec/kept-plan.md §3 writes it. */
+export interface KeptPlan {
+  format: number;
+  /** sha256 of the canonical JSON of `fields` (planKey). */
+  key: string;
+  fields: PlanKeyFields;
+  /** Every file planning read, as stat'ed before it read any: the directory, config.json, the index, the plan file, each safetensors file. */
+  inputs: FileIdentity[];
+  /** Each tp rank's fingerprint, so the shards can be looked for before the plan is unpacked. */
+  ranks: string[];
+  /** The plan's JSON: its byte length and SHA-256, and the bytes, brotli then base64. */
+  bytes: number;
+  sha256: string;
+  brotli: string;
+}
+
+export function planKeyFields(spec: Pick<ModelSpec, 'modelDir' | 'tpSize' | 'planFile' | 'layouts'>, writer: string): PlanKeyFields {
+  return { planFormat: KEPT_PLAN_FORMAT, writer, modelDir: spec.modelDir, tpSize: spec.tpSize, planFile: spec.planFile ?? null, layouts: [...spec.layouts] };
+}
+
+export function planKey(fields: PlanKeyFields): string {
+  return createHash('sha256').update(canonicalJson(fields)).digest('hex');
+}
+
+/**
+ * The identity of what planning reads besides the safetensors files (whose identities the plan
+ * records itself): the directory (a file added or removed changes its times), config.json, the
+ * index when there is one, the plan file. Taken before planning reads any of them.
+ */
+export function planInputIdentities(spec: Pick<ModelSpec, 'modelDir' | 'planFile'>): FileIdentity[] {
+  const index = join(spec.modelDir, INDEX_FILE);
+  // A missing index (a single-file checkpoint) is no input; one added later changes the directory's times.
+  return fileIdentities([spec.modelDir, join(spec.modelDir, 'config.json'), ...(existsSync(index) ? [index] : []), ...(spec.planFile ? [spec.planFile] : [])]);
+}
+
+/** The plan's field for its records: its key, its inputs' identities, the plan packed. */
+export async function packPlan(plan: CheckpointPlan, fields: PlanKeyFields, inputs: readonly FileIdentity[]): Promise<KeptPlan> {
+  const json = Buffer.from(JSON.stringify(plan), 'utf8');
+  // Quality 5, on the thread pool: 13.7 MB of a 50k-tensor plan packs to 0.6 MB in ~0.12 s.
+  const packed = await promisify(brotliCompress)(json, { params: { [constants.BROTLI_PARAM_QUALITY]: 5, [constants.BROTLI_PARAM_SIZE_HINT]: json.length } });
+  return {
+    format: KEPT_PLAN_FORMAT,
+    key: planKey(fields),
+    fields,
+    inputs: [...inputs, ...plan.files],
+    ranks: plan.ranks.map((r) => r.fingerprint),
+    bytes: json.length,
+    sha256: createHash('sha256').update(json).digest('hex'),
+    brotli: packed.toString('base64'),
+  };
+}
+
+/** Where a model's ranks live on this node: the devices of its local ranks and the first one's global rank. */
+export interface LocalRanks {
+  devices: readonly string[];
+  firstGlobalRank: number;
+}
+
+/** A kept plan this start can use, or why not (for the debug line). */
+export type KeptPlanFound = { plan: CheckpointPlan; kept: KeptPlan } | { why: string };
+
+/**
+ * Finds the plan kept for `fields` among what the keeper holds (its LIST at this start) and
+ * checks it (docs/spec/kept-plan.md §4, in that order). `parsePlanField` reads a record's plan
+ * field (keptRecord.ts's schema), undefined when it has none or a malformed one.
+ */
+export async function findKeptPlan(
+  records: readonly ListedRecord[],
+  fields: PlanKeyFields,
+  local: LocalRanks,
+  parsePlanField: (record: Buffer) => { plan?: KeptPlan } | { refusal: string },
+): Promise<KeptPlanFound> {
+  const key = planKey(fields);
+  const first = local.devices[0]!;
+  let found: { plan: KeptPlan; fingerprint: string } | undefined;
+  const others: string[] = [];
+  for (const r of records) {
+    if (r.device !== first || r.ownerAlive) continue;
+    const parsed = parsePlanField(r.record);
+    if ('refusal' in parsed) {
+      others.push(parsed.refusal);
+      continue;
+    }
+    if (parsed.plan === undefined) continue;
+    if (parsed.plan.key === key) {
+      found = { plan: parsed.plan, fingerprint: r.fingerprint };
+      break;
+    }
+    const differ = differingFields(parsed.plan.fields, fields);
+    if (parsed.plan.fields.modelDir === fields.modelDir || differ.length === 0) others.push(`a plan kept for other options (${differ.join(', ') || 'key'} differ)`);
+  }
+  if (!found) return { why: `no record of device ${first} carries a plan for these options${others.length ? `: ${others.join('; ')}` : ''}` };
+  const kept = found.plan;
+  if (kept.format !== KEPT_PLAN_FORMAT) return { why: `the kept plan is in format ${kept.format}, and this weightd reads ${KEPT_PLAN_FORMAT}` };
+  if (kept.ranks.length !== fields.tpSize) return { why: `the kept plan names ${kept.ranks.length} ranks, and tp size is ${fields.tpSize}` };
+  if (kept.ranks[local.firstGlobalRank] !== found.fingerprint) return { why: `the kept plan's rank ${local.firstGlobalRank} is ${kept.ranks[local.firstGlobalRank]}, and the shard whose record carries it is ${found.fingerprint}: not that shard's plan` };
+  for (const [i, device] of local.devices.entries()) {
+    const fingerprint = kept.ranks[local.firstGlobalRank + i];
+    if (!records.some((r) => r.device === device && r.fingerprint === fingerprint && !r.ownerAlive)) {
+      return { why: `the shard of local rank ${i} (device ${device}, fingerprint ${fingerprint}) is not kept, so its rank reads the checkpoint anyway` };
+    }
+  }
+  const changes = await changedFiles(kept.inputs);
+  if (changes.length > 0) return { why: `files the plan was made from changed since it was kept (${changes.map(describeChange).join('; ')})` };
+  const json = await unpackPlan(kept);
+  if (!Buffer.isBuffer(json)) return json;
+  let plan: CheckpointPlan;
+  try {
+    plan = JSON.parse(json.toString('utf8')) as CheckpointPlan;
+  } catch {
+    return { why: 'the kept plan is not JSON: it is corrupt' };
+  }
+  const fingerprints = Array.isArray(plan.ranks) ? plan.ranks.map((r) => r?.fingerprint) : [];
+  if (plan.tpSize !== fields.tpSize || canonicalJson(fingerprints) !== canonicalJson(kept.ranks)) return { why: "the kept plan's ranks are not the ones its record names: it is corrupt" };
+  return { plan, kept };
+}
+
+/** The plan's JSON bytes from its field (§3: base64, brotli, then its length and SHA-256 checked), or why they are not the ones kept. */
+export async function unpackPlan(kept: Pick<KeptPlan, 'brotli' | 'bytes' | 'sha256'>): Promise<Buffer | { why: string }> {
+  let json: Buffer;
+  try {
+    json = await promisify(brotliDecompress)(Buffer.from(kept.brotli, 'base64'), { maxOutputLength: Math.max(kept.bytes, 1) });
+  } catch (err) {
+    return { why: `the kept plan does not unpack (${(err as Error).message}): it is corrupt` };
+  }
+  const sha256 = createHash('sha256').update(json).digest('hex');
+  if (json.length !== kept.bytes || sha256 !== kept.sha256) return { why: `the kept plan unpacks to ${json.length} bytes of SHA-256 ${sha256.slice(0, 16)}, and its record says ${kept.bytes} of ${kept.sha256.slice(0, 16)}: it is corrupt` };
+  return json;
+}
+
+function differingFields(a: PlanKeyFields, b: PlanKeyFields): string[] {
+  return (Object.keys(b) as Array<keyof PlanKeyFields>).filter((k) => canonicalJson(a[k] ?? null) !== canonicalJson(b[k] ?? null));
+}
