@@ -123,7 +123,7 @@ export const MODEL_REGISTRY_ID = 'models';
 
 /** The model registry actor (src/models/modelRegistryMachine.ts) as its models' readers see it. */
 export interface ModelRegistryActor {
-  getSnapshot(): { context: { models: ModelEntry[] }; children: Record<string, AnyActorRef | undefined> };
+  getSnapshot(): { value: unknown; context: { models: ModelEntry[] }; children: Record<string, AnyActorRef | undefined> };
   subscribe(observer: { next?: () => void; error?: (err: unknown) => void }): Subscription;
 }
 

@@ -5,7 +5,8 @@
 // group. The supervisor (src/machines/supervisor.ts) spawns it once the group is joined and keeps
 // the node's life; like the model machine it holds no I/O, and its model actor is a placeholder
 // that the composition root provides (src/actors/nodeActors.ts).
-import { assertEvent, enqueueActions, setup, type AnyActorRef } from 'xstate';
+import { assertEvent, enqueueActions, setup, type AnyActorRef, type StateValueFrom } from 'xstate';
+import type { RegistryState, SameStateNames } from '../nodeStatus.js';
 import type { NodeManifestModel } from '../wire/nodeManifest.js';
 import type { GroupCommand, GroupEvent } from '../rendezvous/groupEvents.js';
 import { keptLoadOf } from './keptLoad.js';
@@ -256,6 +257,8 @@ export const modelRegistryMachine = registrySetup.createMachine({
     KEEPER_BACK: { actions: 'keepAgain' },
   },
 });
+
+true satisfies SameStateNames<StateValueFrom<typeof modelRegistryMachine>, RegistryState>;
 
 /** A command for the group session, which the supervisor holds: it passes it on. */
 function tellGroup(command: GroupCommand): ModelRegistryReport {
