@@ -140,7 +140,7 @@ export function statusOf(snap: Snapshot, config: NodeConfig, servers?: ServerReg
 function plannedVersions(snap: Snapshot): PlannedVersion[] {
   return modelEntries(snap).flatMap((m): PlannedVersion[] => {
     const planned = modelActor(snap, m.id)?.getSnapshot().context.planned;
-    return planned ? [{ spec: planned.spec, fingerprint: m.fingerprint, fingerprintFields: planned.plan.fingerprintFields }] : [];
+    return planned ? [{ spec: planned.spec, fingerprint: m.fingerprint }] : [];
   });
 }
 
