@@ -73,6 +73,9 @@ export interface NodeFailure extends SerializedError {
 /** The model machine's states (src/models/modelMachine.ts): "starting" binds the sockets, "serving" is attachable. */
 export type ModelMachineState = 'admitting' | 'loading' | 'verifying' | 'resident' | 'starting' | 'serving' | 'draining' | 'released' | 'stopping' | 'stopped' | 'failing' | 'failed';
 
+/** The model registry's states (src/models/modelRegistryMachine.ts), which /statechart highlights. */
+export type RegistryState = 'startup' | 'running' | 'stopping' | 'stopped' | 'stopTimedOut' | 'halted';
+
 /** A model version's state: the model machine's, or for the node's first model the node's until its model actor exists. */
 export type ModelState = ModelMachineState | Exclude<NodeState, 'ready'>;
 
@@ -134,6 +137,8 @@ export interface NodeStatus {
   formation?: GroupFormation;
   /** On node 0 of a group: the rendezvous coordinator's state (src/machines/coordinator.ts). */
   coordinatorState?: string;
+  /** The model registry's state, from the node's loading on (before it, the registry does not exist). */
+  registryState?: RegistryState;
   /** With --keeper spawn or external: the keeper this node keeps its ranks' segments in. */
   keeper?: KeeperStatus;
   failure?: NodeFailure;

@@ -11,8 +11,8 @@ import { NodeMetrics } from './inspect/nodeMetrics.js';
 import { ProgressReporter } from './inspect/progressReporter.js';
 import { createLogger, flushLogger, type Logger } from './log.js';
 import { supervisorMachine } from './machines/supervisor.js';
-import { FIRST_MODEL_ID, modelActor, modelEntries } from './models/modelHost.js';
-import type { LoadResult, ModelState, ModelStatus, NodeFailure, NodeResult, NodeState, NodeStatus, RankStatus, ServedRankStatus, UnloadResult } from './nodeStatus.js';
+import { FIRST_MODEL_ID, modelActor, modelEntries, modelRegistry } from './models/modelHost.js';
+import type { LoadResult, ModelState, ModelStatus, NodeFailure, NodeResult, NodeState, NodeStatus, RankStatus, RegistryState, ServedRankStatus, UnloadResult } from './nodeStatus.js';
 import type { ModelRequest } from './models/modelSpecs.js';
 import type { EvictionPolicy } from './models/evictionPolicy.js';
 import { ModelControl } from './models/modelControl.js';
@@ -129,6 +129,7 @@ export function statusOf(snap: Snapshot, config: NodeConfig, servers?: ServerReg
     groupReady: ctx.groupReady,
     formation: ctx.formation,
     coordinatorState: ctx.coordinatorState,
+    registryState: modelRegistry(snap)?.getSnapshot().value as RegistryState | undefined,
     keeper: keeper?.status(),
     failure: ctx.failure,
   };
@@ -138,7 +139,7 @@ export function statusOf(snap: Snapshot, config: NodeConfig, servers?: ServerReg
 function plannedVersions(snap: Snapshot): PlannedVersion[] {
   return modelEntries(snap).flatMap((m): PlannedVersion[] => {
     const planned = modelActor(snap, m.id)?.getSnapshot().context.planned;
-    return planned ? [{ spec: planned.spec, fingerprint: m.fingerprint, fingerprintFields: planned.plan.fingerprintFields }] : [];
+    return planned ? [{ spec: planned.spec, fingerprint: m.fingerprint }] : [];
   });
 }
 

@@ -1,6 +1,7 @@
-// Loaded before each test file (test/run.mjs: `node --import`): makes uvu 0.5.6 report every
-// failure. Its own report crashes on an error whose `details` is an object (WeightdError's are),
-// and that crash, like an error thrown by a before/after hook, is swallowed by its runner's
+// Loaded before uvu by every compiled test file, however it is run (its 'uvu' is
+// dist/test/node_modules/uvu, scripts/link-test-uvu.mjs): makes uvu 0.5.6 report every failure.
+// Its own report crashes on an error whose `details` is an object (WeightdError's are), and that
+// crash, like an error thrown by a before/after hook, is swallowed by its runner's
 // `finally { return }`: the file then fails with nothing printed, and the rest of its tests never
 // run. A load hook replaces uvu's `format` and `runner` with the versions below; the rest of uvu
 // (its queue, its summary lines, which run.mjs counts) is unchanged. Each failure prints its

@@ -162,8 +162,7 @@ function renderStatus(s) {
   const groupNote = document.querySelector('#chart-modelGroup .note');
   const waiting = s.models.filter((m) => m.state === 'resident').map((m) => m.name);
   if (groupNote) groupNote.textContent = "node 0's coordinator runs one per model that spans the group, while it loads; resident here and waiting for its commit: " + (waiting.join(', ') || 'none');
-  // The registry exists from the node's loading on, and moves with it.
-  highlight('modelRegistry', { loading: 'startup', starting: 'startup', ready: 'running', stopping: 'stopping', stopped: 'stopped' }[s.state]);
+  highlight('modelRegistry', s.registryState);
   // Every model is one of these, the node's first included (in the node's state until its actor exists).
   highlight('model', s.models.map((m) => m.state));
   const modelsNote = document.querySelector('#chart-model .note');

@@ -91,6 +91,8 @@ export interface StatusView {
   formation: { joined: number[]; missing: number[] } | null;
   /** On node 0 of a group: the rendezvous coordinator's state ("gathering", "failed.informing"...). */
   coordinatorState: string | null;
+  /** The model registry's state ("startup", "running"...; src/models/modelRegistryMachine.ts); null before the node's loading. */
+  registryState: string | null;
   /** The keeper (--keeper spawn|external); null with --keeper off. */
   keeper: { mode: string; socket: string; state: string; pid: number | null; since: string; reconnects: number; reason: string | null } | null;
   failure: { name: string; code: string; message: string; localRank: number | null; globalRank: number | null } | null;
@@ -175,6 +177,7 @@ export function toStatusView(s: NodeStatus): StatusView {
     peers,
     formation: s.state === 'rendezvous' && s.formation ? s.formation : null,
     coordinatorState: s.coordinatorState ?? null,
+    registryState: s.registryState ?? null,
     keeper: s.keeper
       ? { mode: s.keeper.mode, socket: s.keeper.socket, state: s.keeper.state, pid: s.keeper.pid ?? null, since: new Date(s.keeper.since).toISOString(), reconnects: s.keeper.reconnects, reason: s.keeper.reason ?? null }
       : null,

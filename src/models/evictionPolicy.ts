@@ -23,7 +23,7 @@ export function checkEvictionPolicy(flag: string, value: unknown): EvictionPolic
   return value as EvictionPolicy;
 }
 
-/** A model chosen to make room, with the bytes it frees in each pool. */
+/** A model chosen to make room, with the bytes it holds in each pool (some perhaps shared with a version that stays). */
 export interface Eviction {
   model: ModelStatus;
   bytesByPool: Record<string, number>;
@@ -42,15 +42,41 @@ export interface EvictionRefusal {
 export type EvictionPlan = { evict: Eviction[] } | { refusal: EvictionRefusal };
 
 /**
- * What a model frees in each pool when its memory goes: its ranks' segments, which the fit check
- * counts too (the tensors' bytes plus their alignment).
+ * The memory each of a model's segments is, with its pool and bytes (the fit check counts the
+ * same: the tensors' bytes plus their alignment). A segment with no memory identity (cuda), or a
+ * rank not yet loaded, is memory of its own: the status object itself names it.
  */
-function bytesByPool(m: ModelStatus): Record<string, number> {
-  const out: Record<string, number> = {};
+function memoryOf(m: ModelStatus): Array<{ memory: unknown; pool: string; bytes: number }> {
+  const out: Array<{ memory: unknown; pool: string; bytes: number }> = [];
   for (const r of m.ranks) {
     if (r.device === undefined || r.state === 'released') continue;
     const pool = poolOf(r.device);
-    out[pool] = (out[pool] ?? 0) + (r.segments?.reduce((n, s) => n + s.bytes, 0) ?? r.bytes);
+    if (r.segments === undefined) out.push({ memory: r, pool, bytes: r.bytes });
+    else for (const s of r.segments) out.push({ memory: s.memory ?? s, pool, bytes: s.bytes });
+  }
+  return out;
+}
+
+/** What a model holds in each pool: its ranks' segments, shared ones included. */
+function bytesByPool(m: ModelStatus): Record<string, number> {
+  const out: Record<string, number> = {};
+  for (const { pool, bytes } of memoryOf(m)) out[pool] = (out[pool] ?? 0) + bytes;
+  return out;
+}
+
+/**
+ * What evicting `chosen` frees in each pool: each segment once, and only one that no model
+ * staying holds too (a writer's partial update shares the base's segments between versions,
+ * docs/weight-updates.md: evicting one of them frees only what the others do not hold).
+ */
+function freedByPool(chosen: readonly ModelStatus[], models: readonly ModelStatus[]): Record<string, number> {
+  const kept = new Set(models.filter((m) => !chosen.includes(m)).flatMap((m) => memoryOf(m).map((s) => s.memory)));
+  const counted = new Set<unknown>();
+  const out: Record<string, number> = {};
+  for (const s of chosen.flatMap(memoryOf)) {
+    if (kept.has(s.memory) || counted.has(s.memory)) continue;
+    counted.add(s.memory);
+    out[s.pool] = (out[s.pool] ?? 0) + s.bytes;
   }
   return out;
 }
@@ -71,9 +97,13 @@ export function planEviction(pools: readonly PoolNeed[], models: readonly ModelS
     .map((model) => ({ model, bytesByPool: bytesByPool(model) }))
     // Stable: equal times keep status order (the node's own model, then by load).
     .sort((a, b) => (a.model.lastUsedAt ?? 0) - (b.model.lastUsedAt ?? 0));
+  const freed = (chosen: readonly Eviction[], pool: string) => freedByPool(chosen.map((e) => e.model), models)[pool] ?? 0;
+  const stillShort = (p: PoolNeed, chosen: readonly Eviction[]) => p.freeBytes + freed(chosen, p.pool) < p.neededBytes;
   const chosen: Eviction[] = [];
   for (const c of candidates) {
     if (short.every((p) => !stillShort(p, chosen))) break;
+    // Taken if it holds memory in a pool still short, shared or not: what it shares is freed
+    // once every version holding it is taken, and the pass below gives back what is not needed.
     if (short.some((p) => stillShort(p, chosen) && (c.bytesByPool[p.pool] ?? 0) > 0)) chosen.push(c);
   }
   const p = short.find((s) => stillShort(s, chosen));
@@ -83,7 +113,7 @@ export function planEviction(pools: readonly PoolNeed[], models: readonly ModelS
         pool: p.pool,
         neededBytes: p.neededBytes,
         freeBytes: p.freeBytes,
-        evictableBytes: candidates.reduce((n, c) => n + (c.bytesByPool[p.pool] ?? 0), 0),
+        evictableBytes: freed(candidates, p.pool),
         candidates: candidates.map((c) => c.model.name),
       },
     };
@@ -93,8 +123,4 @@ export function planEviction(pools: readonly PoolNeed[], models: readonly ModelS
     if (short.every((s) => !stillShort(s, without))) chosen.splice(i, 1);
   }
   return { evict: chosen };
-}
-
-function stillShort(p: PoolNeed, chosen: readonly Eviction[]): boolean {
-  return p.freeBytes + chosen.reduce((n, e) => n + (e.bytesByPool[p.pool] ?? 0), 0) < p.neededBytes;
 }

@@ -8,7 +8,8 @@
 // which serves the new version on every node or refuses it on every node.
 //
 // A node whose files still hold the version it serves (its copy did not change) does not load it
-// again: it joins that version's group as resident at once. If the others' files changed, the
+// again: it joins that version's group as resident at once (ModelControl.load, as for a
+// `ctl load` of a version it serves). If the others' files changed, the
 // group's fingerprints differ and it is refused, naming both nodes and the fields that differ
 // (E_MODEL_GROUP_MISMATCH); if no node's content changed (a file touched), the group commits that
 // same version, which the nodes that found it stale serve again.
@@ -22,7 +23,6 @@ import type { ModelSpec } from './modelSpecs.js';
 export interface PlannedVersion {
   spec: ModelSpec;
   fingerprint: string;
-  fingerprintFields?: Record<string, string>;
 }
 
 /** This node's stale version of `spec`'s model goes to node 0, which has every node reload it (GroupReload). */
@@ -73,9 +73,7 @@ export class GroupReload {
       return;
     }
     log.warn({ name, fingerprint, peer: foundBy }, `model "${name}" went stale on node ${foundBy}: loading it again from this node's files (${version.spec.modelDir})`);
-    const result = await this.#o.reload(version.spec);
-    if (!result?.alreadyLoaded) return;
-    const serving = this.#o.versions().findLast((v) => v.spec.name === name && v.fingerprint === result.fingerprint);
-    host.send({ type: 'MODEL_GROUP_VOUCH', join: { name, fingerprint: result.fingerprint, fingerprintFields: serving?.fingerprintFields, tpSize: version.spec.tpSize } });
+    // A version this node serves already joins the swap as resident (ModelControl.load).
+    await this.#o.reload(version.spec);
   }
 }

@@ -38,6 +38,8 @@ export class ModelControl {
   /** Operator unloads per model name: a reload retried after one of its name gives up. */
   readonly #unloads = new Map<string, number>();
   #closed = false;
+  /** Vouches sent (#vouch), which name them. */
+  #vouches = 0;
   /** The highest version number given to each name (PlannedModel.version). */
   readonly #versions = new Map<string, number>();
 
@@ -66,6 +68,9 @@ export class ModelControl {
         if (same.name !== spec.name) {
           throw alreadyLoadedError(spec, planned.plan.fingerprint, { name: same.name, modelDir: same.model }, 'unload that one first, or load another checkpoint');
         }
+        // Across the group, the other nodes' loads of it gather as one swap: this node joins it with
+        // the version it serves, rather than leave them to wait for it (docs/multi-node.md).
+        if (planned.placement.nnodes > 1) await this.#vouch(planned);
         this.#log.info({ name: spec.name, fingerprint: planned.plan.fingerprint }, 'load: already loaded, nothing to do');
         return { name: spec.name, fingerprint: planned.plan.fingerprint, alreadyLoaded: true, model: same, evicted: [] };
       }
@@ -326,6 +331,33 @@ export class ModelControl {
   #refuseUnlessReady(what: string): void {
     const state = this.#actor.getSnapshot().value;
     if (state !== 'ready') throw new WeightdError('E_LOAD_BUSY', `the node is ${state}: it can ${what} a model only once ready`, { state });
+  }
+
+  /**
+   * Joins the swap across the group of a version this node serves already, as resident at once:
+   * node 0 commits it once every node has it (the others load it), or aborts it on every node.
+   * Resolves on the commit; rejects with the abort's error, or when the node stops first.
+   */
+  #vouch(planned: PlannedModel): Promise<void> {
+    const { name, tpSize } = planned.spec;
+    const { fingerprint, fingerprintFields } = planned.plan;
+    const id = `vouch-${++this.#vouches}`;
+    const registry = modelRegistry(this.#actor.getSnapshot())!;
+    this.#log.info({ name, fingerprint }, `model "${name}": this node serves that version already; it joins its swap across the group as resident`);
+    this.#actor.send({ type: 'MODEL_GROUP_VOUCH', id, join: { name, fingerprint, fingerprintFields, tpSize } });
+    return new Promise((resolve, reject) => {
+      const check = () => {
+        const snap = registry.getSnapshot();
+        const verdict = snap.context.vouched.find((v) => v.id === id)?.verdict;
+        if (verdict === undefined && snap.status === 'active' && snap.value === 'running') return;
+        sub.unsubscribe();
+        if (verdict === undefined) reject(new WeightdError('E_STOPPED', `the node stopped before node 0's verdict on the swap of model "${name}" across the group`));
+        else if ('committed' in verdict) resolve();
+        else reject(new RankFailedError(receivedCode(verdict.error.code), modelFailureMessage(name, verdict.error), { ...verdict.error.details, model: name }));
+      };
+      const sub = registry.subscribe({ next: check, error: (err) => reject(err as Error) });
+      check();
+    });
   }
 
   /** Resolves when the model actor serves; rejects with its failure when it ends first. */

@@ -48,6 +48,19 @@ export interface ModelEntry {
   group?: 'pending' | 'committed';
 }
 
+/**
+ * A version this node serves and only vouched for in a swap across the group (MODEL_GROUP_VOUCH:
+ * it joined as resident, loading nothing), with node 0's verdict once it came. One per name: the
+ * latest vouch.
+ */
+export interface VouchedVersion {
+  /** MODEL_GROUP_VOUCH's id: whoever vouched waits for this one's verdict. */
+  id: string;
+  name: string;
+  fingerprint: string;
+  verdict?: { committed: true } | { error: SerializedError };
+}
+
 /** What a model actor tells the model registry. */
 export type ModelEvent =
   /** Every rank serves: the version is attachable. `entries`: its ranks, for the node manifest. */
@@ -99,10 +112,11 @@ export type ModelRequestEvent =
   /** This node's files of a version that spans the group changed: node 0 is told (src/models/groupReload.ts). */
   | { type: 'MODEL_GROUP_STALE'; name: string; fingerprint: string }
   /**
-   * A reload across the group found this node's files still hold the version it serves: it joins
-   * that version's model group as resident at once, without loading it again.
+   * A swap across the group of a version this node serves already (a reload across the group
+   * whose files here still hold it, or a `ctl load` of it): it joins that version's model group
+   * as resident at once, without loading it again.
    */
-  | { type: 'MODEL_GROUP_VOUCH'; join: ModelGroupJoin };
+  | { type: 'MODEL_GROUP_VOUCH'; id: string; join: ModelGroupJoin };
 
 /** The supervisor actor, as node.load and node.unload (ModelControl) drive it. */
 export interface ModelHost {
@@ -123,7 +137,7 @@ export const MODEL_REGISTRY_ID = 'models';
 
 /** The model registry actor (src/models/modelRegistryMachine.ts) as its models' readers see it. */
 export interface ModelRegistryActor {
-  getSnapshot(): { context: { models: ModelEntry[] }; children: Record<string, AnyActorRef | undefined> };
+  getSnapshot(): { value: unknown; status: 'active' | 'done' | 'error' | 'stopped'; context: { models: ModelEntry[]; vouched: VouchedVersion[] }; children: Record<string, AnyActorRef | undefined> };
   subscribe(observer: { next?: () => void; error?: (err: unknown) => void }): Subscription;
 }
 

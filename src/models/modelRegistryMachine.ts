@@ -5,11 +5,12 @@
 // group. The supervisor (src/machines/supervisor.ts) spawns it once the group is joined and keeps
 // the node's life; like the model machine it holds no I/O, and its model actor is a placeholder
 // that the composition root provides (src/actors/nodeActors.ts).
-import { assertEvent, enqueueActions, setup, type AnyActorRef } from 'xstate';
+import { assertEvent, enqueueActions, setup, type AnyActorRef, type StateValueFrom } from 'xstate';
+import type { RegistryState, SameStateNames } from '../nodeStatus.js';
 import type { NodeManifestModel } from '../wire/nodeManifest.js';
 import type { GroupCommand, GroupEvent } from '../rendezvous/groupEvents.js';
 import { keptLoadOf } from './keptLoad.js';
-import { modelActorId, modelFailureMessage, type ModelEntry, type ModelEvent, type ModelListing, type ModelRegistryReport, type ModelRequestEvent } from './modelHost.js';
+import { modelActorId, modelFailureMessage, type ModelEntry, type ModelEvent, type ModelListing, type ModelRegistryReport, type ModelRequestEvent, type VouchedVersion } from './modelHost.js';
 import { FORMS_GROUP, LOADED_BESIDE, modelMachine, type ModelHostInput, type ModelInput } from './modelMachine.js';
 import type { PlannedModel } from './planModel.js';
 
@@ -26,6 +27,8 @@ export interface ModelRegistryInput extends ModelHostInput {
 export interface ModelRegistryContext extends ModelRegistryInput {
   /** The model versions the node serves, oldest first, the node's first model first. */
   models: ModelEntry[];
+  /** The versions it vouched for in swaps across the group, with their verdicts (ModelControl.load waits on them). */
+  vouched: VouchedVersion[];
 }
 
 /** What the supervisor sends the registry: the node stops, the node failed (its models end with it), the keeper is back. */
@@ -113,6 +116,7 @@ const registrySetup = setup({
     vouchToGroup: enqueueActions(({ context, event, enqueue }) => {
       assertEvent(event, 'MODEL_GROUP_VOUCH');
       const { name, fingerprint } = event.join;
+      enqueue.assign({ vouched: [...context.vouched.filter((v) => v.name !== name), { id: event.id, name, fingerprint }] });
       enqueue.sendTo(context.node, tellGroup({ type: 'MODEL_GROUP_JOIN', ...event.join }));
       enqueue.sendTo(context.node, tellGroup({ type: 'MODEL_GROUP_RESIDENT', name, fingerprint }));
     }),
@@ -127,8 +131,13 @@ const registrySetup = setup({
       assertEvent(event, ['MODEL_GROUP_COMMIT', 'MODEL_GROUP_ABORT']);
       const m = context.models.find((x) => x.group === 'pending' && x.name === event.name && x.fingerprint === event.fingerprint);
       if (!m) {
-        // A version this node only vouched for in a reload across the group (src/models/groupReload.ts): it loaded nothing.
+        // A version this node only vouched for (a reload across the group, src/models/groupReload.ts, or a ctl load of what it serves): it loaded nothing.
+        const vouch = context.vouched.find((v) => v.name === event.name && v.fingerprint === event.fingerprint && v.verdict === undefined);
         if (event.type === 'MODEL_GROUP_ABORT') context.log.error({ model: event.name, code: event.error.code }, `model "${event.name}" was not loaded again across the group: ${event.error.message}`);
+        if (vouch) {
+          const verdict = event.type === 'MODEL_GROUP_COMMIT' ? { committed: true as const } : { error: event.error };
+          enqueue.assign({ vouched: context.vouched.map((v) => (v === vouch ? { ...v, verdict } : v)) });
+        }
         return;
       }
       if (event.type === 'MODEL_GROUP_COMMIT') {
@@ -204,7 +213,7 @@ const registrySetup = setup({
 export const modelRegistryMachine = registrySetup.createMachine({
   id: 'modelRegistry',
   initial: 'startup',
-  context: ({ input }) => ({ ...input, models: [] }),
+  context: ({ input }) => ({ ...input, models: [], vouched: [] }),
   states: {
     // The models the node starts with load, each a model actor; the first is the group's.
     startup: {
@@ -256,6 +265,8 @@ export const modelRegistryMachine = registrySetup.createMachine({
     KEEPER_BACK: { actions: 'keepAgain' },
   },
 });
+
+true satisfies SameStateNames<StateValueFrom<typeof modelRegistryMachine>, RegistryState>;
 
 /** A command for the group session, which the supervisor holds: it passes it on. */
 function tellGroup(command: GroupCommand): ModelRegistryReport {

@@ -44,6 +44,13 @@ export interface SegmentExport {
    * backend has none (cuda legacy IPC).
    */
   fd?: number;
+  /**
+   * Which memory the segment is, the same for every version that holds it (a writer's partial
+   * update shares the base's segments: docs/weight-updates.md), so that memory is counted once
+   * (src/models/evictionPolicy.ts). Host: the memfd's inode, set by DeviceHandle.exportSegments.
+   * Absent where no two versions share memory (cuda): each such segment is its own.
+   */
+  memory?: string;
 }
 
 /** How a cuda device allocates and exports its segments (--cuda-handles; native/cuda_vmm.h). */

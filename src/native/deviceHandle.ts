@@ -1,3 +1,4 @@
+import { fstatSync } from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { CopyOp, TensorRange, ZeroRange } from '../checkpoint/types.js';
 import { addon, type Backend, type DeviceInfo, type FillOptions, type NativeDevice, type NativeDeviceOptions, type SegmentExport } from './addon.js';
@@ -102,7 +103,9 @@ export class DeviceHandle {
   }
 
   exportSegments(): SegmentExport[] {
-    return this.#native.exportSegments();
+    // Every memfd lies on the kernel's one internal mount: its inode names it. (A cuda-fd
+    // segment's descriptor is an anonymous inode that all of them share: it names nothing.)
+    return this.#native.exportSegments().map((s) => (s.handle === 'memfd' && s.fd !== undefined ? { ...s, memory: `memfd:${fstatSync(s.fd).ino}` } : s));
   }
 
   async read(segment: number, offset: number, length: number): Promise<Buffer> {

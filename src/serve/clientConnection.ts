@@ -8,6 +8,7 @@ import { COMMANDS, Request, type ErrorReply } from '../wire/protocol.js';
 import type { FdReply, Reply } from './handlers/fdReply.js';
 import type { Caller } from './leaseTable.js';
 import { socketFdWriter, type FdWriter } from '../wire/socketFdWriter.js';
+import { turnAway } from '../wire/turnAway.js';
 
 export interface ConnectionLimits {
   maxRequestBytes: number;
@@ -265,7 +266,7 @@ export class ClientConnection {
     this.#idleTimer = setTimeout(() => this.destroy(), this.#limits.idleTimeoutMs);
   }
 
-  /** Tells the peer why (if it still listens), then closes. */
+  /** Tells the peer why (if it still listens), then closes (src/wire/turnAway.ts). */
   #fail(id: number | null, err: WeightdError): void {
     if (this.#closing) return;
     this.#closing = true;
@@ -273,9 +274,8 @@ export class ClientConnection {
     clearTimeout(this.#readTimer);
     clearTimeout(this.#idleTimer);
     this.#queue.length = 0;
-    this.#socket.end(encodeFrame(errorReply(id, err)), () => this.#socket.destroy());
-    // A peer that never reads would keep end() from finishing: do not wait on it for long.
-    // (Kept in #readTimer so that 'close' clears it.)
-    this.#readTimer = setTimeout(() => this.#socket.destroy(), 1000);
+    // Ended drained, not destroyed once written: a peer still sending (its request crossed the
+    // deadline, or the rest of a refused frame) would get EPIPE and lose this frame unread.
+    turnAway(this.#socket, encodeFrame(errorReply(id, err)));
   }
 }

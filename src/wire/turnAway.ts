@@ -1,6 +1,6 @@
-// How a listener closes a connection it refuses (over its connection cap, or a request not
-// complete within its read deadline) after telling the peer why.
-import type { Socket } from 'node:net';
+// How a listener closes a connection it refuses (over its connection cap, a request not complete
+// within its read deadline, a device socket's protocol violation) after telling the peer why.
+import type { Duplex } from 'node:stream';
 
 /** How long a refused connection stays half-open, so that its peer reads why. */
 export const REFUSAL_GRACE_MS = 1000;
@@ -11,7 +11,7 @@ export const REFUSAL_GRACE_MS = 1000;
  * socket is torn down with the reply unread (the client then sees only a hang-up). What it sends
  * is discarded; the socket is destroyed once the peer closes, or after REFUSAL_GRACE_MS.
  */
-export function turnAway(socket: Socket, frame: Uint8Array): void {
+export function turnAway(socket: Duplex, frame: Uint8Array): void {
   if (socket.destroyed) return;
   const grace = setTimeout(() => socket.destroy(), REFUSAL_GRACE_MS).unref();
   socket.once('close', () => clearTimeout(grace));

@@ -15,6 +15,7 @@ import type { ControlTarget } from '../../src/control/controlTarget.js';
 import { DEFAULT_CONTROL_LIMITS, type ControlLimits } from '../../src/control/controlProtocol.js';
 import { MAX_CONTROL_REQUEST_BYTES } from '../../src/control/controlSocket.js';
 import { encodeFrame, FrameDecoder, parsePayload } from '../../src/wire/frameCodec.js';
+import { crossReadDeadline } from '../helpers/crossingPeer.js';
 import { startDaemon } from '../helpers/daemon.js';
 import { waitUntil } from '../helpers/keeper.js';
 import { exampleModel, freshSocketDir, freshTempDir, mainJs } from '../helpers/paths.js';
@@ -130,41 +131,10 @@ function idlePeer(path: string): { connected: Promise<void>; answered: Promise<s
   return { connected, answered, close: () => s.destroy() };
 }
 
-// A Python peer, which can see that the daemon is done with it without reading what it was sent:
-// it sends half a request, waits until the daemon's side is shut (POLLRDHUP: the refusal is
-// written and no more will come), then sends the rest, as a client whose request crosses the
-// deadline does. A daemon that closed at once fails that send (EPIPE), and a Node client then
-// loses the unread reply with its socket.
-const crossingPeer = `
-import select, socket, struct, sys, json
-s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-s.connect(sys.argv[1])
-frame = bytes.fromhex(sys.argv[2])
-s.sendall(frame[:12])
-p = select.poll()
-p.register(s, select.POLLRDHUP)
-while not any(ev & select.POLLRDHUP for _, ev in p.poll()):
-    pass
-try:
-    s.sendall(frame[12:])
-    print("sent")
-except OSError as e:
-    print("send failed:", e)
-head = s.recv(10, socket.MSG_WAITALL)
-body = s.recv(struct.unpack(">I", head[6:10])[0], socket.MSG_WAITALL)
-print(json.loads(body)["error"]["code"])
-`;
-
 test('a control request that crosses the read deadline can still be sent, and its peer reads E_READ_TIMEOUT', async () => {
   const { server, path, calls } = await fakeControl({ readTimeoutMs: 50 });
   try {
-    const request = encodeFrame(JSON.stringify({ cmd: 'list' })).toString('hex');
-    const peer = spawn(process.env.WEIGHTD_PYTHON ?? 'python3', ['-c', crossingPeer, path, request], { stdio: ['ignore', 'pipe', 'pipe'] });
-    let out = '';
-    peer.stdout.on('data', (d) => (out += d));
-    peer.stderr.on('data', (d) => (out += d));
-    await new Promise((resolve) => peer.on('close', resolve));
-    assert.is(out, 'sent\nE_READ_TIMEOUT\n');
+    assert.is(await crossReadDeadline(path, encodeFrame(JSON.stringify({ cmd: 'list' }))), 'sent\nE_READ_TIMEOUT\n');
     assert.equal(calls, [], 'a request completed after its deadline is not served');
   } finally {
     server.close();

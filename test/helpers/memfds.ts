@@ -24,17 +24,22 @@ export function weightdMemfds(pid: number | 'self' = 'self'): string[] {
   return fdTargets(pid).filter((t) => t.startsWith('/memfd:weightd:'));
 }
 
-/** Bytes this process's host-backend segments hold (their memfds' sizes). */
+/**
+ * Bytes this process's host-backend segments hold (their memfds' sizes), each memfd once however
+ * many descriptors it has (versions that share a segment each hold their own).
+ */
 export function weightdMemfdBytes(): number {
-  let bytes = 0;
+  const sizes = new Map<number, number>();
   for (const fd of readdirSync('/proc/self/fd')) {
     try {
-      if (readlinkSync(`/proc/self/fd/${fd}`).startsWith('/memfd:weightd:')) bytes += statSync(`/proc/self/fd/${fd}`).size;
+      if (!readlinkSync(`/proc/self/fd/${fd}`).startsWith('/memfd:weightd:')) continue;
+      const st = statSync(`/proc/self/fd/${fd}`);
+      sizes.set(st.ino, st.size);
     } catch {
       // closed meanwhile
     }
   }
-  return bytes;
+  return [...sizes.values()].reduce((a, b) => a + b, 0);
 }
 
 /** How many descriptors the process has open: what an fd-passing path must leave unchanged. */

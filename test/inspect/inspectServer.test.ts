@@ -97,6 +97,7 @@ test('/status: state, ranks with rate and eta, rank table, peers; no handles', a
     h.send({ type: 'RANK_PROGRESS', localRank: 0, bytes: 64, totalBytes: 256, seconds: 0.5 });
     const loading = JSON.parse((await httpGet(`${h.url}/status`)).body);
     assert.is(loading.state, 'loading');
+    assert.is(loading.registryState, 'startup', "the model registry's own state, which the page highlights");
     assert.equal(
       { state: loading.ranks[0].state, bytes: loading.ranks[0].bytes, rate: loading.ranks[0].bytesPerSecond, eta: loading.ranks[0].etaSeconds, uuid: loading.ranks[0].device.uuid },
       { state: 'loading', bytes: 64, rate: 128, eta: 1.5, uuid: 'fake-0' },
@@ -108,6 +109,7 @@ test('/status: state, ranks with rate and eta, rank table, peers; no handles', a
     assert.not.ok(res.body.includes(HANDLE), 'no IPC handle over HTTP');
     const s = JSON.parse(res.body);
     assert.is(s.state, 'ready');
+    assert.is(s.registryState, 'running');
     assert.equal(s.ranks.map((r: { state: string; socketPath: string }) => [r.state, r.socketPath]), [['serving', '/fake/sockets/fake-0.sock'], ['serving', '/fake/sockets/fake-1.sock']]);
     assert.equal(Object.keys(s.ranks[0]).sort(), ['adoptedOn', 'bytes', 'bytesPerSecond', 'clients', 'device', 'etaSeconds', 'globalRank', 'kept', 'keptAgeMs', 'keptAt', 'keptReason', 'leases', 'localRank', 'notAdopted', 'seconds', 'serve', 'socketPath', 'source', 'state', 'totalBytes']);
     assert.equal([s.ranks[0].source, s.ranks[0].kept, s.keeper], ['checkpoint', null, null], 'read from the checkpoint, with no keeper');
@@ -158,7 +160,7 @@ test('/status during rendezvous: who joined and who is missing, and the coordina
   try {
     h.send({ type: 'xstate.done.actor.prepare', output: fakePrepared });
     const before = JSON.parse((await httpGet(`${h.url}/status`)).body);
-    assert.equal([before.state, before.formation, before.coordinatorState], ['rendezvous', null, null]);
+    assert.equal([before.state, before.formation, before.coordinatorState, before.registryState], ['rendezvous', null, null, null], 'no model registry before the node loads');
     h.send({ type: 'COORDINATOR_STATE', state: 'gathering' });
     h.send({ type: 'GROUP_WAITING', joined: [0], missing: [1, 2] });
     const waiting = JSON.parse((await httpGet(`${h.url}/status`)).body);

@@ -133,6 +133,7 @@ if (!existsSync(CHROMIUM)) {
       await node.ready;
       await highlightIs(page, 'ready');
       await highlightIs(page, 'serving', 'coordinator');
+      await highlightIs(page, 'running', 'modelRegistry');
       assert.equal(await highlightsSeen(page, 'supervisor'), ['rendezvous', 'loading', 'starting', 'ready'], 'the highlight went through every state the node did');
       assert.equal(await highlightsSeen(page, 'coordinator'), ['gathering', 'loading', 'serving'], 'and the coordinator through formation and the ready barrier');
       const now = await highlighted(page);

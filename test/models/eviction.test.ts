@@ -2,9 +2,12 @@
 // beside the resident models unloads models with no lease, least recently used first, just
 // enough, and then loads; a lease protects a model, the node's own included; and when evicting
 // every candidate would still not make room, nothing is evicted and the refusal says what could
-// have been freed. The host's memory is a budget here (modelRankWorker's budgetBytes): what the
-// process's segments hold is what is not free.
-import { mkdirSync } from 'node:fs';
+// have been freed; a segment that versions share (a writer's partial update) is counted once. The
+// host's memory is a budget here (modelRankWorker's budgetBytes): what the process's segments hold
+// is what is not free.
+import { spawn } from 'node:child_process';
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import pino from 'pino';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
@@ -13,8 +16,8 @@ import { planCheckpoint } from '../../src/checkpoint/planCheckpoint.js';
 import type { WeightdError } from '../../src/errors.js';
 import { startNode } from '../../src/index.js';
 import { writeArchCheckpoint } from '../helpers/checkpoints.js';
-import { weightdMemfds } from '../helpers/memfds.js';
-import { exampleModel, freshSocketDir, freshTempDir } from '../helpers/paths.js';
+import { weightdMemfdBytes, weightdMemfds } from '../helpers/memfds.js';
+import { exampleModel, freshSocketDir, freshTempDir, repoRoot } from '../helpers/paths.js';
 import { writeVariant } from '../helpers/variantCheckpoint.js';
 import { modelRankWorker } from './fixtures/modelRankWorker.js';
 
@@ -105,6 +108,61 @@ test('when evicting every model with no lease would not make room, nothing is ev
     assert.equal(node.status().models.map((m) => [m.name, m.state]), [['tiny-llama', 'serving'], ['small', 'serving']], 'nothing was evicted');
     assert.is(weightdMemfds().length, 2);
     await held.detach();
+  } finally {
+    await node.stop();
+  }
+  assert.equal(weightdMemfds(), []);
+});
+
+// A writer (the Python client) that writes one tensor of the version NAME serves, in a partial
+// update: only that tensor's segment is copied, the rest is shared with the base.
+const partialWriter = `
+import json, sys
+from weightd_client.client import WeightdClient
+socket, name, tensor = sys.argv[1:]
+client = WeightdClient(socket)
+base = next(v["fingerprint"] for v in client.ping()["models"] if v["name"] == name and v["status"] == "serving")
+with client.begin_update(name, base, tensors=[tensor]) as update:
+    update.write(tensor, b"\\xab" * update.tensors[tensor]["bytes"])
+    print(json.dumps(update.commit()))
+`;
+
+function writePartially(socket: string, name: string, tensor: string): Promise<{ version: number }> {
+  const writer = spawn(process.env.WEIGHTD_PYTHON ?? 'python3', ['-c', partialWriter, socket, name, tensor], { env: { ...process.env, PYTHONPATH: join(repoRoot, 'clients/python') } });
+  let out = '';
+  let err = '';
+  writer.stdout.on('data', (d) => (out += d));
+  writer.stderr.on('data', (d) => (err += d));
+  return new Promise((resolve, reject) => writer.on('close', (code) => (code === 0 ? resolve(JSON.parse(out)) : reject(new Error(`the writer exited ${code}: ${err}`)))));
+}
+
+test('a segment two versions share (a partial update) is counted once: evicting only the older would free just what it does not share, so both go', async () => {
+  const dir = freshTempDir();
+  const planFile = join(dir, 'plan.json');
+  writeFileSync(planFile, JSON.stringify({ rules: [], segmentBytes: 1 << 20 }));
+  const x = writeVariant(exampleModel, `${dir}/x`, 0x0f);
+  const plan = (await planCheckpoint(exampleModel, { tpSize: 1, planFile })).ranks[0]!;
+  const size = plan.segments.reduce((a, b) => a + b, 0);
+  const written = plan.segments[1]!;
+  const tensor = plan.tensors.find((t) => t.segment === 1)!.name;
+  const needed = await bytesOf(x);
+  assert.ok(plan.segments.length > 2 && written < needed / 2, 'the base is cut into several segments, one of them small beside the model');
+  // Held once the writer committed: the base and the one copied segment. Free then: half of what
+  // "x" needs. Evicting the base alone frees only its segment the writer replaced.
+  const free = Math.floor(needed / 2);
+  const node = await startNode(
+    { model: exampleModel, planFile, keepVersions: 1, evict: 'no-lease-lru', device: 'host', socketDir: freshSocketDir(), logger: log },
+    { rankWorker: modelRankWorker({ budgetBytes: free + size + written }) },
+  );
+  try {
+    const socket = (await node.ready).ranks[0]!.socketPath!;
+    assert.is((await writePartially(socket, 'tiny-llama', tensor)).version, 1);
+    assert.equal(node.status().models.map((m) => [m.name, m.version, m.state, m.current]), [['tiny-llama', 0, 'serving', false], ['tiny-llama', 1, 'serving', true]]);
+    assert.is(weightdMemfdBytes(), size + written, 'the versions share every segment but the one written');
+
+    const loaded = await node.load({ model: x });
+    assert.equal(loaded.evicted.map((e) => e.name), ['tiny-llama', 'tiny-llama'], 'the base and the version sharing its segments');
+    assert.equal(node.status().models.filter((m) => m.state === 'serving').map((m) => m.name), ['x']);
   } finally {
     await node.stop();
   }

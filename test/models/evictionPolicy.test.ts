@@ -1,5 +1,6 @@
 // The no-lease-lru choice (src/models/evictionPolicy.ts) on its own: candidates, order, per-pool
-// shortfalls on several GPUs, the fewest victims, and the refusal when no choice makes room.
+// shortfalls on several GPUs, the fewest victims, the refusal when no choice makes room, and
+// segments that versions share (a writer's partial update) counted once.
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { checkEvictionPolicy, planEviction, type EvictionPlan } from '../../src/models/evictionPolicy.js';
@@ -61,6 +62,23 @@ test('no choice makes room: a refusal naming the first pool that stays short and
 test('a policy that is not one is refused with the ones there are', () => {
   assert.is(checkEvictionPolicy('--evict', 'no-lease-lru'), 'no-lease-lru');
   assert.throws(() => checkEvictionPolicy('--evict', 'lru'), (e: Error) => e instanceof UsageError && /--evict "lru": is not an eviction policy; use off or no-lease-lru/.test(e.message));
+});
+
+/** A model on one pool whose segments are the memory named, with those bytes. */
+function sharing(name: string, usedAt: number, segments: Array<[memory: string, bytes: number]>, o: { leases?: number } = {}): ModelStatus {
+  const m = model(name, usedAt, { g0: segments.reduce((n, [, b]) => n + b, 0) }, o);
+  m.ranks[0]!.segments = segments.map(([memory, bytes], segment) => ({ segment, bytes, handle: 'memfd', memory }));
+  return m;
+}
+
+test('memory that versions share counts once, and is freed only when every version holding it goes', () => {
+  const v0 = sharing('v0', 1, [['a', 40], ['b', 10]]);
+  const v1 = sharing('v1', 2, [['a', 40], ['c', 10]]);
+  assert.equal(names(planEviction([{ pool: 'g0', neededBytes: 15, freeBytes: 5 }], [v0, v1])), ['v0'], 'v0 alone frees b');
+  assert.equal(names(planEviction([{ pool: 'g0', neededBytes: 30, freeBytes: 5 }], [v0, v1])), ['v0', 'v1'], 'a goes only with both');
+  assert.equal(planEviction([{ pool: 'g0', neededBytes: 100, freeBytes: 0 }], [v0, v1]), { refusal: { pool: 'g0', neededBytes: 100, freeBytes: 0, evictableBytes: 60, candidates: ['v0', 'v1'] } });
+  const leased = sharing('v1', 2, [['a', 40], ['c', 10]], { leases: 1 });
+  assert.equal(planEviction([{ pool: 'g0', neededBytes: 30, freeBytes: 0 }], [v0, leased]), { refusal: { pool: 'g0', neededBytes: 30, freeBytes: 0, evictableBytes: 10, candidates: ['v0'] } }, 'what a leased version shares stays');
 });
 
 test.run();

@@ -1,6 +1,7 @@
-// Every failure of a test file, as test/run.mjs runs it, prints its error: a test's error whose
-// details are an object (uvu's own report crashed on it and printed nothing, and ran no further
-// test of the file), and an error thrown by any hook (which uvu swallowed). The file still fails.
+// Every failure of a test file, as test/run.mjs runs it and as `node dist/test/x.test.js` does,
+// prints its error: a test's error whose details are an object (uvu's own report crashed on it and
+// printed nothing, and ran no further test of the file), and an error thrown by any hook (which
+// uvu swallowed). The file still fails.
 import { spawnSync } from 'node:child_process';
 import { cpSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -12,8 +13,8 @@ import { freshTempDir, repoRoot } from '../helpers/paths.js';
 const { uvuNodeArgs } = (await import(pathToFileURL(join(repoRoot, 'test/uvuNodeArgs.mjs')).href)) as { uvuNodeArgs: string[] };
 const fixture = join(repoRoot, 'dist/test/runner/fixtures/failures.js');
 
-function run(failing: string) {
-  const r = spawnSync(process.execPath, [...uvuNodeArgs, fixture], { encoding: 'utf8', env: { ...process.env, FAILING: failing, NO_COLOR: '1', FORCE_COLOR: '0' }, timeout: 60_000 });
+function run(failing: string, nodeArgs = uvuNodeArgs) {
+  const r = spawnSync(process.execPath, [...nodeArgs, fixture], { encoding: 'utf8', env: { ...process.env, FAILING: failing, NO_COLOR: '1', FORCE_COLOR: '0' }, timeout: 60_000 });
   return { ...r, out: r.stdout + r.stderr };
 }
 
@@ -24,6 +25,14 @@ test("a test's error prints its name, message, code, details and cause; the file
   assert.match(r.out, /details: \{ device: 'host-0', queued: 2 \}/);
   assert.match(r.out, /cause: Error: underlying/);
   assert.match(r.out, /Total: {5}2\n {2}Passed: {4}1\n/);
+});
+
+test('a test file run by hand, with no flag, prints the same report', () => {
+  for (const failing of ['test', 'before']) {
+    const r = run(failing, []);
+    assert.is(r.status, 1, r.out);
+    assert.match(r.out, failing === 'test' ? /details: \{ device: 'host-0', queued: 2 \}/ : /WeightdError: the before hook broke\n {4}code: E_INTERNAL\n/);
+  }
 });
 
 for (const [hook, failed] of [['before', 2], ['before.each', 2], ['after.each', 2], ['after', 0]] as const) {
@@ -46,7 +55,8 @@ function importCopiedUvu(change: (source: string) => string) {
   for (const dep of Object.keys(dependencies)) symlinkSync(join(repoRoot, 'node_modules', dep), join(modules, dep));
   const index = join(modules, 'uvu/dist/index.mjs');
   writeFileSync(index, change(readFileSync(index, 'utf8')));
-  const r = spawnSync(process.execPath, [...uvuNodeArgs, '--input-type=module', '-e', `await import(${JSON.stringify(pathToFileURL(index).href)})`], { encoding: 'utf8', timeout: 60_000 });
+  const report = pathToFileURL(join(repoRoot, 'test/uvuFailureReport.mjs')).href;
+  const r = spawnSync(process.execPath, ['--import', report, '--input-type=module', '-e', `await import(${JSON.stringify(pathToFileURL(index).href)})`], { encoding: 'utf8', timeout: 60_000 });
   return { ...r, out: r.stdout + r.stderr };
 }
 

@@ -1,5 +1,6 @@
-// Connection deadlines: a client that never takes its reply is cut off, and a request that is
-// slow to serve does not count against the next frame's read deadline.
+// Connection deadlines: a client that never takes its reply is cut off, a request that is slow to
+// serve does not count against the next frame's read deadline, and a request that crosses its
+// read deadline can still be sent and its refusal read.
 import { mkdtempSync, rmSync } from 'node:fs';
 import { createConnection, createServer, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -9,6 +10,7 @@ import * as assert from 'uvu/assert';
 import { ClientConnection, type ConnectionHandler } from '../../src/serve/clientConnection.js';
 import { encodeFrame, encodeMessage, FrameDecoder } from '../../src/wire/frameCodec.js';
 import type { Request } from '../../src/wire/protocol.js';
+import { crossReadDeadline } from '../helpers/crossingPeer.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -31,7 +33,7 @@ async function serve(handler: Partial<ConnectionHandler>, limits: { readTimeoutM
   await new Promise<void>((r) => server.listen(path, r));
   const client = createConnection(path);
   await new Promise((r) => client.once('connect', r));
-  return { client, closed, violations, cleanup: () => (client.destroy(), server.close(), rmSync(dir, { recursive: true, force: true })) };
+  return { client, path, closed, violations, cleanup: () => (client.destroy(), server.close(), rmSync(dir, { recursive: true, force: true })) };
 }
 
 test('a client that never reads its (large) reply is disconnected after the idle timeout', async () => {
@@ -120,6 +122,17 @@ test('a request of brackets nested past 128 levels is refused before JSON.parse 
     const reply = JSON.parse(replies[0]!.toString()) as { error: { code: string; message: string } };
     assert.is(reply.error.code, 'E_FRAME_JSON');
     assert.match(reply.error.message, /nested 128 levels deep at position 127/);
+  } finally {
+    s.cleanup();
+  }
+});
+
+test('a request that crosses the read deadline can still be sent, and its peer reads E_READ_TIMEOUT', async () => {
+  const served: number[] = [];
+  const s = await serve({ handle: async (req: Request) => (served.push(req.id), JSON.stringify({ id: req.id, ok: true })) }, { readTimeoutMs: 50, idleTimeoutMs: 5000 });
+  try {
+    assert.is(await crossReadDeadline(s.path, encodeMessage({ id: 1, cmd: 'ping' })), 'sent\nE_READ_TIMEOUT\n');
+    assert.equal(served, [], 'a request completed after its deadline is not served');
   } finally {
     s.cleanup();
   }

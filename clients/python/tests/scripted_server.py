@@ -11,10 +11,12 @@ import time
 from weightd_client.protocol import encode_frame, read_frame
 
 
-def scripted_server(testcase, replies):
+def scripted_server(testcase, replies, wait_close=False):
     """Listens on a fresh socket and answers the i-th request with ``{"id", "ok": True,
-    **replies[i](request)}``, then closes. Returns the socket's path, the list the requests are
-    recorded in, and the serving thread."""
+    **replies[i](request)}`` (a ``(fields, fds)`` pair sends those descriptors with the frame),
+    then closes. Returns the socket's path, the list the requests are recorded in, and the serving
+    thread. ``wait_close``: after the replies it waits (10 s at most) for the client to close its
+    side first, and records ``"closed by client"`` or ``"left open"`` last."""
     d = tempfile.mkdtemp()
     testcase.addCleanup(shutil.rmtree, d, True)
     path = os.path.join(d, "s.sock")
@@ -28,7 +30,19 @@ def scripted_server(testcase, replies):
         for reply in replies:
             req = read_frame(conn, time.monotonic() + 5)
             seen.append(req)
-            conn.sendall(encode_frame({"id": req["id"], "ok": True, **reply(req)}))
+            fields = reply(req)
+            fields, fds = fields if isinstance(fields, tuple) else (fields, [])
+            frame = encode_frame({"id": req["id"], "ok": True, **fields})
+            if fds:
+                socket.send_fds(conn, [frame], fds)
+            else:
+                conn.sendall(frame)
+        if wait_close:
+            conn.settimeout(10)
+            try:
+                seen.append("closed by client" if conn.recv(1) == b"" else "sent more")
+            except socket.timeout:
+                seen.append("left open")
         conn.close()
         srv.close()
 

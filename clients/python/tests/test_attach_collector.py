@@ -1,9 +1,11 @@
 """An attach pauses Python's cyclic collector and, where the process froze nothing itself, hands
 what it made straight to the oldest generation (client._collector_paused says why): after it, the
-collector runs again, nothing is left frozen, and every view is in the oldest generation; a
+collector runs again, nothing is left frozen, and every view is in the oldest generation; the
+process's own young garbage is freed, not handed to the oldest generation with the views; a
 process that froze objects of its own keeps them frozen."""
 
 import gc
+import weakref
 
 import pytest
 
@@ -34,6 +36,25 @@ def test_the_views_of_an_attach_go_to_the_oldest_generation_and_nothing_stays_fr
         assert gc.isenabled()
         assert gc.get_freeze_count() == 0
         assert all(in_generation(views, 2)), "every view in the oldest generation"
+    client.close()
+
+
+class Buffer:
+    """Stands for a large buffer a cycle of garbage holds (an exception's frames, say)."""
+
+
+def test_the_process_s_young_garbage_is_freed_not_moved_to_the_oldest_generation_with_the_views(daemon):
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+    client = daemon.client()
+    fingerprint = expected_fingerprint(MODEL, 1, 0).fingerprint
+    cycle = [Buffer()]
+    cycle.append(cycle)
+    buffer = weakref.ref(cycle[0])
+    del cycle
+    with client.attach(fingerprint, tensor_format="torch"):
+        # Moved to the oldest generation, it would outlive every young and middle pass.
+        gc.collect(1)
+        assert buffer() is None, "the garbage the process made before the attach is freed"
     client.close()
 
 

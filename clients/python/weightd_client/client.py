@@ -148,22 +148,33 @@ class Attached:
 def _collector_paused() -> Iterator[None]:
     """Python's cyclic collector off while an attach decodes the manifest and makes a view per
     tensor: tens of thousands of new objects set off full collections that walk all of them, which
-    at 50k tensors made the views' cost vary by 3x. Nothing an attach makes is a cycle."""
+    at 50k tensors made the views' cost vary by 3x. Nothing an attach makes is a cycle.
+
+    What the attach made lives as long as the attach: at the end it goes to the oldest generation
+    at once (freeze, then unfreeze, which puts every tracked object there), instead of a
+    young-generation pass over every new tensor when the collector comes back on (and a
+    middle-generation pass after it): at 50k tensors, about 10 ms of a first attach's CPU on the
+    development VM (bench/RESULTS.md). freeze would take the process's own young objects along,
+    and garbage among them (a cycle holding a large buffer, say) would then wait for a full
+    collection, rare in a process of millions of objects. So the young generations are collected
+    first, as the collector's next middle pass would: their garbage is freed, and what lives goes
+    to the oldest generation, where that pass puts it. It costs about 0.45 ms of CPU in a fresh
+    process that imported torch (bench/RESULTS.md; the thresholds bound what the young generations
+    hold, some 700 + 7,000 objects, wherever it runs). Only what other threads allocate during the
+    attach goes along with it. Nothing is left frozen; where the process froze objects of its own,
+    they stay as they are and the attach's take the ordinary way."""
     was = gc.isenabled()
+    hand_over = was and gc.get_freeze_count() == 0
+    if hand_over:
+        gc.collect(1)
     gc.disable()
     try:
         yield
     finally:
+        if hand_over:
+            gc.freeze()
+            gc.unfreeze()
         if was:
-            if gc.get_freeze_count() == 0:
-                # What the attach made lives as long as the attach: moved to the oldest generation
-                # at once (freeze, then unfreeze, which puts every object back there), instead of
-                # a young-generation pass over every new tensor when the collector comes back on
-                # (and a middle-generation pass after it): at 50k tensors, about 10 ms of a first
-                # attach's CPU on the development VM (bench/RESULTS.md). Nothing is left frozen; where the process froze objects of its own, they
-                # stay as they are and the attach's take the ordinary way.
-                gc.freeze()
-                gc.unfreeze()
             gc.enable()
 
 

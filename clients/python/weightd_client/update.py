@@ -28,6 +28,28 @@ from .cuda import CUDA_FD_HANDLE
 from .tensors import numpy_dtype, torch_dtype
 
 
+# What this client reads of a begin_update reply (docs/protocol.md, begin_update).
+_REPLY_FIELDS = ("update", "model", "base", "segments", "tensors")
+_ITEM_FIELDS = {"segment": ("segment", "bytes"), "tensor": ("name", "dtype", "shape", "segment", "offset", "bytes")}
+
+
+def _check_reply(reply: Dict[str, Any]) -> None:
+    """Refuses a begin_update reply that lacks a field this client reads, naming the field, before
+    anything of it is used (the update would otherwise fail later, or half made)."""
+    why = "the daemon's reply is malformed; is it of another weightd version than this client?"
+    for field in _REPLY_FIELDS:
+        if field not in reply:
+            raise ProtocolError("E_BAD_REPLY", f"the begin_update reply lacks {field!r}; {why}")
+    for kind, fields in _ITEM_FIELDS.items():
+        items = reply[f"{kind}s"]
+        if not isinstance(items, list):
+            raise ProtocolError("E_BAD_REPLY", f"the begin_update reply's {kind}s is not a list; {why}")
+        for i, item in enumerate(items):
+            missing = [f for f in fields if not isinstance(item, dict) or f not in item]
+            if missing:
+                raise ProtocolError("E_BAD_REPLY", f"{kind} {i} of the begin_update reply lacks {missing[0]!r}; {why}")
+
+
 class Update:
     """One rank's part of an update: its own connection, which must stay open until commit."""
 
@@ -46,6 +68,7 @@ class Update:
         # cuda: the staging allocations, mapped read-write (weightd_client.cuda.CudaMapping).
         self._cuda: Any = None
         try:
+            _check_reply(reply)
             if len(fds) != len(reply["segments"]):
                 raise ProtocolError("E_BAD_REPLY", f"begin_update lists {len(reply['segments'])} segment(s) but {len(fds)} descriptor(s) came with it")
             if any(seg["handle"] == CUDA_FD_HANDLE for seg in reply["segments"]):
