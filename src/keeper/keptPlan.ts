@@ -16,10 +16,17 @@ import { promisify } from 'node:util';
 import { brotliCompress, brotliDecompress, constants } from 'node:zlib';
 import { canonicalJson } from '../checkpoint/canonicalJson.js';
 import { INDEX_FILE } from '../checkpoint/readCheckpointIndex.js';
-import type { CheckpointPlan } from '../checkpoint/types.js';
+import type { CheckpointPlan, LayoutName } from '../checkpoint/types.js';
 import { changedFiles, describeChange, fileIdentities, type FileIdentity } from '../files/fileIdentity.js';
-import type { ModelSpec } from '../models/modelSpecs.js';
 import type { KeptRecord as ListedRecord } from './keeperProtocol.js';
+
+/** What of a model's spec (src/models/modelSpecs.ts) shapes its plan: the keeper sits below models, so it names the fields itself. */
+interface PlanShapingSpec {
+  modelDir: string;
+  tpSize: number;
+  planFile?: string;
+  layouts: LayoutName[];
+}
 
 /**
  * The plan format: bumped when CheckpointPlan's shape or what a planning rule produces changes
@@ -61,7 +68,7 @@ export interface KeptPlan {
   brotli: string;
 }
 
-export function planKeyFields(spec: Pick<ModelSpec, 'modelDir' | 'tpSize' | 'planFile' | 'layouts'>, writer: string): PlanKeyFields {
+export function planKeyFields(spec: PlanShapingSpec, writer: string): PlanKeyFields {
   return { planFormat: KEPT_PLAN_FORMAT, writer, modelDir: spec.modelDir, tpSize: spec.tpSize, planFile: spec.planFile ?? null, layouts: [...spec.layouts] };
 }
 
@@ -74,7 +81,7 @@ export function planKey(fields: PlanKeyFields): string {
  * records itself): the directory (a file added or removed changes its times), config.json, the
  * index when there is one, the plan file. Taken before planning reads any of them.
  */
-export function planInputIdentities(spec: Pick<ModelSpec, 'modelDir' | 'planFile'>): FileIdentity[] {
+export function planInputIdentities(spec: Pick<PlanShapingSpec, 'modelDir' | 'planFile'>): FileIdentity[] {
   const index = join(spec.modelDir, INDEX_FILE);
   // A missing index (a single-file checkpoint) is no input; one added later changes the directory's times.
   return fileIdentities([spec.modelDir, join(spec.modelDir, 'config.json'), ...(existsSync(index) ? [index] : []), ...(spec.planFile ? [spec.planFile] : [])]);
