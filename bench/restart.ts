@@ -15,7 +15,7 @@
 //        the checkpoint, and is timed as such; raw.jsonl's adoptedRanks says which it was)
 // Writes raw.jsonl, daemon.jsonl and summary.json into --out, a new folder.
 import { spawnSync } from 'node:child_process';
-import { appendFileSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { appendFileSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
@@ -86,7 +86,8 @@ for (let run = 1; run <= runs; run++) {
     try {
       if (adopted.adoptedRanks !== tp && !values['restart-may-load']) throw new Error(`run ${run}: the restart adopted ${adopted.adoptedRanks} of ${tp} ranks (daemon.jsonl says why)`);
       attach = attachInFreshProcess(socketDir, device);
-      keeperRssBytes = processMemory(keeperPid!).vmHwm;
+      // 0: the keeper had exited (one spawned ends once it holds nothing: a keep it refused).
+      keeperRssBytes = existsSync(`/proc/${keeperPid}`) ? processMemory(keeperPid!).vmHwm : 0;
     } finally {
       // A failed run must not leave the daemon (and its arena) running after the benchmark.
       await adopted.stop();
