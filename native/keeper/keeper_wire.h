@@ -15,7 +15,9 @@ namespace weightd::keeper {
 constexpr char kMagic[] = "WGTK";
 constexpr uint16_t kProtocolVersion = 1;
 constexpr size_t kHeaderBytes = 10;
-constexpr uint32_t kMaxRequestBytes = 1 << 20;
+// A KEEP carries a rank's whole record: 35 bytes a tensor of digests, ~16 a tensor of packed plan
+// (docs/spec/keeper-wire.md §1 says why 64 MiB, and what an older keeper does past 1 MiB).
+constexpr uint32_t kMaxRequestBytes = 64 << 20;
 constexpr size_t kMaxRecordFds = 4096;
 
 enum class Op : uint8_t { Keep = 1, Take = 2, Drop = 3, List = 4, Ping = 5, Watch = 6 };

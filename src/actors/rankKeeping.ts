@@ -10,7 +10,7 @@ import { addon, type SegmentExport } from '../native/addon.js';
 import type { DeviceHandle } from '../native/deviceHandle.js';
 import { KeeperClient } from '../keeper/keeperClient.js';
 import { checkKeptRecord, encodeKeptRecord, keptRecordFor, type KeptExpectation, type KeptHandleType } from '../keeper/keptRecord.js';
-import { KEEPER_MAX_REQUEST_BYTES } from '../keeper/keeperProtocol.js';
+import { KEEPER_MAX_REQUEST_BYTES, KEEPER_V1_MAX_REQUEST_BYTES } from '../keeper/keeperProtocol.js';
 
 const why = (err: unknown) => (err instanceof Error ? err.message : String(err));
 
@@ -111,7 +111,14 @@ export async function keepSegments(data: RankWorkerData, keeping: RankKeeping, s
   // is kept without it (the next restart plans from the headers; docs/spec/kept-plan.md §3).
   if (keeping.plan !== undefined && !keepFits(data.device.uuid, data.plan.fingerprint, record)) record = encodeKeptRecord(keptRecordFor(expectation(data, handleType), keeping.model, keeping.writer, keeping.load, digests));
   const fds = [...segments].sort((a, b) => a.segment - b.segment).map((s) => s.fd!);
-  await new KeeperClient(keeping.socket).keep(data.device.uuid, data.plan.fingerprint, record, fds);
+  try {
+    await new KeeperClient(keeping.socket).keep(data.device.uuid, data.plan.fingerprint, record, fds);
+  } catch (err) {
+    // A keeper outlives daemon upgrades (docs/operations.md): one of an earlier build refuses a
+    // request past 1 MiB on its header (docs/spec/keeper-wire.md §1).
+    if (record.length <= KEEPER_V1_MAX_REQUEST_BYTES) throw err;
+    throw new Error(`${why(err)}; the record is ${record.length} bytes, and a keeper of an earlier weightd build takes at most ${KEEPER_V1_MAX_REQUEST_BYTES}: to keep it, stop that keeper (weightd keeper stop, which frees what it holds) so that a start with --keeper spawn runs this build's`, { cause: err });
+  }
 }
 
 /** Drops this rank's kept segments (a client released the rank: its memory is to be freed). */

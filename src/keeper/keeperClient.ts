@@ -27,7 +27,10 @@ import {
 /** Built by `npm run build:native` next to the addon (CMakeLists.txt), found the way src/native/addon.ts finds it. */
 export const keeperBinaryPath = fileURLToPath(new URL('../../../build/Release/weightd-keeper', import.meta.url));
 
-/** A LIST of many records of up to 1 MiB each; every other reply is far smaller. */
+/**
+ * A LIST of every record the keeper holds: at 35 bytes a tensor of digests, 8 ranks of a
+ * 200,000-tensor checkpoint are 56 MB, plus one packed plan; every other reply is far smaller.
+ */
 const MAX_REPLY_BYTES = 256 << 20;
 const DEFAULT_TIMEOUT_MS = 5000;
 

@@ -8,8 +8,10 @@ import { KeeperError, ProtocolError, receivedCode, type ErrorCode } from '../err
 export const KEEPER_MAGIC = Buffer.from('WGTK', 'latin1');
 export const KEEPER_PROTOCOL_VERSION = 1;
 export const KEEPER_HEADER_BYTES = 10;
-/** The keeper refuses a larger request payload (a record's blob must fit in it). */
-export const KEEPER_MAX_REQUEST_BYTES = 1 << 20;
+/** The keeper refuses a larger request payload (a record's blob must fit in it; docs/spec/keeper-wire.md §1 says why 64 MiB). */
+export const KEEPER_MAX_REQUEST_BYTES = 64 << 20;
+/** What a keeper of a build before 2026-12-05 accepts (§1): a KEEP past it fails on such a keeper. */
+export const KEEPER_V1_MAX_REQUEST_BYTES = 1 << 20;
 /** The keeper refuses a record of more descriptors. */
 export const KEEPER_MAX_RECORD_FDS = 4096;
 

@@ -34,13 +34,6 @@ interface PlanShapingSpec {
  */
 export const KEPT_PLAN_FORMAT = 1;
 
-/**
- * A plan packed to more than this (its base64) is not kept (docs/spec/kept-plan.md §3): a KEEP
- * request holds 1 MiB, and the rest of the rank's record (its digests: 35 bytes a tensor) needs
- * room beside it.
- */
-export const KEPT_PLAN_MAX_BYTES = 768 << 10;
-
 /** What a plan is made from besides the files' bytes: one field differing is another plan. */
 export interface PlanKeyFields {
   planFormat: number;

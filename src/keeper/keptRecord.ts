@@ -135,8 +135,45 @@ export function encodeKeptRecord(r: KeptRecord): Buffer {
 /** Why a record cannot be adopted, for the log and the status; undefined when it can. */
 export type Refusal = { field: string; message: string; changes?: IdentityChange[] };
 
+type Parsed = { record: KeptRecord } | { refusal: Refusal };
+
+/**
+ * Records parsed in this thread, by their bytes: a start reads each record of its LIST for the
+ * plan lookup and the restore of loaded models, and its TAKE hands the same bytes back to adopt.
+ * At 50,000 tensors a record is megabytes of JSON, so each distinct record is parsed once
+ * (a TAKE's bytes are matched to a listed record's by comparing them, not parsed again). Weak:
+ * a record nobody holds any more is forgotten. Callers never change what it returns.
+ */
+const parsedByBytes = new WeakMap<Buffer, Parsed>();
+const parsedBySize = new Map<number, Array<WeakRef<Buffer>>>();
+
+function parsedBefore(bytes: Buffer): Parsed | undefined {
+  const same = parsedByBytes.get(bytes);
+  if (same) return same;
+  const refs = parsedBySize.get(bytes.length);
+  if (!refs) return undefined;
+  const live = refs.filter((r) => r.deref() !== undefined);
+  if (live.length === 0) parsedBySize.delete(bytes.length);
+  else parsedBySize.set(bytes.length, live);
+  for (const ref of live) {
+    const seen = ref.deref();
+    if (seen?.equals(bytes)) return parsedByBytes.get(seen);
+  }
+  return undefined;
+}
+
 /** Reads a record, refusing (never throwing) one that is not JSON, of a format this weightd does not read, or malformed, naming why. */
-export function parseKeptRecord(bytes: Buffer): { record: KeptRecord } | { refusal: Refusal } {
+export function parseKeptRecord(bytes: Buffer): Parsed {
+  let parsed = parsedBefore(bytes);
+  if (parsed === undefined) {
+    parsed = parseRecordBytes(bytes);
+    parsedBySize.set(bytes.length, [...(parsedBySize.get(bytes.length) ?? []), new WeakRef(bytes)]);
+  }
+  parsedByBytes.set(bytes, parsed);
+  return parsed;
+}
+
+function parseRecordBytes(bytes: Buffer): Parsed {
   let value: unknown;
   try {
     value = JSON.parse(bytes.toString('utf8'));
@@ -162,7 +199,7 @@ export function parseKeptRecord(bytes: Buffer): { record: KeptRecord } | { refus
 }
 
 /** Reads a record and checks it against what this rank would load (parseKeptRecord), refusing a record for another arena by the field that differs. */
-export function checkKeptRecord(bytes: Buffer, e: KeptExpectation): { record: KeptRecord } | { refusal: Refusal } {
+export function checkKeptRecord(bytes: Buffer, e: KeptExpectation): Parsed {
   const parsed = parseKeptRecord(bytes);
   if ('refusal' in parsed) return parsed;
   const r = parsed.record;

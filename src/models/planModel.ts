@@ -145,7 +145,7 @@ async function planSpec(spec: ModelSpec, localRanks: { nodeRank: number; localWo
  */
 async function planKept(spec: ModelSpec, placement: ModelPlacement, devices: DeviceSlot[], kept: KeptAtStart, log: Logger): Promise<{ plan: CheckpointPlan; keptPlan?: KeptPlan }> {
   // Only with a keeper: a plain start loads neither these nor the record's schema.
-  const [{ findKeptPlan, KEPT_PLAN_MAX_BYTES, packPlan, planInputIdentities, planKeyFields }, { keptPlanIn }] = await Promise.all([import('../keeper/keptPlan.js'), import('../keeper/keptRecord.js')]);
+  const [{ findKeptPlan, packPlan, planInputIdentities, planKeyFields }, { keptPlanIn }] = await Promise.all([import('../keeper/keptPlan.js'), import('../keeper/keptRecord.js')]);
   const started = performance.now();
   const fields = planKeyFields(spec, kept.writer);
   const local = { devices: devices.map((d) => d.uuid), firstGlobalRank: placement.nodeRank * placement.localWorldSize };
@@ -163,12 +163,7 @@ async function planKept(spec: ModelSpec, placement: ModelPlacement, devices: Dev
   }
   const plan = await planSpec(spec, placement, log);
   if (inputs === undefined) return { plan };
-  const keptPlan = await packPlan(plan, fields, inputs);
-  if (keptPlan.brotli.length > KEPT_PLAN_MAX_BYTES) {
-    log.debug({ model: spec.modelDir, name: spec.name, bytes: keptPlan.brotli.length, limit: KEPT_PLAN_MAX_BYTES }, `the plan of model "${spec.name}" packs to ${keptPlan.brotli.length} bytes, more than a kept record holds (${KEPT_PLAN_MAX_BYTES}): not kept, a restart plans from the headers`);
-    return { plan };
-  }
-  return { plan, keptPlan };
+  return { plan, keptPlan: await packPlan(plan, fields, inputs) };
 }
 
 /**

@@ -5,7 +5,7 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import type { RankPlan } from '../../src/checkpoint/types.js';
 import type { FileIdentity } from '../../src/files/fileIdentity.js';
-import { arenaDigest, checkKeptRecord, encodeKeptRecord, keptRecordFor, type KeptExpectation } from '../../src/keeper/keptRecord.js';
+import { arenaDigest, checkKeptRecord, encodeKeptRecord, keptPlanIn, keptRecordFor, parseKeptRecord, type KeptExpectation } from '../../src/keeper/keptRecord.js';
 
 const plan = {
   tpRank: 0,
@@ -30,6 +30,21 @@ test('a record carries the fill\'s digests, and one with a digest per tensor of 
   if ('record' in kept) assert.equal(kept.record.digests, digests);
   const short = checkKeptRecord(encodeKeptRecord(keptRecordFor(e, '/models/a', 'weightd 0.1.0', undefined, digests.slice(1))), e);
   assert.ok('refusal' in short && short.refusal.field === 'digests', JSON.stringify(short));
+});
+
+test('a start parses each record once: the plan lookup, the restore and the TAKE of the same bytes (another buffer) share one parse', () => {
+  const listed = encodeKeptRecord(keptRecordFor(e, '/models/a', 'weightd 0.1.0', undefined, ['0'.repeat(32), '1'.repeat(32)]));
+  const first = parseKeptRecord(listed);
+  assert.ok('record' in first);
+  assert.equal(keptPlanIn(listed), {}, 'a record without a plan');
+  const taken = Buffer.from(listed);
+  const checked = checkKeptRecord(taken, e);
+  assert.ok('record' in checked && checked.record === first.record, 'the TAKE\'s bytes were not parsed again');
+  assert.is(parseKeptRecord(listed), first);
+  const other = Buffer.from(listed);
+  other[other.indexOf('host-0')] = 'H'.charCodeAt(0);
+  const another = parseKeptRecord(other);
+  assert.ok('record' in another && another.record.device === 'Host-0', 'bytes of the same length that differ are parsed as themselves');
 });
 
 test('a record adopts into the rank it was written for, also from another directory', () => {
