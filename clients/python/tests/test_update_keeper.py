@@ -18,6 +18,7 @@ from daemon_fixture import DEVICE, MAIN_JS, Daemon
 from test_host_fds import MODEL
 from test_switch import ctl, raw, segment_maps, wait_for
 from versions import other_version
+from weightd_client.update import commit_all
 
 pytestmark = pytest.mark.skipif(DEVICE != "host", reason="writers are built on the host backend")
 np = pytest.importorskip("numpy")
@@ -44,8 +45,8 @@ def _node(tmp_path):
     os.mkdir(socket_dir, 0o700)
     started = []
 
-    def start():
-        d = Daemon(model, ["--keeper", "spawn", "--plan-file", str(plan)], socket_dir=socket_dir, host_device=f"kv{os.getpid()}")
+    def start(tp=1):
+        d = Daemon(model, ["--keeper", "spawn", "--plan-file", str(plan)], tp=tp, socket_dir=socket_dir, host_device=f"kv{os.getpid()}")
         started.append(d)
         return d
 
@@ -220,3 +221,35 @@ def test_a_changed_checkpoint_reloads_version_0_from_disk_and_the_written_versio
     assert v0 != written[0] and all(v0[n] == bytes(b ^ 0x5A for b in written[0][n]) for n in v0), "version 0 is the files' bytes now"
     assert_serves(daemon, {1: written[1], 2: written[2]})
     assert "restored from the keeper" in daemon.stderr
+
+
+def test_a_version_of_two_ranks_survives_a_crash_on_both(node):
+    start, _ = node
+    daemon = start(tp=2)
+    clients = [daemon.client(rank) for rank in (0, 1)]
+    try:
+        before = [read_all(c, fingerprint(c, 0)) for c in clients]
+        updates = [c.begin_update(NAME, fingerprint(c, 0)) for c in clients]
+        try:
+            for upd, old in zip(updates, before):
+                name = sorted(old)[0]
+                upd.write(name, bytes((b + 5) % 256 for b in old[name]))
+            assert commit_all(updates)["version"] == 1
+        finally:
+            for upd in updates:
+                upd.abandon()
+        written = [read_all(c, fingerprint(c, 1)) for c in clients]
+    finally:
+        for c in clients:
+            c.close()
+    assert all(w != b for w, b in zip(written, before))
+    assert wait_for(lambda: sorted(s["version"] for s in kept(daemon)) == [0, 0, 1, 1] and kept_current(daemon)[0] == 1)
+    end(daemon, "SIGKILL")
+
+    daemon = start(tp=2)
+    assert versions(daemon) == {0: False, 1: True}
+    for rank in (0, 1):
+        with daemon.client(rank) as c:
+            assert read_all(c, fingerprint(c, 1)) == written[rank], f"rank {rank} of version 1 reads the bytes written"
+            assert read_all(c, fingerprint(c, 0)) == before[rank]
+
