@@ -188,7 +188,12 @@ export class UpdateDesk {
       digests = await this.#commitCuda(update, part, packTensorRanges(rank.tensors.map((t) => ({ file: t.segment, start: t.offset, end: t.offset + t.bytes }))));
     } else {
       part.fds.forEach((fd, segment) => part.copied[segment] && addon().sealWritten(fd, segment));
-      digests = await digestWritten(part, rank);
+      const digested = await digestWritten(part, rank);
+      digests = digested.digests;
+      part.service.log.info(
+        { model: update.name, globalRank: rank.globalRank, tensors: digests.length, read: digested.read },
+        `update sealed: ${digested.read} of ${digests.length} tensors digested, the others' digests the base's (their segments are shared with it)`,
+      );
     }
     if (update.ended) throw new ServeError('E_UPDATE_ABORTED', `the update of model "${update.name}" ended while rank ${rank.globalRank} was digested (a connection of it closed); begin again`, { model: update.name });
     part.digests = digests;
@@ -269,14 +274,14 @@ export class UpdateDesk {
  * tensor of a segment shared with the base is the base's bytes, so the base's digest of it
  * (arenaDigests) is reused; every other one is read and digested here.
  */
-async function digestWritten(part: Part, rank: RankService['rank']): Promise<string[]> {
+async function digestWritten(part: Part, rank: RankService['rank']): Promise<{ digests: string[]; read: number }> {
   const digests = rank.tensors.map((t, i) => (part.copied[t.segment] ? undefined : rank.arenaDigests?.[i]));
   const todo = rank.tensors.flatMap((t, i) => (digests[i] === undefined ? [{ i, range: { file: t.segment, start: t.offset, end: t.offset + t.bytes } }] : []));
   if (todo.length > 0) {
     const read = await addon().digestFiles(part.fds.map(procPath), packTensorRanges(todo.map((x) => x.range)), DIGEST_THREADS);
     todo.forEach((x, n) => (digests[x.i] = read[n]));
   }
-  return digests as string[];
+  return { digests: digests as string[], read: todo.length };
 }
 
 /**

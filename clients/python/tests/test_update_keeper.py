@@ -104,6 +104,10 @@ def write_two_versions(daemon):
             assert upd.commit()["version"] == 2
         v2 = read_all(client, fingerprint(client, 2))
     assert v1[first] != v0[first] and v2[second] != v1[second] and v2[first] == v1[first]
+    # Each commit read only the tensors of the segment it copied: a checkpoint base's digests (v1) and a written one's (v2) served for the rest.
+    sealed = lambda: [json.loads(line) for line in daemon.stderr_lines if '"update sealed' in line]  # noqa: E731
+    assert wait_for(lambda: len(sealed()) == 2), "the log's lines reach the test through a thread"
+    assert [(s["tensors"], 0 < s["read"] < s["tensors"]) for s in sealed()] == [(len(v0), True)] * 2, sealed()
     # A commit's reply comes once its version serves, its record a moment later: a crash before that loses it.
     assert wait_for(lambda: sorted(s["version"] for s in kept(daemon)) == [0, 1, 2] and kept_current(daemon)[0] == 2)
     return {0: v0, 1: v1, 2: v2}
