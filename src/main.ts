@@ -61,6 +61,10 @@ async function main(argv: string[]): Promise<number> {
       const { runVerify } = await import('./cli/runVerify.js');
       return await runVerify(cli.request);
     }
+    if (cli.command === 'verifyWritten') {
+      const { verifyWritten } = await import('./cli/verifyWritten.js');
+      return await verifyWritten(cli.request);
+    }
     if (cli.command === 'ctl') {
       const { runCtl } = await import('./cli/runCtl.js');
       return await runCtl(cli);

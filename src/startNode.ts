@@ -20,6 +20,7 @@ import { GroupReload, type PlannedVersion } from './models/groupReload.js';
 import { ControlServer } from './control/controlServer.js';
 import { resolveNodeOptions, type NodeConfig, type NodeOptions } from './nodeOptions.js';
 import { KeeperLink } from './keeper/keeperLink.js';
+import type { RestoredVersions } from './models/planModel.js';
 import { keeperSocketPath } from './keeper/keeperSocketPath.js';
 import { removeSocketDirIfCreated, resolveSocketDir } from './wire/socketDir.js';
 
@@ -228,6 +229,13 @@ export async function startNode(options: NodeOptions, { rankWorker = rankWorkerM
   // A caller that only awaits `done` must not see an unhandled rejection from `ready`.
   ready.catch(() => {});
 
+  const restoreWritten = async (written: RestoredVersions | undefined) => {
+    if (!written || written.models.length === 0) return;
+    // Out of the supervisor's notification first: a load sent from inside it is taken only after it.
+    await new Promise((resolve) => setImmediate(resolve));
+    await control.restoreWritten(written);
+  };
+
   let resolveDone!: (r: NodeResult) => void;
   const done = new Promise<NodeResult>((res) => (resolveDone = res));
 
@@ -256,7 +264,8 @@ export async function startNode(options: NodeOptions, { rankWorker = rankWorkerM
         lastState = status.state;
         log.debug({ state: status.state }, 'supervisor state');
         for (const l of listeners) l(status);
-        if (status.state === 'ready') resolveReady(status);
+        // Written versions the keeper held serve before the node says it is ready (ModelControl.restoreWritten).
+        if (status.state === 'ready') void restoreWritten(snap.context.prepared?.written).then(() => resolveReady(statusOf(actor.getSnapshot(), config, servers, keeper)));
       }
       if (snap.status === 'done') {
         const failure = snap.context.failure;

@@ -50,7 +50,10 @@ export const prepareNode = fromPromise<Prepared, PrepareInput>(async ({ input, s
       // Only with a keeper: it parses kept records, which a plain start has none of to read.
       const { restoreLoaded } = await import('./restoreLoaded.js');
       models.push(...(await restoreLoaded({ kept, config, devices: devices.map((d) => d.uuid), started, log })));
-      await dropUnplanned(keeper.socket, kept.records, models.flatMap((m) => shardsOf(m)), log);
+      const { restoreWritten } = await import('./restoreWritten.js');
+      const written = restoreWritten({ records: kept.records, planned: models, devices: devices.map((d) => d.uuid), log });
+      await dropUnplanned(keeper.socket, kept.records, [...models, ...written.models].flatMap((m) => shardsOf(m)), log);
+      return { devices, visibleDevices: visible, socketDir, locks, keeper, models, written };
     }
     return { devices, visibleDevices: visible, socketDir, locks, keeper, models };
   } catch (err) {

@@ -116,7 +116,8 @@ export const rankActor = fromCallback<RankCommand, RankActorInput, RankEvent>(({
 
   receive((cmd) => {
     if (cmd.type === 'RANK_STOP') stopRequested = true;
-    const m = toWorker[cmd.type];
+    // A keep again may carry when the rank's version became current (RankKeeping.currentSince).
+    const m = cmd.type === 'RANK_KEEP_AGAIN' && cmd.currentSince !== undefined ? { type: 'KEEP_AGAIN' as const, currentSince: cmd.currentSince } : toWorker[cmd.type];
     if (send) send(m);
     else waiting.push(m);
   });

@@ -9,7 +9,7 @@ import { errorCode } from '../errors.js';
 import { addon, type SegmentExport } from '../native/addon.js';
 import type { DeviceHandle } from '../native/deviceHandle.js';
 import { KeeperClient } from '../keeper/keeperClient.js';
-import { checkKeptRecord, encodeKeptRecord, keptRecordFor, type KeptExpectation, type KeptHandleType } from '../keeper/keptRecord.js';
+import { checkKeptRecord, encodeKeptRecord, keptRecordFor, WRITTEN_FORMAT, type KeptExpectation, type KeptHandleType } from '../keeper/keptRecord.js';
 import { KEEPER_MAX_REQUEST_BYTES, KEEPER_V1_MAX_REQUEST_BYTES } from '../keeper/keeperProtocol.js';
 
 const why = (err: unknown) => (err instanceof Error ? err.message : String(err));
@@ -73,7 +73,7 @@ export async function adoptKept(device: DeviceHandle, data: RankWorkerData, keep
   const rekeep = canonicalJson(checked.record.load ?? null) !== canonicalJson(keeping.load ?? null) || (keeping.plan !== undefined && canonicalJson(checked.record.plan ?? null) !== canonicalJson(keeping.plan));
   // A record without digests (an older daemon's) is adopted: the rank serves without full
   // digests until its next fill from the checkpoint, and says so.
-  const digests = checked.record.digests ?? [];
+  const digests = checked.record.written?.digests ?? checked.record.digests ?? [];
   if (digests.length === 0) log('info', 'the kept shard carries no full-content digests (an older weightd kept it): serving without them until the next load from the checkpoint');
   return { bytes: data.plan.totalBytes, seconds, source: { from: 'keeper', keptAt: checked.record.keptAt, ageMs: taken.ageMs, thread: 'worker' }, rekeep, digests };
 }
@@ -106,10 +106,14 @@ export async function keepSegments(data: RankWorkerData, keeping: RankKeeping, s
   if (handleType === undefined || segments.some((s) => s.fd === undefined || s.fd < 0)) {
     throw new Error('this device serves legacy CUDA IPC handles, which no keeper can hold (run with --cuda-handles fd)');
   }
-  let record = encodeKeptRecord(keptRecordFor(expectation(data, handleType), keeping.model, keeping.writer, keeping.load, digests, keeping.plan));
+  // A written version's digests are its record's written part's (its own tensors', not a checkpoint's).
+  const written = keeping.written && data.written && { format: WRITTEN_FORMAT, ...keeping.written, digests: [...digests], shared: data.written.shared };
+  const recordWith = (plan: typeof keeping.plan) =>
+    encodeKeptRecord(keptRecordFor(expectation(data, handleType), keeping.model, keeping.writer, keeping.load, written ? [] : digests, plan, undefined, { written, currentSince: keeping.currentSince }));
+  let record = recordWith(keeping.plan);
   // The shard matters more than its plan: a record the plan would push past a KEEP frame's limit
   // is kept without it (the next restart plans from the headers; docs/spec/kept-plan.md §3).
-  if (keeping.plan !== undefined && !keepFits(data.device.uuid, data.plan.fingerprint, record)) record = encodeKeptRecord(keptRecordFor(expectation(data, handleType), keeping.model, keeping.writer, keeping.load, digests));
+  if (keeping.plan !== undefined && !keepFits(data.device.uuid, data.plan.fingerprint, record)) record = recordWith(undefined);
   const fds = [...segments].sort((a, b) => a.segment - b.segment).map((s) => s.fd!);
   try {
     await new KeeperClient(keeping.socket).keep(data.device.uuid, data.plan.fingerprint, record, fds);

@@ -3,6 +3,7 @@
 // src/actors/rankWorker.ts (a test's fixture that fails at one phase on purpose) runs this same
 // code around the phase it replaces.
 import { checkFileIdentities } from '../files/fileIdentity.js';
+import { WeightdError } from '../errors.js';
 import { addon, type SegmentExport } from '../native/addon.js';
 import { DeviceHandle, type FillResult } from '../native/deviceHandle.js';
 import type { Adopted, NotAdopted, Post, RankWorkerData, Resident } from '../models/rankMessages.js';
@@ -51,10 +52,16 @@ export const rankPhases: RankPhases = {
     return device;
   },
   async adopt(device, data, post) {
-    if (data.written) return adoptWritten(device, data, data.written);
+    if (data.written?.segmentPaths) return adoptWritten(device, data, { segmentPaths: data.written.segmentPaths, segmentFds: data.written.segmentFds });
     if (!data.keeper) return undefined;
     const { adoptKept, handleTypeFor } = await rankKeeping();
-    return adoptKept(device, data, data.keeper, handleTypeFor(data), post);
+    const adopted = await adoptKept(device, data, data.keeper, handleTypeFor(data), post);
+    // A written version restored at a start (src/actors/restoreWritten.ts) has no file to load from.
+    if (data.written && (adopted === undefined || 'refused' in adopted)) {
+      const why = adopted === undefined ? 'the keeper no longer holds it (its log says why)' : adopted.refused;
+      throw new WeightdError('E_NOT_KEPT', `written version ${data.keeper.written?.version ?? '?'} of model "${data.keeper.written?.name ?? '?'}" cannot be restored: ${why}; no checkpoint file holds its bytes, so it is not served`);
+    }
+    return adopted;
   },
   allocate(device, data) {
     // Each backend checks its free memory before allocating and names the shortfall.
@@ -93,5 +100,6 @@ async function adoptWritten(device: DeviceHandle, data: RankWorkerData, written:
     throw err;
   }
   await device.adopt(fds, data.plan.segments);
-  return { bytes: data.plan.totalBytes, seconds: (performance.now() - started) / 1000, source: { from: 'writer' }, rekeep: false, digests: [] };
+  // rekeep: a commit's segments are no keeper's yet; with --keeper the keep phase hands them over.
+  return { bytes: data.plan.totalBytes, seconds: (performance.now() - started) / 1000, source: { from: 'writer' }, rekeep: true, digests: data.written!.digests };
 }

@@ -18,6 +18,10 @@ export interface HeldShard {
   model: string | null;
   tpRank: number | null;
   bytes: number | null;
+  /** Its model version's number: a written version's (docs/weight-updates.md), 0 for a checkpoint's; null as model. */
+  version: number | null;
+  /** When that version last became current (ms since the epoch), if its record says (KeptRecord.currentSince). */
+  currentSince: number | null;
   ownerPid: number;
   ownerAlive: boolean;
   /** When the keeper frees it unless a daemon adopts it; null while its owner lives. */
@@ -56,6 +60,8 @@ export async function keeperHolding(socket: string, now = Date.now()): Promise<K
       model: record?.model ?? null,
       tpRank: record?.tpRank ?? null,
       bytes: record?.totalBytes ?? null,
+      version: record ? (record.written?.version ?? 0) : null,
+      currentSince: record?.currentSince ?? null,
       ownerPid: r.ownerPid,
       ownerAlive: r.ownerAlive,
       freedAt: r.ownerAlive ? null : new Date(now + r.expiresInMs).toISOString(),
@@ -67,7 +73,7 @@ export async function keeperHolding(socket: string, now = Date.now()): Promise<K
 export function formatHolding(h: KeeperHolding): string {
   const head = `keeper pid ${h.pid} at ${h.socket}: up ${Math.round(h.uptimeMs / 1000)} s, holds ${h.shards.length} shard${h.shards.length === 1 ? '' : 's'} (${formatBytes(h.bytes)}, ${h.fds} descriptors)`;
   const lines = h.shards.map((s) => {
-    const what = s.model === null ? 'a record this weightd does not read' : `${s.model} rank ${s.tpRank}, ${formatBytes(s.bytes ?? 0)}`;
+    const what = s.model === null ? 'a record this weightd does not read' : `${s.model}${s.version ? ` v${s.version}` : ''} rank ${s.tpRank}, ${formatBytes(s.bytes ?? 0)}`;
     const owner = s.ownerAlive ? `owner pid ${s.ownerPid} (running)` : `owner gone: freed at ${s.freedAt} unless a daemon adopts it`;
     return `  ${s.device}  ${s.fingerprint.slice(0, 16)}  ${what}  ${owner}`;
   });

@@ -6,6 +6,7 @@ import { Command, CommanderError, Option } from 'commander';
 import { resolve } from 'node:path';
 import type { ControlCommand, ControlRequest } from '../control/controlProtocol.js';
 import { UsageError } from '../errors.js';
+import type { VerifyWrittenRequest } from './verifyWritten.js';
 import { EVICTION_POLICIES, type EvictionPolicy } from '../models/evictionPolicy.js';
 import { CTL_COMMANDS } from './ctl/index.js';
 import type { CtlCommand } from './ctl/ctlCommand.js';
@@ -137,6 +138,7 @@ export type CliCommand =
   | { command: 'fingerprint'; request: FingerprintRequest }
   /** Compares a running daemon's full digests with the checkpoint on disk (src/cli/runVerify.ts). */
   | { command: 'verify'; request: VerifyRequest }
+  | { command: 'verifyWritten'; request: VerifyWrittenRequest }
   /** Sends one request to a running daemon's control socket. */
   | { command: 'ctl'; request: ControlRequest; control?: string; socketDir?: string; json: boolean }
   /** Runs weightd-keeper with these arguments (its own flags, checked by it). */
@@ -196,7 +198,9 @@ export function buildProgram(): Command {
     .option('--model <dir>', 'checkpoint directory')
     .option('--tensor-parallel-size <n>', 'tensor-parallel size (also -tp <n>)', '1')
     .option('--plan-file <file>', 'JSON sharding plan, as given to the daemon')
-    .option('--global-rank <r>', 'the rank whose socket to ask (default: the first this node serves)');
+    .option('--global-rank <r>', 'the rank whose socket to ask (default: the first this node serves)')
+    .option('--name <name>', "with --version: the model whose version a writer committed (it has no files: its tensors are digested in the daemon's memory and compared with the digests its commit recorded)")
+    .option('--version <n>', 'with --name: the number of the written version to verify (weightd ctl list shows them)');
   const ctl = subcommand(program, 'ctl', "control a running daemon through its control socket (same user only): load, unload and list models (docs/operations.md, Control socket)", ['weightd ctl list --weight-cache-socket-dir /run/weightd']);
   for (const [name, entry] of Object.entries(CTL_COMMANDS)) entry.flags(subcommand(ctl, name, entry.description, entry.examples));
   const keeper = subcommand(program, 'keeper', "run weightd-keeper, the process that holds the memory's descriptors while daemons come and go (docs/keeper.md); or, with status or stop, ask the one at the socket", [
@@ -272,6 +276,11 @@ export function parseCommand(argv: string[], env: NodeJS.ProcessEnv = process.en
   const verify = sub(program, 'verify');
   verify.action(() => {
     const o = optionsOf(verify) as Record<string, string | undefined>;
+    if (o.name !== undefined || o.version !== undefined) {
+      if (o.name === undefined || o.version === undefined || o.model !== undefined) throw new UsageError('E_USAGE', 'weightd verify takes --model DIR (a checkpoint version, against its files) or --name NAME --version N (a written version, against its recorded digests), not both nor half of either');
+      result = { command: 'verifyWritten', request: { name: o.name, version: num(o.version)!, socketDir: o.weightCacheSocketDir, globalRank: num(o.globalRank) } };
+      return;
+    }
     result = {
       command: 'verify',
       request: { model: o.model ?? '', tensorParallelSize: num(o.tensorParallelSize), planFile: o.planFile, socketDir: o.weightCacheSocketDir, globalRank: num(o.globalRank) },

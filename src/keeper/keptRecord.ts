@@ -14,6 +14,33 @@ import type { KeptPlan } from './keptPlan.js';
 export const KEPT_FORMATS = [1] as const;
 export const KEPT_FORMAT = KEPT_FORMATS[KEPT_FORMATS.length - 1]!;
 
+/**
+ * The formats of a record's `written` part (a version a writer committed, docs/weight-updates.md):
+ * versioned on its own, so a change to it leaves the records of checkpoint versions readable.
+ */
+export const WRITTEN_FORMATS = [1] as const;
+export const WRITTEN_FORMAT = WRITTEN_FORMATS[WRITTEN_FORMATS.length - 1]!;
+
+const digest = z.string().regex(/^[0-9a-f]{32}$/);
+
+/** What a restart needs to serve a written version with no checkpoint file for its bytes. */
+const writtenSchema = z.object({
+  format: z.number().int(),
+  /** The model's name and the version's number among its versions. */
+  name: z.string().min(1),
+  version: z.number().int().positive(),
+  /** The model fingerprint of the version it was written over. */
+  base: z.string().min(1),
+  /** The version's §9 fields (docs/spec/fingerprint.md): its fingerprint is recomputed from them and every rank's digests. */
+  fields: z.record(z.string(), z.string()),
+  /** This rank's tensors' digests, in its manifest's order, as the commit computed them. */
+  digests: z.array(digest),
+  /** The positions of the segments that are the base's own memory (shared at the commit, not copied): kept once, by every version that shares them. */
+  shared: z.array(z.number().int().nonnegative()),
+});
+
+export type KeptWritten = z.infer<typeof writtenSchema>;
+
 /** How a kept segment's descriptor is to be opened: a sealed memfd, or a CUDA VMM allocation. */
 export type KeptHandleType = 'memfd' | 'cuda-fd';
 
@@ -53,7 +80,7 @@ const recordSchema = z.object({
    */
   files: z.array(identitySchema).optional(),
   /** The plan's contentTensors' full digests, in order, as the fill computed them (docs/spec/fingerprint.md §8); absent from an older daemon's record. */
-  digests: z.array(z.string().regex(/^[0-9a-f]{32}$/)).optional(),
+  digests: z.array(digest).optional(),
   /** A model loaded at run time (weightd ctl load): how to plan it again, so a restart restores it (restoreLoaded.ts). */
   load: z.object({ name: z.string().min(1), modelDir: z.string().min(1), tpSize: z.number().int().positive(), planFile: z.string().optional(), layouts: z.array(KnownLayoutName), fingerprint: z.string().min(1) }).optional(),
   /**
@@ -62,6 +89,10 @@ const recordSchema = z.object({
    * whose plan field is malformed is still adopted; a weightd that predates it strips it.
    */
   plan: z.unknown().optional(),
+  /** When the version became current last (ms since the epoch), if it did since it was loaded: a restart makes the version of the latest current again. */
+  currentSince: z.number().int().nonnegative().optional(),
+  /** A version a writer committed (its `files` are empty: no checkpoint file holds its bytes); absent for a checkpoint's. */
+  written: writtenSchema.optional(),
 });
 
 export type KeptRecord = z.infer<typeof recordSchema>;
@@ -92,7 +123,16 @@ export function arenaDigest(plan: RankFillPlan): string {
   return createHash('sha256').update(JSON.stringify({ segments: plan.segments, ops, zeros })).digest('hex');
 }
 
-export function keptRecordFor(e: KeptExpectation, model: string, writer: string, load?: KeptLoad, digests: readonly string[] = [], plan?: KeptPlan, now = new Date()): KeptRecord {
+export function keptRecordFor(
+  e: KeptExpectation,
+  model: string,
+  writer: string,
+  load?: KeptLoad,
+  digests: readonly string[] = [],
+  plan?: KeptPlan,
+  now = new Date(),
+  { written, currentSince }: { written?: KeptWritten; currentSince?: number } = {},
+): KeptRecord {
   return {
     format: KEPT_FORMAT,
     writer,
@@ -111,6 +151,8 @@ export function keptRecordFor(e: KeptExpectation, model: string, writer: string,
     ...(digests.length > 0 ? { digests: [...digests] } : {}),
     ...(load ? { load } : {}),
     ...(plan ? { plan } : {}),
+    ...(currentSince !== undefined ? { currentSince } : {}),
+    ...(written ? { written } : {}),
   };
 }
 
@@ -187,6 +229,15 @@ function parseRecordBytes(bytes: Buffer): Parsed {
       refusal: {
         field: 'format',
         message: `the kept record is in format ${JSON.stringify(format)}${typeof writer === 'string' ? ` (written by ${writer})` : ''}, and this weightd reads formats ${KEPT_FORMATS.join(', ')}`,
+      },
+    };
+  }
+  const written = (value as { written?: { format?: unknown; name?: unknown; version?: unknown } }).written;
+  if (written !== undefined && !(WRITTEN_FORMATS as readonly unknown[]).includes(written?.format)) {
+    return {
+      refusal: {
+        field: 'written.format',
+        message: `the kept record of written version ${JSON.stringify(written?.version)} of model ${JSON.stringify(written?.name)} is in written format ${JSON.stringify(written?.format)}, and this weightd reads written formats ${WRITTEN_FORMATS.join(', ')}`,
       },
     };
   }

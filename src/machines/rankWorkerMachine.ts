@@ -136,6 +136,11 @@ const rankWorkerSetup = setup({
     closePort: () => notProvided('closePort'),
 
     storeDevice: assign({ device: (_, device: DeviceHandle) => device }),
+    // The rank's version became current: the records it keeps from now on say when.
+    storeCurrentSince: assign(({ context, event }) => {
+      const at = event.type === 'KEEP_AGAIN' ? event.currentSince : undefined;
+      return at === undefined || !context.data.keeper ? {} : { data: { ...context.data, keeper: { ...context.data.keeper, currentSince: at } } };
+    }),
     storeAdopted: assign((_, taken: Adopted | NotAdopted | undefined) => (tookKeptShard(taken) ? { resident: taken, adopted: !taken.rekeep } : {})),
     storeRefused: assign({ refused: (_, taken: NotAdopted | undefined) => (taken && 'refused' in taken ? taken.refused : undefined) }),
     storeFilled: assign({
@@ -322,7 +327,7 @@ export const rankWorkerMachine = rankWorkerSetup.createMachine({
         idle: {
           on: {
             EXPORTED: [{ guard: 'adopted', actions: { type: 'post', params: says.kept } }, { guard: and(['hasKeeper', 'keepAllowed']), target: 'keeping' }],
-            KEEP_AGAIN: { guard: and(['hasKeeper', 'serving', 'keepAllowed']), target: 'keeping' },
+            KEEP_AGAIN: [{ guard: and(['hasKeeper', 'serving', 'keepAllowed']), target: 'keeping', actions: 'storeCurrentSince' }, { actions: 'storeCurrentSince' }],
             // KEEP allows keeping from now on (the permission region takes it in the same step).
             KEEP: { guard: and(['hasKeeper', 'serving', not('adopted'), not('keepWithdrawn')]), target: 'keeping' },
             UNKEEP: { guard: 'hasKeeper', target: 'dropping' },
@@ -330,7 +335,7 @@ export const rankWorkerMachine = rankWorkerSetup.createMachine({
         },
         keeping: {
           initial: 'once',
-          states: { once: { on: { KEEP_AGAIN: 'again', KEEP: 'again' } }, again: {} },
+          states: { once: { on: { KEEP_AGAIN: { target: 'again', actions: 'storeCurrentSince' }, KEEP: 'again' } }, again: { on: { KEEP_AGAIN: { actions: 'storeCurrentSince' } } } },
           invoke: {
             id: 'keep',
             src: 'keep',

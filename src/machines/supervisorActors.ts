@@ -2,7 +2,7 @@
 // beside the machine that invokes them, so the machine imports no actor's implementation file.
 import type { SerializedError } from '../errors.js';
 import type { Logger } from '../log.js';
-import type { PlannedModel } from '../models/planModel.js';
+import type { PlannedModel, RestoredVersions } from '../models/planModel.js';
 import type { RankKeeping } from '../models/rankMessages.js';
 import type { DeviceSlot } from '../native/addon.js';
 import type { NodeConfig } from '../nodeOptions.js';
@@ -41,6 +41,8 @@ export interface Prepared {
    * on `devices`.
    */
   models: PlannedModel[];
+  /** Versions writers committed that the keeper holds: served once the node is ready (src/actors/restoreWritten.ts). */
+  written?: RestoredVersions;
 }
 
 export interface GroupSessionInput {

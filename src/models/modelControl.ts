@@ -15,6 +15,7 @@ import { resolveModelSpec, type ModelRequest, type ModelSpec } from './modelSpec
 import type { LoadResult, ModelStatus, NodeStatus, RollbackResult, UnloadResult } from '../nodeStatus.js';
 import { rankFingerprint } from '../checkpoint/fingerprint.js';
 import type { WrittenVersion } from '../serve/updateDesk.js';
+import type { RestoredVersions } from './planModel.js';
 
 /** States in which a model holds memory it is still filling, as the model machine tags them: one such load at a time. */
 const LOADING_STATES = new Set<string>(Object.values(modelMachine.states).filter((s) => s.tags.includes(LOAD_RUNNING)).map((s) => s.key));
@@ -119,12 +120,51 @@ export class ModelControl {
       plan: { ...base.plan, fingerprint, fingerprintFields: written.fingerprint.fields, files: [], ranks: base.plan.ranks.map((r, g) => r && { ...r, fingerprint: rankFingerprint(fingerprint, g) }) },
       origin: 'update',
       version,
-      written: [...written.ranks].sort((a, b) => a.localRank - b.localRank).map((r) => ({ segmentPaths: r.segmentPaths, ...(r.segmentFds ? { segmentFds: r.segmentFds } : {}) })),
+      base: base.plan.fingerprint,
+      currentSince: Date.now(),
+      written: [...written.ranks]
+        .sort((a, b) => a.localRank - b.localRank)
+        .map((r) => ({ segmentPaths: r.segmentPaths, ...(r.segmentFds ? { segmentFds: r.segmentFds } : {}), digests: r.digests, shared: r.shared })),
     };
     await this.#serve(planned, written.name);
     this.#versions.set(written.name, version);
     this.#retain(written.name);
     return { version };
+  }
+
+  /**
+   * Serves the written versions an earlier daemon kept (src/actors/restoreWritten.ts), once the
+   * node is ready: each name's in order of number, then the version that was current is made
+   * current again and kept anew (so its record is the newest: the next start finds it so), and
+   * --keep-versions drains the excess. Never rejects: a version that fails is logged, the others serve.
+   */
+  async restoreWritten({ models, current }: RestoredVersions): Promise<void> {
+    for (const planned of models) {
+      const { name } = planned.spec;
+      try {
+        await this.#serve(planned, name);
+        this.#versions.set(name, Math.max(this.#versions.get(name) ?? 0, planned.version!));
+        this.#log.info({ name, version: planned.version, fingerprint: planned.plan.fingerprint }, `written version ${planned.version} of model "${name}" restored from the keeper`);
+      } catch (err) {
+        this.#log.error({ name, version: planned.version, code: errorCode(err) }, `written version ${planned.version} of model "${name}" was not restored: ${(err as Error).message}`);
+      }
+    }
+    for (const { name, version } of current) {
+      try {
+        // A rollback keeps the version anew; one current already is kept anew here.
+        if (this.rollback(name, version).alreadyCurrent) this.#keepAgain(name, version);
+      } catch (err) {
+        this.#log.warn({ name, version }, `model "${name}" was at version ${version} when the last daemon ended, which is not restored (${(err as Error).message}); its newest restored version is current`);
+      }
+    }
+    for (const name of new Set(models.map((m) => m.spec.name))) this.#retain(name);
+  }
+
+  /** Has the ranks of `name`'s version `version`, current from now on, keep their segments again with a record that says so. */
+  #keepAgain(name: string, version: number): void {
+    const snap = this.#actor.getSnapshot();
+    const entry = modelEntries(snap).find((e) => e.name === name && !e.unloaded && versionOf(modelActor(snap, e.id)?.getSnapshot().context.planned) === version);
+    if (entry) modelActor(snap, entry.id)?.send({ type: 'KEEPER_BACK', currentSince: Date.now() });
   }
 
   /**
@@ -151,6 +191,8 @@ export class ModelControl {
     const current = this.#status().models.find((m) => m.name === name && m.fingerprint === fingerprint && m.version === version)?.current === true;
     if (!current) {
       child.send({ type: 'MODEL_PROMOTE' });
+      // Kept anew, its record is the newest of its name's: a restart makes it current again (src/actors/restoreWritten.ts).
+      this.#keepAgain(name, version);
       this.#log.info({ name, version, fingerprint }, `model "${name}" rolled back to version ${version}`);
     }
     return { name, version, fingerprint, alreadyCurrent: current };

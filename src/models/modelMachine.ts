@@ -113,7 +113,7 @@ export type ModelCommand =
   /** A model that spans the group failed on another node (or node 0 is gone): free it. */
   | { type: 'MODEL_ABORT'; error: NodeFailure }
   /** The node's keeper answers again: each rank hands it its segments again (if it may keep them). */
-  | { type: 'KEEPER_BACK' }
+  | { type: 'KEEPER_BACK'; currentSince?: number }
   /** A rollback to this retained version: its ranks become the newest of its name, and watchers hear model_ready. */
   | { type: 'MODEL_PROMOTE' };
 
@@ -209,8 +209,10 @@ export const modelMachine = setup({
       if (!context.join.keepOnceServing) return;
       for (const r of context.ranks) if (r.state !== 'released') enqueue.sendTo(rankActorId(r.localRank), { type: 'RANK_KEEP' });
     }),
-    keepRanksAgain: enqueueActions(({ context, enqueue }) => {
-      for (const r of context.ranks) enqueue.sendTo(rankActorId(r.localRank), { type: 'RANK_KEEP_AGAIN' });
+    keepRanksAgain: enqueueActions(({ context, event, enqueue }) => {
+      assertEvent(event, 'KEEPER_BACK');
+      const currentSince = event.currentSince;
+      for (const r of context.ranks) enqueue.sendTo(rankActorId(r.localRank), { type: 'RANK_KEEP_AGAIN', ...(currentSince !== undefined ? { currentSince } : {}) });
     }),
     // A draining model is not to come back at a restart: the keeper lets go of it now, while its ranks serve the last leases.
     unkeepRanks: enqueueActions(({ context, enqueue }) => {

@@ -9,7 +9,7 @@ import type { RankServiceInput } from '../serve/serveEvents.js';
 import type { ServerRegistry } from '../serve/serverRegistry.js';
 import { toServedRankData } from '../serve/servedRankData.js';
 import type { RankActorInput } from './rankContract.js';
-import type { RankWorkerData } from './rankMessages.js';
+import type { RankWorkerData, WrittenRankData } from './rankMessages.js';
 import type { WorkerRegistry } from './workerRegistry.js';
 
 export const rankActorId = (localRank: number) => `rank-${localRank}`;
@@ -20,8 +20,8 @@ export interface ModelRanks {
   name: string;
   /** Its number among its name's versions (PlannedModel.version). */
   version?: number;
-  /** A version a writer committed: each local rank's sealed segments (PlannedModel.written). */
-  written?: { segmentPaths: string[]; segmentFds?: number[] }[];
+  /** A version a writer committed: each local rank's segments and digests (PlannedModel.written). */
+  written?: WrittenRankData[];
   plan: CheckpointPlan;
   nodeRank: number;
   nnodes: number;
@@ -79,6 +79,7 @@ export function rankServiceInput(model: ModelRanks, r: RankStatus, serve: { sock
       device: r.device!,
       segments: r.segments ?? [],
       digests: r.digests ?? [],
+      written: model.written !== undefined,
     }),
   };
 }

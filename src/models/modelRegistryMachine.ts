@@ -13,6 +13,7 @@ import { keptLoadOf } from './keptLoad.js';
 import { modelActorId, modelFailureMessage, type ModelEntry, type ModelEvent, type ModelListing, type ModelRegistryReport, type ModelRequestEvent, type VouchedVersion } from './modelHost.js';
 import { FORMS_GROUP, LOADED_BESIDE, modelMachine, type ModelHostInput, type ModelInput } from './modelMachine.js';
 import type { PlannedModel } from './planModel.js';
+import type { RankKeeping } from './rankMessages.js';
 
 export interface ModelRegistryInput extends ModelHostInput {
   /**
@@ -282,13 +283,27 @@ function modelInput(context: ModelRegistryContext, parent: AnyActorRef, id: stri
     join: formsGroup ? FORMS_GROUP : LOADED_BESIDE,
     socketDir: context.socketDir,
     cudaHandles: context.cudaHandles,
-    // A written version is not kept: a restart would restore it from its checkpoint's files (docs/weight-updates.md).
-    keeper: planned.origin === 'update' ? undefined : context.keeper && { ...context.keeper, model: planned.spec.modelDir, load: (planned.origin ?? 'start') === 'start' ? undefined : keptLoadOf(planned.spec, planned.plan.fingerprint), plan: planned.keptPlan },
+    keeper: context.keeper && { ...context.keeper, model: planned.spec.modelDir, ...keptOrigin(planned) },
     log: context.log.child({ model: planned.spec.name }),
     rankWorker: context.rankWorker,
     workers: context.workers,
     servers: context.servers,
   };
+}
+
+/**
+ * What a model's kept records say of where it comes from: a load at run time its request (a
+ * restart restores it), a written version its name, number, base and fields (a restart serves it
+ * from its kept segments alone: src/actors/restoreWritten.ts), the command line's nothing; and a
+ * checkpoint version its plan (src/keeper/keptPlan.ts: a written version's layout is its
+ * checkpoint version's, planned at the restart, so it carries none).
+ */
+function keptOrigin(planned: PlannedModel): Pick<RankKeeping, 'load' | 'written' | 'currentSince' | 'plan'> {
+  const origin = planned.origin ?? 'start';
+  if (origin === 'start') return { plan: planned.keptPlan };
+  if (origin !== 'update') return { load: keptLoadOf(planned.spec, planned.plan.fingerprint), plan: planned.keptPlan };
+  const written = { name: planned.spec.name, version: planned.version!, base: planned.base!, fields: planned.plan.fingerprintFields };
+  return { written, ...(planned.currentSince !== undefined ? { currentSince: planned.currentSince } : {}) };
 }
 
 function modelEntry(id: string, planned: PlannedModel, startup: boolean, formsGroup: boolean): ModelEntry {

@@ -8,6 +8,7 @@ import { WeightdError } from '../errors.js';
 import type { CheckpointPlan } from '../checkpoint/types.js';
 import type { Logger } from '../log.js';
 import type { ModelSpec } from './modelSpecs.js';
+import type { WrittenRankData } from './rankMessages.js';
 import type { CudaHandles, DeviceSlot, FillOptions } from '../native/addon.js';
 import type { KeptRecord as ListedRecord } from '../keeper/keeperProtocol.js';
 import type { KeptPlan } from '../keeper/keptPlan.js';
@@ -80,10 +81,15 @@ export interface PlannedModel {
    */
   version?: number;
   /**
-   * origin 'update': each local rank's sealed segments, which its rank adopts instead of
-   * allocating and filling (src/serve/updateDesk.ts), by local rank.
+   * origin 'update': by local rank, what its rank adopts instead of allocating and filling: the
+   * sealed segments of a commit (src/serve/updateDesk.ts), or a restart's kept shard
+   * (src/actors/restoreWritten.ts).
    */
-  written?: { segmentPaths: string[]; segmentFds?: number[] }[];
+  written?: WrittenRankData[];
+  /** origin 'update': the model fingerprint of the version it was written over (the keeper's record carries it). */
+  base?: string;
+  /** When it became current (ms since the epoch), for its kept records (RankKeeping.currentSince): a commit's, or a restored version's recorded one. */
+  currentSince?: number;
   /** With a keeper: its plan as its local rank 0's record carries it, so a restart plans from it (src/keeper/keptPlan.ts). */
   keptPlan?: KeptPlan;
 }
@@ -93,6 +99,14 @@ export interface KeptAtStart {
   records: readonly ListedRecord[];
   /** This weightd's name and version, as its records name their writer. */
   writer: string;
+}
+
+/** Versions writers committed that the keeper held at a start (src/actors/restoreWritten.ts): served once the node is ready, and which of each name was current. */
+export interface RestoredVersions {
+  /** By name, then by version, ascending: the order they are served in. */
+  models: PlannedModel[];
+  /** Per name, the version whose records say it became current last: the one current when the last daemon ended. */
+  current: Array<{ name: string; version: number }>;
 }
 
 /** How a model's fill reads and how the log says it. */

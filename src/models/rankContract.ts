@@ -15,7 +15,7 @@ export interface RankActorInput {
   workers: WorkerRegistry;
 }
 
-export type RankCommand = { type: 'RANK_RELEASE' } | { type: 'RANK_STOP' } | { type: 'RANK_ADMIT' } | { type: 'RANK_KEEP' } | { type: 'RANK_UNKEEP' } | { type: 'RANK_KEEP_AGAIN' };
+export type RankCommand = { type: 'RANK_RELEASE' } | { type: 'RANK_STOP' } | { type: 'RANK_ADMIT' } | { type: 'RANK_KEEP' } | { type: 'RANK_UNKEEP' } | { type: 'RANK_KEEP_AGAIN'; currentSince?: number };
 
 export type RankEvent =
   /** adoptable: the rank will adopt a kept shard, needing no new memory (RankToMain DEVICE). */

@@ -4,7 +4,7 @@ import type { RankFillPlan } from '../checkpoint/types.js';
 import type { FileIdentity } from '../files/fileIdentity.js';
 import type { SerializedError } from '../errors.js';
 import type { RankSource } from '../nodeStatus.js';
-import type { KeptLoad } from '../keeper/keptRecord.js';
+import type { KeptLoad, KeptWritten } from '../keeper/keptRecord.js';
 import type { KeptPlan } from '../keeper/keptPlan.js';
 import type { CudaHandles, DeviceInfo, DeviceSlot, FillOptions, SegmentExport } from '../native/addon.js';
 import type { FillResult } from '../native/deviceHandle.js';
@@ -34,14 +34,27 @@ export interface RankWorkerData {
    * ranks do not fit (src/models/modelFit.ts).
    */
   awaitAdmission?: boolean;
-  /** A version a writer committed: its sealed segments, which the rank adopts instead of allocating and filling (PlannedModel.written). */
-  written?: { segmentPaths: string[]; segmentFds?: number[] };
+  /** A version a writer committed: what the rank adopts instead of allocating and filling (PlannedModel.written). */
+  written?: WrittenRankData;
   /**
    * The main thread asked the keeper for this shard before this worker started
    * (src/actors/adoptHere.ts) and adopted nothing: the worker loads without asking again.
    * refused: why the keeper's record was refused (and dropped there), for the status.
    */
   keeperAsked?: { refused?: string };
+}
+
+/**
+ * One local rank of a version a writer committed (PlannedModel.written): its sealed segments'
+ * paths at the commit, or none when restored from the keeper (the rank takes its kept shard);
+ * its tensors' digests (the commit's); which segments are the base's own memory.
+ */
+export interface WrittenRankData {
+  segmentPaths?: string[];
+  /** cuda: the final allocations' descriptors, in order, which the rank duplicates to adopt (no path reopens a VMM export). */
+  segmentFds?: number[];
+  digests: string[];
+  shared: number[];
 }
 
 /** What a rank needs to adopt kept segments and to keep its own (src/keeper/). */
@@ -55,6 +68,13 @@ export interface RankKeeping {
   load?: KeptLoad;
   /** The model's plan, on its local rank 0 only: its record carries it, so a restart plans from it (src/keeper/keptPlan.ts). */
   plan?: KeptPlan;
+  /**
+   * When this rank's version last became current (ms since the epoch: a commit, a rollback, a
+   * restart's): its record carries it, and a restart makes the version of the latest current again.
+   */
+  currentSince?: number;
+  /** A version a writer committed: what its record says besides the rank's own (KeptWritten, less this rank's digests and shares). */
+  written?: Pick<KeptWritten, 'name' | 'version' | 'base' | 'fields'>;
 }
 
 /** How a rank's phases post to the main thread. */
@@ -83,7 +103,7 @@ export type RankToMain =
  * segments now, so a restart meanwhile does not bring it back; the rank's own memory stays
  * until its last lease ends.
  */
-export type MainToRank = { type: 'RELEASE' } | { type: 'STOP' } | { type: 'KEEP_AGAIN' } | { type: 'ADMIT' } | { type: 'KEEP' } | { type: 'UNKEEP' };
+export type MainToRank = { type: 'RELEASE' } | { type: 'STOP' } | { type: 'KEEP_AGAIN'; currentSince?: number } | { type: 'ADMIT' } | { type: 'KEEP' } | { type: 'UNKEEP' };
 
 /** How the rank's bytes came to be resident: filled from the checkpoint, or adopted from a keeper. */
 export type Resident = Pick<FillResult, 'bytes' | 'seconds' | 'digests'> & { source: RankSource };

@@ -1,5 +1,6 @@
 import type { CheckpointPlan, LayoutName, RankLayout, TensorEntry } from '../checkpoint/types.js';
 import { fullContentFingerprint, rankFingerprint } from '../checkpoint/fingerprint.js';
+import { arenaTensorDigests } from '../checkpoint/arenaTensorDigests.js';
 import { rankFingerprintFields } from '../checkpoint/rankFingerprintFields.js';
 import type { Backend, DeviceInfo, SegmentExport } from '../native/addon.js';
 import type { FileIdentity } from '../files/fileIdentity.js';
@@ -30,6 +31,12 @@ export interface ServedRankData {
    * (docs/spec/fingerprint.md §8), which get_state accepts as well as `fingerprint`.
    */
   full?: { fingerprint: string; fingerprintFields: Record<string, string>; digests: Record<string, string> };
+  /**
+   * Per tensor of `tensors`, the digest of its bytes as the arena holds them, where known: a
+   * written version's every one, a checkpoint's where its fill's digest is of the same bytes
+   * (arenaTensorDigests). A commit over this version reuses them for the segments it shares.
+   */
+  arenaDigests?: (string | undefined)[];
   /** The `checkpoint` layout's views. */
   tensors: TensorEntry[];
   aliases: Record<string, string>;
@@ -54,19 +61,30 @@ export function toServedRankData(args: {
   backend: Backend;
   device: DeviceInfo;
   segments: SegmentExport[];
-  /** The rank's plan's contentTensors' digests, in order; empty when unknown. */
+  /** The rank's plan's contentTensors' digests, in order; empty when unknown. With `written`, its own tensors' digests, in its manifest's order. */
   digests?: readonly string[];
+  /** A version a writer committed: its fingerprint is over its content already (§9), so it is its own full fingerprint. */
+  written?: boolean;
 }): ServedRankData {
   const rank = args.plan.ranks[args.globalRank]!;
   const names = rank.contentTensors.names;
   let full: ServedRankData['full'];
-  if (args.digests && args.digests.length > 0 && args.digests.length === names.length) {
+  let arenaDigests: ServedRankData['arenaDigests'];
+  if (args.written && args.digests?.length === rank.tensors.length) {
+    arenaDigests = [...args.digests];
+    full = {
+      fingerprint: rank.fingerprint,
+      fingerprintFields: rankFingerprintFields(args.plan.fingerprintFields, args.globalRank),
+      digests: Object.fromEntries(rank.tensors.map((t, i) => [t.name, args.digests![i]!])),
+    };
+  } else if (!args.written && args.digests && args.digests.length > 0 && args.digests.length === names.length) {
     const { fingerprint, fields } = fullContentFingerprint(args.plan.fingerprintFields, args.digests);
     full = {
       fingerprint: rankFingerprint(fingerprint, args.globalRank),
       fingerprintFields: rankFingerprintFields(fields, args.globalRank),
       digests: Object.fromEntries(names.map((n, i) => [n, args.digests![i]!])),
     };
+    arenaDigests = arenaTensorDigests(rank, args.digests);
   }
   return {
     nodeRank: args.nodeRank,
@@ -83,6 +101,7 @@ export function toServedRankData(args: {
     fingerprint: rank.fingerprint,
     fingerprintFields: rankFingerprintFields(args.plan.fingerprintFields, args.globalRank),
     ...(full ? { full } : {}),
+    ...(arenaDigests ? { arenaDigests } : {}),
     tensors: rank.tensors,
     aliases: rank.aliases,
     layouts: Object.fromEntries(args.plan.layouts.map((l) => [l, l === 'checkpoint' ? { tensors: rank.tensors, aliases: rank.aliases } : rank.layouts[l]!])),

@@ -28,6 +28,8 @@ export interface WrittenRank {
   segmentFds?: number[];
   /** Each tensor of the rank's checkpoint layout's digest, in the manifest's order (docs/spec/fingerprint.md §9). */
   digests: string[];
+  /** The positions of the segments that are the base's own memfd (not copied): the keeper's record says so. */
+  shared: number[];
 }
 
 /** A committed update, every local rank sealed: the new version to serve. */
@@ -181,13 +183,17 @@ export class UpdateDesk {
     if (part.digests) {
       throw new ServeError('E_NO_UPDATE', `rank ${rank.globalRank}'s part of the update of model "${update.name}" is committed already; the version serves once ranks ${this.#waiting(update).join(', ')} commit`, { model: update.name });
     }
-    const ranges = packTensorRanges(rank.tensors.map((t) => ({ file: t.segment, start: t.offset, end: t.offset + t.bytes })));
     let digests: string[];
     if (rank.backend === 'cuda') {
-      digests = await this.#commitCuda(update, part, ranges);
+      digests = await this.#commitCuda(update, part, packTensorRanges(rank.tensors.map((t) => ({ file: t.segment, start: t.offset, end: t.offset + t.bytes }))));
     } else {
       part.fds.forEach((fd, segment) => part.copied[segment] && addon().sealWritten(fd, segment));
-      digests = await addon().digestFiles(part.fds.map(procPath), ranges, DIGEST_THREADS);
+      const digested = await digestWritten(part, rank);
+      digests = digested.digests;
+      part.service.log.info(
+        { model: update.name, globalRank: rank.globalRank, tensors: digests.length, read: digested.read },
+        `update sealed: ${digested.read} of ${digests.length} tensors digested, the others' digests the base's (their segments are shared with it)`,
+      );
     }
     if (update.ended) throw new ServeError('E_UPDATE_ABORTED', `the update of model "${update.name}" ended while rank ${rank.globalRank} was digested (a connection of it closed); begin again`, { model: update.name });
     part.digests = digests;
@@ -215,6 +221,7 @@ export class UpdateDesk {
         segmentPaths: p.fds.map(procPath),
         ...(p.service.rank.backend === 'cuda' ? { segmentFds: [...p.fds] } : {}),
         digests: p.digests!,
+        shared: p.copied.flatMap((copied, i) => (copied ? [] : [i])),
       }));
       const { version } = await this.publisher!({ name: update.name, baseVersion: update.baseVersion, fingerprint, ranks });
       parts[0]!.service.log.info({ model: update.name, version, fingerprint: fingerprint.fingerprint }, 'update committed: the new version serves');
@@ -260,6 +267,21 @@ export class UpdateDesk {
   #parts(): { update: Update; part: Part }[] {
     return [...this.#updates.values()].flatMap((update) => [...update.parts.values()].map((part) => ({ update, part })));
   }
+}
+
+/**
+ * Each tensor's digest of what the rank's segments hold now, in its manifest's order (§9): a
+ * tensor of a segment shared with the base is the base's bytes, so the base's digest of it
+ * (arenaDigests) is reused; every other one is read and digested here.
+ */
+async function digestWritten(part: Part, rank: RankService['rank']): Promise<{ digests: string[]; read: number }> {
+  const digests = rank.tensors.map((t, i) => (part.copied[t.segment] ? undefined : rank.arenaDigests?.[i]));
+  const todo = rank.tensors.flatMap((t, i) => (digests[i] === undefined ? [{ i, range: { file: t.segment, start: t.offset, end: t.offset + t.bytes } }] : []));
+  if (todo.length > 0) {
+    const read = await addon().digestFiles(part.fds.map(procPath), packTensorRanges(todo.map((x) => x.range)), DIGEST_THREADS);
+    todo.forEach((x, n) => (digests[x.i] = read[n]));
+  }
+  return { digests: digests as string[], read: todo.length };
 }
 
 /**

@@ -7,6 +7,7 @@ import { closeSync, cpSync, mkdirSync, openSync, readFileSync, readSync, rmSync,
 import { join } from 'node:path';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
+import { parseCommand } from '../../src/cli/parseArgs.js';
 import { parseSafetensors } from '../../src/checkpoint/parseSafetensors.js';
 import { expectedFingerprint } from '../../src/client/expectedFingerprint.js';
 import { makeTempDir, removeDir, writeArchCheckpoint } from '../helpers/checkpoints.js';
@@ -114,6 +115,13 @@ test('verify of a directory it cannot plan exits 3 (cannot compare), not 1 (diff
     assert.match(r.stdout, /verify: cannot plan .*\/model at tp 1 \(E_[A-Z_]+\): .*config\.json/);
   } finally {
     removeDir(root);
+  }
+});
+
+test('verify takes --model, or --name with --version (a written version), never half or both', () => {
+  assert.equal(parseCommand(['verify', '--name', 'kv', '--version', '2']), { command: 'verifyWritten', request: { name: 'kv', version: 2, socketDir: undefined, globalRank: undefined } });
+  for (const argv of [['verify', '--name', 'kv'], ['verify', '--version', '2'], ['verify', '--model', exampleModel, '--name', 'kv', '--version', '2']]) {
+    assert.throws(() => parseCommand(argv), /weightd verify takes --model DIR \(a checkpoint version, against its files\) or --name NAME --version N/, argv.join(' '));
   }
 });
 
