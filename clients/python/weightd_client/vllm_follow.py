@@ -2,8 +2,9 @@
 serves, in place, on one rank: the engine side of issue 31's "engines follow without copying".
 vLLM drives it through the weight-transfer backend (vllm_transfer.py) or ``collective_rpc``.
 
-The daemon already holds the new version (today: ``weightd ctl load --model DIR --name NAME``, a
-hot swap). The rank's mapping moves onto it (``WeightdClient.switch``: the same addresses, the
+The daemon already holds the new version: written by the trainer through the daemon
+(write_version.py, the backend's trainer side), or loaded from a checkpoint (``weightd ctl load
+--model DIR --name NAME``, a hot swap). The rank's mapping moves onto it (``WeightdClient.switch``: the same addresses, the
 new bytes, no copy). What vLLM's post-processing derived from the old bytes (the CPU backend's
 repacked GEMM weights, FP8 requantization's private copies) is derived again from the new ones,
 layer by layer, as a disk load does it (``quant_method.process_weights_after_loading``); what it

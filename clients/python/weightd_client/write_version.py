@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from .client import SOCKET_SUFFIX, WeightdClient, default_socket_dir
+from .columns import same_uuid
 from .protocol import Connection, WeightdError
 from .tensors import torch_dtype
 from .update import Update, commit_all
@@ -108,6 +109,16 @@ def rank_sockets(target: WriteTarget) -> List[str]:
     return [path for _, path in sorted(ranks)]
 
 
+def _ordinal(device: Dict[str, Any]) -> Optional[int]:
+    """A cuda rank's GPU as this process numbers it (by UUID), so that each local rank's update
+    maps on its own GPU; None on host (or no such GPU here: Update then refuses, naming both)."""
+    if device.get("backend") != "cuda":
+        return None
+    import torch
+
+    return next((i for i in range(torch.cuda.device_count()) if same_uuid(str(torch.cuda.get_device_properties(i).uuid), device["uuid"])), None)
+
+
 def _check(name: str, dtype: Any, shape: Sequence[int], upd: Update, socket: str) -> None:
     """Refuses a tensor whose dtype or shape is not what this rank holds under ``name``."""
     t = upd.tensors[name]
@@ -155,10 +166,11 @@ def write_version(tensors: Iterable[Tuple[str, Any]], target: WriteTarget, metad
             client = WeightdClient(socket)
             try:
                 base = serving_fingerprint(client, target.model, target.base)
+                device = _ordinal(client.ping()["device"])
             finally:
                 client.close()
             # A name the rank does not hold: the daemon refuses it (E_UNKNOWN_TENSOR, naming it).
-            updates.append(Update(socket, target.model, base, tensors=names))
+            updates.append(Update(socket, target.model, base, tensors=names, device=device))
         for upd, socket in zip(updates, sockets):
             for name, dtype, shape in metadata:
                 _check(name, dtype, shape, upd, socket)
