@@ -142,3 +142,14 @@ def test_tp2_a_replicated_tensor_is_written_to_every_rank_a_full_sharded_one_is_
         finally:
             for c in clients:
                 c.close()
+
+
+def test_trainer_args_are_checked_naming_what_is_wrong():
+    with pytest.raises(ValueError, match=r"\['model', 'socket'\]: .*the keys are model, socket_dir, sockets, base"):
+        WriteTarget.of({"model": NAME, "socket": "/run/weightd"})
+    with pytest.raises(ValueError, match="need 'model'"):
+        WriteTarget.of({"model": "", "socket_dir": "/run/weightd"})
+    with pytest.raises(ValueError, match="not both"):
+        WriteTarget(NAME, socket_dir="/run/weightd", sockets=["/run/weightd/a.sock"])
+    with pytest.raises(ValueError, match="'sockets' is empty"):
+        WriteTarget(NAME, sockets=[])

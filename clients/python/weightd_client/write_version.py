@@ -49,6 +49,8 @@ class WriteTarget:
             raise ValueError(f"weightd trainer_args need 'model', the name the daemon serves the model under; got {self.model!r}")
         if self.socket_dir is not None and self.sockets is not None:
             raise ValueError(f"weightd trainer_args take 'socket_dir' ({self.socket_dir!r}) or 'sockets' ({self.sockets!r}), not both")
+        if self.sockets is not None and not self.sockets:
+            raise ValueError("weightd trainer_args' 'sockets' is empty: name one socket per local rank of the model, or give 'socket_dir'")
 
     @classmethod
     def of(cls, args: Any) -> "WriteTarget":
