@@ -146,6 +146,8 @@ export const ModelRef = z.object({
   tpSize: z.number().int().min(1),
   /** Its number among its name's versions (docs/weight-updates.md); absent from older daemons. */
   version: count.optional(),
+  /** Whether it is the version of its name clients are pointed to now (a retained one serves too); absent from older daemons. */
+  current: z.boolean().optional(),
 });
 export type ModelRef = z.infer<typeof ModelRef>;
 

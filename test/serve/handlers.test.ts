@@ -145,7 +145,7 @@ test('ping: who serves, in which state, with which layouts', async () => {
       layouts: ['checkpoint'],
       device: { uuid: 'in-memory-0', backend: 'host', index: 0, name: 'in-memory' },
       rank: { globalRank: 0, localRank: 0, nodeRank: 0, nnodes: 1, tpSize: 1 },
-      models: [{ name: 'tiny', fingerprint: rank.fingerprint, status: 'serving', globalRank: 0, tpSize: 1, version: 0 }],
+      models: [{ name: 'tiny', fingerprint: rank.fingerprint, status: 'serving', globalRank: 0, tpSize: 1, version: 0, current: true }],
     });
   } finally {
     server.close();

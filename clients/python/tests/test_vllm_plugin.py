@@ -364,6 +364,135 @@ class VllmPluginTest(unittest.TestCase):
             watcher.close()
             daemon.stop()
 
+    def test_weight_transfer_trainer_writes_a_version_the_engine_follows(self):
+        """The backend's trainer side: a trainer's own model (transformers, the other weights)
+        goes through vLLM 0.32's trainer engine (``WeightTransferTrainerFactory``, as the plugin
+        registered it; the client is the offline ``LLM``): written as a new version of the
+        served name, followed in place, and generation equals a disk load of those weights;
+        the version written over keeps its bytes. A name the daemon does not hold (vLLM's fused
+        one) is refused with nothing committed. Then vLLM 0.26's static ``trainer_send_weights``,
+        called directly, writes the first weights back, and generation is the first again.
+        Named to run after the follow test, for the same reason (its lease is not checked)."""
+        import gc
+
+        import torch
+        from safetensors.torch import load_file
+        from transformers import AutoModelForCausalLM
+        from vllm import LLM
+        from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
+        from vllm.distributed.weight_transfer import ModuleSource, ParamMeta, WeightSource, WeightTransferTrainerFactory
+
+        from weightd_client.protocol import ServeError
+        from weightd_client.vllm_trainer import WeightdTrainerInitInfo
+        from weightd_client.vllm_transfer import WeightdWeightTransferEngine
+        from weightd_client.write_version import serving_fingerprint
+
+        first, second = self.disk_run("llama"), self.disk_run("llama-other")
+        daemon = Daemon(str(self.models["llama"]), VLLM_LAYOUT, device="host", socket_dir=str(self.work / "s-trainer"), host_device=f"vp{os.getpid()}-trainer")
+        watcher = daemon.client()
+
+        def served() -> List[Tuple[int, str, bool]]:
+            return sorted((v["version"], v["fingerprint"], v["current"]) for v in watcher.ping()["models"] if v["status"] == "serving")
+
+        class Offline:
+            """The VLLMWeightSyncClient of an offline engine: vLLM's LLM takes requests, not the protocol's bare dicts."""
+
+            def init_weight_transfer_engine(self, init_info):
+                llm.init_weight_transfer_engine({"init_info": init_info})
+
+            def start_weight_update(self):
+                llm.start_weight_update()
+
+            def update_weights(self, update_info):
+                llm.update_weights({"update_info": update_info})
+
+            def finish_weight_update(self, weight_version=None):
+                llm.finish_weight_update(weight_version)
+
+        class Yields(WeightSource):
+            """A trainer source whose tensors are named otherwise (a vLLM name for a checkpoint tensor)."""
+
+            def __init__(self, pairs):
+                self.pairs = pairs
+
+            def metadata(self):
+                return [ParamMeta(n, t.dtype, tuple(t.shape)) for n, t in self.pairs]
+
+            def __iter__(self):
+                return iter(self.pairs)
+
+        try:
+            gc.collect()
+            llm = LLM(
+                model=str(self.models["llama"]), load_format="weightd", model_loader_extra_config={"socket_dir": daemon.socket_dir}, weight_transfer_config={"backend": "weightd"},
+                skip_tokenizer_init=True, enforce_eager=True, dtype="bfloat16", max_model_len=128, max_num_seqs=2, max_num_batched_tokens=128, distributed_executor_backend="uni", seed=0,
+            )
+            try:
+                self.assertEqual(greedy(llm), {k: first[k] for k in ("tokens", "logprobs")})
+                kept = {p: ptr for p, (ptr, f) in llm.apply_model(mapped_files)[0].items() if f is not None and f.startswith(f"/memfd:weightd:{daemon.device}:s")}
+                (v0,) = served()
+                trainer = AutoModelForCausalLM.from_pretrained(str(self.models["llama-other"]), torch_dtype=torch.bfloat16)
+                engine = WeightTransferTrainerFactory.trainer_init(WeightdTrainerInitInfo(model="llama", socket_dir=daemon.socket_dir, rank=0), client=Offline(), source=ModuleSource(trainer))
+
+                engine.send_weights()
+                llm.reset_prefix_cache()  # the caller's, as for every weight update (vllm_transfer.py)
+                self.assertEqual(greedy(llm), {k: second[k] for k in ("tokens", "logprobs")})
+                now = llm.apply_model(mapped_files)[0]
+                self.assertEqual({p: now[p][0] for p in kept}, kept, "the parameters kept as mapped keep their addresses")
+                self.assertEqual([(v, c) for v, _, c in served()], [(0, False), (1, True)])
+                on_disk = load_file(str(self.models["llama"] / "model.safetensors"))
+                old = watcher.copy(v0[1], tensor_format="torch")
+                self.assertLessEqual(set(on_disk), set(old))  # the copy adds the tied lm_head's alias
+                self.assertTrue(all(torch.equal(old[n], on_disk[n]) for n in on_disk), "the version written over keeps the checkpoint's bytes")
+
+                before = served()
+                fused = "model.layers.0.self_attn.qkv_proj.weight"
+                bad = WeightTransferTrainerFactory.trainer_init(WeightdTrainerInitInfo(model="llama", socket_dir=daemon.socket_dir, rank=0), client=Offline(), source=Yields([(fused, torch.zeros(256, 128, dtype=torch.bfloat16))]))
+                with self.assertRaises(ServeError) as refused:
+                    bad.send_weights()
+                self.assertEqual(refused.exception.code, "E_UNKNOWN_TENSOR")
+                self.assertIn(fused, str(refused.exception))
+                self.assertEqual(served(), before, "nothing committed")
+                self.assertEqual(greedy(llm)["tokens"], second["tokens"])
+
+                info = WeightdWeightTransferEngine.trainer_send_weights(iter(on_disk.items()), {"model": "llama", "socket_dir": daemon.socket_dir})
+                self.assertEqual(info, {"model": "llama", "version": 2})
+                llm.start_weight_update()
+                llm.update_weights({"update_info": info})
+                llm.finish_weight_update()
+                llm.reset_prefix_cache()
+                self.assertEqual(greedy(llm), {k: first[k] for k in ("tokens", "logprobs")})
+            finally:
+                del llm
+                gc.collect()
+                cleanup_dist_env_and_memory()
+        finally:
+            watcher.close()
+            daemon.stop()
+
+    def test_worker_engine_has_every_abstract_method_and_0_26s_trainer_send_weights(self):
+        """The worker engine instantiates on the installed vLLM (vLLM 0.26 declares
+        ``trainer_send_weights`` abstract; an engine without it is refused when created), and its
+        ``trainer_send_weights`` is 0.26's: a static method of ``(iterator, trainer_args)``. The
+        trainer engine is registered with the trainer factory of a vLLM that has one by backend."""
+        import inspect
+
+        import torch
+        from vllm.distributed.weight_transfer.factory import WeightTransferTrainerFactory
+
+        from weightd_client.vllm_plugin import register
+        from weightd_client.vllm_trainer import WeightdTrainerWeightTransferEngine
+        from weightd_client.vllm_transfer import WeightdWeightTransferEngine
+
+        config = types.SimpleNamespace(parallel_config=None, model_config=None)
+        engine = WeightdWeightTransferEngine(types.SimpleNamespace(backend="weightd"), config, torch.device("cpu"), torch.nn.Linear(2, 2))
+        self.assertEqual(WeightdWeightTransferEngine.__abstractmethods__, frozenset())
+        self.assertIsInstance(inspect.getattr_static(WeightdWeightTransferEngine, "trainer_send_weights"), staticmethod)
+        self.assertEqual(list(inspect.signature(engine.trainer_send_weights).parameters), ["iterator", "trainer_args"])
+        register()
+        self.assertIs(WeightTransferTrainerFactory._registry["weightd"](), WeightdTrainerWeightTransferEngine)
+        self.assertEqual(WeightdTrainerWeightTransferEngine.__abstractmethods__, frozenset())
+
 
 TP2 = os.environ.get("WEIGHTD_VLLM_TP2") == "1"
 

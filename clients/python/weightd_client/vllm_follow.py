@@ -2,8 +2,9 @@
 serves, in place, on one rank: the engine side of issue 31's "engines follow without copying".
 vLLM drives it through the weight-transfer backend (vllm_transfer.py) or ``collective_rpc``.
 
-The daemon already holds the new version (today: ``weightd ctl load --model DIR --name NAME``, a
-hot swap). The rank's mapping moves onto it (``WeightdClient.switch``: the same addresses, the
+The daemon already holds the new version: written by the trainer through the daemon
+(write_version.py, the backend's trainer side), or loaded from a checkpoint (``weightd ctl load
+--model DIR --name NAME``, a hot swap). The rank's mapping moves onto it (``WeightdClient.switch``: the same addresses, the
 new bytes, no copy). What vLLM's post-processing derived from the old bytes (the CPU backend's
 repacked GEMM weights, FP8 requantization's private copies) is derived again from the new ones,
 layer by layer, as a disk load does it (``quant_method.process_weights_after_loading``); what it
@@ -25,6 +26,7 @@ from vllm.model_executor.layers.quantization.base_config import QuantizeMethodBa
 
 from .client import Mismatch, WeightdClient
 from .vllm_plugin import LOAD_FORMAT, Mapped, logger
+from .write_version import NotServing, serving_fingerprint
 
 
 class CannotFollow(RuntimeError):
@@ -34,15 +36,19 @@ class CannotFollow(RuntimeError):
 @dataclass
 class Target:
     """The version to switch to: ``model`` (the name it serves under; this rank's socket says
-    which version serves now) or ``fingerprint`` (this rank's, with its fields if known)."""
+    which version serves now, or which is numbered ``version``: what a trainer's write returns)
+    or ``fingerprint`` (this rank's, with its fields if known)."""
 
     model: Optional[str] = None
     fingerprint: Optional[str] = None
     fingerprint_fields: Optional[Dict[str, str]] = None
+    version: Optional[int] = None
 
     def __post_init__(self) -> None:
         if (self.model is None) == (self.fingerprint is None):
             raise ValueError(f"weightd update_info needs exactly one of 'model' (a served name) or 'fingerprint' (this rank's), got model={self.model!r} fingerprint={self.fingerprint!r}")
+        if self.version is not None and self.model is None:
+            raise ValueError(f"weightd update_info's 'version' ({self.version!r}) numbers a version of 'model'; give 'model' with it")
 
 
 def mapped_model(model: nn.Module) -> Mapped:
@@ -59,17 +65,12 @@ def mapped_model(model: nn.Module) -> Mapped:
     return mapped
 
 
-def _version(client: WeightdClient, name: str) -> str:
-    """The fingerprint of the version of ``name`` that serves on this socket now."""
-    versions = client.ping().get("models")
-    if versions is None:
-        raise CannotFollow(f"the daemon at {client.socket_path} does not name its models (a weightd before several models); pass this rank's 'fingerprint' instead of 'model'")
-    serving = [v for v in versions if v.get("name") == name and v["status"] == "serving"]
-    if len(serving) != 1:
-        listed = ", ".join(f"{v.get('name')} {v['fingerprint'][:12]} ({v['status']})" for v in versions)
-        what = "no version" if not serving else f"{len(serving)} versions"
-        raise CannotFollow(f"{what} of model {name!r} serving at {client.socket_path} (it serves: {listed}); pass this rank's 'fingerprint' instead")
-    return serving[0]["fingerprint"]
+def _version(client: WeightdClient, info: Target) -> str:
+    """The fingerprint of the version of ``info.model`` (numbered ``info.version``, if given) that serves on this socket."""
+    try:
+        return serving_fingerprint(client, info.model, info.version)
+    except NotServing as err:
+        raise CannotFollow(f"{err}; pass this rank's 'fingerprint' instead" + ("" if info.version is not None else ", or the 'version' number")) from err
 
 
 def _restore(mapped: Mapped) -> None:
@@ -125,7 +126,7 @@ def switch(model: nn.Module, info: Target) -> str:
     mapped = mapped_model(model)
     client = WeightdClient(mapped.socket_path)
     try:
-        fingerprint = info.fingerprint or _version(client, info.model)
+        fingerprint = info.fingerprint or _version(client, info)
         state = client.switch(mapped.mapping, fingerprint, info.fingerprint_fields, "vllm", mapped.lease[0])
         if isinstance(state, Mismatch):
             raise CannotFollow(f"the daemon at {mapped.socket_path} serves no version {fingerprint[:12]} for this rank (fields that differ: {', '.join(state.fields)}); load it there first (weightd ctl load)")

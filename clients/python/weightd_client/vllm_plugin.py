@@ -57,7 +57,8 @@ logger = init_logger("vllm.weightd")
 
 def register() -> None:
     """The ``vllm.general_plugins`` entry point: makes ``load_format="weightd"`` known, and the
-    weight-transfer backend ``weightd`` (vllm_transfer.py), where this vLLM has that interface."""
+    weight-transfer backend ``weightd`` (vllm_transfer.py; its trainer side, vllm_trainer.py),
+    where this vLLM has that interface."""
     register_model_loader(LOAD_FORMAT)(WeightdModelLoader)
     try:
         from vllm.distributed.weight_transfer.factory import WeightTransferEngineFactory
@@ -66,6 +67,25 @@ def register() -> None:
     try:
         WeightTransferEngineFactory.register_engine(LOAD_FORMAT, "weightd_client.vllm_transfer", "WeightdWeightTransferEngine")
     except ValueError:  # vLLM may run the entry points more than once in a process
+        pass
+    _register_trainer()
+
+
+def _register_trainer() -> None:
+    """The trainer-side engine (vllm_trainer.py), where the trainer factory picks engines by the
+    init info's ``backend`` (0.32). 0.26's takes a backend name and a config instead, and its
+    trainer side is the worker engine's static ``trainer_send_weights``."""
+    import inspect
+
+    try:
+        from vllm.distributed.weight_transfer.factory import WeightTransferTrainerFactory
+    except ImportError:
+        return
+    if "backend" in inspect.signature(WeightTransferTrainerFactory.trainer_init).parameters:
+        return
+    try:
+        WeightTransferTrainerFactory.register_engine(LOAD_FORMAT, "weightd_client.vllm_trainer", "WeightdTrainerWeightTransferEngine")
+    except ValueError:  # registered by an earlier run of the entry points
         pass
 
 

@@ -3,7 +3,11 @@ registered by the plugin's entry point): the weight-update calls RL frameworks a
 (``init_weight_transfer_engine``, ``start_weight_update``, ``update_weights``,
 ``finish_weight_update``) switch each rank's mapped weights to another version the daemon serves,
 in place (vllm_follow.py). ``update_info``: ``{"model": NAME}`` (each rank asks its socket which
-version of NAME serves now) or ``{"fingerprint": HEX}``, or a list of those by global rank.
+version of NAME serves now; ``"version": N`` picks version N of it) or ``{"fingerprint": HEX}``, or
+a list of those by global rank.
+
+The trainer writes the new version through the daemon (write_version.py): vLLM 0.26's static
+``trainer_send_weights(iterator, trainer_args)`` here, 0.32's trainer engine in vllm_trainer.py.
 
 KV and prefix caches computed with the old weights are the caller's to drop, as with every vLLM
 weight-transfer backend (workers cannot reach the scheduler's caches):
@@ -14,12 +18,13 @@ HTTP RL routes), or ``LLM.reset_prefix_cache()`` after ``finish_weight_update`` 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict
+from typing import Any, Dict, Iterator
 
 from vllm.distributed.weight_transfer.base import WeightTransferEngine, WeightTransferInitInfo
 
 from .vllm_follow import Target, mapped_model, switch
 from .vllm_plugin import logger
+from .write_version import WriteTarget, write_version
 
 
 @dataclass
@@ -53,3 +58,12 @@ class WeightdWeightTransferEngine(WeightTransferEngine[WeightdInitInfo, Target])
 
     def shutdown(self) -> None:
         pass
+
+    @staticmethod
+    def trainer_send_weights(iterator: Iterator[Any], trainer_args: Dict[str, Any] | Any) -> Dict[str, Any]:
+        """vLLM 0.26's trainer side (abstract there, so the class needs it to instantiate; 0.32
+        has vllm_trainer.py instead): writes the (name, tensor) pairs as a new version of
+        ``trainer_args["model"]`` (``WriteTarget``: ``socket_dir`` or ``sockets``, ``base``) and
+        commits it. Returns the ``update_info`` every engine follows it with, between
+        ``start_weight_update`` and ``finish_weight_update``; the iterator is read whole first."""
+        return write_version(iterator, WriteTarget.of(trainer_args))

@@ -6,11 +6,13 @@ import type { RankService } from '../rankService.js';
 
 /** Every version on the socket, as replies list them. */
 export function modelRefs(services: DeviceServices): ModelRef[] {
-  return services.all.map(modelRef);
+  return services.all.map((s) => modelRef(s, services));
 }
 
-export function modelRef(s: RankService): ModelRef {
-  return { name: s.name, fingerprint: s.rank.fingerprint, status: s.status, globalRank: s.rank.globalRank, tpSize: s.rank.tpSize, version: s.rank.version ?? 0 };
+/** `current`: the version of its name that clients are pointed to now (retained ones serve too). */
+export function modelRef(s: RankService, services: DeviceServices): ModelRef {
+  const current = services.newestServing(s.name) === s;
+  return { name: s.name, fingerprint: s.rank.fingerprint, status: s.status, globalRank: s.rank.globalRank, tpSize: s.rank.tpSize, version: s.rank.version ?? 0, current };
 }
 
 /**

@@ -13,7 +13,7 @@ export function watch(req: RequestOf<'watch'>, services: DeviceServices, caller:
     id: req.id,
     ok: true,
     watching: services.watches.namesOf(caller.connectionId),
-    versions: services.all.filter((s) => s.name === req.model).map(modelRef),
+    versions: services.all.filter((s) => s.name === req.model).map((s) => modelRef(s, services)),
   };
   return JSON.stringify(reply);
 }

@@ -16,6 +16,8 @@
 #   call 5  carry [".device", "dist", "build"] (issue 31, engines following a new version):
 #           test -d /tmp/vsite/vllm || exit 3; bash test/gpu/vllm/run.sh --out-dir $OUT --models follow,follow-fp8-tensor
 #   call 6  as call 5, --models follow-graphs (CUDA graph capture is slow: a call of its own)
+#   call 7  as call 5, --models follow-trainer (a trainer writes the version through trainer_send_weights;
+#           skipped while the daemon refuses cuda writers, E_UPDATE_UNSUPPORTED)
 #
 # Calls 3 and 4 each run the carried daemon (node from .device/node.xz, .device/nm as
 # node_modules), install the client so that its vLLM entry point is registered, and runs vllm_engine_suite.py: dense and MoE models and

@@ -12,7 +12,11 @@ with the same tokens, and a write into a mapped weight fails in its own process 
 daemon's bytes stay unchanged. The follow cases (issue 31): an engine mapped from the daemon
 switches to another version loaded under its name and back, in place (``follow``: the dense
 Llama; ``follow-graphs``: the same with captured CUDA graphs; ``follow-fp8-tensor``: per-tensor
-FP8, whose private copies are requantized from the new bytes).
+FP8, whose private copies are requantized from the new bytes). ``follow-trainer``: the trainer's
+own model (transformers, the other weights, on the GPU) goes through vLLM 0.26's static
+``trainer_send_weights`` (written as a new version device to device, then followed); a name the
+daemon does not hold is refused with nothing committed. Skipped, not failed, while the daemon
+refuses cuda writers (E_UPDATE_UNSUPPORTED).
 """
 
 from __future__ import annotations
@@ -41,9 +45,9 @@ from weightd_client import WeightdClient, expected_fingerprint, find_socket  # n
 
 PROMPT = [1, 2, 3, 4, 5, 77, 301, 499]
 DAEMON_ARGS = ["--layouts", "checkpoint,vllm", "--cuda-handles", "fd"]
-SUITE = ("llama", "moe", "fallbacks", "fp8-block", "fp8-block-hd64", "fp8-tensor", "follow", "follow-graphs", "follow-fp8-tensor")
+SUITE = ("llama", "moe", "fallbacks", "fp8-block", "fp8-block-hd64", "fp8-tensor", "follow", "follow-graphs", "follow-fp8-tensor", "follow-trainer")
 #: The follow cases (issue 31): the engine's model and the other version it switches to and back.
-FOLLOW = {"follow": ("llama", "llama-other"), "follow-graphs": ("llama", "llama-other"), "follow-fp8-tensor": ("fp8-tensor", "fp8-tensor-other")}
+FOLLOW = {"follow": ("llama", "llama-other"), "follow-graphs": ("llama", "llama-other"), "follow-fp8-tensor": ("fp8-tensor", "fp8-tensor-other"), "follow-trainer": ("llama", "llama-other")}
 BASE = dict(hidden_size=1024, intermediate_size=2048, num_hidden_layers=2, max_position_embeddings=512, initializer_range=0.2)
 
 
@@ -186,6 +190,78 @@ def follow(models: Dict[str, Path], base: str, other: str, graphs: bool, work: P
     return r
 
 
+def follow_trainer(models: Dict[str, Path], base: str, other: str, work: Path) -> Dict[str, Any]:
+    """A trainer holding ``other``'s weights on the GPU writes them through the backend's
+    trainer side (0.26: the static ``trainer_send_weights``; 0.32: the trainer engine), the
+    engine follows: the disk load's tokens and logprobs of ``other``, at the same addresses. Then
+    a name the daemon does not hold (vLLM's fused one) is refused, nothing committed."""
+    from transformers import AutoModelForCausalLM
+    from vllm import LLM, SamplingParams
+    from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
+    from vllm.inputs import TokensPrompt
+
+    from weightd_client.protocol import WeightdError
+    from weightd_client.vllm_transfer import WeightdWeightTransferEngine
+
+    want = {v: generate(models[v], "auto", {}) for v in (base, other)}
+    r: Dict[str, Any] = {"disk": {v: want[v]["tokens"] for v in want}, "steps": [], "problems": []}
+    name = models[base].name
+    daemon = Daemon(str(models[base]), DAEMON_ARGS, 300, device="cuda", socket_dir=str(work / "s-follow-trainer"))
+    try:
+        watcher = WeightdClient(find_socket(global_rank=0, socket_dir=daemon.socket_dir))
+        served = lambda: sorted((v["version"], v.get("current")) for v in watcher.ping()["models"] if v["status"] == "serving")
+        llm = LLM(model=str(models[base]), load_format="weightd", model_loader_extra_config={"socket_dir": daemon.socket_dir}, skip_tokenizer_init=True, enforce_eager=True,
+                  dtype="bfloat16", gpu_memory_utilization=0.25, max_model_len=512, attention_config={"backend": "TRITON_ATTN"}, seed=0, weight_transfer_config={"backend": "weightd"})
+        params = lambda: llm.apply_model(lambda m: {n: p.data_ptr() for n, p in m.named_parameters()})[0]
+        sample = SamplingParams(max_tokens=12, temperature=0, detokenize=False, logprobs=5)
+
+        def check(version: str, step: str) -> None:
+            o = llm.generate([TokensPrompt(prompt_token_ids=PROMPT)], sample)[0].outputs[0]
+            got = {"tokens": list(o.token_ids), "logprobs": [{str(t): lp.logprob for t, lp in s.items()} for s in o.logprobs]}
+            r["steps"].append({"step": step, "tokens": got["tokens"]})
+            if got["tokens"] != want[version]["tokens"] or got["logprobs"] != want[version]["logprobs"]:
+                r["problems"].append(f"{step}: tokens or logprobs differ from the disk load of {version}")
+
+        check(base, "loaded")
+        addresses = params()
+        trainer = AutoModelForCausalLM.from_pretrained(str(models[other]), torch_dtype=torch.bfloat16).cuda()
+        target = {"model": name, "socket_dir": daemon.socket_dir}
+        torch.cuda.synchronize()
+        started = time.monotonic()
+        try:
+            info = WeightdWeightTransferEngine.trainer_send_weights(iter(list(trainer.named_parameters())), target)
+        except WeightdError as err:
+            if err.code != "E_UPDATE_UNSUPPORTED":
+                raise
+            info, r["skipped"] = None, f"the daemon refuses cuda writers: {err}"
+        if info is not None:
+            r["steps"].append({"step": "trainer_send_weights", "seconds": round(time.monotonic() - started, 4), "update_info": info})
+            started = time.monotonic()
+            llm.start_weight_update()
+            llm.update_weights({"update_info": info})
+            llm.finish_weight_update()
+            llm.reset_prefix_cache()
+            r["steps"].append({"step": f"switch to {other}", "seconds": round(time.monotonic() - started, 4)})
+            check(other, f"after the trainer wrote {other}")
+            if params() != addresses:
+                r["problems"].append("a parameter's address changed")
+            before = served()
+            try:
+                WeightdWeightTransferEngine.trainer_send_weights(iter([("model.layers.0.self_attn.qkv_proj.weight", torch.zeros(8, device="cuda"))]), target)
+                r["problems"].append("a name the daemon does not hold was written")
+            except WeightdError as err:
+                r["refused"] = str(err)[-300:]
+                if err.code != "E_UNKNOWN_TENSOR" or served() != before:
+                    r["problems"].append(f"the bad name's refusal: {err.code}, versions {before} then {served()}")
+        del llm, trainer
+        gc.collect()
+        cleanup_dist_env_and_memory()
+        watcher.close()
+    finally:
+        daemon.stop()
+    return r
+
+
 def write_probe(model: Path, socket_dir: str) -> Dict[str, Any]:
     """A child process maps the daemon's memory and writes into a weight; it must fail there."""
     code = (
@@ -220,7 +296,7 @@ def main() -> int:
         models = make_models(work)
         for name in [m for m in wanted if m in FOLLOW]:
             try:
-                got = results["models"][name] = follow(models, *FOLLOW[name], name == "follow-graphs", work)
+                got = results["models"][name] = follow_trainer(models, *FOLLOW[name], work) if name == "follow-trainer" else follow(models, *FOLLOW[name], name == "follow-graphs", work)
                 for problem in got["problems"]:
                     fail(f"{name}: {problem}")
             except Exception:

@@ -1,0 +1,196 @@
+"""A trainer's named tensors become a new version of a model the daemon serves: the trainer side
+of the vLLM weight-transfer backend ``weightd`` (vllm_transfer.py's ``trainer_send_weights``,
+vLLM 0.26; vllm_trainer.py's ``TrainerWeightTransferEngine``, 0.32), usable without vLLM.
+
+Every local rank of the model gets one update over its version ``base`` (docs/weight-updates.md),
+naming only the tensors given: only their segments are copied, the rest is shared with the base.
+Names are the checkpoint's (the daemon's ``checkpoint`` layout, as a Hugging Face model's
+``named_parameters()`` gives them). Every name, dtype and shape is checked against each rank
+before a byte is written; a refusal or a failure before the last commit abandons every rank's
+update, so nothing of it is ever served. The result names the version the engines then follow
+(``update_weights`` with ``{"model": NAME, "version": N}``, vllm_follow.py).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+
+from .client import SOCKET_SUFFIX, WeightdClient, default_socket_dir
+from .columns import same_uuid
+from .protocol import Connection, WeightdError
+from .tensors import torch_dtype
+from .update import Update, commit_all
+
+
+class WriteRefused(WeightdError):
+    """The trainer's tensors cannot become a version of the model; the message says what to do."""
+
+
+class NotServing(WeightdError):
+    """No single version of the name (of that number) serves on the socket; the message lists what does."""
+
+
+@dataclass
+class WriteTarget:
+    """Where a trainer writes: ``model``, the name the daemon serves it under; the daemon's
+    ``socket_dir`` (every socket there that serves ``model``: its local ranks; default: env
+    ``WEIGHTD_SOCKET_DIR``, else the daemon's default dir) or its ``sockets``, one per local rank;
+    ``base``, the number of the version written over (default: the one serving now)."""
+
+    model: str
+    socket_dir: Optional[str] = None
+    sockets: Optional[List[str]] = None
+    base: Optional[int] = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.model, str) or not self.model:
+            raise ValueError(f"weightd trainer_args need 'model', the name the daemon serves the model under; got {self.model!r}")
+        if self.socket_dir is not None and self.sockets is not None:
+            raise ValueError(f"weightd trainer_args take 'socket_dir' ({self.socket_dir!r}) or 'sockets' ({self.sockets!r}), not both")
+        if self.sockets is not None and not self.sockets:
+            raise ValueError("weightd trainer_args' 'sockets' is empty: name one socket per local rank of the model, or give 'socket_dir'")
+
+    @classmethod
+    def of(cls, args: Any) -> "WriteTarget":
+        """From a dict (as vLLM's ``trainer_args`` come) or a WriteTarget."""
+        if isinstance(args, cls):
+            return args
+        if not isinstance(args, dict):
+            raise ValueError(f"weightd trainer_args must be a dict or a WriteTarget, got {type(args).__name__}")
+        try:
+            return cls(**args)
+        except TypeError as err:
+            raise ValueError(f"weightd trainer_args {sorted(args)}: {err}; the keys are model, socket_dir, sockets, base") from err
+
+
+def serving_fingerprint(client: WeightdClient, name: str, version: Optional[int] = None) -> str:
+    """This socket's rank fingerprint of the version of ``name`` that serves now (its
+    ``current`` one: retained versions serve too, docs/weight-updates.md), or of the one
+    numbered ``version``. A daemon before ``current`` must serve one version of the name."""
+    versions = client.ping().get("models")
+    if versions is None:
+        raise NotServing("E_NO_MODELS", f"the daemon at {client.socket_path} does not name its models (a weightd before several models)")
+    serving = [v for v in versions if v.get("name") == name and v["status"] == "serving" and (version is None or v.get("version") == version)]
+    if version is None and any("current" in v for v in serving):
+        serving = [v for v in serving if v["current"]]
+    if len(serving) != 1:
+        listed = ", ".join(f"{v.get('name')} v{v.get('version', 0)} {v['fingerprint'][:12]} ({v['status']})" for v in versions)
+        which = f"model {name!r}" + ("" if version is None else f" numbered {version}")
+        what = "no version" if not serving else f"{len(serving)} versions"
+        raise NotServing("E_NOT_SERVING", f"{what} of {which} serving at {client.socket_path} (it serves: {listed})")
+    return serving[0]["fingerprint"]
+
+
+def rank_sockets(target: WriteTarget) -> List[str]:
+    """The sockets of the model's local ranks: those given, or every socket in the dir whose
+    daemon serves the name, by global rank."""
+    if target.sockets is not None:
+        return list(target.sockets)
+    d = target.socket_dir or os.environ.get("WEIGHTD_SOCKET_DIR") or default_socket_dir()
+    try:
+        names = sorted(n for n in os.listdir(d) if n.endswith(SOCKET_SUFFIX))
+    except OSError as err:
+        raise WriteRefused("E_NO_SOCKET", f"cannot list the weightd socket dir {d} ({err}); pass the daemon's --weight-cache-socket-dir as 'socket_dir'") from err
+    ranks: List[Tuple[int, str]] = []
+    for n in names:
+        path = os.path.join(d, n)
+        try:
+            conn = Connection(path, timeout=5.0)
+            try:
+                ping = conn.request("ping")
+            finally:
+                conn.close()
+        except WeightdError:  # a stale socket (no daemon behind it), or the control socket
+            continue
+        if any(v.get("name") == target.model for v in ping.get("models") or []):
+            ranks.append((ping["rank"]["globalRank"], path))
+    if not ranks:
+        raise WriteRefused("E_NO_SOCKET", f"no weightd socket in {d} serves model {target.model!r}; check the name (weightd ctl list) and the daemon's --weight-cache-socket-dir")
+    return [path for _, path in sorted(ranks)]
+
+
+def _ordinal(device: Dict[str, Any]) -> Optional[int]:
+    """A cuda rank's GPU as this process numbers it (by UUID), so that each local rank's update
+    maps on its own GPU; None on host (or no such GPU here: Update then refuses, naming both)."""
+    if device.get("backend") != "cuda":
+        return None
+    import torch
+
+    return next((i for i in range(torch.cuda.device_count()) if same_uuid(str(torch.cuda.get_device_properties(i).uuid), device["uuid"])), None)
+
+
+def _check(name: str, dtype: Any, shape: Sequence[int], upd: Update, socket: str) -> None:
+    """Refuses a tensor whose dtype or shape is not what this rank holds under ``name``."""
+    t = upd.tensors[name]
+    held_dtype, held_shape = torch_dtype(t["dtype"]), list(t["shape"])
+    if dtype == held_dtype and list(shape) == held_shape:
+        return
+    if dtype != held_dtype:
+        hint = f"convert it first (tensor.to({held_dtype}))"
+    else:
+        # The checkpoint layout of a rank is its tensor-parallel piece (docs/sharding.md).
+        hint = (
+            "the daemon shards the model by tensor-parallel rank and this rank holds its piece only; weightd does not cut a full "
+            "tensor into pieces: write each rank's piece through client.begin_update on that rank's socket (docs/weight-updates.md)"
+            if len(held_shape) == len(shape)
+            else "the checkpoint's shape is what the daemon holds"
+        )
+    raise WriteRefused(
+        "E_TENSOR_MISMATCH",
+        f"tensor {name!r}: the trainer's is {dtype} {list(shape)}, but the rank at {socket} holds {held_dtype} {held_shape} of model {upd.model!r}; {hint}",
+        {"tensor": name},
+    )
+
+
+def write_version(tensors: Iterable[Tuple[str, Any]], target: WriteTarget, metadata: Optional[Sequence[Tuple[str, Any, Sequence[int]]]] = None) -> Dict[str, Any]:
+    """Writes ``tensors`` ((name, torch tensor) pairs, any device) as a new version of
+    ``target.model`` on each of its local ranks, and commits it once all are written. Returns
+    the update_info the engines follow it with: ``{"model", "version"}``.
+
+    ``metadata``: (name, torch dtype, shape) of every pair to come, in any order (vLLM 0.32's
+    ``WeightSource.metadata()``): the pairs are then read once, while writing. Without it they
+    are read whole first, since their names decide which segments the daemon copies."""
+    if metadata is None:
+        tensors = list(tensors)
+        metadata = [(n, t.dtype, tuple(t.shape)) for n, t in tensors]
+    names = [n for n, _, _ in metadata]
+    if not names:
+        raise WriteRefused("E_NO_TENSORS", f"no tensors to write to model {target.model!r}")
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise WriteRefused("E_TENSOR_TWICE", f"tensors named more than once: {', '.join(twice)}; give each once")
+    sockets = rank_sockets(target)
+    updates: List[Update] = []
+    try:
+        for socket in sockets:
+            client = WeightdClient(socket)
+            try:
+                base = serving_fingerprint(client, target.model, target.base)
+                device = _ordinal(client.ping()["device"])
+            finally:
+                client.close()
+            # A name the rank does not hold: the daemon refuses it (E_UNKNOWN_TENSOR, naming it).
+            updates.append(Update(socket, target.model, base, tensors=names, device=device))
+        for upd, socket in zip(updates, sockets):
+            for name, dtype, shape in metadata:
+                _check(name, dtype, shape, upd, socket)
+        expected = {n: (d, tuple(s)) for n, d, s in metadata}
+        written = set()
+        for name, value in tensors:
+            if name not in expected or name in written:
+                raise WriteRefused("E_TENSOR_MISMATCH", f"the trainer's tensors yielded {name!r}, which its metadata did not list (or listed once); they must agree", {"tensor": name})
+            for upd, socket in zip(updates, sockets):
+                _check(name, value.dtype, value.shape, upd, socket)
+                upd.write(name, value)
+            written.add(name)
+        missing = sorted(set(expected) - written)
+        if missing:
+            raise WriteRefused("E_TENSOR_MISMATCH", f"the trainer's metadata listed tensors its iteration did not yield: {', '.join(missing)}")
+    except BaseException:
+        for upd in updates:
+            upd.abandon()
+        raise
+    result = commit_all(updates)
+    return {"model": target.model, "version": result["version"]}
