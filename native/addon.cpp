@@ -391,6 +391,7 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::OpenReadOnly>>("openReadOnly"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::DupFd>>("dupFd"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::CreateWritableCopy>>("createWritableCopy"),
+                             InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::CreateWritableSegment>>("createWritableSegment"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::SealWritten>>("sealWritten"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::CudaStagingCopy>>("cudaStagingCopy"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::CudaCommitCopies>>("cudaCommitCopies"),
@@ -521,6 +522,14 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
     uint64_t bytes = toU64(info[1], "bytes");
     std::string name = toStr(info[2], "name");
     return PromiseJob<int>::start(info.Env(), [sourceFd, bytes, name] { return createWritableCopy(sourceFd, bytes, name); },
+                                  [](Napi::Env e, const int& fd) { return Napi::Number::New(e, fd); });
+  }
+
+  // createWritableSegment(bytes, name) -> Promise<number>: reserving the pages runs on a libuv thread.
+  Napi::Value CreateWritableSegment(const Napi::CallbackInfo& info) {
+    uint64_t bytes = toU64(info[0], "bytes");
+    std::string name = toStr(info[1], "name");
+    return PromiseJob<int>::start(info.Env(), [bytes, name] { return createWritableSegment(bytes, name); },
                                   [](Napi::Env e, const int& fd) { return Napi::Number::New(e, fd); });
   }
 
