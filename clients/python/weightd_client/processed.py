@@ -78,7 +78,7 @@ class Processed:
         self.key: str = reply["key"]
         self.mapping = HostMapping({**reply, "aliases": {}}, {s["segment"]: fd for s, fd in zip(reply["segments"], fds)}, tensor_format)
         self.tensors = self.mapping.tensors
-        self.bytes = sum(int(t["bytes"]) for t in reply["tensors"])
+        self.bytes = sum(int(s["bytes"]) for s in reply["segments"])
 
 
 def lookup(socket_path: str, base: str, key: str, tensor_format: str = "torch", timeout: float = 30.0) -> Any:
