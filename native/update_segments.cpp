@@ -46,7 +46,7 @@ void reserve(int fd, uint64_t bytes, const std::string& name) {
   std::lock_guard<std::mutex> hold(reserving);
   HostMemory memory = hostMemory();
   if (!memory.limitedBy.empty() && bytes > memory.freeBytes) {
-    throw DeviceError("E_OUT_OF_MEMORY", "cannot copy " + std::to_string(bytes) + " bytes into " + name + ": only " + std::to_string(memory.freeBytes) +
+    throw DeviceError("E_OUT_OF_MEMORY", "cannot hold " + std::to_string(bytes) + " bytes in " + name + ": only " + std::to_string(memory.freeBytes) +
                                              " bytes are free (" + memory.limitedBy + "); free memory, raise the memory limit, or write fewer tensors");
   }
   if (fallocate(fd, 0, 0, static_cast<off_t>(bytes)) != 0) {
