@@ -11,8 +11,8 @@ export interface ProcessedLayout {
   key: string;
   keyFields: Record<string, string>;
   tensors: TensorMeta[];
-  /** The sealed segments (read-only descriptors this object owns), in segment order. */
-  segments: { segment: number; bytes: number; fd: number }[];
+  /** The sealed segments (read-only descriptors this object owns), in segment order, with their handle kind (PublishBackend.handle). */
+  segments: { segment: number; bytes: number; fd: number; handle: string }[];
   /** Each tensor's digest, in `tensors`' order (the fill's digest code, as a written version's). */
   digests: string[];
   bytes: number;
@@ -57,5 +57,5 @@ export class ProcessedLayouts {
 
 /** The segments of a layout as get_processed lists them. */
 export function segmentRefs(layout: ProcessedLayout): SegmentRef[] {
-  return layout.segments.map((s) => ({ segment: s.segment, bytes: s.bytes, handle: 'fd' }));
+  return layout.segments.map((s) => ({ segment: s.segment, bytes: s.bytes, handle: s.handle }));
 }

@@ -26,6 +26,8 @@ const TENSOR_ALIGN = 256;
  * registered in PUBLISH_BACKENDS.
  */
 export interface PublishBackend {
+  /** What get_processed and begin_publish call the segments' handles (docs/protocol.md): "fd" for a host memfd. */
+  handle: string;
   /** A fresh writable segment of `bytes` (a descriptor the writer maps), E_OUT_OF_MEMORY when it does not fit. */
   create(bytes: number, name: string): Promise<number>;
   /** Makes it unwritable for good, or E_UPDATE_MAPPED while the writer still maps it writable; returns the descriptor readers get. */
@@ -37,6 +39,7 @@ export interface PublishBackend {
 const procPath = (fd: number) => `/proc/self/fd/${fd}`;
 
 const HOST: PublishBackend = {
+  handle: 'fd',
   create: (bytes, name) => addon().createWritableSegment(bytes, name),
   seal(fd) {
     addon().sealWritten(fd, 0);
@@ -92,7 +95,7 @@ export class PublishDesk {
     request: { key: string; keyFields: Record<string, string>; tensors: readonly PublishTensor[] },
     caller: Caller,
     isConnected: () => boolean,
-  ): Promise<{ id: string; fd: number; bytes: number; tensors: TensorMeta[]; sent: () => void }> {
+  ): Promise<{ id: string; fd: number; bytes: number; handle: string; tensors: TensorMeta[]; sent: () => void }> {
     const { rank } = service;
     const { key } = request;
     const backend = PUBLISH_BACKENDS[rank.backend];
@@ -144,7 +147,7 @@ export class PublishDesk {
       throw new ServeError('E_UPDATE_ABORTED', `the publish of processed layout ${key} of model "${rank.name}" ended while its memory was made (its connection closed); begin again`, { model: rank.name, key });
     }
     service.log.info({ model: rank.name, globalRank: rank.globalRank, key, keyFields: request.keyFields, bytes, tensors: tensors.length, peerPid: caller.pid }, 'publish begun: fresh memory handed to the engine');
-    return { id: publish.id, fd: publish.fd, bytes, tensors, sent: markSent };
+    return { id: publish.id, fd: publish.fd, bytes, handle: backend.handle, tensors, sent: markSent };
   }
 
   /**
@@ -162,7 +165,7 @@ export class PublishDesk {
     publish.fd = sealed;
     publish.committing = true;
     const digests = await backend.digest(sealed, publish.tensors.map((t) => ({ start: t.offset, end: t.offset + t.bytes })));
-    const layout: ProcessedLayout = { key: publish.key, keyFields: publish.keyFields, tensors: publish.tensors, segments: [{ segment: 0, bytes: publish.bytes, fd: sealed }], digests, bytes: publish.bytes };
+    const layout: ProcessedLayout = { key: publish.key, keyFields: publish.keyFields, tensors: publish.tensors, segments: [{ segment: 0, bytes: publish.bytes, fd: sealed, handle: backend.handle }], digests, bytes: publish.bytes };
     if (!this.#publishes.has(id) || service.status !== 'serving' && service.status !== 'draining' || !service.processed.add(layout)) {
       this.#end(publish);
       throw new ServeError('E_UPDATE_ABORTED', `the publish of processed layout ${publish.key} of model "${rank.name}" ended before it was committed (its connection closed, or the version was freed); nothing of it is kept`, { model: rank.name, key: publish.key });

@@ -145,7 +145,7 @@ def test_past_the_cap_is_out_of_memory_and_an_uncommitted_publish_leaves_nothing
     close_fds(fds)
     assert len(processed_fds(daemon.proc.pid)) == len(held) + 1
     conn.close()  # before commit_publish: the publish ends with its connection
-    wait_for(lambda: len(processed_fds(daemon.proc.pid)) == len(held))
+    assert wait_for(lambda: len(processed_fds(daemon.proc.pid)) == len(held))
     assert isinstance(lookup(sock, base, processed_key(mine)), Absent)
 
 
@@ -156,7 +156,7 @@ def test_a_published_layout_goes_with_its_version(served):
     publish(sock, NAME, base, fields(base, engineVersion="gone"), computed())
     assert processed_fds(daemon.proc.pid)
     ctl(daemon, "unload", NAME)
-    wait_for(lambda: not processed_fds(daemon.proc.pid))
+    assert wait_for(lambda: not processed_fds(daemon.proc.pid))
     with pytest.raises(ServeError) as unknown:
         lookup(sock, base, processed_key(fields(base, engineVersion="gone")))
     assert unknown.value.code in ("E_UNKNOWN_MODEL", "E_RELEASED", "E_DRAINING")

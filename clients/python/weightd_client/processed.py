@@ -9,7 +9,8 @@ and skips that processing.
 - ``lookup(socket_path, base, key)``: get_processed: a ``Processed`` (a read-only mapping under a
   lease of the version) or ``Absent`` (what is published instead, and which key fields differ).
 
-Host backend; the daemon refuses a publish on cuda (E_UPDATE_UNSUPPORTED) until writers are built there.
+Host backend: the daemon refuses a publish on cuda (E_UPDATE_UNSUPPORTED) until writers are
+built there; ``lookup`` maps a cuda layout already, as get_state's segments.
 """
 
 from __future__ import annotations
@@ -67,23 +68,35 @@ class Absent:
 
 
 class Processed:
-    """A processed layout mapped read-only: ``tensors`` by name (torch views of the daemon's
-    sealed memory), held under ``lease`` of the version; ``close()`` ends both once no view is left."""
+    """A processed layout mapped read-only: ``tensors`` by name (views of the daemon's sealed
+    memory), held under ``lease`` of the version, which the caller detaches once they are gone.
+    Mapped as get_state's segments are: host memfds, or (``device``) cuda VMM descriptors."""
 
-    def __init__(self, conn: Connection, reply: Dict[str, Any], fds: List[int], tensor_format: str):
+    def __init__(self, reply: Dict[str, Any], fds: List[int], tensor_format: str, device: Optional[int]):
+        by_segment = {s["segment"]: fd for s, fd in zip(reply["segments"], fds)}
         if len(fds) != len(reply["segments"]):
             close_fds(fds)
             raise ProtocolError("E_BAD_REPLY", f"get_processed lists {len(reply['segments'])} segment(s) but {len(fds)} descriptor(s) came with it")
         self.lease: str = reply["leaseId"]
         self.key: str = reply["key"]
-        self.mapping = HostMapping({**reply, "aliases": {}}, {s["segment"]: fd for s, fd in zip(reply["segments"], fds)}, tensor_format)
+        state = {**reply, "aliases": {}}
+        if reply["backend"] == "cuda":
+            from .cuda import CudaMapping
+
+            try:  # the mappings hold the memory, so the descriptors go at once
+                self.mapping = CudaMapping(state, device, tensor_format, segment_fds=by_segment)
+            finally:
+                close_fds(fds)
+        else:
+            self.mapping = HostMapping(state, by_segment, tensor_format)
         self.tensors = self.mapping.tensors
         self.bytes = sum(int(s["bytes"]) for s in reply["segments"])
 
 
-def lookup(socket_path: str, base: str, key: str, tensor_format: str = "torch", timeout: float = 30.0) -> Any:
+def lookup(socket_path: str, base: str, key: str, tensor_format: str = "torch", device: Optional[int] = None, timeout: float = 30.0) -> Any:
     """get_processed of ``key`` beside version ``base`` (a rank fingerprint): ``Processed`` or
-    ``Absent``. The lease lives with the process (map mode); detach it when the tensors go."""
+    ``Absent``. The lease lives with the process (map mode); detach it when the tensors go.
+    ``device``: the CUDA ordinal to map a cuda layout on."""
     if socket_path.startswith("\0"):
         raise ValueError("an abstract socket carries no descriptors")
     conn = Connection(socket_path, timeout)
@@ -92,7 +105,7 @@ def lookup(socket_path: str, base: str, key: str, tensor_format: str = "torch", 
         if reply["status"] == "absent":
             close_fds(fds)
             return Absent(reply["published"])
-        return Processed(conn, reply, fds, tensor_format)
+        return Processed(reply, fds, tensor_format, device)
     finally:
         conn.close()
 
@@ -111,6 +124,8 @@ def publish(socket_path: str, model: str, base: str, fields: Mapping[str, str], 
         try:
             if len(fds) != 1 or len(reply["segments"]) != 1:
                 raise ProtocolError("E_BAD_REPLY", f"begin_publish sent {len(fds)} descriptor(s) for {len(reply['segments'])} segment(s); one of each was expected")
+            if reply["segments"][0]["handle"] != "fd":
+                raise ServeError("E_UPDATE_UNSUPPORTED", f"begin_publish gave a {reply['segments'][0]['handle']!r} segment; this client writes host memfds (\"fd\") only")
             seg = reply["segments"][0]
             mm = mmap.mmap(fds[0], seg["bytes"], flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
         finally:

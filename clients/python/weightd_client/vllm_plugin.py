@@ -323,10 +323,9 @@ class WeightdModelLoader(BaseModelLoader):
         """The processed layout of ``plan``'s key, mapped, when the daemon has one that fits (its
         layers then skip their processing); else None, and they process and are published once
         processed (load_model). With what the log line says of it."""
-        if state["backend"] != "host":  # the daemon says why it refuses a publish (cuda)
-            return None, f"; {len(plan.layers)} layers ({plan.processing}) process as usual"
         try:
-            found = lookup(client.socket_path, state["fingerprint"], plan.key)
+            device = torch.accelerator.current_device_index() if state["backend"] == "cuda" else None
+            found = lookup(client.socket_path, state["fingerprint"], plan.key, device=device)
         except (WeightdError, OSError) as err:
             return None, f"; {len(plan.layers)} layers ({plan.processing}) process as usual: no processed layout ({err})"
         if not isinstance(found, Processed):

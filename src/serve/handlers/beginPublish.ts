@@ -20,7 +20,7 @@ export async function beginPublish(req: RequestOf<'begin_publish'>, services: De
   if (!services.updates) {
     throw new ServeError('E_UPDATE_UNSUPPORTED', `this socket serves model "${req.model}" without a node to keep published layouts; publishing needs a weightd node`, { model: req.model });
   }
-  const { id, fd, bytes, tensors, sent } = await services.updates.publishes.begin(service, req, caller, () => services.isConnected(caller.connectionId));
+  const { id, fd, bytes, handle, tensors, sent } = await services.updates.publishes.begin(service, req, caller, () => services.isConnected(caller.connectionId));
   const reply: BeginPublishReply = {
     id: req.id,
     ok: true,
@@ -28,7 +28,7 @@ export async function beginPublish(req: RequestOf<'begin_publish'>, services: De
     model: service.name,
     base: service.rank.fingerprint,
     key: req.key,
-    segments: [{ segment: 0, bytes, handle: 'fd' }],
+    segments: [{ segment: 0, bytes, handle }],
     tensors,
   };
   return { json: JSON.stringify(reply), fds: [fd], sent };
