@@ -164,9 +164,15 @@ export class PublishDesk {
     const sealed = backend.seal(publish.fd!);
     publish.fd = sealed;
     publish.committing = true;
-    const digests = await backend.digest(sealed, publish.tensors.map((t) => ({ start: t.offset, end: t.offset + t.bytes })));
+    let digests: string[];
+    try {
+      digests = await backend.digest(sealed, publish.tensors.map((t) => ({ start: t.offset, end: t.offset + t.bytes })));
+    } catch (err) {
+      this.#end(publish);
+      throw err;
+    }
     const layout: ProcessedLayout = { key: publish.key, keyFields: publish.keyFields, tensors: publish.tensors, segments: [{ segment: 0, bytes: publish.bytes, fd: sealed, handle: backend.handle }], digests, bytes: publish.bytes };
-    if (!this.#publishes.has(id) || service.status !== 'serving' && service.status !== 'draining' || !service.processed.add(layout)) {
+    if (!this.#publishes.has(id) || (service.status !== 'serving' && service.status !== 'draining') || !service.processed.add(layout)) {
       this.#end(publish);
       throw new ServeError('E_UPDATE_ABORTED', `the publish of processed layout ${publish.key} of model "${rank.name}" ended before it was committed (its connection closed, or the version was freed); nothing of it is kept`, { model: rank.name, key: publish.key });
     }

@@ -149,6 +149,56 @@ def test_past_the_cap_is_out_of_memory_and_an_uncommitted_publish_leaves_nothing
     assert isinstance(lookup(sock, base, processed_key(mine)), Absent)
 
 
+def test_a_transposed_parameter_is_published_as_its_storage_and_adopted_back_once(served):
+    """What vLLM's FP8 kernels leave (weight.t()) goes out as its contiguous storage, named #t,
+    and comes back as the same transposed view; adopting replaces the layer's processing once."""
+    from torch import nn
+
+    from weightd_client.vllm_processed import Plan, adopt, computed, misfits
+
+    daemon = served
+    base = base_of(daemon, NAME)
+    sock = daemon.client(0).socket_path
+    storage = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    layer = nn.Module()
+    layer.weight = nn.Parameter(storage.t(), requires_grad=False)  # [4, 3], strides (1, 4)
+    layer.weight_scale = nn.Parameter(torch.tensor([2.0]), requires_grad=False)
+    restored = []
+
+    class Method:
+        def process_weights_after_loading(self, layer):
+            raise AssertionError("processing ran on an adopted layer")
+
+    method = Method()
+    mine = fields(base, engineVersion="transposed")
+    plan = Plan({"model.layers.0.proj": (layer, method, lambda l, m: restored.append(l))}, ["model.layers.0.proj.weight"], mine)
+    out = computed(plan)
+    assert sorted(out) == ["model.layers.0.proj.weight#t", "model.layers.0.proj.weight_scale"]
+    publish(sock, NAME, base, mine, out)
+
+    fresh = nn.Module()
+    fresh.weight = nn.Parameter(torch.empty(4, 3), requires_grad=False)
+    fresh.weight_scale = nn.Parameter(torch.empty(1), requires_grad=False)
+    fresh.input_scale = nn.Parameter(torch.empty(1), requires_grad=False)  # processing dropped it
+    plan.layers = {"model.layers.0.proj": (fresh, method, lambda l, m: restored.append(l))}
+    found = lookup(sock, base, plan.key)
+    assert isinstance(found, Processed) and misfits(plan, found) == []
+    assert misfits(Plan({"other": plan.layers["model.layers.0.proj"]}, [], mine), found) == [
+        "layers published that this model does not process: model.layers.0.proj",
+        "layers this model processes that are not published: other",
+    ]
+    assert adopt(plan, found) == 2
+    assert torch.equal(fresh.weight, storage.t()) and fresh.weight.stride() == (1, 4)
+    assert torch.equal(fresh.weight_scale, torch.tensor([2.0]))
+    assert "input_scale" not in dict(fresh.named_parameters())
+    method.process_weights_after_loading(fresh)
+    assert restored == [fresh]
+    with pytest.raises(AssertionError, match="processing ran"):
+        method.process_weights_after_loading(fresh)  # once: a later reload processes again
+    daemon.client(0).detach(found.lease)
+
+
+# Last: it unloads the model the tests above publish beside.
 def test_a_published_layout_goes_with_its_version(served):
     daemon = served
     base = base_of(daemon, NAME)
