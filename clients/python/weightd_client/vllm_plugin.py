@@ -168,13 +168,17 @@ def _end_lease(socket_path: str, lease: List[str]) -> None:
 class Mapped:
     """What a model loaded in map mode keeps (``model._weightd``): the mapping, the rank's socket,
     the lease of the version mapped now, each served parameter with its view and whether it got
-    a private copy, and every (module, attribute) that held a served parameter when loaded."""
+    a private copy, every (module, attribute) that held a served parameter when loaded, and the
+    processed layout mapped in place of some layers' processing, if any, with the parameters made
+    of it (read-only, like the views)."""
 
     mapping: Any
     socket_path: str
     lease: List[str]
     params: List[Tuple[nn.Parameter, torch.Tensor, bool]]
     holders: List[Tuple[nn.Module, str, nn.Parameter]]
+    processed: Optional[Processed] = None
+    published: List[nn.Parameter] = dataclasses.field(default_factory=list)
 
 
 class WeightdModelLoader(BaseModelLoader):
@@ -303,7 +307,9 @@ class WeightdModelLoader(BaseModelLoader):
             client.detach(state["leaseId"])
         if found is not None:
             processed = f"; mapped {adopt(plan, found)} processed parameters of {len(plan.layers)} layers ({plan.processing}; {found.bytes} bytes, key {plan.key}): their processing skipped"
-            model._weightd_processed = found  # the mapping lives with the model, its lease ends with it
+            # The mapping lives with the model (or until a switch processes those layers again).
+            model._weightd.processed = found
+            model._weightd.published = [p for m, _, _ in plan.layers.values() for p in m._parameters.values() if p is not None]
             weakref.finalize(model, _end_lease, client.socket_path, [found.lease]).atexit = False
         elif plan is not None:
             model._weightd_publish = (plan, client.socket_path)
