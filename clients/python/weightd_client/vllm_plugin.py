@@ -21,6 +21,10 @@ driver allows it). Parameters vLLM creates that no checkpoint holds (attention `
 ``v_scale``, ``q_scale``, ``prob_scale``) keep vLLM's defaults. A vLLM version the plugin's
 table does not know loads from disk.
 
+Layers whose processing the plugin knows by method and selected kernel (vllm_processed.py) are
+processed once: the first engine publishes what their processing computed to the daemon, and
+the next start with the same key (docs/spec/processed-key.md) maps it and skips that processing.
+
 A model loaded in map mode keeps what a switch to another version needs (``Mapped``): vLLM's
 weight-transfer backend ``weightd`` (vllm_transfer.py, registered here) follows a new version in
 place through it (vllm_follow.py).
