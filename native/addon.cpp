@@ -394,6 +394,7 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::CreateWritableSegment>>("createWritableSegment"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::SealWritten>>("sealWritten"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::CudaStagingCopy>>("cudaStagingCopy"),
+                             InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::CudaStagingFresh>>("cudaStagingFresh"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::CudaCommitCopies>>("cudaCommitCopies"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::MapShared>>("mapShared"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::UnmapShared>>("unmapShared"),
@@ -545,6 +546,14 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
     int sourceFd = toBounded<int>(info[1], "sourceFd");
     uint64_t bytes = toU64(info[2], "bytes");
     return PromiseJob<int>::start(info.Env(), [deviceIndex, sourceFd, bytes] { return cudaStagingCopy(deviceIndex, sourceFd, bytes); },
+                                  [](Napi::Env e, const int& fd) { return Napi::Number::New(e, fd); });
+  }
+
+  // cudaStagingFresh(deviceIndex, bytes) -> Promise<number>, on a libuv thread.
+  Napi::Value CudaStagingFresh(const Napi::CallbackInfo& info) {
+    int deviceIndex = toBounded<int>(info[0], "deviceIndex");
+    uint64_t bytes = toU64(info[1], "bytes");
+    return PromiseJob<int>::start(info.Env(), [deviceIndex, bytes] { return cudaStagingFresh(deviceIndex, bytes); },
                                   [](Napi::Env e, const int& fd) { return Napi::Number::New(e, fd); });
   }
 

@@ -227,6 +227,8 @@ export interface Addon {
    * reference to it). E_OUT_OF_MEMORY names the bytes needed and free.
    */
   cudaStagingCopy(deviceIndex: number, sourceFd: number, bytes: number): Promise<number>;
+  /** native/cuda_update_segments.h, on a libuv thread: a fresh staging allocation of `bytes` (content undefined), its exported descriptor the caller's. */
+  cudaStagingFresh(deviceIndex: number, bytes: number): Promise<number>;
   /**
    * At commit (native/cuda_update_segments.h): copies each staging descriptor `fds[i]` with
    * `copied[i]` into a fresh final allocation (its descriptor in `fds[i]` of the result, -1 for a

@@ -12,6 +12,7 @@ import { DEFAULT_PROCESSED_MAX_PERCENT } from '../nodeDefaults.js';
 import type { Backend } from '../native/addon.js';
 import { addon } from '../native/addon.js';
 import { packTensorRanges } from '../native/fillRecords.js';
+import { refuseUnlessCudaFd } from './cudaUpdateSegments.js';
 import type { PublishTensor, TensorMeta } from '../wire/protocol.js';
 import type { Caller } from './leaseTable.js';
 import type { ProcessedLayout } from './processedLayouts.js';
@@ -21,37 +22,56 @@ import type { RankService } from './rankService.js';
 const TENSOR_ALIGN = 256;
 
 /**
- * How a backend makes, seals and digests a publish's memory. The cuda backend has none yet
- * (writers on cuda are being built, docs/weight-updates.md): its publish is refused until one is
- * registered in PUBLISH_BACKENDS.
+ * How a backend makes a publish's memory and commits it: host, sealed memfds (updateDesk.ts's
+ * segments); cuda, staging VMM allocations copied at commit into final ones no writer maps
+ * (cudaUpdateSegments.ts), as a writer's update on each backend.
  */
 export interface PublishBackend {
-  /** What get_processed and begin_publish call the segments' handles (docs/protocol.md): "fd" for a host memfd. */
+  /** What get_processed and begin_publish call the segments' handles (docs/protocol.md). */
   handle: string;
-  /** A fresh writable segment of `bytes` (a descriptor the writer maps), E_OUT_OF_MEMORY when it does not fit. */
-  create(bytes: number, name: string): Promise<number>;
-  /** Makes it unwritable for good, or E_UPDATE_MAPPED while the writer still maps it writable; returns the descriptor readers get. */
-  seal(fd: number): number;
-  /** Each of `ranges`' digest (docs/spec/fingerprint.md §8's code). */
-  digest(fd: number, ranges: { start: number; end: number }[]): Promise<string[]>;
+  /** A fresh writable segment of `bytes` (a descriptor the writer maps); E_OUT_OF_MEMORY when it does not fit. */
+  create(service: RankService, bytes: number, name: string): Promise<number>;
+  /**
+   * Makes what was written unwritable to everyone and digests `ranges` of it (docs/spec/fingerprint.md
+   * §8's digest): resolves to the descriptor readers get (`fd` is closed then) and the digests.
+   * E_UPDATE_MAPPED (host) while the writer still maps it writable: nothing changed, commit again.
+   */
+  commit(service: RankService, fd: number, bytes: number, ranges: { start: number; end: number }[]): Promise<{ fd: number; digests: string[] }>;
 }
 
 const procPath = (fd: number) => `/proc/self/fd/${fd}`;
+/** Threads that digest a publish (it is one engine's processed parameters, a fraction of a version). */
+const DIGEST_THREADS = 2;
+const packed = (ranges: { start: number; end: number }[]) => packTensorRanges(ranges.map((r) => ({ file: 0, ...r })));
 
 const HOST: PublishBackend = {
   handle: 'fd',
-  create: (bytes, name) => addon().createWritableSegment(bytes, name),
-  seal(fd) {
+  create: (_service, bytes, name) => addon().createWritableSegment(bytes, name),
+  async commit(_service, fd, _bytes, ranges) {
     addon().sealWritten(fd, 0);
+    const digests = await addon().digestFiles([procPath(fd)], packed(ranges), DIGEST_THREADS);
     // Readers get a read-only open file of the sealed memfd, never the writer's.
     const readOnly = addon().openReadOnly(procPath(fd));
     addon().closeFd(fd);
-    return readOnly;
+    return { fd: readOnly, digests };
   },
-  digest: (fd, ranges) => addon().digestFiles([procPath(fd)], packTensorRanges(ranges.map((r) => ({ file: 0, ...r }))), 1),
 };
 
-export const PUBLISH_BACKENDS: Partial<Record<Backend, PublishBackend>> = { host: HOST };
+const CUDA: PublishBackend = {
+  handle: 'cuda-fd',
+  create(service, bytes) {
+    refuseUnlessCudaFd(service);
+    return addon().cudaStagingFresh(service.rank.device.index, bytes);
+  },
+  async commit(service, fd, bytes, ranges) {
+    const committed = await addon().cudaCommitCopies(service.rank.device.index, [fd], [true], [bytes], packed(ranges), DIGEST_THREADS);
+    // The staging allocation goes (a writer that still maps it writes memory nobody reads).
+    addon().closeFd(fd);
+    return { fd: committed.fds[0]!, digests: committed.digests };
+  },
+};
+
+export const PUBLISH_BACKENDS: Record<Backend, PublishBackend> = { host: HOST, cuda: CUDA };
 
 interface Publish {
   id: string;
@@ -99,13 +119,6 @@ export class PublishDesk {
     const { rank } = service;
     const { key } = request;
     const backend = PUBLISH_BACKENDS[rank.backend];
-    if (!backend) {
-      throw new ServeError(
-        'E_UPDATE_UNSUPPORTED',
-        `model "${rank.name}" serves on the ${rank.backend} backend, where publishing processed parameters is not built yet (writers on ${rank.backend} are not, docs/weight-updates.md); the engine keeps processing at each start`,
-        { model: rank.name, backend: rank.backend },
-      );
-    }
     service.refuseUnlessServing();
     const published = service.processed.get(key);
     const inProgress = [...this.#publishes.values()].find((p) => p.service === service && p.key === key);
@@ -135,7 +148,7 @@ export class PublishDesk {
     const publish: Publish = { id: randomBytes(16).toString('hex'), connectionId: caller.connectionId, pid: caller.pid, service, backend, key, keyFields: request.keyFields, tensors, bytes, sent, markSent, committing: false };
     this.#publishes.set(publish.id, publish);
     try {
-      publish.fd = await backend.create(bytes, `weightd:processed:${rank.name}:r${rank.globalRank}:${key.slice(0, 8)}`);
+      publish.fd = await backend.create(service, bytes, `weightd:processed:${rank.name}:r${rank.globalRank}:${key.slice(0, 8)}`);
     } catch (err) {
       publish.markSent(); // no reply carries it
       this.#end(publish);
@@ -161,17 +174,19 @@ export class PublishDesk {
     }
     const { service, backend } = publish;
     const { rank } = service;
-    const sealed = backend.seal(publish.fd!);
-    publish.fd = sealed;
     publish.committing = true;
-    let digests: string[];
+    let committed: { fd: number; digests: string[] };
     try {
-      digests = await backend.digest(sealed, publish.tensors.map((t) => ({ start: t.offset, end: t.offset + t.bytes })));
+      committed = await backend.commit(service, publish.fd!, publish.bytes, publish.tensors.map((t) => ({ start: t.offset, end: t.offset + t.bytes })));
     } catch (err) {
-      this.#end(publish);
+      publish.committing = false;
+      // Still mapped writable: nothing changed, and the engine commits again once unmapped.
+      if ((err as { code?: string }).code !== 'E_UPDATE_MAPPED' || !this.#publishes.has(id)) this.#end(publish);
       throw err;
     }
-    const layout: ProcessedLayout = { key: publish.key, keyFields: publish.keyFields, tensors: publish.tensors, segments: [{ segment: 0, bytes: publish.bytes, fd: sealed, handle: backend.handle }], digests, bytes: publish.bytes };
+    publish.fd = committed.fd;
+    const { digests } = committed;
+    const layout: ProcessedLayout = { key: publish.key, keyFields: publish.keyFields, tensors: publish.tensors, segments: [{ segment: 0, bytes: publish.bytes, fd: committed.fd, handle: backend.handle }], digests, bytes: publish.bytes };
     if (!this.#publishes.has(id) || (service.status !== 'serving' && service.status !== 'draining') || !service.processed.add(layout)) {
       this.#end(publish);
       throw new ServeError('E_UPDATE_ABORTED', `the publish of processed layout ${publish.key} of model "${rank.name}" ended before it was committed (its connection closed, or the version was freed); nothing of it is kept`, { model: rank.name, key: publish.key });

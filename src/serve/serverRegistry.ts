@@ -98,6 +98,8 @@ export class ServerRegistry {
     const version = this.#versionOf.get(service);
     this.#versionOf.delete(service);
     service.unwatchFiles();
+    // Its published layouts go with it (a release closed them already; a shutdown does not release).
+    service.processed.close();
     if (version !== undefined) {
       const key = versionKey(version, service.rank.fingerprint);
       if (this.#byVersion.get(key)?.service === service) this.#byVersion.delete(key);

@@ -328,7 +328,9 @@ export const BeginPublishReply = z.object({
   model: z.string(),
   base: z.string(),
   key: z.string(),
-  /** The fresh segments (one), in the order of the descriptors that come with the reply (writable memfds, zero). */
+  /** The rank's device: on cuda, where the writer maps the segment. */
+  device: DeviceRef,
+  /** The fresh segments (one), in the order of the descriptors that come with the reply (host: writable memfds, zero; cuda: staging allocations). */
   segments: z.array(SegmentRef),
   /** Where each tensor asked for lies, in the order asked. */
   tensors: z.array(TensorMeta),
@@ -348,7 +350,7 @@ export type ProcessedRef = z.infer<typeof ProcessedRef>;
  * `segments`' order; `absent` with the layouts the version serves instead.
  */
 export const GetProcessedReply = z.discriminatedUnion('status', [
-  z.object({ ...ok, status: z.literal('found'), leaseId, fingerprint: z.string(), key: z.string(), backend: z.enum(['host', 'cuda']), segments: z.array(SegmentRef), tensors: z.array(TensorMeta) }),
+  z.object({ ...ok, status: z.literal('found'), leaseId, fingerprint: z.string(), key: z.string(), backend: z.enum(['host', 'cuda']), device: DeviceRef, segments: z.array(SegmentRef), tensors: z.array(TensorMeta) }),
   z.object({ ...ok, status: z.literal('absent'), fingerprint: z.string(), key: z.string(), published: z.array(ProcessedRef) }),
 ]);
 export type GetProcessedReply = z.infer<typeof GetProcessedReply>;

@@ -1,7 +1,7 @@
 // The publish desk in-process, on a real host rank (publishDesk.ts): a publish places the tensors
 // aligned in one fresh memfd, commit seals and digests it into the rank's processed layouts, and
-// the rank's release closes it; what it refuses (a second key, past the cap, a bad tensor, the
-// cuda backend until writers are built there) it refuses before any memory is made.
+// the rank's release closes it; what it refuses (a second key, past the cap, a bad tensor, a cuda
+// rank served with legacy IPC handles) it refuses before any memory is made.
 import { readFileSync } from 'node:fs';
 import pino from 'pino';
 import { test } from 'uvu';
@@ -65,7 +65,7 @@ test('publish, commit, serve beside the rank, and go with its release; refusals 
   const cuda = new RankService({ rank: { ...loaded.served, backend: 'cuda' }, log, freeMemory: async () => {} });
   const unsupported = await refusal(desk.begin(cuda, { key: 'd'.repeat(32), keyFields: FIELDS, tensors }, caller, () => true));
   assert.is(unsupported.code, 'E_UPDATE_UNSUPPORTED');
-  assert.match(unsupported.message, /cuda backend, where publishing processed parameters is not built yet/);
+  assert.match(unsupported.message, /legacy CUDA IPC handles .*restart the daemon with --cuda-handles fd/);
   assert.is(processedFds().length, 1, 'no refusal made memory');
 
   await service.release();

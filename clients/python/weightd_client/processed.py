@@ -9,8 +9,7 @@ and skips that processing.
 - ``lookup(socket_path, base, key)``: get_processed: a ``Processed`` (a read-only mapping under a
   lease of the version) or ``Absent`` (what is published instead, and which key fields differ).
 
-Host backend: the daemon refuses a publish on cuda (E_UPDATE_UNSUPPORTED) until writers are
-built there; ``lookup`` maps a cuda layout already, as get_state's segments.
+Host and cuda (``--cuda-handles fd``) backends, as a writer's update.
 """
 
 from __future__ import annotations
@@ -23,6 +22,7 @@ from typing import Any, Dict, List, Mapping, Optional
 import rfc8785
 import xxhash
 
+from .cuda import CUDA_FD_HANDLE
 from .host import HostMapping
 from .protocol import Connection, ProtocolError, ServeError, close_fds
 from .tensors import DTYPES, torch_dtype
@@ -110,11 +110,12 @@ def lookup(socket_path: str, base: str, key: str, tensor_format: str = "torch", 
         conn.close()
 
 
-def publish(socket_path: str, model: str, base: str, fields: Mapping[str, str], tensors: Mapping[str, Any], timeout: float = 300.0) -> Dict[str, Any]:
+def publish(socket_path: str, model: str, base: str, fields: Mapping[str, str], tensors: Mapping[str, Any], device: Optional[int] = None, timeout: float = 300.0) -> Dict[str, Any]:
     """Publishes ``tensors`` (name -> a torch tensor, any device) beside version ``base`` of
-    ``model`` under the key of ``fields``: the daemon makes fresh memory, this writes each
-    tensor's bytes (contiguous, in its dtype), unmaps, and commits. Returns commit_publish's reply.
-    E_PUBLISHED when the key is there already (map it), E_OUT_OF_MEMORY past the daemon's cap."""
+    ``model`` under the key of ``fields``: the daemon makes fresh memory (host: a memfd; cuda, on
+    ``device``: a staging allocation), this writes each tensor's bytes (contiguous, in its dtype),
+    unmaps, and commits. Returns commit_publish's reply. E_PUBLISHED when the key is there already
+    (map it), E_OUT_OF_MEMORY past the daemon's cap or the memory free."""
     import torch
 
     wanted = [{"name": name, "dtype": safetensors_dtype(t.dtype), "shape": list(t.shape)} for name, t in tensors.items()]
@@ -124,24 +125,52 @@ def publish(socket_path: str, model: str, base: str, fields: Mapping[str, str], 
         try:
             if len(fds) != 1 or len(reply["segments"]) != 1:
                 raise ProtocolError("E_BAD_REPLY", f"begin_publish sent {len(fds)} descriptor(s) for {len(reply['segments'])} segment(s); one of each was expected")
-            if reply["segments"][0]["handle"] != "fd":
-                raise ServeError("E_UPDATE_UNSUPPORTED", f"begin_publish gave a {reply['segments'][0]['handle']!r} segment; this client writes host memfds (\"fd\") only")
-            seg = reply["segments"][0]
-            mm = mmap.mmap(fds[0], seg["bytes"], flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+            writer = _CudaWriter(reply, fds[0], device) if reply["segments"][0]["handle"] == CUDA_FD_HANDLE else _HostWriter(reply["segments"][0], fds[0])
         finally:
             close_fds(fds)
         try:
             for meta in reply["tensors"]:
-                src = tensors[meta["name"]].detach().contiguous().cpu().reshape(-1).view(torch.uint8)
+                src = tensors[meta["name"]].detach().contiguous().reshape(-1).view(torch.uint8)
                 if src.numel() != meta["bytes"]:
                     raise ProtocolError("E_BAD_SIZE", f"tensor {meta['name']!r} has {src.numel()} bytes; the daemon placed {meta['bytes']}")
-                mm[meta["offset"] : meta["offset"] + meta["bytes"]] = src.numpy().tobytes()
+                writer.write(meta, src.cpu().numpy())
         finally:
-            # The daemon refuses to seal memory a process can still write (E_UPDATE_MAPPED).
-            mm.close()
+            # The daemon refuses to seal memory a process can still write (E_UPDATE_MAPPED, host);
+            # on cuda it copies the staging into memory no writer maps.
+            writer.close()
         return conn.request("commit_publish", publish=reply["publish"])
     finally:
         conn.close()
+
+
+class _HostWriter:
+    """The fresh memfd, mapped writable until close."""
+
+    def __init__(self, segment: Dict[str, Any], fd: int):
+        self.mm = mmap.mmap(fd, segment["bytes"], flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+
+    def write(self, meta: Dict[str, Any], data: Any) -> None:
+        self.mm[meta["offset"] : meta["offset"] + meta["bytes"]] = data.tobytes()
+
+    def close(self) -> None:
+        self.mm.close()
+
+
+class _CudaWriter:
+    """The fresh staging allocation (cuda), mapped read-write until close; written from host bytes
+    (cuMemcpyHtoD), so the driver's fake runs it as a GPU does."""
+
+    def __init__(self, reply: Dict[str, Any], fd: int, device: Optional[int]):
+        from .cuda import CudaMapping
+
+        self.mapping = CudaMapping({**reply, "aliases": {}}, device, "memoryview", segment_fds={reply["segments"][0]["segment"]: fd}, writable=True)
+
+    def write(self, meta: Dict[str, Any], data: Any) -> None:
+        self.mapping.write(meta, memoryview(data).cast("B"))
+
+    def close(self) -> None:
+        self.mapping.synchronize()
+        self.mapping.close()
 
 
 #: Packed dtypes are viewed as uint8 too, so they never name a torch dtype back.

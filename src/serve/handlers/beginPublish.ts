@@ -28,6 +28,7 @@ export async function beginPublish(req: RequestOf<'begin_publish'>, services: De
     model: service.name,
     base: service.rank.fingerprint,
     key: req.key,
+    device: service.deviceRef,
     segments: [{ segment: 0, bytes, handle }],
     tensors,
   };

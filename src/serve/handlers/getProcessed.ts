@@ -34,6 +34,7 @@ export function getProcessed(req: RequestOf<'get_processed'>, services: DeviceSe
     fingerprint: service.rank.fingerprint,
     key: layout.key,
     backend: service.rank.backend,
+    device: service.deviceRef,
     segments: segmentRefs(layout),
     tensors: layout.tensors,
   };

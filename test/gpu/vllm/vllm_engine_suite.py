@@ -20,7 +20,8 @@ refuses cuda writers (E_UPDATE_UNSUPPORTED). ``fp8-tensor-published`` (issue 30
 §2, processed layouts): per-tensor FP8 started three times against one daemon; the first engine
 processes its linear layers and publishes what it computed, the second and third map that and
 process none (counted), each with the disk load's tokens and logprobs, the daemon's version digest
-unchanged; the restart time saved is the first start's against the later ones'.
+unchanged (the daemon runs with --cuda-handles fd, which cuda publishes need); the restart time
+saved is the first start's against the later ones'.
 """
 
 from __future__ import annotations
