@@ -16,12 +16,13 @@ FP8, whose private copies are requantized from the new bytes). ``follow-trainer`
 own model (transformers, the other weights, on the GPU) goes through vLLM 0.26's static
 ``trainer_send_weights`` (written as a new version device to device, then followed); a name the
 daemon does not hold is refused with nothing committed. Skipped, not failed, while the daemon
-refuses cuda writers (E_UPDATE_UNSUPPORTED). ``fp8-tensor-published`` (issue 30
-§2, processed layouts): per-tensor FP8 started three times against one daemon; the first engine
-processes its linear layers and publishes what it computed, the second and third map that and
-process none (counted), each with the disk load's tokens and logprobs, the daemon's version digest
-unchanged (the daemon runs with --cuda-handles fd, which cuda publishes need); the restart time
-saved is the first start's against the later ones'.
+refuses cuda writers (E_UPDATE_UNSUPPORTED).
+
+``fp8-tensor-published`` (issue 30 §2, processed layouts): per-tensor FP8 started three times
+against one daemon; the first engine processes its linear layers and publishes what it computed,
+the second and third map that and process none (counted), each with the disk load's tokens and
+logprobs, the daemon's version digest unchanged (the daemon runs with --cuda-handles fd, which
+cuda publishes need); the restart time saved is the first start's against the later ones'.
 """
 
 from __future__ import annotations
