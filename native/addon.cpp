@@ -391,8 +391,10 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::OpenReadOnly>>("openReadOnly"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::DupFd>>("dupFd"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::CreateWritableCopy>>("createWritableCopy"),
+                             InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::CreateWritableSegment>>("createWritableSegment"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::SealWritten>>("sealWritten"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::CudaStagingCopy>>("cudaStagingCopy"),
+                             InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::CudaStagingFresh>>("cudaStagingFresh"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::CudaCommitCopies>>("cudaCommitCopies"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::MapShared>>("mapShared"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::UnmapShared>>("unmapShared"),
@@ -524,6 +526,14 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
                                   [](Napi::Env e, const int& fd) { return Napi::Number::New(e, fd); });
   }
 
+  // createWritableSegment(bytes, name) -> Promise<number>: reserving the pages runs on a libuv thread.
+  Napi::Value CreateWritableSegment(const Napi::CallbackInfo& info) {
+    uint64_t bytes = toU64(info[0], "bytes");
+    std::string name = toStr(info[1], "name");
+    return PromiseJob<int>::start(info.Env(), [bytes, name] { return createWritableSegment(bytes, name); },
+                                  [](Napi::Env e, const int& fd) { return Napi::Number::New(e, fd); });
+  }
+
   // sealWritten(fd, segment): one fcntl, on the JS thread.
   Napi::Value SealWritten(const Napi::CallbackInfo& info) {
     sealWritten(toBounded<int>(info[0], "fd"), toBounded<uint32_t>(info[1], "segment"));
@@ -536,6 +546,14 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
     int sourceFd = toBounded<int>(info[1], "sourceFd");
     uint64_t bytes = toU64(info[2], "bytes");
     return PromiseJob<int>::start(info.Env(), [deviceIndex, sourceFd, bytes] { return cudaStagingCopy(deviceIndex, sourceFd, bytes); },
+                                  [](Napi::Env e, const int& fd) { return Napi::Number::New(e, fd); });
+  }
+
+  // cudaStagingFresh(deviceIndex, bytes) -> Promise<number>, on a libuv thread.
+  Napi::Value CudaStagingFresh(const Napi::CallbackInfo& info) {
+    int deviceIndex = toBounded<int>(info[0], "deviceIndex");
+    uint64_t bytes = toU64(info[1], "bytes");
+    return PromiseJob<int>::start(info.Env(), [deviceIndex, bytes] { return cudaStagingFresh(deviceIndex, bytes); },
                                   [](Napi::Env e, const int& fd) { return Napi::Number::New(e, fd); });
   }
 

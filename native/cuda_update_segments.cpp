@@ -79,6 +79,21 @@ void digestSegments(const std::vector<VmmSegment>& segments, const std::vector<u
 
 }  // namespace
 
+int cudaStagingFresh(int deviceIndex, uint64_t bytes) {
+  if (bytes == 0) throw DeviceError("E_BAD_PLAN", "a segment of zero bytes cannot be made");
+  PrimaryContext context(deviceIndex);
+  ScopedContext current(context.get());
+  CUdevice dev = cudaDeviceAt(deviceIndex);
+  uint64_t size = vmmSegmentSize(dev, bytes);
+  VmmSegment staging;
+  {
+    std::lock_guard<std::mutex> hold(allocating);
+    checkFree(deviceIndex, size, "a fresh writable segment of " + std::to_string(bytes) + " bytes");
+    staging = VmmSegment::create(dev, size);
+  }
+  return dupExported(staging);
+}
+
 int cudaStagingCopy(int deviceIndex, int sourceFd, uint64_t bytes) {
   if (bytes == 0) throw DeviceError("E_BAD_PLAN", "a segment of zero bytes cannot be copied");
   PrimaryContext context(deviceIndex);

@@ -19,6 +19,11 @@ namespace weightd {
 // (the writer) maps it any more. E_OUT_OF_MEMORY names the bytes needed and free.
 int cudaStagingCopy(int deviceIndex, int sourceFd, uint64_t bytes);
 
+// A fresh staging allocation of `bytes` on visible device `deviceIndex`, its content undefined
+// until written: what a writer fills from nothing (an engine's processed parameters, published
+// beside a version; docs/engines.md). Returns its exported descriptor, as cudaStagingCopy does.
+int cudaStagingFresh(int deviceIndex, uint64_t bytes);
+
 struct CudaCommitted {
   // Per segment: the final allocation's descriptor (the caller's to close) where `copied`, else -1.
   std::vector<int> fds;

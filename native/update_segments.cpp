@@ -46,8 +46,8 @@ void reserve(int fd, uint64_t bytes, const std::string& name) {
   std::lock_guard<std::mutex> hold(reserving);
   HostMemory memory = hostMemory();
   if (!memory.limitedBy.empty() && bytes > memory.freeBytes) {
-    throw DeviceError("E_OUT_OF_MEMORY", "cannot copy " + std::to_string(bytes) + " bytes into " + name + ": only " + std::to_string(memory.freeBytes) +
-                                             " bytes are free (" + memory.limitedBy + "); free memory, raise the memory limit, or name fewer tensors in begin_update");
+    throw DeviceError("E_OUT_OF_MEMORY", "cannot hold " + std::to_string(bytes) + " bytes in " + name + ": only " + std::to_string(memory.freeBytes) +
+                                             " bytes are free (" + memory.limitedBy + "); free memory, raise the memory limit, or write fewer tensors");
   }
   if (fallocate(fd, 0, 0, static_cast<off_t>(bytes)) != 0) {
     int err = errno;
@@ -58,15 +58,14 @@ void reserve(int fd, uint64_t bytes, const std::string& name) {
 
 }  // namespace
 
-int createWritableCopy(int sourceFd, uint64_t bytes, const std::string& name) {
-  if (bytes == 0) throw DeviceError("E_BAD_PLAN", "a segment of zero bytes cannot be copied");
+int createWritableSegment(uint64_t bytes, const std::string& name) {
+  if (bytes == 0) throw DeviceError("E_BAD_PLAN", "a segment of zero bytes cannot be made: " + name);
   int fd = memfd_create(name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd < 0) {
     int err = errno;
     throw DeviceError("E_SHM_CREATE", "cannot create memfd " + name + ": " + errnoMessage(err) +
                                           (err == EMFILE || err == ENFILE ? "; raise the open-file limit (ulimit -n)" : ""));
   }
-  void* src = MAP_FAILED;
   try {
     reserve(fd, bytes, name);
     // A writer's mapping must never lose pages under it (SIGBUS): the size is fixed from here on.
@@ -74,6 +73,17 @@ int createWritableCopy(int sourceFd, uint64_t bytes, const std::string& name) {
       int err = errno;
       throw DeviceError("E_SHM_SEAL", "cannot seal " + name + " against shrink and grow: " + errnoMessage(err));
     }
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  return fd;
+}
+
+int createWritableCopy(int sourceFd, uint64_t bytes, const std::string& name) {
+  int fd = createWritableSegment(bytes, name);
+  void* src = MAP_FAILED;
+  try {
     src = mapSealedReadOnly(sourceFd, bytes);
     if (src == MAP_FAILED) {
       int err = errno;

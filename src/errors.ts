@@ -86,6 +86,7 @@ export type ErrorCode =
   | 'E_NO_LEASE'
   | 'E_NO_SEGMENT_FDS'
   | 'E_NO_SOCKET'
+  | 'E_NO_PUBLISH'
   | 'E_NO_UPDATE'
   | 'E_PEER'
   | 'E_PLAN_BAD_REGEX'
@@ -93,6 +94,7 @@ export type ErrorCode =
   | 'E_PLAN_READ'
   | 'E_PLAN_SCHEMA'
   | 'E_PLATFORM'
+  | 'E_PUBLISHED'
   | 'E_RANK_EXIT'
   | 'E_RATE_LIMITED'
   | 'E_RDZV_COORDINATOR_LOST'
@@ -181,6 +183,7 @@ export type ErrorCode =
   | 'E_UPDATE_BASE'
   | 'E_UPDATE_BUSY'
   | 'E_UPDATE_UNSUPPORTED'
+
   | 'E_USAGE';
 
 /**

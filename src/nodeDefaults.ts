@@ -6,3 +6,5 @@ export const DEFAULT_ADOPT_WITHIN_S = 600;
 export const DEFAULT_INSPECT_HOST = '127.0.0.1';
 /** How many earlier versions of a model a writer's commits leave resident for rollback (--keep-versions; docs/weight-updates.md). */
 export const DEFAULT_KEEP_VERSIONS = 2;
+/** A rank's processed layouts' bytes at most this percent of its version's bytes (--processed-max-percent; docs/engines.md). */
+export const DEFAULT_PROCESSED_MAX_PERCENT = 100;

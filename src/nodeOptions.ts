@@ -9,7 +9,7 @@ import { FILL_SIZING } from './native/fillPolicy.js';
 import { checkEvictionPolicy, type EvictionPolicy } from './models/evictionPolicy.js';
 import { integer, usage } from './flagValues.js';
 import { readModelsFile, resolveModelSpecs, type ModelRequest, type ModelSpec } from './models/modelSpecs.js';
-import { DEFAULT_ADOPT_WITHIN_S, DEFAULT_INSPECT_HOST, DEFAULT_KEEP_VERSIONS } from './nodeDefaults.js';
+import { DEFAULT_ADOPT_WITHIN_S, DEFAULT_INSPECT_HOST, DEFAULT_KEEP_VERSIONS, DEFAULT_PROCESSED_MAX_PERCENT } from './nodeDefaults.js';
 
 export type DeviceChoice = 'auto' | 'cuda' | 'host';
 /**
@@ -92,6 +92,8 @@ export interface NodeOptions {
    * while no lease holds them (docs/weight-updates.md), for rollback without a reload. Default 2.
    */
   keepVersions?: number;
+  /** Bytes engines may publish beside each rank of a version, as a percent of the rank's bytes (docs/engines.md). Default 100; 0 refuses publishing. */
+  processedMaxPercent?: number;
 }
 
 /** Validated, complete configuration. */
@@ -119,6 +121,7 @@ export interface NodeConfig {
   control: false | { limits?: Partial<ControlLimits> };
   evict: EvictionPolicy;
   keepVersions: number;
+  processedMaxPercent: number;
 }
 
 export const DEFAULT_RENDEZVOUS_TIMEOUT_MS = 300_000;
@@ -216,6 +219,13 @@ export async function resolveNodeOptions(o: NodeOptions): Promise<NodeConfig> {
     control: o.control ?? {},
     evict: checkEvictionPolicy('--evict', o.evict ?? 'off'),
     keepVersions: integer('--keep-versions', o.keepVersions ?? DEFAULT_KEEP_VERSIONS, 0, 64, `pass how many earlier versions of a model to keep for rollback, from 0 to 64 (default ${DEFAULT_KEEP_VERSIONS})`),
+    processedMaxPercent: integer(
+      '--processed-max-percent',
+      o.processedMaxPercent ?? DEFAULT_PROCESSED_MAX_PERCENT,
+      0,
+      1000,
+      `pass the bytes engines may publish beside a rank, as a percent of its bytes, from 0 (none) to 1000 (default ${DEFAULT_PROCESSED_MAX_PERCENT})`,
+    ),
   };
 }
 

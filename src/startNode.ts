@@ -171,7 +171,7 @@ export async function startNode(options: NodeOptions, { rankWorker = rankWorkerM
   const config = await resolveNodeOptions(options);
   const log = options.logger ?? createLogger({ nodeRank: config.nodeRank, level: options.logLevel });
   const workers = new WorkerRegistry();
-  const servers = new ServerRegistry({ defaultModel: config.models[0].name });
+  const servers = new ServerRegistry({ defaultModel: config.models[0].name, processedMaxPercent: config.processedMaxPercent });
   const feed = new EventFeed();
   // Found or started while the node plans (prepareNode waits for it), so that the ranks can
   // adopt what it holds. start() never rejects: a node without its keeper still serves.

@@ -14,7 +14,7 @@ import { num } from '../flagValues.js';
 import { VERSION } from '../version.js';
 import { FILL_SIZING } from '../native/fillPolicy.js';
 import type { NodeOptions } from '../nodeOptions.js';
-import { DEFAULT_ADOPT_WITHIN_S, DEFAULT_INSPECT_HOST, DEFAULT_KEEP_VERSIONS } from '../nodeDefaults.js';
+import { DEFAULT_ADOPT_WITHIN_S, DEFAULT_INSPECT_HOST, DEFAULT_KEEP_VERSIONS, DEFAULT_PROCESSED_MAX_PERCENT } from '../nodeDefaults.js';
 import type { FingerprintRequest } from './printFingerprints.js';
 import type { VerifyRequest } from './runVerify.js';
 import { keeperSocketPath } from '../keeper/keeperSocketPath.js';
@@ -177,6 +177,7 @@ export function buildProgram(): Command {
     .option('--adopt-within <seconds>', `how long a keeper this daemon spawns holds shards no daemon adopts (default ${DEFAULT_ADOPT_WITHIN_S})`)
     .addOption(new Option('--evict <policy>', 'what a load that does not fit beside the resident models may evict: off (refuse it), or no-lease-lru (unload models with no lease, least recently used first, just enough; docs/operations.md, Eviction)').choices(EVICTION_POLICIES).default('off'))
     .option('--keep-versions <n>', 'how many earlier versions of a model a writer\'s commits leave resident for rollback while no lease holds them (docs/weight-updates.md)', String(DEFAULT_KEEP_VERSIONS))
+    .option('--processed-max-percent <n>', `bytes engines may publish beside each rank of a version (processed layouts, docs/engines.md), as a percent of that rank's bytes; 0 refuses publishing`, String(DEFAULT_PROCESSED_MAX_PERCENT))
     .addOption(new Option('--log-level <level>', 'log level').choices(['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent']).default('info'))
     .option('--inspect-port <port>', 'serve /healthz, /status, /metrics and the live /statechart page on this HTTP port (0: any free port)')
     .option('--inspect-host <addr>', `address for the inspect server (default: ${DEFAULT_INSPECT_HOST}); anything but loopback exposes it to the network`)
@@ -376,6 +377,7 @@ function nodeOptions(o: Record<string, string | undefined>, env: NodeJS.ProcessE
     logLevel: o.logLevel as NodeOptions['logLevel'],
     evict: o.evict as EvictionPolicy,
     keepVersions: num(o.keepVersions),
+    processedMaxPercent: num(o.processedMaxPercent),
     // The host alone is passed on too, so that a forgotten port is an error, not a silent no-op.
     inspect: o.inspectPort !== undefined || o.inspectHost !== undefined ? { port: num(o.inspectPort), host: o.inspectHost } : undefined,
   };

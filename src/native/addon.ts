@@ -212,7 +212,13 @@ export interface Addon {
    * Resolves to its descriptor, the caller's to close (closeFd).
    */
   createWritableCopy(sourceFd: number, bytes: number, name: string): Promise<number>;
-  /** Seals a segment createWritableCopy made against write: E_UPDATE_MAPPED while a process still maps it writable. */
+  /**
+   * native/update_segments.h, on a libuv thread: a fresh memfd of `bytes`, zero, its pages reserved
+   * (E_OUT_OF_MEMORY when they do not fit), sealed against shrink and grow, not write. Resolves to
+   * its descriptor, the caller's to close (closeFd).
+   */
+  createWritableSegment(bytes: number, name: string): Promise<number>;
+  /** Seals a segment createWritableSegment or createWritableCopy made against write: E_UPDATE_MAPPED while a process still maps it writable. */
   sealWritten(fd: number, segment: number): void;
   /**
    * native/cuda_update_segments.h, on a libuv thread: a fresh VMM allocation on visible device
@@ -221,6 +227,8 @@ export interface Addon {
    * reference to it). E_OUT_OF_MEMORY names the bytes needed and free.
    */
   cudaStagingCopy(deviceIndex: number, sourceFd: number, bytes: number): Promise<number>;
+  /** native/cuda_update_segments.h, on a libuv thread: a fresh staging allocation of `bytes` (content undefined), its exported descriptor the caller's. */
+  cudaStagingFresh(deviceIndex: number, bytes: number): Promise<number>;
   /**
    * At commit (native/cuda_update_segments.h): copies each staging descriptor `fds[i]` with
    * `copied[i]` into a fresh final allocation (its descriptor in `fds[i]` of the result, -1 for a

@@ -272,13 +272,14 @@ export class DeviceServer implements ConnectionHandler, DeviceServices {
   // ConnectionHandler
 
   keepOpen(caller: Caller): boolean {
-    return this.watches.watches(caller.connectionId) || this.#services.some((s) => s.leases.holdsBound(caller.connectionId)) || this.updates?.desk.holds(caller.connectionId) === true;
+    return this.watches.watches(caller.connectionId) || this.#services.some((s) => s.leases.holdsBound(caller.connectionId)) || this.updates?.desk.holds(caller.connectionId) === true || this.updates?.publishes.holds(caller.connectionId) === true;
   }
 
   closed(caller: Caller): void {
     this.#connections.delete(caller.connectionId);
     this.watches.connectionClosed(caller.connectionId);
     this.updates?.desk.connectionClosed(caller.connectionId);
+    this.updates?.publishes.connectionClosed(caller.connectionId);
     for (const s of [...this.#services]) s.connectionClosed(caller);
     this.#log.debug({ peerPid: caller.pid, connection: caller.connectionId }, 'client disconnected');
   }

@@ -5,6 +5,7 @@ import type { Caller } from './leaseTable.js';
 import type { RankService } from './rankService.js';
 import type { WatchTable } from './watchTable.js';
 import type { UpdateDesk } from './updateDesk.js';
+import type { PublishDesk } from './publishDesk.js';
 
 /** The model versions a device serves, as the handlers look them up. */
 export interface DeviceServices {
@@ -31,6 +32,8 @@ export interface DeviceServices {
 /** What a device's socket needs of the node to take updates: the desk, and which version a service is a rank of. */
 export interface UpdateHost {
   desk: UpdateDesk;
+  /** Engines' publishes of processed layouts (publishDesk.ts). */
+  publishes: PublishDesk;
   /** The version `service` is a rank of (ServeOptions.version) and its global ranks on this node; undefined once withdrawn. */
   versionOf(service: RankService): { version: string; ranks: number[] } | undefined;
 }

@@ -9,6 +9,7 @@ import type { FilesCheck } from './filesCheck.js';
 import type { Logger } from '../log.js';
 import type { SegmentExport } from '../native/addon.js';
 import { EncodedManifest } from './encodedManifest.js';
+import { ProcessedLayouts } from './processedLayouts.js';
 import { leaseHash, LeaseTable, type Caller, type Lease } from './leaseTable.js';
 import type { DeviceRef, RankRef, ServeStatus } from '../wire/protocol.js';
 import { rankServiceStart, rankServiceStep, type RankServiceEvent } from './rankServiceMachine.js';
@@ -43,6 +44,8 @@ export class RankService {
   readonly rank: ServedRankData;
   readonly log: Logger;
   readonly leases = new LeaseTable();
+  /** What engines computed from this rank's bytes and published (publishDesk.ts); freed with the rank. */
+  readonly processed = new ProcessedLayouts();
   readonly startedAt = Date.now();
   /** Set by the device server that serves this rank. */
   notifier: ConnectionNotifier | undefined;
@@ -228,7 +231,9 @@ export class RankService {
   release(): Promise<void> {
     this.#step({ type: 'RELEASE_ALLOWED' });
     // At once when no descriptor is on its way: a release that waits on nothing frees now.
-    const freed = this.#fdSends === 0 ? this.#freeMemory() : new Promise<void>((resolve) => (this.#fdSendsSettled = resolve)).then(() => this.#freeMemory());
+    const freed = (this.#fdSends === 0 ? this.#freeMemory() : new Promise<void>((resolve) => (this.#fdSendsSettled = resolve)).then(() => this.#freeMemory())).finally(() =>
+      this.processed.close(),
+    );
     this.#releaseDone = freed.then(
       () => {
         this.#step({ type: 'MEMORY_FREED' });

@@ -5,6 +5,7 @@ import type { RankService } from './rankService.js';
 import { FilesCheck } from './filesCheck.js';
 import { serveLimits, type ServeLimits } from './serveLimits.js';
 import { UpdateDesk } from './updateDesk.js';
+import { PublishDesk } from './publishDesk.js';
 import type { UpdateHost } from './deviceServices.js';
 
 export interface ServeOptions {
@@ -40,6 +41,7 @@ export class ServerRegistry {
   readonly updates = new UpdateDesk();
   readonly #updateHost: UpdateHost = {
     desk: this.updates,
+    publishes: new PublishDesk(),
     versionOf: (service) => {
       const version = this.#versionOf.get(service);
       if (version === undefined) return undefined;
@@ -48,8 +50,10 @@ export class ServerRegistry {
     },
   };
 
-  constructor(options: { defaultModel?: string } = {}) {
+  /** `processedMaxPercent`: --processed-max-percent (PublishDesk). */
+  constructor(options: { defaultModel?: string; processedMaxPercent?: number } = {}) {
     this.#defaultModel = options.defaultModel;
+    this.#updateHost.publishes = new PublishDesk(options.processedMaxPercent);
   }
 
   /** Keeps a lock taken before loading, for the device's server when it binds. */
@@ -94,6 +98,8 @@ export class ServerRegistry {
     const version = this.#versionOf.get(service);
     this.#versionOf.delete(service);
     service.unwatchFiles();
+    // Its published layouts go with it (a release closed them already; a shutdown does not release).
+    service.processed.close();
     if (version !== undefined) {
       const key = versionKey(version, service.rank.fingerprint);
       if (this.#byVersion.get(key)?.service === service) this.#byVersion.delete(key);

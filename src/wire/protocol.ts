@@ -6,7 +6,7 @@ import { z } from 'zod';
 /** Version of the message set; independent of the frame version in frameCodec.ts. */
 export const PROTOCOL_VERSION = 1;
 
-export const COMMANDS = ['ping', 'get_state', 'get_segment_fds', 'release', 'detach', 'stats', 'watch', 'begin_update', 'commit_update'] as const;
+export const COMMANDS = ['ping', 'get_state', 'get_segment_fds', 'release', 'detach', 'stats', 'watch', 'begin_update', 'commit_update', 'begin_publish', 'commit_publish', 'get_processed'] as const;
 export type Command = (typeof COMMANDS)[number];
 
 const requestId = z.number().int().min(0).max(Number.MAX_SAFE_INTEGER);
@@ -76,7 +76,39 @@ export const BeginUpdateRequest = z.object({
 /** Seals and digests what was written on this rank; the version serves once every local rank of the model committed. */
 export const CommitUpdateRequest = z.object({ id: requestId, cmd: z.literal('commit_update'), update: leaseId });
 
-export const Request = z.discriminatedUnion('cmd', [PingRequest, GetStateRequest, GetSegmentFdsRequest, ReleaseRequest, DetachRequest, StatsRequest, WatchRequest, BeginUpdateRequest, CommitUpdateRequest]);
+/**
+ * A processed layout's key (docs/spec/processed-key.md): `key` is its hash, which the daemon
+ * compares; `keyFields` each field's value, which the daemon keeps and gives back so a client whose
+ * key differs can say which part did.
+ */
+const processedKey = z.string().regex(/^[0-9a-f]{32}$/, 'a processed key is 32 lowercase hex digits (docs/spec/processed-key.md)');
+const processedKeyFields = z.record(z.string().min(1).max(64), z.string().max(256)).refine((f) => Object.keys(f).length <= 32, { message: 'a processed key has at most 32 fields' });
+/** A tensor to publish: its byte size is the dtype's times the shape's product. */
+export const PublishTensor = z.object({ name: z.string().min(1).max(1024), dtype: z.string().min(1).max(32), shape: z.array(z.number().int().min(0).max(2 ** 40)).max(8) });
+export type PublishTensor = z.infer<typeof PublishTensor>;
+/**
+ * Asks for fresh writable memory for what an engine computed from version `base` (a processed
+ * layout, docs/engines.md): one segment holding `tensors`, sent as SCM_RIGHTS. It serves beside
+ * the version, under `key`, once commit_publish sealed it; it ends with this connection otherwise.
+ */
+export const BeginPublishRequest = z.object({
+  id: requestId,
+  cmd: z.literal('begin_publish'),
+  model: ModelName,
+  base: hash,
+  key: processedKey,
+  keyFields: processedKeyFields,
+  tensors: z.array(PublishTensor).min(1).max(1_000_000),
+});
+/** Seals and digests a publish; from then on get_processed with its key maps it. */
+export const CommitPublishRequest = z.object({ id: requestId, cmd: z.literal('commit_publish'), publish: leaseId });
+/** The processed layout `key` of version `fingerprint`, under a map lease on that version, its segments as SCM_RIGHTS; or what is published instead. */
+export const GetProcessedRequest = z.object({ id: requestId, cmd: z.literal('get_processed'), fingerprint: hash, key: processedKey, pid: z.number().int().min(1).max(2 ** 31 - 1) });
+
+export const Request = z.discriminatedUnion('cmd', [
+  PingRequest, GetStateRequest, GetSegmentFdsRequest, ReleaseRequest, DetachRequest, StatsRequest, WatchRequest, BeginUpdateRequest, CommitUpdateRequest,
+  BeginPublishRequest, CommitPublishRequest, GetProcessedRequest,
+]);
 export type Request = z.infer<typeof Request>;
 export type RequestOf<C extends Command> = Extract<Request, { cmd: C }>;
 
@@ -289,6 +321,40 @@ export const CommitUpdateReply = z.object({
 });
 export type CommitUpdateReply = z.infer<typeof CommitUpdateReply>;
 
+export const BeginPublishReply = z.object({
+  ...ok,
+  /** Names this publish in commit_publish; only on the connection that began it. */
+  publish: z.string(),
+  model: z.string(),
+  base: z.string(),
+  key: z.string(),
+  /** The rank's device: on cuda, where the writer maps the segment. */
+  device: DeviceRef,
+  /** The fresh segments (one), in the order of the descriptors that come with the reply (host: writable memfds, zero; cuda: staging allocations). */
+  segments: z.array(SegmentRef),
+  /** Where each tensor asked for lies, in the order asked. */
+  tensors: z.array(TensorMeta),
+});
+export type BeginPublishReply = z.infer<typeof BeginPublishReply>;
+
+export const CommitPublishReply = z.object({ ...ok, model: z.string(), base: z.string(), key: z.string(), bytes: count });
+export type CommitPublishReply = z.infer<typeof CommitPublishReply>;
+
+/** One processed layout a version serves: its key and fields, for a client whose key differs. */
+export const ProcessedRef = z.object({ key: z.string(), keyFields: z.record(z.string(), z.string()), bytes: count });
+export type ProcessedRef = z.infer<typeof ProcessedRef>;
+
+/**
+ * get_processed: `found` with a map lease on the base version (detach it when done) and the
+ * layout's manifest, its segments' descriptors (sealed read-only memfds) with the reply in
+ * `segments`' order; `absent` with the layouts the version serves instead.
+ */
+export const GetProcessedReply = z.discriminatedUnion('status', [
+  z.object({ ...ok, status: z.literal('found'), leaseId, fingerprint: z.string(), key: z.string(), backend: z.enum(['host', 'cuda']), device: DeviceRef, segments: z.array(SegmentRef), tensors: z.array(TensorMeta) }),
+  z.object({ ...ok, status: z.literal('absent'), fingerprint: z.string(), key: z.string(), published: z.array(ProcessedRef) }),
+]);
+export type GetProcessedReply = z.infer<typeof GetProcessedReply>;
+
 /**
  * A frame no request asked for (id null, ok true): something happened to a model this connection
  * watches, or to a lease it holds. model_ready: `fingerprint` of a newer version of `model` is
@@ -330,4 +396,7 @@ export const REPLY_SCHEMAS = {
   watch: WatchReply,
   begin_update: BeginUpdateReply,
   commit_update: CommitUpdateReply,
+  begin_publish: BeginPublishReply,
+  commit_publish: CommitPublishReply,
+  get_processed: GetProcessedReply,
 } as const satisfies Record<Command, z.ZodType>;

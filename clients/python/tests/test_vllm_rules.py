@@ -123,3 +123,38 @@ class RewrittenTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class PublishableTest(unittest.TestCase):
+    """Which layers' processing the plugin publishes and maps back (vllm_rules.PUBLISHABLE): by
+    method and the kernel selected, never by the method alone; and what adopting restores."""
+
+    def layer(self, kind: str, kernel: str, **attrs):
+        from types import SimpleNamespace
+
+        m = method(kind, fp8_linear=type(kernel, (), {})(), act_q_static=False)
+        return SimpleNamespace(quant_method=m, logical_widths=[128, 64, 64], **attrs)
+
+    def test_by_method_and_kernel(self):
+        from weightd_client.vllm_rules import publishable
+
+        for kernel in ("CutlassFP8ScaledMMLinearKernel", "CPUFp8BlockScaledMMKernel"):
+            with self.subTest(kernel=kernel):
+                self.assertEqual(publishable(self.layer("Fp8LinearMethod", kernel))[0], f"Fp8LinearMethod with {kernel}")
+        # The same method with a kernel the table does not know (Marlin's keeps state on the
+        # kernel it would not restore) processes at every start; so does a layer without a method.
+        self.assertIsNone(publishable(self.layer("Fp8LinearMethod", "MarlinFP8ScaledMMLinearKernel")))
+        self.assertIsNone(publishable(self.layer("Fp8LinearMethod", "CPUFp8PerTensorScaledMMLinearKernel")))
+        self.assertIsNone(publishable(type("Layer", (), {})()))
+
+    def test_adopting_restores_what_processing_leaves_outside_the_parameters(self):
+        from weightd_client.vllm_rules import publishable
+
+        layer = self.layer("Fp8LinearMethod", "CutlassFP8ScaledMMLinearKernel")
+        publishable(layer)[1](layer, layer.quant_method)
+        self.assertIsNone(layer.input_scale, "dynamic activation scales: input_scale is None, as processing leaves it")
+        self.assertFalse(hasattr(layer.quant_method.fp8_linear, "logical_output_size"), "a CUTLASS kernel that does not pad keeps no width")
+        padded = type("CutlassFP8ScaledMMLinearKernel", (), {"padded_weight_loader": staticmethod(lambda p, w: None)})()
+        layer.quant_method.fp8_linear = padded
+        publishable(layer)[1](layer, layer.quant_method)
+        self.assertEqual(padded.logical_output_size, 256, "vLLM 0.32's keeps the logical width, the padding sliced away at run time")

@@ -25,7 +25,7 @@ from torch import nn
 from vllm.model_executor.layers.quantization.base_config import QuantizeMethodBase
 
 from .client import Mismatch, WeightdClient
-from .vllm_plugin import LOAD_FORMAT, Mapped, logger
+from .vllm_plugin import LOAD_FORMAT, Mapped, _end_lease, logger
 from .write_version import NotServing, serving_fingerprint
 
 
@@ -93,7 +93,8 @@ def _reprocess(mapped: Mapped) -> List[str]:
     for module, _, _ in mapped.holders:
         if isinstance(getattr(module, "quant_method", None), QuantizeMethodBase):
             layers[id(module)] = module
-    served = {id(p) for p, _, _ in mapped.params}
+    # Never written into: the daemon's read-only memory (published parameters are too).
+    served = {id(p) for p, _, _ in mapped.params} | {id(p) for p in mapped.published}
     moved: List[str] = []
     # The tensors each layer runs with now, before anything is put back.
     running = {key: dict(layer._parameters) for key, layer in layers.items()}
@@ -139,6 +140,11 @@ def switch(model: nn.Module, info: Target) -> str:
         # The same processing ran on the same shapes when loading: this is not expected, and the
         # layers before the failing one already run the new version.
         raise RuntimeError(f"vLLM's post-processing failed on version {fingerprint[:12]} after the switch ({err}); the engine's layers mix two versions: reload the engine") from err
+    if mapped.processed is not None:
+        # Its layers were processed again from the new version: the old version's processed
+        # layout (and its lease, which kept that version) is no longer used.
+        _end_lease(mapped.socket_path, [mapped.processed.lease])
+        mapped.processed, mapped.published = None, []
     if moved:
         logger.warning("weightd: processing the new version put %s at new addresses; a captured CUDA graph would read the old ones", ", ".join(moved))
     return f"switched {len(mapped.params)} parameters to version {fingerprint[:12]} in place, lease {state['leaseId']}"

@@ -21,6 +21,10 @@ driver allows it). Parameters vLLM creates that no checkpoint holds (attention `
 ``v_scale``, ``q_scale``, ``prob_scale``) keep vLLM's defaults. A vLLM version the plugin's
 table does not know loads from disk.
 
+Layers whose processing the plugin knows by method and selected kernel (vllm_processed.py) are
+processed once: the first engine publishes what their processing computed to the daemon, and
+the next start with the same key (docs/spec/processed-key.md) maps it and skips that processing.
+
 A model loaded in map mode keeps what a switch to another version needs (``Mapped``): vLLM's
 weight-transfer backend ``weightd`` (vllm_transfer.py, registered here) follows a new version in
 place through it (vllm_follow.py).
@@ -45,6 +49,9 @@ from vllm.model_executor.model_loader.default_loader import DefaultModelLoader
 
 from .client import WeightdClient, find_socket
 from .fingerprint import expected_fingerprint
+from .processed import Processed, lookup
+from .protocol import WeightdError
+from .vllm_processed import Plan, adopt, misfits, plan_for, publish_plan
 from .vllm_rules import UnknownVersion, VersionRules, engine_owned, layout_name, private_params, rules_for
 
 LOAD_FORMAT = "weightd"
@@ -165,13 +172,17 @@ def _end_lease(socket_path: str, lease: List[str]) -> None:
 class Mapped:
     """What a model loaded in map mode keeps (``model._weightd``): the mapping, the rank's socket,
     the lease of the version mapped now, each served parameter with its view and whether it got
-    a private copy, and every (module, attribute) that held a served parameter when loaded."""
+    a private copy, every (module, attribute) that held a served parameter when loaded, and the
+    processed layout mapped in place of some layers' processing, if any, with the parameters made
+    of it (read-only, like the views)."""
 
     mapping: Any
     socket_path: str
     lease: List[str]
     params: List[Tuple[nn.Parameter, torch.Tensor, bool]]
     holders: List[Tuple[nn.Module, str, nn.Parameter]]
+    processed: Optional[Processed] = None
+    published: List[nn.Parameter] = dataclasses.field(default_factory=list)
 
 
 class WeightdModelLoader(BaseModelLoader):
@@ -261,18 +272,26 @@ class WeightdModelLoader(BaseModelLoader):
         # shared write would change every other engine's weights, and the next restart would
         # process already-processed bytes.
         private = private_params(model, _fnuz(), dict(os.environ)) if self.mode == "map" else {}
+        plan = plan_for(model, state["fingerprint"], *reversed(_ranks())) if self.mode == "map" else None
+        found, processed = self._find_processed(plan, client, state) if plan is not None else (None, "")
+        # A layer whose processed parameters are mapped needs none of its loaded ones: a switch to
+        # another version gives them a private copy and processes them again (vllm_follow.py).
+        adopted = set(plan.params) if found is not None else set()
+        private.update({n: "processing (published)" for n in adopted})
         served = {n: p for n, p in params.items() if n not in own}
         with torch.no_grad():
             for name, p in served.items():
                 view = views[layout_name(name, rules)]
-                if self.mode == "map" and name not in private:
+                if name in adopted:
+                    p.data = torch.empty(0, dtype=p.dtype, device=p.device)
+                elif self.mode == "map" and name not in private:
                     p.data = view
                 elif self.mode == "map":
                     p.data = view.clone()
                 else:
                     p.data.copy_(view)
         nbytes = sum(int(t["bytes"]) for t in state["tensors"])
-        copied = sorted(n for n in served if n in private)
+        copied = sorted(n for n in served if n in private and n not in adopted)
         if self.mode == "map":
             # The parameters are the daemon's memory: the mapping lives with the model, and so
             # does the lease (it follows this process, so no connection needs to stay open).
@@ -290,16 +309,61 @@ class WeightdModelLoader(BaseModelLoader):
             views = view = None  # the last references to them: the handles close now
             mapping.close()
             client.detach(state["leaseId"])
+        if found is not None:
+            processed = f"; mapped {adopt(plan, found)} processed parameters of {len(plan.layers)} layers ({plan.processing}; {found.bytes} bytes, key {plan.key}): their processing skipped"
+            # The mapping lives with the model (or until a switch processes those layers again).
+            model._weightd.processed = found
+            model._weightd.published = [p for m, _, _ in plan.layers.values() for p in m._parameters.values() if p is not None]
+            weakref.finalize(model, _end_lease, client.socket_path, [found.lease]).atexit = False
+        elif plan is not None:
+            model._weightd_publish = (plan, client.socket_path)
         client.close()
         ro = "read-only" if getattr(mapping, "read_only", False) else "read-write"
         why = sorted({private[n] for n in copied})
         return (
-            f"{'mapped' if self.mode == 'map' else 'copied'} {len(served) - len(copied)} parameters"
+            f"{'mapped' if self.mode == 'map' else 'copied'} {len(served) - len(copied) - len(adopted)} parameters"
             + (f" ({ro})" if self.mode == "map" else "")
             + (f", copied {len(copied)} that {', '.join(why)} rewrites after loading" if copied else "")
             + (f", left {len(own)} to vLLM ({', '.join(sorted({n.rsplit('.', 1)[-1] for n in own}))})" if own else "")
             + f" ({nbytes} bytes, layout vllm, vLLM {rules.label} rules, {state['backend']} backend) from {client.socket_path}, lease {state['leaseId']}"
+            + processed
         )
+
+    def _find_processed(self, plan: Plan, client: WeightdClient, state: Dict[str, Any]) -> Tuple[Optional[Processed], str]:
+        """The processed layout of ``plan``'s key, mapped, when the daemon has one that fits (its
+        layers then skip their processing); else None, and they process and are published once
+        processed (load_model). With what the log line says of it."""
+        try:
+            device = torch.accelerator.current_device_index() if state["backend"] == "cuda" else None
+            found = lookup(client.socket_path, state["fingerprint"], plan.key, device=device)
+        except (WeightdError, OSError) as err:
+            return None, f"; {len(plan.layers)} layers ({plan.processing}) process as usual: no processed layout ({err})"
+        if not isinstance(found, Processed):
+            return None, f"; {len(plan.layers)} layers ({plan.processing}) process, then publish: {found.why(plan.fields)}"
+        problems = misfits(plan, found)
+        if problems:
+            del found.tensors
+            found.mapping.close()
+            _end_lease(client.socket_path, [found.lease])
+            return None, f"; {len(plan.layers)} layers ({plan.processing}) process: the processed layout of key {plan.key} does not fit: {'; '.join(problems)}"
+        return found, ""
+
+    def load_model(self, vllm_config: VllmConfig, model_config: ModelConfig, *args: Any, **kwargs: Any) -> nn.Module:
+        """vLLM's load, then the publish of what the processing computed, when it is to be published."""
+        model = super().load_model(vllm_config, model_config, *args, **kwargs)
+        pending = model.__dict__.pop("_weightd_publish", None)
+        if pending is not None:
+            plan, socket_path = pending
+            try:
+                client = WeightdClient(socket_path)
+                try:
+                    name = next(m["name"] for m in client.ping()["models"] if m["fingerprint"] == plan.fields["base"])
+                finally:
+                    client.close()
+                logger.info("weightd: %s", publish_plan(plan, socket_path, name))
+            except (WeightdError, OSError, ValueError, StopIteration) as err:
+                logger.info("weightd: processed parameters not published (the next start processes them again): %s %s", getattr(err, "code", type(err).__name__), err)
+        return model
 
     def load_weights(self, model: nn.Module, model_config: ModelConfig) -> None:
         try:

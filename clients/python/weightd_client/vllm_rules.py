@@ -142,6 +142,44 @@ def rewritten_in_place(module: Any, fnuz: bool, env: Dict[str, str]) -> Tuple[Op
     return ALL, kind
 
 
+def _dynamic_input_scale(layer: Any, method: Any) -> None:
+    # Fp8LinearMethod's processing stamps input_scale = None for dynamic activation scales, a
+    # state no parameter carries (vLLM's own pre-processed path restores it the same way).
+    if not getattr(method, "act_q_static", False) and getattr(layer, "input_scale", None) is None:
+        layer.input_scale = None
+
+
+def _cutlass_per_tensor(layer: Any, method: Any) -> None:
+    _dynamic_input_scale(layer, method)
+    # vLLM 0.32's CUTLASS kernel pads the weight to 16 and keeps the logical width on the kernel,
+    # to slice the padding away at run time; the published weight is the padded one.
+    kernel = method.fp8_linear
+    if hasattr(type(kernel), "padded_weight_loader"):
+        kernel.logical_output_size = int(sum(layer.logical_widths))
+
+
+#: Processing whose result the plugin publishes to the daemon and maps back at the next start
+#: instead of running it (docs/engines.md, "Publishing what the engine computed"), by method and
+#: the kernel vLLM selected (not the method alone: a method's kernels leave different state), each
+#: with what restores the state its processing leaves outside the layer's parameters. A pair not
+#: here is processed at every start, as a disk load does.
+PUBLISHABLE = {
+    ("Fp8LinearMethod", "CPUFp8BlockScaledMMKernel"): _dynamic_input_scale,
+    ("Fp8LinearMethod", "CutlassFP8ScaledMMLinearKernel"): _cutlass_per_tensor,
+}
+
+
+def publishable(module: Any) -> Optional[Tuple[str, Any]]:
+    """``"Method with Kernel"`` and the adoption step of ``module``'s processing when the plugin
+    can publish it (PUBLISHABLE), else None."""
+    method = getattr(module, "quant_method", None)
+    if method is None or getattr(method, "fp8_linear", None) is None:
+        return None
+    kind, kernel = type(method).__name__, _kernel_of(method)
+    adopt = PUBLISHABLE.get((kind, kernel))
+    return (f"{kind} with {kernel}", adopt) if adopt else None
+
+
 def private_params(model: Any, fnuz: bool, env: Dict[str, str]) -> Dict[str, str]:
     """Every parameter of ``model`` (by ``named_parameters()`` name) that must not be the
     daemon's memory, with what rewrites it."""

@@ -18,6 +18,8 @@
 #   call 6  as call 5, --models follow-graphs (CUDA graph capture is slow: a call of its own)
 #   call 7  as call 5, --models follow-trainer (a trainer writes the version through trainer_send_weights;
 #           skipped while the daemon refuses cuda writers, E_UPDATE_UNSUPPORTED)
+#   call 8  as call 5, --models fp8-tensor-published (issue 30 §2: the first start publishes what
+#           per-tensor FP8's processing computed, the next two map it; the restart time saved)
 #
 # Calls 3 and 4 each run the carried daemon (node from .device/node.xz, .device/nm as
 # node_modules), install the client so that its vLLM entry point is registered, and runs vllm_engine_suite.py: dense and MoE models and

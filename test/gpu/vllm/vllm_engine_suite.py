@@ -17,6 +17,12 @@ own model (transformers, the other weights, on the GPU) goes through vLLM 0.26's
 ``trainer_send_weights`` (written as a new version device to device, then followed); a name the
 daemon does not hold is refused with nothing committed. Skipped, not failed, while the daemon
 refuses cuda writers (E_UPDATE_UNSUPPORTED).
+
+``fp8-tensor-published`` (issue 30 §2, processed layouts): per-tensor FP8 started three times
+against one daemon; the first engine processes its linear layers and publishes what it computed,
+the second and third map that and process none (counted), each with the disk load's tokens and
+logprobs, the daemon's version digest unchanged (the daemon runs with --cuda-handles fd, which
+cuda publishes need); the restart time saved is the first start's against the later ones'.
 """
 
 from __future__ import annotations
@@ -45,7 +51,7 @@ from weightd_client import WeightdClient, expected_fingerprint, find_socket  # n
 
 PROMPT = [1, 2, 3, 4, 5, 77, 301, 499]
 DAEMON_ARGS = ["--layouts", "checkpoint,vllm", "--cuda-handles", "fd"]
-SUITE = ("llama", "moe", "fallbacks", "fp8-block", "fp8-block-hd64", "fp8-tensor", "follow", "follow-graphs", "follow-fp8-tensor", "follow-trainer")
+SUITE = ("llama", "moe", "fallbacks", "fp8-block", "fp8-block-hd64", "fp8-tensor", "follow", "follow-graphs", "follow-fp8-tensor", "follow-trainer", "fp8-tensor-published")
 #: The follow cases (issue 31): the engine's model and the other version it switches to and back.
 FOLLOW = {"follow": ("llama", "llama-other"), "follow-graphs": ("llama", "llama-other"), "follow-fp8-tensor": ("fp8-tensor", "fp8-tensor-other"), "follow-trainer": ("llama", "llama-other")}
 BASE = dict(hidden_size=1024, intermediate_size=2048, num_hidden_layers=2, max_position_embeddings=512, initializer_range=0.2)
@@ -262,6 +268,56 @@ def follow_trainer(models: Dict[str, Path], base: str, other: str, work: Path) -
     return r
 
 
+def published(model: Path, work: Path) -> Dict[str, Any]:
+    """The processed-layout case: three starts of one FP8 model against one daemon, with every
+    Fp8LinearMethod processing counted and timed."""
+    from vllm.model_executor.layers.quantization.fp8 import Fp8LinearMethod
+
+    processing: List[float] = []
+    original = Fp8LinearMethod.process_weights_after_loading
+
+    def timed(method, layer):
+        started = time.monotonic()
+        try:
+            return original(method, layer)
+        finally:
+            torch.cuda.synchronize()
+            processing.append(time.monotonic() - started)
+
+    out: Dict[str, Any] = {"problems": []}
+    disk = generate(model, "auto", {})
+    out["disk"] = {k: disk[k] for k in ("tokens", "seconds")}
+    daemon = Daemon(str(model), DAEMON_ARGS, 300, device="cuda", socket_dir=str(work / "s-published"))
+    try:
+        before = digest(model, daemon.socket_dir)
+        Fp8LinearMethod.process_weights_after_loading = timed
+        try:
+            for run in ("first", "second", "third"):
+                processing.clear()
+                got = generate(model, "weightd", {"socket_dir": daemon.socket_dir})
+                out[run] = {"tokens_equal": got["tokens"] == disk["tokens"] and got["logprobs"] == disk["logprobs"], "seconds": got["seconds"], "loads": got["loads"],
+                            "layers_processed": len(processing), "processing_seconds": round(sum(processing), 4)}
+                if not out[run]["tokens_equal"]:
+                    out["problems"].append(f"{run} start: tokens or logprobs differ from the disk load")
+                if [src for src, _ in got["loads"]] != ["weightd"]:
+                    out["problems"].append(f"{run} start: not served by the daemon: {got['loads']}")
+        finally:
+            Fp8LinearMethod.process_weights_after_loading = original
+        if out["first"]["layers_processed"] == 0:
+            out["problems"].append("the first start processed no layer: nothing to publish")
+        for run in ("second", "third"):
+            if out[run]["layers_processed"] != 0 or "their processing skipped" not in str(out[run]["loads"]):
+                out["problems"].append(f"{run} start processed {out[run]['layers_processed']} layers: the published layout was not mapped ({out[run]['loads']})")
+        out["restart_seconds_saved"] = round(out["first"]["seconds"] - (out["second"]["seconds"] + out["third"]["seconds"]) / 2, 2)
+        out["digest_unchanged"] = digest(model, daemon.socket_dir) == before
+        if not out["digest_unchanged"]:
+            out["problems"].append("the daemon's version changed while engines ran")
+    finally:
+        daemon.stop()
+        out["daemon_log"] = [line for line in daemon.stderr_lines if "publish" in line or "processed" in line][-20:]
+    return out
+
+
 def write_probe(model: Path, socket_dir: str) -> Dict[str, Any]:
     """A child process maps the daemon's memory and writes into a weight; it must fail there."""
     code = (
@@ -302,7 +358,15 @@ def main() -> int:
             except Exception:
                 results["models"][name] = {"error": traceback.format_exc()[-3000:]}
                 fail(f"{name}: {results['models'][name]['error'].splitlines()[-1]}")
-        for name in [m for m in wanted if m != "fallbacks" and m not in FOLLOW]:
+        if "fp8-tensor-published" in wanted:
+            try:
+                got = results["models"]["fp8-tensor-published"] = published(models["fp8-tensor"], work)
+                for problem in got["problems"]:
+                    fail(f"fp8-tensor-published: {problem}")
+            except Exception:
+                results["models"]["fp8-tensor-published"] = {"error": traceback.format_exc()[-3000:]}
+                fail(f"fp8-tensor-published: {results['models']['fp8-tensor-published']['error'].splitlines()[-1]}")
+        for name in [m for m in wanted if m not in ("fallbacks", "fp8-tensor-published") and m not in FOLLOW]:
             r: Dict[str, Any] = results["models"].setdefault(name, {})
             try:
                 disk = generate(models[name], "auto", {})
