@@ -26,6 +26,8 @@ export interface WrittenRank {
   segmentPaths: string[];
   /** cuda: the final allocations' descriptors, in order, which the rank duplicates to adopt (no path reopens a VMM export). */
   segmentFds?: number[];
+  /** cuda: WrittenRankData.segmentMemory. */
+  segmentMemory?: (string | null)[];
   /** Each tensor of the rank's checkpoint layout's digest, in the manifest's order (docs/spec/fingerprint.md §9). */
   digests: string[];
   /** The positions of the segments that are the base's own memfd (not copied): the keeper's record says so. */
@@ -228,7 +230,8 @@ export class UpdateDesk {
         globalRank: p.service.rank.globalRank,
         localRank: p.service.rank.localRank,
         segmentPaths: p.fds.map(procPath),
-        ...(p.service.rank.backend === 'cuda' ? { segmentFds: [...p.fds] } : {}),
+        // cuda: a shared segment is the base's memory, which no descriptor's inode names.
+        ...(p.service.rank.backend === 'cuda' ? { segmentFds: [...p.fds], segmentMemory: p.service.rank.segments.map((s, i) => (p.copied[i] ? null : (s.memory ?? null))) } : {}),
         digests: p.digests!,
         shared: p.copied.flatMap((copied, i) => (copied ? [] : [i])),
       }));
