@@ -5,13 +5,14 @@
 // model's local rank 0 (its `plan` field, brotli, base64): the keeper stores it as opaque bytes, so its wire is
 // unchanged and a keeper of any build carries it; a daemon that does not know the field ignores
 // it (the record's schema strips what it does not name). It is used only when it is right:
-// its key (the options that shape a plan, the plan format, weightd's version) equals this
+// its key (the options that shape a plan, the plan format, weightd's version, the planning code's digest) equals this
 // start's, every file planning reads has the stat identity it had (docs/spec/file-identity.md),
 // every local rank's shard is kept, and its bytes are the ones kept (SHA-256). Anything else plans
 // from the headers, with a debug line saying why.
 import { createHash } from 'node:crypto';
-import { existsSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { brotliCompress, brotliDecompress, constants } from 'node:zlib';
 import { canonicalJson } from '../checkpoint/canonicalJson.js';
@@ -29,16 +30,18 @@ interface PlanShapingSpec {
 }
 
 /**
- * The plan format: bumped when CheckpointPlan's shape or what a planning rule produces changes
- * within one weightd version (a release changes the key anyway: its version is in it).
+ * The plan format: bumped when CheckpointPlan's shape changes (a change to what a planning rule
+ * produces changes the key anyway: the planning code's digest is in it, plannerDigest).
  */
 export const KEPT_PLAN_FORMAT = 1;
 
 /** What a plan is made from besides the files' bytes: one field differing is another plan. */
 export interface PlanKeyFields {
   planFormat: number;
-  /** weightd and its version ("weightd 0.1.0"): another build may plan differently. */
+  /** weightd and its version ("weightd 0.1.0"): another release may plan differently. */
   writer: string;
+  /** The planning code's digest (plannerDigest): another build of the same version may plan differently. */
+  planner: string;
   modelDir: string;
   tpSize: number;
   planFile: string | null;
@@ -61,9 +64,26 @@ export interface KeptPlan {
   brotli: string;
 }
 
-export function planKeyFields(spec: PlanShapingSpec, writer: string): PlanKeyFields {
-  return { planFormat: KEPT_PLAN_FORMAT, writer, modelDir: spec.modelDir, tpSize: spec.tpSize, planFile: spec.planFile ?? null, layouts: [...spec.layouts] };
+export function planKeyFields(spec: PlanShapingSpec, writer: string, planner = thisPlanner()): PlanKeyFields {
+  return { planFormat: KEPT_PLAN_FORMAT, writer, planner, modelDir: spec.modelDir, tpSize: spec.tpSize, planFile: spec.planFile ?? null, layouts: [...spec.layouts] };
 }
+
+/**
+ * The SHA-256 of the planning code in `dir` (the compiled modules of src/checkpoint/: each one's
+ * path, then its bytes, in path order). A version names a release, not a build: two builds of one
+ * version (a sharding rule fixed between them, say) may plan the same files differently, and a
+ * plan the other one kept would serve that build's layout again (docs/spec/kept-plan.md §2).
+ */
+export function plannerDigest(dir: string): string {
+  const hash = createHash('sha256');
+  const modules = readdirSync(dir, { recursive: true, encoding: 'utf8' }).filter((f) => f.endsWith('.js')).sort();
+  for (const f of modules) hash.update(`${f}\0`).update(readFileSync(join(dir, f))).update('\0');
+  return hash.digest('hex');
+}
+
+let planner: string | undefined;
+/** This build's planning code's digest, taken once (~100 KB read, about a millisecond). */
+const thisPlanner = () => (planner ??= plannerDigest(fileURLToPath(new URL('../checkpoint/', import.meta.url))));
 
 export function planKey(fields: PlanKeyFields): string {
   return createHash('sha256').update(canonicalJson(fields)).digest('hex');

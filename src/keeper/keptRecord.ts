@@ -50,7 +50,9 @@ const identitySchema = z.object({ path: z.string(), dev: z.string(), ino: z.stri
 const planSchema = z.object({
   format: z.number().int(),
   key: z.string().regex(/^[0-9a-f]{64}$/),
-  fields: z.object({ planFormat: z.number().int(), writer: z.string(), modelDir: z.string(), tpSize: z.number().int().positive(), planFile: z.string().nullable(), layouts: z.array(z.string()) }),
+  // planner: '' in a plan kept by a build before the planning code was in the key, so that the
+  // start says it is another planner's (docs/spec/kept-plan.md §2) rather than malformed.
+  fields: z.object({ planFormat: z.number().int(), writer: z.string(), planner: z.string().default(''), modelDir: z.string(), tpSize: z.number().int().positive(), planFile: z.string().nullable(), layouts: z.array(z.string()) }),
   inputs: z.array(identitySchema),
   ranks: z.array(z.string()),
   bytes: z.number().int().nonnegative(),

@@ -43,8 +43,8 @@ export type EvictionPlan = { evict: Eviction[] } | { refusal: EvictionRefusal };
 
 /**
  * The memory each of a model's segments is, with its pool and bytes (the fit check counts the
- * same: the tensors' bytes plus their alignment). A segment with no memory identity (cuda), or a
- * rank not yet loaded, is memory of its own: the status object itself names it.
+ * same: the tensors' bytes plus their alignment). A segment with no memory identity (cuda
+ * legacy IPC), or a rank not yet loaded, is memory of its own: the status object itself names it.
  */
 function memoryOf(m: ModelStatus): Array<{ memory: unknown; pool: string; bytes: number }> {
   const out: Array<{ memory: unknown; pool: string; bytes: number }> = [];

@@ -124,7 +124,7 @@ export class ModelControl {
       currentSince: Date.now(),
       written: [...written.ranks]
         .sort((a, b) => a.localRank - b.localRank)
-        .map((r) => ({ segmentPaths: r.segmentPaths, ...(r.segmentFds ? { segmentFds: r.segmentFds } : {}), digests: r.digests, shared: r.shared })),
+        .map((r) => ({ segmentPaths: r.segmentPaths, ...(r.segmentFds ? { segmentFds: r.segmentFds, segmentMemory: r.segmentMemory } : {}), digests: r.digests, shared: r.shared })),
     };
     await this.#serve(planned, written.name);
     this.#versions.set(written.name, version);

@@ -53,6 +53,12 @@ export interface WrittenRankData {
   segmentPaths?: string[];
   /** cuda: the final allocations' descriptors, in order, which the rank duplicates to adopt (no path reopens a VMM export). */
   segmentFds?: number[];
+  /**
+   * cuda, at the commit: per segment, the memory (SegmentExport.memory) of the base's segment it
+   * is, null for one the writer wrote (an allocation of its own), so that memory versions share
+   * is counted once (src/models/evictionPolicy.ts). On the host a memfd's inode says it.
+   */
+  segmentMemory?: (string | null)[];
   digests: string[];
   shared: number[];
 }

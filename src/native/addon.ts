@@ -47,8 +47,9 @@ export interface SegmentExport {
   /**
    * Which memory the segment is, the same for every version that holds it (a writer's partial
    * update shares the base's segments: docs/weight-updates.md), so that memory is counted once
-   * (src/models/evictionPolicy.ts). Host: the memfd's inode, set by DeviceHandle.exportSegments.
-   * Absent where no two versions share memory (cuda): each such segment is its own.
+   * (src/models/evictionPolicy.ts), set by DeviceHandle.exportSegments. Host: the memfd's inode;
+   * cuda-fd: a name the rank's handle gives its allocation, or the base's for a segment a
+   * writer's version shares. Absent where no two versions share memory (cuda legacy IPC).
    */
   memory?: string;
 }

@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import { fstatSync } from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { CopyOp, TensorRange, ZeroRange } from '../checkpoint/types.js';
@@ -49,6 +50,13 @@ export interface FillExtras {
  */
 export class DeviceHandle {
   readonly #native: NativeDevice;
+  /**
+   * cuda-fd: what memory each segment is (SegmentExport.memory), by position, where another
+   * version holds it too: a writer's version adopts the segments it shares with its base. Every
+   * other segment is an allocation of this handle's own, named by #own and its position.
+   */
+  #shared: readonly (string | null)[] = [];
+  readonly #own = randomUUID();
   /** The last queued job, settled or not; the next one starts when it has settled. */
   #last: Promise<unknown> = Promise.resolve();
   /** Queued jobs not yet settled. */
@@ -64,12 +72,21 @@ export class DeviceHandle {
   }
 
   allocate(segmentBytes: number[]): Promise<void> {
-    return this.#queue(() => this.#native.allocate(segmentBytes));
+    return this.#queue(async () => {
+      await this.#native.allocate(segmentBytes);
+      this.#shared = [];
+    });
   }
 
-  /** Takes another process's exported arena (see NativeDevice.adopt), queued like allocate. */
-  adopt(fds: number[], segmentBytes: number[]): Promise<void> {
-    return this.#queue(() => this.#native.adopt(fds, segmentBytes));
+  /**
+   * Takes another process's exported arena (see NativeDevice.adopt), queued like allocate.
+   * `shared`: cuda-fd, per segment, the memory of another version's segment it is (null: its own).
+   */
+  adopt(fds: number[], segmentBytes: number[], shared: readonly (string | null)[] = []): Promise<void> {
+    return this.#queue(async () => {
+      await this.#native.adopt(fds, segmentBytes);
+      this.#shared = shared;
+    });
   }
 
   async fill(
@@ -103,9 +120,14 @@ export class DeviceHandle {
   }
 
   exportSegments(): SegmentExport[] {
-    // Every memfd lies on the kernel's one internal mount: its inode names it. (A cuda-fd
-    // segment's descriptor is an anonymous inode that all of them share: it names nothing.)
-    return this.#native.exportSegments().map((s) => (s.handle === 'memfd' && s.fd !== undefined ? { ...s, memory: `memfd:${fstatSync(s.fd).ino}` } : s));
+    // Every memfd lies on the kernel's one internal mount: its inode names it. A cuda-fd
+    // segment's descriptor is an anonymous inode that all of them share, naming nothing: the
+    // handle names its memory itself (#shared, #own).
+    return this.#native.exportSegments().map((s, i) => {
+      if (s.handle === 'memfd' && s.fd !== undefined) return { ...s, memory: `memfd:${fstatSync(s.fd).ino}` };
+      if (s.handle === 'cuda-fd') return { ...s, memory: this.#shared[i] ?? `cuda:${this.#own}:${i}` };
+      return s;
+    });
   }
 
   async read(segment: number, offset: number, length: number): Promise<Buffer> {

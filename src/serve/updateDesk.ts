@@ -26,6 +26,8 @@ export interface WrittenRank {
   segmentPaths: string[];
   /** cuda: the final allocations' descriptors, in order, which the rank duplicates to adopt (no path reopens a VMM export). */
   segmentFds?: number[];
+  /** cuda: WrittenRankData.segmentMemory. */
+  segmentMemory?: (string | null)[];
   /** Each tensor of the rank's checkpoint layout's digest, in the manifest's order (docs/spec/fingerprint.md §9). */
   digests: string[];
   /** The positions of the segments that are the base's own memfd (not copied): the keeper's record says so. */
@@ -60,6 +62,12 @@ interface Part {
   copied: boolean[];
   /** Settles once the begin reply that carries them has been sent: they are not closed before. */
   sent: Promise<void>;
+  /**
+   * Settles once the commit in progress (if any) did: its digests or copies run on the addon's
+   * threads, which open `fds` by number, so they are not closed under it (one closed may be
+   * another file by the time a thread opens it).
+   */
+  committing?: Promise<unknown>;
   markSent: () => void;
   digests?: string[];
 }
@@ -183,18 +191,21 @@ export class UpdateDesk {
     if (part.digests) {
       throw new ServeError('E_NO_UPDATE', `rank ${rank.globalRank}'s part of the update of model "${update.name}" is committed already; the version serves once ranks ${this.#waiting(update).join(', ')} commit`, { model: update.name });
     }
-    let digests: string[];
+    let digesting: Promise<string[]>;
     if (rank.backend === 'cuda') {
-      digests = await this.#commitCuda(update, part, packTensorRanges(rank.tensors.map((t) => ({ file: t.segment, start: t.offset, end: t.offset + t.bytes }))));
+      digesting = this.#commitCuda(update, part, packTensorRanges(rank.tensors.map((t) => ({ file: t.segment, start: t.offset, end: t.offset + t.bytes }))));
     } else {
       part.fds.forEach((fd, segment) => part.copied[segment] && addon().sealWritten(fd, segment));
-      const digested = await digestWritten(part, rank);
-      digests = digested.digests;
-      part.service.log.info(
-        { model: update.name, globalRank: rank.globalRank, tensors: digests.length, read: digested.read },
-        `update sealed: ${digested.read} of ${digests.length} tensors digested, the others' digests the base's (their segments are shared with it)`,
-      );
+      digesting = digestWritten(part, rank).then(({ digests, read }) => {
+        part.service.log.info(
+          { model: update.name, globalRank: rank.globalRank, tensors: digests.length, read },
+          `update sealed: ${read} of ${digests.length} tensors digested, the others' digests the base's (their segments are shared with it)`,
+        );
+        return digests;
+      });
     }
+    part.committing = digesting.catch(() => {});
+    const digests = await digesting;
     if (update.ended) throw new ServeError('E_UPDATE_ABORTED', `the update of model "${update.name}" ended while rank ${rank.globalRank} was digested (a connection of it closed); begin again`, { model: update.name });
     part.digests = digests;
     const waiting = this.#waiting(update);
@@ -219,7 +230,8 @@ export class UpdateDesk {
         globalRank: p.service.rank.globalRank,
         localRank: p.service.rank.localRank,
         segmentPaths: p.fds.map(procPath),
-        ...(p.service.rank.backend === 'cuda' ? { segmentFds: [...p.fds] } : {}),
+        // cuda: a shared segment is the base's memory, which no descriptor's inode names.
+        ...(p.service.rank.backend === 'cuda' ? { segmentFds: [...p.fds], segmentMemory: p.service.rank.segments.map((s, i) => (p.copied[i] ? null : (s.memory ?? null))) } : {}),
         digests: p.digests!,
         shared: p.copied.flatMap((copied, i) => (copied ? [] : [i])),
       }));
@@ -258,8 +270,9 @@ export class UpdateDesk {
     if (update.ended) return;
     update.ended = true;
     if (this.#updates.get(update.name) === update) this.#updates.delete(update.name);
-    // A descriptor on its way to the writer is closed once the send settled, never under it.
-    for (const part of update.parts.values()) void part.sent.then(() => closeAll(part.fds));
+    // A descriptor on its way to the writer is closed once the send settled, and one a commit reads
+    // once the commit settled: never under either.
+    for (const part of update.parts.values()) void Promise.all([part.sent, part.committing]).then(() => closeAll(part.fds));
     const log = update.parts.values().next().value?.service.log;
     if (why !== 'published') log?.info({ model: update.name }, `update ended, nothing of it kept: ${why}`);
   }

@@ -319,6 +319,12 @@ for (const onGpu of [false, true]) {
   });
 }
 
+test('a writer\'s partial update: the version it makes shares its unwritten segment with the base as the same memory, by name, and its written one is memory of its own (so eviction counts shared memory once), leaving nothing', () => {
+  const { result, leaks } = scenario('writtenSharesMemory', {}, 120_000);
+  assert.equal(result, { sharedIsTheBase: true, writtenIsItsOwn: true, baseDistinct: true });
+  assert.equal(leaks, noLeaks);
+});
+
 test('a writer\'s commit failing midway (the shared segment\'s import, after the final copy was queued) drains the copy before unmapping, and leaves nothing', () => {
   // Imports: the staging copy's source (1), then at commit the staging (2) and the shared segment (3).
   const { result, leaks } = scenario('updateSegments', { FAKE_CUDA_VMM_FAIL: 'cuMemImportFromShareableHandle:3' }, 120_000);

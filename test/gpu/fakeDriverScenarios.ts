@@ -17,6 +17,10 @@ import { packTensorRanges } from '../../src/native/fillRecords.js';
 import { cudaDevices, cudaProbe, CudaIpcSegment } from '../../src/native/cuda.js';
 import { DeviceHandle, type FillProgress } from '../../src/native/deviceHandle.js';
 import type { SegmentExport } from '../../src/native/addon.js';
+import { rankPhases } from '../../src/actors/rankPhases.js';
+import type { RankWorkerData } from '../../src/models/rankMessages.js';
+import type { RankService } from '../../src/serve/rankService.js';
+import { UpdateDesk } from '../../src/serve/updateDesk.js';
 import { startNode } from '../../src/startNode.js';
 import { openCuda } from '../../src/client/segmentAccess.js';
 import { expectedFingerprint } from '../../src/client/expectedFingerprint.js';
@@ -781,6 +785,55 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
+  },
+
+  /**
+   * A writer's partial update on cuda, through the update desk and the rank's adoption of the
+   * written version (src/serve/updateDesk.ts, src/actors/rankPhases.ts): the segment it shares
+   * with its base is, by SegmentExport.memory, the base's memory (so eviction counts it once, as
+   * a memfd's inode does on the host), and the segment it wrote is memory of its own.
+   */
+  async writtenSharesMemory() {
+    const segments = [2 * MiB, 2 * MiB];
+    const base = new DeviceHandle('cuda', 0, { uuid: cudaDevices(await cudaProbe())[0]!.uuid, cudaHandles: 'fd' });
+    await base.allocate(segments);
+    const served = base.exportSegments();
+    const quiet = { info() {}, warn() {}, debug() {}, error() {} };
+    const rank = {
+      name: 'm',
+      backend: 'cuda',
+      device: { index: 0 },
+      nnodes: 1,
+      globalRank: 0,
+      localRank: 0,
+      fingerprint: 'f'.repeat(64),
+      fingerprintFields: {},
+      segments: served,
+      tensors: segments.map((bytes, segment) => ({ name: `t${segment}`, dtype: 'U8', shape: [bytes], segment, offset: 0, bytes })),
+    };
+    const service = { rank, log: quiet, refuseUnlessServing() {}, holdSegmentFds: () => () => {} } as unknown as RankService;
+    const desk = new UpdateDesk();
+    const written = new DeviceHandle('cuda', 0, { cudaHandles: 'fd' });
+    let adopted: SegmentExport[] = [];
+    desk.publisher = async (version) => {
+      const data = { written: version.ranks[0]!, plan: { segments, totalBytes: segments[0]! + segments[1]! } } as unknown as RankWorkerData;
+      await rankPhases.adopt(written, data, () => {});
+      adopted = written.exportSegments();
+      return { version: 1 };
+    };
+    const caller = { pid: process.pid, connectionId: 1 };
+    const begun = await desk.begin(service, 'v0', [0], caller, () => true, ['t0']);
+    begun.sent();
+    await desk.commit(begun.id, caller);
+    const memory = (list: SegmentExport[]) => list.map((s) => s.memory);
+    const result = { base: memory(served), written: memory(adopted) };
+    await written.free();
+    await base.free();
+    return {
+      sharedIsTheBase: result.written[1] !== undefined && result.written[1] === result.base[1],
+      writtenIsItsOwn: result.written[0] !== undefined && !result.base.includes(result.written[0]),
+      baseDistinct: result.base[0] !== undefined && result.base[0] !== result.base[1],
+    };
   },
 
   /** Child of vmm(): adopts descriptors 3, 4, ... (inherited), checks the bytes, frees. */

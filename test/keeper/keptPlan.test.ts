@@ -4,13 +4,14 @@
 import { createHash } from 'node:crypto';
 import { cpSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { canonicalJson } from '../../src/checkpoint/canonicalJson.js';
 import { planCheckpoint } from '../../src/checkpoint/planCheckpoint.js';
 import type { CheckpointPlan } from '../../src/checkpoint/types.js';
 import type { KeptRecord as ListedRecord } from '../../src/keeper/keeperProtocol.js';
-import { findKeptPlan, packPlan, planInputIdentities, planKey, planKeyFields, unpackPlan, type KeptPlan, type PlanKeyFields } from '../../src/keeper/keptPlan.js';
+import { findKeptPlan, packPlan, planInputIdentities, planKey, planKeyFields, plannerDigest, unpackPlan, type KeptPlan, type PlanKeyFields } from '../../src/keeper/keptPlan.js';
 import { encodeKeptRecord, keptPlanIn, keptRecordFor } from '../../src/keeper/keptRecord.js';
 import { fillPlanOf } from '../../src/checkpoint/types.js';
 import { afterCtimeOf } from '../helpers/fileClock.js';
@@ -104,6 +105,19 @@ test('a file added to the checkpoint directory changes the directory: the plan i
   afterCtimeOf(m.spec.modelDir);
   writeFileSync(join(m.spec.modelDir, 'model-00003-of-00003.safetensors'), '');
   assert.match(why(await findKeptPlan(m.records, m.fields, local, keptPlanIn)), /^files the plan was made from changed since it was kept \(tiny: (mtime|ctime) /);
+});
+
+test('another build of one version whose planning code differs keys its plans apart: the plan this build kept is not used there', async () => {
+  const m = await keptModel();
+  // The compiled planning modules as this build runs them, and a copy with one rule's module changed: another build's.
+  const code = join(freshTempDir(), 'checkpoint');
+  cpSync(fileURLToPath(new URL('../../src/checkpoint/', import.meta.url)), code, { recursive: true });
+  assert.is(plannerDigest(code), m.fields.planner, "this start's key names the planning code it runs");
+  const rules = join(code, 'tpRules.js');
+  writeFileSync(rules, `${readFileSync(rules, 'utf8')}\n`);
+  const other = planKeyFields(m.spec, WRITER, plannerDigest(code));
+  assert.is(other.writer, m.fields.writer, 'the same version');
+  assert.match(why(await findKeptPlan(m.records, other, local, keptPlanIn)), /a plan kept for other options \(planner differ\)$/);
 });
 
 test.run();
