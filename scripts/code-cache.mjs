@@ -6,8 +6,9 @@
 // (bench/RESULTS.md, issue 33); so it is taken at the exit of a real start: a daemon on
 // examples/tiny-llama (host backend) to READY and its stop, the path a restart takes too. Run
 // with scripts/node-flags, as the launchers run it: V8 rejects a cache made under other flags.
-// Without the addon (build:native not run yet) there is nothing to start: no cache, and the
-// launcher compiles the bundle from its source.
+// NODE_OPTIONS is left out for the same reason. Without the addon (build:native not run yet), or
+// where the daemon cannot start here, there is no cache, and the launcher compiles the bundle
+// from its source: a warning, not a failed build (test/cli/codeCache checks a build has one).
 import { spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, renameSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -27,15 +28,15 @@ try {
   const made = `${cache}.${process.pid}`; // renamed into place once whole
   const daemon = spawn(process.execPath, [...flags, join(root, 'dist/launch.cjs'), '--model', join(root, 'examples/tiny-llama'), '--device', 'host', '--weight-cache-socket-dir', work], {
     stdio: ['ignore', 'ignore', 'pipe'],
-    env: { ...process.env, WEIGHTD_HOST_DEVICES: `code-cache-${process.pid}`, WEIGHTD_CODE_CACHE_WRITE: made, WEIGHTD_CODE_CACHE_DEBUG: '' },
+    env: { ...process.env, NODE_OPTIONS: '', WEIGHTD_HOST_DEVICES: `code-cache-${process.pid}`, WEIGHTD_CODE_CACHE_WRITE: made, WEIGHTD_CODE_CACHE_DEBUG: '' },
   });
   let log = '';
   daemon.stderr.setEncoding('utf8').on('data', (d) => {
     if (!log.includes('"ready":true') && (log += d).includes('"ready":true')) daemon.kill('SIGTERM');
   });
   const code = await new Promise((done) => daemon.on('close', done));
-  if (code !== 0 || !log.includes('"ready":true')) throw new Error(`code-cache: the training daemon exited ${code}${log.includes('"ready":true') ? ' after READY' : ' before READY'}:\n${log}`);
-  renameSync(made, cache);
+  if (code === 0 && log.includes('"ready":true')) renameSync(made, cache);
+  else console.warn(`code-cache: the daemon on the example exited ${code} ${log.includes('"ready":true') ? 'after' : 'before'} READY, so dist/main.cjs gets no code cache:\n${log}`);
 } finally {
   rmSync(`${cache}.${process.pid}`, { force: true });
   rmSync(work, { recursive: true, force: true });
