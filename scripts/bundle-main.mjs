@@ -8,8 +8,9 @@
 // name the same files as unbundled; worker threads still load dist/src/ as ES modules.
 // Packages that find files beside their own (piscina's and pino's workers, the addon loaders) and
 // those loaded on demand through createRequire stay in node_modules; the rest are pure code.
+// dist/launch.cjs, which the launchers run, runs the bundle with a code cache (scripts/launch-main.cjs).
 import { build } from 'esbuild';
-import { readFileSync } from 'node:fs';
+import { copyFileSync, readFileSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
 import { relative } from 'node:path';
@@ -58,3 +59,4 @@ await build({
     },
   ],
 });
+copyFileSync(fileURLToPath(new URL('launch-main.cjs', import.meta.url)), `${dist}launch.cjs`);

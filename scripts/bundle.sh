@@ -4,7 +4,7 @@
 #   bash scripts/bundle.sh --dir DIR      the same tree laid out in DIR (new or empty), no tarball
 # Holds a Node.js binary, dist/, build/Release/weightd.node and weightd-keeper, package.json, the production
 # node_modules, examples/, clients/, docs/ and deploy/, and bin/weightd, which runs dist/main.cjs with the
-# bundled node. Unpack anywhere and run weightd-<version>/bin/weightd (or link it into PATH); the
+# bundled node, through dist/launch.cjs and the V8 code cache the build made (scripts/code-cache.mjs). Unpack anywhere and run weightd-<version>/bin/weightd (or link it into PATH); the
 # units in deploy/systemd expect it unpacked as /opt/weightd (docs/operations.md, "Install").
 # The addon opens libcuda at run time, so one bundle serves GPU and CPU-only nodes; it needs
 # glibc at least as new as the build machine's.
@@ -16,6 +16,7 @@ fail() { echo "bundle: $*" >&2; exit 1; }
 [ -f build/Release/weightd.node ] || fail "build/Release/weightd.node is missing: run npm run build first"
 [ -x build/Release/weightd-keeper ] || fail "build/Release/weightd-keeper is missing: run npm run build first"
 [ -f dist/main.cjs ] || fail "dist/main.cjs is missing: run npm run build first"
+[ -f dist/main.cjs.codecache ] || fail "dist/main.cjs.codecache is missing: run npm run build first"
 [ -d node_modules ] || fail "node_modules is missing: run npm ci first"
 
 version=$(node -p 'require("./package.json").version')
@@ -35,7 +36,7 @@ fi
 mkdir -p "$dir/bin" "$dir/build/Release" "$dir/dist"
 
 # The daemon and its client library; compiled tests and benchmarks stay out.
-cp -R dist/src dist/main.js dist/main.cjs "$dir/dist/"
+cp -R dist/src dist/main.js dist/main.cjs dist/launch.cjs dist/main.cjs.codecache "$dir/dist/"
 cp build/Release/weightd.node build/Release/weightd-keeper "$dir/build/Release/"
 # The GPU digest kernel, where this build had nvcc (CMakeLists.txt); without it fills hash on the CPU.
 if [ -f build/Release/weightd-digests.fatbin ]; then cp build/Release/weightd-digests.fatbin "$dir/build/Release/"; fi
@@ -68,7 +69,7 @@ here=$(dirname "$(readlink -f "$0")")
 # Node's flags: node-flags beside this script (the checkout's scripts/node-flags says why).
 flags=$(sed '/^#/d' "$here/node-flags") || exit 2
 # shellcheck disable=SC2086 # one flag a word
-exec "$here/node" $flags "$here/../dist/main.cjs" "$@"
+exec "$here/node" $flags "$here/../dist/launch.cjs" "$@"
 EOF
 chmod 755 "$dir/bin/weightd"
 cp scripts/node-flags "$dir/bin/node-flags"

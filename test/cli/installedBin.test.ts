@@ -35,7 +35,7 @@ test('npm packs the bin file and what it runs', () => {
   const r = spawnSync('npm', ['pack', '--dry-run', '--json', '--ignore-scripts'], { cwd: repoRoot, encoding: 'utf8' });
   assert.is(r.status, 0, r.stderr);
   const files = new Set((JSON.parse(r.stdout) as Array<{ files: Array<{ path: string }> }>)[0]!.files.map((f) => f.path));
-  for (const f of [pkg.bin.weightd!.replace(/^\.\//, ''), 'scripts/node-flags', 'dist/main.cjs']) assert.ok(files.has(f), `${f} is packed`);
+  for (const f of [pkg.bin.weightd!.replace(/^\.\//, ''), 'scripts/node-flags', 'dist/launch.cjs', 'dist/main.cjs', 'dist/main.cjs.codecache']) assert.ok(files.has(f), `${f} is packed`);
 });
 
 test.run();
