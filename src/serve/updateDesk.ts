@@ -191,23 +191,27 @@ export class UpdateDesk {
     if (part.digests) {
       throw new ServeError('E_NO_UPDATE', `rank ${rank.globalRank}'s part of the update of model "${update.name}" is committed already; the version serves once ranks ${this.#waiting(update).join(', ')} commit`, { model: update.name });
     }
-    let digesting: Promise<string[]>;
+    // A tensor of a segment shared with the base is the base's bytes: its digest is the base's
+    // (arenaDigests), so only the copied segments' tensors are read and digested, on either backend.
+    const digests = rank.tensors.map((t, i) => (part.copied[t.segment] ? undefined : rank.arenaDigests?.[i]));
+    const todo = rank.tensors.flatMap((t, i) => (digests[i] === undefined ? [{ i, range: { file: t.segment, start: t.offset, end: t.offset + t.bytes } }] : []));
+    const ranges = packTensorRanges(todo.map((x) => x.range));
+    let reading: Promise<string[]>;
     if (rank.backend === 'cuda') {
-      digesting = this.#commitCuda(update, part, packTensorRanges(rank.tensors.map((t) => ({ file: t.segment, start: t.offset, end: t.offset + t.bytes }))));
+      reading = this.#commitCuda(update, part, ranges);
     } else {
       part.fds.forEach((fd, segment) => part.copied[segment] && addon().sealWritten(fd, segment));
-      digesting = digestWritten(part, rank).then(({ digests, read }) => {
-        part.service.log.info(
-          { model: update.name, globalRank: rank.globalRank, tensors: digests.length, read },
-          `update sealed: ${read} of ${digests.length} tensors digested, the others' digests the base's (their segments are shared with it)`,
-        );
-        return digests;
-      });
+      reading = todo.length > 0 ? addon().digestFiles(part.fds.map(procPath), ranges, DIGEST_THREADS) : Promise.resolve([]);
     }
-    part.committing = digesting.catch(() => {});
-    const digests = await digesting;
+    part.committing = reading.catch(() => {});
+    const read = await reading;
+    todo.forEach((x, n) => (digests[x.i] = read[n]));
+    part.service.log.info(
+      { model: update.name, globalRank: rank.globalRank, tensors: digests.length, read: todo.length },
+      `update sealed: ${todo.length} of ${digests.length} tensors digested, the others' digests the base's (their segments are shared with it)`,
+    );
     if (update.ended) throw new ServeError('E_UPDATE_ABORTED', `the update of model "${update.name}" ended while rank ${rank.globalRank} was digested (a connection of it closed); begin again`, { model: update.name });
-    part.digests = digests;
+    part.digests = digests as string[];
     const waiting = this.#waiting(update);
     if (waiting.length > 0) return { name: update.name, waiting, service: part.service };
     return { ...(await this.#publish(update)), name: update.name, waiting, service: part.service };
@@ -280,21 +284,6 @@ export class UpdateDesk {
   #parts(): { update: Update; part: Part }[] {
     return [...this.#updates.values()].flatMap((update) => [...update.parts.values()].map((part) => ({ update, part })));
   }
-}
-
-/**
- * Each tensor's digest of what the rank's segments hold now, in its manifest's order (§9): a
- * tensor of a segment shared with the base is the base's bytes, so the base's digest of it
- * (arenaDigests) is reused; every other one is read and digested here.
- */
-async function digestWritten(part: Part, rank: RankService['rank']): Promise<{ digests: string[]; read: number }> {
-  const digests = rank.tensors.map((t, i) => (part.copied[t.segment] ? undefined : rank.arenaDigests?.[i]));
-  const todo = rank.tensors.flatMap((t, i) => (digests[i] === undefined ? [{ i, range: { file: t.segment, start: t.offset, end: t.offset + t.bytes } }] : []));
-  if (todo.length > 0) {
-    const read = await addon().digestFiles(part.fds.map(procPath), packTensorRanges(todo.map((x) => x.range)), DIGEST_THREADS);
-    todo.forEach((x, n) => (digests[x.i] = read[n]));
-  }
-  return { digests: digests as string[], read: todo.length };
 }
 
 /**
