@@ -378,6 +378,16 @@ test('the daemon with --cuda-handles fd fills both GPUs as one group into VMM me
   assert.equal(leaks, noLeaks);
 });
 
+test('a partial update on cuda shares its base\'s allocations under the same name, so eviction counts them once: the base alone frees only its written segment, so both versions go', () => {
+  const { result, leaks } = scenario('cudaSharedEviction', {}, 120_000);
+  const { versions, sameMemory, evicted } = result as { versions: number[]; sameMemory: boolean[]; evicted: unknown };
+  assert.equal(versions, [0, 1]);
+  assert.ok(sameMemory.length > 2, 'the plan file cuts the arena into several segments');
+  assert.equal(sameMemory, sameMemory.map((_, i) => i !== 1), 'every segment but the written one is the same memory in both versions');
+  assert.equal(evicted, [0, 1]);
+  assert.equal(leaks, noLeaks);
+});
+
 test('--cuda-handles fd with a keeper: a restarted node adopts both GPUs\' VMM memory from the keeper and serves the same bytes; nothing is left', () => {
   const { result, leaks } = scenario('daemonFdRestart', {}, 60_000);
   assert.equal(result, { sources: ['keeper', 'keeper'], kept: [true, true], mismatched: [] });

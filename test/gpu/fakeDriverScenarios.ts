@@ -11,6 +11,8 @@ import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import { diskDigests } from '../../src/native/diskDigests.js';
 import { planCheckpoint } from '../../src/checkpoint/planCheckpoint.js';
+import { planEviction } from '../../src/models/evictionPolicy.js';
+import { poolOf } from '../../src/models/modelFit.js';
 import type { CopyOp, ZeroRange } from '../../src/checkpoint/types.js';
 import { addon } from '../../src/native/addon.js';
 import { packTensorRanges } from '../../src/native/fillRecords.js';
@@ -33,6 +35,7 @@ import type { StateReply } from '../../src/wire/protocol.js';
 import { faultyRankWorker, type RankFault } from '../actors/fixtures/faultyRankWorker.js';
 import { writeArchCheckpoint } from '../helpers/checkpoints.js';
 import { expectedBytes } from '../helpers/expectedBytes.js';
+import { writePartially } from '../helpers/partialWriter.js';
 import { exampleModel, freshSocketDir } from '../helpers/paths.js';
 
 const MiB = 1 << 20;
@@ -927,6 +930,40 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
       return { states: node.status().ranks.map((r) => r.state), handles: [...new Set(handles)], mismatched, fdsLeft: openVmmFds() };
     } finally {
       await node.stop('test');
+    }
+  },
+
+  /**
+   * A partial update on --cuda-handles fd (segments of about 1 MiB) through the daemon: which
+   * memory each version's segments are in the node's status (the desk's names, carried by the
+   * model control to the written version's ranks; writtenSharesMemory checks the desk and the
+   * adoption alone), and what the eviction plan takes for a load short of just more than the one
+   * written segment (evicting the base alone frees only that segment: the rest is shared).
+   */
+  async cudaSharedEviction() {
+    const dir = mkdtempSync(join(process.cwd(), 'test', 'artifacts', 'cuda-shared-'));
+    try {
+      const planFile = join(dir, 'plan.json');
+      writeFileSync(planFile, JSON.stringify({ rules: [], segmentBytes: MiB }));
+      const node = await startNode({ model: exampleModel, planFile, keepVersions: 1, device: 'cuda', cudaHandles: 'fd', socketDir: freshSocketDir(), logger: pino({ level: 'silent' }) });
+      try {
+        const socket = (await node.ready).ranks[0]!.socketPath!;
+        const plan = (await planCheckpoint(exampleModel, { tpSize: 1, planFile })).ranks[0]!;
+        await writePartially(socket, 'tiny-llama', plan.tensors.find((t) => t.segment === 1)!.name, 0);
+        const models = node.status().models;
+        const segments = models.map((m) => m.ranks[0]!.segments!);
+        const written = segments[1]![1]!.bytes;
+        const plan0 = planEviction([{ pool: poolOf(models[0]!.ranks[0]!.device!), neededBytes: written + 1, freeBytes: 0 }], models);
+        return {
+          versions: models.map((m) => m.version),
+          sameMemory: segments[0]!.map((s, i) => s.memory !== undefined && s.memory === segments[1]![i]!.memory),
+          evicted: 'evict' in plan0 ? plan0.evict.map((e) => e.model.version) : plan0,
+        };
+      } finally {
+        await node.stop('test');
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
     }
   },
 
