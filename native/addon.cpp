@@ -25,6 +25,7 @@
 #include "js_values.h"
 #include "unix_fds.h"
 #include "update_segments.h"
+#include "cuda_segment_digests.h"
 #include "cuda_update_segments.h"
 
 namespace weightd {
@@ -396,6 +397,7 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::CudaStagingCopy>>("cudaStagingCopy"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::CudaStagingFresh>>("cudaStagingFresh"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::CudaCommitCopies>>("cudaCommitCopies"),
+                             InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::CudaDigestSegments>>("cudaDigestSegments"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::MapShared>>("mapShared"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::UnmapShared>>("unmapShared"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::CudaProbeJs>>("cudaProbe"),
@@ -578,13 +580,40 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
           Napi::Object o = Napi::Object::New(e);
           Napi::Array outFds = Napi::Array::New(e, c.fds.size());
           for (uint32_t i = 0; i < c.fds.size(); ++i) outFds.Set(i, c.fds[i]);
-          Napi::Array digests = Napi::Array::New(e, c.digests.size());
-          for (uint32_t i = 0; i < c.digests.size(); ++i) digests.Set(i, c.digests[i]);
           o.Set("fds", outFds);
-          o.Set("digests", digests);
-          o.Set("gpuDigestUnavailable", c.gpuDigestUnavailable);
+          setDigested(e, o, c.digested);
           return o;
         });
+  }
+
+  // cudaDigestSegments(deviceIndex, fds, bytes: number[], tensorRanges, threads)
+  //   -> Promise<{ digests: string[], gpuDigestUnavailable: string }>, on a libuv thread.
+  Napi::Value CudaDigestSegments(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    int deviceIndex = toBounded<int>(info[0], "deviceIndex");
+    std::vector<int> fds = toFds(info[1]);
+    if (!info[2].IsArray()) throw Napi::TypeError::New(env, "cudaDigestSegments(deviceIndex, fds, bytes: number[], tensorRanges, threads)");
+    Napi::Array bytesJs = info[2].As<Napi::Array>();
+    std::vector<uint64_t> bytes;
+    for (uint32_t i = 0; i < bytesJs.Length(); ++i) bytes.push_back(toU64(bytesJs.Get(i), "segment bytes"));
+    std::vector<TensorRange> tensors = tensorRangesFromJs(info[3]);
+    unsigned threads = toBounded<unsigned>(info[4], "threads");
+    if (threads < 1 || threads > 256) throw Napi::RangeError::New(env, "threads must be from 1 to 256, got " + std::to_string(threads));
+    return PromiseJob<CudaDigests>::start(
+        env, [deviceIndex, fds, bytes, tensors, threads] { return cudaDigestSegments(deviceIndex, fds, bytes, tensors, threads); },
+        [](Napi::Env e, const CudaDigests& d) {
+          Napi::Object o = Napi::Object::New(e);
+          setDigested(e, o, d);
+          return o;
+        });
+  }
+
+  // The digests and why the GPU did not hash them, on a result object.
+  static void setDigested(Napi::Env env, Napi::Object o, const CudaDigests& d) {
+    Napi::Array digests = Napi::Array::New(env, d.digests.size());
+    for (uint32_t i = 0; i < d.digests.size(); ++i) digests.Set(i, d.digests[i]);
+    o.Set("digests", digests);
+    o.Set("gpuDigestUnavailable", d.gpuDigestUnavailable);
   }
 
   // mapShared(fd, bytes) and unmapShared run on the JS thread: mmap of a memfd maps, it reads nothing.

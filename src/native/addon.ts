@@ -244,6 +244,13 @@ export interface Addon {
     tensorRanges: PackedTensorRanges,
     threads: number,
   ): Promise<{ fds: number[]; digests: string[]; gpuDigestUnavailable: string }>;
+  /**
+   * Digests `tensorRanges` (`file` indexing the segments) over the allocations behind "cuda-fd"
+   * descriptors `fds` (`bytes` each), imported read-only on visible device `deviceIndex` for the
+   * call (native/cuda_segment_digests.h): on the GPU with the fill's digest kernel, else on
+   * `threads` CPU threads (`gpuDigestUnavailable` says why). The descriptors stay the caller's.
+   */
+  cudaDigestSegments(deviceIndex: number, fds: number[], bytes: number[], tensorRanges: PackedTensorRanges, threads: number): Promise<{ digests: string[]; gpuDigestUnavailable: string }>;
   /** Closes a descriptor this process received; E_FD_CLOSE when it is not open. */
   closeFd(fd: number): void;
   /**

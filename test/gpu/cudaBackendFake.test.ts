@@ -388,6 +388,23 @@ test('a partial update on cuda shares its base\'s allocations under the same nam
   assert.equal(leaks, noLeaks);
 });
 
+for (const onGpu of [false, true]) {
+  test(`weightd verify of a cuda written version digests its allocations (${onGpu ? 'by the digest kernel' : 'read back to the host'}) against the commit's digests, and names the tensor whose byte was flipped in device memory`, () => {
+    const kernel = join(fakeDir, 'digest-kernel.fake');
+    writeFileSync(kernel, 'any image: the fake driver loads it as the digest kernel\n');
+    const { result, leaks } = scenario('cudaVerifyWritten', onGpu ? { FAKE_CUDA_KERNELS: '1', WEIGHTD_DIGEST_KERNEL: kernel } : {}, 120_000);
+    const { tensor, intact, flipped } = result as { tensor: string; intact: { code: number; lines: string[] }; flipped: { code: number; lines: string[] } };
+    assert.is(intact.code, 0, intact.lines.join('\n'));
+    assert.is(intact.lines.some((l) => l.includes('hashed on the CPU')), !onGpu, intact.lines.join('\n'));
+    assert.match(intact.lines.at(-1)!, /all \d+ tensors of version 1 of model "tiny-llama" \(written, no files: the daemon's memory digested against the digests its commit recorded\) are as committed/);
+    assert.is(flipped.code, 1, flipped.lines.join('\n'));
+    const differing = flipped.lines.filter((l) => / differs: /.test(l));
+    assert.equal(differing.map((l) => /tensor (\S+) differs/.exec(l)?.[1]), [tensor], 'exactly the flipped tensor is named');
+    assert.match(flipped.lines.at(-1)!, /1 of \d+ tensors of version 1 of model "tiny-llama" differ from what its commit recorded/);
+    assert.equal(leaks, noLeaks);
+  });
+}
+
 test('--cuda-handles fd with a keeper: a restarted node adopts both GPUs\' VMM memory from the keeper and serves the same bytes; nothing is left', () => {
   const { result, leaks } = scenario('daemonFdRestart', {}, 60_000);
   assert.equal(result, { sources: ['keeper', 'keeper'], kept: [true, true], mismatched: [] });

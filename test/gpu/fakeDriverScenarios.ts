@@ -3,7 +3,7 @@
 // process starts: the driver is loaded once per process). Prints one JSON line: the result.
 import { execFileSync, spawn, spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { fstatSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, readlinkSync, rmSync, writeFileSync } from 'node:fs';
+import { fstatSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, readlinkSync, readSync, rmSync, writeFileSync, writeSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import pino from 'pino';
 import { fileURLToPath } from 'node:url';
@@ -11,6 +11,7 @@ import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import { diskDigests } from '../../src/native/diskDigests.js';
 import { planCheckpoint } from '../../src/checkpoint/planCheckpoint.js';
+import { verifyWritten } from '../../src/cli/verifyWritten.js';
 import { planEviction } from '../../src/models/evictionPolicy.js';
 import { poolOf } from '../../src/models/modelFit.js';
 import type { CopyOp, ZeroRange } from '../../src/checkpoint/types.js';
@@ -959,6 +960,51 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
           sameMemory: segments[0]!.map((s, i) => s.memory !== undefined && s.memory === segments[1]![i]!.memory),
           evicted: 'evict' in plan0 ? plan0.evict.map((e) => e.model.version) : plan0,
         };
+      } finally {
+        await node.stop('test');
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  },
+
+  /**
+   * `weightd verify --name --version` of a cuda written version (a partial update): its
+   * allocations digested against the commit's digests; then again after one byte of a written
+   * tensor is flipped in device memory (the fake's allocation is a memfd, and the descriptor the
+   * daemon exports is that memfd, so a write to it is a write to the GPU's memory).
+   */
+  async cudaVerifyWritten() {
+    const dir = mkdtempSync(join(process.cwd(), 'test', 'artifacts', 'cuda-verify-'));
+    try {
+      const planFile = join(dir, 'plan.json');
+      writeFileSync(planFile, JSON.stringify({ rules: [], segmentBytes: MiB }));
+      const socketDir = freshSocketDir();
+      const node = await startNode({ model: exampleModel, planFile, device: 'cuda', cudaHandles: 'fd', socketDir, logger: pino({ level: 'silent' }) });
+      try {
+        const socket = (await node.ready).ranks[0]!.socketPath!;
+        const plan = (await planCheckpoint(exampleModel, { tpSize: 1, planFile })).ranks[0]!;
+        const tensor = plan.tensors.find((t) => t.segment === 1 && t.bytes > 0)!;
+        const { version } = await writePartially(socket, 'tiny-llama', tensor.name, 0);
+        const verify = async () => {
+          const lines: string[] = [];
+          return { code: await verifyWritten({ name: 'tiny-llama', version, socketDir }, (l) => lines.push(l)), lines };
+        };
+        const intact = await verify();
+        const client = await WeightdClient.connect(socket);
+        const fingerprint = (await client.ping()).models!.find((m) => m.version === version)!.fingerprint;
+        const state = await client.getState({ fingerprint }, 'copy');
+        if (state.status !== 'ok') throw new Error(JSON.stringify(state));
+        const fds = await client.segmentFds(state.leaseId);
+        const at = state.tensors.find((t) => t.name === tensor.name)!;
+        const byte = Buffer.alloc(1);
+        readSync(fds.get(at.segment)!, byte, 0, 1, at.offset);
+        byte[0] = byte[0]! ^ 0xff;
+        writeSync(fds.get(at.segment)!, byte, 0, 1, at.offset);
+        for (const fd of fds.values()) addon().closeFd(fd);
+        await client.detach(state.leaseId);
+        client.close();
+        return { tensor: tensor.name, intact, flipped: await verify() };
       } finally {
         await node.stop('test');
       }
