@@ -405,6 +405,17 @@ for (const onGpu of [false, true]) {
   });
 }
 
+test('a cuda written version kept by the keeper is restored at a restart, current, with its bytes, and still shares its base\'s allocations under their names, so eviction counts them once', () => {
+  const { result, leaks } = scenario('cudaWrittenRestart', {}, 180_000);
+  const { versions, mismatched, sameMemory, evicted } = result as { versions: unknown; mismatched: string[]; sameMemory: boolean[]; evicted: unknown };
+  assert.equal(versions, [[0, false, 'keeper'], [1, true, 'keeper']]);
+  assert.equal(mismatched, [], 'the written tensor reads what was written, the others the checkpoint\'s bytes');
+  assert.ok(sameMemory.length > 2, 'the plan file cuts the arena into several segments');
+  assert.equal(sameMemory, sameMemory.map((_, i) => i !== 1), 'every segment but the written one is the same memory in both versions');
+  assert.equal(evicted, [0, 1]);
+  assert.equal(leaks, noLeaks);
+});
+
 test('--cuda-handles fd with a keeper: a restarted node adopts both GPUs\' VMM memory from the keeper and serves the same bytes; nothing is left', () => {
   const { result, leaks } = scenario('daemonFdRestart', {}, 60_000);
   assert.equal(result, { sources: ['keeper', 'keeper'], kept: [true, true], mismatched: [] });

@@ -35,6 +35,7 @@ import { expectedRank } from '../serve/checkpointOracle.js';
 import type { StateReply } from '../../src/wire/protocol.js';
 import { faultyRankWorker, type RankFault } from '../actors/fixtures/faultyRankWorker.js';
 import { writeArchCheckpoint } from '../helpers/checkpoints.js';
+import { startDaemon } from '../helpers/daemon.js';
 import { expectedBytes } from '../helpers/expectedBytes.js';
 import { writePartially } from '../helpers/partialWriter.js';
 import { exampleModel, freshSocketDir } from '../helpers/paths.js';
@@ -1049,6 +1050,62 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
     } finally {
       const pid = await keeper.ping().then((p) => p.pid, () => undefined);
       if (pid !== undefined) process.kill(pid, 'SIGTERM');
+    }
+  },
+
+  /**
+   * A cuda written version (a partial update, segments of about 1 MiB) kept by a spawned keeper:
+   * a daemon (a child process: a record's owner must be gone for its written version to be
+   * restored) writes it and stops; a node started here adopts both versions from the keeper.
+   * Which versions serve, the written one's bytes, which segments the two share as one memory,
+   * and what eviction takes for a load short of just more than the written segment.
+   */
+  async cudaWrittenRestart() {
+    const dir = mkdtempSync(join(process.cwd(), 'test', 'artifacts', 'cuda-restart-'));
+    const socketDir = freshSocketDir();
+    const planFile = join(dir, 'plan.json');
+    writeFileSync(planFile, JSON.stringify({ rules: [], segmentBytes: MiB }));
+    const keeper = new KeeperClient(join(socketDir, KEEPER_SOCKET_NAME));
+    try {
+      const plan = (await planCheckpoint(exampleModel, { tpSize: 1, planFile })).ranks[0]!;
+      const written = plan.tensors.find((t) => t.segment === 1 && t.bytes > 0)!.name;
+      const first = await startDaemon({ model: exampleModel, device: 'cuda', socketDir, extraArgs: ['--cuda-handles', 'fd', '--keeper', 'spawn', '--plan-file', planFile] });
+      const socket = socketPathFor(socketDir, (await cudaProbe()).devices[0]!.uuid);
+      try {
+        await writePartially(socket, 'tiny-llama', written, 0);
+        // The written version is kept once it serves, by its rank's keep phase: ask until it is.
+        while ((await keeper.list()).length < 2);
+      } finally {
+        await first.stop();
+      }
+      const node = await startNode({ model: exampleModel, planFile, device: 'cuda', cudaHandles: 'fd', socketDir, keeper: { mode: 'spawn', adoptWithinS: 60 }, logger: pino({ level: 'silent' }) });
+      try {
+        await node.ready;
+        const models = node.status().models;
+        const client = await WeightdClient.connect(socket);
+        const copied = await client.copy({ fingerprint: (await client.ping()).models!.find((m) => m.version === 1)!.fingerprint });
+        if (copied.status !== 'copied') throw new Error(`version 1: ${JSON.stringify(copied)}`);
+        const mismatched = [...expectedRank(exampleModel, 1, 0)].flatMap(([name, want]) => {
+          const data = copied.tensors[name]?.data;
+          const expected = name === written ? Buffer.alloc(want.bytes.length, 0xab) : want.bytes;
+          return data && Buffer.from(data.buffer, data.byteOffset, data.byteLength).equals(expected) ? [] : [name];
+        });
+        client.close();
+        const segments = models.map((m) => m.ranks[0]!.segments ?? []);
+        const evict = planEviction([{ pool: poolOf(models[0]!.ranks[0]!.device!), neededBytes: segments[1]![1]!.bytes + 1, freeBytes: 0 }], models);
+        return {
+          versions: models.map((m) => [m.version, m.current, m.ranks[0]!.source?.from]),
+          mismatched,
+          sameMemory: segments[0]!.map((s, i) => s.memory !== undefined && s.memory === segments[1]?.[i]?.memory),
+          evicted: 'evict' in evict ? evict.evict.map((e) => e.model.version) : evict,
+        };
+      } finally {
+        await node.stop('test');
+      }
+    } finally {
+      const pid = await keeper.ping().then((p) => p.pid, () => undefined);
+      if (pid !== undefined) process.kill(pid, 'SIGTERM');
+      rmSync(dir, { recursive: true, force: true });
     }
   },
 
