@@ -560,7 +560,7 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
   }
 
   // cudaCommitCopies(deviceIndex, fds, copied: boolean[], bytes: number[], tensorRanges, threads)
-  //   -> Promise<{ fds: number[], digests: string[] }>, on a libuv thread.
+  //   -> Promise<{ fds: number[], digests: string[], hashedOn, gpuDigestUnavailable }>, on a libuv thread.
   Napi::Value CudaCommitCopies(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
     int deviceIndex = toBounded<int>(info[0], "deviceIndex");
@@ -587,7 +587,7 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
   }
 
   // cudaDigestSegments(deviceIndex, fds, bytes: number[], tensorRanges, threads)
-  //   -> Promise<{ digests: string[], gpuDigestUnavailable: string }>, on a libuv thread.
+  //   -> Promise<{ digests: string[], hashedOn, gpuDigestUnavailable: string }>, on a libuv thread.
   Napi::Value CudaDigestSegments(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
     int deviceIndex = toBounded<int>(info[0], "deviceIndex");
@@ -608,11 +608,12 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
         });
   }
 
-  // The digests and why the GPU did not hash them, on a result object.
+  // The digests, where they were hashed and why not on the GPU, on a result object.
   static void setDigested(Napi::Env env, Napi::Object o, const CudaDigests& d) {
     Napi::Array digests = Napi::Array::New(env, d.digests.size());
     for (uint32_t i = 0; i < d.digests.size(); ++i) digests.Set(i, d.digests[i]);
     o.Set("digests", digests);
+    o.Set("hashedOn", d.onGpu ? "gpu" : "cpu");
     o.Set("gpuDigestUnavailable", d.gpuDigestUnavailable);
   }
 

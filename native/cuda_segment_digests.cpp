@@ -28,6 +28,7 @@ CudaDigests digestDeviceSegments(const std::vector<CUdeviceptr>& segments, const
   if (digests.empty()) return out;
   out.gpuDigestUnavailable = hashDeviceSegments(segments, bytes, digests);
   if (out.gpuDigestUnavailable.empty()) {
+    out.onGpu = true;
     out.digests = digests.tensorDigests();
     return out;
   }

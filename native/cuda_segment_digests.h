@@ -15,6 +15,8 @@ namespace weightd {
 struct CudaDigests {
   // Each tensor's digest (content_digests.h), in the order asked.
   std::vector<std::string> digests;
+  // Whether the digest kernel hashed them (else the CPU did, or there was nothing to hash).
+  bool onGpu = false;
   // Why the digest kernel did not hash them ("" when it did; the CPU did then).
   std::string gpuDigestUnavailable;
 };

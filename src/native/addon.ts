@@ -54,6 +54,15 @@ export interface SegmentExport {
   memory?: string;
 }
 
+/** Content digests of tensors in GPU memory (native/cuda_segment_digests.h): a cuda commit's, or verify's. */
+export interface CudaDigested {
+  digests: string[];
+  /** Where they were hashed: by the fill's digest kernel, or read back and hashed on the CPU. */
+  hashedOn: 'gpu' | 'cpu';
+  /** Why the digest kernel did not hash them ("" when it did). */
+  gpuDigestUnavailable: string;
+}
+
 /** How a cuda device allocates and exports its segments (--cuda-handles; native/cuda_vmm.h). */
 export type CudaHandles = 'ipc' | 'fd';
 export const CUDA_HANDLES: readonly CudaHandles[] = ['ipc', 'fd'];
@@ -243,14 +252,14 @@ export interface Addon {
     bytes: number[],
     tensorRanges: PackedTensorRanges,
     threads: number,
-  ): Promise<{ fds: number[]; digests: string[]; gpuDigestUnavailable: string }>;
+  ): Promise<{ fds: number[] } & CudaDigested>;
   /**
    * Digests `tensorRanges` (`file` indexing the segments) over the allocations behind "cuda-fd"
    * descriptors `fds` (`bytes` each), imported read-only on visible device `deviceIndex` for the
    * call (native/cuda_segment_digests.h): on the GPU with the fill's digest kernel, else on
    * `threads` CPU threads (`gpuDigestUnavailable` says why). The descriptors stay the caller's.
    */
-  cudaDigestSegments(deviceIndex: number, fds: number[], bytes: number[], tensorRanges: PackedTensorRanges, threads: number): Promise<{ digests: string[]; gpuDigestUnavailable: string }>;
+  cudaDigestSegments(deviceIndex: number, fds: number[], bytes: number[], tensorRanges: PackedTensorRanges, threads: number): Promise<CudaDigested>;
   /** Closes a descriptor this process received; E_FD_CLOSE when it is not open. */
   closeFd(fd: number): void;
   /**

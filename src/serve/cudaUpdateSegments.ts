@@ -5,7 +5,7 @@
 // commit copies them into *final* allocations that no process but the daemon maps writable.
 // Only the finals are served; a writer that still maps its staging writes memory nobody reads.
 import { ServeError } from '../errors.js';
-import { addon } from '../native/addon.js';
+import { addon, type CudaDigested } from '../native/addon.js';
 import type { PackedTensorRanges } from '../native/fillRecords.js';
 import type { RankService } from './rankService.js';
 
@@ -41,9 +41,9 @@ export function shareSegment(service: RankService, index: number): number {
  * Commits a rank's part: copies each staging allocation (`copied`) into a final one and digests
  * every tensor over what the version will serve (on the GPU where the addon has the digest
  * kernel; the log says why not). Resolves with the finals' descriptors (the caller's; -1 where
- * shared) and the digests.
+ * shared), the digests and where they were hashed.
  */
-export async function commitCudaPart(service: RankService, fds: number[], copied: boolean[], ranges: PackedTensorRanges, threads: number): Promise<{ fds: number[]; digests: string[] }> {
+export async function commitCudaPart(service: RankService, fds: number[], copied: boolean[], ranges: PackedTensorRanges, threads: number): Promise<{ fds: number[] } & CudaDigested> {
   const { rank } = service;
   const committed = await addon().cudaCommitCopies(
     rank.device.index,

@@ -196,18 +196,18 @@ export class UpdateDesk {
     const digests = rank.tensors.map((t, i) => (part.copied[t.segment] ? undefined : rank.arenaDigests?.[i]));
     const todo = rank.tensors.flatMap((t, i) => (digests[i] === undefined ? [{ i, range: { file: t.segment, start: t.offset, end: t.offset + t.bytes } }] : []));
     const ranges = packTensorRanges(todo.map((x) => x.range));
-    let reading: Promise<string[]>;
+    let reading: Promise<{ read: string[]; hashedOn: 'gpu' | 'cpu' }>;
     if (rank.backend === 'cuda') {
       reading = this.#commitCuda(update, part, ranges);
     } else {
       part.fds.forEach((fd, segment) => part.copied[segment] && addon().sealWritten(fd, segment));
-      reading = todo.length > 0 ? addon().digestFiles(part.fds.map(procPath), ranges, DIGEST_THREADS) : Promise.resolve([]);
+      reading = (todo.length > 0 ? addon().digestFiles(part.fds.map(procPath), ranges, DIGEST_THREADS) : Promise.resolve([])).then((read) => ({ read, hashedOn: 'cpu' }));
     }
     part.committing = reading.catch(() => {});
-    const read = await reading;
+    const { read, hashedOn } = await reading;
     todo.forEach((x, n) => (digests[x.i] = read[n]));
     part.service.log.info(
-      { model: update.name, globalRank: rank.globalRank, tensors: digests.length, read: todo.length },
+      { model: update.name, globalRank: rank.globalRank, tensors: digests.length, read: todo.length, hashedOn },
       `update sealed: ${todo.length} of ${digests.length} tensors digested, the others' digests the base's (their segments are shared with it)`,
     );
     if (update.ended) throw new ServeError('E_UPDATE_ABORTED', `the update of model "${update.name}" ended while rank ${rank.globalRank} was digested (a connection of it closed); begin again`, { model: update.name });
@@ -252,18 +252,18 @@ export class UpdateDesk {
    * cuda: the staging allocations are copied into final ones, which replace them in the part (the
    * daemon's handle of staging goes now; a writer's mapping may keep its pages, never served).
    */
-  async #commitCuda(update: Update, part: Part, ranges: Parameters<typeof commitCudaPart>[3]): Promise<string[]> {
-    const { fds, digests } = await commitCudaPart(part.service, part.fds, part.copied, ranges, DIGEST_THREADS);
+  async #commitCuda(update: Update, part: Part, ranges: Parameters<typeof commitCudaPart>[3]): Promise<{ read: string[]; hashedOn: 'gpu' | 'cpu' }> {
+    const { fds, digests, hashedOn } = await commitCudaPart(part.service, part.fds, part.copied, ranges, DIGEST_THREADS);
     if (update.ended) {
       closeAll(fds.filter((fd) => fd >= 0));
-      return digests;
+      return { read: digests, hashedOn };
     }
     fds.forEach((fd, i) => {
       if (fd < 0) return;
       addon().closeFd(part.fds[i]!);
       part.fds[i] = fd;
     });
-    return digests;
+    return { read: digests, hashedOn };
   }
 
   #waiting(update: Update): number[] {
