@@ -559,13 +559,13 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
                                   [](Napi::Env e, const int& fd) { return Napi::Number::New(e, fd); });
   }
 
-  // cudaCommitCopies(deviceIndex, fds, copied: boolean[], bytes: number[], tensorRanges, threads)
+  // cudaCommitCopies(deviceIndex, fds, copied: boolean[], bytes: number[], tensorRanges, threads, digestOn)
   //   -> Promise<{ fds: number[], digests: string[], hashedOn, gpuDigestUnavailable }>, on a libuv thread.
   Napi::Value CudaCommitCopies(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
     int deviceIndex = toBounded<int>(info[0], "deviceIndex");
     std::vector<int> fds = toFds(info[1]);
-    if (!info[2].IsArray() || !info[3].IsArray()) throw Napi::TypeError::New(env, "cudaCommitCopies(deviceIndex, fds, copied: boolean[], bytes: number[], tensorRanges, threads)");
+    if (!info[2].IsArray() || !info[3].IsArray()) throw Napi::TypeError::New(env, "cudaCommitCopies(deviceIndex, fds, copied: boolean[], bytes: number[], tensorRanges, threads, digestOn)");
     Napi::Array copiedJs = info[2].As<Napi::Array>(), bytesJs = info[3].As<Napi::Array>();
     std::vector<bool> copied;
     std::vector<uint64_t> bytes;
@@ -574,8 +574,9 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
     std::vector<TensorRange> tensors = tensorRangesFromJs(info[4]);
     unsigned threads = toBounded<unsigned>(info[5], "threads");
     if (threads < 1 || threads > 256) throw Napi::RangeError::New(env, "threads must be from 1 to 256, got " + std::to_string(threads));
+    bool onGpu = digestOnGpuFromJs(info[6]);
     return PromiseJob<CudaCommitted>::start(
-        env, [deviceIndex, fds, copied, bytes, tensors, threads] { return cudaCommitCopies(deviceIndex, fds, copied, bytes, tensors, threads); },
+        env, [deviceIndex, fds, copied, bytes, tensors, threads, onGpu] { return cudaCommitCopies(deviceIndex, fds, copied, bytes, tensors, threads, onGpu); },
         [](Napi::Env e, const CudaCommitted& c) {
           Napi::Object o = Napi::Object::New(e);
           Napi::Array outFds = Napi::Array::New(e, c.fds.size());
@@ -586,21 +587,22 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
         });
   }
 
-  // cudaDigestSegments(deviceIndex, fds, bytes: number[], tensorRanges, threads)
+  // cudaDigestSegments(deviceIndex, fds, bytes: number[], tensorRanges, threads, digestOn)
   //   -> Promise<{ digests: string[], hashedOn, gpuDigestUnavailable: string }>, on a libuv thread.
   Napi::Value CudaDigestSegments(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
     int deviceIndex = toBounded<int>(info[0], "deviceIndex");
     std::vector<int> fds = toFds(info[1]);
-    if (!info[2].IsArray()) throw Napi::TypeError::New(env, "cudaDigestSegments(deviceIndex, fds, bytes: number[], tensorRanges, threads)");
+    if (!info[2].IsArray()) throw Napi::TypeError::New(env, "cudaDigestSegments(deviceIndex, fds, bytes: number[], tensorRanges, threads, digestOn)");
     Napi::Array bytesJs = info[2].As<Napi::Array>();
     std::vector<uint64_t> bytes;
     for (uint32_t i = 0; i < bytesJs.Length(); ++i) bytes.push_back(toU64(bytesJs.Get(i), "segment bytes"));
     std::vector<TensorRange> tensors = tensorRangesFromJs(info[3]);
     unsigned threads = toBounded<unsigned>(info[4], "threads");
     if (threads < 1 || threads > 256) throw Napi::RangeError::New(env, "threads must be from 1 to 256, got " + std::to_string(threads));
+    bool onGpu = digestOnGpuFromJs(info[5]);
     return PromiseJob<CudaDigests>::start(
-        env, [deviceIndex, fds, bytes, tensors, threads] { return cudaDigestSegments(deviceIndex, fds, bytes, tensors, threads); },
+        env, [deviceIndex, fds, bytes, tensors, threads, onGpu] { return cudaDigestSegments(deviceIndex, fds, bytes, tensors, threads, onGpu); },
         [](Napi::Env e, const CudaDigests& d) {
           Napi::Object o = Napi::Object::New(e);
           setDigested(e, o, d);

@@ -22,12 +22,12 @@ constexpr uint64_t kDigestPart = 4ull << 20;
 }  // namespace
 
 CudaDigests digestDeviceSegments(const std::vector<CUdeviceptr>& segments, const std::vector<uint64_t>& bytes, std::vector<TensorRange> tensors,
-                                 unsigned threads) {
+                                 unsigned threads, bool onGpu) {
   CudaDigests out;
   ContentDigests digests(std::move(tensors), bytes);
   if (digests.empty()) return out;
-  out.gpuDigestUnavailable = hashDeviceSegments(segments, bytes, digests);
-  if (out.gpuDigestUnavailable.empty()) {
+  if (onGpu) out.gpuDigestUnavailable = hashDeviceSegments(segments, bytes, digests);
+  if (onGpu && out.gpuDigestUnavailable.empty()) {
     out.onGpu = true;
     out.digests = digests.tensorDigests();
     return out;
@@ -56,7 +56,7 @@ CudaDigests digestDeviceSegments(const std::vector<CUdeviceptr>& segments, const
 }
 
 CudaDigests cudaDigestSegments(int deviceIndex, const std::vector<int>& fds, const std::vector<uint64_t>& bytes, std::vector<TensorRange> tensors,
-                               unsigned threads) {
+                               unsigned threads, bool onGpu) {
   if (fds.size() != bytes.size()) throw DeviceError("E_BAD_PLAN", "cudaDigestSegments takes one descriptor and size per segment");
   PrimaryContext context(deviceIndex);
   ScopedContext current(context.get());
@@ -67,7 +67,7 @@ CudaDigests cudaDigestSegments(int deviceIndex, const std::vector<int>& fds, con
     segments.push_back(VmmSegment::import(dev, fds[i], vmmSegmentSize(dev, bytes[i])));
     pointers.push_back(segments.back().pointer());
   }
-  return digestDeviceSegments(pointers, bytes, std::move(tensors), threads);
+  return digestDeviceSegments(pointers, bytes, std::move(tensors), threads, onGpu);
 }
 
 }  // namespace weightd

@@ -22,15 +22,16 @@ struct CudaDigests {
 };
 
 // Each of `tensors`' digest (`file` indexing the segments), over device memory at `segments`
-// (`bytes` each) in the current context: on the GPU by the fill's digest kernel (cuda_digests.h),
-// else read back a window at a time into pinned memory and hashed on up to `threads` threads.
+// (`bytes` each) in the current context: with `onGpu`, on the GPU by the fill's digest kernel
+// (cuda_digests.h) where it loads; else (or without `onGpu`: digestOn 'cpu', as a fill's) read
+// back a window at a time into pinned memory and hashed on up to `threads` threads.
 CudaDigests digestDeviceSegments(const std::vector<CUdeviceptr>& segments, const std::vector<uint64_t>& bytes, std::vector<TensorRange> tensors,
-                                 unsigned threads);
+                                 unsigned threads, bool onGpu);
 
 // The same over the allocations behind descriptors `fds` (a served version's "cuda-fd" segments,
 // `bytes` each), imported and mapped read-only on visible device `deviceIndex` for the call; the
 // descriptors stay the caller's, and nothing else of the call stays.
 CudaDigests cudaDigestSegments(int deviceIndex, const std::vector<int>& fds, const std::vector<uint64_t>& bytes, std::vector<TensorRange> tensors,
-                               unsigned threads);
+                               unsigned threads, bool onGpu);
 
 }  // namespace weightd

@@ -69,7 +69,7 @@ int cudaStagingCopy(int deviceIndex, int sourceFd, uint64_t bytes) {
 }
 
 CudaCommitted cudaCommitCopies(int deviceIndex, const std::vector<int>& fds, const std::vector<bool>& copied,
-                               const std::vector<uint64_t>& bytes, std::vector<TensorRange> tensors, unsigned threads) {
+                               const std::vector<uint64_t>& bytes, std::vector<TensorRange> tensors, unsigned threads, bool onGpu) {
   if (fds.size() != copied.size() || fds.size() != bytes.size()) {
     throw DeviceError("E_BAD_PLAN", "cudaCommitCopies takes one descriptor, copied flag and size per segment");
   }
@@ -108,7 +108,7 @@ CudaCommitted cudaCommitCopies(int deviceIndex, const std::vector<int>& fds, con
   }
   std::vector<CUdeviceptr> pointers;
   for (const VmmSegment& s : served) pointers.push_back(s.pointer());
-  CudaCommitted out{{}, digestDeviceSegments(pointers, bytes, std::move(tensors), threads)};
+  CudaCommitted out{{}, digestDeviceSegments(pointers, bytes, std::move(tensors), threads, onGpu)};
   try {
     for (size_t i = 0; i < fds.size(); ++i) out.fds.push_back(copied[i] ? dupExported(served[i]) : -1);
   } catch (...) {

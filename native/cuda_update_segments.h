@@ -35,9 +35,8 @@ struct CudaCommitted {
 // At commit: for each segment i with copied[i], a fresh final allocation holding a device-to-device
 // copy of staging descriptor fds[i]; every other fds[i] is a served segment shared with the base.
 // Then the digest of every tensor of `tensors` (indexing segments), over what the new version
-// will serve (cuda_segment_digests.h).
-// Nothing of it stays on failure.
+// will serve (cuda_segment_digests.h; `onGpu` as there). Nothing of it stays on failure.
 CudaCommitted cudaCommitCopies(int deviceIndex, const std::vector<int>& fds, const std::vector<bool>& copied,
-                               const std::vector<uint64_t>& bytes, std::vector<TensorRange> tensors, unsigned threads);
+                               const std::vector<uint64_t>& bytes, std::vector<TensorRange> tensors, unsigned threads, bool onGpu);
 
 }  // namespace weightd

@@ -9,6 +9,7 @@ import { WeightdClient } from '../client/weightdClient.js';
 import { errorCode } from '../errors.js';
 import { addon } from '../native/addon.js';
 import { cudaProbe } from '../native/cuda.js';
+import { cudaDigestsOn, DIGESTS_ON_VARIABLE } from '../native/fillPolicy.js';
 import { packTensorRanges } from '../native/fillRecords.js';
 import { readNodeManifest } from '../wire/nodeManifest.js';
 import { defaultSocketDir } from '../wire/socketDir.js';
@@ -78,10 +79,11 @@ export async function verifyWritten(req: VerifyWrittenRequest, write: (line: str
         if (deviceIndex < 0) {
           memory = await addon().digestFiles(order.map((s) => `/proc/self/fd/${fds.get(s)!}`), ranges, DIGEST_THREADS);
         } else {
-          // The allocations, imported read-only, digested on the GPU (else read back to the host).
+          // The allocations, imported read-only, digested where a fill would hash them: on the GPU
+          // unless WEIGHTD_FILL_DIGESTS_ON=cpu or the kernel is missing (read back to the host then).
           const bytes = order.map((s) => state.segments.find((ref) => ref.segment === s)!.bytes);
-          const digested = await addon().cudaDigestSegments(deviceIndex, order.map((s) => fds.get(s)!), bytes, ranges, DIGEST_THREADS);
-          if (digested.gpuDigestUnavailable) write(`verify: digests hashed on the CPU, read back from the GPU: ${digested.gpuDigestUnavailable}`);
+          const digested = await addon().cudaDigestSegments(deviceIndex, order.map((s) => fds.get(s)!), bytes, ranges, DIGEST_THREADS, cudaDigestsOn());
+          if (digested.hashedOn === 'cpu') write(`verify: digests hashed on the CPU, read back from the GPU: ${digested.gpuDigestUnavailable || `${DIGESTS_ON_VARIABLE}=cpu`}`);
           memory = digested.digests;
         }
       } finally {

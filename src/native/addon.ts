@@ -242,8 +242,9 @@ export interface Addon {
   /**
    * At commit (native/cuda_update_segments.h): copies each staging descriptor `fds[i]` with
    * `copied[i]` into a fresh final allocation (its descriptor in `fds[i]` of the result, -1 for a
-   * shared segment), then digests `tensorRanges` over the final and shared segments: on the GPU
-   * with the fill's digest kernel, else on `threads` CPU threads (`gpuDigestUnavailable` says why).
+   * shared segment), then digests `tensorRanges` over the final and shared segments: with
+   * `digestOn` 'gpu', by the fill's digest kernel where it loads, else (`gpuDigestUnavailable` says
+   * why), or with 'cpu', on `threads` CPU threads.
    */
   cudaCommitCopies(
     deviceIndex: number,
@@ -252,14 +253,15 @@ export interface Addon {
     bytes: number[],
     tensorRanges: PackedTensorRanges,
     threads: number,
+    digestOn: 'gpu' | 'cpu',
   ): Promise<{ fds: number[] } & CudaDigested>;
   /**
    * Digests `tensorRanges` (`file` indexing the segments) over the allocations behind "cuda-fd"
    * descriptors `fds` (`bytes` each), imported read-only on visible device `deviceIndex` for the
-   * call (native/cuda_segment_digests.h): on the GPU with the fill's digest kernel, else on
-   * `threads` CPU threads (`gpuDigestUnavailable` says why). The descriptors stay the caller's.
+   * call (native/cuda_segment_digests.h): where `digestOn` says, as cudaCommitCopies. The
+   * descriptors stay the caller's.
    */
-  cudaDigestSegments(deviceIndex: number, fds: number[], bytes: number[], tensorRanges: PackedTensorRanges, threads: number): Promise<CudaDigested>;
+  cudaDigestSegments(deviceIndex: number, fds: number[], bytes: number[], tensorRanges: PackedTensorRanges, threads: number, digestOn: 'gpu' | 'cpu'): Promise<CudaDigested>;
   /** Closes a descriptor this process received; E_FD_CLOSE when it is not open. */
   closeFd(fd: number): void;
   /**

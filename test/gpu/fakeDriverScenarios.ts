@@ -81,6 +81,28 @@ function makeFixture(): Fixture {
 }
 
 /** 'no error', or the error's name, code and message: what the error scenarios report. */
+/**
+ * A served cuda rank as the update desk sees it (src/serve/updateDesk.ts): model "m" on GPU 0,
+ * one U8 tensor `t<i>` filling each of `served`'s segments (`segments` bytes each); `info` hears
+ * its log's info lines.
+ */
+function deskRank(served: SegmentExport[], segments: number[], info: (fields: Record<string, unknown>, msg: string) => unknown = () => {}): RankService {
+  const rank = {
+    name: 'm',
+    backend: 'cuda',
+    device: { index: 0 },
+    nnodes: 1,
+    globalRank: 0,
+    localRank: 0,
+    fingerprint: 'f'.repeat(64),
+    fingerprintFields: {},
+    segments: served,
+    tensors: segments.map((bytes, segment) => ({ name: `t${segment}`, dtype: 'U8', shape: [bytes], segment, offset: 0, bytes })),
+  };
+  const log = { info, warn() {}, debug() {}, error() {} };
+  return { rank, log, refuseUnlessServing() {}, holdSegmentFds: () => () => {} } as unknown as RankService;
+}
+
 async function outcome(fn: () => unknown): Promise<string> {
   try {
     await fn();
@@ -763,7 +785,7 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
         { file: 1, start: 0, end: MiB + 7 },
         { file: 1, start: MiB + 7, end: 3 * MiB },
       ];
-      const commit = addon().cudaCommitCopies(0, [staging, shared], [true, false], segments, packTensorRanges(tensors), 3);
+      const commit = addon().cudaCommitCopies(0, [staging, shared], [true, false], segments, packTensorRanges(tensors), 3, 'gpu');
       // A commit that fails midway (FAKE_CUDA_VMM_FAIL) gives back what it made, queued copies drained first.
       const failed = await outcome(() => commit);
       if (failed !== 'no error') {
@@ -784,7 +806,7 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
         sharedFd: committed.fds[1],
         digestsEqual: JSON.stringify(committed.digests) === JSON.stringify(fromFiles),
         digests: committed.digests.length,
-        onGpu: committed.gpuDigestUnavailable === '',
+        onGpu: committed.hashedOn === 'gpu',
         finalBytes,
       };
     } finally {
@@ -803,20 +825,7 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
     const base = new DeviceHandle('cuda', 0, { uuid: cudaDevices(await cudaProbe())[0]!.uuid, cudaHandles: 'fd' });
     await base.allocate(segments);
     const served = base.exportSegments();
-    const quiet = { info() {}, warn() {}, debug() {}, error() {} };
-    const rank = {
-      name: 'm',
-      backend: 'cuda',
-      device: { index: 0 },
-      nnodes: 1,
-      globalRank: 0,
-      localRank: 0,
-      fingerprint: 'f'.repeat(64),
-      fingerprintFields: {},
-      segments: served,
-      tensors: segments.map((bytes, segment) => ({ name: `t${segment}`, dtype: 'U8', shape: [bytes], segment, offset: 0, bytes })),
-    };
-    const service = { rank, log: quiet, refuseUnlessServing() {}, holdSegmentFds: () => () => {} } as unknown as RankService;
+    const service = deskRank(served, segments);
     const desk = new UpdateDesk();
     const written = new DeviceHandle('cuda', 0, { cudaHandles: 'fd' });
     let adopted: SegmentExport[] = [];
@@ -839,6 +848,36 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
       writtenIsItsOwn: result.written[0] !== undefined && !result.base.includes(result.written[0]),
       baseDistinct: result.base[0] !== undefined && result.base[0] !== result.base[1],
     };
+  },
+
+  /**
+   * Two commits of a writer's update on cuda through the update desk (src/serve/updateDesk.ts),
+   * the first with WEIGHTD_FILL_DIGESTS_ON=cpu, the second without: where each commit hashed its
+   * digests (its "update sealed" line), and whether the two agree. Run with the digest kernel
+   * loadable, so that only the switch keeps the first off the GPU.
+   */
+  async updateDigestsOn() {
+    const segments = [2 * MiB, 2 * MiB];
+    const base = new DeviceHandle('cuda', 0, { uuid: cudaDevices(await cudaProbe())[0]!.uuid, cudaHandles: 'fd' });
+    await base.allocate(segments);
+    const sealed: unknown[] = [];
+    const service = deskRank(base.exportSegments(), segments, (fields, msg) => msg.startsWith('update sealed') && sealed.push(fields.hashedOn));
+    const desk = new UpdateDesk();
+    const digests: string[][] = [];
+    desk.publisher = async (version) => {
+      digests.push(version.ranks[0]!.digests);
+      return { version: digests.length };
+    };
+    const caller = { pid: process.pid, connectionId: 1 };
+    for (const on of ['cpu', undefined]) {
+      if (on === undefined) delete process.env.WEIGHTD_FILL_DIGESTS_ON;
+      else process.env.WEIGHTD_FILL_DIGESTS_ON = on;
+      const begun = await desk.begin(service, 'v0', [0], caller, () => true, ['t0']);
+      begun.sent();
+      await desk.commit(begun.id, caller);
+    }
+    await base.free();
+    return { hashedOn: sealed, digests: digests[0]!.length, sameDigests: JSON.stringify(digests[0]) === JSON.stringify(digests[1]) };
   },
 
   /** Child of vmm(): adopts descriptors 3, 4, ... (inherited), checks the bytes, frees. */
