@@ -25,6 +25,7 @@
 #include "js_values.h"
 #include "unix_fds.h"
 #include "update_segments.h"
+#include "cuda_segment_digests.h"
 #include "cuda_update_segments.h"
 
 namespace weightd {
@@ -396,6 +397,7 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::CudaStagingCopy>>("cudaStagingCopy"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::CudaStagingFresh>>("cudaStagingFresh"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::CudaCommitCopies>>("cudaCommitCopies"),
+                             InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::CudaDigestSegments>>("cudaDigestSegments"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::MapShared>>("mapShared"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::UnmapShared>>("unmapShared"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::CudaProbeJs>>("cudaProbe"),
@@ -557,13 +559,13 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
                                   [](Napi::Env e, const int& fd) { return Napi::Number::New(e, fd); });
   }
 
-  // cudaCommitCopies(deviceIndex, fds, copied: boolean[], bytes: number[], tensorRanges, threads)
-  //   -> Promise<{ fds: number[], digests: string[] }>, on a libuv thread.
+  // cudaCommitCopies(deviceIndex, fds, copied: boolean[], bytes: number[], tensorRanges, threads, digestOn)
+  //   -> Promise<{ fds: number[], digests: string[], hashedOn, gpuDigestUnavailable }>, on a libuv thread.
   Napi::Value CudaCommitCopies(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
     int deviceIndex = toBounded<int>(info[0], "deviceIndex");
     std::vector<int> fds = toFds(info[1]);
-    if (!info[2].IsArray() || !info[3].IsArray()) throw Napi::TypeError::New(env, "cudaCommitCopies(deviceIndex, fds, copied: boolean[], bytes: number[], tensorRanges, threads)");
+    if (!info[2].IsArray() || !info[3].IsArray()) throw Napi::TypeError::New(env, "cudaCommitCopies(deviceIndex, fds, copied: boolean[], bytes: number[], tensorRanges, threads, digestOn)");
     Napi::Array copiedJs = info[2].As<Napi::Array>(), bytesJs = info[3].As<Napi::Array>();
     std::vector<bool> copied;
     std::vector<uint64_t> bytes;
@@ -572,19 +574,49 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
     std::vector<TensorRange> tensors = tensorRangesFromJs(info[4]);
     unsigned threads = toBounded<unsigned>(info[5], "threads");
     if (threads < 1 || threads > 256) throw Napi::RangeError::New(env, "threads must be from 1 to 256, got " + std::to_string(threads));
+    bool onGpu = digestOnGpuFromJs(info[6]);
     return PromiseJob<CudaCommitted>::start(
-        env, [deviceIndex, fds, copied, bytes, tensors, threads] { return cudaCommitCopies(deviceIndex, fds, copied, bytes, tensors, threads); },
+        env, [deviceIndex, fds, copied, bytes, tensors, threads, onGpu] { return cudaCommitCopies(deviceIndex, fds, copied, bytes, tensors, threads, onGpu); },
         [](Napi::Env e, const CudaCommitted& c) {
           Napi::Object o = Napi::Object::New(e);
           Napi::Array outFds = Napi::Array::New(e, c.fds.size());
           for (uint32_t i = 0; i < c.fds.size(); ++i) outFds.Set(i, c.fds[i]);
-          Napi::Array digests = Napi::Array::New(e, c.digests.size());
-          for (uint32_t i = 0; i < c.digests.size(); ++i) digests.Set(i, c.digests[i]);
           o.Set("fds", outFds);
-          o.Set("digests", digests);
-          o.Set("gpuDigestUnavailable", c.gpuDigestUnavailable);
+          setDigested(e, o, c.digested);
           return o;
         });
+  }
+
+  // cudaDigestSegments(deviceIndex, fds, bytes: number[], tensorRanges, threads, digestOn)
+  //   -> Promise<{ digests: string[], hashedOn, gpuDigestUnavailable: string }>, on a libuv thread.
+  Napi::Value CudaDigestSegments(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    int deviceIndex = toBounded<int>(info[0], "deviceIndex");
+    std::vector<int> fds = toFds(info[1]);
+    if (!info[2].IsArray()) throw Napi::TypeError::New(env, "cudaDigestSegments(deviceIndex, fds, bytes: number[], tensorRanges, threads, digestOn)");
+    Napi::Array bytesJs = info[2].As<Napi::Array>();
+    std::vector<uint64_t> bytes;
+    for (uint32_t i = 0; i < bytesJs.Length(); ++i) bytes.push_back(toU64(bytesJs.Get(i), "segment bytes"));
+    std::vector<TensorRange> tensors = tensorRangesFromJs(info[3]);
+    unsigned threads = toBounded<unsigned>(info[4], "threads");
+    if (threads < 1 || threads > 256) throw Napi::RangeError::New(env, "threads must be from 1 to 256, got " + std::to_string(threads));
+    bool onGpu = digestOnGpuFromJs(info[5]);
+    return PromiseJob<CudaDigests>::start(
+        env, [deviceIndex, fds, bytes, tensors, threads, onGpu] { return cudaDigestSegments(deviceIndex, fds, bytes, tensors, threads, onGpu); },
+        [](Napi::Env e, const CudaDigests& d) {
+          Napi::Object o = Napi::Object::New(e);
+          setDigested(e, o, d);
+          return o;
+        });
+  }
+
+  // The digests, where they were hashed and why not on the GPU, on a result object.
+  static void setDigested(Napi::Env env, Napi::Object o, const CudaDigests& d) {
+    Napi::Array digests = Napi::Array::New(env, d.digests.size());
+    for (uint32_t i = 0; i < d.digests.size(); ++i) digests.Set(i, d.digests[i]);
+    o.Set("digests", digests);
+    o.Set("hashedOn", d.onGpu ? "gpu" : "cpu");
+    o.Set("gpuDigestUnavailable", d.gpuDigestUnavailable);
   }
 
   // mapShared(fd, bytes) and unmapShared run on the JS thread: mmap of a memfd maps, it reads nothing.

@@ -3,14 +3,10 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <mutex>
 
-#include "content_digests.h"
-#include "cuda_digests.h"
 #include "cuda_resources.h"
 #include "cuda_vmm.h"
-#include "reader_threads.h"
 #include "unix_fds.h"
 
 namespace weightd {
@@ -35,47 +31,6 @@ void checkFree(int deviceIndex, uint64_t needed, const std::string& what) {
 // The descriptor a segment exported, duplicated: the segment closes its own when it goes, so the
 // caller's copy is then the daemon's only reference to the memory.
 int dupExported(VmmSegment& segment) { return dupFd(segment.exportFd()); }
-
-// Digests are hashed on the GPU by the fill's digest kernel where the addon has it (cuda_digests.h);
-// else from host memory: the device's bytes come back a window at a time, each cut at a piece
-// boundary (content_digests.h) so that every piece lies whole in one window.
-constexpr uint64_t kDigestWindow = 64ull << 20;
-// A window is hashed on several threads, each taking whole pieces of at least this much.
-constexpr uint64_t kDigestPart = 4ull << 20;
-
-// Sets `out`'s digests and why the GPU did not hash them ("" when it did).
-void digestSegments(const std::vector<VmmSegment>& segments, const std::vector<uint64_t>& bytes, std::vector<TensorRange> tensors,
-                    unsigned threads, CudaCommitted& out) {
-  ContentDigests digests(std::move(tensors), bytes);
-  if (digests.empty()) return;
-  std::vector<CUdeviceptr> pointers;
-  for (const VmmSegment& s : segments) pointers.push_back(s.pointer());
-  out.gpuDigestUnavailable = hashDeviceSegments(pointers, bytes, digests);
-  if (out.gpuDigestUnavailable.empty()) {
-    out.digests = digests.tensorDigests();
-    return;
-  }
-  PinnedHostMemory window = allocatePinnedHost(kDigestWindow);
-  const char* host = static_cast<const char*>(window.get());
-  std::atomic<bool> cancel{false};
-  for (uint32_t s = 0; s < segments.size(); ++s) {
-    for (uint64_t at = 0; at < bytes[s];) {
-      uint64_t end = digests.cut(s, at, std::min(bytes[s], at + kDigestWindow));
-      cudaDriver().cuMemcpyDtoH_v2(window.get(), segments[s].pointer() + at, end - at);
-      std::vector<std::pair<uint64_t, uint64_t>> parts;
-      uint64_t step = std::max(kDigestPart, (end - at) / std::max(1u, threads));
-      for (uint64_t a = at; a < end;) {
-        uint64_t b = digests.cut(s, a, std::min(end, a + step));
-        parts.emplace_back(a, b);
-        a = b;
-      }
-      runOnReaderThreads(parts.size(), threads, cancel, [&](size_t k) { digests.hashCovered(s, parts[k].first, parts[k].second, host + (parts[k].first - at)); });
-      at = end;
-    }
-  }
-  // Every piece lay whole in a window, so none is left for ContentDigests::hashRest to read.
-  out.digests = digests.tensorDigests();
-}
 
 }  // namespace
 
@@ -114,7 +69,7 @@ int cudaStagingCopy(int deviceIndex, int sourceFd, uint64_t bytes) {
 }
 
 CudaCommitted cudaCommitCopies(int deviceIndex, const std::vector<int>& fds, const std::vector<bool>& copied,
-                               const std::vector<uint64_t>& bytes, std::vector<TensorRange> tensors, unsigned threads) {
+                               const std::vector<uint64_t>& bytes, std::vector<TensorRange> tensors, unsigned threads, bool onGpu) {
   if (fds.size() != copied.size() || fds.size() != bytes.size()) {
     throw DeviceError("E_BAD_PLAN", "cudaCommitCopies takes one descriptor, copied flag and size per segment");
   }
@@ -151,8 +106,9 @@ CudaCommitted cudaCommitCopies(int deviceIndex, const std::vector<int>& fds, con
     }
     cudaDriver().cuStreamSynchronize(stream.get());
   }
-  CudaCommitted out;
-  digestSegments(served, bytes, std::move(tensors), threads, out);
+  std::vector<CUdeviceptr> pointers;
+  for (const VmmSegment& s : served) pointers.push_back(s.pointer());
+  CudaCommitted out{{}, digestDeviceSegments(pointers, bytes, std::move(tensors), threads, onGpu)};
   try {
     for (size_t i = 0; i < fds.size(); ++i) out.fds.push_back(copied[i] ? dupExported(served[i]) : -1);
   } catch (...) {

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda_segment_digests.h"
 #include "fill_records.h"
 
 namespace weightd {
@@ -27,18 +28,15 @@ int cudaStagingFresh(int deviceIndex, uint64_t bytes);
 struct CudaCommitted {
   // Per segment: the final allocation's descriptor (the caller's to close) where `copied`, else -1.
   std::vector<int> fds;
-  // Each of `tensors`' digest (content_digests.h), over the final segments and the shared ones.
-  std::vector<std::string> digests;
-  // Why the digest kernel did not hash them ("" when it did; the CPU did then).
-  std::string gpuDigestUnavailable;
+  // Each of `tensors`' digest, over the final segments and the shared ones.
+  CudaDigests digested;
 };
 
 // At commit: for each segment i with copied[i], a fresh final allocation holding a device-to-device
 // copy of staging descriptor fds[i]; every other fds[i] is a served segment shared with the base.
 // Then the digest of every tensor of `tensors` (indexing segments), over what the new version
-// will serve: on the GPU (cuda_digests.h), else read back and hashed on up to `threads` threads.
-// Nothing of it stays on failure.
+// will serve (cuda_segment_digests.h; `onGpu` as there). Nothing of it stays on failure.
 CudaCommitted cudaCommitCopies(int deviceIndex, const std::vector<int>& fds, const std::vector<bool>& copied,
-                               const std::vector<uint64_t>& bytes, std::vector<TensorRange> tensors, unsigned threads);
+                               const std::vector<uint64_t>& bytes, std::vector<TensorRange> tensors, unsigned threads, bool onGpu);
 
 }  // namespace weightd

@@ -71,12 +71,7 @@ FillOptions optionsFromJs(const Napi::Object& o) {
     else if (mode == "register") opts.mode = FillMode::Register;
     else throw Napi::RangeError::New(env, "mode must be 'pread' or 'register', got '" + mode + "'");
   }
-  if (o.Has("digestOn") && !o.Get("digestOn").IsUndefined()) {
-    std::string on = toStr(o.Get("digestOn"), "digestOn");
-    if (on == "gpu") opts.gpuDigests = true;
-    else if (on == "cpu") opts.gpuDigests = false;
-    else throw Napi::RangeError::New(env, "digestOn must be 'gpu' or 'cpu', got '" + on + "'");
-  }
+  if (o.Has("digestOn") && !o.Get("digestOn").IsUndefined()) opts.gpuDigests = digestOnGpuFromJs(o.Get("digestOn"));
   if (o.Has("group") && !o.Get("group").IsUndefined()) {
     if (!o.Get("group").IsObject()) throw Napi::TypeError::New(env, "group must be { id: string, size: number }");
     Napi::Object g = o.Get("group").As<Napi::Object>();
@@ -108,5 +103,12 @@ FillArgs fillArgsFromJs(const Napi::CallbackInfo& info) {
 }
 
 std::vector<TensorRange> tensorRangesFromJs(const Napi::Value& v) { return recordsFromJs<TensorRange>(v, "tensorRanges"); }
+
+bool digestOnGpuFromJs(const Napi::Value& v) {
+  std::string on = toStr(v, "digestOn");
+  if (on == "gpu") return true;
+  if (on == "cpu") return false;
+  throw Napi::RangeError::New(v.Env(), "digestOn must be 'gpu' or 'cpu', got '" + on + "'");
+}
 
 }  // namespace weightd

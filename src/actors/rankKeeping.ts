@@ -59,7 +59,7 @@ export async function adoptKept(device: DeviceHandle, data: RankWorkerData, keep
     return { refused: checked.refusal.message };
   }
   try {
-    await device.adopt(taken.fds, data.plan.segments);
+    await device.adopt(taken.fds, data.plan.segments, data.written?.segmentMemory);
   } catch (err) {
     // adopt() closed the descriptors; the keeper's copy is as unusable as ours.
     await keeper.drop(uuid, fingerprint).catch(() => 0);

@@ -76,7 +76,7 @@ Environment:
                                  socket server limits
   WEIGHTD_SERVE_FILES_CHECK_MS   how long a check that a model's checkpoint files are unchanged
                                  stands before a get_state stats them again (default 1000; 0: always)
-  WEIGHTD_FILL_DIGESTS_ON        cuda: where a fill hashes its content digests, gpu (default; the CPU where the kernel is missing) or cpu
+  WEIGHTD_FILL_DIGESTS_ON        cuda: where a fill, a writer's commit and verify hash content digests, gpu (default; the CPU where the kernel is missing) or cpu
                                  (the GPU kernel, not yet run on a real GPU: docs/operations.md)
 `;
 

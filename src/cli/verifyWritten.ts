@@ -1,12 +1,15 @@
 // `weightd verify --name NAME --version N`: proves, tensor by tensor, that a running daemon's
 // version a writer committed (docs/weight-updates.md) still holds what was written. Such a version
-// has no checkpoint files to hash again: this maps its memory (a copy lease, host backend), digests
+// has no checkpoint files to hash again: this maps its memory (a copy lease: the host's memfds, or
+// the GPU's allocations imported read-only, digested on the GPU where the kernel is), digests
 // every tensor there with the commit's digest code, and compares each with the digest the commit
 // recorded, which the daemon serves as the version's content (docs/spec/fingerprint.md §9).
 import { findSocket } from '../client/findSocket.js';
 import { WeightdClient } from '../client/weightdClient.js';
 import { errorCode } from '../errors.js';
 import { addon } from '../native/addon.js';
+import { cudaProbe } from '../native/cuda.js';
+import { cudaDigestsOn, DIGESTS_ON_VARIABLE } from '../native/fillPolicy.js';
 import { packTensorRanges } from '../native/fillRecords.js';
 import { readNodeManifest } from '../wire/nodeManifest.js';
 import { defaultSocketDir } from '../wire/socketDir.js';
@@ -58,16 +61,31 @@ export async function verifyWritten(req: VerifyWrittenRequest, write: (line: str
     }
     let memory: string[];
     try {
-      if (state.backend !== 'host') {
-        write(`verify: ${what} serves on the ${state.backend} backend, whose memory this cannot read yet: nothing to compare with`);
-        return VERIFY_EXIT.cannotCompare;
+      // cuda: the GPU the rank serves on, as this process numbers it.
+      let deviceIndex = -1;
+      if (state.backend === 'cuda') {
+        const probe = await cudaProbe();
+        deviceIndex = probe.devices.find((d) => d.uuid === state.device.uuid)?.index ?? -1;
+        if (deviceIndex < 0) {
+          write(`verify: ${what} serves on GPU ${state.device.uuid}, which this process does not see (${probe.available ? `${probe.devices.length} visible` : probe.reason}): run verify where CUDA_VISIBLE_DEVICES includes it`);
+          return VERIFY_EXIT.cannotCompare;
+        }
       }
       const fds = await client.segmentFds(state.leaseId);
       try {
         const order = [...fds.keys()].sort((a, b) => a - b);
         const position = new Map(order.map((segment, i) => [segment, i]));
-        const ranges = state.tensors.map((t) => ({ file: position.get(t.segment)!, start: t.offset, end: t.offset + t.bytes }));
-        memory = await addon().digestFiles(order.map((s) => `/proc/self/fd/${fds.get(s)!}`), packTensorRanges(ranges), DIGEST_THREADS);
+        const ranges = packTensorRanges(state.tensors.map((t) => ({ file: position.get(t.segment)!, start: t.offset, end: t.offset + t.bytes })));
+        if (deviceIndex < 0) {
+          memory = await addon().digestFiles(order.map((s) => `/proc/self/fd/${fds.get(s)!}`), ranges, DIGEST_THREADS);
+        } else {
+          // The allocations, imported read-only, digested where a fill would hash them: on the GPU
+          // unless WEIGHTD_FILL_DIGESTS_ON=cpu or the kernel is missing (read back to the host then).
+          const bytes = order.map((s) => state.segments.find((ref) => ref.segment === s)!.bytes);
+          const digested = await addon().cudaDigestSegments(deviceIndex, order.map((s) => fds.get(s)!), bytes, ranges, DIGEST_THREADS, cudaDigestsOn());
+          if (digested.hashedOn === 'cpu') write(`verify: digests hashed on the CPU, read back from the GPU: ${digested.gpuDigestUnavailable || `${DIGESTS_ON_VARIABLE}=cpu`}`);
+          memory = digested.digests;
+        }
       } finally {
         for (const fd of fds.values()) addon().closeFd(fd);
       }

@@ -142,7 +142,7 @@ export class ModelControl {
     for (const planned of models) {
       const { name } = planned.spec;
       try {
-        await this.#serve(planned, name);
+        await this.#serve(this.#namingShared(planned), name);
         this.#versions.set(name, Math.max(this.#versions.get(name) ?? 0, planned.version!));
         this.#log.info({ name, version: planned.version, fingerprint: planned.plan.fingerprint }, `written version ${planned.version} of model "${name}" restored from the keeper`);
       } catch (err) {
@@ -158,6 +158,21 @@ export class ModelControl {
       }
     }
     for (const name of new Set(models.map((m) => m.spec.name))) this.#retain(name);
+  }
+
+  /**
+   * A restored written version whose base serves again: its segments shared with the base are the
+   * base's memory (on cuda the keeper's descriptors name no identity), so they take the names the
+   * base's ranks gave them (SegmentExport.memory) and eviction counts them once.
+   */
+  #namingShared(planned: PlannedModel): PlannedModel {
+    const base = this.#status().models.find((m) => m.name === planned.spec.name && m.fingerprint === planned.base && m.state === 'serving');
+    if (!base || !planned.written) return planned;
+    const written = planned.written.map((w, localRank) => {
+      const segments = base.ranks.find((r) => r.localRank === localRank)?.segments;
+      return segments ? { ...w, segmentMemory: segments.map((s, i) => (w.shared.includes(i) ? (s.memory ?? null) : null)) } : w;
+    });
+    return { ...planned, written };
   }
 
   /** Has the ranks of `name`'s version `version`, current from now on, keep their segments again with a record that says so. */

@@ -56,7 +56,8 @@ export interface WrittenRankData {
   /**
    * cuda, at the commit: per segment, the memory (SegmentExport.memory) of the base's segment it
    * is, null for one the writer wrote (an allocation of its own), so that memory versions share
-   * is counted once (src/models/evictionPolicy.ts). On the host a memfd's inode says it.
+   * is counted once (src/models/evictionPolicy.ts); at a restart the restored base's names for the
+   * segments the record shares (ModelControl). On the host a memfd's inode says it.
    */
   segmentMemory?: (string | null)[];
   digests: string[];

@@ -54,6 +54,15 @@ export interface SegmentExport {
   memory?: string;
 }
 
+/** Content digests of tensors in GPU memory (native/cuda_segment_digests.h): a cuda commit's, or verify's. */
+export interface CudaDigested {
+  digests: string[];
+  /** Where they were hashed: by the fill's digest kernel, or read back and hashed on the CPU. */
+  hashedOn: 'gpu' | 'cpu';
+  /** Why the digest kernel did not hash them ("" when it did). */
+  gpuDigestUnavailable: string;
+}
+
 /** How a cuda device allocates and exports its segments (--cuda-handles; native/cuda_vmm.h). */
 export type CudaHandles = 'ipc' | 'fd';
 export const CUDA_HANDLES: readonly CudaHandles[] = ['ipc', 'fd'];
@@ -233,8 +242,9 @@ export interface Addon {
   /**
    * At commit (native/cuda_update_segments.h): copies each staging descriptor `fds[i]` with
    * `copied[i]` into a fresh final allocation (its descriptor in `fds[i]` of the result, -1 for a
-   * shared segment), then digests `tensorRanges` over the final and shared segments: on the GPU
-   * with the fill's digest kernel, else on `threads` CPU threads (`gpuDigestUnavailable` says why).
+   * shared segment), then digests `tensorRanges` over the final and shared segments: with
+   * `digestOn` 'gpu', by the fill's digest kernel where it loads, else (`gpuDigestUnavailable` says
+   * why), or with 'cpu', on `threads` CPU threads.
    */
   cudaCommitCopies(
     deviceIndex: number,
@@ -243,7 +253,15 @@ export interface Addon {
     bytes: number[],
     tensorRanges: PackedTensorRanges,
     threads: number,
-  ): Promise<{ fds: number[]; digests: string[]; gpuDigestUnavailable: string }>;
+    digestOn: 'gpu' | 'cpu',
+  ): Promise<{ fds: number[] } & CudaDigested>;
+  /**
+   * Digests `tensorRanges` (`file` indexing the segments) over the allocations behind "cuda-fd"
+   * descriptors `fds` (`bytes` each), imported read-only on visible device `deviceIndex` for the
+   * call (native/cuda_segment_digests.h): where `digestOn` says, as cudaCommitCopies. The
+   * descriptors stay the caller's.
+   */
+  cudaDigestSegments(deviceIndex: number, fds: number[], bytes: number[], tensorRanges: PackedTensorRanges, threads: number, digestOn: 'gpu' | 'cpu'): Promise<CudaDigested>;
   /** Closes a descriptor this process received; E_FD_CLOSE when it is not open. */
   closeFd(fd: number): void;
   /**

@@ -46,7 +46,7 @@ export async function nodeFillOptions(
 ): Promise<FillOptions> {
   if (devices.length === 0 || !devices.every((d) => d.backend === 'cuda')) return fill;
   let out = fill;
-  if (out.digestOn === undefined) out = { ...out, digestOn: digestsOn(env) };
+  if (out.digestOn === undefined) out = { ...out, digestOn: cudaDigestsOn(env) };
   if (fill.direct === undefined && (await share()) < COLD_CACHE_SHARE) out = { ...COLD_FILL, ...out, direct: true };
   if (devices.length > 1) out = { ...out, group: { id: randomUUID(), size: devices.length } };
   return out;
@@ -60,9 +60,12 @@ export const DIGESTS_ON_VARIABLE = 'WEIGHTD_FILL_DIGESTS_ON';
  * test/gpu/RESULTS.md) the kernel's digests equalled the CPU's at tp=1 and tp=2, and a hot 8 GiB
  * fill kept 0.97 of its speed without digests against 0.69 hashing on the CPU. Where the kernel
  * is missing or cannot load, the addon hashes on the CPU and says why (digestGpuUnavailable).
- * WEIGHTD_FILL_DIGESTS_ON=cpu keeps the CPU, to compare or to work around a kernel fault.
+ * WEIGHTD_FILL_DIGESTS_ON=cpu keeps the CPU, to compare or to work around a kernel fault. A
+ * writer's commit on cuda (src/serve/cudaUpdateSegments.ts), a processed layout's
+ * (src/serve/publishDesk.ts) and verify of a cuda written version (src/cli/verifyWritten.ts) hash
+ * with the same kernel, so they follow the same switch.
  */
-function digestsOn(env: NodeJS.ProcessEnv): 'gpu' | 'cpu' {
+export function cudaDigestsOn(env: NodeJS.ProcessEnv = process.env): 'gpu' | 'cpu' {
   const raw = env[DIGESTS_ON_VARIABLE];
   if (raw === undefined || raw === '') return 'gpu';
   if (raw === 'gpu' || raw === 'cpu') return raw;

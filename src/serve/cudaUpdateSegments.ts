@@ -5,8 +5,9 @@
 // commit copies them into *final* allocations that no process but the daemon maps writable.
 // Only the finals are served; a writer that still maps its staging writes memory nobody reads.
 import { ServeError } from '../errors.js';
-import { addon } from '../native/addon.js';
+import { addon, type CudaDigested } from '../native/addon.js';
 import type { PackedTensorRanges } from '../native/fillRecords.js';
+import { cudaDigestsOn } from '../native/fillPolicy.js';
 import type { RankService } from './rankService.js';
 
 /**
@@ -39,11 +40,11 @@ export function shareSegment(service: RankService, index: number): number {
 
 /**
  * Commits a rank's part: copies each staging allocation (`copied`) into a final one and digests
- * every tensor over what the version will serve (on the GPU where the addon has the digest
- * kernel; the log says why not). Resolves with the finals' descriptors (the caller's; -1 where
- * shared) and the digests.
+ * `ranges` over what the version will serve, where WEIGHTD_FILL_DIGESTS_ON says as for a fill (on
+ * the GPU where the addon has the digest kernel, the log says why not; =cpu on the CPU). Resolves
+ * with the finals' descriptors (the caller's; -1 where shared), the digests and where they were hashed.
  */
-export async function commitCudaPart(service: RankService, fds: number[], copied: boolean[], ranges: PackedTensorRanges, threads: number): Promise<{ fds: number[]; digests: string[] }> {
+export async function commitCudaPart(service: RankService, fds: number[], copied: boolean[], ranges: PackedTensorRanges, threads: number): Promise<{ fds: number[] } & CudaDigested> {
   const { rank } = service;
   const committed = await addon().cudaCommitCopies(
     rank.device.index,
@@ -52,6 +53,7 @@ export async function commitCudaPart(service: RankService, fds: number[], copied
     rank.segments.map((s) => s.bytes),
     ranges,
     threads,
+    cudaDigestsOn(),
   );
   if (committed.gpuDigestUnavailable) {
     service.log.info({ model: rank.name, globalRank: rank.globalRank, why: committed.gpuDigestUnavailable }, 'update digests hashed on the CPU, not the GPU');

@@ -12,6 +12,7 @@ import { DEFAULT_PROCESSED_MAX_PERCENT } from '../nodeDefaults.js';
 import type { Backend } from '../native/addon.js';
 import { addon } from '../native/addon.js';
 import { packTensorRanges } from '../native/fillRecords.js';
+import { cudaDigestsOn } from '../native/fillPolicy.js';
 import { refuseUnlessCudaFd } from './cudaUpdateSegments.js';
 import type { PublishTensor, TensorMeta } from '../wire/protocol.js';
 import type { Caller } from './leaseTable.js';
@@ -64,7 +65,7 @@ const CUDA: PublishBackend = {
     return addon().cudaStagingFresh(service.rank.device.index, bytes);
   },
   async commit(service, fd, bytes, ranges) {
-    const committed = await addon().cudaCommitCopies(service.rank.device.index, [fd], [true], [bytes], packed(ranges), DIGEST_THREADS);
+    const committed = await addon().cudaCommitCopies(service.rank.device.index, [fd], [true], [bytes], packed(ranges), DIGEST_THREADS, cudaDigestsOn());
     // The staging allocation goes (a writer that still maps it writes memory nobody reads).
     addon().closeFd(fd);
     return { fd: committed.fds[0]!, digests: committed.digests };

@@ -191,23 +191,27 @@ export class UpdateDesk {
     if (part.digests) {
       throw new ServeError('E_NO_UPDATE', `rank ${rank.globalRank}'s part of the update of model "${update.name}" is committed already; the version serves once ranks ${this.#waiting(update).join(', ')} commit`, { model: update.name });
     }
-    let digesting: Promise<string[]>;
+    // A tensor of a segment shared with the base is the base's bytes: its digest is the base's
+    // (arenaDigests), so only the copied segments' tensors are read and digested, on either backend.
+    const digests = rank.tensors.map((t, i) => (part.copied[t.segment] ? undefined : rank.arenaDigests?.[i]));
+    const todo = rank.tensors.flatMap((t, i) => (digests[i] === undefined ? [{ i, range: { file: t.segment, start: t.offset, end: t.offset + t.bytes } }] : []));
+    const ranges = packTensorRanges(todo.map((x) => x.range));
+    let reading: Promise<{ read: string[]; hashedOn: 'gpu' | 'cpu' }>;
     if (rank.backend === 'cuda') {
-      digesting = this.#commitCuda(update, part, packTensorRanges(rank.tensors.map((t) => ({ file: t.segment, start: t.offset, end: t.offset + t.bytes }))));
+      reading = this.#commitCuda(update, part, ranges);
     } else {
       part.fds.forEach((fd, segment) => part.copied[segment] && addon().sealWritten(fd, segment));
-      digesting = digestWritten(part, rank).then(({ digests, read }) => {
-        part.service.log.info(
-          { model: update.name, globalRank: rank.globalRank, tensors: digests.length, read },
-          `update sealed: ${read} of ${digests.length} tensors digested, the others' digests the base's (their segments are shared with it)`,
-        );
-        return digests;
-      });
+      reading = (todo.length > 0 ? addon().digestFiles(part.fds.map(procPath), ranges, DIGEST_THREADS) : Promise.resolve([])).then((read) => ({ read, hashedOn: 'cpu' }));
     }
-    part.committing = digesting.catch(() => {});
-    const digests = await digesting;
+    part.committing = reading.catch(() => {});
+    const { read, hashedOn } = await reading;
+    todo.forEach((x, n) => (digests[x.i] = read[n]));
+    part.service.log.info(
+      { model: update.name, globalRank: rank.globalRank, tensors: digests.length, read: todo.length, hashedOn },
+      `update sealed: ${todo.length} of ${digests.length} tensors digested, the others' digests the base's (their segments are shared with it)`,
+    );
     if (update.ended) throw new ServeError('E_UPDATE_ABORTED', `the update of model "${update.name}" ended while rank ${rank.globalRank} was digested (a connection of it closed); begin again`, { model: update.name });
-    part.digests = digests;
+    part.digests = digests as string[];
     const waiting = this.#waiting(update);
     if (waiting.length > 0) return { name: update.name, waiting, service: part.service };
     return { ...(await this.#publish(update)), name: update.name, waiting, service: part.service };
@@ -248,18 +252,18 @@ export class UpdateDesk {
    * cuda: the staging allocations are copied into final ones, which replace them in the part (the
    * daemon's handle of staging goes now; a writer's mapping may keep its pages, never served).
    */
-  async #commitCuda(update: Update, part: Part, ranges: Parameters<typeof commitCudaPart>[3]): Promise<string[]> {
-    const { fds, digests } = await commitCudaPart(part.service, part.fds, part.copied, ranges, DIGEST_THREADS);
+  async #commitCuda(update: Update, part: Part, ranges: Parameters<typeof commitCudaPart>[3]): Promise<{ read: string[]; hashedOn: 'gpu' | 'cpu' }> {
+    const { fds, digests, hashedOn } = await commitCudaPart(part.service, part.fds, part.copied, ranges, DIGEST_THREADS);
     if (update.ended) {
       closeAll(fds.filter((fd) => fd >= 0));
-      return digests;
+      return { read: digests, hashedOn };
     }
     fds.forEach((fd, i) => {
       if (fd < 0) return;
       addon().closeFd(part.fds[i]!);
       part.fds[i] = fd;
     });
-    return digests;
+    return { read: digests, hashedOn };
   }
 
   #waiting(update: Update): number[] {
@@ -280,21 +284,6 @@ export class UpdateDesk {
   #parts(): { update: Update; part: Part }[] {
     return [...this.#updates.values()].flatMap((update) => [...update.parts.values()].map((part) => ({ update, part })));
   }
-}
-
-/**
- * Each tensor's digest of what the rank's segments hold now, in its manifest's order (§9): a
- * tensor of a segment shared with the base is the base's bytes, so the base's digest of it
- * (arenaDigests) is reused; every other one is read and digested here.
- */
-async function digestWritten(part: Part, rank: RankService['rank']): Promise<{ digests: string[]; read: number }> {
-  const digests = rank.tensors.map((t, i) => (part.copied[t.segment] ? undefined : rank.arenaDigests?.[i]));
-  const todo = rank.tensors.flatMap((t, i) => (digests[i] === undefined ? [{ i, range: { file: t.segment, start: t.offset, end: t.offset + t.bytes } }] : []));
-  if (todo.length > 0) {
-    const read = await addon().digestFiles(part.fds.map(procPath), packTensorRanges(todo.map((x) => x.range)), DIGEST_THREADS);
-    todo.forEach((x, n) => (digests[x.i] = read[n]));
-  }
-  return { digests: digests as string[], read: todo.length };
 }
 
 /**

@@ -325,6 +325,14 @@ test('a writer\'s partial update: the version it makes shares its unwritten segm
   assert.equal(leaks, noLeaks);
 });
 
+test('a writer\'s commit on cuda follows WEIGHTD_FILL_DIGESTS_ON as a fill does: =cpu hashes its digests on the CPU though the digest kernel loads, unset on the GPU, the same digests either way', () => {
+  const kernel = join(fakeDir, 'digest-kernel.fake');
+  writeFileSync(kernel, 'any image: the fake driver loads it as the digest kernel\n');
+  const { result, leaks } = scenario('updateDigestsOn', { FAKE_CUDA_KERNELS: '1', WEIGHTD_DIGEST_KERNEL: kernel }, 120_000);
+  assert.equal(result, { hashedOn: ['cpu', 'gpu'], digests: 2, sameDigests: true });
+  assert.equal(leaks, noLeaks);
+});
+
 test('a writer\'s commit failing midway (the shared segment\'s import, after the final copy was queued) drains the copy before unmapping, and leaves nothing', () => {
   // Imports: the staging copy's source (1), then at commit the staging (2) and the shared segment (3).
   const { result, leaks } = scenario('updateSegments', { FAKE_CUDA_VMM_FAIL: 'cuMemImportFromShareableHandle:3' }, 120_000);
@@ -375,6 +383,53 @@ test('the daemon with --cuda-handles fd fills both GPUs as one group into VMM me
   // While serving, per rank's one segment: the fake driver's own memfd and the daemon's exported
   // descriptor; a descriptor the client kept would make it more.
   assert.equal(result, { states: ['serving', 'serving'], handles: ['cuda-fd'], mismatched: [], fdsLeft: 4 });
+  assert.equal(leaks, noLeaks);
+});
+
+test('a partial update on cuda shares its base\'s allocations under the same name, so eviction counts them once: the base alone frees only its written segment, so both versions go', () => {
+  const { result, leaks } = scenario('cudaSharedEviction', {}, 120_000);
+  const { versions, sameMemory, evicted } = result as { versions: number[]; sameMemory: boolean[]; evicted: unknown };
+  assert.equal(versions, [0, 1]);
+  assert.ok(sameMemory.length > 2, 'the plan file cuts the arena into several segments');
+  assert.equal(sameMemory, sameMemory.map((_, i) => i !== 1), 'every segment but the written one is the same memory in both versions');
+  assert.equal(evicted, [0, 1]);
+  assert.equal(leaks, noLeaks);
+});
+
+// The kernel loadable or not, and loadable with WEIGHTD_FILL_DIGESTS_ON=cpu, which verify follows as a fill does.
+const verifyHashing = [
+  { hashing: 'by the digest kernel', kernel: true, onCpu: [] },
+  { hashing: 'read back to the host, no kernel', kernel: false, onCpu: [/: no GPU digest kernel at /] },
+  { hashing: 'read back to the host, as WEIGHTD_FILL_DIGESTS_ON=cpu asks', kernel: true, cpu: true, onCpu: [/: WEIGHTD_FILL_DIGESTS_ON=cpu$/] },
+];
+for (const { hashing, kernel: loadable, cpu, onCpu } of verifyHashing) {
+  test(`weightd verify of a cuda written version digests its allocations (${hashing}) against the commit's digests, and names the tensor whose byte was flipped in device memory`, () => {
+    const kernel = join(fakeDir, 'digest-kernel.fake');
+    writeFileSync(kernel, 'any image: the fake driver loads it as the digest kernel\n');
+    const env = { ...(loadable ? { FAKE_CUDA_KERNELS: '1', WEIGHTD_DIGEST_KERNEL: kernel } : {}), ...(cpu ? { WEIGHTD_FILL_DIGESTS_ON: 'cpu' } : {}) };
+    const { result, leaks } = scenario('cudaVerifyWritten', env, 120_000);
+    const { tensor, intact, flipped } = result as { tensor: string; intact: { code: number; lines: string[] }; flipped: { code: number; lines: string[] } };
+    assert.is(intact.code, 0, intact.lines.join('\n'));
+    const saidCpu = intact.lines.filter((l) => l.startsWith('verify: digests hashed on the CPU, read back from the GPU'));
+    assert.is(saidCpu.length, onCpu.length, intact.lines.join('\n'));
+    onCpu.forEach((why, i) => assert.match(saidCpu[i]!, why));
+    assert.match(intact.lines.at(-1)!, /all \d+ tensors of version 1 of model "tiny-llama" \(written, no files: the daemon's memory digested against the digests its commit recorded\) are as committed/);
+    assert.is(flipped.code, 1, flipped.lines.join('\n'));
+    const differing = flipped.lines.filter((l) => / differs: /.test(l));
+    assert.equal(differing.map((l) => /tensor (\S+) differs/.exec(l)?.[1]), [tensor], 'exactly the flipped tensor is named');
+    assert.match(flipped.lines.at(-1)!, /1 of \d+ tensors of version 1 of model "tiny-llama" differ from what its commit recorded/);
+    assert.equal(leaks, noLeaks);
+  });
+}
+
+test('a cuda written version kept by the keeper is restored at a restart, current, with its bytes, and still shares its base\'s allocations under their names, so eviction counts them once', () => {
+  const { result, leaks } = scenario('cudaWrittenRestart', {}, 180_000);
+  const { versions, mismatched, sameMemory, evicted } = result as { versions: unknown; mismatched: string[]; sameMemory: boolean[]; evicted: unknown };
+  assert.equal(versions, [[0, false, 'keeper'], [1, true, 'keeper']]);
+  assert.equal(mismatched, [], 'the written tensor reads what was written, the others the checkpoint\'s bytes');
+  assert.ok(sameMemory.length > 2, 'the plan file cuts the arena into several segments');
+  assert.equal(sameMemory, sameMemory.map((_, i) => i !== 1), 'every segment but the written one is the same memory in both versions');
+  assert.equal(evicted, [0, 1]);
   assert.equal(leaks, noLeaks);
 });
 

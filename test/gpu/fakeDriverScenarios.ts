@@ -3,7 +3,7 @@
 // process starts: the driver is loaded once per process). Prints one JSON line: the result.
 import { execFileSync, spawn, spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { fstatSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, readlinkSync, rmSync, writeFileSync } from 'node:fs';
+import { fstatSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, readlinkSync, readSync, rmSync, writeFileSync, writeSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import pino from 'pino';
 import { fileURLToPath } from 'node:url';
@@ -11,6 +11,9 @@ import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import { diskDigests } from '../../src/native/diskDigests.js';
 import { planCheckpoint } from '../../src/checkpoint/planCheckpoint.js';
+import { verifyWritten } from '../../src/cli/verifyWritten.js';
+import { planEviction } from '../../src/models/evictionPolicy.js';
+import { poolOf } from '../../src/models/modelFit.js';
 import type { CopyOp, ZeroRange } from '../../src/checkpoint/types.js';
 import { addon } from '../../src/native/addon.js';
 import { packTensorRanges } from '../../src/native/fillRecords.js';
@@ -32,7 +35,9 @@ import { expectedRank } from '../serve/checkpointOracle.js';
 import type { StateReply } from '../../src/wire/protocol.js';
 import { faultyRankWorker, type RankFault } from '../actors/fixtures/faultyRankWorker.js';
 import { writeArchCheckpoint } from '../helpers/checkpoints.js';
+import { startDaemon } from '../helpers/daemon.js';
 import { expectedBytes } from '../helpers/expectedBytes.js';
+import { writePartially } from '../helpers/partialWriter.js';
 import { exampleModel, freshSocketDir } from '../helpers/paths.js';
 
 const MiB = 1 << 20;
@@ -76,6 +81,28 @@ function makeFixture(): Fixture {
 }
 
 /** 'no error', or the error's name, code and message: what the error scenarios report. */
+/**
+ * A served cuda rank as the update desk sees it (src/serve/updateDesk.ts): model "m" on GPU 0,
+ * one U8 tensor `t<i>` filling each of `served`'s segments (`segments` bytes each); `info` hears
+ * its log's info lines.
+ */
+function deskRank(served: SegmentExport[], segments: number[], info: (fields: Record<string, unknown>, msg: string) => unknown = () => {}): RankService {
+  const rank = {
+    name: 'm',
+    backend: 'cuda',
+    device: { index: 0 },
+    nnodes: 1,
+    globalRank: 0,
+    localRank: 0,
+    fingerprint: 'f'.repeat(64),
+    fingerprintFields: {},
+    segments: served,
+    tensors: segments.map((bytes, segment) => ({ name: `t${segment}`, dtype: 'U8', shape: [bytes], segment, offset: 0, bytes })),
+  };
+  const log = { info, warn() {}, debug() {}, error() {} };
+  return { rank, log, refuseUnlessServing() {}, holdSegmentFds: () => () => {} } as unknown as RankService;
+}
+
 async function outcome(fn: () => unknown): Promise<string> {
   try {
     await fn();
@@ -758,7 +785,7 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
         { file: 1, start: 0, end: MiB + 7 },
         { file: 1, start: MiB + 7, end: 3 * MiB },
       ];
-      const commit = addon().cudaCommitCopies(0, [staging, shared], [true, false], segments, packTensorRanges(tensors), 3);
+      const commit = addon().cudaCommitCopies(0, [staging, shared], [true, false], segments, packTensorRanges(tensors), 3, 'gpu');
       // A commit that fails midway (FAKE_CUDA_VMM_FAIL) gives back what it made, queued copies drained first.
       const failed = await outcome(() => commit);
       if (failed !== 'no error') {
@@ -779,7 +806,7 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
         sharedFd: committed.fds[1],
         digestsEqual: JSON.stringify(committed.digests) === JSON.stringify(fromFiles),
         digests: committed.digests.length,
-        onGpu: committed.gpuDigestUnavailable === '',
+        onGpu: committed.hashedOn === 'gpu',
         finalBytes,
       };
     } finally {
@@ -798,20 +825,7 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
     const base = new DeviceHandle('cuda', 0, { uuid: cudaDevices(await cudaProbe())[0]!.uuid, cudaHandles: 'fd' });
     await base.allocate(segments);
     const served = base.exportSegments();
-    const quiet = { info() {}, warn() {}, debug() {}, error() {} };
-    const rank = {
-      name: 'm',
-      backend: 'cuda',
-      device: { index: 0 },
-      nnodes: 1,
-      globalRank: 0,
-      localRank: 0,
-      fingerprint: 'f'.repeat(64),
-      fingerprintFields: {},
-      segments: served,
-      tensors: segments.map((bytes, segment) => ({ name: `t${segment}`, dtype: 'U8', shape: [bytes], segment, offset: 0, bytes })),
-    };
-    const service = { rank, log: quiet, refuseUnlessServing() {}, holdSegmentFds: () => () => {} } as unknown as RankService;
+    const service = deskRank(served, segments);
     const desk = new UpdateDesk();
     const written = new DeviceHandle('cuda', 0, { cudaHandles: 'fd' });
     let adopted: SegmentExport[] = [];
@@ -834,6 +848,36 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
       writtenIsItsOwn: result.written[0] !== undefined && !result.base.includes(result.written[0]),
       baseDistinct: result.base[0] !== undefined && result.base[0] !== result.base[1],
     };
+  },
+
+  /**
+   * Two commits of a writer's update on cuda through the update desk (src/serve/updateDesk.ts),
+   * the first with WEIGHTD_FILL_DIGESTS_ON=cpu, the second without: where each commit hashed its
+   * digests (its "update sealed" line), and whether the two agree. Run with the digest kernel
+   * loadable, so that only the switch keeps the first off the GPU.
+   */
+  async updateDigestsOn() {
+    const segments = [2 * MiB, 2 * MiB];
+    const base = new DeviceHandle('cuda', 0, { uuid: cudaDevices(await cudaProbe())[0]!.uuid, cudaHandles: 'fd' });
+    await base.allocate(segments);
+    const sealed: unknown[] = [];
+    const service = deskRank(base.exportSegments(), segments, (fields, msg) => msg.startsWith('update sealed') && sealed.push(fields.hashedOn));
+    const desk = new UpdateDesk();
+    const digests: string[][] = [];
+    desk.publisher = async (version) => {
+      digests.push(version.ranks[0]!.digests);
+      return { version: digests.length };
+    };
+    const caller = { pid: process.pid, connectionId: 1 };
+    for (const on of ['cpu', undefined]) {
+      if (on === undefined) delete process.env.WEIGHTD_FILL_DIGESTS_ON;
+      else process.env.WEIGHTD_FILL_DIGESTS_ON = on;
+      const begun = await desk.begin(service, 'v0', [0], caller, () => true, ['t0']);
+      begun.sent();
+      await desk.commit(begun.id, caller);
+    }
+    await base.free();
+    return { hashedOn: sealed, digests: digests[0]!.length, sameDigests: JSON.stringify(digests[0]) === JSON.stringify(digests[1]) };
   },
 
   /** Child of vmm(): adopts descriptors 3, 4, ... (inherited), checks the bytes, frees. */
@@ -931,6 +975,85 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
   },
 
   /**
+   * A partial update on --cuda-handles fd (segments of about 1 MiB) through the daemon: which
+   * memory each version's segments are in the node's status (the desk's names, carried by the
+   * model control to the written version's ranks; writtenSharesMemory checks the desk and the
+   * adoption alone), and what the eviction plan takes for a load short of just more than the one
+   * written segment (evicting the base alone frees only that segment: the rest is shared).
+   */
+  async cudaSharedEviction() {
+    const dir = mkdtempSync(join(process.cwd(), 'test', 'artifacts', 'cuda-shared-'));
+    try {
+      const planFile = join(dir, 'plan.json');
+      writeFileSync(planFile, JSON.stringify({ rules: [], segmentBytes: MiB }));
+      const node = await startNode({ model: exampleModel, planFile, keepVersions: 1, device: 'cuda', cudaHandles: 'fd', socketDir: freshSocketDir(), logger: pino({ level: 'silent' }) });
+      try {
+        const socket = (await node.ready).ranks[0]!.socketPath!;
+        const plan = (await planCheckpoint(exampleModel, { tpSize: 1, planFile })).ranks[0]!;
+        await writePartially(socket, 'tiny-llama', plan.tensors.find((t) => t.segment === 1)!.name, 0);
+        const models = node.status().models;
+        const segments = models.map((m) => m.ranks[0]!.segments!);
+        const written = segments[1]![1]!.bytes;
+        const plan0 = planEviction([{ pool: poolOf(models[0]!.ranks[0]!.device!), neededBytes: written + 1, freeBytes: 0 }], models);
+        return {
+          versions: models.map((m) => m.version),
+          sameMemory: segments[0]!.map((s, i) => s.memory !== undefined && s.memory === segments[1]![i]!.memory),
+          evicted: 'evict' in plan0 ? plan0.evict.map((e) => e.model.version) : plan0,
+        };
+      } finally {
+        await node.stop('test');
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  },
+
+  /**
+   * `weightd verify --name --version` of a cuda written version (a partial update): its
+   * allocations digested against the commit's digests; then again after one byte of a written
+   * tensor is flipped in device memory (the fake's allocation is a memfd, and the descriptor the
+   * daemon exports is that memfd, so a write to it is a write to the GPU's memory).
+   */
+  async cudaVerifyWritten() {
+    const dir = mkdtempSync(join(process.cwd(), 'test', 'artifacts', 'cuda-verify-'));
+    try {
+      const planFile = join(dir, 'plan.json');
+      writeFileSync(planFile, JSON.stringify({ rules: [], segmentBytes: MiB }));
+      const socketDir = freshSocketDir();
+      const node = await startNode({ model: exampleModel, planFile, device: 'cuda', cudaHandles: 'fd', socketDir, logger: pino({ level: 'silent' }) });
+      try {
+        const socket = (await node.ready).ranks[0]!.socketPath!;
+        const plan = (await planCheckpoint(exampleModel, { tpSize: 1, planFile })).ranks[0]!;
+        const tensor = plan.tensors.find((t) => t.segment === 1 && t.bytes > 0)!;
+        const { version } = await writePartially(socket, 'tiny-llama', tensor.name, 0);
+        const verify = async () => {
+          const lines: string[] = [];
+          return { code: await verifyWritten({ name: 'tiny-llama', version, socketDir }, (l) => lines.push(l)), lines };
+        };
+        const intact = await verify();
+        const client = await WeightdClient.connect(socket);
+        const fingerprint = (await client.ping()).models!.find((m) => m.version === version)!.fingerprint;
+        const state = await client.getState({ fingerprint }, 'copy');
+        if (state.status !== 'ok') throw new Error(JSON.stringify(state));
+        const fds = await client.segmentFds(state.leaseId);
+        const at = state.tensors.find((t) => t.name === tensor.name)!;
+        const byte = Buffer.alloc(1);
+        readSync(fds.get(at.segment)!, byte, 0, 1, at.offset);
+        byte[0] = byte[0]! ^ 0xff;
+        writeSync(fds.get(at.segment)!, byte, 0, 1, at.offset);
+        for (const fd of fds.values()) addon().closeFd(fd);
+        await client.detach(state.leaseId);
+        client.close();
+        return { tensor: tensor.name, intact, flipped: await verify() };
+      } finally {
+        await node.stop('test');
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  },
+
+  /**
    * A node with --cuda-handles fd and a spawned keeper, stopped and started again: the second
    * adopts both ranks' VMM descriptors from the keeper (the fake driver's memory outlives the
    * first node as the keeper's descriptors do the real driver's) and serves the same bytes.
@@ -966,6 +1089,62 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
     } finally {
       const pid = await keeper.ping().then((p) => p.pid, () => undefined);
       if (pid !== undefined) process.kill(pid, 'SIGTERM');
+    }
+  },
+
+  /**
+   * A cuda written version (a partial update, segments of about 1 MiB) kept by a spawned keeper:
+   * a daemon (a child process: a record's owner must be gone for its written version to be
+   * restored) writes it and stops; a node started here adopts both versions from the keeper.
+   * Which versions serve, the written one's bytes, which segments the two share as one memory,
+   * and what eviction takes for a load short of just more than the written segment.
+   */
+  async cudaWrittenRestart() {
+    const dir = mkdtempSync(join(process.cwd(), 'test', 'artifacts', 'cuda-restart-'));
+    const socketDir = freshSocketDir();
+    const planFile = join(dir, 'plan.json');
+    writeFileSync(planFile, JSON.stringify({ rules: [], segmentBytes: MiB }));
+    const keeper = new KeeperClient(join(socketDir, KEEPER_SOCKET_NAME));
+    try {
+      const plan = (await planCheckpoint(exampleModel, { tpSize: 1, planFile })).ranks[0]!;
+      const written = plan.tensors.find((t) => t.segment === 1 && t.bytes > 0)!.name;
+      const first = await startDaemon({ model: exampleModel, device: 'cuda', socketDir, extraArgs: ['--cuda-handles', 'fd', '--keeper', 'spawn', '--plan-file', planFile] });
+      const socket = socketPathFor(socketDir, (await cudaProbe()).devices[0]!.uuid);
+      try {
+        await writePartially(socket, 'tiny-llama', written, 0);
+        // The written version is kept once it serves, by its rank's keep phase: ask until it is.
+        while ((await keeper.list()).length < 2);
+      } finally {
+        await first.stop();
+      }
+      const node = await startNode({ model: exampleModel, planFile, device: 'cuda', cudaHandles: 'fd', socketDir, keeper: { mode: 'spawn', adoptWithinS: 60 }, logger: pino({ level: 'silent' }) });
+      try {
+        await node.ready;
+        const models = node.status().models;
+        const client = await WeightdClient.connect(socket);
+        const copied = await client.copy({ fingerprint: (await client.ping()).models!.find((m) => m.version === 1)!.fingerprint });
+        if (copied.status !== 'copied') throw new Error(`version 1: ${JSON.stringify(copied)}`);
+        const mismatched = [...expectedRank(exampleModel, 1, 0)].flatMap(([name, want]) => {
+          const data = copied.tensors[name]?.data;
+          const expected = name === written ? Buffer.alloc(want.bytes.length, 0xab) : want.bytes;
+          return data && Buffer.from(data.buffer, data.byteOffset, data.byteLength).equals(expected) ? [] : [name];
+        });
+        client.close();
+        const segments = models.map((m) => m.ranks[0]!.segments ?? []);
+        const evict = planEviction([{ pool: poolOf(models[0]!.ranks[0]!.device!), neededBytes: segments[1]![1]!.bytes + 1, freeBytes: 0 }], models);
+        return {
+          versions: models.map((m) => [m.version, m.current, m.ranks[0]!.source?.from]),
+          mismatched,
+          sameMemory: segments[0]!.map((s, i) => s.memory !== undefined && s.memory === segments[1]?.[i]?.memory),
+          evicted: 'evict' in evict ? evict.evict.map((e) => e.model.version) : evict,
+        };
+      } finally {
+        await node.stop('test');
+      }
+    } finally {
+      const pid = await keeper.ping().then((p) => p.pid, () => undefined);
+      if (pid !== undefined) process.kill(pid, 'SIGTERM');
+      rmSync(dir, { recursive: true, force: true });
     }
   },
 

@@ -5,7 +5,6 @@
 // have been freed; a segment that versions share (a writer's partial update) is counted once. The
 // host's memory is a budget here (modelRankWorker's budgetBytes): what the process's segments hold
 // is what is not free.
-import { spawn } from 'node:child_process';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import pino from 'pino';
@@ -17,7 +16,8 @@ import type { WeightdError } from '../../src/errors.js';
 import { startNode } from '../../src/index.js';
 import { writeArchCheckpoint } from '../helpers/checkpoints.js';
 import { weightdMemfdBytes, weightdMemfds } from '../helpers/memfds.js';
-import { exampleModel, freshSocketDir, freshTempDir, repoRoot } from '../helpers/paths.js';
+import { writePartially } from '../helpers/partialWriter.js';
+import { exampleModel, freshSocketDir, freshTempDir } from '../helpers/paths.js';
 import { writeVariant } from '../helpers/variantCheckpoint.js';
 import { modelRankWorker } from './fixtures/modelRankWorker.js';
 
@@ -113,28 +113,6 @@ test('when evicting every model with no lease would not make room, nothing is ev
   }
   assert.equal(weightdMemfds(), []);
 });
-
-// A writer (the Python client) that writes one tensor of the version NAME serves, in a partial
-// update: only that tensor's segment is copied, the rest is shared with the base.
-const partialWriter = `
-import json, sys
-from weightd_client.client import WeightdClient
-socket, name, tensor = sys.argv[1:]
-client = WeightdClient(socket)
-base = next(v["fingerprint"] for v in client.ping()["models"] if v["name"] == name and v["status"] == "serving")
-with client.begin_update(name, base, tensors=[tensor]) as update:
-    update.write(tensor, b"\\xab" * update.tensors[tensor]["bytes"])
-    print(json.dumps(update.commit()))
-`;
-
-function writePartially(socket: string, name: string, tensor: string): Promise<{ version: number }> {
-  const writer = spawn(process.env.WEIGHTD_PYTHON ?? 'python3', ['-c', partialWriter, socket, name, tensor], { env: { ...process.env, PYTHONPATH: join(repoRoot, 'clients/python') } });
-  let out = '';
-  let err = '';
-  writer.stdout.on('data', (d) => (out += d));
-  writer.stderr.on('data', (d) => (err += d));
-  return new Promise((resolve, reject) => writer.on('close', (code) => (code === 0 ? resolve(JSON.parse(out)) : reject(new Error(`the writer exited ${code}: ${err}`)))));
-}
 
 test('a segment two versions share (a partial update) is counted once: evicting only the older would free just what it does not share, so both go', async () => {
   const dir = freshTempDir();

@@ -266,6 +266,10 @@ def daemon_update() -> None:
                     out["viewAliveRefused"] = getattr(err, "code", str(err))
                 del view
                 second = upd.commit()
+            out["partialFingerprint"] = second["modelFingerprint"]
+            segment_of = {t["name"]: t["segment"] for t in reader.state["tensors"]}
+            out["partialSegmentTensors"] = sum(1 for n in segment_of if segment_of[n] == segment_of[one])
+            out["tensorCount"] = len(segment_of)
             out["partialKeepsFullBeforeSwitch"] = reads(full)
             reader.switch_to(second["fingerprint"])
             out["partialAfterSwitch"] = reads(partial) and {n: t.pointer for n, t in reader.tensors.items()} == pointers
@@ -292,6 +296,8 @@ def daemon_update() -> None:
             reader.tensors = {}
             reader.detach()
         daemon.stop()
+        # How many tensors each commit read and digested (the rest reused the base's digests).
+        out["sealedRead"] = [json.loads(line)["read"] for line in daemon.stderr_lines if '"update sealed' in line]
         out["daemonPid"] = daemon.proc.pid
         out["daemonLeaks"] = next((json.loads(l[len("FAKE_CUDA_LEAKS ") :]) for l in daemon.stderr.splitlines() if l.startswith("FAKE_CUDA_LEAKS ")), None)
     # The same bytes written on the host backend: the same version (docs/spec/fingerprint.md §9),
@@ -302,7 +308,11 @@ def daemon_update() -> None:
             with client.begin_update(name, served_fingerprint(client, name, 0)) as upd:
                 for n, v in full.items():
                     upd.write(n, v)
-                out["hostFingerprint"] = upd.commit()["modelFingerprint"]
+                host_full = upd.commit()
+            out["hostFingerprint"] = host_full["modelFingerprint"]
+            with client.begin_update(name, host_full["fingerprint"], tensors=[one]) as upd:
+                upd.write(one, partial[one])
+                out["hostPartialFingerprint"] = upd.commit()["modelFingerprint"]
     out["clientPid"] = os.getpid()
     out["writerPid"] = writer.pid
     print(json.dumps(out))

@@ -155,6 +155,10 @@ def test_a_cuda_writer_writes_staging_that_is_copied_into_memory_no_writer_maps_
     assert got["partialCopied"] == 1 and got["notNamedRefused"] == "E_NOT_NAMED"
     assert got["viewAliveRefused"] == "E_UPDATE_MAPPED", "commit unmaps first, so a live view of the staging refuses it"
     assert got["partialKeepsFullBeforeSwitch"] and got["partialAfterSwitch"]
+    # The partial commit read only its written segment's tensors (the rest took the base's
+    # digests), and made the host's version of the same bytes (docs/spec/fingerprint.md §9).
+    assert got["sealedRead"] == [got["tensorCount"], got["partialSegmentTensors"]] and got["partialSegmentTensors"] < got["tensorCount"]
+    assert got["partialFingerprint"] == got["hostPartialFingerprint"]
     assert got["versions"] == [0, 1, 2]
     # The daemon's side of an update is its staging descriptors; a killed writer's are all closed
     # (a leak would show as the next update's count plus the killed one's).
