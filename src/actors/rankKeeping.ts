@@ -10,7 +10,7 @@ import { addon, type SegmentExport } from '../native/addon.js';
 import type { DeviceHandle } from '../native/deviceHandle.js';
 import { KeeperClient } from '../keeper/keeperClient.js';
 import { checkKeptRecord, encodeKeptRecord, keptRecordFor, WRITTEN_FORMAT, type KeptExpectation, type KeptHandleType } from '../keeper/keptRecord.js';
-import { KEEPER_MAX_REQUEST_BYTES, KEEPER_V1_MAX_REQUEST_BYTES } from '../keeper/keeperProtocol.js';
+import { KEEPER_MAX_REQUEST_BYTES, KEEPER_V1_MAX_REQUEST_BYTES, keepPayloadBytes } from '../keeper/keeperProtocol.js';
 
 const why = (err: unknown) => (err instanceof Error ? err.message : String(err));
 
@@ -96,10 +96,6 @@ export async function keptShardAdoptable(data: RankWorkerData, keeping: RankKeep
   return kept !== undefined && 'record' in checkKeptRecord(kept.record, expectation(data, handleType));
 }
 
-/** Whether a KEEP of `record` fits a request's payload (op, device and fingerprint strings, the blob; docs/spec/keeper-wire.md §1, §3). */
-const keepFits = (device: string, fingerprint: string, record: Buffer) =>
-  1 + 2 + Buffer.byteLength(device) + 2 + Buffer.byteLength(fingerprint) + 4 + record.length <= KEEPER_MAX_REQUEST_BYTES;
-
 /** Hands the keeper this rank's segments (it keeps its own copies of the descriptors). */
 export async function keepSegments(data: RankWorkerData, keeping: RankKeeping, segments: SegmentExport[], digests: readonly string[]): Promise<void> {
   const handleType = handleTypeFor(data);
@@ -113,7 +109,7 @@ export async function keepSegments(data: RankWorkerData, keeping: RankKeeping, s
   let record = recordWith(keeping.plan);
   // The shard matters more than its plan: a record the plan would push past a KEEP frame's limit
   // is kept without it (the next restart plans from the headers; docs/spec/kept-plan.md §3).
-  if (keeping.plan !== undefined && !keepFits(data.device.uuid, data.plan.fingerprint, record)) record = recordWith(undefined);
+  if (keeping.plan !== undefined && keepPayloadBytes(data.device.uuid, data.plan.fingerprint, record) > KEEPER_MAX_REQUEST_BYTES) record = recordWith(undefined);
   const fds = [...segments].sort((a, b) => a.segment - b.segment).map((s) => s.fd!);
   try {
     await new KeeperClient(keeping.socket).keep(data.device.uuid, data.plan.fingerprint, record, fds);
