@@ -267,6 +267,26 @@ def keeper_pid(daemon):
     return json.loads(r.stdout)["pid"] if r.returncode == 0 else None
 
 
+def test_a_keeper_restarted_mid_run_is_given_every_version_and_the_current_one(node):
+    start, _ = node
+    daemon = start()
+    written = write_two_versions(daemon)
+    ctl(daemon, "rollback", NAME, "1")
+    assert kept_current(daemon)[0] == 1
+    # The keeper dies; the daemon serves on and starts a fresh one, which holds nothing until the
+    # daemon keeps every version there again: the written ones with what serving them needs, and
+    # which one is current.
+    old = keeper_pid(daemon)
+    os.kill(old, signal.SIGKILL)
+    assert wait_for(lambda: keeper_pid(daemon) not in (None, old))
+    assert wait_for(lambda: sorted(s["version"] for s in kept(daemon)) == [0, 1, 2] and kept_current(daemon)[0] == 1), kept(daemon)
+    end(daemon, "SIGKILL")
+
+    daemon = start()
+    assert versions(daemon) == {0: False, 1: True, 2: False}, daemon.stderr
+    assert_serves(daemon, written)
+
+
 class Paused:
     """The keeper stopped (SIGSTOP) while the block runs, and continued after it: a request to it waits
     (for less than the daemon's 5 s timeout of a keeper request) until then."""
