@@ -78,8 +78,8 @@ const tookKeptShard = (taken: Adopted | NotAdopted | undefined): taken is Adopte
 type Ctx = { context: RankWorkerContext };
 const errorMessage = (error: unknown) => (error as Error).message;
 
-/** The messages the transitions below post, as the `post` action's params. */
 const since = (at: number | undefined) => (at !== undefined ? { currentSince: at } : {});
+/** The messages the transitions below post, as the `post` action's params. */
 const says = {
   kept: ({ context }: Ctx): RankToMain => ({ type: 'KEPT', kept: true, ...since(context.keepingSince) }),
   /** The keeper's record is the one adopted, which carries the currentSince the rank was given. */

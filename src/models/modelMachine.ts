@@ -243,12 +243,9 @@ export const modelMachine = setup({
         },
       };
     }),
-    keepRanksFirst: enqueueActions(({ context, enqueue }) => {
-      if (!keptBeforeServing(context)) return;
-      for (const r of context.ranks) if (r.state !== 'released') enqueue.sendTo(rankActorId(r.localRank), { type: 'RANK_KEEP' });
-    }),
-    keepRanks: enqueueActions(({ context, enqueue }) => {
-      if (!context.join.keepOnceServing || keptBeforeServing(context)) return;
+    // In starting for a version kept before it serves, in serving for any other kept once it serves.
+    keepRanks: enqueueActions(({ context, enqueue }, beforeServing: boolean) => {
+      if (!context.join.keepOnceServing || keptBeforeServing(context) !== beforeServing) return;
       for (const r of context.ranks) if (r.state !== 'released') enqueue.sendTo(rankActorId(r.localRank), { type: 'RANK_KEEP' });
     }),
     keepRanksAgain: enqueueActions(({ context, event, enqueue }) => {
@@ -374,7 +371,7 @@ export const modelMachine = setup({
     },
     starting: {
       tags: LOAD_RUNNING,
-      entry: ['spawnServers', 'tellParentStarting', 'keepRanksFirst'],
+      entry: ['spawnServers', 'tellParentStarting', { type: 'keepRanks', params: true }],
       // A rank's socket is live before its siblings' are, so a client may already release.
       on: {
         RANK_SERVING: { actions: 'recordServing' },
@@ -389,7 +386,7 @@ export const modelMachine = setup({
       always: { guard: and(['allRanksServing', or([not('keptBeforeServing'), 'allRanksKept'])]), target: 'serving' },
     },
     serving: {
-      entry: ['announce', 'keepRanks'],
+      entry: ['announce', { type: 'keepRanks', params: false }],
       on: {
         MODEL_UNLOAD: { target: 'draining', actions: 'storeForce' },
         MODEL_PROMOTE: { actions: 'promote' },
