@@ -43,7 +43,7 @@ export const rankActor = fromCallback<RankCommand, RankActorInput, RankEvent>(({
         sendBack({ type: 'RANK_LOADED', localRank, device: m.info, segments: m.segments, bytes: m.bytes, seconds: m.seconds, source: m.source, digests: m.digests });
         break;
       case 'KEPT':
-        sendBack({ type: 'RANK_KEPT', localRank, kept: m.kept, reason: m.reason });
+        sendBack({ type: 'RANK_KEPT', localRank, kept: m.kept, reason: m.reason, ...(m.currentSince !== undefined ? { currentSince: m.currentSince } : {}) });
         break;
       case 'RELEASED':
         sendBack({ type: 'RANK_RELEASED', localRank });

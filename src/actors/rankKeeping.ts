@@ -10,7 +10,7 @@ import { addon, type SegmentExport } from '../native/addon.js';
 import type { DeviceHandle } from '../native/deviceHandle.js';
 import { KeeperClient } from '../keeper/keeperClient.js';
 import { checkKeptRecord, encodeKeptRecord, keptRecordFor, WRITTEN_FORMAT, type KeptExpectation, type KeptHandleType } from '../keeper/keptRecord.js';
-import { KEEPER_MAX_REQUEST_BYTES, KEEPER_V1_MAX_REQUEST_BYTES } from '../keeper/keeperProtocol.js';
+import { KEEPER_MAX_REQUEST_BYTES, KEEPER_V1_MAX_REQUEST_BYTES, keepPayloadBytes } from '../keeper/keeperProtocol.js';
 
 const why = (err: unknown) => (err instanceof Error ? err.message : String(err));
 
@@ -96,33 +96,62 @@ export async function keptShardAdoptable(data: RankWorkerData, keeping: RankKeep
   return kept !== undefined && 'record' in checkKeptRecord(kept.record, expectation(data, handleType));
 }
 
-/** Whether a KEEP of `record` fits a request's payload (op, device and fingerprint strings, the blob; docs/spec/keeper-wire.md §1, §3). */
-const keepFits = (device: string, fingerprint: string, record: Buffer) =>
-  1 + 2 + Buffer.byteLength(device) + 2 + Buffer.byteLength(fingerprint) + 4 + record.length <= KEEPER_MAX_REQUEST_BYTES;
+/** The shards whose plan was left out for an earlier keeper's limit, in this thread: said once each. */
+const planLeftOut = new Set<string>();
 
-/** Hands the keeper this rank's segments (it keeps its own copies of the descriptors). */
-export async function keepSegments(data: RankWorkerData, keeping: RankKeeping, segments: SegmentExport[], digests: readonly string[]): Promise<void> {
+/**
+ * Hands the keeper this rank's segments (it keeps its own copies of the descriptors). `post`
+ * logs, on the rank's thread.
+ */
+export async function keepSegments(data: RankWorkerData, keeping: RankKeeping, segments: SegmentExport[], digests: readonly string[], post: Post): Promise<void> {
   const handleType = handleTypeFor(data);
   if (handleType === undefined || segments.some((s) => s.fd === undefined || s.fd < 0)) {
     throw new Error('this device serves legacy CUDA IPC handles, which no keeper can hold (run with --cuda-handles fd)');
   }
+  const { uuid } = data.device;
+  const { fingerprint } = data.plan;
   // A written version's digests are its record's written part's (its own tensors', not a checkpoint's).
   const written = keeping.written && data.written && { format: WRITTEN_FORMAT, ...keeping.written, digests: [...digests], shared: data.written.shared };
   const recordWith = (plan: typeof keeping.plan) =>
     encodeKeptRecord(keptRecordFor(expectation(data, handleType), keeping.model, keeping.writer, keeping.load, written ? [] : digests, plan, undefined, { written, currentSince: keeping.currentSince }));
+  const bytes = (record: Buffer) => keepPayloadBytes(uuid, fingerprint, record);
   let record = recordWith(keeping.plan);
   // The shard matters more than its plan: a record the plan would push past a KEEP frame's limit
   // is kept without it (the next restart plans from the headers; docs/spec/kept-plan.md §3).
-  if (keeping.plan !== undefined && !keepFits(data.device.uuid, data.plan.fingerprint, record)) record = recordWith(undefined);
+  let withPlan = keeping.plan !== undefined;
+  if (withPlan && bytes(record) > KEEPER_MAX_REQUEST_BYTES) {
+    record = recordWith(undefined);
+    withPlan = false;
+  }
   const fds = [...segments].sort((a, b) => a.segment - b.segment).map((s) => s.fd!);
+  const keeper = new KeeperClient(keeping.socket);
   try {
-    await new KeeperClient(keeping.socket).keep(data.device.uuid, data.plan.fingerprint, record, fds);
+    await keeper.keep(uuid, fingerprint, record, fds);
+    return;
   } catch (err) {
     // A keeper outlives daemon upgrades (docs/operations.md): one of an earlier build refuses a
-    // request past 1 MiB on its header (docs/spec/keeper-wire.md §1).
-    if (record.length <= KEEPER_V1_MAX_REQUEST_BYTES) throw err;
-    throw new Error(`${why(err)}; the record is ${record.length} bytes, and a keeper of an earlier weightd build takes at most ${KEEPER_V1_MAX_REQUEST_BYTES}: to keep it, stop that keeper (weightd keeper stop, which frees what it holds) so that a start with --keeper spawn runs this build's`, { cause: err });
+    // request past 1 MiB on its header (docs/spec/keeper-wire.md §1, §5), and the sender most
+    // often sees only its broken pipe, so the size says it, not the error.
+    if (bytes(record) <= KEEPER_V1_MAX_REQUEST_BYTES) throw err;
+    const without = withPlan ? recordWith(undefined) : undefined;
+    if (without === undefined || bytes(without) > KEEPER_V1_MAX_REQUEST_BYTES) throw pastEarlierLimit(err, bytes(record));
+    await keeper.keep(uuid, fingerprint, without, fds);
+    const key = `${uuid}\u0000${fingerprint}`;
+    if (!planLeftOut.has(key)) {
+      planLeftOut.add(key);
+      post({
+        type: 'LOG',
+        level: 'warn',
+        msg: `the keeper did not take this rank's record with the model's plan (${why(err)}; ${bytes(record)} bytes, and a keeper of an earlier weightd build takes at most ${KEEPER_V1_MAX_REQUEST_BYTES}): kept the shard without the plan, so the next start plans from the checkpoint's headers; stop that keeper (weightd keeper stop, which frees what it holds) so that a start with --keeper spawn runs this build's, to keep the plan too`,
+        fields: { keeper: keeping.socket, bytes: bytes(record), withoutPlan: bytes(without) },
+      });
+    }
   }
+}
+
+/** A KEEP past an earlier keeper's limit failed: the error says so, with the size and what to do. */
+function pastEarlierLimit(err: unknown, bytes: number): Error {
+  return new Error(`${why(err)}; the record is ${bytes} bytes, and a keeper of an earlier weightd build takes at most ${KEEPER_V1_MAX_REQUEST_BYTES}: to keep it, stop that keeper (weightd keeper stop, which frees what it holds) so that a start with --keeper spawn runs this build's`, { cause: err });
 }
 
 /** Drops this rank's kept segments (a client released the rank: its memory is to be freed). */

@@ -38,7 +38,7 @@ export interface RankPhases {
   /** Exports the segments and reports the rank loaded; the worker then serves until told otherwise. */
   export(device: DeviceHandle, resident: Resident, post: Post): Awaitable<SegmentExport[]>;
   /** With a keeper: hands it the exported segments, and the full digests, so that they outlive this daemon. */
-  keep(data: RankWorkerData, segments: SegmentExport[], digests: readonly string[]): Awaitable<void>;
+  keep(data: RankWorkerData, segments: SegmentExport[], digests: readonly string[], post: Post): Awaitable<void>;
 }
 
 export const rankPhases: RankPhases = {
@@ -78,8 +78,8 @@ export const rankPhases: RankPhases = {
     post({ type: 'LOADED', info: device.info(), segments, bytes, seconds, source, digests });
     return segments;
   },
-  async keep(data, segments, digests) {
-    if (data.keeper) await (await rankKeeping()).keepSegments(data, data.keeper, segments, digests);
+  async keep(data, segments, digests, post) {
+    if (data.keeper) await (await rankKeeping()).keepSegments(data, data.keeper, segments, digests, post);
   },
 };
 

@@ -50,7 +50,7 @@ export function rankWorkerImplementations(phases: RankPhases, post: Post) {
     }),
     verify: fromPromise(async ({ input }: { input: InputOf<'verify'> }) => phases.verify(input.data)),
     export: fromPromise(async ({ input }: { input: InputOf<'export'> }) => phases.export(input.device, input.resident, post)),
-    keep: fromPromise(async ({ input }: { input: InputOf<'keep'> }) => phases.keep(input.data, input.segments, input.digests)),
+    keep: fromPromise(async ({ input }: { input: InputOf<'keep'> }) => phases.keep(input.data, input.segments, input.digests, post)),
     dropKept: fromPromise(async ({ input }: { input: InputOf<'dropKept'> }) => (await rankKeeping()).dropKept(input.data, input.data.keeper!)),
     free: fromPromise(async ({ input }: { input: InputOf<'free'> }) => input.device?.free()),
   };

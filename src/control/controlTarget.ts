@@ -8,5 +8,5 @@ export interface ControlTarget {
   load(request: ModelRequest, options: { evict?: EvictionPolicy }): Promise<LoadResult>;
   unload(target: string, options: { force?: boolean }): UnloadResult | Promise<UnloadResult>;
   models(): ModelStatus[];
-  rollback(name: string, version: number): RollbackResult;
+  rollback(name: string, version: number): RollbackResult | Promise<RollbackResult>;
 }

@@ -53,9 +53,20 @@ export interface TakenRecord {
 
 class Writer {
   readonly #parts: Buffer[] = [];
+  #length = 0;
+
+  /** The payload's length so far, without joining its parts (a KEEP's record is megabytes). */
+  get length(): number {
+    return this.#length;
+  }
+
+  #push(...parts: Buffer[]): void {
+    for (const p of parts) this.#length += p.length;
+    this.#parts.push(...parts);
+  }
 
   u8(v: number): this {
-    this.#parts.push(Buffer.of(v));
+    this.#push(Buffer.of(v));
     return this;
   }
 
@@ -64,14 +75,14 @@ class Writer {
     if (b.length > 0xffff) throw new ProtocolError('E_BAD_REQUEST', `${what} is ${b.length} bytes of UTF-8; the keeper's strings hold at most 65535`, { what });
     const len = Buffer.alloc(2);
     len.writeUInt16BE(b.length);
-    this.#parts.push(len, b);
+    this.#push(len, b);
     return this;
   }
 
   blob(b: Buffer): this {
     const len = Buffer.alloc(4);
     len.writeUInt32BE(b.length);
-    this.#parts.push(len, b);
+    this.#push(len, b);
     return this;
   }
 
@@ -127,8 +138,12 @@ class Reader {
   }
 }
 
-export const encodeKeep = (device: string, fingerprint: string, record: Buffer): Buffer =>
-  new Writer().u8(KeeperOp.keep).str(device, 'device').str(fingerprint, 'fingerprint').blob(record).frame();
+/** A KEEP's payload (§3): the one definition of both its frame and its size. */
+const keepPayload = (device: string, fingerprint: string, record: Buffer): Writer =>
+  new Writer().u8(KeeperOp.keep).str(device, 'device').str(fingerprint, 'fingerprint').blob(record);
+export const encodeKeep = (device: string, fingerprint: string, record: Buffer): Buffer => keepPayload(device, fingerprint, record).frame();
+/** The payload length of encodeKeep's frame, which a keeper holds to its request limit (§1), computed without building the frame. */
+export const keepPayloadBytes = (device: string, fingerprint: string, record: Buffer): number => keepPayload(device, fingerprint, record).length;
 export const encodeTake = (device: string, fingerprint: string): Buffer =>
   new Writer().u8(KeeperOp.take).str(device, 'device').str(fingerprint, 'fingerprint').frame();
 /** fingerprint "" drops every record of `device`; device "" drops every record. */

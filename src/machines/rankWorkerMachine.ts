@@ -44,6 +44,8 @@ export interface RankWorkerContext extends RankWorkerInput {
   adopted: boolean;
   /** Once exported: the segments, whose descriptors live until the device is freed. */
   segments?: SegmentExport[];
+  /** The currentSince (RankKeeping) of the record the keep in flight sends: its KEPT says which record the keeper holds, or not. */
+  keepingSince?: number;
   /** The phase's failure that `failing` reports once the device is freed. */
   failure?: unknown;
 }
@@ -76,11 +78,14 @@ const tookKeptShard = (taken: Adopted | NotAdopted | undefined): taken is Adopte
 type Ctx = { context: RankWorkerContext };
 const errorMessage = (error: unknown) => (error as Error).message;
 
+const since = (at: number | undefined) => (at !== undefined ? { currentSince: at } : {});
 /** The messages the transitions below post, as the `post` action's params. */
 const says = {
-  kept: (): RankToMain => ({ type: 'KEPT', kept: true }),
+  kept: ({ context }: Ctx): RankToMain => ({ type: 'KEPT', kept: true, ...since(context.keepingSince) }),
+  /** The keeper's record is the one adopted, which carries the currentSince the rank was given. */
+  adoptedKept: ({ context }: Ctx): RankToMain => ({ type: 'KEPT', kept: true, ...since(context.data.keeper?.currentSince) }),
   notKept: ({ context, event }: Ctx & { event: { error: unknown } }): RankToMain[] => [
-    { type: 'KEPT', kept: false, reason: errorMessage(event.error) },
+    { type: 'KEPT', kept: false, reason: errorMessage(event.error), ...since(context.keepingSince) },
     {
       type: 'LOG',
       level: 'warn',
@@ -152,6 +157,7 @@ const rankWorkerSetup = setup({
       }),
     }),
     storeSegments: assign({ segments: (_, segments: SegmentExport[]) => segments }),
+    storeKeepingSince: assign({ keepingSince: ({ context }) => context.data.keeper?.currentSince }),
     storeFailure: assign({ failure: (_, error: unknown) => error }),
   },
 });
@@ -326,7 +332,7 @@ export const rankWorkerMachine = rankWorkerSetup.createMachine({
       states: {
         idle: {
           on: {
-            EXPORTED: [{ guard: 'adopted', actions: { type: 'post', params: says.kept } }, { guard: and(['hasKeeper', 'keepAllowed']), target: 'keeping' }],
+            EXPORTED: [{ guard: 'adopted', actions: { type: 'post', params: says.adoptedKept } }, { guard: and(['hasKeeper', 'keepAllowed']), target: 'keeping' }],
             KEEP_AGAIN: [{ guard: and(['hasKeeper', 'serving', 'keepAllowed']), target: 'keeping', actions: 'storeCurrentSince' }, { actions: 'storeCurrentSince' }],
             // KEEP allows keeping from now on (the permission region takes it in the same step).
             KEEP: { guard: and(['hasKeeper', 'serving', not('adopted'), not('keepWithdrawn')]), target: 'keeping' },
@@ -334,6 +340,8 @@ export const rankWorkerMachine = rankWorkerSetup.createMachine({
           },
         },
         keeping: {
+          // After the transition's storeCurrentSince: the record this keep sends carries it.
+          entry: 'storeKeepingSince',
           initial: 'once',
           states: { once: { on: { KEEP_AGAIN: { target: 'again', actions: 'storeCurrentSince' }, KEEP: 'again' } }, again: { on: { KEEP_AGAIN: { actions: 'storeCurrentSince' } } } },
           invoke: {

@@ -43,6 +43,8 @@ export class ModelControl {
   #vouches = 0;
   /** The highest version number given to each name (PlannedModel.version). */
   readonly #versions = new Map<string, number>();
+  /** Per name, the end of its commits and rollbacks in flight (#serially). */
+  readonly #changing = new Map<string, Promise<unknown>>();
 
   constructor(options: { actor: ModelHost; config: ModelNode & { evict: EvictionPolicy; keepVersions: number }; log: Logger; status: () => NodeStatus }) {
     this.#actor = options.actor;
@@ -98,7 +100,11 @@ export class ModelControl {
    * ranks adopt the sealed segments. Older versions drain as in a hot swap. Resolves with its
    * number once it serves.
    */
-  async publishUpdate(written: WrittenVersion): Promise<{ version: number }> {
+  publishUpdate(written: WrittenVersion): Promise<{ version: number }> {
+    return this.#serially(written.name, () => this.#publishUpdate(written));
+  }
+
+  async #publishUpdate(written: WrittenVersion): Promise<{ version: number }> {
     this.#refuseUnlessReady('serve an update of');
     const base = modelActor(this.#actor.getSnapshot(), written.baseVersion)?.getSnapshot().context.planned;
     if (!base) {
@@ -112,7 +118,7 @@ export class ModelControl {
     const snap = this.#actor.getSnapshot();
     const same = modelEntries(snap).find((e) => e.name === written.name && !e.unloaded && e.fingerprint === fingerprint);
     const sameVersion = same && versionOf(modelActor(snap, same.id)?.getSnapshot().context.planned);
-    if (sameVersion !== undefined) return { version: this.rollback(written.name, sameVersion).version };
+    if (sameVersion !== undefined) return { version: (await this.#rollback(written.name, sameVersion)).version };
     const version = Math.max(this.#versions.get(written.name) ?? 0, versionOf(base)!) + 1;
     const planned: PlannedModel = {
       ...base,
@@ -152,7 +158,9 @@ export class ModelControl {
     for (const { name, version } of current) {
       try {
         // A rollback keeps the version anew; one current already is kept anew here.
-        if (this.rollback(name, version).alreadyCurrent) this.#keepAgain(name, version);
+        await this.#serially(name, async () => {
+          if ((await this.#rollback(name, version)).alreadyCurrent) await this.#keepCurrent(name, this.#retained(name, version).child);
+        });
       } catch (err) {
         this.#log.warn({ name, version }, `model "${name}" was at version ${version} when the last daemon ended, which is not restored (${(err as Error).message}); its newest restored version is current`);
       }
@@ -175,20 +183,48 @@ export class ModelControl {
     return { ...planned, written };
   }
 
-  /** Has the ranks of `name`'s version `version`, current from now on, keep their segments again with a record that says so. */
-  #keepAgain(name: string, version: number): void {
-    const snap = this.#actor.getSnapshot();
-    const entry = modelEntries(snap).find((e) => e.name === name && !e.unloaded && versionOf(modelActor(snap, e.id)?.getSnapshot().context.planned) === version);
-    if (entry) modelActor(snap, entry.id)?.send({ type: 'KEEPER_BACK', currentSince: Date.now() });
-  }
-
   /**
    * Makes a retained version of `name` (one a writer's commit left resident, --keep-versions)
    * current again, with no copy: its ranks become the newest of the name on their sockets and
    * watchers hear model_ready, as for a new version; the version it replaces is retained in turn.
+   * With a keeper it resolves only once the keeper's records say so (a restart then makes it
+   * current again), and fails with E_VERSION_NOT_KEPT, changing nothing, when they cannot.
    */
-  rollback(name: string, version: number): RollbackResult {
+  rollback(name: string, version: number): Promise<RollbackResult> {
+    return this.#serially(name, () => this.#rollback(name, version));
+  }
+
+  async #rollback(name: string, version: number): Promise<RollbackResult> {
     this.#refuseUnlessReady('roll back');
+    const { child, fingerprint, current } = this.#retained(name, version);
+    if (current) return { name, version, fingerprint, alreadyCurrent: true };
+    // Kept first, so the reply never says more than a restart would find: a crash after the keep
+    // and before the promotion restarts on this version, as the caller asked.
+    const at = Date.now();
+    try {
+      await this.#keepCurrent(name, child, at);
+    } catch (err) {
+      // A rank that did keep it says it is current since `at`: the version that stays current is
+      // kept anew after it, so that a restart agrees with this refusal.
+      const stays = this.#status().models.find((m) => m.name === name && m.current);
+      const staying = stays && modelEntries(this.#actor.getSnapshot()).find((e) => e.name === name && !e.unloaded && e.fingerprint === stays.fingerprint);
+      const stayingChild = staying && modelActor(this.#actor.getSnapshot(), staying.id);
+      if (stayingChild) await this.#keepCurrent(name, stayingChild, Math.max(Date.now(), at + 1)).catch(() => {});
+      const why = (err as Error).message;
+      throw new WeightdError(
+        'E_VERSION_NOT_KEPT',
+        `model "${name}" was not rolled back to version ${version}: ${why}, and a daemon restart would not have found it current; ` +
+          `${stays ? `version ${stays.version}` : 'the version that served'} stays current. Roll back again once the keeper answers (weightd keeper status)`,
+        { model: name, version, ...(stays ? { current: stays.version } : {}) },
+      );
+    }
+    child.send({ type: 'MODEL_PROMOTE' });
+    this.#log.info({ name, version, fingerprint }, `model "${name}" rolled back to version ${version}`);
+    return { name, version, fingerprint, alreadyCurrent: false };
+  }
+
+  /** A resident version of `name` that serves (E_UNKNOWN_VERSION naming those that do otherwise), and whether it is current. */
+  #retained(name: string, version: number): { child: ActorRefFrom<typeof modelMachine>; fingerprint: string; current: boolean } {
     const snap = this.#actor.getSnapshot();
     const live = modelEntries(snap).filter((e) => e.name === name && !e.unloaded);
     const found = live.find((e) => versionOf(modelActor(snap, e.id)?.getSnapshot().context.planned) === version);
@@ -204,13 +240,47 @@ export class ModelControl {
     }
     const fingerprint = found.fingerprint;
     const current = this.#status().models.find((m) => m.name === name && m.fingerprint === fingerprint && m.version === version)?.current === true;
-    if (!current) {
-      child.send({ type: 'MODEL_PROMOTE' });
-      // Kept anew, its record is the newest of its name's: a restart makes it current again (src/actors/restoreWritten.ts).
-      this.#keepAgain(name, version);
-      this.#log.info({ name, version, fingerprint }, `model "${name}" rolled back to version ${version}`);
-    }
-    return { name, version, fingerprint, alreadyCurrent: current };
+    return { child, fingerprint, current };
+  }
+
+  /**
+   * Has the ranks of a version of `name` keep their segments again with a record that says it is
+   * current since `at` (kept records: src/actors/restoreWritten.ts makes the latest current at a
+   * restart). Resolves once the keeper holds that record of every serving rank, at once without
+   * a keeper; rejects with the reason when a rank's keep failed, or when the version stops serving first.
+   */
+  #keepCurrent(name: string, child: ActorRefFrom<typeof modelMachine>, at = Date.now()): Promise<void> {
+    const { context } = child.getSnapshot();
+    if (context.keeper === undefined) return Promise.resolve();
+    const waiting = new Set(context.ranks.filter((r) => r.state === 'serving').map((r) => r.localRank));
+    return new Promise<void>((resolve, reject) => {
+      const done = (err?: Error) => {
+        kept.unsubscribe();
+        states.unsubscribe();
+        if (err) reject(err);
+        else resolve();
+      };
+      const kept = child.on('RANK_KEPT', (e) => {
+        if (e.currentSince !== at || !waiting.has(e.localRank)) return;
+        if (!e.kept) return done(new Error(`the keeper did not keep local rank ${e.localRank}'s shard (${e.reason ?? 'no reason given'})`));
+        waiting.delete(e.localRank);
+        if (waiting.size === 0) done();
+      });
+      const stopped = () => done(new Error(`its version stopped serving before the keeper held it`));
+      const states = child.subscribe({ next: (snap) => snap.value !== 'serving' && stopped(), error: stopped, complete: stopped });
+      if (waiting.size === 0) return done();
+      this.#log.debug({ name, ranks: [...waiting], currentSince: at }, `model "${name}": keeping the version to be current`);
+      child.send({ type: 'KEEPER_BACK', currentSince: at });
+    });
+  }
+
+  /** Runs `change` once the commits and rollbacks of `name` before it have settled: each keeps its version's records in the order it makes it current. */
+  #serially<T>(name: string, change: () => Promise<T>): Promise<T> {
+    const result = (this.#changing.get(name) ?? Promise.resolve()).then(change);
+    const settled = result.then(() => {}, () => {});
+    this.#changing.set(name, settled);
+    void settled.then(() => this.#changing.get(name) === settled && this.#changing.delete(name));
+    return result;
   }
 
   /** Unloads the versions of `name` beyond the current one and the --keep-versions before it (they drain, freed once unleased). */

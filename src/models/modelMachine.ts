@@ -14,7 +14,9 @@
 //              node 0 commits it (resident on every node) or aborts it (it failed somewhere;
 //              then it is freed). An abort can come in any state before this one too.
 //   starting:  each rank is served on its device's socket (shared with the other models); the
-//              supervisor hears it (MODEL_STARTING: the node's own "starting").
+//              supervisor hears it (MODEL_STARTING: the node's own "starting"). A version a
+//              writer committed, with a keeper, is kept here first (keptBeforeServing), and fails
+//              when a rank's keep does.
 //   serving:   attachable; watchers hear model_ready. Its checkpoint files changed (a rank's
 //              server found it, src/serve/filesCheck.ts): it is stale, and drains at once while
 //              the supervisor loads it again.
@@ -27,7 +29,7 @@
 //   failing:   with a keeper, what it holds of a model that failed is dropped (its ranks may have
 //              adopted or kept it), then failed; a model refused before any rank allocated, one
 //              without a keeper, or the node's first model (ModelJoin.dropKeptOnFailure), fails at once.
-import { and, not, assertEvent, assign, enqueueActions, fromCallback, fromPromise, sendTo, setup, type AnyActorRef, type StateValueFrom } from 'xstate';
+import { and, not, or, assertEvent, assign, enqueueActions, fromCallback, fromPromise, sendTo, setup, type AnyActorRef, type StateValueFrom } from 'xstate';
 import type { FileIdentity, IdentityChange } from '../files/fileIdentity.js';
 import type { PlannedModel } from './planModel.js';
 import type { RankActorInput, RankCommand } from './rankContract.js';
@@ -117,6 +119,19 @@ export type ModelCommand =
   /** A rollback to this retained version: its ranks become the newest of its name, and watchers hear model_ready. */
   | { type: 'MODEL_PROMOTE' };
 
+/**
+ * What the model actor emits for whoever follows it (ModelControl): each rank's keep, or failed
+ * keep, as the rank reported it (currentSince: what its record carried).
+ */
+export type ModelEmitted = Extract<RankEvent, { type: 'RANK_KEPT' }>;
+
+/**
+ * A version a writer committed, served with a keeper: its ranks keep it before it is announced,
+ * and it fails when one is not kept. No file holds its bytes, so a commit answered before the
+ * keeper holds them would be lost with the daemon (docs/weight-updates.md).
+ */
+const keptBeforeServing = (context: ModelContext) => context.keeper !== undefined && context.planned.origin === 'update' && context.join.keepOnceServing;
+
 /** The tag of the states in which a model holds memory it is still filling (modelControl allows one such load at a time). */
 export const LOAD_RUNNING = 'loadRunning';
 
@@ -152,6 +167,7 @@ export const modelMachine = setup({
     events: {} as RankEvent | ServeEvent | ModelCommand,
     input: {} as ModelInput,
     tags: {} as typeof LOAD_RUNNING,
+    emitted: {} as ModelEmitted,
   },
   actors: modelActors,
   guards: {
@@ -166,6 +182,9 @@ export const modelMachine = setup({
     awaitsCommit: ({ context }) => context.planned.placement.nnodes > 1 && context.join.awaitCommit,
     isStale: ({ context }) => context.stale !== undefined,
     dropsKept: ({ context }) => context.keeper !== undefined && context.join.dropKeptOnFailure,
+    keptBeforeServing: ({ context }) => keptBeforeServing(context),
+    allRanksKept: ({ context }) => context.ranks.every((r) => r.kept === true || r.state === 'released'),
+    notKeptBeforeServing: ({ context, event }) => event.type === 'RANK_KEPT' && !event.kept && keptBeforeServing(context),
   },
   actions: {
     spawnRanks: enqueueActions(({ context, enqueue }) => {
@@ -204,9 +223,29 @@ export const modelMachine = setup({
     }),
     recordProgress: assign(({ context, event }) => (assertEvent(event, 'RANK_PROGRESS'), { ranks: recordReport(context.ranks, event) })),
     recordLoaded: assign(({ context, event }) => (assertEvent(event, 'RANK_LOADED'), { ranks: recordReport(context.ranks, event) })),
-    recordKept: assign(({ context, event }) => (assertEvent(event, 'RANK_KEPT'), { ranks: recordReport(context.ranks, event) })),
-    keepRanks: enqueueActions(({ context, enqueue }) => {
-      if (!context.join.keepOnceServing) return;
+    recordKept: enqueueActions(({ context, event, enqueue }) => {
+      assertEvent(event, 'RANK_KEPT');
+      enqueue.assign({ ranks: recordReport(context.ranks, event) });
+      enqueue.emit(event);
+    }),
+    recordNotKept: assign(({ context, event }) => {
+      assertEvent(event, 'RANK_KEPT');
+      const r = context.ranks.find((x) => x.localRank === event.localRank);
+      const { version } = context.planned;
+      return {
+        failure: context.failure ?? {
+          name: 'WeightdError',
+          code: 'E_VERSION_NOT_KEPT',
+          message:
+            `version ${version} was not served: the keeper did not keep rank ${r?.globalRank ?? '?'}'s shard (${event.reason ?? 'no reason given'}), and a written version serves only once kept, ` +
+            'since no file holds its bytes and a daemon restart would lose it; nothing of it serves. Commit again once the keeper answers (weightd keeper status)',
+          details: { version, localRank: event.localRank, reason: event.reason },
+        },
+      };
+    }),
+    // In starting for a version kept before it serves, in serving for any other kept once it serves.
+    keepRanks: enqueueActions(({ context, enqueue }, beforeServing: boolean) => {
+      if (!context.join.keepOnceServing || keptBeforeServing(context) !== beforeServing) return;
       for (const r of context.ranks) if (r.state !== 'released') enqueue.sendTo(rankActorId(r.localRank), { type: 'RANK_KEEP' });
     }),
     keepRanksAgain: enqueueActions(({ context, event, enqueue }) => {
@@ -332,13 +371,22 @@ export const modelMachine = setup({
     },
     starting: {
       tags: LOAD_RUNNING,
-      entry: ['spawnServers', 'tellParentStarting'],
+      entry: ['spawnServers', 'tellParentStarting', { type: 'keepRanks', params: true }],
       // A rank's socket is live before its siblings' are, so a client may already release.
-      on: { RANK_SERVING: { actions: 'recordServing' }, ...clientRelease, MODEL_STOP: '#model.stopping' },
-      always: { guard: 'allRanksServing', target: 'serving' },
+      on: {
+        RANK_SERVING: { actions: 'recordServing' },
+        RANK_KEPT: [
+          { guard: and(['notKeptBeforeServing', 'dropsKept']), target: '#model.failing', actions: ['recordKept', 'recordNotKept'] },
+          { guard: 'notKeptBeforeServing', target: '#model.failed', actions: ['recordKept', 'recordNotKept'] },
+          { actions: 'recordKept' },
+        ],
+        ...clientRelease,
+        MODEL_STOP: '#model.stopping',
+      },
+      always: { guard: and(['allRanksServing', or([not('keptBeforeServing'), 'allRanksKept'])]), target: 'serving' },
     },
     serving: {
-      entry: ['announce', 'keepRanks'],
+      entry: ['announce', { type: 'keepRanks', params: false }],
       on: {
         MODEL_UNLOAD: { target: 'draining', actions: 'storeForce' },
         MODEL_PROMOTE: { actions: 'promote' },

@@ -22,7 +22,7 @@ export type RankEvent =
   | { type: 'RANK_DEVICE'; localRank: number; info: DeviceInfo; adoptable?: boolean }
   | { type: 'RANK_PROGRESS'; localRank: number; bytes: number; totalBytes: number; seconds: number }
   | { type: 'RANK_LOADED'; localRank: number; device: DeviceInfo; segments: SegmentExport[]; bytes: number; seconds: number; source: RankSource; digests?: string[] }
-  | { type: 'RANK_KEPT'; localRank: number; kept: boolean; reason?: string }
+  | { type: 'RANK_KEPT'; localRank: number; kept: boolean; reason?: string; currentSince?: number }
   | { type: 'RANK_RELEASED'; localRank: number }
   | { type: 'RANK_STOPPED'; localRank: number }
   | { type: 'RANK_FAILED'; localRank: number; error: SerializedError };

@@ -96,8 +96,12 @@ export type RankToMain =
   | { type: 'PROGRESS'; bytes: number; totalBytes: number; seconds: number; waitingForGroup: boolean }
   /** digests: RankFillPlan.contentTensors' digests, in order (empty: an adopted record that had none). */
   | { type: 'LOADED'; info: DeviceInfo; segments: SegmentExport[]; bytes: number; seconds: number; source: RankSource; digests: string[] }
-  /** Whether the keeper holds this rank's segments now (after a keep, a failed one, or a drop). */
-  | { type: 'KEPT'; kept: boolean; reason?: string }
+  /**
+   * Whether the keeper holds this rank's segments now (after a keep, a failed one, or a drop).
+   * currentSince: after a keep, the RankKeeping.currentSince its record carried (or would have):
+   * what a rollback waits for (ModelControl).
+   */
+  | { type: 'KEPT'; kept: boolean; reason?: string; currentSince?: number }
   | { type: 'FAILED'; error: SerializedError }
   | { type: 'RELEASED' }
   | { type: 'LOG'; level: 'debug' | 'info' | 'warn' | 'error'; msg: string; fields?: Record<string, unknown> };

@@ -4,7 +4,7 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { KeeperError, ProtocolError } from '../../src/errors.js';
 import {
-  decodeDrop, decodeEmpty, decodeList, decodePing, decodeTake, encodeDrop, encodeKeep, encodeList, encodePing, encodeTake, encodeWatch,
+  decodeDrop, decodeEmpty, decodeList, decodePing, decodeTake, encodeDrop, encodeKeep, encodeList, encodePing, encodeTake, encodeWatch, keepPayloadBytes,
   KEEPER_HEADER_BYTES, KEEPER_MAGIC, KEEPER_MAX_RECORD_FDS, KEEPER_MAX_REQUEST_BYTES, KEEPER_PROTOCOL_VERSION, KeeperOp,
 } from '../../src/keeper/keeperProtocol.js';
 import { fromHex, keeperWire } from '../helpers/keeperWireVectors.js';
@@ -32,6 +32,14 @@ for (const v of keeperWire.requests) {
     assert.is(encoders[v.op](v).toString('hex'), fromHex(v.frame).toString('hex'));
   });
 }
+
+test("keepPayloadBytes is each KEEP vector's payload length, and the frame's past the header for multi-byte UTF-8 too", () => {
+  for (const v of keeperWire.requests.filter((r) => r.op === 'KEEP')) {
+    assert.is(keepPayloadBytes(v.device!, v.fingerprint!, fromHex(v.record!)), fromHex(v.frame).length - KEEPER_HEADER_BYTES, v.why);
+  }
+  const record = Buffer.alloc(1000);
+  assert.is(keepPayloadBytes('gpu-é', 'fp-ü', record), encodeKeep('gpu-é', 'fp-ü', record).length - KEEPER_HEADER_BYTES);
+});
 
 test('a request payload of exactly the limit is sent, one byte more is refused (E_FRAME_TOO_LARGE)', () => {
   // KEEP's payload: op, two empty strings, the blob's length, the blob.

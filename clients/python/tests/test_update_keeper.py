@@ -10,6 +10,8 @@ import os
 import signal
 import subprocess
 import tempfile
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -18,6 +20,7 @@ from daemon_fixture import DEVICE, MAIN_JS, Daemon
 from test_host_fds import MODEL
 from test_switch import ctl, raw, segment_maps, wait_for
 from versions import other_version
+from weightd_client.protocol import ServeError
 from weightd_client.update import commit_all
 
 pytestmark = pytest.mark.skipif(DEVICE != "host", reason="writers are built on the host backend")
@@ -45,8 +48,8 @@ def _node(tmp_path):
     os.mkdir(socket_dir, 0o700)
     started = []
 
-    def start(tp=1):
-        d = Daemon(model, ["--keeper", "spawn", "--plan-file", str(plan)], tp=tp, socket_dir=socket_dir, host_device=f"kv{os.getpid()}")
+    def start(tp=1, keeper="spawn"):
+        d = Daemon(model, ["--keeper", keeper, "--plan-file", str(plan)], tp=tp, socket_dir=socket_dir, host_device=f"kv{os.getpid()}")
         started.append(d)
         return d
 
@@ -108,8 +111,8 @@ def write_two_versions(daemon):
     sealed = lambda: [json.loads(line) for line in daemon.stderr_lines if '"update sealed' in line]  # noqa: E731
     assert wait_for(lambda: len(sealed()) == 2), "the log's lines reach the test through a thread"
     assert [(s["tensors"], 0 < s["read"] < s["tensors"]) for s in sealed()] == [(len(v0), True)] * 2, sealed()
-    # A commit's reply comes once its version serves, its record a moment later: a crash before that loses it.
-    assert wait_for(lambda: sorted(s["version"] for s in kept(daemon)) == [0, 1, 2] and kept_current(daemon)[0] == 2)
+    # A commit's reply comes once the keeper holds its version's record (which says it is current): a crash after it loses nothing.
+    assert sorted(s["version"] for s in kept(daemon)) == [0, 1, 2] and kept_current(daemon)[0] == 2, kept(daemon)
     return {0: v0, 1: v1, 2: v2}
 
 
@@ -192,8 +195,8 @@ def test_a_version_rolled_back_to_before_a_stop_is_current_after_it(node):
     written = write_two_versions(daemon)
     ctl(daemon, "rollback", NAME, "1")
     assert versions(daemon) == {0: False, 1: True, 2: False}
-    # The rollback's reply comes before version 1's record says so: a stop before that would restore version 2.
-    assert wait_for(lambda: kept_current(daemon)[0] == 1)
+    # The rollback's reply comes once version 1's record says it is current.
+    assert kept_current(daemon)[0] == 1
     since = kept_current(daemon)[1]
     daemon.stop()
     daemon = start()
@@ -257,3 +260,138 @@ def test_a_version_of_two_ranks_survives_a_crash_on_both(node):
             assert read_all(c, fingerprint(c, 1)) == written[rank], f"rank {rank} of version 1 reads the bytes written"
             assert read_all(c, fingerprint(c, 0)) == before[rank]
 
+
+
+def keeper_pid(daemon):
+    r = subprocess.run(["node", str(MAIN_JS), "keeper", "status", "--json", "--weight-cache-socket-dir", daemon.socket_dir], capture_output=True, text=True, timeout=60)
+    return json.loads(r.stdout)["pid"] if r.returncode == 0 else None
+
+
+def test_a_keeper_restarted_mid_run_is_given_every_version_and_the_current_one(node):
+    start, _ = node
+    daemon = start()
+    written = write_two_versions(daemon)
+    ctl(daemon, "rollback", NAME, "1")
+    assert kept_current(daemon)[0] == 1
+    # The keeper dies; the daemon serves on and starts a fresh one, which holds nothing until the
+    # daemon keeps every version there again: the written ones with what serving them needs, and
+    # which one is current.
+    old = keeper_pid(daemon)
+    os.kill(old, signal.SIGKILL)
+    assert wait_for(lambda: keeper_pid(daemon) not in (None, old))
+    assert wait_for(lambda: sorted(s["version"] for s in kept(daemon)) == [0, 1, 2] and kept_current(daemon)[0] == 1), kept(daemon)
+    end(daemon, "SIGKILL")
+
+    daemon = start()
+    assert versions(daemon) == {0: False, 1: True, 2: False}, daemon.stderr
+    assert_serves(daemon, written)
+
+
+class Paused:
+    """The keeper stopped (SIGSTOP) while the block runs, and continued after it: a request to it waits
+    (for less than the daemon's 5 s timeout of a keeper request) until then."""
+
+    def __init__(self, daemon):
+        self.pid = keeper_pid(daemon)
+
+    def __enter__(self):
+        os.kill(self.pid, signal.SIGSTOP)
+        return self
+
+    def __exit__(self, *exc):
+        os.kill(self.pid, signal.SIGCONT)
+
+
+def test_a_rollback_replies_only_once_the_keeper_holds_the_record_that_says_so(node):
+    start, _ = node
+    daemon = start()
+    write_two_versions(daemon)
+    with Paused(daemon):
+        rollback = subprocess.Popen(["node", str(MAIN_JS), "ctl", "--weight-cache-socket-dir", daemon.socket_dir, "rollback", NAME, "1"],
+                                    env={**os.environ, "WEIGHTD_HOST_DEVICES": daemon.device}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(1.5)
+        assert rollback.poll() is None, "no reply while the keeper has not recorded it: " + "".join(rollback.communicate())
+    out, err = rollback.communicate(timeout=60)
+    assert rollback.returncode == 0, out + err
+    # Its reply means the keeper's records say so: a crash right after it restarts on version 1.
+    assert kept_current(daemon)[0] == 1
+    end(daemon, "SIGKILL")
+    daemon = start()
+    assert versions(daemon) == {0: False, 1: True, 2: False}, daemon.stderr
+
+
+def test_a_commit_replies_only_once_the_keeper_holds_the_new_version(node):
+    start, _ = node
+    daemon = start()
+    with daemon.client(0) as client:
+        base = fingerprint(client, 0)
+        v0 = read_all(client, base)
+        name = sorted(v0)[0]
+        upd = client.begin_update(NAME, base, tensors=[name])
+        upd.write(name, bytes((b + 1) % 256 for b in v0[name]))
+        replies = []
+        with Paused(daemon):
+            committing = threading.Thread(target=lambda: replies.append(upd.commit()))
+            committing.start()
+            time.sleep(1.5)
+            assert committing.is_alive() and replies == [], "no reply while the keeper does not hold the version"
+        committing.join(60)
+        assert replies and replies[0]["version"] == 1, replies
+    assert sorted(s["version"] for s in kept(daemon)) == [0, 1] and kept_current(daemon)[0] == 1
+    end(daemon, "SIGKILL")
+    daemon = start()
+    assert versions(daemon) == {0: False, 1: True}, daemon.stderr
+
+
+def test_without_a_keeper_to_record_them_a_rollback_and_a_commit_are_refused_and_change_nothing(node):
+    """An external keeper ends and none answers: a rollback or a commit, which no restart would find,
+    is refused (E_VERSION_NOT_KEPT) and leaves the current version as it was; a keeper that answers
+    again is given every version with the current one, which a restart then serves."""
+    start, _ = node
+    socket_dir = None
+    keeper = None
+
+    def start_keeper():
+        proc = subprocess.Popen(["node", str(MAIN_JS), "keeper", "--weight-cache-socket-dir", socket_dir], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        probe = type("D", (), {"socket_dir": socket_dir})
+        assert wait_for(lambda: keeper_pid(probe) is not None)
+        return proc
+
+    # The fixture's socket directory, through a daemon of its own: the keeper must be up before the daemon with --keeper external.
+    first = start()
+    socket_dir = first.socket_dir
+    first.stop()
+    subprocess.run(["node", str(MAIN_JS), "keeper", "stop", "--weight-cache-socket-dir", socket_dir], capture_output=True, timeout=60)
+    keeper = start_keeper()
+    try:
+        daemon = start(keeper="external")
+        written = write_two_versions(daemon)
+        keeper.kill()
+        keeper.wait(30)
+        assert wait_for(lambda: keeper_pid(daemon) is None)
+
+        r = subprocess.run(["node", str(MAIN_JS), "ctl", "--weight-cache-socket-dir", daemon.socket_dir, "rollback", NAME, "1"],
+                           env={**os.environ, "WEIGHTD_HOST_DEVICES": daemon.device}, capture_output=True, text=True, timeout=120)
+        assert r.returncode != 0 and "E_VERSION_NOT_KEPT" in r.stderr and "version 2 stays current" in r.stderr, r.stdout + r.stderr
+        assert versions(daemon) == {0: False, 1: False, 2: True}
+        held = segment_inodes(daemon.proc.pid)
+        with daemon.client(0) as client:
+            name = sorted(written[2])[0]
+            with client.begin_update(NAME, fingerprint(client, 2), tensors=[name]) as upd:
+                upd.write(name, bytes((b + 7) % 256 for b in written[2][name]))
+                with pytest.raises(ServeError) as refused:
+                    upd.commit()
+            assert refused.value.code == "E_VERSION_NOT_KEPT", refused.value
+        assert wait_for(lambda: versions(daemon) == {0: False, 1: False, 2: True}), versions(daemon)
+        # Nothing of the refused version is left: its copy of the written segment is freed.
+        assert wait_for(lambda: segment_inodes(daemon.proc.pid) == held), (held, segment_inodes(daemon.proc.pid))
+
+        keeper = start_keeper()
+        assert wait_for(lambda: sorted(s["version"] for s in kept(daemon)) == [0, 1, 2] and kept_current(daemon)[0] == 2), kept(daemon)
+        end(daemon, "SIGKILL")
+        daemon = start(keeper="external")
+        assert versions(daemon) == {0: False, 1: False, 2: True}, daemon.stderr
+        assert_serves(daemon, written)
+    finally:
+        keeper.kill()
+        keeper.wait(30)

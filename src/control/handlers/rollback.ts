@@ -2,6 +2,6 @@
 import type { ControlReply, ControlRequestOf } from '../controlProtocol.js';
 import type { ControlTarget } from '../controlTarget.js';
 
-export function rollback(req: ControlRequestOf<'rollback'>, target: ControlTarget): ControlReply {
-  return { ok: true, ...target.rollback(req.name, req.version) };
+export async function rollback(req: ControlRequestOf<'rollback'>, target: ControlTarget): Promise<ControlReply> {
+  return { ok: true, ...(await target.rollback(req.name, req.version)) };
 }
