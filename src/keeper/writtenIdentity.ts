@@ -6,28 +6,35 @@
 // digest alone is not enough: it covers where bytes go, not which tensor they are (two names
 // swapped in a header move nothing), nor which checkpoint the version was written over.
 import { sha256Hex } from '../checkpoint/fingerprint.js';
-import type { CheckpointPlan } from '../checkpoint/types.js';
+import type { CheckpointPlan, RankPlan } from '../checkpoint/types.js';
 import type { KeptRecord, KeptWritten } from './keptRecord.js';
 
 /** The §9 fields a written version makes its own (docs/spec/fingerprint.md §9); every other is its base's, so its checkpoint's. */
 const OWN_FIELDS: ReadonlySet<string> = new Set(['content', 'protocol']);
 
-const digestOf = new WeakMap<CheckpointPlan['ranks'], string>();
+/**
+ * Each rank's manifest digest, by its tensors array: a written version's plan shares its base's
+ * (only the fingerprints differ), so a commit digests no manifest its base's did not.
+ */
+const rankDigests = new WeakMap<RankPlan['tensors'], { aliases: RankPlan['aliases']; digest: string }>();
+
+/** A rank's manifest digest (docs/spec/kept-written.md §2). Only arrays of strings and integers: JSON.stringify writes them as RFC 8785 would, fast at 50,000 tensors. */
+function rankManifestDigest({ tensors, aliases }: Pick<RankPlan, 'tensors' | 'aliases'>): string {
+  const seen = rankDigests.get(tensors);
+  if (seen?.aliases === aliases) return seen.digest;
+  const sorted = Object.entries(aliases).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+  const digest = sha256Hex(JSON.stringify([tensors.map((t) => [t.name, t.dtype, t.shape, t.segment, t.offset, t.bytes]), sorted]));
+  rankDigests.set(tensors, { aliases, digest });
+  return digest;
+}
 
 /**
  * The digest of a model's manifest (docs/spec/kept-written.md §2): per tp rank, every tensor's
  * name, dtype, shape, segment, offset and bytes in the manifest's order (the order of a record's
- * digests, so it ties each digest to its tensor), and the aliases. Only arrays of strings and
- * integers, so JSON.stringify writes them as RFC 8785 would, at 50,000 tensors a rank.
+ * digests, so it ties each digest to its tensor), and the aliases.
  */
 export function manifestDigest(ranks: CheckpointPlan['ranks']): string {
-  let digest = digestOf.get(ranks);
-  if (digest === undefined) {
-    const manifest = ranks.map((r) => r && [r.tensors.map((t) => [t.name, t.dtype, t.shape, t.segment, t.offset, t.bytes]), Object.entries(r.aliases).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))]);
-    digest = sha256Hex(JSON.stringify(manifest));
-    digestOf.set(ranks, digest);
-  }
-  return digest;
+  return sha256Hex(ranks.map((r) => (r ? rankManifestDigest(r) : '')).join('\n'));
 }
 
 /** What a start plans for a written version's name: its checkpoint version's directory, and its plan. */
