@@ -3,7 +3,8 @@
 and its fields are that checkpoint's, so a start that plans other tensors (two names swapped in a
 header, nothing moved) or names another checkpoint directory of the same name and layout refuses
 it, with a warn line naming what changed, and drops its kept shards; version 0 of the checkpoint
-the command line names serves as current."""
+the command line names serves as current. A record of written format 1 (an earlier weightd's,
+with no manifest) is refused by its format alike, never trusted."""
 
 import json
 import os
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from daemon_fixture import DEVICE, MAIN_JS, Daemon
+from daemon_fixture import DEVICE, MAIN_JS, REPO, Daemon
 from test_host_fds import MODEL
 from test_update_keeper import fingerprint, kept, read_all, versions
 from test_switch import wait_for
@@ -110,3 +111,23 @@ def test_another_checkpoint_directory_of_the_same_name_and_layout_refuses_the_wr
     with daemon.client(0) as client:
         now = read_all(client, fingerprint(client, 0))
     assert all(now[n] == bytes(b ^ 0x5A for b in v0[n]) for n in v0), "version 0 is the other directory's bytes"
+
+
+def test_a_record_of_written_format_1_is_refused_by_its_format_and_dropped(node):
+    start, model = node
+    daemon = start(model)
+    write_version_1(daemon)
+    daemon.stop()
+    # As an earlier weightd kept it: written format 1, no manifest; the same descriptors.
+    (v1,) = [s for s in kept(daemon) if s["version"] == 1]
+    rewrite = REPO / "dist" / "test" / "keeper" / "fixtures" / "rewriteKeptRecord.js"
+    socket = os.path.join(daemon.socket_dir, "keeper.sock")
+    r = subprocess.run(["node", str(rewrite), socket, v1["device"], v1["fingerprint"], "written-format-1"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert [s["version"] for s in kept(daemon) if s["fingerprint"] == v1["fingerprint"]] == [None], "the record is one this weightd does not read"
+
+    daemon = start(model)
+    assert versions(daemon) == {0: True}
+    refused = [json.loads(line)["msg"] for line in daemon.stderr_lines if v1["fingerprint"] in line and '"level":40' in line]
+    assert any('written version 1 of model "kv" is in written format 1, and this weightd reads written formats 2' in m for m in refused), daemon.stderr
+    assert wait_for(lambda: sorted(s["version"] for s in kept(daemon)) == [0]), kept(daemon)
