@@ -12,6 +12,7 @@ import type { Logger } from '../log.js';
 import type { PlannedModel, RestoredVersions } from '../models/planModel.js';
 import type { KeptRecord as ListedRecord } from '../keeper/keeperProtocol.js';
 import { arenaDigest, parseKeptRecord, type KeptRecord, type KeptWritten } from '../keeper/keptRecord.js';
+import { writtenIdentityRefusal } from '../keeper/writtenIdentity.js';
 import { globalRank } from '../wire/rankTable.js';
 
 export interface RestoreWrittenInput {
@@ -77,6 +78,11 @@ function planVersion(ranks: Written[], planned: readonly PlannedModel[]): Planne
   if (!checkpoint) return `no model named "${name}" is on this command line or restored, and a written version is served only beside its model's checkpoint version`;
   const { plan, placement, devices } = checkpoint;
   if (placement.nnodes > 1) return `model "${name}" spans ${placement.nnodes} nodes, and written versions serve on one`;
+  // Its digests are of the tensors of the checkpoint it was written over: served only as those.
+  for (const r of ranks) {
+    const changed = writtenIdentityRefusal(r.record, { name, modelDir: checkpoint.spec.modelDir, plan });
+    if (changed !== undefined) return changed;
+  }
   // Every local rank's record, each once: the version's fingerprint covers every rank's digests.
   const byRank = new Map<number, Written>();
   for (const r of ranks) {

@@ -15,10 +15,12 @@ export const KEPT_FORMATS = [1] as const;
 export const KEPT_FORMAT = KEPT_FORMATS[KEPT_FORMATS.length - 1]!;
 
 /**
- * The formats of a record's `written` part (a version a writer committed, docs/weight-updates.md):
- * versioned on its own, so a change to it leaves the records of checkpoint versions readable.
+ * The formats of a record's `written` part (a version a writer committed, docs/weight-updates.md;
+ * docs/spec/kept-written.md): versioned on its own, so a change to it leaves the records of
+ * checkpoint versions readable. Format 1 had no `manifest`, so nothing tied its digests to the
+ * tensors a restart serves them as: it is refused, never trusted (kept-written.md §4).
  */
-export const WRITTEN_FORMATS = [1] as const;
+export const WRITTEN_FORMATS = [2] as const;
 export const WRITTEN_FORMAT = WRITTEN_FORMATS[WRITTEN_FORMATS.length - 1]!;
 
 const digest = z.string().regex(/^[0-9a-f]{32}$/);
@@ -35,6 +37,8 @@ const writtenSchema = z.object({
   fields: z.record(z.string(), z.string()),
   /** This rank's tensors' digests, in its manifest's order, as the commit computed them. */
   digests: z.array(digest),
+  /** The digest of the model's manifest, every rank's (writtenIdentity.ts, manifestDigest): a restart serves the digests and bytes only as the same tensors. */
+  manifest: z.string().regex(/^[0-9a-f]{64}$/),
   /** The positions of the segments that are the base's own memory (shared at the commit, not copied): kept once, by every version that shares them. */
   shared: z.array(z.number().int().nonnegative()),
 });

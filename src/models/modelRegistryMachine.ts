@@ -10,6 +10,7 @@ import type { RegistryState, SameStateNames } from '../nodeStatus.js';
 import type { NodeManifestModel } from '../wire/nodeManifest.js';
 import type { GroupCommand, GroupEvent } from '../rendezvous/groupEvents.js';
 import { keptLoadOf } from './keptLoad.js';
+import { manifestDigest } from '../keeper/writtenIdentity.js';
 import { modelActorId, modelFailureMessage, type ModelEntry, type ModelEvent, type ModelListing, type ModelRegistryReport, type ModelRequestEvent, type VouchedVersion } from './modelHost.js';
 import { FORMS_GROUP, LOADED_BESIDE, modelMachine, type ModelHostInput, type ModelInput } from './modelMachine.js';
 import type { PlannedModel } from './planModel.js';
@@ -302,7 +303,7 @@ function keptOrigin(planned: PlannedModel): Pick<RankKeeping, 'load' | 'written'
   const origin = planned.origin ?? 'start';
   if (origin === 'start') return { plan: planned.keptPlan };
   if (origin !== 'update') return { load: keptLoadOf(planned.spec, planned.plan.fingerprint), plan: planned.keptPlan };
-  const written = { name: planned.spec.name, version: planned.version!, base: planned.base!, fields: planned.plan.fingerprintFields };
+  const written = { name: planned.spec.name, version: planned.version!, base: planned.base!, fields: planned.plan.fingerprintFields, manifest: manifestDigest(planned.plan.ranks) };
   return { written, ...(planned.currentSince !== undefined ? { currentSince: planned.currentSince } : {}) };
 }
 

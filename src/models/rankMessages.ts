@@ -81,7 +81,7 @@ export interface RankKeeping {
    */
   currentSince?: number;
   /** A version a writer committed: what its record says besides the rank's own (KeptWritten, less this rank's digests and shares). */
-  written?: Pick<KeptWritten, 'name' | 'version' | 'base' | 'fields'>;
+  written?: Pick<KeptWritten, 'name' | 'version' | 'base' | 'fields' | 'manifest'>;
 }
 
 /** How a rank's phases post to the main thread. */
