@@ -10,7 +10,7 @@ import type { VerifyWrittenRequest } from './verifyWritten.js';
 import { EVICTION_POLICIES, type EvictionPolicy } from '../models/evictionPolicy.js';
 import { CTL_COMMANDS } from './ctl/index.js';
 import type { CtlCommand } from './ctl/ctlCommand.js';
-import { num } from '../flagValues.js';
+import { integer, num, versionNumber } from '../flagValues.js';
 import { VERSION } from '../version.js';
 import { FILL_SIZING } from '../native/fillPolicy.js';
 import type { NodeOptions } from '../nodeOptions.js';
@@ -277,14 +277,15 @@ export function parseCommand(argv: string[], env: NodeJS.ProcessEnv = process.en
   const verify = sub(program, 'verify');
   verify.action(() => {
     const o = optionsOf(verify) as Record<string, string | undefined>;
+    const globalRank = o.globalRank === undefined ? undefined : integer('--global-rank', o.globalRank, 0, Number.MAX_SAFE_INTEGER, 'pass a rank this node serves, as weightd ctl list shows them (default: the first)');
     if (o.name !== undefined || o.version !== undefined) {
       if (o.name === undefined || o.version === undefined || o.model !== undefined) throw new UsageError('E_USAGE', 'weightd verify takes --model DIR (a checkpoint version, against its files) or --name NAME --version N (a written version, against its recorded digests), not both nor half of either');
-      result = { command: 'verifyWritten', request: { name: o.name, version: num(o.version)!, socketDir: o.weightCacheSocketDir, globalRank: num(o.globalRank) } };
+      result = { command: 'verifyWritten', request: { name: o.name, version: versionNumber('--version', o.version), socketDir: o.weightCacheSocketDir, globalRank } };
       return;
     }
     result = {
       command: 'verify',
-      request: { model: o.model ?? '', tensorParallelSize: num(o.tensorParallelSize), planFile: o.planFile, socketDir: o.weightCacheSocketDir, globalRank: num(o.globalRank) },
+      request: { model: o.model ?? '', tensorParallelSize: num(o.tensorParallelSize), planFile: o.planFile, socketDir: o.weightCacheSocketDir, globalRank },
     };
   });
   const ctl = sub(program, 'ctl');
