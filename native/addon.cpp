@@ -536,9 +536,10 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
                                   [](Napi::Env e, const int& fd) { return Napi::Number::New(e, fd); });
   }
 
-  // sealWritten(fd, segment): one fcntl, on the JS thread.
+  // sealWritten(fd, segment, command): one fcntl, on the JS thread.
   Napi::Value SealWritten(const Napi::CallbackInfo& info) {
-    sealWritten(toBounded<int>(info[0], "fd"), toBounded<uint32_t>(info[1], "segment"));
+    if (!info[2].IsString()) throw Napi::TypeError::New(info.Env(), "sealWritten(fd: number, segment: number, command: string)");
+    sealWritten(toBounded<int>(info[0], "fd"), toBounded<uint32_t>(info[1], "segment"), info[2].As<Napi::String>().Utf8Value());
     return info.Env().Undefined();
   }
 

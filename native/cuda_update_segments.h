@@ -2,7 +2,8 @@
 // (docs/weight-updates.md, "cuda"). CUDA has no seal: memory a writer maps writable stays
 // writable for as long as it maps it, whatever it promises. So the writer gets *staging*
 // allocations, and at commit the daemon copies them (device to device) into *final* allocations
-// that no process but the daemon ever maps writable; only those are served.
+// that no writer is handed; only those are served. Clients map them read-only where the driver
+// allows, but an importer of their descriptor could map them read-write: no seal stops it.
 #pragma once
 #include <cstdint>
 #include <string>

@@ -19,7 +19,8 @@ int createWritableCopy(int sourceFd, uint64_t bytes, const std::string& name);
 // Seals a segment createWritableSegment or createWritableCopy made against write (and further
 // seals): from here on no process can change a byte of it. E_UPDATE_MAPPED while any process still maps it writable
 // (the kernel refuses F_SEAL_WRITE then); E_SHM_SEAL otherwise. A segment sealed already is left
-// as it is, so a commit refused part way can be asked again.
-void sealWritten(int fd, uint32_t segment);
+// as it is, so a commit refused part way can be asked again. `command` is the commit that seals
+// (commit_update, commit_publish): what the refusal tells the writer to send again.
+void sealWritten(int fd, uint32_t segment, const std::string& command);
 
 }  // namespace weightd

@@ -17,6 +17,11 @@ export function integer(flag: string, value: unknown, min: number, max: number, 
   return n;
 }
 
+/** A version number as weightd ctl list shows it (v0, v1, ...), with its v or without. */
+export function versionNumber(flag: string, value: string | undefined): number {
+  return integer(flag, value?.replace(/^v/, ''), 0, Number.MAX_SAFE_INTEGER, 'pass a version number as weightd ctl list shows it (v0, v1, ...)');
+}
+
 /**
  * A flag's number, scaled; a value that is not a number is passed on as it is, for the checks
  * that name the flag (resolveNodeOptions, the control schema) to refuse.

@@ -52,3 +52,8 @@ export function bytesForElements(dtype: SafetensorsDtype, elements: number): num
   const total = elements * bits;
   return total % 8 === 0 ? total / 8 : null;
 }
+
+/** The bits a tensor of `shape` occupies, counted exactly (a shape's product can pass 2^53). */
+export function tensorBits(dtype: SafetensorsDtype, shape: readonly number[]): bigint {
+  return shape.reduce((n, d) => n * BigInt(d), BigInt(DTYPE_BITS[dtype]));
+}

@@ -7,7 +7,7 @@
 import { createHash } from 'node:crypto';
 import type { FileHandle } from 'node:fs/promises';
 import { CheckpointError, type ErrorCode } from '../errors.js';
-import { DTYPES, dtypeBits, isDtype, type SafetensorsDtype } from './dtypes.js';
+import { DTYPES, isDtype, tensorBits, type SafetensorsDtype } from './dtypes.js';
 import { findDuplicateJsonKey } from './findDuplicateJsonKey.js';
 import { openRegularFile } from '../files/openRegularFile.js';
 import { parseBoundedJson } from '../files/parseBoundedJson.js';
@@ -139,10 +139,9 @@ function readEntry(path: string, name: string, value: unknown): Entry {
 
 /** The crate's size check: element count and bit count computed without wrapping u64. */
 function checkSize(path: string, e: Entry): void {
-  let elements = 1n;
-  for (const d of e.shape) elements *= BigInt(d);
-  const bits = elements * BigInt(dtypeBits(e.dtype));
-  if (elements >= U64_LIMIT || bits >= U64_LIMIT) {
+  // Every dtype is at least one bit wide, so an element count past u64 is a bit count past it too.
+  const bits = tensorBits(e.dtype, e.shape);
+  if (bits >= U64_LIMIT) {
     fail('E_ST_OVERFLOW', path, `tensor "${e.name}": shape [${e.shape}] of ${e.dtype} has more bits than a u64 can count; the header is corrupt: export or download the file again`, { tensor: e.name });
   }
   if (bits % 8n !== 0n) {

@@ -10,7 +10,7 @@ import type { VerifyWrittenRequest } from './verifyWritten.js';
 import { EVICTION_POLICIES, type EvictionPolicy } from '../models/evictionPolicy.js';
 import { CTL_COMMANDS } from './ctl/index.js';
 import type { CtlCommand } from './ctl/ctlCommand.js';
-import { num } from '../flagValues.js';
+import { integer, num, versionNumber } from '../flagValues.js';
 import { VERSION } from '../version.js';
 import { FILL_SIZING } from '../native/fillPolicy.js';
 import type { NodeOptions } from '../nodeOptions.js';
@@ -77,7 +77,7 @@ Environment:
   WEIGHTD_SERVE_FILES_CHECK_MS   how long a check that a model's checkpoint files are unchanged
                                  stands before a get_state stats them again (default 1000; 0: always)
   WEIGHTD_FILL_DIGESTS_ON        cuda: where a fill, a writer's commit and verify hash content digests, gpu (default; the CPU where the kernel is missing) or cpu
-                                 (the GPU kernel, not yet run on a real GPU: docs/operations.md)
+                                 (a fill's GPU digests equalled the CPU's on an H200 on 2026-12-05: docs/operations.md)
 `;
 
 /** What running weightd with no model says: the usage, with an example to copy. */
@@ -277,14 +277,15 @@ export function parseCommand(argv: string[], env: NodeJS.ProcessEnv = process.en
   const verify = sub(program, 'verify');
   verify.action(() => {
     const o = optionsOf(verify) as Record<string, string | undefined>;
+    const globalRank = o.globalRank === undefined ? undefined : integer('--global-rank', o.globalRank, 0, Number.MAX_SAFE_INTEGER, 'pass a rank this node serves, as weightd ctl list shows them (default: the first)');
     if (o.name !== undefined || o.version !== undefined) {
       if (o.name === undefined || o.version === undefined || o.model !== undefined) throw new UsageError('E_USAGE', 'weightd verify takes --model DIR (a checkpoint version, against its files) or --name NAME --version N (a written version, against its recorded digests), not both nor half of either');
-      result = { command: 'verifyWritten', request: { name: o.name, version: num(o.version)!, socketDir: o.weightCacheSocketDir, globalRank: num(o.globalRank) } };
+      result = { command: 'verifyWritten', request: { name: o.name, version: versionNumber('--version', o.version), socketDir: o.weightCacheSocketDir, globalRank } };
       return;
     }
     result = {
       command: 'verify',
-      request: { model: o.model ?? '', tensorParallelSize: num(o.tensorParallelSize), planFile: o.planFile, socketDir: o.weightCacheSocketDir, globalRank: num(o.globalRank) },
+      request: { model: o.model ?? '', tensorParallelSize: num(o.tensorParallelSize), planFile: o.planFile, socketDir: o.weightCacheSocketDir, globalRank },
     };
   });
   const ctl = sub(program, 'ctl');

@@ -10,8 +10,8 @@
 // every local rank's shard is kept, and its bytes are the ones kept (SHA-256). Anything else plans
 // from the headers, with a debug line saying why.
 import { createHash } from 'node:crypto';
-import { existsSync, readdirSync, readFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { existsSync, readFileSync } from 'node:fs';
+import { dirname, join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { brotliCompress, brotliDecompress, constants } from 'node:zlib';
@@ -68,22 +68,47 @@ export function planKeyFields(spec: PlanShapingSpec, writer: string, planner = t
   return { planFormat: KEPT_PLAN_FORMAT, writer, planner, modelDir: spec.modelDir, tpSize: spec.tpSize, planFile: spec.planFile ?? null, layouts: [...spec.layouts] };
 }
 
+/** The module planning starts from, relative to the compiled src/ folder. */
+export const PLANNER_ENTRY = 'checkpoint/planCheckpoint.js';
+/** A relative specifier a module loads: a static or dynamic import, a re-export, or a worker it names by URL (parseShards' header worker). */
+const LOADS = /(?:\bfrom\s*|\bimport\s*\(?\s*|\bnew URL\(\s*)['"](\.\.?\/[^'"]+\.js)['"]/g;
+
 /**
- * The SHA-256 of the planning code in `dir` (the compiled modules of src/checkpoint/: each one's
- * path, then its bytes, in path order). A version names a release, not a build: two builds of one
- * version (a sharding rule fixed between them, say) may plan the same files differently, and a
- * plan the other one kept would serve that build's layout again (docs/spec/kept-plan.md §2).
+ * The compiled modules planning runs: `entry` and every module it loads, transitively, as paths
+ * relative to `root` (the compiled src/ folder), sorted. Packages (zod, piscina) are not followed:
+ * their versions come with weightd's (the `writer` field).
  */
-export function plannerDigest(dir: string): string {
+export function plannerModules(root: string, entry = PLANNER_ENTRY): string[] {
+  const seen = new Set<string>();
+  const visit = (rel: string) => {
+    if (seen.has(rel)) return;
+    seen.add(rel);
+    for (const [, spec] of readFileSync(join(root, rel), 'utf8').matchAll(LOADS)) {
+      const next = relative(root, resolve(dirname(join(root, rel)), spec!));
+      // A specifier in a comment or string that names no module is not one planning loads.
+      if (!next.startsWith('..') && existsSync(join(root, next))) visit(next);
+    }
+  };
+  visit(entry);
+  return [...seen].sort();
+}
+
+/**
+ * The SHA-256 of the planning code under `root` (plannerModules: each one's path, then its
+ * bytes, in path order). A version names a release, not a build: two builds of one version (a
+ * sharding rule fixed between them, say, or the bounded JSON reader planning parses headers with)
+ * may plan the same files differently, and a plan the other one kept would serve that build's
+ * layout again (docs/spec/kept-plan.md §2).
+ */
+export function plannerDigest(root: string, entry = PLANNER_ENTRY): string {
   const hash = createHash('sha256');
-  const modules = readdirSync(dir, { recursive: true, encoding: 'utf8' }).filter((f) => f.endsWith('.js')).sort();
-  for (const f of modules) hash.update(`${f}\0`).update(readFileSync(join(dir, f))).update('\0');
+  for (const f of plannerModules(root, entry)) hash.update(`${f}\0`).update(readFileSync(join(root, f))).update('\0');
   return hash.digest('hex');
 }
 
 let planner: string | undefined;
-/** This build's planning code's digest, taken once (~100 KB read, about a millisecond). */
-const thisPlanner = () => (planner ??= plannerDigest(fileURLToPath(new URL('../checkpoint/', import.meta.url))));
+/** This build's planning code's digest, taken once (~150 KB read, about a millisecond). */
+const thisPlanner = () => (planner ??= plannerDigest(fileURLToPath(new URL('../', import.meta.url))));
 
 export function planKey(fields: PlanKeyFields): string {
   return createHash('sha256').update(canonicalJson(fields)).digest('hex');

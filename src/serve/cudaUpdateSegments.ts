@@ -2,7 +2,8 @@
 // memfds on the host backend, done with VMM allocations exported as descriptors
 // (--cuda-handles fd). CUDA has no seal, so the daemon does not trust a writer to unmap: the
 // writer writes *staging* allocations (device-to-device copies of the base's segments), and the
-// commit copies them into *final* allocations that no process but the daemon maps writable.
+// commit copies them into *final* allocations that no writer is handed (clients map them
+// read-only where the driver allows; any importer of their descriptor could map them read-write).
 // Only the finals are served; a writer that still maps its staging writes memory nobody reads.
 import { ServeError } from '../errors.js';
 import { addon, type CudaDigested } from '../native/addon.js';

@@ -6,7 +6,7 @@
 // engine computed (processedLayouts.ts), never as a version of its own. A connection of a
 // publish that ends takes it away; a second publish of a key is refused, the first is to be mapped.
 import { randomBytes } from 'node:crypto';
-import { bytesForElements, isDtype } from '../checkpoint/dtypes.js';
+import { isDtype, tensorBits } from '../checkpoint/dtypes.js';
 import { ServeError } from '../errors.js';
 import { DEFAULT_PROCESSED_MAX_PERCENT } from '../nodeDefaults.js';
 import type { Backend } from '../native/addon.js';
@@ -49,7 +49,7 @@ const HOST: PublishBackend = {
   handle: 'fd',
   create: (_service, bytes, name) => addon().createWritableSegment(bytes, name),
   async commit(_service, fd, _bytes, ranges) {
-    addon().sealWritten(fd, 0);
+    addon().sealWritten(fd, 0, 'commit_publish');
     const digests = await addon().digestFiles([procPath(fd)], packed(ranges), DIGEST_THREADS);
     // Readers get a read-only open file of the sealed memfd, never the writer's.
     const readOnly = addon().openReadOnly(procPath(fd));
@@ -230,11 +230,16 @@ function placeTensors(tensors: readonly PublishTensor[]): TensorMeta[] {
     if (seen.has(name)) throw new ServeError('E_BAD_REQUEST', `begin_publish names tensor "${name}" twice; name each published tensor once`, { tensor: name });
     seen.add(name);
     if (!isDtype(dtype)) throw new ServeError('E_BAD_REQUEST', `begin_publish tensor "${name}" has dtype "${dtype}", which is not a safetensors dtype (docs/spec/dtypes.md)`, { tensor: name, dtype });
-    const bytes = bytesForElements(dtype, shape.reduce((n, d) => n * d, 1));
-    if (bytes === null || bytes === 0) {
+    const bits = tensorBits(dtype, shape);
+    if (bits === 0n || bits % 8n !== 0n) {
       throw new ServeError('E_BAD_REQUEST', `begin_publish tensor "${name}" (${dtype} [${shape.join(', ')}]) is empty or ends inside a byte; publish whole, non-empty tensors`, { tensor: name });
     }
     const offset = Math.ceil(at / TENSOR_ALIGN) * TENSOR_ALIGN;
+    // Past 2^53 bytes a number no longer counts them exactly; no memory holds that many.
+    if (bits / 8n > BigInt(Number.MAX_SAFE_INTEGER - offset)) {
+      throw new ServeError('E_BAD_REQUEST', `begin_publish tensor "${name}" (${dtype} [${shape.join(', ')}]) is ${bits / 8n} bytes, which no memory holds (the tensors up to it must stay under 2^53 bytes); check its shape`, { tensor: name });
+    }
+    const bytes = Number(bits / 8n);
     at = offset + bytes;
     return { name, dtype, shape: [...shape], segment: 0, offset, bytes };
   });

@@ -62,7 +62,8 @@ export class RankService {
   #releaseDone: Promise<void> | undefined;
   /** Replies carrying this rank's descriptors that are still being sent (holdSegmentFds). */
   #fdSends = 0;
-  #fdSendsSettled: (() => void) | undefined;
+  /** What waits for the last of them (#whenFdsSent). */
+  #fdSendsSettled: (() => void)[] = [];
 
   constructor(options: RankServiceOptions) {
     const r = options.rank;
@@ -209,8 +210,22 @@ export class RankService {
     return () => {
       if (ended) return;
       ended = true;
-      if (--this.#fdSends === 0) this.#fdSendsSettled?.();
+      if (--this.#fdSends === 0) for (const settled of this.#fdSendsSettled.splice(0)) settled();
     };
+  }
+
+  /** Runs `then` once no reply carrying this rank's descriptors is on its way: at once when none is. */
+  #whenFdsSent<T>(then: () => Promise<T>): Promise<T> {
+    if (this.#fdSends === 0) return then();
+    return new Promise<void>((resolve) => this.#fdSendsSettled.push(resolve)).then(then);
+  }
+
+  /**
+   * Closes the published layouts' descriptors once no reply carrying them is on its way (a
+   * get_processed reply holds them as holdSegmentFds does): for a stop, which does not release.
+   */
+  closeProcessed(): void {
+    this.#whenFdsSent(async () => this.processed.close()).catch((err: unknown) => this.log.error({ err, globalRank: this.rank.globalRank }, 'closing the published layouts failed'));
   }
 
   /** The served layouts, in the plan's order. */
@@ -231,9 +246,7 @@ export class RankService {
   release(): Promise<void> {
     this.#step({ type: 'RELEASE_ALLOWED' });
     // At once when no descriptor is on its way: a release that waits on nothing frees now.
-    const freed = (this.#fdSends === 0 ? this.#freeMemory() : new Promise<void>((resolve) => (this.#fdSendsSettled = resolve)).then(() => this.#freeMemory())).finally(() =>
-      this.processed.close(),
-    );
+    const freed = this.#whenFdsSent(() => this.#freeMemory()).finally(() => this.processed.close());
     this.#releaseDone = freed.then(
       () => {
         this.#step({ type: 'MEMORY_FREED' });

@@ -98,8 +98,9 @@ export class ServerRegistry {
     const version = this.#versionOf.get(service);
     this.#versionOf.delete(service);
     service.unwatchFiles();
-    // Its published layouts go with it (a release closed them already; a shutdown does not release).
-    service.processed.close();
+    // Its published layouts go with it (a release closed them already; a shutdown does not
+    // release), once no get_processed reply is still sending their descriptors.
+    service.closeProcessed();
     if (version !== undefined) {
       const key = versionKey(version, service.rank.fingerprint);
       if (this.#byVersion.get(key)?.service === service) this.#byVersion.delete(key);

@@ -200,7 +200,7 @@ export class UpdateDesk {
     if (rank.backend === 'cuda') {
       reading = this.#commitCuda(update, part, ranges);
     } else {
-      part.fds.forEach((fd, segment) => part.copied[segment] && addon().sealWritten(fd, segment));
+      part.fds.forEach((fd, segment) => part.copied[segment] && addon().sealWritten(fd, segment, 'commit_update'));
       reading = (todo.length > 0 ? addon().digestFiles(part.fds.map(procPath), ranges, DIGEST_THREADS) : Promise.resolve([])).then((read) => ({ read, hashedOn: 'cpu' }));
     }
     part.committing = reading.catch(() => {});

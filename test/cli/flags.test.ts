@@ -48,6 +48,11 @@ const cases: Array<[string, string[], RegExp]> = [
   ['keeper socket without a keeper', [...m, '--keeper-socket', '/run/k.sock'], /^--keeper-socket "\/run\/k\.sock": has no effect with --keeper off; pass --keeper spawn or --keeper external too/],
   ['adopt-within 0', [...m, '--keeper', 'spawn', '--adopt-within', '0'], /^--adopt-within 0: must be an integer from 1 to 2592000/],
   ['unknown eviction policy', [...m, '--evict', 'lru'], /option '--evict <policy>' argument 'lru' is invalid\. Allowed choices are off, no-lease-lru/],
+  ['verify --version not a number', ['verify', '--name', 'm', '--version', 'abc'], /^--version "abc": must be an integer from 0 to \d+; pass a version number as weightd ctl list shows it/],
+  ['verify --version negative', ['verify', '--name', 'm', '--version', '-1'], /^--version "-1": must be an integer from 0/],
+  ['verify --version fractional', ['verify', '--name', 'm', '--version', '1.5'], /^--version "1\.5": must be an integer from 0/],
+  ['verify --global-rank not a number, with --name', ['verify', '--name', 'm', '--version', 'v1', '--global-rank', 'x'], /^--global-rank "x": must be an integer from 0/],
+  ['verify --global-rank negative, with --model', ['verify', ...m, '--global-rank', '-1'], /^--global-rank "-1": must be an integer from 0/],
   ['adopt-within with an external keeper', [...m, '--keeper', 'external', '--adopt-within', '60'], /^--adopt-within 60: applies only to a keeper this daemon spawns; set it on the keeper's own command line/],
 ];
 

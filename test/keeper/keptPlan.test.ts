@@ -2,16 +2,17 @@
 // shared vectors (test/vectors/kept-plan.json), and a start finds it only when every check of §4
 // passes: each case below names the check that refuses it.
 import { createHash } from 'node:crypto';
-import { cpSync, readFileSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { spawnSync } from 'node:child_process';
+import { cpSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { dirname, join, relative } from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { canonicalJson } from '../../src/checkpoint/canonicalJson.js';
 import { planCheckpoint } from '../../src/checkpoint/planCheckpoint.js';
 import type { CheckpointPlan } from '../../src/checkpoint/types.js';
 import type { KeptRecord as ListedRecord } from '../../src/keeper/keeperProtocol.js';
-import { findKeptPlan, packPlan, planInputIdentities, planKey, planKeyFields, plannerDigest, unpackPlan, type KeptPlan, type PlanKeyFields } from '../../src/keeper/keptPlan.js';
+import { findKeptPlan, packPlan, PLANNER_ENTRY, planInputIdentities, planKey, planKeyFields, plannerDigest, plannerModules, unpackPlan, type KeptPlan, type PlanKeyFields } from '../../src/keeper/keptPlan.js';
 import { encodeKeptRecord, keptPlanIn, keptRecordFor } from '../../src/keeper/keptRecord.js';
 import { fillPlanOf } from '../../src/checkpoint/types.js';
 import { afterCtimeOf } from '../helpers/fileClock.js';
@@ -107,17 +108,41 @@ test('a file added to the checkpoint directory changes the directory: the plan i
   assert.match(why(await findKeptPlan(m.records, m.fields, local, keptPlanIn)), /^files the plan was made from changed since it was kept \(tiny: (mtime|ctime) /);
 });
 
-test('another build of one version whose planning code differs keys its plans apart: the plan this build kept is not used there', async () => {
+test('another build of one version whose planning code differs keys its plans apart, in src/checkpoint or in a module it imports from elsewhere', async () => {
   const m = await keptModel();
-  // The compiled planning modules as this build runs them, and a copy with one rule's module changed: another build's.
-  const code = join(freshTempDir(), 'checkpoint');
-  cpSync(fileURLToPath(new URL('../../src/checkpoint/', import.meta.url)), code, { recursive: true });
+  const src = fileURLToPath(new URL('../../src/', import.meta.url));
+  // The compiled planning modules as this build runs them, copied: another build's once one is changed.
+  const code = freshTempDir();
+  for (const f of plannerModules(src)) {
+    mkdirSync(dirname(join(code, f)), { recursive: true });
+    cpSync(join(src, f), join(code, f));
+  }
   assert.is(plannerDigest(code), m.fields.planner, "this start's key names the planning code it runs");
-  const rules = join(code, 'tpRules.js');
-  writeFileSync(rules, `${readFileSync(rules, 'utf8')}\n`);
-  const other = planKeyFields(m.spec, WRITER, plannerDigest(code));
-  assert.is(other.writer, m.fields.writer, 'the same version');
-  assert.match(why(await findKeptPlan(m.records, other, local, keptPlanIn)), /a plan kept for other options \(planner differ\)$/);
+  // A sharding rule, and the readers planning parses headers and the index with (src/files).
+  for (const f of ['checkpoint/tpRules.js', 'files/parseBoundedJson.js', 'files/openRegularFile.js']) {
+    const was = readFileSync(join(code, f));
+    writeFileSync(join(code, f), `${was}\n`);
+    const other = planKeyFields(m.spec, WRITER, plannerDigest(code));
+    assert.is(other.writer, m.fields.writer, 'the same version');
+    assert.match(why(await findKeptPlan(m.records, other, local, keptPlanIn)), /a plan kept for other options \(planner differ\)$/, f);
+    writeFileSync(join(code, f), was);
+  }
+});
+
+test('the planner digest covers every module Node loads for planning, and the header worker it starts by URL', () => {
+  const src = fileURLToPath(new URL('../../src/', import.meta.url));
+  const dir = freshTempDir();
+  const log = join(dir, 'loaded.txt');
+  // A load hook that writes each module's URL before it loads, so the list is whole once the import resolves.
+  writeFileSync(join(dir, 'hooks.mjs'), "import { appendFileSync } from 'node:fs'; let log; export function initialize(data) { log = data.log; } export async function load(url, context, next) { appendFileSync(log, url + '\\n'); return next(url, context); }\n");
+  writeFileSync(join(dir, 'loads.mjs'), `import { register } from 'node:module'; register('./hooks.mjs', import.meta.url, { data: { log: ${JSON.stringify(log)} } }); await import(${JSON.stringify(pathToFileURL(join(src, PLANNER_ENTRY)).href)});\n`);
+  const run = spawnSync(process.execPath, [join(dir, 'loads.mjs')], { encoding: 'utf8' });
+  assert.is(run.status, 0, run.stderr);
+  const loaded = readFileSync(log, 'utf8').split('\n').filter((u) => u.startsWith(pathToFileURL(src).href)).map((u) => relative(src, fileURLToPath(u)));
+  const walked = plannerModules(src);
+  assert.ok(loaded.length > 10 && loaded.includes('files/parseBoundedJson.js') && loaded.includes('files/openRegularFile.js'), loaded.join(' '));
+  assert.equal(loaded.filter((f) => !walked.includes(f)), [], 'every module planning loads is in the digest');
+  assert.ok(walked.includes('checkpoint/headerWorker.js'), 'the worker parseShards starts by URL is in it too');
 });
 
 test.run();

@@ -54,6 +54,8 @@ test('publish, commit, serve beside the rank, and go with its release; refusals 
     [[tensors[0], tensors[0]], /names tensor "a.weight" twice/],
     [[{ name: 'x', dtype: 'F7', shape: [2] }], /dtype "F7", which is not a safetensors dtype/],
     [[{ name: 'x', dtype: 'F32', shape: [0] }], /is empty or ends inside a byte/],
+    [[{ name: 'x', dtype: 'F32', shape: [2 ** 40, 2 ** 40, 2 ** 40] }], /tensor "x" \(F32 \[1099511627776, 1099511627776, 1099511627776\]\) is 5316911983139663491615228241121378304 bytes, which no memory holds/],
+    [[{ name: 'x', dtype: 'U8', shape: [2 ** 40, 2 ** 13 - 1] }, { name: 'y', dtype: 'U8', shape: [2 ** 40] }], /tensor "y" \(U8 \[1099511627776\]\) is 1099511627776 bytes, which no memory holds \(the tensors up to it must stay under 2\^53 bytes\)/],
   ] as [{ name: string; dtype: string; shape: number[] }[], RegExp][]) {
     const err = await refusal(desk.begin(service, { key: 'b'.repeat(32), keyFields: FIELDS, tensors: [...bad] }, caller, () => true));
     assert.is(err.code, 'E_BAD_REQUEST');

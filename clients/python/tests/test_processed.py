@@ -198,6 +198,40 @@ def test_a_transposed_parameter_is_published_as_its_storage_and_adopted_back_onc
     daemon.client(0).detach(found.lease)
 
 
+def test_a_publish_still_mapped_writable_is_refused_naming_commit_publish(served):
+    import mmap
+
+    daemon = served
+    base = base_of(daemon, NAME)
+    conn = Connection(daemon.client(0).socket_path)
+    try:
+        mine = fields(base, engineVersion="mapped")
+        reply, fds = conn.request_fds("begin_publish", model=NAME, base=base, key=processed_key(mine), keyFields=mine, tensors=[{"name": "w", "dtype": "F32", "shape": [4]}])
+        mapped = mmap.mmap(fds[0], reply["segments"][0]["bytes"], flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+        close_fds(fds)
+        with pytest.raises(ServeError) as refused:
+            conn.request("commit_publish", publish=reply["publish"])
+        assert refused.value.code == "E_UPDATE_MAPPED"
+        assert "then send commit_publish again" in str(refused.value) and "commit_update" not in str(refused.value), str(refused.value)
+        mapped.close()
+        assert conn.request("commit_publish", publish=reply["publish"])["key"] == processed_key(mine)
+    finally:
+        conn.close()
+
+
+def test_a_lookup_that_fails_to_map_gives_its_lease_back(served):
+    """get_processed grants a map lease, which follows the process: a mapping that fails after it
+    (here a tensor format no view is made in) must not leave it pinning the version's memory."""
+    daemon = served
+    base = base_of(daemon, NAME)
+    sock = daemon.client(0).socket_path
+    mine = fields(base, engineVersion="unmappable")
+    publish(sock, NAME, base, mine, computed())
+    with pytest.raises(ValueError, match="bogus"):
+        lookup(sock, base, processed_key(mine), tensor_format="bogus")
+    assert [l for l in daemon.client(0).stats(base)["leases"] if l["pid"] == os.getpid()] == []
+
+
 # Last: it unloads the model the tests above publish beside.
 def test_a_published_layout_goes_with_its_version(served):
     daemon = served

@@ -5,6 +5,8 @@ not hold, another dtype, a full tensor where a rank holds its tensor-parallel pi
 failure mid-way leave nothing committed and no copy open."""
 
 import json
+import os
+import socket
 
 import pytest
 
@@ -14,7 +16,7 @@ from test_switch import ctl, wait_for
 from test_update import update_memfds
 from versions import other_version
 from weightd_client.protocol import ServeError
-from weightd_client.write_version import WriteRefused, WriteTarget, serving_fingerprint, write_version
+from weightd_client.write_version import WriteRefused, WriteTarget, rank_sockets, serving_fingerprint, write_version
 
 pytestmark = pytest.mark.skipif(DEVICE != "host", reason="writers are built on the host backend")
 torch = pytest.importorskip("torch")
@@ -142,6 +144,27 @@ def test_tp2_a_replicated_tensor_is_written_to_every_rank_a_full_sharded_one_is_
         finally:
             for c in clients:
                 c.close()
+
+
+def test_the_rank_sockets_are_those_the_node_lists_and_no_other_socket_is_spoken_to(served):
+    """The socket dir holds other sockets (the keeper's, the control socket): a writer that
+    connected to each would send them requests they do not speak (the keeper logs E_BAD_MAGIC)."""
+    daemon = served
+    stray = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    path = os.path.join(daemon.socket_dir, "keeper.sock")
+    stray.bind(path)
+    stray.listen(4)
+    stray.setblocking(False)
+    try:
+        got = rank_sockets(WriteTarget(NAME, socket_dir=daemon.socket_dir))
+        assert got == [daemon.client(0).socket_path]
+        with pytest.raises(BlockingIOError):
+            stray.accept()  # nobody connected
+        with pytest.raises(WriteRefused, match=r"serves no model 'nobody' \(it serves: trainer\)"):
+            rank_sockets(WriteTarget("nobody", socket_dir=daemon.socket_dir))
+    finally:
+        stray.close()
+        os.unlink(path)
 
 
 def test_trainer_args_are_checked_naming_what_is_wrong():

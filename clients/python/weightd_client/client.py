@@ -47,6 +47,20 @@ def device_file_stem(device_id: str) -> str:
     return "_" + stem[1:] if stem.startswith(".") else stem
 
 
+def live_node_manifest(socket_dir: str) -> Optional[Dict[str, Any]]:
+    """``node.json`` in ``socket_dir`` (src/wire/nodeManifest.ts): which socket serves which rank
+    of which model; None when there is none, it is not one, or the daemon that wrote it is gone."""
+    try:
+        with open(os.path.join(socket_dir, NODE_MANIFEST), encoding="utf-8") as f:
+            manifest = json.load(f)
+        start_time = manifest.get("startTime")
+        if isinstance(manifest.get("ranks"), list) and is_process_alive(manifest["pid"], start_time if isinstance(start_time, str) else None):
+            return manifest
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        pass
+    return None
+
+
 def find_socket(global_rank: Optional[int] = None, device_uuid: Optional[str] = None, socket_dir: Optional[str] = None) -> str:
     """The socket serving a rank (via the node manifest, else by asking each socket) or a device."""
     d = socket_dir or default_socket_dir()
@@ -56,15 +70,11 @@ def find_socket(global_rank: Optional[int] = None, device_uuid: Optional[str] = 
             return path
     elif global_rank is not None:
         try:
-            with open(os.path.join(d, NODE_MANIFEST), encoding="utf-8") as f:
-                manifest = json.load(f)
-            start_time = manifest.get("startTime")
-            if is_process_alive(manifest["pid"], start_time if isinstance(start_time, str) else None):
-                for entry in manifest["ranks"]:
-                    if entry["globalRank"] == global_rank and os.path.exists(entry["socketPath"]):
-                        return entry["socketPath"]
-        except (OSError, ValueError, KeyError, TypeError):
-            pass  # no manifest, or another daemon's: ask the sockets themselves
+            for entry in (live_node_manifest(d) or {"ranks": []})["ranks"]:
+                if entry["globalRank"] == global_rank and os.path.exists(entry["socketPath"]):
+                    return entry["socketPath"]
+        except (KeyError, TypeError):
+            pass  # not a manifest this client reads: ask the sockets themselves
         try:
             names = sorted(n for n in os.listdir(d) if n.endswith(SOCKET_SUFFIX))
         except OSError:

@@ -95,7 +95,8 @@ class Processed:
 
 def lookup(socket_path: str, base: str, key: str, tensor_format: str = "torch", device: Optional[int] = None, timeout: float = 30.0) -> Any:
     """get_processed of ``key`` beside version ``base`` (a rank fingerprint): ``Processed`` or
-    ``Absent``. The lease lives with the process (map mode); detach it when the tensors go.
+    ``Absent``. The lease lives with the process (map mode); detach it when the tensors go. A
+    mapping that fails gives the lease back before the error is raised.
     ``device``: the CUDA ordinal to map a cuda layout on."""
     if socket_path.startswith("\0"):
         raise ValueError("an abstract socket carries no descriptors")
@@ -105,7 +106,13 @@ def lookup(socket_path: str, base: str, key: str, tensor_format: str = "torch", 
         if reply["status"] == "absent":
             close_fds(fds)
             return Absent(reply["published"])
-        return Processed(reply, fds, tensor_format, device)
+        try:
+            return Processed(reply, fds, tensor_format, device)
+        except BaseException:
+            # The map lease follows the process, not this connection: left held, it would pin the
+            # version's memory until the process exits (a caller may carry on without the layout).
+            conn.request("detach", leaseId=reply["leaseId"])
+            raise
     finally:
         conn.close()
 

@@ -17,9 +17,9 @@ import os
 from dataclasses import dataclass
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from .client import SOCKET_SUFFIX, WeightdClient, default_socket_dir
+from .client import NODE_MANIFEST, WeightdClient, default_socket_dir, live_node_manifest
 from .columns import same_uuid
-from .protocol import Connection, WeightdError
+from .protocol import WeightdError
 from .tensors import torch_dtype
 from .update import Update, commit_all
 
@@ -35,7 +35,7 @@ class NotServing(WeightdError):
 @dataclass
 class WriteTarget:
     """Where a trainer writes: ``model``, the name the daemon serves it under; the daemon's
-    ``socket_dir`` (every socket there that serves ``model``: its local ranks; default: env
+    ``socket_dir`` (the sockets its node.json lists for ``model``: its local ranks; default: env
     ``WEIGHTD_SOCKET_DIR``, else the daemon's default dir) or its ``sockets``, one per local rank;
     ``base``, the number of the version written over (default: the one serving now)."""
 
@@ -84,31 +84,26 @@ def serving_fingerprint(client: WeightdClient, name: str, version: Optional[int]
 
 
 def rank_sockets(target: WriteTarget) -> List[str]:
-    """The sockets of the model's local ranks: those given, or every socket in the dir whose
-    daemon serves the name, by global rank."""
+    """The sockets of the model's local ranks, by global rank: those given, or those the node's
+    manifest (node.json) lists for the name. Only those: the dir holds other sockets (the
+    keeper's, the control socket) that a writer must not speak to."""
     if target.sockets is not None:
         return list(target.sockets)
     d = target.socket_dir or os.environ.get("WEIGHTD_SOCKET_DIR") or default_socket_dir()
-    try:
-        names = sorted(n for n in os.listdir(d) if n.endswith(SOCKET_SUFFIX))
-    except OSError as err:
-        raise WriteRefused("E_NO_SOCKET", f"cannot list the weightd socket dir {d} ({err}); pass the daemon's --weight-cache-socket-dir as 'socket_dir'") from err
-    ranks: List[Tuple[int, str]] = []
-    for n in names:
-        path = os.path.join(d, n)
-        try:
-            conn = Connection(path, timeout=5.0)
-            try:
-                ping = conn.request("ping")
-            finally:
-                conn.close()
-        except WeightdError:  # a stale socket (no daemon behind it), or the control socket
-            continue
-        if any(v.get("name") == target.model for v in ping.get("models") or []):
-            ranks.append((ping["rank"]["globalRank"], path))
+    manifest = live_node_manifest(d)
+    if manifest is None:
+        raise WriteRefused(
+            "E_NO_SOCKET",
+            f"no running weightd lists its sockets in {d} (its {NODE_MANIFEST} is missing, unreadable, or names a process that is gone): "
+            "start the daemon and wait until it is ready, or pass its --weight-cache-socket-dir as 'socket_dir'",
+        )
+    models = manifest.get("models") or []
+    # Every version of the name serves on the same sockets, one per device.
+    ranks = {r["globalRank"]: r["socketPath"] for m in models if m.get("name") == target.model for r in m["ranks"]}
     if not ranks:
-        raise WriteRefused("E_NO_SOCKET", f"no weightd socket in {d} serves model {target.model!r}; check the name (weightd ctl list) and the daemon's --weight-cache-socket-dir")
-    return [path for _, path in sorted(ranks)]
+        served = sorted({str(m.get("name")) for m in models})
+        raise WriteRefused("E_NO_SOCKET", f"the weightd in {d} serves no model {target.model!r} (it serves: {', '.join(served) or 'nothing'}); check the name (weightd ctl list)")
+    return [ranks[r] for r in sorted(ranks)]
 
 
 def _ordinal(device: Dict[str, Any]) -> Optional[int]:

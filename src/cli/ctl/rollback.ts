@@ -1,7 +1,7 @@
 // weightd ctl rollback: its operands, its request and what it prints.
 import type { Command } from 'commander';
 import type { RollbackResult } from '../../nodeStatus.js';
-import { integer } from '../../flagValues.js';
+import { versionNumber } from '../../flagValues.js';
 import type { CtlCommand } from './ctlCommand.js';
 
 export const rollback: CtlCommand<'rollback'> = {
@@ -11,7 +11,7 @@ export const rollback: CtlCommand<'rollback'> = {
   request: (_o, name, version) => ({
     cmd: 'rollback',
     name: name!,
-    version: integer('<version>', version?.replace(/^v/, ''), 0, Number.MAX_SAFE_INTEGER, 'pass a version number as weightd ctl list shows it (v0, v1, ...)'),
+    version: versionNumber('<version>', version),
   }),
   print: (reply) => {
     const r = reply as unknown as RollbackResult;
