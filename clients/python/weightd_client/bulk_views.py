@@ -11,10 +11,18 @@ Runs are found in manifest order with list comparisons (C loops over the columns
 Python and no torch kernels: a fresh process's first torch sort or nonzero cost more than the
 views themselves on a busy machine, through its thread pool). A layout that does not repeat is
 made a view at a time, with searches spaced ever further apart, so it pays little for them.
+
+The views are made below autograd's view tracking: each is a plain tensor over the segment's
+storage, with no ``_base`` and a version counter of its own, instead of an autograd view of the
+segment's tensor. That tracking (a DifferentiableViewMeta per view, some 300 bytes) was half of
+each view's cost: 0.25 against 0.6 us a view at 50k views on the development VM, and 310 against
+600 bytes of new memory, whose page faults a fresh process pays (bench/RESULTS.md, issue 33).
+The weights need none of it: they require no grad, are never resized, and are read-only.
 """
 
 from __future__ import annotations
 
+import contextlib
 import operator
 from typing import Any, Callable, Dict, List, Sequence, Tuple
 
@@ -34,6 +42,15 @@ def column_views(cols: Any, layouts: Sequence[Layout], views_of: Callable[[int],
     ``views_of(segment)``: that segment's ``SegmentViews``. A tensor that is not a plain whole
     view of its dtype (empty, packed, misaligned, out of bounds) goes through
     ``SegmentViews.view``, which knows what to do with it."""
+    import torch
+
+    # A private guard of torch's (its own custom ops use it); a torch without it tracks views.
+    below_autograd = getattr(torch._C, "_AutoDispatchBelowADInplaceOrView", contextlib.nullcontext)
+    with below_autograd():
+        return _views(cols, layouts, views_of)
+
+
+def _views(cols: Any, layouts: Sequence[Layout], views_of: Callable[[int], Any]) -> List[Any]:
     n = len(cols)
     out: List[Any] = [None] * n
     segments: Dict[int, Any] = {}
