@@ -132,6 +132,28 @@ def test_a_repeating_layout_is_viewed_in_few_torch_calls():
     assert len(calls) < len(tensors) / 4, f"{len(calls)} torch calls for {len(tensors)} tensors"
 
 
+def test_without_numpy_each_tensor_is_made_alone_and_the_same(segment, monkeypatch):
+    # The run search compares the columns with numpy (torch loads it where it is installed).
+    tensors, mm, _ = segment
+    seg = segment_views(mm)
+    with_numpy = torch_by_name(state_of(tensors), lambda s: seg)
+    monkeypatch.setitem(sys.modules, "numpy", None)
+    calls = []
+
+    class Count(torch.overrides.TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            calls.append(getattr(func, "__name__", str(func)))
+            return func(*args, **(kwargs or {}))
+
+    with Count():
+        got = torch_by_name(state_of(tensors), lambda s: seg)
+    assert calls.count("unbind") == 0 and calls.count("as_strided") >= len(tensors) - 3 * LAYERS
+    assert list(got) == list(with_numpy)
+    for name, view in got.items():
+        alone = with_numpy[name]
+        assert (view.dtype, view.shape, view.stride(), view.data_ptr()) == (alone.dtype, alone.shape, alone.stride(), alone.data_ptr()), name
+
+
 def test_a_tensor_past_its_segment_is_refused(segment):
     tensors, mm, outside = segment
     seg = segment_views(mm)
