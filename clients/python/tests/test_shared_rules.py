@@ -106,6 +106,19 @@ def test_packed_manifest_refused(v, numpy_loaded):
     assert f"at byte {v['at']}: " in str(err.value) and v["mentions"] in str(err.value)
 
 
+@pytest.mark.parametrize("piece", [1, 7])
+def test_packed_manifest_names_decoded_a_piece_at_a_time_read_the_same(piece, monkeypatch):
+    import weightd_client.packed_manifest as packed_manifest
+
+    monkeypatch.setattr(packed_manifest, "_PIECE", piece)
+    for v in load("manifest-packed.json")["valid"]:
+        assert list(unpack_manifest(bytes.fromhex(v["packed"]))) == v["tensors"], v["why"]
+    for v in load("manifest-packed.json")["invalid"]:
+        with pytest.raises(ProtocolError) as err:
+            unpack_manifest(bytes.fromhex(v["packed"]))
+        assert f"at byte {v['at']}: " in str(err.value) and v["mentions"] in str(err.value), v["why"]
+
+
 @pytest.mark.parametrize("v", load("jcs.json")["cases"], ids=lambda v: v["why"])
 def test_canonical_json(v):
     rfc8785 = pytest.importorskip("rfc8785", reason="expected_fingerprint's dependency (pip install ./clients/python)")
