@@ -7,7 +7,8 @@
 Each run starts one fresh process per build (bench/attach-once.py, with that build's client on
 PYTHONPATH), back to back in alternating order (the machine's load drifts over both alike), after
 one untimed attach per build. Writes one JSON line per process to --out (which must not exist),
-and prints the medians and the median of the paired differences (after - before).
+with the load average (1, 5, 15 min) as it started, and prints the medians and the median of the
+paired differences (after - before).
 """
 import json
 import statistics
@@ -35,7 +36,9 @@ def main():
         for run in range(a.runs):
             order = ["before", "after"] if run % 2 == 0 else ["after", "before"]
             for build in order:
-                row = {"run": run, "build": build, **attach_once(builds[build], a.socket_dir, a.device)}
+                with open("/proc/loadavg") as load:
+                    loadavg = [float(x) for x in load.read().split()[:3]]
+                row = {"run": run, "build": build, "loadavg": loadavg, **attach_once(builds[build], a.socket_dir, a.device)}
                 rows.append(row)
                 f.write(json.dumps(row) + "\n")
     summary = {"device": a.device, "runs": a.runs, "tensors": rows[0]["tensors"]}

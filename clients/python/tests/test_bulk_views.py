@@ -93,6 +93,25 @@ def test_every_view_equals_the_one_made_for_its_tensor_alone(segment):
         assert bytes(view.reshape(-1).view(torch.uint8).numpy()) == bytes(alone.reshape(-1).view(torch.uint8).numpy()), t["name"]
 
 
+def test_the_views_are_plain_tensors_over_the_segment_not_autograd_views(segment):
+    # Autograd's view tracking was half of each view's cost (bulk_views' docstring).
+    tensors, mm, _ = segment
+    seg = segment_views(mm)
+    got = torch_by_name(state_of(tensors), lambda s: seg)
+    for name, view in got.items():
+        assert not view._is_view() and view._base is None, name
+        assert not view.requires_grad and not view.is_inference(), name
+    for t in tensors:
+        if seg.view(t).untyped_storage().data_ptr() == seg.raw.data_ptr():  # not one with bytes of its own
+            assert got[t["name"]].untyped_storage().data_ptr() == seg.raw.data_ptr(), t["name"]
+    # Usable as autograd leaves, as before: a parameter over the same memory, and a graph through it.
+    w = got["layers.3.w"]
+    assert torch.nn.Parameter(w, requires_grad=False).data_ptr() == w.data_ptr()
+    x = torch.ones(16, requires_grad=True)
+    (w.float() @ x).sum().backward()
+    assert torch.allclose(x.grad, w.float().sum(0), equal_nan=True)
+
+
 def test_a_repeating_layout_is_viewed_in_few_torch_calls():
     all_tensors, mm, _ = mapped(256)
     # The kinds SegmentViews.view makes one at a time left out: the plain views are what is counted.
@@ -111,6 +130,28 @@ def test_a_repeating_layout_is_viewed_in_few_torch_calls():
         torch_by_name(state_of(tensors), lambda s: seg)
     # A few calls per tensor of the layer, for all the layers at once (one at a time: three per tensor).
     assert len(calls) < len(tensors) / 4, f"{len(calls)} torch calls for {len(tensors)} tensors"
+
+
+def test_without_numpy_each_tensor_is_made_alone_and_the_same(segment, monkeypatch):
+    # The run search compares the columns with numpy (torch loads it where it is installed).
+    tensors, mm, _ = segment
+    seg = segment_views(mm)
+    with_numpy = torch_by_name(state_of(tensors), lambda s: seg)
+    monkeypatch.setitem(sys.modules, "numpy", None)
+    calls = []
+
+    class Count(torch.overrides.TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            calls.append(getattr(func, "__name__", str(func)))
+            return func(*args, **(kwargs or {}))
+
+    with Count():
+        got = torch_by_name(state_of(tensors), lambda s: seg)
+    assert calls.count("unbind") == 0 and calls.count("as_strided") >= len(tensors) - 3 * LAYERS
+    assert list(got) == list(with_numpy)
+    for name, view in got.items():
+        alone = with_numpy[name]
+        assert (view.dtype, view.shape, view.stride(), view.data_ptr()) == (alone.dtype, alone.shape, alone.stride(), alone.data_ptr()), name
 
 
 def test_a_tensor_past_its_segment_is_refused(segment):

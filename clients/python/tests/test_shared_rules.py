@@ -2,6 +2,7 @@
 (test/vectors, specified in docs/spec): socket file names, process liveness, manifest columns and the
 packed manifest."""
 
+import array
 import json
 import os
 import subprocess
@@ -73,17 +74,49 @@ def test_manifest_columns_refused(v):
         assert v["mentions"] in str(err.value)
 
 
+@pytest.fixture(params=["numpy", "no numpy"])
+def numpy_loaded(request, monkeypatch):
+    """The packed manifest's checks run through numpy where the process has loaded it, else without."""
+    if request.param == "numpy":
+        pytest.importorskip("numpy")
+    else:
+        monkeypatch.setitem(sys.modules, "numpy", None)
+
+
 @pytest.mark.parametrize("v", load("manifest-packed.json")["valid"], ids=lambda v: v["why"])
-def test_packed_manifest_read(v):
-    assert list(unpack_manifest(bytes.fromhex(v["packed"]))) == v["tensors"]
+def test_packed_manifest_read(v, numpy_loaded):
+    cols = unpack_manifest(bytes.fromhex(v["packed"]))
+    assert list(cols) == v["tensors"]
+    # Its numbers are held as arrays, no int object per tensor, and are lists once asked for by name.
+    dtypes, shapes = cols.dtypes, cols.shapes
+    for key, of in (("dtype", lambda t: dtypes.index(t["dtype"])), ("shape", lambda t: shapes.index(tuple(t["shape"]))), ("segment", None), ("offset", None), ("bytes", None)):
+        want = [of(t) if of else t[key] for t in v["tensors"]]
+        assert isinstance(cols.column(key), array.array), key
+        if sys.modules.get("numpy") is not None:
+            assert cols.array(key).tolist() == want, key
+        assert getattr(cols, key) == want, key
+        assert isinstance(cols.column(key), list) and cols.column(key) == want, key
 
 
 @pytest.mark.parametrize("v", load("manifest-packed.json")["invalid"], ids=lambda v: v["why"])
-def test_packed_manifest_refused(v):
+def test_packed_manifest_refused(v, numpy_loaded):
     with pytest.raises(ProtocolError) as err:
         unpack_manifest(bytes.fromhex(v["packed"]))
     assert err.value.code == "E_BAD_MANIFEST"
     assert f"at byte {v['at']}: " in str(err.value) and v["mentions"] in str(err.value)
+
+
+@pytest.mark.parametrize("piece", [1, 7])
+def test_packed_manifest_names_decoded_a_piece_at_a_time_read_the_same(piece, monkeypatch):
+    import weightd_client.packed_manifest as packed_manifest
+
+    monkeypatch.setattr(packed_manifest, "_PIECE", piece)
+    for v in load("manifest-packed.json")["valid"]:
+        assert list(unpack_manifest(bytes.fromhex(v["packed"]))) == v["tensors"], v["why"]
+    for v in load("manifest-packed.json")["invalid"]:
+        with pytest.raises(ProtocolError) as err:
+            unpack_manifest(bytes.fromhex(v["packed"]))
+        assert f"at byte {v['at']}: " in str(err.value) and v["mentions"] in str(err.value), v["why"]
 
 
 @pytest.mark.parametrize("v", load("jcs.json")["cases"], ids=lambda v: v["why"])

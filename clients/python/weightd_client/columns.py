@@ -43,9 +43,14 @@ def _index(column: List[int], table: List[Any], key: str, names: List[str]) -> N
 
 class TensorColumns(Sequence):
     """The tensors of one manifest, a list per field. ``shapes`` holds each distinct shape once,
-    as a tuple, and ``shape`` a tensor's index into it; ``dtypes`` and ``dtype`` likewise."""
+    as a tuple, and ``shape`` a tensor's index into it; ``dtypes`` and ``dtype`` likewise.
 
-    __slots__ = ("name", "dtypes", "dtype", "shapes", "shape", "segment", "offset", "bytes")
+    The per-tensor numbers (``dtype``, ``shape``, ``segment``, ``offset``, ``bytes``) may be held
+    as ``array.array`` columns (the packed manifest's, read with one copy each) and become lists
+    when first asked for by name: at 50k tensors a list of offsets is 50k int objects, which an
+    attach never needs (``array`` gives the views their columns as numpy arrays instead)."""
+
+    __slots__ = ("name", "dtypes", "shapes", "_numbers")
 
     def __init__(self, columns: Any):
         if not isinstance(columns, dict):
@@ -65,22 +70,44 @@ class TensorColumns(Sequence):
         _index(per["shape"], shapes, "shape", name)
         self.name: List[str] = name
         self.dtypes: List[str] = dtypes
-        self.dtype: List[int] = per["dtype"]
         self.shapes: List[Tuple[int, ...]] = [tuple(shape) for shape in shapes]
-        self.shape: List[int] = per["shape"]
-        self.segment: List[int] = per["segment"]
-        self.offset: List[int] = per["offset"]
-        self.bytes: List[int] = per["bytes"]
+        self._numbers: Dict[str, Any] = per
 
     @classmethod
-    def checked(
-        cls, name: List[str], dtypes: List[str], dtype: List[int], shapes: List[Tuple[int, ...]], shape: List[int], segment: List[int], offset: List[int], nbytes: List[int]
-    ) -> "TensorColumns":
-        """Columns a decoder has already checked (packed_manifest: its types hold by construction, its indices it checks)."""
+    def checked(cls, name: List[str], dtypes: List[str], shapes: List[Tuple[int, ...]], numbers: Dict[str, Any]) -> "TensorColumns":
+        """Columns a decoder has already checked (packed_manifest: its types hold by construction,
+        its indices it checks). ``numbers``: each of dtype, shape, segment, offset and bytes, as a
+        list or an ``array.array``."""
         self = cls.__new__(cls)
-        self.name, self.dtypes, self.dtype, self.shapes, self.shape = name, dtypes, dtype, shapes, shape
-        self.segment, self.offset, self.bytes = segment, offset, nbytes
+        self.name, self.dtypes, self.shapes, self._numbers = name, dtypes, shapes, numbers
         return self
+
+    def _list(self, key: str) -> List[int]:
+        column = self._numbers[key]
+        if not isinstance(column, list):
+            column = self._numbers[key] = column.tolist()
+        return column
+
+    dtype = property(lambda self: self._list("dtype"))
+    shape = property(lambda self: self._list("shape"))
+    segment = property(lambda self: self._list("segment"))
+    offset = property(lambda self: self._list("offset"))
+    bytes = property(lambda self: self._list("bytes"))
+
+    def column(self, key: str) -> Any:
+        """One per-tensor column as held: a list or an ``array.array`` (either indexes to ints)."""
+        return self._numbers[key]
+
+    def array(self, key: str) -> Any:
+        """One per-tensor column as a numpy array, of int64 (or uint32 for a packed u32 column):
+        no copy of an ``array.array`` column (every u64 of a manifest is below 2^53, so it reads
+        as an int64 alike)."""
+        import numpy as np
+
+        column = self._numbers[key]
+        if isinstance(column, list):
+            return np.array(column, dtype=np.int64)
+        return np.frombuffer(column, dtype=np.int64 if column.itemsize == 8 else np.uint32)
 
     @classmethod
     def from_objects(cls, tensors: Any) -> "TensorColumns":
@@ -115,9 +142,10 @@ class TensorColumns(Sequence):
     def __getitem__(self, i: Any) -> Any:
         if isinstance(i, slice):
             return [self[k] for k in range(*i.indices(len(self)))]
+        n = self._numbers
         return {
-            "name": self.name[i], "dtype": self.dtypes[self.dtype[i]], "shape": list(self.shapes[self.shape[i]]),
-            "segment": self.segment[i], "offset": self.offset[i], "bytes": self.bytes[i],
+            "name": self.name[i], "dtype": self.dtypes[n["dtype"][i]], "shape": list(self.shapes[n["shape"][i]]),
+            "segment": n["segment"][i], "offset": n["offset"][i], "bytes": n["bytes"][i],
         }
 
     def __iter__(self) -> Iterator[Dict[str, Any]]:
