@@ -22,6 +22,10 @@ constexpr uint32_t kMaxRequestBytes = 64 << 20;
 // larger than this is refused on its op byte, before the keeper reserves memory for it, and so is
 // a KEEP this large that brought no fds with its first byte (§4: the first batch rides on it).
 constexpr uint32_t kMaxOtherRequestBytes = 1 << 20;
+// Every reply frame, header included, is at most this (the client's bound): the keeper refuses a
+// KEEP that would make its LIST reply, the largest, pass it (E_KEEPER_FULL), so the records it
+// holds are bounded too and every daemon can LIST them.
+constexpr uint32_t kMaxReplyBytes = 256 << 20;
 constexpr size_t kMaxRecordFds = 4096;
 
 enum class Op : uint8_t { Keep = 1, Take = 2, Drop = 3, List = 4, Ping = 5, Watch = 6 };

@@ -12,6 +12,8 @@ export const KEEPER_HEADER_BYTES = 10;
 export const KEEPER_MAX_REQUEST_BYTES = 64 << 20;
 /** Any op but KEEP: the keeper refuses a larger payload on its op byte (§1), and a KEEP this large that brought no fds. */
 export const KEEPER_MAX_OTHER_REQUEST_BYTES = 1 << 20;
+/** Every reply frame, header included, fits (a client reads no more): the keeper refuses a KEEP that would make its LIST reply larger (E_KEEPER_FULL). */
+export const KEEPER_MAX_REPLY_BYTES = 256 << 20;
 /** What a keeper of a build before 2026-12-05 accepts (§1): a KEEP past it fails on such a keeper. */
 export const KEEPER_V1_MAX_REQUEST_BYTES = 1 << 20;
 /** The keeper refuses a record of more descriptors. */
@@ -19,7 +21,7 @@ export const KEEPER_MAX_RECORD_FDS = 4096;
 
 /** The codes the keeper replies with (native/keeper/*.cpp); test/keeper/keeperCodes.test.ts holds this list to the C++ source and docs/keeper.md. */
 export const KEEPER_ERROR_CODES = [
-  'E_BAD_MAGIC', 'E_BAD_REQUEST', 'E_BAD_VERSION', 'E_FRAME_TOO_LARGE', 'E_INTERNAL', 'E_KEEPER_FDS', 'E_NOT_KEPT', 'E_NO_FDS',
+  'E_BAD_MAGIC', 'E_BAD_REQUEST', 'E_BAD_VERSION', 'E_FRAME_TOO_LARGE', 'E_INTERNAL', 'E_KEEPER_FDS', 'E_KEEPER_FULL', 'E_NOT_KEPT', 'E_NO_FDS',
   'E_READ_TIMEOUT', 'E_TOO_MANY_FDS', 'E_UNEXPECTED_FDS', 'E_UNKNOWN_OP',
 ] as const satisfies readonly ErrorCode[];
 

@@ -3,15 +3,18 @@
 // read (four KEEPs of the largest size), a request that stalls is told E_READ_TIMEOUT and closed
 // after --request-timeout, an idle connection is closed after --idle-timeout, and a full keeper
 // closes its longest-idle client to let a new one in, so idle connections never lock a daemon out.
+// The records it holds are bounded by what a LIST reply may carry (E_KEEPER_FULL, issue 31).
 import { spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { connect, type Socket } from 'node:net';
 import { join } from 'node:path';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
+import { closeSync } from 'node:fs';
 import { errorCode } from '../../src/errors.js';
+import { KEEPER_MAX_REPLY_BYTES, KEEPER_MAX_REQUEST_BYTES } from '../../src/keeper/keeperProtocol.js';
 import { startDaemon } from '../helpers/daemon.js';
-import { fdKinds, startTestKeeper, waitUntil, type TestKeeper } from '../helpers/keeper.js';
+import { fdKinds, memfdWith, startTestKeeper, waitUntil, type TestKeeper } from '../helpers/keeper.js';
 import { exampleModel, repoRoot } from '../helpers/paths.js';
 import { PYTHON } from '../client/runClient.js';
 
@@ -127,6 +130,38 @@ test("256 idle connections (the keeper's most) do not lock a daemon out: its KEE
     }
   } finally {
     for (const s of clients.sockets) s.destroy();
+    await keeper.kill();
+  }
+});
+
+/** A record's bytes in a LIST reply, of device and fingerprint of one byte each (docs/spec/keeper-wire.md §3). */
+const listEntry = (blob: number) => 2 + 1 + 2 + 1 + 4 + 8 + 4 + 1 + 8 + 4 + blob;
+
+test("a KEEP that would make the LIST reply pass what a client reads is refused with E_KEEPER_FULL, and a daemon's warning names it", async () => {
+  const keeper = await startTestKeeper();
+  const memfd = await memfdWith(Buffer.from('x'));
+  try {
+    // The largest record a KEEP of device "d" and a one-byte fingerprint carries: three fit in a LIST.
+    const largest = Buffer.alloc(KEEPER_MAX_REQUEST_BYTES - (1 + 2 + 1 + 2 + 1 + 4), 7);
+    for (const fp of ['1', '2', '3']) await keeper.client.keep('d', fp, largest, [memfd]);
+    const held = 10 + 1 + 4 + 3 * listEntry(largest.length);
+    const refused = await keeper.client.keep('d', '4', largest, [memfd]).then(() => undefined, (err: unknown) => err as Error);
+    assert.is(errorCode(refused), 'E_KEEPER_FULL');
+    assert.match(refused!.message, `would make the keeper's LIST reply ${held + listEntry(largest.length)} bytes, more than the ${KEEPER_MAX_REPLY_BYTES} a client reads; it holds 3 records`);
+    // Replacing a record adds nothing; a record that leaves the LIST 500 bytes short of the bound fits.
+    await keeper.client.keep('d', '1', largest, [memfd]);
+    await keeper.client.keep('d', '4', Buffer.alloc(KEEPER_MAX_REPLY_BYTES - held - listEntry(0) - 500), [memfd]);
+    assert.is((await keeper.client.list()).length, 4, 'a full keeper still LISTs');
+
+    const daemon = await startDaemon({ model: exampleModel, extraArgs: ['--keeper', 'external', '--keeper-socket', keeper.socket] });
+    try {
+      await daemon.waitFor(/"level":40,[^\n]*"code":"E_KEEPER_FULL","msg":"the keeper did not take this rank's shard \(keeper: KEEP of /);
+      assert.is((await keeper.client.list()).length, 4);
+    } finally {
+      await daemon.stop();
+    }
+  } finally {
+    closeSync(memfd);
     await keeper.kill();
   }
 });
