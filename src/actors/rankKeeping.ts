@@ -120,7 +120,7 @@ export async function keepSegments(data: RankWorkerData, keeping: RankKeeping, s
   } catch (err) {
     // A keeper outlives daemon upgrades (docs/operations.md): one of an earlier build refuses a
     // request past 1 MiB on its header (docs/spec/keeper-wire.md §1).
-    if (record.length <= KEEPER_V1_MAX_REQUEST_BYTES || errorCode(err) === 'E_KEEPER_FULL') throw err;
+    if (record.length <= KEEPER_V1_MAX_REQUEST_BYTES) throw err;
     throw new Error(`${why(err)}; the record is ${record.length} bytes, and a keeper of an earlier weightd build takes at most ${KEEPER_V1_MAX_REQUEST_BYTES}: to keep it, stop that keeper (weightd keeper stop, which frees what it holds) so that a start with --keeper spawn runs this build's`, { cause: err });
   }
 }

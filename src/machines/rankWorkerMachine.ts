@@ -85,8 +85,9 @@ const says = {
       type: 'LOG',
       level: 'warn',
       msg: `the keeper did not take this rank's shard (${errorMessage(event.error)}): it will not survive a restart of the daemon`,
-      // The keeper's refusal by name (E_KEEPER_FULL: it holds all the records a LIST may carry).
-      fields: { keeper: context.data.keeper!.socket, code: errorCode(event.error) },
+      // The keeper's refusal by name (E_KEEPER_FULL: it holds all the records a LIST may carry),
+      // also where rankKeeping wrapped it with a hint about an earlier keeper's limit.
+      fields: { keeper: context.data.keeper!.socket, code: errorCode(event.error) ?? errorCode((event.error as Error).cause) },
     },
   ],
   dropped: (reason: DropReason) => (): RankToMain => ({ type: 'KEPT', kept: false, reason }),
