@@ -54,6 +54,7 @@ export type ErrorCode =
   | 'E_ILLEGAL_TRANSITION'
   | 'E_INSPECT_BIND'
   | 'E_KEEPER_FDS'
+  | 'E_KEEPER_FULL'
   | 'E_KEEPER_NOT_FOUND'
   | 'E_KEEPER_REPLY'
   | 'E_KEEPER_START'

@@ -1,7 +1,8 @@
 // weightd-keeper: holds the descriptors of weightd's memory (and the daemon's record of what
 // they hold) so that the daemon can crash, restart or be upgraded without losing the memory.
 // No CUDA, no network, no Node: one poll() loop over a Unix socket (docs/keeper.md).
-//   weightd-keeper --socket PATH [--adopt-within SECONDS] [--exit-when-empty] [--log-level LEVEL]
+//   weightd-keeper --socket PATH [--adopt-within SECONDS] [--exit-when-empty] [--request-timeout SECONDS]
+//                  [--idle-timeout SECONDS] [--log-level LEVEL]
 // Exit codes: 0 stopped (SIGTERM/SIGINT, or empty with --exit-when-empty), 1 an unexpected
 // failure, 2 bad usage or socket setup, 3 another keeper already serves PATH.
 #include <poll.h>
@@ -32,21 +33,40 @@ namespace weightd::keeper {
 namespace {
 
 constexpr size_t kMaxConnections = 256;
+// Large requests being received and replies waiting to go out, across every connection (InFlight):
+// four KEEPs of the largest size at once. It bounds what clients can make the keeper hold, so the
+// OOM killer (which would take every kept shard with it) has no reason to pick it.
+constexpr size_t kMaxBytesInFlight = size_t{4} * kMaxRequestBytes;
 
 struct Options {
   std::string socket;
   std::chrono::milliseconds adoptWithin{600'000};
   bool exitWhenEmpty = false;
   pid_t stopWithParent = 0;
+  Timeouts timeouts{std::chrono::seconds(10), std::chrono::seconds(30)};
   Level level = Level::Info;
 };
 
 const char* const kUsage =
-    "usage: weightd-keeper --socket PATH [--adopt-within SECONDS] [--exit-when-empty] [--stop-with-parent PID] [--log-level debug|info|warn|error]\n"
+    "usage: weightd-keeper --socket PATH [--adopt-within SECONDS] [--exit-when-empty] [--stop-with-parent PID] [--request-timeout SECONDS]\n"
+    "                      [--idle-timeout SECONDS] [--log-level debug|info|warn|error]\n"
     "  --socket PATH          the Unix socket to serve (its directory must be yours and not group/other-writable)\n"
     "  --adopt-within SECONDS free a record this long after its owner exits, unless taken (default 600)\n"
     "  --exit-when-empty      exit once no record is held and no client is connected (a keeper the daemon spawned)\n"
-    "  --stop-with-parent PID stop as on SIGTERM when the parent process PID ends (`weightd keeper`, which runs this as its child)\n";
+    "  --stop-with-parent PID stop as on SIGTERM when the parent process PID ends (`weightd keeper`, which runs this as its child)\n"
+    "  --request-timeout SECONDS close a connection whose request has not arrived whole this long after its first byte,\n"
+    "                         or whose reply has not been taken this long after it was ready (default 10)\n"
+    "  --idle-timeout SECONDS close a connection that has sent nothing this long since it connected or got its last reply (default 30)\n";
+
+// A duration flag's value in seconds, fractions allowed: 0 to 1e9, or above 0 where 0 would mean never waiting.
+std::chrono::milliseconds seconds(const std::string& flag, const std::string& v, bool positive) {
+  char* end = nullptr;
+  double s = std::strtod(v.c_str(), &end);
+  if (v.empty() || *end != '\0' || !std::isfinite(s) || s < 0 || (positive && s == 0) || s > 1e9) {
+    throw SetupError(kExitSetup, flag + " " + v + " is not a number of seconds (" + (positive ? "above 0" : "0") + " to 1e9, e.g. 600 or 0.5)");
+  }
+  return std::chrono::milliseconds(std::max<int64_t>(std::llround(s * 1000), positive ? 1 : 0));
+}
 
 Options parseOptions(int argc, char** argv) {
   Options o;
@@ -59,13 +79,11 @@ Options parseOptions(int argc, char** argv) {
     if (a == "--socket") {
       o.socket = value("--socket");
     } else if (a == "--adopt-within") {
-      std::string v = value("--adopt-within");
-      char* end = nullptr;
-      double s = std::strtod(v.c_str(), &end);
-      if (v.empty() || *end != '\0' || !std::isfinite(s) || s < 0 || s > 1e9) {
-        throw SetupError(kExitSetup, "--adopt-within " + v + " is not a number of seconds (0 to 1e9, e.g. 600 or 0.5)");
-      }
-      o.adoptWithin = std::chrono::milliseconds(static_cast<int64_t>(std::llround(s * 1000)));
+      o.adoptWithin = seconds(a, value("--adopt-within"), false);
+    } else if (a == "--request-timeout") {
+      o.timeouts.request = seconds(a, value("--request-timeout"), true);
+    } else if (a == "--idle-timeout") {
+      o.timeouts.idle = seconds(a, value("--idle-timeout"), true);
     } else if (a == "--exit-when-empty") {
       o.exitWhenEmpty = true;
     } else if (a == "--stop-with-parent") {
@@ -122,7 +140,7 @@ int signalFd() {
 class Keeper {
  public:
   Keeper(Options options, Listener listener, int sigFd)
-      : options_(std::move(options)), listener_(listener), sigFd_(sigFd), store_(options_.adoptWithin), info_{::getpid(), Clock::now()} {}
+      : options_(std::move(options)), listener_(listener), sigFd_(sigFd), store_(options_.adoptWithin), info_{::getpid(), Clock::now()}, inFlight_(kMaxBytesInFlight) {}
 
   ~Keeper() {
     connections_.clear();
@@ -135,11 +153,13 @@ class Keeper {
   int run() {
     log(Level::Info, "keeper serving", {{"socket", options_.socket}, {"pid", static_cast<int>(info_.pid)},
                                         {"adoptWithinMs", static_cast<long long>(options_.adoptWithin.count())},
-                                        {"exitWhenEmpty", options_.exitWhenEmpty ? "yes" : "no"}});
+                                        {"exitWhenEmpty", options_.exitWhenEmpty ? "yes" : "no"},
+                                        {"requestTimeoutMs", static_cast<long long>(options_.timeouts.request.count())},
+                                        {"idleTimeoutMs", static_cast<long long>(options_.timeouts.idle.count())}});
     for (;;) {
       std::vector<pollfd> fds;
       fds.push_back({sigFd_, POLLIN, 0});
-      fds.push_back({listener_.fd, static_cast<short>(connections_.size() < kMaxConnections ? POLLIN : 0), 0});
+      fds.push_back({listener_.fd, static_cast<short>(roomForAnother() ? POLLIN : 0), 0});
       for (const auto& c : connections_) fds.push_back({c->fd(), c->events(), 0});
       std::vector<std::pair<pid_t, int>> owners = store_.ownerPidfds();
       for (const auto& [pid, fd] : owners) fds.push_back({fd, POLLIN, 0});
@@ -155,9 +175,9 @@ class Keeper {
         log(Level::Info, "stopping on a signal: every kept record is freed", {{"signal", sig}, {"records", static_cast<long long>(store_.records().size())}});
         return 0;
       }
-      // Only the connections that were polled: acceptAll appends ones that have no entry yet.
+      // The connections polled are served before any is accepted (which may close an idle one to
+      // make room), so the entries of fds still match connections_.
       size_t polled = connections_.size();
-      if (fds[1].revents) acceptAll();
       for (size_t i = 0; i < polled; ++i) {
         short ev = fds[2 + i].revents;
         if (ev) serve(*connections_[i], ev);
@@ -165,8 +185,15 @@ class Keeper {
       for (size_t i = 0; i < owners.size(); ++i) {
         if (fds[2 + polled + i].revents) logEvents(store_.ownerExited(owners[i].first));
       }
+      if (fds[1].revents) acceptAll();
       logEvents(store_.tick());
+      closeOverdue();
       reapConnections();
+      // What was sent, refused or closed above freed room in the budget: the frames waiting for it
+      // go on, in the order they connected.
+      for (auto& c : connections_) {
+        if (c->parked()) serve(*c, POLLIN);
+      }
       if (emptyAndDone()) {
         log(Level::Info, "no record held and no client connected: exiting (--exit-when-empty)");
         return 0;
@@ -177,6 +204,16 @@ class Keeper {
  private:
   int timeoutMs() const {
     int t = store_.pollTimeoutMs();
+    std::optional<Clock::time_point> next;
+    for (const auto& c : connections_) {
+      std::optional<Clock::time_point> d = c->deadline(options_.timeouts);
+      if (d && (!next || *d < *next)) next = d;
+    }
+    if (next) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(*next - Clock::now()).count() + 1;
+      int until = left < 0 ? 0 : static_cast<int>(std::min<int64_t>(left, 1 << 30));
+      t = t < 0 ? until : std::min(t, until);
+    }
     if (options_.exitWhenEmpty && !armed_) {
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(info_.started + options_.adoptWithin - Clock::now()).count() + 1;
       int armIn = left < 0 ? 0 : static_cast<int>(std::min<int64_t>(left, 1 << 30));
@@ -211,21 +248,90 @@ class Keeper {
         ::close(fd);
         continue;
       }
-      if (connections_.size() >= kMaxConnections) {
-        log(Level::Warn, "refused a client: too many connections", {{"peerPid", static_cast<int>(cred.pid)}, {"limit", static_cast<int>(kMaxConnections)}});
+      if (connections_.size() >= kMaxConnections && !closeLongestIdle()) {
+        log(Level::Warn, "refused a client: too many connections, none of them idle", {{"peerPid", static_cast<int>(cred.pid)}, {"limit", static_cast<int>(kMaxConnections)}});
         ::close(fd);
         continue;
       }
       log(Level::Debug, "client connected", {{"peerPid", static_cast<int>(cred.pid)}});
-      connections_.push_back(std::make_unique<Connection>(fd, cred.pid));
+      connections_.push_back(std::make_unique<Connection>(fd, cred.pid, inFlight_));
+    }
+  }
+
+  bool roomForAnother() const {
+    if (connections_.size() < kMaxConnections) return true;
+    for (const auto& c : connections_) {
+      if (c->phase() == Connection::Phase::Idle && !c->finished()) return true;
+    }
+    return false;
+  }
+
+  // A full keeper makes room for a new client by closing the client that has been idle longest
+  // (one that connected and sent nothing, or took its reply and sent nothing since): idle
+  // connections never lock the daemon out. Those mid-request, mid-reply or watching stay.
+  bool closeLongestIdle() {
+    auto idle = connections_.end();
+    std::optional<Clock::time_point> oldest;
+    for (auto it = connections_.begin(); it != connections_.end(); ++it) {
+      if ((*it)->phase() != Connection::Phase::Idle || (*it)->finished()) continue;
+      Clock::time_point d = *(*it)->deadline(options_.timeouts);
+      if (!oldest || d < *oldest) {
+        oldest = d;
+        idle = it;
+      }
+    }
+    if (idle == connections_.end()) return false;
+    log(Level::Info, "closed the longest-idle client to make room for a new one", {{"peerPid", static_cast<int>((*idle)->peerPid())}, {"limit", static_cast<int>(kMaxConnections)}});
+    connections_.erase(idle);
+    return true;
+  }
+
+  // Each phase has its deadline (Timeouts): a request cut off mid-frame is told why, then closed;
+  // a reply nobody takes and an idle connection are closed.
+  void closeOverdue() {
+    Clock::time_point now = Clock::now();
+    for (auto& c : connections_) {
+      std::optional<Clock::time_point> d = c->deadline(options_.timeouts);
+      if (!d || now < *d || c->finished()) continue;
+      long long peer = c->peerPid();
+      switch (c->phase()) {
+        case Connection::Phase::Receiving: {
+          std::string why = "request not complete within " + std::to_string(options_.timeouts.request.count()) + " ms of its first byte (" +
+                            std::to_string(c->received()) + " of " + (c->declared() ? std::to_string(c->declared()) : std::string("?")) + " bytes received" +
+                            (c->parked() ? ", waiting for the keeper to receive " + std::to_string(inFlight_.used()) + " bytes of other requests" : "") + ")";
+          log(Level::Warn, "a request did not arrive in time: replied with an error and closed the connection", {{"code", "E_READ_TIMEOUT"}, {"error", why}, {"peerPid", peer}});
+          c->send(errorFrame("E_READ_TIMEOUT", why));
+          c->closeAfterReply();
+          break;
+        }
+        case Connection::Phase::Replying:
+          log(Level::Warn, "a client did not take its reply in time: closed the connection", {{"timeoutMs", static_cast<long long>(options_.timeouts.request.count())}, {"peerPid", peer}});
+          c->closeNow();
+          break;
+        case Connection::Phase::Idle:
+          log(Level::Info, "closed a client that sent nothing within the idle timeout", {{"timeoutMs", static_cast<long long>(options_.timeouts.idle.count())}, {"peerPid", peer}});
+          c->closeNow();
+          break;
+        case Connection::Phase::Watching: break;
+      }
     }
   }
 
   void serve(Connection& c, short revents) {
     if (revents & POLLOUT) c.flush();
     if (!(revents & (POLLIN | POLLHUP | POLLERR)) || c.finished()) return;
+    // Not polled for input while parked, but a hang-up still shows: its request can be answered to nobody.
+    if (c.parked() && (revents & (POLLHUP | POLLERR))) {
+      c.closeNow();
+      return;
+    }
     try {
+      bool wasParked = c.parked();
       std::optional<Request> request = c.read();
+      if (c.parked() && !wasParked) {
+        log(Level::Debug, "a request waits for room: the keeper is receiving as many bytes of large requests as it holds at once",
+            {{"bytes", static_cast<unsigned long>(c.declared())}, {"inFlight", static_cast<unsigned long>(inFlight_.used())}, {"limit", static_cast<unsigned long>(inFlight_.limit())}, {"peerPid", static_cast<int>(c.peerPid())}});
+      }
       if (!request) return;
       if (c.watching) {
         log(Level::Warn, "a WATCH connection sent another request: closing it", {{"peerPid", static_cast<int>(c.peerPid())}});
@@ -273,6 +379,7 @@ class Keeper {
   int sigFd_;
   Store store_;
   KeeperInfo info_;
+  InFlight inFlight_;
   std::vector<std::unique_ptr<Connection>> connections_;
   bool armed_ = false;
 };

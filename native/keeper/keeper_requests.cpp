@@ -38,6 +38,19 @@ std::vector<int> dupAll(const std::vector<int>& fds) {
   return std::move(dups.fds);
 }
 
+// A record's bytes in a LIST reply (list() below): device, fingerprint, fdCount, ageMs, ownerPid,
+// ownerAlive, expiresInMs, record.
+size_t listEntryBytes(const Key& key, size_t blobBytes) { return 2 + key.first.size() + 2 + key.second.size() + 4 + 8 + 4 + 1 + 8 + 4 + blobBytes; }
+
+// The LIST reply's frame once `key` holds a record of `blobBytes` (replacing any it holds).
+size_t listFrameBytesWith(const Store& store, const Key& key, size_t blobBytes) {
+  size_t n = kHeaderBytes + 1 + 4 + listEntryBytes(key, blobBytes);
+  for (const auto& [k, rec] : store.records()) {
+    if (k != key) n += listEntryBytes(k, rec.blob.size());
+  }
+  return n;
+}
+
 Reply keep(Store& store, Reader& r, HeldFds& held, pid_t peer) {
   std::string device = r.str("device");
   std::string fingerprint = r.str("fingerprint");
@@ -45,6 +58,12 @@ Reply keep(Store& store, Reader& r, HeldFds& held, pid_t peer) {
   r.end();
   if (held.fds.empty()) {
     throw KeeperError("E_NO_FDS", "KEEP of " + device + " " + fingerprint + " came with no fds: a record holds the descriptors of its memory, attach them");
+  }
+  size_t listBytes = listFrameBytesWith(store, {device, fingerprint}, blob.size());
+  if (listBytes > kMaxReplyBytes) {
+    throw KeeperError("E_KEEPER_FULL", "KEEP of " + device + " " + fingerprint + " (a record of " + std::to_string(blob.size()) + " bytes) would make the keeper's LIST reply " +
+                                           std::to_string(listBytes) + " bytes, more than the " + std::to_string(kMaxReplyBytes) + " a client reads; it holds " +
+                                           std::to_string(store.records().size()) + " records: drop those no longer needed (weightd keeper status lists them)");
   }
   store.keep({device, fingerprint}, std::move(blob), std::move(held.fds), peer);
   held.fds.clear();

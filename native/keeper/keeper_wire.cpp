@@ -24,6 +24,17 @@ uint32_t payloadLength(const uint8_t* h) {
   return length;
 }
 
+void checkLargeRequest(uint32_t length, uint8_t op, bool withFds) {
+  if (length <= kMaxOtherRequestBytes) return;
+  if (op != static_cast<uint8_t>(Op::Keep)) {
+    throw KeeperError("E_FRAME_TOO_LARGE", "request payload of " + std::to_string(length) + " bytes for op " + std::to_string(op) + " exceeds the keeper's limit of " +
+                                               std::to_string(kMaxOtherRequestBytes) + " bytes for any op but KEEP (1)");
+  }
+  if (!withFds) {
+    throw KeeperError("E_NO_FDS", "KEEP of " + std::to_string(length) + " bytes came with no fds on its first byte: a record holds the descriptors of its memory, attach them (docs/spec/keeper-wire.md §4)");
+  }
+}
+
 const uint8_t* Reader::take(size_t n, const char* what) {
   if (size_ - pos_ < n) {
     throw KeeperError("E_BAD_REQUEST", std::string("request truncated: ") + what + " needs " + std::to_string(n) + " bytes at offset " +

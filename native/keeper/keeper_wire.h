@@ -18,6 +18,14 @@ constexpr size_t kHeaderBytes = 10;
 // A KEEP carries a rank's whole record: 35 bytes a tensor of digests, ~16 a tensor of packed plan
 // (docs/spec/keeper-wire.md §1 says why 64 MiB, and what an older keeper does past 1 MiB).
 constexpr uint32_t kMaxRequestBytes = 64 << 20;
+// Any other op's request is a few strings at most (TAKE, DROP: two of up to 65,535 bytes): one
+// larger than this is refused on its op byte, before the keeper reserves memory for it, and so is
+// a KEEP this large that brought no fds with its first byte (§4: the first batch rides on it).
+constexpr uint32_t kMaxOtherRequestBytes = 1 << 20;
+// Every reply frame, header included, is at most this (the client's bound): the keeper refuses a
+// KEEP that would make its LIST reply, the largest, pass it (E_KEEPER_FULL), so the records it
+// holds are bounded too and every daemon can LIST them.
+constexpr uint32_t kMaxReplyBytes = 256 << 20;
 constexpr size_t kMaxRecordFds = 4096;
 
 enum class Op : uint8_t { Keep = 1, Take = 2, Drop = 3, List = 4, Ping = 5, Watch = 6 };
@@ -33,6 +41,9 @@ class KeeperError : public std::runtime_error {
 
 // Checks a frame header: magic, version, and a payload length within kMaxRequestBytes.
 uint32_t payloadLength(const uint8_t* header);
+// Checks a payload longer than kMaxOtherRequestBytes on its op byte: only a KEEP may be, and one
+// whose first byte brought fds.
+void checkLargeRequest(uint32_t length, uint8_t op, bool withFds);
 
 // Bounds-checked reads of a request payload; a short payload is E_BAD_REQUEST naming the field.
 class Reader {

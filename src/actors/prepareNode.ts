@@ -4,7 +4,7 @@
 // Nothing is allocated yet, so every error here costs seconds, not minutes.
 import { fromPromise } from 'xstate';
 import type { Logger } from '../log.js';
-import { WeightdError } from '../errors.js';
+import { errorCode, WeightdError } from '../errors.js';
 import { refuseSameCheckpoint } from '../models/alreadyLoadedError.js';
 import { localDevices } from '../native/devices.js';
 import { dropUnplanned } from '../keeper/dropUnplanned.js';
@@ -68,8 +68,13 @@ async function listKept(socket: string, log: Logger) {
   try {
     return await new KeeperClient(socket).list();
   } catch (err) {
-    // Most often no keeper answers at all, which the keeper link has already warned of.
-    log.debug({ keeper: socket, reason: (err as Error).message }, 'could not list what the keeper holds: no model loaded at run time is restored, and shards no model of this start plans stay kept until its adoption window ends');
+    const consequence = 'no model loaded at run time and no written version is restored, and shards no model of this start plans stay kept until its adoption window ends';
+    // Most often no keeper answers at all (E_CONNECT), which the keeper link has already warned
+    // of. One that took the request and failed it is a warning of its own: what it holds is lost
+    // to this start (issue 31).
+    const code = errorCode(err);
+    if (code === 'E_CONNECT') log.debug({ keeper: socket, reason: (err as Error).message }, `could not list what the keeper holds: ${consequence}`);
+    else log.warn({ keeper: socket, code, reason: (err as Error).message }, `the keeper took the LIST request and failed it (${(err as Error).message}): ${consequence}`);
     return undefined;
   }
 }

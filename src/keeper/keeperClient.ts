@@ -19,6 +19,7 @@ import {
   encodePing,
   encodeTake,
   encodeWatch,
+  KEEPER_MAX_REPLY_BYTES,
   type KeeperPing,
   type KeptRecord,
   type TakenRecord,
@@ -28,10 +29,11 @@ import {
 export const keeperBinaryPath = fileURLToPath(new URL('../../../build/Release/weightd-keeper', import.meta.url));
 
 /**
- * A LIST of every record the keeper holds: at 35 bytes a tensor of digests, 8 ranks of a
- * 200,000-tensor checkpoint are 56 MB, plus one packed plan; every other reply is far smaller.
+ * A LIST of every record the keeper holds, which the keeper keeps within this (E_KEEPER_FULL): at
+ * 35 bytes a tensor of digests, 8 ranks of a 200,000-tensor checkpoint are 56 MB, plus one packed
+ * plan; every other reply is far smaller.
  */
-const MAX_REPLY_BYTES = 256 << 20;
+const MAX_REPLY_BYTES = KEEPER_MAX_REPLY_BYTES;
 const DEFAULT_TIMEOUT_MS = 5000;
 
 export class KeeperClient {

@@ -10,6 +10,10 @@ export const KEEPER_PROTOCOL_VERSION = 1;
 export const KEEPER_HEADER_BYTES = 10;
 /** The keeper refuses a larger request payload (a record's blob must fit in it; docs/spec/keeper-wire.md §1 says why 64 MiB). */
 export const KEEPER_MAX_REQUEST_BYTES = 64 << 20;
+/** Any op but KEEP: the keeper refuses a larger payload on its op byte (§1), and a KEEP this large that brought no fds. */
+export const KEEPER_MAX_OTHER_REQUEST_BYTES = 1 << 20;
+/** Every reply frame, header included, fits (a client reads no more): the keeper refuses a KEEP that would make its LIST reply larger (E_KEEPER_FULL). */
+export const KEEPER_MAX_REPLY_BYTES = 256 << 20;
 /** What a keeper of a build before 2026-12-05 accepts (§1): a KEEP past it fails on such a keeper. */
 export const KEEPER_V1_MAX_REQUEST_BYTES = 1 << 20;
 /** The keeper refuses a record of more descriptors. */
@@ -17,8 +21,8 @@ export const KEEPER_MAX_RECORD_FDS = 4096;
 
 /** The codes the keeper replies with (native/keeper/*.cpp); test/keeper/keeperCodes.test.ts holds this list to the C++ source and docs/keeper.md. */
 export const KEEPER_ERROR_CODES = [
-  'E_BAD_MAGIC', 'E_BAD_REQUEST', 'E_BAD_VERSION', 'E_FRAME_TOO_LARGE', 'E_INTERNAL', 'E_KEEPER_FDS', 'E_NOT_KEPT', 'E_NO_FDS',
-  'E_TOO_MANY_FDS', 'E_UNEXPECTED_FDS', 'E_UNKNOWN_OP',
+  'E_BAD_MAGIC', 'E_BAD_REQUEST', 'E_BAD_VERSION', 'E_FRAME_TOO_LARGE', 'E_INTERNAL', 'E_KEEPER_FDS', 'E_KEEPER_FULL', 'E_NOT_KEPT', 'E_NO_FDS',
+  'E_READ_TIMEOUT', 'E_TOO_MANY_FDS', 'E_UNEXPECTED_FDS', 'E_UNKNOWN_OP',
 ] as const satisfies readonly ErrorCode[];
 
 export const KeeperOp = { keep: 1, take: 2, drop: 3, list: 4, ping: 5, watch: 6 } as const;
@@ -88,8 +92,9 @@ class Writer {
 
   frame(): Buffer {
     const payload = Buffer.concat(this.#parts);
-    if (payload.length > KEEPER_MAX_REQUEST_BYTES) {
-      throw new ProtocolError('E_FRAME_TOO_LARGE', `a keeper request of ${payload.length} bytes exceeds its limit of ${KEEPER_MAX_REQUEST_BYTES}: keep a smaller record`, { bytes: payload.length });
+    const limit = payload[0] === KeeperOp.keep ? KEEPER_MAX_REQUEST_BYTES : KEEPER_MAX_OTHER_REQUEST_BYTES;
+    if (payload.length > limit) {
+      throw new ProtocolError('E_FRAME_TOO_LARGE', `a keeper request of ${payload.length} bytes exceeds its limit of ${limit}: keep a smaller record`, { bytes: payload.length });
     }
     const header = Buffer.alloc(KEEPER_HEADER_BYTES);
     KEEPER_MAGIC.copy(header, 0);

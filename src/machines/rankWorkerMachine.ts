@@ -27,7 +27,7 @@
 // and the machine walked (test/machines/rankWorker.paths.test.ts) with no addon loaded.
 import { and, assign, fromPromise, not, raise, setup, stateIn } from 'xstate';
 import type { Adopted, MainToRank, NotAdopted, RankToMain, RankWorkerData, Resident } from '../models/rankMessages.js';
-import { WeightdError, serializeError } from '../errors.js';
+import { WeightdError, errorCode, serializeError } from '../errors.js';
 import type { SegmentExport } from '../native/addon.js';
 import type { DeviceHandle, FillResult } from '../native/deviceHandle.js';
 
@@ -90,7 +90,9 @@ const says = {
       type: 'LOG',
       level: 'warn',
       msg: `the keeper did not take this rank's shard (${errorMessage(event.error)}): it will not survive a restart of the daemon`,
-      fields: { keeper: context.data.keeper!.socket },
+      // The keeper's refusal by name (E_KEEPER_FULL: it holds all the records a LIST may carry),
+      // also where rankKeeping wrapped it with a hint about an earlier keeper's limit.
+      fields: { keeper: context.data.keeper!.socket, code: errorCode(event.error) ?? errorCode((event.error as Error).cause) },
     },
   ],
   dropped: (reason: DropReason) => (): RankToMain => ({ type: 'KEPT', kept: false, reason }),

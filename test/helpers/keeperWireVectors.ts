@@ -8,7 +8,7 @@ import { repoRoot } from './paths.js';
 type Op = 'KEEP' | 'TAKE' | 'DROP' | 'LIST' | 'PING' | 'WATCH';
 
 export interface KeeperWireVectors {
-  constants: { magic: string; protocolVersion: number; headerBytes: number; maxRequestBytes: number; maxRecordFds: number; fdsPerBatch: number; maxFdsPerMessage: number };
+  constants: { magic: string; protocolVersion: number; headerBytes: number; maxRequestBytes: number; maxOtherRequestBytes: number; maxReplyBytes: number; maxRecordFds: number; fdsPerBatch: number; maxFdsPerMessage: number };
   ops: Record<Op, number>;
   requests: Array<{ why: string; op: Op; device?: string; fingerprint?: string; record?: string; frame: string }>;
   replies: Array<{ why: string; op: Op; frame: string; decoded?: unknown; error?: { code: string; message: string } }>;

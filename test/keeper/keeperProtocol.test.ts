@@ -5,15 +5,18 @@ import * as assert from 'uvu/assert';
 import { KeeperError, ProtocolError } from '../../src/errors.js';
 import {
   decodeDrop, decodeEmpty, decodeList, decodePing, decodeTake, encodeDrop, encodeKeep, encodeList, encodePing, encodeTake, encodeWatch, keepPayloadBytes,
-  KEEPER_HEADER_BYTES, KEEPER_MAGIC, KEEPER_MAX_RECORD_FDS, KEEPER_MAX_REQUEST_BYTES, KEEPER_PROTOCOL_VERSION, KeeperOp,
+  KEEPER_HEADER_BYTES, KEEPER_MAGIC, KEEPER_MAX_OTHER_REQUEST_BYTES, KEEPER_MAX_RECORD_FDS, KEEPER_MAX_REPLY_BYTES, KEEPER_MAX_REQUEST_BYTES, KEEPER_PROTOCOL_VERSION, KeeperOp,
 } from '../../src/keeper/keeperProtocol.js';
 import { fromHex, keeperWire } from '../helpers/keeperWireVectors.js';
 
 test('the constants are the vectors\'', () => {
   const c = keeperWire.constants;
   assert.equal(
-    { magic: KEEPER_MAGIC.toString('latin1'), protocolVersion: KEEPER_PROTOCOL_VERSION, headerBytes: KEEPER_HEADER_BYTES, maxRequestBytes: KEEPER_MAX_REQUEST_BYTES, maxRecordFds: KEEPER_MAX_RECORD_FDS },
-    { magic: c.magic, protocolVersion: c.protocolVersion, headerBytes: c.headerBytes, maxRequestBytes: c.maxRequestBytes, maxRecordFds: c.maxRecordFds },
+    {
+      magic: KEEPER_MAGIC.toString('latin1'), protocolVersion: KEEPER_PROTOCOL_VERSION, headerBytes: KEEPER_HEADER_BYTES, maxRequestBytes: KEEPER_MAX_REQUEST_BYTES,
+      maxOtherRequestBytes: KEEPER_MAX_OTHER_REQUEST_BYTES, maxReplyBytes: KEEPER_MAX_REPLY_BYTES, maxRecordFds: KEEPER_MAX_RECORD_FDS,
+    },
+    { magic: c.magic, protocolVersion: c.protocolVersion, headerBytes: c.headerBytes, maxRequestBytes: c.maxRequestBytes, maxOtherRequestBytes: c.maxOtherRequestBytes, maxReplyBytes: c.maxReplyBytes, maxRecordFds: c.maxRecordFds },
   );
   assert.equal(Object.fromEntries(Object.entries(KeeperOp).map(([op, n]) => [op.toUpperCase(), n])), keeperWire.ops);
 });

@@ -71,6 +71,9 @@ test('bad flags exit 2 with what was wrong', () => {
   const r = runKeeperSync(['--socket', '/tmp/x.sock', '--adopt-within', '-1']);
   assert.is(r.status, 2);
   assert.match(r.stderr, /--adopt-within -1 is not a number of seconds/);
+  const zero = runKeeperSync(['--socket', '/tmp/x.sock', '--request-timeout', '0']);
+  assert.is(zero.status, 2);
+  assert.match(zero.stderr, /--request-timeout 0 is not a number of seconds \(above 0 to 1e9/);
 });
 
 test('a client of another uid is closed without a reply, and the keeper logs why', async () => {

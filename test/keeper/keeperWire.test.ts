@@ -36,6 +36,8 @@ test("keeper_wire.h's and scm_rights.h's constants are the vectors'", () => {
       protocolVersion: integer(constexprValue(wire, 'kProtocolVersion')),
       headerBytes: integer(constexprValue(wire, 'kHeaderBytes')),
       maxRequestBytes: integer(constexprValue(wire, 'kMaxRequestBytes')),
+      maxOtherRequestBytes: integer(constexprValue(wire, 'kMaxOtherRequestBytes')),
+      maxReplyBytes: integer(constexprValue(wire, 'kMaxReplyBytes')),
       maxRecordFds: integer(constexprValue(wire, 'kMaxRecordFds')),
       fdsPerBatch: integer(constexprValue(scm, 'kFdsPerBatch')),
       maxFdsPerMessage: integer(constexprValue(scm, 'kMaxFdsPerMessage')),
