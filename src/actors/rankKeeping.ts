@@ -133,6 +133,9 @@ export async function keepSegments(data: RankWorkerData, keeping: RankKeeping, s
     // request past 1 MiB on its header (docs/spec/keeper-wire.md §1, §5), and the sender most
     // often sees only its broken pipe, so the size says it, not the error.
     if (bytes(record) <= KEEPER_V1_MAX_REQUEST_BYTES) throw err;
+    // A keeper of this build that refuses by name has read the request: its refusal stands
+    // (E_KEEPER_FULL would refuse the record without the plan as well, or take it over another).
+    if (errorCode(err) === 'E_KEEPER_FULL') throw err;
     const without = withPlan ? recordWith(undefined) : undefined;
     if (without === undefined || bytes(without) > KEEPER_V1_MAX_REQUEST_BYTES) throw pastEarlierLimit(err, bytes(record));
     await keeper.keep(uuid, fingerprint, without, fds);

@@ -22,6 +22,8 @@ interface StandIn {
   kept: Buffer[];
   /** Requests it refused on their header. */
   refused: number;
+  /** Whole KEEPs it read and refused with `refuseWith`. */
+  full: number;
   close(): Promise<void>;
 }
 
@@ -39,10 +41,14 @@ const str = (s: string) => {
   return Buffer.concat([len, b]);
 };
 
-/** A keeper that takes a KEEP of at most `maxRequestBytes` (its descriptors are dropped: no record is adopted here). */
-async function standInKeeper(maxRequestBytes: number): Promise<StandIn> {
+/**
+ * A keeper that takes a KEEP of at most `maxRequestBytes` (its descriptors are dropped: no record
+ * is adopted here); with `refuseWith`, one of this build that reads each KEEP whole and refuses it
+ * with that code (E_KEEPER_FULL: it holds all the records a LIST may carry).
+ */
+async function standInKeeper(maxRequestBytes: number, refuseWith?: string): Promise<StandIn> {
   const socket = join(freshSocketDir(), 'keeper.sock');
-  const state = { socket, kept: [] as Buffer[], refused: 0 };
+  const state = { socket, kept: [] as Buffer[], refused: 0, full: 0 };
   const serve = (conn: Socket) => {
     let buf = Buffer.alloc(0);
     conn.on('error', () => {});
@@ -61,6 +67,11 @@ async function standInKeeper(maxRequestBytes: number): Promise<StandIn> {
       const payload = buf.subarray(KEEPER_HEADER_BYTES, KEEPER_HEADER_BYTES + length);
       buf = buf.subarray(KEEPER_HEADER_BYTES + length);
       assert.is(payload[0], KeeperOp.keep);
+      if (refuseWith) {
+        state.full++;
+        conn.write(frame(Buffer.concat([Buffer.of(1), str(refuseWith), str('the keeper says: it is full')])));
+        return;
+      }
       let at = 1;
       for (let i = 0; i < 2; i++) at += 2 + payload.readUInt16BE(at);
       state.kept.push(Buffer.from(payload.subarray(at + 4, at + 4 + payload.readUInt32BE(at))));
@@ -136,6 +147,23 @@ test('a keeper of this build takes the same record with its plan, and nothing is
     assert.is(keeper.refused, 0);
     assert.is(keeper.kept.length, 1);
     assert.ok((JSON.parse(keeper.kept[0]!.toString('utf8')) as { plan?: unknown }).plan !== undefined, 'the plan is kept');
+    assert.equal(logs, []);
+  } finally {
+    await keeper.close();
+  }
+});
+
+test("a keeper of this build that refuses by name (E_KEEPER_FULL) is not taken for an earlier one: no retry without the plan", async () => {
+  const keeper = await standInKeeper(64 << 20, 'E_KEEPER_FULL');
+  const logs: RankToMain[] = [];
+  try {
+    const err = await keep(keeper, { plan: keptPlan(1200 << 10) }, logs).then(
+      () => undefined,
+      (e: unknown) => e as { code?: string },
+    );
+    assert.is(err?.code, 'E_KEEPER_FULL', String(err));
+    assert.is(keeper.full, 1, 'one KEEP, refused by name, and no second one without the plan');
+    assert.is(keeper.kept.length, 0);
     assert.equal(logs, []);
   } finally {
     await keeper.close();
