@@ -32,6 +32,14 @@ void checkFree(int deviceIndex, uint64_t needed, const std::string& what) {
 // caller's copy is then the daemon's only reference to the memory.
 int dupExported(VmmSegment& segment) { return dupFd(segment.exportFd()); }
 
+// A staging allocation of `size` bytes (a whole number of the device's granules) on the current
+// context's device, judged against the GPU's free memory under the allocation lock.
+VmmSegment stagingSegment(int deviceIndex, CUdevice dev, uint64_t size, const std::string& what) {
+  std::lock_guard<std::mutex> hold(allocating);
+  checkFree(deviceIndex, size, what);
+  return VmmSegment::create(dev, size);
+}
+
 }  // namespace
 
 int cudaStagingFresh(int deviceIndex, uint64_t bytes) {
@@ -39,13 +47,7 @@ int cudaStagingFresh(int deviceIndex, uint64_t bytes) {
   PrimaryContext context(deviceIndex);
   ScopedContext current(context.get());
   CUdevice dev = cudaDeviceAt(deviceIndex);
-  uint64_t size = vmmSegmentSize(dev, bytes);
-  VmmSegment staging;
-  {
-    std::lock_guard<std::mutex> hold(allocating);
-    checkFree(deviceIndex, size, "a fresh writable segment of " + std::to_string(bytes) + " bytes");
-    staging = VmmSegment::create(dev, size);
-  }
+  VmmSegment staging = stagingSegment(deviceIndex, dev, vmmSegmentSize(dev, bytes), "a fresh writable segment of " + std::to_string(bytes) + " bytes");
   return dupExported(staging);
 }
 
@@ -55,12 +57,7 @@ int cudaStagingCopy(int deviceIndex, int sourceFd, uint64_t bytes) {
   ScopedContext current(context.get());
   CUdevice dev = cudaDeviceAt(deviceIndex);
   uint64_t size = vmmSegmentSize(dev, bytes);
-  VmmSegment staging;
-  {
-    std::lock_guard<std::mutex> hold(allocating);
-    checkFree(deviceIndex, size, "a writable copy of a segment of " + std::to_string(bytes) + " bytes");
-    staging = VmmSegment::create(dev, size);
-  }
+  VmmSegment staging = stagingSegment(deviceIndex, dev, size, "a writable copy of a segment of " + std::to_string(bytes) + " bytes");
   VmmSegment source = VmmSegment::import(dev, sourceFd, size);
   Stream stream = createStream();
   cudaDriver().cuMemcpyDtoDAsync_v2(staging.pointer(), source.pointer(), size, stream.get());
