@@ -18,7 +18,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { exampleModel } from '../test/helpers/paths.js';
-import { attachInFreshProcess, benchRun, median, spawnUntilReady } from './measure.js';
+import { attachInFreshProcess, benchRun, median, processCpuMs, spawnUntilReady } from './measure.js';
 
 const { values } = parseArgs({
   options: {
@@ -35,6 +35,8 @@ function record(row: Record<string, unknown>): void {
 
 interface Ready {
   wallMs: number;
+  /** The daemon's CPU time (every thread, user and system) from its start to READY, in 10 ms ticks. */
+  cpuMs: number;
   phases: Record<string, number>;
   peakRssBytes: number;
   /** The daemon's own heap at its peak (RssAnon, sampled): on the host backend VmHWM counts the arena. */
@@ -48,6 +50,7 @@ async function startDaemon(run: number, tp: number): Promise<Ready> {
   const socketDir = mkdtempSync(join(tmpdir(), 'wd-bench-'));
   const hostDevices = Array.from({ length: tp }, (_, i) => `bench-${process.pid}-${run}-${i}`).join(',');
   const d = await spawnUntilReady([...daemon, '--model', model, '--device', device, '--tensor-parallel-size', String(tp), '--weight-cache-socket-dir', socketDir], { ...process.env, WEIGHTD_HOST_DEVICES: hostDevices });
+  const cpuMs = processCpuMs(d.pid);
   const phases: Record<string, number> = {};
   for (const l of d.lines()) {
     const phase = /^(CUDA devices|no CUDA device|checkpoint planned|single node: rank table|all \d+ local ranks loaded|READY)/.exec(l.msg)?.[1];
@@ -55,6 +58,7 @@ async function startDaemon(run: number, tp: number): Promise<Ready> {
   }
   return {
     wallMs: d.wallMs,
+    cpuMs,
     phases,
     peakRssBytes: d.memory().vmHwm,
     peakRssAnonBytes: d.memory().peakRssAnon,
@@ -105,7 +109,7 @@ for (let run = 1; run <= runs; run++) {
       // A failed attach must not leave the daemon (and its arena) running after the benchmark.
       await r.stop();
     }
-    record({ run, device, model, bytes, tp, readyWallMs: r.wallMs, phases: r.phases, peakRssBytes: r.peakRssBytes, peakRssAnonBytes: r.peakRssAnonBytes, attach });
+    record({ run, device, model, bytes, tp, readyWallMs: r.wallMs, cpuAtReadyMs: r.cpuMs, phases: r.phases, peakRssBytes: r.peakRssBytes, peakRssAnonBytes: r.peakRssAnonBytes, attach });
     ready.push({ ...r, tp });
     attaches.push(attach);
   }
@@ -125,6 +129,7 @@ const summary = {
   byTp: Object.fromEntries(tps.map((tp) => [tp, {
     readyWallMsMedian: median(byTp(tp).map((r) => r.wallMs)),
     readyWallMsBest: Math.min(...byTp(tp).map((r) => r.wallMs)),
+    cpuAtReadyMsMedian: median(byTp(tp).map((r) => r.cpuMs)),
     peakRssAnonBytesMax: Math.max(...byTp(tp).map((r) => r.peakRssAnonBytes)),
     phasesMedian: Object.fromEntries(Object.keys(byTp(tp)[0]!.phases).map((k) => [k, median(byTp(tp).map((r) => r.phases[k] ?? NaN))])),
   }])),
