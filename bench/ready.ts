@@ -8,8 +8,9 @@
 //             restarting engine pays) and a second one, timed inside that process;
 //   baseline: a fresh process loading the same files without weightd, wall clock from spawn to
 //             done: safetensors' load_file onto the GPU (cuda), or `cp` into /dev/shm (host).
-// Usage: node dist/bench/ready.js --model DIR --out DIR [--device host|cuda] [--runs 3] [--tp 1,2]
+// Usage: node dist/bench/ready.js --model DIR --out DIR [--device host|cuda] [--runs 3] [--tp 1,2] [--plan-file FILE]
 //   --tp: the tensor-parallel sizes to start, each once per run (one node holding every rank).
+//   --plan-file: given to each daemon (its segmentBytes cuts each rank's arena into segments).
 // Writes raw.jsonl (one line per measurement), daemon.jsonl (each daemon's log, by run) and
 // summary.json (medians) into --out, which must not exist yet: every run keeps its own folder.
 import { spawnSync } from 'node:child_process';
@@ -23,7 +24,7 @@ import { attachInFreshProcess, benchRun, median, processCpuMs, spawnUntilReady }
 const { values } = parseArgs({
   options: {
     model: { type: 'string', default: exampleModel }, out: { type: 'string' }, device: { type: 'string', default: 'host' }, runs: { type: 'string', default: '3' },
-    tp: { type: 'string', default: '1' },
+    tp: { type: 'string', default: '1' }, 'plan-file': { type: 'string' },
   },
 });
 const { out, model, device, runs, files, bytes, daemon, python } = benchRun(values, 'ready');
@@ -49,7 +50,7 @@ interface Ready {
 async function startDaemon(run: number, tp: number): Promise<Ready> {
   const socketDir = mkdtempSync(join(tmpdir(), 'wd-bench-'));
   const hostDevices = Array.from({ length: tp }, (_, i) => `bench-${process.pid}-${run}-${i}`).join(',');
-  const d = await spawnUntilReady([...daemon, '--model', model, '--device', device, '--tensor-parallel-size', String(tp), '--weight-cache-socket-dir', socketDir], { ...process.env, WEIGHTD_HOST_DEVICES: hostDevices });
+  const d = await spawnUntilReady([...daemon, '--model', model, '--device', device, '--tensor-parallel-size', String(tp), '--weight-cache-socket-dir', socketDir, ...(values['plan-file'] ? ['--plan-file', values['plan-file']] : [])], { ...process.env, WEIGHTD_HOST_DEVICES: hostDevices });
   const cpuMs = processCpuMs(d.pid);
   const phases: Record<string, number> = {};
   for (const l of d.lines()) {
