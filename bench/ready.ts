@@ -8,8 +8,9 @@
 //             restarting engine pays) and a second one, timed inside that process;
 //   baseline: a fresh process loading the same files without weightd, wall clock from spawn to
 //             done: safetensors' load_file onto the GPU (cuda), or `cp` into /dev/shm (host).
-// Usage: node dist/bench/ready.js --model DIR --out DIR [--device host|cuda] [--runs 3] [--tp 1,2]
+// Usage: node dist/bench/ready.js --model DIR --out DIR [--device host|cuda] [--runs 3] [--tp 1,2] [--plan-file FILE]
 //   --tp: the tensor-parallel sizes to start, each once per run (one node holding every rank).
+//   --plan-file: given to each daemon (its segmentBytes cuts each rank's arena into segments).
 // Writes raw.jsonl (one line per measurement), daemon.jsonl (each daemon's log, by run) and
 // summary.json (medians) into --out, which must not exist yet: every run keeps its own folder.
 import { spawnSync } from 'node:child_process';
@@ -18,12 +19,12 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { exampleModel } from '../test/helpers/paths.js';
-import { attachInFreshProcess, benchRun, median, spawnUntilReady } from './measure.js';
+import { attachInFreshProcess, benchRun, median, processCpuMs, spawnUntilReady } from './measure.js';
 
 const { values } = parseArgs({
   options: {
     model: { type: 'string', default: exampleModel }, out: { type: 'string' }, device: { type: 'string', default: 'host' }, runs: { type: 'string', default: '3' },
-    tp: { type: 'string', default: '1' },
+    tp: { type: 'string', default: '1' }, 'plan-file': { type: 'string' },
   },
 });
 const { out, model, device, runs, files, bytes, daemon, python } = benchRun(values, 'ready');
@@ -35,6 +36,8 @@ function record(row: Record<string, unknown>): void {
 
 interface Ready {
   wallMs: number;
+  /** The daemon's CPU time (every thread, user and system) from its start to READY, in 10 ms ticks. */
+  cpuMs: number;
   phases: Record<string, number>;
   peakRssBytes: number;
   /** The daemon's own heap at its peak (RssAnon, sampled): on the host backend VmHWM counts the arena. */
@@ -47,7 +50,8 @@ interface Ready {
 async function startDaemon(run: number, tp: number): Promise<Ready> {
   const socketDir = mkdtempSync(join(tmpdir(), 'wd-bench-'));
   const hostDevices = Array.from({ length: tp }, (_, i) => `bench-${process.pid}-${run}-${i}`).join(',');
-  const d = await spawnUntilReady([...daemon, '--model', model, '--device', device, '--tensor-parallel-size', String(tp), '--weight-cache-socket-dir', socketDir], { ...process.env, WEIGHTD_HOST_DEVICES: hostDevices });
+  const d = await spawnUntilReady([...daemon, '--model', model, '--device', device, '--tensor-parallel-size', String(tp), '--weight-cache-socket-dir', socketDir, ...(values['plan-file'] ? ['--plan-file', values['plan-file']] : [])], { ...process.env, WEIGHTD_HOST_DEVICES: hostDevices });
+  const cpuMs = processCpuMs(d.pid);
   const phases: Record<string, number> = {};
   for (const l of d.lines()) {
     const phase = /^(CUDA devices|no CUDA device|checkpoint planned|single node: rank table|all \d+ local ranks loaded|READY)/.exec(l.msg)?.[1];
@@ -55,6 +59,7 @@ async function startDaemon(run: number, tp: number): Promise<Ready> {
   }
   return {
     wallMs: d.wallMs,
+    cpuMs,
     phases,
     peakRssBytes: d.memory().vmHwm,
     peakRssAnonBytes: d.memory().peakRssAnon,
@@ -105,7 +110,7 @@ for (let run = 1; run <= runs; run++) {
       // A failed attach must not leave the daemon (and its arena) running after the benchmark.
       await r.stop();
     }
-    record({ run, device, model, bytes, tp, readyWallMs: r.wallMs, phases: r.phases, peakRssBytes: r.peakRssBytes, peakRssAnonBytes: r.peakRssAnonBytes, attach });
+    record({ run, device, model, bytes, tp, readyWallMs: r.wallMs, cpuAtReadyMs: r.cpuMs, phases: r.phases, peakRssBytes: r.peakRssBytes, peakRssAnonBytes: r.peakRssAnonBytes, attach });
     ready.push({ ...r, tp });
     attaches.push(attach);
   }
@@ -125,6 +130,7 @@ const summary = {
   byTp: Object.fromEntries(tps.map((tp) => [tp, {
     readyWallMsMedian: median(byTp(tp).map((r) => r.wallMs)),
     readyWallMsBest: Math.min(...byTp(tp).map((r) => r.wallMs)),
+    cpuAtReadyMsMedian: median(byTp(tp).map((r) => r.cpuMs)),
     peakRssAnonBytesMax: Math.max(...byTp(tp).map((r) => r.peakRssAnonBytes)),
     phasesMedian: Object.fromEntries(Object.keys(byTp(tp)[0]!.phases).map((k) => [k, median(byTp(tp).map((r) => r.phases[k] ?? NaN))])),
   }])),

@@ -2,7 +2,7 @@
 // files in a warm page cache, outside the daemon, to see where the host backend's time goes:
 // making the pages, mapping them, or copying into them.
 //
-//   segment-probe --files a,b,... --mode M --threads T [--chunk-mib 2] [--reps 3]
+//   segment-probe --files a,b,... --mode M --threads T [--chunk-mib 2 | --chunk-kib K] [--reps 3]
 //
 // Modes (every one ends with the segment holding the files' bytes, back to back):
 //   populate:   fallocate, mmap(MAP_POPULATE) on one thread, then T threads pread into the mapping
@@ -14,12 +14,19 @@
 //               the memfd (what cp does: the kernel makes each page as it is written, with no
 //               page table of ours and no zeroing of pages about to be overwritten);
 //   pwrite-nofalloc: the same without fallocate.
+//   falloc-ahead: no fallocate up front: one more thread fallocates the segment chunk by chunk,
+//               and a reader waits before its pwrite until its chunk's pages are reserved;
+//   populate-chunk: no fallocate: each reader makes its chunk's pages (MADV_POPULATE_WRITE,
+//               which fails with ENOMEM where a write would SIGBUS), then preads into the mapping;
+//   fault-nofalloc: no fallocate, a plain mapping; the readers fault the pages in (a SIGBUS when
+//               memory is short: a reference, not a design).
 // Prints one JSON line per rep: the mode, seconds for the segment's creation and for the copy,
 // and GB/s over the whole.
 //
 // Build: g++ -O2 -std=c++17 -o /tmp/segment-probe bench/host/segment-probe.cpp -lpthread
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -37,6 +44,13 @@
 #endif
 
 namespace {
+
+// This process's CPU time (user + system, every thread), in seconds.
+double cpuSeconds() {
+  rusage u {};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_utime.tv_sec + u.ru_stime.tv_sec + (u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+}
 
 double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
@@ -94,6 +108,7 @@ int main(int argc, char** argv) {
     } else if (k == "--mode") mode = v;
     else if (k == "--threads") threads = std::stoul(v);
     else if (k == "--chunk-mib") chunk = std::stoull(v) << 20;
+    else if (k == "--chunk-kib") chunk = std::stoull(v) << 10;
     else if (k == "--reps") reps = std::stoi(v);
   }
   std::vector<Chunk> chunks;
@@ -110,14 +125,14 @@ int main(int argc, char** argv) {
     total += st.st_size;
   }
   for (int rep = 0; rep < reps; ++rep) {
-    double t0 = now();
+    double t0 = now(), cpu0 = cpuSeconds();
     int seg = memfd_create("segment-probe", MFD_CLOEXEC);
     if (seg < 0) die("memfd_create");
-    bool falloc = mode != "pwrite-nofalloc";
+    bool falloc = mode == "populate" || mode == "populate-T" || mode == "fault" || mode == "pwrite";
     if (falloc && fallocate(seg, 0, 0, total) != 0) die("fallocate");
     if (!falloc && ftruncate(seg, total) != 0) die("ftruncate");
     char* base = nullptr;
-    bool mapped = mode == "populate" || mode == "populate-T" || mode == "fault";
+    bool mapped = mode == "populate" || mode == "populate-T" || mode == "fault" || mode == "populate-chunk" || mode == "fault-nofalloc";
     if (mapped) {
       void* p = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED | (mode == "populate" ? MAP_POPULATE : 0), seg, 0);
       if (p == MAP_FAILED) die("mmap");
@@ -132,10 +147,29 @@ int main(int argc, char** argv) {
     }
     double t1 = now();
     std::atomic<size_t> next{0};
+    // falloc-ahead: bytes [0, reserved) of the segment have their pages.
+    std::atomic<uint64_t> reserved{0};
+    std::thread ahead;
+    if (mode == "falloc-ahead") {
+      ahead = std::thread([&] {
+        for (uint64_t at = 0; at < total; at += chunk) {
+          uint64_t n = std::min(chunk, total - at);
+          if (fallocate(seg, 0, at, n) != 0) die("fallocate");
+          reserved.store(at + n, std::memory_order_release);
+        }
+      });
+    }
     onThreads(threads, [&](unsigned) {
       std::vector<char> buf(mapped ? 0 : chunk);
       for (size_t i; (i = next++) < chunks.size();) {
         const Chunk& c = chunks[i];
+        if (mode == "populate-chunk") {
+          uint64_t a = c.dst / 4096 * 4096, b = std::min(total, (c.dst + c.bytes + 4095) / 4096 * 4096);
+          if (madvise(base + a, b - a, MADV_POPULATE_WRITE) != 0) die("madvise");
+        }
+        if (mode == "falloc-ahead") {
+          while (reserved.load(std::memory_order_acquire) < c.dst + c.bytes) std::this_thread::yield();
+        }
         if (mapped) {
           readFull(c.fd, base + c.dst, c.bytes, c.src);
         } else {
@@ -144,11 +178,13 @@ int main(int argc, char** argv) {
         }
       }
     });
+    if (ahead.joinable()) ahead.join();
     double t2 = now();
     if (base) munmap(base, total);
     close(seg);
-    printf("{\"mode\":\"%s\",\"threads\":%u,\"bytes\":%llu,\"createS\":%.3f,\"copyS\":%.3f,\"totalS\":%.3f,\"GBs\":%.2f}\n", mode.c_str(), threads,
-           static_cast<unsigned long long>(total), t1 - t0, t2 - t1, t2 - t0, total / (t2 - t0) / 1e9);
+    double cpu = cpuSeconds() - cpu0;
+    printf("{\"mode\":\"%s\",\"threads\":%u,\"chunkKiB\":%llu,\"bytes\":%llu,\"createS\":%.3f,\"copyS\":%.3f,\"totalS\":%.3f,\"cpuS\":%.3f,\"GBs\":%.2f}\n", mode.c_str(), threads, static_cast<unsigned long long>(chunk >> 10),
+           static_cast<unsigned long long>(total), t1 - t0, t2 - t1, t2 - t0, cpu, total / (t2 - t0) / 1e9);
     fflush(stdout);
   }
 }
