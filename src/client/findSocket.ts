@@ -3,7 +3,9 @@
 // another daemon sharing the directory.
 import { existsSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
+import { CONTROL_FILE } from '../control/controlSocket.js';
 import { ServeError } from '../errors.js';
+import { KEEPER_SOCKET_NAME } from '../keeper/keeperSocketPath.js';
 import { readNodeManifest } from '../wire/nodeManifest.js';
 import { isProcessAlive } from '../wire/processLiveness.js';
 import { defaultSocketDir, SOCKET_SUFFIX, socketPathFor } from '../wire/socketDir.js';
@@ -26,6 +28,11 @@ function notFound(dir: string, what: string): ServeError {
   );
 }
 
+/** Whether a file name in the socket dir may be a rank's socket (docs/spec/socket-names.md): not the keeper's, not a control socket. */
+export function isRankSocketName(name: string): boolean {
+  return name.endsWith(SOCKET_SUFFIX) && name !== KEEPER_SOCKET_NAME && !CONTROL_FILE.test(name);
+}
+
 /** The socket path serving the rank or device asked for. */
 export async function findSocket(options: FindSocketOptions): Promise<string> {
   const dir = options.socketDir ?? defaultSocketDir();
@@ -41,7 +48,7 @@ export async function findSocket(options: FindSocketOptions): Promise<string> {
   if (manifest && entry && isProcessAlive({ pid: manifest.pid, startTime: manifest.startTime }) && existsSync(entry.socketPath)) return entry.socketPath;
   let names: string[] = [];
   try {
-    names = readdirSync(dir).filter((n) => n.endsWith(SOCKET_SUFFIX));
+    names = readdirSync(dir).filter(isRankSocketName);
   } catch {
     // No directory: nothing serves.
   }

@@ -2,6 +2,7 @@
 // very process runs (docs/spec/liveness.md): a file whose pid now belongs to another process
 // (pid reuse) is ignored, and the sockets themselves are asked instead.
 import { writeFileSync } from 'node:fs';
+import { createServer, type Server } from 'node:net';
 import { join } from 'node:path';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
@@ -52,6 +53,26 @@ test('a node.json whose pid now has another start time (a reused pid) is ignored
     assert.instance(err, ServeError);
     assert.match((err as ServeError).message, /rank 0/);
   } finally {
+    removeDir(dir);
+  }
+});
+
+test('without node.json the search asks no keeper and no control socket (docs/spec/socket-names.md)', async () => {
+  const dir = makeTempDir('find-socket-names');
+  const asked: string[] = [];
+  const servers: Server[] = [];
+  try {
+    for (const name of ['keeper.sock', 'control-4242.sock', 'host-0.sock']) {
+      // Each accepts and never answers: host-0 is given up on after findSocket's 2 s.
+      const server = createServer((s) => asked.push(name) && s.on('error', () => {}));
+      servers.push(server);
+      await new Promise<void>((resolve) => server.listen(join(dir, name), resolve));
+    }
+    const err = await findSocket({ socketDir: dir, globalRank: 0 }).then(() => undefined, (e: unknown) => e);
+    assert.instance(err, ServeError);
+    assert.equal(asked, ['host-0.sock']);
+  } finally {
+    for (const server of servers) server.close();
     removeDir(dir);
   }
 });

@@ -4,6 +4,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
+import { isRankSocketName } from '../../src/client/findSocket.js';
 import { isProcessAlive, startTimeFromStat, stateFromStat } from '../../src/wire/processLiveness.js';
 import { deviceFileStem } from '../../src/wire/socketDir.js';
 import { fromColumns, toColumns } from '../../src/wire/tensorColumns.js';
@@ -21,6 +22,11 @@ interface NameVector { id: string; stem: string; why: string }
 test('socket names: every vector', () => {
   const { vectors: cases } = vectors<{ vectors: NameVector[] }>('socket-names.json');
   for (const v of cases) assert.is(deviceFileStem(v.id), v.stem, `${JSON.stringify(v.id)}: ${v.why}`);
+});
+
+test('socket names: which sockets in the directory may serve a rank', () => {
+  const { sockets } = vectors<{ sockets: Array<{ name: string; rank: boolean; why: string }> }>('socket-names.json');
+  for (const v of sockets) assert.is(isRankSocketName(v.name), v.rank, `${v.name}: ${v.why}`);
 });
 
 test('liveness: states and start times read from /proc/<pid>/stat lines', () => {

@@ -27,3 +27,31 @@ def test_reused_pid_manifest_is_ignored(tmp_path):
     d, _ = manifest_dir(tmp_path, (start_time_of(os.getpid()) or "") + "1")
     with pytest.raises(Exception, match="rank 0"):
         find_socket(global_rank=0, socket_dir=d)
+
+
+def test_search_skips_the_keeper_and_control_sockets(tmp_path):
+    """With no node.json, only sockets that may serve a rank are asked (docs/spec/socket-names.md):
+    the keeper logs a stranger's ping as E_BAD_MAGIC, a control socket speaks another protocol."""
+    import socket
+
+    listeners, asked = [], []
+    for name in ("keeper.sock", "control-4242.sock", "host-0.sock"):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.bind(str(tmp_path / name))
+        s.listen(4)
+        s.setblocking(False)
+        listeners.append((name, s))
+    try:
+        # host-0 accepts and never answers: find_socket gives up on it after its 2 s timeout.
+        with pytest.raises(Exception, match="rank 0"):
+            find_socket(global_rank=0, socket_dir=str(tmp_path))
+        for name, s in listeners:
+            try:
+                s.accept()[0].close()
+                asked.append(name)
+            except BlockingIOError:
+                pass
+    finally:
+        for _, s in listeners:
+            s.close()
+    assert asked == ["host-0.sock"]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from weightd_client.client import device_file_stem
+from weightd_client.client import device_file_stem, is_rank_socket_name
 from weightd_client.columns import TensorColumns
 from weightd_client.packed_manifest import unpack_manifest
 from weightd_client.protocol import ProtocolError
@@ -27,6 +27,11 @@ def load(name):
 @pytest.mark.parametrize("v", load("socket-names.json")["vectors"], ids=lambda v: v["why"])
 def test_socket_name(v):
     assert device_file_stem(v["id"]) == v["stem"]
+
+
+@pytest.mark.parametrize("v", load("socket-names.json")["sockets"], ids=lambda v: v["why"])
+def test_rank_socket_name(v):
+    assert is_rank_socket_name(v["name"]) is v["rank"]
 
 
 @pytest.mark.parametrize("v", load("liveness.json")["stat"], ids=lambda v: v["why"])

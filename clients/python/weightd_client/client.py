@@ -28,6 +28,8 @@ log = logging.getLogger("weightd_client")
 
 SOCKET_SUFFIX = ".sock"
 NODE_MANIFEST = "node.json"
+# Sockets in the directory that serve no rank (docs/spec/socket-names.md, 4 and 5).
+_NOT_RANK_SOCKET = re.compile(r"keeper\.sock|control-[0-9]+\.sock")
 
 
 def default_socket_dir() -> str:
@@ -45,6 +47,11 @@ def device_file_stem(device_id: str) -> str:
     if not stem:
         return "_"
     return "_" + stem[1:] if stem.startswith(".") else stem
+
+
+def is_rank_socket_name(name: str) -> bool:
+    """Whether a file name in the socket dir may be a rank's socket: the rule of docs/spec/socket-names.md."""
+    return name.endswith(SOCKET_SUFFIX) and _NOT_RANK_SOCKET.fullmatch(name) is None
 
 
 def live_node_manifest(socket_dir: str) -> Optional[Dict[str, Any]]:
@@ -76,7 +83,7 @@ def find_socket(global_rank: Optional[int] = None, device_uuid: Optional[str] = 
         except (KeyError, TypeError):
             pass  # not a manifest this client reads: ask the sockets themselves
         try:
-            names = sorted(n for n in os.listdir(d) if n.endswith(SOCKET_SUFFIX))
+            names = sorted(n for n in os.listdir(d) if is_rank_socket_name(n))
         except OSError:
             names = []
         for name in names:
