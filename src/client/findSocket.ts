@@ -3,12 +3,10 @@
 // another daemon sharing the directory.
 import { existsSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
-import { CONTROL_FILE } from '../control/controlSocket.js';
 import { ServeError } from '../errors.js';
-import { KEEPER_SOCKET_NAME } from '../keeper/keeperSocketPath.js';
 import { readNodeManifest } from '../wire/nodeManifest.js';
 import { isProcessAlive } from '../wire/processLiveness.js';
-import { defaultSocketDir, SOCKET_SUFFIX, socketPathFor } from '../wire/socketDir.js';
+import { CONTROL_FILE, defaultSocketDir, KEEPER_SOCKET_NAME, SOCKET_SUFFIX, socketPathFor } from '../wire/socketDir.js';
 import { WeightdClient } from './weightdClient.js';
 
 export interface FindSocketOptions {

@@ -5,6 +5,7 @@
 export const MAX_CONTROL_REQUEST_BYTES = 64 << 10;
 export const MAX_CONTROL_REPLY_BYTES = 16 << 20;
 
-/** A daemon's control socket and its lock in the socket directory: control-<pid>.sock, control-<pid>.lock. */
-export const CONTROL_FILE = /^control-(\d+)\.(sock|lock)$/;
+// A daemon's control socket and its lock, control-<pid>.sock and .lock: the socket directory's
+// names are defined with it (a client's socket search skips them: docs/spec/socket-names.md).
+export { CONTROL_FILE } from '../wire/socketDir.js';
 export const controlSocketName = (pid = process.pid) => `control-${pid}`;

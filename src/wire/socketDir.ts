@@ -10,6 +10,10 @@ import { ServeError } from '../errors.js';
 export const SOCKET_SUFFIX = '.sock';
 export const LOCK_SUFFIX = '.lock';
 export const NODE_MANIFEST = 'node.json';
+/** The node's keeper listens here unless --keeper-socket says otherwise (keeper/keeperSocketPath.ts). */
+export const KEEPER_SOCKET_NAME = 'keeper.sock';
+/** A daemon's control socket and its lock in the socket directory: control-<pid>.sock, control-<pid>.lock. */
+export const CONTROL_FILE = /^control-(\d+)\.(sock|lock)$/;
 /** sun_path holds 108 bytes including the terminating NUL. */
 const MAX_SOCKET_PATH = 107;
 

@@ -114,7 +114,8 @@ const ALLOWED: Record<string, string[]> = {
   models: ['nodeStatus.ts', 'checkpoint', 'files', 'keeper', 'native', 'rendezvous', 'serve', 'wire'],
   rendezvous: ['checkpoint', 'inspect', 'machines', 'models', 'wire'],
   serve: ['checkpoint', 'files', 'native', 'wire'],
-  keeper: ['nodeStatus.ts', 'checkpoint', 'files', 'inspect', 'native'],
+  // The keeper's socket name is one of the socket directory's names (wire/socketDir.ts).
+  keeper: ['nodeStatus.ts', 'checkpoint', 'files', 'inspect', 'native', 'wire'],
   inspect: ['nodeStatus.ts', 'files', 'wire'],
   'nodeStatus.ts': ['files', 'native', 'wire'],
   // The wire: what a client and the daemon share.
