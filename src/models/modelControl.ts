@@ -207,9 +207,11 @@ export class ModelControl {
       // A rank that did keep it says it is current since `at`: the version that stays current is
       // kept anew after it, so that a restart agrees with this refusal.
       const stays = this.#status().models.find((m) => m.name === name && m.current);
-      const staying = stays && modelEntries(this.#actor.getSnapshot()).find((e) => e.name === name && !e.unloaded && e.fingerprint === stays.fingerprint);
-      const stayingChild = staying && modelActor(this.#actor.getSnapshot(), staying.id);
-      if (stayingChild) await this.#keepCurrent(name, stayingChild, Math.max(Date.now(), at + 1)).catch(() => {});
+      if (stays) {
+        await Promise.resolve()
+          .then(() => this.#keepCurrent(name, this.#retained(name, stays.version).child, Math.max(Date.now(), at + 1)))
+          .catch(() => {});
+      }
       const why = (err as Error).message;
       throw new WeightdError(
         'E_VERSION_NOT_KEPT',
