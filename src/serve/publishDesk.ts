@@ -187,7 +187,7 @@ export class PublishDesk {
     }
     publish.fd = committed.fd;
     const { digests } = committed;
-    const layout: ProcessedLayout = { key: publish.key, keyFields: publish.keyFields, tensors: publish.tensors, segments: [{ segment: 0, bytes: publish.bytes, fd: committed.fd, handle: backend.handle }], digests, bytes: publish.bytes };
+    const layout: ProcessedLayout = { key: publish.key, keyFields: publish.keyFields, tensors: publish.tensors, segments: [{ segment: 0, bytes: publish.bytes, fd: committed.fd, handle: backend.handle }], digests, bytes: publish.bytes, publishedAt: Date.now() };
     if (!this.#publishes.has(id) || (service.status !== 'serving' && service.status !== 'draining') || !service.processed.add(layout)) {
       this.#end(publish);
       throw new ServeError('E_UPDATE_ABORTED', `the publish of processed layout ${publish.key} of model "${rank.name}" ended before it was committed (its connection closed, or the version was freed); nothing of it is kept`, { model: rank.name, key: publish.key });
