@@ -16,7 +16,7 @@ import { cudaDigestsOn } from '../native/fillPolicy.js';
 import { refuseUnlessCudaFd } from './cudaUpdateSegments.js';
 import type { PublishTensor, TensorMeta } from '../wire/protocol.js';
 import type { Caller } from './leaseTable.js';
-import type { ProcessedLayout } from './processedLayouts.js';
+import { PROCESSED_MAX_LAYOUTS, type ProcessedLayout } from './processedLayouts.js';
 import type { RankService } from './rankService.js';
 
 /** Where each published tensor starts: a multiple of this, as a fill places tensors, so any dtype's view is aligned. */
@@ -130,6 +130,15 @@ export class PublishDesk {
           ? `processed layout ${key} of model "${rank.name}" rank ${rank.globalRank} is published already: map it (get_processed) instead of publishing it again`
           : `processed layout ${key} of model "${rank.name}" rank ${rank.globalRank} is being published by another engine (pid ${inProgress!.pid}); map it (get_processed) once that one committed`,
         { model: rank.name, key },
+      );
+    }
+    const beside = service.processed.size + [...this.#publishes.values()].filter((p) => p.service === service).length;
+    if (beside >= PROCESSED_MAX_LAYOUTS) {
+      throw new ServeError(
+        'E_TOO_MANY_PUBLISHED',
+        `model "${rank.name}" rank ${rank.globalRank} holds ${beside} processed layouts published or being published, the most one rank keeps (${PROCESSED_MAX_LAYOUTS}); ` +
+          'the engine keeps processing at each start. An honest engine publishes one per engine version, kernel and architecture: look for a client publishing keys in a loop (/status lists each layout), or unload and load the model to clear them',
+        { model: rank.name, key, layouts: beside, max: PROCESSED_MAX_LAYOUTS },
       );
     }
     const tensors = placeTensors(request.tensors);
