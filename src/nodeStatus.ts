@@ -197,7 +197,7 @@ export interface EvictedModel {
   name: string;
   fingerprint: string;
   own: boolean;
-  /** What its segments held, now freed. */
+  /** What its segments and processed layouts held, now freed. */
   bytes: number;
   /** Its last attach, or when it began serving (ModelStatus.lastUsedAt). */
   lastUsedAt?: number;

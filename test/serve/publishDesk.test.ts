@@ -92,7 +92,7 @@ test('a publish whose connection ends before commit leaves nothing; its commit i
   await service.release();
 });
 
-test('a rank keeps at most PROCESSED_MAX_LAYOUTS layouts, published or being published: one more is refused by name and makes no memory', async () => {
+test('a rank keeps at most PROCESSED_MAX_LAYOUTS layouts, published or being published: one more is refused by name and makes no memory; a dropped one frees its place, a mapped one is not dropped', async () => {
   const loaded = await loadServedRank(exampleModel, { uuid: `publish3-${process.pid}` });
   const service = new RankService({ rank: loaded.served, log, freeMemory: () => loaded.device.free() });
   const desk = new PublishDesk();
@@ -112,8 +112,12 @@ test('a rank keeps at most PROCESSED_MAX_LAYOUTS layouts, published or being pub
   assert.equal(err.details, { model: loaded.served.name, key: key(101), layouts: PROCESSED_MAX_LAYOUTS, max: PROCESSED_MAX_LAYOUTS });
   assert.is(processedFds().length, PROCESSED_MAX_LAYOUTS, 'the refusal made no memory');
 
-  // A layout that goes (dropped to make room) makes room for one more.
+  // A layout that goes (dropped to make room) makes room for one more; one an engine maps is not dropped.
   desk.connectionClosed(caller.connectionId);
+  const lease = service.leases.grant(caller, 'map', key(1));
+  assert.not.ok(await service.dropProcessed(key(1)), 'a mapped layout stays: closing it would free nothing');
+  assert.ok(service.processed.get(key(1)));
+  service.leases.detach(caller, lease.id);
   assert.ok(await service.dropProcessed(key(0)));
   const again = await desk.begin(service, { key: key(101), keyFields: FIELDS, tensors }, caller, () => true);
   again.sent();
