@@ -96,6 +96,7 @@ export type ErrorCode =
   | 'E_PLAN_SCHEMA'
   | 'E_PLATFORM'
   | 'E_PUBLISHED'
+  | 'E_TOO_MANY_PUBLISHED'
   | 'E_RANK_EXIT'
   | 'E_RATE_LIMITED'
   | 'E_RDZV_COORDINATOR_LOST'

@@ -266,6 +266,15 @@ export type ReleaseReply = z.infer<typeof ReleaseReply>;
 export const DetachReply = z.object({ ...ok, dropped: count });
 export type DetachReply = z.infer<typeof DetachReply>;
 
+/**
+ * A processed layout served beside a version's rank (docs/engines.md, "Publishing what the engine
+ * computed"), as stats and the node's status report it: its key, the rank fingerprint of the
+ * version it serves beside, its bytes, the get_processed leases on it (engines that map it now),
+ * when it was committed and when an engine last mapped it (ms since the epoch).
+ */
+export const ProcessedLayoutStatus = z.object({ key: z.string(), base: z.string(), bytes: count, leases: count, publishedAt: z.number(), lastMappedAt: z.number().optional() });
+export type ProcessedLayoutStatus = z.infer<typeof ProcessedLayoutStatus>;
+
 export const StatsReply = z.object({
   ...ok,
   status: ServeStatus,
@@ -277,6 +286,8 @@ export const StatsReply = z.object({
   uptimeSeconds: z.number(),
   /** Bytes of this rank's segments held on the device; 0 once released (absent from older daemons). */
   deviceBytes: count.optional(),
+  /** The processed layouts engines published beside this rank (absent from older daemons). */
+  processed: z.array(ProcessedLayoutStatus).optional(),
 });
 export type StatsReply = z.infer<typeof StatsReply>;
 
