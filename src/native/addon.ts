@@ -3,7 +3,7 @@
 import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
 import { DeviceError, type NativeErrorCode } from '../errors.js';
-import type { PackedCopyOps, PackedTensorRanges, PackedZeroRanges } from './fillRecords.js';
+import type { PackedCommitCopies, PackedCopyOps, PackedTensorRanges, PackedZeroRanges } from './fillRecords.js';
 
 export type Backend = 'host' | 'cuda';
 
@@ -251,6 +251,24 @@ export interface Addon {
     fds: number[],
     copied: boolean[],
     bytes: number[],
+    tensorRanges: PackedTensorRanges,
+    threads: number,
+    digestOn: 'gpu' | 'cpu',
+  ): Promise<{ fds: number[] } & CudaDigested>;
+  /**
+   * A pull's commit (native/cuda_update_segments.h, cudaPullCommit): as cudaCommitCopies, but each
+   * final allocation (`copied`) is written by `commitCopies` alone, from `fds[segment]` (the base's
+   * segment: source 0) or from the writer's memory behind legacy IPC handle `sources[k - 1]` (64
+   * bytes each), opened for the copies and closed before the digests. E_UPDATE_SOURCE: a handle
+   * that does not open; E_UPDATE_SIZE: a copy past its source's allocation.
+   */
+  cudaPullCommit(
+    deviceIndex: number,
+    fds: number[],
+    copied: boolean[],
+    bytes: number[],
+    sources: Buffer[],
+    commitCopies: PackedCommitCopies,
     tensorRanges: PackedTensorRanges,
     threads: number,
     digestOn: 'gpu' | 'cpu',
