@@ -491,13 +491,18 @@ def daemon_pull() -> None:
             gone = exporter.stdout.readline().strip()
             exporter.communicate("")
             assert exporter.returncode == 0
+            # With a live source opened before it: the daemon closes that one too (its leak report).
+            two = next(n for n in sorted(want) if want[n] and n != one)
+            live = TrainerMemory({two: full[two]})
             with client.begin_update(name, second["fingerprint"], device=0, source="pull") as upd:
+                upd.pull_from(live.tensors)
                 upd.conn.request("pull_tensors", update=upd.id, sources=[gone], tensors=[{"name": one, "source": 0, "offset": 0, "bytes": nbytes}])
                 try:
                     upd.conn.request("commit_update", update=upd.id)
                     out["goneSource"] = None
                 except WeightdError as err:
                     out["goneSource"], out["goneMessage"] = err.code, str(err)
+            live.free()
 
             # A writer killed after pulling, before commit, leaves no version and nothing held.
             before = settled_vmm_fds(daemon.proc.pid)
