@@ -4,7 +4,7 @@
 // and only the pulled tensors (and any sharing bytes with one) are digested again.
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { pullCopies, pulledSegments, recordPulls, rehashedUnderPull, type Pull } from '../../src/serve/cudaPull.js';
+import { pullCopies, pulledSegments, recordPulls, refuseUnlessPullable, rehashedUnderPull, type Pull } from '../../src/serve/cudaPull.js';
 import type { ServeError } from '../../src/errors.js';
 import type { RankService } from '../../src/serve/rankService.js';
 
@@ -83,6 +83,28 @@ test('a request with one bad tensor records none of its tensors', () => {
   assert.is(code(() => recordPulls(service, pull, [HANDLE_A], [{ name: 'a', source: 1, offset: 0, bytes: 100 }])), 'E_BAD_REQUEST');
   assert.is(pull.tensors.size, 0);
   assert.is(pull.sources.length, 0);
+});
+
+test('a pull is taken on a cuda rank served by descriptor, from a writer on its own GPU (the UUID as the driver or nvidia-smi spells it), with no tensors list', () => {
+  const code = (f: () => void) => {
+    try {
+      f();
+      return undefined;
+    } catch (err) {
+      return (err as ServeError).code;
+    }
+  };
+  const uuid = 'GPU-00010203-0405-0607-0809-0a0b0c0d0e0f';
+  const served = (backend: string, handle: string) =>
+    ({ rank: { name: 'm', globalRank: 0, backend, device: { uuid, index: 0 }, segments: [{ segment: 0, bytes: 64, handle, fd: 3 }] } }) as unknown as RankService;
+  const cuda = served('cuda', 'cuda-fd');
+  assert.is(code(() => refuseUnlessPullable(cuda, uuid, undefined)), undefined);
+  assert.is(code(() => refuseUnlessPullable(cuda, '00010203-0405-0607-0809-0A0B0C0D0E0F', undefined)), undefined);
+  assert.is(code(() => refuseUnlessPullable(served('host', 'fd'), uuid, undefined)), 'E_UPDATE_UNSUPPORTED');
+  assert.is(code(() => refuseUnlessPullable(served('cuda', 'AAAA'), uuid, undefined)), 'E_UPDATE_UNSUPPORTED');
+  assert.is(code(() => refuseUnlessPullable(cuda, 'GPU-ffffffff-0405-0607-0809-0a0b0c0d0e0f', undefined)), 'E_DEVICE_MISMATCH');
+  assert.is(code(() => refuseUnlessPullable(cuda, undefined, undefined)), 'E_BAD_REQUEST');
+  assert.is(code(() => refuseUnlessPullable(cuda, uuid, ['a'])), 'E_BAD_REQUEST');
 });
 
 test.run();
