@@ -193,13 +193,13 @@ def main() -> int:
         def pull(over, weights):
             """begin (source "pull"), pull_from, commit: the times and the commit's reply."""
             t0 = time.perf_counter()
-            upd = client.begin_update(name, over, device=0, source="pull")
-            t1 = time.perf_counter()
-            upd.pull_from(weights)
-            t2 = time.perf_counter()
-            sources = len(upd._pull.handles)  # the allocations the daemon opens
-            done = upd.commit()
-            t3 = time.perf_counter()
+            with client.begin_update(name, over, device=0, source="pull") as upd:
+                t1 = time.perf_counter()
+                upd.pull_from(weights)
+                t2 = time.perf_counter()
+                sources = len(upd._pull.handles)  # the allocations the daemon opens
+                done = upd.commit()
+                t3 = time.perf_counter()
             times = {"beginSeconds": round(t1 - t0, 5), "pullSeconds": round(t2 - t1, 5), "commitSeconds": round(t3 - t2, 5), "updateSeconds": round(t3 - t0, 5)}
             return done, {**times, "sources": sources}
 
