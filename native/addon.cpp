@@ -567,6 +567,12 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
     for (uint32_t i = 0; i < c.fds.size(); ++i) outFds.Set(i, c.fds[i]);
     o.Set("fds", outFds);
     setDigested(e, o, c.digested);
+    Napi::Object timings = Napi::Object::New(e);
+    timings.Set("allocateMs", c.allocateMs);
+    timings.Set("openMs", c.openMs);
+    timings.Set("copyMs", c.copyMs);
+    timings.Set("digestMs", c.digestMs);
+    o.Set("timings", timings);
     return o;
   }
 

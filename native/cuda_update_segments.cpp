@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <mutex>
 
@@ -68,6 +69,8 @@ int cudaStagingCopy(int deviceIndex, int sourceFd, uint64_t bytes) {
 
 namespace {
 
+double msSince(std::chrono::steady_clock::time_point t) { return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count(); }
+
 // The writer's memory behind one pulled IPC handle, opened for the commit's copies, and how many
 // bytes of its allocation lie from the handle's address on.
 struct PulledSource {
@@ -128,6 +131,8 @@ CudaCommitted commitInto(int deviceIndex, const std::vector<int>& fds, const std
   }
   // What the new version serves: fresh final allocations for the written segments, which only
   // this process ever maps (and writes, here, once), and the shared segments as they are.
+  CudaCommitted out;
+  auto t = std::chrono::steady_clock::now();
   std::vector<VmmSegment> served(fds.size());
   {
     std::lock_guard<std::mutex> hold(allocating);
@@ -135,12 +140,16 @@ CudaCommitted commitInto(int deviceIndex, const std::vector<int>& fds, const std
     for (size_t i = 0; i < fds.size(); ++i)
       if (copied[i]) served[i] = VmmSegment::create(dev, sizes[i]);
   }
+  out.allocateMs = msSince(t);
   {
     // Declared before the stream, so that on a failure the stream is drained (its destructor)
     // before any source a queued copy reads is unmapped or closed.
     std::vector<VmmSegment> own(fds.size());
     std::vector<PulledSource> pulled;
+    t = std::chrono::steady_clock::now();
     for (size_t k = 0; k < sources.size(); ++k) pulled.push_back(openPulledSource(sources[k], k, deviceIndex));
+    out.openMs = msSince(t);
+    t = std::chrono::steady_clock::now();
     for (const CommitCopy& c : copies) {
       uint64_t end;
       if (c.source == 0) continue;
@@ -165,10 +174,13 @@ CudaCommitted commitInto(int deviceIndex, const std::vector<int>& fds, const std
       cudaDriver().cuMemcpyDtoDAsync_v2(served[c.segment].pointer() + c.dstOffset, from + c.srcOffset, c.bytes, stream.get());
     }
     cudaDriver().cuStreamSynchronize(stream.get());
+    out.copyMs = msSince(t);
   }
   std::vector<CUdeviceptr> pointers;
   for (const VmmSegment& s : served) pointers.push_back(s.pointer());
-  CudaCommitted out{{}, digestDeviceSegments(pointers, bytes, std::move(tensors), threads, onGpu)};
+  t = std::chrono::steady_clock::now();
+  out.digested = digestDeviceSegments(pointers, bytes, std::move(tensors), threads, onGpu);
+  out.digestMs = msSince(t);
   try {
     for (size_t i = 0; i < fds.size(); ++i) out.fds.push_back(copied[i] ? dupExported(served[i]) : -1);
   } catch (...) {

@@ -31,6 +31,10 @@ struct CudaCommitted {
   std::vector<int> fds;
   // Each of `tensors`' digest, over the final segments and the shared ones.
   CudaDigests digested;
+  // Where the commit's time went, in milliseconds (the daemon logs them: a same-GPU update is
+  // held to a multiple of one device-to-device copy, issue 31): making the finals, opening a
+  // pull's sources (0 for staging), the copies (queued and done), the digests.
+  double allocateMs = 0, openMs = 0, copyMs = 0, digestMs = 0;
 };
 
 // At commit: for each segment i with copied[i], a fresh final allocation holding a device-to-device

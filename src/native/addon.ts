@@ -63,6 +63,14 @@ export interface CudaDigested {
   gpuDigestUnavailable: string;
 }
 
+/** Where a cuda commit's time went, in milliseconds (native/cuda_update_segments.h CudaCommitted). */
+export interface CommitTimings {
+  allocateMs: number;
+  openMs: number;
+  copyMs: number;
+  digestMs: number;
+}
+
 /** How a cuda device allocates and exports its segments (--cuda-handles; native/cuda_vmm.h). */
 export type CudaHandles = 'ipc' | 'fd';
 export const CUDA_HANDLES: readonly CudaHandles[] = ['ipc', 'fd'];
@@ -254,7 +262,7 @@ export interface Addon {
     tensorRanges: PackedTensorRanges,
     threads: number,
     digestOn: 'gpu' | 'cpu',
-  ): Promise<{ fds: number[] } & CudaDigested>;
+  ): Promise<{ fds: number[]; timings: CommitTimings } & CudaDigested>;
   /**
    * A pull's commit (native/cuda_update_segments.h, cudaPullCommit): as cudaCommitCopies, but each
    * final allocation (`copied`) is written by `commitCopies` alone, from `fds[segment]` (the base's
@@ -272,7 +280,7 @@ export interface Addon {
     tensorRanges: PackedTensorRanges,
     threads: number,
     digestOn: 'gpu' | 'cpu',
-  ): Promise<{ fds: number[] } & CudaDigested>;
+  ): Promise<{ fds: number[]; timings: CommitTimings } & CudaDigested>;
   /**
    * Digests `tensorRanges` (`file` indexing the segments) over the allocations behind "cuda-fd"
    * descriptors `fds` (`bytes` each), imported read-only on visible device `deviceIndex` for the

@@ -6,7 +6,7 @@
 // read-only where the driver allows; any importer of their descriptor could map them read-write).
 // Only the finals are served; a writer that still maps its staging writes memory nobody reads.
 import { ServeError } from '../errors.js';
-import { addon, type CudaDigested } from '../native/addon.js';
+import { addon, type CommitTimings, type CudaDigested } from '../native/addon.js';
 import { packCommitCopies, type CommitCopy, type PackedTensorRanges } from '../native/fillRecords.js';
 import { cudaDigestsOn } from '../native/fillPolicy.js';
 import type { RankService } from './rankService.js';
@@ -54,7 +54,7 @@ export async function commitCudaPart(
   ranges: PackedTensorRanges,
   threads: number,
   pull?: { sources: Buffer[]; copies: CommitCopy[] },
-): Promise<{ fds: number[] } & CudaDigested> {
+): Promise<{ fds: number[]; timings: CommitTimings } & CudaDigested> {
   const { rank } = service;
   const bytes = rank.segments.map((s) => s.bytes);
   const committed = pull

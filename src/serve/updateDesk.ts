@@ -9,7 +9,7 @@ import { randomBytes } from 'node:crypto';
 import { availableParallelism } from 'node:os';
 import { ServeError } from '../errors.js';
 import { writtenVersionFingerprint, type Fingerprint } from '../checkpoint/fingerprint.js';
-import { addon } from '../native/addon.js';
+import { addon, type CommitTimings } from '../native/addon.js';
 import { packTensorRanges } from '../native/fillRecords.js';
 import { pullPlan, pulledSegments, recordPulls, refuseUnlessPullable, rehashedUnderPull, type Pull, type PulledTensor } from './cudaPull.js';
 import { commitCudaPart, refuseUnlessCudaFd, shareSegment, stageSegment } from './cudaUpdateSegments.js';
@@ -237,7 +237,7 @@ export class UpdateDesk {
     const digests = rank.tensors.map((t, i) => ((rehash ? rehash[i] : part.copied[t.segment]) ? undefined : rank.arenaDigests?.[i]));
     const todo = rank.tensors.flatMap((t, i) => (digests[i] === undefined ? [{ i, range: { file: t.segment, start: t.offset, end: t.offset + t.bytes } }] : []));
     const ranges = packTensorRanges(todo.map((x) => x.range));
-    let reading: Promise<{ read: string[]; hashedOn: 'gpu' | 'cpu' }>;
+    let reading: Promise<{ read: string[]; hashedOn: 'gpu' | 'cpu'; timings?: CommitTimings }>;
     if (rank.backend === 'cuda') {
       reading = this.#commitCuda(update, part, ranges);
     } else {
@@ -245,10 +245,10 @@ export class UpdateDesk {
       reading = (todo.length > 0 ? addon().digestFiles(part.fds.map(procPath), ranges, DIGEST_THREADS) : Promise.resolve([])).then((read) => ({ read, hashedOn: 'cpu' }));
     }
     part.committing = reading.catch(() => {});
-    const { read, hashedOn } = await reading;
+    const { read, hashedOn, timings } = await reading;
     todo.forEach((x, n) => (digests[x.i] = read[n]));
     part.service.log.info(
-      { model: update.name, globalRank: rank.globalRank, tensors: digests.length, read: todo.length, hashedOn, ...(part.pull ? { pulled: part.pull.tensors.size } : {}) },
+      { model: update.name, globalRank: rank.globalRank, tensors: digests.length, read: todo.length, hashedOn, ...(part.pull ? { pulled: part.pull.tensors.size } : {}), ...(timings ? { timings } : {}) },
       `update sealed: ${todo.length} of ${digests.length} tensors digested, the others' digests the base's (their segments are shared with it)`,
     );
     if (update.ended) throw new ServeError('E_UPDATE_ABORTED', `the update of model "${update.name}" ended while rank ${rank.globalRank} was digested (a connection of it closed); begin again`, { model: update.name });
@@ -293,19 +293,19 @@ export class UpdateDesk {
    * cuda: the staging allocations are copied into final ones, which replace them in the part (the
    * daemon's handle of staging goes now; a writer's mapping may keep its pages, never served).
    */
-  async #commitCuda(update: Update, part: Part, ranges: Parameters<typeof commitCudaPart>[3]): Promise<{ read: string[]; hashedOn: 'gpu' | 'cpu' }> {
+  async #commitCuda(update: Update, part: Part, ranges: Parameters<typeof commitCudaPart>[3]): Promise<{ read: string[]; hashedOn: 'gpu' | 'cpu'; timings: CommitTimings }> {
     const pull = part.pull && pullPlan(part.service, part.pull, part.copied);
-    const { fds, digests, hashedOn } = await commitCudaPart(part.service, part.fds, part.copied, ranges, DIGEST_THREADS, pull);
+    const { fds, digests, hashedOn, timings } = await commitCudaPart(part.service, part.fds, part.copied, ranges, DIGEST_THREADS, pull);
     if (update.ended) {
       closeAll(fds.filter((fd) => fd >= 0));
-      return { read: digests, hashedOn };
+      return { read: digests, hashedOn, timings };
     }
     fds.forEach((fd, i) => {
       if (fd < 0) return;
       addon().closeFd(part.fds[i]!);
       part.fds[i] = fd;
     });
-    return { read: digests, hashedOn };
+    return { read: digests, hashedOn, timings };
   }
 
   #find(id: string, caller: Caller): { update: Update; part: Part } {

@@ -26,7 +26,8 @@ the trainer's copies of both seeds with their flat buffers), runs a daemon servi
      Twice over: from the tensors as safetensors loaded them (torch's allocations, one IPC handle
      per cudaMalloc segment), and from one flat buffer per seed holding every tensor at its place
      in the daemon's layout (one handle; the copies of neighbouring tensors merge);
-  6. the times of begin, write or pull, commit and switch_to of each, beside torch's
+  6. the times of begin, write or pull, commit and switch_to of each (a pull's commit split as the
+     daemon logs it: finals made, sources opened, copies, digests, the rest), beside torch's
      device-to-device copy of the same bytes (the ceiling, median of 5), and issue 31's target for
      the pull: the update (begin to commit) within 1.5x that copy, and switch_to within 5 ms;
   7. detach; the daemon exits 0 on SIGTERM.
@@ -87,8 +88,9 @@ def main() -> int:
     plan = work / "plan.json"
     plan.write_text(json.dumps({"rules": [], "segmentBytes": a.segment_mib << 20}))
     args = ["--model", str(v0), "-tp", "1", "--device", "cuda", "--cuda-handles", "fd", "--plan-file", str(plan), "--weight-cache-socket-dir", str(sock)]
+    daemon_log = Path(a.out_dir) / "update-cuda-daemon.log"
     try:
-        daemon = start_daemon(args, Path(a.out_dir) / "update-cuda-daemon.log")
+        daemon = start_daemon(args, daemon_log)
     except RuntimeError as err:
         step("the daemon serves version 0 (--cuda-handles fd)", False, error=str(err))
         daemon = None
@@ -190,8 +192,12 @@ def main() -> int:
              maxAbsDiff=float((got.float() - want_mixed.float()).abs().max()), switchMs=result["oneLayer"]["switchMs"])
         result["fullOverDeviceToDevice"] = round(result["full"]["totalSeconds"] / d2d_s, 2)
 
+        def sealed_lines():
+            return [line for line in daemon_log.read_text().splitlines() if '"update sealed' in line]
+
         def pull(over, weights):
             """begin (source "pull"), pull_from, commit: the times and the commit's reply."""
+            sealed_before = sealed_lines()
             t0 = time.perf_counter()
             with client.begin_update(name, over, device=0, source="pull") as upd:
                 t1 = time.perf_counter()
@@ -201,7 +207,17 @@ def main() -> int:
                 done = upd.commit()
                 t3 = time.perf_counter()
             times = {"beginSeconds": round(t1 - t0, 5), "pullSeconds": round(t2 - t1, 5), "commitSeconds": round(t3 - t2, 5), "updateSeconds": round(t3 - t0, 5)}
-            return done, {**times, "sources": sources}
+            # The daemon's split of its commit (native: finals made, sources opened, copies, digests);
+            # the rest of commitSeconds is the protocol and the version's publication.
+            sealed = sealed_lines()
+            for _ in range(40):  # the daemon's log is written asynchronously: its line may come after the reply
+                if len(sealed) > len(sealed_before):
+                    break
+                time.sleep(0.05)
+                sealed = sealed_lines()
+            native = json.loads(sealed[-1]).get("timings", {}) if len(sealed) > len(sealed_before) else {}
+            rest_ms = round((t3 - t2) * 1e3 - sum(native.values()), 3) if native else None
+            return done, {**times, "sources": sources, "daemonMs": {k: round(v, 3) for k, v in native.items()}, "commitRestMs": rest_ms}
 
         def pull_rounds(kind, weights0, weights1, over):
             """R pulls of each seed in turn, each followed by switch_to and a replay against its disk logits."""

@@ -198,6 +198,8 @@ def test_a_pull_copies_the_writers_own_device_memory_once_into_memory_no_writer_
     assert got["sealed"][0]["read"] == got["pulledReply"][1] and got["sealed"][0]["pulled"] == got["pulledReply"][1]
     assert got["sealed"][2] == {"read": 1, "pulled": 1}, "a one-tensor pull hashes one tensor, even with others in its segment"
     assert got["partialSegmentTensors"] > 1
+    # Where each commit's time went, in the daemon's log (update_cuda.py reads it on a GPU).
+    assert all(t == ["allocateMs", "copyMs", "digestMs", "openMs"] for t in got["sealedTimings"]), got["sealedTimings"]
     # Refused before anything is copied: on the client, and by the daemon for a writer that skips it.
     assert [got["clientBadSize"], got["clientUnknown"]] == ["E_BAD_SIZE", "E_UNKNOWN_TENSOR"]
     assert [got["daemonUnknown"], got["daemonBadSize"], got["daemonBadSource"], got["daemonTwice"], got["daemonEmptyCommit"]] == [
