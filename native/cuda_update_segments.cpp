@@ -121,6 +121,8 @@ CudaCommitted commitInto(int deviceIndex, const std::vector<int>& fds, const std
     sizes.push_back(vmmSegmentSize(dev, bytes[i]));
     if (copied[i]) needed += sizes.back();
   }
+  // Which copied segments' own descriptors a copy reads (staging: all; a pull: those with gaps).
+  std::vector<bool> readsOwn(fds.size(), false);
   for (const CommitCopy& c : copies) {
     uint64_t end;
     if (c.segment >= fds.size() || !copied[c.segment] || c.source > sources.size() || __builtin_add_overflow(c.dstOffset, c.bytes, &end) ||
@@ -128,6 +130,7 @@ CudaCommitted commitInto(int deviceIndex, const std::vector<int>& fds, const std
       throw DeviceError("E_BAD_PLAN", "a commit copy of " + std::to_string(c.bytes) + " bytes to segment " + std::to_string(c.segment) + " at " +
                                           std::to_string(c.dstOffset) + " from source " + std::to_string(c.source) + " lies outside the commit");
     }
+    if (c.source == 0) readsOwn[c.segment] = true;
   }
   // What the new version serves: fresh final allocations for the written segments, which only
   // this process ever maps (and writes, here, once), and the shared segments as they are.
@@ -163,7 +166,7 @@ CudaCommitted commitInto(int deviceIndex, const std::vector<int>& fds, const std
     for (size_t i = 0; i < fds.size(); ++i) {
       if (!copied[i]) {
         served[i] = VmmSegment::import(dev, fds[i], sizes[i]);
-      } else if (std::any_of(copies.begin(), copies.end(), [i](const CommitCopy& c) { return c.segment == i && c.source == 0; })) {
+      } else if (readsOwn[i]) {
         own[i] = VmmSegment::import(dev, fds[i], sizes[i]);
       }
     }
