@@ -80,7 +80,11 @@ class Update:
 
             self._pull = PullSources(device if device is not None else _current_torch_device())
             extra = {"source": "pull", "device": self._pull.uuid}
-        self.conn = Connection(socket_path, timeout)
+        try:
+            self.conn = Connection(socket_path, timeout)
+        except BaseException:
+            self._release_pull()
+            raise
         try:
             reply, fds = self.conn.request_fds("begin_update", model=model, base=base, **extra)
         except BaseException:
