@@ -56,6 +56,16 @@ def stop_daemon(daemon: subprocess.Popen) -> int:
     return daemon.wait()
 
 
+def meta_llama(torch: Any, transformers: Any, config: Any) -> Any:
+    """A Llama on the meta device as from_pretrained builds one: bf16 parameters, float32 rotary
+    frequencies. ``LlamaForCausalLM(config).to(torch.bfloat16)`` would cast the frequencies to
+    bf16 too, and its logits would differ from the disk model's in every replay (the 2026-12-06
+    H100 run failed so, at version 0, before any update)."""
+    config._attn_implementation = ATTENTION
+    with torch.device("meta"):
+        return transformers.AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+
+
 def disk_logits(torch: Any, transformers: Any, path: Path, prompt: Any, edit: Callable[[Any], None] = lambda m: None) -> Any:
     """The logits of the checkpoint at `path` loaded from disk (after `edit(model)`)."""
     m = transformers.LlamaForCausalLM.from_pretrained(str(path), torch_dtype=torch.bfloat16, attn_implementation=ATTENTION).to("cuda:0").eval()

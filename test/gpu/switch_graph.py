@@ -36,7 +36,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from llama_graph import ATTENTION, PROMPT, ROOT, capture, disk_logits, start_daemon, stop_daemon, write_checkpoint
+from llama_graph import PROMPT, ROOT, capture, disk_logits, meta_llama, start_daemon, stop_daemon, write_checkpoint
 
 sys.path.insert(0, str(ROOT / "clients/python"))
 
@@ -88,9 +88,7 @@ def main() -> int:
         step("the two versions' disk logits differ", not torch.equal(want0, want1))
 
         config = transformers.AutoConfig.from_pretrained(str(v0))
-        config._attn_implementation = ATTENTION
-        with torch.device("meta"):
-            model = transformers.LlamaForCausalLM(config).to(torch.bfloat16)
+        model = meta_llama(torch, transformers, config)
         loaded = load_into(model, str(v0), socket_dir=str(sock), device=0)
         model.eval()
         attached = loaded.attached
