@@ -248,7 +248,10 @@ class Connection:
 
     def poll_events(self, timeout: float = 0.0) -> List[Dict[str, Any]]:
         """Takes the events received so far; when there are none, waits up to ``timeout`` seconds
-        for the first, then takes every one already there."""
+        for the first, then takes every one already there. Raises ServeError with the daemon's
+        code when it closed the connection saying why (E_EVENTS_NOT_READ: read events at least
+        every ``WEIGHTD_SERVE_EVENT_READ_TIMEOUT_MS``, 60 s by default); the events read before
+        that come with the next call."""
         deadline = time.monotonic() + timeout
         while self._sock is not None:
             wait = 0.0 if self.events else max(0.0, deadline - time.monotonic())
@@ -262,6 +265,11 @@ class Connection:
                 raise
             if not is_event(frame):
                 self.close()
+                err = frame.get("error") if isinstance(frame, dict) and frame.get("id") is None and frame.get("ok") is False else None
+                if isinstance(err, dict):
+                    # The daemon dropped the connection and said why (E_EVENTS_NOT_READ: events
+                    # left unread too long); the events before it stay for the next poll_events.
+                    raise ServeError(str(err.get("code", "E_UNKNOWN")), f"weightd ({self.socket_path}) closed this connection: {err.get('message', frame)}", err.get("details"))
                 raise ProtocolError("E_BAD_REPLY", f"a frame no request asked for is not an event: {str(frame)[:200]}")
             self.events.append(frame)
         out, self.events = self.events, []
