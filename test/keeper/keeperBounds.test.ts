@@ -95,6 +95,32 @@ test("four stalled 64 MiB KEEPs and one waiting behind them do not starve a prom
   }
 });
 
+test('frames get room in the order they asked: a KEEP that would fit waits behind one that waits longer, and both are kept once the stalled ones are refused', async () => {
+  const keeper = await startTestKeeper(['--log-level', 'debug']);
+  const memfd = await memfdWith(Buffer.from('x'));
+  const waiting = () => count(keeper.stderr(), /"msg":"a request waits for room/);
+  try {
+    // 3 x 64 MiB and 60 MiB held: 4 MiB of the budget left.
+    const stalled = [stall(keeper, ['3', 'keep', '100000']), stall(keeper, ['1', 'keep', '100000', String(60 << 20)])];
+    await new Promise((r) => setTimeout(r, 500));
+    assert.is(waiting(), 0, keeper.stderr());
+    const done: string[] = [];
+    const first = keeper.client.keep('d', 'first', Buffer.alloc(10 << 20, 1), [memfd]).then(() => done.push('first'));
+    await waitUntil('the 10 MiB KEEP waits for room', () => waiting() === 1);
+    // 2 MiB fits the 4 MiB left, but the 10 MiB one asked first.
+    const second = keeper.client.keep('d', 'second', Buffer.alloc(2 << 20, 2), [memfd]).then(() => done.push('second'));
+    await waitUntil('the 2 MiB KEEP waits behind it', () => waiting() === 2);
+    assert.equal(done, [], 'neither got room while the stalled ones held it');
+    // Room goes to both in turn once the stalled ones are refused (the smaller may finish first).
+    await Promise.all([first, second]);
+    assert.equal((await keeper.client.list()).map((r) => r.fingerprint).sort(), ['first', 'second']);
+    assert.equal((await Promise.all(stalled)).flat(), Array(4).fill('E_READ_TIMEOUT'));
+  } finally {
+    closeSync(memfd);
+    await keeper.kill();
+  }
+});
+
 test('a bare header, nothing after it: E_READ_TIMEOUT after --request-timeout', async () => {
   const keeper = await startTestKeeper(['--request-timeout', '0.5']);
   try {
