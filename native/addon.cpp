@@ -22,6 +22,7 @@
 #include "page_cache.h"
 #include "host_mapping.h"
 #include "peer_credentials.h"
+#include "unread_bytes.h"
 #include "js_values.h"
 #include "unix_fds.h"
 #include "update_segments.h"
@@ -386,6 +387,7 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
                              InstanceValue("Device", deviceCtor_.Value()),
                              InstanceMethod<&WeightdAddon::SetErrorFactory>("setErrorFactory"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::PeerCredentials>>("peerCredentials"),
+                             InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::UnreadBytes>>("unreadBytes"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::SendWithFds>>("sendWithFds"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::UnixRequest>>("unixRequest"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::CloseFd>>("closeFd"),
@@ -455,6 +457,11 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
     o.Set("uid", c.uid);
     o.Set("gid", c.gid);
     return o;
+  }
+
+  // An ioctl that does not block, as getsockopt above.
+  Napi::Value UnreadBytes(const Napi::CallbackInfo& info) {
+    return Napi::Number::New(info.Env(), static_cast<double>(unreadBytes(toBounded<int>(info[0], "fd"))));
   }
 
   // Descriptor passing (native/unix_fds.h). The frame is copied at the call: the job then owns

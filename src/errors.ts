@@ -11,6 +11,8 @@ export const NATIVE_ERROR_CODES = [
   'E_UPDATE_SOURCE',
   // native/unix_fds.cpp: descriptor passing
   'E_CONNECT', 'E_FD_CLOSE', 'E_FD_OPEN', 'E_FD_RECV', 'E_FD_SEND', 'E_FD_TIMEOUT', 'E_FRAME_TOO_LARGE', 'E_PEER_CLOSED', 'E_PEER_UID',
+  // native/unread_bytes.cpp: what a connection's peer has not read
+  'E_SOCKET_QUEUE',
 ] as const;
 
 export type NativeErrorCode = (typeof NATIVE_ERROR_CODES)[number];
@@ -46,6 +48,7 @@ export type ErrorCode =
   | 'E_DISCONNECTED'
   | 'E_DOES_NOT_FIT'
   | 'E_DRAINING'
+  | 'E_EVENTS_NOT_READ'
   | 'E_FAILED'
   | 'E_FD_LIMIT'
   | 'E_FILE_TOO_LARGE'
@@ -173,6 +176,7 @@ export type ErrorCode =
   | 'E_TIMEOUT'
   | 'E_TOO_MANY_CONNECTIONS'
   | 'E_TOO_MANY_FDS'
+  | 'E_TOO_MANY_WATCHERS'
   | 'E_TOO_MANY_WATCHES'
   | 'E_UNEXPECTED_FDS'
   | 'E_UNKNOWN_COMMAND'

@@ -21,10 +21,19 @@ constexpr size_t kReadChunk = 64 << 10;
 
 }  // namespace
 
-bool InFlight::reserve(size_t n) {
-  if (used_ > limit_ || n > limit_ - used_) return false;
-  used_ += n;
-  return true;
+bool InFlight::reserve(Connection* who, size_t n) {
+  bool first = waiting_.empty() || waiting_.front() == who;
+  if (first && used_ <= limit_ && n <= limit_ - used_) {
+    if (!waiting_.empty()) waiting_.pop_front();
+    used_ += n;
+    return true;
+  }
+  if (std::find(waiting_.begin(), waiting_.end(), who) == waiting_.end()) waiting_.push_back(who);
+  return false;
+}
+
+void InFlight::leave(Connection* who) {
+  waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), who), waiting_.end());
 }
 
 Connection::Connection(int fd, pid_t peerPid, InFlight& inFlight) : fd_(fd), peerPid_(peerPid), inFlight_(inFlight), idleSince_(Clock::now()) {}
@@ -47,6 +56,12 @@ Connection::Phase Connection::phase() const {
   return in_.empty() ? Phase::Idle : Phase::Receiving;
 }
 
+std::optional<Clock::time_point> Connection::holdDeadline() const {
+  if (reserved_ == 0) return std::nullopt;
+  auto transfer = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(static_cast<double>(reserved_) / kMinLargeRequestRate));
+  return reservedAt_ + kHoldGrace + transfer;
+}
+
 std::optional<Clock::time_point> Connection::deadline(const Timeouts& t) const {
   switch (phase()) {
     case Phase::Watching: return std::nullopt;
@@ -62,6 +77,7 @@ void Connection::dropFrame() {
   length_ = 0;
   inFlight_.release(reserved_);
   reserved_ = 0;
+  if (parked_) inFlight_.leave(this);
   parked_ = false;
   closeAll(inFds_);
 }
@@ -74,9 +90,10 @@ size_t Connection::target() {
   if (length_ > kMaxOtherRequestBytes && reserved_ == 0) {
     if (in_.size() == kHeaderBytes) return kHeaderBytes + 1;
     checkLargeRequest(length_, in_[kHeaderBytes], !inFds_.empty());
-    parked_ = !inFlight_.reserve(length_);
+    parked_ = !inFlight_.reserve(this, length_);
     if (parked_) return 0;
     reserved_ = length_;
+    reservedAt_ = Clock::now();
   }
   return kHeaderBytes + length_;
 }

@@ -190,9 +190,10 @@ class Keeper {
       closeOverdue();
       reapConnections();
       // What was sent, refused or closed above freed room in the budget: the frames waiting for it
-      // go on, in the order they connected.
-      for (auto& c : connections_) {
-        if (c->parked()) serve(*c, POLLIN);
+      // go on, in the order they asked for it, until one still does not fit.
+      while (Connection* next = inFlight_.next()) {
+        serve(*next, POLLIN);
+        if (next->parked()) break;
       }
       if (emptyAndDone()) {
         log(Level::Info, "no record held and no client connected: exiting (--exit-when-empty)");
@@ -208,6 +209,8 @@ class Keeper {
     for (const auto& c : connections_) {
       std::optional<Clock::time_point> d = c->deadline(options_.timeouts);
       if (d && (!next || *d < *next)) next = d;
+      std::optional<Clock::time_point> h = inFlight_.contended() ? c->holdDeadline() : std::nullopt;
+      if (h && (!next || *h < *next)) next = h;
     }
     if (next) {
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(*next - Clock::now()).count() + 1;
@@ -287,10 +290,23 @@ class Keeper {
   }
 
   // Each phase has its deadline (Timeouts): a request cut off mid-frame is told why, then closed;
-  // a reply nobody takes and an idle connection are closed.
+  // a reply nobody takes and an idle connection are closed. While frames wait for room in the
+  // budget, one that holds room and arrives slower than kMinLargeRequestRate is refused too.
   void closeOverdue() {
     Clock::time_point now = Clock::now();
     for (auto& c : connections_) {
+      std::optional<Clock::time_point> held = c->holdDeadline();
+      if (inFlight_.contended() && held && now >= *held && !c->finished()) {
+        long long heldMs = std::chrono::duration_cast<std::chrono::milliseconds>(now - c->reservedAt()).count();
+        std::string why = "a large request of " + std::to_string(c->declared()) + " bytes held room in the keeper's budget of " + std::to_string(inFlight_.limit()) +
+                          " bytes for " + std::to_string(heldMs) + " ms and " + std::to_string(c->received()) + " bytes of it arrived, while other requests waited for room; one must arrive within " +
+                          std::to_string(kHoldGrace.count()) + " ms and " + std::to_string(kMinLargeRequestRate >> 20) + " MiB a second of getting room: send a large request whole at once";
+        log(Level::Warn, "a large request arrived too slowly while others waited for room: replied with an error and closed the connection",
+            {{"code", "E_READ_TIMEOUT"}, {"error", why}, {"peerPid", static_cast<long long>(c->peerPid())}});
+        c->send(errorFrame("E_READ_TIMEOUT", why));
+        c->closeAfterReply();
+        continue;
+      }
       std::optional<Clock::time_point> d = c->deadline(options_.timeouts);
       if (!d || now < *d || c->finished()) continue;
       long long peer = c->peerPid();

@@ -210,6 +210,8 @@ export function buildProgram(): Command {
   ])
     .option('--adopt-within <seconds>', 'free a record this long after its owner exits, unless a daemon takes it', '600')
     .option('--exit-when-empty', 'exit once it holds nothing and nobody is connected')
+    .option('--request-timeout <seconds>', "close a connection whose request has not arrived whole this long after its first byte, or whose reply is not taken this long after it is ready (the keeper's default: 10; docs/keeper.md, Bounds)")
+    .option('--idle-timeout <seconds>', "close a connection that sent nothing this long since it connected or took its last reply (the keeper's default: 30)")
     .addOption(new Option('--log-level <level>', 'log level').choices(['debug', 'info', 'warn', 'error']).default('info'));
   subcommand(keeper, 'status', 'say whether a keeper answers at the socket, and what it holds: each shard, its bytes, its owner and when it is freed', ['weightd keeper status --weight-cache-socket-dir /run/weightd']);
   subcommand(keeper, 'stop', 'stop the keeper at the socket (SIGTERM): it frees everything it holds', ['weightd keeper stop --socket /run/weightd-keeper/keeper.sock']);
@@ -312,8 +314,14 @@ export function parseCommand(argv: string[], env: NodeJS.ProcessEnv = process.en
     });
   }
   keeper.action(() => {
-    const o = optionsOf(keeper) as { adoptWithin: string; exitWhenEmpty?: boolean; logLevel: string };
-    const args = ['--socket', keeperSocket(o as Record<string, unknown>), '--adopt-within', o.adoptWithin, '--log-level', o.logLevel];
+    const o = optionsOf(keeper) as { adoptWithin: string; exitWhenEmpty?: boolean; requestTimeout?: string; idleTimeout?: string; logLevel: string };
+    // The deadlines go as given, and only when given: the keeper checks them (exit 2 naming the
+    // value) and its own defaults stand otherwise.
+    const args = [
+      '--socket', keeperSocket(o as Record<string, unknown>), '--adopt-within', o.adoptWithin, '--log-level', o.logLevel,
+      ...(o.requestTimeout === undefined ? [] : ['--request-timeout', o.requestTimeout]),
+      ...(o.idleTimeout === undefined ? [] : ['--idle-timeout', o.idleTimeout]),
+    ];
     result = { command: 'keeper', args: o.exitWhenEmpty ? [...args, '--exit-when-empty'] : args };
   });
   try {

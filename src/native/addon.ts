@@ -206,6 +206,8 @@ export interface UnixReply {
 export interface Addon {
   Device: new (backend: Backend, index: number, options: NativeDeviceOptions) => NativeDevice;
   peerCredentials(fd: number): PeerCredentials;
+  /** native/unread_bytes.h: what the peer of Unix stream socket `fd` has not read yet, in the kernel's accounting (0 exactly when it read everything). */
+  unreadBytes(fd: number): number;
   /** Maps a received host segment (a memfd sealed against write, shrink and grow, else E_SHM_OPEN) read-only; the caller still closes `fd`. */
   mapShared(fd: number, bytes: number): ArrayBuffer;
   unmapShared(buffer: ArrayBuffer): void;

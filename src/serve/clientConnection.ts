@@ -2,13 +2,14 @@
 // backpressure. Command semantics live in the handlers (handlers/index.ts). Anything hostile or
 // malformed ends this connection only, after a best-effort error frame saying why.
 import type { Duplex } from 'node:stream';
-import { asWeightdError, ProtocolError, schemaIssues, WeightdError } from '../errors.js';
+import { asWeightdError, ProtocolError, schemaIssues, ServeError, WeightdError } from '../errors.js';
 import { encodeFrame, FrameDecoder, framePieces, parsePayload } from '../wire/frameCodec.js';
 import { COMMANDS, Request, type ErrorReply } from '../wire/protocol.js';
 import type { FdReply, Reply } from './handlers/fdReply.js';
 import type { Caller } from './leaseTable.js';
 import { socketFdWriter, type FdWriter } from '../wire/socketFdWriter.js';
 import { turnAway } from '../wire/turnAway.js';
+import { unreadBytes } from '../wire/unreadBytes.js';
 
 export interface ConnectionLimits {
   maxRequestBytes: number;
@@ -16,7 +17,20 @@ export interface ConnectionLimits {
   readTimeoutMs: number;
   /** A connection with no request in flight and nothing bound to it is closed after this. */
   idleTimeoutMs: number;
+  /**
+   * The peer must have read every event (a watch's, lease_revoked) within this of the first one
+   * it left unread, or the connection is dropped: a watcher is never idle-closed, so one that
+   * stopped reading would otherwise hold its slot, and its events, for ever.
+   */
+  eventReadTimeoutMs: number;
 }
+
+/**
+ * The most bytes of frames a connection may have waiting in the daemon's own buffer when an event
+ * is written: they are there only once the kernel's buffer for the peer is full (about 200 KiB),
+ * so the peer has stopped reading; past this the connection is dropped at once.
+ */
+export const MAX_EVENT_BACKLOG_BYTES = 256 * 1024;
 
 export interface ConnectionHandler {
   /** Serves one valid request; resolves to the serialized reply, or one with descriptors. May throw WeightdError. */
@@ -61,7 +75,10 @@ export class ClientConnection {
   #sendingFds = false;
   #destroyAfterSend = false;
   /** Event frames that came while a reply with descriptors was being sent: written after it. */
-  #heldEvents: string[] = [];
+  #heldEvents: Buffer[] = [];
+  /** When the oldest event the peer may not have read was written (Date.now()); undefined: it read them all. */
+  #unreadSince: number | undefined;
+  #eventTimer: NodeJS.Timeout | undefined;
 
   /** `sendFds` writes replies with descriptors; by default on the socket's own fd (socketFdWriter.ts). */
   constructor(socket: Duplex, caller: Caller, handler: ConnectionHandler, limits: ConnectionLimits, sendFds: FdWriter = socketFdWriter(socket)) {
@@ -78,6 +95,7 @@ export class ClientConnection {
       this.#closing = true;
       clearTimeout(this.#readTimer);
       clearTimeout(this.#idleTimer);
+      clearTimeout(this.#eventTimer);
       this.#handler.closed(caller);
     });
     this.#armIdle();
@@ -89,8 +107,20 @@ export class ClientConnection {
    */
   notify(json: string): void {
     if (this.#closing) return;
-    if (this.#sendingFds) this.#heldEvents.push(json);
-    else void this.#writeFrame([encodeFrame(json)]);
+    const frame = encodeFrame(json);
+    const backlog = this.#socket.writableLength + this.#heldEvents.reduce((n, f) => n + f.length, 0) + frame.length;
+    if (backlog > MAX_EVENT_BACKLOG_BYTES) {
+      this.#fail(null, new ServeError('E_EVENTS_NOT_READ', `${backlog} bytes of replies and events wait for this connection behind its full socket buffer, more than the ${MAX_EVENT_BACKLOG_BYTES} one may leave unread; read events as they come (the client's event listener, poll_events), then connect and watch again`, { backlog, limit: MAX_EVENT_BACKLOG_BYTES }));
+      return;
+    }
+    // Measured before this frame is written: the peer that has read everything so far starts a
+    // new clock with it, whatever it left unread (and then read) before.
+    if (this.#unreadSince === undefined || unreadBytes(this.#socket) === 0) {
+      this.#unreadSince = Date.now();
+      this.#armEventRead(this.#limits.eventReadTimeoutMs);
+    }
+    if (this.#sendingFds) this.#heldEvents.push(frame);
+    else this.#send([frame]);
   }
 
   destroy(): void {
@@ -195,14 +225,7 @@ export class ClientConnection {
   #writeFrame(buffers: readonly Buffer[]): Promise<void> {
     return new Promise((resolve) => {
       if (this.#closing) return resolve();
-      let written = true;
-      this.#lastWrite = new Promise<void>((flushed) => {
-        // Corked, the pieces leave in one writev.
-        this.#socket.cork();
-        buffers.forEach((b, i) => (written = i < buffers.length - 1 ? this.#socket.write(b) : this.#socket.write(b, () => flushed())));
-        this.#socket.uncork();
-      });
-      if (written) resolve();
+      if (this.#send(buffers)) resolve();
       else {
         const deadline = setTimeout(() => this.destroy(), this.#limits.idleTimeoutMs);
         const done = () => {
@@ -215,6 +238,40 @@ export class ClientConnection {
         this.#socket.on('close', done);
       }
     });
+  }
+
+  /**
+   * Writes frames to the stream without waiting for them to drain (events: the peer's reading is
+   * bounded by notify's rules instead); returns whether the stream took them without buffering.
+   */
+  #send(buffers: readonly Buffer[]): boolean {
+    let written = true;
+    this.#lastWrite = new Promise<void>((flushed) => {
+      // Corked, the pieces leave in one writev.
+      this.#socket.cork();
+      buffers.forEach((b, i) => (written = i < buffers.length - 1 ? this.#socket.write(b) : this.#socket.write(b, () => flushed())));
+      this.#socket.uncork();
+    });
+    return written;
+  }
+
+  /**
+   * Once the peer has had `ms` to read the oldest event it may not have read: it has read
+   * everything since (the clock stops), or a newer event restarted the clock, or it is dropped.
+   */
+  #armEventRead(ms: number): void {
+    clearTimeout(this.#eventTimer);
+    this.#eventTimer = setTimeout(() => {
+      if (this.#closing || this.#unreadSince === undefined) return;
+      if (unreadBytes(this.#socket) === 0) {
+        this.#unreadSince = undefined;
+        return;
+      }
+      const waited = Date.now() - this.#unreadSince;
+      const timeout = this.#limits.eventReadTimeoutMs;
+      if (waited < timeout) return this.#armEventRead(timeout - waited);
+      this.#fail(null, new ServeError('E_EVENTS_NOT_READ', `this connection left events unread for ${waited} ms, longer than the ${timeout} ms a connection may (WEIGHTD_SERVE_EVENT_READ_TIMEOUT_MS); read events as they come (the client's event listener, poll_events), then connect and watch again`, { waitedMs: waited, limitMs: timeout }));
+    }, ms);
   }
 
   /**
@@ -241,7 +298,7 @@ export class ClientConnection {
       } finally {
         this.#sendingFds = false;
         if (this.#destroyAfterSend) this.#socket.destroy();
-        for (const json of this.#heldEvents.splice(0)) this.notify(json);
+        if (!this.#closing && this.#heldEvents.length > 0) this.#send(this.#heldEvents.splice(0));
       }
     } finally {
       reply.sent();
@@ -273,7 +330,10 @@ export class ClientConnection {
     this.#handler.violation(this.caller, err);
     clearTimeout(this.#readTimer);
     clearTimeout(this.#idleTimer);
+    clearTimeout(this.#eventTimer);
     this.#queue.length = 0;
+    // An event's rules can drop the connection while sendmsg runs on its fd: closed then (destroy()).
+    if (this.#sendingFds) return this.destroy();
     // Ended drained, not destroyed once written: a peer still sending (its request crossed the
     // deadline, or the rest of a refused frame) would get EPIPE and lose this frame unread.
     turnAway(this.#socket, encodeFrame(errorReply(id, err)));

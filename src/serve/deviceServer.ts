@@ -78,7 +78,7 @@ export class DeviceServer implements ConnectionHandler, DeviceServices {
   readonly #connections = new Map<number, ClientConnection>();
   readonly counters = { requests: 0, protocolErrors: 0, refusedPeers: 0 };
   readonly startedAt = Date.now();
-  readonly watches = new WatchTable();
+  readonly watches = new WatchTable(() => this.#limits.maxWatchers);
   readonly updates: UpdateHost | undefined;
   #limits: ServeLimits = DEFAULT_SERVE_LIMITS;
   readonly #uid = process.getuid!();

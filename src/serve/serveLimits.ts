@@ -8,6 +8,11 @@ export interface ServeLimits extends ConnectionLimits {
   leaseSweepMs: number;
   /** The most connections the socket holds; beyond them (or its share of the descriptor budget, descriptorBudget.ts) one is closed at once. */
   maxConnections: number;
+  /**
+   * The most of those connections that watch (watchTable.ts): a watcher is never idle-closed, so
+   * without a budget of their own watchers could hold every connection and leave none to attach.
+   */
+  maxWatchers: number;
   /** Log window of peer-caused lines (protocol errors, refusals): 20 lines, then a count. */
   logWindowMs: number;
   /**
@@ -21,8 +26,10 @@ export const DEFAULT_SERVE_LIMITS: ServeLimits = {
   maxRequestBytes: MAX_REQUEST_BYTES,
   readTimeoutMs: 5_000,
   idleTimeoutMs: 60_000,
+  eventReadTimeoutMs: 60_000,
   leaseSweepMs: 2_000,
   maxConnections: 1024,
+  maxWatchers: 256,
   logWindowMs: 10_000,
   filesCheckMs: 1_000,
 };
@@ -34,8 +41,10 @@ export const DEFAULT_SERVE_LIMITS: ServeLimits = {
 export const SERVE_LIMITS_ENV: Record<Exclude<keyof ServeLimits, 'maxRequestBytes' | 'filesCheckMs'>, string> = {
   readTimeoutMs: 'WEIGHTD_SERVE_READ_TIMEOUT_MS',
   idleTimeoutMs: 'WEIGHTD_SERVE_IDLE_TIMEOUT_MS',
+  eventReadTimeoutMs: 'WEIGHTD_SERVE_EVENT_READ_TIMEOUT_MS',
   leaseSweepMs: 'WEIGHTD_SERVE_LEASE_SWEEP_MS',
   maxConnections: 'WEIGHTD_SERVE_MAX_CONNECTIONS',
+  maxWatchers: 'WEIGHTD_SERVE_MAX_WATCHERS',
   logWindowMs: 'WEIGHTD_SERVE_LOG_WINDOW_MS',
 };
 

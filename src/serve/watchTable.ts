@@ -1,22 +1,34 @@
 // Which connections watch which model names (the watch command): each is told on its connection
 // when a newer version of a name it watches is ready, when a version of it is about to be
 // dropped, and (if it asked) when one is stale. Bounded per connection, so a client cannot make
-// the server hold names without limit.
+// the server hold names without limit, and in connections (a watcher is never idle-closed), so
+// watchers cannot hold every connection of the socket.
 import { ServeError } from '../errors.js';
 
 /** Names one connection may watch. */
 export const MAX_WATCHES_PER_CONNECTION = 16;
 
 export class WatchTable {
+  /** The most connections that may watch (ServeLimits.maxWatchers), read at each new watcher. */
+  readonly #maxWatchers: () => number;
   readonly #byConnection = new Map<number, Set<string>>();
   /** The names each connection also hears model_stale of. */
   readonly #stale = new Map<number, Set<string>>();
 
+  constructor(maxWatchers: () => number) {
+    this.#maxWatchers = maxWatchers;
+  }
+
   /**
    * Adds `name` to the connection's watches (`stale`: with model_stale); throws
-   * E_TOO_MANY_WATCHES past the bound. Returns whether it is new.
+   * E_TOO_MANY_WATCHES past the bound of names, E_TOO_MANY_WATCHERS when the connection would be
+   * one watcher too many. Returns whether it is new.
    */
   add(connectionId: number, name: string, stale = false): boolean {
+    const max = this.#maxWatchers();
+    if (!this.#byConnection.has(connectionId) && this.#byConnection.size >= max) {
+      throw new ServeError('E_TOO_MANY_WATCHERS', `${this.#byConnection.size} connections of this socket watch already, the most it keeps (WEIGHTD_SERVE_MAX_WATCHERS=${max}); watch on a connection that watches already (up to ${MAX_WATCHES_PER_CONNECTION} names each), or try again once a watcher closes`, { limit: max });
+    }
     const names = this.#byConnection.get(connectionId) ?? new Set<string>();
     const added = !names.has(name);
     if (added && names.size >= MAX_WATCHES_PER_CONNECTION) {

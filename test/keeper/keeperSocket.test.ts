@@ -125,6 +125,30 @@ test('weightd keeper runs the keeper in the foreground: a SIGTERM to weightd rea
   }
 });
 
+test("weightd keeper passes the keeper's deadlines on (--request-timeout, --idle-timeout), and a bad one exits 2 naming it", async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'weightd-keeper-'));
+  const socket = join(dir, 'keeper.sock');
+  const cli = spawn(process.execPath, [mainJs, 'keeper', '--socket', socket, '--request-timeout', '2.5', '--idle-timeout', '0.5'], { stdio: ['ignore', 'ignore', 'pipe'] });
+  let stderr = '';
+  cli.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+  const exited = new Promise<number | null>((resolve) => cli.on('exit', (code) => resolve(code)));
+  try {
+    await waitUntil(() => `the keeper serves (stderr: ${stderr})`, () => stderr.includes('"msg":"keeper serving"'));
+    assert.match(stderr, /"requestTimeoutMs":2500,"idleTimeoutMs":500/);
+    const idle = connect(socket);
+    await new Promise<void>((resolve) => idle.on('close', () => resolve()));
+    assert.match(stderr, /closed a client that sent nothing within the idle timeout","timeoutMs":500/);
+    cli.kill('SIGTERM');
+    assert.is(await exited, 0, stderr);
+  } finally {
+    cli.kill('SIGKILL');
+    rmSync(dir, { recursive: true, force: true });
+  }
+  const bad = spawnSync(process.execPath, [mainJs, 'keeper', '--socket', socket, '--request-timeout', '0'], { encoding: 'utf8', timeout: 20_000 });
+  assert.is(bad.status, 2, bad.stderr);
+  assert.match(bad.stderr, /--request-timeout 0 is not a number of seconds \(above 0 to 1e9, e.g. 600 or 0.5\)/);
+});
+
 test('weightd keeper killed with SIGKILL (which it cannot forward): its keeper stops too, frees its records and removes its socket', async () => {
   const dir = mkdtempSync(join(tmpdir(), 'weightd-keeper-'));
   const socket = join(dir, 'keeper.sock');

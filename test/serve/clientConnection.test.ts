@@ -28,7 +28,7 @@ async function serve(handler: Partial<ConnectionHandler>, limits: { readTimeoutM
       closed: () => serverClosed(),
       violation: (_c, err) => violations.push(err.code),
       ...handler,
-    }, { maxRequestBytes: 1 << 20, ...limits });
+    }, { maxRequestBytes: 1 << 20, eventReadTimeoutMs: 60_000, ...limits });
   });
   await new Promise<void>((r) => server.listen(path, r));
   const client = createConnection(path);

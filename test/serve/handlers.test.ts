@@ -12,6 +12,7 @@ import { encodeMessage, FrameDecoder, MAX_RESPONSE_BYTES } from '../../src/wire/
 import { fromPacked } from '../../src/wire/packedManifest.js';
 import { PROTOCOL_VERSION } from '../../src/wire/protocol.js';
 import { MAX_WATCHES_PER_CONNECTION } from '../../src/serve/watchTable.js';
+import { DEFAULT_SERVE_LIMITS } from '../../src/serve/serveLimits.js';
 import { fileIdentities } from '../../src/files/fileIdentity.js';
 import { FilesCheck } from '../../src/serve/filesCheck.js';
 import { makeTempDir, removeDir } from '../helpers/checkpoints.js';
@@ -269,6 +270,29 @@ test('watch: a name refused over the bound neither hears model_stale nor stays i
     assert.is(refused.error.code, 'E_TOO_MANY_WATCHES');
     assert.equal(server.watches.watchersOf('one-too-many', 'model_stale'), []);
     assert.equal(server.watches.watchersOf('one-too-many'), []);
+  } finally {
+    server.close();
+  }
+});
+
+test('watch: connections that watch have a budget of their own (never idle-closed, they could hold every connection): one over it hears E_TOO_MANY_WATCHERS naming the limit', async () => {
+  const server = oneRankServer({ rank, log, freeMemory: async () => {} });
+  try {
+    const watchers = [];
+    for (let i = 0; i < DEFAULT_SERVE_LIMITS.maxWatchers; i++) {
+      const w = connect(server);
+      assert.is((await w.request({ cmd: 'watch', model: 'tiny' })).ok, true);
+      watchers.push(w);
+    }
+    assert.is((await watchers[0]!.request({ cmd: 'watch', model: 'other' })).ok, true, 'a watcher may watch more names');
+    const over = connect(server);
+    const refused = await over.request({ cmd: 'watch', model: 'tiny' });
+    assert.is(refused.error.code, 'E_TOO_MANY_WATCHERS');
+    assert.match(refused.error.message, `${DEFAULT_SERVE_LIMITS.maxWatchers} connections of this socket watch already, the most it keeps (WEIGHTD_SERVE_MAX_WATCHERS=${DEFAULT_SERVE_LIMITS.maxWatchers})`);
+    assert.equal(refused.error.details, { limit: DEFAULT_SERVE_LIMITS.maxWatchers });
+    assert.is((await over.request({ cmd: 'ping' })).ok, true, 'the refused connection is still served');
+    await watchers.pop()!.hangUp();
+    assert.is((await over.request({ cmd: 'watch', model: 'tiny' })).ok, true, 'a watcher that closed made room');
   } finally {
     server.close();
   }

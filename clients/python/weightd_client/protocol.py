@@ -139,6 +139,8 @@ class Connection:
         self._ids = itertools.count(1)
         #: Event frames read so far and not yet taken (poll_events).
         self.events: List[Dict[str, Any]] = []
+        #: Why the daemon closed the connection, when it said (E_EVENTS_NOT_READ): poll_events raises it.
+        self._dropped: Optional[ServeError] = None
 
     def _open(self) -> socket.socket:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -160,14 +162,32 @@ class Connection:
             raise
         return sock
 
-    def _closed_by_peer(self, sock: socket.socket) -> bool:
-        readable, _, _ = select.select([sock], [], [], 0)
-        if not readable:
-            return False
-        try:
-            return sock.recv(1, socket.MSG_PEEK) == b""
-        except OSError:
-            return True
+    def _read_unasked(self, timeout: float) -> None:
+        """Reads the frames that came with nothing asked into ``events``: the first within
+        ``timeout`` seconds when there are none yet, then every one already there. A frame saying
+        why the daemon closed the connection (id null, an error) closes it and is kept for
+        poll_events; a read that fails closes it and raises."""
+        deadline = time.monotonic() + timeout
+        while self._sock is not None:
+            wait = 0.0 if self.events else max(0.0, deadline - time.monotonic())
+            readable, _, _ = select.select([self._sock], [], [], wait)
+            if not readable:
+                return
+            try:
+                frame = read_frame(self._sock, time.monotonic() + self.timeout)
+            except (OSError, WeightdError):
+                self.close()
+                raise
+            if is_event(frame):
+                self.events.append(frame)
+                continue
+            self.close()
+            err = frame.get("error") if isinstance(frame, dict) and frame.get("id") is None and frame.get("ok") is False else None
+            if not isinstance(err, dict):
+                raise ProtocolError("E_BAD_REPLY", f"a frame no request asked for is not an event: {str(frame)[:200]}")
+            # The daemon dropped the connection and said why (E_EVENTS_NOT_READ: events left
+            # unread too long).
+            self._dropped = ServeError(str(err.get("code", "E_UNKNOWN")), f"weightd ({self.socket_path}) closed this connection: {err.get('message', frame)}", err.get("details"))
 
     def request(self, cmd: str, **body: Any) -> Dict[str, Any]:
         return self._request(cmd, body, None)
@@ -184,8 +204,13 @@ class Connection:
 
     def _request(self, cmd: str, body: Dict[str, Any], fds: Optional[List[int]]) -> Dict[str, Any]:
         message = {"id": 0, "cmd": cmd, **{k: v for k, v in body.items() if v is not None}}
-        if self._sock is not None and self._closed_by_peer(self._sock):
-            self.close()
+        if self._sock is not None:
+            try:
+                # Events that came since the last request are kept, and a connection the daemon
+                # closed (idle, or dropped saying why) is found before the request is sent on it.
+                self._read_unasked(0.0)
+            except (OSError, WeightdError):
+                pass  # closed: the request goes on a new connection
         reused = self._sock is not None
         try:
             reply = self._exchange(message, fds)
@@ -248,22 +273,15 @@ class Connection:
 
     def poll_events(self, timeout: float = 0.0) -> List[Dict[str, Any]]:
         """Takes the events received so far; when there are none, waits up to ``timeout`` seconds
-        for the first, then takes every one already there."""
-        deadline = time.monotonic() + timeout
-        while self._sock is not None:
-            wait = 0.0 if self.events else max(0.0, deadline - time.monotonic())
-            readable, _, _ = select.select([self._sock], [], [], wait)
-            if not readable:
-                break
-            try:
-                frame = read_frame(self._sock, time.monotonic() + self.timeout)
-            except (OSError, WeightdError):
-                self.close()
-                raise
-            if not is_event(frame):
-                self.close()
-                raise ProtocolError("E_BAD_REPLY", f"a frame no request asked for is not an event: {str(frame)[:200]}")
-            self.events.append(frame)
+        for the first, then takes every one already there. Raises ServeError with the daemon's
+        code when it closed the connection saying why (E_EVENTS_NOT_READ: read events at least
+        every ``WEIGHTD_SERVE_EVENT_READ_TIMEOUT_MS``, 60 s by default; the connection's watches
+        ended with it), also when a request found it so and went on a new connection; the events
+        read before that come with the next call."""
+        self._read_unasked(timeout)
+        if self._dropped is not None:
+            dropped, self._dropped = self._dropped, None
+            raise dropped
         out, self.events = self.events, []
         return out
 
