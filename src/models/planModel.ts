@@ -92,6 +92,13 @@ export interface PlannedModel {
   currentSince?: number;
   /** With a keeper: its plan as its local rank 0's record carries it, so a restart plans from it (src/keeper/keptPlan.ts). */
   keptPlan?: KeptPlan;
+  /**
+   * A load of one node (ModelControl.load), with a keeper: it waits in `starting` until the keeper
+   * no longer holds the records of the versions of its name it replaces (MODEL_OLDER_DROPPED), and
+   * fails with E_VERSION_NOT_KEPT when they were not dropped (MODEL_OLDER_NOT_DROPPED), so that no
+   * restart serves a version a hot swap's reply said was replaced (docs/weight-updates.md).
+   */
+  dropsOlderFirst?: boolean;
 }
 
 /** What the keeper holds at this start (its LIST), so that a model whose shards it holds takes its plan from there. */
