@@ -123,6 +123,9 @@ export class ModelControl {
     const version = Math.max(this.#versions.get(written.name) ?? 0, versionOf(base)!) + 1;
     const planned: PlannedModel = {
       ...base,
+      // A commit retains the versions before it (--keep-versions) and is kept before it serves
+      // (keptBeforeServing): it drops none of them, whatever its base's load did.
+      dropsOlderFirst: false,
       // No files: its content was written, not read, so no change to the checkpoint makes it stale.
       plan: { ...base.plan, fingerprint, fingerprintFields: written.fingerprint.fields, files: [], ranks: base.plan.ranks.map((r, g) => r && { ...r, fingerprint: rankFingerprint(fingerprint, g) }) },
       origin: 'update',
