@@ -12,7 +12,7 @@ import type { Logger } from '../log.js';
 import type { PlannedModel, RestoredVersions } from '../models/planModel.js';
 import type { KeptRecord as ListedRecord } from '../keeper/keeperProtocol.js';
 import { arenaDigest, parseKeptRecord, type KeptRecord, type KeptWritten } from '../keeper/keptRecord.js';
-import { writtenIdentityRefusal } from '../keeper/writtenIdentity.js';
+import { writtenDirectory, writtenIdentityRefusal } from '../keeper/writtenIdentity.js';
 import { globalRank } from '../wire/rankTable.js';
 
 export interface RestoreWrittenInput {
@@ -117,6 +117,8 @@ function planVersion(ranks: Written[], planned: readonly PlannedModel[]): Planne
     origin: 'update',
     version,
     base,
+    // The check above found the record's directory to be this one: kept again, its records say so.
+    writtenOver: writtenDirectory(checkpoint.spec.modelDir),
     ...(ranks[0]!.record.currentSince !== undefined ? { currentSince: ranks[0]!.record.currentSince } : {}),
     written: local.map(({ g }) => ({ digests: byRank.get(g)!.record.written.digests, shared: byRank.get(g)!.record.written.shared })),
   };

@@ -17,6 +17,7 @@ import { rankFingerprint } from '../checkpoint/fingerprint.js';
 import type { WrittenVersion } from '../serve/updateDesk.js';
 import type { RestoredVersions } from './planModel.js';
 import { dropSuperseded } from './dropSuperseded.js';
+import { writtenDirectory } from '../keeper/writtenIdentity.js';
 
 /** States in which a model holds memory it is still filling, as the model machine tags them: one such load at a time. */
 const LOADING_STATES = new Set<string>(Object.values(modelMachine.states).filter((s) => s.tags.includes(LOAD_RUNNING)).map((s) => s.key));
@@ -131,6 +132,8 @@ export class ModelControl {
       origin: 'update',
       version,
       base: base.plan.fingerprint,
+      // A written base's directory is the one it was itself written over; a checkpoint's, as it resolves now.
+      writtenOver: base.writtenOver ?? writtenDirectory(base.spec.modelDir),
       currentSince: Date.now(),
       written: [...written.ranks]
         .sort((a, b) => a.localRank - b.localRank)

@@ -88,6 +88,11 @@ export interface PlannedModel {
   written?: WrittenRankData[];
   /** origin 'update': the model fingerprint of the version it was written over (the keeper's record carries it). */
   base?: string;
+  /**
+   * origin 'update': the checkpoint directory it was written over, every symbolic link followed
+   * as at the commit (writtenDirectory): its kept records' `model` (docs/spec/kept-written.md §1).
+   */
+  writtenOver?: string;
   /** When it became current (ms since the epoch), for its kept records (RankKeeping.currentSince): a commit's, or a restored version's recorded one. */
   currentSince?: number;
   /** With a keeper: its plan as its local rank 0's record carries it, so a restart plans from it (src/keeper/keptPlan.ts). */
