@@ -421,7 +421,14 @@ export class ModelControl {
     const child = modelActor(this.#actor.getSnapshot(), id);
     if (!child) throw new WeightdError('E_LOAD_BUSY', `the node is ${this.#actor.getSnapshot().value} and did not take the load of "${name}"; try again once it is ready`);
     const swaps = planned.dropsOlderFirst === true && child.getSnapshot().context.keeper !== undefined;
-    if (swaps) this.#onceStarting(child, () => void this.#serially(name, () => this.#dropOlder(id, child, name)));
+    if (swaps) {
+      this.#onceStarting(child, () => {
+        // A bug here must fail this load, not leave it waiting in starting (nor reject unhandled).
+        this.#serially(name, () => this.#dropOlder(id, child, name)).catch((err: unknown) =>
+          child.send({ type: 'MODEL_OLDER_NOT_DROPPED', failure: { name: 'WeightdError', code: 'E_INTERNAL', message: `model "${name}" was not loaded: dropping the versions it replaces failed unexpectedly (${(err as Error).message})` } }),
+        );
+      });
+    }
     await this.#untilServing(child, name);
     if (swaps) await this.#untilKeptOrNot(child);
     // The newest version of the fingerprint: one released or draining before may still be listed.
