@@ -12,7 +12,8 @@ import type { Logger } from '../log.js';
 import type { PlannedModel, RestoredVersions } from '../models/planModel.js';
 import type { KeptRecord as ListedRecord } from '../keeper/keeperProtocol.js';
 import { arenaDigest, parseKeptRecord, type KeptRecord, type KeptWritten } from '../keeper/keptRecord.js';
-import { writtenDirectory, writtenIdentityRefusal } from '../keeper/writtenIdentity.js';
+import { writtenDirectory } from '../keeper/writtenDirectory.js';
+import { writtenIdentityRefusal } from '../keeper/writtenIdentity.js';
 import { globalRank } from '../wire/rankTable.js';
 
 export interface RestoreWrittenInput {
@@ -80,7 +81,7 @@ function planVersion(ranks: Written[], planned: readonly PlannedModel[]): Planne
   if (placement.nnodes > 1) return `model "${name}" spans ${placement.nnodes} nodes, and written versions serve on one`;
   // Its digests are of the tensors of the checkpoint it was written over: served only as those.
   for (const r of ranks) {
-    const changed = writtenIdentityRefusal(r.record, { name, modelDir: checkpoint.spec.modelDir, plan });
+    const changed = writtenIdentityRefusal(r.record, { name, modelDir: checkpoint.spec.modelDir, plan, resolve: writtenDirectory });
     if (changed !== undefined) return changed;
   }
   // Every local rank's record, each once: the version's fingerprint covers every rank's digests.

@@ -5,7 +5,6 @@
 // manifest, those fields and that checkpoint directory are the ones this start plans. The arena
 // digest alone is not enough: it covers where bytes go, not which tensor they are (two names
 // swapped in a header move nothing), nor which checkpoint the version was written over.
-import { realpathSync } from 'node:fs';
 import { sha256Hex } from '../checkpoint/fingerprint.js';
 import type { CheckpointPlan, RankPlan } from '../checkpoint/types.js';
 import type { KeptRecord, KeptWritten } from './keptRecord.js';
@@ -38,25 +37,12 @@ export function manifestDigest(ranks: CheckpointPlan['ranks']): string {
   return sha256Hex(ranks.map((r) => (r ? rankManifestDigest(r) : '')).join('\n'));
 }
 
-/**
- * The checkpoint directory a written version is tied to (docs/spec/kept-written.md §1, §3.1): `dir`
- * with every symbolic link followed, as it resolves now, so that a model named through a link and
- * a link repointed to another checkout are judged by the directory itself. A commit records it
- * once (PlannedModel.writtenOver); a restart resolves both its record's and its own again. `dir`
- * as given when it does not resolve (gone): no directory a start plans, which resolves, is it.
- */
-export function writtenDirectory(dir: string): string {
-  try {
-    return realpathSync(dir);
-  } catch {
-    return dir;
-  }
-}
-
 /** What a start plans for a written version's name: its checkpoint version's directory, and its plan. */
 export interface WrittenIdentityExpectation {
   name: string;
   modelDir: string;
+  /** A directory as compared, every symbolic link followed (writtenDirectory.ts: I/O, which this module does none of). */
+  resolve: (dir: string) => string;
   plan: Pick<CheckpointPlan, 'fingerprintFields' | 'ranks'>;
 }
 
@@ -67,7 +53,7 @@ export interface WrittenIdentityExpectation {
  * manifest (the tensors its digests are of).
  */
 export function writtenIdentityRefusal(record: Pick<KeptRecord, 'model'> & { written: Pick<KeptWritten, 'fields' | 'manifest'> }, e: WrittenIdentityExpectation): string | undefined {
-  const [recorded, planned] = [writtenDirectory(record.model), writtenDirectory(e.modelDir)];
+  const [recorded, planned] = [e.resolve(record.model), e.resolve(e.modelDir)];
   if (recorded !== planned) {
     const real = (named: string, resolved: string) => (resolved === named ? named : `${named} (${resolved}, its symbolic links followed)`);
     return `it was written over the checkpoint in ${real(record.model, recorded)}, and this start serves model "${e.name}" from ${real(e.modelDir, planned)}: a written version is restored only beside the checkpoint directory it was written over`;

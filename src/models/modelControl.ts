@@ -17,7 +17,7 @@ import { rankFingerprint } from '../checkpoint/fingerprint.js';
 import type { WrittenVersion } from '../serve/updateDesk.js';
 import type { RestoredVersions } from './planModel.js';
 import { dropSuperseded } from './dropSuperseded.js';
-import { writtenDirectory } from '../keeper/writtenIdentity.js';
+import { writtenDirectory } from '../keeper/writtenDirectory.js';
 
 /** States in which a model holds memory it is still filling, as the model machine tags them: one such load at a time. */
 const LOADING_STATES = new Set<string>(Object.values(modelMachine.states).filter((s) => s.tags.includes(LOAD_RUNNING)).map((s) => s.key));

@@ -8,7 +8,8 @@ import { join, relative } from 'node:path';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import type { CheckpointPlan } from '../../src/checkpoint/types.js';
-import { manifestDigest, writtenDirectory, writtenIdentityRefusal } from '../../src/keeper/writtenIdentity.js';
+import { writtenDirectory } from '../../src/keeper/writtenDirectory.js';
+import { manifestDigest, writtenIdentityRefusal } from '../../src/keeper/writtenIdentity.js';
 import { repoRoot } from '../helpers/paths.js';
 
 interface ManifestCase {
@@ -37,7 +38,7 @@ test('the manifest digest is the SHA-256 of every rank\'s tensors and sorted ali
 test('a refusal names the directories, then every field that differs besides content and protocol, then the manifest', () => {
   const ranks = vectors.cases[0]!.ranks;
   const fields = { headers: 'h1', config: 'c1', content: 'x', protocol: 'p' };
-  const e = { name: 'tiny', modelDir: '/m/a', plan: { fingerprintFields: { ...fields, content: 'y', protocol: 'q' }, ranks } };
+  const e = { name: 'tiny', modelDir: '/m/a', plan: { fingerprintFields: { ...fields, content: 'y', protocol: 'q' }, ranks }, resolve: writtenDirectory };
   const written = { fields, manifest: manifestDigest(ranks) };
   assert.is(writtenIdentityRefusal({ model: '/m/a', written }, e), undefined, 'content and protocol are the version\'s own');
   assert.match(writtenIdentityRefusal({ model: '/m/b', written }, e)!, 'written over the checkpoint in /m/b, and this start serves model "tiny" from /m/a');
@@ -63,7 +64,7 @@ test('the directory a commit records and a restart compares is the real one, eve
         rmSync(join(root, name));
         link(name, target);
       }
-      const refusal = writtenIdentityRefusal({ model: recorded, written }, { name: 'tiny', modelDir: join(root, c.restart), plan: { fingerprintFields: fields, ranks } });
+      const refusal = writtenIdentityRefusal({ model: recorded, written }, { name: 'tiny', modelDir: join(root, c.restart), plan: { fingerprintFields: fields, ranks }, resolve: writtenDirectory });
       assert.is(refusal === undefined, c.expected.same, `${c.description}: ${refusal ?? 'accepted'}`);
     } finally {
       rmSync(root, { recursive: true, force: true });
@@ -77,7 +78,7 @@ test('a record of an earlier build, which names the directory through a link, is
     mkdirSync(join(root, 'v1'));
     symlinkSync('v1', join(root, 'cur'));
     const ranks = vectors.cases[0]!.ranks;
-    const e = { name: 'tiny', modelDir: join(root, 'v1'), plan: { fingerprintFields: {}, ranks } };
+    const e = { name: 'tiny', modelDir: join(root, 'v1'), plan: { fingerprintFields: {}, ranks }, resolve: writtenDirectory };
     assert.is(writtenIdentityRefusal({ model: join(root, 'cur'), written: { fields: {}, manifest: manifestDigest(ranks) } }, e), undefined);
   } finally {
     rmSync(root, { recursive: true, force: true });
