@@ -35,7 +35,7 @@ export const prepareNode = fromPromise<Prepared, PrepareInput>(async ({ input, s
     // Asked before planning: a model whose shards it holds takes its plan from there, reading no
     // safetensors header (src/keeper/keptPlan.ts); the ranks take their shards next.
     await input.keeper?.ready;
-    const keeper = input.keeper && { socket: input.keeper.socket, model: config.models[0].modelDir, writer: `weightd ${VERSION}` };
+    const keeper = input.keeper && { socket: input.keeper.socket, model: config.models[0].modelDir, writer: `weightd ${VERSION}`, earlierKeeper: new Int32Array(new SharedArrayBuffer(4)) };
     const records = keeper ? await listKept(keeper.socket, log) : undefined;
     const kept = keeper && records ? { records, writer: keeper.writer } : undefined;
     // The first model is placed on the whole group, over the devices just locked.

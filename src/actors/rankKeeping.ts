@@ -125,6 +125,26 @@ export async function keepSegments(data: RankWorkerData, keeping: RankKeeping, s
   }
   const fds = [...segments].sort((a, b) => a.segment - b.segment).map((s) => s.fd!);
   const keeper = new KeeperClient(keeping.socket);
+  const planLeftOutFor = (reason: string, withoutPlan: number, withPlanBytes: number) => {
+    const key = `${uuid}\u0000${fingerprint}`;
+    if (planLeftOut.has(key)) return;
+    planLeftOut.add(key);
+    post({
+      type: 'LOG',
+      level: 'warn',
+      msg: `the keeper did not take this rank's record with the model's plan (${reason}; ${withPlanBytes} bytes, and a keeper of an earlier weightd build takes at most ${KEEPER_V1_MAX_REQUEST_BYTES}): kept the shard without the plan, so the next start plans from the checkpoint's headers; stop that keeper (weightd keeper stop, which frees what it holds) so that a start with --keeper spawn runs this build's, to keep the plan too`,
+      fields: { keeper: keeping.socket, bytes: withPlanBytes, withoutPlan },
+    });
+  };
+  // A keeper already found to be of an earlier build is not sent what it refuses again.
+  if (withPlan && bytes(record) > KEEPER_V1_MAX_REQUEST_BYTES && (await isEarlierKeeper(keeper, keeping))) {
+    const without = recordWith(undefined);
+    if (bytes(without) <= KEEPER_V1_MAX_REQUEST_BYTES) {
+      planLeftOutFor("it refused a record past its limit earlier in this daemon's life, as a keeper of an earlier build does", bytes(without), bytes(record));
+      record = without;
+      withPlan = false;
+    }
+  }
   try {
     await keeper.keep(uuid, fingerprint, record, fds);
     return;
@@ -139,17 +159,36 @@ export async function keepSegments(data: RankWorkerData, keeping: RankKeeping, s
     const without = withPlan ? recordWith(undefined) : undefined;
     if (without === undefined || bytes(without) > KEEPER_V1_MAX_REQUEST_BYTES) throw pastEarlierLimit(err, bytes(record));
     await keeper.keep(uuid, fingerprint, without, fds);
-    const key = `${uuid}\u0000${fingerprint}`;
-    if (!planLeftOut.has(key)) {
-      planLeftOut.add(key);
-      post({
-        type: 'LOG',
-        level: 'warn',
-        msg: `the keeper did not take this rank's record with the model's plan (${why(err)}; ${bytes(record)} bytes, and a keeper of an earlier weightd build takes at most ${KEEPER_V1_MAX_REQUEST_BYTES}): kept the shard without the plan, so the next start plans from the checkpoint's headers; stop that keeper (weightd keeper stop, which frees what it holds) so that a start with --keeper spawn runs this build's, to keep the plan too`,
-        fields: { keeper: keeping.socket, bytes: bytes(record), withoutPlan: bytes(without) },
-      });
-    }
+    await rememberEarlierKeeper(keeper, keeping);
+    planLeftOutFor(why(err), bytes(without), bytes(record));
   }
+}
+
+/**
+ * Whether the keeper at `keeper` is the one this daemon found to be of an earlier build
+ * (RankKeeping.earlierKeeper): by its pid, which a PING asks only once one was found, so that
+ * a keeper of this build that replaced it (a --keeper spawn start) is sent the plan again.
+ */
+async function isEarlierKeeper(keeper: KeeperClient, keeping: RankKeeping): Promise<boolean> {
+  const pid = keeping.earlierKeeper && Atomics.load(keeping.earlierKeeper, 0);
+  if (!pid) return false;
+  const now = await keeper.ping().then(
+    (p) => p.pid,
+    () => 0,
+  );
+  if (now === pid) return true;
+  if (now !== 0) Atomics.compareExchange(keeping.earlierKeeper!, 0, pid, 0);
+  return false;
+}
+
+/** The keeper took the record without the plan that it refused: every rank's thread sends it so from now on (isEarlierKeeper). */
+async function rememberEarlierKeeper(keeper: KeeperClient, keeping: RankKeeping): Promise<void> {
+  if (!keeping.earlierKeeper) return;
+  const pid = await keeper.ping().then(
+    (p) => p.pid,
+    () => 0,
+  );
+  if (pid !== 0) Atomics.store(keeping.earlierKeeper, 0, pid);
 }
 
 /** A KEEP past an earlier keeper's limit failed: the error says so, with the size and what to do. */

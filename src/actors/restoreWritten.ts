@@ -12,6 +12,7 @@ import type { Logger } from '../log.js';
 import type { PlannedModel, RestoredVersions } from '../models/planModel.js';
 import type { KeptRecord as ListedRecord } from '../keeper/keeperProtocol.js';
 import { arenaDigest, parseKeptRecord, type KeptRecord, type KeptWritten } from '../keeper/keptRecord.js';
+import { writtenDirectory } from '../keeper/writtenDirectory.js';
 import { writtenIdentityRefusal } from '../keeper/writtenIdentity.js';
 import { globalRank } from '../wire/rankTable.js';
 
@@ -80,7 +81,7 @@ function planVersion(ranks: Written[], planned: readonly PlannedModel[]): Planne
   if (placement.nnodes > 1) return `model "${name}" spans ${placement.nnodes} nodes, and written versions serve on one`;
   // Its digests are of the tensors of the checkpoint it was written over: served only as those.
   for (const r of ranks) {
-    const changed = writtenIdentityRefusal(r.record, { name, modelDir: checkpoint.spec.modelDir, plan });
+    const changed = writtenIdentityRefusal(r.record, { name, modelDir: checkpoint.spec.modelDir, plan, resolve: writtenDirectory });
     if (changed !== undefined) return changed;
   }
   // Every local rank's record, each once: the version's fingerprint covers every rank's digests.
@@ -117,6 +118,8 @@ function planVersion(ranks: Written[], planned: readonly PlannedModel[]): Planne
     origin: 'update',
     version,
     base,
+    // The check above found the record's directory to be this one: kept again, its records say so.
+    writtenOver: writtenDirectory(checkpoint.spec.modelDir),
     ...(ranks[0]!.record.currentSince !== undefined ? { currentSince: ranks[0]!.record.currentSince } : {}),
     written: local.map(({ g }) => ({ digests: byRank.get(g)!.record.written.digests, shared: byRank.get(g)!.record.written.shared })),
   };

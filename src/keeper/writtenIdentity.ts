@@ -41,6 +41,8 @@ export function manifestDigest(ranks: CheckpointPlan['ranks']): string {
 export interface WrittenIdentityExpectation {
   name: string;
   modelDir: string;
+  /** A directory as compared, every symbolic link followed (writtenDirectory.ts: I/O, which this module does none of). */
+  resolve: (dir: string) => string;
   plan: Pick<CheckpointPlan, 'fingerprintFields' | 'ranks'>;
 }
 
@@ -51,8 +53,10 @@ export interface WrittenIdentityExpectation {
  * manifest (the tensors its digests are of).
  */
 export function writtenIdentityRefusal(record: Pick<KeptRecord, 'model'> & { written: Pick<KeptWritten, 'fields' | 'manifest'> }, e: WrittenIdentityExpectation): string | undefined {
-  if (record.model !== e.modelDir) {
-    return `it was written over the checkpoint in ${record.model}, and this start serves model "${e.name}" from ${e.modelDir}: a written version is restored only beside the checkpoint directory it was written over`;
+  const [recorded, planned] = [e.resolve(record.model), e.resolve(e.modelDir)];
+  if (recorded !== planned) {
+    const real = (named: string, resolved: string) => (resolved === named ? named : `${named} (${resolved}, its symbolic links followed)`);
+    return `it was written over the checkpoint in ${real(record.model, recorded)}, and this start serves model "${e.name}" from ${real(e.modelDir, planned)}: a written version is restored only beside the checkpoint directory it was written over`;
   }
   const kept = record.written.fields;
   const wanted = e.plan.fingerprintFields;

@@ -16,6 +16,8 @@ import type { LoadResult, ModelStatus, NodeStatus, RollbackResult, UnloadResult 
 import { rankFingerprint } from '../checkpoint/fingerprint.js';
 import type { WrittenVersion } from '../serve/updateDesk.js';
 import type { RestoredVersions } from './planModel.js';
+import { dropSuperseded } from './dropSuperseded.js';
+import { writtenDirectory } from '../keeper/writtenDirectory.js';
 
 /** States in which a model holds memory it is still filling, as the model machine tags them: one such load at a time. */
 const LOADING_STATES = new Set<string>(Object.values(modelMachine.states).filter((s) => s.tags.includes(LOAD_RUNNING)).map((s) => s.key));
@@ -125,11 +127,16 @@ export class ModelControl {
     const version = Math.max(this.#versions.get(written.name) ?? 0, versionOf(base)!) + 1;
     const planned: PlannedModel = {
       ...base,
+      // A commit retains the versions before it (--keep-versions) and is kept before it serves
+      // (keptBeforeServing): it drops none of them, whatever its base's load did.
+      dropsOlderFirst: false,
       // No files: its content was written, not read, so no change to the checkpoint makes it stale.
       plan: { ...base.plan, fingerprint, fingerprintFields: written.fingerprint.fields, files: [], ranks: base.plan.ranks.map((r, g) => r && { ...r, fingerprint: rankFingerprint(fingerprint, g) }) },
       origin: 'update',
       version,
       base: base.plan.fingerprint,
+      // A written base's directory is the one it was itself written over; a checkpoint's, as it resolves now.
+      writtenOver: base.writtenOver ?? writtenDirectory(base.spec.modelDir),
       currentSince: Date.now(),
       written: [...written.ranks]
         .sort((a, b) => a.localRank - b.localRank)
@@ -162,7 +169,7 @@ export class ModelControl {
       try {
         // A rollback keeps the version anew; one current already is kept anew here.
         await this.#serially(name, async () => {
-          if ((await this.#rollback(name, version)).alreadyCurrent) await this.#keepCurrent(name, this.#retained(name, version).child);
+          if ((await this.#rollback(name, version)).alreadyCurrent) await this.#keepAgain(name, this.#retained(name, version).child, Date.now());
         });
       } catch (err) {
         this.#log.warn({ name, version }, `model "${name}" was at version ${version} when the last daemon ended, which is not restored (${(err as Error).message}); its newest restored version is current`);
@@ -205,14 +212,14 @@ export class ModelControl {
     // and before the promotion restarts on this version, as the caller asked.
     const at = Date.now();
     try {
-      await this.#keepCurrent(name, child, at);
+      await this.#keepAgain(name, child, at);
     } catch (err) {
       // A rank that did keep it says it is current since `at`: the version that stays current is
       // kept anew after it, so that a restart agrees with this refusal.
       const stays = this.#status().models.find((m) => m.name === name && m.current);
       if (stays) {
         await Promise.resolve()
-          .then(() => this.#keepCurrent(name, this.#retained(name, stays.version).child, Math.max(Date.now(), at + 1)))
+          .then(() => this.#keepAgain(name, this.#retained(name, stays.version).child, Math.max(Date.now(), at + 1)))
           .catch(() => {});
       }
       const why = (err as Error).message;
@@ -249,12 +256,13 @@ export class ModelControl {
   }
 
   /**
-   * Has the ranks of a version of `name` keep their segments again with a record that says it is
+   * Has the ranks of a version of `name` keep their segments again, with a record that says it is
    * current since `at` (kept records: src/actors/restoreWritten.ts makes the latest current at a
-   * restart). Resolves once the keeper holds that record of every serving rank, at once without
-   * a keeper; rejects with the reason when a rank's keep failed, or when the version stops serving first.
+   * restart), or, `at` undefined, with the one their records carried. Resolves once the keeper
+   * holds that record of every serving rank, at once without a keeper; rejects with the reason
+   * when a rank's keep failed, or when the version stops serving first.
    */
-  #keepCurrent(name: string, child: ActorRefFrom<typeof modelMachine>, at = Date.now()): Promise<void> {
+  #keepAgain(name: string, child: ActorRefFrom<typeof modelMachine>, at: number | undefined): Promise<void> {
     const { context } = child.getSnapshot();
     if (context.keeper === undefined) return Promise.resolve();
     const waiting = new Set(context.ranks.filter((r) => r.state === 'serving').map((r) => r.localRank));
@@ -266,7 +274,7 @@ export class ModelControl {
         else resolve();
       };
       const kept = child.on('RANK_KEPT', (e) => {
-        if (e.currentSince !== at || !waiting.has(e.localRank)) return;
+        if ((at !== undefined && e.currentSince !== at) || !waiting.has(e.localRank)) return;
         if (!e.kept) return done(new Error(`the keeper did not keep local rank ${e.localRank}'s shard (${e.reason ?? 'no reason given'})`));
         waiting.delete(e.localRank);
         if (waiting.size === 0) done();
@@ -274,8 +282,8 @@ export class ModelControl {
       const stopped = () => done(new Error(`its version stopped serving before the keeper held it`));
       const states = child.subscribe({ next: (snap) => snap.value !== 'serving' && stopped(), error: stopped, complete: stopped });
       if (waiting.size === 0) return done();
-      this.#log.debug({ name, ranks: [...waiting], currentSince: at }, `model "${name}": keeping the version to be current`);
-      child.send({ type: 'KEEPER_BACK', currentSince: at });
+      this.#log.debug({ name, ranks: [...waiting], currentSince: at }, `model "${name}": keeping the version again`);
+      child.send({ type: 'KEEPER_BACK', ...(at !== undefined ? { currentSince: at } : {}) });
     });
   }
 
@@ -402,16 +410,96 @@ export class ModelControl {
     });
   }
 
-  /** Hands a planned model to the supervisor; resolves with its status once it serves. */
+  /**
+   * Hands a planned model to the supervisor; resolves with its status once it serves. A load that
+   * replaces older versions (PlannedModel.dropsOlderFirst), with a keeper, resolves only once the
+   * keeper holds what its reply says: the older versions' records dropped before it serves
+   * (#dropOlder), then its own ranks' keeps done, kept or refused (a checkpoint's version serves
+   * unkept when refused, as any load: the rank's warning says so).
+   */
   async #serve(planned: PlannedModel, name: string): Promise<ModelStatus> {
     this.#refuseUnlessReady('load');
     const id = modelLoadId(++this.#loads);
     this.#actor.send({ type: 'MODEL_LOAD', id, planned });
     const child = modelActor(this.#actor.getSnapshot(), id);
     if (!child) throw new WeightdError('E_LOAD_BUSY', `the node is ${this.#actor.getSnapshot().value} and did not take the load of "${name}"; try again once it is ready`);
+    const swaps = planned.dropsOlderFirst === true && child.getSnapshot().context.keeper !== undefined;
+    if (swaps) {
+      this.#onceStarting(child, () => {
+        // A bug here must fail this load, not leave it waiting in starting (nor reject unhandled).
+        this.#serially(name, () => this.#dropOlder(id, child, name)).catch((err: unknown) =>
+          child.send({ type: 'MODEL_OLDER_NOT_DROPPED', failure: { name: 'WeightdError', code: 'E_INTERNAL', message: `model "${name}" was not loaded: dropping the versions it replaces failed unexpectedly (${(err as Error).message})` } }),
+        );
+      });
+    }
     await this.#untilServing(child, name);
+    if (swaps) await this.#untilKeptOrNot(child);
     // The newest version of the fingerprint: one released or draining before may still be listed.
     return this.#status().models.findLast((m) => m.fingerprint === planned.plan.fingerprint)!;
+  }
+
+  /** Runs `then` once `child` is in starting (loaded, its files checked, not yet served); never if it ends first. */
+  #onceStarting(child: ActorRefFrom<typeof modelMachine>, then: () => void): void {
+    const sub = child.subscribe({
+      next: (snap) => {
+        if (snap.status === 'active' && snap.value !== 'starting') return;
+        sub.unsubscribe();
+        if (snap.status === 'active') then();
+      },
+      error: () => sub.unsubscribe(),
+    });
+  }
+
+  /**
+   * A load in starting (PlannedModel.dropsOlderFirst): the keeper drops the records of the
+   * versions of its name it replaces (every one that serves now: they drain once it serves), and
+   * then it may serve. When a drop fails (the keeper does not answer, or refuses), the versions
+   * are kept again (each record as it was, the current one's currentSince included) and the load
+   * fails with E_VERSION_NOT_KEPT: nothing of it serves, what served serves on, and a restart
+   * finds what it would have found before. Run in #serially: no commit or rollback of the name
+   * keeps a record between the drops and the serve.
+   */
+  async #dropOlder(id: string, child: ActorRefFrom<typeof modelMachine>, name: string): Promise<void> {
+    const { context, value, status } = child.getSnapshot();
+    if (value !== 'starting' || status !== 'active') return;
+    const snap = this.#actor.getSnapshot();
+    const older = modelEntries(snap)
+      .filter((e) => e.name === name && e.id !== id && !e.unloaded && !e.gone)
+      .flatMap((e) => modelActor(snap, e.id) ?? []);
+    try {
+      await dropSuperseded(context.keeper!.socket, older.map((o) => o.getSnapshot().context.planned));
+    } catch (err) {
+      await Promise.all(older.map((o) => this.#keepAgain(name, o, undefined).catch(() => {})));
+      const stays = this.#status().models.find((m) => m.name === name && m.current);
+      const versions = older.map((o) => o.getSnapshot().context.planned.version ?? 0);
+      child.send({
+        type: 'MODEL_OLDER_NOT_DROPPED',
+        failure: {
+          name: 'WeightdError',
+          code: 'E_VERSION_NOT_KEPT',
+          message:
+            `model "${name}" was not loaded from ${context.planned.spec.modelDir}: ${(err as Error).message}, so a daemon restart would still serve the version${versions.length === 1 ? '' : 's'} it replaces (${versions.join(', ')}); ` +
+            `nothing of it serves, and ${stays ? `version ${stays.version}` : 'the version that served'} stays current, kept again. Load it again once the keeper answers (weightd keeper status)`,
+          details: { model: name, versions, ...(stays ? { current: stays.version } : {}) },
+        },
+      });
+      return;
+    }
+    this.#log.debug({ name, versions: older.map((o) => o.getSnapshot().context.planned.version ?? 0) }, `model "${name}": the keeper dropped the versions the load replaces`);
+    child.send({ type: 'MODEL_OLDER_DROPPED' });
+  }
+
+  /** Resolves once every rank of `child` that serves has a keep's outcome (RankStatus.kept), or `child` stops serving. */
+  #untilKeptOrNot(child: ActorRefFrom<typeof modelMachine>): Promise<void> {
+    const settled = (snap: ModelSnapshot) => snap.status !== 'active' || snap.value !== 'serving' || snap.context.ranks.every((r) => r.state === 'released' || r.kept !== undefined);
+    if (settled(child.getSnapshot())) return Promise.resolve();
+    return new Promise((resolve) => {
+      const sub = child.subscribe({
+        next: (snap) => settled(snap) && (sub.unsubscribe(), resolve()),
+        error: () => (sub.unsubscribe(), resolve()),
+        complete: resolve,
+      });
+    });
   }
 
   #evict(policy: Exclude<EvictionPolicy, 'off'>, refused: WeightdError, name: string): Promise<LoadResult['evicted']> {
@@ -454,7 +542,9 @@ export class ModelControl {
   /** A model that would span the group and cannot be planned here fails its swap on every node now. */
   async #plan(spec: ModelSpec): Promise<PlannedModel> {
     try {
-      return { ...(await planModel(spec, this.#config, this.#log)), origin: 'load' };
+      const planned = await planModel(spec, this.#config, this.#log);
+      // Across nodes the group's commit decides when it serves (docs/multi-node.md): not gated here.
+      return { ...planned, origin: 'load', ...(planned.placement.nnodes === 1 ? { dropsOlderFirst: true } : {}) };
     } catch (err) {
       if (spansGroup(spec.tpSize, this.#config)) this.#actor.send({ type: 'MODEL_PLAN_FAILED', name: spec.name, error: serializeError(err as Error) });
       throw err;

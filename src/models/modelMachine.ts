@@ -16,7 +16,9 @@
 //   starting:  each rank is served on its device's socket (shared with the other models); the
 //              supervisor hears it (MODEL_STARTING: the node's own "starting"). A version a
 //              writer committed, with a keeper, is kept here first (keptBeforeServing), and fails
-//              when a rank's keep does.
+//              when a rank's keep does. A load that replaces older versions of its name
+//              (PlannedModel.dropsOlderFirst), with a keeper, waits here until the model control
+//              had the keeper drop their records, and fails when it could not.
 //   serving:   attachable; watchers hear model_ready. Its checkpoint files changed (a rank's
 //              server found it, src/serve/filesCheck.ts): it is stale, and drains at once while
 //              the supervisor loads it again.
@@ -105,6 +107,8 @@ export interface ModelContext extends ModelInput {
   adoptable: number[];
   /** Its checkpoint files changed since it was planned, and how (the first rank to report it). */
   stale?: { changes: IdentityChange[]; described: string; since: number };
+  /** PlannedModel.dropsOlderFirst: the keeper no longer holds the records of the versions it replaces (MODEL_OLDER_DROPPED). */
+  olderDropped: boolean;
 }
 
 export type ModelCommand =
@@ -117,7 +121,11 @@ export type ModelCommand =
   /** The node's keeper answers again: each rank hands it its segments again (if it may keep them). */
   | { type: 'KEEPER_BACK'; currentSince?: number }
   /** A rollback to this retained version: its ranks become the newest of its name, and watchers hear model_ready. */
-  | { type: 'MODEL_PROMOTE' };
+  | { type: 'MODEL_PROMOTE' }
+  /** PlannedModel.dropsOlderFirst: the keeper dropped the records of the versions this one replaces; it may serve. */
+  | { type: 'MODEL_OLDER_DROPPED' }
+  /** PlannedModel.dropsOlderFirst: the keeper did not drop them (the model control kept them again): it fails with this. */
+  | { type: 'MODEL_OLDER_NOT_DROPPED'; failure: NodeFailure };
 
 /**
  * What the model actor emits for whoever follows it (ModelControl): each rank's keep, or failed
@@ -185,6 +193,7 @@ export const modelMachine = setup({
     keptBeforeServing: ({ context }) => keptBeforeServing(context),
     allRanksKept: ({ context }) => context.ranks.every((r) => r.kept === true || r.state === 'released'),
     notKeptBeforeServing: ({ context, event }) => event.type === 'RANK_KEPT' && !event.kept && keptBeforeServing(context),
+    olderDropped: ({ context }) => context.planned.dropsOlderFirst !== true || context.keeper === undefined || context.olderDropped,
   },
   actions: {
     spawnRanks: enqueueActions(({ context, enqueue }) => {
@@ -313,6 +322,11 @@ export const modelMachine = setup({
         failure: context.failure ?? rankFailure(context.ranks, event.localRank, event.error),
       };
     }),
+    recordOlderDropped: assign({ olderDropped: true }),
+    recordOlderNotDropped: assign(({ context, event }) => {
+      assertEvent(event, 'MODEL_OLDER_NOT_DROPPED');
+      return { failure: context.failure ?? event.failure };
+    }),
     recordAbort: assign(({ context, event }) => {
       assertEvent(event, 'MODEL_ABORT');
       return { failure: context.failure ?? event.error };
@@ -330,6 +344,7 @@ export const modelMachine = setup({
     join: input.join ?? LOADED_BESIDE,
     force: false,
     adoptable: [],
+    olderDropped: false,
     ranks: input.planned.devices.map((_, localRank) => {
       const globalRank = input.planned.placement.nodeRank * input.planned.placement.localWorldSize + localRank;
       return { localRank, globalRank, state: 'starting' as const, bytes: 0, totalBytes: input.planned.plan.ranks[globalRank]!.totalBytes, seconds: 0 };
@@ -380,10 +395,12 @@ export const modelMachine = setup({
           { guard: 'notKeptBeforeServing', target: '#model.failed', actions: ['recordKept', 'recordNotKept'] },
           { actions: 'recordKept' },
         ],
+        MODEL_OLDER_DROPPED: { actions: 'recordOlderDropped' },
+        MODEL_OLDER_NOT_DROPPED: failWith('recordOlderNotDropped'),
         ...clientRelease,
         MODEL_STOP: '#model.stopping',
       },
-      always: { guard: and(['allRanksServing', or([not('keptBeforeServing'), 'allRanksKept'])]), target: 'serving' },
+      always: { guard: and(['allRanksServing', or([not('keptBeforeServing'), 'allRanksKept']), 'olderDropped']), target: 'serving' },
     },
     serving: {
       entry: ['announce', { type: 'keepRanks', params: false }],

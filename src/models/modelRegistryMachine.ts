@@ -300,12 +300,12 @@ function modelInput(context: ModelRegistryContext, parent: AnyActorRef, id: stri
  * checkpoint version its plan (src/keeper/keptPlan.ts: a written version's layout is its
  * checkpoint version's, planned at the restart, so it carries none).
  */
-function keptOrigin(planned: PlannedModel): Pick<RankKeeping, 'load' | 'written' | 'currentSince' | 'plan'> {
+function keptOrigin(planned: PlannedModel): Partial<Pick<RankKeeping, 'model' | 'load' | 'written' | 'currentSince' | 'plan'>> {
   const origin = planned.origin ?? 'start';
   if (origin === 'start') return { plan: planned.keptPlan };
   if (origin !== 'update') return { load: keptLoadOf(planned.spec, planned.plan.fingerprint), plan: planned.keptPlan };
   const written = { name: planned.spec.name, version: planned.version!, base: planned.base!, fields: planned.plan.fingerprintFields, manifest: manifestDigest(planned.plan.ranks) };
-  return { written, ...(planned.currentSince !== undefined ? { currentSince: planned.currentSince } : {}) };
+  return { written, ...(planned.writtenOver !== undefined ? { model: planned.writtenOver } : {}), ...(planned.currentSince !== undefined ? { currentSince: planned.currentSince } : {}) };
 }
 
 function modelEntry(id: string, planned: PlannedModel, startup: boolean, formsGroup: boolean): ModelEntry {

@@ -88,10 +88,22 @@ export interface PlannedModel {
   written?: WrittenRankData[];
   /** origin 'update': the model fingerprint of the version it was written over (the keeper's record carries it). */
   base?: string;
+  /**
+   * origin 'update': the checkpoint directory it was written over, every symbolic link followed
+   * as at the commit (writtenDirectory): its kept records' `model` (docs/spec/kept-written.md §1).
+   */
+  writtenOver?: string;
   /** When it became current (ms since the epoch), for its kept records (RankKeeping.currentSince): a commit's, or a restored version's recorded one. */
   currentSince?: number;
   /** With a keeper: its plan as its local rank 0's record carries it, so a restart plans from it (src/keeper/keptPlan.ts). */
   keptPlan?: KeptPlan;
+  /**
+   * A load of one node (ModelControl.load), with a keeper: it waits in `starting` until the keeper
+   * no longer holds the records of the versions of its name it replaces (MODEL_OLDER_DROPPED), and
+   * fails with E_VERSION_NOT_KEPT when they were not dropped (MODEL_OLDER_NOT_DROPPED), so that no
+   * restart serves a version a hot swap's reply said was replaced (docs/weight-updates.md).
+   */
+  dropsOlderFirst?: boolean;
 }
 
 /** What the keeper holds at this start (its LIST), so that a model whose shards it holds takes its plan from there. */

@@ -82,6 +82,14 @@ export interface RankKeeping {
   currentSince?: number;
   /** A version a writer committed: what its record says besides the rank's own (KeptWritten, less this rank's digests and shares). */
   written?: Pick<KeptWritten, 'name' | 'version' | 'base' | 'fields' | 'manifest'>;
+  /**
+   * The pid of the keeper found to be of a build before 2026-12-05 (a KEEP past 1 MiB refused on
+   * its header: docs/spec/keeper-wire.md §5), 0 for none, in memory every rank's thread shares for
+   * the daemon's life (one per node, src/actors/prepareNode.ts): a rank's record past that limit
+   * then goes without its plan at once, so that such a keeper refuses one KEEP per daemon, not one
+   * per model and keep. Absent: each KEEP finds out alone.
+   */
+  earlierKeeper?: Int32Array;
 }
 
 /** How a rank's phases post to the main thread. */

@@ -3,7 +3,9 @@
 // 0's record and can push it past that: the rank keeps its shard without the plan then (the plan
 // spares the next start its headers; the shard spares it the load), and says so once. Against a
 // stand-in keeper on a Unix socket that answers as the earlier build does: E_FRAME_TOO_LARGE on
-// the header, then the connection closed.
+// the header, then the connection closed. Such a keeper, once found, is remembered by its pid for
+// the daemon's life (RankKeeping.earlierKeeper, shared by every rank's thread), so it refuses one
+// KEEP per daemon rather than one per model and keep.
 import { closeSync, openSync } from 'node:fs';
 import { createServer, type Server, type Socket } from 'node:net';
 import { join } from 'node:path';
@@ -24,6 +26,9 @@ interface StandIn {
   refused: number;
   /** Whole KEEPs it read and refused with `refuseWith`. */
   full: number;
+  /** PINGs it answered, and the pid it answers with (a keeper that replaced it: another). */
+  pings: number;
+  pid: number;
   close(): Promise<void>;
 }
 
@@ -48,7 +53,7 @@ const str = (s: string) => {
  */
 async function standInKeeper(maxRequestBytes: number, refuseWith?: string): Promise<StandIn> {
   const socket = join(freshSocketDir(), 'keeper.sock');
-  const state = { socket, kept: [] as Buffer[], refused: 0, full: 0 };
+  const state = { socket, kept: [] as Buffer[], refused: 0, full: 0, pings: 0, pid: 4242 };
   const serve = (conn: Socket) => {
     let buf = Buffer.alloc(0);
     conn.on('error', () => {});
@@ -66,6 +71,14 @@ async function standInKeeper(maxRequestBytes: number, refuseWith?: string): Prom
       if (buf.length < KEEPER_HEADER_BYTES + length) return;
       const payload = buf.subarray(KEEPER_HEADER_BYTES, KEEPER_HEADER_BYTES + length);
       buf = buf.subarray(KEEPER_HEADER_BYTES + length);
+      if (payload[0] === KeeperOp.ping) {
+        state.pings++;
+        const body = Buffer.alloc(1 + 4 * 4 + 8);
+        body.writeUInt32BE(state.pid, 1);
+        body.writeUInt32BE(1, 5);
+        conn.write(frame(body));
+        return;
+      }
       assert.is(payload[0], KeeperOp.keep);
       if (refuseWith) {
         state.full++;
@@ -108,10 +121,10 @@ const keptPlan = (bytes: number): KeptPlan => ({
   brotli: randomBytes(bytes).toString('base64'),
 });
 
-async function keep(keeper: StandIn, keeping: Omit<RankKeeping, 'socket' | 'model' | 'writer'>, logs: RankToMain[]): Promise<void> {
+async function keep(keeper: StandIn, keeping: Omit<RankKeeping, 'socket' | 'model' | 'writer'>, logs: RankToMain[], rank: RankWorkerData = data): Promise<void> {
   const fd = openSync('/dev/null', 'r');
   try {
-    await keepSegments(data, { socket: keeper.socket, model: '/m', writer: 'weightd test', ...keeping }, [{ segment: 0, fd } as never], ['0'.repeat(32)], (m) => logs.push(m));
+    await keepSegments(rank, { socket: keeper.socket, model: '/m', writer: 'weightd test', ...keeping }, [{ segment: 0, fd } as never], ['0'.repeat(32)], (m) => logs.push(m));
   } finally {
     closeSync(fd);
   }
@@ -139,12 +152,42 @@ test("past an earlier keeper's 1 MiB with its plan: the shard is kept without th
   }
 });
 
+test('an earlier keeper, once found, refuses one KEEP per daemon: every rank after it, and every keep again, goes without the plan at once', async () => {
+  const keeper = await standInKeeper(KEEPER_V1_MAX_REQUEST_BYTES);
+  const earlierKeeper = new Int32Array(new SharedArrayBuffer(4));
+  const logs: RankToMain[] = [];
+  // Two models' rank 0 (each its own device and thread; devices of their own in this file, whose shards' warnings are said once each): what the first one found is shared.
+  const [first, other] = ['earlier-keeper-1', 'earlier-keeper-2'].map((uuid) => ({ ...data, device: { ...data.device, uuid } }) as RankWorkerData);
+  try {
+    const part = keptPlan(900 << 10);
+    await keep(keeper, { plan: part, earlierKeeper }, logs, first);
+    assert.is(keeper.refused, 1);
+    assert.is(Atomics.load(earlierKeeper, 0), keeper.pid, 'the keeper is remembered by its pid');
+    await keep(keeper, { plan: part, earlierKeeper, currentSince: 1 }, logs, first);
+    await keep(keeper, { plan: part, earlierKeeper }, logs, other);
+    assert.is(keeper.refused, 1, 'no second refusal: not for a keep again, nor for another rank');
+    assert.is(keeper.kept.length, 3);
+    assert.ok(keeper.kept.every((r) => (JSON.parse(r.toString('utf8')) as { plan?: unknown }).plan === undefined), 'each without the plan');
+    const said = logs.filter((m) => m.type === 'LOG' && /with the model's plan/.test(m.msg));
+    assert.is(said.length, 2, 'said once per shard');
+    // A keeper of this build replaced it (another pid): it is sent the plan again.
+    keeper.pid = 4343;
+    const before = keeper.refused;
+    await keep(keeper, { plan: part, earlierKeeper }, logs, first);
+    assert.is(keeper.refused, before + 1, 'the new keeper is asked with the plan (this stand-in refuses it too)');
+    assert.is(Atomics.load(earlierKeeper, 0), 4343);
+  } finally {
+    await keeper.close();
+  }
+});
+
 test('a keeper of this build takes the same record with its plan, and nothing is said', async () => {
   const keeper = await standInKeeper(64 << 20);
   const logs: RankToMain[] = [];
   try {
-    await keep(keeper, { plan: keptPlan(900 << 10) }, logs);
+    await keep(keeper, { plan: keptPlan(900 << 10), earlierKeeper: new Int32Array(new SharedArrayBuffer(4)) }, logs);
     assert.is(keeper.refused, 0);
+    assert.is(keeper.pings, 0, 'no request but the KEEP: nothing was found to remember');
     assert.is(keeper.kept.length, 1);
     assert.ok((JSON.parse(keeper.kept[0]!.toString('utf8')) as { plan?: unknown }).plan !== undefined, 'the plan is kept');
     assert.equal(logs, []);

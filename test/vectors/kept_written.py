@@ -1,7 +1,10 @@
 """Writes test/vectors/kept-written.json: docs/spec/kept-written.md §2 computed with Python's hashlib and
-json, apart from src/keeper/writtenIdentity.ts. Run: python3 test/vectors/kept_written.py > test/vectors/kept-written.json"""
+json, and §3.1 on real trees of directories and symbolic links with os.path.realpath, apart from
+src/keeper/writtenIdentity.ts. Run: python3 test/vectors/kept_written.py > test/vectors/kept-written.json"""
 import hashlib
 import json
+import os
+import tempfile
 
 def digest(ranks):
     texts = []
@@ -23,5 +26,33 @@ cases = []
 for desc, ranks in [("one rank, an alias", one), ("the same with two names swapped (nothing moved): another digest", swapped), ("two ranks; non-ASCII names; aliases sorted by UTF-16 code units (U+1F600's surrogates sort before U+FF61)", two), ("a rank this node does not plan is null", [None, two[1]])]:
     d, texts, rank = digest(ranks)
     cases.append({"description": desc, "ranks": ranks, "expected": {"rankJson": texts, "rankManifests": rank, "manifest": d}})
-out = {"description": "docs/spec/kept-written.md §2: a written version's manifest digest, from each tp rank's tensors and aliases (computed apart from src/keeper/writtenIdentity.ts, with Python's hashlib and json).", "cases": cases}
+
+def directory_case(desc, dirs, links, commit, restart, repoint=None):
+    """§3.1 on a real tree, with os.path.realpath: the path a commit records, and whether a restart that names `restart` (after `repoint`) plans the same directory."""
+    with tempfile.TemporaryDirectory() as tmp:
+        root = os.path.realpath(tmp)
+        for d in dirs:
+            os.makedirs(os.path.join(root, d))
+        for name, target in links.items():
+            os.symlink(target, os.path.join(root, name))
+        recorded = os.path.realpath(os.path.join(root, commit))
+        for name, target in (repoint or {}).items():
+            os.remove(os.path.join(root, name))
+            os.symlink(target, os.path.join(root, name))
+        same = os.path.realpath(recorded) == os.path.realpath(os.path.join(root, restart))
+        case = {"description": desc, "dirs": dirs, "links": links, "commit": commit, "restart": restart}
+        if repoint:
+            case["repoint"] = repoint
+        case["expected"] = {"recorded": os.path.relpath(recorded, root), "same": same}
+        return case
+
+directories = [
+    directory_case("the directory by its own path, both times", ["ckpt/v1"], {}, "ckpt/v1", "ckpt/v1"),
+    directory_case("named through a symbolic link at the commit, by its own path at the restart", ["ckpt/v1"], {"cur": "ckpt/v1"}, "cur", "ckpt/v1"),
+    directory_case("by its own path at the commit, through a link at the restart", ["ckpt/v1"], {"cur": "ckpt/v1"}, "ckpt/v1", "cur"),
+    directory_case("a link repointed to another checkout between the commit and the restart", ["ckpt/v1", "ckpt/v2"], {"cur": "ckpt/v1"}, "cur", "cur", {"cur": "ckpt/v2"}),
+    directory_case("a link to a parent directory, and a relative link beside the checkout", ["ckpt/v1"], {"models": "ckpt", "ckpt/cur": "v1"}, "models/v1", "ckpt/cur"),
+    directory_case("another directory, even a copy", ["ckpt/v1", "ckpt/v2"], {}, "ckpt/v1", "ckpt/v2"),
+]
+out = {"description": "docs/spec/kept-written.md: §2, a written version's manifest digest, from each tp rank's tensors and aliases; §3.1, the directory a written version's record names and whether a restart plans the same (computed apart from src/keeper/writtenIdentity.ts, with Python's hashlib, json and os.path.realpath).", "cases": cases, "directories": directories}
 print(json.dumps(out, indent=2, ensure_ascii=False))

@@ -131,3 +131,44 @@ def test_a_record_of_written_format_1_is_refused_by_its_format_and_dropped(node)
     refused = [json.loads(line)["msg"] for line in daemon.stderr_lines if v1["fingerprint"] in line and '"level":40' in line]
     assert any('written version 1 of model "kv" is in written format 1, and this weightd reads written formats 2' in m for m in refused), daemon.stderr
     assert wait_for(lambda: sorted(s["version"] for s in kept(daemon)) == [0]), kept(daemon)
+
+
+def test_a_link_repointed_to_another_checkout_refuses_the_written_version(node):
+    """The directory is compared with every symbolic link followed (docs/spec/kept-written.md §3.1):
+    the record names the checkout the link led to at the commit, and the link now leads elsewhere."""
+    start, model = node
+    top = os.path.dirname(os.path.dirname(model))
+    link = os.path.join(top, "current")
+    os.symlink(os.path.join(top, "a"), link)
+    daemon = start(os.path.join(link, NAME))
+    v0, _ = write_version_1(daemon)
+    assert [s["model"] for s in kept(daemon) if s["version"] == 1] == [os.path.realpath(model)], "the record names the directory itself"
+    daemon.stop()
+    other = os.path.join(top, "b", NAME)
+    other_version(model, other, 0x5A)
+    os.remove(link)
+    os.symlink(os.path.join(top, "b"), link)
+
+    daemon = start(os.path.join(link, NAME))
+    assert versions(daemon) == {0: True}, "the checkout the link leads to now is current, with no version written over another"
+    assert any(f"written over the checkpoint in {os.path.realpath(model)}" in m and f"({os.path.realpath(other)}, its symbolic links followed)" in m for m in refusals(daemon)), refusals(daemon)
+    assert wait_for(lambda: sorted(s["version"] for s in kept(daemon)) == [0]), kept(daemon)
+    with daemon.client(0) as client:
+        now = read_all(client, fingerprint(client, 0))
+    assert all(now[n] == bytes(b ^ 0x5A for b in v0[n]) for n in v0), "version 0 is the other checkout's bytes"
+
+
+def test_a_checkpoint_named_through_a_link_and_then_by_its_own_path_keeps_its_written_version(node):
+    start, model = node
+    top = os.path.dirname(os.path.dirname(model))
+    link = os.path.join(top, "current")
+    os.symlink(os.path.join(top, "a"), link)
+    daemon = start(os.path.join(link, NAME))
+    _, v1 = write_version_1(daemon)
+    daemon.stop()
+
+    daemon = start(model)
+    assert versions(daemon) == {0: False, 1: True}, daemon.stderr
+    assert not refusals(daemon)
+    with daemon.client(0) as client:
+        assert read_all(client, fingerprint(client, 1)) == v1

@@ -1,18 +1,19 @@
 """A hot swap (``weightd ctl load`` of another checkpoint directory under a name that has written
 versions) and what a restart serves after it, with ``--keeper`` (issue 31, docs/weight-updates.md,
 docs/spec/kept-written.md). The swap drains every older version of the name, the written ones
-included, and a draining rank drops its kept record as its drain begins (UNKEEP in
-src/models/modelMachine.ts), even while a reader holds it, so a restart, even a crash right after
+included, and has the keeper drop their records before it serves (ModelControl's dropsOlderFirst;
+a draining rank drops its record again as its drain begins: UNKEEP in src/models/modelMachine.ts),
+even while a reader holds one, so a restart, even a crash right after
 the swap's reply, finds no written version of the name to make current: it serves version 0 of the checkpoint it plans, whether that is the
 command line's (which wins over the swapped-in directory's load request) or, for a model loaded at
 run time, the swapped-in directory (the newest load request). A swap back to the directory the
 versions were written over does not bring them back either.
 
-The swapped-in version's records carry no currentSince (a load is not kept before its reply); these
-tests hold that no written version is left for one to be chosen over it. Without the drain's drop
-every test here but the run-time model swapped to another directory fails (that one the directory
-check of docs/spec/kept-written.md §3 also refuses): the restart serves the drained written version
-as current."""
+The swapped-in version's records carry no currentSince; these tests hold that no written version
+is left for one to be chosen over it. Without both drops every test here but the run-time model
+swapped to another directory fails (that one the directory check of docs/spec/kept-written.md §3
+also refuses): the restart serves the drained written version as current. That the reply waits for
+the drops: test_update_keeper_swap_drop.py."""
 
 import json
 import os
