@@ -86,6 +86,27 @@ def greedy(llm) -> Dict[str, Any]:
     return {"tokens": list(out[0].outputs[0].token_ids), "logprobs": [{t: lp.logprob for t, lp in step.items()} for step in out[0].outputs[0].logprobs]}
 
 
+def vllm_named(checkpoint: Dict[str, Any]) -> Dict[str, Any]:
+    """The tiny Llama's checkpoint tensors as vLLM's ``named_parameters()`` holds them at tp 1, as
+    an RL framework that sends the engine's names makes them: q, k, v and gate, up concatenated,
+    the vocabulary padded to 64 with zero rows, the tied ``lm_head`` left out."""
+    import torch
+
+    out = {}
+    for name, t in checkpoint.items():
+        if name == "lm_head.weight" or any(f".{p}_proj." in name for p in ("k", "v", "up")):
+            continue
+        if ".q_proj." in name:
+            out[name.replace("q_proj", "qkv_proj")] = torch.cat([t, checkpoint[name.replace("q_proj", "k_proj")], checkpoint[name.replace("q_proj", "v_proj")]])
+        elif ".gate_proj." in name:
+            out[name.replace("gate_proj", "gate_up_proj")] = torch.cat([t, checkpoint[name.replace("gate_proj", "up_proj")]])
+        elif name == "model.embed_tokens.weight":
+            out[name] = torch.cat([t, t.new_zeros(-t.shape[0] % 64, t.shape[1])])
+        else:
+            out[name] = t
+    return out
+
+
 def mapped_files(model) -> Dict[str, Tuple[int, Optional[str]]]:
     """For each non-empty parameter (the CPU backend empties those it repacks), its address and
     the file whose mapping holds its first byte (None: anonymous memory), from /proc/self/maps."""
@@ -369,10 +390,15 @@ class VllmPluginTest(unittest.TestCase):
         goes through vLLM 0.32's trainer engine (``WeightTransferTrainerFactory``, as the plugin
         registered it; the client is the offline ``LLM``): written as a new version of the
         served name, followed in place, and generation equals a disk load of those weights;
-        the version written over keeps its bytes. A name the daemon does not hold (vLLM's fused
-        one) is refused with nothing committed. Then vLLM 0.26's static ``trainer_send_weights``,
-        called directly, writes the first weights back, and generation is the first again.
-        Named to run after the follow test, for the same reason (its lease is not checked)."""
+        the version written over keeps its bytes. Then the first weights by the engine's own
+        parameter names (``named_parameters()``: fused ``qkv_proj`` and ``gate_up_proj``, the
+        vocabulary padded to 512), as some frameworks send them: split into the checkpoint
+        tensors, and generation is the first again. A name neither the checkpoint nor the vllm
+        layout has is refused with nothing committed. Then vLLM 0.26's static
+        ``trainer_send_weights``, called directly, writes the other weights by vLLM's names: the
+        same bytes as version 1, which the daemon makes current again, and generation is the
+        second again. Named to run after the follow test, for the same reason
+        (its lease is not checked)."""
         import gc
 
         import torch
@@ -382,7 +408,7 @@ class VllmPluginTest(unittest.TestCase):
         from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
         from vllm.distributed.weight_transfer import ModuleSource, ParamMeta, WeightSource, WeightTransferTrainerFactory
 
-        from weightd_client.protocol import ServeError
+        from weightd_client.engine_names import NoRule
         from weightd_client.vllm_trainer import WeightdTrainerInitInfo
         from weightd_client.vllm_transfer import WeightdWeightTransferEngine
         from weightd_client.write_version import serving_fingerprint
@@ -445,23 +471,34 @@ class VllmPluginTest(unittest.TestCase):
                 self.assertLessEqual(set(on_disk), set(old))  # the copy adds the tied lm_head's alias
                 self.assertTrue(all(torch.equal(old[n], on_disk[n]) for n in on_disk), "the version written over keeps the checkpoint's bytes")
 
+                engine_names = set(llm.apply_model(lambda model: [n for n, _ in model.named_parameters()])[0])
+                by_vllm = vllm_named(on_disk)
+                self.assertEqual(set(by_vllm), engine_names, "the trainer sends exactly the engine's parameter names")
+                fused = WeightTransferTrainerFactory.trainer_init(WeightdTrainerInitInfo(model="llama", socket_dir=daemon.socket_dir, rank=0), client=Offline(), source=Yields(list(by_vllm.items())))
+                fused.send_weights()
+                llm.reset_prefix_cache()
+                self.assertEqual(greedy(llm), {k: first[k] for k in ("tokens", "logprobs")})
+                self.assertEqual([(v, c) for v, _, c in served()], [(0, False), (1, False), (2, True)])
+
                 before = served()
-                fused = "model.layers.0.self_attn.qkv_proj.weight"
-                bad = WeightTransferTrainerFactory.trainer_init(WeightdTrainerInitInfo(model="llama", socket_dir=daemon.socket_dir, rank=0), client=Offline(), source=Yields([(fused, torch.zeros(256, 128, dtype=torch.bfloat16))]))
-                with self.assertRaises(ServeError) as refused:
+                wrong = "model.layers.0.self_attn.qkvo_proj.weight"
+                bad = WeightTransferTrainerFactory.trainer_init(WeightdTrainerInitInfo(model="llama", socket_dir=daemon.socket_dir, rank=0), client=Offline(), source=Yields([(wrong, torch.zeros(256, 128, dtype=torch.bfloat16))]))
+                with self.assertRaises(NoRule) as refused:
                     bad.send_weights()
                 self.assertEqual(refused.exception.code, "E_UNKNOWN_TENSOR")
-                self.assertIn(fused, str(refused.exception))
+                self.assertIn(f"tensor '{wrong}' is neither a checkpoint tensor of model 'llama' nor a parameter of its vllm layout", str(refused.exception))
                 self.assertEqual(served(), before, "nothing committed")
-                self.assertEqual(greedy(llm)["tokens"], second["tokens"])
+                self.assertEqual(greedy(llm)["tokens"], first["tokens"])
 
-                info = WeightdWeightTransferEngine.trainer_send_weights(iter(on_disk.items()), {"model": "llama", "socket_dir": daemon.socket_dir})
-                self.assertEqual(info, {"model": "llama", "version": 2})
+                other = vllm_named(load_file(str(self.models["llama-other"] / "model.safetensors")))
+                info = WeightdWeightTransferEngine.trainer_send_weights(iter(other.items()), {"model": "llama", "socket_dir": daemon.socket_dir})
+                # Byte for byte what version 1 holds (written by checkpoint names): the daemon makes it current again.
+                self.assertEqual(info, {"model": "llama", "version": 1})
                 llm.start_weight_update()
                 llm.update_weights({"update_info": info})
                 llm.finish_weight_update()
                 llm.reset_prefix_cache()
-                self.assertEqual(greedy(llm), {k: first[k] for k in ("tokens", "logprobs")})
+                self.assertEqual(greedy(llm), {k: second[k] for k in ("tokens", "logprobs")})
             finally:
                 del llm
                 gc.collect()
