@@ -8,7 +8,7 @@
 import { ServeError } from '../errors.js';
 import { addon, type CudaDigested } from '../native/addon.js';
 import type { PackedTensorRanges } from '../native/fillRecords.js';
-import { cudaDigestsOn } from '../native/fillPolicy.js';
+import { DEFAULT_DIGESTS_ON } from '../native/fillPolicy.js';
 import type { RankService } from './rankService.js';
 
 /**
@@ -41,8 +41,8 @@ export function shareSegment(service: RankService, index: number): number {
 
 /**
  * Commits a rank's part: copies each staging allocation (`copied`) into a final one and digests
- * `ranges` over what the version will serve, where WEIGHTD_FILL_DIGESTS_ON says as for a fill (on
- * the GPU where the addon has the digest kernel, the log says why not; =cpu on the CPU). Resolves
+ * `ranges` over what the version will serve, where the rank's fill hashed (ServedRankData.digestOn: on
+ * the GPU where the addon has the digest kernel, the log says why not; 'cpu' on the CPU). Resolves
  * with the finals' descriptors (the caller's; -1 where shared), the digests and where they were hashed.
  */
 export async function commitCudaPart(service: RankService, fds: number[], copied: boolean[], ranges: PackedTensorRanges, threads: number): Promise<{ fds: number[] } & CudaDigested> {
@@ -54,7 +54,7 @@ export async function commitCudaPart(service: RankService, fds: number[], copied
     rank.segments.map((s) => s.bytes),
     ranges,
     threads,
-    cudaDigestsOn(),
+    rank.digestOn ?? DEFAULT_DIGESTS_ON,
   );
   if (committed.gpuDigestUnavailable) {
     service.log.info({ model: rank.name, globalRank: rank.globalRank, why: committed.gpuDigestUnavailable }, 'update digests hashed on the CPU, not the GPU');
