@@ -196,3 +196,34 @@ def test_tp2_a_fused_name_is_refused_since_every_rank_holds_its_own_piece(work):
         s.nothing_left([(0, True)])
     finally:
         s.daemon.stop()
+
+
+def view(name, dtype, shape, offset, nbytes, segment=0):
+    return {"name": name, "dtype": dtype, "shape": list(shape), "segment": segment, "offset": offset, "bytes": nbytes}
+
+
+def test_views_whose_pieces_do_not_tile_them_are_refused_and_packed_dtypes_are_not_cut():
+    """engine_params over manifests as a daemon of another version might send them: a checkpoint
+    view that crosses its parameter's edge, or one of another dtype, is a disagreement, never a
+    guess; a parameter of a packed dtype (F4: two elements a byte) keeps no pieces, so it is refused."""
+    from weightd_client.engine_names import EngineNames, engine_params
+    from weightd_client.protocol import ProtocolError
+    from weightd_client.tensors import torch_dtype
+
+    fused = view("a.qkv_proj.weight", "BF16", (6, 4), 0, 48)
+    ok = engine_params([view("a.q_proj.weight", "BF16", (2, 4), 0, 16), view("a.k_proj.weight", "BF16", (4, 4), 16, 32)], [fused])
+    assert [(p.name, p.start, p.numel, p.shape) for p in ok["a.qkv_proj.weight"].pieces] == [("a.q_proj.weight", 0, 8, (2, 4)), ("a.k_proj.weight", 8, 16, (4, 4))]
+    for pieces in (
+        [view("a.q_proj.weight", "BF16", (2, 4), 0, 16), view("a.k_proj.weight", "BF16", (5, 4), 16, 40)],  # past the edge
+        [view("a.q_proj.weight", "BF16", (2, 4), 0, 16), view("a.k_proj.weight", "BF16", (4, 4), 20, 32)],  # a gap
+        [view("a.q_proj.weight", "F16", (2, 4), 0, 16)],  # another dtype
+    ):
+        with pytest.raises(ProtocolError, match="the daemon's layouts disagree") as err:
+            engine_params(pieces, [fused])
+        assert err.value.code == "E_BAD_MANIFEST"
+    packed = engine_params([view("b.q_proj.weight", "F4", (2, 4), 0, 4)], [view("b.qkv_proj.weight", "F4", (2, 4), 0, 4)])
+    assert packed["b.qkv_proj.weight"].pieces == ()
+    names = EngineNames("m", {"b.q_proj.weight": (2, 4)}, packed, "vllm")
+    with pytest.raises(NoRule, match="whose bytes this client does not cut into elements") as err:
+        names.param("b.qkv_proj.weight", torch_dtype("F4"), (2, 4))
+    assert err.value.code == "E_TENSOR_MISMATCH"
