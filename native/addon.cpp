@@ -397,6 +397,7 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::CudaStagingCopy>>("cudaStagingCopy"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::CudaStagingFresh>>("cudaStagingFresh"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::CudaCommitCopies>>("cudaCommitCopies"),
+                             InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::CudaPullCommit>>("cudaPullCommit"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::CudaDigestSegments>>("cudaDigestSegments"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::MapShared>>("mapShared"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::UnmapShared>>("unmapShared"),
@@ -560,6 +561,21 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
                                   [](Napi::Env e, const int& fd) { return Napi::Number::New(e, fd); });
   }
 
+  static Napi::Value committedToJs(Napi::Env e, const CudaCommitted& c) {
+    Napi::Object o = Napi::Object::New(e);
+    Napi::Array outFds = Napi::Array::New(e, c.fds.size());
+    for (uint32_t i = 0; i < c.fds.size(); ++i) outFds.Set(i, c.fds[i]);
+    o.Set("fds", outFds);
+    setDigested(e, o, c.digested);
+    Napi::Object timings = Napi::Object::New(e);
+    timings.Set("allocateMs", c.allocateMs);
+    timings.Set("openMs", c.openMs);
+    timings.Set("copyMs", c.copyMs);
+    timings.Set("digestMs", c.digestMs);
+    o.Set("timings", timings);
+    return o;
+  }
+
   // cudaCommitCopies(deviceIndex, fds, copied: boolean[], bytes: number[], tensorRanges, threads, digestOn)
   //   -> Promise<{ fds: number[], digests: string[], hashedOn, gpuDigestUnavailable }>, on a libuv thread.
   Napi::Value CudaCommitCopies(const Napi::CallbackInfo& info) {
@@ -578,14 +594,40 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
     bool onGpu = digestOnGpuFromJs(info[6]);
     return PromiseJob<CudaCommitted>::start(
         env, [deviceIndex, fds, copied, bytes, tensors, threads, onGpu] { return cudaCommitCopies(deviceIndex, fds, copied, bytes, tensors, threads, onGpu); },
-        [](Napi::Env e, const CudaCommitted& c) {
-          Napi::Object o = Napi::Object::New(e);
-          Napi::Array outFds = Napi::Array::New(e, c.fds.size());
-          for (uint32_t i = 0; i < c.fds.size(); ++i) outFds.Set(i, c.fds[i]);
-          o.Set("fds", outFds);
-          setDigested(e, o, c.digested);
-          return o;
-        });
+        committedToJs);
+  }
+
+  // cudaPullCommit(deviceIndex, fds, copied: boolean[], bytes: number[], sources: Buffer[], commitCopies, tensorRanges, threads, digestOn)
+  //   -> Promise<{ fds: number[], digests: string[], hashedOn, gpuDigestUnavailable }>, on a libuv thread.
+  Napi::Value CudaPullCommit(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    const char* usage = "cudaPullCommit(deviceIndex, fds, copied: boolean[], bytes: number[], sources: Buffer[], commitCopies, tensorRanges, threads, digestOn)";
+    int deviceIndex = toBounded<int>(info[0], "deviceIndex");
+    std::vector<int> fds = toFds(info[1]);
+    if (!info[2].IsArray() || !info[3].IsArray() || !info[4].IsArray()) throw Napi::TypeError::New(env, usage);
+    Napi::Array copiedJs = info[2].As<Napi::Array>(), bytesJs = info[3].As<Napi::Array>(), sourcesJs = info[4].As<Napi::Array>();
+    std::vector<bool> copied;
+    std::vector<uint64_t> bytes;
+    std::vector<std::string> sources;
+    for (uint32_t i = 0; i < copiedJs.Length(); ++i) copied.push_back(copiedJs.Get(i).ToBoolean().Value());
+    for (uint32_t i = 0; i < bytesJs.Length(); ++i) bytes.push_back(toU64(bytesJs.Get(i), "segment bytes"));
+    for (uint32_t i = 0; i < sourcesJs.Length(); ++i) {
+      Napi::Value v = sourcesJs.Get(i);
+      if (!v.IsBuffer()) throw Napi::TypeError::New(env, usage);
+      Napi::Buffer<char> b = v.As<Napi::Buffer<char>>();
+      sources.emplace_back(b.Data(), b.Length());
+    }
+    std::vector<CommitCopy> copies = commitCopiesFromJs(info[5]);
+    std::vector<TensorRange> tensors = tensorRangesFromJs(info[6]);
+    unsigned threads = toBounded<unsigned>(info[7], "threads");
+    if (threads < 1 || threads > 256) throw Napi::RangeError::New(env, "threads must be from 1 to 256, got " + std::to_string(threads));
+    bool onGpu = digestOnGpuFromJs(info[8]);
+    return PromiseJob<CudaCommitted>::start(
+        env,
+        [deviceIndex, fds, copied, bytes, sources, copies, tensors, threads, onGpu] {
+          return cudaPullCommit(deviceIndex, fds, copied, bytes, sources, copies, tensors, threads, onGpu);
+        },
+        committedToJs);
   }
 
   // cudaDigestSegments(deviceIndex, fds, bytes: number[], tensorRanges, threads, digestOn)

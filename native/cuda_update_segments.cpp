@@ -3,6 +3,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstring>
 #include <mutex>
 
 #include "cuda_resources.h"
@@ -65,10 +67,50 @@ int cudaStagingCopy(int deviceIndex, int sourceFd, uint64_t bytes) {
   return dupExported(staging);
 }
 
-CudaCommitted cudaCommitCopies(int deviceIndex, const std::vector<int>& fds, const std::vector<bool>& copied,
-                               const std::vector<uint64_t>& bytes, std::vector<TensorRange> tensors, unsigned threads, bool onGpu) {
+namespace {
+
+double msSince(std::chrono::steady_clock::time_point t) { return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count(); }
+
+// The writer's memory behind one pulled IPC handle, opened for the commit's copies, and how many
+// bytes of its allocation lie from the handle's address on.
+struct PulledSource {
+  IpcMapping mapping;
+  uint64_t bytes = 0;
+};
+
+PulledSource openPulledSource(const std::string& raw, size_t k, int deviceIndex) {
+  CUipcMemHandle handle{};
+  if (raw.size() != sizeof handle.reserved) {
+    throw DeviceError("E_BAD_HANDLE", "pulled source " + std::to_string(k) + " is " + std::to_string(raw.size()) + " bytes, not the " +
+                                          std::to_string(sizeof handle.reserved) + " of a CUDA IPC handle");
+  }
+  memcpy(handle.reserved, raw.data(), raw.size());
+  const CudaDriver& drv = cudaDriver();
+  CUdeviceptr p = 0;
+  // The flag is the only one the driver documents for this call; a handle of another GPU would be
+  // opened over peer access, which begin_update's device check keeps writers from asking for.
+  CUresult r = drv.cuIpcOpenMemHandle_v2.raw(&p, handle, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+  if (r != CUDA_SUCCESS) {
+    DeviceError why = cudaError("cuIpcOpenMemHandle", r);
+    throw DeviceError("E_UPDATE_SOURCE", "pulled source " + std::to_string(k) + " does not open on GPU " + std::to_string(deviceIndex) + " (" + why.what() +
+                                             "): it must be a live cudaMalloc allocation of the writer's process on this GPU, exported with cuIpcGetMemHandle " +
+                                             "(memory of torch's expandable segments or of cuMemCreate has no such handle: write it through the staging path)");
+  }
+  PulledSource out{IpcMapping(p), 0};
+  CUdeviceptr base = 0;
+  size_t size = 0;
+  drv.cuMemGetAddressRange_v2(&base, &size, p);
+  out.bytes = base + size - p;
+  return out;
+}
+
+// The commit's shared body: finals for the copied segments, `copies` into them (sources as
+// cudaPullCommit's; none for a staging commit), then the digests over what the version serves.
+CudaCommitted commitInto(int deviceIndex, const std::vector<int>& fds, const std::vector<bool>& copied, const std::vector<uint64_t>& bytes,
+                         const std::vector<std::string>& sources, const std::vector<CommitCopy>& copies, std::vector<TensorRange> tensors,
+                         unsigned threads, bool onGpu) {
   if (fds.size() != copied.size() || fds.size() != bytes.size()) {
-    throw DeviceError("E_BAD_PLAN", "cudaCommitCopies takes one descriptor, copied flag and size per segment");
+    throw DeviceError("E_BAD_PLAN", "a commit takes one descriptor, copied flag and size per segment");
   }
   PrimaryContext context(deviceIndex);
   ScopedContext current(context.get());
@@ -79,8 +121,21 @@ CudaCommitted cudaCommitCopies(int deviceIndex, const std::vector<int>& fds, con
     sizes.push_back(vmmSegmentSize(dev, bytes[i]));
     if (copied[i]) needed += sizes.back();
   }
+  // Which copied segments' own descriptors a copy reads (staging: all; a pull: those with gaps).
+  std::vector<bool> readsOwn(fds.size(), false);
+  for (const CommitCopy& c : copies) {
+    uint64_t end;
+    if (c.segment >= fds.size() || !copied[c.segment] || c.source > sources.size() || __builtin_add_overflow(c.dstOffset, c.bytes, &end) ||
+        end > bytes[c.segment]) {
+      throw DeviceError("E_BAD_PLAN", "a commit copy of " + std::to_string(c.bytes) + " bytes to segment " + std::to_string(c.segment) + " at " +
+                                          std::to_string(c.dstOffset) + " from source " + std::to_string(c.source) + " lies outside the commit");
+    }
+    if (c.source == 0) readsOwn[c.segment] = true;
+  }
   // What the new version serves: fresh final allocations for the written segments, which only
   // this process ever maps (and writes, here, once), and the shared segments as they are.
+  CudaCommitted out;
+  auto t = std::chrono::steady_clock::now();
   std::vector<VmmSegment> served(fds.size());
   {
     std::lock_guard<std::mutex> hold(allocating);
@@ -88,24 +143,47 @@ CudaCommitted cudaCommitCopies(int deviceIndex, const std::vector<int>& fds, con
     for (size_t i = 0; i < fds.size(); ++i)
       if (copied[i]) served[i] = VmmSegment::create(dev, sizes[i]);
   }
+  out.allocateMs = msSince(t);
   {
     // Declared before the stream, so that on a failure the stream is drained (its destructor)
-    // before any staging mapping a queued copy reads is unmapped.
-    std::vector<VmmSegment> staging;
-    Stream stream = createStream();
+    // before any source a queued copy reads is unmapped or closed.
+    std::vector<VmmSegment> own(fds.size());
+    std::vector<PulledSource> pulled;
+    t = std::chrono::steady_clock::now();
+    for (size_t k = 0; k < sources.size(); ++k) pulled.push_back(openPulledSource(sources[k], k, deviceIndex));
+    out.openMs = msSince(t);
+    t = std::chrono::steady_clock::now();
+    for (const CommitCopy& c : copies) {
+      uint64_t end;
+      if (c.source == 0) continue;
+      const PulledSource& from = pulled[c.source - 1];
+      if (__builtin_add_overflow(c.srcOffset, c.bytes, &end) || end > from.bytes) {
+        throw DeviceError("E_UPDATE_SIZE", "a pulled copy of " + std::to_string(c.bytes) + " bytes at offset " + std::to_string(c.srcOffset) + " of source " +
+                                               std::to_string(c.source - 1) + " ends past its allocation, which holds " + std::to_string(from.bytes) +
+                                               " bytes from the handle's address on; pull each tensor from the memory that holds it whole");
+      }
+    }
     for (size_t i = 0; i < fds.size(); ++i) {
       if (!copied[i]) {
         served[i] = VmmSegment::import(dev, fds[i], sizes[i]);
-        continue;
+      } else if (readsOwn[i]) {
+        own[i] = VmmSegment::import(dev, fds[i], sizes[i]);
       }
-      staging.push_back(VmmSegment::import(dev, fds[i], sizes[i]));
-      cudaDriver().cuMemcpyDtoDAsync_v2(served[i].pointer(), staging.back().pointer(), sizes[i], stream.get());
+    }
+    Stream stream = createStream();
+    for (const CommitCopy& c : copies) {
+      if (c.bytes == 0) continue;
+      CUdeviceptr from = c.source == 0 ? own[c.segment].pointer() : pulled[c.source - 1].mapping.get();
+      cudaDriver().cuMemcpyDtoDAsync_v2(served[c.segment].pointer() + c.dstOffset, from + c.srcOffset, c.bytes, stream.get());
     }
     cudaDriver().cuStreamSynchronize(stream.get());
+    out.copyMs = msSince(t);
   }
   std::vector<CUdeviceptr> pointers;
   for (const VmmSegment& s : served) pointers.push_back(s.pointer());
-  CudaCommitted out{{}, digestDeviceSegments(pointers, bytes, std::move(tensors), threads, onGpu)};
+  t = std::chrono::steady_clock::now();
+  out.digested = digestDeviceSegments(pointers, bytes, std::move(tensors), threads, onGpu);
+  out.digestMs = msSince(t);
   try {
     for (size_t i = 0; i < fds.size(); ++i) out.fds.push_back(copied[i] ? dupExported(served[i]) : -1);
   } catch (...) {
@@ -114,6 +192,23 @@ CudaCommitted cudaCommitCopies(int deviceIndex, const std::vector<int>& fds, con
     throw;
   }
   return out;
+}
+
+}  // namespace
+
+CudaCommitted cudaCommitCopies(int deviceIndex, const std::vector<int>& fds, const std::vector<bool>& copied,
+                               const std::vector<uint64_t>& bytes, std::vector<TensorRange> tensors, unsigned threads, bool onGpu) {
+  // Each staging allocation's segment bytes (every tensor lies in them), from source 0: the staging itself.
+  std::vector<CommitCopy> copies;
+  for (size_t i = 0; i < copied.size() && i < bytes.size(); ++i)
+    if (copied[i]) copies.push_back(CommitCopy{static_cast<uint32_t>(i), 0, 0, 0, bytes[i]});
+  return commitInto(deviceIndex, fds, copied, bytes, {}, copies, std::move(tensors), threads, onGpu);
+}
+
+CudaCommitted cudaPullCommit(int deviceIndex, const std::vector<int>& fds, const std::vector<bool>& copied, const std::vector<uint64_t>& bytes,
+                             const std::vector<std::string>& sources, const std::vector<CommitCopy>& copies, std::vector<TensorRange> tensors,
+                             unsigned threads, bool onGpu) {
+  return commitInto(deviceIndex, fds, copied, bytes, sources, copies, std::move(tensors), threads, onGpu);
 }
 
 }  // namespace weightd

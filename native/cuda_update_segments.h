@@ -31,6 +31,10 @@ struct CudaCommitted {
   std::vector<int> fds;
   // Each of `tensors`' digest, over the final segments and the shared ones.
   CudaDigests digested;
+  // Where the commit's time went, in milliseconds (the daemon logs them: a same-GPU update is
+  // held to a multiple of one device-to-device copy, issue 31): making the finals, opening a
+  // pull's sources (0 for staging), the copies (queued and done), the digests.
+  double allocateMs = 0, openMs = 0, copyMs = 0, digestMs = 0;
 };
 
 // At commit: for each segment i with copied[i], a fresh final allocation holding a device-to-device
@@ -39,5 +43,19 @@ struct CudaCommitted {
 // will serve (cuda_segment_digests.h; `onGpu` as there). Nothing of it stays on failure.
 CudaCommitted cudaCommitCopies(int deviceIndex, const std::vector<int>& fds, const std::vector<bool>& copied,
                                const std::vector<uint64_t>& bytes, std::vector<TensorRange> tensors, unsigned threads, bool onGpu);
+
+// A pull's commit (docs/weight-updates.md, "Pulling from the writer's tensors"): as
+// cudaCommitCopies, but each final allocation is written by `copies` alone, straight from the
+// writer's own memory: `sources` are legacy CUDA IPC handles (64 bytes each, of cudaMalloc'd
+// memory of another process on this GPU), opened in the device's primary context, read by the
+// copies with source k > 0, and closed once the copies are done, before the digests (which read
+// only the finals, memory no other process maps). Source 0 is fds[segment], the base's segment,
+// for the bytes between pulled tensors. A handle the driver will not open is E_UPDATE_SOURCE; a
+// copy past the end of its source's allocation, E_UPDATE_SIZE. The writer must keep its memory
+// allocated and unchanged until this returns: the driver does not keep an exporter's memory alive
+// for an importer (freeing it while opened is undefined), so what was read is what the digests say.
+CudaCommitted cudaPullCommit(int deviceIndex, const std::vector<int>& fds, const std::vector<bool>& copied, const std::vector<uint64_t>& bytes,
+                             const std::vector<std::string>& sources, const std::vector<CommitCopy>& copies, std::vector<TensorRange> tensors,
+                             unsigned threads, bool onGpu);
 
 }  // namespace weightd

@@ -104,6 +104,8 @@ FillArgs fillArgsFromJs(const Napi::CallbackInfo& info) {
 
 std::vector<TensorRange> tensorRangesFromJs(const Napi::Value& v) { return recordsFromJs<TensorRange>(v, "tensorRanges"); }
 
+std::vector<CommitCopy> commitCopiesFromJs(const Napi::Value& v) { return recordsFromJs<CommitCopy>(v, "commitCopies"); }
+
 bool digestOnGpuFromJs(const Napi::Value& v) {
   std::string on = toStr(v, "digestOn");
   if (on == "gpu") return true;

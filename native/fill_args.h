@@ -25,6 +25,7 @@ FillArgs fillArgsFromJs(const Napi::CallbackInfo& info);
 
 // A Float64Array of tensor ranges as src/native/fillRecords.ts packs them.
 std::vector<TensorRange> tensorRangesFromJs(const Napi::Value& v);
+std::vector<CommitCopy> commitCopiesFromJs(const Napi::Value& v);
 
 // Where digest pieces are hashed ('gpu': true, 'cpu': false), a fill's digestOn option or a cuda
 // commit's and verify's argument (src/native/fillPolicy.ts decides it). RangeError otherwise.

@@ -36,6 +36,19 @@ struct TensorRange {
   uint64_t end = 0;
 };
 
+// CommitCopy in src/native/fillRecords.ts: one device-to-device copy of a commit
+// (cuda_update_segments.h), `bytes` from `srcOffset` of source `source` to `dstOffset` of segment
+// `segment`'s final allocation. Source 0 is that segment's own descriptor (its staging allocation,
+// or the base's segment under a pull); source k > 0 is the writer's memory behind the k-th pulled
+// IPC handle.
+struct CommitCopy {
+  uint32_t segment = 0;
+  uint32_t source = 0;
+  uint64_t srcOffset = 0;
+  uint64_t dstOffset = 0;
+  uint64_t bytes = 0;
+};
+
 // The packed layout of T: its field names in record order, how many leading fields are indexes
 // (narrowed to uint32_t, so the bindings refuse a value past 2^32-1 rather than wrap it), and
 // the record's reading once every field is known to be a non-negative safe integer.
@@ -66,6 +79,14 @@ struct Record<TensorRange> {
   static constexpr const char* kFields[] = {"file", "start", "end"};
   static constexpr size_t kIndexFields = 1;
   static TensorRange unpack(const uint64_t* f) { return TensorRange{static_cast<uint32_t>(f[0]), f[1], f[2]}; }
+};
+
+template <>
+struct Record<CommitCopy> {
+  static constexpr const char* kName = "commit copy";
+  static constexpr const char* kFields[] = {"segment", "source", "srcOffset", "dstOffset", "bytes"};
+  static constexpr size_t kIndexFields = 2;
+  static CommitCopy unpack(const uint64_t* f) { return CommitCopy{static_cast<uint32_t>(f[0]), static_cast<uint32_t>(f[1]), f[2], f[3], f[4]}; }
 };
 
 }  // namespace weightd

@@ -5,7 +5,7 @@ import type { SerializedError } from './errors.js';
 import type { IdentityChange } from './files/fileIdentity.js';
 import type { DeviceInfo, SegmentExport } from './native/addon.js';
 import type { RankTableEntry } from './wire/rankTable.js';
-import type { ServeStatus } from './wire/protocol.js';
+import type { ProcessedLayoutStatus, ServeStatus } from './wire/protocol.js';
 
 /**
  * `true` when a machine's state names (xstate's StateValueFrom) are exactly `Declared`, else
@@ -79,8 +79,21 @@ export type RegistryState = 'startup' | 'running' | 'stopping' | 'stopped' | 'st
 /** A model version's state: the model machine's, or for the node's first model the node's until its model actor exists. */
 export type ModelState = ModelMachineState | Exclude<NodeState, 'ready'>;
 
-/** Each rank as status reports it: clients and leases are its version's counters on its device's socket. */
-export type ServedRankStatus = RankStatus & { clients?: number; leases?: number; serve?: ServeStatus; lastAttachedAt?: number; servingSince?: number; current?: boolean };
+/**
+ * Each rank as status reports it: clients and leases are its version's counters on its device's
+ * socket, processed the layouts engines published beside it (memory of its own on the rank's
+ * device, freed with the rank, or dropped alone to make room for a load: docs/operations.md,
+ * Eviction).
+ */
+export type ServedRankStatus = RankStatus & {
+  clients?: number;
+  leases?: number;
+  serve?: ServeStatus;
+  lastAttachedAt?: number;
+  servingSince?: number;
+  current?: boolean;
+  processed?: ProcessedLayoutStatus[];
+};
 
 export interface ModelStatus {
   name: string;
@@ -97,8 +110,10 @@ export interface ModelStatus {
    * rollback chose): the others of its name that serve are retained (--keep-versions).
    */
   current: boolean;
-  /** Resident bytes of all its ranks. */
+  /** Resident bytes of all its ranks (their segments; processed layouts are processedBytes). */
   bytes: number;
+  /** Bytes of the processed layouts published beside its ranks (ServedRankStatus.processed): memory it holds besides `bytes`. */
+  processedBytes: number;
   /** Live leases over all its ranks. */
   leases: number;
   /**
@@ -182,7 +197,7 @@ export interface EvictedModel {
   name: string;
   fingerprint: string;
   own: boolean;
-  /** What its segments held, now freed. */
+  /** What its segments and processed layouts held, now freed. */
   bytes: number;
   /** Its last attach, or when it began serving (ModelStatus.lastUsedAt). */
   lastUsedAt?: number;

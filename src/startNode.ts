@@ -77,7 +77,7 @@ export function statusOf(snap: Snapshot, config: NodeConfig, servers?: ServerReg
   const ctx = snap.context;
   const served = (r: RankStatus, version: string, fingerprint: string | undefined): ServedRankStatus => {
     const s = fingerprint === undefined ? undefined : servers?.stats(version, fingerprint);
-    return s ? { ...r, clients: s.connections, leases: s.leases, serve: s.status, lastAttachedAt: s.lastAttachedAt, servingSince: s.servingSince, current: s.current } : r;
+    return s ? { ...r, clients: s.connections, leases: s.leases, serve: s.status, lastAttachedAt: s.lastAttachedAt, servingSince: s.servingSince, current: s.current, processed: s.processed } : r;
   };
   const models = modelEntries(snap).map((m): ModelStatus => {
     const child = modelActor(snap, m.id)?.getSnapshot();
@@ -111,6 +111,7 @@ export function statusOf(snap: Snapshot, config: NodeConfig, servers?: ServerReg
     version: 0,
     current: false,
     bytes: 0,
+    processedBytes: 0,
     leases: 0,
     ranks: [],
   };
@@ -144,10 +145,11 @@ function plannedVersions(snap: Snapshot): PlannedVersion[] {
   });
 }
 
-function totals(ranks: ServedRankStatus[]): { bytes: number; leases: number; lastUsedAt?: number } {
+function totals(ranks: ServedRankStatus[]): { bytes: number; processedBytes: number; leases: number; lastUsedAt?: number } {
   const used = ranks.map((r) => r.lastAttachedAt ?? r.servingSince).filter((t): t is number => t !== undefined);
   return {
     bytes: ranks.reduce((n, r) => n + (r.state === 'released' ? 0 : r.bytes), 0),
+    processedBytes: ranks.reduce((n, r) => n + (r.processed ?? []).reduce((m, p) => m + p.bytes, 0), 0),
     leases: ranks.reduce((n, r) => n + (r.leases ?? 0), 0),
     ...(used.length > 0 ? { lastUsedAt: Math.max(...used) } : {}),
   };
@@ -202,7 +204,7 @@ export async function startNode(options: NodeOptions, { rankWorker = rankWorkerM
           throw err;
         })
     : undefined;
-  const control = new ModelControl({ actor, config, log, status });
+  const control = new ModelControl({ actor, config, log, status, dropProcessed: (deviceUuid, base, key) => servers.dropProcessed(deviceUuid, base, key) });
   // A version a writer committed on a device socket is served through the model control, as a load is.
   servers.updates.publisher = (written) => control.publishUpdate(written);
   // A model whose checkpoint files changed is drained by the supervisor and loaded again here, once the node is ready.

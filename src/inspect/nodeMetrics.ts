@@ -8,7 +8,7 @@ import { createRequire } from 'node:module';
 import type { Gauge, Registry } from 'prom-client';
 import type { NodeStatus } from '../nodeStatus.js';
 import type { EventFeed } from './eventFeed.js';
-import { toStatusView, type RankView, type StatusView } from './statusView.js';
+import { toStatusView, type ProcessedLayoutView, type RankView, type StatusView } from './statusView.js';
 
 export interface NodeMetricsOptions {
   status: () => NodeStatus;
@@ -103,6 +103,18 @@ export class NodeMetrics {
     gauge('weightd_model_version', 'Each model version resident: its number among its name\'s versions (0: a checkpoint; N+1 per writer\'s commit), current 1 for the one clients are pointed to.', ['model', 'fingerprint', 'current'], (g, v) => {
       for (const m of v.models) if (m.state === 'serving' || m.state === 'draining') g.set({ model: m.name, fingerprint: m.fingerprint ?? '', current: m.current ? '1' : '0' }, m.version);
     });
+    // One series per processed layout, of every model version: they come and go with publishes,
+    // drops to make room and their versions, so no layout's series outlives it.
+    const PROCESSED_LABELS = ['model', 'version', 'global_rank', 'key'] as const;
+    const perProcessed = (name: string, help: string, value: (p: ProcessedLayoutView) => number) =>
+      gauge(name, help, PROCESSED_LABELS, (g, v) => {
+        for (const m of v.models) {
+          for (const r of m.ranks) for (const p of r.processed ?? []) g.set({ model: m.name, version: String(m.version), global_rank: String(r.globalRank), key: p.key }, value(p));
+        }
+      });
+    perProcessed('weightd_processed_layout_bytes', 'Bytes of a processed layout an engine published beside a rank of a model version (docs/engines.md).', (p) => p.bytes);
+    perProcessed('weightd_processed_layout_leases', 'Engines that map a processed layout now (its get_processed leases); one with none may be dropped to make room for a load.', (p) => p.leases);
+    perProcessed('weightd_processed_layout_published_timestamp_seconds', 'When a processed layout was published, seconds since the epoch.', (p) => Date.parse(p.publishedAt) / 1000);
     gauge('weightd_peer_up', 'Other nodes of the group: 1 up, 0 reported lost.', ['node_rank'], (g, v) => {
       for (const p of v.peers) g.set({ node_rank: String(p.nodeRank) }, p.state === 'up' ? 1 : 0);
     });

@@ -148,6 +148,12 @@ function renderPeers(s) {
   }
 }
 
+/** A model's processed layouts (what engines published beside its ranks), when it has any. */
+function processedNote(m) {
+  const layouts = m.ranks.flatMap((r) => r.processed ?? []);
+  return layouts.length === 0 ? '' : ', ' + layouts.length + ' processed layout' + (layouts.length === 1 ? '' : 's') + ' (' + formatBytes(m.processedBytes) + ', ' + layouts.reduce((n, p) => n + p.leases, 0) + ' mapped)';
+}
+
 function renderStatus(s) {
   document.body.classList.toggle('failed', s.failure !== null);
   $('node').textContent = 'node ' + s.nodeRank + '/' + s.nnodes + ' · tp ' + s.tpSize + ' · ' + (s.architecture ?? '?') + ' · ' + s.model + ' · pid ' + s.pid;
@@ -166,7 +172,7 @@ function renderStatus(s) {
   // Every model is one of these, the node's first included (in the node's state until its actor exists).
   highlight('model', s.models.map((m) => m.state));
   const modelsNote = document.querySelector('#chart-model .note');
-  if (modelsNote) modelsNote.textContent = s.models.map((m) => m.name + (m.own ? ' (own)' : '') + ' v' + m.version + (m.state === 'serving' && !m.current ? ' (retained)' : '') + ' (tp ' + m.tpSize + '): ' + m.state + ', ' + m.leases + ' leases').join(' · ');
+  if (modelsNote) modelsNote.textContent = s.models.map((m) => m.name + (m.own ? ' (own)' : '') + ' v' + m.version + (m.state === 'serving' && !m.current ? ' (retained)' : '') + ' (tp ' + m.tpSize + '): ' + m.state + ', ' + m.leases + ' leases' + processedNote(m)).join(' · ');
   $('ranks').tBodies[0].innerHTML = s.ranks.map((r) =>
     '<tr data-rank="' + r.globalRank + '" data-state="' + esc(r.state) + '">' +
     '<td>' + r.globalRank + ' <small>(local ' + r.localRank + ')</small></td>' +

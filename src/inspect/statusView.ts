@@ -31,6 +31,17 @@ export interface RankView extends LoadProgress {
   keptReason: string | null;
   /** Loaded from the checkpoint although the keeper held its shard: why that shard was refused (its files changed, ...); null otherwise. */
   notAdopted: string | null;
+  /** The processed layouts engines published beside it (docs/engines.md); null while it has no socket. */
+  processed: ProcessedLayoutView[] | null;
+}
+
+/** A processed layout beside a rank: its key, bytes, the engines that map it now (leases), when it was published and last mapped (ISO time). */
+export interface ProcessedLayoutView {
+  key: string;
+  bytes: number;
+  leases: number;
+  publishedAt: string;
+  lastMappedAt: string | null;
 }
 
 /** One model version the node serves or loads (docs/operations.md, Several models). */
@@ -45,6 +56,8 @@ export interface ModelView {
   version: number;
   current: boolean;
   bytes: number;
+  /** Bytes of the processed layouts beside its ranks (each rank's `processed`), held besides `bytes`. */
+  processedBytes: number;
   leases: number;
   /** Its last attach, or when it began serving (ISO time; what --evict no-lease-lru orders by); null until it serves. */
   lastUsedAt: string | null;
@@ -167,6 +180,7 @@ export function toStatusView(s: NodeStatus): StatusView {
       version: m.version,
       current: m.current,
       bytes: m.bytes,
+      processedBytes: m.processedBytes,
       leases: m.leases,
       lastUsedAt: m.lastUsedAt === undefined ? null : new Date(m.lastUsedAt).toISOString(),
       ranks: m.ranks.map(rankView),
@@ -207,5 +221,13 @@ function rankView(r: ServedRankStatus): RankView {
     kept: r.kept ?? null,
     keptReason: r.keptReason ?? null,
     notAdopted: r.source?.from === 'checkpoint' ? (r.source.refused ?? null) : null,
+    processed:
+      r.processed?.map((p) => ({
+        key: p.key,
+        bytes: p.bytes,
+        leases: p.leases,
+        publishedAt: new Date(p.publishedAt).toISOString(),
+        lastMappedAt: p.lastMappedAt === undefined ? null : new Date(p.lastMappedAt).toISOString(),
+      })) ?? null,
   };
 }

@@ -6,7 +6,7 @@ import { planModel, spansGroup, type ModelNode, type PlannedModel } from './plan
 import { alreadyLoadedError } from './alreadyLoadedError.js';
 import { tellGroupStale } from './groupReload.js';
 import { WeightdError, errorCode, receivedCode, RankFailedError, serializeError } from '../errors.js';
-import { evictForLoad } from './evictForLoad.js';
+import { evictForLoad, type EvictForLoadInput } from './evictForLoad.js';
 import { checkEvictionPolicy, type EvictionPolicy } from './evictionPolicy.js';
 import type { Logger } from '../log.js';
 import { LOAD_RUNNING, modelMachine } from './modelMachine.js';
@@ -28,6 +28,8 @@ type ModelSnapshot = SnapshotFrom<typeof modelMachine>;
 export class ModelControl {
   readonly #actor: ModelHost;
   readonly #config: ModelNode & { evict: EvictionPolicy; keepVersions: number };
+  /** Drops a processed layout to make room (ServerRegistry.dropProcessed); without device servers there is none. */
+  readonly #dropProcessed: EvictForLoadInput['dropProcessed'];
   readonly #log: Logger;
   readonly #status: () => NodeStatus;
   /** Loads handed to the supervisor, which name their model actors (modelLoadId). */
@@ -46,7 +48,8 @@ export class ModelControl {
   /** Per name, the end of its commits and rollbacks in flight (#serially). */
   readonly #changing = new Map<string, Promise<unknown>>();
 
-  constructor(options: { actor: ModelHost; config: ModelNode & { evict: EvictionPolicy; keepVersions: number }; log: Logger; status: () => NodeStatus }) {
+  constructor(options: { actor: ModelHost; config: ModelNode & { evict: EvictionPolicy; keepVersions: number }; log: Logger; status: () => NodeStatus; dropProcessed?: EvictForLoadInput['dropProcessed'] }) {
+    this.#dropProcessed = options.dropProcessed ?? (async () => false);
     this.#actor = options.actor;
     this.#config = options.config;
     this.#log = options.log;
@@ -418,6 +421,7 @@ export class ModelControl {
       name,
       status: this.#status,
       unload: (fingerprint) => this.unload(fingerprint),
+      dropProcessed: this.#dropProcessed,
       // The node's state, and its models' list (a model released or gone), each change the status.
       onChange: (listener) => {
         const subs = [this.#actor, modelRegistry(this.#actor.getSnapshot())].map((a) => a?.subscribe({ next: listener, error: listener }));

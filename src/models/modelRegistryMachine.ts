@@ -118,7 +118,7 @@ const registrySetup = setup({
     vouchToGroup: enqueueActions(({ context, event, enqueue }) => {
       assertEvent(event, 'MODEL_GROUP_VOUCH');
       const { name, fingerprint } = event.join;
-      enqueue.assign({ vouched: [...context.vouched.filter((v) => v.name !== name), { id: event.id, name, fingerprint }] });
+      enqueue.assign({ vouched: [...liveVouches(context.vouched.filter((v) => v.name !== name), context.models), { id: event.id, name, fingerprint }] });
       enqueue.sendTo(context.node, tellGroup({ type: 'MODEL_GROUP_JOIN', ...event.join }));
       enqueue.sendTo(context.node, tellGroup({ type: 'MODEL_GROUP_RESIDENT', name, fingerprint }));
     }),
@@ -189,7 +189,8 @@ const registrySetup = setup({
         return;
       }
       enqueue.stopChild(event.id);
-      enqueue.assign({ models: context.models.filter((x) => x.id !== event.id) });
+      const models = context.models.filter((x) => x.id !== event.id);
+      enqueue.assign({ models, vouched: liveVouches(context.vouched, models) });
     }),
     // Each model passes it to its ranks; a rank not loaded yet keeps its segments once it is.
     keepAgain: enqueueActions(({ context, enqueue }) => {
@@ -333,6 +334,16 @@ function listingOf(context: ModelRegistryContext): ModelListing {
   const models: NodeManifestModel[] = listed.map((m) => ({ name: m.name, fingerprint: m.fingerprint, tpSize: m.tpSize, draining: m.unloaded, ranks: m.entries! }));
   const first = listed.filter((m) => m.name === context.startup[0]!.spec.name);
   return { entries: (first.findLast((m) => !m.unloaded) ?? first.at(-1))?.entries ?? [], models };
+}
+
+/**
+ * The vouches still worth keeping: one awaiting node 0's verdict (ModelControl waits on it), or one
+ * settled whose name the node still serves. A settled one was read by its waiter in the step that
+ * settled it, so once its name is gone nothing reads it again: without this, each name ever
+ * vouched for kept its entry for the daemon's life.
+ */
+function liveVouches(vouched: VouchedVersion[], models: ModelEntry[]): VouchedVersion[] {
+  return vouched.filter((v) => v.verdict === undefined || models.some((m) => m.name === v.name && !m.gone));
 }
 
 /** The log line of a model found stale, naming each file and how it changed. */

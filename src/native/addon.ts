@@ -3,7 +3,7 @@
 import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
 import { DeviceError, type NativeErrorCode } from '../errors.js';
-import type { PackedCopyOps, PackedTensorRanges, PackedZeroRanges } from './fillRecords.js';
+import type { PackedCommitCopies, PackedCopyOps, PackedTensorRanges, PackedZeroRanges } from './fillRecords.js';
 
 export type Backend = 'host' | 'cuda';
 
@@ -61,6 +61,14 @@ export interface CudaDigested {
   hashedOn: 'gpu' | 'cpu';
   /** Why the digest kernel did not hash them ("" when it did). */
   gpuDigestUnavailable: string;
+}
+
+/** Where a cuda commit's time went, in milliseconds (native/cuda_update_segments.h CudaCommitted). */
+export interface CommitTimings {
+  allocateMs: number;
+  openMs: number;
+  copyMs: number;
+  digestMs: number;
 }
 
 /** How a cuda device allocates and exports its segments (--cuda-handles; native/cuda_vmm.h). */
@@ -254,7 +262,25 @@ export interface Addon {
     tensorRanges: PackedTensorRanges,
     threads: number,
     digestOn: 'gpu' | 'cpu',
-  ): Promise<{ fds: number[] } & CudaDigested>;
+  ): Promise<{ fds: number[]; timings: CommitTimings } & CudaDigested>;
+  /**
+   * A pull's commit (native/cuda_update_segments.h, cudaPullCommit): as cudaCommitCopies, but each
+   * final allocation (`copied`) is written by `commitCopies` alone, from `fds[segment]` (the base's
+   * segment: source 0) or from the writer's memory behind legacy IPC handle `sources[k - 1]` (64
+   * bytes each), opened for the copies and closed before the digests. E_UPDATE_SOURCE: a handle
+   * that does not open; E_UPDATE_SIZE: a copy past its source's allocation.
+   */
+  cudaPullCommit(
+    deviceIndex: number,
+    fds: number[],
+    copied: boolean[],
+    bytes: number[],
+    sources: Buffer[],
+    commitCopies: PackedCommitCopies,
+    tensorRanges: PackedTensorRanges,
+    threads: number,
+    digestOn: 'gpu' | 'cpu',
+  ): Promise<{ fds: number[]; timings: CommitTimings } & CudaDigested>;
   /**
    * Digests `tensorRanges` (`file` indexing the segments) over the allocations behind "cuda-fd"
    * descriptors `fds` (`bytes` each), imported read-only on visible device `deviceIndex` for the

@@ -6,8 +6,8 @@
 // read-only where the driver allows; any importer of their descriptor could map them read-write).
 // Only the finals are served; a writer that still maps its staging writes memory nobody reads.
 import { ServeError } from '../errors.js';
-import { addon, type CudaDigested } from '../native/addon.js';
-import type { PackedTensorRanges } from '../native/fillRecords.js';
+import { addon, type CommitTimings, type CudaDigested } from '../native/addon.js';
+import { packCommitCopies, type CommitCopy, type PackedTensorRanges } from '../native/fillRecords.js';
 import { DEFAULT_DIGESTS_ON } from '../native/fillPolicy.js';
 import type { RankService } from './rankService.js';
 
@@ -40,22 +40,27 @@ export function shareSegment(service: RankService, index: number): number {
 }
 
 /**
- * Commits a rank's part: copies each staging allocation (`copied`) into a final one and digests
- * `ranges` over what the version will serve, where the rank's fill hashed (ServedRankData.digestOn: on
- * the GPU where the addon has the digest kernel, the log says why not; 'cpu' on the CPU). Resolves
- * with the finals' descriptors (the caller's; -1 where shared), the digests and where they were hashed.
+ * Commits a rank's part: copies each staging allocation (`copied`) into a final one, or under a
+ * pull (`pull`: cudaPull.ts's plan) writes each final from the writer's memory and the base, and
+ * digests `ranges` over what the version will serve, where the rank's fill hashed
+ * (ServedRankData.digestOn: on the GPU where the addon has the digest kernel, the log says why
+ * not; 'cpu' on the CPU). Resolves with the finals' descriptors (the caller's; -1 where shared),
+ * the digests and where they were hashed.
  */
-export async function commitCudaPart(service: RankService, fds: number[], copied: boolean[], ranges: PackedTensorRanges, threads: number): Promise<{ fds: number[] } & CudaDigested> {
+export async function commitCudaPart(
+  service: RankService,
+  fds: number[],
+  copied: boolean[],
+  ranges: PackedTensorRanges,
+  threads: number,
+  pull?: { sources: Buffer[]; copies: CommitCopy[] },
+): Promise<{ fds: number[]; timings: CommitTimings } & CudaDigested> {
   const { rank } = service;
-  const committed = await addon().cudaCommitCopies(
-    rank.device.index,
-    fds,
-    copied,
-    rank.segments.map((s) => s.bytes),
-    ranges,
-    threads,
-    rank.digestOn ?? DEFAULT_DIGESTS_ON,
-  );
+  const bytes = rank.segments.map((s) => s.bytes);
+  const digestOn = rank.digestOn ?? DEFAULT_DIGESTS_ON;
+  const committed = pull
+    ? await addon().cudaPullCommit(rank.device.index, fds, copied, bytes, pull.sources, packCommitCopies(pull.copies), ranges, threads, digestOn)
+    : await addon().cudaCommitCopies(rank.device.index, fds, copied, bytes, ranges, threads, digestOn);
   if (committed.gpuDigestUnavailable) {
     service.log.info({ model: rank.name, globalRank: rank.globalRank, why: committed.gpuDigestUnavailable }, 'update digests hashed on the CPU, not the GPU');
   }

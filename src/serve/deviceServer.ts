@@ -21,7 +21,7 @@ import { encodeFrame } from '../wire/frameCodec.js';
 import { LogLimiter } from '../wire/logLimiter.js';
 import { admitPeer } from '../wire/peerAdmission.js';
 import { turnAway } from '../wire/turnAway.js';
-import type { Request, ServeStatus } from '../wire/protocol.js';
+import type { ProcessedLayoutStatus, Request, ServeStatus } from '../wire/protocol.js';
 import type { RankService } from './rankService.js';
 import { DEFAULT_SERVE_LIMITS, serveLimits, type ServeLimits } from './serveLimits.js';
 import { SocketListener } from '../wire/socketListener.js';
@@ -64,6 +64,8 @@ export interface RankServiceStats {
   refusedPeers: number;
   /** The newest version of its name that serves on this device: the one clients are pointed to. */
   current: boolean;
+  /** The processed layouts published beside it (RankService.processedStatus). */
+  processed: ProcessedLayoutStatus[];
 }
 
 export class DeviceServer implements ConnectionHandler, DeviceServices {
@@ -169,7 +171,7 @@ export class DeviceServer implements ConnectionHandler, DeviceServices {
 
   stats(service: RankService): RankServiceStats {
     const current = this.newestServing(service.name) === service;
-    return { status: service.status, connections: this.#connections.size, leases: service.leases.size, lastAttachedAt: service.leases.lastGrantedMs, servingSince: service.startedAt, current, ...this.counters };
+    return { status: service.status, connections: this.#connections.size, leases: service.leases.size, lastAttachedAt: service.leases.lastGrantedMs, servingSince: service.startedAt, current, processed: service.processedStatus(), ...this.counters };
   }
 
   /**

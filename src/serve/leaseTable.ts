@@ -23,6 +23,8 @@ export interface Lease {
   /** Ends when its connection closes: copy mode only (a map lease guards live mappings). */
   connectionBound: boolean;
   sinceMs: number;
+  /** The processed layout it was granted for (get_processed): the engine maps that layout's memory as well as the version's. */
+  processedKey?: string;
 }
 
 /** Who is asking: the peer's pid (SO_PEERCRED) and its connection. */
@@ -53,7 +55,8 @@ export class LeaseTable {
   /** When the last lease was granted (ms since the epoch): what an eviction policy orders by. */
   lastGrantedMs: number | undefined;
 
-  grant(caller: Caller, mode: ServeMode): Lease {
+  /** `processedKey`: a get_processed lease, which also holds that processed layout's memory. */
+  grant(caller: Caller, mode: ServeMode, processedKey?: string): Lease {
     const lease: Lease = {
       id: randomBytes(12).toString('hex'),
       owner: processIdentity(caller.pid),
@@ -64,6 +67,7 @@ export class LeaseTable {
       // forced release may end it; it never expires by itself, which errs towards keeping memory.
       connectionBound: mode === 'copy',
       sinceMs: Date.now(),
+      ...(processedKey === undefined ? {} : { processedKey }),
     };
     this.#leases.set(lease.id, lease);
     this.lastGrantedMs = lease.sinceMs;
@@ -72,6 +76,13 @@ export class LeaseTable {
 
   get size(): number {
     return this.#leases.size;
+  }
+
+  /** Live leases granted for the processed layout `key`: engines that map it now. */
+  processedLeases(key: string): number {
+    let n = 0;
+    for (const l of this.#leases.values()) if (l.processedKey === key) n++;
+    return n;
   }
 
   /** Drops `leaseId` if the caller holds it; without an id, every lease its connection took. */

@@ -16,7 +16,21 @@ export interface ProcessedLayout {
   /** Each tensor's digest, in `tensors`' order (the fill's digest code, as a written version's). */
   digests: string[];
   bytes: number;
+  /** When its commit made it served (ms since the epoch). */
+  publishedAt: number;
+  /** When get_processed last granted a lease on it (ms since the epoch); absent while none has. */
+  lastMappedAt?: number;
 }
+
+/**
+ * At most this many processed layouts, published or being published, beside one rank of a
+ * version (E_TOO_MANY_PUBLISHED past it). Each holds a descriptor for the daemon's life of its
+ * version and a page (host) or an allocation granule (cuda) however small it is, so the byte cap
+ * (--processed-max-percent) alone lets a client of the daemon's user that publishes many tiny
+ * keys take descriptors the sockets need. Honest engines publish one layout per engine version,
+ * kernel and architecture that run on the node: a few.
+ */
+export const PROCESSED_MAX_LAYOUTS = 16;
 
 export class ProcessedLayouts {
   readonly #layouts = new Map<string, ProcessedLayout>();
@@ -31,6 +45,15 @@ export class ProcessedLayouts {
     return [...this.#layouts.values()].map((l) => ({ key: l.key, keyFields: l.keyFields, bytes: l.bytes }));
   }
 
+  get size(): number {
+    return this.#layouts.size;
+  }
+
+  /** Every layout kept, oldest first. */
+  layouts(): ProcessedLayout[] {
+    return [...this.#layouts.values()];
+  }
+
   /** Bytes of every layout published: what the cap (--processed-max-percent) counts. */
   get bytes(): number {
     return [...this.#layouts.values()].reduce((sum, l) => sum + l.bytes, 0);
@@ -43,16 +66,28 @@ export class ProcessedLayouts {
     return true;
   }
 
+  /** Takes `key`'s layout out (get_processed no longer finds it) and returns it: its descriptors are the caller's to close. */
+  remove(key: string): ProcessedLayout | undefined {
+    const layout = this.#layouts.get(key);
+    this.#layouts.delete(key);
+    return layout;
+  }
+
   /** The version's rank is freed: every layout goes with it (an engine's mapping keeps its own pages). Idempotent. */
   close(): void {
     this.#closed = true;
-    for (const l of this.#layouts.values()) for (const s of l.segments) addon().closeFd(s.fd);
+    for (const l of this.#layouts.values()) closeLayout(l);
     this.#layouts.clear();
   }
 
   get closed(): boolean {
     return this.#closed;
   }
+}
+
+/** Closes the descriptors a layout owns (an engine's mapping keeps its own pages). */
+export function closeLayout(layout: ProcessedLayout): void {
+  for (const s of layout.segments) addon().closeFd(s.fd);
 }
 
 /** The segments of a layout as get_processed lists them. */

@@ -16,7 +16,7 @@ import { DEFAULT_DIGESTS_ON } from '../native/fillPolicy.js';
 import { refuseUnlessCudaFd } from './cudaUpdateSegments.js';
 import type { PublishTensor, TensorMeta } from '../wire/protocol.js';
 import type { Caller } from './leaseTable.js';
-import type { ProcessedLayout } from './processedLayouts.js';
+import { PROCESSED_MAX_LAYOUTS, type ProcessedLayout } from './processedLayouts.js';
 import type { RankService } from './rankService.js';
 
 /** Where each published tensor starts: a multiple of this, as a fill places tensors, so any dtype's view is aligned. */
@@ -134,6 +134,15 @@ export class PublishDesk {
         { model: rank.name, key },
       );
     }
+    const beside = service.processed.size + [...this.#publishes.values()].filter((p) => p.service === service).length;
+    if (beside >= PROCESSED_MAX_LAYOUTS) {
+      throw new ServeError(
+        'E_TOO_MANY_PUBLISHED',
+        `model "${rank.name}" rank ${rank.globalRank} holds ${beside} processed layouts published or being published, the most one rank keeps (${PROCESSED_MAX_LAYOUTS}); ` +
+          'the engine keeps processing at each start. An honest engine publishes one per engine version, kernel and architecture: look for a client publishing keys in a loop (/status lists each layout), or unload and load the model to clear them',
+        { model: rank.name, key, layouts: beside, max: PROCESSED_MAX_LAYOUTS },
+      );
+    }
     const tensors = placeTensors(request.tensors);
     const bytes = tensors.length === 0 ? 0 : Math.max(...tensors.map((t) => t.offset + t.bytes));
     const cap = Math.floor((rank.segments.reduce((sum, s) => sum + s.bytes, 0) * this.#maxPercent) / 100);
@@ -189,7 +198,7 @@ export class PublishDesk {
     }
     publish.fd = committed.fd;
     const { digests } = committed;
-    const layout: ProcessedLayout = { key: publish.key, keyFields: publish.keyFields, tensors: publish.tensors, segments: [{ segment: 0, bytes: publish.bytes, fd: committed.fd, handle: backend.handle }], digests, bytes: publish.bytes };
+    const layout: ProcessedLayout = { key: publish.key, keyFields: publish.keyFields, tensors: publish.tensors, segments: [{ segment: 0, bytes: publish.bytes, fd: committed.fd, handle: backend.handle }], digests, bytes: publish.bytes, publishedAt: Date.now() };
     if (!this.#publishes.has(id) || (service.status !== 'serving' && service.status !== 'draining') || !service.processed.add(layout)) {
       this.#end(publish);
       throw new ServeError('E_UPDATE_ABORTED', `the publish of processed layout ${publish.key} of model "${rank.name}" ended before it was committed (its connection closed, or the version was freed); nothing of it is kept`, { model: rank.name, key: publish.key });

@@ -9,9 +9,9 @@ import type { FilesCheck } from './filesCheck.js';
 import type { Logger } from '../log.js';
 import type { SegmentExport } from '../native/addon.js';
 import { EncodedManifest } from './encodedManifest.js';
-import { ProcessedLayouts } from './processedLayouts.js';
+import { closeLayout, ProcessedLayouts } from './processedLayouts.js';
 import { leaseHash, LeaseTable, type Caller, type Lease } from './leaseTable.js';
-import type { DeviceRef, RankRef, ServeStatus } from '../wire/protocol.js';
+import type { DeviceRef, ProcessedLayoutStatus, RankRef, ServeStatus } from '../wire/protocol.js';
 import { rankServiceStart, rankServiceStep, type RankServiceEvent } from './rankServiceMachine.js';
 import type { ServedRankData } from './servedRankData.js';
 
@@ -226,6 +226,33 @@ export class RankService {
    */
   closeProcessed(): void {
     this.#whenFdsSent(async () => this.processed.close()).catch((err: unknown) => this.log.error({ err, globalRank: this.rank.globalRank }, 'closing the published layouts failed'));
+  }
+
+  /** Each processed layout served beside this rank, oldest first: for status, metrics and the eviction policy. */
+  processedStatus(): ProcessedLayoutStatus[] {
+    return this.processed.layouts().map((l) => ({
+      key: l.key,
+      base: this.rank.fingerprint,
+      bytes: l.bytes,
+      leases: this.leases.processedLeases(l.key),
+      publishedAt: l.publishedAt,
+      ...(l.lastMappedAt === undefined ? {} : { lastMappedAt: l.lastMappedAt }),
+    }));
+  }
+
+  /**
+   * Drops the processed layout `key` to make room for a load (src/models/evictionPolicy.ts), only
+   * while no lease holds it: an engine that maps it keeps its pages whatever the daemon closes, so
+   * dropping a leased one would free nothing. get_processed stops finding it at once; its
+   * descriptors close once no reply carrying them is on its way. Resolves to whether it dropped it.
+   */
+  async dropProcessed(key: string): Promise<boolean> {
+    if (this.leases.processedLeases(key) > 0) return false;
+    const layout = this.processed.remove(key);
+    if (!layout) return false;
+    await this.#whenFdsSent(async () => closeLayout(layout));
+    this.log.info({ model: this.name, globalRank: this.rank.globalRank, key, bytes: layout.bytes }, 'processed layout dropped to make room for a load: the next engine start with its key processes again');
+    return true;
   }
 
   /** The served layouts, in the plan's order. */

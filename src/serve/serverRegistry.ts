@@ -116,6 +116,16 @@ export class ServerRegistry {
     this.#servers.get(service.rank.device.uuid)?.server.promote(service);
   }
 
+  /**
+   * Drops the processed layout `key` served beside rank fingerprint `base` on device `deviceUuid`,
+   * to make room for a load (src/models/evictionPolicy.ts); only one no lease holds
+   * (RankService.dropProcessed). Resolves to whether one was dropped.
+   */
+  async dropProcessed(deviceUuid: string, base: string, key: string): Promise<boolean> {
+    const service = [...this.#versionOf.keys()].find((s) => s.rank.device.uuid === deviceUuid && s.rank.fingerprint === base && s.processed.get(key) !== undefined);
+    return service ? service.dropProcessed(key) : false;
+  }
+
   /** A version's rank's counters, or undefined while it has no server. */
   stats(version: string, fingerprint: string): RankServiceStats | undefined {
     const entry = this.#byVersion.get(versionKey(version, fingerprint));

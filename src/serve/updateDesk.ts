@@ -9,8 +9,9 @@ import { randomBytes } from 'node:crypto';
 import { availableParallelism } from 'node:os';
 import { ServeError } from '../errors.js';
 import { writtenVersionFingerprint, type Fingerprint } from '../checkpoint/fingerprint.js';
-import { addon } from '../native/addon.js';
+import { addon, type CommitTimings } from '../native/addon.js';
 import { packTensorRanges } from '../native/fillRecords.js';
+import { pullPlan, pulledSegments, recordPulls, refuseUnlessPullable, rehashedUnderPull, type Pull, type PulledTensor } from './cudaPull.js';
 import { commitCudaPart, refuseUnlessCudaFd, shareSegment, stageSegment } from './cudaUpdateSegments.js';
 import type { Caller } from './leaseTable.js';
 import type { RankService } from './rankService.js';
@@ -70,6 +71,12 @@ interface Part {
   committing?: Promise<unknown>;
   markSent: () => void;
   digests?: string[];
+  /**
+   * A pull update (begin_update `source: "pull"`, cuda): nothing is copied at begin (`fds` are the
+   * base's own, shared); the writer names its tensors' memory with pull_tensors, and `copied`
+   * is decided at commit (the segments holding a pulled tensor).
+   */
+  pull?: Pull;
 }
 
 interface Update {
@@ -107,10 +114,13 @@ export class UpdateDesk {
     caller: Caller,
     isConnected: () => boolean,
     tensors?: readonly string[],
+    pull?: { device: string | undefined },
   ): Promise<{ id: string; fds: number[]; segments: number[]; sent: () => void }> {
     const { rank } = service;
     const name = rank.name;
-    const copied = segmentsToCopy(service, tensors);
+    if (pull) refuseUnlessPullable(service, pull.device, tensors);
+    // A pull copies nothing at begin: which segments it writes is known at commit.
+    const copied = pull ? rank.segments.map(() => false) : segmentsToCopy(service, tensors);
     if (!this.publisher) throw new ServeError('E_UPDATE_UNSUPPORTED', `the node is not ready to take an update of model "${name}" yet; begin again once it serves`, { model: name });
     if (rank.backend === 'cuda') refuseUnlessCudaFd(service);
     if (rank.nnodes > 1) {
@@ -134,7 +144,16 @@ export class UpdateDesk {
     }
     let markSent = () => {};
     const sent = new Promise<void>((resolve) => (markSent = resolve));
-    const part: Part = { id: randomBytes(16).toString('hex'), connectionId: caller.connectionId, service, fds: [], copied, sent, markSent };
+    const part: Part = {
+      id: randomBytes(16).toString('hex'),
+      connectionId: caller.connectionId,
+      service,
+      fds: [],
+      copied,
+      sent,
+      markSent,
+      ...(pull ? { pull: { sources: [], sourceIndex: new Map(), tensors: new Map() } } : {}),
+    };
     update.parts.set(rank.globalRank, part);
     // The base's descriptors stay open (its release waits) while they are copied.
     const done = service.holdSegmentFds();
@@ -170,10 +189,28 @@ export class UpdateDesk {
     }
     const segments = rank.segments.map((s) => s.segment).filter((_, i) => copied[i]);
     service.log.info(
-      { model: name, globalRank: rank.globalRank, base: rank.fingerprint, peerPid: caller.pid, copied: segments.length, shared: rank.segments.length - segments.length },
-      'update begun: writable copies of the base handed to the writer',
+      { model: name, globalRank: rank.globalRank, base: rank.fingerprint, peerPid: caller.pid, copied: segments.length, shared: rank.segments.length - segments.length, pull: !!pull },
+      pull ? "update begun: the writer's tensors are pulled at commit" : 'update begun: writable copies of the base handed to the writer',
     );
     return { id: part.id, fds: part.fds.filter((_, i) => copied[i]), segments, sent: part.markSent };
+  }
+
+  /**
+   * pull_tensors: records where the writer's new bytes of `tensors` lie (`sources`, legacy CUDA IPC
+   * handles in base64, indexed by each tensor's `source`), all checked before any is recorded; the
+   * commit copies them. Resolves with how many tensors the rank's part pulls so far, of how many.
+   */
+  pull(id: string, caller: Caller, sources: readonly string[], tensors: readonly PulledTensor[]): { pulled: number; tensors: number } {
+    const { update, part } = this.#find(id, caller);
+    const { rank } = part.service;
+    if (!part.pull) {
+      throw new ServeError('E_BAD_REQUEST', `the update of model "${update.name}" was begun without source "pull": its writer writes the staging segments it was handed; begin_update with source "pull" to pull`, { model: update.name });
+    }
+    if (part.digests || part.committing) {
+      throw new ServeError('E_BAD_REQUEST', `rank ${rank.globalRank}'s part of the update of model "${update.name}" is committing or committed; pull before commit_update`, { model: update.name });
+    }
+    recordPulls(part.service, part.pull, sources, tensors);
+    return { pulled: part.pull.tensors.size, tensors: rank.tensors.length };
   }
 
   /**
@@ -182,21 +219,25 @@ export class UpdateDesk {
    * version and resolves once it serves. Earlier ranks resolve at once with the ranks still to commit.
    */
   async commit(id: string, caller: Caller): Promise<{ name: string; waiting: number[]; version?: number; fingerprint?: Fingerprint; service: RankService }> {
-    const found = this.#parts().find(({ part }) => part.id === id && part.connectionId === caller.connectionId);
-    if (!found) {
-      throw new ServeError('E_NO_UPDATE', `update ${id.slice(0, 8)}… is not in progress on this connection: it was committed, ended with a connection of it, or begun on another connection; begin_update again`);
-    }
-    const { update, part } = found;
+    const { update, part } = this.#find(id, caller);
     const { rank } = part.service;
     if (part.digests) {
       throw new ServeError('E_NO_UPDATE', `rank ${rank.globalRank}'s part of the update of model "${update.name}" is committed already; the version serves once ranks ${this.#waiting(update).join(', ')} commit`, { model: update.name });
     }
+    if (part.pull) {
+      if (part.pull.tensors.size === 0) {
+        throw new ServeError('E_BAD_REQUEST', `rank ${rank.globalRank}'s part of the pull update of model "${update.name}" pulls no tensor; name the writer's tensors with pull_tensors before commit_update`, { model: update.name });
+      }
+      part.copied = pulledSegments(part.service, part.pull);
+    }
     // A tensor of a segment shared with the base is the base's bytes: its digest is the base's
-    // (arenaDigests), so only the copied segments' tensors are read and digested, on either backend.
-    const digests = rank.tensors.map((t, i) => (part.copied[t.segment] ? undefined : rank.arenaDigests?.[i]));
+    // (arenaDigests), so only the copied segments' tensors are read and digested, on either backend;
+    // under a pull, only the pulled tensors (and any overlapping one): the rest was copied from the base.
+    const rehash = part.pull ? rehashedUnderPull(part.service, part.pull) : undefined;
+    const digests = rank.tensors.map((t, i) => ((rehash ? rehash[i] : part.copied[t.segment]) ? undefined : rank.arenaDigests?.[i]));
     const todo = rank.tensors.flatMap((t, i) => (digests[i] === undefined ? [{ i, range: { file: t.segment, start: t.offset, end: t.offset + t.bytes } }] : []));
     const ranges = packTensorRanges(todo.map((x) => x.range));
-    let reading: Promise<{ read: string[]; hashedOn: 'gpu' | 'cpu' }>;
+    let reading: Promise<{ read: string[]; hashedOn: 'gpu' | 'cpu'; timings?: CommitTimings }>;
     if (rank.backend === 'cuda') {
       reading = this.#commitCuda(update, part, ranges);
     } else {
@@ -204,10 +245,10 @@ export class UpdateDesk {
       reading = (todo.length > 0 ? addon().digestFiles(part.fds.map(procPath), ranges, DIGEST_THREADS) : Promise.resolve([])).then((read) => ({ read, hashedOn: 'cpu' }));
     }
     part.committing = reading.catch(() => {});
-    const { read, hashedOn } = await reading;
+    const { read, hashedOn, timings } = await reading;
     todo.forEach((x, n) => (digests[x.i] = read[n]));
     part.service.log.info(
-      { model: update.name, globalRank: rank.globalRank, tensors: digests.length, read: todo.length, hashedOn },
+      { model: update.name, globalRank: rank.globalRank, tensors: digests.length, read: todo.length, hashedOn, ...(part.pull ? { pulled: part.pull.tensors.size } : {}), ...(timings ? { timings } : {}) },
       `update sealed: ${todo.length} of ${digests.length} tensors digested, the others' digests the base's (their segments are shared with it)`,
     );
     if (update.ended) throw new ServeError('E_UPDATE_ABORTED', `the update of model "${update.name}" ended while rank ${rank.globalRank} was digested (a connection of it closed); begin again`, { model: update.name });
@@ -252,18 +293,27 @@ export class UpdateDesk {
    * cuda: the staging allocations are copied into final ones, which replace them in the part (the
    * daemon's handle of staging goes now; a writer's mapping may keep its pages, never served).
    */
-  async #commitCuda(update: Update, part: Part, ranges: Parameters<typeof commitCudaPart>[3]): Promise<{ read: string[]; hashedOn: 'gpu' | 'cpu' }> {
-    const { fds, digests, hashedOn } = await commitCudaPart(part.service, part.fds, part.copied, ranges, DIGEST_THREADS);
+  async #commitCuda(update: Update, part: Part, ranges: Parameters<typeof commitCudaPart>[3]): Promise<{ read: string[]; hashedOn: 'gpu' | 'cpu'; timings: CommitTimings }> {
+    const pull = part.pull && pullPlan(part.service, part.pull, part.copied);
+    const { fds, digests, hashedOn, timings } = await commitCudaPart(part.service, part.fds, part.copied, ranges, DIGEST_THREADS, pull);
     if (update.ended) {
       closeAll(fds.filter((fd) => fd >= 0));
-      return { read: digests, hashedOn };
+      return { read: digests, hashedOn, timings };
     }
     fds.forEach((fd, i) => {
       if (fd < 0) return;
       addon().closeFd(part.fds[i]!);
       part.fds[i] = fd;
     });
-    return { read: digests, hashedOn };
+    return { read: digests, hashedOn, timings };
+  }
+
+  #find(id: string, caller: Caller): { update: Update; part: Part } {
+    const found = this.#parts().find(({ part }) => part.id === id && part.connectionId === caller.connectionId);
+    if (!found) {
+      throw new ServeError('E_NO_UPDATE', `update ${id.slice(0, 8)}… is not in progress on this connection: it was committed, ended with a connection of it, or begun on another connection; begin_update again`);
+    }
+    return found;
   }
 
   #waiting(update: Update): number[] {

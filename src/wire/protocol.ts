@@ -6,12 +6,13 @@ import { z } from 'zod';
 /** Version of the message set; independent of the frame version in frameCodec.ts. */
 export const PROTOCOL_VERSION = 1;
 
-export const COMMANDS = ['ping', 'get_state', 'get_segment_fds', 'release', 'detach', 'stats', 'watch', 'begin_update', 'commit_update', 'begin_publish', 'commit_publish', 'get_processed'] as const;
+export const COMMANDS = ['ping', 'get_state', 'get_segment_fds', 'release', 'detach', 'stats', 'watch', 'begin_update', 'pull_tensors', 'commit_update', 'begin_publish', 'commit_publish', 'get_processed'] as const;
 export type Command = (typeof COMMANDS)[number];
 
 const requestId = z.number().int().min(0).max(Number.MAX_SAFE_INTEGER);
 const hash = z.string().min(1).max(256);
 const leaseId = z.string().min(1).max(64);
+const count0 = z.number().int().min(0).max(2 ** 32 - 1);
 /** A model's name (docs/operations.md, Several models): letters, digits and . _ - */
 export const ModelName = z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/, 'a model name is 1-128 letters, digits, dots, dashes and underscores, starting with a letter or digit');
 export const ServeMode = z.enum(['map', 'copy']);
@@ -72,6 +73,32 @@ export const BeginUpdateRequest = z.object({
   model: ModelName,
   base: hash,
   tensors: z.array(z.string().min(1).max(1024)).min(1).max(1_000_000).optional(),
+  /**
+   * "staging" (the default): writable copies of the base's segments come with the reply.
+   * "pull" (cuda, --cuda-handles fd): none come; the writer names its own tensors' memory with
+   * pull_tensors, and the commit copies them straight into the version's final allocations.
+   */
+  source: z.enum(['staging', 'pull']).optional(),
+  /** With "pull": the UUID of the GPU the writer's memory is on, which must be the rank's. */
+  device: z.string().min(1).max(64).optional(),
+});
+/** A legacy CUDA IPC handle (CUipcMemHandle, 64 bytes) in canonical padded base64. */
+const ipcHandle = z.string().regex(/^[A-Za-z0-9+/]{86}==$/, 'a CUDA IPC handle is 64 bytes in padded base64 (88 characters)');
+/**
+ * Names, for a pull update begun on this connection, where the writer's new bytes of some tensors
+ * lie: each tensor's whole `bytes` at `offset` of the allocation behind `sources[source]` (its
+ * process's cudaMalloc memory on the rank's GPU, as cuIpcGetMemHandle exports it). Sent once or
+ * in several batches (each under the request size bound) before commit_update, which copies them.
+ */
+export const PullTensorsRequest = z.object({
+  id: requestId,
+  cmd: z.literal('pull_tensors'),
+  update: leaseId,
+  sources: z.array(ipcHandle).min(1).max(65_536),
+  tensors: z
+    .array(z.object({ name: z.string().min(1).max(1024), source: count0, offset: z.number().int().min(0).max(Number.MAX_SAFE_INTEGER), bytes: z.number().int().min(0).max(Number.MAX_SAFE_INTEGER) }))
+    .min(1)
+    .max(1_000_000),
 });
 /** Seals and digests what was written on this rank; the version serves once every local rank of the model committed. */
 export const CommitUpdateRequest = z.object({ id: requestId, cmd: z.literal('commit_update'), update: leaseId });
@@ -106,7 +133,7 @@ export const CommitPublishRequest = z.object({ id: requestId, cmd: z.literal('co
 export const GetProcessedRequest = z.object({ id: requestId, cmd: z.literal('get_processed'), fingerprint: hash, key: processedKey, pid: z.number().int().min(1).max(2 ** 31 - 1) });
 
 export const Request = z.discriminatedUnion('cmd', [
-  PingRequest, GetStateRequest, GetSegmentFdsRequest, ReleaseRequest, DetachRequest, StatsRequest, WatchRequest, BeginUpdateRequest, CommitUpdateRequest,
+  PingRequest, GetStateRequest, GetSegmentFdsRequest, ReleaseRequest, DetachRequest, StatsRequest, WatchRequest, BeginUpdateRequest, PullTensorsRequest, CommitUpdateRequest,
   BeginPublishRequest, CommitPublishRequest, GetProcessedRequest,
 ]);
 export type Request = z.infer<typeof Request>;
@@ -266,6 +293,15 @@ export type ReleaseReply = z.infer<typeof ReleaseReply>;
 export const DetachReply = z.object({ ...ok, dropped: count });
 export type DetachReply = z.infer<typeof DetachReply>;
 
+/**
+ * A processed layout served beside a version's rank (docs/engines.md, "Publishing what the engine
+ * computed"), as stats and the node's status report it: its key, the rank fingerprint of the
+ * version it serves beside, its bytes, the get_processed leases on it (engines that map it now),
+ * when it was committed and when an engine last mapped it (ms since the epoch).
+ */
+export const ProcessedLayoutStatus = z.object({ key: z.string(), base: z.string(), bytes: count, leases: count, publishedAt: z.number(), lastMappedAt: z.number().optional() });
+export type ProcessedLayoutStatus = z.infer<typeof ProcessedLayoutStatus>;
+
 export const StatsReply = z.object({
   ...ok,
   status: ServeStatus,
@@ -277,6 +313,8 @@ export const StatsReply = z.object({
   uptimeSeconds: z.number(),
   /** Bytes of this rank's segments held on the device; 0 once released (absent from older daemons). */
   deviceBytes: count.optional(),
+  /** The processed layouts engines published beside this rank (absent from older daemons). */
+  processed: z.array(ProcessedLayoutStatus).optional(),
 });
 export type StatsReply = z.infer<typeof StatsReply>;
 
@@ -308,6 +346,15 @@ export const BeginUpdateReply = z.object({
   tensors: z.array(TensorMeta),
 });
 export type BeginUpdateReply = z.infer<typeof BeginUpdateReply>;
+
+export const PullTensorsReply = z.object({
+  ...ok,
+  /** How many tensors of this rank the update pulls so far (this request's included). */
+  pulled: count,
+  /** How many tensors the rank's checkpoint layout holds (a full update pulls every one). */
+  tensors: count,
+});
+export type PullTensorsReply = z.infer<typeof PullTensorsReply>;
 
 export const CommitUpdateReply = z.object({
   ...ok,
@@ -395,6 +442,7 @@ export const REPLY_SCHEMAS = {
   stats: StatsReply,
   watch: WatchReply,
   begin_update: BeginUpdateReply,
+  pull_tensors: PullTensorsReply,
   commit_update: CommitUpdateReply,
   begin_publish: BeginPublishReply,
   commit_publish: CommitPublishReply,

@@ -641,6 +641,9 @@ CUresult cuIpcCloseMemHandle(CUdeviceptr p) {
   struct alloc* a = findAlloc((void*)(uintptr_t)p, 1, K_DEVICE);
   if (!a || !a->imported) { pthread_mutex_unlock(&lock); return E_INVALID_VALUE; }
   if (--a->imported == 0) {
+    // A writer's memory a commit pulls from (docs/weight-updates.md) is closed only once the copies
+    // that read it ran: closing it under a queued copy is a read of unmapped memory on a real GPU.
+    checkNotQueued(a->base, a->bytes, "an IPC mapping closed while a queued copy reads it");
     munmap(a->base, a->bytes);
     a->live = 0;
   }

@@ -12,7 +12,10 @@
 #   switch  Attached.switch_to under a captured CUDA graph (switch_graph.py: two versions of a
 #           Llama, the same graph replayed gives each one's logits, switch time);
 #   update  a writer on the GPU (update_cuda.py: a full and a one-layer update of a ~1 GB Llama
-#           written device to device, followed under a captured graph; begin, write, commit times).
+#           written device to device, then full updates pulled from the trainer's own tensors,
+#           followed under a captured graph; begin, write or pull, commit and switch times against
+#           torch's device-to-device copy, and issue 31's target). WEIGHTD_UPDATE_ARGS passes it
+#           more arguments: "--layers 20 --hidden 4096" for the 8 GB model.
 # Needs an NVIDIA GPU, python3 with numpy (check) and torch, safetensors, transformers (daemon),
 # build/Release/weightd.node and dist/.
 #   bash test/gpu/run.sh [--only check|daemon|switch|update] [--ckpt DIR] [--out FILE] [--out-dir DIR]
@@ -69,6 +72,6 @@ if [ -z "$only" ] || [ "$only" = switch ]; then
 fi
 if [ -z "$only" ] || [ "$only" = update ]; then
   echo "== a writer on the GPU, followed under a CUDA graph"
-  PYTHONPATH="$root/clients/python${PYTHONPATH:+:$PYTHONPATH}" python3 test/gpu/update_cuda.py --out-dir "${out_dir:-${OUT:-test/artifacts/gpu-daemon}}/update" || status=1
+  PYTHONPATH="$root/clients/python${PYTHONPATH:+:$PYTHONPATH}" python3 test/gpu/update_cuda.py --out-dir "${out_dir:-${OUT:-test/artifacts/gpu-daemon}}/update" ${WEIGHTD_UPDATE_ARGS:-} || status=1
 fi
 exit $status

@@ -2,7 +2,8 @@
 // beside the resident models unloads models with no lease, least recently used first, just
 // enough, and then loads; a lease protects a model, the node's own included; and when evicting
 // every candidate would still not make room, nothing is evicted and the refusal says what could
-// have been freed; a segment that versions share (a writer's partial update) is counted once. The
+// have been freed; a segment that versions share (a writer's partial update) is counted once; a
+// processed layout no engine maps is dropped before any model is evicted. The
 // host's memory is a budget here (modelRankWorker's budgetBytes): what the process's segments hold
 // is what is not free.
 import { mkdirSync, writeFileSync } from 'node:fs';
@@ -20,6 +21,7 @@ import { writePartially } from '../helpers/partialWriter.js';
 import { exampleModel, freshSocketDir, freshTempDir } from '../helpers/paths.js';
 import { writeVariant } from '../helpers/variantCheckpoint.js';
 import { modelRankWorker } from './fixtures/modelRankWorker.js';
+import { publishOverSocket } from '../helpers/publishOverSocket.js';
 
 const log = pino({ level: 'silent' });
 
@@ -103,7 +105,7 @@ test('when evicting every model with no lease would not make room, nothing is ev
     assert.equal([d.neededBytes, d.evictableBytes, d.candidates], [size, smallSize, ['small']]);
     assert.match(
       (refused as Error).message,
-      new RegExp(`model "a" does not fit even if every model with no lease were evicted \\(--evict no-lease-lru\\): its ranks need ${size} bytes .* of host memory, which has \\d+ bytes .* free and ${smallSize} bytes .* in models with no lease \\(small\\); nothing was evicted or allocated`),
+      new RegExp(`model "a" does not fit even if every model with no lease were evicted \\(--evict no-lease-lru\\): its ranks need ${size} bytes .* of host memory, which has \\d+ bytes .* free and ${smallSize} bytes .* in models with no lease \\(small\\) and processed layouts no engine maps; nothing was evicted or allocated`),
     );
     assert.equal(node.status().models.map((m) => [m.name, m.state]), [['tiny-llama', 'serving'], ['small', 'serving']], 'nothing was evicted');
     assert.is(weightdMemfds().length, 2);
@@ -141,6 +143,42 @@ test('a segment two versions share (a partial update) is counted once: evicting 
     const loaded = await node.load({ model: x });
     assert.equal(loaded.evicted.map((e) => e.name), ['tiny-llama', 'tiny-llama'], 'the base and the version sharing its segments');
     assert.equal(node.status().models.filter((m) => m.state === 'serving').map((m) => m.name), ['x']);
+  } finally {
+    await node.stop();
+  }
+  assert.equal(weightdMemfds(), []);
+});
+
+test('a processed layout no engine maps is dropped to make room before any model is evicted; status shows it until then', async () => {
+  const dir = freshTempDir();
+  const small = `${dir}/small`;
+  mkdirSync(small);
+  await writeArchCheckpoint(small, 'LlamaForCausalLM');
+  const size = await bytesOf(exampleModel);
+  const smallSize = await bytesOf(small);
+  const layoutBytes = 64 << 10;
+  // Free once the layout is published: one byte short of "small"; the own model is leased.
+  const node = await startNode(
+    { model: exampleModel, evict: 'no-lease-lru', device: 'host', socketDir: freshSocketDir(), logger: log },
+    { rankWorker: modelRankWorker({ budgetBytes: size + layoutBytes + smallSize - 1 }) },
+  );
+  try {
+    const socket = (await node.ready).ranks[0]!.socketPath!;
+    const held = await attach(socket, exampleModel);
+    const key = 'e'.repeat(32);
+    const base = (await expectedFingerprint(exampleModel, 1, 0)).fingerprint;
+    const committed = await publishOverSocket(socket, { model: 'tiny-llama', base, key, tensors: [{ name: 'w#t', dtype: 'U8', shape: [layoutBytes] }] });
+    assert.is(committed.ok, true, JSON.stringify(committed));
+    const own = node.status().models[0]!;
+    assert.equal(own.ranks[0]!.processed?.map((p) => [p.key, p.base, p.bytes, p.leases]), [[key, base, layoutBytes, 0]], 'status lists the layout beside its rank');
+    assert.is(own.processedBytes, layoutBytes);
+    assert.ok(Math.abs(own.ranks[0]!.processed![0]!.publishedAt - Date.now()) < 60_000);
+
+    const loaded = await node.load({ model: small });
+    assert.equal(loaded.evicted, [], 'no model was evicted: dropping the layout made room');
+    assert.equal(node.status().models.map((m) => [m.name, m.state, m.processedBytes]), [['tiny-llama', 'serving', 0], ['small', 'serving', 0]]);
+    assert.equal(weightdMemfds().filter((f) => f.startsWith('/memfd:weightd:processed:')), [], "the layout's memory is freed");
+    await held.detach();
   } finally {
     await node.stop();
   }

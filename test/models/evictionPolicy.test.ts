@@ -1,6 +1,7 @@
 // The no-lease-lru choice (src/models/evictionPolicy.ts) on its own: candidates, order, per-pool
 // shortfalls on several GPUs, the fewest victims, the refusal when no choice makes room, and
-// segments that versions share (a writer's partial update) counted once.
+// segments that versions share (a writer's partial update) counted once; processed layouts no
+// engine maps dropped before any model, and counted with the model that holds them.
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { checkEvictionPolicy, planEviction, type EvictionPlan } from '../../src/models/evictionPolicy.js';
@@ -22,7 +23,7 @@ function model(name: string, usedAt: number, placement: Record<string, number>, 
     segments: [{ segment: 0, bytes, handle: 'cuda-fd' } as never],
     leases: i === 0 ? (o.leases ?? 0) : 0,
   }));
-  return { name, own: o.own ?? false, state: o.state ?? 'serving', model: `/m/${name}`, fingerprint: `fp-${name}`, tpSize: ranks.length, version: 0, current: true, bytes: 0, leases: o.leases ?? 0, lastUsedAt: usedAt, ranks };
+  return { name, own: o.own ?? false, state: o.state ?? 'serving', model: `/m/${name}`, fingerprint: `fp-${name}`, tpSize: ranks.length, version: 0, current: true, bytes: 0, processedBytes: 0, leases: o.leases ?? 0, lastUsedAt: usedAt, ranks };
 }
 
 const names = (plan: EvictionPlan) => ('evict' in plan ? plan.evict.map((e) => e.model.name) : plan);
@@ -79,6 +80,31 @@ test('memory that versions share counts once, and is freed only when every versi
   assert.equal(planEviction([{ pool: 'g0', neededBytes: 100, freeBytes: 0 }], [v0, v1]), { refusal: { pool: 'g0', neededBytes: 100, freeBytes: 0, evictableBytes: 60, candidates: ['v0', 'v1'] } });
   const leased = sharing('v1', 2, [['a', 40], ['c', 10]], { leases: 1 });
   assert.equal(planEviction([{ pool: 'g0', neededBytes: 30, freeBytes: 0 }], [v0, leased]), { refusal: { pool: 'g0', neededBytes: 30, freeBytes: 0, evictableBytes: 10, candidates: ['v0'] } }, 'what a leased version shares stays');
+});
+
+/** `m` with processed layouts beside its first rank: [key, bytes, leases, last used]. */
+function withLayouts(m: ModelStatus, layouts: Array<[key: string, bytes: number, leases: number, usedAt: number]>): ModelStatus {
+  m.ranks[0]!.processed = layouts.map(([key, bytes, leases, usedAt]) => ({ key, base: `rfp-${m.name}`, bytes, leases, publishedAt: usedAt }));
+  m.processedBytes = layouts.reduce((n, [, b]) => n + b, 0);
+  return m;
+}
+
+const plan = (p: EvictionPlan) => ('evict' in p ? { drop: p.drop.map((d) => `${d.model.name}/${d.layout.key}`), evict: p.evict.map((e) => e.model.name) } : p);
+
+test('processed layouts no engine maps go first, least recently mapped first, just enough; a leased one stays; a leased model\'s unleased layout may go', () => {
+  const models = [withLayouts(model('own', 30, { g0: 40 }, { own: true, leases: 1 }), [['p-old', 10, 0, 1], ['p-mapped', 50, 1, 0], ['p-new', 10, 0, 5]]), model('free', 10, { g0: 40 })];
+  assert.equal(plan(planEviction([{ pool: 'g0', neededBytes: 25, freeBytes: 20 }], models)), { drop: ['own/p-old'], evict: [] });
+  assert.equal(plan(planEviction([{ pool: 'g0', neededBytes: 35, freeBytes: 20 }], models)), { drop: ['own/p-old', 'own/p-new'], evict: [] });
+  assert.equal(plan(planEviction([{ pool: 'g0', neededBytes: 45, freeBytes: 20 }], models)), { drop: [], evict: ['free'] }, 'a model must go: the layouts it covers stay');
+  assert.equal(plan(planEviction([{ pool: 'g0', neededBytes: 65, freeBytes: 20 }], models)), { drop: ['own/p-old'], evict: ['free'] });
+  const p = planEviction([{ pool: 'g0', neededBytes: 200, freeBytes: 20 }], models);
+  assert.equal(p, { refusal: { pool: 'g0', neededBytes: 200, freeBytes: 20, evictableBytes: 60, candidates: ['free'] } }, 'the mapped layout and the leased model count for nothing');
+});
+
+test("an evicted model's processed layouts are freed with it and count towards the room it makes", () => {
+  const models = [withLayouts(model('a', 1, { g0: 40 }), [['pa', 30, 0, 1]]), model('b', 2, { g0: 60 })];
+  assert.equal(plan(planEviction([{ pool: 'g0', neededBytes: 70, freeBytes: 0 }], models)), { drop: [], evict: ['a'] }, "a's 40 bytes and its 30-byte layout cover 70");
+  assert.equal(plan(planEviction([{ pool: 'g0', neededBytes: 30, freeBytes: 0 }], models)), { drop: ['a/pa'], evict: [] });
 });
 
 test.run();

@@ -9,6 +9,7 @@ import * as assert from 'uvu/assert';
 import type { ServeError } from '../../src/errors.js';
 import { PublishDesk } from '../../src/serve/publishDesk.js';
 import { RankService } from '../../src/serve/rankService.js';
+import { PROCESSED_MAX_LAYOUTS } from '../../src/serve/processedLayouts.js';
 import { fdTargets } from '../helpers/memfds.js';
 import { exampleModel } from '../helpers/paths.js';
 import { loadServedRank } from './servedRankFixture.js';
@@ -89,6 +90,41 @@ test('a publish whose connection ends before commit leaves nothing; its commit i
   assert.is(err.code, 'E_NO_PUBLISH');
   assert.is(service.processed.get(KEY), undefined);
   await service.release();
+});
+
+test('a rank keeps at most PROCESSED_MAX_LAYOUTS layouts, published or being published: one more is refused by name and makes no memory; a dropped one frees its place, a mapped one is not dropped', async () => {
+  const loaded = await loadServedRank(exampleModel, { uuid: `publish3-${process.pid}` });
+  const service = new RankService({ rank: loaded.served, log, freeMemory: () => loaded.device.free() });
+  const desk = new PublishDesk();
+  const tensors = [{ name: 'w', dtype: 'U8', shape: [1] }];
+  const key = (n: number) => n.toString(16).padStart(32, '0');
+  for (let n = 0; n < PROCESSED_MAX_LAYOUTS - 1; n++) {
+    const begun = await desk.begin(service, { key: key(n), keyFields: FIELDS, tensors }, caller, () => true);
+    begun.sent();
+    await desk.commit(begun.id, caller);
+  }
+  const open = await desk.begin(service, { key: key(100), keyFields: FIELDS, tensors }, caller, () => true);
+  open.sent();
+  assert.is(processedFds().length, PROCESSED_MAX_LAYOUTS);
+  const err = await refusal(desk.begin(service, { key: key(101), keyFields: FIELDS, tensors }, caller, () => true));
+  assert.is(err.code, 'E_TOO_MANY_PUBLISHED');
+  assert.match(err.message, new RegExp(`holds ${PROCESSED_MAX_LAYOUTS} processed layouts published or being published, the most one rank keeps`));
+  assert.equal(err.details, { model: loaded.served.name, key: key(101), layouts: PROCESSED_MAX_LAYOUTS, max: PROCESSED_MAX_LAYOUTS });
+  assert.is(processedFds().length, PROCESSED_MAX_LAYOUTS, 'the refusal made no memory');
+
+  // A layout that goes (dropped to make room) makes room for one more; one an engine maps is not dropped.
+  desk.connectionClosed(caller.connectionId);
+  const lease = service.leases.grant(caller, 'map', key(1));
+  assert.not.ok(await service.dropProcessed(key(1)), 'a mapped layout stays: closing it would free nothing');
+  assert.ok(service.processed.get(key(1)));
+  service.leases.detach(caller, lease.id);
+  assert.ok(await service.dropProcessed(key(0)));
+  const again = await desk.begin(service, { key: key(101), keyFields: FIELDS, tensors }, caller, () => true);
+  again.sent();
+  await desk.commit(again.id, caller);
+  assert.is(service.processed.size, PROCESSED_MAX_LAYOUTS - 1);
+  await service.release();
+  assert.is(processedFds().length, 0);
 });
 
 test.run();

@@ -27,7 +27,7 @@ test('a withdrawn version closes its processed layouts only once the get_process
     writeFileSync(file, Buffer.alloc(64, 3));
     const fd = openSync(file, 'r');
     const target = readlinkSync(`/proc/self/fd/${fd}`);
-    assert.ok(service.processed.add({ key: 'k', keyFields: {}, tensors: [], segments: [{ segment: 0, bytes: 64, fd, handle: 'memfd' }], digests: [], bytes: 64 }));
+    assert.ok(service.processed.add({ key: 'k', keyFields: {}, tensors: [], segments: [{ segment: 0, bytes: 64, fd, handle: 'memfd' }], digests: [], bytes: 64, publishedAt: Date.now() }));
     // What get_processed does as it hands its reply to the connection's sender.
     const sent = service.holdSegmentFds();
     registry.withdraw(service);

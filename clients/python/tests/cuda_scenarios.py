@@ -15,6 +15,12 @@ fake is found through LD_LIBRARY_PATH; its leak report is on stderr at exit):
                                          mid-update; FAKE_CUDA_ACCESS_LOG records who mapped what writable
   cuda_scenarios.py update_writer SOCKET MODEL BASE
                                          begin an update, map its staging, print "begun" and wait to be killed
+  cuda_scenarios.py daemon_pull          a writer that pulls (source "pull") from its own device memory on the
+                                         fake GPU: full, partial, the refusals, a killed writer; the
+                                         writer's memory freed after commit; FAKE_CUDA_ACCESS_LOG as above
+  cuda_scenarios.py pull_writer SOCKET MODEL BASE
+                                         begin a pull, pull one tensor from its own memory, print "pulled"
+                                         and wait to be killed
   cuda_scenarios.py daemon_ipc_update    a daemon with --cuda-handles ipc refuses a writer, naming the flag
   cuda_scenarios.py daemon_update_refused [SEGMENT_BYTES]
                                          begin_update where the fake refuses (the test sets
@@ -203,6 +209,35 @@ def vmm_fds(pid: int) -> int:
     return n
 
 
+def settled_vmm_fds(pid: int) -> int:
+    """vmm_fds once it holds still: an update's end closes its descriptors after its connection's
+    end, which this process does not wait for."""
+    import time
+
+    last, still = vmm_fds(pid), 0
+    for _ in range(100):
+        time.sleep(0.05)
+        now = vmm_fds(pid)
+        still = still + 1 if now == last else 0
+        last = now
+        if still >= 4:
+            break
+    return last
+
+
+def vmm_inodes(pid: int) -> set:
+    """The distinct allocations of fake VMM memory process ``pid`` holds a descriptor of (a
+    duplicate of one it holds already adds none)."""
+    out = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}").startswith("/memfd:fakecuda-vmm-"):
+                out.add(os.stat(f"/proc/{pid}/fd/{fd}").st_ino)
+        except OSError:
+            continue
+    return out
+
+
 def served_fingerprint(client, name: str, version: int) -> str:
     return next(v["fingerprint"] for v in client.ping()["models"] if v["name"] == name and v.get("version") == version and v["status"] == "serving")
 
@@ -328,6 +363,191 @@ def update_writer(socket_path: str, name: str, base: str) -> None:
         sys.stdin.read()  # killed here
 
 
+class TrainerMemory:
+    """Device memory of this process on fake GPU 0 (cuMemAlloc in its primary context), holding
+    ``tensors`` packed at 256-byte steps after ``lead`` bytes, so that their offsets differ from the
+    daemon's layout; each tensor is a ``CudaBuffer`` over its bytes. ``free()`` gives it back."""
+
+    def __init__(self, tensors: dict, lead: int = 512):
+        from weightd_client.cuda import CudaBuffer
+
+        self.lib = lib = ctypes.CDLL("libcuda.so.1")
+        self.ctx, self.ptr = ctypes.c_void_p(), ctypes.c_uint64()
+        places, at = {}, lead
+        for name, data in tensors.items():
+            places[name] = at
+            at += (len(data) + 255) // 256 * 256
+        assert lib.cuInit(0) == 0 and lib.cuDevicePrimaryCtxRetain(ctypes.byref(self.ctx), 0) == 0
+        assert lib.cuCtxPushCurrent_v2(self.ctx) == 0
+        assert lib.cuMemAlloc_v2(ctypes.byref(self.ptr), ctypes.c_size_t(at)) == 0
+        assert lib.cuCtxPopCurrent_v2(None) == 0
+        self.tensors = {}
+        for name, data in tensors.items():
+            ctypes.memmove(self.ptr.value + places[name], data, len(data))  # the fake's device memory is this process's mapping
+            self.tensors[name] = CudaBuffer(self.ptr.value + places[name], len(data), "U8", [len(data)], raw=True)
+
+    def free(self) -> None:
+        lib = self.lib
+        assert lib.cuCtxPushCurrent_v2(self.ctx) == 0 and lib.cuMemFree_v2(self.ptr) == 0
+        assert lib.cuCtxPopCurrent_v2(None) == 0 and lib.cuDevicePrimaryCtxRelease_v2(0) == 0
+
+
+def daemon_pull() -> None:
+    import subprocess
+    import tempfile
+
+    from daemon_fixture import Daemon
+    from test_host_fds import MODEL, checkpoint_tensors
+    from weightd_client.protocol import WeightdError
+
+    def code(call):
+        try:
+            call()
+            return None
+        except WeightdError as err:
+            return err.code
+
+    want = checkpoint_tensors()
+    work = tempfile.mkdtemp(prefix="weightd-cuda-pull-")
+    plan = os.path.join(work, "plan.json")
+    with open(plan, "w") as f:
+        json.dump({"rules": [], "segmentBytes": 1 << 20}, f)
+    out = {}
+    with Daemon(MODEL, device="cuda", extra_args=["--cuda-handles", "fd", "--plan-file", plan]) as daemon:
+        with daemon.client() as client:
+            name = client.ping()["name"]
+            base = served_fingerprint(client, name, 0)
+            reader = client.attach(base, device=0, tensor_format="memoryview")
+            pointers = {n: t.pointer for n, t in reader.tensors.items()}
+            idle, idle_memory = vmm_fds(daemon.proc.pid), vmm_inodes(daemon.proc.pid)
+
+            def reads(expected):
+                return all(ctypes.string_at(reader.tensors[n].pointer, len(expected[n])) == expected[n] for n in expected)
+
+            # A full pull: every tensor from one allocation of the trainer's, at offsets of its own.
+            full = {n: bytes((b + 1) % 256 for b in v) for n, v in want.items()}
+            trainer = TrainerMemory(full)
+            with client.begin_update(name, base, device=0, source="pull") as upd:
+                out["pullHandedSegments"] = len(upd._maps) + (len(upd._cuda.pointers) if upd._cuda else 0)
+                out["pullNoStaging"] = code(lambda: upd.write(sorted(want)[0], b""))
+                out["daemonMadeWhilePulling"] = len(vmm_inodes(daemon.proc.pid) - idle_memory)
+                got = upd.pull_from(trainer.tensors)
+                out["pulledReply"] = [got["pulled"], got["tensors"]]
+                out["pullAgain"] = code(lambda: upd.pull_from({sorted(want)[0]: trainer.tensors[sorted(want)[0]]}))
+                out["readerKeepsBaseWhilePulling"] = reads(want)
+                done = upd.commit()
+            out["fullVersion"] = done["version"]
+            # The trainer's memory goes at once: the version is the daemon's own copy.
+            trainer.free()
+            out["readerKeepsBaseAfterCommit"] = reads(want)
+            reader.switch_to(done["fingerprint"])
+            out["fullAfterSwitch"] = reads(full) and {n: t.pointer for n, t in reader.tensors.items()} == pointers
+            # The same bytes through the staging path: the same content, so the same version (its
+            # digests, hashed from the staging copy, are those of the pulled bytes).
+            with client.begin_update(name, base, device=0) as upd:
+                for n, v in full.items():
+                    upd.write(n, v)
+                staged = upd.commit()
+            out["stagedSameVersion"] = [staged["version"], staged["modelFingerprint"] == done["modelFingerprint"]]
+
+            # A partial pull: one tensor, from an allocation of its own; every other segment shared.
+            one = next(n for n in sorted(want) if want[n])
+            partial = {**full, one: bytes((b + 7) % 256 for b in full[one])}
+            other = TrainerMemory({one: partial[one]}, lead=4096)
+            with client.begin_update(name, done["fingerprint"], device=0, source="pull") as upd:
+                upd.pull_from(other.tensors)
+                second = upd.commit()
+            other.free()
+            out["partialVersion"] = second["version"]
+            reader.switch_to(second["fingerprint"])
+            out["partialAfterSwitch"] = reads(partial) and {n: t.pointer for n, t in reader.tensors.items()} == pointers
+            segment_of = {t["name"]: t["segment"] for t in reader.state["tensors"]}
+            out["partialSegmentTensors"] = sum(1 for n in segment_of if segment_of[n] == segment_of[one])
+
+            # Refusals, each leaving nothing: checked by the client, then by the daemon itself.
+            small = TrainerMemory({one: partial[one][:-1], "x": b"\0" * 64})
+            with client.begin_update(name, second["fingerprint"], device=0, source="pull") as upd:
+                out["clientBadSize"] = code(lambda: upd.pull_from({one: small.tensors[one]}))
+                out["clientUnknown"] = code(lambda: upd.pull_from({"no.such.tensor": small.tensors["x"]}))
+                src, offset, _ = upd._pull.locate("x", small.tensors["x"])
+                handle = upd._pull.handles[src]
+                raw = lambda tensors: upd.conn.request("pull_tensors", update=upd.id, sources=[handle], tensors=tensors)  # noqa: E731
+                nbytes = len(want[one])
+                out["daemonUnknown"] = code(lambda: raw([{"name": "no.such.tensor", "source": 0, "offset": 0, "bytes": 1}]))
+                out["daemonBadSize"] = code(lambda: raw([{"name": one, "source": 0, "offset": 0, "bytes": nbytes + 1}]))
+                out["daemonBadSource"] = code(lambda: raw([{"name": one, "source": 1, "offset": 0, "bytes": nbytes}]))
+                out["daemonTwice"] = code(lambda: raw([{"name": one, "source": 0, "offset": 0, "bytes": nbytes}, {"name": one, "source": 0, "offset": 0, "bytes": nbytes}]))
+                out["daemonEmptyCommit"] = code(lambda: upd.conn.request("commit_update", update=upd.id))
+                # Past the end of the trainer's allocation: found when the daemon opens it, at commit.
+                raw([{"name": one, "source": 0, "offset": offset + 64, "bytes": nbytes}])
+                out["daemonPastAllocation"] = code(lambda: upd.conn.request("commit_update", update=upd.id))
+            small.free()
+            with client.begin_update(name, second["fingerprint"], device=0) as upd:
+                out["stagingPullRefused"] = code(lambda: upd.conn.request("pull_tensors", update=upd.id, sources=[handle], tensors=[{"name": one, "source": 0, "offset": 0, "bytes": nbytes}]))
+            out["wrongDevice"] = code(lambda: client.conn.request("begin_update", model=name, base=second["fingerprint"], source="pull", device="GPU-ffffffff-0000-0000-0000-000000000000"))
+            out["pullWithTensors"] = code(lambda: client.conn.request("begin_update", model=name, base=second["fingerprint"], source="pull", device=DEVICE0, tensors=[one]))
+            # A handle whose exporter freed its memory and exited: the driver does not open it.
+            exporter = subprocess.Popen([sys.executable, __file__, "export"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            gone = exporter.stdout.readline().strip()
+            exporter.communicate("")
+            assert exporter.returncode == 0
+            # With a live source opened before it: the daemon closes that one too (its leak report).
+            two = next(n for n in sorted(want) if want[n] and n != one)
+            live = TrainerMemory({two: full[two]})
+            with client.begin_update(name, second["fingerprint"], device=0, source="pull") as upd:
+                upd.pull_from(live.tensors)
+                upd.conn.request("pull_tensors", update=upd.id, sources=[gone], tensors=[{"name": one, "source": 0, "offset": 0, "bytes": nbytes}])
+                try:
+                    upd.conn.request("commit_update", update=upd.id)
+                    out["goneSource"] = None
+                except WeightdError as err:
+                    out["goneSource"], out["goneMessage"] = err.code, str(err)
+            live.free()
+
+            # A writer killed after pulling, before commit, leaves no version and nothing held.
+            before = settled_vmm_fds(daemon.proc.pid)
+            writer = subprocess.Popen([sys.executable, __file__, "pull_writer", client.socket_path, name, second["fingerprint"]], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            out["writerPulled"] = writer.stdout.readline().strip()
+            out["heldByKilledWriter"] = vmm_fds(daemon.proc.pid) - before
+            writer.kill()
+            writer.wait()
+            for _ in range(600):
+                try:
+                    again = client.begin_update(name, second["fingerprint"], device=0, source="pull")
+                    break
+                except WeightdError as err:
+                    if err.code != "E_UPDATE_BUSY":
+                        raise
+                    client.ping()
+            # The killed writer's references to the base are all closed: the next pull holds as many.
+            out["heldByNextPull"] = vmm_fds(daemon.proc.pid) - before
+            again.abandon()
+            out["versions"] = sorted(v.get("version") for v in client.ping()["models"] if v["name"] == name and v["status"] == "serving")
+            reader.tensors = {}
+            reader.detach()
+        daemon.stop()
+        out["sealed"] = [{k: json.loads(line).get(k) for k in ("read", "pulled")} for line in daemon.stderr_lines if '"update sealed' in line]
+        out["sealedTimings"] = [sorted(json.loads(line).get("timings", {})) for line in daemon.stderr_lines if '"update sealed' in line]
+        out["daemonPid"] = daemon.proc.pid
+        out["daemonLeaks"] = next((json.loads(l[len("FAKE_CUDA_LEAKS ") :]) for l in daemon.stderr.splitlines() if l.startswith("FAKE_CUDA_LEAKS ")), None)
+    out["clientPid"] = os.getpid()
+    out["writerPid"] = writer.pid
+    print(json.dumps(out))
+
+
+def pull_writer(socket_path: str, name: str, base: str) -> None:
+    from test_host_fds import checkpoint_tensors
+    from weightd_client import WeightdClient
+
+    one = next(n for n, v in sorted(checkpoint_tensors().items()) if v)
+    trainer = TrainerMemory({one: bytes(len(checkpoint_tensors()[one]))})
+    with WeightdClient(socket_path) as client:
+        upd = client.begin_update(name, base, device=0, source="pull")
+        upd.pull_from(trainer.tensors)
+        print("pulled", flush=True)
+        sys.stdin.read()  # killed here
+
+
 def daemon_ipc_update() -> None:
     from daemon_fixture import Daemon
     from test_host_fds import MODEL
@@ -436,6 +656,10 @@ def main() -> None:
         return daemon_update()
     if sys.argv[1] == "update_writer":
         return update_writer(*sys.argv[2:5])
+    if sys.argv[1] == "daemon_pull":
+        return daemon_pull()
+    if sys.argv[1] == "pull_writer":
+        return pull_writer(*sys.argv[2:5])
     if sys.argv[1] == "daemon_publish":
         return daemon_publish()
     if sys.argv[1] == "daemon_ipc_update":

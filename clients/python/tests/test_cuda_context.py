@@ -177,6 +177,46 @@ def test_a_cuda_writer_writes_staging_that_is_copied_into_memory_no_writer_maps_
     assert len(served) == n + n + 1, "the base, the full update's finals, and the partial update's one new segment: the rest is shared"
 
 
+def test_a_pull_copies_the_writers_own_device_memory_once_into_memory_no_writer_maps_and_refuses_what_does_not_fit(fake_env, tmp_path):
+    log = tmp_path / "access.log"
+    r = subprocess.run([sys.executable, str(SCENARIOS), "daemon_pull"], env={**fake_env, "FAKE_CUDA_ACCESS_LOG": str(log)}, capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, r.stderr
+    assert leaks(r.stderr) == NO_LEAKS, "the writer or the reader left a mapping, an allocation or a descriptor behind"
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    # No staging: nothing comes with the update, and the daemon makes nothing until the commit.
+    assert got["pullHandedSegments"] == 0 and got["pullNoStaging"] == "E_BAD_OPTION"
+    assert got["daemonMadeWhilePulling"] == 0, "the daemon holds only its own references to the base's allocations"
+    assert got["pulledReply"][0] == got["pulledReply"][1] > 2 and got["pullAgain"] == "E_BAD_OPTION"
+    # The reader's bytes change only at switch_to, at the same addresses; the writer's memory is
+    # freed right after the commit and the version keeps its bytes (the daemon's own copy).
+    assert got["readerKeepsBaseWhilePulling"] and got["readerKeepsBaseAfterCommit"]
+    assert got["fullVersion"] == 1 and got["fullAfterSwitch"]
+    # The same bytes through staging are the same content: the pull's digests are those bytes'.
+    assert got["stagedSameVersion"] == [1, True]
+    assert got["partialVersion"] == 2 and got["partialAfterSwitch"]
+    # Each pull's commit hashed only what it pulled (the rest is the base's, by its digests).
+    assert got["sealed"][0]["read"] == got["pulledReply"][1] and got["sealed"][0]["pulled"] == got["pulledReply"][1]
+    assert got["sealed"][2] == {"read": 1, "pulled": 1}, "a one-tensor pull hashes one tensor, even with others in its segment"
+    assert got["partialSegmentTensors"] > 1
+    # Where each commit's time went, in the daemon's log (update_cuda.py reads it on a GPU).
+    assert all(t == ["allocateMs", "copyMs", "digestMs", "openMs"] for t in got["sealedTimings"]), got["sealedTimings"]
+    # Refused before anything is copied: on the client, and by the daemon for a writer that skips it.
+    assert [got["clientBadSize"], got["clientUnknown"]] == ["E_BAD_SIZE", "E_UNKNOWN_TENSOR"]
+    assert [got["daemonUnknown"], got["daemonBadSize"], got["daemonBadSource"], got["daemonTwice"], got["daemonEmptyCommit"]] == [
+        "E_UNKNOWN_TENSOR", "E_UPDATE_SIZE", "E_BAD_REQUEST", "E_BAD_REQUEST", "E_BAD_REQUEST"]
+    assert got["daemonPastAllocation"] == "E_UPDATE_SIZE", "a copy past the end of the writer's allocation"
+    assert got["stagingPullRefused"] == "E_BAD_REQUEST" and got["wrongDevice"] == "E_DEVICE_MISMATCH" and got["pullWithTensors"] == "E_BAD_REQUEST"
+    assert got["goneSource"] == "E_UPDATE_SOURCE" and "cuIpcOpenMemHandle" in got["goneMessage"], got.get("goneMessage")
+    # A writer killed after pulling: its update ends with its connection, nothing held or served.
+    assert got["writerPulled"] == "pulled" and got["heldByKilledWriter"] == got["heldByNextPull"] > 0
+    assert got["versions"] == [0, 1, 2]
+    assert got["daemonLeaks"] == NO_LEAKS, "every IPC handle of a writer's memory is closed, every final of a refused commit freed"
+    # Who could write what: no allocation a reader maps was ever mapped writable outside the daemon.
+    rows = [line.split() for line in log.read_text().splitlines()]
+    served = {ino for pid, ino, flags in rows if pid == str(got["clientPid"]) and flags == "1"}
+    assert served and {pid for pid, ino, flags in rows if ino in served and flags == "3"} == {str(got["daemonPid"])}
+
+
 def test_a_writer_on_legacy_cuda_ipc_handles_is_refused_naming_the_flag(fake_env):
     r = subprocess.run([sys.executable, str(SCENARIOS), "daemon_ipc_update"], env=fake_env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr

@@ -399,14 +399,25 @@ class WeightdClient:
         as the connection: watch again after the daemon restarted."""
         return self.conn.request("watch", model=model, stale=True) if stale else self.conn.request("watch", model=model)
 
-    def begin_update(self, model: str, base: str, timeout: float = 300.0, tensors: Optional[List[str]] = None, device: Optional[int] = None) -> "Update":
+    def begin_update(
+        self, model: str, base: str, timeout: float = 300.0, tensors: Optional[List[str]] = None, device: Optional[int] = None, source: str = "staging"
+    ) -> "Update":
         """A write lease on a new version of ``model`` over version ``base`` (this rank's
         fingerprint), on a connection of its own (weightd_client.update). ``tensors``: the
         tensors to write (default all); only their segments are copied, the rest is shared with the base.
-        ``device``: on a cuda rank, the CUDA ordinal of its GPU in this process (default: torch's current one)."""
+        ``device``: on a cuda rank, the CUDA ordinal of its GPU in this process (default: torch's current one).
+        ``source="pull"`` (cuda): no staging; ``Update.pull_from`` names the writer's own GPU tensors."""
         from .update import Update
 
-        return Update(self.socket_path, model, base, timeout, tensors, device)
+        return Update(self.socket_path, model, base, timeout, tensors, device, source)
+
+    def pull_update(self, model: str, base: str, tensors: Dict[str, Any], device: Optional[int] = None, timeout: float = 300.0) -> Dict[str, Any]:
+        """A new version of ``model`` over ``base`` whose ``tensors`` (name to a CUDA tensor on this
+        rank's GPU) are copied by the daemon straight from the given memory; every other tensor keeps
+        the base's bytes. One rank: begin (source "pull"), pull_from, commit; returns the commit's reply."""
+        with self.begin_update(model, base, timeout=timeout, device=device, source="pull") as upd:
+            upd.pull_from(tensors)
+            return upd.commit()
 
     def events(self, timeout: float = 0.0) -> List[Dict[str, Any]]:
         """The events (``model_ready``, ``model_dropping``, ``lease_revoked``, ``model_stale``) received since the

@@ -119,6 +119,9 @@ class _Driver:
         self._fn("cuCtxPopCurrent", [p(ctypes.c_void_p)], name="cuCtxPopCurrent_v2", fallback="cuCtxPopCurrent")
         self._fn("cuIpcOpenMemHandle", [p(ctypes.c_uint64), _IpcHandle, u], name="cuIpcOpenMemHandle_v2", fallback="cuIpcOpenMemHandle")
         self._fn("cuIpcCloseMemHandle", [ctypes.c_uint64])
+        # A writer's pull (weightd_client.update): the handle of the cudaMalloc allocation holding a tensor.
+        self._fn("cuIpcGetMemHandle", [p(_IpcHandle), ctypes.c_uint64])
+        self._fn("cuMemGetAddressRange", [p(ctypes.c_uint64), p(ctypes.c_size_t), ctypes.c_uint64], name="cuMemGetAddressRange_v2", fallback="cuMemGetAddressRange")
         self._fn("cuMemcpyDtoH", [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_size_t], name="cuMemcpyDtoH_v2", fallback="cuMemcpyDtoH")
         self._fn("cuMemcpyHtoD", [ctypes.c_uint64, ctypes.c_void_p, ctypes.c_size_t], name="cuMemcpyHtoD_v2", fallback="cuMemcpyHtoD")
         # Virtual memory, for "cuda-fd" segments (every driver since CUDA 10.2 has these).

@@ -16,6 +16,12 @@ trainer fills device to device (``copy_``); ``upd.write`` copies a torch tensor 
 host bytes. ``commit()`` waits for the device, unmaps, and the daemon copies the staging into
 memory no writer maps, which is what it serves.
 
+A trainer whose new weights are already on the rank's GPU can skip the staging: with
+``source="pull"`` no segment comes with the update; ``upd.pull_from({name: tensor})`` names the
+tensors' own memory (CUDA IPC handles of their allocations, weightd_client.pull), and ``commit()``
+has the daemon copy them once, device to device, into the version's final memory. The tensors must
+stay allocated and unchanged until ``commit()`` returns (the update holds references to them).
+
 Used as a context manager, an update left without commit is abandoned: the connection closes,
 and the daemon frees everything of it (as it does when the writer's process dies).
 """
@@ -53,15 +59,37 @@ def _check_reply(reply: Dict[str, Any]) -> None:
 class Update:
     """One rank's part of an update: its own connection, which must stay open until commit."""
 
-    def __init__(self, socket_path: str, model: str, base: str, timeout: float = 300.0, tensors: Optional[List[str]] = None, device: Optional[int] = None):
+    def __init__(
+        self, socket_path: str, model: str, base: str, timeout: float = 300.0, tensors: Optional[List[str]] = None, device: Optional[int] = None, source: str = "staging"
+    ):
         """``device``: cuda only, the CUDA ordinal to map on (default: torch's current device);
-        it must be the rank's GPU."""
-        self.conn = Connection(socket_path, timeout)
+        it must be the rank's GPU. ``source``: "staging" (writable copies of the base come with the
+        update) or "pull" (cuda: none come; ``pull_from`` names the writer's own tensors)."""
+        if source not in ("staging", "pull"):
+            raise ProtocolError("E_BAD_OPTION", f"source {source!r}: use 'staging' or 'pull'")
+        if source == "pull" and tensors is not None:
+            raise ProtocolError("E_BAD_OPTION", "a pull update takes no tensors list: the tensors given to pull_from are the ones written")
+        # pull: the writer's tensors' handles, found in the device's primary context.
+        self._pull: Any = None
+        # The pulled tensors, held until commit() returns: the daemon reads their memory then.
+        self._held: Dict[str, Any] = {}
+        extra: Dict[str, Any] = {} if tensors is None else {"tensors": list(tensors)}
+        if source == "pull":
+            from .cuda import _current_torch_device
+            from .pull import PullSources
+
+            self._pull = PullSources(device if device is not None else _current_torch_device())
+            extra = {"source": "pull", "device": self._pull.uuid}
         try:
-            extra = {} if tensors is None else {"tensors": list(tensors)}
+            self.conn = Connection(socket_path, timeout)
+        except BaseException:
+            self._release_pull()
+            raise
+        try:
             reply, fds = self.conn.request_fds("begin_update", model=model, base=base, **extra)
         except BaseException:
             self.conn.close()
+            self._release_pull()
             raise
         # By segment number: a partial update maps only the segments it was given.
         self._maps: Dict[int, mmap.mmap] = {}
@@ -84,6 +112,7 @@ class Update:
         except BaseException:
             self._unmap()
             self.conn.close()
+            self._release_pull()
             raise
         finally:
             # The mappings hold the pages: no descriptor of the update stays in this process.
@@ -96,7 +125,7 @@ class Update:
         self.result: Optional[Dict[str, Any]] = None
 
     def _meta(self, name: str) -> Dict[str, Any]:
-        if self.result is not None or not (self._maps or self._cuda):
+        if self.result is not None or not (self._maps or self._cuda or self._pull):
             raise ProtocolError("E_CLOSED", f"the update of {self.model!r} is committed or abandoned; begin another to write")
         t = self.tensors.get(name)
         if t is None and self.partial:
@@ -116,6 +145,7 @@ class Update:
         import numpy as np
 
         t = self._meta(name)
+        self._refuse_if_pull("tensor")
         if self._cuda is not None:
             return self._cuda_tensor(t, tensor_format or "torch")
         tensor_format = tensor_format or "numpy"
@@ -146,6 +176,7 @@ class Update:
         """Copies ``value`` (a numpy array, a torch tensor on any device, or bytes) into tensor
         ``name``; its byte size must be the tensor's."""
         t = self._meta(name)
+        self._refuse_if_pull("write")
         if self._cuda is not None and hasattr(value, "detach"):
             import torch
 
@@ -170,6 +201,40 @@ class Update:
             return
         self._maps[t["segment"]][t["offset"] : t["offset"] + t["bytes"]] = data
 
+    def _refuse_if_pull(self, call: str) -> None:
+        if self._pull is not None:
+            raise ProtocolError("E_BAD_OPTION", f"the update of {self.model!r} pulls: it has no staging to {call}; name the tensors with pull_from(...), or begin_update without source='pull'")
+
+    def pull_from(self, tensors: Dict[str, Any]) -> Dict[str, Any]:
+        """Names, for a pull update, the writer's own tensors (contiguous torch CUDA tensors on the
+        rank's GPU, or dense ``__cuda_array_interface__`` arrays) as the new bytes of the layout's
+        tensors of those names; may be called several times before ``commit()``, each tensor once.
+        Everything is checked before anything is sent (names, byte sizes, devices, handles); the
+        device is synchronized first, so what torch queued into them lands before the daemon reads.
+        Keeps a reference to each until ``commit()`` returns; they must not change meanwhile.
+        Returns the daemon's last reply: ``pulled`` of ``tensors`` so far."""
+        if self._pull is None:
+            raise ProtocolError("E_BAD_OPTION", f"the update of {self.model!r} was begun with staging; begin_update(..., source='pull') to pull")
+        entries = []
+        for name, value in tensors.items():
+            t = self._meta(name)
+            if name in self._held:
+                raise ProtocolError("E_BAD_OPTION", f"tensor {name!r} is pulled already in this update; pull each tensor once")
+            source, offset, nbytes = self._pull.locate(name, value)
+            if nbytes != t["bytes"]:
+                raise ProtocolError("E_BAD_SIZE", f"tensor {name!r} holds {t['bytes']} bytes ({t['dtype']} {t['shape']}); the value given has {nbytes}")
+            if nbytes:
+                entries.append({"name": name, "source": source, "offset": offset, "bytes": nbytes})
+        from .pull import batches
+
+        self._pull.synchronize()
+        # Held from the first batch on: a batch the daemon took is read at commit, whatever follows.
+        self._held.update(tensors)
+        reply: Dict[str, Any] = {"pulled": len(self._held), "tensors": len(self.tensors)}
+        for sources, batch in batches(entries, self._pull.handles):
+            reply = self.conn.request("pull_tensors", update=self.id, sources=sources, tensors=batch)
+        return reply
+
     def commit(self) -> Dict[str, Any]:
         """Unmaps, then commits this rank: the reply's ``waiting`` lists the local ranks still to
         commit; once empty, ``version``, ``modelFingerprint`` and this rank's ``fingerprint`` name
@@ -178,15 +243,28 @@ class Update:
             return self.result
         self._unmap()
         self.result = self.conn.request("commit_update", update=self.id)
+        # The daemon closed its handles of the pulled tensors before it replied.
+        self._held = {}
+        self._release_pull()
         if not self.result["waiting"]:
             self.conn.close()
         return self.result
+
+    def _release_pull(self) -> None:
+        if self._pull is not None:
+            pull, self._pull = self._pull, None
+            pull.close()
 
     def abandon(self) -> None:
         """Ends the update uncommitted: the daemon frees its copies. Never raises: a mapping a live
         view still holds goes with its last view (the daemon serves nothing of it)."""
         # The connection first: its end is what ends the update in the daemon, whatever the views.
         self.conn.close()
+        self._held = {}
+        try:
+            self._release_pull()
+        except Exception:  # noqa: BLE001 - abandoning never raises
+            pass
         if self._cuda is not None:
             cuda, self._cuda = self._cuda, None
             try:

@@ -1,6 +1,7 @@
 // begin_update: writable copies of a served version's segments on this rank (memfds, or staging
 // VMM allocations on cuda), for a writer of the daemon's user (docs/weight-updates.md); they come
 // with the reply as SCM_RIGHTS, with the tensors that lie in them. The update desk (updateDesk.ts) owns them from here on.
+// With source "pull" (cuda) none come: the writer names its own tensors' memory (pull_tensors, cudaPull.ts).
 import { ServeError } from '../../errors.js';
 import type { DeviceServices } from '../deviceServices.js';
 import type { Caller } from '../leaseTable.js';
@@ -24,7 +25,8 @@ export async function beginUpdate(req: RequestOf<'begin_update'>, services: Devi
   if (!host || !version) {
     throw new ServeError('E_UPDATE_UNSUPPORTED', `this socket serves model "${req.model}" without a node to publish a new version through; updates need a weightd node`, { model: req.model });
   }
-  const { id, fds, segments, sent } = await host.desk.begin(service, version.version, version.ranks, caller, () => services.isConnected(caller.connectionId), req.tensors);
+  const pull = req.source === 'pull' ? { device: req.device } : undefined;
+  const { id, fds, segments, sent } = await host.desk.begin(service, version.version, version.ranks, caller, () => services.isConnected(caller.connectionId), req.tensors, pull);
   const { rank } = service;
   const named = req.tensors ? new Set(req.tensors) : undefined;
   const reply: BeginUpdateReply = {

@@ -24,7 +24,8 @@ export function getProcessed(req: RequestOf<'get_processed'>, services: DeviceSe
     return JSON.stringify(reply);
   }
   // The lease holds the version, and with it the layout, while the engine maps it.
-  const lease = service.leases.grant(caller, 'map');
+  const lease = service.leases.grant(caller, 'map', layout.key);
+  layout.lastMappedAt = lease.sinceMs;
   service.logLease(lease, `lease granted for processed layout ${req.key}`);
   const reply: GetProcessedReply = {
     id: req.id,

@@ -14,6 +14,7 @@ import { getProcessed } from './getProcessed.js';
 import { getSegmentFds } from './getSegmentFds.js';
 import { getState } from './getState.js';
 import { ping } from './ping.js';
+import { pullTensors } from './pullTensors.js';
 import { release } from './release.js';
 import { stats } from './stats.js';
 import { watch } from './watch.js';
@@ -22,7 +23,7 @@ import { watch } from './watch.js';
 type Handler<C extends Command> = (req: RequestOf<C>, services: DeviceServices, caller: Caller) => Reply | Promise<Reply>;
 
 const handlers: { [C in Command]: Handler<C> } = {
-  ping, get_state: getState, get_segment_fds: getSegmentFds, release, detach, stats, watch, begin_update: beginUpdate, commit_update: commitUpdate,
+  ping, get_state: getState, get_segment_fds: getSegmentFds, release, detach, stats, watch, begin_update: beginUpdate, pull_tensors: pullTensors, commit_update: commitUpdate,
   begin_publish: beginPublish, commit_publish: commitPublish, get_processed: getProcessed,
 };
 

@@ -19,6 +19,7 @@ export function stats(req: RequestOf<'stats'>, services: DeviceServices): string
     uptimeSeconds: (Date.now() - services.startedAt) / 1000,
     // What an engine subtracts from its own memory budget on this device (vLLM's KV cache).
     deviceBytes: service.status === 'released' ? 0 : service.rank.segments.reduce((n, seg) => n + seg.bytes, 0),
+    processed: service.processedStatus(),
   };
   return JSON.stringify(reply);
 }

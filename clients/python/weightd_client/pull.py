@@ -1,0 +1,144 @@
+"""A writer's pull on a cuda rank (docs/weight-updates.md, "Pulling from the writer's tensors"):
+the trainer's own tensors, already on the rank's GPU, are named to the daemon by the legacy CUDA
+IPC handle of the cudaMalloc allocation holding each one and its offset in it, and the daemon
+copies them once, device to device, into the new version's memory (which no writer maps).
+
+The handle comes from the driver (``cuMemGetAddressRange``, then ``cuIpcGetMemHandle`` of the
+allocation's base, as torch's own sharing does), not from ``untyped_storage()._share_cuda_()``:
+that one also puts the storage under torch's IPC reference counting, which waits for a consumer's
+release the daemon never sends, so a freed parameter's block would be kept until the process exits.
+
+Memory with no legacy IPC handle (torch's ``expandable_segments``, ``cuMemCreate`` allocations) is
+refused with ``E_UPDATE_UNSUPPORTED``: write it through a staging update instead.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import ctypes
+import json
+from typing import Any, Dict, Iterator, List, Tuple
+
+from .cuda import CudaError, _Driver, _IpcHandle
+from .protocol import MAX_REQUEST_BYTES, ProtocolError
+
+# What one pull_tensors request may hold: well under the daemon's request bound, with room for the envelope.
+_BATCH_BYTES = MAX_REQUEST_BYTES - (64 << 10)
+
+
+def _device_pointer(name: str, value: Any, ordinal: int) -> Tuple[int, int]:
+    """The device address and byte size of ``value``'s bytes: a contiguous torch CUDA tensor on
+    device ``ordinal``, or anything with a dense ``__cuda_array_interface__``."""
+    if hasattr(value, "data_ptr") and hasattr(value, "is_cuda"):
+        if not value.is_cuda:
+            raise ProtocolError("E_BAD_OPTION", f"tensor {name!r} is on {value.device}, not a CUDA device: a pull copies GPU memory; write host bytes through a staging update (upd.write)")
+        if value.device.index != ordinal:
+            raise ProtocolError("E_DEVICE_MISMATCH", f"tensor {name!r} is on cuda:{value.device.index}, but this update pulls on cuda:{ordinal}, the rank's GPU; a pull copies within one GPU")
+        if not value.is_contiguous():
+            raise ProtocolError("E_NOT_CONTIGUOUS", f"tensor {name!r} is not contiguous: a pull copies each tensor's bytes as one range; pull .contiguous() of it (and keep that alive until commit)")
+        return value.data_ptr(), value.numel() * value.element_size()
+    cai = getattr(value, "__cuda_array_interface__", None)
+    if cai is None:
+        raise ProtocolError("E_BAD_OPTION", f"tensor {name!r} is a {type(value).__name__}: pull_from takes CUDA tensors (torch, or __cuda_array_interface__); write host bytes through a staging update")
+    shape, typestr = tuple(cai["shape"]), cai["typestr"]
+    count = 1
+    for n in shape:
+        count *= n
+    itemsize = int(typestr[2:])
+    strides = cai.get("strides")
+    if strides is not None:
+        dense, step = [], itemsize
+        for n in reversed(shape):
+            dense.append(step)
+            step *= n
+        if tuple(reversed(dense)) != tuple(strides):
+            raise ProtocolError("E_NOT_CONTIGUOUS", f"tensor {name!r} is not dense (strides {strides}): a pull copies each tensor's bytes as one range")
+    return int(cai["data"][0]), count * itemsize
+
+
+class PullSources:
+    """The handles a pull names, one per allocation (a handle is opened once per daemon context, so
+    tensors of one allocation share it), found with the device's primary context current."""
+
+    def __init__(self, ordinal: int):
+        self.driver = d = _Driver.get()
+        self.ordinal = ordinal
+        self.dev = d.device(ordinal)
+        self.uuid = d.device_uuid(self.dev)
+        ctx = ctypes.c_void_p()
+        d.check(d.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), self.dev), "cuDevicePrimaryCtxRetain")
+        self._ctx = ctx
+        self.handles: List[str] = []
+        # By allocation base: its handle's place in `handles`.
+        self._of_base: Dict[int, int] = {}
+
+    @contextlib.contextmanager
+    def _current(self) -> Iterator[None]:
+        d = self.driver
+        d.check(d.cuCtxPushCurrent(self._ctx), "cuCtxPushCurrent")
+        try:
+            yield
+        finally:
+            d.check(d.cuCtxPopCurrent(ctypes.byref(ctypes.c_void_p())), "cuCtxPopCurrent")
+
+    def locate(self, name: str, value: Any) -> Tuple[int, int, int]:
+        """``(source, offset, nbytes)``: the handle of the allocation holding ``value`` and where in it."""
+        ptr, nbytes = _device_pointer(name, value, self.ordinal)
+        d = self.driver
+        base, size = ctypes.c_uint64(), ctypes.c_size_t()
+        with self._current():
+            d.check(d.cuMemGetAddressRange(ctypes.byref(base), ctypes.byref(size), ptr), f"cuMemGetAddressRange({name})")
+            if ptr + nbytes > base.value + size.value:
+                raise ProtocolError("E_BAD_SIZE", f"tensor {name!r} ({nbytes} bytes at {ptr:#x}) runs past its allocation ({size.value} bytes at {base.value:#x})")
+            source = self._of_base.get(base.value)
+            if source is None:
+                handle = _IpcHandle()
+                rc = d.cuIpcGetMemHandle(ctypes.byref(handle), base.value)
+                if rc != 0:
+                    try:
+                        d.check(rc, f"cuIpcGetMemHandle({name})")
+                    except CudaError as err:
+                        raise ProtocolError(
+                            "E_UPDATE_UNSUPPORTED",
+                            f"tensor {name!r}'s memory has no CUDA IPC handle ({err}): a pull needs cudaMalloc'd memory, not torch's expandable_segments "
+                            "or cuMemCreate; write it through a staging update (begin_update without source) instead",
+                        ) from err
+                source = len(self.handles)
+                self.handles.append(base64.b64encode(ctypes.string_at(ctypes.addressof(handle), 64)).decode())
+                self._of_base[base.value] = source
+        return source, ptr - base.value, nbytes
+
+    def synchronize(self) -> None:
+        """Waits for everything queued on the device (torch's streams run in this context), so that
+        what the tensors are to hold has landed before the daemon reads them."""
+        with self._current():
+            self.driver.check(self.driver.cuCtxSynchronize(), "cuCtxSynchronize")
+
+    def close(self) -> None:
+        if self._ctx is not None:
+            self._ctx = None
+            self.driver.check(self.driver.cuDevicePrimaryCtxRelease(self.dev), "cuDevicePrimaryCtxRelease")
+
+
+def batches(entries: List[Dict[str, Any]], handles: List[str]) -> Iterator[Tuple[List[str], List[Dict[str, Any]]]]:
+    """pull_tensors bodies under the request bound: each batch's own ``sources`` (only the handles
+    it uses) and its entries with ``source`` indexing them."""
+    batch: List[Dict[str, Any]] = []
+    used: Dict[int, int] = {}
+    size = 0
+    for e in entries:
+        cost = len(json.dumps(e)) + 16 + (0 if e["source"] in used else len(handles[e["source"]]) + 4)
+        if batch and size + cost > _BATCH_BYTES:
+            yield _sources(used, handles), batch
+            batch, used, size = [], {}, 0
+            cost = len(json.dumps(e)) + 16 + len(handles[e["source"]]) + 4
+        local = used.setdefault(e["source"], len(used))
+        batch.append({**e, "source": local})
+        size += cost
+    if batch:
+        yield _sources(used, handles), batch
+
+
+def _sources(used: Dict[int, int], handles: List[str]) -> List[str]:
+    return [handles[g] for g, _ in sorted(used.items(), key=lambda kv: kv[1])]

@@ -1,0 +1,110 @@
+// A pull's commit plan (src/serve/cudaPull.ts): each final allocation is written once, whole:
+// the pulled tensors from the writer's memory, every byte between them from the base's segment,
+// runs that continue each other as one copy; only segments holding a pulled tensor are copied,
+// and only the pulled tensors (and any sharing bytes with one) are digested again.
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import { pullCopies, pulledSegments, recordPulls, refuseUnlessPullable, rehashedUnderPull, type Pull } from '../../src/serve/cudaPull.js';
+import type { ServeError } from '../../src/errors.js';
+import type { RankService } from '../../src/serve/rankService.js';
+
+const HANDLE_A = Buffer.alloc(64, 1).toString('base64');
+const HANDLE_B = Buffer.alloc(64, 2).toString('base64');
+
+/** Segment 0 (256 bytes): a (0..100), b (128..228), c aliasing a's last 20 bytes; segment 1 (64 bytes): d (0..32), e (32..64). */
+function rank(): RankService {
+  const t = (name: string, segment: number, offset: number, bytes: number) => ({ name, dtype: 'U8', shape: [bytes], segment, offset, bytes });
+  return {
+    rank: {
+      name: 'm',
+      globalRank: 0,
+      segments: [
+        { segment: 0, bytes: 256 },
+        { segment: 1, bytes: 64 },
+      ],
+      tensors: [t('a', 0, 0, 100), t('b', 0, 128, 100), t('c', 0, 80, 20), t('d', 1, 0, 32), t('e', 1, 32, 32)],
+    },
+  } as unknown as RankService;
+}
+
+const fresh = (): Pull => ({ sources: [], sourceIndex: new Map(), tensors: new Map() });
+
+test('pulled tensors come from their sources, the gaps and the tail from the base, and continuing runs merge', () => {
+  const service = rank();
+  const pull = fresh();
+  // a and b back to back in source A at 1000 and 1128: the gap between them is the base's, so two copies.
+  recordPulls(service, pull, [HANDLE_A], [
+    { name: 'a', source: 0, offset: 1000, bytes: 100 },
+    { name: 'b', source: 0, offset: 1128, bytes: 100 },
+  ]);
+  const copied = pulledSegments(service, pull);
+  assert.equal(copied, [true, false], 'segment 1 holds no pulled tensor: shared');
+  assert.equal(pullCopies(service, pull, copied), [
+    { segment: 0, source: 1, srcOffset: 1000, dstOffset: 0, bytes: 100 },
+    { segment: 0, source: 0, srcOffset: 100, dstOffset: 100, bytes: 28 },
+    { segment: 0, source: 1, srcOffset: 1128, dstOffset: 128, bytes: 100 },
+    { segment: 0, source: 0, srcOffset: 228, dstOffset: 228, bytes: 28 },
+  ]);
+  // c shares bytes with a: its digest is taken again; d and e, in a shared segment, keep the base's.
+  assert.equal(rehashedUnderPull(service, pull), [true, true, true, false, false]);
+});
+
+test('tensors packed in the source as in the layout are one copy; a second request adds only the handles it uses', () => {
+  const service = rank();
+  const pull = fresh();
+  recordPulls(service, pull, [HANDLE_B], [
+    { name: 'd', source: 0, offset: 500, bytes: 32 },
+    { name: 'e', source: 0, offset: 532, bytes: 32 },
+  ]);
+  recordPulls(service, pull, [HANDLE_A, HANDLE_B], [{ name: 'a', source: 1, offset: 0, bytes: 100 }]);
+  assert.equal(pull.sources, [HANDLE_B], 'B once; A, which no tensor names, not at all');
+  const copied = pulledSegments(service, pull);
+  assert.equal(copied, [true, true]);
+  assert.equal(pullCopies(service, pull, copied), [
+    { segment: 0, source: 1, srcOffset: 0, dstOffset: 0, bytes: 100 },
+    { segment: 0, source: 0, srcOffset: 100, dstOffset: 100, bytes: 156 },
+    { segment: 1, source: 1, srcOffset: 500, dstOffset: 0, bytes: 64 },
+  ]);
+});
+
+test('a request with one bad tensor records none of its tensors', () => {
+  const service = rank();
+  const pull = fresh();
+  const code = (f: () => void) => {
+    try {
+      f();
+      return undefined;
+    } catch (err) {
+      return (err as ServeError).code;
+    }
+  };
+  assert.is(code(() => recordPulls(service, pull, [HANDLE_A], [{ name: 'a', source: 0, offset: 0, bytes: 100 }, { name: 'b', source: 0, offset: 0, bytes: 99 }])), 'E_UPDATE_SIZE');
+  assert.is(code(() => recordPulls(service, pull, [HANDLE_A], [{ name: 'a', source: 0, offset: 0, bytes: 100 }, { name: 'zz', source: 0, offset: 0, bytes: 1 }])), 'E_UNKNOWN_TENSOR');
+  assert.is(code(() => recordPulls(service, pull, [HANDLE_A], [{ name: 'a', source: 1, offset: 0, bytes: 100 }])), 'E_BAD_REQUEST');
+  assert.is(pull.tensors.size, 0);
+  assert.is(pull.sources.length, 0);
+});
+
+test('a pull is taken on a cuda rank served by descriptor, from a writer on its own GPU (the UUID as the driver or nvidia-smi spells it), with no tensors list', () => {
+  const code = (f: () => void) => {
+    try {
+      f();
+      return undefined;
+    } catch (err) {
+      return (err as ServeError).code;
+    }
+  };
+  const uuid = 'GPU-00010203-0405-0607-0809-0a0b0c0d0e0f';
+  const served = (backend: string, handle: string) =>
+    ({ rank: { name: 'm', globalRank: 0, backend, device: { uuid, index: 0 }, segments: [{ segment: 0, bytes: 64, handle, fd: 3 }] } }) as unknown as RankService;
+  const cuda = served('cuda', 'cuda-fd');
+  assert.is(code(() => refuseUnlessPullable(cuda, uuid, undefined)), undefined);
+  assert.is(code(() => refuseUnlessPullable(cuda, '00010203-0405-0607-0809-0A0B0C0D0E0F', undefined)), undefined);
+  assert.is(code(() => refuseUnlessPullable(served('host', 'fd'), uuid, undefined)), 'E_UPDATE_UNSUPPORTED');
+  assert.is(code(() => refuseUnlessPullable(served('cuda', 'AAAA'), uuid, undefined)), 'E_UPDATE_UNSUPPORTED');
+  assert.is(code(() => refuseUnlessPullable(cuda, 'GPU-ffffffff-0405-0607-0809-0a0b0c0d0e0f', undefined)), 'E_DEVICE_MISMATCH');
+  assert.is(code(() => refuseUnlessPullable(cuda, undefined, undefined)), 'E_BAD_REQUEST');
+  assert.is(code(() => refuseUnlessPullable(cuda, uuid, ['a'])), 'E_BAD_REQUEST');
+});
+
+test.run();
