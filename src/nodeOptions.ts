@@ -5,7 +5,7 @@ import { resolve } from 'node:path';
 import type { ControlLimits } from './control/controlProtocol.js';
 import type { Logger } from './log.js';
 import { CUDA_HANDLES, type CudaHandles, type FillOptions } from './native/addon.js';
-import { FILL_SIZING } from './native/fillPolicy.js';
+import { DIGESTS_ON_VARIABLE, FILL_SIZING } from './native/fillPolicy.js';
 import { checkEvictionPolicy, type EvictionPolicy } from './models/evictionPolicy.js';
 import { integer, usage } from './flagValues.js';
 import { readModelsFile, resolveModelSpecs, type ModelRequest, type ModelSpec } from './models/modelSpecs.js';
@@ -246,6 +246,10 @@ function checkFill(f: NonNullable<NodeOptions['fill']>): NodeConfig['fill'] {
   if (f.threads !== undefined) out.threads = integer('--load-threads', f.threads, 1, MAX_LOAD_THREADS, `pass the reader threads per rank, from 1 to ${MAX_LOAD_THREADS} (default ${FILL_SIZING.threads})`);
   if (f.stagingBytes !== undefined) {
     out.stagingBytes = integer('--staging-mb', f.stagingBytes / 2 ** 20, 1, MAX_STAGING_MIB, `pass the pinned staging MiB per rank, from 1 to ${MAX_STAGING_MIB} (default ${FILL_SIZING.stagingBytes / 2 ** 20})`) * 2 ** 20;
+  }
+  // The fill, a writer's commit and an engine's publish on cuda all hash where this says: refused here, before any of them.
+  if (f.digestOn !== undefined && f.digestOn !== 'gpu' && f.digestOn !== 'cpu') {
+    throw usage('fill.digestOn', f.digestOn, 'is not where digests are hashed', `pass 'gpu' or 'cpu', or leave it out for ${DIGESTS_ON_VARIABLE} (default gpu)`);
   }
   return out;
 }

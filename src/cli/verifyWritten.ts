@@ -21,6 +21,8 @@ export interface VerifyWrittenRequest {
   socketDir?: string;
   /** The rank whose socket to ask; default the first the node manifest lists. */
   globalRank?: number;
+  /** cuda: where to hash the version's digests; default WEIGHTD_FILL_DIGESTS_ON's (cudaDigestsOn). */
+  digestOn?: 'gpu' | 'cpu';
 }
 
 /** Threads that digest the version (a check beside serving engines: a few). */
@@ -80,10 +82,13 @@ export async function verifyWritten(req: VerifyWrittenRequest, write: (line: str
           memory = await addon().digestFiles(order.map((s) => `/proc/self/fd/${fds.get(s)!}`), ranges, DIGEST_THREADS);
         } else {
           // The allocations, imported read-only, digested where a fill would hash them: on the GPU
-          // unless WEIGHTD_FILL_DIGESTS_ON=cpu or the kernel is missing (read back to the host then).
+          // unless the request's digestOn (else WEIGHTD_FILL_DIGESTS_ON) says cpu or the kernel is
+          // missing (read back to the host then).
           const bytes = order.map((s) => state.segments.find((ref) => ref.segment === s)!.bytes);
-          const digested = await addon().cudaDigestSegments(deviceIndex, order.map((s) => fds.get(s)!), bytes, ranges, DIGEST_THREADS, cudaDigestsOn());
-          if (digested.hashedOn === 'cpu') write(`verify: digests hashed on the CPU, read back from the GPU: ${digested.gpuDigestUnavailable || `${DIGESTS_ON_VARIABLE}=cpu`}`);
+          const digestOn = req.digestOn ?? cudaDigestsOn();
+          const digested = await addon().cudaDigestSegments(deviceIndex, order.map((s) => fds.get(s)!), bytes, ranges, DIGEST_THREADS, digestOn);
+          const asked = req.digestOn === undefined ? `${DIGESTS_ON_VARIABLE}=cpu` : "digestOn 'cpu'";
+          if (digested.hashedOn === 'cpu') write(`verify: digests hashed on the CPU, read back from the GPU: ${digested.gpuDigestUnavailable || asked}`);
           memory = digested.digests;
         }
       } finally {

@@ -80,6 +80,7 @@ export function rankServiceInput(model: ModelRanks, r: RankStatus, serve: { sock
       segments: r.segments ?? [],
       digests: r.digests ?? [],
       written: model.written !== undefined,
+      digestOn: model.fill.digestOn,
     }),
   };
 }

@@ -55,19 +55,24 @@ export async function nodeFillOptions(
 /** The runtime switch for where a cuda fill hashes its digests (docs/operations.md); not the CMake option that builds the kernel. */
 export const DIGESTS_ON_VARIABLE = 'WEIGHTD_FILL_DIGESTS_ON';
 
+/** Where content digests are hashed on cuda when nothing chose (cudaDigestsOn says why the GPU). */
+export const DEFAULT_DIGESTS_ON = 'gpu';
+
 /**
  * Where a cuda fill that did not choose hashes its digests: on the GPU. On the H200 (2026-12-05,
  * test/gpu/RESULTS.md) the kernel's digests equalled the CPU's at tp=1 and tp=2, and a hot 8 GiB
  * fill kept 0.97 of its speed without digests against 0.69 hashing on the CPU. Where the kernel
  * is missing or cannot load, the addon hashes on the CPU and says why (digestGpuUnavailable).
  * WEIGHTD_FILL_DIGESTS_ON=cpu keeps the CPU, to compare or to work around a kernel fault. A
- * writer's commit on cuda (src/serve/cudaUpdateSegments.ts), a processed layout's
- * (src/serve/publishDesk.ts) and verify of a cuda written version (src/cli/verifyWritten.ts) hash
- * with the same kernel, so they follow the same switch.
+ * writer's commit on cuda (src/serve/cudaUpdateSegments.ts) and a processed layout's
+ * (src/serve/publishDesk.ts) hash with the same kernel, so they take the fill's digestOn as this
+ * resolved it (ServedRankData.digestOn), never the variable again: a digestOn passed in code is the
+ * whole node's. verify of a cuda written version (src/cli/verifyWritten.ts), a process of its own,
+ * takes its request's digestOn, else this switch.
  */
 export function cudaDigestsOn(env: NodeJS.ProcessEnv = process.env): 'gpu' | 'cpu' {
   const raw = env[DIGESTS_ON_VARIABLE];
-  if (raw === undefined || raw === '') return 'gpu';
+  if (raw === undefined || raw === '') return DEFAULT_DIGESTS_ON;
   if (raw === 'gpu' || raw === 'cpu') return raw;
   throw new UsageError('E_USAGE', `${DIGESTS_ON_VARIABLE}=${JSON.stringify(raw)}: must be gpu or cpu; unset it to hash on the GPU where the digest kernel is built`, { variable: DIGESTS_ON_VARIABLE, value: raw, allowed: ['gpu', 'cpu'] });
 }

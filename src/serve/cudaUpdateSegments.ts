@@ -8,7 +8,7 @@
 import { ServeError } from '../errors.js';
 import { addon, type CommitTimings, type CudaDigested } from '../native/addon.js';
 import { packCommitCopies, type CommitCopy, type PackedTensorRanges } from '../native/fillRecords.js';
-import { cudaDigestsOn } from '../native/fillPolicy.js';
+import { DEFAULT_DIGESTS_ON } from '../native/fillPolicy.js';
 import type { RankService } from './rankService.js';
 
 /**
@@ -42,10 +42,10 @@ export function shareSegment(service: RankService, index: number): number {
 /**
  * Commits a rank's part: copies each staging allocation (`copied`) into a final one, or under a
  * pull (`pull`: cudaPull.ts's plan) writes each final from the writer's memory and the base, and
- * digests `ranges` over what the version will serve, where WEIGHTD_FILL_DIGESTS_ON says as for a
- * fill (on the GPU where the addon has the digest kernel, the log says why not; =cpu on the CPU).
- * Resolves with the finals' descriptors (the caller's; -1 where shared), the digests and where they
- * were hashed.
+ * digests `ranges` over what the version will serve, where the rank's fill hashed
+ * (ServedRankData.digestOn: on the GPU where the addon has the digest kernel, the log says why
+ * not; 'cpu' on the CPU). Resolves with the finals' descriptors (the caller's; -1 where shared),
+ * the digests and where they were hashed.
  */
 export async function commitCudaPart(
   service: RankService,
@@ -57,9 +57,10 @@ export async function commitCudaPart(
 ): Promise<{ fds: number[]; timings: CommitTimings } & CudaDigested> {
   const { rank } = service;
   const bytes = rank.segments.map((s) => s.bytes);
+  const digestOn = rank.digestOn ?? DEFAULT_DIGESTS_ON;
   const committed = pull
-    ? await addon().cudaPullCommit(rank.device.index, fds, copied, bytes, pull.sources, packCommitCopies(pull.copies), ranges, threads, cudaDigestsOn())
-    : await addon().cudaCommitCopies(rank.device.index, fds, copied, bytes, ranges, threads, cudaDigestsOn());
+    ? await addon().cudaPullCommit(rank.device.index, fds, copied, bytes, pull.sources, packCommitCopies(pull.copies), ranges, threads, digestOn)
+    : await addon().cudaCommitCopies(rank.device.index, fds, copied, bytes, ranges, threads, digestOn);
   if (committed.gpuDigestUnavailable) {
     service.log.info({ model: rank.name, globalRank: rank.globalRank, why: committed.gpuDigestUnavailable }, 'update digests hashed on the CPU, not the GPU');
   }

@@ -12,7 +12,7 @@ import { DEFAULT_PROCESSED_MAX_PERCENT } from '../nodeDefaults.js';
 import type { Backend } from '../native/addon.js';
 import { addon } from '../native/addon.js';
 import { packTensorRanges } from '../native/fillRecords.js';
-import { cudaDigestsOn } from '../native/fillPolicy.js';
+import { DEFAULT_DIGESTS_ON } from '../native/fillPolicy.js';
 import { refuseUnlessCudaFd } from './cudaUpdateSegments.js';
 import type { PublishTensor, TensorMeta } from '../wire/protocol.js';
 import type { Caller } from './leaseTable.js';
@@ -34,10 +34,11 @@ export interface PublishBackend {
   create(service: RankService, bytes: number, name: string): Promise<number>;
   /**
    * Makes what was written unwritable to everyone and digests `ranges` of it (docs/spec/fingerprint.md
-   * §8's digest): resolves to the descriptor readers get (`fd` is closed then) and the digests.
+   * §8's digest): resolves to the descriptor readers get (`fd` is closed then), the digests and
+   * where they were hashed (cuda: where the rank's fill hashed, ServedRankData.digestOn).
    * E_UPDATE_MAPPED (host) while the writer still maps it writable: nothing changed, commit again.
    */
-  commit(service: RankService, fd: number, bytes: number, ranges: { start: number; end: number }[]): Promise<{ fd: number; digests: string[] }>;
+  commit(service: RankService, fd: number, bytes: number, ranges: { start: number; end: number }[]): Promise<{ fd: number; digests: string[]; hashedOn: 'gpu' | 'cpu' }>;
 }
 
 const procPath = (fd: number) => `/proc/self/fd/${fd}`;
@@ -54,7 +55,7 @@ const HOST: PublishBackend = {
     // Readers get a read-only open file of the sealed memfd, never the writer's.
     const readOnly = addon().openReadOnly(procPath(fd));
     addon().closeFd(fd);
-    return { fd: readOnly, digests };
+    return { fd: readOnly, digests, hashedOn: 'cpu' };
   },
 };
 
@@ -65,10 +66,11 @@ const CUDA: PublishBackend = {
     return addon().cudaStagingFresh(service.rank.device.index, bytes);
   },
   async commit(service, fd, bytes, ranges) {
-    const committed = await addon().cudaCommitCopies(service.rank.device.index, [fd], [true], [bytes], packed(ranges), DIGEST_THREADS, cudaDigestsOn());
+    const { rank } = service;
+    const committed = await addon().cudaCommitCopies(rank.device.index, [fd], [true], [bytes], packed(ranges), DIGEST_THREADS, rank.digestOn ?? DEFAULT_DIGESTS_ON);
     // The staging allocation goes (a writer that still maps it writes memory nobody reads).
     addon().closeFd(fd);
-    return { fd: committed.fds[0]!, digests: committed.digests };
+    return { fd: committed.fds[0]!, digests: committed.digests, hashedOn: committed.hashedOn };
   },
 };
 
@@ -185,7 +187,7 @@ export class PublishDesk {
     const { service, backend } = publish;
     const { rank } = service;
     publish.committing = true;
-    let committed: { fd: number; digests: string[] };
+    let committed: Awaited<ReturnType<PublishBackend['commit']>>;
     try {
       committed = await backend.commit(service, publish.fd!, publish.bytes, publish.tensors.map((t) => ({ start: t.offset, end: t.offset + t.bytes })));
     } catch (err) {
@@ -204,7 +206,7 @@ export class PublishDesk {
     // The layout owns the descriptor now.
     publish.fd = undefined;
     this.#publishes.delete(id);
-    service.log.info({ model: rank.name, globalRank: rank.globalRank, key: publish.key, bytes: publish.bytes, tensors: publish.tensors.length }, 'processed layout published: it serves beside its version');
+    service.log.info({ model: rank.name, globalRank: rank.globalRank, key: publish.key, bytes: publish.bytes, tensors: publish.tensors.length, hashedOn: committed.hashedOn }, 'processed layout published: it serves beside its version');
     return { service, layout };
   }
 

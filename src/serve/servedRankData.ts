@@ -2,7 +2,7 @@ import type { CheckpointPlan, LayoutName, RankLayout, TensorEntry } from '../che
 import { fullContentFingerprint, rankFingerprint } from '../checkpoint/fingerprint.js';
 import { arenaTensorDigests } from '../checkpoint/arenaTensorDigests.js';
 import { rankFingerprintFields } from '../checkpoint/rankFingerprintFields.js';
-import type { Backend, DeviceInfo, SegmentExport } from '../native/addon.js';
+import type { Backend, DeviceInfo, FillOptions, SegmentExport } from '../native/addon.js';
 import type { FileIdentity } from '../files/fileIdentity.js';
 
 /** Everything the serving layer needs to know about one resident rank. Plain data. */
@@ -47,6 +47,12 @@ export interface ServedRankData {
   segments: SegmentExport[];
   /** The checkpoint files' identity when it was planned: a change makes the version stale (filesCheck.ts). */
   files: FileIdentity[];
+  /**
+   * cuda: where a writer's commit and an engine's publish on this rank hash their digests, the
+   * model's fill option as nodeFillOptions resolved it (absent: DEFAULT_DIGESTS_ON); so a digestOn
+   * given in code reaches them as it reaches the fill.
+   */
+  digestOn?: FillOptions['digestOn'];
 }
 
 /** Builds what a rank's server serves from the node's plan and the rank's loaded device. */
@@ -65,6 +71,8 @@ export function toServedRankData(args: {
   digests?: readonly string[];
   /** A version a writer committed: its fingerprint is over its content already (§9), so it is its own full fingerprint. */
   written?: boolean;
+  /** The model's fill option (FillOptions.digestOn, resolved): where this rank's commits and publishes hash. */
+  digestOn?: FillOptions['digestOn'];
 }): ServedRankData {
   const rank = args.plan.ranks[args.globalRank]!;
   const names = rank.contentTensors.names;
@@ -108,5 +116,6 @@ export function toServedRankData(args: {
     refusedLayouts: args.plan.refusedLayouts,
     segments: args.segments,
     files: args.plan.files,
+    ...(args.digestOn ? { digestOn: args.digestOn } : {}),
   };
 }

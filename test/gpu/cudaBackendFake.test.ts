@@ -325,11 +325,27 @@ test('a writer\'s partial update: the version it makes shares its unwritten segm
   assert.equal(leaks, noLeaks);
 });
 
-test('a writer\'s commit on cuda follows WEIGHTD_FILL_DIGESTS_ON as a fill does: =cpu hashes its digests on the CPU though the digest kernel loads, unset on the GPU, the same digests either way', () => {
+test('a writer\'s commit on cuda hashes where its rank\'s fill does (ServedRankData.digestOn), not where WEIGHTD_FILL_DIGESTS_ON says at the commit: \'cpu\' on the CPU though the digest kernel loads, \'gpu\' with the variable at cpu on the GPU, the same digests either way', () => {
   const kernel = join(fakeDir, 'digest-kernel.fake');
   writeFileSync(kernel, 'any image: the fake driver loads it as the digest kernel\n');
   const { result, leaks } = scenario('updateDigestsOn', { FAKE_CUDA_KERNELS: '1', WEIGHTD_DIGEST_KERNEL: kernel }, 120_000);
   assert.equal(result, { hashedOn: ['cpu', 'gpu'], digests: 2, sameDigests: true });
+  assert.equal(leaks, noLeaks);
+});
+
+test('a processed layout\'s commit on cuda hashes where its rank\'s fill does: \'cpu\' on the CPU though the digest kernel loads, \'gpu\' on the GPU, the same digests', () => {
+  const kernel = join(fakeDir, 'digest-kernel.fake');
+  writeFileSync(kernel, 'any image: the fake driver loads it as the digest kernel\n');
+  const { result, leaks } = scenario('publishDigestsOn', { FAKE_CUDA_KERNELS: '1', WEIGHTD_DIGEST_KERNEL: kernel }, 120_000);
+  assert.equal(result, { hashedOn: ['cpu', 'gpu'], sameDigests: true });
+  assert.equal(leaks, noLeaks);
+});
+
+test('fill.digestOn given to startNode in code (no WEIGHTD_FILL_DIGESTS_ON) reaches a writer\'s commit: it hashes on the CPU though the digest kernel loads', () => {
+  const kernel = join(fakeDir, 'digest-kernel.fake');
+  writeFileSync(kernel, 'any image: the fake driver loads it as the digest kernel\n');
+  const { result, leaks } = scenario('nodeDigestsOn', { FAKE_CUDA_KERNELS: '1', WEIGHTD_DIGEST_KERNEL: kernel }, 120_000);
+  assert.equal(result, { sealed: ['cpu'] });
   assert.equal(leaks, noLeaks);
 });
 
@@ -396,17 +412,18 @@ test('a partial update on cuda shares its base\'s allocations under the same nam
   assert.equal(leaks, noLeaks);
 });
 
-// The kernel loadable or not, and loadable with WEIGHTD_FILL_DIGESTS_ON=cpu, which verify follows as a fill does.
+// The kernel loadable or not, and loadable with WEIGHTD_FILL_DIGESTS_ON=cpu, which verify follows as a fill does, or with the request's digestOn 'cpu'.
 const verifyHashing = [
   { hashing: 'by the digest kernel', kernel: true, onCpu: [] },
   { hashing: 'read back to the host, no kernel', kernel: false, onCpu: [/: no GPU digest kernel at /] },
   { hashing: 'read back to the host, as WEIGHTD_FILL_DIGESTS_ON=cpu asks', kernel: true, cpu: true, onCpu: [/: WEIGHTD_FILL_DIGESTS_ON=cpu$/] },
+  { hashing: "read back to the host, as the request's digestOn 'cpu' asks", kernel: true, option: 'cpu', onCpu: [/: digestOn 'cpu'$/] },
 ];
-for (const { hashing, kernel: loadable, cpu, onCpu } of verifyHashing) {
+for (const { hashing, kernel: loadable, cpu, option, onCpu } of verifyHashing) {
   test(`weightd verify of a cuda written version digests its allocations (${hashing}) against the commit's digests, and names the tensor whose byte was flipped in device memory`, () => {
     const kernel = join(fakeDir, 'digest-kernel.fake');
     writeFileSync(kernel, 'any image: the fake driver loads it as the digest kernel\n');
-    const env = { ...(loadable ? { FAKE_CUDA_KERNELS: '1', WEIGHTD_DIGEST_KERNEL: kernel } : {}), ...(cpu ? { WEIGHTD_FILL_DIGESTS_ON: 'cpu' } : {}) };
+    const env = { ...(loadable ? { FAKE_CUDA_KERNELS: '1', WEIGHTD_DIGEST_KERNEL: kernel } : {}), ...(cpu ? { WEIGHTD_FILL_DIGESTS_ON: 'cpu' } : {}), ...(option ? { SCENARIO_VERIFY_DIGEST_ON: option } : {}) };
     const { result, leaks } = scenario('cudaVerifyWritten', env, 120_000);
     const { tensor, intact, flipped } = result as { tensor: string; intact: { code: number; lines: string[] }; flipped: { code: number; lines: string[] } };
     assert.is(intact.code, 0, intact.lines.join('\n'));

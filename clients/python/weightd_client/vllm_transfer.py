@@ -20,10 +20,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Dict, Iterator
 
+import vllm
 from vllm.distributed.weight_transfer.base import WeightTransferEngine, WeightTransferInitInfo
 
 from .vllm_follow import Target, mapped_model, switch
 from .vllm_plugin import logger
+from .vllm_rules import layout_namer
 from .write_version import WriteTarget, write_version
 
 
@@ -64,6 +66,8 @@ class WeightdWeightTransferEngine(WeightTransferEngine[WeightdInitInfo, Target])
         """vLLM 0.26's trainer side (abstract there, so the class needs it to instantiate; 0.32
         has vllm_trainer.py instead): writes the (name, tensor) pairs as a new version of
         ``trainer_args["model"]`` (``WriteTarget``: ``socket_dir`` or ``sockets``, ``base``) and
-        commits it. Returns the ``update_info`` every engine follows it with, between
-        ``start_weight_update`` and ``finish_weight_update``; the iterator is read whole first."""
-        return write_version(iterator, WriteTarget.of(trainer_args))
+        commits it. Names are the checkpoint's or the engine's (fused parameters are split into
+        their checkpoint tensors, write_version.py). Returns the ``update_info`` every engine
+        follows it with, between ``start_weight_update`` and ``finish_weight_update``; the
+        iterator is read whole first."""
+        return write_version(iterator, WriteTarget.of(trainer_args), rename=layout_namer(vllm.__version__))

@@ -5,7 +5,12 @@ vLLM 0.26; vllm_trainer.py's ``TrainerWeightTransferEngine``, 0.32), usable with
 Every local rank of the model gets one update over its version ``base`` (docs/weight-updates.md),
 naming only the tensors given: only their segments are copied, the rest is shared with the base.
 Names are the checkpoint's (the daemon's ``checkpoint`` layout, as a Hugging Face model's
-``named_parameters()`` gives them). Every name, dtype and shape is checked against each rank
+``named_parameters()`` gives them) or an engine's (the ``vllm`` layout's, as vLLM's
+``named_parameters()`` gives them, through ``rename``): a tensor of a fused parameter
+(``qkv_proj``, ``gate_up_proj``, FusedMoE's ``w13_weight``) in the shape the layout serves is
+split into the checkpoint tensors that parameter's view holds (engine_names.py), on a model of one
+local rank (at tensor-parallel size 2 and more each rank's piece differs, and every rank gets the
+same tensors here). Every name, dtype and shape is checked against each rank
 before a byte is written; a refusal or a failure before the last commit abandons every rank's
 update, so nothing of it is ever served. The result names the version the engines then follow
 (``update_weights`` with ``{"model": NAME, "version": N}``, vllm_follow.py).
@@ -15,10 +20,11 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from .client import NODE_MANIFEST, WeightdClient, default_socket_dir, live_node_manifest
 from .columns import same_uuid
+from .engine_names import EngineNames, EngineParam, split
 from .protocol import WeightdError
 from .tensors import torch_dtype
 from .update import Update, commit_all
@@ -139,14 +145,21 @@ def _check(name: str, dtype: Any, shape: Sequence[int], upd: Update, socket: str
     )
 
 
-def write_version(tensors: Iterable[Tuple[str, Any]], target: WriteTarget, metadata: Optional[Sequence[Tuple[str, Any, Sequence[int]]]] = None) -> Dict[str, Any]:
+def write_version(
+    tensors: Iterable[Tuple[str, Any]],
+    target: WriteTarget,
+    metadata: Optional[Sequence[Tuple[str, Any, Sequence[int]]]] = None,
+    rename: Callable[[str], str] = lambda name: name,
+) -> Dict[str, Any]:
     """Writes ``tensors`` ((name, torch tensor) pairs, any device) as a new version of
     ``target.model`` on each of its local ranks, and commits it once all are written. Returns
     the update_info the engines follow it with: ``{"model", "version"}``.
 
     ``metadata``: (name, torch dtype, shape) of every pair to come, in any order (vLLM 0.32's
     ``WeightSource.metadata()``): the pairs are then read once, while writing. Without it they
-    are read whole first, since their names decide which segments the daemon copies."""
+    are read whole first, since their names decide which segments the daemon copies.
+    ``rename``: the vllm layout's name of an engine's parameter name (vllm_rules.layout_name
+    under the trainer's vLLM), for names that are not the checkpoint's."""
     if metadata is None:
         tensors = list(tensors)
         metadata = [(n, t.dtype, tuple(t.shape)) for n, t in tensors]
@@ -159,28 +172,48 @@ def write_version(tensors: Iterable[Tuple[str, Any]], target: WriteTarget, metad
     sockets = rank_sockets(target)
     updates: List[Update] = []
     try:
+        bases: List[Tuple[str, Optional[int]]] = []
         for socket in sockets:
             client = WeightdClient(socket)
             try:
                 base = serving_fingerprint(client, target.model, target.base)
-                device = _ordinal(client.ping()["device"])
+                bases.append((base, _ordinal(client.ping()["device"])))
+                if len(bases) == 1:
+                    engine_names = EngineNames.of_rank(client, target.model, base, metadata, rename=rename)
             finally:
                 client.close()
-            # A name the rank does not hold: the daemon refuses it (E_UNKNOWN_TENSOR, naming it).
-            updates.append(Update(socket, target.model, base, tensors=names, device=device))
+        params = {n: engine_names.param(n, d, s) for n, d, s in metadata}
+        fused = [n for n, p in params.items() if p is not None]
+        if fused and len(sockets) > 1:
+            raise WriteRefused(
+                "E_TENSOR_MISMATCH",
+                f"tensor {fused[0]!r} is a parameter of the engine's layout, which model {target.model!r} holds as {len(sockets)} tensor-parallel pieces, one per rank; "
+                "weightd writes the same tensors to every rank and does not cut one: send checkpoint names of tensors every rank holds whole, or write each rank's piece through client.begin_update on that rank's socket",
+                {"tensor": fused[0]},
+            )
+        written_as = {n: _pieces(n, d, s, params[n]) for n, d, s in metadata}
+        checkpoint_names = [piece for n in names for piece, _, _ in written_as[n]]
+        twice = sorted({n for n in checkpoint_names if checkpoint_names.count(n) > 1})
+        if twice:
+            raise WriteRefused("E_TENSOR_TWICE", f"checkpoint tensors written more than once (by name and inside a fused parameter, say): {', '.join(twice)}; give each once")
+        # A name the rank does not hold: the daemon refuses it (E_UNKNOWN_TENSOR, naming it).
+        for socket, (base, device) in zip(sockets, bases):
+            updates.append(Update(socket, target.model, base, tensors=checkpoint_names, device=device))
         for upd, socket in zip(updates, sockets):
-            for name, dtype, shape in metadata:
-                _check(name, dtype, shape, upd, socket)
-        expected = {n: (d, tuple(s)) for n, d, s in metadata}
+            for name in names:
+                for piece, dtype, shape in written_as[name]:
+                    _check(piece, dtype, shape, upd, socket)
         written = set()
         for name, value in tensors:
-            if name not in expected or name in written:
+            if name not in written_as or name in written:
                 raise WriteRefused("E_TENSOR_MISMATCH", f"the trainer's tensors yielded {name!r}, which its metadata did not list (or listed once); they must agree", {"tensor": name})
-            for upd, socket in zip(updates, sockets):
-                _check(name, value.dtype, value.shape, upd, socket)
-                upd.write(name, value)
+            param = params[name]
+            for piece, piece_value in [(name, value)] if param is None else split(name, param, value):
+                for upd, socket in zip(updates, sockets):
+                    _check(piece, piece_value.dtype, piece_value.shape, upd, socket)
+                    upd.write(piece, piece_value)
             written.add(name)
-        missing = sorted(set(expected) - written)
+        missing = sorted(set(written_as) - written)
         if missing:
             raise WriteRefused("E_TENSOR_MISMATCH", f"the trainer's metadata listed tensors its iteration did not yield: {', '.join(missing)}")
     except BaseException:
@@ -189,3 +222,8 @@ def write_version(tensors: Iterable[Tuple[str, Any]], target: WriteTarget, metad
         raise
     result = commit_all(updates)
     return {"model": target.model, "version": result["version"]}
+
+
+def _pieces(name: str, dtype: Any, shape: Sequence[int], param: Optional[EngineParam]) -> List[Tuple[str, Any, Sequence[int]]]:
+    """The checkpoint tensors a trainer's tensor is written as: itself, or its parameter's pieces."""
+    return [(name, dtype, shape)] if param is None else [(p.name, dtype, p.shape) for p in param.pieces]
