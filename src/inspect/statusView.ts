@@ -12,7 +12,8 @@ export interface RankView extends LoadProgress {
   localRank: number;
   globalRank: number;
   state: RankState;
-  device: { backend: string; index: number; uuid: string; name: string; totalBytes: number; freeBytes: number } | null;
+  /** freeBytes: null while not probed yet (a cuda rank adopted with no CUDA context, until its descriptors' check makes one). */
+  device: { backend: string; index: number; uuid: string; name: string; totalBytes: number; freeBytes: number | null } | null;
   socketPath: string | null;
   /** Client connections and leases on the rank's socket; null while it has no socket (not yet serving, or closed). */
   clients: number | null;
@@ -31,6 +32,12 @@ export interface RankView extends LoadProgress {
   keptReason: string | null;
   /** Loaded from the checkpoint although the keeper held its shard: why that shard was refused (its files changed, ...); null otherwise. */
   notAdopted: string | null;
+  /**
+   * Adopted descriptors checked after READY (a cuda rank adopted with no CUDA context): 'checking'
+   * (no client gets them yet), 'checked', or 'refused' (the rank fails); null where every check
+   * ran before the rank was loaded.
+   */
+  descriptors: 'checking' | 'checked' | 'refused' | null;
 }
 
 /** One model version the node serves or loads (docs/operations.md, Several models). */
@@ -193,7 +200,7 @@ function rankView(r: ServedRankStatus): RankView {
     globalRank: r.globalRank,
     state: r.state,
     device: r.device
-      ? { backend: r.device.backend, index: r.device.index, uuid: r.device.uuid, name: r.device.name, totalBytes: r.device.totalBytes, freeBytes: r.device.freeBytes }
+      ? { backend: r.device.backend, index: r.device.index, uuid: r.device.uuid, name: r.device.name, totalBytes: r.device.totalBytes, freeBytes: r.device.freeProbed === false ? null : r.device.freeBytes }
       : null,
     socketPath: r.socketPath ?? null,
     ...rankProgress(r),
@@ -207,5 +214,6 @@ function rankView(r: ServedRankStatus): RankView {
     kept: r.kept ?? null,
     keptReason: r.keptReason ?? null,
     notAdopted: r.source?.from === 'checkpoint' ? (r.source.refused ?? null) : null,
+    descriptors: r.descriptors ?? null,
   };
 }

@@ -81,5 +81,6 @@ export function rankServiceInput(model: ModelRanks, r: RankStatus, serve: { sock
       digests: r.digests ?? [],
       written: model.written !== undefined,
     }),
+    ...(r.descriptors === 'checking' ? { descriptorsChecking: true } : {}),
   };
 }

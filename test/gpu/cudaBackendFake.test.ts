@@ -439,6 +439,36 @@ test('--cuda-handles fd with a keeper: a restarted node adopts both GPUs\' VMM m
   assert.equal(leaks, noLeaks);
 });
 
+test('--cuda-handles fd with a keeper: a restart adopts on the main thread and is READY with no CUDA context; a client\'s descriptors wait for the check after READY, then serve the same bytes; nothing is left', () => {
+  const { result, leaks } = scenario('daemonFdRestartHere', {}, 60_000);
+  const unchecked = { adoptedOn: 'main', descriptors: 'checking', freeProbed: false };
+  const checked = { adoptedOn: 'main', descriptors: 'checked', freeProbed: true };
+  assert.equal(result, {
+    atReady: { contexts: 0, ranks: [unchecked, unchecked] },
+    waitedForCheck: true,
+    copied: ['copied', 'copied'],
+    mismatched: [],
+    // One per rank's check; the client's own imports (this process) retain the same two.
+    afterCheck: { contexts: 4, ranks: [checked, checked] },
+  });
+  assert.equal(leaks, noLeaks);
+});
+
+test('a kept record whose descriptors are another GPU\'s allocations: READY, then no client gets them, the shard is dropped and the node fails by name (E_ADOPT_CHECK_FAILED); nothing is left', () => {
+  const { result, leaks } = scenario('daemonFdRestartCorrupt', {}, 60_000);
+  const r = result as { atReady: unknown; waitedForCheck: boolean; copied: string[]; ended: string; failure: string; stillKept: boolean[] };
+  assert.equal(r.atReady, { contexts: 0, ranks: [{ adoptedOn: 'main', descriptors: 'checking', freeProbed: false }, { adoptedOn: 'main', descriptors: 'checking', freeProbed: false }] });
+  assert.ok(r.waitedForCheck);
+  // No client gets a descriptor: each copy ends with a named error. The rank's refusal
+  // (E_ADOPT_CHECK_FAILED) reaches a waiting client only if its socket outlives the node's
+  // failure, which withdraws it in the same turn (so far: E_CONNECT, "load from disk").
+  for (const c of r.copied) assert.ok(['E_ADOPT_CHECK_FAILED', 'E_CONNECT'].includes(c), c);
+  assert.is(r.ended, 'failed');
+  assert.is(r.failure, 'E_ADOPT_CHECK_FAILED');
+  assert.equal(r.stillKept, [false], 'GPU 1\'s shard stays kept; GPU 0\'s is dropped');
+  assert.equal(leaks, noLeaks);
+});
+
 test('--cuda-handles fd on GPUs that cannot export descriptors exits 2 naming the flag, before loading', async () => {
   const env = { LD_LIBRARY_PATH: fakeDir, FAKE_CUDA_REPORT: '1', FAKE_CUDA_DEVICES: '2', FAKE_CUDA_NO_FD_HANDLES: '1' };
   const socketDir = freshSocketDir();

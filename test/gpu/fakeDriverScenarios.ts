@@ -3,7 +3,7 @@
 // process starts: the driver is loaded once per process). Prints one JSON line: the result.
 import { execFileSync, spawn, spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { fstatSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, readlinkSync, readSync, rmSync, writeFileSync, writeSync } from 'node:fs';
+import { closeSync, fstatSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, readlinkSync, readSync, rmSync, writeFileSync, writeSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import pino from 'pino';
 import { fileURLToPath } from 'node:url';
@@ -1092,6 +1092,10 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
     }
   },
 
+  daemonFdRestartHere: () => fdRestartHere(false),
+  daemonFdRestartCorrupt: () => fdRestartHere(true),
+
+
   /**
    * A cuda written version (a partial update, segments of about 1 MiB) kept by a spawned keeper:
    * a daemon (a child process: a record's owner must be gone for its written version to be
@@ -1195,6 +1199,88 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
     return { equal, bytes: seg.bytes, samePointer: again.pointer === seg.pointer, outOfRange, stillOpen, afterClose, closeDuringRead };
   },
 };
+
+/**
+ * A restart that adopts cuda-fd shards makes no CUDA context before READY (issue 33): the fake's
+ * cuDevicePrimaryCtxRetain waits at a FIFO (FAKE_CUDA_RETAIN_GATE) for the whole second start,
+ * and logs each retain done (FAKE_CUDA_RETAIN_LOG). At READY: which contexts exist, where each
+ * rank adopted, its descriptors' state and free memory; then a client's copy, asked while the
+ * check waits, and whether it was still waiting; then, the gate opened, the same after the check.
+ * `corrupt`: before the restart, GPU 0's record is kept again with GPU 1's VMM allocations as its
+ * descriptors (the record itself unchanged): how the client's copy ends, how the node ends, and
+ * whether the keeper still holds GPU 0's shard.
+ */
+async function fdRestartHere(corrupt: boolean) {
+  const socketDir = freshSocketDir();
+  const dir = mkdtempSync(join(process.cwd(), 'test', 'artifacts', 'fd-here-'));
+  const gate = join(dir, 'retain-gate');
+  const retainLog = join(dir, 'retains');
+  execFileSync('mkfifo', [gate]);
+  const contexts = () => readFileSync(retainLog, { encoding: 'utf8', flag: 'a+' }).split('\n').filter(Boolean).length;
+  const options = { model: exampleModel, tensorParallelSize: 2, device: 'cuda', cudaHandles: 'fd', socketDir, keeper: { mode: 'spawn', adoptWithinS: 60 }, logger: pino({ level: 'silent' }) } as const;
+  const keeper = new KeeperClient(join(socketDir, KEEPER_SOCKET_NAME));
+  const probe = await cudaProbe();
+  const uuids = probe.devices.map((d) => d.uuid);
+  try {
+    const first = await startNode(options);
+    await first.ready;
+    while (!first.status().ranks.every((r) => r.kept)) await new Promise((r) => setTimeout(r, 10));
+    await first.stop('test');
+    if (corrupt) {
+      const kept = (await keeper.list()).find((r) => r.device === uuids[0])!;
+      const taken = await keeper.take(uuids[0]!, kept.fingerprint);
+      const other = new DeviceHandle('cuda', 1, { cudaHandles: 'fd' });
+      await other.allocate(taken.fds.map(() => MiB));
+      await keeper.keep(uuids[0]!, kept.fingerprint, taken.record, other.exportSegments().map((x) => x.fd!));
+      for (const fd of taken.fds) addon().closeFd(fd);
+      await other.free();
+    }
+    // O_RDWR: never blocks, and keeps a writer on the FIFO for the fake's readers.
+    const gateFd = openSync(gate, 'r+');
+    process.env.FAKE_CUDA_RETAIN_GATE = gate;
+    process.env.FAKE_CUDA_RETAIN_LOG = retainLog;
+    const second = await startNode(options);
+    const mismatched: string[] = [];
+    const rankStates = () => second.status().ranks.map((r) => ({ adoptedOn: r.source?.from === 'keeper' ? r.source.thread : undefined, descriptors: r.descriptors, freeProbed: r.device?.freeProbed ?? true }));
+    try {
+      await second.ready;
+      const atReady = { contexts: contexts(), ranks: rankStates() };
+      const clients = await Promise.all(uuids.map((uuid) => WeightdClient.connect(socketPathFor(socketDir, uuid))));
+      let settled = false;
+      const copies = clients.map(async (client, rank) => {
+        const copied = await client.copy(await expectedFingerprint(exampleModel, 2, rank));
+        if (copied.status !== 'copied') throw new Error(`rank ${rank}: ${JSON.stringify(copied)}`);
+        for (const [name, want] of expectedRank(exampleModel, 2, rank)) {
+          const data = copied.tensors[name]?.data;
+          if (!data || !Buffer.from(data.buffer, data.byteOffset, data.byteLength).equals(want.bytes)) mismatched.push(`rank ${rank} ${name}`);
+        }
+        return 'copied';
+      });
+      const outcomes = Promise.all(copies.map((c) => c.then((x) => x, (err: { code?: string }) => err.code ?? String(err)))).finally(() => (settled = true));
+      await new Promise((r) => setTimeout(r, 300));
+      const waitedForCheck = !settled;
+      delete process.env.FAKE_CUDA_RETAIN_GATE;
+      writeSync(gateFd, 'xx');
+      const copied = await outcomes;
+      for (const client of clients) client.close();
+      if (corrupt) {
+        const ended = await second.done;
+        return { atReady, waitedForCheck, copied, ended: ended.state, failure: ended.failure?.code, stillKept: (await keeper.list()).map((r) => r.device === uuids[0]) };
+      }
+      while (second.status().ranks.some((r) => r.descriptors === 'checking')) await new Promise((r) => setTimeout(r, 10));
+      return { atReady, waitedForCheck, copied, mismatched, afterCheck: { contexts: contexts(), ranks: rankStates() } };
+    } finally {
+      delete process.env.FAKE_CUDA_RETAIN_GATE;
+      writeSync(gateFd, 'xxxx');
+      await second.stop('test');
+      closeSync(gateFd);
+    }
+  } finally {
+    const pid = await keeper.ping().then((p) => p.pid, () => undefined);
+    if (pid !== undefined) process.kill(pid, 'SIGTERM');
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
 
 /** Descriptors of fake VMM memory this process holds (the daemon's own exports included). */
 function openVmmFds(): number {
