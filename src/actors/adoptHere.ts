@@ -90,6 +90,9 @@ async function checkDescriptors(device: DeviceHandle, data: RankWorkerData, post
     // Dropped first: a node that restarts at once must not find the same descriptors kept.
     await (await rankKeeping()).dropKept(data, data.keeper!).catch(() => undefined);
     post({ type: 'DESCRIPTORS_CHECKED', error: serializeError(error) });
+    // A turn later: the get_segment_fds waiting for the check write their refusal before the
+    // rank's failure fails the node, which closes its sockets.
+    await new Promise((resolve) => setImmediate(resolve));
     post({ type: 'FAILED', error: serializeError(error) });
     return;
   }
