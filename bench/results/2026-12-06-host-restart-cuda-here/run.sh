@@ -14,9 +14,9 @@ out=bench/results/2026-12-06-host-restart-cuda-here
 export WEIGHTD_PYTHON=${WEIGHTD_PYTHON:-/work/main/.venv/bin/python}
 git log -1 --format='%H %s' > $out/commit.txt
 git -C /tmp/h33cuda-base log -1 --format='%H %s' > $out/commit-before.txt
-uptime > $out/uptime-before.txt
-for pair in 1 2 3 4 5 6; do
+uptime >> $out/uptime-before.txt
+for pair in ${PAIRS:-1 2 3 4 5 6}; do
   WEIGHTD_BIN=/tmp/h33cuda-base/weightd node dist/bench/restart.js --out $out/before-$pair --runs 1
   WEIGHTD_BIN=$PWD/weightd node dist/bench/restart.js --out $out/after-$pair --runs 1
 done
-uptime > $out/uptime-after.txt
+uptime >> $out/uptime-after.txt
