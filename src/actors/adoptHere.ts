@@ -98,7 +98,7 @@ async function checkDescriptors(device: DeviceHandle, data: RankWorkerData, post
   }
   if (device.freeing) return;
   const checkMs = Math.round(performance.now() - started);
-  post({ type: 'LOG', level: 'info', msg: `rank ${data.globalRank} checked its adopted descriptors in ${checkMs} ms (CUDA context made after READY)`, fields: { checkMs } });
+  post({ type: 'LOG', level: 'info', msg: `rank ${data.globalRank} checked its adopted descriptors in ${checkMs} ms, off the path to READY (the device made its CUDA context for it)`, fields: { checkMs } });
   let info;
   try {
     info = device.info();
