@@ -369,6 +369,18 @@ test('fd handles: adopt refuses what is not one exported segment per size, names
   assert.equal(leaks, noLeaks);
 });
 
+test('fd handles, context deferred: adopt holds the descriptors with no context and exports them as given; the first read checks (imports) them, making the context; a failed check names the segment and keeps the descriptors open until free', () => {
+  const { result, leaks } = scenario('vmmDeferred');
+  const r = result as Record<string, unknown>;
+  assert.equal(r.beforeCheck, { contexts: 0, freeProbed: false, exportsGiven: true });
+  assert.equal(r.afterRead, { contexts: 1, freeProbed: true });
+  assert.is(r.closedByFree, 'EBADF,EBADF');
+  assert.match(r.checkError as string, /^DeviceError E_CUDA: GPU 0 .*adopting segment 1 \(descriptor \d+, 1048576 bytes\): cuMemImportFromShareableHandle failed: .*--cuda-handles fd/);
+  assert.is(r.heldAfterFailure, 'open,open', 'the numbers a server may still hold are never freed for reuse before free()');
+  assert.is(r.badClosedByFree, 'EBADF,EBADF');
+  assert.equal(leaks, noLeaks);
+});
+
 test('fd handles on a GPU that cannot export descriptors: the probe says why, an fd device refuses to open naming the flag, ipc still works', () => {
   const { result, leaks } = scenario('vmmUnsupported', { FAKE_CUDA_NO_FD_HANDLES: '1' });
   assert.match(result.reason as string, /cannot export memory as a POSIX file descriptor/);

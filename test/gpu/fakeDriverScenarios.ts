@@ -938,6 +938,45 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
   },
 
   /**
+   * A device whose context is deferred (deferContext: a restart's fast path) adopting descriptors:
+   * contexts made (FAKE_CUDA_RETAIN_LOG) and its info after adopt and export; whether it exports
+   * the descriptors it was given; a read (which checks first) and the contexts after; then a
+   * second one given a descriptor that is not VMM memory: its checkAdopted's error, and whether
+   * the descriptors it holds are still open after the failure and closed by free.
+   */
+  async vmmDeferred() {
+    const fx = makeFixture();
+    const retainLog = join(fx.dir, 'retains');
+    const contexts = () => readFileSync(retainLog, { encoding: 'utf8', flag: 'a+' }).split('\n').filter(Boolean).length;
+    try {
+      const source = new DeviceHandle('cuda', 0, { cudaHandles: 'fd' });
+      await source.allocate(fx.segments);
+      await source.fill(fx.paths, fx.ops, payload(fx.ops), { threads: 2, chunkBytes: MiB, stagingBytes: 4 * MiB });
+      const reopen = (fd: number) => openSync(`/proc/self/fd/${fd}`, 'r+');
+      const given = source.exportSegments().map((e) => reopen(e.fd!));
+      process.env.FAKE_CUDA_RETAIN_LOG = retainLog;
+      const deferred = new DeviceHandle('cuda', 0, { cudaHandles: 'fd', deferContext: true });
+      await deferred.adopt(given, fx.segments);
+      const exported = deferred.exportSegments().map((e) => e.fd);
+      const beforeCheck = { contexts: contexts(), freeProbed: deferred.info().freeProbed ?? true, exportsGiven: JSON.stringify(exported) === JSON.stringify(given) };
+      await check(deferred, fx);
+      const afterRead = { contexts: contexts(), freeProbed: deferred.info().freeProbed ?? true };
+      await deferred.free();
+      const bad = new DeviceHandle('cuda', 0, { cudaHandles: 'fd', deferContext: true });
+      const badFds = [reopen(source.exportSegments()[0]!.fd!), openSync(fx.paths[0]!, 'r')];
+      await bad.adopt(badFds, [fx.segments[0]!, MiB]);
+      const checkError = await outcome(() => bad.checkAdopted());
+      const heldAfterFailure = badFds.map((f) => outcomeSync(() => fstatSync(f))).join(',');
+      await bad.free();
+      delete process.env.FAKE_CUDA_RETAIN_LOG;
+      await source.free();
+      return { beforeCheck, afterRead, closedByFree: given.map((f) => outcomeSync(() => fstatSync(f))).join(','), checkError, heldAfterFailure, badClosedByFree: badFds.map((f) => outcomeSync(() => fstatSync(f))).join(',') };
+    } finally {
+      rmSync(fx.dir, { recursive: true, force: true });
+    }
+  },
+
+  /**
    * The daemon at tp=2 with cudaHandles 'fd': both GPUs fill VMM memory as one group and serve it
    * as "cuda-fd"; the TypeScript client copies every tensor through get_segment_fds (each equal
    * to the checkpoint's slice) and attaches, holding no descriptor once detached.
