@@ -456,12 +456,12 @@ test('--cuda-handles fd with a keeper: a restart adopts on the main thread and i
   const unchecked = { adoptedOn: 'main', descriptors: 'checking', freeProbed: false };
   const checked = { adoptedOn: 'main', descriptors: 'checked', freeProbed: true };
   assert.equal(result, {
-    atReady: { contexts: 0, ranks: [unchecked, unchecked] },
+    atReady: { contexts: 0, ranks: [unchecked, unchecked], metric: [0, 0] },
     waitedForCheck: true,
     copied: ['copied', 'copied'],
     mismatched: [],
     // One per rank's check; the client's own imports (this process) retain the same two.
-    afterCheck: { contexts: 4, ranks: [checked, checked] },
+    afterCheck: { contexts: 4, ranks: [checked, checked], metric: [1, 1] },
   });
   assert.equal(leaks, noLeaks);
 });
@@ -469,7 +469,7 @@ test('--cuda-handles fd with a keeper: a restart adopts on the main thread and i
 test('a kept record whose descriptors are another GPU\'s allocations: READY, then the client waiting for them is refused (E_ADOPT_CHECK_FAILED), the shard is dropped and the node fails by that name; nothing is left', () => {
   const { result, leaks } = scenario('daemonFdRestartCorrupt', {}, 60_000);
   const r = result as { atReady: unknown; waitedForCheck: boolean; copied: string[]; ended: string; failure: string; stillKept: boolean[] };
-  assert.equal(r.atReady, { contexts: 0, ranks: [{ adoptedOn: 'main', descriptors: 'checking', freeProbed: false }, { adoptedOn: 'main', descriptors: 'checking', freeProbed: false }] });
+  assert.equal(r.atReady, { contexts: 0, ranks: [{ adoptedOn: 'main', descriptors: 'checking', freeProbed: false }, { adoptedOn: 'main', descriptors: 'checking', freeProbed: false }], metric: [0, 0] });
   assert.ok(r.waitedForCheck);
   // GPU 0's client, waiting for the check, is refused by name; GPU 1's passed its check, and its
   // copy races the node's failure (copied, or the socket gone: "load from disk").

@@ -1281,9 +1281,10 @@ async function fdRestartHere(corrupt: boolean) {
     const second = await startNode(options);
     const mismatched: string[] = [];
     const rankStates = () => second.status().ranks.map((r) => ({ adoptedOn: r.source?.from === 'keeper' ? r.source.thread : undefined, descriptors: r.descriptors, freeProbed: r.device?.freeProbed ?? true }));
+    const checkedMetric = async () => [...(await second.metrics()).matchAll(/^weightd_rank_descriptors_checked\{[^}]*\} (\d)$/gm)].map((m) => Number(m[1]));
     try {
       await second.ready;
-      const atReady = { contexts: contexts(), ranks: rankStates() };
+      const atReady = { contexts: contexts(), ranks: rankStates(), metric: await checkedMetric() };
       const clients = await Promise.all(uuids.map((uuid) => WeightdClient.connect(socketPathFor(socketDir, uuid))));
       let settled = false;
       const copies = clients.map(async (client, rank) => {
@@ -1307,7 +1308,7 @@ async function fdRestartHere(corrupt: boolean) {
         return { atReady, waitedForCheck, copied, ended: ended.state, failure: ended.failure?.code, stillKept: (await keeper.list()).map((r) => r.device === uuids[0]) };
       }
       while (second.status().ranks.some((r) => r.descriptors === 'checking')) await new Promise((r) => setTimeout(r, 10));
-      return { atReady, waitedForCheck, copied, mismatched, afterCheck: { contexts: contexts(), ranks: rankStates() } };
+      return { atReady, waitedForCheck, copied, mismatched, afterCheck: { contexts: contexts(), ranks: rankStates(), metric: await checkedMetric() } };
     } finally {
       delete process.env.FAKE_CUDA_RETAIN_GATE;
       writeSync(gateFd, 'xxxx');
