@@ -148,6 +148,7 @@ Napi::Object infoToJs(Napi::Env env, const DeviceInfo& d) {
   o.Set("name", d.name);
   o.Set("totalBytes", static_cast<double>(d.totalBytes));
   o.Set("freeBytes", static_cast<double>(d.freeBytes));
+  if (!d.freeProbed) o.Set("freeProbed", false);
   return o;
 }
 
@@ -171,6 +172,7 @@ class DeviceWrap : public Napi::ObjectWrap<DeviceWrap> {
                            InstanceMethod<&DeviceWrap::Guarded<&DeviceWrap::CancelFill>>("cancelFill"),
                            InstanceMethod<&DeviceWrap::Guarded<&DeviceWrap::ExportSegments>>("exportSegments"),
                            InstanceMethod<&DeviceWrap::Guarded<&DeviceWrap::Adopt>>("adopt"),
+                           InstanceMethod<&DeviceWrap::Guarded<&DeviceWrap::CheckAdopted>>("checkAdopted"),
                            InstanceMethod<&DeviceWrap::Guarded<&DeviceWrap::Read>>("read"),
                            InstanceMethod<&DeviceWrap::Guarded<&DeviceWrap::Free>>("free"),
                        });
@@ -283,6 +285,13 @@ class DeviceWrap : public Napi::ObjectWrap<DeviceWrap> {
       for (int fd : fds) ::close(fd);
       throw;
     }
+  }
+
+  // checkAdopted() -> Promise<void> (Device::checkAdopted): on a libuv thread, since it may make
+  // the CUDA context.
+  Napi::Value CheckAdopted(const Napi::CallbackInfo& info) {
+    std::shared_ptr<Device> d = device();
+    return startJob<Nothing>(info, [d] { d->checkAdopted(); return Nothing{}; }, undefinedResult);
   }
 
   // read(segment, offset, dst: Uint8Array) -> Promise<void>; dst stays pinned until it settles.
@@ -805,6 +814,7 @@ DeviceWrap::DeviceWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Device
     Napi::Object o = info[2].As<Napi::Object>();
     if (o.Has("uuid")) opts.uuid = toStr(o.Get("uuid"), "uuid");
     if (o.Has("cudaHandles")) opts.cudaHandles = toStr(o.Get("cudaHandles"), "cudaHandles");
+    if (o.Has("deferContext")) opts.deferContext = o.Get("deferContext").ToBoolean().Value();
   }
   device_ = guarded(env, [&] { return makeDevice(backend, index, opts); });
   registry_ = env.GetInstanceData<WeightdAddon>()->registry();

@@ -47,8 +47,8 @@ void zeroRanges(const CudaFillTarget& target, const std::vector<ZeroRange>& zero
 
 }  // namespace
 
-CudaDevice::CudaDevice(int index, const std::string& expectedUuid, CudaHandles handles)
-    : index_(index), handles_(handles), identity_(describeCudaDevice(index)) {
+CudaDevice::CudaDevice(int index, const std::string& expectedUuid, CudaHandles handles, bool deferContext)
+    : index_(index), handles_(handles), deferContext_(deferContext), identity_(describeCudaDevice(index)) {
   if (!expectedUuid.empty() && expectedUuid != identity_.uuid) {
     throw DeviceError("E_DEVICE_MISMATCH", "CUDA device " + std::to_string(index) + " is " + identity_.uuid + " (" +
                                                identity_.name + "), not the expected " + expectedUuid +
@@ -61,8 +61,23 @@ CudaDevice::CudaDevice(int index, const std::string& expectedUuid, CudaHandles h
                                                           "; use --cuda-handles ipc (the default)");
     }
   }
+  // Retained now, unless deferred: a context that cannot be made fails the rank's open, before
+  // it adopts or allocates anything.
+  if (deferContext) return;
   std::lock_guard<std::mutex> lock(mutex_);
   onDevice([&] { return contextLocked(); });
+}
+
+CudaDevice::HeldFd::~HeldFd() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+CudaDevice::HeldFd& CudaDevice::HeldFd::operator=(HeldFd&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = std::exchange(other.fd_, -1);
+  }
+  return *this;
 }
 
 CudaDevice::~CudaDevice() { free(); }
@@ -85,6 +100,13 @@ CUcontext CudaDevice::contextLocked() {
 
 DeviceInfo CudaDevice::info() {
   std::lock_guard<std::mutex> lock(mutex_);
+  // Free memory is a context's question: a device that has made none yet (deferred) does not make
+  // one to answer.
+  if (deferContext_ && !context_) {
+    DeviceInfo d = identity_;
+    d.freeProbed = false;
+    return d;
+  }
   return onDevice([&] {
     ScopedContext current(contextLocked());
     size_t freeBytes = 0, totalBytes = 0;
@@ -182,9 +204,15 @@ void CudaDevice::fill(const std::vector<std::string>& files, const std::vector<C
 std::vector<SegmentExport> CudaDevice::exportSegments() {
   std::lock_guard<std::mutex> lock(mutex_);
   if (segments_.empty()) throw DeviceError("E_NOT_ALLOCATED", "export before allocate on device " + identity_.uuid);
+  std::vector<SegmentExport> out;
+  // Adopted descriptors are exported as they came, with no driver call: a device whose context is
+  // deferred exports them before (or without) making one.
+  if (adopted_) {
+    for (uint32_t i = 0; i < segments_.size(); ++i) out.push_back({i, segments_[i].bytes, "cuda-fd", segments_[i].adopted.get()});
+    return out;
+  }
   return onDevice([&] {
     ScopedContext current(contextLocked());
-    std::vector<SegmentExport> out;
     for (uint32_t i = 0; i < segments_.size(); ++i) {
       Segment& s = segments_[i];
       if (s.vmm.pointer()) {
@@ -200,9 +228,9 @@ std::vector<SegmentExport> CudaDevice::exportSegments() {
 }
 
 void CudaDevice::adopt(const std::vector<int>& fds, const std::vector<uint64_t>& segmentBytes) {
-  // Every descriptor is ours from the call on: those not yet handed to a VmmSegment (which owns
-  // its own, failed or not) are closed here when adopt fails.
-  size_t handed = 0;
+  // Every descriptor is ours from the call on: those not yet held by a segment are closed here
+  // when adopt fails, and the segments' own with them.
+  size_t held = 0;
   try {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!segments_.empty()) {
@@ -218,40 +246,60 @@ void CudaDevice::adopt(const std::vector<int>& fds, const std::vector<uint64_t>&
                                              std::to_string(segmentBytes[i]) + " bytes; each needs an open descriptor and at least one byte");
       }
     }
-    onDevice([&] {
-      ScopedContext current(contextLocked());
-      try {
-        CUdevice dev = cudaDeviceAt(index_);
-        for (size_t i = 0; i < fds.size(); ++i) {
-          uint64_t size = vmmSegmentSize(dev, segmentBytes[i]);
-          Segment s;
-          s.bytes = segmentBytes[i];
-          try {
-            ++handed;
-            s.vmm = VmmSegment::adopt(dev, fds[i], size);
-          } catch (const DeviceError& e) {
-            throw DeviceError(e.code(), "adopting segment " + std::to_string(i) + " (descriptor " + std::to_string(fds[i]) + ", " +
-                                            std::to_string(segmentBytes[i]) + " bytes): " + e.what() +
-                                            "; is the descriptor one a cuda device exported with --cuda-handles fd, for this GPU and this segment?");
-          }
-          segments_.push_back(std::move(s));
-        }
-      } catch (...) {
-        segments_.clear();  // with the context current, like every free
-        throw;
-      }
-    });
+    for (; held < fds.size(); ++held) {
+      Segment s;
+      s.bytes = segmentBytes[held];
+      s.adopted = HeldFd(fds[held]);
+      segments_.push_back(std::move(s));
+    }
     adopted_ = true;
+    if (!context_) return;  // deferred: checkAdopted() maps them
+    try {
+      mapAdoptedLocked();
+    } catch (...) {
+      // Closes every descriptor (held == fds.size() here); the context stays for a load.
+      ScopedContext current(context_->get());
+      segments_.clear();
+      adopted_ = false;
+      throw;
+    }
   } catch (...) {
-    for (size_t i = handed; i < fds.size(); ++i) ::close(fds[i]);
+    for (size_t i = held; i < fds.size(); ++i) ::close(fds[i]);
     throw;
   }
+}
+
+void CudaDevice::checkAdopted() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  mapAdoptedLocked();
+}
+
+void CudaDevice::mapAdoptedLocked() {
+  onDevice([&] {
+    ScopedContext current(contextLocked());
+    CUdevice dev = cudaDeviceAt(index_);
+    for (size_t i = 0; i < segments_.size(); ++i) {
+      Segment& s = segments_[i];
+      if (s.adopted.get() < 0 || s.vmm.pointer()) continue;
+      try {
+        // Mapped read-only, as a client maps it: the daemon only reads adopted memory (fill()
+        // refuses it). The import takes its own reference; the descriptor stays the segment's.
+        s.vmm = VmmSegment::import(dev, s.adopted.get(), vmmSegmentSize(dev, s.bytes));
+      } catch (const DeviceError& e) {
+        throw DeviceError(e.code(), "adopting segment " + std::to_string(i) + " (descriptor " + std::to_string(s.adopted.get()) + ", " +
+                                        std::to_string(s.bytes) + " bytes): " + e.what() +
+                                        "; is the descriptor one a cuda device exported with --cuda-handles fd, for this GPU and this segment?");
+      }
+    }
+  });
 }
 
 void CudaDevice::read(uint32_t segment, uint64_t offset, uint64_t length, void* dst) {
   std::lock_guard<std::mutex> lock(mutex_);
   checkReadRange(segments_, segment, offset, length);
   if (length == 0) return;
+  // A read of adopted memory not checked yet checks it first (the check maps it).
+  if (adopted_) mapAdoptedLocked();
   onDevice([&] {
     ScopedContext current(contextLocked());
     cudaDriver().cuMemcpyDtoH_v2(dst, segments_[segment].base() + offset, length);
@@ -264,7 +312,12 @@ void CudaDevice::free() {
 }
 
 void CudaDevice::freeLocked() {
-  if (!context_) return;
+  if (!context_) {
+    // Deferred and never made: only held descriptors to close (no mapping needs the driver).
+    segments_.clear();
+    adopted_ = false;
+    return;
+  }
   try {
     ScopedContext current(context_->get());
     segments_.clear();

@@ -83,15 +83,6 @@ VmmSegment VmmSegment::create(CUdevice dev, uint64_t size) {
   return s;
 }
 
-VmmSegment VmmSegment::adopt(CUdevice dev, int fd, uint64_t size) {
-  VmmSegment s;
-  s.fd_ = fd;  // owned from here, so closed on every path
-  s.size_ = size;
-  s.importFrom(fd);
-  s.mapOn(dev);
-  return s;
-}
-
 VmmSegment VmmSegment::import(CUdevice dev, int fd, uint64_t size) {
   VmmSegment s;
   s.size_ = size;

@@ -29,8 +29,8 @@ std::string fdHandlesUnsupported(CUdevice dev);
 // weightd has met is 2 MiB too.
 uint64_t vmmSegmentSize(CUdevice dev, uint64_t bytes);
 
-// One VMM segment: the allocation handle, the reserved address range, its mapping, read-write
-// access for its device and, once exported or adopted, its descriptor. Move-only; destroying it
+// One VMM segment: the allocation handle, the reserved address range, its mapping, access for
+// its device and, once exported, its descriptor. Move-only; destroying it
 // undoes in reverse order whatever was done (also after a failure midway), with the context that
 // made it current: the caller's ScopedContext.
 class VmmSegment {
@@ -45,10 +45,8 @@ class VmmSegment {
   // New memory of `size` bytes (a vmmSegmentSize) on device `dev`, exportable as a descriptor.
   static VmmSegment create(CUdevice dev, uint64_t size);
   // The memory behind `fd` (a descriptor another VmmSegment exported, perhaps in another process),
-  // mapped for `size` bytes on device `dev`. Owns `fd` from the call on: closed with the segment,
-  // or at once if the import fails.
-  static VmmSegment adopt(CUdevice dev, int fd, uint64_t size);
-  // The same mapping for a client, read-only where the driver allows: `fd` stays the caller's (it
+  // mapped for `size` bytes on device `dev`, read-only where the driver allows: for a client, and
+  // for a daemon's adopted arena (CudaDevice, which only reads it). `fd` stays the caller's (it
   // may close it at once: the import holds the memory), so this segment has no descriptor to export.
   static VmmSegment import(CUdevice dev, int fd, uint64_t size);
 

@@ -29,6 +29,9 @@ struct DeviceInfo {
   std::string name;
   uint64_t totalBytes = 0;
   uint64_t freeBytes = 0;
+  // cuda: false while the device has no context (CudaDevice's deferContext), so freeBytes is
+  // unknown (0), not measured.
+  bool freeProbed = true;
 };
 
 // How the cuda backend moves file bytes to the device (the host backend always reads).
@@ -139,6 +142,9 @@ class Device {
   // allocate + fill. Owns the fds from the call on: they are closed by free(), or at once when
   // adopt fails, which maps nothing and names the segment at fault.
   virtual void adopt(const std::vector<int>& fds, const std::vector<uint64_t>& segmentBytes) = 0;
+  // Checks what adopt() holds but has not checked yet (cuda with a deferred context: imports and
+  // maps each descriptor). Nothing to do where adopt() checks everything itself (host).
+  virtual void checkAdopted() {}
   // Copies bytes back out of the arena (verification and tests).
   virtual void read(uint32_t segment, uint64_t offset, uint64_t length, void* dst) = 0;
   // Frees every allocation and closes every descriptor. Idempotent; also called by the destructor.

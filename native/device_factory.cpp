@@ -10,7 +10,7 @@ std::shared_ptr<Device> makeDevice(const std::string& backend, int index, const 
   // For cuda, a given uuid is the one the device must have (see CudaDevice).
   if (backend == "cuda") {
     CudaHandles handles = options.cudaHandles.empty() ? CudaHandles::Ipc : parseCudaHandles(options.cudaHandles);
-    return std::make_shared<CudaDevice>(index, options.uuid, handles);
+    return std::make_shared<CudaDevice>(index, options.uuid, handles, options.deferContext);
   }
   throw DeviceError("E_BAD_BACKEND", "unknown device backend '" + backend + "'; use 'host' or 'cuda'");
 }

@@ -21,6 +21,7 @@ export type NativeErrorCode = (typeof NATIVE_ERROR_CODES)[number];
 export type ErrorCode =
   | NativeErrorCode
   | 'E_ADDON_LOAD'
+  | 'E_ADOPT_CHECK_FAILED'
   | 'E_BAD_MAGIC'
   | 'E_BAD_MANIFEST'
   | 'E_BAD_REPLY'

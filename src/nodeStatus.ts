@@ -50,6 +50,12 @@ export interface RankStatus {
   /** With a keeper: whether it holds this rank's segments now, and why not when it does not. */
   kept?: boolean;
   keptReason?: string;
+  /**
+   * Adopted descriptors checked after READY (a cuda rank adopted with no CUDA context,
+   * src/actors/adoptHere.ts): 'checking' until the check ends, then 'checked' or 'refused' (the
+   * rank then fails). Absent where every check ran before the rank said loaded.
+   */
+  descriptors?: 'checking' | 'checked' | 'refused';
 }
 
 export interface PeerStatus {

@@ -40,7 +40,10 @@ export const rankActor = fromCallback<RankCommand, RankActorInput, RankEvent>(({
         sendBack({ type: 'RANK_PROGRESS', localRank, bytes: m.bytes, totalBytes: m.totalBytes, seconds: m.seconds });
         break;
       case 'LOADED':
-        sendBack({ type: 'RANK_LOADED', localRank, device: m.info, segments: m.segments, bytes: m.bytes, seconds: m.seconds, source: m.source, digests: m.digests });
+        sendBack({ type: 'RANK_LOADED', localRank, device: m.info, segments: m.segments, bytes: m.bytes, seconds: m.seconds, source: m.source, digests: m.digests, ...(m.descriptors ? { descriptors: m.descriptors } : {}) });
+        break;
+      case 'DESCRIPTORS_CHECKED':
+        sendBack({ type: 'RANK_DESCRIPTORS_CHECKED', localRank, ...(m.info ? { info: m.info } : {}), ...(m.error ? { error: m.error } : {}) });
         break;
       case 'KEPT':
         sendBack({ type: 'RANK_KEPT', localRank, kept: m.kept, reason: m.reason, ...(m.currentSince !== undefined ? { currentSince: m.currentSince } : {}) });

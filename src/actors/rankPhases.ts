@@ -73,9 +73,9 @@ export const rankPhases: RankPhases = {
   verify({ files, globalRank }) {
     return checkFileIdentities(files, `while rank ${globalRank} loaded`, 'what it read is not served. Load again once the directory is complete');
   },
-  export(device, { bytes, seconds, source, digests }, post) {
+  export(device, { bytes, seconds, source, digests, descriptors }, post) {
     const segments = device.exportSegments();
-    post({ type: 'LOADED', info: device.info(), segments, bytes, seconds, source, digests });
+    post({ type: 'LOADED', info: device.info(), segments, bytes, seconds, source, digests, ...(descriptors ? { descriptors } : {}) });
     return segments;
   },
   async keep(data, segments, digests, post) {

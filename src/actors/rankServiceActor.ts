@@ -25,6 +25,7 @@ export const rankServiceActor = fromCallback<ServeCommand, RankServiceInput, Ser
         sendBack({ type: 'RANK_RELEASE_REQUESTED', localRank });
       }),
     onStale: (changes, described) => sendBack({ type: 'RANK_STALE', localRank, changes, described }),
+    ...(input.descriptorsChecking ? { descriptorsChecking: true } : {}),
   });
 
   receive((cmd) => {
@@ -43,6 +44,9 @@ export const rankServiceActor = fromCallback<ServeCommand, RankServiceInput, Ser
       case 'SERVE_DRAIN':
         service.drain(cmd.force);
         break;
+      case 'SERVE_DESCRIPTORS_CHECKED':
+        service.descriptorsChecked(cmd.error);
+        break;
     }
   });
 
@@ -58,6 +62,8 @@ export const rankServiceActor = fromCallback<ServeCommand, RankServiceInput, Ser
 
   return () => {
     stopped = true;
+    // A get_segment_fds still waiting for the check is refused, not left hanging.
+    service.descriptorsChecked({ name: 'ServeError', code: 'E_RELEASED', message: `rank ${input.rank.globalRank} was withdrawn before its adopted descriptors were checked; ask again (a restarted daemon serves it anew)` });
     input.servers.withdraw(service);
   };
 });

@@ -195,17 +195,25 @@ export class WeightdClient {
   async copy(expected: Expected, options: AttachOptions = {}): Promise<Copied | MismatchReply> {
     const state = await this.getState(expected, 'copy', options.layout);
     if (state.status === 'mismatch') return state;
+    let tensors: Copied['tensors'];
     try {
-      if (state.backend === 'host') return { status: 'copied', state, tensors: openHost(state, true, await this.segmentFds(state.leaseId)).tensors };
-      const cuda = await openCuda(state, options.deviceIndex ?? state.device.index, await this.#cudaFds(state));
-      try {
-        return { status: 'copied', state, tensors: await cuda.read() };
-      } finally {
-        cuda.close();
+      if (state.backend === 'host') tensors = openHost(state, true, await this.segmentFds(state.leaseId)).tensors;
+      else {
+        const cuda = await openCuda(state, options.deviceIndex ?? state.device.index, await this.#cudaFds(state));
+        try {
+          tensors = await cuda.read();
+        } finally {
+          cuda.close();
+        }
       }
-    } finally {
-      await this.detach(state.leaseId);
+    } catch (err) {
+      // The copy's own failure is what the caller hears: a detach that fails too (the daemon
+      // gone meanwhile) must not replace it.
+      await this.detach(state.leaseId).catch(() => {});
+      throw err;
     }
+    await this.detach(state.leaseId);
+    return { status: 'copied', state, tensors };
   }
 
   /** A cuda rank's descriptors when it serves "cuda-fd" segments (--cuda-handles fd); none for legacy IPC. */

@@ -12,7 +12,8 @@ export interface RankView extends LoadProgress {
   localRank: number;
   globalRank: number;
   state: RankState;
-  device: { backend: string; index: number; uuid: string; name: string; totalBytes: number; freeBytes: number } | null;
+  /** freeBytes: null while not probed yet (a cuda rank adopted with no CUDA context, until its descriptors' check makes one). */
+  device: { backend: string; index: number; uuid: string; name: string; totalBytes: number; freeBytes: number | null } | null;
   socketPath: string | null;
   /** Client connections and leases on the rank's socket; null while it has no socket (not yet serving, or closed). */
   clients: number | null;
@@ -33,6 +34,12 @@ export interface RankView extends LoadProgress {
   notAdopted: string | null;
   /** The processed layouts engines published beside it (docs/engines.md); null while it has no socket. */
   processed: ProcessedLayoutView[] | null;
+  /**
+   * Adopted descriptors checked after READY (a cuda rank adopted with no CUDA context): 'checking'
+   * (no client gets them yet), 'checked', or 'refused' (the rank fails); null where every check
+   * ran before the rank was loaded.
+   */
+  descriptors: 'checking' | 'checked' | 'refused' | null;
 }
 
 /** A processed layout beside a rank: its key, bytes, the engines that map it now (leases), when it was published and last mapped (ISO time). */
@@ -207,7 +214,7 @@ function rankView(r: ServedRankStatus): RankView {
     globalRank: r.globalRank,
     state: r.state,
     device: r.device
-      ? { backend: r.device.backend, index: r.device.index, uuid: r.device.uuid, name: r.device.name, totalBytes: r.device.totalBytes, freeBytes: r.device.freeBytes }
+      ? { backend: r.device.backend, index: r.device.index, uuid: r.device.uuid, name: r.device.name, totalBytes: r.device.totalBytes, freeBytes: r.device.freeProbed === false ? null : r.device.freeBytes }
       : null,
     socketPath: r.socketPath ?? null,
     ...rankProgress(r),
@@ -229,5 +236,6 @@ function rankView(r: ServedRankStatus): RankView {
         publishedAt: new Date(p.publishedAt).toISOString(),
         lastMappedAt: p.lastMappedAt === undefined ? null : new Date(p.lastMappedAt).toISOString(),
       })) ?? null,
+    descriptors: r.descriptors ?? null,
   };
 }

@@ -232,6 +232,13 @@ export const modelMachine = setup({
     }),
     recordProgress: assign(({ context, event }) => (assertEvent(event, 'RANK_PROGRESS'), { ranks: recordReport(context.ranks, event) })),
     recordLoaded: assign(({ context, event }) => (assertEvent(event, 'RANK_LOADED'), { ranks: recordReport(context.ranks, event) })),
+    // A check that ends before the rank's server is spawned is in its row (rankServiceInput); after, its server hears it.
+    recordDescriptorsChecked: enqueueActions(({ context, event, enqueue, self }) => {
+      assertEvent(event, 'RANK_DESCRIPTORS_CHECKED');
+      enqueue.assign({ ranks: recordReport(context.ranks, event) });
+      const id = serveActorId(event.localRank);
+      if (self.getSnapshot().children[id]) enqueue.sendTo(id, { type: 'SERVE_DESCRIPTORS_CHECKED', ...(event.error ? { error: event.error } : {}) });
+    }),
     recordKept: enqueueActions(({ context, event, enqueue }) => {
       assertEvent(event, 'RANK_KEPT');
       enqueue.assign({ ranks: recordReport(context.ranks, event) });
@@ -447,6 +454,7 @@ export const modelMachine = setup({
   },
   on: {
     RANK_FAILED: failWith('recordRankFailure'),
+    RANK_DESCRIPTORS_CHECKED: { actions: 'recordDescriptorsChecked' },
     // A keeper takes, loses or drops a rank's segments in any state a rank lives in.
     RANK_KEPT: { actions: 'recordKept' },
     RANK_STALE: { actions: 'recordStale' },

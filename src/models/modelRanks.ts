@@ -82,5 +82,6 @@ export function rankServiceInput(model: ModelRanks, r: RankStatus, serve: { sock
       written: model.written !== undefined,
       digestOn: model.fill.digestOn,
     }),
+    ...(r.descriptors === 'checking' ? { descriptorsChecking: true } : {}),
   };
 }

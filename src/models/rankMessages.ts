@@ -102,8 +102,18 @@ export type RankToMain =
    */
   | { type: 'DEVICE'; info: DeviceInfo; adoptable?: boolean }
   | { type: 'PROGRESS'; bytes: number; totalBytes: number; seconds: number; waitingForGroup: boolean }
-  /** digests: RankFillPlan.contentTensors' digests, in order (empty: an adopted record that had none). */
-  | { type: 'LOADED'; info: DeviceInfo; segments: SegmentExport[]; bytes: number; seconds: number; source: RankSource; digests: string[] }
+  /**
+   * digests: RankFillPlan.contentTensors' digests, in order (empty: an adopted record that had none).
+   * descriptors: 'checking' when the segments are adopted descriptors not yet imported into a
+   * CUDA context (Resident.descriptors): no client gets them before DESCRIPTORS_CHECKED.
+   */
+  | { type: 'LOADED'; info: DeviceInfo; segments: SegmentExport[]; bytes: number; seconds: number; source: RankSource; digests: string[]; descriptors?: 'checking' }
+  /**
+   * The check of a LOADED's descriptors 'checking' ended: passed, with the device's info now that
+   * it has a context (its free memory measured; absent if the device was busy), or failed (then a
+   * FAILED follows, and the rank's kept shard has been dropped).
+   */
+  | { type: 'DESCRIPTORS_CHECKED'; info?: DeviceInfo; error?: SerializedError }
   /**
    * Whether the keeper holds this rank's segments now (after a keep, a failed one, or a drop).
    * currentSince: after a keep, the RankKeeping.currentSince its record carried (or would have):
@@ -125,7 +135,14 @@ export type RankToMain =
 export type MainToRank = { type: 'RELEASE' } | { type: 'STOP' } | { type: 'KEEP_AGAIN'; currentSince?: number } | { type: 'ADMIT' } | { type: 'KEEP' } | { type: 'UNKEEP' };
 
 /** How the rank's bytes came to be resident: filled from the checkpoint, or adopted from a keeper. */
-export type Resident = Pick<FillResult, 'bytes' | 'seconds' | 'digests'> & { source: RankSource };
+export type Resident = Pick<FillResult, 'bytes' | 'seconds' | 'digests'> & {
+  source: RankSource;
+  /**
+   * 'checking': adopted descriptors the device holds unchecked (a cuda rank adopted with no
+   * context, src/actors/adoptHere.ts): the rank reports them LOADED, then checks them after READY.
+   */
+  descriptors?: 'checking';
+};
 
 /** What a rank adopted from the keeper (src/actors/rankKeeping.ts). */
 export interface Adopted {
@@ -140,6 +157,8 @@ export interface Adopted {
   rekeep: boolean;
   /** The record's full digests (Resident.digests); empty from a record that had none. */
   digests: string[];
+  /** Resident.descriptors. */
+  descriptors?: 'checking';
 }
 
 /** The keeper held this rank's shard, and its record was refused (and the shard dropped): why, for the status. */

@@ -6,7 +6,7 @@ export function updateRank(ranks: RankStatus[], localRank: number, patch: Partia
   return ranks.map((r) => (r.localRank === localRank ? { ...r, ...patch } : r));
 }
 
-type Report = Extract<RankEvent, { type: 'RANK_DEVICE' | 'RANK_PROGRESS' | 'RANK_LOADED' | 'RANK_KEPT' }>;
+type Report = Extract<RankEvent, { type: 'RANK_DEVICE' | 'RANK_PROGRESS' | 'RANK_LOADED' | 'RANK_KEPT' | 'RANK_DESCRIPTORS_CHECKED' }>;
 
 /** What a rank's device, progress, loaded and kept reports change in its row. */
 export function recordReport(ranks: RankStatus[], e: Report): RankStatus[] {
@@ -16,7 +16,9 @@ export function recordReport(ranks: RankStatus[], e: Report): RankStatus[] {
     case 'RANK_PROGRESS':
       return updateRank(ranks, e.localRank, { bytes: e.bytes, totalBytes: e.totalBytes, seconds: e.seconds });
     case 'RANK_LOADED':
-      return updateRank(ranks, e.localRank, { state: 'loaded', device: e.device, bytes: e.bytes, seconds: e.seconds, segments: e.segments, source: e.source, digests: e.digests });
+      return updateRank(ranks, e.localRank, { state: 'loaded', device: e.device, bytes: e.bytes, seconds: e.seconds, segments: e.segments, source: e.source, digests: e.digests, ...(e.descriptors ? { descriptors: e.descriptors } : {}) });
+    case 'RANK_DESCRIPTORS_CHECKED':
+      return updateRank(ranks, e.localRank, { descriptors: e.error ? 'refused' : 'checked', ...(e.info ? { device: e.info } : {}) });
     case 'RANK_KEPT':
       return updateRank(ranks, e.localRank, { kept: e.kept, keptReason: e.reason });
   }

@@ -27,6 +27,11 @@ export interface DeviceInfo {
    * cache (native/host_memory.h). allocate refuses an arena larger than this (E_OUT_OF_MEMORY).
    */
   freeBytes: number;
+  /**
+   * cuda: false while the device has made no context yet (NativeDeviceOptions.deferContext), so
+   * freeBytes (0) is not a measurement: "not probed yet". Absent once measured, and on the host.
+   */
+  freeProbed?: false;
 }
 
 export interface SegmentExport {
@@ -155,6 +160,12 @@ export interface NativeDevice {
    * if adopt fails for any reason); fill is refused on an adopted arena.
    */
   adopt(fds: number[], segmentBytes: number[]): Promise<void>;
+  /**
+   * cuda with a deferred context: imports and maps each adopted descriptor (making the context),
+   * the check adopt() makes at once on a device that has one; a failure names the segment and
+   * leaves the descriptors held until free(). Resolves at once where nothing is unchecked (host).
+   */
+  checkAdopted(): Promise<void>;
   /** Fills `dst` from `offset` of the segment. Read through readInChunks. */
   read(segment: number, offset: number, dst: Uint8Array): Promise<void>;
   /** Cancels a running fill (waiting for its threads) and frees the arena. */
@@ -166,6 +177,13 @@ export interface NativeDeviceOptions {
   uuid?: string;
   /** cuda: 'ipc' (default) or 'fd'; with 'fd' a GPU that cannot export descriptors fails with E_CUDA_HANDLES_UNSUPPORTED. */
   cudaHandles?: CudaHandles;
+  /**
+   * cuda: retain the GPU's context on the first call that needs one instead of now, so a device
+   * that only adopts and exports descriptors makes none; adopt() then holds them unmapped until
+   * checkAdopted() (a restart's fast path, src/actors/adoptHere.ts). info() says freeProbed: false
+   * until then.
+   */
+  deferContext?: boolean;
 }
 
 export interface PeerCredentials {

@@ -89,6 +89,16 @@ export class DeviceHandle {
     });
   }
 
+  /** NativeDevice.checkAdopted, queued like adopt: a free() called meanwhile waits for it. */
+  checkAdopted(): Promise<void> {
+    return this.#queue(() => this.#native.checkAdopted());
+  }
+
+  /** free() was called: what runs after it must not report this device as serving. */
+  get freeing(): boolean {
+    return this.#freed !== undefined;
+  }
+
   async fill(
     files: string[],
     ops: readonly CopyOp[],

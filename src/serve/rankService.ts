@@ -3,7 +3,7 @@
 // who holds its memory (leaseTable.ts). The commands that read and change it are in handlers/;
 // the socket, its connections and who may connect are the device server's (deviceServer.ts),
 // which serves every model version resident on its device.
-import { ServeError } from '../errors.js';
+import { deserializeError, ServeError, type SerializedError } from '../errors.js';
 import { describeChange, type IdentityChange } from '../files/fileIdentity.js';
 import type { FilesCheck } from './filesCheck.js';
 import type { Logger } from '../log.js';
@@ -22,6 +22,11 @@ export interface RankServiceOptions {
   freeMemory: () => Promise<void>;
   /** Its version turned stale (its checkpoint files changed): called once, with each change and all of them described. */
   onStale?: (changes: IdentityChange[], described: string) => void;
+  /**
+   * Its segments are adopted descriptors still being checked (a cuda rank adopted with no CUDA
+   * context, src/actors/adoptHere.ts): get_segment_fds waits for descriptorsChecked().
+   */
+  descriptorsChecking?: boolean;
 }
 
 /** What the device server lets a service do to the connections it does not own. */
@@ -64,6 +69,9 @@ export class RankService {
   #fdSends = 0;
   /** What waits for the last of them (#whenFdsSent). */
   #fdSendsSettled: (() => void)[] = [];
+  /** Settles once no descriptor check is pending (RankServiceOptions.descriptorsChecking): rejected by a failed one. */
+  readonly #descriptorsChecked: Promise<void>;
+  #settleCheck: ((error?: SerializedError) => void) | undefined;
 
   constructor(options: RankServiceOptions) {
     const r = options.rank;
@@ -71,6 +79,11 @@ export class RankService {
     this.log = options.log;
     this.#freeMemory = options.freeMemory;
     this.#onStale = options.onStale;
+    this.#descriptorsChecked = options.descriptorsChecking
+      ? new Promise<void>((resolve, reject) => (this.#settleCheck = (error) => (error ? reject(deserializeError(error)) : resolve())))
+      : Promise.resolve();
+    // Awaited by get_segment_fds only: a failure no request waits for is not an unhandled rejection.
+    this.#descriptorsChecked.catch(() => undefined);
     const d = r.device;
     this.deviceRef = { uuid: d.uuid, backend: d.backend, index: d.index, name: d.name };
     this.rankRef = { globalRank: r.globalRank, localRank: r.localRank, nodeRank: r.nodeRank, nnodes: r.nnodes, tpSize: r.tpSize };
@@ -191,6 +204,21 @@ export class RankService {
   leasesEnded(): void {
     if (this.status !== 'draining' || this.leases.size > 0) return;
     this.release().catch((err: unknown) => this.log.error({ err, globalRank: this.rank.globalRank }, 'freeing a drained rank failed'));
+  }
+
+  /**
+   * The adopted descriptors' check ended (RankServiceOptions.descriptorsChecking): passed, or
+   * failed with `error`, which every get_segment_fds waiting or to come is refused with. Only the
+   * first call counts (a withdrawal after the check's end changes nothing).
+   */
+  descriptorsChecked(error?: SerializedError): void {
+    this.#settleCheck?.(error);
+    this.#settleCheck = undefined;
+  }
+
+  /** Resolves once no client can be given a descriptor that failed, or has yet to pass, its check. */
+  untilDescriptorsChecked(): Promise<void> {
+    return this.#descriptorsChecked;
   }
 
   /** Every segment's descriptor in segment order, or undefined when the backend has none (cuda legacy IPC). */

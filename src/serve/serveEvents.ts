@@ -30,7 +30,9 @@ export type ServeCommand =
   /** A rollback made its version current: the newest of its name on its socket, announced again (model_ready). */
   | { type: 'SERVE_PROMOTE' }
   /** Unload: no new lease; free once the last lease ends, or at once with force (revoking them). */
-  | { type: 'SERVE_DRAIN'; force: boolean };
+  | { type: 'SERVE_DRAIN'; force: boolean }
+  /** The rank's adopted descriptors passed their check, or failed it with `error` (RankService.descriptorsChecked). */
+  | { type: 'SERVE_DESCRIPTORS_CHECKED'; error?: SerializedError };
 
 export interface RankServiceInput {
   rank: ServedRankData;
@@ -44,4 +46,6 @@ export interface RankServiceInput {
    * (prepareNode), so that a second daemon fails in milliseconds, not after loading.
    */
   servers: ServerRegistry;
+  /** RankServiceOptions.descriptorsChecking: its adopted descriptors' check had not ended when it was spawned. */
+  descriptorsChecking?: boolean;
 }

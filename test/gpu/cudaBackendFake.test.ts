@@ -385,6 +385,18 @@ test('fd handles: adopt refuses what is not one exported segment per size, names
   assert.equal(leaks, noLeaks);
 });
 
+test('fd handles, context deferred: adopt holds the descriptors with no context and exports them as given; the first read checks (imports) them, making the context; a failed check names the segment and keeps the descriptors open until free', () => {
+  const { result, leaks } = scenario('vmmDeferred');
+  const r = result as Record<string, unknown>;
+  assert.equal(r.beforeCheck, { contexts: 0, freeProbed: false, exportsGiven: true });
+  assert.equal(r.afterRead, { contexts: 1, freeProbed: true });
+  assert.is(r.closedByFree, 'EBADF,EBADF');
+  assert.match(r.checkError as string, /^DeviceError E_CUDA: GPU 0 .*adopting segment 1 \(descriptor \d+, 1048576 bytes\): cuMemImportFromShareableHandle failed: .*--cuda-handles fd/);
+  assert.is(r.heldAfterFailure, 'open,open', 'the numbers a server may still hold are never freed for reuse before free()');
+  assert.is(r.badClosedByFree, 'EBADF,EBADF');
+  assert.equal(leaks, noLeaks);
+});
+
 test('fd handles on a GPU that cannot export descriptors: the probe says why, an fd device refuses to open naming the flag, ipc still works', () => {
   const { result, leaks } = scenario('vmmUnsupported', { FAKE_CUDA_NO_FD_HANDLES: '1' });
   assert.match(result.reason as string, /cannot export memory as a POSIX file descriptor/);
@@ -453,6 +465,36 @@ test('a cuda written version kept by the keeper is restored at a restart, curren
 test('--cuda-handles fd with a keeper: a restarted node adopts both GPUs\' VMM memory from the keeper and serves the same bytes; nothing is left', () => {
   const { result, leaks } = scenario('daemonFdRestart', {}, 60_000);
   assert.equal(result, { sources: ['keeper', 'keeper'], kept: [true, true], mismatched: [] });
+  assert.equal(leaks, noLeaks);
+});
+
+test('--cuda-handles fd with a keeper: a restart adopts on the main thread and is READY with no CUDA context; a client\'s descriptors wait for the check after READY, then serve the same bytes; nothing is left', () => {
+  const { result, leaks } = scenario('daemonFdRestartHere', {}, 60_000);
+  const unchecked = { adoptedOn: 'main', descriptors: 'checking', freeProbed: false };
+  const checked = { adoptedOn: 'main', descriptors: 'checked', freeProbed: true };
+  assert.equal(result, {
+    atReady: { contexts: 0, ranks: [unchecked, unchecked], metric: [0, 0] },
+    waitedForCheck: true,
+    copied: ['copied', 'copied'],
+    mismatched: [],
+    // One per rank's check; the client's own imports (this process) retain the same two.
+    afterCheck: { contexts: 4, ranks: [checked, checked], metric: [1, 1] },
+  });
+  assert.equal(leaks, noLeaks);
+});
+
+test('a kept record whose descriptors are another GPU\'s allocations: READY, then the client waiting for them is refused (E_ADOPT_CHECK_FAILED), the shard is dropped and the node fails by that name; nothing is left', () => {
+  const { result, leaks } = scenario('daemonFdRestartCorrupt', {}, 60_000);
+  const r = result as { atReady: unknown; waitedForCheck: boolean; copied: string[]; ended: string; failure: string; stillKept: boolean[] };
+  assert.equal(r.atReady, { contexts: 0, ranks: [{ adoptedOn: 'main', descriptors: 'checking', freeProbed: false }, { adoptedOn: 'main', descriptors: 'checking', freeProbed: false }], metric: [0, 0] });
+  assert.ok(r.waitedForCheck);
+  // GPU 0's client, waiting for the check, is refused by name; GPU 1's passed its check, and its
+  // copy races the node's failure (copied, or the socket gone: "load from disk").
+  assert.is(r.copied[0], 'E_ADOPT_CHECK_FAILED');
+  assert.ok(['copied', 'E_CONNECT', 'E_DISCONNECTED'].includes(r.copied[1]!), r.copied[1]);
+  assert.is(r.ended, 'failed');
+  assert.is(r.failure, 'E_ADOPT_CHECK_FAILED');
+  assert.equal(r.stillKept, [false], 'GPU 1\'s shard stays kept; GPU 0\'s is dropped');
   assert.equal(leaks, noLeaks);
 });
 

@@ -34,8 +34,11 @@
 // FAKE_CUDA_ACCESS_LOG=PATH: each cuMemSetAccess that succeeds appends "PID INODE FLAGS".
 // FAKE_CUDA_COPY_LOG=PATH: each queued host-to-device copy appends its bytes (rows times row
 // bytes) to PATH as a decimal line, so a test sees how a fill cut its work into copies.
-// FAKE_CUDA_INIT_GATE, FAKE_CUDA_DTOH_GATE: a FIFO that cuInit (or each cuMemcpyDtoH) waits on
-// until one byte is written to it, so a test holds a call in flight for as long as it likes.
+// FAKE_CUDA_INIT_GATE, FAKE_CUDA_DTOH_GATE, FAKE_CUDA_RETAIN_GATE: a FIFO that cuInit (or each
+// cuMemcpyDtoH, or each cuDevicePrimaryCtxRetain) waits on until one byte is written to it, so a
+// test holds a call in flight for as long as it likes.
+// FAKE_CUDA_RETAIN_LOG=PATH: each cuDevicePrimaryCtxRetain that succeeds appends its device, so a
+// test sees when a context was made (none before a restart's READY, say).
 // Device memory starts as 0xEE bytes, never zeros, and memsets are queued like copies, so bytes
 // that must be zero are zero only if a memset ran for them.
 #define _GNU_SOURCE
@@ -204,13 +207,27 @@ CUresult cuDeviceGetUuid_v2(unsigned char* uuid, CUdevice d) {
 }
 CUresult cuDeviceTotalMem_v2(size_t* bytes, CUdevice d) { (void)d; *bytes = memPerDevice(); return OK; }
 
+// FAKE_CUDA_RETAIN_LOG: called once a retain is done, so a line is a context that exists.
+static void logRetain(CUdevice d) {
+  const char* path = getenv("FAKE_CUDA_RETAIN_LOG");
+  if (!path) return;
+  int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) die("cannot open FAKE_CUDA_RETAIN_LOG");
+  char line[32];
+  int n = snprintf(line, sizeof line, "%d\n", d);
+  if (write(fd, line, (size_t)n) != n) die("cannot write FAKE_CUDA_RETAIN_LOG");
+  close(fd);
+}
+
 CUresult cuDevicePrimaryCtxRetain(struct ctx** c, CUdevice d) {
   if (!initialised) return E_NOT_INIT;
   if (d < 0 || d >= devices()) return E_INVALID_DEVICE;
+  waitAtGate("FAKE_CUDA_RETAIN_GATE");
   pthread_mutex_lock(&lock);
   contexts[d].device = d;
   contexts[d].refs++;
   *c = &contexts[d];
+  logRetain(d);
   pthread_mutex_unlock(&lock);
   return OK;
 }

@@ -3,7 +3,7 @@
 // process starts: the driver is loaded once per process). Prints one JSON line: the result.
 import { execFileSync, spawn, spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { fstatSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, readlinkSync, readSync, rmSync, writeFileSync, writeSync } from 'node:fs';
+import { closeSync, fstatSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, readlinkSync, readSync, rmSync, writeFileSync, writeSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import pino from 'pino';
 import { fileURLToPath } from 'node:url';
@@ -991,6 +991,45 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
   },
 
   /**
+   * A device whose context is deferred (deferContext: a restart's fast path) adopting descriptors:
+   * contexts made (FAKE_CUDA_RETAIN_LOG) and its info after adopt and export; whether it exports
+   * the descriptors it was given; a read (which checks first) and the contexts after; then a
+   * second one given a descriptor that is not VMM memory: its checkAdopted's error, and whether
+   * the descriptors it holds are still open after the failure and closed by free.
+   */
+  async vmmDeferred() {
+    const fx = makeFixture();
+    const retainLog = join(fx.dir, 'retains');
+    const contexts = () => readFileSync(retainLog, { encoding: 'utf8', flag: 'a+' }).split('\n').filter(Boolean).length;
+    try {
+      const source = new DeviceHandle('cuda', 0, { cudaHandles: 'fd' });
+      await source.allocate(fx.segments);
+      await source.fill(fx.paths, fx.ops, payload(fx.ops), { threads: 2, chunkBytes: MiB, stagingBytes: 4 * MiB });
+      const reopen = (fd: number) => openSync(`/proc/self/fd/${fd}`, 'r+');
+      const given = source.exportSegments().map((e) => reopen(e.fd!));
+      process.env.FAKE_CUDA_RETAIN_LOG = retainLog;
+      const deferred = new DeviceHandle('cuda', 0, { cudaHandles: 'fd', deferContext: true });
+      await deferred.adopt(given, fx.segments);
+      const exported = deferred.exportSegments().map((e) => e.fd);
+      const beforeCheck = { contexts: contexts(), freeProbed: deferred.info().freeProbed ?? true, exportsGiven: JSON.stringify(exported) === JSON.stringify(given) };
+      await check(deferred, fx);
+      const afterRead = { contexts: contexts(), freeProbed: deferred.info().freeProbed ?? true };
+      await deferred.free();
+      const bad = new DeviceHandle('cuda', 0, { cudaHandles: 'fd', deferContext: true });
+      const badFds = [reopen(source.exportSegments()[0]!.fd!), openSync(fx.paths[0]!, 'r')];
+      await bad.adopt(badFds, [fx.segments[0]!, MiB]);
+      const checkError = await outcome(() => bad.checkAdopted());
+      const heldAfterFailure = badFds.map((f) => outcomeSync(() => fstatSync(f))).join(',');
+      await bad.free();
+      delete process.env.FAKE_CUDA_RETAIN_LOG;
+      await source.free();
+      return { beforeCheck, afterRead, closedByFree: given.map((f) => outcomeSync(() => fstatSync(f))).join(','), checkError, heldAfterFailure, badClosedByFree: badFds.map((f) => outcomeSync(() => fstatSync(f))).join(',') };
+    } finally {
+      rmSync(fx.dir, { recursive: true, force: true });
+    }
+  },
+
+  /**
    * The daemon at tp=2 with cudaHandles 'fd': both GPUs fill VMM memory as one group and serve it
    * as "cuda-fd"; the TypeScript client copies every tensor through get_segment_fds (each equal
    * to the checkpoint's slice) and attaches, holding no descriptor once detached.
@@ -1147,6 +1186,10 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
     }
   },
 
+  daemonFdRestartHere: () => fdRestartHere(false),
+  daemonFdRestartCorrupt: () => fdRestartHere(true),
+
+
   /**
    * A cuda written version (a partial update, segments of about 1 MiB) kept by a spawned keeper:
    * a daemon (a child process: a record's owner must be gone for its written version to be
@@ -1250,6 +1293,89 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
     return { equal, bytes: seg.bytes, samePointer: again.pointer === seg.pointer, outOfRange, stillOpen, afterClose, closeDuringRead };
   },
 };
+
+/**
+ * A restart that adopts cuda-fd shards makes no CUDA context before READY (issue 33): the fake's
+ * cuDevicePrimaryCtxRetain waits at a FIFO (FAKE_CUDA_RETAIN_GATE) for the whole second start,
+ * and logs each retain done (FAKE_CUDA_RETAIN_LOG). At READY: which contexts exist, where each
+ * rank adopted, its descriptors' state and free memory; then a client's copy, asked while the
+ * check waits, and whether it was still waiting; then, the gate opened, the same after the check.
+ * `corrupt`: before the restart, GPU 0's record is kept again with GPU 1's VMM allocations as its
+ * descriptors (the record itself unchanged): how the client's copy ends, how the node ends, and
+ * whether the keeper still holds GPU 0's shard.
+ */
+async function fdRestartHere(corrupt: boolean) {
+  const socketDir = freshSocketDir();
+  const dir = mkdtempSync(join(process.cwd(), 'test', 'artifacts', 'fd-here-'));
+  const gate = join(dir, 'retain-gate');
+  const retainLog = join(dir, 'retains');
+  execFileSync('mkfifo', [gate]);
+  const contexts = () => readFileSync(retainLog, { encoding: 'utf8', flag: 'a+' }).split('\n').filter(Boolean).length;
+  const options = { model: exampleModel, tensorParallelSize: 2, device: 'cuda', cudaHandles: 'fd', socketDir, keeper: { mode: 'spawn', adoptWithinS: 60 }, logger: pino({ level: 'silent' }) } as const;
+  const keeper = new KeeperClient(join(socketDir, KEEPER_SOCKET_NAME));
+  const probe = await cudaProbe();
+  const uuids = probe.devices.map((d) => d.uuid);
+  try {
+    const first = await startNode(options);
+    await first.ready;
+    while (!first.status().ranks.every((r) => r.kept)) await new Promise((r) => setTimeout(r, 10));
+    await first.stop('test');
+    if (corrupt) {
+      const kept = (await keeper.list()).find((r) => r.device === uuids[0])!;
+      const taken = await keeper.take(uuids[0]!, kept.fingerprint);
+      const other = new DeviceHandle('cuda', 1, { cudaHandles: 'fd' });
+      await other.allocate(taken.fds.map(() => MiB));
+      await keeper.keep(uuids[0]!, kept.fingerprint, taken.record, other.exportSegments().map((x) => x.fd!));
+      for (const fd of taken.fds) addon().closeFd(fd);
+      await other.free();
+    }
+    // O_RDWR: never blocks, and keeps a writer on the FIFO for the fake's readers.
+    const gateFd = openSync(gate, 'r+');
+    process.env.FAKE_CUDA_RETAIN_GATE = gate;
+    process.env.FAKE_CUDA_RETAIN_LOG = retainLog;
+    const second = await startNode(options);
+    const mismatched: string[] = [];
+    const rankStates = () => second.status().ranks.map((r) => ({ adoptedOn: r.source?.from === 'keeper' ? r.source.thread : undefined, descriptors: r.descriptors, freeProbed: r.device?.freeProbed ?? true }));
+    const checkedMetric = async () => [...(await second.metrics()).matchAll(/^weightd_rank_descriptors_checked\{[^}]*\} (\d)$/gm)].map((m) => Number(m[1]));
+    try {
+      await second.ready;
+      const atReady = { contexts: contexts(), ranks: rankStates(), metric: await checkedMetric() };
+      const clients = await Promise.all(uuids.map((uuid) => WeightdClient.connect(socketPathFor(socketDir, uuid))));
+      let settled = false;
+      const copies = clients.map(async (client, rank) => {
+        const copied = await client.copy(await expectedFingerprint(exampleModel, 2, rank));
+        if (copied.status !== 'copied') throw new Error(`rank ${rank}: ${JSON.stringify(copied)}`);
+        for (const [name, want] of expectedRank(exampleModel, 2, rank)) {
+          const data = copied.tensors[name]?.data;
+          if (!data || !Buffer.from(data.buffer, data.byteOffset, data.byteLength).equals(want.bytes)) mismatched.push(`rank ${rank} ${name}`);
+        }
+        return 'copied';
+      });
+      const outcomes = Promise.all(copies.map((c) => c.then((x) => x, (err: { code?: string }) => err.code ?? String(err)))).finally(() => (settled = true));
+      await new Promise((r) => setTimeout(r, 300));
+      const waitedForCheck = !settled;
+      delete process.env.FAKE_CUDA_RETAIN_GATE;
+      writeSync(gateFd, 'xx');
+      const copied = await outcomes;
+      for (const client of clients) client.close();
+      if (corrupt) {
+        const ended = await second.done;
+        return { atReady, waitedForCheck, copied, ended: ended.state, failure: ended.failure?.code, stillKept: (await keeper.list()).map((r) => r.device === uuids[0]) };
+      }
+      while (second.status().ranks.some((r) => r.descriptors === 'checking')) await new Promise((r) => setTimeout(r, 10));
+      return { atReady, waitedForCheck, copied, mismatched, afterCheck: { contexts: contexts(), ranks: rankStates(), metric: await checkedMetric() } };
+    } finally {
+      delete process.env.FAKE_CUDA_RETAIN_GATE;
+      writeSync(gateFd, 'xxxx');
+      await second.stop('test');
+      closeSync(gateFd);
+    }
+  } finally {
+    const pid = await keeper.ping().then((p) => p.pid, () => undefined);
+    if (pid !== undefined) process.kill(pid, 'SIGTERM');
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
 
 /** Descriptors of fake VMM memory this process holds (the daemon's own exports included). */
 function openVmmFds(): number {

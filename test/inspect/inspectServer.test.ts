@@ -111,7 +111,7 @@ test('/status: state, ranks with rate and eta, rank table, peers; no handles', a
     assert.is(s.state, 'ready');
     assert.is(s.registryState, 'running');
     assert.equal(s.ranks.map((r: { state: string; socketPath: string }) => [r.state, r.socketPath]), [['serving', '/fake/sockets/fake-0.sock'], ['serving', '/fake/sockets/fake-1.sock']]);
-    assert.equal(Object.keys(s.ranks[0]).sort(), ['adoptedOn', 'bytes', 'bytesPerSecond', 'clients', 'device', 'etaSeconds', 'globalRank', 'kept', 'keptAgeMs', 'keptAt', 'keptReason', 'leases', 'localRank', 'notAdopted', 'processed', 'seconds', 'serve', 'socketPath', 'source', 'state', 'totalBytes']);
+    assert.equal(Object.keys(s.ranks[0]).sort(), ['adoptedOn', 'bytes', 'bytesPerSecond', 'clients', 'descriptors', 'device', 'etaSeconds', 'globalRank', 'kept', 'keptAgeMs', 'keptAt', 'keptReason', 'leases', 'localRank', 'notAdopted', 'processed', 'seconds', 'serve', 'socketPath', 'source', 'state', 'totalBytes']);
     assert.equal([s.ranks[0].source, s.ranks[0].kept, s.keeper], ['checkpoint', null, null], 'read from the checkpoint, with no keeper');
     assert.equal([s.ranks[0].clients, s.ranks[0].leases, s.ranks[0].serve], [null, null, null], 'unknown without a server, not made up');
     assert.equal(s.rankTable, fakeRankTable);

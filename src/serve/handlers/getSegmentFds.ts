@@ -1,4 +1,4 @@
-// get_segment_fds: the descriptors of the segments of the model version a lease is of (sealed memfds), for the holder of a
+// get_segment_fds: the descriptors of the segments of the model version a lease is of (sealed memfds or cuda-fd), for the holder of a
 // live lease, sent with the reply as SCM_RIGHTS. The lease is the one get_state granted: asked on
 // the same connection (Python) or another of the same process (TypeScript, which uses a
 // connection of its own for descriptors); leaseTable.ts's namedBy says who may name it.
@@ -10,7 +10,7 @@ import type { DeviceServices } from '../deviceServices.js';
 import type { FdReply } from './fdReply.js';
 import { versionFor } from './modelVersions.js';
 
-export function getSegmentFds(req: RequestOf<'get_segment_fds'>, services: DeviceServices, caller: Caller): FdReply {
+export async function getSegmentFds(req: RequestOf<'get_segment_fds'>, services: DeviceServices, caller: Caller): Promise<FdReply> {
   const service = services.byLease(caller, req.leaseId);
   if (!service) {
     // A released version's leases are gone with it: say that, rather than that the lease is.
@@ -21,6 +21,9 @@ export function getSegmentFds(req: RequestOf<'get_segment_fds'>, services: Devic
       `lease ${leaseHash(req.leaseId)} (hash) is not a live lease of this client on rank ${fallback.rank.globalRank}; it was detached, ended with its connection or process, or revoked: ask get_state for a new one`,
     );
   }
+  // Adopted descriptors not yet checked (a cuda restart's fast path) are given to no one: this
+  // waits for the check, at most as long as it takes, and a failed one refuses by its name.
+  await service.untilDescriptorsChecked();
   // A draining version still hands its descriptors to the leases it granted.
   service.refuseIfFreed();
   const fds = service.segmentFds();
