@@ -225,6 +225,21 @@ def settled_vmm_fds(pid: int) -> int:
     return last
 
 
+def settled_threads(pid: int) -> int:
+    """How many threads process ``pid`` runs, once that holds still."""
+    import time
+
+    last, still = len(os.listdir(f"/proc/{pid}/task")), 0
+    for _ in range(100):
+        time.sleep(0.05)
+        now = len(os.listdir(f"/proc/{pid}/task"))
+        still = still + 1 if now == last else 0
+        last = now
+        if still >= 6:
+            break
+    return last
+
+
 def settled_inodes(pid: int) -> set:
     """vmm_inodes once it holds still (an update's descriptors close after its reply)."""
     import time
@@ -443,6 +458,7 @@ def daemon_pull() -> None:
             # A full pull: every tensor from one allocation of the trainer's, at offsets of its own.
             full = {n: bytes((b + 1) % 256 for b in v) for n, v in want.items()}
             trainer = TrainerMemory(full)
+            threads_before = settled_threads(daemon.proc.pid)
             with client.begin_update(name, base, device=0, source="pull") as upd:
                 out["pullHandedSegments"] = len(upd._maps) + (len(upd._cuda.pointers) if upd._cuda else 0)
                 out["pullNoStaging"] = code(lambda: upd.write(sorted(want)[0], b""))
@@ -463,6 +479,8 @@ def daemon_pull() -> None:
             out["fullVersion"] = done["version"]
             # The version serves the allocations made at pull time: the commit made none.
             out["servesEarlyFinals"] = settled_inodes(daemon.proc.pid) - idle_memory == made_early
+            # Its rank adopted the finals on the daemon's main thread: no worker thread was started for it.
+            out["threadsAddedByCommit"] = settled_threads(daemon.proc.pid) - threads_before
             # The trainer's memory goes at once: the version is the daemon's own copy.
             trainer.free()
             out["readerKeepsBaseAfterCommit"] = reads(want)

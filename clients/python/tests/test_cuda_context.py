@@ -190,6 +190,7 @@ def test_a_pull_copies_the_writers_own_device_memory_once_into_memory_no_writer_
     # serves those very allocations (it makes none of its own).
     assert got["daemonMadeAfterPull"][0] == got["daemonMadeAfterPull"][1] > 0, got["daemonMadeAfterPull"]
     assert got["servesEarlyFinals"], "the version serves the finals made at pull time"
+    assert got["threadsAddedByCommit"] == 0, "the committed version's rank adopts on the main thread, with no worker thread of its own"
     assert got["pulledReply"][0] == got["pulledReply"][1] > 2 and got["pullAgain"] == "E_BAD_OPTION"
     # The reader's bytes change only at switch_to, at the same addresses; the writer's memory is
     # freed right after the commit and the version keeps its bytes (the daemon's own copy).
