@@ -183,7 +183,9 @@ export function pullCopies(service: RankService, pull: Pull, copied: readonly bo
  * The bytes between pulled tensors are the commit's (commitGaps): only then is every tensor named.
  */
 export function batchPlan(service: RankService, sources: readonly string[], tensors: readonly PulledTensor[]): { sources: Buffer[]; copies: CommitCopy[]; segments: boolean[] } {
-  const batch: Pull = { sources: [...sources], sourceIndex: new Map(), tensors: new Map(tensors.map((t) => [t.name, { source: t.source, offset: t.offset }])) };
+  // Only the handles its tensors use are opened (as recordPulls keeps only those).
+  const batch: Pull = { sources: [], sourceIndex: new Map(), tensors: new Map() };
+  recordPulls(service, batch, sources, tensors);
   const segments = pulledSegments(service, batch);
   return { sources: batch.sources.map((h) => Buffer.from(h, 'base64')), copies: pullCopies(service, batch, segments).filter((c) => c.source > 0), segments };
 }
