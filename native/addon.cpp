@@ -620,27 +620,35 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
     return sources;
   }
 
-  // cudaPullCopies(deviceIndex, finals, bytes: number[], sources: Buffer[], commitCopies)
-  //   -> Promise<{ openMs, mapMs, copyMs, nativeMs }>, on a libuv thread.
+  // cudaPullCopies(deviceIndex, finals, writes: boolean[], bytes: number[], sources: Buffer[], commitCopies)
+  //   -> Promise<{ fds: number[], timings: { allocateMs, openMs, mapMs, copyMs, nativeMs } }>, on a libuv thread.
   Napi::Value CudaPullCopies(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
-    const char* usage = "cudaPullCopies(deviceIndex, finals, bytes: number[], sources: Buffer[], commitCopies)";
+    const char* usage = "cudaPullCopies(deviceIndex, finals, writes: boolean[], bytes: number[], sources: Buffer[], commitCopies)";
     int deviceIndex = toBounded<int>(info[0], "deviceIndex");
     std::vector<int> finals = toFinals(info[1]);
-    if (!info[2].IsArray()) throw Napi::TypeError::New(env, usage);
-    Napi::Array bytesJs = info[2].As<Napi::Array>();
+    if (!info[2].IsArray() || !info[3].IsArray()) throw Napi::TypeError::New(env, usage);
+    Napi::Array writesJs = info[2].As<Napi::Array>(), bytesJs = info[3].As<Napi::Array>();
+    std::vector<bool> writes;
     std::vector<uint64_t> bytes;
+    for (uint32_t i = 0; i < writesJs.Length(); ++i) writes.push_back(writesJs.Get(i).ToBoolean().Value());
     for (uint32_t i = 0; i < bytesJs.Length(); ++i) bytes.push_back(toU64(bytesJs.Get(i), "segment bytes"));
-    std::vector<std::string> sources = sourcesFromJs(env, info[3], usage);
-    std::vector<CommitCopy> copies = commitCopiesFromJs(info[4]);
+    std::vector<std::string> sources = sourcesFromJs(env, info[4], usage);
+    std::vector<CommitCopy> copies = commitCopiesFromJs(info[5]);
     return PromiseJob<CudaPulled>::start(
-        env, [deviceIndex, finals, bytes, sources, copies] { return cudaPullCopies(deviceIndex, finals, bytes, sources, copies); },
+        env, [deviceIndex, finals, writes, bytes, sources, copies] { return cudaPullCopies(deviceIndex, finals, writes, bytes, sources, copies); },
         [](Napi::Env e, const CudaPulled& p) {
           Napi::Object o = Napi::Object::New(e);
-          o.Set("openMs", p.openMs);
-          o.Set("mapMs", p.mapMs);
-          o.Set("copyMs", p.copyMs);
-          o.Set("nativeMs", p.totalMs);
+          Napi::Array fds = Napi::Array::New(e, p.fds.size());
+          for (uint32_t i = 0; i < p.fds.size(); ++i) fds.Set(i, p.fds[i]);
+          o.Set("fds", fds);
+          Napi::Object timings = Napi::Object::New(e);
+          timings.Set("allocateMs", p.allocateMs);
+          timings.Set("openMs", p.openMs);
+          timings.Set("mapMs", p.mapMs);
+          timings.Set("copyMs", p.copyMs);
+          timings.Set("nativeMs", p.totalMs);
+          o.Set("timings", timings);
           return o;
         });
   }

@@ -104,6 +104,20 @@ PulledSource openPulledSource(const std::string& raw, size_t k, int deviceIndex)
   return out;
 }
 
+// Refuses a pulled copy that ends past the allocation its source opened.
+void checkPulledRanges(const std::vector<PulledSource>& pulled, const std::vector<CommitCopy>& copies) {
+  for (const CommitCopy& c : copies) {
+    uint64_t end;
+    if (c.source == 0) continue;
+    const PulledSource& from = pulled[c.source - 1];
+    if (__builtin_add_overflow(c.srcOffset, c.bytes, &end) || end > from.bytes) {
+      throw DeviceError("E_UPDATE_SIZE", "a pulled copy of " + std::to_string(c.bytes) + " bytes at offset " + std::to_string(c.srcOffset) + " of source " +
+                                             std::to_string(c.source - 1) + " ends past its allocation, which holds " + std::to_string(from.bytes) +
+                                             " bytes from the handle's address on; pull each tensor from the memory that holds it whole");
+    }
+  }
+}
+
 // Opens each pulled source, checks every pulled copy against the allocation it opened, and runs
 // `copies` into `into` (per segment: where to write; 0 where a copy may not go), reading source 0
 // from `own` (per segment) and source k > 0 from the k-th pulled source; returns once they are
@@ -116,16 +130,7 @@ void runCopies(int deviceIndex, const std::vector<CUdeviceptr>& into, const std:
   for (size_t k = 0; k < sources.size(); ++k) pulled.push_back(openPulledSource(sources[k], k, deviceIndex));
   openMs += msSince(t);
   t = std::chrono::steady_clock::now();
-  for (const CommitCopy& c : copies) {
-    uint64_t end;
-    if (c.source == 0) continue;
-    const PulledSource& from = pulled[c.source - 1];
-    if (__builtin_add_overflow(c.srcOffset, c.bytes, &end) || end > from.bytes) {
-      throw DeviceError("E_UPDATE_SIZE", "a pulled copy of " + std::to_string(c.bytes) + " bytes at offset " + std::to_string(c.srcOffset) + " of source " +
-                                             std::to_string(c.source - 1) + " ends past its allocation, which holds " + std::to_string(from.bytes) +
-                                             " bytes from the handle's address on; pull each tensor from the memory that holds it whole");
-    }
-  }
+  checkPulledRanges(pulled, copies);
   Stream stream = createStream();
   for (const CommitCopy& c : copies) {
     if (c.bytes == 0) continue;
@@ -152,7 +157,7 @@ void checkCopies(const std::vector<CommitCopy>& copies, const std::vector<bool>&
 }
 
 // The commit's shared body: finals for the copied segments (made here, or imported from `finals`
-// where the caller made one earlier: cudaPullCopies wrote it), `copies` into them (sources as
+// where cudaPullCopies made and wrote one earlier), `copies` into them (sources as
 // cudaPullCommit's; none for a staging commit), then the digests over what the version serves.
 CudaCommitted commitInto(int deviceIndex, const std::vector<int>& fds, const std::vector<bool>& copied, const std::vector<uint64_t>& bytes,
                          const std::vector<int>& finals, const std::vector<std::string>& sources, const std::vector<CommitCopy>& copies,
@@ -241,28 +246,59 @@ CudaCommitted cudaPullCommit(int deviceIndex, const std::vector<int>& fds, const
   return commitInto(deviceIndex, fds, copied, bytes, finals, sources, copies, std::move(tensors), threads, onGpu);
 }
 
-CudaPulled cudaPullCopies(int deviceIndex, const std::vector<int>& finals, const std::vector<uint64_t>& bytes, const std::vector<std::string>& sources,
-                          const std::vector<CommitCopy>& copies) {
-  if (finals.size() != bytes.size()) throw DeviceError("E_BAD_PLAN", "pulled copies take one final descriptor (or -1) and size per segment");
+CudaPulled cudaPullCopies(int deviceIndex, const std::vector<int>& finals, const std::vector<bool>& writes, const std::vector<uint64_t>& bytes,
+                          const std::vector<std::string>& sources, const std::vector<CommitCopy>& copies) {
+  if (finals.size() != bytes.size() || writes.size() != bytes.size()) {
+    throw DeviceError("E_BAD_PLAN", "pulled copies take one final descriptor (or -1), written flag and size per segment");
+  }
   auto began = std::chrono::steady_clock::now();
-  std::vector<bool> writable;
-  for (int fd : finals) writable.push_back(fd >= 0);
   // Pulled sources only: the bytes between pulled tensors come from the base at commit, once every tensor is named.
-  checkCopies(copies, writable, bytes, sources.size(), false);
+  checkCopies(copies, writes, bytes, sources.size(), false);
+  std::vector<std::vector<const CommitCopy*>> bySegment(finals.size());
+  for (const CommitCopy& c : copies) bySegment[c.segment].push_back(&c);
   PrimaryContext context(deviceIndex);
   ScopedContext current(context.get());
   CUdevice dev = cudaDeviceAt(deviceIndex);
   CudaPulled out;
-  std::vector<bool> touched(finals.size(), false);
-  for (const CommitCopy& c : copies) touched[c.segment] = true;
+  // Declared in this order so that on a failure the stream is drained (destroyed first) before any
+  // final or source a queued copy uses goes.
+  std::vector<PulledSource> pulled;
   std::vector<VmmSegment> into(finals.size());
   auto t = std::chrono::steady_clock::now();
-  for (size_t i = 0; i < finals.size(); ++i)
-    if (touched[i]) into[i] = VmmSegment::importWritable(dev, finals[i], vmmSegmentSize(dev, bytes[i]));
-  out.mapMs = msSince(t);
-  std::vector<CUdeviceptr> pointers, none(finals.size(), 0);
-  for (const VmmSegment& s : into) pointers.push_back(s.pointer());
-  runCopies(deviceIndex, pointers, none, sources, copies, out.openMs, out.copyMs);
+  for (size_t k = 0; k < sources.size(); ++k) pulled.push_back(openPulledSource(sources[k], k, deviceIndex));
+  out.openMs = msSince(t);
+  checkPulledRanges(pulled, copies);
+  Stream stream = createStream();
+  auto copying = std::chrono::steady_clock::now();
+  double madeMs = 0;
+  // Segment by segment: each one's copies are queued as soon as it is made (or mapped), so the GPU
+  // copies one segment while the next is allocated.
+  for (size_t i = 0; i < finals.size(); ++i) {
+    if (!writes[i]) continue;
+    t = std::chrono::steady_clock::now();
+    uint64_t size = vmmSegmentSize(dev, bytes[i]);
+    if (finals[i] < 0) {
+      std::lock_guard<std::mutex> hold(allocating);
+      checkFree(deviceIndex, size, "a final allocation of a pulled segment of " + std::to_string(bytes[i]) + " bytes");
+      into[i] = VmmSegment::create(dev, size);
+      out.allocateMs += msSince(t);
+    } else {
+      into[i] = VmmSegment::importWritable(dev, finals[i], size);
+      out.mapMs += msSince(t);
+    }
+    madeMs += msSince(t);
+    for (const CommitCopy* c : bySegment[i])
+      if (c->bytes > 0) cudaDriver().cuMemcpyDtoDAsync_v2(into[i].pointer() + c->dstOffset, pulled[c->source - 1].mapping.get() + c->srcOffset, c->bytes, stream.get());
+  }
+  cudaDriver().cuStreamSynchronize(stream.get());
+  out.copyMs = msSince(copying) - madeMs;
+  try {
+    for (size_t i = 0; i < finals.size(); ++i) out.fds.push_back(writes[i] && finals[i] < 0 ? dupExported(into[i]) : -1);
+  } catch (...) {
+    for (int fd : out.fds)
+      if (fd >= 0) ::close(fd);
+    throw;
+  }
   out.totalMs = msSince(began);
   return out;
 }

@@ -83,6 +83,7 @@ export interface CommitTimings {
 
 /** Where a pull's early copies' time went on their native thread (native/cuda_update_segments.h CudaPulled), in milliseconds. */
 export interface PullCopyTimings {
+  allocateMs: number;
   openMs: number;
   mapMs: number;
   copyMs: number;
@@ -301,7 +302,7 @@ export interface Addon {
    * final allocation (`copied`) is written by `commitCopies` alone, from `fds[segment]` (the base's
    * segment: source 0) or from the writer's memory behind legacy IPC handle `sources[k - 1]` (64
    * bytes each), opened for the copies and closed before the digests. `finals` (empty, or one per
-   * segment): a final made earlier (cudaStagingFresh) and written by cudaPullCopies, used instead of
+   * segment): a final made and written earlier by cudaPullCopies, used instead of
    * a new one (its descriptor stays the caller's; the result holds a duplicate), -1 where none.
    * E_UPDATE_SOURCE: a handle that does not open; E_UPDATE_SIZE: a copy past its source's allocation.
    */
@@ -318,12 +319,21 @@ export interface Addon {
     digestOn: 'gpu' | 'cpu',
   ): Promise<{ fds: number[]; timings: CommitTimings } & CudaDigested>;
   /**
-   * A pull's early copies (native/cuda_update_segments.h, cudaPullCopies): `commitCopies` (sources
-   * k > 0 only, `sources[k - 1]`, opened for the call) into the finals `finals[segment]` (the
-   * daemon's own allocations' descriptors, -1 where none; they stay the caller's), done when it
-   * resolves, the sources closed. E_UPDATE_SOURCE, E_UPDATE_SIZE as cudaPullCommit's.
+   * A pull's early copies (native/cuda_update_segments.h, cudaPullCopies): for each segment that
+   * `writes`, the final `finals[segment]` (the daemon's own allocation's descriptor, the caller's)
+   * or, where -1, a fresh one made here (E_OUT_OF_MEMORY; its descriptor in `fds`, the caller's),
+   * and its `commitCopies` (sources k > 0 only, `sources[k - 1]`, opened once for the call) queued
+   * as soon as it is made; done when it resolves, the sources closed. E_UPDATE_SOURCE,
+   * E_UPDATE_SIZE as cudaPullCommit's; a failure leaves nothing made.
    */
-  cudaPullCopies(deviceIndex: number, finals: number[], bytes: number[], sources: Buffer[], commitCopies: PackedCommitCopies): Promise<PullCopyTimings>;
+  cudaPullCopies(
+    deviceIndex: number,
+    finals: number[],
+    writes: boolean[],
+    bytes: number[],
+    sources: Buffer[],
+    commitCopies: PackedCommitCopies,
+  ): Promise<{ fds: number[]; timings: PullCopyTimings }>;
   /**
    * Digests `tensorRanges` (`file` indexing the segments) over the allocations behind "cuda-fd"
    * descriptors `fds` (`bytes` each), imported read-only on visible device `deviceIndex` for the

@@ -40,18 +40,19 @@ export function shareSegment(service: RankService, index: number): number {
 }
 
 /**
- * A final allocation for the rank's segment at `index`, made before its commit (a pull's, as its
- * tensors are named): fresh memory, its descriptor the caller's, handed to no other process.
+ * A pull's early copies (cudaPull.ts batchPlan) into the finals of the segments the request
+ * writes: `finals[segment]` where made already, else fresh ones made by the call, each segment's
+ * copies queued as soon as it is made (the GPU copies one while the next is allocated). Resolves
+ * once they are done, with the descriptors of the finals it made (the caller's; -1 elsewhere):
+ * the daemon's own allocations, handed to no other process.
  */
-export function makeFinal(service: RankService, index: number): Promise<number> {
+export function copyPulled(
+  service: RankService,
+  finals: number[],
+  plan: { sources: Buffer[]; copies: CommitCopy[]; segments: boolean[] },
+): Promise<{ fds: number[]; timings: PullCopyTimings }> {
   const { rank } = service;
-  return addon().cudaStagingFresh(rank.device.index, rank.segments[index]!.bytes);
-}
-
-/** A pull's early copies (cudaPull.ts batchPlan) into the finals `finals` (per segment, -1 where none); resolves once they are done. */
-export function copyPulled(service: RankService, finals: number[], plan: { sources: Buffer[]; copies: CommitCopy[] }): Promise<PullCopyTimings> {
-  const { rank } = service;
-  return addon().cudaPullCopies(rank.device.index, finals, rank.segments.map((s) => s.bytes), plan.sources, packCommitCopies(plan.copies));
+  return addon().cudaPullCopies(rank.device.index, finals, plan.segments, rank.segments.map((s) => s.bytes), plan.sources, packCommitCopies(plan.copies));
 }
 
 /**

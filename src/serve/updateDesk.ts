@@ -12,7 +12,7 @@ import { writtenVersionFingerprint, type Fingerprint } from '../checkpoint/finge
 import { addon, type CommitTimings, type PullCopyTimings } from '../native/addon.js';
 import { packTensorRanges } from '../native/fillRecords.js';
 import { batchPlan, commitGaps, pulledSegments, recordPulls, refuseUnlessPullable, rehashedUnderPull, type Pull, type PulledTensor } from './cudaPull.js';
-import { commitCudaPart, copyPulled, makeFinal, refuseUnlessCudaFd, shareSegment, stageSegment } from './cudaUpdateSegments.js';
+import { commitCudaPart, copyPulled, refuseUnlessCudaFd, shareSegment, stageSegment } from './cudaUpdateSegments.js';
 import type { Caller } from './leaseTable.js';
 import type { RankService } from './rankService.js';
 
@@ -88,7 +88,7 @@ interface Part {
   finals?: number[];
   pulling?: Promise<void>;
   pullFailed?: unknown;
-  pullTimings?: { allocateMs: number } & Omit<PullCopyTimings, 'nativeMs'>;
+  pullTimings?: Omit<PullCopyTimings, 'nativeMs'>;
 }
 
 /** The "update sealed" line's split of a commit that the native timings do not cover, in milliseconds. */
@@ -383,18 +383,13 @@ export class UpdateDesk {
     part.pulling = (part.pulling ?? Promise.resolve())
       .then(async () => {
         if (update.ended || part.pullFailed) return;
-        const t = performance.now();
-        const made = await Promise.allSettled(
-          plan.segments.map((writes, i) => (writes && finals[i]! < 0 ? makeFinal(service, i).then((fd) => void (finals[i] = fd)) : undefined)),
-        );
-        spent.allocateMs += performance.now() - t;
-        const failed = made.find((m) => m.status === 'rejected');
-        if (failed) throw failed.reason;
-        if (update.ended || plan.copies.length === 0) return;
-        const copied = await copyPulled(service, finals, plan);
-        spent.openMs += copied.openMs;
-        spent.mapMs += copied.mapMs;
-        spent.copyMs += copied.copyMs;
+        const { fds, timings } = await copyPulled(service, finals, plan);
+        // Kept even when the update ended meanwhile: #end closes them once this settled.
+        fds.forEach((fd, i) => fd >= 0 && (finals[i] = fd));
+        spent.allocateMs += timings.allocateMs;
+        spent.openMs += timings.openMs;
+        spent.mapMs += timings.mapMs;
+        spent.copyMs += timings.copyMs;
       })
       .catch((err: unknown) => {
         part.pullFailed ??= err;
