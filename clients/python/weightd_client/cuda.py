@@ -16,12 +16,14 @@ import contextlib
 import ctypes
 import logging
 import threading
+import time
 import uuid as uuidlib
 import weakref
 from typing import Any, Callable, Dict, Iterator, List, Optional
 
 from .protocol import WeightdError
 from .columns import check_same_placement, same_uuid
+from .prepared_remap import PreparedRemap
 from .tensors import SegmentViews, by_name, torch_by_name
 
 CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS = 0x1
@@ -355,6 +357,10 @@ class CudaMapping:
         self._close_requested = False
         self._closed = False
         self._then: Optional[Callable[[], None]] = None
+        # Switches imported ahead and not yet finished or discarded: their imports go at close.
+        self._prepared: "set[PreparedRemap]" = set()
+        #: What the last remap did: segments remapped and skipped, seconds (None before any).
+        self.last_switch: Optional[Dict[str, Any]] = None
         try:
             with self._current():
                 fd_segs = [seg for seg in state["segments"] if seg["handle"] == CUDA_FD_HANDLE]
@@ -381,14 +387,21 @@ class CudaMapping:
                 self.close()
             raise
 
-    def remap(self, state: Dict[str, Any], segment_fds: Dict[int, int]) -> None:
-        """Puts the memory of another served version behind this mapping, in place: every
-        segment's address range is unmapped and mapped again to the new allocation, so every
-        ``data_ptr`` (and a CUDA graph captured over them) stays valid and reads the new bytes.
-        ``state`` is that version's get_state reply, ``segment_fds`` its descriptors (the caller
-        closes them). It must place every tensor exactly where this one does; the device is
-        synchronized first, so call it between steps. All or nothing: on any failure every
-        segment maps what it mapped before."""
+    def changed_segments(self, state: Dict[str, Any]) -> List[int]:
+        """The segments of ``state`` (another version's get_state reply) whose memory is not the
+        allocation this maps there: every one but those the daemon names as the same allocation
+        (each segment's ``memory``: a version that shares a segment with its base names the
+        base's). A segment without a name, on either side, counts as changed."""
+        mapped = {seg["segment"]: seg.get("memory") for seg in self.state["segments"]}
+        return [seg["segment"] for seg in state["segments"] if seg.get("memory") is None or mapped.get(seg["segment"]) != seg["memory"]]
+
+    def prepare_remap(self, state: Dict[str, Any], segment_fds: Dict[int, int]) -> "PreparedRemap":
+        """Step one of ``remap``, which the engine may run ahead (during a step): checks that
+        ``state`` places every tensor exactly where this mapping does and imports the allocation
+        of each segment that changes (``changed_segments``); the others are kept as they are
+        mapped, and need no descriptor. Nothing is mapped yet: the views still read this
+        version. ``segment_fds``: the changed segments' descriptors at least (the caller closes
+        them). Pass the result to ``finish_remap``, or ``discard()`` it."""
         with self._lock:
             if self._close_requested or self._closed:
                 raise CudaError("E_CLOSED", "this mapping is closed; attach again instead of remapping it")
@@ -400,32 +413,90 @@ class CudaMapping:
                 "remapping in place needs a daemon run with --cuda-handles fd",
             )
         check_same_placement(self.state, state, CudaError)
-        missing = sorted(set(self._fd_segments) - set(segment_fds))
+        changed = self.changed_segments(state)
+        missing = sorted(set(changed) - set(segment_fds))
         if missing:
             raise CudaError("E_NO_SEGMENT_FDS", f"segment(s) {missing} have no descriptor in segment_fds; pass get_segment_fds' reply for the new lease")
-        d = self.driver
+        prepared = PreparedRemap(self, state, len(self._fd_segments) - len(changed))
         with self._current():
-            imported: Dict[int, int] = {}
+            try:
+                for n in changed:
+                    prepared.held[n] = self._fd_segments[n].import_handle(segment_fds[n])
+            except BaseException:
+                with contextlib.suppress(CudaError):  # the failure that stopped the import is the one to report
+                    self._release_imports(prepared)
+                raise
+        with self._lock:
+            self._prepared.add(prepared)
+        return prepared
+
+    def finish_remap(self, prepared: "PreparedRemap") -> Dict[str, Any]:
+        """Step two of ``remap``: puts ``prepared``'s allocations behind their segments' address
+        ranges (unmap, map at the same address, set access), so every ``data_ptr`` (and a CUDA
+        graph captured over them) stays valid and reads the new bytes; the replaced allocations
+        are released. The device is synchronized first, so call it between steps. All or
+        nothing: on any failure every segment maps what it mapped before, and ``prepared``'s
+        imports are released. Returns what it did: segments remapped and skipped, seconds."""
+        with self._lock:
+            stale = prepared.mapping is not self or prepared not in self._prepared
+        if stale:
+            raise CudaError("E_SWITCH_STALE", "this prepared switch was finished or discarded already, or is of another mapping; prepare it again")
+        if prepared.against is not self.state:
+            self.discard(prepared)
+            raise CudaError("E_SWITCH_STALE", "this mapping switched since the switch was prepared, so what it imported may not be what changes now; prepare it again")
+        d = self.driver
+        started = time.perf_counter()
+        with self._current():
             replaced: Dict[int, int] = {}
             try:
-                for n, seg in self._fd_segments.items():
-                    imported[n] = seg.import_handle(segment_fds[n])
                 # Nothing this process queued may still read the old bytes or run over the
-                # unmapped range (cuMemUnmap under running work is undefined).
-                d.check(d.cuCtxSynchronize(), "cuCtxSynchronize")
-                for n, seg in self._fd_segments.items():
-                    replaced[n] = seg.swap(imported[n])
-                    del imported[n]
+                # unmapped range (cuMemUnmap under running work is undefined). A switch that
+                # changes no segment touches nothing, so it has nothing to wait for.
+                if prepared.held:
+                    d.check(d.cuCtxSynchronize(), "cuCtxSynchronize")
+                for n in list(prepared.held):
+                    replaced[n] = self._fd_segments[n].swap(prepared.held[n])
+                    del prepared.held[n]
             except BaseException:
                 with contextlib.suppress(CudaError):  # the failure that stopped the remap is the one to report
                     for n, old in replaced.items():
-                        imported[n] = self._fd_segments[n].swap(old)
-                    for n, handle in imported.items():
-                        self._fd_segments[n].release(handle)
+                        prepared.held[n] = self._fd_segments[n].swap(old)
+                    self._release_imports(prepared)
                 raise
+            finally:
+                with self._lock:
+                    self._prepared.discard(prepared)
             for n, old in replaced.items():
                 self._fd_segments[n].release(old)
-        self.state = state
+        self.state = prepared.state
+        self.last_switch = {"remapped": sorted(replaced), "skipped": prepared.skipped, "seconds": time.perf_counter() - started}
+        return self.last_switch
+
+    def remap(self, state: Dict[str, Any], segment_fds: Dict[int, int]) -> Dict[str, Any]:
+        """Puts the memory of another served version behind this mapping, in place:
+        ``prepare_remap`` then ``finish_remap`` (each says what it does and when to call it)."""
+        return self.finish_remap(self.prepare_remap(state, segment_fds))
+
+    def discard(self, prepared: "PreparedRemap") -> None:
+        """Gives back what ``prepared`` imported (a switch that will not happen); idempotent."""
+        with self._lock:
+            if prepared not in self._prepared:
+                return
+            self._prepared.discard(prepared)
+        with self._current():
+            self._release_imports(prepared)
+
+    def _release_imports(self, prepared: "PreparedRemap") -> None:
+        """Releases every import ``prepared`` still holds (context current); raises the first failure after trying every one."""
+        failures: List[BaseException] = []
+        for n, handle in list(prepared.held.items()):
+            del prepared.held[n]
+            try:
+                self._fd_segments[n].release(handle)
+            except CudaError as err:
+                failures.append(err)
+        if failures:
+            raise failures[0]
 
     @property
     def read_only(self) -> bool:
@@ -559,6 +630,13 @@ class CudaMapping:
         failures: List[BaseException] = []
         try:
             with self._current():
+                with self._lock:
+                    pending, self._prepared = list(self._prepared), set()
+                for prepared in pending:
+                    try:
+                        self._release_imports(prepared)
+                    except CudaError as err:
+                        failures.append(err)
                 for seg, ptr in list(self.pointers.items()):
                     del self.pointers[seg]
                     try:
