@@ -213,9 +213,11 @@ def daemon_switch_shared() -> None:
         json.dump({"rules": [], "segmentBytes": 1 << 20}, f)
     d = _Driver.get()
     calls: dict = {}
+    total: dict = {}  # since the process started: what FAKE_CUDA_VMM_FAIL's N counts
     for name in ("cuMemImportFromShareableHandle", "cuMemMap", "cuMemUnmap", "cuMemSetAccess", "cuMemRelease", "cuCtxSynchronize"):
         def counted(*args, _f=getattr(d, name), _n=name):
             calls[_n] = calls.get(_n, 0) + 1
+            total[_n] = total.get(_n, 0) + 1
             return _f(*args)
         setattr(d, name, counted)
     out: dict = {}
@@ -232,7 +234,9 @@ def daemon_switch_shared() -> None:
             client.conn.request_fds = counting_request_fds
             name = client.ping()["name"]
             base = served_fingerprint(client, name, 0)
+            calls.clear()
             reader = client.attach(base, device=0, tensor_format="memoryview")
+            out["attachCalls"] = dict(calls)
             pointers = {n: t.pointer for n, t in reader.tensors.items()}
             out["segments"] = len(reader.state["segments"])
             out["memoryNamed"] = all(isinstance(seg.get("memory"), str) for seg in reader.state["segments"])
@@ -280,6 +284,22 @@ def daemon_switch_shared() -> None:
             reader.switch_to(v3["fingerprint"])
             out["prepared"] = {"calls": dict(calls), "fds": sum(received), "did": {k: v for k, v in reader.last_switch.items() if k != "seconds"}}
             out["preparedReads"] = reads(again)
+            # To version 1 (retained): two segments differ, apart (two runs). A map that fails
+            # midway puts every segment back: the views read version 3 under its lease. (A
+            # failing read-only access is taken for a driver that refuses read-only mappings and
+            # retried read-write, so it is not a failure to inject here.)
+            for call, nth in (("cuMemMap", 2),):
+                os.environ["FAKE_CUDA_VMM_FAIL"] = f"{call}:{total.get(call, 0) + nth}"
+                try:
+                    reader.switch_to(v1["fingerprint"])
+                    out[f"{call}Failed"] = None
+                except Exception as err:  # noqa: BLE001 - the code and what is left are checked
+                    out[f"{call}Failed"] = [getattr(err, "code", str(err)), reads(again), reader.state["fingerprint"] == v3["fingerprint"],
+                                            [len(client.stats(fp)["leases"]) for fp in (v1["fingerprint"], v3["fingerprint"])]]
+                del os.environ["FAKE_CUDA_VMM_FAIL"]
+            out["twoRuns"] = switched(v1["fingerprint"])
+            out["twoRunsReads"] = reads(full)
+            out["backToV3"] = switched(v3["fingerprint"])
             # Back to version 2 (retained): only the segment v3 wrote differs.
             out["back"] = switched(v2["fingerprint"])
             out["backReads"] = reads(partial)

@@ -251,9 +251,12 @@ def test_switch_to_remaps_only_the_segments_the_new_version_does_not_share_and_a
     assert n > 2 and got["memoryNamed"], "get_state names each cuda-fd segment's memory"
 
     def remap_calls(k, imports=None):
-        # k segments remapped: one import, unmap, map, read-only access and release of the replaced allocation each.
-        calls = {"cuMemImportFromShareableHandle": k if imports is None else imports, "cuCtxSynchronize": 1, "cuMemUnmap": k, "cuMemMap": k, "cuMemSetAccess": k, "cuMemRelease": k}
+        # k segments remapped: one import, unmap, map and release of the replaced allocation each,
+        # and one read-only access for each run of neighbours (here the k are one run).
+        calls = {"cuMemImportFromShareableHandle": k if imports is None else imports, "cuCtxSynchronize": 1, "cuMemUnmap": k, "cuMemMap": k, "cuMemSetAccess": 1, "cuMemRelease": k}
         return {c: v for c, v in calls.items() if v}
+
+    assert got["attachCalls"]["cuMemSetAccess"] == 1 and got["attachCalls"]["cuMemMap"] == n, "attach maps every segment side by side and gives access once"
 
     assert got["full"] == {"calls": remap_calls(n), "fds": n, "did": {"remapped": list(range(n)), "skipped": 0}} and got["fullReads"]
     one = got["oneSegment"]
@@ -264,6 +267,10 @@ def test_switch_to_remaps_only_the_segments_the_new_version_does_not_share_and_a
     assert got["leasesWhilePrepared"] == [1, 1]
     assert got["prepared"]["calls"] == remap_calls(1, imports=0) and got["prepared"]["fds"] == 0 and got["prepared"]["did"]["skipped"] == n - 1, "the switch after a prepare imports nothing"
     assert got["preparedReads"]
+    assert got["cuMemMapFailed"] == ["E_CUDA", True, True, [0, 1]], "a map failing midway: every segment back, the old lease kept, the new one dropped"
+    two = sorted([one, got["prepared"]["did"]["remapped"][0]])
+    assert got["twoRuns"]["did"] == {"remapped": two, "skipped": n - 2} and got["twoRuns"]["calls"]["cuMemSetAccess"] == (1 if two[1] == two[0] + 1 else 2), "one access call per run of neighbouring segments"
+    assert got["twoRunsReads"]
     assert got["back"]["did"]["skipped"] == n - 1 and got["back"]["fds"] == 1 and got["backReads"], "back to a retained version: only the segment that differs"
     assert got["same"] == {"calls": {}, "fds": 0, "did": {"remapped": [], "skipped": n}}, "switching to the version mapped touches nothing"
     assert got["unnamedChanged"] == list(range(n)), "segments whose memory is not named are remapped, as before names"
