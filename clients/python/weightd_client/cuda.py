@@ -5,7 +5,7 @@ One handle per segment, not per tensor: attach time does not grow with the tenso
 segment's handle is either a legacy ``CUipcMemHandle`` (64 bytes, base64 on the wire) or
 ``"cuda-fd"`` (a daemon run with ``--cuda-handles fd``): VMM memory whose POSIX descriptor comes
 over the socket (get_segment_fds) and is imported with cuMemImportFromShareableHandle, then mapped
-at an address range of its own (docs/protocol.md). Both are opened in the device's primary
+in one address range reserved for all of an attach's segments, side by side (docs/protocol.md). Both are opened in the device's primary
 context, the one PyTorch's runtime uses, so the tensors live in torch's own context.
 """
 
