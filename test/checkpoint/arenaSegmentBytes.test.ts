@@ -64,7 +64,7 @@ test("'host' cuts at most 16 segments a rank: 1.25 GiB in 14 of 96 MiB, each but
   }
 });
 
-test("'host' leaves a small arena whole: the example model, and 96 MiB, plan as 'whole' does", async () => {
+test("'host' leaves an arena below 128 MiB whole, as 'whole' plans it (the example model, 96 MiB), and cuts one of 128 MiB in two", async () => {
   const same = async (modelDir: string) => {
     const whole = await planCheckpoint(modelDir, { tpSize: 1 });
     const host = await planCheckpoint(modelDir, { tpSize: 1, segments: 'host' });
@@ -72,12 +72,16 @@ test("'host' leaves a small arena whole: the example model, and 96 MiB, plan as 
     assert.equal(JSON.parse(JSON.stringify(host)), JSON.parse(JSON.stringify(whole)));
   };
   await same(exampleModel);
-  const dir = makeTempDir('host-seg-small');
+  const small = makeTempDir('host-seg-small');
+  const least = makeTempDir('host-seg-least');
   try {
-    await writeSparseLlama(dir, 3);
-    await same(dir);
+    await writeSparseLlama(small, 3);
+    await same(small);
+    await writeSparseLlama(least, 4);
+    assert.equal((await planCheckpoint(least, { tpSize: 1, segments: 'host' })).ranks[0]!.segments, [2 * LAYER_BYTES, 2 * LAYER_BYTES]);
   } finally {
-    removeDir(dir);
+    removeDir(small);
+    removeDir(least);
   }
 });
 
@@ -90,6 +94,7 @@ test("a plan file's segmentBytes wins over 'host', larger or smaller", async () 
       writeFileSync(path, JSON.stringify({ rules: [], segmentBytes }));
       return path;
     };
+    assert.is((await planCheckpoint(dir, { tpSize: 1, segments: 'host' })).ranks[0]!.segments.length, 6);
     const larger = await planCheckpoint(dir, { tpSize: 1, segments: 'host', planFile: planFile(1024 * MiB) });
     assert.equal(larger.ranks[0]!.segments, [12 * LAYER_BYTES]);
     const smaller = await planCheckpoint(dir, { tpSize: 1, segments: 'host', planFile: planFile(LAYER_BYTES) });
