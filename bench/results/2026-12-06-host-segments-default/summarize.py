@@ -14,7 +14,9 @@ for tree in ("base", "after"):
     rows = [p for p in phase if p["tree"].endswith(tree)]
     print(f"- fill-phase {tree}: segments {rows[0]['segments']}, allocate + fill median {med([r['totalMs'] for r in rows])} ms (best {round(min(r['totalMs'] for r in rows))}), "
           f"allocate {med([r['allocateMs'] for r in rows])}, fill {med([r['fillMs'] for r in rows])}, CPU {med([r['cpuMs'] for r in rows])} ms, load {min(r['loadavg'][0] for r in rows)}-{max(r['loadavg'][0] for r in rows)}")
-diffs = [a["totalMs"] - b["totalMs"] for b, a in zip(phase[0::2], phase[1::2])]
+# Consecutive rows are a pair, in either order (run2.sh and run3.sh swap it every pair).
+byPair = [sorted(phase[i:i + 2], key=lambda p: not p["tree"].endswith("base")) for i in range(0, len(phase) - 1, 2)]
+diffs = [a["totalMs"] - b["totalMs"] for b, a in byPair]
 print(f"- fill-phase paired (after - base): median {med(diffs)} ms, range {round(min(diffs))} to {round(max(diffs))}, {sum(d < 0 for d in diffs)} of {len(diffs)} faster\n")
 
 def invocation(folder):
