@@ -2,8 +2,9 @@
 // "Segments"). On the host backend a segment is one memfd, and the kernel makes a memfd's pages
 // and copies its pwrites under the file's inode lock, so one segment per rank makes the
 // allocation and the fill serial however many threads run them: 1.9 GB took 0.82 s to allocate
-// and fill in one segment, 0.55 s in seven (bench/results/2026-12-05-host-fill-alloc). The cut
-// is the plan's, not the device's, because a segment is what a client maps and a keeper keeps.
+// and fill in one segment, 0.55 s in seven (bench/results/2026-12-05-host-fill-alloc); as the
+// default, READY 0.31-0.35 s sooner with a core to spare (bench/results/2026-12-06-host-segments-default).
+// The cut is the plan's, not the device's, because a segment is what a client maps and a keeper keeps.
 
 /** Below twice this a host arena stays whole; no host segment is cut smaller (but the last). */
 export const HOST_SEGMENT_MIN_BYTES = 64 * 1024 * 1024;

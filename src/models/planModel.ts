@@ -3,7 +3,7 @@
 // options. Nothing is allocated, so every error here costs seconds, not minutes. Every model,
 // the node's first (prepareNode, on the devices it locked), those it starts with and those loaded
 // later, is planned by this.
-import { planCheckpoint } from '../checkpoint/planCheckpoint.js';
+import { planCheckpoint, type PlanOptions } from '../checkpoint/planCheckpoint.js';
 import type { SegmentCut } from '../checkpoint/arenaSegmentBytes.js';
 import { WeightdError } from '../errors.js';
 import type { CheckpointPlan } from '../checkpoint/types.js';
@@ -145,7 +145,7 @@ function logPlanned(spec: ModelSpec, localRanks: { nodeRank: number; localWorldS
   }
 }
 
-type Segments = SegmentCut | ((rankFingerprints: readonly string[]) => SegmentCut);
+type Segments = NonNullable<PlanOptions['segments']>;
 
 /** Plans the checkpoint of `spec` at its tp size from its files, logging this node's share of its ranks. */
 async function planSpec(spec: ModelSpec, localRanks: { nodeRank: number; localWorldSize: number }, segments: Segments, log: Logger): Promise<CheckpointPlan> {
