@@ -182,7 +182,9 @@ class Attached:
         if self._detached:
             raise ProtocolError("E_CLOSED", "this attach was detached; attach again")
         pending, self._pending = self._pending, None
-        if pending is not None and pending.fingerprint != fingerprint:
+        # Prepared for another version, or against a mapping that switched since (through
+        # WeightdClient.switch): what it holds is not what this switch needs.
+        if pending is not None and (pending.fingerprint != fingerprint or pending.prepared.against is not self._mapping.state):
             self._client.drop_switch(self._mapping, pending)
             pending = None
         if pending is None:
