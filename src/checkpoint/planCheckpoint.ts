@@ -13,6 +13,7 @@ import { parseShards, sampleShards } from './parseShards.js';
 import { checkTensorsAgainstIndex, INDEX_FILE, readCheckpointIndex } from './readCheckpointIndex.js';
 import { readModelConfig, type ModelConfig } from './readModelConfig.js';
 import { readPlanFile } from './readPlanFile.js';
+import { arenaSegmentBytes, type SegmentCut } from './arenaSegmentBytes.js';
 import type { EngineLayout } from './layouts/engineLayout.js';
 import { CHECKPOINT_LAYOUT, engineLayout, isLayoutName, layoutNames, unknownLayoutMessage } from './layouts/layoutRegistry.js';
 import { layoutShard, shardPiece, type ShardLayout, type ShardPiece } from './shardTensor.js';
@@ -33,6 +34,12 @@ export interface PlanOptions {
   layouts?: readonly LayoutName[];
   /** A header-parsing pool to reuse (see parseShards.createHeaderPool); otherwise one is made when needed. */
   pool?: Piscina<HeaderTask, HeaderResult>;
+  /**
+   * How each rank's arena is cut when the plan file sets no segmentBytes (arenaSegmentBytes.ts;
+   * default 'whole'). A function picks once the ranks' fingerprints are known: a restart cuts an
+   * arena as the shards a keeper holds for it were cut, so that it adopts them.
+   */
+  segments?: SegmentCut | ((rankFingerprints: readonly string[]) => SegmentCut);
 }
 
 interface SourceTensor extends SafetensorsTensor {
@@ -373,10 +380,15 @@ export async function planCheckpoint(modelDir: string, opts: PlanOptions): Promi
     }
   }
   const contentTensors: ContentTensors = { names: all.map((t) => t.name), ranges: all.map((t) => ({ file: t.file, start: t.begin, end: t.end })) };
+  const fingerprints = Array.from({ length: tpSize }, (_, rank) => rankFingerprint(fingerprint, rank));
+  const cut = typeof opts.segments === 'function' ? opts.segments(fingerprints) : opts.segments ?? 'whole';
+  // Every rank's piece of a tensor has the same size, so one bound serves every rank's arena.
+  const arenaBound = planned.reduce((n, p) => n + alignUp(p.layout.bytes), 0);
+  const segmentBytes = arenaSegmentBytes(cut, arenaBound, planFile?.segmentBytes);
   const ranks: RankPlan[] = [];
   for (let rank = 0; rank < tpSize; rank++) {
     await yieldToEventLoop();
-    ranks.push({ ...planRank(planned, files, tpSize, rank, aliases, engines, planFile?.segmentBytes ?? Infinity), fingerprint: rankFingerprint(fingerprint, rank), contentTensors });
+    ranks.push({ ...planRank(planned, files, tpSize, rank, aliases, engines, segmentBytes), fingerprint: fingerprints[rank]!, contentTensors });
   }
   return { modelDir: dir, architecture: config.architecture, tpSize, fingerprint, fingerprintFields: fields, layouts: [CHECKPOINT_LAYOUT, ...engines.map((e) => e.name)], refusedLayouts, ranks, files: identities };
 }

@@ -26,7 +26,8 @@ const planSchema = z.strictObject({
   rules: z.array(z.strictObject({ pattern: z.string().min(1), rule: ruleSchema })),
   /**
    * Cut each rank's arena into segments of at least this many bytes, at tensor boundaries (absent:
-   * one segment): a writer's partial update copies only the segments it writes (docs/weight-updates.md).
+   * the backend's cut, arenaSegmentBytes.ts): a writer's partial update copies only the segments it
+   * writes (docs/weight-updates.md).
    */
   segmentBytes: z.number().int().min(1).max(Number.MAX_SAFE_INTEGER).optional(),
 });

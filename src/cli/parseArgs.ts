@@ -72,8 +72,9 @@ Environment:
   WEIGHTD_RDZV_RETRY_MAX_MS, WEIGHTD_RDZV_HANDSHAKE_MS, WEIGHTD_RDZV_JOIN_MS
                                  rendezvous clocks, in milliseconds
   WEIGHTD_SERVE_READ_TIMEOUT_MS, WEIGHTD_SERVE_IDLE_TIMEOUT_MS, WEIGHTD_SERVE_LEASE_SWEEP_MS,
-  WEIGHTD_SERVE_MAX_CONNECTIONS, WEIGHTD_SERVE_LOG_WINDOW_MS
-                                 socket server limits
+  WEIGHTD_SERVE_MAX_CONNECTIONS, WEIGHTD_SERVE_LOG_WINDOW_MS, WEIGHTD_SERVE_MAX_WATCHERS,
+  WEIGHTD_SERVE_EVENT_READ_TIMEOUT_MS
+                                 socket server limits (docs/protocol.md, Limits)
   WEIGHTD_SERVE_FILES_CHECK_MS   how long a check that a model's checkpoint files are unchanged
                                  stands before a get_state stats them again (default 1000; 0: always)
   WEIGHTD_FILL_DIGESTS_ON        cuda: where a fill, a writer's commit and verify hash content digests, gpu (default; the CPU where the kernel is missing) or cpu

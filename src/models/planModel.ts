@@ -3,7 +3,8 @@
 // options. Nothing is allocated, so every error here costs seconds, not minutes. Every model,
 // the node's first (prepareNode, on the devices it locked), those it starts with and those loaded
 // later, is planned by this.
-import { planCheckpoint } from '../checkpoint/planCheckpoint.js';
+import { planCheckpoint, type PlanOptions } from '../checkpoint/planCheckpoint.js';
+import type { SegmentCut } from '../checkpoint/arenaSegmentBytes.js';
 import { WeightdError } from '../errors.js';
 import type { CheckpointPlan } from '../checkpoint/types.js';
 import type { Logger } from '../log.js';
@@ -156,10 +157,12 @@ function logPlanned(spec: ModelSpec, localRanks: { nodeRank: number; localWorldS
   }
 }
 
+type Segments = NonNullable<PlanOptions['segments']>;
+
 /** Plans the checkpoint of `spec` at its tp size from its files, logging this node's share of its ranks. */
-async function planSpec(spec: ModelSpec, localRanks: { nodeRank: number; localWorldSize: number }, log: Logger): Promise<CheckpointPlan> {
+async function planSpec(spec: ModelSpec, localRanks: { nodeRank: number; localWorldSize: number }, segments: Segments, log: Logger): Promise<CheckpointPlan> {
   const started = performance.now();
-  const plan = await planCheckpoint(spec.modelDir, { tpSize: spec.tpSize, planFile: spec.planFile, layouts: spec.layouts });
+  const plan = await planCheckpoint(spec.modelDir, { tpSize: spec.tpSize, planFile: spec.planFile, layouts: spec.layouts, segments });
   logPlanned(spec, localRanks, plan, started, 'headers', log);
   return plan;
 }
@@ -169,9 +172,13 @@ async function planSpec(spec: ModelSpec, localRanks: { nodeRank: number; localWo
  * (src/keeper/keptPlan.ts), else the plan from the headers (a debug line says why), with the
  * field its records are to carry.
  */
-async function planKept(spec: ModelSpec, placement: ModelPlacement, devices: DeviceSlot[], kept: KeptAtStart, log: Logger): Promise<{ plan: CheckpointPlan; keptPlan?: KeptPlan }> {
+async function planKept(spec: ModelSpec, placement: ModelPlacement, devices: DeviceSlot[], cut: SegmentCut, kept: KeptAtStart, log: Logger): Promise<{ plan: CheckpointPlan; keptPlan?: KeptPlan }> {
   // Only with a keeper: a plain start loads neither these nor the record's schema.
-  const [{ findKeptPlan, packPlan, planInputIdentities, planKeyFields }, { keptPlanIn }] = await Promise.all([import('../keeper/keptPlan.js'), import('../keeper/keptRecord.js')]);
+  const [{ findKeptPlan, packPlan, planInputIdentities, planKeyFields }, { keptPlanIn }, { keptSegmentCut }] = await Promise.all([
+    import('../keeper/keptPlan.js'),
+    import('../keeper/keptRecord.js'),
+    import('../keeper/keptSegmentCut.js'),
+  ]);
   const started = performance.now();
   const fields = planKeyFields(spec, kept.writer);
   const local = { devices: devices.map((d) => d.uuid), firstGlobalRank: placement.nodeRank * placement.localWorldSize };
@@ -187,7 +194,7 @@ async function planKept(spec: ModelSpec, placement: ModelPlacement, devices: Dev
   } catch {
     // A file planning needs is missing: planning says so, by name.
   }
-  const plan = await planSpec(spec, placement, log);
+  const plan = await planSpec(spec, placement, keptSegmentCut(cut, spec.name, devices.map((d) => d.uuid), kept.records), log);
   if (inputs === undefined) return { plan };
   return { plan, keptPlan: await packPlan(plan, fields, inputs) };
 }
@@ -200,7 +207,9 @@ async function planKept(spec: ModelSpec, placement: ModelPlacement, devices: Dev
 export async function planModel(spec: ModelSpec, config: ModelNode, log: Logger, devices?: DeviceSlot[], kept?: KeptAtStart): Promise<PlannedModel> {
   const placement = modelPlacement(spec.tpSize, config);
   devices ??= (await localDevices({ device: config.device, localWorldSize: placement.localWorldSize, cudaHandles: config.cudaHandles }, log)).devices;
-  const { plan, keptPlan } = kept ? await planKept(spec, placement, devices, kept, log) : { plan: await planSpec(spec, placement, log) };
+  // A host arena is cut into segments by default (src/checkpoint/arenaSegmentBytes.ts); a cuda one is not.
+  const cut: SegmentCut = devices[0]?.backend === 'host' ? 'host' : 'whole';
+  const { plan, keptPlan } = kept ? await planKept(spec, placement, devices, cut, kept, log) : { plan: await planSpec(spec, placement, cut, log) };
   const local = plan.ranks.slice(placement.nodeRank * placement.localWorldSize, (placement.nodeRank + 1) * placement.localWorldSize);
   return { spec, placement, plan, devices, fill: await fillFor(config, devices, { ...plan, ranks: local }, log), ...(keptPlan ? { keptPlan } : {}) };
 }

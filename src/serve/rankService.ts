@@ -87,7 +87,7 @@ export class RankService {
     const d = r.device;
     this.deviceRef = { uuid: d.uuid, backend: d.backend, index: d.index, name: d.name };
     this.rankRef = { globalRank: r.globalRank, localRank: r.localRank, nodeRank: r.nodeRank, nnodes: r.nnodes, tpSize: r.tpSize };
-    const segments = r.segments.map((s) => ({ segment: s.segment, bytes: s.bytes, handle: servedHandle(s) }));
+    const segments = r.segments.map((s) => ({ segment: s.segment, bytes: s.bytes, handle: servedHandle(s), ...(s.memory !== undefined ? { memory: s.memory } : {}) }));
     this.#manifests = new Map(Object.entries(r.layouts).map(([layout, views]) => [
       layout,
       new EncodedManifest(

@@ -49,7 +49,8 @@ export const GetStateRequest = z.object({
   digests: z.boolean().optional(),
 });
 /** The descriptors of the segments a live lease of the caller's covers (host "fd" handles); the reply carries them as SCM_RIGHTS. */
-export const GetSegmentFdsRequest = z.object({ id: requestId, cmd: z.literal('get_segment_fds'), leaseId });
+/** `segments`: only these segments' descriptors (a switch between versions needs only those it does not map already). */
+export const GetSegmentFdsRequest = z.object({ id: requestId, cmd: z.literal('get_segment_fds'), leaseId, segments: z.array(count0).max(1 << 20).optional() });
 export const ReleaseRequest = z.object({ id: requestId, cmd: z.literal('release'), force: z.boolean().optional(), fingerprint: versionOf });
 export const DetachRequest = z.object({ id: requestId, cmd: z.literal('detach'), leaseId: leaseId.optional() });
 export const StatsRequest = z.object({ id: requestId, cmd: z.literal('stats'), fingerprint: versionOf });
@@ -182,8 +183,13 @@ export const TensorColumns = z.object({
   bytes: z.array(count),
 });
 export type TensorColumns = z.infer<typeof TensorColumns>;
-/** handle: "fd" (host: a sealed memfd, sent by get_segment_fds) or the cuda backend's legacy IPC handle, base64. */
-export const SegmentRef = z.object({ segment: count, bytes: count, handle: z.string() });
+/**
+ * handle: "fd" (host: a sealed memfd, sent by get_segment_fds) or the cuda backend's legacy IPC handle, base64.
+ * memory: names the memory behind the segment (a memfd's inode, the daemon's name of a cuda-fd allocation):
+ * two segments with the same name are the same allocation, so a client switching between versions that
+ * share it keeps its mapping (issue 31). Absent where the daemon has no name (legacy IPC handles).
+ */
+export const SegmentRef = z.object({ segment: count, bytes: count, handle: z.string(), memory: z.string().optional() });
 export type SegmentRef = z.infer<typeof SegmentRef>;
 export const LeaseInfo = z.object({
   /** A hash of the lease id, never the id: the id proves ownership, so only its holder sees it. */

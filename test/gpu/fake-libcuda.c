@@ -861,20 +861,40 @@ static void logAccess(const struct vmm* v, int flags) {
   close(fd);
 }
 
+// The mapping that starts exactly at p, if any. Called with the lock held.
+static struct alloc* mappingAt(const char* p) {
+  for (int i = 0; i < nallocs; ++i) {
+    struct alloc* a = &allocs[i];
+    if (a->live && a->vmm && a->base == p) return a;
+  }
+  return NULL;
+}
+
 CUresult cuMemSetAccess(CUdeviceptr ptr, size_t bytes, const AccessDesc* desc, size_t count) {
   NEED_CTX();
   pthread_mutex_lock(&lock);
-  struct alloc* a = mappingIn((char*)(uintptr_t)ptr, bytes);
+  char* p = (char*)(uintptr_t)ptr;
   CUresult rc = OK;
   if (failHere("cuMemSetAccess")) rc = E_OOM;
-  // One mapping, whole, for the GPU that holds it: read-write (flags 3), or read-only (flags 1:
-  // a write through it faults) unless FAKE_CUDA_NO_READ_ONLY plays a driver that refuses that.
-  else if (!a || a->base != (char*)(uintptr_t)ptr || a->bytes != bytes || count != 1 || desc[0].location.type != 1 ||
-           desc[0].location.id != a->device || (desc[0].flags != 3 && (desc[0].flags != 1 || getenv("FAKE_CUDA_NO_READ_ONLY")))) rc = E_INVALID_VALUE;
+  // A fully mapped range (the driver's rule): whole mappings, one after another with no hole,
+  // all on the GPU the access is for, read-write (flags 3), or read-only (flags 1: a write
+  // through it faults) unless FAKE_CUDA_NO_READ_ONLY plays a driver that refuses that.
+  else if (bytes == 0 || count != 1 || desc[0].location.type != 1 || (desc[0].flags != 3 && (desc[0].flags != 1 || getenv("FAKE_CUDA_NO_READ_ONLY")))) rc = E_INVALID_VALUE;
+  else {
+    for (char* at = p; at < p + bytes;) {
+      struct alloc* a = mappingAt(at);
+      if (!a || a->base + a->bytes > p + bytes || desc[0].location.id != a->device) { rc = E_INVALID_VALUE; break; }
+      at += a->bytes;
+    }
+  }
   if (rc == OK) {
-    if (mprotect(a->base, a->bytes, desc[0].flags == 1 ? PROT_READ : PROT_READ | PROT_WRITE) != 0) die("mprotect");
-    a->kind = K_DEVICE;
-    logAccess(&vmms[a->vmm - 1], desc[0].flags);
+    for (char* at = p; at < p + bytes;) {
+      struct alloc* a = mappingAt(at);
+      if (mprotect(a->base, a->bytes, desc[0].flags == 1 ? PROT_READ : PROT_READ | PROT_WRITE) != 0) die("mprotect");
+      a->kind = K_DEVICE;
+      logAccess(&vmms[a->vmm - 1], desc[0].flags);
+      at += a->bytes;
+    }
   }
   pthread_mutex_unlock(&lock);
   return rc;

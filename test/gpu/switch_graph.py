@@ -13,7 +13,9 @@ shapes and so the same placement; other weights), runs one daemon serving both w
   3. switch_to(version 1): every data_ptr the same, the replayed graph's logits equal to the disk
      model of version 1, with no recapture;
   4. switch_to(version 0) again: equal to version 0's;
-  5. times switch_to (median of 9, each way) and says how much memory it remapped;
+  5. times switch_to (median of 9, each way), plain and after prepare_switch (lease, descriptors
+     and imports ahead, outside the time), and says what it remapped (every segment: two
+     checkpoints share no memory);
   6. a stranger fingerprint is a Mismatch and changes nothing;
   7. a weight update from a new checkpoint directory, as an engine follows it: `weightd ctl load
      --model v2 --name v0` (hot swap), the engine hears model_ready on its watch and switches to
@@ -109,17 +111,30 @@ def main() -> int:
         attached.switch_to(e0.fingerprint, e0.fields)
         step("switch_to(version 0) again gives version 0's logits", torch.equal(replay(), want0))
 
-        times = {"to1": [], "to0": []}
+        # Each way, plain and with prepare_switch first (its lease, descriptors and imports done
+        # outside the time, as an engine would at the event): what switch_to itself costs.
+        times = {"to1": [], "to0": [], "to1Prepared": [], "to0Prepared": [], "prepare": []}
+        did = []
         for _ in range(9):
-            for key, e in (("to1", e1), ("to0", e0)):
-                t0 = time.perf_counter()
-                attached.switch_to(e.fingerprint, e.fields)
-                times[key].append((time.perf_counter() - t0) * 1e3)
-        seg_bytes = sum(int(s["bytes"]) for s in attached.state["segments"])
+            for prepared in (False, True):
+                for key, e in (("to1", e1), ("to0", e0)):
+                    if prepared:
+                        t0 = time.perf_counter()
+                        attached.prepare_switch(e.fingerprint, e.fields)
+                        times["prepare"].append((time.perf_counter() - t0) * 1e3)
+                    t0 = time.perf_counter()
+                    attached.switch_to(e.fingerprint, e.fields)
+                    times[key + ("Prepared" if prepared else "")].append((time.perf_counter() - t0) * 1e3)
+                    did.append((len(attached.last_switch["remapped"]), attached.last_switch["skipped"]))
+        sizes = {s["segment"]: int(s["bytes"]) for s in attached.state["segments"]}
+        seg_bytes = sum(sizes[n] for n in attached.last_switch["remapped"])
         result["switchMs"] = {k: {"median": round(statistics.median(v), 3), "min": round(min(v), 3), "max": round(max(v), 3)} for k, v in times.items()}
         result["remappedBytes"] = seg_bytes
         result["segments"] = len(attached.state["segments"])
-        step("switch_to timed (median of 9 each way)", True, switchMs=result["switchMs"], remappedGiB=round(seg_bytes / 2**30, 3), segments=result["segments"])
+        # Two checkpoints share no allocation: every switch remaps every segment.
+        result["remappedSkipped"] = sorted(set(did))
+        step("switch_to timed (median of 9 each way, plain and prepared)", bool(did) and all(r == (result["segments"], 0) for r in did),
+             switchMs=result["switchMs"], remappedGiB=round(seg_bytes / 2**30, 3), segments=result["segments"], remappedSkipped=result["remappedSkipped"])
         step("after the timed switches, version 0's logits", torch.equal(replay(), want0))
 
         miss = attached.switch_to("0" * 64)

@@ -19,7 +19,9 @@ the trainer's copies of both seeds with their flat buffers), runs a daemon servi
      then seed 1's with every data_ptr the same;
   4. a one-layer update over it: layer 0 from seed 0 (begin_update(tensors=...), only its
      segments copied); after switch_to the graph gives the logits of seed 1 with seed 0's
-     layer 0 (from disk);
+     layer 0 (from disk); then prepare_switch (lease, descriptors and imports of the segments
+     that differ) and switch_to, back to version 1 and forward to version 2: the graph gives each
+     one's logits;
   5. full updates by pull (begin_update(source="pull"), pull_from, commit: the daemon copies the
      trainer's own tensors once, device to device, into the version's memory), seed 0 and seed 1 in
      turn, R times each: after each switch_to the replayed graph gives that seed's disk logits.
@@ -28,7 +30,8 @@ the trainer's copies of both seeds with their flat buffers), runs a daemon servi
      in the daemon's layout (one handle; the copies of neighbouring tensors merge);
   6. the times of begin, write or pull, commit and switch_to of each (a pull's commit split as the
      daemon logs it: finals made and tensors copied at pull time, then at commit the wait for them,
-     the gaps and digests, the publication, the rest), beside torch's
+     the gaps and digests, the publication, the rest; a switch's segments remapped and skipped as
+     shared with the version mapped, and its remap's own ms), beside torch's
      device-to-device copy of the same bytes (the ceiling, median of 5), and issue 31's target for
      the pull: the update (begin to commit) within 1.5x that copy, and switch_to within 5 ms;
   7. detach; the daemon exits 0 on SIGTERM.
@@ -157,13 +160,24 @@ def main() -> int:
             times = {"beginSeconds": round(t1 - t0, 4), "writeSeconds": round(t2 - t1, 4), "commitSeconds": round(t3 - t2, 4), "totalSeconds": round(t3 - t0, 4)}
             return done, times, copied
 
+        def switch(fingerprint, prepared=False):
+            """switch_to, timed; what it did (segments remapped and skipped, the remap's own ms).
+            ``prepared``: prepare_switch first (lease, descriptors, imports), outside the time."""
+            if prepared:
+                t = time.perf_counter()
+                attached.prepare_switch(fingerprint)
+                prepare_ms = round((time.perf_counter() - t) * 1e3, 3)
+            t = time.perf_counter()
+            attached.switch_to(fingerprint)
+            ms = round((time.perf_counter() - t) * 1e3, 3)
+            did = attached.last_switch
+            return {"switchMs": ms, **({"prepareMs": prepare_ms} if prepared else {}), "remapped": len(did["remapped"]), "skipped": did["skipped"], "remapMs": round(did["seconds"] * 1e3, 3)}
+
         full, times, copied = update(base, seed1)
         result["full"] = {**times, "segmentsCopied": copied, "writtenBytes": total}
         step("a full update commits a new version", full.get("version") == 1 and not full["waiting"], reply=full, **times)
         step("the engine reads version 0 until it switches", torch.equal(replay(), want0))
-        t = time.perf_counter()
-        attached.switch_to(full["fingerprint"])
-        result["full"]["switchMs"] = round((time.perf_counter() - t) * 1e3, 3)
+        result["full"].update(switch(full["fingerprint"]))
         got1 = replay()
         step("after switch_to the same graph gives seed 1's logits, every data_ptr the same",
              torch.equal(got1, want1) and {n: p.data_ptr() for n, p in model.named_parameters()} == pointers,
@@ -175,9 +189,7 @@ def main() -> int:
         layer_bytes = sum(seed0[n].numel() * seed0[n].element_size() for n in layer0)
         result["oneLayer"] = {**times, "segmentsCopied": copied, "segmentsShared": segments - copied, "writtenBytes": layer_bytes}
         step("a one-layer update copies only that layer's segments", one.get("version") == 2 and copied < segments, copied=copied, segments=segments, **times)
-        t = time.perf_counter()
-        attached.switch_to(one["fingerprint"])
-        result["oneLayer"]["switchMs"] = round((time.perf_counter() - t) * 1e3, 3)
+        result["oneLayer"].update(switch(one["fingerprint"]))
 
         def with_layer0_of_seed0(m):
             with torch.no_grad():
@@ -189,6 +201,14 @@ def main() -> int:
         got = replay()
         step("after switch_to the graph gives seed 1 with seed 0's layer 0", torch.equal(got, want_mixed),
              maxAbsDiff=float((got.float() - want_mixed.float()).abs().max()), switchMs=result["oneLayer"]["switchMs"])
+        # The same one-layer difference with the imports done ahead (prepare_switch, as an engine
+        # would at the event): back to version 1 (retained) and forward to version 2 again.
+        back = switch(full["fingerprint"], prepared=True)
+        back_ok = torch.equal(replay(), want1)
+        forth = switch(one["fingerprint"], prepared=True)
+        result["oneLayerPrepared"] = {"back": back, "forth": forth}
+        step("prepare_switch then switch_to, one layer's segments back and forth: the graph gives each version's logits",
+             back_ok and torch.equal(replay(), want_mixed) and {n: p.data_ptr() for n, p in model.named_parameters()} == pointers, back=back, forth=forth)
         result["fullOverDeviceToDevice"] = round(result["full"]["totalSeconds"] / d2d_s, 2)
 
         def daemon_lines(marker):
@@ -239,12 +259,10 @@ def main() -> int:
             for rep in range(a.pull_reps):
                 for seed, weights, want in ((0, weights0, want0), (1, weights1, want1)):
                     done, times = pull(over, weights)
-                    t = time.perf_counter()
-                    attached.switch_to(done["fingerprint"])
-                    switch_ms = round((time.perf_counter() - t) * 1e3, 3)
+                    did = switch(done["fingerprint"])
                     got = replay()
                     same = {n: p.data_ptr() for n, p in model.named_parameters()} == pointers
-                    rows.append({"rep": rep, "seed": seed, "version": done.get("version"), **times, "switchMs": switch_ms, "logitsEqual": bool(torch.equal(got, want)) and same})
+                    rows.append({"rep": rep, "seed": seed, "version": done.get("version"), **times, **did, "logitsEqual": bool(torch.equal(got, want)) and same})
                     over = done["fingerprint"]
             step(f"pulls from the trainer's {kind}: after each switch_to the same graph gives that seed's disk logits, every data_ptr the same",
                  all(r["logitsEqual"] for r in rows), pulls=rows)

@@ -65,4 +65,42 @@ test('the fds sent are the rank\'s sealed segments, in reply order; refusals sen
   }
 });
 
+test('get_state names each segment\'s memory; get_segment_fds { segments } sends only those, and refuses a segment the rank lacks or one named twice', async () => {
+  const dir = makeTempDir('segfds-some');
+  const loaded = await loadServedRank(exampleModel, { uuid: `segfds-some-${process.pid}` });
+  const server = oneRankServer({ rank: loaded.served, socketDir: dir, log, freeMemory: () => loaded.device.free() });
+  const socketPath = await server.listen();
+  const client = await WeightdClient.connect(socketPath);
+  try {
+    const state = await client.getState(await expectedFingerprint(exampleModel, 1, 0), 'map');
+    assert.is(state.status, 'ok');
+    if (state.status !== 'ok') return;
+    const served = loaded.served.segments;
+    assert.equal(state.segments.map((s) => s.memory), served.map((s) => `memfd:${statSync(`/proc/self/fd/${s.fd}`).ino}`), 'a memfd segment is named by its inode');
+    const ask = async (segments: number[]) => {
+      const r = await addon().unixRequest(socketPath, encodeMessage({ id: 1, cmd: 'get_segment_fds', leaseId: state.leaseId, segments }), [], 5000, 1 << 20);
+      const [payload] = new FrameDecoder(MAX_REQUEST_BYTES).push(r.frame);
+      return { reply: JSON.parse(payload!.toString('utf8')), fds: r.fds };
+    };
+    const last = served.at(-1)!;
+    const some = await ask([last.segment]);
+    assert.equal(some.reply.segments, [last.segment]);
+    assert.is(some.fds.length, 1);
+    assert.is(statSync(`/proc/self/fd/${some.fds[0]}`).ino, statSync(`/proc/self/fd/${last.fd}`).ino, 'the descriptor of the segment asked for');
+    for (const fd of some.fds) addon().closeFd(fd);
+    const none = await ask([]);
+    assert.equal([none.reply.segments, none.fds], [[], []]);
+    for (const bad of [[served.length + 3], [last.segment, last.segment]]) {
+      const refused = await ask(bad);
+      assert.is(refused.reply.error.code, 'E_BAD_REQUEST', JSON.stringify(bad));
+      assert.equal(refused.fds, [], 'a refusal carries no descriptor');
+    }
+  } finally {
+    client.close();
+    server.close();
+    await loaded.device.free();
+    removeDir(dir);
+  }
+});
+
 test.run();

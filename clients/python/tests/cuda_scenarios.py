@@ -197,6 +197,132 @@ def daemon_switch() -> None:
     print(json.dumps(out))
 
 
+def daemon_switch_shared() -> None:
+    """switch_to between versions that share segments (issue 31): the driver calls and the
+    descriptors the reader spends on each switch, counted, and the bytes it reads after it."""
+    import tempfile
+
+    from daemon_fixture import Daemon
+    from test_host_fds import MODEL, checkpoint_tensors
+    from weightd_client.cuda import _Driver
+
+    want = checkpoint_tensors()
+    work = tempfile.mkdtemp(prefix="weightd-cuda-switch-shared-")
+    plan = os.path.join(work, "plan.json")
+    with open(plan, "w") as f:
+        json.dump({"rules": [], "segmentBytes": 1 << 20}, f)
+    d = _Driver.get()
+    calls: dict = {}
+    total: dict = {}  # since the process started: what FAKE_CUDA_VMM_FAIL's N counts
+    for name in ("cuMemImportFromShareableHandle", "cuMemMap", "cuMemUnmap", "cuMemSetAccess", "cuMemRelease", "cuCtxSynchronize"):
+        def counted(*args, _f=getattr(d, name), _n=name):
+            calls[_n] = calls.get(_n, 0) + 1
+            total[_n] = total.get(_n, 0) + 1
+            return _f(*args)
+        setattr(d, name, counted)
+    out: dict = {}
+    with Daemon(MODEL, device="cuda", extra_args=["--cuda-handles", "fd", "--plan-file", plan]) as daemon:
+        with daemon.client() as client:
+            received: list = []
+            request_fds = client.conn.request_fds
+
+            def counting_request_fds(cmd, **body):
+                reply, fds = request_fds(cmd, **body)
+                received.append(len(fds))
+                return reply, fds
+
+            client.conn.request_fds = counting_request_fds
+            name = client.ping()["name"]
+            base = served_fingerprint(client, name, 0)
+            calls.clear()
+            reader = client.attach(base, device=0, tensor_format="memoryview")
+            out["attachCalls"] = dict(calls)
+            pointers = {n: t.pointer for n, t in reader.tensors.items()}
+            out["segments"] = len(reader.state["segments"])
+            out["memoryNamed"] = all(isinstance(seg.get("memory"), str) for seg in reader.state["segments"])
+
+            def reads(expected):
+                # The fake's device memory is host memory: the reader's views read it directly.
+                return all(ctypes.string_at(reader.tensors[n].pointer, len(expected[n])) == expected[n] for n in expected) and {n: t.pointer for n, t in reader.tensors.items()} == pointers
+
+            def switched(fingerprint):
+                """What one switch cost: driver calls, descriptors received, and what it said it did."""
+                calls.clear()
+                received.clear()
+                reader.switch_to(fingerprint)
+                return {"calls": dict(calls), "fds": sum(received), "did": {k: v for k, v in reader.last_switch.items() if k != "seconds"}}
+
+            def write(base_fp, tensors):
+                with client.begin_update(name, base_fp, device=0, tensors=sorted(tensors)) as upd:
+                    for n, v in tensors.items():
+                        upd.write(n, v)
+                    return upd.commit()
+
+            # A full update: every segment changes.
+            full = {n: bytes((b + 1) % 256 for b in v) for n, v in want.items()}
+            v1 = write(base, full)
+            out["full"] = switched(v1["fingerprint"])
+            out["fullReads"] = reads(full)
+            # One tensor: its segment changes, every other is the same allocation as version 1's.
+            one = next(n for n in sorted(want) if want[n])
+            out["oneSegment"] = next(t["segment"] for t in reader.state["tensors"] if t["name"] == one)
+            partial = {**full, one: bytes((b + 7) % 256 for b in full[one])}
+            v2 = write(v1["fingerprint"], {one: partial[one]})
+            out["partial"] = switched(v2["fingerprint"])
+            out["partialReads"] = reads(partial)
+            out["leases"] = [len(client.stats(v1["fingerprint"])["leases"]), len(client.stats(v2["fingerprint"])["leases"])]
+            # Prepared ahead (at the event): the imports happen then, the switch only remaps.
+            other = next(n for n in sorted(want, reverse=True) if want[n] and n != one)
+            again = {**partial, other: bytes((b + 3) % 256 for b in partial[other])}
+            v3 = write(v2["fingerprint"], {other: again[other]})
+            calls.clear()
+            reader.prepare_switch(v3["fingerprint"])
+            out["prepareCalls"], out["readsV2WhilePrepared"] = dict(calls), reads(partial)
+            out["leasesWhilePrepared"] = [len(client.stats(v2["fingerprint"])["leases"]), len(client.stats(v3["fingerprint"])["leases"])]
+            calls.clear()
+            received.clear()
+            reader.switch_to(v3["fingerprint"])
+            out["prepared"] = {"calls": dict(calls), "fds": sum(received), "did": {k: v for k, v in reader.last_switch.items() if k != "seconds"}}
+            out["preparedReads"] = reads(again)
+            # To version 1 (retained): two segments differ, apart (two runs). A map that fails
+            # midway puts every segment back: the views read version 3 under its lease. (A
+            # failing read-only access is taken for a driver that refuses read-only mappings and
+            # retried read-write, so it is not a failure to inject here.)
+            for call, nth in (("cuMemMap", 2),):
+                os.environ["FAKE_CUDA_VMM_FAIL"] = f"{call}:{total.get(call, 0) + nth}"
+                try:
+                    reader.switch_to(v1["fingerprint"])
+                    out[f"{call}Failed"] = None
+                except Exception as err:  # noqa: BLE001 - the code and what is left are checked
+                    out[f"{call}Failed"] = [getattr(err, "code", str(err)), reads(again), reader.state["fingerprint"] == v3["fingerprint"],
+                                            [len(client.stats(fp)["leases"]) for fp in (v1["fingerprint"], v3["fingerprint"])]]
+                del os.environ["FAKE_CUDA_VMM_FAIL"]
+            out["twoRuns"] = switched(v1["fingerprint"])
+            out["twoRunsReads"] = reads(full)
+            out["backToV3"] = switched(v3["fingerprint"])
+            # Back to version 2 (retained): only the segment v3 wrote differs.
+            out["back"] = switched(v2["fingerprint"])
+            out["backReads"] = reads(partial)
+            # The version mapped already: nothing to do.
+            out["same"] = switched(v2["fingerprint"])
+            # A daemon that names no segment's memory (older than the names): every segment changes.
+            unnamed = {**reader.state, "segments": [{k: v for k, v in seg.items() if k != "memory"} for seg in reader.state["segments"]]}
+            out["unnamedChanged"] = reader._mapping.changed_segments(unnamed)
+            # A prepared switch dropped by detach gives back its imports and its lease.
+            reader.prepare_switch(v3["fingerprint"])
+            try:
+                client.conn.request_fds("get_segment_fds", leaseId=reader.lease_id, segments=[out["segments"] + 5])
+                out["unknownSegmentRefused"] = None
+            except Exception as err:  # noqa: BLE001 - the code is what is checked
+                out["unknownSegmentRefused"] = getattr(err, "code", str(err))
+            reader.tensors = {}
+            reader.detach()
+            out["leasesAfter"] = [len(client.stats(fp)["leases"]) for fp in (v2["fingerprint"], v3["fingerprint"])]
+        daemon.stop()
+        out["daemonLeaks"] = next((json.loads(l[len("FAKE_CUDA_LEAKS ") :]) for l in daemon.stderr.splitlines() if l.startswith("FAKE_CUDA_LEAKS ")), None)
+    print(json.dumps(out))
+
+
 def vmm_fds(pid: int) -> int:
     """Descriptors of fake VMM memory process ``pid`` holds: on the daemon's side of an update, a
     staging or final allocation is held by its descriptor alone."""
@@ -700,6 +826,8 @@ def main() -> None:
         return daemon_switch()
     if sys.argv[1] == "daemon_update":
         return daemon_update()
+    if sys.argv[1] == "daemon_switch_shared":
+        return daemon_switch_shared()
     if sys.argv[1] == "update_writer":
         return update_writer(*sys.argv[2:5])
     if sys.argv[1] == "daemon_pull":

@@ -252,6 +252,43 @@ def test_switch_to_puts_another_version_behind_the_same_pointers_and_back_leavin
     assert got["daemonLeaks"] == NO_LEAKS
 
 
+def test_switch_to_remaps_only_the_segments_the_new_version_does_not_share_and_a_prepared_switch_only_remaps(fake_env):
+    r = subprocess.run([sys.executable, str(SCENARIOS), "daemon_switch_shared"], env=fake_env, capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, r.stderr
+    assert leaks(r.stderr) == NO_LEAKS, "a switch, or a prepared one dropped by detach, left an import or a mapping behind"
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    n = got["segments"]
+    assert n > 2 and got["memoryNamed"], "get_state names each cuda-fd segment's memory"
+
+    def remap_calls(k, imports=None):
+        # k segments remapped: one import, unmap, map and release of the replaced allocation each,
+        # and one read-only access for each run of neighbours (here the k are one run).
+        calls = {"cuMemImportFromShareableHandle": k if imports is None else imports, "cuCtxSynchronize": 1, "cuMemUnmap": k, "cuMemMap": k, "cuMemSetAccess": 1, "cuMemRelease": k}
+        return {c: v for c, v in calls.items() if v}
+
+    assert got["attachCalls"]["cuMemSetAccess"] == 1 and got["attachCalls"]["cuMemMap"] == n, "attach maps every segment side by side and gives access once"
+
+    assert got["full"] == {"calls": remap_calls(n), "fds": n, "did": {"remapped": list(range(n)), "skipped": 0}} and got["fullReads"]
+    one = got["oneSegment"]
+    assert got["partial"] == {"calls": remap_calls(1), "fds": 1, "did": {"remapped": [one], "skipped": n - 1}}, "one segment written: one descriptor, one import, one remap"
+    assert got["partialReads"], "every view reads the partial update's bytes at its old address"
+    assert got["leases"] == [0, 1], "the old version's lease is dropped, the new one's held"
+    assert got["prepareCalls"] == {"cuMemImportFromShareableHandle": 1} and got["readsV2WhilePrepared"], "prepare_switch imports only, and the views still read the mapped version"
+    assert got["leasesWhilePrepared"] == [1, 1]
+    assert got["prepared"]["calls"] == remap_calls(1, imports=0) and got["prepared"]["fds"] == 0 and got["prepared"]["did"]["skipped"] == n - 1, "the switch after a prepare imports nothing"
+    assert got["preparedReads"]
+    assert got["cuMemMapFailed"] == ["E_CUDA", True, True, [0, 1]], "a map failing midway: every segment back, the old lease kept, the new one dropped"
+    two = sorted([one, got["prepared"]["did"]["remapped"][0]])
+    assert got["twoRuns"]["did"] == {"remapped": two, "skipped": n - 2} and got["twoRuns"]["calls"]["cuMemSetAccess"] == (1 if two[1] == two[0] + 1 else 2), "one access call per run of neighbouring segments"
+    assert got["twoRunsReads"]
+    assert got["back"]["did"]["skipped"] == n - 1 and got["back"]["fds"] == 1 and got["backReads"], "back to a retained version: only the segment that differs"
+    assert got["same"] == {"calls": {}, "fds": 0, "did": {"remapped": [], "skipped": n}}, "switching to the version mapped touches nothing"
+    assert got["unnamedChanged"] == list(range(n)), "segments whose memory is not named are remapped, as before names"
+    assert got["unknownSegmentRefused"] == "E_BAD_REQUEST"
+    assert got["leasesAfter"] == [0, 0], "detach ends the mapped version's lease and the prepared one's"
+    assert got["daemonLeaks"] == NO_LEAKS
+
+
 def test_an_update_that_does_not_fit_the_gpu_is_refused_before_allocating_naming_the_bytes(fake_env):
     # A fake GPU of 16 MiB holding a 10 MiB arena: a second copy does not fit.
     r = subprocess.run([sys.executable, str(SCENARIOS), "daemon_update_refused"], env={**fake_env, "FAKE_CUDA_MEM_MB": "16"}, capture_output=True, text=True, timeout=120)

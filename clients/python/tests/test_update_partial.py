@@ -105,3 +105,42 @@ def test_a_partial_update_naming_a_tensor_the_model_does_not_hold_is_refused_nam
         with pytest.raises(ServeError) as refused:
             client.begin_update(NAME, rank_fingerprint(client, base["version"]), tensors=["no.such.weight"])
         assert refused.value.code == "E_UNKNOWN_TENSOR" and "no.such.weight" in str(refused.value)
+
+
+def test_a_reader_switching_to_a_partial_update_remaps_only_the_written_segment_and_a_prepared_switch_only_moves_it(served):
+    daemon = served
+    with daemon.client(0) as client:
+        received = []
+        request_fds = client.conn.request_fds
+
+        def counting(cmd, **body):
+            reply, fds = request_fds(cmd, **body)
+            received.append(len(fds))
+            return reply, fds
+
+        client.conn.request_fds = counting
+        (base,) = serving(daemon)
+        reader = client.attach(rank_fingerprint(client, base["version"]), tensor_format="numpy")
+        segments = sorted({seg["segment"] for seg in reader.state["segments"]})
+        assert len(segments) > 2 and all(seg.get("memory", "").startswith("memfd:") for seg in reader.state["segments"])
+        before = {name: raw(view) for name, view in reader.tensors.items()}
+        addresses = {name: view.ctypes.data for name, view in reader.tensors.items()}
+        segment_of = {t["name"]: t["segment"] for t in reader.state["tensors"]}
+        changed = next(n for n in sorted(segment_of) if segment_of[n] == segments[-1] and before[n])
+        new_bytes = bytes((b + 5) % 256 for b in before[changed])
+        with client.begin_update(NAME, reader.state["fingerprint"], tensors=[changed]) as upd:
+            upd.write(changed, new_bytes)
+            done = upd.commit()
+        received.clear()
+        assert reader.prepare_switch(done["fingerprint"]) is reader
+        assert received == [1], "prepare_switch asks for the written segment's descriptor only"
+        assert {name: raw(view) for name, view in reader.tensors.items()} == before, "the views read the mapped version until switch_to"
+        received.clear()
+        reader.switch_to(done["fingerprint"])
+        assert received == [], "what was prepared is used: no descriptor asked for again"
+        assert reader.last_switch["remapped"] == [segments[-1]] and reader.last_switch["skipped"] == len(segments) - 1
+        after = {name: raw(view) for name, view in reader.tensors.items()}
+        assert after == {**before, changed: new_bytes}
+        assert {name: view.ctypes.data for name, view in reader.tensors.items()} == addresses
+        reader.tensors = {}
+        reader.detach()

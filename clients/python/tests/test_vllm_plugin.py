@@ -43,10 +43,15 @@ if HAVE_VLLM:
     }.items():
         os.environ.setdefault(key, value)
     # vLLM's CPU backend leaves compiled kernels (torch inductor's cache) and other files in the
-    # temp dir: this run gets a temp dir of its own, removed when the run ends.
-    _RUN_TMP = tempfile.mkdtemp(prefix="wd-vllm-")
-    os.environ["TMPDIR"] = tempfile.tempdir = _RUN_TMP
-    atexit.register(shutil.rmtree, _RUN_TMP, True)
+    # temp dir: this run gets a temp dir of its own, removed when the run ends. A process this run
+    # started (the tp 2 child, vLLM's worker processes, which import this module again) keeps the
+    # run's: nesting one per import made vLLM's ZeroMQ socket paths longer than sun_path's 107 bytes.
+    if os.path.basename(os.environ.get("TMPDIR", "")).startswith("wd-vllm-"):
+        tempfile.tempdir = os.environ["TMPDIR"]
+    else:
+        _RUN_TMP = tempfile.mkdtemp(prefix="wd-vllm-")
+        os.environ["TMPDIR"] = tempfile.tempdir = _RUN_TMP
+        atexit.register(shutil.rmtree, _RUN_TMP, True)
 
 from daemon_fixture import MAIN_JS, Daemon  # noqa: E402
 
@@ -598,7 +603,9 @@ class VllmPluginTest(unittest.TestCase):
         self.assertEqual(WeightdTrainerWeightTransferEngine.__abstractmethods__, frozenset())
 
 
-TP2 = os.environ.get("WEIGHTD_VLLM_TP2") == "1"
+# tp 2 runs two vLLM worker processes pinned to cores 0 and 1 (~1.5 min on 2 cores); in the suite
+# by default (issue 30: tp 2 in CI, not only by hand), WEIGHTD_VLLM_TP2=0 leaves it out.
+TP2 = os.environ.get("WEIGHTD_VLLM_TP2", "1") != "0" and (os.cpu_count() or 1) >= 2
 
 
 def run_tp2(model: str, load_format: str, socket_dir: str) -> None:
@@ -618,7 +625,7 @@ def run_tp2(model: str, load_format: str, socket_dir: str) -> None:
     print("TP2_TOKENS " + json.dumps(list(out[0].outputs[0].token_ids)), flush=True)
 
 
-@unittest.skipUnless(HAVE_VLLM and TP2, "tp 2 runs two vLLM worker processes (~4 min on 2 cores): set WEIGHTD_VLLM_TP2=1")
+@unittest.skipUnless(HAVE_VLLM and TP2, "tp 2 needs vLLM, 2 cores, and WEIGHTD_VLLM_TP2 not 0")
 @unittest.skipUnless(MAIN_JS.exists(), "needs the built daemon (npm run build:ts)")
 class VllmPluginTp2Test(unittest.TestCase):
     def test_llama_tp2_same_tokens_as_disk(self):

@@ -117,6 +117,16 @@ class Mismatch:
 
 
 @dataclass
+class PendingSwitch:
+    """A switch made ready (``WeightdClient.prepare_switch``): the fingerprint asked for, the new
+    version's get_state reply (its lease is held) and what the mapping prepared."""
+
+    fingerprint: str
+    state: Dict[str, Any]
+    prepared: Any
+
+
+@dataclass
 class Attached:
     """Zero-copy tensors; valid until ``detach()`` (also on ``with`` exit)."""
 
@@ -128,6 +138,7 @@ class Attached:
     _mapping: Any = field(repr=False)
     status: str = "attached"
     _detached: bool = field(default=False, repr=False)
+    _pending: Optional["PendingSwitch"] = field(default=None, repr=False)
 
     def detach(self) -> None:
         """Unmaps and drops the lease. Drop the tensors first: on cuda, while any view is still
@@ -136,23 +147,65 @@ class Attached:
             return
         self._detached = True
         self.tensors = {}
-        self._mapping.close(then=lambda: self._client.detach(self.lease_id))
+        try:
+            self._drop_pending()
+        finally:
+            self._mapping.close(then=lambda: self._client.detach(self.lease_id))
+
+    def prepare_switch(self, fingerprint: str, fingerprint_fields: Optional[Dict[str, str]] = None) -> "Attached | Mismatch":
+        """The part of ``switch_to(fingerprint)`` that may run while the engine still computes
+        with the current version (at the event, during a step): takes the new version's lease and
+        imports its segments that differ from the ones mapped (segments it shares with them are
+        not touched at all). The tensors still read the current version; the next
+        ``switch_to(fingerprint)`` only remaps. A prepare for another fingerprint, or a detach,
+        gives back what this one took. ``Mismatch`` when the daemon does not serve it."""
+        if self._detached:
+            raise ProtocolError("E_CLOSED", "this attach was detached; attach again")
+        self._drop_pending()
+        pending = self._client.prepare_switch(self._mapping, fingerprint, fingerprint_fields, self.state.get("layout", "checkpoint"))
+        if isinstance(pending, Mismatch):
+            return pending
+        self._pending = pending
+        return self
 
     def switch_to(self, fingerprint: str, fingerprint_fields: Optional[Dict[str, str]] = None) -> "Attached | Mismatch":
         """Makes these tensors read another model the daemon serves with the same placement (the
         same names, dtypes, shapes and offsets; another version of the weights), in place: the
         views keep their addresses, so code that captured them (a CUDA graph) reads the new
-        bytes with nothing rebuilt. Takes the new version's lease, then drops the old one; on a
-        failure the tensors still read the old version and its lease is kept. Call it between
-        steps: the device is synchronized, and nothing may read the tensors meanwhile.
+        bytes with nothing rebuilt. Only the segments the new version does not share with the
+        mapped one are remapped (the daemon names each segment's memory). Takes the new
+        version's lease, then drops the old one; on a failure the tensors still read the old
+        version and its lease is kept. Call it between steps: the device is synchronized, and
+        nothing may read the tensors meanwhile. What ``prepare_switch(fingerprint)`` did ahead is
+        used, else it is done now. ``last_switch`` says what it did.
         On cuda it needs ``--cuda-handles fd`` (legacy IPC handles: E_REMAP_UNSUPPORTED)."""
         if self._detached:
             raise ProtocolError("E_CLOSED", "this attach was detached; attach again")
-        state = self._client.switch(self._mapping, fingerprint, fingerprint_fields, self.state.get("layout", "checkpoint"), self.lease_id)
-        if isinstance(state, Mismatch):
-            return state
+        pending, self._pending = self._pending, None
+        # Prepared for another version, or against a mapping that switched since (through
+        # WeightdClient.switch): what it holds is not what this switch needs.
+        if pending is not None and (pending.fingerprint != fingerprint or pending.prepared.against is not self._mapping.state):
+            self._client.drop_switch(self._mapping, pending)
+            pending = None
+        if pending is None:
+            pending = self._client.prepare_switch(self._mapping, fingerprint, fingerprint_fields, self.state.get("layout", "checkpoint"))
+            if isinstance(pending, Mismatch):
+                return pending
+        state = self._client.finish_switch(self._mapping, pending, self.lease_id)
         self.lease_id, self.state = state["leaseId"], state
         return self
+
+    @property
+    def last_switch(self) -> Optional[Dict[str, Any]]:
+        """What the last ``switch_to`` did: ``remapped`` (segment numbers), ``skipped`` (segments
+        shared with the version before, left mapped as they were), ``seconds`` (from the device's
+        synchronization to the last remap). None before any switch."""
+        return getattr(self._mapping, "last_switch", None)
+
+    def _drop_pending(self) -> None:
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            self._client.drop_switch(self._mapping, pending)
 
     def __enter__(self) -> "Attached":
         return self
@@ -280,39 +333,73 @@ class WeightdClient:
             raise ProtocolError("E_BAD_MANIFEST", f"host segment handle {old[0]!r} is not \"fd\": the daemon is older than memfd segments; upgrade it, or load from disk")
         return HostMapping(state, self.segment_fds(state["leaseId"]), tensor_format)
 
-    def segment_fds(self, lease_id: str) -> Dict[int, int]:
+    def segment_fds(self, lease_id: str, segments: Optional[List[int]] = None) -> Dict[int, int]:
         """get_segment_fds on this connection: each segment's descriptor (host: a sealed memfd;
         cuda: VMM memory) by segment number, the caller's to close (HostMapping does, and _open
-        for cuda). Nothing received is left open if this fails."""
-        reply, fds = self.conn.request_fds("get_segment_fds", leaseId=lease_id)
+        for cuda); ``segments``: only those (a daemon older than that sends every one, and the
+        others are closed here). Nothing received is left open if this fails."""
+        reply, fds = self.conn.request_fds("get_segment_fds", leaseId=lease_id, **({"segments": segments} if segments is not None else {}))
         if len(reply.get("segments", [])) != len(fds):
             close_fds(fds)
             raise ProtocolError("E_BAD_REPLY", f"get_segment_fds lists {len(reply.get('segments', []))} segment(s) but {len(fds)} descriptor(s) came with it")
-        return dict(zip(reply["segments"], fds))
+        got = dict(zip(reply["segments"], fds))
+        if segments is not None:
+            close_fds([fd for n, fd in got.items() if n not in segments])
+            got = {n: fd for n, fd in got.items() if n in segments}
+        return got
 
-    def switch(self, mapping: Any, fingerprint: str, fingerprint_fields: Optional[Dict[str, str]], layout: str, replaces: str) -> Any:
-        """Takes a map lease on version ``fingerprint``, puts its segments behind ``mapping``'s
-        addresses (``remap``), then drops lease ``replaces`` (the version mapped before): the new
-        version's get_state reply, or ``Mismatch`` with nothing changed. On a failure the new
-        lease is dropped and the mapping still reads the old version under its lease."""
+    def prepare_switch(self, mapping: Any, fingerprint: str, fingerprint_fields: Optional[Dict[str, str]], layout: str) -> "PendingSwitch | Mismatch":
+        """Takes a map lease on version ``fingerprint`` and makes ``mapping``'s switch to it ready
+        (``prepare_remap``: the segments it does not share with what ``mapping`` maps are imported
+        or mapped aside; only their descriptors are asked for). The views still read the mapped
+        version. ``Mismatch`` with nothing changed when the daemon does not serve it; on a failure
+        the new lease is dropped."""
         state = self._state(fingerprint, "map", fingerprint_fields, layout)
         if isinstance(state, Mismatch):
             return state
         try:
-            fds = self.segment_fds(state["leaseId"])
+            changed = mapping.changed_segments(state)
+            every = [seg["segment"] for seg in state["segments"]]
+            fds = (self.segment_fds(state["leaseId"], None if changed == every else changed)) if changed else {}
             try:
-                mapping.remap(state, fds)
+                prepared = mapping.prepare_remap(state, fds)
             finally:
                 close_fds(list(fds.values()))
         except BaseException:
             self.detach(state["leaseId"])
             raise
+        return PendingSwitch(fingerprint, state, prepared)
+
+    def finish_switch(self, mapping: Any, pending: "PendingSwitch", replaces: str) -> Dict[str, Any]:
+        """Puts ``pending``'s version behind ``mapping``'s addresses (``finish_remap``), then drops
+        lease ``replaces`` (the version mapped before): the new version's get_state reply. On a
+        failure the new lease is dropped and the mapping still reads the old version under its lease."""
+        try:
+            mapping.finish_remap(pending.prepared)
+        except BaseException:
+            self.detach(pending.state["leaseId"])
+            raise
         try:
             self.detach(replaces)
         except WeightdError as err:
             # The switch is done; the old lease ends with its connection or process, or the daemon's sweep.
-            log.warning("weightd: switched to %s, but dropping the old lease failed: %s", fingerprint[:12], err)
-        return state
+            log.warning("weightd: switched to %s, but dropping the old lease failed: %s", pending.fingerprint[:12], err)
+        return pending.state
+
+    def drop_switch(self, mapping: Any, pending: "PendingSwitch") -> None:
+        """Gives back what a prepared switch holds: its imports (or staged mappings) and its lease."""
+        try:
+            mapping.discard(pending.prepared)
+        finally:
+            self.detach(pending.state["leaseId"])
+
+    def switch(self, mapping: Any, fingerprint: str, fingerprint_fields: Optional[Dict[str, str]], layout: str, replaces: str) -> Any:
+        """``prepare_switch`` then ``finish_switch``: the new version's get_state reply, or
+        ``Mismatch`` with nothing changed."""
+        pending = self.prepare_switch(mapping, fingerprint, fingerprint_fields, layout)
+        if isinstance(pending, Mismatch):
+            return pending
+        return self.finish_switch(mapping, pending, replaces)
 
     def attach(
         self,

@@ -5,7 +5,7 @@ One handle per segment, not per tensor: attach time does not grow with the tenso
 segment's handle is either a legacy ``CUipcMemHandle`` (64 bytes, base64 on the wire) or
 ``"cuda-fd"`` (a daemon run with ``--cuda-handles fd``): VMM memory whose POSIX descriptor comes
 over the socket (get_segment_fds) and is imported with cuMemImportFromShareableHandle, then mapped
-at an address range of its own (docs/protocol.md). Both are opened in the device's primary
+in one address range reserved for all of an attach's segments, side by side (docs/protocol.md). Both are opened in the device's primary
 context, the one PyTorch's runtime uses, so the tensors live in torch's own context.
 """
 
@@ -16,12 +16,14 @@ import contextlib
 import ctypes
 import logging
 import threading
+import time
 import uuid as uuidlib
 import weakref
 from typing import Any, Callable, Dict, Iterator, List, Optional
 
 from .protocol import WeightdError
 from .columns import check_same_placement, same_uuid
+from .prepared_remap import PreparedRemap
 from .tensors import SegmentViews, by_name, torch_by_name
 
 CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS = 0x1
@@ -170,63 +172,56 @@ class _Driver:
         return "GPU-" + str(uuidlib.UUID(bytes=bytes(raw)))
 
 
-class FdSegment:
-    """One "cuda-fd" segment mapped in this process: the imported allocation, its reserved
-    address range and the mapping, read-only for one device where the driver allows it
-    (``writable``: read-write, for a writer's staging allocation, which no reader maps). ``close()``
-    undoes whatever was done, in reverse order (also after a failure midway through the opening)."""
+def _grant_access(d: "_Driver", dev: int, pointer: int, size: int, writable: bool, what: str) -> bool:
+    """Makes [pointer, pointer + size) (one mapping, or several contiguous ones: the driver takes
+    any fully mapped range) accessible to device ``dev``: read-only, so that no kernel of this
+    process can write into memory every other client maps (a write faults here instead of
+    corrupting them), unless ``writable`` (a writer's staging, which no reader maps). A driver
+    that refuses read-only device mappings gets read-write, said once in the log. Returns whether
+    the range is read-only."""
+    location = _MemLocation(CU_MEM_LOCATION_TYPE_DEVICE, dev)
+    if not writable:
+        access = _AccessDesc(location=location, flags=CU_MEM_ACCESS_FLAGS_PROT_READ)
+        rc = d.cuMemSetAccess(pointer, size, ctypes.byref(access), 1)
+        if rc == 0:
+            return True
+        _warn_read_write(d, rc)
+    read_write = _AccessDesc(location=location, flags=CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+    d.check(d.cuMemSetAccess(pointer, size, ctypes.byref(read_write), 1), f"cuMemSetAccess({what})")
+    return False
 
-    def __init__(self, driver: "_Driver", dev: int, fd: int, nbytes: int, segment: int, writable: bool = False):
+
+class FdSegment:
+    """One "cuda-fd" segment mapped in this process: the imported allocation and its mapping at
+    ``pointer``, ``size`` bytes of an address range its caller reserved (open_fd_segments: one
+    range for all the segments of a mapping, so that segments next to each other can be given
+    access in one call). ``close()`` unmaps and releases; the address range stays the caller's."""
+
+    def __init__(self, driver: "_Driver", dev: int, fd: int, pointer: int, size: int, segment: int, writable: bool = False, access: bool = True):
+        """Imports ``fd`` and maps it at ``pointer``; ``access``: also makes it accessible (else the
+        caller does, for several segments at once). A failure gives back what was done."""
         self.driver, self.segment, self.dev, self.writable = driver, segment, dev, writable
+        self.pointer, self.size = pointer, size
         self.handle: Optional[int] = None
-        self.pointer = 0
         self.mapped = False
         self.read_only = False
-        self.size = 0
-        d = driver
         try:
-            prop = _AllocProp(type=CU_MEM_ALLOCATION_TYPE_PINNED, requestedHandleTypes=CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, location=_MemLocation(CU_MEM_LOCATION_TYPE_DEVICE, dev))
-            gran = ctypes.c_size_t()
-            d.check(d.cuMemGetAllocationGranularity(ctypes.byref(gran), ctypes.byref(prop), CU_MEM_ALLOC_GRANULARITY_MINIMUM), "cuMemGetAllocationGranularity")
-            unit = max(_LARGE_PAGE, gran.value)
-            self.size = (nbytes + unit - 1) // unit * unit
-            handle = ctypes.c_uint64()
-            # The descriptor goes by value in the pointer-sized parameter (the driver's convention).
-            d.check(d.cuMemImportFromShareableHandle(ctypes.byref(handle), ctypes.c_void_p(fd), CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR), f"cuMemImportFromShareableHandle(segment {segment}, fd {fd})")
-            self.handle = handle.value
-            ptr = ctypes.c_uint64()
-            d.check(d.cuMemAddressReserve(ctypes.byref(ptr), self.size, unit, 0, 0), f"cuMemAddressReserve(segment {segment})")
-            self.pointer = ptr.value
+            self.handle = self.import_handle(fd)
             # A descriptor of less memory than the manifest says fails here.
-            d.check(d.cuMemMap(self.pointer, self.size, 0, self.handle, 0), f"cuMemMap(segment {segment}, {self.size} bytes)")
+            driver.check(driver.cuMemMap(self.pointer, self.size, 0, self.handle, 0), f"cuMemMap(segment {segment}, {self.size} bytes)")
             self.mapped = True
-            self._set_access()
+            if access:
+                self.read_only = _grant_access(driver, dev, self.pointer, self.size, writable, f"segment {segment}")
         except BaseException:
             with contextlib.suppress(CudaError):  # the failure that stopped the open is the one to report
                 self.close()
             raise
 
-    def _set_access(self) -> None:
-        # Read-only, so that no kernel of this process can write into memory every other
-        # client maps: a write faults here instead of corrupting them. A driver that refuses
-        # read-only device mappings gets read-write, said once in the log (``read_only``).
-        d = self.driver
-        location = _MemLocation(CU_MEM_LOCATION_TYPE_DEVICE, self.dev)
-        read_write = _AccessDesc(location=location, flags=CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
-        self.read_only = False
-        if not self.writable:
-            access = _AccessDesc(location=location, flags=CU_MEM_ACCESS_FLAGS_PROT_READ)
-            rc = d.cuMemSetAccess(self.pointer, self.size, ctypes.byref(access), 1)
-            self.read_only = rc == 0
-            if self.read_only:
-                return
-            _warn_read_write(d, rc)
-        d.check(d.cuMemSetAccess(self.pointer, self.size, ctypes.byref(read_write), 1), f"cuMemSetAccess(segment {self.segment})")
-
     def import_handle(self, fd: int) -> int:
-        """Imports another allocation for this segment (step one of ``swap``): its handle, to
-        ``swap`` in or ``release``. A descriptor of less memory than this range maps fails at swap."""
+        """Imports an allocation for this segment (also step one of ``swap``): its handle, to
+        ``swap`` in or ``release``. A descriptor of less memory than this range maps fails at map."""
         d, handle = self.driver, ctypes.c_uint64()
+        # The descriptor goes by value in the pointer-sized parameter (the driver's convention).
         d.check(d.cuMemImportFromShareableHandle(ctypes.byref(handle), ctypes.c_void_p(fd), CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR), f"cuMemImportFromShareableHandle(segment {self.segment}, fd {fd})")
         return handle.value
 
@@ -237,8 +232,9 @@ class FdSegment:
         """Maps ``handle`` at this segment's address range in place of the current allocation and
         returns the one it replaced (still imported: ``release`` it, or ``swap`` it back). Every
         pointer into the range stays valid, so views and captured CUDA graphs read the new bytes.
-        The caller has synchronized: nothing may run on the range meanwhile. On failure the old
-        allocation is mapped again and the new one is still the caller's."""
+        The new mapping has no access yet: the caller grants it (``_grant_access``), for a run of
+        segments at once. The caller has synchronized: nothing may run on the range meanwhile. On
+        failure the old allocation is mapped again, with access, and the new one is still the caller's."""
         d, old = self.driver, self.handle
         assert old is not None and self.mapped
         d.check(d.cuMemUnmap(self.pointer, self.size), f"cuMemUnmap(segment {self.segment})")
@@ -248,51 +244,104 @@ class FdSegment:
         except CudaError:
             d.check(d.cuMemMap(self.pointer, self.size, 0, old, 0), f"cuMemMap(segment {self.segment}, back to its allocation)")
             self.mapped = True
-            self._set_access()
+            self.read_only = _grant_access(d, self.dev, self.pointer, self.size, self.writable, f"segment {self.segment}")
             raise
         self.mapped, self.handle = True, handle
-        self._set_access()
         return old
 
     def close(self) -> None:
-        """Unmaps, frees the address range and releases the import; raises the first failure after trying every step."""
+        """Unmaps and releases the import; raises the first failure after trying both."""
         d, seg = self.driver, self.segment
-        mapped, pointer, size, handle = self.mapped, self.pointer, self.size, self.handle
-        self.mapped, self.pointer, self.handle = False, 0, None  # a second close() does nothing
-        steps = []
-        if mapped:
-            steps.append(lambda: d.check(d.cuMemUnmap(pointer, size), f"cuMemUnmap(segment {seg})"))
-        if pointer:
-            steps.append(lambda: d.check(d.cuMemAddressFree(pointer, size), f"cuMemAddressFree(segment {seg})"))
-        if handle is not None:
-            steps.append(lambda: d.check(d.cuMemRelease(handle), f"cuMemRelease(segment {seg})"))
+        mapped, handle = self.mapped, self.handle
+        self.mapped, self.handle = False, None  # a second close() does nothing
         failures: List[BaseException] = []
-        for step in steps:
+        if mapped:
             try:
-                step()
+                d.check(d.cuMemUnmap(self.pointer, self.size), f"cuMemUnmap(segment {seg})")
+            except CudaError as err:
+                failures.append(err)
+        if handle is not None:
+            try:
+                d.check(d.cuMemRelease(handle), f"cuMemRelease(segment {seg})")
             except CudaError as err:
                 failures.append(err)
         if failures:
             raise failures[0]
 
 
-def open_fd_segments(fds: List[int], segments: List[Dict[str, Any]], device: int, writable: bool = False) -> Dict[int, FdSegment]:
-    """Maps "cuda-fd" segments on CUdevice ``device``: ``fds[i]`` is ``segments[i]``'s descriptor
-    (get_segment_fds' order). Needs the device's context current. The fds stay the caller's: close
-    them after (the mappings hold the memory). A failure unmaps what was mapped."""
+def contiguous_runs(segments: List[FdSegment]) -> List[List[FdSegment]]:
+    """``segments`` grouped into runs that lie next to each other in the address space, in address order."""
+    runs: List[List[FdSegment]] = []
+    for seg in sorted(segments, key=lambda s: s.pointer):
+        if runs and runs[-1][-1].pointer + runs[-1][-1].size == seg.pointer:
+            runs[-1].append(seg)
+        else:
+            runs.append([seg])
+    return runs
+
+
+def grant_runs(segments: List[FdSegment]) -> None:
+    """Gives ``segments`` (mapped, of one device and one mode) access: one cuMemSetAccess per run
+    of contiguous ones."""
+    for run in contiguous_runs(segments):
+        first = run[0]
+        what = f"segment {first.segment}" if len(run) == 1 else f"segments {run[0].segment}-{run[-1].segment}"
+        read_only = _grant_access(first.driver, first.dev, first.pointer, sum(s.size for s in run), first.writable, what)
+        for seg in run:
+            seg.read_only = read_only
+
+
+class FdRange:
+    """The address range reserved for every "cuda-fd" segment of one mapping, in segment order,
+    each at a multiple of the allocation granularity (2 MiB at least: the daemon gives every
+    segment whole large pages, native/cuda_vmm.h), so that neighbours are contiguous."""
+
+    def __init__(self, driver: "_Driver", dev: int, sizes: List[int]):
+        self.driver = driver
+        prop = _AllocProp(type=CU_MEM_ALLOCATION_TYPE_PINNED, requestedHandleTypes=CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, location=_MemLocation(CU_MEM_LOCATION_TYPE_DEVICE, dev))
+        gran = ctypes.c_size_t()
+        driver.check(driver.cuMemGetAllocationGranularity(ctypes.byref(gran), ctypes.byref(prop), CU_MEM_ALLOC_GRANULARITY_MINIMUM), "cuMemGetAllocationGranularity")
+        unit = max(_LARGE_PAGE, gran.value)
+        self.sizes = [(n + unit - 1) // unit * unit for n in sizes]
+        self.size = sum(self.sizes)
+        ptr = ctypes.c_uint64()
+        driver.check(driver.cuMemAddressReserve(ctypes.byref(ptr), self.size, unit, 0, 0), f"cuMemAddressReserve({self.size} bytes)")
+        self.pointer = ptr.value
+
+    def offsets(self) -> List[int]:
+        out, at = [], self.pointer
+        for size in self.sizes:
+            out.append(at)
+            at += size
+        return out
+
+    def free(self) -> None:
+        pointer, self.pointer = self.pointer, 0
+        if pointer:
+            self.driver.check(self.driver.cuMemAddressFree(pointer, self.size), "cuMemAddressFree")
+
+
+def open_fd_segments(fds: List[int], segments: List[Dict[str, Any]], device: int, writable: bool = False) -> "tuple[FdRange, Dict[int, FdSegment]]":
+    """Maps "cuda-fd" segments on CUdevice ``device`` side by side in one reserved range:
+    ``fds[i]`` is ``segments[i]``'s descriptor (get_segment_fds' order). Needs the device's
+    context current. The fds stay the caller's: close them after (the mappings hold the memory).
+    The caller closes the segments, then frees the range. A failure gives back all of it."""
     if len(fds) != len(segments):
         raise CudaError("E_BAD_MANIFEST", f"{len(fds)} descriptor(s) came for {len(segments)} cuda-fd segment(s); the daemon must send one per segment")
     d = _Driver.get()
+    reserved = FdRange(d, device, [int(seg["bytes"]) for seg in segments])
     opened: Dict[int, FdSegment] = {}
     try:
-        for fd, seg in zip(fds, segments):
-            opened[seg["segment"]] = FdSegment(d, device, fd, int(seg["bytes"]), seg["segment"], writable)
+        for fd, seg, at, size in zip(fds, segments, reserved.offsets(), reserved.sizes):
+            opened[seg["segment"]] = FdSegment(d, device, fd, at, size, seg["segment"], writable, access=False)
+        grant_runs(list(opened.values()))
     except BaseException:
-        for s in opened.values():
-            with contextlib.suppress(CudaError):
+        with contextlib.suppress(CudaError):
+            for s in opened.values():
                 s.close()
+            reserved.free()
         raise
-    return opened
+    return reserved, opened
 
 
 class CudaBuffer:
@@ -346,6 +395,7 @@ class CudaMapping:
         self._ctx: Optional[ctypes.c_void_p] = ctx
         self.pointers: Dict[int, int] = {}
         self._fd_segments: Dict[int, FdSegment] = {}
+        self._fd_range: Optional[FdRange] = None
         self.tensors: Dict[str, Any] = {}
         self.state = state
         self._segment_bytes = {s["segment"]: int(s["bytes"]) for s in state["segments"]}
@@ -355,6 +405,10 @@ class CudaMapping:
         self._close_requested = False
         self._closed = False
         self._then: Optional[Callable[[], None]] = None
+        # Switches imported ahead and not yet finished or discarded: their imports go at close.
+        self._prepared: "set[PreparedRemap]" = set()
+        #: What the last remap did: segments remapped and skipped, seconds (None before any).
+        self.last_switch: Optional[Dict[str, Any]] = None
         try:
             with self._current():
                 fd_segs = [seg for seg in state["segments"] if seg["handle"] == CUDA_FD_HANDLE]
@@ -362,7 +416,7 @@ class CudaMapping:
                     missing = [seg["segment"] for seg in fd_segs if seg["segment"] not in (segment_fds or {})]
                     if missing:
                         raise CudaError("E_NO_SEGMENT_FDS", f"segment(s) {missing} of rank {state['rank']['globalRank']} are cuda-fd: their descriptors come from get_segment_fds; pass them as segment_fds")
-                    self._fd_segments = open_fd_segments([segment_fds[seg["segment"]] for seg in fd_segs], fd_segs, self.dev, writable)
+                    self._fd_range, self._fd_segments = open_fd_segments([segment_fds[seg["segment"]] for seg in fd_segs], fd_segs, self.dev, writable)
                     self.pointers.update({n: s.pointer for n, s in self._fd_segments.items()})
                 for seg in state["segments"]:
                     if seg["handle"] == CUDA_FD_HANDLE:
@@ -381,14 +435,21 @@ class CudaMapping:
                 self.close()
             raise
 
-    def remap(self, state: Dict[str, Any], segment_fds: Dict[int, int]) -> None:
-        """Puts the memory of another served version behind this mapping, in place: every
-        segment's address range is unmapped and mapped again to the new allocation, so every
-        ``data_ptr`` (and a CUDA graph captured over them) stays valid and reads the new bytes.
-        ``state`` is that version's get_state reply, ``segment_fds`` its descriptors (the caller
-        closes them). It must place every tensor exactly where this one does; the device is
-        synchronized first, so call it between steps. All or nothing: on any failure every
-        segment maps what it mapped before."""
+    def changed_segments(self, state: Dict[str, Any]) -> List[int]:
+        """The segments of ``state`` (another version's get_state reply) whose memory is not the
+        allocation this maps there: every one but those the daemon names as the same allocation
+        (each segment's ``memory``: a version that shares a segment with its base names the
+        base's). A segment without a name, on either side, counts as changed."""
+        mapped = {seg["segment"]: seg.get("memory") for seg in self.state["segments"]}
+        return [seg["segment"] for seg in state["segments"] if seg.get("memory") is None or mapped.get(seg["segment"]) != seg["memory"]]
+
+    def prepare_remap(self, state: Dict[str, Any], segment_fds: Dict[int, int]) -> "PreparedRemap":
+        """Step one of ``remap``, which the engine may run ahead (during a step): checks that
+        ``state`` places every tensor exactly where this mapping does and imports the allocation
+        of each segment that changes (``changed_segments``); the others are kept as they are
+        mapped, and need no descriptor. Nothing is mapped yet: the views still read this
+        version. ``segment_fds``: the changed segments' descriptors at least (the caller closes
+        them). Pass the result to ``finish_remap``, or ``discard()`` it."""
         with self._lock:
             if self._close_requested or self._closed:
                 raise CudaError("E_CLOSED", "this mapping is closed; attach again instead of remapping it")
@@ -400,32 +461,93 @@ class CudaMapping:
                 "remapping in place needs a daemon run with --cuda-handles fd",
             )
         check_same_placement(self.state, state, CudaError)
-        missing = sorted(set(self._fd_segments) - set(segment_fds))
+        changed = self.changed_segments(state)
+        missing = sorted(set(changed) - set(segment_fds))
         if missing:
             raise CudaError("E_NO_SEGMENT_FDS", f"segment(s) {missing} have no descriptor in segment_fds; pass get_segment_fds' reply for the new lease")
-        d = self.driver
+        prepared = PreparedRemap(self, state, len(self._fd_segments) - len(changed))
         with self._current():
-            imported: Dict[int, int] = {}
+            try:
+                for n in changed:
+                    prepared.held[n] = self._fd_segments[n].import_handle(segment_fds[n])
+            except BaseException:
+                with contextlib.suppress(CudaError):  # the failure that stopped the import is the one to report
+                    self._release_imports(prepared)
+                raise
+        with self._lock:
+            self._prepared.add(prepared)
+        return prepared
+
+    def finish_remap(self, prepared: "PreparedRemap") -> Dict[str, Any]:
+        """Step two of ``remap``: puts ``prepared``'s allocations behind their segments' address
+        ranges (unmap, map at the same address, set access), so every ``data_ptr`` (and a CUDA
+        graph captured over them) stays valid and reads the new bytes; the replaced allocations
+        are released. The device is synchronized first, so call it between steps. All or
+        nothing: on any failure every segment maps what it mapped before, and ``prepared``'s
+        imports are released. Returns what it did: segments remapped and skipped, seconds."""
+        with self._lock:
+            stale = prepared.mapping is not self or prepared not in self._prepared
+        if stale:
+            raise CudaError("E_SWITCH_STALE", "this prepared switch was finished or discarded already, or is of another mapping; prepare it again")
+        if prepared.against is not self.state:
+            self.discard(prepared)
+            raise CudaError("E_SWITCH_STALE", "this mapping switched since the switch was prepared, so what it imported may not be what changes now; prepare it again")
+        d = self.driver
+        started = time.perf_counter()
+        with self._current():
             replaced: Dict[int, int] = {}
             try:
-                for n, seg in self._fd_segments.items():
-                    imported[n] = seg.import_handle(segment_fds[n])
                 # Nothing this process queued may still read the old bytes or run over the
-                # unmapped range (cuMemUnmap under running work is undefined).
-                d.check(d.cuCtxSynchronize(), "cuCtxSynchronize")
-                for n, seg in self._fd_segments.items():
-                    replaced[n] = seg.swap(imported[n])
-                    del imported[n]
+                # unmapped range (cuMemUnmap under running work is undefined). A switch that
+                # changes no segment touches nothing, so it has nothing to wait for.
+                if prepared.held:
+                    d.check(d.cuCtxSynchronize(), "cuCtxSynchronize")
+                for n in list(prepared.held):
+                    replaced[n] = self._fd_segments[n].swap(prepared.held[n])
+                    del prepared.held[n]
+                # Mapped first, then given access in one call per run of neighbours.
+                grant_runs([self._fd_segments[n] for n in replaced])
             except BaseException:
                 with contextlib.suppress(CudaError):  # the failure that stopped the remap is the one to report
                     for n, old in replaced.items():
-                        imported[n] = self._fd_segments[n].swap(old)
-                    for n, handle in imported.items():
-                        self._fd_segments[n].release(handle)
+                        prepared.held[n] = self._fd_segments[n].swap(old)
+                    grant_runs([self._fd_segments[n] for n in replaced])
+                    self._release_imports(prepared)
                 raise
+            finally:
+                with self._lock:
+                    self._prepared.discard(prepared)
             for n, old in replaced.items():
                 self._fd_segments[n].release(old)
-        self.state = state
+        self.state = prepared.state
+        self.last_switch = {"remapped": sorted(replaced), "skipped": prepared.skipped, "seconds": time.perf_counter() - started}
+        return self.last_switch
+
+    def remap(self, state: Dict[str, Any], segment_fds: Dict[int, int]) -> Dict[str, Any]:
+        """Puts the memory of another served version behind this mapping, in place:
+        ``prepare_remap`` then ``finish_remap`` (each says what it does and when to call it)."""
+        return self.finish_remap(self.prepare_remap(state, segment_fds))
+
+    def discard(self, prepared: "PreparedRemap") -> None:
+        """Gives back what ``prepared`` imported (a switch that will not happen); idempotent."""
+        with self._lock:
+            if prepared not in self._prepared:
+                return
+            self._prepared.discard(prepared)
+        with self._current():
+            self._release_imports(prepared)
+
+    def _release_imports(self, prepared: "PreparedRemap") -> None:
+        """Releases every import ``prepared`` still holds (context current); raises the first failure after trying every one."""
+        failures: List[BaseException] = []
+        for n, handle in list(prepared.held.items()):
+            del prepared.held[n]
+            try:
+                self._fd_segments[n].release(handle)
+            except CudaError as err:
+                failures.append(err)
+        if failures:
+            raise failures[0]
 
     @property
     def read_only(self) -> bool:
@@ -559,6 +681,13 @@ class CudaMapping:
         failures: List[BaseException] = []
         try:
             with self._current():
+                with self._lock:
+                    pending, self._prepared = list(self._prepared), set()
+                for prepared in pending:
+                    try:
+                        self._release_imports(prepared)
+                    except CudaError as err:
+                        failures.append(err)
                 for seg, ptr in list(self.pointers.items()):
                     del self.pointers[seg]
                     try:
@@ -569,6 +698,9 @@ class CudaMapping:
                             d.check(d.cuIpcCloseMemHandle(ptr), f"cuIpcCloseMemHandle(segment {seg})")
                     except CudaError as err:
                         failures.append(err)
+                if self._fd_range is not None:
+                    fd_range, self._fd_range = self._fd_range, None
+                    fd_range.free()
         except CudaError as err:
             failures.append(err)
         self.pointers.clear()

@@ -14,11 +14,13 @@ import fcntl
 import mmap
 import os
 import struct
+import time
 import warnings
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .protocol import ProtocolError, ServeError
 from .columns import check_same_placement
+from .prepared_remap import PreparedRemap
 from .tensors import by_name, element_shape, memoryview_format, numpy_dtype, resolve_format, torch_by_name, SegmentViews
 
 # fcntl's names for memfd seals (Python 3.8+ on Linux has them; the values are the kernel's).
@@ -225,6 +227,8 @@ class HostMapping:
     def __init__(self, state: Dict[str, Any], fds: Dict[int, int], tensor_format: str = "auto"):
         self.state = state
         self._closed = False
+        #: What the last remap did: segments remapped and skipped, seconds (None before any).
+        self.last_switch: Optional[Dict[str, Any]] = None
         self.maps: Dict[int, mmap.mmap] = {}
         self.tensors: Dict[str, Any] = {}
         try:
@@ -264,40 +268,82 @@ class HostMapping:
             self.close()
             raise
 
-    def remap(self, state: Dict[str, Any], fds: Dict[int, int]) -> None:
-        """Puts another served version's segments behind this mapping's addresses, in place: each
-        new segment is mapped aside, then moved over the old one in one mremap, so every view
-        reads the new bytes at the same address and is never left over a hole. ``state`` is that
-        version's get_state reply and ``fds`` its descriptors (the caller closes them). It must
-        place every tensor exactly where this one does. All or nothing: the old pages are kept
-        (a second mapping of them) until every segment moved, and put back on a failure."""
+    def changed_segments(self, state: Dict[str, Any]) -> List[int]:
+        """The segments of ``state`` (another version's get_state reply) whose memory is not the
+        memfd this maps there (each segment's ``memory``, its inode: a version sharing a segment
+        with its base names the base's, and this mapping keeps that inode alive, so no other
+        memfd can have it meanwhile). A segment without a name, on either side, counts as changed."""
+        mapped = {seg["segment"]: seg.get("memory") for seg in self.state["segments"]}
+        return [seg["segment"] for seg in state["segments"] if seg.get("memory") is None or mapped.get(seg["segment"]) != seg["memory"]]
+
+    def prepare_remap(self, state: Dict[str, Any], fds: Dict[int, int]) -> "PreparedRemap":
+        """Step one of ``remap``: checks that ``state`` places every tensor exactly where this
+        mapping does and maps each segment that changes (``changed_segments``) aside; the others
+        stay as they are and need no descriptor. The views still read this version. ``fds``: the
+        changed segments' descriptors at least (the caller closes them). Pass the result to
+        ``finish_remap``, or ``discard()`` it."""
         if self._closed:
             raise ServeError("E_CLOSED", "this mapping is closed; attach again instead of remapping it")
         check_same_placement(self.state, state, ServeError)
-        missing = sorted(set(self.maps) - set(fds))
+        changed = [n for n in self.changed_segments(state) if n in self.maps]
+        missing = sorted(set(changed) - set(fds))
         if missing:
             raise ServeError("E_NO_SEGMENT_FDS", f"segment(s) {missing} have no descriptor; pass get_segment_fds' reply for the new lease")
         sizes = {seg["segment"]: int(seg["bytes"]) for seg in state["segments"]}
-        staged: Dict[int, _Mapping] = {}
-        kept: Dict[int, Tuple[_Mapping, _Mapping]] = {}  # segment -> (its address range, the old pages' alias)
+        prepared = PreparedRemap(self, state, len(self.maps) - len(changed))
         try:
-            for n in self.maps:
+            for n in changed:
                 _check_segment_fd(n, fds[n], sizes[n])
-                staged[n] = _Mapping.of_fd(fds[n], sizes[n])
-            for n, mm in self.maps.items():
-                here = _Mapping(_address(mm), staged[n].length)
+                prepared.held[n] = _Mapping.of_fd(fds[n], sizes[n])
+        except BaseException as err:
+            self.discard(prepared)
+            if isinstance(err, OSError):
+                raise ServeError("E_SHM_OPEN", f"cannot map the new version's segments ({err}); the views still read the old version") from err
+            raise
+        return prepared
+
+    def finish_remap(self, prepared: "PreparedRemap") -> Dict[str, Any]:
+        """Step two of ``remap``: moves each staged segment over the old one in one mremap, so
+        every view reads the new bytes at the same address and is never left over a hole. All
+        or nothing: the old pages are kept (a second mapping of them) until every segment
+        moved, and put back on a failure. Returns what it did: segments remapped and skipped, seconds."""
+        if prepared.mapping is not self or prepared.against is not self.state or self._closed:
+            self.discard(prepared)
+            raise ServeError("E_SWITCH_STALE", "this mapping switched or closed since the switch was prepared (or it is another's); prepare it again")
+        started = time.perf_counter()
+        staged = prepared.held
+        kept: Dict[int, Tuple[_Mapping, _Mapping]] = {}  # segment -> (its address range, the old pages' alias)
+        remapped = sorted(staged)
+        try:
+            for n in remapped:
+                here = _Mapping(_address(self.maps[n]), staged[n].length)
                 kept[n] = (here, here.alias())
                 staged[n].move_to(here)
                 del staged[n]
         except BaseException as err:
             undone = self._undo(kept, staged)
+            staged.clear()
             if isinstance(err, OSError):
                 state_now = "the views still read the old version" if undone else "the views are not usable: detach"
                 raise ServeError("E_SHM_OPEN", f"cannot map the new version's segments in place ({err}); {state_now}") from err
             raise
         for _, old in kept.values():
             old.unmap()
-        self.state = state
+        self.state = prepared.state
+        self.last_switch = {"remapped": remapped, "skipped": prepared.skipped, "seconds": time.perf_counter() - started}
+        return self.last_switch
+
+    def remap(self, state: Dict[str, Any], fds: Dict[int, int]) -> Dict[str, Any]:
+        """Puts another served version's segments behind this mapping's addresses, in place:
+        ``prepare_remap`` then ``finish_remap`` (each says what it does)."""
+        return self.finish_remap(self.prepare_remap(state, fds))
+
+    @staticmethod
+    def discard(prepared: "PreparedRemap") -> None:
+        """Unmaps what ``prepared`` mapped aside (a switch that will not happen); idempotent."""
+        for m in prepared.held.values():
+            m.unmap()
+        prepared.held.clear()
 
     @staticmethod
     def _undo(kept: Dict[int, Tuple["_Mapping", "_Mapping"]], staged: Dict[int, "_Mapping"]) -> bool:

@@ -147,7 +147,8 @@ def switch(model: nn.Module, info: Target) -> str:
         mapped.processed, mapped.published = None, []
     if moved:
         logger.warning("weightd: processing the new version put %s at new addresses; a captured CUDA graph would read the old ones", ", ".join(moved))
-    return f"switched {len(mapped.params)} parameters to version {fingerprint[:12]} in place, lease {state['leaseId']}"
+    did = mapped.mapping.last_switch
+    return f"switched {len(mapped.params)} parameters to version {fingerprint[:12]} in place ({len(did['remapped'])} segment(s) remapped, {did['skipped']} shared with the version before), lease {state['leaseId']}"
 
 
 def switch_worker(worker: Any, update_info: Dict[str, Any]) -> str:

@@ -1,4 +1,4 @@
-// get_segment_fds: the descriptors of the segments of the model version a lease is of (sealed memfds or cuda-fd), for the holder of a
+// get_segment_fds: the descriptors of the segments (all, or those the request names) of the model version a lease is of (sealed memfds or cuda-fd), for the holder of a
 // live lease, sent with the reply as SCM_RIGHTS. The lease is the one get_state granted: asked on
 // the same connection (Python) or another of the same process (TypeScript, which uses a
 // connection of its own for descriptors); leaseTable.ts's namedBy says who may name it.
@@ -30,6 +30,16 @@ export async function getSegmentFds(req: RequestOf<'get_segment_fds'>, services:
   if (fds === undefined) {
     throw new ServeError('E_NO_FDS', `rank ${service.rank.globalRank}'s segments are CUDA IPC handles; use get_state's handles`);
   }
-  const reply: GetSegmentFdsReply = { id: req.id, ok: true, segments: service.rank.segments.map((s) => s.segment) };
-  return { json: JSON.stringify(reply), fds, sent: service.holdSegmentFds() };
+  const all = service.rank.segments.map((s) => s.segment);
+  const asked = req.segments ?? all;
+  const unknown = asked.filter((n) => !all.includes(n));
+  if (unknown.length > 0 || new Set(asked).size !== asked.length) {
+    throw new ServeError(
+      'E_BAD_REQUEST',
+      `get_segment_fds asked for segment(s) [${asked.join(', ')}], but rank ${service.rank.globalRank} has segments [${all.join(', ')}]${unknown.length ? ` (no segment ${unknown.join(', ')})` : ' (one asked twice)'}: name each of its segments at most once`,
+      { segments: all },
+    );
+  }
+  const reply: GetSegmentFdsReply = { id: req.id, ok: true, segments: asked };
+  return { json: JSON.stringify(reply), fds: asked.map((n) => fds[all.indexOf(n)]!), sent: service.holdSegmentFds() };
 }

@@ -201,8 +201,9 @@ def follow(models: Dict[str, Path], base: str, other: str, graphs: bool, work: P
 def follow_trainer(models: Dict[str, Path], base: str, other: str, work: Path) -> Dict[str, Any]:
     """A trainer holding ``other``'s weights on the GPU writes them through the backend's
     trainer side (0.26: the static ``trainer_send_weights``; 0.32: the trainer engine), the
-    engine follows: the disk load's tokens and logprobs of ``other``, at the same addresses. Then
-    a name the daemon does not hold (vLLM's fused one) is refused, nothing committed."""
+    engine follows: the disk load's tokens and logprobs of ``other``, at the same addresses. Then the
+    base's weights sent by the engine's own (fused) names: the base's tokens again. Then a name no
+    layout holds and a fused name of the wrong shape are refused, nothing committed."""
     from transformers import AutoModelForCausalLM
     from vllm import LLM, SamplingParams
     from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
@@ -232,6 +233,9 @@ def follow_trainer(models: Dict[str, Path], base: str, other: str, work: Path) -
 
         check(base, "loaded")
         addresses = params()
+        # The base's weights as the engine holds them (fused qkv_proj, gate_up_proj): a trainer that
+        # sends the engine's own names writes them back at the end.
+        engine_named = llm.apply_model(lambda m: [(n, p.detach().clone()) for n, p in m.named_parameters()])[0]
         trainer = AutoModelForCausalLM.from_pretrained(str(models[other]), torch_dtype=torch.bfloat16).cuda()
         target = {"model": name, "socket_dir": daemon.socket_dir}
         torch.cuda.synchronize()
@@ -253,14 +257,25 @@ def follow_trainer(models: Dict[str, Path], base: str, other: str, work: Path) -
             check(other, f"after the trainer wrote {other}")
             if params() != addresses:
                 r["problems"].append("a parameter's address changed")
+            started = time.monotonic()
+            info = WeightdWeightTransferEngine.trainer_send_weights(iter(engine_named), target)
+            r["steps"].append({"step": "trainer_send_weights by the engine's names", "seconds": round(time.monotonic() - started, 4), "update_info": info})
+            llm.start_weight_update()
+            llm.update_weights({"update_info": info})
+            llm.finish_weight_update()
+            llm.reset_prefix_cache()
+            check(base, f"after the trainer wrote {base} by the engine's names")
+            if params() != addresses:
+                r["problems"].append("a parameter's address changed")
             before = served()
-            try:
-                WeightdWeightTransferEngine.trainer_send_weights(iter([("model.layers.0.self_attn.qkv_proj.weight", torch.zeros(8, device="cuda"))]), target)
-                r["problems"].append("a name the daemon does not hold was written")
-            except WeightdError as err:
-                r["refused"] = str(err)[-300:]
-                if err.code != "E_UNKNOWN_TENSOR" or served() != before:
-                    r["problems"].append(f"the bad name's refusal: {err.code}, versions {before} then {served()}")
+            for bad, code in (("model.layers.0.self_attn.no_such_proj.weight", "E_UNKNOWN_TENSOR"), ("model.layers.0.self_attn.qkv_proj.weight", "E_TENSOR_MISMATCH")):
+                try:
+                    WeightdWeightTransferEngine.trainer_send_weights(iter([(bad, torch.zeros(8, device="cuda"))]), target)
+                    r["problems"].append(f"{bad} was written")
+                except WeightdError as err:
+                    r.setdefault("refused", []).append(str(err)[-300:])
+                    if err.code != code or served() != before:
+                        r["problems"].append(f"{bad}: refused as {err.code} (want {code}), versions {before} then {served()}")
         del llm, trainer
         gc.collect()
         cleanup_dist_env_and_memory()
