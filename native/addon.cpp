@@ -409,6 +409,7 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::CudaStagingFresh>>("cudaStagingFresh"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::CudaCommitCopies>>("cudaCommitCopies"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::CudaPullCommit>>("cudaPullCommit"),
+                             InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::CudaPullCopies>>("cudaPullCopies"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::CudaDigestSegments>>("cudaDigestSegments"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::MapShared>>("mapShared"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::UnmapShared>>("unmapShared"),
@@ -486,6 +487,18 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
     Napi::Array arr = v.As<Napi::Array>();
     std::vector<int> fds;
     for (uint32_t i = 0; i < arr.Length(); ++i) fds.push_back(toBounded<int>(arr.Get(i), "fd"));
+    return fds;
+  }
+
+  // One descriptor or -1 (none) per segment: the finals a pull made early.
+  static std::vector<int> toFinals(const Napi::Value& v) {
+    if (!v.IsArray()) throw Napi::TypeError::New(v.Env(), "finals must be an array of descriptors, -1 where none");
+    Napi::Array arr = v.As<Napi::Array>();
+    std::vector<int> fds;
+    for (uint32_t i = 0; i < arr.Length(); ++i) {
+      Napi::Value e = arr.Get(i);
+      fds.push_back(e.IsNumber() && e.As<Napi::Number>().DoubleValue() == -1 ? -1 : toBounded<int>(e, "final fd"));
+    }
     return fds;
   }
 
@@ -586,10 +599,58 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
     Napi::Object timings = Napi::Object::New(e);
     timings.Set("allocateMs", c.allocateMs);
     timings.Set("openMs", c.openMs);
+    timings.Set("mapMs", c.mapMs);
     timings.Set("copyMs", c.copyMs);
     timings.Set("digestMs", c.digestMs);
+    timings.Set("nativeMs", c.totalMs);
     o.Set("timings", timings);
     return o;
+  }
+
+  static std::vector<std::string> sourcesFromJs(Napi::Env env, const Napi::Value& v, const char* usage) {
+    if (!v.IsArray()) throw Napi::TypeError::New(env, usage);
+    Napi::Array arr = v.As<Napi::Array>();
+    std::vector<std::string> sources;
+    for (uint32_t i = 0; i < arr.Length(); ++i) {
+      Napi::Value e = arr.Get(i);
+      if (!e.IsBuffer()) throw Napi::TypeError::New(env, usage);
+      Napi::Buffer<char> b = e.As<Napi::Buffer<char>>();
+      sources.emplace_back(b.Data(), b.Length());
+    }
+    return sources;
+  }
+
+  // cudaPullCopies(deviceIndex, finals, writes: boolean[], bytes: number[], sources: Buffer[], commitCopies)
+  //   -> Promise<{ fds: number[], timings: { allocateMs, openMs, mapMs, copyMs, nativeMs } }>, on a libuv thread.
+  Napi::Value CudaPullCopies(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    const char* usage = "cudaPullCopies(deviceIndex, finals, writes: boolean[], bytes: number[], sources: Buffer[], commitCopies)";
+    int deviceIndex = toBounded<int>(info[0], "deviceIndex");
+    std::vector<int> finals = toFinals(info[1]);
+    if (!info[2].IsArray() || !info[3].IsArray()) throw Napi::TypeError::New(env, usage);
+    Napi::Array writesJs = info[2].As<Napi::Array>(), bytesJs = info[3].As<Napi::Array>();
+    std::vector<bool> writes;
+    std::vector<uint64_t> bytes;
+    for (uint32_t i = 0; i < writesJs.Length(); ++i) writes.push_back(writesJs.Get(i).ToBoolean().Value());
+    for (uint32_t i = 0; i < bytesJs.Length(); ++i) bytes.push_back(toU64(bytesJs.Get(i), "segment bytes"));
+    std::vector<std::string> sources = sourcesFromJs(env, info[4], usage);
+    std::vector<CommitCopy> copies = commitCopiesFromJs(info[5]);
+    return PromiseJob<CudaPulled>::start(
+        env, [deviceIndex, finals, writes, bytes, sources, copies] { return cudaPullCopies(deviceIndex, finals, writes, bytes, sources, copies); },
+        [](Napi::Env e, const CudaPulled& p) {
+          Napi::Object o = Napi::Object::New(e);
+          Napi::Array fds = Napi::Array::New(e, p.fds.size());
+          for (uint32_t i = 0; i < p.fds.size(); ++i) fds.Set(i, p.fds[i]);
+          o.Set("fds", fds);
+          Napi::Object timings = Napi::Object::New(e);
+          timings.Set("allocateMs", p.allocateMs);
+          timings.Set("openMs", p.openMs);
+          timings.Set("mapMs", p.mapMs);
+          timings.Set("copyMs", p.copyMs);
+          timings.Set("nativeMs", p.totalMs);
+          o.Set("timings", timings);
+          return o;
+        });
   }
 
   // cudaCommitCopies(deviceIndex, fds, copied: boolean[], bytes: number[], tensorRanges, threads, digestOn)
@@ -613,35 +674,30 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
         committedToJs);
   }
 
-  // cudaPullCommit(deviceIndex, fds, copied: boolean[], bytes: number[], sources: Buffer[], commitCopies, tensorRanges, threads, digestOn)
-  //   -> Promise<{ fds: number[], digests: string[], hashedOn, gpuDigestUnavailable }>, on a libuv thread.
+  // cudaPullCommit(deviceIndex, fds, copied: boolean[], bytes: number[], finals, sources: Buffer[], commitCopies, tensorRanges, threads, digestOn)
+  //   -> Promise<{ fds: number[], digests: string[], hashedOn, gpuDigestUnavailable, timings }>, on a libuv thread.
   Napi::Value CudaPullCommit(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
-    const char* usage = "cudaPullCommit(deviceIndex, fds, copied: boolean[], bytes: number[], sources: Buffer[], commitCopies, tensorRanges, threads, digestOn)";
+    const char* usage = "cudaPullCommit(deviceIndex, fds, copied: boolean[], bytes: number[], finals, sources: Buffer[], commitCopies, tensorRanges, threads, digestOn)";
     int deviceIndex = toBounded<int>(info[0], "deviceIndex");
     std::vector<int> fds = toFds(info[1]);
-    if (!info[2].IsArray() || !info[3].IsArray() || !info[4].IsArray()) throw Napi::TypeError::New(env, usage);
-    Napi::Array copiedJs = info[2].As<Napi::Array>(), bytesJs = info[3].As<Napi::Array>(), sourcesJs = info[4].As<Napi::Array>();
+    if (!info[2].IsArray() || !info[3].IsArray()) throw Napi::TypeError::New(env, usage);
+    Napi::Array copiedJs = info[2].As<Napi::Array>(), bytesJs = info[3].As<Napi::Array>();
     std::vector<bool> copied;
     std::vector<uint64_t> bytes;
-    std::vector<std::string> sources;
     for (uint32_t i = 0; i < copiedJs.Length(); ++i) copied.push_back(copiedJs.Get(i).ToBoolean().Value());
     for (uint32_t i = 0; i < bytesJs.Length(); ++i) bytes.push_back(toU64(bytesJs.Get(i), "segment bytes"));
-    for (uint32_t i = 0; i < sourcesJs.Length(); ++i) {
-      Napi::Value v = sourcesJs.Get(i);
-      if (!v.IsBuffer()) throw Napi::TypeError::New(env, usage);
-      Napi::Buffer<char> b = v.As<Napi::Buffer<char>>();
-      sources.emplace_back(b.Data(), b.Length());
-    }
-    std::vector<CommitCopy> copies = commitCopiesFromJs(info[5]);
-    std::vector<TensorRange> tensors = tensorRangesFromJs(info[6]);
-    unsigned threads = toBounded<unsigned>(info[7], "threads");
+    std::vector<int> finals = toFinals(info[4]);
+    std::vector<std::string> sources = sourcesFromJs(env, info[5], usage);
+    std::vector<CommitCopy> copies = commitCopiesFromJs(info[6]);
+    std::vector<TensorRange> tensors = tensorRangesFromJs(info[7]);
+    unsigned threads = toBounded<unsigned>(info[8], "threads");
     if (threads < 1 || threads > 256) throw Napi::RangeError::New(env, "threads must be from 1 to 256, got " + std::to_string(threads));
-    bool onGpu = digestOnGpuFromJs(info[8]);
+    bool onGpu = digestOnGpuFromJs(info[9]);
     return PromiseJob<CudaCommitted>::start(
         env,
-        [deviceIndex, fds, copied, bytes, sources, copies, tensors, threads, onGpu] {
-          return cudaPullCommit(deviceIndex, fds, copied, bytes, sources, copies, tensors, threads, onGpu);
+        [deviceIndex, fds, copied, bytes, finals, sources, copies, tensors, threads, onGpu] {
+          return cudaPullCommit(deviceIndex, fds, copied, bytes, finals, sources, copies, tensors, threads, onGpu);
         },
         committedToJs);
   }

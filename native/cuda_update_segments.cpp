@@ -104,65 +104,100 @@ PulledSource openPulledSource(const std::string& raw, size_t k, int deviceIndex)
   return out;
 }
 
-// The commit's shared body: finals for the copied segments, `copies` into them (sources as
+// Refuses a pulled copy that ends past the allocation its source opened.
+void checkPulledRanges(const std::vector<PulledSource>& pulled, const std::vector<CommitCopy>& copies) {
+  for (const CommitCopy& c : copies) {
+    uint64_t end;
+    if (c.source == 0) continue;
+    const PulledSource& from = pulled[c.source - 1];
+    if (__builtin_add_overflow(c.srcOffset, c.bytes, &end) || end > from.bytes) {
+      throw DeviceError("E_UPDATE_SIZE", "a pulled copy of " + std::to_string(c.bytes) + " bytes at offset " + std::to_string(c.srcOffset) + " of source " +
+                                             std::to_string(c.source - 1) + " ends past its allocation, which holds " + std::to_string(from.bytes) +
+                                             " bytes from the handle's address on; pull each tensor from the memory that holds it whole");
+    }
+  }
+}
+
+// Opens each pulled source, checks every pulled copy against the allocation it opened, and runs
+// `copies` into `into` (per segment: where to write; 0 where a copy may not go), reading source 0
+// from `own` (per segment) and source k > 0 from the k-th pulled source; returns once they are
+// done, the sources closed. The stream is declared after the sources, so that on a failure it is
+// drained (its destructor) before any source a queued copy reads is closed.
+void runCopies(int deviceIndex, const std::vector<CUdeviceptr>& into, const std::vector<CUdeviceptr>& own, const std::vector<std::string>& sources,
+               const std::vector<CommitCopy>& copies, double& openMs, double& copyMs) {
+  std::vector<PulledSource> pulled;
+  auto t = std::chrono::steady_clock::now();
+  for (size_t k = 0; k < sources.size(); ++k) pulled.push_back(openPulledSource(sources[k], k, deviceIndex));
+  openMs += msSince(t);
+  t = std::chrono::steady_clock::now();
+  checkPulledRanges(pulled, copies);
+  Stream stream = createStream();
+  for (const CommitCopy& c : copies) {
+    if (c.bytes == 0) continue;
+    CUdeviceptr from = c.source == 0 ? own[c.segment] : pulled[c.source - 1].mapping.get();
+    cudaDriver().cuMemcpyDtoDAsync_v2(into[c.segment] + c.dstOffset, from + c.srcOffset, c.bytes, stream.get());
+  }
+  cudaDriver().cuStreamSynchronize(stream.get());
+  copyMs += msSince(t);
+}
+
+// Refuses copies that do not fit the commit: a segment outside it or not written (`writable`), a
+// source it does not have (sources.size() pulled ones, and 0 unless `gapsAllowed` is false), a
+// range past the segment's bytes.
+void checkCopies(const std::vector<CommitCopy>& copies, const std::vector<bool>& writable, const std::vector<uint64_t>& bytes, size_t sources,
+                 bool gapsAllowed) {
+  for (const CommitCopy& c : copies) {
+    uint64_t end;
+    if (c.segment >= writable.size() || c.segment >= bytes.size() || !writable[c.segment] || c.source > sources || (c.source == 0 && !gapsAllowed) ||
+        __builtin_add_overflow(c.dstOffset, c.bytes, &end) || end > bytes[c.segment]) {
+      throw DeviceError("E_BAD_PLAN", "a commit copy of " + std::to_string(c.bytes) + " bytes to segment " + std::to_string(c.segment) + " at " +
+                                          std::to_string(c.dstOffset) + " from source " + std::to_string(c.source) + " lies outside the commit");
+    }
+  }
+}
+
+// The commit's shared body: finals for the copied segments (made here, or imported from `finals`
+// where cudaPullCopies made and wrote one earlier), `copies` into them (sources as
 // cudaPullCommit's; none for a staging commit), then the digests over what the version serves.
 CudaCommitted commitInto(int deviceIndex, const std::vector<int>& fds, const std::vector<bool>& copied, const std::vector<uint64_t>& bytes,
-                         const std::vector<std::string>& sources, const std::vector<CommitCopy>& copies, std::vector<TensorRange> tensors,
-                         unsigned threads, bool onGpu) {
-  if (fds.size() != copied.size() || fds.size() != bytes.size()) {
-    throw DeviceError("E_BAD_PLAN", "a commit takes one descriptor, copied flag and size per segment");
+                         const std::vector<int>& finals, const std::vector<std::string>& sources, const std::vector<CommitCopy>& copies,
+                         std::vector<TensorRange> tensors, unsigned threads, bool onGpu) {
+  if (fds.size() != copied.size() || fds.size() != bytes.size() || (!finals.empty() && finals.size() != fds.size())) {
+    throw DeviceError("E_BAD_PLAN", "a commit takes one descriptor, copied flag, size (and final, where given) per segment");
   }
+  auto began = std::chrono::steady_clock::now();
   PrimaryContext context(deviceIndex);
   ScopedContext current(context.get());
   CUdevice dev = cudaDeviceAt(deviceIndex);
+  auto made = [&](size_t i) { return !finals.empty() && finals[i] >= 0; };
   std::vector<uint64_t> sizes;
   uint64_t needed = 0;
   for (size_t i = 0; i < bytes.size(); ++i) {
     sizes.push_back(vmmSegmentSize(dev, bytes[i]));
-    if (copied[i]) needed += sizes.back();
+    if (copied[i] && !made(i)) needed += sizes.back();
   }
+  checkCopies(copies, copied, bytes, sources.size(), true);
   // Which copied segments' own descriptors a copy reads (staging: all; a pull: those with gaps).
   std::vector<bool> readsOwn(fds.size(), false);
-  for (const CommitCopy& c : copies) {
-    uint64_t end;
-    if (c.segment >= fds.size() || !copied[c.segment] || c.source > sources.size() || __builtin_add_overflow(c.dstOffset, c.bytes, &end) ||
-        end > bytes[c.segment]) {
-      throw DeviceError("E_BAD_PLAN", "a commit copy of " + std::to_string(c.bytes) + " bytes to segment " + std::to_string(c.segment) + " at " +
-                                          std::to_string(c.dstOffset) + " from source " + std::to_string(c.source) + " lies outside the commit");
-    }
+  for (const CommitCopy& c : copies)
     if (c.source == 0) readsOwn[c.segment] = true;
-  }
-  // What the new version serves: fresh final allocations for the written segments, which only
-  // this process ever maps (and writes, here, once), and the shared segments as they are.
+  // What the new version serves: final allocations for the written segments, which only this
+  // process ever maps (and writes, here or in cudaPullCopies), and the shared segments as they are.
   CudaCommitted out;
   auto t = std::chrono::steady_clock::now();
   std::vector<VmmSegment> served(fds.size());
-  {
+  if (needed > 0) {
     std::lock_guard<std::mutex> hold(allocating);
     checkFree(deviceIndex, needed, "committing the update's " + std::to_string(std::count(copied.begin(), copied.end(), true)) + " written segment(s)");
     for (size_t i = 0; i < fds.size(); ++i)
-      if (copied[i]) served[i] = VmmSegment::create(dev, sizes[i]);
+      if (copied[i] && !made(i)) served[i] = VmmSegment::create(dev, sizes[i]);
   }
   out.allocateMs = msSince(t);
+  t = std::chrono::steady_clock::now();
+  for (size_t i = 0; i < fds.size(); ++i)
+    if (copied[i] && made(i)) served[i] = VmmSegment::importWritable(dev, finals[i], sizes[i]);
   {
-    // Declared before the stream, so that on a failure the stream is drained (its destructor)
-    // before any source a queued copy reads is unmapped or closed.
     std::vector<VmmSegment> own(fds.size());
-    std::vector<PulledSource> pulled;
-    t = std::chrono::steady_clock::now();
-    for (size_t k = 0; k < sources.size(); ++k) pulled.push_back(openPulledSource(sources[k], k, deviceIndex));
-    out.openMs = msSince(t);
-    t = std::chrono::steady_clock::now();
-    for (const CommitCopy& c : copies) {
-      uint64_t end;
-      if (c.source == 0) continue;
-      const PulledSource& from = pulled[c.source - 1];
-      if (__builtin_add_overflow(c.srcOffset, c.bytes, &end) || end > from.bytes) {
-        throw DeviceError("E_UPDATE_SIZE", "a pulled copy of " + std::to_string(c.bytes) + " bytes at offset " + std::to_string(c.srcOffset) + " of source " +
-                                               std::to_string(c.source - 1) + " ends past its allocation, which holds " + std::to_string(from.bytes) +
-                                               " bytes from the handle's address on; pull each tensor from the memory that holds it whole");
-      }
-    }
     for (size_t i = 0; i < fds.size(); ++i) {
       if (!copied[i]) {
         served[i] = VmmSegment::import(dev, fds[i], sizes[i]);
@@ -170,14 +205,13 @@ CudaCommitted commitInto(int deviceIndex, const std::vector<int>& fds, const std
         own[i] = VmmSegment::import(dev, fds[i], sizes[i]);
       }
     }
-    Stream stream = createStream();
-    for (const CommitCopy& c : copies) {
-      if (c.bytes == 0) continue;
-      CUdeviceptr from = c.source == 0 ? own[c.segment].pointer() : pulled[c.source - 1].mapping.get();
-      cudaDriver().cuMemcpyDtoDAsync_v2(served[c.segment].pointer() + c.dstOffset, from + c.srcOffset, c.bytes, stream.get());
+    out.mapMs = msSince(t);
+    std::vector<CUdeviceptr> into, from;
+    for (size_t i = 0; i < fds.size(); ++i) {
+      into.push_back(copied[i] ? served[i].pointer() : 0);
+      from.push_back(own[i].pointer());
     }
-    cudaDriver().cuStreamSynchronize(stream.get());
-    out.copyMs = msSince(t);
+    runCopies(deviceIndex, into, from, sources, copies, out.openMs, out.copyMs);
   }
   std::vector<CUdeviceptr> pointers;
   for (const VmmSegment& s : served) pointers.push_back(s.pointer());
@@ -185,12 +219,13 @@ CudaCommitted commitInto(int deviceIndex, const std::vector<int>& fds, const std
   out.digested = digestDeviceSegments(pointers, bytes, std::move(tensors), threads, onGpu);
   out.digestMs = msSince(t);
   try {
-    for (size_t i = 0; i < fds.size(); ++i) out.fds.push_back(copied[i] ? dupExported(served[i]) : -1);
+    for (size_t i = 0; i < fds.size(); ++i) out.fds.push_back(!copied[i] ? -1 : made(i) ? dupFd(finals[i]) : dupExported(served[i]));
   } catch (...) {
     for (int fd : out.fds)
       if (fd >= 0) ::close(fd);
     throw;
   }
+  out.totalMs = msSince(began);
   return out;
 }
 
@@ -202,13 +237,70 @@ CudaCommitted cudaCommitCopies(int deviceIndex, const std::vector<int>& fds, con
   std::vector<CommitCopy> copies;
   for (size_t i = 0; i < copied.size() && i < bytes.size(); ++i)
     if (copied[i]) copies.push_back(CommitCopy{static_cast<uint32_t>(i), 0, 0, 0, bytes[i]});
-  return commitInto(deviceIndex, fds, copied, bytes, {}, copies, std::move(tensors), threads, onGpu);
+  return commitInto(deviceIndex, fds, copied, bytes, {}, {}, copies, std::move(tensors), threads, onGpu);
 }
 
 CudaCommitted cudaPullCommit(int deviceIndex, const std::vector<int>& fds, const std::vector<bool>& copied, const std::vector<uint64_t>& bytes,
-                             const std::vector<std::string>& sources, const std::vector<CommitCopy>& copies, std::vector<TensorRange> tensors,
-                             unsigned threads, bool onGpu) {
-  return commitInto(deviceIndex, fds, copied, bytes, sources, copies, std::move(tensors), threads, onGpu);
+                             const std::vector<int>& finals, const std::vector<std::string>& sources, const std::vector<CommitCopy>& copies,
+                             std::vector<TensorRange> tensors, unsigned threads, bool onGpu) {
+  return commitInto(deviceIndex, fds, copied, bytes, finals, sources, copies, std::move(tensors), threads, onGpu);
+}
+
+CudaPulled cudaPullCopies(int deviceIndex, const std::vector<int>& finals, const std::vector<bool>& writes, const std::vector<uint64_t>& bytes,
+                          const std::vector<std::string>& sources, const std::vector<CommitCopy>& copies) {
+  if (finals.size() != bytes.size() || writes.size() != bytes.size()) {
+    throw DeviceError("E_BAD_PLAN", "pulled copies take one final descriptor (or -1), written flag and size per segment");
+  }
+  auto began = std::chrono::steady_clock::now();
+  // Pulled sources only: the bytes between pulled tensors come from the base at commit, once every tensor is named.
+  checkCopies(copies, writes, bytes, sources.size(), false);
+  std::vector<std::vector<const CommitCopy*>> bySegment(finals.size());
+  for (const CommitCopy& c : copies) bySegment[c.segment].push_back(&c);
+  PrimaryContext context(deviceIndex);
+  ScopedContext current(context.get());
+  CUdevice dev = cudaDeviceAt(deviceIndex);
+  CudaPulled out;
+  // Declared in this order so that on a failure the stream is drained (destroyed first) before any
+  // final or source a queued copy uses goes.
+  std::vector<PulledSource> pulled;
+  std::vector<VmmSegment> into(finals.size());
+  auto t = std::chrono::steady_clock::now();
+  for (size_t k = 0; k < sources.size(); ++k) pulled.push_back(openPulledSource(sources[k], k, deviceIndex));
+  out.openMs = msSince(t);
+  checkPulledRanges(pulled, copies);
+  Stream stream = createStream();
+  auto copying = std::chrono::steady_clock::now();
+  double madeMs = 0;
+  // Segment by segment: each one's copies are queued as soon as it is made (or mapped), so the GPU
+  // copies one segment while the next is allocated.
+  for (size_t i = 0; i < finals.size(); ++i) {
+    if (!writes[i]) continue;
+    t = std::chrono::steady_clock::now();
+    uint64_t size = vmmSegmentSize(dev, bytes[i]);
+    if (finals[i] < 0) {
+      std::lock_guard<std::mutex> hold(allocating);
+      checkFree(deviceIndex, size, "a final allocation of a pulled segment of " + std::to_string(bytes[i]) + " bytes");
+      into[i] = VmmSegment::create(dev, size);
+      out.allocateMs += msSince(t);
+    } else {
+      into[i] = VmmSegment::importWritable(dev, finals[i], size);
+      out.mapMs += msSince(t);
+    }
+    madeMs += msSince(t);
+    for (const CommitCopy* c : bySegment[i])
+      if (c->bytes > 0) cudaDriver().cuMemcpyDtoDAsync_v2(into[i].pointer() + c->dstOffset, pulled[c->source - 1].mapping.get() + c->srcOffset, c->bytes, stream.get());
+  }
+  cudaDriver().cuStreamSynchronize(stream.get());
+  out.copyMs = msSince(copying) - madeMs;
+  try {
+    for (size_t i = 0; i < finals.size(); ++i) out.fds.push_back(writes[i] && finals[i] < 0 ? dupExported(into[i]) : -1);
+  } catch (...) {
+    for (int fd : out.fds)
+      if (fd >= 0) ::close(fd);
+    throw;
+  }
+  out.totalMs = msSince(began);
+  return out;
 }
 
 }  // namespace weightd

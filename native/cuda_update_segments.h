@@ -34,7 +34,10 @@ struct CudaCommitted {
   // Where the commit's time went, in milliseconds (the daemon logs them: a same-GPU update is
   // held to a multiple of one device-to-device copy, issue 31): making the finals, opening a
   // pull's sources (0 for staging), the copies (queued and done), the digests.
-  double allocateMs = 0, openMs = 0, copyMs = 0, digestMs = 0;
+  // mapMs: mapping the finals made earlier, the shared segments and the base's read for gaps;
+  // totalMs: the whole call on its thread (what the caller's wall time adds is the thread pool's
+  // queue and the hop back to JS).
+  double allocateMs = 0, openMs = 0, mapMs = 0, copyMs = 0, digestMs = 0, totalMs = 0;
 };
 
 // At commit: for each segment i with copied[i], a fresh final allocation holding a device-to-device
@@ -54,8 +57,31 @@ CudaCommitted cudaCommitCopies(int deviceIndex, const std::vector<int>& fds, con
 // copy past the end of its source's allocation, E_UPDATE_SIZE. The writer must keep its memory
 // allocated and unchanged until this returns: the driver does not keep an exporter's memory alive
 // for an importer (freeing it while opened is undefined), so what was read is what the digests say.
+//
+// `finals` (empty, or one per segment): a final that cudaPullCopies made and wrote earlier,
+// imported writable here instead of made, its descriptor duplicated into the
+// result; -1 where the commit makes the final itself. Then `copies` need only fill what no pulled
+// copy wrote (the gaps, from the base: source 0).
 CudaCommitted cudaPullCommit(int deviceIndex, const std::vector<int>& fds, const std::vector<bool>& copied, const std::vector<uint64_t>& bytes,
-                             const std::vector<std::string>& sources, const std::vector<CommitCopy>& copies, std::vector<TensorRange> tensors,
-                             unsigned threads, bool onGpu);
+                             const std::vector<int>& finals, const std::vector<std::string>& sources, const std::vector<CommitCopy>& copies,
+                             std::vector<TensorRange> tensors, unsigned threads, bool onGpu);
+
+struct CudaPulled {
+  // Per segment: the final made by this call (its exported descriptor, the caller's), else -1.
+  std::vector<int> fds;
+  double allocateMs = 0, openMs = 0, mapMs = 0, copyMs = 0, totalMs = 0;
+};
+
+// A pull's copies run early, as pull_tensors names the tensors (the writer keeps them unchanged
+// until the commit's reply): for each segment with `writes`, the final is made here where
+// `finals[segment]` is -1 (fresh memory, judged against the GPU's free memory under the
+// allocation lock, E_OUT_OF_MEMORY; its exported descriptor returned, handed to no one), else
+// that earlier final is mapped writable for the call; then the segment's `copies` are queued at
+// once (sources k > 0 only: the k-th of `sources`, opened once for the call and closed before it
+// returns), so the GPU copies one segment while the next is made. Returns once every copy is done.
+// The finals stay invisible until a commit digests and serves them. E_UPDATE_SOURCE, E_UPDATE_SIZE
+// as cudaPullCommit's; on any failure nothing made here is left.
+CudaPulled cudaPullCopies(int deviceIndex, const std::vector<int>& finals, const std::vector<bool>& writes, const std::vector<uint64_t>& bytes,
+                          const std::vector<std::string>& sources, const std::vector<CommitCopy>& copies);
 
 }  // namespace weightd

@@ -93,6 +93,14 @@ VmmSegment VmmSegment::import(CUdevice dev, int fd, uint64_t size) {
   return s;
 }
 
+VmmSegment VmmSegment::importWritable(CUdevice dev, int fd, uint64_t size) {
+  VmmSegment s;
+  s.size_ = size;
+  s.importFrom(fd);
+  s.mapOn(dev);
+  return s;
+}
+
 void VmmSegment::importFrom(int fd) {
   // The descriptor is passed by value, cast to the pointer-sized parameter (the driver's convention).
   cudaDriver().cuMemImportFromShareableHandle(&handle_, reinterpret_cast<void*>(static_cast<uintptr_t>(fd)),

@@ -49,6 +49,9 @@ class VmmSegment {
   // for a daemon's adopted arena (CudaDevice, which only reads it). `fd` stays the caller's (it
   // may close it at once: the import holds the memory), so this segment has no descriptor to export.
   static VmmSegment import(CUdevice dev, int fd, uint64_t size);
+  // As import, mapped read-write: for the daemon alone, writing a final allocation of an update
+  // that it made earlier and kept by descriptor (no other process is ever handed that descriptor).
+  static VmmSegment importWritable(CUdevice dev, int fd, uint64_t size);
 
   CUdeviceptr pointer() const { return pointer_; }
   uint64_t size() const { return size_; }

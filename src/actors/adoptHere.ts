@@ -18,7 +18,8 @@
 //
 // Not on this path: a cuda rank with legacy IPC handles (nothing of it is kept), a rank that
 // awaits admission (a model loaded beside others, judged on its device's free memory first), and
-// a version a writer committed (it adopts its written segments).
+// a version a writer committed (it adopts its written segments: on cuda with descriptors, on the
+// main thread too, by adoptWrittenHere below).
 import { serializeError, WeightdError } from '../errors.js';
 import { DeviceHandle } from '../native/deviceHandle.js';
 import type { NotAdopted, Post, RankWorkerData } from '../models/rankMessages.js';
@@ -64,6 +65,46 @@ export async function adoptHere(data: RankWorkerData, post: Post, stopped: () =>
     async export(deviceHere, resident, postHere) {
       const segments = await rankPhases.export(deviceHere, resident, postHere);
       if (resident.descriptors === 'checking') void checkDescriptors(deviceHere, data, postHere);
+      return segments;
+    },
+  };
+  return startRankMachine(phases, data, post, stopped);
+}
+
+/**
+ * Whether this rank is a version a writer just committed on cuda with descriptors: its segments
+ * are this process's own allocations (the update's finals, the base's shared ones), handed over as
+ * descriptors. Starting a worker thread for it was most of a commit's time past its copies and
+ * digests (issue 31), and it needs none: it adopts here, with a deferred context.
+ */
+export function adoptsWrittenHere(data: RankWorkerData): boolean {
+  return data.device.backend === 'cuda' && data.cudaHandles === 'fd' && data.written?.segmentFds !== undefined;
+}
+
+/**
+ * Adopts a committed version's descriptors here (the rank's own steps, run on this thread). They
+ * are this GPU's allocations of the planned sizes by construction (the update desk made or shared
+ * them), so no client waits for a check; the device maps them right after the export, on a libuv
+ * thread, for the daemon's own reads (queued after the mapping), off the commit's reply.
+ */
+export function adoptWrittenHere(data: RankWorkerData, post: Post, stopped: () => void): RankHere {
+  const device = new DeviceHandle('cuda', data.device.index, { uuid: data.device.uuid, cudaHandles: 'fd', deferContext: true });
+  const phases: RankPhases = {
+    ...rankPhases,
+    open(_, postHere) {
+      // Adoptable: its segments exist already, so it takes no new memory (as rankPhases.open says).
+      postHere({ type: 'DEVICE', info: device.info(), adoptable: true });
+      return device;
+    },
+    async adopt(deviceHere, dataHere, postHere) {
+      const adopted = await rankPhases.adopt(deviceHere, dataHere, postHere);
+      return adopted && !('refused' in adopted) ? { ...adopted, source: { from: 'writer', thread: 'main' } } : adopted;
+    },
+    async export(deviceHere, resident, postHere) {
+      const segments = await rankPhases.export(deviceHere, resident, postHere);
+      deviceHere.checkAdopted().catch((err: unknown) => {
+        if (!deviceHere.freeing) postHere({ type: 'FAILED', error: serializeError(err) });
+      });
       return segments;
     },
   };

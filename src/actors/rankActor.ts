@@ -3,13 +3,14 @@
 // device. Which module the thread runs is its input: src/actors/rankWorker.ts from the
 // composition root (src/actors/nodeActors.ts), a fixture that fails on purpose in tests.
 // A rank that can adopt its kept shard with no worker (a restart's fast path, adoptHere.ts) tries
-// that first, and starts its worker only when there is nothing to adopt.
+// that first, and starts its worker only when there is nothing to adopt; a version a writer just
+// committed on cuda with descriptors adopts with no worker at all (adoptWrittenHere).
 import { Worker } from 'node:worker_threads';
 import { fromCallback } from 'xstate';
 import { serializeError } from '../errors.js';
 import type { RankActorInput, RankCommand, RankEvent } from '../models/rankContract.js';
 import type { MainToRank, RankToMain, RankWorkerData } from '../models/rankMessages.js';
-import { adoptHere, adoptsHere } from './adoptHere.js';
+import { adoptHere, adoptsHere, adoptsWrittenHere, adoptWrittenHere } from './adoptHere.js';
 
 const toWorker: Record<RankCommand['type'], MainToRank> = {
   RANK_RELEASE: { type: 'RELEASE' },
@@ -113,6 +114,11 @@ export const rankActor = fromCallback<RankCommand, RankActorInput, RankEvent>(({
       },
       (err: unknown) => fail(serializeError(err)),
     );
+  } else if (adoptsWrittenHere(input.workerData)) {
+    const here = adoptWrittenHere(input.workerData, onMessage, () => sendBack({ type: 'RANK_STOPPED', localRank }));
+    // Stopping the rank here frees its device (the machine's stopping), as a worker's exit would.
+    end = () => here.send({ type: 'STOP' });
+    run(here.send);
   } else {
     run(startWorker());
   }

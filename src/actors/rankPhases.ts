@@ -101,5 +101,5 @@ async function adoptWritten(device: DeviceHandle, data: RankWorkerData, written:
   }
   await device.adopt(fds, data.plan.segments, data.written!.segmentMemory);
   // rekeep: a commit's segments are no keeper's yet; with --keeper the keep phase hands them over.
-  return { bytes: data.plan.totalBytes, seconds: (performance.now() - started) / 1000, source: { from: 'writer' }, rekeep: true, digests: data.written!.digests };
+  return { bytes: data.plan.totalBytes, seconds: (performance.now() - started) / 1000, source: { from: 'writer', thread: 'worker' }, rekeep: true, digests: data.written!.digests };
 }

@@ -92,7 +92,7 @@ export class ProgressReporter {
       const source = r.source ?? { from: 'checkpoint' };
       // Adopted bytes were not copied: a rate would be the keeper's hand-over, not a load.
       this.#logInfo(
-        { globalRank: r.globalRank, localRank: r.localRank, bytes: p.bytes, seconds: p.seconds, bytesPerSecond: p.bytesPerSecond, source: source.from, ...(source.from === 'keeper' ? { adoptedOn: source.thread } : {}) },
+        { globalRank: r.globalRank, localRank: r.localRank, bytes: p.bytes, seconds: p.seconds, bytesPerSecond: p.bytesPerSecond, source: source.from, ...(source.from === 'keeper' || source.from === 'writer' ? { adoptedOn: source.thread } : {}) },
         source.from === 'keeper'
           ? `rank ${r.globalRank} adopted ${formatBytes(p.bytes)} from the keeper in ${formatSeconds(p.seconds)} (kept ${formatSeconds(source.ageMs / 1000)} ago)`
           : `rank ${r.globalRank} loaded ${formatBytes(p.bytes)} in ${formatSeconds(p.seconds)} (${formatRate(p.bytesPerSecond)})`,

@@ -224,7 +224,7 @@ function rankView(r: ServedRankStatus): RankView {
     source: r.source?.from ?? null,
     keptAt: r.source?.from === 'keeper' ? r.source.keptAt : null,
     keptAgeMs: r.source?.from === 'keeper' ? r.source.ageMs : null,
-    adoptedOn: r.source?.from === 'keeper' ? r.source.thread : null,
+    adoptedOn: r.source?.from === 'keeper' || r.source?.from === 'writer' ? r.source.thread : null,
     kept: r.kept ?? null,
     keptReason: r.keptReason ?? null,
     notAdopted: r.source?.from === 'checkpoint' ? (r.source.refused ?? null) : null,

@@ -69,11 +69,25 @@ export interface CudaDigested {
 }
 
 /** Where a cuda commit's time went, in milliseconds (native/cuda_update_segments.h CudaCommitted). */
+/** Where a cuda commit's time went on its native thread (native/cuda_update_segments.h CudaCommitted), in milliseconds. */
 export interface CommitTimings {
   allocateMs: number;
   openMs: number;
+  /** Mapping the finals made earlier (a pull's), the shared segments and the base's read for gaps. */
+  mapMs: number;
   copyMs: number;
   digestMs: number;
+  /** The whole native call: what the caller's wall time adds to it is the thread pool's queue and the hop back to JS. */
+  nativeMs: number;
+}
+
+/** Where a pull's early copies' time went on their native thread (native/cuda_update_segments.h CudaPulled), in milliseconds. */
+export interface PullCopyTimings {
+  allocateMs: number;
+  openMs: number;
+  mapMs: number;
+  copyMs: number;
+  nativeMs: number;
 }
 
 /** How a cuda device allocates and exports its segments (--cuda-handles; native/cuda_vmm.h). */
@@ -287,20 +301,39 @@ export interface Addon {
    * A pull's commit (native/cuda_update_segments.h, cudaPullCommit): as cudaCommitCopies, but each
    * final allocation (`copied`) is written by `commitCopies` alone, from `fds[segment]` (the base's
    * segment: source 0) or from the writer's memory behind legacy IPC handle `sources[k - 1]` (64
-   * bytes each), opened for the copies and closed before the digests. E_UPDATE_SOURCE: a handle
-   * that does not open; E_UPDATE_SIZE: a copy past its source's allocation.
+   * bytes each), opened for the copies and closed before the digests. `finals` (empty, or one per
+   * segment): a final made and written earlier by cudaPullCopies, used instead of
+   * a new one (its descriptor stays the caller's; the result holds a duplicate), -1 where none.
+   * E_UPDATE_SOURCE: a handle that does not open; E_UPDATE_SIZE: a copy past its source's allocation.
    */
   cudaPullCommit(
     deviceIndex: number,
     fds: number[],
     copied: boolean[],
     bytes: number[],
+    finals: number[],
     sources: Buffer[],
     commitCopies: PackedCommitCopies,
     tensorRanges: PackedTensorRanges,
     threads: number,
     digestOn: 'gpu' | 'cpu',
   ): Promise<{ fds: number[]; timings: CommitTimings } & CudaDigested>;
+  /**
+   * A pull's early copies (native/cuda_update_segments.h, cudaPullCopies): for each segment that
+   * `writes`, the final `finals[segment]` (the daemon's own allocation's descriptor, the caller's)
+   * or, where -1, a fresh one made here (E_OUT_OF_MEMORY; its descriptor in `fds`, the caller's),
+   * and its `commitCopies` (sources k > 0 only, `sources[k - 1]`, opened once for the call) queued
+   * as soon as it is made; done when it resolves, the sources closed. E_UPDATE_SOURCE,
+   * E_UPDATE_SIZE as cudaPullCommit's; a failure leaves nothing made.
+   */
+  cudaPullCopies(
+    deviceIndex: number,
+    finals: number[],
+    writes: boolean[],
+    bytes: number[],
+    sources: Buffer[],
+    commitCopies: PackedCommitCopies,
+  ): Promise<{ fds: number[]; timings: PullCopyTimings }>;
   /**
    * Digests `tensorRanges` (`file` indexing the segments) over the allocations behind "cuda-fd"
    * descriptors `fds` (`bytes` each), imported read-only on visible device `deviceIndex` for the

@@ -176,7 +176,21 @@ export function pullCopies(service: RankService, pull: Pull, copied: readonly bo
   return copies;
 }
 
-/** The commit's sources (the IPC handles, decoded) and copies for `pull` over the segments `copied`. */
-export function pullPlan(service: RankService, pull: Pull, copied: readonly boolean[]): { sources: Buffer[]; copies: CommitCopy[] } {
-  return { sources: pull.sources.map((h) => Buffer.from(h, 'base64')), copies: pullCopies(service, pull, copied) };
+/**
+ * One pull_tensors request's copies, run as soon as it is recorded (the writer keeps its tensors
+ * unchanged until the commit's reply): its sources (the IPC handles, decoded), the copies of its
+ * tensors from them (source k + 1: `sources[k]`), and the segments they write, each needing a final.
+ * The bytes between pulled tensors are the commit's (commitGaps): only then is every tensor named.
+ */
+export function batchPlan(service: RankService, sources: readonly string[], tensors: readonly PulledTensor[]): { sources: Buffer[]; copies: CommitCopy[]; segments: boolean[] } {
+  // Only the handles its tensors use are opened (as recordPulls keeps only those).
+  const batch: Pull = { sources: [], sourceIndex: new Map(), tensors: new Map() };
+  recordPulls(service, batch, sources, tensors);
+  const segments = pulledSegments(service, batch);
+  return { sources: batch.sources.map((h) => Buffer.from(h, 'base64')), copies: pullCopies(service, batch, segments).filter((c) => c.source > 0), segments };
+}
+
+/** The commit's copies for `pull` over the segments `copied` once every pulled tensor is in place: the bytes between them, from the base (source 0). */
+export function commitGaps(service: RankService, pull: Pull, copied: readonly boolean[]): CommitCopy[] {
+  return pullCopies(service, pull, copied).filter((c) => c.source === 0);
 }

@@ -6,7 +6,7 @@
 // read-only where the driver allows; any importer of their descriptor could map them read-write).
 // Only the finals are served; a writer that still maps its staging writes memory nobody reads.
 import { ServeError } from '../errors.js';
-import { addon, type CommitTimings, type CudaDigested } from '../native/addon.js';
+import { addon, type CommitTimings, type CudaDigested, type PullCopyTimings } from '../native/addon.js';
 import { packCommitCopies, type CommitCopy, type PackedTensorRanges } from '../native/fillRecords.js';
 import { DEFAULT_DIGESTS_ON } from '../native/fillPolicy.js';
 import type { RankService } from './rankService.js';
@@ -40,12 +40,28 @@ export function shareSegment(service: RankService, index: number): number {
 }
 
 /**
+ * A pull's early copies (cudaPull.ts batchPlan) into the finals of the segments the request
+ * writes: `finals[segment]` where made already, else fresh ones made by the call, each segment's
+ * copies queued as soon as it is made (the GPU copies one while the next is allocated). Resolves
+ * once they are done, with the descriptors of the finals it made (the caller's; -1 elsewhere):
+ * the daemon's own allocations, handed to no other process.
+ */
+export function copyPulled(
+  service: RankService,
+  finals: number[],
+  plan: { sources: Buffer[]; copies: CommitCopy[]; segments: boolean[] },
+): Promise<{ fds: number[]; timings: PullCopyTimings }> {
+  const { rank } = service;
+  return addon().cudaPullCopies(rank.device.index, finals, plan.segments, rank.segments.map((s) => s.bytes), plan.sources, packCommitCopies(plan.copies));
+}
+
+/**
  * Commits a rank's part: copies each staging allocation (`copied`) into a final one, or under a
- * pull (`pull`: cudaPull.ts's plan) writes each final from the writer's memory and the base, and
- * digests `ranges` over what the version will serve, where the rank's fill hashed
- * (ServedRankData.digestOn: on the GPU where the addon has the digest kernel, the log says why
- * not; 'cpu' on the CPU). Resolves with the finals' descriptors (the caller's; -1 where shared),
- * the digests and where they were hashed.
+ * pull (`pull`) fills the finals its early copies wrote (`finals`) with the base's bytes between
+ * the pulled tensors (`copies`), and digests `ranges` over what the version will serve, where the
+ * rank's fill hashed (ServedRankData.digestOn: on the GPU where the addon has the digest kernel,
+ * the log says why not; 'cpu' on the CPU). Resolves with the finals' descriptors (the caller's; -1
+ * where shared), the digests and where they were hashed.
  */
 export async function commitCudaPart(
   service: RankService,
@@ -53,13 +69,13 @@ export async function commitCudaPart(
   copied: boolean[],
   ranges: PackedTensorRanges,
   threads: number,
-  pull?: { sources: Buffer[]; copies: CommitCopy[] },
+  pull?: { finals: number[]; copies: CommitCopy[] },
 ): Promise<{ fds: number[]; timings: CommitTimings } & CudaDigested> {
   const { rank } = service;
   const bytes = rank.segments.map((s) => s.bytes);
   const digestOn = rank.digestOn ?? DEFAULT_DIGESTS_ON;
   const committed = pull
-    ? await addon().cudaPullCommit(rank.device.index, fds, copied, bytes, pull.sources, packCommitCopies(pull.copies), ranges, threads, digestOn)
+    ? await addon().cudaPullCommit(rank.device.index, fds, copied, bytes, pull.finals, [], packCommitCopies(pull.copies), ranges, threads, digestOn)
     : await addon().cudaCommitCopies(rank.device.index, fds, copied, bytes, ranges, threads, digestOn);
   if (committed.gpuDigestUnavailable) {
     service.log.info({ model: rank.name, globalRank: rank.globalRank, why: committed.gpuDigestUnavailable }, 'update digests hashed on the CPU, not the GPU');

@@ -9,10 +9,10 @@ import { randomBytes } from 'node:crypto';
 import { availableParallelism } from 'node:os';
 import { ServeError } from '../errors.js';
 import { writtenVersionFingerprint, type Fingerprint } from '../checkpoint/fingerprint.js';
-import { addon, type CommitTimings } from '../native/addon.js';
+import { addon, type CommitTimings, type PullCopyTimings } from '../native/addon.js';
 import { packTensorRanges } from '../native/fillRecords.js';
-import { pullPlan, pulledSegments, recordPulls, refuseUnlessPullable, rehashedUnderPull, type Pull, type PulledTensor } from './cudaPull.js';
-import { commitCudaPart, refuseUnlessCudaFd, shareSegment, stageSegment } from './cudaUpdateSegments.js';
+import { batchPlan, commitGaps, pulledSegments, recordPulls, refuseUnlessPullable, rehashedUnderPull, type Pull, type PulledTensor } from './cudaPull.js';
+import { commitCudaPart, copyPulled, refuseUnlessCudaFd, shareSegment, stageSegment } from './cudaUpdateSegments.js';
 import type { Caller } from './leaseTable.js';
 import type { RankService } from './rankService.js';
 
@@ -77,6 +77,28 @@ interface Part {
    * is decided at commit (the segments holding a pulled tensor).
    */
   pull?: Pull;
+  /**
+   * A cuda pull's early work (docs/weight-updates.md, "Pulling from the writer's tensors"): each
+   * pull_tensors request, once recorded, makes the finals of the segments it writes (`finals`, per
+   * segment, -1 until made: the daemon's own allocations, handed to no process and served only once
+   * committed) and copies its tensors into them, one request after another (`pulling`), while the
+   * writer goes on; the commit waits for what is in flight. The first failure (`pullFailed`) is the
+   * commit's answer. An end closes `finals` only once `pulling` settled.
+   */
+  finals?: number[];
+  pulling?: Promise<void>;
+  pullFailed?: unknown;
+  pullTimings?: Omit<PullCopyTimings, 'nativeMs'>;
+}
+
+/** The "update sealed" line's split of a commit that the native timings do not cover, in milliseconds. */
+interface CommitRest {
+  /** Waiting for a pull's early copies still in flight. */
+  waitPullsMs: number;
+  /** Planning in JS before the native call: digests to reuse, ranges, copies. */
+  planMs: number;
+  /** The native call's wall time past its own: the thread pool's queue and the hop back. */
+  queueMs: number;
 }
 
 interface Update {
@@ -210,6 +232,7 @@ export class UpdateDesk {
       throw new ServeError('E_BAD_REQUEST', `rank ${rank.globalRank}'s part of the update of model "${update.name}" is committing or committed; pull before commit_update`, { model: update.name });
     }
     recordPulls(part.service, part.pull, sources, tensors);
+    if (rank.backend === 'cuda') this.#copyEarly(update, part, sources, tensors);
     return { pulled: part.pull.tensors.size, tensors: rank.tensors.length };
   }
 
@@ -224,12 +247,28 @@ export class UpdateDesk {
     if (part.digests) {
       throw new ServeError('E_NO_UPDATE', `rank ${rank.globalRank}'s part of the update of model "${update.name}" is committed already; the version serves once ranks ${this.#waiting(update).join(', ')} commit`, { model: update.name });
     }
+    if (part.committing) {
+      throw new ServeError('E_BAD_REQUEST', `rank ${rank.globalRank}'s part of the update of model "${update.name}" is committing already; wait for its reply`, { model: update.name });
+    }
+    const began = performance.now();
+    const rest: CommitRest = { waitPullsMs: 0, planMs: 0, queueMs: 0 };
     if (part.pull) {
       if (part.pull.tensors.size === 0) {
         throw new ServeError('E_BAD_REQUEST', `rank ${rank.globalRank}'s part of the pull update of model "${update.name}" pulls no tensor; name the writer's tensors with pull_tensors before commit_update`, { model: update.name });
       }
+      // Set first, so no pull_tensors is taken while the early copies are waited for.
+      const pulled = part.pulling ?? Promise.resolve();
+      part.committing = pulled;
+      await pulled;
+      rest.waitPullsMs = performance.now() - began;
+      if (update.ended) throw new ServeError('E_UPDATE_ABORTED', `the update of model "${update.name}" ended while rank ${rank.globalRank}'s pulls were copied (a connection of it closed); begin again`, { model: update.name });
+      if (part.pullFailed) {
+        part.committing = undefined;
+        throw part.pullFailed;
+      }
       part.copied = pulledSegments(part.service, part.pull);
     }
+    const planning = performance.now();
     // A tensor of a segment shared with the base is the base's bytes: its digest is the base's
     // (arenaDigests), so only the copied segments' tensors are read and digested, on either backend;
     // under a pull, only the pulled tensors (and any overlapping one): the rest was copied from the base.
@@ -239,23 +278,28 @@ export class UpdateDesk {
     const ranges = packTensorRanges(todo.map((x) => x.range));
     let reading: Promise<{ read: string[]; hashedOn: 'gpu' | 'cpu'; timings?: CommitTimings }>;
     if (rank.backend === 'cuda') {
-      reading = this.#commitCuda(update, part, ranges);
+      reading = this.#commitCuda(update, part, ranges, rest, planning);
     } else {
       part.fds.forEach((fd, segment) => part.copied[segment] && addon().sealWritten(fd, segment, 'commit_update'));
       reading = (todo.length > 0 ? addon().digestFiles(part.fds.map(procPath), ranges, DIGEST_THREADS) : Promise.resolve([])).then((read) => ({ read, hashedOn: 'cpu' }));
     }
     part.committing = reading.catch(() => {});
-    const { read, hashedOn, timings } = await reading;
+    // A failed commit may be asked again (its reading settled: nothing of it runs on).
+    const { read, hashedOn, timings } = await reading.catch((err: unknown) => {
+      part.committing = undefined;
+      throw err;
+    });
     todo.forEach((x, n) => (digests[x.i] = read[n]));
+    const split = timings && { ...timings, ...rest, ...(part.pullTimings ? { pullTimings: part.pullTimings } : {}) };
     part.service.log.info(
-      { model: update.name, globalRank: rank.globalRank, tensors: digests.length, read: todo.length, hashedOn, ...(part.pull ? { pulled: part.pull.tensors.size } : {}), ...(timings ? { timings } : {}) },
+      { model: update.name, globalRank: rank.globalRank, tensors: digests.length, read: todo.length, hashedOn, ...(part.pull ? { pulled: part.pull.tensors.size } : {}), ...(split ? { timings: split } : {}) },
       `update sealed: ${todo.length} of ${digests.length} tensors digested, the others' digests the base's (their segments are shared with it)`,
     );
     if (update.ended) throw new ServeError('E_UPDATE_ABORTED', `the update of model "${update.name}" ended while rank ${rank.globalRank} was digested (a connection of it closed); begin again`, { model: update.name });
     part.digests = digests as string[];
     const waiting = this.#waiting(update);
     if (waiting.length > 0) return { name: update.name, waiting, service: part.service };
-    return { ...(await this.#publish(update)), name: update.name, waiting, service: part.service };
+    return { ...(await this.#publish(update, began)), name: update.name, waiting, service: part.service };
   }
 
   /** A connection ended: an update it began and that is not committed everywhere ends, leaving nothing. */
@@ -265,8 +309,9 @@ export class UpdateDesk {
     }
   }
 
-  async #publish(update: Update): Promise<{ version: number; fingerprint: Fingerprint }> {
+  async #publish(update: Update, began: number): Promise<{ version: number; fingerprint: Fingerprint }> {
     update.publishing = true;
+    const publishing = performance.now();
     const parts = [...update.parts.values()].sort((a, b) => a.service.rank.globalRank - b.service.rank.globalRank);
     const baseFields = Object.fromEntries(Object.entries(parts[0]!.service.rank.fingerprintFields).filter(([k]) => k !== 'tpRank'));
     const fingerprint = writtenVersionFingerprint(baseFields, parts.map((p) => p.digests!));
@@ -281,7 +326,13 @@ export class UpdateDesk {
         shared: p.copied.flatMap((copied, i) => (copied ? [] : [i])),
       }));
       const { version } = await this.publisher!({ name: update.name, baseVersion: update.baseVersion, fingerprint, ranks });
-      parts[0]!.service.log.info({ model: update.name, version, fingerprint: fingerprint.fingerprint }, 'update committed: the new version serves');
+      const now = performance.now();
+      // publishMs: the version's manifest, fingerprint, model actor and ranks' adoption until it
+      // serves; commitMs: this last rank's commit from its request to here (the reply follows).
+      parts[0]!.service.log.info(
+        { model: update.name, version, fingerprint: fingerprint.fingerprint, publishMs: now - publishing, commitMs: now - began },
+        'update committed: the new version serves',
+      );
       return { version, fingerprint };
     } finally {
       // The version's ranks hold descriptors of their own now (or it failed): these copies go.
@@ -293,9 +344,18 @@ export class UpdateDesk {
    * cuda: the staging allocations are copied into final ones, which replace them in the part (the
    * daemon's handle of staging goes now; a writer's mapping may keep its pages, never served).
    */
-  async #commitCuda(update: Update, part: Part, ranges: Parameters<typeof commitCudaPart>[3]): Promise<{ read: string[]; hashedOn: 'gpu' | 'cpu'; timings: CommitTimings }> {
-    const pull = part.pull && pullPlan(part.service, part.pull, part.copied);
+  async #commitCuda(
+    update: Update,
+    part: Part,
+    ranges: Parameters<typeof commitCudaPart>[3],
+    rest: CommitRest,
+    planning: number,
+  ): Promise<{ read: string[]; hashedOn: 'gpu' | 'cpu'; timings: CommitTimings }> {
+    const pull = part.pull && { finals: part.finals ?? [], copies: commitGaps(part.service, part.pull, part.copied) };
+    const calling = performance.now();
+    rest.planMs = calling - planning;
     const { fds, digests, hashedOn, timings } = await commitCudaPart(part.service, part.fds, part.copied, ranges, DIGEST_THREADS, pull);
+    rest.queueMs = Math.max(0, performance.now() - calling - timings.nativeMs);
     if (update.ended) {
       closeAll(fds.filter((fd) => fd >= 0));
       return { read: digests, hashedOn, timings };
@@ -305,7 +365,35 @@ export class UpdateDesk {
       addon().closeFd(part.fds[i]!);
       part.fds[i] = fd;
     });
+    // The finals' descriptors made at pull time: the part holds duplicates of them now.
+    closeFinals(part);
     return { read: digests, hashedOn, timings };
+  }
+
+  /**
+   * A cuda pull_tensors request just recorded: makes the finals of the segments it writes (those
+   * not made yet) and copies its tensors into them, after the requests before it (each opens its
+   * own sources), off the request's reply. Nothing of it is visible until the commit serves it.
+   */
+  #copyEarly(update: Update, part: Part, sources: readonly string[], tensors: readonly PulledTensor[]): void {
+    const { service } = part;
+    const plan = batchPlan(service, sources, tensors);
+    const finals = (part.finals ??= service.rank.segments.map(() => -1));
+    const spent = (part.pullTimings ??= { allocateMs: 0, openMs: 0, mapMs: 0, copyMs: 0 });
+    part.pulling = (part.pulling ?? Promise.resolve())
+      .then(async () => {
+        if (update.ended || part.pullFailed) return;
+        const { fds, timings } = await copyPulled(service, finals, plan);
+        // Kept even when the update ended meanwhile: #end closes them once this settled.
+        fds.forEach((fd, i) => fd >= 0 && (finals[i] = fd));
+        spent.allocateMs += timings.allocateMs;
+        spent.openMs += timings.openMs;
+        spent.mapMs += timings.mapMs;
+        spent.copyMs += timings.copyMs;
+      })
+      .catch((err: unknown) => {
+        part.pullFailed ??= err;
+      });
   }
 
   #find(id: string, caller: Caller): { update: Update; part: Part } {
@@ -326,7 +414,12 @@ export class UpdateDesk {
     if (this.#updates.get(update.name) === update) this.#updates.delete(update.name);
     // A descriptor on its way to the writer is closed once the send settled, and one a commit reads
     // once the commit settled: never under either.
-    for (const part of update.parts.values()) void Promise.all([part.sent, part.committing]).then(() => closeAll(part.fds));
+    for (const part of update.parts.values()) {
+      void Promise.all([part.sent, part.committing, part.pulling]).then(() => {
+        closeAll(part.fds);
+        closeFinals(part);
+      });
+    }
     const log = update.parts.values().next().value?.service.log;
     if (why !== 'published') log?.info({ model: update.name }, `update ended, nothing of it kept: ${why}`);
   }
@@ -357,6 +450,11 @@ function segmentsToCopy(service: RankService, tensors: readonly string[] | undef
     copied[rank.segments.findIndex((s) => s.segment === segment)] = true;
   }
   return copied;
+}
+
+/** Closes and forgets the finals a pull made early (the part's own descriptors; -1 where none was made). */
+function closeFinals(part: Part): void {
+  for (const fd of part.finals?.splice(0) ?? []) if (fd >= 0) addon().closeFd(fd);
 }
 
 /** Closes and forgets every descriptor in `fds`. */

@@ -29,8 +29,9 @@ the trainer's copies of both seeds with their flat buffers), runs a daemon servi
      per cudaMalloc segment), and from one flat buffer per seed holding every tensor at its place
      in the daemon's layout (one handle; the copies of neighbouring tensors merge);
   6. the times of begin, write or pull, commit and switch_to of each (a pull's commit split as the
-     daemon logs it: finals made, sources opened, copies, digests, the rest; a switch's segments
-     remapped and skipped as shared with the version mapped, and its remap's own ms), beside torch's
+     daemon logs it: finals made and tensors copied at pull time, then at commit the wait for them,
+     the gaps and digests, the publication, the rest; a switch's segments remapped and skipped as
+     shared with the version mapped, and its remap's own ms), beside torch's
      device-to-device copy of the same bytes (the ceiling, median of 5), and issue 31's target for
      the pull: the update (begin to commit) within 1.5x that copy, and switch_to within 5 ms;
   7. detach; the daemon exits 0 on SIGTERM.
@@ -210,12 +211,12 @@ def main() -> int:
              back_ok and torch.equal(replay(), want_mixed) and {n: p.data_ptr() for n, p in model.named_parameters()} == pointers, back=back, forth=forth)
         result["fullOverDeviceToDevice"] = round(result["full"]["totalSeconds"] / d2d_s, 2)
 
-        def sealed_lines():
-            return [line for line in daemon_log.read_text().splitlines() if '"update sealed' in line]
+        def daemon_lines(marker):
+            return [json.loads(line) for line in daemon_log.read_text().splitlines() if f'"{marker}' in line]
 
         def pull(over, weights):
             """begin (source "pull"), pull_from, commit: the times and the commit's reply."""
-            sealed_before = sealed_lines()
+            sealed_before, committed_before = len(daemon_lines("update sealed")), len(daemon_lines("update committed"))
             t0 = time.perf_counter()
             with client.begin_update(name, over, device=0, source="pull") as upd:
                 t1 = time.perf_counter()
@@ -225,17 +226,32 @@ def main() -> int:
                 done = upd.commit()
                 t3 = time.perf_counter()
             times = {"beginSeconds": round(t1 - t0, 5), "pullSeconds": round(t2 - t1, 5), "commitSeconds": round(t3 - t2, 5), "updateSeconds": round(t3 - t0, 5)}
-            # The daemon's split of its commit (native: finals made, sources opened, copies, digests);
-            # the rest of commitSeconds is the protocol and the version's publication.
-            sealed = sealed_lines()
-            for _ in range(40):  # the daemon's log is written asynchronously: its line may come after the reply
-                if len(sealed) > len(sealed_before):
+            # The daemon's split (docs/weight-updates.md, "Pulling from the writer's tensors"): off the
+            # commit's path, each pull_tensors' finals made and tensors copied (pullMs); on it, the
+            # wait for those still in flight, the JS plan, the native call (finals mapped, gaps
+            # copied, digests) and its queue ("update sealed"), then the version's publication
+            # ("update committed": publishMs, and commitMs from the request to the version serving).
+            for _ in range(40):  # the daemon's log is written asynchronously: its lines may come after the reply
+                sealed, committed = daemon_lines("update sealed"), daemon_lines("update committed")
+                if len(sealed) > sealed_before and len(committed) > committed_before:
                     break
                 time.sleep(0.05)
-                sealed = sealed_lines()
-            native = json.loads(sealed[-1]).get("timings", {}) if len(sealed) > len(sealed_before) else {}
-            rest_ms = round((t3 - t2) * 1e3 - sum(native.values()), 3) if native else None
-            return done, {**times, "sources": sources, "daemonMs": {k: round(v, 3) for k, v in native.items()}, "commitRestMs": rest_ms}
+            if len(sealed) <= sealed_before or len(committed) <= committed_before:
+                return done, {**times, "sources": sources, "daemonMs": None}
+            split = dict(sealed[-1].get("timings", {}))
+            pulled = split.pop("pullTimings", {})
+            publish_ms, daemon_commit_ms = committed[-1]["publishMs"], committed[-1]["commitMs"]
+            on_path = split["waitPullsMs"] + split["planMs"] + split["queueMs"] + split["nativeMs"] + publish_ms
+            return done, {
+                **times,
+                "sources": sources,
+                "pullMs": {k: round(v, 3) for k, v in pulled.items()},
+                "daemonMs": {**{k: round(v, 3) for k, v in split.items()}, "publishMs": round(publish_ms, 3), "commitMs": round(daemon_commit_ms, 3)},
+                # In the daemon's commit but in none of the pieces above (JS between them, the log).
+                "daemonOtherMs": round(daemon_commit_ms - on_path, 3),
+                # The client's commit past the daemon's: the request and reply on the socket, the client's own work.
+                "commitRestMs": round((t3 - t2) * 1e3 - daemon_commit_ms, 3),
+            }
 
         def pull_rounds(kind, weights0, weights1, over):
             """R pulls of each seed in turn, each followed by switch_to and a replay against its disk logits."""

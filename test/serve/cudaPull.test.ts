@@ -4,7 +4,7 @@
 // and only the pulled tensors (and any sharing bytes with one) are digested again.
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { pullCopies, pulledSegments, recordPulls, refuseUnlessPullable, rehashedUnderPull, type Pull } from '../../src/serve/cudaPull.js';
+import { batchPlan, commitGaps, pullCopies, pulledSegments, recordPulls, refuseUnlessPullable, rehashedUnderPull, type Pull } from '../../src/serve/cudaPull.js';
 import type { ServeError } from '../../src/errors.js';
 import type { RankService } from '../../src/serve/rankService.js';
 
@@ -65,6 +65,31 @@ test('tensors packed in the source as in the layout are one copy; a second reque
     { segment: 0, source: 0, srcOffset: 100, dstOffset: 100, bytes: 156 },
     { segment: 1, source: 1, srcOffset: 500, dstOffset: 0, bytes: 64 },
   ]);
+});
+
+test("each request's copies run as it comes, opening only the handles it uses, and the commit adds the gaps: together the whole pull's copies", () => {
+  const service = rank();
+  const pull = fresh();
+  const first = [{ name: 'a', source: 1, offset: 1000, bytes: 100 }];
+  const second = [
+    { name: 'd', source: 0, offset: 500, bytes: 32 },
+    { name: 'e', source: 0, offset: 532, bytes: 32 },
+  ];
+  recordPulls(service, pull, [HANDLE_B, HANDLE_A], first);
+  recordPulls(service, pull, [HANDLE_B], second);
+  const early1 = batchPlan(service, [HANDLE_B, HANDLE_A], first);
+  const early2 = batchPlan(service, [HANDLE_B], second);
+  assert.equal(early1.sources, [Buffer.from(HANDLE_A, 'base64')], 'B, which no tensor of the request names, is not opened');
+  assert.equal(early1.segments, [true, false]);
+  assert.equal(early2.segments, [false, true]);
+  assert.equal(early1.copies, [{ segment: 0, source: 1, srcOffset: 1000, dstOffset: 0, bytes: 100 }]);
+  assert.equal(early2.copies, [{ segment: 1, source: 1, srcOffset: 500, dstOffset: 0, bytes: 64 }], 'packed as the layout: one copy');
+  const copied = pulledSegments(service, pull);
+  const gaps = commitGaps(service, pull, copied);
+  assert.equal(gaps, [{ segment: 0, source: 0, srcOffset: 100, dstOffset: 100, bytes: 156 }]);
+  // The same bytes as the commit's whole plan would write, each once: the pulled ones early, the base's at commit.
+  const key = (c: { segment: number; dstOffset: number; bytes: number }) => `${c.segment}:${c.dstOffset}:${c.bytes}`;
+  assert.equal([...early1.copies, ...early2.copies, ...gaps].map(key).sort(), pullCopies(service, pull, copied).map(key).sort());
 });
 
 test('a request with one bad tensor records none of its tensors', () => {

@@ -351,6 +351,36 @@ def settled_vmm_fds(pid: int) -> int:
     return last
 
 
+def settled_threads(pid: int) -> int:
+    """How many threads process ``pid`` runs, once that holds still."""
+    import time
+
+    last, still = len(os.listdir(f"/proc/{pid}/task")), 0
+    for _ in range(100):
+        time.sleep(0.05)
+        now = len(os.listdir(f"/proc/{pid}/task"))
+        still = still + 1 if now == last else 0
+        last = now
+        if still >= 6:
+            break
+    return last
+
+
+def settled_inodes(pid: int) -> set:
+    """vmm_inodes once it holds still (an update's descriptors close after its reply)."""
+    import time
+
+    last, still = vmm_inodes(pid), 0
+    for _ in range(100):
+        time.sleep(0.05)
+        now = vmm_inodes(pid)
+        still = still + 1 if now == last else 0
+        last = now
+        if still >= 4:
+            break
+    return last
+
+
 def vmm_inodes(pid: int) -> set:
     """The distinct allocations of fake VMM memory process ``pid`` holds a descriptor of (a
     duplicate of one it holds already adds none)."""
@@ -521,6 +551,7 @@ class TrainerMemory:
 def daemon_pull() -> None:
     import subprocess
     import tempfile
+    import time
 
     from daemon_fixture import Daemon
     from test_host_fds import MODEL, checkpoint_tensors
@@ -553,16 +584,29 @@ def daemon_pull() -> None:
             # A full pull: every tensor from one allocation of the trainer's, at offsets of its own.
             full = {n: bytes((b + 1) % 256 for b in v) for n, v in want.items()}
             trainer = TrainerMemory(full)
+            threads_before = settled_threads(daemon.proc.pid)
             with client.begin_update(name, base, device=0, source="pull") as upd:
                 out["pullHandedSegments"] = len(upd._maps) + (len(upd._cuda.pointers) if upd._cuda else 0)
                 out["pullNoStaging"] = code(lambda: upd.write(sorted(want)[0], b""))
                 out["daemonMadeWhilePulling"] = len(vmm_inodes(daemon.proc.pid) - idle_memory)
                 got = upd.pull_from(trainer.tensors)
+                # The finals are made (and written) as the tensors are named, off pull_tensors' reply.
+                segments = len({t["segment"] for t in reader.state["tensors"]})
+                for _ in range(100):
+                    made_early = vmm_inodes(daemon.proc.pid) - idle_memory
+                    if len(made_early) >= segments:
+                        break
+                    time.sleep(0.05)
+                out["daemonMadeAfterPull"] = [len(made_early), segments]
                 out["pulledReply"] = [got["pulled"], got["tensors"]]
                 out["pullAgain"] = code(lambda: upd.pull_from({sorted(want)[0]: trainer.tensors[sorted(want)[0]]}))
                 out["readerKeepsBaseWhilePulling"] = reads(want)
                 done = upd.commit()
             out["fullVersion"] = done["version"]
+            # The version serves the allocations made at pull time: the commit made none.
+            out["servesEarlyFinals"] = settled_inodes(daemon.proc.pid) - idle_memory == made_early
+            # Its rank adopted the finals on the daemon's main thread: no worker thread was started for it.
+            out["threadsAddedByCommit"] = settled_threads(daemon.proc.pid) - threads_before
             # The trainer's memory goes at once: the version is the daemon's own copy.
             trainer.free()
             out["readerKeepsBaseAfterCommit"] = reads(want)
@@ -634,7 +678,7 @@ def daemon_pull() -> None:
             before = settled_vmm_fds(daemon.proc.pid)
             writer = subprocess.Popen([sys.executable, __file__, "pull_writer", client.socket_path, name, second["fingerprint"]], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
             out["writerPulled"] = writer.stdout.readline().strip()
-            out["heldByKilledWriter"] = vmm_fds(daemon.proc.pid) - before
+            out["heldByKilledWriter"] = settled_vmm_fds(daemon.proc.pid) - before
             writer.kill()
             writer.wait()
             for _ in range(600):
@@ -646,7 +690,7 @@ def daemon_pull() -> None:
                         raise
                     client.ping()
             # The killed writer's references to the base are all closed: the next pull holds as many.
-            out["heldByNextPull"] = vmm_fds(daemon.proc.pid) - before
+            out["heldByNextPull"] = settled_vmm_fds(daemon.proc.pid) - before
             again.abandon()
             out["versions"] = sorted(v.get("version") for v in client.ping()["models"] if v["name"] == name and v["status"] == "serving")
             reader.tensors = {}
@@ -654,6 +698,8 @@ def daemon_pull() -> None:
         daemon.stop()
         out["sealed"] = [{k: json.loads(line).get(k) for k in ("read", "pulled")} for line in daemon.stderr_lines if '"update sealed' in line]
         out["sealedTimings"] = [sorted(json.loads(line).get("timings", {})) for line in daemon.stderr_lines if '"update sealed' in line]
+        out["pullTimings"] = [sorted(json.loads(line)["timings"].get("pullTimings", {})) for line in daemon.stderr_lines if '"update sealed' in line]
+        out["committedTimings"] = [sorted(k for k in json.loads(line) if k.endswith("Ms")) for line in daemon.stderr_lines if '"update committed' in line]
         out["daemonPid"] = daemon.proc.pid
         out["daemonLeaks"] = next((json.loads(l[len("FAKE_CUDA_LEAKS ") :]) for l in daemon.stderr.splitlines() if l.startswith("FAKE_CUDA_LEAKS ")), None)
     out["clientPid"] = os.getpid()

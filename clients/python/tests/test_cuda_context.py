@@ -183,9 +183,14 @@ def test_a_pull_copies_the_writers_own_device_memory_once_into_memory_no_writer_
     assert r.returncode == 0, r.stderr
     assert leaks(r.stderr) == NO_LEAKS, "the writer or the reader left a mapping, an allocation or a descriptor behind"
     got = json.loads(r.stdout.strip().splitlines()[-1])
-    # No staging: nothing comes with the update, and the daemon makes nothing until the commit.
+    # No staging: nothing comes with the update, and the daemon makes nothing until tensors are named.
     assert got["pullHandedSegments"] == 0 and got["pullNoStaging"] == "E_BAD_OPTION"
     assert got["daemonMadeWhilePulling"] == 0, "the daemon holds only its own references to the base's allocations"
+    # Named, their segments' finals are made and written off the commit's path, and the commit
+    # serves those very allocations (it makes none of its own).
+    assert got["daemonMadeAfterPull"][0] == got["daemonMadeAfterPull"][1] > 0, got["daemonMadeAfterPull"]
+    assert got["servesEarlyFinals"], "the version serves the finals made at pull time"
+    assert got["threadsAddedByCommit"] == 0, "the committed version's rank adopts on the main thread, with no worker thread of its own"
     assert got["pulledReply"][0] == got["pulledReply"][1] > 2 and got["pullAgain"] == "E_BAD_OPTION"
     # The reader's bytes change only at switch_to, at the same addresses; the writer's memory is
     # freed right after the commit and the version keeps its bytes (the daemon's own copy).
@@ -199,7 +204,11 @@ def test_a_pull_copies_the_writers_own_device_memory_once_into_memory_no_writer_
     assert got["sealed"][2] == {"read": 1, "pulled": 1}, "a one-tensor pull hashes one tensor, even with others in its segment"
     assert got["partialSegmentTensors"] > 1
     # Where each commit's time went, in the daemon's log (update_cuda.py reads it on a GPU).
-    assert all(t == ["allocateMs", "copyMs", "digestMs", "openMs"] for t in got["sealedTimings"]), got["sealedTimings"]
+    split = ["allocateMs", "copyMs", "digestMs", "mapMs", "nativeMs", "openMs", "planMs", "queueMs", "waitPullsMs"]
+    assert got["sealedTimings"][1] == split, got["sealedTimings"]
+    assert all(t == sorted(split + ["pullTimings"]) for i, t in enumerate(got["sealedTimings"]) if i != 1), got["sealedTimings"]
+    assert all(t == ["allocateMs", "copyMs", "mapMs", "openMs"] for i, t in enumerate(got["pullTimings"]) if i != 1), got["pullTimings"]
+    assert all({"commitMs", "publishMs"} <= set(t) for t in got["committedTimings"]), got["committedTimings"]
     # Refused before anything is copied: on the client, and by the daemon for a writer that skips it.
     assert [got["clientBadSize"], got["clientUnknown"]] == ["E_BAD_SIZE", "E_UNKNOWN_TENSOR"]
     assert [got["daemonUnknown"], got["daemonBadSize"], got["daemonBadSource"], got["daemonTwice"], got["daemonEmptyCommit"]] == [
@@ -208,7 +217,8 @@ def test_a_pull_copies_the_writers_own_device_memory_once_into_memory_no_writer_
     assert got["stagingPullRefused"] == "E_BAD_REQUEST" and got["wrongDevice"] == "E_DEVICE_MISMATCH" and got["pullWithTensors"] == "E_BAD_REQUEST"
     assert got["goneSource"] == "E_UPDATE_SOURCE" and "cuIpcOpenMemHandle" in got["goneMessage"], got.get("goneMessage")
     # A writer killed after pulling: its update ends with its connection, nothing held or served.
-    assert got["writerPulled"] == "pulled" and got["heldByKilledWriter"] == got["heldByNextPull"] > 0
+    # (It held one final more than the next pull: its tensor's segment, made as it pulled.)
+    assert got["writerPulled"] == "pulled" and got["heldByKilledWriter"] == got["heldByNextPull"] + 1 and got["heldByNextPull"] > 0
     assert got["versions"] == [0, 1, 2]
     assert got["daemonLeaks"] == NO_LEAKS, "every IPC handle of a writer's memory is closed, every final of a refused commit freed"
     # Who could write what: no allocation a reader maps was ever mapped writable outside the daemon.
