@@ -25,7 +25,7 @@ def dropping_server(testcase):
     srv = socket.socket(socket.AF_UNIX)
     srv.bind(path)
     srv.listen()
-    dropped = threading.Event()
+    dropped, answered = threading.Event(), threading.Event()
 
     def run():
         conn, _ = srv.accept()
@@ -44,14 +44,15 @@ def dropping_server(testcase):
         conn.sendall(encode_frame({"id": req["id"], "ok": True, "status": "serving"}))
         conn.close()
         srv.close()
+        answered.set()
 
     threading.Thread(target=run, daemon=True).start()
-    return path, dropped
+    return path, dropped, answered
 
 
 class PollEventsTest(unittest.TestCase):
     def test_a_drop_with_a_reason_raises_its_code_and_keeps_the_events_before_it(self):
-        path, dropped = dropping_server(self)
+        path, dropped, _ = dropping_server(self)
         c = Connection(path, timeout=5)
         c.request("watch", model="m")
         dropped.wait(5)
@@ -63,16 +64,23 @@ class PollEventsTest(unittest.TestCase):
         self.assertEqual([e["fingerprint"] for e in c.poll_events()], ["fp"])
 
     def test_a_request_that_finds_the_drop_goes_on_a_new_connection_and_the_drop_and_events_wait_for_poll_events(self):
-        path, dropped = dropping_server(self)
+        path, dropped, answered = dropping_server(self)
         c = Connection(path, timeout=5)
         c.request("watch", model="m")
         dropped.wait(5)
         time.sleep(0.1)
         self.assertEqual(c.request("ping")["status"], "serving")
+        # The new connection closed (as a daemon closes an idle one) before the caller polls:
+        # the drop and the events still come first, whatever the timing.
+        answered.wait(5)
         with self.assertRaises(ServeError) as caught:
             c.poll_events()
         self.assertEqual(caught.exception.code, "E_EVENTS_NOT_READ")
         self.assertEqual([e["fingerprint"] for e in c.poll_events()], ["fp"])
+        with self.assertRaises(ServeError) as caught:
+            c.poll_events()
+        self.assertEqual(caught.exception.code, "E_DISCONNECTED", "then the closed connection, said once")
+        self.assertEqual(c.poll_events(), [])
 
 
 if __name__ == "__main__":

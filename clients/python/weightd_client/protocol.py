@@ -277,8 +277,18 @@ class Connection:
         code when it closed the connection saying why (E_EVENTS_NOT_READ: read events at least
         every ``WEIGHTD_SERVE_EVENT_READ_TIMEOUT_MS``, 60 s by default; the connection's watches
         ended with it), also when a request found it so and went on a new connection; the events
-        read before that come with the next call."""
-        self._read_unasked(timeout)
+        read before that come with the next call. A connection closed without a reason while
+        events wait (a request's new connection closed as idle, say) gives those events first and
+        its error at the next call: which of the two a call saw must not depend on timing."""
+        if self._dropped is None:
+            try:
+                self._read_unasked(timeout)
+            except (OSError, WeightdError) as err:
+                if not self.events:
+                    raise
+                self._dropped = err
+                out, self.events = self.events, []
+                return out
         if self._dropped is not None:
             dropped, self._dropped = self._dropped, None
             raise dropped
