@@ -46,6 +46,17 @@ _TYPESTR = {
 }
 
 
+
+@contextlib.contextmanager
+def context_current(d: "_Driver", ctx: Any) -> Iterator[None]:
+    """``ctx`` current on this thread for the block. Whatever was made current meanwhile (torch's
+    runtime sets the device's primary context), the pop leaves the caller's context on top again."""
+    d.check(d.cuCtxPushCurrent(ctx), "cuCtxPushCurrent")
+    try:
+        yield
+    finally:
+        d.check(d.cuCtxPopCurrent(ctypes.byref(ctypes.c_void_p())), "cuCtxPopCurrent")
+
 class CudaError(WeightdError):
     """A CUDA driver call failed; the message names the call and the driver's error."""
 
@@ -556,16 +567,8 @@ class CudaMapping:
         (cuIpcOpenMemHandle maps read-write, and the driver offers no way to narrow it)."""
         return len(self._fd_segments) == len(self.pointers) and all(s.read_only for s in self._fd_segments.values())
 
-    @contextlib.contextmanager
-    def _current(self) -> Iterator[None]:
-        d = self.driver
-        d.check(d.cuCtxPushCurrent(self._ctx), "cuCtxPushCurrent")
-        try:
-            yield
-        finally:
-            # Whatever was made current meanwhile (torch's runtime sets the device's primary
-            # context), the pop leaves the caller's context on top again.
-            d.check(d.cuCtxPopCurrent(ctypes.byref(ctypes.c_void_p())), "cuCtxPopCurrent")
+    def _current(self) -> Any:
+        return context_current(self.driver, self._ctx)
 
     def read(self, t: Dict[str, Any]) -> bytearray:
         """A host copy of one tensor's bytes (synchronous cuMemcpyDtoH; needs no torch)."""

@@ -15,12 +15,11 @@ refused with ``E_UPDATE_UNSUPPORTED``: write it through a staging update instead
 from __future__ import annotations
 
 import base64
-import contextlib
 import ctypes
 import json
 from typing import Any, Dict, Iterator, List, Tuple
 
-from .cuda import CudaError, _Driver, _IpcHandle
+from .cuda import CudaError, _Driver, _IpcHandle, context_current
 from .protocol import MAX_REQUEST_BYTES, ProtocolError
 
 # What one pull_tensors request may hold: well under the daemon's request bound, with room for the envelope.
@@ -73,14 +72,8 @@ class PullSources:
         # By allocation base: its handle's place in `handles`.
         self._of_base: Dict[int, int] = {}
 
-    @contextlib.contextmanager
-    def _current(self) -> Iterator[None]:
-        d = self.driver
-        d.check(d.cuCtxPushCurrent(self._ctx), "cuCtxPushCurrent")
-        try:
-            yield
-        finally:
-            d.check(d.cuCtxPopCurrent(ctypes.byref(ctypes.c_void_p())), "cuCtxPopCurrent")
+    def _current(self) -> Any:
+        return context_current(self.driver, self._ctx)
 
     def locate(self, name: str, value: Any) -> Tuple[int, int, int]:
         """``(source, offset, nbytes)``: the handle of the allocation holding ``value`` and where in it."""
