@@ -88,7 +88,13 @@ test("four stalled 64 MiB KEEPs and one waiting behind them do not starve a prom
     // Its own 5 s deadline (the daemon's) held: before, it waited for --request-timeout (10 s).
     assert.ok(took < 5_000, `the prompt KEEP took ${took} ms`);
     assert.equal((await keeper.client.list()).map((r) => r.fingerprint), ['prompt']);
-    assert.is(count(keeper.stderr(), /"msg":"a large request arrived too slowly while others waited for room[^\n]*one must arrive within 1000 ms and 64 MiB a second of getting room: send a large request whole at once/), 4, keeper.stderr());
+    // The four holders' deadlines pass within a few milliseconds of each other. The keeper cuts each
+    // one it finds past its deadline while others wait; once the freed room lets the waiting ones
+    // in, no one waits, and a holder not yet cut is left to --request-timeout (how many were cut
+    // by then depended on timing: 3 or 4). Two cuts are the fewest that make room for the fifth
+    // and the prompt KEEP behind it.
+    const cut = count(keeper.stderr(), /"msg":"a large request arrived too slowly while others waited for room[^\n]*one must arrive within 1000 ms and 64 MiB a second of getting room: send a large request whole at once/);
+    assert.ok(cut >= 2 && cut <= 4, `${cut} holders cut while others waited: ${keeper.stderr()}`);
     assert.equal((await stalled).sort(), Array(5).fill('E_READ_TIMEOUT'));
   } finally {
     closeSync(memfd);
