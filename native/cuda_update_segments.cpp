@@ -69,6 +69,21 @@ int cudaStagingCopy(int deviceIndex, int sourceFd, uint64_t bytes) {
 
 namespace {
 
+// fdAt(0..n-1), each a descriptor the caller owns or -1; if one throws, those made before it are
+// closed, so a failed commit or pull hands out none.
+template <class FdAt>
+std::vector<int> descriptorsOrNone(size_t n, FdAt fdAt) {
+  std::vector<int> fds;
+  try {
+    for (size_t i = 0; i < n; ++i) fds.push_back(fdAt(i));
+  } catch (...) {
+    for (int fd : fds)
+      if (fd >= 0) ::close(fd);
+    throw;
+  }
+  return fds;
+}
+
 double msSince(std::chrono::steady_clock::time_point t) { return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count(); }
 
 // The writer's memory behind one pulled IPC handle, opened for the commit's copies, and how many
@@ -218,13 +233,7 @@ CudaCommitted commitInto(int deviceIndex, const std::vector<int>& fds, const std
   t = std::chrono::steady_clock::now();
   out.digested = digestDeviceSegments(pointers, bytes, std::move(tensors), threads, onGpu);
   out.digestMs = msSince(t);
-  try {
-    for (size_t i = 0; i < fds.size(); ++i) out.fds.push_back(!copied[i] ? -1 : made(i) ? dupFd(finals[i]) : dupExported(served[i]));
-  } catch (...) {
-    for (int fd : out.fds)
-      if (fd >= 0) ::close(fd);
-    throw;
-  }
+  out.fds = descriptorsOrNone(fds.size(), [&](size_t i) { return !copied[i] ? -1 : made(i) ? dupFd(finals[i]) : dupExported(served[i]); });
   out.totalMs = msSince(began);
   return out;
 }
@@ -292,13 +301,7 @@ CudaPulled cudaPullCopies(int deviceIndex, const std::vector<int>& finals, const
   }
   cudaDriver().cuStreamSynchronize(stream.get());
   out.copyMs = msSince(copying) - madeMs;
-  try {
-    for (size_t i = 0; i < finals.size(); ++i) out.fds.push_back(writes[i] && finals[i] < 0 ? dupExported(into[i]) : -1);
-  } catch (...) {
-    for (int fd : out.fds)
-      if (fd >= 0) ::close(fd);
-    throw;
-  }
+  out.fds = descriptorsOrNone(finals.size(), [&](size_t i) { return writes[i] && finals[i] < 0 ? dupExported(into[i]) : -1; });
   out.totalMs = msSince(began);
   return out;
 }

@@ -11,18 +11,24 @@ import time
 from weightd_client.protocol import encode_frame, read_frame
 
 
-def scripted_server(testcase, replies, wait_close=False):
-    """Listens on a fresh socket and answers the i-th request with ``{"id", "ok": True,
-    **replies[i](request)}`` (a ``(fields, fds)`` pair sends those descriptors with the frame),
-    then closes. Returns the socket's path, the list the requests are recorded in, and the serving
-    thread. ``wait_close``: after the replies it waits (10 s at most) for the client to close its
-    side first, and records ``"closed by client"`` or ``"left open"`` last."""
+def listening_socket(testcase):
+    """A Unix socket listening in a fresh directory the test removes: ``(path, socket)``."""
     d = tempfile.mkdtemp()
     testcase.addCleanup(shutil.rmtree, d, True)
     path = os.path.join(d, "s.sock")
     srv = socket.socket(socket.AF_UNIX)
     srv.bind(path)
     srv.listen()
+    return path, srv
+
+
+def scripted_server(testcase, replies, wait_close=False):
+    """Listens on a fresh socket and answers the i-th request with ``{"id", "ok": True,
+    **replies[i](request)}`` (a ``(fields, fds)`` pair sends those descriptors with the frame),
+    then closes. Returns the socket's path, the list the requests are recorded in, and the serving
+    thread. ``wait_close``: after the replies it waits (10 s at most) for the client to close its
+    side first, and records ``"closed by client"`` or ``"left open"`` last."""
+    path, srv = listening_socket(testcase)
     seen = []
 
     def run():

@@ -3,14 +3,12 @@ Events): the caller gets the daemon's code and message, not a complaint about th
 events that came before it are not lost, also when a request is what finds the connection closed
 (it goes on a new connection)."""
 
-import os
-import shutil
 import socket
-import tempfile
 import threading
 import time
 import unittest
 
+from scripted_server import listening_socket
 from weightd_client.protocol import Connection, ServeError, encode_frame, read_frame
 
 EVENT = {"id": None, "ok": True, "event": "model_ready", "model": "m", "fingerprint": "fp", "version": 1}
@@ -19,12 +17,7 @@ DROPPED = {"id": None, "ok": False, "error": {"code": "E_EVENTS_NOT_READ", "mess
 
 def dropping_server(testcase):
     """Answers a watch, sends an event and the drop, and closes; then answers one ping on a second connection."""
-    d = tempfile.mkdtemp()
-    testcase.addCleanup(shutil.rmtree, d, True)
-    path = os.path.join(d, "s.sock")
-    srv = socket.socket(socket.AF_UNIX)
-    srv.bind(path)
-    srv.listen()
+    path, srv = listening_socket(testcase)
     dropped, answered = threading.Event(), threading.Event()
 
     def run():
