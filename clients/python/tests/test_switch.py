@@ -111,7 +111,10 @@ def test_switch_to_and_back_keeps_every_address_and_reads_each_versions_bytes(da
         del views
         attached.detach()
         assert [client.stats(e.fingerprint)["leases"] for e in (e0, e1)] == [[], []]
-        assert open_fds() == fds_before, "every descriptor received for the switches is closed"
+        # No descriptor is open that was not before the attach. Compared as a subset: a socket of an
+        # earlier test's client, open at the snapshot and closed when the collector got to it, made
+        # an equality fail in one full suite run of five (2026-12-06).
+        assert open_fds().items() <= fds_before.items(), "every descriptor received for the switches is closed"
         assert segment_maps() == maps_before, "every mapping is gone after detach"
 
 
@@ -239,4 +242,4 @@ def test_a_switch_that_fails_on_its_second_segment_puts_the_first_back(monkeypat
     assert [bytes(views[f"w{k}"]) for k in (0, 1)] == new_bytes
     del views
     mapping.close()
-    assert open_fds() == fds_before and segment_maps() == maps_before, "nothing staged, aliased or mapped is left"
+    assert open_fds().items() <= fds_before.items() and segment_maps() == maps_before, "nothing staged, aliased or mapped is left"
