@@ -246,9 +246,11 @@ void HostDevice::sealLocked() {
       Segment& s = segments_[i];
       munmap(s.base, s.bytes);
       s.base = nullptr;
-      if (fcntl(s.fd, F_ADD_SEALS, kServedSeals | F_SEAL_SEAL) != 0) {
-        int err = errno;
-        throw DeviceError("E_SHM_SEAL", "cannot seal segment " + std::to_string(i) + " of device " + uuid_ + ": " + errnoMessage(err));
+      if (int err = addSealsWaitingForPins(s.fd, kServedSeals | F_SEAL_SEAL); err != 0) {
+        throw DeviceError("E_SHM_SEAL", "cannot seal segment " + std::to_string(i) + " of device " + uuid_ + ": " + errnoMessage(err) +
+                                            (err == EBUSY ? "; its pages were still held by another process or the kernel after " +
+                                                                std::to_string(kSealPinWaitMs / 1000) + " s (a splice into a pipe, I/O in flight); end that, then start again"
+                                                          : ""));
       }
       void* base = mapSealedReadOnly(s.fd, s.bytes);
       if (base == MAP_FAILED) {

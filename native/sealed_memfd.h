@@ -23,4 +23,14 @@ std::string servedSealsMissing(int fd);
 // copy, since nothing can write them.
 void* mapSealedReadOnly(int fd, uint64_t bytes);
 
+// fcntl(F_ADD_SEALS, seals): 0, or the errno it failed with. F_SEAL_WRITE fails EBUSY for two
+// reasons. A shared mapping that may write is refused at once, and stays refused: EBUSY comes
+// back. Pages that something else holds a reference to for a moment (a page the kernel's
+// compaction is migrating, a pipe that a splice filled, I/O in flight) make the kernel wait about
+// 150 ms before it gives up, and on a loaded machine a migration can outlast that: a CI run saw
+// it refuse a fresh arena that nothing had mapped. So an EBUSY that took the kernel's wait is
+// asked again, for at most kSealPinWaitMs in all.
+int addSealsWaitingForPins(int fd, int seals);
+constexpr int kSealPinWaitMs = 5000;
+
 }  // namespace weightd

@@ -103,11 +103,11 @@ void sealWritten(int fd, uint32_t segment, const std::string& command) {
   // A commit refused for a later segment is asked again: the segments sealed then stay sealed.
   int seals = fcntl(fd, F_GET_SEALS);
   if (seals >= 0 && (seals & F_SEAL_WRITE) != 0) return;
-  if (fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_SEAL) == 0) return;
-  int err = errno;
+  int err = addSealsWaitingForPins(fd, F_SEAL_WRITE | F_SEAL_SEAL);
+  if (err == 0) return;
   if (err == EBUSY) {
-    throw DeviceError("E_UPDATE_MAPPED", "segment " + std::to_string(segment) + " is still mapped writable by a process, so " + command +
-                                             " cannot seal it; unmap every segment written (close the views written through), then send " + command + " again");
+    throw DeviceError("E_UPDATE_MAPPED", "segment " + std::to_string(segment) + " is still mapped writable by a process (or its pages are held, as by a splice into a pipe), so " +
+                                             command + " cannot seal it; unmap every segment written (close the views written through), then send " + command + " again");
   }
   throw DeviceError("E_SHM_SEAL", "cannot seal segment " + std::to_string(segment) + " of the update against write: " + errnoMessage(err));
 }

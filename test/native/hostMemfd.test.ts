@@ -3,14 +3,16 @@
 // descriptors and reads the same bytes; adopt refuses descriptors that are not sealed segments,
 // too short, or miscounted, and closes every one it was given. The seals are checked from a
 // separate process (python3, given the descriptor as its fd 3), not by the addon's own checks.
-import { spawnSync } from 'node:child_process';
-import { fstatSync, openSync, readdirSync, readlinkSync, writeFileSync } from 'node:fs';
+import { spawn, spawnSync } from 'node:child_process';
+import { once } from 'node:events';
+import { fstatSync, openSync, readdirSync, readlinkSync, writeFileSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import type { DeviceError } from '../../src/errors.js';
+import { addon } from '../../src/native/addon.js';
 import { DeviceHandle } from '../../src/native/deviceHandle.js';
-import { openFdCount } from '../helpers/memfds.js';
+import { openFdCount, weightdMemfds } from '../helpers/memfds.js';
 import { freshTempDir } from '../helpers/paths.js';
 
 const KiB = 1024;
@@ -167,6 +169,102 @@ test('a fill of a sealed arena is refused; a shortfall is refused before anythin
   assert.is(openFdCount(), before);
   const info = huge.info();
   assert.ok(info.totalBytes > 0 && info.freeBytes > 0 && info.freeBytes <= info.totalBytes, JSON.stringify(info));
+});
+
+/**
+ * A python3 process that holds a reference to the first page of the memfd behind `fd` (a splice
+ * into a pipe it does not read), as the kernel's compaction holds a page it migrates. Told "go",
+ * it lets go 0.3 s later; told "hold", only once its stdin closes.
+ */
+async function pagePin(fd: number) {
+  const script = `
+import os, sys, time
+fd = os.open(sys.argv[1], os.O_RDONLY)
+r, w = os.pipe()
+assert os.splice(fd, w, 4096, offset_src=0) == 4096
+print("held", flush=True)
+if sys.stdin.readline().strip() == "go":
+    time.sleep(0.3)
+else:
+    sys.stdin.read()
+os.read(r, 4096)
+`;
+  const child = spawn('python3', ['-c', script, `/proc/${process.pid}/fd/${fd}`], { stdio: ['pipe', 'pipe', 'inherit'] });
+  const [line] = (await once(child.stdout, 'data')) as [Buffer];
+  assert.is(line.toString().trim(), 'held');
+  const exited = once(child, 'exit');
+  return {
+    // Written before the caller's synchronous seal starts, so the pin outlives its first try.
+    release: (after: 'go' | 'hold') => child.stdin.write(`${after}\n`),
+    async end() {
+      child.stdin.end();
+      const [code] = await exited;
+      assert.is(code, 0);
+    },
+  };
+}
+
+/** The descriptor of an unexported segment, found as the leak checks find it. */
+function segmentFd(index: number): number {
+  for (const fd of readdirSync('/proc/self/fd')) {
+    try {
+      if (readlinkSync(`/proc/self/fd/${fd}`).startsWith(`/memfd:weightd:memfd-${process.pid}:s${index} `)) return Number(fd);
+    } catch {
+      // closed meanwhile
+    }
+  }
+  throw new Error(`segment ${index} has no descriptor`);
+}
+
+test('export waits out a page another process holds for a moment, then seals', async () => {
+  const { device, data } = await filledDevice();
+  const pin = await pagePin(segmentFd(0));
+  try {
+    pin.release('go');
+    const segments = device.exportSegments();
+    assert.is(probe(segments[0]!.fd!).write, 'Operation not permitted');
+    assert.equal(Buffer.from(await device.read(0, 0, 4096)), data.subarray(0, 4096));
+  } finally {
+    await pin.end();
+    await device.free();
+  }
+});
+
+test('a page held past the wait: export refuses with E_SHM_SEAL, names why, and frees the arena', async () => {
+  const { device } = await filledDevice();
+  const pin = await pagePin(segmentFd(1));
+  try {
+    pin.release('hold');
+    const err = (() => {
+      try {
+        device.exportSegments();
+      } catch (e) {
+        return e as DeviceError;
+      }
+      return assert.unreachable('exported a segment it could not seal') as never;
+    })();
+    assert.is(err.code, 'E_SHM_SEAL');
+    assert.match(err.message, /segment 1 of device memfd-\d+: Device or resource busy; its pages were still held .* after 5 s/);
+    await pin.end();
+    assert.equal(weightdMemfds(), [], 'a half-sealed arena is freed, not served');
+  } finally {
+    await pin.end();
+    await device.free();
+  }
+});
+
+test('an update segment whose page is held for a moment still seals at commit', async () => {
+  const fd = await addon().createWritableSegment(8192, 'weightd:update:test:r0:0');
+  try {
+    writeSync(fd, Buffer.alloc(8192, 7), 0, 8192, 0);
+    const pin = await pagePin(fd);
+    pin.release('go');
+    addon().sealWritten(fd, 0, 'commit_update');
+    await pin.end();
+    assert.is(probe(fd).write, 'Operation not permitted');
+  } finally {
+    addon().closeFd(fd);
+  }
 });
 
 test.run();
