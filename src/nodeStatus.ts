@@ -168,7 +168,8 @@ export interface NodeStatus {
 
 /**
  * The node's link to its keeper (src/keeper/keeperLink.ts). up: it answers and is watched;
- * absent: none answered (external: the node retries); lost: the one watched died, and the node
+ * absent: none answered, or the one that answered refused our WATCH (`reason` says; external:
+ * the node retries); lost: the one watched died, and the node
  * starts another (spawn) or waits for one (external). The ranks then keep their segments again.
  */
 export interface KeeperStatus {

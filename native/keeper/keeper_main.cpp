@@ -13,6 +13,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -355,7 +356,8 @@ class Keeper {
         c.closeNow();
         return;
       }
-      Reply reply = handleRequest(store_, info_, c, std::move(*request));
+      size_t watchers = std::count_if(connections_.begin(), connections_.end(), [](const auto& other) { return other->watching && !other->finished(); });
+      Reply reply = handleRequest(store_, info_, c, std::move(*request), watchers);
       if (c.watching || !reply.logMsg.empty()) armed_ = armed_ || c.watching || reply.logMsg == "kept";
       if (!reply.logMsg.empty()) {
         log(Level::Info, reply.logMsg, {{"device", reply.device}, {"fingerprint", reply.fingerprint}, {"peerPid", static_cast<int>(c.peerPid())},

@@ -121,7 +121,7 @@ Reply ping(const Store& store, const KeeperInfo& keeper, Reader& r) {
 
 }  // namespace
 
-Reply handleRequest(Store& store, const KeeperInfo& keeper, Connection& from, Request request) {
+Reply handleRequest(Store& store, const KeeperInfo& keeper, Connection& from, Request request, size_t watchers) {
   HeldFds held{std::move(request.fds)};
   Reader r(request.payload.data(), request.payload.size());
   uint8_t op = r.u8("op");
@@ -136,6 +136,10 @@ Reply handleRequest(Store& store, const KeeperInfo& keeper, Connection& from, Re
     case Op::Ping: return ping(store, keeper, r);
     case Op::Watch:
       r.end();
+      if (watchers >= kMaxWatchers) {
+        throw KeeperError("E_TOO_MANY_WATCHERS", std::to_string(watchers) + " connections watch this keeper already, its most (" + std::to_string(kMaxWatchers) +
+                                                     "); one daemon needs one: stop the processes that leave WATCH connections open");
+      }
       from.watching = true;
       return {};
   }

@@ -24,7 +24,14 @@ struct KeeperInfo {
   Clock::time_point started;
 };
 
-// Takes the request's fds: a KEEP's go to the store, any other's are closed.
-Reply handleRequest(Store& store, const KeeperInfo& keeper, Connection& from, Request request);
+// WATCH connections are never idle (each is a daemon's for its life), so a full keeper never
+// closes one to make room: without a bound of their own, a client that leaks them would take all
+// of the keeper's connections and lock the daemon's KEEP and TAKE out. One daemon watches a
+// keeper; a restart's overlap or a tool's watch fit many times over.
+constexpr size_t kMaxWatchers = 16;
+
+// Takes the request's fds: a KEEP's go to the store, any other's are closed. `watchers`: how many
+// connections watch now (a WATCH past kMaxWatchers is refused).
+Reply handleRequest(Store& store, const KeeperInfo& keeper, Connection& from, Request request, size_t watchers);
 
 }  // namespace weightd::keeper

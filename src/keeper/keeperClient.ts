@@ -5,7 +5,7 @@ import { spawn, type StdioOptions } from 'node:child_process';
 import { accessSync, constants } from 'node:fs';
 import { connect, type Socket } from 'node:net';
 import { fileURLToPath } from 'node:url';
-import { errorCode, KeeperError } from '../errors.js';
+import { errorCode, KeeperError, ProtocolError } from '../errors.js';
 import { addon } from '../native/addon.js';
 import {
   decodeDrop,
@@ -79,18 +79,35 @@ export class KeeperClient {
 
   /**
    * A connection the keeper never answers and never closes: its 'close' event is the keeper's
-   * death. The caller destroys it when done.
+   * death. The caller destroys it when done. Resolves once the keeper took it; a keeper that
+   * already has its most watchers refuses it (KeeperError E_TOO_MANY_WATCHERS). WATCH has no
+   * reply, but the keeper serves a WATCH before any request of a connection opened after it was
+   * sent (docs/spec/keeper-wire.md §3): once a PING sent after it is answered, a refusal is
+   * already in this socket, and this loop's turn reads it.
    */
-  watch(): Promise<Socket> {
-    return new Promise((resolve, reject) => {
-      const socket = connect(this.socketPath);
-      socket.once('error', reject);
-      socket.once('connect', () => {
-        socket.off('error', reject);
-        socket.write(encodeWatch());
-        resolve(socket);
-      });
+  async watch(): Promise<Socket> {
+    const socket = await new Promise<Socket>((resolve, reject) => {
+      const s = connect(this.socketPath);
+      s.once('error', reject);
+      s.once('connect', () => s.write(encodeWatch(), (err) => (err ? reject(err) : resolve(s))));
     });
+    const refusal: Buffer[] = [];
+    const onData = (b: Buffer) => refusal.push(b);
+    socket.on('data', onData);
+    socket.on('error', () => {});
+    try {
+      await this.ping();
+      await new Promise((r) => setImmediate(r));
+      if (refusal.length > 0) {
+        decodeEmpty(Buffer.concat(refusal));
+        throw new ProtocolError('E_KEEPER_REPLY', 'the keeper answered a WATCH, which has no reply: the socket is not a weightd keeper\'s');
+      }
+    } catch (err) {
+      socket.destroy();
+      throw err;
+    }
+    socket.off('data', onData);
+    return socket;
   }
 }
 

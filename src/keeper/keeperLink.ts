@@ -6,6 +6,7 @@
 import { closeSync, openSync, rmSync } from 'node:fs';
 import type { Socket } from 'node:net';
 import { dirname, join } from 'node:path';
+import { errorCode } from '../errors.js';
 import type { Logger } from '../log.js';
 import type { KeeperStatus } from '../nodeStatus.js';
 import { KeeperClient, startKeeper } from './keeperClient.js';
@@ -149,7 +150,13 @@ export class KeeperLink {
       watch.on('close', () => this.#lost());
       watch.on('error', () => {});
     } catch (err) {
-      this.#set('absent', { reason: (err as Error).message });
+      const reason = (err as Error).message;
+      // E_TOO_MANY_WATCHERS: the keeper lives, and what the ranks kept stays kept, but this node
+      // would not see it end and keep there again. Said once, not at every retry.
+      if (this.#status.state !== 'absent' || this.#status.reason !== reason) {
+        log.warn({ keeper: socket, code: errorCode(err), reason }, 'could not watch the keeper: every shard stays served, but this node would not see the keeper end and keep its shards again; asking again every second');
+      }
+      this.#set('absent', { reason });
       this.#later();
       return;
     }

@@ -22,7 +22,7 @@ export const KEEPER_MAX_RECORD_FDS = 4096;
 /** The codes the keeper replies with (native/keeper/*.cpp); test/keeper/keeperCodes.test.ts holds this list to the C++ source and docs/keeper.md. */
 export const KEEPER_ERROR_CODES = [
   'E_BAD_MAGIC', 'E_BAD_REQUEST', 'E_BAD_VERSION', 'E_FRAME_TOO_LARGE', 'E_INTERNAL', 'E_KEEPER_FDS', 'E_KEEPER_FULL', 'E_NOT_KEPT', 'E_NO_FDS',
-  'E_READ_TIMEOUT', 'E_TOO_MANY_FDS', 'E_UNEXPECTED_FDS', 'E_UNKNOWN_OP',
+  'E_READ_TIMEOUT', 'E_TOO_MANY_FDS', 'E_TOO_MANY_WATCHERS', 'E_UNEXPECTED_FDS', 'E_UNKNOWN_OP',
 ] as const satisfies readonly ErrorCode[];
 
 export const KeeperOp = { keep: 1, take: 2, drop: 3, list: 4, ping: 5, watch: 6 } as const;

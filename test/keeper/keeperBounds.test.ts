@@ -190,6 +190,36 @@ test("256 idle connections (the keeper's most) do not lock a daemon out: its KEE
   }
 });
 
+test('at most 16 WATCH connections: the 17th is refused with E_TOO_MANY_WATCHERS; a daemon refused so serves, says why, and is watched once one ends', async () => {
+  const keeper = await startTestKeeper();
+  const watchers: Socket[] = [];
+  try {
+    const tries = await Promise.allSettled(Array.from({ length: 17 }, () => keeper.client.watch()));
+    for (const t of tries) if (t.status === 'fulfilled') watchers.push(t.value);
+    const refused = tries.flatMap((t) => (t.status === 'rejected' ? [t.reason as Error] : []));
+    assert.is(watchers.length, 16);
+    assert.is(refused.length, 1);
+    assert.is(errorCode(refused[0]), 'E_TOO_MANY_WATCHERS');
+    assert.match(refused[0]!.message, /16 connections watch this keeper already, its most \(16\)/);
+    assert.equal((await keeper.client.ping()).records, 0, 'other requests are served');
+
+    const daemon = await startDaemon({ model: exampleModel, extraArgs: ['--keeper', 'external', '--keeper-socket', keeper.socket] });
+    try {
+      await daemon.waitFor(/"code":"E_TOO_MANY_WATCHERS","reason":"keeper: 16 connections watch this keeper already[^"]*","msg":"could not watch the keeper/);
+      await waitUntil('the daemon kept its shard all the same', async () => (await keeper.client.list()).length === 1);
+      watchers.pop()!.destroy();
+      await daemon.waitFor(/a keeper answers again: the ranks keep their shards there/);
+      assert.is(count(daemon.stderr(), /could not watch the keeper/), 1, 'the refusal is said once, not at every retry');
+      assert.is((await daemon.stop()).code, 0);
+    } finally {
+      await daemon.stop();
+    }
+  } finally {
+    for (const s of watchers) s.destroy();
+    await keeper.kill();
+  }
+});
+
 /** A record's bytes in a LIST reply, of device and fingerprint of one byte each (docs/spec/keeper-wire.md §3). */
 const listEntry = (blob: number) => 2 + 1 + 2 + 1 + 4 + 8 + 4 + 1 + 8 + 4 + blob;
 
