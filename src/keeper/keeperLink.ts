@@ -32,6 +32,13 @@ const RETRY_MS = 1000;
 /** How long a refused start waits for the keeper it spawned to exit before it leaves that keeper's log. */
 const REFUSED_EXIT_WAIT_MS = 5000;
 
+/** The keeper's --log-level for the daemon's own level: the keeper knows debug, info, warn and error. */
+export function keeperLogLevel(level: string): 'debug' | 'info' | 'warn' | 'error' {
+  if (level === 'trace' || level === 'debug') return 'debug';
+  if (level === 'info' || level === 'warn') return level;
+  return 'error';
+}
+
 export class KeeperLink {
   readonly #o: KeeperLinkOptions;
   readonly #client: KeeperClient;
@@ -177,7 +184,7 @@ export class KeeperLink {
     const logFile = join(dirname(this.#o.socket), KEEPER_LOG_NAME);
     const { fd: stderr, created } = openLog(logFile);
     try {
-      const started = await startKeeper({ socket: this.#o.socket, adoptWithinS: this.#o.adoptWithinS, stderr });
+      const started = await startKeeper({ socket: this.#o.socket, adoptWithinS: this.#o.adoptWithinS, logLevel: keeperLogLevel(this.#o.log.level), stderr });
       if (started.spawned) {
         this.#spawned = { exited: started.exited, ...(created ? { createdLog: logFile } : {}) };
         this.#o.log.info({ keeper: this.#o.socket, pid: started.ping.pid, adoptWithinS: this.#o.adoptWithinS, log: logFile }, 'started a keeper');

@@ -10,7 +10,7 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { expectedFingerprint, findSocket } from '../../src/client/index.js';
 import { KeeperClient } from '../../src/keeper/keeperClient.js';
-import { KEEPER_SOCKET_NAME } from '../../src/keeper/keeperSocketPath.js';
+import { KEEPER_LOG_NAME, KEEPER_SOCKET_NAME } from '../../src/keeper/keeperSocketPath.js';
 import { startDaemon, type Daemon, type DaemonOptions } from '../helpers/daemon.js';
 import { keeperPid, killKeeper, processAlive as alive, waitUntil as until } from '../helpers/keeper.js';
 import { exampleModel, freshSocketDir, repoRoot } from '../helpers/paths.js';
@@ -75,6 +75,8 @@ test('kill -9 while serving: the next daemon adopts every rank without reading t
     const first = await startDaemon(opts);
     const loadedChars = readChars(first.pid);
     await kept(keeper, 2);
+    // The keeper it spawned logs at the daemon's --log-level (debug): its connections show.
+    assert.match(readFileSync(join(socketDir, KEEPER_LOG_NAME), 'utf8'), /"level":"debug","msg":"client connected"/);
     assert.equal(weightdFilesInDevShm(), [], 'no named file in /dev/shm while serving');
     await first.kill9();
     const second = await restart(opts, socketDir, true, 'python');
