@@ -483,14 +483,15 @@ test('--cuda-handles fd with a keeper: a restart adopts on the main thread and i
   assert.equal(leaks, noLeaks);
 });
 
-test('a kept record whose descriptors are another GPU\'s allocations: READY, then the client waiting for them is refused (E_ADOPT_CHECK_FAILED), the shard is dropped and the node fails by that name; nothing is left', () => {
+test('a kept record whose descriptors are another GPU\'s allocations: READY, then the client waiting for them and an update begun from them are refused (E_ADOPT_CHECK_FAILED), the shard is dropped and the node fails by that name; nothing is left', () => {
   const { result, leaks } = scenario('daemonFdRestartCorrupt', {}, 60_000);
-  const r = result as { atReady: unknown; waitedForCheck: boolean; copied: string[]; ended: string; failure: string; stillKept: boolean[] };
+  const r = result as { atReady: unknown; waitedForCheck: boolean; copied: string[]; update: string; ended: string; failure: string; stillKept: boolean[] };
   assert.equal(r.atReady, { contexts: 0, ranks: [{ adoptedOn: 'main', descriptors: 'checking', freeProbed: false }, { adoptedOn: 'main', descriptors: 'checking', freeProbed: false }], metric: [0, 0] });
   assert.ok(r.waitedForCheck);
   // GPU 0's client, waiting for the check, is refused by name; GPU 1's passed its check, and its
   // copy races the node's failure (copied, or the socket gone: "load from disk").
   assert.is(r.copied[0], 'E_ADOPT_CHECK_FAILED');
+  assert.is(r.update, 'E_ADOPT_CHECK_FAILED', 'an update begun from GPU 0\'s shard while it was checked copies nothing of it');
   assert.ok(['copied', 'E_CONNECT', 'E_DISCONNECTED'].includes(r.copied[1]!), r.copied[1]);
   assert.is(r.ended, 'failed');
   assert.is(r.failure, 'E_ADOPT_CHECK_FAILED');

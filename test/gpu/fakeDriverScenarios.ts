@@ -30,6 +30,7 @@ import { openCuda } from '../../src/client/segmentAccess.js';
 import { expectedFingerprint } from '../../src/client/expectedFingerprint.js';
 import { WeightdClient } from '../../src/client/weightdClient.js';
 import { socketPathFor } from '../../src/wire/socketDir.js';
+import { encodeFrame, FRAME_HEADER_BYTES, MAX_RESPONSE_BYTES } from '../../src/wire/frameCodec.js';
 import { KeeperClient } from '../../src/keeper/keeperClient.js';
 import { KEEPER_SOCKET_NAME } from '../../src/keeper/keeperSocketPath.js';
 import { expectedRank } from '../serve/checkpointOracle.js';
@@ -1352,15 +1353,18 @@ async function fdRestartHere(corrupt: boolean) {
         return 'copied';
       });
       const outcomes = Promise.all(copies.map((c) => c.then((x) => x, (err: { code?: string }) => err.code ?? String(err)))).finally(() => (settled = true));
+      // An update of GPU 0's shard begun meanwhile: no copy of memory that has yet to pass its check.
+      let updateSettled = false;
+      const update = corrupt ? beginUpdateOutcome(socketPathFor(socketDir, uuids[0]!), (await expectedFingerprint(exampleModel, 2, 0)).fingerprint).finally(() => (updateSettled = true)) : undefined;
       await new Promise((r) => setTimeout(r, 300));
-      const waitedForCheck = !settled;
+      const waitedForCheck = !settled && !updateSettled;
       delete process.env.FAKE_CUDA_RETAIN_GATE;
       writeSync(gateFd, 'xx');
       const copied = await outcomes;
       for (const client of clients) client.close();
       if (corrupt) {
         const ended = await second.done;
-        return { atReady, waitedForCheck, copied, ended: ended.state, failure: ended.failure?.code, stillKept: (await keeper.list()).map((r) => r.device === uuids[0]) };
+        return { atReady, waitedForCheck, copied, update: await update, ended: ended.state, failure: ended.failure?.code, stillKept: (await keeper.list()).map((r) => r.device === uuids[0]) };
       }
       while (second.status().ranks.some((r) => r.descriptors === 'checking')) await new Promise((r) => setTimeout(r, 10));
       return { atReady, waitedForCheck, copied, mismatched, afterCheck: { contexts: contexts(), ranks: rankStates(), metric: await checkedMetric() } };
@@ -1375,6 +1379,15 @@ async function fdRestartHere(corrupt: boolean) {
     if (pid !== undefined) process.kill(pid, 'SIGTERM');
     rmSync(dir, { recursive: true, force: true });
   }
+}
+
+/** A begin_update of tiny-llama's version `base` on `socket`, its connection closed after the reply: "begun" (its descriptors closed, the update ended with the connection), or the refusal's code. */
+async function beginUpdateOutcome(socket: string, base: string): Promise<string> {
+  const request = encodeFrame(JSON.stringify({ id: 1, cmd: 'begin_update', model: 'tiny-llama', base, tensors: ['model.norm.weight'] }));
+  const { frame, fds } = await addon().unixRequest(socket, request, [], 30_000, MAX_RESPONSE_BYTES);
+  for (const fd of fds) addon().closeFd(fd);
+  const reply = JSON.parse(frame.subarray(FRAME_HEADER_BYTES).toString('utf8')) as { ok: boolean; error?: { code: string } };
+  return reply.ok ? 'begun' : reply.error!.code;
 }
 
 /** Descriptors of fake VMM memory this process holds (the daemon's own exports included). */

@@ -25,6 +25,11 @@ export async function beginUpdate(req: RequestOf<'begin_update'>, services: Devi
   if (!host || !version) {
     throw new ServeError('E_UPDATE_UNSUPPORTED', `this socket serves model "${req.model}" without a node to publish a new version through; updates need a weightd node`, { model: req.model });
   }
+  // Adopted descriptors not yet checked (a cuda restart's fast path) are no base to write from:
+  // a copy of them, or a version sharing them, would serve bytes no check vouched for. This
+  // waits for the check, and a failed one refuses by its name (E_ADOPT_CHECK_FAILED).
+  await service.untilDescriptorsChecked();
+  service.refuseIfFreed();
   const pull = req.source === 'pull' ? { device: req.device } : undefined;
   const { id, fds, segments, sent } = await host.desk.begin(service, version.version, version.ranks, caller, () => services.isConnected(caller.connectionId), req.tensors, pull);
   const { rank } = service;
