@@ -190,6 +190,7 @@ export type ErrorCode =
   | 'E_UPDATE_ABORTED'
   | 'E_UPDATE_BASE'
   | 'E_UPDATE_BUSY'
+  | 'E_UPDATE_REPLICAS'
   | 'E_UPDATE_UNSUPPORTED'
   | 'E_VERSION_NOT_KEPT'
 

@@ -13,6 +13,7 @@ import { addon, type CommitTimings, type PullCopyTimings } from '../native/addon
 import { packTensorRanges } from '../native/fillRecords.js';
 import { batchPlan, commitGaps, pulledSegments, recordPulls, refuseUnlessPullable, rehashedUnderPull, type Pull, type PulledTensor } from './cudaPull.js';
 import { commitCudaPart, copyPulled, refuseUnlessCudaFd, shareSegment, stageSegment } from './cudaUpdateSegments.js';
+import { replicaMismatches } from './replicaDigests.js';
 import type { Caller } from './leaseTable.js';
 import type { RankService } from './rankService.js';
 
@@ -316,6 +317,16 @@ export class UpdateDesk {
     const baseFields = Object.fromEntries(Object.entries(parts[0]!.service.rank.fingerprintFields).filter(([k]) => k !== 'tpRank'));
     const fingerprint = writtenVersionFingerprint(baseFields, parts.map((p) => p.digests!));
     try {
+      const differ = replicaMismatches(parts.map((p) => ({ globalRank: p.service.rank.globalRank, tp: p.service.rank.tpSize, tensors: p.service.rank.tensors, digests: p.digests! })));
+      if (differ.length > 0) {
+        const named = differ.slice(0, 3).map((d) => `${d.name} (${d.piece === 'whole' ? 'replicated' : `KV ${d.piece}`}) on ranks ${d.ranks[0]} and ${d.ranks[1]}`);
+        throw new ServeError(
+          'E_UPDATE_REPLICAS',
+          `the update of model "${update.name}" holds different bytes on ranks that must hold the same: ${named.join(', ')}${differ.length > 3 ? ` and ${differ.length - 3} more` : ''}; ` +
+            'an engine would run a different copy of one weight on each rank. Nothing of it is kept: write each replicated piece alike on every rank (write_version cuts them from one tensor), then begin again',
+          { model: update.name, tensors: differ.map((d) => ({ name: d.name, ranks: d.ranks })) },
+        );
+      }
       const ranks = parts.map((p) => ({
         globalRank: p.service.rank.globalRank,
         localRank: p.service.rank.localRank,

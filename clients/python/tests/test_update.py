@@ -367,6 +367,38 @@ def test_a_rank_whose_writer_goes_ends_the_update_of_every_rank(served_tp2):
     assert listed(daemon) == before
 
 
+def test_ranks_that_write_one_replicated_tensor_differently_commit_nothing(served_tp2):
+    """Both ranks hold the whole of a replicated tensor: written with different bytes on each, the
+    last commit is refused by the tensor's name and nothing of the update serves; written alike,
+    it commits."""
+    daemon = served_tp2
+    bases, before = rank_fingerprints(daemon), listed(daemon)
+    norm = "model.norm.weight"
+    parts = [open_client(daemon, rank).begin_update(NAME, bases[rank], tensors=[norm]) for rank in (0, 1)]
+    try:
+        for rank, upd in enumerate(parts):
+            upd.write(norm, bytes([rank + 1]) * upd.tensors[norm]["bytes"])
+        assert parts[0].commit()["waiting"] == [1]
+        with pytest.raises(ServeError) as refused:
+            parts[1].commit()
+    finally:
+        for upd in parts:
+            upd.abandon()
+    assert refused.value.code == "E_UPDATE_REPLICAS"
+    assert f"{norm} (replicated) on ranks 0 and 1" in str(refused.value)
+    assert rank_fingerprints(daemon) == bases
+    assert listed(daemon) == before
+    parts = [open_client(daemon, rank).begin_update(NAME, bases[rank], tensors=[norm]) for rank in (0, 1)]
+    try:
+        for upd in parts:
+            upd.write(norm, bytes([7]) * upd.tensors[norm]["bytes"])
+        done = commit_all(parts)
+    finally:
+        for upd in parts:
+            upd.abandon()
+    assert done["waiting"] == [] and rank_fingerprints(daemon)[0] != bases[0]
+
+
 def test_write_takes_numpy_arrays_torch_tensors_and_bytes_of_the_tensors_size(served):
     daemon, _ = served
     with open_client(daemon, 0).begin_update(NAME, current(daemon)) as upd:
