@@ -187,3 +187,17 @@ export function shardRegions(t: ShardSource, layout: ShardLayout, rank: number):
   }
   return regions;
 }
+
+/**
+ * Where a rank's piece lies in the whole tensor's own bytes (C order, offset 0): the regions a
+ * writer gathers, in order, to make the piece from a full tensor (begin_update's `piece`, so a
+ * trainer that holds whole tensors writes every rank's piece by this one rule). Undefined when
+ * the piece is the whole tensor.
+ */
+export function pieceOfWhole(t: { name: string; dtype: string; fullShape?: number[]; rule?: ShardRule }, tpSize: number, rank: number): { fullShape: number[]; regions: SourceRegion[] } | undefined {
+  if (tpSize < 2 || !t.fullShape || !t.rule || t.rule.kind === 'replicated') return undefined;
+  const source: ShardSource = { name: t.name, dtype: t.dtype as SafetensorsDtype, shape: t.fullShape, begin: 0 };
+  const layout = layoutShard(source, t.rule, tpSize);
+  if (layout.parts === null && !layout.vocab) return undefined;
+  return { fullShape: t.fullShape, regions: shardPiece(source, layout, rank).regions };
+}

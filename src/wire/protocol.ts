@@ -348,8 +348,13 @@ export const BeginUpdateReply = z.object({
    * allocations, which the writer imports and maps read-write).
    */
   segments: z.array(SegmentRef),
-  /** The tensors the writer may write (those it named, or all), as get_state's; `segment` is a number of `segments`. */
-  tensors: z.array(TensorMeta),
+  /**
+   * The tensors the writer may write (those it named, or all), as get_state's; `segment` is a
+   * number of `segments`. `piece`, on a tensor this rank holds a tensor-parallel piece of: the
+   * whole tensor's shape and the regions of its bytes (C order) that make the piece, in order,
+   * each `rows` rows of `rowBytes` bytes `srcPitch` apart from `srcOffset`.
+   */
+  tensors: z.array(TensorMeta.extend({ piece: z.object({ fullShape: z.array(count), regions: z.array(z.object({ srcOffset: count, rows: count, rowBytes: count, srcPitch: count })) }).optional() })),
 });
 export type BeginUpdateReply = z.infer<typeof BeginUpdateReply>;
 

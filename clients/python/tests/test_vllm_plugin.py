@@ -619,47 +619,71 @@ class VllmPluginTest(unittest.TestCase):
 TP2 = os.environ.get("WEIGHTD_VLLM_TP2", "1") != "0" and (os.cpu_count() or 1) >= 2
 
 
-def run_tp2(model: str, load_format: str, socket_dir: str) -> None:
+def run_tp2(model: str, load_format: str, socket_dir: str, follow: str = "") -> None:
     """Child process of the tp 2 test: vLLM's multiprocess executor, one worker process per
     rank, each loading the plugin through the entry point as a deployment does. Prints the
-    tokens on a TP2_TOKENS line (vLLM logs to stdout too)."""
+    tokens on a TP2_TOKENS line (vLLM logs to stdout too). ``follow``: a checkpoint whose whole
+    tensors a trainer then writes as a new version of the served model (write_version, each
+    rank's piece cut by the daemon's rule), which both ranks follow; its tokens on a
+    TP2_FOLLOWED line."""
     import json
 
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
 
+    extra: Dict[str, Any] = {"model_loader_extra_config": {"socket_dir": socket_dir}} if load_format == "weightd" else {}
+    if follow:
+        extra["weight_transfer_config"] = {"backend": "weightd"}
     llm = LLM(
-        model=model, tensor_parallel_size=2, load_format=load_format, model_loader_extra_config={"socket_dir": socket_dir} if load_format == "weightd" else {},
+        model=model, tensor_parallel_size=2, load_format=load_format, **extra,
         skip_tokenizer_init=True, enforce_eager=True, dtype="bfloat16", max_model_len=128, max_num_seqs=2, max_num_batched_tokens=128, seed=0,
     )
-    out = llm.generate([TokensPrompt(prompt_token_ids=PROMPT)], SamplingParams(max_tokens=MAX_TOKENS, temperature=0, detokenize=False))
-    print("TP2_TOKENS " + json.dumps(list(out[0].outputs[0].token_ids)), flush=True)
+
+    def tokens() -> str:
+        out = llm.generate([TokensPrompt(prompt_token_ids=PROMPT)], SamplingParams(max_tokens=MAX_TOKENS, temperature=0, detokenize=False))
+        return json.dumps(list(out[0].outputs[0].token_ids))
+
+    print("TP2_TOKENS " + tokens(), flush=True)
+    if follow:
+        from safetensors.torch import load_file
+
+        from weightd_client.write_version import WriteTarget, write_version
+
+        info = write_version(list(load_file(str(Path(follow) / "model.safetensors")).items()), WriteTarget(Path(model).name, socket_dir=socket_dir))
+        llm.start_weight_update()
+        llm.update_weights({"update_info": info})
+        llm.finish_weight_update()
+        llm.reset_prefix_cache()
+        print("TP2_FOLLOWED " + tokens(), flush=True)
 
 
 @unittest.skipUnless(HAVE_VLLM and TP2, "tp 2 needs vLLM, 2 cores, and WEIGHTD_VLLM_TP2 not 0")
 @unittest.skipUnless(MAIN_JS.exists(), "needs the built daemon (npm run build:ts)")
 class VllmPluginTp2Test(unittest.TestCase):
-    def test_llama_tp2_same_tokens_as_disk(self):
+    def test_llama_tp2_same_tokens_as_disk_then_follows_whole_tensors_written(self):
         import json
         import re
 
         work = Path(tempfile.mkdtemp(prefix="wv-tp2-"))
-        model = work / "llama"
+        model, other = work / "llama", work / "llama-other"
         make_checkpoint(model, "llama", seed=0)  # vocab 500: each rank 250 real rows and 6 zero ones
+        make_checkpoint(other, "llama", seed=1)
         daemon = Daemon(str(model), VLLM_LAYOUT, tp=2, device="host", socket_dir=str(work / "sock"), host_device=f"vp-tp2-{os.getpid()}")
         # vLLM's CPU shared-memory communicator leaves its segments behind when its workers end.
         shm_before = set(Path("/dev/shm").glob("vllm_dist_*"))
         try:
             env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "1", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0", "VLLM_CPU_OMP_THREADS_BIND": "0|1"}
             runs = {}
-            for fmt in ("auto", "weightd"):
-                child = subprocess.run(
-                    [sys.executable, __file__, "--tp2", str(model), fmt, str(daemon.socket_dir)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=900
-                )
+
+            def run(key: str, *argv: str, line: str = "TP2_TOKENS ") -> None:
+                child = subprocess.run([sys.executable, __file__, "--tp2", *argv], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=900)
                 self.assertEqual(child.returncode, 0, child.stdout[-4000:])
-                tokens = [json.loads(line[len("TP2_TOKENS "):]) for line in child.stdout.splitlines() if line.startswith("TP2_TOKENS ")]
+                tokens = [json.loads(x[len(line):]) for x in child.stdout.splitlines() if x.startswith(line)]
                 self.assertEqual(len(tokens), 1, child.stdout[-4000:])
-                runs[fmt] = (tokens[0], child.stdout)
+                runs[key] = (tokens[0], child.stdout)
+
+            for fmt in ("auto", "weightd"):
+                run(fmt, str(model), fmt, str(daemon.socket_dir))
             self.assertEqual(runs["weightd"][0], runs["auto"][0])
             self.assertGreater(len(set(runs["auto"][0])), 3)
             mapped = re.findall(r"\(Worker_TP(\d) pid=(\d+)\).*weightd: mapped (\d+) parameters .* from (\S+), lease", runs["weightd"][1])
@@ -667,6 +691,13 @@ class VllmPluginTp2Test(unittest.TestCase):
             self.assertEqual(len({m[1] for m in mapped}), 2, "one worker process per rank")
             self.assertEqual(len({m[3] for m in mapped}), 2, "each rank from its own socket")
             self.assertNotIn("weightd: loading from disk", runs["weightd"][1])
+
+            # A trainer holding whole tensors writes the other weights; both ranks follow, and
+            # generate what vLLM's own tp 2 load of those weights does.
+            run("other", str(other), "auto", str(daemon.socket_dir))
+            self.assertNotEqual(runs["other"][0], runs["auto"][0], "two weights that generate alike would prove nothing")
+            run("followed", str(model), "weightd", str(daemon.socket_dir), str(other), line="TP2_FOLLOWED ")
+            self.assertEqual(runs["followed"][0], runs["other"][0], runs["followed"][1][-4000:])
         finally:
             daemon.stop()
             shutil.rmtree(work, ignore_errors=True)
@@ -676,7 +707,7 @@ class VllmPluginTp2Test(unittest.TestCase):
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--tp2"]:
-        run_tp2(*sys.argv[2:5])
+        run_tp2(*sys.argv[2:6])
     else:
         unittest.main()
 

@@ -1,8 +1,9 @@
 """A trainer's named tensors as a new version (write_version.py, the trainer side of the vLLM
 backend ``weightd`` without vLLM) against a real host daemon: only the named tensors' segments
 are copied, the version written over keeps its bytes, and every refusal (a name the daemon does
-not hold, another dtype, a full tensor where a rank holds its tensor-parallel piece) and a
-failure mid-way leave nothing committed and no copy open."""
+not hold, another dtype, a shape that is neither a rank's piece nor the whole tensor) and a
+failure mid-way leave nothing committed and no copy open; at tp > 1 whole tensors give each rank
+its piece."""
 
 import json
 import os
@@ -127,13 +128,13 @@ def test_a_failure_mid_way_commits_nothing(served):
     assert_nothing_left(daemon, before)
 
 
-def test_tp2_a_replicated_tensor_is_written_to_every_rank_a_full_sharded_one_is_refused(checkpoint):
+def test_tp2_a_replicated_tensor_is_written_to_every_rank_a_shape_neither_whole_nor_a_piece_is_refused(checkpoint):
     with Daemon(checkpoint, tp=2) as daemon:
         clients = [daemon.client(r) for r in range(2)]
         try:
-            full = torch.zeros(256, 256, dtype=torch.bfloat16)
-            with pytest.raises(WriteRefused, match=rf"tensor '{Q}': the trainer's is torch.bfloat16 \[256, 256\], but the rank at .* holds torch.bfloat16 \[128, 256\] .* does not cut a full tensor into pieces"):
-                write_version([(Q, full)], WriteTarget(NAME, socket_dir=daemon.socket_dir))
+            wrong = torch.zeros(100, 256, dtype=torch.bfloat16)
+            with pytest.raises(WriteRefused, match=rf"tensor '{Q}': the trainer's is torch.bfloat16 \[100, 256\], but the rank at .* holds torch.bfloat16 \[128, 256\] .* give the whole tensor \(\[256, 256\]\), which each rank's piece is cut from, or this rank's piece"):
+                write_version([(Q, wrong)], WriteTarget(NAME, socket_dir=daemon.socket_dir))
             assert versions(daemon) == [(0, True)]
 
             norm = torch.full((256,), 0.5, dtype=torch.bfloat16)
@@ -145,6 +146,37 @@ def test_tp2_a_replicated_tensor_is_written_to_every_rank_a_full_sharded_one_is_
         finally:
             for c in clients:
                 c.close()
+
+
+def _bytes(t):
+    return t.contiguous().reshape(-1).view(torch.uint8)
+
+
+@pytest.mark.parametrize("tp", [2, 8])
+def test_whole_tensors_at_tp_n_give_each_rank_the_piece_a_checkpoint_load_gives_it(checkpoint, tp):
+    """A trainer holds whole tensors. Written by their checkpoint names at tp 2 (column, row and
+    vocabulary splits) and tp 8 (beyond the model's 4 KV heads: each head on two ranks), each
+    rank gets its piece, cut by the regions its begin_update names: the version's every rank holds,
+    byte for byte, what a daemon that loads those tensors' checkpoint at the same tp holds."""
+    from safetensors.torch import load_file
+
+    whole = {}
+    for f in sorted(os.listdir(MODEL)):
+        if f.endswith(".safetensors"):
+            whole.update(load_file(os.path.join(MODEL, f)))
+    with Daemon(MODEL, tp=tp) as reference:
+        expected = []
+        for rank in range(tp):
+            with reference.client(rank) as client:
+                expected.append(client.copy(serving_fingerprint(client, os.path.basename(MODEL)), tensor_format="torch"))
+    assert any(list(expected[0][n].shape) != list(t.shape) for n, t in whole.items()), "the ranks must hold pieces"
+    with Daemon(checkpoint, tp=tp) as daemon:
+        assert write_version(list(whole.items()), WriteTarget(NAME, socket_dir=daemon.socket_dir)) == {"model": NAME, "version": 1}
+        for rank in range(tp):
+            with daemon.client(rank) as client:
+                got = client.copy(serving_fingerprint(client, NAME, 1), tensor_format="torch")
+            assert sorted(got) == sorted(expected[rank])
+            assert [n for n in got if not torch.equal(_bytes(got[n]), _bytes(expected[rank][n]))] == [], f"rank {rank}"
 
 
 def test_the_rank_sockets_are_those_the_node_lists_and_no_other_socket_is_spoken_to(served):

@@ -161,7 +161,7 @@ class EngineNames:
             raise NoRule(
                 "E_TENSOR_MISMATCH",
                 f"tensor {name!r}: the trainer's is {dtype} {list(shape)}, but {self.layout}'s parameter {param.name!r} of model {self.model!r} is {torch_dtype(param.dtype)} {list(param.shape)} on this rank, "
-                f"the pieces of {members} back to back; no other shape of it is cut into them (a tensor-parallel rank holds its own piece: weightd does not cut a full tensor); "
+                f"the pieces of {members} back to back; no other shape of it is cut into them (a tensor-parallel rank holds its own piece of it); "
                 "send the parameter in that shape, or the checkpoint tensors by name",
                 {"tensor": name},
             )

@@ -9,9 +9,11 @@ Names are the checkpoint's (the daemon's ``checkpoint`` layout, as a Hugging Fac
 ``named_parameters()`` gives them, through ``rename``): a tensor of a fused parameter
 (``qkv_proj``, ``gate_up_proj``, FusedMoE's ``w13_weight``) in the shape the layout serves is
 split into the checkpoint tensors that parameter's view holds (engine_names.py), on a model of one
-local rank (at tensor-parallel size 2 and more each rank's piece differs, and every rank gets the
-same tensors here). Every name, dtype and shape is checked against each rank
-before a byte is written; a refusal or a failure before the last commit abandons every rank's
+local rank (at tensor-parallel size 2 and more a fused parameter is refused). A checkpoint tensor
+may come whole at any tensor-parallel size: each rank gets its own piece of it, gathered from the
+regions of the whole tensor's bytes that the rank's begin_update names (``piece``: the daemon's
+one sharding rule, docs/sharding.md), or the tensor as it comes where it already is the rank's
+piece. Every name, dtype and shape is checked against each rank before a byte is written; a refusal or a failure before the last commit abandons every rank's
 update, so nothing of it is ever served. The result names the version the engines then follow
 (``update_weights`` with ``{"model": NAME, "version": N}``, vllm_follow.py).
 """
@@ -123,26 +125,41 @@ def _ordinal(device: Dict[str, Any]) -> Optional[int]:
 
 
 def _check(name: str, dtype: Any, shape: Sequence[int], upd: Update, socket: str) -> None:
-    """Refuses a tensor whose dtype or shape is not what this rank holds under ``name``."""
+    """Refuses a tensor whose dtype is not what this rank holds under ``name``, or whose shape
+    is neither the rank's piece nor, where the rank holds a piece of it, the whole tensor's."""
     t = upd.tensors[name]
     held_dtype, held_shape = torch_dtype(t["dtype"]), list(t["shape"])
-    if dtype == held_dtype and list(shape) == held_shape:
+    whole = t.get("piece", {}).get("fullShape")
+    if dtype == held_dtype and list(shape) in (held_shape, whole):
         return
     if dtype != held_dtype:
         hint = f"convert it first (tensor.to({held_dtype}))"
+    elif whole is not None:
+        hint = f"give the whole tensor ({whole}), which each rank's piece is cut from, or this rank's piece"
     else:
-        # The checkpoint layout of a rank is its tensor-parallel piece (docs/sharding.md).
-        hint = (
-            "the daemon shards the model by tensor-parallel rank and this rank holds its piece only; weightd does not cut a full "
-            "tensor into pieces: write each rank's piece through client.begin_update on that rank's socket (docs/weight-updates.md)"
-            if len(held_shape) == len(shape)
-            else "the checkpoint's shape is what the daemon holds"
-        )
+        hint = "the checkpoint's shape is what the daemon holds"
     raise WriteRefused(
         "E_TENSOR_MISMATCH",
         f"tensor {name!r}: the trainer's is {dtype} {list(shape)}, but the rank at {socket} holds {held_dtype} {held_shape} of model {upd.model!r}; {hint}",
         {"tensor": name},
     )
+
+
+def _rank_piece(name: str, value: Any, upd: Update) -> Any:
+    """``value`` as this rank holds it: the tensor itself, or, given whole where the rank holds a
+    tensor-parallel piece, that piece, gathered from the regions of the whole tensor's bytes (C
+    order) the daemon named, on the tensor's own device."""
+    t = upd.tensors[name]
+    piece = t.get("piece")
+    if piece is None or list(value.shape) != list(piece["fullShape"]) or list(value.shape) == list(t["shape"]):
+        return value
+    import torch
+
+    whole = value.detach().contiguous().reshape(-1).view(torch.uint8)
+    at = whole.storage_offset()
+    parts = [whole.as_strided((r["rows"], r["rowBytes"]), (r["srcPitch"], 1), at + r["srcOffset"]).reshape(-1) for r in piece["regions"]]
+    out = torch.cat(parts) if parts else whole[:0]
+    return out.view(value.dtype).reshape(t["shape"])
 
 
 def write_version(
@@ -188,7 +205,7 @@ def write_version(
             raise WriteRefused(
                 "E_TENSOR_MISMATCH",
                 f"tensor {fused[0]!r} is a parameter of the engine's layout, which model {target.model!r} holds as {len(sockets)} tensor-parallel pieces, one per rank; "
-                "weightd writes the same tensors to every rank and does not cut one: send checkpoint names of tensors every rank holds whole, or write each rank's piece through client.begin_update on that rank's socket",
+                "a fused engine parameter is not cut into the ranks' pieces: send the checkpoint's tensors by their own names (whole, or each rank's piece), or write each rank's piece through client.begin_update on that rank's socket",
                 {"tensor": fused[0]},
             )
         written_as = {n: _pieces(n, d, s, params[n]) for n, d, s in metadata}
@@ -211,7 +228,7 @@ def write_version(
             for piece, piece_value in [(name, value)] if param is None else split(name, param, value):
                 for upd, socket in zip(updates, sockets):
                     _check(piece, piece_value.dtype, piece_value.shape, upd, socket)
-                    upd.write(piece, piece_value)
+                    upd.write(piece, _rank_piece(piece, piece_value, upd))
             written.add(name)
         missing = sorted(set(written_as) - written)
         if missing:

@@ -2,6 +2,7 @@
 // VMM allocations on cuda), for a writer of the daemon's user (docs/weight-updates.md); they come
 // with the reply as SCM_RIGHTS, with the tensors that lie in them. The update desk (updateDesk.ts) owns them from here on.
 // With source "pull" (cuda) none come: the writer names its own tensors' memory (pull_tensors, cudaPull.ts).
+import { pieceOfWhole } from '../../checkpoint/shardTensor.js';
 import { ServeError } from '../../errors.js';
 import type { DeviceServices } from '../deviceServices.js';
 import type { Caller } from '../leaseTable.js';
@@ -42,7 +43,12 @@ export async function beginUpdate(req: RequestOf<'begin_update'>, services: Devi
     base: rank.fingerprint,
     device: service.deviceRef,
     segments: rank.segments.filter((s) => segments.includes(s.segment)).map((s) => ({ segment: s.segment, bytes: s.bytes, handle: rank.backend === 'cuda' ? 'cuda-fd' : 'fd' })),
-    tensors: rank.tensors.filter((t) => !named || named.has(t.name)).map((t) => ({ name: t.name, dtype: t.dtype, shape: t.shape, segment: t.segment, offset: t.offset, bytes: t.bytes })),
+    tensors: rank.tensors
+      .filter((t) => !named || named.has(t.name))
+      .map((t) => {
+        const piece = pieceOfWhole(t, rank.tpSize, rank.globalRank);
+        return { name: t.name, dtype: t.dtype, shape: t.shape, segment: t.segment, offset: t.offset, bytes: t.bytes, ...(piece ? { piece } : {}) };
+      }),
   };
   return { json: JSON.stringify(reply), fds, sent };
 }
