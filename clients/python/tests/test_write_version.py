@@ -133,8 +133,12 @@ def test_tp2_a_replicated_tensor_is_written_to_every_rank_a_shape_neither_whole_
         clients = [daemon.client(r) for r in range(2)]
         try:
             wrong = torch.zeros(100, 256, dtype=torch.bfloat16)
-            with pytest.raises(WriteRefused, match=rf"tensor '{Q}': the trainer's is torch.bfloat16 \[100, 256\], but the rank at .* holds torch.bfloat16 \[128, 256\] .* give the whole tensor \(\[256, 256\]\), which each rank's piece is cut from, or this rank's piece"):
+            with pytest.raises(WriteRefused, match=rf"tensor '{Q}': the trainer's is torch.bfloat16 \[100, 256\], but the rank at .* holds torch.bfloat16 \[128, 256\] .* give the whole tensor \(\[256, 256\]\), which each of the 2 ranks' pieces is cut from"):
                 write_version([(Q, wrong)], WriteTarget(NAME, socket_dir=daemon.socket_dir))
+            # One rank's piece would go to both ranks, whose pieces differ.
+            piece = torch.zeros(128, 256, dtype=torch.bfloat16)
+            with pytest.raises(WriteRefused, match=rf"tensor '{Q}': the trainer's is torch.bfloat16 \[128, 256\], .* \(a piece would be written to every rank, and theirs differ\)"):
+                write_version([(Q, piece)], WriteTarget(NAME, socket_dir=daemon.socket_dir))
             assert versions(daemon) == [(0, True)]
 
             norm = torch.full((256,), 0.5, dtype=torch.bfloat16)

@@ -124,18 +124,26 @@ def _ordinal(device: Dict[str, Any]) -> Optional[int]:
     return next((i for i in range(torch.cuda.device_count()) if same_uuid(str(torch.cuda.get_device_properties(i).uuid), device["uuid"])), None)
 
 
-def _check(name: str, dtype: Any, shape: Sequence[int], upd: Update, socket: str) -> None:
-    """Refuses a tensor whose dtype is not what this rank holds under ``name``, or whose shape
-    is neither the rank's piece nor, where the rank holds a piece of it, the whole tensor's."""
+def _check(name: str, dtype: Any, shape: Sequence[int], upd: Update, socket: str, ranks: int) -> None:
+    """Refuses a tensor whose dtype is not what this rank holds under ``name``, or whose shape is
+    not what this rank is given from: where the rank holds a piece of it, the whole tensor (each
+    of the model's ``ranks`` local ranks cut from it), or the piece itself on a model of one local
+    rank (every rank is given the same tensor, and the ranks' pieces differ)."""
     t = upd.tensors[name]
     held_dtype, held_shape = torch_dtype(t["dtype"]), list(t["shape"])
     whole = t.get("piece", {}).get("fullShape")
-    if dtype == held_dtype and list(shape) in (held_shape, whole):
+    takes = [whole] if whole is not None and ranks > 1 else [held_shape, whole]
+    if dtype == held_dtype and list(shape) in takes:
         return
     if dtype != held_dtype:
         hint = f"convert it first (tensor.to({held_dtype}))"
     elif whole is not None:
-        hint = f"give the whole tensor ({whole}), which each rank's piece is cut from, or this rank's piece"
+        hint = (
+            f"give the whole tensor ({whole}), which each of the {ranks} ranks' pieces is cut from (a piece would be written to every rank, and theirs differ), "
+            "or write each rank's piece through client.begin_update on that rank's socket"
+            if ranks > 1
+            else f"give the whole tensor ({whole}), which this rank's piece is cut from, or this rank's piece"
+        )
     else:
         hint = "the checkpoint's shape is what the daemon holds"
     raise WriteRefused(
@@ -219,7 +227,7 @@ def write_version(
         for upd, socket in zip(updates, sockets):
             for name in names:
                 for piece, dtype, shape in written_as[name]:
-                    _check(piece, dtype, shape, upd, socket)
+                    _check(piece, dtype, shape, upd, socket, len(sockets))
         written = set()
         for name, value in tensors:
             if name not in written_as or name in written:
@@ -227,7 +235,7 @@ def write_version(
             param = params[name]
             for piece, piece_value in [(name, value)] if param is None else split(name, param, value):
                 for upd, socket in zip(updates, sockets):
-                    _check(piece, piece_value.dtype, piece_value.shape, upd, socket)
+                    _check(piece, piece_value.dtype, piece_value.shape, upd, socket, len(sockets))
                     upd.write(piece, _rank_piece(piece, piece_value, upd))
             written.add(name)
         missing = sorted(set(written_as) - written)
