@@ -78,6 +78,8 @@ class PullSources:
     def locate(self, name: str, value: Any) -> Tuple[int, int, int]:
         """``(source, offset, nbytes)``: the handle of the allocation holding ``value`` and where in it."""
         ptr, nbytes = _device_pointer(name, value, self.ordinal)
+        if nbytes == 0:
+            return -1, 0, 0  # nothing to pull (an empty tensor's pointer is null: no allocation to find)
         d = self.driver
         base, size = ctypes.c_uint64(), ctypes.c_size_t()
         with self._current():

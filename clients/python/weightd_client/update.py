@@ -314,6 +314,12 @@ def commit_all(updates: List[Update]) -> Dict[str, Any]:
     the last commit's reply, which names the version that now serves."""
     try:
         results = [u.commit() for u in updates]
+    except BaseException:
+        # Every rank's, the committed ones' too: the update ends with its first connection, and the
+        # ranks not reached still map their staging (a cuda writer's imports stay until closed).
+        for u in updates:
+            u.abandon()
+        raise
     finally:
         for u in updates:
             u.conn.close()

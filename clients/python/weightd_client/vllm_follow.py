@@ -86,6 +86,9 @@ def _restore(mapped: Mapped) -> None:
             p.data = view.clone()
 
 
+_NONE = object()
+
+
 def _process_again(layer: nn.Module) -> None:
     """Runs the layer's post-processing again, as a load runs it. A fused-MoE layer processed a
     second time may take it for a weight update and skip its experts' own preparation, which a
@@ -103,16 +106,20 @@ def _process_again(layer: nn.Module) -> None:
         return
     ran: List[bool] = []
 
-    def counted(target: nn.Module) -> None:
+    def counted(*args: Any, **kwargs: Any) -> Any:
         ran.append(True)
-        prepare(target)
+        return prepare(*args, **kwargs)
 
+    own = experts.__dict__.get("process_weights_after_loading", _NONE)
     experts.process_weights_after_loading = counted  # the instance's, over its class's, for this call only
     try:
         layer.quant_method.process_weights_after_loading(layer)
     finally:
-        del experts.process_weights_after_loading
-    if not ran and getattr(layer.quant_method, "moe_kernel", None) is kernel:
+        if own is _NONE:
+            del experts.process_weights_after_loading
+        else:
+            experts.process_weights_after_loading = own
+    if not ran and getattr(layer.quant_method, "moe_kernel", None) is kernel and getattr(kernel, "fused_experts", None) is experts:
         prepare(layer)
 
 
