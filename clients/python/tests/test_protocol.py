@@ -97,6 +97,13 @@ class ConnectionTest(unittest.TestCase):
         state = {"ok": True, "status": "ok", "mode": "map", "leaseId": "L1", "layout": "checkpoint", "aliases": {}, "segments": []}
         seen = []
 
+        def cut(announced):
+            """The reply, then the connection's end where its packed manifest should come."""
+            def reply(req):
+                seen.append(req)
+                return encode_frame({"id": req["id"], **state, "packed": announced})
+            return reply
+
         def answer(**fields):
             def reply(req):
                 seen.append(req)
@@ -143,6 +150,13 @@ class ConnectionTest(unittest.TestCase):
                 return head + HEADER.pack(MAGIC, 1, len(payload)) + payload
             return reply
 
+        def cut(announced):
+            """The reply, then the connection's end where its packed manifest should come."""
+            def reply(req):
+                seen.append(req)
+                return encode_frame({"id": req["id"], **state, "packed": announced})
+            return reply
+
         def answer(**fields):
             def reply(req):
                 seen.append(req)
@@ -155,6 +169,8 @@ class ConnectionTest(unittest.TestCase):
             packed(bytes.fromhex(bad["packed"])),
             answer(ok=True, dropped=1),
             packed(bytes.fromhex(good["packed"]), announced=7),
+            answer(ok=True, dropped=1),
+            cut(len(bytes.fromhex(good["packed"]))),
             answer(ok=True, dropped=1),
         ])
         client = WeightdClient(path, timeout=5)
@@ -171,6 +187,10 @@ class ConnectionTest(unittest.TestCase):
         self.assertEqual(cm.exception.code, "E_BAD_REPLY")
         self.assertIn("announced 7", str(cm.exception))
         self.assertEqual((seen[5]["cmd"], seen[5]["leaseId"]), ("detach", "L1"), "the lease of a reply whose packed manifest was cut is given back")
+        with self.assertRaises(ProtocolError) as cm:
+            client.get_state("f")
+        self.assertIn("the packed manifest of the reply to get_state did not arrive", str(cm.exception))
+        self.assertEqual((seen[7]["cmd"], seen[7]["leaseId"]), ("detach", "L1"), "the lease of a reply whose packed manifest never came is given back")
         client.conn.close()
         t.join(5)
 

@@ -260,10 +260,16 @@ class Connection:
                 raise ProtocolError("E_BAD_REPLY", f"reply to {message['cmd']} is not a reply to request {rid}: {str(reply)[:200]}")
             if reply.get("ok") is True and type(reply.get("packed")) is int:
                 # Its packed manifest is the next frame, not JSON (docs/spec/manifest-packed.md §1).
-                packed = read_payload(self._sock, deadline)
+                # Its lease was granted: whatever stops the manifest, the error names the lease, so
+                # the caller gives it back (WeightdClient.get_state; a map lease follows the process).
+                lease = {"leaseId": reply["leaseId"]} if isinstance(reply.get("leaseId"), str) else {}
+                try:
+                    packed = read_payload(self._sock, deadline)
+                except (OSError, WeightdError) as err:
+                    if not lease:
+                        raise
+                    raise ProtocolError(getattr(err, "code", None) or "E_DISCONNECTED", f"the packed manifest of the reply to {message['cmd']} did not arrive: {err}", lease) from err
                 if len(packed) != reply["packed"]:
-                    # Its lease was granted: the caller gives it back (WeightdClient.get_state).
-                    lease = {"leaseId": reply["leaseId"]} if isinstance(reply.get("leaseId"), str) else {}
                     raise ProtocolError("E_BAD_REPLY", f"the packed manifest is {len(packed)} bytes, but its reply announced {reply['packed']}", lease)
                 reply["packed"] = packed
             return reply
