@@ -721,12 +721,21 @@ def pull_writer(socket_path: str, name: str, base: str) -> None:
 
 
 def daemon_ipc_update() -> None:
+    """Legacy CUDA IPC handles: a writer is refused, and so is an attached engine's switch_to
+    another version, by the flag it needs, before any descriptor is asked for and holding no lease."""
+    import tempfile
+
     from daemon_fixture import Daemon
     from test_host_fds import MODEL
-    from weightd_client.protocol import ServeError
+    from versions import other_version
+    from weightd_client import expected_fingerprint
+    from weightd_client.protocol import ServeError, WeightdError
 
+    v1 = os.path.join(tempfile.mkdtemp(prefix="weightd-ipc-switch-"), "v1")
+    other_version(MODEL, v1)
+    e0, e1 = expected_fingerprint(MODEL, 1, 0), expected_fingerprint(v1, 1, 0)
     out = {}
-    with Daemon(MODEL, device="cuda", extra_args=["--cuda-handles", "ipc"]) as daemon:
+    with Daemon(MODEL, device="cuda", extra_args=["--cuda-handles", "ipc", "--model", v1, "-tp", "1"]) as daemon:
         with daemon.client() as client:
             name = client.ping()["name"]
             try:
@@ -734,6 +743,15 @@ def daemon_ipc_update() -> None:
                 out["refused"] = None
             except ServeError as err:
                 out["refused"], out["message"] = err.code, str(err)
+            attached = client.attach(e0.fingerprint, e0.fields, device=0, tensor_format="memoryview")
+            try:
+                attached.switch_to(e1.fingerprint, e1.fields)
+                out["switchRefused"] = None
+            except WeightdError as err:
+                out["switchRefused"], out["switchMessage"] = err.code, str(err)
+            out["leasesOnOther"] = len(client.stats(e1.fingerprint)["leases"])
+            attached.tensors = {}
+            attached.detach()
         daemon.stop()
     print(json.dumps(out))
 

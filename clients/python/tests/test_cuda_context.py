@@ -227,11 +227,13 @@ def test_a_pull_copies_the_writers_own_device_memory_once_into_memory_no_writer_
     assert served and {pid for pid, ino, flags in rows if ino in served and flags == "3"} == {str(got["daemonPid"])}
 
 
-def test_a_writer_on_legacy_cuda_ipc_handles_is_refused_naming_the_flag(fake_env):
+def test_a_writer_and_a_switch_on_legacy_cuda_ipc_handles_are_refused_naming_the_flag(fake_env):
     r = subprocess.run([sys.executable, str(SCENARIOS), "daemon_ipc_update"], env=fake_env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     got = json.loads(r.stdout.strip().splitlines()[-1])
     assert got["refused"] == "E_UPDATE_UNSUPPORTED" and "--cuda-handles fd" in got["message"], got
+    assert got["switchRefused"] == "E_REMAP_UNSUPPORTED" and "--cuda-handles fd" in got["switchMessage"], got
+    assert got["leasesOnOther"] == 0, "the refused switch's lease is given back"
 
 
 def test_switch_to_puts_another_version_behind_the_same_pointers_and_back_leaving_nothing(fake_env):

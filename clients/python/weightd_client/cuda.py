@@ -446,11 +446,22 @@ class CudaMapping:
                 self.close()
             raise
 
+    def _refuse_legacy(self) -> None:
+        legacy = [s["segment"] for s in self.state["segments"] if s["handle"] != CUDA_FD_HANDLE]
+        if legacy:
+            raise CudaError(
+                "E_REMAP_UNSUPPORTED",
+                f"segment(s) {legacy} are legacy CUDA IPC handles, which the driver maps at an address of its choosing; "
+                "remapping in place needs a daemon run with --cuda-handles fd",
+            )
+
     def changed_segments(self, state: Dict[str, Any]) -> List[int]:
         """The segments of ``state`` (another version's get_state reply) whose memory is not the
         allocation this maps there: every one but those the daemon names as the same allocation
         (each segment's ``memory``: a version that shares a segment with its base names the
-        base's). A segment without a name, on either side, counts as changed."""
+        base's). A segment without a name, on either side, counts as changed. A mapping of legacy
+        IPC handles is refused here, before any descriptor is asked for (E_REMAP_UNSUPPORTED)."""
+        self._refuse_legacy()
         mapped = {seg["segment"]: seg.get("memory") for seg in self.state["segments"]}
         return [seg["segment"] for seg in state["segments"] if seg.get("memory") is None or mapped.get(seg["segment"]) != seg["memory"]]
 
@@ -464,13 +475,7 @@ class CudaMapping:
         with self._lock:
             if self._close_requested or self._closed:
                 raise CudaError("E_CLOSED", "this mapping is closed; attach again instead of remapping it")
-        legacy = [s["segment"] for s in self.state["segments"] if s["handle"] != CUDA_FD_HANDLE]
-        if legacy:
-            raise CudaError(
-                "E_REMAP_UNSUPPORTED",
-                f"segment(s) {legacy} are legacy CUDA IPC handles, which the driver maps at an address of its choosing; "
-                "remapping in place needs a daemon run with --cuda-handles fd",
-            )
+        self._refuse_legacy()
         check_same_placement(self.state, state, CudaError)
         changed = self.changed_segments(state)
         missing = sorted(set(changed) - set(segment_fds))
