@@ -68,6 +68,13 @@ export interface RankServiceStats {
   processed: ProcessedLayoutStatus[];
 }
 
+/**
+ * Connection ids, unique across every device socket of the process: the update and publish desks
+ * are the node's, one for all its sockets, and know a writer's connection by its id alone, so a
+ * connection closing on one GPU's socket must never be taken for one on another's.
+ */
+let nextConnectionId = 1;
+
 export class DeviceServer implements ConnectionHandler, DeviceServices {
   readonly deviceUuid: string;
   readonly #log: Logger;
@@ -86,7 +93,6 @@ export class DeviceServer implements ConnectionHandler, DeviceServices {
     this.#log.warn({ dropped, socket: this.#listener.path }, `${dropped} more client protocol errors and refused connections were not logged`);
   /** One budget for every line a peer can cause, so no mix of misdeeds floods the log. */
   #peerLog = new LogLimiter(20, DEFAULT_SERVE_LIMITS.logWindowMs, this.#logDropped);
-  #nextConnectionId = 1;
   #share: ListenerShare | undefined;
   #closed = false;
   #sweep: NodeJS.Timeout | undefined;
@@ -226,7 +232,7 @@ export class DeviceServer implements ConnectionHandler, DeviceServices {
       stream.destroy();
       return;
     }
-    const caller: Caller = { pid, connectionId: this.#nextConnectionId++ };
+    const caller: Caller = { pid, connectionId: nextConnectionId++ };
     this.#connections.set(caller.connectionId, new ClientConnection(stream, caller, this, this.#limits, sendFds));
     this.#log.debug({ peerPid: pid, connection: caller.connectionId }, 'client connected');
   }

@@ -367,6 +367,30 @@ def test_a_rank_whose_writer_goes_ends_the_update_of_every_rank(served_tp2):
     assert listed(daemon) == before
 
 
+def test_connections_ending_on_another_rank_s_socket_leave_an_update_alone(served_tp2):
+    """The update desk is the node's, for every rank's socket: a connection that ends on rank 1's
+    socket is never taken for the writer's on rank 0's. (Each socket numbered its connections from
+    1, so rank 1's short connections, as many as rank 0 had before, reached the writer's number.)"""
+    daemon = served_tp2
+    for _ in range(30):
+        with daemon.client(0) as c:
+            c.ping()
+    bases = rank_fingerprints(daemon)
+    parts = [open_client(daemon, rank).begin_update(NAME, bases[rank]) for rank in (0, 1)]
+    try:
+        for _ in range(60):
+            with daemon.client(1) as c:
+                c.ping()
+        for upd in parts:
+            name = sorted(upd.tensors)[0]
+            upd.write(name, bytes(upd.tensors[name]["bytes"]))
+        done = commit_all(parts)
+    finally:
+        for upd in parts:
+            upd.abandon()
+    assert done["waiting"] == [] and rank_fingerprints(daemon)[1] == done["fingerprint"]
+
+
 def test_ranks_that_write_one_replicated_tensor_differently_commit_nothing(served_tp2):
     """Both ranks hold the whole of a replicated tensor: written with different bytes on each, the
     last commit is refused by the tensor's name and nothing of the update serves; written alike,
