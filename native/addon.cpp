@@ -566,11 +566,15 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
                                   [](Napi::Env e, const int& fd) { return Napi::Number::New(e, fd); });
   }
 
-  // sealWritten(fd, segment, command): one fcntl, on the JS thread.
+  // sealWritten(fd, segment, command) -> Promise<void>, on a libuv thread: the seal may wait for
+  // pages held a moment (addSealsWaitingForPins, up to seconds), which must not stop every socket.
   Napi::Value SealWritten(const Napi::CallbackInfo& info) {
     if (!info[2].IsString()) throw Napi::TypeError::New(info.Env(), "sealWritten(fd: number, segment: number, command: string)");
-    sealWritten(toBounded<int>(info[0], "fd"), toBounded<uint32_t>(info[1], "segment"), info[2].As<Napi::String>().Utf8Value());
-    return info.Env().Undefined();
+    int fd = toBounded<int>(info[0], "fd");
+    uint32_t segment = toBounded<uint32_t>(info[1], "segment");
+    std::string command = info[2].As<Napi::String>().Utf8Value();
+    return PromiseJob<int>::start(info.Env(), [fd, segment, command] { sealWritten(fd, segment, command); return 0; },
+                                  [](Napi::Env e, const int&) { return e.Undefined(); });
   }
 
   // cudaStagingCopy(deviceIndex, sourceFd, bytes) -> Promise<number>: allocation and copy on a libuv thread.

@@ -270,8 +270,8 @@ export interface Addon {
    * its descriptor, the caller's to close (closeFd).
    */
   createWritableSegment(bytes: number, name: string): Promise<number>;
-  /** Seals a segment createWritableSegment or createWritableCopy made against write: E_UPDATE_MAPPED, naming `command` (the commit sealing it), while a process still maps it writable. */
-  sealWritten(fd: number, segment: number, command: 'commit_update' | 'commit_publish'): void;
+  /** Seals a segment createWritableSegment or createWritableCopy made against write, on a libuv thread: E_UPDATE_MAPPED, naming `command` (the commit sealing it), while a process still maps it writable. */
+  sealWritten(fd: number, segment: number, command: 'commit_update' | 'commit_publish'): Promise<void>;
   /**
    * native/cuda_update_segments.h, on a libuv thread: a fresh VMM allocation on visible device
    * `deviceIndex` holding a device-to-device copy of the served "cuda-fd" segment `sourceFd`

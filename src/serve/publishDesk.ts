@@ -50,7 +50,7 @@ const HOST: PublishBackend = {
   handle: 'fd',
   create: (_service, bytes, name) => addon().createWritableSegment(bytes, name),
   async commit(_service, fd, _bytes, ranges) {
-    addon().sealWritten(fd, 0, 'commit_publish');
+    await addon().sealWritten(fd, 0, 'commit_publish');
     const digests = await addon().digestFiles([procPath(fd)], packed(ranges), DIGEST_THREADS);
     // Readers get a read-only open file of the sealed memfd, never the writer's.
     const readOnly = addon().openReadOnly(procPath(fd));

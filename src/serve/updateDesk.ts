@@ -281,8 +281,13 @@ export class UpdateDesk {
     if (rank.backend === 'cuda') {
       reading = this.#commitCuda(update, part, ranges, rest, planning);
     } else {
-      part.fds.forEach((fd, segment) => part.copied[segment] && addon().sealWritten(fd, segment, 'commit_update'));
-      reading = (todo.length > 0 ? addon().digestFiles(part.fds.map(procPath), ranges, DIGEST_THREADS) : Promise.resolve([])).then((read) => ({ read, hashedOn: 'cpu' }));
+      // In segment order, stopping at the first refused: the ones sealed stay sealed for the next try.
+      const seal = async () => {
+        for (const [segment, fd] of part.fds.entries()) if (part.copied[segment]) await addon().sealWritten(fd, segment, 'commit_update');
+      };
+      reading = seal()
+        .then(() => (todo.length > 0 ? addon().digestFiles(part.fds.map(procPath), ranges, DIGEST_THREADS) : []))
+        .then((read) => ({ read, hashedOn: 'cpu' as const }));
     }
     part.committing = reading.catch(() => {});
     // A failed commit may be asked again (its reading settled: nothing of it runs on).

@@ -259,7 +259,7 @@ test('an update segment whose page is held for a moment still seals at commit', 
     writeSync(fd, Buffer.alloc(8192, 7), 0, 8192, 0);
     const pin = await pagePin(fd);
     pin.release('go');
-    addon().sealWritten(fd, 0, 'commit_update');
+    await addon().sealWritten(fd, 0, 'commit_update');
     await pin.end();
     assert.is(probe(fd).write, 'Operation not permitted');
   } finally {
