@@ -207,6 +207,7 @@ export async function startNode(options: NodeOptions, { rankWorker = rankWorkerM
   const control = new ModelControl({ actor, config, log, status, dropProcessed: (deviceUuid, base, key) => servers.dropProcessed(deviceUuid, base, key) });
   // A version a writer committed on a device socket is served through the model control, as a load is.
   servers.updates.publisher = (written) => control.publishUpdate(written);
+  servers.updates.currentOf = (name) => control.currentOf(name);
   // A model whose checkpoint files changed is drained by the supervisor and loaded again here, once the node is ready.
   actor.on('MODEL_STALE', ({ spec }) => void ready.then(() => control.reload(spec), () => {}));
   // One that spans the group: node 0 has every node load it again (src/models/groupReload.ts).

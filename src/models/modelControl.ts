@@ -109,11 +109,26 @@ export class ModelControl {
     return this.#serially(written.name, () => this.#publishUpdate(written));
   }
 
+  /** The fingerprint of the version of `name` clients are pointed to now (an update's begin notes it: UpdateDesk.currentOf). */
+  currentOf(name: string): string | undefined {
+    return this.#status().models.find((m) => m.name === name && m.current)?.fingerprint;
+  }
+
   async #publishUpdate(written: WrittenVersion): Promise<{ version: number }> {
     this.#refuseUnlessReady('serve an update of');
     const base = modelActor(this.#actor.getSnapshot(), written.baseVersion)?.getSnapshot().context.planned;
     if (!base) {
       throw new WeightdError('E_UPDATE_BASE', `the version of model "${written.name}" the update was written over is no longer loaded; begin the update again from the version that serves now`, { model: written.name });
+    }
+    // A hot swap or a rollback while the update was written chose another version on purpose:
+    // the update, written over what was current before, would undo that choice by becoming current.
+    const current = this.currentOf(written.name);
+    if (written.currentAtBegin !== undefined && current !== written.currentAtBegin) {
+      throw new WeightdError(
+        'E_UPDATE_BASE',
+        `the version of model "${written.name}" that was current when the update began is no longer current (a hot swap or a rollback chose ${current ? `fingerprint ${current.slice(0, 12)}` : 'another'} meanwhile), so the update, written over it, is not served; begin it again from the version that serves now`,
+        { model: written.name },
+      );
     }
     const fingerprint = written.fingerprint.fingerprint;
     // Content that a resident written version of the name holds already (its bytes written

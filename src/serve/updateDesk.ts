@@ -44,6 +44,8 @@ export interface WrittenVersion {
   /** The model's fingerprint and fields (§9); each rank's is rankFingerprint of it. */
   fingerprint: Fingerprint;
   ranks: WrittenRank[];
+  /** The fingerprint of the version of its name that was current when the update began (UpdateDesk.currentOf): a version chosen since (a hot swap, a rollback) is not undone by it. */
+  currentAtBegin?: string;
 }
 
 /** Serves a written version (the model control); resolves with its number once it serves (rejects when it failed: nothing of it stays). */
@@ -105,6 +107,8 @@ interface CommitRest {
 interface Update {
   name: string;
   baseVersion: string;
+  /** WrittenVersion.currentAtBegin. */
+  currentAtBegin: string | undefined;
   /** Global ranks of the base version on this node: all must commit. */
   ranks: number[];
   parts: Map<number, Part>;
@@ -117,6 +121,8 @@ interface Update {
 export class UpdateDesk {
   /** Set by the node once its model control exists; an update committed before is refused. */
   publisher: PublishUpdate | undefined;
+  /** Set with it: the fingerprint of the version of a name clients are pointed to now (ModelControl.currentOf). */
+  currentOf: ((name: string) => string | undefined) | undefined;
   readonly #updates = new Map<string, Update>();
 
   /** Whether a connection began a part of an update still in progress (kept open while idle, as a lease's). */
@@ -162,7 +168,7 @@ export class UpdateDesk {
       );
     }
     if (!update) {
-      update = { name, baseVersion: version, ranks: siblings, parts: new Map(), startedAt: Date.now(), publishing: false, ended: false };
+      update = { name, baseVersion: version, currentAtBegin: this.currentOf?.(name), ranks: siblings, parts: new Map(), startedAt: Date.now(), publishing: false, ended: false };
       this.#updates.set(name, update);
     }
     let markSent = () => {};
@@ -341,7 +347,7 @@ export class UpdateDesk {
         digests: p.digests!,
         shared: p.copied.flatMap((copied, i) => (copied ? [] : [i])),
       }));
-      const { version } = await this.publisher!({ name: update.name, baseVersion: update.baseVersion, fingerprint, ranks });
+      const { version } = await this.publisher!({ name: update.name, baseVersion: update.baseVersion, fingerprint, ranks, ...(update.currentAtBegin === undefined ? {} : { currentAtBegin: update.currentAtBegin }) });
       const now = performance.now();
       // publishMs: the version's manifest, fingerprint, model actor and ranks' adoption until it
       // serves; commitMs: this last rank's commit from its request to here (the reply follows).

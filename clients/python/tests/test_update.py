@@ -277,6 +277,29 @@ def test_commits_beyond_keep_versions_drain_the_oldest(served):
     assert next(m for m in models(daemon) if m["current"])["version"] == done["version"]
 
 
+def test_a_rollback_while_an_update_is_written_is_not_undone_by_its_commit(served):
+    """The operator rolls back while a writer writes over the version that was current: the
+    commit is refused (E_UPDATE_BASE) rather than serve a version written over what the operator
+    moved away from, and the version rolled back to stays current."""
+    daemon, _ = served
+    with open_client(daemon, 0).begin_update(NAME, current(daemon)) as first:
+        name = sorted(first.tensors)[0]
+        first.write(name, bytes([5]) * first.tensors[name]["bytes"])
+        first.commit()
+    older = max(m["version"] for m in models(daemon) if not m["current"])
+    upd = open_client(daemon, 0).begin_update(NAME, current(daemon))
+    try:
+        upd.write(name, bytes([9]) * upd.tensors[name]["bytes"])
+        assert "is current now" in ctl(daemon, "rollback", NAME, str(older))
+        with pytest.raises(ServeError) as refused:
+            upd.commit()
+    finally:
+        upd.abandon()
+    assert refused.value.code == "E_UPDATE_BASE"
+    assert "is no longer current (a hot swap or a rollback chose fingerprint" in str(refused.value)
+    assert next(m for m in models(daemon) if m["current"])["version"] == older
+
+
 def test_a_base_that_is_not_served_is_refused_naming_what_is(served):
     daemon, _ = served
     with pytest.raises(ServeError) as refused:
