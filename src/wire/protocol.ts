@@ -321,6 +321,8 @@ export const StatsReply = z.object({
   deviceBytes: count.optional(),
   /** The processed layouts engines published beside this rank (absent from older daemons). */
   processed: z.array(ProcessedLayoutStatus).optional(),
+  /** Bytes of everything the daemon holds on this device: every version not released, each memory once, and the processed layouts (absent from older daemons). */
+  heldBytes: count.optional(),
 });
 export type StatsReply = z.infer<typeof StatsReply>;
 

@@ -20,6 +20,7 @@ from versions import other_version
 from weightd_client import expected_fingerprint
 from weightd_client.protocol import ServeError
 from weightd_client.update import commit_all
+from weightd_client.write_version import serving_fingerprint
 
 pytestmark = pytest.mark.skipif(DEVICE != "host", reason="writers are built on the host backend")
 np = pytest.importorskip("numpy")
@@ -444,6 +445,43 @@ def test_ranks_that_write_one_replicated_tensor_differently_commit_nothing(serve
         for upd in parts:
             upd.abandon()
     assert done["waiting"] == [] and rank_fingerprints(daemon)[0] != bases[0]
+
+
+def held_memfd_bytes(pid):
+    """The bytes of every segment the daemon holds (its memfds named weightd:..., each file once
+    however many descriptors it has): what it holds on the host device, counted from /proc."""
+    sizes = {}
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        path = f"/proc/{pid}/fd/{fd}"
+        try:
+            if os.readlink(path).startswith("/memfd:weightd:"):
+                st = os.stat(path)
+                sizes[st.st_ino] = st.st_size
+        except OSError:
+            continue
+    return sum(sizes.values())
+
+
+def test_get_memory_counts_every_version_held_and_shared_segments_once(tmp_path):
+    """What an engine subtracts from its budget: every version the daemon holds on the device (the
+    checkpoint's, and a partial update's that shares all but one of its 1 MiB segments with it),
+    each segment's memory once: the daemon's memfds as /proc shows them."""
+    from weightd_client import get_memory
+
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"rules": [], "segmentBytes": 1 << 20}))
+    with Daemon(MODEL, ["--plan-file", str(plan)]) as daemon:
+        with daemon.client(0) as client:
+            name = next(v["name"] for v in client.ping()["models"])
+            base = serving_fingerprint(client, name)
+            one = client.stats(base)["deviceBytes"]
+            assert get_memory(socket_path=client.socket_path) == held_memfd_bytes(daemon.proc.pid) == one
+            with client.begin_update(name, base, tensors=["model.norm.weight"]) as upd:
+                upd.write("model.norm.weight", bytes([3]) * upd.tensors["model.norm.weight"]["bytes"])
+                assert upd.commit()["waiting"] == []
+            held = get_memory(socket_path=client.socket_path)
+        assert held == held_memfd_bytes(daemon.proc.pid)
+        assert one < held < 2 * one, "the update's version shares the base's other segments: counted once"
 
 
 def test_write_takes_numpy_arrays_torch_tensors_and_bytes_of_the_tensors_size(served):
