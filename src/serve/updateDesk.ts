@@ -7,7 +7,7 @@
 // nothing of an update is visible, and a connection of it that ends takes all of it away.
 import { randomBytes } from 'node:crypto';
 import { availableParallelism } from 'node:os';
-import { ServeError } from '../errors.js';
+import { receivedCode, ServeError } from '../errors.js';
 import { writtenVersionFingerprint, type Fingerprint } from '../checkpoint/fingerprint.js';
 import { addon, type CommitTimings, type PullCopyTimings } from '../native/addon.js';
 import { packTensorRanges } from '../native/fillRecords.js';
@@ -238,6 +238,7 @@ export class UpdateDesk {
     if (part.digests || part.committing) {
       throw new ServeError('E_BAD_REQUEST', `rank ${rank.globalRank}'s part of the update of model "${update.name}" is committing or committed; pull before commit_update`, { model: update.name });
     }
+    if (part.pullFailed) throw this.#pullEnded(update, part);
     recordPulls(part.service, part.pull, sources, tensors);
     if (rank.backend === 'cuda') this.#copyEarly(update, part, sources, tensors);
     return { pulled: part.pull.tensors.size, tensors: rank.tensors.length };
@@ -271,7 +272,7 @@ export class UpdateDesk {
       if (update.ended) throw new ServeError('E_UPDATE_ABORTED', `the update of model "${update.name}" ended while rank ${rank.globalRank}'s pulls were copied (a connection of it closed); begin again`, { model: update.name });
       if (part.pullFailed) {
         part.committing = undefined;
-        throw part.pullFailed;
+        throw this.#pullEnded(update, part);
       }
       part.copied = pulledSegments(part.service, part.pull);
     }
@@ -390,6 +391,21 @@ export class UpdateDesk {
     // The finals' descriptors made at pull time: the part holds duplicates of them now.
     closeFinals(part);
     return { read: digests, hashedOn, timings };
+  }
+
+  /**
+   * A pull's copy failed: the update ends (its finals hold some of the pulls and not others, and a
+   * tensor pulled again would be refused as pulled already), and the failure, saying so, answers
+   * this request; the writer begins again.
+   */
+  #pullEnded(update: Update, part: Part): ServeError {
+    const failed = part.pullFailed as { code?: unknown; message?: unknown };
+    this.#end(update, `rank ${part.service.rank.globalRank}'s copy of pulled tensors failed`);
+    return new ServeError(
+      receivedCode(typeof failed.code === 'string' ? failed.code : 'E_CUDA'),
+      `${String(failed.message ?? failed)}; the pull update of model "${update.name}" ended with it: begin_update again`,
+      { model: update.name },
+    );
   }
 
   /**

@@ -672,6 +672,13 @@ def daemon_pull() -> None:
                     out["goneSource"] = None
                 except WeightdError as err:
                     out["goneSource"], out["goneMessage"] = err.code, str(err)
+                # That failure ended the update: the model takes another at once, while this
+                # writer's connection is still open.
+                try:
+                    client.begin_update(name, second["fingerprint"], device=0, source="pull").abandon()
+                    out["beginAfterFailedPull"] = "begun"
+                except WeightdError as err:
+                    out["beginAfterFailedPull"] = err.code
             live.free()
 
             # A writer killed after pulling, before commit, leaves no version and nothing held.

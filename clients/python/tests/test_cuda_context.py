@@ -216,6 +216,8 @@ def test_a_pull_copies_the_writers_own_device_memory_once_into_memory_no_writer_
     assert got["daemonPastAllocation"] == "E_UPDATE_SIZE", "a copy past the end of the writer's allocation"
     assert got["stagingPullRefused"] == "E_BAD_REQUEST" and got["wrongDevice"] == "E_DEVICE_MISMATCH" and got["pullWithTensors"] == "E_BAD_REQUEST"
     assert got["goneSource"] == "E_UPDATE_SOURCE" and "cuIpcOpenMemHandle" in got["goneMessage"], got.get("goneMessage")
+    assert "ended with it: begin_update again" in got["goneMessage"], got["goneMessage"]
+    assert got["beginAfterFailedPull"] == "begun", "a failed pull ends its update: the model is not left busy"
     # A writer killed after pulling: its update ends with its connection, nothing held or served.
     # (It held one final more than the next pull: its tensor's segment, made as it pulled.)
     assert got["writerPulled"] == "pulled" and got["heldByKilledWriter"] == got["heldByNextPull"] + 1 and got["heldByNextPull"] > 0
