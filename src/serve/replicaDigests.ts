@@ -4,6 +4,9 @@
 // from a checkpoint holds them alike by construction; a written one holds what each rank's writer
 // wrote, and an engine whose ranks ran different copies of one replicated weight would compute
 // something no checkpoint holds. The update's commit compares their digests (updateDesk.ts).
+// Not covered: a fused tensor whose key/value parts are shared by ranks while its query part is
+// not (Phi-3's qkv_proj at tp > kvHeads): its pieces differ as wholes, and the commit has one
+// digest a piece, not one a part.
 import type { ShardRule } from '../checkpoint/types.js';
 
 /** The piece of a tensor with `rule` that `rank` of `tp` holds, named so that ranks holding the same piece get the same name; undefined when no other rank holds it. */

@@ -7,7 +7,7 @@
 // nothing of an update is visible, and a connection of it that ends takes all of it away.
 import { randomBytes } from 'node:crypto';
 import { availableParallelism } from 'node:os';
-import { receivedCode, ServeError } from '../errors.js';
+import { errorCode, receivedCode, ServeError } from '../errors.js';
 import { writtenVersionFingerprint, type Fingerprint } from '../checkpoint/fingerprint.js';
 import { addon, type CommitTimings, type PullCopyTimings } from '../native/addon.js';
 import { packTensorRanges } from '../native/fillRecords.js';
@@ -328,6 +328,7 @@ export class UpdateDesk {
     const parts = [...update.parts.values()].sort((a, b) => a.service.rank.globalRank - b.service.rank.globalRank);
     const baseFields = Object.fromEntries(Object.entries(parts[0]!.service.rank.fingerprintFields).filter(([k]) => k !== 'tpRank'));
     const fingerprint = writtenVersionFingerprint(baseFields, parts.map((p) => p.digests!));
+    let outcome = 'its publish failed';
     try {
       const differ = replicaMismatches(parts.map((p) => ({ globalRank: p.service.rank.globalRank, tp: p.service.rank.tpSize, tensors: p.service.rank.tensors, digests: p.digests! })));
       if (differ.length > 0) {
@@ -356,10 +357,14 @@ export class UpdateDesk {
         { model: update.name, version, fingerprint: fingerprint.fingerprint, publishMs: now - publishing, commitMs: now - began },
         'update committed: the new version serves',
       );
+      outcome = 'published';
       return { version, fingerprint };
+    } catch (err) {
+      outcome = `its publish failed (${errorCode(err) ?? 'error'})`;
+      throw err;
     } finally {
       // The version's ranks hold descriptors of their own now (or it failed): these copies go.
-      this.#end(update, 'published');
+      this.#end(update, outcome);
     }
   }
 
