@@ -524,19 +524,27 @@ class CudaMapping:
                 # Mapped first, then given access in one call per run of neighbours.
                 grant_runs([self._fd_segments[n] for n in replaced])
             except BaseException:
-                with contextlib.suppress(CudaError):  # the failure that stopped the remap is the one to report
-                    for n, old in replaced.items():
+                # Each segment put back on its own, so one that fails does not leave the others on
+                # the new version; the failure that stopped the remap is the one to report.
+                for n, old in replaced.items():
+                    with contextlib.suppress(CudaError):
                         prepared.held[n] = self._fd_segments[n].swap(old)
+                with contextlib.suppress(CudaError):
                     grant_runs([self._fd_segments[n] for n in replaced])
+                with contextlib.suppress(CudaError):
                     self._release_imports(prepared)
                 raise
             finally:
                 with self._lock:
                     self._prepared.discard(prepared)
+            # The views read the new version from here on: say so before anything else can fail.
+            self.state = prepared.state
+            self.last_switch = {"remapped": sorted(replaced), "skipped": prepared.skipped, "seconds": time.perf_counter() - started}
             for n, old in replaced.items():
-                self._fd_segments[n].release(old)
-        self.state = prepared.state
-        self.last_switch = {"remapped": sorted(replaced), "skipped": prepared.skipped, "seconds": time.perf_counter() - started}
+                try:
+                    self._fd_segments[n].release(old)
+                except CudaError as err:
+                    log.warning("weightd: switched, but releasing segment %d's previous allocation failed: %s", n, err)
         return self.last_switch
 
     def remap(self, state: Dict[str, Any], segment_fds: Dict[int, int]) -> Dict[str, Any]:
