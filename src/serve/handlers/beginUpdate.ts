@@ -32,9 +32,17 @@ export async function beginUpdate(req: RequestOf<'begin_update'>, services: Devi
   await service.untilDescriptorsChecked();
   service.refuseIfFreed();
   const pull = req.source === 'pull' ? { device: req.device } : undefined;
-  const { id, fds, segments, sent } = await host.desk.begin(service, version.version, version.ranks, caller, () => services.isConnected(caller.connectionId), req.tensors, pull);
   const { rank } = service;
   const named = req.tensors ? new Set(req.tensors) : undefined;
+  // Made before the desk takes the update: once it has, a throw here would leave its copies held
+  // by a reply that never goes (their `sent` unsettled).
+  const tensors = rank.tensors
+    .filter((t) => !named || named.has(t.name))
+    .map((t) => {
+      const piece = pieceOfWhole(t, rank.tpSize, rank.globalRank);
+      return { name: t.name, dtype: t.dtype, shape: t.shape, segment: t.segment, offset: t.offset, bytes: t.bytes, ...(piece ? { piece } : {}) };
+    });
+  const { id, fds, segments, sent } = await host.desk.begin(service, version.version, version.ranks, caller, () => services.isConnected(caller.connectionId), req.tensors, pull);
   const reply: BeginUpdateReply = {
     id: req.id,
     ok: true,
@@ -43,12 +51,7 @@ export async function beginUpdate(req: RequestOf<'begin_update'>, services: Devi
     base: rank.fingerprint,
     device: service.deviceRef,
     segments: rank.segments.filter((s) => segments.includes(s.segment)).map((s) => ({ segment: s.segment, bytes: s.bytes, handle: rank.backend === 'cuda' ? 'cuda-fd' : 'fd' })),
-    tensors: rank.tensors
-      .filter((t) => !named || named.has(t.name))
-      .map((t) => {
-        const piece = pieceOfWhole(t, rank.tpSize, rank.globalRank);
-        return { name: t.name, dtype: t.dtype, shape: t.shape, segment: t.segment, offset: t.offset, bytes: t.bytes, ...(piece ? { piece } : {}) };
-      }),
+    tensors,
   };
   return { json: JSON.stringify(reply), fds, sent };
 }
