@@ -189,6 +189,17 @@ def daemon_switch() -> None:
             # Held now: the version switched to last (the announced one), with this one lease.
             last = ready["fingerprint"] if ready is not None else e0.fingerprint
             out["leasesHeld"] = len(client.stats(last)["leases"])
+            # An attach detached while one of its views lives: its lease ends once the view is
+            # freed (from the finalizer, on a connection of its own), not before.
+            import gc
+
+            second = client.attach(last, device=0, tensor_format="memoryview")
+            kept = next(iter(second.tensors.values()))
+            second.detach()
+            out["leasesWhileAViewLives"] = len(client.stats(last)["leases"])
+            del kept  # the finalizer's detach is a request answered before it returns
+            gc.collect()
+            out["leasesOnceFreed"] = len(client.stats(last)["leases"])
             attached.tensors = {}
             attached.detach()
             out["leasesAfter"] = client.stats(last)["leases"]

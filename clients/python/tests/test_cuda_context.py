@@ -253,6 +253,7 @@ def test_switch_to_puts_another_version_behind_the_same_pointers_and_back_leavin
     assert got["ctlLoad"] == 0 and got["heardReady"], "a hot swap under the watched name announces the new version"
     assert got["followedUpdate"], "switch_to the announced fingerprint: the same pointers read the update"
     assert got["leasesHeld"] == 1 and got["leasesAfter"] == [], "detach ends the lease on the version switched to last"
+    assert (got["leasesWhileAViewLives"], got["leasesOnceFreed"]) == (2, 1), "a detached attach's lease ends once its last view is freed"
     assert got["daemonLeaks"] == NO_LEAKS
 
 

@@ -147,10 +147,26 @@ class Attached:
             return
         self._detached = True
         self.tensors = {}
+        # The lease ends when the mapping closes: now, on this client's connection, or, while views
+        # are still referenced, when the last is freed. That runs in a finalizer, which a garbage
+        # collection may run in the middle of a request on this connection: a request nested in
+        # it would break both, so that end goes on a connection of its own (a map lease is the
+        # process's, on any of its connections).
+        now = True
+
+        def end() -> None:
+            if now:
+                self._client.detach(self.lease_id)
+            else:
+                self._client.detach_elsewhere(self.lease_id)
+
         try:
             self._drop_pending()
         finally:
-            self._mapping.close(then=lambda: self._client.detach(self.lease_id))
+            try:
+                self._mapping.close(then=end)
+            finally:
+                now = False
 
     def prepare_switch(self, fingerprint: str, fingerprint_fields: Optional[Dict[str, str]] = None) -> "Attached | Mismatch":
         """The part of ``switch_to(fingerprint)`` that may run while the engine still computes
@@ -470,6 +486,18 @@ class WeightdClient:
     def detach(self, lease_id: Optional[str] = None) -> int:
         """Drops a lease (default: every lease taken on this connection). Returns how many."""
         return int(self.conn.request("detach", leaseId=lease_id)["dropped"])
+
+    def detach_elsewhere(self, lease_id: str) -> None:
+        """Drops lease ``lease_id`` on a connection of its own, never this client's (which may be
+        in the middle of a request: Attached.detach); a failure is logged, as there is no caller
+        to raise to. The lease ends with the process otherwise."""
+        conn = Connection(self.socket_path, timeout=self.conn.timeout)
+        try:
+            conn.request("detach", leaseId=lease_id)
+        except Exception as err:  # noqa: BLE001 - run from a finalizer
+            log.warning("weightd: dropping lease %s after its last view was freed failed: %s", lease_id[:8], err)
+        finally:
+            conn.close()
 
     def release(self, force: bool = False) -> Dict[str, Any]:
         """Asks the daemon to free the rank (refused with E_LEASE_HELD while others map it)."""
