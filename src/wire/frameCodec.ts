@@ -49,7 +49,10 @@ const utf8 = new TextDecoder('utf-8', { fatal: true });
  * Parses a payload into a value; a payload that is not UTF-8 JSON is the sender's protocol error.
  * `parse` bounds the nesting by default (frames from clients and rendezvous peers).
  */
-export function parsePayload(payload: Buffer, parse: (text: string) => unknown = parseBoundedJson): unknown {
+/** How much of a peer's bad frame is searched for where it stops being JSON (describeJsonError). */
+const LOCATE_UP_TO = 64 << 10;
+
+export function parsePayload(payload: Buffer, parse: (text: string) => unknown = (text) => parseBoundedJson(text, LOCATE_UP_TO)): unknown {
   let text: string;
   try {
     text = utf8.decode(payload);
@@ -61,7 +64,7 @@ export function parsePayload(payload: Buffer, parse: (text: string) => unknown =
     // main thread, which serves every client and the rendezvous.
     return parse(text);
   } catch (err) {
-    throw new ProtocolError('E_FRAME_JSON', `frame payload of ${payload.length} bytes is not valid JSON: ${describeJsonError(text, err)}`);
+    throw new ProtocolError('E_FRAME_JSON', `frame payload of ${payload.length} bytes is not valid JSON: ${describeJsonError(text, err, LOCATE_UP_TO)}`);
   }
 }
 

@@ -62,6 +62,23 @@ test('a payload that is not JSON is a protocol error', () => {
   assert.is(codeOf(() => parsePayload(Buffer.from('{nope'))), 'E_FRAME_JSON');
 });
 
+test("a peer's bad frame is located only when short: a long one is refused after one parse, quoting none of it", () => {
+  const messageOf = (text: string) => {
+    try {
+      parsePayload(Buffer.from(text));
+    } catch (err) {
+      return (err as Error).message;
+    }
+    return assert.unreachable('parsed') as never;
+  };
+  assert.match(messageOf('[1,1,x]'), /unexpected character at position 5 \(line 1, column 6\)/);
+  // 1 MiB of it: the search of prefixes that finds the character took some twenty parses.
+  const long = `[${'1,'.repeat(1 << 19)}x]`;
+  const said = messageOf(long);
+  assert.match(said, new RegExp(`unexpected character somewhere in its ${long.length} characters \\(not located past 65536\\)`));
+  assert.not.match(said, /1,1,/, 'nothing of the text is quoted');
+});
+
 test('a payload that is not UTF-8 is E_FRAME_JSON, not silently repaired', () => {
   // "ab" with a lone continuation byte, an overlong "/" and a lone surrogate inside a string.
   for (const bad of [[0x22, 0x61, 0x80, 0x62, 0x22], [0x22, 0xc0, 0xaf, 0x22], [0x22, 0xed, 0xa0, 0x80, 0x22]]) {
