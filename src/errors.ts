@@ -222,10 +222,14 @@ export function asWeightdError(err: unknown): WeightdError {
 
 /** A schema's first few complaints about a value, for an error message: `path: message; ...`. */
 export function schemaIssues(issues: ReadonlyArray<{ path: ReadonlyArray<PropertyKey>; message: string }>): string {
-  return issues
+  // Clipped: a path or a message can carry a peer's own text (a key of 900 KB), which an error
+  // and its log line must not echo back whole.
+  const clip = (t: string, n: number) => (t.length > n ? `${t.slice(0, n)}… (${t.length} characters)` : t);
+  const shown = issues
     .slice(0, 5)
-    .map((i) => `${i.path.map(String).join('.') || '(root)'}: ${i.message}`)
+    .map((i) => `${clip(i.path.map(String).join('.') || '(root)', 120)}: ${clip(i.message, 200)}`)
     .join('; ');
+  return issues.length > 5 ? `${shown}; and ${issues.length - 5} more` : shown;
 }
 
 /** A bad command-line flag or start option. The CLI exits with code 2 for these. */
