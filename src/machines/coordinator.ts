@@ -49,7 +49,10 @@ export interface CoordinatorContext extends CoordinatorInput {
   rankTable: RankTableEntry[];
   verdict?: Rejection;
   /** Joins refused for want of a valid token, named in a timeout verdict. */
+  /** The first distinct joins turned away (at most MAX_TURNED_AWAY_NAMED), named in the timeout verdict. */
   turnedAway: string[];
+  /** Every join turned away, named or not. */
+  turnedAwayCount: number;
   /** Node ranks whose connection was sent the verdict. */
   told: number[];
   /** Claims whose verdict is being written. */
@@ -201,7 +204,7 @@ const verdict = {
     return { verdict: joinRejection(context, event, false)! };
   },
   ofTimeout: ({ context }: Args) => ({
-    verdict: timeoutRejection(context.rendezvousTimeoutMs, context.expect.nnodes, context.members.map((m) => m.nodeRank), context.turnedAway),
+    verdict: timeoutRejection(context.rendezvousTimeoutMs, context.expect.nnodes, context.members.map((m) => m.nodeRank), context.turnedAway, context.turnedAwayCount),
   }),
   ofReport: ({ context, event }: Args): { verdict: Rejection } => {
     assertEvent(event, 'NODE_FAILED');
@@ -245,6 +248,9 @@ function lostMember(c: CoordinatorContext, e: CoordinatorEvent): { member: Membe
     ? { member: c.members.find((m) => m.linkId === e.linkId)!, reason: e.reason }
     : { member: memberByRank(c, e.nodeRank)!, reason: `failed: ${e.message}` };
 }
+
+/** How many distinct turned-away joins the timeout verdict names; the rest are counted. */
+const MAX_TURNED_AWAY_NAMED = 8;
 
 /** How a connection without a valid token is named in the timeout verdict and in the log. */
 function turnedAway(c: CoordinatorContext, e: CoordinatorEvent): { entry: string; line: string; code: string; nodeRank?: number; address: string } {
@@ -380,8 +386,12 @@ const coordinatorSetup = setup({
         return context.claims.filter((c) => c.linkId !== event.linkId);
       },
     }),
-    recordTurnedAway: assign({
-      turnedAway: ({ context, event }) => [...context.turnedAway, turnedAway(context, event).entry],
+    // Bounded: every join without a valid token is one, and a stranger can send thousands a
+    // second. The verdict names the first few distinct ones and counts the rest.
+    recordTurnedAway: assign(({ context, event }) => {
+      const { entry } = turnedAway(context, event);
+      const known = context.turnedAway.includes(entry) || context.turnedAway.length >= MAX_TURNED_AWAY_NAMED;
+      return { turnedAway: known ? context.turnedAway : [...context.turnedAway, entry], turnedAwayCount: context.turnedAwayCount + 1 };
     }),
     logTurnedAway: ({ context, event }) => {
       const t = turnedAway(context, event);
@@ -486,7 +496,7 @@ const tellLatecomer = ['claim', { type: 'recordTelling', params: to.latecomer },
 export const coordinatorMachine = coordinatorSetup.createMachine({
   id: 'coordinator',
   initial: 'gathering',
-  context: ({ input }) => ({ ...input, claims: [], members: [], rankTable: [], turnedAway: [], told: [], telling: [] }),
+  context: ({ input }) => ({ ...input, claims: [], members: [], rankTable: [], turnedAway: [], turnedAwayCount: 0, told: [], telling: [] }),
   states: {
     gathering: {
       after: { rendezvousDeadline: { target: 'failed.pastDeadline', actions: { type: 'recordVerdict', params: verdict.ofTimeout } } },

@@ -174,17 +174,19 @@ function findDuplicateDevice(node: NodeIdentity, others: NodeIdentity[]): Reject
 /** The verdict when the rendezvous timeout passes with nodes missing; names them. */
 /**
  * `turnedAway` names joins refused without failing the group (no valid token): a misconfigured
- * node shows up here, at the timeout, on every node.
+ * node shows up here, at the timeout, on every node; `turnedAwayCount` counts them all (the
+ * coordinator names the first few distinct ones).
  */
-export function timeoutRejection(timeoutMs: number, nnodes: number, joined: number[], turnedAway: string[] = []): Rejection {
+export function timeoutRejection(timeoutMs: number, nnodes: number, joined: number[], turnedAway: string[] = [], turnedAwayCount = turnedAway.length): Rejection {
   const missing = Array.from({ length: nnodes }, (_, r) => r).filter((r) => !joined.includes(r));
-  const refused = turnedAway.length ? `; turned away: ${turnedAway.join('; ')}` : '';
+  const more = turnedAwayCount > turnedAway.length ? ` (${turnedAwayCount} joins turned away in all)` : '';
+  const refused = turnedAway.length ? `; turned away: ${turnedAway.join('; ')}${more}` : '';
   return {
     code: 'E_RDZV_TIMEOUT',
     message:
       `rendezvous timed out after ${timeoutMs / 1000} s: node rank${missing.length === 1 ? '' : 's'} ${missing.join(', ')} never joined ` +
       `(joined: ${joined.length ? [...joined].sort((a, b) => a - b).join(', ') : 'none'}); start every node with the same --nnodes ${nnodes}, ` +
       `--master-addr and --weight-cache-master-port, or raise --rendezvous-timeout${refused}`,
-    details: { field: 'nodeRank', missing, joined, turnedAway },
+    details: { field: 'nodeRank', missing, joined, turnedAway, turnedAwayCount },
   };
 }

@@ -8,7 +8,7 @@
 // group, instead of failing on a schema error. Objects drop unknown keys (a newer peer may add
 // optional fields); strings and arrays are bounded so one frame stays small.
 import { z } from 'zod';
-import { ProtocolError } from '../errors.js';
+import { ProtocolError, schemaIssues } from '../errors.js';
 import { encodeMessage, FrameDecoder, parsePayload } from '../wire/frameCodec.js';
 
 /**
@@ -155,8 +155,21 @@ export type ServerMessage = z.infer<typeof ServerMessage>;
 export type AnyMessage = ClientMessage | ServerMessage;
 
 /** Encodes one message as a frame; a message over the bound is a bug here, not the peer's. */
+/** What a `message` or `reason` may hold (the schemas' bound): longer text is clipped when sent, never refused by every node. */
+const MAX_REASON_CHARS = 2000;
+
+/** `message` with its `message` and `reason` clipped to what the schemas take: a verdict that names many nodes, or a failure report that a coordinator prefixed, still reaches every node. */
+function withinBounds(message: AnyMessage): AnyMessage {
+  const out: Record<string, unknown> = { ...message };
+  for (const key of ['message', 'reason'] as const) {
+    const text = out[key];
+    if (typeof text === 'string' && text.length > MAX_REASON_CHARS) out[key] = `${text.slice(0, MAX_REASON_CHARS - 40)}… (${text.length} characters in all)`;
+  }
+  return out as AnyMessage;
+}
+
 export function encodeRdzvMessage(message: AnyMessage): Buffer {
-  const frame = encodeMessage(message);
+  const frame = encodeMessage(withinBounds(message));
   if (frame.length > MAX_RDZV_FRAME_BYTES) {
     throw new ProtocolError('E_RDZV_FRAME_TOO_LARGE', `rendezvous message "${message.type}" is ${frame.length} bytes, over the ${MAX_RDZV_FRAME_BYTES}-byte frame bound`);
   }
@@ -168,7 +181,9 @@ export function createRdzvDecoder(): FrameDecoder {
 }
 
 function invalid(what: string, error: z.ZodError): ProtocolError {
-  return new ProtocolError('E_RDZV_SCHEMA', `invalid rendezvous ${what}: ${z.prettifyError(error).replaceAll('\n', ' ')}`);
+  // The first issues, clipped (schemaIssues): zod's whole report of a stranger's 70,000 bad
+  // fields took 480 ms and made a 5.9 MB message, logged and sent back.
+  return new ProtocolError('E_RDZV_SCHEMA', `invalid rendezvous ${what}: ${schemaIssues(error.issues)}`);
 }
 
 /**

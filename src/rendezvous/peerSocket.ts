@@ -72,13 +72,28 @@ export class PeerSocket<In> {
   /** Resolves once the frame is handed to the kernel (or the connection is gone). */
   send(message: AnyMessage): Promise<void> {
     if (this.closed) return Promise.resolve();
-    return new Promise((resolve) => this.#socket.write(encodeRdzvMessage(message), () => resolve()));
+    let frame: Buffer;
+    try {
+      frame = encodeRdzvMessage(message);
+    } catch (err) {
+      // Callers do not wait on a send (void): a throw here was an unhandled rejection, which ends
+      // the process. A message past the frame bound ends this connection instead, saying why.
+      this.destroy(`could not send "${message.type}": ${(err as Error).message}`);
+      return Promise.resolve();
+    }
+    return new Promise((resolve) => this.#socket.write(frame, () => resolve()));
   }
 
   /** Sends `farewell` (if any), then ends the connection; the peer reads everything first. */
   close(reason: string, farewell?: AnyMessage): void {
     if (this.closed) return;
-    if (farewell) this.#socket.write(encodeRdzvMessage(farewell));
+    if (farewell) {
+      try {
+        this.#socket.write(encodeRdzvMessage(farewell));
+      } catch {
+        // Past the frame bound: the connection ends without it.
+      }
+    }
     this.#setReason(reason);
     this.#socket.end();
     setTimeout(() => this.#socket.destroy(), CLOSE_GRACE_MS).unref();

@@ -3,7 +3,7 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { createServer } from 'node:net';
-import { RDZV_PROTOCOL_VERSION } from '../../src/rendezvous/groupMessages.js';
+import { encodeRdzvMessage, RDZV_PROTOCOL_VERSION, type AnyMessage } from '../../src/rendezvous/groupMessages.js';
 import { Coordinator } from '../../src/rendezvous/coordinatorServer.js';
 import { reportStartupFailure } from '../../src/rendezvous/startupFailureReport.js';
 import { freePort } from '../../src/nodeOptions.js';
@@ -140,6 +140,29 @@ test('with a token, the timeout names the nodes that were turned away', async ()
     assert.match(good.failure().message, /node rank 1 never joined .*turned away: node 1 .*\(E_RDZV_TOKEN\)/);
   } finally {
     closeAll(coordinator, [good, bad]);
+  }
+});
+
+test("a stranger's flood of joins without the token: the timeout verdict names a few, counts the rest, and still reaches every node", async () => {
+  const guarded = { nnodes: 2, localWorldSize: 1, token: 'right', rendezvousTimeoutMs: 800 };
+  const coordinator = await startCoordinator(guarded);
+  const good = new TestNode(coordinator.port, joinRequest(guarded, 0), { token: 'right', rendezvousTimeoutMs: 5000 });
+  const stranger = new RawPeer(coordinator.port);
+  try {
+    await stranger.hello();
+    // Each a distinct node rank: before the bound, each was named in the verdict, which grew past
+    // what a node reads (2000 characters) and reached no node as the timeout.
+    const joins = Array.from({ length: 2000 }, (_, i) => encodeRdzvMessage({ type: 'join', protocolVersion: RDZV_PROTOCOL_VERSION, ...joinRequest(guarded, 1 + (i % 4000)), tokenProof: null } as AnyMessage));
+    stranger.socket.write(Buffer.concat(joins));
+    await good.next('GROUP_FAILED', 5000);
+    const { code, message } = good.failure();
+    assert.is(code, 'E_RDZV_TIMEOUT');
+    assert.match(message, /turned away: node 1 .*\(E_RDZV_TOKEN\).* \((\d+) joins turned away in all\)/);
+    assert.ok((message.match(/\(E_RDZV_TOKEN\)/g) ?? []).length <= 8, message);
+    assert.ok(Number(/\((\d+) joins turned away in all\)/.exec(message)![1]) > 8, message);
+  } finally {
+    closeAll(coordinator, [good]);
+    stranger.close();
   }
 });
 
