@@ -131,6 +131,10 @@ int signalFd() {
   sigemptyset(&mask);
   sigaddset(&mask, SIGTERM);
   sigaddset(&mask, SIGINT);
+  // `weightd keeper` forwards these too (src/cli/runKeeper.ts): each is a stop, exit 0, not the
+  // default action's death (exit 129, or 131 and a core dump) with the socket left behind.
+  sigaddset(&mask, SIGHUP);
+  sigaddset(&mask, SIGQUIT);
   ::sigprocmask(SIG_BLOCK, &mask, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
   int fd = ::signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);

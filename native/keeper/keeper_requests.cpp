@@ -74,7 +74,7 @@ Reply take(Store& store, Reader& r, pid_t peer) {
   std::string device = r.str("device");
   std::string fingerprint = r.str("fingerprint");
   r.end();
-  const Record* found = store.take({device, fingerprint}, peer);
+  const Record* found = store.find({device, fingerprint});
   if (!found) {
     std::vector<std::string> kept = store.fingerprintsOf(device);
     std::string list;
@@ -83,7 +83,11 @@ Reply take(Store& store, Reader& r, pid_t peer) {
                           (kept.empty() ? "; nothing is kept for that device" : "; kept for it: " + list);
     return {errorFrame("E_NOT_KEPT", message), {}, "", device, fingerprint};
   }
+  // Duplicated before the taker owns it: a TAKE the keeper cannot answer (its fd limit) leaves the
+  // record as it was, its owner's and its expiry running, rather than owned by a daemon that got
+  // nothing of it.
   std::vector<int> dups = dupAll(found->fds);
+  store.take({device, fingerprint}, peer);
   return {okReply().blob(found->blob).u32(clampU32(msSince(found->keptAt))).frame(), std::move(dups), "taken", device, fingerprint};
 }
 

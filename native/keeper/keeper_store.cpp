@@ -31,6 +31,11 @@ void Store::keep(const Key& key, std::string blob, std::vector<int> fds, pid_t o
   pruneOwners();
 }
 
+const Record* Store::find(const Key& key) const {
+  auto it = records_.find(key);
+  return it == records_.end() ? nullptr : &it->second;
+}
+
 const Record* Store::take(const Key& key, pid_t taker) {
   auto it = records_.find(key);
   if (it == records_.end()) return nullptr;

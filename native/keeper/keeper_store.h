@@ -45,6 +45,8 @@ class Store {
 
   // Takes ownership of `fds`; replaces (closing the old fds of) a record of the same key.
   void keep(const Key& key, std::string blob, std::vector<int> fds, pid_t owner);
+  // The record, as kept; nullptr when none is.
+  const Record* find(const Key& key) const;
   // The record, now owned by `taker` with its expiry cancelled; nullptr when none is kept.
   const Record* take(const Key& key, pid_t taker);
   // device "" drops every record; fingerprint "" every record of the device. Returns how many.

@@ -34,6 +34,20 @@ test('--exit-when-empty: exits 0 once its last record has expired and nobody is 
   }
 });
 
+test('SIGHUP and SIGQUIT stop it as SIGTERM does: exit 0, its socket removed (weightd keeper forwards all four)', async () => {
+  for (const signal of ['SIGHUP', 'SIGQUIT'] as const) {
+    const keeper = await startTestKeeper();
+    try {
+      process.kill(keeper.pid, signal);
+      assert.equal(await keeper.exited, { code: 0, signal: null }, signal);
+      assert.not.ok(existsSync(keeper.socket), signal);
+      assert.match(keeper.stderr(), /stopping on a signal: every kept record is freed/);
+    } finally {
+      await keeper.kill();
+    }
+  }
+});
+
 test('--exit-when-empty: a WATCH connection keeps it; closing the watch ends it', async () => {
   const keeper = await startTestKeeper(['--exit-when-empty']);
   try {
