@@ -153,6 +153,9 @@ export class KeeperLink {
         watch.destroy();
         return;
       }
+      // watch() resolves after a PING: a keeper that ended meanwhile closed it before this
+      // listener was there, and its 'close' has come and gone.
+      if (watch.destroyed) throw new Error('the keeper closed our WATCH connection as it was taken');
       this.#watch = watch;
       watch.on('close', () => this.#lost());
       watch.on('error', () => {});
