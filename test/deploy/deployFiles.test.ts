@@ -151,7 +151,7 @@ interface Container {
 test('the DaemonSet runs the keeper beside the daemon: one socket, one uid, private directories, no GPU', () => {
   const ds = parse(readFileSync(join(repoRoot, 'deploy/kubernetes/weightd-daemonset.yaml'), 'utf8')) as {
     kind: string;
-    spec: { template: { spec: { securityContext: { runAsUser: number }; containers: Container[]; initContainers: Container[]; volumes: Array<{ name: string; emptyDir?: unknown }> } } };
+    spec: { template: { spec: { securityContext: { runAsUser: number }; shareProcessNamespace?: boolean; containers: Container[]; initContainers: Container[]; volumes: Array<{ name: string; emptyDir?: unknown }> } } };
   };
   assert.is(ds.kind, 'DaemonSet');
   const pod = ds.spec.template.spec;
@@ -173,6 +173,9 @@ test('the DaemonSet runs the keeper beside the daemon: one socket, one uid, priv
   assert.match(init, /chmod 0700/);
   assert.ok(pod.initContainers.some((c) => c.volumeMounts!.some((m) => m.mountPath === mountOf(keeper)!.mountPath)));
   assert.ok(Number.isInteger(pod.securityContext.runAsUser), 'one uid for the pod: the keeper answers only its own');
+  // The keeper knows a record's owner by pid: from another pid namespace the daemon's is 0, which
+  // it takes for an owner gone, and every record would expire while the daemon serves.
+  assert.is(pod.shareProcessNamespace, true, 'the keeper and the daemon in one pid namespace');
   assert.not.ok(JSON.stringify(keeper.resources ?? {}).includes('nvidia.com/gpu'), 'the keeper holds no GPU');
 });
 
