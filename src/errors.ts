@@ -177,6 +177,7 @@ export type ErrorCode =
   | 'E_TIMEOUT'
   | 'E_TOO_MANY_CONNECTIONS'
   | 'E_TOO_MANY_FDS'
+  | 'E_TOO_MANY_LEASES'
   | 'E_TOO_MANY_WATCHERS'
   | 'E_TOO_MANY_WATCHES'
   | 'E_UNEXPECTED_FDS'

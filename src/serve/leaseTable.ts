@@ -12,6 +12,7 @@
 // A peer in a pid namespace the daemon cannot see has pid 0 (SO_PEERCRED): its liveness cannot
 // be checked, so its leases are bound to the connection whatever the mode.
 import { createHash, randomBytes } from 'node:crypto';
+import { ServeError } from '../errors.js';
 import type { LeaseInfo, ServeMode } from '../wire/protocol.js';
 import { isProcessAlive, processIdentity, type ProcessIdentity } from '../wire/processLiveness.js';
 
@@ -50,6 +51,14 @@ function namedBy(lease: Lease, caller: Caller, leaseId: string): boolean {
   return lease.id === leaseId && (heldBy(lease, caller) || lease.owner.pid <= 0);
 }
 
+/**
+ * Live leases one client (a process, or a connection of unknown pid) may hold on one version:
+ * an engine holds one a rank it maps (two while it switches); a client that takes leases in a
+ * loop and never detaches is refused rather than grow the table, which the liveness sweep, every
+ * request's keep-open check and `stats` walk.
+ */
+export const MAX_LEASES_PER_CLIENT = 256;
+
 export class LeaseTable {
   readonly #leases = new Map<string, Lease>();
   /** When the last lease was granted (ms since the epoch): what an eviction policy orders by. */
@@ -57,6 +66,12 @@ export class LeaseTable {
 
   /** `processedKey`: a get_processed lease, which also holds that processed layout's memory. */
   grant(caller: Caller, mode: ServeMode, processedKey?: string): Lease {
+    let held = 0;
+    for (const l of this.#leases.values()) if (heldBy(l, caller)) held++;
+    if (held >= MAX_LEASES_PER_CLIENT) {
+      const who = caller.pid > 0 ? `process ${caller.pid}` : 'this connection (its pid unseen)';
+      throw new ServeError('E_TOO_MANY_LEASES', `${who} holds ${held} leases on this version, its most (${MAX_LEASES_PER_CLIENT}); detach the ones it no longer maps (detach with their leaseId), then ask again`, { limit: MAX_LEASES_PER_CLIENT });
+    }
     const lease: Lease = {
       id: randomBytes(12).toString('hex'),
       owner: processIdentity(caller.pid),

@@ -2,7 +2,7 @@
 // it detaches, whatever happens to its connection, and whatever pid namespace it lives in.
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { leaseHash, leaseInfo, LeaseTable } from '../../src/serve/leaseTable.js';
+import { leaseHash, leaseInfo, LeaseTable, MAX_LEASES_PER_CLIENT } from '../../src/serve/leaseTable.js';
 
 const me = { pid: process.pid, connectionId: 1 };
 
@@ -13,6 +13,25 @@ test('a map lease outlives its connection; a copy lease ends with it', () => {
   assert.equal(t.connectionClosed(1), []);
   assert.equal(t.connectionClosed(2).map((l) => l.id), [copy.id]);
   assert.equal(t.othersThan({ pid: 1, connectionId: 9 }).map((l) => l.id), [map.id]);
+});
+
+test('one client holds at most MAX_LEASES_PER_CLIENT leases on a version: the next is refused by name, others are not, and a detach makes room', () => {
+  const t = new LeaseTable();
+  const held = Array.from({ length: MAX_LEASES_PER_CLIENT }, () => t.grant(me, 'map'));
+  const refusal = (() => {
+    try {
+      t.grant({ ...me, connectionId: 2 }, 'copy');
+    } catch (err) {
+      return err as { code: string; message: string };
+    }
+    return assert.unreachable('granted past the bound') as never;
+  })();
+  assert.is(refusal.code, 'E_TOO_MANY_LEASES');
+  assert.match(refusal.message, new RegExp(`process ${process.pid} holds ${MAX_LEASES_PER_CLIENT} leases on this version, its most .*detach the ones it no longer maps`));
+  assert.is(t.size, MAX_LEASES_PER_CLIENT, 'nothing granted');
+  assert.ok(t.grant({ pid: 1, connectionId: 9 }, 'map'), 'another process is not bounded by this one');
+  t.detach(me, held[0]!.id);
+  assert.ok(t.grant(me, 'map'), 'a detach makes room');
 });
 
 test('a client of unknown pid (another pid namespace) keeps its map lease after closing, and blocks release', () => {
