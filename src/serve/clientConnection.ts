@@ -76,6 +76,8 @@ export class ClientConnection {
   #destroyAfterSend = false;
   /** Event frames that came while a reply with descriptors was being sent: written after it. */
   #heldEvents: Buffer[] = [];
+  /** A reply with descriptors is on its way (waiting for the stream to drain, then sendmsg): events wait in #heldEvents. */
+  #holdingEvents = false;
   /** When the oldest event the peer may not have read was written (Date.now()); undefined: it read them all. */
   #unreadSince: number | undefined;
   #eventTimer: NodeJS.Timeout | undefined;
@@ -119,7 +121,7 @@ export class ClientConnection {
       this.#unreadSince = Date.now();
       this.#armEventRead(this.#limits.eventReadTimeoutMs);
     }
-    if (this.#sendingFds) this.#heldEvents.push(frame);
+    if (this.#holdingEvents) this.#heldEvents.push(frame);
     else this.#send([frame]);
   }
 
@@ -280,6 +282,9 @@ export class ClientConnection {
    * reply. A send that fails may have written part of the frame: the connection ends.
    */
   async #writeWithFds(reply: FdReply): Promise<void> {
+    // Events wait from now on, not only while sendmsg runs: one written while the bytes before
+    // this reply drain would still be in the stream's queue when the fd is written to directly.
+    this.#holdingEvents = true;
     try {
       let deadline: NodeJS.Timeout | undefined;
       const flushed = await Promise.race([
@@ -298,9 +303,10 @@ export class ClientConnection {
       } finally {
         this.#sendingFds = false;
         if (this.#destroyAfterSend) this.#socket.destroy();
-        if (!this.#closing && this.#heldEvents.length > 0) this.#send(this.#heldEvents.splice(0));
       }
     } finally {
+      this.#holdingEvents = false;
+      if (!this.#closing && this.#heldEvents.length > 0) this.#send(this.#heldEvents.splice(0));
       reply.sent();
     }
   }

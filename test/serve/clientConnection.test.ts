@@ -1,7 +1,7 @@
 // Connection deadlines: a client that never takes its reply is cut off, a request that is slow to
 // serve does not count against the next frame's read deadline, and a request that crosses its
 // read deadline can still be sent and its refusal read.
-import { mkdtempSync, rmSync } from 'node:fs';
+import { closeSync, mkdtempSync, openSync, rmSync } from 'node:fs';
 import { createConnection, createServer, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -86,6 +86,62 @@ test('a slow request does not eat the read deadline of a pipelined frame that ar
     assert.equal(s.violations, []);
   } finally {
     s.cleanup();
+  }
+});
+
+test('an event fired while a reply with descriptors waits for the stream to drain comes after that reply, every frame whole', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'weightd-conn-'));
+  const path = join(dir, 's.sock');
+  const fd = openSync('/dev/null', 'r');
+  let conn!: ClientConnection;
+  let notified!: () => void;
+  const eventFired = new Promise<void>((r) => (notified = r));
+  // 44 events of 8 KiB that the paused client leaves unread: past what the kernel buffers, so
+  // some wait in the stream's queue, and the reply with a descriptor waits for them to drain.
+  const PAD_EVENTS = 44;
+  const server = createServer((socket: Socket) => {
+    conn = new ClientConnection(socket, { pid: 1, connectionId: 1 }, {
+      handle: async () => {
+        for (let i = 0; i < PAD_EVENTS; i++) conn.notify(JSON.stringify({ id: null, ok: true, event: `pad-${i}`, pad: 'x'.repeat(8 << 10) }));
+        // Once the reply is on its way, waiting for those to drain.
+        setImmediate(() => (conn.notify(JSON.stringify({ id: null, ok: true, event: 'model_ready' })), notified()));
+        return { json: JSON.stringify({ id: 1, ok: true }), fds: [fd], sent: () => {} };
+      },
+      keepOpen: () => false,
+      closed: () => {},
+      violation: () => {},
+    }, { maxRequestBytes: 1 << 20, eventReadTimeoutMs: 60_000, readTimeoutMs: 5000, idleTimeoutMs: 10_000 });
+  });
+  await new Promise<void>((r) => server.listen(path, r));
+  const client = createConnection(path);
+  try {
+    await new Promise((r) => client.once('connect', r));
+    client.pause();
+    client.write(encodeMessage({ id: 1, cmd: 'ping' }));
+    await eventFired;
+    const decoder = new FrameDecoder(1 << 20);
+    const frames: Array<number | string | null> = [];
+    await new Promise<void>((resolve, reject) => {
+      client.on('data', (chunk: Buffer) => {
+        try {
+          for (const f of decoder.push(chunk)) {
+            const m = JSON.parse(f.toString()) as { id: number | null; event?: string };
+            frames.push(m.event ?? m.id);
+          }
+        } catch (err) {
+          reject(err as Error);
+        }
+        if (frames.length === PAD_EVENTS + 2) resolve();
+      });
+      client.resume();
+    });
+    assert.equal(frames.slice(PAD_EVENTS), [1, 'model_ready']);
+    assert.equal(frames.slice(0, PAD_EVENTS), Array.from({ length: PAD_EVENTS }, (_, i) => `pad-${i}`));
+  } finally {
+    client.destroy();
+    server.close();
+    closeSync(fd);
+    rmSync(dir, { recursive: true, force: true });
   }
 });
 
