@@ -279,6 +279,11 @@ export function checkKeptRecord(bytes: Buffer, e: KeptExpectation): Parsed {
   if (r.files === undefined) {
     return { refusal: { field: 'files', message: `the kept record carries no identity of the checkpoint files (written by ${r.writer.slice(0, 80)}, older than that check), so its bytes cannot be shown to be the files' now` } };
   }
+  // Each file's identity is checked against this plan's, in order: a record that names fewer
+  // (none, say) would leave the others unchecked.
+  if (r.files.length !== e.files.length) {
+    return { refusal: { field: 'files', message: `the kept record names ${r.files.length} checkpoint file(s), and this rank's plan reads ${e.files.length}, so its bytes cannot be shown to be every file's now` } };
+  }
   const changes = changesBetween(r.files, e.files);
   if (changes.length > 0) {
     return { refusal: { field: 'files', message: `the checkpoint files changed since the shard was kept (${changes.map(describeChange).join('; ')})`, changes } };

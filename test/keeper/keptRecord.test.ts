@@ -87,6 +87,17 @@ test("a record without file identities (an older daemon's) is refused: its bytes
   }
 });
 
+test('a record that names fewer checkpoint files than the plan reads (none, or one of two) is refused: the others would go unchecked', () => {
+  for (const named of [[], [files[0]!]]) {
+    const r = checkKeptRecord(encodeKeptRecord({ ...good, files: named }), e);
+    assert.ok('refusal' in r, JSON.stringify(named));
+    if ('refusal' in r) {
+      assert.is(r.refusal.field, 'files');
+      assert.match(r.refusal.message, new RegExp(`the kept record names ${named.length} checkpoint file\\(s\\), and this rank's plan reads 2`));
+    }
+  }
+});
+
 test('each field that differs is refused by name', () => {
   const cases: Array<[string, KeptExpectation]> = [
     ['backend', { ...e, backend: 'cuda' }],
