@@ -125,6 +125,7 @@ std::optional<Request> Connection::read() {
     // Capacity grows geometrically (amortized copies) but never past the frame's length.
     if (have + step > in_.capacity()) in_.reserve(std::min(want, std::max(have + step, 2 * in_.capacity())));
     in_.resize(have + step);
+    size_t fdsBefore = inFds_.size();
     Received got = receiveSomeWithFds(fd_, in_.data() + have, step, inFds_);
     in_.resize(have + (got.bytes > 0 ? static_cast<size_t>(got.bytes) : 0));
     if (have == 0 && got.bytes > 0) frameStarted_ = Clock::now();
@@ -139,7 +140,13 @@ std::optional<Request> Connection::read() {
       return std::nullopt;
     }
     if (got.fdsTruncated) {
+      size_t installed = inFds_.size() - fdsBefore;
       dropFrame();
+      // The kernel also cuts a batch it cannot install whole in the keeper's table: short of
+      // kMaxFdsPerMessage, the keeper's own open-file limit is what stopped it, not the sender.
+      if (installed < kMaxFdsPerMessage) {
+        throw KeeperError("E_TOO_MANY_FDS", "the keeper could take only " + std::to_string(installed) + " of the fds sent on one piece of a request: its open-file limit (RLIMIT_NOFILE) is reached; raise it (LimitNOFILE= in its unit) or keep fewer segments");
+      }
       throw KeeperError("E_TOO_MANY_FDS", "more than " + std::to_string(kMaxFdsPerMessage) + " fds arrived on one piece of a request, and the kernel dropped some: send them in batches of at most " +
                                               std::to_string(kFdsPerBatch));
     }

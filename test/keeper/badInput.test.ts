@@ -106,6 +106,20 @@ test('a KEEP of more than 4096 fds: E_TOO_MANY_FDS, and the keeper closes every 
   await servesOnWithNoLeak();
 });
 
+test("a KEEP whose fds the keeper's open-file limit cuts short: E_TOO_MANY_FDS naming the limit, not the sender's batch", async () => {
+  // Its own keeper, limited to 16 open files: the 40 fds of one piece cannot all be installed.
+  const limited = await startTestKeeper([], { prefix: ['prlimit', '--nofile=16', '--'] });
+  try {
+    const reply = await addon().unixRequest(limited.socket, encodeKeep('host-0', 'fp', Buffer.alloc(8)), Array(40).fill(memfd), 20_000, 1 << 20);
+    const text = reply.frame.toString('utf8');
+    assert.match(text, /E_TOO_MANY_FDS/);
+    assert.match(text, /the keeper could take only \d+ of the fds sent on one piece of a request: its open-file limit \(RLIMIT_NOFILE\) is reached/);
+    assert.is((await limited.client.ping()).records, 0, 'nothing kept, and it serves on');
+  } finally {
+    await limited.kill();
+  }
+});
+
 test('a client killed mid-send: the keeper drops its half request, closes its fds and serves on', async () => {
   const end = await runFixture(sendHalfAndDie, [keeper.socket, `/proc/${process.pid}/fd/${memfd}`]);
   assert.is(end.signal, 'SIGKILL');
