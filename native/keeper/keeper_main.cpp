@@ -5,6 +5,7 @@
 //                  [--idle-timeout SECONDS] [--log-level LEVEL]
 // Exit codes: 0 stopped (SIGTERM/SIGINT, or empty with --exit-when-empty), 1 an unexpected
 // failure, 2 bad usage or socket setup, 3 another keeper already serves PATH.
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -145,9 +146,12 @@ int signalFd() {
 class Keeper {
  public:
   Keeper(Options options, Listener listener, int sigFd)
-      : options_(std::move(options)), listener_(listener), sigFd_(sigFd), store_(options_.adoptWithin), info_{::getpid(), Clock::now()}, inFlight_(kMaxBytesInFlight) {}
+      : options_(std::move(options)), listener_(listener), sigFd_(sigFd), store_(options_.adoptWithin), info_{::getpid(), Clock::now()}, inFlight_(kMaxBytesInFlight) {
+    spareFd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  }
 
   ~Keeper() {
+    if (spareFd_ >= 0) ::close(spareFd_);
     connections_.clear();
     ::close(listener_.fd);
     removeSocket(options_.socket, listener_);
@@ -241,6 +245,18 @@ class Keeper {
   void acceptAll() {
     for (;;) {
       int fd = ::accept4(listener_.fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (fd < 0 && (errno == EMFILE || errno == ENFILE) && spareFd_ >= 0) {
+        // Out of descriptors, the client would stay in the backlog and the listener readable:
+        // the loop would spin on it. The spare descriptor makes room to take it and close it.
+        int err = errno;
+        ::close(spareFd_);
+        int refused = ::accept4(listener_.fd, nullptr, nullptr, SOCK_CLOEXEC);
+        if (refused >= 0) ::close(refused);
+        spareFd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+        log(Level::Warn, "refused a client: the keeper's open-file limit is reached; raise it (LimitNOFILE= in its unit) or hold fewer records", {{"error", std::strerror(err)}});
+        if (refused >= 0) continue;
+        return;
+      }
       if (fd < 0) {
         if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED) {
           log(Level::Warn, "accept failed", {{"error", std::strerror(errno)}});
@@ -404,6 +420,8 @@ class Keeper {
   InFlight inFlight_;
   std::vector<std::unique_ptr<Connection>> connections_;
   bool armed_ = false;
+  // Held for the moment the keeper runs out of descriptors (acceptAll).
+  int spareFd_ = -1;
 };
 
 }  // namespace

@@ -2,7 +2,7 @@
 // it brought are closed, and the keeper serves on with no fd left behind (its /proc fds are
 // counted before and after). A client killed mid-send costs nothing either.
 import { closeSync } from 'node:fs';
-import { connect } from 'node:net';
+import { connect, type Socket } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
@@ -116,6 +116,28 @@ test("a KEEP whose fds the keeper's open-file limit cuts short: E_TOO_MANY_FDS n
     assert.match(text, /the keeper could take only \d+ of the fds sent on one piece of a request: its open-file limit \(RLIMIT_NOFILE\) is reached/);
     assert.is((await limited.client.ping()).records, 0, 'nothing kept, and it serves on');
   } finally {
+    await limited.kill();
+  }
+});
+
+test("clients past the keeper's open-file limit are closed, said in its log, and it serves on once they go", async () => {
+  const limited = await startTestKeeper([], { prefix: ['prlimit', '--nofile=16', '--'] });
+  const clients: Socket[] = [];
+  let closedByKeeper = 0;
+  try {
+    // More connections than it has descriptors for: before, those were left in the backlog, the
+    // listener stayed readable and the keeper's loop spun on it.
+    for (let i = 0; i < 24; i++) {
+      const c = connect(limited.socket);
+      c.on('error', () => {});
+      c.on('close', () => closedByKeeper++);
+      clients.push(c);
+    }
+    await waitUntil(() => `the keeper refuses what it cannot hold (${closedByKeeper} closed so far)`, () => closedByKeeper > 0 && limited.stderr().includes("refused a client: the keeper's open-file limit is reached"));
+    for (const c of clients) c.destroy();
+    await waitUntil('the keeper answers again', async () => (await limited.client.ping().then((p) => p.records === 0, () => false)));
+  } finally {
+    for (const c of clients) c.destroy();
     await limited.kill();
   }
 });
