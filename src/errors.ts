@@ -221,14 +221,17 @@ export function asWeightdError(err: unknown): WeightdError {
   return err instanceof WeightdError ? err : new WeightdError('E_INTERNAL', `internal error: ${(err as Error).message}`);
 }
 
+/** `text`, or its first `n` characters and how many it had: a peer's own text in an error or a log line is never echoed whole. */
+export function clipText(text: string, n: number): string {
+  return text.length > n ? `${text.slice(0, n)}… (${text.length} characters)` : text;
+}
+
 /** A schema's first few complaints about a value, for an error message: `path: message; ...`. */
 export function schemaIssues(issues: ReadonlyArray<{ path: ReadonlyArray<PropertyKey>; message: string }>): string {
-  // Clipped: a path or a message can carry a peer's own text (a key of 900 KB), which an error
-  // and its log line must not echo back whole.
-  const clip = (t: string, n: number) => (t.length > n ? `${t.slice(0, n)}… (${t.length} characters)` : t);
+  // Clipped: a path or a message can carry a peer's own text (a key of 900 KB).
   const shown = issues
     .slice(0, 5)
-    .map((i) => `${clip(i.path.map(String).join('.') || '(root)', 120)}: ${clip(i.message, 200)}`)
+    .map((i) => `${clipText(i.path.map(String).join('.') || '(root)', 120)}: ${clipText(i.message, 200)}`)
     .join('; ');
   return issues.length > 5 ? `${shown}; and ${issues.length - 5} more` : shown;
 }

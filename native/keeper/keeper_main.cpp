@@ -3,7 +3,7 @@
 // No CUDA, no network, no Node: one poll() loop over a Unix socket (docs/keeper.md).
 //   weightd-keeper --socket PATH [--adopt-within SECONDS] [--exit-when-empty] [--request-timeout SECONDS]
 //                  [--idle-timeout SECONDS] [--log-level LEVEL]
-// Exit codes: 0 stopped (SIGTERM/SIGINT, or empty with --exit-when-empty), 1 an unexpected
+// Exit codes: 0 stopped (SIGTERM, SIGINT, SIGHUP, SIGQUIT, or empty with --exit-when-empty), 1 an unexpected
 // failure, 2 bad usage or socket setup, 3 another keeper already serves PATH.
 #include <fcntl.h>
 #include <poll.h>

@@ -48,7 +48,6 @@ export interface CoordinatorContext extends CoordinatorInput {
   members: MemberRecord[];
   rankTable: RankTableEntry[];
   verdict?: Rejection;
-  /** Joins refused for want of a valid token, named in a timeout verdict. */
   /** The first distinct joins turned away (at most MAX_TURNED_AWAY_NAMED), named in the timeout verdict. */
   turnedAway: string[];
   /** Every join turned away, named or not. */

@@ -8,7 +8,7 @@
 // group, instead of failing on a schema error. Objects drop unknown keys (a newer peer may add
 // optional fields); strings and arrays are bounded so one frame stays small.
 import { z } from 'zod';
-import { ProtocolError, schemaIssues } from '../errors.js';
+import { clipText, ProtocolError, schemaIssues } from '../errors.js';
 import { encodeMessage, FrameDecoder, parsePayload } from '../wire/frameCodec.js';
 
 /**
@@ -154,7 +154,6 @@ export type ServerMessage = z.infer<typeof ServerMessage>;
 
 export type AnyMessage = ClientMessage | ServerMessage;
 
-/** Encodes one message as a frame; a message over the bound is a bug here, not the peer's. */
 /** What a `message` or `reason` may hold (the schemas' bound): longer text is clipped when sent, never refused by every node. */
 const MAX_REASON_CHARS = 2000;
 
@@ -163,11 +162,13 @@ function withinBounds(message: AnyMessage): AnyMessage {
   const out: Record<string, unknown> = { ...message };
   for (const key of ['message', 'reason'] as const) {
     const text = out[key];
-    if (typeof text === 'string' && text.length > MAX_REASON_CHARS) out[key] = `${text.slice(0, MAX_REASON_CHARS - 40)}… (${text.length} characters in all)`;
+    // Room left for the clip's own suffix.
+    if (typeof text === 'string' && text.length > MAX_REASON_CHARS) out[key] = clipText(text, MAX_REASON_CHARS - 40);
   }
   return out as AnyMessage;
 }
 
+/** Encodes one message as a frame; a message over the bound is a bug here, not the peer's. */
 export function encodeRdzvMessage(message: AnyMessage): Buffer {
   const frame = encodeMessage(withinBounds(message));
   if (frame.length > MAX_RDZV_FRAME_BYTES) {

@@ -45,13 +45,13 @@ export function encodeMessage(message: unknown): Buffer {
 // string could pass the schema while meaning something the sender did not send).
 const utf8 = new TextDecoder('utf-8', { fatal: true });
 
+/** How much of a peer's bad frame is searched for where it stops being JSON (describeJsonError). */
+const LOCATE_UP_TO = 64 << 10;
+
 /**
  * Parses a payload into a value; a payload that is not UTF-8 JSON is the sender's protocol error.
  * `parse` bounds the nesting by default (frames from clients and rendezvous peers).
  */
-/** How much of a peer's bad frame is searched for where it stops being JSON (describeJsonError). */
-const LOCATE_UP_TO = 64 << 10;
-
 export function parsePayload(payload: Buffer, parse: (text: string) => unknown = (text) => parseBoundedJson(text, LOCATE_UP_TO)): unknown {
   let text: string;
   try {

@@ -46,7 +46,6 @@ _TYPESTR = {
 }
 
 
-
 @contextlib.contextmanager
 def context_current(d: "_Driver", ctx: Any) -> Iterator[None]:
     """``ctx`` current on this thread for the block. Whatever was made current meanwhile (torch's
@@ -56,6 +55,7 @@ def context_current(d: "_Driver", ctx: Any) -> Iterator[None]:
         yield
     finally:
         d.check(d.cuCtxPopCurrent(ctypes.byref(ctypes.c_void_p())), "cuCtxPopCurrent")
+
 
 class CudaError(WeightdError):
     """A CUDA driver call failed; the message names the call and the driver's error."""

@@ -12,9 +12,10 @@ split into the checkpoint tensors that parameter's view holds (engine_names.py),
 local rank (at tensor-parallel size 2 and more a fused parameter is refused). A checkpoint tensor
 may come whole at any tensor-parallel size: each rank gets its own piece of it, gathered from the
 regions of the whole tensor's bytes that the rank's begin_update names (``piece``: the daemon's
-one sharding rule, docs/sharding.md), or the tensor as it comes where it already is the rank's
-piece. Every name, dtype and shape is checked against each rank before a byte is written; a refusal or a failure before the last commit abandons every rank's
-update, so nothing of it is ever served. The result names the version the engines then follow
+one sharding rule, docs/sharding.md); on a model of one local rank it may also come as that
+rank's piece. Every name, dtype and shape is checked against each rank before a byte is written;
+a refusal or a failure before the last commit abandons every rank's update, so nothing of it is
+ever served. The result names the version the engines then follow
 (``update_weights`` with ``{"model": NAME, "version": N}``, vllm_follow.py).
 """
 
@@ -159,7 +160,7 @@ def _rank_piece(name: str, value: Any, upd: Update) -> Any:
     order) the daemon named, on the tensor's own device."""
     t = upd.tensors[name]
     piece = t.get("piece")
-    if piece is None or list(value.shape) != list(piece["fullShape"]) or list(value.shape) == list(t["shape"]):
+    if piece is None or list(value.shape) != list(piece["fullShape"]):
         return value
     import torch
 
@@ -213,7 +214,7 @@ def write_version(
             raise WriteRefused(
                 "E_TENSOR_MISMATCH",
                 f"tensor {fused[0]!r} is a parameter of the engine's layout, which model {target.model!r} holds as {len(sockets)} tensor-parallel pieces, one per rank; "
-                "a fused engine parameter is not cut into the ranks' pieces: send the checkpoint's tensors by their own names (whole, or each rank's piece), or write each rank's piece through client.begin_update on that rank's socket",
+                "a fused engine parameter is not cut into the ranks' pieces: send the checkpoint's tensors whole by their own names, or write each rank's piece through client.begin_update on that rank's socket",
                 {"tensor": fused[0]},
             )
         written_as = {n: _pieces(n, d, s, params[n]) for n, d, s in metadata}
