@@ -14,12 +14,14 @@
 
 #include "cuda_driver.h"
 #include "cuda_warmup.h"
+#include "cuda_fill_group.h"
 #include "cuda_ipc.h"
 #include "device_factory.h"
 #include "content_digests.h"
 #include "fill_args.h"
 #include "fill_job.h"
 #include "page_cache.h"
+#include "host_digest_group.h"
 #include "host_mapping.h"
 #include "peer_credentials.h"
 #include "unread_bytes.h"
@@ -402,6 +404,7 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::CloseFd>>("closeFd"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::OpenReadOnly>>("openReadOnly"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::DupFd>>("dupFd"),
+                             InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::LeaveFillGroup>>("leaveFillGroup"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::CreateWritableCopy>>("createWritableCopy"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::CreateWritableSegment>>("createWritableSegment"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::SealWritten>>("sealWritten"),
@@ -543,6 +546,23 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
 
   // dupFd(fd) -> fd, the caller's to close.
   Napi::Value DupFd(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), dupFd(toBounded<int>(info[0], "fd"))); }
+
+  // leaveFillGroup(backend, id, size): one rank of a node's fill group will not fill (it adopted
+  // its shard): cuda_fill_group.h, host_digest_group.h.
+  Napi::Value LeaveFillGroup(const Napi::CallbackInfo& info) {
+    if (!info[0].IsString() || !info[1].IsString()) throw Napi::TypeError::New(info.Env(), "leaveFillGroup(backend: 'cuda' | 'host', id: string, size: number)");
+    std::string backend = info[0].As<Napi::String>().Utf8Value();
+    std::string id = info[1].As<Napi::String>().Utf8Value();
+    unsigned size = toBounded<unsigned>(info[2], "size");
+    if (backend == "cuda") {
+      leaveFillGroup(id, size);
+    } else if (backend == "host") {
+      leaveDigestGroup(id, size);
+    } else {
+      throw Napi::TypeError::New(info.Env(), "leaveFillGroup: backend must be 'cuda' or 'host', got '" + backend + "'");
+    }
+    return info.Env().Undefined();
+  }
 
   Napi::Value CloseFd(const Napi::CallbackInfo& info) {
     closeFd(toBounded<int>(info[0], "fd"));

@@ -21,6 +21,10 @@ constexpr size_t kMaxAbandoned = 16;
 
 struct Group {
   unsigned size = 0;
+  // Members that will not fill (they adopted their kept shard: leaveFillGroup): the group's fill
+  // runs once the others have joined.
+  unsigned left = 0;
+  unsigned expected() const { return size - left; }
   std::vector<FillMember> members;
   bool running = false;
   bool finished = false;
@@ -59,7 +63,41 @@ void forget(const std::string& id, const std::shared_ptr<Group>& g) {
 // Counts one more member told that the group was abandoned, and retires the id after the last.
 // Called with registryMutex held.
 void tellAbandoned(const std::string& id, const std::shared_ptr<Group>& g) {
-  if (++g->told == g->size) forget(id, g);
+  if (++g->told >= g->expected()) forget(id, g);
+}
+
+// The group of `id`, made with `size` members if it is new. Called with registryMutex held.
+std::shared_ptr<Group> groupFor(const std::string& id, unsigned size) {
+  std::shared_ptr<Group>& slot = groups[id];
+  if (!slot) {
+    slot = std::make_shared<Group>();
+    slot->size = size;
+  }
+  if (slot->size != size) {
+    throw groupError("E_BAD_GROUP", id, "joined as one of " + std::to_string(size) + " members, but it has " + std::to_string(slot->size));
+  }
+  return slot;
+}
+
+// Runs the group's fill for every member on the calling member's thread, then tells the others.
+// Called with `lock` (registryMutex) held, which it releases while the fill runs.
+void runFor(const std::string& id, const std::shared_ptr<Group>& g, const FillMember& self, const FillOptions& options, std::unique_lock<std::mutex>& lock) {
+  g->running = true;
+  lock.unlock();
+  std::exception_ptr error;
+  try {
+    cudaFill(g->members, options);
+  } catch (...) {
+    error = std::current_exception();
+  }
+  lock.lock();
+  g->running = false;
+  g->finished = true;
+  g->error = error;
+  // The waiting members hold the group itself; the id is retired (a later fill is a new group).
+  forget(id, g);
+  registryChanged.notify_all();
+  if (error) rethrowFor(*g, self, error);
 }
 
 // Marks the group abandoned by `who`, the first member to leave it. Called with registryMutex held.
@@ -76,41 +114,17 @@ void abandon(const std::string& id, const std::shared_ptr<Group>& g, const std::
 
 void fillInGroup(const std::string& id, unsigned size, const FillMember& self, const FillOptions& options) {
   std::unique_lock<std::mutex> lock(registryMutex);
-  std::shared_ptr<Group>& slot = groups[id];
-  if (!slot) {
-    slot = std::make_shared<Group>();
-    slot->size = size;
-  }
-  std::shared_ptr<Group> g = slot;
-  if (g->size != size) {
-    throw groupError("E_BAD_GROUP", id, "joined as one of " + std::to_string(size) + " members, but it has " + std::to_string(g->size));
-  }
+  std::shared_ptr<Group> g = groupFor(id, size);
   if (!g->abandonedBy.empty()) {
     tellAbandoned(id, g);
     throw groupError("E_FILL_CANCELLED", id, g->abandonedBy + " was cancelled before the group's fill started");
   }
-  if (g->running || g->finished) throw groupError("E_BAD_GROUP", id, "already has its " + std::to_string(size) + " members");
-  g->members.push_back(self);
-  if (g->members.size() == g->size) {
-    // The last to arrive runs the fill for everyone.
-    g->running = true;
-    lock.unlock();
-    std::exception_ptr error;
-    try {
-      cudaFill(g->members, options);
-    } catch (...) {
-      error = std::current_exception();
-    }
-    lock.lock();
-    g->running = false;
-    g->finished = true;
-    g->error = error;
-    // The waiting members hold the group itself; the id is retired (a later fill is a new group).
-    groups.erase(id);
-    registryChanged.notify_all();
-    if (error) rethrowFor(*g, self, error);
-    return;
+  if (g->running || g->finished || g->members.size() >= g->expected()) {
+    throw groupError("E_BAD_GROUP", id, "already has its " + std::to_string(g->expected()) + " members");
   }
+  g->members.push_back(self);
+  // The last to arrive runs the fill for everyone.
+  if (g->members.size() == g->expected()) return runFor(id, g, self, options, lock);
   // Wait for the others, and say so (waitingForGroup) until they have all joined or this member
   // leaves. The members' FillMember structs (and what they point to) live on the stacks of their
   // callers, so no member returns while the fill runs: the fill sees a cancel through each
@@ -123,6 +137,11 @@ void fillInGroup(const std::string& id, unsigned size, const FillMember& self, c
   for (;;) {
     registryChanged.wait_for(lock, kCancelPoll);
     if (g->running) waiting.flag = false;  // every member has joined: this one's copies are under way
+    // The members still to come left instead (leaveFillGroup): the first to have joined runs it.
+    if (!g->running && !g->finished && g->abandonedBy.empty() && g->members.size() == g->expected() && g->members.front().control == self.control) {
+      waiting.flag = false;
+      return runFor(id, g, self, options, lock);
+    }
     if (g->finished) {
       if (g->error) rethrowFor(*g, self, g->error);
       return;
@@ -144,6 +163,17 @@ void fillInGroup(const std::string& id, unsigned size, const FillMember& self, c
       throw DeviceError("E_FILL_CANCELLED", "fill cancelled before it finished");
     }
   }
+}
+
+void leaveFillGroup(const std::string& id, unsigned size) {
+  std::lock_guard<std::mutex> lock(registryMutex);
+  std::shared_ptr<Group> g = groupFor(id, size);
+  if (g->running || g->finished || g->members.size() >= g->expected()) {
+    throw groupError("E_BAD_GROUP", id, "cannot be left: its " + std::to_string(g->expected()) + " members have joined");
+  }
+  ++g->left;
+  if (g->expected() == 0 || (!g->abandonedBy.empty() && g->told >= g->expected())) forget(id, g);
+  registryChanged.notify_all();
 }
 
 }  // namespace weightd

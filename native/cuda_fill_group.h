@@ -16,4 +16,9 @@ namespace weightd {
 // has been told (or once it is not among the 16 most recently abandoned), the id is forgotten. Once the fill runs, a cancel stops all of it.
 void fillInGroup(const std::string& id, unsigned size, const FillMember& self, const FillOptions& options);
 
+// Says that one member of group `id` of `size` will not fill (it adopted its shard from the
+// keeper): the group's fill runs with the others once they have joined, or is forgotten when
+// none is left. Without it the members that fill would wait for ever for one that never comes.
+void leaveFillGroup(const std::string& id, unsigned size);
+
 }  // namespace weightd

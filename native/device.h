@@ -53,8 +53,9 @@ struct FillOptions {
   uint64_t maxGroupStagingBytes = 0;
   bool direct = false;                  // O_DIRECT reads where the file system allows
   FillMode mode = FillMode::Pread;      // cuda only
-  // cuda only: fills of one process naming the same group id, groupSize of them, share one
-  // pass over the files (cuda_fill_group.h). 0 or 1: this device fills alone.
+  // Fills of one process naming the same group id, groupSize of them: on cuda they share one
+  // pass over the files (cuda_fill_group.h), on the host the hashing of their digests
+  // (host_digest_group.h). 0 or 1: this device fills alone.
   std::string groupId;
   unsigned groupSize = 0;
   // cuda only: hash digest pieces on the GPU where the addon has the kernel (cuda_digests.h);
@@ -68,8 +69,9 @@ struct FillOptions {
 struct FillControl {
   std::atomic<uint64_t> bytes{0};
   std::atomic<bool> cancel{false};
-  // Set while this fill has joined its group (cuda_fill_group.h) and waits for the other members:
-  // a rank stuck here is waiting for another GPU, not copying, and status says so.
+  // Set while this fill waits for the other members of its group: cuda, for them to join
+  // (cuda_fill_group.h); host, for them to finish their copies (host_digest_group.h). A rank
+  // stuck here is waiting for another rank, not copying, and status says so.
   std::atomic<bool> waitingForGroup{false};
   // Written by the fill before it returns: the digest of each tensor range it was given
   // (content_digests.h), in order, read only once the fill is done.

@@ -8,7 +8,8 @@ import { parentPort, workerData } from 'node:worker_threads';
 import { createActor, fromPromise, type InputFrom } from 'xstate';
 import { serializeError } from '../errors.js';
 import { formatBytes } from '../inspect/loadProgress.js';
-import { rankWorkerActors, rankWorkerMachine } from '../machines/rankWorkerMachine.js';
+import { rankWorkerActors, rankWorkerMachine, tookKeptShard } from '../machines/rankWorkerMachine.js';
+import { addon } from '../native/addon.js';
 import type { MainToRank, RankToMain, RankWorkerData } from '../models/rankMessages.js';
 import { rankKeeping, type Post, type RankPhases } from './rankPhases.js';
 
@@ -31,7 +32,14 @@ export function rankWorkerImplementations(phases: RankPhases, post: Post) {
       if (signal.aborted) await device.free();
       return device;
     }),
-    adopt: fromPromise(async ({ input, signal }: { input: InputOf<'adopt'>; signal: AbortSignal }) => phases.adopt(input.device, input.data, unlessAborted(signal))),
+    adopt: fromPromise(async ({ input, signal }: { input: InputOf<'adopt'>; signal: AbortSignal }) => {
+      const taken = await phases.adopt(input.device, input.data, unlessAborted(signal));
+      // A rank that took its kept shard will not fill: the node's other ranks, which may be
+      // waiting for it in their fill group, fill without it.
+      const group = input.data.fill.group;
+      if (group && tookKeptShard(taken)) addon().leaveFillGroup(input.data.device.backend, group.id, group.size);
+      return taken;
+    }),
     allocate: fromPromise(async ({ input: { device, data } }: { input: InputOf<'allocate'> }) => {
       // Its own line: the fill's seconds (the loaded line) do not count making the segments.
       const allocating = performance.now();

@@ -73,7 +73,7 @@ export const rankWorkerActors = {
   free: fromPromise<void, { device?: DeviceHandle }>(() => notProvided('free')),
 };
 
-const tookKeptShard = (taken: Adopted | NotAdopted | undefined): taken is Adopted => taken !== undefined && 'bytes' in taken;
+export const tookKeptShard = (taken: Adopted | NotAdopted | undefined): taken is Adopted => taken !== undefined && 'bytes' in taken;
 
 type Ctx = { context: RankWorkerContext };
 const errorMessage = (error: unknown) => (error as Error).message;

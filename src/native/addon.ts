@@ -114,8 +114,10 @@ export interface FillOptions {
   /** cuda only; default 'pread'. */
   mode?: FillMode;
   /**
-   * cuda only: fills in this process naming the same id, `size` of them, share one pass over
-   * the files; each waits until all have started (see native/cuda_fill_group.h).
+   * The node's ranks, `size` of them, name the same id. cuda: their fills share one pass over the
+   * files; each waits until all have started (native/cuda_fill_group.h). host: each fills alone,
+   * but they share the hashing of the content digests; each waits at its end for the others
+   * (native/host_digest_group.h). A rank that will not fill leaves (leaveFillGroup).
    */
   group?: { id: string; size: number };
   /**
@@ -351,6 +353,12 @@ export interface Addon {
   openReadOnly(path: string): number;
   /** A new descriptor of what `fd` holds (close-on-exec), the caller's to close: for a file no path reopens (a CUDA VMM export). */
   dupFd(fd: number): number;
+  /**
+   * One rank of a node's fill group (FillOptions.group) will not fill: it adopted its shard from
+   * the keeper. The others fill without it (cuda: native/cuda_fill_group.h; host, which shares
+   * only the digests' hashing: native/host_digest_group.h); without this they would wait for it for ever.
+   */
+  leaveFillGroup(backend: 'cuda' | 'host', id: string, size: number): void;
   /** What CUDA offers this process (runs cuInit); never rejects for a missing driver or GPU. */
   cudaProbe(): Promise<CudaProbe>;
   /** native/cuda_warmup.h on a libuv thread: cuInit, then GPUs 0..devices-1's primary contexts; never rejects. */

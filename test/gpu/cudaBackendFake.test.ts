@@ -185,7 +185,7 @@ test('two GPUs filled as one group get byte-exact shards in every mode, from fil
   assert.equal(leaks, noLeaks);
 });
 
-test('group failures: sizes that disagree, a member cancelled while waiting, a bad op fails both and names its GPU', () => {
+test('group failures: sizes that disagree, a member cancelled while waiting, a bad op fails both and names its GPU; a member that leaves (it adopted) lets the other fill alone', () => {
   const { result, leaks } = scenario('groupErrors');
   const codes = result as Record<string, string>;
   assert.match(codes.sizes!, /^DeviceError E_BAD_GROUP: fill group sizes: joined as one of 3 members, but it has 2/);
@@ -197,6 +197,8 @@ test('group failures: sizes that disagree, a member cancelled while waiting, a b
   // The bad op is GPU 1's; both members fail, and both messages name GPU 1.
   assert.match(codes.badOpOwn!, /^DeviceError E_BAD_PLAN: GPU 1 \(GPU-[0-9a-f-]+\): copy op 5 reads past the end of/);
   assert.is(codes.badOpOther, codes.badOpOwn!.replace('E_BAD_PLAN: ', "E_BAD_PLAN: the fill shared by this node's GPUs failed: "));
+  assert.is(codes.leftFirst, 'no error', 'the leave came before the other member joined');
+  assert.is(codes.leftLater, 'no error', 'the leave came while the other member waited');
   assert.equal(leaks, noLeaks);
 });
 
@@ -465,6 +467,12 @@ test('a cuda written version kept by the keeper is restored at a restart, curren
 test('--cuda-handles fd with a keeper: a restarted node adopts both GPUs\' VMM memory from the keeper and serves the same bytes; nothing is left', () => {
   const { result, leaks } = scenario('daemonFdRestart', {}, 60_000);
   assert.equal(result, { sources: ['keeper', 'keeper'], kept: [true, true], mismatched: [] });
+  assert.equal(leaks, noLeaks);
+});
+
+test('--cuda-handles fd with a keeper, one rank\'s record dropped: the other adopts and leaves the node\'s fill group, so the rank that fills does not wait for it; both serve the same bytes, nothing is left', () => {
+  const { result, leaks } = scenario('daemonFdRestartOneDropped', {}, 60_000);
+  assert.equal(result, { sources: ['keeper', 'checkpoint'], kept: [true, true], mismatched: [] });
   assert.equal(leaks, noLeaks);
 });
 

@@ -496,6 +496,22 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
       await Promise.all([fill(d0!, 0, { id: 'after', size: 2 }), fill(d1!, 1, { id: 'after', size: 2 })]);
       await check(d0!, members[0]!);
       await check(d1!, members[1]!);
+      // A member that will not fill (it adopted) leaves: the other fills alone, into fresh memory
+      // here, whether the leave comes before it joins or while it waits.
+      await d0!.free();
+      await d1!.free();
+      await d0!.allocate(fx.segments);
+      await d1!.allocate(fx.segments);
+      addon().leaveFillGroup('cuda', 'left-first', 2);
+      codes.leftFirst = await outcome(() => fill(d0!, 0, { id: 'left-first', size: 2 }));
+      await check(d0!, members[0]!);
+      let waits!: () => void;
+      const isWaiting = new Promise<void>((resolve) => (waits = resolve));
+      const waitingAlone = fill(d1!, 1, { id: 'left-later', size: 2 }, undefined, (p) => p.waitingForGroup && waits());
+      await Promise.race([isWaiting, waitingAlone]);
+      addon().leaveFillGroup('cuda', 'left-later', 2);
+      codes.leftLater = await outcome(() => waitingAlone);
+      await check(d1!, members[1]!);
       await d0!.free();
       await d1!.free();
       return codes;
@@ -1153,39 +1169,13 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
    * adopts both ranks' VMM descriptors from the keeper (the fake driver's memory outlives the
    * first node as the keeper's descriptors do the real driver's) and serves the same bytes.
    */
-  async daemonFdRestart() {
-    const socketDir = freshSocketDir();
-    const options = { model: exampleModel, tensorParallelSize: 2, device: 'cuda', cudaHandles: 'fd', socketDir, keeper: { mode: 'spawn', adoptWithinS: 60 }, logger: pino({ level: 'silent' }) } as const;
-    const keeper = new KeeperClient(join(socketDir, KEEPER_SOCKET_NAME));
-    try {
-      const first = await startNode(options);
-      await first.ready;
-      while (!first.status().ranks.every((r) => r.kept)) await new Promise((r) => setTimeout(r, 10));
-      await first.stop('test');
-      const second = await startNode(options);
-      const mismatched: string[] = [];
-      try {
-        await second.ready;
-        const probe = await cudaProbe();
-        for (const rank of [0, 1]) {
-          const client = await WeightdClient.connect(socketPathFor(socketDir, probe.devices[rank]!.uuid));
-          const copied = await client.copy(await expectedFingerprint(exampleModel, 2, rank));
-          if (copied.status !== 'copied') throw new Error(`rank ${rank}: ${JSON.stringify(copied)}`);
-          for (const [name, want] of expectedRank(exampleModel, 2, rank)) {
-            const data = copied.tensors[name]?.data;
-            if (!data || !Buffer.from(data.buffer, data.byteOffset, data.byteLength).equals(want.bytes)) mismatched.push(`rank ${rank} ${name}`);
-          }
-          client.close();
-        }
-        return { sources: second.status().ranks.map((r) => r.source?.from), kept: second.status().ranks.map((r) => r.kept), mismatched };
-      } finally {
-        await second.stop('test');
-      }
-    } finally {
-      const pid = await keeper.ping().then((p) => p.pid, () => undefined);
-      if (pid !== undefined) process.kill(pid, 'SIGTERM');
-    }
-  },
+  daemonFdRestart: () => fdRestart(),
+  /**
+   * The same with rank 1's record dropped from the keeper between the two nodes: rank 0 adopts,
+   * rank 1 fills from the files alone. Its fill group was made for both GPUs; rank 0 leaves it
+   * (leaveFillGroup), or rank 1 would wait for it for ever.
+   */
+  daemonFdRestartOneDropped: () => fdRestart(1),
 
   daemonFdRestartHere: () => fdRestartHere(false),
   daemonFdRestartCorrupt: () => fdRestartHere(true),
@@ -1294,6 +1284,44 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
     return { equal, bytes: seg.bytes, samePointer: again.pointer === seg.pointer, outOfRange, stillOpen, afterClose, closeDuringRead };
   },
 };
+
+/** daemonFdRestart, with `dropRank`'s record dropped from the keeper before the second node starts. */
+async function fdRestart(dropRank?: number) {
+  const socketDir = freshSocketDir();
+  const options = { model: exampleModel, tensorParallelSize: 2, device: 'cuda', cudaHandles: 'fd', socketDir, keeper: { mode: 'spawn', adoptWithinS: 60 }, logger: pino({ level: 'silent' }) } as const;
+  const keeper = new KeeperClient(join(socketDir, KEEPER_SOCKET_NAME));
+  try {
+    const first = await startNode(options);
+    await first.ready;
+    while (!first.status().ranks.every((r) => r.kept)) await new Promise((r) => setTimeout(r, 10));
+    await first.stop('test');
+    if (dropRank !== undefined) await keeper.drop((await cudaProbe()).devices[dropRank]!.uuid);
+    const second = await startNode(options);
+    const mismatched: string[] = [];
+    try {
+      await second.ready;
+      const probe = await cudaProbe();
+      for (const rank of [0, 1]) {
+        const client = await WeightdClient.connect(socketPathFor(socketDir, probe.devices[rank]!.uuid));
+        const copied = await client.copy(await expectedFingerprint(exampleModel, 2, rank));
+        if (copied.status !== 'copied') throw new Error(`rank ${rank}: ${JSON.stringify(copied)}`);
+        for (const [name, want] of expectedRank(exampleModel, 2, rank)) {
+          const data = copied.tensors[name]?.data;
+          if (!data || !Buffer.from(data.buffer, data.byteOffset, data.byteLength).equals(want.bytes)) mismatched.push(`rank ${rank} ${name}`);
+        }
+        client.close();
+      }
+      // A rank that filled is kept once it serves: wait for it (the scenario's timeout bounds this).
+      while (!second.status().ranks.every((r) => r.kept)) await new Promise((r) => setTimeout(r, 10));
+      return { sources: second.status().ranks.map((r) => r.source?.from), kept: second.status().ranks.map((r) => r.kept), mismatched };
+    } finally {
+      await second.stop('test');
+    }
+  } finally {
+    const pid = await keeper.ping().then((p) => p.pid, () => undefined);
+    if (pid !== undefined) process.kill(pid, 'SIGTERM');
+  }
+}
 
 /**
  * A restart that adopts cuda-fd shards makes no CUDA context before READY (issue 33): the fake's
