@@ -10,6 +10,7 @@
 
 #include "content_digests.h"
 #include "file_reader.h"
+#include "host_digest_group.h"
 #include "host_memory.h"
 #include "read_ranges.h"
 #include "reader_threads.h"
@@ -183,7 +184,15 @@ void HostDevice::fill(const std::vector<std::string>& files, const std::vector<C
   // A fresh memfd reads as zeros, but a second fill of the same arena may not: zeroing
   // here keeps one contract for both backends, at the cost of the padding's pages only.
   for (const ZeroRange& z : zeros) memset(bases[z.segment] + z.offset, 0, z.bytes);
-  ContentDigests digests(tensors, fileSet);
+  // In a group (the node's other host ranks: host_digest_group.h) the ranks share the hashing.
+  std::unique_ptr<DigestGroupMember> member;
+  std::unique_ptr<ContentDigests> own;
+  if (options.groupSize > 1) {
+    member = std::make_unique<DigestGroupMember>(options.groupId, options.groupSize, files, tensors, fileSet);
+  } else {
+    own = std::make_unique<ContentDigests>(tensors, fileSet);
+  }
+  ContentDigests& digests = member ? member->digests() : *own;
   std::vector<Chunk> chunks = interleaveSegments(splitIntoChunks(ops, options.chunkBytes, &digests), ops, sizes.size());
   runOnReaderThreads(chunks.size(), options.threads, control.cancel, [&](size_t i) {
     const Chunk& c = chunks[i];
@@ -223,6 +232,10 @@ void HostDevice::fill(const std::vector<std::string>& files, const std::vector<C
     writeSegment(fds[op.segment], op.segment, dense.data(), c.byteCount, dst);
     control.bytes += c.byteCount;
   });
+  if (member) {
+    member->finish(fileSet, options.threads, control);
+    return;
+  }
   control.digestRereadBytes = digests.hashRest(fileSet, options.threads, control.cancel);
   control.digests = digests.tensorDigests();
 }

@@ -36,7 +36,9 @@ const COLD_FILL: FillOptions = { direct: true, chunkBytes: 8 * MiB, stagingBytes
  * files, each window copied to every GPU that needs it: native/cuda_fill_group.h), so bytes that
  * several ranks need are read from the page cache once. A cuda load whose files are mostly not
  * in the page cache (`share`, called only then: cachedShare of the files) reads them with
- * O_DIRECT, unless `fill.direct` says otherwise. Host fills always run alone, through the cache.
+ * O_DIRECT, unless `fill.direct` says otherwise. Host ranks fill alone, through the cache, but
+ * several of them name a group too: they share the hashing of the content digests
+ * (native/host_digest_group.h), which each rank alone did for the whole checkpoint.
  */
 export async function nodeFillOptions(
   fill: FillOptions,
@@ -44,12 +46,13 @@ export async function nodeFillOptions(
   share: () => Promise<number> = async () => 1,
   env: NodeJS.ProcessEnv = process.env,
 ): Promise<FillOptions> {
+  const group = devices.length > 1 ? { group: { id: randomUUID(), size: devices.length } } : {};
+  if (devices.length > 0 && devices.every((d) => d.backend === 'host')) return { ...fill, ...group };
   if (devices.length === 0 || !devices.every((d) => d.backend === 'cuda')) return fill;
   let out = fill;
   if (out.digestOn === undefined) out = { ...out, digestOn: cudaDigestsOn(env) };
   if (fill.direct === undefined && (await share()) < COLD_CACHE_SHARE) out = { ...COLD_FILL, ...out, direct: true };
-  if (devices.length > 1) out = { ...out, group: { id: randomUUID(), size: devices.length } };
-  return out;
+  return { ...out, ...group };
 }
 
 /** The runtime switch for where a cuda fill hashes its digests (docs/operations.md); not the CMake option that builds the kernel. */

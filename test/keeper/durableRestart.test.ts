@@ -107,6 +107,25 @@ test('a clean stop (SIGTERM, as systemctl restart does) keeps the shards too, an
   }
 });
 
+test('one rank\'s record gone: the restart adopts the other, which leaves the node\'s fill group, and loads this one from the checkpoint, hashing alone', async () => {
+  const { opts, keeper, socketDir } = setup(2);
+  try {
+    const first = await startDaemon(opts);
+    await kept(keeper, 2);
+    await first.kill9();
+    assert.is(await keeper.drop(opts.devices![1]!), 1);
+    // Rank 1 fills and waits at its end for the node's other ranks to finish hashing; rank 0
+    // adopted, so it must leave the group, or rank 1 (and READY) waits for ever.
+    const second = await startDaemon(opts);
+    assert.match(second.stderr(), /"adoptedRanks":1[,}]/);
+    await assertServesCheckpoint(socketDir, 2);
+    await kept(keeper, 2);
+    await second.stop();
+  } finally {
+    await killKeeper(keeper);
+  }
+});
+
 test('kill -9 while a client holds a mapping: the client keeps reading, and the restart adopts', async () => {
   const { opts, keeper, socketDir } = setup(1);
   try {

@@ -1,7 +1,9 @@
 // A host fill digests each tensor as its chunks pass (native/host_device.cpp), its chunks cut at
 // digest piece starts, so a rank that copies every tensor whole (tp=1) reads no byte twice;
 // only what its reads do not hold whole (a tp=2 rank's half of a sharded tensor) is read again
-// at the end. The count is the fill's digestRereadBytes.
+// at the end. The count is the fill's digestRereadBytes. A node's host ranks share the hashing
+// (native/host_digest_group.h): each piece is hashed by whichever rank reads it whole first, and
+// only what no rank read whole is read again, once, by the last rank to finish.
 import { rmSync } from 'node:fs';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
@@ -10,6 +12,8 @@ import { planCheckpoint } from '../../src/checkpoint/planCheckpoint.js';
 import { DeviceHandle } from '../../src/native/deviceHandle.js';
 import { writeArchCheckpoint } from '../helpers/checkpoints.js';
 import { freshTempDir } from '../helpers/paths.js';
+import { addon } from '../../src/native/addon.js';
+import type { FillProgress } from '../../src/native/deviceHandle.js';
 
 const MiB = 2 ** 20;
 
@@ -37,6 +41,102 @@ test('a tp=1 host fill reads no digest piece again, whatever its chunk size; a t
       }
     }
   } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+/** The tp=2 plan of a small Llama, its disk digests, and a host device per rank, allocated. */
+async function tp2Ranks(dir: string, tag: string) {
+  await writeArchCheckpoint(dir, 'LlamaForCausalLM', { hidden: 512, heads: 8, kvHeads: 4, intermediate: 1536, vocab: 4096, layers: 2 });
+  const plan = await planCheckpoint(dir, { tpSize: 2 });
+  const devices = plan.ranks.map((_, i) => new DeviceHandle('host', i, { uuid: `${tag}-${process.pid}-${i}` }));
+  for (const [i, d] of devices.entries()) await d.allocate(plan.ranks[i]!.segments);
+  const fill = (i: number, group?: { id: string; size: number }, tensorRanges = plan.ranks[i]!.contentTensors.ranges, onProgress?: (p: FillProgress) => void) => {
+    const rank = plan.ranks[i]!;
+    return devices[i]!.fill(rank.files, rank.ops, rank.totalBytes, { threads: 2, zeroRanges: rank.zeroRanges, tensorRanges, group }, onProgress);
+  };
+  return { plan, want: await diskDigests(plan, 2), devices, fill, free: () => Promise.all(devices.map((d) => d.free())) };
+}
+
+/** `fill`'s error as "CODE: message", or 'no error'. */
+async function outcome(fill: Promise<unknown>): Promise<string> {
+  try {
+    await fill;
+    return 'no error';
+  } catch (err) {
+    return `${(err as { code?: string }).code}: ${(err as Error).message}`;
+  }
+}
+
+test('the ranks of a host digest group hash each piece once: both get the files\' digests, and only what neither read whole is read again, once', async () => {
+  const dir = freshTempDir();
+  const ranks = await tp2Ranks(dir, 'digest-group');
+  try {
+    const alone = await ranks.fill(0);
+    const group = await Promise.all([0, 1].map((i) => ranks.fill(i, { id: `together-${process.pid}`, size: 2 })));
+    assert.equal(alone.digests, ranks.want);
+    for (const g of group) assert.equal(g.digests, ranks.want);
+    const reread = group.map((g) => g.digestRereadBytes);
+    assert.ok(reread.filter((b) => b > 0).length <= 1, `one rank reads the rest: ${reread}`);
+    // Alone, rank 0 read again everything of rank 1's half; together, only the pieces neither
+    // read whole (those cut between the halves, and a row-parallel tensor's rows).
+    assert.ok(reread[0]! + reread[1]! < alone.digestRereadBytes / 2, `group ${reread}, alone ${alone.digestRereadBytes}`);
+  } finally {
+    await ranks.free();
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('a rank that adopted leaves the digest group: the other fills and hashes alone, before or after the leave', async () => {
+  const dir = freshTempDir();
+  const ranks = await tp2Ranks(dir, 'digest-leave');
+  try {
+    const alone = await ranks.fill(1);
+    addon().leaveFillGroup('host', `left-first-${process.pid}`, 2);
+    const first = await ranks.fill(1, { id: `left-first-${process.pid}`, size: 2 });
+    let waits!: () => void;
+    const waiting = new Promise<void>((resolve) => (waits = resolve));
+    const later = ranks.fill(1, { id: `left-later-${process.pid}`, size: 2 }, undefined, (p) => p.waitingForGroup && waits());
+    await Promise.race([waiting, later]);
+    addon().leaveFillGroup('host', `left-later-${process.pid}`, 2);
+    const then = await later;
+    for (const filled of [first, then]) {
+      assert.equal(filled.digests, ranks.want);
+      assert.is(filled.digestRereadBytes, alone.digestRereadBytes, 'alone in its group, a rank reads again what it reads alone');
+    }
+  } finally {
+    await ranks.free();
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('a digest group fails as a whole, and no member waits for ever: a member cancelled while waiting, a member whose tensors differ', async () => {
+  const dir = freshTempDir();
+  const ranks = await tp2Ranks(dir, 'digest-fail');
+  try {
+    // A rank's fill, once it waits at its end for the others ({ ended }: its outcome).
+    const waitingFor = async (i: number, id: string) => {
+      let waits!: () => void;
+      const waiting = new Promise<void>((resolve) => (waits = resolve));
+      const ended = outcome(ranks.fill(i, { id, size: 2 }, undefined, (p) => p.waitingForGroup && waits()));
+      await Promise.race([waiting, ended]);
+      return { ended };
+    };
+    // Rank 0 waits at its end for rank 1, and is cancelled: rank 1, arriving later, fails at once.
+    const cancelled = await waitingFor(0, `cancel-${process.pid}`);
+    ranks.devices[0]!.cancelFill();
+    assert.match(await cancelled.ended, /^E_FILL_CANCELLED: fill cancelled/);
+    assert.match(await outcome(ranks.fill(1, { id: `cancel-${process.pid}`, size: 2 })), /^E_FILL_CANCELLED: digest group cancel-\d+: another rank's fill failed or was cancelled/);
+    // Rank 0 waits; rank 1 names other tensors: it is refused, and rank 0 is told.
+    const told = await waitingFor(0, `differ-${process.pid}`);
+    const fewer = ranks.plan.ranks[1]!.contentTensors.ranges.slice(1);
+    assert.match(await outcome(ranks.fill(1, { id: `differ-${process.pid}`, size: 2 }, fewer)), /^E_BAD_GROUP: digest group differ-\d+: this member's files or tensors differ/);
+    assert.match(await told.ended, /^E_FILL_CANCELLED: digest group differ-\d+: a member's files or tensors differ/);
+    // Both devices still fill, together, afterwards.
+    const after = await Promise.all([0, 1].map((i) => ranks.fill(i, { id: `after-${process.pid}`, size: 2 })));
+    for (const filled of after) assert.equal(filled.digests, ranks.want);
+  } finally {
+    await ranks.free();
     rmSync(dir, { recursive: true, force: true });
   }
 });

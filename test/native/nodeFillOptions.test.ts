@@ -1,6 +1,6 @@
 // The fill options a node's ranks get: several GPUs share one pass over the files; a cuda load
 // of files the page cache mostly lacks reads them with O_DIRECT; host devices fill alone,
-// through the cache. And the page-cache share itself, measured on a real file.
+// through the cache, several sharing only the digests' hashing. And the page-cache share itself, measured on a real file.
 import { execFileSync } from 'node:child_process';
 import { closeSync, fsyncSync, mkdirSync, mkdtempSync, openSync, rmSync, truncateSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -29,11 +29,16 @@ test('two or more GPUs get one group with a fresh id and the device count as its
   assert.is(a.direct, undefined, 'a warm cache is read through the cache');
 });
 
-test('one warm GPU fills alone, hashing on the GPU; host devices (warm or cold) fill alone with the options unchanged', async () => {
+test('one warm GPU fills alone, hashing on the GPU; host devices (warm or cold) keep their options, and several share a digest group', async () => {
   const options = { chunkBytes: 4 << 20 };
   assert.equal(await nodeFillOptions(options, [gpu(0)], warm, {}), { ...options, digestOn: 'gpu' });
   let asked = false;
-  assert.is(await nodeFillOptions(options, [host(0), host(1)], async () => ((asked = true), 0), {}), options);
+  const two = await nodeFillOptions(options, [host(0), host(1)], async () => ((asked = true), 0), {});
+  assert.equal({ ...two, group: undefined }, { ...options, group: undefined });
+  assert.is(two.group?.size, 2);
+  assert.match(two.group!.id, /^[0-9a-f-]{36}$/);
+  assert.is.not(two.group!.id, (await nodeFillOptions(options, [host(0), host(1)], warm, {})).group!.id, 'each load is its own group');
+  assert.equal(await nodeFillOptions(options, [host(0)], cold, {}), options, 'one host device fills alone');
   assert.not.ok(asked, 'the page cache is not even looked at for host devices');
 });
 
