@@ -12,7 +12,7 @@
 // offline. The base interpreter is `python3` on PATH, or WEIGHTD_VENV_BASE_PYTHON.
 import { spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { existsSync, mkdirSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, readdirSync, rmSync, statfsSync, statSync, writeFileSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -101,7 +101,19 @@ function cacheState(requirements, cache) {
 const gb = (bytes) => `${(bytes / 1e9).toFixed(2)} GB`;
 const since = (t) => `${((Date.now() - t) / 1000).toFixed(0)} s`;
 
-function buildVenv({ venvDir, requirements, smoke }, base, log) {
+/**
+ * What pip unpacks a venv's wheels into, per byte of wheel: .venv 4.2 GB from 2.47 GB of wheels,
+ * .venv-vllm 6.3 GB from 3.17 GB (2026-12-06); with a margin.
+ */
+const INSTALLED_PER_WHEEL_BYTE = 2.2;
+
+/** Bytes an unprivileged writer may still use on the file system of `dir`. */
+function freeBytesOf(dir) {
+  const s = statfsSync(dir);
+  return s.bavail * s.bsize;
+}
+
+function buildVenv({ venvDir, requirements, smoke, freeBytes }, base, log) {
   const started = Date.now();
   const cache = process.env.WEIGHTD_WHEEL_CACHE || join(process.env.XDG_CACHE_HOME || join(homedir(), '.cache'), 'weightd/wheels');
   mkdirSync(cache, { recursive: true });
@@ -125,6 +137,15 @@ function buildVenv({ venvDir, requirements, smoke }, base, log) {
     const after = cacheState(requirements, cache);
     log(`python venv: downloaded ${after.cached.length - before.cached.length} wheels, ${gb(after.bytes - before.bytes)}, in ${since(t)}`);
   }
+  // A full disk would fail half way through pip with ENOSPC, after minutes: say so first.
+  const need = Math.ceil(INSTALLED_PER_WHEEL_BYTE * cacheState(requirements, cache).bytes);
+  const free = freeBytes(venvDir);
+  if (free < need) {
+    throw new Error(
+      `python venv: installing ${total} packages into ${relative(root, venvDir)} takes about ${gb(need)}, but its file system has ${gb(free)} free; ` +
+        'free some space (an old clone\'s .venv and .venv-vllm, files under /tmp) and run again',
+    );
+  }
   log(`python venv: installing ${total} packages from the cache into ${relative(root, venvDir)}`);
   run(python, install, 'installing the pinned wheels from the cache');
   run(python, ['-c', smoke], 'the smoke test of the installed packages');
@@ -146,6 +167,7 @@ export function ensurePythonVenv({
   requirements = join(clientDir, 'requirements-test.txt'),
   smoke = SMOKE,
   log = (line) => process.stderr.write(`${line}\n`),
+  freeBytes = freeBytesOf,
 } = {}) {
   const base = process.env.WEIGHTD_VENV_BASE_PYTHON || 'python3';
   const python = join(venvDir, 'bin/python');
@@ -153,7 +175,7 @@ export function ensurePythonVenv({
   if (version === null) throw new Error(`python venv: cannot run ${base}; install Python 3.11 or set WEIGHTD_VENV_BASE_PYTHON`);
   const wantRequirements = sha256([readFileSync(requirements), version]);
   if (readStamp(join(venvDir, REQUIREMENTS_STAMP)) !== wantRequirements || !existsSync(python)) {
-    buildVenv({ venvDir, requirements, smoke }, base, log);
+    buildVenv({ venvDir, requirements, smoke, freeBytes }, base, log);
     writeFileSync(join(venvDir, REQUIREMENTS_STAMP), wantRequirements);
   }
   const files = clientFiles();

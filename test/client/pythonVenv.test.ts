@@ -2,7 +2,7 @@
 // build never finished or the pins changed, and the client package reinstalled when its sources
 // change. On a small venv of its own (setuptools only), so it takes seconds, not minutes.
 import { spawnSync } from 'node:child_process';
-import { appendFileSync, existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { appendFileSync, existsSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
@@ -10,7 +10,7 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { repoRoot } from '../helpers/paths.js';
 
-interface VenvOptions { venvDir: string; requirements: string; smoke?: string; log?: (line: string) => void }
+interface VenvOptions { venvDir: string; requirements: string; smoke?: string; log?: (line: string) => void; freeBytes?: (dir: string) => number }
 const { ensurePythonVenv } = (await import(pathToFileURL(join(repoRoot, 'scripts/python-venv.mjs')).href)) as {
   ensurePythonVenv: (o: VenvOptions) => string;
 };
@@ -62,6 +62,18 @@ test('changed pins rebuild it', () => {
   appendFileSync(requirements, '# a comment changes the pins file too\n');
   ensurePythonVenv(options);
   assert.not.ok(existsSync(marker));
+});
+
+test('a file system with too little room for the packages is refused by name before pip starts, and the next run with room builds', () => {
+  appendFileSync(requirements, '# changed pins: a build starts\n');
+  const asked: string[] = [];
+  const full = (at: string) => (asked.push(at), 1e6);
+  assert.throws(() => ensurePythonVenv({ ...options, freeBytes: full }), /^python venv: installing 1 packages into \S+ takes about 0\.\d\d GB, but its file system has 0\.00 GB free; free some space/);
+  assert.equal(asked, [venvDir]);
+  const sitePackages = readdirSync(join(venvDir, 'lib')).map((v) => join(venvDir, 'lib', v, 'site-packages'));
+  // A fresh venv may bring a setuptools of its own; the pinned one is not installed.
+  assert.ok(sitePackages.length > 0 && sitePackages.every((d) => existsSync(d) && !existsSync(join(d, 'setuptools-84.2.1.dist-info'))), 'the venv was made, and nothing installed into it');
+  importsClient(ensurePythonVenv(options));
 });
 
 test.run();
