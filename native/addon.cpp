@@ -399,7 +399,8 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
                              InstanceMethod<&WeightdAddon::SetErrorFactory>("setErrorFactory"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::PeerCredentials>>("peerCredentials"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::UnreadBytes>>("unreadBytes"),
-                             InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::SendWithFds>>("sendWithFds"),
+                             InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::FdSendStart>>("fdSendStart"),
+                             InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::FdSendSome>>("fdSendSome"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::UnixRequest>>("unixRequest"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::CloseFd>>("closeFd"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::OpenReadOnly>>("openReadOnly"),
@@ -485,6 +486,18 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
     return std::vector<uint8_t>(b.Data(), b.Data() + b.Length());
   }
 
+  // A send that met a full socket (FdSendStart): what is left, and the duplicate it goes on.
+  struct PendingFdSend {
+    FdSend send;
+    int fd;    // the duplicate, -1 once closed
+    int sock;  // the caller's number, for messages
+  };
+
+  static PendingFdSend* toPendingFdSend(const Napi::Value& v) {
+    if (!v.IsExternal()) throw Napi::TypeError::New(v.Env(), "pending must be what fdSendStart returned");
+    return v.As<Napi::External<PendingFdSend>>().Data();
+  }
+
   static std::vector<int> toFds(const Napi::Value& v) {
     if (!v.IsArray()) throw Napi::TypeError::New(v.Env(), "fds must be an array of descriptors");
     Napi::Array arr = v.As<Napi::Array>();
@@ -514,16 +527,42 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
     return o;
   }
 
-  // sendWithFds(socketFd, frame, fds, timeoutMs) -> Promise<void>
-  Napi::Value SendWithFds(const Napi::CallbackInfo& info) {
+  // A reply with descriptors, sent as far as its socket takes at once, never waiting here (see
+  // src/wire/socketFdWriter.ts, which waits on the event loop between tries). A peer that stops
+  // reading would otherwise hold a libuv thread for the reply's whole deadline, and four such
+  // peers every allocation, free, seal and keeper request of the daemon.
+  // fdSendStart(socketFd, frame, fds) -> null once all of it went, else the pending send, which
+  // owns a duplicate of the socket (never a number the connection may close and reuse).
+  Napi::Value FdSendStart(const Napi::CallbackInfo& info) {
     int sock = toBounded<int>(info[0], "socketFd");
-    std::vector<uint8_t> frame = toFrame(info[1]);
-    std::vector<int> fds = toFds(info[2]);
-    int64_t timeoutMs = toBounded<int64_t>(info[3], "timeoutMs");
-    return PromiseJob<Nothing>::start(info.Env(), [sock, frame, fds, timeoutMs] {
-      sendWithFds(sock, frame, fds, timeoutMs);
-      return Nothing{};
-    }, undefinedResult);
+    auto pending = std::make_unique<PendingFdSend>(PendingFdSend{FdSend(toFrame(info[1]), toFds(info[2])), -1, sock});
+    if (pending->send.sendSome(sock)) return info.Env().Null();
+    pending->fd = dupFd(sock);
+    return Napi::External<PendingFdSend>::New(info.Env(), pending.release(), [](Napi::Env, PendingFdSend* p) {
+      if (p->fd >= 0) ::close(p->fd);
+      delete p;
+    });
+  }
+
+  // fdSendSome(pending, deadlinePassed) -> true once all of it went (its duplicate is closed);
+  // E_FD_TIMEOUT when the deadline has passed with bytes left, E_FD_SEND on an error.
+  Napi::Value FdSendSome(const Napi::CallbackInfo& info) {
+    PendingFdSend* p = toPendingFdSend(info[0]);
+    if (p->fd < 0) throw DeviceError("E_FD_SEND", "this send has ended already");
+    bool done;
+    try {
+      done = p->send.sendSome(p->fd);
+      if (!done && info[1].ToBoolean()) throw timeoutError(p->send.what(p->sock), toBounded<int64_t>(info[2], "timeoutMs"));
+    } catch (...) {
+      ::close(p->fd);
+      p->fd = -1;
+      throw;
+    }
+    if (done) {
+      ::close(p->fd);
+      p->fd = -1;
+    }
+    return Napi::Boolean::New(info.Env(), done);
   }
 
   // unixRequest(path, frame, fds, timeoutMs, maxReplyBytes) -> Promise<{ frame, fds }>

@@ -75,10 +75,7 @@ class Socket {
 void waitFor(int fd, short events, const Deadline& deadline, const std::string& what) {
   for (;;) {
     int left = deadline.remainingMs();
-    if (left == 0) {
-      throw DeviceError("E_FD_TIMEOUT", what + " did not finish within " + std::to_string(deadline.totalMs()) +
-                                            " ms; the peer is stuck or overloaded: retry, or raise the timeout");
-    }
+    if (left == 0) throw timeoutError(what, deadline.totalMs());
     pollfd p{fd, events, 0};
     int r = ::poll(&p, 1, left);
     if (r > 0) return;
@@ -89,37 +86,9 @@ void waitFor(int fd, short events, const Deadline& deadline, const std::string& 
   }
 }
 
-void sendPiece(int sock, const std::vector<uint8_t>& frame, const std::vector<int>& fds, const FdPiece& piece, const Deadline& deadline) {
-  size_t sent = piece.begin;
-  bool fdsSent = piece.fdBegin == piece.fdEnd;
-  while (sent < piece.end) {
-    size_t fdCount = fdsSent ? 0 : piece.fdEnd - piece.fdBegin;
-    // MSG_DONTWAIT whatever the socket's mode, so the deadline bounds a blocking socket too.
-    ssize_t n = sendSomeWithFds(sock, frame.data() + sent, piece.end - sent, fds.data() + piece.fdBegin, fdCount);
-    if (n > 0) {
-      sent += static_cast<size_t>(n);
-      fdsSent = true;  // the kernel attaches a message's fds to its first byte, even in a partial write
-      continue;
-    }
-    int err = errno;
-    if (n < 0 && err == EINTR) continue;
-    if (n < 0 && (err == EAGAIN || err == EWOULDBLOCK)) {
-      waitFor(sock, POLLOUT, deadline, "sending " + std::to_string(frame.size()) + " bytes and " + std::to_string(fds.size()) + " fds on socket fd " + std::to_string(sock));
-      continue;
-    }
-    throw DeviceError("E_FD_SEND", "sendmsg on socket fd " + std::to_string(sock) + " failed after " + std::to_string(sent) + " of " +
-                                       std::to_string(frame.size()) + " bytes (" + std::to_string(fds.size()) + " fds): " + errnoMessage(err) +
-                                       (err == EBADF || err == ENOTSOCK ? "; pass a connected AF_UNIX socket and open fds" : ""));
-  }
-}
-
 void sendAll(int sock, const std::vector<uint8_t>& frame, const std::vector<int>& fds, const Deadline& deadline) {
-  std::vector<FdPiece> pieces = fdPieces(frame.size(), fds.size());
-  if (pieces.empty()) {
-    throw DeviceError("E_FD_SEND", "a frame of " + std::to_string(frame.size()) + " bytes cannot carry " + std::to_string(fds.size()) +
-                                       " fds: each batch of " + std::to_string(kFdsPerBatch) + " needs a byte of its own");
-  }
-  for (const FdPiece& piece : pieces) sendPiece(sock, frame, fds, piece, deadline);
+  FdSend send(frame, fds);
+  while (!send.sendSome(sock)) waitFor(sock, POLLOUT, deadline, send.what(sock));
 }
 
 // Connects `fd`, a fresh AF_UNIX stream socket, to `path`, then makes it non-blocking.
@@ -183,9 +152,49 @@ size_t receiveSome(int sock, std::vector<uint8_t>& frame, size_t got, size_t wan
 
 }  // namespace
 
-void sendWithFds(int socketFd, const std::vector<uint8_t>& frame, const std::vector<int>& fds, int64_t timeoutMs) {
-  sendAll(socketFd, frame, fds, Deadline(timeoutMs));
+DeviceError timeoutError(const std::string& what, int64_t totalMs) {
+  return DeviceError("E_FD_TIMEOUT", what + " did not finish within " + std::to_string(totalMs) + " ms; the peer is stuck or overloaded: retry, or raise the timeout");
 }
+
+FdSend::FdSend(std::vector<uint8_t> frame, std::vector<int> fds) : frame_(std::move(frame)), fds_(std::move(fds)), pieces_(fdPieces(frame_.size(), fds_.size())) {
+  if (pieces_.empty()) {
+    throw DeviceError("E_FD_SEND", "a frame of " + std::to_string(frame_.size()) + " bytes cannot carry " + std::to_string(fds_.size()) +
+                                       " fds: each batch of " + std::to_string(kFdsPerBatch) + " needs a byte of its own");
+  }
+  sent_ = pieces_[0].begin;
+  fdsSent_ = pieces_[0].fdBegin == pieces_[0].fdEnd;
+}
+
+std::string FdSend::what(int sock) const {
+  return "sending " + std::to_string(frame_.size()) + " bytes and " + std::to_string(fds_.size()) + " fds on socket fd " + std::to_string(sock);
+}
+
+bool FdSend::sendSome(int sock) {
+  while (piece_ < pieces_.size()) {
+    const FdPiece& piece = pieces_[piece_];
+    while (sent_ < piece.end) {
+      size_t fdCount = fdsSent_ ? 0 : piece.fdEnd - piece.fdBegin;
+      ssize_t n = sendSomeWithFds(sock, frame_.data() + sent_, piece.end - sent_, fds_.data() + piece.fdBegin, fdCount);
+      if (n > 0) {
+        sent_ += static_cast<size_t>(n);
+        fdsSent_ = true;  // the kernel attaches a message's fds to its first byte, even in a partial write
+        continue;
+      }
+      int err = errno;
+      if (n < 0 && err == EINTR) continue;
+      if (n < 0 && (err == EAGAIN || err == EWOULDBLOCK)) return false;
+      throw DeviceError("E_FD_SEND", "sendmsg on socket fd " + std::to_string(sock) + " failed after " + std::to_string(sent_) + " of " +
+                                         std::to_string(frame_.size()) + " bytes (" + std::to_string(fds_.size()) + " fds): " + errnoMessage(err) +
+                                         (err == EBADF || err == ENOTSOCK ? "; pass a connected AF_UNIX socket and open fds" : ""));
+    }
+    if (++piece_ < pieces_.size()) {
+      sent_ = pieces_[piece_].begin;
+      fdsSent_ = pieces_[piece_].fdBegin == pieces_[piece_].fdEnd;
+    }
+  }
+  return true;
+}
+
 
 UnixReply unixRequest(const std::string& path, const std::vector<uint8_t>& frame, const std::vector<int>& fds, int64_t timeoutMs,
                       uint64_t maxReplyBytes) {

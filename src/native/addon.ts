@@ -7,6 +7,10 @@ import type { PackedCommitCopies, PackedCopyOps, PackedTensorRanges, PackedZeroR
 
 export type Backend = 'host' | 'cuda';
 
+/** A reply with descriptors that met a full socket (fdSendStart); opaque. */
+declare const pendingFdSend: unique symbol;
+export type PendingFdSend = { readonly [pendingFdSend]: true };
+
 /** One device a rank can open: its backend, ordinal and the uuid DeviceHandle checks it against. */
 export interface DeviceSlot {
   backend: Backend;
@@ -246,15 +250,21 @@ export interface Addon {
   mapShared(fd: number, bytes: number): ArrayBuffer;
   unmapShared(buffer: ArrayBuffer): void;
   /**
-   * native/unix_fds.h: sends every byte of `frame` on a connected AF_UNIX stream socket (which
-   * may be non-blocking) with `fds` as SCM_RIGHTS, in batches of 250, within timeoutMs. The caller
-   * keeps its fds. A net.Socket's fd is written only once its own queue is empty
-   * (socket.writableLength === 0), so bytes never interleave. E_FD_SEND, E_FD_TIMEOUT.
+   * native/unix_fds.h (FdSend): sends on a connected AF_UNIX stream socket what it takes now of
+   * `frame`, with `fds` as SCM_RIGHTS in batches of 250, never waiting. null once every byte
+   * went; else the pending rest (owning a duplicate of the socket) for fdSendSome. The caller
+   * keeps its fds open until it ends. src/wire/socketFdWriter.ts's sendFds drives both. E_FD_SEND.
    */
-  sendWithFds(socketFd: number, frame: Buffer, fds: number[], timeoutMs: number): Promise<void>;
+  fdSendStart(socketFd: number, frame: Buffer, fds: number[]): PendingFdSend | null;
+  /**
+   * Sends what the socket takes now of a pending send: true once every byte went (its duplicate
+   * is then closed). With `deadlinePassed`, E_FD_TIMEOUT naming `timeoutMs` when bytes are left;
+   * E_FD_SEND on an error. Either error ends it.
+   */
+  fdSendSome(pending: PendingFdSend, deadlinePassed: boolean, timeoutMs: number): boolean;
   /**
    * Connects to `path` (a server of another uid is refused, E_PEER_UID), sends `frame` and `fds`
-   * as sendWithFds does, and reads one reply frame (10-byte header: magic, u16 BE version, u32 BE
+   * as fdSendStart does (waiting on a libuv thread for the socket to take the rest), and reads one reply frame (10-byte header: magic, u16 BE version, u32 BE
    * payload length; the magic is the caller's to check) of at most maxReplyBytes, header included.
    * On failure every received fd is closed. E_CONNECT, E_PEER_UID, E_FD_SEND, E_FD_TIMEOUT,
    * E_FD_RECV, E_FRAME_TOO_LARGE, E_PEER_CLOSED.

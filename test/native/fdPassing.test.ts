@@ -1,16 +1,19 @@
 // Descriptor passing (native/unix_fds.h) over a real Unix socket: a net.Server's accepted
-// connection sends a frame and hundreds of fds with sendWithFds; unixRequest receives them in
+// connection sends a frame and hundreds of fds with sendFds (src/wire/socketFdWriter.ts); unixRequest receives them in
 // order, each still naming its own file. Every failure of unixRequest closes every fd it had
 // received: the test counts this process's open descriptors before and after.
 import { spawn } from 'node:child_process';
 import { chownSync, closeSync, mkdtempSync, openSync, readdirSync, readlinkSync, readSync, rmSync, writeFileSync } from 'node:fs';
-import { createServer, type Server, type Socket } from 'node:net';
+import { connect, createServer, type Server, type Socket } from 'node:net';
+import { pbkdf2 } from 'node:crypto';
+import { promisify } from 'node:util';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { DeviceError } from '../../src/errors.js';
 import { addon } from '../../src/native/addon.js';
+import { sendFds } from '../../src/wire/socketFdWriter.js';
 
 const HEADER_BYTES = 10;
 
@@ -20,6 +23,15 @@ function frameOf(payload: Buffer, declaredLength = payload.length): Buffer {
   header.writeUInt16BE(1, 4);
   header.writeUInt32BE(declaredLength, 6);
   return Buffer.concat([header, payload]);
+}
+
+const pbkdf2Async = promisify(pbkdf2);
+
+/** Resolves once `done` holds, looking every 10 ms; fails the test if it never does (10 s). */
+async function until(done: () => boolean, what: string): Promise<void> {
+  for (const end = Date.now() + 10_000; !done(); await new Promise((r) => setTimeout(r, 10))) {
+    if (Date.now() > end) assert.unreachable(`never: ${what}`);
+  }
 }
 
 function openFdCount(): number {
@@ -32,6 +44,8 @@ function fdOf(socket: Socket): number {
 
 interface TestServer {
   path: string;
+  /** Called with each connection the server accepts, before its data. */
+  onAccept?: (socket: Socket) => void;
   /** Resolves once every connection the server accepted has closed, so counts are exact. */
   connectionsClosed(): Promise<void>;
   close(): Promise<void>;
@@ -42,7 +56,9 @@ async function serve(onRequest: (socket: Socket, request: Buffer) => void | Prom
   const dir = mkdtempSync(join(tmpdir(), 'weightd-fds-'));
   const path = join(dir, 's.sock');
   const closed: Promise<void>[] = [];
+  const handle: TestServer = { path, connectionsClosed: async () => {}, close: async () => {} };
   const server: Server = createServer((socket) => {
+    handle.onAccept?.(socket);
     closed.push(new Promise((resolve) => socket.on('close', () => resolve())));
     socket.on('error', () => {});
     let got = Buffer.alloc(0);
@@ -52,16 +68,14 @@ async function serve(onRequest: (socket: Socket, request: Buffer) => void | Prom
     });
   });
   await new Promise<void>((resolve) => server.listen(path, resolve));
-  return {
-    path,
-    connectionsClosed: async () => {
-      await Promise.all(closed);
-    },
-    close: async () => {
-      await new Promise((resolve) => server.close(resolve));
-      rmSync(dir, { recursive: true, force: true });
-    },
+  handle.connectionsClosed = async () => {
+    await Promise.all(closed);
   };
+  handle.close = async () => {
+    await new Promise((resolve) => server.close(resolve));
+    rmSync(dir, { recursive: true, force: true });
+  };
+  return handle;
 }
 
 /** `count` files, file i holding "file <i>", opened read-only; and a cleanup. */
@@ -89,12 +103,12 @@ async function rejection(p: Promise<unknown>): Promise<DeviceError> {
   return err as DeviceError;
 }
 
-test('a frame and 300 fds (two batches) sent by sendWithFds arrive in order, each naming its own file', async () => {
+test('a frame and 300 fds (two batches) sent by sendFds arrive in order, each naming its own file', async () => {
   const files = makeFiles(300);
   const payload = Buffer.from('x'.repeat(5000));
   const server = await serve(async (socket, request) => {
     assert.is(request.subarray(HEADER_BYTES).toString(), 'hello');
-    await addon().sendWithFds(fdOf(socket), frameOf(payload), files.fds, 5000);
+    await sendFds(fdOf(socket), frameOf(payload), files.fds, 5000);
   });
   try {
     const before = openFdCount();
@@ -115,7 +129,7 @@ test('a frame and 300 fds (two batches) sent by sendWithFds arrive in order, eac
 });
 
 test('a reply without fds and a frame of exactly maxReplyBytes are accepted', async () => {
-  const server = await serve((socket) => addon().sendWithFds(fdOf(socket), frameOf(Buffer.from('ok')), [], 5000));
+  const server = await serve((socket) => sendFds(fdOf(socket), frameOf(Buffer.from('ok')), [], 5000));
   try {
     const reply = await addon().unixRequest(server.path, frameOf(Buffer.alloc(0)), [], 5000, HEADER_BYTES + 2);
     assert.equal(reply, { frame: frameOf(Buffer.from('ok')), fds: [] });
@@ -142,7 +156,7 @@ test('no socket at the path: E_CONNECT naming ENOENT', async () => {
 test('a server that closes mid-frame: E_PEER_CLOSED, and the fds it had sent are closed', async () => {
   const files = makeFiles(7);
   const server = await serve(async (socket) => {
-    await addon().sendWithFds(fdOf(socket), frameOf(Buffer.alloc(20), 100), files.fds, 5000);
+    await sendFds(fdOf(socket), frameOf(Buffer.alloc(20), 100), files.fds, 5000);
     socket.destroy();
   });
   try {
@@ -156,7 +170,7 @@ test('a server that closes mid-frame: E_PEER_CLOSED, and the fds it had sent are
 
 test('a reply larger than maxReplyBytes: E_FRAME_TOO_LARGE, and the fds on its header are closed', async () => {
   const files = makeFiles(3);
-  const server = await serve((socket) => addon().sendWithFds(fdOf(socket), frameOf(Buffer.alloc(1000)), files.fds, 5000));
+  const server = await serve((socket) => sendFds(fdOf(socket), frameOf(Buffer.alloc(1000)), files.fds, 5000));
   try {
     const err = await failsClosingEverything(server, () => addon().unixRequest(server.path, frameOf(Buffer.alloc(0)), [], 5000, 1009), 'E_FRAME_TOO_LARGE');
     assert.match(err.message, /declares 1010 bytes, more than the 1009/);
@@ -169,7 +183,7 @@ test('a reply larger than maxReplyBytes: E_FRAME_TOO_LARGE, and the fds on its h
 test('a server that never finishes its reply: E_FD_TIMEOUT, and the fds it had sent are closed', async () => {
   const files = makeFiles(4);
   // Half a header with fds on it, then nothing: the request can end only by its timeout.
-  const server = await serve((socket) => addon().sendWithFds(fdOf(socket), frameOf(Buffer.alloc(0)).subarray(0, 5), files.fds, 5000));
+  const server = await serve((socket) => sendFds(fdOf(socket), frameOf(Buffer.alloc(0)).subarray(0, 5), files.fds, 5000));
   try {
     const err = await failsClosingEverything(server, () => addon().unixRequest(server.path, frameOf(Buffer.alloc(0)), [], 300, 1024), 'E_FD_TIMEOUT');
     assert.match(err.message, /within 300 ms/);
@@ -203,16 +217,77 @@ test('a server of another uid is refused with E_PEER_UID naming both uids', asyn
   }
 });
 
-test('sendWithFds on a descriptor that is not a socket, or with more batches than bytes: E_FD_SEND', async () => {
+test('sendFds on a descriptor that is not a socket, or with more batches than bytes: E_FD_SEND', async () => {
   const files = makeFiles(251);
   try {
-    const notSocket = await rejection(addon().sendWithFds(files.fds[0]!, frameOf(Buffer.alloc(0)), [], 1000));
+    const notSocket = await rejection(sendFds(files.fds[0]!, frameOf(Buffer.alloc(0)), [], 1000));
     assert.is(notSocket.code, 'E_FD_SEND');
     assert.match(notSocket.message, /socket fd \d+ failed after 0 of 10 bytes/);
-    const tooShort = await rejection(addon().sendWithFds(files.fds[0]!, Buffer.alloc(1), files.fds, 1000));
+    const tooShort = await rejection(sendFds(files.fds[0]!, Buffer.alloc(1), files.fds, 1000));
     assert.is(tooShort.code, 'E_FD_SEND');
     assert.match(tooShort.message, /a frame of 1 bytes cannot carry 251 fds/);
   } finally {
+    files.remove();
+  }
+});
+
+test('replies to peers that stop reading wait on the event loop, not on libuv threads: with 8 pending, a threadpool job still runs; each goes once its peer reads, fails when it leaves, or at its deadline', async () => {
+  const files = makeFiles(1);
+  const sockets: Socket[] = [];
+  const server = await serve(() => {});
+  const accepted: Socket[] = [];
+  const acceptedAll = new Promise<void>((resolve) => {
+    server.onAccept = (s) => {
+      accepted.push(s);
+      if (accepted.length === 9) resolve();
+    };
+  });
+  try {
+    const before = openFdCount();
+    // Peers that connect and do not read: a 4 MiB reply fills their socket and waits.
+    for (let i = 0; i < 9; i++) {
+      const peer = connect(server.path);
+      peer.pause();
+      peer.on('error', () => {});
+      sockets.push(peer);
+    }
+    await acceptedAll;
+    const big = frameOf(Buffer.alloc(4 << 20, 7));
+    const settled: string[] = [];
+    const sends = accepted.slice(0, 8).map((s, i) =>
+      sendFds(fdOf(s), big, files.fds, 60_000).then(
+        () => void settled.push(`${i} sent`),
+        (e: DeviceError) => void settled.push(`${i} ${e.code}`),
+      ),
+    );
+    // The pool has 4 threads (UV_THREADPOOL_SIZE unset): a send waiting on one would starve this.
+    await pbkdf2Async('weightd', 'salt', 1, 32, 'sha256');
+    assert.equal(settled, [], 'every send still waits for its peer, and none held a thread');
+    // Peer 0 reads everything: its reply arrives whole, with the fd.
+    let got = 0;
+    sockets[0]!.on('data', (chunk: Buffer) => (got += chunk.length));
+    sockets[0]!.resume();
+    await sends[0];
+    assert.equal(settled, ['0 sent']);
+    await until(() => got === big.length, `peer 0 read the ${big.length} bytes of its reply`);
+    // Peer 1 leaves: its send fails at once, by name.
+    sockets[1]!.destroy();
+    await sends[1];
+    assert.match(settled[1]!, /^1 E_FD_SEND$/);
+    // A short deadline on the ninth: E_FD_TIMEOUT, naming what it was sending.
+    const late = await rejection(sendFds(fdOf(accepted[8]!), big, files.fds, 200));
+    assert.is(late.code, 'E_FD_TIMEOUT');
+    assert.match(late.message, /^sending 4194314 bytes and 1 fds on socket fd \d+ did not finish within 200 ms; the peer is stuck/);
+    for (const peer of sockets) peer.destroy();
+    await Promise.all(sends);
+    assert.equal(settled.slice(2).sort(), ['2', '3', '4', '5', '6', '7'].map((i) => `${i} E_FD_SEND`));
+    for (const s of accepted) s.destroy();
+    await server.connectionsClosed();
+    // At most: an earlier test's descriptors may still have been closing when `before` was taken.
+    await until(() => openFdCount() <= before, `the descriptors opened are closed again (${before} before)`);
+  } finally {
+    for (const peer of sockets) peer.destroy();
+    await server.close();
     files.remove();
   }
 });
@@ -229,7 +304,7 @@ test('closeFd of a descriptor that is not open: E_FD_CLOSE', () => {
 });
 
 test('bad arguments are TypeErrors, checked before any work', () => {
-  assert.throws(() => addon().sendWithFds(-1, Buffer.alloc(1), [], 1), /socketFd must be a non-negative/);
+  assert.throws(() => addon().fdSendStart(-1, Buffer.alloc(1), []), /socketFd must be a non-negative/);
   assert.throws(() => addon().unixRequest('/x', 'frame' as unknown as Buffer, [], 1, 1), /frame must be a Buffer/);
   assert.throws(() => addon().unixRequest('/x', Buffer.alloc(1), [1.5], 1, 1), /fd must be a non-negative safe integer/);
 });
