@@ -44,6 +44,8 @@ class ContentDigests {
   // or elsewhere (the GPU, cuda_digests.h), and gives its digest to setPieceDigest.
   template <typename Claimed>
   void claimCovered(uint32_t file, uint64_t start, uint64_t end, Claimed claimed);
+  // Hashes a piece the caller claimed (claimCovered), from its bytes at `data`.
+  void hashClaimed(size_t piece, const char* data) { hashPiece(piece, data); }
   uint64_t pieceStart(size_t piece) const { return pieces_[piece].start; }
   uint64_t pieceBytes(size_t piece) const { return pieces_[piece].end - pieces_[piece].start; }
   // Its 16 canonical bytes, for a piece hashed elsewhere. Before tensorDigests.

@@ -78,6 +78,25 @@ std::vector<Chunk> interleaveSegments(std::vector<Chunk> chunks, const std::vect
   return out;
 }
 
+// A chunk of rows read apart is read whole instead when its span holds digest pieces nobody has
+// claimed (content_digests.h): in a node's digest group the first rank to reach a row-parallel
+// tensor's chunk reads it whole and hashes it, and the others read their rows. Spans longer than
+// this (a rank's rows of a tp=8 tensor) are never buffered whole.
+constexpr uint64_t kMaxClaimedSpanBytes = 8ull << 20;
+
+// The pieces this thread claimed for the chunk it reads whole (claimSpan), to hash once read.
+thread_local std::vector<size_t> spanPieces;
+
+// Claims the pieces that lie whole in chunk `c`'s span of `op`; true when it claimed any.
+bool claimSpan(ContentDigests& digests, const CopyOp& op, const Chunk& c) {
+  spanPieces.clear();
+  uint64_t start = op.srcOffset + c.firstRow * op.srcPitch;
+  uint64_t bytes = (c.rowCount - 1) * op.srcPitch + op.rowBytes;
+  if (bytes > kMaxClaimedSpanBytes) return false;
+  digests.claimCovered(op.file, start, start + bytes, [](size_t p) { spanPieces.push_back(p); });
+  return !spanPieces.empty();
+}
+
 }  // namespace
 
 HostDevice::HostDevice(int index, std::string uuid) : index_(index), uuid_(std::move(uuid)) {}
@@ -211,8 +230,9 @@ void HostDevice::fill(const std::vector<std::string>& files, const std::vector<C
         fileSet.readFull(op.file, dense.data() + at, end - at, from + at);
         digests.hashCovered(op.file, from + at, from + end, dense.data() + at);
       }
-    } else if (readsRowsApart(op)) {
-      // The gaps are worth skipping (read_ranges.h): one read per row. A row holds no whole digest
+    } else if (readsRowsApart(op) && !claimSpan(digests, op, c)) {
+      // The gaps are worth skipping (read_ranges.h), and another rank reads this span whole (or it
+      // holds no piece, or is too long to buffer): one read per row. A row holds no whole digest
       // piece unless it is at least a piece long; hashRest reads the others.
       for (uint64_t r = 0; r < c.rowCount; ++r) {
         uint64_t from = op.srcOffset + (c.firstRow + r) * op.srcPitch;
@@ -221,12 +241,17 @@ void HostDevice::fill(const std::vector<std::string>& files, const std::vector<C
       }
     } else {
       // Rows this close together are read as one span, then packed: a read per row would cost
-      // more than the few bytes between them.
+      // more than the few bytes between them. So are rows far apart whose span holds digest pieces
+      // nobody has claimed (claimSpan): read whole here, its pieces are hashed in the CPU's cache,
+      // where the ranks' rows alone would leave them all to hashRest's second read.
       thread_local std::vector<char> span;
       uint64_t spanBytes = (c.rowCount - 1) * op.srcPitch + op.rowBytes;
       if (span.size() < spanBytes) span.resize(spanBytes);
-      fileSet.readFull(op.file, span.data(), spanBytes, op.srcOffset + c.firstRow * op.srcPitch);
-      digests.hashCovered(op.file, op.srcOffset + c.firstRow * op.srcPitch, op.srcOffset + c.firstRow * op.srcPitch + spanBytes, span.data());
+      uint64_t spanStart = op.srcOffset + c.firstRow * op.srcPitch;
+      fileSet.readFull(op.file, span.data(), spanBytes, spanStart);
+      for (size_t p : spanPieces) digests.hashClaimed(p, span.data() + (digests.pieceStart(p) - spanStart));
+      spanPieces.clear();
+      digests.hashCovered(op.file, spanStart, spanStart + spanBytes, span.data());
       for (uint64_t r = 0; r < c.rowCount; ++r) memcpy(dense.data() + r * op.rowBytes, span.data() + r * op.srcPitch, op.rowBytes);
     }
     writeSegment(fds[op.segment], op.segment, dense.data(), c.byteCount, dst);
