@@ -1,23 +1,13 @@
 #include "cuda_fill_group.h"
 
-#include <chrono>
-#include <condition_variable>
-#include <deque>
-#include <map>
 #include <memory>
 #include <mutex>
+
+#include "fill_group_registry.h"
 
 namespace weightd {
 
 namespace {
-
-// How often a waiting member looks at its own cancel flag: a worker thread being torn down
-// cancels its fill and joins the thread that waits here.
-constexpr auto kCancelPoll = std::chrono::milliseconds(20);
-// Abandoned groups still waiting for a member that may never come (its worker died before it
-// joined): kept so that a late member fails at once, but only the most recent ones. Each load
-// has a fresh id, so an old one is never asked for again.
-constexpr size_t kMaxAbandoned = 16;
 
 struct Group {
   unsigned size = 0;
@@ -35,14 +25,9 @@ struct Group {
   std::exception_ptr error;
 };
 
-std::mutex registryMutex;
-std::condition_variable registryChanged;
-std::map<std::string, std::shared_ptr<Group>> groups;
-std::deque<std::pair<std::string, std::weak_ptr<Group>>> abandoned;  // oldest first
-
-DeviceError groupError(const std::string& code, const std::string& id, const std::string& what) {
-  return DeviceError(code, "fill group " + id + ": " + what);
-}
+// Abandoned groups (a member's worker died before the others joined) are kept for the members
+// still to come (GroupRegistry::keepEnded).
+GroupRegistry<Group> registry("fill group");
 
 // Rethrows the group's error to one member: as it is to the member it concerns (or when it
 // concerns none), and to the others as the failure of the fill they shared.
@@ -55,32 +40,14 @@ DeviceError groupError(const std::string& code, const std::string& id, const std
   }
 }
 
-void forget(const std::string& id, const std::shared_ptr<Group>& g) {
-  auto it = groups.find(id);
-  if (it != groups.end() && it->second == g) groups.erase(it);
-}
-
 // Counts one more member told that the group was abandoned, and retires the id after the last.
-// Called with registryMutex held.
+// Called with registry.mutex held.
 void tellAbandoned(const std::string& id, const std::shared_ptr<Group>& g) {
-  if (++g->told >= g->expected()) forget(id, g);
-}
-
-// The group of `id`, made with `size` members if it is new. Called with registryMutex held.
-std::shared_ptr<Group> groupFor(const std::string& id, unsigned size) {
-  std::shared_ptr<Group>& slot = groups[id];
-  if (!slot) {
-    slot = std::make_shared<Group>();
-    slot->size = size;
-  }
-  if (slot->size != size) {
-    throw groupError("E_BAD_GROUP", id, "joined as one of " + std::to_string(size) + " members, but it has " + std::to_string(slot->size));
-  }
-  return slot;
+  if (++g->told >= g->expected()) registry.forget(id, g);
 }
 
 // Runs the group's fill for every member on the calling member's thread, then tells the others.
-// Called with `lock` (registryMutex) held, which it releases while the fill runs.
+// Called with `lock` (registry.mutex) held, which it releases while the fill runs.
 void runFor(const std::string& id, const std::shared_ptr<Group>& g, const FillMember& self, const FillOptions& options, std::unique_lock<std::mutex>& lock) {
   g->running = true;
   lock.unlock();
@@ -95,32 +62,28 @@ void runFor(const std::string& id, const std::shared_ptr<Group>& g, const FillMe
   g->finished = true;
   g->error = error;
   // The waiting members hold the group itself; the id is retired (a later fill is a new group).
-  forget(id, g);
-  registryChanged.notify_all();
+  registry.forget(id, g);
+  registry.changed.notify_all();
   if (error) rethrowFor(*g, self, error);
 }
 
-// Marks the group abandoned by `who`, the first member to leave it. Called with registryMutex held.
+// Marks the group abandoned by `who`, the first member to leave it. Called with registry.mutex held.
 void abandon(const std::string& id, const std::shared_ptr<Group>& g, const std::string& who) {
   g->abandonedBy = who;
-  abandoned.emplace_back(id, g);
-  while (abandoned.size() > kMaxAbandoned) {
-    if (auto old = abandoned.front().second.lock()) forget(abandoned.front().first, old);
-    abandoned.pop_front();
-  }
+  registry.keepEnded(id, g);
 }
 
 }  // namespace
 
 void fillInGroup(const std::string& id, unsigned size, const FillMember& self, const FillOptions& options) {
-  std::unique_lock<std::mutex> lock(registryMutex);
-  std::shared_ptr<Group> g = groupFor(id, size);
+  std::unique_lock<std::mutex> lock(registry.mutex);
+  std::shared_ptr<Group> g = registry.groupFor(id, size);
   if (!g->abandonedBy.empty()) {
     tellAbandoned(id, g);
-    throw groupError("E_FILL_CANCELLED", id, g->abandonedBy + " was cancelled before the group's fill started");
+    throw registry.error("E_FILL_CANCELLED", id, g->abandonedBy + " was cancelled before the group's fill started");
   }
   if (g->running || g->finished || g->members.size() >= g->expected()) {
-    throw groupError("E_BAD_GROUP", id, "already has its " + std::to_string(g->expected()) + " members");
+    throw registry.error("E_BAD_GROUP", id, "already has its " + std::to_string(g->expected()) + " members");
   }
   g->members.push_back(self);
   // The last to arrive runs the fill for everyone.
@@ -135,7 +98,7 @@ void fillInGroup(const std::string& id, unsigned size, const FillMember& self, c
     ~Waiting() { flag = false; }
   } waiting(self.control->waitingForGroup);
   for (;;) {
-    registryChanged.wait_for(lock, kCancelPoll);
+    registry.changed.wait_for(lock, kGroupCancelPoll);
     if (g->running) waiting.flag = false;  // every member has joined: this one's copies are under way
     // The members still to come left instead (leaveFillGroup): the first to have joined runs it.
     if (!g->running && !g->finished && g->abandonedBy.empty() && g->members.size() == g->expected() && g->members.front().control == self.control) {
@@ -148,7 +111,7 @@ void fillInGroup(const std::string& id, unsigned size, const FillMember& self, c
     }
     if (!g->abandonedBy.empty() && !g->running) {
       tellAbandoned(id, g);
-      throw groupError("E_FILL_CANCELLED", id, g->abandonedBy + " was cancelled before the group's fill started");
+      throw registry.error("E_FILL_CANCELLED", id, g->abandonedBy + " was cancelled before the group's fill started");
     }
     if (!g->running && self.control->cancel.load()) {
       abandon(id, g, self.target.label.empty() ? "a member" : self.target.label);
@@ -159,21 +122,21 @@ void fillInGroup(const std::string& id, unsigned size, const FillMember& self, c
         }
       }
       tellAbandoned(id, g);
-      registryChanged.notify_all();
+      registry.changed.notify_all();
       throw DeviceError("E_FILL_CANCELLED", "fill cancelled before it finished");
     }
   }
 }
 
 void leaveFillGroup(const std::string& id, unsigned size) {
-  std::lock_guard<std::mutex> lock(registryMutex);
-  std::shared_ptr<Group> g = groupFor(id, size);
+  std::lock_guard<std::mutex> lock(registry.mutex);
+  std::shared_ptr<Group> g = registry.groupFor(id, size);
   if (g->running || g->finished || g->members.size() >= g->expected()) {
-    throw groupError("E_BAD_GROUP", id, "cannot be left: its " + std::to_string(g->expected()) + " members have joined");
+    throw registry.error("E_BAD_GROUP", id, "cannot be left: its " + std::to_string(g->expected()) + " members have joined");
   }
   ++g->left;
-  if (g->expected() == 0 || (!g->abandonedBy.empty() && g->told >= g->expected())) forget(id, g);
-  registryChanged.notify_all();
+  if (g->expected() == 0 || (!g->abandonedBy.empty() && g->told >= g->expected())) registry.forget(id, g);
+  registry.changed.notify_all();
 }
 
 }  // namespace weightd

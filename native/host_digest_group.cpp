@@ -1,25 +1,11 @@
 #include "host_digest_group.h"
 
-#include <chrono>
-#include <condition_variable>
-#include <deque>
-#include <map>
 #include <mutex>
 
 #include "device.h"
+#include "fill_group_registry.h"
 
 namespace weightd {
-
-namespace {
-
-// How often a waiting member looks at its own cancel flag: a worker thread being torn down
-// cancels its fill and joins the thread that waits here.
-constexpr auto kCancelPoll = std::chrono::milliseconds(20);
-// Failed groups are kept so that a member arriving late fails at once instead of waiting for
-// members that are gone, but only the most recent ones: each load has a fresh id.
-constexpr size_t kMaxFailed = 16;
-
-}  // namespace
 
 struct DigestGroup {
   unsigned size = 0;
@@ -38,48 +24,21 @@ struct DigestGroup {
 
 namespace {
 
-std::mutex registryMutex;
-std::condition_variable registryChanged;
-std::map<std::string, std::shared_ptr<DigestGroup>> groups;
-std::deque<std::pair<std::string, std::weak_ptr<DigestGroup>>> failedGroups;  // oldest first
-
-DeviceError groupError(const std::string& code, const std::string& id, const std::string& what) {
-  return DeviceError(code, "digest group " + id + ": " + what);
-}
-
-void forget(const std::string& id, const std::shared_ptr<DigestGroup>& g) {
-  auto it = groups.find(id);
-  if (it != groups.end() && it->second == g) groups.erase(it);
-}
+// Failed groups are kept for the members still to come (GroupRegistry::keepEnded).
+GroupRegistry<DigestGroup> registry("digest group");
 
 // A failed group is forgotten once every member has joined or left (none can come asking), or
-// once it is not among the kMaxFailed most recent. Called with registryMutex held.
+// once it is not among the GroupRegistry::kMaxEnded most recent. Called with registry.mutex held.
 void forgetIfAllCame(const std::string& id, const std::shared_ptr<DigestGroup>& g) {
-  if (g->joined + g->left >= g->size) forget(id, g);
+  if (g->joined + g->left >= g->size) registry.forget(id, g);
 }
 
 void fail(const std::string& id, const std::shared_ptr<DigestGroup>& g, const std::string& why) {
   if (!g->failure.empty() || g->done) return;
   g->failure = why;
-  failedGroups.emplace_back(id, g);
-  while (failedGroups.size() > kMaxFailed) {
-    if (auto old = failedGroups.front().second.lock()) forget(failedGroups.front().first, old);
-    failedGroups.pop_front();
-  }
+  registry.keepEnded(id, g);
   forgetIfAllCame(id, g);
-  registryChanged.notify_all();
-}
-
-std::shared_ptr<DigestGroup> groupFor(const std::string& id, unsigned size) {
-  std::shared_ptr<DigestGroup>& slot = groups[id];
-  if (!slot) {
-    slot = std::make_shared<DigestGroup>();
-    slot->size = size;
-  }
-  if (slot->size != size) {
-    throw groupError("E_BAD_GROUP", id, "joined as one of " + std::to_string(size) + " members, but it has " + std::to_string(slot->size));
-  }
-  return slot;
+  registry.changed.notify_all();
 }
 
 bool sameTensors(const std::vector<TensorRange>& a, const std::vector<TensorRange>& b) {
@@ -95,13 +54,13 @@ bool sameTensors(const std::vector<TensorRange>& a, const std::vector<TensorRang
 DigestGroupMember::DigestGroupMember(const std::string& id, unsigned size, const std::vector<std::string>& files, const std::vector<TensorRange>& tensors,
                                      const FileSet& fileSet)
     : id_(id) {
-  std::lock_guard<std::mutex> lock(registryMutex);
-  std::shared_ptr<DigestGroup> g = groupFor(id, size);
-  if (g->joined + g->left >= g->size) throw groupError("E_BAD_GROUP", id, "already has its " + std::to_string(g->size) + " members");
+  std::lock_guard<std::mutex> lock(registry.mutex);
+  std::shared_ptr<DigestGroup> g = registry.groupFor(id, size);
+  if (g->joined + g->left >= g->size) throw registry.error("E_BAD_GROUP", id, "already has its " + std::to_string(g->size) + " members");
   ++g->joined;
   if (!g->failure.empty()) {
     forgetIfAllCame(id, g);
-    throw groupError("E_FILL_CANCELLED", id, g->failure);
+    throw registry.error("E_FILL_CANCELLED", id, g->failure);
   }
   if (!g->digests) {
     try {
@@ -115,14 +74,14 @@ DigestGroupMember::DigestGroupMember(const std::string& id, unsigned size, const
   } else if (g->files != files || !sameTensors(g->tensors, tensors)) {
     // Every rank of a plan digests the same tensors of the same files (RankPlan.contentTensors).
     fail(id, g, "a member's files or tensors differ from the first member's");
-    throw groupError("E_BAD_GROUP", id, "this member's files or tensors differ from the first member's; every rank of one plan digests the same tensors");
+    throw registry.error("E_BAD_GROUP", id, "this member's files or tensors differ from the first member's; every rank of one plan digests the same tensors");
   }
   group_ = std::move(g);
 }
 
 DigestGroupMember::~DigestGroupMember() {
   if (finished_) return;
-  std::lock_guard<std::mutex> lock(registryMutex);
+  std::lock_guard<std::mutex> lock(registry.mutex);
   fail(id_, group_, "another rank's fill failed or was cancelled before it finished");
 }
 
@@ -130,7 +89,7 @@ ContentDigests& DigestGroupMember::digests() { return *group_->digests; }
 
 void DigestGroupMember::finish(const FileSet& fileSet, unsigned threads, FillControl& control) {
   DigestGroup& g = *group_;
-  std::unique_lock<std::mutex> lock(registryMutex);
+  std::unique_lock<std::mutex> lock(registry.mutex);
   ++g.finished;
   struct Waiting {
     std::atomic<bool>& flag;
@@ -138,7 +97,7 @@ void DigestGroupMember::finish(const FileSet& fileSet, unsigned threads, FillCon
     ~Waiting() { flag = false; }
   } waiting(control.waitingForGroup);
   for (;;) {
-    if (!g.failure.empty()) throw groupError("E_FILL_CANCELLED", id_, g.failure);
+    if (!g.failure.empty()) throw registry.error("E_FILL_CANCELLED", id_, g.failure);
     if (g.done) {
       control.digests = g.result;
       control.digestRereadBytes = 0;
@@ -155,25 +114,25 @@ void DigestGroupMember::finish(const FileSet& fileSet, unsigned threads, FillCon
       lock.lock();
       g.result = result;
       g.done = true;
-      if (g.joined + g.left >= g.size) forget(id_, group_);
-      registryChanged.notify_all();
+      if (g.joined + g.left >= g.size) registry.forget(id_, group_);
+      registry.changed.notify_all();
       control.digests = std::move(result);
       control.digestRereadBytes = reread;
       finished_ = true;
       return;
     }
     if (!g.hashingRest && control.cancel.load()) throw DeviceError("E_FILL_CANCELLED", "fill cancelled before it finished");
-    registryChanged.wait_for(lock, kCancelPoll);
+    registry.changed.wait_for(lock, kGroupCancelPoll);
   }
 }
 
 void leaveDigestGroup(const std::string& id, unsigned size) {
-  std::lock_guard<std::mutex> lock(registryMutex);
-  std::shared_ptr<DigestGroup> g = groupFor(id, size);
-  if (g->joined + g->left >= g->size) throw groupError("E_BAD_GROUP", id, "cannot be left: its " + std::to_string(g->size) + " members have come");
+  std::lock_guard<std::mutex> lock(registry.mutex);
+  std::shared_ptr<DigestGroup> g = registry.groupFor(id, size);
+  if (g->joined + g->left >= g->size) throw registry.error("E_BAD_GROUP", id, "cannot be left: its " + std::to_string(g->size) + " members have come");
   ++g->left;
-  if (g->expected() == 0 || (!g->failure.empty() && g->joined + g->left >= g->size)) forget(id, g);
-  registryChanged.notify_all();
+  if (g->expected() == 0 || (!g->failure.empty() && g->joined + g->left >= g->size)) registry.forget(id, g);
+  registry.changed.notify_all();
 }
 
 }  // namespace weightd
