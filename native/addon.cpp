@@ -488,9 +488,18 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
 
   // A send that met a full socket (FdSendStart): what is left, and the duplicate it goes on.
   struct PendingFdSend {
+    PendingFdSend(FdSend s, int caller) : send(std::move(s)), sock(caller) {}
+    PendingFdSend(const PendingFdSend&) = delete;
+    PendingFdSend& operator=(const PendingFdSend&) = delete;
+    ~PendingFdSend() { end(); }
+    // Closes the duplicate: the send is over, sent or failed.
+    void end() {
+      if (fd >= 0) ::close(fd);
+      fd = -1;
+    }
     FdSend send;
-    int fd;    // the duplicate, -1 once closed
-    int sock;  // the caller's number, for messages
+    int fd = -1;  // the duplicate, -1 until made and once closed
+    int sock;     // the caller's number, for messages
   };
 
   static PendingFdSend* toPendingFdSend(const Napi::Value& v) {
@@ -535,13 +544,13 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
   // owns a duplicate of the socket (never a number the connection may close and reuse).
   Napi::Value FdSendStart(const Napi::CallbackInfo& info) {
     int sock = toBounded<int>(info[0], "socketFd");
-    auto pending = std::make_unique<PendingFdSend>(PendingFdSend{FdSend(toFrame(info[1]), toFds(info[2])), -1, sock});
+    auto pending = std::make_unique<PendingFdSend>(FdSend(toFrame(info[1]), toFds(info[2])), sock);
     if (pending->send.sendSome(sock)) return info.Env().Null();
+    // A failure here leaves part of the frame on the wire: the connection is then destroyed.
     pending->fd = dupFd(sock);
-    return Napi::External<PendingFdSend>::New(info.Env(), pending.release(), [](Napi::Env, PendingFdSend* p) {
-      if (p->fd >= 0) ::close(p->fd);
-      delete p;
-    });
+    Napi::External<PendingFdSend> handle = Napi::External<PendingFdSend>::New(info.Env(), pending.get(), [](Napi::Env, PendingFdSend* p) { delete p; });
+    pending.release();  // the External owns it from here
+    return handle;
   }
 
   // fdSendSome(pending, deadlinePassed) -> true once all of it went (its duplicate is closed);
@@ -554,14 +563,10 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
       done = p->send.sendSome(p->fd);
       if (!done && info[1].ToBoolean()) throw timeoutError(p->send.what(p->sock), toBounded<int64_t>(info[2], "timeoutMs"));
     } catch (...) {
-      ::close(p->fd);
-      p->fd = -1;
+      p->end();
       throw;
     }
-    if (done) {
-      ::close(p->fd);
-      p->fd = -1;
-    }
+    if (done) p->end();
     return Napi::Boolean::New(info.Env(), done);
   }
 

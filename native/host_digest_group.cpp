@@ -1,5 +1,6 @@
 #include "host_digest_group.h"
 
+#include <atomic>
 #include <mutex>
 
 #include "device.h"
@@ -17,6 +18,9 @@ struct DigestGroup {
   std::vector<TensorRange> tensors;
   std::unique_ptr<ContentDigests> digests;
   bool hashingRest = false;
+  // While hashingRest: the cancel flag of the member reading the rest, which a waiting member
+  // that is cancelled sets too, so that its worker's teardown does not wait for that read.
+  std::atomic<bool>* restCancel = nullptr;
   bool done = false;
   std::string failure;  // why the group failed; empty while it has not
   std::vector<std::string> result;
@@ -65,7 +69,7 @@ DigestGroupMember::DigestGroupMember(const std::string& id, unsigned size, const
   if (!g->digests) {
     try {
       g->digests = std::make_unique<ContentDigests>(tensors, fileSet);
-    } catch (const DeviceError& e) {
+    } catch (const std::exception& e) {
       fail(id, g, std::string("its first member's tensors were refused: ") + e.what());
       throw;
     }
@@ -107,11 +111,20 @@ void DigestGroupMember::finish(const FileSet& fileSet, unsigned threads, FillCon
     if (!g.hashingRest && g.finished == g.expected()) {
       // Every member's copies are done: this one reads what none of them covered.
       g.hashingRest = true;
+      g.restCancel = &control.cancel;
       waiting.flag = false;
       lock.unlock();
-      uint64_t reread = g.digests->hashRest(fileSet, threads, control.cancel);  // throws when cancelled
+      uint64_t reread;
+      try {
+        reread = g.digests->hashRest(fileSet, threads, control.cancel);  // throws when cancelled
+      } catch (...) {
+        lock.lock();
+        g.restCancel = nullptr;
+        throw;
+      }
       std::vector<std::string> result = g.digests->tensorDigests();
       lock.lock();
+      g.restCancel = nullptr;
       g.result = result;
       g.done = true;
       if (g.joined + g.left >= g.size) registry.forget(id_, group_);
@@ -121,9 +134,22 @@ void DigestGroupMember::finish(const FileSet& fileSet, unsigned threads, FillCon
       finished_ = true;
       return;
     }
-    if (!g.hashingRest && control.cancel.load()) throw DeviceError("E_FILL_CANCELLED", "fill cancelled before it finished");
+    if (control.cancel.load()) {
+      // A member reading the rest for the group stops too: the group fails with this member.
+      if (g.restCancel) *g.restCancel = true;
+      throw DeviceError("E_FILL_CANCELLED", "fill cancelled before it finished");
+    }
     registry.changed.wait_for(lock, kGroupCancelPoll);
   }
+}
+
+void failDigestGroup(const std::string& id, unsigned size, const std::string& why) {
+  std::lock_guard<std::mutex> lock(registry.mutex);
+  std::shared_ptr<DigestGroup> g = registry.groupFor(id, size);
+  if (g->joined + g->left >= g->size) return;  // every member came already: not one of this group's
+  ++g->joined;
+  fail(id, g, why);
+  forgetIfAllCame(id, g);
 }
 
 void leaveDigestGroup(const std::string& id, unsigned size) {

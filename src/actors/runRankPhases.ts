@@ -35,9 +35,10 @@ export function rankWorkerImplementations(phases: RankPhases, post: Post) {
     adopt: fromPromise(async ({ input, signal }: { input: InputOf<'adopt'>; signal: AbortSignal }) => {
       const taken = await phases.adopt(input.device, input.data, unlessAborted(signal));
       // A rank that took its kept shard will not fill: the node's other ranks, which may be
-      // waiting for it in their fill group, fill without it.
+      // waiting for it in their fill group, fill without it. A written version's ranks never
+      // fill (they adopt, or fail): their plan's group is its base's, which no fill joins again.
       const group = input.data.fill.group;
-      if (group && tookKeptShard(taken)) addon().leaveFillGroup(input.data.device.backend, group.id, group.size);
+      if (group && !input.data.written && tookKeptShard(taken)) addon().leaveFillGroup(input.data.device.backend, group.id, group.size);
       return taken;
     }),
     allocate: fromPromise(async ({ input: { device, data } }: { input: InputOf<'allocate'> }) => {
