@@ -92,17 +92,13 @@ void fillInGroup(const std::string& id, unsigned size, const FillMember& self, c
   // leaves. The members' FillMember structs (and what they point to) live on the stacks of their
   // callers, so no member returns while the fill runs: the fill sees a cancel through each
   // member's own flag and stops.
-  struct Waiting {
-    std::atomic<bool>& flag;
-    explicit Waiting(std::atomic<bool>& f) : flag(f) { flag = true; }
-    ~Waiting() { flag = false; }
-  } waiting(self.control->waitingForGroup);
+  WaitingForGroup waiting(self.control->waitingForGroup);
   for (;;) {
     registry.changed.wait_for(lock, kGroupCancelPoll);
-    if (g->running) waiting.flag = false;  // every member has joined: this one's copies are under way
+    if (g->running) waiting.stop();  // every member has joined: this one's copies are under way
     // The members still to come left instead (leaveFillGroup): the first to have joined runs it.
     if (!g->running && !g->finished && g->abandonedBy.empty() && g->members.size() == g->expected() && g->members.front().control == self.control) {
-      waiting.flag = false;
+      waiting.stop();
       return runFor(id, g, self, options, lock);
     }
     if (g->finished) {

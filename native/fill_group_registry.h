@@ -3,6 +3,7 @@
 // (host_digest_group.h) each keep one. A group is made by its first member to come (to join or
 // to leave), held by its members meanwhile, and forgotten by whoever ends it.
 #pragma once
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -19,6 +20,21 @@ namespace weightd {
 // How often a member waiting in a group looks at its own cancel flag: a worker thread being torn
 // down cancels its fill and joins the thread that waits.
 constexpr auto kGroupCancelPoll = std::chrono::milliseconds(20);
+
+// Says that a member waits for the others of its group (FillControl::waitingForGroup) while it
+// lives, so that status shows a rank stuck there as waiting, not copying.
+class WaitingForGroup {
+ public:
+  explicit WaitingForGroup(std::atomic<bool>& flag) : flag_(flag) { flag_ = true; }
+  ~WaitingForGroup() { flag_ = false; }
+  WaitingForGroup(const WaitingForGroup&) = delete;
+  WaitingForGroup& operator=(const WaitingForGroup&) = delete;
+  // It waits no more (the group's work is under way), though it has not returned yet.
+  void stop() { flag_ = false; }
+
+ private:
+  std::atomic<bool>& flag_;
+};
 
 // `Group` has an `unsigned size`: its members, as the first to come said.
 template <typename Group>

@@ -84,17 +84,15 @@ std::vector<Chunk> interleaveSegments(std::vector<Chunk> chunks, const std::vect
 // this (a rank's rows of a tp=8 tensor) are never buffered whole.
 constexpr uint64_t kMaxClaimedSpanBytes = 8ull << 20;
 
-// The pieces this thread claimed for the chunk it reads whole (claimSpan), to hash once read.
-thread_local std::vector<size_t> spanPieces;
-
-// Claims the pieces that lie whole in chunk `c`'s span of `op`; true when it claimed any.
-bool claimSpan(ContentDigests& digests, const CopyOp& op, const Chunk& c) {
-  spanPieces.clear();
+// Claims the pieces that lie whole in chunk `c`'s span of `op` into `claimed` (emptied first),
+// for the caller to hash once it has read the span; true when it claimed any.
+bool claimSpan(ContentDigests& digests, const CopyOp& op, const Chunk& c, std::vector<size_t>& claimed) {
+  claimed.clear();
   uint64_t start = op.srcOffset + c.firstRow * op.srcPitch;
   uint64_t bytes = (c.rowCount - 1) * op.srcPitch + op.rowBytes;
   if (bytes > kMaxClaimedSpanBytes) return false;
-  digests.claimCovered(op.file, start, start + bytes, [](size_t p) { spanPieces.push_back(p); });
-  return !spanPieces.empty();
+  digests.claimCovered(op.file, start, start + bytes, [&](size_t p) { claimed.push_back(p); });
+  return !claimed.empty();
 }
 
 }  // namespace
@@ -230,6 +228,8 @@ void HostDevice::fill(const std::vector<std::string>& files, const std::vector<C
     thread_local std::vector<char> dense;
     if (dense.size() < c.byteCount) dense.resize(c.byteCount);
     uint64_t dst = op.dstOffset + (op.rows <= 1 ? c.byteStart : c.firstRow * op.rowBytes);
+    thread_local std::vector<size_t> claimed;  // the span's pieces claimSpan claimed for this chunk
+    claimed.clear();
     if (op.rows <= 1) {
       // Read a digest piece at a time and hash it at once, while it is still in the CPU's cache.
       for (uint64_t at = 0, end; at < c.byteCount; at = end) {
@@ -238,7 +238,7 @@ void HostDevice::fill(const std::vector<std::string>& files, const std::vector<C
         fileSet.readFull(op.file, dense.data() + at, end - at, from + at);
         digests.hashCovered(op.file, from + at, from + end, dense.data() + at);
       }
-    } else if (readsRowsApart(op) && !claimSpan(digests, op, c)) {
+    } else if (readsRowsApart(op) && !claimSpan(digests, op, c, claimed)) {
       // The gaps are worth skipping (read_ranges.h), and another rank reads this span whole (or it
       // holds no piece, or is too long to buffer): one read per row. A row holds no whole digest
       // piece unless it is at least a piece long; hashRest reads the others.
@@ -257,8 +257,7 @@ void HostDevice::fill(const std::vector<std::string>& files, const std::vector<C
       if (span.size() < spanBytes) span.resize(spanBytes);
       uint64_t spanStart = op.srcOffset + c.firstRow * op.srcPitch;
       fileSet.readFull(op.file, span.data(), spanBytes, spanStart);
-      for (size_t p : spanPieces) digests.hashClaimed(p, span.data() + (digests.pieceStart(p) - spanStart));
-      spanPieces.clear();
+      for (size_t p : claimed) digests.hashClaimed(p, span.data() + (digests.pieceStart(p) - spanStart));
       digests.hashCovered(op.file, spanStart, spanStart + spanBytes, span.data());
       for (uint64_t r = 0; r < c.rowCount; ++r) memcpy(dense.data() + r * op.rowBytes, span.data() + r * op.srcPitch, op.rowBytes);
     }

@@ -14,6 +14,8 @@ struct DigestGroup {
   unsigned joined = 0;
   unsigned finished = 0;  // members whose copies are done
   unsigned expected() const { return size - left; }
+  // Every member has joined or left: none can come asking for the group any more.
+  bool allCame() const { return joined + left >= size; }
   std::vector<std::string> files;
   std::vector<TensorRange> tensors;
   std::unique_ptr<ContentDigests> digests;
@@ -34,7 +36,7 @@ GroupRegistry<DigestGroup> registry("digest group");
 // A failed group is forgotten once every member has joined or left (none can come asking), or
 // once it is not among the GroupRegistry::kMaxEnded most recent. Called with registry.mutex held.
 void forgetIfAllCame(const std::string& id, const std::shared_ptr<DigestGroup>& g) {
-  if (g->joined + g->left >= g->size) registry.forget(id, g);
+  if (g->allCame()) registry.forget(id, g);
 }
 
 void fail(const std::string& id, const std::shared_ptr<DigestGroup>& g, const std::string& why) {
@@ -60,7 +62,7 @@ DigestGroupMember::DigestGroupMember(const std::string& id, unsigned size, const
     : id_(id) {
   std::lock_guard<std::mutex> lock(registry.mutex);
   std::shared_ptr<DigestGroup> g = registry.groupFor(id, size);
-  if (g->joined + g->left >= g->size) throw registry.error("E_BAD_GROUP", id, "already has its " + std::to_string(g->size) + " members");
+  if (g->allCame()) throw registry.error("E_BAD_GROUP", id, "already has its " + std::to_string(g->size) + " members");
   ++g->joined;
   if (!g->failure.empty()) {
     forgetIfAllCame(id, g);
@@ -95,11 +97,7 @@ void DigestGroupMember::finish(const FileSet& fileSet, unsigned threads, FillCon
   DigestGroup& g = *group_;
   std::unique_lock<std::mutex> lock(registry.mutex);
   ++g.finished;
-  struct Waiting {
-    std::atomic<bool>& flag;
-    explicit Waiting(std::atomic<bool>& f) : flag(f) { flag = true; }
-    ~Waiting() { flag = false; }
-  } waiting(control.waitingForGroup);
+  WaitingForGroup waiting(control.waitingForGroup);
   for (;;) {
     if (!g.failure.empty()) throw registry.error("E_FILL_CANCELLED", id_, g.failure);
     if (g.done) {
@@ -112,7 +110,7 @@ void DigestGroupMember::finish(const FileSet& fileSet, unsigned threads, FillCon
       // Every member's copies are done: this one reads what none of them covered.
       g.hashingRest = true;
       g.restCancel = &control.cancel;
-      waiting.flag = false;
+      waiting.stop();
       lock.unlock();
       uint64_t reread;
       try {
@@ -127,7 +125,7 @@ void DigestGroupMember::finish(const FileSet& fileSet, unsigned threads, FillCon
       g.restCancel = nullptr;
       g.result = result;
       g.done = true;
-      if (g.joined + g.left >= g.size) registry.forget(id_, group_);
+      forgetIfAllCame(id_, group_);
       registry.changed.notify_all();
       control.digests = std::move(result);
       control.digestRereadBytes = reread;
@@ -146,18 +144,17 @@ void DigestGroupMember::finish(const FileSet& fileSet, unsigned threads, FillCon
 void failDigestGroup(const std::string& id, unsigned size, const std::string& why) {
   std::lock_guard<std::mutex> lock(registry.mutex);
   std::shared_ptr<DigestGroup> g = registry.groupFor(id, size);
-  if (g->joined + g->left >= g->size) return;  // every member came already: not one of this group's
+  if (g->allCame()) return;  // every member came already: not one of this group's
   ++g->joined;
   fail(id, g, why);
-  forgetIfAllCame(id, g);
 }
 
 void leaveDigestGroup(const std::string& id, unsigned size) {
   std::lock_guard<std::mutex> lock(registry.mutex);
   std::shared_ptr<DigestGroup> g = registry.groupFor(id, size);
-  if (g->joined + g->left >= g->size) throw registry.error("E_BAD_GROUP", id, "cannot be left: its " + std::to_string(g->size) + " members have come");
+  if (g->allCame()) throw registry.error("E_BAD_GROUP", id, "cannot be left: its " + std::to_string(g->size) + " members have come");
   ++g->left;
-  if (g->expected() == 0 || (!g->failure.empty() && g->joined + g->left >= g->size)) registry.forget(id, g);
+  if (g->expected() == 0 || (!g->failure.empty() && g->allCame())) registry.forget(id, g);
   registry.changed.notify_all();
 }
 

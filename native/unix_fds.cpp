@@ -161,8 +161,12 @@ FdSend::FdSend(std::vector<uint8_t> frame, std::vector<int> fds) : frame_(std::m
     throw DeviceError("E_FD_SEND", "a frame of " + std::to_string(frame_.size()) + " bytes cannot carry " + std::to_string(fds_.size()) +
                                        " fds: each batch of " + std::to_string(kFdsPerBatch) + " needs a byte of its own");
   }
-  sent_ = pieces_[0].begin;
-  fdsSent_ = pieces_[0].fdBegin == pieces_[0].fdEnd;
+  startPiece();
+}
+
+void FdSend::startPiece() {
+  sent_ = pieces_[piece_].begin;
+  fdsSent_ = pieces_[piece_].fdBegin == pieces_[piece_].fdEnd;  // a piece without a batch has none to send
 }
 
 std::string FdSend::what(int sock) const {
@@ -187,10 +191,7 @@ bool FdSend::sendSome(int sock) {
                                          std::to_string(frame_.size()) + " bytes (" + std::to_string(fds_.size()) + " fds): " + errnoMessage(err) +
                                          (err == EBADF || err == ENOTSOCK ? "; pass a connected AF_UNIX socket and open fds" : ""));
     }
-    if (++piece_ < pieces_.size()) {
-      sent_ = pieces_[piece_].begin;
-      fdsSent_ = pieces_[piece_].fdBegin == pieces_[piece_].fdEnd;
-    }
+    if (++piece_ < pieces_.size()) startPiece();
   }
   return true;
 }

@@ -32,6 +32,8 @@ class FdSend {
   std::string what(int sock) const;
 
  private:
+  void startPiece();  // at the first byte of pieces_[piece_]
+
   std::vector<uint8_t> frame_;
   std::vector<int> fds_;
   std::vector<FdPiece> pieces_;

@@ -36,15 +36,14 @@ const Record* Store::find(const Key& key) const {
   return it == records_.end() ? nullptr : &it->second;
 }
 
-const Record* Store::take(const Key& key, pid_t taker) {
+void Store::take(const Key& key, pid_t taker) {
   auto it = records_.find(key);
-  if (it == records_.end()) return nullptr;
+  if (it == records_.end()) return;
   it->second.ownerPid = taker;
   it->second.ownerAlive = true;
   it->second.expiresAt.reset();
   watch(taker);
   pruneOwners();
-  return &it->second;
 }
 
 uint32_t Store::drop(const std::string& device, const std::string& fingerprint) {

@@ -47,8 +47,8 @@ class Store {
   void keep(const Key& key, std::string blob, std::vector<int> fds, pid_t owner);
   // The record, as kept; nullptr when none is.
   const Record* find(const Key& key) const;
-  // The record, now owned by `taker` with its expiry cancelled; nullptr when none is kept.
-  const Record* take(const Key& key, pid_t taker);
+  // The record of `key` (find's) is now owned by `taker`, its expiry cancelled; nothing when none is kept.
+  void take(const Key& key, pid_t taker);
   // device "" drops every record; fingerprint "" every record of the device. Returns how many.
   uint32_t drop(const std::string& device, const std::string& fingerprint);
   // The fingerprints kept for `device`, for E_NOT_KEPT's message.

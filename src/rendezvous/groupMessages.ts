@@ -25,7 +25,9 @@ const count = z.int().min(0).max(MAX_RANKS * 1024);
 const positive = z.int().min(1).max(MAX_RANKS);
 const nodeRank = z.int().min(0).max(MAX_RANKS - 1);
 const shortText = z.string().min(1).max(256);
-const reason = z.string().max(2000);
+/** What a `message` or `reason` may hold: longer text is clipped when sent (withinBounds), never refused by every node. */
+const MAX_REASON_CHARS = 2000;
+const reason = z.string().max(MAX_REASON_CHARS);
 const rankList = z.array(nodeRank).max(MAX_RANKS);
 const MAX_FINGERPRINT_FIELDS = 64;
 
@@ -153,9 +155,6 @@ export const ServerMessage = z.discriminatedUnion('type', [
 export type ServerMessage = z.infer<typeof ServerMessage>;
 
 export type AnyMessage = ClientMessage | ServerMessage;
-
-/** What a `message` or `reason` may hold (the schemas' bound): longer text is clipped when sent, never refused by every node. */
-const MAX_REASON_CHARS = 2000;
 
 /** `message` with its `message` and `reason` clipped to what the schemas take: a verdict that names many nodes, or a failure report that a coordinator prefixed, still reaches every node. */
 function withinBounds(message: AnyMessage): AnyMessage {
