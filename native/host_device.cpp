@@ -182,30 +182,25 @@ void HostDevice::fill(const std::vector<std::string>& files, const std::vector<C
   std::vector<uint64_t> sizes;
   std::vector<char*> bases;
   std::vector<int> fds;
-  std::unique_ptr<FileSet> openFiles;
-  try {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (segments_.empty()) throw DeviceError("E_NOT_ALLOCATED", "fill before allocate on device " + uuid_);
-      if (sealed_) {
-        throw DeviceError("E_SEALED", "device " + uuid_ + "'s segments are sealed (exported or adopted) and can no longer be written; free and allocate again to fill");
-      }
-      for (auto& s : segments_) {
-        sizes.push_back(s.bytes);
-        bases.push_back(static_cast<char*>(s.base));
-        fds.push_back(s.fd);
-      }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (segments_.empty()) throw DeviceError("E_NOT_ALLOCATED", "fill before allocate on device " + uuid_);
+    if (sealed_) {
+      throw DeviceError("E_SEALED", "device " + uuid_ + "'s segments are sealed (exported or adopted) and can no longer be written; free and allocate again to fill");
     }
-    // The page cache is the fast path for shared memory; O_DIRECT would only add alignment copies.
-    openFiles = std::make_unique<FileSet>(files, false);
-    validateOps(ops, *openFiles, sizes);
-    validateZeroRanges(zeros, sizes);
-  } catch (const std::exception& e) {
-    // This rank never joins its digest group: the others would wait for it at their end.
-    if (options.groupSize > 1) failDigestGroup(options.groupId, options.groupSize, std::string("another rank's fill failed before it began: ") + e.what());
-    throw;
+    for (auto& s : segments_) {
+      sizes.push_back(s.bytes);
+      bases.push_back(static_cast<char*>(s.base));
+      fds.push_back(s.fd);
+    }
   }
-  const FileSet& fileSet = *openFiles;
+  // The page cache is the fast path for shared memory; O_DIRECT would only add alignment copies.
+  // A failure before this rank joins its digest group does not fail the group: the others wait at
+  // their end until the node, told of this rank's own error, cancels them. Failing them at once
+  // raced that error to the node, which could then name a waiting rank as the one that failed.
+  FileSet fileSet(files, false);
+  validateOps(ops, fileSet, sizes);
+  validateZeroRanges(zeros, sizes);
   // A fresh memfd reads as zeros, but a second fill of the same arena may not: zeroing
   // here keeps one contract for both backends, at the cost of the padding's pages only.
   for (const ZeroRange& z : zeros) memset(bases[z.segment] + z.offset, 0, z.bytes);

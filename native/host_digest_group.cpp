@@ -141,14 +141,6 @@ void DigestGroupMember::finish(const FileSet& fileSet, unsigned threads, FillCon
   }
 }
 
-void failDigestGroup(const std::string& id, unsigned size, const std::string& why) {
-  std::lock_guard<std::mutex> lock(registry.mutex);
-  std::shared_ptr<DigestGroup> g = registry.groupFor(id, size);
-  if (g->allCame()) return;  // every member came already: not one of this group's
-  ++g->joined;
-  fail(id, g, why);
-}
-
 void leaveDigestGroup(const std::string& id, unsigned size) {
   std::lock_guard<std::mutex> lock(registry.mutex);
   std::shared_ptr<DigestGroup> g = registry.groupFor(id, size);

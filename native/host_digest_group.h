@@ -50,8 +50,4 @@ class DigestGroupMember {
 // keeper): the others finish without it, or the group is forgotten when none is left.
 void leaveDigestGroup(const std::string& id, unsigned size);
 
-// Says that one member of group `id` of `size` failed before it could join (`why`): the group
-// fails, and the members waiting in it, or still to come, fail at once.
-void failDigestGroup(const std::string& id, unsigned size, const std::string& why);
-
 }  // namespace weightd

@@ -132,7 +132,7 @@ test('a rank that adopted leaves the digest group: the other fills and hashes al
   });
 });
 
-test('a digest group fails as a whole, and no member waits for ever: a member cancelled while waiting, a member whose tensors differ, a member that fails before it joins', async () => {
+test('a digest group fails as a whole, and no member waits for ever: a member cancelled while waiting, a member whose tensors differ', async () => {
   await withTp2Ranks('digest-fail', async (ranks) => {
       // A rank's fill, once it waits at its end for the others ({ ended }: its outcome).
       const waitingFor = async (i: number, id: string) => {
@@ -152,13 +152,7 @@ test('a digest group fails as a whole, and no member waits for ever: a member ca
       const fewer = ranks.plan.ranks[1]!.contentTensors.ranges.slice(1);
       assert.match(await outcome(ranks.fill(1, { id: `differ-${process.pid}`, size: 2 }, fewer)), /^E_BAD_GROUP: digest group differ-\d+: this member's files or tensors differ/);
       assert.match(await told.ended, /^E_FILL_CANCELLED: digest group differ-\d+: a member's files or tensors differ/);
-      // Rank 0 waits; rank 1 fails before it can join (its arena is gone): rank 0 is told at once.
-    const early = await waitingFor(0, `early-${process.pid}`);
-    await ranks.devices[1]!.free();
-    assert.match(await outcome(ranks.fill(1, { id: `early-${process.pid}`, size: 2 })), /^E_NOT_ALLOCATED: fill before allocate/);
-    assert.match(await early.ended, /^E_FILL_CANCELLED: digest group early-\d+: another rank's fill failed before it began: fill before allocate/);
-    await ranks.devices[1]!.allocate(ranks.plan.ranks[1]!.segments);
-    // Both devices still fill, together, afterwards.
+      // Both devices still fill, together, afterwards.
       const after = await Promise.all([0, 1].map((i) => ranks.fill(i, { id: `after-${process.pid}`, size: 2 })));
       for (const filled of after) assert.equal(filled.digests, ranks.want);
   });
