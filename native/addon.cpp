@@ -401,6 +401,7 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::UnreadBytes>>("unreadBytes"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::FdSendStart>>("fdSendStart"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::FdSendSome>>("fdSendSome"),
+                             InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::FdSendEnd>>("fdSendEnd"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::UnixRequest>>("unixRequest"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::CloseFd>>("closeFd"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::OpenReadOnly>>("openReadOnly"),
@@ -553,8 +554,9 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
     return handle;
   }
 
-  // fdSendSome(pending, deadlinePassed) -> true once all of it went (its duplicate is closed);
-  // E_FD_TIMEOUT when the deadline has passed with bytes left, E_FD_SEND on an error.
+  // fdSendSome(pending, deadlinePassed, timeoutMs) -> the bytes still to send: 0 once all of it
+  // went (its duplicate is then closed); E_FD_TIMEOUT when the deadline has passed with bytes
+  // left, E_FD_SEND on an error.
   Napi::Value FdSendSome(const Napi::CallbackInfo& info) {
     PendingFdSend* p = toPendingFdSend(info[0]);
     if (p->fd < 0) throw DeviceError("E_FD_SEND", "this send has ended already");
@@ -567,7 +569,14 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
       throw;
     }
     if (done) p->end();
-    return Napi::Boolean::New(info.Env(), done);
+    return Napi::Number::New(info.Env(), static_cast<double>(p->send.bytesLeft()));
+  }
+
+  // fdSendEnd(pending): gives up a pending send, closing its duplicate at once (the connection
+  // closes now, not when the garbage collector takes the handle). Once ended, a no-op.
+  Napi::Value FdSendEnd(const Napi::CallbackInfo& info) {
+    toPendingFdSend(info[0])->end();
+    return info.Env().Undefined();
   }
 
   // unixRequest(path, frame, fds, timeoutMs, maxReplyBytes) -> Promise<{ frame, fds }>

@@ -30,6 +30,8 @@ class FdSend {
   bool sendSome(int sock);
   // "sending N bytes and M fds on socket fd S", for an error's message.
   std::string what(int sock) const;
+  // Bytes of the frame not yet sent: 0 once sendSome returned true.
+  size_t bytesLeft() const { return frame_.size() - sent_; }
 
  private:
   void startPiece();  // at the first byte of pieces_[piece_]

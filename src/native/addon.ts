@@ -257,11 +257,13 @@ export interface Addon {
    */
   fdSendStart(socketFd: number, frame: Buffer, fds: number[]): PendingFdSend | null;
   /**
-   * Sends what the socket takes now of a pending send: true once every byte went (its duplicate
-   * is then closed). With `deadlinePassed`, E_FD_TIMEOUT naming `timeoutMs` when bytes are left;
-   * E_FD_SEND on an error. Either error ends it.
+   * Sends what the socket takes now of a pending send and returns the bytes still to send: 0 once
+   * every byte went (its duplicate is then closed). With `deadlinePassed`, E_FD_TIMEOUT naming
+   * `timeoutMs` when bytes are left; E_FD_SEND on an error. Either error ends it.
    */
-  fdSendSome(pending: PendingFdSend, deadlinePassed: boolean, timeoutMs: number): boolean;
+  fdSendSome(pending: PendingFdSend, deadlinePassed: boolean, timeoutMs: number): number;
+  /** Gives a pending send up: its duplicate of the socket is closed now. A no-op once it ended. */
+  fdSendEnd(pending: PendingFdSend): void;
   /**
    * Connects to `path` (a server of another uid is refused, E_PEER_UID), sends `frame` and `fds`
    * as fdSendStart does (waiting on a libuv thread for the socket to take the rest), and reads one reply frame (10-byte header: magic, u16 BE version, u32 BE

@@ -73,7 +73,8 @@ export class ClientConnection {
   #lastWrite: Promise<void> = Promise.resolve();
   /** A reply with descriptors is being written to the socket's fd, outside the stream. */
   #sendingFds = false;
-  #destroyAfterSend = false;
+  /** Aborted by destroy(): the reply with descriptors being sent gives up at once. */
+  #sendAbort: AbortController | undefined;
   /** Event frames that came while a reply with descriptors was being sent: written after it. */
   #heldEvents: Buffer[] = [];
   /** A reply with descriptors is on its way (waiting for the stream to drain, then sendmsg): events wait in #heldEvents. */
@@ -127,10 +128,11 @@ export class ClientConnection {
 
   destroy(): void {
     this.#closing = true;
-    // Not while sendmsg runs on the fd: closed under it, the number could be reused by the next
-    // accepted connection, and the frame and segments would go to that client instead.
-    if (this.#sendingFds) this.#destroyAfterSend = true;
-    else this.#socket.destroy();
+    // A reply with descriptors still being sent goes on the addon's duplicate of the socket, never
+    // on this number (which the next accepted connection may reuse once closed): the abort closes
+    // that duplicate, so the peer sees the end now, not at the reply's deadline.
+    this.#sendAbort?.abort();
+    this.#socket.destroy();
   }
 
   #onData(chunk: Buffer): void {
@@ -295,14 +297,16 @@ export class ClientConnection {
       if (!flushed) this.destroy();
       if (this.#closing) return;
       this.#sendingFds = true;
+      this.#sendAbort = new AbortController();
       try {
-        await this.#sendFds(encodeFrame(reply.json), reply.fds, this.#limits.idleTimeoutMs);
+        await this.#sendFds(encodeFrame(reply.json), reply.fds, this.#limits.idleTimeoutMs, this.#sendAbort.signal);
       } catch (err) {
-        this.#handler.violation(this.caller, err instanceof WeightdError ? err : new WeightdError('E_INTERNAL', (err as Error).message));
+        // Closed by this side (stop, a violation already reported): the abort is no fault of the peer's.
+        if (!this.#closing) this.#handler.violation(this.caller, err instanceof WeightdError ? err : new WeightdError('E_INTERNAL', (err as Error).message));
         this.destroy();
       } finally {
         this.#sendingFds = false;
-        if (this.#destroyAfterSend) this.#socket.destroy();
+        this.#sendAbort = undefined;
       }
     } finally {
       this.#holdingEvents = false;
@@ -338,7 +342,8 @@ export class ClientConnection {
     clearTimeout(this.#idleTimer);
     clearTimeout(this.#eventTimer);
     this.#queue.length = 0;
-    // An event's rules can drop the connection while sendmsg runs on its fd: closed then (destroy()).
+    // An event's rules can drop the connection while a reply with descriptors is sent outside the
+    // stream: a frame written to the stream now could land inside that reply's bytes.
     if (this.#sendingFds) return this.destroy();
     // Ended drained, not destroyed once written: a peer still sending (its request crossed the
     // deadline, or the rest of a refused frame) would get EPIPE and lose this frame unread.

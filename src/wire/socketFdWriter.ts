@@ -13,8 +13,11 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { ServeError } from '../errors.js';
 import { addon } from '../native/addon.js';
 
-/** Writes `frame` with `fds` attached within `timeoutMs`; rejects when it could not (the stream is then unusable). */
-export type FdWriter = (frame: Buffer, fds: number[], timeoutMs: number) => Promise<void>;
+/**
+ * Writes `frame` with `fds` attached within `timeoutMs`; rejects when it could not (the stream is
+ * then unusable). Once `signal` aborts (the connection is closing), it gives up at once.
+ */
+export type FdWriter = (frame: Buffer, fds: number[], timeoutMs: number, signal?: AbortSignal) => Promise<void>;
 
 /** The longest wait between two tries on a full socket: how late a slow reader may get the rest. */
 const MAX_RETRY_MS = 50;
@@ -27,24 +30,37 @@ export function streamFd(stream: Duplex): number | undefined {
 
 /**
  * Sends every byte of `frame` with `fds` on the connected AF_UNIX stream socket `socketFd` within
- * `timeoutMs`. The caller keeps its fds and the socket open until it settles. E_FD_SEND,
- * E_FD_TIMEOUT.
+ * `timeoutMs`. The caller keeps its fds open until it settles; the socket it may close once the
+ * first try returned (the rest goes on a duplicate, which an abort of `signal` closes at once).
+ * E_FD_SEND (also when aborted), E_FD_TIMEOUT.
  */
-export async function sendFds(socketFd: number, frame: Buffer, fds: number[], timeoutMs: number): Promise<void> {
+export async function sendFds(socketFd: number, frame: Buffer, fds: number[], timeoutMs: number, signal?: AbortSignal): Promise<void> {
   const pending = addon().fdSendStart(socketFd, frame, fds);
   if (pending === null) return;
   const deadline = performance.now() + timeoutMs;
-  for (let wait = 1; ; wait = Math.min(2 * wait, MAX_RETRY_MS)) {
-    const left = deadline - performance.now();
-    await sleep(Math.max(0, Math.min(wait, left)));
-    if (addon().fdSendSome(pending, performance.now() >= deadline, timeoutMs)) return;
+  // What the first try left (the socket is full: this try sends nothing, and says how much is left).
+  let left = addon().fdSendSome(pending, false, timeoutMs);
+  // The wait doubles while the peer reads nothing and starts again at 1 ms once it read some: a
+  // reader that takes a large reply in pieces is not kept 50 ms behind for each of them.
+  for (let wait = 1; ; ) {
+    const untilDeadline = deadline - performance.now();
+    try {
+      await sleep(Math.max(0, Math.min(wait, untilDeadline)), undefined, { signal });
+    } catch {
+      addon().fdSendEnd(pending);
+      throw new ServeError('E_FD_SEND', `the connection closed with ${left} of the ${frame.length} bytes of its reply (and its ${fds.length} fds) unsent`, { left, bytes: frame.length });
+    }
+    const now = addon().fdSendSome(pending, performance.now() >= deadline, timeoutMs);
+    if (now === 0) return;
+    wait = now < left ? 1 : Math.min(2 * wait, MAX_RETRY_MS);
+    left = now;
   }
 }
 
 export function socketFdWriter(stream: Duplex): FdWriter {
-  return (frame, fds, timeoutMs) => {
+  return (frame, fds, timeoutMs, signal) => {
     const fd = streamFd(stream);
     if (fd === undefined) return Promise.reject(new ServeError('E_NO_FDS', 'this connection is not a Unix socket: it cannot carry descriptors'));
-    return sendFds(fd, frame, fds, timeoutMs);
+    return sendFds(fd, frame, fds, timeoutMs, signal);
   };
 }

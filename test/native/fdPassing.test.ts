@@ -11,7 +11,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { DeviceError } from '../../src/errors.js';
+import { DeviceError, type WeightdError } from '../../src/errors.js';
 import { addon } from '../../src/native/addon.js';
 import { sendFds } from '../../src/wire/socketFdWriter.js';
 
@@ -287,6 +287,39 @@ test('replies to peers that stop reading wait on the event loop, not on libuv th
     await until(() => openFdCount() <= before, `the descriptors opened are closed again (${before} before)`);
   } finally {
     for (const peer of sockets) peer.destroy();
+    await server.close();
+    files.remove();
+  }
+});
+
+test('a send whose signal aborts gives up at once: E_FD_SEND naming the bytes left, and its duplicate of the socket is closed', async () => {
+  const files = makeFiles(1);
+  let accepted!: Socket;
+  const server = await serve(() => {});
+  const gotOne = new Promise<void>((resolve) => (server.onAccept = (s) => ((accepted = s), resolve())));
+  const peer = connect(server.path);
+  peer.pause();
+  peer.on('error', () => {});
+  try {
+    await gotOne;
+    const big = frameOf(Buffer.alloc(4 << 20, 7));
+    const before = openFdCount();
+    const abort = new AbortController();
+    const sending = sendFds(fdOf(accepted), big, files.fds, 60_000, abort.signal);
+    assert.is(openFdCount(), before + 1, 'the pending rest holds a duplicate of the socket');
+    abort.abort();
+    const err = await sending.then(
+      (): WeightdError => assert.unreachable('an aborted send resolved') as never,
+      (e: WeightdError) => e,
+    );
+    assert.is(err.code, 'E_FD_SEND');
+    const left = /with (\d+) of/.exec(err.message)?.[1];
+    assert.ok(Number(left) > 0 && Number(left) < big.length, `the bytes left, not the whole frame (${left})`);
+    assert.match(err.message, /^the connection closed with \d+ of the 4194314 bytes of its reply \(and its 1 fds\) unsent$/);
+    assert.is(openFdCount(), before, 'the duplicate is closed with the send, not by the garbage collector');
+  } finally {
+    peer.destroy();
+    accepted?.destroy();
     await server.close();
     files.remove();
   }

@@ -11,6 +11,7 @@ import { ClientConnection, type ConnectionHandler } from '../../src/serve/client
 import { encodeFrame, encodeMessage, FrameDecoder } from '../../src/wire/frameCodec.js';
 import type { Request } from '../../src/wire/protocol.js';
 import { crossReadDeadline } from '../helpers/crossingPeer.js';
+import { socketFdWriter } from '../../src/wire/socketFdWriter.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -137,6 +138,56 @@ test('an event fired while a reply with descriptors waits for the stream to drai
     });
     assert.equal(frames.slice(PAD_EVENTS), [1, 'model_ready']);
     assert.equal(frames.slice(0, PAD_EVENTS), Array.from({ length: PAD_EVENTS }, (_, i) => `pad-${i}`));
+  } finally {
+    client.destroy();
+    server.close();
+    closeSync(fd);
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('a connection closed by the daemon while its reply with descriptors waits for a peer that does not read ends at once: the peer reads the end, the reply is let go, the peer is not blamed', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'weightd-conn-'));
+  const path = join(dir, 's.sock');
+  const fd = openSync('/dev/null', 'r');
+  let conn!: ClientConnection;
+  let replyPending!: () => void;
+  const pending = new Promise<void>((r) => (replyPending = r));
+  let sent = 0;
+  const violations: string[] = [];
+  // 4 MiB: far more than the socket buffers, so the send waits for the peer after its first try.
+  const json = JSON.stringify({ id: 1, ok: true, pad: 'x'.repeat(4 << 20) });
+  const server = createServer((socket: Socket) => {
+    const writer = socketFdWriter(socket);
+    conn = new ClientConnection(socket, { pid: 1, connectionId: 1 }, {
+      handle: async () => ({ json, fds: [fd], sent: () => void sent++ }),
+      keepOpen: () => false,
+      closed: () => {},
+      violation: (_c, err) => void violations.push(err.code),
+    }, { maxRequestBytes: 1 << 20, eventReadTimeoutMs: 60_000, readTimeoutMs: 5000, idleTimeoutMs: 60_000 }, (frame, fds, timeoutMs, signal) => {
+      const sending = writer(frame, fds, timeoutMs, signal);
+      replyPending(); // the first try has returned: the rest waits for the peer
+      return sending;
+    });
+  });
+  await new Promise<void>((r) => server.listen(path, r));
+  const client = createConnection(path);
+  try {
+    await new Promise((r) => client.once('connect', r));
+    client.pause();
+    client.write(encodeMessage({ id: 1, cmd: 'ping' }));
+    await pending;
+    conn.destroy(); // as the daemon's stop does
+    let got = 0;
+    await new Promise<void>((resolve) => {
+      client.on('data', (chunk: Buffer) => (got += chunk.length));
+      client.on('close', () => resolve());
+      client.resume();
+    });
+    // Before, the close waited for the whole reply (or its 60 s deadline) on the kept descriptor.
+    assert.ok(got < encodeFrame(json).length, `the reply was cut off at the close (${got} bytes read)`);
+    assert.is(sent, 1, "the reply's descriptors are let go");
+    assert.equal(violations, [], 'a close by the daemon is no violation of the peer');
   } finally {
     client.destroy();
     server.close();
