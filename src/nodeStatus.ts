@@ -57,6 +57,12 @@ export interface RankStatus {
    * rank then fails). Absent where every check ran before the rank said loaded.
    */
   descriptors?: 'checking' | 'checked' | 'refused';
+  /**
+   * While loading: true when the rank waits for the node's other ranks of its model (the cuda fill
+   * group before its fill, the host digest group after it), so a rank at 0% or 100% that does not
+   * move says why; absent otherwise.
+   */
+  waitingForGroup?: true;
 }
 
 export interface PeerStatus {

@@ -38,7 +38,7 @@ export const rankActor = fromCallback<RankCommand, RankActorInput, RankEvent>(({
         sendBack({ type: 'RANK_DEVICE', localRank, info: m.info, ...(m.adoptable ? { adoptable: true } : {}) });
         break;
       case 'PROGRESS':
-        sendBack({ type: 'RANK_PROGRESS', localRank, bytes: m.bytes, totalBytes: m.totalBytes, seconds: m.seconds });
+        sendBack({ type: 'RANK_PROGRESS', localRank, bytes: m.bytes, totalBytes: m.totalBytes, seconds: m.seconds, waitingForGroup: m.waitingForGroup });
         break;
       case 'LOADED':
         sendBack({ type: 'RANK_LOADED', localRank, device: m.info, segments: m.segments, bytes: m.bytes, seconds: m.seconds, source: m.source, digests: m.digests, ...(m.descriptors ? { descriptors: m.descriptors } : {}) });

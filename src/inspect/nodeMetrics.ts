@@ -92,6 +92,7 @@ export class NodeMetrics {
     });
     perRank('weightd_rank_kept', 'With a keeper: 1 while it holds the rank shard, 0 while it does not (absent without a keeper).', (r) => (r.kept === null ? null : r.kept ? 1 : 0));
     perRank('weightd_rank_descriptors_checked', 'A cuda rank adopted with no CUDA context (a restart\'s fast path): 0 while its descriptors\' check runs (no client gets them yet), 1 once passed (absent where every check ran before it was loaded; a failed check fails the rank).', (r) => (r.descriptors === null ? null : r.descriptors === 'checked' ? 1 : 0));
+    perRank('weightd_rank_waiting_for_group', 'While a rank loads: 1 while it waits for the node\'s other ranks of its model (its fill group), 0 while it reads; absent when not loading.', (r) => (r.state === 'loading' ? (r.waitingForGroup ? 1 : 0) : null));
     perRank('weightd_rank_kept_age_seconds', 'An adopted rank: how long its segments had been kept when this daemon adopted them.', (r) => (r.keptAgeMs === null ? null : r.keptAgeMs / 1000));
     gauge('weightd_keeper_up', 'With a keeper: 1 while it answers, 0 while it is absent or lost (absent with --keeper off).', [], (g, v) => {
       if (v.keeper) g.set(v.keeper.state === 'up' ? 1 : 0);

@@ -73,13 +73,16 @@ export class ProgressReporter {
     const status = this.#o.status();
     if (!this.#loading(status)) return;
     const node = nodeProgress(status.ranks);
-    const ranks = status.ranks.map((r) => ({ globalRank: r.globalRank, localRank: r.localRank, state: r.state, ...rankProgress(r) }));
+    const ranks = status.ranks.map((r) => ({ globalRank: r.globalRank, localRank: r.localRank, state: r.state, ...rankProgress(r), ...(r.waitingForGroup && r.state === 'loading' ? { waitingForGroup: true } : {}) }));
     let msg = `loading ${percent(node).toFixed(1)}%: ${formatBytes(node.bytes)} of ${formatBytes(node.totalBytes)} at ${formatRate(node.bytesPerSecond)}, eta ${formatSeconds(node.etaSeconds)}`;
     const behind = ranks.filter((r) => r.state === 'loading');
     if (ranks.length > 1 && behind.length > 0) {
       const slowest = behind.reduce((a, b) => (percent(b) < percent(a) ? b : a));
       msg += `; slowest rank ${slowest.globalRank} at ${percent(slowest).toFixed(1)}%`;
     }
+    // A rank whose bytes stand still because it waits for the others of its fill group, not stuck.
+    const waiting = ranks.filter((r) => r.waitingForGroup);
+    if (waiting.length > 0) msg += `; rank${waiting.length > 1 ? 's' : ''} ${waiting.map((r) => r.globalRank).join(', ')} waiting for the node's other ranks`;
     this.#logInfo({ ...node, ranks }, msg);
   }
 

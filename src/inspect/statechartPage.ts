@@ -177,7 +177,7 @@ function renderStatus(s) {
     '<tr data-rank="' + r.globalRank + '" data-state="' + esc(r.state) + '">' +
     '<td>' + r.globalRank + ' <small>(local ' + r.localRank + ')</small></td>' +
     '<td>' + (r.device ? esc(r.device.backend + ' ' + r.device.uuid) : '–') + '</td>' +
-    '<td><span class="badge ' + esc(r.state) + '">' + esc(r.state) + '</span></td>' +
+    '<td><span class="badge ' + esc(r.state) + '">' + esc(r.state) + '</span>' + (r.waitingForGroup ? ' <small>waiting for the other ranks of its node</small>' : '') + '</td>' +
     '<td><span class="bar"><span style="width:' + percent(r).toFixed(1) + '%"></span></span>' + formatBytes(r.bytes) + ' / ' + formatBytes(r.totalBytes) + '</td>' +
     '<td>' + formatRate(r.bytesPerSecond) + '</td>' +
     '<td>' + formatSeconds(r.etaSeconds) + '</td>' +

@@ -40,6 +40,8 @@ export interface RankView extends LoadProgress {
    * ran before the rank was loaded.
    */
   descriptors: 'checking' | 'checked' | 'refused' | null;
+  /** While loading: waits for the node's other ranks of its model (a fill group), so its bytes do not move. */
+  waitingForGroup: boolean;
 }
 
 /** A processed layout beside a rank: its key, bytes, the engines that map it now (leases), when it was published and last mapped (ISO time). */
@@ -237,5 +239,6 @@ function rankView(r: ServedRankStatus): RankView {
         lastMappedAt: p.lastMappedAt === undefined ? null : new Date(p.lastMappedAt).toISOString(),
       })) ?? null,
     descriptors: r.descriptors ?? null,
+    waitingForGroup: r.waitingForGroup === true && r.state === 'loading',
   };
 }

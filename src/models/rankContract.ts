@@ -20,7 +20,7 @@ export type RankCommand = { type: 'RANK_RELEASE' } | { type: 'RANK_STOP' } | { t
 export type RankEvent =
   /** adoptable: the rank will adopt a kept shard, needing no new memory (RankToMain DEVICE). */
   | { type: 'RANK_DEVICE'; localRank: number; info: DeviceInfo; adoptable?: boolean }
-  | { type: 'RANK_PROGRESS'; localRank: number; bytes: number; totalBytes: number; seconds: number }
+  | { type: 'RANK_PROGRESS'; localRank: number; bytes: number; totalBytes: number; seconds: number; waitingForGroup: boolean }
   | { type: 'RANK_LOADED'; localRank: number; device: DeviceInfo; segments: SegmentExport[]; bytes: number; seconds: number; source: RankSource; digests?: string[]; descriptors?: 'checking' }
   /** RankToMain DESCRIPTORS_CHECKED. */
   | { type: 'RANK_DESCRIPTORS_CHECKED'; localRank: number; info?: DeviceInfo; error?: SerializedError }

@@ -6,6 +6,15 @@ export function updateRank(ranks: RankStatus[], localRank: number, patch: Partia
   return ranks.map((r) => (r.localRank === localRank ? { ...r, ...patch } : r));
 }
 
+/** The row without its waiting flag, which only a progress report that waits sets. */
+function notWaiting(ranks: RankStatus[], localRank: number): RankStatus[] {
+  return ranks.map((r) => {
+    if (r.localRank !== localRank || r.waitingForGroup === undefined) return r;
+    const { waitingForGroup: _, ...rest } = r;
+    return rest;
+  });
+}
+
 type Report = Extract<RankEvent, { type: 'RANK_DEVICE' | 'RANK_PROGRESS' | 'RANK_LOADED' | 'RANK_KEPT' | 'RANK_DESCRIPTORS_CHECKED' }>;
 
 /** What a rank's device, progress, loaded and kept reports change in its row. */
@@ -14,9 +23,9 @@ export function recordReport(ranks: RankStatus[], e: Report): RankStatus[] {
     case 'RANK_DEVICE':
       return updateRank(ranks, e.localRank, { device: e.info, state: 'loading' });
     case 'RANK_PROGRESS':
-      return updateRank(ranks, e.localRank, { bytes: e.bytes, totalBytes: e.totalBytes, seconds: e.seconds });
+      return updateRank(notWaiting(ranks, e.localRank), e.localRank, { bytes: e.bytes, totalBytes: e.totalBytes, seconds: e.seconds, ...(e.waitingForGroup ? { waitingForGroup: true as const } : {}) });
     case 'RANK_LOADED':
-      return updateRank(ranks, e.localRank, { state: 'loaded', device: e.device, bytes: e.bytes, seconds: e.seconds, segments: e.segments, source: e.source, digests: e.digests, ...(e.descriptors ? { descriptors: e.descriptors } : {}) });
+      return updateRank(notWaiting(ranks, e.localRank), e.localRank, { state: 'loaded', device: e.device, bytes: e.bytes, seconds: e.seconds, segments: e.segments, source: e.source, digests: e.digests, ...(e.descriptors ? { descriptors: e.descriptors } : {}) });
     case 'RANK_DESCRIPTORS_CHECKED':
       return updateRank(ranks, e.localRank, { descriptors: e.error ? 'refused' : 'checked', ...(e.info ? { device: e.info } : {}) });
     case 'RANK_KEPT':

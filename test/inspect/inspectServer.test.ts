@@ -111,7 +111,7 @@ test('/status: state, ranks with rate and eta, rank table, peers; no handles', a
     assert.is(s.state, 'ready');
     assert.is(s.registryState, 'running');
     assert.equal(s.ranks.map((r: { state: string; socketPath: string }) => [r.state, r.socketPath]), [['serving', '/fake/sockets/fake-0.sock'], ['serving', '/fake/sockets/fake-1.sock']]);
-    assert.equal(Object.keys(s.ranks[0]).sort(), ['adoptedOn', 'bytes', 'bytesPerSecond', 'clients', 'descriptors', 'device', 'etaSeconds', 'globalRank', 'kept', 'keptAgeMs', 'keptAt', 'keptReason', 'leases', 'localRank', 'notAdopted', 'processed', 'seconds', 'serve', 'socketPath', 'source', 'state', 'totalBytes']);
+    assert.equal(Object.keys(s.ranks[0]).sort(), ['adoptedOn', 'bytes', 'bytesPerSecond', 'clients', 'descriptors', 'device', 'etaSeconds', 'globalRank', 'kept', 'keptAgeMs', 'keptAt', 'keptReason', 'leases', 'localRank', 'notAdopted', 'processed', 'seconds', 'serve', 'socketPath', 'source', 'state', 'totalBytes', 'waitingForGroup']);
     assert.equal([s.ranks[0].source, s.ranks[0].kept, s.keeper], ['checkpoint', null, null], 'read from the checkpoint, with no keeper');
     assert.equal([s.ranks[0].clients, s.ranks[0].leases, s.ranks[0].serve], [null, null, null], 'unknown without a server, not made up');
     assert.equal(s.rankTable, fakeRankTable);
@@ -119,6 +119,31 @@ test('/status: state, ranks with rate and eta, rank table, peers; no handles', a
     // The fake rank table is one node: a lost peer it does not list is not invented either.
     assert.equal(s.peers, []);
     assert.is(s.failure, null);
+  } finally {
+    await h.server.close();
+  }
+});
+
+test('a rank waiting for its fill group says so in /status and /metrics while it loads, and no longer once it reads again or is loaded', async () => {
+  const h = await harness();
+  const look = async () => {
+    const s = JSON.parse((await httpGet(`${h.url}/status`)).body) as { ranks: Array<{ waitingForGroup: boolean }> };
+    const metrics = (await httpGet(`${h.url}/metrics`)).body.split('\n').filter((l) => l.startsWith('weightd_rank_waiting_for_group{'));
+    return { status: s.ranks.map((r) => r.waitingForGroup), metrics };
+  };
+  try {
+    h.toLoading();
+    h.send({ type: 'RANK_PROGRESS', localRank: 0, bytes: 256, totalBytes: 256, seconds: 0.5, waitingForGroup: true });
+    h.send({ type: 'RANK_PROGRESS', localRank: 1, bytes: 64, totalBytes: 256, seconds: 0.5, waitingForGroup: false });
+    assert.equal(await look(), {
+      status: [true, false],
+      metrics: ['weightd_rank_waiting_for_group{global_rank="0",local_rank="0"} 1', 'weightd_rank_waiting_for_group{global_rank="1",local_rank="1"} 0'],
+    });
+    h.send({ type: 'RANK_PROGRESS', localRank: 0, bytes: 256, totalBytes: 256, seconds: 0.6, waitingForGroup: false });
+    assert.equal((await look()).status, [false, false], 'a report that does not wait clears it');
+    h.send({ type: 'RANK_PROGRESS', localRank: 0, bytes: 256, totalBytes: 256, seconds: 0.7, waitingForGroup: true });
+    h.toReady();
+    assert.equal(await look(), { status: [false, false], metrics: [] }, 'loaded: neither waits, and no series');
   } finally {
     await h.server.close();
   }

@@ -78,8 +78,8 @@ test('log lines while loading, a summary per rank and for the node, and a bar th
     assert.equal(lines, [], 'nothing while no rank loads');
     assert.equal(writes, []);
     for (const r of [0, 1]) send({ type: 'RANK_DEVICE', localRank: r, info: device(r) });
-    send({ type: 'RANK_PROGRESS', localRank: 0, bytes: 128, totalBytes: 256, seconds: 1 });
-    send({ type: 'RANK_PROGRESS', localRank: 1, bytes: 64, totalBytes: 256, seconds: 1 });
+    send({ type: 'RANK_PROGRESS', localRank: 0, bytes: 128, totalBytes: 256, seconds: 1, waitingForGroup: false });
+    send({ type: 'RANK_PROGRESS', localRank: 1, bytes: 64, totalBytes: 256, seconds: 1, waitingForGroup: false });
     await sleep(260);
     const tick = lines.find((l) => String(l.msg).startsWith('loading'));
     assert.ok(tick, `a periodic line: ${JSON.stringify(lines)}`);
@@ -87,6 +87,11 @@ test('log lines while loading, a summary per rank and for the node, and a bar th
     assert.equal(tick!.bytes, 192);
     assert.equal(tick!.etaSeconds, 3);
     assert.equal((tick!.ranks as Array<{ globalRank: number; etaSeconds: number }>).map((r) => [r.globalRank, r.etaSeconds]), [[0, 1], [1, 3]]);
+    lines.length = 0;
+    send({ type: 'RANK_PROGRESS', localRank: 0, bytes: 256, totalBytes: 256, seconds: 1.5, waitingForGroup: true });
+    await sleep(260);
+    const waiting = lines.find((l) => String(l.msg).startsWith('loading'));
+    assert.is(waiting?.msg, "loading 62.5%: 320 B of 512 B at 213 B/s, eta 3.0 s; slowest rank 1 at 25.0%; rank 0 waiting for the node's other ranks");
     const drawn = writes.filter((w) => w.includes('loading ['));
     assert.ok(drawn.length > 0, 'the bar was drawn');
     for (const w of drawn) {
