@@ -2,8 +2,9 @@
 // piscina pool when there is enough work for it to pay. A 100k-tensor header is tens of MB of JSON: parsing, duplicate scanning and hashing
 // it on the main thread would stall the daemon's sockets and state machine for that long.
 
+import { createRequire } from 'node:module';
 import { availableParallelism } from 'node:os';
-import { Piscina } from 'piscina';
+import type { Piscina } from 'piscina';
 import { deserializeError } from '../errors.js';
 import type { ContentJob, HeaderResult, HeaderTask } from './headerWorker.js';
 import { parseSafetensors, type SafetensorsHeader } from './parseSafetensors.js';
@@ -16,8 +17,17 @@ import { fileContentDigest, SAMPLE_WHOLE_LIMIT } from './sampleContent.js';
  */
 export const INLINE_PARSE_MAX_FILES = 4;
 
+/**
+ * piscina, loaded when a pool is first made rather than with this module: loading it took ~11 ms
+ * of every start (a 2026-12-06 CPU profile of a start on the VM), and most starts make no pool (a
+ * few shards parse inline; a restart that adopts plans from the keeper's record, parsing nothing).
+ */
+function piscina(): typeof import('piscina') {
+  return createRequire(import.meta.url)('piscina') as typeof import('piscina');
+}
+
 export function createHeaderPool(maxThreads = Math.max(1, Math.min(availableParallelism(), 8))): Piscina<HeaderTask, HeaderResult> {
-  return new Piscina<HeaderTask, HeaderResult>({
+  return new (piscina().Piscina)<HeaderTask, HeaderResult>({
     filename: new URL('./headerWorker.js', import.meta.url).href,
     minThreads: 0,
     maxThreads,
