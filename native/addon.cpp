@@ -243,6 +243,8 @@ class DeviceWrap : public Napi::ObjectWrap<DeviceWrap> {
       for (uint32_t i = 0; i < s.digests.size(); ++i) digests.Set(i, s.digests[i]);
       o.Set("digests", digests);
       o.Set("digestRereadBytes", static_cast<double>(s.digestRereadBytes));
+      o.Set("rowsDeliveredBytes", static_cast<double>(s.rowsDeliveredBytes));
+      o.Set("rowsReceivedBytes", static_cast<double>(s.rowsReceivedBytes));
       o.Set("digestGpuBytes", static_cast<double>(s.digestGpuBytes));
       if (!s.digestGpuUnavailable.empty()) o.Set("digestGpuUnavailable", s.digestGpuUnavailable);
     }

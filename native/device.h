@@ -80,6 +80,11 @@ struct FillControl {
   // again at its end (ContentDigests::hashRest). 0 where the fill's reads cover every tensor, as
   // a tp=1 rank's or a whole node group's do; a regression in how reads are cut shows here.
   uint64_t digestRereadBytes = 0;
+  // Host, in a digest group (host_digest_group.h's RowsPlan): bytes of row-parallel tensors'
+  // columns this fill wrote into the other members' arenas, and bytes of its own that another
+  // member wrote, so it did not read them.
+  std::atomic<uint64_t> rowsDeliveredBytes{0};
+  std::atomic<uint64_t> rowsReceivedBytes{0};
   // Written with `digests` (cuda): the bytes of digest pieces hashed on the GPU (a group's: on
   // all its GPUs), and why pieces the GPU could have hashed were hashed on the CPU ("" when none were).
   uint64_t digestGpuBytes = 0;

@@ -135,9 +135,9 @@ std::vector<Chunk> splitIntoChunks(const std::vector<CopyOp>& ops, uint64_t chun
       }
     } else {
       // Strided regions are cut into whole rows so each chunk is one 2D copy.
-      uint64_t rowsPerChunk = std::max<uint64_t>(1, chunkBytes / std::max<uint64_t>(1, op.srcPitch));
-      for (uint64_t r = 0; r < op.rows; r += rowsPerChunk) {
-        uint64_t count = std::min(rowsPerChunk, op.rows - r);
+      uint64_t perChunk = rowsPerChunk(op, chunkBytes);
+      for (uint64_t r = 0; r < op.rows; r += perChunk) {
+        uint64_t count = std::min(perChunk, op.rows - r);
         chunks.push_back({i, r, count, 0, count * op.rowBytes});
       }
     }

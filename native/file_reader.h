@@ -4,6 +4,7 @@
 #pragma once
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <list>
 #include <memory>
@@ -78,6 +79,12 @@ struct Chunk {
   uint64_t byteStart = 0;
   uint64_t byteCount = 0;
 };
+
+// Whole rows per chunk of a strided op (splitIntoChunks): as many as `chunkBytes` of its pitch
+// hold, at least one. Ranks of one tensor with the same pitch cut it at the same rows.
+inline uint64_t rowsPerChunk(const CopyOp& op, uint64_t chunkBytes) {
+  return std::max<uint64_t>(1, chunkBytes / std::max<uint64_t>(1, op.srcPitch));
+}
 
 class ContentDigests;
 

@@ -14,6 +14,8 @@ FillJob::FillJob(std::shared_ptr<Device> device, std::vector<std::string> files,
       device_->fill(files, ops, zeros, tensors, options, control_);
       r.digests = std::move(control_.digests);
       r.digestRereadBytes = control_.digestRereadBytes;
+      r.rowsDeliveredBytes = control_.rowsDeliveredBytes;
+      r.rowsReceivedBytes = control_.rowsReceivedBytes;
       r.digestGpuBytes = control_.digestGpuBytes;
       r.digestGpuUnavailable = control_.digestGpuUnavailable;
     } catch (const DeviceError& e) {

@@ -22,6 +22,8 @@ struct FillStatus {
   double seconds = 0;
   std::vector<std::string> digests;  // once done: FillControl.digests
   uint64_t digestRereadBytes = 0;    // once done: FillControl.digestRereadBytes
+  uint64_t rowsDeliveredBytes = 0;   // once done: FillControl.rowsDeliveredBytes
+  uint64_t rowsReceivedBytes = 0;    // once done: FillControl.rowsReceivedBytes
   uint64_t digestGpuBytes = 0;       // once done: FillControl.digestGpuBytes
   std::string digestGpuUnavailable;  // once done: FillControl.digestGpuUnavailable
 };

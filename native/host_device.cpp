@@ -209,6 +209,7 @@ void HostDevice::fill(const std::vector<std::string>& files, const std::vector<C
   std::unique_ptr<ContentDigests> own;
   if (options.groupSize > 1) {
     member = std::make_unique<DigestGroupMember>(options.groupId, options.groupSize, files, tensors, fileSet);
+    member->offerRows(ops, fds, options.chunkBytes, control);
   } else {
     own = std::make_unique<ContentDigests>(tensors, fileSet);
   }
@@ -225,7 +226,32 @@ void HostDevice::fill(const std::vector<std::string>& files, const std::vector<C
     uint64_t dst = op.dstOffset + (op.rows <= 1 ? c.byteStart : c.firstRow * op.rowBytes);
     thread_local std::vector<size_t> claimed;  // the span's pieces claimSpan claimed for this chunk
     claimed.clear();
-    if (op.rows <= 1) {
+    RowsPlan rows;
+    if (member && readsRowsApart(op)) rows = member->planRows(op, c);
+    if (rows.kind == RowsPlan::Kind::Skip) {
+      // Another member read these rows whole and writes this member's columns (it finishes its
+      // copies before the group's digests are done, and so before this fill returns).
+      control.bytes += c.byteCount;
+      control.rowsReceivedBytes += c.byteCount;
+      return;
+    }
+    if (rows.kind == RowsPlan::Kind::Deliver) {
+      // The chunk's rows read whole once, hashed while in the CPU's cache, this member's columns
+      // packed for its own write below and every other member's written into its arena here.
+      thread_local std::vector<char> whole;
+      thread_local std::vector<char> theirs;
+      if (whole.size() < rows.spanBytes) whole.resize(rows.spanBytes);
+      fileSet.readFull(op.file, whole.data(), rows.spanBytes, rows.spanStart);
+      digests.hashCovered(op.file, rows.spanStart, rows.spanStart + rows.spanBytes, whole.data());
+      for (uint64_t r = 0; r < c.rowCount; ++r) memcpy(dense.data() + r * op.rowBytes, whole.data() + r * op.srcPitch + rows.colOffset, op.rowBytes);
+      for (const RowsPlan::Dest& d : rows.dests) {
+        uint64_t n = c.rowCount * d.rowBytes;
+        if (theirs.size() < n) theirs.resize(n);
+        for (uint64_t r = 0; r < c.rowCount; ++r) memcpy(theirs.data() + r * d.rowBytes, whole.data() + r * op.srcPitch + d.colOffset, d.rowBytes);
+        writeSegment(d.fd, d.segment, theirs.data(), n, d.dst);
+        control.rowsDeliveredBytes += n;
+      }
+    } else if (op.rows <= 1) {
       // Read a digest piece at a time and hash it at once, while it is still in the CPU's cache.
       for (uint64_t at = 0, end; at < c.byteCount; at = end) {
         uint64_t from = op.srcOffset + c.byteStart;

@@ -1,10 +1,19 @@
 #include "host_digest_group.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <atomic>
+#include <cerrno>
+#include <map>
 #include <mutex>
+#include <tuple>
 
 #include "device.h"
+#include "file_reader.h"
 #include "fill_group_registry.h"
+#include "read_ranges.h"
 
 namespace weightd {
 
@@ -12,6 +21,7 @@ struct DigestGroup {
   unsigned size = 0;
   unsigned left = 0;      // members that will not fill (leaveDigestGroup)
   unsigned joined = 0;
+  unsigned offered = 0;   // members that offered their rows (offerRows): they copy from then on
   unsigned finished = 0;  // members whose copies are done
   unsigned expected() const { return size - left; }
   // Every member has joined or left: none can come asking for the group any more.
@@ -26,9 +36,41 @@ struct DigestGroup {
   bool done = false;
   std::string failure;  // why the group failed; empty while it has not
   std::vector<std::string> result;
+
+  // Row-parallel chunks read once for every member (RowsPlan). Keyed by the tensor: its file and
+  // first byte; a claim also by the chunk's first row.
+  struct RowsOffer {
+    unsigned member = 0;
+    int fd = -1;  // one of `dups`
+    uint32_t segment = 0;
+    uint64_t dstOffset = 0;
+    uint64_t rowBytes = 0;
+    uint64_t colOffset = 0;
+    uint64_t rowsPerChunk = 0;
+  };
+  struct RowsClaim {
+    unsigned claimer = 0;
+    std::vector<unsigned> delivered;  // members whose columns the claimer writes
+  };
+  std::vector<TensorRange> sortedTensors;  // by (file, start): which tensor an op's rows belong to
+  std::map<std::pair<uint32_t, uint64_t>, std::vector<RowsOffer>> rowsOffers;
+  std::map<std::tuple<uint32_t, uint64_t, uint64_t>, RowsClaim> rowsClaims;
+  // Members joined and not yet gone: the duplicates are closed when the last one goes, once no
+  // member can be writing into them.
+  unsigned active = 0;
+  std::vector<int> dups;
+  void closeDups() {
+    for (int fd : dups) ::close(fd);
+    dups.clear();
+  }
+  ~DigestGroup() { closeDups(); }
 };
 
 namespace {
+
+// A chunk's whole rows are read into one buffer to be delivered only up to this size; a longer
+// one (a single very long row) is read by each member, its own columns.
+constexpr uint64_t kMaxDeliveredSpanBytes = 16ull << 20;
 
 // Failed groups are kept for the members still to come (GroupRegistry::keepEnded).
 GroupRegistry<DigestGroup> registry("digest group");
@@ -45,6 +87,19 @@ void fail(const std::string& id, const std::shared_ptr<DigestGroup>& g, const st
   registry.keepEnded(id, g);
   forgetIfAllCame(id, g);
   registry.changed.notify_all();
+}
+
+// The checkpoint tensor whose rows `op` copies columns of, when its rows cover that tensor's rows
+// whole and its columns lie inside a row; else nullptr. `sorted` is by (file, start).
+const TensorRange* rowsTensor(const std::vector<TensorRange>& sorted, const CopyOp& op) {
+  if (op.rows < 2 || op.srcPitch == 0) return nullptr;
+  auto after = std::upper_bound(sorted.begin(), sorted.end(), std::make_pair(op.file, op.srcOffset),
+                                [](const std::pair<uint32_t, uint64_t>& k, const TensorRange& t) { return k < std::make_pair(t.file, t.start); });
+  if (after == sorted.begin()) return nullptr;
+  const TensorRange& t = *(after - 1);
+  uint64_t col = op.srcOffset - t.start;
+  if (t.file != op.file || col + op.rowBytes > op.srcPitch || t.end - t.start != op.rows * op.srcPitch) return nullptr;
+  return &t;
 }
 
 bool sameTensors(const std::vector<TensorRange>& a, const std::vector<TensorRange>& b) {
@@ -77,18 +132,99 @@ DigestGroupMember::DigestGroupMember(const std::string& id, unsigned size, const
     }
     g->files = files;
     g->tensors = tensors;
+    g->sortedTensors = tensors;
+    std::sort(g->sortedTensors.begin(), g->sortedTensors.end(),
+              [](const TensorRange& a, const TensorRange& b) { return std::make_pair(a.file, a.start) < std::make_pair(b.file, b.start); });
   } else if (g->files != files || !sameTensors(g->tensors, tensors)) {
     // Every rank of a plan digests the same tensors of the same files (RankPlan.contentTensors).
     fail(id, g, "a member's files or tensors differ from the first member's");
     throw registry.error("E_BAD_GROUP", id, "this member's files or tensors differ from the first member's; every rank of one plan digests the same tensors");
   }
+  index_ = g->joined - 1;
+  ++g->active;
   group_ = std::move(g);
 }
 
 DigestGroupMember::~DigestGroupMember() {
-  if (finished_) return;
   std::lock_guard<std::mutex> lock(registry.mutex);
-  fail(id_, group_, "another rank's fill failed or was cancelled before it finished");
+  if (!finished_) fail(id_, group_, "another rank's fill failed or was cancelled before it finished");
+  // The last member gone: none writes into another's arena any more.
+  if (--group_->active == 0) group_->closeDups();
+}
+
+void DigestGroupMember::offerRows(const std::vector<CopyOp>& ops, const std::vector<int>& segmentFds, uint64_t chunkBytes, FillControl& control) {
+  std::unique_lock<std::mutex> lock(registry.mutex);
+  DigestGroup& g = *group_;
+  // A tensor this member copies in more than one op (none does today) is not offered: a claim names one.
+  std::map<std::pair<uint32_t, uint64_t>, int> opsOf;
+  for (const CopyOp& op : ops)
+    if (const TensorRange* t = readsRowsApart(op) ? rowsTensor(g.sortedTensors, op) : nullptr) ++opsOf[{t->file, t->start}];
+  std::map<uint32_t, int> dupOf;  // segment -> the group's duplicate
+  for (const CopyOp& op : ops) {
+    const TensorRange* t = readsRowsApart(op) ? rowsTensor(g.sortedTensors, op) : nullptr;
+    if (!t || opsOf[{t->file, t->start}] != 1 || op.segment >= segmentFds.size()) continue;
+    auto dup = dupOf.find(op.segment);
+    if (dup == dupOf.end()) {
+      int fd = ::fcntl(segmentFds[op.segment], F_DUPFD_CLOEXEC, 0);
+      if (fd < 0) {
+        int err = errno;
+        throw DeviceError("E_SHM_WRITE", "cannot duplicate segment " + std::to_string(op.segment) + "'s descriptor for digest group " + id_ + ": " + errnoMessage(err));
+      }
+      g.dups.push_back(fd);
+      dup = dupOf.emplace(op.segment, fd).first;
+    }
+    g.rowsOffers[{t->file, t->start}].push_back(
+        DigestGroup::RowsOffer{index_, dup->second, op.segment, op.dstOffset, op.rowBytes, op.srcOffset - t->start, rowsPerChunk(op, chunkBytes)});
+  }
+  ++g.offered;
+  registry.changed.notify_all();
+  WaitingForGroup waiting(control.waitingForGroup);
+  for (;;) {
+    if (!g.failure.empty()) throw registry.error("E_FILL_CANCELLED", id_, g.failure);
+    if (g.offered + g.left >= g.size) return;
+    if (control.cancel.load()) throw DeviceError("E_FILL_CANCELLED", "fill cancelled before it finished");
+    registry.changed.wait_for(lock, kGroupCancelPoll);
+  }
+}
+
+RowsPlan DigestGroupMember::planRows(const CopyOp& op, const Chunk& c) {
+  std::lock_guard<std::mutex> lock(registry.mutex);
+  DigestGroup& g = *group_;
+  RowsPlan plan;
+  const TensorRange* t = g.failure.empty() ? rowsTensor(g.sortedTensors, op) : nullptr;
+  if (!t) return plan;
+  auto offers = g.rowsOffers.find({t->file, t->start});
+  if (offers == g.rowsOffers.end()) return plan;
+  auto mine = std::find_if(offers->second.begin(), offers->second.end(), [&](const DigestGroup::RowsOffer& o) { return o.member == index_; });
+  if (mine == offers->second.end()) return plan;
+  auto claim = g.rowsClaims.find({t->file, t->start, c.firstRow});
+  if (claim != g.rowsClaims.end()) {
+    const std::vector<unsigned>& d = claim->second.delivered;
+    if (std::find(d.begin(), d.end(), index_) != d.end()) plan.kind = RowsPlan::Kind::Skip;
+    return plan;
+  }
+  // The first to reach this chunk: it writes the columns of every member that cuts the tensor
+  // at the same rows (its chunk is this one), and they skip it.
+  DigestGroup::RowsClaim made{index_, {}};
+  for (const DigestGroup::RowsOffer& o : offers->second) {
+    if (o.member == index_ || o.rowsPerChunk != mine->rowsPerChunk) continue;
+    made.delivered.push_back(o.member);
+    plan.dests.push_back(RowsPlan::Dest{o.fd, o.segment, o.dstOffset + c.firstRow * o.rowBytes, o.rowBytes, o.colOffset});
+  }
+  uint64_t spanBytes = c.rowCount * op.srcPitch;
+  if (made.delivered.empty() || spanBytes > kMaxDeliveredSpanBytes) {
+    // Read by this member for itself; the others read their own columns of it too.
+    made.delivered.clear();
+    g.rowsClaims.emplace(std::make_tuple(t->file, t->start, c.firstRow), std::move(made));
+    plan.dests.clear();
+    return plan;
+  }
+  g.rowsClaims.emplace(std::make_tuple(t->file, t->start, c.firstRow), std::move(made));
+  plan.kind = RowsPlan::Kind::Deliver;
+  plan.spanStart = t->start + c.firstRow * op.srcPitch;
+  plan.spanBytes = spanBytes;
+  plan.colOffset = mine->colOffset;
+  return plan;
 }
 
 ContentDigests& DigestGroupMember::digests() { return *group_->digests; }

@@ -18,6 +18,33 @@ namespace weightd {
 class FileSet;
 struct FillControl;
 struct DigestGroup;
+struct CopyOp;
+struct Chunk;
+
+// What a member does with a chunk of a row-parallel tensor's rows, whose columns are split among
+// the ranks (a rank's rows lie apart: read_ranges.h's readsRowsApart). Each rank read its own
+// columns, one pread per row, while one of them read the chunk's rows whole for the digests, so
+// at tp=2 the node read those tensors 1.5 times over (bench/RESULTS.md, issue 33). Now the first
+// member to reach a chunk reads its rows whole once, hashes them, and writes every other member's
+// columns into that member's arena too (Deliver); the others skip the chunk (Skip). A member the
+// first could not serve (it offered no such op, or cuts the tensor into other chunks) reads its
+// own columns as before (Own).
+struct RowsPlan {
+  enum class Kind { Own, Skip, Deliver };
+  struct Dest {
+    int fd = -1;           // the group's duplicate of the member's segment
+    uint32_t segment = 0;  // for errors
+    uint64_t dst = 0;      // where the chunk's packed columns go in that segment
+    uint64_t rowBytes = 0;
+    uint64_t colOffset = 0;  // the member's columns within a row
+  };
+  Kind kind = Kind::Own;
+  // Deliver: the chunk's whole rows in the file, and this member's columns within a row.
+  uint64_t spanStart = 0;
+  uint64_t spanBytes = 0;
+  uint64_t colOffset = 0;
+  std::vector<Dest> dests;
+};
 
 // One rank's place in a digest group, from its join to its digests. A member that is destroyed
 // before finish() returned (its fill failed) fails the group, so the others do not wait for it.
@@ -39,10 +66,22 @@ class DigestGroupMember {
   // control.digestRereadBytes to what this member read again. A cancel while waiting fails the
   // group.
   void finish(const FileSet& fileSet, unsigned threads, FillControl& control);
+  // Before this member's copies: offers the group its row-parallel ops (`ops` whose rows lie
+  // apart and cover a whole checkpoint tensor's rows), cut into chunks of `chunkBytes`, with its
+  // arena's `segmentFds`, of which the group keeps duplicates until its last member is gone: a
+  // member that delivers never writes into a descriptor number its owner may have closed. Then
+  // waits (saying so in control.waitingForGroup) until every member has offered or left, so that
+  // whoever reaches a chunk first knows every member it can write for; the node's ranks start
+  // together, so this costs the few ms between their starts. E_FILL_CANCELLED when the group
+  // fails or this fill is cancelled meanwhile.
+  void offerRows(const std::vector<CopyOp>& ops, const std::vector<int>& segmentFds, uint64_t chunkBytes, FillControl& control);
+  // For chunk `c` of `op` (an op whose rows lie apart): Own, Skip, or Deliver (see RowsPlan).
+  RowsPlan planRows(const CopyOp& op, const Chunk& c);
 
  private:
   std::string id_;
   std::shared_ptr<DigestGroup> group_;
+  unsigned index_ = 0;  // its place among the members, in the order they joined
   bool finished_ = false;
 };
 

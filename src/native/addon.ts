@@ -151,6 +151,9 @@ export interface NativeFillStatus {
   digests?: string[];
   /** Once done: bytes of digest pieces no read of the fill held whole, read again at its end. */
   digestRereadBytes?: number;
+  /** Once done (host, in a digest group): bytes of row-parallel columns written into the other members' arenas, and of its own another member wrote. */
+  rowsDeliveredBytes?: number;
+  rowsReceivedBytes?: number;
   /** Once done (cuda): bytes of digest pieces hashed on the GPU. */
   digestGpuBytes?: number;
   /** Once done (cuda): why pieces the GPU could have hashed were hashed on the CPU. */

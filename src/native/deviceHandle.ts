@@ -25,6 +25,13 @@ export interface FillResult {
    * (docs/spec/fingerprint.md §8). 0 when the fill reads every tensor whole, as at tp=1.
    */
   digestRereadBytes: number;
+  /**
+   * Host, in a digest group (native/host_digest_group.h, RowsPlan): bytes of row-parallel
+   * tensors' columns this fill wrote into the other ranks' arenas, and bytes of its own another
+   * rank wrote (so it did not read them); absent when 0.
+   */
+  rowsDeliveredBytes?: number;
+  rowsReceivedBytes?: number;
   /** Bytes of digest pieces hashed on the GPU (cuda, native/cuda_digests.h); 0 on the host. */
   digestGpuBytes: number;
   /** Why pieces the GPU could have hashed were hashed on the CPU; absent when none were. */
@@ -119,6 +126,8 @@ export class DeviceHandle {
         return {
           bytes: s.bytes, seconds: s.seconds, digests: s.digests ?? [], digestRereadBytes: s.digestRereadBytes ?? 0,
           digestGpuBytes: s.digestGpuBytes ?? 0, ...(s.digestGpuUnavailable ? { digestGpuUnavailable: s.digestGpuUnavailable } : {}),
+          ...(s.rowsDeliveredBytes ? { rowsDeliveredBytes: s.rowsDeliveredBytes } : {}),
+          ...(s.rowsReceivedBytes ? { rowsReceivedBytes: s.rowsReceivedBytes } : {}),
         };
       }
       await sleep(POLL_MS);

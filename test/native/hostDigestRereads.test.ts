@@ -4,7 +4,7 @@
 // at the end. The count is the fill's digestRereadBytes. A node's host ranks share the hashing
 // (native/host_digest_group.h): each piece is hashed by whichever rank reads it whole first, and
 // only what no rank read whole is read again, once, by the last rank to finish.
-import { rmSync } from 'node:fs';
+import { readFileSync, rmSync } from 'node:fs';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { diskDigests } from '../../src/native/diskDigests.js';
@@ -111,6 +111,40 @@ test('rows far apart (a row-parallel down_proj, 8 KiB of each 16 KiB row a rank)
       // Only pieces cut between two chunks' spans are left: the rows alone would leave every
       // down_proj piece to the second read (29% of this checkpoint).
       assert.ok(reread < 0.02 * checkpointBytes, `read again ${reread} of ${checkpointBytes} bytes`);
+  }, 8192);
+});
+
+test('a row-parallel chunk is read once for the group: the first rank to reach it writes the other rank\'s columns too, and each arena holds what the rank\'s fill alone writes', async () => {
+  await withTp2Ranks('digest-deliver', async (ranks) => {
+      const solo = ranks.plan.ranks.map((_, i) => new DeviceHandle('host', i, { uuid: `deliver-solo-${process.pid}-${i}` }));
+      try {
+        const alone = [];
+        for (const [i, d] of solo.entries()) {
+          const rank = ranks.plan.ranks[i]!;
+          await d.allocate(rank.segments);
+          alone.push(await d.fill(rank.files, rank.ops, rank.totalBytes, { threads: 2, zeroRanges: rank.zeroRanges, tensorRanges: rank.contentTensors.ranges }));
+        }
+        const group = await Promise.all([0, 1].map((i) => ranks.fill(i, { id: `deliver-${process.pid}`, size: 2 })));
+        for (const g of group) assert.equal(g.digests, ranks.want);
+        for (const a of alone) assert.equal([a.rowsDeliveredBytes, a.rowsReceivedBytes], [undefined, undefined], 'alone, a rank delivers nothing');
+        const delivered = group.map((g) => g.rowsDeliveredBytes ?? 0);
+        const received = group.map((g) => g.rowsReceivedBytes ?? 0);
+        // This checkpoint's down_proj is row-parallel, its rows far apart: 8 KiB of each 16 KiB row a rank.
+        // Both ranks offer their rows before either copies, so each chunk of rows is read once and
+        // its other columns delivered: in all, one rank's share of those tensors (kMinSkippedGap: 4096).
+        const apart = ranks.plan.ranks[0]!.ops.filter((o) => o.rows > 1 && o.srcPitch - o.rowBytes >= 4096).reduce((n, o) => n + o.rows * o.rowBytes, 0);
+        assert.ok(apart > 0, 'the checkpoint has rows far apart');
+        assert.is(delivered[0]! + delivered[1]!, apart, `delivered ${delivered}`);
+        assert.equal([delivered[0], delivered[1]], [received[1], received[0]], 'what one rank wrote for the other is what the other skipped');
+        const bytesOf = (d: DeviceHandle) => d.exportSegments().map((s) => readFileSync(`/proc/self/fd/${s.fd}`));
+        for (const i of [0, 1]) {
+          const [got, want] = [bytesOf(ranks.devices[i]!), bytesOf(solo[i]!)];
+          assert.is(got.length, want.length);
+          for (const [k, b] of got.entries()) assert.ok(b.equals(want[k]!), `rank ${i} segment ${k} holds the bytes of rank ${i}'s fill alone`);
+        }
+      } finally {
+        await Promise.all(solo.map((d) => d.free()));
+      }
   }, 8192);
 });
 
