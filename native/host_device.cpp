@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -209,12 +210,16 @@ void HostDevice::fill(const std::vector<std::string>& files, const std::vector<C
   std::unique_ptr<ContentDigests> own;
   if (options.groupSize > 1) {
     member = std::make_unique<DigestGroupMember>(options.groupId, options.groupSize, files, tensors, fileSet);
-    member->offerRows(ops, fds, options.chunkBytes, control);
+    member->offerRows(ops, fds, options.chunkBytes);
   } else {
     own = std::make_unique<ContentDigests>(tensors, fileSet);
   }
   ContentDigests& digests = member ? member->digests() : *own;
   std::vector<Chunk> chunks = interleaveSegments(splitIntoChunks(ops, options.chunkBytes, &digests), ops, sizes.size());
+  // In a group, the chunks of rows far apart go last: by the time a member reaches them the
+  // others have offered theirs (DigestGroupMember::planRows waits for that), so the first to reach
+  // one reads it for all, and none idles at the start waiting for a member still allocating.
+  if (member) std::stable_partition(chunks.begin(), chunks.end(), [&](const Chunk& c) { return !readsRowsApart(ops[c.op]); });
   runOnReaderThreads(chunks.size(), options.threads, control.cancel, [&](size_t i) {
     const Chunk& c = chunks[i];
     const CopyOp& op = ops[c.op];
@@ -227,7 +232,7 @@ void HostDevice::fill(const std::vector<std::string>& files, const std::vector<C
     thread_local std::vector<size_t> claimed;  // the span's pieces claimSpan claimed for this chunk
     claimed.clear();
     RowsPlan rows;
-    if (member && readsRowsApart(op)) rows = member->planRows(op, c);
+    if (member && readsRowsApart(op)) rows = member->planRows(op, c, control);
     if (rows.kind == RowsPlan::Kind::Skip) {
       // Another member read these rows whole and writes this member's columns (it finishes its
       // copies before the group's digests are done, and so before this fill returns).

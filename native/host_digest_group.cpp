@@ -152,8 +152,8 @@ DigestGroupMember::~DigestGroupMember() {
   if (--group_->active == 0) group_->closeDups();
 }
 
-void DigestGroupMember::offerRows(const std::vector<CopyOp>& ops, const std::vector<int>& segmentFds, uint64_t chunkBytes, FillControl& control) {
-  std::unique_lock<std::mutex> lock(registry.mutex);
+void DigestGroupMember::offerRows(const std::vector<CopyOp>& ops, const std::vector<int>& segmentFds, uint64_t chunkBytes) {
+  std::lock_guard<std::mutex> lock(registry.mutex);
   DigestGroup& g = *group_;
   // A tensor this member copies in more than one op (none does today) is not offered: a claim names one.
   std::map<std::pair<uint32_t, uint64_t>, int> opsOf;
@@ -178,19 +178,22 @@ void DigestGroupMember::offerRows(const std::vector<CopyOp>& ops, const std::vec
   }
   ++g.offered;
   registry.changed.notify_all();
-  WaitingForGroup waiting(control.waitingForGroup);
-  for (;;) {
-    if (!g.failure.empty()) throw registry.error("E_FILL_CANCELLED", id_, g.failure);
-    if (g.offered + g.left >= g.size) return;
-    if (control.cancel.load()) throw DeviceError("E_FILL_CANCELLED", "fill cancelled before it finished");
-    registry.changed.wait_for(lock, kGroupCancelPoll);
-  }
 }
 
-RowsPlan DigestGroupMember::planRows(const CopyOp& op, const Chunk& c) {
-  std::lock_guard<std::mutex> lock(registry.mutex);
+RowsPlan DigestGroupMember::planRows(const CopyOp& op, const Chunk& c, FillControl& control) {
+  std::unique_lock<std::mutex> lock(registry.mutex);
   DigestGroup& g = *group_;
   RowsPlan plan;
+  // Whoever plans a chunk first must know every member it can write for. These chunks come last
+  // in each member's fill (HostDevice::fill), so a member that starts a little later has long
+  // offered its rows by then, and this waits only for one that has not started at all.
+  if (g.offered + g.left < g.size && g.failure.empty()) {
+    WaitingForGroup waiting(control.waitingForGroup);
+    while (g.offered + g.left < g.size && g.failure.empty()) {
+      if (control.cancel.load()) throw DeviceError("E_FILL_CANCELLED", "fill cancelled before it finished");
+      registry.changed.wait_for(lock, kGroupCancelPoll);
+    }
+  }
   const TensorRange* t = g.failure.empty() ? rowsTensor(g.sortedTensors, op) : nullptr;
   if (!t) return plan;
   auto offers = g.rowsOffers.find({t->file, t->start});

@@ -69,14 +69,13 @@ class DigestGroupMember {
   // Before this member's copies: offers the group its row-parallel ops (`ops` whose rows lie
   // apart and cover a whole checkpoint tensor's rows), cut into chunks of `chunkBytes`, with its
   // arena's `segmentFds`, of which the group keeps duplicates until its last member is gone: a
-  // member that delivers never writes into a descriptor number its owner may have closed. Then
-  // waits (saying so in control.waitingForGroup) until every member has offered or left, so that
-  // whoever reaches a chunk first knows every member it can write for; the node's ranks start
-  // together, so this costs the few ms between their starts. E_FILL_CANCELLED when the group
-  // fails or this fill is cancelled meanwhile.
-  void offerRows(const std::vector<CopyOp>& ops, const std::vector<int>& segmentFds, uint64_t chunkBytes, FillControl& control);
+  // member that delivers never writes into a descriptor number its owner may have closed.
+  void offerRows(const std::vector<CopyOp>& ops, const std::vector<int>& segmentFds, uint64_t chunkBytes);
   // For chunk `c` of `op` (an op whose rows lie apart): Own, Skip, or Deliver (see RowsPlan).
-  RowsPlan planRows(const CopyOp& op, const Chunk& c);
+  // Waits first (saying so in control.waitingForGroup) until every member has offered its rows or
+  // left, so that each chunk is planned knowing every member it can be delivered to.
+  // E_FILL_CANCELLED when this fill is cancelled meanwhile.
+  RowsPlan planRows(const CopyOp& op, const Chunk& c, FillControl& control);
 
  private:
   std::string id_;
