@@ -253,7 +253,12 @@ void HostDevice::fill(const std::vector<std::string>& files, const std::vector<C
         uint64_t n = c.rowCount * d.rowBytes;
         if (theirs.size() < n) theirs.resize(n);
         for (uint64_t r = 0; r < c.rowCount; ++r) memcpy(theirs.data() + r * d.rowBytes, whole.data() + r * op.srcPitch + d.colOffset, d.rowBytes);
-        writeSegment(d.fd, d.segment, theirs.data(), n, d.dst);
+        try {
+          writeSegment(d.fd, d.segment, theirs.data(), n, d.dst);
+        } catch (const DeviceError& e) {
+          // The segment is another rank's, written here for it: say so, or the node would blame this rank's own arena.
+          throw DeviceError(e.code(), std::string("writing another rank's rows into its arena for it (digest group " + options.groupId + "): ") + e.what());
+        }
         control.rowsDeliveredBytes += n;
       }
     } else if (op.rows <= 1) {

@@ -46,6 +46,8 @@ struct DigestGroup {
     uint64_t dstOffset = 0;
     uint64_t rowBytes = 0;
     uint64_t colOffset = 0;
+    uint64_t srcPitch = 0;
+    uint64_t rows = 0;
     uint64_t rowsPerChunk = 0;
   };
   struct RowsClaim {
@@ -174,7 +176,7 @@ void DigestGroupMember::offerRows(const std::vector<CopyOp>& ops, const std::vec
       dup = dupOf.emplace(op.segment, fd).first;
     }
     g.rowsOffers[{t->file, t->start}].push_back(
-        DigestGroup::RowsOffer{index_, dup->second, op.segment, op.dstOffset, op.rowBytes, op.srcOffset - t->start, rowsPerChunk(op, chunkBytes)});
+        DigestGroup::RowsOffer{index_, dup->second, op.segment, op.dstOffset, op.rowBytes, op.srcOffset - t->start, op.srcPitch, op.rows, rowsPerChunk(op, chunkBytes)});
   }
   ++g.offered;
   registry.changed.notify_all();
@@ -210,7 +212,8 @@ RowsPlan DigestGroupMember::planRows(const CopyOp& op, const Chunk& c, FillContr
   // at the same rows (its chunk is this one), and they skip it.
   DigestGroup::RowsClaim made{index_, {}};
   for (const DigestGroup::RowsOffer& o : offers->second) {
-    if (o.member == index_ || o.rowsPerChunk != mine->rowsPerChunk) continue;
+    // Its chunk is this one only where it cuts the same rows of the same pitch.
+    if (o.member == index_ || o.rowsPerChunk != mine->rowsPerChunk || o.srcPitch != mine->srcPitch || o.rows != mine->rows) continue;
     made.delivered.push_back(o.member);
     plan.dests.push_back(RowsPlan::Dest{o.fd, o.segment, o.dstOffset + c.firstRow * o.rowBytes, o.rowBytes, o.colOffset});
   }

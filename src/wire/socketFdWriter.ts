@@ -40,6 +40,8 @@ export async function sendFds(socketFd: number, frame: Buffer, fds: number[], ti
   const deadline = performance.now() + timeoutMs;
   // What the first try left (the socket is full: this try sends nothing, and says how much is left).
   let left = addon().fdSendSome(pending, false, timeoutMs);
+  // A peer reading on another core may have emptied the socket in between: then that try sent the rest.
+  if (left === 0) return;
   // The wait doubles while the peer reads nothing and starts again at 1 ms once it read some: a
   // reader that takes a large reply in pieces is not kept 50 ms behind for each of them.
   for (let wait = 1; ; ) {

@@ -292,6 +292,38 @@ test('replies to peers that stop reading wait on the event loop, not on libuv th
   }
 });
 
+test('replies to a peer that reads on another core as they are sent all arrive whole: a try that finds the socket emptied meanwhile ends the send', async () => {
+  const files = makeFiles(1);
+  let accepted!: Socket;
+  const server = await serve(() => {});
+  const gotOne = new Promise<void>((resolve) => (server.onAccept = (s) => ((accepted = s), resolve())));
+  // The reader is another process, so it drains the socket while this one is inside sendFds.
+  const reader = spawn(process.execPath, ['-e', `let n = 0; const s = require('node:net').connect(${JSON.stringify(server.path)}); s.on('data', (c) => (n += c.length)); s.on('end', () => process.stdout.write(String(n)));`]);
+  let out = '';
+  reader.stdout.on('data', (c: Buffer) => (out += c.toString()));
+  const exited = new Promise<void>((resolve) => reader.on('exit', () => resolve()));
+  try {
+    await gotOne;
+    // Before, a send whose second try found the socket emptied by the reader sent everything and
+    // then failed its next try ("this send has ended already"), blaming a peer that read it all.
+    // Replies a little larger than the socket's buffer (about 208 KiB) leave little for that try.
+    let sent = 0;
+    for (let i = 0; i < 256; i++) {
+      const frame = frameOf(Buffer.alloc((200 << 10) + (i % 64) * 1024, 5));
+      await sendFds(fdOf(accepted), frame, files.fds, 10_000);
+      sent += frame.length;
+    }
+    accepted.end();
+    await exited;
+    assert.is(Number(out), sent, 'every byte of every reply arrived');
+  } finally {
+    reader.kill();
+    accepted?.destroy();
+    await server.close();
+    files.remove();
+  }
+});
+
 test('a send whose signal aborts gives up at once: E_FD_SEND naming the bytes left, and its duplicate of the socket is closed', async () => {
   const files = makeFiles(1);
   let accepted!: Socket;
