@@ -11,30 +11,34 @@ import { ClientConnection, type ConnectionHandler } from '../../src/serve/client
 import { encodeFrame, encodeMessage, FrameDecoder } from '../../src/wire/frameCodec.js';
 import type { Request } from '../../src/wire/protocol.js';
 import { crossReadDeadline } from '../helpers/crossingPeer.js';
-import { socketFdWriter } from '../../src/wire/socketFdWriter.js';
+import { socketFdWriter, type FdWriter } from '../../src/wire/socketFdWriter.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-/** A server whose one connection uses `handler`; resolves to the client socket and a close promise. */
-async function serve(handler: Partial<ConnectionHandler>, limits: { readTimeoutMs: number; idleTimeoutMs: number }) {
+/**
+ * A server whose one connection uses `handler` (and `fdWriter`, made from its socket, for replies
+ * with descriptors); resolves to the client socket, the connection, and a close promise.
+ */
+async function serve(handler: Partial<ConnectionHandler>, limits: { readTimeoutMs: number; idleTimeoutMs: number }, fdWriter?: (socket: Socket) => FdWriter) {
   const dir = mkdtempSync(join(tmpdir(), 'weightd-conn-'));
   const path = join(dir, 's.sock');
   let serverClosed!: () => void;
   const closed = new Promise<void>((r) => (serverClosed = r));
   const violations: string[] = [];
+  let connection: ClientConnection | undefined;
   const server = createServer((socket: Socket) => {
-    new ClientConnection(socket, { pid: 1, connectionId: 1 }, {
+    connection = new ClientConnection(socket, { pid: 1, connectionId: 1 }, {
       handle: async () => '{}',
       keepOpen: () => false,
       closed: () => serverClosed(),
       violation: (_c, err) => violations.push(err.code),
       ...handler,
-    }, { maxRequestBytes: 1 << 20, eventReadTimeoutMs: 60_000, ...limits });
+    }, { maxRequestBytes: 1 << 20, eventReadTimeoutMs: 60_000, ...limits }, fdWriter?.(socket));
   });
   await new Promise<void>((r) => server.listen(path, r));
   const client = createConnection(path);
   await new Promise((r) => client.once('connect', r));
-  return { client, path, closed, violations, cleanup: () => (client.destroy(), server.close(), rmSync(dir, { recursive: true, force: true })) };
+  return { client, path, closed, violations, connection: () => connection!, cleanup: () => (client.destroy(), server.close(), rmSync(dir, { recursive: true, force: true })) };
 }
 
 test('a client that never reads its (large) reply is disconnected after the idle timeout', async () => {
@@ -147,52 +151,38 @@ test('an event fired while a reply with descriptors waits for the stream to drai
 });
 
 test('a connection closed by the daemon while its reply with descriptors waits for a peer that does not read ends at once: the peer reads the end, the reply is let go, the peer is not blamed', async () => {
-  const dir = mkdtempSync(join(tmpdir(), 'weightd-conn-'));
-  const path = join(dir, 's.sock');
   const fd = openSync('/dev/null', 'r');
-  let conn!: ClientConnection;
   let replyPending!: () => void;
   const pending = new Promise<void>((r) => (replyPending = r));
   let sent = 0;
-  const violations: string[] = [];
   // 4 MiB: far more than the socket buffers, so the send waits for the peer after its first try.
   const json = JSON.stringify({ id: 1, ok: true, pad: 'x'.repeat(4 << 20) });
-  const server = createServer((socket: Socket) => {
+  const s = await serve({ handle: async () => ({ json, fds: [fd], sent: () => void sent++ }) }, { readTimeoutMs: 5000, idleTimeoutMs: 60_000 }, (socket) => {
     const writer = socketFdWriter(socket);
-    conn = new ClientConnection(socket, { pid: 1, connectionId: 1 }, {
-      handle: async () => ({ json, fds: [fd], sent: () => void sent++ }),
-      keepOpen: () => false,
-      closed: () => {},
-      violation: (_c, err) => void violations.push(err.code),
-    }, { maxRequestBytes: 1 << 20, eventReadTimeoutMs: 60_000, readTimeoutMs: 5000, idleTimeoutMs: 60_000 }, (frame, fds, timeoutMs, signal) => {
+    return (frame, fds, timeoutMs, signal) => {
       const sending = writer(frame, fds, timeoutMs, signal);
       replyPending(); // the first try has returned: the rest waits for the peer
       return sending;
-    });
+    };
   });
-  await new Promise<void>((r) => server.listen(path, r));
-  const client = createConnection(path);
   try {
-    await new Promise((r) => client.once('connect', r));
-    client.pause();
-    client.write(encodeMessage({ id: 1, cmd: 'ping' }));
+    s.client.pause();
+    s.client.write(encodeMessage({ id: 1, cmd: 'ping' }));
     await pending;
-    conn.destroy(); // as the daemon's stop does
+    s.connection().destroy(); // as the daemon's stop does
     let got = 0;
     await new Promise<void>((resolve) => {
-      client.on('data', (chunk: Buffer) => (got += chunk.length));
-      client.on('close', () => resolve());
-      client.resume();
+      s.client.on('data', (chunk: Buffer) => (got += chunk.length));
+      s.client.on('close', () => resolve());
+      s.client.resume();
     });
     // Before, the close waited for the whole reply (or its 60 s deadline) on the kept descriptor.
     assert.ok(got < encodeFrame(json).length, `the reply was cut off at the close (${got} bytes read)`);
     assert.is(sent, 1, "the reply's descriptors are let go");
-    assert.equal(violations, [], 'a close by the daemon is no violation of the peer');
+    assert.equal(s.violations, [], 'a close by the daemon is no violation of the peer');
   } finally {
-    client.destroy();
-    server.close();
+    s.cleanup();
     closeSync(fd);
-    rmSync(dir, { recursive: true, force: true });
   }
 });
 
