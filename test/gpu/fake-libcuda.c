@@ -258,6 +258,20 @@ CUresult cuMemGetInfo_v2(size_t* freeBytes, size_t* total) {
   return OK;
 }
 
+// A per-process nonce in device allocations' shared-memory names: a process killed before it freed
+// leaves its names in /dev/shm, and a later process given the same pid (pids wrap at pid_max)
+// must not collide with them (O_EXCL: the suite failed so once, 94 such names on the VM).
+static unsigned nameNonce(void) {
+  static unsigned nonce;
+  if (nonce == 0) {
+    int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || read(fd, &nonce, sizeof nonce) != (ssize_t)sizeof nonce) die("/dev/urandom");
+    close(fd);
+    if (nonce == 0) nonce = 1;
+  }
+  return nonce;
+}
+
 static struct alloc* newAlloc(void) {
   if (nallocs == 4096) die("too many allocations");
   struct alloc* a = &allocs[nallocs++];
@@ -272,7 +286,7 @@ CUresult cuMemAlloc_v2(CUdeviceptr* p, size_t bytes) {
   int d = current()->device;
   if (bytes == 0 || usedBytes[d] + bytes > memPerDevice()) { pthread_mutex_unlock(&lock); return E_OOM; }
   struct alloc* a = newAlloc();
-  snprintf(a->name, sizeof a->name, "/fakecuda-%d-%d", (int)getpid(), nallocs);
+  snprintf(a->name, sizeof a->name, "/fakecuda-%d-%08x-%d", (int)getpid(), nameNonce(), nallocs);
   int fd = shm_open(a->name, O_RDWR | O_CREAT | O_EXCL, 0600);
   if (fd < 0 || ftruncate(fd, (off_t)bytes) != 0) die("shm_open");
   a->base = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -976,6 +990,14 @@ static int openVmmFds(void) {
   closedir(dir);
   for (int i = 0; i < nvmms; ++i) n -= vmms[i].live;
   return n;
+}
+
+// The driver frees a process's memory when it exits; here its device allocations' names go, so
+// that what a process did not free does not stay in /dev/shm for ever (a process killed outright
+// still leaves them; nameNonce keeps them from colliding).
+__attribute__((destructor)) static void unlinkOwnAtExit(void) {
+  for (int i = 0; i < nallocs; ++i)
+    if (allocs[i].live && allocs[i].kind == K_DEVICE && !allocs[i].imported && !allocs[i].vmm && allocs[i].name[0]) shm_unlink(allocs[i].name);
 }
 
 __attribute__((destructor)) static void report(void) {
