@@ -543,17 +543,22 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
   // src/wire/socketFdWriter.ts, which waits on the event loop between tries). A peer that stops
   // reading would otherwise hold a libuv thread for the reply's whole deadline, and four such
   // peers every allocation, free, seal and keeper request of the daemon.
-  // fdSendStart(socketFd, frame, fds) -> null once all of it went, else the pending send, which
-  // owns a duplicate of the socket (never a number the connection may close and reuse).
+  // fdSendStart(socketFd, frame, fds) -> null once all of it went, else { pending, left }: the
+  // pending send, which owns a duplicate of the socket (never a number the connection may close
+  // and reuse), and the bytes it has left.
   Napi::Value FdSendStart(const Napi::CallbackInfo& info) {
     int sock = toBounded<int>(info[0], "socketFd");
     auto pending = std::make_unique<PendingFdSend>(FdSend(toFrame(info[1]), toFds(info[2])), sock);
     if (pending->send.sendSome(sock)) return info.Env().Null();
     // A failure here leaves part of the frame on the wire: the connection is then destroyed.
     pending->fd = dupFd(sock);
+    double left = static_cast<double>(pending->send.bytesLeft());
     Napi::External<PendingFdSend> handle = Napi::External<PendingFdSend>::New(info.Env(), pending.get(), [](Napi::Env, PendingFdSend* p) { delete p; });
     pending.release();  // the External owns it from here
-    return handle;
+    Napi::Object out = Napi::Object::New(info.Env());
+    out.Set("pending", handle);
+    out.Set("left", left);
+    return out;
   }
 
   // fdSendSome(pending, deadlinePassed, timeoutMs) -> the bytes still to send: 0 once all of it

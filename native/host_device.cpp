@@ -85,6 +85,12 @@ std::vector<Chunk> interleaveSegments(std::vector<Chunk> chunks, const std::vect
 // this (a rank's rows of a tp=8 tensor) are never buffered whole.
 constexpr uint64_t kMaxClaimedSpanBytes = 8ull << 20;
 
+// Packs `rows` rows of `rowBytes` each, found `pitch` apart in `from` starting `column` bytes
+// into each, back to back into `to`.
+void packRows(char* to, const char* from, uint64_t rows, uint64_t pitch, uint64_t column, uint64_t rowBytes) {
+  for (uint64_t r = 0; r < rows; ++r) memcpy(to + r * rowBytes, from + r * pitch + column, rowBytes);
+}
+
 // Claims the pieces that lie whole in chunk `c`'s span of `op` into `claimed` (emptied first),
 // for the caller to hash once it has read the span; true when it claimed any.
 bool claimSpan(ContentDigests& digests, const CopyOp& op, const Chunk& c, std::vector<size_t>& claimed) {
@@ -248,11 +254,11 @@ void HostDevice::fill(const std::vector<std::string>& files, const std::vector<C
       if (whole.size() < rows.spanBytes) whole.resize(rows.spanBytes);
       fileSet.readFull(op.file, whole.data(), rows.spanBytes, rows.spanStart);
       digests.hashCovered(op.file, rows.spanStart, rows.spanStart + rows.spanBytes, whole.data());
-      for (uint64_t r = 0; r < c.rowCount; ++r) memcpy(dense.data() + r * op.rowBytes, whole.data() + r * op.srcPitch + rows.colOffset, op.rowBytes);
+      packRows(dense.data(), whole.data(), c.rowCount, op.srcPitch, rows.colOffset, op.rowBytes);
       for (const RowsPlan::Dest& d : rows.dests) {
         uint64_t n = c.rowCount * d.rowBytes;
         if (theirs.size() < n) theirs.resize(n);
-        for (uint64_t r = 0; r < c.rowCount; ++r) memcpy(theirs.data() + r * d.rowBytes, whole.data() + r * op.srcPitch + d.colOffset, d.rowBytes);
+        packRows(theirs.data(), whole.data(), c.rowCount, op.srcPitch, d.colOffset, d.rowBytes);
         try {
           writeSegment(d.fd, d.segment, theirs.data(), n, d.dst);
         } catch (const DeviceError& e) {
@@ -290,7 +296,7 @@ void HostDevice::fill(const std::vector<std::string>& files, const std::vector<C
       fileSet.readFull(op.file, span.data(), spanBytes, spanStart);
       for (size_t p : claimed) digests.hashClaimed(p, span.data() + (digests.pieceStart(p) - spanStart));
       digests.hashCovered(op.file, spanStart, spanStart + spanBytes, span.data());
-      for (uint64_t r = 0; r < c.rowCount; ++r) memcpy(dense.data() + r * op.rowBytes, span.data() + r * op.srcPitch, op.rowBytes);
+      packRows(dense.data(), span.data(), c.rowCount, op.srcPitch, 0, op.rowBytes);
     }
     writeSegment(fds[op.segment], op.segment, dense.data(), c.byteCount, dst);
     control.bytes += c.byteCount;

@@ -1,11 +1,9 @@
 #include "host_digest_group.h"
 
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
-#include <cerrno>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -14,6 +12,7 @@
 #include "file_reader.h"
 #include "fill_group_registry.h"
 #include "read_ranges.h"
+#include "unix_fds.h"
 
 namespace weightd {
 
@@ -50,13 +49,10 @@ struct DigestGroup {
     uint64_t rows = 0;
     uint64_t rowsPerChunk = 0;
   };
-  struct RowsClaim {
-    unsigned claimer = 0;
-    std::vector<unsigned> delivered;  // members whose columns the claimer writes
-  };
   std::vector<TensorRange> sortedTensors;  // by (file, start): which tensor an op's rows belong to
   std::map<std::pair<uint32_t, uint64_t>, std::vector<RowsOffer>> rowsOffers;
-  std::map<std::tuple<uint32_t, uint64_t, uint64_t>, RowsClaim> rowsClaims;
+  // Each chunk planned so far: the members whose columns its first planner writes.
+  std::map<std::tuple<uint32_t, uint64_t, uint64_t>, std::vector<unsigned>> rowsClaims;
   // Members joined and not yet gone: the duplicates are closed when the last one goes, once no
   // member can be writing into them.
   unsigned active = 0;
@@ -157,26 +153,22 @@ DigestGroupMember::~DigestGroupMember() {
 void DigestGroupMember::offerRows(const std::vector<CopyOp>& ops, const std::vector<int>& segmentFds, uint64_t chunkBytes) {
   std::lock_guard<std::mutex> lock(registry.mutex);
   DigestGroup& g = *group_;
-  // A tensor this member copies in more than one op (none does today) is not offered: a claim names one.
-  std::map<std::pair<uint32_t, uint64_t>, int> opsOf;
+  // Each eligible op by its tensor; a tensor this member copies in more than one op (none does
+  // today) is not offered: a claim names one.
+  std::map<std::pair<uint32_t, uint64_t>, std::vector<const CopyOp*>> opsOf;
   for (const CopyOp& op : ops)
-    if (const TensorRange* t = readsRowsApart(op) ? rowsTensor(g.sortedTensors, op) : nullptr) ++opsOf[{t->file, t->start}];
+    if (const TensorRange* t = readsRowsApart(op) && op.segment < segmentFds.size() ? rowsTensor(g.sortedTensors, op) : nullptr) opsOf[{t->file, t->start}].push_back(&op);
   std::map<uint32_t, int> dupOf;  // segment -> the group's duplicate
-  for (const CopyOp& op : ops) {
-    const TensorRange* t = readsRowsApart(op) ? rowsTensor(g.sortedTensors, op) : nullptr;
-    if (!t || opsOf[{t->file, t->start}] != 1 || op.segment >= segmentFds.size()) continue;
+  for (const auto& [tensor, its] : opsOf) {
+    if (its.size() != 1) continue;
+    const CopyOp& op = *its.front();
     auto dup = dupOf.find(op.segment);
     if (dup == dupOf.end()) {
-      int fd = ::fcntl(segmentFds[op.segment], F_DUPFD_CLOEXEC, 0);
-      if (fd < 0) {
-        int err = errno;
-        throw DeviceError("E_SHM_WRITE", "cannot duplicate segment " + std::to_string(op.segment) + "'s descriptor for digest group " + id_ + ": " + errnoMessage(err));
-      }
-      g.dups.push_back(fd);
-      dup = dupOf.emplace(op.segment, fd).first;
+      g.dups.push_back(dupFd(segmentFds[op.segment]));
+      dup = dupOf.emplace(op.segment, g.dups.back()).first;
     }
-    g.rowsOffers[{t->file, t->start}].push_back(
-        DigestGroup::RowsOffer{index_, dup->second, op.segment, op.dstOffset, op.rowBytes, op.srcOffset - t->start, op.srcPitch, op.rows, rowsPerChunk(op, chunkBytes)});
+    g.rowsOffers[tensor].push_back(
+        DigestGroup::RowsOffer{index_, dup->second, op.segment, op.dstOffset, op.rowBytes, op.srcOffset - tensor.second, op.srcPitch, op.rows, rowsPerChunk(op, chunkBytes)});
   }
   ++g.offered;
   registry.changed.notify_all();
@@ -202,30 +194,24 @@ RowsPlan DigestGroupMember::planRows(const CopyOp& op, const Chunk& c, FillContr
   if (offers == g.rowsOffers.end()) return plan;
   auto mine = std::find_if(offers->second.begin(), offers->second.end(), [&](const DigestGroup::RowsOffer& o) { return o.member == index_; });
   if (mine == offers->second.end()) return plan;
-  auto claim = g.rowsClaims.find({t->file, t->start, c.firstRow});
-  if (claim != g.rowsClaims.end()) {
-    const std::vector<unsigned>& d = claim->second.delivered;
-    if (std::find(d.begin(), d.end(), index_) != d.end()) plan.kind = RowsPlan::Kind::Skip;
+  auto [claim, first] = g.rowsClaims.try_emplace({t->file, t->start, c.firstRow});
+  std::vector<unsigned>& delivered = claim->second;
+  if (!first) {
+    if (std::find(delivered.begin(), delivered.end(), index_) != delivered.end()) plan.kind = RowsPlan::Kind::Skip;
     return plan;
   }
   // The first to reach this chunk: it writes the columns of every member that cuts the tensor
-  // at the same rows (its chunk is this one), and they skip it.
-  DigestGroup::RowsClaim made{index_, {}};
+  // at the same rows (its chunk is this one), and they skip it; past the span's bound, or with
+  // nobody to write for, it reads for itself and the others read their own columns too.
+  uint64_t spanBytes = c.rowCount * op.srcPitch;
+  if (spanBytes > kMaxDeliveredSpanBytes) return plan;
   for (const DigestGroup::RowsOffer& o : offers->second) {
     // Its chunk is this one only where it cuts the same rows of the same pitch.
     if (o.member == index_ || o.rowsPerChunk != mine->rowsPerChunk || o.srcPitch != mine->srcPitch || o.rows != mine->rows) continue;
-    made.delivered.push_back(o.member);
+    delivered.push_back(o.member);
     plan.dests.push_back(RowsPlan::Dest{o.fd, o.segment, o.dstOffset + c.firstRow * o.rowBytes, o.rowBytes, o.colOffset});
   }
-  uint64_t spanBytes = c.rowCount * op.srcPitch;
-  if (made.delivered.empty() || spanBytes > kMaxDeliveredSpanBytes) {
-    // Read by this member for itself; the others read their own columns of it too.
-    made.delivered.clear();
-    g.rowsClaims.emplace(std::make_tuple(t->file, t->start, c.firstRow), std::move(made));
-    plan.dests.clear();
-    return plan;
-  }
-  g.rowsClaims.emplace(std::make_tuple(t->file, t->start, c.firstRow), std::move(made));
+  if (delivered.empty()) return plan;
   plan.kind = RowsPlan::Kind::Deliver;
   plan.spanStart = t->start + c.firstRow * op.srcPitch;
   plan.spanBytes = spanBytes;

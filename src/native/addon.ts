@@ -255,10 +255,11 @@ export interface Addon {
   /**
    * native/unix_fds.h (FdSend): sends on a connected AF_UNIX stream socket what it takes now of
    * `frame`, with `fds` as SCM_RIGHTS in batches of 250, never waiting. null once every byte
-   * went; else the pending rest (owning a duplicate of the socket) for fdSendSome. The caller
-   * keeps its fds open until it ends. src/wire/socketFdWriter.ts's sendFds drives both. E_FD_SEND.
+   * went; else the pending rest (owning a duplicate of the socket) for fdSendSome, and the bytes
+   * it has left. The caller keeps its fds open until it ends. src/wire/socketFdWriter.ts's
+   * sendFds drives both. E_FD_SEND.
    */
-  fdSendStart(socketFd: number, frame: Buffer, fds: number[]): PendingFdSend | null;
+  fdSendStart(socketFd: number, frame: Buffer, fds: number[]): { pending: PendingFdSend; left: number } | null;
   /**
    * Sends what the socket takes now of a pending send and returns the bytes still to send: 0 once
    * every byte went (its duplicate is then closed). With `deadlinePassed`, E_FD_TIMEOUT naming

@@ -71,9 +71,10 @@ export class ClientConnection {
   readonly #sendFds: FdWriter;
   /** Settles once the last frame written through the stream has reached the kernel. */
   #lastWrite: Promise<void> = Promise.resolve();
-  /** A reply with descriptors is being written to the socket's fd, outside the stream. */
-  #sendingFds = false;
-  /** Aborted by destroy(): the reply with descriptors being sent gives up at once. */
+  /**
+   * Set while a reply with descriptors is being written to the socket's fd, outside the stream;
+   * destroy() aborts it, and the send gives up at once.
+   */
   #sendAbort: AbortController | undefined;
   /** Event frames that came while a reply with descriptors was being sent: written after it. */
   #heldEvents: Buffer[] = [];
@@ -296,7 +297,6 @@ export class ClientConnection {
       clearTimeout(deadline);
       if (!flushed) this.destroy();
       if (this.#closing) return;
-      this.#sendingFds = true;
       this.#sendAbort = new AbortController();
       try {
         await this.#sendFds(encodeFrame(reply.json), reply.fds, this.#limits.idleTimeoutMs, this.#sendAbort.signal);
@@ -305,7 +305,6 @@ export class ClientConnection {
         if (!this.#closing) this.#handler.violation(this.caller, err instanceof WeightdError ? err : new WeightdError('E_INTERNAL', (err as Error).message));
         this.destroy();
       } finally {
-        this.#sendingFds = false;
         this.#sendAbort = undefined;
       }
     } finally {
@@ -344,7 +343,7 @@ export class ClientConnection {
     this.#queue.length = 0;
     // An event's rules can drop the connection while a reply with descriptors is sent outside the
     // stream: a frame written to the stream now could land inside that reply's bytes.
-    if (this.#sendingFds) return this.destroy();
+    if (this.#sendAbort) return this.destroy();
     // Ended drained, not destroyed once written: a peer still sending (its request crossed the
     // deadline, or the rest of a refused frame) would get EPIPE and lose this frame unread.
     turnAway(this.#socket, encodeFrame(errorReply(id, err)));

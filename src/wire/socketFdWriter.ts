@@ -35,13 +35,11 @@ export function streamFd(stream: Duplex): number | undefined {
  * E_FD_SEND (also when aborted), E_FD_TIMEOUT.
  */
 export async function sendFds(socketFd: number, frame: Buffer, fds: number[], timeoutMs: number, signal?: AbortSignal): Promise<void> {
-  const pending = addon().fdSendStart(socketFd, frame, fds);
-  if (pending === null) return;
+  const started = addon().fdSendStart(socketFd, frame, fds);
+  if (started === null) return;
+  const { pending } = started;
   const deadline = performance.now() + timeoutMs;
-  // What the first try left (the socket is full: this try sends nothing, and says how much is left).
-  let left = addon().fdSendSome(pending, false, timeoutMs);
-  // A peer reading on another core may have emptied the socket in between: then that try sent the rest.
-  if (left === 0) return;
+  let left = started.left;
   // The wait doubles while the peer reads nothing and starts again at 1 ms once it read some: a
   // reader that takes a large reply in pieces is not kept 50 ms behind for each of them.
   for (let wait = 1; ; ) {
