@@ -304,9 +304,10 @@ test('replies to a peer that reads on another core as they are sent all arrive w
   const exited = new Promise<void>((resolve) => reader.on('exit', () => resolve()));
   try {
     await gotOne;
-    // Before, a send whose second try found the socket emptied by the reader sent everything and
-    // then failed its next try ("this send has ended already"), blaming a peer that read it all.
-    // Replies a little larger than the socket's buffer (about 208 KiB) leave little for that try.
+    // Replies a little larger than the socket's buffer (about 208 KiB) leave little for the tries
+    // after the first, which the reader may already have made room for. A build that tried again
+    // at once, only to learn what was left, once sent everything there and then failed its next
+    // try ("this send has ended already"), blaming a peer that read it all.
     let sent = 0;
     for (let i = 0; i < 256; i++) {
       const frame = frameOf(Buffer.alloc((200 << 10) + (i % 64) * 1024, 5));
