@@ -495,7 +495,8 @@ test('a kept record whose descriptors are another GPU\'s allocations: READY, the
   const { result, leaks } = scenario('daemonFdRestartCorrupt', {}, 60_000);
   const r = result as { atReady: unknown; waitedForCheck: boolean; copied: string[]; update: string; ended: string; failure: string; stillKept: boolean[] };
   assert.equal(r.atReady, { contexts: 0, ranks: [{ adoptedOn: 'main', descriptors: 'checking', freeProbed: false }, { adoptedOn: 'main', descriptors: 'checking', freeProbed: false }], metric: [0, 0] });
-  assert.ok(r.waitedForCheck);
+  // On a failure, what settled while the check was held at the gate (seen once in a loaded suite, not reproduced).
+  assert.ok(r.waitedForCheck, JSON.stringify({ copied: r.copied, update: r.update, failure: r.failure }));
   // GPU 0's client, waiting for the check, is refused by name; GPU 1's passed its check, and its
   // copy races the node's failure (copied, or the socket gone: "load from disk").
   assert.is(r.copied[0], 'E_ADOPT_CHECK_FAILED');
