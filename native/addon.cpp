@@ -247,6 +247,10 @@ class DeviceWrap : public Napi::ObjectWrap<DeviceWrap> {
       o.Set("rowsReceivedBytes", static_cast<double>(s.rowsReceivedBytes));
       o.Set("digestGpuBytes", static_cast<double>(s.digestGpuBytes));
       if (!s.digestGpuUnavailable.empty()) o.Set("digestGpuUnavailable", s.digestGpuUnavailable);
+      if (s.digestGpuBytes) {
+        o.Set("digestGpuSetupSeconds", s.digestGpuSetupSeconds);
+        o.Set("digestGpuTailSeconds", s.digestGpuTailSeconds);
+      }
     }
     return o;
   }

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <condition_variable>
 #include <map>
 #include <memory>
@@ -18,6 +19,7 @@
 #include "file_reader.h"
 #include "fill_windows.h"
 #include "reader_threads.h"
+#include "start_thread.h"
 
 namespace weightd {
 
@@ -300,7 +302,7 @@ class CopyEngine {
     // Host memory is pinned and registered with the first member's context current, and
     // PORTABLE, so that every member's context copies from it as pinned memory.
     ScopedContext base(members_[0].target.context);
-    LanePool pool(makeLanes());
+    LanePool pool(makeLanesBesideDigestSetup());
     std::atomic<bool> stop{false};  // this fill's own: set when any member is cancelled or fails
     try {
       runOnReaderThreads(windows.size(), lanes_, stop, [&](size_t i) {
@@ -318,8 +320,10 @@ class CopyEngine {
         for (auto& slot : lane->slots) retire(slot);
       }
       if (gpu_) {
+        const auto copied = std::chrono::steady_clock::now();
         forEachHashStream(pool, [](Lane& lane, size_t m) { cudaDriver().cuStreamSynchronize(lane.hashStreams[m].get()); });
         gpu_->collect(digests_);
+        digestTailSeconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - copied).count();
       }
     } catch (...) {
       destroyLanes(pool);
@@ -332,6 +336,8 @@ class CopyEngine {
       members_[m].control->digestRereadBytes = reread;
       members_[m].control->digestGpuBytes = gpu_ ? gpu_->bytes() : 0;
       members_[m].control->digestGpuUnavailable = gpu_ ? gpu_->unavailable() : "";
+      members_[m].control->digestGpuSetupSeconds = gpu_ ? gpu_->setupSeconds() : 0;
+      members_[m].control->digestGpuTailSeconds = digestTailSeconds_;
       std::vector<std::string>& own = members_[m].control->digests;
       own.clear();
       for (size_t i : tensorIndex_[m]) own.push_back(all[i]);
@@ -339,7 +345,43 @@ class CopyEngine {
   }
 
  private:
-  std::vector<std::unique_ptr<Lane>> makeLanes() {
+  // The lanes, with the GPU digests' setup (loading the kernel, uploading the jobs) on a thread
+  // of its own meanwhile: both are a few milliseconds of driver calls before the first read.
+  // Where no thread can start, the setup runs here after the lanes.
+  std::vector<std::unique_ptr<Lane>> makeLanesBesideDigestSetup() {
+    if (!gpu_) return makeLanes({});
+    std::vector<bool> hashing;  // decided before load(), which may release a member's pieces
+    for (size_t m = 0; m < members_.size(); ++m) hashing.push_back(gpu_->anyJobs(m));
+    std::exception_ptr failed;
+    std::thread setup;
+    try {
+      setup = startThread("the GPU digests' setup", [&] {
+        try {
+          gpu_->load();
+        } catch (...) {
+          failed = std::current_exception();
+        }
+      });
+    } catch (const DeviceError&) {
+    }
+    std::vector<std::unique_ptr<Lane>> lanes;
+    try {
+      lanes = makeLanes(hashing);
+    } catch (...) {
+      if (setup.joinable()) setup.join();
+      throw;
+    }
+    if (setup.joinable()) {
+      setup.join();
+    } else {
+      gpu_->load();
+    }
+    if (failed) std::rethrow_exception(failed);
+    return lanes;
+  }
+
+  // `hashing`: per member, whether its GPU hashes pieces (a stream for the kernels per lane).
+  std::vector<std::unique_ptr<Lane>> makeLanes(const std::vector<bool>& hashing) {
     std::vector<std::unique_ptr<Lane>> lanes;
     for (unsigned l = 0; l < lanes_; ++l) {
       auto lane = std::make_unique<Lane>();
@@ -351,7 +393,7 @@ class CopyEngine {
       for (size_t m = 0; m < members_.size(); ++m) {
         ScopedContext current(members_[m].target.context);
         lane->streams.push_back(createStream());
-        lane->hashStreams.push_back(gpu_ && gpu_->anyJobs(m) ? createStream() : Stream());
+        lane->hashStreams.push_back(m < hashing.size() && hashing[m] ? createStream() : Stream());
         lane->batches.emplace_back();
         for (auto& slot : lane->slots) slot.copied.push_back(createEvent());
       }
@@ -505,6 +547,7 @@ class CopyEngine {
   std::vector<std::vector<CopyOp>> ops_;  // per member, numbered into files_
   std::vector<FillWindow> windows_;
   std::unique_ptr<GpuDigests> gpu_;  // the pieces the GPUs hash; null when the CPU hashes all
+  double digestTailSeconds_ = 0;     // FillControl::digestGpuTailSeconds
   FillOptions options_;
   uint64_t slotBytes_ = 0;    // the most file bytes a window spans
   uint64_t bufferBytes_ = 0;  // a pread slot's staging: slotBytes_, and with O_DIRECT one block more

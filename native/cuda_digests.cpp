@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -118,13 +119,13 @@ std::string hashDeviceSegments(const std::vector<CUdeviceptr>& segments, const s
 }
 
 GpuDigests::GpuDigests(const std::vector<FillMember>& members, const std::vector<FillWindow>& windows, ContentDigests& digests)
-    : fill_(members), members_(members.size()), ranges_(windows.size() * members.size()) {
+    : fill_(members), digests_(digests), members_(members.size()), jobs_(members.size()), ranges_(windows.size() * members.size()) {
   if (digests.empty()) return;
   if (!kernelImage().missing.empty()) {
     unavailable_ = kernelImage().missing;
     return;
   }
-  std::vector<std::vector<GpuDigestJob>> jobs(members.size());
+  std::vector<std::vector<GpuDigestJob>>& jobs = jobs_;
   for (size_t w = 0; w < windows.size(); ++w) {
     const FillWindow& window = windows[w];
     for (const WindowPiece& piece : window.pieces) {
@@ -143,20 +144,27 @@ GpuDigests::GpuDigests(const std::vector<FillMember>& members, const std::vector
       });
     }
   }
-  for (size_t m = 0; m < members.size(); ++m) {
-    if (jobs[m].empty()) continue;
+}
+
+void GpuDigests::load() {
+  const auto started = std::chrono::steady_clock::now();
+  const size_t n = fill_.size();
+  for (size_t m = 0; m < n; ++m) {
+    if (jobs_[m].empty()) continue;
     try {
-      setUp(m, members[m], jobs[m]);
+      setUp(m, fill_[m], jobs_[m]);
     } catch (const DeviceError& e) {
       // This member's pieces go back to the CPU, which hashes them as the windows pass.
-      unavailable_ += (unavailable_.empty() ? "" : "; ") + members[m].target.label + ": " + e.what();
-      for (size_t p : members_[m].pieces) digests.release(p);
+      unavailable_ += (unavailable_.empty() ? "" : "; ") + fill_[m].target.label + ": " + e.what();
+      for (size_t p : members_[m].pieces) digests_.release(p);
       members_[m].pieces.clear();
-      for (size_t w = 0; w < windows.size(); ++w) ranges_[w * members.size() + m] = {};
+      for (size_t w = 0; w < ranges_.size() / n; ++w) ranges_[w * n + m] = {};
       continue;
     }
-    for (const GpuDigestJob& j : jobs[m]) bytes_ += j.bytes;
+    for (const GpuDigestJob& j : jobs_[m]) bytes_ += j.bytes;
+    jobs_[m] = {};
   }
+  setupSeconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
 }
 
 void GpuDigests::setUp(size_t m, const FillMember& member, const std::vector<GpuDigestJob>& jobs) {

@@ -33,13 +33,17 @@ std::string hashDeviceSegments(const std::vector<CUdeviceptr>& segments, const s
 class GpuDigests {
  public:
   // Claims in `digests` the pieces each member's GPU will hash, each piece on the first member
-  // whose contiguous copy in some window holds it whole, and puts each member's jobs on its GPU.
-  // Pieces of a member whose setup fails are released to the CPU.
+  // whose contiguous copy in some window holds it whole. Touches no GPU: load() does.
   GpuDigests(const std::vector<FillMember>& members, const std::vector<FillWindow>& windows, ContentDigests& digests);
+  // Loads the kernel and puts each member's jobs on its GPU; the pieces of a member whose setup
+  // fails are released to the CPU. Once, before the first add(); it touches nothing the lanes'
+  // setup does, so the fill runs it beside that (a few milliseconds of the fill's start).
+  void load();
   ~GpuDigests();
   GpuDigests(const GpuDigests&) = delete;
   GpuDigests& operator=(const GpuDigests&) = delete;
 
+  // Whether `member` has pieces to hash: claimed ones before load(), loaded ones after.
   bool anyJobs(size_t member) const { return member < members_.size() && !members_[member].pieces.empty(); }
 
   // One lane's jobs for one member not yet launched. A launch costs the lane's thread a few
@@ -63,6 +67,8 @@ class GpuDigests {
   void collect(ContentDigests& digests) const;
   // Bytes the GPUs hash (FillControl::digestGpuBytes).
   uint64_t bytes() const { return bytes_; }
+  // How long load() took (FillControl::digestGpuSetupSeconds).
+  double setupSeconds() const { return setupSeconds_; }
   // Why some or all pieces are hashed on the CPU although they could be on the GPU; "" if none.
   const std::string& unavailable() const { return unavailable_; }
 
@@ -84,9 +90,12 @@ class GpuDigests {
   void setUp(size_t m, const FillMember& member, const std::vector<GpuDigestJob>& jobs);
 
   const std::vector<FillMember>& fill_;
+  ContentDigests& digests_;
   std::vector<Member> members_;
-  std::vector<Range> ranges_;  // per window, per member
+  std::vector<std::vector<GpuDigestJob>> jobs_;  // per member, until load() uploads them
+  std::vector<Range> ranges_;                    // per window, per member
   uint64_t bytes_ = 0;
+  double setupSeconds_ = 0;
   std::string unavailable_;
 };
 

@@ -89,6 +89,11 @@ struct FillControl {
   // all its GPUs), and why pieces the GPU could have hashed were hashed on the CPU ("" when none were).
   uint64_t digestGpuBytes = 0;
   std::string digestGpuUnavailable;
+  // Written with `digests` (cuda, where the GPU hashes): seconds spent loading the digest kernel
+  // and its jobs (beside the lanes' setup), and seconds the fill waited for the kernels after its
+  // last copy landed. What the GPU digests add to a fill's time is at most their sum.
+  double digestGpuSetupSeconds = 0;
+  double digestGpuTailSeconds = 0;
 };
 
 struct SegmentExport {

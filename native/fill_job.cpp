@@ -18,6 +18,8 @@ FillJob::FillJob(std::shared_ptr<Device> device, std::vector<std::string> files,
       r.rowsReceivedBytes = control_.rowsReceivedBytes;
       r.digestGpuBytes = control_.digestGpuBytes;
       r.digestGpuUnavailable = control_.digestGpuUnavailable;
+      r.digestGpuSetupSeconds = control_.digestGpuSetupSeconds;
+      r.digestGpuTailSeconds = control_.digestGpuTailSeconds;
     } catch (const DeviceError& e) {
       r.failed = true;
       r.errorCode = e.code();

@@ -26,6 +26,8 @@ struct FillStatus {
   uint64_t rowsReceivedBytes = 0;    // once done: FillControl.rowsReceivedBytes
   uint64_t digestGpuBytes = 0;       // once done: FillControl.digestGpuBytes
   std::string digestGpuUnavailable;  // once done: FillControl.digestGpuUnavailable
+  double digestGpuSetupSeconds = 0;  // once done: FillControl.digestGpuSetupSeconds
+  double digestGpuTailSeconds = 0;   // once done: FillControl.digestGpuTailSeconds
 };
 
 class FillJob {

@@ -10,7 +10,9 @@
 // each device's fill seconds by the native clock (start to last copy landed) and the wall time
 // seen from JS (which adds up to one 20 ms status poll), the bytes its digests read again at
 // the end (digestRereadBytes: 0 when every tensor passed whole through a window), the bytes its
-// digests hashed on the GPU (digestGpuBytes) and why not more (digestGpuUnavailable), GB/s (1e9 bytes) of payload over all
+// digests hashed on the GPU (digestGpuBytes) and why not more (digestGpuUnavailable), the GPU
+// digests' setup and the wait for their kernels after the last copy (digestGpuSetupSeconds,
+// digestGpuTailSeconds), GB/s (1e9 bytes) of payload over all
 // devices from the slowest device's native seconds, and the process's peak RSS so far.
 import { writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
@@ -62,6 +64,8 @@ for (const options of configs) {
     runs.push({
       wall: run.wall, deviceSeconds: run.devices.map((d) => d.seconds), digestRereadBytes: run.devices.map((d) => d.digestRereadBytes),
       digestGpuBytes: run.devices.map((d) => d.digestGpuBytes), digestGpuUnavailable: run.devices.map((d) => d.digestGpuUnavailable ?? null),
+      digestGpuSetupSeconds: run.devices.map((d) => d.digestGpuSetupSeconds ?? null),
+      digestGpuTailSeconds: run.devices.map((d) => d.digestGpuTailSeconds ?? null),
     });
   }
   const { best, median } = fillSeconds(runs);

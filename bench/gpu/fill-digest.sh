@@ -53,28 +53,4 @@ cold='[{"direct":true,"chunkBytes":8388608,"stagingBytes":134217728},{"direct":t
 for _ in 1 2 3; do
   timeout 45 node bench/gpu/fill-bench.mjs --ckpt "$CKPT" --devices 0 --reps 1 --cold --configs "$cold" --label this-cold --out "$OUT/fill-digest.jsonl"
 done
-node --input-type=module -e '
-  const fs = await import("node:fs");
-  const lines = fs.readFileSync(process.argv[1], "utf8").trim().split("\n").map((l) => JSON.parse(l));
-  const median = (a) => { const s = [...a].sort((x, y) => x - y); return s[Math.floor(s.length / 2)]; };
-  const out = {};
-  const base = (o) => { const { digest, digestOn, ...rest } = o; return JSON.stringify(rest); };
-  const way = (o) => (!o.digest ? "without" : o.digestOn === "cpu" ? "cpu" : "gpu");
-  for (const label of new Set(lines.map((l) => l.label))) {
-    const of = (key, w) => lines.filter((l) => l.label === label && base(l.results[0].options) === key && way(l.results[0].options) === w)
-      .flatMap((l) => l.results[0].runs.map((r) => ({ gbps: l.payloadBytes / Math.max(...r.deviceSeconds) / 1e9, gpuBytes: r.digestGpuBytes?.[0] ?? 0, unavailable: r.digestGpuUnavailable?.[0] ?? null })));
-    for (const key of new Set(lines.filter((l) => l.label === label).map((l) => base(l.results[0].options)))) {
-      const [without, gpu, cpu] = ["without", "gpu", "cpu"].map((w) => of(key, w));
-      const gbps = (runs) => median(runs.map((r) => r.gbps));
-      out[`${label} ${key}`] = {
-        fills: [without.length, gpu.length, cpu.length],
-        medianGBpsWithout: gbps(without), medianGBpsGpuDigests: gbps(gpu), medianGBpsCpuDigests: gbps(cpu),
-        ratioGpu: gbps(gpu) / gbps(without), ratioCpu: gbps(cpu) / gbps(without),
-        gpuDigestBytes: gpu[0]?.gpuBytes, gpuUnavailable: [...new Set(gpu.map((r) => r.unavailable).filter(Boolean))],
-      };
-    }
-  }
-  out.target = "this-hot ratioGpu >= 0.98";
-  fs.writeFileSync(process.argv[2], JSON.stringify(out, null, 1));
-  console.log(JSON.stringify(out, null, 1));
-' "$OUT/fill-digest.jsonl" "$OUT/summary.json"
+node bench/gpu/fill-digest-summary.mjs "$OUT/fill-digest.jsonl" "$OUT/summary.json"

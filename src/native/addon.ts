@@ -158,6 +158,9 @@ export interface NativeFillStatus {
   digestGpuBytes?: number;
   /** Once done (cuda): why pieces the GPU could have hashed were hashed on the CPU. */
   digestGpuUnavailable?: string;
+  /** Once done (cuda, where the GPU hashed): seconds loading the digest kernel and its jobs, and seconds waited for the kernels after the last copy. */
+  digestGpuSetupSeconds?: number;
+  digestGpuTailSeconds?: number;
 }
 
 /**

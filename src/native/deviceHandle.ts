@@ -36,6 +36,12 @@ export interface FillResult {
   digestGpuBytes: number;
   /** Why pieces the GPU could have hashed were hashed on the CPU; absent when none were. */
   digestGpuUnavailable?: string;
+  /**
+   * Where the GPU hashed: seconds loading the digest kernel and its jobs (beside the lanes'
+   * setup), and seconds the fill waited for the kernels after its last copy landed.
+   */
+  digestGpuSetupSeconds?: number;
+  digestGpuTailSeconds?: number;
 }
 
 /** How often a running fill is polled (see native/fill_job.h for why it is polled). */
@@ -126,6 +132,7 @@ export class DeviceHandle {
         return {
           bytes: s.bytes, seconds: s.seconds, digests: s.digests ?? [], digestRereadBytes: s.digestRereadBytes ?? 0,
           digestGpuBytes: s.digestGpuBytes ?? 0, ...(s.digestGpuUnavailable ? { digestGpuUnavailable: s.digestGpuUnavailable } : {}),
+          ...(s.digestGpuSetupSeconds !== undefined ? { digestGpuSetupSeconds: s.digestGpuSetupSeconds, digestGpuTailSeconds: s.digestGpuTailSeconds } : {}),
           ...(s.rowsDeliveredBytes ? { rowsDeliveredBytes: s.rowsDeliveredBytes } : {}),
           ...(s.rowsReceivedBytes ? { rowsReceivedBytes: s.rowsReceivedBytes } : {}),
         };

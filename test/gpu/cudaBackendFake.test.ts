@@ -56,6 +56,7 @@ interface Hashing {
   group: number[];
   alone: number;
   unavailable?: string;
+  timed: (number | null)[][]; // per fill (group GPU 0, group GPU 1, alone): [setup, tail] seconds
 }
 
 test.before(buildFake);
@@ -157,6 +158,8 @@ test('every cuda fill, in a group or alone and in every read mode, reports each 
   for (const f of hashing.slice(0, -1)) {
     assert.equal([...f.group, f.alone], [0, 0, 0], f.options);
     assert.match(f.unavailable ?? '', /GPU digest kernel|cuModuleLoadData/, f.options);
+    // No GPU hashed, so no GPU setup or wait is reported (absent, null through the scenario's JSON).
+    assert.equal(f.timed, [[null, null], [null, null], [null, null]], f.options);
   }
   assert.equal(hashing.at(-1), { options: "{digestOn:'cpu'}", group: [], alone: 0 });
   assert.match(result.refused as string, /^digestOn must be 'gpu' or 'cpu', got 'tpu'$/);
@@ -174,6 +177,9 @@ test('with the digest kernel, each GPU hashes the pieces its contiguous copies l
   for (const f of hashing.slice(0, -1)) {
     assert.ok(f.group.every((bytes) => bytes > 0) && f.alone > 0, `${f.options}: ${JSON.stringify(f)}`);
     assert.is(f.unavailable, undefined, f.options);
+    // Each fill says how long the kernel's setup took and how long it waited for the kernels
+    // after its last copy (the fake runs them then, on the CPU: never no time).
+    for (const [setup, tail] of f.timed) assert.ok(setup! > 0 && tail! > 0 && setup! < 60 && tail! < 60, `${f.options}: ${JSON.stringify(f.timed)}`);
   }
   assert.equal(hashing.at(-1), { options: "{digestOn:'cpu'}", group: [], alone: 0 });
   assert.equal(leaks, noLeaks);

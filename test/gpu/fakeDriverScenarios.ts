@@ -395,7 +395,7 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
       const small = { threads: 3, chunkBytes: MiB, stagingBytes: 4 * MiB };
       const runs: string[] = [];
       const rereads: { options: string; group: number[]; alone: number }[] = [];
-      const hashing: { options: string; group: number[]; alone: number; unavailable?: string }[] = [];
+      const hashing: { options: string; group: number[]; alone: number; unavailable?: string; timed?: (number | undefined)[][] }[] = [];
       for (const options of [{ ...small, mode: 'pread' as const }, { ...small, mode: 'pread' as const, direct: true }, { ...small, mode: 'register' as const }, {}]) {
         const group = { id: `digests-${runs.length}`, size: 2 };
         const both = await Promise.all([d0!, d1!].map((d, r) => fill(d, r, { ...options, group })));
@@ -404,7 +404,10 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
           if (JSON.stringify(got) !== JSON.stringify(want)) throw new Error(`${what} with ${JSON.stringify(options)}: digests differ from the files'`);
         }
         rereads.push({ options: JSON.stringify(options), group: both.map((f) => f.digestRereadBytes), alone: alone.digestRereadBytes });
-        hashing.push({ options: JSON.stringify(options), group: both.map((f) => f.digestGpuBytes), alone: alone.digestGpuBytes, unavailable: alone.digestGpuUnavailable });
+        hashing.push({
+          options: JSON.stringify(options), group: both.map((f) => f.digestGpuBytes), alone: alone.digestGpuBytes, unavailable: alone.digestGpuUnavailable,
+          timed: [...both, alone].map((f) => [f.digestGpuSetupSeconds, f.digestGpuTailSeconds]),
+        });
         runs.push(JSON.stringify(options));
       }
       const asked = await fill(d0!, 0, { digestOn: 'cpu' });
