@@ -691,6 +691,7 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
     timings.Set("copyMs", c.copyMs);
     timings.Set("digestMs", c.digestMs);
     timings.Set("nativeMs", c.totalMs);
+    timings.Set("mapped", c.mapped);
     o.Set("timings", timings);
     return o;
   }
@@ -708,11 +709,12 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
     return sources;
   }
 
-  // cudaPullCopies(deviceIndex, finals, writes: boolean[], bytes: number[], sources: Buffer[], commitCopies)
-  //   -> Promise<{ fds: number[], timings: { allocateMs, openMs, mapMs, copyMs, nativeMs } }>, on a libuv thread.
+  // cudaPullCopies(deviceIndex, finals, writes: boolean[], bytes: number[], sources: Buffer[], commitCopies, zeroRanges, tensorRanges, threads, digestOn)
+  //   -> Promise<{ fds: number[], digests: string[], hashedOn, gpuDigestUnavailable,
+  //                timings: { allocateMs, openMs, mapMs, copyMs, digestMs, nativeMs } }>, on a libuv thread.
   Napi::Value CudaPullCopies(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
-    const char* usage = "cudaPullCopies(deviceIndex, finals, writes: boolean[], bytes: number[], sources: Buffer[], commitCopies)";
+    const char* usage = "cudaPullCopies(deviceIndex, finals, writes: boolean[], bytes: number[], sources: Buffer[], commitCopies, zeroRanges, tensorRanges, threads, digestOn)";
     int deviceIndex = toBounded<int>(info[0], "deviceIndex");
     std::vector<int> finals = toFinals(info[1]);
     if (!info[2].IsArray() || !info[3].IsArray()) throw Napi::TypeError::New(env, usage);
@@ -723,18 +725,28 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
     for (uint32_t i = 0; i < bytesJs.Length(); ++i) bytes.push_back(toU64(bytesJs.Get(i), "segment bytes"));
     std::vector<std::string> sources = sourcesFromJs(env, info[4], usage);
     std::vector<CommitCopy> copies = commitCopiesFromJs(info[5]);
+    std::vector<ZeroRange> zeros = zeroRangesFromJs(info[6]);
+    std::vector<TensorRange> tensors = tensorRangesFromJs(info[7]);
+    unsigned threads = toBounded<unsigned>(info[8], "threads");
+    if (threads < 1 || threads > 256) throw Napi::RangeError::New(env, "threads must be from 1 to 256, got " + std::to_string(threads));
+    bool onGpu = digestOnGpuFromJs(info[9]);
     return PromiseJob<CudaPulled>::start(
-        env, [deviceIndex, finals, writes, bytes, sources, copies] { return cudaPullCopies(deviceIndex, finals, writes, bytes, sources, copies); },
+        env,
+        [deviceIndex, finals, writes, bytes, sources, copies, zeros, tensors, threads, onGpu] {
+          return cudaPullCopies(deviceIndex, finals, writes, bytes, sources, copies, zeros, tensors, threads, onGpu);
+        },
         [](Napi::Env e, const CudaPulled& p) {
           Napi::Object o = Napi::Object::New(e);
           Napi::Array fds = Napi::Array::New(e, p.fds.size());
           for (uint32_t i = 0; i < p.fds.size(); ++i) fds.Set(i, p.fds[i]);
           o.Set("fds", fds);
+          setDigested(e, o, p.digested);
           Napi::Object timings = Napi::Object::New(e);
           timings.Set("allocateMs", p.allocateMs);
           timings.Set("openMs", p.openMs);
           timings.Set("mapMs", p.mapMs);
           timings.Set("copyMs", p.copyMs);
+          timings.Set("digestMs", p.digestMs);
           timings.Set("nativeMs", p.totalMs);
           o.Set("timings", timings);
           return o;

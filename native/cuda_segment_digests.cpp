@@ -36,6 +36,8 @@ CudaDigests digestDeviceSegments(const std::vector<CUdeviceptr>& segments, const
   const char* host = static_cast<const char*>(window.get());
   std::atomic<bool> cancel{false};
   for (uint32_t s = 0; s < segments.size(); ++s) {
+    // Not mapped (0): a segment the caller left out, which holds none of `tensors`.
+    if (segments[s] == 0) continue;
     for (uint64_t at = 0; at < bytes[s];) {
       uint64_t end = digests.cut(s, at, std::min(bytes[s], at + kDigestWindow));
       cudaDriver().cuMemcpyDtoH_v2(window.get(), segments[s] + at, end - at);

@@ -22,7 +22,7 @@ struct CudaDigests {
 };
 
 // Each of `tensors`' digest (`file` indexing the segments), over device memory at `segments`
-// (`bytes` each) in the current context: with `onGpu`, on the GPU by the fill's digest kernel
+// (`bytes` each; 0 for a segment not mapped, which holds none of them) in the current context: with `onGpu`, on the GPU by the fill's digest kernel
 // (cuda_digests.h) where it loads; else (or without `onGpu`: digestOn 'cpu', as a fill's) read
 // back a window at a time into pinned memory and hashed on up to `threads` threads.
 CudaDigests digestDeviceSegments(const std::vector<CUdeviceptr>& segments, const std::vector<uint64_t>& bytes, std::vector<TensorRange> tensors,

@@ -171,6 +171,17 @@ void checkCopies(const std::vector<CommitCopy>& copies, const std::vector<bool>&
   }
 }
 
+// Refuses tensors to digest that lie outside the segments (`bytes`), or, where `written` is given,
+// outside the segments it marks: their memory is not mapped for the digests.
+void checkTensors(const std::vector<TensorRange>& tensors, const std::vector<uint64_t>& bytes, const std::vector<bool>& written, const std::string& what) {
+  for (const TensorRange& t : tensors) {
+    if (t.file >= bytes.size() || t.start > t.end || t.end > bytes[t.file] || (!written.empty() && !written[t.file])) {
+      throw DeviceError("E_BAD_PLAN", what + "'s tensor of bytes " + std::to_string(t.start) + "-" + std::to_string(t.end) + " of segment " + std::to_string(t.file) +
+                                          " lies outside the segments it " + (written.empty() ? "has" : "writes"));
+    }
+  }
+}
+
 // The commit's shared body: finals for the copied segments (made here, or imported from `finals`
 // where cudaPullCopies made and wrote one earlier), `copies` into them (sources as
 // cudaPullCommit's; none for a staging commit), then the digests over what the version serves.
@@ -192,10 +203,15 @@ CudaCommitted commitInto(int deviceIndex, const std::vector<int>& fds, const std
     if (copied[i] && !made(i)) needed += sizes.back();
   }
   checkCopies(copies, copied, bytes, sources.size(), true);
-  // Which copied segments' own descriptors a copy reads (staging: all; a pull: those with gaps).
-  std::vector<bool> readsOwn(fds.size(), false);
-  for (const CommitCopy& c : copies)
+  checkTensors(tensors, bytes, {}, "a commit");
+  // Which copied segments' own descriptors a copy reads (staging: all; a pull: those with gaps),
+  // and which segments must be mapped at all: those a copy writes, those a tensor to digest lies in.
+  std::vector<bool> readsOwn(fds.size(), false), mapped(fds.size(), false);
+  for (const CommitCopy& c : copies) {
     if (c.source == 0) readsOwn[c.segment] = true;
+    if (c.bytes > 0) mapped[c.segment] = true;
+  }
+  for (const TensorRange& t : tensors) mapped[t.file] = true;
   // What the new version serves: final allocations for the written segments, which only this
   // process ever maps (and writes, here or in cudaPullCopies), and the shared segments as they are.
   CudaCommitted out;
@@ -210,17 +226,18 @@ CudaCommitted commitInto(int deviceIndex, const std::vector<int>& fds, const std
   out.allocateMs = msSince(t);
   t = std::chrono::steady_clock::now();
   for (size_t i = 0; i < fds.size(); ++i)
-    if (copied[i] && made(i)) served[i] = VmmSegment::importWritable(dev, finals[i], sizes[i]);
+    if (copied[i] && made(i) && mapped[i]) served[i] = VmmSegment::importWritable(dev, finals[i], sizes[i]);
   {
     std::vector<VmmSegment> own(fds.size());
     for (size_t i = 0; i < fds.size(); ++i) {
       if (!copied[i]) {
-        served[i] = VmmSegment::import(dev, fds[i], sizes[i]);
+        if (mapped[i]) served[i] = VmmSegment::import(dev, fds[i], sizes[i]);
       } else if (readsOwn[i]) {
         own[i] = VmmSegment::import(dev, fds[i], sizes[i]);
       }
     }
     out.mapMs = msSince(t);
+    for (size_t i = 0; i < fds.size(); ++i) out.mapped += (served[i].pointer() != 0) + (own[i].pointer() != 0);
     std::vector<CUdeviceptr> into, from;
     for (size_t i = 0; i < fds.size(); ++i) {
       into.push_back(copied[i] ? served[i].pointer() : 0);
@@ -256,15 +273,26 @@ CudaCommitted cudaPullCommit(int deviceIndex, const std::vector<int>& fds, const
 }
 
 CudaPulled cudaPullCopies(int deviceIndex, const std::vector<int>& finals, const std::vector<bool>& writes, const std::vector<uint64_t>& bytes,
-                          const std::vector<std::string>& sources, const std::vector<CommitCopy>& copies) {
+                          const std::vector<std::string>& sources, const std::vector<CommitCopy>& copies, const std::vector<ZeroRange>& zeros,
+                          std::vector<TensorRange> tensors, unsigned threads, bool onGpu) {
   if (finals.size() != bytes.size() || writes.size() != bytes.size()) {
     throw DeviceError("E_BAD_PLAN", "pulled copies take one final descriptor (or -1), written flag and size per segment");
   }
   auto began = std::chrono::steady_clock::now();
   // Pulled sources only: the bytes between pulled tensors come from the base at commit, once every tensor is named.
   checkCopies(copies, writes, bytes, sources.size(), false);
+  checkTensors(tensors, bytes, writes, "a pull");
   std::vector<std::vector<const CommitCopy*>> bySegment(finals.size());
   for (const CommitCopy& c : copies) bySegment[c.segment].push_back(&c);
+  std::vector<std::vector<const ZeroRange*>> zerosOf(finals.size());
+  for (const ZeroRange& z : zeros) {
+    uint64_t end;
+    if (z.segment >= finals.size() || !writes[z.segment] || __builtin_add_overflow(z.offset, z.bytes, &end) || end > bytes[z.segment]) {
+      throw DeviceError("E_BAD_PLAN", "a pull's zero range of " + std::to_string(z.bytes) + " bytes at " + std::to_string(z.offset) + " of segment " +
+                                          std::to_string(z.segment) + " lies outside the segments it writes");
+    }
+    zerosOf[z.segment].push_back(&z);
+  }
   PrimaryContext context(deviceIndex);
   ScopedContext current(context.get());
   CUdevice dev = cudaDeviceAt(deviceIndex);
@@ -298,9 +326,18 @@ CudaPulled cudaPullCopies(int deviceIndex, const std::vector<int>& finals, const
     madeMs += msSince(t);
     for (const CommitCopy* c : bySegment[i])
       if (c->bytes > 0) cudaDriver().cuMemcpyDtoDAsync_v2(into[i].pointer() + c->dstOffset, pulled[c->source - 1].mapping.get() + c->srcOffset, c->bytes, stream.get());
+    for (const ZeroRange* z : zerosOf[i])
+      if (z->bytes > 0) cudaDriver().cuMemsetD8Async(into[i].pointer() + z->offset, 0, z->bytes, stream.get());
   }
   cudaDriver().cuStreamSynchronize(stream.get());
   out.copyMs = msSince(copying) - madeMs;
+  if (!tensors.empty()) {
+    t = std::chrono::steady_clock::now();
+    std::vector<CUdeviceptr> pointers;
+    for (const VmmSegment& s : into) pointers.push_back(s.pointer());
+    out.digested = digestDeviceSegments(pointers, bytes, std::move(tensors), threads, onGpu);
+    out.digestMs = msSince(t);
+  }
   out.fds = descriptorsOrNone(finals.size(), [&](size_t i) { return writes[i] && finals[i] < 0 ? dupExported(into[i]) : -1; });
   out.totalMs = msSince(began);
   return out;

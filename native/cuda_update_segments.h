@@ -38,6 +38,8 @@ struct CudaCommitted {
   // totalMs: the whole call on its thread (what the caller's wall time adds is the thread pool's
   // queue and the hop back to JS).
   double allocateMs = 0, openMs = 0, mapMs = 0, copyMs = 0, digestMs = 0, totalMs = 0;
+  // How many allocations the call mapped (finals made or imported, shared segments, the base's read for gaps).
+  uint32_t mapped = 0;
 };
 
 // At commit: for each segment i with copied[i], a fresh final allocation holding a device-to-device
@@ -58,10 +60,14 @@ CudaCommitted cudaCommitCopies(int deviceIndex, const std::vector<int>& fds, con
 // allocated and unchanged until this returns: the driver does not keep an exporter's memory alive
 // for an importer (freeing it while opened is undefined), so what was read is what the digests say.
 //
-// `finals` (empty, or one per segment): a final that cudaPullCopies made and wrote earlier,
-// imported writable here instead of made, its descriptor duplicated into the
-// result; -1 where the commit makes the final itself. Then `copies` need only fill what no pulled
-// copy wrote (the gaps, from the base: source 0).
+// `finals` (empty, or one per segment): a final that cudaPullCopies made and wrote earlier, its
+// descriptor duplicated into the result, and imported writable here only where a copy writes into
+// it or one of `tensors` lies in it; -1 where the commit makes the final itself. Then `copies` need
+// only fill what no pulled copy wrote (the gaps, from the base: source 0).
+//
+// Both commits map a segment only for what they do to it: a final they make or copy into, a
+// segment a copy reads, a segment one of `tensors` lies in. A segment shared with the base that
+// none of these touches is served as it is, unmapped here.
 CudaCommitted cudaPullCommit(int deviceIndex, const std::vector<int>& fds, const std::vector<bool>& copied, const std::vector<uint64_t>& bytes,
                              const std::vector<int>& finals, const std::vector<std::string>& sources, const std::vector<CommitCopy>& copies,
                              std::vector<TensorRange> tensors, unsigned threads, bool onGpu);
@@ -69,7 +75,9 @@ CudaCommitted cudaPullCommit(int deviceIndex, const std::vector<int>& fds, const
 struct CudaPulled {
   // Per segment: the final made by this call (its exported descriptor, the caller's), else -1.
   std::vector<int> fds;
-  double allocateMs = 0, openMs = 0, mapMs = 0, copyMs = 0, totalMs = 0;
+  // Each of the call's `tensors`' digest, over what its copies wrote (empty when none was asked).
+  CudaDigests digested;
+  double allocateMs = 0, openMs = 0, mapMs = 0, copyMs = 0, digestMs = 0, totalMs = 0;
 };
 
 // A pull's copies run early, as pull_tensors names the tensors (the writer keeps them unchanged
@@ -79,9 +87,20 @@ struct CudaPulled {
 // that earlier final is mapped writable for the call; then the segment's `copies` are queued at
 // once (sources k > 0 only: the k-th of `sources`, opened once for the call and closed before it
 // returns), so the GPU copies one segment while the next is made. Returns once every copy is done.
-// The finals stay invisible until a commit digests and serves them. E_UPDATE_SOURCE, E_UPDATE_SIZE
-// as cudaPullCommit's; on any failure nothing made here is left.
+// The finals stay invisible until a commit serves them. E_UPDATE_SOURCE, E_UPDATE_SIZE as
+// cudaPullCommit's; on any failure nothing made here is left.
+//
+// Then the digest of each of `tensors` (`file` indexing the segments; each within a segment this
+// call writes, else E_BAD_PLAN), over the finals while they are mapped here (`onGpu` and `threads`
+// as digestDeviceSegments'): the caller passes the tensors this call wrote whole and that share no
+// byte with another tensor, whose bytes nothing after it changes, so the commit neither hashes
+// them again nor maps a final that only they fill.
+//
+// `zeros`: bytes of the written segments that no tensor holds (alignment and padding), written as
+// zeros into each written segment's final with its copies, so that a commit need not copy the
+// base's over them (a full pull's commit then maps no final at all).
 CudaPulled cudaPullCopies(int deviceIndex, const std::vector<int>& finals, const std::vector<bool>& writes, const std::vector<uint64_t>& bytes,
-                          const std::vector<std::string>& sources, const std::vector<CommitCopy>& copies);
+                          const std::vector<std::string>& sources, const std::vector<CommitCopy>& copies, const std::vector<ZeroRange>& zeros,
+                          std::vector<TensorRange> tensors, unsigned threads, bool onGpu);
 
 }  // namespace weightd

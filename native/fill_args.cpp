@@ -96,13 +96,15 @@ FillArgs fillArgsFromJs(const Napi::CallbackInfo& info) {
   Napi::Array fileArr = info[0].As<Napi::Array>();
   for (uint32_t i = 0; i < fileArr.Length(); ++i) args.files.push_back(toStr(fileArr.Get(i), "file path"));
   args.ops = recordsFromJs<CopyOp>(info[1], "ops");
-  args.zeros = recordsFromJs<ZeroRange>(info[2], "zeroRanges");
+  args.zeros = zeroRangesFromJs(info[2]);
   args.options = optionsFromJs(info[3].As<Napi::Object>());
   if (info.Length() > 4 && !info[4].IsUndefined()) args.tensors = tensorRangesFromJs(info[4]);
   return args;
 }
 
 std::vector<TensorRange> tensorRangesFromJs(const Napi::Value& v) { return recordsFromJs<TensorRange>(v, "tensorRanges"); }
+
+std::vector<ZeroRange> zeroRangesFromJs(const Napi::Value& v) { return recordsFromJs<ZeroRange>(v, "zeroRanges"); }
 
 std::vector<CommitCopy> commitCopiesFromJs(const Napi::Value& v) { return recordsFromJs<CommitCopy>(v, "commitCopies"); }
 

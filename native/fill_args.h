@@ -23,8 +23,9 @@ struct FillArgs {
 // tensors to digest (none when absent). Throws a TypeError or RangeError naming the value.
 FillArgs fillArgsFromJs(const Napi::CallbackInfo& info);
 
-// A Float64Array of tensor ranges as src/native/fillRecords.ts packs them.
+// A Float64Array of tensor ranges (zero ranges) as src/native/fillRecords.ts packs them.
 std::vector<TensorRange> tensorRangesFromJs(const Napi::Value& v);
+std::vector<ZeroRange> zeroRangesFromJs(const Napi::Value& v);
 std::vector<CommitCopy> commitCopiesFromJs(const Napi::Value& v);
 
 // Where digest pieces are hashed ('gpu': true, 'cpu': false), a fill's digestOn option or a cuda

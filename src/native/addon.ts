@@ -72,7 +72,6 @@ export interface CudaDigested {
   gpuDigestUnavailable: string;
 }
 
-/** Where a cuda commit's time went, in milliseconds (native/cuda_update_segments.h CudaCommitted). */
 /** Where a cuda commit's time went on its native thread (native/cuda_update_segments.h CudaCommitted), in milliseconds. */
 export interface CommitTimings {
   allocateMs: number;
@@ -83,6 +82,8 @@ export interface CommitTimings {
   digestMs: number;
   /** The whole native call: what the caller's wall time adds to it is the thread pool's queue and the hop back to JS. */
   nativeMs: number;
+  /** How many allocations it mapped: a full pull's commit maps none (its early copies wrote and digested every final). */
+  mapped: number;
 }
 
 /** Where a pull's early copies' time went on their native thread (native/cuda_update_segments.h CudaPulled), in milliseconds. */
@@ -91,6 +92,8 @@ export interface PullCopyTimings {
   openMs: number;
   mapMs: number;
   copyMs: number;
+  /** Digesting the tensors the pull wrote whole (the commit then neither maps nor hashes them). */
+  digestMs: number;
   nativeMs: number;
 }
 
@@ -344,7 +347,10 @@ export interface Addon {
    * `writes`, the final `finals[segment]` (the daemon's own allocation's descriptor, the caller's)
    * or, where -1, a fresh one made here (E_OUT_OF_MEMORY; its descriptor in `fds`, the caller's),
    * and its `commitCopies` (sources k > 0 only, `sources[k - 1]`, opened once for the call) queued
-   * as soon as it is made; done when it resolves, the sources closed. E_UPDATE_SOURCE,
+   * as soon as it is made, with zeros over its `zeroRanges` (the bytes no tensor holds); done when
+   * it resolves, the sources closed. Then the digests of
+   * `tensorRanges` (`file` indexing the segments, each in one it `writes`: E_BAD_PLAN otherwise)
+   * over what the copies wrote, hashed where `digestOn` says, as cudaCommitCopies. E_UPDATE_SOURCE,
    * E_UPDATE_SIZE as cudaPullCommit's; a failure leaves nothing made.
    */
   cudaPullCopies(
@@ -354,7 +360,11 @@ export interface Addon {
     bytes: number[],
     sources: Buffer[],
     commitCopies: PackedCommitCopies,
-  ): Promise<{ fds: number[]; timings: PullCopyTimings }>;
+    zeroRanges: PackedZeroRanges,
+    tensorRanges: PackedTensorRanges,
+    threads: number,
+    digestOn: 'gpu' | 'cpu',
+  ): Promise<{ fds: number[]; timings: PullCopyTimings } & CudaDigested>;
   /**
    * Digests `tensorRanges` (`file` indexing the segments) over the allocations behind "cuda-fd"
    * descriptors `fds` (`bytes` each), imported read-only on visible device `deviceIndex` for the

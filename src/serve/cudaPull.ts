@@ -5,6 +5,7 @@
 // writer ever maps. This file checks what a writer names (JS validates everything before the
 // addon sees it) and turns it into the commit's copies; cudaUpdateSegments.ts runs them.
 import { ServeError } from '../errors.js';
+import type { TensorEntry, TensorRange, ZeroRange } from '../checkpoint/types.js';
 import type { CommitCopy } from '../native/fillRecords.js';
 import { refuseUnlessCudaFd } from './cudaUpdateSegments.js';
 import type { RankService } from './rankService.js';
@@ -141,56 +142,150 @@ export function rehashedUnderPull(service: RankService, pull: Pull): boolean[] {
   return rank.tensors.map((t) => pull.tensors.has(t.name) || overlaps(t.segment, t.offset, t.offset + t.bytes));
 }
 
+/** A byte range [start, end) of one segment. */
+interface Span {
+  start: number;
+  end: number;
+}
+
+/** Sorted, disjoint, non-empty spans covering the same bytes as `spans`. */
+function merged(spans: Span[]): Span[] {
+  const out: Span[] = [];
+  for (const s of [...spans].sort((a, b) => a.start - b.start)) {
+    if (s.end <= s.start) continue;
+    const last = out[out.length - 1];
+    if (last && s.start <= last.end) last.end = Math.max(last.end, s.end);
+    else out.push({ ...s });
+  }
+  return out;
+}
+
+/** The bytes of sorted disjoint `from` that sorted disjoint `minus` does not cover. */
+function without(from: Span[], minus: Span[]): Span[] {
+  const out: Span[] = [];
+  let m = 0;
+  for (const f of from) {
+    let start = f.start;
+    while (m < minus.length && minus[m]!.end <= start) m++;
+    for (let k = m; k < minus.length && minus[k]!.start < f.end; k++) {
+      if (minus[k]!.start > start) out.push({ start, end: minus[k]!.start });
+      start = Math.max(start, minus[k]!.end);
+    }
+    if (start < f.end) out.push({ start, end: f.end });
+  }
+  return out;
+}
+
+/** Per segment (by position): the spans of its pulled tensors and of its other tensors, merged. */
+function spansBySegment(service: RankService, pull: Pull): { pulled: Span[]; others: Span[] }[] {
+  const { rank } = service;
+  const position = new Map(rank.segments.map((s, i) => [s.segment, i]));
+  const raw = rank.segments.map(() => ({ pulled: [] as Span[], others: [] as Span[] }));
+  for (const t of rank.tensors) raw[position.get(t.segment)!]![pull.tensors.has(t.name) ? 'pulled' : 'others'].push({ start: t.offset, end: t.offset + t.bytes });
+  return raw.map((r) => ({ pulled: merged(r.pulled), others: merged(r.others) }));
+}
+
 /**
- * The commit's copies for a pull: each pulled tensor from its source (k + 1), and every byte
- * between them in a copied segment (up to its `bytes`) from the base's segment (source 0), so each
- * final is written once, whole.
+ * A pull's copies of its tensors from their sources (k + 1). A copy that continues the one before
+ * it in both source and destination extends it: a trainer's tensors packed as the layout packs
+ * them become one copy per run, not one per tensor (each queued copy costs the driver
+ * microseconds, and a model may have 100k tensors).
  */
-export function pullCopies(service: RankService, pull: Pull, copied: readonly boolean[]): CommitCopy[] {
+export function pulledCopies(service: RankService, pull: Pull): CommitCopy[] {
   const { rank } = service;
   const position = new Map(rank.segments.map((s, i) => [s.segment, i]));
   const copies: CommitCopy[] = [];
-  const bySegment = rank.segments.map(() => [] as { offset: number; bytes: number; source: number; srcOffset: number }[]);
-  for (const t of rank.tensors) {
-    const p = pull.tensors.get(t.name);
-    if (p) bySegment[position.get(t.segment)!]!.push({ offset: t.offset, bytes: t.bytes, source: p.source + 1, srcOffset: p.offset });
-  }
-  // A copy that continues the one before it in both source and destination extends it: a trainer's
-  // tensors packed as the layout packs them become one copy per run, not one per tensor (each
-  // queued copy costs the driver microseconds, and a model may have 100k tensors).
-  const add = (c: CommitCopy) => {
+  const pulled = rank.tensors
+    .flatMap((t) => {
+      const p = pull.tensors.get(t.name);
+      return p && t.bytes > 0 ? [{ segment: position.get(t.segment)!, source: p.source + 1, srcOffset: p.offset, dstOffset: t.offset, bytes: t.bytes }] : [];
+    })
+    .sort((a, b) => a.segment - b.segment || a.dstOffset - b.dstOffset);
+  for (const c of pulled) {
     const last = copies[copies.length - 1];
     if (last && last.segment === c.segment && last.source === c.source && last.srcOffset + last.bytes === c.srcOffset && last.dstOffset + last.bytes === c.dstOffset) last.bytes += c.bytes;
-    else if (c.bytes > 0) copies.push(c);
-  };
-  rank.segments.forEach((s, segment) => {
-    if (!copied[segment]) return;
-    let cursor = 0;
-    for (const t of bySegment[segment]!.sort((a, b) => a.offset - b.offset)) {
-      if (t.offset > cursor) add({ segment, source: 0, srcOffset: cursor, dstOffset: cursor, bytes: t.offset - cursor });
-      add({ segment, source: t.source, srcOffset: t.srcOffset, dstOffset: t.offset, bytes: t.bytes });
-      cursor = Math.max(cursor, t.offset + t.bytes);
-    }
-    if (s.bytes > cursor) add({ segment, source: 0, srcOffset: cursor, dstOffset: cursor, bytes: s.bytes - cursor });
-  });
+    else copies.push(c);
+  }
   return copies;
 }
 
 /**
- * One pull_tensors request's copies, run as soon as it is recorded (the writer keeps its tensors
- * unchanged until the commit's reply): its sources (the IPC handles, decoded), the copies of its
- * tensors from them (source k + 1: `sources[k]`), and the segments they write, each needing a final.
- * The bytes between pulled tensors are the commit's (commitGaps): only then is every tensor named.
+ * The commit's copies for `pull` over the segments `copied`, once every pulled tensor is in place:
+ * the bytes of the other tensors there that no pulled tensor covers, from the base (source 0). A
+ * full update has none, so its commit copies nothing and maps no final.
  */
-export function batchPlan(service: RankService, sources: readonly string[], tensors: readonly PulledTensor[]): { sources: Buffer[]; copies: CommitCopy[]; segments: boolean[] } {
+export function commitGaps(service: RankService, pull: Pull, copied: readonly boolean[]): CommitCopy[] {
+  return spansBySegment(service, pull).flatMap(({ pulled, others }, segment) =>
+    copied[segment] ? without(others, pulled).map((s) => ({ segment, source: 0, srcOffset: s.start, dstOffset: s.start, bytes: s.end - s.start })) : [],
+  );
+}
+
+/**
+ * The bytes of the segments `segments` that no tensor holds (alignment between tensors, padding,
+ * the tail), which a pull writes as zeros into their finals: they belong to no tensor, so no reader
+ * sees them, and zeros need no read of the base.
+ */
+export function untensoredBytes(service: RankService, segments: readonly boolean[]): ZeroRange[] {
+  const spans = spansBySegment(service, { sources: [], sourceIndex: new Map(), tensors: new Map() });
+  return service.rank.segments.flatMap((s, segment) =>
+    segments[segment] ? without([{ start: 0, end: s.bytes }], spans[segment]!.others).map((z) => ({ segment, offset: z.start, bytes: z.end - z.start })) : [],
+  );
+}
+
+/** One pull_tensors request's work (batchPlan). */
+export interface BatchPlan {
+  /** The IPC handles its tensors use, decoded. */
+  sources: Buffer[];
+  /** The copies of its tensors from them (source k + 1: `sources[k]`). */
+  copies: CommitCopy[];
+  /** The segments they write, each needing a final. */
+  segments: boolean[];
+  /** The bytes of those segments no tensor holds, written as zeros. */
+  zeros: ZeroRange[];
+  /** The rank's tensors (by the layout's order) it digests once copied, and their ranges (`file`: the segment's position). */
+  digested: { index: number; range: TensorRange }[];
+}
+
+/**
+ * One pull_tensors request's copies, run as soon as it is recorded (the writer keeps its tensors
+ * unchanged until the commit's reply). The bytes between pulled tensors are the commit's
+ * (commitGaps): only then is every tensor named. Its tensors that share no byte with another
+ * tensor are digested right after the copies (a tensor is pulled once, and no later pull or gap
+ * copy writes its bytes), so the commit neither maps their finals nor hashes them again; one that
+ * shares bytes (an alias) is digested at commit, once every pull has written.
+ */
+export function batchPlan(service: RankService, sources: readonly string[], tensors: readonly PulledTensor[]): BatchPlan {
   // Only the handles its tensors use are opened (as recordPulls keeps only those).
   const batch: Pull = { sources: [], sourceIndex: new Map(), tensors: new Map() };
   recordPulls(service, batch, sources, tensors);
   const segments = pulledSegments(service, batch);
-  return { sources: batch.sources.map((h) => Buffer.from(h, 'base64')), copies: pullCopies(service, batch, segments).filter((c) => c.source > 0), segments };
+  const { rank } = service;
+  const position = new Map(rank.segments.map((s, i) => [s.segment, i]));
+  const sharing = bytesShared(rank.tensors);
+  const digested = rank.tensors.flatMap((t, index) =>
+    batch.tensors.has(t.name) && !sharing[index] ? [{ index, range: { file: position.get(t.segment)!, start: t.offset, end: t.offset + t.bytes } }] : [],
+  );
+  return { sources: batch.sources.map((h) => Buffer.from(h, 'base64')), copies: pulledCopies(service, batch), segments, zeros: untensoredBytes(service, segments), digested };
 }
 
-/** The commit's copies for `pull` over the segments `copied` once every pulled tensor is in place: the bytes between them, from the base (source 0). */
-export function commitGaps(service: RankService, pull: Pull, copied: readonly boolean[]): CommitCopy[] {
-  return pullCopies(service, pull, copied).filter((c) => c.source === 0);
+/** Per tensor (by the layout's order): whether it shares a byte with another tensor of its segment. Computed once per layout. */
+const sharedBytes = new WeakMap<readonly TensorEntry[], boolean[]>();
+function bytesShared(tensors: readonly TensorEntry[]): boolean[] {
+  let shared = sharedBytes.get(tensors);
+  if (shared) return shared;
+  shared = tensors.map(() => false);
+  const order = tensors.map((_, i) => i).filter((i) => tensors[i]!.bytes > 0);
+  order.sort((a, b) => tensors[a]!.segment - tensors[b]!.segment || tensors[a]!.offset - tensors[b]!.offset);
+  // Sorted by start: a tensor overlaps an earlier one exactly when it starts before the furthest end so far.
+  let furthest = { segment: -1, end: 0, index: -1 };
+  for (const i of order) {
+    const t = tensors[i]!;
+    if (t.segment === furthest.segment && t.offset < furthest.end) {
+      shared[i] = true;
+      shared[furthest.index] = true;
+    }
+    if (t.segment !== furthest.segment || t.offset + t.bytes > furthest.end) furthest = { segment: t.segment, end: t.offset + t.bytes, index: i };
+  }
+  sharedBytes.set(tensors, shared);
+  return shared;
 }

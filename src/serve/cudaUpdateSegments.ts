@@ -7,7 +7,8 @@
 // Only the finals are served; a writer that still maps its staging writes memory nobody reads.
 import { ServeError } from '../errors.js';
 import { addon, type CommitTimings, type CudaDigested, type PullCopyTimings } from '../native/addon.js';
-import { packCommitCopies, type CommitCopy, type PackedTensorRanges } from '../native/fillRecords.js';
+import { packCommitCopies, packTensorRanges, packZeroRanges, type CommitCopy, type PackedTensorRanges } from '../native/fillRecords.js';
+import type { BatchPlan } from './cudaPull.js';
 import { DEFAULT_DIGESTS_ON } from '../native/fillPolicy.js';
 import type { RankService } from './rankService.js';
 
@@ -42,23 +43,31 @@ export function shareSegment(service: RankService, index: number): number {
 /**
  * A pull's early copies (cudaPull.ts batchPlan) into the finals of the segments the request
  * writes: `finals[segment]` where made already, else fresh ones made by the call, each segment's
- * copies queued as soon as it is made (the GPU copies one while the next is allocated). Resolves
- * once they are done, with the descriptors of the finals it made (the caller's; -1 elsewhere):
- * the daemon's own allocations, handed to no other process.
+ * copies queued as soon as it is made (the GPU copies one while the next is allocated), then the
+ * digests of the plan's `digested` tensors over what they wrote, hashed where the rank's fill
+ * hashed (as commitCudaPart). Resolves once they are done, with the descriptors of the finals it
+ * made (the caller's; -1 elsewhere): the daemon's own allocations, handed to no other process.
  */
-export function copyPulled(
-  service: RankService,
-  finals: number[],
-  plan: { sources: Buffer[]; copies: CommitCopy[]; segments: boolean[] },
-): Promise<{ fds: number[]; timings: PullCopyTimings }> {
+export async function copyPulled(service: RankService, finals: number[], plan: BatchPlan, threads: number): Promise<{ fds: number[]; timings: PullCopyTimings } & CudaDigested> {
   const { rank } = service;
-  return addon().cudaPullCopies(rank.device.index, finals, plan.segments, rank.segments.map((s) => s.bytes), plan.sources, packCommitCopies(plan.copies));
+  const bytes = rank.segments.map((s) => s.bytes);
+  const ranges = packTensorRanges(plan.digested.map((d) => d.range));
+  const digestOn = rank.digestOn ?? DEFAULT_DIGESTS_ON;
+  const pulled = await addon().cudaPullCopies(rank.device.index, finals, plan.segments, bytes, plan.sources, packCommitCopies(plan.copies), packZeroRanges(plan.zeros), ranges, threads, digestOn);
+  logCpuDigests(service, pulled);
+  return pulled;
+}
+
+/** Says where a commit's or pull's digests were hashed on the CPU though the GPU was asked. */
+function logCpuDigests(service: RankService, digested: CudaDigested): void {
+  if (!digested.gpuDigestUnavailable) return;
+  service.log.info({ model: service.rank.name, globalRank: service.rank.globalRank, why: digested.gpuDigestUnavailable }, 'update digests hashed on the CPU, not the GPU');
 }
 
 /**
  * Commits a rank's part: copies each staging allocation (`copied`) into a final one, or under a
- * pull (`pull`) fills the finals its early copies wrote (`finals`) with the base's bytes between
- * the pulled tensors (`copies`), and digests `ranges` over what the version will serve, where the
+ * pull (`pull`) fills the finals its early copies wrote (`finals`) with the base's bytes of the
+ * tensors no pull wrote (`copies`), and digests `ranges` over what the version will serve, where the
  * rank's fill hashed (ServedRankData.digestOn: on the GPU where the addon has the digest kernel,
  * the log says why not; 'cpu' on the CPU). Resolves with the finals' descriptors (the caller's; -1
  * where shared), the digests and where they were hashed.
@@ -77,8 +86,6 @@ export async function commitCudaPart(
   const committed = pull
     ? await addon().cudaPullCommit(rank.device.index, fds, copied, bytes, pull.finals, [], packCommitCopies(pull.copies), ranges, threads, digestOn)
     : await addon().cudaCommitCopies(rank.device.index, fds, copied, bytes, ranges, threads, digestOn);
-  if (committed.gpuDigestUnavailable) {
-    service.log.info({ model: rank.name, globalRank: rank.globalRank, why: committed.gpuDigestUnavailable }, 'update digests hashed on the CPU, not the GPU');
-  }
+  logCpuDigests(service, committed);
   return committed;
 }

@@ -92,6 +92,13 @@ interface Part {
   pulling?: Promise<void>;
   pullFailed?: unknown;
   pullTimings?: Omit<PullCopyTimings, 'nativeMs'>;
+  /**
+   * The digests the early copies made (by the rank's tensor index) of the pulled tensors that share
+   * no byte with another (cudaPull.ts batchPlan), and whether any was hashed on the CPU: the commit
+   * digests only the rest.
+   */
+  pullDigests?: Map<number, string>;
+  pullHashedOnCpu?: boolean;
 }
 
 /** The "update sealed" line's split of a commit that the native timings do not cover, in milliseconds. */
@@ -281,7 +288,8 @@ export class UpdateDesk {
     // (arenaDigests), so only the copied segments' tensors are read and digested, on either backend;
     // under a pull, only the pulled tensors (and any overlapping one): the rest was copied from the base.
     const rehash = part.pull ? rehashedUnderPull(part.service, part.pull) : undefined;
-    const digests = rank.tensors.map((t, i) => ((rehash ? rehash[i] : part.copied[t.segment]) ? undefined : rank.arenaDigests?.[i]));
+    // Under a pull, the tensors its early copies digested are not read again.
+    const digests = rank.tensors.map((t, i) => ((rehash ? rehash[i] : part.copied[t.segment]) ? part.pullDigests?.get(i) : rank.arenaDigests?.[i]));
     const todo = rank.tensors.flatMap((t, i) => (digests[i] === undefined ? [{ i, range: { file: t.segment, start: t.offset, end: t.offset + t.bytes } }] : []));
     const ranges = packTensorRanges(todo.map((x) => x.range));
     let reading: Promise<{ read: string[]; hashedOn: 'gpu' | 'cpu'; timings?: CommitTimings }>;
@@ -304,9 +312,14 @@ export class UpdateDesk {
     });
     todo.forEach((x, n) => (digests[x.i] = read[n]));
     const split = timings && { ...timings, ...rest, ...(part.pullTimings ? { pullTimings: part.pullTimings } : {}) };
+    const atPull = part.pullDigests?.size ?? 0;
     part.service.log.info(
-      { model: update.name, globalRank: rank.globalRank, tensors: digests.length, read: todo.length, hashedOn, ...(part.pull ? { pulled: part.pull.tensors.size } : {}), ...(split ? { timings: split } : {}) },
-      `update sealed: ${todo.length} of ${digests.length} tensors digested, the others' digests the base's (their segments are shared with it)`,
+      {
+        model: update.name, globalRank: rank.globalRank, tensors: digests.length, read: todo.length + atPull,
+        hashedOn: part.pullHashedOnCpu || (todo.length > 0 && hashedOn === 'cpu') ? 'cpu' : 'gpu',
+        ...(part.pull ? { pulled: part.pull.tensors.size, digestedAtPull: atPull } : {}), ...(split ? { timings: split } : {}),
+      },
+      `update sealed: ${todo.length + atPull} of ${digests.length} tensors digested` + (atPull ? ` (${atPull} as they were pulled)` : '') + ", the others' digests the base's (their segments are shared with it)",
     );
     if (update.ended) throw new ServeError('E_UPDATE_ABORTED', `the update of model "${update.name}" ended while rank ${rank.globalRank} was digested (a connection of it closed); begin again`, { model: update.name });
     part.digests = digests as string[];
@@ -422,17 +435,21 @@ export class UpdateDesk {
     const { service } = part;
     const plan = batchPlan(service, sources, tensors);
     const finals = (part.finals ??= service.rank.segments.map(() => -1));
-    const spent = (part.pullTimings ??= { allocateMs: 0, openMs: 0, mapMs: 0, copyMs: 0 });
+    const spent = (part.pullTimings ??= { allocateMs: 0, openMs: 0, mapMs: 0, copyMs: 0, digestMs: 0 });
+    const pullDigests = (part.pullDigests ??= new Map());
     part.pulling = (part.pulling ?? Promise.resolve())
       .then(async () => {
         if (update.ended || part.pullFailed) return;
-        const { fds, timings } = await copyPulled(service, finals, plan);
+        const { fds, timings, digests, hashedOn } = await copyPulled(service, finals, plan, DIGEST_THREADS);
         // Kept even when the update ended meanwhile: #end closes them once this settled.
         fds.forEach((fd, i) => fd >= 0 && (finals[i] = fd));
+        plan.digested.forEach((d, n) => pullDigests.set(d.index, digests[n]!));
+        if (plan.digested.length > 0 && hashedOn === 'cpu') part.pullHashedOnCpu = true;
         spent.allocateMs += timings.allocateMs;
         spent.openMs += timings.openMs;
         spent.mapMs += timings.mapMs;
         spent.copyMs += timings.copyMs;
+        spent.digestMs += timings.digestMs;
       })
       .catch((err: unknown) => {
         part.pullFailed ??= err;

@@ -1,10 +1,11 @@
-// A pull's commit plan (src/serve/cudaPull.ts): each final allocation is written once, whole:
-// the pulled tensors from the writer's memory, every byte between them from the base's segment,
-// runs that continue each other as one copy; only segments holding a pulled tensor are copied,
-// and only the pulled tensors (and any sharing bytes with one) are digested again.
+// A pull's plan (src/serve/cudaPull.ts): each final allocation is written once, whole: the pulled
+// tensors from the writer's memory (runs that continue each other as one copy), the other
+// tensors' bytes from the base's segment at commit, and the bytes no tensor holds as zeros; only
+// segments holding a pulled tensor are copied, and only the pulled tensors (and any sharing bytes
+// with one) are digested again, those sharing none as they are pulled.
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { batchPlan, commitGaps, pullCopies, pulledSegments, recordPulls, refuseUnlessPullable, rehashedUnderPull, type Pull } from '../../src/serve/cudaPull.js';
+import { batchPlan, commitGaps, pulledCopies, pulledSegments, recordPulls, refuseUnlessPullable, rehashedUnderPull, untensoredBytes, type Pull } from '../../src/serve/cudaPull.js';
 import type { ServeError } from '../../src/errors.js';
 import type { RankService } from '../../src/serve/rankService.js';
 
@@ -29,21 +30,25 @@ function rank(): RankService {
 
 const fresh = (): Pull => ({ sources: [], sourceIndex: new Map(), tensors: new Map() });
 
-test('pulled tensors come from their sources, the gaps and the tail from the base, and continuing runs merge', () => {
+test('pulled tensors come from their sources, the bytes no tensor holds are zeros, and continuing runs merge', () => {
   const service = rank();
   const pull = fresh();
-  // a and b back to back in source A at 1000 and 1128: the gap between them is the base's, so two copies.
+  // a and b back to back in source A at 1000 and 1128: 28 bytes between them in the layout, so two copies.
   recordPulls(service, pull, [HANDLE_A], [
     { name: 'a', source: 0, offset: 1000, bytes: 100 },
     { name: 'b', source: 0, offset: 1128, bytes: 100 },
   ]);
   const copied = pulledSegments(service, pull);
   assert.equal(copied, [true, false], 'segment 1 holds no pulled tensor: shared');
-  assert.equal(pullCopies(service, pull, copied), [
+  assert.equal(pulledCopies(service, pull), [
     { segment: 0, source: 1, srcOffset: 1000, dstOffset: 0, bytes: 100 },
-    { segment: 0, source: 0, srcOffset: 100, dstOffset: 100, bytes: 28 },
     { segment: 0, source: 1, srcOffset: 1128, dstOffset: 128, bytes: 100 },
-    { segment: 0, source: 0, srcOffset: 228, dstOffset: 228, bytes: 28 },
+  ]);
+  // c lies inside a's bytes, which the pull wrote: nothing of the base is copied.
+  assert.equal(commitGaps(service, pull, copied), []);
+  assert.equal(untensoredBytes(service, copied), [
+    { segment: 0, offset: 100, bytes: 28 },
+    { segment: 0, offset: 228, bytes: 28 },
   ]);
   // c shares bytes with a: its digest is taken again; d and e, in a shared segment, keep the base's.
   assert.equal(rehashedUnderPull(service, pull), [true, true, true, false, false]);
@@ -60,14 +65,19 @@ test('tensors packed in the source as in the layout are one copy; a second reque
   assert.equal(pull.sources, [HANDLE_B], 'B once; A, which no tensor names, not at all');
   const copied = pulledSegments(service, pull);
   assert.equal(copied, [true, true]);
-  assert.equal(pullCopies(service, pull, copied), [
+  assert.equal(pulledCopies(service, pull), [
     { segment: 0, source: 1, srcOffset: 0, dstOffset: 0, bytes: 100 },
-    { segment: 0, source: 0, srcOffset: 100, dstOffset: 100, bytes: 156 },
     { segment: 1, source: 1, srcOffset: 500, dstOffset: 0, bytes: 64 },
+  ]);
+  // b was not pulled: its bytes are the base's; segment 1 is all d and e.
+  assert.equal(commitGaps(service, pull, copied), [{ segment: 0, source: 0, srcOffset: 128, dstOffset: 128, bytes: 100 }]);
+  assert.equal(untensoredBytes(service, copied), [
+    { segment: 0, offset: 100, bytes: 28 },
+    { segment: 0, offset: 228, bytes: 28 },
   ]);
 });
 
-test("each request's copies run as it comes, opening only the handles it uses, and the commit adds the gaps: together the whole pull's copies", () => {
+test("each request's copies run as it comes, opening only the handles it uses, with the zeros of its segments and the digests of its tensors that share no byte; the commit adds the other tensors: every byte once", () => {
   const service = rank();
   const pull = fresh();
   const first = [{ name: 'a', source: 1, offset: 1000, bytes: 100 }];
@@ -84,12 +94,25 @@ test("each request's copies run as it comes, opening only the handles it uses, a
   assert.equal(early2.segments, [false, true]);
   assert.equal(early1.copies, [{ segment: 0, source: 1, srcOffset: 1000, dstOffset: 0, bytes: 100 }]);
   assert.equal(early2.copies, [{ segment: 1, source: 1, srcOffset: 500, dstOffset: 0, bytes: 64 }], 'packed as the layout: one copy');
+  assert.equal(early1.zeros, [
+    { segment: 0, offset: 100, bytes: 28 },
+    { segment: 0, offset: 228, bytes: 28 },
+  ]);
+  assert.equal(early2.zeros, [], 'd and e fill segment 1');
+  // a shares bytes with c (an alias of its last 20): digested at commit, once every pull has written.
+  assert.equal(early1.digested, []);
+  assert.equal(early2.digested, [
+    { index: 3, range: { file: 1, start: 0, end: 32 } },
+    { index: 4, range: { file: 1, start: 32, end: 64 } },
+  ]);
   const copied = pulledSegments(service, pull);
   const gaps = commitGaps(service, pull, copied);
-  assert.equal(gaps, [{ segment: 0, source: 0, srcOffset: 100, dstOffset: 100, bytes: 156 }]);
-  // The same bytes as the commit's whole plan would write, each once: the pulled ones early, the base's at commit.
-  const key = (c: { segment: number; dstOffset: number; bytes: number }) => `${c.segment}:${c.dstOffset}:${c.bytes}`;
-  assert.equal([...early1.copies, ...early2.copies, ...gaps].map(key).sort(), pullCopies(service, pull, copied).map(key).sort());
+  assert.equal(gaps, [{ segment: 0, source: 0, srcOffset: 128, dstOffset: 128, bytes: 100 }]);
+  // Every byte of the written segments once: pulled early, zeroed early, or the base's at commit.
+  const bytes = [256, 64].map((n) => new Array<number>(n).fill(0));
+  for (const c of [...early1.copies, ...early2.copies, ...gaps]) for (let b = c.dstOffset; b < c.dstOffset + c.bytes; b++) bytes[c.segment]![b]!++;
+  for (const z of [...early1.zeros, ...early2.zeros]) for (let b = z.offset; b < z.offset + z.bytes; b++) bytes[z.segment]![b]!++;
+  assert.equal(bytes.map((seg) => seg.every((n) => n === 1)), [true, true]);
 });
 
 test('a request with one bad tensor records none of its tensors', () => {

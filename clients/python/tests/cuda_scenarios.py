@@ -715,6 +715,8 @@ def daemon_pull() -> None:
             reader.detach()
         daemon.stop()
         out["sealed"] = [{k: json.loads(line).get(k) for k in ("read", "pulled")} for line in daemon.stderr_lines if '"update sealed' in line]
+        # Per commit: tensors its pulls digested as they were copied, and allocations the commit mapped.
+        out["sealedAtPull"] = [[json.loads(line).get("digestedAtPull"), json.loads(line).get("timings", {}).get("mapped")] for line in daemon.stderr_lines if '"update sealed' in line]
         out["sealedTimings"] = [sorted(json.loads(line).get("timings", {})) for line in daemon.stderr_lines if '"update sealed' in line]
         out["pullTimings"] = [sorted(json.loads(line)["timings"].get("pullTimings", {})) for line in daemon.stderr_lines if '"update sealed' in line]
         out["committedTimings"] = [sorted(k for k in json.loads(line) if k.endswith("Ms")) for line in daemon.stderr_lines if '"update committed' in line]

@@ -203,11 +203,17 @@ def test_a_pull_copies_the_writers_own_device_memory_once_into_memory_no_writer_
     assert got["sealed"][0]["read"] == got["pulledReply"][1] and got["sealed"][0]["pulled"] == got["pulledReply"][1]
     assert got["sealed"][2] == {"read": 1, "pulled": 1}, "a one-tensor pull hashes one tensor, even with others in its segment"
     assert got["partialSegmentTensors"] > 1
+    # The pulled tensors (none shares bytes with another here) are digested as they are copied,
+    # and the bytes no tensor holds are written as zeros then: a full pull's commit maps nothing,
+    # and a one-tensor pull's maps only its final and the base's segment, for the other tensors there.
+    assert got["sealedAtPull"][0] == [got["pulledReply"][1], 0], got["sealedAtPull"]
+    assert got["sealedAtPull"][2] == [1, 2], got["sealedAtPull"]
+    assert got["sealedAtPull"][1] == [None, got["daemonMadeAfterPull"][1] * 2], "the staging path maps each staging allocation and its final"
     # Where each commit's time went, in the daemon's log (update_cuda.py reads it on a GPU).
-    split = ["allocateMs", "copyMs", "digestMs", "mapMs", "nativeMs", "openMs", "planMs", "queueMs", "waitPullsMs"]
+    split = ["allocateMs", "copyMs", "digestMs", "mapMs", "mapped", "nativeMs", "openMs", "planMs", "queueMs", "waitPullsMs"]
     assert got["sealedTimings"][1] == split, got["sealedTimings"]
     assert all(t == sorted(split + ["pullTimings"]) for i, t in enumerate(got["sealedTimings"]) if i != 1), got["sealedTimings"]
-    assert all(t == ["allocateMs", "copyMs", "mapMs", "openMs"] for i, t in enumerate(got["pullTimings"]) if i != 1), got["pullTimings"]
+    assert all(t == ["allocateMs", "copyMs", "digestMs", "mapMs", "openMs"] for i, t in enumerate(got["pullTimings"]) if i != 1), got["pullTimings"]
     assert all({"commitMs", "publishMs"} <= set(t) for t in got["committedTimings"]), got["committedTimings"]
     # Refused before anything is copied: on the client, and by the daemon for a writer that skips it.
     assert [got["clientBadSize"], got["clientUnknown"]] == ["E_BAD_SIZE", "E_UNKNOWN_TENSOR"]
