@@ -8,6 +8,7 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <memory>
 #include <mutex>
 
 namespace weightd {
@@ -78,43 +79,85 @@ void launchKernel(CUfunction kernel, CUdeviceptr table, CUdeviceptr out, GpuDige
 
 }  // namespace
 
-std::string hashDeviceSegments(const std::vector<CUdeviceptr>& segments, const std::vector<uint64_t>& bytes, ContentDigests& digests) {
-  if (!kernelImage().missing.empty()) return kernelImage().missing;
-  std::vector<GpuDigestJob> jobs;
-  std::vector<size_t> pieces;
-  for (uint32_t s = 0; s < segments.size(); ++s) {
-    digests.claimCovered(s, 0, bytes[s], [&](size_t p) {
-      jobs.push_back({segments[s] + digests.pieceStart(p), digests.pieceBytes(p), jobs.size()});
-      pieces.push_back(p);
+const std::string& SegmentHasher::unavailable() { return kernelImage().missing; }
+
+SegmentHasher::SegmentHasher(ContentDigests& digests, size_t segments) : digests_(digests), of_(segments) {
+  for (uint32_t s = 0; s < segments; ++s) {
+    of_[s].first = static_cast<uint32_t>(jobs_.size());
+    digests.claimCovered(s, 0, UINT64_MAX, [&](size_t p) {
+      jobs_.push_back({digests.pieceStart(p), digests.pieceBytes(p), jobs_.size()});
+      pieces_.push_back(p);
     });
+    of_[s].second = static_cast<uint32_t>(jobs_.size()) - of_[s].first;
   }
-  if (jobs.empty()) return "";
-  CUmodule module = nullptr;
+  if (jobs_.empty()) return;
+  const CudaDriver& drv = cudaDriver();
   try {
-    CUfunction kernel = nullptr;
-    DeviceMemory table, out;
-    loadKernel(jobs, module, kernel, table, out);
-    Stream stream = createStream();
-    // As many jobs per launch as its ranges count (a range's count is 32 bits).
-    for (size_t first = 0; first < jobs.size();) {
-      GpuDigestRanges ranges{};
-      for (; ranges.n < kGpuDigestMaxRanges && first < jobs.size(); ++ranges.n) {
-        ranges.first[ranges.n] = static_cast<uint32_t>(first);
-        ranges.count[ranges.n] = static_cast<uint32_t>(std::min<size_t>(jobs.size() - first, 1u << 20));
-        first += ranges.count[ranges.n];
-      }
-      launchKernel(kernel, table.get(), out.get(), ranges, stream.get());
+    drv.cuModuleLoadData(&module_, kernelImage().bytes.data());
+    drv.cuModuleGetFunction(&kernel_, module_, "weightd_xxh3_pieces");
+    table_ = allocateDeviceMemory(jobs_.size() * sizeof(GpuDigestJob));
+    out_ = allocateDeviceMemory(jobs_.size() * 16);
+    staging_ = allocatePinnedHost(jobs_.size() * sizeof(GpuDigestJob));
+  } catch (...) {
+    releaseAll();
+    table_.reset();
+    out_.reset();
+    if (module_) drv.cuModuleUnload.raw(module_);
+    module_ = nullptr;
+    throw;
+  }
+}
+
+SegmentHasher::~SegmentHasher() {
+  table_.reset();
+  out_.reset();
+  if (module_) cudaDriver().cuModuleUnload.raw(module_);
+}
+
+void SegmentHasher::launch(size_t segment, CUdeviceptr base, CUstream stream) {
+  const auto [first, count] = of_[segment];
+  if (count == 0) return;
+  GpuDigestJob* staged = static_cast<GpuDigestJob*>(staging_.get()) + first;
+  for (uint32_t j = 0; j < count; ++j) staged[j] = {base + jobs_[first + j].src, jobs_[first + j].bytes, jobs_[first + j].slot};
+  cudaDriver().cuMemcpyHtoDAsync_v2(table_.get() + first * sizeof(GpuDigestJob), staged, count * sizeof(GpuDigestJob), stream);
+  // As many jobs per launch as its ranges count (a range's count is 32 bits).
+  for (uint32_t done = 0; done < count;) {
+    GpuDigestRanges ranges{};
+    for (; ranges.n < kGpuDigestMaxRanges && done < count; ++ranges.n) {
+      ranges.first[ranges.n] = first + done;
+      ranges.count[ranges.n] = std::min<uint32_t>(count - done, 1u << 20);
+      done += ranges.count[ranges.n];
     }
+    launchKernel(kernel_, table_.get(), out_.get(), ranges, stream);
+  }
+}
+
+void SegmentHasher::collect() {
+  if (jobs_.empty()) return;
+  std::vector<unsigned char> digestBytes(16 * jobs_.size());
+  cudaDriver().cuMemcpyDtoH_v2(digestBytes.data(), out_.get(), digestBytes.size());
+  for (size_t j = 0; j < pieces_.size(); ++j) digests_.setPieceDigest(pieces_[j], &digestBytes[16 * j]);
+}
+
+void SegmentHasher::releaseAll() {
+  for (size_t p : pieces_) digests_.release(p);
+}
+
+std::string hashDeviceSegments(const std::vector<CUdeviceptr>& segments, const std::vector<uint64_t>& bytes, ContentDigests& digests) {
+  (void)bytes;  // every piece lies in its segment's bytes (ContentDigests was made over them)
+  if (!SegmentHasher::unavailable().empty()) return SegmentHasher::unavailable();
+  std::unique_ptr<SegmentHasher> hasher;
+  try {
+    hasher = std::make_unique<SegmentHasher>(digests, segments.size());
+    Stream stream = createStream();
+    for (size_t s = 0; s < segments.size(); ++s)
+      if (segments[s]) hasher->launch(s, segments[s], stream.get());
     cudaDriver().cuStreamSynchronize(stream.get());
-    std::vector<unsigned char> digestBytes(16 * jobs.size());
-    cudaDriver().cuMemcpyDtoH_v2(digestBytes.data(), out.get(), digestBytes.size());
-    for (size_t j = 0; j < pieces.size(); ++j) digests.setPieceDigest(pieces[j], &digestBytes[16 * j]);
+    hasher->collect();
   } catch (const DeviceError& e) {
-    if (module) cudaDriver().cuModuleUnload.raw(module);
-    for (size_t p : pieces) digests.release(p);
+    if (hasher) hasher->releaseAll();
     return e.what();
   }
-  cudaDriver().cuModuleUnload.raw(module);
   return "";
 }
 

@@ -24,6 +24,39 @@
 
 namespace weightd {
 
+// The digest kernel over segments of device memory (a written version's), one segment at a time:
+// each segment's pieces are hashed on a stream as soon as it is queued there (a pull queues each
+// segment behind its copies, cuda_update_segments.cpp, so the hashing overlaps the making of the
+// next segment). Everything runs in the context current at construction.
+class SegmentHasher {
+ public:
+  // Why the kernel cannot hash here ("" when it can): the addon was built without it.
+  static const std::string& unavailable();
+  // Claims every piece of `digests` lying in its files 0..segments-1 (the segments) and puts the
+  // kernel and room for their jobs on the GPU. DeviceError (nothing left held) where that fails;
+  // the caller then releases the claims (releaseAll) and hashes on the CPU.
+  SegmentHasher(ContentDigests& digests, size_t segments);
+  ~SegmentHasher();
+  SegmentHasher(const SegmentHasher&) = delete;
+  SegmentHasher& operator=(const SegmentHasher&) = delete;
+  // Queues the hashing of segment `segment`'s pieces, its memory at `base`, on `stream`.
+  void launch(size_t segment, CUdeviceptr base, CUstream stream);
+  // Once every launch's stream is synchronised: the pieces' digests, into `digests`.
+  void collect();
+  // Gives every claimed piece back (after a failure: the CPU hashes them).
+  void releaseAll();
+
+ private:
+  ContentDigests& digests_;
+  std::vector<size_t> pieces_;                      // per job: its piece
+  std::vector<std::pair<uint32_t, uint32_t>> of_;  // per segment: its jobs' first and count
+  std::vector<GpuDigestJob> jobs_;                 // segment-relative src until launched
+  CUmodule module_ = nullptr;
+  CUfunction kernel_ = nullptr;
+  DeviceMemory table_, out_;
+  PinnedHostMemory staging_;  // the jobs with their absolute addresses, as launched
+};
+
 // Hashes on the GPU of the current context every piece of `digests` lying in its files 0..n-1,
 // which are device memory at `segments` (`bytes` each; a written version's segments at commit,
 // cuda_update_segments.h). Returns "" once every such piece is set, else why the GPU could not,

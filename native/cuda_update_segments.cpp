@@ -4,9 +4,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <memory>
 #include <cstring>
 #include <mutex>
 
+#include "content_digests.h"
+#include "cuda_digests.h"
 #include "cuda_resources.h"
 #include "cuda_vmm.h"
 #include "unix_fds.h"
@@ -297,8 +300,22 @@ CudaPulled cudaPullCopies(int deviceIndex, const std::vector<int>& finals, const
   ScopedContext current(context.get());
   CUdevice dev = cudaDeviceAt(deviceIndex);
   CudaPulled out;
+  // The digests: on the GPU, each segment's pieces hashed on the stream behind its copies, while
+  // the next segment is made; else (digestOn 'cpu', no kernel, its setup failed) read back at the end.
+  ContentDigests digests(tensors, bytes);
+  std::unique_ptr<SegmentHasher> hasher;
+  if (onGpu && !digests.empty()) {
+    out.digested.gpuDigestUnavailable = SegmentHasher::unavailable();
+    if (out.digested.gpuDigestUnavailable.empty()) {
+      try {
+        hasher = std::make_unique<SegmentHasher>(digests, finals.size());
+      } catch (const DeviceError& e) {
+        out.digested.gpuDigestUnavailable = e.what();
+      }
+    }
+  }
   // Declared in this order so that on a failure the stream is drained (destroyed first) before any
-  // final or source a queued copy uses goes.
+  // final or source a queued copy uses goes, or the hasher's buffers a queued kernel uses.
   std::vector<PulledSource> pulled;
   std::vector<VmmSegment> into(finals.size());
   auto t = std::chrono::steady_clock::now();
@@ -328,16 +345,24 @@ CudaPulled cudaPullCopies(int deviceIndex, const std::vector<int>& finals, const
       if (c->bytes > 0) cudaDriver().cuMemcpyDtoDAsync_v2(into[i].pointer() + c->dstOffset, pulled[c->source - 1].mapping.get() + c->srcOffset, c->bytes, stream.get());
     for (const ZeroRange* z : zerosOf[i])
       if (z->bytes > 0) cudaDriver().cuMemsetD8Async(into[i].pointer() + z->offset, 0, z->bytes, stream.get());
+    if (hasher) hasher->launch(i, into[i].pointer(), stream.get());
   }
   cudaDriver().cuStreamSynchronize(stream.get());
+  // With the hasher, the tail of the digests is in this wait too: the kernels ran behind the copies.
   out.copyMs = msSince(copying) - madeMs;
-  if (!tensors.empty()) {
-    t = std::chrono::steady_clock::now();
+  t = std::chrono::steady_clock::now();
+  if (hasher) {
+    hasher->collect();
+    out.digested.digests = digests.tensorDigests();
+    out.digested.onGpu = true;
+  } else if (!tensors.empty()) {
     std::vector<CUdeviceptr> pointers;
     for (const VmmSegment& s : into) pointers.push_back(s.pointer());
-    out.digested = digestDeviceSegments(pointers, bytes, std::move(tensors), threads, onGpu);
-    out.digestMs = msSince(t);
+    std::string why = std::move(out.digested.gpuDigestUnavailable);
+    out.digested = digestDeviceSegments(pointers, bytes, std::move(tensors), threads, false);
+    out.digested.gpuDigestUnavailable = std::move(why);
   }
+  out.digestMs = msSince(t);
   out.fds = descriptorsOrNone(finals.size(), [&](size_t i) { return writes[i] && finals[i] < 0 ? dupExported(into[i]) : -1; });
   out.totalMs = msSince(began);
   return out;

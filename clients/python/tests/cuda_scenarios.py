@@ -716,6 +716,7 @@ def daemon_pull() -> None:
         daemon.stop()
         out["sealed"] = [{k: json.loads(line).get(k) for k in ("read", "pulled")} for line in daemon.stderr_lines if '"update sealed' in line]
         # Per commit: tensors its pulls digested as they were copied, and allocations the commit mapped.
+        out["hashedOn"] = [json.loads(line).get("hashedOn") for line in daemon.stderr_lines if '"update sealed' in line]
         out["sealedAtPull"] = [[json.loads(line).get("digestedAtPull"), json.loads(line).get("timings", {}).get("mapped")] for line in daemon.stderr_lines if '"update sealed' in line]
         out["sealedTimings"] = [sorted(json.loads(line).get("timings", {})) for line in daemon.stderr_lines if '"update sealed' in line]
         out["pullTimings"] = [sorted(json.loads(line)["timings"].get("pullTimings", {})) for line in daemon.stderr_lines if '"update sealed' in line]

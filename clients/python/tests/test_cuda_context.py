@@ -177,9 +177,18 @@ def test_a_cuda_writer_writes_staging_that_is_copied_into_memory_no_writer_maps_
     assert len(served) == n + n + 1, "the base, the full update's finals, and the partial update's one new segment: the rest is shared"
 
 
-def test_a_pull_copies_the_writers_own_device_memory_once_into_memory_no_writer_maps_and_refuses_what_does_not_fit(fake_env, tmp_path):
+@pytest.mark.parametrize("hashing", ["cpu", "kernel"])
+def test_a_pull_copies_the_writers_own_device_memory_once_into_memory_no_writer_maps_and_refuses_what_does_not_fit(fake_env, tmp_path, hashing):
     log = tmp_path / "access.log"
-    r = subprocess.run([sys.executable, str(SCENARIOS), "daemon_pull"], env={**fake_env, "FAKE_CUDA_ACCESS_LOG": str(log)}, capture_output=True, text=True, timeout=180)
+    env = {**fake_env, "FAKE_CUDA_ACCESS_LOG": str(log)}
+    if hashing == "kernel":
+        # The fake runs the digest kernel on the CPU when its stream is waited for: a pull's
+        # per-segment launch that ran before its segment's copies would hash the fake's 0xEE bytes,
+        # and the pulled version's digests would differ from the staged one's (stagedSameVersion).
+        kernel = tmp_path / "digest-kernel.fake"
+        kernel.write_text("any image: the fake driver loads it as the digest kernel\n")
+        env.update(FAKE_CUDA_KERNELS="1", WEIGHTD_DIGEST_KERNEL=str(kernel))
+    r = subprocess.run([sys.executable, str(SCENARIOS), "daemon_pull"], env=env, capture_output=True, text=True, timeout=180)
     assert r.returncode == 0, r.stderr
     assert leaks(r.stderr) == NO_LEAKS, "the writer or the reader left a mapping, an allocation or a descriptor behind"
     got = json.loads(r.stdout.strip().splitlines()[-1])
@@ -209,6 +218,7 @@ def test_a_pull_copies_the_writers_own_device_memory_once_into_memory_no_writer_
     assert got["sealedAtPull"][0] == [got["pulledReply"][1], 0], got["sealedAtPull"]
     assert got["sealedAtPull"][2] == [1, 2], got["sealedAtPull"]
     assert got["sealedAtPull"][1] == [None, got["daemonMadeAfterPull"][1] * 2], "the staging path maps each staging allocation and its final"
+    assert set(got["hashedOn"]) == {"gpu" if hashing == "kernel" else "cpu"}, got["hashedOn"]
     # Where each commit's time went, in the daemon's log (update_cuda.py reads it on a GPU).
     split = ["allocateMs", "copyMs", "digestMs", "mapMs", "mapped", "nativeMs", "openMs", "planMs", "queueMs", "waitPullsMs"]
     assert got["sealedTimings"][1] == split, got["sealedTimings"]
