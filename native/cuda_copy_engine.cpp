@@ -19,7 +19,6 @@
 #include "file_reader.h"
 #include "fill_windows.h"
 #include "reader_threads.h"
-#include "start_thread.h"
 
 namespace weightd {
 
@@ -302,7 +301,11 @@ class CopyEngine {
     // Host memory is pinned and registered with the first member's context current, and
     // PORTABLE, so that every member's context copies from it as pinned memory.
     ScopedContext base(members_[0].target.context);
-    LanePool pool(makeLanesBesideDigestSetup());
+    // The GPU digests' setup first (loading the kernel, uploading the jobs): run beside the lanes'
+    // setup on a thread of its own, it took 15-17 ms against the driver's lock where alone it adds
+    // 2% to the fill (H100, 2026-12-06, bench/gpu/results/2026-12-06-h100-pull-digests).
+    if (gpu_) gpu_->load();
+    LanePool pool(makeLanes());
     std::atomic<bool> stop{false};  // this fill's own: set when any member is cancelled or fails
     try {
       runOnReaderThreads(windows.size(), lanes_, stop, [&](size_t i) {
@@ -345,43 +348,7 @@ class CopyEngine {
   }
 
  private:
-  // The lanes, with the GPU digests' setup (loading the kernel, uploading the jobs) on a thread
-  // of its own meanwhile: both are a few milliseconds of driver calls before the first read.
-  // Where no thread can start, the setup runs here after the lanes.
-  std::vector<std::unique_ptr<Lane>> makeLanesBesideDigestSetup() {
-    if (!gpu_) return makeLanes({});
-    std::vector<bool> hashing;  // decided before load(), which may release a member's pieces
-    for (size_t m = 0; m < members_.size(); ++m) hashing.push_back(gpu_->anyJobs(m));
-    std::exception_ptr failed;
-    std::thread setup;
-    try {
-      setup = startThread("the GPU digests' setup", [&] {
-        try {
-          gpu_->load();
-        } catch (...) {
-          failed = std::current_exception();
-        }
-      });
-    } catch (const DeviceError&) {
-    }
-    std::vector<std::unique_ptr<Lane>> lanes;
-    try {
-      lanes = makeLanes(hashing);
-    } catch (...) {
-      if (setup.joinable()) setup.join();
-      throw;
-    }
-    if (setup.joinable()) {
-      setup.join();
-    } else {
-      gpu_->load();
-    }
-    if (failed) std::rethrow_exception(failed);
-    return lanes;
-  }
-
-  // `hashing`: per member, whether its GPU hashes pieces (a stream for the kernels per lane).
-  std::vector<std::unique_ptr<Lane>> makeLanes(const std::vector<bool>& hashing) {
+  std::vector<std::unique_ptr<Lane>> makeLanes() {
     std::vector<std::unique_ptr<Lane>> lanes;
     for (unsigned l = 0; l < lanes_; ++l) {
       auto lane = std::make_unique<Lane>();
@@ -393,7 +360,7 @@ class CopyEngine {
       for (size_t m = 0; m < members_.size(); ++m) {
         ScopedContext current(members_[m].target.context);
         lane->streams.push_back(createStream());
-        lane->hashStreams.push_back(m < hashing.size() && hashing[m] ? createStream() : Stream());
+        lane->hashStreams.push_back(gpu_ && gpu_->anyJobs(m) ? createStream() : Stream());
         lane->batches.emplace_back();
         for (auto& slot : lane->slots) slot.copied.push_back(createEvent());
       }

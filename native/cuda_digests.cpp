@@ -114,12 +114,15 @@ SegmentHasher::~SegmentHasher() {
   if (module_) cudaDriver().cuModuleUnload.raw(module_);
 }
 
-void SegmentHasher::launch(size_t segment, CUdeviceptr base, CUstream stream) {
-  const auto [first, count] = of_[segment];
+void SegmentHasher::launch(size_t from, size_t to, const CUdeviceptr* bases, CUstream stream) {
+  const uint32_t first = of_[from].first;
+  const uint32_t count = of_[to - 1].first + of_[to - 1].second - first;
   if (count == 0) return;
-  GpuDigestJob* staged = static_cast<GpuDigestJob*>(staging_.get()) + first;
-  for (uint32_t j = 0; j < count; ++j) staged[j] = {base + jobs_[first + j].src, jobs_[first + j].bytes, jobs_[first + j].slot};
-  cudaDriver().cuMemcpyHtoDAsync_v2(table_.get() + first * sizeof(GpuDigestJob), staged, count * sizeof(GpuDigestJob), stream);
+  GpuDigestJob* staged = static_cast<GpuDigestJob*>(staging_.get());
+  for (size_t s = from; s < to; ++s) {
+    for (uint32_t j = of_[s].first; j < of_[s].first + of_[s].second; ++j) staged[j] = {bases[s] + jobs_[j].src, jobs_[j].bytes, jobs_[j].slot};
+  }
+  cudaDriver().cuMemcpyHtoDAsync_v2(table_.get() + first * sizeof(GpuDigestJob), staged + first, count * sizeof(GpuDigestJob), stream);
   // As many jobs per launch as its ranges count (a range's count is 32 bits).
   for (uint32_t done = 0; done < count;) {
     GpuDigestRanges ranges{};
@@ -150,8 +153,7 @@ std::string hashDeviceSegments(const std::vector<CUdeviceptr>& segments, const s
   try {
     hasher = std::make_unique<SegmentHasher>(digests, segments.size());
     Stream stream = createStream();
-    for (size_t s = 0; s < segments.size(); ++s)
-      if (segments[s]) hasher->launch(s, segments[s], stream.get());
+    if (!segments.empty()) hasher->launch(0, segments.size(), segments.data(), stream.get());
     cudaDriver().cuStreamSynchronize(stream.get());
     hasher->collect();
   } catch (const DeviceError& e) {

@@ -24,10 +24,10 @@
 
 namespace weightd {
 
-// The digest kernel over segments of device memory (a written version's), one segment at a time:
-// each segment's pieces are hashed on a stream as soon as it is queued there (a pull queues each
-// segment behind its copies, cuda_update_segments.cpp, so the hashing overlaps the making of the
-// next segment). Everything runs in the context current at construction.
+// The digest kernel over segments of device memory (a written version's), some segments at a
+// time: their pieces are hashed on a stream as soon as they are launched there (a pull launches a
+// batch of segments behind their copies, cuda_update_segments.cpp, so the hashing overlaps the
+// making of the next ones). Everything runs in the context current at construction.
 class SegmentHasher {
  public:
   // Why the kernel cannot hash here ("" when it can): the addon was built without it.
@@ -39,8 +39,9 @@ class SegmentHasher {
   ~SegmentHasher();
   SegmentHasher(const SegmentHasher&) = delete;
   SegmentHasher& operator=(const SegmentHasher&) = delete;
-  // Queues the hashing of segment `segment`'s pieces, its memory at `base`, on `stream`.
-  void launch(size_t segment, CUdeviceptr base, CUstream stream);
+  // Queues the hashing of the pieces of segments [from, to), segment s's memory at bases[s], on
+  // `stream`: one upload of their jobs and one launch (their jobs are consecutive in the table).
+  void launch(size_t from, size_t to, const CUdeviceptr* bases, CUstream stream);
   // Once every launch's stream is synchronised: the pieces' digests, into `digests`.
   void collect();
   // Gives every claimed piece back (after a failure: the CPU hashes them).
@@ -69,8 +70,7 @@ class GpuDigests {
   // whose contiguous copy in some window holds it whole. Touches no GPU: load() does.
   GpuDigests(const std::vector<FillMember>& members, const std::vector<FillWindow>& windows, ContentDigests& digests);
   // Loads the kernel and puts each member's jobs on its GPU; the pieces of a member whose setup
-  // fails are released to the CPU. Once, before the first add(); it touches nothing the lanes'
-  // setup does, so the fill runs it beside that (a few milliseconds of the fill's start).
+  // fails are released to the CPU. Once, before the first add().
   void load();
   ~GpuDigests();
   GpuDigests(const GpuDigests&) = delete;

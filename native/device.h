@@ -90,8 +90,8 @@ struct FillControl {
   uint64_t digestGpuBytes = 0;
   std::string digestGpuUnavailable;
   // Written with `digests` (cuda, where the GPU hashes): seconds spent loading the digest kernel
-  // and its jobs (beside the lanes' setup), and seconds the fill waited for the kernels after its
-  // last copy landed. What the GPU digests add to a fill's time is at most their sum.
+  // and its jobs before the first read, and seconds the fill waited for the kernels after its last
+  // copy landed. What the GPU digests add to a fill's time is about their sum.
   double digestGpuSetupSeconds = 0;
   double digestGpuTailSeconds = 0;
 };

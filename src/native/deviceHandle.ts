@@ -37,8 +37,8 @@ export interface FillResult {
   /** Why pieces the GPU could have hashed were hashed on the CPU; absent when none were. */
   digestGpuUnavailable?: string;
   /**
-   * Where the GPU hashed: seconds loading the digest kernel and its jobs (beside the lanes'
-   * setup), and seconds the fill waited for the kernels after its last copy landed.
+   * Where the GPU hashed: seconds loading the digest kernel and its jobs before the first read,
+   * and seconds the fill waited for the kernels after its last copy landed.
    */
   digestGpuSetupSeconds?: number;
   digestGpuTailSeconds?: number;

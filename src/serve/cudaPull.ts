@@ -5,9 +5,9 @@
 // writer ever maps. This file checks what a writer names (JS validates everything before the
 // addon sees it) and turns it into the commit's copies; cudaUpdateSegments.ts runs them.
 import { ServeError } from '../errors.js';
-import type { TensorEntry, TensorRange, ZeroRange } from '../checkpoint/types.js';
+import type { TensorEntry, ZeroRange } from '../checkpoint/types.js';
 import type { CommitCopy } from '../native/fillRecords.js';
-import { refuseUnlessCudaFd } from './cudaUpdateSegments.js';
+import { refuseUnlessCudaFd, type BatchPlan } from './cudaUpdateSegments.js';
 import type { RankService } from './rankService.js';
 
 /** A tensor a pull_tensors request names: `bytes` at `offset` of the allocation behind its request's `sources[source]`. */
@@ -230,20 +230,6 @@ export function untensoredBytes(service: RankService, segments: readonly boolean
   return service.rank.segments.flatMap((s, segment) =>
     segments[segment] ? without([{ start: 0, end: s.bytes }], spans[segment]!.others).map((z) => ({ segment, offset: z.start, bytes: z.end - z.start })) : [],
   );
-}
-
-/** One pull_tensors request's work (batchPlan). */
-export interface BatchPlan {
-  /** The IPC handles its tensors use, decoded. */
-  sources: Buffer[];
-  /** The copies of its tensors from them (source k + 1: `sources[k]`). */
-  copies: CommitCopy[];
-  /** The segments they write, each needing a final. */
-  segments: boolean[];
-  /** The bytes of those segments no tensor holds, written as zeros. */
-  zeros: ZeroRange[];
-  /** The rank's tensors (by the layout's order) it digests once copied, and their ranges (`file`: the segment's position). */
-  digested: { index: number; range: TensorRange }[];
 }
 
 /**

@@ -8,7 +8,7 @@
 import { ServeError } from '../errors.js';
 import { addon, type CommitTimings, type CudaDigested, type PullCopyTimings } from '../native/addon.js';
 import { packCommitCopies, packTensorRanges, packZeroRanges, type CommitCopy, type PackedTensorRanges } from '../native/fillRecords.js';
-import type { BatchPlan } from './cudaPull.js';
+import type { TensorRange, ZeroRange } from '../checkpoint/types.js';
 import { DEFAULT_DIGESTS_ON } from '../native/fillPolicy.js';
 import type { RankService } from './rankService.js';
 
@@ -40,13 +40,28 @@ export function shareSegment(service: RankService, index: number): number {
   return addon().dupFd(service.rank.segments[index]!.fd!);
 }
 
+/** One pull_tensors request's work, as cudaPull.ts batchPlan makes it. */
+export interface BatchPlan {
+  /** The IPC handles its tensors use, decoded. */
+  sources: Buffer[];
+  /** The copies of its tensors from them (source k + 1: `sources[k]`). */
+  copies: CommitCopy[];
+  /** The segments they write, each needing a final. */
+  segments: boolean[];
+  /** The bytes of those segments no tensor holds, written as zeros. */
+  zeros: ZeroRange[];
+  /** The rank's tensors (by the layout's order) it digests once copied, and their ranges (`file`: the segment's position). */
+  digested: { index: number; range: TensorRange }[];
+}
+
 /**
  * A pull's early copies (cudaPull.ts batchPlan) into the finals of the segments the request
  * writes: `finals[segment]` where made already, else fresh ones made by the call, each segment's
- * copies queued as soon as it is made (the GPU copies one while the next is allocated), then the
- * digests of the plan's `digested` tensors over what they wrote, hashed where the rank's fill
- * hashed (as commitCudaPart). Resolves once they are done, with the descriptors of the finals it
- * made (the caller's; -1 elsewhere): the daemon's own allocations, handed to no other process.
+ * copies and zeros queued as soon as it is made (the GPU copies one while the next is allocated),
+ * and the digests of the plan's `digested` tensors hashed behind their copies, where the rank's
+ * fill hashed (as commitCudaPart; on the GPU, a batch of segments at a time while the next ones
+ * are made). Resolves once they are done, with the descriptors of the finals it made (the
+ * caller's; -1 elsewhere): the daemon's own allocations, handed to no other process.
  */
 export async function copyPulled(service: RankService, finals: number[], plan: BatchPlan, threads: number): Promise<{ fds: number[]; timings: PullCopyTimings } & CudaDigested> {
   const { rank } = service;
