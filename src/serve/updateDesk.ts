@@ -91,7 +91,8 @@ interface Part {
   finals?: number[];
   pulling?: Promise<void>;
   pullFailed?: unknown;
-  pullTimings?: Omit<PullCopyTimings, 'nativeMs'>;
+  /** The pulls' native split summed, and `queueMs`: their calls' wall time past their native time (the thread pool's queue, the hop back). */
+  pullTimings?: Omit<PullCopyTimings, 'nativeMs'> & { queueMs: number };
   /**
    * The digests the early copies made (by the rank's tensor index) of the pulled tensors that share
    * no byte with another (cudaPull.ts batchPlan), and whether any was hashed on the CPU: the commit
@@ -435,12 +436,14 @@ export class UpdateDesk {
     const { service } = part;
     const plan = batchPlan(service, sources, tensors);
     const finals = (part.finals ??= service.rank.segments.map(() => -1));
-    const spent = (part.pullTimings ??= { allocateMs: 0, openMs: 0, mapMs: 0, copyMs: 0, digestMs: 0 });
+    const spent = (part.pullTimings ??= { allocateMs: 0, openMs: 0, mapMs: 0, copyMs: 0, digestMs: 0, queueMs: 0 });
     const pullDigests = (part.pullDigests ??= new Map());
     part.pulling = (part.pulling ?? Promise.resolve())
       .then(async () => {
         if (update.ended || part.pullFailed) return;
+        const calling = performance.now();
         const { fds, timings, digests, hashedOn } = await copyPulled(service, finals, plan, DIGEST_THREADS);
+        spent.queueMs += Math.max(0, performance.now() - calling - timings.nativeMs);
         // Kept even when the update ended meanwhile: #end closes them once this settled.
         fds.forEach((fd, i) => fd >= 0 && (finals[i] = fd));
         plan.digested.forEach((d, n) => pullDigests.set(d.index, digests[n]!));
