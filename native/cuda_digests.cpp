@@ -115,6 +115,7 @@ SegmentHasher::~SegmentHasher() {
 }
 
 void SegmentHasher::launch(size_t from, size_t to, const CUdeviceptr* bases, CUstream stream) {
+  if (from >= to) return;
   const uint32_t first = of_[from].first;
   const uint32_t count = of_[to - 1].first + of_[to - 1].second - first;
   if (count == 0) return;

@@ -2,7 +2,7 @@
 // piece that one contiguous copy of a window puts whole into a GPU's memory is hashed there, by
 // the digest kernel (native/gpu/xxh3_pieces.cu, one warp per piece), on a stream of the lane's
 // own behind the event of its windows' copies, so later windows' copies never wait for it. The
-// lanes' CPU threads then only read and queue copies (and a launch per 16 MiB of pieces); they
+// lanes' CPU threads then only read and queue copies (and a launch per 64 MiB of pieces); they
 // hash what the GPU cannot (pieces cut by strided copies, bytes no copy moves), as before
 // (content_digests.h).
 //
@@ -33,14 +33,14 @@ class SegmentHasher {
   // Why the kernel cannot hash here ("" when it can): the addon was built without it.
   static const std::string& unavailable();
   // Claims every piece of `digests` lying in its files 0..segments-1 (the segments) and puts the
-  // kernel and room for their jobs on the GPU. DeviceError (nothing left held) where that fails;
-  // the caller then releases the claims (releaseAll) and hashes on the CPU.
+  // kernel and room for their jobs on the GPU. DeviceError where that fails, with nothing left
+  // held and the claims given back: the caller hashes on the CPU.
   SegmentHasher(ContentDigests& digests, size_t segments);
   ~SegmentHasher();
   SegmentHasher(const SegmentHasher&) = delete;
   SegmentHasher& operator=(const SegmentHasher&) = delete;
   // Queues the hashing of the pieces of segments [from, to), segment s's memory at bases[s], on
-  // `stream`: one upload of their jobs and one launch (their jobs are consecutive in the table).
+  // `stream`: one upload of their jobs (consecutive in the table) and one launch per million of them.
   void launch(size_t from, size_t to, const CUdeviceptr* bases, CUstream stream);
   // Once every launch's stream is synchronised: the pieces' digests, into `digests`.
   void collect();

@@ -24,6 +24,11 @@ constexpr uint64_t kDigestPart = 4ull << 20;
 CudaDigests digestDeviceSegments(const std::vector<CUdeviceptr>& segments, const std::vector<uint64_t>& bytes, std::vector<TensorRange> tensors,
                                  unsigned threads, bool onGpu) {
   CudaDigests out;
+  for (const TensorRange& t : tensors) {
+    if (t.file >= segments.size() || segments[t.file] == 0) {
+      throw DeviceError("E_BAD_PLAN", "a tensor to digest lies in segment " + std::to_string(t.file) + ", which is not mapped for the digests");
+    }
+  }
   ContentDigests digests(std::move(tensors), bytes);
   if (digests.empty()) return out;
   if (onGpu) out.gpuDigestUnavailable = hashDeviceSegments(segments, bytes, digests);

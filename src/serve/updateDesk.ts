@@ -317,7 +317,8 @@ export class UpdateDesk {
     part.service.log.info(
       {
         model: update.name, globalRank: rank.globalRank, tensors: digests.length, read: todo.length + atPull,
-        hashedOn: part.pullHashedOnCpu || (todo.length > 0 && hashedOn === 'cpu') ? 'cpu' : 'gpu',
+        // Where this version's digests were hashed: by the pulls, the commit, or both (the commit's word when neither hashed).
+        hashedOn: todo.length === 0 && atPull === 0 ? hashedOn : part.pullHashedOnCpu || (todo.length > 0 && hashedOn === 'cpu') ? 'cpu' : 'gpu',
         ...(part.pull ? { pulled: part.pull.tensors.size, digestedAtPull: atPull } : {}), ...(split ? { timings: split } : {}),
       },
       `update sealed: ${todo.length + atPull} of ${digests.length} tensors digested` + (atPull ? ` (${atPull} as they were pulled)` : '') + ", the others' digests the base's (their segments are shared with it)",
