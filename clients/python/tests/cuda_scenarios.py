@@ -18,6 +18,8 @@ fake is found through LD_LIBRARY_PATH; its leak report is on stderr at exit):
   cuda_scenarios.py daemon_pull          a writer that pulls (source "pull") from its own device memory on the
                                          fake GPU: full, partial, the refusals, a killed writer; the
                                          writer's memory freed after commit; FAKE_CUDA_ACCESS_LOG as above
+  cuda_scenarios.py pull_locate          where a pull names tensors of two allocations of its own, with
+                                         how many driver lookups it made, and a view past an allocation
   cuda_scenarios.py pull_writer SOCKET MODEL BASE
                                          begin a pull, pull one tensor from its own memory, print "pulled"
                                          and wait to be killed
@@ -559,6 +561,36 @@ class TrainerMemory:
         assert lib.cuCtxPopCurrent_v2(None) == 0 and lib.cuDevicePrimaryCtxRelease_v2(0) == 0
 
 
+def pull_locate() -> None:
+    """PullSources.locate on the fake GPU: where each tensor lies (handle, offset) for tensors of
+    two allocations, how many cuMemGetAddressRange calls it made, and its refusals."""
+    from weightd_client.cuda import CudaBuffer
+    from weightd_client.protocol import ProtocolError
+    from weightd_client.pull import PullSources
+
+    one = TrainerMemory({"a": b"\1" * 1000, "b": b"\2" * 3000, "c": b"\3" * 256})
+    two = TrainerMemory({"d": b"\4" * 512})
+    sources = PullSources(0)
+    calls = []
+    real = sources.driver.cuMemGetAddressRange
+    sources.driver.cuMemGetAddressRange = lambda *args: calls.append(1) or real(*args)
+    out = {"located": {n: list(sources.locate(n, v)) for m in (one, two) for n, v in m.tensors.items()}, "handles": len(sources.handles)}
+    out["rangeCalls"] = len(calls)
+    # A view that starts inside a known allocation but runs past its end: refused from what was found.
+    past = CudaBuffer(one.tensors["c"].pointer, 4096, "U8", [4096], raw=True)
+    try:
+        sources.locate("past", past)
+        out["past"] = None
+    except ProtocolError as err:
+        out["past"] = err.code
+    out["rangeCallsAfter"] = len(calls)
+    sources.driver.cuMemGetAddressRange = real
+    sources.close()
+    one.free()
+    two.free()
+    print(json.dumps(out), flush=True)
+
+
 def daemon_pull() -> None:
     import subprocess
     import tempfile
@@ -871,6 +903,8 @@ def main() -> None:
         return update_writer(*sys.argv[2:5])
     if sys.argv[1] == "daemon_pull":
         return daemon_pull()
+    if sys.argv[1] == "pull_locate":
+        return pull_locate()
     if sys.argv[1] == "pull_writer":
         return pull_writer(*sys.argv[2:5])
     if sys.argv[1] == "daemon_publish":

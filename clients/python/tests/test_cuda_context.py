@@ -177,6 +177,19 @@ def test_a_cuda_writer_writes_staging_that_is_copied_into_memory_no_writer_maps_
     assert len(served) == n + n + 1, "the base, the full update's finals, and the partial update's one new segment: the rest is shared"
 
 
+def test_a_pull_finds_each_allocation_once_and_names_every_tensor_by_its_handle_and_offset(fake_env):
+    r = subprocess.run([sys.executable, str(SCENARIOS), "pull_locate"], env=fake_env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert leaks(r.stderr) == NO_LEAKS
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    # TrainerMemory packs its tensors at 256-byte steps after 512 bytes: a at 512, b at 1536, c at 4608.
+    assert got["located"] == {"a": [0, 512, 1000], "b": [0, 1536, 3000], "c": [0, 4608, 256], "d": [1, 512, 512]}, got
+    assert got["handles"] == 2
+    # One driver lookup per allocation, not per tensor: the others lie in one already found.
+    assert got["rangeCalls"] == 2, got
+    assert got["past"] == "E_BAD_SIZE" and got["rangeCallsAfter"] == 2, got
+
+
 @pytest.mark.parametrize("hashing", ["cpu", "kernel"])
 def test_a_pull_copies_the_writers_own_device_memory_once_into_memory_no_writer_maps_and_refuses_what_does_not_fit(fake_env, tmp_path, hashing):
     log = tmp_path / "access.log"

@@ -15,9 +15,10 @@ refused with ``E_UPDATE_UNSUPPORTED``: write it through a staging update instead
 from __future__ import annotations
 
 import base64
+import bisect
 import ctypes
 import json
-from typing import Any, Dict, Iterator, List, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from .cuda import CudaError, _Driver, _IpcHandle, context_current
 from .protocol import MAX_REQUEST_BYTES, ProtocolError
@@ -69,8 +70,11 @@ class PullSources:
         d.check(d.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), self.dev), "cuDevicePrimaryCtxRetain")
         self._ctx = ctx
         self.handles: List[str] = []
-        # By allocation base: its handle's place in `handles`.
-        self._of_base: Dict[int, int] = {}
+        # The allocations found so far, by base: [base, end) and its handle's place in `handles`,
+        # bases sorted. A tensor inside one of them needs no driver call: the pulled tensors are
+        # held until commit, so their allocations live as long as this update.
+        self._bases: List[int] = []
+        self._allocations: Dict[int, Tuple[int, int]] = {}
 
     def _current(self) -> Any:
         return context_current(self.driver, self._ctx)
@@ -80,13 +84,20 @@ class PullSources:
         ptr, nbytes = _device_pointer(name, value, self.ordinal)
         if nbytes == 0:
             return -1, 0, 0  # nothing to pull (an empty tensor's pointer is null: no allocation to find)
+        known = self._known(ptr)
+        if known is not None:
+            base, end, source = known
+            if ptr + nbytes > end:
+                raise ProtocolError("E_BAD_SIZE", f"tensor {name!r} ({nbytes} bytes at {ptr:#x}) runs past its allocation ({end - base} bytes at {base:#x})")
+            return source, ptr - base, nbytes
         d = self.driver
         base, size = ctypes.c_uint64(), ctypes.c_size_t()
         with self._current():
             d.check(d.cuMemGetAddressRange(ctypes.byref(base), ctypes.byref(size), ptr), f"cuMemGetAddressRange({name})")
             if ptr + nbytes > base.value + size.value:
                 raise ProtocolError("E_BAD_SIZE", f"tensor {name!r} ({nbytes} bytes at {ptr:#x}) runs past its allocation ({size.value} bytes at {base.value:#x})")
-            source = self._of_base.get(base.value)
+            known = self._allocations.get(base.value)
+            source = None if known is None else known[1]
             if source is None:
                 handle = _IpcHandle()
                 rc = d.cuIpcGetMemHandle(ctypes.byref(handle), base.value)
@@ -101,8 +112,18 @@ class PullSources:
                         ) from err
                 source = len(self.handles)
                 self.handles.append(base64.b64encode(ctypes.string_at(ctypes.addressof(handle), 64)).decode())
-                self._of_base[base.value] = source
+                self._allocations[base.value] = (base.value + size.value, source)
+                bisect.insort(self._bases, base.value)
         return source, ptr - base.value, nbytes
+
+    def _known(self, ptr: int) -> Optional[Tuple[int, int, int]]:
+        """``(base, end, source)`` of an allocation found earlier that holds address ``ptr``."""
+        i = bisect.bisect_right(self._bases, ptr) - 1
+        if i < 0:
+            return None
+        base = self._bases[i]
+        end, source = self._allocations[base]
+        return (base, end, source) if ptr < end else None
 
     def synchronize(self) -> None:
         """Waits for everything queued on the device (torch's streams run in this context), so that
