@@ -80,7 +80,7 @@ class PinnedFileWindow {
 };
 
 struct Slot {
-  PinnedHostMemory staging;                  // pread mode: pinned on first use (stage)
+  PinnedHostMemory staging;                  // pread mode
   std::unique_ptr<PinnedFileWindow> window;  // register mode: what the queued copies read
   std::vector<Event> copied;                 // per member: recorded after its copies from this slot
   std::vector<uint64_t> pendingBytes;        // per member: queued, not yet counted in control.bytes
@@ -355,6 +355,7 @@ class CopyEngine {
       lane->slots.resize(slotsPerLane_);
       for (auto& slot : lane->slots) {
         slot.pendingBytes.assign(members_.size(), 0);
+        if (options_.mode == FillMode::Pread) slot.staging = allocatePinnedHost(bufferBytes_);
       }
       for (size_t m = 0; m < members_.size(); ++m) {
         ScopedContext current(members_[m].target.context);
@@ -478,11 +479,6 @@ class CopyEngine {
   // at its place in an image of the file; returns where byte w.start landed, and the reads in
   // `reads` (the bytes of the image that hold the file's).
   const char* stage(Slot& slot, const FillWindow& w, std::vector<ByteRange>& reads) {
-    // Pinned on the slot's first use, by its lane's thread: pinning costs ~0.4 ms per MiB (H100,
-    // bench/gpu/fill-setup-probe.py), so pinning every slot before the first read held the fill
-    // ~15 ms at the default 32 MiB; this way each lane waits only for its first slot, and the
-    // lanes pin the rest side by side while the first windows' copies run.
-    if (!slot.staging.get()) slot.staging = allocatePinnedHost(bufferBytes_);
     char* buf = static_cast<char*>(slot.staging.get());
     std::shared_ptr<const OpenFile> file = files_.open(w.file);
     int fd = options_.direct ? file->directFd : -1;
