@@ -4,8 +4,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <memory>
 #include <cstring>
+#include <memory>
 #include <mutex>
 
 #include "content_digests.h"
@@ -166,12 +166,18 @@ void runCopies(int deviceIndex, const std::vector<CUdeviceptr>& into, const std:
 // Refuses copies that do not fit the commit: a segment outside it or not written (`writable`), a
 // source it does not have (sources.size() pulled ones, and 0 unless `gapsAllowed` is false), a
 // range past the segment's bytes.
+// Whether `length` bytes from `start` lie in segment `segment` (`bytes` each), and, where `written`
+// is given, in a segment it marks.
+bool inSegments(uint64_t segment, uint64_t start, uint64_t length, const std::vector<uint64_t>& bytes, const std::vector<bool>& written) {
+  uint64_t end;
+  return segment < bytes.size() && (written.empty() || (segment < written.size() && written[segment])) && !__builtin_add_overflow(start, length, &end) &&
+         end <= bytes[segment];
+}
+
 void checkCopies(const std::vector<CommitCopy>& copies, const std::vector<bool>& writable, const std::vector<uint64_t>& bytes, size_t sources,
                  bool gapsAllowed) {
   for (const CommitCopy& c : copies) {
-    uint64_t end;
-    if (c.segment >= writable.size() || c.segment >= bytes.size() || !writable[c.segment] || c.source > sources || (c.source == 0 && !gapsAllowed) ||
-        __builtin_add_overflow(c.dstOffset, c.bytes, &end) || end > bytes[c.segment]) {
+    if (writable.empty() || !inSegments(c.segment, c.dstOffset, c.bytes, bytes, writable) || c.source > sources || (c.source == 0 && !gapsAllowed)) {
       throw DeviceError("E_BAD_PLAN", "a commit copy of " + std::to_string(c.bytes) + " bytes to segment " + std::to_string(c.segment) + " at " +
                                           std::to_string(c.dstOffset) + " from source " + std::to_string(c.source) + " lies outside the commit");
     }
@@ -182,7 +188,7 @@ void checkCopies(const std::vector<CommitCopy>& copies, const std::vector<bool>&
 // outside the segments it marks: their memory is not mapped for the digests.
 void checkTensors(const std::vector<TensorRange>& tensors, const std::vector<uint64_t>& bytes, const std::vector<bool>& written, const std::string& what) {
   for (const TensorRange& t : tensors) {
-    if (t.file >= bytes.size() || t.start > t.end || t.end > bytes[t.file] || (!written.empty() && !written[t.file])) {
+    if (t.start > t.end || !inSegments(t.file, t.start, t.end - t.start, bytes, written)) {
       throw DeviceError("E_BAD_PLAN", what + "'s tensor of bytes " + std::to_string(t.start) + "-" + std::to_string(t.end) + " of segment " + std::to_string(t.file) +
                                           " lies outside the segments it " + (written.empty() ? "has" : "writes"));
     }
@@ -286,15 +292,14 @@ CudaPulled cudaPullCopies(int deviceIndex, const std::vector<int>& finals, const
     throw DeviceError("E_BAD_PLAN", "pulled copies take one final descriptor (or -1), written flag and size per segment");
   }
   auto began = std::chrono::steady_clock::now();
-  // Pulled sources only: the bytes between pulled tensors come from the base at commit, once every tensor is named.
+  // Pulled sources only: the other tensors' bytes come from the base at commit, once every tensor is named.
   checkCopies(copies, writes, bytes, sources.size(), false);
   checkTensors(tensors, bytes, writes, "a pull");
   std::vector<std::vector<const CommitCopy*>> bySegment(finals.size());
   for (const CommitCopy& c : copies) bySegment[c.segment].push_back(&c);
   std::vector<std::vector<const ZeroRange*>> zerosOf(finals.size());
   for (const ZeroRange& z : zeros) {
-    uint64_t end;
-    if (z.segment >= finals.size() || !writes[z.segment] || __builtin_add_overflow(z.offset, z.bytes, &end) || end > bytes[z.segment]) {
+    if (!inSegments(z.segment, z.offset, z.bytes, bytes, writes)) {
       throw DeviceError("E_BAD_PLAN", "a pull's zero range of " + std::to_string(z.bytes) + " bytes at " + std::to_string(z.offset) + " of segment " +
                                           std::to_string(z.segment) + " lies outside the segments it writes");
     }

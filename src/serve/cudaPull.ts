@@ -176,12 +176,12 @@ function without(from: Span[], minus: Span[]): Span[] {
   return out;
 }
 
-/** Per segment (by position): the spans of its pulled tensors and of its other tensors, merged. */
-function spansBySegment(service: RankService, pull: Pull): { pulled: Span[]; others: Span[] }[] {
+/** Per segment (by position): the spans of its tensors `pulled` names and of its other tensors, merged. */
+function spansBySegment(service: RankService, pulled: (name: string) => boolean): { pulled: Span[]; others: Span[] }[] {
   const { rank } = service;
   const position = new Map(rank.segments.map((s, i) => [s.segment, i]));
   const raw = rank.segments.map(() => ({ pulled: [] as Span[], others: [] as Span[] }));
-  for (const t of rank.tensors) raw[position.get(t.segment)!]![pull.tensors.has(t.name) ? 'pulled' : 'others'].push({ start: t.offset, end: t.offset + t.bytes });
+  for (const t of rank.tensors) raw[position.get(t.segment)!]![pulled(t.name) ? 'pulled' : 'others'].push({ start: t.offset, end: t.offset + t.bytes });
   return raw.map((r) => ({ pulled: merged(r.pulled), others: merged(r.others) }));
 }
 
@@ -215,7 +215,7 @@ export function pulledCopies(service: RankService, pull: Pull): CommitCopy[] {
  * full update has none, so its commit copies nothing and maps no final.
  */
 export function commitGaps(service: RankService, pull: Pull, copied: readonly boolean[]): CommitCopy[] {
-  return spansBySegment(service, pull).flatMap(({ pulled, others }, segment) =>
+  return spansBySegment(service, (name) => pull.tensors.has(name)).flatMap(({ pulled, others }, segment) =>
     copied[segment] ? without(others, pulled).map((s) => ({ segment, source: 0, srcOffset: s.start, dstOffset: s.start, bytes: s.end - s.start })) : [],
   );
 }
@@ -226,7 +226,7 @@ export function commitGaps(service: RankService, pull: Pull, copied: readonly bo
  * sees them, and zeros need no read of the base.
  */
 export function untensoredBytes(service: RankService, segments: readonly boolean[]): ZeroRange[] {
-  const spans = spansBySegment(service, { sources: [], sourceIndex: new Map(), tensors: new Map() });
+  const spans = spansBySegment(service, () => false);
   return service.rank.segments.flatMap((s, segment) =>
     segments[segment] ? without([{ start: 0, end: s.bytes }], spans[segment]!.others).map((z) => ({ segment, offset: z.start, bytes: z.end - z.start })) : [],
   );
@@ -234,11 +234,12 @@ export function untensoredBytes(service: RankService, segments: readonly boolean
 
 /**
  * One pull_tensors request's copies, run as soon as it is recorded (the writer keeps its tensors
- * unchanged until the commit's reply). The bytes between pulled tensors are the commit's
- * (commitGaps): only then is every tensor named. Its tensors that share no byte with another
- * tensor are digested right after the copies (a tensor is pulled once, and no later pull or gap
- * copy writes its bytes), so the commit neither maps their finals nor hashes them again; one that
- * shares bytes (an alias) is digested at commit, once every pull has written.
+ * unchanged until the commit's reply), with zeros where no tensor of its segments is. The other
+ * tensors' bytes are the commit's (commitGaps): only then is every tensor named. Its tensors that
+ * share no byte with another tensor are digested right after the copies (a tensor is pulled once,
+ * and no later pull or gap copy writes its bytes), so the commit neither maps their finals nor
+ * hashes them again; one that shares bytes (an alias) is digested at commit, once every pull has
+ * written.
  */
 export function batchPlan(service: RankService, sources: readonly string[], tensors: readonly PulledTensor[]): BatchPlan {
   // Only the handles its tensors use are opened (as recordPulls keeps only those).

@@ -84,37 +84,34 @@ class PullSources:
         ptr, nbytes = _device_pointer(name, value, self.ordinal)
         if nbytes == 0:
             return -1, 0, 0  # nothing to pull (an empty tensor's pointer is null: no allocation to find)
-        known = self._known(ptr)
-        if known is not None:
-            base, end, source = known
-            if ptr + nbytes > end:
-                raise ProtocolError("E_BAD_SIZE", f"tensor {name!r} ({nbytes} bytes at {ptr:#x}) runs past its allocation ({end - base} bytes at {base:#x})")
-            return source, ptr - base, nbytes
+        base, end, source = self._known(ptr) or self._find(name, ptr)
+        if ptr + nbytes > end:
+            raise ProtocolError("E_BAD_SIZE", f"tensor {name!r} ({nbytes} bytes at {ptr:#x}) runs past its allocation ({end - base} bytes at {base:#x})")
+        return source, ptr - base, nbytes
+
+    def _find(self, name: str, ptr: int) -> Tuple[int, int, int]:
+        """``(base, end, source)`` of the allocation holding address ``ptr``, none of those found
+        so far: asked of the driver, with its IPC handle, and recorded."""
         d = self.driver
         base, size = ctypes.c_uint64(), ctypes.c_size_t()
         with self._current():
             d.check(d.cuMemGetAddressRange(ctypes.byref(base), ctypes.byref(size), ptr), f"cuMemGetAddressRange({name})")
-            if ptr + nbytes > base.value + size.value:
-                raise ProtocolError("E_BAD_SIZE", f"tensor {name!r} ({nbytes} bytes at {ptr:#x}) runs past its allocation ({size.value} bytes at {base.value:#x})")
-            known = self._allocations.get(base.value)
-            source = None if known is None else known[1]
-            if source is None:
-                handle = _IpcHandle()
-                rc = d.cuIpcGetMemHandle(ctypes.byref(handle), base.value)
-                if rc != 0:
-                    try:
-                        d.check(rc, f"cuIpcGetMemHandle({name})")
-                    except CudaError as err:
-                        raise ProtocolError(
-                            "E_UPDATE_UNSUPPORTED",
-                            f"tensor {name!r}'s memory has no CUDA IPC handle ({err}): a pull needs cudaMalloc'd memory, not torch's expandable_segments "
-                            "or cuMemCreate; write it through a staging update (begin_update without source) instead",
-                        ) from err
-                source = len(self.handles)
-                self.handles.append(base64.b64encode(ctypes.string_at(ctypes.addressof(handle), 64)).decode())
-                self._allocations[base.value] = (base.value + size.value, source)
-                bisect.insort(self._bases, base.value)
-        return source, ptr - base.value, nbytes
+            handle = _IpcHandle()
+            rc = d.cuIpcGetMemHandle(ctypes.byref(handle), base.value)
+            if rc != 0:
+                try:
+                    d.check(rc, f"cuIpcGetMemHandle({name})")
+                except CudaError as err:
+                    raise ProtocolError(
+                        "E_UPDATE_UNSUPPORTED",
+                        f"tensor {name!r}'s memory has no CUDA IPC handle ({err}): a pull needs cudaMalloc'd memory, not torch's expandable_segments "
+                        "or cuMemCreate; write it through a staging update (begin_update without source) instead",
+                    ) from err
+        source = len(self.handles)
+        self.handles.append(base64.b64encode(ctypes.string_at(ctypes.addressof(handle), 64)).decode())
+        self._allocations[base.value] = (base.value + size.value, source)
+        bisect.insort(self._bases, base.value)
+        return base.value, base.value + size.value, source
 
     def _known(self, ptr: int) -> Optional[Tuple[int, int, int]]:
         """``(base, end, source)`` of an allocation found earlier that holds address ``ptr``."""
