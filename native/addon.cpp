@@ -29,6 +29,7 @@
 #include "unix_fds.h"
 #include "update_segments.h"
 #include "cuda_segment_digests.h"
+#include "cuda_prepared_finals.h"
 #include "cuda_update_segments.h"
 
 namespace weightd {
@@ -421,6 +422,8 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::CudaCommitCopies>>("cudaCommitCopies"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::CudaPullCommit>>("cudaPullCommit"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::CudaPullCopies>>("cudaPullCopies"),
+                             InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::CudaPrepareFinals>>("cudaPrepareFinals"),
+                             InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::CudaDropPrepared>>("cudaDropPrepared"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::CudaDigestSegments>>("cudaDigestSegments"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::MapShared>>("mapShared"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::UnmapShared>>("unmapShared"),
@@ -709,12 +712,12 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
     return sources;
   }
 
-  // cudaPullCopies(deviceIndex, finals, writes: boolean[], bytes: number[], sources: Buffer[], commitCopies, zeroRanges, tensorRanges, threads, digestOn)
+  // cudaPullCopies(deviceIndex, finals, writes: boolean[], bytes: number[], sources: Buffer[], commitCopies, zeroRanges, tensorRanges, threads, digestOn, prepared?)
   //   -> Promise<{ fds: number[], digests: string[], hashedOn, gpuDigestUnavailable,
   //                timings: { allocateMs, openMs, mapMs, copyMs, digestMs, nativeMs } }>, on a libuv thread.
   Napi::Value CudaPullCopies(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
-    const char* usage = "cudaPullCopies(deviceIndex, finals, writes: boolean[], bytes: number[], sources: Buffer[], commitCopies, zeroRanges, tensorRanges, threads, digestOn)";
+    const char* usage = "cudaPullCopies(deviceIndex, finals, writes: boolean[], bytes: number[], sources: Buffer[], commitCopies, zeroRanges, tensorRanges, threads, digestOn, prepared?)";
     int deviceIndex = toBounded<int>(info[0], "deviceIndex");
     std::vector<int> finals = toFinals(info[1]);
     if (!info[2].IsArray() || !info[3].IsArray()) throw Napi::TypeError::New(env, usage);
@@ -730,10 +733,11 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
     unsigned threads = toBounded<unsigned>(info[8], "threads");
     if (threads < 1 || threads > 256) throw Napi::RangeError::New(env, "threads must be from 1 to 256, got " + std::to_string(threads));
     bool onGpu = digestOnGpuFromJs(info[9]);
+    uint32_t prepared = info[10].IsUndefined() ? 0 : toBounded<uint32_t>(info[10], "prepared");
     return PromiseJob<CudaPulled>::start(
         env,
-        [deviceIndex, finals, writes, bytes, sources, copies, zeros, tensors, threads, onGpu] {
-          return cudaPullCopies(deviceIndex, finals, writes, bytes, sources, copies, zeros, tensors, threads, onGpu);
+        [deviceIndex, finals, writes, bytes, sources, copies, zeros, tensors, threads, onGpu, prepared] {
+          return cudaPullCopies(deviceIndex, finals, writes, bytes, sources, copies, zeros, tensors, threads, onGpu, prepared);
         },
         [](Napi::Env e, const CudaPulled& p) {
           Napi::Object o = Napi::Object::New(e);
@@ -747,6 +751,7 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
           timings.Set("mapMs", p.mapMs);
           timings.Set("copyMs", p.copyMs);
           timings.Set("digestMs", p.digestMs);
+          timings.Set("releaseMs", p.releaseMs);
           timings.Set("nativeMs", p.totalMs);
           o.Set("timings", timings);
           return o;
@@ -774,7 +779,7 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
         committedToJs);
   }
 
-  // cudaPullCommit(deviceIndex, fds, copied: boolean[], bytes: number[], finals, sources: Buffer[], commitCopies, tensorRanges, threads, digestOn)
+  // cudaPullCommit(deviceIndex, fds, copied: boolean[], bytes: number[], finals, sources: Buffer[], commitCopies, tensorRanges, threads, digestOn, prepared?)
   //   -> Promise<{ fds: number[], digests: string[], hashedOn, gpuDigestUnavailable, timings }>, on a libuv thread.
   Napi::Value CudaPullCommit(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
@@ -794,12 +799,46 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
     unsigned threads = toBounded<unsigned>(info[8], "threads");
     if (threads < 1 || threads > 256) throw Napi::RangeError::New(env, "threads must be from 1 to 256, got " + std::to_string(threads));
     bool onGpu = digestOnGpuFromJs(info[9]);
+    uint32_t prepared = info[10].IsUndefined() ? 0 : toBounded<uint32_t>(info[10], "prepared");
     return PromiseJob<CudaCommitted>::start(
         env,
-        [deviceIndex, fds, copied, bytes, finals, sources, copies, tensors, threads, onGpu] {
-          return cudaPullCommit(deviceIndex, fds, copied, bytes, finals, sources, copies, tensors, threads, onGpu);
+        [deviceIndex, fds, copied, bytes, finals, sources, copies, tensors, threads, onGpu, prepared] {
+          return cudaPullCommit(deviceIndex, fds, copied, bytes, finals, sources, copies, tensors, threads, onGpu, prepared);
         },
         committedToJs);
+  }
+
+  // cudaPrepareFinals(deviceIndex, which: boolean[], bytes: number[])
+  //   -> Promise<{ id: number, fds: number[], timings: { allocateMs, nativeMs } }>, on a libuv thread.
+  Napi::Value CudaPrepareFinals(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    int deviceIndex = toBounded<int>(info[0], "deviceIndex");
+    if (!info[1].IsArray() || !info[2].IsArray()) throw Napi::TypeError::New(env, "cudaPrepareFinals(deviceIndex, which: boolean[], bytes: number[])");
+    Napi::Array whichJs = info[1].As<Napi::Array>(), bytesJs = info[2].As<Napi::Array>();
+    std::vector<bool> which;
+    std::vector<uint64_t> bytes;
+    for (uint32_t i = 0; i < whichJs.Length(); ++i) which.push_back(whichJs.Get(i).ToBoolean().Value());
+    for (uint32_t i = 0; i < bytesJs.Length(); ++i) bytes.push_back(toU64(bytesJs.Get(i), "segment bytes"));
+    return PromiseJob<PreparedMade>::start(
+        env, [deviceIndex, which, bytes] { return cudaPrepareFinals(deviceIndex, which, bytes); },
+        [](Napi::Env e, const PreparedMade& p) {
+          Napi::Object o = Napi::Object::New(e);
+          o.Set("id", p.id);
+          Napi::Array fds = Napi::Array::New(e, p.fds.size());
+          for (uint32_t i = 0; i < p.fds.size(); ++i) fds.Set(i, p.fds[i]);
+          o.Set("fds", fds);
+          Napi::Object timings = Napi::Object::New(e);
+          timings.Set("allocateMs", p.allocateMs);
+          timings.Set("nativeMs", p.totalMs);
+          o.Set("timings", timings);
+          return o;
+        });
+  }
+
+  // cudaDropPrepared(id) -> Promise<void>: unmaps a prepared set on a libuv thread.
+  Napi::Value CudaDropPrepared(const Napi::CallbackInfo& info) {
+    uint32_t id = toBounded<uint32_t>(info[0], "id");
+    return PromiseJob<int>::start(info.Env(), [id] { cudaDropPrepared(id); return 0; }, [](Napi::Env e, const int&) { return e.Undefined(); });
   }
 
   // cudaDigestSegments(deviceIndex, fds, bytes: number[], tensorRanges, threads, digestOn)

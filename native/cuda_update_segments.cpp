@@ -10,6 +10,7 @@
 
 #include "content_digests.h"
 #include "cuda_digests.h"
+#include "cuda_prepared_finals.h"
 #include "cuda_resources.h"
 #include "cuda_vmm.h"
 #include "unix_fds.h"
@@ -72,6 +73,41 @@ int cudaStagingCopy(int deviceIndex, int sourceFd, uint64_t bytes) {
   cudaDriver().cuMemcpyDtoDAsync_v2(staging.pointer(), source.pointer(), size, stream.get());
   cudaDriver().cuStreamSynchronize(stream.get());
   return dupExported(staging);
+}
+
+PreparedMade cudaPrepareFinals(int deviceIndex, const std::vector<bool>& which, const std::vector<uint64_t>& bytes) {
+  if (which.size() != bytes.size()) throw DeviceError("E_BAD_PLAN", "prepared finals take one flag and size per segment");
+  auto began = std::chrono::steady_clock::now();
+  PrimaryContext context(deviceIndex);
+  ScopedContext current(context.get());
+  CUdevice dev = cudaDeviceAt(deviceIndex);
+  std::vector<uint64_t> sizes;
+  uint64_t needed = 0;
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    sizes.push_back(which[i] ? vmmSegmentSize(dev, bytes[i]) : 0);
+    needed += sizes.back();
+  }
+  std::vector<VmmSegment> made(bytes.size());
+  {
+    std::lock_guard<std::mutex> hold(allocating);
+    checkFree(deviceIndex, needed, "preparing the pull's " + std::to_string(std::count(which.begin(), which.end(), true)) + " final segment(s)");
+    for (size_t i = 0; i < bytes.size(); ++i)
+      if (which[i]) made[i] = VmmSegment::create(dev, sizes[i]);
+  }
+  PreparedMade out;
+  out.allocateMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - began).count();
+  std::vector<int> fds;
+  try {
+    for (VmmSegment& s : made) fds.push_back(s.pointer() ? dupExported(s) : -1);
+    out.id = keepPrepared(deviceIndex, std::move(made));
+  } catch (...) {
+    for (int fd : fds)
+      if (fd >= 0) ::close(fd);
+    throw;
+  }
+  out.fds = std::move(fds);
+  out.totalMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - began).count();
+  return out;
 }
 
 namespace {
@@ -200,11 +236,12 @@ void checkTensors(const std::vector<TensorRange>& tensors, const std::vector<uin
 // cudaPullCommit's; none for a staging commit), then the digests over what the version serves.
 CudaCommitted commitInto(int deviceIndex, const std::vector<int>& fds, const std::vector<bool>& copied, const std::vector<uint64_t>& bytes,
                          const std::vector<int>& finals, const std::vector<std::string>& sources, const std::vector<CommitCopy>& copies,
-                         std::vector<TensorRange> tensors, unsigned threads, bool onGpu) {
+                         std::vector<TensorRange> tensors, unsigned threads, bool onGpu, uint32_t prepared) {
   if (fds.size() != copied.size() || fds.size() != bytes.size() || (!finals.empty() && finals.size() != fds.size())) {
     throw DeviceError("E_BAD_PLAN", "a commit takes one descriptor, copied flag, size (and final, where given) per segment");
   }
   auto began = std::chrono::steady_clock::now();
+  std::shared_ptr<const PreparedFinals> kept = preparedFinals(prepared, deviceIndex, fds.size());
   PrimaryContext context(deviceIndex);
   ScopedContext current(context.get());
   CUdevice dev = cudaDeviceAt(deviceIndex);
@@ -238,8 +275,13 @@ CudaCommitted commitInto(int deviceIndex, const std::vector<int>& fds, const std
   }
   out.allocateMs = msSince(t);
   t = std::chrono::steady_clock::now();
-  for (size_t i = 0; i < fds.size(); ++i)
-    if (copied[i] && made(i) && mapped[i]) served[i] = VmmSegment::importWritable(dev, finals[i], sizes[i]);
+  // A final prepared at begin is mapped already (`preparedAt`); any other made earlier is mapped here.
+  std::vector<CUdeviceptr> preparedAt(fds.size(), 0);
+  for (size_t i = 0; i < fds.size(); ++i) {
+    if (!copied[i] || !made(i) || !mapped[i]) continue;
+    if (kept && kept->pointer(i)) preparedAt[i] = kept->pointer(i);
+    else served[i] = VmmSegment::importWritable(dev, finals[i], sizes[i]);
+  }
   {
     std::vector<VmmSegment> own(fds.size());
     for (size_t i = 0; i < fds.size(); ++i) {
@@ -253,13 +295,13 @@ CudaCommitted commitInto(int deviceIndex, const std::vector<int>& fds, const std
     for (size_t i = 0; i < fds.size(); ++i) out.mapped += (served[i].pointer() != 0) + (own[i].pointer() != 0);
     std::vector<CUdeviceptr> into, from;
     for (size_t i = 0; i < fds.size(); ++i) {
-      into.push_back(copied[i] ? served[i].pointer() : 0);
+      into.push_back(!copied[i] ? 0 : preparedAt[i] ? preparedAt[i] : served[i].pointer());
       from.push_back(own[i].pointer());
     }
     runCopies(deviceIndex, into, from, sources, copies, out.openMs, out.copyMs);
   }
   std::vector<CUdeviceptr> pointers;
-  for (const VmmSegment& s : served) pointers.push_back(s.pointer());
+  for (size_t i = 0; i < served.size(); ++i) pointers.push_back(preparedAt[i] ? preparedAt[i] : served[i].pointer());
   t = std::chrono::steady_clock::now();
   out.digested = digestDeviceSegments(pointers, bytes, std::move(tensors), threads, onGpu);
   out.digestMs = msSince(t);
@@ -276,18 +318,18 @@ CudaCommitted cudaCommitCopies(int deviceIndex, const std::vector<int>& fds, con
   std::vector<CommitCopy> copies;
   for (size_t i = 0; i < copied.size() && i < bytes.size(); ++i)
     if (copied[i]) copies.push_back(CommitCopy{static_cast<uint32_t>(i), 0, 0, 0, bytes[i]});
-  return commitInto(deviceIndex, fds, copied, bytes, {}, {}, copies, std::move(tensors), threads, onGpu);
+  return commitInto(deviceIndex, fds, copied, bytes, {}, {}, copies, std::move(tensors), threads, onGpu, 0);
 }
 
 CudaCommitted cudaPullCommit(int deviceIndex, const std::vector<int>& fds, const std::vector<bool>& copied, const std::vector<uint64_t>& bytes,
                              const std::vector<int>& finals, const std::vector<std::string>& sources, const std::vector<CommitCopy>& copies,
-                             std::vector<TensorRange> tensors, unsigned threads, bool onGpu) {
-  return commitInto(deviceIndex, fds, copied, bytes, finals, sources, copies, std::move(tensors), threads, onGpu);
+                             std::vector<TensorRange> tensors, unsigned threads, bool onGpu, uint32_t prepared) {
+  return commitInto(deviceIndex, fds, copied, bytes, finals, sources, copies, std::move(tensors), threads, onGpu, prepared);
 }
 
 CudaPulled cudaPullCopies(int deviceIndex, const std::vector<int>& finals, const std::vector<bool>& writes, const std::vector<uint64_t>& bytes,
                           const std::vector<std::string>& sources, const std::vector<CommitCopy>& copies, const std::vector<ZeroRange>& zeros,
-                          std::vector<TensorRange> tensors, unsigned threads, bool onGpu) {
+                          std::vector<TensorRange> tensors, unsigned threads, bool onGpu, uint32_t prepared) {
   if (finals.size() != bytes.size() || writes.size() != bytes.size()) {
     throw DeviceError("E_BAD_PLAN", "pulled copies take one final descriptor (or -1), written flag and size per segment");
   }
@@ -305,6 +347,7 @@ CudaPulled cudaPullCopies(int deviceIndex, const std::vector<int>& finals, const
     }
     zerosOf[z.segment].push_back(&z);
   }
+  std::shared_ptr<const PreparedFinals> kept = preparedFinals(prepared, deviceIndex, finals.size());
   PrimaryContext context(deviceIndex);
   ScopedContext current(context.get());
   CUdevice dev = cudaDeviceAt(deviceIndex);
@@ -363,16 +406,19 @@ CudaPulled cudaPullCopies(int deviceIndex, const std::vector<int>& finals, const
       checkFree(deviceIndex, size, "a final allocation of a pulled segment of " + std::to_string(bytes[i]) + " bytes");
       into[i] = VmmSegment::create(dev, size);
       out.allocateMs += msSince(t);
+      bases[i] = into[i].pointer();
+    } else if (kept && kept->pointer(i)) {
+      bases[i] = kept->pointer(i);  // prepared at begin: mapped already
     } else {
       into[i] = VmmSegment::importWritable(dev, finals[i], size);
       out.mapMs += msSince(t);
+      bases[i] = into[i].pointer();
     }
     madeMs += msSince(t);
     for (const CommitCopy* c : bySegment[i])
-      if (c->bytes > 0) cudaDriver().cuMemcpyDtoDAsync_v2(into[i].pointer() + c->dstOffset, pulled[c->source - 1].mapping.get() + c->srcOffset, c->bytes, stream.get());
+      if (c->bytes > 0) cudaDriver().cuMemcpyDtoDAsync_v2(bases[i] + c->dstOffset, pulled[c->source - 1].mapping.get() + c->srcOffset, c->bytes, stream.get());
     for (const ZeroRange* z : zerosOf[i])
-      if (z->bytes > 0) cudaDriver().cuMemsetD8Async(into[i].pointer() + z->offset, 0, z->bytes, stream.get());
-    bases[i] = into[i].pointer();
+      if (z->bytes > 0) cudaDriver().cuMemsetD8Async(bases[i] + z->offset, 0, z->bytes, stream.get());
     batchBytes += bytes[i];
     if (batchBytes >= kHashBatchBytes) hashBatch(i + 1);
   }
@@ -387,14 +433,22 @@ CudaPulled cudaPullCopies(int deviceIndex, const std::vector<int>& finals, const
     out.digested.digests = digests.tensorDigests();
     out.digested.onGpu = true;
   } else if (!tensors.empty()) {
-    std::vector<CUdeviceptr> pointers;
-    for (const VmmSegment& s : into) pointers.push_back(s.pointer());
     std::string why = std::move(out.digested.gpuDigestUnavailable);
-    out.digested = digestDeviceSegments(pointers, bytes, std::move(tensors), threads, false);
+    out.digested = digestDeviceSegments(bases, bytes, std::move(tensors), threads, false);
     out.digested.gpuDigestUnavailable = std::move(why);
   }
   out.digestMs = msSince(t);
   out.fds = descriptorsOrNone(finals.size(), [&](size_t i) { return writes[i] && finals[i] < 0 ? dupExported(into[i]) : -1; });
+  // What the call holds goes here, timed (the streams first, drained already): the finals' mappings
+  // made here, the writer's memory opened, the digests' buffers.
+  t = std::chrono::steady_clock::now();
+  hashing.reset();
+  stream.reset();
+  copied.clear();
+  into.clear();
+  pulled.clear();
+  hasher.reset();
+  out.releaseMs = msSince(t);
   out.totalMs = msSince(began);
   return out;
 }

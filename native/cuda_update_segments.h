@@ -26,6 +26,22 @@ int cudaStagingCopy(int deviceIndex, int sourceFd, uint64_t bytes);
 // beside a version; docs/engines.md). Returns its exported descriptor, as cudaStagingCopy does.
 int cudaStagingFresh(int deviceIndex, uint64_t bytes);
 
+struct PreparedMade {
+  // The set's number (never 0), for cudaPullCopies, cudaPullCommit and cudaDropPrepared
+  // (cuda_prepared_finals.h), which keeps the finals mapped in this process until dropped.
+  uint32_t id = 0;
+  // Per segment: the final's exported descriptor (the caller's to close), -1 where none was asked.
+  std::vector<int> fds;
+  double allocateMs = 0, totalMs = 0;
+};
+
+// A pull's finals made before its tensors are named (begin_update's "prepare"): a final allocation
+// for each segment with `which` (sizes `bytes`) on visible device `deviceIndex`, judged against the
+// GPU's free memory as the update's other allocations are (E_OUT_OF_MEMORY), made and mapped
+// read-write in this process and kept mapped under the returned number, so the pull's copies
+// neither make nor map them. On a failure nothing of it is left.
+PreparedMade cudaPrepareFinals(int deviceIndex, const std::vector<bool>& which, const std::vector<uint64_t>& bytes);
+
 struct CudaCommitted {
   // Per segment: the final allocation's descriptor (the caller's to close) where `copied`, else -1.
   std::vector<int> fds;
@@ -63,21 +79,23 @@ CudaCommitted cudaCommitCopies(int deviceIndex, const std::vector<int>& fds, con
 // `finals` (empty, or one per segment): a final that cudaPullCopies made and wrote earlier, its
 // descriptor duplicated into the result, and imported writable here only where a copy writes into
 // it or one of `tensors` lies in it; -1 where the commit makes the final itself. Then `copies` need
-// only fill what no pulled copy wrote (the gaps, from the base: source 0).
+// only fill what no pulled copy wrote (the gaps, from the base: source 0). `prepared` (0: none):
+// the set cudaPrepareFinals made, whose finals are used where they are mapped, not mapped again.
 //
 // Both commits map a segment only for what they do to it: a final they make or copy into, a
 // segment a copy reads, a segment one of `tensors` lies in. A segment shared with the base that
 // none of these touches is served as it is, unmapped here.
 CudaCommitted cudaPullCommit(int deviceIndex, const std::vector<int>& fds, const std::vector<bool>& copied, const std::vector<uint64_t>& bytes,
                              const std::vector<int>& finals, const std::vector<std::string>& sources, const std::vector<CommitCopy>& copies,
-                             std::vector<TensorRange> tensors, unsigned threads, bool onGpu);
+                             std::vector<TensorRange> tensors, unsigned threads, bool onGpu, uint32_t prepared);
 
 struct CudaPulled {
   // Per segment: the final made by this call (its exported descriptor, the caller's), else -1.
   std::vector<int> fds;
   // Each of the call's `tensors`' digest, over what its copies wrote (empty when none was asked).
   CudaDigests digested;
-  double allocateMs = 0, openMs = 0, mapMs = 0, copyMs = 0, digestMs = 0, totalMs = 0;
+  // releaseMs: unmapping the finals it mapped, closing the writer's memory, freeing the digests' buffers.
+  double allocateMs = 0, openMs = 0, mapMs = 0, copyMs = 0, digestMs = 0, releaseMs = 0, totalMs = 0;
 };
 
 // A pull's copies run early, as pull_tensors names the tensors (the writer keeps them unchanged
@@ -99,8 +117,11 @@ struct CudaPulled {
 // `zeros`: bytes of the written segments that no tensor holds (alignment and padding), written as
 // zeros into each written segment's final with its copies, so that a commit need not copy the
 // base's over them (a full pull's commit then maps no final at all).
+//
+// `prepared` (0: none): the set cudaPrepareFinals made; where it holds a segment's final (also
+// given in `finals`), the copies go straight into its mapping.
 CudaPulled cudaPullCopies(int deviceIndex, const std::vector<int>& finals, const std::vector<bool>& writes, const std::vector<uint64_t>& bytes,
                           const std::vector<std::string>& sources, const std::vector<CommitCopy>& copies, const std::vector<ZeroRange>& zeros,
-                          std::vector<TensorRange> tensors, unsigned threads, bool onGpu);
+                          std::vector<TensorRange> tensors, unsigned threads, bool onGpu, uint32_t prepared);
 
 }  // namespace weightd

@@ -94,6 +94,8 @@ export interface PullCopyTimings {
   copyMs: number;
   /** Digesting the tensors the pull wrote whole (the commit then neither maps nor hashes them). */
   digestMs: number;
+  /** Letting go of what the call held: the finals it mapped, the writer's memory it opened, the digests' buffers. */
+  releaseMs: number;
   nativeMs: number;
 }
 
@@ -327,7 +329,8 @@ export interface Addon {
    * segment: source 0) or from the writer's memory behind legacy IPC handle `sources[k - 1]` (64
    * bytes each), opened for the copies and closed before the digests. `finals` (empty, or one per
    * segment): a final made and written earlier by cudaPullCopies, used instead of
-   * a new one (its descriptor stays the caller's; the result holds a duplicate), -1 where none.
+   * a new one (its descriptor stays the caller's; the result holds a duplicate), -1 where none;
+   * `prepared`, a cudaPrepareFinals set whose finals are used where they are mapped.
    * E_UPDATE_SOURCE: a handle that does not open; E_UPDATE_SIZE: a copy past its source's allocation.
    */
   cudaPullCommit(
@@ -341,7 +344,18 @@ export interface Addon {
     tensorRanges: PackedTensorRanges,
     threads: number,
     digestOn: 'gpu' | 'cpu',
+    prepared?: number,
   ): Promise<{ fds: number[]; timings: CommitTimings } & CudaDigested>;
+  /**
+   * A pull's finals made before its tensors are named (native/cuda_update_segments.h,
+   * cudaPrepareFinals): a fresh final for each segment with `which` (E_OUT_OF_MEMORY), mapped in
+   * this process and kept so under `id` until cudaDropPrepared, so that cudaPullCopies and
+   * cudaPullCommit given `id` copy straight into them. `fds`: their descriptors (the caller's), -1
+   * elsewhere; a failure leaves nothing made.
+   */
+  cudaPrepareFinals(deviceIndex: number, which: boolean[], bytes: number[]): Promise<{ id: number; fds: number[]; timings: { allocateMs: number; nativeMs: number } }>;
+  /** Unmaps prepared set `id` here (its memory stays with the descriptors); an unknown `id` is no error. */
+  cudaDropPrepared(id: number): Promise<void>;
   /**
    * A pull's early copies (native/cuda_update_segments.h, cudaPullCopies): for each segment that
    * `writes`, the final `finals[segment]` (the daemon's own allocation's descriptor, the caller's)
@@ -351,7 +365,8 @@ export interface Addon {
    * it resolves, the sources closed. Then the digests of
    * `tensorRanges` (`file` indexing the segments, each in one it `writes`: E_BAD_PLAN otherwise)
    * over what the copies wrote, hashed where `digestOn` says, as cudaCommitCopies. E_UPDATE_SOURCE,
-   * E_UPDATE_SIZE as cudaPullCommit's; a failure leaves nothing made.
+   * E_UPDATE_SIZE as cudaPullCommit's; a failure leaves nothing made. `prepared`: a cudaPrepareFinals
+   * set whose mapped finals (also in `finals`) it copies into without mapping them again.
    */
   cudaPullCopies(
     deviceIndex: number,
@@ -364,6 +379,7 @@ export interface Addon {
     tensorRanges: PackedTensorRanges,
     threads: number,
     digestOn: 'gpu' | 'cpu',
+    prepared?: number,
   ): Promise<{ fds: number[]; timings: PullCopyTimings } & CudaDigested>;
   /**
    * Digests `tensorRanges` (`file` indexing the segments) over the allocations behind "cuda-fd"

@@ -33,9 +33,10 @@ const uuidKey = (uuid: string) => uuid.toLowerCase().replace(/^gpu-/, '');
 /**
  * Refuses a pull where one cannot be: the cuda backend with descriptors only (a pull reads GPU
  * memory, and its version is adopted by descriptor as any update's), the writer's memory on the
- * rank's own GPU (`device`, its UUID), and no `tensors` list (a pull names its tensors as it pulls).
+ * rank's own GPU (`device`, its UUID), and a `tensors` list without `prepare` (a pull names its
+ * tensors as it pulls; a list only says which segments' finals to prepare at begin).
  */
-export function refuseUnlessPullable(service: RankService, device: string | undefined, tensors: readonly string[] | undefined): void {
+export function refuseUnlessPullable(service: RankService, device: string | undefined, tensors: readonly string[] | undefined, prepare = false): void {
   const { rank } = service;
   if (rank.backend !== 'cuda') {
     throw new ServeError(
@@ -45,10 +46,12 @@ export function refuseUnlessPullable(service: RankService, device: string | unde
     );
   }
   refuseUnlessCudaFd(service);
-  if (tensors) {
-    throw new ServeError('E_BAD_REQUEST', `begin_update with source "pull" takes no tensors list: the tensors pull_tensors names are the ones written, and the segments holding them the ones copied`, {
-      model: rank.name,
-    });
+  if (tensors && !prepare) {
+    throw new ServeError(
+      'E_BAD_REQUEST',
+      `begin_update with source "pull" takes a tensors list only with prepare: the tensors pull_tensors names are the ones written; add prepare: true to make the finals of the listed tensors' segments at begin, or drop the list`,
+      { model: rank.name },
+    );
   }
   if (!device) throw new ServeError('E_BAD_REQUEST', `begin_update with source "pull" needs device: the UUID of the GPU the writer's tensors are on`, { model: rank.name });
   if (uuidKey(device) !== uuidKey(rank.device.uuid)) {

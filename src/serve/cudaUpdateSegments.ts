@@ -63,14 +63,47 @@ export interface BatchPlan {
  * are made). Resolves once they are done, with the descriptors of the finals it made (the
  * caller's; -1 elsewhere): the daemon's own allocations, handed to no other process.
  */
-export async function copyPulled(service: RankService, finals: number[], plan: BatchPlan, threads: number): Promise<{ fds: number[]; timings: PullCopyTimings } & CudaDigested> {
+export async function copyPulled(
+  service: RankService,
+  finals: number[],
+  plan: BatchPlan,
+  threads: number,
+  prepared?: number,
+): Promise<{ fds: number[]; timings: PullCopyTimings } & CudaDigested> {
   const { rank } = service;
   const bytes = rank.segments.map((s) => s.bytes);
   const ranges = packTensorRanges(plan.digested.map((d) => d.range));
   const digestOn = rank.digestOn ?? DEFAULT_DIGESTS_ON;
-  const pulled = await addon().cudaPullCopies(rank.device.index, finals, plan.segments, bytes, plan.sources, packCommitCopies(plan.copies), packZeroRanges(plan.zeros), ranges, threads, digestOn);
+  const pulled = await addon().cudaPullCopies(
+    rank.device.index,
+    finals,
+    plan.segments,
+    bytes,
+    plan.sources,
+    packCommitCopies(plan.copies),
+    packZeroRanges(plan.zeros),
+    ranges,
+    threads,
+    digestOn,
+    prepared,
+  );
   logCpuDigests(service, pulled);
   return pulled;
+}
+
+/**
+ * A pull's finals made at begin (begin_update's `prepare`): one for each segment of `which`,
+ * made and mapped in the daemon (native/cuda_update_segments.h, cudaPrepareFinals) and kept so
+ * under `id` until dropped (cudaDropPrepared), so the pull's copies neither make nor map them.
+ * `fds`: their descriptors (the caller's), -1 elsewhere.
+ */
+export function prepareFinals(service: RankService, which: boolean[]): Promise<{ id: number; fds: number[]; timings: { allocateMs: number; nativeMs: number } }> {
+  const { rank } = service;
+  return addon().cudaPrepareFinals(
+    rank.device.index,
+    which,
+    rank.segments.map((s) => s.bytes),
+  );
 }
 
 /** Says where a commit's or pull's digests were hashed on the CPU though the GPU was asked. */
@@ -93,13 +126,13 @@ export async function commitCudaPart(
   copied: boolean[],
   ranges: PackedTensorRanges,
   threads: number,
-  pull?: { finals: number[]; copies: CommitCopy[] },
+  pull?: { finals: number[]; copies: CommitCopy[]; prepared?: number },
 ): Promise<{ fds: number[]; timings: CommitTimings } & CudaDigested> {
   const { rank } = service;
   const bytes = rank.segments.map((s) => s.bytes);
   const digestOn = rank.digestOn ?? DEFAULT_DIGESTS_ON;
   const committed = pull
-    ? await addon().cudaPullCommit(rank.device.index, fds, copied, bytes, pull.finals, [], packCommitCopies(pull.copies), ranges, threads, digestOn)
+    ? await addon().cudaPullCommit(rank.device.index, fds, copied, bytes, pull.finals, [], packCommitCopies(pull.copies), ranges, threads, digestOn, pull.prepared)
     : await addon().cudaCommitCopies(rank.device.index, fds, copied, bytes, ranges, threads, digestOn);
   logCpuDigests(service, committed);
   return committed;

@@ -12,7 +12,7 @@ import { writtenVersionFingerprint, type Fingerprint } from '../checkpoint/finge
 import { addon, type CommitTimings, type PullCopyTimings } from '../native/addon.js';
 import { packTensorRanges } from '../native/fillRecords.js';
 import { batchPlan, commitGaps, pulledSegments, recordPulls, refuseUnlessPullable, rehashedUnderPull, type Pull, type PulledTensor } from './cudaPull.js';
-import { commitCudaPart, copyPulled, refuseUnlessCudaFd, shareSegment, stageSegment } from './cudaUpdateSegments.js';
+import { commitCudaPart, copyPulled, prepareFinals, refuseUnlessCudaFd, shareSegment, stageSegment } from './cudaUpdateSegments.js';
 import { replicaMismatches } from './replicaDigests.js';
 import type { Caller } from './leaseTable.js';
 import type { RankService } from './rankService.js';
@@ -89,10 +89,20 @@ interface Part {
    * commit's answer. An end closes `finals` only once `pulling` settled.
    */
   finals?: number[];
+  /**
+   * A pull begun with `prepare`: the number under which its finals made at begin stay mapped in
+   * the daemon (native/cuda_prepared_finals.h), so its copies go straight into them; dropped once
+   * the commit used them or the update ended (the descriptors in `finals` hold the memory).
+   */
+  prepared?: number;
   pulling?: Promise<void>;
   pullFailed?: unknown;
-  /** The pulls' native split summed, and `queueMs`: their calls' wall time past their native time (the thread pool's queue, the hop back). */
-  pullTimings?: Omit<PullCopyTimings, 'nativeMs'> & { queueMs: number };
+  /**
+   * The pulls' native split summed, and `queueMs`: their calls' wall time past their native time
+   * (the thread pool's queue, the hop back); `prepareMs`: making and
+   * mapping the finals at begin (`prepare`), off the pull's path when begun ahead.
+   */
+  pullTimings?: Omit<PullCopyTimings, 'nativeMs'> & { queueMs: number; prepareMs?: number };
   /**
    * The digests the early copies made (by the rank's tensor index) of the pulled tensors that share
    * no byte with another (cudaPull.ts batchPlan), and whether any was hashed on the CPU: the commit
@@ -151,13 +161,15 @@ export class UpdateDesk {
     caller: Caller,
     isConnected: () => boolean,
     tensors?: readonly string[],
-    pull?: { device: string | undefined },
+    pull?: { device: string | undefined; prepare?: boolean },
   ): Promise<{ id: string; fds: number[]; segments: number[]; sent: () => void }> {
     const { rank } = service;
     const name = rank.name;
-    if (pull) refuseUnlessPullable(service, pull.device, tensors);
-    // A pull copies nothing at begin: which segments it writes is known at commit.
+    if (pull) refuseUnlessPullable(service, pull.device, tensors, pull.prepare === true);
+    // A pull copies nothing at begin: which segments it writes is known at commit. Prepared, it
+    // makes the finals of the segments holding `tensors` (all without) now, off the reply.
     const copied = pull ? rank.segments.map(() => false) : segmentsToCopy(service, tensors);
+    const prepare = pull?.prepare ? segmentsToCopy(service, tensors) : undefined;
     if (!this.publisher) throw new ServeError('E_UPDATE_UNSUPPORTED', `the node is not ready to take an update of model "${name}" yet; begin again once it serves`, { model: name });
     if (rank.backend === 'cuda') refuseUnlessCudaFd(service);
     if (rank.nnodes > 1) {
@@ -225,8 +237,12 @@ export class UpdateDesk {
       throw new ServeError('E_UPDATE_ABORTED', `the update of model "${name}" ended while rank ${rank.globalRank}'s base was copied (a connection of it closed); begin again`, { model: name });
     }
     const segments = rank.segments.map((s) => s.segment).filter((_, i) => copied[i]);
+    if (prepare) this.#prepareEarly(update, part, prepare);
     service.log.info(
-      { model: name, globalRank: rank.globalRank, base: rank.fingerprint, peerPid: caller.pid, copied: segments.length, shared: rank.segments.length - segments.length, pull: !!pull },
+      {
+        model: name, globalRank: rank.globalRank, base: rank.fingerprint, peerPid: caller.pid, copied: segments.length, shared: rank.segments.length - segments.length, pull: !!pull,
+        ...(prepare ? { prepared: prepare.filter(Boolean).length } : {}),
+      },
       pull ? "update begun: the writer's tensors are pulled at commit" : 'update begun: writable copies of the base handed to the writer',
     );
     return { id: part.id, fds: part.fds.filter((_, i) => copied[i]), segments, sent: part.markSent };
@@ -394,7 +410,7 @@ export class UpdateDesk {
     rest: CommitRest,
     planning: number,
   ): Promise<{ read: string[]; hashedOn: 'gpu' | 'cpu'; timings: CommitTimings }> {
-    const pull = part.pull && { finals: part.finals ?? [], copies: commitGaps(part.service, part.pull, part.copied) };
+    const pull = part.pull && { finals: part.finals ?? [], copies: commitGaps(part.service, part.pull, part.copied), prepared: part.prepared };
     const calling = performance.now();
     rest.planMs = calling - planning;
     const { fds, digests, hashedOn, timings } = await commitCudaPart(part.service, part.fds, part.copied, ranges, DIGEST_THREADS, pull);
@@ -408,8 +424,10 @@ export class UpdateDesk {
       addon().closeFd(part.fds[i]!);
       part.fds[i] = fd;
     });
-    // The finals' descriptors made at pull time: the part holds duplicates of them now.
+    // The finals' descriptors made at pull time: the part holds duplicates of them now; the
+    // prepared mappings go off the reply's path.
     closeFinals(part);
+    dropPrepared(part);
     return { read: digests, hashedOn, timings };
   }
 
@@ -437,13 +455,13 @@ export class UpdateDesk {
     const { service } = part;
     const plan = batchPlan(service, sources, tensors);
     const finals = (part.finals ??= service.rank.segments.map(() => -1));
-    const spent = (part.pullTimings ??= { allocateMs: 0, openMs: 0, mapMs: 0, copyMs: 0, digestMs: 0, queueMs: 0 });
+    const spent = (part.pullTimings ??= { allocateMs: 0, openMs: 0, mapMs: 0, copyMs: 0, digestMs: 0, releaseMs: 0, queueMs: 0 });
     const pullDigests = (part.pullDigests ??= new Map());
     part.pulling = (part.pulling ?? Promise.resolve())
       .then(async () => {
         if (update.ended || part.pullFailed) return;
         const calling = performance.now();
-        const { fds, timings, digests, hashedOn } = await copyPulled(service, finals, plan, DIGEST_THREADS);
+        const { fds, timings, digests, hashedOn } = await copyPulled(service, finals, plan, DIGEST_THREADS, part.prepared);
         spent.queueMs += Math.max(0, performance.now() - calling - timings.nativeMs);
         // Kept even when the update ended meanwhile: #end closes them once this settled.
         fds.forEach((fd, i) => fd >= 0 && (finals[i] = fd));
@@ -454,6 +472,30 @@ export class UpdateDesk {
         spent.mapMs += timings.mapMs;
         spent.copyMs += timings.copyMs;
         spent.digestMs += timings.digestMs;
+        spent.releaseMs += timings.releaseMs;
+      })
+      .catch((err: unknown) => {
+        part.pullFailed ??= err;
+      });
+  }
+
+  /**
+   * A pull begun with `prepare`: makes the finals of the segments `which` marks and keeps them
+   * mapped (cudaUpdateSegments.ts prepareFinals), first in the part's chain of pull work, so the
+   * copies of every pull_tensors request go straight into them. A failure is the first pull's or
+   * the commit's answer, as a pull's own.
+   */
+  #prepareEarly(update: Update, part: Part, which: boolean[]): void {
+    const spent = (part.pullTimings ??= { allocateMs: 0, openMs: 0, mapMs: 0, copyMs: 0, digestMs: 0, releaseMs: 0, queueMs: 0 });
+    part.pulling = (part.pulling ?? Promise.resolve())
+      .then(async () => {
+        if (update.ended || part.pullFailed) return;
+        const made = await prepareFinals(part.service, which);
+        // Kept even when the update ended meanwhile: #end closes and drops them once this settled.
+        const finals = (part.finals ??= part.service.rank.segments.map(() => -1));
+        made.fds.forEach((fd, i) => fd >= 0 && (finals[i] = fd));
+        part.prepared = made.id;
+        spent.prepareMs = made.timings.nativeMs;
       })
       .catch((err: unknown) => {
         part.pullFailed ??= err;
@@ -482,6 +524,7 @@ export class UpdateDesk {
       void Promise.all([part.sent, part.committing, part.pulling]).then(() => {
         closeAll(part.fds);
         closeFinals(part);
+        dropPrepared(part);
       });
     }
     const log = update.parts.values().next().value?.service.log;
@@ -519,6 +562,16 @@ function segmentsToCopy(service: RankService, tensors: readonly string[] | undef
 /** Closes and forgets the finals a pull made early (the part's own descriptors; -1 where none was made). */
 function closeFinals(part: Part): void {
   for (const fd of part.finals?.splice(0) ?? []) if (fd >= 0) addon().closeFd(fd);
+}
+
+/** Unmaps a pull's prepared finals from the daemon, on the addon's threads (their memory stays with the descriptors while any holds it). */
+function dropPrepared(part: Part): void {
+  const id = part.prepared;
+  if (id === undefined) return;
+  part.prepared = undefined;
+  addon()
+    .cudaDropPrepared(id)
+    .catch((err: unknown) => part.service.log.warn({ model: part.service.rank.name, err }, "a pull's prepared finals could not be unmapped"));
 }
 
 /** Closes and forgets every descriptor in `fds`. */

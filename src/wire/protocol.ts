@@ -82,6 +82,12 @@ export const BeginUpdateRequest = z.object({
   source: z.enum(['staging', 'pull']).optional(),
   /** With "pull": the UUID of the GPU the writer's memory is on, which must be the rank's. */
   device: z.string().min(1).max(64).optional(),
+  /**
+   * With "pull": make the new version's final allocations now, for the segments holding `tensors`
+   * (every segment without), so the pull's copies start at once (a trainer begins while it still
+   * computes); the reply does not wait for them. A final no pull writes is freed at commit.
+   */
+  prepare: z.boolean().optional(),
 });
 /** A legacy CUDA IPC handle (CUipcMemHandle, 64 bytes) in canonical padded base64. */
 const ipcHandle = z.string().regex(/^[A-Za-z0-9+/]{86}==$/, 'a CUDA IPC handle is 64 bytes in padded base64 (88 characters)');

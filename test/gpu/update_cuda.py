@@ -28,7 +28,10 @@ the trainer's copies of both seeds with their flat buffers), runs a daemon servi
      (odd rounds prepare_switch first, outside the switch's time, as an engine does during a step).
      Twice over: from the tensors as safetensors loaded them (torch's allocations, one IPC handle
      per cudaMalloc segment), and from one flat buffer per seed holding every tensor at its place
-     in the daemon's layout (one handle; the copies of neighbouring tensors merge);
+     in the daemon's layout (one handle; the copies of neighbouring tensors merge); then from the
+     flat buffers with begin_update(prepare=True): right before the pull (the finals are made while
+     its requests travel), and AHEAD_S before it (as a trainer begins while its step still runs:
+     the figure then counts from the moment the trainer holds its weights, fromWeightsSeconds);
   6. the times of begin, write or pull, commit and switch_to of each (a pull's commit split as the
      daemon logs it: finals made and tensors copied at pull time, then at commit the wait for them,
      the gaps and digests, the publication, the rest; a switch's segments remapped and skipped as
@@ -53,6 +56,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+# How long before the trainer holds its new weights a prepared pull is begun (its finals are made
+# meanwhile): a training step takes far longer, so any lead the making fits in is realistic.
+AHEAD_S = 0.05
 
 from llama_graph import PROMPT, ROOT, capture, disk_logits, meta_llama, start_daemon, stop_daemon, write_checkpoint
 
@@ -216,18 +223,25 @@ def main() -> int:
         def daemon_lines(marker):
             return [json.loads(line) for line in daemon_log.read_text().splitlines() if f'"{marker}' in line]
 
-        def pull(over, weights):
-            """begin (source "pull"), pull_from, commit: the times and the commit's reply."""
+        def pull(over, weights, prepare=None):
+            """begin (source "pull"), pull_from, commit: the times and the commit's reply.
+            ``prepare``: None (the finals are made as the tensors are named), "now" (begin with
+            prepare right before the pull: the finals are made while its requests travel), or
+            "ahead" (begun with prepare AHEAD_S before the trainer holds its weights, as a trainer
+            begins while its step still runs; ``fromWeightsSeconds`` then counts from the pull)."""
             sealed_before, committed_before = len(daemon_lines("update sealed")), len(daemon_lines("update committed"))
             t0 = time.perf_counter()
-            with client.begin_update(name, over, device=0, source="pull") as upd:
+            with client.begin_update(name, over, device=0, source="pull", prepare=prepare is not None) as upd:
                 t1 = time.perf_counter()
+                if prepare == "ahead":
+                    time.sleep(AHEAD_S)
+                held = time.perf_counter()  # the trainer holds its new weights
                 upd.pull_from(weights)
                 t2 = time.perf_counter()
                 sources = len(upd._pull.handles)  # the allocations the daemon opens
                 done = upd.commit()
                 t3 = time.perf_counter()
-            times = {"beginSeconds": round(t1 - t0, 5), "pullSeconds": round(t2 - t1, 5), "commitSeconds": round(t3 - t2, 5), "updateSeconds": round(t3 - t0, 5)}
+            times = {"beginSeconds": round(t1 - t0, 5), "pullSeconds": round(t2 - held, 5), "commitSeconds": round(t3 - t2, 5), "updateSeconds": round(t3 - t0 - (held - t1), 5), "fromWeightsSeconds": round(t3 - held, 5)}
             # The daemon's split (docs/weight-updates.md, "Pulling from the writer's tensors"): off the
             # commit's path, each pull_tensors' finals made and tensors copied (pullMs); on it, the
             # wait for those still in flight, the JS plan, the native call (finals mapped, gaps
@@ -255,26 +269,28 @@ def main() -> int:
                 "commitRestMs": round((t3 - t2) * 1e3 - daemon_commit_ms, 3),
             }
 
-        def pull_rounds(kind, weights0, weights1, over):
+        def pull_rounds(kind, weights0, weights1, over, prepare=None):
             """R pulls of each seed in turn, each followed by switch_to and a replay against its disk logits."""
             rows = []
             for rep in range(a.pull_reps):
                 for seed, weights, want in ((0, weights0, want0), (1, weights1, want1)):
-                    done, times = pull(over, weights)
+                    done, times = pull(over, weights, prepare)
                     # Odd reps prepare the switch first (as an engine does while a step runs), outside its time.
                     did = {**switch(done["fingerprint"], prepared=rep % 2 == 1), "prepared": rep % 2 == 1}
                     got = replay()
                     same = {n: p.data_ptr() for n, p in model.named_parameters()} == pointers
                     rows.append({"rep": rep, "seed": seed, "version": done.get("version"), **times, **did, "logitsEqual": bool(torch.equal(got, want)) and same})
                     over = done["fingerprint"]
-            step(f"pulls from the trainer's {kind}: after each switch_to the same graph gives that seed's disk logits, every data_ptr the same",
+            step(f"pulls from the trainer's {kind}" + (f" (prepare {prepare})" if prepare else "") + ": after each switch_to the same graph gives that seed's disk logits, every data_ptr the same",
                  all(r["logitsEqual"] for r in rows), pulls=rows)
             update_s = statistics.median(r["updateSeconds"] for r in rows)
+            from_weights_s = statistics.median(r["fromWeightsSeconds"] for r in rows)
             switch_ms = statistics.median(r["switchMs"] for r in rows if not r["prepared"])
             prepared = [r["switchMs"] for r in rows if r["prepared"]]
             return over, {
                 "runs": rows,
                 "updateSecondsMedian": update_s,
+                "fromWeightsSecondsMedian": from_weights_s,
                 "switchMsMedian": switch_ms,
                 "preparedSwitchMsMedian": statistics.median(prepared) if prepared else None,
                 "updateOverDeviceToDevice": round(update_s / d2d_s, 2),
@@ -304,10 +320,13 @@ def main() -> int:
         flat0, views0 = flatten(seed0)
         flat1, views1 = flatten(seed1)
         current, result["pullFlat"] = pull_rounds("flat buffers (the layout's places)", views0, views1, current)
+        current, result["pullFlatPrepared"] = pull_rounds("flat buffers (the layout's places)", views0, views1, current, "now")
+        current, result["pullFlatAhead"] = pull_rounds("flat buffers (the layout's places)", views0, views1, current, "ahead")
 
-        best = min(result["pull"]["updateSecondsMedian"], result["pullFlat"]["updateSecondsMedian"])
+        best = min(result["pull"]["updateSecondsMedian"], result["pullFlat"]["updateSecondsMedian"], result["pullFlatPrepared"]["updateSecondsMedian"])
+        ahead = result["pullFlatAhead"]["fromWeightsSecondsMedian"]
         worst_switch = max(result["pull"]["switchMsMedian"], result["pullFlat"]["switchMsMedian"])
-        prepared_switches = [r["preparedSwitchMsMedian"] for r in (result["pull"], result["pullFlat"]) if r["preparedSwitchMsMedian"] is not None]
+        prepared_switches = [r["preparedSwitchMsMedian"] for r in (result["pull"], result["pullFlat"], result["pullFlatPrepared"], result["pullFlatAhead"]) if r["preparedSwitchMsMedian"] is not None]
         result["pullTarget"] = {
             "deviceToDeviceSeconds": round(d2d_s, 5),
             "updateLimitSeconds": round(1.5 * d2d_s, 5),
@@ -315,6 +334,11 @@ def main() -> int:
             "bestUpdateSecondsMedian": best,
             "updateOverDeviceToDevice": round(best / d2d_s, 2),
             "updateMet": best <= 1.5 * d2d_s,
+            # Begun with prepare AHEAD_S before the trainer holds its weights: from then to committed.
+            "aheadSeconds": AHEAD_S,
+            "fromWeightsSecondsMedian": ahead,
+            "fromWeightsOverDeviceToDevice": round(ahead / d2d_s, 2),
+            "fromWeightsMet": ahead <= 1.5 * d2d_s,
             "switchMet": worst_switch <= 5.0,
             # prepare_switch done ahead (while the engine runs a step): the stall the switch itself is.
             "preparedSwitchMsMedian": max(prepared_switches) if prepared_switches else None,

@@ -760,6 +760,124 @@ def daemon_pull() -> None:
     print(json.dumps(out))
 
 
+def daemon_pull_prepared() -> None:
+    """Pulls begun with ``prepare``: the finals are made at begin, before any tensor is named, and
+    the pulls' copies go straight into them; what no pull wrote is freed at commit; an update
+    abandoned before its pull leaves nothing; refusals name what to do."""
+    import tempfile
+    import time
+
+    from daemon_fixture import Daemon
+    from test_host_fds import MODEL, checkpoint_tensors
+    from weightd_client.protocol import WeightdError
+
+    def code(call):
+        try:
+            call()
+            return None
+        except WeightdError as err:
+            return err.code
+
+    def made_since(pid, idle, count):
+        """The daemon's allocations beyond ``idle`` once there are ``count`` (or 5 s passed)."""
+        for _ in range(100):
+            now = vmm_inodes(pid) - idle
+            if len(now) >= count:
+                return now
+            time.sleep(0.05)
+        return now
+
+    want = checkpoint_tensors()
+    plan = os.path.join(tempfile.mkdtemp(prefix="weightd-cuda-prepared-"), "plan.json")
+    with open(plan, "w") as f:
+        json.dump({"rules": [], "segmentBytes": 1 << 20}, f)
+    out = {}
+    with Daemon(MODEL, device="cuda", extra_args=["--cuda-handles", "fd", "--plan-file", plan]) as daemon:
+        pid = daemon.proc.pid
+        with daemon.client() as client:
+            name = client.ping()["name"]
+            base = served_fingerprint(client, name, 0)
+            reader = client.attach(base, device=0, tensor_format="memoryview")
+            segment_of = {t["name"]: t["segment"] for t in reader.state["tensors"]}
+            segments = len(set(segment_of.values()))
+            idle = settled_inodes(pid)
+
+            def reads(expected):
+                return all(ctypes.string_at(reader.tensors[n].pointer, len(expected[n])) == expected[n] for n in expected)
+
+            # Every segment prepared: its finals exist before the first pull_tensors.
+            full = {n: bytes((b + 3) % 256 for b in v) for n, v in want.items()}
+            trainer = TrainerMemory(full)
+            with client.begin_update(name, base, device=0, source="pull", prepare=True) as upd:
+                prepared = made_since(pid, idle, segments)
+                out["madeBeforePull"] = [len(prepared), segments]
+                upd.pull_from(trainer.tensors)
+                done = upd.commit()
+            trainer.free()
+            out["fullServesPrepared"] = settled_inodes(pid) - idle == prepared
+            reader.switch_to(done["fingerprint"])
+            out["fullReads"] = reads(full)
+            # The same bytes staged are the same content: the prepared pull's digests are those bytes'.
+            with client.begin_update(name, base, device=0) as upd:
+                for n, v in full.items():
+                    upd.write(n, v)
+                staged = upd.commit()
+            out["stagedSame"] = [done["version"], staged["version"], staged["modelFingerprint"] == done["modelFingerprint"]]
+
+            # One tensor's segment prepared, that tensor pulled: one final made, at begin.
+            one = next(n for n in sorted(want) if want[n])
+            partial = {**full, one: bytes((b + 9) % 256 for b in full[one])}
+            before = settled_inodes(pid)
+            mine = TrainerMemory({one: partial[one]})
+            with client.begin_update(name, done["fingerprint"], device=0, source="pull", tensors=[one], prepare=True) as upd:
+                out["partialMadeBeforePull"] = len(made_since(pid, before, 1))
+                upd.pull_from(mine.tensors)
+                second = upd.commit()
+            reader.switch_to(second["fingerprint"])
+            out["partialReads"] = reads(partial)
+            out["partialNew"] = len(settled_inodes(pid) - before)
+
+            # Every segment prepared, one tensor pulled: the finals no pull wrote go at commit.
+            third = {**partial, one: bytes((b + 1) % 256 for b in partial[one])}
+            before = settled_inodes(pid)
+            again = TrainerMemory({one: third[one]})
+            with client.begin_update(name, second["fingerprint"], device=0, source="pull", prepare=True) as upd:
+                made_since(pid, before, segments)
+                upd.pull_from(again.tensors)
+                out["thirdVersion"] = upd.commit()["version"]
+            out["thirdNew"] = len(settled_inodes(pid) - before)
+
+            # Abandoned after its finals were made, before any pull: nothing of it stays.
+            before = settled_inodes(pid)
+            upd = client.begin_update(name, second["fingerprint"], device=0, source="pull", prepare=True)
+            out["abandonedMade"] = len(made_since(pid, before, segments))
+            upd.abandon()
+            out["abandonedLeft"] = len(settled_inodes(pid) - before)
+
+            # pull_update names its tensors at begin: their segment's final is made as the pull goes.
+            fourth = {**third, one: bytes((b + 5) % 256 for b in third[one])}
+            last = TrainerMemory({one: fourth[one]})
+            out["pullUpdate"] = client.pull_update(name, second["fingerprint"], last.tensors)["version"]
+
+            # Refusals: by the client, then by the daemon for a writer that skips it.
+            out["clientStagingPrepare"] = code(lambda: client.begin_update(name, base, device=0, prepare=True))
+            out["clientListNoPrepare"] = code(lambda: client.begin_update(name, base, device=0, source="pull", tensors=[one]))
+            out["daemonStagingPrepare"] = code(lambda: client.conn.request("begin_update", model=name, base=second["fingerprint"], prepare=True))
+            out["daemonUnknown"] = code(lambda: client.conn.request("begin_update", model=name, base=second["fingerprint"], source="pull", device=DEVICE0, prepare=True, tensors=["no.such.tensor"]))
+            for t in (mine, again, last):
+                t.free()
+            reader.tensors = {}
+            reader.detach()
+        daemon.stop()
+        sealed = [json.loads(line) for line in daemon.stderr_lines if '"update sealed' in line and json.loads(line).get("pulled")]
+        # What the pulls' own native calls did: a prepared pull makes and maps no final of its own.
+        out["pullMade"] = [[s["timings"]["pullTimings"].get(k) for k in ("allocateMs", "mapMs")] for s in sealed]
+        out["prepareMs"] = [s["timings"]["pullTimings"].get("prepareMs", -1) > 0 for s in sealed]
+        out["begunPrepared"] = [json.loads(line).get("prepared") for line in daemon.stderr_lines if '"update begun' in line and json.loads(line).get("pull")]
+        out["daemonLeaks"] = next((json.loads(l[len("FAKE_CUDA_LEAKS ") :]) for l in daemon.stderr.splitlines() if l.startswith("FAKE_CUDA_LEAKS ")), None)
+    print(json.dumps(out))
+
+
 def pull_writer(socket_path: str, name: str, base: str) -> None:
     from test_host_fds import checkpoint_tensors
     from weightd_client import WeightdClient
@@ -905,6 +1023,8 @@ def main() -> None:
         return daemon_pull()
     if sys.argv[1] == "pull_locate":
         return pull_locate()
+    if sys.argv[1] == "daemon_pull_prepared":
+        return daemon_pull_prepared()
     if sys.argv[1] == "pull_writer":
         return pull_writer(*sys.argv[2:5])
     if sys.argv[1] == "daemon_publish":

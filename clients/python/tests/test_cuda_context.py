@@ -236,7 +236,7 @@ def test_a_pull_copies_the_writers_own_device_memory_once_into_memory_no_writer_
     split = ["allocateMs", "copyMs", "digestMs", "mapMs", "mapped", "nativeMs", "openMs", "planMs", "queueMs", "waitPullsMs"]
     assert got["sealedTimings"][1] == split, got["sealedTimings"]
     assert all(t == sorted(split + ["pullTimings"]) for i, t in enumerate(got["sealedTimings"]) if i != 1), got["sealedTimings"]
-    assert all(t == ["allocateMs", "copyMs", "digestMs", "mapMs", "openMs", "queueMs"] for i, t in enumerate(got["pullTimings"]) if i != 1), got["pullTimings"]
+    assert all(t == ["allocateMs", "copyMs", "digestMs", "mapMs", "openMs", "queueMs", "releaseMs"] for i, t in enumerate(got["pullTimings"]) if i != 1), got["pullTimings"]
     assert all({"commitMs", "publishMs"} <= set(t) for t in got["committedTimings"]), got["committedTimings"]
     # Refused before anything is copied: on the client, and by the daemon for a writer that skips it.
     assert [got["clientBadSize"], got["clientUnknown"]] == ["E_BAD_SIZE", "E_UNKNOWN_TENSOR"]
@@ -256,6 +256,31 @@ def test_a_pull_copies_the_writers_own_device_memory_once_into_memory_no_writer_
     rows = [line.split() for line in log.read_text().splitlines()]
     served = {ino for pid, ino, flags in rows if pid == str(got["clientPid"]) and flags == "1"}
     assert served and {pid for pid, ino, flags in rows if ino in served and flags == "3"} == {str(got["daemonPid"])}
+
+
+def test_a_prepared_pull_makes_its_finals_at_begin_copies_straight_into_them_and_frees_what_no_pull_wrote(fake_env):
+    r = subprocess.run([sys.executable, str(SCENARIOS), "daemon_pull_prepared"], env=fake_env, capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, r.stderr
+    assert leaks(r.stderr) == NO_LEAKS
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    # Made at begin, before any tensor is named, and served as they are: the commit made none.
+    assert got["madeBeforePull"][0] == got["madeBeforePull"][1] > 1, got["madeBeforePull"]
+    assert got["fullServesPrepared"] and got["fullReads"]
+    assert got["stagedSame"] == [1, 1, True], "the same bytes staged are the same version: the prepared pull's digests are its bytes'"
+    assert got["partialMadeBeforePull"] == 1 and got["partialReads"] and got["partialNew"] == 1
+    # Every segment prepared, one pulled: the version holds one final, the others are freed.
+    assert got["thirdVersion"] == 3 and got["thirdNew"] == 1, got
+    assert got["abandonedMade"] == got["madeBeforePull"][1] and got["abandonedLeft"] == 0
+    assert got["pullUpdate"] == 4
+    assert [got["clientStagingPrepare"], got["clientListNoPrepare"]] == ["E_BAD_OPTION", "E_BAD_OPTION"]
+    assert [got["daemonStagingPrepare"], got["daemonUnknown"]] == ["E_BAD_REQUEST", "E_UNKNOWN_TENSOR"]
+    # The pulls' native calls neither made nor mapped a final: each copied into the prepared ones.
+    assert got["pullMade"] == [[0, 0]] * 4, got["pullMade"]
+    assert got["prepareMs"] == [True] * 4
+    # The log says how many finals each pull's begin prepared (the abandoned one's too).
+    segments = got["madeBeforePull"][1]
+    assert got["begunPrepared"] == [segments, 1, segments, segments, 1], got["begunPrepared"]
+    assert got["daemonLeaks"] == NO_LEAKS, "every prepared final unmapped and freed, the abandoned update's too"
 
 
 def test_a_writer_and_a_switch_on_legacy_cuda_ipc_handles_are_refused_naming_the_flag(fake_env):

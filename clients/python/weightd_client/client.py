@@ -19,7 +19,7 @@ from .cuda import CUDA_FD_HANDLE, CudaMapping
 from .host import HostMapping
 from .liveness import is_process_alive
 from .packed_manifest import unpack_manifest
-from .protocol import Connection, ProtocolError, ServeError, close_fds
+from .protocol import MAX_REQUEST_BYTES, Connection, ProtocolError, ServeError, close_fds
 
 if TYPE_CHECKING:
     from .update import Update
@@ -515,22 +515,35 @@ class WeightdClient:
         return self.conn.request("watch", model=model, stale=True) if stale else self.conn.request("watch", model=model)
 
     def begin_update(
-        self, model: str, base: str, timeout: float = 300.0, tensors: Optional[List[str]] = None, device: Optional[int] = None, source: str = "staging"
+        self,
+        model: str,
+        base: str,
+        timeout: float = 300.0,
+        tensors: Optional[List[str]] = None,
+        device: Optional[int] = None,
+        source: str = "staging",
+        prepare: bool = False,
     ) -> "Update":
         """A write lease on a new version of ``model`` over version ``base`` (this rank's
         fingerprint), on a connection of its own (weightd_client.update). ``tensors``: the
         tensors to write (default all); only their segments are copied, the rest is shared with the base.
         ``device``: on a cuda rank, the CUDA ordinal of its GPU in this process (default: torch's current one).
-        ``source="pull"`` (cuda): no staging; ``Update.pull_from`` names the writer's own GPU tensors."""
+        ``source="pull"`` (cuda): no staging; ``Update.pull_from`` names the writer's own GPU tensors.
+        ``prepare=True`` (pull): the version's memory is made now, for the segments of ``tensors``
+        (all without), so a pull begun while the trainer still computes copies at once."""
         from .update import Update
 
-        return Update(self.socket_path, model, base, timeout, tensors, device, source)
+        return Update(self.socket_path, model, base, timeout, tensors, device, source, prepare)
 
     def pull_update(self, model: str, base: str, tensors: Dict[str, Any], device: Optional[int] = None, timeout: float = 300.0) -> Dict[str, Any]:
         """A new version of ``model`` over ``base`` whose ``tensors`` (name to a CUDA tensor on this
         rank's GPU) are copied by the daemon straight from the given memory; every other tensor keeps
-        the base's bytes. One rank: begin (source "pull"), pull_from, commit; returns the commit's reply."""
-        with self.begin_update(model, base, timeout=timeout, device=device, source="pull") as upd:
+        the base's bytes. One rank: begin (source "pull"), pull_from, commit; returns the commit's reply.
+        The begin names the tensors where their names fit one request, so the daemon makes their
+        segments' memory while the request to pull them is on its way (``prepare``)."""
+        names = list(tensors)
+        fits = 0 < len(names) and len(json.dumps(names)) < MAX_REQUEST_BYTES // 2
+        with self.begin_update(model, base, timeout=timeout, device=device, source="pull", tensors=names if fits else None, prepare=fits) as upd:
             upd.pull_from(tensors)
             return upd.commit()
 

@@ -60,15 +60,30 @@ class Update:
     """One rank's part of an update: its own connection, which must stay open until commit."""
 
     def __init__(
-        self, socket_path: str, model: str, base: str, timeout: float = 300.0, tensors: Optional[List[str]] = None, device: Optional[int] = None, source: str = "staging"
+        self,
+        socket_path: str,
+        model: str,
+        base: str,
+        timeout: float = 300.0,
+        tensors: Optional[List[str]] = None,
+        device: Optional[int] = None,
+        source: str = "staging",
+        prepare: bool = False,
     ):
         """``device``: cuda only, the CUDA ordinal to map on (default: torch's current device);
         it must be the rank's GPU. ``source``: "staging" (writable copies of the base come with the
-        update) or "pull" (cuda: none come; ``pull_from`` names the writer's own tensors)."""
+        update) or "pull" (cuda: none come; ``pull_from`` names the writer's own tensors).
+        ``prepare`` (pull only): the daemon makes the version's final memory now, for the segments
+        holding ``tensors`` (every segment without), so that ``pull_from``'s copies start at once;
+        begin while the new weights are still being computed."""
         if source not in ("staging", "pull"):
             raise ProtocolError("E_BAD_OPTION", f"source {source!r}: use 'staging' or 'pull'")
-        if source == "pull" and tensors is not None:
-            raise ProtocolError("E_BAD_OPTION", "a pull update takes no tensors list: the tensors given to pull_from are the ones written")
+        if prepare and source != "pull":
+            raise ProtocolError("E_BAD_OPTION", "prepare is for a pull update (source='pull'): a staging update copies its segments at begin anyway")
+        if source == "pull" and tensors is not None and not prepare:
+            raise ProtocolError(
+                "E_BAD_OPTION", "a pull update takes a tensors list only with prepare=True (the segments whose memory to make at begin): the tensors given to pull_from are the ones written"
+            )
         # pull: the writer's tensors' handles, found in the device's primary context.
         self._pull: Any = None
         # The pulled tensors, held until commit() returns: the daemon reads their memory then.
@@ -79,7 +94,7 @@ class Update:
             from .pull import PullSources
 
             self._pull = PullSources(device if device is not None else _current_torch_device())
-            extra = {"source": "pull", "device": self._pull.uuid}
+            extra = {**extra, "source": "pull", "device": self._pull.uuid, **({"prepare": True} if prepare else {})}
         try:
             self.conn = Connection(socket_path, timeout)
         except BaseException:

@@ -31,7 +31,10 @@ export async function beginUpdate(req: RequestOf<'begin_update'>, services: Devi
   // waits for the check, and a failed one refuses by its name (E_ADOPT_CHECK_FAILED).
   await service.untilDescriptorsChecked();
   service.refuseIfFreed();
-  const pull = req.source === 'pull' ? { device: req.device } : undefined;
+  if (req.prepare && req.source !== 'pull') {
+    throw new ServeError('E_BAD_REQUEST', `begin_update's prepare is for source "pull" (its finals made before the tensors are named); a staging update copies its segments at begin anyway: drop prepare`, { model: req.model });
+  }
+  const pull = req.source === 'pull' ? { device: req.device, prepare: req.prepare === true } : undefined;
   const { rank } = service;
   const named = req.tensors ? new Set(req.tensors) : undefined;
   // Made before the desk takes the update: once it has, a throw here would leave its copies held
