@@ -252,6 +252,10 @@ class DeviceWrap : public Napi::ObjectWrap<DeviceWrap> {
         o.Set("digestGpuSetupSeconds", s.digestGpuSetupSeconds);
         o.Set("digestGpuTailSeconds", s.digestGpuTailSeconds);
       }
+      if (s.stagingSeconds > 0) {
+        o.Set("stagingSeconds", s.stagingSeconds);
+        o.Set("stagingPinnedAhead", s.stagingPinnedAhead);
+      }
     }
     return o;
   }
@@ -914,12 +918,13 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
         });
   }
 
-  // warmCuda(devices) -> Promise<void>, never rejected: the probe and the devices that follow
-  // report what failed here.
+  // warmCuda(devices, stagingBytes) -> Promise<void>, never rejected: the probe and the devices
+  // that follow report what failed here.
   Napi::Value WarmCuda(const Napi::CallbackInfo& info) {
     int devices = toBounded<int>(info[0], "devices");
-    return PromiseJob<Nothing>::start(info.Env(), [devices] {
-      warmCuda(devices);
+    uint64_t stagingBytes = info[1].IsUndefined() ? 0 : toU64(info[1], "stagingBytes");
+    return PromiseJob<Nothing>::start(info.Env(), [devices, stagingBytes] {
+      warmCuda(devices, stagingBytes);
       return Nothing{};
     }, undefinedResult);
   }

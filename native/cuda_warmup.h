@@ -4,15 +4,17 @@
 // references are dropped by endWarmContexts(), once the ranks hold theirs (or have failed):
 // a context no rank took then ends with them.
 #pragma once
+#include <cstdint>
 
 namespace weightd {
 
 // Initialises the driver and retains the primary contexts of devices 0..devices-1 (those that
-// exist). Never throws: what fails here fails again, with its error, where the daemon needs it.
-void warmCuda(int devices);
+// exist), then pins `stagingBytes` of host memory for the first fill's staging (pinned_stash.h;
+// 0: none). Never throws: what fails here fails again, with its error, where the daemon needs it.
+void warmCuda(int devices, uint64_t stagingBytes);
 
-// Drops the references warmCuda took, and any it takes later (safe to call at any time, and
-// more than once).
+// Drops the references warmCuda took, and any it takes later, and frees the staging no fill took
+// (safe to call at any time, and more than once).
 void endWarmContexts();
 
 }  // namespace weightd

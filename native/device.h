@@ -94,6 +94,10 @@ struct FillControl {
   // copy landed. What the GPU digests add to a fill's time is about their sum.
   double digestGpuSetupSeconds = 0;
   double digestGpuTailSeconds = 0;
+  // Written with `digests` (cuda, read through staging): seconds spent making the staging before
+  // the first read, and whether it was the block the CUDA warm-up pinned ahead (pinned_stash.h).
+  double stagingSeconds = 0;
+  bool stagingPinnedAhead = false;
 };
 
 struct SegmentExport {

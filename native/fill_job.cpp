@@ -20,6 +20,8 @@ FillJob::FillJob(std::shared_ptr<Device> device, std::vector<std::string> files,
       r.digestGpuUnavailable = control_.digestGpuUnavailable;
       r.digestGpuSetupSeconds = control_.digestGpuSetupSeconds;
       r.digestGpuTailSeconds = control_.digestGpuTailSeconds;
+      r.stagingSeconds = control_.stagingSeconds;
+      r.stagingPinnedAhead = control_.stagingPinnedAhead;
     } catch (const DeviceError& e) {
       r.failed = true;
       r.errorCode = e.code();

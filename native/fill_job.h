@@ -28,6 +28,8 @@ struct FillStatus {
   std::string digestGpuUnavailable;  // once done: FillControl.digestGpuUnavailable
   double digestGpuSetupSeconds = 0;  // once done: FillControl.digestGpuSetupSeconds
   double digestGpuTailSeconds = 0;   // once done: FillControl.digestGpuTailSeconds
+  double stagingSeconds = 0;         // once done: FillControl.stagingSeconds
+  bool stagingPinnedAhead = false;   // once done: FillControl.stagingPinnedAhead
 };
 
 class FillJob {

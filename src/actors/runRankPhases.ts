@@ -55,6 +55,12 @@ export function rankWorkerImplementations(phases: RankPhases, post: Post) {
       // GPU hashing is the default on cuda; where it could not run, the fill was slower: say why.
       const why = filled.digestGpuUnavailable;
       if (why) post({ type: 'LOG', level: 'info', msg: `rank ${input.data.globalRank} hashed its content digests on the CPU: ${why}`, fields: { digestGpuUnavailable: why } });
+      // What the fill spent before its first read making its pinned staging (native/pinned_stash.h).
+      if (filled.stagingSeconds !== undefined) {
+        const stagingMs = Math.round(filled.stagingSeconds * 1e4) / 10;
+        const how = filled.stagingPinnedAhead ? 'the CUDA warm-up had pinned it' : 'pinned by the fill';
+        post({ type: 'LOG', level: 'info', msg: `rank ${input.data.globalRank} made its fill's staging in ${stagingMs} ms (${how})`, fields: { stagingMs, stagingPinnedAhead: filled.stagingPinnedAhead } });
+      }
       return filled;
     }),
     verify: fromPromise(async ({ input }: { input: InputOf<'verify'> }) => phases.verify(input.data)),

@@ -166,6 +166,9 @@ export interface NativeFillStatus {
   /** Once done (cuda, where the GPU hashed): seconds loading the digest kernel and its jobs, and seconds waited for the kernels after the last copy. */
   digestGpuSetupSeconds?: number;
   digestGpuTailSeconds?: number;
+  /** Once done (cuda, read through staging): seconds making the staging before the first read, and whether the CUDA warm-up had pinned it ahead. */
+  stagingSeconds?: number;
+  stagingPinnedAhead?: boolean;
 }
 
 /**
@@ -407,7 +410,7 @@ export interface Addon {
   /** What CUDA offers this process (runs cuInit); never rejects for a missing driver or GPU. */
   cudaProbe(): Promise<CudaProbe>;
   /** native/cuda_warmup.h on a libuv thread: cuInit, then GPUs 0..devices-1's primary contexts; never rejects. */
-  warmCuda(devices: number): Promise<void>;
+  warmCuda(devices: number, stagingBytes: number): Promise<void>;
   endCudaWarmup(): void;
   /** How much of these files the page cache holds now (mincore; reads nothing): residentBytes of sampledBytes, a sample of the files' totalBytes (native/page_cache.h). */
   pageCacheResidency(paths: string[]): Promise<{ residentBytes: number; sampledBytes: number; totalBytes: number }>;

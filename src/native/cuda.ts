@@ -4,6 +4,7 @@
 // DeviceHandle like every backend.
 import { DeviceError } from '../errors.js';
 import { addon, type CudaProbe, type DeviceSlot } from './addon.js';
+import { hotFillStagingBytes } from './fillPolicy.js';
 import { readInChunks } from './readInChunks.js';
 
 /**
@@ -18,14 +19,15 @@ export function cudaProbe(): Promise<CudaProbe> {
 /**
  * Starts CUDA's start-up work on another thread and returns at once: the driver's initialisation
  * (cuInit), then the primary contexts of GPUs 0..devices-1, which the ranks' devices then find
- * made (native/cuda_warmup.h). Never rejects: cudaProbe() and the devices report failures.
+ * made, then the pinned staging of a hot fill of that many GPUs (native/cuda_warmup.h, pinned_stash.h),
+ * which the first fill takes. Never rejects: cudaProbe() and the devices report failures.
  * Call endCudaWarmup() once the ranks hold their own contexts, or have failed.
  */
 export function warmCuda(devices: number): Promise<void> {
-  return addon().warmCuda(devices);
+  return addon().warmCuda(devices, hotFillStagingBytes(devices));
 }
 
-/** Drops warmCuda's context references (and any it takes later). */
+/** Drops warmCuda's context references (and any it takes later), and frees the staging no fill took. */
 export function endCudaWarmup(): void {
   addon().endCudaWarmup();
 }

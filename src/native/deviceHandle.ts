@@ -42,6 +42,9 @@ export interface FillResult {
    */
   digestGpuSetupSeconds?: number;
   digestGpuTailSeconds?: number;
+  /** Seconds making the fill's pinned staging before its first read, and whether the CUDA warm-up had pinned it ahead (native/pinned_stash.h). */
+  stagingSeconds?: number;
+  stagingPinnedAhead?: boolean;
 }
 
 /** How often a running fill is polled (see native/fill_job.h for why it is polled). */
@@ -133,6 +136,7 @@ export class DeviceHandle {
           bytes: s.bytes, seconds: s.seconds, digests: s.digests ?? [], digestRereadBytes: s.digestRereadBytes ?? 0,
           digestGpuBytes: s.digestGpuBytes ?? 0, ...(s.digestGpuUnavailable ? { digestGpuUnavailable: s.digestGpuUnavailable } : {}),
           ...(s.digestGpuSetupSeconds !== undefined ? { digestGpuSetupSeconds: s.digestGpuSetupSeconds, digestGpuTailSeconds: s.digestGpuTailSeconds } : {}),
+          ...(s.stagingSeconds !== undefined ? { stagingSeconds: s.stagingSeconds, stagingPinnedAhead: s.stagingPinnedAhead } : {}),
           ...(s.rowsDeliveredBytes ? { rowsDeliveredBytes: s.rowsDeliveredBytes } : {}),
           ...(s.rowsReceivedBytes ? { rowsReceivedBytes: s.rowsReceivedBytes } : {}),
         };

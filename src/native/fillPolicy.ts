@@ -20,6 +20,15 @@ const MiB = 2 ** 20;
  */
 export const FILL_SIZING = { threads: 8, chunkBytes: 2 * MiB, stagingBytes: 32 * MiB, maxGroupStagingBytes: 512 * MiB } as const;
 
+/**
+ * The pinned staging a hot cuda fill of `gpus` GPUs' worth of bytes makes with FILL_SIZING (its
+ * budget, which the copy engine's slots stay within), for the CUDA warm-up to pin ahead
+ * (native/pinned_stash.h): a fill that needs more, or a cold one (COLD_FILL), pins its own.
+ */
+export function hotFillStagingBytes(gpus: number): number {
+  return Math.min(FILL_SIZING.stagingBytes * Math.max(1, gpus), Math.max(FILL_SIZING.stagingBytes, FILL_SIZING.maxGroupStagingBytes));
+}
+
 /** Below this share of the checkpoint in the page cache, a cuda load is a cold one. */
 const COLD_CACHE_SHARE = 0.5;
 
