@@ -364,6 +364,17 @@ class CopyEngine {
       stagingSeconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
     }
     std::vector<std::unique_ptr<Lane>> lanes;
+    try {
+      addLanes(lanes);
+    } catch (...) {
+      lanes.clear();
+      staging_.reset();
+      throw;
+    }
+    return lanes;
+  }
+
+  void addLanes(std::vector<std::unique_ptr<Lane>>& lanes) {
     for (unsigned l = 0; l < lanes_; ++l) {
       auto lane = std::make_unique<Lane>();
       lane->slots.resize(slotsPerLane_);
@@ -380,7 +391,6 @@ class CopyEngine {
       }
       lanes.push_back(std::move(lane));
     }
-    return lanes;
   }
 
   // Bytes read over the bytes one GPU receives on average: from 1 (every GPU needs everything,
@@ -410,6 +420,8 @@ class CopyEngine {
       }
       lane->slots.clear();
     }
+    // Freed here, with the first member's context current (run()'s), not when the engine goes.
+    staging_.reset();
   }
 
   // Calls work(lane, member) in the member's context for each lane's hash stream; a failure is

@@ -25,34 +25,41 @@ void warmCuda(int devices, uint64_t stagingBytes) {
   CudaProbe probe = probeCuda();  // cuInit, once per process
   if (!probe.available) return;
   int n = std::min(devices, static_cast<int>(probe.devices.size()));
-  CUcontext first = nullptr;
-  for (int i = 0; i < n; ++i) {
+  int made = 0;
+  for (; made < n; ++made) {
     try {
-      auto ctx = std::make_unique<PrimaryContext>(i);
+      auto ctx = std::make_unique<PrimaryContext>(made);
       std::lock_guard<std::mutex> lock(warmMutex);
       if (ended) return;
-      if (i == 0) first = ctx->get();
       warmContexts.push_back(std::move(ctx));
     } catch (const DeviceError&) {
       break;  // the rank that needs this GPU reports it
     }
   }
-  // Pinned with GPU 0's context current (PORTABLE: every context copies from it), which the
-  // warm-up holds until endWarmContexts() has dropped the stash.
-  if (first && stagingBytes > 0) {
-    ScopedContext current(first);
+  if (made == 0 || stagingBytes == 0) return;
+  try {
+    // Pinned with GPU 0's context current (PORTABLE: every context copies from it), retained
+    // here for the call: endWarmContexts() may drop the warm-up's own reference meanwhile.
+    PrimaryContext context(0);
+    ScopedContext current(context.get());
     stashPinned(stagingBytes);
+  } catch (const DeviceError&) {
+    // A fill pins its own.
   }
 }
 
 void endWarmContexts() {
-  dropStashedPinned();  // before the contexts, one of which pinned it
   std::vector<std::unique_ptr<PrimaryContext>> dropped;
   {
     std::lock_guard<std::mutex> lock(warmMutex);
     ended = true;
     dropped.swap(warmContexts);
   }
+  // The staging no fill took is freed with a context current (the driver wants one), before the
+  // warm-up's references go.
+  if (dropped.empty()) return dropStashedPinned();
+  ScopedContext current(dropped[0]->get());
+  dropStashedPinned();
 }
 
 }  // namespace weightd

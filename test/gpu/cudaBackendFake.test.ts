@@ -532,6 +532,9 @@ test('the command line warms CUDA while it starts, and gives the warm-up context
   const socketDirs = [freshSocketDir(), freshSocketDir()];
   try {
     const daemon = await startDaemon({ model: exampleModel, tp: 2, device: 'cuda', socketDir: socketDirs[0], env });
+    // The warm-up also pinned the fill's staging, which the fill took instead of pinning its own.
+    const staging = daemon.stderr().split('\n').filter((l) => l.includes("fill's staging")).map((l) => JSON.parse(l) as { stagingPinnedAhead?: boolean });
+    assert.equal(staging.map((l) => l.stagingPinnedAhead), [true, true], daemon.stderr());
     const stopped = await daemon.stop();
     assert.is(stopped.code, 0, daemon.stderr());
     assert.equal(fakeLeaks(daemon.stderr()), noLeaks);
