@@ -84,10 +84,12 @@ export function adoptsWrittenHere(data: RankWorkerData): boolean {
 /**
  * Adopts a committed version's descriptors here (the rank's own steps, run on this thread). They
  * are this GPU's allocations of the planned sizes by construction (the update desk made or shared
- * them), so no client waits for a check, and the device maps them only when the daemon first
- * reads them (CudaDevice::read maps what it has not). Mapping every segment right after each
- * commit took the GPU driver while the writer's commit returned and the engines switched, and
- * unmapping them again when the version went, for versions the daemon never reads.
+ * them), so no client waits for a check; the device maps them right after the export, on a libuv
+ * thread, for the daemon's own reads (queued after the mapping), off the commit's reply. Mapping
+ * them also makes the device retain the GPU's primary context, which must stay made while the
+ * version serves: once the checkpoint's version drained, a written version whose device mapped
+ * nothing left no holder, and every update call made and destroyed the context again (on an H100,
+ * 2026-12-06 16:02, pulls of 8 GB took 400 ms instead of 30: bench/gpu/results/2026-12-06-h100-prepared-pulls).
  */
 export function adoptWrittenHere(data: RankWorkerData, post: Post, stopped: () => void): RankHere {
   const device = new DeviceHandle('cuda', data.device.index, { uuid: data.device.uuid, cudaHandles: 'fd', deferContext: true });
@@ -101,6 +103,13 @@ export function adoptWrittenHere(data: RankWorkerData, post: Post, stopped: () =
     async adopt(deviceHere, dataHere, postHere) {
       const adopted = await rankPhases.adopt(deviceHere, dataHere, postHere);
       return adopted && !('refused' in adopted) ? { ...adopted, source: { from: 'writer', thread: 'main' } } : adopted;
+    },
+    async export(deviceHere, resident, postHere) {
+      const segments = await rankPhases.export(deviceHere, resident, postHere);
+      deviceHere.checkAdopted().catch((err: unknown) => {
+        if (!deviceHere.freeing) postHere({ type: 'FAILED', error: serializeError(err) });
+      });
+      return segments;
     },
   };
   return startRankMachine(phases, data, post, stopped);
