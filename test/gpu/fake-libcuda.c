@@ -219,11 +219,26 @@ static void logRetain(CUdevice d) {
   close(fd);
 }
 
+// FAKE_CUDA_MADE_LOG=PATH: each retain that makes its device's primary context (none held it:
+// the real driver creates the context then, ~100 ms, and destroys it on the last release) appends
+// "pid device", so a test sees a context made again and again where a holder went missing.
+static void logMade(CUdevice d) {
+  const char* path = getenv("FAKE_CUDA_MADE_LOG");
+  if (!path) return;
+  int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) die("cannot open FAKE_CUDA_MADE_LOG");
+  char line[48];
+  int n = snprintf(line, sizeof line, "%d %d\n", (int)getpid(), d);
+  if (write(fd, line, (size_t)n) != n) die("cannot write FAKE_CUDA_MADE_LOG");
+  close(fd);
+}
+
 CUresult cuDevicePrimaryCtxRetain(struct ctx** c, CUdevice d) {
   if (!initialised) return E_NOT_INIT;
   if (d < 0 || d >= devices()) return E_INVALID_DEVICE;
   waitAtGate("FAKE_CUDA_RETAIN_GATE");
   pthread_mutex_lock(&lock);
+  if (contexts[d].refs == 0) logMade(d);
   contexts[d].device = d;
   contexts[d].refs++;
   *c = &contexts[d];

@@ -878,6 +878,51 @@ def daemon_pull_prepared() -> None:
     print(json.dumps(out))
 
 
+def daemon_pull_context(made_log: str) -> None:
+    """Pulls, each a new version, with --keep-versions 1: the checkpoint's version drains after the
+    second, and from then on every version served is a written one. How often the daemon made GPU 0's primary
+    context (FAKE_CUDA_MADE_LOG) after that: a served version's device holds it, so never."""
+    import tempfile
+    import time
+
+    from daemon_fixture import Daemon
+    from test_host_fds import MODEL, checkpoint_tensors
+
+    want = checkpoint_tensors()
+    plan = os.path.join(tempfile.mkdtemp(prefix="weightd-cuda-context-"), "plan.json")
+    with open(plan, "w") as f:
+        json.dump({"rules": [], "segmentBytes": 1 << 20}, f)
+    out = {"versions": []}
+
+    def made(pid):
+        with open(made_log) as f:
+            return sum(1 for line in f if line.split()[0] == str(pid))
+
+    with Daemon(MODEL, device="cuda", extra_args=["--cuda-handles", "fd", "--plan-file", plan, "--keep-versions", "1"]) as daemon:
+        pid = daemon.proc.pid
+        with daemon.client() as client:
+            name = client.ping()["name"]
+            base = served_fingerprint(client, name, 0)
+            for step in range(4):
+                trainer = TrainerMemory({n: bytes((b + step + 1) % 256 for b in v) for n, v in want.items()})
+                done = client.pull_update(name, base, trainer.tensors)
+                trainer.free()
+                base = done["fingerprint"]
+                out["versions"].append(done["version"])
+                if step == 1:
+                    # The checkpoint's version drains (beyond --keep-versions 1 once version 2
+                    # serves; no lease holds it); its rank's device goes.
+                    for _ in range(200):
+                        if not any(m.get("version") == 0 for m in client.ping()["models"] if m["name"] == name):
+                            break
+                        time.sleep(0.05)
+                    out["madeBefore"] = made(pid)
+            out["madeAfter"] = made(pid)
+            out["serving"] = sorted(m.get("version") for m in client.ping()["models"] if m["name"] == name and m["status"] == "serving")
+        daemon.stop()
+    print(json.dumps(out))
+
+
 def pull_writer(socket_path: str, name: str, base: str) -> None:
     from test_host_fds import checkpoint_tensors
     from weightd_client import WeightdClient
@@ -1025,6 +1070,8 @@ def main() -> None:
         return pull_locate()
     if sys.argv[1] == "daemon_pull_prepared":
         return daemon_pull_prepared()
+    if sys.argv[1] == "daemon_pull_context":
+        return daemon_pull_context(sys.argv[2])
     if sys.argv[1] == "pull_writer":
         return pull_writer(*sys.argv[2:5])
     if sys.argv[1] == "daemon_publish":

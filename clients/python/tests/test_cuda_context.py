@@ -283,6 +283,18 @@ def test_a_prepared_pull_makes_its_finals_at_begin_copies_straight_into_them_and
     assert got["daemonLeaks"] == NO_LEAKS, "every prepared final unmapped and freed, the abandoned update's too"
 
 
+def test_written_versions_keep_the_gpus_context_made_once_the_checkpoints_version_drained(fake_env, tmp_path):
+    # A served version's device holds the primary context; with none holding it, every update
+    # call made and destroyed it again (~100 ms each on a GPU: an 8 GB pull took 400 ms, not 30).
+    made = tmp_path / "made.log"
+    made.write_text("")
+    r = subprocess.run([sys.executable, str(SCENARIOS), "daemon_pull_context", str(made)], env={**fake_env, "FAKE_CUDA_MADE_LOG": str(made)}, capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert got["versions"] == [1, 2, 3, 4] and 0 not in got["serving"], got
+    assert got["madeBefore"] >= 1 and got["madeAfter"] == got["madeBefore"], got
+
+
 def test_a_writer_and_a_switch_on_legacy_cuda_ipc_handles_are_refused_naming_the_flag(fake_env):
     r = subprocess.run([sys.executable, str(SCENARIOS), "daemon_ipc_update"], env=fake_env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
