@@ -239,6 +239,21 @@ def main() -> int:
                 upd.pull_from(weights)
                 t2 = time.perf_counter()
                 sources = len(upd._pull.handles)  # the allocations the daemon opens
+                # The client's commit, split: its request on the socket, then what the client does
+                # after the reply (the pull's driver context given back).
+                spent = {}
+
+                def timed(what, call):
+                    def run(*args, **kw):
+                        t = time.perf_counter()
+                        try:
+                            return call(*args, **kw)
+                        finally:
+                            spent[what] = round((time.perf_counter() - t) * 1e3, 3)
+                    return run
+
+                upd.conn.request = timed("requestMs", upd.conn.request)
+                upd._release_pull = timed("releasePullMs", upd._release_pull)
                 done = upd.commit()
                 t3 = time.perf_counter()
             times = {"beginSeconds": round(t1 - t0, 5), "pullSeconds": round(t2 - held, 5), "commitSeconds": round(t3 - t2, 5), "updateSeconds": round(t3 - t0 - (held - t1), 5), "fromWeightsSeconds": round(t3 - held, 5)}
@@ -267,6 +282,7 @@ def main() -> int:
                 "daemonOtherMs": round(daemon_commit_ms - on_path, 3),
                 # The client's commit past the daemon's: the request and reply on the socket, the client's own work.
                 "commitRestMs": round((t3 - t2) * 1e3 - daemon_commit_ms, 3),
+                "clientCommitMs": spent,
             }
 
         def pull_rounds(kind, weights0, weights1, over, prepare=None):
