@@ -407,6 +407,17 @@ def vmm_inodes(pid: int) -> set:
     return out
 
 
+def code(call) -> "str | None":
+    """The error code ``call`` is refused with, None when it is not."""
+    from weightd_client.protocol import WeightdError
+
+    try:
+        call()
+        return None
+    except WeightdError as err:
+        return err.code
+
+
 def served_fingerprint(client, name: str, version: int) -> str:
     return next(v["fingerprint"] for v in client.ping()["models"] if v["name"] == name and v.get("version") == version and v["status"] == "serving")
 
@@ -600,13 +611,6 @@ def daemon_pull() -> None:
     from test_host_fds import MODEL, checkpoint_tensors
     from weightd_client.protocol import WeightdError
 
-    def code(call):
-        try:
-            call()
-            return None
-        except WeightdError as err:
-            return err.code
-
     want = checkpoint_tensors()
     work = tempfile.mkdtemp(prefix="weightd-cuda-pull-")
     plan = os.path.join(work, "plan.json")
@@ -769,14 +773,6 @@ def daemon_pull_prepared() -> None:
 
     from daemon_fixture import Daemon
     from test_host_fds import MODEL, checkpoint_tensors
-    from weightd_client.protocol import WeightdError
-
-    def code(call):
-        try:
-            call()
-            return None
-        except WeightdError as err:
-            return err.code
 
     def made_since(pid, idle, count):
         """The daemon's allocations beyond ``idle`` once there are ``count`` (or 5 s passed)."""
