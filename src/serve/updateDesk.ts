@@ -98,11 +98,12 @@ interface Part {
   pulling?: Promise<void>;
   pullFailed?: unknown;
   /**
-   * The pulls' native split summed, and `queueMs`: their calls' wall time past their native time
+   * The pulls' native split summed (`nativeMs` the calls' whole native time, setup included), and
+   * `queueMs`: their calls' wall time past their native time
    * (the thread pool's queue, the hop back); `prepareMs`: making and
    * mapping the finals at begin (`prepare`), off the pull's path when begun ahead.
    */
-  pullTimings?: Omit<PullCopyTimings, 'nativeMs'> & { queueMs: number; prepareMs?: number };
+  pullTimings?: PullCopyTimings & { queueMs: number; prepareMs?: number };
   /**
    * The digests the early copies made (by the rank's tensor index) of the pulled tensors that share
    * no byte with another (cudaPull.ts batchPlan), and whether any was hashed on the CPU: the commit
@@ -455,7 +456,7 @@ export class UpdateDesk {
     const { service } = part;
     const plan = batchPlan(service, sources, tensors);
     const finals = (part.finals ??= service.rank.segments.map(() => -1));
-    const spent = (part.pullTimings ??= { allocateMs: 0, openMs: 0, mapMs: 0, copyMs: 0, digestMs: 0, releaseMs: 0, queueMs: 0 });
+    const spent = (part.pullTimings ??= { allocateMs: 0, openMs: 0, mapMs: 0, copyMs: 0, digestMs: 0, releaseMs: 0, nativeMs: 0, queueMs: 0 });
     const pullDigests = (part.pullDigests ??= new Map());
     part.pulling = (part.pulling ?? Promise.resolve())
       .then(async () => {
@@ -473,6 +474,7 @@ export class UpdateDesk {
         spent.copyMs += timings.copyMs;
         spent.digestMs += timings.digestMs;
         spent.releaseMs += timings.releaseMs;
+        spent.nativeMs += timings.nativeMs;
       })
       .catch((err: unknown) => {
         part.pullFailed ??= err;
@@ -486,7 +488,7 @@ export class UpdateDesk {
    * the commit's answer, as a pull's own.
    */
   #prepareEarly(update: Update, part: Part, which: boolean[]): void {
-    const spent = (part.pullTimings ??= { allocateMs: 0, openMs: 0, mapMs: 0, copyMs: 0, digestMs: 0, releaseMs: 0, queueMs: 0 });
+    const spent = (part.pullTimings ??= { allocateMs: 0, openMs: 0, mapMs: 0, copyMs: 0, digestMs: 0, releaseMs: 0, nativeMs: 0, queueMs: 0 });
     part.pulling = (part.pulling ?? Promise.resolve())
       .then(async () => {
         if (update.ended || part.pullFailed) return;
