@@ -919,6 +919,48 @@ def daemon_pull_context(made_log: str) -> None:
     print(json.dumps(out))
 
 
+def daemon_pull_prepare_refused() -> None:
+    """A prepared pull whose finals do not fit the GPU: the making fails off begin's reply, and the
+    pull or the commit says so by name; the update ends, leaving nothing, and the model takes the
+    next update at once."""
+    from daemon_fixture import Daemon
+    from test_host_fds import MODEL, checkpoint_tensors
+    from weightd_client.protocol import WeightdError
+
+    import tempfile
+
+    want = checkpoint_tensors()
+    # 1 MiB segments: every segment's final does not fit beside the arena, one segment's does.
+    plan = os.path.join(tempfile.mkdtemp(prefix="weightd-cuda-prepare-refused-"), "plan.json")
+    with open(plan, "w") as f:
+        json.dump({"rules": [], "segmentBytes": 1 << 20}, f)
+    out = {}
+    with Daemon(MODEL, device="cuda", extra_args=["--cuda-handles", "fd", "--plan-file", plan]) as daemon:
+        with daemon.client() as client:
+            name = client.ping()["name"]
+            base = served_fingerprint(client, name, 0)
+            held = vmm_fds(daemon.proc.pid)
+            trainer = TrainerMemory(want)
+            out["begun"] = code(lambda: client.begin_update(name, base, device=0, source="pull", prepare=True).abandon())
+            with client.begin_update(name, base, device=0, source="pull", prepare=True) as upd:
+                try:
+                    upd.pull_from(trainer.tensors)
+                    upd.commit()
+                    out["refused"] = None
+                except WeightdError as err:
+                    out["refused"], out["message"] = err.code, str(err)
+            trainer.free()
+            out["heldAfter"] = settled_vmm_fds(daemon.proc.pid) - held
+            # Ended with its failure: a staging update of one tensor fits, and is taken at once.
+            one = next(n for n in sorted(want) if want[n])
+            with client.begin_update(name, base, device=0, tensors=[one]) as upd:
+                upd.write(one, bytes(len(want[one])))
+                out["next"] = upd.commit()["version"]
+        daemon.stop()
+        out["daemonLeaks"] = next((json.loads(l[len("FAKE_CUDA_LEAKS ") :]) for l in daemon.stderr.splitlines() if l.startswith("FAKE_CUDA_LEAKS ")), None)
+    print(json.dumps(out))
+
+
 def pull_writer(socket_path: str, name: str, base: str) -> None:
     from test_host_fds import checkpoint_tensors
     from weightd_client import WeightdClient
@@ -1066,6 +1108,8 @@ def main() -> None:
         return pull_locate()
     if sys.argv[1] == "daemon_pull_prepared":
         return daemon_pull_prepared()
+    if sys.argv[1] == "daemon_pull_prepare_refused":
+        return daemon_pull_prepare_refused()
     if sys.argv[1] == "daemon_pull_context":
         return daemon_pull_context(sys.argv[2])
     if sys.argv[1] == "pull_writer":

@@ -283,6 +283,19 @@ def test_a_prepared_pull_makes_its_finals_at_begin_copies_straight_into_them_and
     assert got["daemonLeaks"] == NO_LEAKS, "every prepared final unmapped and freed, the abandoned update's too"
 
 
+def test_a_prepared_pull_that_does_not_fit_the_gpu_is_refused_by_name_and_leaves_nothing(fake_env):
+    # A fake GPU of 24 MiB holding the arena in 1 MiB segments (16 MiB, whole granules): a second
+    # version's finals do not fit, one segment's staging copy does.
+    r = subprocess.run([sys.executable, str(SCENARIOS), "daemon_pull_prepare_refused"], env={**fake_env, "FAKE_CUDA_MEM_MB": "24"}, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert got["begun"] is None, "begin replies before the finals are made"
+    assert got["refused"] == "E_OUT_OF_MEMORY", got
+    assert re.search(r"preparing the pull's \d+ final segment\(s\) needs \d+ bytes on GPU 0 but only \d+ bytes are free", got["message"]), got["message"]
+    assert "begin_update again" in got["message"], got["message"]
+    assert got["heldAfter"] == 0 and got["next"] == 1 and got["daemonLeaks"] == NO_LEAKS, got
+
+
 def test_written_versions_keep_the_gpus_context_made_once_the_checkpoints_version_drained(fake_env, tmp_path):
     # A served version's device holds the primary context; with none holding it, every update
     # call made and destroyed it again (~100 ms each on a GPU: an 8 GB pull took 400 ms, not 30).
