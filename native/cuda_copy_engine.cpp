@@ -357,8 +357,8 @@ class CopyEngine {
     // (pinned_stash.h), else pinned here.
     if (options_.mode == FillMode::Pread) {
       auto began = std::chrono::steady_clock::now();
-      uint64_t needed = bufferBytes_ * lanes_ * slotsPerLane_, size = 0;
-      staging_ = takeStashedPinned(needed, size);
+      uint64_t needed = bufferBytes_ * lanes_ * slotsPerLane_;
+      staging_ = takeStashedPinned(needed);
       stagingStashed_ = staging_.get() != nullptr;
       if (!staging_.get()) staging_ = allocatePinnedHost(needed);
       stagingSeconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();

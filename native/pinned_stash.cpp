@@ -33,10 +33,9 @@ void stashPinned(uint64_t bytes) {
   stashedBytes = bytes;
 }
 
-PinnedHostMemory takeStashedPinned(uint64_t bytes, uint64_t& size) {
+PinnedHostMemory takeStashedPinned(uint64_t bytes) {
   std::lock_guard<std::mutex> lock(stashMutex);
   if (!stashed.get() || stashedBytes < bytes) return PinnedHostMemory();
-  size = stashedBytes;
   stashedBytes = 0;
   return std::move(stashed);
 }

@@ -15,8 +15,8 @@ namespace weightd {
 // dropped already or holds a block. Never throws: a fill that finds nothing pins its own.
 void stashPinned(uint64_t bytes);
 
-// The stashed block when it holds at least `bytes` (its size in `size`), else an empty one.
-PinnedHostMemory takeStashedPinned(uint64_t bytes, uint64_t& size);
+// The stashed block when it holds at least `bytes`, else an empty one.
+PinnedHostMemory takeStashedPinned(uint64_t bytes);
 
 // Frees the stashed block, if any, and stashes nothing from then on.
 void dropStashedPinned();

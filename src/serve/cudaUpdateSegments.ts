@@ -99,11 +99,7 @@ export async function copyPulled(
  */
 export function prepareFinals(service: RankService, which: boolean[]): Promise<{ id: number; fds: number[]; timings: { allocateMs: number; nativeMs: number } }> {
   const { rank } = service;
-  return addon().cudaPrepareFinals(
-    rank.device.index,
-    which,
-    rank.segments.map((s) => s.bytes),
-  );
+  return addon().cudaPrepareFinals(rank.device.index, which, rank.segments.map((s) => s.bytes));
 }
 
 /** Says where a commit's or pull's digests were hashed on the CPU though the GPU was asked. */

@@ -98,10 +98,10 @@ interface Part {
   pulling?: Promise<void>;
   pullFailed?: unknown;
   /**
-   * The pulls' native split summed (`nativeMs` the calls' whole native time, setup included), and
-   * `queueMs`: their calls' wall time past their native time
-   * (the thread pool's queue, the hop back); `prepareMs`: making and
-   * mapping the finals at begin (`prepare`), off the pull's path when begun ahead.
+   * The pulls' native split summed (`nativeMs` the calls' whole native time, setup included);
+   * `queueMs`: their calls' wall time past their native time (the thread pool's queue, the hop
+   * back); `prepareMs`: making and mapping the finals at begin (`prepare`), off the pull's path
+   * when begun ahead.
    */
   pullTimings?: PullCopyTimings & { queueMs: number; prepareMs?: number };
   /**
