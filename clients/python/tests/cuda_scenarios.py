@@ -418,6 +418,17 @@ def code(call) -> "str | None":
         return err.code
 
 
+def segment_plan(prefix: str) -> str:
+    """A plan file cutting the arena into 1 MiB segments (several segments per rank, as a model's
+    are), in a fresh folder named by ``prefix``; returns its path."""
+    import tempfile
+
+    plan = os.path.join(tempfile.mkdtemp(prefix=prefix), "plan.json")
+    with open(plan, "w") as f:
+        json.dump({"rules": [], "segmentBytes": 1 << 20}, f)
+    return plan
+
+
 def served_fingerprint(client, name: str, version: int) -> str:
     return next(v["fingerprint"] for v in client.ping()["models"] if v["name"] == name and v.get("version") == version and v["status"] == "serving")
 
@@ -768,7 +779,6 @@ def daemon_pull_prepared() -> None:
     """Pulls begun with ``prepare``: the finals are made at begin, before any tensor is named, and
     the pulls' copies go straight into them; what no pull wrote is freed at commit; an update
     abandoned before its pull leaves nothing; refusals name what to do."""
-    import tempfile
     import time
 
     from daemon_fixture import Daemon
@@ -784,9 +794,7 @@ def daemon_pull_prepared() -> None:
         return now
 
     want = checkpoint_tensors()
-    plan = os.path.join(tempfile.mkdtemp(prefix="weightd-cuda-prepared-"), "plan.json")
-    with open(plan, "w") as f:
-        json.dump({"rules": [], "segmentBytes": 1 << 20}, f)
+    plan = segment_plan("weightd-cuda-prepared-")
     out = {}
     with Daemon(MODEL, device="cuda", extra_args=["--cuda-handles", "fd", "--plan-file", plan]) as daemon:
         pid = daemon.proc.pid
@@ -878,16 +886,13 @@ def daemon_pull_context(made_log: str) -> None:
     """Pulls, each a new version, with --keep-versions 1: the checkpoint's version drains after the
     second, and from then on every version served is a written one. How often the daemon made GPU 0's primary
     context (FAKE_CUDA_MADE_LOG) after that: a served version's device holds it, so never."""
-    import tempfile
     import time
 
     from daemon_fixture import Daemon
     from test_host_fds import MODEL, checkpoint_tensors
 
     want = checkpoint_tensors()
-    plan = os.path.join(tempfile.mkdtemp(prefix="weightd-cuda-context-"), "plan.json")
-    with open(plan, "w") as f:
-        json.dump({"rules": [], "segmentBytes": 1 << 20}, f)
+    plan = segment_plan("weightd-cuda-context-")
     out = {"versions": []}
 
     def made(pid):
@@ -927,13 +932,9 @@ def daemon_pull_prepare_refused() -> None:
     from test_host_fds import MODEL, checkpoint_tensors
     from weightd_client.protocol import WeightdError
 
-    import tempfile
-
     want = checkpoint_tensors()
     # 1 MiB segments: every segment's final does not fit beside the arena, one segment's does.
-    plan = os.path.join(tempfile.mkdtemp(prefix="weightd-cuda-prepare-refused-"), "plan.json")
-    with open(plan, "w") as f:
-        json.dump({"rules": [], "segmentBytes": 1 << 20}, f)
+    plan = segment_plan("weightd-cuda-prepare-refused-")
     out = {}
     with Daemon(MODEL, device="cuda", extra_args=["--cuda-handles", "fd", "--plan-file", plan]) as daemon:
         with daemon.client() as client:
