@@ -208,29 +208,30 @@ CUresult cuDeviceGetUuid_v2(unsigned char* uuid, CUdevice d) {
 CUresult cuDeviceTotalMem_v2(size_t* bytes, CUdevice d) { (void)d; *bytes = memPerDevice(); return OK; }
 
 // FAKE_CUDA_RETAIN_LOG: called once a retain is done, so a line is a context that exists.
-static void logRetain(CUdevice d) {
-  const char* path = getenv("FAKE_CUDA_RETAIN_LOG");
+// Appends `line` to the file the environment variable `var` names, if it names one.
+static void appendToLog(const char* var, const char* line) {
+  const char* path = getenv(var);
   if (!path) return;
   int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
-  if (fd < 0) die("cannot open FAKE_CUDA_RETAIN_LOG");
-  char line[32];
-  int n = snprintf(line, sizeof line, "%d\n", d);
-  if (write(fd, line, (size_t)n) != n) die("cannot write FAKE_CUDA_RETAIN_LOG");
+  if (fd < 0) die("cannot open a FAKE_CUDA_*_LOG file");
+  size_t n = strlen(line);
+  if (write(fd, line, n) != (ssize_t)n) die("cannot write a FAKE_CUDA_*_LOG file");
   close(fd);
+}
+
+static void logRetain(CUdevice d) {
+  char line[32];
+  snprintf(line, sizeof line, "%d\n", d);
+  appendToLog("FAKE_CUDA_RETAIN_LOG", line);
 }
 
 // FAKE_CUDA_MADE_LOG=PATH: each retain that makes its device's primary context (none held it:
 // the real driver creates the context then, ~100 ms, and destroys it on the last release) appends
 // "pid device", so a test sees a context made again and again where a holder went missing.
 static void logMade(CUdevice d) {
-  const char* path = getenv("FAKE_CUDA_MADE_LOG");
-  if (!path) return;
-  int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
-  if (fd < 0) die("cannot open FAKE_CUDA_MADE_LOG");
   char line[48];
-  int n = snprintf(line, sizeof line, "%d %d\n", (int)getpid(), d);
-  if (write(fd, line, (size_t)n) != n) die("cannot write FAKE_CUDA_MADE_LOG");
-  close(fd);
+  snprintf(line, sizeof line, "%d %d\n", (int)getpid(), d);
+  appendToLog("FAKE_CUDA_MADE_LOG", line);
 }
 
 CUresult cuDevicePrimaryCtxRetain(struct ctx** c, CUdevice d) {
