@@ -375,12 +375,16 @@ class CopyEngine {
   }
 
   void addLanes(std::vector<std::unique_ptr<Lane>>& lanes) {
+    char* next = static_cast<char*>(staging_.get());  // pread mode: each slot's bufferBytes_ in turn
     for (unsigned l = 0; l < lanes_; ++l) {
       auto lane = std::make_unique<Lane>();
       lane->slots.resize(slotsPerLane_);
       for (auto& slot : lane->slots) {
         slot.pendingBytes.assign(members_.size(), 0);
-        if (options_.mode == FillMode::Pread) slot.staging = static_cast<char*>(staging_.get()) + bufferBytes_ * stagingUsed_++;
+        if (options_.mode == FillMode::Pread) {
+          slot.staging = next;
+          next += bufferBytes_;
+        }
       }
       for (size_t m = 0; m < members_.size(); ++m) {
         ScopedContext current(members_[m].target.context);
@@ -547,7 +551,6 @@ class CopyEngine {
   // The slots' staging (pread mode), declared before run()'s lanes are made and outliving them:
   // their streams drain before it goes. stagingStashed_: it was the warm-up's block.
   PinnedHostMemory staging_;
-  uint64_t stagingUsed_ = 0;
   bool stagingStashed_ = false;
   double stagingSeconds_ = 0;
   unsigned lanes_ = 1;

@@ -75,41 +75,6 @@ int cudaStagingCopy(int deviceIndex, int sourceFd, uint64_t bytes) {
   return dupExported(staging);
 }
 
-PreparedMade cudaPrepareFinals(int deviceIndex, const std::vector<bool>& which, const std::vector<uint64_t>& bytes) {
-  if (which.size() != bytes.size()) throw DeviceError("E_BAD_PLAN", "prepared finals take one flag and size per segment");
-  auto began = std::chrono::steady_clock::now();
-  PrimaryContext context(deviceIndex);
-  ScopedContext current(context.get());
-  CUdevice dev = cudaDeviceAt(deviceIndex);
-  std::vector<uint64_t> sizes;
-  uint64_t needed = 0;
-  for (size_t i = 0; i < bytes.size(); ++i) {
-    sizes.push_back(which[i] ? vmmSegmentSize(dev, bytes[i]) : 0);
-    needed += sizes.back();
-  }
-  std::vector<VmmSegment> made(bytes.size());
-  {
-    std::lock_guard<std::mutex> hold(allocating);
-    checkFree(deviceIndex, needed, "preparing the pull's " + std::to_string(std::count(which.begin(), which.end(), true)) + " final segment(s)");
-    for (size_t i = 0; i < bytes.size(); ++i)
-      if (which[i]) made[i] = VmmSegment::create(dev, sizes[i]);
-  }
-  PreparedMade out;
-  out.allocateMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - began).count();
-  std::vector<int> fds;
-  try {
-    for (VmmSegment& s : made) fds.push_back(s.pointer() ? dupExported(s) : -1);
-    out.id = keepPrepared(deviceIndex, std::move(made));
-  } catch (...) {
-    for (int fd : fds)
-      if (fd >= 0) ::close(fd);
-    throw;
-  }
-  out.fds = std::move(fds);
-  out.totalMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - began).count();
-  return out;
-}
-
 namespace {
 
 // fdAt(0..n-1), each a descriptor the caller owns or -1; if one throws, those made before it are
@@ -311,6 +276,39 @@ CudaCommitted commitInto(int deviceIndex, const std::vector<int>& fds, const std
 }
 
 }  // namespace
+
+PreparedMade cudaPrepareFinals(int deviceIndex, const std::vector<bool>& which, const std::vector<uint64_t>& bytes) {
+  if (which.size() != bytes.size()) throw DeviceError("E_BAD_PLAN", "prepared finals take one flag and size per segment");
+  auto began = std::chrono::steady_clock::now();
+  PrimaryContext context(deviceIndex);
+  ScopedContext current(context.get());
+  CUdevice dev = cudaDeviceAt(deviceIndex);
+  std::vector<uint64_t> sizes;
+  uint64_t needed = 0;
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    sizes.push_back(which[i] ? vmmSegmentSize(dev, bytes[i]) : 0);
+    needed += sizes.back();
+  }
+  std::vector<VmmSegment> made(bytes.size());
+  {
+    std::lock_guard<std::mutex> hold(allocating);
+    checkFree(deviceIndex, needed, "preparing the pull's " + std::to_string(std::count(which.begin(), which.end(), true)) + " final segment(s)");
+    for (size_t i = 0; i < bytes.size(); ++i)
+      if (which[i]) made[i] = VmmSegment::create(dev, sizes[i]);
+  }
+  PreparedMade out;
+  out.allocateMs = msSince(began);
+  out.fds = descriptorsOrNone(made.size(), [&](size_t i) { return made[i].pointer() ? dupExported(made[i]) : -1; });
+  try {
+    out.id = keepPrepared(deviceIndex, std::move(made));
+  } catch (...) {
+    for (int fd : out.fds)
+      if (fd >= 0) ::close(fd);
+    throw;
+  }
+  out.totalMs = msSince(began);
+  return out;
+}
 
 CudaCommitted cudaCommitCopies(int deviceIndex, const std::vector<int>& fds, const std::vector<bool>& copied,
                                const std::vector<uint64_t>& bytes, std::vector<TensorRange> tensors, unsigned threads, bool onGpu) {

@@ -456,29 +456,23 @@ export class UpdateDesk {
     const { service } = part;
     const plan = batchPlan(service, sources, tensors);
     const finals = (part.finals ??= service.rank.segments.map(() => -1));
-    const spent = (part.pullTimings ??= { allocateMs: 0, openMs: 0, mapMs: 0, copyMs: 0, digestMs: 0, releaseMs: 0, nativeMs: 0, queueMs: 0 });
     const pullDigests = (part.pullDigests ??= new Map());
-    part.pulling = (part.pulling ?? Promise.resolve())
-      .then(async () => {
-        if (update.ended || part.pullFailed) return;
-        const calling = performance.now();
-        const { fds, timings, digests, hashedOn } = await copyPulled(service, finals, plan, DIGEST_THREADS, part.prepared);
-        spent.queueMs += Math.max(0, performance.now() - calling - timings.nativeMs);
-        // Kept even when the update ended meanwhile: #end closes them once this settled.
-        fds.forEach((fd, i) => fd >= 0 && (finals[i] = fd));
-        plan.digested.forEach((d, n) => pullDigests.set(d.index, digests[n]!));
-        if (plan.digested.length > 0 && hashedOn === 'cpu') part.pullHashedOnCpu = true;
-        spent.allocateMs += timings.allocateMs;
-        spent.openMs += timings.openMs;
-        spent.mapMs += timings.mapMs;
-        spent.copyMs += timings.copyMs;
-        spent.digestMs += timings.digestMs;
-        spent.releaseMs += timings.releaseMs;
-        spent.nativeMs += timings.nativeMs;
-      })
-      .catch((err: unknown) => {
-        part.pullFailed ??= err;
-      });
+    this.#queuePullWork(update, part, async (spent) => {
+      const calling = performance.now();
+      const { fds, timings, digests, hashedOn } = await copyPulled(service, finals, plan, DIGEST_THREADS, part.prepared);
+      spent.queueMs += Math.max(0, performance.now() - calling - timings.nativeMs);
+      // Kept even when the update ended meanwhile: #end closes them once this settled.
+      fds.forEach((fd, i) => fd >= 0 && (finals[i] = fd));
+      plan.digested.forEach((d, n) => pullDigests.set(d.index, digests[n]!));
+      if (plan.digested.length > 0 && hashedOn === 'cpu') part.pullHashedOnCpu = true;
+      spent.allocateMs += timings.allocateMs;
+      spent.openMs += timings.openMs;
+      spent.mapMs += timings.mapMs;
+      spent.copyMs += timings.copyMs;
+      spent.digestMs += timings.digestMs;
+      spent.releaseMs += timings.releaseMs;
+      spent.nativeMs += timings.nativeMs;
+    });
   }
 
   /**
@@ -488,16 +482,26 @@ export class UpdateDesk {
    * the commit's answer, as a pull's own.
    */
   #prepareEarly(update: Update, part: Part, which: boolean[]): void {
+    this.#queuePullWork(update, part, async (spent) => {
+      const made = await prepareFinals(part.service, which);
+      // Kept even when the update ended meanwhile: #end closes and drops them once this settled.
+      const finals = (part.finals ??= part.service.rank.segments.map(() => -1));
+      made.fds.forEach((fd, i) => fd >= 0 && (finals[i] = fd));
+      part.prepared = made.id;
+      spent.prepareMs = made.timings.nativeMs;
+    });
+  }
+
+  /**
+   * Queues `work` on the part's chain of pull work (`pulling`: one native call at a time, in the
+   * order asked), skipped once the update ended or an earlier piece failed; the first failure is
+   * kept (`pullFailed`) for the next pull_tensors or the commit to answer with.
+   */
+  #queuePullWork(update: Update, part: Part, work: (spent: NonNullable<Part['pullTimings']>) => Promise<void>): void {
     const spent = (part.pullTimings ??= { allocateMs: 0, openMs: 0, mapMs: 0, copyMs: 0, digestMs: 0, releaseMs: 0, nativeMs: 0, queueMs: 0 });
     part.pulling = (part.pulling ?? Promise.resolve())
       .then(async () => {
-        if (update.ended || part.pullFailed) return;
-        const made = await prepareFinals(part.service, which);
-        // Kept even when the update ended meanwhile: #end closes and drops them once this settled.
-        const finals = (part.finals ??= part.service.rank.segments.map(() => -1));
-        made.fds.forEach((fd, i) => fd >= 0 && (finals[i] = fd));
-        part.prepared = made.id;
-        spent.prepareMs = made.timings.nativeMs;
+        if (!update.ended && !part.pullFailed) await work(spent);
       })
       .catch((err: unknown) => {
         part.pullFailed ??= err;
