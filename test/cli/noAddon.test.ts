@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { spawnSync } from 'node:child_process';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { repoRoot } from '../helpers/paths.js';
+import { freshSocketDir, repoRoot } from '../helpers/paths.js';
 
 const pkg = mkdtempSync(join(tmpdir(), 'weightd-noaddon-'));
 cpSync(join(repoRoot, 'dist'), join(pkg, 'dist'), { recursive: true });
@@ -15,7 +15,11 @@ symlinkSync(join(repoRoot, 'node_modules'), join(pkg, 'node_modules'));
 const run = (...args: string[]) => spawnSync(process.execPath, [join(pkg, 'dist', 'main.js'), ...args], { encoding: 'utf8', timeout: 20_000 });
 
 test('the copy really has no addon: starting a node says so', () => {
-  const r = run('--model', join(repoRoot, 'examples', 'tiny-llama'), '--device', 'host');
+  // A socket directory of its own: another daemon on the machine holding the default one's
+  // device lock would refuse this start first (E_DEVICE_LOCKED), before the addon is loaded.
+  const socketDir = freshSocketDir();
+  const r = run('--model', join(repoRoot, 'examples', 'tiny-llama'), '--device', 'host', '--weight-cache-socket-dir', socketDir);
+  rmSync(socketDir, { recursive: true, force: true });
   assert.is(r.status, 1, r.stderr);
   assert.match(r.stderr, /cannot load the native addon/);
 });
