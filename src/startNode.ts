@@ -2,7 +2,8 @@
 // The CLI (src/main.ts) is a thin layer over this.
 import type { Registry } from 'prom-client';
 import { createActor, type SnapshotFrom } from 'xstate';
-import { nodeActors, rankWorkerModule } from './actors/nodeActors.js';
+import { nodeActors, rankWorkerModule, warmRankWorkerModule } from './actors/nodeActors.js';
+import type { WarmRankWorkerData } from './actors/warmRankWorker.js';
 import { ServerRegistry } from './serve/serverRegistry.js';
 import { WorkerRegistry } from './models/workerRegistry.js';
 import { RankFailedError, receivedCode, WeightdError } from './errors.js';
@@ -184,7 +185,17 @@ export async function startNode(options: NodeOptions, { rankWorker = rankWorkerM
     mode === 'off'
       ? undefined
       : new KeeperLink({ ...config.keeper, mode, socket: keeperSocketPath(config, socketDir!), log, onBack: () => actor.send({ type: 'KEEPER_BACK' }) });
-  const input = { config, log, rankWorker, workers, servers, keeper: keeper && { socket: keeper.socket, ready: keeper.start() } };
+  const keeperReady = keeper?.start();
+  // The ranks' threads load their modules while the node plans (src/actors/warmRankWorker.ts):
+  // 100-140 ms of a start on the development VM. Not where a keeper was already running: a
+  // restart then most likely adopts its ranks' shards on this thread, with no worker at all.
+  const warmRanks = () => {
+    workers.warm(warmRankWorkerModule, config.localWorldSize, { warm: true, keeper: keeper !== undefined } satisfies WarmRankWorkerData);
+    log.debug({ threads: config.localWorldSize }, `started ${config.localWorldSize} rank thread(s) warm`);
+  };
+  if (!keeper) warmRanks();
+  else void keeperReady!.then(() => keeper.startedHere && warmRanks());
+  const input = { config, log, rankWorker, workers, servers, keeper: keeper && { socket: keeper.socket, ready: keeperReady! } };
   const actor = createActor(supervisorMachine.provide({ actors: nodeActors }), { input, inspect: feed.inspect });
   const status = () => statusOf(actor.getSnapshot(), config, servers, keeper);
   // The supervisor's top-level states, from the machine itself (the chart draws the same ones).
@@ -268,6 +279,8 @@ export async function startNode(options: NodeOptions, { rankWorker = rankWorkerM
         log.debug({ state: status.state }, 'supervisor state');
         for (const l of listeners) l(status);
         // Written versions the keeper held serve before the node says it is ready (ModelControl.restoreWritten).
+        // Warm threads no rank took are not needed once the node is ready.
+        if (status.state === 'ready') workers.dropWarm();
         if (status.state === 'ready') void restoreWritten(snap.context.prepared?.written).then(() => resolveReady(statusOf(actor.getSnapshot(), config, servers, keeper)));
       }
       if (snap.status === 'done') {

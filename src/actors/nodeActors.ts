@@ -14,6 +14,8 @@ import { rankServiceActor } from './rankServiceActor.js';
 
 /** What each rank actor's worker thread runs unless startNode is given another module. */
 export const rankWorkerModule = new URL('./rankWorker.js', import.meta.url);
+/** What a rank's thread started warm runs until it is handed its rank (src/models/workerRegistry.ts). */
+export const warmRankWorkerModule = new URL('./warmRankWorker.js', import.meta.url);
 
 export const nodeActors = {
   prepareNode,

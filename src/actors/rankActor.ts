@@ -5,7 +5,6 @@
 // A rank that can adopt its kept shard with no worker (a restart's fast path, adoptHere.ts) tries
 // that first, and starts its worker only when there is nothing to adopt; a version a writer just
 // committed on cuda with descriptors adopts with no worker at all (adoptWrittenHere).
-import { Worker } from 'node:worker_threads';
 import { fromCallback } from 'xstate';
 import { serializeError } from '../errors.js';
 import type { RankActorInput, RankCommand, RankEvent } from '../models/rankContract.js';
@@ -68,9 +67,8 @@ export const rankActor = fromCallback<RankCommand, RankActorInput, RankEvent>(({
 
   const startWorker = (keeperAsked?: RankWorkerData['keeperAsked']) => {
     const workerData = keeperAsked === undefined ? input.workerData : { ...input.workerData, keeperAsked };
-    const worker = new Worker(input.worker, { workerData, name: `weightd-rank-${localRank}` });
-    log.debug({ localRank }, `rank ${input.workerData.globalRank}: worker thread started`);
-    input.workers.track(worker);
+    const { worker, warm } = input.workers.start(input.worker, workerData);
+    log.debug({ localRank, warm }, `rank ${input.workerData.globalRank}: worker thread ${warm ? 'taken warm' : 'started'}`);
     worker.on('message', onMessage);
     worker.on('error', (err) => fail(serializeError(err)));
     worker.on('exit', (code) => {

@@ -4,7 +4,7 @@
 // KEEP_AGAIN throughout. The device's memory is freed when this thread frees it or exits, even
 // when it is terminated (the addon frees it at environment teardown); what a keeper holds
 // outlives it, except after a RELEASE, which drops it there too.
-import { parentPort, workerData } from 'node:worker_threads';
+import { parentPort } from 'node:worker_threads';
 import { createActor, fromPromise, type InputFrom } from 'xstate';
 import { serializeError } from '../errors.js';
 import { formatBytes } from '../inspect/loadProgress.js';
@@ -12,6 +12,7 @@ import { rankWorkerActors, rankWorkerMachine, tookKeptShard } from '../machines/
 import { addon } from '../native/addon.js';
 import type { MainToRank, RankToMain, RankWorkerData } from '../models/rankMessages.js';
 import { rankKeeping, type Post, type RankPhases } from './rankPhases.js';
+import { onMainMessage, rankWorkerData } from './rankThread.js';
 
 type InputOf<K extends keyof typeof rankWorkerActors> = InputFrom<(typeof rankWorkerActors)[K]>;
 
@@ -74,8 +75,8 @@ export function rankWorkerImplementations(phases: RankPhases, post: Post) {
 /** Runs this worker thread as a rank with these phases; answers RELEASE, STOP, KEEP, UNKEEP and KEEP_AGAIN throughout. */
 export function runRankPhases(phases: RankPhases): void {
   const port = parentPort!;
-  const rank = startRankMachine(phases, workerData as RankWorkerData, (m) => port.postMessage(m), () => port.close());
-  port.on('message', (m: MainToRank) => rank.send(m));
+  const rank = startRankMachine(phases, rankWorkerData(), (m) => port.postMessage(m), () => port.close());
+  onMainMessage((m) => rank.send(m));
 }
 
 /**

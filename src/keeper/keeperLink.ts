@@ -65,6 +65,11 @@ export class KeeperLink {
     return { ...this.#status };
   }
 
+  /** Whether this link started the keeper (so it holds nothing of an earlier daemon). */
+  get startedHere(): boolean {
+    return this.#spawned !== undefined;
+  }
+
   /** Finds (or starts) the keeper. Never throws: a node without its keeper still serves. */
   start(): Promise<void> {
     this.#starting = this.#connect(false);

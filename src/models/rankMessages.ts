@@ -132,6 +132,17 @@ export type RankToMain =
  * segments now, so a restart meanwhile does not bring it back; the rank's own memory stays
  * until its last lease ends.
  */
+/**
+ * The first message to a rank's worker thread started warm (src/actors/warmRankWorker.ts): the
+ * rank it now is, and the module to run as it (what a thread started for its rank is given as
+ * its filename and workerData).
+ */
+export interface WarmRankStart {
+  type: 'START';
+  module: string;
+  data: RankWorkerData;
+}
+
 export type MainToRank = { type: 'RELEASE' } | { type: 'STOP' } | { type: 'KEEP_AGAIN'; currentSince?: number } | { type: 'ADMIT' } | { type: 'KEEP' } | { type: 'UNKEEP' };
 
 /** How the rank's bytes came to be resident: filled from the checkpoint, or adopted from a keeper. */

@@ -1,12 +1,21 @@
-import type { Worker } from 'node:worker_threads';
+import { Worker } from 'node:worker_threads';
+import type { RankWorkerData, WarmRankStart } from './rankMessages.js';
 
 /**
  * Every worker thread a node started, so that stopping or failing the node can wait until
  * each one has really exited (and its addon instance has freed the device) before the process
  * reports done. xstate runs actor cleanups synchronously; a worker's exit is asynchronous.
+ *
+ * It also starts the ranks' threads: warm ones, started before the node knows its ranks
+ * (src/actors/warmRankWorker.ts), are handed a rank when one starts, so that loading a thread's
+ * modules overlaps the node's planning instead of following it.
  */
 export class WorkerRegistry {
   readonly #exits = new Set<Promise<void>>();
+  /** Warm threads no rank took yet, by the local rank they are for. */
+  readonly #warm = new Map<number, Worker>();
+  /** Set once the node drains: no thread starts warm after that. */
+  #draining = false;
 
   track(worker: Worker): void {
     const exited = new Promise<void>((resolve) => worker.once('exit', () => resolve()));
@@ -18,7 +27,50 @@ export class WorkerRegistry {
     return this.#exits.size;
   }
 
+  /**
+   * Starts a warm thread running `module` (src/actors/warmRankWorker.ts) for each local rank in
+   * 0..count-1 that has none. A thread that fails or exits before a rank takes it is forgotten:
+   * its rank then starts a thread of its own, which meets the same failure as a rank's.
+   */
+  warm(module: URL, count: number, workerData: object): void {
+    if (this.#draining) return;
+    for (let localRank = 0; localRank < count; localRank++) {
+      if (this.#warm.has(localRank)) continue;
+      const worker = new Worker(module, { workerData, name: `weightd-rank-${localRank}` });
+      this.track(worker);
+      const forget = () => {
+        if (this.#warm.get(localRank) === worker) this.#warm.delete(localRank);
+      };
+      worker.on('error', forget);
+      worker.once('exit', forget);
+      this.#warm.set(localRank, worker);
+    }
+  }
+
+  /** A thread for local rank `data.localRank` running `module`: the warm one (`warm`), or one started now. */
+  start(module: URL, data: RankWorkerData): { worker: Worker; warm: boolean } {
+    const warm = this.#warm.get(data.localRank);
+    if (warm) {
+      this.#warm.delete(data.localRank);
+      // The warm thread's own 'error' listener stays (it only forgets); the rank's come next.
+      const start: WarmRankStart = { type: 'START', module: module.href, data };
+      warm.postMessage(start);
+      return { worker: warm, warm: true };
+    }
+    const worker = new Worker(module, { workerData: data, name: `weightd-rank-${data.localRank}` });
+    this.track(worker);
+    return { worker, warm: false };
+  }
+
+  /** Ends the warm threads no rank took (the node is ready, or stops). */
+  dropWarm(): void {
+    for (const worker of this.#warm.values()) void worker.terminate();
+    this.#warm.clear();
+  }
+
   async drain(): Promise<void> {
+    this.#draining = true;
+    this.dropWarm();
     while (this.#exits.size) await Promise.all([...this.#exits]);
   }
 }

@@ -6,6 +6,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { createServer, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { Worker } from 'node:worker_threads';
 import pino from 'pino';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
@@ -40,7 +41,13 @@ for (const command of ['RANK_STOP', 'RANK_RELEASE then RANK_STOP'] as const) {
         keeper: { socket, model: 'm', writer: 'test' },
       } as unknown as RankWorkerData,
       log: pino({ level: 'silent' }),
-      workers: { track: (w: unknown) => void started.push(w) } as unknown as WorkerRegistry,
+      workers: {
+        start: (module: URL, data: RankWorkerData) => {
+          const worker = new Worker(module, { workerData: data });
+          started.push(worker);
+          return { worker, warm: false };
+        },
+      } as unknown as WorkerRegistry,
     };
     let stopped!: () => void;
     const rankStopped = new Promise<void>((resolve) => (stopped = resolve));
