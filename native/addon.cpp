@@ -21,6 +21,7 @@
 #include "fill_args.h"
 #include "fill_job.h"
 #include "page_cache.h"
+#include "sampled_digest.h"
 #include "host_digest_group.h"
 #include "host_mapping.h"
 #include "peer_credentials.h"
@@ -436,6 +437,7 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::EndCudaWarmup>>("endCudaWarmup"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::PageCacheResidency>>("pageCacheResidency"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::DigestFiles>>("digestFiles"),
+                             InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::SampleDigest>>("sampleDigest"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::CudaOpenIpc>>("cudaOpenIpc"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::CudaOpenFd>>("cudaOpenFd"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::CudaCloseIpc>>("cudaCloseIpc"),
@@ -915,6 +917,37 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
           Napi::Array out = Napi::Array::New(e, digests.size());
           for (uint32_t i = 0; i < digests.size(); ++i) out.Set(i, digests[i]);
           return out;
+        });
+  }
+
+  // sampleDigest(fd: number, ranges: Float64Array, mergeGap: number) ->
+  //   Promise<{ digest } | { endedAt } | { failedAt, reason }>: the caller names the file in its errors.
+  Napi::Value SampleDigest(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    int fd = toBounded<int>(info[0], "fd");
+    if (!info[1].IsTypedArray() || info[1].As<Napi::TypedArray>().TypedArrayType() != napi_float64_array) {
+      throw Napi::TypeError::New(env, "sampleDigest(fd, ranges: Float64Array of [begin, end) pairs, mergeGap)");
+    }
+    Napi::Float64Array f = info[1].As<Napi::Float64Array>();
+    if (f.ElementLength() % 2 != 0) throw Napi::RangeError::New(env, "ranges must hold [begin, end) pairs, got " + std::to_string(f.ElementLength()) + " numbers");
+    std::vector<uint64_t> ranges(f.ElementLength());
+    for (size_t i = 0; i < ranges.size(); ++i) {
+      if (!isSafeU64(f[i])) throw Napi::RangeError::New(env, "ranges[" + std::to_string(i) + "] is not a non-negative safe integer");
+      ranges[i] = static_cast<uint64_t>(f[i]);
+      if (i > 0 && ranges[i] < ranges[i - 1]) throw Napi::RangeError::New(env, "ranges must be ascending and disjoint: ranges[" + std::to_string(i) + "] goes back");
+    }
+    uint64_t mergeGap = toU64(info[2], "mergeGap");
+    return PromiseJob<SampledDigest>::start(
+        env, [fd, ranges, mergeGap] { return sampledDigest(fd, ranges, mergeGap); },
+        [](Napi::Env e, const SampledDigest& d) {
+          Napi::Object o = Napi::Object::New(e);
+          if (!d.digest.empty()) o.Set("digest", d.digest);
+          if (d.endedAt >= 0) o.Set("endedAt", static_cast<double>(d.endedAt));
+          if (d.failedAt >= 0) {
+            o.Set("failedAt", static_cast<double>(d.failedAt));
+            o.Set("reason", d.reason);
+          }
+          return o;
         });
   }
 

@@ -10,19 +10,6 @@
 
 namespace weightd {
 
-namespace {
-
-std::string hex(const unsigned char* bytes, size_t n) {
-  static const char* digits = "0123456789abcdef";
-  std::string out(2 * n, '0');
-  for (size_t i = 0; i < n; ++i) {
-    out[2 * i] = digits[bytes[i] >> 4];
-    out[2 * i + 1] = digits[bytes[i] & 15];
-  }
-  return out;
-}
-
-}  // namespace
 
 ContentDigests::ContentDigests(std::vector<TensorRange> tensors, const FileSet& files) : tensors_(std::move(tensors)) {
   index(files.size(), [&](uint32_t f) { return files.fileSize(f); }, [&](uint32_t f) { return files.path(f); });
@@ -107,7 +94,7 @@ std::vector<std::string> ContentDigests::tensorDigests() const {
     size_t count = static_cast<size_t>((n + kPieceBytes - 1) / kPieceBytes);
     unsigned char digest[16];
     xxh3_128(&digests_[16 * tensorFirst_[t]], 16 * count, digest);
-    out.push_back(hex(digest, sizeof digest));
+    out.push_back(hexOf(digest, sizeof digest));
   }
   return out;
 }

@@ -33,4 +33,14 @@ void xxh3_128(const void* data, size_t length, unsigned char* out) {
   hash(data, length, out);
 }
 
+std::string hexOf(const unsigned char* bytes, size_t n) {
+  static const char* digits = "0123456789abcdef";
+  std::string out(2 * n, '0');
+  for (size_t i = 0; i < n; ++i) {
+    out[2 * i] = digits[bytes[i] >> 4];
+    out[2 * i + 1] = digits[bytes[i] & 15];
+  }
+  return out;
+}
+
 }  // namespace weightd

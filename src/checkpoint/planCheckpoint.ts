@@ -35,6 +35,11 @@ export interface PlanOptions {
   /** A header-parsing pool to reuse (see parseShards.createHeaderPool); otherwise one is made when needed. */
   pool?: Piscina<HeaderTask, HeaderResult>;
   /**
+   * Sample the tensors' bytes for the content fingerprint with the addon, on libuv threads
+   * (a daemon, which has it loaded), rather than in a pool of worker threads (sampleShards).
+   */
+  sampleWithAddon?: boolean;
+  /**
    * How each rank's arena is cut when the plan file sets no segmentBytes (arenaSegmentBytes.ts;
    * default 'whole'). A function picks once the ranks' fingerprints are known: a restart cuts an
    * arena as the shards a keeper holds for it were cut, so that it adopts them.
@@ -320,7 +325,7 @@ export async function planCheckpoint(modelDir: string, opts: PlanOptions): Promi
   // The only step that reads tensor bytes, started once the headers are known good: it runs in
   // the pool while this thread plans (at 50k tensors each took hundreds of ms, one after the
   // other). A plan that fails leaves it to finish unheard.
-  const sampling = sampleShards(headers, opts.pool);
+  const sampling = sampleShards(headers, opts.pool, opts.sampleWithAddon);
   sampling.catch(() => {});
   await yieldToEventLoop();
 

@@ -10,7 +10,8 @@
 import { closeSync, readSync } from 'node:fs';
 import { xxh3 } from '@node-rs/xxhash';
 import { CheckpointError } from '../errors.js';
-import { openRegularFileSync } from '../files/openRegularFile.js';
+import { openRegularFile, openRegularFileSync } from '../files/openRegularFile.js';
+import { addon } from '../native/addon.js';
 
 /** Bytes hashed at each end of every tensor (all of a tensor of at most twice this). */
 export const SAMPLE_EDGE_BYTES = 128;
@@ -93,8 +94,7 @@ export function fileContentDigest(path: string, spans: readonly number[], totalD
     // The one regular-file rule: a shard swapped for a FIFO since it was planned must not block this thread.
     ({ fd } = openRegularFileSync(path));
   } catch (err) {
-    if (err instanceof CheckpointError) throw err;
-    throw new CheckpointError('E_ST_IO', `${path}: cannot open to sample its tensors: ${(err as Error).message}`, { file: path });
+    throw cannotOpen(path, err);
   }
   try {
     let at = 0;
@@ -116,6 +116,41 @@ export function fileContentDigest(path: string, spans: readonly number[], totalD
   return xxh3.xxh128(sample).toString(16).padStart(32, '0');
 }
 
+/**
+ * fileContentDigest, its reads and hash made by the addon on a libuv thread
+ * (native/sampled_digest.h): for a daemon, which then starts no worker thread to sample.
+ */
+export async function fileContentDigestNative(path: string, spans: readonly number[], totalDataBytes: number, dataBefore: number): Promise<string> {
+  const ranges = sampleRanges(spans, totalDataBytes, dataBefore);
+  let file;
+  try {
+    file = await openRegularFile(path);
+  } catch (err) {
+    throw cannotOpen(path, err);
+  }
+  try {
+    const r = await addon().sampleDigest(file.fh.fd, Float64Array.from(ranges), MERGE_GAP_BYTES);
+    if (r.digest !== undefined) return r.digest;
+    if (r.endedAt !== undefined) throw endedEarly(path, r.endedAt);
+    throw readFailed(path, r.failedAt!, r.reason!);
+  } finally {
+    await file.fh.close();
+  }
+}
+
+function cannotOpen(path: string, err: unknown): CheckpointError {
+  if (err instanceof CheckpointError) return err;
+  return new CheckpointError('E_ST_IO', `${path}: cannot open to sample its tensors: ${(err as Error).message}`, { file: path });
+}
+
+function readFailed(path: string, offset: number, reason: string): CheckpointError {
+  return new CheckpointError('E_ST_IO', `${path}: cannot read tensor bytes at ${offset}: ${reason}`, { file: path });
+}
+
+function endedEarly(path: string, offset: number): CheckpointError {
+  return new CheckpointError('E_ST_DATA_TRUNCATED', `${path}: the file ended at byte ${offset} while its tensors' bytes were sampled; it is shorter than its header says (truncated, or changed while being read): download it again`, { file: path, offset });
+}
+
 function readFully(fd: number, path: string, buf: Buffer, length: number, position: number): void {
   let done = 0;
   while (done < length) {
@@ -123,11 +158,9 @@ function readFully(fd: number, path: string, buf: Buffer, length: number, positi
     try {
       n = readSync(fd, buf, done, length - done, position + done);
     } catch (err) {
-      throw new CheckpointError('E_ST_IO', `${path}: cannot read tensor bytes at ${position + done}: ${(err as Error).message}`, { file: path });
+      throw readFailed(path, position + done, (err as Error).message);
     }
-    if (n === 0) {
-      throw new CheckpointError('E_ST_DATA_TRUNCATED', `${path}: the file ended at byte ${position + done} while its tensors' bytes were sampled; it is shorter than its header says (truncated, or changed while being read): download it again`, { file: path, offset: position + done });
-    }
+    if (n === 0) throw endedEarly(path, position + done);
     done += n;
   }
 }

@@ -162,7 +162,7 @@ type Segments = NonNullable<PlanOptions['segments']>;
 /** Plans the checkpoint of `spec` at its tp size from its files, logging this node's share of its ranks. */
 async function planSpec(spec: ModelSpec, localRanks: { nodeRank: number; localWorldSize: number }, segments: Segments, log: Logger): Promise<CheckpointPlan> {
   const started = performance.now();
-  const plan = await planCheckpoint(spec.modelDir, { tpSize: spec.tpSize, planFile: spec.planFile, layouts: spec.layouts, segments });
+  const plan = await planCheckpoint(spec.modelDir, { tpSize: spec.tpSize, planFile: spec.planFile, layouts: spec.layouts, segments, sampleWithAddon: true });
   logPlanned(spec, localRanks, plan, started, 'headers', log);
   return plan;
 }

@@ -416,6 +416,12 @@ export interface Addon {
   pageCacheResidency(paths: string[]): Promise<{ residentBytes: number; sampledBytes: number; totalBytes: number }>;
   /** The digests of `tensorRanges` read from disk (through the page cache) on `threads` threads: what a fill of them reports. */
   digestFiles(paths: string[], tensorRanges: PackedTensorRanges, threads: number): Promise<string[]>;
+  /**
+   * The `content` fingerprint's digest of one file's sampled `ranges` ([begin, end) pairs,
+   * ascending; src/checkpoint/sampleContent.ts), read from `fd` with one read per run of ranges at
+   * most `mergeGap` apart; or where the file ended, or which read failed and why.
+   */
+  sampleDigest(fd: number, ranges: Float64Array, mergeGap: number): Promise<{ digest?: string; endedAt?: number; failedAt?: number; reason?: string }>;
   /** Opens another process's legacy IPC handle (base64) on a visible device. */
   cudaOpenIpc(deviceIndex: number, handle: string): CudaIpcMapping;
   /**

@@ -10,7 +10,7 @@ import { BUILTIN_RULES, PROTOCOL_VERSION, rankFingerprint, sha256Hex } from '../
 import { parseShards, sampleShards, createHeaderPool } from '../../src/checkpoint/parseShards.js';
 import { parseSafetensors } from '../../src/checkpoint/parseSafetensors.js';
 import { planCheckpoint } from '../../src/checkpoint/planCheckpoint.js';
-import { SAMPLE_BLOCK_BUDGET, SAMPLE_BLOCK_BYTES, SAMPLE_EDGE_BYTES, SAMPLE_WHOLE_LIMIT, sampleRanges } from '../../src/checkpoint/sampleContent.js';
+import { fileContentDigest, fileContentDigestNative, SAMPLE_BLOCK_BUDGET, SAMPLE_BLOCK_BYTES, SAMPLE_EDGE_BYTES, SAMPLE_WHOLE_LIMIT, sampleRanges } from '../../src/checkpoint/sampleContent.js';
 import { FAMILIES } from '../../src/checkpoint/tpRules.js';
 import { CheckpointError } from '../../src/errors.js';
 import type { CheckpointPlan } from '../../src/checkpoint/types.js';
@@ -121,7 +121,8 @@ test('a file cut short after its header was read fails the sampling instead of m
   const header = await parseSafetensors(file);
   truncateSync(file, header.fileSize - 10);
   await rejectsWith(() => sampleShards([header]), CheckpointError, 'E_ST_DATA_TRUNCATED', file);
-  // Through the pool too, with the error's class and code intact.
+  // Through the addon (a daemon's planning) and the pool too, with the error's class and code intact.
+  await rejectsWith(() => sampleShards([header], undefined, true), CheckpointError, 'E_ST_DATA_TRUNCATED', file);
   const pool = createHeaderPool(1);
   try {
     await rejectsWith(() => sampleShards([header], pool), CheckpointError, 'E_ST_DATA_TRUNCATED', file);
@@ -130,11 +131,21 @@ test('a file cut short after its header was read fails the sampling instead of m
   }
 });
 
-test('sampling in a pool gives the digests sampling inline gives', async () => {
+test('sampling in a pool, and by the addon, gives the digests sampling inline gives', async () => {
   const headers = await parseShards([join(root, 'a', 'model-00001-of-00002.safetensors'), join(root, 'a', 'model-00002-of-00002.safetensors')]);
   const pool = createHeaderPool(1);
   try {
-    assert.equal(await sampleShards(headers, pool), await sampleShards(headers));
+    const inline = await sampleShards(headers);
+    assert.equal(await sampleShards(headers, pool), inline);
+    assert.equal(await sampleShards(headers, undefined, true), inline);
+    // The addon's reads and hash, file by file, in both regimes: whole, and edges and blocks
+    // (as in a checkpoint past SAMPLE_WHOLE_LIMIT, which these tensors are a part of).
+    for (const h of headers) {
+      const spans = h.tensors.flatMap((t) => [t.begin, t.end]);
+      for (const total of [1, 1e12]) {
+        assert.is(await fileContentDigestNative(h.path, spans, total, 0), fileContentDigest(h.path, spans, total, 0), `${h.path}, ${total} bytes in all`);
+      }
+    }
   } finally {
     await pool.destroy();
   }

@@ -20,12 +20,15 @@ for (const c of vectors.cases) {
       const { modelDir, planFile } = materialize(vectors, c, root);
       if (c.error) {
         await rejectsWith(() => planCheckpoint(modelDir, { tpSize: c.tpSize, planFile }), CheckpointError, 'E_ST_DATA_TRUNCATED');
+        await rejectsWith(() => planCheckpoint(modelDir, { tpSize: c.tpSize, planFile, sampleWithAddon: true }), CheckpointError, 'E_ST_DATA_TRUNCATED');
         return;
       }
       const want = c.expected!;
       const plan = await planCheckpoint(modelDir, { tpSize: c.tpSize, planFile });
       assert.equal(plan.fingerprintFields, want.fields);
       assert.is(plan.fingerprint, want.checkpointFingerprint);
+      // A daemon's planning samples with the addon: the same fields.
+      assert.equal((await planCheckpoint(modelDir, { tpSize: c.tpSize, planFile, sampleWithAddon: true })).fingerprintFields, want.fields);
       for (const [rank, r] of want.ranks.entries()) {
         const expected = await expectedFingerprint(modelDir, c.tpSize, rank, planFile);
         assert.is(expected.fingerprint, r.fingerprint);
