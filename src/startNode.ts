@@ -186,15 +186,6 @@ export async function startNode(options: NodeOptions, { rankWorker = rankWorkerM
       ? undefined
       : new KeeperLink({ ...config.keeper, mode, socket: keeperSocketPath(config, socketDir!), log, onBack: () => actor.send({ type: 'KEEPER_BACK' }) });
   const keeperReady = keeper?.start();
-  // The ranks' threads load their modules while the node plans (src/actors/warmRankWorker.ts):
-  // 100-140 ms of a start on the development VM. Not where a keeper was already running: a
-  // restart then most likely adopts its ranks' shards on this thread, with no worker at all.
-  const warmRanks = () => {
-    workers.warm(warmRankWorkerModule, config.localWorldSize, { warm: true, keeper: keeper !== undefined } satisfies WarmRankWorkerData);
-    log.debug({ threads: config.localWorldSize }, `started ${config.localWorldSize} rank thread(s) warm`);
-  };
-  if (!keeper) warmRanks();
-  else void keeperReady!.then(() => keeper.startedHere && warmRanks());
   const input = { config, log, rankWorker, workers, servers, keeper: keeper && { socket: keeper.socket, ready: keeperReady! } };
   const actor = createActor(supervisorMachine.provide({ actors: nodeActors }), { input, inspect: feed.inspect });
   const status = () => statusOf(actor.getSnapshot(), config, servers, keeper);
@@ -302,6 +293,17 @@ export async function startNode(options: NodeOptions, { rankWorker = rankWorkerM
     },
   });
   actor.start();
+  // The ranks' threads load their modules while the node plans (src/actors/warmRankWorker.ts):
+  // 100-140 ms of a start on the development VM, 150-200 ms on an H100 machine. Only once the
+  // machine runs, whose end drains them: a start refused before (a port in use) leaves none.
+  // Not where a keeper was already running: a restart then most likely adopts its ranks'
+  // shards on this thread, with no worker at all.
+  const warmRanks = () => {
+    const threads = workers.warm(warmRankWorkerModule, config.localWorldSize, { warm: true, keeper: keeper !== undefined } satisfies WarmRankWorkerData);
+    if (threads > 0) log.debug({ threads }, `started ${threads} rank thread(s) warm`);
+  };
+  if (!keeper) warmRanks();
+  else void keeperReady!.then(() => keeper.startedHere && warmRanks());
 
   return {
     config,

@@ -68,7 +68,7 @@ export const rankActor = fromCallback<RankCommand, RankActorInput, RankEvent>(({
   const startWorker = (keeperAsked?: RankWorkerData['keeperAsked']) => {
     const workerData = keeperAsked === undefined ? input.workerData : { ...input.workerData, keeperAsked };
     const { worker, warm } = input.workers.start(input.worker, workerData);
-    log.debug({ localRank, warm }, `rank ${input.workerData.globalRank}: worker thread ${warm ? 'taken warm' : 'started'}`);
+    log.debug({ localRank, warm }, `rank ${input.workerData.globalRank}: worker thread started${warm ? ' (warm: it loaded its modules while the node planned)' : ''}`);
     worker.on('message', onMessage);
     worker.on('error', (err) => fail(serializeError(err)));
     worker.on('exit', (code) => {

@@ -29,13 +29,15 @@ export class WorkerRegistry {
 
   /**
    * Starts a warm thread running `module` (src/actors/warmRankWorker.ts) for each local rank in
-   * 0..count-1 that has none. A thread that fails or exits before a rank takes it is forgotten:
+   * 0..count-1 that has none, unless the node drains; returns how many it started. A thread that fails or exits before a rank takes it is forgotten:
    * its rank then starts a thread of its own, which meets the same failure as a rank's.
    */
-  warm(module: URL, count: number, workerData: object): void {
-    if (this.#draining) return;
+  warm(module: URL, count: number, workerData: object): number {
+    if (this.#draining) return 0;
+    let started = 0;
     for (let localRank = 0; localRank < count; localRank++) {
       if (this.#warm.has(localRank)) continue;
+      started++;
       const worker = new Worker(module, { workerData, name: `weightd-rank-${localRank}` });
       this.track(worker);
       const forget = () => {
@@ -45,6 +47,7 @@ export class WorkerRegistry {
       worker.once('exit', forget);
       this.#warm.set(localRank, worker);
     }
+    return started;
   }
 
   /** A thread for local rank `data.localRank` running `module`: the warm one (`warm`), or one started now. */

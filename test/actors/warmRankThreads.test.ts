@@ -3,11 +3,15 @@
 // with its own data, and misses no message the main thread sent before that module listened.
 // A node takes one per local rank when nothing could be adopted, none when a keeper was already
 // running, and leaves no warm thread behind once ready or stopped.
+import { readdirSync } from 'node:fs';
+import { createServer, type AddressInfo } from 'node:net';
 import { threadId } from 'node:worker_threads';
+import pino from 'pino';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { warmRankWorkerModule } from '../../src/actors/nodeActors.js';
 import { startNode } from '../../src/index.js';
+import type { UsageError } from '../../src/errors.js';
 import type { MainToRank, RankWorkerData } from '../../src/models/rankMessages.js';
 import { WorkerRegistry } from '../../src/models/workerRegistry.js';
 import { KeeperClient } from '../../src/keeper/keeperClient.js';
@@ -85,17 +89,41 @@ test('a rank takes its warm thread, runs its own module with its own data there,
 
 test('warm threads no rank took are ended: by dropWarm, and by drain; none starts warm once the node drains', async () => {
   const workers = new WorkerRegistry();
-  workers.warm(warmRankWorkerModule, 2, { warm: true, keeper: false });
+  assert.is(workers.warm(warmRankWorkerModule, 2, { warm: true, keeper: false }), 2);
+  assert.is(workers.warm(warmRankWorkerModule, 2, { warm: true, keeper: false }), 0, 'each local rank has one already');
   assert.is(workers.size, 2);
   workers.dropWarm();
   await workers.drain();
   assert.is(workers.size, 0);
-  workers.warm(warmRankWorkerModule, 2, { warm: true, keeper: false });
+  assert.is(workers.warm(warmRankWorkerModule, 2, { warm: true, keeper: false }), 0);
   assert.is(workers.size, 0, 'a node that stopped starts no thread');
   const own = workers.start(ECHO_RANK, rank(0));
   assert.is(own.warm, false);
   await own.worker.terminate();
   await workers.drain();
+});
+
+test('a start refused before its machine runs (its inspect port in use) leaves no thread behind', async () => {
+  const blocker = createServer();
+  await new Promise<void>((resolve) => blocker.listen(0, '127.0.0.1', resolve));
+  const port = (blocker.address() as AddressInfo).port;
+  const dir = makeTempDir('warmrefused');
+  const refused = () =>
+    startNode({ model: exampleModel, device: 'host', tensorParallelSize: 2, socketDir: `${dir}/s`, logger: pino({ level: 'silent' }), progress: false, inspect: { port } }).then(
+      () => assert.unreachable('started'),
+      (err: UsageError) => assert.is(err.code, 'E_INSPECT_BIND'),
+    );
+  const threads = () => readdirSync('/proc/self/task').length;
+  try {
+    // The first start makes the threads any start makes (libuv's pool): the second is counted.
+    await refused();
+    const before = threads();
+    await refused();
+    assert.is(threads(), before);
+  } finally {
+    blocker.close();
+    removeDir(dir);
+  }
 });
 
 test('a node takes a warm thread per local rank; a restart that finds its keeper running starts none, and adopts', async () => {
@@ -113,8 +141,8 @@ test('a node takes a warm thread per local rank; a restart that finds its keeper
       // The ranks start in either order.
       taken(first.lines).map((l) => [l.msg, l.warm]).sort(),
       [
-        ['rank 0: worker thread taken warm', true],
-        ['rank 1: worker thread taken warm', true],
+        ['rank 0: worker thread started (warm: it loaded its modules while the node planned)', true],
+        ['rank 1: worker thread started (warm: it loaded its modules while the node planned)', true],
         ['started 2 rank thread(s) warm', undefined],
       ],
     );

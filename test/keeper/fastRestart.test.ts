@@ -25,7 +25,7 @@ import { httpGet } from '../inspect/httpGet.js';
 import { runClient } from '../client/runClient.js';
 import { runFixture } from '../helpers/runFixture.js';
 
-const WORKER_STARTED = /"msg":"rank \d+: worker thread started"/;
+const WORKER_STARTED = /"msg":"rank \d+: worker thread started/;
 /** The plan line of a start that read and checked every safetensors header (the example has 2 files), and of one that read none. */
 const PLANNED_FROM_HEADERS = /"from":"headers","headersRead":2,[^\n]*"msg":"checkpoint planned"/;
 const PLANNED_FROM_KEEPER = /"from":"keeper","headersRead":0,[^\n]*"msg":"checkpoint planned"/;
