@@ -13,7 +13,13 @@ import type { RankPlan } from './types.js';
 export function arenaTensorDigests(rank: Pick<RankPlan, 'tensors' | 'ops' | 'contentTensors'>, contentDigests: readonly string[]): (string | undefined)[] {
   // Each file's checkpoint tensors by start, to find those an op's source range holds.
   const byFile = new Map<number, number[]>();
-  rank.contentTensors.ranges.forEach((r, i) => byFile.set(r.file, [...(byFile.get(r.file) ?? []), i]));
+  // Pushed, not copied: a copy per tensor made this quadratic, 1.1 s and 2 s of GC at 50,438
+  // tensors between a rank's fill and its serving (bench/RESULTS.md, issue 33).
+  for (const [i, r] of rank.contentTensors.ranges.entries()) {
+    const list = byFile.get(r.file);
+    if (list) list.push(i);
+    else byFile.set(r.file, [i]);
+  }
   for (const list of byFile.values()) list.sort((a, b) => rank.contentTensors.ranges[a]!.start - rank.contentTensors.ranges[b]!.start);
   const inArena = new Map<string, string | undefined>();
   for (const op of rank.ops) {
