@@ -8,10 +8,10 @@ import type { Piscina } from 'piscina';
 import { deserializeError } from '../errors.js';
 import type { ContentJob, HeaderResult, HeaderTask } from './headerWorker.js';
 import { parseSafetensors, type SafetensorsHeader } from './parseSafetensors.js';
-import { fileContentDigest, fileContentDigestNative, SAMPLE_WHOLE_LIMIT } from './sampleContent.js';
+import { fileContentDigest, SAMPLE_WHOLE_LIMIT, type FileSampler } from './sampleContent.js';
 
-/** Shards sampled at once by the addon (sampleShards' `withAddon`): each holds a descriptor while it reads. */
-const ADDON_SAMPLES_AT_ONCE = 8;
+/** Shards sampled at once by a `sampler` (sampleShards): each holds a descriptor while it reads. */
+const SAMPLED_AT_ONCE = 8;
 
 /**
  * Up to this many shards are parsed on the calling thread. Starting workers costs ~30-50 ms,
@@ -53,14 +53,14 @@ export async function parseShards(paths: string[], pool?: Piscina<HeaderTask, He
 
 /**
  * Each shard's content digest (sampleContent.ts), in file order. Sampling a real checkpoint
- * makes thousands of blocking reads, so it runs off this thread: `withAddon` (a daemon), always
- * by the addon on libuv threads; else in the pool, but for a checkpoint small enough to be
- * hashed whole (a few MiB, tests and examples), sampled here in less time than a worker takes
- * to start. Starting
+ * makes thousands of blocking reads, so it runs off this thread: by `sampler` where given (a
+ * daemon's reads on libuv threads, src/native/sampleDigest.ts), else in the pool, but for a
+ * checkpoint small enough to be hashed whole (a few MiB, tests and examples), sampled here in
+ * less time than a worker takes to start. Starting
  * the pool's workers cost more than the sampling itself: an 8.56 GB, 4-shard checkpoint planned
  * in 163 ms on an H100 machine, most of it four workers starting (bench/RESULTS.md, issue 33).
  */
-export async function sampleShards(headers: SafetensorsHeader[], pool?: Piscina<HeaderTask, HeaderResult>, withAddon = false): Promise<string[]> {
+export async function sampleShards(headers: SafetensorsHeader[], pool?: Piscina<HeaderTask, HeaderResult>, sampler?: FileSampler): Promise<string[]> {
   const dataBytes = headers.map((h) => h.tensors.reduce((s, t) => s + (t.end - t.begin), 0));
   const totalDataBytes = dataBytes.reduce((a, b) => a + b, 0);
   let dataBefore = 0;
@@ -69,13 +69,13 @@ export async function sampleShards(headers: SafetensorsHeader[], pool?: Piscina<
     dataBefore += dataBytes[i]!;
     return job;
   });
-  if (withAddon) {
+  if (sampler) {
     const digests: string[] = new Array<string>(jobs.length);
     let next = 0;
     const lane = async (): Promise<void> => {
-      for (let i = next++; i < jobs.length; i = next++) digests[i] = await fileContentDigestNative(jobs[i]!.path, jobs[i]!.spans, jobs[i]!.totalDataBytes, jobs[i]!.dataBefore);
+      for (let i = next++; i < jobs.length; i = next++) digests[i] = await sampler(jobs[i]!.path, jobs[i]!.spans, jobs[i]!.totalDataBytes, jobs[i]!.dataBefore);
     };
-    await Promise.all(Array.from({ length: Math.min(ADDON_SAMPLES_AT_ONCE, jobs.length) }, lane));
+    await Promise.all(Array.from({ length: Math.min(SAMPLED_AT_ONCE, jobs.length) }, lane));
     return digests;
   }
   if (!pool && totalDataBytes <= SAMPLE_WHOLE_LIMIT) return jobs.map((j) => fileContentDigest(j.path, j.spans, j.totalDataBytes, j.dataBefore));

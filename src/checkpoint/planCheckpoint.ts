@@ -10,6 +10,7 @@ import { fileIdentities } from '../files/fileIdentity.js';
 import type { HeaderResult, HeaderTask } from './headerWorker.js';
 import type { SafetensorsTensor } from './parseSafetensors.js';
 import { parseShards, sampleShards } from './parseShards.js';
+import type { FileSampler } from './sampleContent.js';
 import { checkTensorsAgainstIndex, INDEX_FILE, readCheckpointIndex } from './readCheckpointIndex.js';
 import { readModelConfig, type ModelConfig } from './readModelConfig.js';
 import { readPlanFile } from './readPlanFile.js';
@@ -35,10 +36,10 @@ export interface PlanOptions {
   /** A header-parsing pool to reuse (see parseShards.createHeaderPool); otherwise one is made when needed. */
   pool?: Piscina<HeaderTask, HeaderResult>;
   /**
-   * Sample the tensors' bytes for the content fingerprint with the addon, on libuv threads
-   * (a daemon, which has it loaded), rather than in a pool of worker threads (sampleShards).
+   * Who samples the tensors' bytes for the content fingerprint, where not the pool (sampleShards):
+   * a daemon's addon, on libuv threads (src/native/sampleDigest.ts).
    */
-  sampleWithAddon?: boolean;
+  sampler?: FileSampler;
   /**
    * How each rank's arena is cut when the plan file sets no segmentBytes (arenaSegmentBytes.ts;
    * default 'whole'). A function picks once the ranks' fingerprints are known: a restart cuts an
@@ -325,7 +326,7 @@ export async function planCheckpoint(modelDir: string, opts: PlanOptions): Promi
   // The only step that reads tensor bytes, started once the headers are known good: it runs in
   // the pool while this thread plans (at 50k tensors each took hundreds of ms, one after the
   // other). A plan that fails leaves it to finish unheard.
-  const sampling = sampleShards(headers, opts.pool, opts.sampleWithAddon);
+  const sampling = sampleShards(headers, opts.pool, opts.sampler);
   sampling.catch(() => {});
   await yieldToEventLoop();
 

@@ -11,7 +11,6 @@ import { closeSync, readSync } from 'node:fs';
 import { xxh3 } from '@node-rs/xxhash';
 import { CheckpointError } from '../errors.js';
 import { openRegularFile, openRegularFileSync } from '../files/openRegularFile.js';
-import { addon } from '../native/addon.js';
 
 /** Bytes hashed at each end of every tensor (all of a tensor of at most twice this). */
 export const SAMPLE_EDGE_BYTES = 128;
@@ -26,6 +25,12 @@ export const SAMPLE_WHOLE_LIMIT = SAMPLE_BLOCK_BUDGET * SAMPLE_BLOCK_BYTES;
  * once the page cache holds the file; copying 4 KiB costs less than a system call.
  */
 const MERGE_GAP_BYTES = 4096;
+
+/**
+ * fileContentDigest made elsewhere than on this thread: a daemon's, by the addon on libuv
+ * threads (src/native/sampleDigest.ts), so that planning starts no worker thread to sample.
+ */
+export type FileSampler = (path: string, spans: readonly number[], totalDataBytes: number, dataBefore: number) => Promise<string>;
 
 /**
  * The sampled ranges of one file, as flat [begin, end, begin, end, ...] absolute offsets in
@@ -117,25 +122,31 @@ export function fileContentDigest(path: string, spans: readonly number[], totalD
 }
 
 /**
- * fileContentDigest, its reads and hash made by the addon on a libuv thread
- * (native/sampled_digest.h): for a daemon, which then starts no worker thread to sample.
+ * What reads a file's sampled `ranges` ([begin, end) pairs) from `fd` and hashes them as
+ * fileContentDigest does, off this thread (the addon's sampleDigest): the digest, or where the
+ * file ended, or which read failed and why.
  */
-export async function fileContentDigestNative(path: string, spans: readonly number[], totalDataBytes: number, dataBefore: number): Promise<string> {
-  const ranges = sampleRanges(spans, totalDataBytes, dataBefore);
-  let file;
-  try {
-    file = await openRegularFile(path);
-  } catch (err) {
-    throw cannotOpen(path, err);
-  }
-  try {
-    const r = await addon().sampleDigest(file.fh.fd, Float64Array.from(ranges), MERGE_GAP_BYTES);
-    if (r.digest !== undefined) return r.digest;
-    if (r.endedAt !== undefined) throw endedEarly(path, r.endedAt);
-    throw readFailed(path, r.failedAt!, r.reason!);
-  } finally {
-    await file.fh.close();
-  }
+export type SampleReader = (fd: number, ranges: Float64Array, mergeGap: number) => Promise<{ digest?: string; endedAt?: number; failedAt?: number; reason?: string }>;
+
+/** A FileSampler whose reads and hash are `read`'s: the file opened, and the errors worded, as fileContentDigest does. */
+export function samplerWith(read: SampleReader): FileSampler {
+  return async (path, spans, totalDataBytes, dataBefore) => {
+    const ranges = sampleRanges(spans, totalDataBytes, dataBefore);
+    let file;
+    try {
+      file = await openRegularFile(path);
+    } catch (err) {
+      throw cannotOpen(path, err);
+    }
+    try {
+      const r = await read(file.fh.fd, Float64Array.from(ranges), MERGE_GAP_BYTES);
+      if (r.digest !== undefined) return r.digest;
+      if (r.endedAt !== undefined) throw endedEarly(path, r.endedAt);
+      throw readFailed(path, r.failedAt!, r.reason!);
+    } finally {
+      await file.fh.close();
+    }
+  };
 }
 
 function cannotOpen(path: string, err: unknown): CheckpointError {

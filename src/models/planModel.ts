@@ -15,6 +15,7 @@ import type { KeptRecord as ListedRecord } from '../keeper/keeperProtocol.js';
 import type { KeptPlan } from '../keeper/keptPlan.js';
 import { cachedShare, localDevices } from '../native/devices.js';
 import { nodeFillOptions } from '../native/fillPolicy.js';
+import { sampleWithAddon } from '../native/sampleDigest.js';
 
 /** The node as planning a model sees it: its group's shape, and how it picks and fills devices (NodeConfig has all of it). */
 export interface ModelNode {
@@ -162,7 +163,7 @@ type Segments = NonNullable<PlanOptions['segments']>;
 /** Plans the checkpoint of `spec` at its tp size from its files, logging this node's share of its ranks. */
 async function planSpec(spec: ModelSpec, localRanks: { nodeRank: number; localWorldSize: number }, segments: Segments, log: Logger): Promise<CheckpointPlan> {
   const started = performance.now();
-  const plan = await planCheckpoint(spec.modelDir, { tpSize: spec.tpSize, planFile: spec.planFile, layouts: spec.layouts, segments, sampleWithAddon: true });
+  const plan = await planCheckpoint(spec.modelDir, { tpSize: spec.tpSize, planFile: spec.planFile, layouts: spec.layouts, segments, sampler: sampleWithAddon });
   logPlanned(spec, localRanks, plan, started, 'headers', log);
   return plan;
 }

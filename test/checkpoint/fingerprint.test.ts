@@ -8,9 +8,10 @@ import * as assert from 'uvu/assert';
 import { canonicalJson } from '../../src/checkpoint/canonicalJson.js';
 import { BUILTIN_RULES, PROTOCOL_VERSION, rankFingerprint, sha256Hex } from '../../src/checkpoint/fingerprint.js';
 import { parseShards, sampleShards, createHeaderPool } from '../../src/checkpoint/parseShards.js';
+import { sampleWithAddon } from '../../src/native/sampleDigest.js';
 import { parseSafetensors } from '../../src/checkpoint/parseSafetensors.js';
 import { planCheckpoint } from '../../src/checkpoint/planCheckpoint.js';
-import { fileContentDigest, fileContentDigestNative, SAMPLE_BLOCK_BUDGET, SAMPLE_BLOCK_BYTES, SAMPLE_EDGE_BYTES, SAMPLE_WHOLE_LIMIT, sampleRanges } from '../../src/checkpoint/sampleContent.js';
+import { fileContentDigest, SAMPLE_BLOCK_BUDGET, SAMPLE_BLOCK_BYTES, SAMPLE_EDGE_BYTES, SAMPLE_WHOLE_LIMIT, sampleRanges } from '../../src/checkpoint/sampleContent.js';
 import { FAMILIES } from '../../src/checkpoint/tpRules.js';
 import { CheckpointError } from '../../src/errors.js';
 import type { CheckpointPlan } from '../../src/checkpoint/types.js';
@@ -122,7 +123,7 @@ test('a file cut short after its header was read fails the sampling instead of m
   truncateSync(file, header.fileSize - 10);
   await rejectsWith(() => sampleShards([header]), CheckpointError, 'E_ST_DATA_TRUNCATED', file);
   // Through the addon (a daemon's planning) and the pool too, with the error's class and code intact.
-  await rejectsWith(() => sampleShards([header], undefined, true), CheckpointError, 'E_ST_DATA_TRUNCATED', file);
+  await rejectsWith(() => sampleShards([header], undefined, sampleWithAddon), CheckpointError, 'E_ST_DATA_TRUNCATED', file);
   const pool = createHeaderPool(1);
   try {
     await rejectsWith(() => sampleShards([header], pool), CheckpointError, 'E_ST_DATA_TRUNCATED', file);
@@ -137,13 +138,13 @@ test('sampling in a pool, and by the addon, gives the digests sampling inline gi
   try {
     const inline = await sampleShards(headers);
     assert.equal(await sampleShards(headers, pool), inline);
-    assert.equal(await sampleShards(headers, undefined, true), inline);
+    assert.equal(await sampleShards(headers, undefined, sampleWithAddon), inline);
     // The addon's reads and hash, file by file, in both regimes: whole, and edges and blocks
     // (as in a checkpoint past SAMPLE_WHOLE_LIMIT, which these tensors are a part of).
     for (const h of headers) {
       const spans = h.tensors.flatMap((t) => [t.begin, t.end]);
       for (const total of [1, 1e12]) {
-        assert.is(await fileContentDigestNative(h.path, spans, total, 0), fileContentDigest(h.path, spans, total, 0), `${h.path}, ${total} bytes in all`);
+        assert.is(await sampleWithAddon(h.path, spans, total, 0), fileContentDigest(h.path, spans, total, 0), `${h.path}, ${total} bytes in all`);
       }
     }
   } finally {

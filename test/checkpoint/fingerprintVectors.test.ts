@@ -6,6 +6,7 @@ import * as assert from 'uvu/assert';
 import { diskDigests } from '../../src/native/diskDigests.js';
 import { sha256Hex } from '../../src/checkpoint/fingerprint.js';
 import { planCheckpoint } from '../../src/checkpoint/planCheckpoint.js';
+import { sampleWithAddon } from '../../src/native/sampleDigest.js';
 import { expectedFingerprint } from '../../src/client/expectedFingerprint.js';
 import { CheckpointError } from '../../src/errors.js';
 import { makeTempDir, rejectsWith, removeDir } from '../helpers/checkpoints.js';
@@ -20,7 +21,7 @@ for (const c of vectors.cases) {
       const { modelDir, planFile } = materialize(vectors, c, root);
       if (c.error) {
         await rejectsWith(() => planCheckpoint(modelDir, { tpSize: c.tpSize, planFile }), CheckpointError, 'E_ST_DATA_TRUNCATED');
-        await rejectsWith(() => planCheckpoint(modelDir, { tpSize: c.tpSize, planFile, sampleWithAddon: true }), CheckpointError, 'E_ST_DATA_TRUNCATED');
+        await rejectsWith(() => planCheckpoint(modelDir, { tpSize: c.tpSize, planFile, sampler: sampleWithAddon }), CheckpointError, 'E_ST_DATA_TRUNCATED');
         return;
       }
       const want = c.expected!;
@@ -28,7 +29,7 @@ for (const c of vectors.cases) {
       assert.equal(plan.fingerprintFields, want.fields);
       assert.is(plan.fingerprint, want.checkpointFingerprint);
       // A daemon's planning samples with the addon: the same fields.
-      assert.equal((await planCheckpoint(modelDir, { tpSize: c.tpSize, planFile, sampleWithAddon: true })).fingerprintFields, want.fields);
+      assert.equal((await planCheckpoint(modelDir, { tpSize: c.tpSize, planFile, sampler: sampleWithAddon })).fingerprintFields, want.fields);
       for (const [rank, r] of want.ranks.entries()) {
         const expected = await expectedFingerprint(modelDir, c.tpSize, rank, planFile);
         assert.is(expected.fingerprint, r.fingerprint);
