@@ -7,6 +7,8 @@ Values come from torch.randn on the GPU when torch and CUDA are there (seconds f
 from numpy (slower; fine for the small checkpoints of local runs). The files are written in the
 safetensors layout directly (8-byte header length, JSON header, data), so no safetensors package
 is needed, and safetensors' own loader reads them (the bench uses it as its baseline).
+With --sparse each tensor is a hole but for 8 KiB of random bytes at its start (planning
+benchmarks on a small disk: bench/results/2026-12-06-host-plan-addon-sample).
 Writes model.safetensors.index.json and a Llama config.json beside the shards.
 Prints one JSON line: files, tensors, bytes, seconds.
 """
@@ -46,7 +48,7 @@ def random_bf16_bytes(shape, gen):
     return (f.view(np.uint32) >> 16).astype(np.uint16).tobytes()
 
 
-def write_safetensors(path, tensors, gen):
+def write_safetensors(path, tensors, gen, sparse=False):
     header = {"__metadata__": {"format": "pt"}}
     offset = 0
     for name, shape in tensors:
@@ -58,8 +60,17 @@ def write_safetensors(path, tensors, gen):
     with open(path, "wb") as f:
         f.write(struct.pack("<Q", len(raw)))
         f.write(raw)
-        for name, shape in tensors:
-            f.write(random_bf16_bytes(shape, gen))
+        if sparse:
+            # Each tensor a hole but for up to 8 KiB of random bytes at its start.
+            base = f.tell()
+            for name, _ in tensors:
+                begin, end = header[name]["data_offsets"]
+                f.seek(base + begin)
+                f.write(os.urandom(min(8192, end - begin)))
+            f.truncate(base + offset)
+        else:
+            for name, shape in tensors:
+                f.write(random_bf16_bytes(shape, gen))
     return offset
 
 
@@ -72,6 +83,8 @@ def main():
     ap.add_argument("--inter", type=int, default=14336)
     ap.add_argument("--kv", type=int, default=1024)
     ap.add_argument("--vocab", type=int, default=32768)
+    ap.add_argument("--sparse", action="store_true",
+                    help="files of holes but for 8 KiB at each tensor's start: for planning, which reads headers and the content sample, not the weights")
     a = ap.parse_args()
 
     gen = None
@@ -98,7 +111,7 @@ def main():
         part = names[s * per_shard:(s + 1) * per_shard]
         if part:
             file = f"model-{s + 1:05d}-of-{a.shards:05d}.safetensors"
-            total += write_safetensors(os.path.join(a.out, file), part, gen)
+            total += write_safetensors(os.path.join(a.out, file), part, gen, a.sparse)
             weight_map.update({name: file for name, _ in part})
     # The index and config make it a checkpoint the daemon (and transformers) can load: a Llama
     # with 128-wide heads whose lm_head is tied to the embedding (none is stored).
@@ -109,7 +122,8 @@ def main():
                    "intermediate_size": a.inter, "num_hidden_layers": layers, "num_attention_heads": a.hidden // 128,
                    "num_key_value_heads": a.kv // 128, "head_dim": 128, "vocab_size": a.vocab, "rms_norm_eps": 1e-5,
                    "max_position_embeddings": 8192, "tie_word_embeddings": True, "torch_dtype": "bfloat16"}, f)
-    os.sync()
+    if not a.sparse:
+        os.sync()
     print(json.dumps({"files": a.shards, "tensors": len(names), "bytes": total, "seconds": time.perf_counter() - t0,
                       "generator": "torch-cuda" if gen is not None else "numpy"}))
 
