@@ -3,6 +3,7 @@
 // compute the same without Node (weightd_client.expected_fingerprint); other engines run this
 // once and pass the result to get_state.
 import { planCheckpoint } from '../checkpoint/planCheckpoint.js';
+import { sampleWithAddon } from '../native/sampleDigest.js';
 import { resolveNodeOptions } from '../nodeOptions.js';
 import { expectedOfRank } from '../client/expectedFingerprint.js';
 
@@ -16,7 +17,7 @@ export async function printFingerprints(req: FingerprintRequest): Promise<string
   // The daemon's own validation, so a bad value is reported the same way (exit 2).
   const config = await resolveNodeOptions({ model: req.model, tensorParallelSize: req.tensorParallelSize, planFile: req.planFile });
   const { modelDir, tpSize, planFile } = config.models[0];
-  const plan = await planCheckpoint(modelDir, { tpSize, planFile });
+  const plan = await planCheckpoint(modelDir, { tpSize, planFile, sampler: sampleWithAddon });
   return `${JSON.stringify(
     {
       model: plan.modelDir,

@@ -4,6 +4,7 @@
 // (docs/spec/fingerprint.md §8), and names every tensor whose digest differs.
 import { diskDigests } from '../native/diskDigests.js';
 import { planCheckpoint } from '../checkpoint/planCheckpoint.js';
+import { sampleWithAddon } from '../native/sampleDigest.js';
 import { findSocket } from '../client/findSocket.js';
 import { WeightdClient } from '../client/weightdClient.js';
 import { settledThreadWork } from '../endProcess.js';
@@ -30,7 +31,7 @@ export async function runVerify(req: VerifyRequest, write: (line: string) => voi
   const { modelDir, tpSize, planFile } = config.models[0];
   let plan: Awaited<ReturnType<typeof planCheckpoint>>;
   try {
-    plan = await planCheckpoint(modelDir, { tpSize, planFile });
+    plan = await planCheckpoint(modelDir, { tpSize, planFile, sampler: sampleWithAddon });
   } catch (err) {
     // Exit 1 says a tensor differs; a checkpoint that cannot be read gives nothing to compare.
     // The refusal can leave sibling reads in flight, which must end before the process does.
