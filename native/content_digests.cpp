@@ -10,7 +10,6 @@
 
 namespace weightd {
 
-
 ContentDigests::ContentDigests(std::vector<TensorRange> tensors, const FileSet& files) : tensors_(std::move(tensors)) {
   index(files.size(), [&](uint32_t f) { return files.fileSize(f); }, [&](uint32_t f) { return files.path(f); });
 }

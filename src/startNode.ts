@@ -269,9 +269,9 @@ export async function startNode(options: NodeOptions, { rankWorker = rankWorkerM
         lastState = status.state;
         log.debug({ state: status.state }, 'supervisor state');
         for (const l of listeners) l(status);
-        // Written versions the keeper held serve before the node says it is ready (ModelControl.restoreWritten).
         // Warm threads no rank took are not needed once the node is ready.
         if (status.state === 'ready') workers.dropWarm();
+        // Written versions the keeper held serve before the node says it is ready (ModelControl.restoreWritten).
         if (status.state === 'ready') void restoreWritten(snap.context.prepared?.written).then(() => resolveReady(statusOf(actor.getSnapshot(), config, servers, keeper)));
       }
       if (snap.status === 'done') {

@@ -56,9 +56,9 @@ export async function parseShards(paths: string[], pool?: Piscina<HeaderTask, He
  * makes thousands of blocking reads, so it runs off this thread: by `sampler` where given (a
  * daemon's reads on libuv threads, src/native/sampleDigest.ts), else in the pool, but for a
  * checkpoint small enough to be hashed whole (a few MiB, tests and examples), sampled here in
- * less time than a worker takes to start. Starting
- * the pool's workers cost more than the sampling itself: an 8.56 GB, 4-shard checkpoint planned
- * in 163 ms on an H100 machine, most of it four workers starting (bench/RESULTS.md, issue 33).
+ * less time than a worker takes to start. Starting the pool's workers cost more than the
+ * sampling itself: an 8.56 GB, 4-shard checkpoint planned in 110-220 ms on H100 machines, most
+ * of it four workers starting, and in 18-39 ms with the addon (bench/RESULTS.md, issue 33).
  */
 export async function sampleShards(headers: SafetensorsHeader[], pool?: Piscina<HeaderTask, HeaderResult>, sampler?: FileSampler): Promise<string[]> {
   const dataBytes = headers.map((h) => h.tensors.reduce((s, t) => s + (t.end - t.begin), 0));

@@ -324,8 +324,8 @@ export async function planCheckpoint(modelDir: string, opts: PlanOptions): Promi
   checkTensorsAgainstIndex(index, headers, resolve(dir, INDEX_FILE));
   if (family) checkHeadCounts(config, tpSize);
   // The only step that reads tensor bytes, started once the headers are known good: it runs in
-  // the pool while this thread plans (at 50k tensors each took hundreds of ms, one after the
-  // other). A plan that fails leaves it to finish unheard.
+  // the pool, or on the sampler's threads, while this thread plans (at 50k tensors each took
+  // hundreds of ms, one after the other). A plan that fails leaves it to finish unheard.
   const sampling = sampleShards(headers, opts.pool, opts.sampler);
   sampling.catch(() => {});
   await yieldToEventLoop();

@@ -125,14 +125,6 @@ export type RankToMain =
   | { type: 'LOG'; level: 'debug' | 'info' | 'warn' | 'error'; msg: string; fields?: Record<string, unknown> };
 
 /**
- * KEEP_AGAIN: a keeper (re)started; hand it this rank's segments if it does not hold them.
- * ADMIT: the load fits (RankWorkerData.awaitAdmission): allocate and fill.
- * KEEP: the rank's model serves (RankWorkerData.keepOnceServing): hand the keeper its segments.
- * UNKEEP: the rank's model drains (unloaded, or a newer version serves): the keeper drops its
- * segments now, so a restart meanwhile does not bring it back; the rank's own memory stays
- * until its last lease ends.
- */
-/**
  * The first message to a rank's worker thread started warm (src/actors/warmRankWorker.ts): the
  * rank it now is, and the module to run as it (what a thread started for its rank is given as
  * its filename and workerData).
@@ -143,6 +135,14 @@ export interface WarmRankStart {
   data: RankWorkerData;
 }
 
+/**
+ * KEEP_AGAIN: a keeper (re)started; hand it this rank's segments if it does not hold them.
+ * ADMIT: the load fits (RankWorkerData.awaitAdmission): allocate and fill.
+ * KEEP: the rank's model serves (RankWorkerData.keepOnceServing): hand the keeper its segments.
+ * UNKEEP: the rank's model drains (unloaded, or a newer version serves): the keeper drops its
+ * segments now, so a restart meanwhile does not bring it back; the rank's own memory stays
+ * until its last lease ends.
+ */
 export type MainToRank = { type: 'RELEASE' } | { type: 'STOP' } | { type: 'KEEP_AGAIN'; currentSince?: number } | { type: 'ADMIT' } | { type: 'KEEP' } | { type: 'UNKEEP' };
 
 /** How the rank's bytes came to be resident: filled from the checkpoint, or adopted from a keeper. */

@@ -29,8 +29,9 @@ export class WorkerRegistry {
 
   /**
    * Starts a warm thread running `module` (src/actors/warmRankWorker.ts) for each local rank in
-   * 0..count-1 that has none, unless the node drains; returns how many it started. A thread that fails or exits before a rank takes it is forgotten:
-   * its rank then starts a thread of its own, which meets the same failure as a rank's.
+   * 0..count-1 that has none, unless the node drains; returns how many it started. A thread that
+   * fails or exits before a rank takes it is forgotten: its rank then starts a thread of its own,
+   * which meets the same failure as a rank's.
    */
   warm(module: URL, count: number, workerData: object): number {
     if (this.#draining) return 0;

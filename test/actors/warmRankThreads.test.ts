@@ -119,7 +119,8 @@ test('a start refused before its machine runs (its inspect port in use) leaves n
     await refused();
     const before = threads();
     await refused();
-    assert.is(threads(), before);
+    // At most as many: a thread of an earlier test may still be ending; a warm one would stay.
+    assert.ok(threads() <= before, `${threads()} threads after the refused start, ${before} before`);
   } finally {
     blocker.close();
     removeDir(dir);
