@@ -207,7 +207,6 @@ CUresult cuDeviceGetUuid_v2(unsigned char* uuid, CUdevice d) {
 }
 CUresult cuDeviceTotalMem_v2(size_t* bytes, CUdevice d) { (void)d; *bytes = memPerDevice(); return OK; }
 
-// FAKE_CUDA_RETAIN_LOG: called once a retain is done, so a line is a context that exists.
 // Appends `line` to the file the environment variable `var` names, if it names one.
 static void appendToLog(const char* var, const char* line) {
   const char* path = getenv(var);
@@ -219,6 +218,7 @@ static void appendToLog(const char* var, const char* line) {
   close(fd);
 }
 
+// FAKE_CUDA_RETAIN_LOG: called once a retain is done, so a line is a context that exists.
 static void logRetain(CUdevice d) {
   char line[32];
   snprintf(line, sizeof line, "%d\n", d);
