@@ -6,8 +6,10 @@
 // Each module keeps its own import.meta: the URL its file has under dist/src/, so the paths it
 // makes relative to itself (the addon, the keeper binary, the worker threads' files, package.json)
 // name the same files as unbundled; worker threads still load dist/src/ as ES modules.
-// Packages that find files beside their own (piscina's and pino's workers, the addon loaders) and
-// those loaded on demand through createRequire stay in node_modules; the rest are pure code.
+// Packages that find files beside their own (piscina's workers, the addon loaders) and those
+// loaded on demand through createRequire stay in node_modules; the rest are pure code. pino is
+// bundled with the packages it requires: what it would find beside itself is a transport's worker,
+// and the daemon writes its log in-process, with no transport.
 // dist/launch.cjs, which the launchers run, runs the bundle with a code cache (scripts/launch-main.cjs).
 import { build } from 'esbuild';
 import { copyFileSync, readFileSync } from 'node:fs';
@@ -16,7 +18,7 @@ import { fileURLToPath } from 'node:url';
 import { relative } from 'node:path';
 
 const dist = fileURLToPath(new URL('../dist/', import.meta.url));
-const BUNDLED_PACKAGES = ['zod', 'xstate', 'commander'];
+const BUNDLED_PACKAGES = ['zod', 'xstate', 'commander', 'pino'];
 /** The oldest Node.js package.json's engines admit ("^20.17.0 || ..."): what the bundle's syntax must run on. */
 const oldestNode = /\d+\.\d+/.exec(JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')).engines.node)[0];
 
@@ -49,7 +51,9 @@ await build({
       setup(b) {
         b.onResolve({ filter: /^[^./]/ }, (args) => {
           const pkg = args.path.startsWith('@') ? args.path.split('/').slice(0, 2).join('/') : args.path.split('/')[0];
-          return args.path.startsWith('node:') || !BUNDLED_PACKAGES.includes(pkg) ? { path: args.path, external: true } : undefined;
+          // A bundled package's own imports are bundled with it.
+          const fromBundled = args.importer.includes('/node_modules/');
+          return args.path.startsWith('node:') || !(BUNDLED_PACKAGES.includes(pkg) || fromBundled) ? { path: args.path, external: true } : undefined;
         });
         b.onLoad({ filter: /\/dist\/src\/.*\.js$/ }, async (args) => {
           const source = await readFile(args.path, 'utf8');

@@ -105,10 +105,12 @@ const ALLOWED: Record<string, string[]> = {
   cli: ['nodeOptions.ts', 'nodeStatus.ts', 'checkpoint', 'client', 'control', 'inspect', 'keeper', 'machines', 'models', 'native', 'wire'],
   client: ['checkpoint', 'native', 'wire'],
   // A node: its start, the actors that do its I/O, the machines that decide.
-  'startNode.ts': ['nodeOptions.ts', 'nodeStatus.ts', 'actors', 'control', 'inspect', 'keeper', 'machines', 'models', 'serve', 'wire'],
+  'startNode.ts': ['createLogger.ts', 'nodeOptions.ts', 'nodeStatus.ts', 'actors', 'control', 'inspect', 'keeper', 'machines', 'models', 'serve', 'wire'],
   actors: ['nodeOptions.ts', 'checkpoint', 'files', 'inspect', 'keeper', 'machines', 'models', 'native', 'rendezvous', 'serve', 'wire'],
   machines: ['nodeOptions.ts', 'nodeStatus.ts', 'inspect', 'models', 'native', 'rendezvous', 'serve', 'wire'],
   'nodeOptions.ts': ['control', 'models', 'native'],
+  // The node's logger: pino, which only a node loads.
+  'createLogger.ts': [],
   control: ['nodeStatus.ts', 'checkpoint', 'models', 'wire'],
   // A model.
   models: ['nodeStatus.ts', 'checkpoint', 'files', 'keeper', 'native', 'rendezvous', 'serve', 'wire'],

@@ -118,7 +118,7 @@ test('--version, --help and ctl list load neither zod, xstate, pino nor the node
 });
 
 test('pino-pretty loads with the first logger that writes the readable form', async () => {
-  const { createLogger } = await import('../../src/log.js');
+  const { createLogger } = await import('../../src/createLogger.js');
   const { cache } = createRequire(import.meta.url);
   const loaded = () => Object.keys(cache).some((f) => f.includes(ON_DEMAND['pino-pretty (readable log)']));
   createLogger({ nodeRank: 0, pretty: false });
