@@ -66,6 +66,8 @@ cat > "$dir/bin/weightd" <<'EOF'
 #!/bin/sh
 # Runs weightd with the Node.js bundled beside this script (symlinks to it are followed).
 here=$(dirname "$(readlink -f "$0")")
+# weightd makes no TLS connection: no Node start spent parsing extra CA certificates (./weightd says why).
+unset NODE_EXTRA_CA_CERTS
 # Node's flags: node-flags beside this script (the checkout's scripts/node-flags says why).
 flags=$(sed '/^#/d' "$here/node-flags") || exit 2
 # shellcheck disable=SC2086 # one flag a word

@@ -31,6 +31,16 @@ test('the installed weightd command runs the daemon with scripts/node-flags', ()
   assert.is(args.at(-1), '--version', 'and the command line after them');
 });
 
+test('the launchers start Node without NODE_EXTRA_CA_CERTS: weightd makes no TLS connection', () => {
+  // Node reads the file at its start, before any script, and warns when it cannot.
+  const env = { ...process.env, NODE_EXTRA_CA_CERTS: join(freshTempDir(), 'no-such-ca.pem') };
+  const shown = spawnSync(process.execPath, ['-e', '0'], { encoding: 'utf8', env });
+  assert.match(shown.stderr, /extra certs/, 'Node warns about the missing file: what the launcher must avoid');
+  const r = spawnSync(join(repoRoot, pkg.bin.weightd!), ['--version'], { encoding: 'utf8', env });
+  assert.is(r.status, 0, r.stderr);
+  assert.is(r.stderr, '', 'no certificate read');
+});
+
 test('npm packs the bin file and what it runs', () => {
   const r = spawnSync('npm', ['pack', '--dry-run', '--json', '--ignore-scripts'], { cwd: repoRoot, encoding: 'utf8' });
   assert.is(r.status, 0, r.stderr);

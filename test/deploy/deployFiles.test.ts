@@ -41,8 +41,11 @@ function localUnit(text: string): string {
 
 test('the install layout runs: bin/weightd and the keeper binary, from the bundle laid out by its script', () => {
   assert.is(bundle.status, 0, bundle.stderr);
-  const version = spawnSync(join(installed, 'bin/weightd'), ['--version'], { encoding: 'utf8', env: { ...process.env, WEIGHTD_CODE_CACHE_DEBUG: '1' } });
+  // A certificate file Node would read at its start, and warn about, were it given the variable.
+  const env = { ...process.env, WEIGHTD_CODE_CACHE_DEBUG: '1', NODE_EXTRA_CA_CERTS: join(installRoot, 'no-such-ca.pem') };
+  const version = spawnSync(join(installed, 'bin/weightd'), ['--version'], { encoding: 'utf8', env });
   assert.is(version.status, 0, version.stderr);
+  assert.not.match(version.stderr, /extra certs/, 'bin/weightd starts Node without NODE_EXTRA_CA_CERTS');
   assert.match(version.stderr, /: code cache \S+: used$/m, 'the bundle holds the code cache made for its node, and bin/weightd uses it');
   assert.is(version.stdout.trim(), (JSON.parse(readFileSync(join(repoRoot, 'package.json'), 'utf8')) as { version: string }).version);
   assert.is(readFileSync(join(installed, 'bin/node-flags'), 'utf8'), readFileSync(join(repoRoot, 'scripts/node-flags'), 'utf8'), "bin/weightd gives node the checkout's flags");
