@@ -22,7 +22,7 @@ import { DeviceHandle, type FillProgress } from '../../src/native/deviceHandle.j
 import type { SegmentExport } from '../../src/native/addon.js';
 import { rankPhases } from '../../src/actors/rankPhases.js';
 import type { RankWorkerData } from '../../src/models/rankMessages.js';
-import type { RankService } from '../../src/serve/rankService.js';
+import { RankService } from '../../src/serve/rankService.js';
 import { UpdateDesk } from '../../src/serve/updateDesk.js';
 import { PUBLISH_BACKENDS } from '../../src/serve/publishDesk.js';
 import { startNode } from '../../src/startNode.js';
@@ -1361,6 +1361,14 @@ async function fdRestartHere(corrupt: boolean) {
       for (const fd of taken.fds) addon().closeFd(fd);
       await other.free();
     }
+    // Which requests wait for a rank's check (get_segment_fds, begin_update), by global rank: the
+    // check is released only once every one asked has reached it, not after a guessed delay.
+    const waitingFor = new Map<number, number>();
+    const untilChecked = RankService.prototype.untilDescriptorsChecked;
+    RankService.prototype.untilDescriptorsChecked = function (this: RankService) {
+      waitingFor.set(this.rank.globalRank, (waitingFor.get(this.rank.globalRank) ?? 0) + 1);
+      return untilChecked.call(this);
+    };
     // O_RDWR: never blocks, and keeps a writer on the FIFO for the fake's readers.
     const gateFd = openSync(gate, 'r+');
     process.env.FAKE_CUDA_RETAIN_GATE = gate;
@@ -1387,7 +1395,11 @@ async function fdRestartHere(corrupt: boolean) {
       // An update of GPU 0's shard begun meanwhile: no copy of memory that has yet to pass its check.
       let updateSettled = false;
       const update = corrupt ? beginUpdateOutcome(socketPathFor(socketDir, uuids[0]!), (await expectedFingerprint(exampleModel, 2, 0)).fingerprint).finally(() => (updateSettled = true)) : undefined;
-      await new Promise((r) => setTimeout(r, 300));
+      // Each client's get_segment_fds, and GPU 0's begin_update when corrupt.
+      while ((waitingFor.get(0) ?? 0) < (corrupt ? 2 : 1) || (waitingFor.get(1) ?? 0) < 1) {
+        if (settled || updateSettled) break;
+        await new Promise((r) => setTimeout(r, 10));
+      }
       const waitedForCheck = !settled && !updateSettled;
       delete process.env.FAKE_CUDA_RETAIN_GATE;
       writeSync(gateFd, 'xx');
@@ -1400,6 +1412,7 @@ async function fdRestartHere(corrupt: boolean) {
       while (second.status().ranks.some((r) => r.descriptors === 'checking')) await new Promise((r) => setTimeout(r, 10));
       return { atReady, waitedForCheck, copied, mismatched, afterCheck: { contexts: contexts(), ranks: rankStates(), metric: await checkedMetric() } };
     } finally {
+      RankService.prototype.untilDescriptorsChecked = untilChecked;
       delete process.env.FAKE_CUDA_RETAIN_GATE;
       writeSync(gateFd, 'xxxx');
       await second.stop('test');
