@@ -18,6 +18,32 @@ const { dirname, join } = require('node:path');
 const Module = require('node:module');
 const vm = require('node:vm');
 
+/**
+ * Whether these arguments look like a daemon that may run on GPUs: they start with a flag (each
+ * other command is a word: ctl, keeper, verify...), ask for no help or version, and for no
+ * `--device host`. A guess, not the command line's rules (src/cli/parseArgs.ts): main.ts decides
+ * what CUDA work runs, and a wrong guess costs only the driver's start on a thread.
+ */
+function mayRunOnGpus(args) {
+  if (args.length === 0 || !args[0].startsWith('-')) return false;
+  if (args.some((a) => ['--help', '-h', '--version', '-V'].includes(a))) return false;
+  return !args.some((a, i) => a === '--device=host' || (a === '--device' && args[i + 1] === 'host'));
+}
+
+// The CUDA driver's start (cuInit: ~100 ms on an H100 host, bench/RESULTS.md, issue 33), begun
+// before the bundle loads, on one of libuv's threads: it runs while this file, the bundle and the
+// command line load (~40 ms), and the daemon's own probe and warm-up (src/native/cuda.ts) find it
+// done, or wait for the rest. A machine without the driver answers in a millisecond; an addon
+// that cannot load is the daemon's to report. A command that turns out not to need it (a refused
+// flag) still exits with its own code once cuInit returns: process.exit() joins libuv's threads.
+if (mayRunOnGpus(process.argv.slice(2))) {
+  try {
+    void require(join(__dirname, '..', 'build', 'Release', 'weightd.node')).cudaProbe();
+  } catch {
+    // Reported where the daemon loads the addon (src/native/addon.ts).
+  }
+}
+
 const bundle = join(__dirname, 'main.cjs');
 const cacheFile = `${bundle}.codecache`;
 const sha256 = (bytes) => createHash('sha256').update(bytes).digest('hex');

@@ -3,8 +3,8 @@
 // something waits for them and checks contexts, pinning and frees, so buffer reuse, ordering
 // and cleanup mistakes show up as wrong bytes, errors or aborts. At exit the fake reports what
 // is still allocated; every scenario must leave nothing behind.
-import { execFileSync, spawnSync } from 'node:child_process';
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { execFileSync, spawn, spawnSync } from 'node:child_process';
+import { closeSync, constants, mkdirSync, mkdtempSync, openSync, rmSync, writeFileSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { test } from 'uvu';
@@ -552,6 +552,56 @@ test('the command line warms CUDA while it starts, and gives the warm-up context
     assert.equal(fakeLeaks(failed.stderr), noLeaks);
   } finally {
     for (const d of socketDirs) rmSync(d, { recursive: true, force: true });
+  }
+});
+
+/**
+ * Opens the FIFO `gate` for writing once a reader holds it open (the fake's cuInit, waiting at
+ * it), or rejects once `exited` settles first: a process that ended will never read it.
+ */
+async function openWhenRead(gate: string, exited: Promise<unknown>): Promise<number> {
+  let ended = false;
+  void exited.then(() => (ended = true));
+  for (;;) {
+    try {
+      return openSync(gate, constants.O_WRONLY | constants.O_NONBLOCK);
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'ENXIO') throw err;
+    }
+    if (ended) throw new Error(`the process ended and nothing read ${gate}`);
+    await new Promise((resolve) => setTimeout(resolve, 5));
+  }
+}
+
+test("./weightd begins the CUDA driver's start before the bundle loads, for a daemon's arguments only; a refused flag's exit code holds while it is in flight", async () => {
+  const launcher = join(root, 'weightd');
+  const gates = mkdtempSync(join(fakeDir, 'gates-'));
+  const env = { ...process.env, LD_LIBRARY_PATH: fakeDir, FAKE_CUDA_REPORT: '1', FAKE_CUDA_DEVICES: '2' };
+  try {
+    // A flag the command line refuses: main.ts warms no CUDA for it, so the cuInit that waits at
+    // the gate is the launcher's. The command line refuses the flag meanwhile; the process must
+    // still wait for cuInit, then exit 2, not be ended by a signal as if a thread were blocked.
+    const gate = join(gates, 'init');
+    execFileSync('mkfifo', [gate]);
+    const child = spawn(launcher, ['--model', exampleModel, '--no-such-flag'], { env: { ...env, FAKE_CUDA_INIT_GATE: gate }, stdio: ['ignore', 'ignore', 'pipe'] });
+    let stderr = '';
+    child.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
+    const exited = new Promise<{ code: number | null; signal: string | null }>((resolve) => child.on('close', (code, signal) => resolve({ code, signal })));
+    const fd = await openWhenRead(gate, exited);
+    // Held until the refusal is written: the exit waits for the thread, however long it takes.
+    while (!stderr.includes('no-such-flag')) await new Promise((resolve) => setTimeout(resolve, 5));
+    writeSync(fd, 'x');
+    closeSync(fd);
+    assert.equal(await exited, { code: 2, signal: null }, stderr);
+    assert.equal(fakeLeaks(stderr), noLeaks);
+    // A command that is a word, --version, and a daemon on the host backend: no driver loaded (the
+    // fake reports at exit only where it was loaded).
+    for (const args of [['--version'], ['ctl', 'list', '--weight-cache-socket-dir', gates], ['--model', exampleModel, '--device', 'host', '--no-such-flag']]) {
+      const r = spawnSync(launcher, args, { env, encoding: 'utf8' });
+      assert.ok(r.status !== null && !r.stderr.includes('FAKE_CUDA_LEAKS'), `weightd ${args.join(' ')} loaded the driver (exit ${r.status}): ${r.stderr}`);
+    }
+  } finally {
+    rmSync(gates, { recursive: true, force: true });
   }
 });
 
