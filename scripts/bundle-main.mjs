@@ -12,7 +12,7 @@
 // and the daemon writes its log in-process, with no transport.
 // dist/launch.cjs, which the launchers run, runs the bundle with a code cache (scripts/launch-main.cjs).
 import { build } from 'esbuild';
-import { copyFileSync, readFileSync } from 'node:fs';
+import { copyFileSync, readFileSync, writeFileSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
 import { relative } from 'node:path';
@@ -63,4 +63,11 @@ await build({
     },
   ],
 });
+// ASCII only: esbuild escapes every other character of the code (its default charset), but not
+// of the comments it keeps (a few, from the packages: typographic quotes, a dash). One such
+// character makes Node decode the whole 1.9 MB as UTF-8 into a two-byte string that V8 then
+// scans: ~10 ms more of each start than ASCII (bench/RESULTS.md, issue 33). Written as
+// \u{...}, which means the same character wherever else JavaScript could hold it.
+const bundled = readFileSync(`${dist}main.cjs`, 'utf8');
+writeFileSync(`${dist}main.cjs`, bundled.replace(/[^\x00-\x7f]/gu, (c) => `\\u{${c.codePointAt(0).toString(16)}}`));
 copyFileSync(fileURLToPath(new URL('launch-main.cjs', import.meta.url)), `${dist}launch.cjs`);

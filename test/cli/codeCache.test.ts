@@ -54,6 +54,12 @@ test("the build's cache is used, and the launcher writes nothing", () => {
   assert.is(statSync(join(root, 'dist/main.cjs.codecache')).mtimeMs, before);
 });
 
+test('the bundle is ASCII, so that Node reads it into a one-byte string', () => {
+  const bundle = readFileSync(join(repoRoot, 'dist/main.cjs'));
+  const at = bundle.findIndex((b) => b > 0x7f);
+  assert.is(at, -1, `a byte over 0x7f at ${at}: ${bundle.subarray(Math.max(0, at - 40), at + 10).toString('utf8')}`);
+});
+
 test('a daemon started with the cache serves', async () => {
   const root = layout(builtCache);
   await servesWithCache(root, 'used');
