@@ -300,7 +300,7 @@ export async function startNode(options: NodeOptions, { rankWorker = rankWorkerM
   // Not where a keeper was already running: a restart then most likely adopts its ranks'
   // shards on this thread, with no worker at all.
   const warmRanks = () => {
-    const threads = workers.warm(warmRankWorkerModule, config.localWorldSize, { warm: true, keeper: keeper !== undefined } satisfies WarmRankWorkerData);
+    const threads = workers.warm(warmRankWorkerModule, config.localWorldSize, { warm: true } satisfies WarmRankWorkerData);
     if (threads > 0) log.debug({ threads }, `started ${threads} rank thread(s) warm`);
   };
   if (!keeper) warmRanks();

@@ -35,8 +35,6 @@ export async function adoptKept(device: DeviceHandle, data: RankWorkerData, keep
     log('warn', 'this device serves legacy CUDA IPC handles, which no keeper can hold: loading from the checkpoint (run with --cuda-handles fd to keep the shard)');
     return undefined;
   }
-  // Asked already on the main thread (adoptHere.ts), which logged what the keeper answered.
-  if (data.keeperAsked) return data.keeperAsked.refused !== undefined ? { refused: data.keeperAsked.refused } : undefined;
   const keeper = new KeeperClient(keeping.socket);
   const started = performance.now();
   const uuid = data.device.uuid;

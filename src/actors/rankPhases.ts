@@ -54,6 +54,10 @@ export const rankPhases: RankPhases = {
   async adopt(device, data, post) {
     if (data.written?.segmentPaths) return adoptWritten(device, data, { segmentPaths: data.written.segmentPaths, segmentFds: data.written.segmentFds });
     if (!data.keeper) return undefined;
+    // Asked already on the main thread (adoptHere.ts), which logged the keeper's answer: nothing to
+    // take. Answered without loading the keeper's side, which the thread would otherwise load
+    // between its device and its allocation (50-90 ms on the development VM: its modules and zod's).
+    if (data.keeperAsked) return data.keeperAsked.refused !== undefined ? { refused: data.keeperAsked.refused } : undefined;
     const { adoptKept, handleTypeFor } = await rankKeeping();
     const adopted = await adoptKept(device, data, data.keeper, handleTypeFor(data), post);
     // A written version restored at a start (src/actors/restoreWritten.ts) has no file to load from.

@@ -52,6 +52,9 @@ export function rankWorkerImplementations(phases: RankPhases, post: Post) {
       post({ type: 'LOG', level: 'info', msg: `rank ${data.globalRank} allocated ${formatBytes(bytes)} in ${allocateMs} ms (${n} segment${n === 1 ? '' : 's'})`, fields: { allocateMs, bytes } });
     }),
     fill: fromPromise(async ({ input }: { input: InputOf<'fill'> }) => {
+      // The keeper's side, which keeps the shard once filled, loads while the fill runs on the
+      // addon's threads, not on the way to it (warmRankWorker.ts).
+      if (input.data.keeper) void rankKeeping().catch(() => {});
       const filled = await phases.fill(input.device, input.data, post);
       // GPU hashing is the default on cuda; where it could not run, the fill was slower: say why.
       const why = filled.digestGpuUnavailable;

@@ -3,7 +3,9 @@
 // with its own data, and misses no message the main thread sent before that module listened.
 // A node takes one per local rank when nothing could be adopted, none when a keeper was already
 // running, and leaves no warm thread behind once ready or stopped.
-import { readdirSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
+import { readFileSync, readdirSync } from 'node:fs';
+import { join } from 'node:path';
 import { createServer, type AddressInfo } from 'node:net';
 import { threadId } from 'node:worker_threads';
 import pino from 'pino';
@@ -18,7 +20,7 @@ import { KeeperClient } from '../../src/keeper/keeperClient.js';
 import { capturedLog } from '../helpers/capturedLog.js';
 import { makeTempDir, removeDir } from '../helpers/checkpoints.js';
 import { killKeeper } from '../helpers/keeper.js';
-import { exampleModel } from '../helpers/paths.js';
+import { exampleModel, freshTempDir } from '../helpers/paths.js';
 
 const rankThread = new URL('../../src/actors/rankThread.js', import.meta.url).href;
 
@@ -44,7 +46,7 @@ const LAST: MainToRank = { type: 'STOP' };
 
 test('a rank takes its warm thread, runs its own module with its own data there, and gets every message sent before that module listened, in order', async () => {
   const workers = new WorkerRegistry();
-  workers.warm(warmRankWorkerModule, 2, { warm: true, keeper: false });
+  workers.warm(warmRankWorkerModule, 2, { warm: true });
   const started = [0, 1, 2].map((localRank) => workers.start(ECHO_RANK, rank(localRank)));
   try {
     assert.equal(
@@ -89,13 +91,13 @@ test('a rank takes its warm thread, runs its own module with its own data there,
 
 test('warm threads no rank took are ended: by dropWarm, and by drain; none starts warm once the node drains', async () => {
   const workers = new WorkerRegistry();
-  assert.is(workers.warm(warmRankWorkerModule, 2, { warm: true, keeper: false }), 2);
-  assert.is(workers.warm(warmRankWorkerModule, 2, { warm: true, keeper: false }), 0, 'each local rank has one already');
+  assert.is(workers.warm(warmRankWorkerModule, 2, { warm: true }), 2);
+  assert.is(workers.warm(warmRankWorkerModule, 2, { warm: true }), 0, 'each local rank has one already');
   assert.is(workers.size, 2);
   workers.dropWarm();
   await workers.drain();
   assert.is(workers.size, 0);
-  assert.is(workers.warm(warmRankWorkerModule, 2, { warm: true, keeper: false }), 0);
+  assert.is(workers.warm(warmRankWorkerModule, 2, { warm: true }), 0);
   assert.is(workers.size, 0, 'a node that stopped starts no thread');
   const own = workers.start(ECHO_RANK, rank(0));
   assert.is(own.warm, false);
@@ -163,6 +165,27 @@ test('a node takes a warm thread per local rank; a restart that finds its keeper
     await killKeeper(new KeeperClient(`${socketDir}/keeper.sock`));
     removeDir(dir);
   }
+});
+
+test("a rank the main thread asked the keeper for passes its adopt phase without loading the keeper's side", () => {
+  // In a fresh process that records every module it loads (test/cli/fixtures/recordModules.ts):
+  // the keeper's side and zod's schemas are 50-90 ms of a thread's start on the VM, which a rank
+  // that loads needs only after its fill (warmRankWorker.ts).
+  const record = join(freshTempDir(), 'modules.txt');
+  const phases = new URL('../../src/actors/rankPhases.js', import.meta.url).href;
+  const script = `
+    const { rankPhases } = await import(${JSON.stringify(phases)});
+    const data = { device: { backend: 'host', index: 0, uuid: 'host-test-0' }, keeper: { socket: '/nonexistent/keeper.sock' }, keeperAsked: {} };
+    const none = await rankPhases.adopt(undefined, data, () => {});
+    const refused = await rankPhases.adopt(undefined, { ...data, keeperAsked: { refused: 'a record for another plan' } }, () => {});
+    console.log(JSON.stringify({ none: none ?? null, refused }));`;
+  const recorder = new URL('../cli/fixtures/recordModules.js', import.meta.url).href;
+  const r = spawnSync(process.execPath, ['--import', recorder, '--input-type=module', '-e', script], { encoding: 'utf8', env: { ...process.env, WEIGHTD_TEST_MODULES: record } });
+  assert.is(r.status, 0, r.stderr);
+  assert.equal(JSON.parse(r.stdout), { none: null, refused: { refused: 'a record for another plan' } });
+  const modules = readFileSync(record, 'utf8');
+  assert.ok(modules.includes('/dist/src/actors/rankPhases.js'), 'the record saw the phases load');
+  assert.not.ok(modules.includes('/dist/src/actors/rankKeeping.js'), "the keeper's side loaded");
 });
 
 test.run();
