@@ -21,6 +21,12 @@ export interface KeeperLinkOptions {
   log: Logger;
   /** A keeper answers again after one was lost or absent: the ranks keep their segments there. */
   onBack: () => void;
+  /**
+   * With spawn, no keeper answered the start's first PING and this link starts one: the node
+   * loads rather than adopts, and can begin what a load needs while that keeper starts (tens of
+   * ms). Not called when a keeper is looked for again later.
+   */
+  onSpawning?: () => void;
 }
 
 /** How long the stop waits for the keeper to say what it holds. */
@@ -142,7 +148,7 @@ export class KeeperLink {
     const { log, socket } = this.#o;
     let pid: number;
     try {
-      pid = await this.#find();
+      pid = await this.#find(again);
     } catch (err) {
       const reason = (err as Error).message;
       if (this.#status.state !== 'absent') {
@@ -181,12 +187,13 @@ export class KeeperLink {
   }
 
   /** The pid of a keeper answering at the socket; with spawn, one this call starts if none does. */
-  async #find(): Promise<number> {
+  async #find(again: boolean): Promise<number> {
     try {
       return (await this.#client.ping()).pid;
     } catch (err) {
       if (this.#o.mode !== 'spawn') throw err;
     }
+    if (!again) this.#o.onSpawning?.();
     // Its log goes to a file beside its socket: inheriting the daemon's stderr would hold the
     // daemon's pipe open (a supervisor's, a test's) long after the daemon is gone.
     const logFile = join(dirname(this.#o.socket), KEEPER_LOG_NAME);
