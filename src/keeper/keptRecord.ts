@@ -163,12 +163,19 @@ export function keptRecordFor(
 }
 
 /** A kept record's plan (absent when it carries none), or why the record or its plan field cannot be read. */
+/**
+ * A record is parsed once (parseKeptRecord caches it by its bytes), so zod's compiled fast path
+ * for an object's shape would be built for one use: at a restart that adopts, that compile was
+ * 3 of the record's 6 ms on the development VM (bench/RESULTS.md, issue 33).
+ */
+const ONCE = { jitless: true } as const;
+
 export function keptPlanIn(bytes: Buffer): { plan?: KeptPlan } | { refusal: string } {
   const parsed = parseKeptRecord(bytes);
   if ('refusal' in parsed) return { refusal: parsed.refusal.message };
   const { plan } = parsed.record;
   if (plan === undefined) return {};
-  const checked = planSchema.safeParse(plan);
+  const checked = planSchema.safeParse(plan, ONCE);
   if (!checked.success) {
     const issue = checked.error.issues[0]!;
     return { refusal: `the kept record's plan is malformed at ${issue.path.join('.') || '(root)'}: ${issue.message}` };
@@ -247,7 +254,7 @@ function parseRecordBytes(bytes: Buffer): Parsed {
       },
     };
   }
-  const parsed = recordSchema.safeParse(value);
+  const parsed = recordSchema.safeParse(value, ONCE);
   if (!parsed.success) {
     const issue = parsed.error.issues[0]!;
     return { refusal: { field: 'record', message: `the kept record is malformed at ${issue.path.join('.') || '(root)'}: ${issue.message}` } };
