@@ -34,6 +34,11 @@ function __weightdImportMeta(rel) {
   return { url, filename, dirname: require('node:path').dirname(filename), resolve };
 }`;
 
+// The planning code's digest (src/keeper/keptPlan.ts, plannerDigest), taken now from the compiled
+// modules this bundle is made of, so that a start does not read and hash them again (~4 ms of a
+// restart that adopts on the development VM, bench/RESULTS.md, issue 33).
+const { plannerDigest } = await import(`${dist}src/keeper/keptPlan.js`);
+
 await build({
   entryPoints: [`${dist}src/main.js`],
   outfile: `${dist}main.cjs`,
@@ -44,6 +49,7 @@ await build({
   keepNames: true,
   target: `node${oldestNode}`,
   footer: { js: IMPORT_META },
+  define: { WEIGHTD_BUNDLED_PLANNER_DIGEST: JSON.stringify(plannerDigest(`${dist}src/`)) },
   logLevel: 'warning',
   plugins: [
     {

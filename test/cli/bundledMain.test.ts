@@ -10,6 +10,7 @@ import { join } from 'node:path';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { DRAWN_MACHINE_NAMES } from '../../src/machines/drawnMachineNames.js';
+import { plannerDigest } from '../../src/keeper/keptPlan.js';
 import { startDaemon } from '../helpers/daemon.js';
 import { exampleModel, freshSocketDir, freshTempDir, mainJs, repoRoot } from '../helpers/paths.js';
 import { runCli } from '../helpers/runCli.js';
@@ -59,6 +60,14 @@ test('dist/main.cjs prints what dist/main.js prints', () => {
     assert.is(bundled!.status, 0, bundled!.stderr);
     assert.is(bundled!.stdout, unbundled!.stdout, args.join(' '));
   }
+});
+
+test("dist/main.cjs keys kept plans by the digest of the planning modules it was bundled from, not one it takes at start", () => {
+  // A plan kept by a daemon of dist/main.js is then one the bundle's daemon finds, and the reverse
+  // (src/keeper/keptPlan.ts): both name the same planning code.
+  const digest = plannerDigest(join(repoRoot, 'dist/src/'));
+  const bundle = readFileSync(mainCjs, 'utf8');
+  assert.ok(bundle.includes(`"${digest}"`), `dist/main.cjs carries the digest ${digest}`);
 });
 
 test.run();
