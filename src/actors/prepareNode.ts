@@ -18,6 +18,11 @@ import type { PrepareInput, Prepared } from '../machines/supervisorActors.js';
 
 export const prepareNode = fromPromise<Prepared, PrepareInput>(async ({ input, signal }) => {
   const { config, log } = input;
+  // Asked before planning: a model whose shards it holds takes its plan from there, reading no
+  // safetensors header (src/keeper/keptPlan.ts); the ranks take their shards next. Asked while the
+  // devices are probed (cuInit: ~100 ms on an H100 host), with the modules that read its answer.
+  const keeperSocket = input.keeper?.socket;
+  const listed = input.keeper?.ready.then(() => Promise.all([listKept(keeperSocket!, log), import('../keeper/keptRecord.js')]).then(([records]) => records));
   const { devices, visible } = await localDevices(config, log);
   const socketDir = resolveSocketDir(config.socketDir);
   const locks: DeviceLock[] = [];
@@ -32,11 +37,8 @@ export const prepareNode = fromPromise<Prepared, PrepareInput>(async ({ input, s
     for (const d of devices) {
       locks.push(acquireDeviceLock(socketDir, d.uuid, (holder) => log.warn({ device: d.uuid, pid: holder.pid }, 'took over the lock of a daemon that no longer runs')));
     }
-    // Asked before planning: a model whose shards it holds takes its plan from there, reading no
-    // safetensors header (src/keeper/keptPlan.ts); the ranks take their shards next.
-    await input.keeper?.ready;
     const keeper = input.keeper && { socket: input.keeper.socket, model: config.models[0].modelDir, writer: `weightd ${VERSION}`, earlierKeeper: new Int32Array(new SharedArrayBuffer(4)) };
-    const records = keeper ? await listKept(keeper.socket, log) : undefined;
+    const records = await listed;
     const kept = keeper && records ? { records, writer: keeper.writer } : undefined;
     // The first model is placed on the whole group, over the devices just locked.
     const first = await planModel(config.models[0]!, config, log, devices, kept);
