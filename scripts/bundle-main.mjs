@@ -5,7 +5,8 @@
 //
 // Each module keeps its own import.meta: the URL its file has under dist/src/, so the paths it
 // makes relative to itself (the addon, the keeper binary, the worker threads' files, package.json)
-// name the same files as unbundled; worker threads still load dist/src/ as ES modules.
+// name the same files as unbundled. A rank's warm thread runs dist/rank-thread.cjs, bundled the
+// same way; other worker threads (piscina's, a rank started cold) load dist/src/ as ES modules.
 // Packages that find files beside their own (piscina's workers, the addon loaders) and those
 // loaded on demand through createRequire stay in node_modules; the rest are pure code. pino is
 // bundled with the packages it requires: what it would find beside itself is a transport's worker,
@@ -39,41 +40,55 @@ function __weightdImportMeta(rel) {
 // restart that adopts on the development VM, bench/RESULTS.md, issue 33).
 const { plannerDigest } = await import(`${dist}src/keeper/keptPlan.js`);
 
-await build({
-  entryPoints: [`${dist}src/main.js`],
-  outfile: `${dist}main.cjs`,
-  bundle: true,
-  platform: 'node',
-  format: 'cjs',
-  // Function names are data here: xstate's and()/or()/not() guards are drawn by name (machineToMermaid).
-  keepNames: true,
-  target: `node${oldestNode}`,
-  footer: { js: IMPORT_META },
-  define: { WEIGHTD_BUNDLED_PLANNER_DIGEST: JSON.stringify(plannerDigest(`${dist}src/`)) },
-  logLevel: 'warning',
-  plugins: [
-    {
-      name: 'weightd-externals-and-import-meta',
-      setup(b) {
-        b.onResolve({ filter: /^[^./]/ }, (args) => {
-          const pkg = args.path.startsWith('@') ? args.path.split('/').slice(0, 2).join('/') : args.path.split('/')[0];
-          // A bundled package's own imports are bundled with it.
-          const fromBundled = args.importer.includes('/node_modules/');
-          return args.path.startsWith('node:') || !(BUNDLED_PACKAGES.includes(pkg) || fromBundled) ? { path: args.path, external: true } : undefined;
-        });
-        b.onLoad({ filter: /\/dist\/src\/.*\.js$/ }, async (args) => {
-          const source = await readFile(args.path, 'utf8');
-          return { contents: source.replaceAll('import.meta', `__weightdImportMeta(${JSON.stringify(relative(dist, args.path))})`), loader: 'js' };
-        });
+/** The rank thread's own bundle, beside main.cjs: what the bundled daemon's warm rank threads run (src/actors/rankWorkerModules.ts). */
+const RANK_THREAD_BUNDLE = 'rank-thread.cjs';
+
+/** Bundles `entry` (a compiled module under dist/src/) into dist/`outfile`, one CommonJS file of ASCII. */
+async function bundle(entry, outfile, define) {
+  await build({
+    entryPoints: [`${dist}${entry}`],
+    outfile: `${dist}${outfile}`,
+    bundle: true,
+    platform: 'node',
+    format: 'cjs',
+    // Function names are data here: xstate's and()/or()/not() guards are drawn by name (machineToMermaid).
+    keepNames: true,
+    target: `node${oldestNode}`,
+    footer: { js: IMPORT_META },
+    define,
+    logLevel: 'warning',
+    plugins: [
+      {
+        name: 'weightd-externals-and-import-meta',
+        setup(b) {
+          b.onResolve({ filter: /^[^./]/ }, (args) => {
+            const pkg = args.path.startsWith('@') ? args.path.split('/').slice(0, 2).join('/') : args.path.split('/')[0];
+            // A bundled package's own imports are bundled with it.
+            const fromBundled = args.importer.includes('/node_modules/');
+            return args.path.startsWith('node:') || !(BUNDLED_PACKAGES.includes(pkg) || fromBundled) ? { path: args.path, external: true } : undefined;
+          });
+          b.onLoad({ filter: /\/dist\/src\/.*\.js$/ }, async (args) => {
+            const source = await readFile(args.path, 'utf8');
+            return { contents: source.replaceAll('import.meta', `__weightdImportMeta(${JSON.stringify(relative(dist, args.path))})`), loader: 'js' };
+          });
+        },
       },
-    },
-  ],
+    ],
+  });
+  // ASCII only: esbuild escapes every other character of the code (its default charset), but not
+  // of the comments it keeps (a few, from the packages: typographic quotes, a dash). One such
+  // character makes Node decode the whole 1.9 MB as UTF-8 into a two-byte string that V8 then
+  // scans: ~10 ms more of each start than ASCII (bench/RESULTS.md, issue 33). Written as
+  // \u{...}, which means the same character wherever else JavaScript could hold it.
+  const bundled = readFileSync(`${dist}${outfile}`, 'utf8');
+  writeFileSync(`${dist}${outfile}`, bundled.replace(/[^\x00-\x7f]/gu, (c) => `\\u{${c.codePointAt(0).toString(16)}}`));
+}
+
+await bundle('src/main.js', 'main.cjs', {
+  __BUNDLED_PLANNER_DIGEST__: JSON.stringify(plannerDigest(`${dist}src/`)),
+  __BUNDLED_RANK_THREAD__: JSON.stringify(RANK_THREAD_BUNDLE),
 });
-// ASCII only: esbuild escapes every other character of the code (its default charset), but not
-// of the comments it keeps (a few, from the packages: typographic quotes, a dash). One such
-// character makes Node decode the whole 1.9 MB as UTF-8 into a two-byte string that V8 then
-// scans: ~10 ms more of each start than ASCII (bench/RESULTS.md, issue 33). Written as
-// \u{...}, which means the same character wherever else JavaScript could hold it.
-const bundled = readFileSync(`${dist}main.cjs`, 'utf8');
-writeFileSync(`${dist}main.cjs`, bundled.replace(/[^\x00-\x7f]/gu, (c) => `\\u{${c.codePointAt(0).toString(16)}}`));
+// A warm thread's module and the rank's (src/actors/warmRankWorker.ts imports rankWorker.js when
+// it is the rank's module): 3x faster to load than their ES modules (bench/RESULTS.md, issue 33).
+await bundle('src/actors/warmRankWorker.js', RANK_THREAD_BUNDLE, {});
 copyFileSync(fileURLToPath(new URL('launch-main.cjs', import.meta.url)), `${dist}launch.cjs`);

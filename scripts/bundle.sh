@@ -17,6 +17,7 @@ fail() { echo "bundle: $*" >&2; exit 1; }
 [ -x build/Release/weightd-keeper ] || fail "build/Release/weightd-keeper is missing: run npm run build first"
 [ -f dist/main.cjs ] || fail "dist/main.cjs is missing: run npm run build first"
 [ -f dist/main.cjs.codecache ] || fail "dist/main.cjs.codecache is missing: run npm run build first"
+[ -f dist/rank-thread.cjs ] || fail "dist/rank-thread.cjs is missing: run npm run build first"
 [ -d node_modules ] || fail "node_modules is missing: run npm ci first"
 
 version=$(node -p 'require("./package.json").version')
@@ -36,7 +37,7 @@ fi
 mkdir -p "$dir/bin" "$dir/build/Release" "$dir/dist"
 
 # The daemon and its client library; compiled tests and benchmarks stay out.
-cp -R dist/src dist/main.js dist/main.cjs dist/launch.cjs dist/main.cjs.codecache "$dir/dist/"
+cp -R dist/src dist/main.js dist/main.cjs dist/launch.cjs dist/main.cjs.codecache dist/rank-thread.cjs "$dir/dist/"
 cp build/Release/weightd.node build/Release/weightd-keeper "$dir/build/Release/"
 # The GPU digest kernel, where this build had nvcc (CMakeLists.txt); without it fills hash on the CPU.
 if [ -f build/Release/weightd-digests.fatbin ]; then cp build/Release/weightd-digests.fatbin "$dir/build/Release/"; fi

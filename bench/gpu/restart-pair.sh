@@ -2,9 +2,10 @@
 # A cuda restart that adopts (bench/restart.ts --device cuda --cuda-handles fd), two builds paired in
 # one device call, their order alternating: this checkout ("new") against BASE_TAR ("base"), a
 # tar.xz of another checkout's weightd, package.json, scripts/node-flags, dist (launch.cjs, main.cjs,
-# its code cache, main.js, src) and build/Release, made where it was built:
+# its code cache, the rank thread's bundle where the build has one, main.js, src) and build/Release,
+# made where it was built:
 #   tar cJf .devbase.tar.xz weightd package.json scripts/node-flags dist/launch.cjs dist/main.cjs \
-#     dist/main.cjs.codecache dist/main.js dist/src build/Release
+#     dist/main.cjs.codecache dist/rank-thread.cjs dist/main.js dist/src build/Release
 # Both use this checkout's runtime node_modules and GPU digest kernel. Usage, on the GPU machine
 # from the checkout's root, dist and node_modules in place:
 #   bash bench/gpu/restart-pair.sh OUT [PAIRS] [BASE_TAR]

@@ -12,10 +12,7 @@ import { rankActor } from './rankActor.js';
 import { reportStartupFailureActor } from './reportStartupFailure.js';
 import { rankServiceActor } from './rankServiceActor.js';
 
-/** What each rank actor's worker thread runs unless startNode is given another module. */
-export const rankWorkerModule = new URL('./rankWorker.js', import.meta.url);
-/** What a rank's thread started warm runs until it is handed its rank (src/models/workerRegistry.ts). */
-export const warmRankWorkerModule = new URL('./warmRankWorker.js', import.meta.url);
+export { rankWorkerModule, warmRankWorkerModule } from './rankWorkerModules.js';
 
 export const nodeActors = {
   prepareNode,

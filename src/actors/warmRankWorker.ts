@@ -6,8 +6,11 @@
 // phases waited for it (50-90 ms on the VM). Then it waits for the rank it is to be
 // (WarmRankStart, from src/models/workerRegistry.ts) and runs that rank's module, which finds its
 // data and messages through rankThread.ts.
+import { realpathSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
 import { addon } from '../native/addon.js';
 import { awaitWarmStart } from './rankThread.js';
+import { rankWorkerModule } from './rankWorkerModules.js';
 import './runRankPhases.js';
 
 /** workerData of a thread started warm. */
@@ -17,5 +20,21 @@ export interface WarmRankWorkerData {
 
 addon();
 // A module that fails to load fails the thread as a rank's failure would (its 'error' event): the
-// rejection is left unhandled on purpose.
-awaitWarmStart((start) => void import(start.module));
+// rejection is left unhandled on purpose. The real rank's module by a static specifier, which is
+// the same module unbundled, and in the rank thread's bundle (dist/rank-thread.cjs) the copy
+// bundled with this one: the thread then loads no ES module at all. Another module (a test's) by
+// its URL.
+awaitWarmStart((start) => void (sameFile(start.module, rankWorkerModule) ? import('./rankWorker.js') : import(start.module)));
+
+/**
+ * Whether `url` names the file of `module`, through symbolic links: the main thread's bundle and
+ * this thread's may each sit in a directory linked to the other's (an install's dist/ linking to
+ * a checkout's), and their URLs then differ for one file.
+ */
+function sameFile(url: string, module: URL): boolean {
+  try {
+    return realpathSync(fileURLToPath(url)) === realpathSync(fileURLToPath(module));
+  } catch {
+    return false;
+  }
+}

@@ -107,10 +107,10 @@ export function plannerDigest(root: string, entry = PLANNER_ENTRY): string {
 }
 
 /** In dist/main.cjs, the digest of the modules it was bundled from (scripts/bundle-main.mjs); undeclared elsewhere. */
-declare const WEIGHTD_BUNDLED_PLANNER_DIGEST: string | undefined;
+declare const __BUNDLED_PLANNER_DIGEST__: string | undefined;
 let planner: string | undefined;
 /** This build's planning code's digest, taken once (~150 KB read and scanned: 4 ms on the development VM), or the bundle's. */
-const thisPlanner = () => (planner ??= typeof WEIGHTD_BUNDLED_PLANNER_DIGEST === 'string' ? WEIGHTD_BUNDLED_PLANNER_DIGEST : plannerDigest(fileURLToPath(new URL('../', import.meta.url))));
+const thisPlanner = () => (planner ??= typeof __BUNDLED_PLANNER_DIGEST__ === 'string' ? __BUNDLED_PLANNER_DIGEST__ : plannerDigest(fileURLToPath(new URL('../', import.meta.url))));
 
 export function planKey(fields: PlanKeyFields): string {
   return createHash('sha256').update(canonicalJson(fields)).digest('hex');

@@ -3,7 +3,7 @@
 // module makes from its own import.meta (the inspect page's files, mermaid from node_modules, the
 // rank's worker thread and the addon), the packages left in node_modules, and the commands.
 // A preload (fixtures/recordModules.ts) records what each thread loaded: the bundle, not the
-// daemon's ES modules, on the main thread.
+// daemon's ES modules, on the main thread, and the rank thread's bundle on the rank's.
 import { spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -47,7 +47,12 @@ test('a daemon of dist/main.cjs serves, with its inspect page, and ctl of it lis
   const lines = readFileSync(record, 'utf8').trim().split('\n');
   const mainThread = lines.filter((l) => l.startsWith('cjs 0 ')).map((l) => l.slice(6));
   assert.ok(mainThread.includes(mainCjs), 'the main thread ran the bundle');
-  assert.ok(lines.some((l) => l.endsWith('/dist/src/actors/rankWorker.js')), "the rank's worker thread ran its own file");
+  const rankThreads = lines.filter((l) => /^cjs [1-9]\d* /.test(l) && l.endsWith('/dist/rank-thread.cjs'));
+  assert.ok(rankThreads.length > 0, "the rank's worker thread ran the rank thread's bundle");
+  assert.not.ok(
+    lines.some((l) => l.includes('/dist/src/actors/')),
+    `no thread loaded the rank's unbundled modules: ${lines.filter((l) => l.includes('/dist/src/actors/')).join(', ')}`,
+  );
   // ES modules are recorded by the loader's hook for every thread alike; the main thread's would be startNode's.
   assert.not.ok(lines.some((l) => l.endsWith('/dist/src/startNode.js')), 'no thread loaded the unbundled node');
 });

@@ -18,12 +18,13 @@ const nodeFlags = readFileSync(join(repoRoot, 'scripts/node-flags'), 'utf8')
   .filter((l) => l.trim() !== '' && !l.startsWith('#'));
 const builtCache = readFileSync(join(repoRoot, 'dist/main.cjs.codecache'));
 
-/** A checkout whose dist/ holds copies of the launcher, the bundle and `cache` (none: absent). */
+/** A checkout whose dist/ holds copies of the launcher, the bundle and `cache` (none: absent); the rest (src, the rank thread's bundle) linked. */
 function layout(cache: Buffer | undefined, bundle = readFileSync(join(repoRoot, 'dist/main.cjs'))): string {
   const root = freshTempDir();
   for (const linked of ['node_modules', 'build', 'scripts', 'examples', 'package.json']) symlinkSync(join(repoRoot, linked), join(root, linked));
   mkdirSync(join(root, 'dist'));
   symlinkSync(join(repoRoot, 'dist/src'), join(root, 'dist/src'));
+  symlinkSync(join(repoRoot, 'dist/rank-thread.cjs'), join(root, 'dist/rank-thread.cjs'));
   copyFileSync(join(repoRoot, 'dist/launch.cjs'), join(root, 'dist/launch.cjs'));
   copyFileSync(join(repoRoot, 'weightd'), join(root, 'weightd'));
   writeFileSync(join(root, 'dist/main.cjs'), bundle);
@@ -50,7 +51,7 @@ test("the build's cache is used, and the launcher writes nothing", () => {
   const root = layout(builtCache);
   const before = statSync(join(root, 'dist/main.cjs.codecache')).mtimeMs;
   assert.is(versionRun(root), 'used');
-  assert.equal(readdirSync(join(root, 'dist')).sort(), ['launch.cjs', 'main.cjs', 'main.cjs.codecache', 'src']);
+  assert.equal(readdirSync(join(root, 'dist')).sort(), ['launch.cjs', 'main.cjs', 'main.cjs.codecache', 'rank-thread.cjs', 'src']);
   assert.is(statSync(join(root, 'dist/main.cjs.codecache')).mtimeMs, before);
 });
 
