@@ -121,7 +121,9 @@ DeviceInfo describeCudaDevice(int index) {
   return d;
 }
 
-CudaProbe probeCuda() {
+namespace {
+
+CudaProbe probeOnce() {
   CudaProbe p;
   const DriverState& s = driverState();
   if (!s.available) {
@@ -145,6 +147,22 @@ CudaProbe probeCuda() {
   p.available = !p.devices.empty();
   if (!p.available) p.reason = "the NVIDIA driver sees no GPU (check CUDA_VISIBLE_DEVICES)";
   return p;
+}
+
+}  // namespace
+
+CudaProbe probeCuda() {
+  // The devices a process sees are fixed when cuInit runs (CUDA_VISIBLE_DEVICES is read then), so
+  // the first probe's answer is every later one's. Taken once: a daemon probes from the launcher,
+  // the CUDA warm-up and the node's devices. On an H100 host the node's probe answered 70-90 ms
+  // after the control socket at a start that loads, while the warm-up made the primary context,
+  // and 4-18 ms after it at a restart with no warm-up (bench/RESULTS.md, issue 33): its queries
+  // likely waited in the driver behind that context. Callers meanwhile wait for the first probe,
+  // as they would for cuInit.
+  static std::once_flag once;
+  static CudaProbe probe;
+  std::call_once(once, [] { probe = probeOnce(); });
+  return probe;
 }
 
 }  // namespace weightd

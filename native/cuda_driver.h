@@ -77,8 +77,9 @@ struct CudaProbe {
   std::vector<std::string> fdHandlesUnsupported;
 };
 
-// What CUDA offers this process, without creating any context. Never throws for a missing
-// driver or a device-less machine: that is what `available` and `reason` are for.
+// What CUDA offers this process, without creating any context, taken once per process (the
+// devices it sees are fixed at cuInit). Never throws for a missing driver or a device-less
+// machine: that is what `available` and `reason` are for.
 CudaProbe probeCuda();
 
 // Ordinal, nvidia-smi style UUID ("GPU-xxxxxxxx-..."), name and total memory of one visible

@@ -405,6 +405,14 @@ test('fd handles, context deferred: adopt holds the descriptors with no context 
   assert.equal(leaks, noLeaks);
 });
 
+test("a process's CUDA probes, at once or later, describe each device to the driver once: the devices are fixed at cuInit", () => {
+  const queryLog = join(fakeDir, 'probed-once-queries.log');
+  rmSync(queryLog, { force: true });
+  const { result, leaks } = scenario('probedOnce', { FAKE_CUDA_QUERY_LOG: queryLog });
+  assert.equal(result, { same: true, devices: 2, described: ['0', '1'] });
+  assert.equal(leaks, noLeaks);
+});
+
 test('fd handles on a GPU that cannot export descriptors: the probe says why, an fd device refuses to open naming the flag, ipc still works', () => {
   const { result, leaks } = scenario('vmmUnsupported', { FAKE_CUDA_NO_FD_HANDLES: '1' });
   assert.match(result.reason as string, /cannot export memory as a POSIX file descriptor/);

@@ -39,6 +39,7 @@
 // test holds a call in flight for as long as it likes.
 // FAKE_CUDA_RETAIN_LOG=PATH: each cuDevicePrimaryCtxRetain that succeeds appends its device, so a
 // test sees when a context was made (none before a restart's READY, say).
+// FAKE_CUDA_QUERY_LOG=PATH: each cuDeviceGetUuid_v2 appends its device.
 // Device memory starts as 0xEE bytes, never zeros, and memsets are queued like copies, so bytes
 // that must be zero are zero only if a memset ran for them.
 #define _GNU_SOURCE
@@ -201,8 +202,14 @@ CUresult cuGetErrorString(CUresult r, const char** s) {
 CUresult cuDeviceGetCount(int* n) { if (!initialised) return E_NOT_INIT; *n = devices(); return OK; }
 CUresult cuDeviceGet(CUdevice* d, int i) { if (i < 0 || i >= devices()) return E_INVALID_DEVICE; *d = i; return OK; }
 CUresult cuDeviceGetName(char* name, int len, CUdevice d) { snprintf(name, len, "Fake GPU %d", d); return OK; }
+static void appendToLog(const char* var, const char* line);
+// FAKE_CUDA_QUERY_LOG: each UUID asked appends its device, so a test sees how often the devices
+// were described.
 CUresult cuDeviceGetUuid_v2(unsigned char* uuid, CUdevice d) {
   for (int i = 0; i < 16; ++i) uuid[i] = (unsigned char)(0x10 * d + i);
+  char line[32];
+  snprintf(line, sizeof line, "%d\n", d);
+  appendToLog("FAKE_CUDA_QUERY_LOG", line);
   return OK;
 }
 CUresult cuDeviceTotalMem_v2(size_t* bytes, CUdevice d) { (void)d; *bytes = memPerDevice(); return OK; }

@@ -1241,6 +1241,17 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
   },
 
   /** Run with FAKE_CUDA_NO_FD_HANDLES=1: the probe says why, and an fd device refuses to open. */
+  /** Run with FAKE_CUDA_QUERY_LOG: probes asked at once and after describe each device to the driver once. */
+  async probedOnce() {
+    const answers = await Promise.all([cudaProbe(), cudaProbe()]);
+    answers.push(await cudaProbe());
+    return {
+      same: answers.every((a) => JSON.stringify(a) === JSON.stringify(answers[0])),
+      devices: answers[0]!.devices.length,
+      described: readFileSync(process.env.FAKE_CUDA_QUERY_LOG!, 'utf8').trim().split('\n'),
+    };
+  },
+
   async vmmUnsupported() {
     const probe = await cudaProbe();
     return {
