@@ -182,13 +182,13 @@ export async function startNode(options: NodeOptions, { rankWorker = rankWorkerM
   const { mode } = config.keeper;
   // Checked before anything starts, so that a refused directory leaves no keeper or listener.
   const socketDir = mode !== 'off' || config.control ? resolveSocketDir(config.socketDir) : undefined;
-  // With spawn, resolved once no keeper answered the first PING: this start loads (warmRanks below).
-  let onSpawning!: () => void;
-  const spawning = new Promise<void>((resolve) => (onSpawning = resolve));
+  // Resolved once no keeper answered the first PING: this start loads (warmRanks below).
+  let onNoneAtStart!: () => void;
+  const noKeeperAtStart = new Promise<void>((resolve) => (onNoneAtStart = resolve));
   const keeper =
     mode === 'off'
       ? undefined
-      : new KeeperLink({ ...config.keeper, mode, socket: keeperSocketPath(config, socketDir!), log, onBack: () => actor.send({ type: 'KEEPER_BACK' }), onSpawning });
+      : new KeeperLink({ ...config.keeper, mode, socket: keeperSocketPath(config, socketDir!), log, onBack: () => actor.send({ type: 'KEEPER_BACK' }), onNoneAtStart });
   const keeperReady = keeper?.start();
   const input = { config, log, rankWorker, workers, servers, keeper: keeper && { socket: keeper.socket, ready: keeperReady! } };
   const actor = createActor(supervisorMachine.provide({ actors: nodeActors }), { input, inspect: feed.inspect });
@@ -306,10 +306,10 @@ export async function startNode(options: NodeOptions, { rankWorker = rankWorkerM
     const threads = workers.warm(warmRankWorkerModule, config.localWorldSize, { warm: true } satisfies WarmRankWorkerData);
     if (threads > 0) log.debug({ threads }, `started ${threads} rank thread(s) warm`);
   };
-  // With --keeper spawn, once no keeper answered its first PING: not when the keeper it starts is
+  // With a keeper, once none answered the first PING: with spawn, not when the keeper it starts is
   // ready, tens of ms later (bench/RESULTS.md, issue 33).
   if (!keeper) warmRanks();
-  else void spawning.then(warmRanks);
+  else void noKeeperAtStart.then(warmRanks);
 
   return {
     config,

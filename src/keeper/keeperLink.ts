@@ -22,11 +22,11 @@ export interface KeeperLinkOptions {
   /** A keeper answers again after one was lost or absent: the ranks keep their segments there. */
   onBack: () => void;
   /**
-   * With spawn, no keeper answered the start's first PING and this link starts one: the node
-   * loads rather than adopts, and can begin what a load needs while that keeper starts (tens of
-   * ms). Not called when a keeper is looked for again later.
+   * No keeper answered the start's first PING: the node loads rather than adopts, and can begin
+   * what a load needs now, while a spawned keeper starts (tens of ms). Not called when a keeper
+   * is looked for again later.
    */
-  onSpawning?: () => void;
+  onNoneAtStart?: () => void;
 }
 
 /** How long the stop waits for the keeper to say what it holds. */
@@ -191,9 +191,9 @@ export class KeeperLink {
     try {
       return (await this.#client.ping()).pid;
     } catch (err) {
+      if (!again) this.#o.onNoneAtStart?.();
       if (this.#o.mode !== 'spawn') throw err;
     }
-    if (!again) this.#o.onSpawning?.();
     // Its log goes to a file beside its socket: inheriting the daemon's stderr would hold the
     // daemon's pipe open (a supervisor's, a test's) long after the daemon is gone.
     const logFile = join(dirname(this.#o.socket), KEEPER_LOG_NAME);
