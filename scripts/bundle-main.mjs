@@ -5,8 +5,8 @@
 //
 // Each module keeps its own import.meta: the URL its file has under dist/src/, so the paths it
 // makes relative to itself (the addon, the keeper binary, the worker threads' files, package.json)
-// name the same files as unbundled. A rank's warm thread runs dist/rank-thread.cjs, bundled the
-// same way; other worker threads (piscina's, a rank started cold) load dist/src/ as ES modules.
+// name the same files as unbundled. A rank's thread runs dist/rank-thread.cjs, bundled the same
+// way; other worker threads (piscina's) load dist/src/ as ES modules.
 // Packages that find files beside their own (piscina's workers, the addon loaders) and those
 // loaded on demand through createRequire stay in node_modules; the rest are pure code. pino is
 // bundled with the packages it requires: what it would find beside itself is a transport's worker,
@@ -40,7 +40,7 @@ function __weightdImportMeta(rel) {
 // restart that adopts on the development VM, bench/RESULTS.md, issue 33).
 const { plannerDigest } = await import(`${dist}src/keeper/keptPlan.js`);
 
-/** The rank thread's own bundle, beside main.cjs: what the bundled daemon's warm rank threads run (src/actors/rankWorkerModules.ts). */
+/** The rank thread's own bundle, beside main.cjs: what the bundled daemon's rank threads run (src/actors/rankWorkerModules.ts, WorkerRegistry). */
 const RANK_THREAD_BUNDLE = 'rank-thread.cjs';
 
 /** Bundles `entry` (a compiled module under dist/src/) into dist/`outfile`, one CommonJS file of ASCII. */

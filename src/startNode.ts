@@ -174,7 +174,7 @@ export interface NodeModules {
 export async function startNode(options: NodeOptions, { rankWorker = rankWorkerModule }: NodeModules = {}): Promise<WeightdNode> {
   const config = await resolveNodeOptions(options);
   const log = options.logger ?? createLogger({ nodeRank: config.nodeRank, level: options.logLevel });
-  const workers = new WorkerRegistry();
+  const workers = new WorkerRegistry({ warmModule: warmRankWorkerModule });
   const servers = new ServerRegistry({ defaultModel: config.models[0].name, processedMaxPercent: config.processedMaxPercent });
   const feed = new EventFeed();
   // Found or started while the node plans (prepareNode waits for it), so that the ranks can

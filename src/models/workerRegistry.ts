@@ -16,6 +16,16 @@ export class WorkerRegistry {
   readonly #warm = new Map<number, Worker>();
   /** Set once the node drains: no thread starts warm after that. */
   #draining = false;
+  /**
+   * What a warm thread runs (src/actors/warmRankWorker.ts), when the node names it: a rank with no
+   * warm thread then starts a thread of it too, and hands it its rank at once, so that a bundled
+   * daemon's every rank thread runs its bundle (dist/rank-thread.cjs), not dist/src's ES modules.
+   */
+  readonly #warmModule?: URL;
+
+  constructor(options: { warmModule?: URL } = {}) {
+    this.#warmModule = options.warmModule;
+  }
 
   track(worker: Worker): void {
     const exited = new Promise<void>((resolve) => worker.once('exit', () => resolve()));
@@ -51,7 +61,7 @@ export class WorkerRegistry {
     return started;
   }
 
-  /** A thread for local rank `data.localRank` running `module`: the warm one (`warm`), or one started now. */
+  /** A thread for local rank `data.localRank` running `module`: the warm one (`warm`), or one started now (of the warm module, when the node names one). */
   start(module: URL, data: RankWorkerData): { worker: Worker; warm: boolean } {
     const warm = this.#warm.get(data.localRank);
     if (warm) {
@@ -61,7 +71,15 @@ export class WorkerRegistry {
       warm.postMessage(start);
       return { worker: warm, warm: true };
     }
-    const worker = new Worker(module, { workerData: data, name: `weightd-rank-${data.localRank}` });
+    const name = `weightd-rank-${data.localRank}`;
+    if (this.#warmModule) {
+      const worker = new Worker(this.#warmModule, { workerData: { warm: true }, name });
+      this.track(worker);
+      const start: WarmRankStart = { type: 'START', module: module.href, data };
+      worker.postMessage(start);
+      return { worker, warm: false };
+    }
+    const worker = new Worker(module, { workerData: data, name });
     this.track(worker);
     return { worker, warm: false };
   }

@@ -89,6 +89,27 @@ test('a rank takes its warm thread, runs its own module with its own data there,
   assert.is(workers.size, 0, 'every thread exited');
 });
 
+/** A rank module that says what its thread's workerData and its rank's data are. */
+const DATA_RANK = new URL(
+  `data:text/javascript,${encodeURIComponent(
+    `import { parentPort, workerData } from 'node:worker_threads';
+import { rankWorkerData } from ${JSON.stringify(rankThread)};
+parentPort.postMessage({ workerData, globalRank: rankWorkerData().globalRank });`,
+  )}`,
+);
+
+test('given the warm module, a rank with no warm thread starts a thread of it and hands it its rank at once; without it, a thread of its own module', async () => {
+  const runs = async (workers: WorkerRegistry) => {
+    const { worker, warm } = workers.start(DATA_RANK, rank(0));
+    const said = await new Promise<unknown>((resolve) => worker.once('message', resolve));
+    await worker.terminate();
+    await workers.drain();
+    return { warm, said };
+  };
+  assert.equal(await runs(new WorkerRegistry({ warmModule: warmRankWorkerModule })), { warm: false, said: { workerData: { warm: true }, globalRank: 10 } });
+  assert.equal(await runs(new WorkerRegistry()), { warm: false, said: { workerData: rank(0), globalRank: 10 } });
+});
+
 test('warm threads no rank took are ended: by dropWarm, and by drain; none starts warm once the node drains', async () => {
   const workers = new WorkerRegistry();
   assert.is(workers.warm(warmRankWorkerModule, 2, { warm: true }), 2);
