@@ -81,12 +81,36 @@ void launchKernel(CUfunction kernel, CUdeviceptr table, CUdeviceptr out, GpuDige
 
 const std::string& SegmentHasher::unavailable() { return kernelImage().missing; }
 
-SegmentHasher::SegmentHasher(ContentDigests& digests, size_t segments) : digests_(digests), of_(segments) {
+SegmentHasher::SegmentHasher(ContentDigests& digests, size_t segments, const std::vector<SegmentCopy>& copies)
+    : digests_(digests), of_(segments), copiedBy_(segments) {
+  // Per segment, its copies by destination offset (they share no byte).
+  std::vector<std::vector<const SegmentCopy*>> into(segments);
+  for (const SegmentCopy& c : copies)
+    if (c.segment < segments && c.bytes > 0) into[c.segment].push_back(&c);
+  for (auto& list : into) std::sort(list.begin(), list.end(), [](const SegmentCopy* a, const SegmentCopy* b) { return a->dstOffset < b->dstOffset; });
+  // Where the kernel can copy the piece at [start, start + bytes) of segment s from, else 0.
+  auto copiedFrom = [&](uint32_t s, uint64_t start, uint64_t bytes) -> CUdeviceptr {
+    const auto& list = into[s];
+    auto it = std::upper_bound(list.begin(), list.end(), start, [](uint64_t v, const SegmentCopy* c) { return v < c->dstOffset; });
+    if (it == list.begin()) return 0;
+    const SegmentCopy& c = **(it - 1);
+    if (start + bytes > c.dstOffset + c.bytes) return 0;
+    const CUdeviceptr from = c.from + (start - c.dstOffset);
+    return start % 8 == 0 && from % 8 == 0 ? from : 0;
+  };
   for (uint32_t s = 0; s < segments; ++s) {
     of_[s].first = static_cast<uint32_t>(jobs_.size());
     digests.claimCovered(s, 0, UINT64_MAX, [&](size_t p) {
-      jobs_.push_back({digests.pieceStart(p), digests.pieceBytes(p), jobs_.size()});
+      const uint64_t start = digests.pieceStart(p), bytes = digests.pieceBytes(p);
+      jobs_.push_back({start, bytes, jobs_.size(), 0});
       pieces_.push_back(p);
+      from_.push_back(copiedFrom(s, start, bytes));
+      if (from_.back() == 0) return;
+      // Pieces come in order of offset: a piece that follows the last range extends it.
+      auto& ranges = copiedBy_[s];
+      if (!ranges.empty() && ranges.back().second == start) ranges.back().second = start + bytes;
+      else ranges.emplace_back(start, start + bytes);
+      bytesCopied_ += bytes;
     });
     of_[s].second = static_cast<uint32_t>(jobs_.size()) - of_[s].first;
   }
@@ -94,7 +118,15 @@ SegmentHasher::SegmentHasher(ContentDigests& digests, size_t segments) : digests
   const CudaDriver& drv = cudaDriver();
   try {
     drv.cuModuleLoadData(&module_, kernelImage().bytes.data());
-    drv.cuModuleGetFunction(&kernel_, module_, "weightd_xxh3_pieces");
+    // A kernel file built before the copying kernel existed has only the other: the copies are
+    // then all the driver's.
+    if (bytesCopied_ > 0 && drv.cuModuleGetFunction.raw(&kernel_, module_, "weightd_xxh3_copy_pieces") != CUDA_SUCCESS) {
+      kernel_ = nullptr;
+      std::fill(from_.begin(), from_.end(), 0);
+      for (auto& ranges : copiedBy_) ranges.clear();
+      bytesCopied_ = 0;
+    }
+    if (!kernel_) drv.cuModuleGetFunction(&kernel_, module_, "weightd_xxh3_pieces");
     table_ = allocateDeviceMemory(jobs_.size() * sizeof(GpuDigestJob));
     out_ = allocateDeviceMemory(jobs_.size() * 16);
     staging_ = allocatePinnedHost(jobs_.size() * sizeof(GpuDigestJob));
@@ -121,7 +153,10 @@ void SegmentHasher::launch(size_t from, size_t to, const CUdeviceptr* bases, CUs
   if (count == 0) return;
   GpuDigestJob* staged = static_cast<GpuDigestJob*>(staging_.get());
   for (size_t s = from; s < to; ++s) {
-    for (uint32_t j = of_[s].first; j < of_[s].first + of_[s].second; ++j) staged[j] = {bases[s] + jobs_[j].src, jobs_[j].bytes, jobs_[j].slot};
+    for (uint32_t j = of_[s].first; j < of_[s].first + of_[s].second; ++j) {
+      staged[j] = from_[j] ? GpuDigestJob{from_[j], jobs_[j].bytes, jobs_[j].slot, bases[s] + jobs_[j].src}
+                           : GpuDigestJob{bases[s] + jobs_[j].src, jobs_[j].bytes, jobs_[j].slot, 0};
+    }
   }
   cudaDriver().cuMemcpyHtoDAsync_v2(table_.get() + first * sizeof(GpuDigestJob), staged + first, count * sizeof(GpuDigestJob), stream);
   // As many jobs per launch as its ranges count (a range's count is 32 bits).
@@ -183,7 +218,7 @@ GpuDigests::GpuDigests(const std::vector<FillMember>& members, const std::vector
       if (range.count == 0) range.first = static_cast<uint32_t>(own.size());
       const CUdeviceptr base = members[piece.member].target.segmentBases[c.segment] + c.dstOffset;
       digests.claimCovered(window.file, c.srcOffset, c.srcOffset + c.rowBytes, [&](size_t p) {
-        own.push_back({base + (digests.pieceStart(p) - c.srcOffset), digests.pieceBytes(p), own.size()});
+        own.push_back({base + (digests.pieceStart(p) - c.srcOffset), digests.pieceBytes(p), own.size(), 0});
         members_[piece.member].pieces.push_back(p);
         ++range.count;
         range.bytes += digests.pieceBytes(p);

@@ -24,6 +24,16 @@
 
 namespace weightd {
 
+// A copy into a segment that the digest kernel may make as it hashes (a pull's, from the writer's
+// memory): `bytes` bytes from device address `from` to bytes [dstOffset, dstOffset + bytes) of
+// segment `segment`.
+struct SegmentCopy {
+  uint32_t segment = 0;
+  uint64_t dstOffset = 0;
+  uint64_t bytes = 0;
+  CUdeviceptr from = 0;
+};
+
 // The digest kernel over segments of device memory (a written version's), some segments at a
 // time: their pieces are hashed on a stream as soon as they are launched there (a pull launches a
 // batch of segments behind their copies, cuda_update_segments.cpp, so the hashing overlaps the
@@ -35,7 +45,12 @@ class SegmentHasher {
   // Claims every piece of `digests` lying in its files 0..segments-1 (the segments) and puts the
   // kernel and room for their jobs on the GPU. DeviceError where that fails, with nothing left
   // held and the claims given back: the caller hashes on the CPU.
-  SegmentHasher(ContentDigests& digests, size_t segments);
+  //
+  // A piece that lies whole in one of `copies`, at an address 8-byte aligned on both sides, is
+  // copied by the kernel as it hashes it (read once, where copying then hashing read it twice):
+  // the caller copies only the rest of each copy (copiedByKernel), before the launch of its
+  // segment as for any copy. The copies must share no byte (a pull's batch, cudaPull.ts).
+  SegmentHasher(ContentDigests& digests, size_t segments, const std::vector<SegmentCopy>& copies = {});
   ~SegmentHasher();
   SegmentHasher(const SegmentHasher&) = delete;
   SegmentHasher& operator=(const SegmentHasher&) = delete;
@@ -46,12 +61,19 @@ class SegmentHasher {
   void collect();
   // Gives every claimed piece back (after a failure: the CPU hashes them).
   void releaseAll();
+  // The byte ranges of `segment` the kernel copies, sorted [start, end) (none but where the
+  // constructor was given copies), and their total over every segment.
+  const std::vector<std::pair<uint64_t, uint64_t>>& copiedByKernel(size_t segment) const { return copiedBy_[segment]; }
+  uint64_t bytesCopiedByKernel() const { return bytesCopied_; }
 
  private:
   ContentDigests& digests_;
   std::vector<size_t> pieces_;                      // per job: its piece
   std::vector<std::pair<uint32_t, uint32_t>> of_;  // per segment: its jobs' first and count
   std::vector<GpuDigestJob> jobs_;                 // src relative to the segment (staging_: absolute)
+  std::vector<CUdeviceptr> from_;                  // per job: where the kernel copies it from, or 0
+  std::vector<std::vector<std::pair<uint64_t, uint64_t>>> copiedBy_;  // per segment
+  uint64_t bytesCopied_ = 0;
   CUmodule module_ = nullptr;
   CUfunction kernel_ = nullptr;
   DeviceMemory table_, out_;

@@ -127,6 +127,21 @@ PulledSource openPulledSource(const std::string& raw, size_t k, int deviceIndex)
   return out;
 }
 
+const std::vector<std::pair<uint64_t, uint64_t>> kNoRanges;
+
+// Calls gap(a, b) for each stretch of [start, end) that none of `ranges` (sorted, disjoint
+// [start, end) pairs) covers, in order.
+template <class Gap>
+void forEachGap(const std::vector<std::pair<uint64_t, uint64_t>>& ranges, uint64_t start, uint64_t end, Gap gap) {
+  auto it = std::upper_bound(ranges.begin(), ranges.end(), start, [](uint64_t v, const std::pair<uint64_t, uint64_t>& r) { return v < r.second; });
+  uint64_t at = start;
+  for (; it != ranges.end() && it->first < end; ++it) {
+    if (it->first > at) gap(at, it->first);
+    at = std::max(at, it->second);
+  }
+  if (at < end) gap(at, end);
+}
+
 // Refuses a pulled copy that ends past the allocation its source opened.
 void checkPulledRanges(const std::vector<PulledSource>& pulled, const std::vector<CommitCopy>& copies) {
   for (const CommitCopy& c : copies) {
@@ -350,25 +365,10 @@ CudaPulled cudaPullCopies(int deviceIndex, const std::vector<int>& finals, const
   ScopedContext current(context.get());
   CUdevice dev = cudaDeviceAt(deviceIndex);
   CudaPulled out;
-  // The digests: on the GPU, the pieces of a batch of segments (kHashBatchBytes) hashed on a stream
-  // of their own behind those segments' copies, while the next segments are made and copied; else
-  // (digestOn 'cpu', no kernel, its setup failed) read back at the end. A launch per segment (~100
-  // warps for 100 MiB) left the GPU nearly idle: on an H100, 83 of them took 16 ms after the
-  // copies where one launch over 8 GB takes 5 ms.
   ContentDigests digests(tensors, bytes);
-  std::unique_ptr<SegmentHasher> hasher;
-  if (onGpu && !digests.empty()) {
-    out.digested.gpuDigestUnavailable = SegmentHasher::unavailable();
-    if (out.digested.gpuDigestUnavailable.empty()) {
-      try {
-        hasher = std::make_unique<SegmentHasher>(digests, finals.size());
-      } catch (const DeviceError& e) {
-        out.digested.gpuDigestUnavailable = e.what();
-      }
-    }
-  }
   // Declared in this order so that on a failure the stream is drained (destroyed first) before any
-  // final or source a queued copy uses goes, or the hasher's buffers a queued kernel uses.
+  // final or source a queued copy or kernel uses goes, or the hasher's buffers a queued kernel uses.
+  std::unique_ptr<SegmentHasher> hasher;
   std::vector<PulledSource> pulled;
   std::vector<VmmSegment> into(finals.size());
   std::vector<CUdeviceptr> bases(finals.size(), 0);
@@ -377,6 +377,27 @@ CudaPulled cudaPullCopies(int deviceIndex, const std::vector<int>& finals, const
   for (size_t k = 0; k < sources.size(); ++k) pulled.push_back(openPulledSource(sources[k], k, deviceIndex));
   out.openMs = msSince(t);
   checkPulledRanges(pulled, copies);
+  // The digests: on the GPU, the pieces of a batch of segments (kHashBatchBytes) hashed on a stream
+  // of their own behind those segments' copies, while the next segments are made and copied; else
+  // (digestOn 'cpu', no kernel, its setup failed) read back at the end. A launch per segment (~100
+  // warps for 100 MiB) left the GPU nearly idle: on an H100, 83 of them took 16 ms after the
+  // copies where one launch over 8 GB takes 5 ms. The kernel also makes the copies of the pieces
+  // that lie whole in one (SegmentHasher): on an H100 the copies with the kernel beside them took
+  // 8.3 ms where the copies alone take 5.5, both bound by memory bandwidth and the kernel reading
+  // again what the copies had just written.
+  if (onGpu && !digests.empty()) {
+    out.digested.gpuDigestUnavailable = SegmentHasher::unavailable();
+    if (out.digested.gpuDigestUnavailable.empty()) {
+      std::vector<SegmentCopy> fusable;
+      for (const CommitCopy& c : copies) fusable.push_back({c.segment, c.dstOffset, c.bytes, pulled[c.source - 1].mapping.get() + c.srcOffset});
+      try {
+        hasher = std::make_unique<SegmentHasher>(digests, finals.size(), fusable);
+      } catch (const DeviceError& e) {
+        out.digested.gpuDigestUnavailable = e.what();
+      }
+    }
+  }
+  if (hasher) out.copiedByKernelBytes = hasher->bytesCopiedByKernel();
   Stream stream = createStream();
   Stream hashing = hasher ? createStream() : Stream();
   size_t batchFrom = 0;
@@ -413,8 +434,13 @@ CudaPulled cudaPullCopies(int deviceIndex, const std::vector<int>& finals, const
       bases[i] = into[i].pointer();
     }
     madeMs += msSince(t);
-    for (const CommitCopy* c : bySegment[i])
-      if (c->bytes > 0) cudaDriver().cuMemcpyDtoDAsync_v2(bases[i] + c->dstOffset, pulled[c->source - 1].mapping.get() + c->srcOffset, c->bytes, stream.get());
+    for (const CommitCopy* c : bySegment[i]) {
+      const CUdeviceptr from = pulled[c->source - 1].mapping.get() + c->srcOffset;
+      // What the kernel does not copy as it hashes.
+      forEachGap(hasher ? hasher->copiedByKernel(i) : kNoRanges, c->dstOffset, c->dstOffset + c->bytes, [&](uint64_t a, uint64_t b) {
+        cudaDriver().cuMemcpyDtoDAsync_v2(bases[i] + a, from + (a - c->dstOffset), b - a, stream.get());
+      });
+    }
     for (const ZeroRange* z : zerosOf[i])
       if (z->bytes > 0) cudaDriver().cuMemsetD8Async(bases[i] + z->offset, 0, z->bytes, stream.get());
     batchBytes += bytes[i];

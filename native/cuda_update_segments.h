@@ -96,6 +96,8 @@ struct CudaPulled {
   CudaDigests digested;
   // releaseMs: unmapping the finals it mapped, closing the writer's memory, freeing the digests' buffers.
   double allocateMs = 0, openMs = 0, mapMs = 0, copyMs = 0, digestMs = 0, releaseMs = 0, totalMs = 0;
+  // Bytes the digest kernel copied as it hashed them (the rest went through cuMemcpy).
+  uint64_t copiedByKernelBytes = 0;
 };
 
 // A pull's copies run early, as pull_tensors names the tensors (the writer keeps them unchanged

@@ -10,6 +10,10 @@ struct GpuDigestJob {
   uint64_t src;    // device address of the piece's first byte
   uint64_t bytes;  // at most ContentDigests::kPieceBytes
   uint64_t slot;   // its digest's place in the output: 16 canonical bytes at 16 * slot
+  // 0: the piece is hashed where it lies. Else the device address its bytes are copied to as the
+  // warp hashes them (a pull's copy, native/cuda_update_segments.cpp): the bytes are read once
+  // for both. Both addresses are then 8-byte aligned.
+  uint64_t dst;
 };
 
 // Threads per block of the kernel: 4 warps, each hashing one piece.

@@ -97,6 +97,8 @@ export interface PullCopyTimings {
   /** Letting go of what the call held: the finals it mapped, the writer's memory it opened, the digests' buffers. */
   releaseMs: number;
   nativeMs: number;
+  /** Bytes the GPU digest kernel copied as it hashed them, reading them once (the rest: cuMemcpy). */
+  copiedByKernelBytes: number;
 }
 
 /** How a cuda device allocates and exports its segments (--cuda-handles; native/cuda_vmm.h). */

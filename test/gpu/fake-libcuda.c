@@ -25,12 +25,15 @@
 // cuMemImportFromShareableHandle) returns CUDA_ERROR_OUT_OF_MEMORY, so tests fail one midway.
 // FAKE_CUDA_NO_VMM, FAKE_CUDA_NO_FD_HANDLES: the device attributes say VMM, or POSIX descriptor
 // export, is unsupported. FAKE_CUDA_NO_READ_ONLY: cuMemSetAccess refuses read-only access.
-// FAKE_CUDA_KERNELS: cuModuleLoadData loads any image as the GPU digest kernel
+// FAKE_CUDA_KERNELS: cuModuleLoadData loads any image as the GPU digest kernels
 // (native/gpu/xxh3_pieces.cu), which the fake then runs on the CPU with the xxHash library as soon
 // as it is launched, after the work its stream waits for (cuStreamWaitEvent) and nothing else: a
-// kernel that does not wait for its window's copies hashes 0xEE bytes. A job outside
-// device memory of the stream's device aborts. Without it, cuModuleLoadData fails
-// (CUDA_ERROR_NO_BINARY_FOR_GPU), as for a kernel built for another GPU.
+// kernel that does not wait for its window's copies hashes 0xEE bytes. In the copying kernel
+// (weightd_xxh3_copy_pieces) a job with a destination copies its bytes there first, as the real
+// one does while it hashes them. A job outside device memory of the stream's device aborts.
+// FAKE_CUDA_KERNELS=hash-only: the image has no copying kernel (one built before it existed).
+// Without it, cuModuleLoadData fails (CUDA_ERROR_NO_BINARY_FOR_GPU), as for a kernel built for
+// another GPU.
 // FAKE_CUDA_ACCESS_LOG=PATH: each cuMemSetAccess that succeeds appends "PID INODE FLAGS".
 // FAKE_CUDA_COPY_LOG=PATH: each queued host-to-device copy appends its bytes (rows times row
 // bytes) to PATH as a decimal line, so a test sees how a fill cut its work into copies.
@@ -62,7 +65,7 @@ typedef unsigned long long CUdeviceptr;
 enum {
   OK = 0, E_INVALID_VALUE = 1, E_OOM = 2, E_NOT_INIT = 3, E_NO_DEVICE = 100, E_INVALID_DEVICE = 101,
   E_INVALID_CONTEXT = 201, E_ALREADY_REGISTERED = 712, E_NOT_REGISTERED = 713, E_NOT_READY = 600,
-  E_ILLEGAL_ADDRESS = 700, E_NO_BINARY_FOR_GPU = 209,
+  E_ILLEGAL_ADDRESS = 700, E_NO_BINARY_FOR_GPU = 209, E_NOT_FOUND = 500,
 };
 #define MAX_DEV 8
 #define MAX_OPS 4096
@@ -91,12 +94,13 @@ struct stream;
 struct op {
   char* dst; const char* src; size_t width, height, spitch, dpitch; unsigned long seq; int done; unsigned value; int elt;
   int kind; struct stream* waitStream; unsigned long waitSeq; const char* jobs; unsigned count;
+  int copying;  // OP_KERNEL: the copying kernel's launch (a job's dst is written)
 };
 struct stream { struct op ops[MAX_OPS]; int nops; unsigned long seq; int live; int device; };
 struct event { struct stream* stream; unsigned long seq; int live; };
 static int liveStreams, liveEvents, liveModules;
 // native/gpu_digest_job.h's GpuDigestJob and GpuDigestRanges.
-struct digestJob { unsigned long long src, bytes, slot; };
+struct digestJob { unsigned long long src, bytes, slot, dst; };
 struct digestRanges { unsigned first[32], count[32], n; };
 
 static int devices(void) { const char* e = getenv("FAKE_CUDA_DEVICES"); return e ? atoi(e) : 2; }
@@ -135,6 +139,15 @@ static void runDigestKernel(struct stream* st, const struct op* o) {
     struct alloc* a = findAlloc((const void*)(uintptr_t)job->src, job->bytes, K_DEVICE);
     if (!a || a->device != st->device) die("digest kernel job outside the stream's device memory");
     if (!findAlloc(o->dst + 16 * job->slot, 16, K_DEVICE)) die("digest kernel output outside device memory");
+    // A copying job (a pull's) in the copying kernel: it writes the bytes it hashes there, from
+    // 8-byte aligned addresses (the real kernel's word loads and stores fault otherwise). The
+    // hashing kernel does not read dst.
+    if (o->copying && job->dst) {
+      struct alloc* d = findAlloc((const void*)(uintptr_t)job->dst, job->bytes, K_DEVICE);
+      if (!d || d->device != st->device) die("digest kernel copy outside the stream's device memory");
+      if (job->src % 8 || job->dst % 8) die("digest kernel copy from or to an address not 8-byte aligned");
+      memmove((void*)(uintptr_t)job->dst, (const void*)(uintptr_t)job->src, job->bytes);
+    }
     XXH128_canonical_t c;
     XXH128_canonicalFromHash(&c, XXH3_128bits((const void*)(uintptr_t)job->src, job->bytes));
     memcpy(o->dst + 16 * job->slot, c.digest, 16);
@@ -467,8 +480,10 @@ CUresult cuEventRecord(struct event* e, struct stream* s) {
   pthread_mutex_unlock(&lock);
   return OK;
 }
-// Kernels: only the GPU digest kernel, with FAKE_CUDA_KERNELS (see the top of this file).
+// Kernels: only the GPU digest kernels, with FAKE_CUDA_KERNELS (see the top of this file); with
+// FAKE_CUDA_KERNELS=hash-only the image has no copying kernel, as one built before it existed.
 static const char kDigestKernel[] = "weightd_xxh3_pieces";
+static const char kCopyingKernel[] = "weightd_xxh3_copy_pieces";
 CUresult cuModuleLoadData(void** module, const void* image) {
   NEED_CTX();
   if (!image) return E_INVALID_VALUE;
@@ -489,8 +504,10 @@ CUresult cuModuleUnload(void* module) {
 }
 CUresult cuModuleGetFunction(void** fn, void* module, const char* name) {
   NEED_CTX();
-  if (!module || strcmp(name, kDigestKernel) != 0) return E_INVALID_VALUE;
-  *fn = (void*)kDigestKernel;
+  if (!module) return E_INVALID_VALUE;
+  if (strcmp(name, kDigestKernel) == 0) *fn = (void*)kDigestKernel;
+  else if (strcmp(name, kCopyingKernel) == 0 && strcmp(getenv("FAKE_CUDA_KERNELS"), "hash-only") != 0) *fn = (void*)kCopyingKernel;
+  else return E_NOT_FOUND;
   return OK;
 }
 // The kernel's parameters (jobs, ranges, digests) as xxh3_pieces.cu declares them; a launch must
@@ -498,7 +515,7 @@ CUresult cuModuleGetFunction(void** fn, void* module, const char* name) {
 CUresult cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned shared,
                         struct stream* s, void** params, void** extra) {
   NEED_CTX();
-  if (f != (void*)kDigestKernel || !params || extra || gy != 1 || gz != 1 || bx != 128 || by != 1 || bz != 1 || shared) return E_INVALID_VALUE;
+  if ((f != (void*)kDigestKernel && f != (void*)kCopyingKernel) || !params || extra || gy != 1 || gz != 1 || bx != 128 || by != 1 || bz != 1 || shared) return E_INVALID_VALUE;
   CUdeviceptr jobs = *(CUdeviceptr*)params[0], out = *(CUdeviceptr*)params[2];
   const struct digestRanges* ranges = (const struct digestRanges*)params[1];
   unsigned long long warps = 0;
@@ -512,7 +529,7 @@ CUresult cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned
     struct alloc* j = findAlloc(first, (size_t)ranges->count[i] * sizeof(struct digestJob), K_DEVICE);
     if (!j || j->device != current()->device || s->device != current()->device) r = E_INVALID_VALUE;
     else if (s->nops == MAX_OPS) die("too many queued operations on one stream");
-    else s->ops[s->nops++] = (struct op){(char*)(uintptr_t)out, NULL, 0, 1, 0, 0, ++s->seq, 0, 0, 0, OP_KERNEL, NULL, 0, first, ranges->count[i]};
+    else s->ops[s->nops++] = (struct op){(char*)(uintptr_t)out, NULL, 0, 1, 0, 0, ++s->seq, 0, 0, 0, OP_KERNEL, NULL, 0, first, ranges->count[i], f == (void*)kCopyingKernel};
   }
   // At once, as far as its stream lets it: after what the stream waits for, and not after copies
   // it was not told to wait for.

@@ -299,6 +299,11 @@ def main() -> int:
                     over = done["fingerprint"]
             step(f"pulls from the trainer's {kind}" + (f" (prepare {prepare})" if prepare else "") + ": after each switch_to the same graph gives that seed's disk logits, every data_ptr the same",
                  all(r["logitsEqual"] for r in rows), pulls=rows)
+            # Seed 1's bytes were committed first through staging (version 1, its digests hashed from
+            # the final segments after the copies): a pull of them is that content again, whatever
+            # copied and hashed it (the digest kernel, as it makes the copies), so it is version 1.
+            step(f"pulls from the trainer's {kind}" + (f" (prepare {prepare})" if prepare else "") + ": each of seed 1 is version 1, the staging update's content",
+                 all(r["version"] == 1 for r in rows if r["seed"] == 1), versions=[r["version"] for r in rows])
             update_s = statistics.median(r["updateSeconds"] for r in rows)
             from_weights_s = statistics.median(r["fromWeightsSeconds"] for r in rows)
             switch_ms = statistics.median(r["switchMs"] for r in rows if not r["prepared"])

@@ -691,6 +691,8 @@ def daemon_pull() -> None:
             out["partialAfterSwitch"] = reads(partial) and {n: t.pointer for n, t in reader.tensors.items()} == pointers
             segment_of = {t["name"]: t["segment"] for t in reader.state["tensors"]}
             out["partialSegmentTensors"] = sum(1 for n in segment_of if segment_of[n] == segment_of[one])
+            # What the full pull and the one-tensor pull copied (the staging commit between them pulls nothing).
+            out["pulledBytes"] = [sum(len(v) for v in full.values()), None, len(partial[one])]
 
             # Refusals, each leaving nothing: checked by the client, then by the daemon itself.
             small = TrainerMemory({one: partial[one][:-1], "x": b"\0" * 64})
@@ -767,6 +769,7 @@ def daemon_pull() -> None:
         out["sealedAtPull"] = [[json.loads(line).get("digestedAtPull"), json.loads(line).get("timings", {}).get("mapped")] for line in daemon.stderr_lines if '"update sealed' in line]
         out["sealedTimings"] = [sorted(json.loads(line).get("timings", {})) for line in daemon.stderr_lines if '"update sealed' in line]
         out["pullTimings"] = [sorted(json.loads(line)["timings"].get("pullTimings", {})) for line in daemon.stderr_lines if '"update sealed' in line]
+        out["copiedByKernel"] = [json.loads(line)["timings"].get("pullTimings", {}).get("copiedByKernelBytes") for line in daemon.stderr_lines if '"update sealed' in line]
         out["committedTimings"] = [sorted(k for k in json.loads(line) if k.endswith("Ms")) for line in daemon.stderr_lines if '"update committed' in line]
         out["daemonPid"] = daemon.proc.pid
         out["daemonLeaks"] = next((json.loads(l[len("FAKE_CUDA_LEAKS ") :]) for l in daemon.stderr.splitlines() if l.startswith("FAKE_CUDA_LEAKS ")), None)

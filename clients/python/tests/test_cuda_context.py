@@ -190,17 +190,18 @@ def test_a_pull_finds_each_allocation_once_and_names_every_tensor_by_its_handle_
     assert got["past"] == "E_BAD_SIZE" and got["rangeCallsAfter"] == 2, got
 
 
-@pytest.mark.parametrize("hashing", ["cpu", "kernel"])
+@pytest.mark.parametrize("hashing", ["cpu", "kernel", "hash-only kernel"])
 def test_a_pull_copies_the_writers_own_device_memory_once_into_memory_no_writer_maps_and_refuses_what_does_not_fit(fake_env, tmp_path, hashing):
     log = tmp_path / "access.log"
     env = {**fake_env, "FAKE_CUDA_ACCESS_LOG": str(log)}
-    if hashing == "kernel":
+    if hashing != "cpu":
         # The fake runs the digest kernel on the CPU when its stream is waited for: a pull's
         # per-segment launch that ran before its segment's copies would hash the fake's 0xEE bytes,
         # and the pulled version's digests would differ from the staged one's (stagedSameVersion).
+        # "hash-only": a kernel file built before the copying kernel existed.
         kernel = tmp_path / "digest-kernel.fake"
         kernel.write_text("any image: the fake driver loads it as the digest kernel\n")
-        env.update(FAKE_CUDA_KERNELS="1", WEIGHTD_DIGEST_KERNEL=str(kernel))
+        env.update(FAKE_CUDA_KERNELS="hash-only" if hashing == "hash-only kernel" else "1", WEIGHTD_DIGEST_KERNEL=str(kernel))
     r = subprocess.run([sys.executable, str(SCENARIOS), "daemon_pull"], env=env, capture_output=True, text=True, timeout=180)
     assert r.returncode == 0, r.stderr
     assert leaks(r.stderr) == NO_LEAKS, "the writer or the reader left a mapping, an allocation or a descriptor behind"
@@ -231,12 +232,16 @@ def test_a_pull_copies_the_writers_own_device_memory_once_into_memory_no_writer_
     assert got["sealedAtPull"][0] == [got["pulledReply"][1], 0], got["sealedAtPull"]
     assert got["sealedAtPull"][2] == [1, 2], got["sealedAtPull"]
     assert got["sealedAtPull"][1] == [None, got["daemonMadeAfterPull"][1] * 2], "the staging path maps each staging allocation and its final"
-    assert set(got["hashedOn"]) == {"gpu" if hashing == "kernel" else "cpu"}, got["hashedOn"]
+    assert set(got["hashedOn"]) == {"cpu" if hashing == "cpu" else "gpu"}, got["hashedOn"]
     # Where each commit's time went, in the daemon's log (update_cuda.py reads it on a GPU).
     split = ["allocateMs", "copyMs", "digestMs", "mapMs", "mapped", "nativeMs", "openMs", "planMs", "queueMs", "waitPullsMs"]
     assert got["sealedTimings"][1] == split, got["sealedTimings"]
     assert all(t == sorted(split + ["pullTimings"]) for i, t in enumerate(got["sealedTimings"]) if i != 1), got["sealedTimings"]
-    assert all(t == ["allocateMs", "copyMs", "digestMs", "mapMs", "nativeMs", "openMs", "queueMs", "releaseMs"] for i, t in enumerate(got["pullTimings"]) if i != 1), got["pullTimings"]
+    assert all(t == ["allocateMs", "copiedByKernelBytes", "copyMs", "digestMs", "mapMs", "nativeMs", "openMs", "queueMs", "releaseMs"] for i, t in enumerate(got["pullTimings"]) if i != 1), got["pullTimings"]
+    # With the kernel, it makes the copies of the pieces it hashes (each tensor here lies whole in
+    # one aligned copy), reading them once: every pulled byte of the full pull and the one-tensor
+    # pull. Hashed on the CPU, or by a kernel file with no copying kernel, every copy is the driver's.
+    assert got["copiedByKernel"] == (got["pulledBytes"] if hashing == "kernel" else [0, None, 0]), (got["copiedByKernel"], got["pulledBytes"])
     assert all({"commitMs", "publishMs"} <= set(t) for t in got["committedTimings"]), got["committedTimings"]
     # Refused before anything is copied: on the client, and by the daemon for a writer that skips it.
     assert [got["clientBadSize"], got["clientUnknown"]] == ["E_BAD_SIZE", "E_UNKNOWN_TENSOR"]
