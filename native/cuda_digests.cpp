@@ -50,6 +50,18 @@ const KernelImage& kernelImage() {
   return image;
 }
 
+// The hashing kernel of this addon's job layout in `module`; E_CUDA naming it where the kernel
+// file has none (built from another version's source).
+CUfunction hashKernel(CUmodule module) {
+  CUfunction kernel = nullptr;
+  const char* name = WEIGHTD_NAME_OF(WEIGHTD_HASH_KERNEL);
+  if (cudaDriver().cuModuleGetFunction.raw(&kernel, module, name) != CUDA_SUCCESS) {
+    throw DeviceError("E_CUDA", std::string("the GPU digest kernel file has no kernel ") + name +
+                                    ": it was built from another version's source; rebuild it with native/gpu/build-kernel.sh");
+  }
+  return kernel;
+}
+
 // Loads the kernel in the current context and uploads `jobs` (through pinned memory on a stream
 // of its own: no copy from pageable memory, and no wait for or on the legacy default stream that
 // other code in the process may use), with room for their digests in `out`. What it made is
@@ -57,7 +69,7 @@ const KernelImage& kernelImage() {
 void loadKernel(const std::vector<GpuDigestJob>& jobs, CUmodule& module, CUfunction& kernel, DeviceMemory& table, DeviceMemory& out) {
   const CudaDriver& drv = cudaDriver();
   drv.cuModuleLoadData(&module, kernelImage().bytes.data());
-  drv.cuModuleGetFunction(&kernel, module, "weightd_xxh3_pieces");
+  kernel = hashKernel(module);
   table = allocateDeviceMemory(jobs.size() * sizeof(GpuDigestJob));
   out = allocateDeviceMemory(jobs.size() * 16);
   const uint64_t tableBytes = jobs.size() * sizeof(GpuDigestJob);
@@ -120,13 +132,13 @@ SegmentHasher::SegmentHasher(ContentDigests& digests, size_t segments, const std
     drv.cuModuleLoadData(&module_, kernelImage().bytes.data());
     // A kernel file built before the copying kernel existed has only the other: the copies are
     // then all the driver's.
-    if (bytesCopied_ > 0 && drv.cuModuleGetFunction.raw(&kernel_, module_, "weightd_xxh3_copy_pieces") != CUDA_SUCCESS) {
+    if (bytesCopied_ > 0 && drv.cuModuleGetFunction.raw(&kernel_, module_, WEIGHTD_NAME_OF(WEIGHTD_COPY_KERNEL)) != CUDA_SUCCESS) {
       kernel_ = nullptr;
       std::fill(from_.begin(), from_.end(), 0);
       for (auto& ranges : copiedBy_) ranges.clear();
       bytesCopied_ = 0;
     }
-    if (!kernel_) drv.cuModuleGetFunction(&kernel_, module_, "weightd_xxh3_pieces");
+    if (!kernel_) kernel_ = hashKernel(module_);
     table_ = allocateDeviceMemory(jobs_.size() * sizeof(GpuDigestJob));
     out_ = allocateDeviceMemory(jobs_.size() * 16);
     staging_ = allocatePinnedHost(jobs_.size() * sizeof(GpuDigestJob));

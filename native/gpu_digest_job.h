@@ -16,6 +16,14 @@ struct GpuDigestJob {
   uint64_t dst;
 };
 
+// The kernels' names (native/gpu/xxh3_pieces.cu) carry this layout (32 bytes a job): an addon looks
+// up only its own, so a kernel file built from another version's source, whose jobs are laid out
+// otherwise, has none, and digests are hashed on the CPU (saying why) rather than misread.
+#define WEIGHTD_HASH_KERNEL weightd_xxh3_pieces_j32
+#define WEIGHTD_COPY_KERNEL weightd_xxh3_copy_pieces_j32
+#define WEIGHTD_NAME_OF(kernel) WEIGHTD_NAME_TEXT(kernel)
+#define WEIGHTD_NAME_TEXT(kernel) #kernel
+
 // Threads per block of the kernel: 4 warps, each hashing one piece.
 constexpr unsigned kGpuDigestBlockThreads = 128;
 constexpr unsigned kGpuDigestMaxRanges = 32;

@@ -48,7 +48,8 @@ def main():
         m = vp()
         check(lib.cuModuleLoadData(ctypes.byref(m), buf), "cuModuleLoadData")
         f = vp()
-        check(lib.cuModuleGetFunction(ctypes.byref(f), m, b"weightd_xxh3_pieces"), "cuModuleGetFunction")
+        # native/gpu_digest_job.h WEIGHTD_HASH_KERNEL
+        check(lib.cuModuleGetFunction(ctypes.byref(f), m, b"weightd_xxh3_pieces_j32"), "cuModuleGetFunction")
         check(lib.cuModuleUnload(m), "cuModuleUnload")
 
     def pinned(n, size):

@@ -100,7 +100,7 @@ __device__ Hash128 hashLong(const uint8_t* in, uint8_t* out, uint64_t len, unsig
 }
 
 // One warp per job of `ranges`. Copying: a job with a destination also copies its bytes there
-// (weightd_xxh3_copy_pieces); the fill's kernel has no such job, and its build keeps the
+// (WEIGHTD_COPY_KERNEL); the fill's kernel has no such job, and its build keeps the
 // registers of hashing alone.
 template <bool Copying>
 __device__ __forceinline__ void digestJobs(const GpuDigestJob* jobs, const GpuDigestRanges& ranges, uint8_t* digests) {
@@ -130,12 +130,12 @@ __device__ __forceinline__ void digestJobs(const GpuDigestJob* jobs, const GpuDi
 
 // Hashes each job's piece where it lies (a fill's, a commit's); its `dst` is not read.
 extern "C" __global__ void __launch_bounds__(kGpuDigestBlockThreads)
-    weightd_xxh3_pieces(const GpuDigestJob* jobs, GpuDigestRanges ranges, uint8_t* digests) {
+    WEIGHTD_HASH_KERNEL(const GpuDigestJob* jobs, GpuDigestRanges ranges, uint8_t* digests) {
   digestJobs<false>(jobs, ranges, digests);
 }
 
 // The same, and a job with a destination is copied there as it is hashed (a pull's).
 extern "C" __global__ void __launch_bounds__(kGpuDigestBlockThreads)
-    weightd_xxh3_copy_pieces(const GpuDigestJob* jobs, GpuDigestRanges ranges, uint8_t* digests) {
+    WEIGHTD_COPY_KERNEL(const GpuDigestJob* jobs, GpuDigestRanges ranges, uint8_t* digests) {
   digestJobs<true>(jobs, ranges, digests);
 }

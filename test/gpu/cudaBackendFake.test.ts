@@ -444,6 +444,11 @@ test('a partial update on cuda shares its base\'s allocations under the same nam
 const verifyHashing = [
   { hashing: 'by the digest kernel', kernel: true, onCpu: [] },
   { hashing: 'read back to the host, no kernel', kernel: false, onCpu: [/: no GPU digest kernel at /] },
+  {
+    hashing: "read back to the host, the kernel file another version's source built (its jobs laid out otherwise)",
+    kernel: 'other-layout',
+    onCpu: [/: the GPU digest kernel file has no kernel weightd_xxh3_pieces_j32: it was built from another version's source; rebuild it with native\/gpu\/build-kernel\.sh$/],
+  },
   { hashing: 'read back to the host, as WEIGHTD_FILL_DIGESTS_ON=cpu asks', kernel: true, cpu: true, onCpu: [/: WEIGHTD_FILL_DIGESTS_ON=cpu$/] },
   { hashing: "read back to the host, as the request's digestOn 'cpu' asks", kernel: true, option: 'cpu', onCpu: [/: digestOn 'cpu'$/] },
 ];
@@ -451,7 +456,7 @@ for (const { hashing, kernel: loadable, cpu, option, onCpu } of verifyHashing) {
   test(`weightd verify of a cuda written version digests its allocations (${hashing}) against the commit's digests, and names the tensor whose byte was flipped in device memory`, () => {
     const kernel = join(fakeDir, 'digest-kernel.fake');
     writeFileSync(kernel, 'any image: the fake driver loads it as the digest kernel\n');
-    const env = { ...(loadable ? { FAKE_CUDA_KERNELS: '1', WEIGHTD_DIGEST_KERNEL: kernel } : {}), ...(cpu ? { WEIGHTD_FILL_DIGESTS_ON: 'cpu' } : {}), ...(option ? { SCENARIO_VERIFY_DIGEST_ON: option } : {}) };
+    const env = { ...(loadable ? { FAKE_CUDA_KERNELS: loadable === true ? '1' : loadable, WEIGHTD_DIGEST_KERNEL: kernel } : {}), ...(cpu ? { WEIGHTD_FILL_DIGESTS_ON: 'cpu' } : {}), ...(option ? { SCENARIO_VERIFY_DIGEST_ON: option } : {}) };
     const { result, leaks } = scenario('cudaVerifyWritten', env, 120_000);
     const { tensor, intact, flipped } = result as { tensor: string; intact: { code: number; lines: string[] }; flipped: { code: number; lines: string[] } };
     assert.is(intact.code, 0, intact.lines.join('\n'));

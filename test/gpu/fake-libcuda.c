@@ -29,9 +29,10 @@
 // (native/gpu/xxh3_pieces.cu), which the fake then runs on the CPU with the xxHash library as soon
 // as it is launched, after the work its stream waits for (cuStreamWaitEvent) and nothing else: a
 // kernel that does not wait for its window's copies hashes 0xEE bytes. In the copying kernel
-// (weightd_xxh3_copy_pieces) a job with a destination copies its bytes there first, as the real
+// (WEIGHTD_COPY_KERNEL) a job with a destination copies its bytes there first, as the real
 // one does while it hashes them. A job outside device memory of the stream's device aborts.
-// FAKE_CUDA_KERNELS=hash-only: the image has no copying kernel (one built before it existed).
+// FAKE_CUDA_KERNELS=hash-only: the image has no copying kernel (one built before it existed);
+// FAKE_CUDA_KERNELS=other-layout: it has neither (one built for another job layout).
 // Without it, cuModuleLoadData fails (CUDA_ERROR_NO_BINARY_FOR_GPU), as for a kernel built for
 // another GPU.
 // FAKE_CUDA_ACCESS_LOG=PATH: each cuMemSetAccess that succeeds appends "PID INODE FLAGS".
@@ -482,8 +483,9 @@ CUresult cuEventRecord(struct event* e, struct stream* s) {
 }
 // Kernels: only the GPU digest kernels, with FAKE_CUDA_KERNELS (see the top of this file); with
 // FAKE_CUDA_KERNELS=hash-only the image has no copying kernel, as one built before it existed.
-static const char kDigestKernel[] = "weightd_xxh3_pieces";
-static const char kCopyingKernel[] = "weightd_xxh3_copy_pieces";
+// native/gpu_digest_job.h's WEIGHTD_HASH_KERNEL and WEIGHTD_COPY_KERNEL.
+static const char kDigestKernel[] = "weightd_xxh3_pieces_j32";
+static const char kCopyingKernel[] = "weightd_xxh3_copy_pieces_j32";
 CUresult cuModuleLoadData(void** module, const void* image) {
   NEED_CTX();
   if (!image) return E_INVALID_VALUE;
@@ -505,6 +507,7 @@ CUresult cuModuleUnload(void* module) {
 CUresult cuModuleGetFunction(void** fn, void* module, const char* name) {
   NEED_CTX();
   if (!module) return E_INVALID_VALUE;
+  if (strcmp(getenv("FAKE_CUDA_KERNELS"), "other-layout") == 0) return E_NOT_FOUND;
   if (strcmp(name, kDigestKernel) == 0) *fn = (void*)kDigestKernel;
   else if (strcmp(name, kCopyingKernel) == 0 && strcmp(getenv("FAKE_CUDA_KERNELS"), "hash-only") != 0) *fn = (void*)kCopyingKernel;
   else return E_NOT_FOUND;
