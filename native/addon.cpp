@@ -416,6 +416,7 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::FdSendEnd>>("fdSendEnd"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::UnixRequest>>("unixRequest"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::CloseFd>>("closeFd"),
+                             InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::CloseFdsAsync>>("closeFdsAsync"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::OpenReadOnly>>("openReadOnly"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::DupFd>>("dupFd"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::LeaveFillGroup>>("leaveFillGroup"),
@@ -640,6 +641,29 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
   Napi::Value CloseFd(const Napi::CallbackInfo& info) {
     closeFd(toBounded<int>(info[0], "fd"));
     return info.Env().Undefined();
+  }
+
+  // closeFdsAsync(fds) -> Promise<undefined>: closes them on a libuv thread, each one even when an
+  // earlier one fails (the first failure, E_FD_CLOSE, is the rejection). Closing the last
+  // descriptor of an exported CUDA allocation frees its GPU memory inside close(), which the main
+  // thread would otherwise wait for before its next reply.
+  Napi::Value CloseFdsAsync(const Napi::CallbackInfo& info) {
+    std::vector<int> fds = toFds(info[0]);
+    return PromiseJob<Nothing>::start(
+        info.Env(),
+        [fds] {
+          std::optional<DeviceError> first;
+          for (int fd : fds) {
+            try {
+              closeFd(fd);
+            } catch (const DeviceError& e) {
+              if (!first) first = e;
+            }
+          }
+          if (first) throw *first;
+          return Nothing{};
+        },
+        undefinedResult);
   }
 
   // createWritableCopy(sourceFd, bytes, name) -> Promise<number>: the copy runs on a libuv thread.

@@ -396,6 +396,12 @@ export interface Addon {
   /** Closes a descriptor this process received; E_FD_CLOSE when it is not open. */
   closeFd(fd: number): void;
   /**
+   * Closes descriptors on a libuv thread, every one even when one fails (the first failure,
+   * E_FD_CLOSE, rejects): the last descriptor of an exported CUDA allocation frees its GPU memory
+   * inside close(), milliseconds the main thread would otherwise spend before its next reply.
+   */
+  closeFdsAsync(fds: number[]): Promise<void>;
+  /**
    * Opens `path` read-only: the descriptor is the caller's (closeFd) or a device's that adopts it.
    * Not fs.openSync: Node closes what its fs opened when the thread's environment ends, a second
    * close after the device's (of a number another file may hold by then).

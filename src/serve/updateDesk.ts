@@ -143,6 +143,18 @@ export class UpdateDesk {
   /** Set with it: the fingerprint of the version of a name clients are pointed to now (ModelControl.currentOf). */
   currentOf: ((name: string) => string | undefined) | undefined;
   readonly #updates = new Map<string, Update>();
+  /** Descriptors being closed on the addon's threads (#closeAway), until each batch is. */
+  readonly #closing = new Set<Promise<void>>();
+
+  /**
+   * Settles once every descriptor an update let go of so far is closed. They are closed on the
+   * addon's threads, off every reply's path: the last descriptor of a version's memory frees it
+   * inside close() (8 GB of GPU memory, or a memfd's pages), which the main thread would otherwise
+   * spend before its next reply.
+   */
+  async closed(): Promise<void> {
+    while (this.#closing.size > 0) await Promise.all(this.#closing);
+  }
 
   /** Whether a connection began a part of an update still in progress (kept open while idle, as a lease's). */
   holds(connectionId: number): boolean {
@@ -417,17 +429,20 @@ export class UpdateDesk {
     const { fds, digests, hashedOn, timings } = await commitCudaPart(part.service, part.fds, part.copied, ranges, DIGEST_THREADS, pull);
     rest.queueMs = Math.max(0, performance.now() - calling - timings.nativeMs);
     if (update.ended) {
-      closeAll(fds.filter((fd) => fd >= 0));
+      this.#closeAway(part, fds.filter((fd) => fd >= 0));
       return { read: digests, hashedOn, timings };
     }
+    // The staging allocations these finals replace (the writer's mapping may keep their pages).
+    const replaced: number[] = [];
     fds.forEach((fd, i) => {
       if (fd < 0) return;
-      addon().closeFd(part.fds[i]!);
+      replaced.push(part.fds[i]!);
       part.fds[i] = fd;
     });
+    this.#closeAway(part, replaced);
     // The finals' descriptors made at pull time: the part holds duplicates of them now; the
     // prepared mappings go off the reply's path.
-    closeFinals(part);
+    this.#closeFinals(part);
     dropPrepared(part);
     return { read: digests, hashedOn, timings };
   }
@@ -529,13 +544,28 @@ export class UpdateDesk {
     // once the commit settled: never under either.
     for (const part of update.parts.values()) {
       void Promise.all([part.sent, part.committing, part.pulling]).then(() => {
-        closeAll(part.fds);
-        closeFinals(part);
+        this.#closeAway(part, part.fds.splice(0));
+        this.#closeFinals(part);
         dropPrepared(part);
       });
     }
     const log = update.parts.values().next().value?.service.log;
     if (why !== 'published') log?.info({ model: update.name }, `update ended, nothing of it kept: ${why}`);
+  }
+
+  /** Closes `fds` (the part's, forgotten by it) on the addon's threads; see closed(). */
+  #closeAway(part: Part, fds: number[]): void {
+    if (fds.length === 0) return;
+    const closing: Promise<void> = addon()
+      .closeFdsAsync(fds)
+      .catch((err: unknown) => part.service.log.warn({ model: part.service.rank.name, err }, "an update's descriptors could not all be closed"))
+      .finally(() => this.#closing.delete(closing));
+    this.#closing.add(closing);
+  }
+
+  /** Closes and forgets the finals a pull made early (the part's own descriptors; -1 where none was made). */
+  #closeFinals(part: Part): void {
+    this.#closeAway(part, (part.finals?.splice(0) ?? []).filter((fd) => fd >= 0));
   }
 
   #parts(): { update: Update; part: Part }[] {
@@ -564,11 +594,6 @@ function segmentsToCopy(service: RankService, tensors: readonly string[] | undef
     copied[rank.segments.findIndex((s) => s.segment === segment)] = true;
   }
   return copied;
-}
-
-/** Closes and forgets the finals a pull made early (the part's own descriptors; -1 where none was made). */
-function closeFinals(part: Part): void {
-  for (const fd of part.finals?.splice(0) ?? []) if (fd >= 0) addon().closeFd(fd);
 }
 
 /** Unmaps a pull's prepared finals from the daemon, on the addon's threads (their memory stays with the descriptors while any holds it). */

@@ -2,7 +2,7 @@
 // addon's threads ends the update, but the part's descriptors are the commit's until it settles:
 // the threads name them by number (/proc/self/fd/N paths, or descriptors a VMM import opens), so
 // one closed under them may be any other file by the time a thread opens it. They are closed
-// once the commit settles, and none is left.
+// once the commit settles (on the addon's threads: UpdateDesk.closed), and none is left.
 import { closeSync, openSync, readlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'uvu';
@@ -57,8 +57,9 @@ test('a connection closing during commit leaves the part\'s descriptors open unt
     assert.is(readlinkSync(`/proc/self/fd/${copy}`), target, 'the copy the commit reads is still open');
     const err = await committing;
     assert.is(err.code, 'E_UPDATE_ABORTED');
-    // What the commit's settling queued (the close) runs before the next turn of the loop.
-    await new Promise(setImmediate);
+    // The commit's settling hands the descriptors to the addon's threads to close (off the main
+    // thread: the last one of a version's memory frees it); closed() settles once they are.
+    await desk.closed();
     assert.is(openFdCount(), before, 'every descriptor of the update is closed once the commit settled');
   } finally {
     closeSync(base);

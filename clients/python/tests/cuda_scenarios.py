@@ -350,7 +350,8 @@ def vmm_fds(pid: int) -> int:
 
 def settled_vmm_fds(pid: int) -> int:
     """vmm_fds once it holds still: an update's end closes its descriptors after its connection's
-    end, which this process does not wait for."""
+    end, and a commit what it let go of after its reply (on the daemon's addon threads), neither
+    of which this process waits for."""
     import time
 
     last, still = vmm_fds(pid), 0
@@ -500,8 +501,9 @@ def daemon_update() -> None:
             reader.switch_to(second["fingerprint"])
             out["partialAfterSwitch"] = reads(partial) and {n: t.pointer for n, t in reader.tensors.items()} == pointers
 
-            # A writer killed mid-update leaves no allocation in the daemon.
-            idle = vmm_fds(daemon.proc.pid)
+            # A writer killed mid-update leaves no allocation in the daemon. (The commits before
+            # close what they let go of on the daemon's addon threads, after their replies.)
+            idle = settled_vmm_fds(daemon.proc.pid)
             writer = subprocess.Popen([sys.executable, __file__, "update_writer", client.socket_path, name, second["fingerprint"]], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
             out["writerBegun"] = writer.stdout.readline().strip()
             out["daemonHeldWhileWriting"] = vmm_fds(daemon.proc.pid) - idle
@@ -516,7 +518,7 @@ def daemon_update() -> None:
                     if getattr(err, "code", None) != "E_UPDATE_BUSY":
                         raise
                     client.ping()
-            out["daemonHeldByNextUpdate"] = vmm_fds(daemon.proc.pid) - idle
+            out["daemonHeldByNextUpdate"] = settled_vmm_fds(daemon.proc.pid) - idle
             again.abandon()
             out["versions"] = sorted(v.get("version") for v in client.ping()["models"] if v["name"] == name and v["status"] == "serving")
             reader.tensors = {}
