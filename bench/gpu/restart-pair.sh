@@ -6,7 +6,9 @@
 # made where it was built:
 #   tar cJf .devbase.tar.xz weightd package.json scripts/node-flags dist/launch.cjs dist/main.cjs \
 #     dist/main.cjs.codecache dist/rank-thread.cjs dist/main.js dist/src build/Release
-# Both use this checkout's runtime node_modules and GPU digest kernel. Usage, on the GPU machine
+# Both use this checkout's runtime node_modules; the base its own GPU digest kernel where the tar
+# holds one (build/Release/weightd-digests.fatbin: a kernel's job layout is its source's,
+# native/gpu_digest_job.h), else this checkout's. Usage, on the GPU machine
 # from the checkout's root, dist and node_modules in place:
 #   bash bench/gpu/restart-pair.sh OUT [PAIRS] [BASE_TAR]
 # Writes OUT/<base|new>-<pair>/ (restart.ts's raw.jsonl, daemon.jsonl, summary.json) and prints one
@@ -18,7 +20,7 @@ source test/gpu/ensure-node.sh
 source test/gpu/ensure-kernel.sh > /dev/null 2>&1
 rm -rf /tmp/base && mkdir -p /tmp/base "$out" && tar xJf "$base_tar" -C /tmp/base || exit 2
 ln -sfn "$root/node_modules" /tmp/base/node_modules
-cp build/Release/weightd-digests.fatbin /tmp/base/build/Release/ 2>/dev/null
+[ -f /tmp/base/build/Release/weightd-digests.fatbin ] || cp build/Release/weightd-digests.fatbin /tmp/base/build/Release/ 2>/dev/null
 ck=${WEIGHTD_BENCH_CKPT:-/var/tmp/weightd-bench/ckpt}
 [ -n "$(ls "$ck"/*.safetensors 2>/dev/null)" ] || python3 bench/gpu/make-checkpoint.py --out "$ck" --gib 8 --shards 4 > /dev/null
 cat "$ck"/*.safetensors > /dev/null
