@@ -236,24 +236,30 @@ def main() -> int:
                 if prepare == "ahead":
                     time.sleep(AHEAD_S)
                 held = time.perf_counter()  # the trainer holds its new weights
+
+                def timed(what, call, into):
+                    def run(*args, **kw):
+                        t = time.perf_counter()
+                        try:
+                            return call(*args, **kw)
+                        finally:
+                            into[what] = round(into.get(what, 0) + (time.perf_counter() - t) * 1e3, 3)
+                    return run
+
+                # The client's pull_from, split: the device synchronised, the tensors located (their
+                # allocations' handles), the pull_tensors requests on the socket.
+                pulling, request = {}, upd.conn.request
+                upd._pull.synchronize = timed("syncMs", upd._pull.synchronize, pulling)
+                upd._pull.locate = timed("locateMs", upd._pull.locate, pulling)
+                upd.conn.request = timed("requestMs", request, pulling)
                 upd.pull_from(weights)
                 t2 = time.perf_counter()
                 sources = len(upd._pull.handles)  # the allocations the daemon opens
                 # The client's commit, split: its request on the socket, then what the client does
                 # after the reply (the pull's driver context given back).
                 spent = {}
-
-                def timed(what, call):
-                    def run(*args, **kw):
-                        t = time.perf_counter()
-                        try:
-                            return call(*args, **kw)
-                        finally:
-                            spent[what] = round((time.perf_counter() - t) * 1e3, 3)
-                    return run
-
-                upd.conn.request = timed("requestMs", upd.conn.request)
-                upd._release_pull = timed("releasePullMs", upd._release_pull)
+                upd.conn.request = timed("requestMs", request, spent)
+                upd._release_pull = timed("releasePullMs", upd._release_pull, spent)
                 done = upd.commit()
                 t3 = time.perf_counter()
             times = {"beginSeconds": round(t1 - t0, 5), "pullSeconds": round(t2 - held, 5), "commitSeconds": round(t3 - t2, 5), "updateSeconds": round(t3 - t0 - (held - t1), 5), "fromWeightsSeconds": round(t3 - held, 5)}
@@ -268,7 +274,7 @@ def main() -> int:
                     break
                 time.sleep(0.05)
             if len(sealed) <= sealed_before or len(committed) <= committed_before:
-                return done, {**times, "sources": sources, "daemonMs": None}
+                return done, {**times, "sources": sources, "daemonMs": None, "clientPullMs": pulling}
             split = dict(sealed[-1].get("timings", {}))
             pulled = split.pop("pullTimings", {})
             publish_ms, daemon_commit_ms = committed[-1]["publishMs"], committed[-1]["commitMs"]
@@ -283,6 +289,7 @@ def main() -> int:
                 # The client's commit past the daemon's: the request and reply on the socket, the client's own work.
                 "commitRestMs": round((t3 - t2) * 1e3 - daemon_commit_ms, 3),
                 "clientCommitMs": spent,
+                "clientPullMs": pulling,
             }
 
         def pull_rounds(kind, weights0, weights1, over, prepare=None):
