@@ -783,6 +783,7 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
           timings.Set("digestMs", p.digestMs);
           timings.Set("releaseMs", p.releaseMs);
           timings.Set("nativeMs", p.totalMs);
+          timings.Set("setupMs", p.setupMs);
           timings.Set("copiedByKernelBytes", static_cast<double>(p.copiedByKernelBytes));
           o.Set("timings", timings);
           return o;

@@ -385,6 +385,7 @@ CudaPulled cudaPullCopies(int deviceIndex, const std::vector<int>& finals, const
   // that lie whole in one (SegmentHasher): on an H100 the copies with the kernel beside them took
   // 8.3 ms where the copies alone take 5.5, both bound by memory bandwidth and the kernel reading
   // again what the copies had just written.
+  t = std::chrono::steady_clock::now();
   if (onGpu && !digests.empty()) {
     out.digested.gpuDigestUnavailable = SegmentHasher::unavailable();
     if (out.digested.gpuDigestUnavailable.empty()) {
@@ -400,6 +401,7 @@ CudaPulled cudaPullCopies(int deviceIndex, const std::vector<int>& finals, const
   if (hasher) out.copiedByKernelBytes = hasher->bytesCopiedByKernel();
   Stream stream = createStream();
   Stream hashing = hasher ? createStream() : Stream();
+  out.setupMs = msSince(t);
   size_t batchFrom = 0;
   uint64_t batchBytes = 0;
   // Hashes segments [batchFrom, to) behind the copies queued so far.

@@ -95,7 +95,8 @@ struct CudaPulled {
   // Each of the call's `tensors`' digest, over what its copies wrote (empty when none was asked).
   CudaDigests digested;
   // releaseMs: unmapping the finals it mapped, closing the writer's memory, freeing the digests' buffers.
-  double allocateMs = 0, openMs = 0, mapMs = 0, copyMs = 0, digestMs = 0, releaseMs = 0, totalMs = 0;
+  // setupMs: the digest kernel's module, its job table and buffers, the streams.
+  double allocateMs = 0, openMs = 0, mapMs = 0, copyMs = 0, digestMs = 0, releaseMs = 0, setupMs = 0, totalMs = 0;
   // Bytes the digest kernel copied as it hashed them (the rest went through cuMemcpy).
   uint64_t copiedByKernelBytes = 0;
 };

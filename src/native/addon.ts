@@ -97,6 +97,8 @@ export interface PullCopyTimings {
   /** Letting go of what the call held: the finals it mapped, the writer's memory it opened, the digests' buffers. */
   releaseMs: number;
   nativeMs: number;
+  /** The digest kernel's module loaded, its job table and buffers made, and the streams. */
+  setupMs: number;
   /** Bytes the GPU digest kernel copied as it hashed them, reading them once (the rest: cuMemcpy). */
   copiedByKernelBytes: number;
 }
