@@ -34,7 +34,7 @@ from weightd_client.cuda import (
     _MemLocation,
 )
 
-n, mib, reps = (int(x) for x in (sys.argv[1:] + ["83", "100", "3"][len(sys.argv) - 1 :])[:3])
+n, mib, reps = [int(a) for a in sys.argv[1:4]] + [83, 100, 3][len(sys.argv[1:4]) :]
 d = _Driver.get()
 lib = d.lib
 u64, size = ctypes.c_uint64, ctypes.c_size_t
