@@ -224,13 +224,18 @@ def daemon_switch_shared() -> None:
     plan = os.path.join(work, "plan.json")
     with open(plan, "w") as f:
         json.dump({"rules": [], "segmentBytes": 1 << 20}, f)
+    import threading
+
     d = _Driver.get()
     calls: dict = {}
     total: dict = {}  # since the process started: what FAKE_CUDA_VMM_FAIL's N counts
+    releasers: list = []  # the thread of each cuMemRelease
     for name in ("cuMemImportFromShareableHandle", "cuMemMap", "cuMemUnmap", "cuMemSetAccess", "cuMemRelease", "cuCtxSynchronize"):
         def counted(*args, _f=getattr(d, name), _n=name):
             calls[_n] = calls.get(_n, 0) + 1
             total[_n] = total.get(_n, 0) + 1
+            if _n == "cuMemRelease":
+                releasers.append(threading.current_thread().name)
             return _f(*args)
         setattr(d, name, counted)
     out: dict = {}
@@ -245,6 +250,7 @@ def daemon_switch_shared() -> None:
                 return reply, fds
 
             client.conn.request_fds = counting_request_fds
+            onlooker = daemon.client()  # looks on, from outside the reader's client
             name = client.ping()["name"]
             base = served_fingerprint(client, name, 0)
             calls.clear()
@@ -258,12 +264,34 @@ def daemon_switch_shared() -> None:
                 # The fake's device memory is host memory: the reader's views read it directly.
                 return all(ctypes.string_at(reader.tensors[n].pointer, len(expected[n])) == expected[n] for n in expected) and {n: t.pointer for n, t in reader.tensors.items()} == pointers
 
-            def switched(fingerprint):
-                """What one switch cost: driver calls, descriptors received, and what it said it did."""
+            def held_retirer():
+                """Holds each job given to the client's retirer until the event returned is set
+                (what a switch lets go of waits for it; requests before that do not)."""
+                gate = threading.Event()
+                submit = type(client._retirer).submit.__get__(client._retirer)
+                client._retirer.submit = lambda job: submit(lambda: (gate.wait(), job()))
+                return gate
+
+            def switched(fingerprint, watch=None):
+                """What one switch cost: the driver calls and descriptors until switch_to returned
+                (the client's retirer held meanwhile), then the calls the retirer made after it
+                (``retired``), and what it said it did. ``watch``: the fingerprint whose leases are
+                counted, on another client, before the retirer runs and after."""
                 calls.clear()
                 received.clear()
-                reader.switch_to(fingerprint)
-                return {"calls": dict(calls), "fds": sum(received), "did": {k: v for k, v in reader.last_switch.items() if k != "seconds"}}
+                gate = held_retirer()
+                try:
+                    reader.switch_to(fingerprint)
+                    stall = dict(calls)
+                    held = len(onlooker.stats(watch)["leases"]) if watch else None
+                finally:
+                    gate.set()
+                    del client._retirer.submit
+                client.settle()
+                got = {"calls": stall, "retired": {c: v - stall.get(c, 0) for c, v in calls.items() if v != stall.get(c, 0)}, "fds": sum(received), "did": {k: v for k, v in reader.last_switch.items() if k != "seconds"}}
+                if watch:
+                    got["leasesOfOld"] = [held, len(onlooker.stats(watch)["leases"])]
+                return got
 
             def write(base_fp, tensors):
                 with client.begin_update(name, base_fp, device=0, tensors=sorted(tensors)) as upd:
@@ -274,7 +302,7 @@ def daemon_switch_shared() -> None:
             # A full update: every segment changes.
             full = {n: bytes((b + 1) % 256 for b in v) for n, v in want.items()}
             v1 = write(base, full)
-            out["full"] = switched(v1["fingerprint"])
+            out["full"] = switched(v1["fingerprint"], watch=base)
             out["fullReads"] = reads(full)
             # One tensor: its segment changes, every other is the same allocation as version 1's.
             one = next(n for n in sorted(want) if want[n])
@@ -292,10 +320,7 @@ def daemon_switch_shared() -> None:
             reader.prepare_switch(v3["fingerprint"])
             out["prepareCalls"], out["readsV2WhilePrepared"] = dict(calls), reads(partial)
             out["leasesWhilePrepared"] = [len(client.stats(v2["fingerprint"])["leases"]), len(client.stats(v3["fingerprint"])["leases"])]
-            calls.clear()
-            received.clear()
-            reader.switch_to(v3["fingerprint"])
-            out["prepared"] = {"calls": dict(calls), "fds": sum(received), "did": {k: v for k, v in reader.last_switch.items() if k != "seconds"}}
+            out["prepared"] = switched(v3["fingerprint"])
             out["preparedReads"] = reads(again)
             # To version 1 (retained): two segments differ, apart (two runs). A map that fails
             # midway puts every segment back: the views read version 3 under its lease. (A
@@ -331,6 +356,21 @@ def daemon_switch_shared() -> None:
             reader.tensors = {}
             reader.detach()
             out["leasesAfter"] = [len(client.stats(fp)["leases"]) for fp in (v2["fingerprint"], v3["fingerprint"])]
+            # A mapping closed before the retirer ran: the close releases what the switch
+            # replaced (the retirer then finds nothing), and the detach waits for the retirer.
+            late = client.attach(v2["fingerprint"], device=0, tensor_format="memoryview")
+            gate = held_retirer()
+            late.switch_to(v3["fingerprint"])
+            del client._retirer.submit
+            releasers.clear()
+            opener = threading.Timer(0.2, gate.set)
+            opener.start()
+            late.tensors = {}
+            late.detach()
+            opener.join()
+            out["closeReleased"] = sorted(set(releasers))
+            out["leasesAfterLate"] = [len(onlooker.stats(fp)["leases"]) for fp in (v2["fingerprint"], v3["fingerprint"])]
+            onlooker.close()
         daemon.stop()
         out["daemonLeaks"] = next((json.loads(l[len("FAKE_CUDA_LEAKS ") :]) for l in daemon.stderr.splitlines() if l.startswith("FAKE_CUDA_LEAKS ")), None)
     print(json.dumps(out))

@@ -352,31 +352,39 @@ def test_switch_to_remaps_only_the_segments_the_new_version_does_not_share_and_a
     assert n > 2 and got["memoryNamed"], "get_state names each cuda-fd segment's memory"
 
     def remap_calls(k, imports=None):
-        # k segments remapped: one import, unmap, map and release of the replaced allocation each,
-        # and one read-only access for each run of neighbours (here the k are one run).
-        calls = {"cuMemImportFromShareableHandle": k if imports is None else imports, "cuCtxSynchronize": 1, "cuMemUnmap": k, "cuMemMap": k, "cuMemSetAccess": 1, "cuMemRelease": k}
+        # k segments remapped: one import, unmap and map each, and one read-only access for each
+        # run of neighbours (here the k are one run); the replaced allocations are released
+        # after switch_to returned, by the client's retirer thread (retired_calls).
+        calls = {"cuMemImportFromShareableHandle": k if imports is None else imports, "cuCtxSynchronize": 1, "cuMemUnmap": k, "cuMemMap": k, "cuMemSetAccess": 1}
         return {c: v for c, v in calls.items() if v}
+
+    def retired_calls(k):
+        return {"cuMemRelease": k} if k else {}
 
     assert got["attachCalls"]["cuMemSetAccess"] == 1 and got["attachCalls"]["cuMemMap"] == n, "attach maps every segment side by side and gives access once"
 
-    assert got["full"] == {"calls": remap_calls(n), "fds": n, "did": {"remapped": list(range(n)), "skipped": 0}} and got["fullReads"]
+    assert got["full"] == {"calls": remap_calls(n), "retired": retired_calls(n), "fds": n, "did": {"remapped": list(range(n)), "skipped": 0}, "leasesOfOld": [1, 0]} and got["fullReads"], \
+        "a full switch: the old allocations are released and the old lease dropped after switch_to returned, not before"
     one = got["oneSegment"]
-    assert got["partial"] == {"calls": remap_calls(1), "fds": 1, "did": {"remapped": [one], "skipped": n - 1}}, "one segment written: one descriptor, one import, one remap"
+    assert got["partial"] == {"calls": remap_calls(1), "retired": retired_calls(1), "fds": 1, "did": {"remapped": [one], "skipped": n - 1}}, "one segment written: one descriptor, one import, one remap"
     assert got["partialReads"], "every view reads the partial update's bytes at its old address"
     assert got["leases"] == [0, 1], "the old version's lease is dropped, the new one's held"
     assert got["prepareCalls"] == {"cuMemImportFromShareableHandle": 1} and got["readsV2WhilePrepared"], "prepare_switch imports only, and the views still read the mapped version"
     assert got["leasesWhilePrepared"] == [1, 1]
-    assert got["prepared"]["calls"] == remap_calls(1, imports=0) and got["prepared"]["fds"] == 0 and got["prepared"]["did"]["skipped"] == n - 1, "the switch after a prepare imports nothing"
+    assert got["prepared"]["calls"] == remap_calls(1, imports=0) and got["prepared"]["retired"] == retired_calls(1), "the switch after a prepare imports nothing"
+    assert got["prepared"]["fds"] == 0 and got["prepared"]["did"]["skipped"] == n - 1
     assert got["preparedReads"]
     assert got["cuMemMapFailed"] == ["E_CUDA", True, True, [0, 1]], "a map failing midway: every segment back, the old lease kept, the new one dropped"
     two = sorted([one, got["prepared"]["did"]["remapped"][0]])
     assert got["twoRuns"]["did"] == {"remapped": two, "skipped": n - 2} and got["twoRuns"]["calls"]["cuMemSetAccess"] == (1 if two[1] == two[0] + 1 else 2), "one access call per run of neighbouring segments"
     assert got["twoRunsReads"]
     assert got["back"]["did"]["skipped"] == n - 1 and got["back"]["fds"] == 1 and got["backReads"], "back to a retained version: only the segment that differs"
-    assert got["same"] == {"calls": {}, "fds": 0, "did": {"remapped": [], "skipped": n}}, "switching to the version mapped touches nothing"
+    assert got["same"] == {"calls": {}, "retired": {}, "fds": 0, "did": {"remapped": [], "skipped": n}}, "switching to the version mapped touches nothing"
     assert got["unnamedChanged"] == list(range(n)), "segments whose memory is not named are remapped, as before names"
     assert got["unknownSegmentRefused"] == "E_BAD_REQUEST"
     assert got["leasesAfter"] == [0, 0], "detach ends the mapped version's lease and the prepared one's"
+    assert got["closeReleased"] == ["MainThread"], "a mapping closed before its retirer ran releases what the switch replaced itself, once"
+    assert got["leasesAfterLate"] == [0, 0], "and the detach after it waits for the retirer to drop the old lease"
     assert got["daemonLeaks"] == NO_LEAKS
 
 

@@ -20,6 +20,7 @@ from .host import HostMapping
 from .liveness import is_process_alive
 from .packed_manifest import unpack_manifest
 from .protocol import MAX_REQUEST_BYTES, Connection, ProtocolError, ServeError, close_fds
+from .retire import Retirer
 
 if TYPE_CHECKING:
     from .update import Update
@@ -190,8 +191,9 @@ class Attached:
         views keep their addresses, so code that captured them (a CUDA graph) reads the new
         bytes with nothing rebuilt. Only the segments the new version does not share with the
         mapped one are remapped (the daemon names each segment's memory). Takes the new
-        version's lease, then drops the old one; on a failure the tensors still read the old
-        version and its lease is kept. Call it between steps: the device is synchronized, and
+        version's lease; the old one's allocations and lease are let go of right after it
+        returns, on the client's retirer thread (this client's next request waits for that). On
+        a failure the tensors still read the old version and its lease is kept. Call it between steps: the device is synchronized, and
         nothing may read the tensors meanwhile. What ``prepare_switch(fingerprint)`` did ahead is
         used, else it is done now. ``last_switch`` says what it did.
         On cuda it needs ``--cuda-handles fd`` (legacy IPC handles: E_REMAP_UNSUPPORTED)."""
@@ -270,6 +272,13 @@ class WeightdClient:
     def __init__(self, socket_path: str, timeout: float = 30.0, client_name: Optional[str] = None):
         self.conn = Connection(socket_path, timeout)
         self.client_name = client_name or f"weightd-python/{os.getpid()}"
+        # What a switch replaced is let go of on this thread after it returns (retire.py); every
+        # request here waits for it first, so nothing this client asks next finds it still held.
+        self._retirer = Retirer()
+        self.conn.before_request = self._retirer.settle
+        # The retirer's own connection (a map lease is the process's, dropped on any of its
+        # connections): this one is the caller's thread's.
+        self._retire_conn: Optional[Connection] = None
         self.conn.request("ping")  # connect now, so a wrong path fails here
 
     @property
@@ -387,20 +396,28 @@ class WeightdClient:
         return PendingSwitch(fingerprint, state, prepared)
 
     def finish_switch(self, mapping: Any, pending: "PendingSwitch", replaces: str) -> Dict[str, Any]:
-        """Puts ``pending``'s version behind ``mapping``'s addresses (``finish_remap``), then drops
-        lease ``replaces`` (the version mapped before): the new version's get_state reply. On a
+        """Puts ``pending``'s version behind ``mapping``'s addresses (``finish_remap``): the new
+        version's get_state reply. What it replaced (the old allocations' imports, then lease
+        ``replaces``, the version mapped before) is let go of right after, on this client's
+        retirer thread, off the switch's stall; this client's next request waits for it. On a
         failure the new lease is dropped and the mapping still reads the old version under its lease."""
         try:
-            mapping.finish_remap(pending.prepared)
+            mapping.finish_remap(pending.prepared, retire=self._retirer.submit)
         except BaseException:
             self.detach(pending.state["leaseId"])
             raise
-        try:
-            self.detach(replaces)
-        except Exception as err:  # noqa: BLE001 - an OSError of the connection too: the caller must learn the new lease
-            # The switch is done; the old lease ends with its connection or process, or the daemon's sweep.
-            log.warning("weightd: switched to %s, but dropping the old lease failed: %s", pending.fingerprint[:12], err)
+        self._retirer.submit(lambda: self._detach_replaced(replaces, pending.fingerprint))
         return pending.state
+
+    def _detach_replaced(self, lease_id: str, switched_to: str) -> None:
+        """Drops the lease a switch replaced, on the retirer's connection (run on its thread)."""
+        try:
+            if self._retire_conn is None:
+                self._retire_conn = Connection(self.socket_path, timeout=self.conn.timeout)
+            self._retire_conn.request("detach", leaseId=lease_id)
+        except Exception as err:  # noqa: BLE001 - an OSError of the connection too: no caller to raise to
+            # The switch is done; the old lease ends with its connection or process, or the daemon's sweep.
+            log.warning("weightd: switched to %s, but dropping the old lease failed: %s", switched_to[:12], err)
 
     def drop_switch(self, mapping: Any, pending: "PendingSwitch") -> None:
         """Gives back what a prepared switch holds: its imports (or staged mappings) and its lease."""
@@ -552,8 +569,17 @@ class WeightdClient:
         last call; with none yet, waits up to ``timeout`` seconds for one (docs/protocol.md, Events)."""
         return self.conn.poll_events(timeout)
 
+    def settle(self) -> None:
+        """Waits until what this client's switches replaced is let go of (the old versions'
+        imports and leases; each request waits for it too, so only a check from outside the
+        client, another process's, needs this)."""
+        self._retirer.settle()
+
     def close(self) -> None:
+        self._retirer.settle()
         self.conn.close()
+        if self._retire_conn is not None:
+            self._retire_conn.close()
 
     def __enter__(self) -> "WeightdClient":
         return self

@@ -24,6 +24,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional
 from .protocol import WeightdError
 from .columns import check_same_placement, same_uuid
 from .prepared_remap import PreparedRemap
+from .retire import run_now
 from .tensors import SegmentViews, by_name, torch_by_name
 
 CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS = 0x1
@@ -418,6 +419,9 @@ class CudaMapping:
         self._then: Optional[Callable[[], None]] = None
         # Switches imported ahead and not yet finished or discarded: their imports go at close.
         self._prepared: "set[PreparedRemap]" = set()
+        # Allocations switches replaced, unmapped and not yet released (by segment): the client's
+        # retirer releases them right after the switch returns, a close those it has not.
+        self._retiring: List["tuple[int, int]"] = []
         #: What the last remap did: segments remapped and skipped, seconds (None before any).
         self.last_switch: Optional[Dict[str, Any]] = None
         try:
@@ -494,13 +498,15 @@ class CudaMapping:
             self._prepared.add(prepared)
         return prepared
 
-    def finish_remap(self, prepared: "PreparedRemap") -> Dict[str, Any]:
+    def finish_remap(self, prepared: "PreparedRemap", retire: Optional[Callable[[Callable[[], None]], None]] = None) -> Dict[str, Any]:
         """Step two of ``remap``: puts ``prepared``'s allocations behind their segments' address
         ranges (unmap, map at the same address, set access), so every ``data_ptr`` (and a CUDA
         graph captured over them) stays valid and reads the new bytes; the replaced allocations
-        are released. The device is synchronized first, so call it between steps. All or
-        nothing: on any failure every segment maps what it mapped before, and ``prepared``'s
-        imports are released. Returns what it did: segments remapped and skipped, seconds."""
+        are released, by ``retire`` when given (it runs the release it is given later, on another
+        thread: WeightdClient's), else before it returns. The device is synchronized first, so
+        call it between steps. All or nothing: on any failure every segment maps what it mapped
+        before, and ``prepared``'s imports are released. Returns what it did: segments remapped
+        and skipped, seconds (to the last remap: the release is not in them)."""
         with self._lock:
             stale = prepared.mapping is not self or prepared not in self._prepared
         if stale:
@@ -540,12 +546,42 @@ class CudaMapping:
             # The views read the new version from here on: say so before anything else can fail.
             self.state = prepared.state
             self.last_switch = {"remapped": sorted(replaced), "skipped": prepared.skipped, "seconds": time.perf_counter() - started}
-            for n, old in replaced.items():
-                try:
-                    self._fd_segments[n].release(old)
-                except CudaError as err:
-                    log.warning("weightd: switched, but releasing segment %d's previous allocation failed: %s", n, err)
+            with self._lock:
+                self._retiring.extend(replaced.items())
+        # The replaced allocations are unmapped and only wait to be released: off the switch's
+        # stall when the caller gives a thread for it (weightd_client/retire.py), else now.
+        (retire or run_now)(self._release_retiring)
         return self.last_switch
+
+    def _release_retiring(self) -> None:
+        """Releases the allocations that switches replaced, unmapped since (whatever a close has
+        not released already). It retains the primary context for the releases, so a close on
+        another thread meanwhile cannot destroy the context under them. It never raises: the
+        switch is done (a failure is logged, and what it could not release waits for the close)."""
+        with self._lock:
+            retiring, self._retiring = self._retiring, []
+        if not retiring:
+            return
+        d, ctx = self.driver, ctypes.c_void_p()
+        try:
+            d.check(d.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), self.dev), "cuDevicePrimaryCtxRetain")
+        except CudaError as err:
+            # Put back for the close, which releases them in its own context.
+            with self._lock:
+                self._retiring.extend(retiring)
+            log.warning("weightd: switched, but the previous allocations of %d segment(s) are released only at the mapping's close: %s", len(retiring), err)
+            return
+        try:
+            with context_current(d, ctx):
+                for n, old in retiring:
+                    try:
+                        d.check(d.cuMemRelease(old), f"cuMemRelease(segment {n}'s previous allocation)")
+                    except CudaError as err:
+                        log.warning("weightd: switched, but releasing segment %d's previous allocation failed: %s", n, err)
+        finally:
+            rc = d.cuDevicePrimaryCtxRelease(self.dev)
+            if rc:
+                log.warning("weightd: releasing the device's primary context after a switch's releases failed (CUresult %d)", rc)
 
     def remap(self, state: Dict[str, Any], segment_fds: Dict[int, int]) -> Dict[str, Any]:
         """Puts the memory of another served version behind this mapping, in place:
@@ -699,9 +735,15 @@ class CudaMapping:
             with self._current():
                 with self._lock:
                     pending, self._prepared = list(self._prepared), set()
+                    retiring, self._retiring = self._retiring, []
                 for prepared in pending:
                     try:
                         self._release_imports(prepared)
+                    except CudaError as err:
+                        failures.append(err)
+                for n, old in retiring:
+                    try:
+                        d.check(d.cuMemRelease(old), f"cuMemRelease(segment {n}'s previous allocation)")
                     except CudaError as err:
                         failures.append(err)
                 for seg, ptr in list(self.pointers.items()):

@@ -21,6 +21,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from .protocol import ProtocolError, ServeError
 from .columns import check_same_placement
 from .prepared_remap import PreparedRemap
+from .retire import run_now
 from .tensors import by_name, element_shape, memoryview_format, numpy_dtype, resolve_format, torch_by_name, SegmentViews
 
 # fcntl's names for memfd seals (Python 3.8+ on Linux has them; the values are the kernel's).
@@ -302,11 +303,13 @@ class HostMapping:
             raise
         return prepared
 
-    def finish_remap(self, prepared: "PreparedRemap") -> Dict[str, Any]:
+    def finish_remap(self, prepared: "PreparedRemap", retire: Optional[Callable[[Callable[[], None]], None]] = None) -> Dict[str, Any]:
         """Step two of ``remap``: moves each staged segment over the old one in one mremap, so
         every view reads the new bytes at the same address and is never left over a hole. All
         or nothing: the old pages are kept (a second mapping of them) until every segment
-        moved, and put back on a failure. Returns what it did: segments remapped and skipped, seconds."""
+        moved, and put back on a failure; then unmapped, by ``retire`` when given (on the
+        client's thread for it, as cuda.py's releases), else before it returns. Returns what
+        it did: segments remapped and skipped, seconds."""
         if prepared.mapping is not self or prepared.against is not self.state or self._closed:
             self.discard(prepared)
             raise ServeError("E_SWITCH_STALE", "this mapping switched or closed since the switch was prepared (or it is another's); prepare it again")
@@ -327,10 +330,15 @@ class HostMapping:
                 state_now = "the views still read the old version" if undone else "the views are not usable: detach"
                 raise ServeError("E_SHM_OPEN", f"cannot map the new version's segments in place ({err}); {state_now}") from err
             raise
-        for _, old in kept.values():
-            old.unmap()
         self.state = prepared.state
         self.last_switch = {"remapped": remapped, "skipped": prepared.skipped, "seconds": time.perf_counter() - started}
+        aliases = [old for _, old in kept.values()]
+
+        def unmap_old() -> None:
+            for old in aliases:
+                old.unmap()
+
+        (retire or run_now)(unmap_old)
         return self.last_switch
 
     def remap(self, state: Dict[str, Any], fds: Dict[int, int]) -> Dict[str, Any]:

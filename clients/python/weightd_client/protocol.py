@@ -20,7 +20,7 @@ import socket
 import struct
 import time
 import array
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 MAGIC = b"WGTD"
 FRAME_VERSION = 1
@@ -141,6 +141,8 @@ class Connection:
         self.events: List[Dict[str, Any]] = []
         #: Why the daemon closed the connection, when it said (E_EVENTS_NOT_READ): poll_events raises it.
         self._dropped: Optional[ServeError] = None
+        #: Run before each request (WeightdClient: waits for what its retirer still lets go of).
+        self.before_request: Optional[Callable[[], None]] = None
 
     def _open(self) -> socket.socket:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -203,6 +205,8 @@ class Connection:
             raise
 
     def _request(self, cmd: str, body: Dict[str, Any], fds: Optional[List[int]]) -> Dict[str, Any]:
+        if self.before_request is not None:
+            self.before_request()
         message = {"id": 0, "cmd": cmd, **{k: v for k, v in body.items() if v is not None}}
         if self._sock is not None:
             try:
