@@ -13,16 +13,19 @@ import { shardsOf } from '../models/shardsOf.js';
 import { acquireDeviceLock, type DeviceLock } from '../wire/deviceLock.js';
 import { checkSocketPathLength, removeSocketDirIfCreated, resolveSocketDir, socketPathFor } from '../wire/socketDir.js';
 import { VERSION } from '../version.js';
-import { planModel } from '../models/planModel.js';
+import { planModel, readKeptPlansAhead } from '../models/planModel.js';
 import type { PrepareInput, Prepared } from '../machines/supervisorActors.js';
 
 export const prepareNode = fromPromise<Prepared, PrepareInput>(async ({ input, signal }) => {
   const { config, log } = input;
   // Asked before planning: a model whose shards it holds takes its plan from there, reading no
   // safetensors header (src/keeper/keptPlan.ts); the ranks take their shards next. Asked while the
-  // devices are probed (cuInit: ~100 ms on an H100 host), with the modules that read its answer.
+  // devices are probed (cuInit: ~100 ms on an H100 host), with the modules that read its answer,
+  // and the first model's kept plan read meanwhile too (all of it but the pick by device).
   const keeperSocket = input.keeper?.socket;
+  const writer = `weightd ${VERSION}`;
   const listed = input.keeper?.ready.then(() => Promise.all([listKept(keeperSocket!, log), import('../keeper/keptRecord.js')]).then(([records]) => records));
+  const keptAhead = listed?.then((records) => (records ? readKeptPlansAhead(config.models[0]!, config, { records, writer }) : undefined));
   const { devices, visible } = await localDevices(config, log);
   const socketDir = resolveSocketDir(config.socketDir);
   const locks: DeviceLock[] = [];
@@ -37,9 +40,8 @@ export const prepareNode = fromPromise<Prepared, PrepareInput>(async ({ input, s
     for (const d of devices) {
       locks.push(acquireDeviceLock(socketDir, d.uuid, (holder) => log.warn({ device: d.uuid, pid: holder.pid }, 'took over the lock of a daemon that no longer runs')));
     }
-    const keeper = input.keeper && { socket: input.keeper.socket, model: config.models[0].modelDir, writer: `weightd ${VERSION}`, earlierKeeper: new Int32Array(new SharedArrayBuffer(4)) };
-    const records = await listed;
-    const kept = keeper && records ? { records, writer: keeper.writer } : undefined;
+    const keeper = input.keeper && { socket: input.keeper.socket, model: config.models[0].modelDir, writer, earlierKeeper: new Int32Array(new SharedArrayBuffer(4)) };
+    const kept = keeper ? await keptAhead : undefined;
     // The first model is placed on the whole group, over the devices just locked.
     const first = await planModel(config.models[0]!, config, log, devices, kept);
     const models = [first, ...(await Promise.all(config.models.slice(1).map((spec) => planModel(spec, config, log, undefined, kept))))];

@@ -153,10 +153,86 @@ export interface LocalRanks {
 /** A kept plan this start can use, or why not (for the debug line). */
 export type KeptPlanFound = { plan: CheckpointPlan; kept: KeptPlan } | { why: string };
 
+/** A record's plan for this start's options, read as far as that needs no device (readKeptPlans). */
+interface PlanRead {
+  device: string;
+  fingerprint: string;
+  kept: KeptPlan;
+  /** Its files checked and its bytes unpacked: the plan, or why it cannot be used. */
+  read: KeptPlanFound;
+}
+
+/** What the keeper's records hold for a model's options, by device, before the devices are known (readKeptPlans). */
+export interface KeptPlansRead {
+  /** The first plan of each device whose key is this start's, in the records' order. */
+  plans: PlanRead[];
+  /** Why the other records of each device do not serve (for the debug line). */
+  others: Array<{ device: string; why: string }>;
+}
+
+/**
+ * The part of findKeptPlan that needs no device (docs/spec/kept-plan.md §4): every record whose
+ * owner has ended is read for a plan kept under `fields`' key (the first of each device), and
+ * that plan's files are checked and its bytes unpacked. A restart runs it while the devices are
+ * probed (cuInit: ~100 ms on an H100 host), so that what is left once they are known
+ * (chooseKeptPlan) is a lookup. `firstGlobalRank`: the model's first local rank's global rank.
+ */
+export async function readKeptPlans(
+  records: readonly ListedRecord[],
+  fields: PlanKeyFields,
+  firstGlobalRank: number,
+  parsePlanField: (record: Buffer) => { plan?: KeptPlan } | { refusal: string },
+): Promise<KeptPlansRead> {
+  const key = planKey(fields);
+  const found: Array<Omit<PlanRead, 'read'>> = [];
+  const others: KeptPlansRead['others'] = [];
+  for (const r of records) {
+    if (r.ownerAlive || found.some((p) => p.device === r.device)) continue;
+    const parsed = parsePlanField(r.record);
+    if ('refusal' in parsed) {
+      others.push({ device: r.device, why: parsed.refusal });
+      continue;
+    }
+    if (parsed.plan === undefined) continue;
+    if (parsed.plan.key === key) {
+      found.push({ device: r.device, fingerprint: r.fingerprint, kept: parsed.plan });
+      continue;
+    }
+    const differ = differingFields(parsed.plan.fields, fields);
+    if (parsed.plan.fields.modelDir === fields.modelDir || differ.length === 0) others.push({ device: r.device, why: `a plan kept for other options (${differ.join(', ') || 'key'} differ)` });
+  }
+  const plans = await Promise.all(found.map(async (p) => ({ ...p, read: await readPlan(p.kept, p.fingerprint, fields, firstGlobalRank) })));
+  return { plans, others };
+}
+
+/**
+ * Which plan of `read` this start uses, on its devices (`local`), or why none: the rest of
+ * findKeptPlan's checks, in its order (the plan is of the first local device's record, every local
+ * rank's shard is kept), then what readKeptPlans found reading it.
+ */
+export function chooseKeptPlan(read: KeptPlansRead, records: readonly ListedRecord[], fields: PlanKeyFields, local: LocalRanks): KeptPlanFound {
+  const first = local.devices[0]!;
+  const found = read.plans.find((p) => p.device === first);
+  if (!found) {
+    const others = read.others.filter((o) => o.device === first).map((o) => o.why);
+    return { why: `no record of device ${first} carries a plan for these options${others.length ? `: ${others.join('; ')}` : ''}` };
+  }
+  const early = earlyRefusal(found.kept, found.fingerprint, fields, local.firstGlobalRank);
+  if (early) return { why: early };
+  for (const [i, device] of local.devices.entries()) {
+    const fingerprint = found.kept.ranks[local.firstGlobalRank + i];
+    if (!records.some((r) => r.device === device && r.fingerprint === fingerprint && !r.ownerAlive)) {
+      return { why: `the shard of local rank ${i} (device ${device}, fingerprint ${fingerprint}) is not kept, so its rank reads the checkpoint anyway` };
+    }
+  }
+  return found.read;
+}
+
 /**
  * Finds the plan kept for `fields` among what the keeper holds (its LIST at this start) and
- * checks it (docs/spec/kept-plan.md §4, in that order). `parsePlanField` reads a record's plan
- * field (keptRecord.ts's schema), undefined when it has none or a malformed one.
+ * checks it (docs/spec/kept-plan.md §4, in that order): readKeptPlans then chooseKeptPlan.
+ * `parsePlanField` reads a record's plan field (keptRecord.ts's schema), undefined when it has
+ * none or a malformed one.
  */
 export async function findKeptPlan(
   records: readonly ListedRecord[],
@@ -164,36 +240,21 @@ export async function findKeptPlan(
   local: LocalRanks,
   parsePlanField: (record: Buffer) => { plan?: KeptPlan } | { refusal: string },
 ): Promise<KeptPlanFound> {
-  const key = planKey(fields);
-  const first = local.devices[0]!;
-  let found: { plan: KeptPlan; fingerprint: string } | undefined;
-  const others: string[] = [];
-  for (const r of records) {
-    if (r.device !== first || r.ownerAlive) continue;
-    const parsed = parsePlanField(r.record);
-    if ('refusal' in parsed) {
-      others.push(parsed.refusal);
-      continue;
-    }
-    if (parsed.plan === undefined) continue;
-    if (parsed.plan.key === key) {
-      found = { plan: parsed.plan, fingerprint: r.fingerprint };
-      break;
-    }
-    const differ = differingFields(parsed.plan.fields, fields);
-    if (parsed.plan.fields.modelDir === fields.modelDir || differ.length === 0) others.push(`a plan kept for other options (${differ.join(', ') || 'key'} differ)`);
-  }
-  if (!found) return { why: `no record of device ${first} carries a plan for these options${others.length ? `: ${others.join('; ')}` : ''}` };
-  const kept = found.plan;
-  if (kept.format !== KEPT_PLAN_FORMAT) return { why: `the kept plan is in format ${kept.format}, and this weightd reads ${KEPT_PLAN_FORMAT}` };
-  if (kept.ranks.length !== fields.tpSize) return { why: `the kept plan names ${kept.ranks.length} ranks, and tp size is ${fields.tpSize}` };
-  if (kept.ranks[local.firstGlobalRank] !== found.fingerprint) return { why: `the kept plan's rank ${local.firstGlobalRank} is ${kept.ranks[local.firstGlobalRank]}, and the shard whose record carries it is ${found.fingerprint}: not that shard's plan` };
-  for (const [i, device] of local.devices.entries()) {
-    const fingerprint = kept.ranks[local.firstGlobalRank + i];
-    if (!records.some((r) => r.device === device && r.fingerprint === fingerprint && !r.ownerAlive)) {
-      return { why: `the shard of local rank ${i} (device ${device}, fingerprint ${fingerprint}) is not kept, so its rank reads the checkpoint anyway` };
-    }
-  }
+  return chooseKeptPlan(await readKeptPlans(records, fields, local.firstGlobalRank, parsePlanField), records, fields, local);
+}
+
+/** Why a plan found under the key cannot be this start's, known without reading it: its format, its rank count, or its record's shard. */
+function earlyRefusal(kept: KeptPlan, fingerprint: string, fields: PlanKeyFields, firstGlobalRank: number): string | undefined {
+  if (kept.format !== KEPT_PLAN_FORMAT) return `the kept plan is in format ${kept.format}, and this weightd reads ${KEPT_PLAN_FORMAT}`;
+  if (kept.ranks.length !== fields.tpSize) return `the kept plan names ${kept.ranks.length} ranks, and tp size is ${fields.tpSize}`;
+  if (kept.ranks[firstGlobalRank] !== fingerprint) return `the kept plan's rank ${firstGlobalRank} is ${kept.ranks[firstGlobalRank]}, and the shard whose record carries it is ${fingerprint}: not that shard's plan`;
+  return undefined;
+}
+
+/** A plan found under the key, read: its files' identities checked, its bytes unpacked and parsed (what earlyRefusal refuses is not read). */
+async function readPlan(kept: KeptPlan, fingerprint: string, fields: PlanKeyFields, firstGlobalRank: number): Promise<KeptPlanFound> {
+  const early = earlyRefusal(kept, fingerprint, fields, firstGlobalRank);
+  if (early) return { why: early };
   const changes = await changedFiles(kept.inputs);
   if (changes.length > 0) return { why: `files the plan was made from changed since it was kept (${changes.map(describeChange).join('; ')})` };
   const json = await unpackPlan(kept);

@@ -12,7 +12,7 @@ import type { ModelSpec } from './modelSpecs.js';
 import type { WrittenRankData } from './rankMessages.js';
 import type { CudaHandles, DeviceSlot, FillOptions } from '../native/addon.js';
 import type { KeptRecord as ListedRecord } from '../keeper/keeperProtocol.js';
-import type { KeptPlan } from '../keeper/keptPlan.js';
+import type { KeptPlan, KeptPlansRead } from '../keeper/keptPlan.js';
 import { cachedShare, localDevices } from '../native/devices.js';
 import { nodeFillOptions } from '../native/fillPolicy.js';
 import { sampleWithAddon } from '../native/sampleDigest.js';
@@ -113,6 +113,23 @@ export interface KeptAtStart {
   records: readonly ListedRecord[];
   /** This weightd's name and version, as its records name their writer. */
   writer: string;
+  /** The plans kept for one model, read before its devices were known (readKeptPlansAhead); undefined when that read failed. */
+  ahead?: { spec: ModelSpec; read: Promise<KeptPlansRead | undefined> };
+}
+
+/**
+ * Starts reading the plans the keeper holds for `spec` (readKeptPlans: the records parsed, the
+ * plan's files checked, its bytes unpacked), which needs no device, so that a restart does it
+ * while the devices are probed (cuInit: ~100 ms on an H100 host) and planModel, once they are
+ * known, only picks (issue 33). A read that fails is done again by planModel, which says why.
+ */
+export function readKeptPlansAhead(spec: ModelSpec, config: Pick<ModelNode, 'nnodes' | 'nodeRank' | 'localWorldSize' | 'tpSize'>, kept: KeptAtStart): KeptAtStart {
+  const read = (async () => {
+    const placement = modelPlacement(spec.tpSize, config);
+    const [{ readKeptPlans, planKeyFields }, { keptPlanIn }] = await Promise.all([import('../keeper/keptPlan.js'), import('../keeper/keptRecord.js')]);
+    return readKeptPlans(kept.records, planKeyFields(spec, kept.writer), placement.nodeRank * placement.localWorldSize, keptPlanIn);
+  })().catch(() => undefined);
+  return { ...kept, ahead: { spec, read } };
 }
 
 /** Versions writers committed that the keeper held at a start (src/actors/restoreWritten.ts): served once the node is ready, and which of each name was current. */
@@ -175,7 +192,7 @@ async function planSpec(spec: ModelSpec, localRanks: { nodeRank: number; localWo
  */
 async function planKept(spec: ModelSpec, placement: ModelPlacement, devices: DeviceSlot[], cut: SegmentCut, kept: KeptAtStart, log: Logger): Promise<{ plan: CheckpointPlan; keptPlan?: KeptPlan }> {
   // Only with a keeper: a plain start loads neither these nor the record's schema.
-  const [{ findKeptPlan, packPlan, planInputIdentities, planKeyFields }, { keptPlanIn }, { keptSegmentCut }] = await Promise.all([
+  const [{ chooseKeptPlan, packPlan, planInputIdentities, planKeyFields, readKeptPlans }, { keptPlanIn }, { keptSegmentCut }] = await Promise.all([
     import('../keeper/keptPlan.js'),
     import('../keeper/keptRecord.js'),
     import('../keeper/keptSegmentCut.js'),
@@ -183,7 +200,8 @@ async function planKept(spec: ModelSpec, placement: ModelPlacement, devices: Dev
   const started = performance.now();
   const fields = planKeyFields(spec, kept.writer);
   const local = { devices: devices.map((d) => d.uuid), firstGlobalRank: placement.nodeRank * placement.localWorldSize };
-  const found = await findKeptPlan(kept.records, fields, local, keptPlanIn);
+  const read = (kept.ahead?.spec === spec ? await kept.ahead.read : undefined) ?? (await readKeptPlans(kept.records, fields, local.firstGlobalRank, keptPlanIn));
+  const found = chooseKeptPlan(read, kept.records, fields, local);
   if ('plan' in found) {
     logPlanned(spec, placement, found.plan, started, 'keeper', log);
     return { plan: found.plan, keptPlan: found.kept };

@@ -12,7 +12,7 @@ import { canonicalJson } from '../../src/checkpoint/canonicalJson.js';
 import { planCheckpoint } from '../../src/checkpoint/planCheckpoint.js';
 import type { CheckpointPlan } from '../../src/checkpoint/types.js';
 import type { KeptRecord as ListedRecord } from '../../src/keeper/keeperProtocol.js';
-import { findKeptPlan, packPlan, PLANNER_ENTRY, planInputIdentities, planKey, planKeyFields, plannerDigest, plannerModules, unpackPlan, type KeptPlan, type PlanKeyFields } from '../../src/keeper/keptPlan.js';
+import { chooseKeptPlan, findKeptPlan, packPlan, readKeptPlans, PLANNER_ENTRY, planInputIdentities, planKey, planKeyFields, plannerDigest, plannerModules, unpackPlan, type KeptPlan, type PlanKeyFields } from '../../src/keeper/keptPlan.js';
 import { encodeKeptRecord, keptPlanIn, keptRecordFor } from '../../src/keeper/keptRecord.js';
 import { fillPlanOf } from '../../src/checkpoint/types.js';
 import { afterCtimeOf } from '../helpers/fileClock.js';
@@ -63,8 +63,8 @@ async function keptModel(): Promise<{ spec: { modelDir: string; tpSize: number; 
   return { spec, plan, kept, fields, records: [listed(rank.fingerprint, record)] };
 }
 
-function listed(fingerprint: string, record: Buffer, ownerAlive = false): ListedRecord {
-  return { device: DEVICE, fingerprint, fdCount: 1, ageMs: 0, ownerPid: 0, ownerAlive, expiresInMs: 1000, record };
+function listed(fingerprint: string, record: Buffer, ownerAlive = false, device = DEVICE): ListedRecord {
+  return { device, fingerprint, fdCount: 1, ageMs: 0, ownerPid: 0, ownerAlive, expiresInMs: 1000, record };
 }
 
 const local = { devices: [DEVICE], firstGlobalRank: 0 };
@@ -99,6 +99,32 @@ test('each check of §4 refuses by name: options, owner, format, shard, files', 
   afterCtimeOf(config);
   writeFileSync(config, readFileSync(config));
   assert.match(why(await findKeptPlan(m.records, m.fields, local, keptPlanIn)), /^files the plan was made from changed since it was kept \(.*config\.json: mtime /);
+});
+
+test('the plans read before the devices are known are picked by device, with findKeptPlan\'s reasons, and nothing is read again', async () => {
+  const m = await keptModel();
+  const [record] = m.records;
+  // The same shard kept on two devices (two daemons' GPUs, one keeper), and a live owner's on a third.
+  const records = [listed(record!.fingerprint, record!.record, false, 'gpu-a'), listed(record!.fingerprint, record!.record, false, 'gpu-b'), listed(record!.fingerprint, record!.record, true, 'gpu-c')];
+  let parsed = 0;
+  const read = await readKeptPlans(records, m.fields, 0, (bytes) => (parsed++, keptPlanIn(bytes)));
+  assert.equal(read.plans.map((p) => p.device), ['gpu-a', 'gpu-b'], 'one plan per device whose owner ended, in the records\' order');
+  assert.is(parsed, 2, 'a live owner\'s record is not read');
+  for (const device of ['gpu-a', 'gpu-b']) {
+    const found = chooseKeptPlan(read, records, m.fields, { devices: [device], firstGlobalRank: 0 });
+    assert.ok('plan' in found, why(found));
+    assert.equal(found, await findKeptPlan(records, m.fields, { devices: [device], firstGlobalRank: 0 }, keptPlanIn));
+  }
+  assert.is(parsed, 2, 'picking reads no record');
+  for (const devices of [['gpu-c'], ['gpu-d']]) {
+    const picked = chooseKeptPlan(read, records, m.fields, { devices, firstGlobalRank: 0 });
+    assert.match(why(picked), new RegExp(`^no record of device ${devices[0]} carries a plan for these options$`));
+    assert.equal(picked, await findKeptPlan(records, m.fields, { devices, firstGlobalRank: 0 }, keptPlanIn));
+  }
+  // Other options: no plan is read, and the pick says why, as findKeptPlan does.
+  const other = await readKeptPlans(records, { ...m.fields, layouts: ['vllm'] }, 0, keptPlanIn);
+  assert.equal(other.plans, []);
+  assert.match(why(chooseKeptPlan(other, records, { ...m.fields, layouts: ['vllm'] }, { devices: ['gpu-b'], firstGlobalRank: 0 })), /^no record of device gpu-b carries a plan for these options: a plan kept for other options \(layouts differ\)$/);
 });
 
 test('a file added to the checkpoint directory changes the directory: the plan is made again', async () => {
