@@ -65,12 +65,20 @@ chmod 755 "$dir/bin/node"
 
 cat > "$dir/bin/weightd" <<'EOF'
 #!/bin/sh
-# Runs weightd with the Node.js bundled beside this script (symlinks to it are followed).
-here=$(dirname "$(readlink -f "$0")")
+# Runs weightd with the Node.js bundled beside this script (symlinks to it are followed). No
+# process is forked to find it or read the flags unless it is run through a link (the checkout's
+# ./weightd says why).
+case $0 in
+  */*) if [ -L "$0" ]; then here=$(dirname "$(readlink -f "$0")"); else here=${0%/*}; fi ;;
+  *) here=$(dirname "$(readlink -f "$(command -v "$0")")") ;;
+esac
 # weightd makes no TLS connection: no Node start spent parsing extra CA certificates (./weightd says why).
 unset NODE_EXTRA_CA_CERTS
 # Node's flags: node-flags beside this script (the checkout's scripts/node-flags says why).
-flags=$(sed '/^#/d' "$here/node-flags") || exit 2
+flags=
+{ while IFS= read -r line || [ -n "$line" ]; do
+  case $line in '#'* | '') ;; *) flags="$flags $line" ;; esac
+done; } < "$here/node-flags" || exit 2
 # shellcheck disable=SC2086 # one flag a word
 exec "$here/node" $flags "$here/../dist/launch.cjs" "$@"
 EOF

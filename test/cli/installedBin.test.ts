@@ -3,7 +3,7 @@
 // (scripts/node-flags), as ./weightd and the bundle's bin/weightd do. A `node` first on PATH
 // records the arguments it is started with, then runs the real one.
 import { spawnSync } from 'node:child_process';
-import { chmodSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
@@ -29,6 +29,28 @@ test('the installed weightd command runs the daemon with scripts/node-flags', ()
   const args = readFileSync(record, 'utf8').trim().split('\n');
   for (const flag of nodeFlags) assert.ok(args.includes(flag), `node got ${flag}: ${args.join(' ')}`);
   assert.is(args.at(-1), '--version', 'and the command line after them');
+});
+
+test('./weightd run by its path starts no process before Node: no readlink, dirname or sed (each fork is a millisecond or two of a start)', () => {
+  const dir = freshTempDir();
+  const record = join(dir, 'forked.txt');
+  // Stubs first on PATH: each records its name, then runs the real command.
+  for (const tool of ['readlink', 'dirname', 'sed']) {
+    const real = spawnSync('sh', ['-c', `command -v ${tool}`], { encoding: 'utf8' }).stdout.trim();
+    writeFileSync(join(dir, tool), `#!/bin/sh\necho ${tool} >> '${record}'\nexec '${real}' "$@"\n`);
+    chmodSync(join(dir, tool), 0o755);
+  }
+  const env = { ...process.env, PATH: `${dir}:${process.env.PATH}` };
+  const r = spawnSync(join(repoRoot, pkg.bin.weightd!), ['--version'], { encoding: 'utf8', env });
+  assert.is(r.status, 0, r.stderr);
+  assert.is(r.stdout.trim(), pkg.version);
+  assert.not.ok(existsSync(record), `the launcher ran ${existsSync(record) ? readFileSync(record, 'utf8').trim().split('\n').join(', ') : ''}`);
+  // Through a link (npm's bin) it follows the link, which takes readlink.
+  const link = join(dir, 'linked-weightd');
+  symlinkSync(join(repoRoot, pkg.bin.weightd!), link);
+  const linked = spawnSync(link, ['--version'], { encoding: 'utf8', env });
+  assert.is(linked.status, 0, linked.stderr);
+  assert.ok(readFileSync(record, 'utf8').includes('readlink'), 'a link is followed with readlink');
 });
 
 test('the launchers start Node without NODE_EXTRA_CA_CERTS: weightd makes no TLS connection', () => {
