@@ -113,8 +113,12 @@ export interface KeptAtStart {
   records: readonly ListedRecord[];
   /** This weightd's name and version, as its records name their writer. */
   writer: string;
-  /** The plans kept for one model, read before its devices were known (readKeptPlansAhead); undefined when that read failed. */
-  ahead?: { spec: ModelSpec; read: Promise<KeptPlansRead | undefined> };
+  /**
+   * The plans kept for one model, read before its devices were known (readKeptPlansAhead);
+   * undefined when that read failed. `share`: the page cache's share of the files of its local
+   * ranks in the plan found, by those files (fillFor), measured meanwhile too.
+   */
+  ahead?: { spec: ModelSpec; read: Promise<KeptPlansRead | undefined>; share: Promise<{ files: string[]; share: number } | undefined> };
 }
 
 /**
@@ -123,13 +127,21 @@ export interface KeptAtStart {
  * while the devices are probed (cuInit: ~100 ms on an H100 host) and planModel, once they are
  * known, only picks (issue 33). A read that fails is done again by planModel, which says why.
  */
-export function readKeptPlansAhead(spec: ModelSpec, config: Pick<ModelNode, 'nnodes' | 'nodeRank' | 'localWorldSize' | 'tpSize'>, kept: KeptAtStart): KeptAtStart {
+export function readKeptPlansAhead(spec: ModelSpec, config: Pick<ModelNode, 'nnodes' | 'nodeRank' | 'localWorldSize' | 'tpSize' | 'device'>, kept: KeptAtStart): KeptAtStart {
+  const placement = modelPlacement(spec.tpSize, config);
   const read = (async () => {
-    const placement = modelPlacement(spec.tpSize, config);
     const [{ readKeptPlans, planKeyFields }, { keptPlanIn }] = await Promise.all([import('../keeper/keptPlan.js'), import('../keeper/keptRecord.js')]);
     return readKeptPlans(kept.records, planKeyFields(spec, kept.writer), placement.nodeRank * placement.localWorldSize, keptPlanIn);
   })().catch(() => undefined);
-  return { ...kept, ahead: { spec, read } };
+  // What fillFor asks when the devices are GPUs (a cold cache reads with O_DIRECT; nothing on the
+  // host backend), of the files a plan found names: every device's plan of one model names the same files.
+  const share = read.then(async (r) => {
+    const found = config.device === 'host' ? undefined : r?.plans.find((p) => 'plan' in p.read)?.read;
+    if (!found || !('plan' in found)) return undefined;
+    const files = localFiles(found.plan, placement);
+    return { files, share: await cachedShare(files) };
+  }).catch(() => undefined);
+  return { ...kept, ahead: { spec, read, share } };
 }
 
 /** Versions writers committed that the keeper held at a start (src/actors/restoreWritten.ts): served once the node is ready, and which of each name was current. */
@@ -140,10 +152,29 @@ export interface RestoredVersions {
   current: Array<{ name: string; version: number }>;
 }
 
+/** The ranks of `plan` this node holds (its placement's). */
+function localRanksOf(plan: CheckpointPlan, placement: Pick<ModelPlacement, 'nodeRank' | 'localWorldSize'>): CheckpointPlan['ranks'] {
+  return plan.ranks.slice(placement.nodeRank * placement.localWorldSize, (placement.nodeRank + 1) * placement.localWorldSize);
+}
+
+/** Every file `ranks` read, each once, in the order they first name them. */
+function filesOf(ranks: CheckpointPlan['ranks']): string[] {
+  return [...new Set(ranks.flatMap((r) => r?.files ?? []))];
+}
+
+/** The files this node's ranks of `plan` read. */
+function localFiles(plan: CheckpointPlan, placement: ModelPlacement): string[] {
+  return filesOf(localRanksOf(plan, placement));
+}
+
 /** How a model's fill reads and how the log says it. */
-async function fillFor(config: Pick<ModelNode, 'fill'>, devices: DeviceSlot[], plan: CheckpointPlan, log: Logger): Promise<FillOptions> {
+async function fillFor(config: Pick<ModelNode, 'fill'>, devices: DeviceSlot[], plan: CheckpointPlan, log: Logger, ahead?: KeptAtStart['ahead']): Promise<FillOptions> {
   let share: number | undefined;
-  const fill = await nodeFillOptions(config.fill, devices, async () => (share = await cachedShare([...new Set(plan.ranks.flatMap((r) => r?.files ?? []))])));
+  const measure = async (files: string[]) => {
+    const measured = await ahead?.share;
+    return measured && measured.files.join('\0') === files.join('\0') ? measured.share : cachedShare(files);
+  };
+  const fill = await nodeFillOptions(config.fill, devices, async () => (share = await measure(filesOf(plan.ranks))));
   if (share !== undefined) {
     const percent = Math.round(share * 100);
     if (fill.direct) log.info({ cachedShare: share, fill }, `the page cache holds ${percent}% of the checkpoint: reading it with O_DIRECT (a cold start)`);
@@ -154,7 +185,7 @@ async function fillFor(config: Pick<ModelNode, 'fill'>, devices: DeviceSlot[], p
 
 /** The one line that says a model is planned, and where from: its headers, or the plan its shards were kept with. */
 function logPlanned(spec: ModelSpec, localRanks: { nodeRank: number; localWorldSize: number }, plan: CheckpointPlan, started: number, from: 'headers' | 'keeper', log: Logger): void {
-  const local = plan.ranks.slice(localRanks.nodeRank * localRanks.localWorldSize, (localRanks.nodeRank + 1) * localRanks.localWorldSize);
+  const local = localRanksOf(plan, localRanks);
   log.info(
     {
       model: spec.modelDir,
@@ -229,6 +260,7 @@ export async function planModel(spec: ModelSpec, config: ModelNode, log: Logger,
   // A host arena is cut into segments by default (src/checkpoint/arenaSegmentBytes.ts); a cuda one is not.
   const cut: SegmentCut = devices[0]?.backend === 'host' ? 'host' : 'whole';
   const { plan, keptPlan } = kept ? await planKept(spec, placement, devices, cut, kept, log) : { plan: await planSpec(spec, placement, cut, log) };
-  const local = plan.ranks.slice(placement.nodeRank * placement.localWorldSize, (placement.nodeRank + 1) * placement.localWorldSize);
-  return { spec, placement, plan, devices, fill: await fillFor(config, devices, { ...plan, ranks: local }, log), ...(keptPlan ? { keptPlan } : {}) };
+  const local = localRanksOf(plan, placement);
+  const ahead = kept?.ahead?.spec === spec ? kept.ahead : undefined;
+  return { spec, placement, plan, devices, fill: await fillFor(config, devices, { ...plan, ranks: local }, log, ahead), ...(keptPlan ? { keptPlan } : {}) };
 }
