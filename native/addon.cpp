@@ -32,6 +32,7 @@
 #include "cuda_segment_digests.h"
 #include "cuda_prepared_finals.h"
 #include "cuda_update_segments.h"
+#include "deferred_release.h"
 
 namespace weightd {
 namespace {
@@ -405,6 +406,9 @@ Napi::Object probeToJs(Napi::Env env, const CudaProbe& p) {
 class WeightdAddon : public Napi::Addon<WeightdAddon> {
  public:
   WeightdAddon(Napi::Env env, Napi::Object exports) : registry_(std::make_shared<Registry>()) {
+    // The process's releaser thread starts with the addon, not within the first call that hands
+    // it something: a call adds no thread (deferred_release.h).
+    startReleaser();
     deviceCtor_ = Napi::Persistent(DeviceWrap::Define(env));
     DefineAddon(exports, {
                              InstanceValue("Device", deviceCtor_.Value()),
@@ -449,8 +453,11 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
   // Environment teardown (a worker thread ending, even by terminate()): stop every fill and free
   // every device this instance created, before the thread's memory goes away.
   ~WeightdAddon() {
-    std::lock_guard<std::mutex> lock(registry_->mutex);
-    for (DeviceWrap* d : registry_->live) d->shutdown();
+    {
+      std::lock_guard<std::mutex> lock(registry_->mutex);
+      for (DeviceWrap* d : registry_->live) d->shutdown();
+    }
+    settleReleases();
   }
 
   std::shared_ptr<Registry> registry() { return registry_; }

@@ -13,6 +13,7 @@
 #include "cuda_prepared_finals.h"
 #include "cuda_resources.h"
 #include "cuda_vmm.h"
+#include "deferred_release.h"
 #include "unix_fds.h"
 
 namespace weightd {
@@ -465,15 +466,34 @@ CudaPulled cudaPullCopies(int deviceIndex, const std::vector<int>& finals, const
   }
   out.digestMs = msSince(t);
   out.fds = descriptorsOrNone(finals.size(), [&](size_t i) { return writes[i] && finals[i] < 0 ? dupExported(into[i]) : -1; });
-  // What the call holds goes here, timed (the streams first, drained already): the finals' mappings
-  // made here, the writer's memory opened, the digests' buffers.
+  // What the call holds (the streams, drained already; the finals' mappings made here, the writer's
+  // memory opened, the digest kernel's module and buffers) is let go of after the call answers, on
+  // the releaser's thread (deferred_release.h), in this order, in this context. releaseMs times
+  // the hand-over.
   t = std::chrono::steady_clock::now();
-  hashing.reset();
-  stream.reset();
-  copied.clear();
-  into.clear();
-  pulled.clear();
-  hasher.reset();
+  struct Held {
+    Stream hashing, stream;
+    std::vector<Event> copied;
+    std::vector<VmmSegment> into;
+    std::vector<PulledSource> pulled;
+    std::unique_ptr<SegmentHasher> hasher;
+  };
+  auto held = std::make_shared<Held>(Held{std::move(hashing), std::move(stream), std::move(copied), std::move(into), std::move(pulled), std::move(hasher)});
+  releaseLater([deviceIndex, held = std::move(held)]() mutable {
+    try {
+      PrimaryContext context(deviceIndex);
+      ScopedContext current(context.get());
+      held->hashing.reset();
+      held->stream.reset();
+      held->copied.clear();
+      held->into.clear();
+      held->pulled.clear();
+      held->hasher.reset();
+      held.reset();
+    } catch (...) {
+      // The releases' own failures are the driver's to report; nothing waits for them.
+    }
+  });
   out.releaseMs = msSince(t);
   out.totalMs = msSince(began);
   return out;

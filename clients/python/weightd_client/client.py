@@ -276,9 +276,6 @@ class WeightdClient:
         # request here waits for it first, so nothing this client asks next finds it still held.
         self._retirer = Retirer()
         self.conn.before_request = self._retirer.settle
-        # The retirer's own connection (a map lease is the process's, dropped on any of its
-        # connections): this one is the caller's thread's.
-        self._retire_conn: Optional[Connection] = None
         self.conn.request("ping")  # connect now, so a wrong path fails here
 
     @property
@@ -410,14 +407,18 @@ class WeightdClient:
         return pending.state
 
     def _detach_replaced(self, lease_id: str, switched_to: str) -> None:
-        """Drops the lease a switch replaced, on the retirer's connection (run on its thread)."""
+        """Drops the lease a switch replaced (run on the retirer's thread), on a connection of its
+        own for the request (a map lease is the process's, dropped on any of its connections; this
+        client's is its caller's thread's), closed after: the client holds no more descriptors,
+        nor the daemon's connection budget, than before."""
+        conn = Connection(self.socket_path, timeout=self.conn.timeout)
         try:
-            if self._retire_conn is None:
-                self._retire_conn = Connection(self.socket_path, timeout=self.conn.timeout)
-            self._retire_conn.request("detach", leaseId=lease_id)
+            conn.request("detach", leaseId=lease_id)
         except Exception as err:  # noqa: BLE001 - an OSError of the connection too: no caller to raise to
             # The switch is done; the old lease ends with its connection or process, or the daemon's sweep.
             log.warning("weightd: switched to %s, but dropping the old lease failed: %s", switched_to[:12], err)
+        finally:
+            conn.close()
 
     def drop_switch(self, mapping: Any, pending: "PendingSwitch") -> None:
         """Gives back what a prepared switch holds: its imports (or staged mappings) and its lease."""
@@ -578,8 +579,6 @@ class WeightdClient:
     def close(self) -> None:
         self._retirer.settle()
         self.conn.close()
-        if self._retire_conn is not None:
-            self._retire_conn.close()
 
     def __enter__(self) -> "WeightdClient":
         return self
