@@ -94,7 +94,9 @@ struct CudaPulled {
   std::vector<int> fds;
   // Each of the call's `tensors`' digest, over what its copies wrote (empty when none was asked).
   CudaDigests digested;
-  // releaseMs: unmapping the finals it mapped, closing the writer's memory, freeing the digests' buffers.
+  // releaseMs: handing what it holds (the finals it mapped, the writer's memory opened, the digests'
+  // module and buffers, the streams) to the releaser's thread, which lets go of it after the call
+  // answered (deferred_release.h).
   // setupMs: the digest kernel's module, its job table and buffers, the streams.
   double allocateMs = 0, openMs = 0, mapMs = 0, copyMs = 0, digestMs = 0, releaseMs = 0, setupMs = 0, totalMs = 0;
   // Bytes the digest kernel copied as it hashed them (the rest went through cuMemcpy).
@@ -106,8 +108,8 @@ struct CudaPulled {
 // `finals[segment]` is -1 (fresh memory, judged against the GPU's free memory under the
 // allocation lock, E_OUT_OF_MEMORY; its exported descriptor returned, handed to no one), else
 // that earlier final is mapped writable for the call; then the segment's `copies` are queued at
-// once (sources k > 0 only: the k-th of `sources`, opened once for the call and closed before it
-// returns), so the GPU copies one segment while the next is made. Returns once every copy is done.
+// once (sources k > 0 only: the k-th of `sources`, opened once for the call and closed right after
+// it returns, on the releaser's thread), so the GPU copies one segment while the next is made. Returns once every copy is done.
 // The finals stay invisible until a commit serves them. E_UPDATE_SOURCE, E_UPDATE_SIZE as
 // cudaPullCommit's; on any failure nothing made here is left.
 //

@@ -38,9 +38,9 @@
 // FAKE_CUDA_ACCESS_LOG=PATH: each cuMemSetAccess that succeeds appends "PID INODE FLAGS".
 // FAKE_CUDA_COPY_LOG=PATH: each queued host-to-device copy appends its bytes (rows times row
 // bytes) to PATH as a decimal line, so a test sees how a fill cut its work into copies.
-// FAKE_CUDA_INIT_GATE, FAKE_CUDA_DTOH_GATE, FAKE_CUDA_RETAIN_GATE: a FIFO that cuInit (or each
-// cuMemcpyDtoH, or each cuDevicePrimaryCtxRetain) waits on until one byte is written to it, so a
-// test holds a call in flight for as long as it likes.
+// FAKE_CUDA_INIT_GATE, FAKE_CUDA_DTOH_GATE, FAKE_CUDA_RETAIN_GATE, FAKE_CUDA_IPC_CLOSE_GATE: a
+// FIFO that cuInit (or each cuMemcpyDtoH, cuDevicePrimaryCtxRetain or cuIpcCloseMemHandle) waits
+// on until one byte is written to it, so a test holds a call in flight for as long as it likes.
 // FAKE_CUDA_RETAIN_LOG=PATH: each cuDevicePrimaryCtxRetain that succeeds appends its device, so a
 // test sees when a context was made (none before a restart's READY, say).
 // FAKE_CUDA_QUERY_LOG=PATH: each cuDeviceGetUuid_v2 appends its device.
@@ -711,6 +711,7 @@ CUresult cuIpcOpenMemHandle_v2(CUdeviceptr* p, IpcHandle raw, unsigned flags) {
 }
 CUresult cuIpcCloseMemHandle(CUdeviceptr p) {
   NEED_CTX();
+  waitAtGate("FAKE_CUDA_IPC_CLOSE_GATE");
   pthread_mutex_lock(&lock);
   struct alloc* a = findAlloc((void*)(uintptr_t)p, 1, K_DEVICE);
   if (!a || !a->imported) { pthread_mutex_unlock(&lock); return E_INVALID_VALUE; }

@@ -971,6 +971,62 @@ def daemon_pull_context(made_log: str) -> None:
     print(json.dumps(out))
 
 
+def daemon_pull_releases_later(gate: str) -> None:
+    """A pull whose writer's memory the daemon cannot close yet: each cuIpcCloseMemHandle of the
+    daemon waits at FAKE_CUDA_IPC_CLOSE_GATE (``gate``, a FIFO). The commit answers all the same,
+    since the addon's releaser thread lets go of what the pull held after it answered; once a byte
+    opens the gate, the version serves the pulled bytes and the daemon ends with nothing left."""
+    import threading
+
+    from daemon_fixture import Daemon
+    from test_host_fds import MODEL, checkpoint_tensors
+
+    want = checkpoint_tensors()
+    plan = segment_plan("weightd-cuda-release-later-")
+    out: dict = {}
+    os.environ["FAKE_CUDA_IPC_CLOSE_GATE"] = gate  # the daemon's only: this process closes no IPC handle
+    with Daemon(MODEL, device="cuda", extra_args=["--cuda-handles", "fd", "--plan-file", plan]) as daemon:
+        del os.environ["FAKE_CUDA_IPC_CLOSE_GATE"]
+        with daemon.client() as client:
+            name = client.ping()["name"]
+            base = served_fingerprint(client, name, 0)
+            new = {n: bytes((b + 1) % 256 for b in v) for n, v in want.items()}
+            trainer = TrainerMemory(new)
+            result: dict = {}
+
+            def update() -> None:
+                try:
+                    result["done"] = client.pull_update(name, base, trainer.tensors)
+                except Exception as err:  # noqa: BLE001 - reported
+                    result["error"] = repr(err)
+
+            updating = threading.Thread(target=update, daemon=True)
+            updating.start()
+            updating.join(60)
+            out["committedWhileCloseHeld"] = not updating.is_alive() and "done" in result
+
+            def feed() -> None:
+                # A byte for each close the daemon makes, from now on (each open waits for one).
+                while True:
+                    with open(gate, "wb") as f:
+                        f.write(b"x")
+
+            threading.Thread(target=feed, daemon=True).start()
+            updating.join(60)
+            out["error"] = result.get("error")
+            done = result.get("done") or {}
+            out["version"] = done.get("version")
+            if done:
+                reader = client.attach(done["fingerprint"], device=0, tensor_format="memoryview")
+                out["reads"] = all(ctypes.string_at(reader.tensors[n].pointer, len(new[n])) == new[n] for n in new)
+                reader.tensors = {}
+                reader.detach()
+            trainer.free()
+        daemon.stop()
+        out["daemonLeaks"] = next((json.loads(l[len("FAKE_CUDA_LEAKS ") :]) for l in daemon.stderr.splitlines() if l.startswith("FAKE_CUDA_LEAKS ")), None)
+    print(json.dumps(out))
+
+
 def daemon_pull_prepare_refused() -> None:
     """A prepared pull whose finals do not fit the GPU: the making fails off begin's reply, and the
     pull or the commit says so by name; the update ends, leaving nothing, and the model takes the
@@ -1160,6 +1216,8 @@ def main() -> None:
         return daemon_pull_prepare_refused()
     if sys.argv[1] == "daemon_pull_context":
         return daemon_pull_context(sys.argv[2])
+    if sys.argv[1] == "daemon_pull_releases_later":
+        return daemon_pull_releases_later(sys.argv[2])
     if sys.argv[1] == "pull_writer":
         return pull_writer(*sys.argv[2:5])
     if sys.argv[1] == "daemon_publish":
