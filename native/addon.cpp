@@ -791,6 +791,7 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
           timings.Set("releaseMs", p.releaseMs);
           timings.Set("nativeMs", p.totalMs);
           timings.Set("setupMs", p.setupMs);
+          timings.Set("moduleMs", p.moduleMs);
           timings.Set("copiedByKernelBytes", static_cast<double>(p.copiedByKernelBytes));
           o.Set("timings", timings);
           return o;

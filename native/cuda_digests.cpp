@@ -129,6 +129,7 @@ SegmentHasher::SegmentHasher(ContentDigests& digests, size_t segments, const std
   if (jobs_.empty()) return;
   const CudaDriver& drv = cudaDriver();
   try {
+    const auto loading = std::chrono::steady_clock::now();
     drv.cuModuleLoadData(&module_, kernelImage().bytes.data());
     // A kernel file built before the copying kernel existed has only the other: the copies are
     // then all the driver's.
@@ -139,6 +140,7 @@ SegmentHasher::SegmentHasher(ContentDigests& digests, size_t segments, const std
       bytesCopied_ = 0;
     }
     if (!kernel_) kernel_ = hashKernel(module_);
+    moduleMs_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - loading).count();
     table_ = allocateDeviceMemory(jobs_.size() * sizeof(GpuDigestJob));
     out_ = allocateDeviceMemory(jobs_.size() * 16);
     staging_ = allocatePinnedHost(jobs_.size() * sizeof(GpuDigestJob));

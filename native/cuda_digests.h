@@ -65,6 +65,8 @@ class SegmentHasher {
   // constructor was given copies), and their total over every segment.
   const std::vector<std::pair<uint64_t, uint64_t>>& copiedByKernel(size_t segment) const { return copiedBy_[segment]; }
   uint64_t bytesCopiedByKernel() const { return bytesCopied_; }
+  // Loading the kernel's module and finding its function, in ms (part of a pull's setupMs).
+  double moduleMs() const { return moduleMs_; }
 
  private:
   ContentDigests& digests_;
@@ -74,6 +76,7 @@ class SegmentHasher {
   std::vector<CUdeviceptr> from_;                  // per job: where the kernel copies it from, or 0
   std::vector<std::vector<std::pair<uint64_t, uint64_t>>> copiedBy_;  // per segment
   uint64_t bytesCopied_ = 0;
+  double moduleMs_ = 0;
   CUmodule module_ = nullptr;
   CUfunction kernel_ = nullptr;
   DeviceMemory table_, out_;

@@ -99,6 +99,8 @@ struct CudaPulled {
   // answered (deferred_release.h).
   // setupMs: the digest kernel's module, its job table and buffers, the streams.
   double allocateMs = 0, openMs = 0, mapMs = 0, copyMs = 0, digestMs = 0, releaseMs = 0, setupMs = 0, totalMs = 0;
+  // moduleMs: of setupMs, loading the digest kernel's module.
+  double moduleMs = 0;
   // Bytes the digest kernel copied as it hashed them (the rest went through cuMemcpy).
   uint64_t copiedByKernelBytes = 0;
 };

@@ -94,11 +94,13 @@ export interface PullCopyTimings {
   copyMs: number;
   /** Digesting the tensors the pull wrote whole (the commit then neither maps nor hashes them). */
   digestMs: number;
-  /** Letting go of what the call held: the finals it mapped, the writer's memory it opened, the digests' buffers. */
+  /** Handing what the call held (the finals it mapped, the writer's memory it opened, the digests' module and buffers, the streams) to the releaser's thread, which lets go of it after the call answered. */
   releaseMs: number;
   nativeMs: number;
   /** The digest kernel's module loaded, its job table and buffers made, and the streams. */
   setupMs: number;
+  /** Of setupMs, loading the digest kernel's module. */
+  moduleMs: number;
   /** Bytes the GPU digest kernel copied as it hashed them, reading them once (the rest: cuMemcpy). */
   copiedByKernelBytes: number;
 }

@@ -488,6 +488,7 @@ export class UpdateDesk {
       spent.releaseMs += timings.releaseMs;
       spent.nativeMs += timings.nativeMs;
       spent.setupMs += timings.setupMs;
+      spent.moduleMs += timings.moduleMs;
       spent.copiedByKernelBytes += timings.copiedByKernelBytes;
     });
   }
@@ -515,7 +516,7 @@ export class UpdateDesk {
    * kept (`pullFailed`) for the next pull_tensors or the commit to answer with.
    */
   #queuePullWork(update: Update, part: Part, work: (spent: NonNullable<Part['pullTimings']>) => Promise<void>): void {
-    const spent = (part.pullTimings ??= { allocateMs: 0, openMs: 0, mapMs: 0, copyMs: 0, digestMs: 0, releaseMs: 0, nativeMs: 0, queueMs: 0, setupMs: 0, copiedByKernelBytes: 0 });
+    const spent = (part.pullTimings ??= { allocateMs: 0, openMs: 0, mapMs: 0, copyMs: 0, digestMs: 0, releaseMs: 0, nativeMs: 0, queueMs: 0, setupMs: 0, moduleMs: 0, copiedByKernelBytes: 0 });
     part.pulling = (part.pulling ?? Promise.resolve())
       .then(async () => {
         if (!update.ended && !part.pullFailed) await work(spent);
