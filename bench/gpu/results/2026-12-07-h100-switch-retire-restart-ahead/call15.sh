@@ -1,0 +1,3 @@
+# The second call, on the same warm machine right after call14.sh: four more restart pairs and an
+# A/A fill pair of two rounds (the fill's code is the same in both addons).
+source .devrun/prep.sh >/dev/null 2>&1; (cd /tmp/refroot && tar cJf /tmp/base.tar.xz weightd package.json scripts/node-flags dist build/Release); echo "== $(el) restart pair x4"; timeout 170 bash bench/gpu/restart-pair.sh $W/restart-pair-3 4 /tmp/base.tar.xz 2>&1 | tail -8; pack; echo "== $(el) fill pair"; timeout 120 bash bench/gpu/fill-digest-pair.sh $W/fill-aa-2 /tmp/refroot/build/Release/weightd.node 2 > $W/fill-aa-2.log 2>&1; tail -5 $W/fill-aa-2.log; pack; echo "== $(el) done"
