@@ -399,7 +399,10 @@ CudaPulled cudaPullCopies(int deviceIndex, const std::vector<int>& finals, const
       }
     }
   }
-  if (hasher) out.copiedByKernelBytes = hasher->bytesCopiedByKernel(), out.moduleMs = hasher->moduleMs();
+  if (hasher) {
+    out.copiedByKernelBytes = hasher->bytesCopiedByKernel();
+    out.moduleMs = hasher->moduleMs();
+  }
   Stream stream = createStream();
   Stream hashing = hasher ? createStream() : Stream();
   out.setupMs = msSince(t);

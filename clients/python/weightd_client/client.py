@@ -193,8 +193,8 @@ class Attached:
         mapped one are remapped (the daemon names each segment's memory). Takes the new
         version's lease; the old one's allocations and lease are let go of right after it
         returns, on the client's retirer thread (this client's next request waits for that). On
-        a failure the tensors still read the old version and its lease is kept. Call it between steps: the device is synchronized, and
-        nothing may read the tensors meanwhile. What ``prepare_switch(fingerprint)`` did ahead is
+        a failure the tensors still read the old version and its lease is kept. Call it between
+        steps: the device is synchronized, and nothing may read the tensors meanwhile. What ``prepare_switch(fingerprint)`` did ahead is
         used, else it is done now. ``last_switch`` says what it did.
         On cuda it needs ``--cuda-handles fd`` (legacy IPC handles: E_REMAP_UNSUPPORTED)."""
         if self._detached:

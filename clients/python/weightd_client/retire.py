@@ -2,9 +2,10 @@
 
 A switch's stall is the engine's: between two steps, nothing computes until ``switch_to``
 returns. Once the new version is mapped, the old one is only given back: its imported
-allocations are released and its lease is dropped. On an H100 those took about 1 ms of a 5.7 ms
-switch (83 segments, 8.24 GB: bench/RESULTS.md), past the remap itself. They need not delay the
-next step, so they run on one thread per client, in the order asked, right after.
+allocations are released and its lease is dropped. On an H100 those took 1.2-1.5 ms of a
+prepared 5.9-6.2 ms switch (83 segments, 8.24 GB), past the remap itself; run here, the switch
+took 4.7 ms (bench/RESULTS.md, 2026-12-07 06:55). They need not delay the next step, so they run
+on one thread per client, in the order asked, right after.
 
 What the client itself does next sees them done: each request on its connection waits for them
 first (``settle``), so a ``stats`` or ``detach`` after a switch never finds the old lease still
