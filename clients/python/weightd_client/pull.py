@@ -137,6 +137,19 @@ class PullSources:
 def batches(entries: List[Dict[str, Any]], handles: List[str]) -> Iterator[Tuple[List[str], List[Dict[str, Any]]]]:
     """pull_tensors bodies under the request bound: each batch's own ``sources`` (only the handles
     it uses) and its entries with ``source`` indexing them."""
+    # Most pulls fit one request (an 8B model's 291 tensors: 28 kB): known from a bound on the
+    # body's size, without encoding each entry to measure it, which took 0.8 ms of such a pull's
+    # client time on the development VM.
+    if not entries:
+        return
+    used = sorted({e["source"] for e in entries})
+    if _size_bound(entries) + sum(len(handles[g]) + 4 for g in used) <= _BATCH_BYTES:
+        if used == list(range(len(handles))):
+            yield handles, entries
+        else:
+            local = {g: i for i, g in enumerate(used)}
+            yield [handles[g] for g in used], [{**e, "source": local[e["source"]]} for e in entries]
+        return
     batch: List[Dict[str, Any]] = []
     used: Dict[int, int] = {}
     size = 0
@@ -151,6 +164,13 @@ def batches(entries: List[Dict[str, Any]], handles: List[str]) -> Iterator[Tuple
         size += cost
     if batch:
         yield _sources(used, handles), batch
+
+
+def _size_bound(entries: List[Dict[str, Any]]) -> int:
+    """At least the bytes ``entries`` take in a request's JSON: each name escaped at worst 12 bytes
+    a character (a surrogate pair's two ``\\uXXXX``), the keys, separators and three numbers of at
+    most 20 digits each in under 128 bytes."""
+    return sum(12 * len(e["name"]) + 128 for e in entries)
 
 
 def _sources(used: Dict[int, int], handles: List[str]) -> List[str]:
