@@ -128,7 +128,14 @@ export interface KeptAtStart {
  * known, only picks (issue 33). A read that fails is done again by planModel, which says why.
  */
 export function readKeptPlansAhead(spec: ModelSpec, config: Pick<ModelNode, 'nnodes' | 'nodeRank' | 'localWorldSize' | 'tpSize' | 'device'>, kept: KeptAtStart): KeptAtStart {
-  const placement = modelPlacement(spec.tpSize, config);
+  // Never throws, nor leaves a promise to reject unheard while the devices are probed (Node would
+  // end on it): a model with no placement reads nothing ahead, and planModel refuses it by name.
+  let placement: ModelPlacement;
+  try {
+    placement = modelPlacement(spec.tpSize, config);
+  } catch {
+    return kept;
+  }
   const read = (async () => {
     const [{ readKeptPlans, planKeyFields }, { keptPlanIn }] = await Promise.all([import('../keeper/keptPlan.js'), import('../keeper/keptRecord.js')]);
     return readKeptPlans(kept.records, planKeyFields(spec, kept.writer), placement.nodeRank * placement.localWorldSize, keptPlanIn);

@@ -15,6 +15,8 @@ import type { KeptRecord as ListedRecord } from '../../src/keeper/keeperProtocol
 import { chooseKeptPlan, findKeptPlan, packPlan, readKeptPlans, PLANNER_ENTRY, planInputIdentities, planKey, planKeyFields, plannerDigest, plannerModules, unpackPlan, type KeptPlan, type PlanKeyFields } from '../../src/keeper/keptPlan.js';
 import { encodeKeptRecord, keptPlanIn, keptRecordFor } from '../../src/keeper/keptRecord.js';
 import { fillPlanOf } from '../../src/checkpoint/types.js';
+import { modelPlacement, readKeptPlansAhead } from '../../src/models/planModel.js';
+import type { ModelSpec } from '../../src/models/modelSpecs.js';
 import { afterCtimeOf } from '../helpers/fileClock.js';
 import { exampleModel, freshTempDir, repoRoot } from '../helpers/paths.js';
 
@@ -125,6 +127,24 @@ test('the plans read before the devices are known are picked by device, with fin
   const other = await readKeptPlans(records, { ...m.fields, layouts: ['vllm'] }, 0, keptPlanIn);
   assert.equal(other.plans, []);
   assert.match(why(chooseKeptPlan(other, records, { ...m.fields, layouts: ['vllm'] }, { devices: ['gpu-b'], firstGlobalRank: 0 })), /^no record of device gpu-b carries a plan for these options: a plan kept for other options \(layouts differ\)$/);
+});
+
+test('a start reads the kept plan and the page cache\'s share ahead of the devices; a model with no placement reads nothing ahead and rejects nothing', async () => {
+  const m = await keptModel();
+  const spec = { ...m.spec, name: 'tiny' } as unknown as ModelSpec;
+  const node = { nnodes: 1, nodeRank: 0, localWorldSize: 1, tpSize: 1, device: 'cuda' as const };
+  const ahead = readKeptPlansAhead(spec, node, { records: m.records, writer: WRITER }).ahead!;
+  const read = await ahead.read;
+  assert.equal(read?.plans.map((p) => [p.device, 'plan' in p.read]), [[DEVICE, true]]);
+  const share = await ahead.share;
+  assert.equal(share?.files, m.plan.ranks[0]!.files, 'the share is of the files the plan names');
+  assert.ok(share!.share >= 0 && share!.share <= 1);
+  assert.is(await readKeptPlansAhead(spec, { ...node, device: 'host' }, { records: m.records, writer: WRITER }).ahead!.share, undefined, 'nothing to measure on the host backend');
+  // tp 3 over two nodes of two ranks: no placement. planModel says so by name; ahead, nothing.
+  const kept = { records: m.records, writer: WRITER };
+  const unplaced = readKeptPlansAhead({ ...spec, tpSize: 3 } as ModelSpec, { ...node, nnodes: 2, localWorldSize: 2, tpSize: 4 }, kept);
+  assert.is(unplaced, kept);
+  assert.throws(() => modelPlacement(3, { nnodes: 2, nodeRank: 0, localWorldSize: 2, tpSize: 4 }), /fits no placement/);
 });
 
 test('a file added to the checkpoint directory changes the directory: the plan is made again', async () => {
