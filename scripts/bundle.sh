@@ -70,7 +70,7 @@ cat > "$dir/bin/weightd" <<'EOF'
 # ./weightd says why).
 case $0 in
   */*) if [ -L "$0" ]; then here=$(dirname "$(readlink -f "$0")"); else here=${0%/*}; fi ;;
-  *) here=$(dirname "$(readlink -f "$(command -v "$0")")") ;;
+  *) here=$(dirname "$(readlink -f "$0")") ;;
 esac
 # weightd makes no TLS connection: no Node start spent parsing extra CA certificates (./weightd says why).
 unset NODE_EXTRA_CA_CERTS
