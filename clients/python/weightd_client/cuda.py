@@ -24,7 +24,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional
 from .protocol import WeightdError
 from .columns import check_same_placement, same_uuid
 from .prepared_remap import PreparedRemap
-from .retire import run_now
+from .retire import Retire, run_now
 from .tensors import SegmentViews, by_name, torch_by_name
 
 CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS = 0x1
@@ -498,7 +498,7 @@ class CudaMapping:
             self._prepared.add(prepared)
         return prepared
 
-    def finish_remap(self, prepared: "PreparedRemap", retire: Optional[Callable[[Callable[[], None]], None]] = None) -> Dict[str, Any]:
+    def finish_remap(self, prepared: "PreparedRemap", retire: Optional[Retire] = None) -> Dict[str, Any]:
         """Step two of ``remap``: puts ``prepared``'s allocations behind their segments' address
         ranges (unmap, map at the same address, set access), so every ``data_ptr`` (and a CUDA
         graph captured over them) stays valid and reads the new bytes; the replaced allocations
@@ -573,15 +573,23 @@ class CudaMapping:
             return
         try:
             with context_current(d, ctx):
-                for n, old in retiring:
-                    try:
-                        d.check(d.cuMemRelease(old), f"cuMemRelease(segment {n}'s previous allocation)")
-                    except CudaError as err:
-                        log.warning("weightd: switched, but releasing segment %d's previous allocation failed: %s", n, err)
+                for err in self._release_replaced(retiring):
+                    log.warning("weightd: switched, but %s", err)
         finally:
             rc = d.cuDevicePrimaryCtxRelease(self.dev)
             if rc:
                 log.warning("weightd: releasing the device's primary context after a switch's releases failed (CUresult %d)", rc)
+
+    def _release_replaced(self, replaced: List["tuple[int, int]"]) -> List[CudaError]:
+        """Releases allocations switches replaced (by segment; a context current): each one tried,
+        the failures returned."""
+        failures: List[CudaError] = []
+        for n, old in replaced:
+            try:
+                self.driver.check(self.driver.cuMemRelease(old), f"cuMemRelease(segment {n}'s previous allocation)")
+            except CudaError as err:
+                failures.append(err)
+        return failures
 
     def remap(self, state: Dict[str, Any], segment_fds: Dict[int, int]) -> Dict[str, Any]:
         """Puts the memory of another served version behind this mapping, in place:
@@ -741,11 +749,7 @@ class CudaMapping:
                         self._release_imports(prepared)
                     except CudaError as err:
                         failures.append(err)
-                for n, old in retiring:
-                    try:
-                        d.check(d.cuMemRelease(old), f"cuMemRelease(segment {n}'s previous allocation)")
-                    except CudaError as err:
-                        failures.append(err)
+                failures += self._release_replaced(retiring)
                 for seg, ptr in list(self.pointers.items()):
                     del self.pointers[seg]
                     try:

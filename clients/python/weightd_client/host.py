@@ -21,7 +21,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from .protocol import ProtocolError, ServeError
 from .columns import check_same_placement
 from .prepared_remap import PreparedRemap
-from .retire import run_now
+from .retire import Retire, run_now
 from .tensors import by_name, element_shape, memoryview_format, numpy_dtype, resolve_format, torch_by_name, SegmentViews
 
 # fcntl's names for memfd seals (Python 3.8+ on Linux has them; the values are the kernel's).
@@ -303,7 +303,7 @@ class HostMapping:
             raise
         return prepared
 
-    def finish_remap(self, prepared: "PreparedRemap", retire: Optional[Callable[[Callable[[], None]], None]] = None) -> Dict[str, Any]:
+    def finish_remap(self, prepared: "PreparedRemap", retire: Optional[Retire] = None) -> Dict[str, Any]:
         """Step two of ``remap``: moves each staged segment over the old one in one mremap, so
         every view reads the new bytes at the same address and is never left over a hole. All
         or nothing: the old pages are kept (a second mapping of them) until every segment

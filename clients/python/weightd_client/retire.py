@@ -25,6 +25,10 @@ from typing import Callable, Optional
 log = logging.getLogger("weightd_client")
 
 
+#: What a mapping's ``finish_remap`` takes to let go of what it replaced: a Retirer's ``submit``, or run_now.
+Retire = Callable[[Callable[[], None]], None]
+
+
 def run_now(job: Callable[[], None]) -> None:
     """A ``retire`` that runs the job at once, on the caller's thread (no Retirer given)."""
     job()
