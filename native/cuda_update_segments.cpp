@@ -95,13 +95,6 @@ std::vector<int> descriptorsOrNone(size_t n, FdAt fdAt) {
 
 double msSince(std::chrono::steady_clock::time_point t) { return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count(); }
 
-// The writer's memory behind one pulled IPC handle, opened for the commit's copies, and how many
-// bytes of its allocation lie from the handle's address on.
-struct PulledSource {
-  IpcMapping mapping;
-  uint64_t bytes = 0;
-};
-
 PulledSource openPulledSource(const std::string& raw, size_t k, int deviceIndex) {
   CUipcMemHandle handle{};
   if (raw.size() != sizeof handle.reserved) {
@@ -341,6 +334,148 @@ CudaCommitted cudaPullCommit(int deviceIndex, const std::vector<int>& fds, const
   return commitInto(deviceIndex, fds, copied, bytes, finals, sources, copies, std::move(tensors), threads, onGpu, prepared);
 }
 
+PullWork::PullWork(int deviceIndex, std::vector<bool> writes, std::vector<uint64_t> bytes, const std::vector<std::string>& sources, std::vector<CommitCopy> copies,
+                   std::vector<ZeroRange> zeros, std::vector<TensorRange> tensors, bool onGpu)
+    : deviceIndex_(deviceIndex),
+      dev_(cudaDeviceAt(deviceIndex)),
+      writes_(std::move(writes)),
+      bytes_(std::move(bytes)),
+      copies_(std::move(copies)),
+      zeros_(std::move(zeros)),
+      bySegment_(bytes_.size()),
+      zerosOf_(bytes_.size()),
+      tensors_(std::move(tensors)) {
+  if (writes_.size() != bytes_.size()) throw DeviceError("E_BAD_PLAN", "pulled copies take one written flag and size per segment");
+  // Pulled sources only: the other tensors' bytes come from the base at commit, once every tensor is named.
+  checkCopies(copies_, writes_, bytes_, sources.size(), false);
+  checkTensors(tensors_, bytes_, writes_, "a pull");
+  for (const CommitCopy& c : copies_) bySegment_[c.segment].push_back(&c);
+  for (const ZeroRange& z : zeros_) {
+    if (!inSegments(z.segment, z.offset, z.bytes, bytes_, writes_)) {
+      throw DeviceError("E_BAD_PLAN", "a pull's zero range of " + std::to_string(z.bytes) + " bytes at " + std::to_string(z.offset) + " of segment " +
+                                          std::to_string(z.segment) + " lies outside the segments it writes");
+    }
+    zerosOf_[z.segment].push_back(&z);
+  }
+  digests_ = std::make_unique<ContentDigests>(tensors_, bytes_);
+  auto t = std::chrono::steady_clock::now();
+  for (size_t k = 0; k < sources.size(); ++k) pulled_.push_back(openPulledSource(sources[k], k, deviceIndex));
+  openMs_ = msSince(t);
+  checkPulledRanges(pulled_, copies_);
+  // The digests: on the GPU, the pieces of a batch of segments (kHashBatchBytes) hashed on a stream
+  // of their own behind those segments' copies, while the next segments are made and copied; else
+  // (digestOn 'cpu', no kernel, its setup failed) read back at the end of each run. A launch per
+  // segment (~100 warps for 100 MiB) left the GPU nearly idle: on an H100, 83 of them took 16 ms
+  // after the copies where one launch over 8 GB takes 5 ms. The kernel also makes the copies of
+  // the pieces that lie whole in one (SegmentHasher): on an H100 the copies with the kernel beside
+  // them took 8.3 ms where the copies alone take 5.5, both bound by memory bandwidth and the
+  // kernel reading again what the copies had just written.
+  t = std::chrono::steady_clock::now();
+  if (onGpu && !digests_->empty()) {
+    gpuDigestUnavailable_ = SegmentHasher::unavailable();
+    if (gpuDigestUnavailable_.empty()) {
+      std::vector<SegmentCopy> fusable;
+      for (const CommitCopy& c : copies_) fusable.push_back({c.segment, c.dstOffset, c.bytes, pulled_[c.source - 1].mapping.get() + c.srcOffset});
+      try {
+        hasher_ = std::make_unique<SegmentHasher>(*digests_, bytes_.size(), fusable);
+      } catch (const DeviceError& e) {
+        gpuDigestUnavailable_ = e.what();
+      }
+    }
+  }
+  stream_ = createStream();
+  if (hasher_) hashing_ = createStream();
+  setupMs_ = msSince(t);
+}
+
+PullWork::~PullWork() = default;
+
+double PullWork::moduleMs() const { return hasher_ ? hasher_->moduleMs() : 0; }
+
+uint64_t PullWork::copiedByKernelBytes() const { return hasher_ ? hasher_->bytesCopiedByKernel() : 0; }
+
+CudaPulled PullWork::run(const std::vector<int>& finals, const PreparedFinals* kept, unsigned threads, Held& held) {
+  if (finals.size() != bytes_.size()) throw DeviceError("E_BAD_PLAN", "pulled copies take one final descriptor (or -1) per segment");
+  auto began = std::chrono::steady_clock::now();
+  CudaPulled out;
+  out.digested.gpuDigestUnavailable = gpuDigestUnavailable_;
+  out.copiedByKernelBytes = copiedByKernelBytes();
+  std::vector<CUdeviceptr> bases(finals.size(), 0);
+  held.into.resize(finals.size());
+  try {
+    size_t batchFrom = 0;
+    uint64_t batchBytes = 0;
+    // Hashes segments [batchFrom, to) behind the copies queued so far.
+    auto hashBatch = [&](size_t to) {
+      if (!hasher_ || to == batchFrom) return;
+      held.copied.push_back(createEvent());
+      cudaDriver().cuEventRecord(held.copied.back().get(), stream_.get());
+      cudaDriver().cuStreamWaitEvent(hashing_.get(), held.copied.back().get(), 0);
+      hasher_->launch(batchFrom, to, bases.data(), hashing_.get());
+      batchFrom = to;
+      batchBytes = 0;
+    };
+    auto copying = std::chrono::steady_clock::now();
+    double madeMs = 0;
+    // Segment by segment: each one's copies are queued as soon as it is made (or mapped), so the GPU
+    // copies one segment while the next is allocated.
+    for (size_t i = 0; i < finals.size(); ++i) {
+      if (!writes_[i]) continue;
+      auto t = std::chrono::steady_clock::now();
+      uint64_t size = vmmSegmentSize(dev_, bytes_[i]);
+      if (finals[i] < 0) {
+        std::lock_guard<std::mutex> hold(allocating);
+        checkFree(deviceIndex_, size, "a final allocation of a pulled segment of " + std::to_string(bytes_[i]) + " bytes");
+        held.into[i] = VmmSegment::create(dev_, size);
+        out.allocateMs += msSince(t);
+        bases[i] = held.into[i].pointer();
+      } else if (kept && kept->pointer(i)) {
+        bases[i] = kept->pointer(i);  // prepared at begin: mapped already
+      } else {
+        held.into[i] = VmmSegment::importWritable(dev_, finals[i], size);
+        out.mapMs += msSince(t);
+        bases[i] = held.into[i].pointer();
+      }
+      madeMs += msSince(t);
+      for (const CommitCopy* c : bySegment_[i]) {
+        const CUdeviceptr from = pulled_[c->source - 1].mapping.get() + c->srcOffset;
+        // What the kernel does not copy as it hashes.
+        forEachGap(hasher_ ? hasher_->copiedByKernel(i) : kNoRanges, c->dstOffset, c->dstOffset + c->bytes, [&](uint64_t a, uint64_t b) {
+          cudaDriver().cuMemcpyDtoDAsync_v2(bases[i] + a, from + (a - c->dstOffset), b - a, stream_.get());
+        });
+      }
+      for (const ZeroRange* z : zerosOf_[i])
+        if (z->bytes > 0) cudaDriver().cuMemsetD8Async(bases[i] + z->offset, 0, z->bytes, stream_.get());
+      batchBytes += bytes_[i];
+      if (batchBytes >= kHashBatchBytes) hashBatch(i + 1);
+    }
+    hashBatch(finals.size());
+    cudaDriver().cuStreamSynchronize(stream_.get());
+    if (hasher_) cudaDriver().cuStreamSynchronize(hashing_.get());
+    // With the hasher, the tail of the digests is in this wait too: the kernels ran behind the copies.
+    out.copyMs = msSince(copying) - madeMs;
+    auto t = std::chrono::steady_clock::now();
+    if (hasher_) {
+      hasher_->collect();
+      out.digested.digests = digests_->tensorDigests();
+      out.digested.onGpu = true;
+    } else if (!tensors_.empty()) {
+      std::string why = std::move(out.digested.gpuDigestUnavailable);
+      out.digested = digestDeviceSegments(bases, bytes_, tensors_, threads, false);
+      out.digested.gpuDigestUnavailable = std::move(why);
+    }
+    out.digestMs = msSince(t);
+    out.fds = descriptorsOrNone(finals.size(), [&](size_t i) { return writes_[i] && finals[i] < 0 ? dupExported(held.into[i]) : -1; });
+  } catch (...) {
+    // Nothing of the run may go while a queued copy or kernel still uses it.
+    cudaDriver().cuStreamSynchronize.raw(stream_.get());
+    if (hasher_) cudaDriver().cuStreamSynchronize.raw(hashing_.get());
+    throw;
+  }
+  out.totalMs = msSince(began);
+  return out;
+}
+
 CudaPulled cudaPullCopies(int deviceIndex, const std::vector<int>& finals, const std::vector<bool>& writes, const std::vector<uint64_t>& bytes,
                           const std::vector<std::string>& sources, const std::vector<CommitCopy>& copies, const std::vector<ZeroRange>& zeros,
                           std::vector<TensorRange> tensors, unsigned threads, bool onGpu, uint32_t prepared) {
@@ -348,150 +483,27 @@ CudaPulled cudaPullCopies(int deviceIndex, const std::vector<int>& finals, const
     throw DeviceError("E_BAD_PLAN", "pulled copies take one final descriptor (or -1), written flag and size per segment");
   }
   auto began = std::chrono::steady_clock::now();
-  // Pulled sources only: the other tensors' bytes come from the base at commit, once every tensor is named.
-  checkCopies(copies, writes, bytes, sources.size(), false);
-  checkTensors(tensors, bytes, writes, "a pull");
-  std::vector<std::vector<const CommitCopy*>> bySegment(finals.size());
-  for (const CommitCopy& c : copies) bySegment[c.segment].push_back(&c);
-  std::vector<std::vector<const ZeroRange*>> zerosOf(finals.size());
-  for (const ZeroRange& z : zeros) {
-    if (!inSegments(z.segment, z.offset, z.bytes, bytes, writes)) {
-      throw DeviceError("E_BAD_PLAN", "a pull's zero range of " + std::to_string(z.bytes) + " bytes at " + std::to_string(z.offset) + " of segment " +
-                                          std::to_string(z.segment) + " lies outside the segments it writes");
-    }
-    zerosOf[z.segment].push_back(&z);
-  }
   std::shared_ptr<const PreparedFinals> kept = preparedFinals(prepared, deviceIndex, finals.size());
   PrimaryContext context(deviceIndex);
   ScopedContext current(context.get());
-  CUdevice dev = cudaDeviceAt(deviceIndex);
-  CudaPulled out;
-  ContentDigests digests(tensors, bytes);
-  // Declared in this order so that on a failure the stream is drained (destroyed first) before any
-  // final or source a queued copy or kernel uses goes, or the hasher's buffers a queued kernel uses.
-  std::unique_ptr<SegmentHasher> hasher;
-  std::vector<PulledSource> pulled;
-  std::vector<VmmSegment> into(finals.size());
-  std::vector<CUdeviceptr> bases(finals.size(), 0);
-  std::vector<Event> copied;  // per batch hashed: recorded on the copy stream after its segments' copies
-  auto t = std::chrono::steady_clock::now();
-  for (size_t k = 0; k < sources.size(); ++k) pulled.push_back(openPulledSource(sources[k], k, deviceIndex));
-  out.openMs = msSince(t);
-  checkPulledRanges(pulled, copies);
-  // The digests: on the GPU, the pieces of a batch of segments (kHashBatchBytes) hashed on a stream
-  // of their own behind those segments' copies, while the next segments are made and copied; else
-  // (digestOn 'cpu', no kernel, its setup failed) read back at the end. A launch per segment (~100
-  // warps for 100 MiB) left the GPU nearly idle: on an H100, 83 of them took 16 ms after the
-  // copies where one launch over 8 GB takes 5 ms. The kernel also makes the copies of the pieces
-  // that lie whole in one (SegmentHasher): on an H100 the copies with the kernel beside them took
-  // 8.3 ms where the copies alone take 5.5, both bound by memory bandwidth and the kernel reading
-  // again what the copies had just written.
-  t = std::chrono::steady_clock::now();
-  if (onGpu && !digests.empty()) {
-    out.digested.gpuDigestUnavailable = SegmentHasher::unavailable();
-    if (out.digested.gpuDigestUnavailable.empty()) {
-      std::vector<SegmentCopy> fusable;
-      for (const CommitCopy& c : copies) fusable.push_back({c.segment, c.dstOffset, c.bytes, pulled[c.source - 1].mapping.get() + c.srcOffset});
-      try {
-        hasher = std::make_unique<SegmentHasher>(digests, finals.size(), fusable);
-      } catch (const DeviceError& e) {
-        out.digested.gpuDigestUnavailable = e.what();
-      }
-    }
-  }
-  if (hasher) {
-    out.copiedByKernelBytes = hasher->bytesCopiedByKernel();
-    out.moduleMs = hasher->moduleMs();
-  }
-  Stream stream = createStream();
-  Stream hashing = hasher ? createStream() : Stream();
-  out.setupMs = msSince(t);
-  size_t batchFrom = 0;
-  uint64_t batchBytes = 0;
-  // Hashes segments [batchFrom, to) behind the copies queued so far.
-  auto hashBatch = [&](size_t to) {
-    if (!hasher || to == batchFrom) return;
-    copied.push_back(createEvent());
-    cudaDriver().cuEventRecord(copied.back().get(), stream.get());
-    cudaDriver().cuStreamWaitEvent(hashing.get(), copied.back().get(), 0);
-    hasher->launch(batchFrom, to, bases.data(), hashing.get());
-    batchFrom = to;
-    batchBytes = 0;
-  };
-  auto copying = std::chrono::steady_clock::now();
-  double madeMs = 0;
-  // Segment by segment: each one's copies are queued as soon as it is made (or mapped), so the GPU
-  // copies one segment while the next is allocated.
-  for (size_t i = 0; i < finals.size(); ++i) {
-    if (!writes[i]) continue;
-    t = std::chrono::steady_clock::now();
-    uint64_t size = vmmSegmentSize(dev, bytes[i]);
-    if (finals[i] < 0) {
-      std::lock_guard<std::mutex> hold(allocating);
-      checkFree(deviceIndex, size, "a final allocation of a pulled segment of " + std::to_string(bytes[i]) + " bytes");
-      into[i] = VmmSegment::create(dev, size);
-      out.allocateMs += msSince(t);
-      bases[i] = into[i].pointer();
-    } else if (kept && kept->pointer(i)) {
-      bases[i] = kept->pointer(i);  // prepared at begin: mapped already
-    } else {
-      into[i] = VmmSegment::importWritable(dev, finals[i], size);
-      out.mapMs += msSince(t);
-      bases[i] = into[i].pointer();
-    }
-    madeMs += msSince(t);
-    for (const CommitCopy* c : bySegment[i]) {
-      const CUdeviceptr from = pulled[c->source - 1].mapping.get() + c->srcOffset;
-      // What the kernel does not copy as it hashes.
-      forEachGap(hasher ? hasher->copiedByKernel(i) : kNoRanges, c->dstOffset, c->dstOffset + c->bytes, [&](uint64_t a, uint64_t b) {
-        cudaDriver().cuMemcpyDtoDAsync_v2(bases[i] + a, from + (a - c->dstOffset), b - a, stream.get());
-      });
-    }
-    for (const ZeroRange* z : zerosOf[i])
-      if (z->bytes > 0) cudaDriver().cuMemsetD8Async(bases[i] + z->offset, 0, z->bytes, stream.get());
-    batchBytes += bytes[i];
-    if (batchBytes >= kHashBatchBytes) hashBatch(i + 1);
-  }
-  hashBatch(finals.size());
-  cudaDriver().cuStreamSynchronize(stream.get());
-  if (hasher) cudaDriver().cuStreamSynchronize(hashing.get());
-  // With the hasher, the tail of the digests is in this wait too: the kernels ran behind the copies.
-  out.copyMs = msSince(copying) - madeMs;
-  t = std::chrono::steady_clock::now();
-  if (hasher) {
-    hasher->collect();
-    out.digested.digests = digests.tensorDigests();
-    out.digested.onGpu = true;
-  } else if (!tensors.empty()) {
-    std::string why = std::move(out.digested.gpuDigestUnavailable);
-    out.digested = digestDeviceSegments(bases, bytes, std::move(tensors), threads, false);
-    out.digested.gpuDigestUnavailable = std::move(why);
-  }
-  out.digestMs = msSince(t);
-  out.fds = descriptorsOrNone(finals.size(), [&](size_t i) { return writes[i] && finals[i] < 0 ? dupExported(into[i]) : -1; });
+  // Declared before the work, so that on a failure the work (its streams drained first) goes
+  // before the finals the run made.
+  auto held = std::make_shared<PullWork::Held>();
+  auto work = std::make_unique<PullWork>(deviceIndex, writes, bytes, sources, copies, zeros, std::move(tensors), onGpu);
+  CudaPulled out = work->run(finals, kept.get(), threads, *held);
+  out.openMs = work->openMs();
+  out.setupMs = work->setupMs();
+  out.moduleMs = work->moduleMs();
   // What the call holds (the streams, drained already; the finals' mappings made here, the writer's
   // memory opened, the digest kernel's module and buffers) is let go of after the call answers, on
   // the releaser's thread (deferred_release.h), in this order, in this context. releaseMs times
   // the hand-over.
-  t = std::chrono::steady_clock::now();
-  struct Held {
-    Stream hashing, stream;
-    std::vector<Event> copied;
-    std::vector<VmmSegment> into;
-    std::vector<PulledSource> pulled;
-    std::unique_ptr<SegmentHasher> hasher;
-  };
-  auto held = std::make_shared<Held>(Held{std::move(hashing), std::move(stream), std::move(copied), std::move(into), std::move(pulled), std::move(hasher)});
-  releaseLater([deviceIndex, held = std::move(held)]() mutable {
+  auto t = std::chrono::steady_clock::now();
+  releaseLater([deviceIndex, held, work = std::shared_ptr<PullWork>(std::move(work))]() mutable {
     try {
       PrimaryContext context(deviceIndex);
       ScopedContext current(context.get());
-      held->hashing.reset();
-      held->stream.reset();
-      held->copied.clear();
-      held->into.clear();
-      held->pulled.clear();
-      held->hasher.reset();
+      work.reset();
       held.reset();
     } catch (...) {
       // The releases' own failures are the driver's to report; nothing waits for them.

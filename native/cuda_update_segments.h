@@ -6,10 +6,14 @@
 // allows, but an importer of their descriptor could map them read-write: no seal stops it.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "content_digests.h"
+#include "cuda_resources.h"
 #include "cuda_segment_digests.h"
+#include "cuda_vmm.h"
 #include "fill_records.h"
 
 namespace weightd {
@@ -103,6 +107,75 @@ struct CudaPulled {
   double moduleMs = 0;
   // Bytes the digest kernel copied as it hashed them (the rest went through cuMemcpy).
   uint64_t copiedByKernelBytes = 0;
+};
+
+class PreparedFinals;
+class SegmentHasher;
+
+// The writer's memory behind one pulled IPC handle, opened, and how many bytes of its allocation
+// lie from the handle's address on.
+struct PulledSource {
+  IpcMapping mapping;
+  uint64_t bytes = 0;
+};
+
+// What a pull's copies need besides the finals they write: the writer's memory opened, the copies
+// checked and sorted by segment, the zeros, and for the digests of the tensors they write whole
+// the digest kernel's module, job table and buffers, with the streams. Making it is most of a
+// pull's fixed cost (on an H100, 1.5-2.2 ms of setup for 83 segments and 0.3-5.5 ms of opens for
+// 1-123 allocations, bench/RESULTS.md 2026-12-07), the same for every update of a trainer whose
+// parameters stay where they are: cudaPullCopies makes one per call and lets go of it after it
+// answered; a pull plan (cuda_pull_plans.h) keeps one for as many updates as its writer runs.
+// Made, run and destroyed with device `deviceIndex`'s primary context current; one run at a time.
+class PullWork {
+ public:
+  // Checks and opens as cudaPullCopies says (E_BAD_PLAN, E_UPDATE_SOURCE, E_UPDATE_SIZE); where the
+  // kernel cannot hash here, says why in gpuDigestUnavailable() and hashes on the CPU at each run.
+  PullWork(int deviceIndex, std::vector<bool> writes, std::vector<uint64_t> bytes, const std::vector<std::string>& sources, std::vector<CommitCopy> copies,
+           std::vector<ZeroRange> zeros, std::vector<TensorRange> tensors, bool onGpu);
+  ~PullWork();
+  PullWork(const PullWork&) = delete;
+  PullWork& operator=(const PullWork&) = delete;
+
+  // What one run made or mapped (the finals' mappings, its events), drained: its caller lets go of
+  // them after answering (deferred_release.h).
+  struct Held {
+    std::vector<VmmSegment> into;
+    std::vector<Event> copied;
+  };
+  // One pull's copies (and digests) into the finals, as cudaPullCopies says: `finals` one per
+  // segment (-1: made here), `kept` the prepared set where one is (else null). Fills every field of
+  // the result but openMs, setupMs, moduleMs and releaseMs. On a failure the streams are drained
+  // before anything of the run goes, and the work stays usable for another run.
+  CudaPulled run(const std::vector<int>& finals, const PreparedFinals* kept, unsigned threads, Held& held);
+
+  size_t segments() const { return bytes_.size(); }
+  int deviceIndex() const { return deviceIndex_; }
+  double openMs() const { return openMs_; }
+  double setupMs() const { return setupMs_; }
+  double moduleMs() const;
+  uint64_t copiedByKernelBytes() const;
+  const std::string& gpuDigestUnavailable() const { return gpuDigestUnavailable_; }
+
+ private:
+  int deviceIndex_;
+  CUdevice dev_;
+  std::vector<bool> writes_;
+  std::vector<uint64_t> bytes_;
+  std::vector<CommitCopy> copies_;
+  std::vector<ZeroRange> zeros_;
+  std::vector<std::vector<const CommitCopy*>> bySegment_;
+  std::vector<std::vector<const ZeroRange*>> zerosOf_;
+  std::vector<TensorRange> tensors_;
+  std::string gpuDigestUnavailable_;
+  double openMs_ = 0, setupMs_ = 0;
+  // Declared in this order so that they go in the reverse: the streams drained first, then the
+  // kernel's buffers a queued launch uses, then the writer's memory a queued copy reads, then the
+  // digests the kernel's results went into.
+  std::unique_ptr<ContentDigests> digests_;
+  std::vector<PulledSource> pulled_;
+  std::unique_ptr<SegmentHasher> hasher_;
+  Stream stream_, hashing_;
 };
 
 // A pull's copies run early, as pull_tensors names the tensors (the writer keeps them unchanged
