@@ -30,6 +30,7 @@
 #include "unix_fds.h"
 #include "update_segments.h"
 #include "cuda_segment_digests.h"
+#include "cuda_pull_plans.h"
 #include "cuda_prepared_finals.h"
 #include "cuda_update_segments.h"
 #include "deferred_release.h"
@@ -432,6 +433,9 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::CudaCommitCopies>>("cudaCommitCopies"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::CudaPullCommit>>("cudaPullCommit"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::CudaPullCopies>>("cudaPullCopies"),
+                             InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::CudaOpenPullPlan>>("cudaOpenPullPlan"),
+                             InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::CudaRunPullPlan>>("cudaRunPullPlan"),
+                             InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::CudaClosePullPlan>>("cudaClosePullPlan"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::CudaPrepareFinals>>("cudaPrepareFinals"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::CudaDropPrepared>>("cudaDropPrepared"),
                              InstanceMethod<&WeightdAddon::Guarded<&WeightdAddon::CudaDigestSegments>>("cudaDigestSegments"),
@@ -776,26 +780,79 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
         [deviceIndex, finals, writes, bytes, sources, copies, zeros, tensors, threads, onGpu, prepared] {
           return cudaPullCopies(deviceIndex, finals, writes, bytes, sources, copies, zeros, tensors, threads, onGpu, prepared);
         },
-        [](Napi::Env e, const CudaPulled& p) {
+        pulledToJs);
+  }
+
+  static Napi::Value pulledToJs(Napi::Env e, const CudaPulled& p) {
+    Napi::Object o = Napi::Object::New(e);
+    Napi::Array fds = Napi::Array::New(e, p.fds.size());
+    for (uint32_t i = 0; i < p.fds.size(); ++i) fds.Set(i, p.fds[i]);
+    o.Set("fds", fds);
+    setDigested(e, o, p.digested);
+    Napi::Object timings = Napi::Object::New(e);
+    timings.Set("allocateMs", p.allocateMs);
+    timings.Set("openMs", p.openMs);
+    timings.Set("mapMs", p.mapMs);
+    timings.Set("copyMs", p.copyMs);
+    timings.Set("digestMs", p.digestMs);
+    timings.Set("releaseMs", p.releaseMs);
+    timings.Set("nativeMs", p.totalMs);
+    timings.Set("setupMs", p.setupMs);
+    timings.Set("moduleMs", p.moduleMs);
+    timings.Set("copiedByKernelBytes", static_cast<double>(p.copiedByKernelBytes));
+    o.Set("timings", timings);
+    return o;
+  }
+
+  // cudaOpenPullPlan(deviceIndex, writes: boolean[], bytes: number[], sources: Buffer[], commitCopies, zeroRanges, tensorRanges, digestOn)
+  //   -> Promise<{ id, gpuDigestUnavailable, timings: { openMs, setupMs, moduleMs, nativeMs, copiedByKernelBytes } }>, on a libuv thread.
+  Napi::Value CudaOpenPullPlan(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    const char* usage = "cudaOpenPullPlan(deviceIndex, writes: boolean[], bytes: number[], sources: Buffer[], commitCopies, zeroRanges, tensorRanges, digestOn)";
+    int deviceIndex = toBounded<int>(info[0], "deviceIndex");
+    if (!info[1].IsArray() || !info[2].IsArray()) throw Napi::TypeError::New(env, usage);
+    Napi::Array writesJs = info[1].As<Napi::Array>(), bytesJs = info[2].As<Napi::Array>();
+    std::vector<bool> writes;
+    std::vector<uint64_t> bytes;
+    for (uint32_t i = 0; i < writesJs.Length(); ++i) writes.push_back(writesJs.Get(i).ToBoolean().Value());
+    for (uint32_t i = 0; i < bytesJs.Length(); ++i) bytes.push_back(toU64(bytesJs.Get(i), "segment bytes"));
+    std::vector<std::string> sources = sourcesFromJs(env, info[3], usage);
+    std::vector<CommitCopy> copies = commitCopiesFromJs(info[4]);
+    std::vector<ZeroRange> zeros = zeroRangesFromJs(info[5]);
+    std::vector<TensorRange> tensors = tensorRangesFromJs(info[6]);
+    bool onGpu = digestOnGpuFromJs(info[7]);
+    return PromiseJob<PullPlanMade>::start(
+        env, [deviceIndex, writes, bytes, sources, copies, zeros, tensors, onGpu] { return cudaOpenPullPlan(deviceIndex, writes, bytes, sources, copies, zeros, tensors, onGpu); },
+        [](Napi::Env e, const PullPlanMade& p) {
           Napi::Object o = Napi::Object::New(e);
-          Napi::Array fds = Napi::Array::New(e, p.fds.size());
-          for (uint32_t i = 0; i < p.fds.size(); ++i) fds.Set(i, p.fds[i]);
-          o.Set("fds", fds);
-          setDigested(e, o, p.digested);
+          o.Set("id", p.id);
+          o.Set("gpuDigestUnavailable", p.gpuDigestUnavailable);
           Napi::Object timings = Napi::Object::New(e);
-          timings.Set("allocateMs", p.allocateMs);
           timings.Set("openMs", p.openMs);
-          timings.Set("mapMs", p.mapMs);
-          timings.Set("copyMs", p.copyMs);
-          timings.Set("digestMs", p.digestMs);
-          timings.Set("releaseMs", p.releaseMs);
-          timings.Set("nativeMs", p.totalMs);
           timings.Set("setupMs", p.setupMs);
           timings.Set("moduleMs", p.moduleMs);
+          timings.Set("nativeMs", p.totalMs);
           timings.Set("copiedByKernelBytes", static_cast<double>(p.copiedByKernelBytes));
           o.Set("timings", timings);
           return o;
         });
+  }
+
+  // cudaRunPullPlan(id, finals, threads, prepared?) -> Promise<as cudaPullCopies'>, on a libuv thread.
+  Napi::Value CudaRunPullPlan(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    uint32_t id = toBounded<uint32_t>(info[0], "id");
+    std::vector<int> finals = toFinals(info[1]);
+    unsigned threads = toBounded<unsigned>(info[2], "threads");
+    if (threads < 1 || threads > 256) throw Napi::RangeError::New(env, "threads must be from 1 to 256, got " + std::to_string(threads));
+    uint32_t prepared = info[3].IsUndefined() ? 0 : toBounded<uint32_t>(info[3], "prepared");
+    return PromiseJob<CudaPulled>::start(env, [id, finals, threads, prepared] { return cudaRunPullPlan(id, finals, threads, prepared); }, pulledToJs);
+  }
+
+  // cudaClosePullPlan(id) -> Promise<void>: hands the plan's resources to the releaser, on a libuv thread.
+  Napi::Value CudaClosePullPlan(const Napi::CallbackInfo& info) {
+    uint32_t id = toBounded<uint32_t>(info[0], "id");
+    return PromiseJob<int>::start(info.Env(), [id] { cudaClosePullPlan(id); return 0; }, [](Napi::Env e, const int&) { return e.Undefined(); });
   }
 
   // cudaCommitCopies(deviceIndex, fds, copied: boolean[], bytes: number[], tensorRanges, threads, digestOn)

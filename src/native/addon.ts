@@ -391,6 +391,26 @@ export interface Addon {
     prepared?: number,
   ): Promise<{ fds: number[]; timings: PullCopyTimings } & CudaDigested>;
   /**
+   * A pull plan (native/cuda_pull_plans.h): what cudaPullCopies makes before its copies (the
+   * writer's memory opened, the copies checked, the digest kernel's module, buffers and streams),
+   * made once and kept under `id` until cudaClosePullPlan. Errors as cudaPullCopies's; a failure
+   * leaves nothing. `gpuDigestUnavailable`: why its runs hash on the CPU, "" where they do not.
+   */
+  cudaOpenPullPlan(
+    deviceIndex: number,
+    writes: boolean[],
+    bytes: number[],
+    sources: Buffer[],
+    commitCopies: PackedCommitCopies,
+    zeroRanges: PackedZeroRanges,
+    tensorRanges: PackedTensorRanges,
+    digestOn: 'gpu' | 'cpu',
+  ): Promise<{ id: number; gpuDigestUnavailable: string; timings: { openMs: number; setupMs: number; moduleMs: number; nativeMs: number; copiedByKernelBytes: number } }>;
+  /** One update's copies by plan `id`, as cudaPullCopies with the plan's arguments (E_BAD_PLAN once it is closed); its openMs, setupMs and moduleMs are 0. */
+  cudaRunPullPlan(id: number, finals: number[], threads: number, prepared?: number): Promise<{ fds: number[]; timings: PullCopyTimings } & CudaDigested>;
+  /** Closes plan `id` (after a run in flight; its resources go on the releaser's thread); an unknown `id` is no error. */
+  cudaClosePullPlan(id: number): Promise<void>;
+  /**
    * Digests `tensorRanges` (`file` indexing the segments) over the allocations behind "cuda-fd"
    * descriptors `fds` (`bytes` each), imported read-only on visible device `deviceIndex` for the
    * call (native/cuda_segment_digests.h): where `digestOn` says, as cudaCommitCopies. The

@@ -280,7 +280,7 @@ export class DeviceServer implements ConnectionHandler, DeviceServices {
   // ConnectionHandler
 
   keepOpen(caller: Caller): boolean {
-    return this.watches.watches(caller.connectionId) || this.#services.some((s) => s.leases.holdsBound(caller.connectionId)) || this.updates?.desk.holds(caller.connectionId) === true || this.updates?.publishes.holds(caller.connectionId) === true;
+    return this.watches.watches(caller.connectionId) || this.#services.some((s) => s.leases.holdsBound(caller.connectionId)) || this.updates?.desk.holds(caller.connectionId) === true || this.updates?.publishes.holds(caller.connectionId) === true || this.updates?.plans.holds(caller.connectionId) === true;
   }
 
   closed(caller: Caller): void {
@@ -288,6 +288,7 @@ export class DeviceServer implements ConnectionHandler, DeviceServices {
     this.watches.connectionClosed(caller.connectionId);
     this.updates?.desk.connectionClosed(caller.connectionId);
     this.updates?.publishes.connectionClosed(caller.connectionId);
+    this.updates?.plans.connectionClosed(caller.connectionId);
     for (const s of [...this.#services]) s.connectionClosed(caller);
     this.#log.debug({ peerPid: caller.pid, connection: caller.connectionId }, 'client disconnected');
   }

@@ -6,6 +6,7 @@ import type { RankService } from './rankService.js';
 import type { WatchTable } from './watchTable.js';
 import type { UpdateDesk } from './updateDesk.js';
 import type { PublishDesk } from './publishDesk.js';
+import type { PullPlanDesk } from './pullPlanDesk.js';
 
 /** The model versions a device serves, as the handlers look them up. */
 export interface DeviceServices {
@@ -34,6 +35,8 @@ export interface UpdateHost {
   desk: UpdateDesk;
   /** Engines' publishes of processed layouts (publishDesk.ts). */
   publishes: PublishDesk;
+  /** Writers' pull plans (pullPlanDesk.ts). */
+  plans: PullPlanDesk;
   /** The version `service` is a rank of (ServeOptions.version) and its global ranks on this node; undefined once withdrawn. */
   versionOf(service: RankService): { version: string; ranks: number[] } | undefined;
 }

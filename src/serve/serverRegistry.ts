@@ -6,6 +6,7 @@ import { FilesCheck } from './filesCheck.js';
 import { serveLimits, type ServeLimits } from './serveLimits.js';
 import { UpdateDesk } from './updateDesk.js';
 import { PublishDesk } from './publishDesk.js';
+import { PullPlanDesk } from './pullPlanDesk.js';
 import type { UpdateHost } from './deviceServices.js';
 
 export interface ServeOptions {
@@ -42,6 +43,7 @@ export class ServerRegistry {
   readonly #updateHost: UpdateHost = {
     desk: this.updates,
     publishes: new PublishDesk(),
+    plans: new PullPlanDesk(),
     versionOf: (service) => {
       const version = this.#versionOf.get(service);
       if (version === undefined) return undefined;

@@ -9,10 +9,11 @@ import { randomBytes } from 'node:crypto';
 import { availableParallelism } from 'node:os';
 import { errorCode, receivedCode, ServeError } from '../errors.js';
 import { writtenVersionFingerprint, type Fingerprint } from '../checkpoint/fingerprint.js';
-import { addon, type CommitTimings, type PullCopyTimings } from '../native/addon.js';
+import { addon, type CommitTimings, type CudaDigested, type PullCopyTimings } from '../native/addon.js';
 import { packTensorRanges } from '../native/fillRecords.js';
 import { batchPlan, commitGaps, pulledSegments, recordPulls, refuseUnlessPullable, rehashedUnderPull, type Pull, type PulledTensor } from './cudaPull.js';
 import { commitCudaPart, copyPulled, prepareFinals, refuseUnlessCudaFd, shareSegment, stageSegment } from './cudaUpdateSegments.js';
+import type { PullPlan } from './pullPlanDesk.js';
 import { replicaMismatches } from './replicaDigests.js';
 import type { Caller } from './leaseTable.js';
 import type { RankService } from './rankService.js';
@@ -282,6 +283,36 @@ export class UpdateDesk {
   }
 
   /**
+   * pull_by_plan: records the tensors of the plan `find` gives for the part's rank (pullPlanDesk.ts
+   * find: the caller's own, of this layout) as pull_tensors records its own, and runs the plan's
+   * copies off the reply. Resolves as pull does.
+   */
+  pullByPlan(id: string, caller: Caller, find: (service: RankService) => PullPlan): { pulled: number; tensors: number } {
+    const { update, part } = this.#find(id, caller);
+    const { rank } = part.service;
+    if (!part.pull || rank.backend !== 'cuda') {
+      throw new ServeError('E_BAD_REQUEST', `the update of model "${update.name}" was begun without source "pull": its writer writes the staging segments it was handed; begin_update with source "pull" to pull`, { model: update.name });
+    }
+    if (part.digests || part.committing) {
+      throw new ServeError('E_BAD_REQUEST', `rank ${rank.globalRank}'s part of the update of model "${update.name}" is committing or committed; pull before commit_update`, { model: update.name });
+    }
+    if (part.pullFailed) throw this.#pullEnded(update, part);
+    const plan = find(part.service);
+    const pulled = part.pull.tensors;
+    for (const name of plan.tensors.keys()) {
+      if (pulled.has(name)) throw new ServeError('E_BAD_REQUEST', `pull_by_plan names tensor "${name}", pulled already in this update; pull each tensor once`, { model: update.name, tensor: name });
+    }
+    for (const [name, at] of plan.tensors) pulled.set(name, at);
+    const finals = (part.finals ??= part.service.rank.segments.map(() => -1));
+    this.#queuePullWork(update, part, async (spent) => {
+      const calling = performance.now();
+      const result = await addon().cudaRunPullPlan(plan.native, finals, DIGEST_THREADS, part.prepared);
+      this.#tallyPulled(part, spent, calling, finals, plan.digested, result);
+    });
+    return { pulled: pulled.size, tensors: rank.tensors.length };
+  }
+
+  /**
    * commit_update: seals this rank's copies (E_UPDATE_MAPPED while the writer still maps one
    * writable: unmap and commit again) and digests them; the last rank to commit publishes the
    * version and resolves once it serves. Earlier ranks resolve at once with the ranks still to commit.
@@ -426,6 +457,7 @@ export class UpdateDesk {
     const pull = part.pull && { finals: part.finals ?? [], copies: commitGaps(part.service, part.pull, part.copied), prepared: part.prepared };
     const calling = performance.now();
     rest.planMs = calling - planning;
+    if (pull && pull.copies.length === 0 && ranges.length === 0 && part.copied.every((c, i) => !c || (pull.finals[i] ?? -1) >= 0)) return this.#commitAsPulled(update, part);
     const { fds, digests, hashedOn, timings } = await commitCudaPart(part.service, part.fds, part.copied, ranges, DIGEST_THREADS, pull);
     rest.queueMs = Math.max(0, performance.now() - calling - timings.nativeMs);
     if (update.ended) {
@@ -445,6 +477,33 @@ export class UpdateDesk {
     this.#closeFinals(part);
     dropPrepared(part);
     return { read: digests, hashedOn, timings };
+  }
+
+  /**
+   * A cuda pull whose copies wrote every segment it changes whole and digested every tensor the
+   * commit would (a full pull, or one of whole segments, of tensors sharing no byte): nothing is
+   * left to copy, map or hash, so the finals the pulls made are the version's segments as they are,
+   * with no native call (its thread pool's queue, the context and an empty stream cost 0.5-1.2 ms
+   * of an H100 commit, bench/RESULTS.md 2026-12-07).
+   */
+  #commitAsPulled(update: Update, part: Part): { read: string[]; hashedOn: 'gpu'; timings: CommitTimings } {
+    const done = { read: [], hashedOn: 'gpu' as const, timings: { allocateMs: 0, openMs: 0, mapMs: 0, copyMs: 0, digestMs: 0, nativeMs: 0, mapped: 0 } };
+    // An update that ended closes its finals with the rest of it (#end).
+    if (update.ended) return done;
+    const finals = part.finals!;
+    const replaced: number[] = [];
+    part.copied.forEach((copied, i) => {
+      if (!copied) return;
+      replaced.push(part.fds[i]!);
+      part.fds[i] = finals[i]!;
+      finals[i] = -1;
+    });
+    // The base's segments these finals replace (the part's own references), the finals no pull
+    // wrote (prepared for segments it left as they were), and the prepared mappings.
+    this.#closeAway(part, replaced);
+    this.#closeFinals(part);
+    dropPrepared(part);
+    return done;
   }
 
   /**
@@ -471,26 +530,35 @@ export class UpdateDesk {
     const { service } = part;
     const plan = batchPlan(service, sources, tensors);
     const finals = (part.finals ??= service.rank.segments.map(() => -1));
-    const pullDigests = (part.pullDigests ??= new Map());
     this.#queuePullWork(update, part, async (spent) => {
       const calling = performance.now();
-      const { fds, timings, digests, hashedOn } = await copyPulled(service, finals, plan, DIGEST_THREADS, part.prepared);
-      spent.queueMs += Math.max(0, performance.now() - calling - timings.nativeMs);
-      // Kept even when the update ended meanwhile: #end closes them once this settled.
-      fds.forEach((fd, i) => fd >= 0 && (finals[i] = fd));
-      plan.digested.forEach((d, n) => pullDigests.set(d.index, digests[n]!));
-      if (plan.digested.length > 0 && hashedOn === 'cpu') part.pullHashedOnCpu = true;
-      spent.allocateMs += timings.allocateMs;
-      spent.openMs += timings.openMs;
-      spent.mapMs += timings.mapMs;
-      spent.copyMs += timings.copyMs;
-      spent.digestMs += timings.digestMs;
-      spent.releaseMs += timings.releaseMs;
-      spent.nativeMs += timings.nativeMs;
-      spent.setupMs += timings.setupMs;
-      spent.moduleMs += timings.moduleMs;
-      spent.copiedByKernelBytes += timings.copiedByKernelBytes;
+      const result = await copyPulled(service, finals, plan, DIGEST_THREADS, part.prepared);
+      this.#tallyPulled(part, spent, calling, finals, plan.digested.map((d) => d.index), result);
     });
+  }
+
+  /**
+   * What one pull's native call (begun at `calling`) made: the finals it made (kept even when the
+   * update ended meanwhile: #end closes them once the pull settled), the digests of the tensors it
+   * digested (`digested`, by the rank's tensor index), and its time, added to `spent`.
+   */
+  #tallyPulled(part: Part, spent: NonNullable<Part['pullTimings']>, calling: number, finals: number[], digested: readonly number[], result: { fds: number[]; timings: PullCopyTimings } & CudaDigested): void {
+    const { fds, timings, digests, hashedOn } = result;
+    spent.queueMs += Math.max(0, performance.now() - calling - timings.nativeMs);
+    fds.forEach((fd, i) => fd >= 0 && (finals[i] = fd));
+    const pullDigests = (part.pullDigests ??= new Map());
+    digested.forEach((index, n) => pullDigests.set(index, digests[n]!));
+    if (digested.length > 0 && hashedOn === 'cpu') part.pullHashedOnCpu = true;
+    spent.allocateMs += timings.allocateMs;
+    spent.openMs += timings.openMs;
+    spent.mapMs += timings.mapMs;
+    spent.copyMs += timings.copyMs;
+    spent.digestMs += timings.digestMs;
+    spent.releaseMs += timings.releaseMs;
+    spent.nativeMs += timings.nativeMs;
+    spent.setupMs += timings.setupMs;
+    spent.moduleMs += timings.moduleMs;
+    spent.copiedByKernelBytes += timings.copiedByKernelBytes;
   }
 
   /**

@@ -6,7 +6,7 @@ import { z } from 'zod';
 /** Version of the message set; independent of the frame version in frameCodec.ts. */
 export const PROTOCOL_VERSION = 1;
 
-export const COMMANDS = ['ping', 'get_state', 'get_segment_fds', 'release', 'detach', 'stats', 'watch', 'begin_update', 'pull_tensors', 'commit_update', 'begin_publish', 'commit_publish', 'get_processed'] as const;
+export const COMMANDS = ['ping', 'get_state', 'get_segment_fds', 'release', 'detach', 'stats', 'watch', 'begin_update', 'pull_tensors', 'open_pull_plan', 'pull_by_plan', 'commit_update', 'begin_publish', 'commit_publish', 'get_processed'] as const;
 export type Command = (typeof COMMANDS)[number];
 
 const requestId = z.number().int().min(0).max(Number.MAX_SAFE_INTEGER);
@@ -91,6 +91,11 @@ export const BeginUpdateRequest = z.object({
 });
 /** A legacy CUDA IPC handle (CUipcMemHandle, 64 bytes) in canonical padded base64. */
 const ipcHandle = z.string().regex(/^[A-Za-z0-9+/]{86}==$/, 'a CUDA IPC handle is 64 bytes in padded base64 (88 characters)');
+/** A pulled tensor: its whole `bytes` at `offset` of the allocation behind its request's `sources[source]`. */
+const pulledTensors = z
+  .array(z.object({ name: z.string().min(1).max(1024), source: count0, offset: z.number().int().min(0).max(Number.MAX_SAFE_INTEGER), bytes: z.number().int().min(0).max(Number.MAX_SAFE_INTEGER) }))
+  .min(1)
+  .max(1_000_000);
 /**
  * Names, for a pull update begun on this connection, where the writer's new bytes of some tensors
  * lie: each tensor's whole `bytes` at `offset` of the allocation behind `sources[source]` (its
@@ -102,11 +107,17 @@ export const PullTensorsRequest = z.object({
   cmd: z.literal('pull_tensors'),
   update: leaseId,
   sources: z.array(ipcHandle).min(1).max(65_536),
-  tensors: z
-    .array(z.object({ name: z.string().min(1).max(1024), source: count0, offset: z.number().int().min(0).max(Number.MAX_SAFE_INTEGER), bytes: z.number().int().min(0).max(Number.MAX_SAFE_INTEGER) }))
-    .min(1)
-    .max(1_000_000),
+  tensors: pulledTensors,
 });
+/**
+ * Names, once, where a writer's tensors of `model` lie in its own GPU memory, as pull_tensors
+ * does (docs/weight-updates.md, "Pull plans"): the daemon opens that memory and makes the copies'
+ * and digests' resources now, and keeps them while this connection lives, for every update of
+ * this process that pulls by the plan (pull_by_plan). The writer keeps the memory allocated.
+ */
+export const OpenPullPlanRequest = z.object({ id: requestId, cmd: z.literal('open_pull_plan'), model: ModelName, device: z.string().min(1).max(64), sources: z.array(ipcHandle).min(1).max(65_536), tensors: pulledTensors });
+/** For a pull update begun on this connection: the new bytes of the plan's tensors lie where the plan says (the writer checked that they still do). */
+export const PullByPlanRequest = z.object({ id: requestId, cmd: z.literal('pull_by_plan'), update: leaseId, plan: leaseId });
 /** Seals and digests what was written on this rank; the version serves once every local rank of the model committed. */
 export const CommitUpdateRequest = z.object({ id: requestId, cmd: z.literal('commit_update'), update: leaseId });
 
@@ -140,7 +151,7 @@ export const CommitPublishRequest = z.object({ id: requestId, cmd: z.literal('co
 export const GetProcessedRequest = z.object({ id: requestId, cmd: z.literal('get_processed'), fingerprint: hash, key: processedKey, pid: z.number().int().min(1).max(2 ** 31 - 1) });
 
 export const Request = z.discriminatedUnion('cmd', [
-  PingRequest, GetStateRequest, GetSegmentFdsRequest, ReleaseRequest, DetachRequest, StatsRequest, WatchRequest, BeginUpdateRequest, PullTensorsRequest, CommitUpdateRequest,
+  PingRequest, GetStateRequest, GetSegmentFdsRequest, ReleaseRequest, DetachRequest, StatsRequest, WatchRequest, BeginUpdateRequest, PullTensorsRequest, OpenPullPlanRequest, PullByPlanRequest, CommitUpdateRequest,
   BeginPublishRequest, CommitPublishRequest, GetProcessedRequest,
 ]);
 export type Request = z.infer<typeof Request>;
@@ -375,6 +386,21 @@ export const PullTensorsReply = z.object({
 });
 export type PullTensorsReply = z.infer<typeof PullTensorsReply>;
 
+export const OpenPullPlanReply = z.object({
+  ...ok,
+  /** The plan's number, for pull_by_plan on any connection of this process. */
+  plan: z.string(),
+  model: z.string(),
+  /** How many tensors and sources (allocations) it names. */
+  tensors: count,
+  sources: count,
+  /** Why its updates hash their digests on the CPU though the rank hashes on the GPU ("" where not). */
+  gpuDigestUnavailable: z.string(),
+  /** The native work done once: opening the writer's memory, the digest kernel's resources (ms). */
+  timings: z.object({ openMs: z.number(), setupMs: z.number(), moduleMs: z.number(), nativeMs: z.number() }),
+});
+export type OpenPullPlanReply = z.infer<typeof OpenPullPlanReply>;
+
 export const CommitUpdateReply = z.object({
   ...ok,
   model: z.string(),
@@ -462,6 +488,8 @@ export const REPLY_SCHEMAS = {
   watch: WatchReply,
   begin_update: BeginUpdateReply,
   pull_tensors: PullTensorsReply,
+  open_pull_plan: OpenPullPlanReply,
+  pull_by_plan: PullTensorsReply,
   commit_update: CommitUpdateReply,
   begin_publish: BeginPublishReply,
   commit_publish: CommitPublishReply,

@@ -32,6 +32,9 @@ the trainer's copies of both seeds with their flat buffers), runs a daemon servi
      flat buffers with begin_update(prepare=True): right before the pull (the finals are made while
      its requests travel), and AHEAD_S before it (as a trainer begins while its step still runs:
      the figure then counts from the moment the trainer holds its weights, fromWeightsSeconds);
+     then, begun ahead too, by pull plans (client.pull_plan: the trainer's tensors named once, each
+     step's weights copied into them in place, untimed, before the pull), over a flat buffer and
+     over the tensors as loaded;
   6. the times of begin, write or pull, commit and switch_to of each (a pull's commit split as the
      daemon logs it: finals made and tensors copied at pull time, then at commit the wait for them,
      the gaps and digests, the publication, the rest; a switch's segments remapped and skipped as
@@ -223,12 +226,14 @@ def main() -> int:
         def daemon_lines(marker):
             return [json.loads(line) for line in daemon_log.read_text().splitlines() if f'"{marker}' in line]
 
-        def pull(over, weights, prepare=None):
+        def pull(over, weights, prepare=None, plan=None):
             """begin (source "pull"), pull_from, commit: the times and the commit's reply.
             ``prepare``: None (the finals are made as the tensors are named), "now" (begin with
             prepare right before the pull: the finals are made while its requests travel), or
             "ahead" (begun with prepare AHEAD_S before the trainer holds its weights, as a trainer
-            begins while its step still runs; ``fromWeightsSeconds`` then counts from the pull)."""
+            begins while its step still runs; ``fromWeightsSeconds`` then counts from the pull).
+            ``plan``: a PullPlan over the trainer's tensors, which hold ``weights`` already: the
+            pull names them by the plan (docs/weight-updates.md, "Pull plans")."""
             sealed_before, committed_before = len(daemon_lines("update sealed")), len(daemon_lines("update committed"))
             t0 = time.perf_counter()
             with client.begin_update(name, over, device=0, source="pull", prepare=prepare is not None) as upd:
@@ -249,12 +254,21 @@ def main() -> int:
                 # The client's pull_from, split: the device synchronised, the tensors located (their
                 # allocations' handles), the pull_tensors requests on the socket.
                 pulling, request = {}, upd.conn.request
-                upd._pull.synchronize = timed("syncMs", upd._pull.synchronize, pulling)
-                upd._pull.locate = timed("locateMs", upd._pull.locate, pulling)
                 upd.conn.request = timed("requestMs", request, pulling)
-                upd.pull_from(weights)
-                t2 = time.perf_counter()
-                sources = len(upd._pull.handles)  # the allocations the daemon opens
+                if plan is not None:
+                    # By the plan: its check of every tensor's place and the device's sync, then one request.
+                    check = plan.check
+                    plan.check = timed("checkMs", check, pulling)
+                    upd.pull_from(plan)
+                    plan.check = check
+                    t2 = time.perf_counter()
+                    sources = 0  # opened once, by the plan
+                else:
+                    upd._pull.synchronize = timed("syncMs", upd._pull.synchronize, pulling)
+                    upd._pull.locate = timed("locateMs", upd._pull.locate, pulling)
+                    upd.pull_from(weights)
+                    t2 = time.perf_counter()
+                    sources = len(upd._pull.handles)  # the allocations the daemon opens
                 # The client's commit, split: its request on the socket, then what the client does
                 # after the reply (the pull's driver context given back).
                 spent = {}
@@ -292,24 +306,32 @@ def main() -> int:
                 "clientPullMs": pulling,
             }
 
-        def pull_rounds(kind, weights0, weights1, over, prepare=None):
-            """R pulls of each seed in turn, each followed by switch_to and a replay against its disk logits."""
+        def pull_rounds(kind, weights0, weights1, over, prepare=None, plan=None):
+            """R pulls of each seed in turn, each followed by switch_to and a replay against its disk logits.
+            With ``plan`` (a PullPlan over the trainer's tensors), each seed's weights are first
+            copied into the plan's tensors, untimed (the trainer's step writing its parameters in place)."""
             rows = []
             for rep in range(a.pull_reps):
                 for seed, weights, want in ((0, weights0, want0), (1, weights1, want1)):
-                    done, times = pull(over, weights, prepare)
+                    if plan is not None:
+                        into = plan.tensors
+                        for n, w in weights.items():
+                            into[n].copy_(w)
+                        torch.cuda.synchronize()
+                    done, times = pull(over, weights, prepare, plan)
                     # Odd reps prepare the switch first (as an engine does while a step runs), outside its time.
                     did = {**switch(done["fingerprint"], prepared=rep % 2 == 1), "prepared": rep % 2 == 1}
                     got = replay()
                     same = {n: p.data_ptr() for n, p in model.named_parameters()} == pointers
                     rows.append({"rep": rep, "seed": seed, "version": done.get("version"), **times, **did, "logitsEqual": bool(torch.equal(got, want)) and same})
                     over = done["fingerprint"]
-            step(f"pulls from the trainer's {kind}" + (f" (prepare {prepare})" if prepare else "") + ": after each switch_to the same graph gives that seed's disk logits, every data_ptr the same",
+            label = f"pulls from the trainer's {kind}" + (f" (prepare {prepare})" if prepare else "") + (" by a pull plan" if plan is not None else "")
+            step(label + ": after each switch_to the same graph gives that seed's disk logits, every data_ptr the same",
                  all(r["logitsEqual"] for r in rows), pulls=rows)
             # Seed 1's bytes were committed first through staging (version 1, its digests hashed from
             # the final segments after the copies): a pull of them is that content again, whatever
             # copied and hashed it (the digest kernel, as it makes the copies), so it is version 1.
-            step(f"pulls from the trainer's {kind}" + (f" (prepare {prepare})" if prepare else "") + ": each of seed 1 is version 1, the staging update's content",
+            step(label + ": each of seed 1 is version 1, the staging update's content",
                  all(r["version"] == 1 for r in rows if r["seed"] == 1), versions=[r["version"] for r in rows])
             update_s = statistics.median(r["updateSeconds"] for r in rows)
             from_weights_s = statistics.median(r["fromWeightsSeconds"] for r in rows)
@@ -351,10 +373,25 @@ def main() -> int:
         current, result["pullFlatPrepared"] = pull_rounds("flat buffers (the layout's places)", views0, views1, current, "now")
         current, result["pullFlatAhead"] = pull_rounds("flat buffers (the layout's places)", views0, views1, current, "ahead")
 
+        # By pull plans (docs/weight-updates.md, "Pull plans"), begun ahead: the trainer's tensors
+        # named once, each step's weights written into them in place before the pull. First a flat
+        # buffer (flat0's views: seed 0's bytes from the tensors as loaded), then the tensors as
+        # loaded (seed0's own, seed 0's bytes from flat0 restored), one allocation each as torch made them.
+        with client.pull_plan(name, views0, device=0) as plan:
+            result["planOpen"] = {"flat": plan.reply["timings"], "sources": plan.reply["sources"], "tensors": plan.reply["tensors"]}
+            current, result["pullPlanFlatAhead"] = pull_rounds("flat buffers (the layout's places)", seed0, views1, current, "ahead", plan)
+        for n, w in seed0.items():
+            views0[n].copy_(w)
+        torch.cuda.synchronize()
+        with client.pull_plan(name, seed0, device=0) as plan:
+            result["planOpen"]["asLoaded"] = plan.reply["timings"]
+            result["planOpen"]["asLoadedSources"] = plan.reply["sources"]
+            current, result["pullPlanAhead"] = pull_rounds("tensors (as loaded)", views0, seed1, current, "ahead", plan)
+
         best = min(result["pull"]["updateSecondsMedian"], result["pullFlat"]["updateSecondsMedian"], result["pullFlatPrepared"]["updateSecondsMedian"])
-        ahead = result["pullFlatAhead"]["fromWeightsSecondsMedian"]
+        ahead = min(result["pullFlatAhead"]["fromWeightsSecondsMedian"], result["pullPlanFlatAhead"]["fromWeightsSecondsMedian"])
         worst_switch = max(result["pull"]["switchMsMedian"], result["pullFlat"]["switchMsMedian"])
-        prepared_switches = [r["preparedSwitchMsMedian"] for r in (result["pull"], result["pullFlat"], result["pullFlatPrepared"], result["pullFlatAhead"]) if r["preparedSwitchMsMedian"] is not None]
+        prepared_switches = [r["preparedSwitchMsMedian"] for r in (result["pull"], result["pullFlat"], result["pullFlatPrepared"], result["pullFlatAhead"], result["pullPlanFlatAhead"], result["pullPlanAhead"]) if r["preparedSwitchMsMedian"] is not None]
         result["pullTarget"] = {
             "deviceToDeviceSeconds": round(d2d_s, 5),
             "updateLimitSeconds": round(1.5 * d2d_s, 5),

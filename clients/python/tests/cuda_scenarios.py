@@ -20,6 +20,10 @@ fake is found through LD_LIBRARY_PATH; its leak report is on stderr at exit):
                                          writer's memory freed after commit; FAKE_CUDA_ACCESS_LOG as above
   cuda_scenarios.py pull_locate          where a pull names tensors of two allocations of its own, with
                                          how many driver lookups it made, and a view past an allocation
+  cuda_scenarios.py daemon_pull_plan     pull plans: a trainer's tensors named once, pulled by plan in three
+                                         updates; the refusals; nothing left once the plans close
+  cuda_scenarios.py pull_by_foreign_plan SOCKET MODEL BASE PLAN
+                                         begin a pull and name another process's plan; print the code
   cuda_scenarios.py pull_writer SOCKET MODEL BASE
                                          begin a pull, pull one tensor from its own memory, print "pulled"
                                          and wait to be killed
@@ -614,10 +618,16 @@ class TrainerMemory:
         assert lib.cuCtxPushCurrent_v2(self.ctx) == 0
         assert lib.cuMemAlloc_v2(ctypes.byref(self.ptr), ctypes.c_size_t(at)) == 0
         assert lib.cuCtxPopCurrent_v2(None) == 0
+        self.places = places
         self.tensors = {}
+        self.write(tensors)
         for name, data in tensors.items():
-            ctypes.memmove(self.ptr.value + places[name], data, len(data))  # the fake's device memory is this process's mapping
             self.tensors[name] = CudaBuffer(self.ptr.value + places[name], len(data), "U8", [len(data)], raw=True)
+
+    def write(self, tensors: dict) -> None:
+        """New bytes into the same memory, as a trainer's optimizer step writes its parameters in place."""
+        for name, data in tensors.items():
+            ctypes.memmove(self.ptr.value + self.places[name], data, len(data))  # the fake's device memory is this process's mapping
 
     def free(self) -> None:
         lib = self.lib
@@ -1065,6 +1075,119 @@ def daemon_pull_prepare_refused() -> None:
     print(json.dumps(out))
 
 
+class Moving:
+    """A dense byte array on fake GPU 0 at ``pointer``, which the test may change, as a tensor
+    whose storage a trainer replaced moves (``__cuda_array_interface__``)."""
+
+    def __init__(self, pointer: int, nbytes: int):
+        self.pointer, self.nbytes = pointer, nbytes
+
+    @property
+    def __cuda_array_interface__(self) -> dict:
+        return {"shape": (self.nbytes,), "typestr": "|u1", "data": (self.pointer, False), "version": 3}
+
+
+def daemon_pull_plan() -> None:
+    """Pull plans: a trainer's tensors named once, then pulled by the plan in several updates (one
+    prepared), each version the trainer's bytes of that step with the digests of a staged copy of
+    them; the plan's memory opened and its kernel set up once, not per update; the refusals (a
+    tensor moved, a tensor pulled twice, another process's plan, a closed plan, too many plans on a
+    connection); nothing left once the plans close."""
+    import subprocess
+
+    from daemon_fixture import Daemon
+    from test_host_fds import MODEL, checkpoint_tensors
+    from weightd_client.protocol import Connection
+
+    want = checkpoint_tensors()
+    plan_file = segment_plan("weightd-cuda-pull-plan-")
+    out: dict = {}
+    with Daemon(MODEL, device="cuda", extra_args=["--cuda-handles", "fd", "--plan-file", plan_file]) as daemon:
+        with daemon.client() as client:
+            name = client.ping()["name"]
+            base = served_fingerprint(client, name, 0)
+            reader = client.attach(base, device=0, tensor_format="memoryview")
+            pointers = {n: t.pointer for n, t in reader.tensors.items()}
+
+            def reads(expected):
+                return all(ctypes.string_at(reader.tensors[n].pointer, len(expected[n])) == expected[n] for n in expected)
+
+            step_bytes = lambda step: {n: bytes((b + 11 * step + 1) % 256 for b in v) for n, v in want.items()}  # noqa: E731
+            trainer = TrainerMemory(step_bytes(0))
+            plan = client.pull_plan(name, trainer.tensors, device=0)
+            out["planReply"] = [plan.reply["tensors"], plan.reply["sources"], sorted(plan.reply["timings"])]
+            fingerprint, steps, steps_fingerprints = base, [], []
+            for step in range(3):
+                new = step_bytes(step)
+                trainer.write(new)
+                with client.begin_update(name, fingerprint, device=0, source="pull", prepare=step == 1) as upd:
+                    got = upd.pull_from(plan)
+                    done = upd.commit()
+                fingerprint = done["fingerprint"]
+                steps_fingerprints.append(fingerprint)
+                reader.switch_to(fingerprint)
+                steps.append([done["version"], got["pulled"] == got["tensors"] == len(want), reads(new), {n: t.pointer for n, t in reader.tensors.items()} == pointers])
+            out["steps"] = steps
+            # The same bytes staged are the same version's content: the plan's digests are its bytes'.
+            with client.begin_update(name, steps_fingerprints[1], device=0) as upd:
+                for n, v in step_bytes(2).items():
+                    upd.write(n, v)
+                staged = upd.commit()
+            out["stagedSame"] = staged["modelFingerprint"] == done["modelFingerprint"]
+
+            # Refusals, each leaving the update open for a pull that is right.
+            one = next(n for n in sorted(want) if want[n])
+            with client.begin_update(name, fingerprint, device=0, source="pull") as upd:
+                upd.pull_from({one: trainer.tensors[one]})
+                out["pulledTwice"] = code(lambda: upd.pull_from(plan))
+                raw = upd.conn.request
+                out["daemonPulledTwice"] = code(lambda: raw("pull_by_plan", update=upd.id, plan=plan.id))
+                out["daemonUnknownPlan"] = code(lambda: raw("pull_by_plan", update=upd.id, plan="0" * 32))
+            foreign = subprocess.run([sys.executable, __file__, "pull_by_foreign_plan", client.socket_path, name, fingerprint, plan.id], capture_output=True, text=True, timeout=120)
+            out["foreignPlan"] = foreign.stdout.strip().splitlines()[-1] if foreign.stdout.strip() else foreign.stderr[-400:]
+            # A tensor the trainer moved: refused by the plan before anything is sent.
+            moving = Moving(trainer.tensors[one].pointer, len(want[one]))
+            with client.pull_plan(name, {one: moving}, device=0) as moved:
+                moving.pointer += 256
+                with client.begin_update(name, fingerprint, device=0, source="pull") as upd:
+                    out["moved"] = code(lambda: upd.pull_from(moved))
+            # A connection holds at most 4 plans; the fifth is refused by name, and a closed plan is gone.
+            conn = Connection(client.socket_path)
+            handle = plan._sources.handles[0]
+            entry = [{"name": one, "source": 0, "offset": trainer.places[one], "bytes": len(want[one])}]
+            opened = [conn.request("open_pull_plan", model=name, device=DEVICE0, sources=[handle], tensors=entry)["plan"] for _ in range(4)]
+            out["fifthPlan"] = code(lambda: conn.request("open_pull_plan", model=name, device=DEVICE0, sources=[handle], tensors=entry))
+            out["badName"] = code(lambda: client.conn.request("open_pull_plan", model=name, device=DEVICE0, sources=[handle], tensors=[{**entry[0], "name": "no.such.tensor"}]))
+            out["badSize"] = code(lambda: client.conn.request("open_pull_plan", model=name, device=DEVICE0, sources=[handle], tensors=[{**entry[0], "bytes": entry[0]["bytes"] + 1}]))
+            out["badDevice"] = code(lambda: client.conn.request("open_pull_plan", model=name, device="GPU-ffffffff-0000-0000-0000-000000000000", sources=[handle], tensors=entry))
+            out["unknownModel"] = code(lambda: client.conn.request("open_pull_plan", model="no-such-model", device=DEVICE0, sources=[handle], tensors=entry))
+            conn.close()
+            with client.begin_update(name, fingerprint, device=0, source="pull") as upd:
+                out["closedConnectionPlan"] = code(lambda: upd.conn.request("pull_by_plan", update=upd.id, plan=opened[0]))
+            plan.close()
+            out["closedPlan"] = code(lambda: plan.check())
+            reader.tensors = {}
+            reader.detach()
+            trainer.free()
+        daemon.stop()
+        sealed = [json.loads(line) for line in daemon.stderr_lines if '"update sealed' in line and json.loads(line).get("pulled")]
+        # The plan's updates opened nothing and set nothing up: the plan did, once.
+        out["planPullSetup"] = [[s["timings"]["pullTimings"][k] for k in ("openMs", "setupMs")] for s in sealed[:3]]
+        out["planCommitNative"] = [s["timings"]["nativeMs"] for s in sealed[:3]]
+        out["plansOpened"] = sum(1 for line in daemon.stderr_lines if '"pull plan opened' in line)
+        out["daemonLeaks"] = next((json.loads(l[len("FAKE_CUDA_LEAKS ") :]) for l in daemon.stderr.splitlines() if l.startswith("FAKE_CUDA_LEAKS ")), None)
+    print(json.dumps(out))
+
+
+def pull_by_foreign_plan(socket_path: str, name: str, base: str, plan: str) -> None:
+    """Another process's update, naming a plan this one did not open: prints the daemon's code."""
+    from weightd_client import WeightdClient
+
+    with WeightdClient(socket_path) as client:
+        with client.begin_update(name, base, device=0, source="pull") as upd:
+            print(code(lambda: upd.conn.request("pull_by_plan", update=upd.id, plan=plan)), flush=True)
+
+
 def pull_writer(socket_path: str, name: str, base: str) -> None:
     from test_host_fds import checkpoint_tensors
     from weightd_client import WeightdClient
@@ -1218,6 +1341,10 @@ def main() -> None:
         return daemon_pull_context(sys.argv[2])
     if sys.argv[1] == "daemon_pull_releases_later":
         return daemon_pull_releases_later(sys.argv[2])
+    if sys.argv[1] == "daemon_pull_plan":
+        return daemon_pull_plan()
+    if sys.argv[1] == "pull_by_foreign_plan":
+        return pull_by_foreign_plan(*sys.argv[2:6])
     if sys.argv[1] == "pull_writer":
         return pull_writer(*sys.argv[2:5])
     if sys.argv[1] == "daemon_publish":

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from cuda_scenarios import FD_PATTERN
+from test_host_fds import checkpoint_tensors
 
 ROOT = Path(__file__).resolve().parents[3]
 SCENARIOS = Path(__file__).with_name("cuda_scenarios.py")
@@ -433,3 +434,33 @@ def test_a_processed_layout_is_published_beside_a_cuda_version_and_mapped_back_r
     assert got["readOnly"], "a reader maps the final allocation read-only"
     assert got["again"] == "E_PUBLISHED"
     assert got["daemonLeaks"] == NO_LEAKS
+
+
+@pytest.mark.parametrize("hashing", ["gpu", "cpu"])
+def test_a_pull_plan_names_the_trainers_tensors_once_and_every_update_after_pulls_them_by_one_request(fake_env, tmp_path, hashing):
+    env = dict(fake_env)
+    if hashing == "gpu":
+        kernel = tmp_path / "digest-kernel.fake"
+        kernel.write_text("any image: the fake driver loads it as the digest kernel\n")
+        env.update(FAKE_CUDA_KERNELS="1", WEIGHTD_DIGEST_KERNEL=str(kernel))
+    r = subprocess.run([sys.executable, str(SCENARIOS), "daemon_pull_plan"], env=env, capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, r.stderr
+    assert leaks(r.stderr) == NO_LEAKS, "the trainer or the reader left a mapping, an allocation or a descriptor behind"
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert got["planReply"][:2] == [sum(1 for v in checkpoint_tensors().values() if v), 1] and got["planReply"][2] == ["moduleMs", "nativeMs", "openMs", "setupMs"], got["planReply"]
+    # Three updates by one plan, the second prepared: each version serves that step's bytes at the reader's addresses.
+    assert got["steps"] == [[1, True, True, True], [2, True, True, True], [3, True, True, True]], got["steps"]
+    assert got["stagedSame"], "the plan's digests are those of the bytes it pulled"
+    # The updates opened no memory and set up no kernel: the plan did, once. A full pull by plan
+    # leaves its commit nothing to copy, map or hash: no native call.
+    assert got["planPullSetup"] == [[0, 0]] * 3, got["planPullSetup"]
+    assert got["planCommitNative"] == [0, 0, 0], got["planCommitNative"]
+    assert [got["pulledTwice"], got["daemonPulledTwice"], got["daemonUnknownPlan"], got["foreignPlan"]] == ["E_BAD_OPTION", "E_BAD_REQUEST", "E_NO_PULL_PLAN", "E_NO_PULL_PLAN"], got
+    assert got["moved"] == "E_PULL_PLAN_STALE"
+    assert got["fifthPlan"] == "E_TOO_MANY_PULL_PLANS"
+    assert [got["badName"], got["badSize"], got["badDevice"], got["unknownModel"]] == ["E_UNKNOWN_TENSOR", "E_UPDATE_SIZE", "E_DEVICE_MISMATCH", "E_UNKNOWN_MODEL"], got
+    assert got["closedConnectionPlan"] == "E_NO_PULL_PLAN", "a plan ends with the connection that opened it"
+    assert got["closedPlan"] == "E_PULL_PLAN_CLOSED"
+    # The main plan, the moved one and the four on one connection.
+    assert got["plansOpened"] == 6
+    assert got["daemonLeaks"] == NO_LEAKS, "every plan's opened memory, kernel buffers and streams let go of"

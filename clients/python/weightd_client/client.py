@@ -24,6 +24,7 @@ from .retire import Retirer
 
 if TYPE_CHECKING:
     from .update import Update
+    from .pull import PullPlan
 
 log = logging.getLogger("weightd_client")
 
@@ -552,6 +553,14 @@ class WeightdClient:
         from .update import Update
 
         return Update(self.socket_path, model, base, timeout, tensors, device, source, prepare)
+
+    def pull_plan(self, model: str, tensors: Dict[str, Any], device: Optional[int] = None, timeout: float = 300.0) -> "PullPlan":
+        """Names ``tensors`` (the layout's names to the trainer's CUDA tensors on this rank's GPU)
+        to the daemon once, for every pull update of ``model`` after: ``upd.pull_from(plan)``
+        (weightd_client.pull.PullPlan). Close it (or use it as a context manager) when done."""
+        from .pull import PullPlan
+
+        return PullPlan(self.socket_path, model, tensors, device, timeout)
 
     def pull_update(self, model: str, base: str, tensors: Dict[str, Any], device: Optional[int] = None, timeout: float = 300.0) -> Dict[str, Any]:
         """A new version of ``model`` over ``base`` whose ``tensors`` (name to a CUDA tensor on this

@@ -21,7 +21,7 @@ import json
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from .cuda import CudaError, _Driver, _IpcHandle, context_current
-from .protocol import MAX_REQUEST_BYTES, ProtocolError
+from .protocol import MAX_REQUEST_BYTES, Connection, ProtocolError
 
 # What one pull_tensors request may hold: well under the daemon's request bound, with room for the envelope.
 _BATCH_BYTES = MAX_REQUEST_BYTES - (64 << 10)
@@ -175,3 +175,97 @@ def _size_bound(entries: List[Dict[str, Any]]) -> int:
 
 def _sources(used: Dict[int, int], handles: List[str]) -> List[str]:
     return [handles[g] for g, _ in sorted(used.items(), key=lambda kv: kv[1])]
+
+
+class PullPlan:
+    """A pull plan (docs/weight-updates.md, "Pull plans"): a trainer's tensors of ``model``, named
+    to the daemon once, on a connection of the plan's own. The daemon opens their memory and makes
+    what its copies and digests need now, and keeps it while the plan is open, so that each update
+    after pulls them with one short request: ``upd.pull_from(plan)`` on an update begun with
+    ``source="pull"`` (on any connection of this process).
+
+    The plan holds the tensors given until ``close()``, so their allocations stay. Before each pull
+    it checks that every one of them still lies where the plan says (``E_PULL_PLAN_STALE``: open a
+    new plan); a trainer that writes its new weights into the same tensors (an optimizer's step, a
+    ``copy_``) keeps its plan for good. One that replaces a parameter's tensor with another must
+    open a new plan: the plan reads the tensors it was given.
+
+    A plan names what fits one request (an 8B model's 291 tensors take 28 kB of the 1 MiB); a
+    rank of more tensors than that pulls them with ``pull_from`` or over several plans whose
+    tensors lie in different allocations."""
+
+    def __init__(self, socket_path: str, model: str, tensors: Dict[str, Any], device: Optional[int] = None, timeout: float = 300.0):
+        from .cuda import _current_torch_device
+
+        if not tensors:
+            raise ProtocolError("E_BAD_OPTION", f"a pull plan of {model!r} names no tensor: give it the trainer's tensors by the layout's names")
+        self.model = model
+        self._sources = PullSources(device if device is not None else _current_torch_device())
+        self.conn: Optional[Connection] = None
+        try:
+            entries: List[Dict[str, Any]] = []
+            #: Per tensor: its name, the tensor, and where the plan names its bytes (address, size).
+            self._places: List[Tuple[str, Any, int, int]] = []
+            for name, value in tensors.items():
+                source, offset, nbytes = self._sources.locate(name, value)
+                ptr = _device_pointer(name, value, self._sources.ordinal)[0]
+                self._places.append((name, value, ptr, nbytes))
+                if nbytes:
+                    entries.append({"name": name, "source": source, "offset": offset, "bytes": nbytes})
+            if not entries:
+                raise ProtocolError("E_BAD_OPTION", f"every tensor of the pull plan of {model!r} is empty: there is nothing to pull")
+            size = _size_bound(entries) + sum(len(h) + 4 for h in self._sources.handles)
+            if size > _BATCH_BYTES:
+                raise ProtocolError(
+                    "E_BAD_OPTION",
+                    f"a pull plan of {len(entries)} tensors needs up to {size} bytes of request, over the {_BATCH_BYTES} one request may hold; "
+                    "pull them with pull_from, or open several plans of fewer tensors, each of allocations of its own",
+                )
+            self.conn = Connection(socket_path, timeout)
+            reply = self.conn.request("open_pull_plan", model=model, device=self._sources.uuid, sources=self._sources.handles, tensors=entries)
+        except BaseException:
+            self.close()
+            raise
+        #: The plan's number in the daemon, and what it reported of making it.
+        self.id: str = reply["plan"]
+        self.reply = reply
+        self.names = frozenset(name for name, _, _, _ in self._places)
+
+    @property
+    def tensors(self) -> Dict[str, Any]:
+        return {name: value for name, value, _, _ in self._places}
+
+    def check(self) -> None:
+        """Refuses (``E_PULL_PLAN_STALE``, naming the tensor) where a tensor no longer lies where
+        the plan names it: moved, resized; then waits for the device, so that what torch queued
+        into the tensors has landed before the daemon reads them."""
+        if self.conn is None:
+            raise ProtocolError("E_PULL_PLAN_CLOSED", f"the pull plan of {self.model!r} is closed; open a new one (client.pull_plan)")
+        for name, value, ptr, nbytes in self._places:
+            if hasattr(value, "data_ptr") and hasattr(value, "numel"):
+                now, size = value.data_ptr(), value.numel() * value.element_size()
+            else:
+                now, size = _device_pointer(name, value, self._sources.ordinal)
+            if now != ptr or size != nbytes:
+                raise ProtocolError(
+                    "E_PULL_PLAN_STALE",
+                    f"tensor {name!r} lies at {now:#x} ({size} bytes), not at {ptr:#x} ({nbytes} bytes) where the pull plan names it; "
+                    "open a new plan (client.pull_plan) after moving the trainer's tensors",
+                )
+        self._sources.synchronize()
+
+    def close(self) -> None:
+        """Ends the plan: the daemon lets go of the trainer's memory it opened (with the plan's connection), then this drops the tensors."""
+        if self.conn is not None:
+            conn, self.conn = self.conn, None
+            conn.close()
+        self._places = []
+        if self._sources is not None:
+            sources, self._sources = self._sources, None
+            sources.close()
+
+    def __enter__(self) -> "PullPlan":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

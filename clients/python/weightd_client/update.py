@@ -220,16 +220,22 @@ class Update:
         if self._pull is not None:
             raise ProtocolError("E_BAD_OPTION", f"the update of {self.model!r} pulls: it has no staging to {call}; name the tensors with pull_from(...), or begin_update without source='pull'")
 
-    def pull_from(self, tensors: Dict[str, Any]) -> Dict[str, Any]:
+    def pull_from(self, tensors: Any) -> Dict[str, Any]:
         """Names, for a pull update, the writer's own tensors (contiguous torch CUDA tensors on the
         rank's GPU, or dense ``__cuda_array_interface__`` arrays) as the new bytes of the layout's
         tensors of those names; may be called several times before ``commit()``, each tensor once.
         Everything is checked before anything is sent (names, byte sizes, devices, handles); the
         device is synchronized first, so what torch queued into them lands before the daemon reads.
         Keeps a reference to each until ``commit()`` returns; they must not change meanwhile.
+        ``tensors`` may be a ``PullPlan`` of this model (client.pull_plan): its tensors, named
+        once, are pulled by one short request, once the plan checked they lie where it says.
         Returns the daemon's last reply: ``pulled`` of ``tensors`` so far."""
         if self._pull is None:
             raise ProtocolError("E_BAD_OPTION", f"the update of {self.model!r} was begun with staging; begin_update(..., source='pull') to pull")
+        from .pull import PullPlan
+
+        if isinstance(tensors, PullPlan):
+            return self._pull_by_plan(tensors)
         entries = []
         for name, value in tensors.items():
             t = self._meta(name)
@@ -248,6 +254,18 @@ class Update:
         reply: Dict[str, Any] = {"pulled": len(self._held), "tensors": len(self.tensors)}
         for sources, batch in batches(entries, self._pull.handles):
             reply = self.conn.request("pull_tensors", update=self.id, sources=sources, tensors=batch)
+        return reply
+
+    def _pull_by_plan(self, plan: Any) -> Dict[str, Any]:
+        if plan.model != self.model:
+            raise ProtocolError("E_BAD_OPTION", f"the pull plan names tensors of {plan.model!r}, not of {self.model!r}; open a plan of this model")
+        twice = next((name for name in plan.names if name in self._held), None)
+        if twice is not None:
+            raise ProtocolError("E_BAD_OPTION", f"tensor {twice!r} is pulled already in this update; pull each tensor once")
+        plan.check()
+        reply = self.conn.request("pull_by_plan", update=self.id, plan=plan.id)
+        # Held as pull_from's: the plan holds the tensors themselves until it closes.
+        self._held.update(dict.fromkeys(plan.names))
         return reply
 
     def commit(self) -> Dict[str, Any]:

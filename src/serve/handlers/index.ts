@@ -13,7 +13,9 @@ import type { Reply } from './fdReply.js';
 import { getProcessed } from './getProcessed.js';
 import { getSegmentFds } from './getSegmentFds.js';
 import { getState } from './getState.js';
+import { openPullPlan } from './openPullPlan.js';
 import { ping } from './ping.js';
+import { pullByPlan } from './pullByPlan.js';
 import { pullTensors } from './pullTensors.js';
 import { release } from './release.js';
 import { stats } from './stats.js';
@@ -23,7 +25,7 @@ import { watch } from './watch.js';
 type Handler<C extends Command> = (req: RequestOf<C>, services: DeviceServices, caller: Caller) => Reply | Promise<Reply>;
 
 const handlers: { [C in Command]: Handler<C> } = {
-  ping, get_state: getState, get_segment_fds: getSegmentFds, release, detach, stats, watch, begin_update: beginUpdate, pull_tensors: pullTensors, commit_update: commitUpdate,
+  ping, get_state: getState, get_segment_fds: getSegmentFds, release, detach, stats, watch, begin_update: beginUpdate, pull_tensors: pullTensors, open_pull_plan: openPullPlan, pull_by_plan: pullByPlan, commit_update: commitUpdate,
   begin_publish: beginPublish, commit_publish: commitPublish, get_processed: getProcessed,
 };
 
