@@ -159,7 +159,17 @@ export class ModelControl {
     };
     await this.#serve(planned, written.name);
     this.#versions.set(written.name, version);
-    this.#retain(written.name);
+    // The versions beyond --keep-versions drain after the commit's reply, not before it (their
+    // unload's transitions and the node manifest written again took a third of a commit's
+    // publication), and before any request that follows it: setImmediate runs ahead of the next
+    // poll for I/O, where such a request is read.
+    setImmediate(() => {
+      try {
+        this.#retain(written.name);
+      } catch (err) {
+        this.#log.error({ err, name: written.name }, 'the versions beyond --keep-versions could not be drained');
+      }
+    });
     return { version };
   }
 

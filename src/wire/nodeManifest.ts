@@ -9,7 +9,7 @@ import { ServeError } from '../errors.js';
 import { readSmallFileSync } from '../files/openRegularFile.js';
 import { parseBoundedJson } from '../files/parseBoundedJson.js';
 import type { RankTableEntry } from './rankTable.js';
-import { processIdentity } from './processLiveness.js';
+import { ownProcessIdentity } from './processLiveness.js';
 import { NODE_MANIFEST, removeSocketDirIfCreated } from './socketDir.js';
 
 export const NODE_MANIFEST_VERSION = 1;
@@ -70,7 +70,7 @@ export function writeNodeManifest(socketDir: string, entries: NodeManifestEntry[
   const path = nodeManifestPath(socketDir);
   const manifest: NodeManifest = {
     version: NODE_MANIFEST_VERSION,
-    ...processIdentity(process.pid),
+    ...ownProcessIdentity(),
     writtenAt: new Date().toISOString(),
     ranks: [...entries].sort((a, b) => a.globalRank - b.globalRank),
     group,

@@ -50,6 +50,18 @@ export function processIdentity(pid: number): ProcessIdentity {
   return startTime === undefined ? { pid } : { pid, startTime };
 }
 
+let own: ProcessIdentity | undefined;
+
+/**
+ * This process's identity, read from /proc once: its start time cannot change (a forked child is
+ * another pid, read anew). The node manifest is written with it at every model change, and the
+ * read was a third of that write's time on a commit's path (bench/RESULTS.md, 2026-12-07).
+ */
+export function ownProcessIdentity(): ProcessIdentity {
+  if (own?.pid !== process.pid) own = processIdentity(process.pid);
+  return own;
+}
+
 export function isProcessAlive(id: ProcessIdentity): boolean {
   if (!Number.isInteger(id.pid) || id.pid <= 0) return false;
   try {
