@@ -11,7 +11,8 @@ import type { TensorEntry } from '../checkpoint/types.js';
 import { addon } from '../native/addon.js';
 import { packCommitCopies, packTensorRanges, packZeroRanges } from '../native/fillRecords.js';
 import { DEFAULT_DIGESTS_ON } from '../native/fillPolicy.js';
-import { batchPlan, recordPulls, refuseUnlessPullable, type Pull, type PulledTensor } from './cudaPull.js';
+import type { CommitCopy } from '../native/fillRecords.js';
+import { batchPlan, commitGaps, pulledSegments, recordPulls, refuseUnlessPullable, rehashedUnderPull, type Pull, type PulledTensor } from './cudaPull.js';
 import type { Caller } from './leaseTable.js';
 import type { RankService } from './rankService.js';
 
@@ -36,6 +37,12 @@ export interface PullPlan {
   layout: readonly TensorEntry[];
   segmentBytes: readonly number[];
   fits: WeakSet<readonly TensorEntry[]>;
+  /**
+   * What the commit of an update that pulls by this plan alone plans from its tensors, the same
+   * for every such update of its layout (cudaPull.ts): the segments it writes, the tensors digested
+   * again, and the bytes copied from the base at commit.
+   */
+  commit: { copied: readonly boolean[]; rehash: readonly boolean[]; gaps: readonly CommitCopy[] };
 }
 
 export class PullPlanDesk {
@@ -94,6 +101,7 @@ export class PullPlanDesk {
       this.#closeNative(made.id);
       throw new ServeError('E_DISCONNECTED', `the connection that opened a pull plan of model "${rank.name}" ended while it was made; nothing of it is kept`, { model: rank.name });
     }
+    const copied = pulledSegments(service, pull);
     const plan: PullPlan = {
       id: randomBytes(16).toString('hex'),
       connectionId: caller.connectionId,
@@ -106,6 +114,7 @@ export class PullPlanDesk {
       layout: rank.tensors,
       segmentBytes: rank.segments.map((s) => s.bytes),
       fits: new WeakSet([rank.tensors]),
+      commit: { copied, rehash: rehashedUnderPull(service, pull), gaps: commitGaps(service, pull, copied) },
     };
     this.#plans.set(plan.id, plan);
     service.log.info(

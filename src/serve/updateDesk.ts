@@ -81,6 +81,8 @@ interface Part {
    * is decided at commit (the segments holding a pulled tensor).
    */
   pull?: Pull;
+  /** The plan a pull update pulled by, when its only pull was by that plan: its commit's plan is the plan's (PullPlan.commit). */
+  byPlan?: PullPlan;
   /**
    * A cuda pull's early work (docs/weight-updates.md, "Pulling from the writer's tensors"): each
    * pull_tensors request, once recorded, makes the finals of the segments it writes (`finals`, per
@@ -278,6 +280,7 @@ export class UpdateDesk {
     }
     if (part.pullFailed) throw this.#pullEnded(update, part);
     recordPulls(part.service, part.pull, sources, tensors);
+    part.byPlan = undefined;
     if (rank.backend === 'cuda') this.#copyEarly(update, part, sources, tensors);
     return { pulled: part.pull.tensors.size, tensors: rank.tensors.length };
   }
@@ -302,6 +305,8 @@ export class UpdateDesk {
     for (const name of plan.tensors.keys()) {
       if (pulled.has(name)) throw new ServeError('E_BAD_REQUEST', `pull_by_plan names tensor "${name}", pulled already in this update; pull each tensor once`, { model: update.name, tensor: name });
     }
+    // The commit plans from the plan where it is the update's only pull.
+    part.byPlan = pulled.size === 0 ? plan : undefined;
     for (const [name, at] of plan.tensors) pulled.set(name, at);
     const finals = (part.finals ??= part.service.rank.segments.map(() => -1));
     this.#queuePullWork(update, part, async (spent) => {
@@ -342,13 +347,13 @@ export class UpdateDesk {
         part.committing = undefined;
         throw this.#pullEnded(update, part);
       }
-      part.copied = pulledSegments(part.service, part.pull);
+      part.copied = part.byPlan ? [...part.byPlan.commit.copied] : pulledSegments(part.service, part.pull);
     }
     const planning = performance.now();
     // A tensor of a segment shared with the base is the base's bytes: its digest is the base's
     // (arenaDigests), so only the copied segments' tensors are read and digested, on either backend;
     // under a pull, only the pulled tensors (and any overlapping one): the rest was copied from the base.
-    const rehash = part.pull ? rehashedUnderPull(part.service, part.pull) : undefined;
+    const rehash = part.byPlan ? part.byPlan.commit.rehash : part.pull ? rehashedUnderPull(part.service, part.pull) : undefined;
     // Under a pull, the tensors its early copies digested are not read again.
     const digests = rank.tensors.map((t, i) => ((rehash ? rehash[i] : part.copied[t.segment]) ? part.pullDigests?.get(i) : rank.arenaDigests?.[i]));
     const todo = rank.tensors.flatMap((t, i) => (digests[i] === undefined ? [{ i, range: { file: t.segment, start: t.offset, end: t.offset + t.bytes } }] : []));
@@ -454,7 +459,7 @@ export class UpdateDesk {
     rest: CommitRest,
     planning: number,
   ): Promise<{ read: string[]; hashedOn: 'gpu' | 'cpu'; timings: CommitTimings }> {
-    const pull = part.pull && { finals: part.finals ?? [], copies: commitGaps(part.service, part.pull, part.copied), prepared: part.prepared };
+    const pull = part.pull && { finals: part.finals ?? [], copies: part.byPlan ? [...part.byPlan.commit.gaps] : commitGaps(part.service, part.pull, part.copied), prepared: part.prepared };
     const calling = performance.now();
     rest.planMs = calling - planning;
     if (pull && pull.copies.length === 0 && ranges.length === 0 && part.copied.every((c, i) => !c || (pull.finals[i] ?? -1) >= 0)) return this.#commitAsPulled(update, part);
