@@ -134,6 +134,10 @@ class PullSources:
             self.driver.check(self.driver.cuDevicePrimaryCtxRelease(self.dev), "cuDevicePrimaryCtxRelease")
 
 
+def _is_torch(value: Any) -> bool:
+    return hasattr(value, "data_ptr") and hasattr(value, "numel") and hasattr(value, "is_cuda")
+
+
 def batches(entries: List[Dict[str, Any]], handles: List[str]) -> Iterator[Tuple[List[str], List[Dict[str, Any]]]]:
     """pull_tensors bodies under the request bound: each batch's own ``sources`` (only the handles
     it uses) and its entries with ``source`` indexing them."""
@@ -226,6 +230,8 @@ class PullPlan:
         except BaseException:
             self.close()
             raise
+        #: Per tensor: whether it is a torch tensor, and its element count, for check()'s fast path.
+        self._torch = [(True, v.numel()) if _is_torch(v) else (None, 0) for _, v, _, _ in self._places]
         #: The plan's number in the daemon, and what it reported of making it.
         self.id: str = reply["plan"]
         self.reply = reply
@@ -241,11 +247,13 @@ class PullPlan:
         into the tensors has landed before the daemon reads them."""
         if self.conn is None:
             raise ProtocolError("E_PULL_PLAN_CLOSED", f"the pull plan of {self.model!r} is closed; open a new one (client.pull_plan)")
+        # torch tensors by their address and element count alone (a few hundred of them each
+        # step: this is on the update's path), anything else as it was located.
+        if all(t is not None and v.data_ptr() == p and v.numel() == n for (_, v, p, _), (t, n) in zip(self._places, self._torch)):
+            self._sources.synchronize()
+            return
         for name, value, ptr, nbytes in self._places:
-            if hasattr(value, "data_ptr") and hasattr(value, "numel"):
-                now, size = value.data_ptr(), value.numel() * value.element_size()
-            else:
-                now, size = _device_pointer(name, value, self._sources.ordinal)
+            now, size = _device_pointer(name, value, self._sources.ordinal)
             if now != ptr or size != nbytes:
                 raise ProtocolError(
                     "E_PULL_PLAN_STALE",
@@ -259,7 +267,7 @@ class PullPlan:
         if self.conn is not None:
             conn, self.conn = self.conn, None
             conn.close()
-        self._places = []
+        self._places, self._torch = [], []
         if self._sources is not None:
             sources, self._sources = self._sources, None
             sources.close()
