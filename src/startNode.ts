@@ -268,8 +268,11 @@ export async function startNode(options: NodeOptions, { rankWorker = rankWorkerM
 
   actor.subscribe({
     next(snap) {
-      const status = statusOf(snap, config, servers, keeper);
-      if (status.state !== lastState) {
+      // The node's state is the supervisor's (statusOf's `state`); the whole status, every model's
+      // ranks and leases, is built only when it changed: a commit's publication alone moves the
+      // supervisor through many snapshots.
+      if (snap.value !== lastState) {
+        const status = statusOf(snap, config, servers, keeper);
         lastState = status.state;
         log.debug({ state: status.state }, 'supervisor state');
         for (const l of listeners) l(status);
