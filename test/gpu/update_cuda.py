@@ -401,12 +401,13 @@ def main() -> int:
             result["planOpen"]["asLoaded"] = plan.reply["timings"]
             result["planOpen"]["asLoadedSources"] = plan.reply["sources"]
             current, result["pullPlanAhead"] = pull_rounds("tensors (as loaded)", views0, seed1, current, "ahead", plan)
+        # seed0's tensors hold the last pull's bytes (seed 1's): seed 0's again, from flat0.
+        for n, w in views0.items():
+            seed0[n].copy_(w)
         # Each step a new version, as in a training loop (the rounds above find their content served
-        # after the first pull of each seed): the flat buffer again, seed 1's bytes from the tensors as loaded.
+        # after the first pull of each seed): the flat buffer again, each seed's bytes from the tensors as loaded.
         del flat1, views1
         gc.collect()
-        for n, w in seed0.items():
-            views0[n].copy_(w)
         torch.cuda.synchronize()
         with client.pull_plan(name, views0, device=0) as plan:
             current, result["pullPlanFreshAhead"] = pull_rounds("flat buffers (the layout's places)", seed0, seed1, current, "ahead", plan, fresh=True)
