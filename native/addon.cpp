@@ -753,6 +753,24 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
     return sources;
   }
 
+  // One flag per segment (a JS boolean[]), or the TypeError of `usage`.
+  static std::vector<bool> segmentFlagsFromJs(Napi::Env env, Napi::Value v, const std::string& usage) {
+    if (!v.IsArray()) throw Napi::TypeError::New(env, usage);
+    Napi::Array arr = v.As<Napi::Array>();
+    std::vector<bool> flags;
+    for (uint32_t i = 0; i < arr.Length(); ++i) flags.push_back(arr.Get(i).ToBoolean().Value());
+    return flags;
+  }
+
+  // Each segment's size in bytes (a JS number[]), or the TypeError of `usage`.
+  static std::vector<uint64_t> segmentBytesFromJs(Napi::Env env, Napi::Value v, const std::string& usage) {
+    if (!v.IsArray()) throw Napi::TypeError::New(env, usage);
+    Napi::Array arr = v.As<Napi::Array>();
+    std::vector<uint64_t> bytes;
+    for (uint32_t i = 0; i < arr.Length(); ++i) bytes.push_back(toU64(arr.Get(i), "segment bytes"));
+    return bytes;
+  }
+
   // cudaPullCopies(deviceIndex, finals, writes: boolean[], bytes: number[], sources: Buffer[], commitCopies, zeroRanges, tensorRanges, threads, digestOn, prepared?)
   //   -> Promise<{ fds: number[], digests: string[], hashedOn, gpuDigestUnavailable,
   //                timings: { allocateMs, openMs, mapMs, copyMs, digestMs, nativeMs } }>, on a libuv thread.
@@ -761,12 +779,8 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
     const char* usage = "cudaPullCopies(deviceIndex, finals, writes: boolean[], bytes: number[], sources: Buffer[], commitCopies, zeroRanges, tensorRanges, threads, digestOn, prepared?)";
     int deviceIndex = toBounded<int>(info[0], "deviceIndex");
     std::vector<int> finals = toFinals(info[1]);
-    if (!info[2].IsArray() || !info[3].IsArray()) throw Napi::TypeError::New(env, usage);
-    Napi::Array writesJs = info[2].As<Napi::Array>(), bytesJs = info[3].As<Napi::Array>();
-    std::vector<bool> writes;
-    std::vector<uint64_t> bytes;
-    for (uint32_t i = 0; i < writesJs.Length(); ++i) writes.push_back(writesJs.Get(i).ToBoolean().Value());
-    for (uint32_t i = 0; i < bytesJs.Length(); ++i) bytes.push_back(toU64(bytesJs.Get(i), "segment bytes"));
+    std::vector<bool> writes = segmentFlagsFromJs(env, info[2], usage);
+    std::vector<uint64_t> bytes = segmentBytesFromJs(env, info[3], usage);
     std::vector<std::string> sources = sourcesFromJs(env, info[4], usage);
     std::vector<CommitCopy> copies = commitCopiesFromJs(info[5]);
     std::vector<ZeroRange> zeros = zeroRangesFromJs(info[6]);
@@ -810,12 +824,8 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
     Napi::Env env = info.Env();
     const char* usage = "cudaOpenPullPlan(deviceIndex, writes: boolean[], bytes: number[], sources: Buffer[], commitCopies, zeroRanges, tensorRanges, digestOn)";
     int deviceIndex = toBounded<int>(info[0], "deviceIndex");
-    if (!info[1].IsArray() || !info[2].IsArray()) throw Napi::TypeError::New(env, usage);
-    Napi::Array writesJs = info[1].As<Napi::Array>(), bytesJs = info[2].As<Napi::Array>();
-    std::vector<bool> writes;
-    std::vector<uint64_t> bytes;
-    for (uint32_t i = 0; i < writesJs.Length(); ++i) writes.push_back(writesJs.Get(i).ToBoolean().Value());
-    for (uint32_t i = 0; i < bytesJs.Length(); ++i) bytes.push_back(toU64(bytesJs.Get(i), "segment bytes"));
+    std::vector<bool> writes = segmentFlagsFromJs(env, info[1], usage);
+    std::vector<uint64_t> bytes = segmentBytesFromJs(env, info[2], usage);
     std::vector<std::string> sources = sourcesFromJs(env, info[3], usage);
     std::vector<CommitCopy> copies = commitCopiesFromJs(info[4]);
     std::vector<ZeroRange> zeros = zeroRangesFromJs(info[5]);
@@ -859,14 +869,11 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
   //   -> Promise<{ fds: number[], digests: string[], hashedOn, gpuDigestUnavailable }>, on a libuv thread.
   Napi::Value CudaCommitCopies(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
+    const char* usage = "cudaCommitCopies(deviceIndex, fds, copied: boolean[], bytes: number[], tensorRanges, threads, digestOn)";
     int deviceIndex = toBounded<int>(info[0], "deviceIndex");
     std::vector<int> fds = toFds(info[1]);
-    if (!info[2].IsArray() || !info[3].IsArray()) throw Napi::TypeError::New(env, "cudaCommitCopies(deviceIndex, fds, copied: boolean[], bytes: number[], tensorRanges, threads, digestOn)");
-    Napi::Array copiedJs = info[2].As<Napi::Array>(), bytesJs = info[3].As<Napi::Array>();
-    std::vector<bool> copied;
-    std::vector<uint64_t> bytes;
-    for (uint32_t i = 0; i < copiedJs.Length(); ++i) copied.push_back(copiedJs.Get(i).ToBoolean().Value());
-    for (uint32_t i = 0; i < bytesJs.Length(); ++i) bytes.push_back(toU64(bytesJs.Get(i), "segment bytes"));
+    std::vector<bool> copied = segmentFlagsFromJs(env, info[2], usage);
+    std::vector<uint64_t> bytes = segmentBytesFromJs(env, info[3], usage);
     std::vector<TensorRange> tensors = tensorRangesFromJs(info[4]);
     unsigned threads = toBounded<unsigned>(info[5], "threads");
     if (threads < 1 || threads > 256) throw Napi::RangeError::New(env, "threads must be from 1 to 256, got " + std::to_string(threads));
@@ -883,12 +890,8 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
     const char* usage = "cudaPullCommit(deviceIndex, fds, copied: boolean[], bytes: number[], finals, sources: Buffer[], commitCopies, tensorRanges, threads, digestOn)";
     int deviceIndex = toBounded<int>(info[0], "deviceIndex");
     std::vector<int> fds = toFds(info[1]);
-    if (!info[2].IsArray() || !info[3].IsArray()) throw Napi::TypeError::New(env, usage);
-    Napi::Array copiedJs = info[2].As<Napi::Array>(), bytesJs = info[3].As<Napi::Array>();
-    std::vector<bool> copied;
-    std::vector<uint64_t> bytes;
-    for (uint32_t i = 0; i < copiedJs.Length(); ++i) copied.push_back(copiedJs.Get(i).ToBoolean().Value());
-    for (uint32_t i = 0; i < bytesJs.Length(); ++i) bytes.push_back(toU64(bytesJs.Get(i), "segment bytes"));
+    std::vector<bool> copied = segmentFlagsFromJs(env, info[2], usage);
+    std::vector<uint64_t> bytes = segmentBytesFromJs(env, info[3], usage);
     std::vector<int> finals = toFinals(info[4]);
     std::vector<std::string> sources = sourcesFromJs(env, info[5], usage);
     std::vector<CommitCopy> copies = commitCopiesFromJs(info[6]);
@@ -909,13 +912,10 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
   //   -> Promise<{ id: number, fds: number[], timings: { allocateMs, nativeMs } }>, on a libuv thread.
   Napi::Value CudaPrepareFinals(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
+    const char* usage = "cudaPrepareFinals(deviceIndex, which: boolean[], bytes: number[])";
     int deviceIndex = toBounded<int>(info[0], "deviceIndex");
-    if (!info[1].IsArray() || !info[2].IsArray()) throw Napi::TypeError::New(env, "cudaPrepareFinals(deviceIndex, which: boolean[], bytes: number[])");
-    Napi::Array whichJs = info[1].As<Napi::Array>(), bytesJs = info[2].As<Napi::Array>();
-    std::vector<bool> which;
-    std::vector<uint64_t> bytes;
-    for (uint32_t i = 0; i < whichJs.Length(); ++i) which.push_back(whichJs.Get(i).ToBoolean().Value());
-    for (uint32_t i = 0; i < bytesJs.Length(); ++i) bytes.push_back(toU64(bytesJs.Get(i), "segment bytes"));
+    std::vector<bool> which = segmentFlagsFromJs(env, info[1], usage);
+    std::vector<uint64_t> bytes = segmentBytesFromJs(env, info[2], usage);
     return PromiseJob<PreparedMade>::start(
         env, [deviceIndex, which, bytes] { return cudaPrepareFinals(deviceIndex, which, bytes); },
         [](Napi::Env e, const PreparedMade& p) {
@@ -944,10 +944,7 @@ class WeightdAddon : public Napi::Addon<WeightdAddon> {
     Napi::Env env = info.Env();
     int deviceIndex = toBounded<int>(info[0], "deviceIndex");
     std::vector<int> fds = toFds(info[1]);
-    if (!info[2].IsArray()) throw Napi::TypeError::New(env, "cudaDigestSegments(deviceIndex, fds, bytes: number[], tensorRanges, threads, digestOn)");
-    Napi::Array bytesJs = info[2].As<Napi::Array>();
-    std::vector<uint64_t> bytes;
-    for (uint32_t i = 0; i < bytesJs.Length(); ++i) bytes.push_back(toU64(bytesJs.Get(i), "segment bytes"));
+    std::vector<uint64_t> bytes = segmentBytesFromJs(env, info[2], "cudaDigestSegments(deviceIndex, fds, bytes: number[], tensorRanges, threads, digestOn)");
     std::vector<TensorRange> tensors = tensorRangesFromJs(info[3]);
     unsigned threads = toBounded<unsigned>(info[4], "threads");
     if (threads < 1 || threads > 256) throw Napi::RangeError::New(env, "threads must be from 1 to 256, got " + std::to_string(threads));
