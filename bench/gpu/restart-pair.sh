@@ -3,7 +3,7 @@
 # one device call, their order alternating: this checkout ("new") against BASE_TAR ("base"), a
 # tar.xz of another checkout's weightd, package.json, scripts/node-flags, dist (launch.cjs, main.cjs,
 # its code cache, the rank thread's bundle where the build has one, main.js, src) and build/Release,
-# made where it was built:
+# made where it was built (with its addon built first, so that its bundle has its code cache):
 #   tar cJf .devbase.tar.xz weightd package.json scripts/node-flags dist/launch.cjs dist/main.cjs \
 #     dist/main.cjs.codecache dist/rank-thread.cjs dist/main.js dist/src build/Release
 # Both use this checkout's runtime node_modules; the base its own GPU digest kernel where the tar
@@ -20,6 +20,11 @@ source test/gpu/ensure-node.sh
 source test/gpu/ensure-kernel.sh > /dev/null 2>&1
 rm -rf /tmp/base && mkdir -p /tmp/base "$out" && tar xJf "$base_tar" -C /tmp/base || exit 2
 ln -sfn "$root/node_modules" /tmp/base/node_modules
+# A base built before its addon was (scripts/code-cache.mjs skips the cache without it) compiles
+# its bundle at every start, ~50 ms on an H100: the pairing would measure that (2026-12-07 10:22).
+if [ -f dist/main.cjs.codecache ] && [ ! -f /tmp/base/dist/main.cjs.codecache ]; then
+  echo "warning: the base has no code cache for its bundle and this checkout has one: build the base with its addon in place, or its starts compile the bundle" >&2
+fi
 [ -f /tmp/base/build/Release/weightd-digests.fatbin ] || cp build/Release/weightd-digests.fatbin /tmp/base/build/Release/ 2>/dev/null
 ck=${WEIGHTD_BENCH_CKPT:-/var/tmp/weightd-bench/ckpt}
 [ -n "$(ls "$ck"/*.safetensors 2>/dev/null)" ] || python3 bench/gpu/make-checkpoint.py --out "$ck" --gib 8 --shards 4 > /dev/null
