@@ -264,8 +264,9 @@ class Update:
             raise ProtocolError("E_BAD_OPTION", f"tensor {twice!r} is pulled already in this update; pull each tensor once")
         plan.check()
         reply = self.conn.request("pull_by_plan", update=self.id, plan=plan.id)
-        # Held as pull_from's: the plan holds the tensors themselves until it closes.
-        self._held.update(dict.fromkeys(plan.names))
+        # Held as pull_from's, until commit() returns: the daemon reads them until then, even if
+        # the plan is closed first.
+        self._held.update(plan.tensors)
         return reply
 
     def commit(self) -> Dict[str, Any]:
