@@ -78,18 +78,7 @@ CudaPulled cudaRunPullPlan(uint32_t id, const std::vector<int>& finals, unsigned
   auto held = std::make_shared<PullWork::Held>();
   CudaPulled out = work.run(finals, kept.get(), threads, *held);
   // The finals' mappings made here and the run's events go after the reply, as a one-off pull's.
-  auto t = std::chrono::steady_clock::now();
-  const int deviceIndex = work.deviceIndex();
-  releaseLater([deviceIndex, held]() mutable {
-    try {
-      PrimaryContext context(deviceIndex);
-      ScopedContext current(context.get());
-      held.reset();
-    } catch (...) {
-      // The releases' own failures are the driver's to report; nothing waits for them.
-    }
-  });
-  out.releaseMs = msSince(t);
+  out.releaseMs = releaseInContext(work.deviceIndex(), [held]() mutable { held.reset(); });
   out.totalMs = msSince(began);
   return out;
 }

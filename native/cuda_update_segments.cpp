@@ -498,20 +498,27 @@ CudaPulled cudaPullCopies(int deviceIndex, const std::vector<int>& finals, const
   // memory opened, the digest kernel's module and buffers) is let go of after the call answers, on
   // the releaser's thread (deferred_release.h), in this order, in this context. releaseMs times
   // the hand-over.
+  out.releaseMs = releaseInContext(deviceIndex, [held, work = std::shared_ptr<PullWork>(std::move(work))]() mutable {
+    work.reset();
+    held.reset();
+  });
+  out.totalMs = msSince(began);
+  return out;
+}
+
+double releaseInContext(int deviceIndex, std::function<void()> release) {
   auto t = std::chrono::steady_clock::now();
-  releaseLater([deviceIndex, held, work = std::shared_ptr<PullWork>(std::move(work))]() mutable {
+  releaseLater([deviceIndex, release = std::move(release)]() mutable {
     try {
       PrimaryContext context(deviceIndex);
       ScopedContext current(context.get());
-      work.reset();
-      held.reset();
+      release();
+      release = nullptr;  // what it captured goes here too, with the context current
     } catch (...) {
       // The releases' own failures are the driver's to report; nothing waits for them.
     }
   });
-  out.releaseMs = msSince(t);
-  out.totalMs = msSince(began);
-  return out;
+  return msSince(t);
 }
 
 }  // namespace weightd

@@ -6,6 +6,7 @@
 // allows, but an importer of their descriptor could map them read-write: no seal stops it.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -177,6 +178,13 @@ class PullWork {
   std::unique_ptr<SegmentHasher> hasher_;
   Stream stream_, hashing_;
 };
+
+// Hands `release` to the releaser's thread (deferred_release.h), which runs it, and lets go of
+// what it captured, with visible device `deviceIndex`'s primary context current, after every
+// release handed over before it. What a pull held (the streams drained, the finals' mappings, the
+// writer's memory opened, the kernel's buffers) goes so, after its call answered. Returns the ms
+// the hand-over took (a pull's releaseMs).
+double releaseInContext(int deviceIndex, std::function<void()> release);
 
 // A pull's copies run early, as pull_tensors names the tensors (the writer keeps them unchanged
 // until the commit's reply): for each segment with `writes`, the final is made here where

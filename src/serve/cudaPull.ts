@@ -255,7 +255,7 @@ export function batchPlan(service: RankService, sources: readonly string[], tens
   const digested = rank.tensors.flatMap((t, index) =>
     batch.tensors.has(t.name) && !sharing[index] ? [{ index, range: { file: position.get(t.segment)!, start: t.offset, end: t.offset + t.bytes } }] : [],
   );
-  return { sources: batch.sources.map((h) => Buffer.from(h, 'base64')), copies: pulledCopies(service, batch), segments, zeros: untensoredBytes(service, segments), digested };
+  return { pulled: batch.tensors, sources: batch.sources.map((h) => Buffer.from(h, 'base64')), copies: pulledCopies(service, batch), segments, zeros: untensoredBytes(service, segments), digested };
 }
 
 /** Per tensor (by the layout's order): whether it shares a byte with another tensor of its segment. Computed once per layout. */

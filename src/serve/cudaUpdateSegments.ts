@@ -42,6 +42,8 @@ export function shareSegment(service: RankService, index: number): number {
 
 /** One pull_tensors request's work, as cudaPull.ts batchPlan makes it. */
 export interface BatchPlan {
+  /** Its tensors as recordPulls records them (cudaPull.ts Pull's `tensors`), their sources numbered as in `sources`. */
+  pulled: Map<string, { source: number; offset: number }>;
   /** The IPC handles its tensors use, decoded. */
   sources: Buffer[];
   /** The copies of its tensors from them (source k + 1: `sources[k]`). */

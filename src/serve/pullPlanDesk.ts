@@ -12,7 +12,7 @@ import { addon } from '../native/addon.js';
 import { packCommitCopies, packTensorRanges, packZeroRanges } from '../native/fillRecords.js';
 import { DEFAULT_DIGESTS_ON } from '../native/fillPolicy.js';
 import type { CommitCopy } from '../native/fillRecords.js';
-import { batchPlan, commitGaps, pulledSegments, recordPulls, refuseUnlessPullable, rehashedUnderPull, type Pull, type PulledTensor } from './cudaPull.js';
+import { batchPlan, commitGaps, pulledSegments, refuseUnlessPullable, rehashedUnderPull, type Pull, type PulledTensor } from './cudaPull.js';
 import type { Caller } from './leaseTable.js';
 import type { RankService } from './rankService.js';
 
@@ -76,9 +76,9 @@ export class PullPlanDesk {
         { model: rank.name, limit: mine >= MAX_PLANS_PER_CONNECTION ? MAX_PLANS_PER_CONNECTION : MAX_PLANS },
       );
     }
-    const pull: Pull = { sources: [], sourceIndex: new Map(), tensors: new Map() };
-    recordPulls(service, pull, sources, tensors);
     const batch = batchPlan(service, sources, tensors);
+    // The plan's tensors as a Pull, for the commit's planners below, which read only its tensors.
+    const pull: Pull = { sources: [], sourceIndex: new Map(), tensors: batch.pulled };
     this.#opening.set(caller.connectionId, (this.#opening.get(caller.connectionId) ?? 0) + 1);
     let made: Awaited<ReturnType<ReturnType<typeof addon>['cudaOpenPullPlan']>>;
     try {

@@ -270,19 +270,25 @@ export class UpdateDesk {
    * commit copies them. Resolves with how many tensors the rank's part pulls so far, of how many.
    */
   pull(id: string, caller: Caller, sources: readonly string[], tensors: readonly PulledTensor[]): { pulled: number; tensors: number } {
-    const { update, part } = this.#find(id, caller);
+    const { update, part, pull } = this.#pulling(id, caller);
     const { rank } = part.service;
+    recordPulls(part.service, pull, sources, tensors);
+    part.byPlan = undefined;
+    if (rank.backend === 'cuda') this.#copyEarly(update, part, sources, tensors);
+    return { pulled: pull.tensors.size, tensors: rank.tensors.length };
+  }
+
+  /** The part of a pull update `id` on the caller's connection that may take a pull now: neither committing nor failed. */
+  #pulling(id: string, caller: Caller): { update: Update; part: Part; pull: Pull } {
+    const { update, part } = this.#find(id, caller);
     if (!part.pull) {
       throw new ServeError('E_BAD_REQUEST', `the update of model "${update.name}" was begun without source "pull": its writer writes the staging segments it was handed; begin_update with source "pull" to pull`, { model: update.name });
     }
     if (part.digests || part.committing) {
-      throw new ServeError('E_BAD_REQUEST', `rank ${rank.globalRank}'s part of the update of model "${update.name}" is committing or committed; pull before commit_update`, { model: update.name });
+      throw new ServeError('E_BAD_REQUEST', `rank ${part.service.rank.globalRank}'s part of the update of model "${update.name}" is committing or committed; pull before commit_update`, { model: update.name });
     }
     if (part.pullFailed) throw this.#pullEnded(update, part);
-    recordPulls(part.service, part.pull, sources, tensors);
-    part.byPlan = undefined;
-    if (rank.backend === 'cuda') this.#copyEarly(update, part, sources, tensors);
-    return { pulled: part.pull.tensors.size, tensors: rank.tensors.length };
+    return { update, part, pull: part.pull };
   }
 
   /**
@@ -291,17 +297,11 @@ export class UpdateDesk {
    * copies off the reply. Resolves as pull does.
    */
   pullByPlan(id: string, caller: Caller, find: (service: RankService) => PullPlan): { pulled: number; tensors: number } {
-    const { update, part } = this.#find(id, caller);
+    const { update, part, pull } = this.#pulling(id, caller);
     const { rank } = part.service;
-    if (!part.pull || rank.backend !== 'cuda') {
-      throw new ServeError('E_BAD_REQUEST', `the update of model "${update.name}" was begun without source "pull": its writer writes the staging segments it was handed; begin_update with source "pull" to pull`, { model: update.name });
-    }
-    if (part.digests || part.committing) {
-      throw new ServeError('E_BAD_REQUEST', `rank ${rank.globalRank}'s part of the update of model "${update.name}" is committing or committed; pull before commit_update`, { model: update.name });
-    }
-    if (part.pullFailed) throw this.#pullEnded(update, part);
+    // A plan is of a cuda rank (open_pull_plan refuses others), and find refuses one of another model or GPU.
     const plan = find(part.service);
-    const pulled = part.pull.tensors;
+    const pulled = pull.tensors;
     for (const name of plan.tensors.keys()) {
       if (pulled.has(name)) throw new ServeError('E_BAD_REQUEST', `pull_by_plan names tensor "${name}", pulled already in this update; pull each tensor once`, { model: update.name, tensor: name });
     }
