@@ -4,10 +4,8 @@
 // in progress is waited for before the device is freed.
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { createActor } from 'xstate';
-import { rankWorkerImplementations } from '../../src/actors/runRankPhases.js';
+import { startRankMachine } from '../../src/actors/runRankPhases.js';
 import type { RankPhases } from '../../src/actors/rankPhases.js';
-import { rankWorkerMachine } from '../../src/machines/rankWorkerMachine.js';
 import type { RankToMain, RankWorkerData } from '../../src/models/rankMessages.js';
 import type { DeviceHandle } from '../../src/native/deviceHandle.js';
 
@@ -18,15 +16,7 @@ const settled = () => new Promise<void>((resolve) => setImmediate(resolve));
 /** A started rank worker running `phases` as its thread would, and what it posts. */
 function startWorker(phases: RankPhases) {
   const posts: RankToMain[] = [];
-  const post = (m: RankToMain) => void posts.push(m);
-  const actor = createActor(
-    rankWorkerMachine.provide({
-      actors: rankWorkerImplementations(phases, post),
-      actions: { post: (_, m: RankToMain | RankToMain[]) => void posts.push(...[m].flat()), cancelFill: () => {}, closePort: () => {} },
-    }),
-    { input: { data } },
-  );
-  actor.start();
+  const { actor } = startRankMachine(phases, data, (m) => void posts.push(m), () => {});
   return { actor, posts };
 }
 
