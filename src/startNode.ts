@@ -71,17 +71,20 @@ export interface WeightdNode {
 
 type Snapshot = SnapshotFrom<typeof supervisorMachine>;
 
-/** The status of a supervisor snapshot (exported for tests that drive the machine directly). */
 /** A version is current while each of its ranks is the newest of its name that serves on its device. */
 const isCurrent = (ranks: ServedRankStatus[]) => ranks.length > 0 && ranks.every((r) => r.current === true);
 
-export function statusOf(snap: Snapshot, config: NodeConfig, servers?: ServerRegistry, keeper?: KeeperLink): NodeStatus {
-  const ctx = snap.context;
+/**
+ * The status of each model version on the node, oldest first, or of the versions of `name` only:
+ * a writer's commit and a rollback ask for their name's alone, not the node's whole status.
+ */
+export function modelStatuses(snap: Snapshot, servers?: ServerRegistry, name?: string): ModelStatus[] {
   const served = (r: RankStatus, version: string, fingerprint: string | undefined): ServedRankStatus => {
     const s = fingerprint === undefined ? undefined : servers?.stats(version, fingerprint);
     return s ? { ...r, clients: s.connections, leases: s.leases, serve: s.status, lastAttachedAt: s.lastAttachedAt, servingSince: s.servingSince, current: s.current, processed: s.processed } : r;
   };
-  const models = modelEntries(snap).map((m): ModelStatus => {
+  const entries = modelEntries(snap);
+  return (name === undefined ? entries : entries.filter((m) => m.name === name)).map((m): ModelStatus => {
     const child = modelActor(snap, m.id)?.getSnapshot();
     const plan = child?.context.planned.plan;
     const modelRanks = (child?.context.ranks ?? []).map((r) => served(r, m.id, plan?.ranks[r.globalRank]?.fingerprint));
@@ -101,6 +104,12 @@ export function statusOf(snap: Snapshot, config: NodeConfig, servers?: ServerReg
       ...(child?.context.stale ? { stale: child.context.stale } : {}),
     };
   });
+}
+
+/** The status of a supervisor snapshot (exported for tests that drive the machine directly). */
+export function statusOf(snap: Snapshot, config: NodeConfig, servers?: ServerRegistry, keeper?: KeeperLink): NodeStatus {
+  const ctx = snap.context;
+  const models = modelStatuses(snap, servers);
   const first = ctx.prepared?.models[0];
   // Before its model actor exists (or once the node ended without one), the first model is in the node's state.
   const group = models.find((m) => m.own) ?? {
@@ -210,7 +219,7 @@ export async function startNode(options: NodeOptions, { rankWorker = rankWorkerM
           throw err;
         })
     : undefined;
-  const control = new ModelControl({ actor, config, log, status, dropProcessed: (deviceUuid, base, key) => servers.dropProcessed(deviceUuid, base, key) });
+  const control = new ModelControl({ actor, config, log, status, versions: (name) => modelStatuses(actor.getSnapshot(), servers, name), dropProcessed: (deviceUuid, base, key) => servers.dropProcessed(deviceUuid, base, key) });
   // A version a writer committed on a device socket is served through the model control, as a load is.
   servers.updates.publisher = (written) => control.publishUpdate(written);
   servers.updates.currentOf = (name) => control.currentOf(name);

@@ -34,6 +34,8 @@ export class ModelControl {
   readonly #dropProcessed: EvictForLoadInput['dropProcessed'];
   readonly #log: Logger;
   readonly #status: () => NodeStatus;
+  /** The status of each version of a name (the node's whole status is built for none of the others). */
+  readonly #versionsOf: (name: string) => ModelStatus[];
   /** Loads handed to the supervisor, which name their model actors (modelLoadId). */
   #loads = 0;
   /** The model being planned or loaded now, if any. */
@@ -50,12 +52,20 @@ export class ModelControl {
   /** Per name, the end of its commits and rollbacks in flight (#serially). */
   readonly #changing = new Map<string, Promise<unknown>>();
 
-  constructor(options: { actor: ModelHost; config: ModelNode & { evict: EvictionPolicy; keepVersions: number }; log: Logger; status: () => NodeStatus; dropProcessed?: EvictForLoadInput['dropProcessed'] }) {
+  constructor(options: {
+    actor: ModelHost;
+    config: ModelNode & { evict: EvictionPolicy; keepVersions: number };
+    log: Logger;
+    status: () => NodeStatus;
+    versions: (name: string) => ModelStatus[];
+    dropProcessed?: EvictForLoadInput['dropProcessed'];
+  }) {
     this.#dropProcessed = options.dropProcessed ?? (async () => false);
     this.#actor = options.actor;
     this.#config = options.config;
     this.#log = options.log;
     this.#status = options.status;
+    this.#versionsOf = options.versions;
   }
 
   /** `evict`: this load's eviction policy instead of the node's (--evict). */
@@ -111,7 +121,7 @@ export class ModelControl {
 
   /** The fingerprint of the version of `name` clients are pointed to now (an update's begin notes it: UpdateDesk.currentOf). */
   currentOf(name: string): string | undefined {
-    return this.#status().models.find((m) => m.name === name && m.current)?.fingerprint;
+    return this.#versionsOf(name).find((m) => m.current)?.fingerprint;
   }
 
   async #publishUpdate(written: WrittenVersion): Promise<{ version: number }> {
@@ -241,7 +251,7 @@ export class ModelControl {
     } catch (err) {
       // A rank that did keep it says it is current since `at`: the version that stays current is
       // kept anew after it, so that a restart agrees with this refusal.
-      const stays = this.#status().models.find((m) => m.name === name && m.current);
+      const stays = this.#versionsOf(name).find((m) => m.current);
       if (stays) {
         await Promise.resolve()
           .then(() => this.#keepAgain(name, this.#retained(name, stays.version).child, Math.max(Date.now(), at + 1)))
@@ -267,7 +277,7 @@ export class ModelControl {
     const found = live.find((e) => versionOf(modelActor(snap, e.id)?.getSnapshot().context.planned) === version);
     const child = found && modelActor(snap, found.id);
     if (!found || !child || child.getSnapshot().value !== 'serving') {
-      const held = this.#status().models.filter((m) => m.name === name && m.state === 'serving').map((m) => m.version);
+      const held = this.#versionsOf(name).filter((m) => m.state === 'serving').map((m) => m.version);
       throw new WeightdError(
         'E_UNKNOWN_VERSION',
         `model "${name}" has no version ${version} resident to roll back to; ` +
@@ -276,7 +286,7 @@ export class ModelControl {
       );
     }
     const fingerprint = found.fingerprint;
-    const current = this.#status().models.find((m) => m.name === name && m.fingerprint === fingerprint && m.version === version)?.current === true;
+    const current = this.#versionsOf(name).find((m) => m.fingerprint === fingerprint && m.version === version)?.current === true;
     return { child, fingerprint, current };
   }
 
@@ -323,7 +333,7 @@ export class ModelControl {
 
   /** Unloads the versions of `name` beyond the current one and the --keep-versions before it (they drain, freed once unleased). */
   #retain(name: string): void {
-    const versions = this.#status().models.filter((m) => m.name === name && m.state === 'serving' && !m.current);
+    const versions = this.#versionsOf(name).filter((m) => m.state === 'serving' && !m.current);
     // Oldest first, by number: the most recent --keep-versions stay.
     const excess = versions.sort((a, b) => a.version - b.version).slice(0, Math.max(0, versions.length - this.#config.keepVersions));
     if (excess.length === 0) return;
@@ -460,7 +470,7 @@ export class ModelControl {
     await this.#untilServing(child, name);
     if (swaps) await this.#untilKeptOrNot(child);
     // The newest version of the fingerprint: one released or draining before may still be listed.
-    return this.#status().models.findLast((m) => m.fingerprint === planned.plan.fingerprint)!;
+    return this.#versionsOf(name).findLast((m) => m.fingerprint === planned.plan.fingerprint)!;
   }
 
   /** Runs `then` once `child` is in starting (loaded, its files checked, not yet served); never if it ends first. */
@@ -495,7 +505,7 @@ export class ModelControl {
       await dropSuperseded(context.keeper!.socket, older.map((o) => o.getSnapshot().context.planned));
     } catch (err) {
       await Promise.all(older.map((o) => this.#keepAgain(name, o, undefined).catch(() => {})));
-      const stays = this.#status().models.find((m) => m.name === name && m.current);
+      const stays = this.#versionsOf(name).find((m) => m.current);
       const versions = older.map((o) => o.getSnapshot().context.planned.version ?? 0);
       child.send({
         type: 'MODEL_OLDER_NOT_DROPPED',

@@ -67,7 +67,7 @@ test("the node's first model is a model actor: loaded without admission, the nod
 test('unloading the first model by name drains it through its model actor; released, it stays listed', () => {
   const { world, input, actor, model, status } = joinedNode();
   serve(model);
-  const control = new ModelControl({ actor, config: { ...input.config, evict: 'off' }, log: input.log, status });
+  const control = new ModelControl({ actor, config: { ...input.config, evict: 'off' }, log: input.log, status, versions: (name) => status().models.filter((m) => m.name === name) });
   const result = control.unload('model');
   assert.equal(result.unloaded.map((u) => u.name), ['model']);
   assert.is(model.getSnapshot().value, 'draining');
