@@ -20,8 +20,11 @@ namespace weightd {
 
 namespace {
 
-// A pull's digests are hashed a batch of segments of at least this many bytes at a time (one
-// launch: a warp per 1 MiB piece, about a thousand warps), so the GPU hashes at its full rate.
+// While a pull's finals are still being made, its digests are hashed a batch of segments of at
+// least this many bytes at a time (one launch: a warp per 1 MiB piece, about a thousand warps),
+// behind the copies of those segments, while the next ones are made. Once no final is left to
+// make (all prepared, or the last made), the rest is one launch: nothing on the host is left to
+// overlap, and a launch of a thousand warps leaves each SM a few warps' loads in flight.
 constexpr uint64_t kHashBatchBytes = 1ull << 30;
 
 // One allocation of an update at a time, so allocations made at once (several segments, several
@@ -415,6 +418,10 @@ CudaPulled PullWork::run(const std::vector<int>& finals, const PreparedFinals* k
       batchFrom = to;
       batchBytes = 0;
     };
+    // The last segment whose final this run makes (allocates or maps): past it, no batch is cut.
+    size_t lastMade = 0;
+    for (size_t i = 0; i < finals.size(); ++i)
+      if (writes_[i] && !(finals[i] >= 0 && kept && kept->pointer(i))) lastMade = i + 1;
     auto copying = std::chrono::steady_clock::now();
     double madeMs = 0;
     // Segment by segment: each one's copies are queued as soon as it is made (or mapped), so the GPU
@@ -447,7 +454,7 @@ CudaPulled PullWork::run(const std::vector<int>& finals, const PreparedFinals* k
       for (const ZeroRange* z : zerosOf_[i])
         if (z->bytes > 0) cudaDriver().cuMemsetD8Async(bases[i] + z->offset, 0, z->bytes, stream_.get());
       batchBytes += bytes_[i];
-      if (batchBytes >= kHashBatchBytes) hashBatch(i + 1);
+      if (batchBytes >= kHashBatchBytes && i + 1 < lastMade) hashBatch(i + 1);
     }
     hashBatch(finals.size());
     cudaDriver().cuStreamSynchronize(stream_.get());
