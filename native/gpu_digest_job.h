@@ -24,8 +24,12 @@ struct GpuDigestJob {
 #define WEIGHTD_NAME_OF(kernel) WEIGHTD_NAME_TEXT(kernel)
 #define WEIGHTD_NAME_TEXT(kernel) #kernel
 
-// Threads per block of the kernel: 4 warps, each hashing one piece.
-constexpr unsigned kGpuDigestBlockThreads = 128;
+// Threads per block of the kernel: 4 warps, each hashing one piece (WEIGHTD_DIGEST_BLOCK_THREADS
+// overrides it for bench/gpu/digest-copy-probe.cu alone).
+#ifndef WEIGHTD_DIGEST_BLOCK_THREADS
+#define WEIGHTD_DIGEST_BLOCK_THREADS 128
+#endif
+constexpr unsigned kGpuDigestBlockThreads = WEIGHTD_DIGEST_BLOCK_THREADS;
 constexpr unsigned kGpuDigestMaxRanges = 32;
 
 // What one launch hashes: `n` runs of consecutive jobs of the table (a lane's windows since its

@@ -18,8 +18,12 @@ namespace {
 __constant__ uint8_t kSecret[kSecretBytes] = {WEIGHTD_XXH3_SECRET};
 constexpr unsigned kFull = 0xffffffffu;
 // Blocks loaded ahead of the one being mixed: the loads of one group are in flight together,
-// so a warp waits for memory once per group, not once per 1 KiB block.
-constexpr unsigned kGroup = 4;
+// so a warp waits for memory once per group, not once per 1 KiB block. WEIGHTD_DIGEST_GROUP
+// overrides it for bench/gpu/digest-copy-probe.cu, which times the choices.
+#ifndef WEIGHTD_DIGEST_GROUP
+#define WEIGHTD_DIGEST_GROUP 4
+#endif
+constexpr unsigned kGroup = WEIGHTD_DIGEST_GROUP;
 
 // The warp's totals of this lane's terms, and of its neighbour's (lane ^ 1) sums: threads
 // t, t ^ 8, t ^ 16 and t ^ 24 share an accumulator lane.
