@@ -45,7 +45,12 @@ the trainer's copies of both seeds with their flat buffers), runs a daemon servi
      device-to-device copy of the same bytes (the ceiling, median of 5), and issue 31's target for
      the pull: the update (begin to commit) within 1.5x that copy, and switch_to within 5 ms
      (switchMet unprepared, preparedSwitchMet with prepare_switch done ahead);
-  7. detach; the daemon exits 0 on SIGTERM.
+  7. in the same run, the other source and the alternatives: an update from pinned host memory
+     through staging (each tensor written host to device, lm_head's last row of its own so the
+     commit publishes a new version), beside torch's pinned host-to-device copy of the same bytes
+     (its ceiling); load_state_dict of the trainer's tensors into a model loaded on the GPU; and
+     a reload from disk (safetensors to the GPU, page cache hot);
+  8. detach; the daemon exits 0 on SIGTERM.
 Prints one JSON line and writes DIR/update-cuda.json; the exit status is 0 when every step passed
 (the target is reported, in "pullTarget", not a step: a miss is a measurement).
 Needs torch (without expandable_segments: their memory has no legacy IPC handle), transformers,
@@ -439,6 +444,58 @@ def main() -> int:
         }
         print("pull target (issue 31): " + json.dumps(result["pullTarget"]), flush=True)
         del flat0, views0
+        gc.collect()
+        torch.cuda.synchronize()
+
+        # The other sources and the alternatives, in the same run (issue 31's measurement list):
+        # the update from pinned host memory through staging, against torch's pinned host-to-device
+        # copy of the same bytes (its ceiling); and what an engine does without weightd:
+        # load_state_dict of the trainer's tensors into a loaded model, and a reload from disk
+        # (safetensors to the GPU, page cache hot).
+        def median_of(call, n=5):
+            runs = []
+            for _ in range(n + 1):
+                torch.cuda.synchronize()
+                t = time.perf_counter()
+                call()
+                torch.cuda.synchronize()
+                runs.append(time.perf_counter() - t)
+            return statistics.median(runs[1:]), [round(x, 5) for x in runs[1:]]  # the first warms up
+
+        alternatives = {}
+        host = torch.empty(total, dtype=torch.uint8).pin_memory()
+        device_buf = torch.empty(total, dtype=torch.uint8, device="cuda:0")
+        h2d_s, h2d_runs = median_of(lambda: device_buf.copy_(host, non_blocking=True))
+        del host, device_buf
+        alternatives["pinnedHostToDevice"] = {"seconds": round(h2d_s, 5), "GBps": round(total / h2d_s / 1e9, 1), "runs": h2d_runs}
+        # Seed 1's bytes with lm_head's last row of their own: content no version holds, so the
+        # commit copies and publishes (as a training step's weights are).
+        pinned = {n: w.cpu().pin_memory() for n, w in seed1.items()}
+        pinned["lm_head.weight"][-1].fill_(0.0005)
+        host_update, times, copied = update(current, pinned)
+        alternatives["pinnedHostUpdate"] = {**times, "segmentsCopied": copied, "writtenBytes": total, "overPinnedHostToDevice": round(times["totalSeconds"] / h2d_s, 2)}
+        alternatives["pinnedHostUpdate"].update(switch(host_update["fingerprint"]))
+        got = replay()
+        step("an update from pinned host memory: after switch_to the graph gives seed 1's logits but in lm_head's changed row",
+             torch.equal(got[..., :-1], want1[..., :-1]) and not torch.equal(got[..., -1], want1[..., -1]), **alternatives["pinnedHostUpdate"])
+        current = host_update["fingerprint"]
+        del pinned
+        # load_state_dict into a model loaded on the GPU (its parameters its own memory).
+        engine = meta_llama(torch, transformers, config).to_empty(device="cuda:0")
+        sd_s, sd_runs = median_of(lambda: engine.load_state_dict(seed1, strict=False), 3)
+        alternatives["loadStateDict"] = {"seconds": round(sd_s, 5), "runs": sd_runs, "overDeviceToDevice": round(sd_s / d2d_s, 2)}
+        del engine
+        gc.collect()
+        torch.cuda.empty_cache()
+
+        # A reload from disk: the checkpoint's files to the GPU (what an engine's restart reads at least).
+        def reload():
+            on_gpu(v1).clear()
+
+        disk_s, disk_runs = median_of(reload, 3)
+        alternatives["diskReload"] = {"seconds": round(disk_s, 5), "runs": disk_runs, "GBps": round(total / disk_s / 1e9, 1)}
+        result["alternatives"] = alternatives
+        print("alternatives (issue 31): " + json.dumps(alternatives), flush=True)
 
         del replay, model, seed0, seed1
         attached.tensors = {}
