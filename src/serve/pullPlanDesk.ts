@@ -12,13 +12,16 @@ import { addon } from '../native/addon.js';
 import { packCommitCopies, packTensorRanges, packZeroRanges } from '../native/fillRecords.js';
 import { DEFAULT_DIGESTS_ON } from '../native/fillPolicy.js';
 import type { CommitCopy } from '../native/fillRecords.js';
-import { batchPlan, commitGaps, pulledSegments, refuseUnlessPullable, rehashedUnderPull, type Pull, type PulledTensor } from './cudaPull.js';
+import { batchPlan, commitGaps, pulledSegments, recordPulls, refuseUnlessPullable, rehashedUnderPull, type Pull, type PulledTensor } from './cudaPull.js';
 import type { Caller } from './leaseTable.js';
 import type { RankService } from './rankService.js';
 
 /** Plans one connection may hold open at once, and the node's sockets together: each holds the writer's memory open and GPU buffers. */
 export const MAX_PLANS_PER_CONNECTION = 4;
 export const MAX_PLANS = 64;
+/** What a plan named over several requests (open_pull_plan's `more`) may name in all. */
+export const MAX_PLAN_TENSORS = 1_000_000;
+export const MAX_PLAN_SOURCES = 65_536;
 
 /** An open plan: what pull_by_plan records into an update and runs. */
 export interface PullPlan {
@@ -45,15 +48,30 @@ export interface PullPlan {
   commit: { copied: readonly boolean[]; rehash: readonly boolean[]; gaps: readonly CommitCopy[] };
 }
 
+/** A plan named over several requests, until its last part: what its parts named so far, checked as they came. */
+interface PlanParts {
+  connectionId: number;
+  model: string;
+  device: string;
+  sources: string[];
+  tensors: PulledTensor[];
+  /** The parts recorded as a pull records them: a part that names a tensor again, or one the layout lacks, is refused whole. */
+  checked: Pull;
+}
+
 export class PullPlanDesk {
   readonly #plans = new Map<string, PullPlan>();
   /** Plans being opened (their native part not made yet), by connection: counted against the bounds, closed if their connection ends first. */
   readonly #opening = new Map<number, number>();
+  /** Plans whose parts are coming (open_pull_plan's `more`), by id: counted against the bounds, dropped with their connection. */
+  readonly #parts = new Map<string, PlanParts>();
 
   /**
    * open_pull_plan: checks `tensors` (each a tensor of `service`'s layout, whole, once; sources of
    * the request) as pull_tensors does, then opens the writer's memory and makes the copies' and
-   * digests' resources, kept until the connection ends.
+   * digests' resources, kept until the connection ends. A plan of more tensors than one request
+   * holds comes in parts: each but the last with `more` (the first names no `plan`; the others
+   * name the first's), each checked as it comes; the last makes the plan of them all.
    */
   async open(
     service: RankService,
@@ -62,20 +80,80 @@ export class PullPlanDesk {
     sources: readonly string[],
     tensors: readonly PulledTensor[],
     isConnected: () => boolean,
-  ): Promise<{ plan: PullPlan; timings: { openMs: number; setupMs: number; moduleMs: number; nativeMs: number }; gpuDigestUnavailable: string }> {
+    part: { more?: boolean; plan?: string } = {},
+  ): Promise<
+    | { pending: PlanParts & { id: string } }
+    | { plan: PullPlan; sources: number; timings: { openMs: number; setupMs: number; moduleMs: number; nativeMs: number }; gpuDigestUnavailable: string }
+  > {
     const { rank } = service;
     refuseUnlessPullable(service, device, undefined);
-    const mine = [...this.#plans.values()].filter((p) => p.connectionId === caller.connectionId).length + (this.#opening.get(caller.connectionId) ?? 0);
-    const all = this.#plans.size + [...this.#opening.values()].reduce((a, b) => a + b, 0);
+    const earlier = part.plan === undefined ? undefined : this.#partsOf(part.plan, caller, service, device);
+    if (!earlier) this.#refuseOverBounds(caller, rank.name);
+    const parts: PlanParts = earlier ?? { connectionId: caller.connectionId, model: rank.name, device, sources: [], tensors: [], checked: { sources: [], sourceIndex: new Map(), tensors: new Map() } };
+    if (parts.tensors.length + tensors.length > MAX_PLAN_TENSORS || parts.sources.length + sources.length > MAX_PLAN_SOURCES) {
+      throw new ServeError(
+        'E_BAD_REQUEST',
+        `a pull plan names at most ${MAX_PLAN_TENSORS} tensors of at most ${MAX_PLAN_SOURCES} sources; this part would make it ${parts.tensors.length + tensors.length} of ${parts.sources.length + sources.length}: open several plans`,
+        { model: rank.name },
+      );
+    }
+    recordPulls(service, parts.checked, sources, tensors);
+    const offset = parts.sources.length;
+    parts.sources.push(...sources);
+    for (const t of tensors) parts.tensors.push(offset === 0 ? t : { ...t, source: t.source + offset });
+    const id = part.plan ?? randomBytes(16).toString('hex');
+    if (part.more) {
+      this.#parts.set(id, parts);
+      return { pending: { ...parts, id } };
+    }
+    this.#parts.delete(id);
+    return { ...(await this.#make(service, caller, parts.sources, parts.tensors, isConnected, id)), sources: parts.sources.length };
+  }
+
+  /** The parts of plan `id` that this connection is naming, for this model and GPU; E_NO_PULL_PLAN otherwise. */
+  #partsOf(id: string, caller: Caller, service: RankService, device: string): PlanParts {
+    const parts = this.#parts.get(id);
+    if (!parts || parts.connectionId !== caller.connectionId) {
+      throw new ServeError(
+        'E_NO_PULL_PLAN',
+        `pull plan ${id.slice(0, 8)}… is not being opened on this connection (its first part, with more, opens it; a plan's parts come on one connection, before its last part); open_pull_plan again from its first part`,
+        { model: service.rank.name },
+      );
+    }
+    if (parts.model !== service.rank.name || parts.device !== device) {
+      throw new ServeError('E_NO_PULL_PLAN', `pull plan ${id.slice(0, 8)}… names tensors of model "${parts.model}" on ${parts.device}, not of "${service.rank.name}" on ${device}; send each part of a plan for one model and GPU`, {
+        model: service.rank.name,
+      });
+    }
+    return parts;
+  }
+
+  #refuseOverBounds(caller: Caller, model: string): void {
+    const pending = [...this.#parts.values()];
+    const mine =
+      [...this.#plans.values()].filter((p) => p.connectionId === caller.connectionId).length + (this.#opening.get(caller.connectionId) ?? 0) + pending.filter((p) => p.connectionId === caller.connectionId).length;
+    const all = this.#plans.size + [...this.#opening.values()].reduce((a, b) => a + b, 0) + pending.length;
     if (mine >= MAX_PLANS_PER_CONNECTION || all >= MAX_PLANS) {
       throw new ServeError(
         'E_TOO_MANY_PULL_PLANS',
         mine >= MAX_PLANS_PER_CONNECTION
           ? `this connection holds ${mine} pull plans, the most one may (${MAX_PLANS_PER_CONNECTION}): each keeps the writer's memory open; close one's connection, or pull with pull_tensors`
           : `the node holds ${all} pull plans, the most it keeps (${MAX_PLANS}); close a plan's connection, or pull with pull_tensors`,
-        { model: rank.name, limit: mine >= MAX_PLANS_PER_CONNECTION ? MAX_PLANS_PER_CONNECTION : MAX_PLANS },
+        { model, limit: mine >= MAX_PLANS_PER_CONNECTION ? MAX_PLANS_PER_CONNECTION : MAX_PLANS },
       );
     }
+  }
+
+  /** Opens the writer's memory and makes the native plan of `tensors`, numbered `id`. */
+  async #make(
+    service: RankService,
+    caller: Caller,
+    sources: readonly string[],
+    tensors: readonly PulledTensor[],
+    isConnected: () => boolean,
+    id: string,
+  ): Promise<{ plan: PullPlan; timings: { openMs: number; setupMs: number; moduleMs: number; nativeMs: number }; gpuDigestUnavailable: string }> {
+    const { rank } = service;
     const batch = batchPlan(service, sources, tensors);
     // The plan's tensors as a Pull, for the commit's planners below, which read only its tensors.
     const pull: Pull = { sources: [], sourceIndex: new Map(), tensors: batch.pulled };
@@ -103,7 +181,7 @@ export class PullPlanDesk {
     }
     const copied = pulledSegments(service, pull);
     const plan: PullPlan = {
-      id: randomBytes(16).toString('hex'),
+      id,
       connectionId: caller.connectionId,
       pid: caller.pid,
       model: rank.name,
@@ -159,13 +237,16 @@ export class PullPlanDesk {
     return plan;
   }
 
-  /** Whether a connection opened a plan still open (kept open while idle, as a lease's). */
+  /** Whether a connection opened a plan still open, or is naming one's parts (kept open while idle, as a lease's). */
   holds(connectionId: number): boolean {
-    return [...this.#plans.values()].some((p) => p.connectionId === connectionId) || this.#opening.has(connectionId);
+    return (
+      [...this.#plans.values()].some((p) => p.connectionId === connectionId) || this.#opening.has(connectionId) || [...this.#parts.values()].some((p) => p.connectionId === connectionId)
+    );
   }
 
-  /** A connection ended: the plans it opened close (the writer's memory, the kernel's resources go after any run in flight). */
+  /** A connection ended: the plans it opened close (the writer's memory, the kernel's resources go after any run in flight), and those it was naming go. */
   connectionClosed(connectionId: number): void {
+    for (const [id, parts] of [...this.#parts]) if (parts.connectionId === connectionId) this.#parts.delete(id);
     for (const plan of [...this.#plans.values()]) {
       if (plan.connectionId !== connectionId) continue;
       this.#plans.delete(plan.id);

@@ -115,7 +115,18 @@ export const PullTensorsRequest = z.object({
  * and digests' resources now, and keeps them while this connection lives, for every update of
  * this process that pulls by the plan (pull_by_plan). The writer keeps the memory allocated.
  */
-export const OpenPullPlanRequest = z.object({ id: requestId, cmd: z.literal('open_pull_plan'), model: ModelName, device: z.string().min(1).max(64), sources: z.array(ipcHandle).min(1).max(65_536), tensors: pulledTensors });
+export const OpenPullPlanRequest = z.object({
+  id: requestId,
+  cmd: z.literal('open_pull_plan'),
+  model: ModelName,
+  device: z.string().min(1).max(64),
+  sources: z.array(ipcHandle).min(1).max(65_536),
+  tensors: pulledTensors,
+  /** More parts of this plan follow (a plan of more tensors than one request holds): the daemon checks and keeps this one, and makes the plan at the last. */
+  more: z.literal(true).optional(),
+  /** The plan this part adds to: the first part's reply's `plan` (absent in the first part). */
+  plan: leaseId.optional(),
+});
 /** For a pull update begun on this connection: the new bytes of the plan's tensors lie where the plan says (the writer checked that they still do). */
 export const PullByPlanRequest = z.object({ id: requestId, cmd: z.literal('pull_by_plan'), update: leaseId, plan: leaseId });
 /** Seals and digests what was written on this rank; the version serves once every local rank of the model committed. */
@@ -386,19 +397,26 @@ export const PullTensorsReply = z.object({
 });
 export type PullTensorsReply = z.infer<typeof PullTensorsReply>;
 
-export const OpenPullPlanReply = z.object({
+const openPullPlanNamed = {
   ...ok,
-  /** The plan's number, for pull_by_plan on any connection of this process. */
+  /** The plan's number, for pull_by_plan on any connection of this process (and for its next part). */
   plan: z.string(),
   model: z.string(),
-  /** How many tensors and sources (allocations) it names. */
+  /** How many tensors and sources (allocations) it names (with every part so far). */
   tensors: count,
   sources: count,
-  /** Why its updates hash their digests on the CPU though the rank hashes on the GPU ("" where not). */
-  gpuDigestUnavailable: z.string(),
-  /** The native work done once: opening the writer's memory, the digest kernel's resources (ms). */
-  timings: z.object({ openMs: z.number(), setupMs: z.number(), moduleMs: z.number(), nativeMs: z.number() }),
-});
+};
+export const OpenPullPlanReply = z.union([
+  z.object({
+    ...openPullPlanNamed,
+    /** Why its updates hash their digests on the CPU though the rank hashes on the GPU ("" where not). */
+    gpuDigestUnavailable: z.string(),
+    /** The native work done once: opening the writer's memory, the digest kernel's resources (ms). */
+    timings: z.object({ openMs: z.number(), setupMs: z.number(), moduleMs: z.number(), nativeMs: z.number() }),
+  }),
+  /** A part sent with `more`: checked and kept; the plan is made at its last part. */
+  z.object({ ...openPullPlanNamed, pending: z.literal(true) }),
+]);
 export type OpenPullPlanReply = z.infer<typeof OpenPullPlanReply>;
 
 export const CommitUpdateReply = z.object({

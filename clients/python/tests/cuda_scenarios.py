@@ -1164,6 +1164,48 @@ def daemon_pull_plan() -> None:
             conn.close()
             with client.begin_update(name, fingerprint, device=0, source="pull") as upd:
                 out["closedConnectionPlan"] = code(lambda: upd.conn.request("pull_by_plan", update=upd.id, plan=opened[0]))
+
+            # A plan of more tensors than one request holds goes in parts (open_pull_plan's more):
+            # the client's bound made small here, so the trainer's tensors take several.
+            import weightd_client.pull as pull_module
+
+            bound, split = pull_module._BATCH_BYTES, pull_module.batches
+            sizes: list = []
+
+            def counted(entries, handles):
+                for b in split(entries, handles):
+                    sizes.append(len(b[1]))
+                    yield b
+
+            pull_module._BATCH_BYTES, pull_module.batches = 4096, counted
+            try:
+                with client.pull_plan(name, trainer.tensors, device=0) as parted:
+                    out["partedReply"] = [parted.reply["tensors"], "pending" in parted.reply, len(sizes) > 1, sum(sizes)]
+                    new = step_bytes(3)
+                    trainer.write(new)
+                    with client.begin_update(name, fingerprint, device=0, source="pull") as upd:
+                        got = upd.pull_from(parted)
+                        done = upd.commit()
+                    fingerprint = done["fingerprint"]
+                    reader.switch_to(fingerprint)
+                    out["parted"] = [got["pulled"] == len(want), reads(new)]
+            finally:
+                pull_module._BATCH_BYTES, pull_module.batches = bound, split
+            # Its parts on the wire: another connection's plan, and a tensor an earlier part named,
+            # are refused (the plan's earlier parts stay); the last part makes it; a part after that
+            # names no plan being opened; a plan left in parts goes with its connection.
+            conn = Connection(client.socket_path)
+            other = next(n for n in sorted(want) if want[n] and n != one)
+            two = [{"name": other, "source": 0, "offset": trainer.places[other], "bytes": len(want[other])}]
+            first = conn.request("open_pull_plan", model=name, device=DEVICE0, sources=[handle], tensors=entry, more=True)
+            out["partPending"] = [first.get("pending"), first["tensors"], "timings" in first]
+            out["partOtherConnection"] = code(lambda: client.conn.request("open_pull_plan", model=name, device=DEVICE0, sources=[handle], tensors=two, plan=first["plan"]))
+            out["partTwice"] = code(lambda: conn.request("open_pull_plan", model=name, device=DEVICE0, sources=[handle], tensors=entry, plan=first["plan"]))
+            last = conn.request("open_pull_plan", model=name, device=DEVICE0, sources=[handle], tensors=two, plan=first["plan"])
+            out["partMade"] = [last["plan"] == first["plan"], last["tensors"], "timings" in last]
+            out["partAfterMade"] = code(lambda: conn.request("open_pull_plan", model=name, device=DEVICE0, sources=[handle], tensors=two, plan=first["plan"]))
+            conn.request("open_pull_plan", model=name, device=DEVICE0, sources=[handle], tensors=entry, more=True)
+            conn.close()
             plan.close()
             out["closedPlan"] = code(lambda: plan.check())
             reader.tensors = {}

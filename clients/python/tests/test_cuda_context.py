@@ -461,6 +461,12 @@ def test_a_pull_plan_names_the_trainers_tensors_once_and_every_update_after_pull
     assert [got["badName"], got["badSize"], got["badDevice"], got["unknownModel"]] == ["E_UNKNOWN_TENSOR", "E_UPDATE_SIZE", "E_DEVICE_MISMATCH", "E_UNKNOWN_MODEL"], got
     assert got["closedConnectionPlan"] == "E_NO_PULL_PLAN", "a plan ends with the connection that opened it"
     assert got["closedPlan"] == "E_PULL_PLAN_CLOSED"
-    # The main plan, the moved one and the four on one connection.
-    assert got["plansOpened"] == 6
+    # A plan in parts: the client sent several, and the plan serves as one sent whole.
+    tensors = sum(1 for v in checkpoint_tensors().values() if v)
+    assert got["partedReply"] == [tensors, False, True, tensors], got["partedReply"]
+    assert got["parted"] == [True, True], got["parted"]
+    assert got["partPending"] == [True, 1, False] and got["partMade"] == [True, 2, True], got
+    assert [got["partOtherConnection"], got["partTwice"], got["partAfterMade"]] == ["E_NO_PULL_PLAN", "E_BAD_REQUEST", "E_NO_PULL_PLAN"], got
+    # The main plan, the moved one, the four on one connection, and the two made in parts.
+    assert got["plansOpened"] == 8
     assert got["daemonLeaks"] == NO_LEAKS, "every plan's opened memory, kernel buffers and streams let go of"

@@ -194,9 +194,9 @@ class PullPlan:
     ``copy_``) keeps its plan for good. One that replaces a parameter's tensor with another must
     open a new plan: the plan reads the tensors it was given.
 
-    A plan names what fits one request (an 8B model's 291 tensors take 28 kB of the 1 MiB); a
-    rank of more tensors than that pulls them with ``pull_from`` or over several plans whose
-    tensors lie in different allocations."""
+    A plan of more tensors than one request holds (an 8B model's 291 tensors take 28 kB of its
+    1 MiB; a large MoE's rank may hold tens of thousands) is sent in parts, on the plan's own
+    connection, and made once its last part came."""
 
     def __init__(self, socket_path: str, model: str, tensors: Dict[str, Any], device: Optional[int] = None, timeout: float = 300.0):
         from .cuda import _current_torch_device
@@ -218,15 +218,15 @@ class PullPlan:
                     entries.append({"name": name, "source": source, "offset": offset, "bytes": nbytes})
             if not entries:
                 raise ProtocolError("E_BAD_OPTION", f"every tensor of the pull plan of {model!r} is empty: there is nothing to pull")
-            size = _size_bound(entries) + sum(len(h) + 4 for h in self._sources.handles)
-            if size > _BATCH_BYTES:
-                raise ProtocolError(
-                    "E_BAD_OPTION",
-                    f"a pull plan of {len(entries)} tensors needs up to {size} bytes of request, over the {_BATCH_BYTES} one request may hold; "
-                    "pull them with pull_from, or open several plans of fewer tensors, each of allocations of its own",
-                )
             self.conn = Connection(socket_path, timeout)
-            reply = self.conn.request("open_pull_plan", model=model, device=self._sources.uuid, sources=self._sources.handles, tensors=entries)
+            # A plan of more tensors than one request holds goes in parts, each under the bound:
+            # all but the last with ``more``, each after the first naming the plan.
+            parts = list(batches(entries, self._sources.handles))
+            plan: Dict[str, Any] = {}
+            for i, (sources, part) in enumerate(parts):
+                more = {"more": True} if i + 1 < len(parts) else {}
+                reply = self.conn.request("open_pull_plan", model=model, device=self._sources.uuid, sources=sources, tensors=part, **more, **plan)
+                plan = {"plan": reply["plan"]}
         except BaseException:
             self.close()
             raise

@@ -17,7 +17,13 @@ export async function openPullPlan(req: RequestOf<'open_pull_plan'>, services: D
       models: modelRefs(services),
     });
   }
-  const { plan, timings, gpuDigestUnavailable } = await host.plans.open(service, caller, req.device, req.sources, req.tensors, () => services.isConnected(caller.connectionId));
-  const reply: OpenPullPlanReply = { id: req.id, ok: true, plan: plan.id, model: plan.model, tensors: plan.tensors.size, sources: req.sources.length, gpuDigestUnavailable, timings };
+  const opened = await host.plans.open(service, caller, req.device, req.sources, req.tensors, () => services.isConnected(caller.connectionId), { more: req.more, plan: req.plan });
+  if ('pending' in opened) {
+    const { id, model, tensors, sources } = opened.pending;
+    const reply: OpenPullPlanReply = { id: req.id, ok: true, plan: id, model, tensors: tensors.length, sources: sources.length, pending: true };
+    return JSON.stringify(reply);
+  }
+  const { plan, sources, timings, gpuDigestUnavailable } = opened;
+  const reply: OpenPullPlanReply = { id: req.id, ok: true, plan: plan.id, model: plan.model, tensors: plan.tensors.size, sources, gpuDigestUnavailable, timings };
   return JSON.stringify(reply);
 }
