@@ -19,9 +19,10 @@ import type { RankService } from './rankService.js';
 /** Plans one connection may hold open at once, and the node's sockets together: each holds the writer's memory open and GPU buffers. */
 export const MAX_PLANS_PER_CONNECTION = 4;
 export const MAX_PLANS = 64;
-/** What a plan named over several requests (open_pull_plan's `more`) may name in all. */
-export const MAX_PLAN_TENSORS = 1_000_000;
+/** What one plan may name in all (over several requests: open_pull_plan's `more`), and the node's plans together (open and being named): each tensor costs the daemon memory while its plan lives. */
+export const MAX_PLAN_TENSORS = 262_144;
 export const MAX_PLAN_SOURCES = 65_536;
+export const MAX_NODE_PLAN_TENSORS = 1_048_576;
 
 /** An open plan: what pull_by_plan records into an update and runs. */
 export interface PullPlan {
@@ -60,11 +61,17 @@ interface PlanParts {
 }
 
 export class PullPlanDesk {
+  readonly #bounds: { planTensors: number; nodeTensors: number };
   readonly #plans = new Map<string, PullPlan>();
   /** Plans being opened (their native part not made yet), by connection: counted against the bounds, closed if their connection ends first. */
   readonly #opening = new Map<number, number>();
   /** Plans whose parts are coming (open_pull_plan's `more`), by id: counted against the bounds, dropped with their connection. */
   readonly #parts = new Map<string, PlanParts>();
+
+  /** `bounds`: MAX_PLAN_TENSORS and MAX_NODE_PLAN_TENSORS unless given (tests give smaller ones). */
+  constructor(bounds: { planTensors?: number; nodeTensors?: number } = {}) {
+    this.#bounds = { planTensors: bounds.planTensors ?? MAX_PLAN_TENSORS, nodeTensors: bounds.nodeTensors ?? MAX_NODE_PLAN_TENSORS };
+  }
 
   /**
    * open_pull_plan: checks `tensors` (each a tensor of `service`'s layout, whole, once; sources of
@@ -90,11 +97,20 @@ export class PullPlanDesk {
     const earlier = part.plan === undefined ? undefined : this.#partsOf(part.plan, caller, service, device);
     if (!earlier) this.#refuseOverBounds(caller, rank.name);
     const parts: PlanParts = earlier ?? { connectionId: caller.connectionId, model: rank.name, device, sources: [], tensors: [], checked: { sources: [], sourceIndex: new Map(), tensors: new Map() } };
-    if (parts.tensors.length + tensors.length > MAX_PLAN_TENSORS || parts.sources.length + sources.length > MAX_PLAN_SOURCES) {
+    const { planTensors, nodeTensors } = this.#bounds;
+    if (parts.tensors.length + tensors.length > planTensors || parts.sources.length + sources.length > MAX_PLAN_SOURCES) {
       throw new ServeError(
         'E_BAD_REQUEST',
-        `a pull plan names at most ${MAX_PLAN_TENSORS} tensors of at most ${MAX_PLAN_SOURCES} sources; this part would make it ${parts.tensors.length + tensors.length} of ${parts.sources.length + sources.length}: open several plans`,
+        `a pull plan names at most ${planTensors} tensors of at most ${MAX_PLAN_SOURCES} sources; this part would make it ${parts.tensors.length + tensors.length} of ${parts.sources.length + sources.length}: open several plans`,
         { model: rank.name },
+      );
+    }
+    const named = this.#namedTensors();
+    if (named + tensors.length > nodeTensors) {
+      throw new ServeError(
+        'E_TOO_MANY_PULL_PLANS',
+        `the node's pull plans name ${named} tensors, and this part ${tensors.length} more, past the ${nodeTensors} they may name together; close a plan's connection, or pull with pull_tensors`,
+        { model: rank.name, limit: nodeTensors },
       );
     }
     recordPulls(service, parts.checked, sources, tensors);
@@ -126,6 +142,14 @@ export class PullPlanDesk {
       });
     }
     return parts;
+  }
+
+  /** The tensors the node's plans name, open and being named. */
+  #namedTensors(): number {
+    let n = 0;
+    for (const p of this.#plans.values()) n += p.tensors.size;
+    for (const p of this.#parts.values()) n += p.tensors.length;
+    return n;
   }
 
   #refuseOverBounds(caller: Caller, model: string): void {
