@@ -27,7 +27,7 @@ interface RankIo {
 
 /**
  * Each started rank's io, by its actor system (one per rank: its machine's and its phases'
- * actors share it). The machine with its implementations is made once (providedRankWorker), and
+ * actors share it). The machine with its implementations is made once (provideRankWorker), and
  * each rank's implementations find their io here: xstate's provide builds a whole new machine,
  * ~0.8 ms of a writer's commit per rank on the development VM (issue 31).
  */
