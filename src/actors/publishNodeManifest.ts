@@ -16,14 +16,14 @@ import { removeNodeManifest, writeNodeManifest } from '../wire/nodeManifest.js';
 export const publishNodeManifest = fromCallback<PublishCommand, PublishNodeManifestInput>(({ input, receive }) => {
   let written: { routes: string; content: string } | undefined;
   let later: { manifest: NodeManifestContent; at: NodeJS.Immediate } | undefined;
-  const publish = (m: NodeManifestContent) => {
+  const publish = (m: NodeManifestContent, routes = routesOf(m)) => {
     if (later) clearImmediate(later.at);
     later = undefined;
     const content = JSON.stringify(m);
     if (content === written?.content) return;
     try {
       const path = writeNodeManifest(input.socketDir, m.entries, m.group, m.models);
-      written = { routes: routesOf(m), content };
+      written = { routes, content };
       input.log.info({ path, ranks: m.entries.length, models: m.models.map((x) => x.name) }, 'node manifest written');
     } catch (err) {
       // Clients can still find sockets by device; a missing manifest is not worth failing for.
@@ -32,7 +32,8 @@ export const publishNodeManifest = fromCallback<PublishCommand, PublishNodeManif
   };
   publish(input.manifest);
   receive(({ manifest }) => {
-    if (written === undefined || routesOf(manifest) !== written.routes) return publish(manifest);
+    const routes = routesOf(manifest);
+    if (written === undefined || routes !== written.routes) return publish(manifest, routes);
     if (later) later.manifest = manifest;
     else later = { manifest, at: setImmediate(() => later && publish(later.manifest)) };
   });

@@ -54,10 +54,10 @@ interface PlanParts {
   connectionId: number;
   model: string;
   device: string;
-  sources: string[];
-  tensors: PulledTensor[];
-  /** The parts recorded as a pull records them: a part that names a tensor again, or one the layout lacks, is refused whole. */
+  /** The parts recorded as a pull records them (its sources, each handle once): a part that names a tensor again, or one the layout lacks, is refused whole. */
   checked: Pull;
+  /** Every part's tensors, their sources indexing `checked.sources`. */
+  tensors: PulledTensor[];
 }
 
 export class PullPlanDesk {
@@ -89,19 +89,20 @@ export class PullPlanDesk {
     isConnected: () => boolean,
     part: { more?: boolean; plan?: string } = {},
   ): Promise<
-    | { pending: PlanParts & { id: string } }
+    | { pending: { id: string; model: string; tensors: number; sources: number } }
     | { plan: PullPlan; sources: number; timings: { openMs: number; setupMs: number; moduleMs: number; nativeMs: number }; gpuDigestUnavailable: string }
   > {
     const { rank } = service;
     refuseUnlessPullable(service, device, undefined);
     const earlier = part.plan === undefined ? undefined : this.#partsOf(part.plan, caller, service, device);
     if (!earlier) this.#refuseOverBounds(caller, rank.name);
-    const parts: PlanParts = earlier ?? { connectionId: caller.connectionId, model: rank.name, device, sources: [], tensors: [], checked: { sources: [], sourceIndex: new Map(), tensors: new Map() } };
+    const parts: PlanParts = earlier ?? { connectionId: caller.connectionId, model: rank.name, device, checked: { sources: [], sourceIndex: new Map(), tensors: new Map() }, tensors: [] };
+    const { checked } = parts;
     const { planTensors, nodeTensors } = this.#bounds;
-    if (parts.tensors.length + tensors.length > planTensors || parts.sources.length + sources.length > MAX_PLAN_SOURCES) {
+    if (parts.tensors.length + tensors.length > planTensors || checked.sources.length + sources.length > MAX_PLAN_SOURCES) {
       throw new ServeError(
         'E_BAD_REQUEST',
-        `a pull plan names at most ${planTensors} tensors of at most ${MAX_PLAN_SOURCES} sources; this part would make it ${parts.tensors.length + tensors.length} of ${parts.sources.length + sources.length}: open several plans`,
+        `a pull plan names at most ${planTensors} tensors of at most ${MAX_PLAN_SOURCES} sources; this part would make it ${parts.tensors.length + tensors.length} of up to ${checked.sources.length + sources.length}: open several plans`,
         { model: rank.name },
       );
     }
@@ -113,17 +114,15 @@ export class PullPlanDesk {
         { model: rank.name, limit: nodeTensors },
       );
     }
-    recordPulls(service, parts.checked, sources, tensors);
-    const offset = parts.sources.length;
-    parts.sources.push(...sources);
-    for (const t of tensors) parts.tensors.push(offset === 0 ? t : { ...t, source: t.source + offset });
+    recordPulls(service, checked, sources, tensors);
+    for (const t of tensors) parts.tensors.push({ ...t, source: checked.sourceIndex.get(sources[t.source]!)! });
     const id = part.plan ?? randomBytes(16).toString('hex');
     if (part.more) {
       this.#parts.set(id, parts);
-      return { pending: { ...parts, id } };
+      return { pending: { id, model: parts.model, tensors: parts.tensors.length, sources: checked.sources.length } };
     }
     this.#parts.delete(id);
-    return { ...(await this.#make(service, caller, parts.sources, parts.tensors, isConnected, id)), sources: parts.sources.length };
+    return { ...(await this.#make(service, caller, checked.sources, parts.tensors, isConnected, id)), sources: checked.sources.length };
   }
 
   /** The parts of plan `id` that this connection is naming, for this model and GPU; E_NO_PULL_PLAN otherwise. */

@@ -20,7 +20,7 @@ export async function openPullPlan(req: RequestOf<'open_pull_plan'>, services: D
   const opened = await host.plans.open(service, caller, req.device, req.sources, req.tensors, () => services.isConnected(caller.connectionId), { more: req.more, plan: req.plan });
   if ('pending' in opened) {
     const { id, model, tensors, sources } = opened.pending;
-    const reply: OpenPullPlanReply = { id: req.id, ok: true, plan: id, model, tensors: tensors.length, sources: sources.length, pending: true };
+    const reply: OpenPullPlanReply = { id: req.id, ok: true, plan: id, model, tensors, sources, pending: true };
     return JSON.stringify(reply);
   }
   const { plan, sources, timings, gpuDigestUnavailable } = opened;
