@@ -20,6 +20,7 @@ import socket
 import struct
 import time
 import array
+import contextlib
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 MAGIC = b"WGTD"
@@ -304,6 +305,20 @@ class Connection:
             raise dropped
         out, self.events = self.events, []
         return out
+
+    @property
+    def connected(self) -> bool:
+        """Whether a connection is open (a request opens one when none is, so a watch made on the
+        one before is gone)."""
+        return self._sock is not None
+
+    def interrupt(self) -> None:
+        """Wakes a thread that waits for events on this connection (it finds the connection
+        closed): for another thread to stop it."""
+        sock = self._sock
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
 
     def close(self) -> None:
         if self._sock is not None:
