@@ -24,6 +24,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import types
 import unittest
 from pathlib import Path
@@ -408,8 +409,13 @@ class VllmPluginTest(unittest.TestCase):
                     with self.subTest(to=version):
                         old = "llama" if version == "llama-other" else "llama-other"
                         serve(version)
+                        # The backend prepared the switch when the daemon said the version was
+                        # ready (its lease taken, its segments mapped aside): the update only remaps.
+                        self.assertEqual(llm.apply_model(lambda model, f=fp[version]: model._weightd.ahead.prepared(f, timeout=60.0)), [True])
                         llm.start_weight_update()
-                        llm.update_weights({"update_info": target})
+                        with self.assertLogs("vllm.weightd", "INFO") as logs:
+                            llm.update_weights({"update_info": target})
+                        self.assertTrue(any("weightd: switched " in m and ", prepared ahead)" in m for m in logs.output), logs.output)
                         llm.finish_weight_update()
                         llm.reset_prefix_cache()  # what vLLM asks of every weight update: no KV of the old weights is reused
                         want = first if version == "llama" else second
@@ -426,6 +432,32 @@ class VllmPluginTest(unittest.TestCase):
                 self.assertEqual(greedy(llm)["tokens"], first["tokens"])
                 with self.assertRaisesRegex(CannotFollow, "not mapped from weightd .* reload the engine"):
                     mapped_model(torch.nn.Linear(2, 2))  # as a disk load leaves a model: nothing the daemon mapped
+
+                # A version prepared and then not switched to: a newer one's readiness (here the
+                # version mapped, current again) gives it back, lease and all.
+                serve("llama-other")
+                self.assertEqual(llm.apply_model(lambda model: model._weightd.ahead.prepared(fp["llama-other"], timeout=60.0)), [True])
+                self.assertEqual([l["mode"] for l in mine(fp["llama-other"])], ["map"])
+                serve("llama")
+                self.assertEqual(llm.apply_model(lambda model: model._weightd.ahead.idle(timeout=60.0)), [True])
+                self.assertEqual(mine(fp["llama-other"]), [], "the version prepared and not switched to keeps no lease of this engine")
+                self.assertEqual(greedy(llm)["tokens"], first["tokens"])
+
+                # The trainer's connection released (AsyncLLM.shutdown_weight_transfer_engine, the
+                # worker's own method; the worker's shutdown calls the same): the thread ends, and
+                # a version prepared by then is given back. Updates still switch, preparing then.
+                serve("llama-other")
+                self.assertEqual(llm.apply_model(lambda model: model._weightd.ahead.prepared(fp["llama-other"], timeout=60.0)), [True])
+                llm.collective_rpc("shutdown_weight_transfer_engine")
+                self.assertFalse([t.name for t in threading.enumerate() if t.name == "weightd-switch-ahead"], "the backend's thread ends with its shutdown")
+                self.assertEqual(mine(fp["llama-other"]), [], "and the version it prepared keeps no lease of this engine")
+                llm.start_weight_update()
+                with self.assertLogs("vllm.weightd", "INFO") as logs:
+                    llm.update_weights({"update_info": {"model": "llama"}})
+                self.assertTrue(any("weightd: switched " in m and "prepared ahead" not in m for m in logs.output), logs.output)
+                llm.finish_weight_update()
+                llm.reset_prefix_cache()
+                self.assertEqual(greedy(llm), {k: second[k] for k in ("tokens", "logprobs")})
             finally:
                 del llm
                 gc.collect()

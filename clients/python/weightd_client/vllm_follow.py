@@ -17,6 +17,8 @@ hook the plugin does not repeat.
 
 from __future__ import annotations
 
+import contextlib
+import weakref
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional
 
@@ -25,6 +27,7 @@ from torch import nn
 from vllm.model_executor.layers.quantization.base_config import QuantizeMethodBase
 
 from .client import Mismatch, WeightdClient
+from .switch_ahead import SwitchAhead
 from .vllm_plugin import LOAD_FORMAT, Mapped, _end_lease, logger
 from .write_version import NotServing, serving_fingerprint
 
@@ -165,10 +168,14 @@ def switch(model: nn.Module, info: Target) -> str:
     client = WeightdClient(mapped.socket_path)
     try:
         fingerprint = info.fingerprint or _version(client, info)
-        state = client.switch(mapped.mapping, fingerprint, info.fingerprint_fields, "vllm", mapped.lease[0])
-        if isinstance(state, Mismatch):
-            raise CannotFollow(f"the daemon at {mapped.socket_path} serves no version {fingerprint[:12]} for this rank (fields that differ: {', '.join(state.fields)}); load it there first (weightd ctl load)")
-        mapped.lease[0] = state["leaseId"]
+        with mapped.ahead.switching(fingerprint, client) if mapped.ahead is not None else contextlib.nullcontext() as pending:
+            if pending is not None:
+                state = client.finish_switch(mapped.mapping, pending, mapped.lease[0])
+            else:
+                state = client.switch(mapped.mapping, fingerprint, info.fingerprint_fields, "vllm", mapped.lease[0])
+            if isinstance(state, Mismatch):
+                raise CannotFollow(f"the daemon at {mapped.socket_path} serves no version {fingerprint[:12]} for this rank (fields that differ: {', '.join(state.fields)}); load it there first (weightd ctl load)")
+            mapped.lease[0] = state["leaseId"]
     finally:
         client.close()
     try:
@@ -185,7 +192,36 @@ def switch(model: nn.Module, info: Target) -> str:
     if moved:
         logger.warning("weightd: processing the new version put %s at new addresses; a captured CUDA graph would read the old ones", ", ".join(moved))
     did = mapped.mapping.last_switch
-    return f"switched {len(mapped.params)} parameters to version {fingerprint[:12]} in place ({len(did['remapped'])} segment(s) remapped, {did['skipped']} shared with the version before), lease {state['leaseId']}"
+    ahead = ", prepared ahead" if pending is not None else ""
+    return f"switched {len(mapped.params)} parameters to version {fingerprint[:12]} in place ({len(did['remapped'])} segment(s) remapped, {did['skipped']} shared with the version before{ahead}), lease {state['leaseId']}"
+
+
+def prepare_ahead(model: nn.Module) -> None:
+    """Prepares each switch of ``model``'s mapped weights as soon as the daemon says its version
+    is ready (switch_ahead.py), so that ``switch`` only remaps; until ``stop_ahead``. Where the
+    daemon names no model that serves the mapped version, switches prepare when asked, as
+    without this, and a warning says so."""
+    mapped = mapped_model(model)
+    if mapped.ahead is not None:
+        return
+    try:
+        ahead = SwitchAhead(mapped.socket_path, mapped.mapping, "vllm").start()
+    except Exception as err:  # noqa: BLE001 - switching still works, only later
+        logger.warning("weightd: switches will import the new version's memory when asked, not ahead (%s)", err)
+        return
+    mapped.ahead = ahead
+    # An engine dropped without its worker's shutdown: the thread (which holds the mapping) ends
+    # with the model all the same.
+    weakref.finalize(model, ahead.stop).atexit = False
+
+
+def stop_ahead(model: nn.Module) -> None:
+    """Stops ``prepare_ahead`` and gives back the switch it holds prepared, if any."""
+    mapped = getattr(model, "_weightd", None)
+    ahead = getattr(mapped, "ahead", None)
+    if ahead is not None:
+        mapped.ahead = None
+        ahead.stop()
 
 
 def switch_worker(worker: Any, update_info: Dict[str, Any]) -> str:

@@ -183,6 +183,9 @@ class Mapped:
     holders: List[Tuple[nn.Module, str, nn.Parameter]]
     processed: Optional[Processed] = None
     published: List[nn.Parameter] = dataclasses.field(default_factory=list)
+    #: The next switch prepared while the engine computes (switch_ahead.py), once the
+    #: weight-transfer backend started it.
+    ahead: Optional[Any] = None
 
 
 class WeightdModelLoader(BaseModelLoader):

@@ -23,7 +23,7 @@ from typing import Any, Dict, Iterator
 import vllm
 from vllm.distributed.weight_transfer.base import WeightTransferEngine, WeightTransferInitInfo
 
-from .vllm_follow import Target, mapped_model, switch
+from .vllm_follow import Target, mapped_model, prepare_ahead, stop_ahead, switch
 from .vllm_plugin import logger
 from .vllm_rules import layout_namer
 from .write_version import WriteTarget, write_version
@@ -35,14 +35,18 @@ class WeightdInitInfo(WeightTransferInitInfo):
 
 
 class WeightdWeightTransferEngine(WeightTransferEngine[WeightdInitInfo, Target]):
-    """``weight_transfer_config={"backend": "weightd"}``: start and finish have nothing to do;
-    ``update_weights`` switches this rank to the named version (``switch``)."""
+    """``weight_transfer_config={"backend": "weightd"}``: init starts preparing each version the
+    daemon makes ready (``prepare_ahead``), shutdown stops it; start and finish have nothing to
+    do; ``update_weights`` switches this rank to the named version (``switch``)."""
 
     init_info_cls = WeightdInitInfo
     update_info_cls = Target
 
     def init_transfer_engine(self, init_info: WeightdInitInfo) -> None:
-        mapped_model(self.model)  # refuse now, not at the first update
+        # Refused now, not at the first update. Each version the daemon makes ready is prepared
+        # from here on, while the engine computes: update_weights gives no moment ahead.
+        prepare_ahead(self.model)
+        self._prepared_model = self.model
 
     def start_weight_update(self) -> None:
         mapped_model(self.model)
@@ -59,7 +63,10 @@ class WeightdWeightTransferEngine(WeightTransferEngine[WeightdInitInfo, Target])
         pass
 
     def shutdown(self) -> None:
-        pass
+        model = getattr(self, "_prepared_model", None)
+        if model is not None:
+            self._prepared_model = None
+            stop_ahead(model)
 
     @staticmethod
     def trainer_send_weights(iterator: Iterator[Any], trainer_args: Dict[str, Any] | Any) -> Dict[str, Any]:

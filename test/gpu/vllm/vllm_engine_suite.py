@@ -166,6 +166,10 @@ def follow(models: Dict[str, Path], base: str, other: str, graphs: bool, work: P
 
         check(base, "loaded")
         addresses = params()
+        if interface:
+            # From here on each version the daemon makes ready is prepared while the engine runs
+            # (weightd_client/switch_ahead.py): the update only remaps.
+            llm.init_weight_transfer_engine({"init_info": {}})
         for version in (other, base):
             ctl = subprocess.run(["node", "dist/main.js", "ctl", "--weight-cache-socket-dir", daemon.socket_dir, "load", "--model", str(models[version]), "--name", models[base].name,
                                   "--layouts", "checkpoint,vllm", "-tp", "1"], capture_output=True, text=True, timeout=300)
@@ -177,6 +181,11 @@ def follow(models: Dict[str, Path], base: str, other: str, graphs: bool, work: P
                 if not got:
                     raise RuntimeError(f"no model_ready for {version} (heard {heard})")
                 heard += got
+            prepared = None
+            if interface:
+                prepared = llm.apply_model(lambda m, f=fp[version]: m._weightd.ahead is not None and m._weightd.ahead.prepared(f, 120.0))[0]
+                if not prepared:
+                    r["problems"].append(f"switch to {version}: not prepared ahead within 120 s of model_ready")
             started = time.monotonic()
             if interface:
                 llm.start_weight_update()
@@ -185,7 +194,7 @@ def follow(models: Dict[str, Path], base: str, other: str, graphs: bool, work: P
             else:
                 llm.collective_rpc(switch_worker, args=({"model": models[base].name},))
             llm.reset_prefix_cache()
-            r["steps"].append({"step": f"switch to {version}", "seconds": round(time.monotonic() - started, 4)})
+            r["steps"].append({"step": f"switch to {version}", "seconds": round(time.monotonic() - started, 4), "preparedAhead": prepared})
             check(version, f"after switch to {version}")
             if params() != addresses:
                 r["problems"].append(f"switch to {version}: a parameter's address changed")
