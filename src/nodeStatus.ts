@@ -31,7 +31,7 @@ export type RankSource =
   | { from: 'checkpoint'; refused?: string }
   /** thread: main when adopted with no worker thread and no device context (src/actors/adoptHere.ts), worker on the rank's worker thread. */
   | { from: 'keeper'; keptAt: string; ageMs: number; thread: 'main' | 'worker' }
-  /** thread: main for a version committed on cuda with descriptors (adoptWrittenHere), else worker. */
+  /** thread: main for a version a writer committed on the host backend or on cuda with descriptors (adoptWrittenHere), else worker. */
   | { from: 'writer'; thread: 'main' | 'worker' };
 
 export interface RankStatus {

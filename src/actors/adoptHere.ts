@@ -18,8 +18,8 @@
 //
 // Not on this path: a cuda rank with legacy IPC handles (nothing of it is kept), a rank that
 // awaits admission (a model loaded beside others, judged on its device's free memory first), and
-// a version a writer committed (it adopts its written segments: on cuda with descriptors, on the
-// main thread too, by adoptWrittenHere below).
+// a version a writer committed (it adopts its written segments on the main thread too, by
+// adoptWrittenHere below: on the host backend, and on cuda with descriptors).
 import { serializeError, WeightdError } from '../errors.js';
 import { DeviceHandle } from '../native/deviceHandle.js';
 import type { NotAdopted, Post, RankWorkerData } from '../models/rankMessages.js';
@@ -72,27 +72,32 @@ export async function adoptHere(data: RankWorkerData, post: Post, stopped: () =>
 }
 
 /**
- * Whether this rank is a version a writer just committed on cuda with descriptors: its segments
- * are this process's own allocations (the update's finals, the base's shared ones), handed over as
- * descriptors. Starting a worker thread for it was most of a commit's time past its copies and
- * digests (issue 31), and it needs none: it adopts here, with a deferred context.
+ * Whether this rank is a version a writer just committed, whose segments this process holds: on
+ * the host backend its sealed memfds (opened anew read-only by path), on cuda with descriptors
+ * its own allocations (the update's finals, the base's shared ones). Starting a worker thread for
+ * it was most of a commit's time past its copies and digests (issue 31: on the development VM, 60
+ * to 120 ms of a host commit's publication under load), and it needs none: it adopts here. (A
+ * written version restored at a start has no segments here: the keeper holds them, adoptHere.)
  */
 export function adoptsWrittenHere(data: RankWorkerData): boolean {
-  return data.device.backend === 'cuda' && data.cudaHandles === 'fd' && data.written?.segmentFds !== undefined;
+  if (data.device.backend === 'host') return data.written?.segmentPaths !== undefined;
+  return data.cudaHandles === 'fd' && data.written?.segmentFds !== undefined;
 }
 
 /**
- * Adopts a committed version's descriptors here (the rank's own steps, run on this thread). They
- * are this GPU's allocations of the planned sizes by construction (the update desk made or shared
- * them), so no client waits for a check; the device maps them right after the export, on a libuv
+ * Adopts a committed version's segments here (the rank's own steps, run on this thread). They are
+ * the planned sizes by construction (the update desk made or shared them). On cuda no client waits
+ * for a check of the descriptors: the device maps them right after the export, on a libuv
  * thread, for the daemon's own reads (queued after the mapping), off the commit's reply. Mapping
  * them also makes the device retain the GPU's primary context, which must stay made while the
  * version serves: once the checkpoint's version drained, a written version whose device mapped
  * nothing left no holder, and every update call made and destroyed the context again (on an H100,
  * 2026-12-06 16:02, pulls of 8 GB took 400 ms instead of 30: bench/gpu/results/2026-12-06-h100-prepared-pulls).
+ * The host device maps its memfds as it adopts them, as a worker's would.
  */
 export function adoptWrittenHere(data: RankWorkerData, post: Post, stopped: () => void): RankHere {
-  const device = new DeviceHandle('cuda', data.device.index, { uuid: data.device.uuid, cudaHandles: 'fd', deferContext: true });
+  const cuda = data.device.backend === 'cuda';
+  const device = new DeviceHandle(data.device.backend, data.device.index, { uuid: data.device.uuid, ...(cuda ? { cudaHandles: 'fd' as const, deferContext: true } : {}) });
   const phases: RankPhases = {
     ...rankPhases,
     open(_, postHere) {
@@ -106,9 +111,11 @@ export function adoptWrittenHere(data: RankWorkerData, post: Post, stopped: () =
     },
     async export(deviceHere, resident, postHere) {
       const segments = await rankPhases.export(deviceHere, resident, postHere);
-      deviceHere.checkAdopted().catch((err: unknown) => {
-        if (!deviceHere.freeing) postHere({ type: 'FAILED', error: serializeError(err) });
-      });
+      if (cuda) {
+        deviceHere.checkAdopted().catch((err: unknown) => {
+          if (!deviceHere.freeing) postHere({ type: 'FAILED', error: serializeError(err) });
+        });
+      }
       return segments;
     },
   };

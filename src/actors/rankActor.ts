@@ -4,7 +4,7 @@
 // composition root (src/actors/nodeActors.ts), a fixture that fails on purpose in tests.
 // A rank that can adopt its kept shard with no worker (a restart's fast path, adoptHere.ts) tries
 // that first, and starts its worker only when there is nothing to adopt; a version a writer just
-// committed on cuda with descriptors adopts with no worker at all (adoptWrittenHere).
+// committed (host, or cuda with descriptors) adopts with no worker at all (adoptWrittenHere).
 import { fromCallback } from 'xstate';
 import { serializeError } from '../errors.js';
 import type { RankActorInput, RankCommand, RankEvent } from '../models/rankContract.js';

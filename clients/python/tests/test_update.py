@@ -113,6 +113,8 @@ def test_a_reader_sees_only_its_version_until_it_switches(served):
         done = upd.commit()
     assert done["waiting"] == [] and done["version"] == 1
     assert done["fingerprint"] != base
+    # Its sealed segments are adopted on the daemon's main thread: no worker thread is started for a commit.
+    assert [r["source"] for m in models(daemon) if m["version"] == 1 for r in m["ranks"]] == [{"from": "writer", "thread": "main"}]
     # Committed: the reader still reads the version it attached to, byte for byte...
     assert raw(reader.tensors[changed]) == old_changed
     assert current(daemon) == done["fingerprint"]
