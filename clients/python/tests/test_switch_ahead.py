@@ -10,7 +10,7 @@ import pytest
 
 from daemon_fixture import DEVICE, Daemon
 from test_host_fds import MODEL
-from test_switch import ctl, raw, segment_maps, wait_for
+from test_switch import counting_fds, ctl, raw, segment_maps, wait_for
 from versions import other_version
 from weightd_client.protocol import ServeError
 from weightd_client.switch_ahead import SwitchAhead
@@ -62,20 +62,6 @@ def commit_one(client, reader, base, tag):
     with client.begin_update(NAME, base, tensors=[name]) as upd:
         upd.write(name, new)
         return upd.commit()["fingerprint"], name, new
-
-
-def counting_fds(client):
-    """The descriptors each of ``client``'s get_segment_fds replies brought, in order."""
-    received = []
-    request_fds = client.conn.request_fds
-
-    def counting(cmd, **body):
-        reply, fds = request_fds(cmd, **body)
-        received.append(len(fds))
-        return reply, fds
-
-    client.conn.request_fds = counting
-    return received
 
 
 def test_a_version_made_ready_is_prepared_on_the_thread_and_the_switch_only_remaps(served):

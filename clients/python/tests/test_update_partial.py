@@ -9,7 +9,7 @@ import pytest
 
 from daemon_fixture import DEVICE, Daemon
 from test_host_fds import MODEL
-from test_switch import ctl, raw, wait_for
+from test_switch import counting_fds, ctl, raw, wait_for
 from test_update import update_memfds
 from versions import other_version
 from weightd_client.protocol import ProtocolError, ServeError
@@ -110,15 +110,7 @@ def test_a_partial_update_naming_a_tensor_the_model_does_not_hold_is_refused_nam
 def test_a_reader_switching_to_a_partial_update_remaps_only_the_written_segment_and_a_prepared_switch_only_moves_it(served):
     daemon = served
     with daemon.client(0) as client:
-        received = []
-        request_fds = client.conn.request_fds
-
-        def counting(cmd, **body):
-            reply, fds = request_fds(cmd, **body)
-            received.append(len(fds))
-            return reply, fds
-
-        client.conn.request_fds = counting
+        received = counting_fds(client)
         (base,) = serving(daemon)
         reader = client.attach(rank_fingerprint(client, base["version"]), tensor_format="numpy")
         segments = sorted({seg["segment"] for seg in reader.state["segments"]})
