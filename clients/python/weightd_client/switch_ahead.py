@@ -82,7 +82,7 @@ class SwitchAhead:
         with self._changed:
             pending, self._pending = self._pending, None
             if pending is not None and (pending.fingerprint != fingerprint or pending.prepared.against is not self.mapping.state):
-                client.drop_switch(self.mapping, pending)
+                _drop(client, self.mapping, pending)
                 pending = None
             try:
                 yield pending
@@ -182,7 +182,7 @@ class SwitchAhead:
             if kind == "model_dropping":
                 if pending is not None and pending.fingerprint == fingerprint:
                     self._pending = None
-                    client.drop_switch(self.mapping, pending)
+                    _drop(client, self.mapping, pending)
                     self._changed.notify_all()
                 return
             if pending is not None and pending.fingerprint == fingerprint:
@@ -190,7 +190,7 @@ class SwitchAhead:
             # A newer version than the one held: that one will not be switched to first.
             if pending is not None:
                 self._pending = None
-                client.drop_switch(self.mapping, pending)
+                _drop(client, self.mapping, pending)
                 self._changed.notify_all()
             if fingerprint == self.mapping.state["fingerprint"] or self._stopping.is_set():
                 return
@@ -203,3 +203,13 @@ class SwitchAhead:
                 return
             self._pending = got
             self._changed.notify_all()
+
+
+def _drop(client: WeightdClient, mapping: Any, pending: PendingSwitch) -> None:
+    """Gives back a held switch: its imports always; its lease on ``client``'s connection, and a
+    daemon that does not answer is logged (the lease ends with this process, or the daemon's
+    sweep), so that what comes next (the switch, the next prepare) is not failed by it."""
+    try:
+        client.drop_switch(mapping, pending)
+    except Exception as err:  # noqa: BLE001 - see above
+        log.info("weightd: the lease of the switch prepared for %s was not dropped (%s); it ends with this process", pending.fingerprint[:12], err)
