@@ -3,21 +3,28 @@
 // removed as soon as the node stops being ready.
 //
 // A change that moves no client's way to its socket (the same names, ranks and sockets: a new
-// version of a model, a version that drains or goes) is written a turn of the event loop later,
-// once for all such changes of that turn: a writer's commit publishes its version through several
-// such changes, and writing the file (a create, a write, a rename) in each took 0.8-1.2 ms of the
-// commit's reply on the development VM (issue 31). What a client is routed by is written at once,
-// so a reply that says a model loaded or went finds node.json saying so already. Content the file
-// holds already is not written again.
+// version of a model, a version that drains or goes) is written up to VERSIONS_WRITE_AFTER_MS
+// later, once for all such changes meanwhile. A writer's commit makes three (its version serves,
+// the oldest retained drains, and goes once its last lease ends), and writing the file (a create,
+// a write, a rename) took 0.8-1.2 ms of the main thread each on the development VM (issue 31):
+// first in the commit's reply, then, written a turn later, beside the engines' switches to the
+// new version. A training loop commits every few milliseconds; the file's versions are a listing
+// (a client asks its socket which versions serve, docs/operations.md), so they may lag that much.
+// What a client is routed by is written at once, so a reply that says a model loaded or went finds
+// node.json saying so already. Content the file holds already is not written again.
 import { fromCallback } from 'xstate';
 import type { NodeManifestContent, PublishCommand, PublishNodeManifestInput } from '../machines/supervisorActors.js';
 import { removeNodeManifest, writeNodeManifest } from '../wire/nodeManifest.js';
 
+/** The most a change of versions alone waits to be written (see above). */
+export const VERSIONS_WRITE_AFTER_MS = 100;
+
 export const publishNodeManifest = fromCallback<PublishCommand, PublishNodeManifestInput>(({ input, receive }) => {
   let written: { routes: string; content: string } | undefined;
-  let later: { manifest: NodeManifestContent; at: NodeJS.Immediate } | undefined;
+  let later: { manifest: NodeManifestContent; at: NodeJS.Timeout } | undefined;
+  const after = input.versionsAfterMs ?? VERSIONS_WRITE_AFTER_MS;
   const publish = (m: NodeManifestContent, routes = routesOf(m)) => {
-    if (later) clearImmediate(later.at);
+    if (later) clearTimeout(later.at);
     later = undefined;
     const content = JSON.stringify(m);
     if (content === written?.content) return;
@@ -35,10 +42,11 @@ export const publishNodeManifest = fromCallback<PublishCommand, PublishNodeManif
     const routes = routesOf(manifest);
     if (written === undefined || routes !== written.routes) return publish(manifest, routes);
     if (later) later.manifest = manifest;
-    else later = { manifest, at: setImmediate(() => later && publish(later.manifest)) };
+    // unref: a pending listing keeps no process alive (a stopping node removes the file anyway).
+    else later = { manifest, at: setTimeout(() => later && publish(later.manifest), after).unref() };
   });
   return () => {
-    if (later) clearImmediate(later.at);
+    if (later) clearTimeout(later.at);
     later = undefined;
     removeNodeManifest(input.socketDir);
   };

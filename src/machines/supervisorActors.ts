@@ -64,6 +64,8 @@ export interface PublishNodeManifestInput {
   socketDir: string;
   manifest: NodeManifestContent;
   log: Logger;
+  /** How long a change of versions alone waits to be written with those after it (default VERSIONS_WRITE_AFTER_MS, src/actors/publishNodeManifest.ts). */
+  versionsAfterMs?: number;
 }
 
 export type PublishCommand = { type: 'REPUBLISH'; manifest: NodeManifestContent };
