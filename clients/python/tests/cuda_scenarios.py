@@ -219,7 +219,7 @@ def daemon_switch_shared() -> None:
     descriptors the reader spends on each switch, counted, and the bytes it reads after it."""
     import tempfile
 
-    from daemon_fixture import Daemon
+    from daemon_fixture import Daemon, counting_fds
     from test_host_fds import MODEL, checkpoint_tensors
     from weightd_client.cuda import _Driver
 
@@ -245,15 +245,7 @@ def daemon_switch_shared() -> None:
     out: dict = {}
     with Daemon(MODEL, device="cuda", extra_args=["--cuda-handles", "fd", "--plan-file", plan]) as daemon:
         with daemon.client() as client:
-            received: list = []
-            request_fds = client.conn.request_fds
-
-            def counting_request_fds(cmd, **body):
-                reply, fds = request_fds(cmd, **body)
-                received.append(len(fds))
-                return reply, fds
-
-            client.conn.request_fds = counting_request_fds
+            received = counting_fds(client)
             onlooker = daemon.client()  # looks on, from outside the reader's client
             name = client.ping()["name"]
             base = served_fingerprint(client, name, 0)

@@ -110,3 +110,17 @@ class Daemon:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def counting_fds(client):
+    """The descriptors each of ``client``'s get_segment_fds replies brought, in order, from now on."""
+    received = []
+    request_fds = client.conn.request_fds
+
+    def counting(cmd, **body):
+        reply, fds = request_fds(cmd, **body)
+        received.append(len(fds))
+        return reply, fds
+
+    client.conn.request_fds = counting
+    return received

@@ -69,20 +69,6 @@ def ctl(daemon, *args):
     return r.stdout
 
 
-def counting_fds(client):
-    """The descriptors each of ``client``'s get_segment_fds replies brought, in order, from now on."""
-    received = []
-    request_fds = client.conn.request_fds
-
-    def counting(cmd, **body):
-        reply, fds = request_fds(cmd, **body)
-        received.append(len(fds))
-        return reply, fds
-
-    client.conn.request_fds = counting
-    return received
-
-
 def address(view):
     return view.data_ptr() if isinstance(view, torch.Tensor) else view.ctypes.data
 

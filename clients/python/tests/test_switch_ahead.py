@@ -8,9 +8,9 @@ import os
 
 import pytest
 
-from daemon_fixture import DEVICE, Daemon
+from daemon_fixture import DEVICE, Daemon, counting_fds
 from test_host_fds import MODEL
-from test_switch import counting_fds, ctl, raw, segment_maps, wait_for
+from test_switch import ctl, raw, segment_maps, wait_for
 from versions import other_version
 from weightd_client.protocol import ServeError
 from weightd_client.switch_ahead import SwitchAhead

@@ -7,9 +7,9 @@ import os
 
 import pytest
 
-from daemon_fixture import DEVICE, Daemon
+from daemon_fixture import DEVICE, Daemon, counting_fds
 from test_host_fds import MODEL
-from test_switch import counting_fds, ctl, raw, wait_for
+from test_switch import ctl, raw, wait_for
 from test_update import update_memfds
 from versions import other_version
 from weightd_client.protocol import ProtocolError, ServeError
