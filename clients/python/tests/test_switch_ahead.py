@@ -4,6 +4,7 @@ changed segments mapped aside) while the reader still reads its own, so the swit
 for nothing and only remaps; a newer version, a switch elsewhere, a rollback and ``stop`` each give
 back what was held, and after a daemon restart the thread watches again."""
 
+import json
 import os
 
 import pytest
@@ -130,6 +131,26 @@ def test_a_newer_version_a_switch_elsewhere_and_a_rollback_each_give_back_what_w
         assert mine(client, v2) == [], "and its lease"
         assert not ahead._thread.is_alive()
         reader.detach()
+
+
+def test_a_prepared_version_that_drains_is_given_back(served):
+    with served.client() as client:
+        base = next(m["fingerprint"] for m in client.ping()["models"] if m["name"] == NAME)
+        reader = client.attach(base, tensor_format="numpy")
+        maps = segment_maps()
+        ahead = SwitchAhead(client.socket_path, reader._mapping, "checkpoint").start()
+        try:
+            v1, _, _ = commit_one(client, reader, base, 13)
+            assert ahead.prepared(v1, timeout=60)
+            # Unloaded with no newer version made ready: only its model_dropping says so.
+            model_fp = next(m["fingerprint"] for m in json.loads(ctl(served, "list", "--json"))["models"] if m["name"] == NAME and m.get("version") == 1)
+            ctl(served, "unload", model_fp)
+            assert ahead.idle(timeout=60), "a held version that drains is given back"
+            assert wait_for(lambda: mine(client, v1) == []), "with its lease, so the daemon frees it"
+            assert segment_maps() == maps
+        finally:
+            ahead.stop()
+            reader.detach()
 
 
 def test_after_the_daemon_restarts_the_thread_watches_again(model, tmp_path):
