@@ -40,9 +40,9 @@ class SwitchAhead:
     def __init__(self, socket_path: str, mapping: Any, layout: str, names: Optional[List[str]] = None) -> None:
         self.socket_path, self.mapping, self.layout = socket_path, mapping, layout
         self._names = names
-        # Held while a switch is prepared or done: a prepare never runs beside a switch.
-        self._lock = threading.Lock()
-        self._changed = threading.Condition(self._lock)
+        # Held while a switch is prepared or done (a prepare never runs beside a switch), and
+        # notified when what is held changes.
+        self._changed = threading.Condition()
         self._pending: Optional[PendingSwitch] = None
         self._stopping = threading.Event()
         # The watch's connection does nothing else: a request on it could meet a close and go on
@@ -164,19 +164,21 @@ class SwitchAhead:
         """What a watch made now has not heard: the version that serves as current under each
         name (made ready before the watch began, or while the daemon was away), prepared as if
         its model_ready had come. Asked after the watch, so nothing falls between the two."""
-        if self._requests is None:
-            self._requests = WeightdClient(self.socket_path)
-        for m in self._requests.ping().get("models") or []:
+        for m in self._requester().ping().get("models") or []:
             if m.get("name") in self.names and m.get("status") == "serving" and m.get("current", True):
                 self._heard({"event": "model_ready", "fingerprint": m["fingerprint"]})
+
+    def _requester(self) -> WeightdClient:
+        """The thread's client for requests (made when first needed, again after a failure)."""
+        if self._requests is None:
+            self._requests = WeightdClient(self.socket_path)
+        return self._requests
 
     def _heard(self, event: Dict[str, Any]) -> None:
         kind, fingerprint = event.get("event"), event.get("fingerprint")
         if kind not in ("model_ready", "model_dropping") or not fingerprint:
             return
-        if self._requests is None:
-            self._requests = WeightdClient(self.socket_path)
-        client = self._requests
+        client = self._requester()
         with self._changed:
             pending = self._pending
             if kind == "model_dropping":
