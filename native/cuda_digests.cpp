@@ -1,75 +1,23 @@
 #include "cuda_digests.h"
 
-#include <dlfcn.h>
-
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
 #include <cstring>
-#include <fstream>
-#include <iterator>
 #include <memory>
-#include <mutex>
+
+#include "cuda_digest_kernels.h"
 
 namespace weightd {
 
 namespace {
 
-constexpr const char* kKernelFile = "weightd-digests.fatbin";
-
-// The kernel's image, read once per process from WEIGHTD_DIGEST_KERNEL when set (a kernel built
-// elsewhere; the fake driver's tests), else from beside the addon (CMakeLists.txt and
-// native/gpu/build-kernel.sh put it there); `missing` says why there is none.
-struct KernelImage {
-  std::vector<char> bytes;
-  std::string missing;
-};
-
-const KernelImage& kernelImage() {
-  static KernelImage image;
-  static std::once_flag once;
-  std::call_once(once, [] {
-    std::string path;
-    Dl_info self{};
-    if (const char* chosen = getenv("WEIGHTD_DIGEST_KERNEL"); chosen && *chosen) {
-      path = chosen;
-    } else if (dladdr(reinterpret_cast<void*>(&kernelImage), &self) && self.dli_fname) {
-      path = self.dli_fname;
-      path = path.substr(0, path.find_last_of('/') + 1) + kKernelFile;
-    } else {
-      image.missing = "cannot tell where the addon was loaded from, so not where its GPU digest kernel is";
-      return;
-    }
-    std::ifstream in(path, std::ios::binary);
-    if (in) image.bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-    if (image.bytes.empty()) {
-      image.missing = "no GPU digest kernel at " + path +
-                      ": the addon was built where nvcc was not; build the kernel with native/gpu/build-kernel.sh";
-    }
-  });
-  return image;
-}
-
-// The hashing kernel of this addon's job layout in `module`; E_CUDA naming it where the kernel
-// file has none (built from another version's source).
-CUfunction hashKernel(CUmodule module) {
-  CUfunction kernel = nullptr;
-  const char* name = WEIGHTD_NAME_OF(WEIGHTD_HASH_KERNEL);
-  if (cudaDriver().cuModuleGetFunction.raw(&kernel, module, name) != CUDA_SUCCESS) {
-    throw DeviceError("E_CUDA", std::string("the GPU digest kernel file has no kernel ") + name +
-                                    ": it was built from another version's source; rebuild it with native/gpu/build-kernel.sh");
-  }
-  return kernel;
-}
-
-// Loads the kernel in the current context and uploads `jobs` (through pinned memory on a stream
-// of its own: no copy from pageable memory, and no wait for or on the legacy default stream that
-// other code in the process may use), with room for their digests in `out`. What it made is
-// left in the arguments for the caller to free, also when a step fails.
-void loadKernel(const std::vector<GpuDigestJob>& jobs, CUmodule& module, CUfunction& kernel, DeviceMemory& table, DeviceMemory& out) {
+// Finds the kernel in the current context (cuda_digest_kernels.h) and uploads `jobs` (through
+// pinned memory on a stream of its own: no copy from pageable memory, and no wait for or on the
+// legacy default stream that other code in the process may use), with room for their digests in
+// `out`. What it made is left in the arguments for the caller to free, also when a step fails.
+void loadKernel(const std::vector<GpuDigestJob>& jobs, CUfunction& kernel, DeviceMemory& table, DeviceMemory& out) {
   const CudaDriver& drv = cudaDriver();
-  drv.cuModuleLoadData(&module, kernelImage().bytes.data());
-  kernel = hashKernel(module);
+  kernel = digestKernels().hash;
   table = allocateDeviceMemory(jobs.size() * sizeof(GpuDigestJob));
   out = allocateDeviceMemory(jobs.size() * 16);
   const uint64_t tableBytes = jobs.size() * sizeof(GpuDigestJob);
@@ -91,7 +39,7 @@ void launchKernel(CUfunction kernel, CUdeviceptr table, CUdeviceptr out, GpuDige
 
 }  // namespace
 
-const std::string& SegmentHasher::unavailable() { return kernelImage().missing; }
+const std::string& SegmentHasher::unavailable() { return digestKernelMissing(); }
 
 SegmentHasher::SegmentHasher(ContentDigests& digests, size_t segments, const std::vector<SegmentCopy>& copies)
     : digests_(digests), of_(segments), copiedBy_(segments) {
@@ -127,20 +75,17 @@ SegmentHasher::SegmentHasher(ContentDigests& digests, size_t segments, const std
     of_[s].second = static_cast<uint32_t>(jobs_.size()) - of_[s].first;
   }
   if (jobs_.empty()) return;
-  const CudaDriver& drv = cudaDriver();
   try {
-    const auto loading = std::chrono::steady_clock::now();
-    drv.cuModuleLoadData(&module_, kernelImage().bytes.data());
-    // A kernel file built before the copying kernel existed has only the other: the copies are
-    // then all the driver's.
-    if (bytesCopied_ > 0 && drv.cuModuleGetFunction.raw(&kernel_, module_, WEIGHTD_NAME_OF(WEIGHTD_COPY_KERNEL)) != CUDA_SUCCESS) {
-      kernel_ = nullptr;
+    const DigestKernels kernels = digestKernels();
+    moduleMs_ = kernels.loadMs;
+    kernel_ = bytesCopied_ > 0 ? kernels.copy : kernels.hash;
+    if (!kernel_) {
+      // A kernel file built before the copying kernel existed: the copies are then all the driver's.
+      kernel_ = kernels.hash;
       std::fill(from_.begin(), from_.end(), 0);
       for (auto& ranges : copiedBy_) ranges.clear();
       bytesCopied_ = 0;
     }
-    if (!kernel_) kernel_ = hashKernel(module_);
-    moduleMs_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - loading).count();
     table_ = allocateDeviceMemory(jobs_.size() * sizeof(GpuDigestJob));
     out_ = allocateDeviceMemory(jobs_.size() * 16);
     staging_ = allocatePinnedHost(jobs_.size() * sizeof(GpuDigestJob));
@@ -148,8 +93,6 @@ SegmentHasher::SegmentHasher(ContentDigests& digests, size_t segments, const std
     releaseAll();
     table_.reset();
     out_.reset();
-    if (module_) drv.cuModuleUnload.raw(module_);
-    module_ = nullptr;
     throw;
   }
 }
@@ -157,7 +100,6 @@ SegmentHasher::SegmentHasher(ContentDigests& digests, size_t segments, const std
 SegmentHasher::~SegmentHasher() {
   table_.reset();
   out_.reset();
-  if (module_) cudaDriver().cuModuleUnload.raw(module_);
 }
 
 void SegmentHasher::launch(size_t from, size_t to, const CUdeviceptr* bases, CUstream stream) {
@@ -216,8 +158,8 @@ std::string hashDeviceSegments(const std::vector<CUdeviceptr>& segments, const s
 GpuDigests::GpuDigests(const std::vector<FillMember>& members, const std::vector<FillWindow>& windows, ContentDigests& digests)
     : fill_(members), digests_(digests), members_(members.size()), jobs_(members.size()), ranges_(windows.size() * members.size()) {
   if (digests.empty()) return;
-  if (!kernelImage().missing.empty()) {
-    unavailable_ = kernelImage().missing;
+  if (!digestKernelMissing().empty()) {
+    unavailable_ = digestKernelMissing();
     return;
   }
   std::vector<std::vector<GpuDigestJob>>& jobs = jobs_;
@@ -266,7 +208,7 @@ void GpuDigests::setUp(size_t m, const FillMember& member, const std::vector<Gpu
   Member& own = members_[m];
   ScopedContext current(member.target.context);
   own.context = member.target.context;
-  loadKernel(jobs, own.module, own.kernel, own.jobs, own.out);
+  loadKernel(jobs, own.kernel, own.jobs, own.out);
 }
 
 GpuDigests::~GpuDigests() {
@@ -275,7 +217,6 @@ GpuDigests::~GpuDigests() {
     ScopedContext current(m.context);
     m.jobs.reset();
     m.out.reset();
-    if (m.module) cudaDriver().cuModuleUnload.raw(m.module);
   }
 }
 

@@ -65,7 +65,8 @@ class SegmentHasher {
   // constructor was given copies), and their total over every segment.
   const std::vector<std::pair<uint64_t, uint64_t>>& copiedByKernel(size_t segment) const { return copiedBy_[segment]; }
   uint64_t bytesCopiedByKernel() const { return bytesCopied_; }
-  // Loading the kernel's module and finding its function, in ms (part of a pull's setupMs).
+  // Loading the kernel's module, in ms (part of a pull's setupMs): 0 where its context had it
+  // (cuda_digest_kernels.h).
   double moduleMs() const { return moduleMs_; }
 
  private:
@@ -77,7 +78,6 @@ class SegmentHasher {
   std::vector<std::vector<std::pair<uint64_t, uint64_t>>> copiedBy_;  // per segment
   uint64_t bytesCopied_ = 0;
   double moduleMs_ = 0;
-  CUmodule module_ = nullptr;
   CUfunction kernel_ = nullptr;
   DeviceMemory table_, out_;
   PinnedHostMemory staging_;  // the jobs with their absolute addresses, as launched
@@ -94,7 +94,7 @@ class GpuDigests {
   // Claims in `digests` the pieces each member's GPU will hash, each piece on the first member
   // whose contiguous copy in some window holds it whole. Touches no GPU: load() does.
   GpuDigests(const std::vector<FillMember>& members, const std::vector<FillWindow>& windows, ContentDigests& digests);
-  // Loads the kernel and puts each member's jobs on its GPU; the pieces of a member whose setup
+  // Finds the kernel (loaded once per context, cuda_digest_kernels.h) and puts each member's jobs on its GPU; the pieces of a member whose setup
   // fails are released to the CPU. Once, before the first add().
   void load();
   ~GpuDigests();
@@ -140,7 +140,6 @@ class GpuDigests {
   };
   struct Member {
     CUcontext context = nullptr;
-    CUmodule module = nullptr;
     CUfunction kernel = nullptr;
     std::vector<size_t> pieces;  // per job: its piece in ContentDigests
     DeviceMemory jobs;           // GpuDigestJob per job

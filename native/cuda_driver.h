@@ -47,7 +47,7 @@ class DriverFn<CUresult (*)(Args...)> {
   X(cuInit) X(cuDriverGetVersion) X(cuGetErrorName) X(cuGetErrorString) X(cuDeviceGetCount)           \
   X(cuDeviceGet) X(cuDeviceGetName) X(cuDeviceGetUuid_v2) X(cuDeviceTotalMem_v2)                      \
   X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease_v2) X(cuCtxPushCurrent_v2)                 \
-  X(cuCtxPopCurrent_v2) X(cuMemGetInfo_v2) X(cuMemAlloc_v2) X(cuMemFree_v2) X(cuMemGetAddressRange_v2) \
+  X(cuCtxPopCurrent_v2) X(cuCtxGetCurrent) X(cuCtxGetId) X(cuMemGetInfo_v2) X(cuMemAlloc_v2) X(cuMemFree_v2) X(cuMemGetAddressRange_v2) \
   X(cuMemHostAlloc) X(cuMemFreeHost) X(cuMemHostRegister_v2) X(cuMemHostUnregister)                   \
   X(cuMemcpyHtoDAsync_v2) X(cuMemcpy2DAsync_v2) X(cuMemcpyDtoDAsync_v2) X(cuMemcpyDtoH_v2) X(cuMemsetD8Async) X(cuMemsetD32Async) \
   X(cuStreamCreate) X(cuStreamSynchronize) X(cuStreamDestroy_v2) X(cuEventCreate) X(cuEventRecord)    \

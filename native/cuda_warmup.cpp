@@ -5,6 +5,7 @@
 #include <mutex>
 #include <vector>
 
+#include "cuda_digest_kernels.h"
 #include "cuda_driver.h"
 #include "cuda_resources.h"
 #include "pinned_stash.h"
@@ -36,15 +37,31 @@ void warmCuda(int devices, uint64_t stagingBytes) {
       break;  // the rank that needs this GPU reports it
     }
   }
-  if (made == 0 || stagingBytes == 0) return;
-  try {
-    // Pinned with GPU 0's context current (PORTABLE: every context copies from it), retained
-    // here for the call: endWarmContexts() may drop the warm-up's own reference meanwhile.
-    PrimaryContext context(0);
-    ScopedContext current(context.get());
-    stashPinned(stagingBytes);
-  } catch (const DeviceError&) {
-    // A fill pins its own.
+  if (made == 0) return;
+  if (stagingBytes > 0) {
+    try {
+      // Pinned with GPU 0's context current (PORTABLE: every context copies from it), retained
+      // here for the call: endWarmContexts() may drop the warm-up's own reference meanwhile.
+      PrimaryContext context(0);
+      ScopedContext current(context.get());
+      stashPinned(stagingBytes);
+    } catch (const DeviceError&) {
+      // A fill pins its own.
+    }
+  }
+  // After the staging, which the first fill needs first: each context's digest kernels, so that
+  // a fill that hashes on the GPU finds them loaded (1.5-2 ms of its setup otherwise). Only in
+  // the contexts the warm-up still holds, under its lock: endWarmContexts() waits for one load at
+  // most, and no context is made again for it.
+  for (int d = 0; d < made; ++d) {
+    std::lock_guard<std::mutex> lock(warmMutex);
+    if (ended || static_cast<size_t>(d) >= warmContexts.size()) return;
+    try {
+      ScopedContext current(warmContexts[d]->get());
+      preloadDigestKernels();
+    } catch (const DeviceError&) {
+      // The fill loads them, or hashes on the CPU, saying why.
+    }
   }
 }
 

@@ -10,7 +10,8 @@ namespace weightd {
 
 // Initialises the driver and retains the primary contexts of devices 0..devices-1 (those that
 // exist), then pins `stagingBytes` of host memory for the first fill's staging (pinned_stash.h;
-// 0: none). Never throws: what fails here fails again, with its error, where the daemon needs it.
+// 0: none), then loads each context's digest kernels (cuda_digest_kernels.h). Never throws: what
+// fails here fails again, with its error, where the daemon needs it.
 void warmCuda(int devices, uint64_t stagingBytes);
 
 // Drops the references warmCuda took, and any it takes later, and frees the staging no fill took

@@ -20,7 +20,7 @@ export function cudaProbe(): Promise<CudaProbe> {
  * Starts CUDA's start-up work on another thread and returns at once: the driver's initialisation
  * (cuInit), then the primary contexts of GPUs 0..devices-1, which the ranks' devices then find
  * made, then the pinned staging of a hot fill of that many GPUs (native/cuda_warmup.h, pinned_stash.h),
- * which the first fill takes. Never rejects: cudaProbe() and the devices report failures.
+ * which the first fill takes, then each context's digest kernels (native/cuda_digest_kernels.h). Never rejects: cudaProbe() and the devices report failures.
  * Call endCudaWarmup() once the ranks hold their own contexts, or have failed.
  */
 export function warmCuda(devices: number): Promise<void> {

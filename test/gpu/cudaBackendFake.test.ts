@@ -185,6 +185,19 @@ test('with the digest kernel, each GPU hashes the pieces its contiguous copies l
   assert.equal(leaks, noLeaks);
 });
 
+test('the digest kernels are loaded once per CUDA context, by the warm-up ahead of the fills; a context made again after one ended loads its own, and its fills still hash on the GPU', () => {
+  const kernel = join(fakeDir, 'digest-kernel.fake');
+  writeFileSync(kernel, 'any image: the fake driver loads it as the digest kernel\n');
+  const log = join(fakeDir, `modules-${process.pid}.log`);
+  rmSync(log, { force: true });
+  const { result, leaks } = scenario('digestKernelsKept', { FAKE_CUDA_KERNELS: '1', WEIGHTD_DIGEST_KERNEL: kernel, FAKE_CUDA_MODULE_LOG: log }, 120_000);
+  // "device generation": GPU 0's first context, loaded by the warm-up, then its second.
+  assert.equal(result.loads, { afterWarm: ['0 1'], afterFills: ['0 1'], afterAgain: ['0 1', '0 2'] });
+  assert.equal(result.onGpu, [true, true, true, true]);
+  assert.is(result.digestsEqual, true);
+  assert.equal(leaks, noLeaks);
+});
+
 test('two GPUs filled as one group get byte-exact shards in every mode, from file lists in any order', () => {
   const { result, leaks } = scenario('group');
   assert.is(result.runs, 5);

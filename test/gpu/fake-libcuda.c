@@ -44,6 +44,9 @@
 // FAKE_CUDA_RETAIN_LOG=PATH: each cuDevicePrimaryCtxRetain that succeeds appends its device, so a
 // test sees when a context was made (none before a restart's READY, say).
 // FAKE_CUDA_QUERY_LOG=PATH: each cuDeviceGetUuid_v2 appends its device.
+// FAKE_CUDA_MODULE_LOG=PATH: each cuModuleLoadData that succeeds appends "DEVICE GENERATION" (the
+// how-manyth time that device's primary context was made), so a test sees which context loaded
+// the digest kernels, and how often.
 // Device memory starts as 0xEE bytes, never zeros, and memsets are queued like copies, so bytes
 // that must be zero are zero only if a memset ran for them.
 #define _GNU_SOURCE
@@ -66,12 +69,14 @@ typedef unsigned long long CUdeviceptr;
 enum {
   OK = 0, E_INVALID_VALUE = 1, E_OOM = 2, E_NOT_INIT = 3, E_NO_DEVICE = 100, E_INVALID_DEVICE = 101,
   E_INVALID_CONTEXT = 201, E_ALREADY_REGISTERED = 712, E_NOT_REGISTERED = 713, E_NOT_READY = 600,
-  E_ILLEGAL_ADDRESS = 700, E_NO_BINARY_FOR_GPU = 209, E_NOT_FOUND = 500,
+  E_ILLEGAL_ADDRESS = 700, E_NO_BINARY_FOR_GPU = 209, E_NOT_FOUND = 500, E_INVALID_HANDLE = 400,
 };
 #define MAX_DEV 8
 #define MAX_OPS 4096
 
-struct ctx { int device; int refs; };
+// generation: how many times the device's primary context was made, so each context has an id of
+// its own (cuCtxGetId); modules: those loaded in it, which its end unloads, as the driver's does.
+struct ctx { int device; int refs; unsigned generation; int modules; };
 static struct ctx contexts[MAX_DEV];
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static __thread struct ctx* ctxStack[16];
@@ -203,6 +208,7 @@ CUresult cuGetErrorName(CUresult r, const char** s) {
     case E_INVALID_CONTEXT: *s = "CUDA_ERROR_INVALID_CONTEXT"; break;
     case E_ALREADY_REGISTERED: *s = "CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED"; break;
     case E_ILLEGAL_ADDRESS: *s = "CUDA_ERROR_ILLEGAL_ADDRESS"; break;
+    case E_INVALID_HANDLE: *s = "CUDA_ERROR_INVALID_HANDLE"; break;
     default: *s = "CUDA_ERROR_UNKNOWN"; return E_INVALID_VALUE;
   }
   return OK;
@@ -260,7 +266,10 @@ CUresult cuDevicePrimaryCtxRetain(struct ctx** c, CUdevice d) {
   if (d < 0 || d >= devices()) return E_INVALID_DEVICE;
   waitAtGate("FAKE_CUDA_RETAIN_GATE");
   pthread_mutex_lock(&lock);
-  if (contexts[d].refs == 0) logMade(d);
+  if (contexts[d].refs == 0) {
+    logMade(d);
+    contexts[d].generation++;
+  }
   contexts[d].device = d;
   contexts[d].refs++;
   *c = &contexts[d];
@@ -271,7 +280,11 @@ CUresult cuDevicePrimaryCtxRetain(struct ctx** c, CUdevice d) {
 CUresult cuDevicePrimaryCtxRelease_v2(CUdevice d) {
   pthread_mutex_lock(&lock);
   if (contexts[d].refs <= 0) die("primary context released more often than retained");
-  contexts[d].refs--;
+  // The last release ends the context and every module loaded in it.
+  if (--contexts[d].refs == 0) {
+    liveModules -= contexts[d].modules;
+    contexts[d].modules = 0;
+  }
   pthread_mutex_unlock(&lock);
   return OK;
 }
@@ -285,6 +298,17 @@ CUresult cuCtxPopCurrent_v2(struct ctx** c) {
   if (!ctxDepth) return E_INVALID_CONTEXT;
   struct ctx* top = ctxStack[--ctxDepth];
   if (c) *c = top;
+  return OK;
+}
+CUresult cuCtxGetCurrent(struct ctx** c) {
+  if (!initialised) return E_NOT_INIT;
+  *c = ctxDepth ? ctxStack[ctxDepth - 1] : NULL;
+  return OK;
+}
+// Unique for the process's life: a context made again gets another.
+CUresult cuCtxGetId(struct ctx* c, unsigned long long* id) {
+  if (!c || c->refs <= 0) return E_INVALID_CONTEXT;
+  *id = ((unsigned long long)c->generation << 8) | (unsigned)c->device;
   return OK;
 }
 
@@ -486,39 +510,64 @@ CUresult cuEventRecord(struct event* e, struct stream* s) {
 // native/gpu_digest_job.h's WEIGHTD_HASH_KERNEL and WEIGHTD_COPY_KERNEL.
 static const char kDigestKernel[] = "weightd_xxh3_pieces_j32";
 static const char kCopyingKernel[] = "weightd_xxh3_copy_pieces_j32";
-CUresult cuModuleLoadData(void** module, const void* image) {
+// A module belongs to the context current at its load, and ends with it (or its unload); its
+// functions name it, so a kernel launched after its context ended (or in another context) is
+// refused, as the driver refuses a handle it no longer knows. Never freed: a stale handle stays
+// recognisable.
+struct function { const char* name; struct module* module; };
+struct module { struct ctx* ctx; unsigned generation; int unloaded; struct function hash, copy; };
+static int moduleAlive(const struct module* m) { return m && !m->unloaded && m->ctx->refs > 0 && m->ctx->generation == m->generation; }
+CUresult cuModuleLoadData(struct module** module, const void* image) {
   NEED_CTX();
   if (!image) return E_INVALID_VALUE;
   if (!getenv("FAKE_CUDA_KERNELS")) return E_NO_BINARY_FOR_GPU;
   pthread_mutex_lock(&lock);
-  *module = malloc(1);
+  struct module* m = calloc(1, sizeof *m);
+  m->ctx = current();
+  m->generation = m->ctx->generation;
+  m->hash = (struct function){kDigestKernel, m};
+  m->copy = (struct function){kCopyingKernel, m};
+  m->ctx->modules++;
   liveModules++;
+  *module = m;
+  char line[48];
+  snprintf(line, sizeof line, "%d %u\n", m->ctx->device, m->generation);
+  appendToLog("FAKE_CUDA_MODULE_LOG", line);
   pthread_mutex_unlock(&lock);
   return OK;
 }
-CUresult cuModuleUnload(void* module) {
+CUresult cuModuleUnload(struct module* module) {
   NEED_CTX();
   pthread_mutex_lock(&lock);
-  free(module);
-  liveModules--;
+  CUresult r = OK;
+  if (!moduleAlive(module)) r = E_INVALID_HANDLE;
+  else {
+    module->unloaded = 1;
+    module->ctx->modules--;
+    liveModules--;
+  }
   pthread_mutex_unlock(&lock);
-  return OK;
+  return r;
 }
-CUresult cuModuleGetFunction(void** fn, void* module, const char* name) {
+CUresult cuModuleGetFunction(struct function** fn, struct module* module, const char* name) {
   NEED_CTX();
   if (!module) return E_INVALID_VALUE;
+  pthread_mutex_lock(&lock);
+  int alive = moduleAlive(module);
+  pthread_mutex_unlock(&lock);
+  if (!alive) return E_INVALID_HANDLE;
   if (strcmp(getenv("FAKE_CUDA_KERNELS"), "other-layout") == 0) return E_NOT_FOUND;
-  if (strcmp(name, kDigestKernel) == 0) *fn = (void*)kDigestKernel;
-  else if (strcmp(name, kCopyingKernel) == 0 && strcmp(getenv("FAKE_CUDA_KERNELS"), "hash-only") != 0) *fn = (void*)kCopyingKernel;
+  if (strcmp(name, kDigestKernel) == 0) *fn = &module->hash;
+  else if (strcmp(name, kCopyingKernel) == 0 && strcmp(getenv("FAKE_CUDA_KERNELS"), "hash-only") != 0) *fn = &module->copy;
   else return E_NOT_FOUND;
   return OK;
 }
 // The kernel's parameters (jobs, ranges, digests) as xxh3_pieces.cu declares them; a launch must
 // give each job of its ranges a warp (blocks of 4 warps). Queued as one op per range.
-CUresult cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned shared,
+CUresult cuLaunchKernel(struct function* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned shared,
                         struct stream* s, void** params, void** extra) {
   NEED_CTX();
-  if ((f != (void*)kDigestKernel && f != (void*)kCopyingKernel) || !params || extra || gy != 1 || gz != 1 || bx != 128 || by != 1 || bz != 1 || shared) return E_INVALID_VALUE;
+  if (!f || !params || extra || gy != 1 || gz != 1 || bx != 128 || by != 1 || bz != 1 || shared) return E_INVALID_VALUE;
   CUdeviceptr jobs = *(CUdeviceptr*)params[0], out = *(CUdeviceptr*)params[2];
   const struct digestRanges* ranges = (const struct digestRanges*)params[1];
   unsigned long long warps = 0;
@@ -526,13 +575,13 @@ CUresult cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned
   for (unsigned i = 0; i < ranges->n; ++i) warps += ranges->count[i];
   if ((unsigned long long)gx * 4 < warps) return E_INVALID_VALUE;
   pthread_mutex_lock(&lock);
-  CUresult r = OK;
+  CUresult r = moduleAlive(f->module) && f->module->ctx == current() ? OK : E_INVALID_HANDLE;
   for (unsigned i = 0; i < ranges->n && r == OK; ++i) {
     const char* first = (const char*)(uintptr_t)jobs + (size_t)ranges->first[i] * sizeof(struct digestJob);
     struct alloc* j = findAlloc(first, (size_t)ranges->count[i] * sizeof(struct digestJob), K_DEVICE);
     if (!j || j->device != current()->device || s->device != current()->device) r = E_INVALID_VALUE;
     else if (s->nops == MAX_OPS) die("too many queued operations on one stream");
-    else s->ops[s->nops++] = (struct op){(char*)(uintptr_t)out, NULL, 0, 1, 0, 0, ++s->seq, 0, 0, 0, OP_KERNEL, NULL, 0, first, ranges->count[i], f == (void*)kCopyingKernel};
+    else s->ops[s->nops++] = (struct op){(char*)(uintptr_t)out, NULL, 0, 1, 0, 0, ++s->seq, 0, 0, 0, OP_KERNEL, NULL, 0, first, ranges->count[i], f->name == kCopyingKernel};
   }
   // At once, as far as its stream lets it: after what the stream waits for, and not after copies
   // it was not told to wait for.

@@ -423,6 +423,53 @@ const scenarios: Record<string, (args: string[]) => Promise<unknown>> = {
     }
   },
 
+  /**
+   * The digest kernels are loaded once per CUDA context (native/cuda_digest_kernels.h): the
+   * warm-up loads them ahead, and the fills after it load none; once the context ended (every
+   * reference to it released), a fill in the context made again loads its own, and still hashes
+   * on the GPU (a kernel of the ended context would be refused). Run with the digest kernel
+   * loadable and FAKE_CUDA_MODULE_LOG.
+   */
+  async digestKernelsKept() {
+    const dir = mkdtempSync(join(process.cwd(), 'test', 'artifacts', 'kernels-'));
+    const loads = () => {
+      try {
+        return readFileSync(process.env.FAKE_CUDA_MODULE_LOG!, 'utf8').split('\n').filter(Boolean);
+      } catch {
+        return [];
+      }
+    };
+    try {
+      await writeArchCheckpoint(dir, 'LlamaForCausalLM', { hidden: 256, heads: 4, kvHeads: 2, intermediate: 512, vocab: 1024, layers: 1 });
+      const plan = await planCheckpoint(dir, { tpSize: 1 });
+      const want = await diskDigests(plan);
+      const rank = plan.ranks[0]!;
+      const twoFills = async () => {
+        const device = new DeviceHandle('cuda', 0);
+        await device.allocate(rank.segments);
+        const fills = [];
+        for (let i = 0; i < 2; i++) fills.push(await device.fill(rank.files, rank.ops, rank.totalBytes, { zeroRanges: rank.zeroRanges, tensorRanges: rank.contentTensors.ranges }));
+        await device.free();
+        return fills;
+      };
+      await addon().warmCuda(1, 0);
+      const afterWarm = loads();
+      const warm = await twoFills();
+      const afterFills = loads();
+      // The warm-up's reference goes, and the device's went with its free: the context ends.
+      addon().endCudaWarmup();
+      const again = await twoFills();
+      const fills = [...warm, ...again];
+      return {
+        loads: { afterWarm, afterFills, afterAgain: loads() },
+        onGpu: fills.map((f) => f.digestGpuBytes > 0 && f.digestGpuUnavailable === undefined),
+        digestsEqual: fills.every((f) => JSON.stringify(f.digests) === JSON.stringify(want)),
+      };
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  },
+
   async group() {
     const fx = makeFixture();
     try {
