@@ -4,8 +4,9 @@
 // is encoded when the rank starts serving; the columns and the objects, for clients that ask for
 // those, on the first request that wants each. The packed tensors are encoded once per layout's
 // tensor list, not per version: a writer's version serves its base's layout (the same list), so a
-// commit that publishes one encodes nothing (the 183 tensors of a 20-layer Llama took 1.3-1.6 ms
-// of a publication's 12 on the development VM, issue 31).
+// commit that publishes one encodes nothing (one encoding, as a commit makes it, took 23-53 ms of
+// the development VM's CPU at 50,439 tensors, a large MoE's count, and 0.3-0.9 ms at 183; issue
+// 31, bench/results/2026-12-07-host-publication-packed-once).
 import type { RankLayout } from '../checkpoint/types.js';
 import type { DeviceRef, RankRef, SegmentRef, TensorMeta } from '../wire/protocol.js';
 import { toPacked } from '../wire/packedManifest.js';

@@ -1,5 +1,5 @@
 // A layout's packed tensors are encoded once per tensor list, not per version: a writer's
-// version serves its base's list, and encoding it again took a tenth of a commit's publication.
+// version serves its base's list, and at 50k tensors encoding it again took 23-53 ms a commit.
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { EncodedManifest, type ManifestHead } from '../../src/serve/encodedManifest.js';
