@@ -191,7 +191,7 @@ def main() -> int:
             attached.switch_to(fingerprint)
             ms = round((time.perf_counter() - t) * 1e3, 3)
             did = attached.last_switch
-            return {"switchMs": ms, **({"prepareMs": prepare_ms} if prepared else {}), "remapped": len(did["remapped"]), "skipped": did["skipped"], "remapMs": round(did["seconds"] * 1e3, 3)}
+            return {"switchMs": ms, **({"prepareMs": prepare_ms} if prepared else {}), "remapped": len(did["remapped"]), "skipped": did["skipped"], "remapMs": round(did["seconds"] * 1e3, 3), **({"remapSplitMs": {k[:-7] + "Ms": round(v * 1e3, 3) for k, v in did["split"].items()}} if "split" in did else {})}
 
         full, times, copied = update(base, seed1)
         result["full"] = {**times, "segmentsCopied": copied, "writtenBytes": total}

@@ -284,7 +284,11 @@ def daemon_switch_shared() -> None:
                     gate.set()
                     del client._retirer.submit
                 client.settle()
-                got = {"calls": stall, "retired": {c: v - stall.get(c, 0) for c, v in calls.items() if v != stall.get(c, 0)}, "fds": sum(received), "did": {k: v for k, v in reader.last_switch.items() if k != "seconds"}}
+                got = {"calls": stall, "retired": {c: v - stall.get(c, 0) for c, v in calls.items() if v != stall.get(c, 0)}, "fds": sum(received), "did": {k: v for k, v in reader.last_switch.items() if k not in ("seconds", "split")}}
+                # The stall's split (sync, remaps, grants) covers its seconds, no more and no less.
+                split = reader.last_switch["split"]
+                assert sorted(split) == ["grantSeconds", "remapSeconds", "syncSeconds"] and min(split.values()) >= 0, split
+                assert abs(sum(split.values()) - reader.last_switch["seconds"]) < 1e-6, (split, reader.last_switch["seconds"])
                 if watch:
                     got["leasesOfOld"] = [held, len(onlooker.stats(watch)["leases"])]
                 return got

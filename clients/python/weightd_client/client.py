@@ -218,7 +218,8 @@ class Attached:
     def last_switch(self) -> Optional[Dict[str, Any]]:
         """What the last ``switch_to`` did: ``remapped`` (segment numbers), ``skipped`` (segments
         shared with the version before, left mapped as they were), ``seconds`` (from the device's
-        synchronization to the last remap). None before any switch."""
+        synchronization to the last access granted) and, on a GPU, ``split``: its ``syncSeconds``,
+        ``remapSeconds`` (the unmaps and maps) and ``grantSeconds``. None before any switch."""
         return getattr(self._mapping, "last_switch", None)
 
     def _drop_pending(self) -> None:

@@ -422,7 +422,7 @@ class CudaMapping:
         # Allocations switches replaced, unmapped and not yet released (by segment): the client's
         # retirer releases them right after the switch returns, a close those it has not.
         self._retiring: List["tuple[int, int]"] = []
-        #: What the last remap did: segments remapped and skipped, seconds (None before any).
+        #: What the last remap did: segments remapped and skipped, seconds and their split (None before any).
         self.last_switch: Optional[Dict[str, Any]] = None
         try:
             with self._current():
@@ -524,9 +524,11 @@ class CudaMapping:
                 # changes no segment touches nothing, so it has nothing to wait for.
                 if prepared.held:
                     d.check(d.cuCtxSynchronize(), "cuCtxSynchronize")
+                synced = time.perf_counter()
                 for n in list(prepared.held):
                     replaced[n] = self._fd_segments[n].swap(prepared.held[n])
                     del prepared.held[n]
+                swapped = time.perf_counter()
                 # Mapped first, then given access in one call per run of neighbours.
                 grant_runs([self._fd_segments[n] for n in replaced])
             except BaseException:
@@ -545,7 +547,10 @@ class CudaMapping:
                     self._prepared.discard(prepared)
             # The views read the new version from here on: say so before anything else can fail.
             self.state = prepared.state
-            self.last_switch = {"remapped": sorted(replaced), "skipped": prepared.skipped, "seconds": time.perf_counter() - started}
+            done = time.perf_counter()
+            # Where the stall went: the device's synchronization, the unmaps and maps, the access grants.
+            split = {"syncSeconds": synced - started, "remapSeconds": swapped - synced, "grantSeconds": done - swapped}
+            self.last_switch = {"remapped": sorted(replaced), "skipped": prepared.skipped, "seconds": done - started, "split": split}
             with self._lock:
                 self._retiring.extend(replaced.items())
         # The replaced allocations are unmapped and only wait to be released: off the switch's
