@@ -1,16 +1,19 @@
 """Where a pull update's time goes on the fake libcuda (logic and the daemon's own CPU costs only:
 the fake's copies and digests are memcpy and CPU hashing, no GPU figure). Runs a daemon serving
-examples/tiny-llama on fake GPU 0 (--cuda-handles fd), pulls REPS full updates from a trainer
-allocation of this process, and prints the medians of the client's begin/pull/commit and of the
-daemon's split ("update sealed" timings, pullTimings, "update committed" publishMs/commitMs).
+examples/tiny-llama (or --model DIR, cut into --segment-bytes segments) on fake GPU 0
+(--cuda-handles fd), pulls REPS full updates from a trainer allocation of this process, and prints
+the medians of the client's begin/pull/commit and of the daemon's split ("update sealed" timings,
+pullTimings, "update committed" publishMs/commitMs). The fake makes at most 1024 VMM allocations
+in a process: REPS times the segments must stay under that (8 reps of 60 segments do).
 
   LD_LIBRARY_PATH=<dir of the fake libcuda.so.1> FAKE_CUDA_DEVICES=2 \\
   PYTHONPATH=clients/python:clients/python/tests .venv/bin/python bench/pull-split-fake.py [REPS] [LOG]
+      [--model DIR] [--segment-bytes N]
 (build the fake as clients/python/tests/test_cuda_context.py's fake_env does.)"""
+import argparse
 import json
 import os
 import statistics
-import sys
 import tempfile
 import time
 
@@ -18,13 +21,19 @@ from cuda_scenarios import TrainerMemory, served_fingerprint
 from daemon_fixture import Daemon
 from test_host_fds import MODEL, checkpoint_tensors
 
-reps = int(sys.argv[1]) if len(sys.argv) > 1 else 20
-want = checkpoint_tensors()
+args = argparse.ArgumentParser()
+args.add_argument("reps", type=int, nargs="?", default=20)
+args.add_argument("log", nargs="?")
+args.add_argument("--model", default=MODEL)
+args.add_argument("--segment-bytes", type=int, default=1 << 20)
+a = args.parse_args()
+reps = a.reps
+want = checkpoint_tensors(a.model)
 plan = os.path.join(tempfile.mkdtemp(prefix="weightd-pull-split-"), "plan.json")
 with open(plan, "w") as f:
-    json.dump({"rules": [], "segmentBytes": 1 << 20}, f)
+    json.dump({"rules": [], "segmentBytes": a.segment_bytes}, f)
 rows = []
-with Daemon(MODEL, device="cuda", extra_args=["--cuda-handles", "fd", "--plan-file", plan, "--keep-versions", "2"]) as daemon:
+with Daemon(a.model, device="cuda", extra_args=["--cuda-handles", "fd", "--plan-file", plan, "--keep-versions", "2"]) as daemon:
     with daemon.client() as client:
         name = client.ping()["name"]
         base = served_fingerprint(client, name, 0)
@@ -42,8 +51,8 @@ with Daemon(MODEL, device="cuda", extra_args=["--cuda-handles", "fd", "--plan-fi
             rows.append({"beginMs": (t1 - t0) * 1e3, "pullMs": (t2 - t1) * 1e3, "commitMs": (t3 - t2) * 1e3})
     daemon.stop()
     lines = daemon.stderr_lines
-if len(sys.argv) > 2:
-    with open(sys.argv[2], "w") as f:
+if a.log:
+    with open(a.log, "w") as f:
         f.write("\n".join(lines))
 sealed = [json.loads(l)["timings"] for l in lines if '"update sealed' in l]
 committed = [json.loads(l) for l in lines if '"update committed' in l]
