@@ -1,8 +1,8 @@
 // The GPU digest kernels (native/gpu/xxh3_pieces.cu) of each CUDA context, found once and kept
-// for the context's life. Loading their module took 1.5-2 ms of every fill that hashed on the GPU
-// (digestGpuSetupSeconds, H100, 2026-12-06/07), about 1% of an 8 GB fill against issue 29's
-// 2%, and as much of each commit that digests written segments. The CUDA warm-up loads them ahead
-// (cuda_warmup.cpp), while the daemon plans; a fill then only uploads its jobs.
+// for the context's life. Every fill that hashed on the GPU loaded their module, and so did every
+// pull and commit that digests segments: 0.47-0.57 ms each on an H100 (a pull's moduleMs; of a
+// fill's digest setup, 2.3-2.8 ms, it was 0.3-0.4: bench/gpu/results/2026-12-07-h100-digest-kernels-kept).
+// The CUDA warm-up loads them ahead (cuda_warmup.cpp), while the daemon plans.
 //
 // A module belongs to its context, and the context's destruction (the last release of a primary
 // context) unloads it: the cache is keyed by the context's id (cuCtxGetId, unique for the

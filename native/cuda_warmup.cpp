@@ -50,7 +50,7 @@ void warmCuda(int devices, uint64_t stagingBytes) {
     }
   }
   // After the staging, which the first fill needs first: each context's digest kernels, so that
-  // a fill that hashes on the GPU finds them loaded (1.5-2 ms of its setup otherwise). Only in
+  // a fill that hashes on the GPU finds them loaded (~0.5 ms of its setup otherwise). Only in
   // the contexts the warm-up still holds, under its lock: endWarmContexts() waits for one load at
   // most, and no context is made again for it.
   for (int d = 0; d < made; ++d) {
