@@ -11,21 +11,20 @@ namespace weightd {
 
 namespace {
 
-// Finds the kernel in the current context (cuda_digest_kernels.h) and uploads `jobs` (through
-// pinned memory on a stream of its own: no copy from pageable memory, and no wait for or on the
-// legacy default stream that other code in the process may use), with room for their digests in
-// `out`. What it made is left in the arguments for the caller to free, also when a step fails.
-void loadKernel(const std::vector<GpuDigestJob>& jobs, CUfunction& kernel, DeviceMemory& table, DeviceMemory& out) {
-  const CudaDriver& drv = cudaDriver();
+// Finds the kernel in the current context (cuda_digest_kernels.h) and uploads `jobs`, with room
+// for their digests after them (16 bytes each; 32-byte jobs keep them aligned), in one allocation
+// left in `table` for the caller to free, also when a step fails. The upload is one synchronous
+// copy from pageable memory, before the fill's first copy: a fill's job table is a few hundred KB
+// (32 bytes per MiB), and pinning a buffer for it, as this did, cost more than the copy. The
+// legacy default stream it runs on holds up no fill: the lanes' streams are non-blocking (the
+// setup took 2.3-2.8 ms of an 8 GB fill on an H100, the module's load 0.3 of it:
+// bench/gpu/results/2026-12-07-h100-digest-kernels-kept).
+void loadKernel(const std::vector<GpuDigestJob>& jobs, CUfunction& kernel, DeviceMemory& table, CUdeviceptr& out) {
   kernel = digestKernels().hash;
-  table = allocateDeviceMemory(jobs.size() * sizeof(GpuDigestJob));
-  out = allocateDeviceMemory(jobs.size() * 16);
   const uint64_t tableBytes = jobs.size() * sizeof(GpuDigestJob);
-  PinnedHostMemory staging = allocatePinnedHost(tableBytes);
-  std::memcpy(staging.get(), jobs.data(), tableBytes);
-  Stream upload = createStream();
-  drv.cuMemcpyHtoDAsync_v2(table.get(), staging.get(), tableBytes, upload.get());
-  drv.cuStreamSynchronize(upload.get());
+  table = allocateDeviceMemory(tableBytes + jobs.size() * 16);
+  out = table.get() + tableBytes;
+  cudaDriver().cuMemcpyHtoD_v2(table.get(), jobs.data(), tableBytes);
 }
 
 // Launches the kernel over `ranges` of the job table on `stream`: one warp per job.
@@ -216,7 +215,6 @@ GpuDigests::~GpuDigests() {
     if (!m.context) continue;
     ScopedContext current(m.context);
     m.jobs.reset();
-    m.out.reset();
   }
 }
 
@@ -236,7 +234,7 @@ void GpuDigests::launch(Batch& batch, size_t member, CUstream stream) const {
   if (batch.ranges.n == 0) return;
   const Member& m = members_[member];
   cudaDriver().cuStreamWaitEvent(stream, batch.copied, 0);
-  launchKernel(m.kernel, m.jobs.get(), m.out.get(), batch.ranges, stream);
+  launchKernel(m.kernel, m.jobs.get(), m.out, batch.ranges, stream);
   batch = Batch{};
 }
 
@@ -247,7 +245,7 @@ void GpuDigests::collect(ContentDigests& digests) const {
     std::vector<unsigned char> out(16 * m.pieces.size());
     try {
       ScopedContext current(m.context);
-      cudaDriver().cuMemcpyDtoH_v2(out.data(), m.out.get(), out.size());
+      cudaDriver().cuMemcpyDtoH_v2(out.data(), m.out, out.size());
     } catch (const DeviceError& e) {
       throw MemberFailure(i, fill_[i].target, e);
     }

@@ -142,8 +142,8 @@ class GpuDigests {
     CUcontext context = nullptr;
     CUfunction kernel = nullptr;
     std::vector<size_t> pieces;  // per job: its piece in ContentDigests
-    DeviceMemory jobs;           // GpuDigestJob per job
-    DeviceMemory out;            // 16 canonical bytes per job
+    DeviceMemory jobs;           // GpuDigestJob per job, then `out`
+    CUdeviceptr out = 0;         // 16 canonical bytes per job, inside `jobs`' allocation
   };
   Range jobsOf(size_t window, size_t member) const { return ranges_[window * members_.size() + member]; }
   void setUp(size_t m, const FillMember& member, const std::vector<GpuDigestJob>& jobs);

@@ -49,7 +49,7 @@ class DriverFn<CUresult (*)(Args...)> {
   X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease_v2) X(cuCtxPushCurrent_v2)                 \
   X(cuCtxPopCurrent_v2) X(cuCtxGetCurrent) X(cuCtxGetId) X(cuMemGetInfo_v2) X(cuMemAlloc_v2) X(cuMemFree_v2) X(cuMemGetAddressRange_v2) \
   X(cuMemHostAlloc) X(cuMemFreeHost) X(cuMemHostRegister_v2) X(cuMemHostUnregister)                   \
-  X(cuMemcpyHtoDAsync_v2) X(cuMemcpy2DAsync_v2) X(cuMemcpyDtoDAsync_v2) X(cuMemcpyDtoH_v2) X(cuMemsetD8Async) X(cuMemsetD32Async) \
+  X(cuMemcpyHtoD_v2) X(cuMemcpyHtoDAsync_v2) X(cuMemcpy2DAsync_v2) X(cuMemcpyDtoDAsync_v2) X(cuMemcpyDtoH_v2) X(cuMemsetD8Async) X(cuMemsetD32Async) \
   X(cuStreamCreate) X(cuStreamSynchronize) X(cuStreamDestroy_v2) X(cuEventCreate) X(cuEventRecord)    \
   X(cuEventSynchronize) X(cuEventDestroy_v2) X(cuIpcGetMemHandle) X(cuIpcOpenMemHandle_v2)            \
   X(cuIpcCloseMemHandle) X(cuDeviceGetAttribute) X(cuMemGetAllocationGranularity) X(cuMemCreate)      \
