@@ -8,7 +8,7 @@
 // no two GPUs read the same bytes). --cold drops the page cache before each rep
 // (root only). Prints (and with --out appends) one JSON line per config as it finishes: per rep
 // each device's fill seconds by the native clock (start to last copy landed) and the wall time
-// seen from JS (which adds up to one 20 ms status poll), the bytes its digests read again at
+// seen from JS (which adds the status poll's lag: up to 20 ms before 2026-12-07, ~1 ms since), the bytes its digests read again at
 // the end (digestRereadBytes: 0 when every tensor passed whole through a window), the bytes its
 // digests hashed on the GPU (digestGpuBytes) and why not more (digestGpuUnavailable), the GPU
 // digests' setup and the wait for their kernels after the last copy (digestGpuSetupSeconds,

@@ -130,7 +130,7 @@ export function peakRssMiB() {
 /**
  * Best and median seconds of a set of reps, each rep timed by its slowest device's native
  * clock: the devices start within a millisecond of each other, and the JS side only learns of
- * the end at its next 20 ms poll.
+ * the end at its next poll (DeviceHandle.fill: up to 20 ms late before 2026-12-07, about 1 ms since).
  */
 export function fillSeconds(runs) {
   const s = runs.map((r) => Math.max(...r.deviceSeconds)).sort((a, b) => a - b);
