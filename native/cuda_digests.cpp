@@ -13,18 +13,21 @@ namespace {
 
 // Finds the kernel in the current context (cuda_digest_kernels.h) and uploads `jobs`, with room
 // for their digests after them (16 bytes each; 32-byte jobs keep them aligned), in one allocation
-// left in `table` for the caller to free, also when a step fails. The upload is one synchronous
-// copy from pageable memory, before the fill's first copy: a fill's job table is a few hundred KB
-// (32 bytes per MiB), and pinning a buffer for it, as this did, cost more than the copy. The
-// legacy default stream it runs on holds up no fill: the lanes' streams are non-blocking (the
-// setup took 2.3-2.8 ms of an 8 GB fill on an H100, the module's load 0.3 of it:
-// bench/gpu/results/2026-12-07-h100-digest-kernels-kept).
+// left in `table` for the caller to free, also when a step fails. A fill's job table is a few
+// hundred KB (32 bytes per MiB): one synchronous copy from pageable memory, where pinning a buffer
+// for it, as this did, cost more than the copy (the setup took 2.3-2.8 ms of an 8 GB fill on an
+// H100, the module's load 0.3 of it: bench/gpu/results/2026-12-07-h100-digest-kernels-kept). Such a
+// copy may return before its DMA has landed, and nothing orders the lanes' non-blocking streams
+// after the legacy default stream it ran on, so that stream is waited for; no stream of the
+// daemon's is a blocking one, so the wait holds up no other work.
 void loadKernel(const std::vector<GpuDigestJob>& jobs, CUfunction& kernel, DeviceMemory& table, CUdeviceptr& out) {
+  const CudaDriver& drv = cudaDriver();
   kernel = digestKernels().hash;
   const uint64_t tableBytes = jobs.size() * sizeof(GpuDigestJob);
   table = allocateDeviceMemory(tableBytes + jobs.size() * 16);
   out = table.get() + tableBytes;
-  cudaDriver().cuMemcpyHtoD_v2(table.get(), jobs.data(), tableBytes);
+  drv.cuMemcpyHtoD_v2(table.get(), jobs.data(), tableBytes);
+  drv.cuStreamSynchronize(CU_STREAM_LEGACY);
 }
 
 // Launches the kernel over `ranges` of the job table on `stream`: one warp per job.

@@ -123,6 +123,22 @@ static struct alloc* findAlloc(const void* p, size_t n, int kind) {
 
 static void die(const char* what) { fprintf(stderr, "fake-libcuda: %s\n", what); abort(); }
 
+// A synchronous copy from pageable host memory returns once the driver has staged its bytes,
+// before its DMA lands (the CUDA documentation's "synchronous" copies): here the bytes land when
+// the legacy default stream is next waited for (cuStreamSynchronize of it, cuCtxSynchronize, a
+// synchronous device-to-host copy, a free), so code that reads them on a non-blocking stream
+// without that wait reads the old bytes, as it may on a GPU.
+#define MAX_LEGACY_COPIES 64
+static struct { char* dst; char* bytes; size_t n; } legacyCopies[MAX_LEGACY_COPIES];
+static int nLegacyCopies;
+static void landLegacyCopies(void) {  // under lock
+  for (int i = 0; i < nLegacyCopies; ++i) {
+    memcpy(legacyCopies[i].dst, legacyCopies[i].bytes, legacyCopies[i].n);  // a read-only mapping faults here, as a write through it does on a GPU
+    free(legacyCopies[i].bytes);
+  }
+  nLegacyCopies = 0;
+}
+
 // Aborts if a queued (not yet run) copy reads or writes [p, p + n).
 static struct stream* streams[256];
 static int nstreams;
@@ -365,6 +381,7 @@ CUresult cuMemAlloc_v2(CUdeviceptr* p, size_t bytes) {
 CUresult cuMemFree_v2(CUdeviceptr p) {
   NEED_CTX();
   pthread_mutex_lock(&lock);
+  landLegacyCopies();
   struct alloc* a = findAlloc((void*)(uintptr_t)p, 1, K_DEVICE);
   if (!a || a->base != (char*)(uintptr_t)p || a->imported || a->vmm) { pthread_mutex_unlock(&lock); return E_INVALID_VALUE; }
   checkNotQueued(a->base, a->bytes, "device memory freed while a queued copy writes it");
@@ -462,6 +479,13 @@ CUresult cuStreamCreate(struct stream** s, unsigned flags) {
 }
 CUresult cuStreamSynchronize(struct stream* s) {
   NEED_CTX();
+  // The legacy default stream (0, CU_STREAM_LEGACY): its synchronous copies land.
+  if ((uintptr_t)s <= 1) {
+    pthread_mutex_lock(&lock);
+    landLegacyCopies();
+    pthread_mutex_unlock(&lock);
+    return OK;
+  }
   pthread_mutex_lock(&lock);
   runUpTo(s, s->seq);
   pthread_mutex_unlock(&lock);
@@ -471,6 +495,7 @@ CUresult cuStreamSynchronize(struct stream* s) {
 CUresult cuCtxSynchronize(void) {
   NEED_CTX();
   pthread_mutex_lock(&lock);
+  landLegacyCopies();
   for (int i = 0; i < nstreams; ++i) {
     struct stream* st = streams[i];
     if (st->live && st->device == current()->device) runUpTo(st, st->seq);
@@ -696,14 +721,25 @@ CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, struct
 }
 CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void* src, size_t n) {
   NEED_CTX();
+  pthread_mutex_lock(&lock);
   struct alloc* a = findAlloc((void*)(uintptr_t)dst, n, K_DEVICE);
-  if (!a || a->device != current()->device) return E_INVALID_VALUE;
-  memcpy((void*)(uintptr_t)dst, src, n);  // a read-only mapping faults here, as a write through it does on a GPU
+  if (!a || a->device != current()->device) { pthread_mutex_unlock(&lock); return E_INVALID_VALUE; }
+  if (nLegacyCopies == MAX_LEGACY_COPIES) landLegacyCopies();
+  char* staged = malloc(n ? n : 1);
+  if (!staged) die("out of memory staging a copy");
+  memcpy(staged, src, n);
+  legacyCopies[nLegacyCopies++].dst = (char*)(uintptr_t)dst;
+  legacyCopies[nLegacyCopies - 1].bytes = staged;
+  legacyCopies[nLegacyCopies - 1].n = n;
+  pthread_mutex_unlock(&lock);
   return OK;
 }
 CUresult cuMemcpyDtoH_v2(void* dst, CUdeviceptr src, size_t n) {
   waitAtGate("FAKE_CUDA_DTOH_GATE");
   NEED_CTX();
+  pthread_mutex_lock(&lock);
+  landLegacyCopies();
+  pthread_mutex_unlock(&lock);
   struct alloc* a = findAlloc((void*)(uintptr_t)src, n, K_DEVICE);
   if (!a || a->device != current()->device) return E_INVALID_VALUE;
   memcpy(dst, (void*)(uintptr_t)src, n);
