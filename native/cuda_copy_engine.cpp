@@ -303,8 +303,9 @@ class CopyEngine {
     // PORTABLE, so that every member's context copies from it as pinned memory.
     ScopedContext base(members_[0].target.context);
     // The GPU digests' setup first (the kernel, loaded once per context, and the jobs uploaded):
-    // 1.5-2.8 ms alone, where on a thread of its own beside the lanes' setup it took 15-17 ms
-    // against their driver calls (H100, 2026-12-06, bench/gpu/results/2026-12-06-h100-pull-digests).
+    // 0.3 ms alone on an H100 (2026-12-07, bench/gpu/results/2026-12-07-h100-fill-setup-cut), where
+    // on a thread of its own beside the lanes' setup it took 15-17 ms against their driver calls
+    // (2026-12-06, bench/gpu/results/2026-12-06-h100-pull-digests).
     if (gpu_) gpu_->load();
     LanePool pool(makeLanes());
     std::atomic<bool> stop{false};  // this fill's own: set when any member is cancelled or fails

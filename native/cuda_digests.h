@@ -94,8 +94,9 @@ class GpuDigests {
   // Claims in `digests` the pieces each member's GPU will hash, each piece on the first member
   // whose contiguous copy in some window holds it whole. Touches no GPU: load() does.
   GpuDigests(const std::vector<FillMember>& members, const std::vector<FillWindow>& windows, ContentDigests& digests);
-  // Finds the kernel (loaded once per context, cuda_digest_kernels.h) and puts each member's jobs on its GPU; the pieces of a member whose setup
-  // fails are released to the CPU. Once, before the first add().
+  // Finds the kernel (loaded once per context, cuda_digest_kernels.h) and puts each member's jobs
+  // on its GPU; the pieces of a member whose setup fails are released to the CPU. Once, before
+  // the first add().
   void load();
   ~GpuDigests();
   GpuDigests(const GpuDigests&) = delete;
