@@ -8,7 +8,7 @@
 // thousand reads of the page cache as a 10 GB one.
 
 import { closeSync, readSync } from 'node:fs';
-import { xxh3 } from '@node-rs/xxhash';
+import { createRequire } from 'node:module';
 import { CheckpointError } from '../errors.js';
 import { openRegularFile, openRegularFileSync } from '../files/openRegularFile.js';
 
@@ -118,7 +118,19 @@ export function fileContentDigest(path: string, spans: readonly number[], totalD
   } finally {
     closeSync(fd);
   }
-  return xxh3.xxh128(sample).toString(16).padStart(32, '0');
+  return xxh3().xxh128(sample).toString(16).padStart(32, '0');
+}
+
+let xxh3Module: typeof import('@node-rs/xxhash').xxh3 | undefined;
+
+/**
+ * @node-rs/xxhash, loaded on first use: a native module, whose load (dlopen and its init) was
+ * 4-6 ms of every daemon start on the development VM, where a daemon hashes its samples in the
+ * addon (src/native/sampleDigest.ts) and only a checkpoint of at most SAMPLE_WHOLE_LIMIT bytes, a
+ * header worker or a client's command reads them here (bench/RESULTS.md, issue 33).
+ */
+function xxh3(): typeof import('@node-rs/xxhash').xxh3 {
+  return (xxh3Module ??= (createRequire(import.meta.url)('@node-rs/xxhash') as typeof import('@node-rs/xxhash')).xxh3);
 }
 
 /**

@@ -26,6 +26,9 @@ const ON_DEMAND = {
   'the fingerprint command': '/dist/src/cli/printFingerprints.js',
   "a rank's keeper side": '/dist/src/actors/rankKeeping.js',
   "the keeper's record schema": '/dist/src/keeper/keptRecord.js',
+  // The addon hashes a daemon's content sample: the package's native module is for the commands
+  // and the header workers that hash one in JavaScript (src/checkpoint/sampleContent.ts).
+  '@node-rs/xxhash (a content sample hashed in JavaScript)': '/node_modules/@node-rs/xxhash/',
 };
 
 /** Starts a daemon on the example, runs `whileReady`, stops it and returns every module path its threads loaded. */
