@@ -79,7 +79,11 @@ export class EncodedManifest {
   /** `"content":{...},` to go before fields(), encoded on first use; undefined when the rank has no digests. */
   content(): Buffer | undefined {
     if (!this.#content) return undefined;
-    this.#contentBytes ??= Buffer.from(`${JSON.stringify({ content: this.#content }).slice(1, -1)},`, 'utf8');
+    if (!this.#contentBytes) {
+      // Its two fields alone: a rank's `full` (servedRankData.ts) also holds its fingerprint fields.
+      const { fingerprint, digests } = this.#content;
+      this.#contentBytes = Buffer.from(`${JSON.stringify({ content: { fingerprint, digests } }).slice(1, -1)},`, 'utf8');
+    }
     return this.#contentBytes;
   }
 

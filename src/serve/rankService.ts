@@ -93,7 +93,8 @@ export class RankService {
       new EncodedManifest(
         { fingerprint: r.fingerprint, backend: r.backend, device: this.deviceRef, rank: this.rankRef, layout, segments },
         views,
-        r.full ? { fingerprint: r.full.fingerprint, digests: r.full.digests } : undefined,
+        // Its digests by name are made on first read (servedRankData.ts): only a get_state that asks for them reads them.
+        r.full,
       ),
     ]));
   }

@@ -79,19 +79,12 @@ export function toServedRankData(args: {
   let full: ServedRankData['full'];
   let arenaDigests: ServedRankData['arenaDigests'];
   if (args.written && args.digests?.length === rank.tensors.length) {
-    arenaDigests = [...args.digests];
-    full = {
-      fingerprint: rank.fingerprint,
-      fingerprintFields: rankFingerprintFields(args.plan.fingerprintFields, args.globalRank),
-      digests: Object.fromEntries(rank.tensors.map((t, i) => [t.name, args.digests![i]!])),
-    };
+    const digests = [...args.digests];
+    arenaDigests = digests;
+    full = withDigestsByName({ fingerprint: rank.fingerprint, fingerprintFields: rankFingerprintFields(args.plan.fingerprintFields, args.globalRank) }, rank.tensors.map((t) => t.name), digests);
   } else if (!args.written && args.digests && args.digests.length > 0 && args.digests.length === names.length) {
     const { fingerprint, fields } = fullContentFingerprint(args.plan.fingerprintFields, args.digests);
-    full = {
-      fingerprint: rankFingerprint(fingerprint, args.globalRank),
-      fingerprintFields: rankFingerprintFields(fields, args.globalRank),
-      digests: Object.fromEntries(names.map((n, i) => [n, args.digests![i]!])),
-    };
+    full = withDigestsByName({ fingerprint: rankFingerprint(fingerprint, args.globalRank), fingerprintFields: rankFingerprintFields(fields, args.globalRank) }, names, [...args.digests]);
     arenaDigests = arenaTensorDigests(rank, args.digests);
   }
   return {
@@ -118,4 +111,18 @@ export function toServedRankData(args: {
     files: args.plan.files,
     ...(args.digestOn ? { digestOn: args.digestOn } : {}),
   };
+}
+
+/**
+ * `full` with its digests by name made on first read: only a get_state that asks for digests
+ * reads them (src/serve/encodedManifest.ts). Made at once, the object of 50,439 names took ~30 ms
+ * of the development VM's CPU in every version a writer's commit published, on its reply's path
+ * (bench/RESULTS.md, issue 31).
+ */
+function withDigestsByName(full: Omit<NonNullable<ServedRankData['full']>, 'digests'>, names: readonly string[], digests: readonly string[]): NonNullable<ServedRankData['full']> {
+  let byName: Record<string, string> | undefined;
+  return Object.defineProperty(full, 'digests', {
+    enumerable: true,
+    get: () => (byName ??= Object.fromEntries(names.map((n, i) => [n, digests[i]!]))),
+  }) as NonNullable<ServedRankData['full']>;
 }

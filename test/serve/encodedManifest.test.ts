@@ -1,10 +1,14 @@
 // A layout's packed tensors are encoded once per tensor list, not per version: a writer's
 // version serves its base's list, and at 50k tensors encoding it again took 23-53 ms a commit.
+// Nor are a version's digests by name made at its publication: only a get_state that asks reads them.
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { EncodedManifest, type ManifestHead } from '../../src/serve/encodedManifest.js';
 import { fromPacked } from '../../src/wire/packedManifest.js';
 import type { TensorView } from '../../src/checkpoint/types.js';
+import { planCheckpoint } from '../../src/checkpoint/planCheckpoint.js';
+import { toServedRankData } from '../../src/serve/servedRankData.js';
+import { exampleModel } from '../helpers/paths.js';
 
 const head = (fingerprint: string): ManifestHead => ({
   fingerprint,
@@ -39,6 +43,24 @@ test('a list the packed form cannot carry is sent as columns by every version of
     assert.is(trailer, undefined);
     assert.ok(bytes.toString('utf8').includes('"columns"'), 'columns instead');
   }
+});
+
+test("a written version's digests by name are made when first read, and the manifest's content carries them alone", async () => {
+  const plan = await planCheckpoint(exampleModel, { tpSize: 1 });
+  const rank = plan.ranks[0]!;
+  const digests = rank.tensors.map((_, i) => i.toString(16).padStart(32, '0'));
+  const device = { backend: 'host' as const, index: 0, uuid: 'host-0', name: 'host', totalBytes: 0, freeBytes: 0 };
+  const served = toServedRankData({ name: 'tiny-llama', plan, globalRank: 0, localRank: 0, nodeRank: 0, nnodes: 1, backend: 'host', device, segments: [], digests, written: true });
+  const full = served.full!;
+  // An accessor until read: a commit that publishes a version builds no object of every name.
+  assert.type(Object.getOwnPropertyDescriptor(full, 'digests')?.get, 'function');
+  const byName = full.digests;
+  assert.equal(Object.keys(byName), rank.tensors.map((t) => t.name));
+  assert.equal(Object.values(byName), digests);
+  assert.ok(full.digests === byName, 'made once');
+  const manifest = new EncodedManifest(head(served.fingerprint), { tensors: served.tensors, aliases: served.aliases }, full);
+  const content = JSON.parse(`{${manifest.content()!.toString('utf8').slice(0, -1)}}`) as { content: Record<string, unknown> };
+  assert.equal(content.content, { fingerprint: full.fingerprint, digests: byName }, 'its fingerprint fields stay out');
 });
 
 test.run();
