@@ -115,7 +115,7 @@ export function toServedRankData(args: {
 
 /**
  * `full` with its digests by name made on first read: only a get_state that asks for digests
- * reads them (src/serve/encodedManifest.ts). Made at once, the object of 50,439 names took ~30 ms
+ * reads them (src/serve/encodedManifest.ts). Made at once, the object of 50,439 names took ~20 ms
  * of the development VM's CPU in every version a writer's commit published, on its reply's path
  * (bench/RESULTS.md, issue 31).
  */
