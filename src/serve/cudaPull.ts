@@ -9,6 +9,7 @@ import type { TensorEntry, ZeroRange } from '../checkpoint/types.js';
 import type { CommitCopy } from '../native/fillRecords.js';
 import { refuseUnlessCudaFd, type BatchPlan } from './cudaUpdateSegments.js';
 import type { RankService } from './rankService.js';
+import { tensorsByName } from './tensorsByName.js';
 
 /** A tensor a pull_tensors request names: `bytes` at `offset` of the allocation behind its request's `sources[source]`. */
 export interface PulledTensor {
@@ -72,7 +73,7 @@ export function refuseUnlessPullable(service: RankService, device: string | unde
  */
 export function recordPulls(service: RankService, pull: Pull, sources: readonly string[], tensors: readonly PulledTensor[]): void {
   const { rank } = service;
-  const layout = new Map(rank.tensors.map((t) => [t.name, t]));
+  const layout = tensorsByName(rank.tensors);
   const seen = new Set<string>();
   for (const t of tensors) {
     const meta = layout.get(t.name);

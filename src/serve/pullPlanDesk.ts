@@ -15,6 +15,7 @@ import type { CommitCopy } from '../native/fillRecords.js';
 import { batchPlan, commitGaps, pulledSegments, recordPulls, refuseUnlessPullable, rehashedUnderPull, type Pull, type PulledTensor } from './cudaPull.js';
 import type { Caller } from './leaseTable.js';
 import type { RankService } from './rankService.js';
+import { tensorsByName } from './tensorsByName.js';
 
 /** Plans one connection may hold open at once, and the node's sockets together: each holds the writer's memory open and GPU buffers. */
 export const MAX_PLANS_PER_CONNECTION = 4;
@@ -289,7 +290,7 @@ export class PullPlanDesk {
 /** How `rank`'s layout differs from the one `plan` was made for (a tensor moved, resized or gone; a segment's size), or undefined where it fits. */
 export function layoutDifference(plan: PullPlan, rank: RankService['rank']): string | undefined {
   if (rank.segments.length !== plan.segmentBytes.length || rank.segments.some((s, i) => s.bytes !== plan.segmentBytes[i])) return 'its segments differ';
-  const now = new Map(rank.tensors.map((t) => [t.name, t]));
+  const now = tensorsByName(rank.tensors);
   for (const t of plan.layout) {
     const n = now.get(t.name);
     if (!n) return `tensor "${t.name}" is gone`;

@@ -17,7 +17,7 @@ import type { PullPlan } from './pullPlanDesk.js';
 import { replicaMismatches } from './replicaDigests.js';
 import type { Caller } from './leaseTable.js';
 import type { RankService } from './rankService.js';
-import type { TensorEntry } from '../checkpoint/types.js';
+import { tensorsByName } from './tensorsByName.js';
 
 /** Threads that digest a committed rank (at most 8: a commit should not take every core from the engines). */
 const DIGEST_THREADS = Math.min(8, availableParallelism());
@@ -359,7 +359,7 @@ export class UpdateDesk {
     const digests = rank.tensors.map((t, i) => ((rehash ? rehash[i] : part.copied[t.segment]) ? part.pullDigests?.get(i) : rank.arenaDigests?.[i]));
     // A loop, not a flatMap: an array per tensor was ~4 ms of a commit at 50,439 tensors (issue 31).
     const todo: Array<{ i: number; range: { file: number; start: number; end: number } }> = [];
-    rank.tensors.forEach((t, i) => digests[i] === undefined && todo.push({ i, range: { file: t.segment, start: t.offset, end: t.offset + t.bytes } }));
+    for (const [i, t] of rank.tensors.entries()) if (digests[i] === undefined) todo.push({ i, range: { file: t.segment, start: t.offset, end: t.offset + t.bytes } });
     const ranges = packTensorRanges(todo.map((x) => x.range));
     let reading: Promise<{ read: string[]; hashedOn: 'gpu' | 'cpu'; timings?: CommitTimings }>;
     if (rank.backend === 'cuda') {
@@ -656,29 +656,16 @@ export class UpdateDesk {
 }
 
 /**
- * Each tensor list's segment by tensor name, made once: a writer's versions share their base's
- * list, and making the map took ~13 ms of every begin_update at 50,439 tensors on the development
- * VM (bench/RESULTS.md, issue 31).
- */
-const segmentIndexes = new WeakMap<readonly TensorEntry[], ReadonlyMap<string, number>>();
-
-function segmentsByName(tensors: readonly TensorEntry[]): ReadonlyMap<string, number> {
-  let index = segmentIndexes.get(tensors);
-  if (!index) segmentIndexes.set(tensors, (index = new Map(tensors.map((t) => [t.name, t.segment]))));
-  return index;
-}
-
-/**
  * Which of the rank's segments (by position) the update copies: those holding a tensor of
  * `tensors`, every one when absent. A name the rank does not hold is refused, naming it.
  */
 function segmentsToCopy(service: RankService, tensors: readonly string[] | undefined): boolean[] {
   const { rank } = service;
   if (!tensors) return rank.segments.map(() => true);
-  const segmentOf = segmentsByName(rank.tensors);
+  const byName = tensorsByName(rank.tensors);
   const copied = rank.segments.map(() => false);
   for (const name of tensors) {
-    const segment = segmentOf.get(name);
+    const segment = byName.get(name)?.segment;
     if (segment === undefined) {
       throw new ServeError(
         'E_UNKNOWN_TENSOR',

@@ -728,9 +728,9 @@ CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void* src, size_t n) {
   char* staged = malloc(n ? n : 1);
   if (!staged) die("out of memory staging a copy");
   memcpy(staged, src, n);
-  legacyCopies[nLegacyCopies++].dst = (char*)(uintptr_t)dst;
-  legacyCopies[nLegacyCopies - 1].bytes = staged;
-  legacyCopies[nLegacyCopies - 1].n = n;
+  legacyCopies[nLegacyCopies].dst = (char*)(uintptr_t)dst;
+  legacyCopies[nLegacyCopies].bytes = staged;
+  legacyCopies[nLegacyCopies++].n = n;
   pthread_mutex_unlock(&lock);
   return OK;
 }
